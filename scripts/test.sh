@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The test command (README): installs what the tests need (Debian packages, the default model),
+# builds, runs the whole suite with CTest, then runs the unit tests again in an ASan+UBSan build.
+# Tests tagged [realmodel] use the real model; they find it through $KVZIP_MODEL.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+bash scripts/install-deps.sh
+KVZIP_MODEL=$(bash scripts/fetch-model.sh)
+export KVZIP_MODEL
+
+echo "== build (Release) =="
+bash scripts/build.sh build
+echo "== tests (Release) =="
+ctest --test-dir build --output-on-failure -j"$jobs"
+
+echo "== build (ASan+UBSan, CPU only) =="
+bash scripts/build.sh build-asan -DKVZIP_SANITIZE=ON -DKVZIP_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+echo "== unit tests (ASan+UBSan) =="
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+  ./build-asan/tests/kvzip_tests "~[realmodel]" "~[slow]"
