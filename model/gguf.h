@@ -64,13 +64,13 @@ class File {
   // ---- metadata ----
   bool has(std::string_view key) const;
   std::optional<ValueType> type_of(std::string_view key) const;
-  // For an array key: element type and count; Errc::corrupt if the key is not an array.
+  // For an array key: element type and count; Errc::corrupt if missing or not an array.
   ValueType array_type(std::string_view key) const;
   uint64_t array_size(std::string_view key) const;
   std::vector<std::string> keys() const;  // in file order
 
-  // Typed getters: Errc::not_found "missing key X" when absent; Errc::corrupt "key X has type T,
-  // expected ..." on a type mismatch or out-of-range value.
+  // Typed getters. All failures are Errc::corrupt: "missing key 'X'" when absent, "key 'X' has
+  // type T, expected ..." on a type mismatch, "does not fit" for an out-of-range value.
   std::string get_string(std::string_view key) const;
   std::string_view get_string_view(std::string_view key) const;
   uint64_t get_u64(std::string_view key) const;  // any integer width; negatives rejected
