@@ -132,7 +132,8 @@ class TensorLoader {
   std::vector<float> load(const std::string& name, int64_t ne0, int64_t ne1) const {
     const gguf::TensorInfo& t = f_.tensor(name);
     if (t.ne[0] != ne0 || t.ne[1] != ne1 || t.ne[2] != 1 || t.ne[3] != 1) {
-      std::string want = "[" + std::to_string(ne0);
+      std::string want(1, '[');
+      want.append(std::to_string(ne0));
       if (ne1 != 1) want.append(", ").append(std::to_string(ne1));
       want.append("]");
       fail(f_, Errc::corrupt, "tensor '" + name + "' has shape " + t.shape_string() +
