@@ -273,7 +273,9 @@ float half_to_float(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000) << 16;
   uint32_t exp = (h >> 10) & 0x1F;
   uint32_t mant = h & 0x3FF;
-  if (exp == 0x1F) return bits_to_float(sign | 0x7F800000u | (mant << 13));  // inf / NaN
+  if (exp == 0x1F) {  // inf, or NaN made quiet with its payload kept (as F16C's vcvtph2ps does)
+    return bits_to_float(sign | 0x7F800000u | (mant << 13) | (mant ? 0x400000u : 0u));
+  }
   if (exp == 0) {
     if (mant == 0) return bits_to_float(sign);  // +-0
     // Subnormal m * 2^-24: shift the leading 1 up to the implicit-bit position.

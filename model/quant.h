@@ -45,8 +45,9 @@ void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n);
 void dequantize_rows(GgmlType t, const void* src, float* dst, int64_t n_per_row, int64_t rows,
                      int threads);
 
-// IEEE-754 binary16 <-> binary32, bit-exact. float_to_half rounds to nearest even, keeps NaN
-// quiet (sign and top payload bits kept), and overflows to infinity.
+// IEEE-754 binary16 <-> binary32, bit-exact. half_to_float quiets a signaling NaN (payload
+// kept), like the F16C instruction. float_to_half rounds to nearest even, keeps NaN quiet (sign
+// and top payload bits kept), and overflows to infinity.
 float half_to_float(uint16_t h);
 uint16_t float_to_half(float f);
 // bfloat16: the top 16 bits of an fp32. float_to_bf16 rounds to nearest even; NaN stays quiet.

@@ -249,7 +249,6 @@ void parse_gguf(File::Impl& impl) {
   const uint64_t n_tensors = c.read<uint64_t>("tensor_count");
   const uint64_t n_kv = c.read<uint64_t>("metadata_kv_count");
   check_count(impl, c, n_kv, kMinKvBytes, "metadata_kv_count");
-  check_count(impl, c, n_tensors, kMinTensorInfoBytes, "tensor_count");
   impl.kvs.reserve(size_t(n_kv));
   for (uint64_t i = 0; i < n_kv; ++i) parse_kv(impl, c, i);
   read_alignment(impl);
