@@ -17,22 +17,26 @@ constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian u32
 constexpr uint64_t kMinKvBytes = 8 + 4 + 1;              // empty key, type, 1-byte value
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;  // empty name, n_dims=0, type, offset
 constexpr uint64_t kMaxTensorName = 63;                  // GGML_MAX_NAME - 1
+// A length or count needing more bytes than the whole file and than this is called corrupt;
+// anything smaller that runs past the end is called truncated (a cut file keeps sane counts).
+constexpr uint64_t kPlausibleBytes = 1ull << 30;
 
 std::string at(uint64_t off) { return " at byte " + std::to_string(off); }
 
 bool known_value_type(uint32_t t) { return t <= uint32_t(ValueType::F64); }
 
-// Throws for a count of items of at least `min_bytes` each that cannot fit in what is left.
-void check_count(const File::Impl& impl, const Cursor& c, uint64_t count, uint64_t min_bytes,
+// A count of items of at least `min_bytes` each: throws corrupt when it is implausible (see
+// kPlausibleBytes); returns whether the items fit in the bytes left. When they do not, the caller
+// reads on without reserving, so the exact item and field where the file ends gets reported.
+bool check_count(const File::Impl& impl, const Cursor& c, uint64_t count, uint64_t min_bytes,
                  const std::string& what) {
-  if (min_bytes == 0 || count <= c.remaining() / min_bytes) return;
-  const std::string msg = what + " = " + std::to_string(count) + at(c.pos()) + " needs at least " +
-                          std::to_string(min_bytes) + " bytes each";
-  if (count > impl.size / min_bytes)
-    impl.fail(Errc::corrupt, msg + ", more than the whole file holds (" +
+  if (min_bytes == 0 || count <= c.remaining() / min_bytes) return true;
+  if (count > impl.size / min_bytes && count > kPlausibleBytes / min_bytes)
+    impl.fail(Errc::corrupt, what + " = " + std::to_string(count) + at(c.pos()) +
+                                 " needs at least " + std::to_string(min_bytes) +
+                                 " bytes each, more than the whole file holds (" +
                                  std::to_string(impl.size) + " bytes); the file is corrupt");
-  impl.fail(Errc::truncated, msg + ", but only " + std::to_string(c.remaining()) +
-                                 " bytes are left; the file is truncated");
+  return false;
 }
 
 // Skips over one value of type t (not an array), validating strings.
@@ -216,7 +220,7 @@ void Cursor::need(uint64_t n, const std::string& what) const {
 std::string_view Cursor::read_string(const std::string& what) {
   const uint64_t off = pos_;
   const uint64_t len = read<uint64_t>(what + " length");
-  if (len > impl_.size)
+  if (len > impl_.size && len > kPlausibleBytes)
     impl_.fail(Errc::corrupt, what + " has string length " + std::to_string(len) + at(off) +
                                   ", more than the whole file (" + std::to_string(impl_.size) +
                                   " bytes); the file is corrupt");
@@ -248,12 +252,11 @@ void parse_gguf(File::Impl& impl) {
   impl.version = version;
   const uint64_t n_tensors = c.read<uint64_t>("tensor_count");
   const uint64_t n_kv = c.read<uint64_t>("metadata_kv_count");
-  check_count(impl, c, n_kv, kMinKvBytes, "metadata_kv_count");
-  impl.kvs.reserve(size_t(n_kv));
+  if (check_count(impl, c, n_kv, kMinKvBytes, "metadata_kv_count")) impl.kvs.reserve(size_t(n_kv));
   for (uint64_t i = 0; i < n_kv; ++i) parse_kv(impl, c, i);
   read_alignment(impl);
-  check_count(impl, c, n_tensors, kMinTensorInfoBytes, "tensor_count");
-  impl.tensors.reserve(size_t(n_tensors));
+  if (check_count(impl, c, n_tensors, kMinTensorInfoBytes, "tensor_count"))
+    impl.tensors.reserve(size_t(n_tensors));
   for (uint64_t i = 0; i < n_tensors; ++i) parse_tensor_info(impl, c, i);
   place_tensors(impl, c.pos());
 }
