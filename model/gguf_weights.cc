@@ -139,6 +139,10 @@ class TensorLoader {
       fail(f_, Errc::corrupt, "tensor '" + name + "' has shape " + t.shape_string() +
                                   ", expected " + want + " (from the model metadata)");
     }
+    if (!quant::traits(t.type).dequantizable)
+      fail(f_, Errc::unsupported, "tensor '" + name + "' has type " + quant::type_name(t.type) +
+                                      ", which kvzip cannot dequantize (supported: F32 F16 BF16 "
+                                      "Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q6_K)");
     std::vector<float> out(size_t(ne0 * ne1));
     quant::dequantize_rows(t.type, t.data, out.data(), ne0, ne1, threads_);
     return out;
