@@ -1,0 +1,281 @@
+// ModelConfig, fp32 Weights and ModelFingerprint from a GGUF file (see gguf_weights.h).
+// GGUF stores a Linear weight of HF shape (out, in) as ne = [in, out], i.e. already row-major
+// (out, in), which is the canonical layout; only the Q/K rows of llama-type archs need reordering.
+#include "model/gguf_weights.h"
+
+#include <xxhash.h>
+
+#include <string>
+
+#include "common/error.h"
+#include "model/quant.h"
+
+namespace kvzip {
+namespace {
+
+struct ArchInfo {
+  const char* name;
+  bool qk_permuted;  // llama.cpp's converter interleaved the Q/K rows (LlamaModel.permute)
+};
+constexpr ArchInfo kArchs[] = {{"llama", true}, {"mistral", true}, {"qwen2", false}};
+
+const ArchInfo* find_arch(const std::string& arch) {
+  for (const ArchInfo& a : kArchs)
+    if (arch == a.name) return &a;
+  return nullptr;
+}
+
+[[noreturn]] void fail(const gguf::File& f, Errc code, const std::string& what) {
+  throw Error(code, "GGUF '" + f.source() + "': " + what);
+}
+
+void read_rope_scaling(const gguf::File& f, const std::string& p, ModelConfig& c) {
+  RopeScaling& rs = c.rope_scaling;
+  const std::string type = f.get_string_or(p + "rope.scaling.type", "none");
+  if (type == "none") {
+    if (f.has(p + "rope.scale_linear")) {  // older converters wrote only this key
+      rs.kind = RopeScalingKind::Linear;
+      rs.factor = f.get_f32(p + "rope.scale_linear");
+    }
+  } else if (type == "linear") {
+    rs.kind = RopeScalingKind::Linear;
+    rs.factor = f.get_f32(p + "rope.scaling.factor");
+  } else if (type == "llama3") {
+    rs.kind = RopeScalingKind::Llama3;
+    rs.factor = f.get_f32(p + "rope.scaling.factor");
+    rs.original_context = f.get_u32(p + "rope.scaling.original_context_length");
+    rs.low_freq_factor = f.get_f32_or(p + "rope.scaling.low_freq_factor", 1.0f);
+    rs.high_freq_factor = f.get_f32_or(p + "rope.scaling.high_freq_factor", 4.0f);
+  } else {
+    fail(f, Errc::unsupported, "key '" + p + "rope.scaling.type' = '" + type +
+                                   "' is not supported (supported: none, linear, llama3)");
+  }
+  if (rs.kind != RopeScalingKind::None && !(rs.factor > 0.0f))
+    fail(f, Errc::corrupt, "key '" + p + "rope.scaling.factor' = " + std::to_string(rs.factor) +
+                               ", expected a positive factor");
+  if (rs.kind != RopeScalingKind::Llama3 && f.find_tensor("rope_freqs.weight"))
+    fail(f, Errc::unsupported,
+         "tensor 'rope_freqs.weight' (per-dimension RoPE factors) is present but "
+         "'" + p + "rope.scaling.type' is not llama3; such files are not supported");
+}
+
+void check_config(const gguf::File& f, const ModelConfig& c) {
+  auto bad = [&](const std::string& what) { fail(f, Errc::corrupt, what); };
+  if (!c.n_layers || !c.d_model || !c.n_heads || !c.n_kv_heads || !c.head_dim || !c.d_ffn ||
+      !c.vocab_size)
+    bad("model dimensions must be non-zero (L=" + std::to_string(c.n_layers) +
+        " E=" + std::to_string(c.d_model) + " Hq=" + std::to_string(c.n_heads) +
+        " Hkv=" + std::to_string(c.n_kv_heads) + " D=" + std::to_string(c.head_dim) +
+        " F=" + std::to_string(c.d_ffn) + " V=" + std::to_string(c.vocab_size) + ")");
+  if (c.n_heads % c.n_kv_heads != 0)
+    bad("head_count " + std::to_string(c.n_heads) + " is not a multiple of head_count_kv " +
+        std::to_string(c.n_kv_heads));
+  if (c.head_dim % 2 != 0) bad("head dimension " + std::to_string(c.head_dim) + " is odd");
+  if (!(c.rope_base > 0.0f)) bad("rope.freq_base must be positive");
+  if (!(c.rms_eps > 0.0f)) bad("attention.layer_norm_rms_epsilon must be positive");
+}
+
+}  // namespace
+
+bool gguf_qk_permuted(const std::string& arch) {
+  const ArchInfo* a = find_arch(arch);
+  return a && a->qk_permuted;
+}
+
+ModelConfig config_from_gguf(const gguf::File& f) {
+  ModelConfig c;
+  c.arch = f.get_string("general.architecture");
+  if (!find_arch(c.arch))
+    fail(f, Errc::unsupported, "architecture '" + c.arch +
+                                   "' is not supported (supported: llama, mistral, qwen2)");
+  const std::string p = c.arch + ".";
+  c.n_layers = f.get_u32(p + "block_count");
+  c.d_model = f.get_u32(p + "embedding_length");
+  c.n_heads = f.get_u32(p + "attention.head_count");
+  c.n_kv_heads = f.get_u32_or(p + "attention.head_count_kv", c.n_heads);
+  c.d_ffn = f.get_u32(p + "feed_forward_length");
+  c.max_context = f.get_u32(p + "context_length");
+  if (!f.has(p + "attention.key_length") && c.n_heads && c.d_model % c.n_heads != 0)
+    fail(f, Errc::corrupt, "embedding_length " + std::to_string(c.d_model) +
+                               " is not a multiple of head_count " + std::to_string(c.n_heads) +
+                               " and '" + p + "attention.key_length' is absent");
+  c.head_dim = f.get_u32_or(p + "attention.key_length", c.n_heads ? c.d_model / c.n_heads : 0);
+  if (f.get_u32_or(p + "attention.value_length", c.head_dim) != c.head_dim)
+    fail(f, Errc::unsupported, "attention.value_length differs from key_length (" +
+                                   std::to_string(c.head_dim) + "); not supported");
+  if (f.get_u32_or(p + "rope.dimension_count", c.head_dim) != c.head_dim)
+    fail(f, Errc::unsupported, "rope.dimension_count " +
+                                   std::to_string(f.get_u32(p + "rope.dimension_count")) +
+                                   " differs from the head dimension " +
+                                   std::to_string(c.head_dim) + " (partial RoPE unsupported)");
+  if (f.has(p + "vocab_size")) c.vocab_size = f.get_u32(p + "vocab_size");
+  else if (const gguf::TensorInfo* t = f.find_tensor("token_embd.weight"))
+    c.vocab_size = uint32_t(t->ne[1]);
+  else c.vocab_size = uint32_t(f.array_size("tokenizer.ggml.tokens"));
+  c.rope_base = f.get_f32_or(p + "rope.freq_base", 10000.0f);
+  c.rms_eps = f.get_f32(p + "attention.layer_norm_rms_epsilon");
+  read_rope_scaling(f, p, c);
+  c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
+  c.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+  check_config(f, c);
+  return c;
+}
+
+namespace {
+
+// Dequantizes tensors after checking their shapes against the config.
+class TensorLoader {
+ public:
+  TensorLoader(const gguf::File& f, int threads) : f_(f), threads_(threads) {}
+
+  // Expected GGUF shape: ne = [ne0] for vectors, [ne0, ne1] for matrices (ne0 contiguous).
+  std::vector<float> load(const std::string& name, int64_t ne0, int64_t ne1) const {
+    const gguf::TensorInfo& t = f_.tensor(name);
+    if (t.ne[0] != ne0 || t.ne[1] != ne1 || t.ne[2] != 1 || t.ne[3] != 1) {
+      std::string want(1, '[');
+      want.append(std::to_string(ne0));
+      if (ne1 != 1) want.append(", ").append(std::to_string(ne1));
+      want.append("]");
+      fail(f_, Errc::corrupt, "tensor '" + name + "' has shape " + t.shape_string() +
+                                  ", expected " + want + " (from the model metadata)");
+    }
+    std::vector<float> out(size_t(ne0 * ne1));
+    quant::dequantize_rows(t.type, t.data, out.data(), ne0, ne1, threads_);
+    return out;
+  }
+
+ private:
+  const gguf::File& f_;
+  int threads_;
+};
+
+// Undo llama.cpp's per-head interleave: GGUF row h*D + 2i + p holds HF row h*D + p*D/2 + i.
+// w is (n_heads*D, row_len) row-major; row_len = 1 for a bias.
+void unpermute_rows(std::vector<float>& w, uint32_t n_heads, uint32_t head_dim, size_t row_len) {
+  std::vector<float> head(size_t(head_dim) * row_len);
+  const size_t half = head_dim / 2;
+  for (uint32_t h = 0; h < n_heads; ++h) {
+    float* base = w.data() + size_t(h) * head_dim * row_len;
+    std::copy(base, base + head.size(), head.begin());
+    for (size_t i = 0; i < half; ++i) {
+      for (size_t p = 0; p < 2; ++p) {
+        const float* src = head.data() + (2 * i + p) * row_len;
+        std::copy(src, src + row_len, base + (p * half + i) * row_len);
+      }
+    }
+  }
+}
+
+LayerWeights load_layer(const TensorLoader& ld, const ModelConfig& c, uint32_t l, bool permute) {
+  const std::string b = "blk." + std::to_string(l) + ".";
+  const int64_t E = c.d_model, F = c.d_ffn;
+  const int64_t q_rows = int64_t(c.n_heads) * c.head_dim, kv_rows = int64_t(c.n_kv_heads) * c.head_dim;
+  LayerWeights w;
+  w.attn_norm = ld.load(b + "attn_norm.weight", E, 1);
+  w.wq = ld.load(b + "attn_q.weight", E, q_rows);    // (Hq*D, E)
+  w.wk = ld.load(b + "attn_k.weight", E, kv_rows);   // (Hkv*D, E)
+  w.wv = ld.load(b + "attn_v.weight", E, kv_rows);   // (Hkv*D, E)
+  w.wo = ld.load(b + "attn_output.weight", q_rows, E);  // (E, Hq*D)
+  if (c.qkv_bias) {
+    w.bq = ld.load(b + "attn_q.bias", q_rows, 1);
+    w.bk = ld.load(b + "attn_k.bias", kv_rows, 1);
+    w.bv = ld.load(b + "attn_v.bias", kv_rows, 1);
+  }
+  w.ffn_norm = ld.load(b + "ffn_norm.weight", E, 1);
+  w.w_gate = ld.load(b + "ffn_gate.weight", E, F);  // (F, E)
+  w.w_up = ld.load(b + "ffn_up.weight", E, F);      // (F, E)
+  w.w_down = ld.load(b + "ffn_down.weight", F, E);  // (E, F)
+  if (permute) {
+    unpermute_rows(w.wq, c.n_heads, c.head_dim, size_t(E));
+    unpermute_rows(w.wk, c.n_kv_heads, c.head_dim, size_t(E));
+    if (c.qkv_bias) {
+      unpermute_rows(w.bq, c.n_heads, c.head_dim, 1);
+      unpermute_rows(w.bk, c.n_kv_heads, c.head_dim, 1);
+    }
+  }
+  return w;
+}
+
+}  // namespace
+
+Weights load_weights(const gguf::File& f, int threads) {
+  Weights w;
+  w.config = config_from_gguf(f);
+  const ModelConfig& c = w.config;
+  const TensorLoader ld(f, threads);
+  w.tok_embd = ld.load("token_embd.weight", c.d_model, c.vocab_size);  // (V, E)
+  w.output_norm = ld.load("output_norm.weight", c.d_model, 1);
+  if (!c.tied_embeddings) w.output = ld.load("output.weight", c.d_model, c.vocab_size);
+  const bool permute = gguf_qk_permuted(c.arch);
+  w.layers.reserve(c.n_layers);
+  for (uint32_t l = 0; l < c.n_layers; ++l) w.layers.push_back(load_layer(ld, c, l, permute));
+  return w;
+}
+
+namespace {
+
+void hash_u64(XXH64_state_t* s, uint64_t v) { XXH64_update(s, &v, 8); }
+void hash_str(XXH64_state_t* s, std::string_view v) {
+  hash_u64(s, v.size());
+  XXH64_update(s, v.data(), v.size());
+}
+
+// Each part is tagged and length-prefixed so that moving bytes between parts changes the hash.
+uint64_t tokenizer_hash(const gguf::File& f, XXH64_state_t* s) {
+  XXH64_reset(s, 0);
+  for (const char* key : {"tokenizer.ggml.tokens", "tokenizer.ggml.merges"}) {
+    hash_str(s, key);
+    if (!f.has(key)) {
+      hash_u64(s, ~0ull);
+      continue;
+    }
+    const auto items = f.get_string_array_views(key);
+    hash_u64(s, items.size());
+    for (std::string_view item : items) hash_str(s, item);
+    if (std::string_view(key) == "tokenizer.ggml.tokens") {
+      hash_str(s, "tokenizer.ggml.token_type");
+      if (!f.has("tokenizer.ggml.token_type")) {
+        hash_u64(s, ~0ull);
+        continue;
+      }
+      const auto types = f.get_i32_array("tokenizer.ggml.token_type");
+      hash_u64(s, types.size());
+      XXH64_update(s, types.data(), types.size() * sizeof(int32_t));
+    }
+  }
+  return XXH64_digest(s);
+}
+
+uint64_t weights_hash(const gguf::File& f, XXH64_state_t* s) {
+  XXH64_reset(s, 0);
+  hash_u64(s, f.tensors().size());
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    hash_str(s, t.name);
+    hash_u64(s, uint64_t(t.type));
+    hash_u64(s, t.n_dims);
+    for (int j = 0; j < 4; ++j) hash_u64(s, uint64_t(t.ne[j]));
+  }
+  for (const gguf::TensorInfo& t : f.tensors()) XXH64_update(s, t.data, size_t(t.nbytes));
+  return XXH64_digest(s);
+}
+
+}  // namespace
+
+ModelFingerprint fingerprint_from_gguf(const gguf::File& f) {
+  ModelFingerprint fp;
+  fp.arch = f.get_string("general.architecture");
+  fp.name = f.get_string_or("general.name", "");
+  XXH64_state_t* s = XXH64_createState();
+  if (!s) throw Error(Errc::out_of_memory, "XXH64_createState failed");
+  try {
+    fp.tokenizer_hash = tokenizer_hash(f, s);
+    fp.weights_hash = weights_hash(f, s);
+  } catch (...) {
+    XXH64_freeState(s);
+    throw;
+  }
+  XXH64_freeState(s);
+  return fp;
+}
+
+}  // namespace kvzip
