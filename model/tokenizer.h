@@ -3,7 +3,10 @@
 // `tokenizers` for valid UTF-8 text. Control tokens ("<|im_end|>") are recognised in text only when
 // asked (parse_special), so a document cannot inject chat structure. Invalid UTF-8 never fails:
 // each invalid byte is encoded as its own byte token (callers that want to refuse such text check
-// is_valid_utf8 first, as the CLI does for documents). A Tokenizer is immutable and thread-safe.
+// is_valid_utf8 first, as the CLI does for documents). A byte the vocabulary has no token for is
+// dropped, as Hugging Face does (SmolLM2 lacks 0x04 0x06 0x13 0x14 0x16 0x1D 0xC0 0xC1 0xF1 0xF2
+// 0xF5-0xFF), so decode(encode(s)) == s only when every byte of s has a token.
+// A Tokenizer is immutable and thread-safe.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -12,6 +15,10 @@
 #include <vector>
 
 namespace kvzip {
+
+namespace gguf {
+class File;
+}
 
 // GGUF tokenizer.ggml.token_type values.
 enum class TokenType : int32_t {
@@ -35,6 +42,13 @@ struct TokenizerData {
   std::string chat_template;          // Jinja source, may be empty
 };
 
+// Reads tokenizer.ggml.{model, pre, tokens, token_type, merges, bos/eos/eot/unknown/padding
+// _token_id, add_bos_token} and tokenizer.chat_template. model, tokens and merges are required
+// (Errc::corrupt when missing or mistyped); absent ids are -1; an absent pre is "default" (which the
+// Tokenizer then refuses); an absent add_bos_token is true only for the Llama 3 pre-tokenizer, as
+// in llama.cpp. The Tokenizer constructor does the remaining validation.
+TokenizerData tokenizer_data_from_gguf(const gguf::File& file);
+
 // True when `text` is well-formed UTF-8 (no overlong forms, surrogates or code points > U+10FFFF).
 bool is_valid_utf8(std::string_view text);
 
@@ -42,7 +56,7 @@ class Tokenizer {
  public:
   // Validates and indexes `data`: non-empty vocab, token_types sized like tokens, model "gpt2" and a
   // known pre-tokenizer (else Errc::unsupported), well-formed merges whose parts and results are in
-  // the vocab, every byte present, special ids in range (else Errc::corrupt).
+  // the vocab, special ids in range (else Errc::corrupt).
   explicit Tokenizer(TokenizerData data);
   ~Tokenizer();
   Tokenizer(Tokenizer&&) noexcept;

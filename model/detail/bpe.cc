@@ -1,5 +1,6 @@
 // Byte-level BPE: alphabet tables, vocabulary/merge validation, and the merge loop (lowest rank
 // first, leftmost on ties; a min-heap over candidate pairs with lazy deletion, O(n log n) per word).
+// Matches Hugging Face's BPE model without an unk token: a byte missing from the vocabulary vanishes.
 #include "model/detail/bpe.h"
 
 #include <queue>
@@ -104,15 +105,8 @@ std::string byte_level_encode(std::string_view bytes) {
 BpeModel::BpeModel(const std::vector<std::string>& tokens, const std::vector<std::string>& merges) {
   index_.reserve(tokens.size());
   for (size_t i = 0; i < tokens.size(); ++i) index_[tokens[i]] = static_cast<int32_t>(i);
-  for (int b = 0; b < 256; ++b) {
-    byte_ids_[b] = find(byte_to_unicode(static_cast<uint8_t>(b)));
-    if (byte_ids_[b] < 0)
-      throw Error(Errc::corrupt, "tokenizer vocabulary has no token for byte 0x" +
-                                     std::string(1, "0123456789ABCDEF"[b >> 4]) +
-                                     "0123456789ABCDEF"[b & 15] + " (byte-level text \"" +
-                                     byte_to_unicode(static_cast<uint8_t>(b)) +
-                                     "\"); a byte-level BPE vocabulary needs all 256");
-  }
+  // A byte may lack a token (SmolLM2 has none for 21 bytes never seen in training): it is dropped.
+  for (int b = 0; b < 256; ++b) byte_ids_[b] = find(byte_to_unicode(static_cast<uint8_t>(b)));
   merges_.reserve(merges.size());
   for (size_t r = 0; r < merges.size(); ++r) {
     const std::string& m = merges[r];
@@ -152,14 +146,20 @@ void BpeModel::encode_word(std::string_view word, bool ignore_merges, std::vecto
       return;
     }
   }
-  const auto n = static_cast<int32_t>(word.size());
   struct Symbol {
     int32_t id;  // -1 once merged into its left neighbour
     int32_t prev, next;
   };
-  std::vector<Symbol> sym(n);
-  for (int32_t i = 0; i < n; ++i)
-    sym[i] = {byte_ids_[static_cast<uint8_t>(word[i])], i - 1, i + 1 < n ? i + 1 : -1};
+  // Bytes without a token are left out before merging, so their neighbours can merge (as HF does).
+  std::vector<Symbol> sym;
+  sym.reserve(word.size());
+  for (char c : word) {
+    int32_t id = byte_ids_[static_cast<uint8_t>(c)];
+    if (id >= 0) sym.push_back({id, static_cast<int32_t>(sym.size()) - 1, -1});
+  }
+  const auto n = static_cast<int32_t>(sym.size());
+  if (n == 0) return;
+  for (int32_t i = 0; i + 1 < n; ++i) sym[i].next = i + 1;
 
   // A candidate records the ids it saw; it is stale once either side has changed.
   struct Candidate {

@@ -1,8 +1,8 @@
 // Byte-level BPE core: the GPT-2 byte <-> unicode alphabet, the vocabulary and merge ranks, and the
 // merge loop for one pre-tokenized word. Vocab and merge strings are in the byte-level alphabet
 // (0x20 ' ' is "Ġ" = U+0120, and so on); words come in as raw bytes. Invariant after construction:
-// every byte has a token, and every merge's parts and result are in the vocabulary, so encoding
-// never meets an unknown symbol.
+// every merge's parts and result are in the vocabulary. A byte without a token of its own is
+// dropped from the word before merging, as Hugging Face's BPE does when it has no unk token.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -31,8 +31,7 @@ using TokenIndex = std::unordered_map<std::string, int32_t, StringHash, std::equ
 
 class BpeModel {
  public:
-  // Throws Errc::corrupt when a merge is malformed or names a token missing from `tokens`, or when
-  // a byte has no token. When a text occurs twice in `tokens`, the later id wins (as in llama.cpp).
+  // Throws Errc::corrupt when a merge is malformed or names a token missing from `tokens`. When a text occurs twice in `tokens`, the later id wins (as in llama.cpp).
   BpeModel(const std::vector<std::string>& tokens, const std::vector<std::string>& merges);
 
   // Appends the ids of one word (raw bytes). With `ignore_merges`, a word whose byte-level spelling
