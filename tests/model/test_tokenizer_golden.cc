@@ -205,5 +205,10 @@ TEST_CASE("SmolLM2's chat template renders as its Jinja source does", "[model][t
   CHECK(chat.render("", "hi") == want);
   CHECK(chat.chat("", "hi") == tok.encode(want, true));
   CHECK(chat.stop_tokens() == std::vector<int32_t>{2});
+  // A document without leading/trailing whitespace tokenizes the same alone as inside the prompt.
+  std::string doc = "The Normans gave their name to Normandy.", tail = "\n\nQuestion: What did they name?";
+  std::vector<int32_t> parts = chat.prefix("");
+  for (const auto& p : {chat.encode_document(doc), chat.suffix(tail)}) parts.insert(parts.end(), p.begin(), p.end());
+  CHECK(parts == chat.chat("", doc + tail));
   CHECK_FALSE(tok.add_bos());
 }
