@@ -1,0 +1,242 @@
+// Tokenizer: validation of TokenizerData, the encode pipeline (added-token split -> UTF-8 runs ->
+// pre-tokenizer -> BPE per word, with a per-call word cache) and decoding. Invalid UTF-8 bytes are
+// each encoded alone as their byte token and never reach PCRE2.
+#include "model/tokenizer.h"
+
+#include <unordered_map>
+
+#include "common/error.h"
+#include "model/detail/bpe.h"
+#include "model/detail/bpe_specials.h"
+#include "model/detail/pretokenize.h"
+#include "model/detail/pretokenize_utf8.h"
+#include "model/gguf.h"
+
+namespace kvzip {
+
+struct Tokenizer::Impl {
+  TokenizerData data;
+  detail::BpeModel bpe;
+  detail::PreTokenizer pre;
+  detail::SpecialMatcher control_and_user;  // matched with parse_special
+  detail::SpecialMatcher user_only;         // matched always
+  std::vector<std::string> bytes;           // id -> decoded bytes
+
+  Impl(TokenizerData d, detail::BpeModel b, detail::PreTokenizer p)
+      : data(std::move(d)), bpe(std::move(b)), pre(std::move(p)) {}
+};
+
+namespace {
+
+void check_basics(const TokenizerData& d) {
+  if (d.model != "gpt2")
+    throw Error(Errc::unsupported, "tokenizer.ggml.model = \"" + d.model +
+                                       "\" is not supported; kvzip implements byte-level BPE (\"gpt2\") "
+                                       "only, so use a model with a GPT-2 style tokenizer");
+  if (d.tokens.empty())
+    throw Error(Errc::corrupt, "tokenizer.ggml.tokens is empty; the model file has no vocabulary");
+  if (!d.token_types.empty() && d.token_types.size() != d.tokens.size())
+    throw Error(Errc::corrupt, "tokenizer.ggml.token_type has " + std::to_string(d.token_types.size()) +
+                                   " entries but tokenizer.ggml.tokens has " +
+                                   std::to_string(d.tokens.size()) + "; they must match");
+  for (size_t i = 0; i < d.token_types.size(); ++i) {
+    // 0 is llama.cpp's "undefined", treated as normal.
+    if (d.token_types[i] < 0 || d.token_types[i] > 6)
+      throw Error(Errc::corrupt, "tokenizer.ggml.token_type[" + std::to_string(i) + "] = " +
+                                     std::to_string(d.token_types[i]) + ", expected 0..6");
+  }
+  const auto n = static_cast<int64_t>(d.tokens.size());
+  const std::pair<const char*, int32_t> ids[] = {
+      {"bos_token_id", d.bos}, {"eos_token_id", d.eos}, {"eot_token_id", d.eot},
+      {"unknown_token_id", d.unk}, {"padding_token_id", d.pad}};
+  for (const auto& [name, id] : ids) {
+    if (id < -1 || id >= n)
+      throw Error(Errc::corrupt, std::string("tokenizer.ggml.") + name + " = " + std::to_string(id) +
+                                     " is outside the vocabulary of " + std::to_string(n) + " tokens");
+  }
+}
+
+TokenType type_of(const TokenizerData& d, int32_t id) {
+  if (d.token_types.empty() || d.token_types[id] == 0) return TokenType::Normal;
+  return static_cast<TokenType>(d.token_types[id]);
+}
+
+// Word -> range of its ids in `ids`; keys view the caller's text, which outlives the cache.
+struct WordCache {
+  std::unordered_map<std::string_view, std::pair<uint32_t, uint32_t>> ranges;
+  std::vector<int32_t> ids;
+};
+
+struct Encoders {
+  const detail::PreTokenizer& pre;
+  const detail::BpeModel& bpe;
+};
+
+void encode_words(const Encoders& t, std::string_view valid_text, WordCache& cache,
+                  std::vector<std::string_view>& words, std::vector<int32_t>& out) {
+  words.clear();
+  t.pre.split(valid_text, words);
+  for (std::string_view w : words) {
+    auto it = cache.ranges.find(w);
+    if (it == cache.ranges.end()) {
+      auto begin = static_cast<uint32_t>(cache.ids.size());
+      t.bpe.encode_word(w, t.pre.ignore_merges(), cache.ids);
+      it = cache.ranges.emplace(w, std::make_pair(begin, static_cast<uint32_t>(cache.ids.size()) - begin))
+               .first;
+    }
+    const int32_t* first = cache.ids.data() + it->second.first;
+    out.insert(out.end(), first, first + it->second.second);
+  }
+}
+
+// Text without added tokens: valid UTF-8 runs go through the pre-tokenizer; each invalid byte is a
+// word of its own.
+void encode_plain(const Encoders& t, std::string_view text, WordCache& cache,
+                  std::vector<std::string_view>& words, std::vector<int32_t>& out) {
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t run = detail::utf8_valid_run(text, i);
+    if (run > 0) {
+      encode_words(t, text.substr(i, run), cache, words, out);
+      i += run;
+    } else {
+      t.bpe.encode_word(text.substr(i, 1), false, out);
+      ++i;
+    }
+  }
+}
+
+}  // namespace
+
+TokenizerData tokenizer_data_from_gguf(const gguf::File& f) {
+  TokenizerData d;
+  d.model = f.get_string("tokenizer.ggml.model");
+  d.pre = f.get_string_or("tokenizer.ggml.pre", "default");
+  d.tokens = f.get_string_array("tokenizer.ggml.tokens");
+  if (f.has("tokenizer.ggml.token_type")) d.token_types = f.get_i32_array("tokenizer.ggml.token_type");
+  d.merges = f.get_string_array("tokenizer.ggml.merges");
+  auto id = [&](const char* key) -> int32_t {
+    if (!f.has(key)) return -1;
+    int64_t v = f.get_i64(key);
+    if (v < 0 || v >= static_cast<int64_t>(d.tokens.size()))
+      throw Error(Errc::corrupt, f.source() + ": " + key + " = " + std::to_string(v) +
+                                     " is outside the vocabulary of " + std::to_string(d.tokens.size()) +
+                                     " tokens");
+    return static_cast<int32_t>(v);
+  };
+  d.bos = id("tokenizer.ggml.bos_token_id");
+  d.eos = id("tokenizer.ggml.eos_token_id");
+  d.eot = id("tokenizer.ggml.eot_token_id");
+  d.unk = id("tokenizer.ggml.unknown_token_id");
+  d.pad = id("tokenizer.ggml.padding_token_id");
+  bool llama3 = d.pre == "llama-bpe" || d.pre == "llama3" || d.pre == "llama-v3";
+  d.add_bos = f.get_bool_or("tokenizer.ggml.add_bos_token", llama3);
+  d.chat_template = f.get_string_or("tokenizer.chat_template", "");
+  return d;
+}
+
+bool is_valid_utf8(std::string_view text) { return detail::utf8_valid_run(text, 0) == text.size(); }
+
+Tokenizer::Tokenizer(TokenizerData data) {
+  check_basics(data);
+  detail::PreTokenizer pre(data.pre);  // throws unsupported for an unknown name
+  detail::BpeModel bpe(data.tokens, data.merges);
+  impl_ = std::make_unique<Impl>(std::move(data), std::move(bpe), std::move(pre));
+  const TokenizerData& d = impl_->data;
+  impl_->bytes.reserve(d.tokens.size());
+  for (size_t i = 0; i < d.tokens.size(); ++i) {
+    TokenType ty = type_of(d, static_cast<int32_t>(i));
+    bool added = ty == TokenType::Control || ty == TokenType::UserDefined;
+    impl_->bytes.push_back(added ? d.tokens[i] : detail::byte_level_decode(d.tokens[i]));
+    if (added) impl_->control_and_user.add(d.tokens[i], static_cast<int32_t>(i));
+    if (ty == TokenType::UserDefined) impl_->user_only.add(d.tokens[i], static_cast<int32_t>(i));
+  }
+}
+
+Tokenizer::~Tokenizer() = default;
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special) const {
+  const detail::SpecialMatcher& added = parse_special ? impl_->control_and_user : impl_->user_only;
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3 + 1);
+  WordCache cache;
+  std::vector<std::string_view> words;
+  const Encoders enc{impl_->pre, impl_->bpe};
+  size_t pos = 0;
+  while (pos < text.size()) {
+    detail::SpecialMatcher::Match hit = added.empty() ? detail::SpecialMatcher::Match{} : added.find(text, pos);
+    size_t end = hit.len > 0 ? hit.pos : text.size();
+    encode_plain(enc, text.substr(pos, end - pos), cache, words, out);
+    if (hit.len == 0) break;
+    out.push_back(hit.id);
+    pos = hit.pos + hit.len;
+  }
+  return out;
+}
+
+const std::string& Tokenizer::token_bytes(int32_t id) const {
+  if (id < 0 || id >= vocab_size())
+    throw Error(Errc::invalid_argument, "token id " + std::to_string(id) + " is outside the vocabulary of " +
+                                            std::to_string(vocab_size()) + " tokens");
+  return impl_->bytes[id];
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::string out;
+  for (int32_t id : ids) out += token_bytes(id);
+  return out;
+}
+
+const std::string& Tokenizer::token_text(int32_t id) const {
+  token_bytes(id);  // range check
+  return impl_->data.tokens[id];
+}
+
+int32_t Tokenizer::token_id(std::string_view text) const { return impl_->bpe.find(text); }
+int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->data.tokens.size()); }
+
+TokenType Tokenizer::token_type(int32_t id) const {
+  token_bytes(id);  // range check
+  return type_of(impl_->data, id);
+}
+
+bool Tokenizer::is_special(int32_t id) const {
+  TokenType t = token_type(id);
+  return t == TokenType::Control || t == TokenType::UserDefined;
+}
+
+int32_t Tokenizer::bos() const { return impl_->data.bos; }
+int32_t Tokenizer::eos() const { return impl_->data.eos; }
+int32_t Tokenizer::eot() const { return impl_->data.eot; }
+int32_t Tokenizer::unk() const { return impl_->data.unk; }
+int32_t Tokenizer::pad() const { return impl_->data.pad; }
+bool Tokenizer::add_bos() const { return impl_->data.add_bos; }
+const std::string& Tokenizer::pre() const { return impl_->data.pre; }
+const std::string& Tokenizer::chat_template() const { return impl_->data.chat_template; }
+
+std::string StreamDecoder::push(int32_t id) {
+  pending_ += tokenizer_->token_bytes(id);
+  std::string out;
+  size_t i = 0;
+  while (i < pending_.size()) {
+    detail::Utf8Step st = detail::utf8_step(pending_, i);
+    if (st.status == detail::Utf8Status::incomplete) break;  // wait for the next token
+    if (st.status == detail::Utf8Status::ok)
+      out.append(pending_, i, st.len);
+    else
+      out += "\xEF\xBF\xBD";  // U+FFFD for each maximal ill-formed subpart
+    i += st.len;
+  }
+  pending_.erase(0, i);
+  return out;
+}
+
+std::string StreamDecoder::finish() {
+  std::string out = pending_.empty() ? std::string() : std::string("\xEF\xBF\xBD");
+  pending_.clear();
+  return out;
+}
+
+}  // namespace kvzip

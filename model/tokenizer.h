@@ -1,0 +1,111 @@
+// Byte-level BPE tokenizer (GPT-2 family: SmolLM2, Llama 3, Qwen2), built from the vocabulary,
+// merges and special-token ids a model file carries, and giving the same ids as Hugging Face
+// `tokenizers` for valid UTF-8 text. Control tokens ("<|im_end|>") are recognised in text only when
+// asked (parse_special), so a document cannot inject chat structure. Invalid UTF-8 never fails:
+// each invalid byte is encoded as its own byte token (callers that want to refuse such text check
+// is_valid_utf8 first, as the CLI does for documents). A byte the vocabulary has no token for is
+// dropped, as Hugging Face does (SmolLM2 lacks 0x04 0x06 0x13 0x14 0x16 0x1D 0xC0 0xC1 0xF1 0xF2
+// 0xF5-0xFF), so decode(encode(s)) == s only when every byte of s has a token.
+// A Tokenizer is immutable and thread-safe.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvzip {
+
+namespace gguf {
+class File;
+}
+
+// GGUF tokenizer.ggml.token_type values.
+enum class TokenType : int32_t {
+  Normal = 1,
+  Unknown = 2,
+  Control = 3,
+  UserDefined = 4,
+  Unused = 5,
+  Byte = 6,
+};
+
+// Everything a tokenizer is built from, as stored in a model file (tokenizer.ggml.* in GGUF).
+struct TokenizerData {
+  std::vector<std::string> tokens;    // id -> text, in the byte-level alphabet (added tokens verbatim)
+  std::vector<int32_t> token_types;   // id -> TokenType value; empty means all normal
+  std::vector<std::string> merges;    // "left right", highest priority first
+  std::string model;                  // "gpt2" (byte-level BPE) is the only one supported
+  std::string pre;                    // pre-tokenizer: "smollm", "gpt2", "llama-bpe", "qwen2"
+  int32_t bos = -1, eos = -1, eot = -1, unk = -1, pad = -1;  // -1: absent
+  bool add_bos = false;               // prepend bos to a raw (non-chat) prompt
+  std::string chat_template;          // Jinja source, may be empty
+};
+
+// Reads tokenizer.ggml.{model, pre, tokens, token_type, merges, bos/eos/eot/unknown/padding
+// _token_id, add_bos_token} and tokenizer.chat_template. model, tokens and merges are required
+// (Errc::corrupt when missing or mistyped); absent ids are -1; an absent pre is "default" (which the
+// Tokenizer then refuses); an absent add_bos_token is true only for the Llama 3 pre-tokenizer, as
+// in llama.cpp. The Tokenizer constructor does the remaining validation.
+TokenizerData tokenizer_data_from_gguf(const gguf::File& file);
+
+// True when `text` is well-formed UTF-8 (no overlong forms, surrogates or code points > U+10FFFF).
+bool is_valid_utf8(std::string_view text);
+
+class Tokenizer {
+ public:
+  // Validates and indexes `data`: non-empty vocab, token_types sized like tokens, model "gpt2" and a
+  // known pre-tokenizer (else Errc::unsupported), well-formed merges whose parts and results are in
+  // the vocab, special ids in range (else Errc::corrupt).
+  explicit Tokenizer(TokenizerData data);
+  ~Tokenizer();
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+
+  // Token ids of `text`, without bos/eos. With parse_special, control and user-defined token texts
+  // become their ids; without it only user-defined ones do (as in llama.cpp) and control texts are
+  // plain text.
+  std::vector<int32_t> encode(std::string_view text, bool parse_special) const;
+
+  // Bytes of the tokens concatenated (added tokens as their text). May end inside a UTF-8 sequence.
+  // Throws Errc::invalid_argument on an id outside [0, vocab_size).
+  std::string decode(const std::vector<int32_t>& ids) const;
+  // Bytes of one token.
+  const std::string& token_bytes(int32_t id) const;
+
+  const std::string& token_text(int32_t id) const;  // as stored (byte-level alphabet)
+  int32_t token_id(std::string_view text) const;     // id of a stored token text, or -1
+  int32_t vocab_size() const;
+  TokenType token_type(int32_t id) const;
+  bool is_special(int32_t id) const;  // control or user-defined
+  int32_t bos() const;
+  int32_t eos() const;
+  int32_t eot() const;
+  int32_t unk() const;
+  int32_t pad() const;
+  bool add_bos() const;
+  const std::string& pre() const;
+  const std::string& chat_template() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Incremental decoding for generation: feed ids as they arrive and get back only complete UTF-8;
+// bytes of a character split across tokens are held until it completes. Bytes that can never form
+// valid UTF-8 come out as U+FFFD, so the output is always valid UTF-8. Holds a reference to the
+// tokenizer, which must outlive it.
+class StreamDecoder {
+ public:
+  explicit StreamDecoder(const Tokenizer& tokenizer) : tokenizer_(&tokenizer) {}
+
+  std::string push(int32_t id);  // text completed by this token (may be empty)
+  std::string finish();          // held bytes of an unfinished character, as U+FFFD; then resets
+
+ private:
+  const Tokenizer* tokenizer_;
+  std::string pending_;  // an incomplete UTF-8 sequence, at most 3 bytes
+};
+
+}  // namespace kvzip
