@@ -1,0 +1,44 @@
+// Causal attention front with GQA, fp32, for prefill (any T) and single-token decode (T == 1).
+// Each KV head is a KvSpan of `len` contiguous rows whose LAST T rows are the T new tokens, in
+// order; query token i (0-based among the new tokens) attends to rows [0, len - T + i], i.e. to
+// every earlier row and to itself. The rule is stated on rows, not positions, so the same kernel
+// serves a dense cache and a ragged one (per-head lengths differ; kept rows precede the new ones).
+// Query head hq uses KV head hq / G, G = Hq / Hkv. Online softmax over key blocks: no T×len score
+// matrix is ever formed; work is split over (KV head, query block, key chunk) tasks.
+#pragma once
+#include <cstdint>
+
+#include "kernels/device.h"
+
+namespace kvzip {
+
+// One KV head's rows as attention reads them.
+struct KvSpan {
+  const float* k = nullptr;  // (len, D), post-RoPE
+  const float* v = nullptr;  // (len, D)
+  uint32_t len = 0;          // >= T of the call
+};
+
+struct AttentionArgs {
+  const float* q = nullptr;    // (T, Hq, D), post-RoPE
+  const KvSpan* kv = nullptr;  // (Hkv)
+  float* out = nullptr;        // (T, Hq, D); must not overlap q or the spans
+  uint32_t T = 0;
+  uint32_t Hq = 0;
+  uint32_t Hkv = 0;
+  uint32_t D = 0;
+  float scale = 0.0f;  // multiplies q·k before the softmax; normally 1/sqrt(D)
+};
+
+namespace cpu {
+void attention(ThreadPool* pool, const AttentionArgs& a);
+}
+
+// Throws Errc::internal when the shapes are inconsistent (Hq not a multiple of Hkv, a span
+// shorter than T, null pointers): callers build these arguments, users never do.
+inline void attention(const Exec& ex, const AttentionArgs& a) {
+  require_cpu(ex, "attention");
+  cpu::attention(ex.pool, a);
+}
+
+}  // namespace kvzip

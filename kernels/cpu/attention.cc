@@ -1,0 +1,320 @@
+// CPU causal GQA attention (see kernels/attention.h for the contract). A task takes one KV head,
+// a block of query tokens (all G query heads of the group, so the G heads share every key block
+// loaded) and a chunk of keys. Per key block of kBk rows: K is transposed into a (D, kBk) tile so
+// S = Q·K^T vectorises over keys, the online-softmax state (m, l, acc) of each query row is
+// updated, and acc += P·V vectorises over D. Keys are split into chunks only when there are too
+// few (head, query block) tasks to occupy the threads (decode, short appends over a long cache);
+// the chunks' partial states are then merged exactly (log-sum-exp).
+#include "kernels/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "common/error.h"
+#include "kernels/simd.h"
+#include "kernels/thread_pool.h"
+
+namespace kvzip::cpu {
+namespace {
+
+using simd::kLanes;
+using simd::VecF;
+
+constexpr uint32_t kBk = 128;             // keys per block; a multiple of kQkCols
+constexpr uint32_t kRowsTarget = 64;      // query rows (tokens × group heads) per task
+constexpr uint32_t kQkRows = 4;           // rows of one S micro-tile (also the P·V row step)
+constexpr uint32_t kQkCols = 2 * kLanes;  // columns of one S micro-tile
+constexpr uint32_t kPvVecs = kLanes == 16 ? 4 : 2;  // D-vectors per P·V micro-tile
+
+uint32_t round_up(uint32_t x, uint32_t m) { return (x + m - 1) / m * m; }
+
+// Geometry shared by every task of one call.
+struct Plan {
+  const AttentionArgs* a = nullptr;
+  uint32_t G = 0;          // query heads per KV head
+  uint32_t Dp = 0;         // D rounded up to whole vectors
+  uint32_t Bq = 0;         // query tokens per block
+  uint32_t Rmax = 0;       // round_up(Bq * G, kQkRows)
+  uint32_t n_qblocks = 0;
+  uint32_t n_split = 1;    // key chunks per (head, query block)
+};
+
+// Per-thread scratch, grown once and reused.
+struct Scratch {
+  std::vector<float> q;    // (Rmax, Dp) scaled queries, zero padded
+  std::vector<float> kt;   // (D, kBk) transposed key block
+  std::vector<float> v;    // (kBk, Dp) value block, zero padded
+  std::vector<float> s;    // (Rmax, kBk) scores, then probabilities
+  std::vector<uint32_t> limit;  // (Rmax) rows each query row may see
+  void fit(const Plan& p) {
+    const uint32_t D = p.a->D;
+    q.resize(size_t(p.Rmax) * p.Dp);
+    kt.resize(size_t(D) * kBk);
+    v.resize(size_t(kBk) * p.Dp);
+    s.resize(size_t(p.Rmax) * kBk);
+    limit.resize(p.Rmax);
+  }
+};
+thread_local Scratch tl_scratch;
+
+// Online-softmax state of a task's rows: m (running max), l (running sum), acc (Rmax, Dp).
+struct RowState {
+  float* m;
+  float* l;
+  float* acc;
+};
+
+// S(Rp, ncols) = Q(Rp, D) · Kt(D, ncols); Rp a multiple of kQkRows, ncols of kQkCols.
+void scores(const float* q, const float* kt, float* s, uint32_t Rp, uint32_t ncols, uint32_t D,
+            uint32_t Dp) {
+  for (uint32_t r = 0; r < Rp; r += kQkRows) {
+    for (uint32_t c = 0; c < ncols; c += kQkCols) {
+      VecF acc[kQkRows][2] = {};
+      for (uint32_t d = 0; d < D; ++d) {
+        VecF k0 = simd::load(kt + size_t(d) * kBk + c);
+        VecF k1 = simd::load(kt + size_t(d) * kBk + c + kLanes);
+        for (uint32_t i = 0; i < kQkRows; ++i) {
+          VecF qv = simd::splat(q[size_t(r + i) * Dp + d]);
+          acc[i][0] += qv * k0;
+          acc[i][1] += qv * k1;
+        }
+      }
+      for (uint32_t i = 0; i < kQkRows; ++i) {
+        simd::store(s + size_t(r + i) * kBk + c, acc[i][0]);
+        simd::store(s + size_t(r + i) * kBk + c + kLanes, acc[i][1]);
+      }
+    }
+  }
+}
+
+// acc(kQkRows rows from r, NV vectors from column dc) += P(rows, 0..jmax) · V(0..jmax, cols).
+template <uint32_t NV>
+void pv_tile(const float* p, const float* v, float* acc, uint32_t r, uint32_t dc, uint32_t jmax,
+             uint32_t Dp) {
+  VecF a[kQkRows][NV];
+  for (uint32_t i = 0; i < kQkRows; ++i)
+    for (uint32_t n = 0; n < NV; ++n) a[i][n] = simd::load(acc + size_t(r + i) * Dp + dc + n * kLanes);
+  for (uint32_t j = 0; j < jmax; ++j) {
+    VecF vv[NV];
+    for (uint32_t n = 0; n < NV; ++n) vv[n] = simd::load(v + size_t(j) * Dp + dc + n * kLanes);
+    for (uint32_t i = 0; i < kQkRows; ++i) {
+      VecF pv = simd::splat(p[size_t(r + i) * kBk + j]);
+      for (uint32_t n = 0; n < NV; ++n) a[i][n] += pv * vv[n];
+    }
+  }
+  for (uint32_t i = 0; i < kQkRows; ++i)
+    for (uint32_t n = 0; n < NV; ++n) simd::store(acc + size_t(r + i) * Dp + dc + n * kLanes, a[i][n]);
+}
+
+void pv_rows(const float* p, const float* v, float* acc, uint32_t r, uint32_t jmax, uint32_t Dp) {
+  uint32_t dc = 0;
+  for (; dc + kPvVecs * kLanes <= Dp; dc += kPvVecs * kLanes) pv_tile<kPvVecs>(p, v, acc, r, dc, jmax, Dp);
+  for (; dc < Dp; dc += kLanes) pv_tile<1>(p, v, acc, r, dc, jmax, Dp);
+}
+
+// Turns row r of S into probabilities against the updated running max and folds it into the
+// state. valid = keys of this block the row may see. Returns valid.
+uint32_t softmax_row(float* srow, uint32_t valid, uint32_t ncols, RowState st, uint32_t r,
+                     uint32_t Dp) {
+  if (valid == 0) {
+    std::fill(srow, srow + ncols, 0.0f);
+    return 0;
+  }
+  float mx = *std::max_element(srow, srow + valid);
+  float m_old = st.m[r];
+  float m_new = std::max(m_old, mx);
+  float alpha = std::exp(m_old - m_new);  // 0 when m_old is -inf
+  VecF mv = simd::splat(m_new);
+  VecF sum{};
+  uint32_t full = valid / kLanes * kLanes;
+  for (uint32_t j = 0; j < full; j += kLanes) {
+    VecF e = simd::exp_vec(simd::load(srow + j) - mv);
+    simd::store(srow + j, e);
+    sum += e;
+  }
+  float total = simd::hsum(sum);
+  for (uint32_t j = full; j < valid; ++j) {
+    srow[j] = simd::exp_scalar(srow[j] - m_new);
+    total += srow[j];
+  }
+  std::fill(srow + valid, srow + ncols, 0.0f);
+  st.m[r] = m_new;
+  st.l[r] = st.l[r] * alpha + total;
+  if (alpha != 1.0f) {
+    float* acc = st.acc + size_t(r) * Dp;
+    for (uint32_t d = 0; d < Dp; ++d) acc[d] *= alpha;
+  }
+  return valid;
+}
+
+// Folds key rows [kb, kb + nk) of one KV head into the state of rows [0, Rp).
+void key_block(const Plan& p, const KvSpan& kv, Scratch& sc, RowState st, uint32_t Rp, uint32_t kb,
+               uint32_t nk) {
+  const uint32_t D = p.a->D, Dp = p.Dp;
+  const uint32_t ncols = round_up(nk, kQkCols);
+  for (uint32_t j = 0; j < nk; ++j) {
+    const float* krow = kv.k + size_t(kb + j) * D;
+    for (uint32_t d = 0; d < D; ++d) sc.kt[size_t(d) * kBk + j] = krow[d];
+    std::memcpy(sc.v.data() + size_t(j) * Dp, kv.v + size_t(kb + j) * D, D * sizeof(float));
+  }
+  for (uint32_t d = 0; d < D; ++d) std::fill(&sc.kt[size_t(d) * kBk + nk], &sc.kt[size_t(d) * kBk + ncols], 0.0f);
+  scores(sc.q.data(), sc.kt.data(), sc.s.data(), Rp, ncols, D, Dp);
+  for (uint32_t r = 0; r < Rp; r += kQkRows) {
+    uint32_t jmax = 0;
+    for (uint32_t i = r; i < r + kQkRows; ++i) {
+      uint32_t lim = sc.limit[i];
+      uint32_t valid = lim <= kb ? 0 : std::min(nk, lim - kb);
+      jmax = std::max(jmax, softmax_row(sc.s.data() + size_t(i) * kBk, valid, ncols, st, i, Dp));
+    }
+    if (jmax) pv_rows(sc.s.data(), sc.v.data(), st.acc, r, jmax, Dp);
+  }
+}
+
+// Gathers the scaled queries of tokens [i0, i1) of KV head h into sc.q (row = (token, g)) and
+// their visibility limits; returns the padded row count.
+uint32_t gather_queries(const Plan& p, uint32_t h, uint32_t i0, uint32_t i1, uint32_t n0, Scratch& sc) {
+  const AttentionArgs& a = *p.a;
+  const uint32_t G = p.G, D = a.D, Dp = p.Dp;
+  const uint32_t R = (i1 - i0) * G, Rp = round_up(R, kQkRows);
+  std::fill(sc.q.begin(), sc.q.begin() + size_t(Rp) * Dp, 0.0f);
+  for (uint32_t t = i0; t < i1; ++t) {
+    for (uint32_t g = 0; g < G; ++g) {
+      const float* src = a.q + (size_t(t) * a.Hq + size_t(h) * G + g) * D;
+      float* dst = sc.q.data() + size_t((t - i0) * G + g) * Dp;
+      for (uint32_t d = 0; d < D; ++d) dst[d] = src[d] * a.scale;
+    }
+  }
+  for (uint32_t r = 0; r < Rp; ++r) sc.limit[r] = n0 + i0 + std::min(r, R - 1) / G + 1;
+  return Rp;
+}
+
+// Writes acc / l of the task's rows to out.
+void finalize(const Plan& p, uint32_t h, uint32_t i0, uint32_t i1, RowState st) {
+  const AttentionArgs& a = *p.a;
+  for (uint32_t t = i0; t < i1; ++t) {
+    for (uint32_t g = 0; g < p.G; ++g) {
+      uint32_t r = (t - i0) * p.G + g;
+      float inv = st.l[r] > 0 ? 1.0f / st.l[r] : 0.0f;
+      float* dst = a.out + (size_t(t) * a.Hq + size_t(h) * p.G + g) * a.D;
+      for (uint32_t d = 0; d < a.D; ++d) dst[d] = st.acc[size_t(r) * p.Dp + d] * inv;
+    }
+  }
+}
+
+// Layout of one task's partial state inside a flat buffer: m (Rmax), l (Rmax), acc (Rmax, Dp).
+size_t state_floats(const Plan& p) { return size_t(p.Rmax) * (p.Dp + 2); }
+RowState state_at(const Plan& p, float* base) {
+  return RowState{base, base + p.Rmax, base + 2 * size_t(p.Rmax)};
+}
+
+void run_task(const Plan& p, uint32_t h, uint32_t qb, uint32_t split, float* state_mem) {
+  const AttentionArgs& a = *p.a;
+  const KvSpan& kv = a.kv[h];
+  const uint32_t n0 = kv.len - a.T;
+  const uint32_t i0 = qb * p.Bq, i1 = std::min(a.T, i0 + p.Bq);
+  Scratch& sc = tl_scratch;
+  sc.fit(p);
+  const uint32_t Rp = gather_queries(p, h, i0, i1, n0, sc);
+  RowState st = state_at(p, state_mem);
+  std::fill(st.m, st.m + p.Rmax, -INFINITY);
+  std::fill(st.l, st.l + p.Rmax, 0.0f);
+  std::fill(st.acc, st.acc + size_t(p.Rmax) * p.Dp, 0.0f);
+  const uint32_t total = n0 + i1;  // keys the last token of the block sees
+  const uint32_t chunk = round_up((total + p.n_split - 1) / p.n_split, kBk);
+  const uint32_t k_begin = std::min(total, split * chunk), k_end = std::min(total, k_begin + chunk);
+  for (uint32_t kb = k_begin; kb < k_end; kb += kBk) key_block(p, kv, sc, st, Rp, kb, std::min(kBk, k_end - kb));
+  if (p.n_split == 1) finalize(p, h, i0, i1, st);
+}
+
+// Merges the n_split partial states of (h, qb) into out.
+void merge_splits(const Plan& p, uint32_t h, uint32_t qb, float* states) {
+  const size_t stride = state_floats(p);
+  RowState dst = state_at(p, states);
+  for (uint32_t r = 0; r < p.Rmax; ++r) {
+    float M = -INFINITY;
+    for (uint32_t s = 0; s < p.n_split; ++s) M = std::max(M, state_at(p, states + s * stride).m[r]);
+    if (M == -INFINITY) continue;
+    float L = 0;
+    std::vector<float> acc(p.Dp, 0.0f);
+    for (uint32_t s = 0; s < p.n_split; ++s) {
+      RowState src = state_at(p, states + s * stride);
+      if (src.m[r] == -INFINITY) continue;
+      float w = std::exp(src.m[r] - M);
+      L += src.l[r] * w;
+      for (uint32_t d = 0; d < p.Dp; ++d) acc[d] += src.acc[size_t(r) * p.Dp + d] * w;
+    }
+    dst.l[r] = L;
+    std::copy(acc.begin(), acc.end(), dst.acc + size_t(r) * p.Dp);
+  }
+  const uint32_t i0 = qb * p.Bq, i1 = std::min(p.a->T, i0 + p.Bq);
+  finalize(p, h, i0, i1, dst);
+}
+
+void check_args(const AttentionArgs& a) {
+  KVZIP_ASSERT(a.q && a.kv && a.out);
+  KVZIP_ASSERT(a.Hkv > 0 && a.Hq % a.Hkv == 0 && a.D > 0);
+  for (uint32_t h = 0; h < a.Hkv; ++h) {
+    KVZIP_ASSERT(a.kv[h].len >= a.T);
+    KVZIP_ASSERT(a.kv[h].k && a.kv[h].v);
+  }
+}
+
+Plan make_plan(const AttentionArgs& a, uint32_t threads) {
+  Plan p;
+  p.a = &a;
+  p.G = a.Hq / a.Hkv;
+  p.Dp = round_up(a.D, kLanes);
+  p.Bq = std::max(1u, kRowsTarget / p.G);
+  p.Bq = std::min(p.Bq, a.T);
+  p.Rmax = round_up(p.Bq * p.G, kQkRows);
+  p.n_qblocks = (a.T + p.Bq - 1) / p.Bq;
+  uint32_t max_len = 0;
+  for (uint32_t h = 0; h < a.Hkv; ++h) max_len = std::max(max_len, a.kv[h].len);
+  const uint32_t tasks = a.Hkv * p.n_qblocks, wanted = 4 * threads;
+  if (threads > 1 && tasks < wanted) {
+    uint32_t by_keys = std::max(1u, max_len / (2 * kBk));  // keep chunks >= two key blocks
+    p.n_split = std::min((wanted + tasks - 1) / tasks, by_keys);
+  }
+  return p;
+}
+
+}  // namespace
+
+void attention(ThreadPool* pool, const AttentionArgs& a) {
+  if (a.T == 0) return;
+  check_args(a);
+  const uint32_t threads = pool ? pool->size() : 1;
+  const Plan p = make_plan(a, threads);
+  const size_t per_state = state_floats(p);
+  const size_t n_pairs = size_t(a.Hkv) * p.n_qblocks;
+  // Task order: later query blocks (more keys) first, so the long tasks start early.
+  auto pair_of = [&](size_t i, uint32_t* h, uint32_t* qb) {
+    *qb = p.n_qblocks - 1 - static_cast<uint32_t>(i / a.Hkv);
+    *h = static_cast<uint32_t>(i % a.Hkv);
+  };
+  if (p.n_split == 1) {
+    run_tasks(pool, n_pairs, [&](size_t i) {
+      uint32_t h, qb;
+      pair_of(i, &h, &qb);
+      thread_local std::vector<float> state;
+      state.resize(per_state);
+      run_task(p, h, qb, 0, state.data());
+    });
+    return;
+  }
+  std::vector<float> states(n_pairs * p.n_split * per_state);
+  run_tasks(pool, n_pairs * p.n_split, [&](size_t i) {
+    uint32_t h, qb;
+    pair_of(i / p.n_split, &h, &qb);
+    size_t slot = (size_t(h) * p.n_qblocks + qb) * p.n_split + i % p.n_split;
+    run_task(p, h, qb, static_cast<uint32_t>(i % p.n_split), states.data() + slot * per_state);
+  });
+  run_tasks(pool, n_pairs, [&](size_t i) {
+    uint32_t h = static_cast<uint32_t>(i / p.n_qblocks), qb = static_cast<uint32_t>(i % p.n_qblocks);
+    merge_splits(p, h, qb, states.data() + i * p.n_split * per_state);
+  });
+}
+
+}  // namespace kvzip::cpu

@@ -1,0 +1,69 @@
+// CPU-internal vector helpers for kernels/cpu/*.cc (not part of any op's API). Written with GCC/
+// Clang vector extensions so one source compiles to AVX-512, AVX2, SSE or NEON: VecF holds kLanes
+// floats (16 with AVX-512, else 8). Loads/stores are unaligned. exp_vec is a Cephes-style
+// polynomial exp with ~2 ulp error over [-87, 88]; inputs above 88 give e^88; inputs below -87.3 give ~1e-38, not 0.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+namespace kvzip::simd {
+
+#if defined(__AVX512F__)
+inline constexpr int kLanes = 16;
+#else
+inline constexpr int kLanes = 8;
+#endif
+
+typedef float VecF __attribute__((vector_size(kLanes * sizeof(float))));
+typedef int32_t VecI __attribute__((vector_size(kLanes * sizeof(int32_t))));
+
+inline VecF load(const float* p) {
+  VecF v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store(float* p, VecF v) { std::memcpy(p, &v, sizeof v); }
+inline VecF splat(float x) { return VecF{} + x; }
+inline VecF vmax(VecF a, VecF b) { return a > b ? a : b; }
+inline VecF vmin(VecF a, VecF b) { return a < b ? a : b; }
+
+inline float hsum(VecF v) {
+  float s = 0.0f;
+  for (int i = 0; i < kLanes; ++i) s += v[i];
+  return s;
+}
+inline float hmax(VecF v) {
+  float m = v[0];
+  for (int i = 1; i < kLanes; ++i) m = v[i] > m ? v[i] : m;
+  return m;
+}
+
+// e^x per lane. Range reduction x = n·ln2 + r with |r| <= ln2/2, a degree-6 polynomial for e^r,
+// and 2^n built in the exponent bits.
+inline VecF exp_vec(VecF x) {
+  x = vmin(vmax(x, splat(-87.3f)), splat(88.0f));
+  const VecF magic = splat(12582912.0f);  // 1.5·2^23: adding it rounds to an integer
+  VecF t = x * splat(1.44269504088896341f) + magic;
+  VecF n = t - magic;
+  VecF r = x - n * splat(0.693359375f);
+  r = r - n * splat(-2.12194440e-4f);
+  VecF p = splat(1.9875691500e-4f);
+  p = p * r + splat(1.3981999507e-3f);
+  p = p * r + splat(8.3334519073e-3f);
+  p = p * r + splat(4.1665795894e-2f);
+  p = p * r + splat(1.6666665459e-1f);
+  p = p * r + splat(5.0000001201e-1f);
+  VecF y = p * r * r + r + splat(1.0f);
+  VecI ni = __builtin_convertvector(n, VecI);
+  VecI bits = (ni + 127) << 23;
+  VecF scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return y * scale;
+}
+
+inline float exp_scalar(float x) {
+  VecF v = exp_vec(splat(x));
+  return v[0];
+}
+
+}  // namespace kvzip::simd

@@ -1,0 +1,11 @@
+// Validation of Weights against their ModelConfig before a Forward uses them: every tensor has
+// exactly the size the config implies, biases exist iff qkv_bias, the GQA group is whole.
+#pragma once
+#include "model/weights.h"
+
+namespace kvzip::detail {
+
+// Throws Errc::invalid_argument naming the first bad field or tensor, its size and the expected one.
+void validate_weights(const Weights& w);
+
+}  // namespace kvzip::detail

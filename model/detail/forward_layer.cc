@@ -1,0 +1,139 @@
+// The steps of one forward chunk (see forward_layer.h). Every step calls a kernel front with the
+// chunk's Exec; trace() names each intermediate tensor when a TraceFn is set and costs a branch
+// otherwise.
+#include "model/detail/forward_layer.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/gemm.h"
+#include "kernels/rms_norm.h"
+#include "kernels/swiglu.h"
+#include "kernels/thread_pool.h"
+
+namespace kvzip::detail {
+namespace {
+
+void trace(const ChunkContext& c, const char* name, int layer, const float* data, uint32_t rows,
+           uint32_t cols, uint32_t row0 = 0) {
+  if (!c.trace || !*c.trace) return;
+  (*c.trace)(TraceTensor{name, layer, data, rows, cols, c.positions[row0]});
+}
+
+const float* or_null(const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); }
+
+// y(T, out) = x(T, in) · W^T + b.
+void linear(const ChunkContext& c, const float* x, const std::vector<float>& w,
+            const std::vector<float>& b, float* y, uint32_t in, uint32_t out) {
+  gemm(c.ex, GemmArgs{x, w.data(), or_null(b), y, c.T, in, out});
+}
+
+// x += y over n floats.
+void add_in_place(const ChunkContext& c, float* x, const float* y, size_t n) {
+  auto range = [&](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i) x[i] += y[i];
+  };
+  if (c.ex.pool && n > 65536) {
+    c.ex.pool->parallel_for(n, 16384, range);
+  } else {
+    range(0, n);
+  }
+}
+
+void attention_block(const ChunkContext& c, uint32_t layer) {
+  const ModelConfig& cfg = c.w->config;
+  const LayerWeights& lw = c.w->layers[layer];
+  ForwardScratch& s = *c.s;
+  const uint32_t E = cfg.d_model, D = cfg.head_dim, Hq = cfg.n_heads, Hkv = cfg.n_kv_heads;
+  const int li = static_cast<int>(layer);
+
+  rms_norm(c.ex, RmsNormArgs{s.x.data(), lw.attn_norm.data(), s.xn.data(), c.T, E, cfg.rms_eps});
+  trace(c, "attn_norm", li, s.xn.data(), c.T, E);
+  linear(c, s.xn.data(), lw.wq, lw.bq, s.q.data(), E, Hq * D);
+  linear(c, s.xn.data(), lw.wk, lw.bk, s.k.data(), E, Hkv * D);
+  linear(c, s.xn.data(), lw.wv, lw.bv, s.v.data(), E, Hkv * D);
+  rope(c.ex, RopeArgs{s.q.data(), c.rope->cos.data(), c.rope->sin.data(), c.T, Hq, D});
+  rope(c.ex, RopeArgs{s.k.data(), c.rope->cos.data(), c.rope->sin.data(), c.T, Hkv, D});
+  trace(c, "q_rope", li, s.q.data(), c.T, Hq * D);
+  trace(c, "k_rope", li, s.k.data(), c.T, Hkv * D);
+  trace(c, "v", li, s.v.data(), c.T, Hkv * D);
+
+  c.cache->append(layer, s.k.data(), s.v.data(), c.T);
+  for (uint32_t h = 0; h < Hkv; ++h) {
+    KvHeadView view = c.cache->view(layer, h);
+    s.spans[h] = KvSpan{view.k, view.v, view.len};
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  attention(c.ex, AttentionArgs{s.q.data(), s.spans.data(), s.att.data(), c.T, Hq, Hkv, D, scale});
+  trace(c, "attn", li, s.att.data(), c.T, Hq * D);
+  if (c.observer) {
+    c.observer->on_attention(
+        AttentionObservation{layer, s.q.data(), c.positions, c.T, Hq, Hkv, D, scale, c.cache});
+  }
+
+  linear(c, s.att.data(), lw.wo, {}, s.proj.data(), Hq * D, E);
+  trace(c, "attn_proj", li, s.proj.data(), c.T, E);
+  add_in_place(c, s.x.data(), s.proj.data(), size_t(c.T) * E);
+  trace(c, "ffn_inp", li, s.x.data(), c.T, E);
+}
+
+void ffn_block(const ChunkContext& c, uint32_t layer) {
+  const ModelConfig& cfg = c.w->config;
+  const LayerWeights& lw = c.w->layers[layer];
+  ForwardScratch& s = *c.s;
+  const uint32_t E = cfg.d_model, F = cfg.d_ffn;
+  const int li = static_cast<int>(layer);
+
+  rms_norm(c.ex, RmsNormArgs{s.x.data(), lw.ffn_norm.data(), s.xn.data(), c.T, E, cfg.rms_eps});
+  trace(c, "ffn_norm", li, s.xn.data(), c.T, E);
+  linear(c, s.xn.data(), lw.w_gate, {}, s.gate.data(), E, F);
+  linear(c, s.xn.data(), lw.w_up, {}, s.up.data(), E, F);
+  swiglu(c.ex, SwigluArgs{s.gate.data(), s.up.data(), s.gate.data(), size_t(c.T) * F});
+  trace(c, "ffn_act", li, s.gate.data(), c.T, F);
+  linear(c, s.gate.data(), lw.w_down, {}, s.proj.data(), F, E);
+  trace(c, "ffn_out", li, s.proj.data(), c.T, E);
+  add_in_place(c, s.x.data(), s.proj.data(), size_t(c.T) * E);
+  trace(c, "layer_out", li, s.x.data(), c.T, E);
+}
+
+}  // namespace
+
+void ForwardScratch::resize(const ModelConfig& c, uint32_t chunk) {
+  const size_t E = c.d_model, F = c.d_ffn;
+  const size_t qd = size_t(c.n_heads) * c.head_dim, kvd = size_t(c.n_kv_heads) * c.head_dim;
+  x.resize(chunk * E);
+  xn.resize(chunk * E);
+  q.resize(chunk * qd);
+  k.resize(chunk * kvd);
+  v.resize(chunk * kvd);
+  att.resize(chunk * qd);
+  proj.resize(chunk * E);
+  gate.resize(chunk * F);
+  up.resize(chunk * F);
+  spans.resize(c.n_kv_heads);
+}
+
+void embed(const ChunkContext& c, const int32_t* tokens) {
+  const size_t E = c.w->config.d_model;
+  for (uint32_t t = 0; t < c.T; ++t)
+    std::memcpy(c.s->x.data() + t * E, c.w->tok_embd.data() + size_t(tokens[t]) * E, E * sizeof(float));
+  trace(c, "embd", -1, c.s->x.data(), c.T, static_cast<uint32_t>(E));
+}
+
+void run_layer(const ChunkContext& c, uint32_t layer) {
+  attention_block(c, layer);
+  ffn_block(c, layer);
+}
+
+void lm_head(const ChunkContext& c, uint32_t row0, uint32_t n, float* logits) {
+  const ModelConfig& cfg = c.w->config;
+  const uint32_t E = cfg.d_model;
+  float* xn = c.s->xn.data();  // free after the last layer
+  rms_norm(c.ex, RmsNormArgs{c.s->x.data() + size_t(row0) * E, c.w->output_norm.data(), xn, n, E,
+                             cfg.rms_eps});
+  trace(c, "out_norm", -1, xn, n, E, row0);
+  gemm(c.ex, GemmArgs{xn, c.w->lm_head().data(), nullptr, logits, n, E, cfg.vocab_size});
+  trace(c, "logits", -1, logits, n, cfg.vocab_size, row0);
+}
+
+}  // namespace kvzip::detail

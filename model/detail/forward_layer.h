@@ -1,0 +1,49 @@
+// One chunk of the forward pass, step by step: embedding, the transformer layers (pre-norm
+// attention with RoPE and GQA, pre-norm SwiGLU FFN, residuals), the final norm and LM head.
+// Internal to model/forward.cc; ChunkContext carries what every step reads.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/device.h"
+#include "kernels/rope.h"
+#include "model/forward.h"
+
+namespace kvzip::detail {
+
+// Activations of one chunk of up to `chunk` tokens, allocated once per Forward.
+struct ForwardScratch {
+  std::vector<float> x;      // (T, E) residual stream
+  std::vector<float> xn;     // (T, E) normalised input of a block
+  std::vector<float> q;      // (T, Hq, D)
+  std::vector<float> k;      // (T, Hkv, D)
+  std::vector<float> v;      // (T, Hkv, D)
+  std::vector<float> att;    // (T, Hq, D) attention output
+  std::vector<float> proj;   // (T, E) output of wo or w_down
+  std::vector<float> gate;   // (T, F)
+  std::vector<float> up;     // (T, F)
+  std::vector<KvSpan> spans;  // (Hkv)
+  void resize(const ModelConfig& c, uint32_t chunk);
+};
+
+struct ChunkContext {
+  const Weights* w = nullptr;
+  Exec ex;
+  const TraceFn* trace = nullptr;         // null or empty: no tracing
+  AttentionCache* cache = nullptr;
+  AttentionObserver* observer = nullptr;
+  const RopeTable* rope = nullptr;        // (T, D/2) for this chunk's positions
+  const uint32_t* positions = nullptr;    // (T)
+  uint32_t T = 0;
+  ForwardScratch* s = nullptr;
+};
+
+// x(T, E) = tok_embd rows of the tokens (ids already validated).
+void embed(const ChunkContext& c, const int32_t* tokens);
+// Runs layer `layer` on c.s->x in place and appends the chunk's K/V to the cache.
+void run_layer(const ChunkContext& c, uint32_t layer);
+// logits(n, V) for rows [row0, row0 + n) of the residual stream (final norm + LM head).
+void lm_head(const ChunkContext& c, uint32_t row0, uint32_t n, float* logits);
+
+}  // namespace kvzip::detail

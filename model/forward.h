@@ -1,0 +1,96 @@
+// The CPU transformer forward pass of Llama-family models (Llama 2/3, SmolLM, Mistral, Qwen2 with
+// q/k/v bias), fp32, over any AttentionCache (dense KvCache now, a ragged cache later).
+// New tokens always continue at cache.logical_length(); prefill processes them in chunks of
+// ForwardOptions::chunk tokens with GEMMs, decode is a one-token prefill (GEMV path). A failed call
+// leaves the cache as it was before the call. A Forward owns a thread pool and scratch buffers:
+// one call at a time per Forward object; it keeps a reference to the Weights, which must outlive it.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "model/kv_cache.h"
+#include "model/weights.h"
+
+namespace kvzip {
+
+class ThreadPool;
+
+enum class LogitsMode : uint8_t {
+  None = 0,  // no LM head (scoring passes)
+  Last = 1,  // logits of the last token: (V)
+  All = 2,   // logits of every token: (T, V)
+};
+
+// A named intermediate tensor of the forward pass, for debug dumps (rows = the chunk's tokens).
+struct TraceTensor {
+  const char* name = nullptr;  // "embd", "attn_norm", "q_rope", "k_rope", "v", "attn",
+                               // "attn_proj", "ffn_inp", "ffn_norm", "ffn_act", "ffn_out",
+                               // "layer_out", "out_norm", "logits"
+  int layer = -1;              // -1 outside the layers
+  const float* data = nullptr;  // (rows, cols)
+  uint32_t rows = 0;
+  uint32_t cols = 0;
+  uint32_t first_position = 0;  // position of row 0
+};
+using TraceFn = std::function<void(const TraceTensor&)>;
+
+struct ForwardOptions {
+  uint32_t threads = 0;  // 0 = one per hardware thread; also sets OpenBLAS's thread count
+  uint32_t chunk = 512;  // tokens per prefill chunk (bounds scratch memory), >= 1
+  TraceFn trace;         // optional; called with every named tensor when set
+};
+
+// What an observer sees for one layer of one chunk, after that layer's attention ran.
+// Query token i (position positions[i]) attended to rows [0, view.len - T + i] of every head's
+// view: all earlier rows plus itself, the new tokens being the last T rows of every view.
+struct AttentionObservation {
+  uint32_t layer = 0;
+  const float* q = nullptr;             // (T, Hq, D) post-RoPE queries of the new tokens
+  const uint32_t* positions = nullptr;  // (T) their positions
+  uint32_t T = 0;
+  uint32_t Hq = 0;
+  uint32_t Hkv = 0;                     // query head hq reads KV head hq / (Hq / Hkv)
+  uint32_t D = 0;
+  float scale = 0.0f;                   // the logit scale attention used, 1/sqrt(D)
+  const AttentionCache* cache = nullptr;  // cache->view(layer, h): the keys/values attended to
+};
+
+// Scorers implement this to compute their own attention statistics. The pointers are valid only
+// during the call.
+class AttentionObserver {
+ public:
+  virtual ~AttentionObserver() = default;
+  virtual void on_attention(const AttentionObservation& obs) = 0;
+};
+
+class Forward {
+ public:
+  // Validates every tensor's size against weights.config; throws Errc::invalid_argument naming
+  // the tensor and both sizes.
+  explicit Forward(const Weights& weights, ForwardOptions options = {});
+  ~Forward();
+  Forward(const Forward&) = delete;
+  Forward& operator=(const Forward&) = delete;
+
+  // Appends `tokens` to the cache and returns logits per `mode` (empty for None). Throws
+  // Errc::invalid_argument for a token id outside [0, V) or a cache of another shape.
+  std::vector<float> prefill(AttentionCache& cache, std::span<const int32_t> tokens,
+                             LogitsMode mode = LogitsMode::Last,
+                             AttentionObserver* observer = nullptr);
+  // One token: prefill(cache, {token}, Last, observer). Returns (V) logits.
+  std::vector<float> decode(AttentionCache& cache, int32_t token,
+                            AttentionObserver* observer = nullptr);
+
+  const ModelConfig& config() const;
+  uint32_t threads() const;
+  ThreadPool& pool();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvzip

@@ -1,0 +1,92 @@
+// The attention cache the forward pass works through (AttentionCache), and the dense KvCache.
+// Contract shared by every cache: per layer and KV head, rows of post-RoPE keys and values (D
+// floats each) in increasing original position; the tokens appended by the current forward call
+// are the last rows of every head. logical_length() is the length of the uncompressed sequence:
+// the next token's RoPE position, never the number of rows kept (a ragged cache keeps fewer).
+// Appending is a three-step protocol driven by the forward pass: reserve_append(T), then
+// append(layer, ...) once per layer in order, then commit_append(T). rollback(n) forgets every
+// position >= n in O(1) (also any uncommitted append), which query sessions use after an answer.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "common/model_config.h"
+
+namespace kvzip {
+
+struct CacheShape {
+  uint32_t n_layers = 0;    // L
+  uint32_t n_kv_heads = 0;  // Hkv
+  uint32_t head_dim = 0;    // D
+  bool operator==(const CacheShape&) const = default;
+};
+
+CacheShape cache_shape(const ModelConfig& cfg);
+
+// One KV head of one layer as attention and observers read it.
+struct KvHeadView {
+  const float* k = nullptr;              // (len, D) post-RoPE keys
+  const float* v = nullptr;              // (len, D) values
+  const uint32_t* positions = nullptr;   // (len) original position of each row, increasing
+  uint32_t len = 0;
+};
+
+class AttentionCache {
+ public:
+  virtual ~AttentionCache() = default;
+
+  virtual CacheShape shape() const = 0;
+  // Position the next appended token gets (length of the uncompressed sequence).
+  virtual uint32_t logical_length() const = 0;
+  // Makes room to append T tokens to every layer and head. May reallocate (views taken before are
+  // invalid afterwards). Throws Errc::out_of_memory or Errc::invalid_argument when it cannot.
+  virtual void reserve_append(uint32_t T) = 0;
+  // Appends T tokens at positions logical_length() .. logical_length()+T-1 to one layer.
+  virtual void append(uint32_t layer, const float* k_new /* (T, Hkv, D) */,
+                      const float* v_new /* (T, Hkv, D) */, uint32_t T) = 0;
+  // Every layer has appended the same T tokens: logical_length() += T.
+  virtual void commit_append(uint32_t T) = 0;
+  // Current rows of one KV head of one layer, including rows appended but not yet committed.
+  virtual KvHeadView view(uint32_t layer, uint32_t kv_head) const = 0;
+  // Forgets every position >= length and any uncommitted append; length <= logical_length().
+  virtual void rollback(uint32_t length) = 0;
+};
+
+// Dense cache: every position is a row, so row index == position. Storage per layer is one K and
+// one V array of shape (Hkv, capacity, D); capacity grows geometrically on demand.
+class KvCache final : public AttentionCache {
+ public:
+  explicit KvCache(CacheShape shape, uint32_t capacity = 0);
+  explicit KvCache(const ModelConfig& cfg, uint32_t capacity = 0)
+      : KvCache(cache_shape(cfg), capacity) {}
+
+  CacheShape shape() const override { return shape_; }
+  uint32_t logical_length() const override { return length_; }
+  void reserve_append(uint32_t T) override;
+  void append(uint32_t layer, const float* k_new, const float* v_new, uint32_t T) override;
+  void commit_append(uint32_t T) override;
+  KvHeadView view(uint32_t layer, uint32_t kv_head) const override;
+  void rollback(uint32_t length) override;
+
+  uint32_t capacity() const { return capacity_; }
+  // Grows capacity to at least `capacity` rows per head (never shrinks).
+  void reserve(uint32_t capacity);
+  // Raw storage of one layer: (Hkv, capacity(), D); rows [0, logical_length()) of each head valid.
+  const float* keys(uint32_t layer) const { return k_[layer].data(); }
+  const float* values(uint32_t layer) const { return v_[layer].data(); }
+  // Bytes of K and V held for the valid rows (2 · L · Hkv · length · D · 4).
+  uint64_t bytes_used() const;
+
+ private:
+  void check_layer(uint32_t layer) const;
+
+  CacheShape shape_;
+  uint32_t capacity_ = 0;
+  uint32_t length_ = 0;                  // committed tokens
+  std::vector<uint32_t> layer_len_;      // (L) rows per head incl. uncommitted appends
+  std::vector<std::vector<float>> k_;    // L × (Hkv, capacity, D)
+  std::vector<std::vector<float>> v_;    // L × (Hkv, capacity, D)
+  std::vector<uint32_t> positions_;      // (capacity) 0, 1, 2, ...: a dense row is its position
+};
+
+}  // namespace kvzip

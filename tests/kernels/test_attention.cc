@@ -1,0 +1,104 @@
+// Causal GQA attention (prefill and decode) against the naive reference: cached prefixes, ragged
+// per-head lengths, head dims that are not a multiple of the vector width, key splitting.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "kernels/attention.h"
+#include "kernels/reference.h"
+#include "kernels/thread_pool.h"
+#include "tests/support/random_weights.h"
+
+using namespace kvzip;
+
+namespace {
+
+struct Case {
+  uint32_t T, Hq, Hkv, D;
+  std::vector<uint32_t> lens;  // per KV head, each >= T
+};
+
+// Runs kernel and reference on random data; returns the relative error.
+double attention_error(const Case& c, ThreadPool* pool, uint64_t seed) {
+  auto q = test::random_vector(size_t(c.T) * c.Hq * c.D, seed, -2, 2);
+  std::vector<std::vector<float>> k(c.Hkv), v(c.Hkv);
+  std::vector<KvSpan> spans(c.Hkv);
+  for (uint32_t h = 0; h < c.Hkv; ++h) {
+    k[h] = test::random_vector(size_t(c.lens[h]) * c.D, seed * 31 + h, -2, 2);
+    v[h] = test::random_vector(size_t(c.lens[h]) * c.D, seed * 37 + h);
+    spans[h] = KvSpan{k[h].data(), v[h].data(), c.lens[h]};
+  }
+  std::vector<float> got(q.size(), NAN), want(q.size());
+  AttentionArgs a;
+  a.q = q.data();
+  a.kv = spans.data();
+  a.T = c.T;
+  a.Hq = c.Hq;
+  a.Hkv = c.Hkv;
+  a.D = c.D;
+  a.scale = 1.0f / std::sqrt(float(c.D));
+  a.out = want.data();
+  ref::attention(a);
+  a.out = got.data();
+  attention(Exec{Device::Cpu, pool}, a);
+  return test::rel_error(got, want);
+}
+
+}  // namespace
+
+TEST_CASE("prefill attention over an empty cache matches the reference", "[kernels]") {
+  ThreadPool pool(2);
+  CHECK(attention_error({70, 4, 2, 16, {70, 70}}, &pool, 1) < 1e-5);
+  CHECK(attention_error({150, 9, 3, 64, {150, 150, 150}}, &pool, 2) < 1e-5);
+  CHECK(attention_error({5, 2, 2, 8, {5, 5}}, nullptr, 3) < 1e-5);  // G = 1
+}
+
+TEST_CASE("prefill attention after a cached prefix matches the reference", "[kernels]") {
+  ThreadPool pool(2);
+  CHECK(attention_error({33, 4, 2, 16, {300, 300}}, &pool, 4) < 1e-5);
+  CHECK(attention_error({3, 6, 2, 32, {260, 260}}, &pool, 5) < 1e-5);  // few tasks: key splits
+}
+
+TEST_CASE("attention handles per-head lengths as a ragged cache has them", "[kernels]") {
+  ThreadPool pool(3);
+  CHECK(attention_error({12, 6, 3, 16, {12, 140, 61}}, &pool, 6) < 1e-5);
+  CHECK(attention_error({1, 6, 3, 16, {1, 700, 300}}, &pool, 7) < 1e-5);
+}
+
+TEST_CASE("attention handles head dims that are not a multiple of the vector width", "[kernels]") {
+  CHECK(attention_error({20, 4, 2, 20, {50, 50}}, nullptr, 8) < 1e-5);
+  CHECK(attention_error({9, 3, 1, 6, {9}}, nullptr, 9) < 1e-5);
+}
+
+TEST_CASE("decode attention (one token) over a long cache matches the reference", "[kernels]") {
+  ThreadPool pool(2);
+  CHECK(attention_error({1, 9, 3, 64, {1000, 1000, 1000}}, &pool, 10) < 1e-5);
+  CHECK(attention_error({1, 4, 2, 16, {1, 1}}, &pool, 11) < 1e-5);
+  CHECK(attention_error({1, 8, 1, 128, {513}}, nullptr, 12) < 1e-5);
+}
+
+TEST_CASE("each query head reads the KV head of its group", "[kernels]") {
+  // Two KV heads whose values are constant vectors 1 and 2: every output row of a query head in
+  // group g must equal g + 1 whatever the scores are.
+  const uint32_t T = 4, Hq = 6, Hkv = 2, D = 8, len = 10;
+  auto q = test::random_vector(T * Hq * D, 13);
+  std::vector<float> k0 = test::random_vector(len * D, 14), k1 = test::random_vector(len * D, 15);
+  std::vector<float> v0(len * D, 1.0f), v1(len * D, 2.0f), out(T * Hq * D);
+  KvSpan spans[2] = {{k0.data(), v0.data(), len}, {k1.data(), v1.data(), len}};
+  AttentionArgs a{q.data(), spans, out.data(), T, Hq, Hkv, D, 0.25f};
+  attention(Exec{}, a);
+  for (uint32_t t = 0; t < T; ++t)
+    for (uint32_t h = 0; h < Hq; ++h)
+      for (uint32_t d = 0; d < D; ++d) REQUIRE(out[(t * Hq + h) * D + d] == Approx(h / 3 + 1.0));
+}
+
+TEST_CASE("the first new token attends only to itself when the cache was empty", "[kernels]") {
+  const uint32_t T = 3, D = 4;
+  auto q = test::random_vector(T * D, 16);
+  auto k = test::random_vector(T * D, 17);
+  auto v = test::random_vector(T * D, 18);
+  std::vector<float> out(T * D);
+  KvSpan span{k.data(), v.data(), T};
+  attention(Exec{}, AttentionArgs{q.data(), &span, out.data(), T, 1, 1, D, 0.5f});
+  for (uint32_t d = 0; d < D; ++d) CHECK(out[d] == Approx(v[d]));
+}

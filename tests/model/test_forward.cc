@@ -1,0 +1,354 @@
+// The forward pass against a naive reference forward written plainly below (whole sequence at
+// once, every attention row materialised, double sums), on tiny random llama- and qwen2-style
+// models; chunking, decode, rollback, observer and GQA behaviour.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "common/error.h"
+#include "kernels/rope.h"
+#include "model/forward.h"
+#include "model/kv_cache.h"
+#include "tests/support/random_weights.h"
+
+using namespace kvzip;
+
+namespace {
+
+using Mat = std::vector<double>;
+
+// y(T, out) = x(T, in) · W(out, in)^T + b.
+Mat linear(const Mat& x, const std::vector<float>& w, const std::vector<float>& b, size_t T,
+           size_t in, size_t out) {
+  Mat y(T * out);
+  for (size_t t = 0; t < T; ++t)
+    for (size_t o = 0; o < out; ++o) {
+      double s = b.empty() ? 0.0 : b[o];
+      for (size_t i = 0; i < in; ++i) s += x[t * in + i] * w[o * in + i];
+      y[t * out + o] = s;
+    }
+  return y;
+}
+
+Mat rms_norm(const Mat& x, const std::vector<float>& w, size_t T, size_t E, double eps) {
+  Mat y(T * E);
+  for (size_t t = 0; t < T; ++t) {
+    double ss = 0;
+    for (size_t e = 0; e < E; ++e) ss += x[t * E + e] * x[t * E + e];
+    double inv = 1.0 / std::sqrt(ss / E + eps);
+    for (size_t e = 0; e < E; ++e) y[t * E + e] = x[t * E + e] * inv * w[e];
+  }
+  return y;
+}
+
+// Rotates pairs (i, i + D/2) of every head of x (T, H, D); token t sits at position t.
+void rope(Mat& x, size_t T, size_t H, size_t D, const std::vector<float>& inv_freq) {
+  for (size_t t = 0; t < T; ++t)
+    for (size_t h = 0; h < H; ++h)
+      for (size_t i = 0; i < D / 2; ++i) {
+        double a = static_cast<float>(t) * inv_freq[i];
+        double* v = &x[(t * H + h) * D];
+        double x0 = v[i], x1 = v[i + D / 2];
+        v[i] = x0 * std::cos(a) - x1 * std::sin(a);
+        v[i + D / 2] = x1 * std::cos(a) + x0 * std::sin(a);
+      }
+}
+
+struct Reference {
+  std::vector<float> logits;                 // (T, V)
+  std::vector<std::vector<float>> q, k, v;   // per layer: (T, Hq, D), (T, Hkv, D), (T, Hkv, D)
+};
+
+Reference naive_forward(const Weights& w, const std::vector<int32_t>& tokens) {
+  const ModelConfig& c = w.config;
+  const size_t T = tokens.size(), E = c.d_model, F = c.d_ffn, V = c.vocab_size, D = c.head_dim;
+  const size_t Hq = c.n_heads, Hkv = c.n_kv_heads, G = Hq / Hkv;
+  const auto inv_freq = rope_inv_freq(c.head_dim, c.rope_base, c.rope_scaling);
+  Reference r;
+  Mat x(T * E);
+  for (size_t t = 0; t < T; ++t)
+    for (size_t e = 0; e < E; ++e) x[t * E + e] = w.tok_embd[tokens[t] * E + e];
+  for (const LayerWeights& lw : w.layers) {
+    Mat xn = rms_norm(x, lw.attn_norm, T, E, c.rms_eps);
+    Mat q = linear(xn, lw.wq, lw.bq, T, E, Hq * D);
+    Mat k = linear(xn, lw.wk, lw.bk, T, E, Hkv * D);
+    Mat v = linear(xn, lw.wv, lw.bv, T, E, Hkv * D);
+    rope(q, T, Hq, D, inv_freq);
+    rope(k, T, Hkv, D, inv_freq);
+    r.q.emplace_back(q.begin(), q.end());
+    r.k.emplace_back(k.begin(), k.end());
+    r.v.emplace_back(v.begin(), v.end());
+    Mat att(T * Hq * D, 0.0);
+    for (size_t h = 0; h < Hq; ++h) {
+      const size_t kh = h / G;
+      for (size_t i = 0; i < T; ++i) {
+        std::vector<double> p(i + 1);
+        double mx = -INFINITY, sum = 0;
+        for (size_t j = 0; j <= i; ++j) {
+          double s = 0;
+          for (size_t d = 0; d < D; ++d) s += q[(i * Hq + h) * D + d] * k[(j * Hkv + kh) * D + d];
+          p[j] = s / std::sqrt(double(D));
+          mx = std::max(mx, p[j]);
+        }
+        for (auto& e : p) sum += (e = std::exp(e - mx));
+        for (size_t j = 0; j <= i; ++j)
+          for (size_t d = 0; d < D; ++d) att[(i * Hq + h) * D + d] += p[j] / sum * v[(j * Hkv + kh) * D + d];
+      }
+    }
+    Mat o = linear(att, lw.wo, {}, T, Hq * D, E);
+    for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
+    xn = rms_norm(x, lw.ffn_norm, T, E, c.rms_eps);
+    Mat g = linear(xn, lw.w_gate, {}, T, E, F), u = linear(xn, lw.w_up, {}, T, E, F);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+    Mat down = linear(g, lw.w_down, {}, T, F, E);
+    for (size_t i = 0; i < x.size(); ++i) x[i] += down[i];
+  }
+  Mat logits = linear(rms_norm(x, w.output_norm, T, E, c.rms_eps), w.lm_head(), {}, T, E, V);
+  r.logits.assign(logits.begin(), logits.end());
+  return r;
+}
+
+std::vector<int32_t> random_tokens(size_t n, uint32_t V, uint64_t seed) {
+  auto u = test::random_vector(n, seed, 0.0f, 1.0f);
+  std::vector<int32_t> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = std::min<int32_t>(V - 1, static_cast<int32_t>(u[i] * V));
+  return t;
+}
+
+std::vector<float> row(const std::vector<float>& m, size_t r, size_t cols) {
+  return std::vector<float>(m.begin() + r * cols, m.begin() + (r + 1) * cols);
+}
+
+// Records the post-RoPE queries and the cache contents the observer is shown.
+struct Recorder : AttentionObserver {
+  std::vector<AttentionObservation> seen;
+  std::vector<std::vector<float>> q;        // copy of obs.q per call
+  std::vector<std::vector<float>> k_last;   // per call: the last T rows of every head, (T, Hkv, D)
+  std::vector<std::vector<uint32_t>> pos;
+  void on_attention(const AttentionObservation& o) override {
+    seen.push_back(o);
+    q.emplace_back(o.q, o.q + size_t(o.T) * o.Hq * o.D);
+    pos.emplace_back(o.positions, o.positions + o.T);
+    std::vector<float> k(size_t(o.T) * o.Hkv * o.D);
+    for (uint32_t h = 0; h < o.Hkv; ++h) {
+      KvHeadView view = o.cache->view(o.layer, h);
+      for (uint32_t t = 0; t < o.T; ++t)
+        for (uint32_t d = 0; d < o.D; ++d)
+          k[(size_t(t) * o.Hkv + h) * o.D + d] = view.k[size_t(view.len - o.T + t) * o.D + d];
+    }
+    k_last.push_back(std::move(k));
+  }
+};
+
+ModelConfig config_named(const std::string& name) {
+  if (name == "qwen2") return test::tiny_qwen2_config();
+  ModelConfig c = test::tiny_llama_config();
+  if (name == "llama3-scaled") {
+    c.rope_base = 500000.0f;
+    c.rope_scaling.kind = RopeScalingKind::Llama3;
+    c.rope_scaling.factor = 8.0f;
+    c.rope_scaling.original_context = 64;
+  }
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("forward logits equal the naive reference forward", "[model][forward]") {
+  auto name = GENERATE(std::string("llama"), std::string("qwen2"), std::string("llama3-scaled"));
+  INFO("model " << name);
+  ModelConfig cfg = config_named(name);
+  Weights w = test::random_weights(cfg, 1);
+  auto tokens = random_tokens(37, cfg.vocab_size, 2);
+  Reference ref = naive_forward(w, tokens);
+  Forward fwd(w, ForwardOptions{2, 16, {}});
+  KvCache cache(cfg);
+  std::vector<float> logits = fwd.prefill(cache, tokens, LogitsMode::All);
+  CHECK(cache.logical_length() == tokens.size());
+  CHECK(test::rel_error(logits, ref.logits) < 1e-4);
+  // The cache holds post-RoPE keys and the values, row == position.
+  for (uint32_t l = 0; l < cfg.n_layers; ++l)
+    for (uint32_t h = 0; h < cfg.n_kv_heads; ++h) {
+      KvHeadView view = cache.view(l, h);
+      REQUIRE(view.len == tokens.size());
+      for (uint32_t t = 0; t < view.len; ++t) {
+        REQUIRE(view.positions[t] == t);
+        const float* want_k = &ref.k[l][(size_t(t) * cfg.n_kv_heads + h) * cfg.head_dim];
+        const float* want_v = &ref.v[l][(size_t(t) * cfg.n_kv_heads + h) * cfg.head_dim];
+        REQUIRE(test::rel_error(view.k + size_t(t) * cfg.head_dim, want_k, cfg.head_dim) < 1e-4);
+        REQUIRE(test::rel_error(view.v + size_t(t) * cfg.head_dim, want_v, cfg.head_dim) < 1e-4);
+      }
+    }
+}
+
+TEST_CASE("chunked prefill, one-chunk prefill and token-by-token decode agree", "[model][forward]") {
+  auto name = GENERATE(std::string("llama"), std::string("qwen2"));
+  ModelConfig cfg = config_named(name);
+  Weights w = test::random_weights(cfg, 3);
+  const size_t V = cfg.vocab_size;
+  auto tokens = random_tokens(29, cfg.vocab_size, 4);
+
+  Forward one(w, ForwardOptions{2, 512, {}});
+  KvCache c1(cfg);
+  auto all = one.prefill(c1, tokens, LogitsMode::All);
+
+  Forward chunked(w, ForwardOptions{2, 6, {}});
+  KvCache c2(cfg, 3);  // also exercises cache growth
+  auto all_chunked = chunked.prefill(c2, tokens, LogitsMode::All);
+  CHECK(test::rel_error(all_chunked, all) < 1e-5);
+
+  KvCache c3(cfg);
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    auto logits = one.decode(c3, tokens[t]);
+    INFO("position " << t);
+    REQUIRE(test::rel_error(logits, row(all, t, V)) < 1e-5);
+  }
+  CHECK(c3.logical_length() == tokens.size());
+}
+
+TEST_CASE("prefill logits modes: Last is the last row of All, None returns nothing",
+          "[model][forward]") {
+  ModelConfig cfg = test::tiny_llama_config();
+  Weights w = test::random_weights(cfg, 5);
+  auto tokens = random_tokens(20, cfg.vocab_size, 6);
+  Forward fwd(w, ForwardOptions{1, 8, {}});
+  KvCache a(cfg), b(cfg), c(cfg);
+  auto all = fwd.prefill(a, tokens, LogitsMode::All);
+  auto last = fwd.prefill(b, tokens, LogitsMode::Last);
+  auto none = fwd.prefill(c, tokens, LogitsMode::None);
+  // Same math; the LM head runs as GEMV for one row and as GEMM for many, so rounding may differ.
+  CHECK(test::rel_error(last, row(all, tokens.size() - 1, cfg.vocab_size)) < 1e-5);
+  CHECK(none.empty());
+  CHECK(c.logical_length() == tokens.size());
+}
+
+TEST_CASE("rollback then re-decode gives identical logits and positions continue correctly",
+          "[model][forward]") {
+  ModelConfig cfg = test::tiny_qwen2_config();
+  Weights w = test::random_weights(cfg, 7);
+  auto doc = random_tokens(25, cfg.vocab_size, 8);
+  auto answer = random_tokens(5, cfg.vocab_size, 9);
+  Forward fwd(w, ForwardOptions{2, 512, {}});
+  KvCache cache(cfg);
+  fwd.prefill(cache, doc, LogitsMode::None);
+  std::vector<std::vector<float>> first, second;
+  for (int32_t t : answer) first.push_back(fwd.decode(cache, t));
+  cache.rollback(25);
+  CHECK(cache.logical_length() == 25);
+  for (int32_t t : answer) second.push_back(fwd.decode(cache, t));
+  CHECK(first == second);
+
+  // Rolling back into the document and continuing equals a fresh run of the edited sequence.
+  cache.rollback(10);
+  std::vector<int32_t> edited(doc.begin(), doc.begin() + 10);
+  edited.insert(edited.end(), answer.begin(), answer.end());
+  auto continued = fwd.prefill(cache, answer, LogitsMode::Last);
+  KvCache fresh(cfg);
+  auto direct = fwd.prefill(fresh, edited, LogitsMode::Last);
+  CHECK(test::rel_error(continued, direct) < 1e-5);
+  CHECK_THROWS_AS(cache.rollback(16), Error);  // beyond the length
+}
+
+TEST_CASE("the observer sees post-RoPE queries, positions and the cache including new rows",
+          "[model][forward]") {
+  ModelConfig cfg = test::tiny_llama_config();
+  Weights w = test::random_weights(cfg, 10);
+  auto tokens = random_tokens(23, cfg.vocab_size, 11);
+  Reference ref = naive_forward(w, tokens);
+  Forward fwd(w, ForwardOptions{2, 10, {}});
+  KvCache cache(cfg);
+  Recorder rec;
+  fwd.prefill(cache, tokens, LogitsMode::None, &rec);
+  // Chunks of 10, 10, 3 tokens, each observed once per layer in layer order.
+  REQUIRE(rec.seen.size() == 3 * cfg.n_layers);
+  const uint32_t D = cfg.head_dim, Hq = cfg.n_heads, Hkv = cfg.n_kv_heads;
+  for (size_t i = 0; i < rec.seen.size(); ++i) {
+    const AttentionObservation& o = rec.seen[i];
+    const uint32_t chunk = static_cast<uint32_t>(i / cfg.n_layers), p0 = chunk * 10;
+    INFO("observation " << i);
+    CHECK(o.layer == i % cfg.n_layers);
+    CHECK(o.T == (chunk < 2 ? 10u : 3u));
+    CHECK(o.Hq == Hq);
+    CHECK(o.Hkv == Hkv);
+    CHECK(o.D == D);
+    CHECK(o.scale == Approx(0.25f));
+    for (uint32_t t = 0; t < o.T; ++t) CHECK(rec.pos[i][t] == p0 + t);
+    const float* want_q = &ref.q[o.layer][size_t(p0) * Hq * D];
+    const float* want_k = &ref.k[o.layer][size_t(p0) * Hkv * D];
+    CHECK(test::rel_error(rec.q[i].data(), want_q, rec.q[i].size()) < 1e-4);
+    CHECK(test::rel_error(rec.k_last[i].data(), want_k, rec.k_last[i].size()) < 1e-4);
+  }
+}
+
+TEST_CASE("query head h attends through KV head h / G", "[model][forward]") {
+  // Zero the value projection of KV head 1 in layer 0: the attention output of exactly the query
+  // heads of group 1 (heads 2 and 3 with G = 2) must then be zero, and of group 0 non-zero.
+  ModelConfig cfg = test::tiny_llama_config();
+  Weights w = test::random_weights(cfg, 12);
+  const uint32_t D = cfg.head_dim, E = cfg.d_model, Hq = cfg.n_heads;
+  std::fill(w.layers[0].wv.begin() + size_t(D) * E, w.layers[0].wv.begin() + 2 * size_t(D) * E, 0.0f);
+  std::vector<float> attn;
+  ForwardOptions opt{1, 512, [&](const TraceTensor& t) {
+                       if (std::string(t.name) == "attn" && t.layer == 0)
+                         attn.assign(t.data, t.data + size_t(t.rows) * t.cols);
+                     }};
+  Forward fwd(w, opt);
+  KvCache cache(cfg);
+  auto tokens = random_tokens(9, cfg.vocab_size, 13);
+  fwd.prefill(cache, tokens, LogitsMode::None);
+  REQUIRE(attn.size() == tokens.size() * Hq * D);
+  for (size_t t = 0; t < tokens.size(); ++t)
+    for (uint32_t h = 0; h < Hq; ++h) {
+      double norm = 0;
+      for (uint32_t d = 0; d < D; ++d) norm += std::fabs(attn[(t * Hq + h) * D + d]);
+      INFO("token " << t << " head " << h);
+      if (h / 2 == 1) {
+        CHECK(norm == 0.0);
+      } else {
+        CHECK(norm > 0.0);
+      }
+    }
+}
+
+TEST_CASE("a bad token id is rejected and leaves the cache untouched", "[model][forward]") {
+  ModelConfig cfg = test::tiny_llama_config();
+  Weights w = test::random_weights(cfg, 14);
+  Forward fwd(w, ForwardOptions{1, 4, {}});
+  KvCache cache(cfg);
+  fwd.prefill(cache, random_tokens(6, cfg.vocab_size, 15), LogitsMode::None);
+  std::vector<int32_t> bad = {1, 2, static_cast<int32_t>(cfg.vocab_size)};
+  CHECK_THROWS_AS(fwd.prefill(cache, bad), Error);
+  CHECK_THROWS_AS(fwd.decode(cache, -1), Error);
+  CHECK(cache.logical_length() == 6);
+}
+
+TEST_CASE("an observer that throws leaves the cache at its length before the call",
+          "[model][forward]") {
+  struct Thrower : AttentionObserver {
+    void on_attention(const AttentionObservation& o) override {
+      if (o.layer == 1 && o.positions[0] >= 8) throw Error(Errc::internal, "observer failed");
+    }
+  } thrower;
+  ModelConfig cfg = test::tiny_llama_config();
+  Weights w = test::random_weights(cfg, 16);
+  Forward fwd(w, ForwardOptions{1, 4, {}});
+  KvCache cache(cfg);
+  fwd.prefill(cache, random_tokens(3, cfg.vocab_size, 17), LogitsMode::None);
+  CHECK_THROWS_AS(fwd.prefill(cache, random_tokens(9, cfg.vocab_size, 18), LogitsMode::Last, &thrower), Error);
+  CHECK(cache.logical_length() == 3);
+  for (uint32_t l = 0; l < cfg.n_layers; ++l) CHECK(cache.view(l, 0).len == 3);
+}
+
+TEST_CASE("Forward rejects weights whose sizes disagree with the config and mismatched caches",
+          "[model][forward]") {
+  ModelConfig cfg = test::tiny_llama_config();
+  Weights w = test::random_weights(cfg, 19);
+  w.layers[1].w_up.pop_back();
+  CHECK_THROWS_WITH(Forward(w), Catch::Contains("layers[1].w_up"));
+  Weights ok = test::random_weights(cfg, 19);
+  Forward fwd(ok, ForwardOptions{1, 4, {}});
+  ModelConfig other = cfg;
+  other.n_kv_heads = 1;
+  KvCache wrong(other);
+  CHECK_THROWS_AS(fwd.decode(wrong, 1), Error);
+}
