@@ -1,0 +1,66 @@
+// Shared CLI helpers (see cli_util.h).
+#include "cli/cli_util.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <sstream>
+
+#include "common/error.h"
+#include "model/model_path.h"
+
+namespace kvzip::cli {
+
+// Offset of the first byte that does not start a valid UTF-8 sequence (npos when none).
+static size_t first_invalid_utf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (n == 0 || i + n > s.size() || !is_valid_utf8(std::string_view(s).substr(i, n))) return i;
+    i += n;
+  }
+  return std::string::npos;
+}
+
+void check_text(const std::string& text, const std::string& what) {
+  if (!is_valid_utf8(text)) {
+    const size_t at = first_invalid_utf8(text);
+    throw Error(Errc::invalid_argument,
+                what + " is not valid UTF-8" +
+                    (at != std::string::npos ? " (first bad byte at offset " + std::to_string(at) + ")"
+                                             : std::string()) +
+                    "; convert it to UTF-8 first (e.g. iconv -f LATIN1 -t UTF-8)");
+  }
+  if (text.find_first_not_of(" \t\r\n\f\v") == std::string::npos)
+    throw Error(Errc::invalid_argument, what + " is empty; give a non-empty UTF-8 text");
+}
+
+std::string read_text(const std::string& path, const std::string& what) {
+  std::string text;
+  if (path == "-") {
+    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  } else {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      const int err = errno;
+      throw Error(err == ENOENT ? Errc::not_found : Errc::io,
+                  "cannot open " + what + " " + path + ": " + std::strerror(err));
+    }
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+  }
+  check_text(text, what + " " + (path == "-" ? std::string("(stdin)") : path));
+  return text;
+}
+
+std::unique_ptr<Model> load_model(const std::string& cli_path, uint32_t threads) {
+  LoadOptions o;
+  o.threads = threads;
+  return Model::load(resolve_model_path(cli_path), o);
+}
+
+}  // namespace kvzip::cli

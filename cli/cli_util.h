@@ -1,0 +1,21 @@
+// Helpers shared by the cli/cmd_*.cc files: reading user text (file or stdin) with the checks
+// every command applies (exists, UTF-8, not empty) and loading the model named by -m/$KVZIP_MODEL.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "model/model.h"
+
+namespace kvzip::cli {
+
+// Reads PATH ("-" = standard input). Errc::not_found/io when unreadable; Errc::invalid_argument
+// when the content is empty (or only whitespace) or not valid UTF-8 (with the byte offset).
+std::string read_text(const std::string& path, const std::string& what);
+
+// Checks that text is valid UTF-8 and not blank; `what` names it in the error.
+void check_text(const std::string& text, const std::string& what);
+
+// Resolves -m / $KVZIP_MODEL / the default path and loads the model.
+std::unique_ptr<Model> load_model(const std::string& cli_path, uint32_t threads);
+
+}  // namespace kvzip::cli

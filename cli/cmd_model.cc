@@ -1,0 +1,163 @@
+// `kvzip generate`, `kvzip tokenize`, `kvzip perplexity`: the model runtime on its own, without
+// any cache file. Generated text streams to stdout as tokens arrive (UTF-8 kept whole).
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "common/error.h"
+
+namespace kvzip::cli {
+namespace {
+
+struct GenerateOpts {
+  std::string model, prompt, file, system;
+  uint32_t n = 128, threads = 0, top_k = 0;
+  float temp = 0.0f, top_p = 1.0f;
+  uint64_t seed = 0;
+  bool chat = false, stats = false;
+};
+
+void run_generate(const GenerateOpts& o) {
+  if (o.prompt.empty() == o.file.empty())
+    throw Error(Errc::invalid_argument, "generate: give exactly one of -p TEXT or -f FILE");
+  const std::string text = o.file.empty() ? o.prompt : read_text(o.file, "prompt file");
+  if (o.file.empty()) check_text(text, "the prompt");
+  auto model = load_model(o.model, o.threads);
+  std::vector<int32_t> prompt;
+  if (o.chat) {
+    prompt = model->chat().chat(o.system, text);
+  } else {
+    if (model->tokenizer().add_bos() && model->tokenizer().bos() >= 0)
+      prompt.push_back(model->tokenizer().bos());
+    auto ids = model->tokenizer().encode(text, /*parse_special=*/false);
+    prompt.insert(prompt.end(), ids.begin(), ids.end());
+  }
+  ForwardOptions fo;
+  fo.threads = o.threads;
+  Forward fwd(model->weights(), fo);
+  KvCache cache(model->config(), static_cast<uint32_t>(prompt.size()) + o.n);
+  GenerateParams gp;
+  gp.max_tokens = o.n;
+  gp.sampling = SamplingParams{o.temp, o.top_k, o.top_p, o.seed};
+  gp.stop_tokens = model->chat().stop_tokens();
+  StreamDecoder dec(model->tokenizer());
+  if (!o.chat) std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto t_first = t0;
+  bool first = true;
+  GenerateResult r = generate(fwd, cache, prompt, gp, [&](int32_t tok) {
+    if (first) t_first = std::chrono::steady_clock::now(), first = false;
+    const std::string piece = dec.push(tok);
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+    return true;
+  });
+  const std::string tail = dec.finish();
+  std::fwrite(tail.data(), 1, tail.size(), stdout);
+  std::fputc('\n', stdout);
+  if (o.stats) {
+    const auto t1 = std::chrono::steady_clock::now();
+    const double prefill_s = std::chrono::duration<double>(t_first - t0).count();
+    const double decode_s = std::chrono::duration<double>(t1 - t_first).count();
+    std::fprintf(stderr, "prompt %zu tokens in %.3f s (%.1f tok/s); generated %zu tokens, %.1f tok/s\n",
+                 prompt.size(), prefill_s, prompt.size() / prefill_s, r.tokens.size(),
+                 r.tokens.size() > 1 ? (r.tokens.size() - 1) / decode_s : 0.0);
+  }
+}
+
+struct TokenizeOpts {
+  std::string model, text;
+  bool decode = false, special = false;
+};
+
+void run_tokenize(const TokenizeOpts& o) {
+  auto model = load_model(o.model, 1);
+  const Tokenizer& tok = model->tokenizer();
+  if (o.decode) {
+    std::istringstream in(o.text);
+    std::vector<int32_t> ids;
+    std::string word;
+    while (in >> word) {
+      char* end = nullptr;
+      const long v = std::strtol(word.c_str(), &end, 10);
+      if (*end != '\0' || v < 0 || v >= tok.vocab_size())
+        throw Error(Errc::invalid_argument, "tokenize --decode: '" + word +
+                                                "' is not a token id in [0, " +
+                                                std::to_string(tok.vocab_size()) + ")");
+      ids.push_back(static_cast<int32_t>(v));
+    }
+    const std::string s = tok.decode(ids);
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    std::fputc('\n', stdout);
+    return;
+  }
+  std::string out;
+  for (int32_t id : tok.encode(o.text, o.special)) {
+    if (!out.empty()) out += ' ';
+    out += std::to_string(id);
+  }
+  std::printf("%s\n", out.c_str());
+}
+
+struct PerplexityOpts {
+  std::string model, file;
+  uint32_t ctx = 512, threads = 0;
+};
+
+void run_perplexity(const PerplexityOpts& o) {
+  const std::string text = read_text(o.file, "text file");
+  auto model = load_model(o.model, o.threads);
+  const auto ids = model->tokenizer().encode(text, false);
+  ForwardOptions fo;
+  fo.threads = o.threads;
+  Forward fwd(model->weights(), fo);
+  const auto t0 = std::chrono::steady_clock::now();
+  PerplexityResult r = perplexity(fwd, ids, o.ctx);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("perplexity %.4f (%llu tokens scored in %u windows of %u, mean NLL %.5f nats)\n",
+              r.perplexity, static_cast<unsigned long long>(r.scored), r.windows, o.ctx,
+              r.mean_nll);
+  std::fprintf(stderr, "%zu tokens in %.2f s (%.1f tok/s)\n", ids.size(), s, ids.size() / s);
+}
+
+}  // namespace
+
+void add_model_commands(CLI::App& app) {
+  auto g = std::make_shared<GenerateOpts>();
+  auto* gen = app.add_subcommand("generate", "Generate text from a prompt (streams to stdout)");
+  gen->add_option("-m,--model", g->model, "GGUF model file (default: $KVZIP_MODEL, then the cache)");
+  gen->add_option("-p,--prompt", g->prompt, "Prompt text");
+  gen->add_option("-f,--file", g->file, "Read the prompt from FILE ('-' = stdin)");
+  gen->add_option("-n,--max-tokens", g->n, "Tokens to generate at most")->capture_default_str();
+  gen->add_flag("--chat", g->chat, "Wrap the prompt in the model's chat template");
+  gen->add_option("--system", g->system, "System prompt for --chat (default: the template's)");
+  gen->add_option("--temp", g->temp, "Temperature; 0 = greedy")->capture_default_str();
+  gen->add_option("--top-k", g->top_k, "Keep the k most likely tokens; 0 = off");
+  gen->add_option("--top-p", g->top_p, "Nucleus sampling mass in (0, 1]")->capture_default_str();
+  gen->add_option("--seed", g->seed, "Random seed for sampling")->capture_default_str();
+  gen->add_option("-t,--threads", g->threads, "Threads (0 = all cores)");
+  gen->add_flag("--stats", g->stats, "Print prefill and decode speed to stderr");
+  gen->callback([g] { run_generate(*g); });
+
+  auto t = std::make_shared<TokenizeOpts>();
+  auto* tk = app.add_subcommand("tokenize", "Print the token ids of TEXT (or --decode ids)");
+  tk->add_option("-m,--model", t->model, "GGUF model file");
+  tk->add_option("text", t->text, "Text to tokenize, or space-separated ids with --decode")->required();
+  tk->add_flag("--decode", t->decode, "Decode token ids back to text");
+  tk->add_flag("--special", t->special, "Parse special tokens such as <|im_start|> in TEXT");
+  tk->callback([t] { run_tokenize(*t); });
+
+  auto p = std::make_shared<PerplexityOpts>();
+  auto* pp = app.add_subcommand("perplexity", "Perplexity of a text file under the model");
+  pp->add_option("-m,--model", p->model, "GGUF model file");
+  pp->add_option("-f,--file", p->file, "UTF-8 text file ('-' = stdin)")->required();
+  pp->add_option("-c,--ctx", p->ctx, "Window length in tokens")->capture_default_str();
+  pp->add_option("-t,--threads", p->threads, "Threads (0 = all cores)");
+  pp->callback([p] { run_perplexity(*p); });
+}
+
+}  // namespace kvzip::cli

@@ -1,0 +1,100 @@
+// Model loading (GGUF -> fp32 weights + tokenizer + chat template), the generation loop and
+// perplexity. The GGUF mapping is released once everything is copied out of it.
+#include "model/model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/error.h"
+#include "model/gguf.h"
+#include "model/gguf_weights.h"
+
+namespace kvzip {
+
+std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& options) {
+  gguf::File file = gguf::File::open(path);
+  std::unique_ptr<Model> m(new Model());
+  m->path_ = path;
+  m->weights_ = load_weights(file, static_cast<int>(options.threads));
+  m->tokenizer_ = std::make_unique<Tokenizer>(tokenizer_data_from_gguf(file));
+  if (m->tokenizer_->vocab_size() != static_cast<int32_t>(m->weights_.config.vocab_size))
+    throw Error(Errc::corrupt, path + ": tokenizer has " +
+                                   std::to_string(m->tokenizer_->vocab_size()) +
+                                   " tokens but the model's vocabulary size is " +
+                                   std::to_string(m->weights_.config.vocab_size));
+  m->chat_ = std::make_unique<ChatTemplate>(*m->tokenizer_);
+  m->fingerprint_ = fingerprint_from_gguf(file);
+  return m;
+}
+
+GenerateResult generate(Forward& forward, AttentionCache& cache, std::span<const int32_t> prompt,
+                        const GenerateParams& params, const TokenCallback& on_token) {
+  const ModelConfig& cfg = forward.config();
+  if (prompt.empty()) throw Error(Errc::invalid_argument, "generate: the prompt has no tokens");
+  const uint64_t need = uint64_t(cache.logical_length()) + prompt.size();
+  if (cfg.max_context && need > cfg.max_context)
+    throw Error(Errc::invalid_argument,
+                "the prompt needs " + std::to_string(need) + " positions but the model's context is " +
+                    std::to_string(cfg.max_context) + " tokens; shorten the input");
+  GenerateResult result;
+  Sampler sampler(params.sampling);
+  std::vector<float> logits = forward.prefill(cache, prompt, LogitsMode::Last);
+  result.first_logits = logits;
+  for (uint32_t i = 0; i < params.max_tokens; ++i) {
+    const int32_t tok = sampler.sample(logits);
+    if (std::find(params.stop_tokens.begin(), params.stop_tokens.end(), tok) !=
+        params.stop_tokens.end()) {
+      result.stopped = true;
+      break;
+    }
+    result.tokens.push_back(tok);
+    if (on_token && !on_token(tok)) break;
+    if (i + 1 == params.max_tokens) break;
+    if (cfg.max_context && cache.logical_length() + 1 > cfg.max_context) break;
+    logits = forward.decode(cache, tok);
+  }
+  return result;
+}
+
+PerplexityResult perplexity(Forward& forward, std::span<const int32_t> tokens, uint32_t context) {
+  const ModelConfig& cfg = forward.config();
+  if (context < 2) throw Error(Errc::invalid_argument, "perplexity: context must be >= 2 tokens");
+  if (cfg.max_context && context > cfg.max_context)
+    throw Error(Errc::invalid_argument, "perplexity: context " + std::to_string(context) +
+                                            " exceeds the model's context of " +
+                                            std::to_string(cfg.max_context) + " tokens");
+  if (tokens.size() < 2)
+    throw Error(Errc::invalid_argument, "perplexity: the text has fewer than 2 tokens");
+  const uint32_t V = cfg.vocab_size;
+  constexpr uint32_t kPiece = 128;  // tokens per forward call: bounds the (T, V) logits buffer
+  PerplexityResult r;
+  double nll = 0.0;
+  KvCache cache(cfg, std::min<uint32_t>(context, static_cast<uint32_t>(tokens.size())));
+  for (size_t w0 = 0; w0 + 1 < tokens.size(); w0 += context) {
+    const size_t wn = std::min<size_t>(context, tokens.size() - w0);
+    if (wn < 2) break;
+    cache.rollback(0);
+    for (size_t p0 = 0; p0 < wn; p0 += kPiece) {
+      const size_t pn = std::min<size_t>(kPiece, wn - p0);
+      std::vector<float> logits =
+          forward.prefill(cache, tokens.subspan(w0 + p0, pn), LogitsMode::All);
+      for (size_t i = 0; i < pn; ++i) {
+        const size_t t = p0 + i;  // position in the window; predicts token t+1
+        if (t + 1 >= wn) break;
+        const float* row = logits.data() + i * V;
+        const float mx = *std::max_element(row, row + V);
+        double sum = 0.0;
+        for (uint32_t v = 0; v < V; ++v) sum += std::exp(double(row[v]) - mx);
+        const int32_t target = tokens[w0 + t + 1];
+        nll += (std::log(sum) + mx) - row[target];
+        ++r.scored;
+      }
+    }
+    ++r.windows;
+  }
+  r.mean_nll = nll / double(r.scored);
+  r.perplexity = std::exp(r.mean_nll);
+  return r;
+}
+
+}  // namespace kvzip

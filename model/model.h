@@ -1,0 +1,78 @@
+// The public face of model/: a loaded model (config, fp32 weights, tokenizer, chat template,
+// fingerprint) plus the generation loop and perplexity used by the CLI and query sessions.
+// A Model is created once and never moved (the chat template points into its tokenizer).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/model_config.h"
+#include "model/chat_template.h"
+#include "model/forward.h"
+#include "model/kv_cache.h"
+#include "model/sampling.h"
+#include "model/tokenizer.h"
+#include "model/weights.h"
+
+namespace kvzip {
+
+struct LoadOptions {
+  uint32_t threads = 0;  // threads used to dequantize; 0 = all hardware threads
+};
+
+class Model {
+ public:
+  // Opens a GGUF model file, validates it and dequantizes the weights to fp32.
+  static std::unique_ptr<Model> load(const std::string& path, const LoadOptions& options = {});
+
+  const std::string& path() const { return path_; }
+  const ModelConfig& config() const { return weights_.config; }
+  const Weights& weights() const { return weights_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const ChatTemplate& chat() const { return *chat_; }
+  const ModelFingerprint& fingerprint() const { return fingerprint_; }
+
+ private:
+  Model() = default;
+  std::string path_;
+  Weights weights_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<ChatTemplate> chat_;
+  ModelFingerprint fingerprint_;
+};
+
+struct GenerateParams {
+  uint32_t max_tokens = 128;         // new tokens at most
+  SamplingParams sampling;           // greedy by default
+  std::vector<int32_t> stop_tokens;  // generation ends after producing one of these (not emitted)
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;  // generated ids, stop token excluded
+  bool stopped = false;         // ended on a stop token (false: max_tokens or context limit)
+  std::vector<float> first_logits;  // (V) logits that chose the first token
+};
+
+// Called with every generated token as it is chosen; return false to stop early.
+using TokenCallback = std::function<bool(int32_t token)>;
+
+// Appends `prompt` to the cache (prefill), then samples up to params.max_tokens tokens, feeding
+// each back. Stops at a stop token, at max_tokens, or when the cache reaches max_context.
+GenerateResult generate(Forward& forward, AttentionCache& cache, std::span<const int32_t> prompt,
+                        const GenerateParams& params, const TokenCallback& on_token = nullptr);
+
+struct PerplexityResult {
+  double perplexity = 0.0;
+  double mean_nll = 0.0;   // nats per scored token
+  uint64_t scored = 0;     // tokens scored
+  uint32_t windows = 0;
+};
+
+// Perplexity of `tokens` over consecutive non-overlapping windows of `context` tokens: in each
+// window every token after the first is predicted from the earlier ones of the same window.
+PerplexityResult perplexity(Forward& forward, std::span<const int32_t> tokens, uint32_t context);
+
+}  // namespace kvzip
