@@ -24,6 +24,9 @@ class MetaWriter {
   void u32s(const std::string& key, const std::vector<uint32_t>& v) {
     entry(key, MetaType::U32Array, v.data(), v.size() * 4);
   }
+  void raw(const std::string& key, MetaType type, const std::vector<uint8_t>& value) {
+    entry(key, type, value.data(), value.size());
+  }
   std::vector<uint8_t> finish() {  // Entry_Count goes into the 8 bytes reserved up front
     store_u64(body_.data(), count_);
     return std::move(body_);
@@ -120,6 +123,14 @@ class MetaReader {
     }
     return out;
   }
+  std::vector<MetaEntry> in_order() const {
+    std::vector<MetaEntry> out;
+    for (const std::string& key : order_) {
+      const Value& v = entries_.at(key);
+      out.push_back({key, v.type, std::vector<uint8_t>(v.data, v.data + v.size)});
+    }
+    return out;
+  }
   [[noreturn]] void fail(const char* key, const std::string& what, Errc code = Errc::corrupt) {
     throw Error(code, where_ + ": meta key '" + key + "': " + what);
   }
@@ -207,6 +218,16 @@ bool valid_key(const std::string& key) {
     if (!ok) return false;
   }
   return true;
+}
+
+std::vector<MetaEntry> meta_entries(const uint8_t* data, uint64_t size, const std::string& where) {
+  return MetaReader(data, size, where).in_order();
+}
+
+std::vector<uint8_t> encode_meta_entries(const std::vector<MetaEntry>& entries) {
+  MetaWriter w;
+  for (const MetaEntry& e : entries) w.raw(e.key, e.type, e.value);
+  return w.finish();
 }
 
 std::vector<uint8_t> encode_meta(const CacheHeader& h) {
