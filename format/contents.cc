@@ -1,0 +1,144 @@
+// Checks on CacheContents before anything is written (validate), and the helpers that connect a
+// header to a ModelConfig (set_model, check_shape). validate enforces exactly the invariants the
+// reader enforces, so every file the writer produces opens.
+#include <cmath>
+#include <set>
+
+#include "format/detail/dtype.h"
+#include "format/detail/layout.h"
+#include "format/detail/meta.h"
+#include "format/format.h"
+
+namespace kvzip::format {
+namespace {
+
+[[noreturn]] void invalid(const std::string& what) {
+  throw Error(Errc::invalid_argument, "cannot write cache: " + what);
+}
+
+void check_string(const std::string& s, const char* field) {
+  auto nul = s.find('\0');
+  if (nul != std::string::npos)
+    invalid(std::string(field) + " contains a NUL byte at offset " + std::to_string(nul) +
+            "; the format stores strings without NUL");
+}
+
+void check_range(uint64_t v, uint64_t lo, uint64_t hi, const char* field) {
+  if (v < lo || v > hi)
+    invalid(std::string(field) + " = " + std::to_string(v) + " outside [" + std::to_string(lo) +
+            ", " + std::to_string(hi) + "]");
+}
+
+void check_float(float f, const char* field) {
+  if (!std::isfinite(f)) invalid(std::string(field) + " is not finite");
+}
+
+void validate_header(const CacheHeader& h) {
+  using namespace detail;
+  check_range(h.n_layers, 1, kMaxLayers, "n_layers");
+  check_range(h.n_kv_heads, 1, kMaxKvHeads, "n_kv_heads");
+  check_range(h.head_dim, 2, kMaxHeadDim, "head_dim");
+  if (h.head_dim % 2) invalid("head_dim " + std::to_string(h.head_dim) + " is odd");
+  if (h.rope_layout != RopeLayout::HalfSplit) invalid("rope_layout is not a registered id");
+  if (!dtype_known(static_cast<uint32_t>(h.kv_dtype)))
+    invalid("kv_dtype id " + std::to_string(static_cast<uint32_t>(h.kv_dtype)) + " is not registered");
+  check_range(static_cast<uint32_t>(h.rope_scaling.kind), 0, 2, "rope_scaling.kind");
+  check_float(h.rope_base, "rope_base");
+  if (!(h.rope_base > 0)) invalid("rope_base must be > 0");
+  check_float(h.rope_scaling.factor, "rope_scaling.factor");
+  check_float(h.rope_scaling.low_freq_factor, "rope_scaling.low_freq_factor");
+  check_float(h.rope_scaling.high_freq_factor, "rope_scaling.high_freq_factor");
+  check_range(h.logical_length(), 0, kMaxLogicalLength, "logical length");
+  if (!(h.requested_ratio >= 0 && h.requested_ratio <= 1)) invalid("requested_ratio outside [0, 1]");
+  if (!(h.achieved_ratio >= 0 && h.achieved_ratio <= 1)) invalid("achieved_ratio outside [0, 1]");
+  check_string(h.tool_version, "tool_version");
+  check_string(h.model.arch, "model.arch");
+  check_string(h.model.name, "model.name");
+  check_string(h.document_text, "document_text");
+  check_string(h.method, "method");
+  std::set<std::string> names;
+  for (const auto& [name, value] : h.params) {
+    if (name.empty() || !valid_key(kParamPrefix + name))
+      invalid("parameter name '" + name + "' must be 1.." +
+              std::to_string(kMaxKeyLength - std::string(kParamPrefix).size()) +
+              " bytes of [A-Za-z0-9_.-]");
+    if (!names.insert(name).second) invalid("parameter '" + name + "' appears twice");
+    check_string(value, "a parameter value");
+  }
+}
+
+void validate_layer(const CacheContents& c, uint32_t l) {
+  const CacheHeader& h = c.header;
+  const LayerKv& layer = c.layers[l];
+  std::string at = "layers[" + std::to_string(l) + "]";
+  if (layer.head_rows.size() != h.n_kv_heads)
+    invalid(at + ".head_rows has " + std::to_string(layer.head_rows.size()) + " entries, n_kv_heads is " +
+            std::to_string(h.n_kv_heads));
+  uint64_t rows = 0;
+  for (uint32_t n : layer.head_rows) rows += n;
+  if (layer.positions.size() != rows)
+    invalid(at + ".positions has " + std::to_string(layer.positions.size()) +
+            " entries, head_rows sum to " + std::to_string(rows));
+  if (layer.k.size() != rows * h.head_dim || layer.v.size() != rows * h.head_dim)
+    invalid(at + ".k/.v must hold rows * head_dim = " + std::to_string(rows * h.head_dim) +
+            " floats, hold " + std::to_string(layer.k.size()) + " / " + std::to_string(layer.v.size()));
+  size_t want_scores = c.has_scores ? rows : 0;
+  if (layer.scores.size() != want_scores)
+    invalid(at + ".scores has " + std::to_string(layer.scores.size()) + " entries, expected " +
+            std::to_string(want_scores) + " (every layer has scores, or none)");
+  uint64_t row = 0;
+  for (uint32_t head = 0; head < h.n_kv_heads; ++head) {
+    for (uint32_t i = 0; i < layer.head_rows[head]; ++i, ++row) {
+      uint32_t p = layer.positions[row];
+      if (p >= h.logical_length())
+        invalid(at + " head " + std::to_string(head) + ": position " + std::to_string(p) +
+                " >= logical length " + std::to_string(h.logical_length()));
+      if (i > 0 && p <= layer.positions[row - 1])
+        invalid(at + " head " + std::to_string(head) + ": positions not strictly increasing at row " +
+                std::to_string(i));
+      if (!layer.scores.empty() && std::isnan(layer.scores[row]))
+        invalid(at + ".scores[" + std::to_string(row) + "] is NaN");
+    }
+  }
+}
+
+}  // namespace
+
+void validate(const CacheContents& c) {
+  validate_header(c.header);
+  if (c.layers.size() != c.header.n_layers)
+    invalid("layers has " + std::to_string(c.layers.size()) + " entries, n_layers is " +
+            std::to_string(c.header.n_layers));
+  for (uint32_t l = 0; l < c.header.n_layers; ++l) validate_layer(c, l);
+}
+
+void set_model(CacheHeader& h, const ModelConfig& config, const ModelFingerprint& fp) {
+  h.model = fp;
+  h.n_layers = config.n_layers;
+  h.n_kv_heads = config.n_kv_heads;
+  h.head_dim = config.head_dim;
+  h.rope_layout = RopeLayout::HalfSplit;
+  h.rope_base = config.rope_base;
+  h.rope_scaling = config.rope_scaling;
+}
+
+void check_shape(const CacheHeader& h, const ModelConfig& c) {
+  auto mismatch = [&](const char* field, const std::string& file, const std::string& model) {
+    throw Error(Errc::model_mismatch, std::string("cache ") + field + " is " + file +
+                                          " but the model's is " + model +
+                                          "; the cache was computed by a different model");
+  };
+  if (h.n_layers != c.n_layers) mismatch("n_layers", std::to_string(h.n_layers), std::to_string(c.n_layers));
+  if (h.n_kv_heads != c.n_kv_heads)
+    mismatch("n_kv_heads", std::to_string(h.n_kv_heads), std::to_string(c.n_kv_heads));
+  if (h.head_dim != c.head_dim) mismatch("head_dim", std::to_string(h.head_dim), std::to_string(c.head_dim));
+  if (h.rope_base != c.rope_base)
+    mismatch("rope_base", std::to_string(h.rope_base), std::to_string(c.rope_base));
+  const RopeScaling &a = h.rope_scaling, &b = c.rope_scaling;
+  if (a.kind != b.kind || a.factor != b.factor || a.low_freq_factor != b.low_freq_factor ||
+      a.high_freq_factor != b.high_freq_factor || a.original_context != b.original_context)
+    mismatch("rope_scaling", "kind " + std::to_string(static_cast<uint32_t>(a.kind)),
+             "kind " + std::to_string(static_cast<uint32_t>(b.kind)) + " (or other scaling fields)");
+}
+
+}  // namespace kvzip::format

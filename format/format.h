@@ -1,0 +1,242 @@
+// The .kvz cache file (spec/kvzip_format.md, version 1): the in-memory content of a file
+// (CacheContents), the one writer path (write_cache to a Sink), the mmap reader (CacheReader),
+// re-pruning with stored scores, HDF5 export/import and the `inspect` dump. Depends only on
+// common/, zstd, xxhash and HDF5. Every failure throws kvzip::Error; nothing here exits.
+// Invariant kept by writer and reader alike: per layer the K and V rows are head-major and, within
+// a head, in strictly increasing original position order — the layout of the runtime ragged cache.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/error.h"
+#include "common/model_config.h"
+
+namespace kvzip::format {
+
+inline constexpr uint16_t kVersionMajor = 1;  // this build writes v1.0 and reads every v1.x
+inline constexpr uint16_t kVersionMinor = 0;
+
+// Storage type of K/V rows. Registry ids are never renumbered or reused (spec "Dtype registry").
+enum class DType : uint32_t { F32 = 1, F16 = 2, BF16 = 3 };
+// Per-section encoding. Registry ids are never renumbered or reused.
+enum class Codec : uint32_t { None = 0, Zstd = 1 };
+// Head-dim order of the stored keys. HalfSplit: RoPE rotates the pairs (i, i + D/2).
+enum class RopeLayout : uint32_t { HalfSplit = 1 };
+
+const char* dtype_name(DType t);                     // "f32", "f16", "bf16"
+uint32_t dtype_size(DType t);                        // bytes per element
+std::optional<DType> parse_dtype(std::string_view name);
+const char* codec_name(Codec c);                     // "none", "zstd"
+
+// Everything in the file except the K/V rows. prefix_length() and logical_length() are derived
+// from the token lists so they can never disagree with them in memory.
+struct CacheHeader {
+  std::string tool_version;     // e.g. "kvzip 0.1.0"
+  int64_t created_unix = 0;     // seconds since 1970-01-01T00:00:00Z
+  ModelFingerprint model;       // arch, name, tokenizer hash, weights hash
+  uint32_t n_layers = 0;        // L
+  uint32_t n_kv_heads = 0;      // Hkv
+  uint32_t head_dim = 0;        // D (even)
+  RopeLayout rope_layout = RopeLayout::HalfSplit;
+  float rope_base = 10000.0f;   // theta
+  RopeScaling rope_scaling;
+  DType kv_dtype = DType::F32;  // how K/V rows are stored (they are always f32 in memory)
+  std::vector<uint32_t> prefix_tokens;    // (n_p) system prompt + template opener + instruction
+  std::vector<uint32_t> suffix_tokens;    // template tokens that follow the document at query time
+  std::vector<uint32_t> document_tokens;  // (n_c)
+  std::string document_text;              // bytes of the document (no NUL), for `inspect`
+  std::string method;                     // scorer name, e.g. "kvzip"
+  std::vector<std::pair<std::string, std::string>> params;  // method parameters, in order
+  double requested_ratio = 1.0;  // fraction of the L*Hkv*n_c document rows asked to keep
+  double achieved_ratio = 1.0;   // fraction actually kept
+
+  uint64_t prefix_length() const { return prefix_tokens.size(); }
+  uint64_t logical_length() const { return prefix_tokens.size() + document_tokens.size(); }
+};
+
+// Copies the ModelConfig subset the loader needs (L, Hkv, D, rope base and scaling) and the
+// fingerprint into a header.
+void set_model(CacheHeader& header, const ModelConfig& config, const ModelFingerprint& fp);
+
+// One layer of a pruned cache. R = sum of head_rows.
+struct LayerKv {
+  std::vector<uint32_t> head_rows;  // (Hkv) kept rows per KV head
+  std::vector<uint32_t> positions;  // (R) original positions, head-major, increasing in a head
+  std::vector<float> k;             // (R, D) post-RoPE keys, rows in the order of positions
+  std::vector<float> v;             // (R, D) values
+  std::vector<float> scores;        // (R) importance of each kept row; empty without scores
+};
+
+struct CacheContents {
+  CacheHeader header;
+  std::vector<LayerKv> layers;  // (L)
+  bool has_scores = false;      // every layer carries scores (R_l each), or none does
+};
+
+// Throws Errc::invalid_argument naming the first field that the file could not represent
+// (shape mismatch, unsorted positions, NUL in a string, ...). The writer calls it first.
+void validate(const CacheContents& contents);
+
+// ---- Writing ------------------------------------------------------------------------------
+
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  virtual void write(const void* data, size_t size) = 0;  // throws on failure
+};
+
+// Counts bytes: write_cache into a CountingSink gives the exact file size.
+class CountingSink final : public Sink {
+ public:
+  void write(const void*, size_t size) override { size_ += size; }
+  uint64_t size() const { return size_; }
+
+ private:
+  uint64_t size_ = 0;
+};
+
+class VectorSink final : public Sink {
+ public:
+  void write(const void* data, size_t size) override;
+  std::vector<uint8_t> bytes;
+};
+
+struct WriteOptions {
+  int zstd_level = 0;      // 0: every section raw; 1..19: zstd at that level
+  bool compress_kv = true; // with zstd: K/V sections too (raw K/V allow zero-copy mmap reads)
+  bool force = false;      // write_cache_file: replace an existing file
+};
+
+// The one serialisation path. Throws invalid_argument (validate) or whatever the sink throws.
+void write_cache(const CacheContents& contents, Sink& sink, const WriteOptions& options = {});
+
+// write_cache into `path` through write_file_atomically.
+void write_cache_file(const CacheContents& contents, const std::string& path,
+                      const WriteOptions& options = {});
+
+// Creates `path` atomically: `body` writes into a temporary file `path.tmp.XXXXXX` in the same
+// directory, which is fsynced and renamed onto `path` (the directory is fsynced too). Refuses an
+// existing `path` unless force (Errc::invalid_argument). If anything throws, the temporary file
+// is removed and `path` is untouched.
+void write_file_atomically(const std::string& path, bool force,
+                           const std::function<void(Sink&)>& body);
+
+// ---- Reading ------------------------------------------------------------------------------
+
+enum class Verify {
+  Metadata,  // checksums of the small sections at open; K/V data is trusted (fastest)
+  OnAccess,  // also each K/V section's checksum the first time it is read (default)
+  Full,      // every section's checksum at open (`kvzip inspect --verify`)
+};
+
+struct OpenOptions {
+  Verify verify = Verify::OnAccess;
+  // 0: no limit. Else a section whose Raw_Size exceeds it is refused (Errc::unsupported) before
+  // anything is decoded; for untrusted input (the fuzz target sets it), since a small zstd
+  // section can legitimately expand a thousandfold.
+  uint64_t max_section_bytes = 0;
+};
+
+enum class ChecksumStatus { Unchecked, Ok };  // a mismatch throws Errc::checksum_mismatch
+
+struct SectionInfo {
+  uint32_t kind = 0;      // section kind id (spec "Section kinds"), unknown ids included
+  std::string name;       // "meta", "index", "positions", "scores", "kv", "unknown"
+  uint32_t layer = 0;     // for "kv": the layer; else 0
+  bool optional = false;  // Optional flag of the section
+  Codec codec = Codec::None;
+  uint64_t offset = 0;       // relative to the data area
+  uint64_t stored_size = 0;  // bytes in the file
+  uint64_t raw_size = 0;     // bytes after decoding
+  uint64_t checksum = 0;     // xxh64 of the stored bytes
+  ChecksumStatus status = ChecksumStatus::Unchecked;
+};
+
+// Zero-copy K and V of one layer, pointing into the mapped file.
+struct KvView {
+  std::span<const float> k;  // (R, D)
+  std::span<const float> v;  // (R, D)
+};
+
+// A validated, memory-mapped .kvz file. Opening checks every structure (counts, offsets, sizes
+// with overflow checks, tiling, the small sections' checksums); errors name the field, the value
+// and the expectation. Accessors are safe to call from several threads.
+class CacheReader {
+ public:
+  static CacheReader open(const std::string& path, const OpenOptions& options = {});
+  // Reads a file image held in memory; `bytes` must outlive the reader. Used by tests and fuzz.
+  static CacheReader open_memory(std::span<const uint8_t> bytes, const OpenOptions& options = {});
+
+  CacheReader(CacheReader&&) noexcept;
+  CacheReader& operator=(CacheReader&&) noexcept;
+  ~CacheReader();
+
+  uint16_t version_major() const;
+  uint16_t version_minor() const;
+  uint64_t file_size() const;
+  const CacheHeader& header() const;
+  bool has_scores() const;
+
+  std::span<const uint32_t> head_rows(uint32_t layer) const;  // (Hkv)
+  uint64_t layer_rows(uint32_t layer) const;                   // R_l
+  std::span<const uint32_t> positions(uint32_t layer) const;   // (R_l)
+  std::span<const float> scores(uint32_t layer) const;         // (R_l), empty without scores
+
+  // K/V stored raw as f32: views into the mapping (checksum checked per OpenOptions). Else empty.
+  std::optional<KvView> kv_view(uint32_t layer) const;
+  // Decodes K and V of a layer (any dtype, any codec) into caller buffers of R_l * D floats.
+  void read_kv(uint32_t layer, std::span<float> k, std::span<float> v) const;
+  LayerKv load_layer(uint32_t layer) const;
+  CacheContents load() const;
+
+  void verify() const;  // checks every section's checksum now
+  std::vector<SectionInfo> sections() const;
+
+  // Errc::model_mismatch with both fingerprints unless they match; with force returns false
+  // instead of throwing. Returns true when they match.
+  bool check_model(const ModelFingerprint& loaded, bool force) const;
+
+  struct Impl;  // opaque (format/detail/reader_impl.h)
+
+ private:
+  explicit CacheReader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Errc::model_mismatch when the cache's L, Hkv, D or RoPE settings differ from the model's.
+// Unlike check_model there is no force: a cache of another shape cannot be attended to.
+void check_shape(const CacheHeader& header, const ModelConfig& config);
+
+// ---- Re-pruning ---------------------------------------------------------------------------
+
+// Keeps a smaller fraction `ratio` of the document rows using the stored scores: one global
+// threshold over all kept document rows (positions >= prefix length) of every layer and head;
+// k = floor(ratio * L * Hkv * n_c) rows are the budget and rows scoring strictly above the
+// (k+1)-th best are kept (ties at the cut are evicted, so at most k). Prefix rows always stay.
+// invalid_argument when the cache has no scores, or ratio is outside (0, achieved_ratio].
+CacheContents prune(const CacheContents& contents, double ratio);
+
+// ---- HDF5 (spec "HDF5 layout") ------------------------------------------------------------
+
+bool hdf5_available();  // false when built without HDF5 (then both calls throw unsupported)
+void export_hdf5(const CacheContents& contents, const std::string& path, bool force);
+CacheContents import_hdf5(const std::string& path);
+
+// ---- inspect ------------------------------------------------------------------------------
+
+struct DescribeOptions {
+  bool json = false;
+  std::string file_name;  // shown in the first line
+};
+
+// The stable, diffable text (or JSON) dump of `kvzip inspect`.
+std::string describe(const CacheReader& reader, const DescribeOptions& options);
+
+}  // namespace kvzip::format

@@ -1,0 +1,225 @@
+// CacheReader: mapping a file (or borrowing a memory image), then the accessors over what
+// Impl::parse proved valid. K/V sections are checksummed lazily per OpenOptions::verify; the
+// per-section flag is atomic so concurrent readers of different layers stay safe.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "format/detail/codec.h"
+#include "format/detail/dtype.h"
+#include "format/detail/reader_impl.h"
+
+namespace kvzip::format {
+
+namespace detail {
+std::string hex64(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+}  // namespace detail
+
+CacheReader::Impl::~Impl() {
+  if (map) ::munmap(map, map_len);
+}
+
+void CacheReader::Impl::check_checksum(size_t i) const {
+  if (checked[i].load(std::memory_order_acquire)) return;
+  const Entry& s = entries[i];
+  uint64_t got = detail::xxh64(stored(i), s.stored);
+  if (got != s.checksum)
+    throw Error(Errc::checksum_mismatch, label(i) + ": checksum mismatch: stored xxh64 " + detail::hex64(s.checksum) +
+                                             ", data hashes to " + detail::hex64(got) +
+                                             "; the section is damaged (re-create or re-copy the file)");
+  checked[i].store(1, std::memory_order_release);
+}
+
+std::vector<uint8_t> CacheReader::Impl::decode_small(size_t i) const {
+  check_checksum(i);
+  const Entry& s = entries[i];
+  if (s.codec == static_cast<uint32_t>(Codec::Zstd)) return detail::zstd_decode(stored(i), s.stored, s.raw, label(i));
+  return std::vector<uint8_t>(stored(i), stored(i) + s.stored);
+}
+
+CacheReader::CacheReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CacheReader::CacheReader(CacheReader&&) noexcept = default;
+CacheReader& CacheReader::operator=(CacheReader&&) noexcept = default;
+CacheReader::~CacheReader() = default;
+
+CacheReader CacheReader::open(const std::string& path, const OpenOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->name = path;
+  impl->options = options;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    if (err == ENOENT) throw Error(Errc::not_found, "cache file " + path + " does not exist");
+    throw Error(Errc::io, "cannot open cache file " + path + ": " + std::strerror(err));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(Errc::io, "cache file " + path + " is not a regular file");
+  }
+  impl->size = static_cast<uint64_t>(st.st_size);
+  if (impl->size > 0) {
+    void* m = ::mmap(nullptr, impl->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int err = errno;
+    ::close(fd);
+    if (m == MAP_FAILED) throw Error(Errc::io, "cannot map cache file " + path + ": " + std::strerror(err));
+    impl->map = m;
+    impl->map_len = impl->size;
+    impl->base = static_cast<const uint8_t*>(m);
+  } else {
+    ::close(fd);
+  }
+  impl->parse();
+  return CacheReader(std::move(impl));
+}
+
+CacheReader CacheReader::open_memory(std::span<const uint8_t> bytes, const OpenOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->name = "<memory>";
+  impl->options = options;
+  impl->base = bytes.data();
+  impl->size = bytes.size();
+  impl->parse();
+  return CacheReader(std::move(impl));
+}
+
+uint16_t CacheReader::version_major() const { return impl_->major; }
+uint16_t CacheReader::version_minor() const { return impl_->minor; }
+uint64_t CacheReader::file_size() const { return impl_->size; }
+const CacheHeader& CacheReader::header() const { return impl_->header; }
+bool CacheReader::has_scores() const { return impl_->scores_entry != Impl::kNone; }
+
+static void check_layer(const CacheReader::Impl& r, uint32_t layer) {
+  if (layer >= r.header.n_layers)
+    throw Error(Errc::invalid_argument, "layer " + std::to_string(layer) + " out of range: the cache has " +
+                                            std::to_string(r.header.n_layers) + " layers");
+}
+
+std::span<const uint32_t> CacheReader::head_rows(uint32_t layer) const {
+  check_layer(*impl_, layer);
+  return {impl_->head_rows.data() + uint64_t{layer} * impl_->header.n_kv_heads, impl_->header.n_kv_heads};
+}
+
+uint64_t CacheReader::layer_rows(uint32_t layer) const {
+  check_layer(*impl_, layer);
+  return impl_->layer_start[layer + 1] - impl_->layer_start[layer];
+}
+
+std::span<const uint32_t> CacheReader::positions(uint32_t layer) const {
+  return {impl_->positions.data() + impl_->layer_start[layer], layer_rows(layer)};
+}
+
+std::span<const float> CacheReader::scores(uint32_t layer) const {
+  uint64_t n = layer_rows(layer);
+  if (!has_scores()) return {};
+  return {impl_->scores.data() + impl_->layer_start[layer], n};
+}
+
+std::optional<KvView> CacheReader::kv_view(uint32_t layer) const {
+  check_layer(*impl_, layer);
+  size_t i = impl_->kv[layer];
+  const Entry& s = impl_->entries[i];
+  const uint8_t* p = impl_->stored(i);
+  if (impl_->header.kv_dtype != DType::F32 || s.codec != static_cast<uint32_t>(Codec::None) ||
+      reinterpret_cast<uintptr_t>(p) % alignof(float) != 0)
+    return std::nullopt;
+  if (impl_->options.verify != Verify::Metadata) impl_->check_checksum(i);
+  size_t n = static_cast<size_t>(layer_rows(layer) * impl_->header.head_dim);
+  const float* f = reinterpret_cast<const float*>(p);
+  return KvView{{f, n}, {f + n, n}};
+}
+
+void CacheReader::read_kv(uint32_t layer, std::span<float> k, std::span<float> v) const {
+  check_layer(*impl_, layer);
+  size_t n = static_cast<size_t>(layer_rows(layer) * impl_->header.head_dim);
+  if (k.size() != n || v.size() != n)
+    throw Error(Errc::invalid_argument, "read_kv layer " + std::to_string(layer) + ": buffers hold " +
+                                            std::to_string(k.size()) + " / " + std::to_string(v.size()) +
+                                            " floats, need rows * head_dim = " + std::to_string(n));
+  size_t i = impl_->kv[layer];
+  const Entry& s = impl_->entries[i];
+  if (impl_->options.verify != Verify::Metadata) impl_->check_checksum(i);
+  DType t = impl_->header.kv_dtype;
+  size_t half = n * dtype_size(t);
+  std::vector<uint8_t> decoded;
+  const uint8_t* raw = impl_->stored(i);
+  if (s.codec == static_cast<uint32_t>(Codec::Zstd)) {
+    decoded.resize(s.raw);
+    detail::zstd_decode_into(raw, s.stored, decoded.data(), s.raw, impl_->label(i));
+    raw = decoded.data();
+  }
+  detail::decode_values(t, raw, n, k.data());
+  detail::decode_values(t, raw + half, n, v.data());
+}
+
+LayerKv CacheReader::load_layer(uint32_t layer) const {
+  LayerKv out;
+  auto rows = head_rows(layer);
+  out.head_rows.assign(rows.begin(), rows.end());
+  auto pos = positions(layer);
+  out.positions.assign(pos.begin(), pos.end());
+  auto sc = scores(layer);
+  out.scores.assign(sc.begin(), sc.end());
+  size_t n = static_cast<size_t>(layer_rows(layer) * impl_->header.head_dim);
+  out.k.resize(n);
+  out.v.resize(n);
+  read_kv(layer, out.k, out.v);
+  return out;
+}
+
+CacheContents CacheReader::load() const {
+  CacheContents c;
+  c.header = impl_->header;
+  c.has_scores = has_scores();
+  for (uint32_t l = 0; l < impl_->header.n_layers; ++l) c.layers.push_back(load_layer(l));
+  return c;
+}
+
+void CacheReader::verify() const {
+  for (size_t i = 0; i < impl_->entries.size(); ++i) impl_->check_checksum(i);
+}
+
+std::vector<SectionInfo> CacheReader::sections() const {
+  std::vector<SectionInfo> out;
+  for (size_t i = 0; i < impl_->entries.size(); ++i) {
+    const Entry& s = impl_->entries[i];
+    SectionInfo info;
+    info.kind = s.kind;
+    info.name = detail::kind_name(s.kind);
+    info.layer = s.layer;
+    info.optional = s.flags & detail::kFlagOptional;
+    info.codec = static_cast<Codec>(s.codec);
+    info.offset = s.offset;
+    info.stored_size = s.stored;
+    info.raw_size = s.raw;
+    info.checksum = s.checksum;
+    info.status = impl_->checked[i].load() ? ChecksumStatus::Ok : ChecksumStatus::Unchecked;
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+static std::string describe_fp(const ModelFingerprint& f) {
+  return "arch=" + f.arch + " name='" + f.name + "' tokenizer=" + detail::hex64(f.tokenizer_hash) +
+         " weights=" + detail::hex64(f.weights_hash);
+}
+
+bool CacheReader::check_model(const ModelFingerprint& loaded, bool force) const {
+  const ModelFingerprint& mine = impl_->header.model;
+  if (mine.same_model(loaded)) return true;
+  if (force) return false;
+  throw Error(Errc::model_mismatch, impl_->name + ": cache was written by model " + describe_fp(mine) +
+                                        " but the loaded model is " + describe_fp(loaded) +
+                                        "; use the same model, or pass --force to load it anyway");
+}
+
+}  // namespace kvzip::format
