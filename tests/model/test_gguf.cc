@@ -360,7 +360,7 @@ TEST_CASE("a bad general.alignment is corrupt", "[model][gguf]") {
 TEST_CASE("every truncation and random byte damage of a model gives kvzip::Error or a file",
           "[model][gguf]") {
   TinyModelSpec spec;
-  spec.config = tiny_llama_config();
+  spec.config = tiny_gguf_llama_config();
   const auto bytes = make_tiny_model(spec).bytes;
   const gguf::File good = gguf::File::from_bytes(bytes);
   const uint64_t header_end = good.data_offset();

@@ -115,7 +115,7 @@ std::vector<float> raw_f32(const gguf::File& f, const std::string& name) {
 }  // namespace
 
 TEST_CASE("config_from_gguf reads a tiny llama model's hyper-parameters", "[model][gguf]") {
-  const ModelConfig want = tiny_llama_config();
+  const ModelConfig want = tiny_gguf_llama_config();
   const ModelConfig c = config_from_gguf(open_model(make(want)));
   CHECK(c.arch == "llama");
   CHECK(c.n_layers == want.n_layers);
@@ -135,7 +135,7 @@ TEST_CASE("config_from_gguf reads a tiny llama model's hyper-parameters", "[mode
 }
 
 TEST_CASE("config_from_gguf sees qwen2's q/k/v biases and an untied output", "[model][gguf]") {
-  const ModelConfig c = config_from_gguf(open_model(make(tiny_qwen2_config())));
+  const ModelConfig c = config_from_gguf(open_model(make(tiny_gguf_qwen2_config())));
   CHECK(c.arch == "qwen2");
   CHECK(c.qkv_bias);
   CHECK_FALSE(c.tied_embeddings);
@@ -145,14 +145,14 @@ TEST_CASE("config_from_gguf sees qwen2's q/k/v biases and an untied output", "[m
 
 TEST_CASE("head_count_kv defaults to head_count and key_length to E / Hq", "[model][gguf]") {
   TinyModelSpec spec;
-  spec.config = tiny_llama_config();
+  spec.config = tiny_gguf_llama_config();
   spec.drop_keys = {"llama.attention.head_count_kv"};
   const ModelConfig c = config_from_gguf(open_model(make_tiny_model(spec)));
   CHECK(c.n_kv_heads == c.n_heads);
   CHECK(c.head_dim == 64 / 4);
 
   TinyModelSpec wide;
-  wide.config = tiny_llama_config();
+  wide.config = tiny_gguf_llama_config();
   wide.config.head_dim = 32;  // Hq*D = 128 != E: the writer adds attention.key_length
   const TinyModel m = make_tiny_model(wide);
   const gguf::File f = open_model(m);
@@ -164,7 +164,7 @@ TEST_CASE("head_count_kv defaults to head_count and key_length to E / Hq", "[mod
 TEST_CASE("llama3 rope scaling is read, with default low/high frequency factors",
           "[model][gguf]") {
   TinyModelSpec spec;
-  spec.config = tiny_llama_config();
+  spec.config = tiny_gguf_llama_config();
   spec.config.rope_scaling = {RopeScalingKind::Llama3, 8.0f, 2.0f, 8.0f, 8192};
   ModelConfig c = config_from_gguf(open_model(make_tiny_model(spec)));
   CHECK(c.rope_scaling.kind == RopeScalingKind::Llama3);
@@ -186,7 +186,7 @@ TEST_CASE("llama3 rope scaling is read, with default low/high frequency factors"
 TEST_CASE("linear rope scaling is read and unknown scaling types are unsupported",
           "[model][gguf]") {
   TinyModelSpec spec;
-  spec.config = tiny_llama_config();
+  spec.config = tiny_gguf_llama_config();
   spec.config.rope_scaling.kind = RopeScalingKind::Linear;
   spec.config.rope_scaling.factor = 4.0f;
   const ModelConfig c = config_from_gguf(open_model(make_tiny_model(spec)));
@@ -200,7 +200,7 @@ TEST_CASE("linear rope scaling is read and unknown scaling types are unsupported
 
 TEST_CASE("unknown architectures and missing required keys are refused", "[model][gguf]") {
   TinyModelSpec spec;
-  spec.config = tiny_llama_config();
+  spec.config = tiny_gguf_llama_config();
   spec.extra_kvs = {kv_string("general.architecture", "gpt2")};
   expect_error([&] { config_from_gguf(open_model(make_tiny_model(spec))); }, Errc::unsupported,
                {"architecture 'gpt2'"});
@@ -222,7 +222,7 @@ TEST_CASE("load_weights round-trips every dtype the test writer produces", "[mod
                                   GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1);
   const bool qwen = GENERATE(false, true);
   INFO(quant::type_name(dtype) << (qwen ? " qwen2" : " llama"));
-  const TinyModel m = make(qwen ? tiny_qwen2_config() : tiny_llama_config(), dtype, 7);
+  const TinyModel m = make(qwen ? tiny_gguf_qwen2_config() : tiny_gguf_llama_config(), dtype, 7);
   const gguf::File f = open_model(m);
   const Weights w = load_weights(f, 2);
   CHECK(w.config.arch == m.weights.config.arch);
@@ -234,7 +234,7 @@ TEST_CASE("load_weights round-trips every dtype the test writer produces", "[mod
 TEST_CASE("a SmolLM2-like mix of Q4_1 weights and a Q8_0 embedding round-trips",
           "[model][gguf]") {
   TinyModelSpec spec;
-  spec.config = tiny_llama_config();
+  spec.config = tiny_gguf_llama_config();
   spec.dtype = GgmlType::Q4_1;
   spec.embd_dtype = GgmlType::Q8_0;
   const TinyModel m = make_tiny_model(spec);
@@ -248,7 +248,7 @@ TEST_CASE("a SmolLM2-like mix of Q4_1 weights and a Q8_0 embedding round-trips",
 
 TEST_CASE("llama Q/K rows are un-permuted: HF row i is GGUF row 2i, row i+D/2 is GGUF 2i+1",
           "[model][gguf]") {
-  ModelConfig cfg = tiny_llama_config();
+  ModelConfig cfg = tiny_gguf_llama_config();
   cfg.qkv_bias = true;  // a llama with biases: they are permuted too
   const TinyModel m = make(cfg);
   const gguf::File f = open_model(m);
@@ -282,7 +282,7 @@ TEST_CASE("llama Q/K rows are un-permuted: HF row i is GGUF row 2i, row i+D/2 is
 
 TEST_CASE("half-split RoPE on loaded Q/K gives llama.cpp's interleaved-RoPE scores",
           "[model][gguf]") {
-  const ModelConfig cfg = tiny_llama_config();
+  const ModelConfig cfg = tiny_gguf_llama_config();
   const TinyModel m = make(cfg, GgmlType::F32, 3);
   const gguf::File f = open_model(m);
   const Weights w = load_weights(f, 1);
@@ -317,7 +317,7 @@ TEST_CASE("half-split RoPE on loaded Q/K gives llama.cpp's interleaved-RoPE scor
 }
 
 TEST_CASE("qwen2 Q/K rows and biases are loaded unpermuted", "[model][gguf]") {
-  const TinyModel m = make(tiny_qwen2_config());
+  const TinyModel m = make(tiny_gguf_qwen2_config());
   const gguf::File f = open_model(m);
   const Weights w = load_weights(f, 1);
   check_same(w.layers[0].wq, raw_f32(f, "blk.0.attn_q.weight"), "wq");
@@ -330,7 +330,7 @@ TEST_CASE("qwen2 Q/K rows and biases are loaded unpermuted", "[model][gguf]") {
 
 TEST_CASE("a tensor of the wrong shape is named with found and expected shapes",
           "[model][gguf]") {
-  TinyModel m = make(tiny_llama_config());
+  TinyModel m = make(tiny_gguf_llama_config());
   for (GgufTensor& t : m.writer.tensors) {
     if (t.name == "blk.1.attn_k.weight") {
       t.ne = {64, 16};
@@ -344,7 +344,7 @@ TEST_CASE("a tensor of the wrong shape is named with found and expected shapes",
 
 TEST_CASE("a missing tensor and an undecodable tensor type are reported by name",
           "[model][gguf]") {
-  TinyModel m = make(tiny_llama_config());
+  TinyModel m = make(tiny_gguf_llama_config());
   GgufWriter without = m.writer;
   auto& ts = without.tensors;
   ts.erase(std::remove_if(ts.begin(), ts.end(),
@@ -364,7 +364,7 @@ TEST_CASE("a missing tensor and an undecodable tensor type are reported by name"
 
 TEST_CASE("fingerprints separate weights, tokenizer and name", "[model][gguf]") {
   TinyModelSpec spec;
-  spec.config = tiny_llama_config();
+  spec.config = tiny_gguf_llama_config();
   const ModelFingerprint a = fingerprint_from_gguf(open_model(make_tiny_model(spec)));
   const ModelFingerprint a2 = fingerprint_from_gguf(open_model(make_tiny_model(spec)));
   CHECK(a.arch == "llama");

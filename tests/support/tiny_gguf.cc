@@ -486,7 +486,7 @@ void add_hparams(GgufWriter& w, const TinyModelSpec& spec) {
 
 }  // namespace
 
-ModelConfig tiny_llama_config() {
+ModelConfig tiny_gguf_llama_config() {
   ModelConfig c;
   c.arch = "llama";
   c.n_layers = 2;
@@ -504,8 +504,8 @@ ModelConfig tiny_llama_config() {
   return c;
 }
 
-ModelConfig tiny_qwen2_config() {
-  ModelConfig c = tiny_llama_config();
+ModelConfig tiny_gguf_qwen2_config() {
+  ModelConfig c = tiny_gguf_llama_config();
   c.arch = "qwen2";
   c.rope_base = 1000000.0f;
   c.rms_eps = 1e-6f;

@@ -98,8 +98,8 @@ extern const char* const kChatMlTemplate;  // SmolLM2's ChatML template with def
 
 // ---- tiny models ----
 
-ModelConfig tiny_llama_config();  // L=2 E=64 Hq=4 Hkv=2 D=16 F=96 V=kTinyVocabSize, ctx 256
-ModelConfig tiny_qwen2_config();  // the same dimensions, arch qwen2, qkv_bias
+ModelConfig tiny_gguf_llama_config();  // L=2 E=64 Hq=4 Hkv=2 D=16 F=96 V=kTinyVocabSize, ctx 256
+ModelConfig tiny_gguf_qwen2_config();  // the same dimensions, arch qwen2, qkv_bias
 
 struct TinyModelSpec {
   ModelConfig config;  // arch llama, mistral or qwen2; qkv_bias adds .bias tensors; tied
