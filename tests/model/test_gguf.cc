@@ -366,7 +366,7 @@ TEST_CASE("every truncation and random byte damage of a model gives kvzip::Error
   const uint64_t header_end = good.data_offset();
   int errors = 0;
   // Every cut inside the header and metadata region (sampled), plus cuts across the data.
-  for (uint64_t cut = 0; cut < bytes.size(); cut += cut < header_end ? 7 : 997) {
+  for (uint64_t cut = 0; cut < bytes.size(); cut += cut < header_end ? 11 : 2999) {
     std::vector<uint8_t> b(bytes.begin(), bytes.begin() + int64_t(cut));
     try {
       gguf::File::from_bytes(std::move(b));
@@ -378,7 +378,7 @@ TEST_CASE("every truncation and random byte damage of a model gives kvzip::Error
   CHECK(errors > 100);
   // Byte flips in the header: any outcome but a crash or a foreign exception is acceptable.
   uint64_t state = 12345;
-  for (int i = 0; i < 300; ++i) {
+  for (int i = 0; i < 200; ++i) {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
     std::vector<uint8_t> b = bytes;
     b[size_t((state >> 33) % header_end)] ^= uint8_t(1u << ((state >> 20) % 8));
