@@ -78,8 +78,9 @@ void parse_kv(File::Impl& impl, Cursor& c, uint64_t index) {
     check_count(impl, c, kv.count, min_elem, what + " array count");
     kv.value_offset = c.pos();
     if (kv.elem_type == ValueType::String) {
-      for (uint64_t i = 0; i < kv.count; ++i)
-        c.read_string(what + " element " + std::to_string(i));
+      for (uint64_t i = 0; i < kv.count; ++i) {
+        if (!c.try_skip_string()) c.read_string(what + " element " + std::to_string(i));
+      }
     } else {
       c.skip(kv.count * min_elem, what + " array data");
     }
