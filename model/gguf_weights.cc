@@ -5,7 +5,12 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "common/error.h"
 #include "model/quant.h"
@@ -123,36 +128,6 @@ ModelConfig config_from_gguf(const gguf::File& f) {
 
 namespace {
 
-// Dequantizes tensors after checking their shapes against the config.
-class TensorLoader {
- public:
-  TensorLoader(const gguf::File& f, int threads) : f_(f), threads_(threads) {}
-
-  // Expected GGUF shape: ne = [ne0] for vectors, [ne0, ne1] for matrices (ne0 contiguous).
-  std::vector<float> load(const std::string& name, int64_t ne0, int64_t ne1) const {
-    const gguf::TensorInfo& t = f_.tensor(name);
-    if (t.ne[0] != ne0 || t.ne[1] != ne1 || t.ne[2] != 1 || t.ne[3] != 1) {
-      std::string want(1, '[');
-      want.append(std::to_string(ne0));
-      if (ne1 != 1) want.append(", ").append(std::to_string(ne1));
-      want.append("]");
-      fail(f_, Errc::corrupt, "tensor '" + name + "' has shape " + t.shape_string() +
-                                  ", expected " + want + " (from the model metadata)");
-    }
-    if (!quant::traits(t.type).dequantizable)
-      fail(f_, Errc::unsupported, "tensor '" + name + "' has type " + quant::type_name(t.type) +
-                                      ", which kvzip cannot dequantize (supported: F32 F16 BF16 "
-                                      "Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q6_K)");
-    std::vector<float> out(size_t(ne0 * ne1));
-    quant::dequantize_rows(t.type, t.data, out.data(), ne0, ne1, threads_);
-    return out;
-  }
-
- private:
-  const gguf::File& f_;
-  int threads_;
-};
-
 // Undo llama.cpp's per-head interleave: GGUF row h*D + 2i + p holds HF row h*D + p*D/2 + i.
 // w is (n_heads*D, row_len) row-major; row_len = 1 for a bias.
 void unpermute_rows(std::vector<float>& w, uint32_t n_heads, uint32_t head_dim, size_t row_len) {
@@ -170,34 +145,98 @@ void unpermute_rows(std::vector<float>& w, uint32_t n_heads, uint32_t head_dim, 
   }
 }
 
-LayerWeights load_layer(const TensorLoader& ld, const ModelConfig& c, uint32_t l, bool permute) {
-  const std::string b = "blk." + std::to_string(l) + ".";
-  const int64_t E = c.d_model, F = c.d_ffn;
-  const int64_t q_rows = int64_t(c.n_heads) * c.head_dim, kv_rows = int64_t(c.n_kv_heads) * c.head_dim;
-  LayerWeights w;
-  w.attn_norm = ld.load(b + "attn_norm.weight", E, 1);
-  w.wq = ld.load(b + "attn_q.weight", E, q_rows);    // (Hq*D, E)
-  w.wk = ld.load(b + "attn_k.weight", E, kv_rows);   // (Hkv*D, E)
-  w.wv = ld.load(b + "attn_v.weight", E, kv_rows);   // (Hkv*D, E)
-  w.wo = ld.load(b + "attn_output.weight", q_rows, E);  // (E, Hq*D)
-  if (c.qkv_bias) {
-    w.bq = ld.load(b + "attn_q.bias", q_rows, 1);
-    w.bk = ld.load(b + "attn_k.bias", kv_rows, 1);
-    w.bv = ld.load(b + "attn_v.bias", kv_rows, 1);
+// Collects (tensor -> destination) jobs, validating each tensor's shape and type up front, then
+// runs them on a pool of threads. Whole tensors are the unit of work: allocating and first-touching
+// ~0.5 GB of fp32 costs more than decoding it, and that only parallelises across allocations.
+class TensorLoader {
+ public:
+  explicit TensorLoader(const gguf::File& f) : f_(f) {}
+
+  // Expected GGUF shape: ne = [ne0] for vectors, [ne0, ne1] for matrices (ne0 contiguous).
+  // perm_heads > 0: un-permute the rows as Q/K heads of perm_head_dim rows.
+  void add(const std::string& name, int64_t ne0, int64_t ne1, std::vector<float>* dst,
+           uint32_t perm_heads = 0, uint32_t perm_head_dim = 0) {
+    const gguf::TensorInfo& t = f_.tensor(name);
+    if (t.ne[0] != ne0 || t.ne[1] != ne1 || t.ne[2] != 1 || t.ne[3] != 1) {
+      std::string want(1, '[');
+      want.append(std::to_string(ne0));
+      if (ne1 != 1) want.append(", ").append(std::to_string(ne1));
+      want.append("]");
+      fail(f_, Errc::corrupt, "tensor '" + name + "' has shape " + t.shape_string() +
+                                  ", expected " + want + " (from the model metadata)");
+    }
+    if (!quant::traits(t.type).dequantizable)
+      fail(f_, Errc::unsupported, "tensor '" + name + "' has type " + quant::type_name(t.type) +
+                                      ", which kvzip cannot dequantize (supported: F32 F16 BF16 "
+                                      "Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q6_K)");
+    jobs_.push_back({&t, dst, perm_heads, perm_head_dim});
   }
-  w.ffn_norm = ld.load(b + "ffn_norm.weight", E, 1);
-  w.w_gate = ld.load(b + "ffn_gate.weight", E, F);  // (F, E)
-  w.w_up = ld.load(b + "ffn_up.weight", E, F);      // (F, E)
-  w.w_down = ld.load(b + "ffn_down.weight", F, E);  // (E, F)
-  if (permute) {
-    unpermute_rows(w.wq, c.n_heads, c.head_dim, size_t(E));
-    unpermute_rows(w.wk, c.n_kv_heads, c.head_dim, size_t(E));
-    if (c.qkv_bias) {
-      unpermute_rows(w.bq, c.n_heads, c.head_dim, 1);
-      unpermute_rows(w.bk, c.n_kv_heads, c.head_dim, 1);
+
+  void run(int threads) {
+    // Largest first, so the big embedding does not start last.
+    std::sort(jobs_.begin(), jobs_.end(),
+              [](const Job& a, const Job& b) { return a.t->n_elements() > b.t->n_elements(); });
+    std::atomic<size_t> next{0};
+    std::exception_ptr error;
+    std::mutex error_mu;
+    auto worker = [&] {
+      try {
+        for (size_t i; (i = next.fetch_add(1)) < jobs_.size();) run_job(jobs_[i]);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mu);
+        if (!error) error = std::current_exception();
+        next = jobs_.size();
+      }
+    };
+    const size_t n = std::clamp<size_t>(size_t(std::max(threads, 1)), 1, jobs_.size());
+    std::vector<std::thread> pool;
+    for (size_t k = 1; k < n; ++k) pool.emplace_back(worker);
+    worker();
+    for (std::thread& th : pool) th.join();
+    if (error) std::rethrow_exception(error);
+  }
+
+ private:
+  struct Job {
+    const gguf::TensorInfo* t;
+    std::vector<float>* dst;
+    uint32_t perm_heads, perm_head_dim;
+  };
+
+  static void run_job(const Job& j) {
+    j.dst->resize(size_t(j.t->n_elements()));
+    quant::dequantize_rows(j.t->type, j.t->data, j.dst->data(), j.t->ne[0], j.t->n_rows(), 1);
+    if (j.perm_heads) {  // a matrix has rows of ne[0] values; a bias has rows of one value
+      const size_t rows = size_t(j.perm_heads) * j.perm_head_dim;
+      KVZIP_ASSERT(rows > 0 && j.dst->size() % rows == 0);
+      unpermute_rows(*j.dst, j.perm_heads, j.perm_head_dim, j.dst->size() / rows);
     }
   }
-  return w;
+
+  const gguf::File& f_;
+  std::vector<Job> jobs_;
+};
+
+void plan_layer(TensorLoader& ld, const ModelConfig& c, uint32_t l, bool permute,
+                LayerWeights& w) {
+  const std::string b = "blk." + std::to_string(l) + ".";
+  const int64_t E = c.d_model, F = c.d_ffn, D = c.head_dim;
+  const int64_t q_rows = c.n_heads * D, kv_rows = c.n_kv_heads * D;
+  const uint32_t q_perm = permute ? c.n_heads : 0, k_perm = permute ? c.n_kv_heads : 0;
+  ld.add(b + "attn_norm.weight", E, 1, &w.attn_norm);                    // (E)
+  ld.add(b + "attn_q.weight", E, q_rows, &w.wq, q_perm, c.head_dim);     // (Hq*D, E)
+  ld.add(b + "attn_k.weight", E, kv_rows, &w.wk, k_perm, c.head_dim);    // (Hkv*D, E)
+  ld.add(b + "attn_v.weight", E, kv_rows, &w.wv);                        // (Hkv*D, E)
+  if (c.qkv_bias) {
+    ld.add(b + "attn_q.bias", q_rows, 1, &w.bq, q_perm, c.head_dim);     // (Hq*D)
+    ld.add(b + "attn_k.bias", kv_rows, 1, &w.bk, k_perm, c.head_dim);    // (Hkv*D)
+    ld.add(b + "attn_v.bias", kv_rows, 1, &w.bv);                        // (Hkv*D)
+  }
+  ld.add(b + "attn_output.weight", q_rows, E, &w.wo);                    // (E, Hq*D)
+  ld.add(b + "ffn_norm.weight", E, 1, &w.ffn_norm);                      // (E)
+  ld.add(b + "ffn_gate.weight", E, F, &w.w_gate);                        // (F, E)
+  ld.add(b + "ffn_up.weight", E, F, &w.w_up);                            // (F, E)
+  ld.add(b + "ffn_down.weight", F, E, &w.w_down);                        // (E, F)
 }
 
 }  // namespace
@@ -206,13 +245,14 @@ Weights load_weights(const gguf::File& f, int threads) {
   Weights w;
   w.config = config_from_gguf(f);
   const ModelConfig& c = w.config;
-  const TensorLoader ld(f, threads);
-  w.tok_embd = ld.load("token_embd.weight", c.d_model, c.vocab_size);  // (V, E)
-  w.output_norm = ld.load("output_norm.weight", c.d_model, 1);
-  if (!c.tied_embeddings) w.output = ld.load("output.weight", c.d_model, c.vocab_size);
+  TensorLoader ld(f);
+  ld.add("token_embd.weight", c.d_model, c.vocab_size, &w.tok_embd);  // (V, E)
+  ld.add("output_norm.weight", c.d_model, 1, &w.output_norm);         // (E)
+  if (!c.tied_embeddings) ld.add("output.weight", c.d_model, c.vocab_size, &w.output);  // (V, E)
   const bool permute = gguf_qk_permuted(c.arch);
-  w.layers.reserve(c.n_layers);
-  for (uint32_t l = 0; l < c.n_layers; ++l) w.layers.push_back(load_layer(ld, c, l, permute));
+  w.layers.resize(c.n_layers);  // no reallocation after planning: jobs hold pointers into it
+  for (uint32_t l = 0; l < c.n_layers; ++l) plan_layer(ld, c, l, permute, w.layers[l]);
+  ld.run(threads);
   return w;
 }
 

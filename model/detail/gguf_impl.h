@@ -70,6 +70,16 @@ class Cursor {
   // u64 length + bytes. Throws corrupt when the length exceeds the whole file, truncated when it
   // exceeds what is left.
   std::string_view read_string(const std::string& what);
+  // Skips a well-formed string and returns true; returns false without moving when it would not
+  // fit (the caller then calls read_string to report it). Keeps the hot loop free of messages.
+  bool try_skip_string() {
+    uint64_t len;
+    if (remaining() < 8) return false;
+    std::memcpy(&len, impl_.data + pos_, 8);
+    if (len > remaining() - 8) return false;
+    pos_ += 8 + len;
+    return true;
+  }
   void skip(uint64_t n, const std::string& what) {
     need(n, what);
     pos_ += n;

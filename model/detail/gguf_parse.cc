@@ -17,6 +17,9 @@ constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian u32
 constexpr uint64_t kMinKvBytes = 8 + 4 + 1;              // empty key, type, 1-byte value
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;  // empty name, n_dims=0, type, offset
 constexpr uint64_t kMaxTensorName = 63;                  // GGML_MAX_NAME - 1
+// ggml's GGML_TYPE_COUNT when this was written: ids below it are real (possibly newer) ggml
+// types this build cannot size (unsupported); ids at or above it are garbage (corrupt).
+constexpr uint32_t kGgmlTypeCount = 43;
 // A length or count needing more bytes than the whole file and than this is called corrupt;
 // anything smaller that runs past the end is called truncated (a cut file keeps sane counts).
 constexpr uint64_t kPlausibleBytes = 1ull << 30;
@@ -78,8 +81,9 @@ void parse_kv(File::Impl& impl, Cursor& c, uint64_t index) {
     check_count(impl, c, kv.count, min_elem, what + " array count");
     kv.value_offset = c.pos();
     if (kv.elem_type == ValueType::String) {
-      for (uint64_t i = 0; i < kv.count; ++i)
-        c.read_string(what + " element " + std::to_string(i));
+      for (uint64_t i = 0; i < kv.count; ++i) {
+        if (!c.try_skip_string()) c.read_string(what + " element " + std::to_string(i));
+      }
     } else {
       c.skip(kv.count * min_elem, what + " array data");
     }
@@ -145,9 +149,10 @@ void parse_tensor_info(File::Impl& impl, Cursor& c, uint64_t index) {
   const uint32_t type = c.read<uint32_t>(what + " type");
   const quant::TypeTraits* tr = quant::type_traits(type);
   if (!tr) {
-    const Errc code = type < 43 ? Errc::unsupported : Errc::corrupt;
-    impl.fail(code, what + " has unknown ggml type " + std::to_string(type) + at(type_off) +
-                        (type < 43 ? " (a type this build does not know)" : ""));
+    const bool known_id = type < kGgmlTypeCount;
+    impl.fail(known_id ? Errc::unsupported : Errc::corrupt,
+              what + " has unknown ggml type " + std::to_string(type) + at(type_off) +
+                  (known_id ? " (a ggml type this build cannot read)" : ""));
   }
   t.type = quant::GgmlType(type);
   if (t.ne[0] % tr->block_elems != 0)

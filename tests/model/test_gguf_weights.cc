@@ -433,6 +433,21 @@ TEST_CASE("the real SmolLM2-135M-Instruct GGUF loads with the expected config",
   CHECK(w.tok_embd.size() == size_t(49152) * 576);
   CHECK(w.output.empty());
   CHECK(w.layers[29].wk.size() == size_t(192) * 576);
+  // Golden values from an independent decoder: gguf-py's quants.dequantize, with the llama.cpp
+  // permutation undone in numpy (reshape(heads, D/2, 2, E) -> swap axes 1, 2).
+  auto row3 = [&](const std::vector<float>& m, size_t row) {
+    return std::vector<float>(m.begin() + long(row * 576), m.begin() + long(row * 576 + 3));
+  };
+  CHECK(row3(w.layers[3].wq, 0) == std::vector<float>{0x1.3f2p-4f, 0x1.38fp-3f, -0x1.bfcp-4f});
+  CHECK(row3(w.layers[3].wq, 32) == std::vector<float>{0x1.6ep-5f, -0x1.dcp-9f, 0x1.6ep-5f});
+  CHECK(row3(w.layers[3].wq, 100) == std::vector<float>{0x1.53p-6f, 0x1.719p-3f, 0x1.fff8p-2f});
+  CHECK(row3(w.layers[3].wk, 33) == std::vector<float>{0x1.168p-5f, -0x1.862p-3f, -0x1.408p-4f});
+  CHECK(row3(w.tok_embd, 19556) == std::vector<float>{-0x1.a3ap-5f, 0x1.466p-5f, 0.0f});
+  double wq_sum = 0, embd_sum = 0;
+  for (float v : w.layers[3].wq) wq_sum += v;
+  for (float v : w.tok_embd) embd_sum += v;
+  CHECK(wq_sum == Approx(-96.36239624023438).epsilon(1e-9));
+  CHECK(embd_sum == Approx(-15353.04449415207).epsilon(1e-9));
   float norm_sum = 0;
   for (float v : w.output_norm) norm_sum += v;
   CHECK(std::isfinite(norm_sum));
