@@ -3,8 +3,9 @@
 // `tokenizers` (Oniguruma regexes, Rust char::is_numeric for Digits) code point for code point:
 //  * \s is written as the Unicode White_Space list: PCRE2's \s also matches U+180E, Oniguruma's not;
 //  * \p{L} / \p{N} get the code points added in Unicode 15-16 (PCRE2 10.42 ships Unicode 14), and
-//    the Digits class the ones Rust 1.9x counts as numeric from Unicode 17. The ranges were measured
-//    against tokenizers 0.23.3; a newer PCRE2 already containing them is unaffected.
+//    the Digits class also the ones Rust's char::is_numeric adds from Unicode 17. The ranges were
+//    measured code point by code point against tokenizers 0.23.3; a newer PCRE2 that already has
+//    them is unaffected.
 #include "model/detail/pretokenize.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8

@@ -3,6 +3,7 @@
 // vocabulary is checked against Hugging Face in test_tokenizer_golden.cc.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
