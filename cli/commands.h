@@ -6,5 +6,6 @@
 namespace kvzip::cli {
 
 void add_model_commands(CLI::App& app);   // generate, tokenize, perplexity (cmd_model.cc)
+void add_query_commands(CLI::App& app);   // query, chat (cmd_query.cc)
 
 }  // namespace kvzip::cli

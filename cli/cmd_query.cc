@@ -1,0 +1,164 @@
+// `kvzip query` and `kvzip chat`: answer questions from a compressed .kvz cache. Every question
+// sees the same compressed state (the session rolls back after each answer).
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "cli/json.h"
+#include "common/error.h"
+#include "loader/loader.h"
+
+namespace kvzip::cli {
+namespace {
+
+struct QueryOpts {
+  std::string cache, model, questions_file;
+  std::vector<std::string> questions;
+  uint32_t n = 128, threads = 0;
+  float temp = 0.0f;
+  uint64_t seed = 0;
+  bool json = false, force = false, verify = false, quiet = false;
+};
+
+// One question per line; a line starting with '{' is a JSON object with a "question" field.
+// Blank lines are skipped.
+std::vector<std::string> read_questions(const std::string& path) {
+  const std::string text = read_text(path, "questions file");
+  std::vector<std::string> out;
+  size_t start = 0, line_no = 0;
+  while (start <= text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const size_t first = line.find_first_not_of(" \t");
+    if (first != std::string::npos) {
+      if (line[first] == '{') {
+        auto q = json_string_field(line, "question");
+        if (!q)
+          throw Error(Errc::invalid_argument, path + ":" + std::to_string(line_no) +
+                                                  ": JSON line has no \"question\" field");
+        out.push_back(*q);
+      } else {
+        out.push_back(line);
+      }
+    }
+    start = end + 1;
+  }
+  return out;
+}
+
+loader::SessionOptions session_options(const QueryOpts& o) {
+  loader::SessionOptions so;
+  so.threads = o.threads;
+  so.force = o.force;
+  so.verify = o.verify ? format::Verify::Full : format::Verify::OnAccess;
+  return so;
+}
+
+GenerateParams generate_params(const QueryOpts& o, const Model& model) {
+  GenerateParams gp;
+  gp.max_tokens = o.n;
+  gp.sampling.temperature = o.temp;
+  gp.sampling.seed = o.seed;
+  gp.stop_tokens = model.chat().stop_tokens();
+  return gp;
+}
+
+void run_query(const QueryOpts& o) {
+  std::vector<std::string> questions = o.questions;
+  if (!o.questions_file.empty()) {
+    auto more = read_questions(o.questions_file);
+    questions.insert(questions.end(), more.begin(), more.end());
+  }
+  if (questions.empty())
+    throw Error(Errc::invalid_argument, "query: no questions; give QUESTION arguments or --questions FILE");
+  for (const auto& q : questions) check_text(q, "a question");
+  auto model = load_model(o.model, o.threads);
+  loader::QuerySession session(*model, o.cache, session_options(o));
+  if (!o.quiet && !o.json)
+    std::fprintf(stderr, "loaded %s in %.1f ms: %zu document tokens, %s at ratio %.3f\n",
+                 o.cache.c_str(), session.load_ms(), session.header().document_tokens.size(),
+                 session.header().method.c_str(), session.header().achieved_ratio);
+  const GenerateParams gp = generate_params(o, *model);
+  for (const auto& q : questions) {
+    if (o.json) {
+      loader::Answer a = session.ask(q, gp);
+      std::printf("{\"question\":%s,\"answer\":%s,\"tokens\":%zu,\"ms\":%.1f,\"first_token_ms\":%.1f,"
+                  "\"stopped\":%s}\n",
+                  json_string(q).c_str(), json_string(a.text).c_str(), a.tokens.size(), a.ms,
+                  a.first_token_ms, a.stopped ? "true" : "false");
+      std::fflush(stdout);
+    } else {
+      std::printf("Q: %s\nA: ", q.c_str());
+      std::fflush(stdout);
+      session.ask(q, gp, [](const std::string& piece) {
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+      });
+      std::printf("\n\n");
+    }
+  }
+}
+
+void run_chat(const QueryOpts& o) {
+  auto model = load_model(o.model, o.threads);
+  loader::QuerySession session(*model, o.cache, session_options(o));
+  const GenerateParams gp = generate_params(o, *model);
+  std::fprintf(stderr, "kvzip chat: %s (%zu document tokens). One question per line; "
+               "empty line or Ctrl-D to quit.\n", o.cache.c_str(),
+               session.header().document_tokens.size());
+  std::string line;
+  while (true) {
+    std::fprintf(stderr, "> ");
+    std::fflush(stderr);
+    if (!std::getline(std::cin, line)) break;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) break;
+    if (!is_valid_utf8(line)) {
+      std::fprintf(stderr, "(that line is not valid UTF-8; try again)\n");
+      continue;
+    }
+    session.ask(line, gp, [](const std::string& piece) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    });
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+}
+
+void add_common(CLI::App* c, QueryOpts& o) {
+  c->add_option("cache", o.cache, "Compressed cache file (.kvz)")->required()->check(CLI::ExistingFile);
+  c->add_option("-m,--model", o.model, "GGUF model file (default: $KVZIP_MODEL, then the cache)");
+  c->add_option("-n,--max-tokens", o.n, "Answer tokens at most")->capture_default_str();
+  c->add_option("--temp", o.temp, "Temperature; 0 = greedy")->capture_default_str();
+  c->add_option("--seed", o.seed, "Random seed for sampling");
+  c->add_option("-t,--threads", o.threads, "Threads (0 = all cores)");
+  c->add_flag("--force", o.force, "Use a cache written by another model anyway");
+  c->add_flag("--verify", o.verify, "Check every checksum of the file before answering");
+}
+
+}  // namespace
+
+void add_query_commands(CLI::App& app) {
+  auto q = std::make_shared<QueryOpts>();
+  auto* query = app.add_subcommand("query", "Answer questions from a compressed cache");
+  add_common(query, *q);
+  query->add_option("questions", q->questions, "Questions (each answered from the same cache)");
+  query->add_option("--questions", q->questions_file,
+                    "File with one question per line, or JSON lines with a \"question\" field");
+  query->add_flag("--json", q->json, "One JSON object per answer and line");
+  query->add_flag("-q,--quiet", q->quiet, "No load summary on stderr");
+  query->callback([q] { run_query(*q); });
+
+  auto c = std::make_shared<QueryOpts>();
+  auto* chat = app.add_subcommand("chat", "Ask questions interactively against a compressed cache");
+  add_common(chat, *c);
+  chat->callback([c] { run_chat(*c); });
+}
+
+}  // namespace kvzip::cli

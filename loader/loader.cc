@@ -1,0 +1,213 @@
+// Conversions between format::CacheContents / CacheReader and RaggedKvCache, and QuerySession.
+#include "loader/loader.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "common/error.h"
+
+namespace kvzip::loader {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Fills the rows of `cache` layer `l` from a head-major (R, D) K and V pair and positions.
+void fill_layer(RaggedKvCache& cache, uint32_t l, const float* k, const float* v,
+                std::span<const uint32_t> positions) {
+  const CacheShape s = cache.shape();
+  const size_t D = s.head_dim;
+  size_t row = 0;
+  for (uint32_t h = 0; h < s.n_kv_heads; ++h) {
+    const size_t n = cache.kept(l, h);
+    std::memcpy(cache.k_rows(l, h), k + row * D, n * D * sizeof(float));
+    std::memcpy(cache.v_rows(l, h), v + row * D, n * D * sizeof(float));
+    std::memcpy(cache.positions(l, h), positions.data() + row, n * sizeof(uint32_t));
+    row += n;
+  }
+}
+
+std::vector<uint32_t> kept_counts(const format::CacheHeader& h,
+                                  const std::function<std::span<const uint32_t>(uint32_t)>& rows) {
+  std::vector<uint32_t> kept;
+  kept.reserve(size_t(h.n_layers) * h.n_kv_heads);
+  for (uint32_t l = 0; l < h.n_layers; ++l) {
+    auto r = rows(l);
+    kept.insert(kept.end(), r.begin(), r.end());
+  }
+  return kept;
+}
+
+CacheShape shape_of(const format::CacheHeader& h) {
+  return CacheShape{h.n_layers, h.n_kv_heads, h.head_dim};
+}
+
+}  // namespace
+
+struct QuerySession::Loaded {
+  format::CacheHeader header;
+  RaggedKvCache cache;
+  double ms;
+};
+
+QuerySession::Loaded QuerySession::open_file(const Model& model, const std::string& path, const SessionOptions& o) {
+  const auto t0 = Clock::now();
+  format::OpenOptions oo;
+  oo.verify = o.verify;
+  format::CacheReader reader = format::CacheReader::open(path, oo);
+  reader.check_model(model.fingerprint(), o.force);
+  format::check_shape(reader.header(), model.config());
+  RaggedKvCache cache = cache_from_reader(reader, o.room);
+  return QuerySession::Loaded{reader.header(), std::move(cache), ms_since(t0)};
+}
+
+std::vector<format::LayerKv> layers_from_cache(const RaggedKvCache& cache,
+                                               const std::vector<std::vector<float>>& kept_scores) {
+  const CacheShape s = cache.shape();
+  const size_t D = s.head_dim;
+  if (!kept_scores.empty() && kept_scores.size() != s.n_layers)
+    throw Error(Errc::internal, "layers_from_cache: scores for " +
+                                    std::to_string(kept_scores.size()) + " layers, cache has " +
+                                    std::to_string(s.n_layers));
+  std::vector<format::LayerKv> layers(s.n_layers);
+  for (uint32_t l = 0; l < s.n_layers; ++l) {
+    format::LayerKv& out = layers[l];
+    size_t R = 0;
+    for (uint32_t h = 0; h < s.n_kv_heads; ++h) R += cache.kept(l, h);
+    out.head_rows.resize(s.n_kv_heads);
+    out.positions.resize(R);
+    out.k.resize(R * D);
+    out.v.resize(R * D);
+    size_t row = 0;
+    for (uint32_t h = 0; h < s.n_kv_heads; ++h) {
+      const size_t n = cache.kept(l, h);
+      out.head_rows[h] = static_cast<uint32_t>(n);
+      std::memcpy(out.k.data() + row * D, cache.k_rows(l, h), n * D * sizeof(float));
+      std::memcpy(out.v.data() + row * D, cache.v_rows(l, h), n * D * sizeof(float));
+      std::memcpy(out.positions.data() + row, cache.positions(l, h), n * sizeof(uint32_t));
+      row += n;
+    }
+    if (!kept_scores.empty()) {
+      if (kept_scores[l].size() != R)
+        throw Error(Errc::internal, "layers_from_cache: layer " + std::to_string(l) + " has " +
+                                        std::to_string(R) + " rows but " +
+                                        std::to_string(kept_scores[l].size()) + " scores");
+      out.scores = kept_scores[l];
+    }
+  }
+  return layers;
+}
+
+RaggedKvCache cache_from_reader(const format::CacheReader& reader, uint32_t room) {
+  const format::CacheHeader& h = reader.header();
+  auto kept = kept_counts(h, [&](uint32_t l) { return reader.head_rows(l); });
+  RaggedKvCache cache(shape_of(h), static_cast<uint32_t>(h.logical_length()), kept, room);
+  std::vector<float> k, v;
+  for (uint32_t l = 0; l < h.n_layers; ++l) {
+    const auto pos = reader.positions(l);
+    if (auto view = reader.kv_view(l)) {  // raw f32 section: read straight from the mapping
+      fill_layer(cache, l, view->k.data(), view->v.data(), pos);
+    } else {
+      const size_t n = size_t(reader.layer_rows(l)) * h.head_dim;
+      k.resize(n);
+      v.resize(n);
+      reader.read_kv(l, k, v);
+      fill_layer(cache, l, k.data(), v.data(), pos);
+    }
+  }
+  return cache;
+}
+
+RaggedKvCache cache_from_contents(const format::CacheContents& c, uint32_t room) {
+  format::validate(c);
+  const format::CacheHeader& h = c.header;
+  auto kept = kept_counts(h, [&](uint32_t l) { return std::span<const uint32_t>(c.layers[l].head_rows); });
+  RaggedKvCache cache(shape_of(h), static_cast<uint32_t>(h.logical_length()), kept, room);
+  for (uint32_t l = 0; l < h.n_layers; ++l)
+    fill_layer(cache, l, c.layers[l].k.data(), c.layers[l].v.data(), c.layers[l].positions);
+  return cache;
+}
+
+std::string query_template(const format::CacheHeader& header) {
+  for (const auto& [k, v] : header.params)
+    if (k == "query_template") return v;
+  return kDefaultQueryTemplate;
+}
+
+std::vector<int32_t> question_tokens(const Tokenizer& tokenizer, const format::CacheHeader& header,
+                                     std::string_view question) {
+  std::string tail = query_template(header);
+  const std::string key = "{question}";
+  const size_t at = tail.find(key);
+  if (at == std::string::npos)
+    throw Error(Errc::corrupt, "the cache's query_template has no {question} placeholder: \"" +
+                                   tail + "\"");
+  tail.replace(at, key.size(), question);
+  std::vector<int32_t> ids = tokenizer.encode(tail, /*parse_special=*/false);
+  for (uint32_t t : header.suffix_tokens) {
+    if (t >= static_cast<uint32_t>(tokenizer.vocab_size()))
+      throw Error(Errc::corrupt, "the cache's suffix template holds token id " + std::to_string(t) +
+                                     " outside the model's vocabulary");
+    ids.push_back(static_cast<int32_t>(t));
+  }
+  return ids;
+}
+
+static ForwardOptions forward_options(const SessionOptions& o) {
+  ForwardOptions fo;
+  fo.threads = o.threads;
+  return fo;
+}
+
+QuerySession::QuerySession(const Model& model, const std::string& path, const SessionOptions& o)
+    : QuerySession(model, open_file(model, path, o), o) {}
+
+QuerySession::QuerySession(const Model& model, Loaded loaded, const SessionOptions& o)
+    : model_(model),
+      header_(std::move(loaded.header)),
+      cache_(std::move(loaded.cache)),
+      forward_(model.weights(), forward_options(o)),
+      load_ms_(loaded.ms) {}
+
+QuerySession::QuerySession(const Model& model, RaggedKvCache cache, format::CacheHeader header,
+                           const SessionOptions& o)
+    : model_(model),
+      header_(std::move(header)),
+      cache_(std::move(cache)),
+      forward_(model.weights(), forward_options(o)) {
+  format::check_shape(header_, model.config());
+}
+
+Answer QuerySession::ask(std::string_view question, const GenerateParams& params,
+                         const std::function<void(const std::string&)>& on_text) {
+  Answer a;
+  a.question = std::string(question);
+  const std::vector<int32_t> prompt = question_tokens(model_.tokenizer(), header_, question);
+  StreamDecoder dec(model_.tokenizer());
+  const auto t0 = Clock::now();
+  bool first = true;
+  struct Reset {  // back to the compressed state however ask() ends
+    RaggedKvCache& c;
+    ~Reset() { c.reset(); }
+  } reset{cache_};
+  GenerateResult r = generate(forward_, cache_, prompt, params, [&](int32_t tok) {
+    if (first) a.first_token_ms = ms_since(t0), first = false;
+    std::string piece = dec.push(tok);
+    a.text += piece;
+    if (on_text && !piece.empty()) on_text(piece);
+    return true;
+  });
+  std::string tail = dec.finish();
+  a.text += tail;
+  if (on_text && !tail.empty()) on_text(tail);
+  a.ms = ms_since(t0);
+  if (first) a.first_token_ms = a.ms;
+  a.tokens = std::move(r.tokens);
+  a.stopped = r.stopped;
+  a.first_logits = std::move(r.first_logits);
+  return a;
+}
+
+}  // namespace kvzip::loader

@@ -1,0 +1,86 @@
+// loader/: from a .kvz file to answers. Converts between the file's content (format/) and the
+// runtime RaggedKvCache (model/), checks that the cache belongs to the loaded model, and runs
+// query sessions: append the question's tokens, decode an answer, roll back to the compressed
+// state in O(L·Hkv) so the next question sees exactly the cache the file holds.
+// The query prompt is [prefix ; kept document rows ; tail(question) ; suffix template] where the
+// tail text comes from the file's "query_template" parameter (default kDefaultQueryTemplate).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "format/format.h"
+#include "model/model.h"
+#include "model/ragged_cache.h"
+
+namespace kvzip::loader {
+
+// How a question is placed after the document; "{question}" is replaced by the question text.
+inline constexpr const char* kDefaultQueryTemplate = "\n\nQuestion: {question}";
+
+// Rows of a ragged cache as a file's per-layer content. kept_scores, when not empty, holds per
+// layer the score of every kept row in the cache's row order (L vectors of R_l floats).
+std::vector<format::LayerKv> layers_from_cache(const RaggedKvCache& cache,
+                                               const std::vector<std::vector<float>>& kept_scores);
+
+// The ragged cache a file describes, with `room` rows of append room per head.
+RaggedKvCache cache_from_reader(const format::CacheReader& reader, uint32_t room = 512);
+RaggedKvCache cache_from_contents(const format::CacheContents& contents, uint32_t room = 512);
+
+// The query template stored in the header (parameter "query_template"), or the default.
+std::string query_template(const format::CacheHeader& header);
+// Token ids that follow the document for `question`: tail text (no special tokens parsed) then
+// the header's suffix template tokens.
+std::vector<int32_t> question_tokens(const Tokenizer& tokenizer, const format::CacheHeader& header,
+                                     std::string_view question);
+
+struct SessionOptions {
+  uint32_t threads = 0;  // 0 = all cores
+  bool force = false;    // accept a cache written by another model (fingerprint mismatch)
+  format::Verify verify = format::Verify::OnAccess;
+  uint32_t room = 512;   // append rows per head reserved up front
+};
+
+struct Answer {
+  std::string question;
+  std::string text;
+  std::vector<int32_t> tokens;
+  bool stopped = false;            // ended on a stop token (not cut by max_tokens)
+  double ms = 0.0;                 // question prefill + decode
+  double first_token_ms = 0.0;     // question prefill + first token
+  std::vector<float> first_logits; // (V) distribution that chose the first answer token
+};
+
+class QuerySession {
+ public:
+  // Opens and validates the file, checks the model (Errc::model_mismatch unless force) and shape,
+  // and builds the ragged cache. load_ms() says how long that took.
+  QuerySession(const Model& model, const std::string& path, const SessionOptions& options = {});
+  // From a cache already in memory (used by eval, which compresses without writing a file).
+  QuerySession(const Model& model, RaggedKvCache cache, format::CacheHeader header,
+               const SessionOptions& options = {});
+
+  // Answers one question from the compressed state; `on_text` receives UTF-8 text as it is
+  // generated. The cache is back in the compressed state afterwards, also when this throws.
+  Answer ask(std::string_view question, const GenerateParams& params,
+             const std::function<void(const std::string&)>& on_text = {});
+
+  const format::CacheHeader& header() const { return header_; }
+  const RaggedKvCache& cache() const { return cache_; }
+  double load_ms() const { return load_ms_; }
+
+ private:
+  struct Loaded;
+  static Loaded open_file(const Model& model, const std::string& path, const SessionOptions& o);
+  QuerySession(const Model& model, Loaded loaded, const SessionOptions& options);
+
+  const Model& model_;
+  format::CacheHeader header_;
+  RaggedKvCache cache_;
+  Forward forward_;
+  double load_ms_ = 0.0;
+};
+
+}  // namespace kvzip::loader
