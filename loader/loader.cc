@@ -1,7 +1,9 @@
 // Conversions between format::CacheContents / CacheReader and RaggedKvCache, and QuerySession.
 #include "loader/loader.h"
 
+#include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstring>
 
 #include "common/error.h"
@@ -98,6 +100,42 @@ std::vector<format::LayerKv> layers_from_cache(const RaggedKvCache& cache,
     }
   }
   return layers;
+}
+
+format::CacheContents make_contents(const Model& model, const RaggedKvCache& cache,
+                                    const std::vector<std::vector<float>>& kept_scores,
+                                    const CacheDescription& d) {
+  const CacheShape s = cache.shape();
+  const uint64_t n_p = d.prefix.size(), n_c = d.document.size();
+  if (cache.base_length() != n_p + n_c)
+    throw Error(Errc::internal, "make_contents: cache holds " + std::to_string(cache.base_length()) +
+                                    " positions, prompt has " + std::to_string(n_p + n_c));
+  format::CacheContents c;
+  format::CacheHeader& h = c.header;
+  h.tool_version = std::string("kvzip ") + KVZIP_VERSION;
+  h.created_unix = static_cast<int64_t>(std::time(nullptr));
+  format::set_model(h, model.config(), model.fingerprint());
+  h.kv_dtype = d.kv_dtype;
+  auto to_u32 = [](const std::vector<int32_t>& v) { return std::vector<uint32_t>(v.begin(), v.end()); };
+  h.prefix_tokens = to_u32(d.prefix);
+  h.document_tokens = to_u32(d.document);
+  h.suffix_tokens = to_u32(d.suffix);
+  h.document_text = d.document_text;
+  h.method = d.method;
+  h.params = d.params;
+  h.requested_ratio = d.requested_ratio;
+  uint64_t doc_rows = 0;
+  for (uint32_t l = 0; l < s.n_layers; ++l)
+    for (uint32_t hh = 0; hh < s.n_kv_heads; ++hh) {
+      const uint32_t* p = cache.positions(l, hh);
+      const uint32_t n = cache.kept(l, hh);
+      doc_rows += static_cast<uint64_t>(p + n - std::lower_bound(p, p + n, uint32_t(n_p)));
+    }
+  const uint64_t total = uint64_t(s.n_layers) * s.n_kv_heads * n_c;
+  h.achieved_ratio = total ? double(doc_rows) / double(total) : 1.0;
+  c.layers = layers_from_cache(cache, kept_scores);
+  c.has_scores = !kept_scores.empty();
+  return c;
 }
 
 RaggedKvCache cache_from_reader(const format::CacheReader& reader, uint32_t room) {

@@ -25,6 +25,24 @@ inline constexpr const char* kDefaultQueryTemplate = "\n\nQuestion: {question}";
 std::vector<format::LayerKv> layers_from_cache(const RaggedKvCache& cache,
                                                const std::vector<std::vector<float>>& kept_scores);
 
+// What a cache file records besides the rows: the prompt pieces and how the cache was made.
+struct CacheDescription {
+  std::vector<int32_t> prefix;    // (n_p) template opener (+ system prompt), never evicted
+  std::vector<int32_t> document;  // (n_c)
+  std::vector<int32_t> suffix;    // template tokens that close the user turn at query time
+  std::string document_text;
+  std::string method = "full";
+  std::vector<std::pair<std::string, std::string>> params;  // includes "query_template" if set
+  double requested_ratio = 1.0;
+  format::DType kv_dtype = format::DType::F32;
+};
+
+// The full content of a cache file for `cache` (made by `model`); the achieved ratio is counted
+// over document rows only (kept rows at positions >= n_p over L·Hkv·n_c).
+format::CacheContents make_contents(const Model& model, const RaggedKvCache& cache,
+                                    const std::vector<std::vector<float>>& kept_scores,
+                                    const CacheDescription& description);
+
 // The ragged cache a file describes, with `room` rows of append room per head.
 RaggedKvCache cache_from_reader(const format::CacheReader& reader, uint32_t room = 512);
 RaggedKvCache cache_from_contents(const format::CacheContents& contents, uint32_t room = 512);
