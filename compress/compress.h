@@ -1,0 +1,203 @@
+// compress/: scores every cached document KV pair (one Scorer interface: kvzip, full, random,
+// streaming, snapkv, h2o; shared/methods.md §1-2), selects which rows to keep (global threshold,
+// per-head uniform, per-layer), and evicts the rest into a RaggedKvCache. Scores have the layout
+// (L, Hkv, n_c) over the document rows n_p .. n_p+n_c-1 of the dense cache; the n_p prefix rows
+// are never scored and never evicted. Higher score = more important. compress() runs the whole
+// pipeline: prefill, score, select, evict; the parts are public so an evaluation can prefill once
+// and score or select many times.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "model/chat_template.h"
+#include "model/forward.h"
+#include "model/kv_cache.h"
+#include "model/ragged_cache.h"
+#include "prefill/prefill.h"
+
+namespace kvzip {
+
+using MethodParams = std::vector<std::pair<std::string, std::string>>;  // key/value, in order
+
+// Importance of every document row of every (layer, KV head).
+struct DocumentScores {
+  CacheShape shape;
+  uint32_t n_prefix = 0;      // n_p: rows before the document (not scored)
+  uint32_t n_doc = 0;         // n_c
+  std::vector<float> values;  // (L, Hkv, n_c); +inf marks rows a method always keeps
+
+  float at(uint32_t layer, uint32_t kv_head, uint32_t j) const {
+    return values[(size_t(layer) * shape.n_kv_heads + kv_head) * n_doc + j];
+  }
+};
+
+// ---- KVzip reconstruction inputs (methods §1 step 3) ------------------------------------------
+
+inline constexpr const char* kRepeatFirstPrompt = "\n\nRepeat the previous context exactly.";
+inline constexpr const char* kRepeatNextPrompt =
+    "\n\nRepeat the part of the previous context exactly, starting with ";
+
+// Token pieces of the reconstruction inputs, tokenized once per model.
+struct ReconstructionPrompts {
+  std::vector<int32_t> first;      // tokens of kRepeatFirstPrompt
+  std::vector<int32_t> next;       // tokens of kRepeatNextPrompt
+  std::vector<int32_t> turn_end;   // end of the user turn + assistant opener S: chat.suffix("")
+};
+
+// first = chat.encode_document(kRepeatFirstPrompt), next = chat.encode_document(kRepeatNextPrompt),
+// turn_end = chat.suffix(""). For every supported template chat.suffix(p) == encode(p) + turn_end,
+// because a control token (end of turn) follows the user text.
+ReconstructionPrompts reconstruction_prompts(const ChatTemplate& chat);
+
+// R_t for the document chunk [begin, end): as the authors' code builds it,
+//   t = 1:  first ; turn_end ; document[begin, end)
+//   t > 1:  next ; document[begin - hint, begin) ; turn_end ; document[begin, end)
+// i.e. the hint (the last `hint` tokens of the previous chunk, tokenized separately) ends the user
+// turn's text, right before the end-of-turn token; the chunk is teacher-forced as the reply.
+std::vector<int32_t> reconstruction_input(const ReconstructionPrompts& prompts,
+                                          std::span<const int32_t> document, uint32_t begin,
+                                          uint32_t end, uint32_t hint);
+
+// ---- Scorers ----------------------------------------------------------------------------------
+
+struct ScorerOptions {
+  // kvzip
+  ReconstructionPrompts prompts;   // required for kvzip (reconstruction_prompts(model.chat()))
+  uint32_t kvzip_chunk = 2000;     // m: document tokens reconstructed per pass
+  uint32_t kvzip_hint = 8;         // tokens of the previous chunk quoted in prompt_t, t > 1
+  // random
+  uint64_t seed = 0;
+  // streaming
+  uint32_t sink = 4;               // first document tokens always kept; the rest by recency
+  // snapkv
+  uint32_t snapkv_window = 32;     // W: the document's last W tokens are the observation queries
+  uint32_t snapkv_kernel = 7;      // 1-D max-pool kernel (odd)
+  // h2o
+  uint32_t h2o_recent = 32;        // the document's last tokens always kept (H2O's recent window)
+};
+
+// Input of Scorer::score: the dense cache after prefilling [prefix ; document].
+struct ScoreInput {
+  Forward* forward = nullptr;           // the model (kvzip runs its reconstruction passes on it)
+  KvCache* cache = nullptr;             // logical_length() == n_prefix + document.size(); a scorer
+                                        // may append to it but leaves it as it found it
+  uint32_t n_prefix = 0;
+  std::span<const int32_t> document;    // (n_c) the document's tokens
+};
+
+class Scorer {
+ public:
+  virtual ~Scorer() = default;
+  virtual std::string name() const = 0;
+  // The method's parameters as they will be recorded in a cache file.
+  virtual MethodParams params() const = 0;
+  // An observer to attach to the document's prefill (PrefillOptions::observer), or nullptr when
+  // the method needs none. A method that returns one requires the prefill to run with it: call
+  // this before the prefill, then score().
+  // The observer uses the forward's thread pool; it is valid until the next call or the scorer's
+  // destruction.
+  virtual AttentionObserver* prefill_observer(Forward& forward, uint32_t n_prefix,
+                                              uint32_t n_doc) {
+    return nullptr;
+  }
+  // Scores the document rows. Throws Errc::invalid_argument when the input is inconsistent.
+  virtual DocumentScores score(const ScoreInput& input) = 0;
+};
+
+// "kvzip", "full", "random", "streaming", "snapkv", "h2o".
+std::vector<std::string> scorer_names();
+// Throws Errc::invalid_argument listing the known names for any other method, or naming the
+// option for a bad one (kvzip without prompts, a chunk or window of 0, an even pooling kernel).
+std::unique_ptr<Scorer> make_scorer(std::string_view method, const ScorerOptions& options);
+
+// Calls several observers in turn (e.g. to score one prefill with several methods).
+class ObserverFanout final : public AttentionObserver {
+ public:
+  void add(AttentionObserver* observer) {
+    if (observer) observers_.push_back(observer);
+  }
+  bool empty() const { return observers_.empty(); }
+  void on_attention(const AttentionObservation& obs) override {
+    for (AttentionObserver* o : observers_) o->on_attention(obs);
+  }
+
+ private:
+  std::vector<AttentionObserver*> observers_;
+};
+
+// ---- Selection and eviction -------------------------------------------------------------------
+
+enum class SelectionLevel : uint8_t {
+  Global = 0,    // one threshold over all L·Hkv·n_c scores: keeps K = round(r·L·Hkv·n_c) rows
+  PerHead = 1,   // each (layer, head) keeps its top ⌊r·n_c⌋ rows (methods §1.7, as the authors)
+  PerLayer = 2,  // each layer keeps its top round(r·Hkv·n_c) rows, thresholded over its heads
+};
+// "global", "per-head", "per-layer"; anything else throws Errc::invalid_argument listing them.
+SelectionLevel parse_selection_level(std::string_view name);
+const char* selection_level_name(SelectionLevel level);
+
+// Throws Errc::invalid_argument unless 0 < ratio <= 1 (and finite).
+void check_ratio(double ratio);
+
+struct Selection {
+  // (L·Hkv) ascending dense row indices to keep per (layer, head): all prefix rows, then the kept
+  // document rows.
+  std::vector<std::vector<uint32_t>> keep;
+  uint64_t kept_doc = 0;     // document rows kept, over all (layer, head)
+  uint64_t total_doc = 0;    // L·Hkv·n_c
+  double achieved_ratio = 1.0;  // kept_doc / total_doc (1 for an empty document)
+};
+
+// Tie policy: the budget is always met exactly; among equal scores at the cut the row with the
+// lower flat index (layer, head, position) is kept. (The authors' code keeps only scores strictly
+// above the cut, which can keep fewer rows than asked.) ratio == 1 keeps every row.
+Selection select_rows(const DocumentScores& scores, double ratio, SelectionLevel level);
+
+struct EvictResult {
+  RaggedKvCache cache;
+  std::vector<std::vector<float>> kept_scores;  // (L) × (R_l): the score of every kept row, in the
+                                                // cache's row order (head-major, by position);
+                                                // prefix rows get +inf (never evicted)
+  double achieved_ratio = 1.0;
+};
+
+// Builds the compressed cache: RaggedKvCache::from_dense(dense, selection.keep, room).
+EvictResult evict(const KvCache& dense, const DocumentScores& scores, const Selection& selection,
+                  uint32_t room = 256);
+
+// ---- The whole pipeline -----------------------------------------------------------------------
+
+struct CompressOptions {
+  std::string method = "kvzip";
+  double ratio = 0.3;                      // fraction of the L·Hkv·n_c document rows to keep
+  SelectionLevel level = SelectionLevel::Global;
+  ScorerOptions scorer;
+  PrefillOptions prefill;                  // chunk, answer_room, progress (observer: set here)
+  uint32_t room = 256;                     // append rows per head of the compressed cache
+};
+
+struct CompressResult {
+  RaggedKvCache cache;
+  std::vector<std::vector<float>> kept_scores;  // as EvictResult::kept_scores
+  double requested_ratio = 1.0;
+  double achieved_ratio = 1.0;
+  std::string method;
+  MethodParams params;       // the scorer's parameters plus "level" (and "ratio")
+  uint32_t n_prefix = 0;
+  uint32_t n_doc = 0;
+  double prefill_s = 0.0;    // document prefill (with any prefill observer)
+  double scoring_s = 0.0;    // scoring pass after the prefill (kvzip: the reconstruction passes)
+  double select_s = 0.0;     // selection and eviction
+};
+
+// Validates the ratio and method first (before any model work), then prefills [prefix ; document]
+// (checking the context), scores, selects and evicts.
+CompressResult compress(Forward& forward, std::span<const int32_t> prefix,
+                        std::span<const int32_t> document, const CompressOptions& options);
+
+}  // namespace kvzip

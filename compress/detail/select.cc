@@ -1,0 +1,115 @@
+// Selection (see compress.h): each level reduces to "keep exactly k of these n scores" over a
+// contiguous slice of the (L, Hkv, n_c) score array: global = the whole array, per-layer = one
+// layer's (Hkv, n_c), per-head = one (n_c) row. The cut value comes from nth_element on a copy;
+// rows strictly above it are kept, then rows equal to it in index order until k are kept.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <string>
+
+#include "common/error.h"
+#include "compress/compress.h"
+
+namespace kvzip {
+namespace {
+
+// mask[i] = 1 for exactly k of the n scores: the largest, ties at the cut by lower index.
+void top_k(const float* s, size_t n, size_t k, uint8_t* mask) {
+  if (k >= n) {
+    std::fill(mask, mask + n, uint8_t{1});
+    return;
+  }
+  std::fill(mask, mask + n, uint8_t{0});
+  if (k == 0) return;
+  std::vector<float> copy(s, s + n);
+  std::nth_element(copy.begin(), copy.begin() + (k - 1), copy.end(), std::greater<float>());
+  const float cut = copy[k - 1];  // the k-th largest
+  size_t kept = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (s[i] > cut) {
+      mask[i] = 1;
+      ++kept;
+    }
+  for (size_t i = 0; i < n && kept < k; ++i)
+    if (s[i] == cut) {
+      mask[i] = 1;
+      ++kept;
+    }
+}
+
+// floor(x) robust to x being a hair below an integer after the multiplication (0.29 · 100).
+size_t floor_count(double x) { return static_cast<size_t>(std::floor(x + 1e-9)); }
+size_t round_count(double x) { return static_cast<size_t>(std::llround(x)); }
+
+}  // namespace
+
+SelectionLevel parse_selection_level(std::string_view name) {
+  if (name == "global") return SelectionLevel::Global;
+  if (name == "per-head") return SelectionLevel::PerHead;
+  if (name == "per-layer") return SelectionLevel::PerLayer;
+  throw Error(Errc::invalid_argument, "unknown selection level '" + std::string(name) +
+                                          "'; known levels: global, per-head, per-layer");
+}
+
+const char* selection_level_name(SelectionLevel level) {
+  switch (level) {
+    case SelectionLevel::Global: return "global";
+    case SelectionLevel::PerHead: return "per-head";
+    case SelectionLevel::PerLayer: return "per-layer";
+  }
+  return "unknown";
+}
+
+void check_ratio(double ratio) {
+  if (!(ratio > 0.0 && ratio <= 1.0))  // also rejects NaN
+    throw Error(Errc::invalid_argument,
+                "ratio " + std::to_string(ratio) +
+                    " is outside (0, 1]; it is the fraction of the document's KV pairs to keep, "
+                    "e.g. 0.3");
+}
+
+Selection select_rows(const DocumentScores& scores, double ratio, SelectionLevel level) {
+  check_ratio(ratio);
+  const size_t L = scores.shape.n_layers, H = scores.shape.n_kv_heads, n_c = scores.n_doc;
+  const size_t N = L * H * n_c;
+  if (scores.values.size() != N)
+    throw Error(Errc::invalid_argument, "select_rows: " + std::to_string(scores.values.size()) +
+                                            " scores for L·Hkv·n_c = " + std::to_string(N));
+  for (size_t i = 0; i < N; ++i)
+    if (std::isnan(scores.values[i]))
+      throw Error(Errc::invalid_argument, "select_rows: score " + std::to_string(i) + " is NaN");
+
+  std::vector<uint8_t> mask(N);
+  const float* s = scores.values.data();
+  switch (level) {
+    case SelectionLevel::Global:
+      top_k(s, N, round_count(ratio * double(N)), mask.data());
+      break;
+    case SelectionLevel::PerLayer:
+      for (size_t l = 0; l < L; ++l)
+        top_k(s + l * H * n_c, H * n_c, round_count(ratio * double(H * n_c)),
+              mask.data() + l * H * n_c);
+      break;
+    case SelectionLevel::PerHead:
+      for (size_t i = 0; i < L * H; ++i)
+        top_k(s + i * n_c, n_c, floor_count(ratio * double(n_c)), mask.data() + i * n_c);
+      break;
+  }
+
+  Selection sel;
+  sel.total_doc = N;
+  sel.keep.resize(L * H);
+  const uint32_t n_p = scores.n_prefix;
+  for (size_t i = 0; i < L * H; ++i) {
+    std::vector<uint32_t>& rows = sel.keep[i];
+    rows.reserve(n_p + n_c);
+    for (uint32_t r = 0; r < n_p; ++r) rows.push_back(r);
+    for (size_t j = 0; j < n_c; ++j)
+      if (mask[i * n_c + j]) rows.push_back(n_p + static_cast<uint32_t>(j));
+    sel.kept_doc += rows.size() - n_p;
+  }
+  sel.achieved_ratio = N ? double(sel.kept_doc) / double(N) : 1.0;
+  return sel;
+}
+
+}  // namespace kvzip
