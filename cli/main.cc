@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("kvzip ") + KVZIP_VERSION);
   kvzip::cli::add_model_commands(app);
   kvzip::cli::add_query_commands(app);
+  kvzip::cli::add_compress_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

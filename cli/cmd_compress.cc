@@ -1,0 +1,130 @@
+// `kvzip compress`: document -> prefill -> scoring (KVzip reconstruction or a baseline) ->
+// eviction -> .kvz file. Arguments are validated before any model work, and the output is
+// written atomically (temporary file, fsync, rename), so a failure never leaves a file behind.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "common/error.h"
+#include "compress/compress.h"
+#include "format/format.h"
+#include "loader/loader.h"
+
+namespace kvzip::cli {
+namespace {
+
+struct CompressOpts {
+  std::string doc, model, out, method = "kvzip", level = "global", system, dtype = "f32";
+  std::string query_template = loader::kDefaultQueryTemplate;
+  double ratio = 0.3;
+  uint32_t chunk = 2000, threads = 0, seed = 0;
+  int zstd = 0;
+  bool quiet = false, force = false;
+};
+
+std::string default_output(const std::string& doc) {
+  if (doc == "-")
+    throw Error(Errc::invalid_argument, "compress: reading the document from stdin needs -o OUT.kvz");
+  std::filesystem::path p(doc);
+  p.replace_extension(".kvz");
+  return p.string();
+}
+
+void run_compress(const CompressOpts& o) {
+  // Everything that can be checked without the model comes first.
+  check_ratio(o.ratio);
+  CompressOptions co;
+  co.method = o.method;
+  co.ratio = o.ratio;
+  co.level = parse_selection_level(o.level);
+  const auto dtype = format::parse_dtype(o.dtype);
+  if (!dtype)
+    throw Error(Errc::invalid_argument, "compress: --dtype " + o.dtype + " is not one of f32, f16, bf16");
+  if (o.zstd < 0 || o.zstd > 19)
+    throw Error(Errc::invalid_argument, "compress: --zstd " + std::to_string(o.zstd) +
+                                            " is outside 0 (off) .. 19");
+  if (o.query_template.find("{question}") == std::string::npos)
+    throw Error(Errc::invalid_argument, "compress: --query-template must contain {question}");
+  const std::string out = o.out.empty() ? default_output(o.doc) : o.out;
+  if (!o.force && std::filesystem::exists(out))
+    throw Error(Errc::invalid_argument, "compress: " + out + " exists; pass -f to replace it");
+  const std::string text = read_text(o.doc, "document");
+
+  auto model = load_model(o.model, o.threads);
+  co.scorer.prompts = reconstruction_prompts(model->chat());
+  co.scorer.kvzip_chunk = o.chunk;
+  co.scorer.seed = o.seed;
+  (void)make_scorer(co.method, co.scorer);  // unknown method / bad option: fail before prefill
+
+  loader::CacheDescription d;
+  d.prefix = model->chat().prefix(o.system);
+  d.document = model->chat().encode_document(text);
+  d.suffix = model->chat().suffix("");
+  d.document_text = text;
+  d.kv_dtype = *dtype;
+  ProgressBarOptions pb;
+  pb.quiet = o.quiet;
+  ProgressBar bar(pb);
+  co.prefill.progress = bar.callback();
+
+  ForwardOptions fo;
+  fo.threads = o.threads;
+  Forward fwd(model->weights(), fo);
+  const auto t0 = std::chrono::steady_clock::now();
+  CompressResult r = compress(fwd, d.prefix, d.document, co);
+  bar.finish();
+  d.method = r.method;
+  d.params = r.params;
+  d.params.push_back({"query_template", o.query_template});
+  d.requested_ratio = r.requested_ratio;
+  format::CacheContents contents = loader::make_contents(*model, r.cache, r.kept_scores, d);
+  format::WriteOptions wo;
+  wo.zstd_level = o.zstd;
+  wo.force = o.force;
+  format::write_cache_file(contents, out, wo);
+  const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!o.quiet) {
+    const double full_mb = 2.0 * model->config().n_layers * model->config().n_kv_heads *
+                           model->config().head_dim * 4.0 * (r.n_prefix + r.n_doc) / 1e6;
+    std::fprintf(stderr,
+                 "%s: %u document tokens (+%u prefix), method %s, ratio %.3f kept (asked %.3f)\n"
+                 "prefill %.2f s (%.0f tok/s), scoring %.2f s (%.2fx prefill), total %.2f s\n"
+                 "file %.2f MB (full f32 cache %.2f MB)\n",
+                 out.c_str(), r.n_doc, r.n_prefix, r.method.c_str(), r.achieved_ratio,
+                 r.requested_ratio, r.prefill_s, (r.n_prefix + r.n_doc) / r.prefill_s, r.scoring_s,
+                 r.scoring_s / r.prefill_s, total_s,
+                 std::filesystem::file_size(out) / 1e6, full_mb);
+  }
+}
+
+}  // namespace
+
+void add_compress_commands(CLI::App& app) {
+  auto o = std::make_shared<CompressOpts>();
+  auto* c = app.add_subcommand("compress", "Prefill a document, evict KV pairs, write a .kvz cache");
+  c->add_option("document", o->doc, "UTF-8 text file ('-' = standard input)")->required();
+  c->add_option("-m,--model", o->model, "GGUF model file (default: $KVZIP_MODEL, then the cache)");
+  c->add_option("-o,--output", o->out, "Output .kvz (default: the document's name with .kvz)");
+  c->add_option("-r,--ratio", o->ratio, "Fraction of document KV pairs to keep, in (0, 1]")
+      ->capture_default_str();
+  c->add_option("--method", o->method, "kvzip | snapkv | h2o | streaming | random | full")
+      ->capture_default_str();
+  c->add_option("--level", o->level, "global | per-head | per-layer")->capture_default_str();
+  c->add_option("--chunk", o->chunk, "KVzip reconstruction chunk in tokens")->capture_default_str();
+  c->add_option("--system", o->system, "System prompt (default: the model template's)");
+  c->add_option("--query-template", o->query_template,
+                "How questions follow the document; must contain {question}")
+      ->capture_default_str();
+  c->add_option("--dtype", o->dtype, "K/V storage in the file: f32 | f16 | bf16")->capture_default_str();
+  c->add_option("--zstd", o->zstd, "zstd level per section, 0 = off")->capture_default_str();
+  c->add_option("--seed", o->seed, "Seed of --method random");
+  c->add_option("-t,--threads", o->threads, "Threads (0 = all cores)");
+  c->add_flag("-q,--quiet", o->quiet, "No progress bar or summary");
+  c->add_flag("-f,--force", o->force, "Replace an existing output file");
+  c->callback([o] { run_compress(*o); });
+}
+
+}  // namespace kvzip::cli
