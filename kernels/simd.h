@@ -23,7 +23,19 @@ inline VecF load(const float* p) {
   return v;
 }
 inline void store(float* p, VecF v) { std::memcpy(p, &v, sizeof v); }
-inline VecF splat(float x) { return VecF{} + x; }
+// Broadcast. Written as x - 0 (an exact identity, even for -0.0) so it compiles to one
+// vbroadcastss; 0 + x would need a real add to turn -0.0 into +0.0.
+inline VecF splat(float x) { return x - VecF{}; }
+// Forces v into a register. Micro-kernels load a vector once and use it in several FMAs; left
+// alone, GCC folds the load into every FMA and the kernel becomes load-bound.
+inline void pin(VecF& v) {
+#if defined(__AVX__)
+  asm("" : "+v"(v));
+#else
+  (void)v;
+#endif
+}
+
 inline VecF vmax(VecF a, VecF b) { return a > b ? a : b; }
 inline VecF vmin(VecF a, VecF b) { return a < b ? a : b; }
 
