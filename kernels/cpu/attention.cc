@@ -1,7 +1,9 @@
 // CPU causal GQA attention (see kernels/attention.h for the contract). A task takes one KV head,
 // a block of query tokens (all G query heads of the group, so the G heads share every key block
-// loaded) and a chunk of keys. K of every head is transposed once per call into a shared (D, ld)
-// array so S = Q·K^T vectorises over keys; per key block of kBk rows the online-softmax state
+// loaded) and a chunk of keys. K is transposed so S = Q·K^T vectorises over keys: once per call
+// into shared tiles when several query blocks reuse them (prefill), else by each task for its own
+// key block (decode, short appends: every key is read once, so a separate pass would only add
+// memory traffic). Per key block of kBk rows the online-softmax state
 // (m, l, acc) of each query row is updated and acc += P·V vectorises over D. Keys are split into chunks only when there are too
 // few (head, query block) tasks to occupy the threads (decode, short appends over a long cache);
 // the chunks' partial states are then merged exactly (log-sum-exp).
@@ -57,12 +59,14 @@ struct Plan {
 // Per-thread scratch, grown once and reused.
 struct Scratch {
   std::vector<float> q;    // (Rmax, Dp) scaled queries, zero padded
+  std::vector<float> kt;   // (D, kBk) this task's transposed key block (when tiles are not shared)
   std::vector<float> v;    // (kBk, Dp) value block, zero padded (only when D % kLanes != 0)
   std::vector<float> s;    // (Rmax, kBk) scores, then probabilities
   std::vector<uint32_t> limit;  // (Rmax) rows each query row may see
   void fit(const Plan& p) {
     const uint32_t D = p.a->D;
     q.resize(size_t(p.Rmax) * p.Dp);
+    if (!p.kt.data) kt.resize(size_t(D) * kBk);
     if (D != p.Dp) v.resize(size_t(kBk) * p.Dp);
     s.resize(size_t(p.Rmax) * kBk);
     limit.resize(p.Rmax);
@@ -182,6 +186,16 @@ uint32_t softmax_row(float* srow, uint32_t valid, uint32_t ncols, RowState st, u
   return valid;
 }
 
+// dst (D, kBk) = rows [j0, j0 + n) of k (len, D) transposed; columns [n, kBk) zero.
+void transpose_tile(const float* k, uint32_t j0, uint32_t n, uint32_t D, float* dst) {
+  for (uint32_t j = 0; j < n; ++j) {
+    const float* src = k + size_t(j0 + j) * D;
+    for (uint32_t d = 0; d < D; ++d) dst[size_t(d) * kBk + j] = src[d];
+  }
+  if (n < kBk)
+    for (uint32_t d = 0; d < D; ++d) std::fill(dst + size_t(d) * kBk + n, dst + size_t(d + 1) * kBk, 0.0f);
+}
+
 // Folds key rows [kb, kb + nk) of KV head h into the state of rows [0, Rp).
 void key_block(const Plan& p, uint32_t h, Scratch& sc, RowState st, uint32_t Rp, uint32_t kb,
                uint32_t nk) {
@@ -194,7 +208,9 @@ void key_block(const Plan& p, uint32_t h, Scratch& sc, RowState st, uint32_t Rp,
     v = sc.v.data();
     ldv = Dp;
   }
-  scores(sc.q.data(), p.kt.tile(h, kb / kBk, D), kBk, sc.s.data(), Rp, ncols, D, Dp);
+  const float* kt = p.kt.data ? p.kt.tile(h, kb / kBk, D) : sc.kt.data();
+  if (!p.kt.data) transpose_tile(p.a->kv[h].k, kb, nk, D, sc.kt.data());
+  scores(sc.q.data(), kt, kBk, sc.s.data(), Rp, ncols, D, Dp);
   for (uint32_t r = 0; r < Rp; r += kQkRows) {
     uint32_t jmax = 0;
     for (uint32_t i = r; i < r + kQkRows; ++i) {
@@ -297,13 +313,7 @@ void transpose_keys(ThreadPool* pool, const AttentionArgs& a, std::vector<float>
     const uint32_t h = static_cast<uint32_t>(t / kt->n_tiles), b = static_cast<uint32_t>(t % kt->n_tiles);
     const uint32_t j0 = b * kBk, len = a.kv[h].len;
     const uint32_t n = len > j0 ? std::min(kBk, len - j0) : 0;
-    float* dst = buf.data() + (size_t(h) * kt->n_tiles + b) * a.D * kBk;
-    for (uint32_t j = 0; j < n; ++j) {
-      const float* src = a.kv[h].k + size_t(j0 + j) * a.D;
-      for (uint32_t d = 0; d < a.D; ++d) dst[size_t(d) * kBk + j] = src[d];
-    }
-    if (n < kBk)
-      for (uint32_t d = 0; d < a.D; ++d) std::fill(dst + size_t(d) * kBk + n, dst + size_t(d + 1) * kBk, 0.0f);
+    transpose_tile(a.kv[h].k, j0, n, a.D, buf.data() + (size_t(h) * kt->n_tiles + b) * a.D * kBk);
   });
 }
 
@@ -343,7 +353,7 @@ void attention(ThreadPool* pool, const AttentionArgs& a) {
   const uint32_t threads = pool ? pool->size() : 1;
   Plan p = make_plan(a, threads);
   thread_local std::vector<float> kt_buf;  // reused across calls from the same thread
-  transpose_keys(pool, a, kt_buf, &p.kt);
+  if (p.n_qblocks > 1) transpose_keys(pool, a, kt_buf, &p.kt);
   const size_t per_state = state_floats(p);
   const size_t n_pairs = size_t(a.Hkv) * p.n_qblocks;
   // Task order: later query blocks (more keys) first, so the long tasks start early.
