@@ -6,5 +6,6 @@
 namespace kvzip::cli {
 
 void add_model_commands(CLI::App& app);   // generate, tokenize, perplexity (cmd_model.cc)
+void add_format_commands(CLI::App& app);  // inspect, prune, export, import (cmd_format.cc)
 
 }  // namespace kvzip::cli

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("kvzip ") + KVZIP_VERSION);
   kvzip::cli::add_model_commands(app);
+  kvzip::cli::add_format_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
