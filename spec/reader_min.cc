@@ -254,8 +254,13 @@ inline File read(const uint8_t* p, uint64_t n) {
   read_preamble(p, n, f, count, data_offset, data_size);
   read_table(p, count, data_size, f);
   const uint8_t* data = p + data_offset;
-  for (const Section& s : f.sections)  // every section's checksum, known or not
+  for (uint64_t i = 64 + 64 * count; i < data_offset; ++i)
+    if (p[i]) fail("non-zero padding before the data area");
+  for (const Section& s : f.sections) {  // every section's checksum and padding, known or not
     if (XXH64(data + s.offset, s.stored, 0) != s.checksum) fail("section checksum mismatch");
+    for (uint64_t i = s.stored; i < align4k(s.stored); ++i)
+      if (data[s.offset + i]) fail("non-zero padding after a section");
+  }
   read_meta(payload(data, only(f, 1, true)), f);
   read_index(payload(data, only(f, 2, true)), f);
   read_rows(payload(data, only(f, 3, true)), f, false);

@@ -98,6 +98,8 @@ std::vector<BadCase> bad_cases(const std::vector<uint8_t>& g) {
       {"truncated_scores.kvz", Errc::truncated, "truncated in section 3 (scores)", truncate_in(3)},
       {"truncated_kv_layer0.kvz", Errc::truncated, "truncated in section 4 (kv layer 0)", truncate_in(4)},
       {"truncated_kv_layer1.kvz", Errc::truncated, "truncated in section 5 (kv layer 1)", truncate_in(5)},
+      {"nonzero_padding.kvz", Errc::corrupt, "section 2 (positions): non-zero padding",
+       [](Image& im) { im.bytes[im.section_start(2) + im.stored(2) + 100] = 0x5a; }},
       {"trailing_bytes.kvz", Errc::corrupt, "trailing bytes", [](Image& im) { im.bytes.push_back(0); }},
       {"unknown_required_section.kvz", Errc::unsupported, "Section_Kind 9 is unknown",
        [](Image& im) {
