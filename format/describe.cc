@@ -181,7 +181,7 @@ void text_retention(std::ostringstream& o, const CacheHeader& h, const Stats& st
   uint64_t n_c = h.document_tokens.size();
   o << "retention    document rows kept, % of " << n_c
     << " per layer and KV head; heat \" .:-=+*#%@\" = 0..100%\n";
-  o << "  layer   all ";
+  o << "  layer   all";
   for (uint32_t hd = 0; hd < h.n_kv_heads; ++hd) {
     std::string name = std::to_string(hd);
     name.insert(name.begin(), 'h');

@@ -133,7 +133,7 @@ void write_file_atomically(const std::string& path, bool force,
 enum class Verify {
   Metadata,  // checksums of the small sections at open; K/V data is trusted (fastest)
   OnAccess,  // also each K/V section's checksum the first time it is read (default)
-  Full,      // every section's checksum at open (`kvzip inspect --verify`)
+  Full,      // every section's checksum and all padding at open (`kvzip inspect --verify`)
 };
 
 struct OpenOptions {
@@ -196,7 +196,7 @@ class CacheReader {
   LayerKv load_layer(uint32_t layer) const;
   CacheContents load() const;
 
-  void verify() const;  // checks every section's checksum now
+  void verify() const;  // checks every section's checksum and all padding now
   std::vector<SectionInfo> sections() const;
 
   // Errc::model_mismatch with both fingerprints unless they match; with force returns false

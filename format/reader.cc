@@ -39,6 +39,23 @@ void CacheReader::Impl::check_checksum(size_t i) const {
   checked[i].store(1, std::memory_order_release);
 }
 
+static bool all_zero(const uint8_t* p, uint64_t n) {
+  for (uint64_t i = 0; i < n; ++i)
+    if (p[i]) return false;
+  return true;
+}
+
+void CacheReader::Impl::check_padding() const {
+  uint64_t table_end = detail::kPreambleSize + entries.size() * detail::kEntrySize;
+  if (!all_zero(base + table_end, data_offset - table_end))
+    throw Error(Errc::corrupt, name + ": non-zero padding between the section table and Data_Offset");
+  for (size_t i = 0; i < entries.size(); ++i) {
+    uint64_t pad = *detail::checked_align(entries[i].stored) - entries[i].stored;
+    if (!all_zero(stored(i) + entries[i].stored, pad))
+      throw Error(Errc::corrupt, label(i) + ": non-zero padding after the section's stored bytes");
+  }
+}
+
 std::vector<uint8_t> CacheReader::Impl::decode_small(size_t i) const {
   check_checksum(i);
   const Entry& s = entries[i];
@@ -186,6 +203,7 @@ CacheContents CacheReader::load() const {
 
 void CacheReader::verify() const {
   for (size_t i = 0; i < impl_->entries.size(); ++i) impl_->check_checksum(i);
+  impl_->check_padding();
 }
 
 std::vector<SectionInfo> CacheReader::sections() const {

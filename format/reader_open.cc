@@ -318,8 +318,10 @@ void CacheReader::Impl::parse() {
   parse_index(c);
   parse_positions(c);
   parse_scores(c);
-  if (options.verify == Verify::Full)
+  if (options.verify == Verify::Full) {
     for (size_t i = 0; i < entries.size(); ++i) check_checksum(i);
+    check_padding();
+  }
 }
 
 }  // namespace kvzip::format

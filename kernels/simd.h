@@ -1,6 +1,6 @@
 // CPU-internal vector helpers for kernels/cpu/*.cc (not part of any op's API). Written with GCC/
 // Clang vector extensions so one source compiles to AVX-512, AVX2, SSE or NEON: VecF holds kLanes
-// floats (16 with AVX-512, else 8). Loads/stores are unaligned. exp_vec is a Cephes-style
+// floats (16 with AVX-512, 8 with AVX/AVX2, else 4: SSE, NEON). Loads/stores are unaligned. exp_vec is a Cephes-style
 // polynomial exp with ~2 ulp error over [-87, 88]; inputs above 88 give e^88; inputs below -87.3 give ~1e-38, not 0.
 #pragma once
 #include <cstdint>
@@ -10,8 +10,10 @@ namespace kvzip::simd {
 
 #if defined(__AVX512F__)
 inline constexpr int kLanes = 16;
-#else
+#elif defined(__AVX__)
 inline constexpr int kLanes = 8;
+#else
+inline constexpr int kLanes = 4;  // one 128-bit register; wider types would change the ABI
 #endif
 
 typedef float VecF __attribute__((vector_size(kLanes * sizeof(float))));
@@ -23,7 +25,19 @@ inline VecF load(const float* p) {
   return v;
 }
 inline void store(float* p, VecF v) { std::memcpy(p, &v, sizeof v); }
-inline VecF splat(float x) { return VecF{} + x; }
+// Broadcast. Written as x - 0 (an exact identity, even for -0.0) so it compiles to one
+// vbroadcastss; 0 + x would need a real add to turn -0.0 into +0.0.
+inline VecF splat(float x) { return x - VecF{}; }
+// Forces v into a register. Micro-kernels load a vector once and use it in several FMAs; left
+// alone, GCC folds the load into every FMA and the kernel becomes load-bound.
+inline void pin(VecF& v) {
+#if defined(__AVX__)
+  asm("" : "+v"(v));
+#else
+  (void)v;
+#endif
+}
+
 inline VecF vmax(VecF a, VecF b) { return a > b ? a : b; }
 inline VecF vmin(VecF a, VecF b) { return a < b ? a : b; }
 

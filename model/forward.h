@@ -75,7 +75,8 @@ class Forward {
   Forward(const Forward&) = delete;
   Forward& operator=(const Forward&) = delete;
 
-  // Appends `tokens` to the cache and returns logits per `mode` (empty for None). Throws
+  // Appends `tokens` to the cache and returns logits per `mode` (empty for None or no tokens;
+  // All is T·V floats, so callers with long inputs and big vocabularies should chunk). Throws
   // Errc::invalid_argument for a token id outside [0, V) or a cache of another shape.
   std::vector<float> prefill(AttentionCache& cache, std::span<const int32_t> tokens,
                              LogitsMode mode = LogitsMode::Last,

@@ -50,6 +50,7 @@ struct CacheReader::Impl {
     return name + ": " + detail::section_label(i, entries[i].kind, entries[i].layer);
   }
   void check_checksum(size_t i) const;              // throws checksum_mismatch
+  void check_padding() const;                       // every padding byte is 0, else corrupt
   std::vector<uint8_t> decode_small(size_t i) const;  // checksum, then raw bytes
 };
 

@@ -1,8 +1,10 @@
 // CPU causal GQA attention (see kernels/attention.h for the contract). A task takes one KV head,
 // a block of query tokens (all G query heads of the group, so the G heads share every key block
-// loaded) and a chunk of keys. Per key block of kBk rows: K is transposed into a (D, kBk) tile so
-// S = Q·K^T vectorises over keys, the online-softmax state (m, l, acc) of each query row is
-// updated, and acc += P·V vectorises over D. Keys are split into chunks only when there are too
+// loaded) and a chunk of keys. K is transposed so S = Q·K^T vectorises over keys: once per call
+// into shared tiles when several query blocks reuse them (prefill), else by each task for its own
+// key block (decode, short appends: every key is read once, so a separate pass would only add
+// memory traffic). Per key block of kBk rows the online-softmax state
+// (m, l, acc) of each query row is updated and acc += P·V vectorises over D. Keys are split into chunks only when there are too
 // few (head, query block) tasks to occupy the threads (decode, short appends over a long cache);
 // the chunks' partial states are then merged exactly (log-sum-exp).
 #include "kernels/attention.h"
@@ -30,6 +32,18 @@ constexpr uint32_t kPvVecs = kLanes == 16 ? 4 : 2;  // D-vectors per P·V micro-
 
 uint32_t round_up(uint32_t x, uint32_t m) { return (x + m - 1) / m * m; }
 
+// K of every KV head transposed, shared read-only by all tasks of one call, stored as tiles of
+// kBk keys: tile b of head h is (D, kBk) and holds keys [b·kBk, (b+1)·kBk). One tile per block keeps
+// the rows the S micro-kernel walks close together (a (D, len) layout with a long power-of-two
+// stride thrashes the L1 sets).
+struct KeysT {
+  const float* data = nullptr;  // (Hkv, n_tiles, D, kBk); columns at or beyond len_h are zero
+  uint32_t n_tiles = 0;
+  const float* tile(uint32_t h, uint32_t b, uint32_t D) const {
+    return data + (size_t(h) * n_tiles + b) * D * kBk;
+  }
+};
+
 // Geometry shared by every task of one call.
 struct Plan {
   const AttentionArgs* a = nullptr;
@@ -39,20 +53,21 @@ struct Plan {
   uint32_t Rmax = 0;       // round_up(Bq * G, kQkRows)
   uint32_t n_qblocks = 0;
   uint32_t n_split = 1;    // key chunks per (head, query block)
+  KeysT kt;
 };
 
 // Per-thread scratch, grown once and reused.
 struct Scratch {
   std::vector<float> q;    // (Rmax, Dp) scaled queries, zero padded
-  std::vector<float> kt;   // (D, kBk) transposed key block
-  std::vector<float> v;    // (kBk, Dp) value block, zero padded
+  std::vector<float> kt;   // (D, kBk) this task's transposed key block (when tiles are not shared)
+  std::vector<float> v;    // (kBk, Dp) value block, zero padded (only when D % kLanes != 0)
   std::vector<float> s;    // (Rmax, kBk) scores, then probabilities
   std::vector<uint32_t> limit;  // (Rmax) rows each query row may see
   void fit(const Plan& p) {
     const uint32_t D = p.a->D;
     q.resize(size_t(p.Rmax) * p.Dp);
-    kt.resize(size_t(D) * kBk);
-    v.resize(size_t(kBk) * p.Dp);
+    if (!p.kt.data) kt.resize(size_t(D) * kBk);
+    if (D != p.Dp) v.resize(size_t(kBk) * p.Dp);
     s.resize(size_t(p.Rmax) * kBk);
     limit.resize(p.Rmax);
   }
@@ -66,15 +81,18 @@ struct RowState {
   float* acc;
 };
 
-// S(Rp, ncols) = Q(Rp, D) · Kt(D, ncols); Rp a multiple of kQkRows, ncols of kQkCols.
-void scores(const float* q, const float* kt, float* s, uint32_t Rp, uint32_t ncols, uint32_t D,
-            uint32_t Dp) {
+// S(Rp, ncols) = Q(Rp, D) · Kt(D, ncols) with Kt's rows ldk apart; Rp a multiple of kQkRows,
+// ncols of kQkCols. (An 8-row tile measured no faster.)
+void scores(const float* q, const float* kt, size_t ldk, float* s, uint32_t Rp, uint32_t ncols,
+            uint32_t D, uint32_t Dp) {
   for (uint32_t r = 0; r < Rp; r += kQkRows) {
     for (uint32_t c = 0; c < ncols; c += kQkCols) {
       VecF acc[kQkRows][2] = {};
       for (uint32_t d = 0; d < D; ++d) {
-        VecF k0 = simd::load(kt + size_t(d) * kBk + c);
-        VecF k1 = simd::load(kt + size_t(d) * kBk + c + kLanes);
+        VecF k0 = simd::load(kt + d * ldk + c);
+        VecF k1 = simd::load(kt + d * ldk + c + kLanes);
+        simd::pin(k0);
+        simd::pin(k1);
         for (uint32_t i = 0; i < kQkRows; ++i) {
           VecF qv = simd::splat(q[size_t(r + i) * Dp + d]);
           acc[i][0] += qv * k0;
@@ -91,14 +109,17 @@ void scores(const float* q, const float* kt, float* s, uint32_t Rp, uint32_t nco
 
 // acc(kQkRows rows from r, NV vectors from column dc) += P(rows, 0..jmax) · V(0..jmax, cols).
 template <uint32_t NV>
-void pv_tile(const float* p, const float* v, float* acc, uint32_t r, uint32_t dc, uint32_t jmax,
-             uint32_t Dp) {
+void pv_tile(const float* p, const float* v, size_t ldv, float* acc, uint32_t r, uint32_t dc,
+             uint32_t jmax, uint32_t Dp) {
   VecF a[kQkRows][NV];
   for (uint32_t i = 0; i < kQkRows; ++i)
     for (uint32_t n = 0; n < NV; ++n) a[i][n] = simd::load(acc + size_t(r + i) * Dp + dc + n * kLanes);
   for (uint32_t j = 0; j < jmax; ++j) {
     VecF vv[NV];
-    for (uint32_t n = 0; n < NV; ++n) vv[n] = simd::load(v + size_t(j) * Dp + dc + n * kLanes);
+    for (uint32_t n = 0; n < NV; ++n) {
+      vv[n] = simd::load(v + j * ldv + dc + n * kLanes);
+      simd::pin(vv[n]);
+    }
     for (uint32_t i = 0; i < kQkRows; ++i) {
       VecF pv = simd::splat(p[size_t(r + i) * kBk + j]);
       for (uint32_t n = 0; n < NV; ++n) a[i][n] += pv * vv[n];
@@ -108,10 +129,26 @@ void pv_tile(const float* p, const float* v, float* acc, uint32_t r, uint32_t dc
     for (uint32_t n = 0; n < NV; ++n) simd::store(acc + size_t(r + i) * Dp + dc + n * kLanes, a[i][n]);
 }
 
-void pv_rows(const float* p, const float* v, float* acc, uint32_t r, uint32_t jmax, uint32_t Dp) {
+// V rows are ldv apart and hold Dp readable floats each.
+void pv_rows(const float* p, const float* v, size_t ldv, float* acc, uint32_t r, uint32_t jmax,
+             uint32_t Dp) {
   uint32_t dc = 0;
-  for (; dc + kPvVecs * kLanes <= Dp; dc += kPvVecs * kLanes) pv_tile<kPvVecs>(p, v, acc, r, dc, jmax, Dp);
-  for (; dc < Dp; dc += kLanes) pv_tile<1>(p, v, acc, r, dc, jmax, Dp);
+  for (; dc + kPvVecs * kLanes <= Dp; dc += kPvVecs * kLanes)
+    pv_tile<kPvVecs>(p, v, ldv, acc, r, dc, jmax, Dp);
+  for (; dc < Dp; dc += kLanes) pv_tile<1>(p, v, ldv, acc, r, dc, jmax, Dp);
+}
+
+// Largest of x[0..n), n >= 1.
+float row_max(const float* x, uint32_t n) {
+  uint32_t j = 0;
+  float mx = x[0];
+  if (n >= kLanes) {
+    VecF m = simd::load(x);
+    for (j = kLanes; j + kLanes <= n; j += kLanes) m = simd::vmax(m, simd::load(x + j));
+    mx = simd::hmax(m);
+  }
+  for (; j < n; ++j) mx = std::max(mx, x[j]);
+  return mx;
 }
 
 // Turns row r of S into probabilities against the updated running max and folds it into the
@@ -122,7 +159,7 @@ uint32_t softmax_row(float* srow, uint32_t valid, uint32_t ncols, RowState st, u
     std::fill(srow, srow + ncols, 0.0f);
     return 0;
   }
-  float mx = *std::max_element(srow, srow + valid);
+  float mx = row_max(srow, valid);
   float m_old = st.m[r];
   float m_new = std::max(m_old, mx);
   float alpha = std::exp(m_old - m_new);  // 0 when m_old is -inf
@@ -149,18 +186,31 @@ uint32_t softmax_row(float* srow, uint32_t valid, uint32_t ncols, RowState st, u
   return valid;
 }
 
-// Folds key rows [kb, kb + nk) of one KV head into the state of rows [0, Rp).
-void key_block(const Plan& p, const KvSpan& kv, Scratch& sc, RowState st, uint32_t Rp, uint32_t kb,
+// dst (D, kBk) = rows [j0, j0 + n) of k (len, D) transposed; columns [n, kBk) zero.
+void transpose_tile(const float* k, uint32_t j0, uint32_t n, uint32_t D, float* dst) {
+  for (uint32_t j = 0; j < n; ++j) {
+    const float* src = k + size_t(j0 + j) * D;
+    for (uint32_t d = 0; d < D; ++d) dst[size_t(d) * kBk + j] = src[d];
+  }
+  if (n < kBk)
+    for (uint32_t d = 0; d < D; ++d) std::fill(dst + size_t(d) * kBk + n, dst + size_t(d + 1) * kBk, 0.0f);
+}
+
+// Folds key rows [kb, kb + nk) of KV head h into the state of rows [0, Rp).
+void key_block(const Plan& p, uint32_t h, Scratch& sc, RowState st, uint32_t Rp, uint32_t kb,
                uint32_t nk) {
   const uint32_t D = p.a->D, Dp = p.Dp;
-  const uint32_t ncols = round_up(nk, kQkCols);
-  for (uint32_t j = 0; j < nk; ++j) {
-    const float* krow = kv.k + size_t(kb + j) * D;
-    for (uint32_t d = 0; d < D; ++d) sc.kt[size_t(d) * kBk + j] = krow[d];
-    std::memcpy(sc.v.data() + size_t(j) * Dp, kv.v + size_t(kb + j) * D, D * sizeof(float));
+  const uint32_t ncols = round_up(nk, kQkCols);  // <= kBk; columns past len are zero
+  const float* v = p.a->kv[h].v + size_t(kb) * D;
+  size_t ldv = D;
+  if (D != Dp) {  // rows must hold whole vectors: copy into the zero-padded block
+    for (uint32_t j = 0; j < nk; ++j) std::memcpy(sc.v.data() + size_t(j) * Dp, v + size_t(j) * D, D * sizeof(float));
+    v = sc.v.data();
+    ldv = Dp;
   }
-  for (uint32_t d = 0; d < D; ++d) std::fill(&sc.kt[size_t(d) * kBk + nk], &sc.kt[size_t(d) * kBk + ncols], 0.0f);
-  scores(sc.q.data(), sc.kt.data(), sc.s.data(), Rp, ncols, D, Dp);
+  const float* kt = p.kt.data ? p.kt.tile(h, kb / kBk, D) : sc.kt.data();
+  if (!p.kt.data) transpose_tile(p.a->kv[h].k, kb, nk, D, sc.kt.data());
+  scores(sc.q.data(), kt, kBk, sc.s.data(), Rp, ncols, D, Dp);
   for (uint32_t r = 0; r < Rp; r += kQkRows) {
     uint32_t jmax = 0;
     for (uint32_t i = r; i < r + kQkRows; ++i) {
@@ -168,7 +218,7 @@ void key_block(const Plan& p, const KvSpan& kv, Scratch& sc, RowState st, uint32
       uint32_t valid = lim <= kb ? 0 : std::min(nk, lim - kb);
       jmax = std::max(jmax, softmax_row(sc.s.data() + size_t(i) * kBk, valid, ncols, st, i, Dp));
     }
-    if (jmax) pv_rows(sc.s.data(), sc.v.data(), st.acc, r, jmax, Dp);
+    if (jmax) pv_rows(sc.s.data(), v, ldv, st.acc, r, jmax, Dp);
   }
 }
 
@@ -211,8 +261,7 @@ RowState state_at(const Plan& p, float* base) {
 
 void run_task(const Plan& p, uint32_t h, uint32_t qb, uint32_t split, float* state_mem) {
   const AttentionArgs& a = *p.a;
-  const KvSpan& kv = a.kv[h];
-  const uint32_t n0 = kv.len - a.T;
+  const uint32_t n0 = a.kv[h].len - a.T;
   const uint32_t i0 = qb * p.Bq, i1 = std::min(a.T, i0 + p.Bq);
   Scratch& sc = tl_scratch;
   sc.fit(p);
@@ -224,7 +273,7 @@ void run_task(const Plan& p, uint32_t h, uint32_t qb, uint32_t split, float* sta
   const uint32_t total = n0 + i1;  // keys the last token of the block sees
   const uint32_t chunk = round_up((total + p.n_split - 1) / p.n_split, kBk);
   const uint32_t k_begin = std::min(total, split * chunk), k_end = std::min(total, k_begin + chunk);
-  for (uint32_t kb = k_begin; kb < k_end; kb += kBk) key_block(p, kv, sc, st, Rp, kb, std::min(kBk, k_end - kb));
+  for (uint32_t kb = k_begin; kb < k_end; kb += kBk) key_block(p, h, sc, st, Rp, kb, std::min(kBk, k_end - kb));
   if (p.n_split == 1) finalize(p, h, i0, i1, st);
 }
 
@@ -250,6 +299,22 @@ void merge_splits(const Plan& p, uint32_t h, uint32_t qb, float* states) {
   }
   const uint32_t i0 = qb * p.Bq, i1 = std::min(p.a->T, i0 + p.Bq);
   finalize(p, h, i0, i1, dst);
+}
+
+// Fills the tiles of kt with every head's K transposed, zero beyond each head's length; one task
+// per tile.
+void transpose_keys(ThreadPool* pool, const AttentionArgs& a, std::vector<float>& buf, KeysT* kt) {
+  uint32_t max_len = 0;
+  for (uint32_t h = 0; h < a.Hkv; ++h) max_len = std::max(max_len, a.kv[h].len);
+  kt->n_tiles = (max_len + kBk - 1) / kBk;
+  buf.resize(size_t(a.Hkv) * kt->n_tiles * a.D * kBk);
+  kt->data = buf.data();
+  run_tasks(pool, size_t(a.Hkv) * kt->n_tiles, [&](size_t t) {
+    const uint32_t h = static_cast<uint32_t>(t / kt->n_tiles), b = static_cast<uint32_t>(t % kt->n_tiles);
+    const uint32_t j0 = b * kBk, len = a.kv[h].len;
+    const uint32_t n = len > j0 ? std::min(kBk, len - j0) : 0;
+    transpose_tile(a.kv[h].k, j0, n, a.D, buf.data() + (size_t(h) * kt->n_tiles + b) * a.D * kBk);
+  });
 }
 
 void check_args(const AttentionArgs& a) {
@@ -286,7 +351,9 @@ void attention(ThreadPool* pool, const AttentionArgs& a) {
   if (a.T == 0) return;
   check_args(a);
   const uint32_t threads = pool ? pool->size() : 1;
-  const Plan p = make_plan(a, threads);
+  Plan p = make_plan(a, threads);
+  thread_local std::vector<float> kt_buf;  // reused across calls from the same thread
+  if (p.n_qblocks > 1) transpose_keys(pool, a, kt_buf, &p.kt);
   const size_t per_state = state_floats(p);
   const size_t n_pairs = size_t(a.Hkv) * p.n_qblocks;
   // Task order: later query blocks (more keys) first, so the long tasks start early.

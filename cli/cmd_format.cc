@@ -1,0 +1,125 @@
+// `kvzip inspect | prune | export | import`: the cache-file subcommands. Thin: each parses its
+// options and calls format/ (describe, prune, export_hdf5, import_hdf5, write_cache_file);
+// errors propagate as kvzip::Error and main.cc maps them to exit statuses.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "format/format.h"
+
+namespace kvzip::cli {
+namespace {
+
+namespace fmt = kvzip::format;
+
+struct InspectArgs {
+  std::string file;
+  bool json = false;
+  bool verify = false;
+};
+
+struct PruneArgs {
+  std::string file, out;
+  double ratio = 0;
+  bool force = false;
+  int zstd = -1;  // -1: compress like the input
+};
+
+struct ExportArgs {
+  std::string file, out;
+  bool force = false;
+};
+
+struct ImportArgs {
+  std::string file, out;
+  bool force = false;
+  int zstd = 0;
+};
+
+void run_inspect(const InspectArgs& a) {
+  fmt::OpenOptions o;
+  o.verify = a.verify ? fmt::Verify::Full : fmt::Verify::OnAccess;
+  fmt::CacheReader r = fmt::CacheReader::open(a.file, o);
+  std::string text = fmt::describe(r, {a.json, a.file});
+  std::fwrite(text.data(), 1, text.size(), stdout);
+}
+
+// Write options that keep the input's choice: zstd (level 3) where its sections were compressed.
+fmt::WriteOptions like_input(const fmt::CacheReader& r, int zstd, bool force) {
+  fmt::WriteOptions w;
+  w.force = force;
+  if (zstd >= 0) {
+    w.zstd_level = zstd;
+    return w;
+  }
+  bool meta_z = false, kv_z = false;
+  for (const fmt::SectionInfo& s : r.sections()) {
+    if (s.codec != fmt::Codec::Zstd) continue;
+    (s.name == "kv" ? kv_z : meta_z) = true;
+  }
+  w.zstd_level = meta_z || kv_z ? 3 : 0;
+  w.compress_kv = kv_z;
+  return w;
+}
+
+void run_prune(const PruneArgs& a) {
+  fmt::CacheReader r = fmt::CacheReader::open(a.file, {fmt::Verify::Full});
+  fmt::CacheContents pruned = fmt::prune(r.load(), a.ratio);
+  fmt::write_cache_file(pruned, a.out, like_input(r, a.zstd, a.force));
+  std::printf("%s: ratio %.4f -> %.4f, written to %s\n", a.file.c_str(), r.header().achieved_ratio,
+              pruned.header.achieved_ratio, a.out.c_str());
+}
+
+void run_export(const ExportArgs& a) {
+  fmt::CacheReader r = fmt::CacheReader::open(a.file, {fmt::Verify::Full});
+  fmt::export_hdf5(r.load(), a.out, a.force);
+  std::printf("%s: exported to %s\n", a.file.c_str(), a.out.c_str());
+}
+
+void run_import(const ImportArgs& a) {
+  fmt::CacheContents c = fmt::import_hdf5(a.file);
+  fmt::WriteOptions w;
+  w.force = a.force;
+  w.zstd_level = a.zstd;
+  fmt::write_cache_file(c, a.out, w);
+  std::printf("%s: imported to %s\n", a.file.c_str(), a.out.c_str());
+}
+
+}  // namespace
+
+void add_format_commands(CLI::App& app) {
+  auto inspect = std::make_shared<InspectArgs>();
+  CLI::App* c = app.add_subcommand("inspect", "Show what a .kvz cache file holds and check it");
+  c->add_option("FILE", inspect->file, "cache file")->required();
+  c->add_flag("--json", inspect->json, "machine-readable JSON instead of text");
+  c->add_flag("--verify", inspect->verify, "check the checksum of every section, K/V data included");
+  c->callback([inspect] { run_inspect(*inspect); });
+
+  auto prune = std::make_shared<PruneArgs>();
+  c = app.add_subcommand("prune", "Keep a smaller fraction of a cache using its stored scores (no model needed)");
+  c->add_option("FILE", prune->file, "cache file with scores")->required();
+  c->add_option("--ratio", prune->ratio, "fraction of the document's KV pairs to keep, in (0, achieved]")
+      ->required();
+  c->add_option("-o,--output", prune->out, "output .kvz file")->required();
+  c->add_flag("-f,--force", prune->force, "overwrite the output if it exists");
+  c->add_option("--zstd", prune->zstd, "zstd level 0 (off) .. 19; default: as the input");
+  c->callback([prune] { run_prune(*prune); });
+
+  auto exp = std::make_shared<ExportArgs>();
+  c = app.add_subcommand("export", "Write a cache's content as an HDF5 file (spec/kvzip_format.md)");
+  c->add_option("FILE", exp->file, "cache file")->required();
+  c->add_option("--hdf5", exp->out, "output .h5 file")->required();
+  c->add_flag("-f,--force", exp->force, "overwrite the output if it exists");
+  c->callback([exp] { run_export(*exp); });
+
+  auto imp = std::make_shared<ImportArgs>();
+  c = app.add_subcommand("import", "Turn an HDF5 export back into a .kvz cache file");
+  c->add_option("FILE", imp->file, "HDF5 file written by kvzip export")->required();
+  c->add_option("-o,--output", imp->out, "output .kvz file")->required();
+  c->add_flag("-f,--force", imp->force, "overwrite the output if it exists");
+  c->add_option("--zstd", imp->zstd, "zstd level 0 (off) .. 19");
+  c->callback([imp] { run_import(*imp); });
+}
+
+}  // namespace kvzip::cli

@@ -1,0 +1,88 @@
+// libFuzzer target for the .kvz reader: any byte string goes through CacheReader::open_memory
+// with full verification, then every accessor, the inspect dump and (for small caches) prune and
+// a re-write. Only kvzip::Error may come out; a crash, a sanitizer report, any other exception or
+// a leak is a finding. Each input is tried twice: as is, and with every checksum recomputed
+// (reseal), since random edits almost never keep xxh64 valid and would otherwise stop at the
+// first checksum. Built by fuzz/CMakeLists.txt (clang, -DKVZIP_FUZZ=ON); run by fuzz/run.sh.
+#include <xxhash.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "format/format.h"
+
+namespace {
+
+using namespace kvzip::format;
+
+constexpr uint64_t kMaxSection = 16ull << 20;  // bound on any decoded section
+
+void exercise(const CacheReader& r) {
+  const CacheHeader& h = r.header();
+  uint64_t total = 0;
+  for (uint32_t l = 0; l < h.n_layers; ++l) {
+    (void)r.head_rows(l);
+    (void)r.positions(l);
+    (void)r.scores(l);
+    (void)r.kv_view(l);
+    LayerKv layer = r.load_layer(l);
+    total += layer.positions.size();
+  }
+  (void)describe(r, {false, "fuzz"});
+  (void)describe(r, {true, "fuzz"});
+  r.verify();
+  if (total > 100000) return;
+  CacheContents c = r.load();
+  CountingSink count;
+  write_cache(c, count);
+  if (c.has_scores && h.achieved_ratio > 0) (void)prune(c, h.achieved_ratio / 2);
+}
+
+uint64_t get64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+// Recomputes section, table and header checksums wherever the fields are in bounds.
+void reseal(std::vector<uint8_t>& b) {
+  if (b.size() < 64) return;
+  uint64_t count = get64(&b[16]), data_offset = get64(&b[24]);
+  if (count > 65536 || 64 + 64 * count > b.size()) return;
+  for (uint64_t i = 0; i < count; ++i) {
+    uint8_t* e = &b[64 + 64 * i];
+    uint64_t off = get64(e + 16), stored = get64(e + 24);
+    if (data_offset <= b.size() && off <= b.size() - data_offset && stored <= b.size() - data_offset - off) {
+      uint64_t h = XXH64(&b[data_offset + off], stored, 0);
+      std::memcpy(e + 40, &h, 8);
+    }
+  }
+  uint64_t table = XXH64(&b[64], 64 * count, 0);
+  std::memcpy(&b[40], &table, 8);
+  uint64_t header = XXH64(b.data(), 56, 0);
+  std::memcpy(&b[56], &header, 8);
+}
+
+void try_open(const uint8_t* data, size_t size) {
+  OpenOptions o;
+  o.verify = Verify::Full;
+  o.max_section_bytes = kMaxSection;
+  try {
+    CacheReader r = CacheReader::open_memory({data, size}, o);
+    exercise(r);
+  } catch (const kvzip::Error&) {
+    // expected for damaged input
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  try_open(data, size);
+  std::vector<uint8_t> copy(data, data + size);
+  reseal(copy);
+  try_open(copy.data(), copy.size());
+  return 0;
+}

@@ -1,0 +1,32 @@
+// The catalogue of damaged .kvz files in tests/golden/bad/: one per failure class, each derived
+// from the committed golden tiny_v1_f32.kvz by a byte edit, with the error code and message
+// fragment the reader must give. The committed files are regenerated from this list by
+// `kvzip_tests "[.generate-bad]"` and tests check that they still match it byte for byte.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+
+namespace kvzip::format::testing {
+
+enum class BadMode {
+  Open,        // CacheReader::open with Verify::Full fails
+  CheckModel,  // opens; check_model against the golden fingerprint fails
+};
+
+struct BadCase {
+  std::string name;  // file name in tests/golden/bad/
+  Errc code;
+  std::string message;  // fragment the error message contains
+  BadMode mode = BadMode::Open;
+  std::vector<uint8_t> bytes;
+};
+
+std::vector<BadCase> bad_cases(const std::vector<uint8_t>& golden_f32);
+
+// tiny_v1_1_unknown_optional.kvz: a v1.1 file whose scores section became an unknown optional
+// kind — a v1.0 reader must skip it and read the rest.
+std::vector<uint8_t> future_minor_file(const std::vector<uint8_t>& golden_f32);
+
+}  // namespace kvzip::format::testing
