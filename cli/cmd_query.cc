@@ -132,7 +132,7 @@ void run_chat(const QueryOpts& o) {
 }
 
 void add_common(CLI::App* c, QueryOpts& o) {
-  c->add_option("cache", o.cache, "Compressed cache file (.kvz)")->required()->check(CLI::ExistingFile);
+  c->add_option("cache", o.cache, "Compressed cache file (.kvz)")->required();
   c->add_option("-m,--model", o.model, "GGUF model file (default: $KVZIP_MODEL, then the cache)");
   c->add_option("-n,--max-tokens", o.n, "Answer tokens at most")->capture_default_str();
   c->add_option("--temp", o.temp, "Temperature; 0 = greedy")->capture_default_str();
