@@ -200,6 +200,7 @@ void decode_bf16(const uint8_t* src, size_t n, float* dst) {
 }  // namespace
 
 void encode_values(DType t, const float* src, size_t n, uint8_t* dst) {
+  if (n == 0) return;  // pointers of empty vectors may be null
   switch (t) {
     case DType::F32: std::memcpy(dst, src, n * 4); return;
     case DType::F16: encode_f16(src, n, dst); return;
@@ -209,6 +210,7 @@ void encode_values(DType t, const float* src, size_t n, uint8_t* dst) {
 }
 
 void decode_values(DType t, const uint8_t* src, size_t n, float* dst) {
+  if (n == 0) return;
   switch (t) {
     case DType::F32: std::memcpy(dst, src, n * 4); return;
     case DType::F16: decode_f16(src, n, dst); return;

@@ -35,6 +35,7 @@ void CacheReader::Impl::check_checksum(size_t i) const {
 }
 
 void CacheReader::Impl::read_stored(size_t i, uint64_t at, uint64_t n, void* dst) const {
+  if (n == 0) return;  // dst may be null for an empty layer
   if (fd < 0) {
     std::memcpy(dst, stored(i) + at, n);
     return;
@@ -152,7 +153,8 @@ uint64_t CacheReader::layer_rows(uint32_t layer) const {
 }
 
 std::span<const uint32_t> CacheReader::positions(uint32_t layer) const {
-  return {impl_->positions.data() + impl_->layer_start[layer], layer_rows(layer)};
+  uint64_t n = layer_rows(layer);  // checks the layer first
+  return {impl_->positions.data() + impl_->layer_start[layer], n};
 }
 
 std::span<const float> CacheReader::scores(uint32_t layer) const {
