@@ -1,8 +1,15 @@
-// Storage dtype registry and the scalar f32 <-> f16/bf16 conversions (round to nearest even,
-// subnormals and infinities handled, NaN payload bits kept). Written for clarity; the compiler
-// vectorises the loops in encode_values/decode_values well enough for file I/O rates.
+// Storage dtype registry and the f32 <-> f16/bf16 conversions (round to nearest even,
+// subnormals and infinities handled, NaN payload bits kept). The scalar functions are the
+// definition; with F16C/AVX2 (x86 -march=native builds) blocks of 8 values take a vector path
+// that gives the same bits, falling back to scalar for any block holding a NaN or an infinity,
+// where hardware would quiet signalling NaNs.
 #include <bit>
 #include <cstring>
+
+#if defined(__F16C__) && defined(__AVX2__)
+#include <immintrin.h>
+#define KVZIP_DTYPE_AVX2 1
+#endif
 
 #include "format/detail/dtype.h"
 
@@ -100,46 +107,114 @@ float bf16_to_f32(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t
 
 bool dtype_known(uint32_t id) { return id >= 1 && id <= 3; }
 
+namespace {
+
+void encode_f16(const float* src, size_t n, uint8_t* dst) {
+  size_t i = 0;
+#ifdef KVZIP_DTYPE_AVX2
+  for (; i + 8 <= n; i += 8) {
+    __m256 x = _mm256_loadu_ps(src + i);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q))) {  // a NaN: this block scalar
+      for (size_t j = i; j < i + 8; ++j) {
+        uint16_t h = f32_to_f16(src[j]);
+        std::memcpy(dst + 2 * j, &h, 2);
+      }
+      continue;
+    }
+    __m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * i), h);
+  }
+#endif
+  for (; i < n; ++i) {
+    uint16_t h = f32_to_f16(src[i]);
+    std::memcpy(dst + 2 * i, &h, 2);
+  }
+}
+
+void decode_f16(const uint8_t* src, size_t n, float* dst) {
+  size_t i = 0;
+#ifdef KVZIP_DTYPE_AVX2
+  const __m128i exp_mask = _mm_set1_epi16(0x7c00);
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i));
+    if (_mm_movemask_epi8(_mm_cmpeq_epi16(_mm_and_si128(h, exp_mask), exp_mask))) {  // inf/NaN
+      for (size_t j = i; j < i + 8; ++j) {
+        uint16_t v;
+        std::memcpy(&v, src + 2 * j, 2);
+        dst[j] = f16_to_f32(v);
+      }
+      continue;
+    }
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+#endif
+  for (; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    dst[i] = f16_to_f32(h);
+  }
+}
+
+void encode_bf16(const float* src, size_t n, uint8_t* dst) {
+  size_t i = 0;
+#ifdef KVZIP_DTYPE_AVX2
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+  const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+  for (; i + 8 <= n; i += 8) {
+    __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    if (_mm256_movemask_epi8(_mm256_cmpgt_epi32(_mm256_and_si256(x, abs_mask), inf))) {  // a NaN
+      for (size_t j = i; j < i + 8; ++j) {
+        uint16_t b = f32_to_bf16(src[j]);
+        std::memcpy(dst + 2 * j, &b, 2);
+      }
+      continue;
+    }
+    __m256i odd = _mm256_and_si256(_mm256_srli_epi32(x, 16), one);
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, bias), odd), 16);
+    __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), _MM_SHUFFLE(3, 1, 2, 0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * i), _mm256_castsi256_si128(packed));
+  }
+#endif
+  for (; i < n; ++i) {
+    uint16_t b = f32_to_bf16(src[i]);
+    std::memcpy(dst + 2 * i, &b, 2);
+  }
+}
+
+void decode_bf16(const uint8_t* src, size_t n, float* dst) {
+  size_t i = 0;
+#ifdef KVZIP_DTYPE_AVX2
+  for (; i + 8 <= n; i += 8) {  // exact for every pattern: a widening shift
+    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i));
+    __m256i w = _mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), w);
+  }
+#endif
+  for (; i < n; ++i) {
+    uint16_t b;
+    std::memcpy(&b, src + 2 * i, 2);
+    dst[i] = bf16_to_f32(b);
+  }
+}
+
+}  // namespace
+
 void encode_values(DType t, const float* src, size_t n, uint8_t* dst) {
+  if (n == 0) return;  // pointers of empty vectors may be null
   switch (t) {
-    case DType::F32:
-      std::memcpy(dst, src, n * 4);
-      return;
-    case DType::F16:
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t h = f32_to_f16(src[i]);
-        std::memcpy(dst + 2 * i, &h, 2);
-      }
-      return;
-    case DType::BF16:
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t b = f32_to_bf16(src[i]);
-        std::memcpy(dst + 2 * i, &b, 2);
-      }
-      return;
+    case DType::F32: std::memcpy(dst, src, n * 4); return;
+    case DType::F16: encode_f16(src, n, dst); return;
+    case DType::BF16: encode_bf16(src, n, dst); return;
   }
   dtype_size(t);  // throws unsupported
 }
 
 void decode_values(DType t, const uint8_t* src, size_t n, float* dst) {
+  if (n == 0) return;
   switch (t) {
-    case DType::F32:
-      std::memcpy(dst, src, n * 4);
-      return;
-    case DType::F16:
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, src + 2 * i, 2);
-        dst[i] = f16_to_f32(h);
-      }
-      return;
-    case DType::BF16:
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t b;
-        std::memcpy(&b, src + 2 * i, 2);
-        dst[i] = bf16_to_f32(b);
-      }
-      return;
+    case DType::F32: std::memcpy(dst, src, n * 4); return;
+    case DType::F16: decode_f16(src, n, dst); return;
+    case DType::BF16: decode_bf16(src, n, dst); return;
   }
   dtype_size(t);
 }

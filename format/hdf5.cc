@@ -64,6 +64,8 @@ void check(herr_t rc, const std::string& what) {
   if (rc < 0) throw Error(Errc::io, "HDF5: " + what + " failed");
 }
 
+// HDF5 prints its error stack to stderr by default; every failure here becomes a kvzip::Error
+// instead, so the printing is turned off (process-wide, as HDF5 offers no narrower switch).
 void quiet() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 
 Id vl_string_type() {

@@ -26,12 +26,36 @@ std::string hex64(uint64_t v) {
 
 CacheReader::Impl::~Impl() {
   if (map) ::munmap(map, map_len);
+  if (fd >= 0) ::close(fd);
 }
 
 void CacheReader::Impl::check_checksum(size_t i) const {
   if (checked[i].load(std::memory_order_acquire)) return;
+  confirm_checksum(i, detail::xxh64(stored(i), entries[i].stored));
+}
+
+void CacheReader::Impl::read_stored(size_t i, uint64_t at, uint64_t n, void* dst) const {
+  if (n == 0) return;  // dst may be null for an empty layer
+  if (fd < 0) {
+    std::memcpy(dst, stored(i) + at, n);
+    return;
+  }
+  auto* out = static_cast<uint8_t*>(dst);
+  uint64_t pos = data_offset + entries[i].offset + at;
+  while (n > 0) {
+    ssize_t got = ::pread(fd, out, n, static_cast<off_t>(pos));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0)
+      throw Error(Errc::io, label(i) + ": reading " + std::to_string(n) + " bytes at " + std::to_string(pos) +
+                                " failed" + (got < 0 ? std::string(": ") + std::strerror(errno) : " (file shrank)"));
+    out += got;
+    pos += static_cast<uint64_t>(got);
+    n -= static_cast<uint64_t>(got);
+  }
+}
+
+void CacheReader::Impl::confirm_checksum(size_t i, uint64_t got) const {
   const Entry& s = entries[i];
-  uint64_t got = detail::xxh64(stored(i), s.stored);
   if (got != s.checksum)
     throw Error(Errc::checksum_mismatch, label(i) + ": checksum mismatch: stored xxh64 " + detail::hex64(s.checksum) +
                                              ", data hashes to " + detail::hex64(got) +
@@ -83,17 +107,14 @@ CacheReader CacheReader::open(const std::string& path, const OpenOptions& option
     ::close(fd);
     throw Error(Errc::io, "cache file " + path + " is not a regular file");
   }
+  impl->fd = fd;  // closed by ~Impl from here on
   impl->size = static_cast<uint64_t>(st.st_size);
   if (impl->size > 0) {
     void* m = ::mmap(nullptr, impl->size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int err = errno;
-    ::close(fd);
-    if (m == MAP_FAILED) throw Error(Errc::io, "cannot map cache file " + path + ": " + std::strerror(err));
+    if (m == MAP_FAILED) throw Error(Errc::io, "cannot map cache file " + path + ": " + std::strerror(errno));
     impl->map = m;
     impl->map_len = impl->size;
     impl->base = static_cast<const uint8_t*>(m);
-  } else {
-    ::close(fd);
   }
   impl->parse();
   return CacheReader(std::move(impl));
@@ -132,7 +153,8 @@ uint64_t CacheReader::layer_rows(uint32_t layer) const {
 }
 
 std::span<const uint32_t> CacheReader::positions(uint32_t layer) const {
-  return {impl_->positions.data() + impl_->layer_start[layer], layer_rows(layer)};
+  uint64_t n = layer_rows(layer);  // checks the layer first
+  return {impl_->positions.data() + impl_->layer_start[layer], n};
 }
 
 std::span<const float> CacheReader::scores(uint32_t layer) const {
@@ -149,6 +171,10 @@ std::optional<KvView> CacheReader::kv_view(uint32_t layer) const {
   if (impl_->header.kv_dtype != DType::F32 || s.codec != static_cast<uint32_t>(Codec::None) ||
       reinterpret_cast<uintptr_t>(p) % alignof(float) != 0)
     return std::nullopt;
+#ifdef MADV_POPULATE_READ
+  if (impl_->map && s.stored > 0)  // map the pages in one call instead of one fault per page
+    ::madvise(const_cast<uint8_t*>(p), s.stored, MADV_POPULATE_READ);  // best effort
+#endif
   if (impl_->options.verify != Verify::Metadata) impl_->check_checksum(i);
   size_t n = static_cast<size_t>(layer_rows(layer) * impl_->header.head_dim);
   const float* f = reinterpret_cast<const float*>(p);
@@ -164,18 +190,36 @@ void CacheReader::read_kv(uint32_t layer, std::span<float> k, std::span<float> v
                                             " floats, need rows * head_dim = " + std::to_string(n));
   size_t i = impl_->kv[layer];
   const Entry& s = impl_->entries[i];
-  if (impl_->options.verify != Verify::Metadata) impl_->check_checksum(i);
   DType t = impl_->header.kv_dtype;
   size_t half = n * dtype_size(t);
-  std::vector<uint8_t> decoded;
-  const uint8_t* raw = impl_->stored(i);
+  bool hash = impl_->options.verify != Verify::Metadata && !impl_->checked[i].load(std::memory_order_acquire);
   if (s.codec == static_cast<uint32_t>(Codec::Zstd)) {
-    decoded.resize(s.raw);
-    detail::zstd_decode_into(raw, s.stored, decoded.data(), s.raw, impl_->label(i));
-    raw = decoded.data();
+    if (hash) impl_->check_checksum(i);
+    std::vector<uint8_t> raw(s.raw);
+    detail::zstd_decode_into(impl_->stored(i), s.stored, raw.data(), s.raw, impl_->label(i));
+    detail::decode_values(t, raw.data(), n, k.data());
+    detail::decode_values(t, raw.data() + half, n, v.data());
+    return;
   }
-  detail::decode_values(t, raw, n, k.data());
-  detail::decode_values(t, raw + half, n, v.data());
+  detail::HashSink h;
+  if (t == DType::F32) {  // straight into the caller's buffers, hashed there
+    impl_->read_stored(i, 0, half, k.data());
+    impl_->read_stored(i, half, half, v.data());
+    if (hash) {
+      h.write(k.data(), half);
+      h.write(v.data(), half);
+      impl_->confirm_checksum(i, h.digest());
+    }
+    return;
+  }
+  std::vector<uint8_t> raw(2 * half);
+  impl_->read_stored(i, 0, raw.size(), raw.data());
+  if (hash) {
+    h.write(raw.data(), raw.size());
+    impl_->confirm_checksum(i, h.digest());
+  }
+  detail::decode_values(t, raw.data(), n, k.data());
+  detail::decode_values(t, raw.data() + half, n, v.data());
 }
 
 LayerKv CacheReader::load_layer(uint32_t layer) const {

@@ -237,12 +237,12 @@ void parse_index(Ctx c) {
     for (uint32_t hd = 0; hd < h.n_kv_heads; ++hd) {
       const uint8_t* p = bytes.data() + (uint64_t{l} * h.n_kv_heads + hd) * 16;
       uint64_t rows = load_u64(p), row_start = load_u64(p + 8);
-      std::string at = r.name + ": index layer " + std::to_string(l) + " head " + std::to_string(hd);
+      auto at = [&] { return r.name + ": index layer " + std::to_string(l) + " head " + std::to_string(hd); };
       if (rows > h.logical_length())
-        throw Error(Errc::corrupt, at + ": Row_Count " + std::to_string(rows) + " exceeds the logical length " +
+        throw Error(Errc::corrupt, at() + ": Row_Count " + std::to_string(rows) + " exceeds the logical length " +
                                        std::to_string(h.logical_length()));
       if (row_start != start)
-        throw Error(Errc::corrupt, at + ": Row_Start " + std::to_string(row_start) + ", expected " +
+        throw Error(Errc::corrupt, at() + ": Row_Start " + std::to_string(row_start) + ", expected " +
                                        std::to_string(start) + " (sum of the previous heads' rows)");
       r.head_rows[uint64_t{l} * h.n_kv_heads + hd] = static_cast<uint32_t>(rows);
       start += rows;
@@ -271,14 +271,13 @@ void parse_positions(Ctx c) {
       uint32_t n = r.head_rows[uint64_t{l} * h.n_kv_heads + hd];
       for (uint32_t i = 0; i < n; ++i, ++row) {
         uint32_t p = r.positions[row];
+        bool bad_range = p >= h.logical_length(), bad_order = i > 0 && p <= r.positions[row - 1];
+        if (!bad_range && !bad_order) continue;
         std::string at = r.name + ": positions layer " + std::to_string(l) + " head " + std::to_string(hd) +
-                         " row " + std::to_string(i);
-        if (p >= h.logical_length())
-          throw Error(Errc::corrupt, at + ": position " + std::to_string(p) + " >= logical length " +
-                                         std::to_string(h.logical_length()));
-        if (i > 0 && p <= r.positions[row - 1])
-          throw Error(Errc::corrupt, at + ": position " + std::to_string(p) +
-                                         " does not increase (previous " + std::to_string(r.positions[row - 1]) + ")");
+                         " row " + std::to_string(i) + ": position " + std::to_string(p);
+        if (bad_range)
+          throw Error(Errc::corrupt, at + " >= logical length " + std::to_string(h.logical_length()));
+        throw Error(Errc::corrupt, at + " does not increase (previous " + std::to_string(r.positions[row - 1]) + ")");
       }
     }
 }

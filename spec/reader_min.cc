@@ -91,7 +91,6 @@ static void read_preamble(const uint8_t* p, uint64_t n, File& f, uint64_t& count
   if (data_size % 4096 || data_offset > UINT64_MAX - data_size) fail("bad Data_Size");
   if (n < 64 + 64 * count) fail("truncated section table");
   if (XXH64(p + 64, 64 * count, 0) != le(p + 40, 8)) fail("Table_Checksum mismatch");
-  if (n != data_offset + data_size) fail("file size differs from Data_Offset + Data_Size (truncated or trailing bytes)");
 }
 
 // ---- Section table ----
@@ -253,6 +252,7 @@ inline File read(const uint8_t* p, uint64_t n) {
   uint64_t count, data_offset, data_size;
   read_preamble(p, n, f, count, data_offset, data_size);
   read_table(p, count, data_size, f);
+  if (n != data_offset + data_size) fail("file size differs from Data_Offset + Data_Size (truncated or trailing bytes)");
   const uint8_t* data = p + data_offset;
   for (uint64_t i = 64 + 64 * count; i < data_offset; ++i)
     if (p[i]) fail("non-zero padding before the data area");

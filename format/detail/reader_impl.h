@@ -26,6 +26,7 @@ struct CacheReader::Impl {
   uint64_t size = 0;
   void* map = nullptr;            // mmap of the file, when opened from a path
   size_t map_len = 0;
+  int fd = -1;                    // the file, kept open so K/V copies can use pread
   OpenOptions options;
 
   uint16_t major = 0, minor = 0;
@@ -50,6 +51,10 @@ struct CacheReader::Impl {
     return name + ": " + detail::section_label(i, entries[i].kind, entries[i].layer);
   }
   void check_checksum(size_t i) const;              // throws checksum_mismatch
+  void confirm_checksum(size_t i, uint64_t digest) const;  // digest computed by the caller
+  // Copies n stored bytes of section i from byte `at` of the section: pread from the file when
+  // there is one (no page faults on the mapping), else from memory.
+  void read_stored(size_t i, uint64_t at, uint64_t n, void* dst) const;
   void check_padding() const;                       // every padding byte is 0, else corrupt
   std::vector<uint8_t> decode_small(size_t i) const;  // checksum, then raw bytes
 };

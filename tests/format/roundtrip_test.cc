@@ -176,3 +176,34 @@ TEST_CASE("bf16 conversion rounds to nearest even and keeps NaNs NaN", "[format]
   CHECK(f32_to_bf16(std::bit_cast<float>(0x7f800001u)) != 0x7f80);  // NaN stays NaN
   for (uint32_t b = 0; b < 0x10000; ++b) REQUIRE(f32_to_bf16(bf16_to_f32(static_cast<uint16_t>(b))) == b);
 }
+
+TEST_CASE("bulk dtype conversion gives the same bits as the scalar definition", "[format]") {
+  using namespace kvzip::format::detail;
+  // Random bit patterns (every class: normals, subnormals, infinities, NaNs) plus a NaN-free run
+  // long enough for any vector path.
+  uint64_t s = 99;
+  std::vector<float> values;
+  for (int i = 0; i < 4096; ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    uint32_t bits = static_cast<uint32_t>(s >> 32);
+    values.push_back(i < 2048 ? std::bit_cast<float>(bits) : static_cast<float>(static_cast<int32_t>(bits)) * 1e-9f);
+  }
+  for (DType t : {DType::F16, DType::BF16}) {
+    std::vector<uint8_t> bulk(values.size() * 2);
+    encode_values(t, values.data(), values.size(), bulk.data());
+    for (size_t i = 0; i < values.size(); ++i) {
+      uint16_t want = t == DType::F16 ? f32_to_f16(values[i]) : f32_to_bf16(values[i]);
+      uint16_t got;
+      std::memcpy(&got, &bulk[2 * i], 2);
+      REQUIRE(got == want);
+    }
+    std::vector<float> back(values.size());
+    decode_values(t, bulk.data(), values.size(), back.data());
+    for (size_t i = 0; i < values.size(); ++i) {
+      uint16_t h;
+      std::memcpy(&h, &bulk[2 * i], 2);
+      float want = t == DType::F16 ? f16_to_f32(h) : bf16_to_f32(h);
+      REQUIRE(std::bit_cast<uint32_t>(back[i]) == std::bit_cast<uint32_t>(want));
+    }
+  }
+}
