@@ -34,6 +34,9 @@ void check_text(const std::string& text, const std::string& what) {
                                              : std::string()) +
                     "; convert it to UTF-8 first (e.g. iconv -f LATIN1 -t UTF-8)");
   }
+  if (const size_t nul = text.find('\0'); nul != std::string::npos)
+    throw Error(Errc::invalid_argument, what + " contains a NUL byte at offset " +
+                                            std::to_string(nul) + "; it is not a text file");
   if (text.find_first_not_of(" \t\r\n\f\v") == std::string::npos)
     throw Error(Errc::invalid_argument, what + " is empty; give a non-empty UTF-8 text");
 }

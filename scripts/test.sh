@@ -19,3 +19,6 @@ bash scripts/build.sh build-asan -DKVZIP_SANITIZE=ON -DKVZIP_CUDA=OFF -DCMAKE_BU
 echo "== unit tests (ASan+UBSan) =="
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
   ./build-asan/tests/kvzip_tests "~[realmodel]" "~[slow]"
+
+echo "== fuzz the .kvz reader for 60 s (libFuzzer, ASan+UBSan) =="
+bash fuzz/run.sh 60
