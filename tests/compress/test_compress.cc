@@ -1,0 +1,179 @@
+// The compress() pipeline end to end on a tiny model: with ratio 1 the compressed cache answers
+// with exactly the logits of the full dense cache; the result records method, parameters, ratios
+// and the scores of kept rows; bad ratios, methods and options are refused before any work.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+
+#include "common/error.h"
+#include "compress/compress.h"
+#include "prefill/prefill.h"
+#include "tests/compress/support.h"
+#include "tests/support/random_weights.h"
+
+using namespace kvzip;
+
+namespace {
+
+ScorerOptions tiny_scorer_options() {
+  ScorerOptions so;
+  so.prompts.first = {3, 4, 5};
+  so.prompts.next = {6, 7, 8, 9};
+  so.prompts.turn_end = {10, 11};
+  so.kvzip_chunk = 16;
+  so.snapkv_window = 4;
+  so.h2o_recent = 4;
+  return so;
+}
+
+struct Doc {
+  ModelConfig cfg = test::tiny_qwen2_config();
+  Weights w = test::random_weights(cfg, 41);
+  std::vector<int32_t> prefix = test::random_tokens(6, cfg.vocab_size, 42);
+  std::vector<int32_t> doc = test::random_tokens(40, cfg.vocab_size, 43);
+  std::vector<int32_t> question = test::random_tokens(9, cfg.vocab_size, 44);
+};
+
+}  // namespace
+
+TEST_CASE("with ratio 1 every method's compressed cache gives the full cache's logits exactly",
+          "[compress]") {
+  const std::string method = GENERATE("kvzip", "full", "random", "streaming", "snapkv", "h2o");
+  INFO("method " << method);
+  Doc d;
+  Forward fwd(d.w, ForwardOptions{2, 8, {}});
+  CompressOptions co;
+  co.method = method;
+  co.ratio = 1.0;
+  co.scorer = tiny_scorer_options();
+  co.prefill.answer_room = 16;
+  CompressResult r = compress(fwd, d.prefix, d.doc, co);
+  CHECK(r.achieved_ratio == 1.0);
+  CHECK(r.cache.kept_total() == uint64_t(d.cfg.n_layers) * d.cfg.n_kv_heads * 46);
+  CHECK(r.cache.logical_length() == 46);
+
+  // The same prefill path (same chunking, so the same rows bit for bit), no scoring, no eviction.
+  PrefillResult dense = prefill_document(fwd, d.prefix, d.doc, co.prefill);
+  const std::vector<float> want = fwd.prefill(dense.cache, d.question, LogitsMode::All);
+  const std::vector<float> got = fwd.prefill(r.cache, d.question, LogitsMode::All);
+  CHECK(got == want);
+  // After reset the same question gives the same answer again (multi-query reuse).
+  r.cache.reset();
+  CHECK(fwd.prefill(r.cache, d.question, LogitsMode::All) == want);
+}
+
+TEST_CASE("compress keeps the requested share of document rows and records what it did",
+          "[compress]") {
+  Doc d;
+  Forward fwd(d.w, ForwardOptions{2, 8, {}});
+  CompressOptions co;
+  co.ratio = 0.3;
+  co.scorer = tiny_scorer_options();
+  co.prefill.answer_room = 16;
+  CompressResult r = compress(fwd, d.prefix, d.doc, co);
+  const uint64_t N = uint64_t(d.cfg.n_layers) * d.cfg.n_kv_heads * 40;
+  CHECK(r.method == "kvzip");
+  CHECK(r.requested_ratio == 0.3);
+  CHECK(r.achieved_ratio == Approx(double(std::llround(0.3 * N)) / N));
+  CHECK(r.cache.kept_total() == uint64_t(d.cfg.n_layers) * d.cfg.n_kv_heads * 6 + std::llround(0.3 * N));
+  CHECK(r.n_prefix == 6);
+  CHECK(r.n_doc == 40);
+  CHECK(r.params == MethodParams{{"chunk", "16"},
+                                 {"hint", "8"},
+                                 {"normalization", "local"},
+                                 {"reduce", "max over GQA group and reconstruction positions"},
+                                 {"level", "global"}});
+  CHECK(r.prefill_s > 0);
+  CHECK(r.scoring_s > 0);
+  // kept_scores follow the rows: +inf on the prefix, probabilities on document rows.
+  for (uint32_t l = 0; l < d.cfg.n_layers; ++l) {
+    size_t row = 0;
+    for (uint32_t h = 0; h < d.cfg.n_kv_heads; ++h) {
+      const uint32_t* pos = r.cache.positions(l, h);
+      for (uint32_t x = 0; x < r.cache.kept(l, h); ++x, ++row) {
+        const float s = r.kept_scores[l][row];
+        if (pos[x] < 6)
+          CHECK(std::isinf(s));
+        else
+          CHECK((s > 0 && s <= 1));
+      }
+    }
+    CHECK(row == r.kept_scores[l].size());
+  }
+  // The compressed cache answers (positions continue after the document).
+  const std::vector<float> logits = fwd.prefill(r.cache, d.question, LogitsMode::Last);
+  CHECK(logits.size() == d.cfg.vocab_size);
+  CHECK(r.cache.view(0, 0).positions[r.cache.view(0, 0).len - 1] == 46 + 8);
+}
+
+TEST_CASE("full keeps everything whatever ratio is asked", "[compress]") {
+  Doc d;
+  Forward fwd(d.w, ForwardOptions{1, 64, {}});
+  CompressOptions co;
+  co.method = "full";
+  co.ratio = 0.2;
+  co.prefill.answer_room = 16;
+  CompressResult r = compress(fwd, d.prefix, d.doc, co);
+  CHECK(r.achieved_ratio == 1.0);
+  CHECK(r.requested_ratio == 1.0);
+  CHECK(r.cache.kept_total() == uint64_t(d.cfg.n_layers) * d.cfg.n_kv_heads * 46);
+}
+
+TEST_CASE("compress refuses bad ratios, unknown methods and bad options before any work",
+          "[compress]") {
+  Doc d;
+  Forward fwd(d.w, ForwardOptions{1, 64, {}});
+  auto code_and_message = [&](const CompressOptions& co) -> std::pair<Errc, std::string> {
+    try {
+      compress(fwd, d.prefix, d.doc, co);
+    } catch (const Error& e) {
+      return {e.code(), e.what()};
+    }
+    return {Errc::internal, "no error"};
+  };
+  CompressOptions co;
+  co.scorer = tiny_scorer_options();
+  for (double r : {0.0, -1.0, 1.5, std::nan("")}) {
+    co.ratio = r;
+    auto [code, msg] = code_and_message(co);
+    INFO(msg);
+    CHECK(code == Errc::invalid_argument);
+    CHECK(msg.find("(0, 1]") != std::string::npos);
+  }
+  co.ratio = 0.5;
+  co.method = "pyramid";
+  auto [code, msg] = code_and_message(co);
+  CHECK(code == Errc::invalid_argument);
+  CHECK(msg.find("'pyramid'") != std::string::npos);
+  CHECK(msg.find("kvzip, full, random, streaming, snapkv, h2o") != std::string::npos);
+
+  co.method = "kvzip";
+  co.scorer.prompts = {};
+  CHECK(code_and_message(co).first == Errc::invalid_argument);
+  co.scorer = tiny_scorer_options();
+  co.scorer.snapkv_kernel = 6;
+  CHECK_THROWS_AS(make_scorer("snapkv", co.scorer), Error);
+  co.scorer.kvzip_chunk = 0;
+  CHECK_THROWS_AS(make_scorer("kvzip", co.scorer), Error);
+}
+
+TEST_CASE("a document too long for the context is refused with both numbers", "[compress]") {
+  Doc d;
+  d.w.config.max_context = 50;  // 6 prefix + 40 document + 16 room = 62
+  Forward fwd(d.w, ForwardOptions{1, 64, {}});
+  CompressOptions co;
+  co.scorer = tiny_scorer_options();
+  co.prefill.answer_room = 16;
+  try {
+    compress(fwd, d.prefix, d.doc, co);
+    FAIL("no error");
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    INFO(m);
+    CHECK(e.code() == Errc::invalid_argument);
+    CHECK(m.find("40 document tokens") != std::string::npos);
+    CHECK(m.find("62 tokens") != std::string::npos);
+    CHECK(m.find("max context is 50") != std::string::npos);
+  }
+}

@@ -1,0 +1,189 @@
+// KVzip scoring against a naive reference written plainly here (materialise the local logits over
+// prefix ⊕ chunk ⊕ R_t's own keys, softmax, max over the GQA group and all R_t positions), with
+// the document split into several chunks and R_t longer than the forward's chunk; and the
+// reconstruction inputs built from a real chat template.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "common/error.h"
+#include "compress/compress.h"
+#include "model/chat_template.h"
+#include "model/detail/bpe.h"
+#include "model/tokenizer.h"
+#include "prefill/prefill.h"
+#include "tests/compress/support.h"
+#include "tests/support/random_weights.h"
+
+using namespace kvzip;
+
+namespace {
+
+ReconstructionPrompts synthetic_prompts() {
+  ReconstructionPrompts p;
+  p.first = {3, 4, 5};
+  p.next = {6, 7, 8, 9};
+  p.turn_end = {10, 11};
+  return p;
+}
+
+// score[l][h][j] for the document rows of chunk [b, e), computed the plain way: R_t is run through
+// a second (tracing) forward on a copy of the cache, and every local attention row is materialised.
+void reference_chunk(const Weights& w, KvCache& cache, uint32_t n_p, uint32_t n_c,
+                     const std::vector<int32_t>& r, uint32_t b, uint32_t e,
+                     std::vector<double>& out /* (L, Hkv, n_c) */) {
+  const ModelConfig& c = w.config;
+  const uint32_t D = c.head_dim, Hq = c.n_heads, Hkv = c.n_kv_heads, G = Hq / Hkv;
+  const uint32_t r0 = n_p + n_c;
+  test::QueryRecorder rec;
+  rec.Hq = Hq;
+  rec.D = D;
+  rec.clear(r0);
+  Forward tracing(w, ForwardOptions{1, 16, rec.trace_fn()});
+  tracing.prefill(cache, r, LogitsMode::None);
+  for (uint32_t l = 0; l < c.n_layers; ++l)
+    for (uint32_t h = 0; h < Hkv; ++h) {
+      const KvHeadView v = cache.view(l, h);
+      std::vector<uint32_t> keys;  // K̄ rows for the last R_t query; query i sees a prefix of it
+      for (uint32_t j = 0; j < n_p; ++j) keys.push_back(j);
+      for (uint32_t j = n_p + b; j < n_p + e; ++j) keys.push_back(j);
+      const size_t fixed = keys.size();
+      for (uint32_t j = r0; j < r0 + r.size(); ++j) keys.push_back(j);
+      for (uint32_t g = 0; g < G; ++g)
+        for (uint32_t i = 0; i < r.size(); ++i) {
+          const float* q = rec.at(l, r0 + i, h * G + g);
+          const size_t n = fixed + i + 1;  // causal inside R_t
+          std::vector<double> logit(n);
+          double mx = -INFINITY, sum = 0;
+          for (size_t k = 0; k < n; ++k) {
+            double s = 0;
+            for (uint32_t d = 0; d < D; ++d) s += double(q[d]) * v.k[size_t(keys[k]) * D + d];
+            logit[k] = s / std::sqrt(double(D));
+            mx = std::max(mx, logit[k]);
+          }
+          for (double& x : logit) sum += (x = std::exp(x - mx));
+          for (uint32_t j = b; j < e; ++j) {
+            double& o = out[(size_t(l) * Hkv + h) * n_c + j];
+            o = std::max(o, logit[n_p + (j - b)] / sum);
+          }
+        }
+    }
+  cache.rollback(r0);
+}
+
+struct Setup {
+  ModelConfig cfg;
+  Weights w;
+  std::vector<int32_t> prefix, doc;
+};
+
+Setup setup(const ModelConfig& cfg, uint32_t n_p, uint32_t n_c) {
+  return Setup{cfg, test::random_weights(cfg, 21), test::random_tokens(n_p, cfg.vocab_size, 1),
+               test::random_tokens(n_c, cfg.vocab_size, 2)};
+}
+
+}  // namespace
+
+TEST_CASE("KVzip scores equal the naive local-softmax reference over several chunks",
+          "[compress]") {
+  const bool qwen = GENERATE(true, false);
+  Setup s = setup(qwen ? test::tiny_qwen2_config() : test::tiny_llama_config(), 7, 50);
+  INFO("model " << s.cfg.arch << " G=" << s.cfg.group());
+  ScorerOptions so;
+  so.prompts = synthetic_prompts();
+  so.kvzip_chunk = 20;  // chunks [0,20) [20,40) [40,50)
+  so.kvzip_hint = 8;
+  Forward fwd(s.w, ForwardOptions{2, 16, {}});  // R_t (up to 34 tokens) spans 3 forward chunks
+  PrefillResult pre = prefill_document(fwd, s.prefix, s.doc);
+  KvCache before = pre.cache;
+
+  auto scorer = make_scorer("kvzip", so);
+  DocumentScores got = scorer->score(ScoreInput{&fwd, &pre.cache, 7, s.doc});
+  REQUIRE(got.values.size() == size_t(s.cfg.n_layers) * s.cfg.n_kv_heads * 50);
+  // The scorer leaves the cache as it found it.
+  CHECK(pre.cache.logical_length() == 57);
+  for (uint32_t l = 0; l < s.cfg.n_layers; ++l) CHECK(pre.cache.view(l, 1).len == 57);
+
+  std::vector<double> want(got.values.size(), 0.0);
+  for (uint32_t b = 0; b < 50; b += 20) {
+    const uint32_t e = std::min(50u, b + 20);
+    std::vector<int32_t> r = reconstruction_input(so.prompts, s.doc, b, e, 8);
+    REQUIRE(r.size() > 16);  // longer than the forward chunk
+    reference_chunk(s.w, before, 7, 50, r, b, e, want);
+  }
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(got.values[i] - want[i]));
+  CHECK(worst < 2e-6);
+  // Scores are probabilities and some row is attended strongly.
+  CHECK(*std::min_element(got.values.begin(), got.values.end()) > 0.0f);
+  CHECK(*std::max_element(got.values.begin(), got.values.end()) <= 1.0f);
+}
+
+TEST_CASE("KVzip scores do not depend on the thread count or the forward chunk", "[compress]") {
+  Setup s = setup(test::tiny_qwen2_config(), 5, 30);
+  ScorerOptions so;
+  so.prompts = synthetic_prompts();
+  so.kvzip_chunk = 12;
+  Forward f1(s.w, ForwardOptions{1, 512, {}});
+  Forward f2(s.w, ForwardOptions{2, 7, {}});
+  PrefillResult p1 = prefill_document(f1, s.prefix, s.doc);
+  PrefillResult p2 = prefill_document(f1, s.prefix, s.doc);
+  DocumentScores a = make_scorer("kvzip", so)->score(ScoreInput{&f1, &p1.cache, 5, s.doc});
+  DocumentScores b = make_scorer("kvzip", so)->score(ScoreInput{&f2, &p2.cache, 5, s.doc});
+  CHECK(test::rel_error(a.values, b.values) < 1e-5);
+}
+
+TEST_CASE("reconstruction inputs put the hint at the end of the user turn, before S",
+          "[compress]") {
+  const std::vector<int32_t> doc = {100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111};
+  ReconstructionPrompts p = synthetic_prompts();
+  CHECK(reconstruction_input(p, doc, 0, 5, 3) ==
+        std::vector<int32_t>{3, 4, 5, 10, 11, 100, 101, 102, 103, 104});
+  CHECK(reconstruction_input(p, doc, 5, 10, 3) ==
+        std::vector<int32_t>{6, 7, 8, 9, 102, 103, 104, 10, 11, 105, 106, 107, 108, 109});
+  // A hint longer than what precedes the chunk quotes what there is.
+  CHECK(reconstruction_input(p, doc, 2, 3, 8) == std::vector<int32_t>{6, 7, 8, 9, 100, 101, 10, 11, 102});
+  CHECK_THROWS_AS(reconstruction_input(p, doc, 10, 13, 3), Error);
+  CHECK_THROWS_AS(reconstruction_input(p, doc, 4, 4, 3), Error);
+}
+
+TEST_CASE("reconstruction prompts from a ChatML template are the authors' token pieces",
+          "[compress]") {
+  TokenizerData d;
+  d.model = "gpt2";
+  d.pre = "smollm";
+  for (const char* c : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {
+    d.tokens.push_back(c);
+    d.token_types.push_back(3);
+  }
+  for (int b = 0; b < 256; ++b) {
+    d.tokens.push_back(detail::byte_to_unicode(static_cast<uint8_t>(b)));
+    d.token_types.push_back(1);
+  }
+  d.eos = 0;
+  d.chat_template = "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>'}}";
+  Tokenizer tok(d);
+  ChatTemplate chat(tok);
+  ReconstructionPrompts p = reconstruction_prompts(chat);
+  CHECK(tok.decode(p.first) == kRepeatFirstPrompt);
+  CHECK(tok.decode(p.next) == kRepeatNextPrompt);
+  CHECK(tok.decode(p.turn_end) == "<|im_end|>\n<|im_start|>assistant\n");
+  // [prompt ; end of user turn ; S] is exactly the template's suffix for the prompt.
+  std::vector<int32_t> joined = p.first;
+  joined.insert(joined.end(), p.turn_end.begin(), p.turn_end.end());
+  CHECK(joined == chat.suffix(kRepeatFirstPrompt));
+}
+
+TEST_CASE("kvzip refuses a scoring input that is not the prefilled document", "[compress]") {
+  Setup s = setup(test::tiny_llama_config(), 4, 10);
+  ScorerOptions so;
+  so.prompts = synthetic_prompts();
+  Forward fwd(s.w, ForwardOptions{1, 64, {}});
+  PrefillResult pre = prefill_document(fwd, s.prefix, s.doc);
+  auto scorer = make_scorer("kvzip", so);
+  std::vector<int32_t> shorter(s.doc.begin(), s.doc.begin() + 9);
+  CHECK_THROWS_AS(scorer->score(ScoreInput{&fwd, &pre.cache, 4, shorter}), Error);
+  CHECK_THROWS_AS(scorer->score(ScoreInput{nullptr, &pre.cache, 4, s.doc}), Error);
+}
