@@ -240,7 +240,9 @@ TEST_CASE("token-by-token decode logits match the float64 reference within 1e-3 
     opt.quantized_gemv = quantized;
     Forward fwd(model->weights(), opt);
     REQUIRE(fwd.quantized_gemv() == quantized);
-    for (size_t i : {size_t(0), size_t(3)}) {  // france (every position), digits_code
+    // france (every position), digits_code; the fp32 GEMV (the slow path) only on france.
+    for (size_t i : {size_t(0), size_t(3)}) {
+      if (!quantized && i != 0) continue;
       const GoldenCase& gc = cases[i];
       KvCache cache(cfg, static_cast<uint32_t>(gc.ids.size()));
       std::vector<float> logits(gc.ids.size() * V);
