@@ -61,31 +61,38 @@ namespace cpu {
 namespace detail {
 namespace {
 
-// Signed value of nibble-coded weight j of a Q4 block is (qs & 15) or (qs >> 4) before the
-// offset; the offset term is applied once per block through xsum.
+// Eight independent lanes per row (lane l takes elements l, l+8, ...), so the compiler can keep
+// them in one vector register without reassociating any sum (no -ffast-math needed). The Q4
+// offset term is applied once per block through xsum.
 template <QFormat F>
 void rows_scalar(const QGemvArgs& a, const float* xsum, uint32_t r0, uint32_t r1) {
+  constexpr int kL = 8;
   const uint32_t nb = a.in / kQBlockElems;
   const size_t bb = qblock_bytes(F);
   for (uint32_t r = r0; r < r1; ++r) {
     const uint8_t* blk = a.w + size_t(r) * nb * bb;
-    float acc = 0.0f;
+    float acc[kL] = {};
+    float offset = 0.0f;
     for (uint32_t b = 0; b < nb; ++b, blk += bb) {
       const float* x = a.x + size_t(b) * kQBlockElems;
       const float d = half_to_float(load_u16(blk));
-      float s = 0.0f;
+      float s[kL] = {};
       if constexpr (F == QFormat::Q8_0) {
         const int8_t* q = reinterpret_cast<const int8_t*>(blk + 2);
-        for (uint32_t j = 0; j < 32; ++j) s += float(q[j]) * x[j];
-        acc += d * s;
+        for (int j = 0; j < 32; j += kL)
+          for (int l = 0; l < kL; ++l) s[l] += float(q[j + l]) * x[j + l];
       } else {
         const uint8_t* q = blk + (F == QFormat::Q4_1 ? 4 : 2);
-        for (uint32_t j = 0; j < 16; ++j) s += float(q[j] & 15) * x[j] + float(q[j] >> 4) * x[j + 16];
-        const float m = F == QFormat::Q4_1 ? half_to_float(load_u16(blk + 2)) : -8.0f * d;
-        acc += d * s + m * xsum[b];
+        for (int j = 0; j < 16; j += kL)
+          for (int l = 0; l < kL; ++l)
+            s[l] += float(q[j + l] & 15) * x[j + l] + float(q[j + l] >> 4) * x[j + l + 16];
+        offset += (F == QFormat::Q4_1 ? half_to_float(load_u16(blk + 2)) : -8.0f * d) * xsum[b];
       }
+      for (int l = 0; l < kL; ++l) acc[l] += d * s[l];
     }
-    a.y[r] = acc;
+    float y = offset;
+    for (int l = 0; l < kL; ++l) y += acc[l];
+    a.y[r] = y;
   }
 }
 
