@@ -1,10 +1,13 @@
 // bench_kernels: CPU throughput of the runtime at SmolLM2-135M shapes (L=30, E=576, Hq=9, Hkv=3,
 // D=64, F=1536, V=49152) on random weights: sgemm GFLOP/s per projection shape (plus a large square
-// GEMM as the machine's practical peak), attention, prefill tokens/s of a --ctx document and
-// decode tokens/s at that context. Usage: bench_kernels [--threads N] [--ctx T] [--decode N].
+// GEMM as the machine's practical peak), the decode GEMVs (fp32 and quantized, GB/s of weights
+// read), attention, prefill tokens/s of a --ctx document and decode tokens/s at that context with
+// the fp32 and the quantized GEMV (the model's matrices in Q4_1, its embedding in Q8_0, like the
+// SmolLM2 GGUF). Usage: bench_kernels [--threads N] [--ctx T] [--decode N].
 // Each figure is the best of a few runs. Wall-clock rates are what a user sees; the "per cpu-s"
 // rates divide by the process CPU time instead, which stays meaningful on a machine shared with
 // other jobs (there wall time stretches, CPU time much less). No correctness checks here.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -12,14 +15,18 @@
 #include <cstring>
 #include <ctime>
 #include <functional>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/attention.h"
 #include "kernels/gemm.h"
+#include "kernels/qgemv.h"
 #include "kernels/thread_pool.h"
 #include "model/forward.h"
 #include "model/kv_cache.h"
+#include "model/quant.h"
 
 using namespace kvzip;
 
@@ -82,6 +89,44 @@ std::vector<float> fill(size_t n, uint64_t seed, float scale) {
   return v;
 }
 
+// Round-to-nearest block quantization of an (rows, cols) fp32 matrix (cols % 32 == 0); `w` is
+// replaced by the values the blocks decode to, so both GEMV paths compute the same product.
+QuantMatrix quantize(std::vector<float>& w, uint32_t rows, uint32_t cols, QFormat f) {
+  QuantMatrix q;
+  q.format = f;
+  q.rows = rows;
+  q.cols = cols;
+  const size_t bb = qblock_bytes(f), nb = size_t(rows) * cols / 32;
+  q.blocks.resize(nb * bb);
+  auto half = [](uint8_t* p, float v) {
+    const uint16_t h = quant::float_to_half(v);
+    p[0] = uint8_t(h), p[1] = uint8_t(h >> 8);
+  };
+  for (size_t b = 0; b < nb; ++b) {
+    float* x = w.data() + b * 32;
+    uint8_t* blk = q.blocks.data() + b * bb;
+    float lo = x[0], hi = x[0], amax = 0.0f;
+    for (int i = 0; i < 32; ++i) lo = std::min(lo, x[i]), hi = std::max(hi, x[i]), amax = std::max(amax, std::fabs(x[i]));
+    if (f == QFormat::Q8_0) {
+      const float d = quant::half_to_float(quant::float_to_half(amax / 127.0f));
+      half(blk, d);
+      for (int i = 0; i < 32; ++i) blk[2 + i] = uint8_t(int8_t(d > 0 ? std::lround(x[i] / d) : 0));
+    } else {  // Q4_1
+      const float d = quant::half_to_float(quant::float_to_half((hi - lo) / 15.0f));
+      const float m = quant::half_to_float(quant::float_to_half(lo));
+      half(blk, d);
+      half(blk + 2, m);
+      for (int i = 0; i < 16; ++i) {
+        auto code = [&](float v) { return d > 0 ? std::clamp<long>(std::lround((v - m) / d), 0, 15) : 0; };
+        blk[4 + i] = uint8_t(code(x[i]) | (code(x[i + 16]) << 4));
+      }
+    }
+  }
+  quant::dequantize_rows(f == QFormat::Q8_0 ? quant::GgmlType::Q8_0 : quant::GgmlType::Q4_1,
+                         q.blocks.data(), w.data(), cols, rows, 1);
+  return q;
+}
+
 ModelConfig smollm2_135m() {
   ModelConfig c;
   c.arch = "llama";
@@ -117,8 +162,17 @@ Weights random_model(const ModelConfig& c) {
     lw.w_gate = fill(F * E, ++seed, 1.0f / std::sqrt(float(E)));
     lw.w_up = fill(F * E, ++seed, 1.0f / std::sqrt(float(E)));
     lw.w_down = fill(E * F, ++seed, 1.0f / std::sqrt(float(F)));
+    const uint32_t E32 = uint32_t(E), F32 = uint32_t(F), qd32 = uint32_t(qd), kvd32 = uint32_t(kvd);
+    lw.quant.wq = quantize(lw.wq, qd32, E32, QFormat::Q4_1);
+    lw.quant.wk = quantize(lw.wk, kvd32, E32, QFormat::Q4_1);
+    lw.quant.wv = quantize(lw.wv, kvd32, E32, QFormat::Q4_1);
+    lw.quant.wo = quantize(lw.wo, E32, qd32, QFormat::Q4_1);
+    lw.quant.w_gate = quantize(lw.w_gate, F32, E32, QFormat::Q4_1);
+    lw.quant.w_up = quantize(lw.w_up, F32, E32, QFormat::Q4_1);
+    lw.quant.w_down = quantize(lw.w_down, E32, F32, QFormat::Q4_1);
     w.layers.push_back(std::move(lw));
   }
+  w.quant_tok_embd = quantize(w.tok_embd, c.vocab_size, c.d_model, QFormat::Q8_0);
   return w;
 }
 
@@ -132,6 +186,40 @@ void bench_gemm(ThreadPool& pool, const char* name, uint32_t T, uint32_t in, uin
   double flops = 2.0 * T * in * out;
   std::printf("  %-22s %5u x %5u x %5u  %8.2f ms  %7.1f GFLOP/s  %7.1f per cpu-s\n", name, T, in,
               out, t.wall * 1e3, flops / t.wall * 1e-9, flops / t.cpu * 1e-9);
+}
+
+void bench_qgemv(ThreadPool& pool, const char* name, QFormat f, uint32_t in, uint32_t out, QIsa isa) {
+  auto w = fill(size_t(out) * in, 2, 0.05f);
+  const QuantMatrix q = quantize(w, out, in, f);
+  auto x = fill(in, 1, 1.0f);
+  std::vector<float> y(out);
+  QGemvArgs a{f, q.blocks.data(), x.data(), nullptr, y.data(), in, out};
+  std::span<const QGemvArgs> jobs(&a, 1);
+  cpu::qgemv(&pool, jobs, isa);  // warm up
+  const int reps = 20;
+  Timing t = best_of(3, [&] {
+    for (int r = 0; r < reps; ++r) cpu::qgemv(&pool, jobs, isa);
+  });
+  const double bytes = double(q.blocks.size());
+  std::printf("  %-22s %-6s %-6s %5u x %5u  %8.3f ms  %7.1f GB/s   %7.1f per cpu-s\n", name,
+              qformat_name(f), qisa_name(isa), in, out, t.wall / reps * 1e3,
+              bytes * reps / t.wall * 1e-9, bytes * reps / t.cpu * 1e-9);
+}
+
+void bench_fp32_gemv(ThreadPool& pool, const char* name, uint32_t in, uint32_t out) {
+  auto x = fill(in, 1, 1.0f), w = fill(size_t(out) * in, 2, 0.05f);
+  std::vector<float> y(out);
+  GemmArgs a{x.data(), w.data(), nullptr, y.data(), 1, in, out};
+  Exec ex{Device::Cpu, &pool};
+  gemm(ex, a);
+  const int reps = 20;
+  Timing t = best_of(3, [&] {
+    for (int r = 0; r < reps; ++r) gemm(ex, a);
+  });
+  const double bytes = 4.0 * in * out;
+  std::printf("  %-22s %-6s %-6s %5u x %5u  %8.3f ms  %7.1f GB/s   %7.1f per cpu-s\n", name, "F32",
+              "vec", in, out, t.wall / reps * 1e3, bytes * reps / t.wall * 1e-9,
+              bytes * reps / t.cpu * 1e-9);
 }
 
 void bench_attention(ThreadPool& pool, uint32_t T, uint32_t len) {
@@ -167,8 +255,16 @@ int main(int argc, char** argv) {
   bench_gemm(pool, "k/v proj", 512, 576, 192);
   bench_gemm(pool, "gate/up", 512, 576, 1536);
   bench_gemm(pool, "down", 512, 1536, 576);
-  bench_gemm(pool, "gemv gate (decode)", 1, 576, 1536);
-  bench_gemm(pool, "gemv lm head (decode)", 1, 576, 49152);
+
+  std::printf("\nDecode GEMV (y = W x), weight bytes read per second\n");
+  bench_fp32_gemv(pool, "gate", 576, 1536);
+  bench_fp32_gemv(pool, "lm head", 576, 49152);
+  for (QIsa isa : {QIsa::Scalar, QIsa::Avx2, QIsa::Avx512}) {
+    if (!qisa_available(isa)) continue;
+    bench_qgemv(pool, "gate", QFormat::Q4_1, 576, 1536, isa);
+    bench_qgemv(pool, "down", QFormat::Q4_1, 1536, 576, isa);
+    bench_qgemv(pool, "lm head", QFormat::Q8_0, 576, 49152, isa);
+  }
 
   std::printf("\nAttention (Hq=9, Hkv=3, D=64)\n");
   bench_attention(pool, 512, 512);
@@ -177,7 +273,9 @@ int main(int argc, char** argv) {
 
   ModelConfig cfg = smollm2_135m();
   Weights w = random_model(cfg);
-  Forward fwd(w, ForwardOptions{args.threads, 512, {}});
+  ForwardOptions fp32_opt{args.threads, 512, {}}, q_opt = fp32_opt;
+  fp32_opt.quantized_gemv = false;
+  Forward fwd(w, fp32_opt), fwd_q(w, q_opt);
   std::vector<int32_t> doc(args.ctx);
   for (uint32_t i = 0; i < args.ctx; ++i) doc[i] = static_cast<int32_t>((i * 7919u) % cfg.vocab_size);
   KvCache cache(cfg, args.ctx + args.decode);
@@ -185,10 +283,13 @@ int main(int argc, char** argv) {
     cache.rollback(0);
     fwd.prefill(cache, doc, LogitsMode::Last);
   });
-  Timing t_decode = best_of(2, [&] {
-    cache.rollback(args.ctx);
-    for (uint32_t i = 0; i < args.decode; ++i) fwd.decode(cache, static_cast<int32_t>(i));
-  });
+  auto decode_run = [&](Forward& f) {
+    return best_of(2, [&] {
+      cache.rollback(args.ctx);
+      for (uint32_t i = 0; i < args.decode; ++i) f.decode(cache, static_cast<int32_t>(i));
+    });
+  };
+  Timing t_decode = decode_run(fwd), t_decode_q = decode_run(fwd_q);
   double params = 0;
   for (const auto& l : w.layers)
     params += double(l.wq.size() + l.wk.size() + l.wv.size() + l.wo.size() + l.w_gate.size() +
@@ -200,8 +301,9 @@ int main(int argc, char** argv) {
   std::printf("  prefill %u tokens       %8.2f s      %7.1f tokens/s  %7.1f GFLOP/s  %7.1f GFLOP per cpu-s\n",
               args.ctx, t_prefill.wall, args.ctx / t_prefill.wall, prefill_flops / t_prefill.wall * 1e-9,
               prefill_flops / t_prefill.cpu * 1e-9);
-  std::printf("  decode at %u context    %8.2f ms/tok %7.1f tokens/s  (%.1f ms cpu/token)\n", args.ctx,
-              t_decode.wall / args.decode * 1e3, args.decode / t_decode.wall,
-              t_decode.cpu / args.decode * 1e3);
+  for (const auto& [name, t] : {std::pair{"fp32 gemv", t_decode}, std::pair{"q4_1 gemv", t_decode_q}})
+    std::printf("  decode at %u context, %s  %8.2f ms/tok %7.1f tokens/s  (%.1f ms cpu/token)\n",
+                args.ctx, name, t.wall / args.decode * 1e3, args.decode / t.wall,
+                t.cpu / args.decode * 1e3);
   return 0;
 }

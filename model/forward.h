@@ -1,7 +1,8 @@
 // The CPU transformer forward pass of Llama-family models (Llama 2/3, SmolLM, Mistral, Qwen2 with
 // q/k/v bias), fp32, over any AttentionCache (dense KvCache now, a ragged cache later).
 // New tokens always continue at cache.logical_length(); prefill processes them in chunks of
-// ForwardOptions::chunk tokens with GEMMs, decode is a one-token prefill (GEMV path). A failed call
+// ForwardOptions::chunk tokens with GEMMs, decode is a one-token prefill (GEMV path; it reads the
+// Weights' quantized block copies where they exist, see ForwardOptions::quantized_gemv). A failed call
 // leaves the cache as it was before the call. A Forward owns a thread pool and scratch buffers:
 // one call at a time per Forward object; it keeps a reference to the Weights, which must outlive it.
 #pragma once
@@ -41,6 +42,10 @@ struct ForwardOptions {
   uint32_t threads = 0;  // 0 = one per hardware thread; also sets OpenBLAS's thread count
   uint32_t chunk = 512;  // tokens per prefill chunk (bounds scratch memory), >= 1
   TraceFn trace;         // optional; called with every named tensor when set
+  // One-token chunks (decode) read the matrices' QuantMatrix copies (kernels/qgemv.h) where the
+  // Weights have them: the same values as the fp32 copy, ~6x fewer bytes for Q4_1. false: always
+  // the fp32 GEMV. Prefill chunks of T > 1 use the fp32 GEMM either way.
+  bool quantized_gemv = true;
 };
 
 // What an observer sees for one layer of one chunk, after that layer's attention ran.
@@ -87,6 +92,9 @@ class Forward {
 
   const ModelConfig& config() const;
   uint32_t threads() const;
+  // Whether decode uses the quantized GEMV: options.quantized_gemv and the Weights hold at least
+  // one QuantMatrix.
+  bool quantized_gemv() const;
   ThreadPool& pool();
 
  private:

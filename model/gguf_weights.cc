@@ -9,6 +9,7 @@
 #include <atomic>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -129,19 +130,30 @@ ModelConfig config_from_gguf(const gguf::File& f) {
 namespace {
 
 // Undo llama.cpp's per-head interleave: GGUF row h*D + 2i + p holds HF row h*D + p*D/2 + i.
-// w is (n_heads*D, row_len) row-major; row_len = 1 for a bias.
-void unpermute_rows(std::vector<float>& w, uint32_t n_heads, uint32_t head_dim, size_t row_len) {
-  std::vector<float> head(size_t(head_dim) * row_len);
+// w is (n_heads*D, row_len) row-major; row_len = 1 for a bias, the row's bytes for raw blocks.
+template <class T>
+void unpermute_rows(std::vector<T>& w, uint32_t n_heads, uint32_t head_dim, size_t row_len) {
+  std::vector<T> head(size_t(head_dim) * row_len);
   const size_t half = head_dim / 2;
   for (uint32_t h = 0; h < n_heads; ++h) {
-    float* base = w.data() + size_t(h) * head_dim * row_len;
+    T* base = w.data() + size_t(h) * head_dim * row_len;
     std::copy(base, base + head.size(), head.begin());
     for (size_t i = 0; i < half; ++i) {
       for (size_t p = 0; p < 2; ++p) {
-        const float* src = head.data() + (2 * i + p) * row_len;
+        const T* src = head.data() + (2 * i + p) * row_len;
         std::copy(src, src + row_len, base + (p * half + i) * row_len);
       }
     }
+  }
+}
+
+// The qgemv block format that reads a ggml type's bytes as stored, if there is one.
+std::optional<QFormat> qgemv_format(quant::GgmlType t) {
+  switch (t) {
+    case quant::GgmlType::Q4_0: return QFormat::Q4_0;
+    case quant::GgmlType::Q4_1: return QFormat::Q4_1;
+    case quant::GgmlType::Q8_0: return QFormat::Q8_0;
+    default: return std::nullopt;
   }
 }
 
@@ -153,9 +165,10 @@ class TensorLoader {
   explicit TensorLoader(const gguf::File& f) : f_(f) {}
 
   // Expected GGUF shape: ne = [ne0] for vectors, [ne0, ne1] for matrices (ne0 contiguous).
-  // perm_heads > 0: un-permute the rows as Q/K heads of perm_head_dim rows.
+  // perm_heads > 0: un-permute the rows as Q/K heads of perm_head_dim rows. qdst (matrices only):
+  // also keep the stored blocks there when qgemv reads the tensor's type.
   void add(const std::string& name, int64_t ne0, int64_t ne1, std::vector<float>* dst,
-           uint32_t perm_heads = 0, uint32_t perm_head_dim = 0) {
+           uint32_t perm_heads = 0, uint32_t perm_head_dim = 0, QuantMatrix* qdst = nullptr) {
     const gguf::TensorInfo& t = f_.tensor(name);
     if (t.ne[0] != ne0 || t.ne[1] != ne1 || t.ne[2] != 1 || t.ne[3] != 1) {
       std::string want(1, '[');
@@ -169,7 +182,7 @@ class TensorLoader {
       fail(f_, Errc::unsupported, "tensor '" + name + "' has type " + quant::type_name(t.type) +
                                       ", which kvzip cannot dequantize (supported: F32 F16 BF16 "
                                       "Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q6_K)");
-    jobs_.push_back({&t, dst, perm_heads, perm_head_dim});
+    jobs_.push_back({&t, dst, perm_heads, perm_head_dim, qdst});
   }
 
   void run(int threads) {
@@ -201,6 +214,7 @@ class TensorLoader {
     const gguf::TensorInfo* t;
     std::vector<float>* dst;
     uint32_t perm_heads, perm_head_dim;
+    QuantMatrix* qdst;
   };
 
   static void run_job(const Job& j) {
@@ -211,6 +225,21 @@ class TensorLoader {
       KVZIP_ASSERT(rows > 0 && j.dst->size() % rows == 0);
       unpermute_rows(*j.dst, j.perm_heads, j.perm_head_dim, j.dst->size() / rows);
     }
+    if (j.qdst) keep_blocks(j);
+  }
+
+  // The tensor's bytes as stored, rows in the same order as the fp32 copy (ne0 is the row).
+  static void keep_blocks(const Job& j) {
+    const std::optional<QFormat> fmt = qgemv_format(j.t->type);
+    if (!fmt || j.t->ne[0] % kQBlockElems != 0) return;
+    QuantMatrix& q = *j.qdst;
+    q.format = *fmt;
+    q.cols = static_cast<uint32_t>(j.t->ne[0]);
+    q.rows = static_cast<uint32_t>(j.t->n_rows());
+    const size_t row_bytes = qrow_bytes(q.format, q.cols);
+    KVZIP_ASSERT(uint64_t(row_bytes) * q.rows == uint64_t(j.t->nbytes));
+    q.blocks.assign(j.t->data, j.t->data + j.t->nbytes);
+    if (j.perm_heads) unpermute_rows(q.blocks, j.perm_heads, j.perm_head_dim, row_bytes);
   }
 
   const gguf::File& f_;
@@ -224,19 +253,20 @@ void plan_layer(TensorLoader& ld, const ModelConfig& c, uint32_t l, bool permute
   const int64_t q_rows = c.n_heads * D, kv_rows = c.n_kv_heads * D;
   const uint32_t q_perm = permute ? c.n_heads : 0, k_perm = permute ? c.n_kv_heads : 0;
   ld.add(b + "attn_norm.weight", E, 1, &w.attn_norm);                    // (E)
-  ld.add(b + "attn_q.weight", E, q_rows, &w.wq, q_perm, c.head_dim);     // (Hq*D, E)
-  ld.add(b + "attn_k.weight", E, kv_rows, &w.wk, k_perm, c.head_dim);    // (Hkv*D, E)
-  ld.add(b + "attn_v.weight", E, kv_rows, &w.wv);                        // (Hkv*D, E)
+  LayerQuantWeights& q = w.quant;
+  ld.add(b + "attn_q.weight", E, q_rows, &w.wq, q_perm, c.head_dim, &q.wq);   // (Hq*D, E)
+  ld.add(b + "attn_k.weight", E, kv_rows, &w.wk, k_perm, c.head_dim, &q.wk);  // (Hkv*D, E)
+  ld.add(b + "attn_v.weight", E, kv_rows, &w.wv, 0, 0, &q.wv);                // (Hkv*D, E)
   if (c.qkv_bias) {
     ld.add(b + "attn_q.bias", q_rows, 1, &w.bq, q_perm, c.head_dim);     // (Hq*D)
     ld.add(b + "attn_k.bias", kv_rows, 1, &w.bk, k_perm, c.head_dim);    // (Hkv*D)
     ld.add(b + "attn_v.bias", kv_rows, 1, &w.bv);                        // (Hkv*D)
   }
-  ld.add(b + "attn_output.weight", q_rows, E, &w.wo);                    // (E, Hq*D)
+  ld.add(b + "attn_output.weight", q_rows, E, &w.wo, 0, 0, &q.wo);       // (E, Hq*D)
   ld.add(b + "ffn_norm.weight", E, 1, &w.ffn_norm);                      // (E)
-  ld.add(b + "ffn_gate.weight", E, F, &w.w_gate);                        // (F, E)
-  ld.add(b + "ffn_up.weight", E, F, &w.w_up);                            // (F, E)
-  ld.add(b + "ffn_down.weight", F, E, &w.w_down);                        // (E, F)
+  ld.add(b + "ffn_gate.weight", E, F, &w.w_gate, 0, 0, &q.w_gate);       // (F, E)
+  ld.add(b + "ffn_up.weight", E, F, &w.w_up, 0, 0, &q.w_up);             // (F, E)
+  ld.add(b + "ffn_down.weight", F, E, &w.w_down, 0, 0, &q.w_down);       // (E, F)
 }
 
 }  // namespace
@@ -246,9 +276,10 @@ Weights load_weights(const gguf::File& f, int threads) {
   w.config = config_from_gguf(f);
   const ModelConfig& c = w.config;
   TensorLoader ld(f);
-  ld.add("token_embd.weight", c.d_model, c.vocab_size, &w.tok_embd);  // (V, E)
-  ld.add("output_norm.weight", c.d_model, 1, &w.output_norm);         // (E)
-  if (!c.tied_embeddings) ld.add("output.weight", c.d_model, c.vocab_size, &w.output);  // (V, E)
+  ld.add("token_embd.weight", c.d_model, c.vocab_size, &w.tok_embd, 0, 0, &w.quant_tok_embd);  // (V, E)
+  ld.add("output_norm.weight", c.d_model, 1, &w.output_norm);  // (E)
+  if (!c.tied_embeddings)
+    ld.add("output.weight", c.d_model, c.vocab_size, &w.output, 0, 0, &w.quant_output);  // (V, E)
   const bool permute = gguf_qk_permuted(c.arch);
   w.layers.resize(c.n_layers);  // no reallocation after planning: jobs hold pointers into it
   for (uint32_t l = 0; l < c.n_layers; ++l) plan_layer(ld, c, l, permute, w.layers[l]);

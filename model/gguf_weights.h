@@ -16,6 +16,8 @@ ModelConfig config_from_gguf(const gguf::File& file);
 
 // Dequantizes every tensor to fp32 (rows spread over `threads` threads), checking each tensor's
 // shape against config_from_gguf (Errc::corrupt naming the tensor, found and expected shape).
+// Matrices stored as Q4_0, Q4_1 or Q8_0 also keep their blocks (LayerWeights::quant,
+// Weights::quant_tok_embd/quant_output; Q/K rows reordered like the fp32 copy) for the decode GEMV.
 Weights load_weights(const gguf::File& file, int threads);
 
 // arch, general.name, xxh64 of tokenizer tokens + token types + merges, and xxh64 of the tensor

@@ -18,6 +18,18 @@ void expect_size(const std::vector<float>& t, size_t n, const std::string& name)
     bad(name + " has " + std::to_string(t.size()) + " values, expected " + std::to_string(n));
 }
 
+// An empty QuantMatrix is fine (the fp32 GEMV runs); a present one must be the fp32 matrix's shape.
+void expect_quant(const QuantMatrix& q, size_t rows, size_t cols, const std::string& name) {
+  if (q.empty()) return;
+  if (q.rows != rows || q.cols != cols || cols % kQBlockElems != 0)
+    bad(name + " (quantized) is " + std::to_string(q.rows) + "x" + std::to_string(q.cols) +
+        ", expected " + std::to_string(rows) + "x" + std::to_string(cols) + " with 32 | cols");
+  const size_t n = rows * qrow_bytes(q.format, q.cols);
+  if (q.blocks.size() != n)
+    bad(name + " (quantized, " + qformat_name(q.format) + ") has " + std::to_string(q.blocks.size()) +
+        " bytes, expected " + std::to_string(n));
+}
+
 void check_config(const ModelConfig& c) {
   auto positive = [](uint32_t v, const char* name) {
     if (v == 0) bad(std::string("config.") + name + " is 0, expected > 0");
@@ -68,7 +80,27 @@ void validate_weights(const Weights& w) {
     expect_size(lw.w_gate, F * E, p + "w_gate");
     expect_size(lw.w_up, F * E, p + "w_up");
     expect_size(lw.w_down, E * F, p + "w_down");
+    const LayerQuantWeights& q = lw.quant;
+    expect_quant(q.wq, qd, E, p + "wq");
+    expect_quant(q.wk, kvd, E, p + "wk");
+    expect_quant(q.wv, kvd, E, p + "wv");
+    expect_quant(q.wo, E, qd, p + "wo");
+    expect_quant(q.w_gate, F, E, p + "w_gate");
+    expect_quant(q.w_up, F, E, p + "w_up");
+    expect_quant(q.w_down, E, F, p + "w_down");
   }
+  expect_quant(w.quant_tok_embd, V, E, "tok_embd");
+  expect_quant(w.quant_output, c.tied_embeddings ? 0 : V, E, "output");
+}
+
+bool has_quant(const Weights& w) {
+  if (!w.quant_tok_embd.empty() || !w.quant_output.empty()) return true;
+  for (const LayerWeights& lw : w.layers) {
+    const LayerQuantWeights& q = lw.quant;
+    for (const QuantMatrix* m : {&q.wq, &q.wk, &q.wv, &q.wo, &q.w_gate, &q.w_up, &q.w_down})
+      if (!m->empty()) return true;
+  }
+  return false;
 }
 
 }  // namespace kvzip::detail

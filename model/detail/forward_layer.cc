@@ -5,8 +5,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
+#include <iterator>
 
 #include "kernels/gemm.h"
+#include "kernels/qgemv.h"
 #include "kernels/rms_norm.h"
 #include "kernels/swiglu.h"
 #include "kernels/thread_pool.h"
@@ -22,10 +25,28 @@ void trace(const ChunkContext& c, const char* name, int layer, const float* data
 
 const float* or_null(const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); }
 
-// y(T, out) = x(T, in) · W^T + b.
-void linear(const ChunkContext& c, const float* x, const std::vector<float>& w,
-            const std::vector<float>& b, float* y, uint32_t in, uint32_t out) {
-  gemm(c.ex, GemmArgs{x, w.data(), or_null(b), y, c.T, in, out});
+// One projection of a shared input: y(T, out) = x(T, in) · W^T + b.
+struct Proj {
+  const std::vector<float>& w;  // (out, in)
+  const QuantMatrix& q;         // the same matrix in blocks, or empty
+  const float* bias;            // (out) or nullptr
+  float* y;                     // (T, out)
+  uint32_t out;
+};
+
+// Runs projections that read the same x(T, in). For one token, those with block copies go to the
+// quantized GEMV as one batch (one pool run); the rest (and every T > 1 chunk) use the fp32 GEMM.
+void project(const ChunkContext& c, const float* x, uint32_t in, std::initializer_list<Proj> ps) {
+  QGemvArgs jobs[4];
+  size_t n_jobs = 0;
+  for (const Proj& p : ps) {
+    if (c.qgemv && c.T == 1 && !p.q.empty() && n_jobs < std::size(jobs)) {
+      jobs[n_jobs++] = QGemvArgs{p.q.format, p.q.blocks.data(), x, p.bias, p.y, in, p.out};
+    } else {
+      gemm(c.ex, GemmArgs{x, p.w.data(), p.bias, p.y, c.T, in, p.out});
+    }
+  }
+  if (n_jobs) qgemv(c.ex, std::span<const QGemvArgs>(jobs, n_jobs));
 }
 
 // x += y over n floats.
@@ -49,9 +70,11 @@ void attention_block(const ChunkContext& c, uint32_t layer) {
 
   rms_norm(c.ex, RmsNormArgs{s.x.data(), lw.attn_norm.data(), s.xn.data(), c.T, E, cfg.rms_eps});
   trace(c, "attn_norm", li, s.xn.data(), c.T, E);
-  linear(c, s.xn.data(), lw.wq, lw.bq, s.q.data(), E, Hq * D);
-  linear(c, s.xn.data(), lw.wk, lw.bk, s.k.data(), E, Hkv * D);
-  linear(c, s.xn.data(), lw.wv, lw.bv, s.v.data(), E, Hkv * D);
+  const LayerQuantWeights& lq = lw.quant;
+  project(c, s.xn.data(), E,
+          {{lw.wq, lq.wq, or_null(lw.bq), s.q.data(), Hq * D},
+           {lw.wk, lq.wk, or_null(lw.bk), s.k.data(), Hkv * D},
+           {lw.wv, lq.wv, or_null(lw.bv), s.v.data(), Hkv * D}});
   rope(c.ex, RopeArgs{s.q.data(), c.rope->cos.data(), c.rope->sin.data(), c.T, Hq, D});
   rope(c.ex, RopeArgs{s.k.data(), c.rope->cos.data(), c.rope->sin.data(), c.T, Hkv, D});
   trace(c, "q_rope", li, s.q.data(), c.T, Hq * D);
@@ -71,7 +94,7 @@ void attention_block(const ChunkContext& c, uint32_t layer) {
         AttentionObservation{layer, s.q.data(), c.positions, c.T, Hq, Hkv, D, scale, c.cache});
   }
 
-  linear(c, s.att.data(), lw.wo, {}, s.proj.data(), Hq * D, E);
+  project(c, s.att.data(), Hq * D, {{lw.wo, lw.quant.wo, nullptr, s.proj.data(), E}});
   trace(c, "attn_proj", li, s.proj.data(), c.T, E);
   add_in_place(c, s.x.data(), s.proj.data(), size_t(c.T) * E);
   trace(c, "ffn_inp", li, s.x.data(), c.T, E);
@@ -86,11 +109,12 @@ void ffn_block(const ChunkContext& c, uint32_t layer) {
 
   rms_norm(c.ex, RmsNormArgs{s.x.data(), lw.ffn_norm.data(), s.xn.data(), c.T, E, cfg.rms_eps});
   trace(c, "ffn_norm", li, s.xn.data(), c.T, E);
-  linear(c, s.xn.data(), lw.w_gate, {}, s.gate.data(), E, F);
-  linear(c, s.xn.data(), lw.w_up, {}, s.up.data(), E, F);
+  project(c, s.xn.data(), E,
+          {{lw.w_gate, lw.quant.w_gate, nullptr, s.gate.data(), F},
+           {lw.w_up, lw.quant.w_up, nullptr, s.up.data(), F}});
   swiglu(c.ex, SwigluArgs{s.gate.data(), s.up.data(), s.gate.data(), size_t(c.T) * F});
   trace(c, "ffn_act", li, s.gate.data(), c.T, F);
-  linear(c, s.gate.data(), lw.w_down, {}, s.proj.data(), F, E);
+  project(c, s.gate.data(), F, {{lw.w_down, lw.quant.w_down, nullptr, s.proj.data(), E}});
   trace(c, "ffn_out", li, s.proj.data(), c.T, E);
   add_in_place(c, s.x.data(), s.proj.data(), size_t(c.T) * E);
   trace(c, "layer_out", li, s.x.data(), c.T, E);
@@ -132,7 +156,12 @@ void lm_head(const ChunkContext& c, uint32_t row0, uint32_t n, float* logits) {
   rms_norm(c.ex, RmsNormArgs{c.s->x.data() + size_t(row0) * E, c.w->output_norm.data(), xn, n, E,
                              cfg.rms_eps});
   trace(c, "out_norm", -1, xn, n, E, row0);
-  gemm(c.ex, GemmArgs{xn, c.w->lm_head().data(), nullptr, logits, n, E, cfg.vocab_size});
+  const QuantMatrix& q = c.w->quant_lm_head();
+  if (c.qgemv && n == 1 && !q.empty()) {  // also the last row of a prefill: ~4x fewer bytes
+    qgemv(c.ex, QGemvArgs{q.format, q.blocks.data(), xn, nullptr, logits, E, cfg.vocab_size});
+  } else {
+    gemm(c.ex, GemmArgs{xn, c.w->lm_head().data(), nullptr, logits, n, E, cfg.vocab_size});
+  }
   trace(c, "logits", -1, logits, n, cfg.vocab_size, row0);
 }
 

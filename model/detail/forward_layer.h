@@ -37,6 +37,7 @@ struct ChunkContext {
   const uint32_t* positions = nullptr;    // (T)
   uint32_t T = 0;
   ForwardScratch* s = nullptr;
+  bool qgemv = false;  // GEMVs (one row) read QuantMatrix copies where the weights have them
 };
 
 // x(T, E) = tok_embd rows of the tokens (ids already validated).

@@ -1,0 +1,39 @@
+// Private to kernels/cpu/qgemv*.cc: the per-ISA row kernels of the quantized GEMV. A row kernel
+// computes y[r] = dot(W row r, x) (no bias) for rows [r0, r1) of one job. xsum holds the sum of
+// each 32-element block of x (in / 32 floats), which Q4_0/Q4_1 use for their offset term:
+// dot(d·q + m, x) = d·dot(q, x) + m·sum(x).
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/qgemv.h"
+
+namespace kvzip::cpu::detail {
+
+using QRowsFn = void (*)(const QGemvArgs& a, const float* xsum, uint32_t r0, uint32_t r1);
+
+QRowsFn qrows_scalar(QFormat f);
+// nullptr when this build has no such variant (not x86-64, or a compiler without target attributes).
+QRowsFn qrows_avx2(QFormat f);
+QRowsFn qrows_avx512(QFormat f);
+bool cpu_has_avx2();    // AVX2, FMA and F16C
+bool cpu_has_avx512();  // AVX-512 F and BW, plus the AVX2 set
+
+// The block's little-endian fp16 field at p.
+inline uint16_t load_u16(const uint8_t* p) { return uint16_t(p[0] | (uint16_t(p[1]) << 8)); }
+
+// IEEE binary16 -> binary32 (exact; used by the portable path, the x86 paths use F16C).
+inline float half_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu;
+  if (exp == 0) {  // zero or subnormal: mant · 2^-24, exact in fp32
+    const float f = float(mant) * 0x1p-24f;
+    return sign ? -f : f;
+  }
+  const uint32_t bits = exp == 0x1F ? sign | 0x7F800000u | (mant << 13)
+                                    : sign | ((exp + 112u) << 23) | (mant << 13);
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+}  // namespace kvzip::cpu::detail

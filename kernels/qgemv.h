@@ -1,0 +1,60 @@
+// Quantized GEMV front for decode: y(out) = W(out, in) · x(in) (+ bias), with W kept in one of
+// ggml's 32-element block formats (byte layouts as in ggml's ggml-common.h, fields little-endian)
+// and x, y in fp32. Each block is decoded on the fly: the result equals gemv() on the fp32 values
+// those blocks dequantize to, up to fp32 summation order, while reading 4-6x fewer bytes.
+// Several GEMVs (e.g. Q, K and V of one input) run as one batch over the pool's threads, their
+// output rows split into tasks. The ISA (scalar, AVX2, AVX-512) is picked at run time.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "kernels/device.h"
+
+namespace kvzip {
+
+enum class QFormat : uint8_t {
+  Q4_0 = 0,  // 18 bytes: fp16 d, 16 bytes qs; w[j] = d·((qs[j] & 15) − 8), w[j+16] = d·((qs[j] >> 4) − 8)
+  Q4_1 = 1,  // 20 bytes: fp16 d, fp16 m, 16 bytes qs; w[j] = d·(qs[j] & 15) + m, w[j+16] = d·(qs[j] >> 4) + m
+  Q8_0 = 2,  // 34 bytes: fp16 d, 32 int8 qs; w[j] = d·qs[j]
+};
+
+inline constexpr uint32_t kQBlockElems = 32;
+
+const char* qformat_name(QFormat f);
+size_t qblock_bytes(QFormat f);
+// Bytes of one row of `in` weights; `in` must be a multiple of kQBlockElems.
+inline size_t qrow_bytes(QFormat f, uint32_t in) { return qblock_bytes(f) * (in / kQBlockElems); }
+
+struct QGemvArgs {
+  QFormat format = QFormat::Q8_0;
+  const uint8_t* w = nullptr;   // (out, in / 32) blocks; row r starts at w + r·qrow_bytes(format, in)
+  const float* x = nullptr;     // (in)
+  const float* bias = nullptr;  // (out) or nullptr
+  float* y = nullptr;           // (out); must not overlap x or w
+  uint32_t in = 0;              // a multiple of 32
+  uint32_t out = 0;
+};
+
+// Instruction sets the CPU kernel is built for. Every build has Scalar (portable C++); on x86-64
+// with GCC/Clang the AVX2 (+FMA, F16C) and AVX-512 (F+BW) variants are compiled with function
+// target attributes and used only when the running CPU reports them.
+enum class QIsa : uint8_t { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+
+const char* qisa_name(QIsa isa);
+bool qisa_available(QIsa isa);  // compiled in and supported by this CPU
+QIsa qisa_best();               // the fastest available one
+
+namespace cpu {
+// Runs every GEMV of `jobs` (each checked: in % 32 == 0, non-null pointers, else
+// Errc::invalid_argument) with `isa`, which must be available (else Errc::unsupported).
+void qgemv(ThreadPool* pool, std::span<const QGemvArgs> jobs, QIsa isa);
+}  // namespace cpu
+
+inline void qgemv(const Exec& ex, std::span<const QGemvArgs> jobs) {
+  require_cpu(ex, "qgemv");
+  cpu::qgemv(ex.pool, jobs, qisa_best());
+}
+inline void qgemv(const Exec& ex, const QGemvArgs& a) { qgemv(ex, std::span<const QGemvArgs>(&a, 1)); }
+
+}  // namespace kvzip

@@ -1,0 +1,238 @@
+// The quantized GEMV (kernels/qgemv.h) against the plain reference: random blocks of every format
+// are dequantized by model/quant.cc (the loader's own decoder, an independent oracle) and
+// multiplied in double by ref::gemm; every ISA this CPU has must agree within fp32 rounding.
+// Then the model side: a tiny Q4_1 GGUF keeps its blocks in canonical row order, and decode
+// with the quantized GEMV gives the fp32 path's logits.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "common/error.h"
+#include "kernels/qgemv.h"
+#include "kernels/reference.h"
+#include "kernels/thread_pool.h"
+#include "model/forward.h"
+#include "model/gguf_weights.h"
+#include "model/kv_cache.h"
+#include "model/quant.h"
+#include "tests/support/random_weights.h"
+#include "tests/support/tiny_gguf.h"
+
+using namespace kvzip;
+
+namespace {
+
+quant::GgmlType ggml_type(QFormat f) {
+  switch (f) {
+    case QFormat::Q4_0: return quant::GgmlType::Q4_0;
+    case QFormat::Q4_1: return quant::GgmlType::Q4_1;
+    case QFormat::Q8_0: return quant::GgmlType::Q8_0;
+  }
+  return quant::GgmlType::F32;
+}
+
+void put_half(uint8_t* p, float v) {
+  const uint16_t h = quant::float_to_half(v);
+  p[0] = uint8_t(h & 0xFF);
+  p[1] = uint8_t(h >> 8);
+}
+
+// A random (out, in) matrix in format f: every quant byte uniform (all nibble and int8 values),
+// scales in ±[0.002, 0.1), Q4_1 minimums in ±0.1; signs of scales mixed.
+std::vector<uint8_t> random_blocks(QFormat f, uint32_t out, uint32_t in, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const size_t bb = qblock_bytes(f), nb = size_t(out) * (in / kQBlockElems);
+  std::vector<uint8_t> w(nb * bb);
+  auto uniform = [&](float lo, float hi) { return lo + (hi - lo) * float(rng() >> 40) / 16777216.0f; };
+  for (size_t b = 0; b < nb; ++b) {
+    uint8_t* blk = w.data() + b * bb;
+    for (size_t i = 0; i < bb; ++i) blk[i] = uint8_t(rng());
+    const float d = uniform(0.002f, 0.1f) * (rng() & 1 ? 1.0f : -1.0f);
+    put_half(blk, d);
+    if (f == QFormat::Q4_1) put_half(blk + 2, uniform(-0.1f, 0.1f));
+  }
+  return w;
+}
+
+std::vector<float> dequantize(QFormat f, const std::vector<uint8_t>& w, uint32_t out, uint32_t in) {
+  std::vector<float> d(size_t(out) * in);
+  quant::dequantize_rows(ggml_type(f), w.data(), d.data(), in, out, 1);
+  return d;
+}
+
+std::vector<QIsa> available_isas() {
+  std::vector<QIsa> v;
+  for (QIsa isa : {QIsa::Scalar, QIsa::Avx2, QIsa::Avx512})
+    if (qisa_available(isa)) v.push_back(isa);
+  return v;
+}
+
+// qgemv with `isa` vs ref::gemm on the dequantized matrix; returns the relative error.
+double qgemv_error(QIsa isa, QFormat f, uint32_t out, uint32_t in, bool bias, ThreadPool* pool) {
+  const auto w = random_blocks(f, out, in, 11 + in + out);
+  const auto x = test::random_vector(in, 12, -2.0f, 2.0f);
+  const auto b = test::random_vector(out, 13);
+  std::vector<float> got(out, -7.0f), want(out);
+  QGemvArgs a{f, w.data(), x.data(), bias ? b.data() : nullptr, got.data(), in, out};
+  cpu::qgemv(pool, std::span<const QGemvArgs>(&a, 1), isa);
+  ref::gemm(x.data(), dequantize(f, w, out, in).data(), a.bias, want.data(), 1, in, out);
+  return test::rel_error(got, want);
+}
+
+}  // namespace
+
+TEST_CASE("the quantized GEMV equals the fp32 product of the dequantized blocks on every ISA",
+          "[kernels]") {
+  ThreadPool pool(3);
+  REQUIRE(qisa_available(QIsa::Scalar));
+  REQUIRE(qisa_available(qisa_best()));
+  for (QIsa isa : available_isas()) {
+    for (QFormat f : {QFormat::Q4_0, QFormat::Q4_1, QFormat::Q8_0}) {
+      INFO(qisa_name(isa) << " " << qformat_name(f));
+      CHECK(qgemv_error(isa, f, 1, 32, false, nullptr) < 1e-5);   // one block
+      CHECK(qgemv_error(isa, f, 7, 64, true, nullptr) < 1e-5);    // even block count, bias
+      CHECK(qgemv_error(isa, f, 301, 576, true, &pool) < 1e-5);   // SmolLM2 width, row tail
+      CHECK(qgemv_error(isa, f, 130, 1536, false, &pool) < 1e-5); // F-wide rows, 3 tasks
+      CHECK(qgemv_error(isa, f, 5, 96, false, &pool) < 1e-5);     // odd block count
+    }
+  }
+}
+
+TEST_CASE("every ISA gives the scalar result up to summation order", "[kernels]") {
+  const uint32_t out = 67, in = 576;
+  const auto x = test::random_vector(in, 21, -3.0f, 3.0f);
+  for (QFormat f : {QFormat::Q4_0, QFormat::Q4_1, QFormat::Q8_0}) {
+    const auto w = random_blocks(f, out, in, 22);
+    std::vector<float> scalar(out), other(out);
+    QGemvArgs a{f, w.data(), x.data(), nullptr, scalar.data(), in, out};
+    cpu::qgemv(nullptr, std::span<const QGemvArgs>(&a, 1), QIsa::Scalar);
+    for (QIsa isa : available_isas()) {
+      a.y = other.data();
+      cpu::qgemv(nullptr, std::span<const QGemvArgs>(&a, 1), isa);
+      INFO(qisa_name(isa) << " " << qformat_name(f));
+      CHECK(test::rel_error(other, scalar) < 2e-6);
+    }
+  }
+}
+
+TEST_CASE("a batch of GEMVs gives each job's single-call result", "[kernels]") {
+  ThreadPool pool(2);
+  const uint32_t in = 128;
+  const auto x = test::random_vector(in, 31);
+  const auto bias = test::random_vector(200, 32);
+  const QFormat formats[3] = {QFormat::Q4_1, QFormat::Q8_0, QFormat::Q4_0};
+  const uint32_t outs[3] = {200, 65, 3};
+  std::vector<std::vector<uint8_t>> w;
+  std::vector<std::vector<float>> batch(3), single(3);
+  std::vector<QGemvArgs> jobs;
+  for (int j = 0; j < 3; ++j) {
+    w.push_back(random_blocks(formats[j], outs[j], in, 33 + j));
+    batch[j].assign(outs[j], 0.0f);
+    single[j].assign(outs[j], 0.0f);
+    jobs.push_back({formats[j], w[j].data(), x.data(), j == 0 ? bias.data() : nullptr,
+                    batch[j].data(), in, outs[j]});
+  }
+  qgemv(Exec{Device::Cpu, &pool}, jobs);
+  for (int j = 0; j < 3; ++j) {
+    QGemvArgs one = jobs[j];
+    one.y = single[j].data();
+    qgemv(Exec{Device::Cpu, nullptr}, one);
+    CHECK(batch[j] == single[j]);  // same row kernel, same order: bit-identical
+  }
+}
+
+TEST_CASE("the quantized GEMV refuses bad shapes, null pointers and absent ISAs", "[kernels]") {
+  const auto w = random_blocks(QFormat::Q8_0, 2, 64, 41);
+  std::vector<float> x(64), y(2);
+  QGemvArgs a{QFormat::Q8_0, w.data(), x.data(), nullptr, y.data(), 64, 2};
+  Exec ex{Device::Cpu, nullptr};
+  CHECK_NOTHROW(qgemv(ex, a));
+  QGemvArgs bad = a;
+  bad.in = 48;
+  CHECK_THROWS_WITH(qgemv(ex, bad), Catch::Contains("multiple of the block size"));
+  bad = a;
+  bad.x = nullptr;
+  CHECK_THROWS_WITH(qgemv(ex, bad), Catch::Contains("null"));
+  CHECK_THROWS_AS(qgemv(Exec{Device::Cuda, nullptr}, a), Error);
+  for (QIsa isa : {QIsa::Avx2, QIsa::Avx512})
+    if (!qisa_available(isa))
+      CHECK_THROWS_WITH(cpu::qgemv(nullptr, std::span<const QGemvArgs>(&a, 1), isa),
+                        Catch::Contains("not available"));
+}
+
+namespace {
+
+// A tiny llama GGUF with Q4_1 layer matrices and a Q8_0 embedding, loaded back.
+Weights tiny_quantized_weights() {
+  test::TinyModelSpec spec;
+  spec.config = test::tiny_gguf_llama_config();
+  spec.dtype = quant::GgmlType::Q4_1;
+  spec.embd_dtype = quant::GgmlType::Q8_0;
+  spec.seed = 5;
+  test::TinyModel m = test::make_tiny_model(spec);
+  return load_weights(test::open_bytes(m.bytes), 1);
+}
+
+// The kept blocks dequantize to exactly the fp32 copy (rows in the same, un-permuted order).
+void check_blocks(const QuantMatrix& q, const std::vector<float>& fp32, QFormat f, const char* name) {
+  INFO(name);
+  REQUIRE_FALSE(q.empty());
+  CHECK(q.format == f);
+  CHECK(size_t(q.rows) * q.cols == fp32.size());
+  CHECK(dequantize(q.format, q.blocks, q.rows, q.cols) == fp32);
+}
+
+}  // namespace
+
+TEST_CASE("the GGUF loader keeps Q4_1/Q8_0 blocks in the fp32 copy's row order", "[model][kernels]") {
+  const Weights w = tiny_quantized_weights();
+  for (const LayerWeights& lw : w.layers) {
+    check_blocks(lw.quant.wq, lw.wq, QFormat::Q4_1, "wq");  // Q/K rows were un-permuted
+    check_blocks(lw.quant.wk, lw.wk, QFormat::Q4_1, "wk");
+    check_blocks(lw.quant.wv, lw.wv, QFormat::Q4_1, "wv");
+    check_blocks(lw.quant.wo, lw.wo, QFormat::Q4_1, "wo");
+    check_blocks(lw.quant.w_gate, lw.w_gate, QFormat::Q4_1, "w_gate");
+    check_blocks(lw.quant.w_up, lw.w_up, QFormat::Q4_1, "w_up");
+    check_blocks(lw.quant.w_down, lw.w_down, QFormat::Q4_1, "w_down");
+  }
+  check_blocks(w.quant_lm_head(), w.lm_head(), QFormat::Q8_0, "tied lm head");
+
+  test::TinyModelSpec f32;
+  f32.config = test::tiny_gguf_llama_config();
+  const Weights plain = load_weights(test::open_bytes(test::make_tiny_model(f32).bytes), 1);
+  CHECK(plain.quant_lm_head().empty());
+  CHECK(plain.layers[0].quant.wq.empty());
+  CHECK_FALSE(Forward(plain).quantized_gemv());
+}
+
+TEST_CASE("decode with the quantized GEMV gives the fp32 GEMV's logits", "[model][kernels]") {
+  const Weights w = tiny_quantized_weights();
+  ForwardOptions on, off;
+  on.threads = off.threads = 2;
+  off.quantized_gemv = false;
+  Forward fq(w, on), ff(w, off);
+  CHECK(fq.quantized_gemv());
+  CHECK_FALSE(ff.quantized_gemv());
+  KvCache cq(w.config, 16), cf(w.config, 16);
+  const std::vector<int32_t> prompt = {5, 77, 200, 13};
+  // Prefill (T > 1) uses the fp32 GEMM either way; only its last-row LM head may differ.
+  CHECK(test::rel_error(fq.prefill(cq, prompt), ff.prefill(cf, prompt)) < 1e-5);
+  for (int32_t tok : {42, 7, 281, 0, 99}) {
+    const auto lq = fq.decode(cq, tok), lf = ff.decode(cf, tok);
+    CHECK(test::rel_error(lq, lf) < 1e-5);
+    CHECK(std::max_element(lq.begin(), lq.end()) - lq.begin() ==
+          std::max_element(lf.begin(), lf.end()) - lf.begin());
+  }
+}
+
+TEST_CASE("a quantized copy of the wrong size is refused by Forward", "[model][kernels]") {
+  Weights w = tiny_quantized_weights();
+  w.layers[1].quant.w_up.blocks.pop_back();
+  CHECK_THROWS_WITH(Forward(w), Catch::Contains("layers[1].w_up (quantized, Q4_1)"));
+  w = tiny_quantized_weights();
+  w.layers[0].quant.wk.rows += 1;
+  CHECK_THROWS_WITH(Forward(w), Catch::Contains("layers[0].wk (quantized)"));
+}
