@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -120,8 +121,25 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-double since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+// Wall time and process CPU time (all threads). On a shared machine the CPU time is the steadier
+// measure of work: it does not grow while other processes hold the cores.
+struct Span {
+  double wall = 0, cpu = 0;
+  Span operator-(const Span& o) const { return {wall - o.wall, cpu - o.cpu}; }
+  Span operator+(const Span& o) const { return {wall + o.wall, cpu + o.cpu}; }
+};
+
+Span now() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return {wall, double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec)};
+}
+
+void print_row(const char* name, const char* what, Span s, Span prefill) {
+  std::printf("%-10s %-24s %8.2f s wall %8.2f s cpu   %5.2fx / %5.2fx prefill (wall / cpu)\n",
+              name, what, s.wall, s.cpu, s.wall / prefill.wall, s.cpu / prefill.cpu);
 }
 
 }  // namespace
@@ -135,56 +153,59 @@ int main(int argc, char** argv) {
     // Stand-ins for the chat template's token pieces (their lengths are what matter here).
     const std::vector<int32_t> prefix = tokens_of(32, 7, c.vocab_size);
     const std::vector<int32_t> doc = tokens_of(o.tokens, 8, c.vocab_size);
+    const uint32_t n_p = uint32_t(prefix.size());
     ScorerOptions so;
     so.prompts.first = tokens_of(8, 9, c.vocab_size);
     so.prompts.next = tokens_of(13, 10, c.vocab_size);
     so.prompts.turn_end = tokens_of(5, 11, c.vocab_size);
 
-    std::printf("bench_compress: SmolLM2-135M shapes, random weights, %u threads, prefix %zu + "
+    std::printf("bench_compress: SmolLM2-135M shapes, random weights, %u threads, prefix %u + "
                 "document %u tokens, ratio %.2f\n",
-                fwd.threads(), prefix.size(), o.tokens, o.ratio);
+                fwd.threads(), n_p, o.tokens, o.ratio);
+    Span t0 = now();
     PrefillResult base = prefill_document(fwd, prefix, doc);
-    std::printf("%-10s %9.2f s  %7.0f tok/s\n", "prefill", base.seconds,
-                double(prefix.size() + doc.size()) / base.seconds);
-    std::printf("%-10s %9s  %9s  %9s  %9s  %s\n", "method", "prefill+", "scoring", "select",
-                "total", "(x prefill: extra / total)");
+    const Span prefill = now() - t0;
+    print_row("prefill", "document prefill", prefill, prefill);
+    std::printf("%-10s %.0f tok/s wall\n", "", double(n_p + o.tokens) / prefill.wall);
     for (const std::string& m : o.methods) {
       std::unique_ptr<Scorer> scorer = make_scorer(m, so);
       PrefillOptions po;
-      po.observer = scorer->prefill_observer(fwd, uint32_t(prefix.size()), o.tokens);
-      double observed_prefill = base.seconds;
+      po.observer = scorer->prefill_observer(fwd, n_p, o.tokens);
+      Span extra;
       PrefillResult pre_obs{KvCache(c), 0, 0, 0.0};
       PrefillResult* pre = &base;
-      if (po.observer) {  // this method must observe its own prefill
+      if (po.observer) {  // this method must observe its own prefill: count what it adds
+        t0 = now();
         pre_obs = prefill_document(fwd, prefix, doc, po);
-        observed_prefill = pre_obs.seconds;
+        const Span observed = now() - t0;
+        extra = observed - prefill;
         pre = &pre_obs;
+        print_row(m.c_str(), "prefill observer (extra)", extra, prefill);
       }
-      auto t = std::chrono::steady_clock::now();
-      const DocumentScores s =
-          scorer->score(ScoreInput{&fwd, &pre->cache, uint32_t(prefix.size()), doc});
-      const double scoring = since(t);
-      t = std::chrono::steady_clock::now();
+      t0 = now();
+      const DocumentScores s = scorer->score(ScoreInput{&fwd, &pre->cache, n_p, doc});
+      const Span scoring = now() - t0;
+      t0 = now();
       const Selection sel = select_rows(s, o.ratio, SelectionLevel::Global);
       EvictResult ev = evict(pre->cache, s, sel);
-      const double select = since(t);
-      const double extra = observed_prefill - base.seconds + scoring + select;
-      std::printf("%-10s %8.2fs  %8.2fs  %8.3fs  %8.2fs  (%.2fx / %.2fx)  kept %.3f\n", m.c_str(),
-                  observed_prefill - base.seconds, scoring, select, base.seconds + extra,
-                  extra / base.seconds, (base.seconds + extra) / base.seconds, ev.achieved_ratio);
+      const Span select = now() - t0;
+      if (scoring.wall > 0.01) print_row(m.c_str(), "scoring", scoring, prefill);
+      print_row(m.c_str(), "select + evict", select, prefill);
+      print_row(m.c_str(), "compress (extra total)", extra + scoring + select, prefill);
+      std::printf("%-10s kept %.3f of the document rows\n", m.c_str(), ev.achieved_ratio);
       std::fflush(stdout);
-      if (m == "kvzip" && o.split) {  // split the scoring time: the forward passes alone vs the observer
-        const uint32_t n_p = uint32_t(prefix.size()), full = n_p + o.tokens;
-        t = std::chrono::steady_clock::now();
+      if (m == "kvzip" && o.split) {  // the reconstruction passes alone, without the observer
+        const uint32_t full = n_p + o.tokens;
+        t0 = now();
         for (uint32_t b = 0; b < o.tokens; b += so.kvzip_chunk) {
           const uint32_t e = std::min(o.tokens, b + so.kvzip_chunk);
           fwd.prefill(base.cache, reconstruction_input(so.prompts, doc, b, e, so.kvzip_hint),
                       LogitsMode::None);
           base.cache.rollback(full);
         }
-        const double bare = since(t);
-        std::printf("%-10s reconstruction forward %.2fs (%.2fx prefill), observer %.2fs\n", "",
-                    bare, bare / base.seconds, scoring - bare);
+        const Span bare = now() - t0;
+        print_row("kvzip", "  reconstruction forward", bare, prefill);
+        print_row("kvzip", "  observer", scoring - bare, prefill);
       }
     }
   } catch (const Error& e) {
