@@ -109,7 +109,15 @@ class Scorer {
   virtual DocumentScores score(const ScoreInput& input) = 0;
 };
 
-// "kvzip", "full", "random", "streaming", "snapkv", "h2o".
+// "kvzip", "full", "random", "streaming", "snapkv", "h2o". What each scores (higher = keep):
+//   kvzip      max over the GQA group and all R_t positions of the local softmax (methods §1)
+//   full       1 everywhere (never evicts)
+//   random     uniform [0, 1) from mt19937_64(seed), in (layer, head, position) order
+//   streaming  +inf for the first `sink` document tokens, else the position (recency)
+//   snapkv     window W's probabilities summed over queries and the GQA group, max-pooled over
+//              the keys before the window (prefix included); the window itself +inf
+//   h2o        probabilities summed over every prefill query (prefix included, each key's own
+//              query too) and the GQA group; the last `h2o_recent` document tokens +inf
 std::vector<std::string> scorer_names();
 // Throws Errc::invalid_argument listing the known names for any other method, or naming the
 // option for a bad one (kvzip without prompts, a chunk or window of 0, an even pooling kernel).
@@ -196,7 +204,10 @@ struct CompressResult {
 };
 
 // Validates the ratio and method first (before any model work), then prefills [prefix ; document]
-// (checking the context), scores, selects and evicts.
+// (checking the context), scores, selects and evicts. Method "full" ignores the ratio: it keeps
+// every row and records requested = achieved = 1. KVzip's R_t continue at positions n_p + n_c
+// onwards (up to ~m + 30 more); the context check covers only the document and the answer room,
+// as in the authors' code.
 CompressResult compress(Forward& forward, std::span<const int32_t> prefix,
                         std::span<const int32_t> document, const CompressOptions& options);
 

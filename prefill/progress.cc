@@ -2,6 +2,7 @@
 // file gets at most four plain lines, so logs stay short.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>

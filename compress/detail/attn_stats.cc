@@ -22,7 +22,8 @@ namespace {
 using simd::kLanes;
 using simd::VecF;
 
-constexpr uint32_t kTileRows = 96;  // query rows (G · tokens) per sgemm tile
+constexpr uint32_t kTileRows = 96;            // query rows (G · tokens) per sgemm tile
+constexpr size_t kTileFloats = size_t(4) << 20;  // logits per tile at most (16 MiB per thread)
 
 float row_max(const float* x, uint32_t n) {
   VecF m = simd::splat(-3.0e38f);
@@ -117,7 +118,12 @@ void attention_stats(ThreadPool* pool, const AttnStatsArgs& a) {
     KVZIP_ASSERT(a.col1 <= fixed_cols(ax) + ax.causal_base + a.t1);
   }
   const uint32_t G = a.Hq / a.Hkv;
-  const uint32_t tile_t = std::max<uint32_t>(1, kTileRows / G);
+  size_t widest = 0;  // key-axis columns the last query token sees, over the heads
+  for (uint32_t h = 0; h < a.Hkv; ++h)
+    widest = std::max<size_t>(widest, fixed_cols(a.axes[h]) + a.axes[h].causal_base + a.t1);
+  // Long key axes get fewer query rows per tile, so a tile's logits stay within kTileFloats.
+  const uint32_t tile_t = static_cast<uint32_t>(std::max<size_t>(
+      1, std::min<size_t>(kTileRows / G, kTileFloats / (size_t(G) * widest))));
   const uint32_t n_tiles = (a.t1 - a.t0 + tile_t - 1) / tile_t;
   // Enough units per head to keep every thread busy, few enough that partials stay small.
   const uint32_t threads = pool ? pool->size() : 1;

@@ -5,7 +5,6 @@
 // over the GQA group's rows and all R_t positions. R_t is then rolled back. R_t may be longer than
 // the forward's chunk: each observer call then sees R_t rows from its first row up to each query.
 #include <algorithm>
-#include <chrono>
 #include <string>
 
 #include "common/error.h"

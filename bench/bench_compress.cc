@@ -1,0 +1,216 @@
+// bench_compress — what compression costs relative to reading the document. On random weights with
+// SmolLM2-135M shapes (L=30 E=576 Hq=9 Hkv=3 D=64 F=1536 V=49152) and a random ~6,000-token
+// document: the plain prefill time, then per method the extra time it adds (KVzip: the
+// reconstruction passes; SnapKV/H2O: the prefill observer; all: selection + eviction at the ratio),
+// printed as seconds and as a multiple of the plain prefill. KVzip's target: scoring <= 2.5x prefill.
+// Defaults (6,000 tokens; kvzip, snapkv, streaming, random) take about 1.5 minutes on 2 idle cores.
+// Usage: bench_compress [--tokens N] [--threads T] [--ratio R] [--split] [--methods a,b,...]
+// (--split also times KVzip's reconstruction passes without the observer: forward vs observer.)
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "compress/compress.h"
+#include "prefill/prefill.h"
+
+using namespace kvzip;
+
+namespace {
+
+struct Options {
+  uint32_t tokens = 6000;
+  uint32_t threads = 2;
+  double ratio = 0.3;
+  // h2o is left out by default: it re-runs the whole prefill with an observer over every query.
+  std::vector<std::string> methods = {"kvzip", "snapkv", "streaming", "random"};
+  bool split = false;  // kvzip: also time the reconstruction forward passes without the observer
+};
+
+// Deterministic values uniform in ±a (an LCG: fast, and timing does not depend on the values).
+std::vector<float> filled(size_t n, uint32_t seed, float a) {
+  std::vector<float> v(n);
+  for (auto& x : v) {
+    seed = seed * 1664525u + 1013904223u;
+    x = a * (float(seed >> 8) * (2.0f / 16777216.0f) - 1.0f);
+  }
+  return v;
+}
+
+Weights smollm2_shaped_weights() {
+  ModelConfig c;
+  c.arch = "llama";
+  c.n_layers = 30;
+  c.d_model = 576;
+  c.n_heads = 9;
+  c.n_kv_heads = 3;
+  c.head_dim = 64;
+  c.d_ffn = 1536;
+  c.vocab_size = 49152;
+  c.max_context = 8192;
+  c.rope_base = 100000.0f;
+  c.rms_eps = 1e-5f;
+  c.tied_embeddings = true;
+  const size_t E = c.d_model, F = c.d_ffn, qd = 9 * 64, kvd = 3 * 64;
+  Weights w;
+  w.config = c;
+  uint32_t seed = 1;
+  auto mat = [&](size_t out, size_t in) { return filled(out * in, ++seed, 1.0f / std::sqrt(float(in))); };
+  auto ones = [&](size_t n) { return std::vector<float>(n, 1.0f); };
+  w.tok_embd = filled(size_t(c.vocab_size) * E, ++seed, 1.0f);
+  w.output_norm = ones(E);
+  for (uint32_t l = 0; l < c.n_layers; ++l) {
+    LayerWeights lw;
+    lw.attn_norm = ones(E);
+    lw.wq = mat(qd, E);
+    lw.wk = mat(kvd, E);
+    lw.wv = mat(kvd, E);
+    lw.wo = mat(E, qd);
+    lw.ffn_norm = ones(E);
+    lw.w_gate = mat(F, E);
+    lw.w_up = mat(F, E);
+    lw.w_down = mat(E, F);
+    w.layers.push_back(std::move(lw));
+  }
+  return w;
+}
+
+std::vector<int32_t> tokens_of(size_t n, uint32_t seed, uint32_t V) {
+  std::vector<int32_t> t(n);
+  for (auto& x : t) {
+    seed = seed * 1664525u + 1013904223u;
+    x = int32_t((seed >> 8) % V);
+  }
+  return t;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
+    if (a == "--tokens" && v) {
+      o.tokens = uint32_t(std::atoi(v));
+    } else if (a == "--threads" && v) {
+      o.threads = uint32_t(std::atoi(v));
+    } else if (a == "--ratio" && v) {
+      o.ratio = std::atof(v);
+    } else if (a == "--split") {
+      o.split = true;
+      continue;
+    } else if (a == "--methods" && v) {
+      o.methods.clear();
+      std::stringstream ss(v);
+      for (std::string m; std::getline(ss, m, ',');) o.methods.push_back(m);
+    } else {
+      std::fprintf(stderr,
+                   "usage: bench_compress [--tokens N] [--threads T] [--ratio R] [--split]\n"
+                   "                      [--methods kvzip,snapkv,streaming,random,h2o,full]\n");
+      std::exit(2);
+    }
+    ++i;
+  }
+  return o;
+}
+
+// Wall time and process CPU time (all threads). On a shared machine the CPU time is the steadier
+// measure of work: it does not grow while other processes hold the cores.
+struct Span {
+  double wall = 0, cpu = 0;
+  Span operator-(const Span& o) const { return {wall - o.wall, cpu - o.cpu}; }
+  Span operator+(const Span& o) const { return {wall + o.wall, cpu + o.cpu}; }
+};
+
+Span now() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return {wall, double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec)};
+}
+
+void print_row(const char* name, const char* what, Span s, Span prefill) {
+  std::printf("%-10s %-24s %8.2f s wall %8.2f s cpu   %5.2fx / %5.2fx prefill (wall / cpu)\n",
+              name, what, s.wall, s.cpu, s.wall / prefill.wall, s.cpu / prefill.cpu);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  try {
+    const Weights w = smollm2_shaped_weights();
+    const ModelConfig& c = w.config;
+    Forward fwd(w, ForwardOptions{o.threads, 512, {}});
+    // Stand-ins for the chat template's token pieces (their lengths are what matter here).
+    const std::vector<int32_t> prefix = tokens_of(32, 7, c.vocab_size);
+    const std::vector<int32_t> doc = tokens_of(o.tokens, 8, c.vocab_size);
+    const uint32_t n_p = uint32_t(prefix.size());
+    ScorerOptions so;
+    so.prompts.first = tokens_of(8, 9, c.vocab_size);
+    so.prompts.next = tokens_of(13, 10, c.vocab_size);
+    so.prompts.turn_end = tokens_of(5, 11, c.vocab_size);
+
+    std::printf("bench_compress: SmolLM2-135M shapes, random weights, %u threads, prefix %u + "
+                "document %u tokens, ratio %.2f\n",
+                fwd.threads(), n_p, o.tokens, o.ratio);
+    Span t0 = now();
+    PrefillResult base = prefill_document(fwd, prefix, doc);
+    const Span prefill = now() - t0;
+    print_row("prefill", "document prefill", prefill, prefill);
+    std::printf("%-10s %.0f tok/s wall\n", "", double(n_p + o.tokens) / prefill.wall);
+    for (const std::string& m : o.methods) {
+      std::unique_ptr<Scorer> scorer = make_scorer(m, so);
+      PrefillOptions po;
+      po.observer = scorer->prefill_observer(fwd, n_p, o.tokens);
+      Span extra;
+      PrefillResult pre_obs{KvCache(c), 0, 0, 0.0};
+      PrefillResult* pre = &base;
+      if (po.observer) {  // this method must observe its own prefill: count what it adds
+        t0 = now();
+        pre_obs = prefill_document(fwd, prefix, doc, po);
+        const Span observed = now() - t0;
+        extra = observed - prefill;
+        pre = &pre_obs;
+        print_row(m.c_str(), "prefill observer (extra)", extra, prefill);
+      }
+      t0 = now();
+      const DocumentScores s = scorer->score(ScoreInput{&fwd, &pre->cache, n_p, doc});
+      const Span scoring = now() - t0;
+      t0 = now();
+      const Selection sel = select_rows(s, o.ratio, SelectionLevel::Global);
+      EvictResult ev = evict(pre->cache, s, sel);
+      const Span select = now() - t0;
+      if (scoring.wall > 0.01) print_row(m.c_str(), "scoring", scoring, prefill);
+      print_row(m.c_str(), "select + evict", select, prefill);
+      print_row(m.c_str(), "compress (extra total)", extra + scoring + select, prefill);
+      std::printf("%-10s kept %.3f of the document rows\n", m.c_str(), ev.achieved_ratio);
+      std::fflush(stdout);
+      if (m == "kvzip" && o.split) {  // the reconstruction passes alone, without the observer
+        const uint32_t full = n_p + o.tokens;
+        t0 = now();
+        for (uint32_t b = 0; b < o.tokens; b += so.kvzip_chunk) {
+          const uint32_t e = std::min(o.tokens, b + so.kvzip_chunk);
+          fwd.prefill(base.cache, reconstruction_input(so.prompts, doc, b, e, so.kvzip_hint),
+                      LogitsMode::None);
+          base.cache.rollback(full);
+        }
+        const Span bare = now() - t0;
+        print_row("kvzip", "  reconstruction forward", bare, prefill);
+        print_row("kvzip", "  observer", scoring - bare, prefill);
+      }
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "bench_compress: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
