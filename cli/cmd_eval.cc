@@ -1,6 +1,6 @@
 // `kvzip eval`: the multi-query evaluation of shared/methods.md §5 on a SQuAD file — per document
 // prefill once, score once per method, compress at every ratio and ask all of the document's
-// questions; prints a table (stdout), optionally writes CSV and a PNG plot. Everything that can
+// questions; prints a table (stdout), optionally writes CSV, a PNG plot and every answer (JSONL). Everything that can
 // be checked without the model (methods, ratios, output folders, the SQuAD file) is checked first;
 // outputs are written only after the whole evaluation succeeded.
 #include <cstdio>
@@ -18,7 +18,7 @@ namespace kvzip::cli {
 namespace {
 
 struct EvalOpts {
-  std::string squad, doc = "article", model, csv, plot, level = "global", system;
+  std::string squad, doc = "article", model, csv, plot, answers, level = "global", system;
   std::string query_template = loader::kDefaultQueryTemplate;
   std::vector<std::string> methods = {"kvzip", "snapkv", "h2o", "streaming", "random"};
   std::vector<double> ratios = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0};
@@ -68,9 +68,11 @@ void run(const EvalOpts& o) {
   eo.seed = o.seed;
   eo.threads = o.threads;
   eo.verify_drafts = !o.exact;
+  eo.keep_answers = !o.answers.empty();
   eo = eval::checked(eo);
   check_output(o.csv, "-o");
   check_output(o.plot, "--plot");
+  check_output(o.answers, "--answers");
   eval::SquadOptions so;
   so.unit = eval::parse_document_unit(o.doc);
   so.all_questions = o.all_questions;
@@ -93,10 +95,10 @@ void run(const EvalOpts& o) {
   std::fflush(stdout);
   if (!o.csv.empty()) eval::write_csv(o.csv, report);
   if (!o.plot.empty()) eval::write_png(o.plot, eval::plot_report(report));
-  if (!o.quiet) {
-    if (!o.csv.empty()) std::fprintf(stderr, "wrote %s\n", o.csv.c_str());
-    if (!o.plot.empty()) std::fprintf(stderr, "wrote %s\n", o.plot.c_str());
-  }
+  if (!o.answers.empty()) eval::write_answers(o.answers, report);
+  if (!o.quiet)
+    for (const std::string* path : {&o.csv, &o.plot, &o.answers})
+      if (!path->empty()) std::fprintf(stderr, "wrote %s\n", path->c_str());
 }
 
 }  // namespace
@@ -117,6 +119,8 @@ void add_eval_commands(CLI::App& app) {
       ->capture_default_str();
   c->add_option("-o,--output", o->csv, "Write the results as CSV");
   c->add_option("--plot", o->plot, "Write a PNG plot of agreement and F1 against the ratio");
+  c->add_option("--answers", o->answers,
+                "Write every answer as JSON lines (method, ratio, question, answer, agreement, F1, KL)");
   c->add_option("--max-questions", o->max_questions, "Only the first N questions of the file");
   c->add_flag("--all-questions", o->all_questions, "Also ask unanswerable (is_impossible) questions");
   c->add_option("-n,--max-tokens", o->n, "Answer tokens at most")->capture_default_str();

@@ -113,7 +113,7 @@ class DocumentRun {
 
   // Answers every question from `cache`; with `reference` null these answers are the reference.
   std::vector<GreedyAnswer> answer_all(AttentionCache& cache, const std::vector<GreedyAnswer>* reference,
-                                       Accum& acc) {
+                                       const std::string& method, double ratio, Accum& acc) {
     AnswerParams ap;
     ap.max_tokens = o_.max_answer_tokens;
     ap.stop_tokens = model_.chat().stop_tokens();
@@ -123,12 +123,19 @@ class DocumentRun {
       const GreedyAnswer* draft = reference && o_.verify_drafts ? &(*reference)[q] : nullptr;
       GreedyAnswer a = answer_greedy(fwd_, cache, s_.prompts[q], ap, draft);
       const GreedyAnswer& ref = reference ? (*reference)[q] : a;
-      const std::string text = answer_text(model_.tokenizer(), a.tokens);
-      acc.f1 += max_f1(text, doc_.questions[q].answers);
-      acc.contains += contains_any(text, doc_.questions[q].answers) ? 1.0 : 0.0;
-      acc.agree += a.tokens == ref.tokens ? 1 : 0;
-      acc.kl += kl_divergence(ref.first_logits, a.first_logits);
+      const Question& question = doc_.questions[q];
+      AnswerRecord rec{doc_.title, question.id, question.text, method, ratio,
+                       answer_text(model_.tokenizer(), a.tokens), static_cast<uint32_t>(a.tokens.size()),
+                       a.stopped, a.tokens == ref.tokens, 0.0, false, 0.0};
+      rec.f1 = max_f1(rec.answer, question.answers);
+      rec.contains = contains_any(rec.answer, question.answers);
+      rec.kl = kl_divergence(ref.first_logits, a.first_logits);
+      acc.f1 += rec.f1;
+      acc.contains += rec.contains ? 1.0 : 0.0;
+      acc.agree += rec.agrees ? 1 : 0;
+      acc.kl += rec.kl;
       ++acc.n;
+      if (o_.keep_answers) report_.answers.push_back(std::move(rec));
       if (reference) {
         report_.decode_steps += a.decode_steps;
         report_.answer_tokens += a.tokens.size();
@@ -203,12 +210,13 @@ void eval_document(const Model& model, Forward& fwd, const Document& doc, const 
       t = Clock::now();
       RaggedKvCache cache = run.compress(pre.cache, scores, ratios[r], one);
       one.compress_s += scoring_s;
+      const std::string& name = full ? std::string("full") : o.methods[m - 1];
       if (full) {
-        reference = run.answer_all(cache, nullptr, one);
+        reference = run.answer_all(cache, nullptr, name, ratios[r], one);
       } else {
-        run.answer_all(cache, &reference, one);
+        run.answer_all(cache, &reference, name, ratios[r], one);
       }
-      log(o, row_summary(full ? "full" : o.methods[m - 1], ratios[r], one, seconds_since(t)));
+      log(o, row_summary(name, ratios[r], one, seconds_since(t)));
       acc.f1 += one.f1, acc.contains += one.contains, acc.kl += one.kl, acc.agree += one.agree;
       acc.n += one.n, acc.kept_doc += one.kept_doc, acc.total_doc += one.total_doc;
       acc.compress_s += one.compress_s, acc.answer_s += one.answer_s;

@@ -29,6 +29,7 @@ struct EvalOptions {
   uint64_t seed = 0;                  // --method random
   uint32_t threads = 0;               // 0 = all cores
   bool verify_drafts = true;          // false: decode every answer token one at a time
+  bool keep_answers = false;          // true: EvalReport::answers lists every answer
   std::function<void(const std::string&)> log;  // optional: one progress line per event
   PrefillProgressFn prefill_progress;           // optional: progress of each document prefill
 };
@@ -52,6 +53,19 @@ struct EvalRow {
   double answer_s = 0.0;        // answering every question from the compressed cache
 };
 
+// One answer of one question from one compressed cache (kept when EvalOptions::keep_answers).
+struct AnswerRecord {
+  std::string document, question_id, question, method;
+  double ratio = 1.0;
+  std::string answer;        // decoded text
+  uint32_t tokens = 0;
+  bool stopped = false;      // ended on a stop token
+  bool agrees = false;       // token-identical to the full-cache answer
+  double f1 = 0.0;           // fraction
+  bool contains = false;
+  double kl = 0.0;           // first-token KL(full || this), nats
+};
+
 struct EvalReport {
   std::vector<EvalRow> rows;    // "full" first, then methods × ratios in option order
   uint32_t documents = 0;
@@ -62,6 +76,7 @@ struct EvalReport {
   uint64_t decode_steps = 0;    // one-token passes run for non-reference answers
   uint64_t answer_tokens = 0;   // tokens of those answers (decode_steps / answer_tokens shows
                                 // how much the draft verification saved)
+  std::vector<AnswerRecord> answers;  // in evaluation order, when keep_answers
 };
 
 // Runs the protocol over every document. Throws what compress/prefill throw (a document that does
@@ -75,5 +90,9 @@ std::string format_table(const EvalReport& report);
 std::string format_csv(const EvalReport& report);
 // Writes format_csv(report) to `path` through PATH.tmp and a rename (Errc::io on failure).
 void write_csv(const std::string& path, const EvalReport& report);
+// One JSON object per line per kept answer: document, id, question, method, ratio, answer,
+// tokens, stopped, agrees, f1, contains, kl.
+std::string format_answers_jsonl(const EvalReport& report);
+void write_answers(const std::string& path, const EvalReport& report);
 
 }  // namespace kvzip::eval

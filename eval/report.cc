@@ -1,4 +1,5 @@
-// Text forms of an EvalReport: the fixed-width table printed by `kvzip eval` and the CSV file.
+// Text forms of an EvalReport: the fixed-width table printed by `kvzip eval`, the CSV file and the
+// JSON-lines answer dump.
 // Percentages are printed with one decimal, KL with four (nats), times in seconds.
 #include <cstdio>
 #include <string>
@@ -15,6 +16,27 @@ std::string line(const char* f, const EvalRow& r) {
                 r.agreement, r.kl, static_cast<unsigned long long>(r.questions), r.compress_s,
                 r.answer_s);
   return buf;
+}
+
+// A JSON string literal; control characters escaped, UTF-8 passed through.
+std::string json_quote(const std::string& s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c < 0x20) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\u%04x", c);
+      out += esc;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
 }
 
 }  // namespace
@@ -51,6 +73,28 @@ std::string format_csv(const EvalReport& report) {
 
 void write_csv(const std::string& path, const EvalReport& report) {
   detail::write_atomic(path, format_csv(report));
+}
+
+std::string format_answers_jsonl(const EvalReport& report) {
+  std::string out;
+  char buf[160];
+  for (const AnswerRecord& a : report.answers) {
+    out += "{\"document\":" + json_quote(a.document) + ",\"id\":" + json_quote(a.question_id) +
+           ",\"question\":" + json_quote(a.question) + ",\"method\":" + json_quote(a.method);
+    std::snprintf(buf, sizeof buf, ",\"ratio\":%.4g,\"answer\":", a.ratio);
+    out += buf + json_quote(a.answer);
+    std::snprintf(buf, sizeof buf,
+                  ",\"tokens\":%u,\"stopped\":%s,\"agrees\":%s,\"f1\":%.4f,\"contains\":%s,"
+                  "\"kl\":%.6g}\n",
+                  a.tokens, a.stopped ? "true" : "false", a.agrees ? "true" : "false", a.f1,
+                  a.contains ? "true" : "false", a.kl);
+    out += buf;
+  }
+  return out;
+}
+
+void write_answers(const std::string& path, const EvalReport& report) {
+  detail::write_atomic(path, format_answers_jsonl(report));
 }
 
 }  // namespace kvzip::eval

@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "eval/answer.h"
+#include "eval/detail/json.h"
 #include "eval/eval.h"
 #include "model/model.h"
 #include "tests/support/tiny_gguf.h"
@@ -165,6 +166,7 @@ TEST_CASE("eval on a tiny model: the full cache agrees with itself and ratio 1 e
   o.max_answer_tokens = 6;
   o.system = "Be brief.";
   o.threads = 1;
+  o.keep_answers = true;
   std::vector<std::string> log;
   o.log = [&](const std::string& line) { log.push_back(line); };
   const EvalReport r = run_eval(m, docs, o);
@@ -197,8 +199,27 @@ TEST_CASE("eval on a tiny model: the full cache agrees with itself and ratio 1 e
   CHECK(csv.rfind("method,ratio,achieved_ratio,f1,contains,agreement,kl,questions,compress_s,answer_s\n", 0) == 0);
   CHECK(std::count(csv.begin(), csv.end(), '\n') == 1 + 11);
 
+  // Every answer is listed: 4 questions × 11 rows, one JSON object per line.
+  REQUIRE(r.answers.size() == 44);
+  CHECK(r.answers[0].method == "full");
+  CHECK(r.answers[0].agrees);
+  CHECK(r.answers[0].document == "Pets #1");
+  const std::string jsonl = format_answers_jsonl(r);
+  size_t start = 0, lines = 0;
+  for (size_t end; (end = jsonl.find('\n', start)) != std::string::npos; start = end + 1, ++lines) {
+    const detail::JsonValue v = detail::parse_json(jsonl.substr(start, end - start), "answers");
+    const AnswerRecord& a = r.answers[lines];
+    REQUIRE(v.find("answer"));
+    CHECK(v.find("answer")->string == a.answer);
+    CHECK(v.find("method")->string == a.method);
+    CHECK(v.find("agrees")->boolean == a.agrees);
+    CHECK(v.find("id")->string == a.question_id);
+  }
+  CHECK(lines == 44);
+
   // Decoding every token one at a time gives the same evaluation.
   o.verify_drafts = false;
+  o.keep_answers = false;
   o.log = nullptr;
   const EvalReport exact = run_eval(m, docs, o);
   REQUIRE(exact.rows.size() == r.rows.size());
