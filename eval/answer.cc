@@ -1,6 +1,7 @@
-// answer_greedy (see answer.h). Invariant of the draft path: while the answer so far equals the
-// draft's first tokens, `rows` holds the logits after each fed draft token, and the cache holds
-// the prompt plus `fed` draft tokens; leaving it rolls the cache back to exactly the answer so far.
+// answer_greedy (see answer.h). Invariant while a draft batch is live: the answer's tokens
+// [b0, i) equal the draft's, the cache holds the prompt, the answer before b0 and the draft's
+// tokens [b0, b1), and rows[j - b0] are the logits after draft token j. Leaving the batch rolls the
+// cache back to exactly the answer so far.
 #include "eval/answer.h"
 
 #include <algorithm>
@@ -11,6 +12,11 @@
 
 namespace kvzip::eval {
 namespace {
+
+// Draft tokens fed by the first batch after the question or after a difference; each batch used
+// up doubles it. A batched pass costs about its weight read plus a fixed time per token, so a
+// short first batch bounds the work lost when the answer leaves the draft early.
+constexpr size_t kFirstChunk = 8;
 
 struct RestoreCache {  // back to the state before the call however answer_greedy ends
   AttentionCache& cache;
@@ -38,10 +44,21 @@ GreedyAnswer plain(Forward& forward, AttentionCache& cache, std::span<const int3
 
 }  // namespace
 
+void DraftPool::add(const std::vector<int32_t>& tokens) {
+  if (std::find(drafts_.begin(), drafts_.end(), tokens) == drafts_.end()) drafts_.push_back(tokens);
+}
+
+const std::vector<int32_t>* DraftPool::find(std::span<const int32_t> prefix, size_t extra) const {
+  for (auto it = drafts_.rbegin(); it != drafts_.rend(); ++it)
+    if (it->size() >= prefix.size() + extra && std::equal(prefix.begin(), prefix.end(), it->begin()))
+      return &*it;
+  return nullptr;
+}
+
 GreedyAnswer answer_greedy(Forward& forward, AttentionCache& cache, std::span<const int32_t> prompt,
-                           const AnswerParams& params, const GreedyAnswer* draft) {
+                           const AnswerParams& params, const DraftPool* drafts) {
   RestoreCache restore{cache, cache.logical_length()};
-  if (!draft) return plain(forward, cache, prompt, params);
+  if (!drafts) return plain(forward, cache, prompt, params);
   const ModelConfig& cfg = forward.config();
   if (prompt.empty()) throw Error(Errc::invalid_argument, "answer: the prompt has no tokens");
   const uint64_t after_prompt = uint64_t(cache.logical_length()) + prompt.size();
@@ -50,13 +67,17 @@ GreedyAnswer answer_greedy(Forward& forward, AttentionCache& cache, std::span<co
                 "the prompt needs " + std::to_string(after_prompt) + " positions but the model's context is " +
                     std::to_string(cfg.max_context) + " tokens; shorten the input");
   const size_t V = cfg.vocab_size;
+  // The answer never needs the logits after its last allowed token, nor positions past the context.
+  const uint64_t feed_end = std::min<uint64_t>(params.max_tokens ? params.max_tokens - 1 : 0,
+                                               cfg.max_context ? cfg.max_context - after_prompt : UINT64_MAX);
   GreedyAnswer a;
   std::vector<float> logits = forward.prefill(cache, prompt, LogitsMode::Last);
   a.first_logits = logits;
   const float* cur = logits.data();
-  std::vector<float> rows;  // (fed, V): logits after draft token j
-  size_t fed = 0;
-  bool tried = false;
+  std::vector<float> rows;                      // (b1 - b0, V)
+  const std::vector<int32_t>* batch = nullptr;  // the live draft
+  size_t b0 = 0, b1 = 0;
+  size_t chunk = kFirstChunk;                   // draft tokens the next batch may feed
   while (a.tokens.size() < params.max_tokens) {
     const int32_t tok = argmax(std::span<const float>(cur, V));
     if (is_stop(params, tok)) {
@@ -67,22 +88,25 @@ GreedyAnswer answer_greedy(Forward& forward, AttentionCache& cache, std::span<co
     a.tokens.push_back(tok);
     if (a.tokens.size() == params.max_tokens) break;
     if (cfg.max_context && after_prompt + i + 1 > cfg.max_context) break;  // as generate()
-    if (!tried && i == 0 && !draft->tokens.empty() && tok == draft->tokens[0]) {
-      tried = true;
-      // Feed the draft up to the last token whose successor the answer can still need.
-      size_t k = std::min<size_t>(draft->tokens.size(), params.max_tokens - 1);
-      if (cfg.max_context) k = std::min<size_t>(k, cfg.max_context - after_prompt);
-      rows = forward.prefill(cache, std::span<const int32_t>(draft->tokens.data(), k), LogitsMode::All);
-      fed = k;
-    }
-    if (i < fed && tok == draft->tokens[i]) {  // still on the draft: its logits are ready
-      cur = rows.data() + i * V;
+    if (batch && i < b1 && tok == (*batch)[i]) {  // still on the draft: its logits are ready
+      cur = rows.data() + (i - b0) * V;
       continue;
     }
-    if (fed > 0) {  // off the draft: keep only the answer's tokens before tok
+    if (batch) {  // off the batch: keep only the answer's tokens before tok
+      chunk = i == b1 ? chunk * 2 : kFirstChunk;  // used up: trust the drafts more
       cache.rollback(static_cast<uint32_t>(after_prompt + i));
-      fed = 0;
-      rows.clear();
+      batch = nullptr;
+    }
+    const std::vector<int32_t>* d = drafts->find(a.tokens, 1);
+    const size_t k = d ? static_cast<size_t>(std::min<uint64_t>({d->size(), feed_end, i + chunk})) : 0;
+    if (d && k >= i + 2) {  // at least two tokens: cheaper than decoding them one by one
+      rows = forward.prefill(cache, std::span<const int32_t>(d->data() + i, k - i), LogitsMode::All);
+      batch = d;
+      b0 = i;
+      b1 = k;
+      cur = rows.data();
+      ++a.draft_passes;
+      continue;
     }
     logits = forward.decode(cache, tok);
     cur = logits.data();

@@ -1,6 +1,7 @@
 // run_eval (see eval.h): one document at a time — prefill once with every method's observer, answer
 // the reference questions from the uncompressed ragged cache, then per method score once and per
-// ratio select, evict and answer. Only one compressed cache exists at a time besides the dense one.
+// ratio (highest first) select, evict and answer, with every earlier answer to the same question as
+// a draft. Only one compressed cache exists at a time besides the dense one.
 #include "eval/eval.h"
 
 #include <algorithm>
@@ -88,7 +89,8 @@ class DocumentRun {
  public:
   DocumentRun(const Model& model, Forward& fwd, const Document& doc, const EvalOptions& o,
               EvalReport& report)
-      : model_(model), fwd_(fwd), doc_(doc), o_(o), report_(report), s_(setup_document(model, doc, o)) {}
+      : model_(model), fwd_(fwd), doc_(doc), o_(o), report_(report), s_(setup_document(model, doc, o)),
+        pools_(doc.questions.size()) {}
 
   // Prefills the document with every scorer's observer; returns the dense cache.
   PrefillResult prefill(std::vector<std::unique_ptr<Scorer>>& scorers,
@@ -112,6 +114,7 @@ class DocumentRun {
   }
 
   // Answers every question from `cache`; with `reference` null these answers are the reference.
+  // Every answer joins its question's draft pool (when drafts are on) for the later caches.
   std::vector<GreedyAnswer> answer_all(AttentionCache& cache, const std::vector<GreedyAnswer>* reference,
                                        const std::string& method, double ratio, Accum& acc) {
     AnswerParams ap;
@@ -120,30 +123,43 @@ class DocumentRun {
     std::vector<GreedyAnswer> out;
     const auto t = Clock::now();
     for (size_t q = 0; q < doc_.questions.size(); ++q) {
-      const GreedyAnswer* draft = reference && o_.verify_drafts ? &(*reference)[q] : nullptr;
-      GreedyAnswer a = answer_greedy(fwd_, cache, s_.prompts[q], ap, draft);
-      const GreedyAnswer& ref = reference ? (*reference)[q] : a;
-      const Question& question = doc_.questions[q];
-      AnswerRecord rec{doc_.title, question.id, question.text, method, ratio,
-                       answer_text(model_.tokenizer(), a.tokens), static_cast<uint32_t>(a.tokens.size()),
-                       a.stopped, a.tokens == ref.tokens, 0.0, false, 0.0};
-      rec.f1 = max_f1(rec.answer, question.answers);
-      rec.contains = contains_any(rec.answer, question.answers);
-      rec.kl = kl_divergence(ref.first_logits, a.first_logits);
-      acc.f1 += rec.f1;
-      acc.contains += rec.contains ? 1.0 : 0.0;
-      acc.agree += rec.agrees ? 1 : 0;
-      acc.kl += rec.kl;
-      ++acc.n;
-      if (o_.keep_answers) report_.answers.push_back(std::move(rec));
+      const DraftPool* drafts = reference && o_.verify_drafts ? &pools_[q] : nullptr;
+      GreedyAnswer a = answer_greedy(fwd_, cache, s_.prompts[q], ap, drafts);
+      if (o_.verify_drafts) pools_[q].add(a.tokens);
+      record(q, a, reference ? (*reference)[q] : a, method, ratio, acc);
       if (reference) {
         report_.decode_steps += a.decode_steps;
+        report_.draft_passes += a.draft_passes;
         report_.answer_tokens += a.tokens.size();
       }
       out.push_back(std::move(a));
     }
     acc.answer_s += seconds_since(t);
     return out;
+  }
+
+  // The reference answers again, for a cache identical to the full one.
+  void reuse(const std::vector<GreedyAnswer>& reference, const std::string& method, double ratio,
+             Accum& acc) {
+    for (size_t q = 0; q < reference.size(); ++q) record(q, reference[q], reference[q], method, ratio, acc);
+  }
+
+  // Scores answer `a` to question q against the gold answers and the reference `ref`.
+  void record(size_t q, const GreedyAnswer& a, const GreedyAnswer& ref, const std::string& method,
+              double ratio, Accum& acc) {
+    const Question& question = doc_.questions[q];
+    AnswerRecord rec{doc_.title, question.id, question.text, method, ratio,
+                     answer_text(model_.tokenizer(), a.tokens), static_cast<uint32_t>(a.tokens.size()),
+                     a.stopped, a.tokens == ref.tokens, 0.0, false, 0.0};
+    rec.f1 = max_f1(rec.answer, question.answers);
+    rec.contains = contains_any(rec.answer, question.answers);
+    rec.kl = kl_divergence(ref.first_logits, a.first_logits);
+    acc.f1 += rec.f1;
+    acc.contains += rec.contains ? 1.0 : 0.0;
+    acc.agree += rec.agrees ? 1 : 0;
+    acc.kl += rec.kl;
+    ++acc.n;
+    if (o_.keep_answers) report_.answers.push_back(std::move(rec));
   }
 
   // Selects and evicts at `ratio` from the method's scores; returns the compressed cache.
@@ -167,6 +183,7 @@ class DocumentRun {
   const EvalOptions& o_;
   EvalReport& report_;
   DocSetup s_;
+  std::vector<DraftPool> pools_;  // (questions) every answer given so far, for draft verification
 };
 
 void log(const EvalOptions& o, const std::string& line) {
@@ -204,19 +221,24 @@ void eval_document(const Model& model, Forward& fwd, const Document& doc, const 
     const double scoring_s = seconds_since(t) + (timers[m] ? timers[m]->seconds() : 0.0);
     if (!full) log(o, fmt("  %-9s scored in %.1f s", o.methods[m - 1].c_str(), scoring_s));
     const std::vector<double> ratios = full ? std::vector<double>{1.0} : o.ratios;
-    for (size_t r = 0; r < ratios.size(); ++r) {
+    // Highest ratio first: each cache's answers are the best drafts for the next, smaller one.
+    for (size_t r = ratios.size(); r-- > 0;) {
       Accum& acc = accs[full ? 0 : 1 + (m - 1) * o.ratios.size() + r];
       Accum one;  // this document only, for the progress line
       t = Clock::now();
       RaggedKvCache cache = run.compress(pre.cache, scores, ratios[r], one);
       one.compress_s += scoring_s;
       const std::string& name = full ? std::string("full") : o.methods[m - 1];
+      const bool same = !full && o.reuse_identical && one.kept_doc == one.total_doc;
       if (full) {
         reference = run.answer_all(cache, nullptr, name, ratios[r], one);
+      } else if (same) {
+        run.reuse(reference, name, ratios[r], one);
       } else {
         run.answer_all(cache, &reference, name, ratios[r], one);
       }
-      log(o, row_summary(name, ratios[r], one, seconds_since(t)));
+      log(o, row_summary(name, ratios[r], one, seconds_since(t)) +
+                 (same ? "  every row kept: the full cache's answers" : ""));
       acc.f1 += one.f1, acc.contains += one.contains, acc.kl += one.kl, acc.agree += one.agree;
       acc.n += one.n, acc.kept_doc += one.kept_doc, acc.total_doc += one.total_doc;
       acc.compress_s += one.compress_s, acc.answer_s += one.answer_s;

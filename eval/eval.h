@@ -28,8 +28,10 @@ struct EvalOptions {
   uint32_t kvzip_chunk = 2000;
   uint64_t seed = 0;                  // --method random
   uint32_t threads = 0;               // 0 = all cores
-  bool verify_drafts = true;          // false: decode every answer token one at a time
+  bool verify_drafts = true;          // false: decode every answer token one at a time (answer.h)
   bool keep_answers = false;          // true: EvalReport::answers lists every answer
+  bool reuse_identical = true;        // a selection that keeps every row IS the full cache: take
+                                      // the reference answers instead of answering again
   std::function<void(const std::string&)> log;  // optional: one progress line per event
   PrefillProgressFn prefill_progress;           // optional: progress of each document prefill
 };
@@ -74,6 +76,7 @@ struct EvalReport {
   double prefill_s = 0.0;       // the shared document prefills (including all observers)
   double total_s = 0.0;
   uint64_t decode_steps = 0;    // one-token passes run for non-reference answers
+  uint64_t draft_passes = 0;    // batched draft passes run for them
   uint64_t answer_tokens = 0;   // tokens of those answers (decode_steps / answer_tokens shows
                                 // how much the draft verification saved)
   std::vector<AnswerRecord> answers;  // in evaluation order, when keep_answers

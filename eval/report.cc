@@ -55,10 +55,11 @@ std::string format_table(const EvalReport& report) {
   out += buf;
   if (report.answer_tokens) {
     std::snprintf(buf, sizeof buf,
-                  "compressed-cache answers: %llu tokens, %llu one-token decode passes (the rest "
-                  "verified against the full-cache answer in batched passes)\n",
+                  "compressed-cache answers: %llu tokens; %llu one-token decode passes, %llu batched "
+                  "draft passes\n",
                   static_cast<unsigned long long>(report.answer_tokens),
-                  static_cast<unsigned long long>(report.decode_steps));
+                  static_cast<unsigned long long>(report.decode_steps),
+                  static_cast<unsigned long long>(report.draft_passes));
     out += buf;
   }
   return out;
