@@ -121,7 +121,7 @@ Image render_panels(const std::vector<PlotPanel>& panels) {
   return img;
 }
 
-Image plot_report(const EvalReport& report) {
+std::vector<PlotPanel> report_panels(const EvalReport& report) {
   PlotPanel agree{"agreement with full cache (%)", "ratio kept", 0.0, 1.0, 0.1, 0.0, 100.0, 20.0, {}, {}, ""};
   PlotPanel f1{"SQuAD F1 (%)", "ratio kept", 0.0, 1.0, 0.1, 0.0, 100.0, 20.0, {}, {}, "full"};
   double top = 0.0;
@@ -144,11 +144,18 @@ Image plot_report(const EvalReport& report) {
     f1.series[i].x.push_back(r.ratio);
     f1.series[i].y.push_back(r.f1);
   }
-  // F1 of small models is often far below 100: zoom to the data, in steps of 10.
-  f1.y_max = std::clamp(std::ceil(top * 1.1 / 10.0) * 10.0, 10.0, 100.0);
-  f1.y_tick = 10.0;
-  if (f1.y_max > 50.0) f1.y_max = std::min(100.0, std::ceil(f1.y_max / 20.0) * 20.0), f1.y_tick = 20.0;
-  return render_panels({agree, f1});
+  // F1 of small models is often far below 100: zoom to the data, at most 6 ticks of 1, 2, 5,
+  // 10 or 20 points.
+  const double want = std::max(top * 1.1, 1.0);
+  for (double step : {1.0, 2.0, 5.0, 10.0, 20.0}) {
+    if (want / step > 6.0 && step < 20.0) continue;
+    f1.y_tick = step;
+    f1.y_max = std::min(100.0, std::ceil(want / step) * step);
+    break;
+  }
+  return {agree, f1};
 }
+
+Image plot_report(const EvalReport& report) { return render_panels(report_panels(report)); }
 
 }  // namespace kvzip::eval

@@ -28,8 +28,11 @@ struct PlotPanel {
 // Throws Errc::invalid_argument for no panels or an empty axis range.
 Image render_panels(const std::vector<PlotPanel>& panels);
 
-// Agreement and F1 against the ratio for every method of the report (the full cache as the
-// dashed reference of the F1 panel).
+// The two panels of a report: agreement and F1 (%) against the ratio, one series per method in
+// row order, the full cache's F1 as the dashed reference; the F1 axis zooms to the data (at most 6
+// ticks of 1, 2, 5, 10 or 20 points).
+std::vector<PlotPanel> report_panels(const EvalReport& report);
+// render_panels(report_panels(report)).
 Image plot_report(const EvalReport& report);
 
 }  // namespace kvzip::eval

@@ -215,3 +215,24 @@ TEST_CASE("the report plot draws one coloured line per method", "[eval]") {
   CHECK(count(Rgb{255, 127, 14}) > 200);  // h2o, the second
   CHECK(count(Rgb{44, 160, 44}) == 0);    // no third series
 }
+
+TEST_CASE("the F1 panel zooms to small scores with readable ticks", "[eval]") {
+  EvalReport r;
+  r.rows.push_back({"full", 1.0, 1.0, 7.6, 15.0, 100.0, 0.0, 96, 0.0, 1.0});
+  r.rows.push_back({"kvzip", 0.1, 0.1, 5.9, 11.0, 6.0, 0.1, 96, 0.0, 1.0});
+  r.rows.push_back({"kvzip", 0.5, 0.5, 7.3, 15.0, 81.0, 0.0, 96, 0.0, 1.0});
+  std::vector<PlotPanel> p = report_panels(r);
+  REQUIRE(p.size() == 2);
+  CHECK(p[0].y_max == 100.0);
+  REQUIRE(p[0].series.size() == 1);
+  CHECK(p[0].series[0].x == std::vector<double>{0.1, 0.5});
+  CHECK(p[0].series[0].y == std::vector<double>{6.0, 81.0});
+  CHECK(p[1].y_max == 10.0);  // 7.6 * 1.1 = 8.4 -> ticks of 2 up to 10
+  CHECK(p[1].y_tick == 2.0);
+  REQUIRE(p[1].reference);
+  CHECK(*p[1].reference == 7.6);
+  r.rows[0].f1 = 62.0;
+  p = report_panels(r);
+  CHECK(p[1].y_max == 80.0);  // 68.2 -> ticks of 20
+  CHECK(p[1].y_tick == 20.0);
+}
