@@ -1,0 +1,140 @@
+// `kvzip eval`: the multi-query evaluation of shared/methods.md §5 on a SQuAD file — per document
+// prefill once, score once per method, compress at every ratio and ask all of the document's
+// questions; prints a table (stdout), optionally writes CSV, a PNG plot and every answer (JSONL). Everything that can
+// be checked without the model (methods, ratios, output folders, the SQuAD file) is checked first;
+// outputs are written only after the whole evaluation succeeded.
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "common/error.h"
+#include "eval/eval.h"
+#include "eval/plot.h"
+#include "loader/loader.h"
+
+namespace kvzip::cli {
+namespace {
+
+struct EvalOpts {
+  std::string squad, doc = "article", model, csv, plot, answers, level = "global", system;
+  std::string query_template = loader::kDefaultQueryTemplate;
+  std::vector<std::string> methods = {"kvzip", "snapkv", "h2o", "streaming", "random"};
+  std::vector<double> ratios = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0};
+  uint64_t max_questions = 0, seed = 0;
+  uint32_t n = 24, threads = 0, chunk = 2000;
+  bool all_questions = false, quiet = false, exact = false;
+};
+
+// An output path must name a file in an existing folder (checked before hours of work).
+void check_output(const std::string& path, const char* option) {
+  if (path.empty()) return;
+  const std::filesystem::path p(path);
+  if (std::filesystem::is_directory(p))
+    throw Error(Errc::invalid_argument, std::string("eval: ") + option + " " + path +
+                                            " is a folder; give a file name");
+  const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : ".";
+  if (!std::filesystem::is_directory(dir))
+    throw Error(Errc::not_found, std::string("eval: ") + option + " " + path + ": folder " +
+                                     dir.string() + " does not exist");
+}
+
+// Prefill progress: a fresh bar for each document long enough to take a while.
+PrefillProgressFn progress_bars(bool quiet) {
+  if (quiet) return nullptr;
+  auto bar = std::make_shared<std::unique_ptr<ProgressBar>>();
+  return [bar](const PrefillProgress& p) {
+    if (p.total < 2048) return;
+    if (p.done == 0 || !*bar) {
+      ProgressBarOptions o;
+      o.label = "  prefill";
+      *bar = std::make_unique<ProgressBar>(o);
+    }
+    (*bar)->update(p);
+    if (p.done == p.total) bar->reset();
+  };
+}
+
+void run(const EvalOpts& o) {
+  eval::EvalOptions eo;
+  eo.methods = o.methods;
+  eo.ratios = o.ratios;
+  eo.level = parse_selection_level(o.level);
+  eo.max_answer_tokens = o.n;
+  eo.system = o.system;
+  eo.query_template = o.query_template;
+  eo.kvzip_chunk = o.chunk;
+  eo.seed = o.seed;
+  eo.threads = o.threads;
+  eo.verify_drafts = !o.exact;
+  eo.keep_answers = !o.answers.empty();
+  eo = eval::checked(eo);
+  check_output(o.csv, "-o");
+  check_output(o.plot, "--plot");
+  check_output(o.answers, "--answers");
+  eval::SquadOptions so;
+  so.unit = eval::parse_document_unit(o.doc);
+  so.all_questions = o.all_questions;
+  so.max_questions = o.max_questions;
+  const std::vector<eval::Document> docs = eval::read_squad(o.squad, so);
+
+  auto model = load_model(o.model, o.threads);
+  if (!o.quiet) {
+    eo.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+    uint64_t questions = 0;
+    for (const auto& d : docs) questions += d.questions.size();
+    std::fprintf(stderr, "eval: %zu documents, %llu questions, methods full + %zu, %zu ratios, "
+                 "answers up to %u tokens\n", docs.size(), static_cast<unsigned long long>(questions),
+                 eo.methods.size(), eo.ratios.size(), o.n);
+  }
+  eo.prefill_progress = progress_bars(o.quiet);
+  const eval::EvalReport report = eval::run_eval(*model, docs, eo);
+  const std::string table = eval::format_table(report);
+  std::fwrite(table.data(), 1, table.size(), stdout);
+  std::fflush(stdout);
+  if (!o.csv.empty()) eval::write_csv(o.csv, report);
+  if (!o.plot.empty()) eval::write_png(o.plot, eval::plot_report(report));
+  if (!o.answers.empty()) eval::write_answers(o.answers, report);
+  if (!o.quiet)
+    for (const std::string* path : {&o.csv, &o.plot, &o.answers})
+      if (!path->empty()) std::fprintf(stderr, "wrote %s\n", path->c_str());
+}
+
+}  // namespace
+
+void add_eval_commands(CLI::App& app) {
+  auto o = std::make_shared<EvalOpts>();
+  auto* c = app.add_subcommand(
+      "eval", "Multi-query evaluation on SQuAD: compress each document once per method and ratio, "
+              "ask all its questions; F1, agreement with the full cache, first-token KL");
+  c->add_option("--squad", o->squad, "SQuAD JSON file (v1.1 or v2.0)")->required();
+  c->add_option("--doc", o->doc, "Document unit: article (paragraphs joined) | paragraph")
+      ->capture_default_str();
+  c->add_option("--methods", o->methods, "Comma-separated: kvzip,snapkv,h2o,streaming,random")
+      ->delimiter(',')
+      ->capture_default_str();
+  c->add_option("--ratios", o->ratios, "Comma-separated fractions of document KV pairs to keep")
+      ->delimiter(',')
+      ->capture_default_str();
+  c->add_option("-o,--output", o->csv, "Write the results as CSV");
+  c->add_option("--plot", o->plot, "Write a PNG plot of agreement and F1 against the ratio");
+  c->add_option("--answers", o->answers,
+                "Write every answer as JSON lines (method, ratio, question, answer, agreement, F1, KL)");
+  c->add_option("--max-questions", o->max_questions, "Only the first N questions of the file");
+  c->add_flag("--all-questions", o->all_questions, "Also ask unanswerable (is_impossible) questions");
+  c->add_option("-n,--max-tokens", o->n, "Answer tokens at most")->capture_default_str();
+  c->add_option("--level", o->level, "global | per-head | per-layer")->capture_default_str();
+  c->add_option("-m,--model", o->model, "GGUF model file (default: $KVZIP_MODEL, then the cache)");
+  c->add_option("--system", o->system, "System prompt (default: the model template's)");
+  c->add_option("--chunk", o->chunk, "KVzip reconstruction chunk in tokens")->capture_default_str();
+  c->add_option("--seed", o->seed, "Seed of the random method");
+  c->add_option("-t,--threads", o->threads, "Threads (0 = all cores)");
+  c->add_flag("--exact-decode", o->exact,
+              "Decode every answer token one at a time as `kvzip query` does (slower; by default "
+              "the full-cache answer is verified in one batched pass)");
+  c->add_flag("-q,--quiet", o->quiet, "No progress on stderr");
+  c->callback([o] { run(*o); });
+}
+
+}  // namespace kvzip::cli

@@ -1,0 +1,314 @@
+// run_eval (see eval.h): one document at a time — prefill once with every method's observer, answer
+// the reference questions from the uncompressed ragged cache, then per method score once and per
+// ratio (highest first) select, evict and answer, with every earlier answer to the same question as
+// a draft. Only one compressed cache exists at a time besides the dense one.
+#include "eval/eval.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <limits>
+
+#include "common/error.h"
+#include "eval/answer.h"
+#include "eval/metrics.h"
+#include "format/format.h"
+#include "loader/loader.h"
+
+namespace kvzip::eval {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+std::string fmt(const char* f, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, f);
+  std::vsnprintf(buf, sizeof buf, f, ap);
+  va_end(ap);
+  return buf;
+}
+
+// Forwards to a method's observer and measures the time it takes (its share of the prefill).
+class TimedObserver final : public AttentionObserver {
+ public:
+  explicit TimedObserver(AttentionObserver* inner) : inner_(inner) {}
+  void on_attention(const AttentionObservation& obs) override {
+    const auto t = Clock::now();
+    inner_->on_attention(obs);
+    seconds_ += seconds_since(t);
+  }
+  double seconds() const { return seconds_; }
+
+ private:
+  AttentionObserver* inner_;
+  double seconds_ = 0.0;
+};
+
+// Sums over questions (and documents) of one report row.
+struct Accum {
+  double f1 = 0, contains = 0, kl = 0, compress_s = 0, answer_s = 0;
+  uint64_t agree = 0, n = 0, kept_doc = 0, total_doc = 0;
+};
+
+// What every answer of one document needs.
+struct DocSetup {
+  std::vector<int32_t> prefix, document;
+  std::vector<std::vector<int32_t>> prompts;  // (questions) question tokens, as kvzip query
+  uint32_t answer_room = 0;                   // longest prompt + max answer tokens
+};
+
+DocSetup setup_document(const Model& model, const Document& doc, const EvalOptions& o) {
+  DocSetup s;
+  s.prefix = model.chat().prefix(o.system);
+  s.document = model.chat().encode_document(doc.text);
+  format::CacheHeader h;  // only what loader::question_tokens reads
+  for (int32_t t : model.chat().suffix("")) h.suffix_tokens.push_back(static_cast<uint32_t>(t));
+  h.params.push_back({"query_template", o.query_template});
+  size_t longest = 0;
+  for (const Question& q : doc.questions) {
+    s.prompts.push_back(loader::question_tokens(model.tokenizer(), h, q.text));
+    longest = std::max(longest, s.prompts.back().size());
+  }
+  s.answer_room = static_cast<uint32_t>(longest) + o.max_answer_tokens;
+  return s;
+}
+
+std::string answer_text(const Tokenizer& tok, const std::vector<int32_t>& ids) {
+  StreamDecoder dec(tok);  // as QuerySession::ask builds its text
+  std::string text;
+  for (int32_t id : ids) text += dec.push(id);
+  return text + dec.finish();
+}
+
+class DocumentRun {
+ public:
+  DocumentRun(const Model& model, Forward& fwd, const Document& doc, const EvalOptions& o,
+              EvalReport& report)
+      : model_(model), fwd_(fwd), doc_(doc), o_(o), report_(report), s_(setup_document(model, doc, o)),
+        pools_(doc.questions.size()) {}
+
+  // Prefills the document with every scorer's observer; returns the dense cache.
+  PrefillResult prefill(std::vector<std::unique_ptr<Scorer>>& scorers,
+                        std::vector<std::unique_ptr<TimedObserver>>& timers) {
+    ObserverFanout fan;
+    const auto n_p = static_cast<uint32_t>(s_.prefix.size());
+    const auto n_c = static_cast<uint32_t>(s_.document.size());
+    for (auto& sc : scorers) {
+      AttentionObserver* obs = sc->prefill_observer(fwd_, n_p, n_c);
+      timers.push_back(obs ? std::make_unique<TimedObserver>(obs) : nullptr);
+      fan.add(timers.back().get());
+    }
+    PrefillOptions po;
+    po.answer_room = s_.answer_room;
+    po.progress = o_.prefill_progress;
+    po.observer = fan.empty() ? nullptr : &fan;
+    PrefillResult pre = prefill_document(fwd_, s_.prefix, s_.document, po);
+    report_.prefill_s += pre.seconds;
+    report_.document_tokens += n_c;
+    return pre;
+  }
+
+  // Answers every question from `cache`; with `reference` null these answers are the reference.
+  // Every answer joins its question's draft pool (when drafts are on) for the later caches.
+  std::vector<GreedyAnswer> answer_all(AttentionCache& cache, const std::vector<GreedyAnswer>* reference,
+                                       const std::string& method, double ratio, Accum& acc) {
+    AnswerParams ap;
+    ap.max_tokens = o_.max_answer_tokens;
+    ap.stop_tokens = model_.chat().stop_tokens();
+    std::vector<GreedyAnswer> out;
+    const auto t = Clock::now();
+    for (size_t q = 0; q < doc_.questions.size(); ++q) {
+      const DraftPool* drafts = reference && o_.verify_drafts ? &pools_[q] : nullptr;
+      GreedyAnswer a = answer_greedy(fwd_, cache, s_.prompts[q], ap, drafts);
+      if (o_.verify_drafts) pools_[q].add(a.tokens);
+      record(q, a, reference ? (*reference)[q] : a, method, ratio, acc);
+      if (reference) {
+        report_.decode_steps += a.decode_steps;
+        report_.draft_passes += a.draft_passes;
+        report_.answer_tokens += a.tokens.size();
+      }
+      out.push_back(std::move(a));
+    }
+    acc.answer_s += seconds_since(t);
+    return out;
+  }
+
+  // The reference answers again, for a cache identical to the full one.
+  void reuse(const std::vector<GreedyAnswer>& reference, const std::string& method, double ratio,
+             Accum& acc) {
+    for (size_t q = 0; q < reference.size(); ++q) record(q, reference[q], reference[q], method, ratio, acc);
+  }
+
+  // Scores answer `a` to question q against the gold answers and the reference `ref`.
+  void record(size_t q, const GreedyAnswer& a, const GreedyAnswer& ref, const std::string& method,
+              double ratio, Accum& acc) {
+    const Question& question = doc_.questions[q];
+    AnswerRecord rec{doc_.title, question.id, question.text, method, ratio,
+                     answer_text(model_.tokenizer(), a.tokens), static_cast<uint32_t>(a.tokens.size()),
+                     a.stopped, a.tokens == ref.tokens, 0.0, false, 0.0};
+    rec.f1 = max_f1(rec.answer, question.answers);
+    rec.contains = contains_any(rec.answer, question.answers);
+    rec.kl = kl_divergence(ref.first_logits, a.first_logits);
+    acc.f1 += rec.f1;
+    acc.contains += rec.contains ? 1.0 : 0.0;
+    acc.agree += rec.agrees ? 1 : 0;
+    acc.kl += rec.kl;
+    ++acc.n;
+    if (o_.keep_answers) report_.answers.push_back(std::move(rec));
+  }
+
+  // Selects and evicts at `ratio` from the method's scores; returns the compressed cache.
+  RaggedKvCache compress(const KvCache& dense, const DocumentScores& scores, double ratio, Accum& acc) {
+    const auto t = Clock::now();
+    const Selection sel = select_rows(scores, ratio, o_.level);
+    EvictResult ev = evict(dense, scores, sel, s_.answer_room);
+    acc.kept_doc += sel.kept_doc;
+    acc.total_doc += sel.total_doc;
+    acc.compress_s += seconds_since(t);
+    return std::move(ev.cache);
+  }
+
+  uint32_t n_prefix() const { return static_cast<uint32_t>(s_.prefix.size()); }
+  const std::vector<int32_t>& document() const { return s_.document; }
+
+ private:
+  const Model& model_;
+  Forward& fwd_;
+  const Document& doc_;
+  const EvalOptions& o_;
+  EvalReport& report_;
+  DocSetup s_;
+  std::vector<DraftPool> pools_;  // (questions) every answer given so far, for draft verification
+};
+
+void log(const EvalOptions& o, const std::string& line) {
+  if (o.log) o.log(line);
+}
+
+std::string row_summary(const std::string& method, double ratio, const Accum& a, double seconds) {
+  const double n = a.n ? double(a.n) : 1.0;
+  return fmt("  %-9s ratio %.2f  kept %.3f  agree %5.1f%%  F1 %5.1f  KL %.4f  (%.1f s)", method.c_str(),
+             ratio, a.total_doc ? double(a.kept_doc) / double(a.total_doc) : 1.0,
+             100.0 * double(a.agree) / n, 100.0 * a.f1 / n, a.kl / n, seconds);
+}
+
+// One document through the whole protocol; `accs` is (1 + methods × ratios), full first.
+void eval_document(const Model& model, Forward& fwd, const Document& doc, const EvalOptions& o,
+                   EvalReport& report, std::vector<Accum>& accs) {
+  DocumentRun run(model, fwd, doc, o, report);
+  ScorerOptions so;
+  so.prompts = reconstruction_prompts(model.chat());
+  so.kvzip_chunk = o.kvzip_chunk;
+  so.seed = o.seed;
+  std::vector<std::unique_ptr<Scorer>> scorers;
+  scorers.push_back(make_scorer("full", so));
+  for (const std::string& m : o.methods) scorers.push_back(make_scorer(m, so));
+  std::vector<std::unique_ptr<TimedObserver>> timers;
+  PrefillResult pre = run.prefill(scorers, timers);
+  log(o, fmt("  prefill %u tokens in %.1f s", pre.n_prefix + pre.n_doc, pre.seconds));
+
+  std::vector<GreedyAnswer> reference;
+  for (size_t m = 0; m < scorers.size(); ++m) {
+    const bool full = m == 0;
+    auto t = Clock::now();
+    const DocumentScores scores =
+        scorers[m]->score(ScoreInput{&fwd, &pre.cache, run.n_prefix(), run.document()});
+    const double scoring_s = seconds_since(t) + (timers[m] ? timers[m]->seconds() : 0.0);
+    if (!full) log(o, fmt("  %-9s scored in %.1f s", o.methods[m - 1].c_str(), scoring_s));
+    const std::vector<double> ratios = full ? std::vector<double>{1.0} : o.ratios;
+    // Highest ratio first: each cache's answers are the best drafts for the next, smaller one.
+    for (size_t r = ratios.size(); r-- > 0;) {
+      Accum& acc = accs[full ? 0 : 1 + (m - 1) * o.ratios.size() + r];
+      Accum one;  // this document only, for the progress line
+      t = Clock::now();
+      RaggedKvCache cache = run.compress(pre.cache, scores, ratios[r], one);
+      one.compress_s += scoring_s;
+      const std::string& name = full ? std::string("full") : o.methods[m - 1];
+      const bool same = !full && o.reuse_identical && one.kept_doc == one.total_doc;
+      if (full) {
+        reference = run.answer_all(cache, nullptr, name, ratios[r], one);
+      } else if (same) {
+        run.reuse(reference, name, ratios[r], one);
+      } else {
+        run.answer_all(cache, &reference, name, ratios[r], one);
+      }
+      log(o, row_summary(name, ratios[r], one, seconds_since(t)) +
+                 (same ? "  every row kept: the full cache's answers" : ""));
+      acc.f1 += one.f1, acc.contains += one.contains, acc.kl += one.kl, acc.agree += one.agree;
+      acc.n += one.n, acc.kept_doc += one.kept_doc, acc.total_doc += one.total_doc;
+      acc.compress_s += one.compress_s, acc.answer_s += one.answer_s;
+    }
+  }
+}
+
+EvalRow make_row(const std::string& method, double ratio, const Accum& a) {
+  EvalRow row;
+  row.method = method;
+  row.ratio = ratio;
+  row.achieved_ratio = a.total_doc ? double(a.kept_doc) / double(a.total_doc) : 1.0;
+  const double n = a.n ? double(a.n) : 1.0;
+  row.f1 = 100.0 * a.f1 / n;
+  row.contains = 100.0 * a.contains / n;
+  row.agreement = 100.0 * double(a.agree) / n;
+  row.kl = a.kl / n;
+  row.questions = a.n;
+  row.compress_s = a.compress_s;
+  row.answer_s = a.answer_s;
+  return row;
+}
+
+}  // namespace
+
+EvalOptions checked(EvalOptions o) {
+  if (o.max_answer_tokens == 0)
+    throw Error(Errc::invalid_argument, "eval: the answer length (-n) must be at least 1 token");
+  if (o.query_template.find("{question}") == std::string::npos)
+    throw Error(Errc::invalid_argument, "eval: the query template must contain {question}");
+  const std::vector<std::string> known = scorer_names();
+  std::vector<std::string> methods;
+  for (const std::string& m : o.methods) {
+    if (std::find(known.begin(), known.end(), m) == known.end())
+      (void)make_scorer(m, ScorerOptions{});  // throws the list of known methods
+    if (m != "full" && std::find(methods.begin(), methods.end(), m) == methods.end())
+      methods.push_back(m);
+  }
+  o.methods = std::move(methods);
+  for (double r : o.ratios) check_ratio(r);
+  std::sort(o.ratios.begin(), o.ratios.end());
+  o.ratios.erase(std::unique(o.ratios.begin(), o.ratios.end()), o.ratios.end());
+  if (!o.methods.empty() && o.ratios.empty())
+    throw Error(Errc::invalid_argument, "eval: no ratios given; pass --ratios, e.g. 0.1,0.3,1.0");
+  return o;
+}
+
+EvalReport run_eval(const Model& model, const std::vector<Document>& documents,
+                    const EvalOptions& options) {
+  const EvalOptions o = checked(options);
+  const auto t0 = Clock::now();
+  ForwardOptions fo;
+  fo.threads = o.threads;
+  Forward fwd(model.weights(), fo);
+  EvalReport report;
+  std::vector<Accum> accs(1 + o.methods.size() * o.ratios.size());
+  for (size_t d = 0; d < documents.size(); ++d) {
+    const Document& doc = documents[d];
+    log(o, fmt("[document %zu/%zu] %s: %zu questions", d + 1, documents.size(), doc.title.c_str(),
+               doc.questions.size()));
+    eval_document(model, fwd, doc, o, report, accs);
+    ++report.documents;
+    report.questions += doc.questions.size();
+  }
+  report.rows.push_back(make_row("full", 1.0, accs[0]));
+  for (size_t m = 0; m < o.methods.size(); ++m)
+    for (size_t r = 0; r < o.ratios.size(); ++r)
+      report.rows.push_back(make_row(o.methods[m], o.ratios[r], accs[1 + m * o.ratios.size() + r]));
+  report.total_s = seconds_since(t0);
+  return report;
+}
+
+}  // namespace kvzip::eval

@@ -1,0 +1,101 @@
+// The multi-query evaluation of shared/methods.md §5: per document, prefill ONCE (with the prefill
+// observers of every method fanned out), score once per method, then for each ratio select, evict
+// and ask ALL the document's questions from that one compressed cache (greedy). The full cache
+// (method "full", ratio 1) answers are the reference. Prompts are built exactly as `kvzip
+// compress` + `kvzip query` build them: prefix = chat.prefix(system), document =
+// chat.encode_document(text), question = loader::question_tokens (query template + suffix).
+// Per method × ratio: SQuAD F1 and contains-answer, agreement with the full-cache answer tokens,
+// and KL(full || method) of the first answer token's distribution.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "compress/compress.h"
+#include "eval/squad.h"
+#include "model/model.h"
+
+namespace kvzip::eval {
+
+struct EvalOptions {
+  std::vector<std::string> methods = {"kvzip", "snapkv", "h2o", "streaming", "random"};
+  std::vector<double> ratios = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0};
+  SelectionLevel level = SelectionLevel::Global;
+  uint32_t max_answer_tokens = 24;
+  std::string system;                 // "" = the chat template's default system prompt
+  std::string query_template = "\n\nQuestion: {question}";  // loader::kDefaultQueryTemplate
+  uint32_t kvzip_chunk = 2000;
+  uint64_t seed = 0;                  // --method random
+  uint32_t threads = 0;               // 0 = all cores
+  bool verify_drafts = true;          // false: decode every answer token one at a time (answer.h)
+  bool keep_answers = false;          // true: EvalReport::answers lists every answer
+  bool reuse_identical = true;        // a selection that keeps every row IS the full cache: take
+                                      // the reference answers instead of answering again
+  std::function<void(const std::string&)> log;  // optional: one progress line per event
+  PrefillProgressFn prefill_progress;           // optional: progress of each document prefill
+};
+
+// Throws Errc::invalid_argument for an unknown method, a ratio outside (0, 1], a template
+// without {question}, or max_answer_tokens == 0. Sorts and de-duplicates methods (keeping their
+// order) and ratios (ascending); "full" among the methods is dropped (it is always the reference).
+EvalOptions checked(EvalOptions options);
+
+struct EvalRow {
+  std::string method;
+  double ratio = 1.0;           // requested
+  double achieved_ratio = 1.0;  // kept document rows / all document rows, over every document
+  double f1 = 0.0;              // mean SQuAD F1, percent
+  double contains = 0.0;        // questions whose answer contains a gold answer, percent
+  double agreement = 0.0;       // answers token-identical to the full-cache answer, percent
+  double kl = 0.0;              // mean first-token KL(full || method), nats
+  uint64_t questions = 0;
+  double compress_s = 0.0;      // method work on top of the shared prefill: its prefill observer,
+                                // its scoring pass, selection + eviction at this ratio
+  double answer_s = 0.0;        // answering every question from the compressed cache
+};
+
+// One answer of one question from one compressed cache (kept when EvalOptions::keep_answers).
+struct AnswerRecord {
+  std::string document, question_id, question, method;
+  double ratio = 1.0;
+  std::string answer;        // decoded text
+  uint32_t tokens = 0;
+  bool stopped = false;      // ended on a stop token
+  bool agrees = false;       // token-identical to the full-cache answer
+  double f1 = 0.0;           // fraction
+  bool contains = false;
+  double kl = 0.0;           // first-token KL(full || this), nats
+};
+
+struct EvalReport {
+  std::vector<EvalRow> rows;    // "full" first, then methods × ratios in option order
+  uint32_t documents = 0;
+  uint64_t questions = 0;
+  uint64_t document_tokens = 0; // Σ n_c
+  double prefill_s = 0.0;       // the shared document prefills (including all observers)
+  double total_s = 0.0;
+  uint64_t decode_steps = 0;    // one-token passes run for non-reference answers
+  uint64_t draft_passes = 0;    // batched draft passes run for them
+  uint64_t answer_tokens = 0;   // tokens of those answers (decode_steps / answer_tokens shows
+                                // how much the draft verification saved)
+  std::vector<AnswerRecord> answers;  // in evaluation order, when keep_answers
+};
+
+// Runs the protocol over every document. Throws what compress/prefill throw (a document that does
+// not fit the model's context, with both numbers).
+EvalReport run_eval(const Model& model, const std::vector<Document>& documents,
+                    const EvalOptions& options);
+
+// Fixed-width table, one line per row, with a header and a summary line.
+std::string format_table(const EvalReport& report);
+// CSV with the header method,ratio,achieved_ratio,f1,contains,agreement,kl,questions,compress_s,answer_s.
+std::string format_csv(const EvalReport& report);
+// Writes format_csv(report) to `path` through PATH.tmp and a rename (Errc::io on failure).
+void write_csv(const std::string& path, const EvalReport& report);
+// One JSON object per line per kept answer: document, id, question, method, ratio, answer,
+// tokens, stopped, agrees, f1, contains, kl.
+std::string format_answers_jsonl(const EvalReport& report);
+void write_answers(const std::string& path, const EvalReport& report);
+
+}  // namespace kvzip::eval

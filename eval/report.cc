@@ -1,0 +1,101 @@
+// Text forms of an EvalReport: the fixed-width table printed by `kvzip eval`, the CSV file and the
+// JSON-lines answer dump.
+// Percentages are printed with one decimal, KL with four (nats), times in seconds.
+#include <cstdio>
+#include <string>
+
+#include "eval/detail/atomic_write.h"
+#include "eval/eval.h"
+
+namespace kvzip::eval {
+namespace {
+
+std::string line(const char* f, const EvalRow& r) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, f, r.method.c_str(), r.ratio, r.achieved_ratio, r.f1, r.contains,
+                r.agreement, r.kl, static_cast<unsigned long long>(r.questions), r.compress_s,
+                r.answer_s);
+  return buf;
+}
+
+// A JSON string literal; control characters escaped, UTF-8 passed through.
+std::string json_quote(const std::string& s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c < 0x20) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\u%04x", c);
+      out += esc;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+std::string format_table(const EvalReport& report) {
+  std::string out =
+      "method     ratio   kept     F1%  contains%  agree%    KL(nats)  questions  compress_s  answer_s\n";
+  for (const EvalRow& r : report.rows)
+    out += line("%-9s  %5.2f  %5.3f  %6.1f  %9.1f  %6.1f  %10.4f  %9llu  %10.2f  %8.2f\n", r);
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "%u documents, %llu questions, %llu document tokens; shared prefill %.1f s, total %.1f s\n",
+                report.documents, static_cast<unsigned long long>(report.questions),
+                static_cast<unsigned long long>(report.document_tokens), report.prefill_s,
+                report.total_s);
+  out += buf;
+  if (report.answer_tokens) {
+    std::snprintf(buf, sizeof buf,
+                  "compressed-cache answers: %llu tokens; %llu one-token decode passes, %llu batched "
+                  "draft passes\n",
+                  static_cast<unsigned long long>(report.answer_tokens),
+                  static_cast<unsigned long long>(report.decode_steps),
+                  static_cast<unsigned long long>(report.draft_passes));
+    out += buf;
+  }
+  return out;
+}
+
+std::string format_csv(const EvalReport& report) {
+  std::string out = "method,ratio,achieved_ratio,f1,contains,agreement,kl,questions,compress_s,answer_s\n";
+  for (const EvalRow& r : report.rows)
+    out += line("%s,%.4f,%.6f,%.4f,%.4f,%.4f,%.6g,%llu,%.4f,%.4f\n", r);
+  return out;
+}
+
+void write_csv(const std::string& path, const EvalReport& report) {
+  detail::write_atomic(path, format_csv(report));
+}
+
+std::string format_answers_jsonl(const EvalReport& report) {
+  std::string out;
+  char buf[160];
+  for (const AnswerRecord& a : report.answers) {
+    out += "{\"document\":" + json_quote(a.document) + ",\"id\":" + json_quote(a.question_id) +
+           ",\"question\":" + json_quote(a.question) + ",\"method\":" + json_quote(a.method);
+    std::snprintf(buf, sizeof buf, ",\"ratio\":%.4g,\"answer\":", a.ratio);
+    out += buf + json_quote(a.answer);
+    std::snprintf(buf, sizeof buf,
+                  ",\"tokens\":%u,\"stopped\":%s,\"agrees\":%s,\"f1\":%.4f,\"contains\":%s,"
+                  "\"kl\":%.6g}\n",
+                  a.tokens, a.stopped ? "true" : "false", a.agrees ? "true" : "false", a.f1,
+                  a.contains ? "true" : "false", a.kl);
+    out += buf;
+  }
+  return out;
+}
+
+void write_answers(const std::string& path, const EvalReport& report) {
+  detail::write_atomic(path, format_answers_jsonl(report));
+}
+
+}  // namespace kvzip::eval

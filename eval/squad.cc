@@ -1,0 +1,152 @@
+// SQuAD reader (see squad.h): parses the JSON tree, then walks it checking every field it uses,
+// naming the JSON path of the first problem. Fields the evaluation does not use are ignored.
+#include "eval/squad.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "common/error.h"
+#include "eval/detail/json.h"
+
+namespace kvzip::eval {
+namespace {
+
+using detail::JsonType;
+using detail::JsonValue;
+
+struct Walker {
+  const std::string& source;
+
+  [[noreturn]] void fail(const std::string& path, const std::string& what) const {
+    throw Error(Errc::invalid_argument, source + ": " + path + ": " + what +
+                                            " (expected SQuAD JSON: {\"data\":[{\"title\",\"paragraphs\":"
+                                            "[{\"context\",\"qas\":[{\"question\",\"id\",\"answers\":"
+                                            "[{\"text\"}]}]}]}]})");
+  }
+
+  const JsonValue& member(const JsonValue& obj, const std::string& path, const char* key,
+                          JsonType type) const {
+    const JsonValue* v = obj.find(key);
+    if (!v) fail(path, std::string("missing field \"") + key + "\"");
+    if (v->type != type)
+      fail(path + "." + key, std::string("expected ") + detail::json_type_name(type) + ", found " +
+                                 detail::json_type_name(v->type));
+    return *v;
+  }
+
+  const JsonValue* optional(const JsonValue& obj, const std::string& path, const char* key,
+                            JsonType type) const {
+    const JsonValue* v = obj.find(key);
+    if (v && v->type != type)
+      fail(path + "." + key, std::string("expected ") + detail::json_type_name(type) + ", found " +
+                                 detail::json_type_name(v->type));
+    return v;
+  }
+
+  void require_object(const JsonValue& v, const std::string& path) const {
+    if (v.type != JsonType::Object)
+      fail(path, std::string("expected an object, found ") + detail::json_type_name(v.type));
+  }
+
+  Question question(const JsonValue& qa, const std::string& path) const {
+    require_object(qa, path);
+    Question q;
+    q.text = member(qa, path, "question", JsonType::String).string;
+    if (q.text.find_first_not_of(" \t\r\n") == std::string::npos) fail(path + ".question", "empty question");
+    if (const JsonValue* id = optional(qa, path, "id", JsonType::String)) q.id = id->string;
+    if (const JsonValue* imp = optional(qa, path, "is_impossible", JsonType::Bool))
+      q.impossible = imp->boolean;
+    const JsonValue& answers = member(qa, path, "answers", JsonType::Array);
+    for (size_t i = 0; i < answers.array.size(); ++i) {
+      const std::string ap = path + ".answers[" + std::to_string(i) + "]";
+      require_object(answers.array[i], ap);
+      q.answers.push_back(member(answers.array[i], ap, "text", JsonType::String).string);
+    }
+    if (!q.impossible && q.answers.empty())
+      fail(path + ".answers", "an answerable question (is_impossible false or absent) has no answers");
+    return q;
+  }
+};
+
+// Keeps the questions `o` selects; `taken` counts them against o.max_questions.
+void add_questions(std::vector<Question>& out, std::vector<Question> qs, const SquadOptions& o,
+                   uint64_t& taken) {
+  for (Question& q : qs) {
+    if (q.impossible && !o.all_questions) continue;
+    if (o.max_questions && taken >= o.max_questions) return;
+    out.push_back(std::move(q));
+    ++taken;
+  }
+}
+
+}  // namespace
+
+DocumentUnit parse_document_unit(std::string_view name) {
+  if (name == "article") return DocumentUnit::Article;
+  if (name == "paragraph") return DocumentUnit::Paragraph;
+  throw Error(Errc::invalid_argument,
+              "unknown document unit '" + std::string(name) + "'; expected article or paragraph");
+}
+
+std::vector<Document> parse_squad(std::string_view json, const std::string& source,
+                                  const SquadOptions& options) {
+  const JsonValue root = detail::parse_json(json, source);
+  const Walker w{source};
+  w.require_object(root, "(top level)");
+  const JsonValue& data = w.member(root, "(top level)", "data", JsonType::Array);
+  std::vector<Document> docs;
+  uint64_t taken = 0;
+  for (size_t a = 0; a < data.array.size(); ++a) {
+    const std::string ap = "data[" + std::to_string(a) + "]";
+    const JsonValue& art = data.array[a];
+    w.require_object(art, ap);
+    std::string title;
+    if (const JsonValue* t = w.optional(art, ap, "title", JsonType::String)) title = t->string;
+    const JsonValue& paras = w.member(art, ap, "paragraphs", JsonType::Array);
+    Document article{title, "", {}};
+    for (size_t p = 0; p < paras.array.size(); ++p) {
+      const std::string pp = ap + ".paragraphs[" + std::to_string(p) + "]";
+      w.require_object(paras.array[p], pp);
+      const std::string& context = w.member(paras.array[p], pp, "context", JsonType::String).string;
+      if (context.find_first_not_of(" \t\r\n") == std::string::npos) w.fail(pp + ".context", "empty context");
+      const JsonValue& qas = w.member(paras.array[p], pp, "qas", JsonType::Array);
+      std::vector<Question> qs;
+      for (size_t q = 0; q < qas.array.size(); ++q)
+        qs.push_back(w.question(qas.array[q], pp + ".qas[" + std::to_string(q) + "]"));
+      if (options.unit == DocumentUnit::Paragraph) {
+        Document d{title + " #" + std::to_string(p + 1), context, {}};
+        add_questions(d.questions, std::move(qs), options, taken);
+        if (!d.questions.empty()) docs.push_back(std::move(d));
+      } else {
+        article.text += (article.text.empty() ? "" : "\n\n") + context;
+        add_questions(article.questions, std::move(qs), options, taken);
+      }
+    }
+    if (options.unit == DocumentUnit::Article && !article.questions.empty())
+      docs.push_back(std::move(article));
+  }
+  if (docs.empty())
+    throw Error(Errc::invalid_argument,
+                source + ": no document has a question to evaluate" +
+                    (options.all_questions ? std::string()
+                                           : " (only answerable questions are used; "
+                                             "--all-questions adds the unanswerable ones)"));
+  return docs;
+}
+
+std::vector<Document> read_squad(const std::string& path, const SquadOptions& options) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const int err = errno;
+    throw Error(err == ENOENT ? Errc::not_found : Errc::io,
+                "cannot open SQuAD file " + path + ": " + std::strerror(err));
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw Error(Errc::io, "cannot read SQuAD file " + path);
+  return parse_squad(ss.str(), path, options);
+}
+
+}  // namespace kvzip::eval

@@ -1,0 +1,299 @@
+// The evaluation end to end on a tiny random-weight model: draft-verified greedy answers equal
+// plain generate() whatever the draft (right, wrong, short, long, stopping early), and run_eval
+// over a two-paragraph SQuAD file reports the full cache as agreeing with itself (100%, KL 0) and
+// every method at ratio 1 as equal to it.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <unistd.h>
+
+#include "common/error.h"
+#include "eval/answer.h"
+#include "eval/detail/json.h"
+#include "eval/eval.h"
+#include "model/model.h"
+#include "tests/support/tiny_gguf.h"
+
+using namespace kvzip;
+using namespace kvzip::eval;
+using Catch::Matchers::Contains;
+
+namespace {
+
+struct TinyModelFile {
+  std::filesystem::path dir;
+  std::unique_ptr<Model> model;
+
+  TinyModelFile() {
+    dir = std::filesystem::temp_directory_path() /
+          ("kvzip-eval-" + std::to_string(::getpid()) + "-" + std::to_string(rand()));
+    std::filesystem::create_directories(dir);
+    test::TinyModelSpec spec;
+    spec.config = test::tiny_gguf_llama_config();
+    spec.config.max_context = 1024;
+    spec.seed = 23;
+    test::write_file((dir / "m.gguf").string(), test::make_tiny_model(spec).bytes);
+    model = Model::load((dir / "m.gguf").string(), LoadOptions{1});
+  }
+  ~TinyModelFile() { std::filesystem::remove_all(dir); }
+};
+
+TinyModelFile& tiny() {
+  static TinyModelFile f;
+  return f;
+}
+
+ForwardOptions one_thread() {
+  ForwardOptions o;
+  o.threads = 1;
+  return o;
+}
+
+// A dense cache holding a short prompt prefix, as a document would.
+KvCache primed(Forward& fwd, const Model& m) {
+  KvCache cache(m.config());
+  fwd.prefill(cache, m.chat().encode_document("the cat sat on the mat; the dog ate."), LogitsMode::None);
+  return cache;
+}
+
+GreedyAnswer plain(Forward& fwd, AttentionCache& cache, const std::vector<int32_t>& prompt,
+                   const AnswerParams& ap) {
+  GenerateParams gp;
+  gp.max_tokens = ap.max_tokens;
+  gp.stop_tokens = ap.stop_tokens;
+  const uint32_t len = cache.logical_length();
+  GenerateResult r = generate(fwd, cache, prompt, gp);
+  cache.rollback(len);
+  return GreedyAnswer{r.tokens, r.stopped, r.first_logits, 0, 0};
+}
+
+void check_same(const GreedyAnswer& got, const GreedyAnswer& want) {
+  CHECK(got.tokens == want.tokens);
+  CHECK(got.stopped == want.stopped);
+  CHECK(got.first_logits == want.first_logits);
+}
+
+const char* kSquad = R"({"data": [{"title": "Pets", "paragraphs": [
+  {"context": "The cat sat on the mat. The cat is black and old.",
+   "qas": [{"question": "Where did the cat sit?", "id": "a", "answers": [{"text": "on the mat"}]},
+           {"question": "What colour is the cat?", "id": "b", "answers": [{"text": "black"}]},
+           {"question": "Who owns the cat?", "id": "c", "answers": [], "is_impossible": true}]},
+  {"context": "A dog ate a bone in the garden at noon.",
+   "qas": [{"question": "What did the dog eat?", "id": "d", "answers": [{"text": "a bone"}]},
+           {"question": "When?", "id": "e", "answers": [{"text": "noon"}, {"text": "at noon"}]}]}]}]})";
+
+const EvalRow& row(const EvalReport& r, const std::string& method, double ratio) {
+  for (const EvalRow& x : r.rows)
+    if (x.method == method && x.ratio == ratio) return x;
+  FAIL("no row " << method << " " << ratio);
+  return r.rows.front();
+}
+
+}  // namespace
+
+TEST_CASE("draft-verified answers equal plain greedy decoding whatever the drafts", "[eval]") {
+  const Model& m = *tiny().model;
+  Forward fwd(m.weights(), one_thread());
+  KvCache cache = primed(fwd, m);
+  const std::vector<int32_t> prompt = m.chat().suffix("\n\nQuestion: what sat?");
+  AnswerParams ap;
+  ap.max_tokens = 10;
+  const GreedyAnswer base = plain(fwd, cache, prompt, ap);
+  REQUIRE(base.tokens.size() == 10);
+  // A stop set that ends the answer early (at the first token from the 4th on that did not occur
+  // before), so the stopped paths are exercised.
+  size_t cut = 3;
+  while (cut < base.tokens.size() &&
+         std::find(base.tokens.begin(), base.tokens.begin() + cut, base.tokens[cut]) !=
+             base.tokens.begin() + cut)
+    ++cut;
+  REQUIRE(cut < base.tokens.size());
+  AnswerParams stop_ap = ap;
+  stop_ap.stop_tokens = {base.tokens[cut]};
+
+  for (const AnswerParams& p : {ap, stop_ap}) {
+    const GreedyAnswer want = plain(fwd, cache, prompt, p);
+    const std::vector<int32_t>& w = want.tokens;
+    std::vector<int32_t> longer = base.tokens;
+    longer.insert(longer.end(), {12, 13, 14});
+    const std::vector<std::vector<int32_t>> drafts = {
+        w,                                   // the answer itself
+        {w.begin(), w.begin() + 3},          // a prefix
+        {},                                  // nothing
+        {w[0], w[1], 7, 8, 9, 10, 11},       // right start, then wrong
+        {5, 6, 7},                           // wrong from the first token
+        longer,                              // longer (than the stopped answer)
+    };
+    for (size_t d = 0; d < drafts.size(); ++d) {
+      INFO("draft " << d << ", stop set " << p.stop_tokens.size());
+      DraftPool pool;
+      pool.add(drafts[d]);
+      const uint32_t len = cache.logical_length();
+      check_same(answer_greedy(fwd, cache, prompt, p, &pool), want);
+      CHECK(cache.logical_length() == len);  // back to the state before the call
+    }
+    // Several drafts: the newest one leaves the answer at its 3rd token, an older one takes over.
+    DraftPool pool;
+    pool.add(w);
+    pool.add({w[0], w[1], w[2] == 7 ? 8 : 7, 9, 9, 9});
+    const GreedyAnswer got = answer_greedy(fwd, cache, prompt, p, &pool);
+    check_same(got, want);
+    // With only 3 tokens (stopped) the older draft has nothing left to verify: one decode instead.
+    CHECK(got.draft_passes == (w.size() > 3 ? 2u : 1u));
+    CHECK(got.decode_steps == (w.size() > 3 ? 0u : 1u));
+  }
+  // Without drafts it is generate() itself.
+  check_same(answer_greedy(fwd, cache, prompt, ap, nullptr), base);
+  // A correct draft replaces the nine one-token passes: a batch of 8, then one decode for the
+  // last token (a batch of one would cost more than the decode).
+  DraftPool right;
+  right.add(base.tokens);
+  const GreedyAnswer verified = answer_greedy(fwd, cache, prompt, ap, &right);
+  CHECK(verified.draft_passes == 1);
+  CHECK(verified.decode_steps == 1);
+}
+
+TEST_CASE("the draft pool tries the newest matching draft and stores each answer once", "[eval]") {
+  DraftPool pool;
+  pool.add({1, 2, 3});
+  pool.add({1, 2, 4, 5});
+  pool.add({1, 2, 3});
+  CHECK(pool.size() == 2);
+  const std::vector<int32_t> p12 = {1, 2}, p123 = {1, 2, 3}, p9 = {9};
+  REQUIRE(pool.find(p12, 1));
+  CHECK(*pool.find(p12, 1) == std::vector<int32_t>{1, 2, 4, 5});
+  CHECK(*pool.find(p12, 2) == std::vector<int32_t>{1, 2, 4, 5});
+  CHECK(pool.find(p12, 3) == nullptr);
+  CHECK(pool.find(p123, 1) == nullptr);  // {1,2,3} has nothing after the prefix
+  CHECK(*pool.find(p123, 0) == std::vector<int32_t>{1, 2, 3});
+  CHECK(pool.find(p9, 0) == nullptr);
+}
+
+TEST_CASE("draft verification respects a one-token answer limit", "[eval]") {
+  const Model& m = *tiny().model;
+  Forward fwd(m.weights(), one_thread());
+  KvCache cache = primed(fwd, m);
+  const std::vector<int32_t> prompt = m.chat().suffix("\n\nQuestion: who?");
+  AnswerParams ap;
+  ap.max_tokens = 1;
+  const GreedyAnswer want = plain(fwd, cache, prompt, ap);
+  AnswerParams longer = ap;
+  longer.max_tokens = 6;
+  DraftPool pool;
+  pool.add(plain(fwd, cache, prompt, longer).tokens);
+  check_same(answer_greedy(fwd, cache, prompt, ap, &pool), want);
+}
+
+TEST_CASE("eval on a tiny model: the full cache agrees with itself and ratio 1 equals full", "[eval]") {
+  const Model& m = *tiny().model;
+  SquadOptions so;
+  so.unit = DocumentUnit::Paragraph;
+  const std::vector<Document> docs = parse_squad(kSquad, "pets.json", so);
+  REQUIRE(docs.size() == 2);
+  EvalOptions o;
+  o.methods = {"kvzip", "snapkv", "h2o", "streaming", "random"};
+  o.ratios = {1.0, 0.5};
+  o.max_answer_tokens = 6;
+  o.system = "Be brief.";
+  o.threads = 1;
+  o.keep_answers = true;
+  std::vector<std::string> log;
+  o.log = [&](const std::string& line) { log.push_back(line); };
+  const EvalReport r = run_eval(m, docs, o);
+
+  CHECK(r.documents == 2);
+  CHECK(r.questions == 4);  // the unanswerable question is left out
+  REQUIRE(r.rows.size() == 1 + 5 * 2);
+  const EvalRow& full = r.rows[0];
+  CHECK(full.method == "full");
+  CHECK(full.questions == 4);
+  CHECK(full.agreement == 100.0);
+  CHECK(full.kl == 0.0);
+  CHECK(full.achieved_ratio == 1.0);
+  for (const std::string& method : o.methods) {
+    INFO(method);
+    const EvalRow& one = row(r, method, 1.0);
+    CHECK(one.agreement == 100.0);
+    CHECK(one.kl == 0.0);
+    CHECK(one.f1 == full.f1);
+    CHECK(one.contains == full.contains);
+    const EvalRow& half = row(r, method, 0.5);
+    CHECK(half.achieved_ratio == Approx(0.5).margin(0.01));
+    CHECK(half.questions == 4);
+  }
+  CHECK(r.rows[1].method == "kvzip");
+  CHECK(r.rows[1].ratio == 0.5);  // ratios sorted ascending
+  CHECK_FALSE(log.empty());
+  CHECK_THAT(format_table(r), Contains("full"));
+  const std::string csv = format_csv(r);
+  CHECK(csv.rfind("method,ratio,achieved_ratio,f1,contains,agreement,kl,questions,compress_s,answer_s\n", 0) == 0);
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == 1 + 11);
+
+  // Every answer is listed: 4 questions × 11 rows, one JSON object per line.
+  REQUIRE(r.answers.size() == 44);
+  CHECK(r.answers[0].method == "full");
+  CHECK(r.answers[0].agrees);
+  CHECK(r.answers[0].document == "Pets #1");
+  const std::string jsonl = format_answers_jsonl(r);
+  size_t start = 0, lines = 0;
+  for (size_t end; (end = jsonl.find('\n', start)) != std::string::npos; start = end + 1, ++lines) {
+    const detail::JsonValue v = detail::parse_json(jsonl.substr(start, end - start), "answers");
+    const AnswerRecord& a = r.answers[lines];
+    REQUIRE(v.find("answer"));
+    CHECK(v.find("answer")->string == a.answer);
+    CHECK(v.find("method")->string == a.method);
+    CHECK(v.find("agrees")->boolean == a.agrees);
+    CHECK(v.find("id")->string == a.question_id);
+  }
+  CHECK(lines == 44);
+
+  // Decoding every token one at a time, and answering again from caches that keep every row,
+  // gives the same evaluation; ratio 1 then really goes through eviction and answering.
+  o.verify_drafts = false;
+  o.reuse_identical = false;
+  o.keep_answers = false;
+  o.log = nullptr;
+  const EvalReport exact = run_eval(m, docs, o);
+  REQUIRE(exact.rows.size() == r.rows.size());
+  for (const std::string& method : o.methods) {
+    INFO(method);
+    CHECK(row(exact, method, 1.0).agreement == 100.0);
+    CHECK(row(exact, method, 1.0).kl == 0.0);
+  }
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    INFO(r.rows[i].method << " " << r.rows[i].ratio);
+    CHECK(exact.rows[i].agreement == r.rows[i].agreement);
+    CHECK(exact.rows[i].f1 == r.rows[i].f1);
+    CHECK(exact.rows[i].kl == Approx(r.rows[i].kl).margin(1e-12));
+  }
+}
+
+TEST_CASE("eval options are checked before any model work", "[eval]") {
+  EvalOptions o;
+  o.methods = {"kvzip", "full", "kvzip", "h2o"};
+  o.ratios = {0.5, 0.1, 0.5};
+  const EvalOptions c = checked(o);
+  CHECK(c.methods == std::vector<std::string>{"kvzip", "h2o"});
+  CHECK(c.ratios == std::vector<double>{0.1, 0.5});
+  o.methods = {"kvzip", "pyramid"};
+  CHECK_THROWS_WITH(checked(o), Contains("known methods"));
+  o.methods = {"kvzip"};
+  o.ratios = {0.0};
+  CHECK_THROWS_AS(checked(o), Error);
+  o.ratios = {1.5};
+  CHECK_THROWS_AS(checked(o), Error);
+  o.ratios = {0.5};
+  o.query_template = "no placeholder";
+  CHECK_THROWS_WITH(checked(o), Contains("{question}"));
+}
+
+TEST_CASE("a document longer than the model's context is refused with both numbers", "[eval]") {
+  const Model& m = *tiny().model;
+  Document d{"long", std::string(3000, 'x') + " end", {{"q", "what?", {"x"}, false}}};
+  EvalOptions o;
+  o.methods = {"streaming"};
+  o.ratios = {0.5};
+  o.threads = 1;
+  CHECK_THROWS_WITH(run_eval(m, {d}, o), Contains("1024"));
+}
