@@ -4,10 +4,11 @@
 // prefilled the same way; whenever the answer so far is a prefix of a draft, the draft's next
 // tokens are fed in a batched pass (8 at first, doubling while they are all taken) whose
 // per-position argmaxes say how far the greedy answer follows it; after the first difference
-// another draft may take over, else decoding goes on one token at a time. In exact arithmetic the result is the greedy answer whatever the drafts; in
-// fp32 a batched pass rounds differently from one-token decodes, so a near-tie between the two
-// best tokens can (rarely) resolve differently than in `kvzip query`. The cache is back at its
-// state before the call afterwards, also when this throws.
+// another draft may take over, else decoding goes on one token at a time. In exact arithmetic the
+// result is the greedy answer whatever the drafts; in floating point a batched pass (fp32 GEMM)
+// rounds differently from one-token decodes (GEMV, on the model file's quantized blocks by
+// default), so a near-tie between the two best tokens can (rarely) resolve differently than in
+// `kvzip query`. The cache is back at its state before the call afterwards, also when this throws.
 #pragma once
 #include <cstdint>
 #include <span>
