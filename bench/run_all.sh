@@ -18,7 +18,8 @@ echo "== kvzip kernels, prefill 2048, decode at 2K"
 ./build/bench_kernels --threads "$threads" --ctx 2048 --decode 32 | tee "$out/bench_kernels.txt"
 if [ -x "${LLAMA_BIN_DIR:-/work/ext/llama-build/bin}/llama-bench" ]; then
   echo "== llama.cpp, same GGUF, same threads"
-  REPS=${REPS:-2} OUT_DIR="$out/llamacpp" bash bench/llamacpp/run_llamacpp_bench.sh \
+  mkdir -p "$out/llamacpp"
+  REPS=${REPS:-2} OUT_DIR="$(realpath "$out")/llamacpp" bash bench/llamacpp/run_llamacpp_bench.sh \
     "${LLAMA_BIN_DIR:-/work/ext/llama-build/bin}" "$KVZIP_MODEL" "$threads" | tee "$out/llamacpp.txt"
 fi
 echo "== compress the Normans article: full cache and KVzip at 0.3"
