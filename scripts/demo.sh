@@ -16,6 +16,7 @@ python3 scripts/squad_doc.py examples/normans.json "$doc" "$out/questions.txt" 6
 echo "== compress (KVzip, keep 30% of the document's KV pairs) =="
 $kz compress "$doc" -o "$out/normans.kvz" --ratio 0.3 -f
 echo "== inspect =="
-$kz inspect "$out/normans.kvz" | head -n 30
+$kz inspect "$out/normans.kvz" > "$out/inspect.txt"
+head -n 16 "$out/inspect.txt"
 echo "== query (every question answered from the same compressed file) =="
 $kz query "$out/normans.kvz" --questions "$out/questions.txt" -n 32
