@@ -1,5 +1,6 @@
 // `kvzip generate`, `kvzip tokenize`, `kvzip perplexity`: the model runtime on its own, without
 // any cache file. Generated text streams to stdout as tokens arrive (UTF-8 kept whole).
+// With --rkv-budget, generate runs on a ragged cache bounded by R-KV (or streaming) from the start.
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -7,7 +8,9 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/rkv_options.h"
 #include "common/error.h"
+#include "model/ragged_cache.h"
 
 namespace kvzip::cli {
 namespace {
@@ -18,11 +21,13 @@ struct GenerateOpts {
   float temp = 0.0f, top_p = 1.0f;
   uint64_t seed = 0;
   bool chat = false, stats = false;
+  RkvOptions rkv;
 };
 
 void run_generate(const GenerateOpts& o) {
   if (o.prompt.empty() == o.file.empty())
     throw Error(Errc::invalid_argument, "generate: give exactly one of -p TEXT or -f FILE");
+  const std::optional<RkvParams> rkv = rkv_params(o.rkv);  // bad options fail before loading
   const std::string text = o.file.empty() ? o.prompt : read_text(o.file, "prompt file");
   if (o.file.empty()) check_text(text, "the prompt");
   auto model = load_model(o.model, o.threads);
@@ -38,8 +43,16 @@ void run_generate(const GenerateOpts& o) {
   ForwardOptions fo;
   fo.threads = o.threads;
   Forward fwd(model->weights(), fo);
-  KvCache cache(model->config(), static_cast<uint32_t>(prompt.size()) + o.n);
   GenerateParams gp;
+  gp.rkv = rkv;
+  const CacheShape shape = cache_shape(model->config());
+  std::unique_ptr<AttentionCache> cache;
+  if (gp.rkv)  // empty ragged cache: the bound holds from the first token, no dense copy
+    cache = std::make_unique<RaggedKvCache>(
+        shape, 0, std::vector<uint32_t>(size_t(shape.n_layers) * shape.n_kv_heads, 0),
+        static_cast<uint32_t>(prompt.size()) + gp.rkv->budget + gp.rkv->buffer);
+  else
+    cache = std::make_unique<KvCache>(shape, static_cast<uint32_t>(prompt.size()) + o.n);
   gp.max_tokens = o.n;
   gp.sampling = SamplingParams{o.temp, o.top_k, o.top_p, o.seed};
   gp.stop_tokens = model->chat().stop_tokens();
@@ -49,7 +62,7 @@ void run_generate(const GenerateOpts& o) {
   const auto t0 = std::chrono::steady_clock::now();
   auto t_first = t0;
   bool first = true;
-  GenerateResult r = generate(fwd, cache, prompt, gp, [&](int32_t tok) {
+  GenerateResult r = generate(fwd, *cache, prompt, gp, [&](int32_t tok) {
     if (first) t_first = std::chrono::steady_clock::now(), first = false;
     const std::string piece = dec.push(tok);
     std::fwrite(piece.data(), 1, piece.size(), stdout);
@@ -66,6 +79,10 @@ void run_generate(const GenerateOpts& o) {
     std::fprintf(stderr, "prompt %zu tokens in %.3f s (%.1f tok/s); generated %zu tokens, %.1f tok/s\n",
                  prompt.size(), prefill_s, prompt.size() / prefill_s, r.tokens.size(),
                  r.tokens.size() > 1 ? (r.tokens.size() - 1) / decode_s : 0.0);
+    if (gp.rkv)
+      std::fprintf(stderr, "%s: %u compressions evicted %llu rows (budget %u per head)\n",
+                   gp.rkv->streaming ? "streaming" : "R-KV", r.compressions,
+                   static_cast<unsigned long long>(r.evicted), gp.rkv->budget);
   }
 }
 
@@ -141,6 +158,7 @@ void add_model_commands(CLI::App& app) {
   gen->add_option("--seed", g->seed, "Random seed for sampling")->capture_default_str();
   gen->add_option("-t,--threads", g->threads, "Threads (0 = all cores)");
   gen->add_flag("--stats", g->stats, "Print prefill and decode speed to stderr");
+  add_rkv_options(gen, g->rkv);
   gen->callback([g] { run_generate(*g); });
 
   auto t = std::make_shared<TokenizeOpts>();

@@ -1,5 +1,6 @@
 // `kvzip query` and `kvzip chat`: answer questions from a compressed .kvz cache. Every question
-// sees the same compressed state (the session rolls back after each answer).
+// sees the same compressed state (the session rolls back after each answer). --rkv-budget bounds
+// the cache while each answer is generated (R-KV, cli/rkv_options.h).
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -7,6 +8,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/json.h"
+#include "cli/rkv_options.h"
 #include "common/error.h"
 #include "loader/loader.h"
 
@@ -20,6 +22,7 @@ struct QueryOpts {
   float temp = 0.0f;
   uint64_t seed = 0;
   bool json = false, force = false, verify = false, quiet = false;
+  RkvOptions rkv;
 };
 
 // One question per line; a line starting with '{' is a JSON object with a "question" field.
@@ -65,10 +68,12 @@ GenerateParams generate_params(const QueryOpts& o, const Model& model) {
   gp.sampling.temperature = o.temp;
   gp.sampling.seed = o.seed;
   gp.stop_tokens = model.chat().stop_tokens();
+  gp.rkv = rkv_params(o.rkv);
   return gp;
 }
 
 void run_query(const QueryOpts& o) {
+  rkv_params(o.rkv);  // bad --rkv-* options fail before anything is loaded
   std::vector<std::string> questions = o.questions;
   if (!o.questions_file.empty()) {
     auto more = read_questions(o.questions_file);
@@ -105,6 +110,7 @@ void run_query(const QueryOpts& o) {
 }
 
 void run_chat(const QueryOpts& o) {
+  rkv_params(o.rkv);
   auto model = load_model(o.model, o.threads);
   loader::QuerySession session(*model, o.cache, session_options(o));
   const GenerateParams gp = generate_params(o, *model);
@@ -140,6 +146,7 @@ void add_common(CLI::App* c, QueryOpts& o) {
   c->add_option("-t,--threads", o.threads, "Threads (0 = all cores)");
   c->add_flag("--force", o.force, "Use a cache written by another model anyway");
   c->add_flag("--verify", o.verify, "Check every checksum of the file before answering");
+  add_rkv_options(c, o.rkv);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <ctime>
 #include <cstring>
+#include <optional>
 
 #include "common/error.h"
 
@@ -226,11 +227,23 @@ Answer QuerySession::ask(std::string_view question, const GenerateParams& params
   StreamDecoder dec(model_.tokenizer());
   const auto t0 = Clock::now();
   bool first = true;
+  // R-KV may evict document rows too (doc candidates): then the compressed state is restored
+  // from a copy, otherwise evictions touch appended rows only and reset() restores it.
+  GenerateParams gp = params;
+  std::optional<RaggedKvCache> snapshot;
+  if (gp.rkv && gp.rkv->doc_candidates) {
+    gp.rkv->pinned = static_cast<uint32_t>(header_.prefix_length());
+    snapshot = cache_;
+  }
   struct Reset {  // back to the compressed state however ask() ends
     RaggedKvCache& c;
-    ~Reset() { c.reset(); }
-  } reset{cache_};
-  GenerateResult r = generate(forward_, cache_, prompt, params, [&](int32_t tok) {
+    std::optional<RaggedKvCache>& saved;
+    ~Reset() {
+      if (saved) c = std::move(*saved);
+      else c.reset();
+    }
+  } reset{cache_, snapshot};
+  GenerateResult r = generate(forward_, cache_, prompt, gp, [&](int32_t tok) {
     if (first) a.first_token_ms = ms_since(t0), first = false;
     std::string piece = dec.push(tok);
     a.text += piece;
@@ -245,6 +258,7 @@ Answer QuerySession::ask(std::string_view question, const GenerateParams& params
   a.tokens = std::move(r.tokens);
   a.stopped = r.stopped;
   a.first_logits = std::move(r.first_logits);
+  a.evicted = r.evicted;
   return a;
 }
 

@@ -69,6 +69,7 @@ struct Answer {
   double ms = 0.0;                 // question prefill + decode
   double first_token_ms = 0.0;     // question prefill + first token
   std::vector<float> first_logits; // (V) distribution that chose the first answer token
+  uint64_t evicted = 0;            // with R-KV: rows evicted while answering, over (l, h)
 };
 
 class QuerySession {
@@ -82,6 +83,8 @@ class QuerySession {
 
   // Answers one question from the compressed state; `on_text` receives UTF-8 text as it is
   // generated. The cache is back in the compressed state afterwards, also when this throws.
+  // With params.rkv the cache is bounded while answering; doc candidates make every row after
+  // the stored prefix evictable (pinned is set here) and cost one copy of the cache per answer.
   Answer ask(std::string_view question, const GenerateParams& params,
              const std::function<void(const std::string&)>& on_text = {});
 

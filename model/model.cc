@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "model/gguf.h"
 #include "model/gguf_weights.h"
+#include "model/ragged_cache.h"
 
 namespace kvzip {
 
@@ -27,6 +28,47 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
   return m;
 }
 
+namespace {
+
+// The cache generation runs on and, with R-KV, the policy bounding it.
+struct Bounded {
+  AttentionCache* target = nullptr;
+  std::optional<RaggedKvCache> own;  // a dense cache's rows, copied once
+  RaggedKvCache* ragged = nullptr;
+  std::unique_ptr<RkvPolicy> policy;
+};
+
+RaggedKvCache ragged_copy(const KvCache& dense) {
+  const CacheShape s = dense.shape();
+  std::vector<std::vector<uint32_t>> keep(size_t(s.n_layers) * s.n_kv_heads);
+  for (auto& rows : keep)
+    for (uint32_t i = 0; i < dense.logical_length(); ++i) rows.push_back(i);
+  return RaggedKvCache::from_dense(dense, keep);
+}
+
+void setup_bound(Bounded& b, AttentionCache& cache, const GenerateParams& params,
+                 const ModelConfig& cfg, size_t prompt_len) {
+  b.target = &cache;
+  if (!params.rkv) return;
+  b.ragged = dynamic_cast<RaggedKvCache*>(&cache);
+  if (!b.ragged) {
+    const auto* dense = dynamic_cast<const KvCache*>(&cache);
+    if (!dense)
+      throw Error(Errc::invalid_argument,
+                  "generate: a bounded cache (R-KV) needs a KvCache or a RaggedKvCache");
+    b.own = ragged_copy(*dense);
+    b.ragged = &*b.own;
+  }
+  b.policy = std::make_unique<RkvPolicy>(*params.rkv, cfg);
+  const uint64_t first = params.rkv->doc_candidates
+                             ? params.rkv->pinned
+                             : uint64_t(b.ragged->logical_length()) + prompt_len;
+  b.policy->begin(static_cast<uint32_t>(std::min<uint64_t>(first, UINT32_MAX)));
+  b.target = b.ragged;
+}
+
+}  // namespace
+
 GenerateResult generate(Forward& forward, AttentionCache& cache, std::span<const int32_t> prompt,
                         const GenerateParams& params, const TokenCallback& on_token) {
   const ModelConfig& cfg = forward.config();
@@ -36,9 +78,12 @@ GenerateResult generate(Forward& forward, AttentionCache& cache, std::span<const
     throw Error(Errc::invalid_argument,
                 "the prompt needs " + std::to_string(need) + " positions but the model's context is " +
                     std::to_string(cfg.max_context) + " tokens; shorten the input");
+  Bounded b;
+  setup_bound(b, cache, params, cfg, prompt.size());
   GenerateResult result;
   Sampler sampler(params.sampling);
-  std::vector<float> logits = forward.prefill(cache, prompt, LogitsMode::Last);
+  std::vector<float> logits = forward.prefill(*b.target, prompt, LogitsMode::Last, b.policy.get());
+  if (b.policy) b.policy->after_prefill(*b.ragged);
   result.first_logits = logits;
   for (uint32_t i = 0; i < params.max_tokens; ++i) {
     const int32_t tok = sampler.sample(logits);
@@ -50,8 +95,13 @@ GenerateResult generate(Forward& forward, AttentionCache& cache, std::span<const
     result.tokens.push_back(tok);
     if (on_token && !on_token(tok)) break;
     if (i + 1 == params.max_tokens) break;
-    if (cfg.max_context && cache.logical_length() + 1 > cfg.max_context) break;
-    logits = forward.decode(cache, tok);
+    if (cfg.max_context && b.target->logical_length() + 1 > cfg.max_context) break;
+    logits = forward.decode(*b.target, tok, b.policy.get());
+    if (b.policy) b.policy->after_decode(*b.ragged);
+  }
+  if (b.policy) {
+    result.evicted = b.policy->evicted();
+    result.compressions = b.policy->compressions();
   }
   return result;
 }

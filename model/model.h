@@ -1,10 +1,12 @@
 // The public face of model/: a loaded model (config, fp32 weights, tokenizer, chat template,
 // fingerprint) plus the generation loop and perplexity used by the CLI and query sessions.
+// Generation can bound the cache as it goes (GenerateParams::rkv, model/rkv.h).
 // A Model is created once and never moved (the chat template points into its tokenizer).
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -13,6 +15,7 @@
 #include "model/chat_template.h"
 #include "model/forward.h"
 #include "model/kv_cache.h"
+#include "model/rkv.h"
 #include "model/sampling.h"
 #include "model/tokenizer.h"
 #include "model/weights.h"
@@ -48,12 +51,18 @@ struct GenerateParams {
   uint32_t max_tokens = 128;         // new tokens at most
   SamplingParams sampling;           // greedy by default
   std::vector<int32_t> stop_tokens;  // generation ends after producing one of these (not emitted)
+  // Bound the cache while generating (R-KV or streaming, model/rkv.h). The cache must then be a
+  // RaggedKvCache (compacted in place) or a dense KvCache (copied once into a ragged cache that
+  // generation runs on; the dense cache itself is left as it was, without even the prompt).
+  std::optional<RkvParams> rkv;
 };
 
 struct GenerateResult {
   std::vector<int32_t> tokens;  // generated ids, stop token excluded
   bool stopped = false;         // ended on a stop token (false: max_tokens or context limit)
   std::vector<float> first_logits;  // (V) logits that chose the first token
+  uint64_t evicted = 0;       // with rkv: rows evicted, summed over (layer, KV head)
+  uint32_t compressions = 0;  // with rkv: compression passes that evicted rows
 };
 
 // Called with every generated token as it is chosen; return false to stop early.

@@ -131,6 +131,32 @@ void RaggedKvCache::append(uint32_t layer, const float* k_new, const float* v_ne
   }
 }
 
+void RaggedKvCache::retain(uint32_t layer, uint32_t kv_head, std::span<const uint32_t> rows) {
+  KVZIP_ASSERT(layer < shape_.n_layers && kv_head < shape_.n_kv_heads);
+  const size_t i = idx(layer, kv_head), D = shape_.head_dim;
+  for (size_t x = 0; x < rows.size(); ++x)
+    if (rows[x] >= len_[i] || (x > 0 && rows[x] <= rows[x - 1]))
+      throw Error(Errc::invalid_argument,
+                  "RaggedKvCache::retain: row list of layer " + std::to_string(layer) + " head " +
+                      std::to_string(kv_head) + " is not strictly increasing within [0, " +
+                      std::to_string(len_[i]) + ") at entry " + std::to_string(x));
+  float* k = k_[layer].data() + offset_[i] * D;
+  float* v = v_[layer].data() + offset_[i] * D;
+  uint32_t* p = pos_[layer].data() + offset_[i];
+  uint32_t base = 0;
+  // rows[x] >= x, so moving rows down front to back never overwrites a row still to be moved.
+  for (size_t x = 0; x < rows.size(); ++x) {
+    const size_t src = rows[x];
+    if (src < kept_[i]) ++base;
+    if (src == x) continue;
+    std::memcpy(k + x * D, k + src * D, D * 4);
+    std::memcpy(v + x * D, v + src * D, D * 4);
+    p[x] = p[src];
+  }
+  kept_[i] = base;
+  len_[i] = static_cast<uint32_t>(rows.size());
+}
+
 void RaggedKvCache::commit_append(uint32_t T) { length_ += T; }
 
 KvHeadView RaggedKvCache::view(uint32_t layer, uint32_t kv_head) const {

@@ -4,8 +4,11 @@
 // head h occupies rows [offset(l,h), offset(l,h) + capacity(l,h)) and uses the first len of them.
 // logical_length() continues from the uncompressed sequence length, never from the kept count.
 // The compressed state (base) is restored by reset() in O(L·Hkv) with no data copied.
+// retain() compacts one head in place (bounded generation, model/rkv.h): rows stay in increasing
+// position, so rollback/reset keep working; dropping base rows shrinks the base for good.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "model/kv_cache.h"
@@ -33,6 +36,14 @@ class RaggedKvCache final : public AttentionCache {
   void commit_append(uint32_t T) override;
   KvHeadView view(uint32_t layer, uint32_t kv_head) const override;
   void rollback(uint32_t length) override;
+
+  // Keeps only the listed rows of head (l, h) (strictly increasing indices < view(l, h).len),
+  // moving them down in place; positions move with them. kept(l, h) becomes the number of listed
+  // rows that were base rows: evicting only appended rows leaves the compressed state (reset())
+  // intact, evicting base rows removes them from it too (take a copy first to undo that). Call
+  // between forward calls, never with an uncommitted append. Throws Errc::invalid_argument for an
+  // unsorted or out-of-range list.
+  void retain(uint32_t layer, uint32_t kv_head, std::span<const uint32_t> rows);
 
   // Back to the compressed state: every appended row is forgotten.
   void reset() { rollback(base_length_); }

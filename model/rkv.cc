@@ -1,0 +1,153 @@
+// RkvPolicy (model/rkv.h): the query ring buffer fed by the forward pass's observer, the
+// compression schedule (every `buffer` decoded tokens, plus once after a prefill that left more
+// than `budget` candidates) and the per-head in-place compaction through RaggedKvCache::retain.
+// The first candidate row of a head is found by position (rows are in increasing position), so
+// the policy holds no row indices across forward calls.
+#include "model/rkv.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "common/error.h"
+
+namespace kvzip {
+namespace {
+
+[[noreturn]] void bad(const std::string& what) {
+  throw Error(Errc::invalid_argument, "R-KV: " + what);
+}
+
+// Index of the first row of `v` at position >= pos.
+uint32_t first_row_at(const KvHeadView& v, uint32_t pos) {
+  return static_cast<uint32_t>(std::lower_bound(v.positions, v.positions + v.len, pos) -
+                               v.positions);
+}
+
+}  // namespace
+
+void validate(const RkvParams& p) {
+  if (p.buffer == 0) bad("buffer is 0; give the number of generated tokens between compressions (e.g. 128)");
+  if (p.streaming) {
+    if (p.budget <= p.sink)
+      bad("budget " + std::to_string(p.budget) + " must exceed the " + std::to_string(p.sink) +
+          " sink tokens of the streaming policy");
+    return;
+  }
+  if (p.window == 0) bad("window is 0; at least the newest token must stay (default 8)");
+  if (p.budget < p.window + 1)
+    bad("budget " + std::to_string(p.budget) + " must be at least window + 1 = " +
+        std::to_string(p.window + 1) + " rows");
+  if (!(p.lambda >= 0.0f && p.lambda <= 1.0f))
+    bad("lambda " + std::to_string(p.lambda) + " is outside [0, 1]");
+  if (!(p.threshold >= -1.0f && p.threshold <= 1.0f))
+    bad("similarity threshold " + std::to_string(p.threshold) + " is outside [-1, 1]");
+  if (p.kernel == 0 || p.kernel % 2 == 0)
+    bad("max-pool kernel " + std::to_string(p.kernel) + " must be odd (centred), e.g. 7");
+}
+
+RkvPolicy::RkvPolicy(const RkvParams& p, const ModelConfig& cfg)
+    : p_(p), L_(cfg.n_layers), Hq_(cfg.n_heads), Hkv_(cfg.n_kv_heads), D_(cfg.head_dim) {
+  validate(p);
+  KVZIP_ASSERT(L_ > 0 && Hkv_ > 0 && Hq_ % Hkv_ == 0 && D_ > 0);
+  const uint32_t a = std::max<uint32_t>(p.window, 1);
+  ring_.assign(size_t(L_) * a * Hq_ * D_, 0.0f);
+  ring_next_.assign(L_, 0);
+  ring_count_.assign(L_, 0);
+}
+
+void RkvPolicy::begin(uint32_t first_position) {
+  first_position_ = first_position;
+  since_ = 0;
+  std::fill(ring_next_.begin(), ring_next_.end(), 0u);
+  std::fill(ring_count_.begin(), ring_count_.end(), 0u);
+}
+
+void RkvPolicy::on_attention(const AttentionObservation& obs) {
+  if (p_.streaming) return;  // recency needs no queries
+  KVZIP_ASSERT(obs.layer < L_ && obs.Hq == Hq_ && obs.D == D_);
+  const uint32_t a = p_.window, row = Hq_ * D_;
+  for (uint32_t t = obs.T > a ? obs.T - a : 0; t < obs.T; ++t) {
+    const uint32_t l = obs.layer;
+    float* dst = ring_.data() + (size_t(l) * a + ring_next_[l]) * row;
+    std::memcpy(dst, obs.q + size_t(t) * row, size_t(row) * sizeof(float));
+    ring_next_[l] = (ring_next_[l] + 1) % a;
+    ring_count_[l] = std::min(ring_count_[l] + 1, a);
+  }
+}
+
+std::vector<uint32_t> RkvPolicy::choose(const KvHeadView& v, uint32_t first, uint32_t layer,
+                                        uint32_t kv_head) const {
+  const uint32_t N = v.len - first;
+  std::vector<uint32_t> keep;
+  if (p_.streaming) {
+    for (uint32_t j = 0; j < p_.sink; ++j) keep.push_back(j);
+    for (uint32_t j = N - (p_.budget - p_.sink); j < N; ++j) keep.push_back(j);
+    return keep;
+  }
+  const uint32_t a = p_.window, A = ring_count_[layer], G = Hq_ / Hkv_;
+  KVZIP_ASSERT(A > 0);
+  std::vector<float> q(size_t(A) * G * D_);  // (A, G, D) oldest first
+  for (uint32_t t = 0; t < A; ++t) {
+    const uint32_t slot = (ring_next_[layer] + a - A + t) % a;
+    const float* src = ring_.data() + ((size_t(layer) * a + slot) * Hq_ + size_t(kv_head) * G) * D_;
+    std::memcpy(q.data() + size_t(t) * G * D_, src, size_t(G) * D_ * sizeof(float));
+  }
+  RkvHeadInput in;
+  in.keys = v.k + size_t(first) * D_;
+  in.N = N;
+  in.queries = q.data();
+  in.A = A;
+  in.G = G;
+  in.D = D_;
+  in.scale = 1.0f / std::sqrt(float(D_));
+  return rkv_keep(rkv_scores(in, p_), N, p_);
+}
+
+void RkvPolicy::compress(RaggedKvCache& cache) {
+  bool any = false;
+  std::vector<uint32_t> rows;
+  for (uint32_t l = 0; l < L_; ++l)
+    for (uint32_t h = 0; h < Hkv_; ++h) {
+      const KvHeadView v = cache.view(l, h);
+      const uint32_t first = first_row_at(v, first_position_), N = v.len - first;
+      if (N <= p_.budget) continue;
+      const std::vector<uint32_t> keep = choose(v, first, l, h);
+      rows.resize(first);
+      for (uint32_t r = 0; r < first; ++r) rows[r] = r;
+      for (uint32_t j : keep) rows.push_back(first + j);
+      cache.retain(l, h, rows);
+      evicted_ += N - keep.size();
+      any = true;
+    }
+  if (any) ++compressions_;
+}
+
+void RkvPolicy::check_bound(const RaggedKvCache& cache) const {
+  for (uint32_t l = 0; l < L_; ++l)
+    for (uint32_t h = 0; h < Hkv_; ++h) {
+      const KvHeadView v = cache.view(l, h);
+      const uint32_t n = v.len - first_row_at(v, first_position_);
+      if (n > p_.budget + p_.buffer)
+        throw Error(Errc::internal, "R-KV: layer " + std::to_string(l) + " head " +
+                                        std::to_string(h) + " holds " + std::to_string(n) +
+                                        " candidate rows, over budget + buffer = " +
+                                        std::to_string(p_.budget + p_.buffer));
+    }
+}
+
+void RkvPolicy::after_prefill(RaggedKvCache& cache) {
+  compress(cache);
+  check_bound(cache);
+}
+
+void RkvPolicy::after_decode(RaggedKvCache& cache) {
+  if (++since_ >= p_.buffer) {
+    since_ = 0;
+    compress(cache);
+  }
+  check_bound(cache);
+}
+
+}  // namespace kvzip

@@ -1,0 +1,107 @@
+// Bounded caches during generation: R-KV (methods.md §4; Cai et al., "R-KV: Redundancy-aware KV
+// cache compression for reasoning models", 2025: Z = λ·I − (1 − λ)·R) and, on the same schedule,
+// the StreamingLLM baseline (sink + most recent). A policy works on a RaggedKvCache per (layer,
+// KV head). Candidate rows are a suffix of every head: rows at positions >= first_position; the
+// rows before them (prompt, document and question by default, only the prefix with doc candidates)
+// are never evicted. Invariant (checked after every step, Errc::internal if broken): a head never
+// holds more than budget + buffer candidate rows, so rows <= base rows + budget + buffer; the
+// (budget + buffer)-th row only exists during the decode step that ends in a compression.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "common/model_config.h"
+#include "model/forward.h"
+#include "model/ragged_cache.h"
+
+namespace kvzip {
+
+struct RkvParams {
+  uint32_t budget = 0;     // B_budget: candidate rows per head kept by each compression
+  uint32_t buffer = 128;   // B_buffer: generated tokens between compressions
+  uint32_t window = 8;     // α: most recent tokens always kept; also the queries remembered
+  float lambda = 0.1f;     // λ: weight of importance against redundancy
+  float threshold = 0.5f;  // T: cosine similarity above which a token is a copy
+  uint32_t kernel = 7;     // centred max-pool width over importance (odd)
+  // false: only generated rows are candidates. true: every row at position >= pinned is (the
+  // document, the question, the answer); the compressed base is then changed by the first
+  // compression, so its owner must keep a copy to restore (QuerySession::ask does).
+  bool doc_candidates = false;
+  uint32_t pinned = 0;     // with doc_candidates: rows at positions < pinned (the prefix) stay
+  // StreamingLLM instead of R-KV: keep the first `sink` candidates plus the most recent ones.
+  bool streaming = false;
+  uint32_t sink = 4;
+};
+
+// Throws Errc::invalid_argument naming the first bad field (budget < window + 1, buffer 0,
+// lambda outside [0, 1], even kernel, streaming with budget <= sink, ...).
+void validate(const RkvParams& p);
+
+// One KV head's input to the R-KV scorer.
+struct RkvHeadInput {
+  const float* keys = nullptr;     // (N, D) post-RoPE keys of the candidates, oldest first; the
+                                   // last `window` of them are the protected window
+  uint32_t N = 0;
+  const float* queries = nullptr;  // (A, G, D) the last A post-RoPE queries of the G query heads
+                                   // that read this KV head, oldest first
+  uint32_t A = 0;
+  uint32_t G = 0;
+  uint32_t D = 0;
+  float scale = 0.0f;              // attention logit scale, 1/sqrt(D)
+};
+
+// Importance of the scored rows [0, N − α): softmax over them (fp32) of the max-over-group
+// logits of each remembered query, mean over the A queries, centred max-pool of `kernel`. (N − α)
+std::vector<float> rkv_importance(const RkvHeadInput& in, const RkvParams& p);
+// Redundancy R = softmax(r) over all N rows, r_j = mean_i S_ij of the cosine similarities with
+// the diagonal and, per row, the most recent other row with S_ij > threshold zeroed. O(N·D)
+// memory: column sums from k̂_j·Σ_i k̂_i, row scans in blocks. (N)
+std::vector<float> rkv_redundancy(const float* keys /* (N, D) */, uint32_t N, uint32_t D,
+                                  float threshold);
+// Z_j = λ·I_j − (1 − λ)·R_j over the scored rows. (N − α)
+std::vector<float> rkv_scores(const RkvHeadInput& in, const RkvParams& p);
+// Ascending candidate indices to keep (p.budget of them, N > p.budget): the budget − α highest
+// scores (ties to the more recent row) plus the last α rows.
+std::vector<uint32_t> rkv_keep(std::span<const float> scores, uint32_t N, const RkvParams& p);
+
+// The policy generate() runs when GenerateParams::rkv is set. It observes every forward call to
+// remember the last α queries of every query head per layer, and compacts the cache in place.
+class RkvPolicy final : public AttentionObserver {
+ public:
+  // Validates p; cfg gives Hq, Hkv, D and L.
+  RkvPolicy(const RkvParams& p, const ModelConfig& cfg);
+
+  // Rows at positions >= first_position become candidates. Call before the first forward call.
+  void begin(uint32_t first_position);
+  void on_attention(const AttentionObservation& obs) override;
+  // After the prompt's prefill: compresses heads holding more than budget candidates (only
+  // possible with doc candidates), so the bound holds from the first decoded token on.
+  void after_prefill(RaggedKvCache& cache);
+  // After each decoded token: every `buffer` tokens, compresses every head holding more than
+  // budget candidates down to budget. Throws Errc::internal if the bound is ever exceeded.
+  void after_decode(RaggedKvCache& cache);
+
+  uint64_t evicted() const { return evicted_; }        // rows removed, summed over (l, h)
+  uint32_t compressions() const { return compressions_; }  // compress passes that evicted
+  const RkvParams& params() const { return p_; }
+
+ private:
+  void compress(RaggedKvCache& cache);
+  // Candidate indices (relative to the first candidate row) that head (l, h) keeps.
+  std::vector<uint32_t> choose(const KvHeadView& v, uint32_t first, uint32_t layer,
+                               uint32_t kv_head) const;
+  void check_bound(const RaggedKvCache& cache) const;
+
+  RkvParams p_;
+  uint32_t L_, Hq_, Hkv_, D_;
+  uint32_t first_position_ = 0;
+  uint32_t since_ = 0;                  // decoded tokens since the last scheduled check
+  std::vector<float> ring_;             // (L, α, Hq, D) last queries per layer, circular
+  std::vector<uint32_t> ring_next_;     // (L) slot the next query goes to
+  std::vector<uint32_t> ring_count_;    // (L) queries held, <= α
+  uint64_t evicted_ = 0;
+  uint32_t compressions_ = 0;
+};
+
+}  // namespace kvzip

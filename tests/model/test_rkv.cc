@@ -1,0 +1,332 @@
+// R-KV (model/rkv.h): the scorer against a naive reference (full S matrix, full logits, plain
+// loops in double), the "zero the most recent similar token" rule on hand-built repeated keys,
+// the keep selection, RaggedKvCache::retain, and generation on a tiny random-weight model: the
+// cache stays within budget + buffer candidates over 2,000+ tokens, and without eviction the
+// tokens equal plain generation.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/error.h"
+#include "model/model.h"
+#include "model/ragged_cache.h"
+#include "model/rkv.h"
+#include "tests/support/random_weights.h"
+
+using namespace kvzip;
+
+namespace {
+
+ForwardOptions one_thread() {
+  ForwardOptions o;
+  o.threads = 1;
+  return o;
+}
+
+std::vector<double> softmax(std::vector<double> x) {
+  const double mx = *std::max_element(x.begin(), x.end());
+  double s = 0.0;
+  for (double& v : x) s += (v = std::exp(v - mx));
+  for (double& v : x) v /= s;
+  return x;
+}
+
+std::vector<double> naive_importance(const RkvHeadInput& in, const RkvParams& p) {
+  const uint32_t M = in.N - p.window;
+  std::vector<double> mean(M, 0.0);
+  for (uint32_t t = 0; t < in.A; ++t) {
+    std::vector<double> z(M, -1e300);
+    for (uint32_t j = 0; j < M; ++j)
+      for (uint32_t g = 0; g < in.G; ++g) {
+        double dot = 0.0;
+        for (uint32_t d = 0; d < in.D; ++d)
+          dot += double(in.queries[(size_t(t) * in.G + g) * in.D + d]) * in.keys[size_t(j) * in.D + d];
+        z[j] = std::max(z[j], dot * in.scale);
+      }
+    z = softmax(z);
+    for (uint32_t j = 0; j < M; ++j) mean[j] += z[j] / in.A;
+  }
+  std::vector<double> pooled(M);
+  const int h = int(p.kernel / 2);
+  for (int j = 0; j < int(M); ++j) {
+    pooled[j] = -1.0;
+    for (int d = -h; d <= h; ++d)
+      if (j + d >= 0 && j + d < int(M)) pooled[j] = std::max(pooled[j], mean[j + d]);
+  }
+  return pooled;
+}
+
+std::vector<double> naive_redundancy(const std::vector<float>& keys, uint32_t N, uint32_t D,
+                                     double threshold) {
+  std::vector<std::vector<double>> S(N, std::vector<double>(N, 0.0));
+  std::vector<double> norm(N, 0.0);
+  for (uint32_t i = 0; i < N; ++i) {
+    for (uint32_t d = 0; d < D; ++d) norm[i] += double(keys[i * D + d]) * keys[i * D + d];
+    norm[i] = std::sqrt(norm[i]);
+  }
+  for (uint32_t i = 0; i < N; ++i)
+    for (uint32_t j = 0; j < N; ++j) {
+      if (i == j) continue;
+      double dot = 0.0;
+      for (uint32_t d = 0; d < D; ++d) dot += double(keys[i * D + d]) * keys[j * D + d];
+      S[i][j] = dot / (norm[i] * norm[j]);
+    }
+  for (uint32_t i = 0; i < N; ++i)
+    for (uint32_t j = N; j-- > 0;)
+      if (j != i && S[i][j] > threshold) {
+        S[i][j] = 0.0;
+        break;
+      }
+  std::vector<double> r(N, 0.0);
+  for (uint32_t j = 0; j < N; ++j) {
+    for (uint32_t i = 0; i < N; ++i) r[j] += S[i][j];
+    r[j] /= N;
+  }
+  return softmax(r);
+}
+
+// Random keys where every third row is a noisy copy of an earlier one, so many pairs exceed T.
+std::vector<float> keys_with_repeats(uint32_t N, uint32_t D, uint64_t seed) {
+  std::vector<float> k = test::random_vector(size_t(N) * D, seed);
+  const std::vector<float> noise = test::random_vector(size_t(N) * D, seed + 7, -0.2f, 0.2f);
+  for (uint32_t i = 3; i < N; i += 3)
+    for (uint32_t d = 0; d < D; ++d) k[i * D + d] = k[(i / 2) * D + d] + noise[i * D + d];
+  return k;
+}
+
+ModelConfig long_config() {
+  ModelConfig c = test::tiny_llama_config();
+  c.max_context = 8192;
+  return c;
+}
+
+RaggedKvCache empty_ragged(const ModelConfig& cfg) {
+  const CacheShape s = cache_shape(cfg);
+  return RaggedKvCache(s, 0, std::vector<uint32_t>(size_t(s.n_layers) * s.n_kv_heads, 0), 16);
+}
+
+// Candidate rows (positions >= first) of every head.
+uint32_t max_candidates(const RaggedKvCache& c, uint32_t first) {
+  uint32_t most = 0;
+  for (uint32_t l = 0; l < c.shape().n_layers; ++l)
+    for (uint32_t h = 0; h < c.shape().n_kv_heads; ++h) {
+      const KvHeadView v = c.view(l, h);
+      const uint32_t n = static_cast<uint32_t>(
+          v.positions + v.len - std::lower_bound(v.positions, v.positions + v.len, first));
+      most = std::max(most, n);
+    }
+  return most;
+}
+
+const std::vector<int32_t> kPrompt = {1, 5, 9, 33, 2, 71, 40, 12, 8, 60, 3};
+
+}  // namespace
+
+TEST_CASE("R-KV importance and redundancy equal a naive full-matrix reference", "[model][rkv]") {
+  const uint32_t N = 70, D = 16, A = 8, G = 3;
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    const std::vector<float> keys = keys_with_repeats(N, D, seed);
+    const std::vector<float> q = test::random_vector(size_t(A) * G * D, seed + 100, -2.0f, 2.0f);
+    RkvParams p;
+    p.budget = 40;
+    RkvHeadInput in{keys.data(), N, q.data(), A, G, D, 1.0f / 4.0f};
+    const auto imp = rkv_importance(in, p);
+    const auto imp_ref = naive_importance(in, p);
+    REQUIRE(imp.size() == N - p.window);
+    for (size_t j = 0; j < imp.size(); ++j) REQUIRE(imp[j] == Approx(imp_ref[j]).epsilon(1e-5));
+
+    const auto red = rkv_redundancy(keys.data(), N, D, p.threshold);
+    const auto red_ref = naive_redundancy(keys, N, D, p.threshold);
+    for (uint32_t j = 0; j < N; ++j) REQUIRE(red[j] == Approx(red_ref[j]).epsilon(1e-5));
+
+    const auto z = rkv_scores(in, p);
+    for (size_t j = 0; j < z.size(); ++j)
+      REQUIRE(z[j] == Approx(0.1 * imp_ref[j] - 0.9 * red_ref[j]).epsilon(1e-4).margin(1e-7));
+  }
+}
+
+TEST_CASE("redundancy zeroes each row's most recent similar token so the latest copy scores lowest",
+          "[model][rkv]") {
+  // Keys e1, e2, e1, e3, e1 (D = 4): rows 0, 2, 4 are copies. Row 0 and row 2 lose their entry
+  // for row 4 (the most recent copy), row 4 loses its entry for row 2; column sums 2, 0, 1, 0, 0.
+  const std::vector<float> keys = {1, 0, 0, 0, 0, 1, 0, 0, 2, 0, 0, 0, 0, 0, 1, 0, 0.5f, 0, 0, 0};
+  const auto red = rkv_redundancy(keys.data(), 5, 4, 0.5f);
+  const auto want = softmax({2.0 / 5, 0.0, 1.0 / 5, 0.0, 0.0});
+  for (uint32_t j = 0; j < 5; ++j) CHECK(red[j] == Approx(want[j]).epsilon(1e-6));
+  CHECK(red[4] < red[2]);
+  CHECK(red[2] < red[0]);
+  // With T = 1 no similarity exceeds it: nothing is zeroed and every copy has column sum 2.
+  const auto red2 = rkv_redundancy(keys.data(), 5, 4, 1.0f);
+  CHECK(red2[0] == Approx(red2[4]).epsilon(1e-6));
+  CHECK(red2[2] == Approx(red2[4]).epsilon(1e-6));
+  CHECK(red2[0] > red2[1]);
+}
+
+TEST_CASE("the keep list is the budget minus window best scores plus the window", "[model][rkv]") {
+  RkvParams p;
+  p.budget = 5;
+  p.window = 2;
+  const std::vector<float> z = {0.3f, 0.9f, 0.1f, 0.9f, 0.5f, 0.0f};  // N = 8, scored rows 0..5
+  CHECK(rkv_keep(z, 8, p) == std::vector<uint32_t>{1, 3, 4, 6, 7});
+  p.budget = 4;  // tie between rows 1 and 3 goes to the more recent row
+  CHECK(rkv_keep(z, 8, p) == std::vector<uint32_t>{1, 3, 6, 7});
+}
+
+TEST_CASE("R-KV parameters out of range are refused with invalid_argument", "[model][rkv]") {
+  auto refused = [](RkvParams p) {
+    try {
+      validate(p);
+    } catch (const Error& e) {
+      return e.code() == Errc::invalid_argument;
+    }
+    return false;
+  };
+  RkvParams ok;
+  ok.budget = 9;
+  CHECK_NOTHROW(validate(ok));
+  RkvParams p = ok;
+  p.budget = 8;  // < window + 1
+  CHECK(refused(p));
+  p = ok, p.buffer = 0;
+  CHECK(refused(p));
+  p = ok, p.kernel = 6;
+  CHECK(refused(p));
+  p = ok, p.lambda = 1.5f;
+  CHECK(refused(p));
+  p = ok, p.streaming = true, p.budget = 4;
+  CHECK(refused(p));
+}
+
+TEST_CASE("retain compacts one head in place and reset still restores the base",
+          "[model][rkv][ragged]") {
+  const CacheShape s{1, 2, 2};
+  KvCache dense(s);
+  dense.reserve_append(3);
+  const std::vector<float> base = {0, 0, 10, 10, 1, 1, 11, 11, 2, 2, 12, 12};  // (T=3, H=2, D=2)
+  dense.append(0, base.data(), base.data(), 3);
+  dense.commit_append(3);
+  RaggedKvCache c = RaggedKvCache::from_dense(dense, {{0, 1, 2}, {0, 2}}, 2);
+  for (int step = 0; step < 4; ++step) {  // positions 3..6, values 100 + position
+    c.reserve_append(1);
+    const float x = 100.0f + 3 + step;
+    const std::vector<float> kv = {x, x, x, x};
+    c.append(0, kv.data(), kv.data(), 1);
+    c.commit_append(1);
+  }
+  const std::vector<uint32_t> keep = {0, 1, 2, 4, 6};  // head 0: base rows + positions 4, 6
+  c.retain(0, 0, keep);
+  KvHeadView v = c.view(0, 0);
+  REQUIRE(v.len == 5);
+  CHECK(std::vector<uint32_t>(v.positions, v.positions + 5) == std::vector<uint32_t>{0, 1, 2, 4, 6});
+  CHECK(v.k[3 * 2] == 104.0f);
+  CHECK(v.v[4 * 2 + 1] == 106.0f);
+  CHECK(c.kept(0, 0) == 3);
+  CHECK(c.view(0, 1).len == 6);  // the other head is untouched
+  const std::vector<uint32_t> bad = {1, 1};
+  CHECK_THROWS_AS(c.retain(0, 1, bad), Error);
+  c.reset();
+  CHECK(c.view(0, 0).len == 3);
+  CHECK(c.view(0, 1).len == 2);
+  CHECK(c.view(0, 1).k[2] == 12.0f);
+  // Dropping a base row shrinks the base for good.
+  const std::vector<uint32_t> drop = {1};
+  c.retain(0, 1, drop);
+  c.reset();
+  CHECK(c.kept(0, 1) == 1);
+  CHECK(c.view(0, 1).positions[0] == 2);
+}
+
+TEST_CASE("a 2,000-token R-KV generation never holds more than budget + buffer candidates",
+          "[model][rkv]") {
+  const ModelConfig cfg = long_config();
+  const Weights w = test::random_weights(cfg, 21);
+  Forward fwd(w, one_thread());
+  for (bool streaming : {false, true}) {
+    RaggedKvCache cache = empty_ragged(cfg);
+    GenerateParams gp;
+    gp.max_tokens = 2100;
+    gp.sampling.temperature = 1.0f;  // sampled, so the text does not settle into one loop
+    gp.sampling.seed = 5;
+    gp.rkv = RkvParams{};
+    gp.rkv->budget = 48;
+    gp.rkv->buffer = 16;
+    gp.rkv->streaming = streaming;
+    const uint32_t first = static_cast<uint32_t>(kPrompt.size());
+    uint32_t most = 0;
+    const GenerateResult r = generate(fwd, cache, kPrompt, gp, [&](int32_t) {
+      const uint32_t n = max_candidates(cache, first);
+      most = std::max(most, n);
+      REQUIRE(n < 48 + 16);
+      for (uint32_t l = 0; l < cfg.n_layers; ++l)  // prompt rows are never evicted
+        for (uint32_t h = 0; h < cfg.n_kv_heads; ++h)
+          REQUIRE(cache.view(l, h).positions[first - 1] == first - 1);
+      return true;
+    });
+    REQUIRE(r.tokens.size() == 2100);
+    CHECK(most == 48 + 16 - 1);  // the 64th row arrives in the step that compresses
+    CHECK(r.compressions == (2099 - 64) / 16 + 1);  // checks every 16 decodes; first evicts at 64
+    // 2,099 decoded rows; the last check (at 2,096) leaves 48 candidates.
+    CHECK(r.evicted == uint64_t(cfg.n_layers) * cfg.n_kv_heads * (2099 / 16 * 16 - 48));
+    if (streaming) {  // sink (first 4 generated rows) plus the most recent rows
+      const KvHeadView v = cache.view(1, 1);
+      for (uint32_t j = 0; j < 4; ++j) CHECK(v.positions[first + j] == first + j);
+      CHECK(v.positions[v.len - 1] == cache.logical_length() - 1);
+      CHECK(v.positions[first + 4] == cache.logical_length() - (v.len - first - 4));
+    }
+  }
+}
+
+TEST_CASE("with a budget above the generated length R-KV output equals plain generation",
+          "[model][rkv]") {
+  const ModelConfig cfg = long_config();
+  const Weights w = test::random_weights(cfg, 22);
+  Forward fwd(w, one_thread());
+  GenerateParams gp;
+  gp.max_tokens = 200;
+  KvCache plain_cache(cfg);
+  const GenerateResult plain = generate(fwd, plain_cache, kPrompt, gp);
+  gp.rkv = RkvParams{};
+  gp.rkv->budget = 200;
+  gp.rkv->buffer = 8;
+  KvCache dense(cfg);  // dense: generation runs on a ragged copy, the dense cache stays empty
+  const GenerateResult a = generate(fwd, dense, kPrompt, gp);
+  CHECK(a.tokens == plain.tokens);
+  CHECK(a.evicted == 0);
+  CHECK(dense.logical_length() == 0);
+  RaggedKvCache ragged = empty_ragged(cfg);
+  const GenerateResult b = generate(fwd, ragged, kPrompt, gp);
+  CHECK(b.tokens == plain.tokens);
+  // A small budget does change the cache, so the comparison above is not vacuous.
+  gp.rkv->budget = 20;
+  RaggedKvCache small = empty_ragged(cfg);
+  const GenerateResult c = generate(fwd, small, kPrompt, gp);
+  CHECK(c.evicted > 0);
+  CHECK(max_candidates(small, uint32_t(kPrompt.size())) <= 20 + 8);
+}
+
+TEST_CASE("with document candidates R-KV bounds the prompt rows too but never the pinned ones",
+          "[model][rkv]") {
+  const ModelConfig cfg = long_config();
+  const Weights w = test::random_weights(cfg, 23);
+  Forward fwd(w, one_thread());
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 150; ++i) prompt.push_back((i * 37 + 11) % int(cfg.vocab_size));
+  GenerateParams gp;
+  gp.max_tokens = 60;
+  gp.rkv = RkvParams{};
+  gp.rkv->budget = 32;
+  gp.rkv->buffer = 16;
+  gp.rkv->doc_candidates = true;
+  gp.rkv->pinned = 5;
+  RaggedKvCache cache = empty_ragged(cfg);
+  const GenerateResult r = generate(fwd, cache, prompt, gp, [&](int32_t) {
+    REQUIRE(max_candidates(cache, 5) <= 32 + 16);
+    for (uint32_t l = 0; l < cfg.n_layers; ++l)
+      for (uint32_t h = 0; h < cfg.n_kv_heads; ++h)
+        for (uint32_t j = 0; j < 5; ++j) REQUIRE(cache.view(l, h).positions[j] == j);
+    return true;
+  });
+  CHECK(r.tokens.size() == 60);
+  CHECK(r.evicted >= uint64_t(cfg.n_layers) * cfg.n_kv_heads * (145 - 32));
+}
