@@ -4,8 +4,8 @@
 // KV head). Candidate rows are a suffix of every head: rows at positions >= first_position; the
 // rows before them (prompt, document and question by default, only the prefix with doc candidates)
 // are never evicted. Invariant (checked after every step, Errc::internal if broken): a head never
-// holds more than budget + buffer candidate rows, so rows <= base rows + budget + buffer; the
-// (budget + buffer)-th row only exists during the decode step that ends in a compression.
+// holds more than budget + buffer candidate rows, so rows <= base rows + budget + buffer (that
+// many only in the decode step right before a compression; budget right after one).
 #pragma once
 #include <cstdint>
 #include <span>
