@@ -1,6 +1,9 @@
 // `kvzip compress`: document -> prefill -> scoring (KVzip reconstruction or a baseline) ->
 // eviction -> .kvz file. Arguments are validated before any model work, and the output is
 // written atomically (temporary file, fsync, rename), so a failure never leaves a file behind.
+// `--level head` (or --method kvzip-head) is head-level KVzip: no scoring pass; the head scores
+// of `kvzip calibrate` decide which heads keep the whole document (compress/head_level.h).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -10,7 +13,9 @@
 #include "cli/commands.h"
 #include "common/error.h"
 #include "compress/compress.h"
+#include "compress/head_level.h"
 #include "format/format.h"
+#include "format/head_scores.h"
 #include "loader/loader.h"
 
 namespace kvzip::cli {
@@ -19,11 +24,50 @@ namespace {
 struct CompressOpts {
   std::string doc, model, out, method = "kvzip", level = "global", system, dtype = "f32";
   std::string query_template = loader::kDefaultQueryTemplate;
+  std::string head_scores;  // --level head: the file of `kvzip calibrate`
   double ratio = 0.3;
-  uint32_t chunk = 2000, threads = 0, seed = 0;
+  bool ratio_given = false;  // --level head defaults to 0.6 (methods §1 step 9)
+  uint32_t chunk = 2000, threads = 0, seed = 0, head_window = 0;
   int zstd = 0;
-  bool quiet = false, force = false;
+  bool quiet = false, force = false, force_model = false;
 };
+
+// True for head-level KVzip; refuses options that belong to the other path.
+bool head_level(const CompressOpts& o) {
+  const bool head = o.level == "head" || o.method == kHeadLevelMethod;
+  if (head && o.method != "kvzip" && o.method != kHeadLevelMethod)
+    throw Error(Errc::invalid_argument, "compress: --level head is KVzip's head-level variant; "
+                                        "--method " + o.method + " cannot be combined with it");
+  if (head && o.level != "head" && o.level != "global")
+    throw Error(Errc::invalid_argument, "compress: --method kvzip-head selects whole heads; "
+                                        "--level " + o.level + " does not apply");
+  if (head && o.head_scores.empty())
+    throw Error(Errc::invalid_argument, "compress: --level head needs --head-scores FILE "
+                                        "(make it with `kvzip calibrate TEXT -o FILE`)");
+  if (!head && !o.head_scores.empty())
+    throw Error(Errc::invalid_argument, "compress: --head-scores applies only to --level head");
+  return head;
+}
+
+// Head-level compression: head scores from the file, checked against the model.
+CompressResult compress_heads(const CompressOpts& o, const Model& model, Forward& fwd,
+                              const format::HeadScores& hs, const loader::CacheDescription& d,
+                              const PrefillProgressFn& progress) {
+  if (!format::check_head_scores_model(hs, model.config(), model.fingerprint(), o.force_model) &&
+      !o.quiet)
+    std::fprintf(stderr, "warning: %s was calibrated on another model (--force-model)\n",
+                 o.head_scores.c_str());
+  HeadLevelOptions ho;
+  ho.head_scores = hs.values;
+  ho.head_ratio = o.ratio_given ? o.ratio : 0.6;
+  ho.window = o.head_window;
+  ho.prefill.progress = progress;
+  ho.source = {{"head_scores", std::filesystem::path(o.head_scores).filename().string()},
+               {"head_scores_xxh64", format::head_scores_checksum_text(hs)},
+               {"calibration_source", hs.source},
+               {"calibration_tokens", std::to_string(hs.calibration_tokens)}};
+  return compress_head_level(fwd, d.prefix, d.document, ho);
+}
 
 std::string default_output(const std::string& doc) {
   if (doc == "-")
@@ -36,10 +80,11 @@ std::string default_output(const std::string& doc) {
 void run_compress(const CompressOpts& o) {
   // Everything that can be checked without the model comes first.
   check_ratio(o.ratio);
+  const bool head = head_level(o);
   CompressOptions co;
   co.method = o.method;
   co.ratio = o.ratio;
-  co.level = parse_selection_level(o.level);
+  if (!head) co.level = parse_selection_level(o.level);
   const auto dtype = format::parse_dtype(o.dtype);
   if (!dtype)
     throw Error(Errc::invalid_argument, "compress: --dtype " + o.dtype + " is not one of f32, f16, bf16");
@@ -52,12 +97,13 @@ void run_compress(const CompressOpts& o) {
   if (!o.force && std::filesystem::exists(out))
     throw Error(Errc::invalid_argument, "compress: " + out + " exists; pass -f to replace it");
   const std::string text = read_text(o.doc, "document");
+  const format::HeadScores hs = head ? format::read_head_scores_file(o.head_scores) : format::HeadScores{};
 
   auto model = load_model(o.model, o.threads);
   co.scorer.prompts = reconstruction_prompts(model->chat());
   co.scorer.kvzip_chunk = o.chunk;
   co.scorer.seed = o.seed;
-  (void)make_scorer(co.method, co.scorer);  // unknown method / bad option: fail before prefill
+  if (!head) (void)make_scorer(co.method, co.scorer);  // unknown method / bad option: fail early
 
   loader::CacheDescription d;
   d.prefix = model->chat().prefix(o.system);
@@ -74,7 +120,8 @@ void run_compress(const CompressOpts& o) {
   fo.threads = o.threads;
   Forward fwd(model->weights(), fo);
   const auto t0 = std::chrono::steady_clock::now();
-  CompressResult r = compress(fwd, d.prefix, d.document, co);
+  CompressResult r = head ? compress_heads(o, *model, fwd, hs, d, co.prefill.progress)
+                          : compress(fwd, d.prefix, d.document, co);
   bar.finish();
   d.method = r.method;
   d.params = r.params;
@@ -89,6 +136,13 @@ void run_compress(const CompressOpts& o) {
   if (!o.quiet) {
     const double full_mb = 2.0 * model->config().n_layers * model->config().n_kv_heads *
                            model->config().head_dim * 4.0 * (r.n_prefix + r.n_doc) / 1e6;
+    if (head)
+      std::fprintf(stderr, "head level: %s of the heads keep the whole document, the others the "
+                           "prefix + %u recent rows\n",
+                   std::find_if(r.params.begin(), r.params.end(),
+                                [](const auto& p) { return p.first == "heads_kept"; })
+                       ->second.c_str(),
+                   o.head_window);
     std::fprintf(stderr,
                  "%s: %u document tokens (+%u prefix), method %s, ratio %.3f kept (asked %.3f)\n"
                  "prefill %.2f s (%.0f tok/s), scoring %.2f s (%.2fx prefill), total %.2f s\n"
@@ -108,11 +162,20 @@ void add_compress_commands(CLI::App& app) {
   c->add_option("document", o->doc, "UTF-8 text file ('-' = standard input)")->required();
   c->add_option("-m,--model", o->model, "GGUF model file (default: $KVZIP_MODEL, then the cache)");
   c->add_option("-o,--output", o->out, "Output .kvz (default: the document's name with .kvz)");
-  c->add_option("-r,--ratio", o->ratio, "Fraction of document KV pairs to keep, in (0, 1]")
+  c->add_option("-r,--ratio", o->ratio,
+                "Fraction of document KV pairs to keep, in (0, 1]; with --level head the fraction "
+                "of KV heads that keep the whole document (default there 0.6)")
+      ->capture_default_str()
+      ->each([o](const std::string&) { o->ratio_given = true; });
+  c->add_option("--method", o->method, "kvzip | kvzip-head | snapkv | h2o | streaming | random | full")
       ->capture_default_str();
-  c->add_option("--method", o->method, "kvzip | snapkv | h2o | streaming | random | full")
+  c->add_option("--level", o->level, "global | per-head | per-layer | head")->capture_default_str();
+  c->add_option("--head-scores", o->head_scores, "--level head: head-scores file of `kvzip calibrate`");
+  c->add_option("--head-window", o->head_window,
+                "--level head: last document rows the other heads keep besides the prefix")
       ->capture_default_str();
-  c->add_option("--level", o->level, "global | per-head | per-layer")->capture_default_str();
+  c->add_flag("--force-model", o->force_model,
+              "--level head: use head scores calibrated on another model (same L and Hkv)");
   c->add_option("--chunk", o->chunk, "KVzip reconstruction chunk in tokens")->capture_default_str();
   c->add_option("--system", o->system, "System prompt (default: the model template's)");
   c->add_option("--query-template", o->query_template,

@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "eval/eval.h"
 #include "eval/plot.h"
+#include "format/head_scores.h"
 #include "loader/loader.h"
 
 namespace kvzip::cli {
@@ -20,11 +21,12 @@ namespace {
 struct EvalOpts {
   std::string squad, doc = "article", model, csv, plot, answers, level = "global", system;
   std::string query_template = loader::kDefaultQueryTemplate;
+  std::string head_scores;  // kvzip-head: the file of `kvzip calibrate`
   std::vector<std::string> methods = {"kvzip", "snapkv", "h2o", "streaming", "random"};
   std::vector<double> ratios = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0};
   uint64_t max_questions = 0, seed = 0;
-  uint32_t n = 24, threads = 0, chunk = 2000;
-  bool all_questions = false, quiet = false, exact = false;
+  uint32_t n = 24, threads = 0, chunk = 2000, head_window = 0;
+  bool all_questions = false, quiet = false, exact = false, force_model = false;
 };
 
 // An output path must name a file in an existing folder (checked before hours of work).
@@ -69,6 +71,12 @@ void run(const EvalOpts& o) {
   eo.threads = o.threads;
   eo.verify_drafts = !o.exact;
   eo.keep_answers = !o.answers.empty();
+  format::HeadScores hs;
+  if (!o.head_scores.empty()) {
+    hs = format::read_head_scores_file(o.head_scores);
+    eo.head_scores = hs.values;
+    eo.head_window = o.head_window;
+  }
   eo = eval::checked(eo);
   check_output(o.csv, "-o");
   check_output(o.plot, "--plot");
@@ -80,6 +88,11 @@ void run(const EvalOpts& o) {
   const std::vector<eval::Document> docs = eval::read_squad(o.squad, so);
 
   auto model = load_model(o.model, o.threads);
+  if (!o.head_scores.empty() &&
+      !format::check_head_scores_model(hs, model->config(), model->fingerprint(), o.force_model) &&
+      !o.quiet)
+    std::fprintf(stderr, "warning: %s was calibrated on another model (--force-model)\n",
+                 o.head_scores.c_str());
   if (!o.quiet) {
     eo.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
     uint64_t questions = 0;
@@ -111,7 +124,9 @@ void add_eval_commands(CLI::App& app) {
   c->add_option("--squad", o->squad, "SQuAD JSON file (v1.1 or v2.0)")->required();
   c->add_option("--doc", o->doc, "Document unit: article (paragraphs joined) | paragraph")
       ->capture_default_str();
-  c->add_option("--methods", o->methods, "Comma-separated: kvzip,snapkv,h2o,streaming,random")
+  c->add_option("--methods", o->methods,
+                "Comma-separated: kvzip,snapkv,h2o,streaming,random,kvzip-head (kvzip-head needs "
+                "--head-scores; its ratios are fractions of heads kept whole)")
       ->delimiter(',')
       ->capture_default_str();
   c->add_option("--ratios", o->ratios, "Comma-separated fractions of document KV pairs to keep")
@@ -129,6 +144,14 @@ void add_eval_commands(CLI::App& app) {
   c->add_option("--system", o->system, "System prompt (default: the model template's)");
   c->add_option("--chunk", o->chunk, "KVzip reconstruction chunk in tokens")->capture_default_str();
   c->add_option("--seed", o->seed, "Seed of the random method");
+  c->add_option("--head-scores", o->head_scores,
+                "kvzip-head: head-scores file of `kvzip calibrate` (calibrate on a text that is not "
+                "an evaluated document)");
+  c->add_option("--head-window", o->head_window,
+                "kvzip-head: last document rows the other heads keep besides the prefix")
+      ->capture_default_str();
+  c->add_flag("--force-model", o->force_model,
+              "kvzip-head: use head scores calibrated on another model (same L and Hkv)");
   c->add_option("-t,--threads", o->threads, "Threads (0 = all cores)");
   c->add_flag("--exact-decode", o->exact,
               "Decode every answer token one at a time as `kvzip query` does (slower; by default "

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   kvzip::cli::add_model_commands(app);
   kvzip::cli::add_query_commands(app);
   kvzip::cli::add_compress_commands(app);
+  kvzip::cli::add_calibrate_commands(app);
   kvzip::cli::add_format_commands(app);
   kvzip::cli::add_eval_commands(app);
   try {

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "common/error.h"
+#include "compress/head_level.h"
 #include "eval/answer.h"
 #include "eval/metrics.h"
 #include "format/format.h"
@@ -162,10 +163,13 @@ class DocumentRun {
     if (o_.keep_answers) report_.answers.push_back(std::move(rec));
   }
 
-  // Selects and evicts at `ratio` from the method's scores; returns the compressed cache.
-  RaggedKvCache compress(const KvCache& dense, const DocumentScores& scores, double ratio, Accum& acc) {
+  // Selects and evicts at `ratio` from the method's scores; returns the compressed cache. A
+  // head-level method selects whole heads (ratio = fraction of heads), the others rows.
+  RaggedKvCache compress(const KvCache& dense, const DocumentScores& scores, double ratio,
+                         bool head_level, Accum& acc) {
     const auto t = Clock::now();
-    const Selection sel = select_rows(scores, ratio, o_.level);
+    const Selection sel = head_level ? select_heads(scores, ratio, o_.head_window)
+                                     : select_rows(scores, ratio, o_.level);
     EvictResult ev = evict(dense, scores, sel, s_.answer_room);
     acc.kept_doc += sel.kept_doc;
     acc.total_doc += sel.total_doc;
@@ -207,7 +211,9 @@ void eval_document(const Model& model, Forward& fwd, const Document& doc, const 
   so.seed = o.seed;
   std::vector<std::unique_ptr<Scorer>> scorers;
   scorers.push_back(make_scorer("full", so));
-  for (const std::string& m : o.methods) scorers.push_back(make_scorer(m, so));
+  for (const std::string& m : o.methods)
+    scorers.push_back(m == kHeadLevelMethod ? make_head_level_scorer(o.head_scores)
+                                            : make_scorer(m, so));
   std::vector<std::unique_ptr<TimedObserver>> timers;
   PrefillResult pre = run.prefill(scorers, timers);
   log(o, fmt("  prefill %u tokens in %.1f s", pre.n_prefix + pre.n_doc, pre.seconds));
@@ -226,9 +232,10 @@ void eval_document(const Model& model, Forward& fwd, const Document& doc, const 
       Accum& acc = accs[full ? 0 : 1 + (m - 1) * o.ratios.size() + r];
       Accum one;  // this document only, for the progress line
       t = Clock::now();
-      RaggedKvCache cache = run.compress(pre.cache, scores, ratios[r], one);
-      one.compress_s += scoring_s;
       const std::string& name = full ? std::string("full") : o.methods[m - 1];
+      RaggedKvCache cache =
+          run.compress(pre.cache, scores, ratios[r], name == kHeadLevelMethod, one);
+      one.compress_s += scoring_s;
       const bool same = !full && o.reuse_identical && one.kept_doc == one.total_doc;
       if (full) {
         reference = run.answer_all(cache, nullptr, name, ratios[r], one);
@@ -272,7 +279,11 @@ EvalOptions checked(EvalOptions o) {
   const std::vector<std::string> known = scorer_names();
   std::vector<std::string> methods;
   for (const std::string& m : o.methods) {
-    if (std::find(known.begin(), known.end(), m) == known.end())
+    if (m == kHeadLevelMethod && o.head_scores.empty())
+      throw Error(Errc::invalid_argument,
+                  "eval: method kvzip-head needs head scores (--head-scores FILE, made by "
+                  "`kvzip calibrate` on a document other than the evaluated ones)");
+    if (m != kHeadLevelMethod && std::find(known.begin(), known.end(), m) == known.end())
       (void)make_scorer(m, ScorerOptions{});  // throws the list of known methods
     if (m != "full" && std::find(methods.begin(), methods.end(), m) == methods.end())
       methods.push_back(m);

@@ -27,6 +27,11 @@ struct EvalOptions {
   std::string query_template = "\n\nQuestion: {question}";  // loader::kDefaultQueryTemplate
   uint32_t kvzip_chunk = 2000;
   uint64_t seed = 0;                  // --method random
+  // Method "kvzip-head" (compress/head_level.h): the (L, Hkv) head scores of `kvzip calibrate`,
+  // required when it is among the methods (checked() refuses it without them). Its ratios are
+  // fractions of heads kept whole; the rows show the achieved document-row ratio as for the rest.
+  std::vector<float> head_scores;
+  uint32_t head_window = 0;           // document rows the other heads keep (the last ones)
   uint32_t threads = 0;               // 0 = all cores
   bool verify_drafts = true;          // false: decode every answer token one at a time (answer.h)
   bool keep_answers = false;          // true: EvalReport::answers lists every answer
@@ -37,7 +42,7 @@ struct EvalOptions {
 };
 
 // Throws Errc::invalid_argument for an unknown method, a ratio outside (0, 1], a template
-// without {question}, or max_answer_tokens == 0. Sorts and de-duplicates methods (keeping their
+// without {question}, max_answer_tokens == 0, or "kvzip-head" without head scores. Sorts and de-duplicates methods (keeping their
 // order) and ratios (ascending); "full" among the methods is dropped (it is always the reference).
 EvalOptions checked(EvalOptions options);
 

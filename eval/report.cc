@@ -45,7 +45,7 @@ std::string format_table(const EvalReport& report) {
   std::string out =
       "method     ratio   kept     F1%  contains%  agree%    KL(nats)  questions  compress_s  answer_s\n";
   for (const EvalRow& r : report.rows)
-    out += line("%-9s  %5.2f  %5.3f  %6.1f  %9.1f  %6.1f  %10.4f  %9llu  %10.2f  %8.2f\n", r);
+    out += line("%-10s %5.2f  %5.3f  %6.1f  %9.1f  %6.1f  %10.4f  %9llu  %10.2f  %8.2f\n", r);
   char buf[320];
   std::snprintf(buf, sizeof buf,
                 "%u documents, %llu questions, %llu document tokens; shared prefill %.1f s, total %.1f s\n",

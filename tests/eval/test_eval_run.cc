@@ -297,3 +297,33 @@ TEST_CASE("a document longer than the model's context is refused with both numbe
   o.threads = 1;
   CHECK_THROWS_WITH(run_eval(m, {d}, o), Contains("1024"));
 }
+
+TEST_CASE("eval runs head-level KVzip from given head scores and refuses it without them",
+          "[eval]") {
+  EvalOptions bad;
+  bad.methods = {"kvzip-head"};
+  CHECK_THROWS_MATCHES(checked(bad), Error, Catch::Predicate<Error>([](const Error& e) {
+                         return e.code() == Errc::invalid_argument &&
+                                std::string(e.what()).find("--head-scores") != std::string::npos;
+                       }));
+  const Model& m = *tiny().model;
+  SquadOptions so;
+  so.unit = DocumentUnit::Paragraph;
+  const std::vector<Document> docs = parse_squad(kSquad, "pets.json", so);
+  EvalOptions o;
+  o.methods = {"kvzip-head"};
+  o.ratios = {0.5, 1.0};
+  o.head_scores = {0.9f, 0.1f, 0.2f, 0.8f};  // L = 2, Hkv = 2: ratio 0.5 keeps heads 0 and 3
+  o.max_answer_tokens = 4;
+  o.threads = 1;
+  const EvalReport r = run_eval(m, docs, o);
+  REQUIRE(r.rows.size() == 3);
+  const EvalRow& one = row(r, "kvzip-head", 1.0);
+  CHECK(one.agreement == 100.0);
+  CHECK(one.kl == 0.0);
+  CHECK(row(r, "kvzip-head", 0.5).achieved_ratio == 0.5);  // window 0: the head fraction
+  o.head_window = 1000;  // longer than every document: every head keeps every row
+  CHECK(row(run_eval(m, docs, o), "kvzip-head", 0.5).achieved_ratio == 1.0);
+  o.head_scores = {0.9f, 0.1f};
+  CHECK_THROWS_AS(run_eval(m, docs, o), Error);
+}
