@@ -110,7 +110,7 @@ void add_compress_commands(CLI::App& app) {
   c->add_option("-o,--output", o->out, "Output .kvz (default: the document's name with .kvz)");
   c->add_option("-r,--ratio", o->ratio, "Fraction of document KV pairs to keep, in (0, 1]")
       ->capture_default_str();
-  c->add_option("--method", o->method, "kvzip | snapkv | h2o | streaming | random | full")
+  c->add_option("--method", o->method, "kvzip | snapkv | h2o | rest-kv | rkv | streaming | random | full")
       ->capture_default_str();
   c->add_option("--level", o->level, "global | per-head | per-layer")->capture_default_str();
   c->add_option("--chunk", o->chunk, "KVzip reconstruction chunk in tokens")->capture_default_str();

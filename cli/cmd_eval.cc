@@ -111,7 +111,8 @@ void add_eval_commands(CLI::App& app) {
   c->add_option("--squad", o->squad, "SQuAD JSON file (v1.1 or v2.0)")->required();
   c->add_option("--doc", o->doc, "Document unit: article (paragraphs joined) | paragraph")
       ->capture_default_str();
-  c->add_option("--methods", o->methods, "Comma-separated: kvzip,snapkv,h2o,streaming,random")
+  c->add_option("--methods", o->methods,
+                "Comma-separated, any of: kvzip,snapkv,h2o,rest-kv,rkv,streaming,random")
       ->delimiter(',')
       ->capture_default_str();
   c->add_option("--ratios", o->ratios, "Comma-separated fractions of document KV pairs to keep")
