@@ -37,30 +37,35 @@ std::vector<float> normalised(const float* k, uint32_t n, uint32_t D) {
 }
 
 // For rows [i0, i1): subtracts from col[j] the similarity S_ij of each row's most recent other
-// candidate j with S_ij > threshold (rows with none subtract nothing).
+// candidate j with S_ij > threshold (rows with none subtract nothing). Rows that found theirs
+// drop out of the later (earlier-positioned) column blocks, so one row without a similar key
+// costs its own full scan, not its whole tile's.
 void subtract_latest_similar(const std::vector<float>& kh, uint32_t n, uint32_t D, float threshold,
-                             uint32_t i0, uint32_t i1, std::vector<float>& sim,
-                             std::vector<double>& col) {
-  const uint32_t rows = i1 - i0;
-  uint32_t open = rows;
-  bool found[kScanRows] = {};
+                             uint32_t i0, uint32_t i1, std::vector<float>& rows_buf,
+                             std::vector<float>& sim, std::vector<double>& col) {
+  uint32_t open[kScanRows], n_open = 0;  // rows still searching, ascending
+  for (uint32_t i = i0; i < i1; ++i) open[n_open++] = i;
+  rows_buf.resize(size_t(kScanRows) * D);
   sim.resize(size_t(kScanRows) * kScanCols);
-  for (uint32_t c1 = n; c1 > 0 && open > 0;) {
+  for (uint32_t c1 = n; c1 > 0 && n_open > 0;) {
     const uint32_t c0 = c1 > kScanCols ? c1 - kScanCols : 0, w = c1 - c0;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(w), int(D), 1.0f,
-                kh.data() + size_t(i0) * D, int(D), kh.data() + size_t(c0) * D, int(D), 0.0f,
-                sim.data(), int(w));
-    for (uint32_t r = 0; r < rows; ++r) {
-      if (found[r]) continue;
+    for (uint32_t r = 0; r < n_open; ++r)
+      std::copy_n(kh.data() + size_t(open[r]) * D, D, rows_buf.data() + size_t(r) * D);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n_open), int(w), int(D), 1.0f,
+                rows_buf.data(), int(D), kh.data() + size_t(c0) * D, int(D), 0.0f, sim.data(),
+                int(w));
+    uint32_t still = 0;
+    for (uint32_t r = 0; r < n_open; ++r) {
       const float* s = sim.data() + size_t(r) * w;
-      for (uint32_t c = w; c-- > 0;) {
-        if (c0 + c == i0 + r || !(s[c] > threshold)) continue;
+      bool found = false;
+      for (uint32_t c = w; c-- > 0 && !found;) {
+        if (c0 + c == open[r] || !(s[c] > threshold)) continue;
         col[c0 + c] -= s[c];
-        found[r] = true;
-        --open;
-        break;
+        found = true;
       }
+      if (!found) open[still++] = open[r];
     }
+    n_open = still;
     c1 = c0;
   }
 }
@@ -83,9 +88,10 @@ void rkv_redundancy(const float* k, uint32_t n, uint32_t D, float threshold, flo
     }
     col[j] = dot - self;
   }
-  std::vector<float> sim;
+  std::vector<float> rows_buf, sim;
   for (uint32_t i0 = 0; i0 < n; i0 += kScanRows)
-    subtract_latest_similar(kh, n, D, threshold, i0, std::min(n, i0 + kScanRows), sim, col);
+    subtract_latest_similar(kh, n, D, threshold, i0, std::min(n, i0 + kScanRows), rows_buf, sim,
+                            col);
   for (uint32_t j = 0; j < n; ++j) R[j] = static_cast<float>(col[j] / n);
   softmax_inplace(R, n);
 }

@@ -8,8 +8,9 @@
 //     r_j = Σ_i S_ij / n; R = softmax(r).
 // Z = λ·I − (1−λ)·R. Memory O(n·D): the column sums come from k̂_j·(Σ_i k̂_i) − k̂_j·k̂_j minus
 // the zeroed entries, and the scan that finds each row's zeroed entry runs in tiles from the
-// latest candidates backwards, stopping as soon as every row of a tile has found its entry:
-// O(n·D) time per row when similar keys are recent, O(n²·D) in the worst case (no key similar).
+// latest candidates backwards, each row dropping out as soon as it has found its entry: a row
+// costs O(d·D) for its similar key d candidates back (blocks of 256), O(n·D) when it has none,
+// so O(n²·D) time in the worst case (no two keys similar) and O(n·D) when repeats are recent.
 #pragma once
 #include <cstdint>
 
