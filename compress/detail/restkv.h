@@ -10,8 +10,9 @@ namespace kvzip::detail {
 // c ← rows[0]; for t = 1..W−1: c ← alpha·rows[t] + (1−alpha)·c; out = c.  rows: (W, n), W >= 1.
 void restkv_ema(const float* rows, uint32_t W, uint32_t n, float alpha, float* out);
 
-// The averaging window of step 5 for a drift delta (mean top-key position of the second half of
-// the probe minus the first half's, in tokens):
+// The averaging window of step 5 for a drift delta in tokens: the mean position of the top keys
+// of the probe's second half minus the first half's, a row's top key being its argmax over the
+// candidates (the keys before the window); halves ⌊W/2⌋ and W − ⌊W/2⌋ rows, Δ = 0 when W < 2:
 //   k = max(kmin, 2·⌊|Δ|/2000⌋ + 1),  shift = ⌊Δ/2000⌋ + (Δ <= 0 ? 1 : 0)
 // exactly as written in methods §3 (so Δ = 0 gives shift +1, Δ in (0, 2000) shift 0).
 struct DriftWindow {
