@@ -167,7 +167,8 @@ void add_compress_commands(CLI::App& app) {
                 "of KV heads that keep the whole document (default there 0.6)")
       ->capture_default_str()
       ->each([o](const std::string&) { o->ratio_given = true; });
-  c->add_option("--method", o->method, "kvzip | kvzip-head | snapkv | h2o | streaming | random | full")
+  c->add_option("--method", o->method,
+                "kvzip | kvzip-head | snapkv | h2o | rest-kv | rkv | streaming | random | full")
       ->capture_default_str();
   c->add_option("--level", o->level, "global | per-head | per-layer | head")->capture_default_str();
   c->add_option("--head-scores", o->head_scores, "--level head: head-scores file of `kvzip calibrate`");

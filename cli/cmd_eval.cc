@@ -125,8 +125,8 @@ void add_eval_commands(CLI::App& app) {
   c->add_option("--doc", o->doc, "Document unit: article (paragraphs joined) | paragraph")
       ->capture_default_str();
   c->add_option("--methods", o->methods,
-                "Comma-separated: kvzip,snapkv,h2o,streaming,random,kvzip-head (kvzip-head needs "
-                "--head-scores; its ratios are fractions of heads kept whole)")
+                "Comma-separated, any of: kvzip,snapkv,h2o,rest-kv,rkv,streaming,random,kvzip-head "
+                "(kvzip-head needs --head-scores; its ratios are fractions of heads kept whole)")
       ->delimiter(',')
       ->capture_default_str();
   c->add_option("--ratios", o->ratios, "Comma-separated fractions of document KV pairs to keep")

@@ -12,7 +12,7 @@
 namespace kvzip {
 
 std::vector<std::string> scorer_names() {
-  return {"kvzip", "full", "random", "streaming", "snapkv", "h2o"};
+  return {"kvzip", "full", "random", "streaming", "snapkv", "h2o", "rest-kv", "rkv"};
 }
 
 std::unique_ptr<Scorer> make_scorer(std::string_view method, const ScorerOptions& options) {
@@ -22,6 +22,8 @@ std::unique_ptr<Scorer> make_scorer(std::string_view method, const ScorerOptions
   if (method == "streaming") return detail::make_streaming_scorer(options);
   if (method == "snapkv") return detail::make_snapkv_scorer(options);
   if (method == "h2o") return detail::make_h2o_scorer(options);
+  if (method == "rest-kv") return detail::make_restkv_scorer(options);
+  if (method == "rkv") return detail::make_rkv_scorer(options);
   std::string known;
   for (const std::string& n : scorer_names()) known += (known.empty() ? "" : ", ") + n;
   throw Error(Errc::invalid_argument,

@@ -1,5 +1,5 @@
 // compress/: scores every cached document KV pair (one Scorer interface: kvzip, full, random,
-// streaming, snapkv, h2o; shared/methods.md §1-2), selects which rows to keep (global threshold,
+// streaming, snapkv, h2o, rest-kv, rkv; shared/methods.md §1-4), selects which rows to keep (global threshold,
 // per-head uniform, per-layer), and evicts the rest into a RaggedKvCache. Scores have the layout
 // (L, Hkv, n_c) over the document rows n_p .. n_p+n_c-1 of the dense cache; the n_p prefix rows
 // are never scored and never evicted. Higher score = more important. compress() runs the whole
@@ -79,6 +79,15 @@ struct ScorerOptions {
   uint32_t snapkv_kernel = 7;      // 1-D max-pool kernel (odd)
   // h2o
   uint32_t h2o_recent = 32;        // the document's last tokens always kept (H2O's recent window)
+  // rest-kv
+  uint32_t restkv_window = 32;     // W: the document's last W tokens are the probe queries
+  float restkv_alpha = 0.3f;       // EMA weight of each later probe query, in (0, 1]
+  uint32_t restkv_kmin = 5;        // smallest spatial smoothing window (odd)
+  // rkv (offline R-KV)
+  uint32_t rkv_window = 8;         // α: the document's last α tokens are the probe queries
+  float rkv_lambda = 0.1f;         // Z = λ·importance − (1−λ)·redundancy, λ in [0, 1]
+  float rkv_threshold = 0.5f;      // cosine above which the most recent similar key is spared
+  uint32_t rkv_kernel = 7;         // importance max-pool kernel (odd)
 };
 
 // Input of Scorer::score: the dense cache after prefilling [prefix ; document].
@@ -109,7 +118,8 @@ class Scorer {
   virtual DocumentScores score(const ScoreInput& input) = 0;
 };
 
-// "kvzip", "full", "random", "streaming", "snapkv", "h2o". What each scores (higher = keep):
+// "kvzip", "full", "random", "streaming", "snapkv", "h2o", "rest-kv", "rkv". What each scores
+// (higher = keep):
 //   kvzip      max over the GQA group and all R_t positions of the local softmax (methods §1)
 //   full       1 everywhere (never evicts)
 //   random     uniform [0, 1) from mt19937_64(seed), in (layer, head, position) order
@@ -118,9 +128,18 @@ class Scorer {
 //              the keys before the window (prefix included); the window itself +inf
 //   h2o        probabilities summed over every prefill query (prefix included, each key's own
 //              query too) and the GQA group; the last `h2o_recent` document tokens +inf
+//   rest-kv    per query head: the norm of the head's projected output change when the key is
+//              removed, ā_j/(1−ā_j)·‖W_o,h(ō − v_j)‖, ā = EMA (alpha) of the last W queries'
+//              probabilities over all keys, smoothed over the keys before the window by a drift-
+//              adaptive window (≥ kmin); max over the GQA group; the window itself +inf
+//   rkv        offline R-KV over the candidates = document rows before the last α: λ·importance
+//              (the last α queries, max-logit over the group, softmax, mean, max-pool `kernel`)
+//              − (1−λ)·redundancy (softmax of mean cosine similarity, the most recent similar
+//              key spared); the last α tokens +inf
 std::vector<std::string> scorer_names();
 // Throws Errc::invalid_argument listing the known names for any other method, or naming the
-// option for a bad one (kvzip without prompts, a chunk or window of 0, an even pooling kernel).
+// option for a bad one (kvzip without prompts, a chunk or window of 0, an even pooling kernel or
+// k_min, an EMA alpha outside (0, 1], a lambda outside [0, 1], a threshold outside [-1, 1]).
 std::unique_ptr<Scorer> make_scorer(std::string_view method, const ScorerOptions& options);
 
 // Calls several observers in turn (e.g. to score one prefill with several methods).

@@ -47,6 +47,7 @@ Forward::Forward(const Weights& weights, ForwardOptions options) {
 Forward::~Forward() = default;
 
 const ModelConfig& Forward::config() const { return impl_->w.config; }
+const Weights& Forward::weights() const { return impl_->w; }
 uint32_t Forward::threads() const { return impl_->pool.size(); }
 bool Forward::quantized_gemv() const { return impl_->qgemv; }
 ThreadPool& Forward::pool() { return impl_->pool; }

@@ -91,6 +91,8 @@ class Forward {
                             AttentionObserver* observer = nullptr);
 
   const ModelConfig& config() const;
+  // The weights this forward runs (scorers that need a projection, e.g. ReST-KV's W_o, read them).
+  const Weights& weights() const;
   uint32_t threads() const;
   // Whether decode uses the quantized GEMV: options.quantized_gemv and the Weights hold at least
   // one QuantMatrix.

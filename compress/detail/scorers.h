@@ -12,6 +12,8 @@ std::unique_ptr<Scorer> make_random_scorer(const ScorerOptions& options);
 std::unique_ptr<Scorer> make_streaming_scorer(const ScorerOptions& options);
 std::unique_ptr<Scorer> make_snapkv_scorer(const ScorerOptions& options);
 std::unique_ptr<Scorer> make_h2o_scorer(const ScorerOptions& options);
+std::unique_ptr<Scorer> make_restkv_scorer(const ScorerOptions& options);
+std::unique_ptr<Scorer> make_rkv_scorer(const ScorerOptions& options);
 
 // Throws Errc::invalid_argument when the input is incomplete or the cache's logical length is not
 // n_prefix + document.size(). `method` names the caller in the message.

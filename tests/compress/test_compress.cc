@@ -24,6 +24,8 @@ ScorerOptions tiny_scorer_options() {
   so.kvzip_chunk = 16;
   so.snapkv_window = 4;
   so.h2o_recent = 4;
+  so.restkv_window = 4;
+  so.rkv_window = 4;
   return so;
 }
 
@@ -39,7 +41,8 @@ struct Doc {
 
 TEST_CASE("with ratio 1 every method's compressed cache gives the full cache's logits exactly",
           "[compress]") {
-  const std::string method = GENERATE("kvzip", "full", "random", "streaming", "snapkv", "h2o");
+  const std::string method = GENERATE("kvzip", "full", "random", "streaming", "snapkv", "h2o",
+                                        "rest-kv", "rkv");
   INFO("method " << method);
   Doc d;
   Forward fwd(d.w, ForwardOptions{2, 8, {}});

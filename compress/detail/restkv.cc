@@ -1,0 +1,207 @@
+// The ReST-KV scorer (shared/methods.md §3), offline: the probe is the document's last W tokens.
+// Per layer and query head hq (KV head h = hq / G), over all N = n_p + n_c keys:
+//   A (W, N)  softmax of the probe's queries, causal inside the window;
+//   ā = EMA over A's rows in order (α); ō = Σ_j ā_j v_j;
+//   s_j = ā_j/(1−ā_j)·‖W_o,hq(ō − v_j)‖₂ = the change of the head's projected output when key j is
+//         removed and the rest renormalised; ‖W_o x‖² = xᵀ(W_oᵀW_o)x with the D×D Gram of head
+//         hq's column block of wo (E, Hq·D), so no E-sized vector is formed; ā_j >= 1 gives +inf;
+//   smoothing: drift Δ = mean argmax key of the probe's second half − first half's, the argmax
+//         taken per query row over the candidates [0, N−W) (prefix + document before the window);
+//         s averaged over restkv_drift_window(Δ, k_min) along the candidate axis, edges repeated.
+// GQA: KV head h's score is the MAX over its G query heads' smoothed s: a pair is evicted from all
+// G heads at once, and the max keeps it when any one head's output depends on it (as KVzip's
+// max over the group). The window's own rows score +inf; the prefix is never scored.
+// Cost per (layer, query head): O(W·N·D) probe + O(N·D²) norms + O(E·D²) Gram; memory O(W·N).
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "compress/detail/restkv.h"
+#include "compress/detail/scorers.h"
+#include "compress/detail/window_queries.h"
+#include "kernels/thread_pool.h"
+
+namespace kvzip::detail {
+
+void restkv_ema(const float* rows, uint32_t W, uint32_t n, float alpha, float* out) {
+  std::copy(rows, rows + n, out);
+  for (uint32_t t = 1; t < W; ++t) {
+    const float* r = rows + size_t(t) * n;
+    for (uint32_t j = 0; j < n; ++j) out[j] = alpha * r[j] + (1.0f - alpha) * out[j];
+  }
+}
+
+DriftWindow restkv_drift_window(double delta, uint32_t kmin) {
+  constexpr double kScale = 2000.0;
+  DriftWindow w;
+  const auto wide = static_cast<uint64_t>(std::floor(std::abs(delta) / kScale));
+  w.k = static_cast<uint32_t>(std::max<uint64_t>(kmin, 2 * wide + 1));
+  w.shift = static_cast<int64_t>(std::floor(delta / kScale)) + (delta <= 0.0 ? 1 : 0);
+  return w;
+}
+
+void restkv_smooth(std::span<const float> s, DriftWindow w, std::span<float> out) {
+  const int64_t n = static_cast<int64_t>(s.size()), half = w.k / 2;
+  for (int64_t j = 0; j < n; ++j) {
+    double sum = 0.0;
+    for (int64_t i = j + w.shift - half; i <= j + w.shift + half; ++i)
+      sum += s[static_cast<size_t>(std::clamp<int64_t>(i, 0, n - 1))];
+    out[static_cast<size_t>(j)] = static_cast<float>(sum / w.k);
+  }
+}
+
+namespace {
+
+constexpr float kAlwaysKeep = std::numeric_limits<float>::infinity();
+constexpr uint32_t kNormTile = 256;  // candidate rows per X·Gram sgemm
+
+// Everything one (layer, KV head) unit reads.
+struct HeadInput {
+  const float* q = nullptr;   // (w, Hq, D) the probe's queries of this layer
+  const float* k = nullptr;   // (N, D)
+  const float* v = nullptr;   // (N, D)
+  const float* wo = nullptr;  // (E, Hq·D)
+  uint32_t N = 0, w = 0, Hq = 0, D = 0, E = 0;
+  float scale = 0.0f;
+};
+
+// Per-thread buffers of one unit.
+struct Scratch {
+  std::vector<float> probs, abar, s, smooth, obar, gram, x, y;
+};
+
+// Probabilities of the probe's rows for query head hq (w, N), zero beyond each row's causal end.
+void probe_probs(const HeadInput& in, uint32_t hq, std::vector<float>& p) {
+  const uint32_t N = in.N, w = in.w, before = N - w;
+  p.resize(size_t(w) * N);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(w), int(N), int(in.D), in.scale,
+              in.q + size_t(hq) * in.D, int(in.Hq * in.D), in.k, int(in.D), 0.0f, p.data(), int(N));
+  for (uint32_t t = 0; t < w; ++t) {
+    float* row = p.data() + size_t(t) * N;
+    const uint32_t valid = before + t + 1;
+    softmax_inplace(row, valid);
+    std::fill(row + valid, row + N, 0.0f);
+  }
+}
+
+// Δ: mean argmax candidate of the second half of the rows minus the first half's (0 for w < 2).
+double drift(const std::vector<float>& p, uint32_t w, uint32_t N, uint32_t before) {
+  const uint32_t half = w / 2;
+  if (half == 0) return 0.0;
+  double first = 0.0, second = 0.0;
+  for (uint32_t t = 0; t < w; ++t) {
+    const float* row = p.data() + size_t(t) * N;
+    const double top = double(std::max_element(row, row + before) - row);
+    (t < half ? first : second) += top;
+  }
+  return second / (w - half) - first / half;
+}
+
+// s_j for the candidates j < before, from ā and ō, with head hq's Gram matrix.
+void reconstruction_error(const HeadInput& in, uint32_t hq, uint32_t before, Scratch& sc) {
+  const uint32_t D = in.D;
+  sc.gram.resize(size_t(D) * D);
+  const float* block = in.wo + size_t(hq) * D;  // (E, D) columns of head hq, row stride Hq·D
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(D), int(D), int(in.E), 1.0f, block,
+              int(in.Hq * D), block, int(in.Hq * D), 0.0f, sc.gram.data(), int(D));
+  sc.x.resize(size_t(kNormTile) * D);
+  sc.y.resize(size_t(kNormTile) * D);
+  sc.s.resize(before);
+  for (uint32_t j0 = 0; j0 < before; j0 += kNormTile) {
+    const uint32_t n = std::min(kNormTile, before - j0);
+    for (uint32_t r = 0; r < n; ++r)
+      for (uint32_t d = 0; d < D; ++d)
+        sc.x[size_t(r) * D + d] = sc.obar[d] - in.v[size_t(j0 + r) * D + d];
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(D), int(D), 1.0f,
+                sc.x.data(), int(D), sc.gram.data(), int(D), 0.0f, sc.y.data(), int(D));
+    for (uint32_t r = 0; r < n; ++r) {
+      double n2 = 0.0;
+      for (uint32_t d = 0; d < D; ++d) n2 += double(sc.x[size_t(r) * D + d]) * sc.y[size_t(r) * D + d];
+      const float a = sc.abar[j0 + r];
+      sc.s[j0 + r] = a >= 1.0f ? kAlwaysKeep
+                               : static_cast<float>(a / (1.0 - a) * std::sqrt(std::max(n2, 0.0)));
+    }
+  }
+}
+
+class RestKvScorer final : public WindowScorer {
+ public:
+  RestKvScorer(uint32_t window, float alpha, uint32_t kmin)
+      : WindowScorer(window), alpha_(alpha), kmin_(kmin) {}
+  std::string name() const override { return "rest-kv"; }
+  MethodParams params() const override {
+    char alpha[32];
+    std::snprintf(alpha, sizeof alpha, "%g", double(alpha_));
+    return {{"window", std::to_string(window_)},
+            {"alpha", alpha},
+            {"kmin", std::to_string(kmin_)},
+            {"gqa", "max"}};
+  }
+
+  DocumentScores score(const ScoreInput& in) override {
+    const WindowQueries& rec = observed(in, "rest-kv");
+    DocumentScores s = make_scores(in, kAlwaysKeep);
+    const ModelConfig& c = in.forward->config();
+    const uint32_t n_p = s.n_prefix, N = n_p + s.n_doc, w = rec.window();
+    const uint32_t before = N - w, Hkv = c.n_kv_heads, G = c.group();
+    if (before <= n_p) return s;  // the whole document is the probe window
+    const Weights& weights = in.forward->weights();
+    auto unit = [&](size_t u) {
+      thread_local Scratch sc;
+      const uint32_t l = static_cast<uint32_t>(u / Hkv), h = static_cast<uint32_t>(u % Hkv);
+      const KvHeadView view = in.cache->view(l, h);
+      const HeadInput hi{rec.layer_queries(l), view.k, view.v, weights.layers[l].wo.data(),
+                         N, w, c.n_heads, c.head_dim, c.d_model,
+                         1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+      float* out = s.values.data() + (size_t(l) * Hkv + h) * s.n_doc;
+      std::fill(out, out + (before - n_p), -kAlwaysKeep);
+      for (uint32_t g = 0; g < G; ++g) score_query_head(hi, h * G + g, before, n_p, sc, out);
+    };
+    run_units(in.forward->pool(), size_t(c.n_layers) * Hkv, unit);
+    return s;
+  }
+
+ private:
+  // out[j - n_p] = max(out[j - n_p], smoothed s_j) for the document candidates n_p <= j < before.
+  void score_query_head(const HeadInput& in, uint32_t hq, uint32_t before, uint32_t n_p,
+                        Scratch& sc, float* out) const {
+    const uint32_t N = in.N, D = in.D;
+    probe_probs(in, hq, sc.probs);
+    sc.abar.resize(N);
+    restkv_ema(sc.probs.data(), in.w, N, alpha_, sc.abar.data());
+    const DriftWindow win = restkv_drift_window(drift(sc.probs, in.w, N, before), kmin_);
+    sc.obar.resize(D);
+    cblas_sgemv(CblasRowMajor, CblasTrans, int(N), int(D), 1.0f, in.v, int(D), sc.abar.data(), 1,
+                0.0f, sc.obar.data(), 1);
+    reconstruction_error(in, hq, before, sc);
+    sc.smooth.resize(before);
+    restkv_smooth(sc.s, win, sc.smooth);
+    for (uint32_t j = n_p; j < before; ++j) out[j - n_p] = std::max(out[j - n_p], sc.smooth[j]);
+  }
+
+  float alpha_;
+  uint32_t kmin_;
+};
+
+}  // namespace
+
+std::unique_ptr<Scorer> make_restkv_scorer(const ScorerOptions& o) {
+  if (o.restkv_window == 0)
+    throw Error(Errc::invalid_argument, "rest-kv window is 0, expected >= 1 (default 32)");
+  if (!(o.restkv_alpha > 0.0f && o.restkv_alpha <= 1.0f))
+    throw Error(Errc::invalid_argument, "rest-kv EMA alpha is " + std::to_string(o.restkv_alpha) +
+                                            ", expected 0 < alpha <= 1 (default 0.3)");
+  if (o.restkv_kmin == 0 || o.restkv_kmin % 2 == 0)
+    throw Error(Errc::invalid_argument, "rest-kv smoothing k_min is " +
+                                            std::to_string(o.restkv_kmin) +
+                                            ", expected an odd number >= 1 (default 5)");
+  return std::make_unique<RestKvScorer>(o.restkv_window, o.restkv_alpha, o.restkv_kmin);
+}
+
+}  // namespace kvzip::detail
