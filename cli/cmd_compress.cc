@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "compress/compress.h"
 #include "format/format.h"
+#include "kernels/device.h"
 #include "loader/loader.h"
 
 namespace kvzip::cli {
@@ -19,6 +20,7 @@ namespace {
 struct CompressOpts {
   std::string doc, model, out, method = "kvzip", level = "global", system, dtype = "f32";
   std::string query_template = loader::kDefaultQueryTemplate;
+  std::string device = "cpu";
   double ratio = 0.3;
   uint32_t chunk = 2000, threads = 0, seed = 0;
   int zstd = 0;
@@ -36,6 +38,7 @@ std::string default_output(const std::string& doc) {
 void run_compress(const CompressOpts& o) {
   // Everything that can be checked without the model comes first.
   check_ratio(o.ratio);
+  const Device device = parse_device(o.device.c_str());
   CompressOptions co;
   co.method = o.method;
   co.ratio = o.ratio;
@@ -70,11 +73,17 @@ void run_compress(const CompressOpts& o) {
   ProgressBar bar(pb);
   co.prefill.progress = bar.callback();
 
-  ForwardOptions fo;
-  fo.threads = o.threads;
-  Forward fwd(model->weights(), fo);
   const auto t0 = std::chrono::steady_clock::now();
-  CompressResult r = compress(fwd, d.prefix, d.document, co);
+  CompressResult r = [&] {
+    if (device == Device::Cuda) {
+      GpuForward gpu(model->weights());
+      return compress_gpu(gpu, d.prefix, d.document, co);
+    }
+    ForwardOptions fo;
+    fo.threads = o.threads;
+    Forward fwd(model->weights(), fo);
+    return compress(fwd, d.prefix, d.document, co);
+  }();
   bar.finish();
   d.method = r.method;
   d.params = r.params;
@@ -122,6 +131,8 @@ void add_compress_commands(CLI::App& app) {
   c->add_option("--zstd", o->zstd, "zstd level per section, 0 = off")->capture_default_str();
   c->add_option("--seed", o->seed, "Seed of --method random");
   c->add_option("-t,--threads", o->threads, "Threads (0 = all cores)");
+  c->add_option("--device", o->device, "cpu | cuda (cuda: prefill and kvzip scoring on the GPU)")
+      ->capture_default_str();
   c->add_flag("-q,--quiet", o->quiet, "No progress bar or summary");
   c->add_flag("-f,--force", o->force, "Replace an existing output file");
   c->callback([o] { run_compress(*o); });

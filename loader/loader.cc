@@ -207,7 +207,9 @@ QuerySession::QuerySession(const Model& model, Loaded loaded, const SessionOptio
       header_(std::move(loaded.header)),
       cache_(std::move(loaded.cache)),
       forward_(model.weights(), forward_options(o)),
-      load_ms_(loaded.ms) {}
+      load_ms_(loaded.ms) {
+  if (o.device == Device::Cuda) to_device(o);
+}
 
 QuerySession::QuerySession(const Model& model, RaggedKvCache cache, format::CacheHeader header,
                            const SessionOptions& o)
@@ -216,6 +218,14 @@ QuerySession::QuerySession(const Model& model, RaggedKvCache cache, format::Cach
       cache_(std::move(cache)),
       forward_(model.weights(), forward_options(o)) {
   format::check_shape(header_, model.config());
+  if (o.device == Device::Cuda) to_device(o);
+}
+
+void QuerySession::to_device(const SessionOptions& o) {
+  const auto t0 = Clock::now();
+  gpu_forward_ = std::make_unique<GpuForward>(model_.weights());
+  gpu_cache_ = std::make_unique<GpuCache>(GpuCache::from_ragged(cache_, o.room, gpu_forward_->stream()));
+  load_ms_ += ms_since(t0);
 }
 
 Answer QuerySession::ask(std::string_view question, const GenerateParams& params,
@@ -228,15 +238,21 @@ Answer QuerySession::ask(std::string_view question, const GenerateParams& params
   bool first = true;
   struct Reset {  // back to the compressed state however ask() ends
     RaggedKvCache& c;
-    ~Reset() { c.reset(); }
-  } reset{cache_};
-  GenerateResult r = generate(forward_, cache_, prompt, params, [&](int32_t tok) {
+    GpuCache* g;
+    ~Reset() {
+      c.reset();
+      if (g) g->reset();
+    }
+  } reset{cache_, gpu_cache_.get()};
+  auto on_token = [&](int32_t tok) {
     if (first) a.first_token_ms = ms_since(t0), first = false;
     std::string piece = dec.push(tok);
     a.text += piece;
     if (on_text && !piece.empty()) on_text(piece);
     return true;
-  });
+  };
+  GenerateResult r = gpu_cache_ ? generate(*gpu_forward_, *gpu_cache_, prompt, params, on_token)
+                                : generate(forward_, cache_, prompt, params, on_token);
   std::string tail = dec.finish();
   a.text += tail;
   if (on_text && !tail.empty()) on_text(tail);
