@@ -4,7 +4,8 @@
 // 32K, KVzip scoring time as a multiple of the 8K prefill (target <= 2.2x), split-row decode
 // attention over a ratio-0.3 ragged cache as a fraction of the copy bandwidth (target >= 70%),
 // end-to-end decode ms/token from a ratio-0.3 cache vs the full one, and .kvz load time into GPU
-// memory vs file size. Prints a short table last; --out DIR also writes DIR/bench_gpu.csv.
+// memory vs file size (the file goes to the temp folder). Prints a short table last; --out DIR
+// also writes DIR/bench_gpu.csv.
 // Usage: bench_gpu [--out DIR] [--long 32768] [--short 8192] [--layers 32] [--quick]
 // Exits 0 with a "skipped" line when there is no CUDA build or device.
 #include <algorithm>
@@ -259,7 +260,7 @@ int main(int argc, char** argv) {
     report("prefill tokens/s at " + std::to_string(long_T), prefill_tps(f, long_T, &s), "%.0f");
     kvzip_vs_prefill(f, short_T);
     decode_ms(f, long_T, 32);
-    load_to_gpu(cfg, short_T, out_dir.empty() ? std::filesystem::temp_directory_path().string() : out_dir);
+    load_to_gpu(cfg, short_T, std::filesystem::temp_directory_path().string());
   } catch (const Error& e) {
     std::fprintf(stderr, "bench_gpu: %s error: %s\n", errc_name(e.code()), e.what());
     return 1;

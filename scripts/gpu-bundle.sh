@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Prepares, on a development machine with nvcc (no GPU needed), everything scripts/gpu-check.sh
-# needs on a bare GPU machine that cannot install packages or reach the network:
-#   .gpu/bin/   kvzip_tests, bench_gpu, gpu_e2e, kvzip (CUDA build, sm_80 + sm_90, no -march=native)
-#   .gpu/lib/   the shared libraries they need beyond glibc, libstdc++ and the CUDA toolkit's own
-#   .gpu/model.partNN  the default model split in pieces small enough to travel (optional)
+# Prepares, on a development machine with nvcc (no GPU needed), what scripts/gpu-check.sh needs
+# on a bare GPU machine that cannot install packages or reach the network, in sizes that fit a
+# 64 MiB transfer each:
+#   .gpu/bundle.tar.xz   bin/{kvzip_tests,bench_gpu,gpu_e2e,kvzip} (CUDA build, sm_80 + sm_90, no
+#                        -march=native) and lib/ (the shared libraries they load beyond glibc,
+#                        libstdc++ and the CUDA toolkit's own); about 5 MB
+#   .gpu/model.part00, .gpu/model.part01, .gpu/model.sha256   the default model in two pieces
+#                        (48 MiB at most each), joined and verified by gpu-check.sh
 # Usage: scripts/gpu-bundle.sh [BUILD_DIR=build-cuda] [MODEL=$KVZIP_MODEL]
-# The pieces are joined on the GPU machine by gpu-check.sh (cat .gpu/model.part* > model).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bdir="${1:-build-cuda}"
@@ -13,21 +15,22 @@ model="${2:-${KVZIP_MODEL:-}}"
 cmake -S . -B "$bdir" -DCMAKE_BUILD_TYPE=Release -DKVZIP_CUDA=ON -DKVZIP_NATIVE=OFF \
   -DCMAKE_CUDA_ARCHITECTURES="80;90" >/dev/null
 cmake --build "$bdir" -j"$(nproc)" --target kvzip_tests bench_gpu gpu_e2e kvzip
-rm -rf .gpu/bin .gpu/lib
-mkdir -p .gpu/bin .gpu/lib
-cp "$bdir/tests/kvzip_tests" "$bdir/bench_gpu" "$bdir/gpu_e2e" "$bdir/kvzip" .gpu/bin/
-strip .gpu/bin/*
-# Libraries the binaries load, except those every Linux and every CUDA machine has.
-ldd .gpu/bin/* | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/bin" "$stage/lib" .gpu
+cp "$bdir/tests/kvzip_tests" "$bdir/bench_gpu" "$bdir/gpu_e2e" "$bdir/kvzip" "$stage/bin/"
+strip "$stage"/bin/*
+ldd "$stage"/bin/* | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
     libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libstdc++.so*|libgcc_s.so*) ;;
     libcuda.so*|libcudart.so*|libcublas.so*|libcublasLt.so*) ;;
-    *) cp -L "$lib" .gpu/lib/ ;;
+    *) cp -L "$lib" "$stage/lib/" ;;
   esac
 done
+tar -C "$stage" -cJf .gpu/bundle.tar.xz bin lib
 if [[ -n "$model" && -f "$model" ]]; then
   rm -f .gpu/model.part*
-  split -b 40M -d "$model" .gpu/model.part
+  split -b 48M -d "$model" .gpu/model.part
+  (cd "$(dirname "$model")" && sha256sum "$(basename "$model")") | awk '{print $1}' >.gpu/model.sha256
 fi
-du -sh .gpu/bin .gpu/lib
 ls -la .gpu
