@@ -1,9 +1,11 @@
 // [cuda] the GPU forward pass, cache and KVzip scorer against the CPU ones on a small random
 // model with a head dim the kernels take (D = 64) and q/k/v biases. The GPU rounds weights and
 // GEMM inputs to bf16, so the CPU side runs on the same bf16-rounded weights and the tolerance is
-// that of bf16 activations (2e-2 relative on logits and scores); the greedy token must agree.
+// that of bf16 activations (2e-2 relative on logits and scores); the greedy token agrees up to
+// near-ties (within that tolerance of the best CPU logit).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 
 #include "tests/cuda/support.h"
@@ -47,6 +49,14 @@ Weights bf16_weights(Weights w) {
   return w;
 }
 
+// The GPU's greedy pick is the CPU's, or within bf16 noise of the CPU's best logit (a near-tie
+// may legitimately flip).
+bool same_pick(const std::vector<float>& cpu, const std::vector<float>& gpu) {
+  float hi = 0;
+  for (float x : cpu) hi = std::max(hi, std::fabs(x));
+  return cpu[argmax(gpu)] >= cpu[argmax(cpu)] - 2e-2f * hi;
+}
+
 std::vector<int32_t> tokens(size_t n, uint64_t seed) {
   std::vector<int32_t> t(n);
   for (size_t i = 0; i < n; ++i) t[i] = int32_t((i * 37 + seed * 11) % 101);
@@ -72,7 +82,7 @@ TEST_CASE("gpu forward prefill and decode match the CPU forward on bf16 weights"
   for (int step = 0; step < 4; ++step) {
     const auto la = cpu.decode(cc, 5 + step), lb = gpu.decode(gc, 5 + step);
     CHECK(test::rel_error(lb, la) < 2e-2);
-    CHECK(argmax(lb) == argmax(la));
+    CHECK(same_pick(la, lb));
   }
   // The keys the GPU cached are the CPU's (post-RoPE), within bf16 activation error.
   const KvCache back = gc.to_host_dense();
@@ -104,7 +114,7 @@ TEST_CASE("gpu forward over a ragged cache from the host decodes like the CPU an
     const auto a = cpu.prefill(host, question, LogitsMode::Last);
     const auto b = gpu.prefill(dev, question, LogitsMode::Last);
     CHECK(test::rel_error(b, a) < 2e-2);
-    CHECK(argmax(b) == argmax(a));
+    CHECK(same_pick(a, b));
     CHECK(dev.logical_length() == 309);
     host.reset();
     dev.reset();
