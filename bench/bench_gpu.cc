@@ -214,16 +214,24 @@ void load_to_gpu(const ModelConfig& c, uint32_t T, const std::string& dir) {
   format::write_cache_file(fc, path, wo);
   const double mb = std::filesystem::file_size(path) / 1e6;
   fc = {};
+  gpu::synchronize();
   auto t = Clock::now();
+  {
+    format::CacheReader reader = format::CacheReader::open(path);
+    GpuCache g = loader::gpu_cache_from_reader(reader, 16);
+  }
+  const double direct_s = secs(t);
+  t = Clock::now();
   format::CacheReader reader = format::CacheReader::open(path);
   RaggedKvCache host = loader::cache_from_reader(reader, 16);
   const double host_s = secs(t);
   GpuCache g = GpuCache::from_ragged(host, 16);
-  const double total_s = secs(t);
+  const double via_host_s = secs(t);
   report(".kvz file size (MB)", mb, "%.0f");
-  report(".kvz -> GPU memory (s)", total_s, "%.3f");
+  report(".kvz -> GPU memory, direct (s)", direct_s, "%.3f");
+  report("  effective load rate (GB/s)", mb / 1e3 / direct_s, "%.2f");
+  report(".kvz -> host cache -> GPU (s)", via_host_s, "%.3f");
   report("  of which file -> host ragged cache (s)", host_s, "%.3f");
-  report("  effective load rate (GB/s)", mb / 1e3 / total_s, "%.2f");
   std::filesystem::remove(path);
 }
 

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "kernels/gpu.h"
 
 namespace kvzip::loader {
 namespace {
@@ -136,6 +137,53 @@ format::CacheContents make_contents(const Model& model, const RaggedKvCache& cac
   c.layers = layers_from_cache(cache, kept_scores);
   c.has_scores = !kept_scores.empty();
   return c;
+}
+
+GpuCache gpu_cache_from_reader(const format::CacheReader& reader, uint32_t room, void* stream) {
+  const format::CacheHeader& h = reader.header();
+  const auto kept = kept_counts(h, [&](uint32_t l) { return reader.head_rows(l); });
+  GpuCache cache = GpuCache::with_layout(shape_of(h), static_cast<uint32_t>(h.logical_length()),
+                                         kept, room);
+  const size_t D = h.head_dim;
+  uint64_t most = 0;
+  for (uint32_t l = 0; l < h.n_layers; ++l) most = std::max<uint64_t>(most, reader.layer_rows(l));
+  const size_t half = 2 * most * D;  // floats per staging buffer: K then V
+  float* stage = static_cast<float*>(gpu::malloc_pinned(2 * half * sizeof(float)));
+  void* done[2] = {nullptr, nullptr};
+  auto release = [&] {
+    gpu::destroy_event(done[0]);
+    gpu::destroy_event(done[1]);
+    gpu::free_pinned(stage);
+  };
+  try {
+    done[0] = gpu::create_event();
+    done[1] = gpu::create_event();
+    for (uint32_t l = 0; l < h.n_layers; ++l) {
+      const int b = l % 2;
+      if (l >= 2) gpu::wait_event(done[b]);  // layer l - 2's copies have left this buffer
+      const size_t n = size_t(reader.layer_rows(l)) * D;
+      float* k = stage + b * half;
+      float* v = k + most * D;
+      if (auto view = reader.kv_view(l)) {  // raw f32: from the mapping into pinned memory
+        std::copy_n(view->k.data(), n, k);
+        std::copy_n(view->v.data(), n, v);
+      } else {
+        reader.read_kv(l, std::span<float>(k, n), std::span<float>(v, n));
+      }
+      cache.upload_layer(l, k, v, reader.positions(l).data(), stream);
+      gpu::record_event(done[b], stream);
+    }
+    gpu::synchronize(stream);
+  } catch (...) {
+    try {
+      gpu::synchronize(stream);  // no copy may still read the staging memory freed below
+    } catch (...) {
+    }
+    release();
+    throw;
+  }
+  release();
+  return cache;
 }
 
 RaggedKvCache cache_from_reader(const format::CacheReader& reader, uint32_t room) {

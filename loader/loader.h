@@ -50,6 +50,14 @@ format::CacheContents make_contents(const Model& model, const RaggedKvCache& cac
 RaggedKvCache cache_from_reader(const format::CacheReader& reader, uint32_t room = 512);
 RaggedKvCache cache_from_contents(const format::CacheContents& contents, uint32_t room = 512);
 
+// The cache a file describes, straight into device memory with `room` rows of append room per
+// head (no host cache is built): per layer the K/V are decoded (zstd, f16/bf16 -> f32) or copied
+// from the mapping into one of two pinned staging buffers while the previous layer's
+// asynchronous copies drain the other, so decoding overlaps the transfers. Errc::unsupported
+// without a CUDA build or device.
+GpuCache gpu_cache_from_reader(const format::CacheReader& reader, uint32_t room = 512,
+                               void* stream = nullptr);
+
 // The query template stored in the header (parameter "query_template"), or the default.
 std::string query_template(const format::CacheHeader& header);
 // Token ids that follow the document for `question`: tail text (no special tokens parsed) then

@@ -102,6 +102,49 @@ GpuCache GpuCache::from_ragged(const RaggedKvCache& host, uint32_t room, void* s
   return c;
 }
 
+GpuCache GpuCache::with_layout(CacheShape shape, uint32_t logical_length,
+                               const std::vector<uint32_t>& kept, uint32_t room) {
+  if (shape.n_layers == 0 || shape.n_kv_heads == 0 || shape.head_dim == 0)
+    throw Error(Errc::invalid_argument, "GpuCache: every dimension must be > 0");
+  if (shape.n_kv_heads > kMaxKvHeads)
+    throw Error(Errc::unsupported, "GpuCache: " + std::to_string(shape.n_kv_heads) +
+                                       " KV heads, the CUDA kernels take at most " +
+                                       std::to_string(kMaxKvHeads));
+  if (kept.size() != size_t(shape.n_layers) * shape.n_kv_heads)
+    throw Error(Errc::invalid_argument, "GpuCache::with_layout: " + std::to_string(kept.size()) +
+                                            " row counts for L·Hkv heads");
+  for (uint32_t n : kept)
+    if (n > logical_length)
+      throw Error(Errc::invalid_argument, "GpuCache::with_layout: a head keeps " +
+                                              std::to_string(n) + " rows of a sequence of " +
+                                              std::to_string(logical_length));
+  GpuCache c;
+  c.shape_ = shape;
+  c.length_ = c.base_length_ = logical_length;
+  c.kept_ = kept;
+  c.len_ = kept;
+  c.offset_.assign(kept.size(), 0);
+  c.k_.resize(shape.n_layers);
+  c.v_.resize(shape.n_layers);
+  c.pos_.resize(shape.n_layers);
+  c.relayout(std::max<uint32_t>(room, 1), nullptr);
+  return c;
+}
+
+void GpuCache::upload_layer(uint32_t layer, const float* k, const float* v,
+                            const uint32_t* positions, void* stream) {
+  KVZIP_ASSERT(layer < shape_.n_layers);
+  const size_t D = shape_.head_dim;
+  size_t row = 0;  // first row of head h in the head-major host arrays
+  for (uint32_t h = 0; h < shape_.n_kv_heads; ++h) {
+    const size_t i = idx(layer, h), n = kept_[i];
+    gpu::copy_to_device(k_[layer].data() + offset_[i] * D, k + row * D, n * D * sizeof(float), stream);
+    gpu::copy_to_device(v_[layer].data() + offset_[i] * D, v + row * D, n * D * sizeof(float), stream);
+    std::copy_n(positions + row, n, pos_[layer].data() + offset_[i]);
+    row += n;
+  }
+}
+
 GpuCache GpuCache::random(CacheShape shape, uint32_t logical_length,
                           const std::vector<uint32_t>& kept, uint32_t room, uint64_t seed) {
   GpuCache c;

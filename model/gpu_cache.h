@@ -24,6 +24,16 @@ class GpuCache {
   // l + 1 on the host overlaps the asynchronous copy of layer l (one K and one V copy per layer,
   // on `stream`); returns once every copy has finished.
   static GpuCache from_ragged(const RaggedKvCache& host, uint32_t room, void* stream = nullptr);
+  // The device layout of a compressed state (kept[l · Hkv + h] rows per head at logical length
+  // `logical_length`, `room` rows of append room) with nothing copied yet: fill every layer with
+  // upload_layer before use (loaders that decode a file layer by layer, loader/loader.h).
+  static GpuCache with_layout(CacheShape shape, uint32_t logical_length,
+                              const std::vector<uint32_t>& kept, uint32_t room);
+  // Layer `layer`'s kept rows from head-major host arrays k, v (R_l, D) and positions (R_l), as a
+  // .kvz stores them: one asynchronous copy per head for K and V on `stream` (the host arrays must
+  // stay untouched until the stream has passed this point; pinned memory makes the copy async).
+  void upload_layer(uint32_t layer, const float* k, const float* v, const uint32_t* positions,
+                    void* stream);
   // A compressed state with kept[l · Hkv + h] rows per head at logical length `logical_length`,
   // K/V uniform in [-1, 1) drawn on the device (benchmarks: speed does not depend on values).
   static GpuCache random(CacheShape shape, uint32_t logical_length,

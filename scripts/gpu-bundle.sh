@@ -4,9 +4,9 @@
 # 64 MiB transfer each:
 #   .gpu/bundle.tar.xz   bin/{kvzip_tests,bench_gpu,gpu_e2e,kvzip} (CUDA build, sm_80 + sm_90, no
 #                        -march=native) and lib/ (the shared libraries they load beyond glibc,
-#                        libstdc++ and the CUDA toolkit's own); about 5 MB
-#   .gpu/model.part00, .gpu/model.part01, .gpu/model.sha256   the default model in two pieces
-#                        (48 MiB at most each), joined and verified by gpu-check.sh
+#                        libstdc++ and the CUDA toolkit's own); about 14 MB
+#   .gpu/model.part00 (40 MiB), .gpu/model.part01 (the rest), .gpu/model.sha256: the default model
+#                        in two pieces, joined and verified by gpu-check.sh
 # Usage: scripts/gpu-bundle.sh [BUILD_DIR=build-cuda] [MODEL=$KVZIP_MODEL]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +30,9 @@ done
 tar -C "$stage" -cJf .gpu/bundle.tar.xz bin lib
 if [[ -n "$model" && -f "$model" ]]; then
   rm -f .gpu/model.part*
-  split -b 48M -d "$model" .gpu/model.part
+  # 40 MiB first (it travels with the ~14 MB bundle), the rest second: each call stays < 64 MiB.
+  head -c 41943040 "$model" >.gpu/model.part00
+  tail -c +41943041 "$model" >.gpu/model.part01
   (cd "$(dirname "$model")" && sha256sum "$(basename "$model")") | awk '{print $1}' >.gpu/model.sha256
 fi
 ls -la .gpu

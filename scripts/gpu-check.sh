@@ -41,8 +41,11 @@ if [[ -x .gpu/bin/kvzip_tests ]]; then
   cublas_dir=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(os.path.dirname(nvidia.cublas.__file__), "lib"))' 2>/dev/null || true)
   export LD_LIBRARY_PATH="$PWD/.gpu/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${cublas_dir}:${LD_LIBRARY_PATH:-}"
   tests=.gpu/bin/kvzip_tests bench=.gpu/bin/bench_gpu e2e=.gpu/bin/gpu_e2e
-  ldd .gpu/bin/* >>"$out/device.txt" 2>&1
-  if grep -q "not found" "$out/device.txt"; then row "libraries" "MISSING: $(grep 'not found' "$out/device.txt" | sort -u | tr -s ' \t\n' ' ')"; fi
+  ldd .gpu/bin/* >/tmp/kvzip-ldd.txt 2>&1
+  cat /tmp/kvzip-ldd.txt >>"$out/device.txt"
+  if grep -q "=> not found" /tmp/kvzip-ldd.txt; then
+    row "libraries" "MISSING: $(grep '=> not found' /tmp/kvzip-ldd.txt | awk '{print $1}' | sort -u | tr '\n' ' ')"
+  fi
   row "build" "prebuilt (.gpu/bundle.tar.xz)"
 else
   bdir=build-gpu
@@ -92,10 +95,11 @@ else
   step_result "bench_gpu" $? "$out/bench_gpu.log"
   run_e2e
   # ---- memory and race checking ---------------------------------------------------------------
-  if command -v compute-sanitizer >/dev/null 2>&1; then
-    timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 "$tests" "[cuda]" >"$out/sanitizer.log" 2>&1
+  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)
+  if [[ -n "$sanitizer" ]]; then
+    timeout 100 "$sanitizer" --tool memcheck --error-exitcode 9 "$tests" "[cuda]" >"$out/sanitizer.log" 2>&1
     step_result "compute-sanitizer memcheck [cuda]" $? "$out/sanitizer.log"
-    timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 "$tests" "[cuda]" \
+    timeout 120 "$sanitizer" --tool racecheck --error-exitcode 9 "$tests" "[cuda]" \
       >>"$out/sanitizer.log" 2>&1
     step_result "compute-sanitizer racecheck [cuda]" $? "$out/sanitizer.log"
   else
