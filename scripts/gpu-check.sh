@@ -7,10 +7,11 @@
 # .gpu/model.sha256, else models/*.gguf; without a complete one that step is skipped, saying why.
 # Steps, each under a timeout so one call stays within 8 minutes: [cuda] parity tests; bench_gpu
 # (synthetic Llama-3-8B shapes); gpu_e2e (CPU vs GPU answers and KVzip rankings on the real
-# model); compute-sanitizer memcheck and racecheck over the [cuda] tests (when the tool exists). --only e2e runs the end-to-end step alone (a second call
-# that brings the model's other half). Logs and CSVs go to OUT_DIR; a short table is printed
-# last. At most 7 files are written (device.txt, tests_cuda.log, bench_gpu.log, bench_gpu.csv,
-# gpu_e2e.log, gpu_e2e_answers.txt, sanitizer.log). Exit status 0 when every step that ran passed.
+# model); compute-sanitizer memcheck and racecheck over the [cuda] tests (when the tool exists).
+# --only e2e runs the end-to-end step alone (a second call that brings the model's other half).
+# Logs and CSVs go to OUT_DIR, at most 7 files (device.txt, tests_cuda.log, bench_gpu.log,
+# bench_gpu.csv, gpu_e2e.log, gpu_e2e_answers.txt, sanitizer.log); a short table is printed last.
+# Exit status 0 when every step that ran passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 only=""
