@@ -22,7 +22,8 @@ cp "$bdir/tests/kvzip_tests" "$bdir/bench_gpu" "$bdir/gpu_e2e" "$bdir/kvzip" "$s
 strip "$stage"/bin/*
 ldd "$stage"/bin/* | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
-    libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libstdc++.so*|libgcc_s.so*) ;;
+    libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libresolv.so*|ld-linux*) ;;  # glibc: the host's
+    libstdc++.so*|libgcc_s.so*) ;;
     libcuda.so*|libcudart.so*|libcublas.so*|libcublasLt.so*) ;;
     *) cp -L "$lib" "$stage/lib/" ;;
   esac

@@ -48,6 +48,10 @@ if [[ -x .gpu/bin/kvzip_tests ]]; then
     row "libraries" "MISSING: $(grep '=> not found' /tmp/kvzip-ldd.txt | awk '{print $1}' | sort -u | tr '\n' ' ')"
   fi
   row "build" "prebuilt (.gpu/bundle.tar.xz)"
+elif [[ "$only" == "e2e" ]]; then
+  row "gpu_e2e" "FAILED: no .gpu/bin here (a fresh machine?): run the full check with the bundle first"
+  printf '%s\n' "${rows[@]}"
+  exit 1
 else
   bdir=build-gpu
   t0=$(date +%s)
