@@ -40,7 +40,7 @@ if [[ -f .gpu/bundle.tar.xz && ( ! -x .gpu/bin/kvzip_tests || .gpu/bundle.tar.xz
 fi
 if [[ -x .gpu/bin/kvzip_tests ]]; then
   cublas_dir=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(os.path.dirname(nvidia.cublas.__file__), "lib"))' 2>/dev/null || true)
-  export LD_LIBRARY_PATH="$PWD/.gpu/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${cublas_dir}:${LD_LIBRARY_PATH:-}"
+  export LD_LIBRARY_PATH="$PWD/.gpu/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${cublas_dir}:${LD_LIBRARY_PATH:-}:/usr/local/nvidia/lib64:/usr/local/nvidia/lib"
   tests=.gpu/bin/kvzip_tests bench=.gpu/bin/bench_gpu e2e=.gpu/bin/gpu_e2e
   ldd .gpu/bin/* >/tmp/kvzip-ldd.txt 2>&1
   cat /tmp/kvzip-ldd.txt >>"$out/device.txt"
