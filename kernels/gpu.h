@@ -71,11 +71,13 @@ class GpuBuffer {
   size_t size() const { return n_; }
   size_t bytes() const { return n_ * sizeof(T); }
 
-  // Synchronous helpers for tests and setup code.
+  // Synchronous helpers for tests and setup code: the data is on the device when they return,
+  // whatever stream later work runs on (a pageable copy alone only guarantees the host side).
   void upload(const std::vector<T>& h) { upload(h.data(), h.size()); }
   void upload(const T* h, size_t n) {
     check_size(n);
     copy_to_device(p_, h, n * sizeof(T));
+    synchronize(nullptr);
   }
   std::vector<T> download() const {
     std::vector<T> h(n_);
