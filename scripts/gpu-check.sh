@@ -91,7 +91,7 @@ if [[ "$only" == "e2e" ]]; then
   run_e2e
 else
   # ---- parity tests ---------------------------------------------------------------------------
-  timeout 180 "$tests" "[cuda]" -d yes >"$out/tests_cuda.log" 2>&1
+  timeout 180 "$tests" "[cuda]" -d yes --rng-seed time >"$out/tests_cuda.log" 2>&1  # fresh inputs
   step_result "[cuda] parity tests" $? "$out/tests_cuda.log"
   row "  summary" "$(grep -E 'test cases|All tests passed' "$out/tests_cuda.log" | tail -1)"
   if grep -q "skipped" "$out/tests_cuda.log"; then row "  WARNING" "tests reported 'skipped': no device seen"; status=1; fi

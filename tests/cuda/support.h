@@ -1,5 +1,5 @@
 // Test support for the [cuda] tests: whether a device is there (else a WARN says why the test is
-// skipped — Catch2 v2 has no SKIP), and host<->device helpers over kernels/gpu.h.
+// skipped — Catch2 v2 has no SKIP), seeds, and host<->device helpers over kernels/gpu.h.
 #pragma once
 #include <catch2/catch.hpp>
 
@@ -31,6 +31,10 @@ gpu::GpuBuffer<T> to_gpu(const std::vector<T>& h) {
   b.upload(h);
   return b;
 }
+
+// Seeds for the random inputs: `salt` mixed with Catch's --rng-seed (0 by default, so plain runs
+// are reproducible; gpu-check passes --rng-seed time for fresh inputs, and Catch prints the seed).
+inline uint64_t seed(uint64_t salt) { return uint64_t(Catch::rngSeed()) * 1000003ull + salt; }
 
 // A device buffer of n floats filled with NaN, so an element a kernel forgets to write fails.
 inline gpu::GpuBuffer<float> poisoned(size_t n) { return to_gpu(std::vector<float>(n, NAN)); }

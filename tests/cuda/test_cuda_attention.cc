@@ -32,7 +32,8 @@ struct Case {
 };
 
 // Runs the CUDA path and the CPU kernel on the same random inputs; returns the relative error.
-double gpu_attention_error(const Case& c, Path path, uint64_t seed) {
+double gpu_attention_error(const Case& c, Path path, uint64_t salt) {
+  const uint64_t seed = test::seed(salt);
   auto q = test::random_vector(size_t(c.T) * c.Hq * c.D, seed, -2, 2);
   std::vector<std::vector<float>> k(c.Hkv), v(c.Hkv);
   std::vector<gpu::GpuBuffer<float>> dk, dv;
@@ -121,7 +122,8 @@ struct ScoreCase {
 
 // KVzip-shaped key axes: [prefix ; chunk ; R_t (causal)] in one dense per-head key array of
 // n_p + doc + causal_base + T rows, the chunk at row n_p + chunk_at.
-double gpu_score_error(const ScoreCase& c, uint64_t seed) {
+double gpu_score_error(const ScoreCase& c, uint64_t salt) {
+  const uint64_t seed = test::seed(salt);
   const uint32_t doc = c.m + 40, chunk_at = 20, rows = c.n_p + doc + c.causal_base + c.T;
   const uint32_t r0 = c.n_p + doc;
   auto q = test::random_vector(size_t(c.T) * c.Hq * c.D, seed, -2, 2);

@@ -44,8 +44,8 @@ std::vector<float> widen(const std::vector<uint16_t>& b) {
 TEST_CASE("cuda rms_norm matches the CPU kernel, in place and into bf16", "[cuda]") {
   if (!gpu_ready()) return;
   const uint32_t T = 37, E = 576;  // SmolLM2's width; not a multiple of the block
-  auto x = test::random_vector(size_t(T) * E, 101, -3, 3);
-  auto w = test::random_vector(E, 102, 0.5f, 1.5f);
+  auto x = test::random_vector(size_t(T) * E, test::seed(101), -3, 3);
+  auto w = test::random_vector(E, test::seed(102), 0.5f, 1.5f);
   std::vector<float> want(x.size());
   rms_norm(Exec{}, RmsNormArgs{x.data(), w.data(), want.data(), T, E, 1e-5f});
   auto dx = to_gpu(x), dw = to_gpu(w);
@@ -65,7 +65,7 @@ TEST_CASE("cuda rope matches the CPU kernel for queries and keys", "[cuda]") {
   for (uint32_t t = 0; t < T; ++t) pos[t] = 3000 + 7 * t;  // large angles
   RopeTable table;
   build_rope_table(rope_inv_freq(D, 10000.0f, RopeScaling{}), pos.data(), T, &table);
-  auto x = test::random_vector(size_t(T) * H * D, 103, -2, 2);
+  auto x = test::random_vector(size_t(T) * H * D, test::seed(103), -2, 2);
   auto want = x;
   rope(Exec{}, RopeArgs{want.data(), table.cos.data(), table.sin.data(), T, H, D});
   auto dx = to_gpu(x), dc = to_gpu(table.cos), ds = to_gpu(table.sin);
@@ -76,8 +76,8 @@ TEST_CASE("cuda rope matches the CPU kernel for queries and keys", "[cuda]") {
 TEST_CASE("cuda swiglu matches the CPU kernel over a wide input range", "[cuda]") {
   if (!gpu_ready()) return;
   const size_t n = 100000 + 3;
-  auto g = test::random_vector(n, 104, -30, 30);
-  auto u = test::random_vector(n, 105, -2, 2);
+  auto g = test::random_vector(n, test::seed(104), -30, 30);
+  auto u = test::random_vector(n, test::seed(105), -2, 2);
   std::vector<float> want(n);
   swiglu(Exec{}, SwigluArgs{g.data(), u.data(), want.data(), n});
   auto dg = to_gpu(g), du = to_gpu(u);
@@ -92,8 +92,10 @@ TEST_CASE("cuda swiglu matches the CPU kernel over a wide input range", "[cuda]"
 TEST_CASE("cuda kv_append writes each head's rows where the CPU append does", "[cuda]") {
   if (!gpu_ready()) return;
   const uint32_t T = 5, Hkv = 3, D = 64, rows = 200;
-  auto kn = test::random_vector(size_t(T) * Hkv * D, 106), vn = test::random_vector(size_t(T) * Hkv * D, 107);
-  auto k0 = test::random_vector(size_t(rows) * D, 108), v0 = test::random_vector(size_t(rows) * D, 109);
+  auto kn = test::random_vector(size_t(T) * Hkv * D, test::seed(106));
+  auto vn = test::random_vector(size_t(T) * Hkv * D, test::seed(107));
+  auto k0 = test::random_vector(size_t(rows) * D, test::seed(108));
+  auto v0 = test::random_vector(size_t(rows) * D, test::seed(109));
   const uint64_t dst[3] = {17, 90, 150};  // ragged: each head's append room starts elsewhere
   auto k = k0, v = v0;
   kv_append(Exec{}, KvAppendArgs{kn.data(), vn.data(), k.data(), v.data(), dst, T, Hkv, D});
@@ -107,9 +109,9 @@ TEST_CASE("cuda bf16 GEMM matches the fp32 reference on bf16-rounded inputs", "[
   if (!gpu_ready()) return;
   for (uint32_t T : {1u, 7u, 130u}) {
     const uint32_t in = 576, out = 192 + 3;
-    auto x = bf16_round(test::random_vector(size_t(T) * in, 110 + T, -2, 2));
-    auto w = bf16_round(test::random_vector(size_t(out) * in, 111, -0.05f, 0.05f));
-    auto b = test::random_vector(out, 112, -0.1f, 0.1f);
+    auto x = bf16_round(test::random_vector(size_t(T) * in, test::seed(110 + T), -2, 2));
+    auto w = bf16_round(test::random_vector(size_t(out) * in, test::seed(111), -0.05f, 0.05f));
+    auto b = test::random_vector(out, test::seed(112), -0.1f, 0.1f);
     std::vector<float> want(size_t(T) * out);
     ref::gemm(x.data(), w.data(), b.data(), want.data(), T, in, out);
     auto dx = to_gpu(gpu::to_bf16(x.data(), x.size())), dw = to_gpu(gpu::to_bf16(w.data(), w.size()));
@@ -124,7 +126,7 @@ TEST_CASE("cuda bf16 GEMM matches the fp32 reference on bf16-rounded inputs", "[
 TEST_CASE("cuda forward helpers: bf16 cast, residual add, embedding gather", "[cuda]") {
   if (!gpu_ready()) return;
   const uint32_t V = 50, E = 96, T = 6;
-  auto table = bf16_round(test::random_vector(size_t(V) * E, 113));
+  auto table = bf16_round(test::random_vector(size_t(V) * E, test::seed(113)));
   const std::vector<int32_t> tokens = {3, 49, 0, 3, 17, 25};
   auto dtable = to_gpu(gpu::to_bf16(table.data(), table.size()));
   auto dtok = to_gpu(tokens);
@@ -134,7 +136,7 @@ TEST_CASE("cuda forward helpers: bf16 cast, residual add, embedding gather", "[c
   for (uint32_t t = 0; t < T; ++t)
     for (uint32_t e = 0; e < E; ++e) REQUIRE(x[size_t(t) * E + e] == table[size_t(tokens[t]) * E + e]);
 
-  auto y = test::random_vector(x.size(), 114);
+  auto y = test::random_vector(x.size(), test::seed(114));
   auto dy = to_gpu(y);
   cuda::add_in_place(dx.data(), dy.data(), x.size(), nullptr);
   auto sum = dx.download();

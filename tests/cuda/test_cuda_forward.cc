@@ -67,7 +67,7 @@ std::vector<int32_t> tokens(size_t n, uint64_t seed) {
 
 TEST_CASE("gpu forward prefill and decode match the CPU forward on bf16 weights", "[cuda]") {
   if (!gpu_ready()) return;
-  const Weights w = bf16_weights(test::random_weights(gpu_test_config(), 7));
+  const Weights w = bf16_weights(test::random_weights(gpu_test_config(), test::seed(7)));
   Forward cpu(w, ForwardOptions{});
   GpuForwardOptions go;
   go.chunk = 50;  // several chunks
@@ -98,7 +98,7 @@ TEST_CASE("gpu forward prefill and decode match the CPU forward on bf16 weights"
 TEST_CASE("gpu forward over a ragged cache from the host decodes like the CPU and rolls back",
           "[cuda]") {
   if (!gpu_ready()) return;
-  const Weights w = bf16_weights(test::random_weights(gpu_test_config(), 8));
+  const Weights w = bf16_weights(test::random_weights(gpu_test_config(), test::seed(8)));
   Forward cpu(w, ForwardOptions{});
   GpuForward gpu(w);
   KvCache dense(w.config, 300);
@@ -126,7 +126,7 @@ TEST_CASE("gpu forward over a ragged cache from the host decodes like the CPU an
 
 TEST_CASE("gpu KVzip scores rank document rows like the CPU scorer", "[cuda]") {
   if (!gpu_ready()) return;
-  const Weights w = bf16_weights(test::random_weights(gpu_test_config(), 9));
+  const Weights w = bf16_weights(test::random_weights(gpu_test_config(), test::seed(9)));
   Forward cpu(w, ForwardOptions{});
   GpuForward gpu(w);
   const auto prefix = tokens(7, 4), doc = tokens(150, 5);
