@@ -16,6 +16,7 @@
 #include "compress/head_level.h"
 #include "format/format.h"
 #include "format/head_scores.h"
+#include "kernels/device.h"
 #include "loader/loader.h"
 
 namespace kvzip::cli {
@@ -25,6 +26,7 @@ struct CompressOpts {
   std::string doc, model, out, method = "kvzip", level = "global", system, dtype = "f32";
   std::string query_template = loader::kDefaultQueryTemplate;
   std::string head_scores;  // --level head: the file of `kvzip calibrate`
+  std::string device = "cpu";
   double ratio = 0.3;
   bool ratio_given = false;  // --level head defaults to 0.6 (methods §1 step 9)
   uint32_t chunk = 2000, threads = 0, seed = 0, head_window = 0;
@@ -81,6 +83,10 @@ void run_compress(const CompressOpts& o) {
   // Everything that can be checked without the model comes first.
   check_ratio(o.ratio);
   const bool head = head_level(o);
+  const Device device = parse_device(o.device.c_str());
+  if (head && device == Device::Cuda)
+    throw Error(Errc::unsupported, "compress: --level head runs on the CPU only (it has no scoring "
+                                   "pass to speed up); drop --device cuda");
   CompressOptions co;
   co.method = o.method;
   co.ratio = o.ratio;
@@ -116,12 +122,18 @@ void run_compress(const CompressOpts& o) {
   ProgressBar bar(pb);
   co.prefill.progress = bar.callback();
 
-  ForwardOptions fo;
-  fo.threads = o.threads;
-  Forward fwd(model->weights(), fo);
   const auto t0 = std::chrono::steady_clock::now();
-  CompressResult r = head ? compress_heads(o, *model, fwd, hs, d, co.prefill.progress)
-                          : compress(fwd, d.prefix, d.document, co);
+  CompressResult r = [&] {
+    if (device == Device::Cuda) {
+      GpuForward gpu(model->weights());
+      return compress_gpu(gpu, d.prefix, d.document, co);
+    }
+    ForwardOptions fo;
+    fo.threads = o.threads;
+    Forward fwd(model->weights(), fo);
+    return head ? compress_heads(o, *model, fwd, hs, d, co.prefill.progress)
+                : compress(fwd, d.prefix, d.document, co);
+  }();
   bar.finish();
   d.method = r.method;
   d.params = r.params;
@@ -186,6 +198,8 @@ void add_compress_commands(CLI::App& app) {
   c->add_option("--zstd", o->zstd, "zstd level per section, 0 = off")->capture_default_str();
   c->add_option("--seed", o->seed, "Seed of --method random");
   c->add_option("-t,--threads", o->threads, "Threads (0 = all cores)");
+  c->add_option("--device", o->device, "cpu | cuda (cuda: prefill and kvzip scoring on the GPU)")
+      ->capture_default_str();
   c->add_flag("-q,--quiet", o->quiet, "No progress bar or summary");
   c->add_flag("-f,--force", o->force, "Replace an existing output file");
   c->callback([o] { run_compress(*o); });

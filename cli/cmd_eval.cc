@@ -22,6 +22,7 @@ struct EvalOpts {
   std::string squad, doc = "article", model, csv, plot, answers, level = "global", system;
   std::string query_template = loader::kDefaultQueryTemplate;
   std::string head_scores;  // kvzip-head: the file of `kvzip calibrate`
+  std::string device = "cpu";
   std::vector<std::string> methods = {"kvzip", "snapkv", "h2o", "streaming", "random"};
   std::vector<double> ratios = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0};
   uint64_t max_questions = 0, seed = 0;
@@ -59,6 +60,11 @@ PrefillProgressFn progress_bars(bool quiet) {
 }
 
 void run(const EvalOpts& o) {
+  if (parse_device(o.device.c_str()) == Device::Cuda)
+    throw Error(Errc::unsupported,
+                "eval --device cuda: the evaluation's batched draft answering runs on the CPU in this "
+                "version; compress on the GPU with `kvzip compress --device cuda` and answer with "
+                "`kvzip query --device cuda`, or run eval with --device cpu");
   eval::EvalOptions eo;
   eo.methods = o.methods;
   eo.ratios = o.ratios;
@@ -153,6 +159,7 @@ void add_eval_commands(CLI::App& app) {
   c->add_flag("--force-model", o->force_model,
               "kvzip-head: use head scores calibrated on another model (same L and Hkv)");
   c->add_option("-t,--threads", o->threads, "Threads (0 = all cores)");
+  c->add_option("--device", o->device, "cpu | cuda")->capture_default_str();
   c->add_flag("--exact-decode", o->exact,
               "Decode every answer token one at a time as `kvzip query` does (slower; by default "
               "the full-cache answer is verified in one batched pass)");

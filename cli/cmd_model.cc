@@ -11,6 +11,8 @@
 #include "cli/rkv_options.h"
 #include "common/error.h"
 #include "model/ragged_cache.h"
+#include "kernels/device.h"
+#include "model/gpu_forward.h"
 
 namespace kvzip::cli {
 namespace {
@@ -18,6 +20,7 @@ namespace {
 struct GenerateOpts {
   std::string model, prompt, file, system;
   uint32_t n = 128, threads = 0, top_k = 0;
+  std::string device = "cpu";
   float temp = 0.0f, top_p = 1.0f;
   uint64_t seed = 0;
   bool chat = false, stats = false;
@@ -30,6 +33,7 @@ void run_generate(const GenerateOpts& o) {
   const std::optional<RkvParams> rkv = rkv_params(o.rkv);  // bad options fail before loading
   const std::string text = o.file.empty() ? o.prompt : read_text(o.file, "prompt file");
   if (o.file.empty()) check_text(text, "the prompt");
+  const Device device = parse_device(o.device.c_str());
   auto model = load_model(o.model, o.threads);
   std::vector<int32_t> prompt;
   if (o.chat) {
@@ -40,19 +44,8 @@ void run_generate(const GenerateOpts& o) {
     auto ids = model->tokenizer().encode(text, /*parse_special=*/false);
     prompt.insert(prompt.end(), ids.begin(), ids.end());
   }
-  ForwardOptions fo;
-  fo.threads = o.threads;
-  Forward fwd(model->weights(), fo);
   GenerateParams gp;
   gp.rkv = rkv;
-  const CacheShape shape = cache_shape(model->config());
-  std::unique_ptr<AttentionCache> cache;
-  if (gp.rkv)  // empty ragged cache: the bound holds from the first token, no dense copy
-    cache = std::make_unique<RaggedKvCache>(
-        shape, 0, std::vector<uint32_t>(size_t(shape.n_layers) * shape.n_kv_heads, 0),
-        static_cast<uint32_t>(prompt.size()) + gp.rkv->budget + gp.rkv->buffer);
-  else
-    cache = std::make_unique<KvCache>(shape, static_cast<uint32_t>(prompt.size()) + o.n);
   gp.max_tokens = o.n;
   gp.sampling = SamplingParams{o.temp, o.top_k, o.top_p, o.seed};
   gp.stop_tokens = model->chat().stop_tokens();
@@ -62,13 +55,33 @@ void run_generate(const GenerateOpts& o) {
   const auto t0 = std::chrono::steady_clock::now();
   auto t_first = t0;
   bool first = true;
-  GenerateResult r = generate(fwd, *cache, prompt, gp, [&](int32_t tok) {
+  auto on_token = [&](int32_t tok) {
     if (first) t_first = std::chrono::steady_clock::now(), first = false;
     const std::string piece = dec.push(tok);
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
     return true;
-  });
+  };
+  const uint32_t rows = static_cast<uint32_t>(prompt.size()) + o.n;
+  GenerateResult r = [&] {
+    if (device == Device::Cuda) {
+      GpuForward gpu(model->weights());
+      GpuCache cache(cache_shape(model->config()), rows);
+      return generate(gpu, cache, prompt, gp, on_token);
+    }
+    ForwardOptions fo;
+    fo.threads = o.threads;
+    Forward fwd(model->weights(), fo);
+    const CacheShape shape = cache_shape(model->config());
+    std::unique_ptr<AttentionCache> cache;
+    if (gp.rkv)  // empty ragged cache: the bound holds from the first token, no dense copy
+      cache = std::make_unique<RaggedKvCache>(
+          shape, 0, std::vector<uint32_t>(size_t(shape.n_layers) * shape.n_kv_heads, 0),
+          static_cast<uint32_t>(prompt.size()) + gp.rkv->budget + gp.rkv->buffer);
+    else
+      cache = std::make_unique<KvCache>(shape, rows);
+    return generate(fwd, *cache, prompt, gp, on_token);
+  }();
   const std::string tail = dec.finish();
   std::fwrite(tail.data(), 1, tail.size(), stdout);
   std::fputc('\n', stdout);
@@ -157,6 +170,7 @@ void add_model_commands(CLI::App& app) {
   gen->add_option("--top-p", g->top_p, "Nucleus sampling mass in (0, 1]")->capture_default_str();
   gen->add_option("--seed", g->seed, "Random seed for sampling")->capture_default_str();
   gen->add_option("-t,--threads", g->threads, "Threads (0 = all cores)");
+  gen->add_option("--device", g->device, "cpu | cuda")->capture_default_str();
   gen->add_flag("--stats", g->stats, "Print prefill and decode speed to stderr");
   add_rkv_options(gen, g->rkv);
   gen->callback([g] { run_generate(*g); });

@@ -16,7 +16,7 @@ namespace kvzip::cli {
 namespace {
 
 struct QueryOpts {
-  std::string cache, model, questions_file;
+  std::string cache, model, questions_file, device = "cpu";
   std::vector<std::string> questions;
   uint32_t n = 128, threads = 0;
   float temp = 0.0f;
@@ -57,6 +57,7 @@ std::vector<std::string> read_questions(const std::string& path) {
 loader::SessionOptions session_options(const QueryOpts& o) {
   loader::SessionOptions so;
   so.threads = o.threads;
+  so.device = parse_device(o.device.c_str());
   so.force = o.force;
   so.verify = o.verify ? format::Verify::Full : format::Verify::OnAccess;
   return so;
@@ -144,6 +145,8 @@ void add_common(CLI::App* c, QueryOpts& o) {
   c->add_option("--temp", o.temp, "Temperature; 0 = greedy")->capture_default_str();
   c->add_option("--seed", o.seed, "Random seed for sampling");
   c->add_option("-t,--threads", o.threads, "Threads (0 = all cores)");
+  c->add_option("--device", o.device, "cpu | cuda (cuda: the cache is loaded into GPU memory)")
+      ->capture_default_str();
   c->add_flag("--force", o.force, "Use a cache written by another model anyway");
   c->add_flag("--verify", o.verify, "Check every checksum of the file before answering");
   add_rkv_options(c, o.rkv);

@@ -16,6 +16,7 @@
 
 #include "model/chat_template.h"
 #include "model/forward.h"
+#include "model/gpu_forward.h"
 #include "model/kv_cache.h"
 #include "model/ragged_cache.h"
 #include "prefill/prefill.h"
@@ -229,5 +230,20 @@ struct CompressResult {
 // as in the authors' code.
 CompressResult compress(Forward& forward, std::span<const int32_t> prefix,
                         std::span<const int32_t> document, const CompressOptions& options);
+
+// ---- The pipeline on a CUDA device (compress/gpu_compress.cc) ------------------------------
+
+// KVzip scores (methods §1) computed on the device: `cache` is the dense GpuCache after
+// prefilling [prefix ; document] with `forward` (logical length n_prefix + document.size()); the
+// reconstruction passes run on the device and are rolled back. Same layout and meaning as the CPU
+// scorer's DocumentScores (kernels/attention_score.h computes the local-softmax max).
+DocumentScores kvzip_scores_gpu(GpuForward& forward, GpuCache& cache, uint32_t n_prefix,
+                                std::span<const int32_t> document, const ScorerOptions& options);
+
+// compress() with the prefill and the scoring on the device (methods "kvzip" and "full"; others
+// throw Errc::unsupported naming --device cpu); selection and eviction run on the host over the
+// dense cache copied back once. Errc::unsupported without a CUDA build or device.
+CompressResult compress_gpu(GpuForward& forward, std::span<const int32_t> prefix,
+                            std::span<const int32_t> document, const CompressOptions& options);
 
 }  // namespace kvzip

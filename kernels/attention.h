@@ -34,9 +34,30 @@ namespace cpu {
 void attention(ThreadPool* pool, const AttentionArgs& a);
 }
 
+// CUDA twins (kernels/cuda/attention.cu), fp32 in and out, fp32 accumulation, D in {64, 128}.
+// q, out and every span's k/v are device memory; `kv` itself is a HOST array of at most
+// kMaxKvHeads spans (passed to the kernel by value). Rows must start 16-byte aligned.
+inline constexpr uint32_t kMaxKvHeads = 32;
+namespace cuda {
+// Picks attention_decode when T·G <= kDecodeRows, else attention_prefill.
+void attention(const AttentionArgs& a, void* stream);
+// Flash-style: a block per (32 query tokens, query head) walks 32-key tiles with an online
+// softmax; no T×len matrix is formed.
+void attention_prefill(const AttentionArgs& a, void* stream);
+// Split along the rows (decode and short appends over a ragged cache): a block per (KV head,
+// 256-row split) serves every query row of the group, partial (max, sum, output) are combined by
+// a second kernel. Requires T·G <= kDecodeRows.
+inline constexpr uint32_t kDecodeRows = 16;
+inline constexpr uint32_t kDecodeSplit = 256;
+void attention_decode(const AttentionArgs& a, void* stream);
+}  // namespace cuda
+
 // Throws Errc::internal when the shapes are inconsistent (Hq not a multiple of Hkv, a span
 // shorter than T, null pointers): callers build these arguments, users never do.
 inline void attention(const Exec& ex, const AttentionArgs& a) {
+#if KVZIP_HAVE_CUDA
+  if (ex.device == Device::Cuda) return cuda::attention(a, ex.stream);
+#endif
   require_cpu(ex, "attention");
   cpu::attention(ex.pool, a);
 }

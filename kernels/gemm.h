@@ -26,6 +26,21 @@ void gemm(ThreadPool* pool, const GemmArgs& a);
 void gemv(ThreadPool* pool, const GemmArgs& a);  // the T == 1 path, any T accepted (row by row)
 }  // namespace cpu
 
+// The GPU GEMM: bf16 activations and weights (the weights are rounded once at load), fp32
+// accumulation and fp32 output, through cublasGemmEx (kernels/cuda/gemm.cc). Device pointers.
+struct GemmBf16Args {
+  const uint16_t* x = nullptr;  // (T, in) bf16
+  const uint16_t* w = nullptr;  // (out, in) bf16
+  const float* bias = nullptr;  // (out) or nullptr
+  float* y = nullptr;           // (T, out)
+  uint32_t T = 0;
+  uint32_t in = 0;
+  uint32_t out = 0;
+};
+namespace cuda {
+void gemm_bf16(const GemmBf16Args& a, void* stream);
+}
+
 inline void gemm(const Exec& ex, const GemmArgs& a) {
   require_cpu(ex, "gemm");
   cpu::gemm(ex.pool, a);

@@ -42,8 +42,14 @@ struct RopeArgs {
 namespace cpu {
 void rope(ThreadPool* pool, const RopeArgs& a);
 }
+namespace cuda {  // kernels/cuda/rope.cu; x, cos and sin are device memory
+void rope(const RopeArgs& a, void* stream);
+}
 
 inline void rope(const Exec& ex, const RopeArgs& a) {
+#if KVZIP_HAVE_CUDA
+  if (ex.device == Device::Cuda) return cuda::rope(a, ex.stream);
+#endif
   require_cpu(ex, "rope");
   cpu::rope(ex.pool, a);
 }

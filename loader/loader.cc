@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "common/error.h"
+#include "kernels/gpu.h"
 
 namespace kvzip::loader {
 namespace {
@@ -139,6 +140,53 @@ format::CacheContents make_contents(const Model& model, const RaggedKvCache& cac
   return c;
 }
 
+GpuCache gpu_cache_from_reader(const format::CacheReader& reader, uint32_t room, void* stream) {
+  const format::CacheHeader& h = reader.header();
+  const auto kept = kept_counts(h, [&](uint32_t l) { return reader.head_rows(l); });
+  GpuCache cache = GpuCache::with_layout(shape_of(h), static_cast<uint32_t>(h.logical_length()),
+                                         kept, room);
+  const size_t D = h.head_dim;
+  uint64_t most = 0;
+  for (uint32_t l = 0; l < h.n_layers; ++l) most = std::max<uint64_t>(most, reader.layer_rows(l));
+  const size_t half = 2 * most * D;  // floats per staging buffer: K then V
+  float* stage = static_cast<float*>(gpu::malloc_pinned(2 * half * sizeof(float)));
+  void* done[2] = {nullptr, nullptr};
+  auto release = [&] {
+    gpu::destroy_event(done[0]);
+    gpu::destroy_event(done[1]);
+    gpu::free_pinned(stage);
+  };
+  try {
+    done[0] = gpu::create_event();
+    done[1] = gpu::create_event();
+    for (uint32_t l = 0; l < h.n_layers; ++l) {
+      const int b = l % 2;
+      if (l >= 2) gpu::wait_event(done[b]);  // layer l - 2's copies have left this buffer
+      const size_t n = size_t(reader.layer_rows(l)) * D;
+      float* k = stage + b * half;
+      float* v = k + most * D;
+      if (auto view = reader.kv_view(l)) {  // raw f32: from the mapping into pinned memory
+        std::copy_n(view->k.data(), n, k);
+        std::copy_n(view->v.data(), n, v);
+      } else {
+        reader.read_kv(l, std::span<float>(k, n), std::span<float>(v, n));
+      }
+      cache.upload_layer(l, k, v, reader.positions(l).data(), stream);
+      gpu::record_event(done[b], stream);
+    }
+    gpu::synchronize(stream);
+  } catch (...) {
+    try {
+      gpu::synchronize(stream);  // no copy may still read the staging memory freed below
+    } catch (...) {
+    }
+    release();
+    throw;
+  }
+  release();
+  return cache;
+}
+
 RaggedKvCache cache_from_reader(const format::CacheReader& reader, uint32_t room) {
   const format::CacheHeader& h = reader.header();
   auto kept = kept_counts(h, [&](uint32_t l) { return reader.head_rows(l); });
@@ -208,7 +256,9 @@ QuerySession::QuerySession(const Model& model, Loaded loaded, const SessionOptio
       header_(std::move(loaded.header)),
       cache_(std::move(loaded.cache)),
       forward_(model.weights(), forward_options(o)),
-      load_ms_(loaded.ms) {}
+      load_ms_(loaded.ms) {
+  if (o.device == Device::Cuda) to_device(o);
+}
 
 QuerySession::QuerySession(const Model& model, RaggedKvCache cache, format::CacheHeader header,
                            const SessionOptions& o)
@@ -217,6 +267,14 @@ QuerySession::QuerySession(const Model& model, RaggedKvCache cache, format::Cach
       cache_(std::move(cache)),
       forward_(model.weights(), forward_options(o)) {
   format::check_shape(header_, model.config());
+  if (o.device == Device::Cuda) to_device(o);
+}
+
+void QuerySession::to_device(const SessionOptions& o) {
+  const auto t0 = Clock::now();
+  gpu_forward_ = std::make_unique<GpuForward>(model_.weights());
+  gpu_cache_ = std::make_unique<GpuCache>(GpuCache::from_ragged(cache_, o.room, gpu_forward_->stream()));
+  load_ms_ += ms_since(t0);
 }
 
 Answer QuerySession::ask(std::string_view question, const GenerateParams& params,
@@ -238,18 +296,22 @@ Answer QuerySession::ask(std::string_view question, const GenerateParams& params
   struct Reset {  // back to the compressed state however ask() ends
     RaggedKvCache& c;
     std::optional<RaggedKvCache>& saved;
+    GpuCache* g;
     ~Reset() {
       if (saved) c = std::move(*saved);
       else c.reset();
+      if (g) g->reset();
     }
-  } reset{cache_, snapshot};
-  GenerateResult r = generate(forward_, cache_, prompt, gp, [&](int32_t tok) {
+  } reset{cache_, snapshot, gpu_cache_.get()};
+  auto on_token = [&](int32_t tok) {
     if (first) a.first_token_ms = ms_since(t0), first = false;
     std::string piece = dec.push(tok);
     a.text += piece;
     if (on_text && !piece.empty()) on_text(piece);
     return true;
-  });
+  };
+  GenerateResult r = gpu_cache_ ? generate(*gpu_forward_, *gpu_cache_, prompt, gp, on_token)
+                                : generate(forward_, cache_, prompt, gp, on_token);
   std::string tail = dec.finish();
   a.text += tail;
   if (on_text && !tail.empty()) on_text(tail);

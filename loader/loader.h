@@ -7,11 +7,14 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "format/format.h"
+#include "kernels/device.h"
+#include "model/gpu_forward.h"
 #include "model/model.h"
 #include "model/ragged_cache.h"
 
@@ -47,6 +50,14 @@ format::CacheContents make_contents(const Model& model, const RaggedKvCache& cac
 RaggedKvCache cache_from_reader(const format::CacheReader& reader, uint32_t room = 512);
 RaggedKvCache cache_from_contents(const format::CacheContents& contents, uint32_t room = 512);
 
+// The cache a file describes, straight into device memory with `room` rows of append room per
+// head (no host cache is built): per layer the K/V are decoded (zstd, f16/bf16 -> f32) or copied
+// from the mapping into one of two pinned staging buffers while the previous layer's
+// asynchronous copies drain the other, so decoding overlaps the transfers. Errc::unsupported
+// without a CUDA build or device.
+GpuCache gpu_cache_from_reader(const format::CacheReader& reader, uint32_t room = 512,
+                               void* stream = nullptr);
+
 // The query template stored in the header (parameter "query_template"), or the default.
 std::string query_template(const format::CacheHeader& header);
 // Token ids that follow the document for `question`: tail text (no special tokens parsed) then
@@ -59,6 +70,9 @@ struct SessionOptions {
   bool force = false;    // accept a cache written by another model (fingerprint mismatch)
   format::Verify verify = format::Verify::OnAccess;
   uint32_t room = 512;   // append rows per head reserved up front
+  // Device::Cuda: the cache is copied to device memory once (GpuCache::from_ragged) and answers
+  // are decoded by GpuForward (bf16 weights); Errc::unsupported without a CUDA build or device.
+  Device device = Device::Cpu;
 };
 
 struct Answer {
@@ -91,16 +105,20 @@ class QuerySession {
   const format::CacheHeader& header() const { return header_; }
   const RaggedKvCache& cache() const { return cache_; }
   double load_ms() const { return load_ms_; }
+  Device device() const { return gpu_cache_ ? Device::Cuda : Device::Cpu; }
 
  private:
   struct Loaded;
   static Loaded open_file(const Model& model, const std::string& path, const SessionOptions& o);
   QuerySession(const Model& model, Loaded loaded, const SessionOptions& options);
+  void to_device(const SessionOptions& options);  // builds gpu_forward_ and gpu_cache_
 
   const Model& model_;
   format::CacheHeader header_;
   RaggedKvCache cache_;
   Forward forward_;
+  std::unique_ptr<GpuForward> gpu_forward_;  // set for Device::Cuda
+  std::unique_ptr<GpuCache> gpu_cache_;      // the compressed state in device memory
   double load_ms_ = 0.0;
 };
 

@@ -1,0 +1,80 @@
+// GpuCache: the KV cache in device memory, one type for the dense cache a GPU prefill builds and
+// the ragged cache a .kvz file holds (a dense cache is a ragged one with nothing kept and all
+// rows appended). Layout as RaggedKvCache: per layer one K and one V array (rows, D), head-major,
+// head (l, h) at rows [offset, offset + kept + room), rows in increasing original position; the
+// positions stay on the host (only rollback reads them). Appending and rolling back follow the
+// AttentionCache protocol (model/kv_cache.h): reserve_append(T), append(layer, ...) per layer,
+// commit_append(T); rollback(n) moves lengths only. No CUDA header is included from here.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "kernels/gpu.h"
+#include "model/kv_cache.h"
+#include "model/ragged_cache.h"
+
+namespace kvzip {
+
+class GpuCache {
+ public:
+  // An empty cache (logical length 0) with `room` rows per head before it first grows.
+  GpuCache(CacheShape shape, uint32_t room);
+  // The compressed state of `host` (kept rows, positions, logical length) in device memory, with
+  // `room` rows of append room per head: two pinned staging buffers alternate, so packing layer
+  // l + 1 on the host overlaps the asynchronous copy of layer l (one K and one V copy per layer,
+  // on `stream`); returns once every copy has finished.
+  static GpuCache from_ragged(const RaggedKvCache& host, uint32_t room, void* stream = nullptr);
+  // The device layout of a compressed state (kept[l · Hkv + h] rows per head at logical length
+  // `logical_length`, `room` rows of append room) with nothing copied yet: fill every layer with
+  // upload_layer before use (loaders that decode a file layer by layer, loader/loader.h).
+  static GpuCache with_layout(CacheShape shape, uint32_t logical_length,
+                              const std::vector<uint32_t>& kept, uint32_t room);
+  // Layer `layer`'s kept rows from head-major host arrays k, v (R_l, D) and positions (R_l), as a
+  // .kvz stores them: one asynchronous copy per head for K and V on `stream` (the host arrays must
+  // stay untouched until the stream has passed this point; pinned memory makes the copy async).
+  void upload_layer(uint32_t layer, const float* k, const float* v, const uint32_t* positions,
+                    void* stream);
+  // A compressed state with kept[l · Hkv + h] rows per head at logical length `logical_length`,
+  // K/V uniform in [-1, 1) drawn on the device (benchmarks: speed does not depend on values).
+  static GpuCache random(CacheShape shape, uint32_t logical_length,
+                         const std::vector<uint32_t>& kept, uint32_t room, uint64_t seed);
+
+  CacheShape shape() const { return shape_; }
+  uint32_t logical_length() const { return length_; }
+  uint32_t base_length() const { return base_length_; }
+  uint32_t len(uint32_t layer, uint32_t kv_head) const { return len_[idx(layer, kv_head)]; }
+  const float* k(uint32_t layer, uint32_t kv_head) const;  // device (len, D)
+  const float* v(uint32_t layer, uint32_t kv_head) const;  // device (len, D)
+  // Layer storage and where each head starts: for loaders that fill a layer in one copy.
+  float* layer_k(uint32_t layer) { return k_[layer].data(); }
+  float* layer_v(uint32_t layer) { return v_[layer].data(); }
+  uint64_t offset(uint32_t layer, uint32_t kv_head) const { return offset_[idx(layer, kv_head)]; }
+  uint64_t layer_rows(uint32_t layer) const { return k_[layer].size() / shape_.head_dim; }
+
+  void reserve_append(uint32_t T, void* stream = nullptr);
+  // k_new, v_new: device (T, Hkv, D) at positions logical_length() ...
+  void append(uint32_t layer, const float* k_new, const float* v_new, uint32_t T, void* stream);
+  void commit_append(uint32_t T);
+  void rollback(uint32_t length);
+  void reset() { rollback(base_length_); }
+
+  // A dense host copy: requires every head of every layer to hold all logical_length() rows
+  // (a cache grown from empty, e.g. after a GPU prefill). Synchronous.
+  KvCache to_host_dense(void* stream = nullptr) const;
+  uint64_t bytes_used() const;  // 2 · Σ len · D · 4
+
+ private:
+  GpuCache() = default;
+  size_t idx(uint32_t l, uint32_t h) const { return size_t(l) * shape_.n_kv_heads + h; }
+  void relayout(uint32_t room, void* stream);
+
+  CacheShape shape_;
+  uint32_t length_ = 0, base_length_ = 0, room_ = 0;
+  std::vector<uint32_t> kept_;     // (L, Hkv) rows of the compressed state
+  std::vector<uint32_t> len_;      // (L, Hkv) rows in use incl. uncommitted appends
+  std::vector<uint64_t> offset_;   // (L, Hkv) first row of each head in its layer
+  std::vector<gpu::GpuBuffer<float>> k_, v_;   // L × (rows, D) device
+  std::vector<std::vector<uint32_t>> pos_;     // L × (rows) host: original position of each row
+};
+
+}  // namespace kvzip

@@ -1,0 +1,42 @@
+// Test support for the [cuda] tests: whether a device is there (else a WARN says why the test is
+// skipped — Catch2 v2 has no SKIP), seeds, and host<->device helpers over kernels/gpu.h.
+#pragma once
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/device.h"
+#include "kernels/gpu.h"
+
+namespace kvzip::test {
+
+// True when a CUDA device is present; otherwise WARNs and the caller returns (a CPU-only build
+// or a machine without a GPU passes the [cuda] tests that way).
+inline bool gpu_ready() {
+  if (!kBuiltWithCuda) {
+    WARN("built without CUDA (-DKVZIP_CUDA=OFF): skipped");
+    return false;
+  }
+  if (cuda_device_count() == 0) {
+    WARN("no CUDA device: skipped");
+    return false;
+  }
+  return true;
+}
+
+template <class T>
+gpu::GpuBuffer<T> to_gpu(const std::vector<T>& h) {
+  gpu::GpuBuffer<T> b(h.size());
+  b.upload(h);
+  return b;
+}
+
+// Seeds for the random inputs: `salt` mixed with Catch's --rng-seed (0 by default, so plain runs
+// are reproducible; gpu-check passes --rng-seed time for fresh inputs, and Catch prints the seed).
+inline uint64_t seed(uint64_t salt) { return uint64_t(Catch::rngSeed()) * 1000003ull + salt; }
+
+// A device buffer of n floats filled with NaN, so an element a kernel forgets to write fails.
+inline gpu::GpuBuffer<float> poisoned(size_t n) { return to_gpu(std::vector<float>(n, NAN)); }
+
+}  // namespace kvzip::test

@@ -1,0 +1,165 @@
+// [cuda] the GPU forward pass, cache and KVzip scorer against the CPU ones on a small random
+// model with a head dim the kernels take (D = 64) and q/k/v biases. The GPU rounds weights and
+// GEMM inputs to bf16, so the CPU side runs on the same bf16-rounded weights and the tolerance is
+// that of bf16 activations (2e-2 relative on logits and scores); the greedy token agrees up to
+// near-ties (within that tolerance of the best CPU logit).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+#include "tests/cuda/support.h"
+
+#if KVZIP_HAVE_CUDA
+#include "compress/compress.h"
+#include "model/forward.h"
+#include "model/gpu_cache.h"
+#include "model/gpu_forward.h"
+#include "model/sampling.h"
+#include "prefill/prefill.h"
+#include "tests/support/random_weights.h"
+
+using namespace kvzip;
+using test::gpu_ready;
+
+namespace {
+
+ModelConfig gpu_test_config() {
+  ModelConfig c = test::tiny_qwen2_config();  // biases, untied head, G = 3
+  c.n_layers = 2;
+  c.d_model = 96;
+  c.n_heads = 6;
+  c.n_kv_heads = 2;
+  c.head_dim = 64;
+  c.d_ffn = 160;
+  c.vocab_size = 101;
+  return c;
+}
+
+void round_bf16(std::vector<float>& x) {
+  for (float& v : x) v = gpu::from_bf16(gpu::to_bf16(v));
+}
+
+// The CPU twin of what the GPU holds: every matrix and the embeddings rounded to bf16.
+Weights bf16_weights(Weights w) {
+  round_bf16(w.tok_embd);
+  round_bf16(w.output);
+  for (LayerWeights& l : w.layers)
+    for (auto* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) round_bf16(*m);
+  return w;
+}
+
+// The GPU's greedy pick is the CPU's, or within bf16 noise of the CPU's best logit (a near-tie
+// may legitimately flip).
+bool same_pick(const std::vector<float>& cpu, const std::vector<float>& gpu) {
+  float hi = 0;
+  for (float x : cpu) hi = std::max(hi, std::fabs(x));
+  return cpu[argmax(gpu)] >= cpu[argmax(cpu)] - 2e-2f * hi;
+}
+
+std::vector<int32_t> tokens(size_t n, uint64_t seed) {
+  std::vector<int32_t> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = int32_t((i * 37 + seed * 11) % 101);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("gpu forward prefill and decode match the CPU forward on bf16 weights", "[cuda]") {
+  if (!gpu_ready()) return;
+  const Weights w = bf16_weights(test::random_weights(gpu_test_config(), test::seed(7)));
+  Forward cpu(w, ForwardOptions{});
+  GpuForwardOptions go;
+  go.chunk = 50;  // several chunks
+  GpuForward gpu(w, go);
+  const auto prompt = tokens(130, 1);
+  KvCache cc(w.config, 200);
+  GpuCache gc(cache_shape(w.config), 8);  // grows while prefilling
+  const auto a = cpu.prefill(cc, prompt, LogitsMode::All);
+  const auto b = gpu.prefill(gc, prompt, LogitsMode::All);
+  CHECK(test::rel_error(b, a) < 2e-2);
+  REQUIRE(gc.logical_length() == 130);
+  for (int step = 0; step < 4; ++step) {
+    const auto la = cpu.decode(cc, 5 + step), lb = gpu.decode(gc, 5 + step);
+    CHECK(test::rel_error(lb, la) < 2e-2);
+    CHECK(same_pick(la, lb));
+  }
+  // The keys the GPU cached are the CPU's (post-RoPE), within bf16 activation error.
+  const KvCache back = gc.to_host_dense();
+  for (uint32_t l = 0; l < w.config.n_layers; ++l)
+    for (uint32_t h = 0; h < w.config.n_kv_heads; ++h) {
+      const KvHeadView x = back.view(l, h), y = cc.view(l, h);
+      REQUIRE(x.len == y.len);
+      CHECK(test::rel_error(x.k, y.k, size_t(x.len) * 64) < 2e-2);
+      CHECK(test::rel_error(x.v, y.v, size_t(x.len) * 64) < 2e-2);
+    }
+}
+
+TEST_CASE("gpu forward over a ragged cache from the host decodes like the CPU and rolls back",
+          "[cuda]") {
+  if (!gpu_ready()) return;
+  const Weights w = bf16_weights(test::random_weights(gpu_test_config(), test::seed(8)));
+  Forward cpu(w, ForwardOptions{});
+  GpuForward gpu(w);
+  KvCache dense(w.config, 300);
+  cpu.prefill(dense, tokens(300, 2), LogitsMode::None);
+  // Ragged: each head keeps a different subset (every k-th row), 300 logical positions.
+  std::vector<std::vector<uint32_t>> keep(size_t(w.config.n_layers) * w.config.n_kv_heads);
+  for (size_t i = 0; i < keep.size(); ++i)
+    for (uint32_t r = 0; r < 300; r += uint32_t(1 + i)) keep[i].push_back(r);
+  RaggedKvCache host = RaggedKvCache::from_dense(dense, keep, 16);
+  GpuCache dev = GpuCache::from_ragged(host, 4);  // small room: appends regrow it
+  const auto question = tokens(9, 3);
+  for (int round = 0; round < 2; ++round) {  // the second round starts from the reset state
+    const auto a = cpu.prefill(host, question, LogitsMode::Last);
+    const auto b = gpu.prefill(dev, question, LogitsMode::Last);
+    CHECK(test::rel_error(b, a) < 2e-2);
+    CHECK(same_pick(a, b));
+    CHECK(dev.logical_length() == 309);
+    host.reset();
+    dev.reset();
+    CHECK(dev.logical_length() == 300);
+    for (size_t i = 0; i < keep.size(); ++i)
+      CHECK(dev.len(uint32_t(i / w.config.n_kv_heads), uint32_t(i % w.config.n_kv_heads)) == keep[i].size());
+  }
+}
+
+TEST_CASE("gpu KVzip scores rank document rows like the CPU scorer", "[cuda]") {
+  if (!gpu_ready()) return;
+  const Weights w = bf16_weights(test::random_weights(gpu_test_config(), test::seed(9)));
+  Forward cpu(w, ForwardOptions{});
+  GpuForward gpu(w);
+  const auto prefix = tokens(7, 4), doc = tokens(150, 5);
+  ScorerOptions so;
+  so.prompts.first = tokens(5, 6);
+  so.prompts.next = tokens(6, 7);
+  so.prompts.turn_end = tokens(3, 8);
+  so.kvzip_chunk = 60;  // three reconstruction chunks, the last one short
+  PrefillResult pre = prefill_document(cpu, prefix, doc);
+  const DocumentScores cs = make_scorer("kvzip", so)->score(ScoreInput{&cpu, &pre.cache, 7, doc});
+  GpuCache gc(cache_shape(w.config), 400);
+  std::vector<int32_t> all = prefix;
+  all.insert(all.end(), doc.begin(), doc.end());
+  gpu.prefill(gc, all, LogitsMode::None);
+  const DocumentScores gs = kvzip_scores_gpu(gpu, gc, 7, doc, so);
+  REQUIRE(gs.values.size() == cs.values.size());
+  CHECK(gc.logical_length() == 157);  // the reconstruction passes were rolled back
+  CHECK(test::rel_error(gs.values, cs.values) < 2e-2);
+  // The same rows survive a ratio-0.3 selection, up to near-ties.
+  const Selection a = select_rows(cs, 0.3, SelectionLevel::Global);
+  const Selection b = select_rows(gs, 0.3, SelectionLevel::Global);
+  uint64_t same = 0, total = 0;
+  for (size_t i = 0; i < a.keep.size(); ++i) {
+    for (uint32_t r : a.keep[i]) same += std::binary_search(b.keep[i].begin(), b.keep[i].end(), r);
+    total += a.keep[i].size();
+  }
+  CHECK(double(same) / double(total) > 0.95);
+}
+
+#else
+
+TEST_CASE("gpu forward tests are skipped in a CPU-only build", "[cuda]") {
+  CHECK_FALSE(kvzip::test::gpu_ready());
+}
+
+#endif

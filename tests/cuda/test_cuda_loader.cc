@@ -1,0 +1,100 @@
+// [cuda] .kvz -> GPU memory: gpu_cache_from_reader (decode into pinned staging, async copies per
+// layer) puts exactly the rows of the host loader (cache_from_reader) into the device layout, for
+// raw f32 sections and for zstd-compressed bf16 ones; appending and rolling back then behave as on
+// the host.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <random>
+
+#include "tests/cuda/support.h"
+
+#if KVZIP_HAVE_CUDA
+#include "format/format.h"
+#include "loader/loader.h"
+#include "model/gpu_cache.h"
+
+using namespace kvzip;
+using test::gpu_ready;
+
+namespace {
+
+format::CacheContents ragged_contents(format::DType dtype) {
+  format::CacheContents c;
+  format::CacheHeader& h = c.header;
+  h.tool_version = "kvzip test";
+  h.model.arch = "llama";
+  h.model.name = "test";
+  h.n_layers = 3;
+  h.n_kv_heads = 3;
+  h.head_dim = 64;
+  h.kv_dtype = dtype;
+  h.prefix_tokens = {1, 2};
+  h.document_tokens.assign(200, 5);
+  h.method = "kvzip";
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (uint32_t l = 0; l < 3; ++l) {
+    format::LayerKv lk;
+    for (uint32_t head = 0; head < 3; ++head) {
+      const uint32_t n = 1 + (l * 3 + head) * 23 % 190;  // ragged: 1 .. 190 rows
+      lk.head_rows.push_back(n);
+      for (uint32_t r = 0; r < n; ++r) lk.positions.push_back(r * 202 / n);
+    }
+    lk.k.resize(lk.positions.size() * 64);
+    lk.v.resize(lk.k.size());
+    for (float& x : lk.k) x = u(rng);
+    for (float& x : lk.v) x = u(rng);
+    c.layers.push_back(std::move(lk));
+  }
+  return c;
+}
+
+void check_same(const GpuCache& g, const RaggedKvCache& host) {
+  const CacheShape s = host.shape();
+  REQUIRE(g.logical_length() == host.logical_length());
+  for (uint32_t l = 0; l < s.n_layers; ++l)
+    for (uint32_t h = 0; h < s.n_kv_heads; ++h) {
+      const uint32_t n = host.kept(l, h);
+      REQUIRE(g.len(l, h) == n);
+      std::vector<float> k(size_t(n) * s.head_dim), v(k.size());
+      gpu::copy_to_host(k.data(), g.k(l, h), k.size() * sizeof(float));
+      gpu::copy_to_host(v.data(), g.v(l, h), v.size() * sizeof(float));
+      CHECK(std::equal(k.begin(), k.end(), host.k_rows(l, h)));
+      CHECK(std::equal(v.begin(), v.end(), host.v_rows(l, h)));
+    }
+}
+
+}  // namespace
+
+TEST_CASE("a .kvz goes to GPU memory with the host loader's rows, raw and compressed", "[cuda]") {
+  if (!gpu_ready()) return;
+  const auto path = (std::filesystem::temp_directory_path() / "kvzip_cuda_loader_test.kvz").string();
+  for (auto [dtype, zstd] : {std::pair{format::DType::F32, 0}, std::pair{format::DType::BF16, 3}}) {
+    format::WriteOptions wo;
+    wo.zstd_level = zstd;
+    wo.force = true;
+    format::write_cache_file(ragged_contents(dtype), path, wo);
+    const format::CacheReader reader = format::CacheReader::open(path);
+    const RaggedKvCache host = loader::cache_from_reader(reader, 8);
+    GpuCache dev = loader::gpu_cache_from_reader(reader, 8);
+    INFO("dtype " << format::dtype_name(dtype) << ", zstd " << zstd);
+    check_same(dev, host);
+    // Both forget the same rows when rolled back below the compressed length.
+    RaggedKvCache h2 = loader::cache_from_reader(reader, 8);
+    h2.rollback(150);
+    dev.rollback(150);
+    for (uint32_t l = 0; l < 3; ++l)
+      for (uint32_t h = 0; h < 3; ++h) CHECK(dev.len(l, h) == h2.kept(l, h));
+  }
+  std::filesystem::remove(path);
+}
+
+#else
+
+TEST_CASE("gpu loader tests are skipped in a CPU-only build", "[cuda]") {
+  CHECK_FALSE(kvzip::test::gpu_ready());
+}
+
+#endif
