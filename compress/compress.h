@@ -163,7 +163,8 @@ struct Selection {
 
 // Tie policy: the budget is always met exactly; among equal scores at the cut the row with the
 // lower flat index (layer, head, position) is kept. (The authors' code keeps only scores strictly
-// above the cut, which can keep fewer rows than asked.) ratio == 1 keeps every row.
+// above the cut, which can keep fewer rows than asked.) ratio == 1 keeps every row. format::prune
+// applies the same rule (Global budget, ties by file order = flat index) to a stored cache.
 Selection select_rows(const DocumentScores& scores, double ratio, SelectionLevel level);
 
 struct EvictResult {
