@@ -130,6 +130,12 @@ class ObserverFanout final : public AttentionObserver {
     if (observer) observers_.push_back(observer);
   }
   bool empty() const { return observers_.empty(); }
+  // The first observer that asks gets the statistics (only one may ask per call).
+  bool request_local_stats(uint32_t layer, uint32_t T, LocalMaxProb* request) override {
+    for (AttentionObserver* o : observers_)
+      if (o->request_local_stats(layer, T, request)) return true;
+    return false;
+  }
   void on_attention(const AttentionObservation& obs) override {
     for (AttentionObserver* o : observers_) o->on_attention(obs);
   }
