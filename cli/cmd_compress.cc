@@ -157,11 +157,13 @@ void run_compress(const CompressOpts& o) {
                    o.head_window);
     std::fprintf(stderr,
                  "%s: %u document tokens (+%u prefix), method %s, ratio %.3f kept (asked %.3f)\n"
-                 "prefill %.2f s (%.0f tok/s), scoring %.2f s (%.2fx prefill), total %.2f s\n"
+                 "prefill %.2f s (%.0f tok/s), scoring %.2f s (%.2fx prefill), select %.2f s; "
+                 "compress %.2fx prefill; total %.2f s\n"
                  "file %.2f MB (full f32 cache %.2f MB)\n",
                  out.c_str(), r.n_doc, r.n_prefix, r.method.c_str(), r.achieved_ratio,
                  r.requested_ratio, r.prefill_s, (r.n_prefix + r.n_doc) / r.prefill_s, r.scoring_s,
-                 r.scoring_s / r.prefill_s, total_s,
+                 r.scoring_s / r.prefill_s, r.select_s,
+                 (r.prefill_s + r.scoring_s + r.select_s) / r.prefill_s, total_s,
                  std::filesystem::file_size(out) / 1e6, full_mb);
   }
 }

@@ -150,6 +150,12 @@ class ObserverFanout final : public AttentionObserver {
     if (observer) observers_.push_back(observer);
   }
   bool empty() const { return observers_.empty(); }
+  // The first observer that asks gets the statistics (only one may ask per call).
+  bool request_local_stats(uint32_t layer, uint32_t T, LocalMaxProb* request) override {
+    for (AttentionObserver* o : observers_)
+      if (o->request_local_stats(layer, T, request)) return true;
+    return false;
+  }
   void on_attention(const AttentionObservation& obs) override {
     for (AttentionObserver* o : observers_) o->on_attention(obs);
   }
@@ -183,7 +189,8 @@ struct Selection {
 
 // Tie policy: the budget is always met exactly; among equal scores at the cut the row with the
 // lower flat index (layer, head, position) is kept. (The authors' code keeps only scores strictly
-// above the cut, which can keep fewer rows than asked.) ratio == 1 keeps every row.
+// above the cut, which can keep fewer rows than asked.) ratio == 1 keeps every row. format::prune
+// applies the same rule (Global budget, ties by file order = flat index) to a stored cache.
 Selection select_rows(const DocumentScores& scores, double ratio, SelectionLevel level);
 
 struct EvictResult {

@@ -217,9 +217,11 @@ void check_shape(const CacheHeader& header, const ModelConfig& config);
 // ---- Re-pruning ---------------------------------------------------------------------------
 
 // Keeps a smaller fraction `ratio` of the document rows using the stored scores: one global
-// threshold over all kept document rows (positions >= prefix length) of every layer and head;
-// k = floor(ratio * L * Hkv * n_c) rows are the budget and rows scoring strictly above the
-// (k+1)-th best are kept (ties at the cut are evicted, so at most k). Prefix rows always stay.
+// threshold over all kept document rows (positions >= prefix length) of every layer and head.
+// Exactly k = round(ratio * L * Hkv * n_c) document rows stay: those scoring above the k-th best,
+// then, among rows equal to it, the earliest in file order (layer, head, position) until k are
+// kept; the same rule as compress::select_rows at the global level, so pruning at the ratio a
+// cache was compressed at keeps it whole. Prefix rows always stay.
 // invalid_argument when the cache has no scores, or ratio is outside (0, achieved_ratio].
 CacheContents prune(const CacheContents& contents, double ratio);
 

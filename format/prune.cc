@@ -1,6 +1,8 @@
 // Re-pruning a cache with its stored scores (format.h prune): the KVzip "global" selection
 // (methods.md §1 step 7) applied to the rows still in the file — one threshold over every kept
-// document row of every layer and head, ties at the cut evicted. Prefix rows are never evicted.
+// document row of every layer and head. Same rule as compress::select_rows (Global): exactly
+// k = round(ratio · L·Hkv·n_c) rows stay; among scores equal to the cut, the rows earliest in file
+// order (layer, head, position) stay. Prefix rows are never evicted.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -10,12 +12,10 @@
 namespace kvzip::format {
 namespace {
 
-// floor(ratio * total), forgiving the last bit of floating-point error (0.3 * 1000 -> 300).
+// round(ratio * total), halves away from zero: the budget select_rows gives a global selection, so
+// pruning a cache at the ratio it was compressed at keeps every row.
 uint64_t budget(double ratio, uint64_t total) {
-  double x = ratio * static_cast<double>(total);
-  double k = std::floor(x);
-  if (x - k > 1.0 - 1e-9) k += 1.0;
-  return static_cast<uint64_t>(k);
+  return static_cast<uint64_t>(std::llround(ratio * static_cast<double>(total)));
 }
 
 }  // namespace
@@ -42,12 +42,16 @@ CacheContents prune(const CacheContents& c, double ratio) {
                 "ratio " + std::to_string(ratio) + " would keep " + std::to_string(k) + " document rows but the cache holds " +
                     std::to_string(doc_scores.size()) + " (achieved ratio " + std::to_string(h.achieved_ratio) +
                     "); pruning can only remove rows");
-  bool keep_all = k == doc_scores.size();
-  float cut = 0;
-  if (!keep_all) {  // the (k+1)-th best score; rows strictly above it stay
-    std::nth_element(doc_scores.begin(), doc_scores.begin() + static_cast<ptrdiff_t>(k), doc_scores.end(),
-                     std::greater<float>());
-    cut = doc_scores[k];
+  const bool keep_all = k == doc_scores.size();
+  float cut = 0;         // the k-th best score: rows above it stay, then rows equal to it ...
+  uint64_t at_cut = 0;   // ... in file order, this many of them
+  if (!keep_all && k > 0) {
+    std::nth_element(doc_scores.begin(), doc_scores.begin() + static_cast<ptrdiff_t>(k - 1),
+                     doc_scores.end(), std::greater<float>());
+    cut = doc_scores[k - 1];
+    const uint64_t above = static_cast<uint64_t>(
+        std::count_if(doc_scores.begin(), doc_scores.end(), [cut](float s) { return s > cut; }));
+    at_cut = k - above;
   }
 
   CacheContents out;
@@ -61,8 +65,15 @@ CacheContents prune(const CacheContents& c, double ratio) {
     for (uint32_t rows : in.head_rows) {
       uint32_t kept = 0;
       for (uint32_t i = 0; i < rows; ++i, ++row) {
-        bool doc = in.positions[row] >= n_p;
-        if (doc && !keep_all && !(in.scores[row] > cut)) continue;
+        const bool doc = in.positions[row] >= n_p;
+        if (doc && !keep_all) {
+          const float s = in.scores[row];
+          if (k == 0 || s < cut) continue;
+          if (s == cut) {
+            if (at_cut == 0) continue;
+            --at_cut;
+          }
+        }
         kept_doc += doc;
         ++kept;
         layer.positions.push_back(in.positions[row]);

@@ -19,15 +19,35 @@ struct KvSpan {
   uint32_t len = 0;          // >= T of the call
 };
 
+// Optional statistics attention computes from the logits it forms anyway (the KVzip score,
+// methods §1 step 5): for every query row (token i, query head of KV head h), the softmax over a
+// LOCAL subset of h's rows — [0, prefix_end) ⊕ [target_begin, target_end) ⊕ [own_begin, the row's
+// own causal limit] — and, for each target row j, the max of that probability over the group's
+// heads and all T tokens, max-combined into out[h·out_stride + j − target_begin] (so out must
+// start at 0 or at earlier probabilities). Requires prefix_end <= target_begin <= target_end <=
+// own_begin <= len − T in every head. The attention output itself is the same (keys are visited
+// local rows first, so it differs from a call without stats only by summation order).
+struct LocalMaxProb {
+  uint32_t prefix_end = 0;
+  uint32_t target_begin = 0;
+  uint32_t target_end = 0;
+  uint32_t own_begin = 0;
+  float* out = nullptr;     // (Hkv, out_stride)
+  uint64_t out_stride = 0;
+};
+
 struct AttentionArgs {
   const float* q = nullptr;    // (T, Hq, D), post-RoPE
   const KvSpan* kv = nullptr;  // (Hkv)
-  float* out = nullptr;        // (T, Hq, D); must not overlap q or the spans
+  float* out = nullptr;        // (T, Hq, D); must not overlap q or the spans. May be null when
+                               // `local` is set: then only the statistics are computed (the
+                               // rows outside the local subset are never read)
   uint32_t T = 0;
   uint32_t Hq = 0;
   uint32_t Hkv = 0;
   uint32_t D = 0;
   float scale = 0.0f;  // multiplies q·k before the softmax; normally 1/sqrt(D)
+  const LocalMaxProb* local = nullptr;  // optional statistics (see LocalMaxProb)
 };
 
 namespace cpu {

@@ -69,6 +69,7 @@ void Forward::Impl::run_chunk(AttentionCache& cache, const int32_t* tokens, uint
   c.T = T;
   c.s = &scratch;
   c.qgemv = qgemv;
+  c.last_output_unused = logits_rows == 0 && !(opt.trace);
   detail::embed(c, tokens);
   for (uint32_t l = 0; l < w.config.n_layers; ++l) detail::run_layer(c, l);
   cache.commit_append(T);

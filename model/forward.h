@@ -3,7 +3,9 @@
 // New tokens always continue at cache.logical_length(); prefill processes them in chunks of
 // ForwardOptions::chunk tokens with GEMMs, decode is a one-token prefill (GEMV path; it reads the
 // Weights' quantized block copies where they exist, see ForwardOptions::quantized_gemv). A failed call
-// leaves the cache as it was before the call. A Forward owns a thread pool and scratch buffers:
+// leaves the cache as it was before the call. A chunk whose logits nobody reads (and with no trace)
+// stops its last layer after the K/V append and the attention statistics an observer asked for:
+// that layer's output would feed only the LM head. A Forward owns a thread pool and scratch buffers:
 // one call at a time per Forward object; it keeps a reference to the Weights, which must outlive it.
 #pragma once
 #include <cstdint>
@@ -12,6 +14,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/attention.h"
 #include "model/kv_cache.h"
 #include "model/weights.h"
 
@@ -68,6 +71,13 @@ struct AttentionObservation {
 class AttentionObserver {
  public:
   virtual ~AttentionObserver() = default;
+  // Asked before each layer's attention runs over a chunk of T tokens. An observer that wants the
+  // attention kernel to compute local-softmax statistics for it while it forms the logits anyway
+  // (kernels/attention.h LocalMaxProb; rows of the layer's views) fills *request and returns true.
+  // At most one observer per forward call may ask. Default: none.
+  virtual bool request_local_stats(uint32_t layer, uint32_t T, LocalMaxProb* request) {
+    return false;
+  }
   virtual void on_attention(const AttentionObservation& obs) = 0;
 };
 

@@ -1,16 +1,15 @@
 // The KVzip scorer (methods §1 steps 2-6): for each document chunk c_t of m tokens, the input
 // R_t = [prompt_t ; S ; c_t] runs through the model with the full cache present; at every layer
-// the observer computes, per KV head, the softmax of each R_t query row over the LOCAL key axis
-// K̄ = prefix ⊕ chunk t ⊕ R_t's own keys (causal inside R_t), and keeps for each chunk key the max
-// over the GQA group's rows and all R_t positions. R_t is then rolled back. R_t may be longer than
-// the forward's chunk: each observer call then sees R_t rows from its first row up to each query.
+// the attention kernel computes, per KV head, the softmax of each R_t query row over the LOCAL key
+// axis K̄ = prefix ⊕ chunk t ⊕ R_t's own keys (causal inside R_t), and keeps for each chunk key the
+// max over the GQA group's rows and all R_t positions (kernels/attention.h LocalMaxProb). R_t is
+// then rolled back. R_t may be longer than the forward's chunk: each forward chunk then sees R_t
+// rows from its first row up to each query.
 #include <algorithm>
 #include <string>
 
 #include "common/error.h"
-#include "compress/detail/attn_stats.h"
 #include "compress/detail/scorers.h"
-#include "kernels/thread_pool.h"
 
 namespace kvzip {
 
@@ -46,60 +45,38 @@ std::vector<int32_t> reconstruction_input(const ReconstructionPrompts& prompts,
 namespace detail {
 namespace {
 
-// Observes the forward of one R_t and max-reduces the local attention into the chunk's scores.
+// Asks the forward's attention kernel, at every layer of every chunk of one R_t, for the local
+// statistics: it forms the logits of R_t's queries against every cached row anyway, so the
+// scores cost no second q·k pass. Dense cache: row == position, R_t's rows start at r0.
 class KvzipObserver final : public AttentionObserver {
  public:
-  KvzipObserver(DocumentScores& scores, ThreadPool* pool) : s_(scores), pool_(pool) {}
+  explicit KvzipObserver(DocumentScores& scores) : s_(scores) {}
 
   // Chunk [begin, end) of the document; R_t's first row is `r0` (= n_prefix + n_doc).
-  void set_chunk(uint32_t begin, uint32_t end, uint32_t r0) {
+  void set_chunk(const KvCache* cache, uint32_t begin, uint32_t end, uint32_t r0) {
+    cache_ = cache;
     begin_ = begin;
     end_ = end;
     r0_ = r0;
   }
 
-  void on_attention(const AttentionObservation& obs) override {
-    const uint32_t Hkv = obs.Hkv, D = obs.D, n_p = s_.n_prefix, m = end_ - begin_;
-    KeyAxis axes[kMaxKvHeads];
-    std::vector<KeyAxis> many;
-    KeyAxis* ax = axes;
-    if (Hkv > kMaxKvHeads) {
-      many.resize(Hkv);
-      ax = many.data();
-    }
-    for (uint32_t h = 0; h < Hkv; ++h) {
-      const KvHeadView v = obs.cache->view(obs.layer, h);
-      // Dense cache: row == position. The T new rows are the view's last rows.
-      const uint32_t p0 = v.len - obs.T;
-      KVZIP_ASSERT(p0 >= r0_ && obs.positions[0] == p0);
-      ax[h].ranges[0] = KeyRange{v.k, n_p};
-      ax[h].ranges[1] = KeyRange{v.k + size_t(n_p + begin_) * D, m};
-      ax[h].ranges[2] = KeyRange{v.k + size_t(r0_) * D, p0 - r0_ + obs.T};
-      ax[h].n_ranges = 3;
-      ax[h].causal_base = p0 - r0_;
-    }
-    AttnStatsArgs a;
-    a.q = obs.q;
-    a.T = obs.T;
-    a.Hq = obs.Hq;
-    a.Hkv = Hkv;
-    a.D = D;
-    a.scale = obs.scale;
-    a.t0 = 0;
-    a.t1 = obs.T;
-    a.axes = ax;
-    a.col0 = n_p;
-    a.col1 = n_p + m;
-    a.reduce = Reduce::Max;
-    a.out = s_.values.data() + size_t(obs.layer) * Hkv * s_.n_doc + begin_;
-    a.out_stride = s_.n_doc;
-    attention_stats(pool_, a);
+  bool request_local_stats(uint32_t layer, uint32_t T, LocalMaxProb* r) override {
+    const uint32_t n_p = s_.n_prefix;
+    // The T new rows are the views' last rows; R_t's earlier rows precede them.
+    KVZIP_ASSERT(cache_->view(layer, 0).len - T >= r0_);
+    r->prefix_end = n_p;
+    r->target_begin = n_p + begin_;
+    r->target_end = n_p + end_;
+    r->own_begin = r0_;
+    r->out = s_.values.data() + size_t(layer) * s_.shape.n_kv_heads * s_.n_doc + begin_;
+    r->out_stride = s_.n_doc;
+    return true;
   }
+  void on_attention(const AttentionObservation&) override {}  // the kernel did the work
 
  private:
-  static constexpr uint32_t kMaxKvHeads = 16;
   DocumentScores& s_;
-  ThreadPool* pool_;
+  const KvCache* cache_ = nullptr;
   uint32_t begin_ = 0, end_ = 0, r0_ = 0;
 };
 
@@ -118,12 +95,12 @@ class KvzipScorer final : public Scorer {
     check_score_input(in, "kvzip");
     DocumentScores s = make_scores(in, 0.0f);  // probabilities >= 0: 0 is the max's identity
     const uint32_t n_c = s.n_doc, full = in.n_prefix + n_c, m = opt_.kvzip_chunk;
-    KvzipObserver obs(s, &in.forward->pool());
+    KvzipObserver obs(s);
     for (uint32_t begin = 0; begin < n_c; begin += m) {
       const uint32_t end = std::min(n_c, begin + m);
       const std::vector<int32_t> r =
           reconstruction_input(opt_.prompts, in.document, begin, end, std::min(opt_.kvzip_hint, m));
-      obs.set_chunk(begin, end, full);
+      obs.set_chunk(in.cache, begin, end, full);
       // The forward rolls the cache back itself when it throws.
       in.forward->prefill(*in.cache, r, LogitsMode::None, &obs);
       in.cache->rollback(full);

@@ -7,11 +7,16 @@
 // (m, l, acc) of each query row is updated and acc += P·V vectorises over D. Keys are split into chunks only when there are too
 // few (head, query block) tasks to occupy the threads (decode, short appends over a long cache);
 // the chunks' partial states are then merged exactly (log-sum-exp).
+// Local statistics (AttentionArgs::local): a task visits its keys as segments that never cross a
+// kBk tile, the local rows first (prefix, target, own); after them each row's (m, l) IS its local
+// softmax normaliser, and the target rows' logits, kept from their segments, give the max local
+// probability per target row. Then the other rows follow (skipped when only statistics are asked).
 #include "kernels/attention.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "common/error.h"
@@ -54,6 +59,9 @@ struct Plan {
   uint32_t n_qblocks = 0;
   uint32_t n_split = 1;    // key chunks per (head, query block)
   KeysT kt;
+  const LocalMaxProb* local = nullptr;  // AttentionArgs::local
+  uint32_t n_target = 0;                // local->target_end - local->target_begin
+  std::mutex* locks = nullptr;          // (Hkv) guard local->out's rows
 };
 
 // Per-thread scratch, grown once and reused.
@@ -63,6 +71,8 @@ struct Scratch {
   std::vector<float> v;    // (kBk, Dp) value block, zero padded (only when D % kLanes != 0)
   std::vector<float> s;    // (Rmax, kBk) scores, then probabilities
   std::vector<uint32_t> limit;  // (Rmax) rows each query row may see
+  std::vector<float> tl;   // (Rmax, n_target) the rows' logits against the target keys
+  std::vector<float> best; // (n_target) max over the task's rows of the local log-probability
   void fit(const Plan& p) {
     const uint32_t D = p.a->D;
     q.resize(size_t(p.Rmax) * p.Dp);
@@ -70,6 +80,10 @@ struct Scratch {
     if (D != p.Dp) v.resize(size_t(kBk) * p.Dp);
     s.resize(size_t(p.Rmax) * kBk);
     limit.resize(p.Rmax);
+    if (p.local) {
+      tl.resize(size_t(p.Rmax) * p.n_target);
+      best.resize(p.n_target);
+    }
   }
 };
 thread_local Scratch tl_scratch;
@@ -196,7 +210,9 @@ void transpose_tile(const float* k, uint32_t j0, uint32_t n, uint32_t D, float* 
     for (uint32_t d = 0; d < D; ++d) std::fill(dst + size_t(d) * kBk + n, dst + size_t(d + 1) * kBk, 0.0f);
 }
 
-// Folds key rows [kb, kb + nk) of KV head h into the state of rows [0, Rp).
+// Folds key rows [kb, kb + nk) of KV head h into the state of rows [0, Rp). The rows lie in one
+// kBk tile (kb need not be a multiple of kBk); scores() may read up to kQkCols - 1 columns past
+// them (other keys or padding, finite), which the softmax masks.
 void key_block(const Plan& p, uint32_t h, Scratch& sc, RowState st, uint32_t Rp, uint32_t kb,
                uint32_t nk) {
   const uint32_t D = p.a->D, Dp = p.Dp;
@@ -208,9 +224,15 @@ void key_block(const Plan& p, uint32_t h, Scratch& sc, RowState st, uint32_t Rp,
     v = sc.v.data();
     ldv = Dp;
   }
-  const float* kt = p.kt.data ? p.kt.tile(h, kb / kBk, D) : sc.kt.data();
+  const float* kt = p.kt.data ? p.kt.tile(h, kb / kBk, D) + kb % kBk : sc.kt.data();
   if (!p.kt.data) transpose_tile(p.a->kv[h].k, kb, nk, D, sc.kt.data());
   scores(sc.q.data(), kt, kBk, sc.s.data(), Rp, ncols, D, Dp);
+  if (p.local && kb >= p.local->target_begin && kb < p.local->target_end) {
+    for (uint32_t r = 0; r < Rp; ++r)  // segments never straddle the target range
+      std::memcpy(sc.tl.data() + size_t(r) * p.n_target + (kb - p.local->target_begin),
+                  sc.s.data() + size_t(r) * kBk, nk * sizeof(float));
+  }
+  const bool need_pv = p.a->out != nullptr;
   for (uint32_t r = 0; r < Rp; r += kQkRows) {
     uint32_t jmax = 0;
     for (uint32_t i = r; i < r + kQkRows; ++i) {
@@ -218,7 +240,7 @@ void key_block(const Plan& p, uint32_t h, Scratch& sc, RowState st, uint32_t Rp,
       uint32_t valid = lim <= kb ? 0 : std::min(nk, lim - kb);
       jmax = std::max(jmax, softmax_row(sc.s.data() + size_t(i) * kBk, valid, ncols, st, i, Dp));
     }
-    if (jmax) pv_rows(sc.s.data(), v, ldv, st.acc, r, jmax, Dp);
+    if (jmax && need_pv) pv_rows(sc.s.data(), v, ldv, st.acc, r, jmax, Dp);
   }
 }
 
@@ -243,6 +265,7 @@ uint32_t gather_queries(const Plan& p, uint32_t h, uint32_t i0, uint32_t i1, uin
 // Writes acc / l of the task's rows to out.
 void finalize(const Plan& p, uint32_t h, uint32_t i0, uint32_t i1, RowState st) {
   const AttentionArgs& a = *p.a;
+  if (!a.out) return;
   for (uint32_t t = i0; t < i1; ++t) {
     for (uint32_t g = 0; g < p.G; ++g) {
       uint32_t r = (t - i0) * p.G + g;
@@ -259,6 +282,56 @@ RowState state_at(const Plan& p, float* base) {
   return RowState{base, base + p.Rmax, base + 2 * size_t(p.Rmax)};
 }
 
+// Key rows [b, e) of head h as segments that never cross a kBk tile.
+void segments(const Plan& p, uint32_t h, Scratch& sc, RowState st, uint32_t Rp, uint32_t b,
+              uint32_t e) {
+  while (b < e) {
+    const uint32_t end = std::min(e, (b / kBk + 1) * kBk);
+    key_block(p, h, sc, st, Rp, b, end - b);
+    b = end;
+  }
+}
+
+// After the local rows: (m, l) of each row is its local softmax normaliser, so the local
+// probability of target key j is exp(logit - m - log l). Max-combines, over the task's R real rows,
+// into local->out's row of head h.
+void local_finish(const Plan& p, uint32_t h, Scratch& sc, RowState st, uint32_t R) {
+  const uint32_t n = p.n_target;
+  if (n == 0) return;
+  float* best = sc.best.data();
+  std::fill(best, best + n, -INFINITY);
+  for (uint32_t r = 0; r < R; ++r) {
+    const float* t = sc.tl.data() + size_t(r) * n;
+    const float m = st.m[r], log_l = std::log(st.l[r]);  // l >= 1: the row sees its own key
+    const VecF mv = simd::splat(m), lv = simd::splat(log_l);
+    uint32_t j = 0;
+    for (; j + kLanes <= n; j += kLanes)
+      simd::store(best + j, simd::vmax(simd::load(best + j), (simd::load(t + j) - mv) - lv));
+    for (; j < n; ++j) best[j] = std::max(best[j], (t[j] - m) - log_l);
+  }
+  uint32_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) simd::store(best + j, simd::exp_vec(simd::load(best + j)));
+  for (; j < n; ++j) best[j] = simd::exp_scalar(best[j]);
+  float* out = p.local->out + h * p.local->out_stride;
+  std::lock_guard<std::mutex> lock(p.locks[h]);
+  for (j = 0; j + kLanes <= n; j += kLanes)
+    simd::store(out + j, simd::vmax(simd::load(out + j), simd::load(best + j)));
+  for (; j < n; ++j) out[j] = std::max(out[j], best[j]);
+}
+
+// A task with local statistics (n_split == 1): local rows, the statistics, then the other rows.
+void run_local_task(const Plan& p, uint32_t h, Scratch& sc, RowState st, uint32_t Rp, uint32_t R,
+                    uint32_t total) {
+  const LocalMaxProb& L = *p.local;
+  segments(p, h, sc, st, Rp, 0, L.prefix_end);
+  segments(p, h, sc, st, Rp, L.target_begin, L.target_end);
+  segments(p, h, sc, st, Rp, L.own_begin, total);
+  local_finish(p, h, sc, st, R);
+  if (!p.a->out) return;  // statistics only
+  segments(p, h, sc, st, Rp, L.prefix_end, L.target_begin);
+  segments(p, h, sc, st, Rp, L.target_end, L.own_begin);
+}
+
 void run_task(const Plan& p, uint32_t h, uint32_t qb, uint32_t split, float* state_mem) {
   const AttentionArgs& a = *p.a;
   const uint32_t n0 = a.kv[h].len - a.T;
@@ -271,6 +344,11 @@ void run_task(const Plan& p, uint32_t h, uint32_t qb, uint32_t split, float* sta
   std::fill(st.l, st.l + p.Rmax, 0.0f);
   std::fill(st.acc, st.acc + size_t(p.Rmax) * p.Dp, 0.0f);
   const uint32_t total = n0 + i1;  // keys the last token of the block sees
+  if (p.local) {
+    run_local_task(p, h, sc, st, Rp, (i1 - i0) * p.G, total);
+    finalize(p, h, i0, i1, st);
+    return;
+  }
   const uint32_t chunk = round_up((total + p.n_split - 1) / p.n_split, kBk);
   const uint32_t k_begin = std::min(total, split * chunk), k_end = std::min(total, k_begin + chunk);
   for (uint32_t kb = k_begin; kb < k_end; kb += kBk) key_block(p, h, sc, st, Rp, kb, std::min(kBk, k_end - kb));
@@ -307,7 +385,8 @@ void transpose_keys(ThreadPool* pool, const AttentionArgs& a, std::vector<float>
   uint32_t max_len = 0;
   for (uint32_t h = 0; h < a.Hkv; ++h) max_len = std::max(max_len, a.kv[h].len);
   kt->n_tiles = (max_len + kBk - 1) / kBk;
-  buf.resize(size_t(a.Hkv) * kt->n_tiles * a.D * kBk);
+  // + kQkCols: a segment starting inside the last tile's last row may be read that far past it.
+  buf.resize(size_t(a.Hkv) * kt->n_tiles * a.D * kBk + kQkCols);
   kt->data = buf.data();
   run_tasks(pool, size_t(a.Hkv) * kt->n_tiles, [&](size_t t) {
     const uint32_t h = static_cast<uint32_t>(t / kt->n_tiles), b = static_cast<uint32_t>(t % kt->n_tiles);
@@ -318,11 +397,16 @@ void transpose_keys(ThreadPool* pool, const AttentionArgs& a, std::vector<float>
 }
 
 void check_args(const AttentionArgs& a) {
-  KVZIP_ASSERT(a.q && a.kv && a.out);
+  KVZIP_ASSERT(a.q && a.kv && (a.out || a.local));
   KVZIP_ASSERT(a.Hkv > 0 && a.Hq % a.Hkv == 0 && a.D > 0);
   for (uint32_t h = 0; h < a.Hkv; ++h) {
     KVZIP_ASSERT(a.kv[h].len >= a.T);
     KVZIP_ASSERT(a.kv[h].k && a.kv[h].v);
+  }
+  if (const LocalMaxProb* L = a.local) {
+    KVZIP_ASSERT(L->out && L->prefix_end <= L->target_begin && L->target_begin <= L->target_end &&
+                 L->target_end <= L->own_begin);
+    for (uint32_t h = 0; h < a.Hkv; ++h) KVZIP_ASSERT(L->own_begin <= a.kv[h].len - a.T);
   }
 }
 
@@ -338,7 +422,10 @@ Plan make_plan(const AttentionArgs& a, uint32_t threads) {
   uint32_t max_len = 0;
   for (uint32_t h = 0; h < a.Hkv; ++h) max_len = std::max(max_len, a.kv[h].len);
   const uint32_t tasks = a.Hkv * p.n_qblocks, wanted = 4 * threads;
-  if (threads > 1 && tasks < wanted) {
+  if (a.local) {  // the statistics need each row's whole local softmax in one task
+    p.local = a.local;
+    p.n_target = a.local->target_end - a.local->target_begin;
+  } else if (threads > 1 && tasks < wanted) {
     uint32_t by_keys = std::max(1u, max_len / (2 * kBk));  // keep chunks >= two key blocks
     p.n_split = std::min((wanted + tasks - 1) / tasks, by_keys);
   }
@@ -354,6 +441,8 @@ void attention(ThreadPool* pool, const AttentionArgs& a) {
   Plan p = make_plan(a, threads);
   thread_local std::vector<float> kt_buf;  // reused across calls from the same thread
   if (p.n_qblocks > 1) transpose_keys(pool, a, kt_buf, &p.kt);
+  std::vector<std::mutex> locks(a.local ? a.Hkv : 0);
+  p.locks = locks.data();
   const size_t per_state = state_floats(p);
   const size_t n_pairs = size_t(a.Hkv) * p.n_qblocks;
   // Task order: later query blocks (more keys) first, so the long tasks start early.

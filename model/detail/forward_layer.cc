@@ -87,12 +87,19 @@ void attention_block(const ChunkContext& c, uint32_t layer) {
     s.spans[h] = KvSpan{view.k, view.v, view.len};
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  attention(c.ex, AttentionArgs{s.q.data(), s.spans.data(), s.att.data(), c.T, Hq, Hkv, D, scale});
-  trace(c, "attn", li, s.att.data(), c.T, Hq * D);
+  LocalMaxProb local;
+  const bool stats = c.observer && c.observer->request_local_stats(layer, c.T, &local);
+  const bool output_unused = c.last_output_unused && layer + 1 == cfg.n_layers;
+  AttentionArgs args{s.q.data(), s.spans.data(), s.att.data(), c.T, Hq, Hkv, D, scale};
+  args.local = stats ? &local : nullptr;
+  if (output_unused) args.out = nullptr;  // statistics only, or no attention at all
+  if (args.out || args.local) attention(c.ex, args);
+  if (args.out) trace(c, "attn", li, s.att.data(), c.T, Hq * D);
   if (c.observer) {
     c.observer->on_attention(
         AttentionObservation{layer, s.q.data(), c.positions, c.T, Hq, Hkv, D, scale, c.cache});
   }
+  if (output_unused) return;
 
   project(c, s.att.data(), Hq * D, {{lw.wo, lw.quant.wo, nullptr, s.proj.data(), E}});
   trace(c, "attn_proj", li, s.proj.data(), c.T, E);
@@ -146,6 +153,7 @@ void embed(const ChunkContext& c, const int32_t* tokens) {
 
 void run_layer(const ChunkContext& c, uint32_t layer) {
   attention_block(c, layer);
+  if (c.last_output_unused && layer + 1 == c.w->config.n_layers) return;
   ffn_block(c, layer);
 }
 

@@ -38,6 +38,9 @@ struct ChunkContext {
   uint32_t T = 0;
   ForwardScratch* s = nullptr;
   bool qgemv = false;  // GEMVs (one row) read QuantMatrix copies where the weights have them
+  // Nothing reads the last layer's output (no logits from this chunk, no trace): that layer stops
+  // after its K/V append and whatever attention statistics an observer asked for.
+  bool last_output_unused = false;
 };
 
 // x(T, E) = tok_embd rows of the tokens (ids already validated).
