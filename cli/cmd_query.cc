@@ -7,9 +7,9 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
-#include "cli/json.h"
 #include "cli/rkv_options.h"
 #include "common/error.h"
+#include "common/json.h"
 #include "loader/loader.h"
 
 namespace kvzip::cli {
@@ -40,11 +40,16 @@ std::vector<std::string> read_questions(const std::string& path) {
     const size_t first = line.find_first_not_of(" \t");
     if (first != std::string::npos) {
       if (line[first] == '{') {
-        auto q = json_string_field(line, "question");
-        if (!q)
-          throw Error(Errc::invalid_argument, path + ":" + std::to_string(line_no) +
-                                                  ": JSON line has no \"question\" field");
-        out.push_back(*q);
+        const std::string where = path + ":" + std::to_string(line_no);
+        const JsonValue v = parse_json(line, where);  // read_text checked UTF-8
+        const JsonValue* q = v.find("question");
+        if (v.type != JsonType::Object || !q)
+          throw Error(Errc::invalid_argument,
+                      where + ": JSON line is not an object with a \"question\" field");
+        if (q->type != JsonType::String)
+          throw Error(Errc::invalid_argument, where + ": \"question\" is " +
+                                                  json_type_name(q->type) + ", not a string");
+        out.push_back(q->string);
       } else {
         out.push_back(line);
       }
@@ -95,7 +100,7 @@ void run_query(const QueryOpts& o) {
       loader::Answer a = session.ask(q, gp);
       std::printf("{\"question\":%s,\"answer\":%s,\"tokens\":%zu,\"ms\":%.1f,\"first_token_ms\":%.1f,"
                   "\"stopped\":%s}\n",
-                  json_string(q).c_str(), json_string(a.text).c_str(), a.tokens.size(), a.ms,
+                  json_quote(q).c_str(), json_quote(a.text).c_str(), a.tokens.size(), a.ms,
                   a.first_token_ms, a.stopped ? "true" : "false");
       std::fflush(stdout);
     } else {

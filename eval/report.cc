@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <string>
 
+#include "common/json.h"
 #include "eval/detail/atomic_write.h"
 #include "eval/eval.h"
 
@@ -16,27 +17,6 @@ std::string line(const char* f, const EvalRow& r) {
                 r.agreement, r.kl, static_cast<unsigned long long>(r.questions), r.compress_s,
                 r.answer_s);
   return buf;
-}
-
-// A JSON string literal; control characters escaped, UTF-8 passed through.
-std::string json_quote(const std::string& s) {
-  std::string out = "\"";
-  for (const char ch : s) {
-    const unsigned char c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c < 0x20) {
-      char esc[8];
-      std::snprintf(esc, sizeof esc, "\\u%04x", c);
-      out += esc;
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
 }
 
 }  // namespace

@@ -8,13 +8,11 @@
 #include <sstream>
 
 #include "common/error.h"
-#include "eval/detail/json.h"
+#include "common/json.h"
+#include "model/tokenizer.h"
 
 namespace kvzip::eval {
 namespace {
-
-using detail::JsonType;
-using detail::JsonValue;
 
 struct Walker {
   const std::string& source;
@@ -31,8 +29,8 @@ struct Walker {
     const JsonValue* v = obj.find(key);
     if (!v) fail(path, std::string("missing field \"") + key + "\"");
     if (v->type != type)
-      fail(path + "." + key, std::string("expected ") + detail::json_type_name(type) + ", found " +
-                                 detail::json_type_name(v->type));
+      fail(path + "." + key, std::string("expected ") + json_type_name(type) + ", found " +
+                                 json_type_name(v->type));
     return *v;
   }
 
@@ -40,14 +38,14 @@ struct Walker {
                             JsonType type) const {
     const JsonValue* v = obj.find(key);
     if (v && v->type != type)
-      fail(path + "." + key, std::string("expected ") + detail::json_type_name(type) + ", found " +
-                                 detail::json_type_name(v->type));
+      fail(path + "." + key, std::string("expected ") + json_type_name(type) + ", found " +
+                                 json_type_name(v->type));
     return v;
   }
 
   void require_object(const JsonValue& v, const std::string& path) const {
     if (v.type != JsonType::Object)
-      fail(path, std::string("expected an object, found ") + detail::json_type_name(v.type));
+      fail(path, std::string("expected an object, found ") + json_type_name(v.type));
   }
 
   Question question(const JsonValue& qa, const std::string& path) const {
@@ -92,7 +90,10 @@ DocumentUnit parse_document_unit(std::string_view name) {
 
 std::vector<Document> parse_squad(std::string_view json, const std::string& source,
                                   const SquadOptions& options) {
-  const JsonValue root = detail::parse_json(json, source);
+  if (!is_valid_utf8(json))
+    throw Error(Errc::invalid_argument,
+                source + ": the file is not valid UTF-8; convert it to UTF-8 first");
+  const JsonValue root = parse_json(json, source);
   const Walker w{source};
   w.require_object(root, "(top level)");
   const JsonValue& data = w.member(root, "(top level)", "data", JsonType::Array);

@@ -10,7 +10,7 @@
 
 #include "common/error.h"
 #include "eval/answer.h"
-#include "eval/detail/json.h"
+#include "common/json.h"
 #include "eval/eval.h"
 #include "model/model.h"
 #include "tests/support/tiny_gguf.h"
@@ -238,7 +238,7 @@ TEST_CASE("eval on a tiny model: the full cache agrees with itself and ratio 1 e
   const std::string jsonl = format_answers_jsonl(r);
   size_t start = 0, lines = 0;
   for (size_t end; (end = jsonl.find('\n', start)) != std::string::npos; start = end + 1, ++lines) {
-    const detail::JsonValue v = detail::parse_json(jsonl.substr(start, end - start), "answers");
+    const JsonValue v = parse_json(jsonl.substr(start, end - start), "answers");
     const AnswerRecord& a = r.answers[lines];
     REQUIRE(v.find("answer"));
     CHECK(v.find("answer")->string == a.answer);

@@ -1,15 +1,15 @@
 // Recursive-descent JSON parser (see json.h). Positions in errors are 1-based line and column
 // (column counted in bytes), computed only when an error is raised.
-#include "eval/detail/json.h"
+#include "common/json.h"
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include "common/error.h"
-#include "model/tokenizer.h"
 
-namespace kvzip::eval::detail {
+namespace kvzip {
 namespace {
 
 class Parser {
@@ -17,7 +17,6 @@ class Parser {
   Parser(std::string_view text, const std::string& source) : s_(text), source_(source) {}
 
   JsonValue parse_document() {
-    if (!is_valid_utf8(s_)) fail_at(0, "the file is not valid UTF-8; convert it to UTF-8 first");
     skip_ws();
     JsonValue v = parse_value(0);
     skip_ws();
@@ -60,8 +59,8 @@ class Parser {
   }
 
   JsonValue parse_value(uint32_t depth) {
-    if (depth >= kMaxDepth)
-      fail("nesting deeper than " + std::to_string(kMaxDepth) + " levels");
+    if (depth >= kJsonMaxDepth)
+      fail("nesting deeper than " + std::to_string(kJsonMaxDepth) + " levels");
     if (pos_ >= s_.size()) fail("expected a value, found the end of the input");
     JsonValue v;
     switch (s_[pos_]) {
@@ -282,4 +281,28 @@ JsonValue parse_json(std::string_view text, const std::string& source) {
   return Parser(text, source).parse_document();
 }
 
-}  // namespace kvzip::eval::detail
+std::string json_quote(std::string_view s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\u%04x", c);
+      out += esc;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace kvzip
