@@ -1,12 +1,17 @@
 // `kvzip inspect | prune | export | import`: the cache-file subcommands. Thin: each parses its
 // options and calls format/ (describe, prune, export_hdf5, import_hdf5, write_cache_file);
 // errors propagate as kvzip::Error and main.cc maps them to exit statuses.
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "format/format.h"
+#include "format/head_scores.h"
 
 namespace kvzip::cli {
 namespace {
@@ -37,7 +42,24 @@ struct ImportArgs {
   int zstd = 0;
 };
 
+// The first bytes of a file (fewer when it is shorter), to tell a .kvh from a .kvz; errors are
+// left to the real reader, which names them.
+std::vector<uint8_t> first_bytes(const std::string& path) {
+  std::vector<uint8_t> b(8);
+  std::ifstream in(path, std::ios::binary);
+  in.read(reinterpret_cast<char*>(b.data()), static_cast<std::streamsize>(b.size()));
+  b.resize(in ? b.size() : static_cast<size_t>(std::max<std::streamsize>(in.gcount(), 0)));
+  return b;
+}
+
 void run_inspect(const InspectArgs& a) {
+  if (fmt::looks_like_head_scores(first_bytes(a.file))) {  // a `kvzip calibrate` file
+    const fmt::HeadScores h = fmt::read_head_scores_file(a.file);  // checksum always verified
+    const std::string text = fmt::describe_head_scores(
+        h, std::filesystem::path(a.file).filename().string(), a.json);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return;
+  }
   fmt::OpenOptions o;
   o.verify = a.verify ? fmt::Verify::Full : fmt::Verify::OnAccess;
   fmt::CacheReader r = fmt::CacheReader::open(a.file, o);
@@ -90,8 +112,8 @@ void run_import(const ImportArgs& a) {
 
 void add_format_commands(CLI::App& app) {
   auto inspect = std::make_shared<InspectArgs>();
-  CLI::App* c = app.add_subcommand("inspect", "Show what a .kvz cache file holds and check it");
-  c->add_option("FILE", inspect->file, "cache file")->required();
+  CLI::App* c = app.add_subcommand("inspect", "Show what a .kvz cache file (or a .kvh head-scores file of `kvzip calibrate`) holds and check it");
+  c->add_option("FILE", inspect->file, "cache file (.kvz) or head-scores file (.kvh)")->required();
   c->add_flag("--json", inspect->json, "machine-readable JSON instead of text");
   c->add_flag("--verify", inspect->verify, "check the checksum of every section, K/V data included");
   c->callback([inspect] { run_inspect(*inspect); });

@@ -58,4 +58,14 @@ bool check_head_scores_model(const HeadScores& scores, const ModelConfig& config
 // "0x0123456789abcdef": how params and messages show the checksum.
 std::string head_scores_checksum_text(const HeadScores& scores);
 
+// True when `first_bytes` (a file's start) begin with the .kvh magic: lets `kvzip inspect` tell
+// a head-scores file from a .kvz before parsing either.
+bool looks_like_head_scores(std::span<const uint8_t> first_bytes);
+
+// The `kvzip inspect` dump of a head-scores file (head_scores_describe.cc): text in a fixed field
+// order with every score as an L x Hkv table and each head's rank, or JSON with the same facts.
+// Strings from the file are escaped (they are not trusted to be UTF-8).
+std::string describe_head_scores(const HeadScores& scores, const std::string& file_name,
+                                 bool json);
+
 }  // namespace kvzip::format

@@ -261,3 +261,29 @@ TEST_CASE("head scores are checked against the model: fingerprint with force, sh
                          }));
   }
 }
+
+TEST_CASE("inspect recognises a head-scores file and shows every score with its rank",
+          "[format]") {
+  HeadScores h = sample();
+  h.source = "bad\x01name\xff.txt";  // untrusted bytes must come out escaped
+  const std::vector<uint8_t> bytes = encode_head_scores(h);
+  CHECK(looks_like_head_scores(bytes));
+  CHECK_FALSE(looks_like_head_scores(std::span<const uint8_t>(bytes.data(), 7)));
+  std::vector<uint8_t> kvz_magic = {0x89, 'K', 'V', 'Z', 0x0D, 0x0A, 0x1A, 0x0A};
+  CHECK_FALSE(looks_like_head_scores(kvz_magic));
+
+  const std::string text = describe_head_scores(h, "m.kvh", false);
+  CHECK(text.find("L=3 Hkv=2 (6 KV heads)") != std::string::npos);
+  CHECK(text.find("4321 tokens, chunk 2000") != std::string::npos);
+  CHECK(text.find("bad\\x01name\\xFF.txt") != std::string::npos);
+  // values {0.5, 0.25 | 1.0, 0.0 | 0.125, 0.75}: ranks 3 4 | 1 6 | 5 2
+  CHECK(text.find("    0   0.5000 (3)  0.2500 (4)\n") != std::string::npos);
+  CHECK(text.find("    1   1.0000 (1)  0.0000 (6)\n") != std::string::npos);
+  CHECK(text.find("    2   0.1250 (5)  0.7500 (2)\n") != std::string::npos);
+  CHECK(text.find("min 0.0000  median 0.5000  max 1.0000") != std::string::npos);
+
+  const std::string json = describe_head_scores(h, "m.kvh", true);
+  CHECK(json.find("\"scores\":[[0.5,0.25],[1,0],[0.125,0.75]]") != std::string::npos);
+  CHECK(json.find("\"calibration_source\":\"bad\\u0001name\\ufffd.txt\"") != std::string::npos);
+  CHECK(json.find("\"n_layers\":3,\"n_kv_heads\":2") != std::string::npos);
+}
