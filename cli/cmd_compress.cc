@@ -30,6 +30,7 @@ struct CompressOpts {
   double ratio = 0.3;
   bool ratio_given = false;  // --level head defaults to 0.6 (methods §1 step 9)
   uint32_t chunk = 2000, threads = 0, seed = 0, head_window = 0;
+  std::vector<std::string> scorer_options;  // KEY=VALUE (set_scorer_option)
   int zstd = 0;
   bool quiet = false, force = false, force_model = false;
 };
@@ -84,6 +85,13 @@ void run_compress(const CompressOpts& o) {
   check_ratio(o.ratio);
   const bool head = head_level(o);
   const Device device = parse_device(o.device.c_str());
+  {
+    ScorerOptions probe;  // unknown keys and unparsable values fail before the model loads
+    for (const std::string& kv : o.scorer_options) set_scorer_option(probe, kv);
+    if (head && !o.scorer_options.empty())
+      throw Error(Errc::invalid_argument,
+                  "compress: --scorer-option does not apply to --level head (no scoring pass)");
+  }
   if (head && device == Device::Cuda)
     throw Error(Errc::unsupported, "compress: --level head runs on the CPU only (it has no scoring "
                                    "pass to speed up); drop --device cuda");
@@ -109,6 +117,7 @@ void run_compress(const CompressOpts& o) {
   co.scorer.prompts = reconstruction_prompts(model->chat());
   co.scorer.kvzip_chunk = o.chunk;
   co.scorer.seed = o.seed;
+  for (const std::string& kv : o.scorer_options) set_scorer_option(co.scorer, kv);
   if (!head) (void)make_scorer(co.method, co.scorer);  // unknown method / bad option: fail early
 
   loader::CacheDescription d;
@@ -199,6 +208,10 @@ void add_compress_commands(CLI::App& app) {
   c->add_option("--dtype", o->dtype, "K/V storage in the file: f32 | f16 | bf16")->capture_default_str();
   c->add_option("--zstd", o->zstd, "zstd level per section, 0 = off")->capture_default_str();
   c->add_option("--seed", o->seed, "Seed of --method random");
+  c->add_option("-O,--scorer-option", o->scorer_options,
+                "KEY=VALUE scorer parameter, repeatable; keys: chunk, hint, seed, sink, "
+                "snapkv-window, snapkv-kernel, h2o-recent, restkv-window, restkv-alpha, "
+                "restkv-kmin, rkv-window, rkv-lambda, rkv-threshold, rkv-kernel");
   c->add_option("-t,--threads", o->threads, "Threads (0 = all cores)");
   c->add_option("--device", o->device, "cpu | cuda (cuda: prefill and kvzip scoring on the GPU)")
       ->capture_default_str();

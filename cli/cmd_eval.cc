@@ -26,6 +26,7 @@ struct EvalOpts {
   std::vector<std::string> methods = {"kvzip", "snapkv", "h2o", "streaming", "random"};
   std::vector<double> ratios = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0};
   uint64_t max_questions = 0, seed = 0;
+  std::vector<std::string> scorer_options;  // KEY=VALUE
   uint32_t n = 24, threads = 0, chunk = 2000, head_window = 0;
   bool all_questions = false, quiet = false, exact = false, force_model = false;
 };
@@ -74,6 +75,7 @@ void run(const EvalOpts& o) {
   eo.query_template = o.query_template;
   eo.kvzip_chunk = o.chunk;
   eo.seed = o.seed;
+  eo.scorer_options = o.scorer_options;
   eo.threads = o.threads;
   eo.verify_drafts = !o.exact;
   eo.keep_answers = !o.answers.empty();
@@ -150,6 +152,9 @@ void add_eval_commands(CLI::App& app) {
   c->add_option("--system", o->system, "System prompt (default: the model template's)");
   c->add_option("--chunk", o->chunk, "KVzip reconstruction chunk in tokens")->capture_default_str();
   c->add_option("--seed", o->seed, "Seed of the random method");
+  c->add_option("-O,--scorer-option", o->scorer_options,
+                "KEY=VALUE scorer parameter, repeatable (e.g. snapkv-window=64, restkv-alpha=0.5, "
+                "rkv-lambda=0.2; `kvzip compress --help` lists the keys)");
   c->add_option("--head-scores", o->head_scores,
                 "kvzip-head: head-scores file of `kvzip calibrate` (calibrate on a text that is not "
                 "an evaluated document)");

@@ -209,6 +209,7 @@ void eval_document(const Model& model, Forward& fwd, const Document& doc, const 
   so.prompts = reconstruction_prompts(model.chat());
   so.kvzip_chunk = o.kvzip_chunk;
   so.seed = o.seed;
+  for (const std::string& kv : o.scorer_options) set_scorer_option(so, kv);
   std::vector<std::unique_ptr<Scorer>> scorers;
   scorers.push_back(make_scorer("full", so));
   for (const std::string& m : o.methods)
@@ -289,6 +290,8 @@ EvalOptions checked(EvalOptions o) {
       methods.push_back(m);
   }
   o.methods = std::move(methods);
+  ScorerOptions probe;  // unknown keys and unparsable values fail here, before any model work
+  for (const std::string& kv : o.scorer_options) set_scorer_option(probe, kv);
   for (double r : o.ratios) check_ratio(r);
   std::sort(o.ratios.begin(), o.ratios.end());
   o.ratios.erase(std::unique(o.ratios.begin(), o.ratios.end()), o.ratios.end());

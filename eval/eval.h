@@ -27,6 +27,7 @@ struct EvalOptions {
   std::string query_template = "\n\nQuestion: {question}";  // loader::kDefaultQueryTemplate
   uint32_t kvzip_chunk = 2000;
   uint64_t seed = 0;                  // --method random
+  std::vector<std::string> scorer_options;  // "KEY=VALUE" (set_scorer_option), after chunk/seed
   // Method "kvzip-head" (compress/head_level.h): the (L, Hkv) head scores of `kvzip calibrate`,
   // required when it is among the methods (checked() refuses it without them). Its ratios are
   // fractions of heads kept whole; the rows show the achieved document-row ratio as for the rest.

@@ -3,6 +3,7 @@
 // per layer; the prefix is always kept; eviction copies the chosen rows and their scores.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -166,4 +167,34 @@ TEST_CASE("eviction copies the kept rows, their positions and their scores", "[c
       }
     }
   }
+}
+
+TEST_CASE("scorer options are set by name and bad names or values are refused", "[compress]") {
+  using Catch::Matchers::Contains;
+  ScorerOptions o;
+  set_scorer_option(o, "snapkv-window=64");
+  set_scorer_option(o, "restkv-alpha", "0.5");
+  set_scorer_option(o, "rkv-lambda=0.25");
+  set_scorer_option(o, "seed=18446744073709551615");
+  set_scorer_option(o, "chunk", "512");
+  CHECK(o.snapkv_window == 64);
+  CHECK(o.restkv_alpha == 0.5f);
+  CHECK(o.rkv_lambda == 0.25f);
+  CHECK(o.seed == UINT64_MAX);
+  CHECK(o.kvzip_chunk == 512);
+  CHECK(o.rkv_window == 8);  // untouched fields keep their defaults
+  // the scorer records what was set
+  const MethodParams p = make_scorer("snapkv", o)->params();
+  CHECK(std::find(p.begin(), p.end(), std::pair<std::string, std::string>{"window", "64"}) !=
+        p.end());
+
+  CHECK_THROWS_WITH(set_scorer_option(o, "window=3"), Contains("unknown scorer option 'window'") &&
+                                                          Contains("snapkv-window"));
+  CHECK_THROWS_WITH(set_scorer_option(o, "snapkv-window"), Contains("not KEY=VALUE"));
+  CHECK_THROWS_WITH(set_scorer_option(o, "snapkv-window=7x"), Contains("whole number"));
+  CHECK_THROWS_WITH(set_scorer_option(o, "snapkv-window=-1"), Contains("whole number"));
+  CHECK_THROWS_WITH(set_scorer_option(o, "sink=99999999999"), Contains("whole number"));
+  CHECK_THROWS_WITH(set_scorer_option(o, "rkv-lambda=nan"), Contains("finite number"));
+  CHECK_THROWS_WITH(set_scorer_option(o, "rkv-lambda="), Contains("finite number"));
+  CHECK(o.snapkv_window == 64);  // a refused value leaves the field as it was
 }
