@@ -2,6 +2,8 @@
 // perplexity. The GGUF mapping is released once everything is copied out of it.
 #include "model/model.h"
 
+#include "model/detail/generate_loop.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -69,36 +71,26 @@ void setup_bound(Bounded& b, AttentionCache& cache, const GenerateParams& params
 
 }  // namespace
 
+// R-KV's calls around every forward step of the shared loop (detail/generate_loop.h).
+struct RkvHooks {
+  Bounded& b;
+  AttentionObserver* observer() const { return b.policy.get(); }
+  void after_prefill() {
+    if (b.policy) b.policy->after_prefill(*b.ragged);
+  }
+  void after_decode() {
+    if (b.policy) b.policy->after_decode(*b.ragged);
+  }
+};
+
 GenerateResult generate(Forward& forward, AttentionCache& cache, std::span<const int32_t> prompt,
                         const GenerateParams& params, const TokenCallback& on_token) {
   const ModelConfig& cfg = forward.config();
   if (prompt.empty()) throw Error(Errc::invalid_argument, "generate: the prompt has no tokens");
-  const uint64_t need = uint64_t(cache.logical_length()) + prompt.size();
-  if (cfg.max_context && need > cfg.max_context)
-    throw Error(Errc::invalid_argument,
-                "the prompt needs " + std::to_string(need) + " positions but the model's context is " +
-                    std::to_string(cfg.max_context) + " tokens; shorten the input");
   Bounded b;
   setup_bound(b, cache, params, cfg, prompt.size());
-  GenerateResult result;
-  Sampler sampler(params.sampling);
-  std::vector<float> logits = forward.prefill(*b.target, prompt, LogitsMode::Last, b.policy.get());
-  if (b.policy) b.policy->after_prefill(*b.ragged);
-  result.first_logits = logits;
-  for (uint32_t i = 0; i < params.max_tokens; ++i) {
-    const int32_t tok = sampler.sample(logits);
-    if (std::find(params.stop_tokens.begin(), params.stop_tokens.end(), tok) !=
-        params.stop_tokens.end()) {
-      result.stopped = true;
-      break;
-    }
-    result.tokens.push_back(tok);
-    if (on_token && !on_token(tok)) break;
-    if (i + 1 == params.max_tokens) break;
-    if (cfg.max_context && b.target->logical_length() + 1 > cfg.max_context) break;
-    logits = forward.decode(*b.target, tok, b.policy.get());
-    if (b.policy) b.policy->after_decode(*b.ragged);
-  }
+  GenerateResult result =
+      detail::generate_loop(forward, *b.target, prompt, params, on_token, RkvHooks{b});
   if (b.policy) {
     result.evicted = b.policy->evicted();
     result.compressions = b.policy->compressions();

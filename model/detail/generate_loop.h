@@ -1,10 +1,13 @@
 // The generation loop shared by the CPU (model/model.cc) and GPU (model/gpu_forward.cc) forward
 // passes: prefill the prompt, then sample and feed back one token at a time. Fwd needs config(),
-// prefill(cache, tokens, LogitsMode::Last) and decode(cache, token); Cache needs logical_length().
+// prefill(cache, tokens, LogitsMode::Last, observer) and decode(cache, token, observer); Cache
+// needs logical_length(). Hooks (NoHooks for none) lets a cache policy watch every forward call
+// (observer()) and act after the prompt's prefill and after each decode (R-KV, model/rkv.h).
 #pragma once
 #include <algorithm>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/error.h"
@@ -13,9 +16,15 @@
 
 namespace kvzip::detail {
 
-template <class Fwd, class Cache>
+struct NoHooks {
+  void after_prefill() {}
+  void after_decode() {}
+};
+
+template <class Fwd, class Cache, class Hooks = NoHooks>
 GenerateResult generate_loop(Fwd& forward, Cache& cache, std::span<const int32_t> prompt,
-                             const GenerateParams& params, const TokenCallback& on_token) {
+                             const GenerateParams& params, const TokenCallback& on_token,
+                             Hooks&& hooks = {}) {
   const ModelConfig& cfg = forward.config();
   if (prompt.empty()) throw Error(Errc::invalid_argument, "generate: the prompt has no tokens");
   const uint64_t need = uint64_t(cache.logical_length()) + prompt.size();
@@ -25,7 +34,11 @@ GenerateResult generate_loop(Fwd& forward, Cache& cache, std::span<const int32_t
                     std::to_string(cfg.max_context) + " tokens; shorten the input");
   GenerateResult result;
   Sampler sampler(params.sampling);
-  std::vector<float> logits = forward.prefill(cache, prompt, LogitsMode::Last);
+  constexpr bool kHooked = !std::is_same_v<std::decay_t<Hooks>, NoHooks>;
+  std::vector<float> logits;
+  if constexpr (kHooked) logits = forward.prefill(cache, prompt, LogitsMode::Last, hooks.observer());
+  else logits = forward.prefill(cache, prompt, LogitsMode::Last);
+  hooks.after_prefill();
   result.first_logits = logits;
   for (uint32_t i = 0; i < params.max_tokens; ++i) {
     const int32_t tok = sampler.sample(logits);
@@ -38,7 +51,9 @@ GenerateResult generate_loop(Fwd& forward, Cache& cache, std::span<const int32_t
     if (on_token && !on_token(tok)) break;
     if (i + 1 == params.max_tokens) break;
     if (cfg.max_context && cache.logical_length() + 1 > cfg.max_context) break;
-    logits = forward.decode(cache, tok);
+    if constexpr (kHooked) logits = forward.decode(cache, tok, hooks.observer());
+    else logits = forward.decode(cache, tok);
+    hooks.after_decode();
   }
   return result;
 }
