@@ -118,4 +118,18 @@ std::vector<float> naive_masked_logits(const Weights& w, const std::vector<int32
   return std::vector<float>(logits.begin(), logits.end());
 }
 
+DocumentScores ScoredDocument::score(Scorer& scorer) {
+  rec.Hq = cfg.n_heads;
+  rec.D = cfg.head_dim;
+  rec.clear(0);
+  Forward fwd(w, ForwardOptions{2, 8, rec.trace_fn()});
+  PrefillOptions po;
+  po.chunk = prefill_chunk;
+  po.observer = scorer.prefill_observer(fwd, n_p, uint32_t(doc.size()));
+  PrefillResult pre = prefill_document(fwd, prefix, doc, po);
+  DocumentScores s = scorer.score(ScoreInput{&fwd, &pre.cache, n_p, doc});
+  cache = pre.cache;
+  return s;
+}
+
 }  // namespace kvzip::test

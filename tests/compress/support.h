@@ -6,8 +6,10 @@
 #include <functional>
 #include <vector>
 
+#include "compress/compress.h"
 #include "model/forward.h"
 #include "model/weights.h"
+#include "tests/support/random_weights.h"
 
 namespace kvzip::test {
 
@@ -35,5 +37,29 @@ using Visibility = std::function<bool(uint32_t, uint32_t, uint32_t, uint32_t)>;
 // (T, V) logits of `tokens` at positions 0..T-1, each attention row restricted by `visible`.
 std::vector<float> naive_masked_logits(const Weights& w, const std::vector<int32_t>& tokens,
                                        const Visibility& visible);
+
+// A random document on the tiny qwen2 model (Hq = 6, Hkv = 2: G = 3) scored by one scorer, with
+// what naive references need afterwards: the dense cache and every position's post-RoPE queries.
+// Seeds: weights `seed`, prefix seed + 1, document seed + 2. The prefill runs in chunks of
+// `prefill_chunk` tokens so that probe windows straddle a chunk boundary.
+struct ScoredDocument {
+  ModelConfig cfg = tiny_qwen2_config();
+  Weights w;
+  uint32_t n_p;
+  std::vector<int32_t> prefix, doc;
+  QueryRecorder rec;
+  KvCache cache{cfg};
+  uint32_t prefill_chunk;
+
+  ScoredDocument(uint32_t n_c, uint64_t seed, uint32_t n_prefix, uint32_t chunk)
+      : w(random_weights(cfg, seed)),
+        n_p(n_prefix),
+        prefix(random_tokens(n_prefix, cfg.vocab_size, seed + 1)),
+        doc(random_tokens(n_c, cfg.vocab_size, seed + 2)),
+        prefill_chunk(chunk) {}
+
+  // Prefills [prefix ; doc] with the scorer's observer, scores, keeps the dense cache.
+  DocumentScores score(Scorer& scorer);
+};
 
 }  // namespace kvzip::test

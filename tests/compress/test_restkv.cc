@@ -21,30 +21,9 @@ using namespace kvzip;
 
 namespace {
 
-struct Run {
-  ModelConfig cfg = test::tiny_qwen2_config();  // Hq = 6, Hkv = 2: G = 3
-  Weights w = test::random_weights(cfg, 51);
-  uint32_t n_p = 4;
-  std::vector<int32_t> prefix = test::random_tokens(n_p, cfg.vocab_size, 52);
-  std::vector<int32_t> doc;
-  test::QueryRecorder rec;
-  KvCache cache{cfg};
-
-  explicit Run(uint32_t n_c) : doc(test::random_tokens(n_c, cfg.vocab_size, 53)) {}
-
-  DocumentScores score(Scorer& scorer) {
-    rec.Hq = cfg.n_heads;
-    rec.D = cfg.head_dim;
-    rec.clear(0);
-    Forward fwd(w, ForwardOptions{2, 8, rec.trace_fn()});
-    PrefillOptions po;
-    po.chunk = 11;  // the probe window straddles a chunk boundary
-    po.observer = scorer.prefill_observer(fwd, n_p, uint32_t(doc.size()));
-    PrefillResult pre = prefill_document(fwd, prefix, doc, po);
-    DocumentScores s = scorer.score(ScoreInput{&fwd, &pre.cache, n_p, doc});
-    cache = pre.cache;
-    return s;
-  }
+// Weights seed 51, prefix of 4 tokens, prefill chunks of 11 tokens.
+struct Run : test::ScoredDocument {
+  explicit Run(uint32_t n_c) : ScoredDocument(n_c, 51, 4, 11) {}
 };
 
 // The reference for one query head: s over the keys before the window, smoothed.

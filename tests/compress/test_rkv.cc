@@ -65,30 +65,9 @@ void check_close(const std::vector<float>& got, const std::vector<double>& want,
   }
 }
 
-struct Run {
-  ModelConfig cfg = test::tiny_qwen2_config();  // G = 3
-  Weights w = test::random_weights(cfg, 61);
-  uint32_t n_p = 5;
-  std::vector<int32_t> prefix = test::random_tokens(n_p, cfg.vocab_size, 62);
-  std::vector<int32_t> doc;
-  test::QueryRecorder rec;
-  KvCache cache{cfg};
-
-  explicit Run(uint32_t n_c) : doc(test::random_tokens(n_c, cfg.vocab_size, 63)) {}
-
-  DocumentScores score(Scorer& scorer) {
-    rec.Hq = cfg.n_heads;
-    rec.D = cfg.head_dim;
-    rec.clear(0);
-    Forward fwd(w, ForwardOptions{2, 8, rec.trace_fn()});
-    PrefillOptions po;
-    po.chunk = 13;
-    po.observer = scorer.prefill_observer(fwd, n_p, uint32_t(doc.size()));
-    PrefillResult pre = prefill_document(fwd, prefix, doc, po);
-    DocumentScores s = scorer.score(ScoreInput{&fwd, &pre.cache, n_p, doc});
-    cache = pre.cache;
-    return s;
-  }
+// Weights seed 61, prefix of 5 tokens, prefill chunks of 13 tokens.
+struct Run : test::ScoredDocument {
+  explicit Run(uint32_t n_c) : ScoredDocument(n_c, 61, 5, 13) {}
 };
 
 }  // namespace
