@@ -14,6 +14,17 @@
 
 namespace kvzip::detail {
 
+void advance_prefill(std::vector<uint32_t>& seen, const AttentionObservation& obs, uint32_t total) {
+  const uint32_t p0 = obs.positions[0];
+  if (p0 != seen[obs.layer] || p0 + obs.T > total)
+    throw Error(Errc::invalid_argument,
+                "scorer observer: expected tokens from position " + std::to_string(seen[obs.layer]) +
+                    " of a " + std::to_string(total) + "-token prefill, got " +
+                    std::to_string(obs.T) + " tokens at " + std::to_string(p0) +
+                    "; attach the observer to the document prefill only");
+  seen[obs.layer] = p0 + obs.T;
+}
+
 void check_score_input(const ScoreInput& in, const char* method) {
   if (!in.forward || !in.cache)
     throw Error(Errc::invalid_argument,
@@ -106,13 +117,7 @@ class AccumulatingObserver final : public AttentionObserver {
   void on_attention(const AttentionObservation& obs) override {
     KVZIP_ASSERT(obs.layer < shape_.n_layers && obs.Hkv == shape_.n_kv_heads);
     const uint32_t p0 = obs.positions[0];
-    if (p0 != seen_[obs.layer] || p0 + obs.T > total_)
-      throw Error(Errc::invalid_argument,
-                  "scorer observer: expected tokens from position " +
-                      std::to_string(seen_[obs.layer]) + " of a " + std::to_string(total_) +
-                      "-token prefill, got " + std::to_string(obs.T) + " tokens at " +
-                      std::to_string(p0) + "; attach the observer to the document prefill only");
-    seen_[obs.layer] = p0 + obs.T;
+    advance_prefill(seen_, obs, total_);
     const uint32_t t0 = first_query_ > p0 ? first_query_ - p0 : 0;
     if (t0 >= obs.T) return;
     std::vector<KeyAxis> axes(obs.Hkv);

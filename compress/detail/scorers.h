@@ -1,6 +1,7 @@
 // Internal to compress/: the factories behind make_scorer and helpers every scorer shares.
 #pragma once
 #include <memory>
+#include <vector>
 
 #include "compress/compress.h"
 
@@ -20,5 +21,9 @@ std::unique_ptr<Scorer> make_rkv_scorer(const ScorerOptions& options);
 void check_score_input(const ScoreInput& in, const char* method);
 // Scores of the input's shape, every value `fill`.
 DocumentScores make_scores(const ScoreInput& in, float fill);
+// A prefill observer's bookkeeping: `seen` (L) is the next position each layer expects. Checks that
+// obs continues its layer's sequence inside a `total`-token prefill and advances it; throws
+// Errc::invalid_argument otherwise (an observer attached to some other forward call).
+void advance_prefill(std::vector<uint32_t>& seen, const AttentionObservation& obs, uint32_t total);
 
 }  // namespace kvzip::detail

@@ -28,13 +28,7 @@ void WindowQueries::reset(const ModelConfig& cfg, uint32_t total, uint32_t windo
 void WindowQueries::on_attention(const AttentionObservation& obs) {
   KVZIP_ASSERT(obs.layer < L_ && obs.Hq == Hq_ && obs.D == D_);
   const uint32_t p0 = obs.positions[0];
-  if (p0 != seen_[obs.layer] || p0 + obs.T > total_)
-    throw Error(Errc::invalid_argument,
-                "scorer observer: expected tokens from position " +
-                    std::to_string(seen_[obs.layer]) + " of a " + std::to_string(total_) +
-                    "-token prefill, got " + std::to_string(obs.T) + " tokens at " +
-                    std::to_string(p0) + "; attach the observer to the document prefill only");
-  seen_[obs.layer] = p0 + obs.T;
+  advance_prefill(seen_, obs, total_);
   const uint32_t first = total_ - window_;  // position of window row 0
   const size_t row = size_t(Hq_) * D_;
   for (uint32_t p = std::max(first, p0); p < p0 + obs.T; ++p)

@@ -1,6 +1,6 @@
-// Helpers for the compress/ and prefill/ tests: random token ids, a query recorder built on the
-// forward's trace, and a naive masked reference forward (whole sequence at once, every attention
-// row materialised, double sums) in which a predicate decides which key rows each query may see.
+// Helpers for the compress/ and prefill/ tests: a query recorder built on the forward's trace and
+// a scored random document. The naive reference forward and random tokens are in
+// tests/support/naive_forward.h (shared with the model tests).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -9,11 +9,10 @@
 #include "compress/compress.h"
 #include "model/forward.h"
 #include "model/weights.h"
+#include "tests/support/naive_forward.h"
 #include "tests/support/random_weights.h"
 
 namespace kvzip::test {
-
-std::vector<int32_t> random_tokens(size_t n, uint32_t V, uint64_t seed);
 
 // Post-RoPE queries recorded from a Forward's trace ("q_rope"), indexed by position:
 // q[layer][(position - first) * Hq * D ...] for positions first, first + 1, ...
@@ -30,13 +29,6 @@ struct QueryRecorder {
     return q[layer].data() + (size_t(position - first) * Hq + head) * D;
   }
 };
-
-// visible(layer, kv_head, query_position, key_position), asked only for key <= query.
-using Visibility = std::function<bool(uint32_t, uint32_t, uint32_t, uint32_t)>;
-
-// (T, V) logits of `tokens` at positions 0..T-1, each attention row restricted by `visible`.
-std::vector<float> naive_masked_logits(const Weights& w, const std::vector<int32_t>& tokens,
-                                       const Visibility& visible);
 
 // A random document on the tiny qwen2 model (Hq = 6, Hkv = 2: G = 3) scored by one scorer, with
 // what naive references need afterwards: the dense cache and every position's post-RoPE queries.

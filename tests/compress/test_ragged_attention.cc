@@ -43,10 +43,10 @@ TEST_CASE("ragged attention over kept rows equals dense attention with evicted r
 
   std::vector<int32_t> all = doc;
   all.insert(all.end(), question.begin(), question.end());
-  const std::vector<float> ref = test::naive_masked_logits(
+  const std::vector<float> ref = test::naive_forward(
       w, all, [&](uint32_t l, uint32_t h, uint32_t q, uint32_t k) {
         return q < n_doc || k >= n_doc || visible[l * H + h][k];
-      });
+      }).logits;
   const std::vector<float> want(ref.begin() + size_t(n_doc) * cfg.vocab_size, ref.end());
   CHECK(test::rel_error(got, want) < 1e-4);
 

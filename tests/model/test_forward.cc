@@ -1,119 +1,21 @@
-// The forward pass against a naive reference forward written plainly below (whole sequence at
-// once, every attention row materialised, double sums), on tiny random llama- and qwen2-style
-// models; chunking, decode, rollback, observer and GQA behaviour.
+// The forward pass against the naive reference forward of tests/support/naive_forward.h (whole
+// sequence at once, every attention row materialised, double sums), on tiny random llama- and
+// qwen2-style models; chunking, decode, rollback, observer and GQA behaviour.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 
 #include "common/error.h"
-#include "kernels/rope.h"
 #include "model/forward.h"
 #include "model/kv_cache.h"
+#include "tests/support/naive_forward.h"
 #include "tests/support/random_weights.h"
 
 using namespace kvzip;
 
 namespace {
 
-using Mat = std::vector<double>;
-
-// y(T, out) = x(T, in) · W(out, in)^T + b.
-Mat linear(const Mat& x, const std::vector<float>& w, const std::vector<float>& b, size_t T,
-           size_t in, size_t out) {
-  Mat y(T * out);
-  for (size_t t = 0; t < T; ++t)
-    for (size_t o = 0; o < out; ++o) {
-      double s = b.empty() ? 0.0 : b[o];
-      for (size_t i = 0; i < in; ++i) s += x[t * in + i] * w[o * in + i];
-      y[t * out + o] = s;
-    }
-  return y;
-}
-
-Mat rms_norm(const Mat& x, const std::vector<float>& w, size_t T, size_t E, double eps) {
-  Mat y(T * E);
-  for (size_t t = 0; t < T; ++t) {
-    double ss = 0;
-    for (size_t e = 0; e < E; ++e) ss += x[t * E + e] * x[t * E + e];
-    double inv = 1.0 / std::sqrt(ss / E + eps);
-    for (size_t e = 0; e < E; ++e) y[t * E + e] = x[t * E + e] * inv * w[e];
-  }
-  return y;
-}
-
-// Rotates pairs (i, i + D/2) of every head of x (T, H, D); token t sits at position t.
-void rope(Mat& x, size_t T, size_t H, size_t D, const std::vector<float>& inv_freq) {
-  for (size_t t = 0; t < T; ++t)
-    for (size_t h = 0; h < H; ++h)
-      for (size_t i = 0; i < D / 2; ++i) {
-        double a = static_cast<float>(t) * inv_freq[i];
-        double* v = &x[(t * H + h) * D];
-        double x0 = v[i], x1 = v[i + D / 2];
-        v[i] = x0 * std::cos(a) - x1 * std::sin(a);
-        v[i + D / 2] = x1 * std::cos(a) + x0 * std::sin(a);
-      }
-}
-
-struct Reference {
-  std::vector<float> logits;                 // (T, V)
-  std::vector<std::vector<float>> q, k, v;   // per layer: (T, Hq, D), (T, Hkv, D), (T, Hkv, D)
-};
-
-Reference naive_forward(const Weights& w, const std::vector<int32_t>& tokens) {
-  const ModelConfig& c = w.config;
-  const size_t T = tokens.size(), E = c.d_model, F = c.d_ffn, V = c.vocab_size, D = c.head_dim;
-  const size_t Hq = c.n_heads, Hkv = c.n_kv_heads, G = Hq / Hkv;
-  const auto inv_freq = rope_inv_freq(c.head_dim, c.rope_base, c.rope_scaling);
-  Reference r;
-  Mat x(T * E);
-  for (size_t t = 0; t < T; ++t)
-    for (size_t e = 0; e < E; ++e) x[t * E + e] = w.tok_embd[tokens[t] * E + e];
-  for (const LayerWeights& lw : w.layers) {
-    Mat xn = rms_norm(x, lw.attn_norm, T, E, c.rms_eps);
-    Mat q = linear(xn, lw.wq, lw.bq, T, E, Hq * D);
-    Mat k = linear(xn, lw.wk, lw.bk, T, E, Hkv * D);
-    Mat v = linear(xn, lw.wv, lw.bv, T, E, Hkv * D);
-    rope(q, T, Hq, D, inv_freq);
-    rope(k, T, Hkv, D, inv_freq);
-    r.q.emplace_back(q.begin(), q.end());
-    r.k.emplace_back(k.begin(), k.end());
-    r.v.emplace_back(v.begin(), v.end());
-    Mat att(T * Hq * D, 0.0);
-    for (size_t h = 0; h < Hq; ++h) {
-      const size_t kh = h / G;
-      for (size_t i = 0; i < T; ++i) {
-        std::vector<double> p(i + 1);
-        double mx = -INFINITY, sum = 0;
-        for (size_t j = 0; j <= i; ++j) {
-          double s = 0;
-          for (size_t d = 0; d < D; ++d) s += q[(i * Hq + h) * D + d] * k[(j * Hkv + kh) * D + d];
-          p[j] = s / std::sqrt(double(D));
-          mx = std::max(mx, p[j]);
-        }
-        for (auto& e : p) sum += (e = std::exp(e - mx));
-        for (size_t j = 0; j <= i; ++j)
-          for (size_t d = 0; d < D; ++d) att[(i * Hq + h) * D + d] += p[j] / sum * v[(j * Hkv + kh) * D + d];
-      }
-    }
-    Mat o = linear(att, lw.wo, {}, T, Hq * D, E);
-    for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
-    xn = rms_norm(x, lw.ffn_norm, T, E, c.rms_eps);
-    Mat g = linear(xn, lw.w_gate, {}, T, E, F), u = linear(xn, lw.w_up, {}, T, E, F);
-    for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
-    Mat down = linear(g, lw.w_down, {}, T, F, E);
-    for (size_t i = 0; i < x.size(); ++i) x[i] += down[i];
-  }
-  Mat logits = linear(rms_norm(x, w.output_norm, T, E, c.rms_eps), w.lm_head(), {}, T, E, V);
-  r.logits.assign(logits.begin(), logits.end());
-  return r;
-}
-
-std::vector<int32_t> random_tokens(size_t n, uint32_t V, uint64_t seed) {
-  auto u = test::random_vector(n, seed, 0.0f, 1.0f);
-  std::vector<int32_t> t(n);
-  for (size_t i = 0; i < n; ++i) t[i] = std::min<int32_t>(V - 1, static_cast<int32_t>(u[i] * V));
-  return t;
-}
+using test::random_tokens;
 
 std::vector<float> row(const std::vector<float>& m, size_t r, size_t cols) {
   return std::vector<float>(m.begin() + r * cols, m.begin() + (r + 1) * cols);
@@ -160,7 +62,7 @@ TEST_CASE("forward logits equal the naive reference forward", "[model][forward]"
   ModelConfig cfg = config_named(name);
   Weights w = test::random_weights(cfg, 1);
   auto tokens = random_tokens(37, cfg.vocab_size, 2);
-  Reference ref = naive_forward(w, tokens);
+  const test::NaiveForward ref = test::naive_forward(w, tokens);
   Forward fwd(w, ForwardOptions{2, 16, {}});
   KvCache cache(cfg);
   std::vector<float> logits = fwd.prefill(cache, tokens, LogitsMode::All);
@@ -254,7 +156,7 @@ TEST_CASE("the observer sees post-RoPE queries, positions and the cache includin
   ModelConfig cfg = test::tiny_llama_config();
   Weights w = test::random_weights(cfg, 10);
   auto tokens = random_tokens(23, cfg.vocab_size, 11);
-  Reference ref = naive_forward(w, tokens);
+  const test::NaiveForward ref = test::naive_forward(w, tokens);
   Forward fwd(w, ForwardOptions{2, 10, {}});
   KvCache cache(cfg);
   Recorder rec;
