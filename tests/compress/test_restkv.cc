@@ -224,3 +224,30 @@ TEST_CASE("ReST-KV refuses bad options and a prefill it did not observe", "[comp
   PrefillResult pre = prefill_document(fwd, r.prefix, r.doc);
   CHECK_THROWS_AS(scorer->score(ScoreInput{&fwd, &pre.cache, r.n_p, r.doc}), Error);
 }
+
+TEST_CASE("window-query scorers refuse observations that do not continue the document prefill",
+          "[compress]") {
+  using Catch::Matchers::Contains;
+  const ModelConfig cfg = test::tiny_qwen2_config();
+  const Weights w = test::random_weights(cfg, 5);
+  Forward fwd(w);
+  for (const char* method : {"rest-kv", "rkv", "snapkv"}) {
+    INFO(method);
+    auto scorer = make_scorer(method, ScorerOptions{});
+    AttentionObserver* obs = scorer->prefill_observer(fwd, 2, 40);
+    REQUIRE(obs);
+    std::vector<float> q(size_t(cfg.n_heads) * cfg.head_dim, 0.0f);
+    const uint32_t at5 = 5;  // the prefill starts at position 0, not 5
+    AttentionObservation o;
+    o.layer = 0;
+    o.q = q.data();
+    o.positions = &at5;
+    o.T = 1;
+    o.Hq = cfg.n_heads;
+    o.Hkv = cfg.n_kv_heads;
+    o.D = cfg.head_dim;
+    o.scale = 0.125f;
+    CHECK_THROWS_WITH(obs->on_attention(o), Contains("expected tokens from position 0") &&
+                                                Contains("attach the observer"));
+  }
+}
