@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_shapes.h"
 #include "common/error.h"
 #include "compress/compress.h"
 #include "model/model.h"
@@ -54,20 +55,9 @@ std::vector<float> filled(size_t n, uint32_t seed, float a) {
 }
 
 Weights smollm2_shaped_weights() {
-  ModelConfig c;
-  c.arch = "llama";
-  c.n_layers = 30;
-  c.d_model = 576;
-  c.n_heads = 9;
-  c.n_kv_heads = 3;
-  c.head_dim = 64;
-  c.d_ffn = 1536;
-  c.vocab_size = 49152;
-  c.max_context = 8192;
-  c.rope_base = 100000.0f;
-  c.rms_eps = 1e-5f;
-  c.tied_embeddings = true;
-  const size_t E = c.d_model, F = c.d_ffn, qd = 9 * 64, kvd = 3 * 64;
+  const ModelConfig c = bench::smollm2_135m_config();
+  const size_t E = c.d_model, F = c.d_ffn, qd = size_t(c.n_heads) * c.head_dim,
+               kvd = size_t(c.n_kv_heads) * c.head_dim;
   Weights w;
   w.config = c;
   uint32_t seed = 1;

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench/bench_shapes.h"
 #include "kernels/attention.h"
 #include "kernels/gemm.h"
 #include "kernels/qgemv.h"
@@ -127,21 +128,6 @@ QuantMatrix quantize(std::vector<float>& w, uint32_t rows, uint32_t cols, QForma
   return q;
 }
 
-ModelConfig smollm2_135m() {
-  ModelConfig c;
-  c.arch = "llama";
-  c.n_layers = 30;
-  c.d_model = 576;
-  c.n_heads = 9;
-  c.n_kv_heads = 3;
-  c.head_dim = 64;
-  c.d_ffn = 1536;
-  c.vocab_size = 49152;
-  c.max_context = 8192;
-  c.rope_base = 100000.0f;
-  c.tied_embeddings = true;
-  return c;
-}
 
 Weights random_model(const ModelConfig& c) {
   const size_t E = c.d_model, F = c.d_ffn, qd = size_t(c.n_heads) * c.head_dim,
@@ -271,7 +257,7 @@ int main(int argc, char** argv) {
   bench_attention(pool, 512, args.ctx);
   bench_attention(pool, 1, args.ctx);
 
-  ModelConfig cfg = smollm2_135m();
+  ModelConfig cfg = bench::smollm2_135m_config();
   Weights w = random_model(cfg);
   ForwardOptions fp32_opt{args.threads, 512, {}}, q_opt = fp32_opt;
   fp32_opt.quantized_gemv = false;
