@@ -27,7 +27,7 @@
 #include "kernels/thread_pool.h"
 #include "model/forward.h"
 #include "model/kv_cache.h"
-#include "model/quant.h"
+#include "kernels/quant.h"
 
 using namespace kvzip;
 

@@ -23,7 +23,6 @@ struct Forward::Impl {
   detail::ForwardScratch scratch;
   RopeTable rope;
   std::vector<uint32_t> positions;  // (chunk)
-  bool qgemv = false;               // opt.quantized_gemv and the weights have block copies
 
   Impl(const Weights& weights, ForwardOptions o) : w(weights), opt(std::move(o)), pool(opt.threads) {}
 
@@ -41,7 +40,6 @@ Forward::Forward(const Weights& weights, ForwardOptions options) {
   impl_->scratch.resize(c, impl_->opt.chunk);
   impl_->positions.resize(impl_->opt.chunk);
   set_blas_threads(impl_->pool.size());
-  impl_->qgemv = impl_->opt.quantized_gemv && detail::has_quant(weights);
 }
 
 Forward::~Forward() = default;
@@ -49,7 +47,7 @@ Forward::~Forward() = default;
 const ModelConfig& Forward::config() const { return impl_->w.config; }
 const Weights& Forward::weights() const { return impl_->w; }
 uint32_t Forward::threads() const { return impl_->pool.size(); }
-bool Forward::quantized_gemv() const { return impl_->qgemv; }
+MatmulPath Forward::matmul_path() const { return impl_->opt.matmul; }
 ThreadPool& Forward::pool() { return impl_->pool; }
 
 void Forward::Impl::run_chunk(AttentionCache& cache, const int32_t* tokens, uint32_t T,
@@ -68,7 +66,7 @@ void Forward::Impl::run_chunk(AttentionCache& cache, const int32_t* tokens, uint
   c.positions = positions.data();
   c.T = T;
   c.s = &scratch;
-  c.qgemv = qgemv;
+  c.path = opt.matmul;
   c.last_output_unused = logits_rows == 0 && !(opt.trace);
   detail::embed(c, tokens);
   for (uint32_t l = 0; l < w.config.n_layers; ++l) detail::run_layer(c, l);

@@ -1,8 +1,8 @@
 // The CPU transformer forward pass of Llama-family models (Llama 2/3, SmolLM, Mistral, Qwen2 with
 // q/k/v bias), fp32, over any AttentionCache (dense KvCache now, a ragged cache later).
 // New tokens always continue at cache.logical_length(); prefill processes them in chunks of
-// ForwardOptions::chunk tokens with GEMMs, decode is a one-token prefill (GEMV path; it reads the
-// Weights' quantized block copies where they exist, see ForwardOptions::quantized_gemv). A failed call
+// ForwardOptions::chunk tokens, decode is a one-token prefill; every weight product runs on the
+// matrices as the model file stores them (kernels/matmul.h, ForwardOptions::matmul). A failed call
 // leaves the cache as it was before the call. A chunk whose logits nobody reads (and with no trace)
 // stops its last layer after the K/V append and the attention statistics an observer asked for:
 // that layer's output would feed only the LM head. A Forward owns a thread pool and scratch buffers:
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
+#include "kernels/matmul.h"
 #include "model/kv_cache.h"
 #include "model/weights.h"
 
@@ -45,10 +46,9 @@ struct ForwardOptions {
   uint32_t threads = 0;  // 0 = one per hardware thread; also sets OpenBLAS's thread count
   uint32_t chunk = 512;  // tokens per prefill chunk (bounds scratch memory), >= 1
   TraceFn trace;         // optional; called with every named tensor when set
-  // One-token chunks (decode) read the matrices' QuantMatrix copies (kernels/qgemv.h) where the
-  // Weights have them: the same values as the fp32 copy, ~6x fewer bytes for Q4_1. false: always
-  // the fp32 GEMV. Prefill chunks of T > 1 use the fp32 GEMM either way.
-  bool quantized_gemv = true;
+  // Fast: the fastest kernels this CPU has; Exact: fp32 arithmetic on dequantized rows (the
+  // golden tests' path). See kernels/matmul.h for what differs.
+  MatmulPath matmul = MatmulPath::Fast;
 };
 
 // What an observer sees for one layer of one chunk, after that layer's attention ran.
@@ -104,9 +104,7 @@ class Forward {
   // The weights this forward runs (scorers that need a projection, e.g. ReST-KV's W_o, read them).
   const Weights& weights() const;
   uint32_t threads() const;
-  // Whether decode uses the quantized GEMV: options.quantized_gemv and the Weights hold at least
-  // one QuantMatrix.
-  bool quantized_gemv() const;
+  MatmulPath matmul_path() const;
   ThreadPool& pool();
 
  private:

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/quant.h"
+#include "kernels/quant.h"
 
 namespace kvzip::gguf {
 

@@ -1,20 +1,16 @@
-// ModelConfig, fp32 Weights and ModelFingerprint from a GGUF file (see gguf_weights.h).
+// ModelConfig, Weights (matrices pointing into the mapped file) and ModelFingerprint from a GGUF
+// file (see gguf_weights.h).
 // GGUF stores a Linear weight of HF shape (out, in) as ne = [in, out], i.e. already row-major
 // (out, in), which is the canonical layout; only the Q/K rows of llama-type archs need reordering.
 #include "model/gguf_weights.h"
 
 #include <xxhash.h>
 
-#include <algorithm>
-#include <atomic>
-#include <exception>
-#include <mutex>
-#include <optional>
 #include <string>
-#include <thread>
+#include <vector>
 
 #include "common/error.h"
-#include "model/quant.h"
+#include "kernels/quant.h"
 
 namespace kvzip {
 namespace {
@@ -129,161 +125,108 @@ ModelConfig config_from_gguf(const gguf::File& f) {
 
 namespace {
 
-// Undo llama.cpp's per-head interleave: GGUF row h*D + 2i + p holds HF row h*D + p*D/2 + i.
-// w is (n_heads*D, row_len) row-major; row_len = 1 for a bias, the row's bytes for raw blocks.
-template <class T>
-void unpermute_rows(std::vector<T>& w, uint32_t n_heads, uint32_t head_dim, size_t row_len) {
-  std::vector<T> head(size_t(head_dim) * row_len);
-  const size_t half = head_dim / 2;
-  for (uint32_t h = 0; h < n_heads; ++h) {
-    T* base = w.data() + size_t(h) * head_dim * row_len;
-    std::copy(base, base + head.size(), head.begin());
-    for (size_t i = 0; i < half; ++i) {
-      for (size_t p = 0; p < 2; ++p) {
-        const T* src = head.data() + (2 * i + p) * row_len;
-        std::copy(src, src + row_len, base + (p * half + i) * row_len);
-      }
-    }
-  }
+// llama.cpp's per-head interleave: GGUF row h*D + 2i + p holds HF row h*D + p*D/2 + i. Returns the
+// map canonical row -> stored row for n_heads heads of head_dim rows.
+std::vector<uint32_t> qk_row_map(uint32_t n_heads, uint32_t head_dim) {
+  std::vector<uint32_t> map(size_t(n_heads) * head_dim);
+  const uint32_t half = head_dim / 2;
+  for (uint32_t h = 0; h < n_heads; ++h)
+    for (uint32_t i = 0; i < half; ++i)
+      for (uint32_t p = 0; p < 2; ++p) map[h * head_dim + p * half + i] = h * head_dim + 2 * i + p;
+  return map;
 }
 
-// The qgemv block format that reads a ggml type's bytes as stored, if there is one.
-std::optional<QFormat> qgemv_format(quant::GgmlType t) {
-  switch (t) {
-    case quant::GgmlType::Q4_0: return QFormat::Q4_0;
-    case quant::GgmlType::Q4_1: return QFormat::Q4_1;
-    case quant::GgmlType::Q8_0: return QFormat::Q8_0;
-    default: return std::nullopt;
+const char* kSupportedTypes = "F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K";
+
+// Checks a tensor's shape (ne = [ne0] for vectors, [ne0, ne1] for matrices) and type.
+const gguf::TensorInfo& checked(const gguf::File& f, const std::string& name, int64_t ne0,
+                                int64_t ne1) {
+  const gguf::TensorInfo& t = f.tensor(name);
+  if (t.ne[0] != ne0 || t.ne[1] != ne1 || t.ne[2] != 1 || t.ne[3] != 1) {
+    std::string want(1, '[');
+    want.append(std::to_string(ne0));
+    if (ne1 != 1) want.append(", ").append(std::to_string(ne1));
+    want.append("]");
+    fail(f, Errc::corrupt, "tensor '" + name + "' has shape " + t.shape_string() + ", expected " +
+                               want + " (from the model metadata)");
   }
+  if (!quant::traits(t.type).dequantizable)
+    fail(f, Errc::unsupported, "tensor '" + name + "' has type " + quant::type_name(t.type) +
+                                   ", which kvzip cannot compute with (supported: " +
+                                   kSupportedTypes + "); re-quantize the model to one of these");
+  return t;
 }
 
-// Collects (tensor -> destination) jobs, validating each tensor's shape and type up front, then
-// runs them on a pool of threads. Whole tensors are the unit of work: allocating and first-touching
-// ~0.5 GB of fp32 costs more than decoding it, and that only parallelises across allocations.
-class TensorLoader {
- public:
-  explicit TensorLoader(const gguf::File& f) : f_(f) {}
+// A small tensor (norm weight, bias) as fp32; map: canonical index -> stored index, or empty.
+std::vector<float> load_vector(const gguf::File& f, const std::string& name, int64_t n,
+                               const std::vector<uint32_t>& map = {}) {
+  const gguf::TensorInfo& t = checked(f, name, n, 1);
+  std::vector<float> stored(static_cast<size_t>(n));
+  quant::dequantize_row(t.type, t.data, stored.data(), n);
+  if (map.empty()) return stored;
+  std::vector<float> out(stored.size());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = stored[map[i]];
+  return out;
+}
 
-  // Expected GGUF shape: ne = [ne0] for vectors, [ne0, ne1] for matrices (ne0 contiguous).
-  // perm_heads > 0: un-permute the rows as Q/K heads of perm_head_dim rows. qdst (matrices only):
-  // also keep the stored blocks there when qgemv reads the tensor's type.
-  void add(const std::string& name, int64_t ne0, int64_t ne1, std::vector<float>* dst,
-           uint32_t perm_heads = 0, uint32_t perm_head_dim = 0, QuantMatrix* qdst = nullptr) {
-    const gguf::TensorInfo& t = f_.tensor(name);
-    if (t.ne[0] != ne0 || t.ne[1] != ne1 || t.ne[2] != 1 || t.ne[3] != 1) {
-      std::string want(1, '[');
-      want.append(std::to_string(ne0));
-      if (ne1 != 1) want.append(", ").append(std::to_string(ne1));
-      want.append("]");
-      fail(f_, Errc::corrupt, "tensor '" + name + "' has shape " + t.shape_string() +
-                                  ", expected " + want + " (from the model metadata)");
-    }
-    if (!quant::traits(t.type).dequantizable)
-      fail(f_, Errc::unsupported, "tensor '" + name + "' has type " + quant::type_name(t.type) +
-                                      ", which kvzip cannot dequantize (supported: F32 F16 BF16 "
-                                      "Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q6_K)");
-    jobs_.push_back({&t, dst, perm_heads, perm_head_dim, qdst});
-  }
+// A matrix of `rows` rows of `cols` values pointing into the file (GGUF ne = [cols, rows]).
+Matrix load_matrix(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows,
+                   std::vector<uint32_t> map = {}) {
+  const gguf::TensorInfo& t = checked(f, name, cols, rows);
+  Matrix m;
+  m.type = t.type;
+  m.rows = static_cast<uint32_t>(rows);
+  m.cols = static_cast<uint32_t>(cols);
+  m.data = t.data;
+  m.row_map = std::move(map);
+  m.name = name;
+  KVZIP_ASSERT(uint64_t(m.bytes()) == t.nbytes);
+  return m;
+}
 
-  void run(int threads) {
-    // Largest first, so the big embedding does not start last.
-    std::sort(jobs_.begin(), jobs_.end(),
-              [](const Job& a, const Job& b) { return a.t->n_elements() > b.t->n_elements(); });
-    std::atomic<size_t> next{0};
-    std::exception_ptr error;
-    std::mutex error_mu;
-    auto worker = [&] {
-      try {
-        for (size_t i; (i = next.fetch_add(1)) < jobs_.size();) run_job(jobs_[i]);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mu);
-        if (!error) error = std::current_exception();
-        next = jobs_.size();
-      }
-    };
-    const size_t n = std::clamp<size_t>(size_t(std::max(threads, 1)), 1, jobs_.size());
-    std::vector<std::thread> pool;
-    for (size_t k = 1; k < n; ++k) pool.emplace_back(worker);
-    worker();
-    for (std::thread& th : pool) th.join();
-    if (error) std::rethrow_exception(error);
-  }
-
- private:
-  struct Job {
-    const gguf::TensorInfo* t;
-    std::vector<float>* dst;
-    uint32_t perm_heads, perm_head_dim;
-    QuantMatrix* qdst;
-  };
-
-  static void run_job(const Job& j) {
-    j.dst->resize(size_t(j.t->n_elements()));
-    quant::dequantize_rows(j.t->type, j.t->data, j.dst->data(), j.t->ne[0], j.t->n_rows(), 1);
-    if (j.perm_heads) {  // a matrix has rows of ne[0] values; a bias has rows of one value
-      const size_t rows = size_t(j.perm_heads) * j.perm_head_dim;
-      KVZIP_ASSERT(rows > 0 && j.dst->size() % rows == 0);
-      unpermute_rows(*j.dst, j.perm_heads, j.perm_head_dim, j.dst->size() / rows);
-    }
-    if (j.qdst) keep_blocks(j);
-  }
-
-  // The tensor's bytes as stored, rows in the same order as the fp32 copy (ne0 is the row).
-  static void keep_blocks(const Job& j) {
-    const std::optional<QFormat> fmt = qgemv_format(j.t->type);
-    if (!fmt || j.t->ne[0] % kQBlockElems != 0) return;
-    QuantMatrix& q = *j.qdst;
-    q.format = *fmt;
-    q.cols = static_cast<uint32_t>(j.t->ne[0]);
-    q.rows = static_cast<uint32_t>(j.t->n_rows());
-    const size_t row_bytes = qrow_bytes(q.format, q.cols);
-    KVZIP_ASSERT(uint64_t(row_bytes) * q.rows == uint64_t(j.t->nbytes));
-    q.blocks.assign(j.t->data, j.t->data + j.t->nbytes);
-    if (j.perm_heads) unpermute_rows(q.blocks, j.perm_heads, j.perm_head_dim, row_bytes);
-  }
-
-  const gguf::File& f_;
-  std::vector<Job> jobs_;
-};
-
-void plan_layer(TensorLoader& ld, const ModelConfig& c, uint32_t l, bool permute,
+void load_layer(const gguf::File& f, const ModelConfig& c, uint32_t l, bool permute,
                 LayerWeights& w) {
   const std::string b = "blk." + std::to_string(l) + ".";
   const int64_t E = c.d_model, F = c.d_ffn, D = c.head_dim;
   const int64_t q_rows = c.n_heads * D, kv_rows = c.n_kv_heads * D;
-  const uint32_t q_perm = permute ? c.n_heads : 0, k_perm = permute ? c.n_kv_heads : 0;
-  ld.add(b + "attn_norm.weight", E, 1, &w.attn_norm);                    // (E)
-  LayerQuantWeights& q = w.quant;
-  ld.add(b + "attn_q.weight", E, q_rows, &w.wq, q_perm, c.head_dim, &q.wq);   // (Hq*D, E)
-  ld.add(b + "attn_k.weight", E, kv_rows, &w.wk, k_perm, c.head_dim, &q.wk);  // (Hkv*D, E)
-  ld.add(b + "attn_v.weight", E, kv_rows, &w.wv, 0, 0, &q.wv);                // (Hkv*D, E)
+  const std::vector<uint32_t> q_map = permute ? qk_row_map(c.n_heads, c.head_dim) : std::vector<uint32_t>{};
+  const std::vector<uint32_t> k_map = permute ? qk_row_map(c.n_kv_heads, c.head_dim) : std::vector<uint32_t>{};
+  w.attn_norm = load_vector(f, b + "attn_norm.weight", E);          // (E)
+  w.wq = load_matrix(f, b + "attn_q.weight", E, q_rows, q_map);      // (Hq*D, E)
+  w.wk = load_matrix(f, b + "attn_k.weight", E, kv_rows, k_map);     // (Hkv*D, E)
+  w.wv = load_matrix(f, b + "attn_v.weight", E, kv_rows);            // (Hkv*D, E)
   if (c.qkv_bias) {
-    ld.add(b + "attn_q.bias", q_rows, 1, &w.bq, q_perm, c.head_dim);     // (Hq*D)
-    ld.add(b + "attn_k.bias", kv_rows, 1, &w.bk, k_perm, c.head_dim);    // (Hkv*D)
-    ld.add(b + "attn_v.bias", kv_rows, 1, &w.bv);                        // (Hkv*D)
+    w.bq = load_vector(f, b + "attn_q.bias", q_rows, q_map);         // (Hq*D)
+    w.bk = load_vector(f, b + "attn_k.bias", kv_rows, k_map);        // (Hkv*D)
+    w.bv = load_vector(f, b + "attn_v.bias", kv_rows);               // (Hkv*D)
   }
-  ld.add(b + "attn_output.weight", q_rows, E, &w.wo, 0, 0, &q.wo);       // (E, Hq*D)
-  ld.add(b + "ffn_norm.weight", E, 1, &w.ffn_norm);                      // (E)
-  ld.add(b + "ffn_gate.weight", E, F, &w.w_gate, 0, 0, &q.w_gate);       // (F, E)
-  ld.add(b + "ffn_up.weight", E, F, &w.w_up, 0, 0, &q.w_up);             // (F, E)
-  ld.add(b + "ffn_down.weight", F, E, &w.w_down, 0, 0, &q.w_down);       // (E, F)
+  w.wo = load_matrix(f, b + "attn_output.weight", q_rows, E);        // (E, Hq*D)
+  w.ffn_norm = load_vector(f, b + "ffn_norm.weight", E);             // (E)
+  w.w_gate = load_matrix(f, b + "ffn_gate.weight", E, F);            // (F, E)
+  w.w_up = load_matrix(f, b + "ffn_up.weight", E, F);                // (F, E)
+  w.w_down = load_matrix(f, b + "ffn_down.weight", F, E);            // (E, F)
 }
 
 }  // namespace
 
-Weights load_weights(const gguf::File& f, int threads) {
+Weights load_weights(const gguf::File& f) {
   Weights w;
   w.config = config_from_gguf(f);
   const ModelConfig& c = w.config;
-  TensorLoader ld(f);
-  ld.add("token_embd.weight", c.d_model, c.vocab_size, &w.tok_embd, 0, 0, &w.quant_tok_embd);  // (V, E)
-  ld.add("output_norm.weight", c.d_model, 1, &w.output_norm);  // (E)
+  w.tok_embd = load_matrix(f, "token_embd.weight", c.d_model, c.vocab_size);  // (V, E)
+  w.output_norm = load_vector(f, "output_norm.weight", c.d_model);             // (E)
   if (!c.tied_embeddings)
-    ld.add("output.weight", c.d_model, c.vocab_size, &w.output, 0, 0, &w.quant_output);  // (V, E)
+    w.output = load_matrix(f, "output.weight", c.d_model, c.vocab_size);       // (V, E)
   const bool permute = gguf_qk_permuted(c.arch);
-  w.layers.resize(c.n_layers);  // no reallocation after planning: jobs hold pointers into it
-  for (uint32_t l = 0; l < c.n_layers; ++l) plan_layer(ld, c, l, permute, w.layers[l]);
-  ld.run(threads);
+  w.layers.resize(c.n_layers);
+  for (uint32_t l = 0; l < c.n_layers; ++l) load_layer(f, c, l, permute, w.layers[l]);
+  return w;
+}
+
+Weights load_weights(std::shared_ptr<const gguf::File> file) {
+  if (!file) throw Error(Errc::invalid_argument, "load_weights: no file");
+  Weights w = load_weights(*file);
+  w.storage = std::move(file);
   return w;
 }
 

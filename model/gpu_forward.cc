@@ -36,6 +36,22 @@ GpuBuffer<uint16_t> upload_bf16(const std::vector<float>& w) {
   return b;
 }
 
+// A stored matrix, dequantized one slab of canonical rows at a time (the host never holds the
+// whole matrix in fp32), rounded to bf16 and copied into one device buffer.
+GpuBuffer<uint16_t> upload_bf16(const Matrix& m) {
+  GpuBuffer<uint16_t> b(size_t(m.rows) * m.cols);
+  if (m.empty()) return b;
+  const uint32_t slab = uint32_t(std::max<size_t>(1, std::min<size_t>(m.rows, (size_t(1) << 22) / m.cols)));
+  std::vector<float> rows(size_t(slab) * m.cols);
+  for (uint32_t r0 = 0; r0 < m.rows; r0 += slab) {
+    const uint32_t n = std::min(slab, m.rows - r0);
+    dequantize_rows(m, r0, n, rows.data());
+    const std::vector<uint16_t> h = gpu::to_bf16(rows.data(), size_t(n) * m.cols);
+    gpu::copy_to_device(b.data() + size_t(r0) * m.cols, h.data(), h.size() * sizeof(uint16_t));
+  }
+  return b;
+}
+
 GpuBuffer<float> upload_f32(const std::vector<float>& w) {
   GpuBuffer<float> b(w.size());
   b.upload(w);

@@ -1,5 +1,5 @@
-// Model loading (GGUF -> fp32 weights + tokenizer + chat template), the generation loop and
-// perplexity. The GGUF mapping is released once everything is copied out of it.
+// Model loading (GGUF -> weights mapped from the file + tokenizer + chat template), the generation
+// loop and perplexity. The GGUF mapping lives as long as the Model (its matrices point into it).
 #include "model/model.h"
 
 #include "model/detail/generate_loop.h"
@@ -15,10 +15,11 @@
 namespace kvzip {
 
 std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& options) {
-  gguf::File file = gguf::File::open(path);
+  auto shared = std::make_shared<const gguf::File>(gguf::File::open(path));
+  const gguf::File& file = *shared;
   std::unique_ptr<Model> m(new Model());
   m->path_ = path;
-  m->weights_ = load_weights(file, static_cast<int>(options.threads));
+  m->weights_ = load_weights(shared);
   m->tokenizer_ = std::make_unique<Tokenizer>(tokenizer_data_from_gguf(file));
   if (m->tokenizer_->vocab_size() != static_cast<int32_t>(m->weights_.config.vocab_size))
     throw Error(Errc::corrupt, path + ": tokenizer has " +

@@ -1,61 +1,79 @@
-// Weights of a Llama-family model in fp32, dequantized once at load, in the canonical layout the
-// runtime uses: every matrix is row-major (out, in) so y = W·x is y[r] = dot(row r, x), and the
-// Q/K rows are in half-split RoPE order (the GGUF loader undoes llama.cpp's interleave permutation).
-// Dimension letters as in common/dims.h. Biases are empty unless config.qkv_bias.
-// Next to the fp32 matrices, a loader may keep the file's own blocks (QuantMatrix) for the decode
-// GEMV; each holds exactly the values its fp32 twin was dequantized to, in the same row order.
+// Weights of a Llama-family model as the model file stores them: every matrix is a Matrix of
+// ggml-typed rows (F32, F16, BF16, Q4_0 ... Q6_K), usually pointing into the mapped model file, so
+// an 8B Q4 model needs about its file size in memory. Logically every matrix is row-major (out, in)
+// so y = W·x is y[r] = dot(row r, x), with Q/K rows in the half-split RoPE order; a GGUF of a
+// llama-type arch stores them interleaved, and Matrix::row_map says which stored row holds each
+// canonical row (kernels read through it; nothing is copied). Norm weights and biases are small
+// and kept as fp32 vectors. Dimension letters as in common/dims.h. Biases are empty unless
+// config.qkv_bias.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/model_config.h"
-#include "kernels/qgemv.h"
+#include "kernels/matmul.h"
+#include "kernels/quant.h"
 
 namespace kvzip {
 
-// A (rows, cols) matrix in a block format of kernels/qgemv.h, or empty (no blocks: the decode
-// GEMV uses the fp32 copy). cols is a multiple of 32; blocks holds rows · qrow_bytes(format, cols).
-struct QuantMatrix {
-  QFormat format = QFormat::Q8_0;
-  uint32_t rows = 0;
-  uint32_t cols = 0;
-  std::vector<uint8_t> blocks;
-  bool empty() const { return blocks.empty(); }
+// A (rows, cols) matrix in a ggml type. `data` holds rows · row_bytes() bytes in stored row order,
+// either inside a mapped file (kept alive by Weights::storage) or inside `owned`.
+struct Matrix {
+  quant::GgmlType type = quant::GgmlType::F32;
+  uint32_t rows = 0;  // out
+  uint32_t cols = 0;  // in; a multiple of the type's block size
+  const uint8_t* data = nullptr;
+  std::vector<uint32_t> row_map;  // (rows): canonical row r is stored row row_map[r]; empty: same
+  std::shared_ptr<const std::vector<uint8_t>> owned;  // the bytes, when not in a mapped file
+  std::string name;                                   // for messages ("blk.3.attn_q.weight")
+
+  bool empty() const { return rows == 0; }
+  size_t row_bytes() const { return size_t(quant::row_bytes(type, cols)); }
+  size_t bytes() const { return row_bytes() * rows; }
+  // The view kernels take (kernels/matmul.h).
+  MatrixView view() const {
+    return MatrixView{type, data, row_bytes(), rows, cols, row_map.empty() ? nullptr : row_map.data()};
+  }
+
+  // An fp32 matrix that owns its values (tests, tools): values holds rows · cols floats.
+  static Matrix from_f32(const std::vector<float>& values, uint32_t rows, uint32_t cols,
+                         std::string name = {});
 };
 
-// Block copies of one layer's matrices (each empty when the file's type has no qgemv format).
-struct LayerQuantWeights {
-  QuantMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
-};
+// Canonical rows [row0, row0 + n) of m as fp32: out holds n · m.cols floats.
+void dequantize_rows(const Matrix& m, uint32_t row0, uint32_t n, float* out);
+// The whole matrix as fp32 (rows · cols floats, canonical order). For tests, tools and small
+// models; the runtime never expands a whole model.
+std::vector<float> to_f32(const Matrix& m);
 
 struct LayerWeights {
   std::vector<float> attn_norm;  // (E)
-  std::vector<float> wq;         // (Hq*D, E)
-  std::vector<float> wk;         // (Hkv*D, E)
-  std::vector<float> wv;         // (Hkv*D, E)
-  std::vector<float> bq;         // (Hq*D) or empty
-  std::vector<float> bk;         // (Hkv*D) or empty
+  Matrix wq;                     // (Hq*D, E)
+  Matrix wk;                     // (Hkv*D, E)
+  Matrix wv;                     // (Hkv*D, E)
+  std::vector<float> bq;         // (Hq*D) or empty, canonical order
+  std::vector<float> bk;         // (Hkv*D) or empty, canonical order
   std::vector<float> bv;         // (Hkv*D) or empty
-  std::vector<float> wo;         // (E, Hq*D)
+  Matrix wo;                     // (E, Hq*D)
   std::vector<float> ffn_norm;   // (E)
-  std::vector<float> w_gate;     // (F, E)
-  std::vector<float> w_up;       // (F, E)
-  std::vector<float> w_down;     // (E, F)
-  LayerQuantWeights quant;       // same shapes as above, or empty
+  Matrix w_gate;                 // (F, E)
+  Matrix w_up;                   // (F, E)
+  Matrix w_down;                 // (E, F)
 };
 
 struct Weights {
   ModelConfig config;
-  std::vector<float> tok_embd;     // (V, E)
-  std::vector<float> output_norm;  // (E)
-  std::vector<float> output;       // (V, E); empty when config.tied_embeddings (use tok_embd)
+  Matrix tok_embd;                   // (V, E)
+  std::vector<float> output_norm;    // (E)
+  Matrix output;                     // (V, E); empty when config.tied_embeddings (use tok_embd)
   std::vector<LayerWeights> layers;  // L entries
-  QuantMatrix quant_tok_embd;      // (V, E) or empty
-  QuantMatrix quant_output;        // (V, E) or empty
+  std::shared_ptr<const void> storage;  // keeps the mapped file the matrices point into alive
 
-  const std::vector<float>& lm_head() const { return output.empty() ? tok_embd : output; }
-  const QuantMatrix& quant_lm_head() const { return output.empty() ? quant_tok_embd : quant_output; }
+  const Matrix& lm_head() const { return output.empty() ? tok_embd : output; }
+  // Bytes of all matrices as stored (what the forward pass streams per token).
+  uint64_t matrix_bytes() const;
 };
 
 }  // namespace kvzip

@@ -152,18 +152,25 @@ class RestKvScorer final : public WindowScorer {
     const uint32_t before = N - w, Hkv = c.n_kv_heads, G = c.group();
     if (before <= n_p) return s;  // the whole document is the probe window
     const Weights& weights = in.forward->weights();
-    auto unit = [&](size_t u) {
-      thread_local Scratch sc;
-      const uint32_t l = static_cast<uint32_t>(u / Hkv), h = static_cast<uint32_t>(u % Hkv);
-      const KvHeadView view = in.cache->view(l, h);
-      const HeadInput hi{rec.layer_queries(l), view.k, view.v, weights.layers[l].wo.data(),
-                         N, w, c.n_heads, c.head_dim, c.d_model,
-                         1.0f / std::sqrt(static_cast<float>(c.head_dim))};
-      float* out = s.values.data() + (size_t(l) * Hkv + h) * s.n_doc;
-      std::fill(out, out + (before - n_p), -kAlwaysKeep);
-      for (uint32_t g = 0; g < G; ++g) score_query_head(hi, h * G + g, before, n_p, sc, out);
-    };
-    run_units(in.forward->pool(), size_t(c.n_layers) * Hkv, unit);
+    // One layer at a time: W_o is dequantized to fp32 for that layer only (E·Hq·D floats), so the
+    // model's weights are never expanded as a whole.
+    std::vector<float> wo;  // (E, Hq·D)
+    for (uint32_t l = 0; l < c.n_layers; ++l) {
+      wo.resize(size_t(weights.layers[l].wo.rows) * weights.layers[l].wo.cols);
+      dequantize_rows(weights.layers[l].wo, 0, weights.layers[l].wo.rows, wo.data());
+      auto unit = [&](size_t u) {
+        thread_local Scratch sc;
+        const uint32_t h = static_cast<uint32_t>(u);
+        const KvHeadView view = in.cache->view(l, h);
+        const HeadInput hi{rec.layer_queries(l), view.k, view.v, wo.data(),
+                           N, w, c.n_heads, c.head_dim, c.d_model,
+                           1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+        float* out = s.values.data() + (size_t(l) * Hkv + h) * s.n_doc;
+        std::fill(out, out + (before - n_p), -kAlwaysKeep);
+        for (uint32_t g = 0; g < G; ++g) score_query_head(hi, h * G + g, before, n_p, sc, out);
+      };
+      run_units(in.forward->pool(), Hkv, unit);
+    }
     return s;
   }
 

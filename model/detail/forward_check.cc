@@ -2,6 +2,7 @@
 #include "model/detail/forward_check.h"
 
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 
@@ -18,16 +19,29 @@ void expect_size(const std::vector<float>& t, size_t n, const std::string& name)
     bad(name + " has " + std::to_string(t.size()) + " values, expected " + std::to_string(n));
 }
 
-// An empty QuantMatrix is fine (the fp32 GEMV runs); a present one must be the fp32 matrix's shape.
-void expect_quant(const QuantMatrix& q, size_t rows, size_t cols, const std::string& name) {
-  if (q.empty()) return;
-  if (q.rows != rows || q.cols != cols || cols % kQBlockElems != 0)
-    bad(name + " (quantized) is " + std::to_string(q.rows) + "x" + std::to_string(q.cols) +
-        ", expected " + std::to_string(rows) + "x" + std::to_string(cols) + " with 32 | cols");
-  const size_t n = rows * qrow_bytes(q.format, q.cols);
-  if (q.blocks.size() != n)
-    bad(name + " (quantized, " + qformat_name(q.format) + ") has " + std::to_string(q.blocks.size()) +
-        " bytes, expected " + std::to_string(n));
+// A matrix must have the config's shape, a type the kernels compute with, whole blocks per row,
+// data, and a row map (if any) that is a permutation of its rows.
+void expect_matrix(const Matrix& m, size_t rows, size_t cols, const std::string& name) {
+  if (m.rows != rows || m.cols != cols)
+    bad(name + " is " + std::to_string(m.rows) + "x" + std::to_string(m.cols) + ", expected " +
+        std::to_string(rows) + "x" + std::to_string(cols));
+  if (rows == 0) return;
+  const quant::TypeTraits* tr = quant::type_traits(uint32_t(m.type));
+  if (!tr || !tr->dequantizable)
+    throw Error(Errc::unsupported, "model weights: " + name + " has type " +
+                                       quant::type_name(m.type) + ", which kvzip cannot compute with");
+  if (cols % tr->block_elems != 0)
+    bad(name + " has " + std::to_string(cols) + " columns, not a whole number of " + tr->name +
+        " blocks");
+  if (!m.data) bad(name + " has no data");
+  if (!m.row_map.empty()) {
+    if (m.row_map.size() != rows) bad(name + " has a row map of the wrong length");
+    std::vector<bool> seen(rows);
+    for (uint32_t r : m.row_map) {
+      if (r >= rows || seen[r]) bad(name + " has a row map that is not a permutation");
+      seen[r] = true;
+    }
+  }
 }
 
 void check_config(const ModelConfig& c) {
@@ -55,12 +69,12 @@ void validate_weights(const Weights& w) {
   check_config(c);
   const size_t E = c.d_model, F = c.d_ffn, V = c.vocab_size;
   const size_t qd = size_t(c.n_heads) * c.head_dim, kvd = size_t(c.n_kv_heads) * c.head_dim;
-  expect_size(w.tok_embd, V * E, "tok_embd");
+  expect_matrix(w.tok_embd, V, E, "tok_embd");
   expect_size(w.output_norm, E, "output_norm");
   if (c.tied_embeddings) {
-    expect_size(w.output, 0, "output (tied embeddings)");
+    expect_matrix(w.output, 0, 0, "output (tied embeddings)");
   } else {
-    expect_size(w.output, V * E, "output");
+    expect_matrix(w.output, V, E, "output");
   }
   if (w.layers.size() != c.n_layers)
     bad("there are " + std::to_string(w.layers.size()) + " layers, expected " + std::to_string(c.n_layers));
@@ -69,38 +83,18 @@ void validate_weights(const Weights& w) {
     const LayerWeights& lw = w.layers[l];
     const std::string p = "layers[" + std::to_string(l) + "].";
     expect_size(lw.attn_norm, E, p + "attn_norm");
-    expect_size(lw.wq, qd * E, p + "wq");
-    expect_size(lw.wk, kvd * E, p + "wk");
-    expect_size(lw.wv, kvd * E, p + "wv");
+    expect_matrix(lw.wq, qd, E, p + "wq");
+    expect_matrix(lw.wk, kvd, E, p + "wk");
+    expect_matrix(lw.wv, kvd, E, p + "wv");
     expect_size(lw.bq, bias_q, p + "bq");
     expect_size(lw.bk, bias_kv, p + "bk");
     expect_size(lw.bv, bias_kv, p + "bv");
-    expect_size(lw.wo, E * qd, p + "wo");
+    expect_matrix(lw.wo, E, qd, p + "wo");
     expect_size(lw.ffn_norm, E, p + "ffn_norm");
-    expect_size(lw.w_gate, F * E, p + "w_gate");
-    expect_size(lw.w_up, F * E, p + "w_up");
-    expect_size(lw.w_down, E * F, p + "w_down");
-    const LayerQuantWeights& q = lw.quant;
-    expect_quant(q.wq, qd, E, p + "wq");
-    expect_quant(q.wk, kvd, E, p + "wk");
-    expect_quant(q.wv, kvd, E, p + "wv");
-    expect_quant(q.wo, E, qd, p + "wo");
-    expect_quant(q.w_gate, F, E, p + "w_gate");
-    expect_quant(q.w_up, F, E, p + "w_up");
-    expect_quant(q.w_down, E, F, p + "w_down");
+    expect_matrix(lw.w_gate, F, E, p + "w_gate");
+    expect_matrix(lw.w_up, F, E, p + "w_up");
+    expect_matrix(lw.w_down, E, F, p + "w_down");
   }
-  expect_quant(w.quant_tok_embd, V, E, "tok_embd");
-  expect_quant(w.quant_output, c.tied_embeddings ? 0 : V, E, "output");
-}
-
-bool has_quant(const Weights& w) {
-  if (!w.quant_tok_embd.empty() || !w.quant_output.empty()) return true;
-  for (const LayerWeights& lw : w.layers) {
-    const LayerQuantWeights& q = lw.quant;
-    for (const QuantMatrix* m : {&q.wq, &q.wk, &q.wv, &q.wo, &q.w_gate, &q.w_up, &q.w_down})
-      if (!m->empty()) return true;
-  }
-  return false;
 }
 
 }  // namespace kvzip::detail

@@ -1,6 +1,6 @@
 // Validation of Weights against their ModelConfig before a Forward uses them: every tensor has
-// exactly the size the config implies, biases exist iff qkv_bias, the GQA group is whole, and
-// quantized copies (QuantMatrix), where present, have their fp32 twin's shape.
+// exactly the shape the config implies, in a type the kernels compute with, biases exist iff
+// qkv_bias, the GQA group is whole, and row maps are permutations.
 #pragma once
 #include "model/weights.h"
 
@@ -8,8 +8,5 @@ namespace kvzip::detail {
 
 // Throws Errc::invalid_argument naming the first bad field or tensor, its size and the expected one.
 void validate_weights(const Weights& w);
-
-// Whether any matrix has a quantized block copy (QuantMatrix) for the decode GEMV.
-bool has_quant(const Weights& w);
 
 }  // namespace kvzip::detail

@@ -8,8 +8,7 @@
 #include <initializer_list>
 #include <iterator>
 
-#include "kernels/gemm.h"
-#include "kernels/qgemv.h"
+#include "kernels/matmul.h"
 #include "kernels/rms_norm.h"
 #include "kernels/swiglu.h"
 #include "kernels/thread_pool.h"
@@ -27,26 +26,18 @@ const float* or_null(const std::vector<float>& b) { return b.empty() ? nullptr :
 
 // One projection of a shared input: y(T, out) = x(T, in) · W^T + b.
 struct Proj {
-  const std::vector<float>& w;  // (out, in)
-  const QuantMatrix& q;         // the same matrix in blocks, or empty
-  const float* bias;            // (out) or nullptr
-  float* y;                     // (T, out)
-  uint32_t out;
+  const Matrix& w;     // (out, in) as stored
+  const float* bias;   // (out) or nullptr
+  float* y;            // (T, out)
 };
 
-// Runs projections that read the same x(T, in). For one token, those with block copies go to the
-// quantized GEMV as one batch (one pool run); the rest (and every T > 1 chunk) use the fp32 GEMM.
-void project(const ChunkContext& c, const float* x, uint32_t in, std::initializer_list<Proj> ps) {
-  QGemvArgs jobs[4];
-  size_t n_jobs = 0;
-  for (const Proj& p : ps) {
-    if (c.qgemv && c.T == 1 && !p.q.empty() && n_jobs < std::size(jobs)) {
-      jobs[n_jobs++] = QGemvArgs{p.q.format, p.q.blocks.data(), x, p.bias, p.y, in, p.out};
-    } else {
-      gemm(c.ex, GemmArgs{x, p.w.data(), p.bias, p.y, c.T, in, p.out});
-    }
-  }
-  if (n_jobs) qgemv(c.ex, std::span<const QGemvArgs>(jobs, n_jobs));
+// Runs projections that read the same x(T, in) as one matmul batch (for one token: one pool run
+// for Q, K and V together).
+void project(const ChunkContext& c, const float* x, std::initializer_list<Proj> ps) {
+  MatmulArgs jobs[3];
+  size_t n = 0;
+  for (const Proj& p : ps) jobs[n++] = MatmulArgs{x, p.w.view(), p.bias, p.y, c.T};
+  matmul(c.ex, std::span<const MatmulArgs>(jobs, n), c.path);
 }
 
 // x += y over n floats.
@@ -70,11 +61,10 @@ void attention_block(const ChunkContext& c, uint32_t layer) {
 
   rms_norm(c.ex, RmsNormArgs{s.x.data(), lw.attn_norm.data(), s.xn.data(), c.T, E, cfg.rms_eps});
   trace(c, "attn_norm", li, s.xn.data(), c.T, E);
-  const LayerQuantWeights& lq = lw.quant;
-  project(c, s.xn.data(), E,
-          {{lw.wq, lq.wq, or_null(lw.bq), s.q.data(), Hq * D},
-           {lw.wk, lq.wk, or_null(lw.bk), s.k.data(), Hkv * D},
-           {lw.wv, lq.wv, or_null(lw.bv), s.v.data(), Hkv * D}});
+  project(c, s.xn.data(),
+          {{lw.wq, or_null(lw.bq), s.q.data()},
+           {lw.wk, or_null(lw.bk), s.k.data()},
+           {lw.wv, or_null(lw.bv), s.v.data()}});
   rope(c.ex, RopeArgs{s.q.data(), c.rope->cos.data(), c.rope->sin.data(), c.T, Hq, D});
   rope(c.ex, RopeArgs{s.k.data(), c.rope->cos.data(), c.rope->sin.data(), c.T, Hkv, D});
   trace(c, "q_rope", li, s.q.data(), c.T, Hq * D);
@@ -101,7 +91,7 @@ void attention_block(const ChunkContext& c, uint32_t layer) {
   }
   if (output_unused) return;
 
-  project(c, s.att.data(), Hq * D, {{lw.wo, lw.quant.wo, nullptr, s.proj.data(), E}});
+  project(c, s.att.data(), {{lw.wo, nullptr, s.proj.data()}});
   trace(c, "attn_proj", li, s.proj.data(), c.T, E);
   add_in_place(c, s.x.data(), s.proj.data(), size_t(c.T) * E);
   trace(c, "ffn_inp", li, s.x.data(), c.T, E);
@@ -116,12 +106,10 @@ void ffn_block(const ChunkContext& c, uint32_t layer) {
 
   rms_norm(c.ex, RmsNormArgs{s.x.data(), lw.ffn_norm.data(), s.xn.data(), c.T, E, cfg.rms_eps});
   trace(c, "ffn_norm", li, s.xn.data(), c.T, E);
-  project(c, s.xn.data(), E,
-          {{lw.w_gate, lw.quant.w_gate, nullptr, s.gate.data(), F},
-           {lw.w_up, lw.quant.w_up, nullptr, s.up.data(), F}});
+  project(c, s.xn.data(), {{lw.w_gate, nullptr, s.gate.data()}, {lw.w_up, nullptr, s.up.data()}});
   swiglu(c.ex, SwigluArgs{s.gate.data(), s.up.data(), s.gate.data(), size_t(c.T) * F});
   trace(c, "ffn_act", li, s.gate.data(), c.T, F);
-  project(c, s.gate.data(), F, {{lw.w_down, lw.quant.w_down, nullptr, s.proj.data(), E}});
+  project(c, s.gate.data(), {{lw.w_down, nullptr, s.proj.data()}});
   trace(c, "ffn_out", li, s.proj.data(), c.T, E);
   add_in_place(c, s.x.data(), s.proj.data(), size_t(c.T) * E);
   trace(c, "layer_out", li, s.x.data(), c.T, E);
@@ -146,8 +134,9 @@ void ForwardScratch::resize(const ModelConfig& c, uint32_t chunk) {
 
 void embed(const ChunkContext& c, const int32_t* tokens) {
   const size_t E = c.w->config.d_model;
+  const MatrixView emb = c.w->tok_embd.view();
   for (uint32_t t = 0; t < c.T; ++t)
-    std::memcpy(c.s->x.data() + t * E, c.w->tok_embd.data() + size_t(tokens[t]) * E, E * sizeof(float));
+    dequantize_view_rows(nullptr, emb, uint32_t(tokens[t]), 1, c.s->x.data() + t * E);
   trace(c, "embd", -1, c.s->x.data(), c.T, static_cast<uint32_t>(E));
 }
 
@@ -164,12 +153,7 @@ void lm_head(const ChunkContext& c, uint32_t row0, uint32_t n, float* logits) {
   rms_norm(c.ex, RmsNormArgs{c.s->x.data() + size_t(row0) * E, c.w->output_norm.data(), xn, n, E,
                              cfg.rms_eps});
   trace(c, "out_norm", -1, xn, n, E, row0);
-  const QuantMatrix& q = c.w->quant_lm_head();
-  if (c.qgemv && n == 1 && !q.empty()) {  // also the last row of a prefill: ~4x fewer bytes
-    qgemv(c.ex, QGemvArgs{q.format, q.blocks.data(), xn, nullptr, logits, E, cfg.vocab_size});
-  } else {
-    gemm(c.ex, GemmArgs{xn, c.w->lm_head().data(), nullptr, logits, n, E, cfg.vocab_size});
-  }
+  matmul(c.ex, MatmulArgs{xn, c.w->lm_head().view(), nullptr, logits, n}, c.path);
   trace(c, "logits", -1, logits, n, cfg.vocab_size, row0);
 }
 

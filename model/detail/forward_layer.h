@@ -7,6 +7,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/device.h"
+#include "kernels/matmul.h"
 #include "kernels/rope.h"
 #include "model/forward.h"
 
@@ -37,7 +38,7 @@ struct ChunkContext {
   const uint32_t* positions = nullptr;    // (T)
   uint32_t T = 0;
   ForwardScratch* s = nullptr;
-  bool qgemv = false;  // GEMVs (one row) read QuantMatrix copies where the weights have them
+  MatmulPath path = MatmulPath::Fast;  // kernels for the weight products (kernels/matmul.h)
   // Nothing reads the last layer's output (no logits from this chunk, no trace): that layer stops
   // after its K/V append and whatever attention statistics an observer asked for.
   bool last_output_unused = false;

@@ -57,6 +57,7 @@ std::vector<double> reference_head(const Run& r, uint32_t l, uint32_t hq, uint32
   for (uint32_t j = 0; j < N; ++j)
     for (uint32_t d = 0; d < D; ++d) obar[d] += a[j] * v.v[size_t(j) * D + d];
   std::vector<double> s(before);
+  const std::vector<float> wo = to_f32(r.w.layers[l].wo);  // (E, Hq·D)
   for (uint32_t j = 0; j < before; ++j) {
     std::vector<double> o(D, 0.0);  // o' = the output without key j, renormalised
     double mass = 0;
@@ -69,7 +70,7 @@ std::vector<double> reference_head(const Run& r, uint32_t l, uint32_t hq, uint32
     for (uint32_t e = 0; e < E; ++e) {
       double y = 0;
       for (uint32_t d = 0; d < D; ++d)
-        y += double(r.w.layers[l].wo[size_t(e) * Hq * D + size_t(hq) * D + d]) *
+        y += double(wo[size_t(e) * Hq * D + size_t(hq) * D + d]) *
              (o[d] / mass - obar[d]);
       n2 += y * y;
     }

@@ -36,8 +36,12 @@ ModelConfig gpu_test_config() {
   return c;
 }
 
-void round_bf16(std::vector<float>& x) {
+// The same matrix with every value rounded to bf16 (an owned fp32 copy, canonical rows).
+void round_bf16(Matrix& m) {
+  if (m.empty()) return;
+  std::vector<float> x = to_f32(m);
   for (float& v : x) v = gpu::from_bf16(gpu::to_bf16(v));
+  m = Matrix::from_f32(x, m.rows, m.cols, m.name);
 }
 
 // The CPU twin of what the GPU holds: every matrix and the embeddings rounded to bf16.

@@ -17,7 +17,7 @@
 #include "model/forward.h"
 #include "model/gguf_weights.h"
 #include "model/kv_cache.h"
-#include "model/quant.h"
+#include "kernels/quant.h"
 #include "tests/support/random_weights.h"
 #include "tests/support/tiny_gguf.h"
 
@@ -165,60 +165,61 @@ TEST_CASE("the quantized GEMV refuses bad shapes, null pointers and absent ISAs"
 
 namespace {
 
-// A tiny llama GGUF with Q4_1 layer matrices and a Q8_0 embedding, loaded back.
-Weights tiny_quantized_weights() {
+// A tiny llama GGUF with Q4_1 layer matrices and a Q8_0 embedding, loaded back (the weights keep
+// the file image alive), and the canonical fp32 values the file encodes.
+struct TinyQuantized {
+  Weights w;
+  Weights want;
+};
+TinyQuantized tiny_quantized_weights() {
   test::TinyModelSpec spec;
   spec.config = test::tiny_gguf_llama_config();
   spec.dtype = quant::GgmlType::Q4_1;
   spec.embd_dtype = quant::GgmlType::Q8_0;
   spec.seed = 5;
   test::TinyModel m = test::make_tiny_model(spec);
-  return load_weights(test::open_bytes(m.bytes), 1);
+  return {load_weights(test::open_bytes(m.bytes)), std::move(m.weights)};
 }
 
-// The kept blocks dequantize to exactly the fp32 copy (rows in the same, un-permuted order).
-void check_blocks(const QuantMatrix& q, const std::vector<float>& fp32, QFormat f, const char* name) {
+// The matrix is still in the file's type and reads back as the canonical fp32 values.
+void check_blocks(const Matrix& q, const Matrix& fp32, quant::GgmlType t, const char* name) {
   INFO(name);
-  REQUIRE_FALSE(q.empty());
-  CHECK(q.format == f);
-  CHECK(size_t(q.rows) * q.cols == fp32.size());
-  CHECK(dequantize(q.format, q.blocks, q.rows, q.cols) == fp32);
+  CHECK(q.type == t);
+  CHECK(q.owned == nullptr);  // points into the file, no copy
+  CHECK(to_f32(q) == to_f32(fp32));
 }
 
 }  // namespace
 
-TEST_CASE("the GGUF loader keeps Q4_1/Q8_0 blocks in the fp32 copy's row order", "[model][kernels]") {
-  const Weights w = tiny_quantized_weights();
-  for (const LayerWeights& lw : w.layers) {
-    check_blocks(lw.quant.wq, lw.wq, QFormat::Q4_1, "wq");  // Q/K rows were un-permuted
-    check_blocks(lw.quant.wk, lw.wk, QFormat::Q4_1, "wk");
-    check_blocks(lw.quant.wv, lw.wv, QFormat::Q4_1, "wv");
-    check_blocks(lw.quant.wo, lw.wo, QFormat::Q4_1, "wo");
-    check_blocks(lw.quant.w_gate, lw.w_gate, QFormat::Q4_1, "w_gate");
-    check_blocks(lw.quant.w_up, lw.w_up, QFormat::Q4_1, "w_up");
-    check_blocks(lw.quant.w_down, lw.w_down, QFormat::Q4_1, "w_down");
+TEST_CASE("the GGUF loader keeps the file's Q4_1/Q8_0 blocks and reads them in canonical order",
+          "[model][kernels]") {
+  const TinyQuantized t = tiny_quantized_weights();
+  for (size_t l = 0; l < t.w.layers.size(); ++l) {
+    const LayerWeights& lw = t.w.layers[l];
+    const LayerWeights& want = t.want.layers[l];
+    check_blocks(lw.wq, want.wq, quant::GgmlType::Q4_1, "wq");  // Q/K rows through the row map
+    CHECK(lw.wq.row_map.size() == lw.wq.rows);
+    check_blocks(lw.wk, want.wk, quant::GgmlType::Q4_1, "wk");
+    check_blocks(lw.wv, want.wv, quant::GgmlType::Q4_1, "wv");
+    CHECK(lw.wv.row_map.empty());
+    check_blocks(lw.wo, want.wo, quant::GgmlType::Q4_1, "wo");
+    check_blocks(lw.w_gate, want.w_gate, quant::GgmlType::Q4_1, "w_gate");
+    check_blocks(lw.w_up, want.w_up, quant::GgmlType::Q4_1, "w_up");
+    check_blocks(lw.w_down, want.w_down, quant::GgmlType::Q4_1, "w_down");
   }
-  check_blocks(w.quant_lm_head(), w.lm_head(), QFormat::Q8_0, "tied lm head");
-
-  test::TinyModelSpec f32;
-  f32.config = test::tiny_gguf_llama_config();
-  const Weights plain = load_weights(test::open_bytes(test::make_tiny_model(f32).bytes), 1);
-  CHECK(plain.quant_lm_head().empty());
-  CHECK(plain.layers[0].quant.wq.empty());
-  CHECK_FALSE(Forward(plain).quantized_gemv());
+  check_blocks(t.w.lm_head(), t.want.lm_head(), quant::GgmlType::Q8_0, "tied lm head");
 }
 
-TEST_CASE("decode with the quantized GEMV gives the fp32 GEMV's logits", "[model][kernels]") {
-  const Weights w = tiny_quantized_weights();
-  ForwardOptions on, off;
-  on.threads = off.threads = 2;
-  off.quantized_gemv = false;
-  Forward fq(w, on), ff(w, off);
-  CHECK(fq.quantized_gemv());
-  CHECK_FALSE(ff.quantized_gemv());
+TEST_CASE("decode on the fast path gives the exact path's logits", "[model][kernels]") {
+  const Weights w = tiny_quantized_weights().w;
+  ForwardOptions fast, exact;
+  fast.threads = exact.threads = 2;
+  exact.matmul = MatmulPath::Exact;
+  Forward fq(w, fast), ff(w, exact);
+  CHECK(fq.matmul_path() == MatmulPath::Fast);
+  CHECK(ff.matmul_path() == MatmulPath::Exact);
   KvCache cq(w.config, 16), cf(w.config, 16);
   const std::vector<int32_t> prompt = {5, 77, 200, 13};
-  // Prefill (T > 1) uses the fp32 GEMM either way; only its last-row LM head may differ.
   CHECK(test::rel_error(fq.prefill(cq, prompt), ff.prefill(cf, prompt)) < 1e-5);
   for (int32_t tok : {42, 7, 281, 0, 99}) {
     const auto lq = fq.decode(cq, tok), lf = ff.decode(cf, tok);
@@ -228,11 +229,14 @@ TEST_CASE("decode with the quantized GEMV gives the fp32 GEMV's logits", "[model
   }
 }
 
-TEST_CASE("a quantized copy of the wrong size is refused by Forward", "[model][kernels]") {
-  Weights w = tiny_quantized_weights();
-  w.layers[1].quant.w_up.blocks.pop_back();
-  CHECK_THROWS_WITH(Forward(w), Catch::Contains("layers[1].w_up (quantized, Q4_1)"));
-  w = tiny_quantized_weights();
-  w.layers[0].quant.wk.rows += 1;
-  CHECK_THROWS_WITH(Forward(w), Catch::Contains("layers[0].wk (quantized)"));
+TEST_CASE("a matrix of the wrong shape or a broken row map is refused by Forward", "[model][kernels]") {
+  Weights w = tiny_quantized_weights().w;
+  w.layers[1].w_up.rows -= 1;
+  CHECK_THROWS_WITH(Forward(w), Catch::Contains("layers[1].w_up is"));
+  w = tiny_quantized_weights().w;
+  w.layers[0].wk.row_map[0] = w.layers[0].wk.row_map[1];
+  CHECK_THROWS_WITH(Forward(w), Catch::Contains("layers[0].wk has a row map that is not a permutation"));
+  w = tiny_quantized_weights().w;
+  w.layers[0].wv.type = quant::GgmlType::Q2_K;
+  CHECK_THROWS_WITH(Forward(w), Catch::Contains("Q2_K"));
 }

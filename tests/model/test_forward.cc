@@ -188,7 +188,9 @@ TEST_CASE("query head h attends through KV head h / G", "[model][forward]") {
   ModelConfig cfg = test::tiny_llama_config();
   Weights w = test::random_weights(cfg, 12);
   const uint32_t D = cfg.head_dim, E = cfg.d_model, Hq = cfg.n_heads;
-  std::fill(w.layers[0].wv.begin() + size_t(D) * E, w.layers[0].wv.begin() + 2 * size_t(D) * E, 0.0f);
+  std::vector<float> wv = to_f32(w.layers[0].wv);
+  std::fill(wv.begin() + size_t(D) * E, wv.begin() + 2 * size_t(D) * E, 0.0f);
+  w.layers[0].wv = Matrix::from_f32(wv, w.layers[0].wv.rows, E);
   std::vector<float> attn;
   ForwardOptions opt{1, 512, [&](const TraceTensor& t) {
                        if (std::string(t.name) == "attn" && t.layer == 0)
@@ -245,7 +247,7 @@ TEST_CASE("Forward rejects weights whose sizes disagree with the config and mism
           "[model][forward]") {
   ModelConfig cfg = test::tiny_llama_config();
   Weights w = test::random_weights(cfg, 19);
-  w.layers[1].w_up.pop_back();
+  w.layers[1].w_up.cols -= 1;
   CHECK_THROWS_WITH(Forward(w), Catch::Contains("layers[1].w_up"));
   Weights ok = test::random_weights(cfg, 19);
   Forward fwd(ok, ForwardOptions{1, 4, {}});

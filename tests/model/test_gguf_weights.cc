@@ -39,6 +39,13 @@ void check_same(const std::vector<float>& got, const std::vector<float>& want, c
   CHECK(diffs == 0);
 }
 
+void check_same(const Matrix& got, const Matrix& want, const char* what) {
+  check_same(to_f32(got), to_f32(want), what);
+}
+void check_same(const Matrix& got, const std::vector<float>& want, const char* what) {
+  check_same(to_f32(got), want, what);
+}
+
 void check_weights_equal(const Weights& a, const Weights& b) {
   check_same(a.tok_embd, b.tok_embd, "tok_embd");
   check_same(a.output_norm, b.output_norm, "output_norm");
@@ -158,7 +165,7 @@ TEST_CASE("head_count_kv defaults to head_count and key_length to E / Hq", "[mod
   const gguf::File f = open_model(m);
   CHECK(f.get_u32("llama.attention.key_length") == 32);
   CHECK(config_from_gguf(f).head_dim == 32);
-  check_weights_equal(load_weights(f, 1), m.weights);
+  check_weights_equal(load_weights(f), m.weights);
 }
 
 TEST_CASE("llama3 rope scaling is read, with default low/high frequency factors",
@@ -224,11 +231,12 @@ TEST_CASE("load_weights round-trips every dtype the test writer produces", "[mod
   INFO(quant::type_name(dtype) << (qwen ? " qwen2" : " llama"));
   const TinyModel m = make(qwen ? tiny_gguf_qwen2_config() : tiny_gguf_llama_config(), dtype, 7);
   const gguf::File f = open_model(m);
-  const Weights w = load_weights(f, 2);
+  const Weights w = load_weights(f);
   CHECK(w.config.arch == m.weights.config.arch);
   CHECK(w.config.tied_embeddings == m.weights.config.tied_embeddings);
   check_weights_equal(w, m.weights);
-  CHECK(w.lm_head().data() == (qwen ? w.output.data() : w.tok_embd.data()));
+  CHECK(&w.lm_head() == (qwen ? &w.output : &w.tok_embd));
+  CHECK(w.layers[0].wq.type == dtype);  // kept as stored, not expanded
 }
 
 TEST_CASE("a SmolLM2-like mix of Q4_1 weights and a Q8_0 embedding round-trips",
@@ -242,8 +250,8 @@ TEST_CASE("a SmolLM2-like mix of Q4_1 weights and a Q8_0 embedding round-trips",
   CHECK(f.tensor("token_embd.weight").type == GgmlType::Q8_0);
   CHECK(f.tensor("blk.0.attn_q.weight").type == GgmlType::Q4_1);
   CHECK(f.tensor("blk.0.attn_norm.weight").type == GgmlType::F32);
-  check_weights_equal(load_weights(f, 1), m.weights);
-  check_weights_equal(load_weights(f, 3), m.weights);
+  check_weights_equal(load_weights(f), m.weights);
+  check_weights_equal(load_weights(f), m.weights);
 }
 
 TEST_CASE("llama Q/K rows are un-permuted: HF row i is GGUF row 2i, row i+D/2 is GGUF 2i+1",
@@ -252,7 +260,7 @@ TEST_CASE("llama Q/K rows are un-permuted: HF row i is GGUF row 2i, row i+D/2 is
   cfg.qkv_bias = true;  // a llama with biases: they are permuted too
   const TinyModel m = make(cfg);
   const gguf::File f = open_model(m);
-  const Weights w = load_weights(f, 1);
+  const Weights w = load_weights(f);
   const int64_t E = cfg.d_model, D = cfg.head_dim;
   for (const char* which : {"q", "k"}) {
     const bool q = which[0] == 'q';
@@ -260,7 +268,7 @@ TEST_CASE("llama Q/K rows are un-permuted: HF row i is GGUF row 2i, row i+D/2 is
     const std::string b = std::string("blk.1.attn_") + which;
     const auto raw = raw_f32(f, b + ".weight");
     const auto raw_bias = raw_f32(f, b + ".bias");
-    const auto& wl = q ? w.layers[1].wq : w.layers[1].wk;
+    const std::vector<float> wl = to_f32(q ? w.layers[1].wq : w.layers[1].wk);
     const auto& bl = q ? w.layers[1].bq : w.layers[1].bk;
     int mismatches = 0;
     for (int64_t h = 0; h < heads; ++h) {
@@ -285,15 +293,16 @@ TEST_CASE("half-split RoPE on loaded Q/K gives llama.cpp's interleaved-RoPE scor
   const ModelConfig cfg = tiny_gguf_llama_config();
   const TinyModel m = make(cfg, GgmlType::F32, 3);
   const gguf::File f = open_model(m);
-  const Weights w = load_weights(f, 1);
+  const Weights w = load_weights(f);
   const int64_t E = cfg.d_model, D = cfg.head_dim;
   std::vector<float> x(static_cast<size_t>(E)), y(static_cast<size_t>(E));
   for (int64_t i = 0; i < E; ++i) x[size_t(i)] = std::sin(0.3f * i), y[size_t(i)] = std::cos(0.7f * i);
   const auto raw_q = raw_f32(f, "blk.0.attn_q.weight"), raw_k = raw_f32(f, "blk.0.attn_k.weight");
   const auto qg = matvec(raw_q.data(), cfg.n_heads * D, E, x);
   const auto kg = matvec(raw_k.data(), cfg.n_kv_heads * D, E, y);
-  const auto qh = matvec(w.layers[0].wq.data(), cfg.n_heads * D, E, x);
-  const auto kh = matvec(w.layers[0].wk.data(), cfg.n_kv_heads * D, E, y);
+  const std::vector<float> wq = to_f32(w.layers[0].wq), wk = to_f32(w.layers[0].wk);
+  const auto qh = matvec(wq.data(), cfg.n_heads * D, E, x);
+  const auto kh = matvec(wk.data(), cfg.n_kv_heads * D, E, y);
   double worst = 0, neox_on_gguf_gap = 0;
   for (uint32_t h = 0; h < cfg.n_heads; ++h) {
     const uint32_t kvh = h / cfg.group();
@@ -319,7 +328,7 @@ TEST_CASE("half-split RoPE on loaded Q/K gives llama.cpp's interleaved-RoPE scor
 TEST_CASE("qwen2 Q/K rows and biases are loaded unpermuted", "[model][gguf]") {
   const TinyModel m = make(tiny_gguf_qwen2_config());
   const gguf::File f = open_model(m);
-  const Weights w = load_weights(f, 1);
+  const Weights w = load_weights(f);
   check_same(w.layers[0].wq, raw_f32(f, "blk.0.attn_q.weight"), "wq");
   check_same(w.layers[0].wk, raw_f32(f, "blk.0.attn_k.weight"), "wk");
   check_same(w.layers[0].bq, raw_f32(f, "blk.0.attn_q.bias"), "bq");
@@ -338,7 +347,7 @@ TEST_CASE("a tensor of the wrong shape is named with found and expected shapes",
     }
   }
   const gguf::File f = gguf::File::from_bytes(m.writer.build().bytes, "tiny.gguf");
-  expect_error([&] { load_weights(f, 1); }, Errc::corrupt,
+  expect_error([&] { load_weights(f); }, Errc::corrupt,
                {"tensor 'blk.1.attn_k.weight'", "[64, 16]", "expected [64, 32]"});
 }
 
@@ -350,7 +359,7 @@ TEST_CASE("a missing tensor and an undecodable tensor type are reported by name"
   ts.erase(std::remove_if(ts.begin(), ts.end(),
                           [](const GgufTensor& t) { return t.name == "blk.1.ffn_up.weight"; }),
            ts.end());
-  expect_error([&] { load_weights(gguf::File::from_bytes(without.build().bytes), 1); },
+  expect_error([&] { load_weights(gguf::File::from_bytes(without.build().bytes)); },
                Errc::corrupt, {"missing tensor 'blk.1.ffn_up.weight'"});
   for (GgufTensor& t : m.writer.tensors) {
     if (t.name == "blk.0.ffn_down.weight") {  // ne [96, 64]: 3 IQ4_NL blocks of 18 B per row
@@ -358,7 +367,7 @@ TEST_CASE("a missing tensor and an undecodable tensor type are reported by name"
       t.data.assign(3 * 18 * 64, 0);
     }
   }
-  expect_error([&] { load_weights(gguf::File::from_bytes(m.writer.build().bytes), 1); },
+  expect_error([&] { load_weights(gguf::File::from_bytes(m.writer.build().bytes)); },
                Errc::unsupported, {"tensor 'blk.0.ffn_down.weight'", "IQ4_NL"});
 }
 
@@ -428,24 +437,27 @@ TEST_CASE("the real SmolLM2-135M-Instruct GGUF loads with the expected config",
   CHECK(f.get_string("tokenizer.ggml.pre") == "smollm");
   CHECK(f.get_string("tokenizer.chat_template") == kChatMlTemplate);
   CHECK(f.array_size("tokenizer.ggml.merges") == 48900);
-  const Weights w = load_weights(f, 4);
+  const Weights w = load_weights(f);
   REQUIRE(w.layers.size() == 30);
-  CHECK(w.tok_embd.size() == size_t(49152) * 576);
+  CHECK(size_t(w.tok_embd.rows) * w.tok_embd.cols == size_t(49152) * 576);
+  CHECK(w.tok_embd.type == GgmlType::Q8_0);  // as stored: the file is mapped, not expanded
   CHECK(w.output.empty());
-  CHECK(w.layers[29].wk.size() == size_t(192) * 576);
+  CHECK(size_t(w.layers[29].wk.rows) * w.layers[29].wk.cols == size_t(192) * 576);
+  const std::vector<float> wq3 = to_f32(w.layers[3].wq), wk3 = to_f32(w.layers[3].wk);
+  const std::vector<float> embd = to_f32(w.tok_embd);
   // Golden values from an independent decoder: gguf-py's quants.dequantize, with the llama.cpp
   // permutation undone in numpy (reshape(heads, D/2, 2, E) -> swap axes 1, 2).
   auto row3 = [&](const std::vector<float>& m, size_t row) {
     return std::vector<float>(m.begin() + long(row * 576), m.begin() + long(row * 576 + 3));
   };
-  CHECK(row3(w.layers[3].wq, 0) == std::vector<float>{0x1.3f2p-4f, 0x1.38fp-3f, -0x1.bfcp-4f});
-  CHECK(row3(w.layers[3].wq, 32) == std::vector<float>{0x1.6ep-5f, -0x1.dcp-9f, 0x1.6ep-5f});
-  CHECK(row3(w.layers[3].wq, 100) == std::vector<float>{0x1.53p-6f, 0x1.719p-3f, 0x1.fff8p-2f});
-  CHECK(row3(w.layers[3].wk, 33) == std::vector<float>{0x1.168p-5f, -0x1.862p-3f, -0x1.408p-4f});
-  CHECK(row3(w.tok_embd, 19556) == std::vector<float>{-0x1.a3ap-5f, 0x1.466p-5f, 0.0f});
+  CHECK(row3(wq3, 0) == std::vector<float>{0x1.3f2p-4f, 0x1.38fp-3f, -0x1.bfcp-4f});
+  CHECK(row3(wq3, 32) == std::vector<float>{0x1.6ep-5f, -0x1.dcp-9f, 0x1.6ep-5f});
+  CHECK(row3(wq3, 100) == std::vector<float>{0x1.53p-6f, 0x1.719p-3f, 0x1.fff8p-2f});
+  CHECK(row3(wk3, 33) == std::vector<float>{0x1.168p-5f, -0x1.862p-3f, -0x1.408p-4f});
+  CHECK(row3(embd, 19556) == std::vector<float>{-0x1.a3ap-5f, 0x1.466p-5f, 0.0f});
   double wq_sum = 0, embd_sum = 0;
-  for (float v : w.layers[3].wq) wq_sum += v;
-  for (float v : w.tok_embd) embd_sum += v;
+  for (float v : wq3) wq_sum += v;
+  for (float v : embd) embd_sum += v;
   CHECK(wq_sum == Approx(-96.36239624023438).epsilon(1e-9));
   CHECK(embd_sum == Approx(-15353.04449415207).epsilon(1e-9));
   float norm_sum = 0;

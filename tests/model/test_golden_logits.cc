@@ -223,8 +223,8 @@ TEST_CASE("prefill logits match the float64 reference within 1e-3 relative", "[m
   }
 }
 
-// Decode runs the T == 1 GEMV for every projection and the LM head; with quantized_gemv on (the
-// default, and in use for this Q4_1/Q8_0 file) it reads the file's blocks instead of the fp32 copy.
+// Decode runs the T == 1 GEMV for every projection and the LM head, on both matmul paths: Fast (the
+// default; decodes this Q4_1/Q8_0 file's blocks in registers) and Exact (dequantize, then fp32 dot).
 TEST_CASE("token-by-token decode logits match the float64 reference within 1e-3 relative",
           "[model][realmodel]") {
   const Model* model = real_model();
@@ -237,10 +237,10 @@ TEST_CASE("token-by-token decode logits match the float64 reference within 1e-3 
   const std::vector<GoldenCase> cases = parse_golden(golden_bytes(), cfg.vocab_size);
   for (bool quantized : {true, false}) {
     ForwardOptions opt;
-    opt.quantized_gemv = quantized;
+    opt.matmul = quantized ? MatmulPath::Fast : MatmulPath::Exact;
     Forward fwd(model->weights(), opt);
-    REQUIRE(fwd.quantized_gemv() == quantized);
-    // france (every position), digits_code; the fp32 GEMV (the slow path) only on france.
+    REQUIRE(fwd.matmul_path() == opt.matmul);
+    // france (every position), digits_code; the exact path only on france.
     for (size_t i : {size_t(0), size_t(3)}) {
       if (!quantized && i != 0) continue;
       const GoldenCase& gc = cases[i];
@@ -251,7 +251,7 @@ TEST_CASE("token-by-token decode logits match the float64 reference within 1e-3 
         std::copy(row.begin(), row.end(), logits.begin() + t * V);
       }
       const double worst = check_case(gc, logits, V, i);
-      WARN("golden logits, decode (" << (quantized ? "quantized" : "fp32") << " GEMV): case " << i
+      WARN("golden logits, decode (" << (quantized ? "fast" : "exact") << " path): case " << i
                                      << " worst relative error " << worst);
       REQUIRE(worst <= 1e-3);
     }

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "model/quant.h"
+#include "kernels/quant.h"
 #include "tests/support/tiny_gguf.h"
 
 using kvzip::Errc;
@@ -218,6 +218,30 @@ TEST_CASE("a hand-built Q4_K block uses 6-bit scales and subtracts dmin * m",
     want[224 + l] = 0;
   }
   CHECK(deq(GgmlType::Q4_K, b, 256) == want);
+}
+
+TEST_CASE("a hand-built Q5_K block adds the fifth bit from qh per 64-group half",
+          "[model][gguf][quant]") {
+  // Same d, dmin and scales as the Q4_K case; qh bit 0 set for every l (group 0, low half: +16)
+  // and bit 3 set for l < 8 (group 1, high half: +16).
+  std::vector<uint8_t> b = {0x00, 0x3C, 0x00, 0x38,
+                            2, 3, 0x41, 1, 4, 0, 0xC2, 0, 0x21, 0x00, 0x13, 0x00};
+  for (int l = 0; l < 32; ++l) b.push_back(uint8_t(0x01 | (l < 8 ? 0x08 : 0)));
+  const uint8_t chunk_byte[4] = {0x5A, 0x0F, 0xF1, 0x07};
+  for (int c = 0; c < 4; ++c) b.insert(b.end(), 32, chunk_byte[c]);
+  REQUIRE(b.size() == 176);
+  std::vector<float> want(256);
+  for (int l = 0; l < 32; ++l) {
+    want[l] = 2 * (10 + 16) - 0.5f * 4;             // 50
+    want[32 + l] = 3 * 5 - 0;                        // 15
+    want[64 + l] = 1 * 15 - 0.5f * 2;                // 14
+    want[96 + l] = l < 8 ? 16.0f : 0.0f;             // sc 1, q 0 (+16 where bit 3), m 0
+    want[128 + l] = 1 * 1 - 0.5f * 2;                // 0
+    want[160 + l] = 0;                               // sc 0, m 0
+    want[192 + l] = 19 * 7 - 0.5f * 49;              // 108.5
+    want[224 + l] = 0;
+  }
+  CHECK(deq(GgmlType::Q5_K, b, 256) == want);
 }
 
 TEST_CASE("a hand-built Q6_K block assembles 6-bit values with d last", "[model][gguf][quant]") {

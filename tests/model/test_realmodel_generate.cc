@@ -93,14 +93,14 @@ TEST_CASE("greedy 'The capital of France is' continues with Paris, as the refere
 
 // The quantized GEMV reads the very values the fp32 copy holds, so only the summation order
 // differs: logits agree to ~1e-6 relative (bound 1e-4, far below any argmax margin seen).
-TEST_CASE("the quantized and the fp32 decode GEMV generate the same greedy text", "[model][realmodel]") {
+TEST_CASE("the fast and the exact decode paths generate the same greedy text", "[model][realmodel]") {
   const Model* model = real_model();
   if (!model) {
     WARN(kSkip);
     return;
   }
   ForwardOptions q_opt, f_opt;
-  f_opt.quantized_gemv = false;
+  f_opt.matmul = MatmulPath::Exact;
   const char* prompts[] = {"The capital of France is", "def fibonacci(n):",
                            "Once upon a time, in a small village,"};
   for (const char* text : prompts) {
@@ -110,7 +110,7 @@ TEST_CASE("the quantized and the fp32 decode GEMV generate the same greedy text"
   }
 
   Forward fq(model->weights(), q_opt), ff(model->weights(), f_opt);
-  REQUIRE(fq.quantized_gemv());
+  REQUIRE(fq.matmul_path() == MatmulPath::Fast);
   const std::vector<int32_t> ids = model->tokenizer().encode("Water boils at 100 degrees", false);
   KvCache cq(model->config(), 64), cf(model->config(), 64);
   double worst = 0.0;

@@ -26,6 +26,12 @@ Mat linear(const Mat& x, const std::vector<float>& w, const std::vector<float>& 
   return y;
 }
 
+// The same on a stored matrix: its canonical fp32 values (dequantized once).
+Mat linear(const Mat& x, const Matrix& w, const std::vector<float>& b, size_t T, size_t in,
+           size_t out) {
+  return linear(x, to_f32(w), b, T, in, out);
+}
+
 Mat rms_norm(const Mat& x, const std::vector<float>& w, size_t T, size_t E, double eps) {
   Mat y(T * E);
   for (size_t t = 0; t < T; ++t) {
@@ -67,8 +73,9 @@ NaiveForward naive_forward(const Weights& w, const std::vector<int32_t>& tokens,
   const auto inv_freq = rope_inv_freq(c.head_dim, c.rope_base, c.rope_scaling);
   NaiveForward r;
   Mat x(T * E);
+  const std::vector<float> embd = to_f32(w.tok_embd);
   for (size_t t = 0; t < T; ++t)
-    for (size_t e = 0; e < E; ++e) x[t * E + e] = w.tok_embd[tokens[t] * E + e];
+    for (size_t e = 0; e < E; ++e) x[t * E + e] = embd[tokens[t] * E + e];
   for (uint32_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& lw = w.layers[l];
     Mat xn = rms_norm(x, lw.attn_norm, T, E, c.rms_eps);

@@ -55,13 +55,13 @@ Weights random_weights(const ModelConfig& cfg, uint64_t seed) {
   uint64_t s = seed * 1000;
   auto mat = [&](size_t out, size_t in) {
     float a = 1.0f / std::sqrt(static_cast<float>(in));
-    return random_vector(out * in, ++s, -a, a);
+    return Matrix::from_f32(random_vector(out * in, ++s, -a, a), uint32_t(out), uint32_t(in));
   };
   auto norm = [&](size_t n) { return random_vector(n, ++s, 0.8f, 1.2f); };
   auto bias = [&](size_t n) { return cfg.qkv_bias ? random_vector(n, ++s, -0.1f, 0.1f) : std::vector<float>{}; };
   Weights w;
   w.config = cfg;
-  w.tok_embd = random_vector(V * E, ++s);
+  w.tok_embd = Matrix::from_f32(random_vector(V * E, ++s), uint32_t(V), uint32_t(E));
   w.output_norm = norm(E);
   if (!cfg.tied_embeddings) w.output = mat(V, E);
   for (uint32_t l = 0; l < cfg.n_layers; ++l) {

@@ -373,8 +373,8 @@ class ModelBuilder {
   // A (rows, cols) matrix: random canonical values, quantized to t; `w` receives the
   // dequantized canonical values. perm_head_dim > 0 writes rows in llama.cpp's permuted order.
   void matrix(const std::string& name, GgmlType t, int64_t rows, int64_t cols,
-              uint32_t perm_head_dim, std::vector<float>& w) {
-    w = random_vec(rng_, size_t(rows * cols), 0.0f, 0.5f);
+              uint32_t perm_head_dim, Matrix& out) {
+    std::vector<float> w = random_vec(rng_, size_t(rows * cols), 0.0f, 0.5f);
     std::vector<std::vector<uint8_t>> row_bytes(static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r) {
       row_bytes[size_t(r)] = quantize_row(t, w.data() + r * cols, cols);
@@ -386,6 +386,7 @@ class ModelBuilder {
       tensor.data.insert(tensor.data.end(), src.begin(), src.end());
     }
     w_.tensors.push_back(std::move(tensor));
+    out = Matrix::from_f32(w, uint32_t(rows), uint32_t(cols), name);
   }
 
   // An F32 vector (norm weight or bias), permuted like a matrix when perm_head_dim > 0.

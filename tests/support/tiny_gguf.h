@@ -12,7 +12,7 @@
 
 #include "common/model_config.h"
 #include "model/gguf.h"
-#include "model/quant.h"
+#include "kernels/quant.h"
 #include "model/weights.h"
 
 namespace kvzip::test {

@@ -1,7 +1,7 @@
 // ggml tensor types as stored in GGUF files: ids, block geometry, and dequantization to fp32.
 // Ids and block layouts follow ggml (include/ggml.h, src/ggml-common.h); every multi-byte field
 // in a block is little-endian. dequantize_row handles F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1,
-// Q8_0, Q4_K and Q6_K; any other type throws Errc::unsupported naming the type. Half/bf16
+// Q8_0, Q4_K, Q5_K and Q6_K; any other type throws Errc::unsupported naming the type. Half/bf16
 // conversions are bit-exact (subnormals, infinities and NaN included).
 #pragma once
 #include <cstdint>

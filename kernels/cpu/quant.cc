@@ -1,7 +1,7 @@
 // ggml type table and fp32 dequantization (see quant.h). The block decoders follow the layouts in
 // ggml's ggml-common.h / ggml-quants.c, written from the documented formulas; each reads its
 // block byte-wise (little-endian), so no struct packing or alignment of src is assumed.
-#include "model/quant.h"
+#include "kernels/quant.h"
 
 #include <algorithm>
 #include <cstring>
@@ -25,7 +25,7 @@ constexpr TypeTraits kTraits[kTypeCount] = {
     {"Q4_1", 32, 20, true},      {nullptr, 0, 0, false},    {nullptr, 0, 0, false},
     {"Q5_0", 32, 22, true},      {"Q5_1", 32, 24, true},    {"Q8_0", 32, 34, true},
     {"Q8_1", 32, 36, false},     {"Q2_K", 256, 84, false},  {"Q3_K", 256, 110, false},
-    {"Q4_K", 256, 144, true},    {"Q5_K", 256, 176, false}, {"Q6_K", 256, 210, true},
+    {"Q4_K", 256, 144, true},    {"Q5_K", 256, 176, true}, {"Q6_K", 256, 210, true},
     {"Q8_K", 256, 292, false},   {"IQ2_XXS", 256, 66, false}, {"IQ2_XS", 256, 74, false},
     {"IQ3_XXS", 256, 98, false}, {"IQ1_S", 256, 50, false}, {"IQ4_NL", 32, 18, false},
     {"IQ3_S", 256, 110, false},  {"IQ2_S", 256, 82, false}, {"IQ4_XS", 256, 136, false},
@@ -147,6 +147,28 @@ void deq_q4_k(const uint8_t* b, float* y) {
   }
 }
 
+// Q5_K block (176 B): half d; half dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]. Like Q4_K with a
+// fifth bit per element: bit 2c of qh[l] belongs to element l of 64-group c's low half, bit 2c+1
+// to element l of its high half.
+void deq_q5_k(const uint8_t* b, float* y) {
+  const float d = rdh(b), dmin = rdh(b + 2);
+  const uint8_t* scales = b + 4;
+  const uint8_t* qh = b + 16;
+  const uint8_t* qs = b + 48;
+  for (int c = 0; c < 4; ++c) {
+    int sc1, m1, sc2, m2;
+    scale_min_k4(2 * c, scales, sc1, m1);
+    scale_min_k4(2 * c + 1, scales, sc2, m2);
+    const float d1 = d * float(sc1), mm1 = dmin * float(m1);
+    const float d2 = d * float(sc2), mm2 = dmin * float(m2);
+    const uint8_t* q = qs + 32 * c;
+    const uint8_t lo_bit = uint8_t(1u << (2 * c)), hi_bit = uint8_t(2u << (2 * c));
+    float* out = y + 64 * c;
+    for (int l = 0; l < 32; ++l) out[l] = d1 * float((q[l] & 0xF) + ((qh[l] & lo_bit) ? 16 : 0)) - mm1;
+    for (int l = 0; l < 32; ++l) out[32 + l] = d2 * float((q[l] >> 4) + ((qh[l] & hi_bit) ? 16 : 0)) - mm2;
+  }
+}
+
 // Q6_K block (210 B): u8 ql[128]; u8 qh[64]; i8 scales[16]; half d (last).
 void deq_q6_k(const uint8_t* b, float* y) {
   const float d = rdh(b + 208);
@@ -179,6 +201,7 @@ BlockFn block_fn(GgmlType t) {
     case GgmlType::Q5_1: return deq_q5_1;
     case GgmlType::Q8_0: return deq_q8_0;
     case GgmlType::Q4_K: return deq_q4_k;
+    case GgmlType::Q5_K: return deq_q5_k;
     case GgmlType::Q6_K: return deq_q6_k;
     default: return nullptr;
   }
@@ -220,7 +243,7 @@ const TypeTraits& dequantizable_traits(GgmlType t) {
   if (!tr.dequantizable)
     throw Error(Errc::unsupported, std::string("cannot dequantize ggml type ") + tr.name +
                                        "; supported: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 "
-                                       "Q4_K Q6_K (re-quantize the model to one of these)");
+                                       "Q4_K Q5_K Q6_K (re-quantize the model to one of these)");
   return tr;
 }
 }  // namespace

@@ -1,0 +1,193 @@
+// CPU matmul over stored weight types (see kernels/matmul.h). T == 1 and short T: GEMV per token,
+// Q4_0/Q4_1/Q8_0 through the register-decoding qgemv, other types through a per-task buffer of
+// kGemvRows dequantized rows (a few KiB, stays in L1/L2) dotted against x. Longer T: slabs of
+// dequantized rows multiplied by OpenBLAS sgemm (threads as set_blas_threads), so the fp32 GEMM
+// runs at the speed it always had and only one slab of fp32 weights exists at a time.
+#include "kernels/matmul.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "kernels/qgemv.h"
+#include "kernels/simd.h"
+#include "kernels/thread_pool.h"
+
+namespace kvzip {
+namespace {
+
+using quant::GgmlType;
+
+// Up to this many tokens the GEMV runs once per token: each pass streams W once, which beats
+// dequantizing the whole matrix for the GEMM until T is a handful (measured in bench_kernels).
+constexpr uint32_t kGemvMaxT = 2;
+constexpr uint32_t kGemvRows = 16;  // rows a generic GEMV task dequantizes at a time
+
+std::optional<QFormat> qgemv_format(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_0: return QFormat::Q4_0;
+    case GgmlType::Q4_1: return QFormat::Q4_1;
+    case GgmlType::Q8_0: return QFormat::Q8_0;
+    default: return std::nullopt;
+  }
+}
+
+void check_job(const MatmulArgs& a, size_t index) {
+  const std::string where = "matmul job " + std::to_string(index) + ": ";
+  const quant::TypeTraits* tr = quant::type_traits(uint32_t(a.w.type));
+  if (!tr || !tr->dequantizable)
+    throw Error(Errc::unsupported, where + "weight type " + quant::type_name(a.w.type) +
+                                       " is not supported (supported: F32 F16 BF16 Q4_0 Q4_1 "
+                                       "Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K)");
+  if (a.w.cols % tr->block_elems != 0)
+    throw Error(Errc::invalid_argument, where + "in = " + std::to_string(a.w.cols) +
+                                            " is not a whole number of " + tr->name +
+                                            " blocks of " + std::to_string(tr->block_elems));
+  if (a.w.row_bytes != quant::row_bytes(a.w.type, a.w.cols))
+    throw Error(Errc::invalid_argument, where + "row_bytes " + std::to_string(a.w.row_bytes) +
+                                            " does not match " + std::to_string(a.w.cols) + " " +
+                                            tr->name + " values");
+  if (a.T > 0 && a.w.rows > 0 && (!a.x || !a.y || !a.w.data))
+    throw Error(Errc::invalid_argument, where + "null x, y or weight pointer");
+}
+
+inline uint32_t stored_row(const MatrixView& w, uint32_t r) { return w.row_map ? w.row_map[r] : r; }
+
+void dequant_serial(const MatrixView& w, uint32_t row0, uint32_t n, float* out) {
+  for (uint32_t i = 0; i < n; ++i)
+    quant::dequantize_row(w.type, w.data + size_t(stored_row(w, row0 + i)) * w.row_bytes,
+                          out + size_t(i) * w.cols, w.cols);
+}
+
+float dot(const float* a, const float* b, uint32_t n) {
+  using simd::kLanes;
+  simd::VecF acc0{}, acc1{};
+  uint32_t i = 0;
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+    acc0 += simd::load(a + i) * simd::load(b + i);
+    acc1 += simd::load(a + i + kLanes) * simd::load(b + i + kLanes);
+  }
+  for (; i + kLanes <= n; i += kLanes) acc0 += simd::load(a + i) * simd::load(b + i);
+  float s = simd::hsum(acc0 + acc1);
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+void add_bias(const MatmulArgs& a) {
+  if (!a.bias) return;
+  for (uint32_t t = 0; t < a.T; ++t) {
+    float* y = a.y + size_t(t) * a.w.rows;
+    for (uint32_t r = 0; r < a.w.rows; ++r) y[r] += a.bias[r];
+  }
+}
+
+// Token t of a generic-type job: rows dequantized kGemvRows at a time, dotted with x.
+void gemv_generic(ThreadPool* pool, const MatmulArgs& a, uint32_t t) {
+  const float* x = a.x + size_t(t) * a.w.cols;
+  float* y = a.y + size_t(t) * a.w.rows;
+  const size_t n_tasks = (a.w.rows + kGemvRows - 1) / kGemvRows;
+  auto task = [&](size_t k) {
+    thread_local std::vector<float> buf;
+    buf.resize(size_t(kGemvRows) * a.w.cols);
+    const uint32_t r0 = uint32_t(k) * kGemvRows, n = std::min(kGemvRows, a.w.rows - r0);
+    dequant_serial(a.w, r0, n, buf.data());
+    for (uint32_t i = 0; i < n; ++i) y[r0 + i] = dot(buf.data() + size_t(i) * a.w.cols, x, a.w.cols);
+  };
+  if (pool) pool->run(n_tasks, task);
+  else for (size_t k = 0; k < n_tasks; ++k) task(k);
+}
+
+// The block-format jobs of one token as one qgemv batch (one pool run). Jobs with a row map write
+// their stored-order result to a side buffer first, then gather it into canonical order.
+void gemv_blocks(ThreadPool* pool, std::span<const MatmulArgs* const> jobs, uint32_t t) {
+  std::vector<QGemvArgs> q;
+  std::vector<std::vector<float>> side(jobs.size());
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const MatmulArgs& a = *jobs[j];
+    float* y = a.y + size_t(t) * a.w.rows;
+    if (a.w.row_map) {
+      side[j].resize(a.w.rows);
+      y = side[j].data();
+    }
+    q.push_back(QGemvArgs{*qgemv_format(a.w.type), a.w.data, a.x + size_t(t) * a.w.cols, nullptr,
+                          y, a.w.cols, a.w.rows});
+  }
+  cpu::qgemv(pool, q, qisa_best());
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    if (side[j].empty()) continue;
+    const MatmulArgs& a = *jobs[j];
+    float* y = a.y + size_t(t) * a.w.rows;
+    for (uint32_t r = 0; r < a.w.rows; ++r) y[r] = side[j][a.w.row_map[r]];
+  }
+}
+
+void slab_gemm(ThreadPool* pool, const MatmulArgs& a) {
+  const MatrixView& w = a.w;
+  const int T = int(a.T), out = int(w.rows), in = int(w.cols);
+  if (w.type == GgmlType::F32 && !w.row_map) {  // in place: nothing to decode
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, out, in, 1.0f, a.x, in,
+                reinterpret_cast<const float*>(w.data), in, 0.0f, a.y, out);
+    return;
+  }
+  const uint32_t slab = uint32_t(std::clamp<size_t>(kMatmulSlabFloats / w.cols, 16, w.rows));
+  thread_local std::vector<float> buf;
+  buf.resize(size_t(slab) * w.cols);
+  for (uint32_t r0 = 0; r0 < w.rows; r0 += slab) {
+    const uint32_t n = std::min(slab, w.rows - r0);
+    dequantize_view_rows(pool, w, r0, n, buf.data());
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, int(n), in, 1.0f, a.x, in, buf.data(),
+                in, 0.0f, a.y + r0, out);
+  }
+}
+
+}  // namespace
+
+void dequantize_view_rows(ThreadPool* pool, const MatrixView& w, uint32_t row0, uint32_t n,
+                          float* out) {
+  if (!pool || pool->size() == 1 || size_t(n) * w.cols < 65536) {
+    dequant_serial(w, row0, n, out);
+    return;
+  }
+  const size_t grain = std::max<size_t>(1, 16384 / std::max<uint32_t>(w.cols, 1));
+  pool->parallel_for(n, grain, [&](size_t b, size_t e) {
+    dequant_serial(w, row0 + uint32_t(b), uint32_t(e - b), out + b * w.cols);
+  });
+}
+
+const char* matmul_path_name(MatmulPath p) { return p == MatmulPath::Exact ? "exact" : "fast"; }
+
+namespace cpu {
+
+void matmul(ThreadPool* pool, std::span<const MatmulArgs> jobs, MatmulPath path) {
+  for (size_t i = 0; i < jobs.size(); ++i) check_job(jobs[i], i);
+  std::vector<const MatmulArgs*> blocks;
+  for (const MatmulArgs& a : jobs) {
+    if (a.T == 0 || a.w.rows == 0) continue;
+    if (a.T > kGemvMaxT) {
+      slab_gemm(pool, a);
+    } else if (path == MatmulPath::Fast && qgemv_format(a.w.type) && a.w.cols > 0) {
+      blocks.push_back(&a);  // batched below
+      continue;
+    } else {
+      for (uint32_t t = 0; t < a.T; ++t) gemv_generic(pool, a, t);
+    }
+    add_bias(a);
+  }
+  if (blocks.empty()) return;
+  uint32_t max_t = 0;
+  for (const MatmulArgs* a : blocks) max_t = std::max(max_t, a->T);
+  for (uint32_t t = 0; t < max_t; ++t) {
+    std::vector<const MatmulArgs*> now;
+    for (const MatmulArgs* a : blocks)
+      if (t < a->T) now.push_back(a);
+    gemv_blocks(pool, now, t);
+  }
+  for (const MatmulArgs* a : blocks) add_bias(*a);
+}
+
+}  // namespace cpu
+}  // namespace kvzip
