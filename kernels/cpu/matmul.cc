@@ -1,8 +1,9 @@
-// CPU matmul over stored weight types (see kernels/matmul.h). T == 1 and short T: GEMV per token,
-// Q4_0/Q4_1/Q8_0 through the register-decoding qgemv, other types through a per-task buffer of
-// kGemvRows dequantized rows (a few KiB, stays in L1/L2) dotted against x. Longer T: slabs of
-// dequantized rows multiplied by OpenBLAS sgemm (threads as set_blas_threads), so the fp32 GEMM
-// runs at the speed it always had and only one slab of fp32 weights exists at a time.
+// CPU matmul over stored weight types (see kernels/matmul.h). Three regimes by T: up to 2 tokens
+// on the Fast path, Q4_0/Q4_1/Q8_0 rows go through the register-decoding qgemv once per token; up
+// to kTileMaxT tokens, tasks of kGemvRows dequantized rows (a few KiB, in L1/L2) are dotted with
+// every token; longer T, slabs of dequantized rows are multiplied by OpenBLAS sgemm (threads as
+// set_blas_threads), so the fp32 GEMM runs at its usual speed and one slab of fp32 weights exists
+// at a time.
 #include "kernels/matmul.h"
 
 #include <cblas.h>
@@ -22,10 +23,13 @@ namespace {
 
 using quant::GgmlType;
 
-// Up to this many tokens the GEMV runs once per token: each pass streams W once, which beats
-// dequantizing the whole matrix for the GEMM until T is a handful (measured in bench_kernels).
+// Up to kGemvMaxT tokens the register-decoding qgemv runs once per token (Fast path, block types
+// it reads). Up to kTileMaxT tokens every task dequantizes kGemvRows rows into a buffer that stays
+// in L1/L2 and dots them with every token, so W is read and decoded once per call. Beyond that,
+// slabs + sgemm (decoding is then a small fraction of the GEMM's work).
 constexpr uint32_t kGemvMaxT = 2;
-constexpr uint32_t kGemvRows = 16;  // rows a generic GEMV task dequantizes at a time
+constexpr uint32_t kTileMaxT = 48;
+constexpr uint32_t kGemvRows = 16;
 
 std::optional<QFormat> qgemv_format(GgmlType t) {
   switch (t) {
@@ -85,17 +89,21 @@ void add_bias(const MatmulArgs& a) {
   }
 }
 
-// Token t of a generic-type job: rows dequantized kGemvRows at a time, dotted with x.
-void gemv_generic(ThreadPool* pool, const MatmulArgs& a, uint32_t t) {
-  const float* x = a.x + size_t(t) * a.w.cols;
-  float* y = a.y + size_t(t) * a.w.rows;
-  const size_t n_tasks = (a.w.rows + kGemvRows - 1) / kGemvRows;
+// Every token of a job with T <= kTileMaxT: rows dequantized kGemvRows at a time, each row dotted
+// with every token's x while it is in cache.
+void tile_small_t(ThreadPool* pool, const MatmulArgs& a) {
+  const uint32_t in = a.w.cols, out = a.w.rows;
+  const size_t n_tasks = (out + kGemvRows - 1) / kGemvRows;
   auto task = [&](size_t k) {
     thread_local std::vector<float> buf;
-    buf.resize(size_t(kGemvRows) * a.w.cols);
-    const uint32_t r0 = uint32_t(k) * kGemvRows, n = std::min(kGemvRows, a.w.rows - r0);
+    buf.resize(size_t(kGemvRows) * in);
+    const uint32_t r0 = uint32_t(k) * kGemvRows, n = std::min(kGemvRows, out - r0);
     dequant_serial(a.w, r0, n, buf.data());
-    for (uint32_t i = 0; i < n; ++i) y[r0 + i] = dot(buf.data() + size_t(i) * a.w.cols, x, a.w.cols);
+    for (uint32_t t = 0; t < a.T; ++t) {
+      const float* x = a.x + size_t(t) * in;
+      float* y = a.y + size_t(t) * out + r0;
+      for (uint32_t i = 0; i < n; ++i) y[i] = dot(buf.data() + size_t(i) * in, x, in);
+    }
   };
   if (pool) pool->run(n_tasks, task);
   else for (size_t k = 0; k < n_tasks; ++k) task(k);
@@ -167,13 +175,14 @@ void matmul(ThreadPool* pool, std::span<const MatmulArgs> jobs, MatmulPath path)
   std::vector<const MatmulArgs*> blocks;
   for (const MatmulArgs& a : jobs) {
     if (a.T == 0 || a.w.rows == 0) continue;
-    if (a.T > kGemvMaxT) {
-      slab_gemm(pool, a);
-    } else if (path == MatmulPath::Fast && qgemv_format(a.w.type) && a.w.cols > 0) {
+    if (a.T <= kGemvMaxT && path == MatmulPath::Fast && qgemv_format(a.w.type) &&
+               a.w.cols > 0) {
       blocks.push_back(&a);  // batched below
       continue;
+    } else if (a.T <= kTileMaxT) {
+      tile_small_t(pool, a);
     } else {
-      for (uint32_t t = 0; t < a.T; ++t) gemv_generic(pool, a, t);
+      slab_gemm(pool, a);
     }
     add_bias(a);
   }
