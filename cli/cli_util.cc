@@ -1,6 +1,9 @@
 // Shared CLI helpers (see cli_util.h).
 #include "cli/cli_util.h"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -63,7 +66,21 @@ std::string read_text(const std::string& path, const std::string& what) {
 std::unique_ptr<Model> load_model(const std::string& cli_path, uint32_t threads) {
   LoadOptions o;
   o.threads = threads;
-  return Model::load(resolve_model_path(cli_path), o);
+  const std::string path = resolve_model_path(cli_path);
+  // A model of a few GB takes seconds to read from disk once (to fingerprint it): say so on a
+  // terminal. Small models and pipes get nothing.
+  bool shown = false;
+  if (isatty(STDERR_FILENO) == 1) {
+    o.progress = [&](uint64_t done, uint64_t total) {
+      if (total < (uint64_t(512) << 20)) return;
+      std::fprintf(stderr, "\rloading %s: %.1f / %.1f GB", path.c_str(), double(done) / 1e9,
+                   double(total) / 1e9);
+      shown = true;
+    };
+  }
+  std::unique_ptr<Model> m = Model::load(path, o);
+  if (shown) std::fprintf(stderr, "\n");
+  return m;
 }
 
 }  // namespace kvzip::cli

@@ -6,6 +6,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -264,7 +265,8 @@ uint64_t tokenizer_hash(const gguf::File& f, XXH64_state_t* s) {
   return XXH64_digest(s);
 }
 
-uint64_t weights_hash(const gguf::File& f, XXH64_state_t* s) {
+uint64_t weights_hash(const gguf::File& f, XXH64_state_t* s,
+                      const std::function<void(uint64_t, uint64_t)>& progress) {
   XXH64_reset(s, 0);
   hash_u64(s, f.tensors().size());
   for (const gguf::TensorInfo& t : f.tensors()) {
@@ -273,13 +275,25 @@ uint64_t weights_hash(const gguf::File& f, XXH64_state_t* s) {
     hash_u64(s, t.n_dims);
     for (int j = 0; j < 4; ++j) hash_u64(s, uint64_t(t.ne[j]));
   }
-  for (const gguf::TensorInfo& t : f.tensors()) XXH64_update(s, t.data, size_t(t.nbytes));
+  uint64_t total = 0, done = 0;
+  for (const gguf::TensorInfo& t : f.tensors()) total += t.nbytes;
+  constexpr uint64_t kPiece = uint64_t(64) << 20;  // progress granularity
+  if (progress) progress(0, total);
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    for (uint64_t off = 0; off < t.nbytes; off += kPiece) {
+      const uint64_t n = std::min(kPiece, t.nbytes - off);
+      XXH64_update(s, t.data + off, size_t(n));
+      done += n;
+      if (progress && (done % (kPiece * 4) < n || done == total)) progress(done, total);
+    }
+  }
   return XXH64_digest(s);
 }
 
 }  // namespace
 
-ModelFingerprint fingerprint_from_gguf(const gguf::File& f) {
+ModelFingerprint fingerprint_from_gguf(const gguf::File& f,
+                                       const std::function<void(uint64_t, uint64_t)>& progress) {
   ModelFingerprint fp;
   fp.arch = f.get_string("general.architecture");
   fp.name = f.get_string_or("general.name", "");
@@ -287,7 +301,7 @@ ModelFingerprint fingerprint_from_gguf(const gguf::File& f) {
   if (!s) throw Error(Errc::out_of_memory, "XXH64_createState failed");
   try {
     fp.tokenizer_hash = tokenizer_hash(f, s);
-    fp.weights_hash = weights_hash(f, s);
+    fp.weights_hash = weights_hash(f, s, progress);
   } catch (...) {
     XXH64_freeState(s);
     throw;

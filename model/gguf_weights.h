@@ -5,6 +5,7 @@
 // loader undoes llama.cpp's Q/K row permutation (GGUF row pair (2i, 2i+1) of a head holds HF rows
 // (i, i+D/2)); qwen2 GGUFs are stored unpermuted. Unknown archs throw Errc::unsupported.
 #pragma once
+#include <functional>
 #include <memory>
 
 #include "common/model_config.h"
@@ -29,7 +30,9 @@ inline Weights load_weights(gguf::File&& file) {
 
 // arch, general.name, xxh64 of tokenizer tokens + token types + merges, and xxh64 of the tensor
 // table (names, types, shapes) and tensor bytes as stored.
-ModelFingerprint fingerprint_from_gguf(const gguf::File& file);
+// progress (optional) is called as the tensor bytes are hashed: (bytes done, bytes in all).
+ModelFingerprint fingerprint_from_gguf(
+    const gguf::File& file, const std::function<void(uint64_t, uint64_t)>& progress = nullptr);
 
 // Whether the architecture's GGUF Q/K rows are stored permuted for interleaved RoPE.
 bool gguf_qk_permuted(const std::string& arch);

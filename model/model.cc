@@ -6,17 +6,43 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <optional>
 
 #include "common/error.h"
 #include "model/gguf.h"
+#include "model/detail/sysmem.h"
 #include "model/gguf_weights.h"
 #include "model/ragged_cache.h"
 
 namespace kvzip {
+namespace {
+
+// The weights are mapped, so a model needs about its file size, plus room for the KV cache and
+// activations (kHeadroom covers the default model's and a short document's). Refusing here says
+// so at once instead of paging the file in and out for minutes.
+void check_fits(const std::string& path, uint64_t file_bytes) {
+  constexpr uint64_t kHeadroom = uint64_t(256) << 20;
+  const std::optional<uint64_t> avail = detail::available_memory_bytes();
+  if (!avail || file_bytes + kHeadroom <= *avail) return;
+  auto gb = [](uint64_t b) {
+    char s[32];
+    std::snprintf(s, sizeof s, "%.2f GB", double(b) / 1e9);
+    return std::string(s);
+  };
+  throw Error(Errc::out_of_memory,
+              path + ": the model needs about " + gb(file_bytes + kHeadroom) + " of memory (" +
+                  gb(file_bytes) + " of weights, mapped from the file, plus " + gb(kHeadroom) +
+                  " for the cache and activations) but only " + gb(*avail) +
+                  " is available; free memory, or use a smaller model or quantization");
+}
+
+}  // namespace
 
 std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& options) {
   auto shared = std::make_shared<const gguf::File>(gguf::File::open(path));
   const gguf::File& file = *shared;
+  if (options.check_memory) check_fits(path, file.size());
   std::unique_ptr<Model> m(new Model());
   m->path_ = path;
   m->weights_ = load_weights(shared);
@@ -27,7 +53,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
                                    " tokens but the model's vocabulary size is " +
                                    std::to_string(m->weights_.config.vocab_size));
   m->chat_ = std::make_unique<ChatTemplate>(*m->tokenizer_);
-  m->fingerprint_ = fingerprint_from_gguf(file);
+  m->fingerprint_ = fingerprint_from_gguf(file, options.progress);
   return m;
 }
 

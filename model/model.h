@@ -23,12 +23,18 @@
 namespace kvzip {
 
 struct LoadOptions {
-  uint32_t threads = 0;  // threads used to dequantize; 0 = all hardware threads
+  uint32_t threads = 0;  // unused since the weights are mapped, not decoded; kept for callers
+  // Called while the weights are read once to fingerprint them (bytes done, bytes in all).
+  std::function<void(uint64_t done, uint64_t total)> progress;
+  // Refuse (Errc::out_of_memory) a model whose weights exceed the memory available, before
+  // reading them. Headroom: what the model file needs besides its weights (KV cache, activations).
+  bool check_memory = true;
 };
 
 class Model {
  public:
-  // Opens a GGUF model file, validates it and dequantizes the weights to fp32.
+  // Opens a GGUF model file, validates it and maps its weights (nothing is expanded: the matrices
+  // are read from the mapped file as they are stored).
   static std::unique_ptr<Model> load(const std::string& path, const LoadOptions& options = {});
 
   const std::string& path() const { return path_; }
