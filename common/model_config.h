@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace kvzip {
 
@@ -15,6 +16,9 @@ struct RopeScaling {
   float low_freq_factor = 1.0f;   // llama3
   float high_freq_factor = 4.0f;  // llama3
   uint32_t original_context = 0;  // llama3: original_max_position_embeddings
+  // (D/2) per-dimension divisors of the RoPE frequencies, or empty. llama.cpp's converter stores
+  // Llama 3.1's scaling this way (tensor rope_freqs.weight, no scaling keys); applied after `kind`.
+  std::vector<float> freq_factors;
 };
 
 struct ModelConfig {

@@ -7,6 +7,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -56,10 +57,18 @@ void read_rope_scaling(const gguf::File& f, const std::string& p, ModelConfig& c
   if (rs.kind != RopeScalingKind::None && !(rs.factor > 0.0f))
     fail(f, Errc::corrupt, "key '" + p + "rope.scaling.factor' = " + std::to_string(rs.factor) +
                                ", expected a positive factor");
-  if (rs.kind != RopeScalingKind::Llama3 && f.find_tensor("rope_freqs.weight"))
-    fail(f, Errc::unsupported,
-         "tensor 'rope_freqs.weight' (per-dimension RoPE factors) is present but "
-         "'" + p + "rope.scaling.type' is not llama3; such files are not supported");
+  if (const gguf::TensorInfo* t = f.find_tensor("rope_freqs.weight")) {
+    // Llama 3.1+ as llama.cpp converts it: per-dimension divisors instead of scaling keys. A file
+    // with both would scale twice.
+    if (rs.kind == RopeScalingKind::Llama3)
+      fail(f, Errc::corrupt, "both '" + p + "rope.scaling.type' = llama3 and tensor "
+                             "'rope_freqs.weight' are present; they describe the same scaling");
+    if (t->n_dims != 1 || t->ne[0] < 1)
+      fail(f, Errc::corrupt, "tensor 'rope_freqs.weight' has shape " + t->shape_string() +
+                                 ", expected [head_dim / 2]");
+    rs.freq_factors.resize(size_t(t->ne[0]));
+    quant::dequantize_row(t->type, t->data, rs.freq_factors.data(), t->ne[0]);
+  }
 }
 
 void check_config(const gguf::File& f, const ModelConfig& c) {
@@ -75,6 +84,12 @@ void check_config(const gguf::File& f, const ModelConfig& c) {
         std::to_string(c.n_kv_heads));
   if (c.head_dim % 2 != 0) bad("head dimension " + std::to_string(c.head_dim) + " is odd");
   if (!(c.rope_base > 0.0f)) bad("rope.freq_base must be positive");
+  if (!c.rope_scaling.freq_factors.empty() && c.rope_scaling.freq_factors.size() * 2 != c.head_dim)
+    bad("tensor 'rope_freqs.weight' has " + std::to_string(c.rope_scaling.freq_factors.size()) +
+        " values, expected head_dim / 2 = " + std::to_string(c.head_dim / 2));
+  for (float v : c.rope_scaling.freq_factors)
+    if (!(v > 0.0f) || !std::isfinite(v))
+      bad("tensor 'rope_freqs.weight' holds " + std::to_string(v) + ", expected positive factors");
   if (!(c.rms_eps > 0.0f)) bad("attention.layer_norm_rms_epsilon must be positive");
 }
 

@@ -54,11 +54,20 @@ std::vector<float> rope_inv_freq(uint32_t D, float base, const RopeScaling& scal
   if (D == 0 || D % 2 != 0) bad_rope("head_dim is " + std::to_string(D) + ", expected even and > 0");
   if (!(base > 1.0f)) bad_rope("rope base is " + std::to_string(base) + ", expected > 1");
   check_scaling(scaling);
+  if (!scaling.freq_factors.empty()) {
+    if (scaling.freq_factors.size() != D / 2)
+      bad_rope("rope frequency factors: " + std::to_string(scaling.freq_factors.size()) +
+               " values, expected head_dim / 2 = " + std::to_string(D / 2));
+    for (float v : scaling.freq_factors)
+      if (!(v > 0.0f) || !std::isfinite(v))
+        bad_rope("rope frequency factor " + std::to_string(v) + " is not a positive number");
+  }
   std::vector<float> inv(D / 2);
   for (uint32_t i = 0; i < D / 2; ++i) {
     double f = std::pow(static_cast<double>(base), -2.0 * i / D);
     if (scaling.kind == RopeScalingKind::Linear) f /= scaling.factor;
     if (scaling.kind == RopeScalingKind::Llama3) f = llama3_adjust(f, scaling);
+    if (!scaling.freq_factors.empty()) f /= scaling.freq_factors[i];
     inv[i] = static_cast<float>(f);
   }
   return inv;

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "model/gguf.h"
+#include "kernels/rope.h"
 #include "model/gguf_weights.h"
 #include "tests/support/tiny_gguf.h"
 
@@ -188,6 +189,42 @@ TEST_CASE("llama3 rope scaling is read, with default low/high frequency factors"
   spec.drop_keys = {"llama.rope.scaling.original_context_length"};
   expect_error([&] { config_from_gguf(open_model(make_tiny_model(spec))); }, Errc::corrupt,
                {"missing key 'llama.rope.scaling.original_context_length'"});
+}
+
+TEST_CASE("rope_freqs.weight (Llama 3.1 as llama.cpp converts it) divides the RoPE frequencies",
+          "[model][gguf]") {
+  TinyModelSpec spec;
+  spec.config = tiny_gguf_llama_config();
+  TinyModel m = make_tiny_model(spec);
+  const uint32_t D = spec.config.head_dim;
+  // The factors llama.cpp's converter derives from a llama3 rope_scaling: plain / scaled.
+  RopeScaling l3{RopeScalingKind::Llama3, 8.0f, 1.0f, 4.0f, 64};
+  const std::vector<float> plain = rope_inv_freq(D, spec.config.rope_base, RopeScaling{});
+  const std::vector<float> scaled = rope_inv_freq(D, spec.config.rope_base, l3);
+  std::vector<float> factors(D / 2);
+  for (uint32_t i = 0; i < D / 2; ++i) factors[i] = plain[i] / scaled[i];
+  REQUIRE(factors.front() == 1.0f);  // high frequencies are left alone...
+  REQUIRE(factors.back() > 7.0f);    // ...low ones divided by about the factor
+  m.writer.tensors.push_back({"rope_freqs.weight", uint32_t(GgmlType::F32), {uint64_t(D / 2)},
+                              quantize_row(GgmlType::F32, factors.data(), D / 2), std::nullopt});
+  const gguf::File f = gguf::File::from_bytes(m.writer.build().bytes);
+  const ModelConfig c = config_from_gguf(f);
+  CHECK(c.rope_scaling.kind == RopeScalingKind::None);
+  CHECK(c.rope_scaling.freq_factors == factors);
+  const std::vector<float> got = rope_inv_freq(D, c.rope_base, c.rope_scaling);
+  for (uint32_t i = 0; i < D / 2; ++i) CHECK(got[i] == Approx(scaled[i]).epsilon(1e-6));
+
+  // Both descriptions at once, or a factor table of the wrong length, are refused.
+  TinyModelSpec both = spec;
+  both.config.rope_scaling = l3;
+  TinyModel m2 = make_tiny_model(both);
+  m2.writer.tensors.push_back(m.writer.tensors.back());
+  expect_error([&] { config_from_gguf(gguf::File::from_bytes(m2.writer.build().bytes)); },
+               Errc::corrupt, {"rope_freqs.weight", "same scaling"});
+  m.writer.tensors.back().ne = {uint64_t(D / 2 - 2)};
+  m.writer.tensors.back().data.resize(size_t(D / 2 - 2) * 4);
+  expect_error([&] { config_from_gguf(gguf::File::from_bytes(m.writer.build().bytes)); },
+               Errc::corrupt, {"rope_freqs.weight", "head_dim / 2"});
 }
 
 TEST_CASE("linear rope scaling is read and unknown scaling types are unsupported",
