@@ -61,9 +61,13 @@ Weights smollm2_shaped_weights() {
   Weights w;
   w.config = c;
   uint32_t seed = 1;
-  auto mat = [&](size_t out, size_t in) { return filled(out * in, ++seed, 1.0f / std::sqrt(float(in))); };
+  auto mat = [&](size_t out, size_t in) {
+    return Matrix::from_f32(filled(out * in, ++seed, 1.0f / std::sqrt(float(in))), uint32_t(out),
+                            uint32_t(in));
+  };
   auto ones = [&](size_t n) { return std::vector<float>(n, 1.0f); };
-  w.tok_embd = filled(size_t(c.vocab_size) * E, ++seed, 1.0f);
+  w.tok_embd = Matrix::from_f32(filled(size_t(c.vocab_size) * E, ++seed, 1.0f), c.vocab_size,
+                                uint32_t(E));
   w.output_norm = ones(E);
   for (uint32_t l = 0; l < c.n_layers; ++l) {
     LayerWeights lw;

@@ -3,6 +3,7 @@
 // block byte-wise (little-endian), so no struct packing or alignment of src is assumed.
 #include "kernels/quant.h"
 
+
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -14,6 +15,7 @@
 #endif
 
 #include "common/error.h"
+#include "kernels/detail/dequant_x86.h"
 
 namespace kvzip::quant {
 namespace {
@@ -248,7 +250,7 @@ const TypeTraits& dequantizable_traits(GgmlType t) {
 }
 }  // namespace
 
-void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
+void detail::dequantize_row_scalar(GgmlType t, const void* src, float* dst, int64_t n) {
   const TypeTraits& tr = dequantizable_traits(t);
   row_bytes(t, n);  // validates n
   const uint8_t* s = static_cast<const uint8_t*>(src);
@@ -264,6 +266,18 @@ void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
   KVZIP_ASSERT(fn != nullptr);
   const int64_t nb = n / tr.block_elems;
   for (int64_t i = 0; i < nb; ++i) fn(s + i * tr.block_bytes, dst + i * tr.block_elems);
+}
+
+void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
+  if (detail::dequant_avx2_usable()) {
+    if (const detail::DequantFn fn = detail::dequant_avx2(t)) {
+      const TypeTraits& tr = dequantizable_traits(t);
+      row_bytes(t, n);  // validates n
+      fn(static_cast<const uint8_t*>(src), dst, n / tr.block_elems);
+      return;
+    }
+  }
+  detail::dequantize_row_scalar(t, src, dst, n);
 }
 
 void dequantize_rows(GgmlType t, const void* src, float* dst, int64_t n_per_row, int64_t rows,

@@ -1,0 +1,128 @@
+// bench_matmul: kernels/matmul over every stored weight type at one 8B-model projection shape
+// (default 4096 x 4096), against the fp32 baseline measured in the same run (OpenBLAS sgemm for
+// prefill, the fp32 weights through the same GEMV for decode). Decode (T = 1) reports the weight
+// bytes streamed per second on both paths; prefill (T = --tokens) reports GFLOP/s and the ratio to
+// fp32 sgemm on already-fp32 weights. Block contents are random (speed does not depend on them).
+// Usage: bench_matmul [--threads N] [--in N] [--out N] [--tokens T]
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/gemm.h"
+#include "kernels/matmul.h"
+#include "kernels/quant.h"
+#include "kernels/thread_pool.h"
+
+using namespace kvzip;
+using quant::GgmlType;
+
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double best_of(int n, const std::function<void()>& fn) {
+  double best = 1e30;
+  for (int i = 0; i < n; ++i) {
+    const double t0 = now();
+    fn();
+    best = std::min(best, now() - t0);
+  }
+  return best;
+}
+
+void put_half(uint8_t* p, float v) {
+  const uint16_t h = quant::float_to_half(v);
+  p[0] = uint8_t(h), p[1] = uint8_t(h >> 8);
+}
+
+// Random bytes with small, finite scales in every block's fp16 fields.
+std::vector<uint8_t> random_blocks(GgmlType t, uint32_t rows, uint32_t cols) {
+  std::vector<uint8_t> b(rows * quant::row_bytes(t, cols));
+  uint32_t s = 12345;
+  for (auto& x : b) x = uint8_t((s = s * 1664525u + 1013904223u) >> 24);
+  const auto& tr = quant::traits(t);
+  if (t == GgmlType::F32) {
+    for (size_t i = 0; i < b.size() / 4; ++i) {
+      const float v = float(int(b[4 * i]) - 128) / 4096.0f;
+      std::memcpy(&b[4 * i], &v, 4);
+    }
+  } else if (t == GgmlType::F16 || t == GgmlType::BF16) {
+    for (size_t i = 0; i < b.size() / 2; ++i) {
+      const float v = float(int(b[2 * i]) - 128) / 4096.0f;
+      const uint16_t h = t == GgmlType::F16 ? quant::float_to_half(v) : quant::float_to_bf16(v);
+      b[2 * i] = uint8_t(h), b[2 * i + 1] = uint8_t(h >> 8);
+    }
+  } else {
+    for (size_t k = 0; k < b.size() / size_t(tr.block_bytes); ++k) {
+      uint8_t* blk = b.data() + k * size_t(tr.block_bytes);
+      if (t == GgmlType::Q6_K) {
+        put_half(blk + 208, 1e-3f);
+      } else {
+        put_half(blk, 1e-3f);
+        if (t == GgmlType::Q4_1 || t == GgmlType::Q5_1 || t == GgmlType::Q4_K || t == GgmlType::Q5_K)
+          put_half(blk + 2, 1e-3f);
+      }
+    }
+  }
+  return b;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  uint32_t threads = 2, in = 4096, out = 4096, T = 512;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    const uint32_t v = uint32_t(std::strtoul(argv[i + 1], nullptr, 10));
+    if (k == "--threads") threads = v;
+    else if (k == "--in") in = v;
+    else if (k == "--out") out = v;
+    else if (k == "--tokens") T = v;
+    else std::fprintf(stderr, "ignoring unknown option %s\n", k.c_str());
+  }
+  ThreadPool pool(threads);
+  set_blas_threads(threads);
+  Exec ex{Device::Cpu, &pool};
+  std::vector<float> x(size_t(T) * in), y(size_t(T) * out);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.01f * float(i));
+
+  // Baseline: fp32 weights, OpenBLAS sgemm (prefill) and the same fp32 GEMV decode uses.
+  const std::vector<uint8_t> f32 = random_blocks(GgmlType::F32, out, in);
+  const float* wf = reinterpret_cast<const float*>(f32.data());
+  const double sgemm_s = best_of(3, [&] {
+    gemm(ex, GemmArgs{x.data(), wf, nullptr, y.data(), T, in, out});
+  });
+  const double flops = 2.0 * T * in * out;
+  std::printf("matmul %u x %u, %u threads; prefill T=%u; fp32 sgemm baseline %.1f GFLOP/s\n", out, in,
+              threads, T, flops / sgemm_s * 1e-9);
+  std::printf("%-6s %9s | %12s %12s | %12s %12s %8s\n", "type", "MB", "decode fast", "decode exact",
+              "prefill", "GFLOP/s", "vs sgemm");
+  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
+                     GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K,
+                     GgmlType::Q6_K}) {
+    const std::vector<uint8_t> w = random_blocks(t, out, in);
+    const MatrixView v{t, w.data(), quant::row_bytes(t, in), out, in, nullptr};
+    auto decode = [&](MatmulPath p) {
+      const int reps = 10;
+      matmul(ex, MatmulArgs{x.data(), v, nullptr, y.data(), 1}, p);
+      return best_of(3, [&] {
+        for (int r = 0; r < reps; ++r) matmul(ex, MatmulArgs{x.data(), v, nullptr, y.data(), 1}, p);
+      }) / reps;
+    };
+    const double d_fast = decode(MatmulPath::Fast), d_exact = decode(MatmulPath::Exact);
+    const double p_s = best_of(2, [&] { matmul(ex, MatmulArgs{x.data(), v, nullptr, y.data(), T}); });
+    const double gb = double(w.size()) / 1e9;
+    std::printf("%-6s %9.1f | %7.2f GB/s %7.2f GB/s | %9.1f ms %12.1f %7.2fx\n", quant::type_name(t),
+                double(w.size()) / 1e6, gb / d_fast, gb / d_exact, p_s * 1e3, flops / p_s * 1e-9,
+                sgemm_s / p_s);
+  }
+  return 0;
+}
