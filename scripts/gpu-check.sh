@@ -11,7 +11,10 @@
 #
 # Steps: [cuda] parity tests (fresh random inputs, KVZIP_REQUIRE_GPU=1 so a test that cannot see
 # the device fails instead of skipping); bench_gpu (synthetic Llama-3-8B shapes); gpu_e2e (CPU vs
-# GPU answers and KVzip rankings on the real model); compute-sanitizer memcheck and racecheck on
+# GPU answers and KVzip rankings on the real model); the independent oracle (a tiny random Llama
+# from transformers, its logits in PyTorch against kvzip's CPU and CUDA paths:
+# scripts/golden/tiny_llama_oracle.py; skipped where torch is missing); compute-sanitizer
+# memcheck and racecheck on
 # the small kernel-level tests only ("[cuda][sanitize]": the forward tests and long decodes are
 # too slow under racecheck). A device compute-sanitizer refuses ("Device not supported", then
 # error 999) is reported SKIPPED, not FAIL: the kernels were not checked, and the row says so.
@@ -23,18 +26,19 @@
 # $KVZIP_MODEL, else .gpu/model.part* joined and checked against .gpu/model.sha256, else
 # models/*.gguf; without a complete one that step is skipped, saying why. --only e2e runs gpu_e2e
 # alone (a second call that brings the model's other half) with a larger ceiling.
-# Files in OUT_DIR (at most 7): device.txt, tests_cuda.log, bench_gpu.log, bench_gpu.csv,
-# gpu_e2e.log, gpu_e2e_answers.txt, sanitizer.log.
+# Files in OUT_DIR (8): device.txt, tests_cuda.log, bench_gpu.log, bench_gpu.csv, gpu_e2e.log,
+# gpu_e2e_answers.txt, oracle.log, sanitizer.log (the oracle's models stay in /tmp).
 # Exit status: 0 when every step that ran passed (skips included), 1 when one failed, timed out or
 # was cut, 77 when there is no GPU (nothing ran).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 readonly BUDGET=480  # seconds, the whole script
-# Ceilings (s): setup + tests + bench + e2e + memcheck + racecheck + reserve = 480.
-readonly T_SETUP=40 T_TESTS=100 T_BENCH=140 T_E2E=100 T_MEMCHECK=40 T_RACECHECK=40 T_RESERVE=20
+# Ceilings (s): setup + tests + bench + e2e + oracle + memcheck + racecheck + reserve = 480.
+readonly T_SETUP=30 T_TESTS=90 T_BENCH=120 T_E2E=100 T_ORACLE=45 T_MEMCHECK=40 T_RACECHECK=40
+readonly T_RESERVE=15
 readonly T_E2E_ONLY=300  # --only e2e: the model is already here, nothing else runs
-(( T_SETUP + T_TESTS + T_BENCH + T_E2E + T_MEMCHECK + T_RACECHECK + T_RESERVE <= BUDGET )) ||
+(( T_SETUP + T_TESTS + T_BENCH + T_E2E + T_ORACLE + T_MEMCHECK + T_RACECHECK + T_RESERVE <= BUDGET )) ||
   { echo "gpu-check: step ceilings exceed the $BUDGET s budget" >&2; exit 2; }
 
 dry=0 only=""
@@ -51,18 +55,18 @@ t_start=$(date +%s)
 status=0
 
 # ---- the table: fixed rows, filled as steps finish, printed on exit whatever happens ----------
-keys=(device binaries tests bench e2e memcheck racecheck)
+keys=(device binaries tests bench e2e oracle memcheck racecheck)
 declare -A label=(
   [device]="device" [binaries]="binaries"
   [tests]="[cuda] parity tests" [bench]="bench_gpu (Llama-3-8B shapes)"
-  [e2e]="gpu_e2e (Normans, ratio 0.3)"
+  [e2e]="gpu_e2e (Normans, ratio 0.3)" [oracle]="oracle (tiny Llama vs torch)"
   [memcheck]="memcheck [cuda][sanitize]" [racecheck]="racecheck [cuda][sanitize]")
 declare -A ceiling=([binaries]=$T_SETUP [tests]=$T_TESTS [bench]=$T_BENCH [e2e]=$T_E2E
-                    [memcheck]=$T_MEMCHECK [racecheck]=$T_RACECHECK)
+                    [oracle]=$T_ORACLE [memcheck]=$T_MEMCHECK [racecheck]=$T_RACECHECK)
 [[ "$only" == "e2e" ]] && ceiling[e2e]=$T_E2E_ONLY
 declare -A res=()
 for k in "${keys[@]}"; do res[$k]="NOT RUN (the check ended before this step)"; done
-[[ "$only" == "e2e" ]] && for k in tests bench memcheck racecheck; do res[$k]="not part of --only e2e"; done
+[[ "$only" == "e2e" ]] && for k in tests bench oracle memcheck racecheck; do res[$k]="not part of --only e2e"; done
 notes=()
 cur_key="" cur_pid=""
 
@@ -79,8 +83,9 @@ print_table() {
     [[ -n "${ceiling[$k]:-}" ]] && c="<=${ceiling[$k]} s"
     printf '%-30s %-9s %s\n' "${label[$k]}" "$c" "${res[$k]}"
   done
-  echo "budget: setup $T_SETUP + tests $T_TESTS + bench $T_BENCH + e2e $T_E2E + memcheck $T_MEMCHECK" \
-    "+ racecheck $T_RACECHECK + reserve $T_RESERVE = $BUDGET s (each step also clamped to what is left)"
+  echo "budget: setup $T_SETUP + tests $T_TESTS + bench $T_BENCH + e2e $T_E2E + oracle $T_ORACLE" \
+    "+ memcheck $T_MEMCHECK + racecheck $T_RACECHECK + reserve $T_RESERVE = $BUDGET s" \
+    "(each step also clamped to what is left)"
   for n in "${notes[@]}"; do echo "  note: $n"; done
   echo "exit status $status"
 }
@@ -135,7 +140,7 @@ if [[ $dry -eq 1 || -z "$gpu_list" ]]; then
   if [[ $dry -eq 1 ]]; then why="dry run"; else why="no GPU here (nvidia-smi lists none)"; fi
   res[device]="${gpu_list:-none}"
   res[binaries]="SKIPPED: $why"
-  for k in tests bench e2e memcheck racecheck; do
+  for k in tests bench e2e oracle memcheck racecheck; do
     [[ "${res[$k]}" == "not part of --only e2e" ]] || res[$k]="SKIPPED: $why"
   done
   [[ $dry -eq 1 ]] || status=77
@@ -156,7 +161,7 @@ fi
 if [[ -x .gpu/bin/kvzip_tests ]]; then
   cublas_dir=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(os.path.dirname(nvidia.cublas.__file__), "lib"))' 2>/dev/null || true)
   export LD_LIBRARY_PATH="$PWD/.gpu/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${cublas_dir}:${LD_LIBRARY_PATH:-}:/usr/local/nvidia/lib64:/usr/local/nvidia/lib"
-  tests=.gpu/bin/kvzip_tests bench=.gpu/bin/bench_gpu e2e=.gpu/bin/gpu_e2e
+  tests=.gpu/bin/kvzip_tests bench=.gpu/bin/bench_gpu e2e=.gpu/bin/gpu_e2e oracle_bin=.gpu/bin/gpu_oracle
   ldd .gpu/bin/* >"$out/ldd.tmp" 2>&1
   cat "$out/ldd.tmp" >>"$out/device.txt"
   missing=$(grep '=> not found' "$out/ldd.tmp" | awk '{print $1}' | sort -u | tr '\n' ' ')
@@ -171,10 +176,10 @@ else
   bdir=build-gpu
   run_step binaries "$out/device.txt" bash -c "cmake -S . -B $bdir -DCMAKE_BUILD_TYPE=Release \
     -DKVZIP_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES='80;90' && cmake --build $bdir -j$(nproc) \
-    --target kvzip_tests bench_gpu gpu_e2e"
+    --target kvzip_tests bench_gpu gpu_e2e gpu_oracle"
   if [[ $rc -ne 0 ]]; then verdict binaries "$out/device.txt"; exit 1; fi
   res[binaries]="built here in ${step_s} s (no bundle)"
-  tests=$bdir/tests/kvzip_tests bench=$bdir/bench_gpu e2e=$bdir/gpu_e2e
+  tests=$bdir/tests/kvzip_tests bench=$bdir/bench_gpu e2e=$bdir/gpu_e2e oracle_bin=$bdir/gpu_oracle
 fi
 cur_key=""
 
@@ -232,6 +237,21 @@ run_step bench "$out/bench_gpu.log" "$bench" --out "$out"
 verdict bench "$out/bench_gpu.log"
 
 run_e2e
+
+# ---- independent oracle: PyTorch on a tiny random Llama vs kvzip cpu and cuda ------------------
+: >"$out/oracle.log"
+if [[ ! -x "$oracle_bin" ]]; then
+  res[oracle]="SKIPPED: no gpu_oracle binary (an older bundle?)"
+else
+  run_step oracle "$out/oracle.log" python3 scripts/golden/tiny_llama_oracle.py \
+    --oracle "$oracle_bin" --out /tmp/kvzip-oracle
+  if [[ $rc -eq 77 ]]; then
+    res[oracle]="SKIPPED: $(grep -m1 SKIPPED "$out/oracle.log" | cut -c10-)"
+  else
+    verdict oracle "$out/oracle.log"
+    [[ $rc -eq 0 ]] && res[oracle]+=" — $(grep -E '^kvzip_cuda' "$out/oracle.log" | tr -s ' ' | cut -c1-90)"
+  fi
+fi
 
 # ---- memory and race checking on the kernel-level tests -----------------------------------------
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer \
