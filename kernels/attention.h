@@ -41,7 +41,8 @@ struct AttentionArgs {
   const KvSpan* kv = nullptr;  // (Hkv)
   float* out = nullptr;        // (T, Hq, D); must not overlap q or the spans. May be null when
                                // `local` is set: then only the statistics are computed (the
-                               // rows outside the local subset are never read)
+                               // rows outside the local subset are never read). CPU only: the
+                               // CUDA twins refuse `local` (check_cuda_attention below)
   uint32_t T = 0;
   uint32_t Hq = 0;
   uint32_t Hkv = 0;
