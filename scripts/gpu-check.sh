@@ -31,7 +31,7 @@
 # Exit status: 0 when every step that ran passed (skips included), 1 when one failed, timed out or
 # was cut, 77 when there is no GPU (nothing ran).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 
 readonly BUDGET=480  # seconds, the whole script
 # Ceilings (s): setup + tests + bench + e2e + oracle + memcheck + racecheck + reserve = 480.
