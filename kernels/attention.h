@@ -41,7 +41,8 @@ struct AttentionArgs {
   const KvSpan* kv = nullptr;  // (Hkv)
   float* out = nullptr;        // (T, Hq, D); must not overlap q or the spans. May be null when
                                // `local` is set: then only the statistics are computed (the
-                               // rows outside the local subset are never read)
+                               // rows outside the local subset are never read). CPU only: the
+                               // CUDA twins refuse `local` (check_cuda_attention below)
   uint32_t T = 0;
   uint32_t Hq = 0;
   uint32_t Hkv = 0;
@@ -54,30 +55,46 @@ namespace cpu {
 void attention(ThreadPool* pool, const AttentionArgs& a);
 }
 
+// What the CUDA kernels do not implement, refused before any dispatch (so a CPU-only build refuses
+// the same way): `local` statistics (LocalMaxProb) throw Errc::unsupported, since the GPU KVzip
+// scorer forms its statistics with attention_score_max (kernels/attention_score.h) instead; and
+// with no statistics there is nothing to do without `out` (Errc::internal, as for any bad shape).
+void check_cuda_attention(const AttentionArgs& a);
+
 // CUDA twins (kernels/cuda/attention.cu), fp32 in and out, fp32 accumulation, D in {64, 128}.
 // q, out and every span's k/v are device memory; `kv` itself is a HOST array of at most
-// kMaxKvHeads spans (passed to the kernel by value). Rows must start 16-byte aligned.
+// kMaxKvHeads spans (passed to the kernel by value). Rows must start 16-byte aligned. `out` is
+// required and `local` refused (check_cuda_attention, which every entry below runs first).
 inline constexpr uint32_t kMaxKvHeads = 32;
 namespace cuda {
-// Picks attention_decode when T·G <= kDecodeRows, else attention_prefill.
+// Picks attention_decode when T·G <= kSplitMaxRows, else attention_prefill.
 void attention(const AttentionArgs& a, void* stream);
 // Flash-style: a block per (32 query tokens, query head) walks 32-key tiles with an online
-// softmax; no T×len matrix is formed.
+// softmax; no T×len matrix is formed. Parallelism is ceil(T/32)·Hq blocks, each walking the
+// whole cache: right for long prompts, starved for a short block over a long cache.
 void attention_prefill(const AttentionArgs& a, void* stream);
-// Split along the rows (decode and short appends over a ragged cache): a block per (KV head,
-// 256-row split) serves every query row of the group, partial (max, sum, output) are combined by
-// a second kernel. Requires T·G <= kDecodeRows.
-inline constexpr uint32_t kDecodeRows = 16;
-inline constexpr uint32_t kDecodeSplit = 256;
+// Split along the rows (split-K), for decode and for short query blocks (a question of a few
+// dozen tokens) over a long cache: a block per (row split, KV head, group of kDecodeRows query
+// rows) serves those rows of the GQA group over one split, so K/V are read once per row group
+// and the grid grows with the cache; partial (max, sum, output) are combined by a second kernel.
+// Splits are kDecodeSplit rows, widened for very long caches so there are at most
+// kMaxSplits of them. Requires T·G <= kSplitMaxRows.
+inline constexpr uint32_t kDecodeRows = 16;     // query rows per block
+inline constexpr uint32_t kSplitMaxRows = 128;  // T·G the split path takes (8 row groups)
+inline constexpr uint32_t kDecodeSplit = 256;   // rows per split (at least)
+inline constexpr uint32_t kMaxSplits = 128;
 void attention_decode(const AttentionArgs& a, void* stream);
 }  // namespace cuda
 
 // Throws Errc::internal when the shapes are inconsistent (Hq not a multiple of Hkv, a span
 // shorter than T, null pointers): callers build these arguments, users never do.
 inline void attention(const Exec& ex, const AttentionArgs& a) {
+  if (ex.device == Device::Cuda) {
+    check_cuda_attention(a);
 #if KVZIP_HAVE_CUDA
-  if (ex.device == Device::Cuda) return cuda::attention(a, ex.stream);
+    return cuda::attention(a, ex.stream);
 #endif
+  }
   require_cpu(ex, "attention");
   cpu::attention(ex.pool, a);
 }

@@ -1,8 +1,10 @@
 // GpuCache: the KV cache in device memory, one type for the dense cache a GPU prefill builds and
 // the ragged cache a .kvz file holds (a dense cache is a ragged one with nothing kept and all
-// rows appended). Layout as RaggedKvCache: per layer one K and one V array (rows, D), head-major,
-// head (l, h) at rows [offset, offset + kept + room), rows in increasing original position; the
-// positions stay on the host (only rollback reads them). Appending and rolling back follow the
+// rows appended). The bookkeeping is RaggedLayout (model/ragged_layout.h), the one RaggedKvCache
+// uses: per layer one K and one V array (rows, D), head-major, head (l, h) at rows [offset,
+// offset + kept + room), rows in increasing original position; the positions stay on the host
+// (only rollback reads them), and growth allocates every layer before anything moves, so a failed
+// device allocation leaves the cache as it was. Appending and rolling back follow the
 // AttentionCache protocol (model/kv_cache.h): reserve_append(T), append(layer, ...) per layer,
 // commit_append(T); rollback(n) moves lengths only. No CUDA header is included from here.
 #pragma once
@@ -12,6 +14,7 @@
 #include "kernels/gpu.h"
 #include "model/kv_cache.h"
 #include "model/ragged_cache.h"
+#include "model/ragged_layout.h"
 
 namespace kvzip {
 
@@ -19,10 +22,11 @@ class GpuCache {
  public:
   // An empty cache (logical length 0) with `room` rows per head before it first grows.
   GpuCache(CacheShape shape, uint32_t room);
-  // The compressed state of `host` (kept rows, positions, logical length) in device memory, with
+  // The compressed state of `host` (kept rows, positions, base length) in device memory, with
   // `room` rows of append room per head: two pinned staging buffers alternate, so packing layer
   // l + 1 on the host overlaps the asynchronous copy of layer l (one K and one V copy per layer,
-  // on `stream`); returns once every copy has finished.
+  // on `stream`); returns once every copy has finished. Throws Errc::invalid_argument when a head
+  // of `host` holds appended rows (they would be lost: reset() it first).
   static GpuCache from_ragged(const RaggedKvCache& host, uint32_t room, void* stream = nullptr);
   // The device layout of a compressed state (kept[l · Hkv + h] rows per head at logical length
   // `logical_length`, `room` rows of append room) with nothing copied yet: fill every layer with
@@ -39,24 +43,20 @@ class GpuCache {
   static GpuCache random(CacheShape shape, uint32_t logical_length,
                          const std::vector<uint32_t>& kept, uint32_t room, uint64_t seed);
 
-  CacheShape shape() const { return shape_; }
-  uint32_t logical_length() const { return length_; }
-  uint32_t base_length() const { return base_length_; }
-  uint32_t len(uint32_t layer, uint32_t kv_head) const { return len_[idx(layer, kv_head)]; }
+  CacheShape shape() const { return layout_.shape(); }
+  uint32_t logical_length() const { return layout_.logical_length(); }
+  uint32_t base_length() const { return layout_.base_length(); }
+  uint32_t len(uint32_t layer, uint32_t kv_head) const { return layout_.len(layer, kv_head); }
   const float* k(uint32_t layer, uint32_t kv_head) const;  // device (len, D)
   const float* v(uint32_t layer, uint32_t kv_head) const;  // device (len, D)
-  // Layer storage and where each head starts: for loaders that fill a layer in one copy.
-  float* layer_k(uint32_t layer) { return k_[layer].data(); }
-  float* layer_v(uint32_t layer) { return v_[layer].data(); }
-  uint64_t offset(uint32_t layer, uint32_t kv_head) const { return offset_[idx(layer, kv_head)]; }
-  uint64_t layer_rows(uint32_t layer) const { return k_[layer].size() / shape_.head_dim; }
+  const RaggedLayout& layout() const { return layout_; }
 
   void reserve_append(uint32_t T, void* stream = nullptr);
   // k_new, v_new: device (T, Hkv, D) at positions logical_length() ...
   void append(uint32_t layer, const float* k_new, const float* v_new, uint32_t T, void* stream);
   void commit_append(uint32_t T);
   void rollback(uint32_t length);
-  void reset() { rollback(base_length_); }
+  void reset() { rollback(layout_.base_length()); }
 
   // A dense host copy: requires every head of every layer to hold all logical_length() rows
   // (a cache grown from empty, e.g. after a GPU prefill). Synchronous.
@@ -65,16 +65,11 @@ class GpuCache {
 
  private:
   GpuCache() = default;
-  size_t idx(uint32_t l, uint32_t h) const { return size_t(l) * shape_.n_kv_heads + h; }
-  void relayout(uint32_t room, void* stream);
+  // Checks the head count the kernels take and lays out the device arrays.
+  void lay_out(uint32_t room, void* stream);
 
-  CacheShape shape_;
-  uint32_t length_ = 0, base_length_ = 0, room_ = 0;
-  std::vector<uint32_t> kept_;     // (L, Hkv) rows of the compressed state
-  std::vector<uint32_t> len_;      // (L, Hkv) rows in use incl. uncommitted appends
-  std::vector<uint64_t> offset_;   // (L, Hkv) first row of each head in its layer
-  std::vector<gpu::GpuBuffer<float>> k_, v_;   // L × (rows, D) device
-  std::vector<std::vector<uint32_t>> pos_;     // L × (rows) host: original position of each row
+  RaggedLayout layout_;
+  std::vector<gpu::GpuBuffer<float>> k_, v_;  // L × (rows, D) device
 };
 
 }  // namespace kvzip

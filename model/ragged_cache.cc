@@ -1,6 +1,7 @@
-// RaggedKvCache (see ragged_cache.h). Appends write after each head's used rows; rollback finds,
-// per head, the first row at or past the target position by binary search (rows are in increasing
-// position), so it moves lengths only. Growth re-lays out all heads with a larger room.
+// RaggedKvCache (see ragged_cache.h): host storage under a RaggedLayout. Appends write after each
+// head's used rows; rollback finds, per head, the first row at or past the target position by
+// binary search (rows are in increasing position), so it moves lengths only. Growth re-lays out
+// all heads with a larger room, allocating every layer before anything moves.
 #include "model/ragged_cache.h"
 
 #include <algorithm>
@@ -11,63 +12,48 @@
 #include "common/error.h"
 
 namespace kvzip {
+namespace {
+
+// Host K/V arrays as RaggedLayout grows them: new arrays are staged beside the live ones.
+class HostStorage final : public RaggedStorage {
+ public:
+  HostStorage(std::vector<std::vector<float>>& k, std::vector<std::vector<float>>& v, size_t D)
+      : k_(k), v_(v), D_(D), k_new_(k.size()), v_new_(v.size()) {}
+  void stage_layer(uint32_t layer, uint64_t rows) override {
+    try {
+      k_new_[layer].resize(rows * D_);
+      v_new_[layer].resize(rows * D_);
+    } catch (const std::bad_alloc&) {
+      throw Error(Errc::out_of_memory, "RaggedKvCache: cannot allocate " + std::to_string(rows) +
+                                           " rows for layer " + std::to_string(layer));
+    }
+  }
+  void copy_rows(uint32_t layer, uint64_t from, uint64_t to, uint64_t n) override {
+    std::memcpy(k_new_[layer].data() + to * D_, k_[layer].data() + from * D_, n * D_ * 4);
+    std::memcpy(v_new_[layer].data() + to * D_, v_[layer].data() + from * D_, n * D_ * 4);
+  }
+  void commit_staged() noexcept override {
+    k_.swap(k_new_);
+    v_.swap(v_new_);
+  }
+  void drop_staged() noexcept override {}  // the staged arrays die with this object
+
+ private:
+  std::vector<std::vector<float>>& k_;
+  std::vector<std::vector<float>>& v_;
+  size_t D_;
+  std::vector<std::vector<float>> k_new_, v_new_;
+};
+
+}  // namespace
 
 RaggedKvCache::RaggedKvCache(CacheShape shape, uint32_t logical_length,
                              const std::vector<uint32_t>& kept, uint32_t room)
-    : shape_(shape), length_(logical_length), base_length_(logical_length), kept_(kept) {
-  if (shape.n_layers == 0 || shape.n_kv_heads == 0 || shape.head_dim == 0)
-    throw Error(Errc::invalid_argument, "RaggedKvCache: every dimension must be > 0");
-  if (kept.size() != size_t(shape.n_layers) * shape.n_kv_heads)
-    throw Error(Errc::invalid_argument,
-                "RaggedKvCache: " + std::to_string(kept.size()) + " row counts for L·Hkv = " +
-                    std::to_string(size_t(shape.n_layers) * shape.n_kv_heads) + " heads");
-  for (uint32_t n : kept)
-    if (n > logical_length)
-      throw Error(Errc::invalid_argument, "RaggedKvCache: a head keeps " + std::to_string(n) +
-                                              " rows of a sequence of " +
-                                              std::to_string(logical_length));
-  len_ = kept_;
-  offset_.assign(kept_.size(), 0);
-  k_.resize(shape.n_layers);
-  v_.resize(shape.n_layers);
-  pos_.resize(shape.n_layers);
-  relayout(room);
-}
-
-void RaggedKvCache::relayout(uint32_t room) {
-  const size_t D = shape_.head_dim, H = shape_.n_kv_heads;
-  std::vector<std::vector<float>> k_new(shape_.n_layers), v_new(shape_.n_layers);
-  std::vector<std::vector<uint32_t>> p_new(shape_.n_layers);
-  std::vector<uint64_t> off_new(offset_.size());
-  try {
-    for (uint32_t l = 0; l < shape_.n_layers; ++l) {
-      uint64_t rows = 0;
-      for (size_t h = 0; h < H; ++h) {
-        off_new[idx(l, h)] = rows;
-        rows += uint64_t(kept_[idx(l, h)]) + room;
-      }
-      k_new[l].resize(rows * D);
-      v_new[l].resize(rows * D);
-      p_new[l].resize(rows);
-    }
-  } catch (const std::bad_alloc&) {
-    throw Error(Errc::out_of_memory, "RaggedKvCache: cannot allocate " + std::to_string(room) +
-                                         " rows of append room per head");
-  }
-  for (uint32_t l = 0; l < shape_.n_layers; ++l) {
-    if (k_[l].empty()) continue;  // first layout: nothing to move
-    for (size_t h = 0; h < H; ++h) {
-      const size_t i = idx(l, h), n = len_[i];
-      std::memcpy(k_new[l].data() + off_new[i] * D, k_[l].data() + offset_[i] * D, n * D * 4);
-      std::memcpy(v_new[l].data() + off_new[i] * D, v_[l].data() + offset_[i] * D, n * D * 4);
-      std::memcpy(p_new[l].data() + off_new[i], pos_[l].data() + offset_[i], n * 4);
-    }
-  }
-  k_.swap(k_new);
-  v_.swap(v_new);
-  pos_.swap(p_new);
-  offset_.swap(off_new);
-  room_ = room;
+    : layout_("RaggedKvCache", shape, logical_length, kept),
+      k_(shape.n_layers),
+      v_(shape.n_layers) {
+  HostStorage s(k_, v_, shape.head_dim);
+  layout_.lay_out(room, s);
 }
 
 RaggedKvCache RaggedKvCache::from_dense(const KvCache& dense,
@@ -91,7 +77,7 @@ RaggedKvCache RaggedKvCache::from_dense(const KvCache& dense,
   for (uint32_t l = 0; l < s.n_layers; ++l)
     for (uint32_t h = 0; h < s.n_kv_heads; ++h) {
       const KvHeadView src = dense.view(l, h);
-      const auto& rows = keep[r.idx(l, h)];
+      const auto& rows = keep[size_t(l) * s.n_kv_heads + h];
       float* k = r.k_rows(l, h);
       float* v = r.v_rows(l, h);
       uint32_t* p = r.positions(l, h);
@@ -105,105 +91,68 @@ RaggedKvCache RaggedKvCache::from_dense(const KvCache& dense,
 }
 
 void RaggedKvCache::reserve_append(uint32_t T) {
-  if (uint64_t(length_) + T > UINT32_MAX)
-    throw Error(Errc::invalid_argument, "RaggedKvCache: appending exceeds 2^32 positions");
-  uint32_t need = 0;  // largest number of rows any head appends beyond its kept rows
-  for (size_t i = 0; i < len_.size(); ++i) need = std::max(need, len_[i] - kept_[i] + T);
-  if (need <= room_) return;
-  relayout(std::max<uint32_t>(need, room_ + room_ / 2));
+  HostStorage s(k_, v_, layout_.shape().head_dim);
+  layout_.reserve_append(T, s);
 }
 
 void RaggedKvCache::append(uint32_t layer, const float* k_new, const float* v_new, uint32_t T) {
-  KVZIP_ASSERT(layer < shape_.n_layers);
-  const size_t D = shape_.head_dim, H = shape_.n_kv_heads;
-  for (size_t h = 0; h < H; ++h) {
-    const size_t i = idx(layer, h);
-    KVZIP_ASSERT(len_[i] + T - kept_[i] <= room_);
-    float* k = k_[layer].data() + (offset_[i] + len_[i]) * D;
-    float* v = v_[layer].data() + (offset_[i] + len_[i]) * D;
-    uint32_t* p = pos_[layer].data() + offset_[i] + len_[i];
+  KVZIP_ASSERT(layer < layout_.shape().n_layers);
+  const size_t D = layout_.shape().head_dim, H = layout_.shape().n_kv_heads;
+  for (uint32_t h = 0; h < H; ++h) {  // rows go after each head's used rows (layout_.append)
+    const uint64_t row = layout_.offset(layer, h) + layout_.len(layer, h);
+    KVZIP_ASSERT(layout_.len(layer, h) - layout_.kept(layer, h) + T <= layout_.room());
+    float* k = k_[layer].data() + row * D;
+    float* v = v_[layer].data() + row * D;
     for (uint32_t t = 0; t < T; ++t) {
       std::memcpy(k + t * D, k_new + (size_t(t) * H + h) * D, D * 4);
       std::memcpy(v + t * D, v_new + (size_t(t) * H + h) * D, D * 4);
-      p[t] = length_ + t;
     }
-    len_[i] += T;
   }
+  layout_.append(layer, T, nullptr);
 }
 
 void RaggedKvCache::retain(uint32_t layer, uint32_t kv_head, std::span<const uint32_t> rows) {
-  KVZIP_ASSERT(layer < shape_.n_layers && kv_head < shape_.n_kv_heads);
-  const size_t i = idx(layer, kv_head), D = shape_.head_dim;
-  for (size_t x = 0; x < rows.size(); ++x)
-    if (rows[x] >= len_[i] || (x > 0 && rows[x] <= rows[x - 1]))
-      throw Error(Errc::invalid_argument,
-                  "RaggedKvCache::retain: row list of layer " + std::to_string(layer) + " head " +
-                      std::to_string(kv_head) + " is not strictly increasing within [0, " +
-                      std::to_string(len_[i]) + ") at entry " + std::to_string(x));
-  float* k = k_[layer].data() + offset_[i] * D;
-  float* v = v_[layer].data() + offset_[i] * D;
-  uint32_t* p = pos_[layer].data() + offset_[i];
-  uint32_t base = 0;
+  layout_.check_retain(layer, kv_head, rows);
+  const size_t D = layout_.shape().head_dim;
+  float* k = k_rows(layer, kv_head);
+  float* v = v_rows(layer, kv_head);
   // rows[x] >= x, so moving rows down front to back never overwrites a row still to be moved.
   for (size_t x = 0; x < rows.size(); ++x) {
     const size_t src = rows[x];
-    if (src < kept_[i]) ++base;
     if (src == x) continue;
     std::memcpy(k + x * D, k + src * D, D * 4);
     std::memcpy(v + x * D, v + src * D, D * 4);
-    p[x] = p[src];
   }
-  kept_[i] = base;
-  len_[i] = static_cast<uint32_t>(rows.size());
+  layout_.retain(layer, kv_head, rows);
 }
 
-void RaggedKvCache::commit_append(uint32_t T) { length_ += T; }
+void RaggedKvCache::commit_append(uint32_t T) { layout_.commit_append(T); }
 
 KvHeadView RaggedKvCache::view(uint32_t layer, uint32_t kv_head) const {
-  KVZIP_ASSERT(layer < shape_.n_layers && kv_head < shape_.n_kv_heads);
-  const size_t i = idx(layer, kv_head), D = shape_.head_dim;
-  return KvHeadView{k_[layer].data() + offset_[i] * D, v_[layer].data() + offset_[i] * D,
-                    pos_[layer].data() + offset_[i], len_[i]};
+  KVZIP_ASSERT(layer < layout_.shape().n_layers && kv_head < layout_.shape().n_kv_heads);
+  return KvHeadView{k_rows(layer, kv_head), v_rows(layer, kv_head), positions(layer, kv_head),
+                    layout_.len(layer, kv_head)};
 }
 
-void RaggedKvCache::rollback(uint32_t length) {
-  if (length > length_)
-    throw Error(Errc::invalid_argument, "RaggedKvCache::rollback to " + std::to_string(length) +
-                                            " past the logical length " + std::to_string(length_));
-  for (uint32_t l = 0; l < shape_.n_layers; ++l)
-    for (uint32_t h = 0; h < shape_.n_kv_heads; ++h) {
-      const size_t i = idx(l, h);
-      const uint32_t* p = pos_[l].data() + offset_[i];
-      len_[i] = static_cast<uint32_t>(std::lower_bound(p, p + len_[i], length) - p);
-      kept_[i] = std::min(kept_[i], len_[i]);
-    }
-  length_ = length;
-  base_length_ = std::min(base_length_, length);
-}
+void RaggedKvCache::rollback(uint32_t length) { layout_.rollback(length); }
 
-uint64_t RaggedKvCache::kept_total() const {
-  uint64_t n = 0;
-  for (uint32_t k : kept_) n += k;
-  return n;
-}
-
-uint64_t RaggedKvCache::bytes_kept() const { return kept_total() * shape_.head_dim * 2 * 4; }
+uint64_t RaggedKvCache::bytes_kept() const { return kept_total() * layout_.shape().head_dim * 2 * 4; }
 
 float* RaggedKvCache::k_rows(uint32_t l, uint32_t h) {
-  return k_[l].data() + offset_[idx(l, h)] * shape_.head_dim;
+  return k_[l].data() + layout_.offset(l, h) * layout_.shape().head_dim;
 }
 float* RaggedKvCache::v_rows(uint32_t l, uint32_t h) {
-  return v_[l].data() + offset_[idx(l, h)] * shape_.head_dim;
+  return v_[l].data() + layout_.offset(l, h) * layout_.shape().head_dim;
 }
-uint32_t* RaggedKvCache::positions(uint32_t l, uint32_t h) { return pos_[l].data() + offset_[idx(l, h)]; }
+uint32_t* RaggedKvCache::positions(uint32_t l, uint32_t h) { return layout_.positions(l, h); }
 const float* RaggedKvCache::k_rows(uint32_t l, uint32_t h) const {
-  return k_[l].data() + offset_[idx(l, h)] * shape_.head_dim;
+  return k_[l].data() + layout_.offset(l, h) * layout_.shape().head_dim;
 }
 const float* RaggedKvCache::v_rows(uint32_t l, uint32_t h) const {
-  return v_[l].data() + offset_[idx(l, h)] * shape_.head_dim;
+  return v_[l].data() + layout_.offset(l, h) * layout_.shape().head_dim;
 }
 const uint32_t* RaggedKvCache::positions(uint32_t l, uint32_t h) const {
-  return pos_[l].data() + offset_[idx(l, h)];
+  return layout_.positions(l, h);
 }
 
 }  // namespace kvzip

@@ -1,72 +1,187 @@
 #!/usr/bin/env bash
-# Every GPU check for a machine with an NVIDIA GPU (issue 5). Usage:
-#   scripts/gpu-check.sh [--only e2e] [OUT_DIR]     (OUT_DIR: default $OUT, then out/gpu-check)
+# Every GPU check for a machine with an NVIDIA GPU (issues 5 and 16), sized for ONE device call.
+# Usage: scripts/gpu-check.sh [--dry-run] [--only e2e] [OUT_DIR]   (OUT_DIR: $OUT, then out/gpu-check)
+#
+# TIME BUDGET: the whole script finishes within BUDGET = 480 s (a device call is cut at 600 s and
+# a session has ~15 min of device time in all). Each step runs under a ceiling; the ceilings below
+# add up to exactly 480 s with the reserve, and each step's timeout is also clamped to what is
+# left of the budget, so a slow step cannot push the total past it. The summary table is printed
+# by an EXIT trap: it appears even when a step times out or the call is cut (SIGTERM/SIGINT; a
+# SIGKILL cannot be trapped, which is why the budget stays well under the call's limit).
+#
+# Steps: [cuda] parity tests (fresh random inputs, KVZIP_REQUIRE_GPU=1 so a test that cannot see
+# the device fails instead of skipping); bench_gpu (synthetic Llama-3-8B shapes); gpu_e2e (CPU vs
+# GPU answers and KVzip rankings on the real model); the independent oracle (a tiny random Llama
+# from transformers, its logits in PyTorch against kvzip's CPU and CUDA paths:
+# scripts/golden/tiny_llama_oracle.py; skipped where torch is missing); compute-sanitizer
+# memcheck and racecheck on
+# the small kernel-level tests only ("[cuda][sanitize]": the forward tests and long decodes are
+# too slow under racecheck). A device compute-sanitizer refuses ("Device not supported", then
+# error 999) is reported SKIPPED, not FAIL: the kernels were not checked, and the row says so.
+# Without a GPU (nvidia-smi lists none), or with --dry-run, nothing runs: the table is printed with
+# every GPU row SKIPPED and its budget.
+#
 # Binaries: .gpu/bundle.tar.xz from scripts/gpu-bundle.sh (unpacked to .gpu/bin, .gpu/lib) when
-# present, else a CUDA build here (build-gpu/, Release, sm_80+sm_90; needs the build deps).
-# Model for the end-to-end check: $KVZIP_MODEL, else .gpu/model.part* joined and checked against
-# .gpu/model.sha256, else models/*.gguf; without a complete one that step is skipped, saying why.
-# Steps, each under a timeout so one call stays within 8 minutes: [cuda] parity tests; bench_gpu
-# (synthetic Llama-3-8B shapes); gpu_e2e (CPU vs GPU answers and KVzip rankings on the real
-# model); compute-sanitizer memcheck and racecheck over the [cuda] tests (when the tool exists).
-# --only e2e runs the end-to-end step alone (a second call that brings the model's other half).
-# Logs and CSVs go to OUT_DIR, at most 7 files (device.txt, tests_cuda.log, bench_gpu.log,
-# bench_gpu.csv, gpu_e2e.log, gpu_e2e_answers.txt, sanitizer.log); a short table is printed last.
-# Exit status 0 when every step that ran passed.
+# present, else a CUDA build here (build-gpu/; it eats most of the budget). Model for gpu_e2e:
+# $KVZIP_MODEL, else .gpu/model.part* joined and checked against .gpu/model.sha256, else
+# models/*.gguf; without a complete one that step is skipped, saying why. --only e2e runs gpu_e2e
+# alone (a second call that brings the model's other half) with a larger ceiling.
+# Files in OUT_DIR (8): device.txt, tests_cuda.log, bench_gpu.log, bench_gpu.csv, gpu_e2e.log,
+# gpu_e2e_answers.txt, oracle.log, sanitizer.log (the oracle's models stay in /tmp).
+# Exit status: 0 when every step that ran passed (skips included), 1 when one failed, timed out or
+# was cut, 77 when there is no GPU (nothing ran).
 set -uo pipefail
-cd "$(dirname "$0")/.."
-only=""
-if [[ "${1:-}" == "--only" ]]; then only="${2:-}"; shift 2; fi
+cd "$(dirname "$0")/.." || exit 2
+
+readonly BUDGET=480  # seconds, the whole script
+# Ceilings (s): setup + tests + bench + e2e + oracle + memcheck + racecheck + reserve = 480.
+readonly T_SETUP=30 T_TESTS=90 T_BENCH=120 T_E2E=100 T_ORACLE=45 T_MEMCHECK=40 T_RACECHECK=40
+readonly T_RESERVE=15
+readonly T_E2E_ONLY=300  # --only e2e: the model is already here, nothing else runs
+(( T_SETUP + T_TESTS + T_BENCH + T_E2E + T_ORACLE + T_MEMCHECK + T_RACECHECK + T_RESERVE <= BUDGET )) ||
+  { echo "gpu-check: step ceilings exceed the $BUDGET s budget" >&2; exit 2; }
+
+dry=0 only=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --dry-run) dry=1; shift ;;
+    --only) only="${2:-}"; shift 2 ;;
+    *) break ;;
+  esac
+done
 out="${1:-${OUT:-out/gpu-check}}"
 mkdir -p "$out"
 t_start=$(date +%s)
 status=0
-rows=()
-row() { rows+=("$(printf '%-40s %s' "$1" "$2")"); }
-step_result() {  # name rc log
-  if [[ $2 -eq 0 ]]; then row "$1" "PASS"; elif [[ $2 -eq 124 ]]; then row "$1" "TIMEOUT (see $3)"; status=1;
-  else row "$1" "FAIL rc=$2 (see $3)"; status=1; fi
+
+# ---- the table: fixed rows, filled as steps finish, printed on exit whatever happens ----------
+keys=(device binaries tests bench e2e oracle memcheck racecheck)
+declare -A label=(
+  [device]="device" [binaries]="binaries"
+  [tests]="[cuda] parity tests" [bench]="bench_gpu (Llama-3-8B shapes)"
+  [e2e]="gpu_e2e (Normans, ratio 0.3)" [oracle]="oracle (tiny Llama vs torch)"
+  [memcheck]="memcheck [cuda][sanitize]" [racecheck]="racecheck [cuda][sanitize]")
+declare -A ceiling=([binaries]=$T_SETUP [tests]=$T_TESTS [bench]=$T_BENCH [e2e]=$T_E2E
+                    [oracle]=$T_ORACLE [memcheck]=$T_MEMCHECK [racecheck]=$T_RACECHECK)
+[[ "$only" == "e2e" ]] && ceiling[e2e]=$T_E2E_ONLY
+declare -A res=()
+for k in "${keys[@]}"; do res[$k]="NOT RUN (the check ended before this step)"; done
+[[ "$only" == "e2e" ]] && for k in tests bench oracle memcheck racecheck; do res[$k]="not part of --only e2e"; done
+notes=()
+cur_key="" cur_pid=""
+
+elapsed() { echo $(( $(date +%s) - t_start )); }
+
+print_table() {
+  trap - EXIT
+  echo
+  if [[ -f "$out/bench_gpu.log" ]]; then echo "== bench_gpu =="; sed -n '/^metric/,$p' "$out/bench_gpu.log"; fi
+  if [[ -f "$out/gpu_e2e.log" ]]; then echo "== gpu_e2e =="; sed -n '/^metric/,$p' "$out/gpu_e2e.log"; fi
+  echo "== gpu-check: $(elapsed) s of the $BUDGET s budget, logs in $out =="
+  for k in "${keys[@]}"; do
+    local c=""
+    [[ -n "${ceiling[$k]:-}" ]] && c="<=${ceiling[$k]} s"
+    printf '%-30s %-9s %s\n' "${label[$k]}" "$c" "${res[$k]}"
+  done
+  echo "budget: setup $T_SETUP + tests $T_TESTS + bench $T_BENCH + e2e $T_E2E + oracle $T_ORACLE" \
+    "+ memcheck $T_MEMCHECK + racecheck $T_RACECHECK + reserve $T_RESERVE = $BUDGET s" \
+    "(each step also clamped to what is left)"
+  for n in "${notes[@]}"; do echo "  note: $n"; done
+  echo "exit status $status"
 }
 
-nvidia-smi >"$out/device.txt" 2>&1 || true
-gpu_name=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)
-row "device" "${gpu_name:-unknown (nvidia-smi failed)}"
+on_signal() {
+  if [[ -n "$cur_pid" ]]; then kill -TERM "$cur_pid" 2>/dev/null; fi
+  if [[ -n "$cur_key" ]]; then res[$cur_key]="CUT at $(elapsed) s (signal): see its log"; fi
+  status=1
+  exit 1  # the EXIT trap prints the table
+}
+trap print_table EXIT
+trap on_signal TERM INT HUP
 
-# ---- binaries ---------------------------------------------------------------------------------
+# Seconds of the budget left for steps (the reserve is kept for the table).
+budget_left() { echo $(( t_start + BUDGET - T_RESERVE - $(date +%s) )); }
+
+# run_step KEY LOG CMD...: runs CMD in the background (so a signal reaches this script at once)
+# under the step's ceiling clamped to the budget left, appending to LOG; sets rc and step_s.
+# rc 98: less than 10 s of budget left, nothing run.
+run_step() {
+  local key=$1 log=$2; shift 2
+  local left limit c=${ceiling[$key]}
+  left=$(budget_left)
+  if (( left < 10 )); then rc=98; step_s=0; return; fi
+  limit=$(( c < left ? c : left ))
+  cur_key=$key
+  local t0
+  t0=$(date +%s)
+  timeout -k 5 "$limit" "$@" >>"$log" 2>&1 &
+  cur_pid=$!
+  wait "$cur_pid"
+  rc=$?
+  cur_pid="" cur_key=""
+  step_s=$(( $(date +%s) - t0 ))
+  step_limit_used=$limit
+}
+
+# The usual reading of rc for a step.
+verdict() {  # key log
+  case $rc in
+    0) res[$1]="PASS in ${step_s} s" ;;
+    98) res[$1]="SKIPPED: the time budget was spent"; status=1 ;;
+    77) res[$1]="SKIPPED by the test binary: a test could not run (see $2)"; status=1 ;;
+    124|137) res[$1]="TIMEOUT after ${step_limit_used} s (see $2)"; status=1 ;;
+    *) res[$1]="FAIL rc=$rc in ${step_s} s (see $2)"; status=1 ;;
+  esac
+}
+
+# ---- no GPU, or a dry run: the plan, nothing run ------------------------------------------------
+gpu_list=$(nvidia-smi -L 2>/dev/null | grep '^GPU ' || true)
+if [[ $dry -eq 1 || -z "$gpu_list" ]]; then
+  if [[ $dry -eq 1 ]]; then why="dry run"; else why="no GPU here (nvidia-smi lists none)"; fi
+  res[device]="${gpu_list:-none}"
+  res[binaries]="SKIPPED: $why"
+  for k in tests bench e2e oracle memcheck racecheck; do
+    [[ "${res[$k]}" == "not part of --only e2e" ]] || res[$k]="SKIPPED: $why"
+  done
+  [[ $dry -eq 1 ]] || status=77
+  exit $status
+fi
+
+nvidia-smi >"$out/device.txt" 2>&1
+res[device]=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)
+
+# ---- binaries -----------------------------------------------------------------------------------
+cur_key=binaries
 if [[ -f .gpu/bundle.tar.xz && ( ! -x .gpu/bin/kvzip_tests || .gpu/bundle.tar.xz -nt .gpu/bin/kvzip_tests ) ]]; then
   rm -rf .gpu/bin .gpu/lib
-  tar -C .gpu -xJf .gpu/bundle.tar.xz 2>/tmp/kvzip-unpack.log ||
-    python3 -c 'import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' .gpu/bundle.tar.xz .gpu
-  touch .gpu/bin/*
+  timeout 30 tar -C .gpu -xJf .gpu/bundle.tar.xz 2>>"$out/device.txt" ||
+    timeout 30 python3 -c 'import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' .gpu/bundle.tar.xz .gpu
+  touch .gpu/bin/* 2>/dev/null
 fi
 if [[ -x .gpu/bin/kvzip_tests ]]; then
   cublas_dir=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(os.path.dirname(nvidia.cublas.__file__), "lib"))' 2>/dev/null || true)
   export LD_LIBRARY_PATH="$PWD/.gpu/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${cublas_dir}:${LD_LIBRARY_PATH:-}:/usr/local/nvidia/lib64:/usr/local/nvidia/lib"
-  tests=.gpu/bin/kvzip_tests bench=.gpu/bin/bench_gpu e2e=.gpu/bin/gpu_e2e
-  ldd .gpu/bin/* >/tmp/kvzip-ldd.txt 2>&1
-  cat /tmp/kvzip-ldd.txt >>"$out/device.txt"
-  if grep -q "=> not found" /tmp/kvzip-ldd.txt; then
-    row "libraries" "MISSING: $(grep '=> not found' /tmp/kvzip-ldd.txt | awk '{print $1}' | sort -u | tr '\n' ' ')"
-  fi
-  row "build" "prebuilt (.gpu/bundle.tar.xz)"
+  tests=.gpu/bin/kvzip_tests bench=.gpu/bin/bench_gpu e2e=.gpu/bin/gpu_e2e oracle_bin=.gpu/bin/gpu_oracle
+  ldd .gpu/bin/* >"$out/ldd.tmp" 2>&1
+  cat "$out/ldd.tmp" >>"$out/device.txt"
+  missing=$(grep '=> not found' "$out/ldd.tmp" | awk '{print $1}' | sort -u | tr '\n' ' ')
+  rm -f "$out/ldd.tmp"
+  res[binaries]="prebuilt (.gpu/bin from the bundle)${missing:+; MISSING libraries: $missing}"
+  [[ -n "$missing" ]] && status=1
 elif [[ "$only" == "e2e" ]]; then
-  row "gpu_e2e" "FAILED: no .gpu/bin here (a fresh machine?): run the full check with the bundle first"
-  printf '%s\n' "${rows[@]}"
+  res[binaries]="FAILED: no .gpu/bin here (a fresh machine?): run the full check with the bundle first"
+  status=1
   exit 1
 else
   bdir=build-gpu
-  t0=$(date +%s)
-  if cmake -S . -B "$bdir" -DCMAKE_BUILD_TYPE=Release -DKVZIP_CUDA=ON \
-       -DCMAKE_CUDA_ARCHITECTURES="80;90" >"$out/build.log" 2>&1 &&
-     cmake --build "$bdir" -j"$(nproc)" --target kvzip_tests bench_gpu gpu_e2e >>"$out/build.log" 2>&1; then
-    row "build" "ok in $(( $(date +%s) - t0 )) s"
-  else
-    row "build" "FAILED (see $out/build.log)"
-    tail -30 "$out/build.log"
-    printf '%s\n' "${rows[@]}"
-    exit 1
-  fi
-  tests=$bdir/tests/kvzip_tests bench=$bdir/bench_gpu e2e=$bdir/gpu_e2e
+  run_step binaries "$out/device.txt" bash -c "cmake -S . -B $bdir -DCMAKE_BUILD_TYPE=Release \
+    -DKVZIP_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES='80;90' && cmake --build $bdir -j$(nproc) \
+    --target kvzip_tests bench_gpu gpu_e2e gpu_oracle"
+  if [[ $rc -ne 0 ]]; then verdict binaries "$out/device.txt"; exit 1; fi
+  res[binaries]="built here in ${step_s} s (no bundle)"
+  tests=$bdir/tests/kvzip_tests bench=$bdir/bench_gpu e2e=$bdir/gpu_e2e oracle_bin=$bdir/gpu_oracle
 fi
+cur_key=""
 
 run_e2e() {
   local model="${KVZIP_MODEL:-}"
@@ -74,52 +189,79 @@ run_e2e() {
     model=/tmp/kvzip-default-model.gguf
     cat .gpu/model.part* >"$model"
     if [[ -f .gpu/model.sha256 ]] && [[ "$(sha256sum "$model" | awk '{print $1}')" != "$(cat .gpu/model.sha256)" ]]; then
-      row "gpu_e2e" "skipped: model pieces incomplete here ($(ls .gpu/model.part* | tr '\n' ' ')); bring the other one in a call while this machine is warm"
+      res[e2e]="SKIPPED: model pieces incomplete here ($(ls .gpu/model.part* | tr '\n' ' ')); bring the other one in a call while this machine is warm"
       return
     fi
   fi
   if [[ -z "$model" ]] && compgen -G "models/*.gguf" >/dev/null; then model=$(ls models/*.gguf | head -1); fi
   if [[ -n "$model" && -f "$model" ]]; then
-    timeout 180 "$e2e" "$model" --squad examples/normans.json --out "$out" >"$out/gpu_e2e.log" 2>&1
-    step_result "gpu_e2e (Normans, ratio 0.3)" $? "$out/gpu_e2e.log"
+    : >"$out/gpu_e2e.log"
+    run_step e2e "$out/gpu_e2e.log" "$e2e" "$model" --squad examples/normans.json --out "$out"
+    verdict e2e "$out/gpu_e2e.log"
   else
-    row "gpu_e2e" "skipped: no model (set KVZIP_MODEL or carry .gpu/model.part*)"
+    res[e2e]="SKIPPED: no model (set KVZIP_MODEL or carry .gpu/model.part*)"
   fi
+}
+
+# compute-sanitizer over the small kernel tests; a device it does not support is a skip.
+run_sanitizer() {  # key tool
+  local log="$out/sanitizer.log"
+  echo "==== compute-sanitizer --tool $2 ====" >>"$log"
+  local before
+  before=$(wc -l <"$log")
+  run_step "$1" "$log" "$sanitizer" --tool "$2" --error-exitcode 9 "$tests" "[cuda][sanitize]"
+  if [[ $rc -ne 0 && $rc -ne 98 && $rc -ne 124 && $rc -ne 137 ]] &&
+     tail -n +"$before" "$log" | grep -qiE 'device not supported|not supported on this device|error 999|\(999\)|cudaErrorUnknown|CUDA_ERROR_UNKNOWN'; then
+    res[$1]="SKIPPED: compute-sanitizer does not support this device ('Device not supported' / error 999): kernels NOT sanitizer-checked"
+    notes+=("the $2 skip is the tool's refusal of this GPU, not a kvzip failure; the plain [cuda] run above is the check that counts")
+    return
+  fi
+  verdict "$1" "$log"
 }
 
 if [[ "$only" == "e2e" ]]; then
   run_e2e
+  exit $status
+fi
+
+# ---- parity tests: fresh inputs each run (Catch prints the seed) --------------------------------
+: >"$out/tests_cuda.log"
+run_step tests "$out/tests_cuda.log" env KVZIP_REQUIRE_GPU=1 "$tests" "[cuda]" -d yes --rng-seed time
+verdict tests "$out/tests_cuda.log"
+summary=$(grep -E 'test cases|All tests passed' "$out/tests_cuda.log" | tail -1)
+[[ -n "$summary" ]] && res[tests]+=" — $summary"
+
+# ---- benchmarks ---------------------------------------------------------------------------------
+: >"$out/bench_gpu.log"
+run_step bench "$out/bench_gpu.log" "$bench" --out "$out"
+verdict bench "$out/bench_gpu.log"
+
+run_e2e
+
+# ---- independent oracle: PyTorch on a tiny random Llama vs kvzip cpu and cuda ------------------
+: >"$out/oracle.log"
+if [[ ! -x "$oracle_bin" ]]; then
+  res[oracle]="SKIPPED: no gpu_oracle binary (an older bundle?)"
 else
-  # ---- parity tests ---------------------------------------------------------------------------
-  timeout 180 "$tests" "[cuda]" -d yes --rng-seed time >"$out/tests_cuda.log" 2>&1  # fresh inputs
-  step_result "[cuda] parity tests" $? "$out/tests_cuda.log"
-  row "  summary" "$(grep -E 'test cases|All tests passed' "$out/tests_cuda.log" | tail -1)"
-  if grep -q "skipped" "$out/tests_cuda.log"; then row "  WARNING" "tests reported 'skipped': no device seen"; status=1; fi
-  # ---- benchmarks -----------------------------------------------------------------------------
-  timeout 200 "$bench" --out "$out" >"$out/bench_gpu.log" 2>&1
-  step_result "bench_gpu" $? "$out/bench_gpu.log"
-  run_e2e
-  # ---- memory and race checking ---------------------------------------------------------------
-  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)
-  if [[ -n "$sanitizer" ]]; then
-    timeout 100 "$sanitizer" --tool memcheck --error-exitcode 9 "$tests" "[cuda]" >"$out/sanitizer.log" 2>&1
-    step_result "compute-sanitizer memcheck [cuda]" $? "$out/sanitizer.log"
-    timeout 120 "$sanitizer" --tool racecheck --error-exitcode 9 "$tests" "[cuda]" \
-      >>"$out/sanitizer.log" 2>&1
-    step_result "compute-sanitizer racecheck [cuda]" $? "$out/sanitizer.log"
+  run_step oracle "$out/oracle.log" python3 scripts/golden/tiny_llama_oracle.py \
+    --oracle "$oracle_bin" --out /tmp/kvzip-oracle
+  if [[ $rc -eq 77 ]]; then
+    res[oracle]="SKIPPED: $(grep -m1 SKIPPED "$out/oracle.log" | cut -c10-)"
   else
-    row "compute-sanitizer" "not installed: skipped"
+    verdict oracle "$out/oracle.log"
+    [[ $rc -eq 0 ]] && res[oracle]+=" — $(grep -E '^kvzip_cuda' "$out/oracle.log" | tr -s ' ' | cut -c1-90)"
   fi
 fi
 
-# ---- the table, last --------------------------------------------------------------------------
-echo
-echo "== bench_gpu =="
-sed -n '/^metric/,$p' "$out/bench_gpu.log" 2>/dev/null
-if [[ -f "$out/gpu_e2e.log" ]]; then
-  echo "== gpu_e2e =="
-  sed -n '/^metric/,$p' "$out/gpu_e2e.log"
+# ---- memory and race checking on the kernel-level tests -----------------------------------------
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer \
+  /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)
+: >"$out/sanitizer.log"
+if [[ -n "$sanitizer" ]]; then
+  run_sanitizer memcheck memcheck
+  run_sanitizer racecheck racecheck
+else
+  res[memcheck]="SKIPPED: compute-sanitizer not installed"
+  res[racecheck]="SKIPPED: compute-sanitizer not installed"
 fi
-echo "== gpu-check ($(( $(date +%s) - t_start )) s, logs in $out) =="
-printf '%s\n' "${rows[@]}"
 exit $status

@@ -2,10 +2,13 @@
 // the contract of kernels/attention.h (query token i sees rows [0, len - T + i] of its KV head):
 //  - prefill: grid (T/32, Hq); a block owns 32 query rows of one head and walks 32-key tiles of
 //    K and V through shared memory with an online softmax (tile.cuh), so memory is O(tile).
-//  - decode: grid (splits, Hkv); a block owns one 256-row split of one KV head and serves all
-//    T·G <= 16 query rows of the group (K/V read once per group), writing a partial (max, sum,
-//    unnormalised output); decode_reduce combines the splits. Ragged heads simply have fewer
-//    splits: blocks past a head's length exit at once.
+//  - decode (split-K): grid (splits, Hkv, row groups); a block owns one split (>= 256 rows) of
+//    one KV head and serves 16 of the T·G <= 128 query rows of the group (K/V read once per row
+//    group), writing a partial (max, sum, unnormalised output); decode_reduce combines, per query
+//    row, the splits that row sees. Ragged heads simply have fewer splits: blocks past a head's
+//    length, or past what every row of their group may see, exit at once. A question of 10-40
+//    tokens over a long compressed cache takes this path, so the grid grows with the cache
+//    instead of being Hq blocks that each walk all of it.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -100,25 +103,35 @@ __global__ void __launch_bounds__(tile::kThreads) prefill_kernel(AttnParams p) {
   }
 }
 
-// Partials of split s of KV head h, query row r (r = i·G + g): index (h · n_split + s) · 16 + r.
+// Geometry of one split-K call. Partials of split s of KV head h, query row r (r = i·G + g):
+// index (h · n_split + s) · r_pad + r, r_pad = 16 · row groups.
+struct SplitGeom {
+  uint32_t n_split;    // splits of the longest head
+  uint32_t split_len;  // rows per split, a multiple of the tile
+  uint32_t r_pad;      // query rows rounded up to whole row groups
+};
+
 template <int D>
 __global__ void __launch_bounds__(tile::kThreads)
-    decode_kernel(AttnParams p, float* part_o, float2* part_ml, uint32_t n_split) {
+    decode_kernel(AttnParams p, float* part_o, float2* part_ml, SplitGeom sg) {
   __shared__ float Qs[kDecodeRows * tile::stride<D>()];
   __shared__ float Ks[tile::kRows * tile::stride<D>()];
   __shared__ float Vs[tile::kRows * tile::stride<D>()];
-  const uint32_t h = blockIdx.y, split = blockIdx.x;
+  const uint32_t h = blockIdx.y, split = blockIdx.x, r0 = blockIdx.z * kDecodeRows;
   const uint32_t len = p.kv.len[h];
-  const uint32_t k_begin = split * kDecodeSplit;
-  if (k_begin >= len) return;  // the whole block leaves: this head is shorter
-  const uint32_t k_stop = min(len, k_begin + kDecodeSplit);
   const uint32_t G = p.Hq / p.Hkv, R = p.T * G, n0 = len - p.T;
+  const uint32_t k_begin = split * sg.split_len;
+  // The whole block leaves when this head is shorter, or when even the group's last row (the one
+  // that sees most) sees nothing of this split: decode_reduce reads only splits a row sees.
+  if (k_begin >= len || n0 + (min(R, r0 + kDecodeRows) - 1) / G < k_begin) return;
+  const uint32_t k_stop = min(len, k_begin + sg.split_len);
   const float* K = p.kv.k[h];
   const float* V = p.kv.v[h];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
   tile::load<D>(Qs, kDecodeRows, [&](int r) -> const float* {
-    return uint32_t(r) < R ? p.q + (size_t(r / G) * p.Hq + h * G + r % G) * D : nullptr;
+    const uint32_t rr = r0 + r;
+    return rr < R ? p.q + (size_t(rr / G) * p.Hq + h * G + rr % G) * D : nullptr;
   }, p.scale);
   float m[kDecodeRpw], l[kDecodeRpw], acc[kDecodeRpw][D / 32];
 #pragma unroll
@@ -142,8 +155,8 @@ __global__ void __launch_bounds__(tile::kThreads)
     const uint32_t j = kb + lane;
 #pragma unroll
     for (int k = 0; k < kDecodeRpw; ++k) {
-      const uint32_t r = warp * kDecodeRpw + k;
-      const uint32_t i = r < R ? r / G : p.T - 1;
+      const uint32_t r = r0 + warp * kDecodeRpw + k;
+      const uint32_t i = r < R ? r / G : p.T - 1;  // rows past R: harmless copy, never stored
       if (j >= k_stop || j > n0 + i) s[k] = -INFINITY;
     }
     tile::online_softmax<kDecodeRpw, D / 32>(s, m, l, acc);
@@ -152,9 +165,9 @@ __global__ void __launch_bounds__(tile::kThreads)
 #pragma unroll
   for (int k = 0; k < kDecodeRpw; ++k) {
     const float sum = warp_sum(l[k]);
-    const uint32_t r = warp * kDecodeRpw + k;
+    const uint32_t r = r0 + warp * kDecodeRpw + k;
     if (r < R) {
-      const size_t idx = (size_t(h) * n_split + split) * kDecodeRows + r;
+      const size_t idx = (size_t(h) * sg.n_split + split) * sg.r_pad + r;
 #pragma unroll
       for (int j = 0; j < D / 32; ++j) part_o[idx * D + lane + 32 * j] = acc[k][j];
       if (lane == 0) part_ml[idx] = make_float2(m[k], sum);
@@ -162,33 +175,38 @@ __global__ void __launch_bounds__(tile::kThreads)
   }
 }
 
-// grid (R, Hkv), D threads: out row r of head h = Σ_s e^(m_s - M) o_s / Σ_s e^(m_s - M) l_s.
+// grid (R, Hkv), D threads: out row r of head h = Σ_s e^(m_s - M) o_s / Σ_s e^(m_s - M) l_s over
+// the splits s that row r sees (those holding a key <= its causal limit n0 + i); each of them has
+// at least one visible key, so every m_s read is finite and L > 0.
 template <int D>
 __global__ void __launch_bounds__(D)
-    decode_reduce(AttnParams p, const float* part_o, const float2* part_ml, uint32_t n_split) {
+    decode_reduce(AttnParams p, const float* part_o, const float2* part_ml, SplitGeom sg) {
   const uint32_t r = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
-  const uint32_t G = p.Hq / p.Hkv;
-  const uint32_t splits = (p.kv.len[h] + kDecodeSplit - 1) / kDecodeSplit;
-  const size_t base = size_t(h) * n_split * kDecodeRows + r;
+  const uint32_t G = p.Hq / p.Hkv, i = r / G;
+  const uint32_t limit = p.kv.len[h] - p.T + i;  // last key row r sees
+  const uint32_t splits = limit / sg.split_len + 1;
+  const size_t base = size_t(h) * sg.n_split * sg.r_pad + r;
   float M = -INFINITY;
-  for (uint32_t s = 0; s < splits; ++s) M = fmaxf(M, part_ml[base + size_t(s) * kDecodeRows].x);
-  float L = 0.0f, o = 0.0f;  // split 0 holds key 0, which every row sees: M is finite
+  for (uint32_t s = 0; s < splits; ++s) M = fmaxf(M, part_ml[base + size_t(s) * sg.r_pad].x);
+  float L = 0.0f, o = 0.0f;
   for (uint32_t s = 0; s < splits; ++s) {
-    const size_t idx = base + size_t(s) * kDecodeRows;
+    const size_t idx = base + size_t(s) * sg.r_pad;
     const float2 ml = part_ml[idx];
-    const float w = expf(ml.x - M);  // 0 for a split the row sees nothing of (m = -inf)
+    const float w = expf(ml.x - M);
     L += w * ml.y;
     o += w * part_o[idx * D + d];
   }
-  const uint32_t i = r / G, hq = h * G + r % G;
+  const uint32_t hq = h * G + r % G;
   p.out[(size_t(i) * p.Hq + hq) * D + d] = o / L;
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-// The checks every path shares; fills the kernel parameters.
+// The checks every path shares; fills the kernel parameters. The contract's `out == nullptr` with
+// `local` statistics is refused here too (check_cuda_attention): there is no statistics kernel.
 AttnParams make_params(const AttentionArgs& a) {
-  KVZIP_ASSERT(a.q && a.out && a.kv && a.T > 0);
+  check_cuda_attention(a);
+  KVZIP_ASSERT(a.q && a.kv && a.T > 0);
   KVZIP_ASSERT(a.Hkv > 0 && a.Hkv <= kMaxKvHeads && a.Hq % a.Hkv == 0);
   KVZIP_ASSERT(aligned16(a.q) && aligned16(a.out));
   AttnParams p{};
@@ -227,37 +245,52 @@ void attention_prefill(const AttentionArgs& a, void* stream) {
   });
 }
 
+// Rows per split: kDecodeSplit, widened (in whole multiples) so that no more than kMaxSplits
+// splits cover the longest head; keeps the partial buffers at O(Hkv · kMaxSplits · rows · D).
+SplitGeom split_geometry(const AttentionArgs& a) {
+  uint32_t max_len = 0;
+  for (uint32_t h = 0; h < a.Hkv; ++h) max_len = std::max(max_len, a.kv[h].len);
+  const uint32_t tiles = ceil_div(max_len, kDecodeSplit);
+  const uint32_t split_len = kDecodeSplit * ceil_div(tiles, kMaxSplits);
+  const uint32_t R = a.T * (a.Hq / a.Hkv);
+  return SplitGeom{ceil_div(max_len, split_len), split_len,
+                   ceil_div(R, kDecodeRows) * kDecodeRows};
+}
+
 void attention_decode(const AttentionArgs& a, void* stream) {
   const AttnParams p = make_params(a);
   const uint32_t G = a.Hq / a.Hkv, R = a.T * G;
-  KVZIP_ASSERT(R <= kDecodeRows);
-  uint32_t max_len = 0;
-  for (uint32_t h = 0; h < a.Hkv; ++h) max_len = std::max(max_len, a.kv[h].len);
-  const uint32_t n_split = ceil_div(max_len, kDecodeSplit);
+  KVZIP_ASSERT(R <= kSplitMaxRows);
+  const SplitGeom sg = split_geometry(a);
   dispatch_head_dim(a.D, "attention_decode", [&](auto d) {
     constexpr int D = decltype(d)::value;
     cudaStream_t s = as_stream(stream);
-    const size_t slots = size_t(a.Hkv) * n_split * kDecodeRows;
+    const size_t slots = size_t(a.Hkv) * sg.n_split * sg.r_pad;
     float* part_o = nullptr;
     float2* part_ml = nullptr;
     // Stream-ordered allocations come from the device's pool: no device-wide sync per decode.
     KVZIP_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&part_o), slots * D * sizeof(float), s));
-    KVZIP_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&part_ml), slots * sizeof(float2), s));
-    decode_kernel<D><<<dim3(n_split, a.Hkv), tile::kThreads, 0, s>>>(p, part_o, part_ml, n_split);
-    cudaError_t launch = cudaGetLastError();
-    if (launch == cudaSuccess) {
-      decode_reduce<D><<<dim3(R, a.Hkv), D, 0, s>>>(p, part_o, part_ml, n_split);
-      launch = cudaGetLastError();
+    cudaError_t err = cudaMallocAsync(reinterpret_cast<void**>(&part_ml), slots * sizeof(float2), s);
+    if (err == cudaSuccess) {
+      const dim3 grid(sg.n_split, a.Hkv, sg.r_pad / kDecodeRows);
+      decode_kernel<D><<<grid, tile::kThreads, 0, s>>>(p, part_o, part_ml, sg);
+      err = cudaGetLastError();
+      if (err == cudaSuccess) {
+        decode_reduce<D><<<dim3(R, a.Hkv), D, 0, s>>>(p, part_o, part_ml, sg);
+        err = cudaGetLastError();
+      }
+      KVZIP_CUDA_CHECK(cudaFreeAsync(part_ml, s));
     }
     KVZIP_CUDA_CHECK(cudaFreeAsync(part_o, s));
-    KVZIP_CUDA_CHECK(cudaFreeAsync(part_ml, s));
-    KVZIP_CUDA_CHECK(launch);
+    KVZIP_CUDA_CHECK(err);
   });
 }
 
 void attention(const AttentionArgs& a, void* stream) {
   KVZIP_ASSERT(a.Hkv > 0 && a.Hq % a.Hkv == 0);
-  if (uint64_t(a.T) * (a.Hq / a.Hkv) <= kDecodeRows) {
+  // Up to kSplitMaxRows query rows per KV head the split-K path is never narrower than prefill's
+  // ceil(T/32)·Hq blocks, and over a long cache it is far wider (a block per split).
+  if (uint64_t(a.T) * (a.Hq / a.Hkv) <= kSplitMaxRows) {
     attention_decode(a, stream);
   } else {
     attention_prefill(a, stream);

@@ -1,7 +1,9 @@
 // CUDA RMSNorm (twin of kernels/cpu/rms_norm.cc): one block of 256 threads per row; each thread
 // sums the squares of a strided slice in fp32, the block reduces through shared memory, then every
 // thread scales the same elements it read (so y == x in place is safe: no element is read after
-// another thread wrote it). The bf16 variant writes the GEMM input directly.
+// another thread wrote it). x is therefore not __restrict__: in place, y aliases it, and a
+// restrict promise would let the compiler reorder or cache reads of x across the writes to y.
+// The bf16 variant writes the GEMM input directly.
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/common.cuh"
@@ -22,7 +24,7 @@ struct Out16 {
 };
 
 template <class Out>
-__global__ void __launch_bounds__(kThreads) rms_norm_kernel(const float* __restrict__ x,
+__global__ void __launch_bounds__(kThreads) rms_norm_kernel(const float* x,
                                                             const float* __restrict__ w, Out out,
                                                             uint32_t E, float eps) {
   __shared__ float partial[kThreads / 32];

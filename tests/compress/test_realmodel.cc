@@ -12,6 +12,7 @@
 #include "eval/squad.h"
 #include "model/model.h"
 #include "prefill/prefill.h"
+#include "tests/support/skip.h"
 
 using namespace kvzip;
 
@@ -29,9 +30,9 @@ const char* kText =
 
 TEST_CASE("on SmolLM2 a ratio-1 KVzip cache answers like the uncompressed cache",
           "[compress][realmodel]") {
-  const char* env = std::getenv("KVZIP_MODEL");
-  if (!env || !*env || !std::filesystem::exists(env)) {
-    WARN("skipped: set KVZIP_MODEL to the SmolLM2-135M-Instruct.Q4_1.gguf path");
+  const std::string env = test::real_model_path();
+  if (env.empty()) {
+    test::skip_no_model();
     return;
   }
   auto model = Model::load(env);

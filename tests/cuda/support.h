@@ -1,5 +1,6 @@
-// Test support for the [cuda] tests: whether a device is there (else a WARN says why the test is
-// skipped — Catch2 v2 has no SKIP), seeds, and host<->device helpers over kernels/gpu.h.
+// Test support for the [cuda] tests: whether a device is there (else the test case skips, and the
+// run is reported to CTest as skipped: tests/support/skip.h), seeds, and host<->device helpers
+// over kernels/gpu.h.
 #pragma once
 #include <catch2/catch.hpp>
 
@@ -8,18 +9,20 @@
 
 #include "kernels/device.h"
 #include "kernels/gpu.h"
+#include "tests/support/skip.h"
 
 namespace kvzip::test {
 
-// True when a CUDA device is present; otherwise WARNs and the caller returns (a CPU-only build
-// or a machine without a GPU passes the [cuda] tests that way).
+// True when a CUDA device is present; otherwise the test case skips (skip_no_gpu) and the caller
+// returns: a CPU-only build or a machine without a GPU reports the [cuda] entry as skipped, and
+// KVZIP_REQUIRE_GPU=1 (gpu-check.sh on a device) makes that a failure.
 inline bool gpu_ready() {
   if (!kBuiltWithCuda) {
-    WARN("built without CUDA (-DKVZIP_CUDA=OFF): skipped");
+    skip_no_gpu("built without CUDA (-DKVZIP_CUDA=OFF)");
     return false;
   }
   if (cuda_device_count() == 0) {
-    WARN("no CUDA device: skipped");
+    skip_no_gpu("no CUDA device visible");
     return false;
   }
   return true;

@@ -1,10 +1,15 @@
 // [cuda] parity of the CUDA attention kernels with the CPU oracle on fresh random inputs (fp32,
 // tolerance 2e-5 relative): flash-style prefill (empty cache, cached prefix, ragged heads, partial
 // query tiles), split-row decode (many splits, ragged heads far apart in length, a few appended
-// tokens so the causal mask cuts inside the last split), both paths on the same inputs, and the
+// tokens so the causal mask cuts inside the last split), split-K over short query blocks (up to
+// 128 query rows per KV head: a 10-40 token question over a long cache, row groups cut by the
+// causal mask, splits widened past 32K rows), both paths on the same inputs, and the
 // KVzip score kernel against the CPU scorer's attention_stats (max over the GQA group and all
 // query rows of the local softmax), combined by max into outputs that already hold values.
-// Host-side checks that need no device (unsupported head dim) run in any CUDA build.
+// Host-side checks that need no device (unsupported head dim) run in any CUDA build. Test cases
+// tagged [sanitize] are small enough for compute-sanitizer's memcheck and racecheck
+// (scripts/gpu-check.sh) and still reach every kernel and branch: prefill, split-K decode with
+// several splits and row groups, and the score kernel.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -97,6 +102,52 @@ TEST_CASE("cuda decode and prefill paths agree on the same short append", "[cuda
   const Case c{2, 8, 2, 64, {600, 129}};
   CHECK(gpu_attention_error(c, Path::Decode, 12) < 2e-5);
   CHECK(gpu_attention_error(c, Path::Prefill, 12) < 2e-5);
+}
+
+TEST_CASE("cuda split-K attention serves short query blocks over long caches", "[cuda]") {
+  if (!gpu_ready()) return;
+  // A 20-token question, G = 3 (60 rows, 4 row groups) over a long, ragged compressed cache: the
+  // path attention() picks for it, and the split-K kernel called directly.
+  const Case question{20, 9, 3, 64, {5000, 1200, 300}};
+  CHECK(gpu_attention_error(question, Path::Auto, 31) < 2e-5);
+  CHECK(gpu_attention_error(question, Path::Decode, 31) < 2e-5);
+  // 90 rows (not a whole number of row groups), D = 128, a head holding only the new tokens.
+  CHECK(gpu_attention_error({30, 12, 4, 128, {3000, 30, 900, 257}}, Path::Decode, 32) < 2e-5);
+  // G = 1, 100 new tokens after 200 cached rows: the first row groups see only split 0 (their
+  // blocks of split 1 exit early), a later group straddles the split boundary.
+  CHECK(gpu_attention_error({100, 2, 2, 64, {300, 2000}}, Path::Decode, 33) < 2e-5);
+  // 128 rows exactly: the largest block the split path takes.
+  CHECK(gpu_attention_error({32, 16, 4, 64, {32, 700, 4000, 129}}, Path::Auto, 34) < 2e-5);
+  // Past 128 · 256 rows the splits widen (512 rows here) so there are at most 128 of them.
+  CHECK(gpu_attention_error({8, 4, 1, 64, {40000}}, Path::Decode, 35) < 2e-5);
+  CHECK(gpu_attention_error({1, 4, 1, 64, {40000}}, Path::Auto, 36) < 2e-5);
+}
+
+TEST_CASE("cuda split-K and prefill paths agree on a question-sized block", "[cuda]") {
+  if (!gpu_ready()) return;
+  const Case c{40, 9, 3, 64, {2600, 900, 41}};  // 120 rows
+  CHECK(gpu_attention_error(c, Path::Decode, 37) < 2e-5);
+  CHECK(gpu_attention_error(c, Path::Prefill, 37) < 2e-5);
+  // One row more than the split path takes: attention() sends it to prefill, still correct.
+  CHECK(gpu_attention_error({43, 9, 3, 64, {2600, 900, 43}}, Path::Auto, 38) < 2e-5);
+}
+
+TEST_CASE("cuda attention refuses local statistics and a missing output", "[cuda]") {
+  // Host-side checks in make_params: no device needed, nothing is launched.
+  alignas(16) static float dummy[64];
+  KvSpan span{dummy, dummy, 4};
+  LocalMaxProb local{0, 0, 2, 2, dummy, 4};
+  AttentionArgs a{dummy, &span, nullptr, 1, 1, 1, 64, 0.1f, &local};
+  CHECK_THROWS_MATCHES(cuda::attention_decode(a, nullptr), Error,
+                       Catch::Matchers::Predicate<Error>(
+                           [](const Error& e) { return e.code() == Errc::unsupported; }));
+  CHECK_THROWS_MATCHES(cuda::attention_prefill(a, nullptr), Error,
+                       Catch::Matchers::Predicate<Error>(
+                           [](const Error& e) { return e.code() == Errc::unsupported; }));
+  a.local = nullptr;
+  CHECK_THROWS_MATCHES(cuda::attention(a, nullptr), Error,
+                       Catch::Matchers::Predicate<Error>(
+                           [](const Error& e) { return e.code() == Errc::internal; }));
 }
 
 TEST_CASE("cuda attention refuses head dims it has no kernel for", "[cuda]") {
@@ -198,6 +249,14 @@ TEST_CASE("cuda KVzip score kernel matches the CPU scorer's local-softmax max", 
   CHECK(gpu_score_error({70, 9, 3, 64, 17, 61, 45}, 22) < 2e-5);    // later slice of R_t, G = 3
   CHECK(gpu_score_error({1, 4, 1, 64, 5, 33, 300}, 23) < 2e-5);     // one token, long causal part
   CHECK(gpu_score_error({200, 32, 8, 128, 40, 250, 10}, 24) < 2e-5);  // Llama-3 head layout
+}
+
+TEST_CASE("cuda attention kernels on small shapes (for the sanitizers)", "[cuda][sanitize]") {
+  if (!gpu_ready()) return;
+  CHECK(gpu_attention_error({40, 4, 2, 64, {70, 45}}, Path::Prefill, 41) < 2e-5);
+  CHECK(gpu_attention_error({1, 4, 2, 128, {600, 33}}, Path::Decode, 42) < 2e-5);
+  CHECK(gpu_attention_error({20, 6, 2, 64, {300, 20}}, Path::Decode, 43) < 2e-5);  // 3 row groups
+  CHECK(gpu_score_error({20, 4, 2, 64, 9, 40, 5}, 44) < 2e-5);
 }
 
 #else

@@ -41,7 +41,7 @@ std::vector<float> widen(const std::vector<uint16_t>& b) {
 
 }  // namespace
 
-TEST_CASE("cuda rms_norm matches the CPU kernel, in place and into bf16", "[cuda]") {
+TEST_CASE("cuda rms_norm matches the CPU kernel, in place and into bf16", "[cuda][sanitize]") {
   if (!gpu_ready()) return;
   const uint32_t T = 37, E = 576;  // SmolLM2's width; not a multiple of the block
   auto x = test::random_vector(size_t(T) * E, test::seed(101), -3, 3);
@@ -58,7 +58,7 @@ TEST_CASE("cuda rms_norm matches the CPU kernel, in place and into bf16", "[cuda
   CHECK(test::rel_error(widen(y16.download()), want) < 1.0 / 256);
 }
 
-TEST_CASE("cuda rope matches the CPU kernel for queries and keys", "[cuda]") {
+TEST_CASE("cuda rope matches the CPU kernel for queries and keys", "[cuda][sanitize]") {
   if (!gpu_ready()) return;
   const uint32_t T = 45, H = 9, D = 64;
   std::vector<uint32_t> pos(T);
@@ -73,7 +73,7 @@ TEST_CASE("cuda rope matches the CPU kernel for queries and keys", "[cuda]") {
   CHECK(test::rel_error(dx.download(), want) < 1e-6);
 }
 
-TEST_CASE("cuda swiglu matches the CPU kernel over a wide input range", "[cuda]") {
+TEST_CASE("cuda swiglu matches the CPU kernel over a wide input range", "[cuda][sanitize]") {
   if (!gpu_ready()) return;
   const size_t n = 100000 + 3;
   auto g = test::random_vector(n, test::seed(104), -30, 30);
@@ -89,7 +89,7 @@ TEST_CASE("cuda swiglu matches the CPU kernel over a wide input range", "[cuda]"
   CHECK(test::rel_error(widen(y16.download()), want) < 1.0 / 256);
 }
 
-TEST_CASE("cuda kv_append writes each head's rows where the CPU append does", "[cuda]") {
+TEST_CASE("cuda kv_append writes each head's rows where the CPU append does", "[cuda][sanitize]") {
   if (!gpu_ready()) return;
   const uint32_t T = 5, Hkv = 3, D = 64, rows = 200;
   auto kn = test::random_vector(size_t(T) * Hkv * D, test::seed(106));
@@ -123,7 +123,7 @@ TEST_CASE("cuda bf16 GEMM matches the fp32 reference on bf16-rounded inputs", "[
   }
 }
 
-TEST_CASE("cuda forward helpers: bf16 cast, residual add, embedding gather", "[cuda]") {
+TEST_CASE("cuda forward helpers: bf16 cast, residual add, embedding gather", "[cuda][sanitize]") {
   if (!gpu_ready()) return;
   const uint32_t V = 50, E = 96, T = 6;
   auto table = bf16_round(test::random_vector(size_t(V) * E, test::seed(113)));

@@ -2,7 +2,9 @@
 // model with a head dim the kernels take (D = 64) and q/k/v biases. The GPU rounds weights and
 // GEMM inputs to bf16, so the CPU side runs on the same bf16-rounded weights and the tolerance is
 // that of bf16 activations (2e-2 relative on logits and scores); the greedy token agrees up to
-// near-ties (within that tolerance of the best CPU logit).
+// near-ties (within that tolerance of the best CPU logit). The device cache itself: a growth whose
+// allocation fails at a layer (injected through the shared RaggedLayout seam) keeps every row,
+// and from_ragged copies the base of a host cache, refusing one with appended rows.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -11,10 +13,12 @@
 #include "tests/cuda/support.h"
 
 #if KVZIP_HAVE_CUDA
+#include "common/error.h"
 #include "compress/compress.h"
 #include "model/forward.h"
 #include "model/gpu_cache.h"
 #include "model/gpu_forward.h"
+#include "model/ragged_layout.h"
 #include "model/sampling.h"
 #include "prefill/prefill.h"
 #include "tests/support/random_weights.h"
@@ -126,6 +130,75 @@ TEST_CASE("gpu forward over a ragged cache from the host decodes like the CPU an
     for (size_t i = 0; i < keep.size(); ++i)
       CHECK(dev.len(uint32_t(i / w.config.n_kv_heads), uint32_t(i % w.config.n_kv_heads)) == keep[i].size());
   }
+}
+
+namespace {
+
+// Head (l, h)'s used K rows on the device, as the host sees them.
+std::vector<float> device_rows(const GpuCache& c, uint32_t l, uint32_t h) {
+  std::vector<float> out(size_t(c.len(l, h)) * c.shape().head_dim);
+  gpu::copy_to_host(out.data(), c.k(l, h), out.size() * sizeof(float));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("gpu cache: a failed growth keeps every row; from_ragged copies the base only", "[cuda]") {
+  if (!gpu_ready()) return;
+  struct Disarm {
+    ~Disarm() { testing::fail_layer_allocation(-1); }
+  } disarm;
+  const CacheShape shape{3, 2, 64};
+  KvCache dense(shape, 40);
+  dense.reserve_append(40);
+  const auto kv = test::random_vector(40 * 2 * 64, test::seed(10));
+  for (uint32_t l = 0; l < 3; ++l) dense.append(l, kv.data(), kv.data(), 40);
+  dense.commit_append(40);
+  std::vector<std::vector<uint32_t>> keep(6);
+  for (size_t i = 0; i < keep.size(); ++i)
+    for (uint32_t r = uint32_t(i); r < 40; r += 3) keep[i].push_back(r);
+  RaggedKvCache host = RaggedKvCache::from_dense(dense, keep, 8);
+
+  // A host cache holding appended rows is refused: a copy of its kept rows would lose them.
+  host.reserve_append(2);
+  for (uint32_t l = 0; l < 3; ++l) host.append(l, kv.data(), kv.data(), 2);
+  host.commit_append(2);
+  CHECK_THROWS_AS(GpuCache::from_ragged(host, 4), Error);
+  host.reset();
+  GpuCache dev = GpuCache::from_ragged(host, 2);
+  CHECK(dev.logical_length() == 40);
+  CHECK(dev.base_length() == 40);
+
+  // Appended rows on the device, then growth fails at layer 1 (layer 0 already staged).
+  auto tok = test::to_gpu(test::random_vector(3 * 2 * 64, test::seed(11)));
+  dev.reserve_append(2);
+  for (uint32_t l = 0; l < 3; ++l) dev.append(l, tok.data(), tok.data(), 2, nullptr);
+  dev.commit_append(2);
+  std::vector<std::vector<float>> before;
+  for (uint32_t l = 0; l < 3; ++l)
+    for (uint32_t h = 0; h < 2; ++h) before.push_back(device_rows(dev, l, h));
+  testing::fail_layer_allocation(1);
+  CHECK_THROWS_AS(dev.reserve_append(3), Error);
+  for (uint32_t l = 0; l < 3; ++l)
+    for (uint32_t h = 0; h < 2; ++h) REQUIRE(device_rows(dev, l, h) == before[l * 2 + h]);
+  // Growth succeeds now and moves every row; the appended rows roll back as on the host.
+  dev.reserve_append(3);
+  for (uint32_t l = 0; l < 3; ++l) dev.append(l, tok.data(), tok.data(), 3, nullptr);
+  dev.commit_append(3);
+  CHECK(dev.logical_length() == 45);
+  for (uint32_t l = 0; l < 3; ++l)
+    for (uint32_t h = 0; h < 2; ++h) {
+      const auto now = device_rows(dev, l, h);
+      REQUIRE(std::equal(before[l * 2 + h].begin(), before[l * 2 + h].end(), now.begin()));
+    }
+  dev.reset();
+  for (uint32_t l = 0; l < 3; ++l)
+    for (uint32_t h = 0; h < 2; ++h) {
+      CHECK(dev.len(l, h) == host.kept(l, h));
+      const auto now = device_rows(dev, l, h);
+      const float* want = host.k_rows(l, h);
+      CHECK(std::equal(now.begin(), now.end(), want));
+    }
 }
 
 TEST_CASE("gpu KVzip scores rank document rows like the CPU scorer", "[cuda]") {

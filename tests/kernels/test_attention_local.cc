@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
+#include "common/error.h"
 #include "kernels/attention.h"
 #include "kernels/reference.h"
 #include "kernels/thread_pool.h"
@@ -152,4 +154,37 @@ TEST_CASE("local statistics are max-combined with what the output row already ho
       CHECK(std::abs(r.stats[size_t(h) * (n + 3) + j] - std::max(w, 0.25)) < 2e-6);
     }
   CHECK(some_below);  // the starting value matters somewhere
+}
+
+TEST_CASE("attention on the cuda device refuses local statistics before dispatch, on any build",
+          "[kernels]") {
+  // The CUDA kernels have no LocalMaxProb path: the front says so (Errc::unsupported naming what
+  // is missing) rather than asserting on the null output or ignoring the statistics. Checked
+  // before dispatch, so a CPU-only build gives this error, not "no cuda implementation".
+  alignas(16) static float dummy[64];
+  KvSpan span{dummy, dummy, 4};
+  float stats[4] = {};
+  LocalMaxProb local{0, 0, 2, 2, stats, 4};
+  AttentionArgs a{dummy, &span, nullptr, 1, 1, 1, 16, 0.25f, &local};
+  for (float* out : {static_cast<float*>(nullptr), dummy}) {
+    a.out = out;
+    try {
+      attention(Exec{Device::Cuda, nullptr, nullptr}, a);
+      FAIL("expected Errc::unsupported");
+    } catch (const Error& e) {
+      CHECK(e.code() == Errc::unsupported);
+      CHECK(std::string(e.what()).find("local statistics") != std::string::npos);
+      CHECK(std::string(e.what()).find("LocalMaxProb") != std::string::npos);
+    }
+  }
+  // Without statistics there is nothing to compute with no output: a caller bug.
+  a.local = nullptr;
+  a.out = nullptr;
+  try {
+    check_cuda_attention(a);
+    FAIL("expected Errc::internal");
+  } catch (const Error& e) {
+    CHECK(e.code() == Errc::internal);
+  }
+  CHECK(stats[0] == 0.0f);  // nothing was written by any refused call
 }

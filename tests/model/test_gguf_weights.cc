@@ -15,6 +15,7 @@
 #include "kernels/rope.h"
 #include "model/gguf_weights.h"
 #include "tests/support/tiny_gguf.h"
+#include "tests/support/skip.h"
 
 using namespace kvzip;
 using namespace kvzip::test;
@@ -440,11 +441,12 @@ TEST_CASE("fingerprints separate weights, tokenizer and name", "[model][gguf]") 
 
 TEST_CASE("the real SmolLM2-135M-Instruct GGUF loads with the expected config",
           "[model][gguf][realmodel]") {
-  const char* env = std::getenv("KVZIP_MODEL");
-  if (!env || !*env || !std::filesystem::exists(env)) {
-    WARN("skipped: set KVZIP_MODEL to the SmolLM2-135M-Instruct.Q4_1.gguf path");
+  const std::string model = test::real_model_path();
+  if (model.empty()) {
+    test::skip_no_model();
     return;
   }
+  const char* env = model.c_str();
   const gguf::File f = gguf::File::open(env);
   const ModelConfig c = config_from_gguf(f);
   CHECK(c.arch == "llama");

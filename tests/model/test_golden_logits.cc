@@ -20,6 +20,7 @@
 #include "model/forward.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "tests/support/skip.h"
 
 using namespace kvzip;
 
@@ -114,17 +115,10 @@ std::vector<char> golden_bytes() {
   return read_file(std::string(KVZIP_SOURCE_DIR) + "/tests/golden/logits_smollm2.bin");
 }
 
-// The model path from $KVZIP_MODEL, or "" (the caller skips) when unset or missing.
-std::string real_model_path() {
-  const char* env = std::getenv("KVZIP_MODEL");
-  if (env == nullptr || *env == '\0' || !std::ifstream(env).good()) return "";
-  return env;
-}
-
 // Loaded once for every test case of this file (dequantizing takes about a second).
 const Model* real_model() {
   static std::unique_ptr<Model> model;
-  const std::string path = real_model_path();
+  const std::string path = test::real_model_path();
   if (path.empty()) return nullptr;
   if (!model) model = Model::load(path);
   return model.get();
@@ -157,8 +151,6 @@ double check_case(const GoldenCase& gc, const std::vector<float>& logits, size_t
   }
   return worst;
 }
-
-const char* const kSkip = "skipped: set KVZIP_MODEL to SmolLM2-135M-Instruct.Q4_1.gguf to run this test";
 
 }  // namespace
 
@@ -205,7 +197,7 @@ TEST_CASE("a stale or damaged golden logits file is refused with a message", "[m
 TEST_CASE("prefill logits match the float64 reference within 1e-3 relative", "[model][realmodel]") {
   const Model* model = real_model();
   if (!model) {
-    WARN(kSkip);
+    test::skip_no_model();
     return;
   }
   const ModelConfig& cfg = model->config();
@@ -229,7 +221,7 @@ TEST_CASE("token-by-token decode logits match the float64 reference within 1e-3 
           "[model][realmodel]") {
   const Model* model = real_model();
   if (!model) {
-    WARN(kSkip);
+    test::skip_no_model();
     return;
   }
   const ModelConfig& cfg = model->config();

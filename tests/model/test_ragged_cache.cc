@@ -1,11 +1,15 @@
 // RaggedKvCache on its own: from_dense copies the kept rows and positions per (layer, head);
 // appends land after each head's rows at positions continuing from the logical length; rollback
 // and reset return to earlier states without touching kept rows; growth (relayout) preserves all.
+// The bookkeeping both RaggedKvCache and GpuCache use (RaggedLayout) is checked here on the host:
+// a growth that fails at any layer (injected through its test seam) changes nothing, and the
+// compressed state another device copies is the base, refused while appended rows exist.
 #include <catch2/catch.hpp>
 
 #include "common/error.h"
 #include "model/kv_cache.h"
 #include "model/ragged_cache.h"
+#include "model/ragged_layout.h"
 #include "tests/support/random_weights.h"
 
 using namespace kvzip;
@@ -126,4 +130,109 @@ TEST_CASE("from_dense refuses unsorted, repeated or out-of-range rows and wrong 
   bad = kKeep;
   bad.pop_back();
   CHECK_THROWS_AS(RaggedKvCache::from_dense(dense, bad), Error);
+}
+
+namespace {
+
+// Everything a reader of the cache sees, for before/after comparisons.
+struct Snapshot {
+  uint32_t length = 0, base = 0, room = 0;
+  std::vector<std::vector<float>> k, v;
+  std::vector<std::vector<uint32_t>> pos;
+  bool operator==(const Snapshot&) const = default;
+};
+
+Snapshot snapshot(const RaggedKvCache& c) {
+  Snapshot s{c.logical_length(), c.base_length(), c.layout().room(), {}, {}, {}};
+  for (uint32_t l = 0; l < kL; ++l)
+    for (uint32_t h = 0; h < kH; ++h) {
+      const KvHeadView v = c.view(l, h);
+      s.k.emplace_back(v.k, v.k + size_t(v.len) * kD);
+      s.v.emplace_back(v.v, v.v + size_t(v.len) * kD);
+      s.pos.emplace_back(v.positions, v.positions + v.len);
+    }
+  return s;
+}
+
+// Disarms the allocation seam however a test ends.
+struct SeamGuard {
+  ~SeamGuard() { testing::fail_layer_allocation(-1); }
+};
+
+}  // namespace
+
+TEST_CASE("a growth whose allocation fails at any layer leaves the cache as it was",
+          "[model][ragged]") {
+  SeamGuard guard;
+  KvCache dense = dense_of(10, 5);
+  RaggedKvCache c = RaggedKvCache::from_dense(dense, kKeep, 3);
+  append_tagged(c, 2, 100.0f);  // positions 10, 11 in every head
+  const Snapshot before = snapshot(c);
+  for (int layer = 0; layer < int(kL); ++layer) {
+    testing::fail_layer_allocation(layer);  // layer 0 staged fine, layer `layer` fails
+    try {
+      c.reserve_append(5);  // needs 7 rows of room, the cache has 3: grows
+      FAIL("expected Errc::out_of_memory");
+    } catch (const Error& e) {
+      CHECK(e.code() == Errc::out_of_memory);
+      CHECK(std::string(e.what()).find("layer " + std::to_string(layer)) != std::string::npos);
+    }
+    // Same rows, positions, lengths and room: the views read the old layout consistently.
+    REQUIRE(snapshot(c) == before);
+  }
+  // The seam fired once per arming: the cache grows now and every row survives the move.
+  append_tagged(c, 5, 200.0f);
+  CHECK(c.layout().room() >= 7);
+  CHECK(c.logical_length() == 17);
+  check_kept(c, dense);
+  const KvHeadView v = c.view(1, 2);
+  REQUIRE(v.len == c.kept(1, 2) + 7);
+  CHECK(v.positions[c.kept(1, 2) + 1] == 11);
+  CHECK(v.k[size_t(c.kept(1, 2) + 1) * kD] == 101.0f);
+  CHECK(v.positions[c.kept(1, 2) + 6] == 16);
+  CHECK(v.v[size_t(c.kept(1, 2) + 6) * kD] == 204.0f);
+  // Rollback still finds the rows by position after the failures and the growth.
+  c.reset();
+  CHECK(c.logical_length() == 10);
+  check_kept(c, dense);
+}
+
+TEST_CASE("the compressed state another device copies is the base, with appended rows refused",
+          "[model][ragged]") {
+  KvCache dense = dense_of(10, 6);
+  RaggedKvCache c = RaggedKvCache::from_dense(dense, kKeep, 4);
+  append_tagged(c, 3, 100.0f);
+  // Appended rows would be lost by a copy of the kept rows: refused, naming the head.
+  try {
+    (void)c.layout().compressed_state("copy");
+    FAIL("expected Errc::invalid_argument");
+  } catch (const Error& e) {
+    CHECK(e.code() == Errc::invalid_argument);
+    CHECK(std::string(e.what()).find("layer 0 head 0 holds 6 rows, 3 of them kept") !=
+          std::string::npos);
+  }
+  // R-KV style eviction of the appended rows only: every head holds its kept rows again while
+  // the logical length stays 13. The copy starts from the base length (10), not from 13.
+  for (uint32_t l = 0; l < kL; ++l)
+    for (uint32_t h = 0; h < kH; ++h) {
+      std::vector<uint32_t> rows(c.kept(l, h));
+      for (uint32_t r = 0; r < rows.size(); ++r) rows[r] = r;
+      c.retain(l, h, rows);
+    }
+  REQUIRE(c.logical_length() == 13);
+  const RaggedLayout base = c.layout().compressed_state("copy");
+  CHECK(base.logical_length() == 10);
+  CHECK(base.base_length() == 10);
+  for (size_t i = 0; i < kKeep.size(); ++i) {
+    CHECK(base.kept(i / kH, i % kH) == kKeep[i].size());
+    CHECK(base.len(i / kH, i % kH) == kKeep[i].size());
+  }
+  // An uncommitted append counts too.
+  c.reset();
+  c.reserve_append(1);
+  std::vector<float> kv(kH * kD, 7.0f);
+  c.append(0, kv.data(), kv.data(), 1);
+  CHECK_THROWS_AS(c.layout().compressed_state("copy"), Error);
+  c.rollback(10);
+  CHECK(c.layout().compressed_state("copy").logical_length() == 10);
 }

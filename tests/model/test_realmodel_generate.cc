@@ -18,16 +18,11 @@
 #include "model/forward.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "tests/support/skip.h"
 
 using namespace kvzip;
 
 namespace {
-
-std::string real_model_path() {
-  const char* env = std::getenv("KVZIP_MODEL");
-  if (env == nullptr || *env == '\0' || !std::ifstream(env).good()) return "";
-  return env;
-}
 
 // The ids on the line starting with `key` in the golden companion file; fails if it is missing.
 std::vector<int32_t> golden_ids(const std::string& key) {
@@ -50,13 +45,11 @@ std::vector<int32_t> golden_ids(const std::string& key) {
 // Loaded once for every test case of this file.
 const Model* real_model() {
   static std::unique_ptr<Model> model;
-  const std::string path = real_model_path();
+  const std::string path = test::real_model_path();
   if (path.empty()) return nullptr;
   if (!model) model = Model::load(path);
   return model.get();
 }
-
-const char* const kSkip = "skipped: set KVZIP_MODEL to SmolLM2-135M-Instruct.Q4_1.gguf to run this test";
 
 std::vector<int32_t> greedy(const Model& model, const ForwardOptions& opt,
                             const std::vector<int32_t>& prompt, uint32_t n) {
@@ -74,7 +67,7 @@ TEST_CASE("greedy 'The capital of France is' continues with Paris, as the refere
           "[model][realmodel]") {
   const Model* model = real_model();
   if (!model) {
-    WARN(kSkip);
+    test::skip_no_model();
     return;
   }
   const Tokenizer& tok = model->tokenizer();
@@ -96,7 +89,7 @@ TEST_CASE("greedy 'The capital of France is' continues with Paris, as the refere
 TEST_CASE("the fast and the exact decode paths generate the same greedy text", "[model][realmodel]") {
   const Model* model = real_model();
   if (!model) {
-    WARN(kSkip);
+    test::skip_no_model();
     return;
   }
   ForwardOptions q_opt, f_opt;

@@ -14,6 +14,7 @@
 #include "model/detail/pretokenize.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
+#include "tests/support/skip.h"
 
 namespace {
 
@@ -154,19 +155,10 @@ TEST_CASE("pre-tokenizers split text exactly as Hugging Face tokenizers does", "
   }
 }
 
-namespace {
-// The model path from $KVZIP_MODEL, or "" (the caller skips) when unset or missing.
-std::string real_model_path() {
-  const char* env = std::getenv("KVZIP_MODEL");
-  if (env == nullptr || *env == '\0' || !std::ifstream(env).good()) return "";
-  return env;
-}
-}  // namespace
-
 TEST_CASE("SmolLM2 token ids match Hugging Face tokenizers on every golden case", "[model][tokenizer][realmodel]") {
-  std::string path = real_model_path();
+  std::string path = kvzip::test::real_model_path();
   if (path.empty()) {
-    WARN("skipped: set KVZIP_MODEL to SmolLM2-135M-Instruct.Q4_1.gguf to run this test");
+    kvzip::test::skip_no_model();
     return;
   }
   kvzip::Tokenizer tok(kvzip::tokenizer_data_from_gguf(kvzip::gguf::File::open(path)));
@@ -190,9 +182,9 @@ TEST_CASE("SmolLM2 token ids match Hugging Face tokenizers on every golden case"
 }
 
 TEST_CASE("SmolLM2's chat template renders as its Jinja source does", "[model][tokenizer][realmodel]") {
-  std::string path = real_model_path();
+  std::string path = kvzip::test::real_model_path();
   if (path.empty()) {
-    WARN("skipped: set KVZIP_MODEL to SmolLM2-135M-Instruct.Q4_1.gguf to run this test");
+    kvzip::test::skip_no_model();
     return;
   }
   kvzip::Tokenizer tok(kvzip::tokenizer_data_from_gguf(kvzip::gguf::File::open(path)));

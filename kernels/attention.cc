@@ -1,0 +1,19 @@
+// The part of the attention front (kernels/attention.h) that holds on every build: what the CUDA
+// kernels refuse is refused before dispatch, so a CPU-only build and a CUDA build give the same
+// error for the same arguments (and the refusal is testable without a device).
+#include "kernels/attention.h"
+
+#include "common/error.h"
+
+namespace kvzip {
+
+void check_cuda_attention(const AttentionArgs& a) {
+  if (a.local)
+    throw Error(Errc::unsupported,
+                "attention on cuda: local statistics (AttentionArgs::local, LocalMaxProb) have no "
+                "CUDA kernel; the GPU scorer uses attention_score_max (kernels/attention_score.h), "
+                "or run this op on the CPU device");
+  KVZIP_ASSERT(a.out != nullptr);  // without statistics, attention with no output does nothing
+}
+
+}  // namespace kvzip

@@ -1,0 +1,48 @@
+// Skips that CTest reports (see skip.h): the record the runner reads at exit.
+#include "tests/support/skip.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+
+namespace kvzip::test {
+namespace {
+
+std::vector<std::string>& records() {
+  static std::vector<std::string> r;
+  return r;
+}
+
+bool required(const char* var) {
+  const char* v = std::getenv(var);
+  return v != nullptr && *v != '\0' && std::string(v) != "0";
+}
+
+}  // namespace
+
+void skip(const char* require, const std::string& why) {
+  if (required(require)) FAIL(why << " (" << require << " is set: this run must not skip)");
+  WARN("skipped: " << why);
+  records().push_back(Catch::getResultCapture().getCurrentTestName() + ": " + why);
+}
+
+std::string real_model_path() {
+  const char* env = std::getenv("KVZIP_MODEL");
+  std::error_code ec;
+  if (env == nullptr || *env == '\0' || !std::filesystem::is_regular_file(env, ec)) return "";
+  return env;
+}
+
+void skip_no_model() {
+  const char* env = std::getenv("KVZIP_MODEL");
+  skip("KVZIP_REQUIRE_MODEL",
+       env && *env ? std::string("$KVZIP_MODEL (") + env + ") is not a file"
+                   : "set KVZIP_MODEL to SmolLM2-135M-Instruct.Q4_1.gguf to run this test");
+}
+
+void skip_no_gpu(const std::string& why) { skip("KVZIP_REQUIRE_GPU", why); }
+
+const std::vector<std::string>& skipped() { return records(); }
+
+}  // namespace kvzip::test

@@ -1,0 +1,29 @@
+// Skips that CTest reports (Catch2 v2 has no SKIP): a test case that cannot run here for lack of
+// the real model or a GPU calls skip_*() and returns; the runner (tests/main.cc) then exits with
+// kSkipExitCode, which every CTest entry declares as SKIP_RETURN_CODE, so the entry shows as
+// "Skipped" instead of passing silently. A failed assertion anywhere wins: the run fails. Where
+// the resource must be there (CI fetches the model, gpu-check runs on a GPU) an environment
+// variable (KVZIP_REQUIRE_MODEL / KVZIP_REQUIRE_GPU = 1) turns the skip into a failure.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace kvzip::test {
+
+// 77: the automake convention for "skipped"; never a count of failed assertions (main.cc).
+inline constexpr int kSkipExitCode = 77;
+
+// Skips the running test case: WARNs `why`, records it for the runner's summary. If the
+// environment variable `require` is set (non-empty, not "0"), FAILs instead. The caller returns.
+void skip(const char* require, const std::string& why);
+// $KVZIP_MODEL when it names an existing file, else "" (the caller then calls skip_no_model).
+std::string real_model_path();
+// The standard skip for a [realmodel] test case without $KVZIP_MODEL (KVZIP_REQUIRE_MODEL).
+void skip_no_model();
+// The standard skip for a [cuda] test case without a CUDA build or device (KVZIP_REQUIRE_GPU).
+void skip_no_gpu(const std::string& why);
+
+// Every skip of this run so far: "test case name: why".
+const std::vector<std::string>& skipped();
+
+}  // namespace kvzip::test
