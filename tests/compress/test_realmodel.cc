@@ -71,9 +71,9 @@ TEST_CASE("on SmolLM2 a ratio-1 KVzip cache answers like the uncompressed cache"
 // decode sums, both hold exactly; the test guards the faster kernels of other CPUs.)
 TEST_CASE("on the Normans article the fast matmul path keeps the exact path's KVzip set",
           "[compress][realmodel]") {
-  const char* env = std::getenv("KVZIP_MODEL");
-  if (!env || !*env || !std::filesystem::exists(env)) {
-    WARN("skipped: set KVZIP_MODEL to the SmolLM2-135M-Instruct.Q4_1.gguf path");
+  const std::string env = test::real_model_path();
+  if (env.empty()) {
+    test::skip_no_model();
     return;
   }
   auto model = Model::load(env);
