@@ -14,11 +14,16 @@ namespace {
 
 // What the user typed wrong, in words: CLI11's "Could not convert: --ratio = abc" becomes
 // "--ratio abc is not a number", naming the subcommand whose --help lists the options.
-std::string parse_error_text(const CLI::App& app, const CLI::ParseError& e) {
+std::string parse_error_text(const CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
   std::string where = "kvzip";
   const CLI::App* sub = nullptr;
   for (const CLI::App* s : app.get_subcommands()) where += " " + s->get_name(), sub = s;
   std::string what = e.what();
+  if (!sub && argc > 1 && argv[1][0] != '-') {  // CLI11 only says a subcommand is required
+    std::string known;
+    for (const CLI::App* s : app.get_subcommands({})) known += (known.empty() ? "" : ", ") + s->get_name();
+    return std::string("unknown command '") + argv[1] + "'; commands: " + known + "; see `kvzip --help`";
+  }
   const std::string conv = "Could not convert: ";
   if (what.rfind(conv, 0) == 0 && what.find(" = ") != std::string::npos) {
     const std::string name = what.substr(conv.size(), what.find(" = ") - conv.size());
@@ -56,7 +61,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    std::fprintf(stderr, "kvzip: error [invalid_argument]: %s\n", parse_error_text(app, e).c_str());
+    std::fprintf(stderr, "kvzip: error [invalid_argument]: %s\n", parse_error_text(app, e, argc, argv).c_str());
     return kvzip::exit_status(kvzip::Errc::invalid_argument);
   } catch (const kvzip::Error& e) {
     std::fflush(stdout);

@@ -111,12 +111,6 @@ CacheContents big_cache() {
   return synthetic(spec);
 }
 
-bool has_temp(const std::vector<std::string>& names) {
-  for (const std::string& n : names)
-    if (n.find(".tmp.") != std::string::npos) return true;
-  return false;
-}
-
 }  // namespace
 
 TEST_CASE("a full disk is a clean io error and leaves no file, for every writer", "[faults]") {
