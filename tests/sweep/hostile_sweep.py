@@ -2,7 +2,8 @@
 """Hostile-input sweep of the kvzip binary (issue 15): damaged, forged and odd inputs, signals
 during writes, a full disk, concurrent writers and readers, valgrind. Every try runs one real
 `kvzip` process and is classified as a clean error (a documented exit status with the
-`kvzip: error [code]: ...` line), a success, a crash (a signal nobody sent, exit 70 or any
+`kvzip: error [code]: ...` line), an unclear message (a documented status without that line,
+e.g. the option parser's raw text), a success, a crash (a signal nobody sent, exit 70 or any
 undocumented status), a hang (past its timeout), data loss (an input changed, a target that
 exists but does not verify, a reader that saw a torn file, or `inspect --verify` passing a file
 that another command then rejects), and temporary files left behind.
@@ -122,7 +123,7 @@ class Sweep:
         self.env["KVZIP_MODEL"] = self.model or "/nonexistent/kvzip-sweep-model.gguf"
 
     def count(self, cat, key, n=1):
-        row = self.rows.setdefault(cat, dict(tried=0, clean=0, success=0, crash=0, hang=0,
+        row = self.rows.setdefault(cat, dict(tried=0, clean=0, unclear=0, success=0, crash=0, hang=0,
                                              data_loss=0, temps=0, overclaim=0))
         row[key] += n
 
@@ -155,10 +156,12 @@ class Sweep:
             outcome = "success"
         elif rc in CLEAN_STATUSES and ERROR_LINE.search(err):
             outcome = "clean"
+        elif rc in CLEAN_STATUSES:
+            outcome = "unclear"
         else:
             outcome = "crash"  # exit 70 (internal), 1, 128+n, or no error line
         self.count(cat, outcome)
-        if outcome in ("crash", "hang"):
+        if outcome in ("crash", "hang", "unclear"):
             self.examples.append((cat, outcome, " ".join(args)[:200], err[-300:], rc))
         return outcome, rc, err, time.time() - t0
 
@@ -571,6 +574,8 @@ def cat_concurrent(sw, deadline):
                 sw.count(cat, "success")
             elif p.returncode < 0 or p.returncode not in CLEAN_STATUSES:
                 sw.count(cat, "crash")
+            elif not ERROR_LINE.search(err):
+                sw.count(cat, "unclear")
             elif role == "r" and re.search(r"\[(truncated|corrupt|checksum_mismatch|bad_magic)\]", err):
                 sw.count(cat, "clean")
                 sw.data_loss(cat, "a reader saw a torn file: " + err[-200:])
@@ -605,6 +610,8 @@ def cat_valgrind(sw, deadline):
             sw.count(cat, "success")
         elif p.returncode in CLEAN_STATUSES and ERROR_LINE.search(err) and "==" not in err:
             sw.count(cat, "clean")
+        elif p.returncode in CLEAN_STATUSES and "==" not in err:
+            sw.count(cat, "unclear")
         else:
             sw.count(cat, "crash")
             sw.examples.append((cat, "crash", " ".join(c), err[-400:], p.returncode))
@@ -657,9 +664,9 @@ def main():
                 cat_valgrind(sw, deadline)
     finally:
         shutil.rmtree(sw.work, ignore_errors=True)
-    cols = ["tried", "clean", "success", "crash", "hang", "data_loss", "temps", "overclaim"]
-    heads = ["tried", "clean error", "success", "crash", "hang", "data loss", "temp files left",
-             "--verify over-claims"]
+    cols = ["tried", "clean", "unclear", "success", "crash", "hang", "data_loss", "temps", "overclaim"]
+    heads = ["tried", "clean error", "unclear message", "success", "crash", "hang", "data loss",
+             "temp files left", "--verify over-claims"]
     lines = ["| category | " + " | ".join(heads) + " |", "|---|" + "---:|" * len(heads)]
     total = dict.fromkeys(cols, 0)
     for cat, row in sw.rows.items():
@@ -673,12 +680,16 @@ def main():
         subprocess.run([sw.kvzip, "--version"], capture_output=True).stdout.decode().strip())
     print(info)
     print(table)
-    for ex in sw.examples[:20]:
+    shown = {}
+    for ex in sw.examples:
+        shown.setdefault((ex[0], ex[1]), []).append(ex)
+    for ex in [e for group in shown.values() for e in group[:2]][:24]:
         print("  %s / %s: %s -> %s %s" % (ex[0], ex[1], ex[2], ex[4], ex[3].strip().replace("\n", " | ")))
     if args.out:
         with open(args.out, "w") as f:
             f.write(info + "\n\n" + table + "\n")
-    bad = total["crash"] + total["hang"] + total["data_loss"] + total["temps"] + total["overclaim"]
+    bad = (total["unclear"] + total["crash"] + total["hang"] + total["data_loss"] + total["temps"] +
+           total["overclaim"])
     return 1 if bad else 0
 
 
