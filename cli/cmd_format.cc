@@ -119,7 +119,8 @@ void add_format_commands(CLI::App& app) {
   CLI::App* c = app.add_subcommand("inspect", "Show what a .kvz cache file (or a .kvh head-scores file of `kvzip calibrate`) holds and check it");
   c->add_option("FILE", inspect->file, "cache file (.kvz) or head-scores file (.kvh)")->required();
   c->add_flag("--json", inspect->json, "machine-readable JSON instead of text");
-  c->add_flag("--verify", inspect->verify, "check the checksum of every section, K/V data included");
+  c->add_flag("--verify", inspect->verify,
+              "check every checksum and decode every K/V section (zstd frames, finite values)");
   c->callback([inspect] { run_inspect(*inspect); });
 
   auto prune = std::make_shared<PruneArgs>();

@@ -174,7 +174,8 @@ void add_common(CLI::App* c, QueryOpts& o) {
   c->add_option("--device", o.device, "cpu | cuda (cuda: the cache is loaded into GPU memory)")
       ->capture_default_str();
   c->add_flag("--force", o.force, "Use a cache written by another model anyway");
-  c->add_flag("--verify", o.verify, "Check every checksum of the file before answering");
+  c->add_flag("--verify", o.verify,
+              "Check the whole file before answering (every checksum, every K/V section decoded)");
   add_rkv_options(c, o.rkv);
 }
 
