@@ -1,7 +1,6 @@
 // Shared CLI helpers (see cli_util.h).
 #include "cli/cli_util.h"
 
-#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -85,7 +84,7 @@ std::unique_ptr<Model> load_model(const std::string& cli_path, uint32_t threads)
 }
 
 uint32_t parse_threads(const std::string& text) {
-  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  const unsigned hw = std::thread::hardware_concurrency() ? std::thread::hardware_concurrency() : 1;
   char* end = nullptr;
   errno = 0;
   const long long v = std::strtoll(text.c_str(), &end, 10);
