@@ -5,11 +5,15 @@
 
 #include <cstdio>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
 #include <sstream>
+#include <thread>
 
 #include "common/error.h"
 #include "model/model_path.h"
@@ -46,6 +50,10 @@ void check_text(const std::string& text, const std::string& what) {
 
 std::string read_text(const std::string& path, const std::string& what) {
   std::string text;
+  std::error_code ec;
+  if (path != "-" && std::filesystem::is_directory(path, ec))  // an ifstream opens it, reads nothing
+    throw Error(Errc::invalid_argument,
+                what + " " + path + " is a directory; give a UTF-8 text file ('-' reads standard input)");
   if (path == "-") {
     text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   } else {
@@ -64,6 +72,15 @@ std::string read_text(const std::string& path, const std::string& what) {
 }
 
 std::unique_ptr<Model> load_model(const std::string& cli_path, uint32_t threads) {
+  // resolve_model_path calls a directory "not found"; say what it is instead.
+  const char* env = std::getenv("KVZIP_MODEL");
+  const std::string named = !cli_path.empty() ? cli_path : env ? env : "";
+  std::error_code ec;
+  if (!named.empty() && std::filesystem::is_directory(named, ec))
+    throw Error(Errc::invalid_argument,
+                "model " + named + " (from " + (cli_path.empty() ? "$KVZIP_MODEL" : "-m") +
+                    ") is a directory; give a GGUF file, e.g. " +
+                    (std::filesystem::path(named) / kDefaultModelFile).string());
   LoadOptions o;
   o.threads = threads;
   const std::string path = resolve_model_path(cli_path);
@@ -81,6 +98,30 @@ std::unique_ptr<Model> load_model(const std::string& cli_path, uint32_t threads)
   std::unique_ptr<Model> m = Model::load(path, o);
   if (shown) std::fprintf(stderr, "\n");
   return m;
+}
+
+uint32_t parse_threads(const std::string& text) {
+  const unsigned hw = std::thread::hardware_concurrency() ? std::thread::hardware_concurrency() : 1;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE || v < 0)
+    throw Error(Errc::invalid_argument, "--threads " + text +
+                                            ": give a whole number of threads, at least 0 (0 = all " +
+                                            std::to_string(hw) + " hardware threads)");
+  if (v > hw) {
+    std::fprintf(stderr, "kvzip: note: --threads %lld is more than the %u hardware threads of this "
+                         "machine; using %u\n", v, hw, hw);
+    return hw;
+  }
+  return static_cast<uint32_t>(v);
+}
+
+void add_threads_option(CLI::App* app, uint32_t& threads) {
+  app->add_option_function<std::string>(
+         "-t,--threads", [&threads](const std::string& s) { threads = parse_threads(s); },
+         "Threads (0 = all cores; more than the machine has are capped)")
+      ->type_name("N");
 }
 
 }  // namespace kvzip::cli

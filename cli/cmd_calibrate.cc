@@ -10,6 +10,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "common/atomic_file.h"
 #include "common/error.h"
 #include "compress/head_level.h"
 #include "format/head_scores.h"
@@ -54,8 +55,7 @@ void print_summary(const format::HeadScores& h, const CalibrateResult& r, const 
 void run_calibrate(const CalibrateOpts& o) {
   if (o.chunk == 0) throw Error(Errc::invalid_argument, "calibrate: --chunk must be at least 1 token");
   const std::string out = o.out.empty() ? default_output(o.doc) : o.out;
-  if (!o.force && std::filesystem::exists(out))
-    throw Error(Errc::invalid_argument, "calibrate: " + out + " exists; pass -f to replace it");
+  check_writable(out, o.force);  // not after the scoring pass
   const std::string text = read_text(o.doc, "calibration document");
 
   auto model = load_model(o.model, o.threads);
@@ -101,7 +101,7 @@ void add_calibrate_commands(CLI::App& app) {
   c->add_option("-o,--output", o->out, "Output head-scores file (default: the document's name with .kvh)");
   c->add_option("--chunk", o->chunk, "KVzip reconstruction chunk in tokens")->capture_default_str();
   c->add_option("--system", o->system, "System prompt (default: the model template's)");
-  c->add_option("-t,--threads", o->threads, "Threads (0 = all cores)");
+  add_threads_option(c, o->threads);
   c->add_flag("-q,--quiet", o->quiet, "No progress bar or summary");
   c->add_flag("-f,--force", o->force, "Replace an existing output file");
   c->callback([o] { run_calibrate(*o); });

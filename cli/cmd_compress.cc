@@ -11,6 +11,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "common/atomic_file.h"
 #include "common/error.h"
 #include "compress/compress.h"
 #include "compress/head_level.h"
@@ -83,6 +84,10 @@ std::string default_output(const std::string& doc) {
 void run_compress(const CompressOpts& o) {
   // Everything that can be checked without the model comes first.
   check_ratio(o.ratio);
+  check_method_name(o.method);
+  if (o.level != "global" && o.level != "per-head" && o.level != "per-layer" && o.level != "head")
+    throw Error(Errc::invalid_argument, "compress: unknown --level '" + o.level +
+                                            "'; known levels: global, per-head, per-layer, head");
   const bool head = head_level(o);
   const Device device = parse_device(o.device.c_str());
   {
@@ -108,8 +113,7 @@ void run_compress(const CompressOpts& o) {
   if (o.query_template.find("{question}") == std::string::npos)
     throw Error(Errc::invalid_argument, "compress: --query-template must contain {question}");
   const std::string out = o.out.empty() ? default_output(o.doc) : o.out;
-  if (!o.force && std::filesystem::exists(out))
-    throw Error(Errc::invalid_argument, "compress: " + out + " exists; pass -f to replace it");
+  check_writable(out, o.force);  // not after minutes of prefill and scoring
   const std::string text = read_text(o.doc, "document");
   const format::HeadScores hs = head ? format::read_head_scores_file(o.head_scores) : format::HeadScores{};
 
@@ -212,7 +216,7 @@ void add_compress_commands(CLI::App& app) {
                 "KEY=VALUE scorer parameter, repeatable; keys: chunk, hint, seed, sink, "
                 "snapkv-window, snapkv-kernel, h2o-recent, restkv-window, restkv-alpha, "
                 "restkv-kmin, rkv-window, rkv-lambda, rkv-threshold, rkv-kernel");
-  c->add_option("-t,--threads", o->threads, "Threads (0 = all cores)");
+  add_threads_option(c, o->threads);
   c->add_option("--device", o->device, "cpu | cuda (cuda: prefill and kvzip scoring on the GPU)")
       ->capture_default_str();
   c->add_flag("-q,--quiet", o->quiet, "No progress bar or summary");

@@ -9,6 +9,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "common/atomic_file.h"
 #include "common/error.h"
 #include "eval/eval.h"
 #include "eval/plot.h"
@@ -31,17 +32,15 @@ struct EvalOpts {
   bool all_questions = false, quiet = false, exact = false, force_model = false;
 };
 
-// An output path must name a file in an existing folder (checked before hours of work).
+// An output path must name a file in an existing, writable folder (checked before hours of
+// work). eval replaces its outputs, as it always has.
 void check_output(const std::string& path, const char* option) {
   if (path.empty()) return;
-  const std::filesystem::path p(path);
-  if (std::filesystem::is_directory(p))
-    throw Error(Errc::invalid_argument, std::string("eval: ") + option + " " + path +
-                                            " is a folder; give a file name");
-  const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : ".";
-  if (!std::filesystem::is_directory(dir))
-    throw Error(Errc::not_found, std::string("eval: ") + option + " " + path + ": folder " +
-                                     dir.string() + " does not exist");
+  try {
+    check_writable(path, /*force=*/true);
+  } catch (const Error& e) {
+    throw Error(e.code(), std::string("eval: ") + option + ": " + e.what());
+  }
 }
 
 // Prefill progress: a fresh bar for each document long enough to take a while.
@@ -163,7 +162,7 @@ void add_eval_commands(CLI::App& app) {
       ->capture_default_str();
   c->add_flag("--force-model", o->force_model,
               "kvzip-head: use head scores calibrated on another model (same L and Hkv)");
-  c->add_option("-t,--threads", o->threads, "Threads (0 = all cores)");
+  add_threads_option(c, o->threads);
   c->add_option("--device", o->device, "cpu | cuda")->capture_default_str();
   c->add_flag("--exact-decode", o->exact,
               "Decode every answer token one at a time as `kvzip query` does (slower; by default "

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "common/atomic_file.h"
 #include "format/format.h"
 #include "format/head_scores.h"
 
@@ -86,6 +87,7 @@ fmt::WriteOptions like_input(const fmt::CacheReader& r, int zstd, bool force) {
 }
 
 void run_prune(const PruneArgs& a) {
+  check_writable(a.out, a.force);
   fmt::CacheReader r = fmt::CacheReader::open(a.file, {fmt::Verify::Full});
   fmt::CacheContents pruned = fmt::prune(r.load(), a.ratio);
   fmt::write_cache_file(pruned, a.out, like_input(r, a.zstd, a.force));
@@ -94,12 +96,14 @@ void run_prune(const PruneArgs& a) {
 }
 
 void run_export(const ExportArgs& a) {
+  check_writable(a.out, a.force);
   fmt::CacheReader r = fmt::CacheReader::open(a.file, {fmt::Verify::Full});
   fmt::export_hdf5(r.load(), a.out, a.force);
   std::printf("%s: exported to %s\n", a.file.c_str(), a.out.c_str());
 }
 
 void run_import(const ImportArgs& a) {
+  check_writable(a.out, a.force);
   fmt::CacheContents c = fmt::import_hdf5(a.file);
   fmt::WriteOptions w;
   w.force = a.force;
@@ -115,7 +119,8 @@ void add_format_commands(CLI::App& app) {
   CLI::App* c = app.add_subcommand("inspect", "Show what a .kvz cache file (or a .kvh head-scores file of `kvzip calibrate`) holds and check it");
   c->add_option("FILE", inspect->file, "cache file (.kvz) or head-scores file (.kvh)")->required();
   c->add_flag("--json", inspect->json, "machine-readable JSON instead of text");
-  c->add_flag("--verify", inspect->verify, "check the checksum of every section, K/V data included");
+  c->add_flag("--verify", inspect->verify,
+              "check every checksum and decode every K/V section (zstd frames, finite values)");
   c->callback([inspect] { run_inspect(*inspect); });
 
   auto prune = std::make_shared<PruneArgs>();

@@ -169,7 +169,7 @@ void add_model_commands(CLI::App& app) {
   gen->add_option("--top-k", g->top_k, "Keep the k most likely tokens; 0 = off");
   gen->add_option("--top-p", g->top_p, "Nucleus sampling mass in (0, 1]")->capture_default_str();
   gen->add_option("--seed", g->seed, "Random seed for sampling")->capture_default_str();
-  gen->add_option("-t,--threads", g->threads, "Threads (0 = all cores)");
+  add_threads_option(gen, g->threads);
   gen->add_option("--device", g->device, "cpu | cuda")->capture_default_str();
   gen->add_flag("--stats", g->stats, "Print prefill and decode speed to stderr");
   add_rkv_options(gen, g->rkv);
@@ -188,7 +188,7 @@ void add_model_commands(CLI::App& app) {
   pp->add_option("-m,--model", p->model, "GGUF model file");
   pp->add_option("-f,--file", p->file, "UTF-8 text file ('-' = stdin)")->required();
   pp->add_option("-c,--ctx", p->ctx, "Window length in tokens")->capture_default_str();
-  pp->add_option("-t,--threads", p->threads, "Threads (0 = all cores)");
+  add_threads_option(pp, p->threads);
   pp->callback([p] { run_perplexity(*p); });
 }
 

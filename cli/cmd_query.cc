@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <string_view>
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
@@ -78,6 +79,21 @@ GenerateParams generate_params(const QueryOpts& o, const Model& model) {
   return gp;
 }
 
+// Why an answer ended: a stop token, the -n limit, or the model's context (the cache plus the
+// question and answer filled max_context positions before either).
+const char* stop_reason(const loader::Answer& a, const GenerateParams& gp) {
+  if (a.stopped) return "stop_token";
+  return a.tokens.size() >= gp.max_tokens ? "max_tokens" : "context_full";
+}
+
+void note_context_full(const loader::Answer& a, const GenerateParams& gp, const Model& model) {
+  std::fprintf(stderr,
+               "kvzip: note: the answer stopped after %zu of the %u tokens -n allows: the model's "
+               "context of %u tokens is full (the cache's document, the question and the answer "
+               "fill it); compress a shorter document for longer answers\n",
+               a.tokens.size(), gp.max_tokens, model.config().max_context);
+}
+
 void run_query(const QueryOpts& o) {
   rkv_params(o.rkv);  // bad --rkv-* options fail before anything is loaded
   std::vector<std::string> questions = o.questions;
@@ -96,22 +112,26 @@ void run_query(const QueryOpts& o) {
                  session.header().method.c_str(), session.header().achieved_ratio);
   const GenerateParams gp = generate_params(o, *model);
   for (const auto& q : questions) {
+    loader::Answer a;
     if (o.json) {
-      loader::Answer a = session.ask(q, gp);
+      a = session.ask(q, gp);
+      // "stopped" (true only for a stop token) stays for readers written before "stop_reason".
       std::printf("{\"question\":%s,\"answer\":%s,\"tokens\":%zu,\"ms\":%.1f,\"first_token_ms\":%.1f,"
-                  "\"stopped\":%s}\n",
+                  "\"stopped\":%s,\"stop_reason\":\"%s\"}\n",
                   json_quote(q).c_str(), json_quote(a.text).c_str(), a.tokens.size(), a.ms,
-                  a.first_token_ms, a.stopped ? "true" : "false");
+                  a.first_token_ms, a.stopped ? "true" : "false", stop_reason(a, gp));
       std::fflush(stdout);
     } else {
       std::printf("Q: %s\nA: ", q.c_str());
       std::fflush(stdout);
-      session.ask(q, gp, [](const std::string& piece) {
+      a = session.ask(q, gp, [](const std::string& piece) {
         std::fwrite(piece.data(), 1, piece.size(), stdout);
         std::fflush(stdout);
       });
       std::printf("\n\n");
+      std::fflush(stdout);
     }
+    if (!o.quiet && std::string_view(stop_reason(a, gp)) == "context_full") note_context_full(a, gp, *model);
   }
 }
 
@@ -134,12 +154,13 @@ void run_chat(const QueryOpts& o) {
       std::fprintf(stderr, "(that line is not valid UTF-8; try again)\n");
       continue;
     }
-    session.ask(line, gp, [](const std::string& piece) {
+    const loader::Answer a = session.ask(line, gp, [](const std::string& piece) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
     });
     std::printf("\n");
     std::fflush(stdout);
+    if (std::string_view(stop_reason(a, gp)) == "context_full") note_context_full(a, gp, *model);
   }
 }
 
@@ -149,11 +170,12 @@ void add_common(CLI::App* c, QueryOpts& o) {
   c->add_option("-n,--max-tokens", o.n, "Answer tokens at most")->capture_default_str();
   c->add_option("--temp", o.temp, "Temperature; 0 = greedy")->capture_default_str();
   c->add_option("--seed", o.seed, "Random seed for sampling");
-  c->add_option("-t,--threads", o.threads, "Threads (0 = all cores)");
+  add_threads_option(c, o.threads);
   c->add_option("--device", o.device, "cpu | cuda (cuda: the cache is loaded into GPU memory)")
       ->capture_default_str();
   c->add_flag("--force", o.force, "Use a cache written by another model anyway");
-  c->add_flag("--verify", o.verify, "Check every checksum of the file before answering");
+  c->add_flag("--verify", o.verify,
+              "Check the whole file before answering (every checksum, every K/V section decoded)");
   add_rkv_options(c, o.rkv);
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "compress/compress.h"
@@ -15,6 +16,10 @@
 namespace kvzip {
 
 inline constexpr const char* kHeadLevelMethod = "kvzip-head";  // method name in caches and eval
+
+// Errc::invalid_argument listing every method a command accepts (scorer_names() and
+// kHeadLevelMethod, which is no scorer) unless `method` is one of them.
+void check_method_name(std::string_view method);
 
 // (L, Hkv): max over the document rows of each head's scores (-inf for an empty document).
 std::vector<float> max_per_head(const DocumentScores& scores);

@@ -277,15 +277,13 @@ EvalOptions checked(EvalOptions o) {
     throw Error(Errc::invalid_argument, "eval: the answer length (-n) must be at least 1 token");
   if (o.query_template.find("{question}") == std::string::npos)
     throw Error(Errc::invalid_argument, "eval: the query template must contain {question}");
-  const std::vector<std::string> known = scorer_names();
   std::vector<std::string> methods;
   for (const std::string& m : o.methods) {
     if (m == kHeadLevelMethod && o.head_scores.empty())
       throw Error(Errc::invalid_argument,
                   "eval: method kvzip-head needs head scores (--head-scores FILE, made by "
                   "`kvzip calibrate` on a document other than the evaluated ones)");
-    if (m != kHeadLevelMethod && std::find(known.begin(), known.end(), m) == known.end())
-      (void)make_scorer(m, ScorerOptions{});  // throws the list of known methods
+    check_method_name(m);
     if (m != "full" && std::find(methods.begin(), methods.end(), m) == methods.end())
       methods.push_back(m);
   }

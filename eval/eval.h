@@ -97,7 +97,7 @@ EvalReport run_eval(const Model& model, const std::vector<Document>& documents,
 std::string format_table(const EvalReport& report);
 // CSV with the header method,ratio,achieved_ratio,f1,contains,agreement,kl,questions,compress_s,answer_s.
 std::string format_csv(const EvalReport& report);
-// Writes format_csv(report) to `path` through PATH.tmp and a rename (Errc::io on failure).
+// Writes format_csv(report) to `path` atomically (common/atomic_file.h; Errc::io on failure).
 void write_csv(const std::string& path, const EvalReport& report);
 // One JSON object per line per kept answer: document, id, question, method, ratio, answer,
 // tokens, stopped, agrees, f1, contains, kl.

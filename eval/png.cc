@@ -6,7 +6,7 @@
 #include <array>
 
 #include "common/error.h"
-#include "eval/detail/atomic_write.h"
+#include "common/atomic_file.h"
 
 namespace kvzip::eval {
 namespace {
@@ -122,7 +122,8 @@ std::vector<uint8_t> encode_png(const Image& img) {
 
 void write_png(const std::string& path, const Image& image) {
   const std::vector<uint8_t> bytes = encode_png(image);
-  detail::write_atomic(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  write_file_atomically(path, /*force=*/true,
+                        std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
 }
 
 }  // namespace kvzip::eval

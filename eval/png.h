@@ -1,7 +1,7 @@
 // A self-contained PNG writer for the evaluation plot: 8-bit RGB, no interlace, filter 0 on every
 // scanline, and a zlib stream made of stored (uncompressed) deflate blocks — valid for every PNG
 // reader, and simple enough to check byte by byte. CRC-32 (PNG chunks) and Adler-32 (zlib) are
-// computed here. Files are written to PATH.tmp and renamed, so a failure leaves no partial file.
+// computed here. Files are written atomically (common/atomic_file.h), so a failure leaves no partial file.
 #pragma once
 #include <cstdint>
 #include <span>

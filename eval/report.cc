@@ -5,7 +5,7 @@
 #include <string>
 
 #include "common/json.h"
-#include "eval/detail/atomic_write.h"
+#include "common/atomic_file.h"
 #include "eval/eval.h"
 
 namespace kvzip::eval {
@@ -53,7 +53,7 @@ std::string format_csv(const EvalReport& report) {
 }
 
 void write_csv(const std::string& path, const EvalReport& report) {
-  detail::write_atomic(path, format_csv(report));
+  write_file_atomically(path, /*force=*/true, format_csv(report));
 }
 
 std::string format_answers_jsonl(const EvalReport& report) {
@@ -75,7 +75,7 @@ std::string format_answers_jsonl(const EvalReport& report) {
 }
 
 void write_answers(const std::string& path, const EvalReport& report) {
-  detail::write_atomic(path, format_answers_jsonl(report));
+  write_file_atomically(path, /*force=*/true, format_answers_jsonl(report));
 }
 
 }  // namespace kvzip::eval

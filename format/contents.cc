@@ -1,6 +1,7 @@
 // Checks on CacheContents before anything is written (validate), and the helpers that connect a
 // header to a ModelConfig (set_model, check_shape). validate enforces exactly the invariants the
 // reader enforces, so every file the writer produces opens.
+#include <bit>
 #include <cmath>
 #include <set>
 
@@ -67,6 +68,30 @@ void validate_header(const CacheHeader& h) {
   }
 }
 
+// The reader refuses NaN and infinite K/V values (Errc::corrupt), so none may be written: neither
+// one computed in f32 nor one that the storage dtype rounds to infinity (f16 above 65504).
+void check_kv_values(const CacheHeader& h, const LayerKv& layer, const std::string& at) {
+  const float limit = h.kv_dtype == DType::F16    ? 65520.0f  // the f16 rounding boundary to inf
+                      : h.kv_dtype == DType::BF16 ? std::bit_cast<float>(0x7f7f8000u)
+                                                  : INFINITY;
+  for (const std::vector<float>* x : {&layer.k, &layer.v}) {
+    size_t j = 0;
+    while (j < x->size() && std::fabs((*x)[j]) < limit) ++j;  // false for NaN as well
+    if (j == x->size()) continue;
+    const uint64_t row = j / h.head_dim;
+    uint32_t head = 0;
+    uint64_t first = 0;
+    while (head + 1 < h.n_kv_heads && row >= first + layer.head_rows[head]) first += layer.head_rows[head++];
+    const float f = (*x)[j];
+    invalid(at + " head " + std::to_string(head) + " row " + std::to_string(row - first) + ": " +
+            (x == &layer.k ? "key" : "value") + " " +
+            (std::isfinite(f) ? std::to_string(f) + " does not fit " + dtype_name(h.kv_dtype) +
+                                    " (it would become infinite); write with a wider dtype (bf16 or f32)"
+                              : std::string(std::isnan(f) ? "NaN" : "infinity") +
+                                    " is not a value a cache may hold; the model computed it"));
+  }
+}
+
 void validate_layer(const CacheContents& c, uint32_t l) {
   const CacheHeader& h = c.header;
   const LayerKv& layer = c.layers[l];
@@ -100,6 +125,7 @@ void validate_layer(const CacheContents& c, uint32_t l) {
         invalid(at + ".scores[" + std::to_string(row) + "] is NaN");
     }
   }
+  check_kv_values(h, layer, at);
 }
 
 }  // namespace

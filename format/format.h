@@ -121,9 +121,9 @@ void write_cache(const CacheContents& contents, Sink& sink, const WriteOptions& 
 void write_cache_file(const CacheContents& contents, const std::string& path,
                       const WriteOptions& options = {});
 
-// Creates `path` atomically: `body` writes into a temporary file `path.tmp.XXXXXX` in the same
-// directory, which is fsynced and renamed onto `path` (the directory is fsynced too). Refuses an
-// existing `path` unless force (Errc::invalid_argument). If anything throws, the temporary file
+// Creates `path` atomically through common/atomic_file.h: `body` writes into a temporary
+// `path.tmp.<pid>.<hex>` in the same directory, which is fsynced and renamed onto `path`. Refuses
+// an existing `path` unless force (Errc::invalid_argument). If anything throws, the temporary file
 // is removed and `path` is untouched.
 void write_file_atomically(const std::string& path, bool force,
                            const std::function<void(Sink&)>& body);
@@ -132,8 +132,11 @@ void write_file_atomically(const std::string& path, bool force,
 
 enum class Verify {
   Metadata,  // checksums of the small sections at open; K/V data is trusted (fastest)
-  OnAccess,  // also each K/V section's checksum the first time it is read (default)
-  Full,      // every section's checksum and all padding at open (`kvzip inspect --verify`)
+  OnAccess,  // also, the first time a layer is read, its K/V checksum and that every K/V value
+             // is finite (a NaN or infinity is Errc::corrupt naming layer, head and row) (default)
+  Full,      // at open: every checksum, all padding, and every K/V section decoded (zstd to its
+             // Raw_Size) and checked as OnAccess does (`kvzip inspect --verify`): a file that
+             // opens with Full loads with every command
 };
 
 struct OpenOptions {
@@ -196,7 +199,7 @@ class CacheReader {
   LayerKv load_layer(uint32_t layer) const;
   CacheContents load() const;
 
-  void verify() const;  // checks every section's checksum and all padding now
+  void verify() const;  // the checks of Verify::Full, now
   std::vector<SectionInfo> sections() const;
 
   // Errc::model_mismatch with both fingerprints unless they match; with force returns false

@@ -3,15 +3,21 @@
 // /layers/NNNN with head_rows, positions, k, v [, scores]. K/V are stored as f32, which holds
 // every f16/bf16 value exactly, so export then import reproduces the .kvz bit for bit. Import
 // rebuilds the Meta section and runs it through the same decoder as the .kvz reader.
+// Export builds the file in memory (HDF5's core driver, no backing store) and hands the image to
+// the atomic writer, so HDF5 itself never writes to disk: a full disk is the writer's clean io
+// error, no HDF5 handle can be left half-closed by a failed flush (which used to crash HDF5's
+// cleanup at exit), and no partial file remains. The cost is one in-memory copy of the export.
 #include "format/format.h"
 
 #ifdef KVZIP_HDF5
 #include <hdf5.h>
+#include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
-#include "format/detail/atomic_file.h"
+#include "common/atomic_file.h"
 #include "format/detail/meta.h"
 #endif
 
@@ -129,11 +135,17 @@ void write_layer(hid_t layers, uint32_t l, const LayerKv& layer, uint32_t head_d
   if (scores) write_dataset(g, "scores", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, layer.scores.data(), {rows});
 }
 
-void export_to(const CacheContents& c, const std::string& file) {
+// The whole HDF5 file as bytes. Every identifier is an Id, so each is closed on every path.
+std::vector<uint8_t> export_image(const CacheContents& c, const std::string& file) {
+  uint64_t estimate = 1 << 20;  // grow the in-memory file in steps near its final size
+  for (const LayerKv& l : c.layers) estimate += 4 * (l.k.size() + l.v.size() + 2 * l.positions.size());
+  Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "file access properties");
+  check(H5Pset_fapl_core(fapl, static_cast<size_t>(std::min<uint64_t>(estimate, 1ull << 30)), /*backing_store=*/0),
+        "in-memory file driver");
   Id fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose, "file creation properties");
   // Attribute creation order keeps the parameters in their order across a round trip.
   check(H5Pset_attr_creation_order(fcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED), "creation order");
-  Id f(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, fcpl, H5P_DEFAULT), H5Fclose, "creating " + file);
+  Id f(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, fcpl, fapl), H5Fclose, "creating " + file + " in memory");
   Id root(H5Gopen2(f, "/", H5P_DEFAULT), H5Gclose, "root group");
   write_u64_attr(root, kLayoutAttr, 1);
   write_u64_attr(root, kScoresAttr, c.has_scores ? 1 : 0);
@@ -147,6 +159,12 @@ void export_to(const CacheContents& c, const std::string& file) {
   Id layers(H5Gcreate2(f, "layers", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose, "group layers");
   for (uint32_t l = 0; l < c.header.n_layers; ++l) write_layer(layers, l, c.layers[l], c.header.head_dim, c.has_scores);
   check(H5Fflush(f, H5F_SCOPE_GLOBAL), "flushing " + file);
+  const ssize_t size = H5Fget_file_image(f, nullptr, 0);
+  if (size <= 0) throw Error(Errc::io, "HDF5: sizing the image of " + file + " failed");
+  std::vector<uint8_t> image(static_cast<size_t>(size));
+  if (H5Fget_file_image(f, image.data(), image.size()) != size)
+    throw Error(Errc::io, "HDF5: copying the image of " + file + " failed");
+  return image;
 }
 
 // ---- import ----
@@ -287,6 +305,9 @@ uint64_t root_u64(hid_t root, const char* name, const Importer& im) {
 
 CacheContents import_from(const std::string& file) {
   Importer im{file};
+  struct stat st;
+  if (::stat(file.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throw Error(Errc::invalid_argument, file + " is a directory, not an HDF5 file; give a .h5 file");
   htri_t is = H5Fis_hdf5(file.c_str());
   if (is < 0) throw Error(Errc::not_found, "cannot open " + file);
   if (is == 0) throw Error(Errc::bad_magic, file + " is not an HDF5 file");
@@ -334,8 +355,10 @@ bool hdf5_available() { return true; }
 
 void export_hdf5(const CacheContents& contents, const std::string& path, bool force) {
   validate(contents);
+  kvzip::check_writable(path, force);  // before the image, which may be large, is built
   quiet();
-  detail::create_atomically(path, force, [&](int, const std::string& tmp) { export_to(contents, tmp); });
+  const std::vector<uint8_t> image = export_image(contents, path);
+  kvzip::write_file_atomically(path, force, std::string_view(reinterpret_cast<const char*>(image.data()), image.size()));
 }
 
 CacheContents import_hdf5(const std::string& path) {

@@ -214,6 +214,8 @@ HeadScores read_head_scores_file(const std::string& path) {
                                        path + "`");
     throw Error(Errc::io, "cannot stat " + path + ": " + std::strerror(errno));
   }
+  if (S_ISDIR(st.st_mode))
+    throw Error(Errc::invalid_argument, path + " is a directory, not a head-scores file; give a .kvh file");
   if (!S_ISREG(st.st_mode)) throw Error(Errc::io, path + " is not a regular file");
   if (uint64_t(st.st_size) > kMaxFileBytes)
     throw Error(Errc::corrupt, path + ": " + std::to_string(st.st_size) +

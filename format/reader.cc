@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -87,6 +89,94 @@ std::vector<uint8_t> CacheReader::Impl::decode_small(size_t i) const {
   return std::vector<uint8_t>(stored(i), stored(i) + s.stored);
 }
 
+void CacheReader::Impl::decode_kv(uint32_t layer, float* k, float* v, size_t n) const {
+  const size_t i = kv[layer];
+  const Entry& s = entries[i];
+  const DType t = header.kv_dtype;
+  const size_t half = n * dtype_size(t);
+  const bool hash = options.verify != Verify::Metadata && !checked[i].load(std::memory_order_acquire);
+  detail::HashSink h;
+  if (s.codec == static_cast<uint32_t>(Codec::Zstd)) {
+    if (hash) check_checksum(i);
+    std::vector<uint8_t> raw(s.raw);  // Raw_Size was proved to be 2 * half at open
+    detail::zstd_decode_into(stored(i), s.stored, raw.data(), s.raw, label(i));
+    detail::decode_values(t, raw.data(), n, k);
+    detail::decode_values(t, raw.data() + half, n, v);
+  } else if (t == DType::F32) {  // straight into the caller's buffers, hashed there
+    read_stored(i, 0, half, k);
+    read_stored(i, half, half, v);
+    if (hash) {
+      h.write(k, half);
+      h.write(v, half);
+      confirm_checksum(i, h.digest());
+    }
+  } else {
+    std::vector<uint8_t> raw(2 * half);
+    read_stored(i, 0, raw.size(), raw.data());
+    if (hash) {
+      h.write(raw.data(), raw.size());
+      confirm_checksum(i, h.digest());
+    }
+    detail::decode_values(t, raw.data(), n, k);
+    detail::decode_values(t, raw.data() + half, n, v);
+  }
+  if (options.verify != Verify::Metadata) check_finite(layer, k, v, n);
+}
+
+// Non-finite test on the bits (exponent all ones), OR-reduced per block so the scan vectorises;
+// only a block that holds one is searched value by value.
+static size_t first_non_finite(const float* x, size_t n) {
+  constexpr size_t kBlock = 1024;
+  for (size_t b = 0; b < n; b += kBlock) {
+    const size_t e = std::min(n, b + kBlock);
+    uint32_t bad = 0;
+    for (size_t i = b; i < e; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, x + i, 4);
+      bad |= (bits & 0x7f800000u) == 0x7f800000u;
+    }
+    if (!bad) continue;
+    for (size_t i = b; i < e; ++i)
+      if (!std::isfinite(x[i])) return i;
+  }
+  return n;
+}
+
+void CacheReader::Impl::check_finite(uint32_t layer, const float* k, const float* v, size_t n) const {
+  if (finite[layer].load(std::memory_order_acquire)) return;
+  for (int which = 0; which < 2; ++which) {
+    const float* x = which == 0 ? k : v;
+    const size_t at = first_non_finite(x, n);
+    if (at == n) continue;
+    const uint64_t row = at / header.head_dim;  // row within the layer, head-major
+    uint32_t head = 0;
+    uint64_t first = 0;
+    const uint32_t* rows = head_rows.data() + uint64_t{layer} * header.n_kv_heads;
+    while (head + 1 < header.n_kv_heads && row >= first + rows[head]) first += rows[head++];
+    const uint32_t pos = positions[layer_start[layer] + row];
+    throw Error(Errc::corrupt, label(kv[layer]) + ": layer " + std::to_string(layer) + " head " +
+                                   std::to_string(head) + " row " + std::to_string(row - first) +
+                                   " (position " + std::to_string(pos) + ") holds a " +
+                                   (std::isnan(x[at]) ? "NaN" : "infinite") + " " +
+                                   (which == 0 ? "key" : "value") +
+                                   "; the cache is damaged or was written from a broken model (re-create it)");
+  }
+  finite[layer].store(1, std::memory_order_release);
+}
+
+void CacheReader::Impl::verify_all() const {
+  for (size_t i = 0; i < entries.size(); ++i) check_checksum(i);
+  check_padding();
+  std::vector<float> k, v;
+  for (uint32_t l = 0; l < header.n_layers; ++l) {
+    const size_t n = static_cast<size_t>((layer_start[l + 1] - layer_start[l]) * header.head_dim);
+    k.resize(n);
+    v.resize(n);
+    decode_kv(l, k.data(), v.data(), n);
+    check_finite(l, k.data(), v.data(), n);  // also under Verify::Metadata, when verify() is asked
+  }
+}
+
 CacheReader::CacheReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CacheReader::CacheReader(CacheReader&&) noexcept = default;
 CacheReader& CacheReader::operator=(CacheReader&&) noexcept = default;
@@ -105,6 +195,8 @@ CacheReader CacheReader::open(const std::string& path, const OpenOptions& option
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
+    if (S_ISDIR(st.st_mode))
+      throw Error(Errc::invalid_argument, path + " is a directory, not a cache file; give a .kvz file");
     throw Error(Errc::io, "cache file " + path + " is not a regular file");
   }
   impl->fd = fd;  // closed by ~Impl from here on
@@ -175,9 +267,12 @@ std::optional<KvView> CacheReader::kv_view(uint32_t layer) const {
   if (impl_->map && s.stored > 0)  // map the pages in one call instead of one fault per page
     ::madvise(const_cast<uint8_t*>(p), s.stored, MADV_POPULATE_READ);  // best effort
 #endif
-  if (impl_->options.verify != Verify::Metadata) impl_->check_checksum(i);
   size_t n = static_cast<size_t>(layer_rows(layer) * impl_->header.head_dim);
   const float* f = reinterpret_cast<const float*>(p);
+  if (impl_->options.verify != Verify::Metadata) {
+    impl_->check_checksum(i);
+    impl_->check_finite(layer, f, f + n, n);
+  }
   return KvView{{f, n}, {f + n, n}};
 }
 
@@ -188,38 +283,7 @@ void CacheReader::read_kv(uint32_t layer, std::span<float> k, std::span<float> v
     throw Error(Errc::invalid_argument, "read_kv layer " + std::to_string(layer) + ": buffers hold " +
                                             std::to_string(k.size()) + " / " + std::to_string(v.size()) +
                                             " floats, need rows * head_dim = " + std::to_string(n));
-  size_t i = impl_->kv[layer];
-  const Entry& s = impl_->entries[i];
-  DType t = impl_->header.kv_dtype;
-  size_t half = n * dtype_size(t);
-  bool hash = impl_->options.verify != Verify::Metadata && !impl_->checked[i].load(std::memory_order_acquire);
-  if (s.codec == static_cast<uint32_t>(Codec::Zstd)) {
-    if (hash) impl_->check_checksum(i);
-    std::vector<uint8_t> raw(s.raw);
-    detail::zstd_decode_into(impl_->stored(i), s.stored, raw.data(), s.raw, impl_->label(i));
-    detail::decode_values(t, raw.data(), n, k.data());
-    detail::decode_values(t, raw.data() + half, n, v.data());
-    return;
-  }
-  detail::HashSink h;
-  if (t == DType::F32) {  // straight into the caller's buffers, hashed there
-    impl_->read_stored(i, 0, half, k.data());
-    impl_->read_stored(i, half, half, v.data());
-    if (hash) {
-      h.write(k.data(), half);
-      h.write(v.data(), half);
-      impl_->confirm_checksum(i, h.digest());
-    }
-    return;
-  }
-  std::vector<uint8_t> raw(2 * half);
-  impl_->read_stored(i, 0, raw.size(), raw.data());
-  if (hash) {
-    h.write(raw.data(), raw.size());
-    impl_->confirm_checksum(i, h.digest());
-  }
-  detail::decode_values(t, raw.data(), n, k.data());
-  detail::decode_values(t, raw.data() + half, n, v.data());
+  impl_->decode_kv(layer, k.data(), v.data(), n);
 }
 
 LayerKv CacheReader::load_layer(uint32_t layer) const {
@@ -245,10 +309,7 @@ CacheContents CacheReader::load() const {
   return c;
 }
 
-void CacheReader::verify() const {
-  for (size_t i = 0; i < impl_->entries.size(); ++i) impl_->check_checksum(i);
-  impl_->check_padding();
-}
+void CacheReader::verify() const { impl_->verify_all(); }
 
 std::vector<SectionInfo> CacheReader::sections() const {
   std::vector<SectionInfo> out;

@@ -314,13 +314,12 @@ void CacheReader::Impl::parse() {
   std::vector<uint8_t> meta_bytes = decode_small(meta);
   header = decode_meta(meta_bytes.data(), meta_bytes.size(), label(meta));
   assign_kv(c);
+  finite = std::make_unique<std::atomic<uint8_t>[]>(header.n_layers);
+  for (uint32_t l = 0; l < header.n_layers; ++l) finite[l] = 0;
   parse_index(c);
   parse_positions(c);
   parse_scores(c);
-  if (options.verify == Verify::Full) {
-    for (size_t i = 0; i < entries.size(); ++i) check_checksum(i);
-    check_padding();
-  }
+  if (options.verify == Verify::Full) verify_all();
 }
 
 }  // namespace kvzip::format

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/atomic_file.h"
 #include "format/detail/codec.h"
 #include "format/detail/dtype.h"
 #include "format/detail/layout.h"
@@ -189,6 +190,18 @@ void write_cache(const CacheContents& contents, Sink& sink, const WriteOptions& 
       emit_raw(s, contents.header.kv_dtype, sink);
     write_padding(sink, *checked_align(s.stored_size) - s.stored_size);
   }
+}
+
+void write_file_atomically(const std::string& path, bool force,
+                           const std::function<void(Sink&)>& body) {
+  AtomicFile file(path, force);
+  struct FileSink final : Sink {
+    AtomicFile& f;
+    explicit FileSink(AtomicFile& file) : f(file) {}
+    void write(const void* data, size_t size) override { f.write(data, size); }
+  } sink(file);
+  body(sink);
+  file.commit();
 }
 
 void write_cache_file(const CacheContents& contents, const std::string& path,

@@ -77,6 +77,16 @@ DocumentScores broadcast_head_scores(std::span<const float> head_scores, const C
   return s;
 }
 
+void check_method_name(std::string_view method) {
+  std::vector<std::string> known = scorer_names();
+  known.push_back(kHeadLevelMethod);
+  if (std::find(known.begin(), known.end(), method) != known.end()) return;
+  std::string list;
+  for (const std::string& n : known) list += (list.empty() ? "" : ", ") + n;
+  throw Error(Errc::invalid_argument,
+              "unknown compression method '" + std::string(method) + "'; known methods: " + list);
+}
+
 uint32_t heads_kept(double head_ratio, uint32_t n_heads) {
   check_ratio(head_ratio);
   return static_cast<uint32_t>(std::min<long long>(n_heads, std::llround(head_ratio * n_heads)));

@@ -33,6 +33,7 @@ struct CacheReader::Impl {
   uint64_t data_offset = 0, data_size = 0;
   std::vector<Entry> entries;
   std::unique_ptr<std::atomic<uint8_t>[]> checked;  // (entries) 1 once the checksum matched
+  std::unique_ptr<std::atomic<uint8_t>[]> finite;   // (L) 1 once the layer's K/V were all finite
 
   static constexpr size_t kNone = ~size_t{0};
   size_t meta = kNone, index = kNone, positions_entry = kNone, scores_entry = kNone;
@@ -56,6 +57,14 @@ struct CacheReader::Impl {
   // there is one (no page faults on the mapping), else from memory.
   void read_stored(size_t i, uint64_t at, uint64_t n, void* dst) const;
   void check_padding() const;                       // every padding byte is 0, else corrupt
+  // Decodes K and V of a layer (any dtype, codec) into n = R_l * D floats each; checksum and
+  // value checks per options.verify (check_finite unless Verify::Metadata).
+  void decode_kv(uint32_t layer, float* k, float* v, size_t n) const;
+  // Errc::corrupt naming layer, head, row and position of the first NaN or infinity in K, then V.
+  void check_finite(uint32_t layer, const float* k, const float* v, size_t n) const;
+  // Verify::Full: every checksum, all padding, and every K/V section decoded (zstd frames to
+  // their Raw_Size) and checked, so whatever passes here can be loaded by every command.
+  void verify_all() const;
   std::vector<uint8_t> decode_small(size_t i) const;  // checksum, then raw bytes
 };
 

@@ -54,14 +54,14 @@ TEST_CASE("an existing file is not overwritten without force, and is replaced wi
   CHECK(dir.list() == std::vector<std::string>{"out.kvz"});
 }
 
-TEST_CASE("writing into a missing directory is an io error naming it", "[format]") {
+TEST_CASE("writing into a missing directory is a not_found error naming it", "[format]") {
   TempDir dir;
   try {
     write_cache_file(synthetic({}), dir.path("no/such/dir/out.kvz"));
     FAIL("no error");
   } catch (const Error& e) {
-    CHECK(e.code() == Errc::io);
-    CHECK_THAT(e.what(), Catch::Matchers::Contains("no/such/dir"));
+    CHECK(e.code() == Errc::not_found);
+    CHECK_THAT(e.what(), Catch::Matchers::Contains("folder " + dir.path("no/such/dir") + " does not exist"));
   }
 }
 

@@ -1,0 +1,143 @@
+// The `kvzip` binary's messages for bad input ([cli]): every option-parser error, bad --threads,
+// directories given as files, unknown --level/--method, and output paths checked before any
+// input is read or any model loads — each with the `kvzip: error [code]: ...` form, its exit
+// status and wording that says what to do. No model is needed: where a command would go on to
+// load one, $KVZIP_MODEL names a missing file, so reaching the model would change the error.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <thread>
+
+#include "tests/format/fixtures.h"
+#include "tests/support/run_cli.h"
+
+using namespace kvzip::format;
+using namespace kvzip::format::testing;
+using namespace kvzip::testing;
+
+namespace {
+
+const CliOptions kNoModel = [] {
+  CliOptions o;
+  o.env = {{"KVZIP_MODEL", "/nonexistent/kvzip-test-model.gguf"}};
+  return o;
+}();
+
+// Runs kvzip; checks the exit status and that stderr is exactly one error line of `code` that
+// contains every fragment.
+CliResult expect_error(const std::vector<std::string>& args, int status, const std::string& code,
+                       const std::vector<std::string>& fragments) {
+  const CliResult r = run_kvzip(args, kNoModel);
+  std::string cmd;
+  for (const std::string& a : args) cmd += " " + a;
+  INFO("kvzip" << cmd << "\nstderr: " << r.err);
+  CHECK(r.signal == 0);
+  CHECK(r.exit_code == status);
+  CHECK_THAT(r.err, Catch::Matchers::StartsWith("kvzip: error [" + code + "]: "));
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  for (const std::string& f : fragments) CHECK_THAT(r.err, Catch::Matchers::Contains(f));
+  return r;
+}
+
+std::string doc_in(const TempDir& dir) {
+  write_bytes(dir.path("doc.txt"), {'H', 'e', 'l', 'l', 'o', '.', '\n'});
+  return dir.path("doc.txt");
+}
+
+}  // namespace
+
+TEST_CASE("option-parser errors take the kvzip error form and exit 2", "[cli]") {
+  TempDir dir;
+  const std::string doc = doc_in(dir);
+  expect_error({"compress", doc, "--ratio", "abc"}, 2, "invalid_argument",
+               {"--ratio abc is not a number", "see `kvzip compress --help`"});
+  expect_error({"prune", "x.kvz", "--ratio", "1/3", "-o", "y.kvz"}, 2, "invalid_argument",
+               {"--ratio 1/3 is not a number", "`kvzip prune --help`"});
+  expect_error({"query", "x.kvz", "-n", "many", "q"}, 2, "invalid_argument",
+               {"--max-tokens many is not a whole number (0 or more)"});
+  expect_error({"compress", doc, "--nope"}, 2, "invalid_argument", {"--nope", "`kvzip compress --help`"});
+  expect_error({"compress"}, 2, "invalid_argument", {"document is required"});
+  expect_error({}, 2, "invalid_argument", {"A subcommand is required", "`kvzip --help`"});
+  expect_error({"frobnicate"}, 2, "invalid_argument", {"unknown command 'frobnicate'; commands: ", "compress, "});
+  const CliResult help = run_kvzip({"compress", "--help"});
+  CHECK(help.exit_code == 0);
+  CHECK_THAT(help.out, Catch::Matchers::Contains("--threads"));
+  const CliResult version = run_kvzip({"--version"});
+  CHECK(version.exit_code == 0);
+  CHECK_THAT(version.out, Catch::Matchers::StartsWith("kvzip "));
+}
+
+TEST_CASE("--threads takes a whole number >= 0; more than the machine has is capped with a note", "[cli]") {
+  TempDir dir;
+  const std::string doc = doc_in(dir);
+  for (const char* bad : {"-1", "abc", "1.5", "", "99999999999999999999"})
+    expect_error({"compress", doc, "--threads", bad}, 2, "invalid_argument",
+                 {std::string("--threads ") + bad + ": give a whole number of threads, at least 0"});
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  // The cap is noted, then the command goes on: here to the missing model.
+  const CliResult r = run_kvzip({"compress", doc, "-o", dir.path("o.kvz"), "--threads", "10000"}, kNoModel);
+  CHECK_THAT(r.err, Catch::Matchers::StartsWith("kvzip: note: --threads 10000 is more than the " +
+                                                std::to_string(hw) + " hardware threads of this machine; using " +
+                                                std::to_string(hw) + "\n"));
+  CHECK_THAT(r.err, Catch::Matchers::Contains("kvzip: error [not_found]: model file not found"));
+  CHECK(r.exit_code == 3);
+}
+
+TEST_CASE("a directory given as a file says it is a directory", "[cli]") {
+  TempDir dir;
+  const std::string doc = doc_in(dir);
+  std::filesystem::create_directory(dir.path("adir"));
+  const std::string adir = dir.path("adir");
+  expect_error({"compress", adir, "-o", dir.path("o.kvz")}, 2, "invalid_argument",
+               {"document " + adir + " is a directory; give a UTF-8 text file"});
+  expect_error({"compress", doc, "-m", adir, "-o", dir.path("o.kvz")}, 2, "invalid_argument",
+               {"model " + adir + " (from -m) is a directory; give a GGUF file"});
+  CliOptions env_dir;
+  env_dir.env = {{"KVZIP_MODEL", adir}};
+  const CliResult r = run_kvzip({"compress", doc, "-o", dir.path("o.kvz")}, env_dir);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Matchers::Contains("(from $KVZIP_MODEL) is a directory"));
+  expect_error({"inspect", adir}, 2, "invalid_argument", {adir + " is a directory, not a cache file"});
+  if (hdf5_available())
+    expect_error({"import", adir, "-o", dir.path("i.kvz")}, 2, "invalid_argument",
+                 {adir + " is a directory, not an HDF5 file"});
+  expect_error({"compress", doc, "--level", "head", "--head-scores", adir, "-o", dir.path("o.kvz")}, 2,
+               "invalid_argument", {adir + " is a directory, not a head-scores file"});
+  expect_error({"compress", doc, "-o", adir}, 2, "invalid_argument", {"output " + adir + " is a directory"});
+}
+
+TEST_CASE("--level and --method errors list every choice, head-level ones included", "[cli]") {
+  TempDir dir;
+  const std::string doc = doc_in(dir);
+  expect_error({"compress", doc, "--level", "layer"}, 2, "invalid_argument",
+               {"unknown --level 'layer'; known levels: global, per-head, per-layer, head"});
+  expect_error({"compress", doc, "--method", "kvzipp"}, 2, "invalid_argument",
+               {"unknown compression method 'kvzipp'", "snapkv", "kvzip-head"});
+  expect_error({"eval", "--squad", dir.path("s.json"), "--methods", "kvzip,nope"}, 2, "invalid_argument",
+               {"unknown compression method 'nope'", "kvzip-head"});
+}
+
+TEST_CASE("output paths are checked before any input is read or any model loads", "[cli]") {
+  TempDir dir;
+  const std::string doc = doc_in(dir);
+  const std::string missing = dir.path("no/such");
+  // The document, the model and the input caches here are all missing or absent: the error
+  // must still be about the output, proving it came first.
+  expect_error({"compress", doc, "-o", missing + "/o.kvz"}, 3, "not_found",
+               {"cannot write " + missing + "/o.kvz: folder " + missing + " does not exist"});
+  expect_error({"calibrate", doc, "-o", missing + "/o.kvh"}, 3, "not_found", {"folder " + missing});
+  expect_error({"prune", dir.path("absent.kvz"), "--ratio", "0.1", "-o", missing + "/p.kvz"}, 3, "not_found",
+               {"folder " + missing});
+  expect_error({"export", dir.path("absent.kvz"), "--hdf5", missing + "/e.h5"}, 3, "not_found", {"folder " + missing});
+  expect_error({"import", dir.path("absent.h5"), "-o", missing + "/i.kvz"}, 3, "not_found", {"folder " + missing});
+  expect_error({"eval", "--squad", dir.path("absent.json"), "-o", missing + "/r.csv"}, 3, "not_found",
+               {"eval: -o: cannot write", "folder " + missing});
+  write_bytes(dir.path("o.kvz"), {1, 2, 3});
+  expect_error({"compress", doc, "-o", dir.path("o.kvz")}, 2, "invalid_argument",
+               {"output file " + dir.path("o.kvz") + " already exists; pass -f (--force) to overwrite it"});
+  expect_error({"prune", dir.path("absent.kvz"), "--ratio", "0.1", "-o", dir.path("o.kvz")}, 2,
+               "invalid_argument", {"already exists"});
+  CHECK(read_bytes(dir.path("o.kvz")) == std::vector<uint8_t>{1, 2, 3});
+  // With -f the same command gets past the output check, to the model.
+  expect_error({"compress", doc, "-o", dir.path("o.kvz"), "-f"}, 3, "not_found", {"model file not found"});
+}

@@ -1,0 +1,81 @@
+// `kvzip query` says why an answer ended ([cli][realmodel], needs $KVZIP_MODEL): a cache whose
+// logical length leaves two positions of the model's context after the question stops at the
+// context, which JSON reports as "stop_reason": "context_full" (with "stopped": false kept for
+// older readers) and stderr explains; -n 1 reports "max_tokens". The cache is built here from
+// the model's own prefix and suffix with few kept rows, so no prefill of 8k tokens is needed.
+#include <catch2/catch.hpp>
+
+#include "format/format.h"
+#include "loader/loader.h"
+#include "model/model.h"
+#include "tests/format/fixtures.h"
+#include "tests/support/run_cli.h"
+
+using namespace kvzip;
+using namespace kvzip::format::testing;
+using namespace kvzip::testing;
+
+namespace {
+
+// A cache of `model` for a document of `n_doc` copies of one token, keeping per head the prefix
+// rows and the last 4 document rows, with zero K/V.
+format::CacheContents long_document_cache(const Model& model, uint32_t n_doc) {
+  format::CacheContents c;
+  format::CacheHeader& h = c.header;
+  format::set_model(h, model.config(), model.fingerprint());
+  h.tool_version = "kvzip test";
+  for (int32_t t : model.chat().prefix("")) h.prefix_tokens.push_back(static_cast<uint32_t>(t));
+  for (int32_t t : model.chat().suffix("")) h.suffix_tokens.push_back(static_cast<uint32_t>(t));
+  const int32_t word = model.chat().encode_document(" the").back();
+  h.document_tokens.assign(n_doc, static_cast<uint32_t>(word));
+  h.document_text = "the";
+  h.method = "test";
+  const uint32_t P = static_cast<uint32_t>(h.prefix_length()), keep_doc = 4;
+  h.achieved_ratio = h.requested_ratio = double(keep_doc) / n_doc;
+  for (uint32_t l = 0; l < h.n_layers; ++l) {
+    format::LayerKv& layer = c.layers.emplace_back();
+    for (uint32_t hd = 0; hd < h.n_kv_heads; ++hd) {
+      layer.head_rows.push_back(P + keep_doc);
+      for (uint32_t p = 0; p < P; ++p) layer.positions.push_back(p);
+      for (uint32_t p = P + n_doc - keep_doc; p < P + n_doc; ++p) layer.positions.push_back(p);
+    }
+    layer.k.assign(size_t(layer.positions.size()) * h.head_dim, 0.0f);
+    layer.v = layer.k;
+  }
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("query reports stop_reason, and explains a stop at the context limit", "[cli][realmodel]") {
+  const std::string path = real_model_or_empty();
+  if (path.empty()) KVZIP_FORMAT_SKIP("set KVZIP_MODEL to SmolLM2-135M-Instruct.Q4_1.gguf to run this test");
+  const auto model = Model::load(path);
+  const uint32_t ctx = model->config().max_context;
+  REQUIRE(ctx > 0);
+  const std::string question = "What is it?";
+  format::CacheContents probe = long_document_cache(*model, 16);
+  const size_t q = loader::question_tokens(model->tokenizer(), probe.header, question).size();
+  const uint32_t room = 2;  // positions left after the question: answers end after room + 1 tokens
+  const uint32_t n_doc = ctx - static_cast<uint32_t>(probe.header.prefix_length() + q) - room;
+  TempDir dir;
+  format::write_cache_file(long_document_cache(*model, n_doc), dir.path("long.kvz"));
+  CliOptions o;
+  o.env = {{"KVZIP_MODEL", path}};
+  const CliResult full = run_kvzip({"query", dir.path("long.kvz"), "--json", "-n", "100", question}, o);
+  INFO(full.out << full.err);
+  REQUIRE(full.exit_code == 0);
+  if (full.out.find("\"stop_reason\":\"stop_token\"") != std::string::npos)
+    KVZIP_FORMAT_SKIP("the model ended on a stop token before the context filled");
+  CHECK_THAT(full.out, Catch::Matchers::Contains("\"tokens\":" + std::to_string(room + 1) +
+                                                 ",") &&
+                           Catch::Matchers::Contains("\"stopped\":false,\"stop_reason\":\"context_full\"}"));
+  CHECK_THAT(full.err, Catch::Matchers::Contains("kvzip: note: the answer stopped after " +
+                                                 std::to_string(room + 1) + " of the 100 tokens -n allows") &&
+                           Catch::Matchers::Contains("context of " + std::to_string(ctx) + " tokens is full"));
+  const CliResult one = run_kvzip({"query", dir.path("long.kvz"), "--json", "-n", "1", question}, o);
+  CHECK(one.exit_code == 0);
+  CHECK_THAT(one.out, Catch::Matchers::Contains("\"stop_reason\":\"max_tokens\"") ||
+                          Catch::Matchers::Contains("\"stop_reason\":\"stop_token\""));
+  CHECK_THAT(one.err, !Catch::Matchers::Contains("note"));
+}
