@@ -101,7 +101,8 @@ void check_model_and_normalizer(const JsonFile& f, const json& model, const std:
                                   " with the '" + pre + "' pre-tokenizer; kvzip's '" + pre + "' has it " +
                                   (ignore ? "off" : "on"));
   if (const json* norm = f.member("normalizer")) {
-    // NFC only changes text that is not already NFC; llama.cpp's conversion drops it too.
+    // Qwen2's NFC is accepted but not applied: it changes only text that is not already in NFC
+    // (composed), which is what nearly all text is; such text may tokenize differently.
     const std::string t = type_of(*norm);
     const bool empty_seq = t == "Sequence" && norm->contains("normalizers") && (*norm)["normalizers"].empty();
     if (t != "NFC" && !empty_seq)

@@ -13,10 +13,10 @@ Families (each: hidden 64, 4 query / 2 KV heads, vocab of a few hundred):
   llama3   LlamaForCausalLM,   bf16, llama3 rope scaling, untied LM head, `llama-bpe` tokenizer
            (ignore_merges, merges as [a, b] lists), config.json in the classic rope_theta/rope_scaling
            form, bos added by the post-processor, chat template in chat_template.jinja
-  qwen2    Qwen2ForCausalLM,   f32, q/k/v biases, 3 shards + index, `qwen2` tokenizer (NFC, merges
+  qwen2    Qwen2ForCausalLM,   f32, q/k/v biases, 4 shards + index, `qwen2` tokenizer (NFC, merges
            as "a b" strings), config.vocab_size > tokenizer size (padding), transformers 5 config form
   mistral  MistralForCausalLM, f16, head_dim 32 != hidden/heads, tied embeddings, sliding_window
-           128 (< max_position_embeddings), GPT-2 byte-level tokenizer with a non-special added token
+           1024 (< max_position_embeddings 2048), GPT-2 byte-level tokenizer with a non-special added token
 
 Logit files (<name>.logits.bin, little-endian, no padding):
   magic "KVZHFLOG", u32 version (1), u32 vocab V, u32 n_cases, then per case:
@@ -79,7 +79,7 @@ FAMILIES = {
         template_file=True, template=LLAMA3_TEMPLATE,
         config=lambda v: LlamaConfig(
             vocab_size=v, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5, tie_word_embeddings=False,
+            num_key_value_heads=2, max_position_embeddings=2048, rms_norm_eps=1e-5, tie_word_embeddings=False,
             rope_theta=500000.0, rope_scaling={"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
                                                "high_freq_factor": 4.0, "original_max_position_embeddings": 64}),
         chat="<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nWhich river flows through Paris?"
@@ -91,7 +91,7 @@ FAMILIES = {
         add_bos=False, pad="<|endoftext|>", template_file=False, template=CHATML_TEMPLATE,
         config=lambda v: Qwen2Config(
             vocab_size=v, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-6, tie_word_embeddings=False,
+            num_key_value_heads=2, max_position_embeddings=2048, rms_norm_eps=1e-6, tie_word_embeddings=False,
             rope_theta=1000000.0, use_sliding_window=False),
         chat="<|im_start|>user\nWhich river flows through Paris?<|im_end|>\n<|im_start|>assistant\n"),
     "mistral": dict(
@@ -101,8 +101,8 @@ FAMILIES = {
         eos="</s>", add_bos=True, pad=None, template_file=False, template=CHATML_TEMPLATE,
         config=lambda v: MistralConfig(
             vocab_size=v, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=32, max_position_embeddings=256, rms_norm_eps=1e-5,
-            tie_word_embeddings=True, rope_theta=1000000.0, sliding_window=128),
+            num_key_value_heads=2, head_dim=32, max_position_embeddings=2048, rms_norm_eps=1e-5,
+            tie_word_embeddings=True, rope_theta=1000000.0, sliding_window=1024),
         chat="<|im_start|>user\nWhich river flows through Paris? <tool><|im_end|>\n<|im_start|>assistant\n"),
 }
 
