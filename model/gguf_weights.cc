@@ -6,11 +6,14 @@
 
 #include <xxhash.h>
 
+#include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
 #include "kernels/quant.h"
+#include "model/detail/rope_freqs.h"
 
 namespace kvzip {
 namespace {
@@ -31,13 +34,33 @@ const ArchInfo* find_arch(const std::string& arch) {
   throw Error(code, "GGUF '" + f.source() + "': " + what);
 }
 
+// llama.cpp's converter writes a Llama 3.1-style scaling only as rope_freqs.weight, per-pair
+// frequency divisors; kvzip recovers the llama3 parameters they encode (detail/rope_freqs.h).
+RopeScaling rope_freqs_scaling(const gguf::File& f, const ModelConfig& c) {
+  const gguf::TensorInfo& t = f.tensor("rope_freqs.weight");
+  if (t.type != quant::GgmlType::F32 || t.n_dims != 1 || t.ne[0] != int64_t(c.head_dim / 2))
+    fail(f, Errc::corrupt, "tensor 'rope_freqs.weight' is " + std::string(quant::type_name(t.type)) + " " +
+                               t.shape_string() + ", expected F32 [" + std::to_string(c.head_dim / 2) + "]");
+  std::vector<float> divisors(c.head_dim / 2);
+  std::memcpy(divisors.data(), t.data, divisors.size() * sizeof(float));
+  std::optional<RopeScaling> s = detail::scaling_from_rope_freqs(divisors, c.rope_base, c.head_dim);
+  if (!s)
+    fail(f, Errc::unsupported, "tensor 'rope_freqs.weight' holds per-pair RoPE divisors that no linear or "
+                               "llama3 scaling reproduces; such files are not supported");
+  return *s;
+}
+
 void read_rope_scaling(const gguf::File& f, const std::string& p, ModelConfig& c) {
   RopeScaling& rs = c.rope_scaling;
   const std::string type = f.get_string_or(p + "rope.scaling.type", "none");
+  bool from_freqs = false;
   if (type == "none") {
     if (f.has(p + "rope.scale_linear")) {  // older converters wrote only this key
       rs.kind = RopeScalingKind::Linear;
       rs.factor = f.get_f32(p + "rope.scale_linear");
+    } else if (f.find_tensor("rope_freqs.weight")) {
+      rs = rope_freqs_scaling(f, c);
+      from_freqs = true;
     }
   } else if (type == "linear") {
     rs.kind = RopeScalingKind::Linear;
@@ -55,7 +78,7 @@ void read_rope_scaling(const gguf::File& f, const std::string& p, ModelConfig& c
   if (rs.kind != RopeScalingKind::None && !(rs.factor > 0.0f))
     fail(f, Errc::corrupt, "key '" + p + "rope.scaling.factor' = " + std::to_string(rs.factor) +
                                ", expected a positive factor");
-  if (rs.kind != RopeScalingKind::Llama3 && f.find_tensor("rope_freqs.weight"))
+  if (!from_freqs && rs.kind != RopeScalingKind::Llama3 && f.find_tensor("rope_freqs.weight"))
     fail(f, Errc::unsupported,
          "tensor 'rope_freqs.weight' (per-dimension RoPE factors) is present but "
          "'" + p + "rope.scaling.type' is not llama3; such files are not supported");

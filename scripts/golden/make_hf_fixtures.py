@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import struct
@@ -80,8 +81,8 @@ FAMILIES = {
         config=lambda v: LlamaConfig(
             vocab_size=v, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=2048, rms_norm_eps=1e-5, tie_word_embeddings=False,
-            rope_theta=500000.0, rope_scaling={"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
-                                               "high_freq_factor": 4.0, "original_max_position_embeddings": 64}),
+            rope_theta=10000.0, rope_scaling={"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
+                                              "high_freq_factor": 8.0, "original_max_position_embeddings": 100}),
         chat="<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nWhich river flows through Paris?"
              "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"),
     "qwen2": dict(
@@ -210,6 +211,23 @@ def qk_to_gguf(w: np.ndarray, n_head: int) -> np.ndarray:
     return out
 
 
+def llama3_rope_divisors(rope: dict, theta: float, dim: int) -> np.ndarray:
+    """llama.cpp's rope_freqs for rope_type llama3: per rotary pair, the divisor of its frequency."""
+    old, lo, hi, factor = (rope["original_max_position_embeddings"], rope["low_freq_factor"],
+                           rope["high_freq_factor"], rope["factor"])
+    out = []
+    for i in range(0, dim, 2):
+        wavelen = 2 * math.pi * theta ** (i / dim)
+        if wavelen < old / hi:
+            out.append(1.0)
+        elif wavelen > old / lo:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - lo) / (hi - lo)
+            out.append(1.0 / ((1 - smooth) / factor + smooth))
+    return np.asarray(out, dtype=np.float32)
+
+
 def to_numpy(t: torch.Tensor) -> tuple[np.ndarray, GGMLQuantizationType]:
     if t.dtype == torch.bfloat16:
         return t.contiguous().view(torch.int16).numpy().view(np.uint16), GGMLQuantizationType.BF16
@@ -241,14 +259,11 @@ def write_gguf(name: str, fam: dict, d: str, tok: Tokenizer, out_path: str) -> N
     w.add_rope_dimension_count(hd)
     w.add_vocab_size(cfg["vocab_size"])
     rope = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
-    w.add_rope_freq_base(float(cfg.get("rope_theta") or rope.get("rope_theta")))
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
-    if rope.get("rope_type") == "llama3":  # the keys kvzip reads (llama.cpp writes a rope_freqs tensor)
-        w.add_string(f"{arch}.rope.scaling.type", "llama3")
-        w.add_float32(f"{arch}.rope.scaling.factor", rope["factor"])
-        w.add_uint32(f"{arch}.rope.scaling.original_context_length", rope["original_max_position_embeddings"])
-        w.add_float32(f"{arch}.rope.scaling.low_freq_factor", rope["low_freq_factor"])
-        w.add_float32(f"{arch}.rope.scaling.high_freq_factor", rope["high_freq_factor"])
+    theta = float(cfg.get("rope_theta") or rope.get("rope_theta"))
+    w.add_rope_freq_base(theta)
+    if rope.get("rope_type") == "llama3":  # as llama.cpp: no metadata, a tensor of per-pair divisors
+        w.add_tensor("rope_freqs.weight", llama3_rope_divisors(rope, theta, hd))
     # Tokenizer as llama.cpp's gpt2 converter writes it.
     spec = json.loads(tok.to_str())
     vocab = spec["model"]["vocab"]

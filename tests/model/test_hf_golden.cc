@@ -1,5 +1,6 @@
 // Hugging Face checkpoints against transformers (tests/golden/hf, scripts/golden/make_hf_fixtures.py):
-// tiny random LlamaForCausalLM (bf16, llama3 rope scaling, untied, llama-bpe tokenizer),
+// tiny random LlamaForCausalLM (bf16, llama3 rope scaling, untied, llama-bpe tokenizer; its GGUF
+// has the scaling only as llama.cpp's rope_freqs.weight),
 // Qwen2ForCausalLM (f32, q/k/v biases, sharded, qwen2 tokenizer) and MistralForCausalLM (f16,
 // head_dim != hidden/heads, tied, sliding window) folders and their GGUF conversions (written by the `gguf`
 // package with llama.cpp's Q/K interleave). For each: kvzip's token ids equal transformers', its
@@ -191,8 +192,10 @@ TEST_CASE("hf golden: Llama 3 folder (bf16, llama3 rope scaling, untied) matches
   CHECK(c.arch == "llama");
   CHECK(c.rope_scaling.kind == RopeScalingKind::Llama3);
   CHECK(c.rope_scaling.factor == 4.0f);
-  CHECK(c.rope_scaling.original_context == 64);
-  CHECK(c.rope_base == 500000.0f);
+  CHECK(c.rope_scaling.high_freq_factor == 8.0f);
+  CHECK(c.rope_scaling.original_context == 100);
+  CHECK(c.rope_base == 10000.0f);
+  REQUIRE(p.gguf->config().rope_scaling.kind == RopeScalingKind::Llama3);  // from rope_freqs.weight
   CHECK_FALSE(c.tied_embeddings);
   CHECK(p.folder->weights().output.type == quant::GgmlType::BF16);
   CHECK(p.folder->weights().layers[0].wq.row_map.empty());  // HF rows are canonical
