@@ -4,7 +4,9 @@
 // two band pairs give slope A = old/(high-low) and intercept B = -low/(high-low).
 #include "model/detail/rope_freqs.h"
 
+#include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <vector>
 
 #include "kernels/rope.h"
@@ -46,7 +48,7 @@ std::optional<RopeScaling> scaling_from_rope_freqs(std::span<const float> diviso
   for (uint32_t i = 0; i < D / 2; ++i) {
     const double d = divisors[i];
     if (near(d, 1.0) || near(d, factor)) continue;
-    const double inv_w = std::pow(double(base), -2.0 * i / D) / (2.0 * M_PI);
+    const double inv_w = std::pow(double(base), -2.0 * i / D) / (2.0 * std::numbers::pi);
     band.emplace_back(inv_w, (1.0 / d - 1.0 / factor) / (1.0 - 1.0 / factor));
   }
   if (band.size() < 2) return std::nullopt;

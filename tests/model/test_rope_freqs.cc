@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <numbers>
 #include <vector>
 
 #include "kernels/rope.h"
@@ -17,7 +18,7 @@ namespace {
 std::vector<float> divisors(const RopeScaling& s, float base, uint32_t D) {
   std::vector<float> out;
   for (uint32_t i = 0; i < D; i += 2) {
-    const double wavelen = 2 * M_PI * std::pow(double(base), double(i) / D);
+    const double wavelen = 2 * std::numbers::pi * std::pow(double(base), double(i) / D);
     const double old = s.original_context;
     if (wavelen < old / s.high_freq_factor) out.push_back(1.0f);
     else if (wavelen > old / s.low_freq_factor) out.push_back(s.factor);
