@@ -5,11 +5,15 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <numbers>
 #include <vector>
 
+#include "common/error.h"
 #include "kernels/rope.h"
 #include "model/detail/rope_freqs.h"
+#include "model/gguf_weights.h"
+#include "tests/support/tiny_gguf.h"
 
 using namespace kvzip;
 
@@ -88,4 +92,40 @@ TEST_CASE("rope_freqs: no scaling, linear scaling and impossible divisors", "[mo
   CHECK_FALSE(detail::scaling_from_rope_freqs(rising, 500000.0f, 128));
   CHECK_FALSE(detail::scaling_from_rope_freqs(std::vector<float>(63, 1.0f), 500000.0f, 128));  // wrong count
   CHECK_FALSE(detail::scaling_from_rope_freqs(std::vector<float>(64, -1.0f), 500000.0f, 128));
+}
+
+TEST_CASE("rope_freqs: a GGUF with only rope_freqs.weight reads as llama3; bad tensors are refused",
+          "[model][gguf]") {
+  test::TinyModelSpec spec;
+  spec.config = test::tiny_gguf_llama_config();  // D 16, base 100000
+  const RopeScaling want{RopeScalingKind::Llama3, 4.0f, 1.0f, 16.0f, 500};  // two pairs in the band
+  auto with_freqs = [&](std::vector<float> d, uint32_t type = 0) {
+    test::TinyModel m = test::make_tiny_model(spec);
+    std::vector<uint8_t> bytes(d.size() * 4);
+    std::memcpy(bytes.data(), d.data(), bytes.size());
+    m.writer.tensors.push_back({"rope_freqs.weight", type, {d.size()}, bytes, std::nullopt});
+    return m.writer.build().bytes;
+  };
+  const std::vector<float> good = divisors(want, spec.config.rope_base, spec.config.head_dim);
+  const ModelConfig c = config_from_gguf(test::open_bytes(with_freqs(good)));
+  CHECK(c.rope_scaling.kind == RopeScalingKind::Llama3);
+  CHECK(c.rope_scaling.factor == 4.0f);
+  CHECK(c.rope_scaling.high_freq_factor == 16.0f);
+  CHECK(c.rope_scaling.original_context == 500);
+  auto error = [&](const std::vector<uint8_t>& bytes) -> std::pair<Errc, std::string> {
+    try {
+      config_from_gguf(test::open_bytes(bytes));
+    } catch (const Error& e) {
+      return {e.code(), e.what()};
+    }
+    FAIL("accepted");
+    return {};
+  };
+  std::vector<float> bad = good;
+  bad[2] *= 1.05f;
+  auto [code, msg] = error(with_freqs(bad));
+  CHECK(code == Errc::unsupported);
+  CHECK_THAT(msg, Catch::Contains("rope_freqs.weight"));
+  std::vector<float> short_one(good.begin(), good.end() - 1);
+  CHECK(error(with_freqs(short_one)).first == Errc::corrupt);
 }
