@@ -8,11 +8,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
 #include "kernels/quant.h"
+#include "model/detail/rope_freqs.h"
 
 namespace kvzip {
 namespace {
@@ -33,13 +36,40 @@ const ArchInfo* find_arch(const std::string& arch) {
   throw Error(code, "GGUF '" + f.source() + "': " + what);
 }
 
+// llama.cpp's converter writes a Llama 3.1-style scaling only as rope_freqs.weight, per-pair
+// frequency divisors; kvzip recovers the llama3 parameters they encode (detail/rope_freqs.h).
+RopeScaling rope_freqs_scaling(const gguf::File& f, const ModelConfig& c) {
+  const gguf::TensorInfo& t = f.tensor("rope_freqs.weight");
+  if (t.type != quant::GgmlType::F32 || t.n_dims != 1 || t.ne[0] != int64_t(c.head_dim / 2))
+    fail(f, Errc::corrupt, "tensor 'rope_freqs.weight' is " + std::string(quant::type_name(t.type)) + " " +
+                               t.shape_string() + ", expected F32 [" + std::to_string(c.head_dim / 2) +
+                               "] (head_dim / 2)");
+  std::vector<float> divisors(c.head_dim / 2);
+  std::memcpy(divisors.data(), t.data, divisors.size() * sizeof(float));
+  std::optional<RopeScaling> s = detail::scaling_from_rope_freqs(divisors, c.rope_base, c.head_dim);
+  if (s) return *s;
+  // Divisors no linear or llama3 rule reproduces (or too few pairs to pin one down): applied as
+  // they are. The fingerprint covers the tensor, so a cache still names its exact model.
+  for (float v : divisors)
+    if (!(v > 0.0f) || !std::isfinite(v))
+      fail(f, Errc::corrupt, "tensor 'rope_freqs.weight' holds " + std::to_string(v) +
+                                 ", expected positive divisors");
+  RopeScaling r;
+  r.freq_factors = std::move(divisors);
+  return r;
+}
+
 void read_rope_scaling(const gguf::File& f, const std::string& p, ModelConfig& c) {
   RopeScaling& rs = c.rope_scaling;
   const std::string type = f.get_string_or(p + "rope.scaling.type", "none");
+  bool from_freqs = false;
   if (type == "none") {
     if (f.has(p + "rope.scale_linear")) {  // older converters wrote only this key
       rs.kind = RopeScalingKind::Linear;
       rs.factor = f.get_f32(p + "rope.scale_linear");
+    } else if (f.find_tensor("rope_freqs.weight")) {
+      rs = rope_freqs_scaling(f, c);
+      from_freqs = true;
     }
   } else if (type == "linear") {
     rs.kind = RopeScalingKind::Linear;
@@ -57,17 +87,14 @@ void read_rope_scaling(const gguf::File& f, const std::string& p, ModelConfig& c
   if (rs.kind != RopeScalingKind::None && !(rs.factor > 0.0f))
     fail(f, Errc::corrupt, "key '" + p + "rope.scaling.factor' = " + std::to_string(rs.factor) +
                                ", expected a positive factor");
-  if (const gguf::TensorInfo* t = f.find_tensor("rope_freqs.weight")) {
-    // Llama 3.1+ as llama.cpp converts it: per-dimension divisors instead of scaling keys. A file
-    // with both would scale twice.
+  if (!from_freqs && f.find_tensor("rope_freqs.weight")) {
+    // A file with both would scale twice.
     if (rs.kind == RopeScalingKind::Llama3)
       fail(f, Errc::corrupt, "both '" + p + "rope.scaling.type' = llama3 and tensor "
                              "'rope_freqs.weight' are present; they describe the same scaling");
-    if (t->n_dims != 1 || t->ne[0] < 1)
-      fail(f, Errc::corrupt, "tensor 'rope_freqs.weight' has shape " + t->shape_string() +
-                                 ", expected [head_dim / 2]");
-    rs.freq_factors.resize(size_t(t->ne[0]));
-    quant::dequantize_row(t->type, t->data, rs.freq_factors.data(), t->ne[0]);
+    fail(f, Errc::unsupported,
+         "tensor 'rope_freqs.weight' (per-dimension RoPE factors) is present together with '" + p +
+             "rope.scaling.type' = " + type + "; such files are not supported");
   }
 }
 

@@ -1,5 +1,6 @@
-// Model loading (GGUF -> weights mapped from the file + tokenizer + chat template), the generation
-// loop and perplexity. The GGUF mapping lives as long as the Model (its matrices point into it).
+// Model loading (a GGUF file or a Hugging Face folder -> weights mapped from the file(s) + tokenizer
+// + chat template), the generation loop and perplexity. The mapping lives as long as the Model (its
+// matrices point into it).
 #include "model/model.h"
 
 #include "model/detail/generate_loop.h"
@@ -7,12 +8,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 
 #include "common/error.h"
 #include "model/gguf.h"
 #include "model/detail/sysmem.h"
 #include "model/gguf_weights.h"
+#include "model/hf_model.h"
 #include "model/ragged_cache.h"
 
 namespace kvzip {
@@ -37,23 +40,39 @@ void check_fits(const std::string& path, uint64_t file_bytes) {
                   " is available; free memory, or use a smaller model or quantization");
 }
 
+// Bytes of a checkpoint folder's weights: every *.safetensors file in it.
+uint64_t safetensors_bytes(const std::string& dir) {
+  uint64_t n = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.path().extension() == ".safetensors" && e.is_regular_file(ec)) n += e.file_size(ec);
+  return n;
+}
+
 }  // namespace
 
 std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& options) {
-  auto shared = std::make_shared<const gguf::File>(gguf::File::open(path));
-  const gguf::File& file = *shared;
-  if (options.check_memory) check_fits(path, file.size());
   std::unique_ptr<Model> m(new Model());
   m->path_ = path;
-  m->weights_ = load_weights(shared);
-  m->tokenizer_ = std::make_unique<Tokenizer>(tokenizer_data_from_gguf(file));
+  if (is_hf_checkpoint_dir(path)) {  // a Hugging Face folder: config.json, tokenizer.json, safetensors
+    if (options.check_memory) check_fits(path, safetensors_bytes(path));
+    HfModel hf = load_hf_model(path);
+    m->weights_ = std::move(hf.weights);
+    m->tokenizer_ = std::make_unique<Tokenizer>(std::move(hf.tokenizer));
+    m->fingerprint_ = std::move(hf.fingerprint);
+  } else {
+    auto shared = std::make_shared<const gguf::File>(gguf::File::open(path));
+    if (options.check_memory) check_fits(path, shared->size());
+    m->weights_ = load_weights(shared);
+    m->tokenizer_ = std::make_unique<Tokenizer>(tokenizer_data_from_gguf(*shared));
+    m->fingerprint_ = fingerprint_from_gguf(*shared, options.progress);
+  }
   if (m->tokenizer_->vocab_size() != static_cast<int32_t>(m->weights_.config.vocab_size))
     throw Error(Errc::corrupt, path + ": tokenizer has " +
                                    std::to_string(m->tokenizer_->vocab_size()) +
                                    " tokens but the model's vocabulary size is " +
                                    std::to_string(m->weights_.config.vocab_size));
   m->chat_ = std::make_unique<ChatTemplate>(*m->tokenizer_);
-  m->fingerprint_ = fingerprint_from_gguf(file, options.progress);
   return m;
 }
 

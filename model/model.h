@@ -33,8 +33,8 @@ struct LoadOptions {
 
 class Model {
  public:
-  // Opens a GGUF model file, validates it and maps its weights (nothing is expanded: the matrices
-  // are read from the mapped file as they are stored).
+  // Opens a GGUF model file or a Hugging Face checkpoint folder (model/hf_model.h) and validates it;
+  // the weights stay in the mapped file(s).
   static std::unique_ptr<Model> load(const std::string& path, const LoadOptions& options = {});
 
   const std::string& path() const { return path_; }

@@ -1,4 +1,5 @@
-// Where the model file comes from, for every command: -m PATH, else $KVZIP_MODEL, else the
+// Where the model comes from, for every command: -m PATH (a GGUF file or a Hugging Face checkpoint
+// folder), else $KVZIP_MODEL, else the
 // default cache path ${XDG_CACHE_HOME:-~/.cache}/kvzip/models/SmolLM2-135M-Instruct.Q4_1.gguf.
 // resolve_model_path throws Errc::not_found with the fetch instructions when nothing exists.
 #pragma once
