@@ -94,7 +94,7 @@ TEST_CASE("rope_freqs: no scaling, linear scaling and impossible divisors", "[mo
   CHECK_FALSE(detail::scaling_from_rope_freqs(std::vector<float>(64, -1.0f), 500000.0f, 128));
 }
 
-TEST_CASE("rope_freqs: a GGUF with only rope_freqs.weight reads as llama3; bad tensors are refused",
+TEST_CASE("rope_freqs: a GGUF with only rope_freqs.weight reads as llama3; other divisors apply as they are; bad tensors are refused",
           "[model][gguf]") {
   test::TinyModelSpec spec;
   spec.config = test::tiny_gguf_llama_config();  // D 16, base 100000
@@ -122,9 +122,14 @@ TEST_CASE("rope_freqs: a GGUF with only rope_freqs.weight reads as llama3; bad t
     return {};
   };
   std::vector<float> bad = good;
-  bad[2] *= 1.05f;
-  auto [code, msg] = error(with_freqs(bad));
-  CHECK(code == Errc::unsupported);
+  bad[2] *= 1.05f;  // no llama3 rule gives this: the divisors are kept and applied as they are
+  const ModelConfig raw = config_from_gguf(test::open_bytes(with_freqs(bad)));
+  CHECK(raw.rope_scaling.kind == RopeScalingKind::None);
+  CHECK(raw.rope_scaling.freq_factors == bad);
+  std::vector<float> negative = good;
+  negative[3] = -1.0f;
+  auto [code, msg] = error(with_freqs(negative));
+  CHECK(code == Errc::corrupt);
   CHECK_THAT(msg, Catch::Contains("rope_freqs.weight"));
   std::vector<float> short_one(good.begin(), good.end() - 1);
   CHECK(error(with_freqs(short_one)).first == Errc::corrupt);
