@@ -2,7 +2,7 @@
 // maxima as a head-scores file (format/head_scores.h) for `kvzip compress --level head` and
 // `kvzip eval --methods kvzip-head`. Arguments are checked before the model loads; the file is
 // written atomically. Calibrate on a text other than the documents to compress: that is what
-// makes the head-level variant context-independent (shared/methods.md §1 step 9).
+// makes the head-level variant context-independent (spec/methods.md §1 step 9).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>

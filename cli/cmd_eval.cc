@@ -1,4 +1,4 @@
-// `kvzip eval`: the multi-query evaluation of shared/methods.md §5 on a SQuAD file — per document
+// `kvzip eval`: the multi-query evaluation of spec/methods.md §5 on a SQuAD file — per document
 // prefill once, score once per method, compress at every ratio and ask all of the document's
 // questions; prints a table (stdout), optionally writes CSV, a PNG plot and every answer (JSONL). Everything that can
 // be checked without the model (methods, ratios, output folders, the SQuAD file) is checked first;

@@ -1,5 +1,5 @@
 // compress/: scores every cached document KV pair (one Scorer interface: kvzip, full, random,
-// streaming, snapkv, h2o, rest-kv, rkv; shared/methods.md §1-4), selects which rows to keep (global threshold,
+// streaming, snapkv, h2o, rest-kv, rkv; spec/methods.md §1-4), selects which rows to keep (global threshold,
 // per-head uniform, per-layer), and evicts the rest into a RaggedKvCache. Scores have the layout
 // (L, Hkv, n_c) over the document rows n_p .. n_p+n_c-1 of the dense cache; the n_p prefix rows
 // are never scored and never evicted. Higher score = more important. compress() runs the whole

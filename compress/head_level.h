@@ -1,4 +1,4 @@
-// Head-level, context-independent KVzip (shared/methods.md §1 step 9). Calibration: KVzip-score
+// Head-level, context-independent KVzip (spec/methods.md §1 step 9). Calibration: KVzip-score
 // one document once per model and keep head_score[l, h] = max_j score[l, h, j]. Compression of any
 // later document then needs no scoring pass: the top fraction r of the L·Hkv heads keep the whole
 // document, the others keep only the prefix P plus the last `window` document rows. Head scores

@@ -1,4 +1,4 @@
-// The multi-query evaluation of shared/methods.md §5: per document, prefill ONCE (with the prefill
+// The multi-query evaluation of spec/methods.md §5: per document, prefill ONCE (with the prefill
 // observers of every method fanned out), score once per method, then for each ratio select, evict
 // and ask ALL the document's questions from that one compressed cache (greedy). The full cache
 // (method "full", ratio 1) answers are the reference. Prompts are built exactly as `kvzip

@@ -1,4 +1,4 @@
-// KVzip score kernel front (methods §1 step 5) — the device twin of the CPU scorer's
+// KVzip score kernel front (spec/methods.md §1 step 5) — the device twin of the CPU scorer's
 // compress/detail/attn_stats.cc with Reduce::Max. For every KV head h the key axis is the
 // concatenation of up to three row ranges (prefix P, document chunk c_t, and last the causal range
 // of R_t's own keys); query token i sees the fixed ranges and the first causal_base + i + 1 rows

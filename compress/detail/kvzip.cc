@@ -1,4 +1,4 @@
-// The KVzip scorer (methods §1 steps 2-6): for each document chunk c_t of m tokens, the input
+// The KVzip scorer (spec/methods.md §1 steps 2-6): for each document chunk c_t of m tokens, the input
 // R_t = [prompt_t ; S ; c_t] runs through the model with the full cache present; at every layer
 // the attention kernel computes, per KV head, the softmax of each R_t query row over the LOCAL key
 // axis K̄ = prefix ⊕ chunk t ⊕ R_t's own keys (causal inside R_t), and keeps for each chunk key the

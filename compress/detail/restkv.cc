@@ -1,4 +1,4 @@
-// The ReST-KV scorer (shared/methods.md §3), offline: the probe is the document's last W tokens.
+// The ReST-KV scorer (spec/methods.md §3), offline: the probe is the document's last W tokens.
 // Per layer and query head hq (KV head h = hq / G), over all N = n_p + n_c keys:
 //   A (W, N)  softmax of the probe's queries, causal inside the window;
 //   ā = EMA over A's rows in order (α); ō = Σ_j ā_j v_j;

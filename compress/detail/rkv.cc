@@ -1,4 +1,4 @@
-// The R-KV math (rkv.h) and the offline "rkv" scorer (shared/methods.md §4, offline variant for
+// The R-KV math (rkv.h) and the offline "rkv" scorer (spec/methods.md §4, offline variant for
 // documents). Candidates of every (layer, KV head) = the document rows before its last α tokens:
 // the prefix is never scored (always kept) and never enters I or R; the last α document tokens
 // are the probe (their queries give the importance) and score +inf.

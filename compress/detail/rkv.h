@@ -1,4 +1,4 @@
-// Internal to compress/: the R-KV math (shared/methods.md §4) over one KV head's candidate keys,
+// Internal to compress/: the R-KV math (spec/methods.md §4) over one KV head's candidate keys,
 // used by the offline "rkv" scorer. Both terms are distributions over the n candidates:
 //   importance I: probe logits z[t, j] = max over the group's G query heads of q·k_j·scale,
 //     softmax over the candidates per probe token (fp32), mean over the tokens, then a centred

@@ -1,4 +1,4 @@
-// Offline R-KV (methods §4) against a plain reference: the similarity matrix S over the candidate
+// Offline R-KV (spec/methods.md §4) against a plain reference: the similarity matrix S over the candidate
 // keys fully materialised (diagonal zeroed, each row's most recent similar entry zeroed, column
 // means, softmax) and the probe importance written out (max logit over the group, softmax over
 // the candidates, mean, max-pool); on a tiny random model and, for the redundancy's tiled scan,
