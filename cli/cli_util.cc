@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cerrno>
+#include <filesystem>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -61,6 +62,16 @@ std::string read_text(const std::string& path, const std::string& what) {
   }
   check_text(text, what + " " + (path == "-" ? std::string("(stdin)") : path));
   return text;
+}
+
+std::string default_output(const std::string& input, const char* extension, const char* command) {
+  if (input == "-")
+    throw Error(Errc::invalid_argument, std::string(command) +
+                                            ": reading the document from stdin needs -o OUT" +
+                                            extension);
+  std::filesystem::path p(input);
+  p.replace_extension(extension);
+  return p.string();
 }
 
 std::unique_ptr<Model> load_model(const std::string& cli_path, uint32_t threads) {

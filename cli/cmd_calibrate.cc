@@ -10,6 +10,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "common/error.h"
 #include "compress/head_level.h"
 #include "format/head_scores.h"
@@ -22,14 +23,6 @@ struct CalibrateOpts {
   uint32_t chunk = 2000, threads = 0;
   bool quiet = false, force = false;
 };
-
-std::string default_output(const std::string& doc) {
-  if (doc == "-")
-    throw Error(Errc::invalid_argument, "calibrate: reading the document from stdin needs -o OUT.kvh");
-  std::filesystem::path p(doc);
-  p.replace_extension(".kvh");
-  return p.string();
-}
 
 // The heads sorted by score, best first, as "L12.h1 0.9731" lines (the first `n`).
 void print_summary(const format::HeadScores& h, const CalibrateResult& r, const std::string& out) {
@@ -53,15 +46,13 @@ void print_summary(const format::HeadScores& h, const CalibrateResult& r, const 
 
 void run_calibrate(const CalibrateOpts& o) {
   if (o.chunk == 0) throw Error(Errc::invalid_argument, "calibrate: --chunk must be at least 1 token");
-  const std::string out = o.out.empty() ? default_output(o.doc) : o.out;
+  const std::string out = o.out.empty() ? default_output(o.doc, ".kvh", "calibrate") : o.out;
   if (!o.force && std::filesystem::exists(out))
     throw Error(Errc::invalid_argument, "calibrate: " + out + " exists; pass -f to replace it");
   const std::string text = read_text(o.doc, "calibration document");
 
   auto model = load_model(o.model, o.threads);
-  ScorerOptions so;
-  so.prompts = reconstruction_prompts(model->chat());
-  so.kvzip_chunk = o.chunk;
+  const ScorerOptions so = make_scorer_options(model->chat(), o.chunk, /*seed=*/0);
   const std::vector<int32_t> prefix = model->chat().prefix(o.system);
   const std::vector<int32_t> document = model->chat().encode_document(text);
   ProgressBarOptions pb;

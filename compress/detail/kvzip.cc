@@ -120,8 +120,7 @@ std::unique_ptr<Scorer> make_kvzip_scorer(const ScorerOptions& options) {
     throw Error(Errc::invalid_argument,
                 "kvzip needs its reconstruction prompts (ScorerOptions.prompts is empty); build "
                 "them with reconstruction_prompts(model.chat())");
-  if (options.kvzip_chunk == 0)
-    throw Error(Errc::invalid_argument, "kvzip chunk is 0, expected >= 1 (default 2000)");
+  require_positive("kvzip chunk", options.kvzip_chunk, 2000);
   return std::make_unique<KvzipScorer>(options);
 }
 

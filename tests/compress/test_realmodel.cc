@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "compress/compress.h"
+#include "compress/pipeline.h"
 #include "model/model.h"
 #include "prefill/prefill.h"
 

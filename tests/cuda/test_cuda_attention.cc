@@ -13,7 +13,7 @@
 
 #if KVZIP_HAVE_CUDA
 #include "common/error.h"
-#include "compress/detail/attn_stats.h"
+#include "kernels/attention_stats.h"
 #include "kernels/attention.h"
 #include "kernels/attention_score.h"
 #include "tests/support/random_weights.h"
@@ -129,7 +129,7 @@ double gpu_score_error(const ScoreCase& c, uint64_t salt) {
   auto q = test::random_vector(size_t(c.T) * c.Hq * c.D, seed, -2, 2);
   std::vector<std::vector<float>> k(c.Hkv);
   std::vector<gpu::GpuBuffer<float>> dk;
-  std::vector<detail::KeyAxis> axes(c.Hkv);
+  std::vector<ScoreKeyAxis> axes(c.Hkv);
   std::vector<ScoreKeyAxis> daxes(c.Hkv);
   for (uint32_t h = 0; h < c.Hkv; ++h) {
     k[h] = test::random_vector(size_t(rows) * c.D, seed * 41 + h, -2, 2);
@@ -151,7 +151,7 @@ double gpu_score_error(const ScoreCase& c, uint64_t salt) {
   const uint64_t stride = c.m + 3;
   auto start = test::random_vector(size_t(c.Hkv) * stride, seed + 7, 0.0f, 0.02f);
   auto want = start;
-  detail::AttnStatsArgs a;
+  AttentionStatsArgs a;
   a.q = q.data();
   a.T = c.T;
   a.Hq = c.Hq;
@@ -163,10 +163,10 @@ double gpu_score_error(const ScoreCase& c, uint64_t salt) {
   a.axes = axes.data();
   a.col0 = c.n_p;
   a.col1 = c.n_p + c.m;
-  a.reduce = detail::Reduce::Max;
+  a.reduce = Reduce::Max;
   a.out = want.data();
   a.out_stride = stride;
-  detail::attention_stats(nullptr, a);
+  attention_stats(Exec{}, a);
 
   auto dq = to_gpu(q);
   auto dout = to_gpu(start);

@@ -11,7 +11,7 @@
 #include "tests/cuda/support.h"
 
 #if KVZIP_HAVE_CUDA
-#include "compress/compress.h"
+#include "compress/pipeline.h"
 #include "model/forward.h"
 #include "model/gpu_cache.h"
 #include "model/gpu_forward.h"
