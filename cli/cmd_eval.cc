@@ -1,26 +1,27 @@
 // `kvzip eval`: the multi-query evaluation of spec/methods.md §5 on a SQuAD file — per document
 // prefill once, score once per method, compress at every ratio and ask all of the document's
-// questions; prints a table (stdout), optionally writes CSV, a PNG plot and every answer (JSONL). Everything that can
-// be checked without the model (methods, ratios, output folders, the SQuAD file) is checked first;
-// outputs are written only after the whole evaluation succeeded.
+// questions; prints a table (stdout), optionally writes CSV, an SVG plot and every answer
+// (JSONL). Everything that can be checked without the model (methods, ratios, output folders,
+// the SQuAD file) is checked first; outputs are written only after the whole evaluation succeeded.
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "common/error.h"
 #include "eval/eval.h"
 #include "eval/plot.h"
+#include "format/format.h"
 #include "format/head_scores.h"
-#include "loader/loader.h"
 
 namespace kvzip::cli {
 namespace {
 
 struct EvalOpts {
   std::string squad, doc = "article", model, csv, plot, answers, level = "global", system;
-  std::string query_template = loader::kDefaultQueryTemplate;
+  std::string query_template = format::kDefaultQueryTemplate;
   std::string head_scores;  // kvzip-head: the file of `kvzip calibrate`
   std::string device = "cpu";
   std::vector<std::string> methods = {"kvzip", "snapkv", "h2o", "streaming", "random"};
@@ -88,6 +89,10 @@ void run(const EvalOpts& o) {
   eo = eval::checked(eo);
   check_output(o.csv, "-o");
   check_output(o.plot, "--plot");
+  if (!o.plot.empty() && std::filesystem::path(o.plot).extension() != ".svg")
+    throw Error(Errc::invalid_argument,
+                "eval: --plot " + o.plot + ": the plot is written as SVG; name the file .svg "
+                "(rsvg-convert -o plot.png plot.svg makes a PNG of it)");
   check_output(o.answers, "--answers");
   eval::SquadOptions so;
   so.unit = eval::parse_document_unit(o.doc);
@@ -115,7 +120,7 @@ void run(const EvalOpts& o) {
   std::fwrite(table.data(), 1, table.size(), stdout);
   std::fflush(stdout);
   if (!o.csv.empty()) eval::write_csv(o.csv, report);
-  if (!o.plot.empty()) eval::write_png(o.plot, eval::plot_report(report));
+  if (!o.plot.empty()) eval::write_plot(o.plot, report);
   if (!o.answers.empty()) eval::write_answers(o.answers, report);
   if (!o.quiet)
     for (const std::string* path : {&o.csv, &o.plot, &o.answers})
@@ -141,7 +146,7 @@ void add_eval_commands(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str();
   c->add_option("-o,--output", o->csv, "Write the results as CSV");
-  c->add_option("--plot", o->plot, "Write a PNG plot of agreement and F1 against the ratio");
+  c->add_option("--plot", o->plot, "Write an SVG plot (FILE.svg) of agreement and F1 against the ratio");
   c->add_option("--answers", o->answers,
                 "Write every answer as JSON lines (method, ratio, question, answer, agreement, F1, KL)");
   c->add_option("--max-questions", o->max_questions, "Only the first N questions of the file");

@@ -1,4 +1,4 @@
-// Writes a whole output file (CSV, PNG) through PATH.tmp and a rename, so a failed or interrupted
+// Writes a whole output file (CSV, SVG, JSONL) through PATH.tmp and a rename, so a failed or interrupted
 // write never leaves a partial file under the final name.
 #pragma once
 #include <string>
