@@ -39,6 +39,15 @@ DocumentScores ScoredDocument::score(Scorer& scorer) {
   return s;
 }
 
+ScorerOptions tiny_kvzip_options() {
+  ScorerOptions so;
+  so.prompts.first = {3, 4, 5};
+  so.prompts.next = {6, 7, 8, 9};
+  so.prompts.turn_end = {10, 11};
+  so.kvzip_chunk = 16;
+  return so;
+}
+
 bool scorer_refuses(std::string_view method, const ScorerOptions& options, const char* what) {
   try {
     make_scorer(method, options);

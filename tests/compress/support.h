@@ -44,6 +44,10 @@ struct TinyDoc {
         question(random_tokens(n_question, cfg.vocab_size, seed + 3)) {}
 };
 
+// KVzip's options for token ids of the tiny models: short stand-in reconstruction prompts
+// ({3, 4, 5}, {6, 7, 8, 9}, turn end {10, 11}) and chunks of 16 tokens.
+ScorerOptions tiny_kvzip_options();
+
 // True when make_scorer(method, options) throws Errc::invalid_argument with `what` in its message
 // (CHECKed), false when it accepts the options.
 bool scorer_refuses(std::string_view method, const ScorerOptions& options, const char* what);

@@ -17,11 +17,7 @@ using namespace kvzip;
 namespace {
 
 ScorerOptions tiny_scorer_options() {
-  ScorerOptions so;
-  so.prompts.first = {3, 4, 5};
-  so.prompts.next = {6, 7, 8, 9};
-  so.prompts.turn_end = {10, 11};
-  so.kvzip_chunk = 16;
+  ScorerOptions so = test::tiny_kvzip_options();
   so.snapkv_window = 4;
   so.h2o_recent = 4;
   so.restkv_window = 4;

@@ -21,15 +21,6 @@ using namespace kvzip;
 
 namespace {
 
-ScorerOptions tiny_kvzip_options() {
-  ScorerOptions so;
-  so.prompts.first = {3, 4, 5};
-  so.prompts.next = {6, 7, 8, 9};
-  so.prompts.turn_end = {10, 11};
-  so.kvzip_chunk = 16;
-  return so;
-}
-
 // Scores (L=3, Hkv=2, n_c) with the given per-head maxima placed at varying positions and
 // smaller values elsewhere.
 DocumentScores scores_with_maxima(const std::vector<float>& maxima, uint32_t n_p, uint32_t n_c) {
@@ -133,7 +124,7 @@ TEST_CASE("calibration scores each head by the max of its KVzip scores over the 
   const Weights w = test::random_weights(cfg, 71);
   const std::vector<int32_t> prefix = test::random_tokens(6, cfg.vocab_size, 72);
   const std::vector<int32_t> doc = test::random_tokens(40, cfg.vocab_size, 73);
-  const ScorerOptions so = tiny_kvzip_options();
+  const ScorerOptions so = test::tiny_kvzip_options();
   Forward fwd(w, ForwardOptions{2, 8, {}});
 
   const CalibrateResult got = calibrate_heads(fwd, prefix, doc, so);

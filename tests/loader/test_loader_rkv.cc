@@ -16,12 +16,6 @@ using namespace kvzip;
 
 namespace {
 
-ForwardOptions one_thread() {
-  ForwardOptions o;
-  o.threads = 1;
-  return o;
-}
-
 struct RkvFixture : test::TinyModelDir {
   std::string kvz;  // the half-kept cache file
   uint32_t n_p = 0;
@@ -35,7 +29,7 @@ struct RkvFixture : test::TinyModelDir {
     d.suffix = model->chat().suffix("");
     d.document_text = doc;
     n_p = static_cast<uint32_t>(d.prefix.size());
-    Forward fwd(model->weights(), one_thread());
+    Forward fwd(model->weights(), ForwardOptions{.threads = 1});
     KvCache dense(model->config());
     std::vector<int32_t> all = d.prefix;
     all.insert(all.end(), d.document.begin(), d.document.end());

@@ -20,12 +20,6 @@ using namespace kvzip;
 
 namespace {
 
-ForwardOptions one_thread() {
-  ForwardOptions o;
-  o.threads = 1;
-  return o;
-}
-
 // Random keys where every third row is a noisy copy of an earlier one, so many pairs exceed T.
 std::vector<float> keys_with_repeats(uint32_t N, uint32_t D, uint64_t seed) {
   std::vector<float> k = test::random_vector(size_t(N) * D, seed);
@@ -160,7 +154,7 @@ TEST_CASE("a 2,100-token R-KV generation never holds more than budget + buffer c
           "[model][rkv]") {
   const ModelConfig cfg = long_config();
   const Weights w = test::random_weights(cfg, 21);
-  Forward fwd(w, one_thread());
+  Forward fwd(w, ForwardOptions{.threads = 1});
   // R-KV over 2,100 tokens; the streaming baseline (same schedule) over a shorter run.
   for (const auto& [streaming, n] : {std::pair{false, 2100u}, std::pair{true, 300u}}) {
     RaggedKvCache cache = empty_ragged(cfg);
@@ -203,7 +197,7 @@ TEST_CASE("with a budget above the generated length R-KV output equals plain gen
           "[model][rkv]") {
   const ModelConfig cfg = long_config();
   const Weights w = test::random_weights(cfg, 22);
-  Forward fwd(w, one_thread());
+  Forward fwd(w, ForwardOptions{.threads = 1});
   GenerateParams gp;
   gp.max_tokens = 200;
   KvCache plain_cache(cfg);
@@ -231,7 +225,7 @@ TEST_CASE("with document candidates R-KV bounds the prompt rows too but never th
           "[model][rkv]") {
   const ModelConfig cfg = long_config();
   const Weights w = test::random_weights(cfg, 23);
-  Forward fwd(w, one_thread());
+  Forward fwd(w, ForwardOptions{.threads = 1});
   std::vector<int32_t> prompt;
   for (int i = 0; i < 150; ++i) prompt.push_back((i * 37 + 11) % int(cfg.vocab_size));
   GenerateParams gp;
