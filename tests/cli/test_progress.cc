@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "cli/progress.h"
 
@@ -13,12 +14,24 @@ using namespace kvzip::cli;
 
 namespace {
 
-std::string read_all(FILE* f) {
+// What a bar with options `o` (its `out` replaced by a temporary file) writes for `updates`,
+// destructor included; *tty gets the bar's is_tty().
+std::string drawn(ProgressBarOptions o, const std::vector<PrefillProgress>& updates,
+                  bool* tty = nullptr) {
+  FILE* f = std::tmpfile();
+  REQUIRE(f);
+  o.out = f;
+  {
+    ProgressBar bar(o);
+    if (tty) *tty = bar.is_tty();
+    for (const PrefillProgress& p : updates) bar.update(p);
+  }
   std::string s;
   std::rewind(f);
   char buf[512];
   size_t n;
   while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
+  std::fclose(f);
   return s;
 }
 
@@ -28,52 +41,31 @@ size_t count(const std::string& s, char c) { return size_t(std::count(s.begin(),
 
 TEST_CASE("the progress bar writes at most four plain lines when not on a terminal",
           "[cli]") {
-  FILE* f = std::tmpfile();
-  REQUIRE(f);
-  {
-    ProgressBarOptions o;
-    o.out = f;
-    o.tty = 0;
-    ProgressBar bar(o);
-    for (uint64_t done = 0; done <= 1000; done += 10) bar.update(PrefillProgress{done, 1000, 1.0, 10.0 * done});
-  }
-  const std::string s = read_all(f);
+  ProgressBarOptions o;
+  o.tty = 0;
+  std::vector<PrefillProgress> updates;
+  for (uint64_t done = 0; done <= 1000; done += 10) updates.push_back({done, 1000, 1.0, 10.0 * done});
+  const std::string s = drawn(o, updates);
   INFO(s);
   CHECK(count(s, '\n') == 4);
   CHECK(count(s, '\r') == 0);
   CHECK(s.find("100%  1000/1000 tok  10000 tok/s") != std::string::npos);
-  std::fclose(f);
 }
 
 TEST_CASE("the progress bar redraws one line on a terminal and is silent when quiet",
           "[cli]") {
-  FILE* f = std::tmpfile();
-  REQUIRE(f);
-  {
-    ProgressBarOptions o;
-    o.out = f;
-    o.tty = 1;
-    o.redraw_s = 0.0;
-    o.label = "doc";
-    ProgressBar bar(o);
-    CHECK(bar.is_tty());
-    bar.update(PrefillProgress{5, 10, 0.5, 10});
-    bar.update(PrefillProgress{10, 10, 1.0, 10});
-  }
-  std::string s = read_all(f);
+  ProgressBarOptions o;
+  o.tty = 1;
+  o.redraw_s = 0.0;
+  o.label = "doc";
+  bool tty = false;
+  const std::string s = drawn(o, {{5, 10, 0.5, 10}, {10, 10, 1.0, 10}}, &tty);
+  CHECK(tty);
   CHECK(count(s, '\r') == 2);
   CHECK(count(s, '\n') == 1);  // finish() ends the line once
   CHECK(s.find("doc [###############...............]  50%") != std::string::npos);
-  std::fclose(f);
 
-  f = std::tmpfile();
-  {
-    ProgressBarOptions o;
-    o.out = f;
-    o.quiet = true;
-    ProgressBar bar(o);
-    bar.update(PrefillProgress{10, 10, 1.0, 10});
-  }
-  CHECK(read_all(f).empty());
-  std::fclose(f);
+  ProgressBarOptions quiet;
+  quiet.quiet = true;
+  CHECK(drawn(quiet, {{10, 10, 1.0, 10}}).empty());
 }

@@ -151,21 +151,10 @@ double gpu_score_error(const ScoreCase& c, uint64_t salt) {
   const uint64_t stride = c.m + 3;
   auto start = test::random_vector(size_t(c.Hkv) * stride, seed + 7, 0.0f, 0.02f);
   auto want = start;
-  AttentionStatsArgs a;
-  a.q = q.data();
-  a.T = c.T;
-  a.Hq = c.Hq;
-  a.Hkv = c.Hkv;
-  a.D = c.D;
-  a.scale = 1.0f / std::sqrt(float(c.D));
-  a.t0 = 0;
-  a.t1 = c.T;
-  a.axes = axes.data();
-  a.col0 = c.n_p;
-  a.col1 = c.n_p + c.m;
-  a.reduce = Reduce::Max;
-  a.out = want.data();
-  a.out_stride = stride;
+  const AttentionStatsArgs a{.q = q.data(), .T = c.T, .Hq = c.Hq, .Hkv = c.Hkv, .D = c.D,
+                             .scale = 1.0f / std::sqrt(float(c.D)), .t0 = 0, .t1 = c.T,
+                             .axes = axes.data(), .col0 = c.n_p, .col1 = c.n_p + c.m,
+                             .reduce = Reduce::Max, .out = want.data(), .out_stride = stride};
   attention_stats(Exec{}, a);
 
   auto dq = to_gpu(q);
