@@ -26,7 +26,7 @@
 
 #include "bench/bench_shapes.h"
 #include "common/error.h"
-#include "compress/compress.h"
+#include "compress/selection.h"
 #include "model/model.h"
 #include "prefill/prefill.h"
 

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "compress/compress.h"
+#include "compress/pipeline.h"
 #include "format/format.h"
 #include "kernels/attention.h"
 #include "kernels/device.h"
@@ -151,6 +151,7 @@ void kvzip_vs_prefill(GpuForward& f, uint32_t T) {
   co.scorer.prompts.first = random_tokens(9, c.vocab_size, 3);
   co.scorer.prompts.next = random_tokens(13, c.vocab_size, 4);
   co.scorer.prompts.turn_end = random_tokens(5, c.vocab_size, 5);
+  co.prefill.chunk = 2048;  // GpuForward's own chunk, as `kvzip compress --device cuda` uses
   CompressResult r = compress_gpu(f, prefix, doc, co);
   report("KVzip prefill " + std::to_string(T) + " (s)", r.prefill_s, "%.2f");
   report("KVzip scoring passes (s)", r.scoring_s, "%.2f");

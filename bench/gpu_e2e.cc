@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "compress/compress.h"
+#include "compress/pipeline.h"
 #include "eval/squad.h"
 #include "kernels/device.h"
 #include "model/gpu_forward.h"

@@ -5,7 +5,6 @@
 
 #include <cstdio>
 #include <cerrno>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +15,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "model/hf_model.h"
 #include "model/model_path.h"
 
 namespace kvzip::cli {
@@ -71,16 +71,27 @@ std::string read_text(const std::string& path, const std::string& what) {
   return text;
 }
 
+std::string default_output(const std::string& input, const char* extension, const char* command) {
+  if (input == "-")
+    throw Error(Errc::invalid_argument, std::string(command) +
+                                            ": reading the document from stdin needs -o OUT" +
+                                            extension);
+  std::filesystem::path p(input);
+  p.replace_extension(extension);
+  return p.string();
+}
+
 std::unique_ptr<Model> load_model(const std::string& cli_path, uint32_t threads) {
   // resolve_model_path calls a directory "not found"; say what it is instead.
   const char* env = std::getenv("KVZIP_MODEL");
   const std::string named = !cli_path.empty() ? cli_path : env ? env : "";
   std::error_code ec;
-  if (!named.empty() && std::filesystem::is_directory(named, ec))
+  if (!named.empty() && std::filesystem::is_directory(named, ec) && !is_hf_checkpoint_dir(named))
     throw Error(Errc::invalid_argument,
                 "model " + named + " (from " + (cli_path.empty() ? "$KVZIP_MODEL" : "-m") +
-                    ") is a directory; give a GGUF file, e.g. " +
-                    (std::filesystem::path(named) / kDefaultModelFile).string());
+                    ") is a directory without config.json; give a GGUF file (e.g. " +
+                    (std::filesystem::path(named) / kDefaultModelFile).string() +
+                    ") or a Hugging Face checkpoint folder");
   LoadOptions o;
   o.threads = threads;
   const std::string path = resolve_model_path(cli_path);

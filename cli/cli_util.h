@@ -24,6 +24,11 @@ uint32_t parse_threads(const std::string& text);  // the option's rule, for test
 // Checks that text is valid UTF-8 and not blank; `what` names it in the error.
 void check_text(const std::string& text, const std::string& what);
 
+// The file a command writes when -o is not given: `input` with its extension replaced by
+// `extension` (".kvz", ".kvh"). Standard input ("-") has no name to reuse: Errc::invalid_argument
+// asking for -o, `command` starting the message.
+std::string default_output(const std::string& input, const char* extension, const char* command);
+
 // Resolves -m / $KVZIP_MODEL / the default path and loads the model.
 std::unique_ptr<Model> load_model(const std::string& cli_path, uint32_t threads);
 

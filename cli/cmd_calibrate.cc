@@ -2,7 +2,7 @@
 // maxima as a head-scores file (format/head_scores.h) for `kvzip compress --level head` and
 // `kvzip eval --methods kvzip-head`. Arguments are checked before the model loads; the file is
 // written atomically. Calibrate on a text other than the documents to compress: that is what
-// makes the head-level variant context-independent (shared/methods.md §1 step 9).
+// makes the head-level variant context-independent (spec/methods.md §1 step 9).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -10,6 +10,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "compress/head_level.h"
@@ -23,14 +24,6 @@ struct CalibrateOpts {
   uint32_t chunk = 2000, threads = 0;
   bool quiet = false, force = false;
 };
-
-std::string default_output(const std::string& doc) {
-  if (doc == "-")
-    throw Error(Errc::invalid_argument, "calibrate: reading the document from stdin needs -o OUT.kvh");
-  std::filesystem::path p(doc);
-  p.replace_extension(".kvh");
-  return p.string();
-}
 
 // The heads sorted by score, best first, as "L12.h1 0.9731" lines (the first `n`).
 void print_summary(const format::HeadScores& h, const CalibrateResult& r, const std::string& out) {
@@ -54,14 +47,12 @@ void print_summary(const format::HeadScores& h, const CalibrateResult& r, const 
 
 void run_calibrate(const CalibrateOpts& o) {
   if (o.chunk == 0) throw Error(Errc::invalid_argument, "calibrate: --chunk must be at least 1 token");
-  const std::string out = o.out.empty() ? default_output(o.doc) : o.out;
+  const std::string out = o.out.empty() ? default_output(o.doc, ".kvh", "calibrate") : o.out;
   check_writable(out, o.force);  // not after the scoring pass
   const std::string text = read_text(o.doc, "calibration document");
 
   auto model = load_model(o.model, o.threads);
-  ScorerOptions so;
-  so.prompts = reconstruction_prompts(model->chat());
-  so.kvzip_chunk = o.chunk;
+  const ScorerOptions so = make_scorer_options(model->chat(), o.chunk, /*seed=*/0);
   const std::vector<int32_t> prefix = model->chat().prefix(o.system);
   const std::vector<int32_t> document = model->chat().encode_document(text);
   ProgressBarOptions pb;

@@ -1,31 +1,28 @@
-// `kvzip compress`: document -> prefill -> scoring (KVzip reconstruction or a baseline) ->
-// eviction -> .kvz file. Arguments are validated before any model work, and the output is
-// written atomically (temporary file, fsync, rename), so a failure never leaves a file behind.
-// `--level head` (or --method kvzip-head) is head-level KVzip: no scoring pass; the head scores
-// of `kvzip calibrate` decide which heads keep the whole document (compress/head_level.h).
+// `kvzip compress`: the options of compress_to_file (compress/pipeline.h: document -> prefill ->
+// scoring -> eviction -> .kvz file, written atomically) and the summary it prints. Arguments are
+// validated before the model loads. `--level head` (or --method kvzip-head) is head-level KVzip:
+// no scoring pass; the head scores of `kvzip calibrate` decide which heads keep the whole document.
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
-#include "compress/compress.h"
-#include "compress/head_level.h"
+#include "compress/pipeline.h"
 #include "format/format.h"
 #include "format/head_scores.h"
 #include "kernels/device.h"
-#include "loader/loader.h"
 
 namespace kvzip::cli {
 namespace {
 
 struct CompressOpts {
   std::string doc, model, out, method = "kvzip", level = "global", system, dtype = "f32";
-  std::string query_template = loader::kDefaultQueryTemplate;
+  std::string query_template = format::kDefaultQueryTemplate;
   std::string head_scores;  // --level head: the file of `kvzip calibrate`
   std::string device = "cpu";
   double ratio = 0.3;
@@ -51,34 +48,6 @@ bool head_level(const CompressOpts& o) {
   if (!head && !o.head_scores.empty())
     throw Error(Errc::invalid_argument, "compress: --head-scores applies only to --level head");
   return head;
-}
-
-// Head-level compression: head scores from the file, checked against the model.
-CompressResult compress_heads(const CompressOpts& o, const Model& model, Forward& fwd,
-                              const format::HeadScores& hs, const loader::CacheDescription& d,
-                              const PrefillProgressFn& progress) {
-  if (!format::check_head_scores_model(hs, model.config(), model.fingerprint(), o.force_model) &&
-      !o.quiet)
-    std::fprintf(stderr, "warning: %s was calibrated on another model (--force-model)\n",
-                 o.head_scores.c_str());
-  HeadLevelOptions ho;
-  ho.head_scores = hs.values;
-  ho.head_ratio = o.ratio_given ? o.ratio : 0.6;
-  ho.window = o.head_window;
-  ho.prefill.progress = progress;
-  ho.source = {{"head_scores", std::filesystem::path(o.head_scores).filename().string()},
-               {"head_scores_xxh64", format::head_scores_checksum_text(hs)},
-               {"calibration_source", hs.source},
-               {"calibration_tokens", std::to_string(hs.calibration_tokens)}};
-  return compress_head_level(fwd, d.prefix, d.document, ho);
-}
-
-std::string default_output(const std::string& doc) {
-  if (doc == "-")
-    throw Error(Errc::invalid_argument, "compress: reading the document from stdin needs -o OUT.kvz");
-  std::filesystem::path p(doc);
-  p.replace_extension(".kvz");
-  return p.string();
 }
 
 void run_compress(const CompressOpts& o) {
@@ -112,51 +81,43 @@ void run_compress(const CompressOpts& o) {
                                             " is outside 0 (off) .. 19");
   if (o.query_template.find("{question}") == std::string::npos)
     throw Error(Errc::invalid_argument, "compress: --query-template must contain {question}");
-  const std::string out = o.out.empty() ? default_output(o.doc) : o.out;
+  const std::string out = o.out.empty() ? default_output(o.doc, ".kvz", "compress") : o.out;
   check_writable(out, o.force);  // not after minutes of prefill and scoring
   const std::string text = read_text(o.doc, "document");
   const format::HeadScores hs = head ? format::read_head_scores_file(o.head_scores) : format::HeadScores{};
 
   auto model = load_model(o.model, o.threads);
-  co.scorer.prompts = reconstruction_prompts(model->chat());
-  co.scorer.kvzip_chunk = o.chunk;
-  co.scorer.seed = o.seed;
-  for (const std::string& kv : o.scorer_options) set_scorer_option(co.scorer, kv);
-  if (!head) (void)make_scorer(co.method, co.scorer);  // unknown method / bad option: fail early
-
-  loader::CacheDescription d;
-  d.prefix = model->chat().prefix(o.system);
-  d.document = model->chat().encode_document(text);
-  d.suffix = model->chat().suffix("");
-  d.document_text = text;
-  d.kv_dtype = *dtype;
+  if (head &&
+      !format::check_head_scores_model(hs, model->config(), model->fingerprint(), o.force_model) &&
+      !o.quiet)
+    std::fprintf(stderr, "warning: %s was calibrated on another model (--force-model)\n",
+                 o.head_scores.c_str());
+  CompressFileOptions fo;
+  fo.compress = co;
+  fo.compress.scorer = make_scorer_options(model->chat(), o.chunk, o.seed, o.scorer_options);
+  if (head) {
+    fo.compress.method = kHeadLevelMethod;
+    fo.compress.ratio = o.ratio_given ? o.ratio : 0.6;  // methods §1 step 9
+    fo.compress.head = head_level_options(hs, o.head_scores, o.head_window);
+  }
+  fo.system = o.system;
+  fo.query_template = o.query_template;
+  fo.kv_dtype = *dtype;
+  fo.write.zstd_level = o.zstd;
+  fo.write.force = o.force;
+  fo.device = device;
+  fo.threads = o.threads;
+  // On a GPU the prefill goes in calls of 2048 tokens, GpuForward's own chunk (the CPU's 512
+  // would only shrink its GEMMs); the progress bar then moves every 2048 tokens.
+  if (device == Device::Cuda) fo.compress.prefill.chunk = 2048;
   ProgressBarOptions pb;
   pb.quiet = o.quiet;
   ProgressBar bar(pb);
-  co.prefill.progress = bar.callback();
+  fo.compress.prefill.progress = bar.callback();
 
   const auto t0 = std::chrono::steady_clock::now();
-  CompressResult r = [&] {
-    if (device == Device::Cuda) {
-      GpuForward gpu(model->weights());
-      return compress_gpu(gpu, d.prefix, d.document, co);
-    }
-    ForwardOptions fo;
-    fo.threads = o.threads;
-    Forward fwd(model->weights(), fo);
-    return head ? compress_heads(o, *model, fwd, hs, d, co.prefill.progress)
-                : compress(fwd, d.prefix, d.document, co);
-  }();
+  const CompressResult r = compress_to_file(*model, text, fo, out);
   bar.finish();
-  d.method = r.method;
-  d.params = r.params;
-  d.params.push_back({"query_template", o.query_template});
-  d.requested_ratio = r.requested_ratio;
-  format::CacheContents contents = loader::make_contents(*model, r.cache, r.kept_scores, d);
-  format::WriteOptions wo;
-  wo.zstd_level = o.zstd;
-  wo.force = o.force;
-  format::write_cache_file(contents, out, wo);
   const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!o.quiet) {
     const double full_mb = 2.0 * model->config().n_layers * model->config().n_kv_heads *

@@ -1,34 +1,30 @@
-// `kvzip eval`: the multi-query evaluation of shared/methods.md §5 on a SQuAD file — per document
+// `kvzip eval`: the multi-query evaluation of spec/methods.md §5 on a SQuAD file — per document
 // prefill once, score once per method, compress at every ratio and ask all of the document's
-// questions; prints a table (stdout), optionally writes CSV, a PNG plot and every answer (JSONL). Everything that can
-// be checked without the model (methods, ratios, output folders, the SQuAD file) is checked first;
-// outputs are written only after the whole evaluation succeeded.
+// questions; prints a table (stdout), optionally writes CSV, an SVG plot and every answer
+// (JSONL). Everything that can be checked without the model (methods, ratios, output folders,
+// the SQuAD file) is checked first; outputs are written only after the whole evaluation succeeded.
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "eval/eval.h"
 #include "eval/plot.h"
 #include "format/head_scores.h"
-#include "loader/loader.h"
 
 namespace kvzip::cli {
 namespace {
 
 struct EvalOpts {
-  std::string squad, doc = "article", model, csv, plot, answers, level = "global", system;
-  std::string query_template = loader::kDefaultQueryTemplate;
+  eval::EvalOptions eo;  // its defaults are the command's; options bind to its fields directly
+  std::string squad, doc = "article", model, csv, plot, answers, level = "global";
   std::string head_scores;  // kvzip-head: the file of `kvzip calibrate`
   std::string device = "cpu";
-  std::vector<std::string> methods = {"kvzip", "snapkv", "h2o", "streaming", "random"};
-  std::vector<double> ratios = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0};
-  uint64_t max_questions = 0, seed = 0;
-  std::vector<std::string> scorer_options;  // KEY=VALUE
-  uint32_t n = 24, threads = 0, chunk = 2000, head_window = 0;
+  uint64_t max_questions = 0;
   bool all_questions = false, quiet = false, exact = false, force_model = false;
 };
 
@@ -65,28 +61,22 @@ void run(const EvalOpts& o) {
                 "eval --device cuda: the evaluation's batched draft answering runs on the CPU in this "
                 "version; compress on the GPU with `kvzip compress --device cuda` and answer with "
                 "`kvzip query --device cuda`, or run eval with --device cpu");
-  eval::EvalOptions eo;
-  eo.methods = o.methods;
-  eo.ratios = o.ratios;
+  eval::EvalOptions eo = o.eo;
   eo.level = parse_selection_level(o.level);
-  eo.max_answer_tokens = o.n;
-  eo.system = o.system;
-  eo.query_template = o.query_template;
-  eo.kvzip_chunk = o.chunk;
-  eo.seed = o.seed;
-  eo.scorer_options = o.scorer_options;
-  eo.threads = o.threads;
   eo.verify_drafts = !o.exact;
   eo.keep_answers = !o.answers.empty();
   format::HeadScores hs;
   if (!o.head_scores.empty()) {
     hs = format::read_head_scores_file(o.head_scores);
     eo.head_scores = hs.values;
-    eo.head_window = o.head_window;
   }
   eo = eval::checked(eo);
   check_output(o.csv, "-o");
   check_output(o.plot, "--plot");
+  if (!o.plot.empty() && std::filesystem::path(o.plot).extension() != ".svg")
+    throw Error(Errc::invalid_argument,
+                "eval: --plot " + o.plot + ": the plot is written as SVG; name the file .svg "
+                "(rsvg-convert -o plot.png plot.svg makes a PNG of it)");
   check_output(o.answers, "--answers");
   eval::SquadOptions so;
   so.unit = eval::parse_document_unit(o.doc);
@@ -94,7 +84,7 @@ void run(const EvalOpts& o) {
   so.max_questions = o.max_questions;
   const std::vector<eval::Document> docs = eval::read_squad(o.squad, so);
 
-  auto model = load_model(o.model, o.threads);
+  auto model = load_model(o.model, eo.threads);
   if (!o.head_scores.empty() &&
       !format::check_head_scores_model(hs, model->config(), model->fingerprint(), o.force_model) &&
       !o.quiet)
@@ -106,7 +96,7 @@ void run(const EvalOpts& o) {
     for (const auto& d : docs) questions += d.questions.size();
     std::fprintf(stderr, "eval: %zu documents, %llu questions, methods full + %zu, %zu ratios, "
                  "answers up to %u tokens\n", docs.size(), static_cast<unsigned long long>(questions),
-                 eo.methods.size(), eo.ratios.size(), o.n);
+                 eo.methods.size(), eo.ratios.size(), eo.max_answer_tokens);
   }
   eo.prefill_progress = progress_bars(o.quiet);
   const eval::EvalReport report = eval::run_eval(*model, docs, eo);
@@ -114,7 +104,7 @@ void run(const EvalOpts& o) {
   std::fwrite(table.data(), 1, table.size(), stdout);
   std::fflush(stdout);
   if (!o.csv.empty()) eval::write_csv(o.csv, report);
-  if (!o.plot.empty()) eval::write_png(o.plot, eval::plot_report(report));
+  if (!o.plot.empty()) eval::write_plot(o.plot, report);
   if (!o.answers.empty()) eval::write_answers(o.answers, report);
   if (!o.quiet)
     for (const std::string* path : {&o.csv, &o.plot, &o.answers})
@@ -131,38 +121,38 @@ void add_eval_commands(CLI::App& app) {
   c->add_option("--squad", o->squad, "SQuAD JSON file (v1.1 or v2.0)")->required();
   c->add_option("--doc", o->doc, "Document unit: article (paragraphs joined) | paragraph")
       ->capture_default_str();
-  c->add_option("--methods", o->methods,
+  c->add_option("--methods", o->eo.methods,
                 "Comma-separated, any of: kvzip,snapkv,h2o,rest-kv,rkv,streaming,random,kvzip-head "
                 "(kvzip-head needs --head-scores; its ratios are fractions of heads kept whole)")
       ->delimiter(',')
       ->capture_default_str();
-  c->add_option("--ratios", o->ratios, "Comma-separated fractions of document KV pairs to keep")
+  c->add_option("--ratios", o->eo.ratios, "Comma-separated fractions of document KV pairs to keep")
       ->delimiter(',')
       ->capture_default_str();
   c->add_option("-o,--output", o->csv, "Write the results as CSV");
-  c->add_option("--plot", o->plot, "Write a PNG plot of agreement and F1 against the ratio");
+  c->add_option("--plot", o->plot, "Write an SVG plot (FILE.svg) of agreement and F1 against the ratio");
   c->add_option("--answers", o->answers,
                 "Write every answer as JSON lines (method, ratio, question, answer, agreement, F1, KL)");
   c->add_option("--max-questions", o->max_questions, "Only the first N questions of the file");
   c->add_flag("--all-questions", o->all_questions, "Also ask unanswerable (is_impossible) questions");
-  c->add_option("-n,--max-tokens", o->n, "Answer tokens at most")->capture_default_str();
+  c->add_option("-n,--max-tokens", o->eo.max_answer_tokens, "Answer tokens at most")->capture_default_str();
   c->add_option("--level", o->level, "global | per-head | per-layer")->capture_default_str();
   c->add_option("-m,--model", o->model, "GGUF model file (default: $KVZIP_MODEL, then the cache)");
-  c->add_option("--system", o->system, "System prompt (default: the model template's)");
-  c->add_option("--chunk", o->chunk, "KVzip reconstruction chunk in tokens")->capture_default_str();
-  c->add_option("--seed", o->seed, "Seed of the random method");
-  c->add_option("-O,--scorer-option", o->scorer_options,
+  c->add_option("--system", o->eo.system, "System prompt (default: the model template's)");
+  c->add_option("--chunk", o->eo.kvzip_chunk, "KVzip reconstruction chunk in tokens")->capture_default_str();
+  c->add_option("--seed", o->eo.seed, "Seed of the random method");
+  c->add_option("-O,--scorer-option", o->eo.scorer_options,
                 "KEY=VALUE scorer parameter, repeatable (e.g. snapkv-window=64, restkv-alpha=0.5, "
                 "rkv-lambda=0.2; `kvzip compress --help` lists the keys)");
   c->add_option("--head-scores", o->head_scores,
                 "kvzip-head: head-scores file of `kvzip calibrate` (calibrate on a text that is not "
                 "an evaluated document)");
-  c->add_option("--head-window", o->head_window,
+  c->add_option("--head-window", o->eo.head_window,
                 "kvzip-head: last document rows the other heads keep besides the prefix")
       ->capture_default_str();
   c->add_flag("--force-model", o->force_model,
               "kvzip-head: use head scores calibrated on another model (same L and Hkv)");
-  add_threads_option(c, o->threads);
+  add_threads_option(c, o->eo.threads);
   c->add_option("--device", o->device, "cpu | cuda")->capture_default_str();
   c->add_flag("--exact-decode", o->exact,
               "Decode every answer token one at a time as `kvzip query` does (slower; by default "

@@ -1,6 +1,12 @@
 // ModelConfig (the shape and numerics of a Llama-family model) and ModelFingerprint (what identifies
-// the exact model that produced a cache). Plain data shared by model/ and format/; no behaviour
-// beyond validation and a stable text form. Dimension letters as in common/dims.h.
+// the exact model that produced a cache): plain data, shared by model/, format/, kernels/ and the
+// rest. This is also kvzip's one dimension glossary; every tensor carries a shape comment in these
+// letters:
+//   L  layers            Hq  query heads      Hkv  key/value heads    G  Hq / Hkv (the GQA group)
+//   D  head dimension    E   model width      F    FFN width          V  vocabulary size
+//   T  tokens (sequence positions)
+// Row-major everywhere: a shape (A, B) means B is contiguous. Keys are stored post-RoPE in the
+// canonical half-split (Hugging Face) head-dim order: RoPE rotates the pairs (i, i + D/2).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -1,7 +1,8 @@
-// The compress pipeline on a CUDA device (compress.h, "pipeline on a CUDA device"): the dense
-// prefill and KVzip's reconstruction passes run in GpuForward; a GPU observer reduces every
-// layer's local attention with attention_score_max into device scores (L, Hkv, n_c), which are
-// copied back once. Selection and eviction reuse the host code over one download of the cache.
+// The compress pipeline on a CUDA device (pipeline.h, compress_gpu): the dense prefill (in the
+// same chunks and with the same progress reports as on the CPU) and KVzip's reconstruction passes
+// run in GpuForward; a GPU observer reduces every layer's local attention with
+// attention_score_max into device scores (L, Hkv, n_c), which are copied back once. The checks
+// before and the selection, eviction and result after are the CPU pipeline's (detail/pipeline.h).
 #include <algorithm>
 #include <chrono>
 #include <limits>
@@ -9,7 +10,9 @@
 #include <vector>
 
 #include "common/error.h"
-#include "compress/compress.h"
+#include "compress/detail/pipeline.h"
+#include "compress/detail/scorers.h"
+#include "compress/pipeline.h"
 #include "kernels/attention_score.h"
 #include "kernels/gpu.h"
 
@@ -72,11 +75,7 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 DocumentScores kvzip_scores_gpu(GpuForward& forward, GpuCache& cache, uint32_t n_prefix,
                                 std::span<const int32_t> document, const ScorerOptions& options) {
-  if (options.prompts.first.empty() || options.prompts.next.empty() || options.prompts.turn_end.empty())
-    throw Error(Errc::invalid_argument,
-                "kvzip needs its reconstruction prompts (ScorerOptions.prompts is empty)");
-  if (options.kvzip_chunk == 0)
-    throw Error(Errc::invalid_argument, "kvzip chunk is 0, expected >= 1 (default 2000)");
+  (void)detail::make_kvzip_scorer(options);  // the CPU scorer's checks of prompts and chunk
   const uint32_t n_c = static_cast<uint32_t>(document.size()), full = n_prefix + n_c;
   if (cache.logical_length() != full)
     throw Error(Errc::invalid_argument, "kvzip_scores_gpu: the cache holds " +
@@ -112,22 +111,23 @@ CompressResult compress_gpu(GpuForward& forward, std::span<const int32_t> prefix
   if (!full && options.method != "kvzip")
     throw Error(Errc::unsupported, "--device cuda compresses with --method kvzip or full; method '" +
                                        options.method + "' runs with --device cpu");
-  const double ratio = full ? 1.0 : options.ratio;
-  std::unique_ptr<Scorer> scorer = make_scorer(options.method, options.scorer);  // validates options
-  check_fits_context(forward.config(), prefix.size(), document.size(), options.prefill.answer_room);
+  if (options.prefill.observer)
+    throw Error(Errc::unsupported, "compress_gpu: a prefill observer reads host memory; observe a "
+                                   "prefill on the CPU (compress with --device cpu)");
+  std::unique_ptr<Scorer> scorer =
+      detail::checked_scorer(forward.config(), prefix.size(), document.size(), options);
   const uint32_t n_p = static_cast<uint32_t>(prefix.size());
   const uint32_t n_c = static_cast<uint32_t>(document.size());
 
-  auto t = std::chrono::steady_clock::now();
   // Room for the answer and for the longest R_t (chunk + prompt + hint), so no pass regrows it.
   const uint32_t room = std::max<uint32_t>(options.prefill.answer_room, options.scorer.kvzip_chunk + 256);
   GpuCache cache(cache_shape(forward.config()), n_p + n_c + room);
-  std::vector<int32_t> tokens(prefix.begin(), prefix.end());
-  tokens.insert(tokens.end(), document.begin(), document.end());
-  forward.prefill(cache, tokens, LogitsMode::None);
-  const double prefill_s = seconds_since(t);
+  const double prefill_s =
+      prefill_in_chunks(prefix, document, options.prefill, [&](std::span<const int32_t> chunk) {
+        forward.prefill(cache, chunk, LogitsMode::None);
+      });
 
-  t = std::chrono::steady_clock::now();
+  const auto t = std::chrono::steady_clock::now();
   DocumentScores scores;
   if (full) {
     scores.shape = cache.shape();
@@ -139,16 +139,13 @@ CompressResult compress_gpu(GpuForward& forward, std::span<const int32_t> prefix
   }
   const double scoring_s = seconds_since(t);
 
-  t = std::chrono::steady_clock::now();
+  const auto t_copy = std::chrono::steady_clock::now();
   const KvCache dense = cache.to_host_dense(forward.stream());
-  const Selection sel = select_rows(scores, ratio, options.level);
-  EvictResult ev = evict(dense, scores, sel, options.room);
-  MethodParams params = scorer->params();
-  params.emplace_back("level", selection_level_name(options.level));
-  params.emplace_back("device", "cuda");
-  return CompressResult{std::move(ev.cache), std::move(ev.kept_scores), ratio, ev.achieved_ratio,
-                        scorer->name(), std::move(params), n_p, n_c, prefill_s, scoring_s,
-                        seconds_since(t)};
+  const double copy_s = seconds_since(t_copy);  // counted with the selection, as it serves it
+  CompressResult r = detail::finish(options, *scorer, dense, scores, prefill_s, scoring_s);
+  r.select_s += copy_s;
+  r.params.emplace_back("device", "cuda");
+  return r;
 }
 
 }  // namespace kvzip

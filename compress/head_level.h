@@ -1,9 +1,9 @@
-// Head-level, context-independent KVzip (shared/methods.md §1 step 9). Calibration: KVzip-score
+// Head-level, context-independent KVzip (spec/methods.md §1 step 9). Calibration: KVzip-score
 // one document once per model and keep head_score[l, h] = max_j score[l, h, j]. Compression of any
 // later document then needs no scoring pass: the top fraction r of the L·Hkv heads keep the whole
 // document, the others keep only the prefix P plus the last `window` document rows. Head scores
-// are plain (L, Hkv) arrays here; format/head_scores.h stores them in a file (compress/ does not
-// depend on format/).
+// are plain (L, Hkv) arrays here; format/head_scores.h stores them in a file. Compression with
+// them is compress()'s method kvzip-head (compress/pipeline.h).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -11,7 +11,9 @@
 #include <string_view>
 #include <vector>
 
-#include "compress/compress.h"
+#include "compress/scorer.h"
+#include "compress/selection.h"
+#include "prefill/prefill.h"
 
 namespace kvzip {
 
@@ -20,6 +22,11 @@ inline constexpr const char* kHeadLevelMethod = "kvzip-head";  // method name in
 // Errc::invalid_argument listing every method a command accepts (scorer_names() and
 // kHeadLevelMethod, which is no scorer) unless `method` is one of them.
 void check_method_name(std::string_view method);
+
+// Throws Errc::invalid_argument unless head_scores holds L·Hkv values of `shape`, none NaN; `who`
+// starts the message.
+void check_head_scores(std::span<const float> head_scores, const CacheShape& shape,
+                       const char* who);
 
 // (L, Hkv): max over the document rows of each head's scores (-inf for an empty document).
 std::vector<float> max_per_head(const DocumentScores& scores);
@@ -64,28 +71,21 @@ CalibrateResult calibrate_heads(Forward& forward, std::span<const int32_t> prefi
                                 std::span<const int32_t> document, const ScorerOptions& scorer,
                                 const PrefillOptions& prefill = {});
 
-// ---- Compression --------------------------------------------------------------------------
+// ---- Compression (method kvzip-head of compress/pipeline.h) --------------------------------
 
 struct HeadLevelOptions {
   std::vector<float> head_scores;  // (L, Hkv), e.g. format::HeadScores::values
-  double head_ratio = 0.6;         // r: fraction of the L·Hkv heads that keep the whole document
   // Document rows (the last ones) that the other heads keep besides P. Default 0: the achieved
   // document-row ratio then equals the fraction of heads kept, so a head-level row sits on the
   // same ratio axis as every other method; P already plays the sink tokens' part, and the
   // question and answer tokens appended later are every head's recent window at query time.
   uint32_t window = 0;
-  PrefillOptions prefill;          // chunk, answer_room, progress, observer
-  uint32_t room = 256;             // append rows per head of the compressed cache
   MethodParams source;             // appended to the recorded params (e.g. the file's checksum)
 };
 
-// Validates ratio and head scores (count L·Hkv, finite) before any model work, then prefills,
-// selects with select_heads and evicts. The result's method is kHeadLevelMethod; requested_ratio
-// is head_ratio (a fraction of heads), achieved_ratio the fraction of document rows kept; params
-// record level "head", head_ratio, heads_kept "k/H", window, doc_ratio, then options.source.
-// scoring_s is 0 (no scoring pass).
-CompressResult compress_head_level(Forward& forward, std::span<const int32_t> prefix,
-                                   std::span<const int32_t> document,
-                                   const HeadLevelOptions& options);
+// What a head-level cache records: level "head", head_ratio, heads_kept "k/H" (H = n_heads),
+// window, doc_ratio (the achieved document-row ratio), then `source`.
+MethodParams head_level_params(double head_ratio, uint32_t n_heads, uint32_t window,
+                               double doc_ratio, const MethodParams& source);
 
 }  // namespace kvzip

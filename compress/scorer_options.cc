@@ -1,4 +1,4 @@
-// set_scorer_option (compress.h): ScorerOptions fields by name, so the CLI can expose every
+// set_scorer_option and make_scorer_options (scorer.h): ScorerOptions fields by name, so the CLI can expose every
 // scorer's parameters without one flag per field. Values must parse completely (no "7x", no
 // trailing spaces); the scorers' own range checks (make_scorer) then apply unchanged.
 #include <charconv>
@@ -6,7 +6,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "compress/compress.h"
+#include "compress/scorer.h"
 
 namespace kvzip {
 namespace {
@@ -66,6 +66,16 @@ void set_scorer_option(ScorerOptions& o, std::string_view kv) {
     throw Error(Errc::invalid_argument, "scorer option '" + std::string(kv) +
                                             "' is not KEY=VALUE; known keys: " + kKeys);
   set_scorer_option(o, kv.substr(0, eq), kv.substr(eq + 1));
+}
+
+ScorerOptions make_scorer_options(const ChatTemplate& chat, uint32_t kvzip_chunk, uint64_t seed,
+                                  std::span<const std::string> overrides) {
+  ScorerOptions o;
+  o.prompts = reconstruction_prompts(chat);
+  o.kvzip_chunk = kvzip_chunk;
+  o.seed = seed;
+  for (const std::string& kv : overrides) set_scorer_option(o, kv);
+  return o;
 }
 
 }  // namespace kvzip

@@ -14,7 +14,6 @@
 #include "compress/head_level.h"
 #include "eval/answer.h"
 #include "eval/metrics.h"
-#include "format/format.h"
 #include "loader/loader.h"
 
 namespace kvzip::eval {
@@ -58,21 +57,18 @@ struct Accum {
 
 // What every answer of one document needs.
 struct DocSetup {
-  std::vector<int32_t> prefix, document;
+  DocumentPrompt prompt;                      // prefix, document, suffix as kvzip compress builds them
   std::vector<std::vector<int32_t>> prompts;  // (questions) question tokens, as kvzip query
   uint32_t answer_room = 0;                   // longest prompt + max answer tokens
 };
 
 DocSetup setup_document(const Model& model, const Document& doc, const EvalOptions& o) {
   DocSetup s;
-  s.prefix = model.chat().prefix(o.system);
-  s.document = model.chat().encode_document(doc.text);
-  format::CacheHeader h;  // only what loader::question_tokens reads
-  for (int32_t t : model.chat().suffix("")) h.suffix_tokens.push_back(static_cast<uint32_t>(t));
-  h.params.push_back({"query_template", o.query_template});
+  s.prompt = document_prompt(model.chat(), doc.text, o.system);
+  const std::vector<uint32_t> suffix(s.prompt.suffix.begin(), s.prompt.suffix.end());
   size_t longest = 0;
   for (const Question& q : doc.questions) {
-    s.prompts.push_back(loader::question_tokens(model.tokenizer(), h, q.text));
+    s.prompts.push_back(loader::question_tokens(model.tokenizer(), o.query_template, suffix, q.text));
     longest = std::max(longest, s.prompts.back().size());
   }
   s.answer_room = static_cast<uint32_t>(longest) + o.max_answer_tokens;
@@ -97,8 +93,8 @@ class DocumentRun {
   PrefillResult prefill(std::vector<std::unique_ptr<Scorer>>& scorers,
                         std::vector<std::unique_ptr<TimedObserver>>& timers) {
     ObserverFanout fan;
-    const auto n_p = static_cast<uint32_t>(s_.prefix.size());
-    const auto n_c = static_cast<uint32_t>(s_.document.size());
+    const auto n_p = static_cast<uint32_t>(s_.prompt.prefix.size());
+    const auto n_c = static_cast<uint32_t>(s_.prompt.document.size());
     for (auto& sc : scorers) {
       AttentionObserver* obs = sc->prefill_observer(fwd_, n_p, n_c);
       timers.push_back(obs ? std::make_unique<TimedObserver>(obs) : nullptr);
@@ -108,7 +104,7 @@ class DocumentRun {
     po.answer_room = s_.answer_room;
     po.progress = o_.prefill_progress;
     po.observer = fan.empty() ? nullptr : &fan;
-    PrefillResult pre = prefill_document(fwd_, s_.prefix, s_.document, po);
+    PrefillResult pre = prefill_document(fwd_, s_.prompt.prefix, s_.prompt.document, po);
     report_.prefill_s += pre.seconds;
     report_.document_tokens += n_c;
     return pre;
@@ -163,13 +159,12 @@ class DocumentRun {
     if (o_.keep_answers) report_.answers.push_back(std::move(rec));
   }
 
-  // Selects and evicts at `ratio` from the method's scores; returns the compressed cache. A
-  // head-level method selects whole heads (ratio = fraction of heads), the others rows.
-  RaggedKvCache compress(const KvCache& dense, const DocumentScores& scores, double ratio,
-                         bool head_level, Accum& acc) {
+  // Selects and evicts at `ratio` from the method's scores as compress() does; returns the
+  // compressed cache.
+  RaggedKvCache compress(const KvCache& dense, const DocumentScores& scores,
+                         const CompressOptions& method, double ratio, Accum& acc) {
     const auto t = Clock::now();
-    const Selection sel = head_level ? select_heads(scores, ratio, o_.head_window)
-                                     : select_rows(scores, ratio, o_.level);
+    const Selection sel = select_for_method(method, scores, ratio);
     EvictResult ev = evict(dense, scores, sel, s_.answer_room);
     acc.kept_doc += sel.kept_doc;
     acc.total_doc += sel.total_doc;
@@ -177,8 +172,8 @@ class DocumentRun {
     return std::move(ev.cache);
   }
 
-  uint32_t n_prefix() const { return static_cast<uint32_t>(s_.prefix.size()); }
-  const std::vector<int32_t>& document() const { return s_.document; }
+  uint32_t n_prefix() const { return static_cast<uint32_t>(s_.prompt.prefix.size()); }
+  const std::vector<int32_t>& document() const { return s_.prompt.document; }
 
  private:
   const Model& model_;
@@ -205,16 +200,20 @@ std::string row_summary(const std::string& method, double ratio, const Accum& a,
 void eval_document(const Model& model, Forward& fwd, const Document& doc, const EvalOptions& o,
                    EvalReport& report, std::vector<Accum>& accs) {
   DocumentRun run(model, fwd, doc, o, report);
-  ScorerOptions so;
-  so.prompts = reconstruction_prompts(model.chat());
-  so.kvzip_chunk = o.kvzip_chunk;
-  so.seed = o.seed;
-  for (const std::string& kv : o.scorer_options) set_scorer_option(so, kv);
+  // One CompressOptions per method (the reference "full" first): what compress() would be given.
+  std::vector<CompressOptions> methods(1 + o.methods.size());
+  methods[0].method = "full";
+  for (size_t m = 0; m < o.methods.size(); ++m) methods[1 + m].method = o.methods[m];
+  const ScorerOptions so = make_scorer_options(model.chat(), o.kvzip_chunk, o.seed, o.scorer_options);
   std::vector<std::unique_ptr<Scorer>> scorers;
-  scorers.push_back(make_scorer("full", so));
-  for (const std::string& m : o.methods)
-    scorers.push_back(m == kHeadLevelMethod ? make_head_level_scorer(o.head_scores)
-                                            : make_scorer(m, so));
+  for (CompressOptions& co : methods) {
+    co.level = o.level;
+    co.scorer = so;
+    co.head.head_scores = o.head_scores;
+    co.head.window = o.head_window;
+    co.ratio = 1.0;  // the ratios come per selection below
+    scorers.push_back(make_method_scorer(co));
+  }
   std::vector<std::unique_ptr<TimedObserver>> timers;
   PrefillResult pre = run.prefill(scorers, timers);
   log(o, fmt("  prefill %u tokens in %.1f s", pre.n_prefix + pre.n_doc, pre.seconds));
@@ -234,8 +233,7 @@ void eval_document(const Model& model, Forward& fwd, const Document& doc, const 
       Accum one;  // this document only, for the progress line
       t = Clock::now();
       const std::string& name = full ? std::string("full") : o.methods[m - 1];
-      RaggedKvCache cache =
-          run.compress(pre.cache, scores, ratios[r], name == kHeadLevelMethod, one);
+      RaggedKvCache cache = run.compress(pre.cache, scores, methods[m], ratios[r], one);
       one.compress_s += scoring_s;
       const bool same = !full && o.reuse_identical && one.kept_doc == one.total_doc;
       if (full) {

@@ -1,9 +1,10 @@
-// The multi-query evaluation of shared/methods.md §5: per document, prefill ONCE (with the prefill
+// The multi-query evaluation of spec/methods.md §5: per document, prefill ONCE (with the prefill
 // observers of every method fanned out), score once per method, then for each ratio select, evict
 // and ask ALL the document's questions from that one compressed cache (greedy). The full cache
 // (method "full", ratio 1) answers are the reference. Prompts are built exactly as `kvzip
-// compress` + `kvzip query` build them: prefix = chat.prefix(system), document =
-// chat.encode_document(text), question = loader::question_tokens (query template + suffix).
+// compress` + `kvzip query` build them (compress/pipeline.h document_prompt, then
+// loader::question_tokens: query template + suffix), and each stage is the compress pipeline's
+// own (make_method_scorer, select_for_method, evict), run once where the pipeline would repeat it.
 // Per method × ratio: SQuAD F1 and contains-answer, agreement with the full-cache answer tokens,
 // and KL(full || method) of the first answer token's distribution.
 #pragma once
@@ -12,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "compress/compress.h"
+#include "compress/pipeline.h"
 #include "eval/squad.h"
 #include "model/model.h"
 
@@ -24,7 +25,7 @@ struct EvalOptions {
   SelectionLevel level = SelectionLevel::Global;
   uint32_t max_answer_tokens = 24;
   std::string system;                 // "" = the chat template's default system prompt
-  std::string query_template = "\n\nQuestion: {question}";  // loader::kDefaultQueryTemplate
+  std::string query_template = format::kDefaultQueryTemplate;
   uint32_t kvzip_chunk = 2000;
   uint64_t seed = 0;                  // --method random
   std::vector<std::string> scorer_options;  // "KEY=VALUE" (set_scorer_option), after chunk/seed

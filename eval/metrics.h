@@ -1,4 +1,4 @@
-// Answer-quality metrics of the evaluation (shared/methods.md §5): SQuAD answer normalisation and
+// Answer-quality metrics of the evaluation (spec/methods.md §5): SQuAD answer normalisation and
 // token F1 as the official SQuAD v2.0 script computes them, contains-answer, and the KL
 // divergence between two first-token distributions given as logits. Scores are fractions in
 // [0, 1]; the report turns them into percentages.

@@ -1,13 +1,14 @@
-// Line plots for `kvzip eval --plot`: panels side by side, each with a title, gridded axes, one
-// coloured line with markers per series, an optional dashed reference level, and one shared
-// legend below. plot_report draws agreement (%) and F1 (%) against the ratio kept, per method.
+// Line plots for `kvzip eval --plot`, written as SVG (plain text, no drawing library): panels side
+// by side, each with a title, gridded and labelled axes, one coloured line with markers per series,
+// an optional dashed reference level, and one shared legend below. plot_report draws agreement (%)
+// and F1 (%) against the ratio kept, one series per method. Any browser or image viewer shows the
+// file; `rsvg-convert -o out.png out.svg` (librsvg) turns it into a PNG.
 #pragma once
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "eval/eval.h"
-#include "eval/png.h"
 
 namespace kvzip::eval {
 
@@ -25,14 +26,17 @@ struct PlotPanel {
   std::string reference_label;
 };
 
-// Throws Errc::invalid_argument for no panels or an empty axis range.
-Image render_panels(const std::vector<PlotPanel>& panels);
+// The SVG document of the panels (640 x 480 user units each, a legend strip below). Throws
+// Errc::invalid_argument for no panels or an empty axis range or tick.
+std::string render_svg(const std::vector<PlotPanel>& panels);
 
 // The two panels of a report: agreement and F1 (%) against the ratio, one series per method in
 // row order, the full cache's F1 as the dashed reference; the F1 axis zooms to the data (at most 6
 // ticks of 1, 2, 5, 10 or 20 points).
 std::vector<PlotPanel> report_panels(const EvalReport& report);
-// render_panels(report_panels(report)).
-Image plot_report(const EvalReport& report);
+// render_svg(report_panels(report)).
+std::string plot_report(const EvalReport& report);
+// Writes plot_report(report) to `path` through PATH.tmp and a rename (Errc::io on failure).
+void write_plot(const std::string& path, const EvalReport& report);
 
 }  // namespace kvzip::eval

@@ -35,6 +35,10 @@ uint32_t dtype_size(DType t);                        // bytes per element
 std::optional<DType> parse_dtype(std::string_view name);
 const char* codec_name(Codec c);                     // "none", "zstd"
 
+// The method parameter "query_template" says how a question follows the document at query time
+// ("{question}" is replaced by its text); a file without it is read with this one.
+inline constexpr const char* kDefaultQueryTemplate = "\n\nQuestion: {question}";
+
 // Everything in the file except the K/V rows. prefix_length() and logical_length() are derived
 // from the token lists so they can never disagree with them in memory.
 struct CacheHeader {

@@ -1,6 +1,6 @@
 // The head-scores file (.kvh, spec/head_scores_format.md): one importance score per
 // (layer, KV head) of one model, from KVzip's reconstruction scoring of a calibration document
-// (shared/methods.md §1 step 9). Small (a header, three strings, L·Hkv f32 values, an xxh64 over
+// (spec/methods.md §1 step 9). Small (a header, three strings, L·Hkv f32 values, an xxh64 over
 // everything before it), versioned like .kvz, written atomically. Parsing checks every field
 // before trusting it and throws kvzip::Error naming it; nothing here depends on compress/.
 #pragma once

@@ -1,5 +1,5 @@
 // Re-pruning a cache with its stored scores (format.h prune): the KVzip "global" selection
-// (methods.md §1 step 7) applied to the rows still in the file — one threshold over every kept
+// (spec/methods.md §1 step 7) applied to the rows still in the file — one threshold over every kept
 // document row of every layer and head. Same rule as compress::select_rows (Global): exactly
 // k = round(ratio · L·Hkv·n_c) rows stay; among scores equal to the cut, the rows earliest in file
 // order (layer, head, position) stay. Prefix rows are never evicted.

@@ -20,7 +20,7 @@ struct KvSpan {
 };
 
 // Optional statistics attention computes from the logits it forms anyway (the KVzip score,
-// methods §1 step 5): for every query row (token i, query head of KV head h), the softmax over a
+// spec/methods.md §1 step 5): for every query row (token i, query head of KV head h), the softmax over a
 // LOCAL subset of h's rows — [0, prefix_end) ⊕ [target_begin, target_end) ⊕ [own_begin, the row's
 // own causal limit] — and, for each target row j, the max of that probability over the group's
 // heads and all T tokens, max-combined into out[h·out_stride + j − target_begin] (so out must

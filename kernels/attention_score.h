@@ -1,13 +1,13 @@
-// KVzip score kernel front (methods §1 step 5) — the device twin of the CPU scorer's
-// compress/detail/attn_stats.cc with Reduce::Max. For every KV head h the key axis is the
+// KVzip score kernel front (spec/methods.md §1 step 5) — the device twin of
+// kernels/attention_stats.h with Reduce::Max. For every KV head h the key axis is the
 // concatenation of up to three row ranges (prefix P, document chunk c_t, and last the causal range
 // of R_t's own keys); query token i sees the fixed ranges and the first causal_base + i + 1 rows
 // of the causal one. For each query row of the GQA group the softmax over that LOCAL axis is
 // formed, and for each column c in [col0, col1) (inside the fixed ranges) the max over the group's
 // rows and all T tokens is combined into out[h · out_stride + c - col0] by max. Two passes, both
 // in 32×32 tiles: (1) per row the log-sum-exp over the axis (online), (2) per column block the max
-// of exp(logit - lse) over every row — no T×keys matrix is formed. CUDA only (the CPU twin lives
-// in compress/, which owns the scorer); pointers are device memory, `axes` a HOST array.
+// of exp(logit - lse) over every row — no T×keys matrix is formed. CUDA only (the CPU side is
+// attention_stats); pointers are device memory, `axes` a HOST array.
 #pragma once
 #include <cstdint>
 

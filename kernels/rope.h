@@ -1,4 +1,4 @@
-// RoPE front, canonical half-split order (common/dims.h): for each head vector x (D) and pair
+// RoPE front, canonical half-split order (common/model_config.h): for each head vector x (D) and pair
 // i < D/2, (x[i], x[i+D/2]) is rotated by the angle pos·inv_freq[i]. inv_freq[i] = base^(-2i/D),
 // adjusted by the model's RopeScaling (linear: divided by factor; llama3: the piecewise
 // wavelength rule of Llama 3.1). Angles are formed in fp32 as pos·inv_freq (as Hugging Face does),

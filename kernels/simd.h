@@ -80,4 +80,41 @@ inline float exp_scalar(float x) {
   return v[0];
 }
 
+// Largest of x[0..n), n >= 1.
+inline float row_max(const float* x, uint32_t n) {
+  uint32_t j = 0;
+  float mx = x[0];
+  if (n >= uint32_t(kLanes)) {
+    VecF m = load(x);
+    for (j = kLanes; j + kLanes <= n; j += kLanes) m = vmax(m, load(x + j));
+    mx = hmax(m);
+  }
+  for (; j < n; ++j) mx = x[j] > mx ? x[j] : mx;
+  return mx;
+}
+
+// x[i] = e^(x[i] - m) in place for i < n; returns their sum.
+inline float exp_sum(float* x, uint32_t n, float m) {
+  const VecF mv = splat(m);
+  VecF s{};
+  uint32_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const VecF e = exp_vec(load(x + i) - mv);
+    store(x + i, e);
+    s += e;
+  }
+  float r = hsum(s);
+  for (; i < n; ++i) r += (x[i] = exp_scalar(x[i] - m));
+  return r;
+}
+
+// x = softmax(x) over x[0..n), n >= 1, in fp32 with the maximum subtracted.
+inline void softmax(float* x, uint32_t n) {
+  const float inv = 1.0f / exp_sum(x, n, row_max(x, n));
+  const VecF iv = splat(inv);
+  uint32_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) store(x + i, load(x + i) * iv);
+  for (; i < n; ++i) x[i] *= inv;
+}
+
 }  // namespace kvzip::simd

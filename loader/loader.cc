@@ -1,9 +1,8 @@
-// Conversions between format::CacheContents / CacheReader and RaggedKvCache, and QuerySession.
+// From format::CacheContents / CacheReader to RaggedKvCache and GpuCache, and QuerySession.
 #include "loader/loader.h"
 
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <cstring>
 #include <optional>
 
@@ -65,79 +64,6 @@ QuerySession::Loaded QuerySession::open_file(const Model& model, const std::stri
   format::check_shape(reader.header(), model.config());
   RaggedKvCache cache = cache_from_reader(reader, o.room);
   return QuerySession::Loaded{reader.header(), std::move(cache), ms_since(t0)};
-}
-
-std::vector<format::LayerKv> layers_from_cache(const RaggedKvCache& cache,
-                                               const std::vector<std::vector<float>>& kept_scores) {
-  const CacheShape s = cache.shape();
-  const size_t D = s.head_dim;
-  if (!kept_scores.empty() && kept_scores.size() != s.n_layers)
-    throw Error(Errc::internal, "layers_from_cache: scores for " +
-                                    std::to_string(kept_scores.size()) + " layers, cache has " +
-                                    std::to_string(s.n_layers));
-  std::vector<format::LayerKv> layers(s.n_layers);
-  for (uint32_t l = 0; l < s.n_layers; ++l) {
-    format::LayerKv& out = layers[l];
-    size_t R = 0;
-    for (uint32_t h = 0; h < s.n_kv_heads; ++h) R += cache.kept(l, h);
-    out.head_rows.resize(s.n_kv_heads);
-    out.positions.resize(R);
-    out.k.resize(R * D);
-    out.v.resize(R * D);
-    size_t row = 0;
-    for (uint32_t h = 0; h < s.n_kv_heads; ++h) {
-      const size_t n = cache.kept(l, h);
-      out.head_rows[h] = static_cast<uint32_t>(n);
-      std::memcpy(out.k.data() + row * D, cache.k_rows(l, h), n * D * sizeof(float));
-      std::memcpy(out.v.data() + row * D, cache.v_rows(l, h), n * D * sizeof(float));
-      std::memcpy(out.positions.data() + row, cache.positions(l, h), n * sizeof(uint32_t));
-      row += n;
-    }
-    if (!kept_scores.empty()) {
-      if (kept_scores[l].size() != R)
-        throw Error(Errc::internal, "layers_from_cache: layer " + std::to_string(l) + " has " +
-                                        std::to_string(R) + " rows but " +
-                                        std::to_string(kept_scores[l].size()) + " scores");
-      out.scores = kept_scores[l];
-    }
-  }
-  return layers;
-}
-
-format::CacheContents make_contents(const Model& model, const RaggedKvCache& cache,
-                                    const std::vector<std::vector<float>>& kept_scores,
-                                    const CacheDescription& d) {
-  const CacheShape s = cache.shape();
-  const uint64_t n_p = d.prefix.size(), n_c = d.document.size();
-  if (cache.base_length() != n_p + n_c)
-    throw Error(Errc::internal, "make_contents: cache holds " + std::to_string(cache.base_length()) +
-                                    " positions, prompt has " + std::to_string(n_p + n_c));
-  format::CacheContents c;
-  format::CacheHeader& h = c.header;
-  h.tool_version = std::string("kvzip ") + KVZIP_VERSION;
-  h.created_unix = static_cast<int64_t>(std::time(nullptr));
-  format::set_model(h, model.config(), model.fingerprint());
-  h.kv_dtype = d.kv_dtype;
-  auto to_u32 = [](const std::vector<int32_t>& v) { return std::vector<uint32_t>(v.begin(), v.end()); };
-  h.prefix_tokens = to_u32(d.prefix);
-  h.document_tokens = to_u32(d.document);
-  h.suffix_tokens = to_u32(d.suffix);
-  h.document_text = d.document_text;
-  h.method = d.method;
-  h.params = d.params;
-  h.requested_ratio = d.requested_ratio;
-  uint64_t doc_rows = 0;
-  for (uint32_t l = 0; l < s.n_layers; ++l)
-    for (uint32_t hh = 0; hh < s.n_kv_heads; ++hh) {
-      const uint32_t* p = cache.positions(l, hh);
-      const uint32_t n = cache.kept(l, hh);
-      doc_rows += static_cast<uint64_t>(p + n - std::lower_bound(p, p + n, uint32_t(n_p)));
-    }
-  const uint64_t total = uint64_t(s.n_layers) * s.n_kv_heads * n_c;
-  h.achieved_ratio = total ? double(doc_rows) / double(total) : 1.0;
-  c.layers = layers_from_cache(cache, kept_scores);
-  c.has_scores = !kept_scores.empty();
-  return c;
 }
 
 GpuCache gpu_cache_from_reader(const format::CacheReader& reader, uint32_t room, void* stream) {
@@ -220,12 +146,17 @@ RaggedKvCache cache_from_contents(const format::CacheContents& c, uint32_t room)
 std::string query_template(const format::CacheHeader& header) {
   for (const auto& [k, v] : header.params)
     if (k == "query_template") return v;
-  return kDefaultQueryTemplate;
+  return format::kDefaultQueryTemplate;
 }
 
 std::vector<int32_t> question_tokens(const Tokenizer& tokenizer, const format::CacheHeader& header,
                                      std::string_view question) {
-  std::string tail = query_template(header);
+  return question_tokens(tokenizer, query_template(header), header.suffix_tokens, question);
+}
+
+std::vector<int32_t> question_tokens(const Tokenizer& tokenizer, std::string_view query_template,
+                                     std::span<const uint32_t> suffix, std::string_view question) {
+  std::string tail(query_template);
   const std::string key = "{question}";
   const size_t at = tail.find(key);
   if (at == std::string::npos)
@@ -233,7 +164,7 @@ std::vector<int32_t> question_tokens(const Tokenizer& tokenizer, const format::C
                                    tail + "\"");
   tail.replace(at, key.size(), question);
   std::vector<int32_t> ids = tokenizer.encode(tail, /*parse_special=*/false);
-  for (uint32_t t : header.suffix_tokens) {
+  for (uint32_t t : suffix) {
     if (t >= static_cast<uint32_t>(tokenizer.vocab_size()))
       throw Error(Errc::corrupt, "the cache's suffix template holds token id " + std::to_string(t) +
                                      " outside the model's vocabulary");

@@ -1,13 +1,15 @@
-// loader/: from a .kvz file to answers. Converts between the file's content (format/) and the
-// runtime RaggedKvCache (model/), checks that the cache belongs to the loaded model, and runs
-// query sessions: append the question's tokens, decode an answer, roll back to the compressed
-// state in O(L·Hkv) so the next question sees exactly the cache the file holds.
-// The query prompt is [prefix ; kept document rows ; tail(question) ; suffix template] where the
-// tail text comes from the file's "query_template" parameter (default kDefaultQueryTemplate).
+// loader/: from a .kvz file to answers (the read side; the write side is compress/pipeline.h).
+// Builds the runtime RaggedKvCache (model/) from a file's content (format/), checks that the cache
+// belongs to the loaded model, and runs query sessions: append the question's tokens, decode an
+// answer, roll back to the compressed state in O(L·Hkv) so the next question sees exactly the
+// cache the file holds. The query prompt is [prefix ; kept document rows ; tail(question) ;
+// suffix template] where the tail text comes from the file's "query_template" parameter
+// (default format::kDefaultQueryTemplate).
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,32 +21,6 @@
 #include "model/ragged_cache.h"
 
 namespace kvzip::loader {
-
-// How a question is placed after the document; "{question}" is replaced by the question text.
-inline constexpr const char* kDefaultQueryTemplate = "\n\nQuestion: {question}";
-
-// Rows of a ragged cache as a file's per-layer content. kept_scores, when not empty, holds per
-// layer the score of every kept row in the cache's row order (L vectors of R_l floats).
-std::vector<format::LayerKv> layers_from_cache(const RaggedKvCache& cache,
-                                               const std::vector<std::vector<float>>& kept_scores);
-
-// What a cache file records besides the rows: the prompt pieces and how the cache was made.
-struct CacheDescription {
-  std::vector<int32_t> prefix;    // (n_p) template opener (+ system prompt), never evicted
-  std::vector<int32_t> document;  // (n_c)
-  std::vector<int32_t> suffix;    // template tokens that close the user turn at query time
-  std::string document_text;
-  std::string method = "full";
-  std::vector<std::pair<std::string, std::string>> params;  // includes "query_template" if set
-  double requested_ratio = 1.0;
-  format::DType kv_dtype = format::DType::F32;
-};
-
-// The full content of a cache file for `cache` (made by `model`); the achieved ratio is counted
-// over document rows only (kept rows at positions >= n_p over L·Hkv·n_c).
-format::CacheContents make_contents(const Model& model, const RaggedKvCache& cache,
-                                    const std::vector<std::vector<float>>& kept_scores,
-                                    const CacheDescription& description);
 
 // The ragged cache a file describes, with `room` rows of append room per head.
 RaggedKvCache cache_from_reader(const format::CacheReader& reader, uint32_t room = 512);
@@ -64,6 +40,10 @@ std::string query_template(const format::CacheHeader& header);
 // the header's suffix template tokens.
 std::vector<int32_t> question_tokens(const Tokenizer& tokenizer, const format::CacheHeader& header,
                                      std::string_view question);
+// The same from a template and the suffix tokens directly (eval builds prompts without a file).
+// Errc::corrupt when the template has no {question} or a suffix id is outside the vocabulary.
+std::vector<int32_t> question_tokens(const Tokenizer& tokenizer, std::string_view query_template,
+                                     std::span<const uint32_t> suffix, std::string_view question);
 
 struct SessionOptions {
   uint32_t threads = 0;  // 0 = all cores

@@ -1,5 +1,6 @@
 // The CPU transformer forward pass of Llama-family models (Llama 2/3, SmolLM, Mistral, Qwen2 with
-// q/k/v bias), fp32, over any AttentionCache (dense KvCache now, a ragged cache later).
+// q/k/v bias), fp32, over any AttentionCache (the dense KvCache of a prefill, or the RaggedKvCache
+// of a compressed document).
 // New tokens always continue at cache.logical_length(); prefill processes them in chunks of
 // ForwardOptions::chunk tokens, decode is a one-token prefill; every weight product runs on the
 // matrices as the model file stores them (kernels/matmul.h, ForwardOptions::matmul). A failed call

@@ -296,9 +296,6 @@ std::vector<float> File::get_f32_array(std::string_view key) const {
 std::string File::get_string_or(std::string_view key, std::string_view dflt) const {
   return has(key) ? get_string(key) : std::string(dflt);
 }
-uint64_t File::get_u64_or(std::string_view key, uint64_t dflt) const {
-  return has(key) ? get_u64(key) : dflt;
-}
 uint32_t File::get_u32_or(std::string_view key, uint32_t dflt) const {
   return has(key) ? get_u32(key) : dflt;
 }

@@ -85,7 +85,6 @@ class File {
 
   // Defaults when the key is absent (a present key of the wrong type still throws).
   std::string get_string_or(std::string_view key, std::string_view dflt) const;
-  uint64_t get_u64_or(std::string_view key, uint64_t dflt) const;
   uint32_t get_u32_or(std::string_view key, uint32_t dflt) const;
   float get_f32_or(std::string_view key, float dflt) const;
   bool get_bool_or(std::string_view key, bool dflt) const;

@@ -1,16 +1,19 @@
-// RkvPolicy (model/rkv.h): the query ring buffer fed by the forward pass's observer, the
-// compression schedule (every `buffer` decoded tokens, plus once after a prefill that left more
-// than `budget` candidates) and the per-head in-place compaction through RaggedKvCache::retain.
-// The first candidate row of a head is found by position (rows are in increasing position), so
-// the policy holds no row indices across forward calls.
+// R-KV (model/rkv.h): the score of one head (the two terms are kernels/rkv.h) and its keep list,
+// and RkvPolicy: the query ring buffer fed by the forward pass's observer, the compression
+// schedule (every `buffer` decoded tokens, plus once after a prefill that left more than `budget`
+// candidates) and the per-head in-place compaction through RaggedKvCache::retain. The first
+// candidate row of a head is found by position (rows are in increasing position), so the policy
+// holds no row indices across forward calls.
 #include "model/rkv.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <string>
 
 #include "common/error.h"
+#include "kernels/rkv.h"
 
 namespace kvzip {
 namespace {
@@ -26,6 +29,34 @@ uint32_t first_row_at(const KvHeadView& v, uint32_t pos) {
 }
 
 }  // namespace
+
+std::vector<float> rkv_scores(const RkvHeadInput& in, const RkvParams& p) {
+  KVZIP_ASSERT(in.keys && in.queries && in.D > 0 && in.G > 0 && in.A > 0 && in.N > p.window);
+  const uint32_t M = in.N - p.window;
+  std::vector<float> z(M), red(in.N);
+  const uint64_t stride = in.q_stride ? in.q_stride : uint64_t(in.G) * in.D;
+  rkv_importance(Exec{}, RkvImportanceArgs{.q = in.queries, .tokens = in.A, .q_stride = stride,
+                                           .G = in.G, .D = in.D, .scale = in.scale, .k = in.keys,
+                                           .n = M, .kernel = p.kernel, .out = z.data()});
+  rkv_redundancy(Exec{}, RkvRedundancyArgs{in.keys, in.N, in.D, p.threshold, red.data()});
+  for (uint32_t j = 0; j < M; ++j) z[j] = p.lambda * z[j] - (1.0f - p.lambda) * red[j];
+  return z;
+}
+
+std::vector<uint32_t> rkv_keep(std::span<const float> scores, uint32_t N, const RkvParams& p) {
+  KVZIP_ASSERT(N > p.budget && p.budget > p.window && scores.size() == N - p.window);
+  std::vector<uint32_t> idx(scores.size());
+  std::iota(idx.begin(), idx.end(), 0u);
+  const size_t top = p.budget - p.window;
+  auto better = [&](uint32_t a, uint32_t b) {
+    return scores[a] != scores[b] ? scores[a] > scores[b] : a > b;
+  };
+  std::nth_element(idx.begin(), idx.begin() + (top - 1), idx.end(), better);
+  idx.resize(top);
+  std::sort(idx.begin(), idx.end());
+  for (uint32_t j = N - p.window; j < N; ++j) idx.push_back(j);
+  return idx;
+}
 
 void validate(const RkvParams& p) {
   if (p.buffer == 0) bad("buffer is 0; give the number of generated tokens between compressions (e.g. 128)");

@@ -1,4 +1,4 @@
-// Bounded caches during generation: R-KV (methods.md §4; Cai et al., "R-KV: Redundancy-aware KV
+// Bounded caches during generation: R-KV (spec/methods.md §4; Cai et al., "R-KV: Redundancy-aware KV
 // cache compression for reasoning models", 2025: Z = λ·I − (1 − λ)·R) and, on the same schedule,
 // the StreamingLLM baseline (sink + most recent). A policy works on a RaggedKvCache per (layer,
 // KV head). Candidate rows are a suffix of every head: rows at positions >= first_position; the
@@ -38,28 +38,25 @@ struct RkvParams {
 // lambda outside [0, 1], even kernel, streaming with budget <= sink, ...).
 void validate(const RkvParams& p);
 
-// One KV head's input to the R-KV scorer.
+// One KV head's input to the R-KV score (both the decode-time policy below and the offline
+// scorer of compress/ call rkv_scores; the two terms are the kernels of kernels/rkv.h).
 struct RkvHeadInput {
   const float* keys = nullptr;     // (N, D) post-RoPE keys of the candidates, oldest first; the
                                    // last `window` of them are the protected window
   uint32_t N = 0;
-  const float* queries = nullptr;  // (A, G, D) the last A post-RoPE queries of the G query heads
-                                   // that read this KV head, oldest first
+  const float* queries = nullptr;  // the last A post-RoPE queries of the G query heads that read
+                                   // this KV head, oldest first: token t, head g at
+                                   // queries + t·q_stride + g·D
   uint32_t A = 0;
   uint32_t G = 0;
   uint32_t D = 0;
   float scale = 0.0f;              // attention logit scale, 1/sqrt(D)
+  uint64_t q_stride = 0;           // floats between query tokens; 0 = G·D (contiguous (A, G, D))
 };
 
-// Importance of the scored rows [0, N − α): softmax over them (fp32) of the max-over-group
-// logits of each remembered query, mean over the A queries, centred max-pool of `kernel`. (N − α)
-std::vector<float> rkv_importance(const RkvHeadInput& in, const RkvParams& p);
-// Redundancy R = softmax(r) over all N rows, r_j = mean_i S_ij of the cosine similarities with
-// the diagonal and, per row, the most recent other row with S_ij > threshold zeroed. O(N·D)
-// memory: column sums from k̂_j·Σ_i k̂_i, row scans in blocks. (N)
-std::vector<float> rkv_redundancy(const float* keys /* (N, D) */, uint32_t N, uint32_t D,
-                                  float threshold);
-// Z_j = λ·I_j − (1 − λ)·R_j over the scored rows. (N − α)
+// Z_j = λ·I_j − (1 − λ)·R_j over the scored rows [0, N − α) (spec/methods.md §4): importance from
+// the A queries over the scored rows, redundancy over all N candidate rows (the window included),
+// R restricted to the scored rows afterwards. Needs N > α and A >= 1. (N − α)
 std::vector<float> rkv_scores(const RkvHeadInput& in, const RkvParams& p);
 // Ascending candidate indices to keep (p.budget of them, N > p.budget): the budget − α highest
 // scores (ties to the more recent row) plus the last α rows.

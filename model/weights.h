@@ -4,7 +4,7 @@
 // so y = W·x is y[r] = dot(row r, x), with Q/K rows in the half-split RoPE order; a GGUF of a
 // llama-type arch stores them interleaved, and Matrix::row_map says which stored row holds each
 // canonical row (kernels read through it; nothing is copied). Norm weights and biases are small
-// and kept as fp32 vectors. Dimension letters as in common/dims.h. Biases are empty unless
+// and kept as fp32 vectors. Dimension letters as in common/model_config.h. Biases are empty unless
 // config.qkv_bias.
 #pragma once
 #include <cstdint>

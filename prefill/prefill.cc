@@ -1,4 +1,4 @@
-// prefill_document and the context check (see prefill.h). The cache is created with room for the
+// prefill_document, its chunk loop and the context check (see prefill.h). The cache is created with room for the
 // whole sequence plus the answer room, so it never re-grows (and copies) while the document is read.
 #include "prefill/prefill.h"
 
@@ -29,20 +29,12 @@ void check_fits_context(const ModelConfig& cfg, uint64_t n_prefix, uint64_t n_do
                                             " tokens exceeds 2^32 positions");
 }
 
-PrefillResult prefill_document(Forward& forward, std::span<const int32_t> prefix,
-                               std::span<const int32_t> document, const PrefillOptions& options) {
+double prefill_in_chunks(std::span<const int32_t> prefix, std::span<const int32_t> document,
+                         const PrefillOptions& options,
+                         const std::function<void(std::span<const int32_t>)>& step) {
   if (options.chunk == 0)
     throw Error(Errc::invalid_argument, "PrefillOptions.chunk is 0, expected >= 1 (default 512)");
-  const ModelConfig& cfg = forward.config();
-  check_fits_context(cfg, prefix.size(), document.size(), options.answer_room);
-
-  const uint32_t n_p = static_cast<uint32_t>(prefix.size());
-  const uint32_t n_c = static_cast<uint32_t>(document.size());
-  const uint64_t total = uint64_t(n_p) + n_c;
-  PrefillResult r{KvCache(cfg, static_cast<uint32_t>(std::min<uint64_t>(
-                                   total + options.answer_room, UINT32_MAX))),
-                  n_p, n_c, 0.0};
-
+  const uint64_t n_p = prefix.size(), total = n_p + document.size();
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   auto report = [&](uint64_t done) {
@@ -55,20 +47,36 @@ PrefillResult prefill_document(Forward& forward, std::span<const int32_t> prefix
     options.progress(p);
   };
   report(0);
-  // The prefix and the document are one token stream; a chunk may straddle the boundary.
   uint64_t done = 0;
   std::vector<int32_t> buf;
-  buf.reserve(options.chunk);
+  buf.reserve(std::min<uint64_t>(options.chunk, total));
   while (done < total) {
     const uint64_t n = std::min<uint64_t>(options.chunk, total - done);
     buf.clear();
     for (uint64_t i = done; i < done + n; ++i)
       buf.push_back(i < n_p ? prefix[i] : document[i - n_p]);
-    forward.prefill(r.cache, buf, LogitsMode::None, options.observer);
+    step(buf);
     done += n;
     report(done);
   }
-  r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+PrefillResult prefill_document(Forward& forward, std::span<const int32_t> prefix,
+                               std::span<const int32_t> document, const PrefillOptions& options) {
+  if (options.chunk == 0)
+    throw Error(Errc::invalid_argument, "PrefillOptions.chunk is 0, expected >= 1 (default 512)");
+  const ModelConfig& cfg = forward.config();
+  check_fits_context(cfg, prefix.size(), document.size(), options.answer_room);
+  const uint32_t n_p = static_cast<uint32_t>(prefix.size());
+  const uint32_t n_c = static_cast<uint32_t>(document.size());
+  const uint64_t total = uint64_t(n_p) + n_c;
+  PrefillResult r{KvCache(cfg, static_cast<uint32_t>(std::min<uint64_t>(
+                                   total + options.answer_room, UINT32_MAX))),
+                  n_p, n_c, 0.0};
+  r.seconds = prefill_in_chunks(prefix, document, options, [&](std::span<const int32_t> chunk) {
+    forward.prefill(r.cache, chunk, LogitsMode::None, options.observer);
+  });
   return r;
 }
 

@@ -1,14 +1,12 @@
 // prefill/: reads [prefix ; document] into a full dense KvCache in chunks, reporting progress, and
 // checks first that the sequence plus the room a question and its answer need fits the model's
 // context. An optional AttentionObserver sees every layer of every chunk (the H2O and SnapKV
-// scorers observe the prefill this way). ProgressBar is a ready-made stderr progress display:
-// redrawn in place with \r on a terminal, a few plain lines otherwise, nothing when quiet.
+// scorers observe the prefill this way). The chunk loop itself (prefill_in_chunks) serves any
+// forward pass, the GPU one included. A terminal display of the progress is cli/progress.h.
 #pragma once
 #include <cstdint>
-#include <cstdio>
 #include <functional>
 #include <span>
-#include <string>
 
 #include "common/model_config.h"
 #include "model/forward.h"
@@ -43,44 +41,18 @@ struct PrefillResult {
 void check_fits_context(const ModelConfig& cfg, uint64_t n_prefix, uint64_t n_doc,
                         uint64_t answer_room);
 
+// The chunk loop of a document prefill for any forward pass: calls step(chunk) for consecutive
+// chunks of options.chunk tokens of [prefix ; document] (a chunk may straddle the boundary) and
+// options.progress once before the first and after each. Returns the wall seconds it took.
+// Throws Errc::invalid_argument for options.chunk == 0, and what step throws.
+double prefill_in_chunks(std::span<const int32_t> prefix, std::span<const int32_t> document,
+                         const PrefillOptions& options,
+                         const std::function<void(std::span<const int32_t>)>& step);
+
 // Checks the context (above), then prefills prefix followed by document into a new KvCache with
 // room for answer_room more rows. Throws what Forward::prefill throws (bad token ids) and
 // Errc::invalid_argument for options.chunk == 0.
 PrefillResult prefill_document(Forward& forward, std::span<const int32_t> prefix,
                                std::span<const int32_t> document, const PrefillOptions& options = {});
-
-struct ProgressBarOptions {
-  std::string label = "prefill";
-  bool quiet = false;        // true: print nothing
-  FILE* out = stderr;        // must stay open while the bar is used
-  int tty = -1;              // -1: ask isatty(out); 0: plain lines; 1: redraw with \r
-  double redraw_s = 0.1;     // a terminal bar is redrawn at most this often (and at 100%)
-};
-
-// Formats PrefillProgress as "label [#####.....]  42%  2048/4873 tok  1234 tok/s". On a terminal it
-// redraws one line; otherwise it writes a plain line at 25%, 50%, 75% and 100% (at most four).
-class ProgressBar {
- public:
-  explicit ProgressBar(ProgressBarOptions options = {});
-  void update(const PrefillProgress& p);
-  // Ends the terminal line (newline) if one was drawn. Called by the destructor too.
-  void finish();
-  ~ProgressBar();
-  ProgressBar(const ProgressBar&) = delete;
-  ProgressBar& operator=(const ProgressBar&) = delete;
-  // A callback for PrefillOptions::progress that forwards to this bar (which must outlive it).
-  PrefillProgressFn callback();
-
-  bool is_tty() const { return tty_; }
-
- private:
-  std::string line(const PrefillProgress& p) const;
-
-  ProgressBarOptions opt_;
-  bool tty_ = false;
-  bool drawn_ = false;        // a terminal line is open (needs a newline at finish)
-  int next_quarter_ = 1;      // plain mode: next quarter (1..4) to report
-  double last_draw_s_ = -1e9;
-};
 
 }  // namespace kvzip

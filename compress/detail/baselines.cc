@@ -1,4 +1,4 @@
-// The baseline scorers of methods §2: full (no eviction), random (seeded), streaming (sinks + most
+// The baseline scorers of spec/methods.md §2: full (no eviction), random (seeded), streaming (sinks + most
 // recent), SnapKV (the document's last W queries, summed probabilities, 1-D max-pool) and H2O
 // (attention accumulated over the whole prefill + a recent window). SnapKV and H2O observe the
 // document's prefill through prefill_observer(); rows a method always keeps score +inf.
@@ -8,21 +8,56 @@
 #include <string>
 
 #include "common/error.h"
-#include "compress/detail/attn_stats.h"
 #include "compress/detail/scorers.h"
+#include "kernels/attention_stats.h"
 #include "kernels/thread_pool.h"
 
 namespace kvzip::detail {
 
-void advance_prefill(std::vector<uint32_t>& seen, const AttentionObservation& obs, uint32_t total) {
+void PrefillWatch::arm(uint32_t n_layers, uint32_t n_prefix, uint32_t n_doc) {
+  seen_.assign(n_layers, 0);
+  n_prefix_ = n_prefix;
+  n_doc_ = n_doc;
+  armed_ = true;
+}
+
+void PrefillWatch::advance(const AttentionObservation& obs) {
   const uint32_t p0 = obs.positions[0];
-  if (p0 != seen[obs.layer] || p0 + obs.T > total)
+  KVZIP_ASSERT(obs.layer < seen_.size());
+  if (p0 != seen_[obs.layer] || p0 + obs.T > total())
     throw Error(Errc::invalid_argument,
-                "scorer observer: expected tokens from position " + std::to_string(seen[obs.layer]) +
-                    " of a " + std::to_string(total) + "-token prefill, got " +
+                "scorer observer: expected tokens from position " + std::to_string(seen_[obs.layer]) +
+                    " of a " + std::to_string(total()) + "-token prefill, got " +
                     std::to_string(obs.T) + " tokens at " + std::to_string(p0) +
                     "; attach the observer to the document prefill only");
-  seen[obs.layer] = p0 + obs.T;
+  seen_[obs.layer] = p0 + obs.T;
+}
+
+void PrefillWatch::check(const ScoreInput& in, const char* method, const char* needs) const {
+  check_score_input(in, method);
+  if (!armed_ || n_prefix_ != in.n_prefix || n_doc_ != in.document.size())
+    throw Error(Errc::invalid_argument,
+                std::string(method) + " " + needs + ": call prefill_observer(forward, n_prefix, "
+                "n_doc) and run the document prefill with it first");
+  for (uint32_t l = 0; l < seen_.size(); ++l)
+    if (seen_[l] != total())
+      throw Error(Errc::invalid_argument,
+                  std::string(method) + " " + needs + ": run the document prefill with the "
+                  "scorer's prefill_observer() (layer " + std::to_string(l) + " observed " +
+                      std::to_string(seen_[l]) + " of " + std::to_string(total()) + " tokens)");
+}
+
+void require_positive(const char* what, uint32_t v, uint32_t dflt) {
+  if (v == 0)
+    throw Error(Errc::invalid_argument, std::string(what) + " is 0, expected >= 1 (default " +
+                                            std::to_string(dflt) + ")");
+}
+
+void require_odd(const char* what, uint32_t v, uint32_t dflt) {
+  if (v % 2 == 0)
+    throw Error(Errc::invalid_argument, std::string(what) + " is " + std::to_string(v) +
+                                            ", expected an odd number >= 1 (default " +
+                                            std::to_string(dflt) + ")");
 }
 
 void check_score_input(const ScoreInput& in, const char* method) {
@@ -105,67 +140,52 @@ class StreamingScorer final : public Scorer {
 // key over all rows they attend to (GQA group summed). Queries: positions >= first_query.
 class AccumulatingObserver final : public AttentionObserver {
  public:
-  void reset(CacheShape shape, uint32_t total, uint32_t first_query, ThreadPool* pool) {
+  void reset(CacheShape shape, uint32_t n_prefix, uint32_t n_doc, uint32_t first_query,
+             ThreadPool* pool) {
     shape_ = shape;
-    total_ = total;
     first_query_ = first_query;
     pool_ = pool;
-    acc_.assign(size_t(shape.n_layers) * shape.n_kv_heads * total, 0.0f);
-    seen_.assign(shape.n_layers, 0);
+    watch_.arm(shape.n_layers, n_prefix, n_doc);
+    acc_.assign(size_t(shape.n_layers) * shape.n_kv_heads * watch_.total(), 0.0f);
   }
 
   void on_attention(const AttentionObservation& obs) override {
     KVZIP_ASSERT(obs.layer < shape_.n_layers && obs.Hkv == shape_.n_kv_heads);
-    const uint32_t p0 = obs.positions[0];
-    advance_prefill(seen_, obs, total_);
+    const uint32_t p0 = obs.positions[0], total = watch_.total();
+    watch_.advance(obs);
     const uint32_t t0 = first_query_ > p0 ? first_query_ - p0 : 0;
     if (t0 >= obs.T) return;
-    std::vector<KeyAxis> axes(obs.Hkv);
+    std::vector<ScoreKeyAxis> axes(obs.Hkv);
     for (uint32_t h = 0; h < obs.Hkv; ++h) {
       const KvHeadView v = obs.cache->view(obs.layer, h);
       KVZIP_ASSERT(v.len == p0 + obs.T);  // dense: row == position
-      axes[h].ranges[0] = KeyRange{v.k, v.len};
+      axes[h].ranges[0] = ScoreKeyRange{v.k, v.len};
       axes[h].n_ranges = 1;
       axes[h].causal_base = v.len - obs.T;
     }
-    AttnStatsArgs a;
-    a.q = obs.q;
-    a.T = obs.T;
-    a.Hq = obs.Hq;
-    a.Hkv = obs.Hkv;
-    a.D = obs.D;
-    a.scale = obs.scale;
-    a.t0 = t0;
-    a.t1 = obs.T;
-    a.axes = axes.data();
-    a.col0 = 0;
-    a.col1 = p0 + obs.T;
-    a.reduce = Reduce::Sum;
-    a.out = acc_.data() + size_t(obs.layer) * obs.Hkv * total_;
-    a.out_stride = total_;
-    attention_stats(pool_, a);
+    const AttentionStatsArgs a{.q = obs.q, .T = obs.T, .Hq = obs.Hq, .Hkv = obs.Hkv, .D = obs.D,
+                               .scale = obs.scale, .t0 = t0, .t1 = obs.T, .axes = axes.data(),
+                               .col0 = 0, .col1 = p0 + obs.T, .reduce = Reduce::Sum,
+                               .out = acc_.data() + size_t(obs.layer) * obs.Hkv * total,
+                               .out_stride = total};
+    attention_stats(Exec{Device::Cpu, pool_}, a);
   }
 
-  // Throws unless every layer observed the whole prefill.
-  void check_complete(const char* method) const {
-    for (uint32_t l = 0; l < shape_.n_layers; ++l)
-      if (seen_.empty() || seen_[l] != total_)
-        throw Error(Errc::invalid_argument,
-                    std::string(method) + " scores from the prefill's attention: run the document "
-                    "prefill with the scorer's prefill_observer() (layer " + std::to_string(l) +
-                    " observed " + std::to_string(seen_.empty() ? 0 : seen_[l]) + " of " +
-                    std::to_string(total_) + " tokens)");
+  // The accumulated rows, once the watch confirms that `in` is the observed, complete prefill.
+  const AccumulatingObserver& checked(const ScoreInput& in, const char* method) const {
+    watch_.check(in, method, "scores from the prefill's attention");
+    return *this;
   }
   const float* acc_row(uint32_t l, uint32_t h) const {
-    return acc_.data() + (size_t(l) * shape_.n_kv_heads + h) * total_;
+    return acc_.data() + (size_t(l) * shape_.n_kv_heads + h) * watch_.total();
   }
 
  private:
   CacheShape shape_;
-  uint32_t total_ = 0, first_query_ = 0;
+  uint32_t first_query_ = 0;
   ThreadPool* pool_ = nullptr;
-  std::vector<float> acc_;      // (L, Hkv, total)
-  std::vector<uint32_t> seen_;  // (L) positions observed so far
+  PrefillWatch watch_;
+  std::vector<float> acc_;  // (L, Hkv, total)
 };
 
 // Base of the two observing scorers: prefill_observer() arms a fresh accumulator.
@@ -173,32 +193,19 @@ class ObservingScorer : public Scorer {
  public:
   AttentionObserver* prefill_observer(Forward& forward, uint32_t n_prefix,
                                       uint32_t n_doc) override {
-    n_prefix_ = n_prefix;
-    n_doc_ = n_doc;
-    armed_ = true;
-    obs_.reset(cache_shape(forward.config()), n_prefix + n_doc, first_query(n_prefix, n_doc),
+    obs_.reset(cache_shape(forward.config()), n_prefix, n_doc, first_query(n_prefix, n_doc),
                &forward.pool());
     return &obs_;
   }
 
  protected:
   virtual uint32_t first_query(uint32_t n_prefix, uint32_t n_doc) const = 0;
-  // Checks that the observed prefill is the input's and returns its accumulator.
   const AccumulatingObserver& observed(const ScoreInput& in, const char* method) const {
-    check_score_input(in, method);
-    if (!armed_ || n_prefix_ != in.n_prefix || n_doc_ != in.document.size())
-      throw Error(Errc::invalid_argument,
-                  std::string(method) + " scores from the prefill's attention: call "
-                  "prefill_observer(forward, n_prefix, n_doc) and run the document prefill with "
-                  "it first");
-    obs_.check_complete(method);
-    return obs_;
+    return obs_.checked(in, method);
   }
 
  private:
   AccumulatingObserver obs_;
-  uint32_t n_prefix_ = 0, n_doc_ = 0;
-  bool armed_ = false;
 };
 
 // SnapKV, offline: the document's last W tokens are the observation window. Their probabilities
@@ -282,12 +289,8 @@ std::unique_ptr<Scorer> make_streaming_scorer(const ScorerOptions& o) {
 }
 
 std::unique_ptr<Scorer> make_snapkv_scorer(const ScorerOptions& o) {
-  if (o.snapkv_window == 0)
-    throw Error(Errc::invalid_argument, "snapkv window is 0, expected >= 1 (default 32)");
-  if (o.snapkv_kernel == 0 || o.snapkv_kernel % 2 == 0)
-    throw Error(Errc::invalid_argument, "snapkv pooling kernel is " +
-                                            std::to_string(o.snapkv_kernel) +
-                                            ", expected an odd number >= 1 (default 7)");
+  require_positive("snapkv window", o.snapkv_window, 32);
+  require_odd("snapkv pooling kernel", o.snapkv_kernel, 7);
   return std::make_unique<SnapKvScorer>(o.snapkv_window, o.snapkv_kernel);
 }
 

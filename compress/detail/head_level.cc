@@ -1,6 +1,6 @@
 // Head-level KVzip (compress/head_level.h): the per-head reduction of KVzip scores, head-level
-// selection, calibration (prefill + the kvzip scorer + max per head) and the compression pipeline
-// that replaces the scoring pass with stored head scores.
+// selection, calibration (prefill + the kvzip scorer + max per head) and what a head-level cache
+// records; compress() runs the compression itself (method kvzip-head).
 #include "compress/head_level.h"
 
 #include <algorithm>
@@ -28,6 +28,8 @@ std::string number(double v) {
   return buf;
 }
 
+}  // namespace
+
 void check_head_scores(std::span<const float> head_scores, const CacheShape& shape,
                        const char* who) {
   const size_t n = size_t(shape.n_layers) * shape.n_kv_heads;
@@ -42,8 +44,6 @@ void check_head_scores(std::span<const float> head_scores, const CacheShape& sha
       throw Error(Errc::invalid_argument, std::string(who) + ": head score " + std::to_string(i) +
                                               " is NaN");
 }
-
-}  // namespace
 
 std::vector<float> max_per_head(const DocumentScores& scores) {
   const size_t H = size_t(scores.shape.n_layers) * scores.shape.n_kv_heads, n_c = scores.n_doc;
@@ -168,34 +168,17 @@ CalibrateResult calibrate_heads(Forward& forward, std::span<const int32_t> prefi
   return r;
 }
 
-CompressResult compress_head_level(Forward& forward, std::span<const int32_t> prefix,
-                                   std::span<const int32_t> document,
-                                   const HeadLevelOptions& options) {
-  check_ratio(options.head_ratio);
-  const CacheShape shape = cache_shape(forward.config());
-  check_head_scores(options.head_scores, shape, "compress --level head");
-  check_fits_context(forward.config(), prefix.size(), document.size(),
-                     options.prefill.answer_room);
-  PrefillResult pre = prefill_document(forward, prefix, document, options.prefill);
-
-  const auto t = Clock::now();
-  const DocumentScores scores =
-      broadcast_head_scores(options.head_scores, shape, pre.n_prefix, pre.n_doc);
-  const Selection sel = select_heads(scores, options.head_ratio, options.window);
-  EvictResult ev = evict(pre.cache, scores, sel, options.room);
-  const uint32_t H = shape.n_layers * shape.n_kv_heads;
+MethodParams head_level_params(double head_ratio, uint32_t n_heads, uint32_t window,
+                               double doc_ratio, const MethodParams& source) {
   MethodParams params = {
       {"level", "head"},
-      {"head_ratio", number(options.head_ratio)},
-      {"heads_kept", std::to_string(heads_kept(options.head_ratio, H)) + "/" + std::to_string(H)},
-      {"window", std::to_string(options.window)},
-      {"doc_ratio", number(ev.achieved_ratio)},
+      {"head_ratio", number(head_ratio)},
+      {"heads_kept", std::to_string(heads_kept(head_ratio, n_heads)) + "/" + std::to_string(n_heads)},
+      {"window", std::to_string(window)},
+      {"doc_ratio", number(doc_ratio)},
   };
-  params.insert(params.end(), options.source.begin(), options.source.end());
-  CompressResult r{std::move(ev.cache), std::move(ev.kept_scores), options.head_ratio,
-                   ev.achieved_ratio, kHeadLevelMethod, std::move(params), pre.n_prefix,
-                   pre.n_doc, pre.seconds, 0.0, seconds_since(t)};
-  return r;
+  params.insert(params.end(), source.begin(), source.end());
+  return params;
 }
 
 }  // namespace kvzip

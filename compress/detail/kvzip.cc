@@ -1,4 +1,4 @@
-// The KVzip scorer (methods §1 steps 2-6): for each document chunk c_t of m tokens, the input
+// The KVzip scorer (spec/methods.md §1 steps 2-6): for each document chunk c_t of m tokens, the input
 // R_t = [prompt_t ; S ; c_t] runs through the model with the full cache present; at every layer
 // the attention kernel computes, per KV head, the softmax of each R_t query row over the LOCAL key
 // axis K̄ = prefix ⊕ chunk t ⊕ R_t's own keys (causal inside R_t), and keeps for each chunk key the
@@ -120,8 +120,7 @@ std::unique_ptr<Scorer> make_kvzip_scorer(const ScorerOptions& options) {
     throw Error(Errc::invalid_argument,
                 "kvzip needs its reconstruction prompts (ScorerOptions.prompts is empty); build "
                 "them with reconstruction_prompts(model.chat())");
-  if (options.kvzip_chunk == 0)
-    throw Error(Errc::invalid_argument, "kvzip chunk is 0, expected >= 1 (default 2000)");
+  require_positive("kvzip chunk", options.kvzip_chunk, 2000);
   return std::make_unique<KvzipScorer>(options);
 }
 

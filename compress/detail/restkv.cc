@@ -1,4 +1,4 @@
-// The ReST-KV scorer (shared/methods.md §3), offline: the probe is the document's last W tokens.
+// The ReST-KV scorer (spec/methods.md §3), offline: the probe is the document's last W tokens.
 // Per layer and query head hq (KV head h = hq / G), over all N = n_p + n_c keys:
 //   A (W, N)  softmax of the probe's queries, causal inside the window;
 //   ā = EMA over A's rows in order (α); ō = Σ_j ā_j v_j;
@@ -12,8 +12,7 @@
 // G heads at once, and the max keeps it when any one head's output depends on it (as KVzip's
 // max over the group). The window's own rows score +inf; the prefix is never scored.
 // Cost per (layer, query head): O(W·N·D) probe + O(N·D²) norms + O(E·D²) Gram; memory O(W·N).
-#include <cblas.h>
-
+// The probe and the output change are kernels (kernels/restkv.h); the smoothing is here.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -25,6 +24,7 @@
 #include "compress/detail/restkv.h"
 #include "compress/detail/scorers.h"
 #include "compress/detail/window_queries.h"
+#include "kernels/restkv.h"
 #include "kernels/thread_pool.h"
 
 namespace kvzip::detail {
@@ -59,7 +59,6 @@ void restkv_smooth(std::span<const float> s, DriftWindow w, std::span<float> out
 namespace {
 
 constexpr float kAlwaysKeep = std::numeric_limits<float>::infinity();
-constexpr uint32_t kNormTile = 256;  // candidate rows per X·Gram sgemm
 
 // Everything one (layer, KV head) unit reads.
 struct HeadInput {
@@ -73,22 +72,8 @@ struct HeadInput {
 
 // Per-thread buffers of one unit.
 struct Scratch {
-  std::vector<float> probs, abar, s, smooth, obar, gram, x, y;
+  std::vector<float> probs, abar, s, smooth;
 };
-
-// Probabilities of the probe's rows for query head hq (w, N), zero beyond each row's causal end.
-void probe_probs(const HeadInput& in, uint32_t hq, std::vector<float>& p) {
-  const uint32_t N = in.N, w = in.w, before = N - w;
-  p.resize(size_t(w) * N);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(w), int(N), int(in.D), in.scale,
-              in.q + size_t(hq) * in.D, int(in.Hq * in.D), in.k, int(in.D), 0.0f, p.data(), int(N));
-  for (uint32_t t = 0; t < w; ++t) {
-    float* row = p.data() + size_t(t) * N;
-    const uint32_t valid = before + t + 1;
-    softmax_inplace(row, valid);
-    std::fill(row + valid, row + N, 0.0f);
-  }
-}
 
 // Δ: mean argmax candidate of the second half of the rows minus the first half's (0 for w < 2).
 double drift(const std::vector<float>& p, uint32_t w, uint32_t N, uint32_t before) {
@@ -101,33 +86,6 @@ double drift(const std::vector<float>& p, uint32_t w, uint32_t N, uint32_t befor
     (t < half ? first : second) += top;
   }
   return second / (w - half) - first / half;
-}
-
-// s_j for the candidates j < before, from ā and ō, with head hq's Gram matrix.
-void reconstruction_error(const HeadInput& in, uint32_t hq, uint32_t before, Scratch& sc) {
-  const uint32_t D = in.D;
-  sc.gram.resize(size_t(D) * D);
-  const float* block = in.wo + size_t(hq) * D;  // (E, D) columns of head hq, row stride Hq·D
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(D), int(D), int(in.E), 1.0f, block,
-              int(in.Hq * D), block, int(in.Hq * D), 0.0f, sc.gram.data(), int(D));
-  sc.x.resize(size_t(kNormTile) * D);
-  sc.y.resize(size_t(kNormTile) * D);
-  sc.s.resize(before);
-  for (uint32_t j0 = 0; j0 < before; j0 += kNormTile) {
-    const uint32_t n = std::min(kNormTile, before - j0);
-    for (uint32_t r = 0; r < n; ++r)
-      for (uint32_t d = 0; d < D; ++d)
-        sc.x[size_t(r) * D + d] = sc.obar[d] - in.v[size_t(j0 + r) * D + d];
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(D), int(D), 1.0f,
-                sc.x.data(), int(D), sc.gram.data(), int(D), 0.0f, sc.y.data(), int(D));
-    for (uint32_t r = 0; r < n; ++r) {
-      double n2 = 0.0;
-      for (uint32_t d = 0; d < D; ++d) n2 += double(sc.x[size_t(r) * D + d]) * sc.y[size_t(r) * D + d];
-      const float a = sc.abar[j0 + r];
-      sc.s[j0 + r] = a >= 1.0f ? kAlwaysKeep
-                               : static_cast<float>(a / (1.0 - a) * std::sqrt(std::max(n2, 0.0)));
-    }
-  }
 }
 
 class RestKvScorer final : public WindowScorer {
@@ -179,14 +137,18 @@ class RestKvScorer final : public WindowScorer {
   void score_query_head(const HeadInput& in, uint32_t hq, uint32_t before, uint32_t n_p,
                         Scratch& sc, float* out) const {
     const uint32_t N = in.N, D = in.D;
-    probe_probs(in, hq, sc.probs);
+    sc.probs.resize(size_t(in.w) * N);
+    restkv_probe(Exec{}, RestKvProbeArgs{in.q + size_t(hq) * D, uint64_t(in.Hq) * D, in.w, in.k,
+                                          N, D, in.scale, sc.probs.data()});
     sc.abar.resize(N);
     restkv_ema(sc.probs.data(), in.w, N, alpha_, sc.abar.data());
     const DriftWindow win = restkv_drift_window(drift(sc.probs, in.w, N, before), kmin_);
-    sc.obar.resize(D);
-    cblas_sgemv(CblasRowMajor, CblasTrans, int(N), int(D), 1.0f, in.v, int(D), sc.abar.data(), 1,
-                0.0f, sc.obar.data(), 1);
-    reconstruction_error(in, hq, before, sc);
+    sc.s.resize(before);
+    // W_o's (E, D) column block of head hq: rows Hq·D apart.
+    const RestKvOutputChangeArgs oc{.abar = sc.abar.data(), .v = in.v, .N = N, .D = D, .n = before,
+                                    .wo = in.wo + size_t(hq) * D, .wo_stride = uint64_t(in.Hq) * D,
+                                    .E = in.E, .out = sc.s.data()};
+    restkv_output_change(Exec{}, oc);
     sc.smooth.resize(before);
     restkv_smooth(sc.s, win, sc.smooth);
     for (uint32_t j = n_p; j < before; ++j) out[j - n_p] = std::max(out[j - n_p], sc.smooth[j]);
@@ -199,15 +161,11 @@ class RestKvScorer final : public WindowScorer {
 }  // namespace
 
 std::unique_ptr<Scorer> make_restkv_scorer(const ScorerOptions& o) {
-  if (o.restkv_window == 0)
-    throw Error(Errc::invalid_argument, "rest-kv window is 0, expected >= 1 (default 32)");
+  require_positive("rest-kv window", o.restkv_window, 32);
   if (!(o.restkv_alpha > 0.0f && o.restkv_alpha <= 1.0f))
     throw Error(Errc::invalid_argument, "rest-kv EMA alpha is " + std::to_string(o.restkv_alpha) +
                                             ", expected 0 < alpha <= 1 (default 0.3)");
-  if (o.restkv_kmin == 0 || o.restkv_kmin % 2 == 0)
-    throw Error(Errc::invalid_argument, "rest-kv smoothing k_min is " +
-                                            std::to_string(o.restkv_kmin) +
-                                            ", expected an odd number >= 1 (default 5)");
+  require_odd("rest-kv smoothing k_min", o.restkv_kmin, 5);
   return std::make_unique<RestKvScorer>(o.restkv_window, o.restkv_alpha, o.restkv_kmin);
 }
 

@@ -1,4 +1,4 @@
-// Internal pieces of the ReST-KV scorer (shared/methods.md §3) that are plain functions of their
+// Internal pieces of the ReST-KV scorer (spec/methods.md §3) that are plain functions of their
 // inputs, so tests can check them on hand-built numbers: the temporal EMA over the probe's
 // probability rows, the adaptive spatial window from the attention drift, and the smoothing.
 #pragma once

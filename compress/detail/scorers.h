@@ -3,7 +3,7 @@
 #include <memory>
 #include <vector>
 
-#include "compress/compress.h"
+#include "compress/scorer.h"
 
 namespace kvzip::detail {
 
@@ -21,9 +21,29 @@ std::unique_ptr<Scorer> make_rkv_scorer(const ScorerOptions& options);
 void check_score_input(const ScoreInput& in, const char* method);
 // Scores of the input's shape, every value `fill`.
 DocumentScores make_scores(const ScoreInput& in, float fill);
-// A prefill observer's bookkeeping: `seen` (L) is the next position each layer expects. Checks that
-// obs continues its layer's sequence inside a `total`-token prefill and advances it; throws
-// Errc::invalid_argument otherwise (an observer attached to some other forward call).
-void advance_prefill(std::vector<uint32_t>& seen, const AttentionObservation& obs, uint32_t total);
+// The bookkeeping every prefill observer of a scorer shares: which [prefix ; document] prefill it
+// is armed for and how far each layer has seen it. A scorer arms it in prefill_observer(),
+// advances it from its observer's on_attention() and checks it at score().
+class PrefillWatch {
+ public:
+  void arm(uint32_t n_layers, uint32_t n_prefix, uint32_t n_doc);
+  uint32_t total() const { return n_prefix_ + n_doc_; }
+  // Checks that obs continues its layer's sequence inside the prefill and advances it; throws
+  // Errc::invalid_argument otherwise (an observer attached to some other forward call).
+  void advance(const AttentionObservation& obs);
+  // check_score_input, then that `in` is the prefill the watch was armed for and that every layer
+  // observed all of it; Errc::invalid_argument naming the method and what it needs (`needs`, e.g.
+  // "scores from the prefill's attention") otherwise.
+  void check(const ScoreInput& in, const char* method, const char* needs) const;
+
+ private:
+  std::vector<uint32_t> seen_;  // (L) next position each layer expects
+  uint32_t n_prefix_ = 0, n_doc_ = 0;
+  bool armed_ = false;
+};
+
+// Validation messages of make_*_scorer: Errc::invalid_argument "<what> is <v>, expected ...".
+void require_positive(const char* what, uint32_t v, uint32_t dflt);   // v >= 1
+void require_odd(const char* what, uint32_t v, uint32_t dflt);        // v odd (hence >= 1)
 
 }  // namespace kvzip::detail

@@ -1,14 +1,15 @@
-// Selection (see compress.h): each level reduces to "keep exactly k of these n scores" over a
+// Selection and eviction (selection.h): each level reduces to "keep exactly k of these n scores" over a
 // contiguous slice of the (L, Hkv, n_c) score array: global = the whole array, per-layer = one
 // layer's (Hkv, n_c), per-head = one (n_c) row. The cut value comes from nth_element on a copy;
 // rows strictly above it are kept, then rows equal to it in index order until k are kept.
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 
 #include "common/error.h"
-#include "compress/compress.h"
+#include "compress/selection.h"
 
 namespace kvzip {
 namespace {
@@ -110,6 +111,27 @@ Selection select_rows(const DocumentScores& scores, double ratio, SelectionLevel
   }
   sel.achieved_ratio = N ? double(sel.kept_doc) / double(N) : 1.0;
   return sel;
+}
+
+EvictResult evict(const KvCache& dense, const DocumentScores& scores, const Selection& selection,
+                  uint32_t room) {
+  const CacheShape shape = dense.shape();
+  const uint32_t n_p = scores.n_prefix, n_c = scores.n_doc;
+  if (!(shape == scores.shape) || dense.logical_length() != n_p + n_c ||
+      selection.keep.size() != size_t(shape.n_layers) * shape.n_kv_heads)
+    throw Error(Errc::invalid_argument,
+                "evict: the cache (" + std::to_string(dense.logical_length()) +
+                    " tokens), the scores (prefix " + std::to_string(n_p) + " + document " +
+                    std::to_string(n_c) + ") and the selection do not describe the same document");
+  EvictResult r{RaggedKvCache::from_dense(dense, selection.keep, room), {},
+                selection.achieved_ratio};
+  r.kept_scores.resize(shape.n_layers);
+  for (uint32_t l = 0; l < shape.n_layers; ++l)
+    for (uint32_t h = 0; h < shape.n_kv_heads; ++h)
+      for (uint32_t row : selection.keep[size_t(l) * shape.n_kv_heads + h])
+        r.kept_scores[l].push_back(row < n_p ? std::numeric_limits<float>::infinity()
+                                             : scores.at(l, h, row - n_p));
+  return r;
 }
 
 }  // namespace kvzip

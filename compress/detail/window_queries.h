@@ -7,17 +7,19 @@
 #include <functional>
 #include <vector>
 
-#include "compress/compress.h"
+#include "compress/detail/scorers.h"
+#include "compress/scorer.h"
 
 namespace kvzip::detail {
 
 class WindowQueries final : public AttentionObserver {
  public:
-  // Queries of positions [total - window, total) of a `total`-token prefill.
-  void reset(const ModelConfig& cfg, uint32_t total, uint32_t window);
+  // Queries of the last `window` positions of the prefill of [n_prefix ; n_doc] tokens.
+  void reset(const ModelConfig& cfg, uint32_t n_prefix, uint32_t n_doc, uint32_t window);
   void on_attention(const AttentionObservation& obs) override;
-  // Throws Errc::invalid_argument unless every layer observed the whole prefill.
-  void check_complete(const char* method) const;
+  // The recorder, once the watch confirms that `in` is the observed, complete prefill (else
+  // Errc::invalid_argument).
+  const WindowQueries& checked(const ScoreInput& in, const char* method) const;
 
   uint32_t window() const { return window_; }
   // (window, Hq, D): query token t of the window (position total - window + t) of `layer`.
@@ -26,9 +28,9 @@ class WindowQueries final : public AttentionObserver {
   }
 
  private:
-  uint32_t L_ = 0, Hq_ = 0, D_ = 0, total_ = 0, window_ = 0;
-  std::vector<float> q_;        // (L, window, Hq, D)
-  std::vector<uint32_t> seen_;  // (L) positions observed so far
+  uint32_t L_ = 0, Hq_ = 0, D_ = 0, window_ = 0;
+  PrefillWatch watch_;
+  std::vector<float> q_;  // (L, window, Hq, D)
 };
 
 // Base of the scorers that probe with the document's last `window` queries: prefill_observer()
@@ -40,20 +42,17 @@ class WindowScorer : public Scorer {
 
  protected:
   explicit WindowScorer(uint32_t window) : window_(window) {}
-  const WindowQueries& observed(const ScoreInput& in, const char* method) const;
+  const WindowQueries& observed(const ScoreInput& in, const char* method) const {
+    return rec_.checked(in, method);
+  }
   uint32_t window_;  // W as configured; the probe is min(W, n_doc) tokens
 
  private:
   WindowQueries rec_;
-  uint32_t n_prefix_ = 0, n_doc_ = 0;
-  bool armed_ = false;
 };
 
 // Runs fn(u) for u in [0, n) on the pool with OpenBLAS single-threaded inside the tasks (one
 // sgemm per thread), restoring its thread count afterwards, also when a task throws.
 void run_units(ThreadPool& pool, size_t n, const std::function<void(size_t)>& fn);
-
-// x = softmax(x) over its n entries, in fp32 (vectorised exp); n >= 1.
-void softmax_inplace(float* x, uint32_t n);
 
 }  // namespace kvzip::detail

@@ -1,9 +1,15 @@
-// Test helpers for compress/ and prefill/ (see support.h): the query recorder and ScoredDocument.
+// Test helpers for compress/ and prefill/ (see support.h): the query recorder, ScoredDocument and
+// the option-refusal check.
 #include "tests/compress/support.h"
+
+#include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
+#include "common/error.h"
+#include "prefill/prefill.h"
 #include "tests/support/random_weights.h"
 
 namespace kvzip::test {
@@ -31,6 +37,27 @@ DocumentScores ScoredDocument::score(Scorer& scorer) {
   DocumentScores s = scorer.score(ScoreInput{&fwd, &pre.cache, n_p, doc});
   cache = pre.cache;
   return s;
+}
+
+ScorerOptions tiny_kvzip_options() {
+  ScorerOptions so;
+  so.prompts.first = {3, 4, 5};
+  so.prompts.next = {6, 7, 8, 9};
+  so.prompts.turn_end = {10, 11};
+  so.kvzip_chunk = 16;
+  return so;
+}
+
+bool scorer_refuses(std::string_view method, const ScorerOptions& options, const char* what) {
+  try {
+    make_scorer(method, options);
+  } catch (const Error& e) {
+    INFO(e.what());
+    CHECK(e.code() == Errc::invalid_argument);
+    CHECK(std::string(e.what()).find(what) != std::string::npos);
+    return true;
+  }
+  return false;
 }
 
 }  // namespace kvzip::test

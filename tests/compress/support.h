@@ -4,9 +4,10 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <string_view>
 #include <vector>
 
-#include "compress/compress.h"
+#include "compress/scorer.h"
 #include "model/forward.h"
 #include "model/weights.h"
 #include "tests/support/naive_forward.h"
@@ -29,6 +30,27 @@ struct QueryRecorder {
     return q[layer].data() + (size_t(position - first) * Hq + head) * D;
   }
 };
+
+// A random prompt on the tiny qwen2 model (Hq = 6, Hkv = 2): weights from `seed`, prefix, document
+// and question tokens from seed + 1, + 2, + 3.
+struct TinyDoc {
+  ModelConfig cfg = tiny_qwen2_config();
+  Weights w;
+  std::vector<int32_t> prefix, doc, question;
+  TinyDoc(uint32_t n_prefix, uint32_t n_doc, uint32_t n_question, uint64_t seed)
+      : w(random_weights(cfg, seed)),
+        prefix(random_tokens(n_prefix, cfg.vocab_size, seed + 1)),
+        doc(random_tokens(n_doc, cfg.vocab_size, seed + 2)),
+        question(random_tokens(n_question, cfg.vocab_size, seed + 3)) {}
+};
+
+// KVzip's options for token ids of the tiny models: short stand-in reconstruction prompts
+// ({3, 4, 5}, {6, 7, 8, 9}, turn end {10, 11}) and chunks of 16 tokens.
+ScorerOptions tiny_kvzip_options();
+
+// True when make_scorer(method, options) throws Errc::invalid_argument with `what` in its message
+// (CHECKed), false when it accepts the options.
+bool scorer_refuses(std::string_view method, const ScorerOptions& options, const char* what);
 
 // A random document on the tiny qwen2 model (Hq = 6, Hkv = 2: G = 3) scored by one scorer, with
 // what naive references need afterwards: the dense cache and every position's post-RoPE queries.

@@ -8,7 +8,7 @@
 #include <cmath>
 
 #include "common/error.h"
-#include "compress/compress.h"
+#include "compress/selection.h"
 #include "prefill/prefill.h"
 #include "tests/compress/support.h"
 #include "tests/support/random_weights.h"

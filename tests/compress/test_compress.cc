@@ -7,7 +7,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "compress/compress.h"
+#include "compress/pipeline.h"
 #include "prefill/prefill.h"
 #include "tests/compress/support.h"
 #include "tests/support/random_weights.h"
@@ -17,11 +17,7 @@ using namespace kvzip;
 namespace {
 
 ScorerOptions tiny_scorer_options() {
-  ScorerOptions so;
-  so.prompts.first = {3, 4, 5};
-  so.prompts.next = {6, 7, 8, 9};
-  so.prompts.turn_end = {10, 11};
-  so.kvzip_chunk = 16;
+  ScorerOptions so = test::tiny_kvzip_options();
   so.snapkv_window = 4;
   so.h2o_recent = 4;
   so.restkv_window = 4;
@@ -29,12 +25,8 @@ ScorerOptions tiny_scorer_options() {
   return so;
 }
 
-struct Doc {
-  ModelConfig cfg = test::tiny_qwen2_config();
-  Weights w = test::random_weights(cfg, 41);
-  std::vector<int32_t> prefix = test::random_tokens(6, cfg.vocab_size, 42);
-  std::vector<int32_t> doc = test::random_tokens(40, cfg.vocab_size, 43);
-  std::vector<int32_t> question = test::random_tokens(9, cfg.vocab_size, 44);
+struct Doc : test::TinyDoc {
+  Doc() : TinyDoc(6, 40, 9, 41) {}
 };
 
 }  // namespace

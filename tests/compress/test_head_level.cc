@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "compress/head_level.h"
+#include "compress/pipeline.h"
 #include "prefill/prefill.h"
 #include "tests/compress/support.h"
 #include "tests/support/random_weights.h"
@@ -19,15 +20,6 @@
 using namespace kvzip;
 
 namespace {
-
-ScorerOptions tiny_kvzip_options() {
-  ScorerOptions so;
-  so.prompts.first = {3, 4, 5};
-  so.prompts.next = {6, 7, 8, 9};
-  so.prompts.turn_end = {10, 11};
-  so.kvzip_chunk = 16;
-  return so;
-}
 
 // Scores (L=3, Hkv=2, n_c) with the given per-head maxima placed at varying positions and
 // smaller values elsewhere.
@@ -61,13 +53,20 @@ std::vector<std::vector<uint32_t>> naive_keep(const std::vector<float>& maxima, 
   return keep;
 }
 
-struct Doc {
-  ModelConfig cfg = test::tiny_qwen2_config();
-  Weights w = test::random_weights(cfg, 61);
-  std::vector<int32_t> prefix = test::random_tokens(5, cfg.vocab_size, 62);
-  std::vector<int32_t> doc = test::random_tokens(36, cfg.vocab_size, 63);
-  std::vector<int32_t> question = test::random_tokens(7, cfg.vocab_size, 64);
+struct Doc : test::TinyDoc {
+  Doc() : TinyDoc(5, 36, 7, 61) {}
 };
+
+// compress() options of method kvzip-head with room for a 16-token question.
+CompressOptions head_level(std::vector<float> head_scores, double ratio, uint32_t window = 0) {
+  CompressOptions o;
+  o.method = kHeadLevelMethod;
+  o.ratio = ratio;
+  o.head.head_scores = std::move(head_scores);
+  o.head.window = window;
+  o.prefill.answer_room = 16;
+  return o;
+}
 
 }  // namespace
 
@@ -125,7 +124,7 @@ TEST_CASE("calibration scores each head by the max of its KVzip scores over the 
   const Weights w = test::random_weights(cfg, 71);
   const std::vector<int32_t> prefix = test::random_tokens(6, cfg.vocab_size, 72);
   const std::vector<int32_t> doc = test::random_tokens(40, cfg.vocab_size, 73);
-  const ScorerOptions so = tiny_kvzip_options();
+  const ScorerOptions so = test::tiny_kvzip_options();
   Forward fwd(w, ForwardOptions{2, 8, {}});
 
   const CalibrateResult got = calibrate_heads(fwd, prefix, doc, so);
@@ -151,13 +150,9 @@ TEST_CASE("head-level compression keeps the dense rows of the selected heads and
           "[compress]") {
   Doc d;
   Forward fwd(d.w, ForwardOptions{2, 8, {}});
-  HeadLevelOptions ho;
-  ho.head_scores = {0.1f, 0.7f, 0.3f, 0.9f};
-  ho.head_ratio = 0.5;  // heads 3 and 1
-  ho.window = 4;
-  ho.prefill.answer_room = 16;
-  ho.source = {{"head_scores", "x.kvh"}};
-  const CompressResult r = compress_head_level(fwd, d.prefix, d.doc, ho);
+  CompressOptions ho = head_level({0.1f, 0.7f, 0.3f, 0.9f}, 0.5, 4);  // heads 3 and 1 whole
+  ho.head.source = {{"head_scores", "x.kvh"}};
+  const CompressResult r = compress(fwd, d.prefix, d.doc, ho);
   CHECK(r.method == "kvzip-head");
   CHECK(r.requested_ratio == 0.5);
   CHECK(r.achieved_ratio == Approx((2.0 * 36 + 2.0 * 4) / (4.0 * 36)));
@@ -186,7 +181,7 @@ TEST_CASE("head-level compression keeps the dense rows of the selected heads and
         CHECK(std::equal(r.cache.k_rows(l, h) + size_t(x) * D, r.cache.k_rows(l, h) + size_t(x + 1) * D,
                          dv.k + size_t(want) * D));
         CHECK(r.kept_scores[l][row] == (want < 5 ? std::numeric_limits<float>::infinity()
-                                                 : ho.head_scores[i]));
+                                                 : ho.head.head_scores[i]));
       }
     }
   }
@@ -195,11 +190,8 @@ TEST_CASE("head-level compression keeps the dense rows of the selected heads and
 TEST_CASE("head-level compression at ratio 1 answers exactly as the full cache", "[compress]") {
   Doc d;
   Forward fwd(d.w, ForwardOptions{2, 8, {}});
-  HeadLevelOptions ho;
-  ho.head_scores = {0.1f, 0.7f, 0.3f, 0.9f};
-  ho.head_ratio = 1.0;
-  ho.prefill.answer_room = 16;
-  CompressResult r = compress_head_level(fwd, d.prefix, d.doc, ho);
+  const CompressOptions ho = head_level({0.1f, 0.7f, 0.3f, 0.9f}, 1.0);
+  CompressResult r = compress(fwd, d.prefix, d.doc, ho);
   CHECK(r.achieved_ratio == 1.0);
   PrefillResult dense = prefill_document(fwd, d.prefix, d.doc, ho.prefill);
   CHECK(fwd.prefill(r.cache, d.question, LogitsMode::All) ==
@@ -210,22 +202,22 @@ TEST_CASE("head-level compression refuses bad head scores and ratios before any 
           "[compress]") {
   Doc d;
   Forward fwd(d.w, ForwardOptions{1, 64, {}});
-  HeadLevelOptions ho;
-  ho.prefill.answer_room = 16;
+  CompressOptions ho = head_level({}, 0.6);
   auto code = [&]() {
     try {
-      compress_head_level(fwd, d.prefix, d.doc, ho);
+      compress(fwd, d.prefix, d.doc, ho);
     } catch (const Error& e) {
       return e.code();
     }
     return Errc::internal;
   };
-  ho.head_scores = {0.1f, 0.2f, 0.3f};  // the model has 4 heads
+  CHECK(code() == Errc::invalid_argument);  // no head scores at all
+  ho.head.head_scores = {0.1f, 0.2f, 0.3f};  // the model has 4 heads
   CHECK(code() == Errc::invalid_argument);
-  ho.head_scores = {0.1f, std::nanf(""), 0.3f, 0.4f};
+  ho.head.head_scores = {0.1f, std::nanf(""), 0.3f, 0.4f};
   CHECK(code() == Errc::invalid_argument);
-  ho.head_scores = {0.1f, 0.2f, 0.3f, 0.4f};
-  ho.head_ratio = 0.0;
+  ho.head.head_scores = {0.1f, 0.2f, 0.3f, 0.4f};
+  ho.ratio = 0.0;
   CHECK(code() == Errc::invalid_argument);
 }
 

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "compress/compress.h"
+#include "compress/scorer.h"
 #include "model/chat_template.h"
 #include "model/detail/bpe.h"
 #include "model/tokenizer.h"

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <set>
 
-#include "compress/compress.h"
+#include "compress/pipeline.h"
 #include "eval/squad.h"
 #include "model/model.h"
 #include "prefill/prefill.h"

@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "common/error.h"
-#include "compress/compress.h"
+#include "compress/selection.h"
 #include "tests/support/random_weights.h"
 
 using namespace kvzip;

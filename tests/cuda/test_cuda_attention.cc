@@ -18,7 +18,7 @@
 
 #if KVZIP_HAVE_CUDA
 #include "common/error.h"
-#include "compress/detail/attn_stats.h"
+#include "kernels/attention_stats.h"
 #include "kernels/attention.h"
 #include "kernels/attention_score.h"
 #include "tests/support/random_weights.h"
@@ -180,7 +180,7 @@ double gpu_score_error(const ScoreCase& c, uint64_t salt) {
   auto q = test::random_vector(size_t(c.T) * c.Hq * c.D, seed, -2, 2);
   std::vector<std::vector<float>> k(c.Hkv);
   std::vector<gpu::GpuBuffer<float>> dk;
-  std::vector<detail::KeyAxis> axes(c.Hkv);
+  std::vector<ScoreKeyAxis> axes(c.Hkv);
   std::vector<ScoreKeyAxis> daxes(c.Hkv);
   for (uint32_t h = 0; h < c.Hkv; ++h) {
     k[h] = test::random_vector(size_t(rows) * c.D, seed * 41 + h, -2, 2);
@@ -202,22 +202,11 @@ double gpu_score_error(const ScoreCase& c, uint64_t salt) {
   const uint64_t stride = c.m + 3;
   auto start = test::random_vector(size_t(c.Hkv) * stride, seed + 7, 0.0f, 0.02f);
   auto want = start;
-  detail::AttnStatsArgs a;
-  a.q = q.data();
-  a.T = c.T;
-  a.Hq = c.Hq;
-  a.Hkv = c.Hkv;
-  a.D = c.D;
-  a.scale = 1.0f / std::sqrt(float(c.D));
-  a.t0 = 0;
-  a.t1 = c.T;
-  a.axes = axes.data();
-  a.col0 = c.n_p;
-  a.col1 = c.n_p + c.m;
-  a.reduce = detail::Reduce::Max;
-  a.out = want.data();
-  a.out_stride = stride;
-  detail::attention_stats(nullptr, a);
+  const AttentionStatsArgs a{.q = q.data(), .T = c.T, .Hq = c.Hq, .Hkv = c.Hkv, .D = c.D,
+                             .scale = 1.0f / std::sqrt(float(c.D)), .t0 = 0, .t1 = c.T,
+                             .axes = axes.data(), .col0 = c.n_p, .col1 = c.n_p + c.m,
+                             .reduce = Reduce::Max, .out = want.data(), .out_stride = stride};
+  attention_stats(Exec{}, a);
 
   auto dq = to_gpu(q);
   auto dout = to_gpu(start);

@@ -13,7 +13,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/kv_append.h"
-#include "kernels/reference.h"
+#include "tests/support/reference.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"

@@ -14,7 +14,7 @@
 
 #if KVZIP_HAVE_CUDA
 #include "common/error.h"
-#include "compress/compress.h"
+#include "compress/pipeline.h"
 #include "model/forward.h"
 #include "model/gpu_cache.h"
 #include "model/gpu_forward.h"

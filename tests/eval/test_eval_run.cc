@@ -13,7 +13,7 @@
 #include "common/json.h"
 #include "eval/eval.h"
 #include "model/model.h"
-#include "tests/support/tiny_gguf.h"
+#include "tests/support/tiny_model_dir.h"
 
 using namespace kvzip;
 using namespace kvzip::eval;
@@ -21,22 +21,8 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-struct TinyModelFile {
-  std::filesystem::path dir;
-  std::unique_ptr<Model> model;
-
-  TinyModelFile() {
-    dir = std::filesystem::temp_directory_path() /
-          ("kvzip-eval-" + std::to_string(::getpid()) + "-" + std::to_string(rand()));
-    std::filesystem::create_directories(dir);
-    test::TinyModelSpec spec;
-    spec.config = test::tiny_gguf_llama_config();
-    spec.config.max_context = 1024;
-    spec.seed = 23;
-    test::write_file((dir / "m.gguf").string(), test::make_tiny_model(spec).bytes);
-    model = Model::load((dir / "m.gguf").string(), LoadOptions{1});
-  }
-  ~TinyModelFile() { std::filesystem::remove_all(dir); }
+struct TinyModelFile : test::TinyModelDir {
+  TinyModelFile() : TinyModelDir("eval", 23, /*max_context=*/1024, /*threads=*/1) {}
 };
 
 TinyModelFile& tiny() {

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "kernels/attention.h"
-#include "kernels/reference.h"
+#include "tests/support/reference.h"
 #include "kernels/thread_pool.h"
 #include "tests/support/random_weights.h"
 

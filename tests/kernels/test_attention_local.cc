@@ -11,7 +11,7 @@
 
 #include "common/error.h"
 #include "kernels/attention.h"
-#include "kernels/reference.h"
+#include "tests/support/reference.h"
 #include "kernels/thread_pool.h"
 #include "tests/support/random_weights.h"
 

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "common/error.h"
-#include "kernels/reference.h"
+#include "tests/support/reference.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"

@@ -3,7 +3,7 @@
 
 #include "common/error.h"
 #include "kernels/gemm.h"
-#include "kernels/reference.h"
+#include "tests/support/reference.h"
 #include "kernels/thread_pool.h"
 #include "tests/support/random_weights.h"
 

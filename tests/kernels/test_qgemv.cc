@@ -12,7 +12,7 @@
 
 #include "common/error.h"
 #include "kernels/qgemv.h"
-#include "kernels/reference.h"
+#include "tests/support/reference.h"
 #include "kernels/thread_pool.h"
 #include "model/forward.h"
 #include "model/gguf_weights.h"

@@ -8,32 +8,20 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "compress/pipeline.h"
 #include "loader/loader.h"
 #include "model/model.h"
-#include "tests/support/tiny_gguf.h"
+#include "tests/support/tiny_model_dir.h"
 
 using namespace kvzip;
 
 namespace {
 
-struct Fixture {
-  std::filesystem::path dir;
-  std::unique_ptr<Model> model;
+struct Fixture : test::TinyModelDir {
+  Fixture() : TinyModelDir("loader", 11) {}
 
-  Fixture() {
-    dir = std::filesystem::temp_directory_path() /
-          ("kvzip-loader-" + std::to_string(::getpid()) + "-" + std::to_string(rand()));
-    std::filesystem::create_directories(dir);
-    test::TinyModelSpec spec;
-    spec.config = test::tiny_gguf_llama_config();
-    spec.seed = 11;
-    test::write_file((dir / "m.gguf").string(), test::make_tiny_model(spec).bytes);
-    model = Model::load((dir / "m.gguf").string());
-  }
-  ~Fixture() { std::filesystem::remove_all(dir); }
-
-  loader::CacheDescription describe(const std::string& doc) const {
-    loader::CacheDescription d;
+  CacheDescription describe(const std::string& doc) const {
+    CacheDescription d;
     d.prefix = model->chat().prefix("");
     d.document = model->chat().encode_document(doc);
     d.suffix = model->chat().suffix("");
@@ -41,7 +29,7 @@ struct Fixture {
     return d;
   }
 
-  KvCache prefill(const loader::CacheDescription& d) const {
+  KvCache prefill(const CacheDescription& d) const {
     Forward fwd(model->weights(), ForwardOptions{1});
     KvCache dense(model->config());
     std::vector<int32_t> all = d.prefix;
@@ -50,10 +38,10 @@ struct Fixture {
     return dense;
   }
 
-  std::string write(const loader::CacheDescription& d, const RaggedKvCache& r,
+  std::string write(const CacheDescription& d, const RaggedKvCache& r,
                     const std::string& name) const {
-    const std::string path = (dir / name).string();
-    format::write_cache_file(loader::make_contents(*model, r, {}, d), path);
+    const std::string path = this->path(name);
+    format::write_cache_file(make_contents(*model, r, {}, d), path);
     return path;
   }
 };
@@ -132,7 +120,7 @@ TEST_CASE("a cache made by another model is refused unless forced", "[loader]") 
   Fixture f;
   const auto d = f.describe(kDoc);
   KvCache dense = f.prefill(d);
-  auto contents = loader::make_contents(*f.model, RaggedKvCache::from_dense(dense, keep_all(dense)), {}, d);
+  auto contents = make_contents(*f.model, RaggedKvCache::from_dense(dense, keep_all(dense)), {}, d);
   contents.header.model.weights_hash ^= 1;
   const std::string path = (f.dir / "other.kvz").string();
   format::write_cache_file(contents, path);
@@ -155,7 +143,7 @@ TEST_CASE("a cache read back from a file equals the cache that was written", "[l
   auto keep = keep_all(dense);
   keep[1].erase(keep[1].begin() + 3, keep[1].begin() + 9);
   const RaggedKvCache r = RaggedKvCache::from_dense(dense, keep);
-  const auto contents = loader::make_contents(*f.model, r, {}, d);
+  const auto contents = make_contents(*f.model, r, {}, d);
   const RaggedKvCache back = loader::cache_from_contents(contents);
   const std::string path = f.write(d, r, "rt.kvz");
   const RaggedKvCache fromfile = loader::cache_from_reader(format::CacheReader::open(path));

@@ -7,36 +7,21 @@
 #include <filesystem>
 #include <unistd.h>
 
+#include "compress/pipeline.h"
 #include "loader/loader.h"
 #include "model/model.h"
-#include "tests/support/tiny_gguf.h"
+#include "tests/support/tiny_model_dir.h"
 
 using namespace kvzip;
 
 namespace {
 
-ForwardOptions one_thread() {
-  ForwardOptions o;
-  o.threads = 1;
-  return o;
-}
-
-struct RkvFixture {
-  std::filesystem::path dir;
-  std::unique_ptr<Model> model;
-  std::string path;
+struct RkvFixture : test::TinyModelDir {
+  std::string kvz;  // the half-kept cache file
   uint32_t n_p = 0;
 
-  RkvFixture() {
-    dir = std::filesystem::temp_directory_path() /
-          ("kvzip-rkv-" + std::to_string(::getpid()) + "-" + std::to_string(rand()));
-    std::filesystem::create_directories(dir);
-    test::TinyModelSpec spec;
-    spec.config = test::tiny_gguf_llama_config();
-    spec.seed = 12;
-    test::write_file((dir / "m.gguf").string(), test::make_tiny_model(spec).bytes);
-    model = Model::load((dir / "m.gguf").string());
-    loader::CacheDescription d;
+  RkvFixture() : TinyModelDir("rkv", 12) {
+    CacheDescription d;
     const std::string doc = "the cat sat on the mat. the dog ate the bone; then the cat left the "
                             "house and walked to the river where the ducks swam.";
     d.prefix = model->chat().prefix("");
@@ -44,7 +29,7 @@ struct RkvFixture {
     d.suffix = model->chat().suffix("");
     d.document_text = doc;
     n_p = static_cast<uint32_t>(d.prefix.size());
-    Forward fwd(model->weights(), one_thread());
+    Forward fwd(model->weights(), ForwardOptions{.threads = 1});
     KvCache dense(model->config());
     std::vector<int32_t> all = d.prefix;
     all.insert(all.end(), d.document.begin(), d.document.end());
@@ -55,11 +40,10 @@ struct RkvFixture {
     for (size_t i = 0; i < keep.size(); ++i)
       for (uint32_t r = 0; r < dense.logical_length(); ++r)
         if (r < n_p || (r + i) % 2 == 0) keep[i].push_back(r);
-    path = (dir / "half.kvz").string();
+    kvz = path("half.kvz");
     format::write_cache_file(
-        loader::make_contents(*model, RaggedKvCache::from_dense(dense, keep), {}, d), path);
+        make_contents(*model, RaggedKvCache::from_dense(dense, keep), {}, d), kvz);
   }
-  ~RkvFixture() { std::filesystem::remove_all(dir); }
 };
 
 // Every head's rows, positions, keys and values are equal.
@@ -86,7 +70,7 @@ void require_same_cache(const RaggedKvCache& a, const RaggedKvCache& b) {
 
 TEST_CASE("after an R-KV answer the session's cache is the compressed state again", "[loader][rkv]") {
   RkvFixture f;
-  loader::QuerySession s(*f.model, f.path);
+  loader::QuerySession s(*f.model, f.kvz);
   const RaggedKvCache before = s.cache();
   GenerateParams gp;
   gp.max_tokens = 60;

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "compress/compress.h"
+#include "compress/pipeline.h"
 #include "format/format.h"
 #include "loader/loader.h"
 #include "model/forward.h"

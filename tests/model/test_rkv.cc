@@ -1,8 +1,8 @@
-// R-KV (model/rkv.h): the scorer against a naive reference (full S matrix, full logits, plain
-// loops in double), the "zero the most recent similar token" rule on hand-built repeated keys,
-// the keep selection, RaggedKvCache::retain, and generation on a tiny random-weight model: the
-// cache stays within budget + buffer candidates over 2,000+ tokens, and without eviction the
-// tokens equal plain generation.
+// R-KV (model/rkv.h): the score against the plain reference of tests/support/rkv_reference.h
+// (redundancy over all candidates, the window included), the keep selection,
+// RaggedKvCache::retain, and generation on a tiny random-weight model: the cache stays within
+// budget + buffer candidates over 2,000+ tokens, and without eviction the tokens equal plain
+// generation. The two terms' own checks are tests/kernels/test_rkv.cc.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -14,78 +14,11 @@
 #include "model/ragged_cache.h"
 #include "model/rkv.h"
 #include "tests/support/random_weights.h"
+#include "tests/support/rkv_reference.h"
 
 using namespace kvzip;
 
 namespace {
-
-ForwardOptions one_thread() {
-  ForwardOptions o;
-  o.threads = 1;
-  return o;
-}
-
-std::vector<double> softmax(std::vector<double> x) {
-  const double mx = *std::max_element(x.begin(), x.end());
-  double s = 0.0;
-  for (double& v : x) s += (v = std::exp(v - mx));
-  for (double& v : x) v /= s;
-  return x;
-}
-
-std::vector<double> naive_importance(const RkvHeadInput& in, const RkvParams& p) {
-  const uint32_t M = in.N - p.window;
-  std::vector<double> mean(M, 0.0);
-  for (uint32_t t = 0; t < in.A; ++t) {
-    std::vector<double> z(M, -1e300);
-    for (uint32_t j = 0; j < M; ++j)
-      for (uint32_t g = 0; g < in.G; ++g) {
-        double dot = 0.0;
-        for (uint32_t d = 0; d < in.D; ++d)
-          dot += double(in.queries[(size_t(t) * in.G + g) * in.D + d]) * in.keys[size_t(j) * in.D + d];
-        z[j] = std::max(z[j], dot * in.scale);
-      }
-    z = softmax(z);
-    for (uint32_t j = 0; j < M; ++j) mean[j] += z[j] / in.A;
-  }
-  std::vector<double> pooled(M);
-  const int h = int(p.kernel / 2);
-  for (int j = 0; j < int(M); ++j) {
-    pooled[j] = -1.0;
-    for (int d = -h; d <= h; ++d)
-      if (j + d >= 0 && j + d < int(M)) pooled[j] = std::max(pooled[j], mean[j + d]);
-  }
-  return pooled;
-}
-
-std::vector<double> naive_redundancy(const std::vector<float>& keys, uint32_t N, uint32_t D,
-                                     double threshold) {
-  std::vector<std::vector<double>> S(N, std::vector<double>(N, 0.0));
-  std::vector<double> norm(N, 0.0);
-  for (uint32_t i = 0; i < N; ++i) {
-    for (uint32_t d = 0; d < D; ++d) norm[i] += double(keys[i * D + d]) * keys[i * D + d];
-    norm[i] = std::sqrt(norm[i]);
-  }
-  for (uint32_t i = 0; i < N; ++i)
-    for (uint32_t j = 0; j < N; ++j) {
-      if (i == j) continue;
-      double dot = 0.0;
-      for (uint32_t d = 0; d < D; ++d) dot += double(keys[i * D + d]) * keys[j * D + d];
-      S[i][j] = dot / (norm[i] * norm[j]);
-    }
-  for (uint32_t i = 0; i < N; ++i)
-    for (uint32_t j = N; j-- > 0;)
-      if (j != i && S[i][j] > threshold) {
-        S[i][j] = 0.0;
-        break;
-      }
-  std::vector<double> r(N, 0.0);
-  for (uint32_t j = 0; j < N; ++j) {
-    for (uint32_t i = 0; i < N; ++i) r[j] += S[i][j];
-    r[j] /= N;
-  }
-  return softmax(r);
-}
 
 // Random keys where every third row is a noisy copy of an earlier one, so many pairs exceed T.
 std::vector<float> keys_with_repeats(uint32_t N, uint32_t D, uint64_t seed) {
@@ -124,44 +57,23 @@ const std::vector<int32_t> kPrompt = {1, 5, 9, 33, 2, 71, 40, 12, 8, 60, 3};
 
 }  // namespace
 
-TEST_CASE("R-KV importance and redundancy equal a naive full-matrix reference", "[model][rkv]") {
+TEST_CASE("R-KV scores equal λ·importance − (1−λ)·redundancy over all candidates",
+          "[model][rkv]") {
   const uint32_t N = 70, D = 16, A = 8, G = 3;
   for (uint64_t seed : {1u, 2u, 3u}) {
     const std::vector<float> keys = keys_with_repeats(N, D, seed);
     const std::vector<float> q = test::random_vector(size_t(A) * G * D, seed + 100, -2.0f, 2.0f);
     RkvParams p;
     p.budget = 40;
-    RkvHeadInput in{keys.data(), N, q.data(), A, G, D, 1.0f / 4.0f};
-    const auto imp = rkv_importance(in, p);
-    const auto imp_ref = naive_importance(in, p);
-    REQUIRE(imp.size() == N - p.window);
-    for (size_t j = 0; j < imp.size(); ++j) REQUIRE(imp[j] == Approx(imp_ref[j]).epsilon(1e-5));
-
-    const auto red = rkv_redundancy(keys.data(), N, D, p.threshold);
-    const auto red_ref = naive_redundancy(keys, N, D, p.threshold);
-    for (uint32_t j = 0; j < N; ++j) REQUIRE(red[j] == Approx(red_ref[j]).epsilon(1e-5));
-
-    const auto z = rkv_scores(in, p);
-    for (size_t j = 0; j < z.size(); ++j)
-      REQUIRE(z[j] == Approx(0.1 * imp_ref[j] - 0.9 * red_ref[j]).epsilon(1e-4).margin(1e-7));
+    const RkvHeadInput in{keys.data(), N, q.data(), A, G, D, 1.0f / 4.0f};
+    const uint32_t M = N - p.window;
+    const std::vector<double> I = test::rkv_importance(q.data(), A, G * D, G, D, 0.25, keys.data(), M, 7);
+    const std::vector<double> R = test::rkv_redundancy(keys.data(), N, D, p.threshold);
+    const std::vector<float> z = rkv_scores(in, p);
+    REQUIRE(z.size() == M);
+    for (uint32_t j = 0; j < M; ++j)
+      REQUIRE(z[j] == Approx(0.1 * I[j] - 0.9 * R[j]).epsilon(1e-4).margin(1e-7));
   }
-}
-
-TEST_CASE("redundancy zeroes each row's most recent similar token so the latest copy scores lowest",
-          "[model][rkv]") {
-  // Keys e1, e2, e1, e3, e1 (D = 4): rows 0, 2, 4 are copies. Row 0 and row 2 lose their entry
-  // for row 4 (the most recent copy), row 4 loses its entry for row 2; column sums 2, 0, 1, 0, 0.
-  const std::vector<float> keys = {1, 0, 0, 0, 0, 1, 0, 0, 2, 0, 0, 0, 0, 0, 1, 0, 0.5f, 0, 0, 0};
-  const auto red = rkv_redundancy(keys.data(), 5, 4, 0.5f);
-  const auto want = softmax({2.0 / 5, 0.0, 1.0 / 5, 0.0, 0.0});
-  for (uint32_t j = 0; j < 5; ++j) CHECK(red[j] == Approx(want[j]).epsilon(1e-6));
-  CHECK(red[4] < red[2]);
-  CHECK(red[2] < red[0]);
-  // With T = 1 no similarity exceeds it: nothing is zeroed and every copy has column sum 2.
-  const auto red2 = rkv_redundancy(keys.data(), 5, 4, 1.0f);
-  CHECK(red2[0] == Approx(red2[4]).epsilon(1e-6));
-  CHECK(red2[2] == Approx(red2[4]).epsilon(1e-6));
-  CHECK(red2[0] > red2[1]);
 }
 
 TEST_CASE("the keep list is the budget minus window best scores plus the window", "[model][rkv]") {
@@ -242,7 +154,7 @@ TEST_CASE("a 2,100-token R-KV generation never holds more than budget + buffer c
           "[model][rkv]") {
   const ModelConfig cfg = long_config();
   const Weights w = test::random_weights(cfg, 21);
-  Forward fwd(w, one_thread());
+  Forward fwd(w, ForwardOptions{.threads = 1});
   // R-KV over 2,100 tokens; the streaming baseline (same schedule) over a shorter run.
   for (const auto& [streaming, n] : {std::pair{false, 2100u}, std::pair{true, 300u}}) {
     RaggedKvCache cache = empty_ragged(cfg);
@@ -285,7 +197,7 @@ TEST_CASE("with a budget above the generated length R-KV output equals plain gen
           "[model][rkv]") {
   const ModelConfig cfg = long_config();
   const Weights w = test::random_weights(cfg, 22);
-  Forward fwd(w, one_thread());
+  Forward fwd(w, ForwardOptions{.threads = 1});
   GenerateParams gp;
   gp.max_tokens = 200;
   KvCache plain_cache(cfg);
@@ -313,7 +225,7 @@ TEST_CASE("with document candidates R-KV bounds the prompt rows too but never th
           "[model][rkv]") {
   const ModelConfig cfg = long_config();
   const Weights w = test::random_weights(cfg, 23);
-  Forward fwd(w, one_thread());
+  Forward fwd(w, ForwardOptions{.threads = 1});
   std::vector<int32_t> prompt;
   for (int i = 0; i < 150; ++i) prompt.push_back((i * 37 + 11) % int(cfg.vocab_size));
   GenerateParams gp;

@@ -1,10 +1,8 @@
-// attention_stats (see attn_stats.h). Work unit: one KV head and a group of consecutive query tiles;
-// each unit reduces into its own partial row (no sharing between threads), and the partials are
-// combined into the output afterwards. A tile's G·tile_t query rows are gathered head-major into a
-// contiguous buffer so each key range costs one sgemm; the softmax then runs over the row's valid
-// prefix (the causal range is last, so a row's visible keys are always a prefix of the axis).
-#include "compress/detail/attn_stats.h"
-
+// attention_stats (kernels/attention_stats.h). Work unit: one KV head and a group of consecutive
+// query tiles; each unit reduces into its own partial row (no sharing between threads), and the
+// partials are combined into the output afterwards. A tile's G·tile_t query rows are gathered
+// head-major into a contiguous buffer so each key range costs one sgemm; the softmax then runs over
+// the row's valid prefix (the causal range is last, so a row's visible keys are always a prefix).
 #include <cblas.h>
 
 #include <algorithm>
@@ -12,45 +10,19 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/attention_stats.h"
 #include "kernels/gemm.h"
 #include "kernels/simd.h"
 #include "kernels/thread_pool.h"
 
-namespace kvzip::detail {
+namespace kvzip::cpu {
 namespace {
 
 using simd::kLanes;
 using simd::VecF;
 
-constexpr uint32_t kTileRows = 96;            // query rows (G · tokens) per sgemm tile
+constexpr uint32_t kTileRows = 96;               // query rows (G · tokens) per sgemm tile
 constexpr size_t kTileFloats = size_t(4) << 20;  // logits per tile at most (16 MiB per thread)
-
-float row_max(const float* x, uint32_t n) {
-  VecF m = simd::splat(-3.0e38f);
-  uint32_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) m = simd::vmax(m, simd::load(x + i));
-  float r = simd::hmax(m);
-  for (; i < n; ++i) r = std::max(r, x[i]);
-  return r;
-}
-
-// x[i] = exp(x[i] - m) in place; returns the sum.
-float exp_sum(float* x, uint32_t n, float m) {
-  const VecF mv = simd::splat(m);
-  VecF s{};
-  uint32_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    VecF e = simd::exp_vec(simd::load(x + i) - mv);
-    simd::store(x + i, e);
-    s += e;
-  }
-  float r = simd::hsum(s);
-  for (; i < n; ++i) {
-    x[i] = simd::exp_scalar(x[i] - m);
-    r += x[i];
-  }
-  return r;
-}
 
 // acc[c] = max(acc[c], e[c] * inv) or acc[c] += e[c] * inv, for c in [0, n).
 void reduce_into(float* acc, const float* e, uint32_t n, float inv, Reduce op) {
@@ -67,17 +39,17 @@ void reduce_into(float* acc, const float* e, uint32_t n, float inv, Reduce op) {
   }
 }
 
-uint32_t fixed_cols(const KeyAxis& ax) {
+uint32_t fixed_cols(const ScoreKeyAxis& ax) {
   uint32_t n = 0;
   for (uint32_t r = 0; r + 1 < ax.n_ranges; ++r) n += ax.ranges[r].n;
   return n;
 }
 
 // Query tokens [i_a, i_b) of KV head h, reduced into acc (col1 - col0 floats).
-void tile(const AttnStatsArgs& a, uint32_t h, uint32_t i_a, uint32_t i_b, float* acc) {
+void tile(const AttentionStatsArgs& a, uint32_t h, uint32_t i_a, uint32_t i_b, float* acc) {
   thread_local std::vector<float> qbuf, logits;
   const uint32_t G = a.Hq / a.Hkv, D = a.D, nt = i_b - i_a, rows = G * nt;
-  const KeyAxis& ax = a.axes[h];
+  const ScoreKeyAxis& ax = a.axes[h];
   const uint32_t fixed = fixed_cols(ax);
   const uint32_t cols = fixed + ax.causal_base + i_b;  // what the tile's last token sees
   qbuf.resize(size_t(rows) * D);
@@ -100,8 +72,7 @@ void tile(const AttnStatsArgs& a, uint32_t h, uint32_t i_a, uint32_t i_b, float*
     for (uint32_t t = 0; t < nt; ++t) {
       float* row = logits.data() + (size_t(g) * nt + t) * cols;
       const uint32_t valid = fixed + ax.causal_base + i_a + t + 1;
-      const float m = row_max(row, valid);
-      const float inv = 1.0f / exp_sum(row, valid, m);
+      const float inv = 1.0f / simd::exp_sum(row, valid, simd::row_max(row, valid));
       const uint32_t c1 = std::min(a.col1, valid);
       if (c1 > a.col0) reduce_into(acc, row + a.col0, c1 - a.col0, inv, a.reduce);
     }
@@ -109,11 +80,11 @@ void tile(const AttnStatsArgs& a, uint32_t h, uint32_t i_a, uint32_t i_b, float*
 
 }  // namespace
 
-void attention_stats(ThreadPool* pool, const AttnStatsArgs& a) {
+void attention_stats(ThreadPool* pool, const AttentionStatsArgs& a) {
   if (a.t1 <= a.t0 || a.col1 <= a.col0) return;
   KVZIP_ASSERT(a.Hkv > 0 && a.Hq % a.Hkv == 0 && a.t1 <= a.T && a.q && a.axes && a.out);
   for (uint32_t h = 0; h < a.Hkv; ++h) {
-    const KeyAxis& ax = a.axes[h];
+    const ScoreKeyAxis& ax = a.axes[h];
     KVZIP_ASSERT(ax.n_ranges >= 1 && ax.n_ranges <= 3);
     KVZIP_ASSERT(a.col1 <= fixed_cols(ax) + ax.causal_base + a.t1);
   }
@@ -160,4 +131,4 @@ void attention_stats(ThreadPool* pool, const AttnStatsArgs& a) {
   }
 }
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::cpu

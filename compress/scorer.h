@@ -1,10 +1,9 @@
-// compress/: scores every cached document KV pair (one Scorer interface: kvzip, full, random,
-// streaming, snapkv, h2o, rest-kv, rkv; shared/methods.md §1-4), selects which rows to keep (global threshold,
-// per-head uniform, per-layer), and evicts the rest into a RaggedKvCache. Scores have the layout
-// (L, Hkv, n_c) over the document rows n_p .. n_p+n_c-1 of the dense cache; the n_p prefix rows
-// are never scored and never evicted. Higher score = more important. compress() runs the whole
-// pipeline: prefill, score, select, evict; the parts are public so an evaluation can prefill once
-// and score or select many times.
+// compress/ scorers: every document KV pair of a prefilled [prefix ; document] cache gets an
+// importance score (higher = keep) through one Scorer interface (kvzip, full, random, streaming,
+// snapkv, h2o, rest-kv, rkv; spec/methods.md §1-4). Scores have the layout (L, Hkv, n_c) over the
+// document rows n_p .. n_p+n_c-1 of the dense cache; the n_p prefix rows are never scored and
+// never evicted. Selection and eviction are compress/selection.h; the whole pipeline (prefill,
+// score, select, evict, write) is compress/pipeline.h.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -16,10 +15,7 @@
 
 #include "model/chat_template.h"
 #include "model/forward.h"
-#include "model/gpu_forward.h"
 #include "model/kv_cache.h"
-#include "model/ragged_cache.h"
-#include "prefill/prefill.h"
 
 namespace kvzip {
 
@@ -37,7 +33,7 @@ struct DocumentScores {
   }
 };
 
-// ---- KVzip reconstruction inputs (methods §1 step 3) ------------------------------------------
+// ---- KVzip reconstruction inputs (spec/methods.md §1 step 3) ------------------------------------
 
 inline constexpr const char* kRepeatFirstPrompt = "\n\nRepeat the previous context exactly.";
 inline constexpr const char* kRepeatNextPrompt =
@@ -99,6 +95,11 @@ struct ScorerOptions {
 void set_scorer_option(ScorerOptions& options, std::string_view key, std::string_view value);
 // "KEY=VALUE" form of the above; throws Errc::invalid_argument when there is no '='.
 void set_scorer_option(ScorerOptions& options, std::string_view key_equals_value);
+// The options `kvzip compress`, `kvzip eval` and `kvzip calibrate` build: the chat template's
+// reconstruction prompts, the KVzip chunk, the random seed, then every "KEY=VALUE" of `overrides`
+// in order (so -O chunk=... wins over the chunk argument).
+ScorerOptions make_scorer_options(const ChatTemplate& chat, uint32_t kvzip_chunk, uint64_t seed,
+                                  std::span<const std::string> overrides = {});
 
 // Input of Scorer::score: the dense cache after prefilling [prefix ; document].
 struct ScoreInput {
@@ -142,10 +143,11 @@ class Scorer {
 //              removed, ā_j/(1−ā_j)·‖W_o,h(ō − v_j)‖, ā = EMA (alpha) of the last W queries'
 //              probabilities over all keys, smoothed over the keys before the window by a drift-
 //              adaptive window (≥ kmin); max over the GQA group; the window itself +inf
-//   rkv        offline R-KV over the candidates = document rows before the last α: λ·importance
-//              (the last α queries, max-logit over the group, softmax, mean, max-pool `kernel`)
-//              − (1−λ)·redundancy (softmax of mean cosine similarity, the most recent similar
-//              key spared); the last α tokens +inf
+//   rkv        offline R-KV (model/rkv.h rkv_scores), the document's rows as candidates and its
+//              last α tokens as the probe: λ·importance of the rows before the probe (the α
+//              queries, max-logit over the group, softmax, mean, max-pool `kernel`) − (1−λ)·
+//              redundancy over all document rows (softmax of mean cosine similarity, the most
+//              recent similar key spared); the last α tokens +inf
 std::vector<std::string> scorer_names();
 // Throws Errc::invalid_argument listing the known names for any other method, or naming the
 // option for a bad one (kvzip without prompts, a chunk or window of 0, an even pooling kernel or
@@ -172,94 +174,5 @@ class ObserverFanout final : public AttentionObserver {
  private:
   std::vector<AttentionObserver*> observers_;
 };
-
-// ---- Selection and eviction -------------------------------------------------------------------
-
-enum class SelectionLevel : uint8_t {
-  Global = 0,    // one threshold over all L·Hkv·n_c scores: keeps K = round(r·L·Hkv·n_c) rows
-  PerHead = 1,   // each (layer, head) keeps its top ⌊r·n_c⌋ rows (methods §1.7, as the authors)
-  PerLayer = 2,  // each layer keeps its top round(r·Hkv·n_c) rows, thresholded over its heads
-};
-// "global", "per-head", "per-layer"; anything else throws Errc::invalid_argument listing them.
-SelectionLevel parse_selection_level(std::string_view name);
-const char* selection_level_name(SelectionLevel level);
-
-// Throws Errc::invalid_argument unless 0 < ratio <= 1 (and finite).
-void check_ratio(double ratio);
-
-struct Selection {
-  // (L·Hkv) ascending dense row indices to keep per (layer, head): all prefix rows, then the kept
-  // document rows.
-  std::vector<std::vector<uint32_t>> keep;
-  uint64_t kept_doc = 0;     // document rows kept, over all (layer, head)
-  uint64_t total_doc = 0;    // L·Hkv·n_c
-  double achieved_ratio = 1.0;  // kept_doc / total_doc (1 for an empty document)
-};
-
-// Tie policy: the budget is always met exactly; among equal scores at the cut the row with the
-// lower flat index (layer, head, position) is kept. (The authors' code keeps only scores strictly
-// above the cut, which can keep fewer rows than asked.) ratio == 1 keeps every row. format::prune
-// applies the same rule (Global budget, ties by file order = flat index) to a stored cache.
-Selection select_rows(const DocumentScores& scores, double ratio, SelectionLevel level);
-
-struct EvictResult {
-  RaggedKvCache cache;
-  std::vector<std::vector<float>> kept_scores;  // (L) × (R_l): the score of every kept row, in the
-                                                // cache's row order (head-major, by position);
-                                                // prefix rows get +inf (never evicted)
-  double achieved_ratio = 1.0;
-};
-
-// Builds the compressed cache: RaggedKvCache::from_dense(dense, selection.keep, room).
-EvictResult evict(const KvCache& dense, const DocumentScores& scores, const Selection& selection,
-                  uint32_t room = 256);
-
-// ---- The whole pipeline -----------------------------------------------------------------------
-
-struct CompressOptions {
-  std::string method = "kvzip";
-  double ratio = 0.3;                      // fraction of the L·Hkv·n_c document rows to keep
-  SelectionLevel level = SelectionLevel::Global;
-  ScorerOptions scorer;
-  PrefillOptions prefill;                  // chunk, answer_room, progress (observer: set here)
-  uint32_t room = 256;                     // append rows per head of the compressed cache
-};
-
-struct CompressResult {
-  RaggedKvCache cache;
-  std::vector<std::vector<float>> kept_scores;  // as EvictResult::kept_scores
-  double requested_ratio = 1.0;
-  double achieved_ratio = 1.0;
-  std::string method;
-  MethodParams params;       // the scorer's parameters plus "level" (and "ratio")
-  uint32_t n_prefix = 0;
-  uint32_t n_doc = 0;
-  double prefill_s = 0.0;    // document prefill (with any prefill observer)
-  double scoring_s = 0.0;    // scoring pass after the prefill (kvzip: the reconstruction passes)
-  double select_s = 0.0;     // selection and eviction
-};
-
-// Validates the ratio and method first (before any model work), then prefills [prefix ; document]
-// (checking the context), scores, selects and evicts. Method "full" ignores the ratio: it keeps
-// every row and records requested = achieved = 1. KVzip's R_t continue at positions n_p + n_c
-// onwards (up to ~m + 30 more); the context check covers only the document and the answer room,
-// as in the authors' code.
-CompressResult compress(Forward& forward, std::span<const int32_t> prefix,
-                        std::span<const int32_t> document, const CompressOptions& options);
-
-// ---- The pipeline on a CUDA device (compress/gpu_compress.cc) ------------------------------
-
-// KVzip scores (methods §1) computed on the device: `cache` is the dense GpuCache after
-// prefilling [prefix ; document] with `forward` (logical length n_prefix + document.size()); the
-// reconstruction passes run on the device and are rolled back. Same layout and meaning as the CPU
-// scorer's DocumentScores (kernels/attention_score.h computes the local-softmax max).
-DocumentScores kvzip_scores_gpu(GpuForward& forward, GpuCache& cache, uint32_t n_prefix,
-                                std::span<const int32_t> document, const ScorerOptions& options);
-
-// compress() with the prefill and the scoring on the device (methods "kvzip" and "full"; others
-// throw Errc::unsupported naming --device cpu); selection and eviction run on the host over the
-// dense cache copied back once. Errc::unsupported without a CUDA build or device.
-CompressResult compress_gpu(GpuForward& forward, std::span<const int32_t> prefix,
-                            std::span<const int32_t> document, const CompressOptions& options);
 
 }  // namespace kvzip

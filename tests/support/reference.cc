@@ -1,5 +1,5 @@
-// Naive reference kernels (kernels/reference.h): the straightforward formulas, double sums.
-#include "kernels/reference.h"
+// Naive reference kernels (tests/support/reference.h): the straightforward formulas, double sums.
+#include "tests/support/reference.h"
 
 #include <algorithm>
 #include <cmath>

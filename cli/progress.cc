@@ -1,4 +1,4 @@
-// ProgressBar (see prefill.h). A terminal gets one line redrawn in place (rate-limited); a pipe or
+// ProgressBar (see cli/progress.h). A terminal gets one line redrawn in place (rate-limited); a pipe or
 // file gets at most four plain lines, so logs stay short.
 #include <unistd.h>
 
@@ -8,9 +8,9 @@
 #include <cstdio>
 #include <string>
 
-#include "prefill/prefill.h"
+#include "cli/progress.h"
 
-namespace kvzip {
+namespace kvzip::cli {
 namespace {
 
 double now_s() {
@@ -71,4 +71,4 @@ PrefillProgressFn ProgressBar::callback() {
   return [this](const PrefillProgress& p) { update(p); };
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::cli

@@ -1,6 +1,6 @@
-// Naive reference implementations of every CPU kernel: plain loops, double accumulation, no
-// threads, no vectors, no blocking. They are the oracle the kernel tests compare against (and the
-// CPU side of future device-agreement tests); never used on a hot path.
+// Test support: naive reference implementations of the CPU kernels (plain loops, double
+// accumulation, no threads, vectors or blocking), the oracle the kernel tests and the CUDA parity
+// tests compare against. Test-only: nothing outside tests/ links it.
 #pragma once
 #include <cstddef>
 #include <cstdint>

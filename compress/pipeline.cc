@@ -1,0 +1,226 @@
+// The compress pipeline (pipeline.h) on the CPU, its shared ends (detail/pipeline.h), the cache
+// file's contents, and compress_to_file. "full" is special-cased in one place (finish): it never
+// evicts, whatever ratio was asked. The GPU pipeline is gpu_compress.cc.
+#include "compress/pipeline.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <limits>
+
+#include "common/error.h"
+#include "compress/detail/pipeline.h"
+
+namespace kvzip {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+bool head_level_method(const CompressOptions& o) { return o.method == kHeadLevelMethod; }
+
+}  // namespace
+
+std::unique_ptr<Scorer> make_method_scorer(const CompressOptions& o) {
+  check_ratio(o.ratio);
+  if (!head_level_method(o)) return make_scorer(o.method, o.scorer);
+  if (o.head.head_scores.empty())
+    throw Error(Errc::invalid_argument,
+                "method kvzip-head needs head scores (make them with `kvzip calibrate TEXT -o "
+                "FILE.kvh` on a text other than the documents)");
+  for (size_t i = 0; i < o.head.head_scores.size(); ++i)
+    if (std::isnan(o.head.head_scores[i]))
+      throw Error(Errc::invalid_argument, "kvzip-head: head score " + std::to_string(i) + " is NaN");
+  return make_head_level_scorer(o.head.head_scores);
+}
+
+Selection select_for_method(const CompressOptions& o, const DocumentScores& scores, double ratio) {
+  return head_level_method(o) ? select_heads(scores, ratio, o.head.window)
+                              : select_rows(scores, ratio, o.level);
+}
+
+namespace detail {
+
+std::unique_ptr<Scorer> checked_scorer(const ModelConfig& config, size_t n_prefix, size_t n_doc,
+                                       const CompressOptions& o) {
+  std::unique_ptr<Scorer> scorer = make_method_scorer(o);
+  if (head_level_method(o)) check_head_scores(o.head.head_scores, cache_shape(config), "compress --level head");
+  check_fits_context(config, n_prefix, n_doc, o.prefill.answer_room);
+  return scorer;
+}
+
+CompressResult finish(const CompressOptions& o, const Scorer& scorer, const KvCache& dense,
+                      const DocumentScores& scores, double prefill_s, double scoring_s) {
+  const auto t = Clock::now();
+  const bool head = head_level_method(o);
+  const double ratio = o.method == "full" ? 1.0 : o.ratio;
+  const Selection sel = select_for_method(o, scores, ratio);
+  EvictResult ev = evict(dense, scores, sel, o.room);
+  MethodParams params;
+  if (head) {
+    params = head_level_params(ratio, scores.shape.n_layers * scores.shape.n_kv_heads,
+                               o.head.window, ev.achieved_ratio, o.head.source);
+  } else {
+    params = scorer.params();
+    params.emplace_back("level", selection_level_name(o.level));
+  }
+  const double select_s = seconds_since(t) + (head ? scoring_s : 0.0);
+  return CompressResult{std::move(ev.cache), std::move(ev.kept_scores), ratio, ev.achieved_ratio,
+                        scorer.name(),       std::move(params),       scores.n_prefix,
+                        scores.n_doc,        prefill_s,               head ? 0.0 : scoring_s,
+                        select_s};
+}
+
+}  // namespace detail
+
+CompressResult compress(Forward& forward, std::span<const int32_t> prefix,
+                        std::span<const int32_t> document, const CompressOptions& options) {
+  std::unique_ptr<Scorer> scorer =
+      detail::checked_scorer(forward.config(), prefix.size(), document.size(), options);
+  const uint32_t n_p = static_cast<uint32_t>(prefix.size());
+  const uint32_t n_c = static_cast<uint32_t>(document.size());
+  PrefillOptions po = options.prefill;
+  ObserverFanout fan;
+  fan.add(options.prefill.observer);
+  fan.add(scorer->prefill_observer(forward, n_p, n_c));
+  po.observer = fan.empty() ? nullptr : &fan;
+  PrefillResult pre = prefill_document(forward, prefix, document, po);
+
+  const auto t = Clock::now();
+  const DocumentScores scores = scorer->score(ScoreInput{&forward, &pre.cache, n_p, document});
+  return detail::finish(options, *scorer, pre.cache, scores, pre.seconds, seconds_since(t));
+}
+
+// ---- The cache file --------------------------------------------------------------------------
+
+std::vector<format::LayerKv> layers_from_cache(const RaggedKvCache& cache,
+                                               const std::vector<std::vector<float>>& kept_scores) {
+  const CacheShape s = cache.shape();
+  const size_t D = s.head_dim;
+  if (!kept_scores.empty() && kept_scores.size() != s.n_layers)
+    throw Error(Errc::internal, "layers_from_cache: scores for " +
+                                    std::to_string(kept_scores.size()) + " layers, cache has " +
+                                    std::to_string(s.n_layers));
+  std::vector<format::LayerKv> layers(s.n_layers);
+  for (uint32_t l = 0; l < s.n_layers; ++l) {
+    format::LayerKv& out = layers[l];
+    size_t R = 0;
+    for (uint32_t h = 0; h < s.n_kv_heads; ++h) R += cache.kept(l, h);
+    out.head_rows.resize(s.n_kv_heads);
+    out.positions.resize(R);
+    out.k.resize(R * D);
+    out.v.resize(R * D);
+    size_t row = 0;
+    for (uint32_t h = 0; h < s.n_kv_heads; ++h) {
+      const size_t n = cache.kept(l, h);
+      out.head_rows[h] = static_cast<uint32_t>(n);
+      std::memcpy(out.k.data() + row * D, cache.k_rows(l, h), n * D * sizeof(float));
+      std::memcpy(out.v.data() + row * D, cache.v_rows(l, h), n * D * sizeof(float));
+      std::memcpy(out.positions.data() + row, cache.positions(l, h), n * sizeof(uint32_t));
+      row += n;
+    }
+    if (!kept_scores.empty()) {
+      if (kept_scores[l].size() != R)
+        throw Error(Errc::internal, "layers_from_cache: layer " + std::to_string(l) + " has " +
+                                        std::to_string(R) + " rows but " +
+                                        std::to_string(kept_scores[l].size()) + " scores");
+      out.scores = kept_scores[l];
+    }
+  }
+  return layers;
+}
+
+format::CacheContents make_contents(const Model& model, const RaggedKvCache& cache,
+                                    const std::vector<std::vector<float>>& kept_scores,
+                                    const CacheDescription& d) {
+  const CacheShape s = cache.shape();
+  const uint64_t n_p = d.prefix.size(), n_c = d.document.size();
+  if (cache.base_length() != n_p + n_c)
+    throw Error(Errc::internal, "make_contents: cache holds " + std::to_string(cache.base_length()) +
+                                    " positions, prompt has " + std::to_string(n_p + n_c));
+  format::CacheContents c;
+  format::CacheHeader& h = c.header;
+  h.tool_version = std::string("kvzip ") + KVZIP_VERSION;
+  h.created_unix = static_cast<int64_t>(std::time(nullptr));
+  format::set_model(h, model.config(), model.fingerprint());
+  h.kv_dtype = d.kv_dtype;
+  auto to_u32 = [](const std::vector<int32_t>& v) { return std::vector<uint32_t>(v.begin(), v.end()); };
+  h.prefix_tokens = to_u32(d.prefix);
+  h.document_tokens = to_u32(d.document);
+  h.suffix_tokens = to_u32(d.suffix);
+  h.document_text = d.document_text;
+  h.method = d.method;
+  h.params = d.params;
+  h.requested_ratio = d.requested_ratio;
+  uint64_t doc_rows = 0;
+  for (uint32_t l = 0; l < s.n_layers; ++l)
+    for (uint32_t hh = 0; hh < s.n_kv_heads; ++hh) {
+      const uint32_t* p = cache.positions(l, hh);
+      const uint32_t n = cache.kept(l, hh);
+      doc_rows += static_cast<uint64_t>(p + n - std::lower_bound(p, p + n, uint32_t(n_p)));
+    }
+  const uint64_t total = uint64_t(s.n_layers) * s.n_kv_heads * n_c;
+  h.achieved_ratio = total ? double(doc_rows) / double(total) : 1.0;
+  c.layers = layers_from_cache(cache, kept_scores);
+  c.has_scores = !kept_scores.empty();
+  return c;
+}
+
+// ---- A document into a file ------------------------------------------------------------------
+
+DocumentPrompt document_prompt(const ChatTemplate& chat, std::string_view text,
+                               std::string_view system) {
+  return DocumentPrompt{chat.prefix(system), chat.encode_document(text), chat.suffix("")};
+}
+
+HeadLevelOptions head_level_options(const format::HeadScores& scores, const std::string& file_name,
+                                    uint32_t window) {
+  HeadLevelOptions o;
+  o.head_scores = scores.values;
+  o.window = window;
+  o.source = {{"head_scores", std::filesystem::path(file_name).filename().string()},
+              {"head_scores_xxh64", format::head_scores_checksum_text(scores)},
+              {"calibration_source", scores.source},
+              {"calibration_tokens", std::to_string(scores.calibration_tokens)}};
+  return o;
+}
+
+CompressResult compress_to_file(const Model& model, std::string_view text,
+                                const CompressFileOptions& o, const std::string& path) {
+  if (o.query_template.find("{question}") == std::string::npos)
+    throw Error(Errc::invalid_argument, "compress: the query template must contain {question}");
+  if (o.device == Device::Cuda && head_level_method(o.compress))
+    throw Error(Errc::unsupported, "compress: --level head runs on the CPU only (it has no scoring "
+                                   "pass to speed up); drop --device cuda");
+  (void)make_method_scorer(o.compress);  // a bad method or option fails before the prefill
+  const DocumentPrompt prompt = document_prompt(model.chat(), text, o.system);
+  CompressResult r = [&] {
+    if (o.device == Device::Cuda) {
+      GpuForward gpu(model.weights());
+      return compress_gpu(gpu, prompt.prefix, prompt.document, o.compress);
+    }
+    ForwardOptions fo;
+    fo.threads = o.threads;
+    Forward forward(model.weights(), fo);
+    return compress(forward, prompt.prefix, prompt.document, o.compress);
+  }();
+  CacheDescription d;
+  d.prefix = prompt.prefix;
+  d.document = prompt.document;
+  d.suffix = prompt.suffix;
+  d.document_text = std::string(text);
+  d.method = r.method;
+  d.params = r.params;
+  d.params.emplace_back("query_template", o.query_template);
+  d.requested_ratio = r.requested_ratio;
+  d.kv_dtype = o.kv_dtype;
+  format::write_cache_file(make_contents(model, r.cache, r.kept_scores, d), path, o.write);
+  return r;
+}
+
+}  // namespace kvzip

@@ -1,0 +1,54 @@
+// compress/ selection and eviction: which document rows of a scored cache to keep (a global
+// threshold, per head, per layer; spec/methods.md §1 step 7) and the compressed RaggedKvCache
+// built from the kept rows. Head-level selection (whole heads) is compress/head_level.h.
+#pragma once
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "compress/scorer.h"
+#include "model/kv_cache.h"
+#include "model/ragged_cache.h"
+
+namespace kvzip {
+
+enum class SelectionLevel : uint8_t {
+  Global = 0,    // one threshold over all L·Hkv·n_c scores: keeps K = round(r·L·Hkv·n_c) rows
+  PerHead = 1,   // each (layer, head) keeps its top ⌊r·n_c⌋ rows (methods §1 step 7, as the authors)
+  PerLayer = 2,  // each layer keeps its top round(r·Hkv·n_c) rows, thresholded over its heads
+};
+// "global", "per-head", "per-layer"; anything else throws Errc::invalid_argument listing them.
+SelectionLevel parse_selection_level(std::string_view name);
+const char* selection_level_name(SelectionLevel level);
+
+// Throws Errc::invalid_argument unless 0 < ratio <= 1 (and finite).
+void check_ratio(double ratio);
+
+struct Selection {
+  // (L·Hkv) ascending dense row indices to keep per (layer, head): all prefix rows, then the kept
+  // document rows.
+  std::vector<std::vector<uint32_t>> keep;
+  uint64_t kept_doc = 0;     // document rows kept, over all (layer, head)
+  uint64_t total_doc = 0;    // L·Hkv·n_c
+  double achieved_ratio = 1.0;  // kept_doc / total_doc (1 for an empty document)
+};
+
+// Tie policy: the budget is always met exactly; among equal scores at the cut the row with the
+// lower flat index (layer, head, position) is kept. (The authors' code keeps only scores strictly
+// above the cut, which can keep fewer rows than asked.) ratio == 1 keeps every row. format::prune
+// applies the same rule (Global budget, ties by file order = flat index) to a stored cache.
+Selection select_rows(const DocumentScores& scores, double ratio, SelectionLevel level);
+
+struct EvictResult {
+  RaggedKvCache cache;
+  std::vector<std::vector<float>> kept_scores;  // (L) × (R_l): the score of every kept row, in the
+                                                // cache's row order (head-major, by position);
+                                                // prefix rows get +inf (never evicted)
+  double achieved_ratio = 1.0;
+};
+
+// Builds the compressed cache: RaggedKvCache::from_dense(dense, selection.keep, room).
+EvictResult evict(const KvCache& dense, const DocumentScores& scores, const Selection& selection,
+                  uint32_t room = 256);
+
+}  // namespace kvzip
