@@ -15,7 +15,6 @@
 #include <thread>
 
 #include "common/error.h"
-#include "model/hf_model.h"
 #include "model/model_path.h"
 
 namespace kvzip::cli {
@@ -86,7 +85,8 @@ std::unique_ptr<Model> load_model(const std::string& cli_path, uint32_t threads)
   const char* env = std::getenv("KVZIP_MODEL");
   const std::string named = !cli_path.empty() ? cli_path : env ? env : "";
   std::error_code ec;
-  if (!named.empty() && std::filesystem::is_directory(named, ec) && !is_hf_checkpoint_dir(named))
+  if (!named.empty() && std::filesystem::is_directory(named, ec) &&
+      !std::filesystem::exists(std::filesystem::path(named) / "config.json", ec))
     throw Error(Errc::invalid_argument,
                 "model " + named + " (from " + (cli_path.empty() ? "$KVZIP_MODEL" : "-m") +
                     ") is a directory without config.json; give a GGUF file (e.g. " +

@@ -91,7 +91,7 @@ TEST_CASE("a directory given as a file says it is a directory", "[cli]") {
   expect_error({"compress", adir, "-o", dir.path("o.kvz")}, 2, "invalid_argument",
                {"document " + adir + " is a directory; give a UTF-8 text file"});
   expect_error({"compress", doc, "-m", adir, "-o", dir.path("o.kvz")}, 2, "invalid_argument",
-               {"model " + adir + " (from -m) is a directory; give a GGUF file"});
+               {"model " + adir + " (from -m) is a directory without config.json; give a GGUF file"});
   CliOptions env_dir;
   env_dir.env = {{"KVZIP_MODEL", adir}};
   const CliResult r = run_kvzip({"compress", doc, "-o", dir.path("o.kvz")}, env_dir);

@@ -280,7 +280,7 @@ TEST_CASE("hf golden: caches from a folder equal those from its GGUF conversion"
 
 TEST_CASE("hf golden: a cache file from a folder is refused by its GGUF conversion", "[model][hf]") {
   Pair p("llama3");
-  loader::CacheDescription d;
+  CacheDescription d;
   d.prefix = p.folder->chat().prefix("");
   d.document = p.folder->chat().encode_document(kDoc);
   d.suffix = p.folder->chat().suffix("");
@@ -293,7 +293,7 @@ TEST_CASE("hf golden: a cache file from a folder is refused by its GGUF conversi
   CompressResult r = compress(fwd, d.prefix, d.document, co);
   test::HfCopy tmp("llama3");  // a scratch folder for the .kvz
   const std::string path = tmp.path("c.kvz");
-  format::write_cache_file(loader::make_contents(*p.folder, r.cache, r.kept_scores, d), path);
+  format::write_cache_file(make_contents(*p.folder, r.cache, r.kept_scores, d), path);
   CHECK_NOTHROW(loader::QuerySession(*p.folder, path));
   try {
     loader::QuerySession s(*p.gguf, path);
