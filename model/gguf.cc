@@ -2,15 +2,11 @@
 // and validation live in detail/gguf_parse.cc; everything here reads already-validated bytes.
 #include "model/gguf.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <limits>
 
 #include "model/detail/gguf_impl.h"
+#include "model/detail/mapped_file.h"
 
 namespace kvzip::gguf {
 namespace {
@@ -84,7 +80,7 @@ std::string TensorInfo::shape_string() const {
 // ---- Impl ----
 
 File::Impl::~Impl() {
-  if (map) munmap(map, size_t(map_size));
+  detail::unmap_file(map, map_size);
 }
 
 const KeyValue* File::Impl::find(std::string_view key) const {
@@ -106,30 +102,11 @@ File::~File() = default;
 File File::open(const std::string& path) {
   auto impl = std::make_unique<Impl>();
   impl->source = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int e = errno;
-    impl->fail(e == ENOENT ? Errc::not_found : Errc::io,
-               std::string("cannot open: ") + std::strerror(e));
-  }
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    impl->fail(Errc::io, "not a regular file");
-  }
-  impl->size = uint64_t(st.st_size);
-  if (impl->size > 0) {
-    void* m = mmap(nullptr, size_t(impl->size), PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) {
-      const int e = errno;
-      ::close(fd);
-      impl->fail(Errc::io, std::string("mmap failed: ") + std::strerror(e));
-    }
-    impl->map = m;
-    impl->map_size = impl->size;
-    impl->data = static_cast<const uint8_t*>(m);
-  }
-  ::close(fd);
+  const detail::FileMapping m = detail::map_file(path, "GGUF '" + path + "': ");
+  impl->size = m.size;
+  impl->map = m.addr;
+  impl->map_size = m.size;
+  impl->data = static_cast<const uint8_t*>(m.addr);
   parse_gguf(*impl);
   return File(std::move(impl));
 }

@@ -2,11 +2,6 @@
 // validation listed in safetensors.h. The header is parsed once at open; nothing is read lazily.
 #include "model/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -14,6 +9,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "model/detail/mapped_file.h"
 
 namespace kvzip::safetensors {
 namespace {
@@ -79,7 +75,7 @@ struct File::Impl {
   std::vector<std::pair<std::string, std::string>> metadata;
 
   ~Impl() {
-    if (map) munmap(map, size_t(map_size));
+    detail::unmap_file(map, map_size);
   }
   [[noreturn]] void fail(Errc code, const std::string& what) const {
     throw Error(code, "safetensors '" + source + "': " + what);
@@ -214,29 +210,11 @@ File::~File() = default;
 File File::open(const std::string& path) {
   auto impl = std::make_unique<Impl>();
   impl->source = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int e = errno;
-    impl->fail(e == ENOENT ? Errc::not_found : Errc::io, std::string("cannot open: ") + std::strerror(e));
-  }
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    impl->fail(Errc::io, "not a regular file");
-  }
-  impl->size = uint64_t(st.st_size);
-  if (impl->size > 0) {
-    void* m = mmap(nullptr, size_t(impl->size), PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) {
-      const int e = errno;
-      ::close(fd);
-      impl->fail(Errc::io, std::string("mmap failed: ") + std::strerror(e));
-    }
-    impl->map = m;
-    impl->map_size = impl->size;
-    impl->data = static_cast<const uint8_t*>(m);
-  }
-  ::close(fd);
+  const detail::FileMapping m = detail::map_file(path, "safetensors '" + path + "': ");
+  impl->size = m.size;
+  impl->map = m.addr;
+  impl->map_size = m.size;
+  impl->data = static_cast<const uint8_t*>(m.addr);
   impl->parse();
   return File(std::move(impl));
 }
