@@ -95,17 +95,6 @@ KVZIP_AVX2 void deq_q8_0(const uint8_t* b, float* y, int64_t nb) {
   }
 }
 
-// Q4_K / Q5_K: the 6-bit (scale, min) pair of sub-block j from the 12 packed scale bytes.
-inline void scale_min_k4(int j, const uint8_t* q, int& sc, int& mn) {
-  if (j < 4) {
-    sc = q[j] & 63;
-    mn = q[j + 4] & 63;
-  } else {
-    sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 // Q4_K (144 B) and Q5_K (176 B): y = d·sc·q − dmin·m per 32-element sub-block.
 template <bool kQ5>
 KVZIP_AVX2 void deq_k45(const uint8_t* b, float* y, int64_t nb) {

@@ -40,23 +40,24 @@ std::optional<QFormat> qgemv_format(GgmlType t) {
   }
 }
 
+// Runs on every call (the decode hot path): the message is built only when a check fails.
 void check_job(const MatmulArgs& a, size_t index) {
-  const std::string where = "matmul job " + std::to_string(index) + ": ";
+  auto where = [&] { return "matmul job " + std::to_string(index) + ": "; };
   const quant::TypeTraits* tr = quant::type_traits(uint32_t(a.w.type));
   if (!tr || !tr->dequantizable)
-    throw Error(Errc::unsupported, where + "weight type " + quant::type_name(a.w.type) +
+    throw Error(Errc::unsupported, where() + "weight type " + quant::type_name(a.w.type) +
                                        " is not supported (supported: F32 F16 BF16 Q4_0 Q4_1 "
                                        "Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K)");
   if (a.w.cols % tr->block_elems != 0)
-    throw Error(Errc::invalid_argument, where + "in = " + std::to_string(a.w.cols) +
+    throw Error(Errc::invalid_argument, where() + "in = " + std::to_string(a.w.cols) +
                                             " is not a whole number of " + tr->name +
                                             " blocks of " + std::to_string(tr->block_elems));
   if (a.w.row_bytes != quant::row_bytes(a.w.type, a.w.cols))
-    throw Error(Errc::invalid_argument, where + "row_bytes " + std::to_string(a.w.row_bytes) +
+    throw Error(Errc::invalid_argument, where() + "row_bytes " + std::to_string(a.w.row_bytes) +
                                             " does not match " + std::to_string(a.w.cols) + " " +
                                             tr->name + " values");
   if (a.T > 0 && a.w.rows > 0 && (!a.x || !a.y || !a.w.data))
-    throw Error(Errc::invalid_argument, where + "null x, y or weight pointer");
+    throw Error(Errc::invalid_argument, where() + "null x, y or weight pointer");
 }
 
 inline uint32_t stored_row(const MatrixView& w, uint32_t r) { return w.row_map ? w.row_map[r] : r; }

@@ -120,54 +120,30 @@ void deq_q8_0(const uint8_t* b, float* y) {
   for (int j = 0; j < 32; ++j) y[j] = float(qs[j]) * d;
 }
 
-// Q4_K: the 6-bit (scale, min) pair of sub-block j from the 12 packed scale bytes.
-inline void scale_min_k4(int j, const uint8_t* q, int& sc, int& mn) {
-  if (j < 4) {
-    sc = q[j] & 63;
-    mn = q[j + 4] & 63;
-  } else {
-    sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 // Q4_K block (144 B): half d; half dmin; u8 scales[12]; u8 qs[128]. y = d*sc*q - dmin*m.
-void deq_q4_k(const uint8_t* b, float* y) {
-  const float d = rdh(b), dmin = rdh(b + 2);
-  const uint8_t* scales = b + 4;
-  const uint8_t* qs = b + 16;
-  for (int c = 0; c < 4; ++c) {
-    int sc1, m1, sc2, m2;
-    scale_min_k4(2 * c, scales, sc1, m1);
-    scale_min_k4(2 * c + 1, scales, sc2, m2);
-    const float d1 = d * float(sc1), mm1 = dmin * float(m1);
-    const float d2 = d * float(sc2), mm2 = dmin * float(m2);
-    const uint8_t* q = qs + 32 * c;
-    float* out = y + 64 * c;
-    for (int l = 0; l < 32; ++l) out[l] = d1 * float(q[l] & 0xF) - mm1;
-    for (int l = 0; l < 32; ++l) out[32 + l] = d2 * float(q[l] >> 4) - mm2;
-  }
-}
-
-// Q5_K block (176 B): half d; half dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]. Like Q4_K with a
-// fifth bit per element: bit 2c of qh[l] belongs to element l of 64-group c's low half, bit 2c+1
-// to element l of its high half.
-void deq_q5_k(const uint8_t* b, float* y) {
+// Q5_K block (176 B): the same with u8 qh[32] before qs: bit 2c of qh[l] is the fifth bit of
+// element l of 64-group c's low half, bit 2c+1 of its high half.
+template <bool kQ5>
+void deq_k45(const uint8_t* b, float* y) {
   const float d = rdh(b), dmin = rdh(b + 2);
   const uint8_t* scales = b + 4;
   const uint8_t* qh = b + 16;
-  const uint8_t* qs = b + 48;
+  const uint8_t* qs = b + (kQ5 ? 48 : 16);
   for (int c = 0; c < 4; ++c) {
     int sc1, m1, sc2, m2;
-    scale_min_k4(2 * c, scales, sc1, m1);
-    scale_min_k4(2 * c + 1, scales, sc2, m2);
+    detail::scale_min_k4(2 * c, scales, sc1, m1);
+    detail::scale_min_k4(2 * c + 1, scales, sc2, m2);
     const float d1 = d * float(sc1), mm1 = dmin * float(m1);
     const float d2 = d * float(sc2), mm2 = dmin * float(m2);
     const uint8_t* q = qs + 32 * c;
     const uint8_t lo_bit = uint8_t(1u << (2 * c)), hi_bit = uint8_t(2u << (2 * c));
     float* out = y + 64 * c;
-    for (int l = 0; l < 32; ++l) out[l] = d1 * float((q[l] & 0xF) + ((qh[l] & lo_bit) ? 16 : 0)) - mm1;
-    for (int l = 0; l < 32; ++l) out[32 + l] = d2 * float((q[l] >> 4) + ((qh[l] & hi_bit) ? 16 : 0)) - mm2;
+    for (int l = 0; l < 32; ++l) {
+      const int lo = (q[l] & 0xF) + (kQ5 && (qh[l] & lo_bit) ? 16 : 0);
+      const int hi = (q[l] >> 4) + (kQ5 && (qh[l] & hi_bit) ? 16 : 0);
+      out[l] = d1 * float(lo) - mm1;
+      out[32 + l] = d2 * float(hi) - mm2;
+    }
   }
 }
 
@@ -202,8 +178,8 @@ BlockFn block_fn(GgmlType t) {
     case GgmlType::Q5_0: return deq_q5_0;
     case GgmlType::Q5_1: return deq_q5_1;
     case GgmlType::Q8_0: return deq_q8_0;
-    case GgmlType::Q4_K: return deq_q4_k;
-    case GgmlType::Q5_K: return deq_q5_k;
+    case GgmlType::Q4_K: return deq_k45<false>;
+    case GgmlType::Q5_K: return deq_k45<true>;
     case GgmlType::Q6_K: return deq_q6_k;
     default: return nullptr;
   }
