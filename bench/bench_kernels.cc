@@ -21,13 +21,14 @@
 #include <vector>
 
 #include "bench/bench_shapes.h"
+#include "common/half.h"
 #include "kernels/attention.h"
 #include "kernels/gemm.h"
 #include "kernels/qgemv.h"
+#include "kernels/quant.h"
 #include "kernels/thread_pool.h"
 #include "model/forward.h"
 #include "model/kv_cache.h"
-#include "kernels/quant.h"
 
 using namespace kvzip;
 
@@ -117,7 +118,7 @@ QuantMatrix quantize(std::vector<float>& w, uint32_t rows, uint32_t cols, QForma
   const size_t bb = qblock_bytes(f), nb = size_t(rows) * cols / 32;
   q.blocks.resize(nb * bb);
   auto half = [](uint8_t* p, float v) {
-    const uint16_t h = quant::float_to_half(v);
+    const uint16_t h = f32_to_f16(v);
     p[0] = uint8_t(h), p[1] = uint8_t(h >> 8);
   };
   for (size_t b = 0; b < nb; ++b) {
@@ -126,12 +127,12 @@ QuantMatrix quantize(std::vector<float>& w, uint32_t rows, uint32_t cols, QForma
     float lo = x[0], hi = x[0], amax = 0.0f;
     for (int i = 0; i < 32; ++i) lo = std::min(lo, x[i]), hi = std::max(hi, x[i]), amax = std::max(amax, std::fabs(x[i]));
     if (f == QFormat::Q8_0) {
-      const float d = quant::half_to_float(quant::float_to_half(amax / 127.0f));
+      const float d = f16_to_f32(f32_to_f16(amax / 127.0f));
       half(blk, d);
       for (int i = 0; i < 32; ++i) blk[2 + i] = uint8_t(int8_t(d > 0 ? std::lround(x[i] / d) : 0));
     } else {  // Q4_1
-      const float d = quant::half_to_float(quant::float_to_half((hi - lo) / 15.0f));
-      const float m = quant::half_to_float(quant::float_to_half(lo));
+      const float d = f16_to_f32(f32_to_f16((hi - lo) / 15.0f));
+      const float m = f16_to_f32(f32_to_f16(lo));
       half(blk, d);
       half(blk + 2, m);
       for (int i = 0; i < 16; ++i) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/half.h"
 #include "kernels/gemm.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
@@ -39,7 +40,7 @@ double best_of(int n, const std::function<void()>& fn) {
 }
 
 void put_half(uint8_t* p, float v) {
-  const uint16_t h = quant::float_to_half(v);
+  const uint16_t h = f32_to_f16(v);
   p[0] = uint8_t(h), p[1] = uint8_t(h >> 8);
 }
 
@@ -57,7 +58,7 @@ std::vector<uint8_t> random_blocks(GgmlType t, uint32_t rows, uint32_t cols) {
   } else if (t == GgmlType::F16 || t == GgmlType::BF16) {
     for (size_t i = 0; i < b.size() / 2; ++i) {
       const float v = float(int(b[2 * i]) - 128) / 4096.0f;
-      const uint16_t h = t == GgmlType::F16 ? quant::float_to_half(v) : quant::float_to_bf16(v);
+      const uint16_t h = t == GgmlType::F16 ? f32_to_f16(v) : f32_to_bf16(v);
       b[2 * i] = uint8_t(h), b[2 * i + 1] = uint8_t(h >> 8);
     }
   } else {

@@ -19,57 +19,6 @@
 
 namespace kvzip::cli {
 
-// Offset of the first byte that does not start a valid UTF-8 sequence (npos when none).
-static size_t first_invalid_utf8(const std::string& s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    if (n == 0 || i + n > s.size() || !is_valid_utf8(std::string_view(s).substr(i, n))) return i;
-    i += n;
-  }
-  return std::string::npos;
-}
-
-void check_text(const std::string& text, const std::string& what) {
-  if (!is_valid_utf8(text)) {
-    const size_t at = first_invalid_utf8(text);
-    throw Error(Errc::invalid_argument,
-                what + " is not valid UTF-8" +
-                    (at != std::string::npos ? " (first bad byte at offset " + std::to_string(at) + ")"
-                                             : std::string()) +
-                    "; convert it to UTF-8 first (e.g. iconv -f LATIN1 -t UTF-8)");
-  }
-  if (const size_t nul = text.find('\0'); nul != std::string::npos)
-    throw Error(Errc::invalid_argument, what + " contains a NUL byte at offset " +
-                                            std::to_string(nul) + "; it is not a text file");
-  if (text.find_first_not_of(" \t\r\n\f\v") == std::string::npos)
-    throw Error(Errc::invalid_argument, what + " is empty; give a non-empty UTF-8 text");
-}
-
-std::string read_text(const std::string& path, const std::string& what) {
-  std::string text;
-  std::error_code ec;
-  if (path != "-" && std::filesystem::is_directory(path, ec))  // an ifstream opens it, reads nothing
-    throw Error(Errc::invalid_argument,
-                what + " " + path + " is a directory; give a UTF-8 text file ('-' reads standard input)");
-  if (path == "-") {
-    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-  } else {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-      const int err = errno;
-      throw Error(err == ENOENT ? Errc::not_found : Errc::io,
-                  "cannot open " + what + " " + path + ": " + std::strerror(err));
-    }
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    text = ss.str();
-  }
-  check_text(text, what + " " + (path == "-" ? std::string("(stdin)") : path));
-  return text;
-}
-
 std::string default_output(const std::string& input, const char* extension, const char* command) {
   if (input == "-")
     throw Error(Errc::invalid_argument, std::string(command) +

@@ -1,28 +1,21 @@
-// Helpers shared by the cli/cmd_*.cc files: reading user text (file or stdin) with the checks
-// every command applies (exists, not a directory, UTF-8, not empty), loading the model named by
-// -m/$KVZIP_MODEL, and the -t/--threads option every model command shares.
+// Helpers shared by the cli/cmd_*.cc files: loading the model named by -m/$KVZIP_MODEL, default
+// output names, and the -t/--threads option every model command shares. User text is read with
+// common/text_file.h (exists, not a directory, UTF-8, not empty).
 #pragma once
 #include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
 
+#include "common/text_file.h"  // read_text, check_text: user text with the checks
 #include "model/model.h"
 
 namespace kvzip::cli {
-
-// Reads PATH ("-" = standard input). Errc::not_found/io when unreadable; Errc::invalid_argument
-// when PATH is a directory, or the content is empty (or only whitespace) or not valid UTF-8 (with
-// the byte offset).
-std::string read_text(const std::string& path, const std::string& what);
 
 // -t/--threads into `threads`: a whole number >= 0, 0 = every hardware thread. Anything else is
 // Errc::invalid_argument; more threads than the machine has are capped to that, with a note on
 // stderr (oversubscription only costs time and memory: 10000 threads took 15x longer).
 void add_threads_option(CLI::App* app, uint32_t& threads);
 uint32_t parse_threads(const std::string& text);  // the option's rule, for tests and callers
-
-// Checks that text is valid UTF-8 and not blank; `what` names it in the error.
-void check_text(const std::string& text, const std::string& what);
 
 // The file a command writes when -o is not given: `input` with its extension replaced by
 // `extension` (".kvz", ".kvh"). Standard input ("-") has no name to reuse: Errc::invalid_argument

@@ -1,5 +1,6 @@
 // `kvzip compress`: the options of compress_to_file (compress/pipeline.h: document -> prefill ->
-// scoring -> eviction -> .kvz file, written atomically) and the summary it prints. Arguments are
+// scoring -> eviction -> .kvz file, written atomically) and the summary it prints; with
+// --manifest, corpus mode (compress/corpus.h: many documents, resumable, sharded). Arguments are
 // validated before the model loads. `--level head` (or --method kvzip-head) is head-level KVzip:
 // no scoring pass; the head scores of `kvzip calibrate` decide which heads keep the whole document.
 #include <algorithm>
@@ -12,6 +13,8 @@
 #include "cli/progress.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/json.h"
+#include "compress/corpus.h"
 #include "compress/pipeline.h"
 #include "format/format.h"
 #include "format/head_scores.h"
@@ -25,6 +28,7 @@ struct CompressOpts {
   std::string query_template = format::kDefaultQueryTemplate;
   std::string head_scores;  // --level head: the file of `kvzip calibrate`
   std::string device = "cpu";
+  std::string manifest, out_dir, shard = "0/1", summary;  // corpus mode
   double ratio = 0.3;
   bool ratio_given = false;  // --level head defaults to 0.6 (methods §1 step 9)
   uint32_t chunk = 2000, threads = 0, seed = 0, head_window = 0;
@@ -48,6 +52,38 @@ bool head_level(const CompressOpts& o) {
   if (!head && !o.head_scores.empty())
     throw Error(Errc::invalid_argument, "compress: --head-scores applies only to --level head");
   return head;
+}
+
+// Corpus mode after the model is loaded: a line per document on stderr, the JSON summary on
+// stdout (or --summary FILE, written atomically); any failed document makes the exit status that
+// of the first failure, after every other document was done.
+void run_corpus(const Model& model, const std::vector<CorpusEntry>& entries,
+                const CompressFileOptions& fo, const CompressOpts& o, Shard shard) {
+  CorpusOptions co;
+  co.file = fo;
+  co.out_dir = o.out_dir;
+  co.shard = shard;
+  const CorpusSummary s = compress_corpus(model, entries, co, [&](const CorpusOutcome& r, size_t i, size_t n) {
+    if (o.quiet) return;
+    if (r.status == CorpusStatus::Failed)
+      std::fprintf(stderr, "[%zu/%zu] %s: failed [%s]: %s\n", i + 1, n, r.id.c_str(),
+                   errc_name(r.code), r.error.c_str());
+    else
+      std::fprintf(stderr, "[%zu/%zu] %s: %s, ratio %.3f, %.1f s\n", i + 1, n, r.id.c_str(),
+                   corpus_status_name(r.status), r.achieved_ratio, r.seconds);
+  });
+  const std::string json = json_dump(s.to_json()) + "\n";
+  if (o.summary.empty())
+    std::fwrite(json.data(), 1, json.size(), stdout);
+  else
+    write_file_atomically(o.summary, /*force=*/true, json);
+  if (s.failed) {
+    const auto first = std::find_if(s.outcomes.begin(), s.outcomes.end(),
+                                    [](const CorpusOutcome& r) { return r.status == CorpusStatus::Failed; });
+    throw Error(first->code, std::to_string(s.failed) + " of " + std::to_string(s.in_shard) +
+                                 " documents failed (the summary lists each); first: " + first->id +
+                                 ": " + first->error);
+  }
 }
 
 void run_compress(const CompressOpts& o) {
@@ -81,9 +117,27 @@ void run_compress(const CompressOpts& o) {
                                             " is outside 0 (off) .. 19");
   if (o.query_template.find("{question}") == std::string::npos)
     throw Error(Errc::invalid_argument, "compress: --query-template must contain {question}");
-  const std::string out = o.out.empty() ? default_output(o.doc, ".kvz", "compress") : o.out;
-  check_writable(out, o.force);  // not after minutes of prefill and scoring
-  const std::string text = read_text(o.doc, "document");
+  const bool corpus = !o.manifest.empty();
+  if (corpus == !o.doc.empty())
+    throw Error(Errc::invalid_argument, "compress: give a DOCUMENT or --manifest FILE (one of them)");
+  if (corpus && !o.out.empty())
+    throw Error(Errc::invalid_argument, "compress: with --manifest the outputs are --out-dir DIR/<id>.kvz; drop -o");
+  if (!corpus && (!o.out_dir.empty() || o.shard != "0/1" || !o.summary.empty()))
+    throw Error(Errc::invalid_argument, "compress: --out-dir, --shard and --summary belong to --manifest");
+  if (corpus && o.out_dir.empty())
+    throw Error(Errc::invalid_argument, "compress: --manifest needs --out-dir DIR");
+  const Shard shard = parse_shard(o.shard);
+  std::string out, text;
+  std::vector<CorpusEntry> entries;
+  if (corpus) {
+    entries = parse_manifest(read_text(o.manifest, "manifest"), o.manifest,
+                             std::filesystem::path(o.manifest).parent_path().string());
+    if (!o.summary.empty()) check_writable(o.summary, true);
+  } else {
+    out = o.out.empty() ? default_output(o.doc, ".kvz", "compress") : o.out;
+    check_writable(out, o.force);  // not after minutes of prefill and scoring
+    text = read_text(o.doc, "document");
+  }
   const format::HeadScores hs = head ? format::read_head_scores_file(o.head_scores) : format::HeadScores{};
 
   auto model = load_model(o.model, o.threads);
@@ -110,6 +164,10 @@ void run_compress(const CompressOpts& o) {
   // On a GPU the prefill goes in calls of 2048 tokens, GpuForward's own chunk (the CPU's 512
   // would only shrink its GEMMs); the progress bar then moves every 2048 tokens.
   if (device == Device::Cuda) fo.compress.prefill.chunk = 2048;
+  if (corpus) {
+    run_corpus(*model, entries, fo, o, shard);
+    return;
+  }
   ProgressBarOptions pb;
   pb.quiet = o.quiet;
   ProgressBar bar(pb);
@@ -147,7 +205,7 @@ void run_compress(const CompressOpts& o) {
 void add_compress_commands(CLI::App& app) {
   auto o = std::make_shared<CompressOpts>();
   auto* c = app.add_subcommand("compress", "Prefill a document, evict KV pairs, write a .kvz cache");
-  c->add_option("document", o->doc, "UTF-8 text file ('-' = standard input)")->required();
+  c->add_option("document", o->doc, "UTF-8 text file ('-' = standard input); or --manifest");
   c->add_option("-m,--model", o->model, "GGUF model file (default: $KVZIP_MODEL, then the cache)");
   c->add_option("-o,--output", o->out, "Output .kvz (default: the document's name with .kvz)");
   c->add_option("-r,--ratio", o->ratio,
@@ -180,6 +238,14 @@ void add_compress_commands(CLI::App& app) {
   add_threads_option(c, o->threads);
   c->add_option("--device", o->device, "cpu | cuda (cuda: prefill and kvzip scoring on the GPU)")
       ->capture_default_str();
+  c->add_option("--manifest", o->manifest,
+                "Corpus mode: JSON lines {\"id\", \"path\" | \"text\", \"method\"?, \"ratio\"?}; "
+                "outputs --out-dir/<id>.kvz, finished ones skipped on a rerun");
+  c->add_option("--out-dir", o->out_dir, "Corpus mode: folder of the .kvz outputs (must exist)");
+  c->add_option("--shard", o->shard,
+                "Corpus mode: I/N, this task's stable share of the manifest (by id hash)")
+      ->capture_default_str();
+  c->add_option("--summary", o->summary, "Corpus mode: write the JSON summary here (default stdout)");
   c->add_flag("-q,--quiet", o->quiet, "No progress bar or summary");
   c->add_flag("-f,--force", o->force, "Replace an existing output file");
   c->callback([o] { run_compress(*o); });

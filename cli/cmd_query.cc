@@ -1,6 +1,7 @@
 // `kvzip query` and `kvzip chat`: answer questions from a compressed .kvz cache. Every question
 // sees the same compressed state (the session rolls back after each answer). --rkv-budget bounds
 // the cache while each answer is generated (R-KV, cli/rkv_options.h).
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -42,15 +43,15 @@ std::vector<std::string> read_questions(const std::string& path) {
     if (first != std::string::npos) {
       if (line[first] == '{') {
         const std::string where = path + ":" + std::to_string(line_no);
-        const JsonValue v = parse_json(line, where);  // read_text checked UTF-8
-        const JsonValue* q = v.find("question");
-        if (v.type != JsonType::Object || !q)
+        const Json v = parse_json(line, where);
+        if (!v.is_object() || !v.contains("question"))
           throw Error(Errc::invalid_argument,
                       where + ": JSON line is not an object with a \"question\" field");
-        if (q->type != JsonType::String)
-          throw Error(Errc::invalid_argument, where + ": \"question\" is " +
-                                                  json_type_name(q->type) + ", not a string");
-        out.push_back(q->string);
+        const Json& q = v["question"];
+        if (!q.is_string())
+          throw Error(Errc::invalid_argument,
+                      where + ": \"question\" is " + json_type_name(q) + ", not a string");
+        out.push_back(q.get<std::string>());
       } else {
         out.push_back(line);
       }
@@ -116,10 +117,15 @@ void run_query(const QueryOpts& o) {
     if (o.json) {
       a = session.ask(q, gp);
       // "stopped" (true only for a stop token) stays for readers written before "stop_reason".
-      std::printf("{\"question\":%s,\"answer\":%s,\"tokens\":%zu,\"ms\":%.1f,\"first_token_ms\":%.1f,"
-                  "\"stopped\":%s,\"stop_reason\":\"%s\"}\n",
-                  json_quote(q).c_str(), json_quote(a.text).c_str(), a.tokens.size(), a.ms,
-                  a.first_token_ms, a.stopped ? "true" : "false", stop_reason(a, gp));
+      // Times are rounded to 0.1 ms, as the text output shows them.
+      const Json line = {{"question", q},
+                         {"answer", a.text},
+                         {"tokens", a.tokens.size()},
+                         {"ms", std::round(a.ms * 10) / 10},
+                         {"first_token_ms", std::round(a.first_token_ms * 10) / 10},
+                         {"stopped", a.stopped},
+                         {"stop_reason", stop_reason(a, gp)}};
+      std::printf("%s\n", json_dump(line).c_str());
       std::fflush(stdout);
     } else {
       std::printf("Q: %s\nA: ", q.c_str());

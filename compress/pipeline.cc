@@ -217,6 +217,7 @@ CompressResult compress_to_file(const Model& model, std::string_view text,
   d.method = r.method;
   d.params = r.params;
   d.params.emplace_back("query_template", o.query_template);
+  d.params.insert(d.params.end(), o.extra_params.begin(), o.extra_params.end());
   d.requested_ratio = r.requested_ratio;
   d.kv_dtype = o.kv_dtype;
   format::write_cache_file(make_contents(model, r.cache, r.kept_scores, d), path, o.write);

@@ -139,6 +139,7 @@ struct CompressFileOptions {
   format::WriteOptions write;   // zstd level, force (replace an existing file)
   Device device = Device::Cpu;  // Cuda: compress_gpu (kvzip and full only)
   uint32_t threads = 0;         // CPU forward threads, 0 = all cores
+  MethodParams extra_params;    // recorded in the header after the method's (e.g. corpus_key)
 };
 
 // Compresses UTF-8 `text` with `model` and writes the .kvz file to `path` atomically (temporary

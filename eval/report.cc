@@ -58,18 +58,14 @@ void write_csv(const std::string& path, const EvalReport& report) {
 
 std::string format_answers_jsonl(const EvalReport& report) {
   std::string out;
-  char buf[160];
   for (const AnswerRecord& a : report.answers) {
-    out += "{\"document\":" + json_quote(a.document) + ",\"id\":" + json_quote(a.question_id) +
-           ",\"question\":" + json_quote(a.question) + ",\"method\":" + json_quote(a.method);
-    std::snprintf(buf, sizeof buf, ",\"ratio\":%.4g,\"answer\":", a.ratio);
-    out += buf + json_quote(a.answer);
-    std::snprintf(buf, sizeof buf,
-                  ",\"tokens\":%u,\"stopped\":%s,\"agrees\":%s,\"f1\":%.4f,\"contains\":%s,"
-                  "\"kl\":%.6g}\n",
-                  a.tokens, a.stopped ? "true" : "false", a.agrees ? "true" : "false", a.f1,
-                  a.contains ? "true" : "false", a.kl);
-    out += buf;
+    const Json line = {{"document", a.document}, {"id", a.question_id},
+                       {"question", a.question}, {"method", a.method},
+                       {"ratio", a.ratio},       {"answer", a.answer},
+                       {"tokens", a.tokens},     {"stopped", a.stopped},
+                       {"agrees", a.agrees},     {"f1", a.f1},
+                       {"contains", a.contains}, {"kl", a.kl}};
+    out += json_dump(line) + "\n";
   }
   return out;
 }

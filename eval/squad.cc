@@ -24,43 +24,46 @@ struct Walker {
                                             "[{\"text\"}]}]}]}]})");
   }
 
-  const JsonValue& member(const JsonValue& obj, const std::string& path, const char* key,
-                          JsonType type) const {
-    const JsonValue* v = obj.find(key);
-    if (!v) fail(path, std::string("missing field \"") + key + "\"");
-    if (v->type != type)
-      fail(path + "." + key, std::string("expected ") + json_type_name(type) + ", found " +
-                                 json_type_name(v->type));
-    return *v;
+  // The member `key` of object `obj`, of type `want`; absent or JSON null: nullptr when
+  // optional, else an error naming the path.
+  const Json* field(const Json& obj, const std::string& path, const char* key, Json::value_t want,
+                    bool optional) const {
+    const auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) {
+      if (optional) return nullptr;
+      fail(path, std::string("missing field \"") + key + "\"");
+    }
+    if (it->type() != want)
+      fail(path + "." + key, std::string("expected ") + json_type_name(Json(want)) + ", found " +
+                                 json_type_name(*it));
+    return &*it;
+  }
+  const Json& member(const Json& obj, const std::string& path, const char* key,
+                     Json::value_t want) const {
+    return *field(obj, path, key, want, false);
+  }
+  const Json* optional(const Json& obj, const std::string& path, const char* key,
+                       Json::value_t want) const {
+    return field(obj, path, key, want, true);
   }
 
-  const JsonValue* optional(const JsonValue& obj, const std::string& path, const char* key,
-                            JsonType type) const {
-    const JsonValue* v = obj.find(key);
-    if (v && v->type != type)
-      fail(path + "." + key, std::string("expected ") + json_type_name(type) + ", found " +
-                                 json_type_name(v->type));
-    return v;
+  void require_object(const Json& v, const std::string& path) const {
+    if (!v.is_object()) fail(path, std::string("expected an object, found ") + json_type_name(v));
   }
 
-  void require_object(const JsonValue& v, const std::string& path) const {
-    if (v.type != JsonType::Object)
-      fail(path, std::string("expected an object, found ") + json_type_name(v.type));
-  }
-
-  Question question(const JsonValue& qa, const std::string& path) const {
+  Question question(const Json& qa, const std::string& path) const {
     require_object(qa, path);
     Question q;
-    q.text = member(qa, path, "question", JsonType::String).string;
+    q.text = member(qa, path, "question", Json::value_t::string).get<std::string>();
     if (q.text.find_first_not_of(" \t\r\n") == std::string::npos) fail(path + ".question", "empty question");
-    if (const JsonValue* id = optional(qa, path, "id", JsonType::String)) q.id = id->string;
-    if (const JsonValue* imp = optional(qa, path, "is_impossible", JsonType::Bool))
-      q.impossible = imp->boolean;
-    const JsonValue& answers = member(qa, path, "answers", JsonType::Array);
-    for (size_t i = 0; i < answers.array.size(); ++i) {
+    if (const Json* id = optional(qa, path, "id", Json::value_t::string)) q.id = id->get<std::string>();
+    if (const Json* imp = optional(qa, path, "is_impossible", Json::value_t::boolean))
+      q.impossible = imp->get<bool>();
+    const Json& answers = member(qa, path, "answers", Json::value_t::array);
+    for (size_t i = 0; i < answers.size(); ++i) {
       const std::string ap = path + ".answers[" + std::to_string(i) + "]";
-      require_object(answers.array[i], ap);
-      q.answers.push_back(member(answers.array[i], ap, "text", JsonType::String).string);
+      require_object(answers[i], ap);
+      q.answers.push_back(member(answers[i], ap, "text", Json::value_t::string).get<std::string>());
     }
     if (!q.impossible && q.answers.empty())
       fail(path + ".answers", "an answerable question (is_impossible false or absent) has no answers");
@@ -93,29 +96,30 @@ std::vector<Document> parse_squad(std::string_view json, const std::string& sour
   if (!is_valid_utf8(json))
     throw Error(Errc::invalid_argument,
                 source + ": the file is not valid UTF-8; convert it to UTF-8 first");
-  const JsonValue root = parse_json(json, source);
+  const Json root = parse_json(json, source);
   const Walker w{source};
   w.require_object(root, "(top level)");
-  const JsonValue& data = w.member(root, "(top level)", "data", JsonType::Array);
+  const Json& data = w.member(root, "(top level)", "data", Json::value_t::array);
   std::vector<Document> docs;
   uint64_t taken = 0;
-  for (size_t a = 0; a < data.array.size(); ++a) {
+  for (size_t a = 0; a < data.size(); ++a) {
     const std::string ap = "data[" + std::to_string(a) + "]";
-    const JsonValue& art = data.array[a];
+    const Json& art = data[a];
     w.require_object(art, ap);
     std::string title;
-    if (const JsonValue* t = w.optional(art, ap, "title", JsonType::String)) title = t->string;
-    const JsonValue& paras = w.member(art, ap, "paragraphs", JsonType::Array);
+    if (const Json* t = w.optional(art, ap, "title", Json::value_t::string)) title = t->get<std::string>();
+    const Json& paras = w.member(art, ap, "paragraphs", Json::value_t::array);
     Document article{title, "", {}};
-    for (size_t p = 0; p < paras.array.size(); ++p) {
+    for (size_t p = 0; p < paras.size(); ++p) {
       const std::string pp = ap + ".paragraphs[" + std::to_string(p) + "]";
-      w.require_object(paras.array[p], pp);
-      const std::string& context = w.member(paras.array[p], pp, "context", JsonType::String).string;
+      w.require_object(paras[p], pp);
+      const std::string& context =
+          w.member(paras[p], pp, "context", Json::value_t::string).get_ref<const std::string&>();
       if (context.find_first_not_of(" \t\r\n") == std::string::npos) w.fail(pp + ".context", "empty context");
-      const JsonValue& qas = w.member(paras.array[p], pp, "qas", JsonType::Array);
+      const Json& qas = w.member(paras[p], pp, "qas", Json::value_t::array);
       std::vector<Question> qs;
-      for (size_t q = 0; q < qas.array.size(); ++q)
-        qs.push_back(w.question(qas.array[q], pp + ".qas[" + std::to_string(q) + "]"));
+      for (size_t q = 0; q < qas.size(); ++q)
+        qs.push_back(w.question(qas[q], pp + ".qas[" + std::to_string(q) + "]"));
       if (options.unit == DocumentUnit::Paragraph) {
         Document d{title + " #" + std::to_string(p + 1), context, {}};
         add_questions(d.questions, std::move(qs), options, taken);

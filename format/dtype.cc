@@ -1,8 +1,7 @@
-// Storage dtype registry and the f32 <-> f16/bf16 conversions (round to nearest even,
-// subnormals and infinities handled, NaN payload bits kept). The scalar functions are the
-// definition; with F16C/AVX2 (x86 -march=native builds) blocks of 8 values take a vector path
-// that gives the same bits, falling back to scalar for any block holding a NaN or an infinity,
-// where hardware would quiet signalling NaNs.
+// Storage dtype registry and bulk f32 <-> f16/bf16 conversion of K/V rows. The scalar functions of
+// common/half.h are the definition; with F16C/AVX2 blocks of 8 values take a vector path that
+// gives the same bits (blocks holding a NaN or an infinity take the scalar path, which keeps the
+// vector code free of special cases).
 #include <bit>
 #include <cstring>
 
@@ -50,60 +49,6 @@ const char* codec_name(Codec c) {
 }
 
 namespace detail {
-
-// Round-to-nearest-even right shift of a mantissa by `shift` (1..31) bits.
-static uint32_t shift_rne(uint32_t m, int shift) {
-  uint32_t q = m >> shift;
-  uint32_t rem = m & ((1u << shift) - 1);
-  uint32_t half = 1u << (shift - 1);
-  if (rem > half || (rem == half && (q & 1))) ++q;
-  return q;
-}
-
-uint16_t f32_to_f16(float f) {
-  uint32_t x = std::bit_cast<uint32_t>(f);
-  uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
-  uint32_t a = x & 0x7fffffffu;
-  if (a > 0x7f800000u) {  // NaN: keep the top 10 payload bits, never turn into infinity
-    uint16_t m = static_cast<uint16_t>((a >> 13) & 0x3ff);
-    return sign | 0x7c00 | (m ? m : 0x200);
-  }
-  if (a >= 0x477ff000u) return sign | 0x7c00;  // rounds to >= 65520: infinity
-  uint32_t e = a >> 23;
-  if (e < 113) {                               // f16 subnormal or zero
-    if (a < 0x33000000u) return sign;          // below 2^-25 (ties to even 0 as well)
-    uint32_t m = (a & 0x7fffffu) | 0x800000u;  // value = m * 2^(e-150) = q * 2^-24
-    return sign | static_cast<uint16_t>(shift_rne(m, static_cast<int>(126 - e)));
-  }
-  uint32_t h = ((e - 112) << 10) | ((a & 0x7fffffu) >> 13);
-  uint32_t rem = a & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) ++h;  // carry may step into the exponent
-  return sign | static_cast<uint16_t>(h);
-}
-
-float f16_to_f32(uint16_t h) {
-  uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  uint32_t e = (h >> 10) & 0x1f;
-  uint32_t m = h & 0x3ff;
-  if (e == 0) {
-    float v = static_cast<float>(m) * 0x1p-24f;  // exact: m < 2^10
-    return sign ? -v : v;
-  }
-  if (e == 31) return std::bit_cast<float>(sign | 0x7f800000u | (m << 13));
-  return std::bit_cast<float>(sign | ((e + 112) << 23) | (m << 13));
-}
-
-uint16_t f32_to_bf16(float f) {
-  uint32_t x = std::bit_cast<uint32_t>(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) {  // NaN: truncate, keep it a NaN
-    uint16_t b = static_cast<uint16_t>(x >> 16);
-    return (b & 0x7f) ? b : static_cast<uint16_t>(b | 0x40);
-  }
-  uint32_t rounded = x + 0x7fffu + ((x >> 16) & 1u);  // overflow to inf is the correct rounding
-  return static_cast<uint16_t>(rounded >> 16);
-}
-
-float bf16_to_f32(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
 
 bool dtype_known(uint32_t id) { return id >= 1 && id <= 3; }
 

@@ -41,10 +41,8 @@ struct DeviceInfo {
 };
 DeviceInfo device_info();
 
-// fp32 -> bf16 (round to nearest even, NaN kept quiet), on the host: weights are converted once
-// at load. Stored as uint16_t so no CUDA type appears here.
-uint16_t to_bf16(float x);
-float from_bf16(uint16_t b);
+// x (n) fp32 -> bf16 (common/half.h's f32_to_bf16), on the host: weights are converted once at
+// load. Stored as uint16_t so no CUDA type appears here.
 std::vector<uint16_t> to_bf16(const float* x, size_t n);
 
 // An owning device array of n T's (contents undefined until written).

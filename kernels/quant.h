@@ -1,8 +1,7 @@
 // ggml tensor types as stored in GGUF files: ids, block geometry, and dequantization to fp32.
 // Ids and block layouts follow ggml (include/ggml.h, src/ggml-common.h); every multi-byte field
 // in a block is little-endian. dequantize_row handles F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1,
-// Q8_0, Q4_K, Q5_K and Q6_K; any other type throws Errc::unsupported naming the type. Half/bf16
-// conversions are bit-exact (subnormals, infinities and NaN included).
+// Q8_0, Q4_K, Q5_K and Q6_K; any other type throws Errc::unsupported naming the type.
 #pragma once
 #include <cstdint>
 
@@ -45,13 +44,6 @@ void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n);
 void dequantize_rows(GgmlType t, const void* src, float* dst, int64_t n_per_row, int64_t rows,
                      int threads);
 
-// IEEE-754 binary16 <-> binary32, bit-exact. half_to_float quiets a signaling NaN (payload
-// kept), like the F16C instruction. float_to_half rounds to nearest even, keeps NaN quiet (sign
-// and top payload bits kept), and overflows to infinity.
-float half_to_float(uint16_t h);
-uint16_t float_to_half(float f);
-// bfloat16: the top 16 bits of an fp32. float_to_bf16 rounds to nearest even; NaN stays quiet.
-float bf16_to_float(uint16_t b);
-uint16_t float_to_bf16(float f);
+// 16-bit float conversions: common/half.h (f16_to_f32, f32_to_f16, bf16_to_f32, f32_to_bf16).
 
 }  // namespace kvzip::quant

@@ -72,44 +72,19 @@ GpuCache gpu_cache_from_reader(const format::CacheReader& reader, uint32_t room,
   GpuCache cache = GpuCache::with_layout(shape_of(h), static_cast<uint32_t>(h.logical_length()),
                                          kept, room);
   const size_t D = h.head_dim;
-  uint64_t most = 0;
-  for (uint32_t l = 0; l < h.n_layers; ++l) most = std::max<uint64_t>(most, reader.layer_rows(l));
-  const size_t half = 2 * most * D;  // floats per staging buffer: K then V
-  float* stage = static_cast<float*>(gpu::malloc_pinned(2 * half * sizeof(float)));
-  void* done[2] = {nullptr, nullptr};
-  auto release = [&] {
-    gpu::destroy_event(done[0]);
-    gpu::destroy_event(done[1]);
-    gpu::free_pinned(stage);
-  };
-  try {
-    done[0] = gpu::create_event();
-    done[1] = gpu::create_event();
-    for (uint32_t l = 0; l < h.n_layers; ++l) {
-      const int b = l % 2;
-      if (l >= 2) gpu::wait_event(done[b]);  // layer l - 2's copies have left this buffer
-      const size_t n = size_t(reader.layer_rows(l)) * D;
-      float* k = stage + b * half;
-      float* v = k + most * D;
-      if (auto view = reader.kv_view(l)) {  // raw f32: from the mapping into pinned memory
-        std::copy_n(view->k.data(), n, k);
-        std::copy_n(view->v.data(), n, v);
-      } else {
-        reader.read_kv(l, std::span<float>(k, n), std::span<float>(v, n));
-      }
-      cache.upload_layer(l, k, v, reader.positions(l).data(), stream);
-      gpu::record_event(done[b], stream);
-    }
-    gpu::synchronize(stream);
-  } catch (...) {
-    try {
-      gpu::synchronize(stream);  // no copy may still read the staging memory freed below
-    } catch (...) {
-    }
-    release();
-    throw;
-  }
-  release();
+  cache.upload_layers(
+      [&](uint32_t l, float* k, float* v, uint32_t* positions) {
+        const size_t n = size_t(reader.layer_rows(l)) * D;
+        if (auto view = reader.kv_view(l)) {  // raw f32: from the mapping into pinned memory
+          std::copy_n(view->k.data(), n, k);
+          std::copy_n(view->v.data(), n, v);
+        } else {
+          reader.read_kv(l, std::span<float>(k, n), std::span<float>(v, n));
+        }
+        const auto pos = reader.positions(l);
+        std::copy(pos.begin(), pos.end(), positions);
+      },
+      stream);
   return cache;
 }
 

@@ -77,20 +77,7 @@ void Forward::Impl::run_chunk(AttentionCache& cache, const int32_t* tokens, uint
 std::vector<float> Forward::prefill(AttentionCache& cache, std::span<const int32_t> tokens,
                                     LogitsMode mode, AttentionObserver* observer) {
   const ModelConfig& cfg = impl_->w.config;
-  if (!(cache.shape() == cache_shape(cfg))) {
-    CacheShape s = cache.shape();
-    throw Error(Errc::invalid_argument,
-                "cache shape L=" + std::to_string(s.n_layers) + " Hkv=" + std::to_string(s.n_kv_heads) +
-                    " D=" + std::to_string(s.head_dim) + " does not match the model (L=" +
-                    std::to_string(cfg.n_layers) + " Hkv=" + std::to_string(cfg.n_kv_heads) +
-                    " D=" + std::to_string(cfg.head_dim) + "); create the cache from this model's config");
-  }
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || static_cast<uint32_t>(tokens[i]) >= cfg.vocab_size)
-      throw Error(Errc::invalid_argument, "token id " + std::to_string(tokens[i]) + " at index " +
-                                              std::to_string(i) + " is outside the vocabulary [0, " +
-                                              std::to_string(cfg.vocab_size) + ")");
-  }
+  detail::check_forward_inputs(cfg, cache.shape(), tokens);
   const size_t V = cfg.vocab_size, n = tokens.size();
   std::vector<float> logits;
   if (mode == LogitsMode::Last && n > 0) logits.resize(V);

@@ -92,14 +92,36 @@ GpuCache GpuCache::from_ragged(const RaggedKvCache& host, uint32_t room, void* s
   c.layout_ = host.layout().compressed_state("GpuCache::from_ragged");
   c.lay_out(room, stream);
   const CacheShape s = c.shape();
-  const uint32_t L = s.n_layers, H = s.n_kv_heads, D = s.head_dim;
-  // Two pinned staging buffers, each one layer's K and V in the device layout: the host fills
-  // layer l + 1 into one while the copies of layer l drain the other (an event per buffer says
-  // when its copies have finished), so host packing and DMA overlap; one K and one V copy per layer.
+  const size_t D = s.head_dim;
+  c.upload_layers(
+      [&](uint32_t l, float* k, float* v, uint32_t* positions) {
+        size_t row = 0;  // head-major, as upload_layer reads them
+        for (uint32_t h = 0; h < s.n_kv_heads; ++h) {
+          const uint32_t n = host.kept(l, h);
+          std::copy_n(host.k_rows(l, h), size_t(n) * D, k + row * D);
+          std::copy_n(host.v_rows(l, h), size_t(n) * D, v + row * D);
+          std::copy_n(host.positions(l, h), n, positions + row);
+          row += n;
+        }
+      },
+      stream);
+  return c;
+}
+
+void GpuCache::upload_layers(const LayerPacker& pack, void* stream) {
+  const CacheShape s = shape();
+  const size_t D = s.head_dim;
+  // Two pinned staging buffers, each one layer's K, V and positions: the host packs layer l + 1
+  // into one while the copies of layer l drain the other (an event per buffer says when its
+  // copies have finished), so host work (decoding a file, packing rows) overlaps the DMA.
   uint64_t most = 0;
-  for (uint32_t l = 0; l < L; ++l) most = std::max<uint64_t>(most, c.layout_.layer_rows(l));
-  const size_t half = 2 * most * D;  // floats per staging buffer (K then V)
-  float* stage = static_cast<float*>(gpu::malloc_pinned(2 * half * sizeof(float)));
+  for (uint32_t l = 0; l < s.n_layers; ++l) {
+    uint64_t rows = 0;
+    for (uint32_t h = 0; h < s.n_kv_heads; ++h) rows += layout_.kept(l, h);
+    most = std::max(most, rows);
+  }
+  const size_t half = 2 * most * D + most;  // floats per staging buffer: K, V, then positions
+  float* stage = static_cast<float*>(gpu::malloc_pinned(std::max<size_t>(1, 2 * half) * sizeof(float)));
   void* done[2] = {nullptr, nullptr};
   auto release = [&] {
     gpu::destroy_event(done[0]);
@@ -109,21 +131,14 @@ GpuCache GpuCache::from_ragged(const RaggedKvCache& host, uint32_t room, void* s
   try {
     done[0] = gpu::create_event();
     done[1] = gpu::create_event();
-    for (uint32_t l = 0; l < L; ++l) {
+    for (uint32_t l = 0; l < s.n_layers; ++l) {
       const int b = l % 2;
       if (l >= 2) gpu::wait_event(done[b]);  // layer l - 2's copies have left this buffer
-      float* sk = stage + b * half;
-      float* sv = sk + most * D;
-      for (uint32_t h = 0; h < H; ++h) {
-        const uint64_t off = c.layout_.offset(l, h);
-        const uint32_t n = c.layout_.kept(l, h);
-        std::copy_n(host.k_rows(l, h), size_t(n) * D, sk + off * D);
-        std::copy_n(host.v_rows(l, h), size_t(n) * D, sv + off * D);
-        std::copy_n(host.positions(l, h), n, c.layout_.positions(l, h));
-      }
-      const size_t bytes = c.layout_.layer_rows(l) * D * sizeof(float);
-      gpu::copy_to_device(c.k_[l].data(), sk, bytes, stream);
-      gpu::copy_to_device(c.v_[l].data(), sv, bytes, stream);
+      float* k = stage + b * half;
+      float* v = k + most * D;
+      auto* positions = reinterpret_cast<uint32_t*>(v + most * D);  // same size as a float
+      pack(l, k, v, positions);
+      upload_layer(l, k, v, positions, stream);
       gpu::record_event(done[b], stream);
     }
     gpu::synchronize(stream);
@@ -136,7 +151,6 @@ GpuCache GpuCache::from_ragged(const RaggedKvCache& host, uint32_t room, void* s
     throw;
   }
   release();
-  return c;
 }
 
 GpuCache GpuCache::with_layout(CacheShape shape, uint32_t logical_length,

@@ -9,6 +9,7 @@
 // commit_append(T); rollback(n) moves lengths only. No CUDA header is included from here.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "kernels/gpu.h"
@@ -23,9 +24,8 @@ class GpuCache {
   // An empty cache (logical length 0) with `room` rows per head before it first grows.
   GpuCache(CacheShape shape, uint32_t room);
   // The compressed state of `host` (kept rows, positions, base length) in device memory, with
-  // `room` rows of append room per head: two pinned staging buffers alternate, so packing layer
-  // l + 1 on the host overlaps the asynchronous copy of layer l (one K and one V copy per layer,
-  // on `stream`); returns once every copy has finished. Throws Errc::invalid_argument when a head
+  // `room` rows of append room per head, through upload_layers (packing layer l + 1 on the host
+  // overlaps the asynchronous copies of layer l, on `stream`); returns once every copy has finished. Throws Errc::invalid_argument when a head
   // of `host` holds appended rows (they would be lost: reset() it first).
   static GpuCache from_ragged(const RaggedKvCache& host, uint32_t room, void* stream = nullptr);
   // The device layout of a compressed state (kept[l · Hkv + h] rows per head at logical length
@@ -33,6 +33,13 @@ class GpuCache {
   // upload_layer before use (loaders that decode a file layer by layer, loader/loader.h).
   static GpuCache with_layout(CacheShape shape, uint32_t logical_length,
                               const std::vector<uint32_t>& kept, uint32_t room);
+  // Fills every layer's compressed state through two pinned staging buffers that alternate:
+  // pack(l, k, v, positions) writes layer l's kept rows head-major into k, v (R_l, D) and
+  // positions (R_l) while the asynchronous copies of layer l - 1 drain the other buffer; each
+  // layer then goes up with upload_layer. Returns once every copy has finished; on an exception
+  // (from pack or a copy) the stream is drained before the staging memory is freed.
+  using LayerPacker = std::function<void(uint32_t layer, float* k, float* v, uint32_t* positions)>;
+  void upload_layers(const LayerPacker& pack, void* stream);
   // Layer `layer`'s kept rows from head-major host arrays k, v (R_l, D) and positions (R_l), as a
   // .kvz stores them: one asynchronous copy per head for K and V on `stream` (the host arrays must
   // stay untouched until the stream has passed this point; pinned memory makes the copy async).

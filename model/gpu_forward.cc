@@ -293,13 +293,7 @@ std::vector<float> GpuForward::prefill(GpuCache& cache, std::span<const int32_t>
                                        LogitsMode mode, GpuAttentionObserver* observer) {
   Impl& m = *impl_;
   const ModelConfig& cfg = m.cfg;
-  if (!(cache.shape() == cache_shape(cfg)))
-    throw Error(Errc::invalid_argument, "GpuForward: the cache's shape does not match the model");
-  for (size_t i = 0; i < tokens.size(); ++i)
-    if (tokens[i] < 0 || static_cast<uint32_t>(tokens[i]) >= cfg.vocab_size)
-      throw Error(Errc::invalid_argument, "token id " + std::to_string(tokens[i]) + " at index " +
-                                              std::to_string(i) + " is outside the vocabulary [0, " +
-                                              std::to_string(cfg.vocab_size) + ")");
+  detail::check_forward_inputs(cfg, cache.shape(), tokens);
   const size_t V = cfg.vocab_size, n = tokens.size();
   std::vector<float> logits;
   if (mode == LogitsMode::Last && n > 0) logits.resize(V);

@@ -6,10 +6,10 @@
 #include <unordered_map>
 
 #include "common/error.h"
+#include "common/utf8.h"
 #include "model/detail/bpe.h"
 #include "model/detail/bpe_specials.h"
 #include "model/detail/pretokenize.h"
-#include "model/detail/pretokenize_utf8.h"
 #include "model/gguf.h"
 
 namespace kvzip {
@@ -95,7 +95,7 @@ void encode_plain(const Encoders& t, std::string_view text, WordCache& cache,
                   std::vector<std::string_view>& words, std::vector<int32_t>& out) {
   size_t i = 0;
   while (i < text.size()) {
-    size_t run = detail::utf8_valid_run(text, i);
+    size_t run = utf8_valid_run(text, i);
     if (run > 0) {
       encode_words(t, text.substr(i, run), cache, words, out);
       i += run;
@@ -135,7 +135,6 @@ TokenizerData tokenizer_data_from_gguf(const gguf::File& f) {
   return d;
 }
 
-bool is_valid_utf8(std::string_view text) { return detail::utf8_valid_run(text, 0) == text.size(); }
 
 Tokenizer::Tokenizer(TokenizerData data) {
   check_basics(data);
@@ -221,9 +220,9 @@ std::string StreamDecoder::push(int32_t id) {
   std::string out;
   size_t i = 0;
   while (i < pending_.size()) {
-    detail::Utf8Step st = detail::utf8_step(pending_, i);
-    if (st.status == detail::Utf8Status::incomplete) break;  // wait for the next token
-    if (st.status == detail::Utf8Status::ok)
+    Utf8Step st = utf8_step(pending_, i);
+    if (st.status == Utf8Status::incomplete) break;  // wait for the next token
+    if (st.status == Utf8Status::ok)
       out.append(pending_, i, st.len);
     else
       out += "\xEF\xBF\xBD";  // U+FFFD for each maximal ill-formed subpart

@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/utf8.h"  // is_valid_utf8: callers check text with it first
+
 namespace kvzip {
 
 namespace gguf {
@@ -48,9 +50,6 @@ struct TokenizerData {
 // Tokenizer then refuses); an absent add_bos_token is true only for the Llama 3 pre-tokenizer, as
 // in llama.cpp. The Tokenizer constructor does the remaining validation.
 TokenizerData tokenizer_data_from_gguf(const gguf::File& file);
-
-// True when `text` is well-formed UTF-8 (no overlong forms, surrogates or code points > U+10FFFF).
-bool is_valid_utf8(std::string_view text);
 
 class Tokenizer {
  public:

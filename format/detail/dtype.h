@@ -1,19 +1,15 @@
 // Conversion between the f32 rows kvzip computes with and the storage dtypes of the .kvz file
 // (f32, f16 = IEEE binary16, bf16 = the top half of binary32). Rounding is to nearest, ties to
-// even; NaN payloads survive f16/bf16 -> f32 -> f16/bf16 unchanged, so values read from a file
-// re-encode to the same bits (exact HDF5 round trip).
+// even (common/half.h); every non-NaN value read from a file re-encodes to the same bits (exact
+// HDF5 round trip). NaN never reaches a valid file: K/V holding NaN are refused as corrupt.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
+#include "common/half.h"  // the scalar definition of f16/bf16 conversion
 #include "format/format.h"
 
 namespace kvzip::format::detail {
-
-uint16_t f32_to_f16(float f);
-float f16_to_f32(uint16_t h);
-uint16_t f32_to_bf16(float f);
-float bf16_to_f32(uint16_t b);
 
 bool dtype_known(uint32_t id);
 // n values: src (n) f32 -> dst (n * dtype_size) bytes, and back.

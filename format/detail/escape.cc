@@ -4,24 +4,17 @@
 
 #include <cstdio>
 
-namespace kvzip::format::detail {
+#include "common/utf8.h"
 
-// Length of the valid UTF-8 sequence at s[i], or 0.
-static size_t utf8_len(const std::string& s, size_t i) {
-  unsigned char c = static_cast<unsigned char>(s[i]);
-  size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-  if (n == 0 || i + n > s.size()) return 0;
-  for (size_t k = 1; k < n; ++k)
-    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 0;
-  return n;
-}
+namespace kvzip::format::detail {
 
 // Text-safe copy: control bytes and invalid UTF-8 become \xNN (text) or U+FFFD / \u00NN (JSON).
 std::string escape(const std::string& s, bool json) {
   std::string out;
   for (size_t i = 0; i < s.size();) {
     unsigned char c = static_cast<unsigned char>(s[i]);
-    size_t n = utf8_len(s, i);
+    const Utf8Step st = utf8_step(s, i);
+    const size_t n = st.status == Utf8Status::ok ? st.len : 0;  // 0: not valid UTF-8 here
     char buf[8];
     if (json && (c == '"' || c == '\\')) {
       out += '\\';

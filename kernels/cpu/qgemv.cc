@@ -75,7 +75,7 @@ void rows_scalar(const QGemvArgs& a, const float* xsum, uint32_t r0, uint32_t r1
     float offset = 0.0f;
     for (uint32_t b = 0; b < nb; ++b, blk += bb) {
       const float* x = a.x + size_t(b) * kQBlockElems;
-      const float d = half_to_float(load_u16(blk));
+      const float d = f16_to_f32(load_u16(blk));
       float s[kL] = {};
       if constexpr (F == QFormat::Q8_0) {
         const int8_t* q = reinterpret_cast<const int8_t*>(blk + 2);
@@ -86,7 +86,7 @@ void rows_scalar(const QGemvArgs& a, const float* xsum, uint32_t r0, uint32_t r1
         for (int j = 0; j < 16; j += kL)
           for (int l = 0; l < kL; ++l)
             s[l] += float(q[j + l] & 15) * x[j + l] + float(q[j + l] >> 4) * x[j + l + 16];
-        offset += (F == QFormat::Q4_1 ? half_to_float(load_u16(blk + 2)) : -8.0f * d) * xsum[b];
+        offset += (F == QFormat::Q4_1 ? f16_to_f32(load_u16(blk + 2)) : -8.0f * d) * xsum[b];
       }
       for (int l = 0; l < kL; ++l) acc[l] += d * s[l];
     }

@@ -15,6 +15,7 @@
 #endif
 
 #include "common/error.h"
+#include "common/half.h"
 #include "kernels/detail/dequant_x86.h"
 
 namespace kvzip::quant {
@@ -43,7 +44,7 @@ inline uint16_t rd16(const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); }
 inline uint32_t rd32(const uint8_t* p) {
   return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
 }
-inline float rdh(const uint8_t* p) { return half_to_float(rd16(p)); }
+inline float rdh(const uint8_t* p) { return f16_to_f32(rd16(p)); }
 
 inline float bits_to_float(uint32_t u) {
   float f;
@@ -64,7 +65,7 @@ void deq_f16(const uint8_t* s, float* y, int64_t n) {
     _mm256_storeu_ps(y + i, _mm256_cvtph_ps(h));
   }
 #endif
-  for (; i < n; ++i) y[i] = half_to_float(rd16(s + 2 * i));
+  for (; i < n; ++i) y[i] = f16_to_f32(rd16(s + 2 * i));
 }
 
 // Q4_0 block (18 B): half d; u8 qs[16]. Low nibbles are elements 0..15, high nibbles 16..31.
@@ -234,7 +235,7 @@ void detail::dequantize_row_scalar(GgmlType t, const void* src, float* dst, int6
     case GgmlType::F32: std::memcpy(dst, s, size_t(n) * 4); return;
     case GgmlType::F16: deq_f16(s, dst, n); return;
     case GgmlType::BF16:
-      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(rd16(s + 2 * i));
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(rd16(s + 2 * i));
       return;
     default: break;
   }
@@ -280,56 +281,6 @@ void dequantize_rows(GgmlType t, const void* src, float* dst, int64_t n_per_row,
   }
   work(0, std::min(rows, per));
   for (auto& th : pool) th.join();
-}
-
-float half_to_float(uint16_t h) {
-  const uint32_t sign = uint32_t(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1F;
-  uint32_t mant = h & 0x3FF;
-  if (exp == 0x1F) {  // inf, or NaN made quiet with its payload kept (as F16C's vcvtph2ps does)
-    return bits_to_float(sign | 0x7F800000u | (mant << 13) | (mant ? 0x400000u : 0u));
-  }
-  if (exp == 0) {
-    if (mant == 0) return bits_to_float(sign);  // +-0
-    // Subnormal m * 2^-24: shift the leading 1 up to the implicit-bit position.
-    int e = 1;
-    while (!(mant & 0x400)) {
-      mant <<= 1;
-      --e;
-    }
-    return bits_to_float(sign | uint32_t(e + 112) << 23 | (mant & 0x3FF) << 13);
-  }
-  return bits_to_float(sign | (exp + 112) << 23 | mant << 13);
-}
-
-uint16_t float_to_half(float f) {
-  uint32_t x = float_to_bits(f);
-  const uint16_t sign = uint16_t((x >> 16) & 0x8000);
-  x &= 0x7FFFFFFFu;
-  if (x > 0x7F800000u) return uint16_t(sign | 0x7E00 | ((x >> 13) & 0x3FF));  // quiet NaN
-  if (x >= 0x477FF000u) return uint16_t(sign | 0x7C00);  // >= 65520 rounds to inf
-  if (x < 0x38800000u) {                                 // below 2^-14: subnormal half or 0
-    if (x < 0x33000000u) return sign;                    // <= 2^-25 rounds (to even) to 0
-    const uint32_t e = x >> 23;
-    const uint32_t m = (x & 0x7FFFFF) | 0x800000;
-    const uint32_t shift = 126 - e;  // value = m * 2^(e-150) = (m >> shift) units of 2^-24
-    uint32_t r = m >> shift;
-    const uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (r & 1))) ++r;
-    return uint16_t(sign | r);
-  }
-  uint32_t r = ((x >> 23) - 112) << 10 | ((x & 0x7FFFFF) >> 13);
-  const uint32_t rem = x & 0x1FFF;
-  if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) ++r;  // a carry into the exponent is correct
-  return uint16_t(sign | r);
-}
-
-float bf16_to_float(uint16_t b) { return bits_to_float(uint32_t(b) << 16); }
-
-uint16_t float_to_bf16(float f) {
-  const uint32_t u = float_to_bits(f);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t((u >> 16) | 64);  // quiet NaN
-  return uint16_t((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
 }
 
 }  // namespace kvzip::quant

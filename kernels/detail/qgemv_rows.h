@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "common/half.h"
 #include "kernels/qgemv.h"
 
 namespace kvzip::cpu::detail {
@@ -22,18 +23,5 @@ bool cpu_has_avx512();  // AVX-512 F and BW, plus the AVX2 set
 // The block's little-endian fp16 field at p.
 inline uint16_t load_u16(const uint8_t* p) { return uint16_t(p[0] | (uint16_t(p[1]) << 8)); }
 
-// IEEE binary16 -> binary32 (exact; used by the portable path, the x86 paths use F16C).
-inline float half_to_float(uint16_t h) {
-  const uint32_t sign = uint32_t(h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu;
-  if (exp == 0) {  // zero or subnormal: mant · 2^-24, exact in fp32
-    const float f = float(mant) * 0x1p-24f;
-    return sign ? -f : f;
-  }
-  const uint32_t bits = exp == 0x1F ? sign | 0x7F800000u | (mant << 13)
-                                    : sign | ((exp + 112u) << 23) | (mant << 13);
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
 
 }  // namespace kvzip::cpu::detail

@@ -6,27 +6,10 @@
 #include <queue>
 
 #include "common/error.h"
+#include "common/utf8.h"
 
 namespace kvzip::detail {
 namespace {
-
-void append_utf8(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 // The GPT-2 alphabet: the 188 printable bytes (0x21-0x7E, 0xA1-0xAC, 0xAE-0xFF) stand for
 // themselves; the other 68 bytes, in increasing order, get U+0100, U+0101, ...
@@ -41,7 +24,7 @@ struct Alphabet {
     for (int b = 0; b < 256; ++b) {
       bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
       code_point[b] = printable ? static_cast<uint32_t>(b) : next++;
-      append_utf8(code_point[b], utf8[b]);
+      append_utf8(utf8[b], code_point[b]);
       byte_of[code_point[b]] = static_cast<int16_t>(b);
     }
   }
@@ -50,27 +33,6 @@ struct Alphabet {
 const Alphabet& alphabet() {
   static const Alphabet a;
   return a;
-}
-
-// Decodes one code point of valid-or-not UTF-8 at s[i]; returns its length (1 for a bad byte, with
-// cp = 0xFFFFFFFF so that it maps to no byte).
-size_t next_code_point(std::string_view s, size_t i, uint32_t& cp) {
-  auto b = static_cast<unsigned char>(s[i]);
-  size_t len = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
-  if (len == 0 || i + len > s.size()) {
-    cp = 0xFFFFFFFF;
-    return 1;
-  }
-  cp = len == 1 ? b : len == 2 ? (b & 0x1F) : len == 3 ? (b & 0x0F) : (b & 0x07);
-  for (size_t k = 1; k < len; ++k) {
-    auto c = static_cast<unsigned char>(s[i + k]);
-    if ((c & 0xC0) != 0x80) {
-      cp = 0xFFFFFFFF;
-      return 1;
-    }
-    cp = (cp << 6) | (c & 0x3F);
-  }
-  return len;
 }
 
 }  // namespace
@@ -86,8 +48,9 @@ std::string byte_level_decode(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   for (size_t i = 0; i < text.size();) {
-    uint32_t cp = 0;
-    i += next_code_point(text, i, cp);
+    size_t len = 1;
+    const uint32_t cp = utf8_decode(text, i, &len);  // kNoCodePoint maps to no byte
+    i += len;
     int b = unicode_to_byte(cp);
     if (b < 0) return std::string(text);  // not byte-level text: taken verbatim, as HF does
     out += static_cast<char>(b);

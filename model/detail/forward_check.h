@@ -1,12 +1,21 @@
 // Validation of Weights against their ModelConfig before a Forward uses them: every tensor has
 // exactly the shape the config implies, in a type the kernels compute with, biases exist iff
-// qkv_bias, the GQA group is whole, and row maps are permutations.
+// qkv_bias, the GQA group is whole, and row maps are permutations. Also the per-call checks every
+// forward pass (CPU and GPU) runs on its inputs.
 #pragma once
+#include <cstdint>
+#include <span>
+
+#include "model/kv_cache.h"
 #include "model/weights.h"
 
 namespace kvzip::detail {
 
 // Throws Errc::invalid_argument naming the first bad field or tensor, its size and the expected one.
 void validate_weights(const Weights& w);
+
+// A forward call's inputs: the cache has the model's shape, every token id is in [0, V).
+// Throws Errc::invalid_argument naming the mismatch or the first bad id and its index.
+void check_forward_inputs(const ModelConfig& cfg, CacheShape cache, std::span<const int32_t> tokens);
 
 }  // namespace kvzip::detail

@@ -56,7 +56,7 @@ TEST_CASE("option-parser errors take the kvzip error form and exit 2", "[cli]") 
   expect_error({"query", "x.kvz", "-n", "many", "q"}, 2, "invalid_argument",
                {"--max-tokens many is not a whole number (0 or more)"});
   expect_error({"compress", doc, "--nope"}, 2, "invalid_argument", {"--nope", "`kvzip compress --help`"});
-  expect_error({"compress"}, 2, "invalid_argument", {"document is required"});
+  expect_error({"compress"}, 2, "invalid_argument", {"give a DOCUMENT or --manifest FILE"});
   expect_error({}, 2, "invalid_argument", {"A subcommand is required", "`kvzip --help`"});
   expect_error({"frobnicate"}, 2, "invalid_argument", {"unknown command 'frobnicate'; commands: ", "compress, "});
   const CliResult help = run_kvzip({"compress", "--help"});

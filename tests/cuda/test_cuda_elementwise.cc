@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "common/half.h"
 #include "tests/cuda/support.h"
 
 #if KVZIP_HAVE_CUDA
@@ -29,13 +30,13 @@ const Exec kGpu{Device::Cuda, nullptr, nullptr};
 
 std::vector<float> bf16_round(const std::vector<float>& x) {
   std::vector<float> r(x.size());
-  for (size_t i = 0; i < x.size(); ++i) r[i] = gpu::from_bf16(gpu::to_bf16(x[i]));
+  for (size_t i = 0; i < x.size(); ++i) r[i] = bf16_to_f32(f32_to_bf16(x[i]));
   return r;
 }
 
 std::vector<float> widen(const std::vector<uint16_t>& b) {
   std::vector<float> r(b.size());
-  for (size_t i = 0; i < b.size(); ++i) r[i] = gpu::from_bf16(b[i]);
+  for (size_t i = 0; i < b.size(); ++i) r[i] = bf16_to_f32(b[i]);
   return r;
 }
 

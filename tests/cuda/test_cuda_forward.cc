@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/half.h"
 #include "tests/cuda/support.h"
 
 #if KVZIP_HAVE_CUDA
@@ -44,7 +45,7 @@ ModelConfig gpu_test_config() {
 void round_bf16(Matrix& m) {
   if (m.empty()) return;
   std::vector<float> x = to_f32(m);
-  for (float& v : x) v = gpu::from_bf16(gpu::to_bf16(v));
+  for (float& v : x) v = bf16_to_f32(f32_to_bf16(v));
   m = Matrix::from_f32(x, m.rows, m.cols, m.name);
 }
 

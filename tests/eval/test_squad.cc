@@ -86,15 +86,15 @@ TEST_CASE("document units parse from their names", "[eval]") {
 }
 
 TEST_CASE("malformed JSON is refused with the line and column", "[eval]") {
-  CHECK_THROWS_WITH(parse_squad("{\"data\": [", "t.json", {}), Contains("t.json: line 1, column 11"));
-  CHECK_THROWS_WITH(parse_squad("{\"data\": [],}", "t.json", {}), Contains("expected a member name"));
+  CHECK_THROWS_WITH(parse_squad("{\"data\": [", "t.json", {}), Contains("t.json: invalid JSON") && Contains("line 1, column 11"));
+  CHECK_THROWS_WITH(parse_squad("{\"data\": [],}", "t.json", {}), Contains("column 13") && Contains("object key"));
   CHECK_THROWS_WITH(parse_squad("{\"data\":\n [1 2]}", "t.json", {}), Contains("line 2, column 5"));
-  CHECK_THROWS_WITH(parse_squad("{\"data\": []} x", "t.json", {}), Contains("unexpected text"));
+  CHECK_THROWS_WITH(parse_squad("{\"data\": []} x", "t.json", {}), Contains("expected end of input"));
   CHECK_THROWS_WITH(parse_squad("{\"a\": \"x\ty\"}", "t.json", {}), Contains("control character"));
   CHECK_THROWS_WITH(parse_squad("{\"a\": \"\\ud800\"}", "t.json", {}), Contains("surrogate"));
-  CHECK_THROWS_WITH(parse_squad("{\"a\": \"\\q\"}", "t.json", {}), Contains("unknown escape"));
-  CHECK_THROWS_WITH(parse_squad("{\"a\": 01}", "t.json", {}), Contains("expected ',' or '}'"));
-  CHECK_THROWS_WITH(parse_squad("{\"a\": tru}", "t.json", {}), Contains("expected a value"));
+  CHECK_THROWS_WITH(parse_squad("{\"a\": \"\\q\"}", "t.json", {}), Contains("after backslash"));
+  CHECK_THROWS_WITH(parse_squad("{\"a\": 01}", "t.json", {}), Contains("column 8"));
+  CHECK_THROWS_WITH(parse_squad("{\"a\": tru}", "t.json", {}), Contains("invalid literal"));
   CHECK_THROWS_WITH(parse_squad("{\"a\": \"\xFF\"}", "t.json", {}), Contains("not valid UTF-8"));
   CHECK_THROWS_WITH(parse_squad(std::string(300, '['), "t.json", {}), Contains("nesting deeper"));
   CHECK(code_of("") == Errc::invalid_argument);

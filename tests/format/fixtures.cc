@@ -30,8 +30,8 @@ float uniform(uint64_t& s) { return static_cast<float>(splitmix(s) >> 40) / stat
 
 float representable(float f, DType t) {
   switch (t) {
-    case DType::F16: return detail::f16_to_f32(detail::f32_to_f16(f));
-    case DType::BF16: return detail::bf16_to_f32(detail::f32_to_bf16(f));
+    case DType::F16: return f16_to_f32(f32_to_f16(f));
+    case DType::BF16: return bf16_to_f32(f32_to_bf16(f));
     default: return f;
   }
 }
@@ -209,9 +209,11 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(dir_, ec);
 }
 
-std::vector<std::string> TempDir::list() const {
+std::vector<std::string> TempDir::list() const { return list_of(dir_); }
+
+std::vector<std::string> TempDir::list_of(const std::string& dir) {
   std::vector<std::string> out;
-  for (const auto& e : std::filesystem::directory_iterator(dir_)) out.push_back(e.path().filename().string());
+  for (const auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path().filename().string());
   std::sort(out.begin(), out.end());
   return out;
 }

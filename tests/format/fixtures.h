@@ -51,6 +51,7 @@ class TempDir {
   TempDir& operator=(const TempDir&) = delete;
   std::string path(const std::string& name) const { return dir_ + "/" + name; }
   std::vector<std::string> list() const;  // file names inside, sorted
+  static std::vector<std::string> list_of(const std::string& dir);  // the same for any folder
   const std::string& dir() const { return dir_; }
 
  private:

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "common/half.h"
 #include "kernels/detail/dequant_x86.h"
 #include "kernels/quant.h"
 #include "tests/support/random_weights.h"
@@ -16,7 +17,7 @@ namespace {
 using quant::GgmlType;
 
 void put_half(uint8_t* p, float v) {
-  const uint16_t h = quant::float_to_half(v);
+  const uint16_t h = f32_to_f16(v);
   p[0] = uint8_t(h & 0xFF);
   p[1] = uint8_t(h >> 8);
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/half.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
 #include "kernels/thread_pool.h"
@@ -22,7 +23,7 @@ namespace {
 using quant::GgmlType;
 
 void put_half(uint8_t* p, float v) {
-  const uint16_t h = quant::float_to_half(v);
+  const uint16_t h = f32_to_f16(v);
   p[0] = uint8_t(h & 0xFF);
   p[1] = uint8_t(h >> 8);
 }

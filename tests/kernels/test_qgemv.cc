@@ -11,14 +11,15 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/half.h"
 #include "kernels/qgemv.h"
-#include "tests/support/reference.h"
+#include "kernels/quant.h"
 #include "kernels/thread_pool.h"
 #include "model/forward.h"
 #include "model/gguf_weights.h"
 #include "model/kv_cache.h"
-#include "kernels/quant.h"
 #include "tests/support/random_weights.h"
+#include "tests/support/reference.h"
 #include "tests/support/tiny_gguf.h"
 
 using namespace kvzip;
@@ -35,7 +36,7 @@ quant::GgmlType ggml_type(QFormat f) {
 }
 
 void put_half(uint8_t* p, float v) {
-  const uint16_t h = quant::float_to_half(v);
+  const uint16_t h = f32_to_f16(v);
   p[0] = uint8_t(h & 0xFF);
   p[1] = uint8_t(h >> 8);
 }

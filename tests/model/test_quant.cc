@@ -1,6 +1,6 @@
 // Dequantization of every supported ggml type from hand-written blocks (bytes spelled out, the
-// expected values worked out by hand in the comments), half/bf16 conversion edge cases, and the
-// test-support reference quantizers' error bounds.
+// expected values worked out by hand in the comments), F16/BF16 rows decoded like the scalar
+// conversion, and the // test-support reference quantizers' error bounds (the conversions themselves: tests/common/test_half.cc).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -9,11 +9,13 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/half.h"
 #include "kernels/quant.h"
 #include "tests/support/tiny_gguf.h"
 
 using kvzip::Errc;
 using kvzip::Error;
+using kvzip::f16_to_f32;
 using namespace kvzip::quant;
 
 namespace {
@@ -22,11 +24,6 @@ uint32_t bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   return u;
-}
-float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
 }
 
 std::vector<float> deq(GgmlType t, const std::vector<uint8_t>& block, int64_t n) {
@@ -60,52 +57,9 @@ TEST_CASE("the type table has ggml's ids and block geometry", "[model][gguf][qua
                        }));
 }
 
-TEST_CASE("half to float is exact for normals, subnormals, infinities and NaN",
-          "[model][gguf][quant]") {
-  CHECK(half_to_float(0x3C00) == 1.0f);
-  CHECK(half_to_float(0xC000) == -2.0f);
-  CHECK(half_to_float(0x7BFF) == 65504.0f);                  // largest finite half
-  CHECK(half_to_float(0x0400) == std::ldexp(1.0f, -14));     // smallest normal
-  CHECK(half_to_float(0x0001) == std::ldexp(1.0f, -24));     // smallest subnormal
-  CHECK(half_to_float(0x03FF) == std::ldexp(1023.0f, -24));  // largest subnormal
-  CHECK(bits(half_to_float(0x8000)) == 0x80000000u);         // -0 keeps its sign
-  CHECK(half_to_float(0x7C00) == std::numeric_limits<float>::infinity());
-  CHECK(half_to_float(0xFC00) == -std::numeric_limits<float>::infinity());
-  CHECK(std::isnan(half_to_float(0x7E00)));
-  CHECK(std::isnan(half_to_float(0x7C01)));  // signaling NaN stays NaN (quieted)
-}
-
-TEST_CASE("float to half rounds to nearest even and saturates to infinity",
-          "[model][gguf][quant]") {
-  CHECK(float_to_half(1.0f) == 0x3C00);
-  CHECK(float_to_half(-2.0f) == 0xC000);
-  CHECK(float_to_half(65504.0f) == 0x7BFF);
-  CHECK(float_to_half(65519.99f) == 0x7BFF);
-  CHECK(float_to_half(65520.0f) == 0x7C00);  // the tie above 65504 goes to even = inf
-  CHECK(float_to_half(1e10f) == 0x7C00);
-  CHECK(float_to_half(-1e10f) == 0xFC00);
-  CHECK(float_to_half(std::ldexp(1.0f, -24)) == 0x0001);
-  CHECK(float_to_half(std::ldexp(1.0f, -25)) == 0x0000);         // tie between 0 and 1 -> 0
-  CHECK(float_to_half(std::ldexp(1.5f, -25)) == 0x0001);         // above the tie
-  CHECK(float_to_half(std::ldexp(3.0f, -25)) == 0x0002);         // tie between 1 and 2 -> 2
-  CHECK(float_to_half(1.0f + std::ldexp(1.0f, -11)) == 0x3C00);  // tie -> even 0x3C00
-  CHECK(float_to_half(1.0f + std::ldexp(3.0f, -11)) == 0x3C02);  // tie -> even 0x3C02
-  CHECK(float_to_half(std::ldexp(1.0f, -14) * (1.0f - std::ldexp(1.0f, -12))) == 0x0400);
-  CHECK(float_to_half(-0.0f) == 0x8000);
-  CHECK(float_to_half(1e-10f) == 0x0000);
-  const uint16_t nan = float_to_half(std::numeric_limits<float>::quiet_NaN());
-  CHECK((nan & 0x7C00) == 0x7C00);
-  CHECK((nan & 0x03FF) != 0);
-  CHECK(float_to_half(from_bits(0x7F800001u)) != 0x7C00);  // a tiny-payload NaN is not inf
-}
-
-TEST_CASE("every non-NaN half survives a round trip through float", "[model][gguf][quant]") {
-  int mismatches = 0;
-  for (uint32_t h = 0; h < 0x10000; ++h) {
-    if ((h & 0x7C00) == 0x7C00 && (h & 0x3FF)) continue;  // NaN
-    if (float_to_half(half_to_float(uint16_t(h))) != h) ++mismatches;
-  }
-  CHECK(mismatches == 0);
+TEST_CASE("BF16 rows decode to the top halves of fp32", "[model][gguf][quant]") {
+  // Rows: bytes 80 3F | 40 C0 -> 1.0, -3.0
+  CHECK(deq(GgmlType::BF16, {0x80, 0x3F, 0x40, 0xC0}, 2) == std::vector<float>{1.0f, -3.0f});
 }
 
 TEST_CASE("F16 rows decode like the scalar half conversion, NaNs included",
@@ -115,23 +69,8 @@ TEST_CASE("F16 rows decode like the scalar half conversion, NaNs included",
   const auto y = deq(GgmlType::F16, src, 0x10000);
   int mismatches = 0;
   for (uint32_t h = 0; h < 0x10000; ++h)
-    if (bits(y[h]) != bits(half_to_float(uint16_t(h)))) ++mismatches;
+    if (bits(y[h]) != bits(f16_to_f32(uint16_t(h)))) ++mismatches;
   CHECK(mismatches == 0);
-}
-
-TEST_CASE("bf16 conversion rounds to nearest even and keeps NaN quiet", "[model][gguf][quant]") {
-  CHECK(bf16_to_float(0x3F80) == 1.0f);
-  CHECK(bf16_to_float(0xC040) == -3.0f);
-  CHECK(float_to_bf16(1.0f) == 0x3F80);
-  CHECK(float_to_bf16(from_bits(0x3F808000u)) == 0x3F80);  // exact tie -> even
-  CHECK(float_to_bf16(from_bits(0x3F818000u)) == 0x3F82);  // exact tie -> even (up)
-  CHECK(float_to_bf16(from_bits(0x3F808001u)) == 0x3F81);  // above the tie
-  CHECK(float_to_bf16(from_bits(0x7F7FFFFFu)) == 0x7F80);  // FLT_MAX rounds to inf
-  CHECK(float_to_bf16(std::numeric_limits<float>::infinity()) == 0x7F80);
-  CHECK(float_to_bf16(from_bits(0x7F800001u)) == 0x7FC0);  // signaling NaN -> quiet
-  CHECK(float_to_bf16(from_bits(0xFFC00000u)) == 0xFFC0);
-  // Rows: bytes 80 3F | 40 C0 -> 1.0, -3.0
-  CHECK(deq(GgmlType::BF16, {0x80, 0x3F, 0x40, 0xC0}, 2) == std::vector<float>{1.0f, -3.0f});
 }
 
 TEST_CASE("F32 rows are copied bit for bit", "[model][gguf][quant]") {

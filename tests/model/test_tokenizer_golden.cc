@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/utf8.h"
 #include "model/chat_template.h"
 #include "model/detail/bpe.h"
 #include "model/detail/pretokenize.h"
@@ -31,24 +32,6 @@ struct Golden {
   std::vector<Encode> encodes;
   std::vector<Pretok> pretoks;
 };
-
-void append_utf8(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 // Parses the JSON string literal starting at line[pos] (a '"'); leaves pos after it.
 std::string json_string(const std::string& line, size_t& pos) {
@@ -76,7 +59,7 @@ std::string json_string(const std::string& line, size_t& pos) {
           cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
           pos += 6;
         }
-        append_utf8(cp, out);
+        kvzip::append_utf8(out, cp);
         break;
       }
       default: out += e; break;  // \" \\ \/

@@ -9,6 +9,8 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "common/half.h"
+#include "tests/support/random_weights.h"
 
 namespace kvzip::test {
 namespace {
@@ -166,7 +168,7 @@ GgufImage GgufWriter::build() const {
 
 namespace {
 
-void put_half(std::vector<uint8_t>& out, float f) { put<uint16_t>(out, quant::float_to_half(f)); }
+void put_half(std::vector<uint8_t>& out, float f) { put<uint16_t>(out, f32_to_f16(f)); }
 
 void q8_0_block(const float* x, std::vector<uint8_t>& out) {
   float amax = 0;
@@ -248,7 +250,7 @@ std::vector<uint8_t> quantize_row(GgmlType t, const float* x, int64_t n) {
       for (int64_t i = 0; i < n; ++i) put_half(out, x[i]);
       return out;
     case GgmlType::BF16:
-      for (int64_t i = 0; i < n; ++i) put<uint16_t>(out, quant::float_to_bf16(x[i]));
+      for (int64_t i = 0; i < n; ++i) put<uint16_t>(out, f32_to_bf16(x[i]));
       return out;
     case GgmlType::Q8_0: fn = q8_0_block; break;
     case GgmlType::Q4_0: fn = q4_0_block; break;
@@ -488,20 +490,10 @@ void add_hparams(GgufWriter& w, const TinyModelSpec& spec) {
 }  // namespace
 
 ModelConfig tiny_gguf_llama_config() {
-  ModelConfig c;
-  c.arch = "llama";
-  c.n_layers = 2;
-  c.d_model = 64;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 16;
-  c.d_ffn = 96;
-  c.vocab_size = kTinyVocabSize;
+  ModelConfig c = tiny_llama_config();  // the random-weight tests' dimensions
+  c.vocab_size = kTinyVocabSize;          // the tiny tokenizer's vocabulary
   c.max_context = 256;
   c.rope_base = 100000.0f;
-  c.rms_eps = 1e-5f;
-  c.tied_embeddings = true;
-  c.qkv_bias = false;
   return c;
 }
 

@@ -1,10 +1,8 @@
 // UTF-8 classification by the well-formed byte sequences of Unicode Table 3-7: the lead byte fixes
 // the length and the allowed range of the second byte; later bytes are plain continuations.
-#include "model/detail/pretokenize_utf8.h"
+#include "common/utf8.h"
 
-#include <cstdint>
-
-namespace kvzip::detail {
+namespace kvzip {
 
 Utf8Step utf8_step(std::string_view s, size_t i) {
   auto b0 = static_cast<uint8_t>(s[i]);
@@ -48,4 +46,35 @@ size_t utf8_valid_run(std::string_view s, size_t i) {
   return j - i;
 }
 
-}  // namespace kvzip::detail
+uint32_t utf8_decode(std::string_view s, size_t i, size_t* len) {
+  const Utf8Step st = utf8_step(s, i);
+  if (st.status != Utf8Status::ok) {
+    *len = 1;
+    return kNoCodePoint;
+  }
+  *len = st.len;
+  const auto b0 = static_cast<uint8_t>(s[i]);
+  uint32_t cp = st.len == 1 ? b0 : st.len == 2 ? (b0 & 0x1Fu) : st.len == 3 ? (b0 & 0x0Fu) : (b0 & 0x07u);
+  for (size_t k = 1; k < st.len; ++k) cp = (cp << 6) | (static_cast<uint8_t>(s[i + k]) & 0x3Fu);
+  return cp;
+}
+
+void append_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+}  // namespace kvzip
