@@ -1,20 +1,19 @@
-// CPU matmul over stored weight types (see kernels/matmul.h). Three regimes by T: up to 2 tokens
-// on the Fast path, Q4_0/Q4_1/Q8_0 rows go through the register-decoding qgemv once per token; up
-// to kTileMaxT tokens, tasks of kGemvRows dequantized rows (a few KiB, in L1/L2) are dotted with
-// every token; longer T, slabs of dequantized rows are multiplied by OpenBLAS sgemm (threads as
-// set_blas_threads), so the fp32 GEMM runs at its usual speed and one slab of fp32 weights exists
-// at a time.
+// CPU matmul over stored weight types (see kernels/matmul.h). Regimes by path, type and T: on the
+// Fast path the block types qdot reads go through the 8-bit-activation integer kernels up to
+// kQdotMaxT tokens; otherwise up to kTileMaxT tokens, tasks of kGemvRows dequantized rows (a few
+// KiB, in L1/L2) are dotted with every token; longer T, slabs of dequantized rows are multiplied by
+// OpenBLAS sgemm (threads as set_blas_threads), so the fp32 GEMM runs at its usual speed and one
+// slab of fp32 weights exists at a time.
 #include "kernels/matmul.h"
 
 #include <cblas.h>
 
 #include <algorithm>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
-#include "kernels/qgemv.h"
+#include "kernels/qdot.h"
 #include "kernels/simd.h"
 #include "kernels/thread_pool.h"
 
@@ -23,22 +22,17 @@ namespace {
 
 using quant::GgmlType;
 
-// Up to kGemvMaxT tokens the register-decoding qgemv runs once per token (Fast path, block types
-// it reads). Up to kTileMaxT tokens every task dequantizes kGemvRows rows into a buffer that stays
-// in L1/L2 and dots them with every token, so W is read and decoded once per call. Beyond that,
-// slabs + sgemm (decoding is then a small fraction of the GEMM's work).
-constexpr uint32_t kGemvMaxT = 2;
+// Fast path, block types with an 8-bit kernel: up to kQdotMaxT tokens go through kernels/qdot.h
+// (activations quantized to int8, integer dot products; W read once per call). Otherwise, up to
+// kTileMaxT tokens every task dequantizes kGemvRows rows into a buffer that stays in L1/L2 and dots
+// them with every token, so W is read and decoded once per call; beyond that, slabs + sgemm
+// (decoding is then a small fraction of the GEMM's work).
+// Crossover measured on the AVX2 EPYC (one thread, CPU time, Q4_0/Q4_K/Q6_K 1024 x 2048): qdot runs
+// at ~53 GOP/s for any T >= 4; slabs + sgemm reach it at T ~ 49 and 60-80 GOP/s beyond 56, while
+// the dequantized tiles below stay at ~26.
+constexpr uint32_t kQdotMaxT = 48;
 constexpr uint32_t kTileMaxT = 48;
 constexpr uint32_t kGemvRows = 16;
-
-std::optional<QFormat> qgemv_format(GgmlType t) {
-  switch (t) {
-    case GgmlType::Q4_0: return QFormat::Q4_0;
-    case GgmlType::Q4_1: return QFormat::Q4_1;
-    case GgmlType::Q8_0: return QFormat::Q8_0;
-    default: return std::nullopt;
-  }
-}
 
 // Runs on every call (the decode hot path): the message is built only when a check fails.
 void check_job(const MatmulArgs& a, size_t index) {
@@ -110,30 +104,6 @@ void tile_small_t(ThreadPool* pool, const MatmulArgs& a) {
   else for (size_t k = 0; k < n_tasks; ++k) task(k);
 }
 
-// The block-format jobs of one token as one qgemv batch (one pool run). Jobs with a row map write
-// their stored-order result to a side buffer first, then gather it into canonical order.
-void gemv_blocks(ThreadPool* pool, std::span<const MatmulArgs* const> jobs, uint32_t t) {
-  std::vector<QGemvArgs> q;
-  std::vector<std::vector<float>> side(jobs.size());
-  for (size_t j = 0; j < jobs.size(); ++j) {
-    const MatmulArgs& a = *jobs[j];
-    float* y = a.y + size_t(t) * a.w.rows;
-    if (a.w.row_map) {
-      side[j].resize(a.w.rows);
-      y = side[j].data();
-    }
-    q.push_back(QGemvArgs{*qgemv_format(a.w.type), a.w.data, a.x + size_t(t) * a.w.cols, nullptr,
-                          y, a.w.cols, a.w.rows});
-  }
-  cpu::qgemv(pool, q, qisa_best());
-  for (size_t j = 0; j < jobs.size(); ++j) {
-    if (side[j].empty()) continue;
-    const MatmulArgs& a = *jobs[j];
-    float* y = a.y + size_t(t) * a.w.rows;
-    for (uint32_t r = 0; r < a.w.rows; ++r) y[r] = side[j][a.w.row_map[r]];
-  }
-}
-
 void slab_gemm(ThreadPool* pool, const MatmulArgs& a) {
   const MatrixView& w = a.w;
   const int T = int(a.T), out = int(w.rows), in = int(w.cols);
@@ -173,30 +143,18 @@ namespace cpu {
 
 void matmul(ThreadPool* pool, std::span<const MatmulArgs> jobs, MatmulPath path) {
   for (size_t i = 0; i < jobs.size(); ++i) check_job(jobs[i], i);
-  std::vector<const MatmulArgs*> blocks;
+  std::vector<MatmulArgs> q8;  // Fast-path jobs for the 8-bit kernels, run as one batch
   for (const MatmulArgs& a : jobs) {
     if (a.T == 0 || a.w.rows == 0) continue;
-    if (a.T <= kGemvMaxT && path == MatmulPath::Fast && qgemv_format(a.w.type) &&
-               a.w.cols > 0) {
-      blocks.push_back(&a);  // batched below
+    if (path == MatmulPath::Fast && qdot_supported(a.w.type) && a.T <= kQdotMaxT) {
+      q8.push_back(a);  // bias added by qdot
       continue;
-    } else if (a.T <= kTileMaxT) {
-      tile_small_t(pool, a);
-    } else {
-      slab_gemm(pool, a);
     }
+    if (a.T <= kTileMaxT) tile_small_t(pool, a);
+    else slab_gemm(pool, a);
     add_bias(a);
   }
-  if (blocks.empty()) return;
-  uint32_t max_t = 0;
-  for (const MatmulArgs* a : blocks) max_t = std::max(max_t, a->T);
-  for (uint32_t t = 0; t < max_t; ++t) {
-    std::vector<const MatmulArgs*> now;
-    for (const MatmulArgs* a : blocks)
-      if (t < a->T) now.push_back(a);
-    gemv_blocks(pool, now, t);
-  }
-  for (const MatmulArgs* a : blocks) add_bias(*a);
+  if (!q8.empty()) qdot(pool, q8, qisa_best());
 }
 
 }  // namespace cpu
