@@ -5,8 +5,9 @@
 // in integers: for each 32-element weight group g (a whole block of the 32-element types, one
 // sub-block of a K-quant super-block)
 //     y += (fw_g · d_x) · Σ w_int · q_x  +  mw_g · (d_x · Σ q_x)
-// where w_int is the group's integer weights (signed where the format has a fixed offset, e.g.
-// Q4_0's q − 8; unsigned where it has a min) and fw_g, mw_g its scale and min in fp32 (Q6_K's two
+// where w_int is the group's integer weights (signed for Q8_0 and Q6_K's q − 32; the unsigned
+// nibbles otherwise, with Q4_0/Q5_0's offset −8·d / −16·d as their min) and fw_g, mw_g its scale
+// and min in fp32 (Q6_K's two
 // 16-element sub-scales multiply inside the integer sum). The integer sums are exact; only the
 // activation rounding (relative error ≤ 1/254 of the block's largest |x| per element) and fp32
 // summation order differ from the fp32 product on the dequantized weights.

@@ -1,7 +1,7 @@
 // AVX2 row kernels of the 8-bit-activation product (kernels/qdot.h), compiled with function target
 // attributes (like qgemv_x86.cc) and called only when the CPU reports AVX2, FMA and F16C.
-// A 32-element weight group is decoded into one register of 32 int8 (signed for the offset
-// formats Q4_0/Q5_0/Q8_0/Q6_K, unsigned 0..31 for the min formats); vpmaddubsw multiplies it with
+// A 32-element weight group is decoded into one register of 32 int8 (signed for Q8_0 and Q6_K,
+// unsigned 0..31 for the others, whose offset or min goes through the activation sums); vpmaddubsw multiplies it with
 // the activation's 32 int8 (signed x signed through the sign trick: |w| times sign(w)·q) into 16
 // int16 pair sums, which never saturate (|w| <= 128, |q| <= 127: 2·128·127 = 32,512), and vpmaddwd
 // sums pairs into 8 exact int32 (weighted by Q6_K's two sub-scales). One FMA per group then adds
@@ -60,12 +60,12 @@ template <GgmlType Ty>
 KVZIP_AVX2 inline __m256i group_ints(const uint8_t* b, int g) {
   const __m256i low4 = _mm256_set1_epi8(15);
   if constexpr (Ty == GgmlType::Q4_0) {
-    return _mm256_sub_epi8(nibbles32(b + 2), _mm256_set1_epi8(8));
+    return nibbles32(b + 2);
   } else if constexpr (Ty == GgmlType::Q4_1) {
     return nibbles32(b + 4);
   } else if constexpr (Ty == GgmlType::Q5_0) {
     const __m256i hb = _mm256_and_si256(bits_to_bytes(rd32le(b + 2)), _mm256_set1_epi8(16));
-    return _mm256_sub_epi8(_mm256_or_si256(nibbles32(b + 6), hb), _mm256_set1_epi8(16));
+    return _mm256_or_si256(nibbles32(b + 6), hb);
   } else if constexpr (Ty == GgmlType::Q5_1) {
     const __m256i hb = _mm256_and_si256(bits_to_bytes(rd32le(b + 4)), _mm256_set1_epi8(16));
     return _mm256_or_si256(nibbles32(b + 8), hb);

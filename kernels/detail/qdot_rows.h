@@ -35,8 +35,10 @@ struct BlockScales {
   int16_t sub[8][2];
 };
 
-// Per type: kBytes per block, kGroups 32-element groups per block, kSigned (integer weights carry
-// their offset, so they are signed) or a min term (kMin), scales() and the scalar ints().
+// Per type: kBytes per block, kGroups 32-element groups per block, kSigned (integer weights are
+// signed: Q8_0, Q6_K's q − 32) and/or a min term (kMin: Q4_1/Q5_1/Q4_K/Q5_K's min, and Q4_0/Q5_0's
+// fixed offset −8·d / −16·d, which leaves their nibbles unsigned — vpmaddubsw then needs no sign
+// trick, measured 5-12% faster), scales() and the scalar ints().
 // `Half` converts the fp16 field at a pointer (portable or F16C; both are exact).
 template <quant::GgmlType Ty>
 struct QFmt;
@@ -44,13 +46,13 @@ struct QFmt;
 template <>
 struct QFmt<quant::GgmlType::Q4_0> {
   static constexpr int kBytes = 18, kGroups = 1;
-  static constexpr bool kSigned = true, kMin = false;
+  static constexpr bool kSigned = false, kMin = true;
   template <class Half>
   static void scales(const uint8_t* b, Half h, BlockScales& s) {
-    s.fw[0] = h(b), s.mw[0] = 0.0f, s.sub[0][0] = s.sub[0][1] = 1;
+    s.fw[0] = h(b), s.mw[0] = -8.0f * s.fw[0], s.sub[0][0] = s.sub[0][1] = 1;
   }
   static void ints(const uint8_t* b, int, int (&w)[32]) {
-    for (int j = 0; j < 16; ++j) w[j] = (b[2 + j] & 15) - 8, w[j + 16] = (b[2 + j] >> 4) - 8;
+    for (int j = 0; j < 16; ++j) w[j] = b[2 + j] & 15, w[j + 16] = b[2 + j] >> 4;
   }
 };
 
@@ -70,16 +72,16 @@ struct QFmt<quant::GgmlType::Q4_1> {
 template <>
 struct QFmt<quant::GgmlType::Q5_0> {
   static constexpr int kBytes = 22, kGroups = 1;
-  static constexpr bool kSigned = true, kMin = false;
+  static constexpr bool kSigned = false, kMin = true;
   template <class Half>
   static void scales(const uint8_t* b, Half h, BlockScales& s) {
-    s.fw[0] = h(b), s.mw[0] = 0.0f, s.sub[0][0] = s.sub[0][1] = 1;
+    s.fw[0] = h(b), s.mw[0] = -16.0f * s.fw[0], s.sub[0][0] = s.sub[0][1] = 1;
   }
   static void ints(const uint8_t* b, int, int (&w)[32]) {
     const uint32_t qh = rd32le(b + 2);
     for (int j = 0; j < 16; ++j) {
-      w[j] = int((b[6 + j] & 15) | ((qh >> j) & 1) << 4) - 16;
-      w[j + 16] = int((b[6 + j] >> 4) | ((qh >> (j + 16)) & 1) << 4) - 16;
+      w[j] = int((b[6 + j] & 15) | ((qh >> j) & 1) << 4);
+      w[j + 16] = int((b[6 + j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
     }
   }
 };
