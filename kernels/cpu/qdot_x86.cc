@@ -1,14 +1,15 @@
 // AVX2 row kernels of the 8-bit-activation product (kernels/qdot.h), compiled with function target
 // attributes (like qgemv_x86.cc) and called only when the CPU reports AVX2, FMA and F16C.
 // A 32-element weight group is decoded into one register of 32 int8 (signed for Q8_0 and Q6_K,
-// unsigned 0..31 for the others, whose offset or min goes through the activation sums); vpmaddubsw multiplies it with
-// the activation's 32 int8 (signed x signed through the sign trick: |w| times sign(w)·q) into 16
-// int16 pair sums, which never saturate (|w| <= 128, |q| <= 127: 2·128·127 = 32,512), and vpmaddwd
-// sums pairs into 8 exact int32 (weighted by Q6_K's two sub-scales). One FMA per group then adds
-// (fw·d_x)·int32 to fp32 accumulators: the scalar kernel's arithmetic, lanes summed at the end.
+// unsigned 0..31 for the others, whose offset or min goes through the activation sums);
+// vpmaddubsw multiplies it with the activation's 32 int8 (signed x signed through the sign trick:
+// |w| times sign(w)·q) into 16 int16 pair sums, which never saturate (|w| <= 128, |q| <= 127:
+// 2·128·127 = 32,512), and vpmaddwd sums pairs into 8 exact int32 (weighted by Q6_K's two
+// sub-scales). One FMA per group then adds (fw·d_x)·int32 to fp32 accumulators: the scalar
+// kernel's arithmetic, lanes summed at the end.
 // Tiles: R weight rows x C tokens; each group of a row is decoded once per tile and each
-// activation group loaded once per row tile (shapes below). Tokens go in blocks of kTokenBlock so their
-// activations stay in L2 while a task's rows pass over them.
+// activation group loaded once per row tile (shapes below). Tokens go in blocks of kTokenBlock so
+// their activations stay in L2 while a task's rows pass over them.
 #include <algorithm>
 
 #include "kernels/detail/qdot_rows.h"
@@ -30,8 +31,8 @@ using quant::GgmlType;
 namespace {
 
 constexpr uint32_t kTokenBlock = 32;
-// Tile shapes, measured on the AVX2 EPYC (one thread, CPU time, 1024 x 2048 Q4_0/Q4_1/Q8_0/Q4_K/Q6_K):
-// decode, 4 rows x 1 token (2-4 rows within 3%, 6-8 rows 10-20% slower); T >= 2, 1 row x 4 tokens
+// Tile shapes, measured on the AVX2 EPYC (one thread, CPU time, 1024 x 2048 Q4_0, Q4_1, Q8_0,
+// Q4_K, Q6_K): decode, 4 rows x 1 token (2-4 rows within 3%, 6-8 rows 10-20% slower); T >= 2, 1 row x 4 tokens
 // (~53 GOP/s against 45 for 2 x 2 and 46-51 for 2 x 3, 3 x 2, 4 x 2, which spill registers).
 constexpr int kDecodeRows = 4, kTileTokens = 4;
 // Two software prefetches per row and block: 1 KiB ahead into L1 (as in qgemv_x86.cc), and the

@@ -1,7 +1,6 @@
 // kernels/matmul: products over every stored weight type, both paths, every T regime (8-bit
-// integer kernels on the Fast path, small-T tiles, slabs + sgemm), with and without a row map, against a float64 product
-// over the dequantized rows. Block contents are random: K-quant blocks are random bytes with sane
-// fp16 scales, the 32-element formats come from the test quantizer.
+// integer kernels on the Fast path, fp32 qgemv, small-T tiles, slabs + sgemm), with and without a
+// row map, against a float64 product over the dequantized rows (test::random_matrix blocks).
 #include <catch2/catch.hpp>
 
 #include <cmath>
