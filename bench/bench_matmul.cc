@@ -3,7 +3,10 @@
 // prefill, the fp32 weights through the same GEMV for decode). Decode (T = 1) reports the weight
 // bytes streamed per second on both paths; prefill (T = --tokens) reports GFLOP/s and the ratio to
 // fp32 sgemm on already-fp32 weights. Block contents are random (speed does not depend on them).
-// Usage: bench_matmul [--threads N] [--in N] [--out N] [--tokens T]
+// --sweep TYPE instead times, for T = 1..512, the 8-bit-activation kernels (kernels/qdot.h, called
+// directly) against the Exact path (dequantized tiles or slabs + sgemm) and fp32 sgemm on fp32
+// weights: where qdot stops paying is where matmul's Fast path hands over to the slabs.
+// Usage: bench_matmul [--threads N] [--in N] [--out N] [--tokens T] [--sweep Q4_0|Q4_1|...]
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -17,6 +20,7 @@
 #include "common/half.h"
 #include "kernels/gemm.h"
 #include "kernels/matmul.h"
+#include "kernels/qdot.h"
 #include "kernels/quant.h"
 #include "kernels/thread_pool.h"
 
@@ -76,12 +80,54 @@ std::vector<uint8_t> random_blocks(GgmlType t, uint32_t rows, uint32_t cols) {
   return b;
 }
 
+GgmlType type_by_name(const std::string& name) {
+  for (uint32_t id = 0; id < 40; ++id)
+    if (const quant::TypeTraits* tr = quant::type_traits(id); tr && name == tr->name)
+      return GgmlType(id);
+  std::fprintf(stderr, "unknown type %s\n", name.c_str());
+  std::exit(2);
+}
+
+int sweep_t(const Exec& ex, const std::string& name, uint32_t in, uint32_t out, uint32_t threads) {
+  const GgmlType t = type_by_name(name);
+  const std::vector<uint8_t> w = random_blocks(t, out, in), f32 = random_blocks(GgmlType::F32, out, in);
+  const MatrixView v{t, w.data(), quant::row_bytes(t, in), out, in, nullptr};
+  std::printf("%s %u x %u, %u threads, %s kernels; ms per call (GFLOP/s)\n", name.c_str(), out, in,
+              threads, qisa_name(qisa_best()));
+  std::printf("%5s | %18s | %18s | %18s | %s\n", "T", "qdot (int8)", "exact (deq+fp32)",
+              "fp32 sgemm", "qdot vs exact");
+  for (uint32_t T : {1u, 2u, 4u, 8u, 16u, 32u, 48u, 64u, 96u, 128u, 256u, 512u}) {
+    std::vector<float> x(size_t(T) * in), y(size_t(T) * out);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.01f * float(i));
+    const MatmulArgs a{x.data(), v, nullptr, y.data(), T};
+    const int reps = T <= 8 ? 10 : 2;
+    auto per_call = [&](const std::function<void()>& fn) {
+      fn();
+      return best_of(3, [&] { for (int r = 0; r < reps; ++r) fn(); }) / reps;
+    };
+    const double q = per_call([&] { cpu::qdot(ex.pool, std::span<const MatmulArgs>(&a, 1), qisa_best()); });
+    const double e = per_call([&] { matmul(ex, a, MatmulPath::Exact); });
+    const double g = per_call([&] {
+      gemm(ex, GemmArgs{x.data(), reinterpret_cast<const float*>(f32.data()), nullptr, y.data(), T, in, out});
+    });
+    const double fl = 2.0 * T * in * out * 1e-9;
+    std::printf("%5u | %8.3f (%6.1f) | %8.3f (%6.1f) | %8.3f (%6.1f) | %.2fx\n", T, q * 1e3, fl / q,
+                e * 1e3, fl / e, g * 1e3, fl / g, e / q);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   uint32_t threads = 2, in = 4096, out = 4096, T = 512;
+  std::string sweep;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
+    if (k == "--sweep") {
+      sweep = argv[i + 1];
+      continue;
+    }
     const uint32_t v = uint32_t(std::strtoul(argv[i + 1], nullptr, 10));
     if (k == "--threads") threads = v;
     else if (k == "--in") in = v;
@@ -94,6 +140,8 @@ int main(int argc, char** argv) {
   Exec ex{Device::Cpu, &pool};
   std::vector<float> x(size_t(T) * in), y(size_t(T) * out);
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.01f * float(i));
+
+  if (!sweep.empty()) return sweep_t(ex, sweep, in, out, threads);
 
   // Baseline: fp32 weights, OpenBLAS sgemm (prefill) and the same fp32 GEMV decode uses.
   const std::vector<uint8_t> f32 = random_blocks(GgmlType::F32, out, in);

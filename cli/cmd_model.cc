@@ -92,6 +92,8 @@ void run_generate(const GenerateOpts& o) {
     std::fprintf(stderr, "prompt %zu tokens in %.3f s (%.1f tok/s); generated %zu tokens, %.1f tok/s\n",
                  prompt.size(), prefill_s, prompt.size() / prefill_s, r.tokens.size(),
                  r.tokens.size() > 1 ? (r.tokens.size() - 1) / decode_s : 0.0);
+    if (device != Device::Cuda)
+      std::fprintf(stderr, "matmul %s\n", matmul_kernels(ForwardOptions{}.matmul).c_str());
     if (gp.rkv)
       std::fprintf(stderr, "%s: %u compressions evicted %llu rows (budget %u per head)\n",
                    gp.rkv->streaming ? "streaming" : "R-KV", r.compressions,

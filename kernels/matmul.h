@@ -1,17 +1,22 @@
 // Matrix products with weights kept in the ggml types model files store (F32, F16, BF16, Q4_0,
 // Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K): Y(T, out) = X(T, in) · W(out, in)^T (+ bias), X and
-// Y fp32, row-major. No whole-matrix fp32 copy is ever made:
-//  - T == 1 (decode): a threaded GEMV streams W's blocks once; Q4_0/Q4_1/Q8_0 rows are decoded
-//    in registers (kernels/qgemv.h), other types a few rows at a time into a small buffer.
-//  - T > 1 (prefill): W is dequantized one slab of rows at a time (at most kMatmulSlabFloats
-//    floats) and multiplied with OpenBLAS sgemm; F32 weights are used in place.
-// Both are exact: the same fp32 products as on the dequantized matrix, up to summation order.
+// Y fp32, row-major. No whole-matrix fp32 copy is ever made. Two paths (MatmulPath):
+//  - Fast (default): the block types up to 48 tokens (decode, batched decode, short chunks) go
+//    through kernels/qdot.h — X quantized to int8 per 32-element block, integer dot products with
+//    the weight blocks as stored, W read once for all T; longer T as Exact.
+//  - Exact: fp32 arithmetic on the weights' fp32 values: Q4_0/Q4_1/Q8_0 decode (T <= 2) decodes
+//    blocks in registers (kernels/qgemv.h); up to 48 tokens a few dequantized rows at a time are
+//    dotted with every token; beyond, W is dequantized one slab of rows at a time (at most
+//    kMatmulSlabFloats floats) and multiplied with OpenBLAS sgemm; F32 weights are used in place.
+// Exact equals the product on the dequantized matrix up to fp32 summation order; Fast differs
+// from it by the activations' int8 rounding (each x moves by at most max|x of its block| / 254).
 // A view may carry a row map (Q/K rows stored in another order): output row r reads stored row
 // row_map[r], so callers see canonical rows and nothing is permuted in memory.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "kernels/device.h"
 #include "kernels/quant.h"
@@ -36,14 +41,16 @@ struct MatmulArgs {
   uint32_t T = 0;
 };
 
-// Exact: fp32 arithmetic on dequantized rows (a slab or a few rows at a time) — the oracle the
-// golden tests run. Fast: the fastest kernel this CPU has for the type; today that decodes
-// Q4_0/Q4_1/Q8_0 blocks in registers for T <= 2 (the same values, another summation order), and
-// otherwise equals Exact.
+// Exact: fp32 arithmetic on the dequantized weights — the oracle the golden tests run. Fast: the
+// fastest kernels this CPU has for the type (today: 8-bit activations and integer dot products for
+// the block types up to 48 tokens, AVX2 or scalar; otherwise as Exact).
 enum class MatmulPath : uint8_t { Exact = 0, Fast = 1 };
 const char* matmul_path_name(MatmulPath p);
+// What the path runs on this CPU, for --stats and benches, e.g. "fast: int8 activations x weight
+// blocks (avx2) up to T=48; fp32 dequantized slabs + OpenBLAS sgemm beyond".
+std::string matmul_kernels(MatmulPath p);
 
-// Largest dequantized slab the T > 1 path holds per call (floats; 16 MiB).
+// Largest dequantized slab the long-T path holds per call (floats; 16 MiB).
 inline constexpr size_t kMatmulSlabFloats = size_t(4) << 20;
 
 namespace cpu {

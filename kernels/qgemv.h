@@ -1,9 +1,11 @@
-// Quantized GEMV front for decode: y(out) = W(out, in) · x(in) (+ bias), with W kept in one of
-// ggml's 32-element block formats (byte layouts as in ggml's ggml-common.h, fields little-endian)
-// and x, y in fp32. Each block is decoded on the fly: the result equals gemv() on the fp32 values
-// those blocks dequantize to, up to fp32 summation order, while reading 4-6x fewer bytes.
+// Quantized GEMV in fp32: y(out) = W(out, in) · x(in) (+ bias), with W kept in one of ggml's
+// 32-element block formats (byte layouts as in ggml's ggml-common.h, fields little-endian) and x, y
+// in fp32. Each block is decoded on the fly: the result equals gemv() on the fp32 values those
+// blocks dequantize to, up to fp32 summation order, while reading 4-6x fewer bytes. matmul's Exact
+// path runs it for decode (its Fast path quantizes x to int8 instead: kernels/qdot.h).
 // Several GEMVs (e.g. Q, K and V of one input) run as one batch over the pool's threads, their
-// output rows split into tasks. The ISA (scalar, AVX2, AVX-512) is picked at run time.
+// output rows split into tasks. The ISA (scalar, AVX2, AVX-512) is picked at run time; QIsa is
+// also the ISA choice of kernels/qdot.h.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -1,9 +1,10 @@
-// CPU matmul over stored weight types (see kernels/matmul.h). Three regimes by T: up to 2 tokens
-// on the Fast path, Q4_0/Q4_1/Q8_0 rows go through the register-decoding qgemv once per token; up
-// to kTileMaxT tokens, tasks of kGemvRows dequantized rows (a few KiB, in L1/L2) are dotted with
-// every token; longer T, slabs of dequantized rows are multiplied by OpenBLAS sgemm (threads as
-// set_blas_threads), so the fp32 GEMM runs at its usual speed and one slab of fp32 weights exists
-// at a time.
+// CPU matmul over stored weight types (see kernels/matmul.h). Regimes by path, type and T: on the
+// Fast path the block types qdot reads go through the 8-bit-activation integer kernels up to
+// kQdotMaxT tokens; on the Exact path Q4_0/Q4_1/Q8_0 decode runs the fp32 register-decoding qgemv;
+// otherwise up to kTileMaxT tokens, tasks of kGemvRows dequantized rows (a few
+// KiB, in L1/L2) are dotted with every token; longer T, slabs of dequantized rows are multiplied by
+// OpenBLAS sgemm (threads as set_blas_threads), so the fp32 GEMM runs at its usual speed and one
+// slab of fp32 weights exists at a time.
 #include "kernels/matmul.h"
 
 #include <cblas.h>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/qdot.h"
 #include "kernels/qgemv.h"
 #include "kernels/simd.h"
 #include "kernels/thread_pool.h"
@@ -23,12 +25,19 @@ namespace {
 
 using quant::GgmlType;
 
-// Up to kGemvMaxT tokens the register-decoding qgemv runs once per token (Fast path, block types
-// it reads). Up to kTileMaxT tokens every task dequantizes kGemvRows rows into a buffer that stays
-// in L1/L2 and dots them with every token, so W is read and decoded once per call. Beyond that,
-// slabs + sgemm (decoding is then a small fraction of the GEMM's work).
-constexpr uint32_t kGemvMaxT = 2;
+// Fast path, block types with an 8-bit kernel: up to kQdotMaxT tokens go through kernels/qdot.h
+// (activations quantized to int8, integer dot products; W read once per call). Otherwise, up to
+// kTileMaxT tokens every task dequantizes kGemvRows rows into a buffer that stays in L1/L2 and dots
+// them with every token, so W is read and decoded once per call; beyond that, slabs + sgemm
+// (decoding is then a small fraction of the GEMM's work).
+// Crossover measured on the AVX2 EPYC (one thread, CPU time, Q4_0/Q4_K/Q6_K 1024 x 2048): qdot runs
+// at ~53 GOP/s for any T >= 4; slabs + sgemm reach it at T ~ 49 and 60-80 GOP/s beyond 56, while
+// the dequantized tiles below stay at ~26.
+constexpr uint32_t kQdotMaxT = 48;
 constexpr uint32_t kTileMaxT = 48;
+// Exact path, up to kGemvMaxT tokens of Q4_0/Q4_1/Q8_0: the register-decoding fp32 GEMV
+// (kernels/qgemv.h), once per token — the same fp32 weight values, 1.6x the tiles' speed.
+constexpr uint32_t kGemvMaxT = 2;
 constexpr uint32_t kGemvRows = 16;
 
 std::optional<QFormat> qgemv_format(GgmlType t) {
@@ -169,34 +178,48 @@ void dequantize_view_rows(ThreadPool* pool, const MatrixView& w, uint32_t row0, 
 
 const char* matmul_path_name(MatmulPath p) { return p == MatmulPath::Exact ? "exact" : "fast"; }
 
+std::string matmul_kernels(MatmulPath p) {
+  const std::string isa = qisa_name(qisa_best());
+  const std::string tail = "; fp32 dequantized slabs + OpenBLAS sgemm beyond T=" + std::to_string(kTileMaxT);
+  if (p == MatmulPath::Fast)
+    return std::string("fast: int8 activations x Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K blocks (") +
+           (isa == "avx512" ? "avx2" : isa) + ") up to T=" + std::to_string(kQdotMaxT) +
+           ", other types fp32 tiles" + tail;
+  return "exact: fp32 Q4_0/Q4_1/Q8_0 register-decoding GEMV (" + isa + ") up to T=" +
+         std::to_string(kGemvMaxT) + ", fp32 dequantized tiles up to T=" + std::to_string(kTileMaxT) + tail;
+}
+
 namespace cpu {
 
 void matmul(ThreadPool* pool, std::span<const MatmulArgs> jobs, MatmulPath path) {
   for (size_t i = 0; i < jobs.size(); ++i) check_job(jobs[i], i);
-  std::vector<const MatmulArgs*> blocks;
+  std::vector<MatmulArgs> q8;          // Fast-path jobs for the 8-bit kernels, one batch
+  std::vector<const MatmulArgs*> f32;  // Exact-path decode jobs for the fp32 qgemv, batched per token
   for (const MatmulArgs& a : jobs) {
     if (a.T == 0 || a.w.rows == 0) continue;
-    if (a.T <= kGemvMaxT && path == MatmulPath::Fast && qgemv_format(a.w.type) &&
-               a.w.cols > 0) {
-      blocks.push_back(&a);  // batched below
+    if (path == MatmulPath::Fast && qdot_supported(a.w.type) && a.T <= kQdotMaxT) {
+      q8.push_back(a);  // bias added by qdot
       continue;
-    } else if (a.T <= kTileMaxT) {
-      tile_small_t(pool, a);
-    } else {
-      slab_gemm(pool, a);
     }
+    if (path == MatmulPath::Exact && a.T <= kGemvMaxT && qgemv_format(a.w.type)) {
+      f32.push_back(&a);
+      continue;
+    }
+    if (a.T <= kTileMaxT) tile_small_t(pool, a);
+    else slab_gemm(pool, a);
     add_bias(a);
   }
-  if (blocks.empty()) return;
+  if (!q8.empty()) qdot(pool, q8, qisa_best());
+  if (f32.empty()) return;
   uint32_t max_t = 0;
-  for (const MatmulArgs* a : blocks) max_t = std::max(max_t, a->T);
+  for (const MatmulArgs* a : f32) max_t = std::max(max_t, a->T);
   for (uint32_t t = 0; t < max_t; ++t) {
     std::vector<const MatmulArgs*> now;
-    for (const MatmulArgs* a : blocks)
+    for (const MatmulArgs* a : f32)
       if (t < a->T) now.push_back(a);
     gemv_blocks(pool, now, t);
   }
-  for (const MatmulArgs* a : blocks) add_bias(*a);
+  for (const MatmulArgs* a : f32) add_bias(*a);
 }
 
 }  // namespace cpu

@@ -1,8 +1,8 @@
 // The quantized GEMV (kernels/qgemv.h) against the plain reference: random blocks of every format
 // are dequantized by model/quant.cc (the loader's own decoder, an independent oracle) and
 // multiplied in double by ref::gemm; every ISA this CPU has must agree within fp32 rounding.
-// Then the model side: a tiny Q4_1 GGUF keeps its blocks in canonical row order, and decode
-// with the quantized GEMV gives the fp32 path's logits.
+// Then the model side: a tiny Q4_1 GGUF keeps its blocks in canonical row order, and the fast
+// path's logits (8-bit activations) stay near the exact path's.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -211,7 +211,10 @@ TEST_CASE("the GGUF loader keeps the file's Q4_1/Q8_0 blocks and reads them in c
   check_blocks(t.w.lm_head(), t.want.lm_head(), quant::GgmlType::Q8_0, "tied lm head");
 }
 
-TEST_CASE("decode on the fast path gives the exact path's logits", "[model][kernels]") {
+// The fast path quantizes every matmul input to int8 per 32-element block (kernels/qdot.h): on this
+// tiny random model its logits stay within 10% of the largest exact logit (measured 0.015-0.042;
+// random weights leave near-ties, so the argmax is not compared).
+TEST_CASE("the fast path's logits stay within the 8-bit bound of the exact path's", "[model][kernels]") {
   const Weights w = tiny_quantized_weights().w;
   ForwardOptions fast, exact;
   fast.threads = exact.threads = 2;
@@ -221,13 +224,10 @@ TEST_CASE("decode on the fast path gives the exact path's logits", "[model][kern
   CHECK(ff.matmul_path() == MatmulPath::Exact);
   KvCache cq(w.config, 16), cf(w.config, 16);
   const std::vector<int32_t> prompt = {5, 77, 200, 13};
-  CHECK(test::rel_error(fq.prefill(cq, prompt), ff.prefill(cf, prompt)) < 1e-5);
-  for (int32_t tok : {42, 7, 281, 0, 99}) {
-    const auto lq = fq.decode(cq, tok), lf = ff.decode(cf, tok);
-    CHECK(test::rel_error(lq, lf) < 1e-5);
-    CHECK(std::max_element(lq.begin(), lq.end()) - lq.begin() ==
-          std::max_element(lf.begin(), lf.end()) - lf.begin());
-  }
+  const std::vector<float> pq = fq.prefill(cq, prompt), pf = ff.prefill(cf, prompt);
+  CHECK(test::rel_error(pq, pf) < 0.1);
+  CHECK(test::rel_error(pq, pf) > 0.0);  // the fast path really ran the 8-bit kernels
+  for (int32_t tok : {42, 7, 281, 0, 99}) CHECK(test::rel_error(fq.decode(cq, tok), ff.decode(cf, tok)) < 0.1);
 }
 
 TEST_CASE("a matrix of the wrong shape or a broken row map is refused by Forward", "[model][kernels]") {

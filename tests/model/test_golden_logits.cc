@@ -1,8 +1,9 @@
 // Logits of the real model (SmolLM2-135M-Instruct Q4_1) against tests/golden/logits_smollm2.bin,
 // written by scripts/golden/make_logits_golden.py from an independent float64 numpy forward
 // (format: scripts/golden/README.md, KVZLOGIT v1). Bound: max |Δ| / max |ref| <= 1e-3 at every
-// stored position, same argmax. Prefill (GEMM path) and token-by-token decode (GEMV path, both the
-// quantized and the fp32 GEMV) are each checked. [realmodel] cases need $KVZIP_MODEL; the
+// stored position on the exact matmul path (fp32 arithmetic), kFastBound on the fast one (8-bit
+// activations, kernels/qdot.h), same argmax on both. Prefill and token-by-token decode are each
+// checked. [realmodel] cases need $KVZIP_MODEL; the
 // parser's rejection of stale or damaged files runs without it.
 #include <catch2/catch.hpp>
 
@@ -28,6 +29,10 @@ namespace {
 
 constexpr uint32_t kGoldenVersion = 1;
 constexpr uint32_t kSmolVocab = 49152;
+// The fast path rounds every matmul input to int8 per 32-element block; through 30 layers that
+// moves the logits by up to 4.4% of their largest magnitude (measured: 0.0435 prefill and decode,
+// argmax unchanged at every golden position). Bound with ~2x headroom.
+constexpr double kFastBound = 0.1;
 const char* const kRegenerate = "; regenerate it with python3 scripts/golden/make_logits_golden.py";
 
 struct GoldenPosition {
@@ -194,7 +199,8 @@ TEST_CASE("a stale or damaged golden logits file is refused with a message", "[m
   CHECK(refused(bad, kSmolVocab, "bytes"));
 }
 
-TEST_CASE("prefill logits match the float64 reference within 1e-3 relative", "[model][realmodel]") {
+TEST_CASE("prefill logits match the float64 reference (1e-3 exact, kFastBound fast)",
+          "[model][realmodel]") {
   const Model* model = real_model();
   if (!model) {
     test::skip_no_model();
@@ -202,22 +208,27 @@ TEST_CASE("prefill logits match the float64 reference within 1e-3 relative", "[m
   }
   const ModelConfig& cfg = model->config();
   const std::vector<GoldenCase> cases = parse_golden(golden_bytes(), cfg.vocab_size);
-  Forward fwd(model->weights());
-  for (size_t i = 0; i < cases.size(); ++i) {
-    const GoldenCase& gc = cases[i];
-    KvCache cache(cfg, static_cast<uint32_t>(gc.ids.size()));
-    std::vector<float> logits = fwd.prefill(cache, gc.ids, LogitsMode::All);
-    REQUIRE(logits.size() == gc.ids.size() * cfg.vocab_size);
-    const double worst = check_case(gc, logits, cfg.vocab_size, i);
-    WARN("golden logits, prefill: case " << i << " (" << gc.ids.size()
-                                         << " tokens) worst relative error " << worst);
-    REQUIRE(worst <= 1e-3);
+  for (MatmulPath path : {MatmulPath::Exact, MatmulPath::Fast}) {
+    ForwardOptions opt;
+    opt.matmul = path;
+    Forward fwd(model->weights(), opt);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const GoldenCase& gc = cases[i];
+      KvCache cache(cfg, static_cast<uint32_t>(gc.ids.size()));
+      std::vector<float> logits = fwd.prefill(cache, gc.ids, LogitsMode::All);
+      REQUIRE(logits.size() == gc.ids.size() * cfg.vocab_size);
+      const double worst = check_case(gc, logits, cfg.vocab_size, i);
+      WARN("golden logits, prefill (" << matmul_path_name(path) << " path): case " << i << " ("
+                                      << gc.ids.size() << " tokens) worst relative error " << worst);
+      REQUIRE(worst <= (path == MatmulPath::Exact ? 1e-3 : kFastBound));
+    }
   }
 }
 
-// Decode runs the T == 1 GEMV for every projection and the LM head, on both matmul paths: Fast (the
-// default; decodes this Q4_1/Q8_0 file's blocks in registers) and Exact (dequantize, then fp32 dot).
-TEST_CASE("token-by-token decode logits match the float64 reference within 1e-3 relative",
+// Decode runs the T == 1 products for every projection and the LM head, on both matmul paths: Fast
+// (the default; 8-bit activations times this Q4_1/Q8_0 file's blocks) and Exact (the blocks decoded
+// in registers, fp32 dot).
+TEST_CASE("token-by-token decode logits match the float64 reference (1e-3 exact, kFastBound fast)",
           "[model][realmodel]") {
   const Model* model = real_model();
   if (!model) {
@@ -245,7 +256,7 @@ TEST_CASE("token-by-token decode logits match the float64 reference within 1e-3 
       const double worst = check_case(gc, logits, V, i);
       WARN("golden logits, decode (" << (quantized ? "fast" : "exact") << " path): case " << i
                                      << " worst relative error " << worst);
-      REQUIRE(worst <= 1e-3);
+      REQUIRE(worst <= (quantized ? kFastBound : 1e-3));
     }
   }
 }

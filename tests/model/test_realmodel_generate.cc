@@ -77,16 +77,23 @@ TEST_CASE("greedy 'The capital of France is' continues with Paris, as the refere
 
   const std::vector<int32_t> want = golden_ids("france.greedy8");
   REQUIRE(want.size() == 8);
+  // The reference's tokens are fp32 arithmetic's: the exact path reproduces all eight; the fast
+  // path (8-bit activations) must still say Paris.
+  ForwardOptions exact;
+  exact.matmul = MatmulPath::Exact;
+  CHECK(greedy(*model, exact, prompt, 8) == want);
   const std::vector<int32_t> got = greedy(*model, ForwardOptions{}, prompt, 8);
   const std::string text = tok.decode(got);
   INFO("generated \"" << text << "\"");
   CHECK(text.find(" Paris") != std::string::npos);
-  CHECK(got == want);
 }
 
-// The quantized GEMV reads the very values the fp32 copy holds, so only the summation order
-// differs: logits agree to ~1e-6 relative (bound 1e-4, far below any argmax margin seen).
-TEST_CASE("the fast and the exact decode paths generate the same greedy text", "[model][realmodel]") {
+// The fast path rounds each matmul input to int8 per 32-element block (kernels/qdot.h), so its
+// logits move by a few percent of their largest magnitude (measured 0.056 here; bound 0.1) and a
+// greedy continuation may take another word where two are nearly tied — but not at once: the
+// first 3 tokens of each prompt's greedy text agree with the exact path's (measured: 5, 10, 10 of 10).
+TEST_CASE("the fast and the exact decode paths agree within the 8-bit activation bound",
+          "[model][realmodel]") {
   const Model* model = real_model();
   if (!model) {
     test::skip_no_model();
@@ -99,7 +106,11 @@ TEST_CASE("the fast and the exact decode paths generate the same greedy text", "
   for (const char* text : prompts) {
     const std::vector<int32_t> prompt = model->tokenizer().encode(text, false);
     INFO("prompt \"" << text << "\"");
-    CHECK(greedy(*model, q_opt, prompt, 10) == greedy(*model, f_opt, prompt, 10));
+    const std::vector<int32_t> a = greedy(*model, q_opt, prompt, 10), b = greedy(*model, f_opt, prompt, 10);
+    size_t same = 0;
+    while (same < a.size() && same < b.size() && a[same] == b[same]) ++same;
+    WARN("prompt \"" << text << "\": fast and exact greedy texts agree on " << same << " of 10 tokens");
+    CHECK(same >= 3);
   }
 
   Forward fq(model->weights(), q_opt), ff(model->weights(), f_opt);
@@ -116,6 +127,6 @@ TEST_CASE("the fast and the exact decode paths generate the same greedy text", "
     }
     worst = std::max(worst, diff / scale);
   }
-  WARN("quantized vs fp32 decode GEMV: worst relative logit difference " << worst);
-  CHECK(worst < 1e-4);
+  WARN("fast (int8) vs exact decode: worst relative logit difference " << worst);
+  CHECK(worst < 0.1);
 }

@@ -541,4 +541,39 @@ void write_file(const std::string& path, const std::vector<uint8_t>& bytes) {
   if (!f) throw Error(Errc::io, "cannot write test file " + path);
 }
 
+namespace {
+void put_half(uint8_t* p, float v) {
+  const uint16_t h = f32_to_f16(v);
+  p[0] = uint8_t(h & 0xFF);
+  p[1] = uint8_t(h >> 8);
+}
+
+}  // namespace
+
+std::vector<uint8_t> random_matrix(GgmlType t, uint32_t rows, uint32_t cols, uint64_t seed) {
+  const size_t rb = quant::row_bytes(t, cols);
+  std::vector<uint8_t> out(rows * rb);
+  if (t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K) {
+    const std::vector<float> u = random_vector(out.size(), seed, 0.0f, 256.0f);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = uint8_t(std::min(255.0f, u[i]));
+    const size_t bb = size_t(quant::block_bytes(t));
+    for (size_t b = 0; b < out.size() / bb; ++b) {
+      uint8_t* blk = out.data() + b * bb;
+      if (t == GgmlType::Q6_K) {
+        put_half(blk + 208, 0.001f);
+      } else {
+        put_half(blk, 0.002f);
+        put_half(blk + 2, 0.001f);
+      }
+    }
+    return out;
+  }
+  for (uint32_t r = 0; r < rows; ++r) {
+    const std::vector<float> v = random_vector(cols, seed + r, -1.0f, 1.0f);
+    const std::vector<uint8_t> q = quantize_row(t, v.data(), cols);
+    std::memcpy(out.data() + r * rb, q.data(), rb);
+  }
+  return out;
+}
+
 }  // namespace kvzip::test

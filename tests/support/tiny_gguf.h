@@ -83,6 +83,11 @@ struct GgufWriter {
 // Encodes n values (n % block == 0) as type t: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1.
 std::vector<uint8_t> quantize_row(quant::GgmlType t, const float* x, int64_t n);
 
+// rows x cols random weights of type t as stored (rows · row_bytes bytes): the 32-element and
+// plain types quantize uniform ±1 rows with quantize_row; K-quant blocks are random bytes with
+// sane fp16 scales (d 0.002, dmin 0.001; Q6_K d 0.001).
+std::vector<uint8_t> random_matrix(quant::GgmlType t, uint32_t rows, uint32_t cols, uint64_t seed);
+
 // ---- default tokenizer ----
 
 // The GPT-2 byte -> unicode char map, as UTF-8.

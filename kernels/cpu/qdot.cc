@@ -1,0 +1,166 @@
+// 8-bit-activation products (kernels/qdot.h): the activation quantizer, the portable scalar row
+// kernel (the reference every ISA's kernel is tested against: the same integer sums, one fp32
+// multiply-add per group), the ISA choice and the driver, which quantizes each distinct x once and
+// runs every job's row tasks in one pool run.
+#include "kernels/qdot.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "kernels/detail/qdot_rows.h"
+#include "kernels/detail/qgemv_rows.h"
+#include "kernels/thread_pool.h"
+
+namespace kvzip {
+
+using quant::GgmlType;
+
+bool qdot_supported(GgmlType t) { return cpu::detail::qdot_rows_scalar(t) != nullptr; }
+
+namespace cpu {
+namespace detail {
+namespace {
+
+float half_portable(const uint8_t* p) { return f16_to_f32(load_u16(p)); }
+
+template <GgmlType Ty>
+void rows_scalar(const QDotRowsArgs& a) {
+  using F = QFmt<Ty>;
+  const MatrixView& w = *a.w;
+  const uint32_t nblk = w.cols / (32 * F::kGroups), ng = w.cols / 32;
+  BlockScales s;
+  int q[32];
+  for (uint32_t r = a.r0; r < a.r1; ++r) {
+    const uint8_t* row = w.data + size_t(w.row_map ? w.row_map[r] : r) * w.row_bytes;
+    for (uint32_t t = 0; t < a.T; ++t) {
+      const Q8Act* x = a.x + size_t(t) * ng;
+      float acc = 0.0f, off = 0.0f;
+      for (uint32_t b = 0; b < nblk; ++b) {
+        const uint8_t* blk = row + size_t(b) * F::kBytes;
+        F::scales(blk, half_portable, s);
+        for (int g = 0; g < F::kGroups; ++g) {
+          const Q8Act& xa = x[b * F::kGroups + g];
+          F::ints(blk, g, q);
+          int32_t lo = 0, hi = 0;
+          for (int e = 0; e < 16; ++e) lo += q[e] * xa.q[e], hi += q[e + 16] * xa.q[e + 16];
+          const int32_t isum = s.sub[g][0] * lo + s.sub[g][1] * hi;
+          acc += (s.fw[g] * xa.d) * float(isum);
+          if constexpr (F::kMin) off += s.mw[g] * xa.s;
+        }
+      }
+      a.y[size_t(t) * w.rows + r] = acc + off;
+    }
+  }
+}
+
+}  // namespace
+
+QDotFn qdot_rows_scalar(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_0: return rows_scalar<GgmlType::Q4_0>;
+    case GgmlType::Q4_1: return rows_scalar<GgmlType::Q4_1>;
+    case GgmlType::Q5_0: return rows_scalar<GgmlType::Q5_0>;
+    case GgmlType::Q5_1: return rows_scalar<GgmlType::Q5_1>;
+    case GgmlType::Q8_0: return rows_scalar<GgmlType::Q8_0>;
+    case GgmlType::Q4_K: return rows_scalar<GgmlType::Q4_K>;
+    case GgmlType::Q5_K: return rows_scalar<GgmlType::Q5_K>;
+    case GgmlType::Q6_K: return rows_scalar<GgmlType::Q6_K>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace detail
+
+void quantize_acts(const float* x, uint32_t T, uint32_t in, Q8Act* out) {
+  const uint32_t ng = in / 32;
+  for (size_t k = 0; k < size_t(T) * ng; ++k) {
+    const float* v = x + k * 32;
+    float amax = 0.0f;
+    for (int e = 0; e < 32; ++e) amax = std::max(amax, std::fabs(v[e]));
+    const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+    Q8Act& o = out[k];
+    int32_t sum = 0;
+    for (int e = 0; e < 32; ++e) {
+      // |v·id| <= 127 up to rounding; the clamp keeps a 127.00001 from wrapping.
+      const int q = int(std::clamp(std::nearbyint(v[e] * id), -127.0f, 127.0f));
+      o.q[e] = int8_t(q);
+      sum += q;
+    }
+    o.d = d;
+    o.s = d * float(sum);
+  }
+}
+
+namespace {
+
+// Rows per task: small enough that a 576-row projection still spreads over the threads, large
+// enough that the task hand-out is noise.
+constexpr uint32_t kRowsPerTask = 32;
+
+detail::QDotFn pick(QIsa isa, GgmlType t) {
+  switch (isa) {
+    case QIsa::Scalar: return detail::qdot_rows_scalar(t);
+    // No AVX-512 variant yet: its CPUs run the AVX2 one (AVX-512 VNNI would slot in here).
+    case QIsa::Avx2:
+    case QIsa::Avx512: return detail::qdot_rows_avx2(t);
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void qdot(ThreadPool* pool, std::span<const MatmulArgs> jobs, QIsa isa) {
+  if (!qisa_available(isa))
+    throw Error(Errc::unsupported, std::string("qdot: instruction set ") + qisa_name(isa) +
+                                       " is not available on this CPU/build");
+  std::vector<detail::QDotFn> fns(jobs.size());
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    fns[j] = pick(isa, jobs[j].w.type);
+    if (!fns[j])
+      throw Error(Errc::unsupported, std::string("qdot: weight type ") +
+                                         quant::type_name(jobs[j].w.type) + " has no " +
+                                         qisa_name(isa) + " kernel");
+  }
+  // One quantization per distinct (x, T, in): Q, K and V of one input share theirs.
+  std::vector<size_t> act_of(jobs.size()), act_start;
+  std::vector<Q8Act> acts;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const MatmulArgs& a = jobs[j];
+    size_t k = 0;
+    for (; k < j; ++k)
+      if (jobs[k].x == a.x && jobs[k].T == a.T && jobs[k].w.cols == a.w.cols) break;
+    if (k < j) {
+      act_of[j] = act_of[k];
+      continue;
+    }
+    act_of[j] = act_start.size();
+    act_start.push_back(acts.size());
+    acts.resize(acts.size() + size_t(a.T) * (a.w.cols / 32));
+  }
+  std::vector<bool> done(act_start.size(), false);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    if (done[act_of[j]]) continue;
+    done[act_of[j]] = true;
+    quantize_acts(jobs[j].x, jobs[j].T, jobs[j].w.cols, acts.data() + act_start[act_of[j]]);
+  }
+  std::vector<size_t> first_task(jobs.size() + 1, 0);
+  for (size_t j = 0; j < jobs.size(); ++j)
+    first_task[j + 1] = first_task[j] + (jobs[j].w.rows + kRowsPerTask - 1) / kRowsPerTask;
+  run_tasks(pool, first_task.back(), [&](size_t task) {
+    size_t j = 0;
+    while (task >= first_task[j + 1]) ++j;
+    const MatmulArgs& a = jobs[j];
+    const uint32_t r0 = uint32_t(task - first_task[j]) * kRowsPerTask;
+    const uint32_t r1 = std::min(r0 + kRowsPerTask, a.w.rows);
+    fns[j](detail::QDotRowsArgs{&a.w, acts.data() + act_start[act_of[j]], a.T, a.y, r0, r1});
+    if (a.bias)
+      for (uint32_t t = 0; t < a.T; ++t)
+        for (uint32_t r = r0; r < r1; ++r) a.y[size_t(t) * a.w.rows + r] += a.bias[r];
+  });
+}
+
+}  // namespace cpu
+}  // namespace kvzip

@@ -1,0 +1,174 @@
+// Private to kernels/cpu/qdot*.cc: the per-ISA row kernels of the 8-bit-activation product
+// (kernels/qdot.h) and the block facts every ISA shares — byte layout, the fp32 scale/min of each
+// 32-element group, and the group's integer weights in element order (the scalar reference's
+// decoder; the AVX2 one decodes the same integers in registers). Layouts as in quant.cc's
+// dequantizers: the products here equal dequantized fp32 weights times the int8 activations.
+#pragma once
+#include <cstdint>
+
+#include "kernels/detail/dequant_x86.h"
+#include "kernels/qdot.h"
+
+namespace kvzip::cpu::detail {
+
+struct QDotRowsArgs {
+  const MatrixView* w = nullptr;  // (out, in)
+  const Q8Act* x = nullptr;       // (T, in / 32)
+  uint32_t T = 0;
+  float* y = nullptr;             // (T, out), canonical row order
+  uint32_t r0 = 0, r1 = 0;        // canonical rows to compute
+};
+
+using QDotFn = void (*)(const QDotRowsArgs& a);
+QDotFn qdot_rows_scalar(quant::GgmlType t);  // nullptr for a type qdot does not read
+QDotFn qdot_rows_avx2(quant::GgmlType t);    // nullptr also when the build has no AVX2 variant
+
+inline uint32_t rd32le(const uint8_t* p) {
+  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
+
+// Scale and min of the groups of one block: group g contributes
+// (fw[g]·d_x)·Σ_e sub(e)·w_int(e)·q_x(e) + mw[g]·s_x, where sub(e) is sub[g][e / 16] (1 except Q6_K).
+struct BlockScales {
+  float fw[8];
+  float mw[8];
+  int16_t sub[8][2];
+};
+
+// Per type: kBytes per block, kGroups 32-element groups per block, kSigned (integer weights are
+// signed: Q8_0, Q6_K's q − 32) and/or a min term (kMin: Q4_1/Q5_1/Q4_K/Q5_K's min, and Q4_0/Q5_0's
+// fixed offset −8·d / −16·d, which leaves their nibbles unsigned — vpmaddubsw then needs no sign
+// trick, measured 5-12% faster), scales() and the scalar ints().
+// `Half` converts the fp16 field at a pointer (portable or F16C; both are exact).
+template <quant::GgmlType Ty>
+struct QFmt;
+
+template <>
+struct QFmt<quant::GgmlType::Q4_0> {
+  static constexpr int kBytes = 18, kGroups = 1;
+  static constexpr bool kSigned = false, kMin = true;
+  template <class Half>
+  static void scales(const uint8_t* b, Half h, BlockScales& s) {
+    s.fw[0] = h(b), s.mw[0] = -8.0f * s.fw[0], s.sub[0][0] = s.sub[0][1] = 1;
+  }
+  static void ints(const uint8_t* b, int, int (&w)[32]) {
+    for (int j = 0; j < 16; ++j) w[j] = b[2 + j] & 15, w[j + 16] = b[2 + j] >> 4;
+  }
+};
+
+template <>
+struct QFmt<quant::GgmlType::Q4_1> {
+  static constexpr int kBytes = 20, kGroups = 1;
+  static constexpr bool kSigned = false, kMin = true;
+  template <class Half>
+  static void scales(const uint8_t* b, Half h, BlockScales& s) {
+    s.fw[0] = h(b), s.mw[0] = h(b + 2), s.sub[0][0] = s.sub[0][1] = 1;
+  }
+  static void ints(const uint8_t* b, int, int (&w)[32]) {
+    for (int j = 0; j < 16; ++j) w[j] = b[4 + j] & 15, w[j + 16] = b[4 + j] >> 4;
+  }
+};
+
+template <>
+struct QFmt<quant::GgmlType::Q5_0> {
+  static constexpr int kBytes = 22, kGroups = 1;
+  static constexpr bool kSigned = false, kMin = true;
+  template <class Half>
+  static void scales(const uint8_t* b, Half h, BlockScales& s) {
+    s.fw[0] = h(b), s.mw[0] = -16.0f * s.fw[0], s.sub[0][0] = s.sub[0][1] = 1;
+  }
+  static void ints(const uint8_t* b, int, int (&w)[32]) {
+    const uint32_t qh = rd32le(b + 2);
+    for (int j = 0; j < 16; ++j) {
+      w[j] = int((b[6 + j] & 15) | ((qh >> j) & 1) << 4);
+      w[j + 16] = int((b[6 + j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
+    }
+  }
+};
+
+template <>
+struct QFmt<quant::GgmlType::Q5_1> {
+  static constexpr int kBytes = 24, kGroups = 1;
+  static constexpr bool kSigned = false, kMin = true;
+  template <class Half>
+  static void scales(const uint8_t* b, Half h, BlockScales& s) {
+    s.fw[0] = h(b), s.mw[0] = h(b + 2), s.sub[0][0] = s.sub[0][1] = 1;
+  }
+  static void ints(const uint8_t* b, int, int (&w)[32]) {
+    const uint32_t qh = rd32le(b + 4);
+    for (int j = 0; j < 16; ++j) {
+      w[j] = int((b[8 + j] & 15) | ((qh >> j) & 1) << 4);
+      w[j + 16] = int((b[8 + j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
+    }
+  }
+};
+
+template <>
+struct QFmt<quant::GgmlType::Q8_0> {
+  static constexpr int kBytes = 34, kGroups = 1;
+  static constexpr bool kSigned = true, kMin = false;
+  template <class Half>
+  static void scales(const uint8_t* b, Half h, BlockScales& s) {
+    s.fw[0] = h(b), s.mw[0] = 0.0f, s.sub[0][0] = s.sub[0][1] = 1;
+  }
+  static void ints(const uint8_t* b, int, int (&w)[32]) {
+    for (int j = 0; j < 32; ++j) w[j] = int8_t(b[2 + j]);
+  }
+};
+
+// Q4_K / Q5_K: group g = sub-block g; w = d·sc_g·q − dmin·m_g with q unsigned (4 or 5 bits).
+template <bool kQ5>
+struct QFmtK45 {
+  static constexpr int kBytes = kQ5 ? 176 : 144, kGroups = 8;
+  static constexpr bool kSigned = false, kMin = true;
+  template <class Half>
+  static void scales(const uint8_t* b, Half h, BlockScales& s) {
+    const float d = h(b), dmin = h(b + 2);
+    for (int g = 0; g < 8; ++g) {
+      int sc, mn;
+      quant::detail::scale_min_k4(g, b + 4, sc, mn);
+      s.fw[g] = d * float(sc), s.mw[g] = -(dmin * float(mn)), s.sub[g][0] = s.sub[g][1] = 1;
+    }
+  }
+  static void ints(const uint8_t* b, int g, int (&w)[32]) {
+    const uint8_t* qs = b + (kQ5 ? 48 : 16) + 32 * (g / 2);
+    for (int l = 0; l < 32; ++l) {
+      w[l] = (g & 1) ? qs[l] >> 4 : qs[l] & 15;
+      if constexpr (kQ5) w[l] += ((b[16 + l] >> g) & 1) << 4;
+    }
+  }
+};
+template <>
+struct QFmt<quant::GgmlType::Q4_K> : QFmtK45<false> {};
+template <>
+struct QFmt<quant::GgmlType::Q5_K> : QFmtK45<true> {};
+
+// Q6_K: group g = (half n = g / 4, quarter k = g % 4): elements 128n + 32k + l, w = q − 32 with
+// q's low 4 bits from ql[64n + 32(k & 1) + l] (low nibble for k < 2, high for k >= 2) and its top
+// 2 bits from qh[32n + l] bits 2k, 2k+1; sub-scales scales[8n + 2k + l / 16], times d.
+template <>
+struct QFmt<quant::GgmlType::Q6_K> {
+  static constexpr int kBytes = 210, kGroups = 8;
+  static constexpr bool kSigned = true, kMin = false;
+  template <class Half>
+  static void scales(const uint8_t* b, Half h, BlockScales& s) {
+    const float d = h(b + 208);
+    const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+    for (int g = 0; g < 8; ++g) {
+      const int n = g / 4, k = g % 4;
+      s.fw[g] = d, s.mw[g] = 0.0f;
+      s.sub[g][0] = sc[8 * n + 2 * k], s.sub[g][1] = sc[8 * n + 2 * k + 1];
+    }
+  }
+  static void ints(const uint8_t* b, int g, int (&w)[32]) {
+    const int n = g / 4, k = g % 4;
+    const uint8_t* ql = b + 64 * n + 32 * (k & 1);
+    const uint8_t* qh = b + 128 + 32 * n;
+    for (int l = 0; l < 32; ++l) {
+      const int lo = k < 2 ? ql[l] & 15 : ql[l] >> 4;
+      w[l] = (lo | ((qh[l] >> (2 * k)) & 3) << 4) - 32;
+    }
+  }
+};
+
+}  // namespace kvzip::cpu::detail

@@ -1,0 +1,128 @@
+// kernels/qdot: the activation quantizer's rounding, and every ISA's row kernel (scalar reference,
+// AVX2 where the CPU has it) against a float64 product of the dequantized weights with the
+// dequantized int8 activations — the value the integer arithmetic computes exactly, so the only
+// slack is fp32 rounding of the scales and of the accumulation (1e-5 of Σ|w·x|). Every supported
+// type, T from decode to past the 32-token block, with and without row map and bias.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "common/error.h"
+#include "kernels/qdot.h"
+#include "kernels/quant.h"
+#include "kernels/thread_pool.h"
+#include "tests/support/random_weights.h"
+#include "tests/support/tiny_gguf.h"
+
+namespace kvzip {
+namespace {
+
+using quant::GgmlType;
+
+TEST_CASE("activations quantize to int8 within half a step of the block's scale", "[kernels][qdot]") {
+  const uint32_t in = 96, T = 3;
+  std::vector<float> x = test::random_vector(size_t(T) * in, 21, -3.0f, 3.0f);
+  for (uint32_t e = 32; e < 64; ++e) x[e] = 0.0f;  // an all-zero block
+  x[100] = 1e-30f;                                // a tiny value in a normal block
+  std::vector<Q8Act> q(size_t(T) * in / 32);
+  cpu::quantize_acts(x.data(), T, in, q.data());
+  for (size_t k = 0; k < q.size(); ++k) {
+    float amax = 0.0f;
+    int32_t sum = 0;
+    for (int e = 0; e < 32; ++e) amax = std::max(amax, std::fabs(x[k * 32 + e]));
+    CHECK(q[k].d == amax / 127.0f);
+    for (int e = 0; e < 32; ++e) {
+      CHECK(std::abs(int(q[k].q[e])) <= 127);
+      CHECK(std::fabs(x[k * 32 + e] - q[k].d * q[k].q[e]) <= 0.5001f * q[k].d);
+      sum += q[k].q[e];
+    }
+    CHECK(q[k].s == q[k].d * float(sum));
+  }
+  CHECK(q[1].d == 0.0f);
+  CHECK(q[1].s == 0.0f);
+}
+
+TEST_CASE("qdot kernels equal a float64 product of the dequantized weights and activations",
+          "[kernels][qdot]") {
+  const GgmlType type = GENERATE(GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                                 GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K);
+  const uint32_t T = GENERATE(1u, 2u, 5u, 37u);
+  const bool mapped = GENERATE(false, true);
+  const uint32_t rows = 70, cols = 512;  // 70: not a multiple of the 4-row and 32-row tiles
+  REQUIRE(qdot_supported(type));
+  const std::vector<uint8_t> w = test::random_matrix(type, rows, cols, 5);
+  std::vector<uint32_t> map(rows);
+  std::iota(map.begin(), map.end(), 0u);
+  for (uint32_t r = 0; r + 2 < rows; r += 3) std::swap(map[r], map[r + 2]);
+  const MatrixView view{type, w.data(), quant::row_bytes(type, cols), rows, cols,
+                        mapped ? map.data() : nullptr};
+  const std::vector<float> x = test::random_vector(size_t(T) * cols, 8, -2.0f, 2.0f);
+  const std::vector<float> bias = test::random_vector(rows, 9);
+
+  // The oracle: dequantized weights (the same fp32 values the exact path uses) times d·q.
+  std::vector<Q8Act> q(size_t(T) * cols / 32);
+  cpu::quantize_acts(x.data(), T, cols, q.data());
+  std::vector<double> want(size_t(T) * rows), mag(size_t(T) * rows);
+  std::vector<float> row(cols);
+  for (uint32_t r = 0; r < rows; ++r) {
+    quant::dequantize_row(type, w.data() + size_t(view.row_map ? map[r] : r) * view.row_bytes,
+                          row.data(), cols);
+    for (uint32_t t = 0; t < T; ++t) {
+      double acc = bias[r], m = std::fabs(bias[r]);
+      for (uint32_t e = 0; e < cols; ++e) {
+        const Q8Act& a = q[size_t(t) * cols / 32 + e / 32];
+        const double xe = double(a.d) * a.q[e % 32];
+        acc += double(row[e]) * xe;
+        m += std::fabs(double(row[e]) * xe);
+      }
+      want[size_t(t) * rows + r] = acc, mag[size_t(t) * rows + r] = m;
+    }
+  }
+  ThreadPool pool(2);
+  for (QIsa isa : {QIsa::Scalar, QIsa::Avx2}) {
+    if (!qisa_available(isa)) continue;
+    INFO(quant::type_name(type) << " T=" << T << (mapped ? " row map" : "") << " " << qisa_name(isa));
+    std::vector<float> y(size_t(T) * rows, NAN);
+    const MatmulArgs job{x.data(), view, bias.data(), y.data(), T};
+    cpu::qdot(&pool, std::span<const MatmulArgs>(&job, 1), isa);
+    double worst = 0.0;
+    for (size_t i = 0; i < y.size(); ++i) worst = std::max(worst, std::fabs(y[i] - want[i]) / mag[i]);
+    CHECK(worst <= 1e-5);
+  }
+}
+
+TEST_CASE("qdot batches jobs of two types as it runs each alone, and refuses other types",
+          "[kernels][qdot]") {
+  const uint32_t cols = 256, T = 2;
+  const std::vector<uint8_t> a = test::random_matrix(GgmlType::Q4_0, 40, cols, 1);
+  const std::vector<uint8_t> b = test::random_matrix(GgmlType::Q6_K, 24, cols, 2);
+  const MatrixView va{GgmlType::Q4_0, a.data(), quant::row_bytes(GgmlType::Q4_0, cols), 40, cols, nullptr};
+  const MatrixView vb{GgmlType::Q6_K, b.data(), quant::row_bytes(GgmlType::Q6_K, cols), 24, cols, nullptr};
+  const std::vector<float> x = test::random_vector(size_t(T) * cols, 9);
+  std::vector<float> ya(T * 40), yb(T * 24);
+  ThreadPool pool(2);
+  const MatmulArgs jobs[] = {{x.data(), va, nullptr, ya.data(), T}, {x.data(), vb, nullptr, yb.data(), T}};
+  cpu::qdot(&pool, jobs, qisa_best());  // one batch, one shared quantization of x
+  const std::vector<float> ya_batch = ya, yb_batch = yb;
+  cpu::qdot(&pool, std::span<const MatmulArgs>(&jobs[0], 1), qisa_best());
+  cpu::qdot(&pool, std::span<const MatmulArgs>(&jobs[1], 1), qisa_best());
+  CHECK(ya == ya_batch);
+  CHECK(yb == yb_batch);
+
+  CHECK_FALSE(qdot_supported(GgmlType::F16));
+  CHECK_FALSE(qdot_supported(GgmlType::F32));
+  MatmulArgs bad = jobs[0];
+  bad.w.type = GgmlType::BF16;
+  try {
+    cpu::qdot(&pool, std::span<const MatmulArgs>(&bad, 1), QIsa::Scalar);
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(e.code() == Errc::unsupported);
+    CHECK_THAT(e.what(), Catch::Contains("BF16"));
+  }
+}
+
+}  // namespace
+}  // namespace kvzip
