@@ -3,7 +3,7 @@
 # everything is already installed. Needs root (or sudo) only when something is missing.
 set -euo pipefail
 pkgs=(cmake g++ make pkg-config libopenblas-dev libzstd-dev libhdf5-dev hdf5-tools libcli11-dev
-      catch2 libpcre2-dev libxxhash-dev nlohmann-json3-dev python3 ca-certificates clang libclang-rt-14-dev)
+      catch2 libpcre2-dev libxxhash-dev nlohmann-json3-dev libcpp-httplib-dev python3 ca-certificates clang libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
