@@ -71,17 +71,18 @@ void attention_block(const ChunkContext& c, uint32_t layer) {
   trace(c, "k_rope", li, s.k.data(), c.T, Hkv * D);
   trace(c, "v", li, s.v.data(), c.T, Hkv * D);
 
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  LocalMaxProb local;
-  const bool stats = c.observer && c.observer->request_local_stats(layer, c.T, &local);
-  const bool output_unused = c.last_output_unused && layer + 1 == cfg.n_layers;
   // Each cache appends its rows and attends over its own views; the rows of several caches
   // (Forward::step) share only the weight products around this.
   const ChunkItem one{c.cache, 0, c.T};
   const std::span<const ChunkItem> items = c.items.empty() ? std::span<const ChunkItem>(&one, 1) : c.items;
   const size_t qd = size_t(Hq) * D, kvd = size_t(Hkv) * D;
-  for (const ChunkItem& it : items) {
+  for (const ChunkItem& it : items)
     it.cache->append(layer, s.k.data() + it.row0 * kvd, s.v.data() + it.row0 * kvd, it.T);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  LocalMaxProb local;  // asked after the append: observers read the views with the new rows
+  const bool stats = c.observer && c.observer->request_local_stats(layer, c.T, &local);
+  const bool output_unused = c.last_output_unused && layer + 1 == cfg.n_layers;
+  for (const ChunkItem& it : items) {
     for (uint32_t h = 0; h < Hkv; ++h) {
       KvHeadView view = it.cache->view(layer, h);
       s.spans[h] = KvSpan{view.k, view.v, view.len, view.k_tail, view.v_tail, view.split};
