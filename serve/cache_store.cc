@@ -158,6 +158,11 @@ void CacheStore::remove(const std::string& id) {
   forget_locked(id);
 }
 
+void CacheStore::invalidate(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  forget_locked(id);
+}
+
 uint64_t CacheStore::loaded_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return bytes_;

@@ -62,6 +62,8 @@ class CacheStore {
   void put(const std::string& id, std::span<const uint8_t> bytes, bool replace);
   // Removes DIR/<id>.kvz and forgets the loaded copy (requests using it finish on their copy).
   void remove(const std::string& id);
+  // Forgets the loaded copy of `id` (its file was replaced); the next acquire loads it afresh.
+  void invalidate(const std::string& id);
 
   uint64_t loaded_bytes() const;
   size_t loaded_count() const;
