@@ -133,8 +133,8 @@ TEST_CASE("decoders advance while a long question is prefilled in pieces", "[ser
   std::promise<void> a_started;
   bool a_signalled = false;
   std::promise<RequestResult> a_done, b_done;
-  RequestSpec a = f.spec(store, "doc0", "Hi?", 40);
-  a.stop_tokens.clear();  // A decodes all 40 tokens
+  RequestSpec a = f.spec(store, "doc0", "Hi?", 400);
+  a.stop_tokens.clear();  // A decodes all 400 tokens, well past B's whole answer
   REQUIRE(engine.submit(a, {[&](int32_t) {
                               std::lock_guard<std::mutex> lock(mu);
                               order.push_back('a');
@@ -155,7 +155,7 @@ TEST_CASE("decoders advance while a long question is prefilled in pieces", "[ser
   const RequestResult rb = b_done.get_future().get();
   const RequestResult ra = a_done.get_future().get();
   CHECK(ra.finish == Finish::Length);
-  CHECK(ra.completion_tokens == 40);
+  CHECK(ra.completion_tokens == 400);
   CHECK(rb.finish != Finish::Error);
   // From B's admission to its first token B's question took >= ceil(len / 5) steps, in each of
   // which A decoded one token: A's tokens interleave before B's first.
