@@ -47,6 +47,7 @@ void run_serve(const ServeOpts& o) {
                 "attention (two KV segments) runs on the CPU only; use --device cpu");
   if (o.port < 0 || o.port > 65535)
     throw Error(Errc::invalid_argument, "serve: --port " + std::to_string(o.port) + " is outside 0..65535");
+  if (o.max_tokens == 0) throw Error(Errc::invalid_argument, "serve: --max-tokens must be >= 1");
   if (!(o.grace >= 0 && o.grace <= 3600))
     throw Error(Errc::invalid_argument, "serve: --grace must be in [0, 3600] seconds");
   serve::ServerOptions so;
