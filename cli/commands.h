@@ -11,5 +11,6 @@ void add_compress_commands(CLI::App& app);  // compress (cmd_compress.cc)
 void add_calibrate_commands(CLI::App& app);  // calibrate (cmd_calibrate.cc)
 void add_format_commands(CLI::App& app);  // inspect, prune, export, import (cmd_format.cc)
 void add_eval_commands(CLI::App& app);    // eval (cmd_eval.cc)
+void add_serve_commands(CLI::App& app);   // serve (cmd_serve.cc)
 
 }  // namespace kvzip::cli

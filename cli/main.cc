@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
   kvzip::cli::add_calibrate_commands(app);
   kvzip::cli::add_format_commands(app);
   kvzip::cli::add_eval_commands(app);
+  kvzip::cli::add_serve_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -50,7 +50,7 @@ void parse_line(const std::string& line, const std::string& where, const std::st
   e.id = *id;
   if (!valid_cache_id(e.id))
     throw Error(Errc::invalid_argument,
-                where + ": id \"" + e.id + "\" is not a cache id (1..128 bytes of [A-Za-z0-9._-], not . or ..)");
+                where + ": id \"" + e.id + "\" is not a cache id (1..128 bytes of [A-Za-z0-9._-], not starting with .)");
   const auto path = str("path");
   const auto text = str("text");
   if (path.has_value() == text.has_value())
@@ -125,7 +125,7 @@ CorpusOutcome run_entry(const Model& model, const CorpusEntry& e, const CorpusOp
 }  // namespace
 
 bool valid_cache_id(std::string_view id) {
-  if (id.empty() || id.size() > 128 || id == "." || id == "..") return false;
+  if (id.empty() || id.size() > 128 || id[0] == '.') return false;  // no "..", no hidden files
   for (const char c : id) {
     const bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
                     c == '.' || c == '_' || c == '-';

@@ -3,7 +3,7 @@
 //  - The manifest is JSON lines: {"id": "...", "path": "..." | "text": "...", "method"?, "ratio"?}.
 //    A relative path is relative to the manifest's folder. A bad line fails alone.
 //  - Document `id` is written to OUT_DIR/<id>.kvz (so `kvzip serve --caches OUT_DIR` names the cache
-//    by it); ids are cache ids: 1..128 bytes of [A-Za-z0-9._-], not "." or "..", unique.
+//    by it); ids are cache ids: 1..128 bytes of [A-Za-z0-9._-], not starting with '.', unique.
 //  - Each output records a key (model fingerprint, document hash, method, ratio and every option
 //    that changes the file) in its header; an existing output with the same key is skipped, so a
 //    rerun after a crash, a kill -9 or a preemption resumes where it stopped. Outputs are written
@@ -35,7 +35,8 @@ struct CorpusEntry {
   std::string error;                  // not empty: the line is unusable and fails alone
 };
 
-// True for a valid cache id: 1..128 bytes of [A-Za-z0-9._-], not "." or "..".
+// True for a valid cache id (corpus outputs, `kvzip serve`'s caches): 1..128 bytes of
+// [A-Za-z0-9._-], not starting with '.' (so never "..", never a hidden file).
 bool valid_cache_id(std::string_view id);
 
 // Parses a manifest (JSON lines; blank lines skipped). `base_dir` resolves relative paths.

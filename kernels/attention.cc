@@ -13,6 +13,11 @@ void check_cuda_attention(const AttentionArgs& a) {
                 "attention on cuda: local statistics (AttentionArgs::local, LocalMaxProb) have no "
                 "CUDA kernel; the GPU scorer uses attention_score_max (kernels/attention_score.h), "
                 "or run this op on the CPU device");
+  for (uint32_t h = 0; a.kv && h < a.Hkv; ++h)
+    if (a.kv[h].two_segments())
+      throw Error(Errc::unsupported,
+                  "attention on cuda: a KV span in two segments (KvSpan::k_tail, a shared base plus "
+                  "a private tail) has no CUDA kernel; run this op on the CPU device");
   KVZIP_ASSERT(a.out != nullptr);  // without statistics, attention with no output does nothing
 }
 

@@ -5,18 +5,35 @@
 // serves a dense cache and a ragged one (per-head lengths differ; kept rows precede the new ones).
 // Query head hq uses KV head hq / G, G = Hq / Hkv. Online softmax over key blocks: no T×len score
 // matrix is ever formed; work is split over (KV head, query block, key chunk) tasks.
+// A span's rows may lie in two segments (a shared read-only prefix and a private tail, as a
+// served request's cache has them, model/branch_cache.h): the rule above is on the rows of the
+// concatenation, and the CPU kernel visits exactly the key blocks it would visit on one
+// contiguous copy of those rows, so its result is bit-identical to that copy's.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/device.h"
 
 namespace kvzip {
 
-// One KV head's rows as attention reads them.
+// One KV head's rows as attention reads them: rows [0, len), by default all at k/v. With k_tail
+// set, rows [0, split) are at k/v and rows [split, len) at k_tail/v_tail (a second segment).
 struct KvSpan {
-  const float* k = nullptr;  // (len, D), post-RoPE
-  const float* v = nullptr;  // (len, D)
-  uint32_t len = 0;          // >= T of the call
+  const float* k = nullptr;  // (len, D) post-RoPE, or (split, D) with a tail
+  const float* v = nullptr;  // (len, D), or (split, D) with a tail
+  uint32_t len = 0;          // rows in all, >= T of the call
+  const float* k_tail = nullptr;  // (len - split, D) or null: one segment
+  const float* v_tail = nullptr;  // (len - split, D)
+  uint32_t split = 0;             // rows in the first segment when k_tail is set
+
+  bool two_segments() const { return k_tail != nullptr; }
+  const float* k_row(uint32_t j, uint32_t D) const {
+    return k_tail && j >= split ? k_tail + size_t(j - split) * D : k + size_t(j) * D;
+  }
+  const float* v_row(uint32_t j, uint32_t D) const {
+    return k_tail && j >= split ? v_tail + size_t(j - split) * D : v + size_t(j) * D;
+  }
 };
 
 // Optional statistics attention computes from the logits it forms anyway (the KVzip score,
@@ -56,7 +73,8 @@ void attention(ThreadPool* pool, const AttentionArgs& a);
 }
 
 // What the CUDA kernels do not implement, refused before any dispatch (so a CPU-only build refuses
-// the same way): `local` statistics (LocalMaxProb) throw Errc::unsupported, since the GPU KVzip
+// the same way): spans with two segments (KvSpan::k_tail) throw Errc::unsupported (the served
+// engine's shared-base caches are CPU only); `local` statistics (LocalMaxProb) throw Errc::unsupported, since the GPU KVzip
 // scorer forms its statistics with attention_score_max (kernels/attention_score.h) instead; and
 // with no statistics there is nothing to do without `out` (Errc::internal, as for any bad shape).
 void check_cuda_attention(const AttentionArgs& a);

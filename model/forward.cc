@@ -26,8 +26,16 @@ struct Forward::Impl {
 
   Impl(const Weights& weights, ForwardOptions o) : w(weights), opt(std::move(o)), pool(opt.threads) {}
 
+  // step(): reused buffers (the items' rows, their tokens, the logits of the rows that want them).
+  std::vector<detail::ChunkItem> step_items;
+  std::vector<int32_t> step_tokens;
+  std::vector<float> step_logits;
+
+  void check_cache(const AttentionCache& cache) const;
+  void check_tokens(std::span<const int32_t> tokens) const;
   void run_chunk(AttentionCache& cache, const int32_t* tokens, uint32_t T, uint32_t logits_row0,
                  uint32_t logits_rows, float* logits, AttentionObserver* observer);
+  void run_step(std::span<const StepItem> items, uint32_t total);
 };
 
 Forward::Forward(const Weights& weights, ForwardOptions options) {
@@ -74,10 +82,19 @@ void Forward::Impl::run_chunk(AttentionCache& cache, const int32_t* tokens, uint
   if (logits_rows) detail::lm_head(c, logits_row0, logits_rows, logits);
 }
 
+void Forward::Impl::check_cache(const AttentionCache& cache) const {
+  detail::check_forward_inputs(w.config, cache.shape(), {});
+}
+
+void Forward::Impl::check_tokens(std::span<const int32_t> tokens) const {
+  detail::check_forward_inputs(w.config, cache_shape(w.config), tokens);
+}
+
 std::vector<float> Forward::prefill(AttentionCache& cache, std::span<const int32_t> tokens,
                                     LogitsMode mode, AttentionObserver* observer) {
   const ModelConfig& cfg = impl_->w.config;
-  detail::check_forward_inputs(cfg, cache.shape(), tokens);
+  impl_->check_cache(cache);
+  impl_->check_tokens(tokens);
   const size_t V = cfg.vocab_size, n = tokens.size();
   std::vector<float> logits;
   if (mode == LogitsMode::Last && n > 0) logits.resize(V);
@@ -108,6 +125,86 @@ std::vector<float> Forward::prefill(AttentionCache& cache, std::span<const int32
 
 std::vector<float> Forward::decode(AttentionCache& cache, int32_t token, AttentionObserver* observer) {
   return prefill(cache, std::span<const int32_t>(&token, 1), LogitsMode::Last, observer);
+}
+
+}  // namespace kvzip
+
+namespace kvzip {
+
+void Forward::Impl::run_step(std::span<const StepItem> items, uint32_t total) {
+  step_items.clear();
+  step_tokens.clear();
+  uint32_t row = 0, wanted = 0;
+  for (const StepItem& it : items) {
+    it.cache->reserve_append(static_cast<uint32_t>(it.tokens.size()));
+    const uint32_t T = static_cast<uint32_t>(it.tokens.size());
+    std::iota(positions.begin() + row, positions.begin() + row + T, it.cache->logical_length());
+    step_items.push_back(detail::ChunkItem{it.cache, row, T});
+    step_tokens.insert(step_tokens.end(), it.tokens.begin(), it.tokens.end());
+    row += T;
+    wanted += it.logits != nullptr;
+  }
+  build_rope_table(inv_freq, positions.data(), total, &rope);
+  detail::ChunkContext c;
+  c.w = &w;
+  c.ex = Exec{Device::Cpu, &pool};
+  c.cache = items[0].cache;
+  c.items = step_items;
+  c.rope = &rope;
+  c.positions = positions.data();
+  c.T = total;
+  c.s = &scratch;
+  c.path = opt.matmul;
+  c.last_output_unused = wanted == 0;
+  detail::embed(c, step_tokens.data());
+  for (uint32_t l = 0; l < w.config.n_layers; ++l) detail::run_layer(c, l);
+  for (const detail::ChunkItem& it : step_items) it.cache->commit_append(it.T);
+  if (wanted == 0) return;
+  // The rows that want logits move to the front of the residual stream (row k <= its source row,
+  // so copying in order never overwrites a row still to be read): one LM-head matmul for all.
+  const size_t E = w.config.d_model, V = w.config.vocab_size;
+  uint32_t k = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!items[i].logits) continue;
+    const uint32_t src = step_items[i].row0 + step_items[i].T - 1;
+    if (src != k) std::copy_n(scratch.x.data() + src * E, E, scratch.x.data() + k * E);
+    ++k;
+  }
+  step_logits.resize(size_t(wanted) * V);
+  detail::lm_head(c, 0, wanted, step_logits.data());
+  k = 0;
+  for (const StepItem& it : items)
+    if (it.logits) std::copy_n(step_logits.data() + size_t(k++) * V, V, it.logits);
+}
+
+void Forward::step(std::span<const StepItem> items) {
+  if (items.empty()) throw Error(Errc::invalid_argument, "Forward::step: no items");
+  uint64_t total = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const StepItem& it = items[i];
+    if (!it.cache || it.tokens.empty())
+      throw Error(Errc::invalid_argument,
+                  "Forward::step: item " + std::to_string(i) + " has no cache or no tokens");
+    for (size_t j = 0; j < i; ++j)
+      if (items[j].cache == it.cache)
+        throw Error(Errc::invalid_argument, "Forward::step: items " + std::to_string(j) + " and " +
+                                                std::to_string(i) + " name the same cache");
+    impl_->check_cache(*it.cache);
+    impl_->check_tokens(it.tokens);
+    total += it.tokens.size();
+  }
+  if (total > impl_->opt.chunk)
+    throw Error(Errc::invalid_argument, "Forward::step: " + std::to_string(total) +
+                                            " tokens in one step exceed the chunk of " +
+                                            std::to_string(impl_->opt.chunk));
+  std::vector<uint32_t> start(items.size());
+  for (size_t i = 0; i < items.size(); ++i) start[i] = items[i].cache->logical_length();
+  try {
+    impl_->run_step(items, static_cast<uint32_t>(total));
+  } catch (...) {
+    for (size_t i = 0; i < items.size(); ++i) items[i].cache->rollback(start[i]);
+    throw;
+  }
 }
 
 }  // namespace kvzip

@@ -8,6 +8,7 @@
 // stops its last layer after the K/V append and the attention statistics an observer asked for:
 // that layer's output would feed only the LM head. A Forward owns a thread pool and scratch buffers:
 // one call at a time per Forward object; it keeps a reference to the Weights, which must outlive it.
+// step() is the batched entry of a server: several caches advance together in one chunk.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -82,6 +83,13 @@ class AttentionObserver {
   virtual void on_attention(const AttentionObservation& obs) = 0;
 };
 
+// One cache's share of a batched step (Forward::step).
+struct StepItem {
+  AttentionCache* cache = nullptr;  // a different cache for every item of a step
+  std::span<const int32_t> tokens;  // (T_i), T_i >= 1: appended at cache->logical_length()
+  float* logits = nullptr;          // (V) receives the logits of the last token; null: not wanted
+};
+
 class Forward {
  public:
   // Validates every tensor's size against weights.config; throws Errc::invalid_argument naming
@@ -100,6 +108,14 @@ class Forward {
   // One token: prefill(cache, {token}, Last, observer). Returns (V) logits.
   std::vector<float> decode(AttentionCache& cache, int32_t token,
                             AttentionObserver* observer = nullptr);
+  // One forward chunk over several caches at once (continuous batching): the items' tokens are
+  // the rows of one chunk of ΣT_i rows, so every weight product is one matmul with T = ΣT_i (each
+  // weight read once for all items), while each item's rows attend only to its own cache. Mixes
+  // decode items (T_i = 1) and prefill pieces freely. Per row the arithmetic is prefill()'s up to
+  // the matmul's summation order for another T (kernels/matmul.h). Throws Errc::invalid_argument
+  // for no items, an empty item, ΣT_i > ForwardOptions::chunk, a cache given twice, a cache of
+  // another shape or a bad token id; any failure rolls every cache back. No observer, no trace.
+  void step(std::span<const StepItem> items);
 
   const ModelConfig& config() const;
   // The weights this forward runs (scorers that need a projection, e.g. ReST-KV's W_o, read them).

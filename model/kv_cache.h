@@ -23,12 +23,20 @@ struct CacheShape {
 
 CacheShape cache_shape(const ModelConfig& cfg);
 
-// One KV head of one layer as attention and observers read it.
+// One KV head of one layer as attention and observers read it. Rows [0, len), by default all at
+// k/v/positions. A BranchCache (model/branch_cache.h) has two segments: rows [0, split) of the
+// shared base at k/v/positions and rows [split, len) of its own tail at k_tail/v_tail/
+// positions_tail; readers that index k directly (the scorers' observers, R-KV) run on one-segment
+// caches only, and the forward pass hands both segments to attention (KvSpan).
 struct KvHeadView {
-  const float* k = nullptr;              // (len, D) post-RoPE keys
-  const float* v = nullptr;              // (len, D) values
+  const float* k = nullptr;              // (len, D) post-RoPE keys, or (split, D) with a tail
+  const float* v = nullptr;              // (len, D) values, or (split, D) with a tail
   const uint32_t* positions = nullptr;   // (len) original position of each row, increasing
   uint32_t len = 0;
+  const float* k_tail = nullptr;             // (len - split, D) or null: one segment
+  const float* v_tail = nullptr;             // (len - split, D)
+  const uint32_t* positions_tail = nullptr;  // (len - split)
+  uint32_t split = 0;                        // rows of the first segment when k_tail is set
 };
 
 class AttentionCache {

@@ -11,6 +11,9 @@
 // kBk tile, the local rows first (prefix, target, own); after them each row's (m, l) IS its local
 // softmax normaliser, and the target rows' logits, kept from their segments, give the max local
 // probability per target row. Then the other rows follow (skipped when only statistics are asked).
+// Two-segment spans (KvSpan::k_tail): keys are read row by row through k_row/v_row, and a key
+// block that straddles the segments has its V rows gathered into the padded block, so the blocks,
+// and therefore every sum, are those of one contiguous copy of the rows.
 #include "kernels/attention.h"
 
 #include <algorithm>
@@ -59,6 +62,7 @@ struct Plan {
   uint32_t n_qblocks = 0;
   uint32_t n_split = 1;    // key chunks per (head, query block)
   KeysT kt;
+  bool two_segments = false;            // some span has a tail (V blocks may need gathering)
   const LocalMaxProb* local = nullptr;  // AttentionArgs::local
   uint32_t n_target = 0;                // local->target_end - local->target_begin
   std::mutex* locks = nullptr;          // (Hkv) guard local->out's rows
@@ -77,7 +81,7 @@ struct Scratch {
     const uint32_t D = p.a->D;
     q.resize(size_t(p.Rmax) * p.Dp);
     if (!p.kt.data) kt.resize(size_t(D) * kBk);
-    if (D != p.Dp) v.resize(size_t(kBk) * p.Dp);
+    if (D != p.Dp || p.two_segments) v.resize(size_t(kBk) * p.Dp);
     s.resize(size_t(p.Rmax) * kBk);
     limit.resize(p.Rmax);
     if (p.local) {
@@ -200,10 +204,10 @@ uint32_t softmax_row(float* srow, uint32_t valid, uint32_t ncols, RowState st, u
   return valid;
 }
 
-// dst (D, kBk) = rows [j0, j0 + n) of k (len, D) transposed; columns [n, kBk) zero.
-void transpose_tile(const float* k, uint32_t j0, uint32_t n, uint32_t D, float* dst) {
+// dst (D, kBk) = key rows [j0, j0 + n) of `kv` transposed; columns [n, kBk) zero.
+void transpose_tile(const KvSpan& kv, uint32_t j0, uint32_t n, uint32_t D, float* dst) {
   for (uint32_t j = 0; j < n; ++j) {
-    const float* src = k + size_t(j0 + j) * D;
+    const float* src = kv.k_row(j0 + j, D);
     for (uint32_t d = 0; d < D; ++d) dst[size_t(d) * kBk + j] = src[d];
   }
   if (n < kBk)
@@ -217,15 +221,18 @@ void key_block(const Plan& p, uint32_t h, Scratch& sc, RowState st, uint32_t Rp,
                uint32_t nk) {
   const uint32_t D = p.a->D, Dp = p.Dp;
   const uint32_t ncols = round_up(nk, kQkCols);  // <= kBk; columns past len are zero
-  const float* v = p.a->kv[h].v + size_t(kb) * D;
+  const KvSpan& span = p.a->kv[h];
+  const float* v = span.v_row(kb, D);
   size_t ldv = D;
-  if (D != Dp) {  // rows must hold whole vectors: copy into the zero-padded block
-    for (uint32_t j = 0; j < nk; ++j) std::memcpy(sc.v.data() + size_t(j) * Dp, v + size_t(j) * D, D * sizeof(float));
+  const bool straddles = span.two_segments() && kb < span.split && kb + nk > span.split;
+  if (D != Dp || straddles) {  // whole vectors per row, rows from both segments: gather the block
+    for (uint32_t j = 0; j < nk; ++j)
+      std::memcpy(sc.v.data() + size_t(j) * Dp, span.v_row(kb + j, D), D * sizeof(float));
     v = sc.v.data();
     ldv = Dp;
   }
   const float* kt = p.kt.data ? p.kt.tile(h, kb / kBk, D) + kb % kBk : sc.kt.data();
-  if (!p.kt.data) transpose_tile(p.a->kv[h].k, kb, nk, D, sc.kt.data());
+  if (!p.kt.data) transpose_tile(span, kb, nk, D, sc.kt.data());
   scores(sc.q.data(), kt, kBk, sc.s.data(), Rp, ncols, D, Dp);
   if (p.local && kb >= p.local->target_begin && kb < p.local->target_end) {
     for (uint32_t r = 0; r < Rp; ++r)  // segments never straddle the target range
@@ -392,7 +399,7 @@ void transpose_keys(ThreadPool* pool, const AttentionArgs& a, std::vector<float>
     const uint32_t h = static_cast<uint32_t>(t / kt->n_tiles), b = static_cast<uint32_t>(t % kt->n_tiles);
     const uint32_t j0 = b * kBk, len = a.kv[h].len;
     const uint32_t n = len > j0 ? std::min(kBk, len - j0) : 0;
-    transpose_tile(a.kv[h].k, j0, n, a.D, buf.data() + (size_t(h) * kt->n_tiles + b) * a.D * kBk);
+    transpose_tile(a.kv[h], j0, n, a.D, buf.data() + (size_t(h) * kt->n_tiles + b) * a.D * kBk);
   });
 }
 
@@ -401,7 +408,9 @@ void check_args(const AttentionArgs& a) {
   KVZIP_ASSERT(a.Hkv > 0 && a.Hq % a.Hkv == 0 && a.D > 0);
   for (uint32_t h = 0; h < a.Hkv; ++h) {
     KVZIP_ASSERT(a.kv[h].len >= a.T);
-    KVZIP_ASSERT(a.kv[h].k && a.kv[h].v);
+    const KvSpan& s = a.kv[h];
+    KVZIP_ASSERT((s.k && s.v) || (s.two_segments() && s.split == 0));
+    KVZIP_ASSERT(!s.two_segments() || (s.v_tail && s.split <= s.len));
   }
   if (const LocalMaxProb* L = a.local) {
     KVZIP_ASSERT(L->out && L->prefix_end <= L->target_begin && L->target_begin <= L->target_end &&
@@ -419,6 +428,7 @@ Plan make_plan(const AttentionArgs& a, uint32_t threads) {
   p.Bq = std::min(p.Bq, a.T);
   p.Rmax = round_up(p.Bq * p.G, kQkRows);
   p.n_qblocks = (a.T + p.Bq - 1) / p.Bq;
+  for (uint32_t h = 0; h < a.Hkv; ++h) p.two_segments = p.two_segments || a.kv[h].two_segments();
   uint32_t max_len = 0;
   for (uint32_t h = 0; h < a.Hkv; ++h) max_len = std::max(max_len, a.kv[h].len);
   const uint32_t tasks = a.Hkv * p.n_qblocks, wanted = 4 * threads;

@@ -71,20 +71,29 @@ void attention_block(const ChunkContext& c, uint32_t layer) {
   trace(c, "k_rope", li, s.k.data(), c.T, Hkv * D);
   trace(c, "v", li, s.v.data(), c.T, Hkv * D);
 
-  c.cache->append(layer, s.k.data(), s.v.data(), c.T);
-  for (uint32_t h = 0; h < Hkv; ++h) {
-    KvHeadView view = c.cache->view(layer, h);
-    s.spans[h] = KvSpan{view.k, view.v, view.len};
-  }
+  // Each cache appends its rows and attends over its own views; the rows of several caches
+  // (Forward::step) share only the weight products around this.
+  const ChunkItem one{c.cache, 0, c.T};
+  const std::span<const ChunkItem> items = c.items.empty() ? std::span<const ChunkItem>(&one, 1) : c.items;
+  const size_t qd = size_t(Hq) * D, kvd = size_t(Hkv) * D;
+  for (const ChunkItem& it : items)
+    it.cache->append(layer, s.k.data() + it.row0 * kvd, s.v.data() + it.row0 * kvd, it.T);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  LocalMaxProb local;
+  LocalMaxProb local;  // asked after the append: observers read the views with the new rows
   const bool stats = c.observer && c.observer->request_local_stats(layer, c.T, &local);
   const bool output_unused = c.last_output_unused && layer + 1 == cfg.n_layers;
-  AttentionArgs args{s.q.data(), s.spans.data(), s.att.data(), c.T, Hq, Hkv, D, scale};
-  args.local = stats ? &local : nullptr;
-  if (output_unused) args.out = nullptr;  // statistics only, or no attention at all
-  if (args.out || args.local) attention(c.ex, args);
-  if (args.out) trace(c, "attn", li, s.att.data(), c.T, Hq * D);
+  for (const ChunkItem& it : items) {
+    for (uint32_t h = 0; h < Hkv; ++h) {
+      KvHeadView view = it.cache->view(layer, h);
+      s.spans[h] = KvSpan{view.k, view.v, view.len, view.k_tail, view.v_tail, view.split};
+    }
+    AttentionArgs args{s.q.data() + it.row0 * qd, s.spans.data(), s.att.data() + it.row0 * qd,
+                       it.T, Hq, Hkv, D, scale};
+    args.local = stats ? &local : nullptr;
+    if (output_unused) args.out = nullptr;  // statistics only, or no attention at all
+    if (args.out || args.local) attention(c.ex, args);
+  }
+  if (!output_unused) trace(c, "attn", li, s.att.data(), c.T, Hq * D);
   if (c.observer) {
     c.observer->on_attention(
         AttentionObservation{layer, s.q.data(), c.positions, c.T, Hq, Hkv, D, scale, c.cache});

@@ -3,6 +3,7 @@
 // Internal to model/forward.cc; ChunkContext carries what every step reads.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "kernels/attention.h"
@@ -28,15 +29,23 @@ struct ForwardScratch {
   void resize(const ModelConfig& c, uint32_t chunk);
 };
 
+// One cache's rows of a chunk: rows [row0, row0 + T) of every activation belong to `cache`.
+struct ChunkItem {
+  AttentionCache* cache = nullptr;
+  uint32_t row0 = 0;
+  uint32_t T = 0;
+};
+
 struct ChunkContext {
   const Weights* w = nullptr;
   Exec ex;
   const TraceFn* trace = nullptr;         // null or empty: no tracing
-  AttentionCache* cache = nullptr;
-  AttentionObserver* observer = nullptr;
+  AttentionCache* cache = nullptr;        // the cache of a one-cache chunk (items empty)
+  std::span<const ChunkItem> items;       // several caches (Forward::step); empty: {cache, 0, T}
+  AttentionObserver* observer = nullptr;  // one-cache chunks only
   const RopeTable* rope = nullptr;        // (T, D/2) for this chunk's positions
   const uint32_t* positions = nullptr;    // (T)
-  uint32_t T = 0;
+  uint32_t T = 0;                         // rows in all
   ForwardScratch* s = nullptr;
   MatmulPath path = MatmulPath::Fast;  // kernels for the weight products (kernels/matmul.h)
   // Nothing reads the last layer's output (no logits from this chunk, no trace): that layer stops

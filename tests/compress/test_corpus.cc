@@ -110,6 +110,7 @@ TEST_CASE("manifest lines are parsed, and each bad line fails alone with its rea
   CHECK(valid_cache_id("normans.v2_final-1"));
   CHECK_FALSE(valid_cache_id(""));
   CHECK_FALSE(valid_cache_id(".."));
+  CHECK_FALSE(valid_cache_id(".hidden"));
   CHECK_FALSE(valid_cache_id("a/b"));
   CHECK_FALSE(valid_cache_id(std::string(129, 'a')));
 }

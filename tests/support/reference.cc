@@ -63,7 +63,7 @@ void attention(const AttentionArgs& a) {
       double mx = -INFINITY;
       for (uint32_t j = 0; j < visible; ++j) {
         double s = 0;
-        for (uint32_t d = 0; d < a.D; ++d) s += double(q[d]) * kv.k[size_t(j) * a.D + d];
+        for (uint32_t d = 0; d < a.D; ++d) s += double(q[d]) * kv.k_row(j, a.D)[d];
         p[j] = s * a.scale;
         mx = std::max(mx, p[j]);
       }
@@ -72,7 +72,7 @@ void attention(const AttentionArgs& a) {
       float* o = a.out + (size_t(i) * a.Hq + hq) * a.D;
       for (uint32_t d = 0; d < a.D; ++d) {
         double acc = 0;
-        for (uint32_t j = 0; j < visible; ++j) acc += p[j] * kv.v[size_t(j) * a.D + d];
+        for (uint32_t j = 0; j < visible; ++j) acc += p[j] * kv.v_row(j, a.D)[d];
         o[d] = static_cast<float>(acc / sum);
       }
     }

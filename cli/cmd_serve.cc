@@ -1,0 +1,119 @@
+// `kvzip serve`: the OpenAI-compatible server over a folder of compressed caches (serve/).
+// SIGTERM and SIGINT drain it: no new requests, in-flight answers finish within --grace seconds,
+// compress jobs stop at their next progress report. A job still running past the grace (scoring
+// or writing) is ended the way any kvzip command ends on SIGTERM: the default handler removes its
+// temporary file (common/atomic_file.h) and the process exits 143, so no partial file remains.
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "common/error.h"
+#include "serve/server.h"
+
+namespace kvzip::cli {
+namespace {
+
+struct ServeOpts {
+  std::string caches, model, host = "127.0.0.1", api_key_file, device = "cpu";
+  int port = 8080;
+  uint32_t parallel = 8, threads = 0, queue = 64, max_tokens = 4096, step_tokens = 512;
+  uint64_t max_loaded_bytes = uint64_t(4) << 30;
+  double grace = 10.0;
+  bool quiet = false;
+};
+
+std::atomic<int> g_signal{0};
+struct sigaction g_old_term, g_old_int;
+
+extern "C" void on_stop_signal(int sig) { g_signal.store(sig); }
+
+std::string read_api_key(const std::string& path) {
+  std::string key = read_text(path, "API key file");
+  while (!key.empty() && (key.back() == '\n' || key.back() == '\r' || key.back() == ' ')) key.pop_back();
+  if (key.size() < 8)
+    throw Error(Errc::invalid_argument, "--api-key-file " + path + ": the key is shorter than 8 characters");
+  if (key.find_first_of(" \t\r\n") != std::string::npos)
+    throw Error(Errc::invalid_argument, "--api-key-file " + path + ": the key must be one line without spaces");
+  return key;
+}
+
+void run_serve(const ServeOpts& o) {
+  if (parse_device(o.device.c_str()) != Device::Cpu)
+    throw Error(Errc::unsupported,
+                "serve: --device " + o.device + " is not available yet: the batching engine's shared-base "
+                "attention (two KV segments) runs on the CPU only; use --device cpu");
+  if (o.port < 0 || o.port > 65535)
+    throw Error(Errc::invalid_argument, "serve: --port " + std::to_string(o.port) + " is outside 0..65535");
+  if (o.max_tokens == 0) throw Error(Errc::invalid_argument, "serve: --max-tokens must be >= 1");
+  if (!(o.grace >= 0 && o.grace <= 3600))
+    throw Error(Errc::invalid_argument, "serve: --grace must be in [0, 3600] seconds");
+  serve::ServerOptions so;
+  so.caches_dir = o.caches;
+  so.host = o.host;
+  so.port = o.port;
+  so.engine.threads = o.threads;
+  so.engine.parallel = o.parallel;
+  so.engine.max_queue = o.queue;
+  so.engine.step_tokens = o.step_tokens;
+  so.max_loaded_bytes = o.max_loaded_bytes;
+  so.chat.max_tokens_cap = o.max_tokens;
+  so.chat.default_max_tokens = std::min<uint32_t>(256, o.max_tokens);
+  so.http_threads = std::max<uint32_t>(64, 2 * (o.parallel + o.queue));
+  so.compress_threads = o.threads;
+  if (!o.api_key_file.empty()) so.api_key = read_api_key(o.api_key_file);
+  auto model = load_model(o.model, o.threads);
+  serve::Server server(*model, so);
+  const int port = server.bind();
+  // Our handlers replace the CLI's temp-file cleanup ones for the server's lifetime; they are
+  // kept to end the process the usual way if a job outlives the grace.
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, &g_old_term);
+  sigaction(SIGINT, &sa, &g_old_int);
+  std::fprintf(stderr, "kvzip serve: listening on http://%s:%d (caches in %s, model %s)%s\n",
+               o.host.c_str(), port, o.caches.c_str(), model->path().c_str(),
+               so.api_key.empty() ? "" : ", API key required");
+  std::thread listener([&] { server.listen(); });
+  while (g_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const int sig = g_signal.load();
+  std::fprintf(stderr, "kvzip serve: %s received, draining (grace %.1f s)\n",
+               sig == SIGTERM ? "SIGTERM" : "SIGINT", o.grace);
+  const bool jobs_done = server.stop(std::chrono::milliseconds(static_cast<int64_t>(o.grace * 1000)));
+  listener.join();
+  if (!jobs_done) {
+    std::fprintf(stderr, "kvzip serve: a compress job is still running; ending it\n");
+    sigaction(SIGTERM, &g_old_term, nullptr);
+    sigaction(SIGINT, &g_old_int, nullptr);
+    std::raise(sig);  // the cleanup handler removes the job's temporary file, then the process ends
+  }
+  std::fprintf(stderr, "kvzip serve: stopped\n");
+}
+
+}  // namespace
+
+void add_serve_commands(CLI::App& app) {
+  auto o = std::make_shared<ServeOpts>();
+  auto* c = app.add_subcommand("serve", "OpenAI-compatible server answering from compressed caches");
+  c->add_option("--caches", o->caches, "Folder of .kvz caches; a request's \"model\" names DIR/<id>.kvz")->required();
+  c->add_option("-m,--model", o->model, "GGUF model file or HF folder (default: $KVZIP_MODEL)");
+  c->add_option("--host", o->host, "Address to listen on")->capture_default_str();
+  c->add_option("--port", o->port, "Port (0: any free port)")->capture_default_str();
+  c->add_option("--parallel", o->parallel, "Requests decoded together at most")->capture_default_str();
+  c->add_option("--queue", o->queue, "Requests waiting for a slot at most (then 429)")->capture_default_str();
+  c->add_option("--step-tokens", o->step_tokens, "Rows per batched step (decode rows + question pieces)")
+      ->capture_default_str();
+  c->add_option("--max-tokens", o->max_tokens, "Largest max_tokens a request may ask")->capture_default_str();
+  c->add_option("--max-loaded-bytes", o->max_loaded_bytes, "K/V bytes of caches kept loaded (LRU)")
+      ->capture_default_str();
+  c->add_option("--api-key-file", o->api_key_file, "File holding the API key clients must send as a Bearer token");
+  c->add_option("--device", o->device, "cpu (cuda is not available for serve yet)")->capture_default_str();
+  c->add_option("--grace", o->grace, "Seconds in-flight answers get to finish on SIGTERM")->capture_default_str();
+  add_threads_option(c, o->threads);
+  c->callback([o] { run_serve(*o); });
+}
+
+}  // namespace kvzip::cli

@@ -1,0 +1,171 @@
+// CacheStore: id checks, folder listing, verified atomic uploads, and the byte-bounded LRU of
+// loaded caches (see cache_store.h for the invariants).
+#include "serve/cache_store.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "common/atomic_file.h"
+#include "common/error.h"
+#include "compress/corpus.h"
+#include "loader/loader.h"
+
+namespace kvzip::serve {
+namespace fs = std::filesystem;
+
+CacheStore::CacheStore(const Model& model, std::string dir, uint64_t max_loaded_bytes)
+    : model_(model), dir_(std::move(dir)), max_bytes_(max_loaded_bytes) {
+  std::error_code ec;
+  if (!fs::is_directory(dir_, ec))
+    throw Error(Errc::not_found, "caches folder " + dir_ + " does not exist or is not a folder");
+}
+
+bool CacheStore::valid_id(std::string_view id) { return valid_cache_id(id); }
+
+std::string CacheStore::path_of(std::string_view id) const {
+  if (!valid_id(id))
+    throw Error(Errc::invalid_argument,
+                "cache id \"" + std::string(id.substr(0, 64)) +
+                    "\" is not valid: use 1-128 characters of A-Z a-z 0-9 . _ - , not starting with '.'");
+  return dir_ + "/" + std::string(id) + ".kvz";
+}
+
+std::shared_ptr<const LoadedCache> CacheStore::load(const std::string& id) const {
+  const std::string path = path_of(id);
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec))
+    throw Error(Errc::not_found, "no cache \"" + id + "\" (" + path + ")");
+  format::CacheReader reader = format::CacheReader::open(path);
+  reader.check_model(model_.fingerprint(), /*force=*/false);
+  format::check_shape(reader.header(), model_.config());
+  auto out = std::make_shared<LoadedCache>(
+      LoadedCache{id, reader.header(), loader::cache_from_reader(reader, /*room=*/1), 0});
+  out->header.document_text.clear();  // requests never read it; it may be large
+  out->bytes = out->cache.bytes_kept();
+  return out;
+}
+
+std::shared_ptr<const LoadedCache> CacheStore::acquire(const std::string& id) {
+  path_of(id);  // the id check, before any lock
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = entries_.find(id); it != entries_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      return it->second.cache;
+    }
+  }
+  std::lock_guard<std::mutex> loading(load_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);  // another thread may have loaded it meanwhile
+    if (auto it = entries_.find(id); it != entries_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      return it->second.cache;
+    }
+  }
+  std::shared_ptr<const LoadedCache> fresh = load(id);
+  std::lock_guard<std::mutex> lock(mu_);
+  // Evict from the least recently used end; use_count() == 1 under mu_ means only the store holds
+  // it, and nobody can take a new reference without mu_.
+  for (auto it = lru_.end(); bytes_ + fresh->bytes > max_bytes_ && it != lru_.begin();) {
+    --it;
+    auto e = entries_.find(*it);
+    if (e->second.cache.use_count() == 1) {
+      const std::string victim = *it++;
+      forget_locked(victim);
+    }
+  }
+  if (bytes_ + fresh->bytes > max_bytes_)
+    throw Error(Errc::out_of_memory,
+                "cache \"" + id + "\" needs " + std::to_string(fresh->bytes >> 20) + " MiB but " +
+                    std::to_string((max_bytes_ - std::min(max_bytes_, bytes_)) >> 20) +
+                    " MiB of --max-loaded-bytes are free (the loaded caches in use cannot be "
+                    "evicted); retry later or raise --max-loaded-bytes");
+  lru_.push_front(id);
+  entries_[id] = Entry{fresh, lru_.begin()};
+  bytes_ += fresh->bytes;
+  return fresh;
+}
+
+void CacheStore::forget_locked(const std::string& id) {
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return;
+  bytes_ -= it->second.cache->bytes;
+  lru_.erase(it->second.lru);
+  entries_.erase(it);
+}
+
+CacheInfo CacheStore::info(const std::string& id) const {
+  const std::string path = path_of(id);
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) throw Error(Errc::not_found, "no cache \"" + id + "\"");
+  CacheInfo ci;
+  ci.id = id;
+  ci.file_bytes = fs::file_size(path, ec);
+  ci.header = format::CacheReader::open(path).header();
+  ci.header.document_text.clear();
+  std::lock_guard<std::mutex> lock(mu_);
+  ci.loaded = entries_.count(id) > 0;
+  return ci;
+}
+
+std::vector<CacheInfo> CacheStore::list() const {
+  std::vector<std::string> ids;
+  std::error_code ec;
+  for (const auto& de : fs::directory_iterator(dir_, ec)) {
+    const fs::path p = de.path();
+    if (p.extension() != ".kvz" || !de.is_regular_file(ec)) continue;
+    const std::string stem = p.stem().string();
+    if (valid_id(stem)) ids.push_back(stem);
+  }
+  std::sort(ids.begin(), ids.end());
+  std::vector<CacheInfo> out;
+  for (const auto& id : ids) {
+    try {
+      out.push_back(info(id));
+    } catch (const Error&) {  // unreadable or being replaced: not listed
+    }
+  }
+  return out;
+}
+
+void CacheStore::put(const std::string& id, std::span<const uint8_t> bytes, bool replace) {
+  const std::string path = path_of(id);
+  format::OpenOptions oo;
+  oo.verify = format::Verify::Full;
+  oo.max_section_bytes = max_bytes_;  // untrusted bytes: no section may expand past the budget
+  format::CacheReader reader = format::CacheReader::open_memory(bytes, oo);
+  reader.check_model(model_.fingerprint(), /*force=*/false);
+  format::check_shape(reader.header(), model_.config());
+  write_file_atomically(
+      path, replace, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  std::lock_guard<std::mutex> lock(mu_);
+  forget_locked(id);  // a replaced file is loaded afresh on next use
+}
+
+void CacheStore::remove(const std::string& id) {
+  const std::string path = path_of(id);
+  std::error_code ec;
+  if (!fs::remove(path, ec)) {
+    if (ec) throw Error(Errc::io, "cannot remove " + path + ": " + ec.message());
+    throw Error(Errc::not_found, "no cache \"" + id + "\"");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  forget_locked(id);
+}
+
+void CacheStore::invalidate(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  forget_locked(id);
+}
+
+uint64_t CacheStore::loaded_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_;
+}
+
+size_t CacheStore::loaded_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
+
+}  // namespace kvzip::serve

@@ -1,0 +1,89 @@
+// serve/ cache store: the .kvz files of one folder as named resources, and the loaded ones in an
+// LRU bounded by bytes. A cache id is a file name stem in [A-Za-z0-9._-] (1-128 characters, not
+// starting with '.'), so DIR/<id>.kvz can never leave DIR. A cache is loaded on first use into a
+// RaggedKvCache that every request on it shares read-only (model/branch_cache.h); requests hold a
+// shared_ptr, so an entry in use is never evicted (an entry is in use while anyone but the store
+// holds it), and a deleted or replaced file only leaves the LRU once its last request ends.
+// Thread-safe: every method may be called from any thread.
+#pragma once
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "format/format.h"
+#include "model/model.h"
+#include "model/ragged_cache.h"
+
+namespace kvzip::serve {
+
+struct LoadedCache {
+  std::string id;
+  format::CacheHeader header;
+  RaggedKvCache cache;  // the compressed state, never appended to
+  uint64_t bytes = 0;   // K/V bytes held (RaggedKvCache::bytes_kept)
+};
+
+struct CacheInfo {
+  std::string id;
+  uint64_t file_bytes = 0;
+  bool loaded = false;
+  format::CacheHeader header;  // no document text (may be large), the rest as stored
+};
+
+class CacheStore {
+ public:
+  CacheStore(const Model& model, std::string dir, uint64_t max_loaded_bytes);
+
+  // True for ids of the charset above; path_of() throws Errc::invalid_argument for any other.
+  static bool valid_id(std::string_view id);
+  std::string path_of(std::string_view id) const;
+  const std::string& dir() const { return dir_; }
+
+  // The loaded cache `id`, loading it on first use (the file's checksums are checked as it is
+  // read; Errc::model_mismatch with both fingerprints for another model's cache; Errc::not_found).
+  // Evicts least recently used entries nobody holds to stay within max_loaded_bytes; when that is
+  // not enough, Errc::out_of_memory (a cache larger than the whole budget, or every loaded cache
+  // busy): the caller reports it as "retry later".
+  std::shared_ptr<const LoadedCache> acquire(const std::string& id);
+
+  // Every DIR/<valid id>.kvz whose header reads (others are skipped), sorted by id.
+  std::vector<CacheInfo> list() const;
+  // One cache's info; Errc::not_found.
+  CacheInfo info(const std::string& id) const;
+  // Verifies `bytes` as a whole .kvz (every checksum, every K/V section decoded, the model and
+  // shape) and then writes DIR/<id>.kvz atomically; replaces an existing file only with replace.
+  // Errc::invalid_argument (exists), the reader's codes for a bad file, Errc::model_mismatch.
+  void put(const std::string& id, std::span<const uint8_t> bytes, bool replace);
+  // Removes DIR/<id>.kvz and forgets the loaded copy (requests using it finish on their copy).
+  void remove(const std::string& id);
+  // Forgets the loaded copy of `id` (its file was replaced); the next acquire loads it afresh.
+  void invalidate(const std::string& id);
+
+  uint64_t loaded_bytes() const;
+  size_t loaded_count() const;
+
+ private:
+  struct Entry {
+    std::shared_ptr<const LoadedCache> cache;
+    std::list<std::string>::iterator lru;  // position in lru_ (front: most recent)
+  };
+  std::shared_ptr<const LoadedCache> load(const std::string& id) const;
+  void forget_locked(const std::string& id);
+
+  const Model& model_;
+  std::string dir_;
+  uint64_t max_bytes_;
+  mutable std::mutex mu_;
+  std::mutex load_mu_;  // one load at a time (loads are I/O bound; this keeps memory predictable)
+  std::map<std::string, Entry> entries_;
+  std::list<std::string> lru_;
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace kvzip::serve

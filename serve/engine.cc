@@ -1,0 +1,253 @@
+// The engine thread: admit, build one step (decode rows first, then prefill pieces, oldest
+// first), run it, sample, hand tokens out, retire finished requests (see engine.h).
+#include "serve/engine.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "common/error.h"
+#include "model/branch_cache.h"
+
+namespace kvzip::serve {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+}  // namespace
+
+const char* finish_name(Finish f) {
+  switch (f) {
+    case Finish::Stop: return "stop";
+    case Finish::Length: return "length";
+    case Finish::Cancelled: return "cancelled";
+    case Finish::Error: return "error";
+  }
+  return "error";
+}
+
+class Request {
+ public:
+  RequestSpec spec;
+  RequestCallbacks cb;
+  std::atomic<bool> cancelled{false};
+  // Engine thread only:
+  std::unique_ptr<BranchCache> cache;
+  std::optional<Sampler> sampler;
+  size_t prefilled = 0;         // prompt tokens in the cache
+  int32_t next = -1;            // the token to feed at the next step (after the prompt)
+  std::vector<float> logits;    // (V)
+  bool done = false;
+  RequestResult result;
+  Clock::time_point submitted, admitted, first_token;
+  bool got_first = false;
+};
+
+Engine::Engine(const Model& model, const EngineOptions& options)
+    : model_(model), opt_(options), forward_(model.weights(), [&] {
+        if (options.parallel == 0 || options.step_tokens <= options.parallel)
+          throw Error(Errc::invalid_argument,
+                      "engine: parallel must be >= 1 and step_tokens > parallel (got parallel " +
+                          std::to_string(options.parallel) + ", step_tokens " +
+                          std::to_string(options.step_tokens) + ")");
+        ForwardOptions fo;
+        fo.threads = options.threads;
+        fo.chunk = options.step_tokens;
+        fo.matmul = options.matmul;
+        return fo;
+      }()) {
+  thread_ = std::thread([this] { run(); });
+}
+
+Engine::~Engine() { shutdown(std::chrono::milliseconds(0)); }
+
+std::shared_ptr<Request> Engine::submit(RequestSpec spec, RequestCallbacks callbacks) {
+  const ModelConfig& cfg = model_.config();
+  if (!spec.cache) throw Error(Errc::invalid_argument, "request: no cache");
+  if (spec.prompt.empty()) throw Error(Errc::invalid_argument, "request: the question has no tokens");
+  if (spec.max_tokens == 0) throw Error(Errc::invalid_argument, "request: max_tokens must be >= 1");
+  const uint64_t need = uint64_t(spec.cache->cache.base_length()) + spec.prompt.size() + 1;
+  if (cfg.max_context && need > cfg.max_context)
+    throw Error(Errc::invalid_argument,
+                "the cache's " + std::to_string(spec.cache->cache.base_length()) +
+                    " positions, the question's " + std::to_string(spec.prompt.size()) +
+                    " tokens and one answer token exceed the model's context of " +
+                    std::to_string(cfg.max_context));
+  for (int32_t t : spec.prompt)
+    if (t < 0 || uint32_t(t) >= cfg.vocab_size)
+      throw Error(Errc::invalid_argument, "request: token id " + std::to_string(t) + " outside the vocabulary");
+  auto r = std::make_shared<Request>();
+  r->sampler.emplace(spec.sampling);  // Errc::invalid_argument for bad top_p / temperature
+  r->spec = std::move(spec);
+  r->cb = std::move(callbacks);
+  r->submitted = Clock::now();
+  r->result.prompt_tokens = static_cast<uint32_t>(r->spec.prompt.size());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ || queue_.size() >= opt_.max_queue) return nullptr;
+    queue_.push_back(r);
+  }
+  cv_.notify_one();
+  return r;
+}
+
+void Engine::cancel(const std::shared_ptr<Request>& request) {
+  if (request) request->cancelled = true;
+}
+
+void Engine::shutdown(std::chrono::milliseconds grace) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopping_) {
+      stopping_ = true;
+      deadline_ = Clock::now() + grace;
+    } else {
+      deadline_ = std::min(deadline_, Clock::now() + grace);
+    }
+  }
+  cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+size_t Engine::queued() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size();
+}
+
+size_t Engine::active() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return active_.size();
+}
+
+void Engine::finish(Request& r, Finish f, std::string error) {
+  if (r.done) return;
+  r.done = true;
+  const auto now = Clock::now();
+  r.result.finish = f;
+  r.result.error = std::move(error);
+  r.result.total_ms = ms_between(r.submitted, now);
+  r.result.ttft_ms = r.got_first ? ms_between(r.submitted, r.first_token) : r.result.total_ms;
+  r.cache.reset();  // the request's rows go now, not when the last handle does
+  if (r.cb.on_done) r.cb.on_done(r.result);
+}
+
+// Moves queued requests into free slots; true when there is work.
+bool Engine::admit_locked() {
+  while (active_.size() < opt_.parallel && !queue_.empty()) {
+    std::shared_ptr<Request> r = std::move(queue_.front());
+    queue_.pop_front();
+    r->admitted = Clock::now();
+    r->result.queue_ms = ms_between(r->submitted, r->admitted);
+    active_.push_back(std::move(r));
+  }
+  return !active_.empty();
+}
+
+void Engine::run() {
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || !active_.empty(); });
+      if (stopping_ && Clock::now() >= deadline_) {  // grace is over: cancel everything left
+        for (auto& r : queue_) active_.push_back(std::move(r));
+        queue_.clear();
+        std::vector<std::shared_ptr<Request>> left;
+        left.swap(active_);
+        lock.unlock();
+        for (auto& r : left) finish(*r, Finish::Cancelled);
+        return;
+      }
+      if (!admit_locked()) {
+        if (stopping_) return;
+        continue;
+      }
+    }
+    step_once();
+    std::lock_guard<std::mutex> lock(mu_);
+    active_.erase(std::remove_if(active_.begin(), active_.end(), [](const auto& r) { return r->done; }),
+                  active_.end());
+  }
+}
+
+void Engine::step_once() {
+  const ModelConfig& cfg = model_.config();
+  std::vector<StepItem> items;
+  std::vector<Request*> owners;
+  std::vector<uint32_t> pieces;  // prompt tokens each item carries (0: a decode row)
+  uint32_t budget = opt_.step_tokens;
+  std::vector<Request*> work;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& r : active_) work.push_back(r.get());
+  }
+  for (Request* r : work) {  // cancellations and first-time setup
+    if (r->cancelled) {
+      finish(*r, Finish::Cancelled);
+      continue;
+    }
+    if (!r->cache) {
+      try {
+        const uint32_t room = static_cast<uint32_t>(r->spec.prompt.size()) +
+                              std::min<uint32_t>(r->spec.max_tokens, 128) + 1;
+        r->cache = std::make_unique<BranchCache>(r->spec.cache->cache, room);
+        r->logits.resize(cfg.vocab_size);
+      } catch (const Error& e) {
+        finish(*r, Finish::Error, e.what());
+      }
+    }
+  }
+  for (Request* r : work) {  // decode rows first: every answering request advances each step
+    if (r->done || r->prefilled < r->spec.prompt.size()) continue;
+    items.push_back(StepItem{r->cache.get(), std::span<const int32_t>(&r->next, 1), r->logits.data()});
+    owners.push_back(r);
+    pieces.push_back(0);
+    --budget;
+  }
+  for (Request* r : work) {  // then question pieces, oldest first, as the budget allows
+    if (r->done || r->prefilled >= r->spec.prompt.size() || budget == 0) continue;
+    const size_t left = r->spec.prompt.size() - r->prefilled;
+    const uint32_t n = static_cast<uint32_t>(std::min<size_t>(left, budget));
+    const bool last = n == left;
+    items.push_back(StepItem{r->cache.get(),
+                             std::span<const int32_t>(r->spec.prompt).subspan(r->prefilled, n),
+                             last ? r->logits.data() : nullptr});
+    owners.push_back(r);
+    pieces.push_back(n);
+    budget -= n;
+  }
+  if (items.empty()) return;
+  try {
+    forward_.step(items);
+  } catch (const std::exception& e) {  // every cache was rolled back; these requests end
+    for (Request* r : owners) finish(*r, Finish::Error, e.what());
+    return;
+  }
+  ++steps_;
+  for (size_t i = 0; i < items.size(); ++i) {
+    Request& r = *owners[i];
+    r.prefilled += pieces[i];
+    if (!items[i].logits) continue;
+    const int32_t tok = r.sampler->sample(r.logits);
+    const auto& stops = r.spec.stop_tokens;
+    if (std::find(stops.begin(), stops.end(), tok) != stops.end()) {
+      finish(r, Finish::Stop);
+      continue;
+    }
+    if (!r.got_first) r.got_first = true, r.first_token = Clock::now();
+    ++r.result.completion_tokens;
+    if (r.cb.on_token && !r.cb.on_token(tok)) {
+      finish(r, Finish::Stop);
+      continue;
+    }
+    if (r.result.completion_tokens >= r.spec.max_tokens ||
+        (cfg.max_context && uint64_t(r.cache->logical_length()) + 1 > cfg.max_context)) {
+      finish(r, Finish::Length);
+      continue;
+    }
+    r.next = tok;
+  }
+}
+
+}  // namespace kvzip::serve

@@ -1,0 +1,112 @@
+// serve/ engine: one model in memory answering many requests by continuous batching. Each step
+// is one Forward::step: every active request whose question is in decodes one token, and the
+// rest of the step's row budget goes to question prefill pieces (oldest request first), so a
+// weight is read once per step for all of them and a long question never stalls the decoders.
+// A request answers from a loaded cache (serve/cache_store.h) through its own BranchCache: the
+// cache's rows are shared read-only, the request owns only its question and answer rows, which
+// go when it ends. One engine thread runs the steps; callbacks run on it and must be quick.
+// Requests are admitted in arrival order up to `parallel` at once; the queue behind is bounded.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "model/model.h"
+#include "model/sampling.h"
+#include "serve/cache_store.h"
+
+namespace kvzip::serve {
+
+struct EngineOptions {
+  uint32_t threads = 0;       // forward threads, 0 = all cores
+  uint32_t parallel = 8;      // requests decoded together at most
+  uint32_t max_queue = 64;    // requests waiting for a slot at most
+  uint32_t step_tokens = 512; // rows of one step (decode rows + prefill pieces), > parallel
+  MatmulPath matmul = MatmulPath::Fast;
+};
+
+enum class Finish : uint8_t {
+  Stop = 0,       // a stop token, or on_token asked to stop (a stop string)
+  Length = 1,     // max_tokens, or the model's context is full
+  Cancelled = 2,  // cancel(), or the shutdown deadline passed
+  Error = 3,      // the forward pass failed (message in RequestResult::error)
+};
+const char* finish_name(Finish f);
+
+struct RequestSpec {
+  std::shared_ptr<const LoadedCache> cache;  // the compressed state answered from
+  std::vector<int32_t> prompt;               // question tokens (loader::question_tokens)
+  SamplingParams sampling;
+  uint32_t max_tokens = 128;
+  std::vector<int32_t> stop_tokens;          // end the answer; never emitted
+};
+
+struct RequestResult {
+  Finish finish = Finish::Stop;
+  std::string error;
+  uint32_t prompt_tokens = 0;
+  uint32_t completion_tokens = 0;
+  double queue_ms = 0.0;  // submit to admission
+  double ttft_ms = 0.0;   // submit to the first token (the whole time when there is none)
+  double total_ms = 0.0;  // submit to the end
+};
+
+struct RequestCallbacks {
+  // Each answer token as it is chosen; return false to end the answer here (Finish::Stop).
+  std::function<bool(int32_t token)> on_token;
+  // Exactly once, when the request ends for any reason.
+  std::function<void(const RequestResult&)> on_done;
+};
+
+class Request;  // engine-side state of one request
+
+class Engine {
+ public:
+  Engine(const Model& model, const EngineOptions& options);
+  ~Engine();  // shutdown with no grace: in-flight requests end Cancelled
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Checks the request (Errc::invalid_argument: empty prompt, bad sampling parameters, question
+  // and the cache past the model's context) and queues it. Returns null when the queue is full or
+  // the engine is shutting down (the caller answers "retry later"); on_done is then never called.
+  std::shared_ptr<Request> submit(RequestSpec spec, RequestCallbacks callbacks);
+  // Ends a request early (Finish::Cancelled) at the next step; harmless once it has ended.
+  static void cancel(const std::shared_ptr<Request>& request);
+
+  // Stops accepting, lets queued and active requests finish until `grace` has passed, then
+  // cancels the rest and joins the engine thread. Idempotent.
+  void shutdown(std::chrono::milliseconds grace);
+
+  size_t queued() const;
+  size_t active() const;
+  uint64_t steps() const { return steps_.load(); }
+
+ private:
+  void run();
+  bool admit_locked();
+  void step_once();
+  void finish(Request& r, Finish f, std::string error = {});
+
+  const Model& model_;
+  EngineOptions opt_;
+  Forward forward_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Request>> queue_;
+  std::vector<std::shared_ptr<Request>> active_;  // engine thread; sizes read under mu_
+  bool stopping_ = false;
+  std::chrono::steady_clock::time_point deadline_;
+  std::atomic<uint64_t> steps_{0};
+  std::thread thread_;
+};
+
+}  // namespace kvzip::serve

@@ -1,0 +1,187 @@
+// POST /v1/chat/completions: the question goes through the cache's query template
+// (loader::question_tokens) into the engine; answer text is decoded as tokens arrive, stop
+// strings are cut, and the result is sent as one chat.completion or as server-sent events of
+// chat.completion.chunk objects ending in `data: [DONE]`.
+#include <condition_variable>
+#include <ctime>
+#include <mutex>
+#include <random>
+
+#include "common/error.h"
+#include "loader/loader.h"
+#include "serve/detail/server_impl.h"
+
+namespace kvzip::serve {
+
+using nlohmann::json;
+using namespace detail;
+
+namespace {
+
+// What the engine thread hands to the HTTP thread of one request.
+struct Channel {
+  std::mutex mu;
+  std::condition_variable cv;
+  StreamDecoder decoder;
+  StopText text;
+  bool done = false;
+  RequestResult result;
+  Channel(const Tokenizer& t, std::vector<std::string> stops) : decoder(t), text(std::move(stops)) {}
+};
+
+const char* finish_reason(Finish f) { return f == Finish::Length ? "length" : "stop"; }
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+}  // namespace
+
+void Server::Impl::chat_completions(const httplib::Request& req, httplib::Response& res) {
+  if (req.body.size() > opt.max_json_bytes)
+    throw ApiError(413, "invalid_request_error", "body_too_large",
+                   "the body is " + std::to_string(req.body.size()) + " bytes; at most " +
+                       std::to_string(opt.max_json_bytes));
+  const ChatRequest cr = parse_chat_request(req.body, opt.chat);
+  if (draining) throw ApiError(503, "server_error", "shutting_down", "the server is shutting down", {}, 5);
+  if (!CacheStore::valid_id(cr.cache))
+    throw ApiError(404, "not_found_error", "model_not_found",
+                   "no cache named \"" + cr.cache.substr(0, 64) + "\" (cache ids use A-Z a-z 0-9 . _ -)", "model");
+  std::shared_ptr<const LoadedCache> cache;
+  try {
+    cache = store.acquire(cr.cache);
+  } catch (const Error& e) {
+    if (e.code() == Errc::not_found)
+      throw ApiError(404, "not_found_error", "model_not_found",
+                     "no cache \"" + cr.cache + "\"; GET /v1/models lists them", "model");
+    throw;
+  }
+  RequestSpec spec;
+  spec.cache = cache;
+  spec.prompt = loader::question_tokens(model.tokenizer(), cache->header, cr.question);
+  spec.max_tokens = cr.max_tokens;
+  spec.stop_tokens = model.chat().stop_tokens();
+  spec.sampling.temperature = cr.temperature;
+  spec.sampling.top_p = cr.top_p;
+  spec.sampling.top_k = cr.top_k;
+  spec.sampling.seed = cr.seeded ? cr.seed : std::random_device{}() * 0x9e3779b97f4a7c15ull;
+
+  auto ch = std::make_shared<Channel>(model.tokenizer(), cr.stop);
+  RequestCallbacks cb;
+  cb.on_token = [ch](int32_t tok) {
+    std::lock_guard<std::mutex> lock(ch->mu);
+    const bool stopped = ch->text.add(ch->decoder.push(tok));
+    ch->cv.notify_all();
+    return !stopped;
+  };
+  cb.on_done = [ch, this](const RequestResult& r) {
+    {
+      std::lock_guard<std::mutex> lock(ch->mu);
+      ch->text.add(ch->decoder.finish());
+      ch->result = r;
+      ch->done = true;
+    }
+    ch->cv.notify_all();
+    if (r.finish == Finish::Stop || r.finish == Finish::Length) {
+      const double per_token = r.completion_tokens > 1
+                                   ? (r.total_ms - r.ttft_ms) / 1000.0 / (r.completion_tokens - 1)
+                                   : 0.0;
+      metrics.completion(r.prompt_tokens, r.completion_tokens, r.ttft_ms / 1000.0, per_token);
+    }
+  };
+  std::shared_ptr<Request> handle = engine.submit(std::move(spec), std::move(cb));
+  if (!handle) {
+    if (draining) throw ApiError(503, "server_error", "shutting_down", "the server is shutting down", {}, 5);
+    throw ApiError(429, "rate_limit_error", "queue_full",
+                   "too many requests are waiting; retry shortly", {}, 1);
+  }
+  const std::string id = "chatcmpl-" + std::to_string(next_completion++);
+  const int64_t created = static_cast<int64_t>(std::time(nullptr));
+  const std::string model_name = cr.cache;
+
+  if (!cr.stream) {
+    std::unique_lock<std::mutex> lock(ch->mu);
+    ch->cv.wait(lock, [&] { return ch->done; });
+    const RequestResult r = ch->result;
+    if (r.finish == Finish::Cancelled)
+      throw ApiError(503, "server_error", "shutting_down", "the answer was cancelled (server shutting down)", {}, 5);
+    if (r.finish == Finish::Error) throw ApiError(500, "server_error", "internal", r.error);
+    json body{{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", model_name},
+              {"choices", json::array({{{"index", 0},
+                                        {"message", {{"role", "assistant"}, {"content", ch->text.text()}}},
+                                        {"logprobs", nullptr},
+                                        {"finish_reason", finish_reason(r.finish)}}})},
+              {"usage", {{"prompt_tokens", r.prompt_tokens}, {"completion_tokens", r.completion_tokens},
+                         {"total_tokens", r.prompt_tokens + r.completion_tokens}}}};
+    send_json(res, 200, body);
+    return;
+  }
+
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  auto chunk = [id, created, model_name](const json& delta, const json& finish) {
+    return "data: " +
+           dump(json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created},
+                     {"model", model_name},
+                     {"choices", json::array({{{"index", 0}, {"delta", delta}, {"logprobs", nullptr},
+                                               {"finish_reason", finish}}})}}) +
+           "\n\n";
+  };
+  auto sent = std::make_shared<size_t>(0);
+  auto started = std::make_shared<bool>(false);
+  const bool usage = cr.include_usage;
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [ch, handle, chunk, sent, started, usage, id, created, model_name](size_t, httplib::DataSink& sink) {
+        auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+        if (!*started) {
+          *started = true;
+          if (!write(chunk({{"role", "assistant"}, {"content", ""}}, nullptr))) {
+            Engine::cancel(handle);
+            return false;
+          }
+        }
+        std::string piece;
+        bool done;
+        RequestResult r;
+        {
+          std::unique_lock<std::mutex> lock(ch->mu);
+          ch->cv.wait_for(lock, std::chrono::seconds(5), [&] {
+            return ch->done || ch->text.safe_length(false) > *sent;
+          });
+          done = ch->done;
+          const size_t n = ch->text.safe_length(done);
+          piece = ch->text.text().substr(*sent, n - *sent);
+          *sent = n;
+          r = ch->result;
+        }
+        if (!piece.empty() && !write(chunk({{"content", piece}}, nullptr))) {
+          Engine::cancel(handle);
+          return false;
+        }
+        if (!done) return true;  // called again for more
+        std::string tail;
+        if (r.finish == Finish::Cancelled || r.finish == Finish::Error) {
+          tail = "data: " + dump(json{{"error", {{"message", r.finish == Finish::Error ? r.error
+                                                        : "the answer was cancelled (server shutting down)"},
+                                                 {"type", "server_error"}, {"param", nullptr},
+                                                 {"code", finish_name(r.finish)}}}}) + "\n\n";
+        } else {
+          tail = chunk(json::object(), finish_reason(r.finish));
+        }
+        if (usage)
+          tail += "data: " + dump(json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created},
+                                       {"model", model_name}, {"choices", json::array()},
+                                       {"usage", {{"prompt_tokens", r.prompt_tokens},
+                                                  {"completion_tokens", r.completion_tokens},
+                                                  {"total_tokens", r.prompt_tokens + r.completion_tokens}}}}) +
+                  "\n\n";
+        tail += "data: [DONE]\n\n";
+        write(tail);
+        sink.done();
+        return true;
+      },
+      [handle](bool success) {
+        if (!success) Engine::cancel(handle);  // the client went away
+      });
+}
+
+}  // namespace kvzip::serve
