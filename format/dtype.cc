@@ -20,6 +20,8 @@ const char* dtype_name(DType t) {
     case DType::F32: return "f32";
     case DType::F16: return "f16";
     case DType::BF16: return "bf16";
+    case DType::Q8: return "q8";
+    case DType::Q4: return "q4";
   }
   return "unknown";
 }
@@ -29,15 +31,31 @@ uint32_t dtype_size(DType t) {
     case DType::F32: return 4;
     case DType::F16: return 2;
     case DType::BF16: return 2;
+    case DType::Q8:
+    case DType::Q4:
+      throw Error(Errc::internal, std::string("dtype ") + dtype_name(t) +
+                                      " has no per-element size (group-wise quantized)");
   }
   throw Error(Errc::unsupported, "dtype id " + std::to_string(static_cast<uint32_t>(t)) +
-                                     " is not in this build's registry (f32=1, f16=2, bf16=3)");
+                                     " is not in this build's registry (f32=1, f16=2, bf16=3, q8=4, q4=5)");
 }
+
+bool dtype_quantized(DType t) { return t == DType::Q8 || t == DType::Q4; }
+
+uint32_t dtype_bits(DType t) {
+  if (t == DType::Q8) return 8;
+  if (t == DType::Q4) return 4;
+  return 8 * dtype_size(t);
+}
+
+uint16_t dtype_min_minor(DType t) { return dtype_quantized(t) ? 1 : 0; }
 
 std::optional<DType> parse_dtype(std::string_view name) {
   if (name == "f32") return DType::F32;
   if (name == "f16") return DType::F16;
   if (name == "bf16") return DType::BF16;
+  if (name == "q8") return DType::Q8;
+  if (name == "q4") return DType::Q4;
   return std::nullopt;
 }
 
@@ -105,7 +123,7 @@ uint16_t f32_to_bf16(float f) {
 
 float bf16_to_f32(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
 
-bool dtype_known(uint32_t id) { return id >= 1 && id <= 3; }
+bool dtype_known(uint32_t id) { return id >= 1 && id <= 5; }
 
 namespace {
 
