@@ -35,7 +35,7 @@ enum class Codec : uint32_t { None = 0, Zstd = 1 };
 enum class RopeLayout : uint32_t { HalfSplit = 1 };
 
 const char* dtype_name(DType t);                     // "f32", "f16", "bf16", "q8", "q4"
-uint32_t dtype_size(DType t);                        // bytes per element; unsupported for q8/q4
+uint32_t dtype_size(DType t);                        // bytes per element; q8/q4 have none (internal)
 bool dtype_quantized(DType t);                       // q8, q4
 uint32_t dtype_bits(DType t);                        // bits per stored K/V value (codes for q8/q4)
 std::optional<DType> parse_dtype(std::string_view name);

@@ -19,7 +19,7 @@ TEST_CASE("CUDA kv_quant dequantize and scores match the CPU", "[cuda]") {
   const uint32_t D = 64, n_q = 3;
   const size_t R = 257;
   const KvQuantLayout l{bits, D, group};
-  std::vector<float> x = random_vector(R * D, test::seed(bits * 100 + group), -3.0f, 3.0f);
+  std::vector<float> x = test::random_vector(R * D, test::seed(bits * 100 + group), -3.0f, 3.0f);
   for (size_t i = 0; i < x.size(); i += 7) x[i] *= 10.0f;  // outliers
   std::vector<float> c(D);
   std::vector<uint16_t> p(R * l.param_halves());
@@ -39,7 +39,7 @@ TEST_CASE("CUDA kv_quant dequantize and scores match the CPU", "[cuda]") {
   kv_dequantize_rows(gpu, dev, out.data());
   CHECK(out.download() == want);
 
-  const std::vector<float> q = random_vector(n_q * D, test::seed(7), -1.0f, 1.0f);
+  const std::vector<float> q = test::random_vector(n_q * D, test::seed(7), -1.0f, 1.0f);
   std::vector<float> s_cpu(n_q * R);
   cpu::kv_quant_scores(q.data(), n_q, host, 0.125f, s_cpu.data());
   auto dq = test::to_gpu(q);
