@@ -153,7 +153,7 @@ class DocumentRun {
     const Question& question = doc_.questions[q];
     AnswerRecord rec{doc_.title, question.id, question.text, method, ratio,
                      answer_text(model_.tokenizer(), a.tokens), static_cast<uint32_t>(a.tokens.size()),
-                     a.stopped, a.tokens == ref.tokens, 0.0, false, 0.0};
+                     a.stopped, a.tokens == ref.tokens, 0.0, false, 0.0, dtype_};
     rec.f1 = max_f1(rec.answer, question.answers);
     rec.contains = contains_any(rec.answer, question.answers);
     rec.kl = kl_divergence(ref.first_logits, a.first_logits);
@@ -198,6 +198,7 @@ class DocumentRun {
     return loaded;
   }
 
+  void set_dtype(const std::string& dtype) { dtype_ = dtype; }  // of the answers recorded next
   uint32_t n_prefix() const { return static_cast<uint32_t>(s_.prompt.prefix.size()); }
   const std::vector<int32_t>& document() const { return s_.prompt.document; }
 
@@ -209,6 +210,7 @@ class DocumentRun {
   EvalReport& report_;
   DocSetup s_;
   std::vector<DraftPool> pools_;  // (questions) every answer given so far, for draft verification
+  std::string dtype_ = "f32";     // storage type of the cache being answered from
 };
 
 void log(const EvalOptions& o, const std::string& line) {
@@ -280,7 +282,9 @@ void eval_document(const Model& model, Forward& fwd, const Document& doc, const 
         q.kept_doc = one.kept_doc, q.total_doc = one.total_doc;
         t = Clock::now();
         RaggedKvCache stored = run.through_file(cache, *format::parse_dtype(o.kv_dtypes[dt]), q);
+        run.set_dtype(o.kv_dtypes[dt]);
         run.answer_all(stored, &answers, name, ratios[r], q);
+        run.set_dtype("f32");
         log(o, row_summary(name + "/" + o.kv_dtypes[dt], ratios[r], q, seconds_since(t)) +
                    fmt("  vs f32; %.2f MB, loaded in %.1f ms", q.file_bytes / 1e6, q.load_ms));
         accs[1 + ((m - 1) * o.ratios.size() + r) * n_t + dt].add(q);

@@ -84,6 +84,7 @@ struct AnswerRecord {
   double f1 = 0.0;           // fraction
   bool contains = false;
   double kl = 0.0;           // first-token KL(full || this), nats
+  std::string kv_dtype = "f32";  // not f32: agrees and kl are against the f32 cache's answer
 };
 
 struct EvalReport {
@@ -114,7 +115,7 @@ std::string format_csv(const EvalReport& report);
 // Writes format_csv(report) to `path` atomically (common/atomic_file.h; Errc::io on failure).
 void write_csv(const std::string& path, const EvalReport& report);
 // One JSON object per line per kept answer: document, id, question, method, ratio, answer,
-// tokens, stopped, agrees, f1, contains, kl.
+// tokens, stopped, agrees, f1, contains, kl, kv_dtype.
 std::string format_answers_jsonl(const EvalReport& report);
 void write_answers(const std::string& path, const EvalReport& report);
 

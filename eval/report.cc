@@ -80,9 +80,9 @@ std::string format_answers_jsonl(const EvalReport& report) {
     out += buf + json_quote(a.answer);
     std::snprintf(buf, sizeof buf,
                   ",\"tokens\":%u,\"stopped\":%s,\"agrees\":%s,\"f1\":%.4f,\"contains\":%s,"
-                  "\"kl\":%.6g}\n",
+                  "\"kl\":%.6g,\"kv_dtype\":\"%s\"}\n",
                   a.tokens, a.stopped ? "true" : "false", a.agrees ? "true" : "false", a.f1,
-                  a.contains ? "true" : "false", a.kl);
+                  a.contains ? "true" : "false", a.kl, a.kv_dtype.c_str());
     out += buf;
   }
   return out;
