@@ -223,8 +223,10 @@ void encode_values(DType t, const float* src, size_t n, uint8_t* dst) {
     case DType::F32: std::memcpy(dst, src, n * 4); return;
     case DType::F16: encode_f16(src, n, dst); return;
     case DType::BF16: encode_bf16(src, n, dst); return;
+    case DType::Q8:
+    case DType::Q4: break;  // group-wise: format/detail/quant.h, never element by element
   }
-  dtype_size(t);  // throws unsupported
+  dtype_size(t);  // throws (internal for q8/q4, unsupported for an unknown id)
 }
 
 void decode_values(DType t, const uint8_t* src, size_t n, float* dst) {
@@ -233,6 +235,8 @@ void decode_values(DType t, const uint8_t* src, size_t n, float* dst) {
     case DType::F32: std::memcpy(dst, src, n * 4); return;
     case DType::F16: decode_f16(src, n, dst); return;
     case DType::BF16: decode_bf16(src, n, dst); return;
+    case DType::Q8:
+    case DType::Q4: break;
   }
   dtype_size(t);
 }
