@@ -12,8 +12,8 @@ namespace kvzip {
 
 // Channels per quantization group when none is asked for: the whole head (D). Measured on the
 // Normans article (BENCHMARKS.md "Quantized K/V"): with per-head channel scales, a group of D
-// channels costs 4 bits of parameters per row and block (f16 scale + minimum) for an error a
-// group of 32 lowers by only 11% at q4, at twice the parameter bytes.
+// channels costs 4 bytes of parameters per row and block (f16 scale + minimum) for an error a
+// group of 32 lowers by only 11-13% at q4, at twice the parameter bytes.
 inline constexpr uint32_t kDefaultKvGroup = 0;  // 0 = D
 
 // Sets header.kv_dtype (and kv_group_size: `group`, 0 = D, must divide D). For q8/q4 the rows are
