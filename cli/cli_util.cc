@@ -60,6 +60,14 @@ std::unique_ptr<Model> load_model(const std::string& cli_path, uint32_t threads)
   return m;
 }
 
+format::DType parse_kv_dtype(const std::string& name, const char* command) {
+  const auto t = format::parse_dtype(name);
+  if (!t)
+    throw Error(Errc::invalid_argument, std::string(command) + ": --kv-dtype " + name +
+                                            " is not one of f32, f16, bf16, q8, q4");
+  return *t;
+}
+
 uint32_t parse_threads(const std::string& text) {
   const unsigned hw = std::thread::hardware_concurrency() ? std::thread::hardware_concurrency() : 1;
   char* end = nullptr;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/text_file.h"  // read_text, check_text: user text with the checks
+#include "format/format.h"
 #include "model/model.h"
 
 namespace kvzip::cli {
@@ -21,6 +22,14 @@ uint32_t parse_threads(const std::string& text);  // the option's rule, for test
 // `extension` (".kvz", ".kvh"). Standard input ("-") has no name to reuse: Errc::invalid_argument
 // asking for -o, `command` starting the message.
 std::string default_output(const std::string& input, const char* extension, const char* command);
+
+// --kv-dtype (alias --dtype) f32 | f16 | bf16 | q8 | q4: Errc::invalid_argument naming `command`
+// and the choices for anything else.
+format::DType parse_kv_dtype(const std::string& name, const char* command);
+inline constexpr const char* kKvDtypeHelp =
+    "K/V storage in the file: f32 | f16 | bf16 | q8 | q4 (q8/q4: group-wise 8/4-bit with per-head "
+    "channel scales, spec/kvzip_format.md \"Quantized K/V\")";
+inline constexpr const char* kKvGroupHelp = "q8/q4: channels per quantization group (divides the head dimension; 0 = all of it)";
 
 // Resolves -m / $KVZIP_MODEL / the default path and loads the model.
 std::unique_ptr<Model> load_model(const std::string& cli_path, uint32_t threads);

@@ -31,7 +31,7 @@ struct CompressOpts {
   std::string manifest, out_dir, shard = "0/1", summary;  // corpus mode
   double ratio = 0.3;
   bool ratio_given = false;  // --level head defaults to 0.6 (methods §1 step 9)
-  uint32_t chunk = 2000, threads = 0, seed = 0, head_window = 0;
+  uint32_t chunk = 2000, threads = 0, seed = 0, head_window = 0, kv_group = 0;
   std::vector<std::string> scorer_options;  // KEY=VALUE (set_scorer_option)
   int zstd = 0;
   bool quiet = false, force = false, force_model = false;
@@ -109,9 +109,7 @@ void run_compress(const CompressOpts& o) {
   co.method = o.method;
   co.ratio = o.ratio;
   if (!head) co.level = parse_selection_level(o.level);
-  const auto dtype = format::parse_dtype(o.dtype);
-  if (!dtype)
-    throw Error(Errc::invalid_argument, "compress: --dtype " + o.dtype + " is not one of f32, f16, bf16");
+  const format::DType dtype = parse_kv_dtype(o.dtype, "compress");
   if (o.zstd < 0 || o.zstd > 19)
     throw Error(Errc::invalid_argument, "compress: --zstd " + std::to_string(o.zstd) +
                                             " is outside 0 (off) .. 19");
@@ -156,7 +154,8 @@ void run_compress(const CompressOpts& o) {
   }
   fo.system = o.system;
   fo.query_template = o.query_template;
-  fo.kv_dtype = *dtype;
+  fo.kv_dtype = dtype;
+  fo.kv_group = o.kv_group;
   fo.write.zstd_level = o.zstd;
   fo.write.force = o.force;
   fo.device = device;
@@ -228,7 +227,8 @@ void add_compress_commands(CLI::App& app) {
   c->add_option("--query-template", o->query_template,
                 "How questions follow the document; must contain {question}")
       ->capture_default_str();
-  c->add_option("--dtype", o->dtype, "K/V storage in the file: f32 | f16 | bf16")->capture_default_str();
+  c->add_option("--kv-dtype,--dtype", o->dtype, kKvDtypeHelp)->capture_default_str();
+  c->add_option("--kv-group", o->kv_group, kKvGroupHelp)->capture_default_str();
   c->add_option("--zstd", o->zstd, "zstd level per section, 0 = off")->capture_default_str();
   c->add_option("--seed", o->seed, "Seed of --method random");
   c->add_option("-O,--scorer-option", o->scorer_options,

@@ -129,6 +129,13 @@ void add_eval_commands(CLI::App& app) {
   c->add_option("--ratios", o->eo.ratios, "Comma-separated fractions of document KV pairs to keep")
       ->delimiter(',')
       ->capture_default_str();
+  c->add_option("--kv-dtypes", o->eo.kv_dtypes,
+                "Comma-separated storage types to compare, each against the f32 cache of the same "
+                "method and ratio: f32,f16,bf16,q8,q4 (each cache written and read back as a .kvz)")
+      ->delimiter(',')
+      ->capture_default_str();
+  c->add_option("--kv-group", o->eo.kv_group, "q8/q4: channels per quantization group (0 = the head dimension)")
+      ->capture_default_str();
   c->add_option("-o,--output", o->csv, "Write the results as CSV");
   c->add_option("--plot", o->plot, "Write an SVG plot (FILE.svg) of agreement and F1 against the ratio");
   c->add_option("--answers", o->answers,

@@ -9,8 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "common/atomic_file.h"
+#include "compress/quantize.h"
 #include "format/format.h"
 #include "format/head_scores.h"
 
@@ -27,6 +29,8 @@ struct InspectArgs {
 
 struct PruneArgs {
   std::string file, out;
+  std::string kv_dtype;  // "": as the input (a q8/q4 input keeps its stored rows as they are)
+  uint32_t kv_group = 0;
   double ratio = 0;
   bool force = false;
   int zstd = -1;  // -1: compress like the input
@@ -39,9 +43,23 @@ struct ExportArgs {
 
 struct ImportArgs {
   std::string file, out;
+  std::string kv_dtype;  // "": as the HDF5 file says
+  uint32_t kv_group = 0;
   bool force = false;
   int zstd = 0;
 };
+
+// --kv-dtype of prune/import: nothing given keeps the cache's dtype (and a q8/q4 cache's stored
+// rows); a dtype converts (q8/q4: quantized from the f32 rows the file gives).
+void apply_kv_dtype(fmt::CacheContents& c, const std::string& name, uint32_t group, const char* command) {
+  if (name.empty()) {
+    if (group && group != c.header.kv_group_size)
+      throw Error(Errc::invalid_argument, std::string(command) + ": --kv-group needs --kv-dtype q8 or q4");
+    return;
+  }
+  const fmt::DType t = parse_kv_dtype(name, command);
+  set_kv_dtype(c, t, group ? group : (t == c.header.kv_dtype ? c.header.kv_group_size : 0));
+}
 
 // The first bytes of a file (fewer when it is shorter), to tell a .kvh from a .kvz; errors are
 // left to the real reader, which names them.
@@ -90,6 +108,7 @@ void run_prune(const PruneArgs& a) {
   check_writable(a.out, a.force);
   fmt::CacheReader r = fmt::CacheReader::open(a.file, {fmt::Verify::Full});
   fmt::CacheContents pruned = fmt::prune(r.load(), a.ratio);
+  apply_kv_dtype(pruned, a.kv_dtype, a.kv_group, "prune");
   fmt::write_cache_file(pruned, a.out, like_input(r, a.zstd, a.force));
   std::printf("%s: ratio %.4f -> %.4f, written to %s\n", a.file.c_str(), r.header().achieved_ratio,
               pruned.header.achieved_ratio, a.out.c_str());
@@ -105,6 +124,7 @@ void run_export(const ExportArgs& a) {
 void run_import(const ImportArgs& a) {
   check_writable(a.out, a.force);
   fmt::CacheContents c = fmt::import_hdf5(a.file);
+  apply_kv_dtype(c, a.kv_dtype, a.kv_group, "import");
   fmt::WriteOptions w;
   w.force = a.force;
   w.zstd_level = a.zstd;
@@ -131,6 +151,9 @@ void add_format_commands(CLI::App& app) {
   c->add_option("-o,--output", prune->out, "output .kvz file")->required();
   c->add_flag("-f,--force", prune->force, "overwrite the output if it exists");
   c->add_option("--zstd", prune->zstd, "zstd level 0 (off) .. 19; default: as the input");
+  c->add_option("--kv-dtype,--dtype", prune->kv_dtype,
+                std::string(kKvDtypeHelp) + "; default: as the input (q8/q4 rows are not re-quantized)");
+  c->add_option("--kv-group", prune->kv_group, kKvGroupHelp);
   c->callback([prune] { run_prune(*prune); });
 
   auto exp = std::make_shared<ExportArgs>();
@@ -146,6 +169,8 @@ void add_format_commands(CLI::App& app) {
   c->add_option("-o,--output", imp->out, "output .kvz file")->required();
   c->add_flag("-f,--force", imp->force, "overwrite the output if it exists");
   c->add_option("--zstd", imp->zstd, "zstd level 0 (off) .. 19");
+  c->add_option("--kv-dtype,--dtype", imp->kv_dtype, std::string(kKvDtypeHelp) + "; default: as exported");
+  c->add_option("--kv-group", imp->kv_group, kKvGroupHelp);
   c->callback([imp] { run_import(*imp); });
 }
 

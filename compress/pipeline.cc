@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "compress/detail/pipeline.h"
+#include "compress/quantize.h"
 
 namespace kvzip {
 namespace {
@@ -168,6 +169,7 @@ format::CacheContents make_contents(const Model& model, const RaggedKvCache& cac
   h.achieved_ratio = total ? double(doc_rows) / double(total) : 1.0;
   c.layers = layers_from_cache(cache, kept_scores);
   c.has_scores = !kept_scores.empty();
+  set_kv_dtype(c, d.kv_dtype, d.kv_group);  // the kept rows only: selection, then quantization
   return c;
 }
 
@@ -198,6 +200,10 @@ CompressResult compress_to_file(const Model& model, std::string_view text,
     throw Error(Errc::unsupported, "compress: --level head runs on the CPU only (it has no scoring "
                                    "pass to speed up); drop --device cuda");
   (void)make_method_scorer(o.compress);  // a bad method or option fails before the prefill
+  if (format::dtype_quantized(o.kv_dtype) && o.kv_group && model.config().head_dim % o.kv_group != 0)
+    throw Error(Errc::invalid_argument, "compress: quantization group " + std::to_string(o.kv_group) +
+                                            " does not divide the model's head dimension " +
+                                            std::to_string(model.config().head_dim));
   const DocumentPrompt prompt = document_prompt(model.chat(), text, o.system);
   CompressResult r = [&] {
     if (o.device == Device::Cuda) {
@@ -220,6 +226,7 @@ CompressResult compress_to_file(const Model& model, std::string_view text,
   d.params.insert(d.params.end(), o.extra_params.begin(), o.extra_params.end());
   d.requested_ratio = r.requested_ratio;
   d.kv_dtype = o.kv_dtype;
+  d.kv_group = o.kv_group;
   format::write_cache_file(make_contents(model, r.cache, r.kept_scores, d), path, o.write);
   return r;
 }

@@ -101,7 +101,8 @@ struct CacheDescription {
   std::string method = "full";
   MethodParams params;            // includes "query_template" if set
   double requested_ratio = 1.0;
-  format::DType kv_dtype = format::DType::F32;
+  format::DType kv_dtype = format::DType::F32;  // q8/q4: make_contents quantizes (compress/quantize.h)
+  uint32_t kv_group = 0;                        // q8/q4 channels per group, 0 = D
 };
 
 // Rows of a ragged cache as a file's per-layer content. kept_scores, when not empty, holds per
@@ -135,7 +136,8 @@ struct CompressFileOptions {
   CompressOptions compress;     // what to keep; prefill.progress reports the document's prefill
   std::string system;           // system prompt; "" = the chat template's default
   std::string query_template = format::kDefaultQueryTemplate;  // recorded; must hold {question}
-  format::DType kv_dtype = format::DType::F32;
+  format::DType kv_dtype = format::DType::F32;  // q8/q4: selection first, then quantization
+  uint32_t kv_group = 0;                        // q8/q4 channels per group, 0 = D
   format::WriteOptions write;   // zstd level, force (replace an existing file)
   Device device = Device::Cpu;  // Cuda: compress_gpu (kvzip and full only)
   uint32_t threads = 0;         // CPU forward threads, 0 = all cores

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "compress/head_level.h"
+#include "compress/quantize.h"
 #include "eval/answer.h"
 #include "eval/metrics.h"
 #include "loader/loader.h"
@@ -51,8 +52,13 @@ class TimedObserver final : public AttentionObserver {
 
 // Sums over questions (and documents) of one report row.
 struct Accum {
-  double f1 = 0, contains = 0, kl = 0, compress_s = 0, answer_s = 0;
-  uint64_t agree = 0, n = 0, kept_doc = 0, total_doc = 0;
+  double f1 = 0, contains = 0, kl = 0, compress_s = 0, answer_s = 0, load_ms = 0;
+  uint64_t agree = 0, n = 0, kept_doc = 0, total_doc = 0, file_bytes = 0;
+  void add(const Accum& o) {
+    f1 += o.f1, contains += o.contains, kl += o.kl, compress_s += o.compress_s, answer_s += o.answer_s;
+    load_ms += o.load_ms, agree += o.agree, n += o.n, kept_doc += o.kept_doc, total_doc += o.total_doc;
+    file_bytes += o.file_bytes;
+  }
 };
 
 // What every answer of one document needs.
@@ -147,7 +153,7 @@ class DocumentRun {
     const Question& question = doc_.questions[q];
     AnswerRecord rec{doc_.title, question.id, question.text, method, ratio,
                      answer_text(model_.tokenizer(), a.tokens), static_cast<uint32_t>(a.tokens.size()),
-                     a.stopped, a.tokens == ref.tokens, 0.0, false, 0.0};
+                     a.stopped, a.tokens == ref.tokens, 0.0, false, 0.0, dtype_};
     rec.f1 = max_f1(rec.answer, question.answers);
     rec.contains = contains_any(rec.answer, question.answers);
     rec.kl = kl_divergence(ref.first_logits, a.first_logits);
@@ -172,6 +178,27 @@ class DocumentRun {
     return std::move(ev.cache);
   }
 
+  // `cache` stored as `dtype` the way `kvzip compress --kv-dtype` stores it (selection, then
+  // quantization) into a .kvz image in memory, and read back by the reader and the loader.
+  RaggedKvCache through_file(const RaggedKvCache& cache, format::DType dtype, Accum& acc) {
+    CacheDescription d;
+    d.prefix = s_.prompt.prefix;
+    d.document = s_.prompt.document;
+    d.suffix = s_.prompt.suffix;
+    d.document_text = doc_.text;
+    d.kv_dtype = dtype;
+    d.kv_group = o_.kv_group;
+    format::VectorSink sink;
+    format::write_cache(make_contents(model_, cache, {}, d), sink);
+    acc.file_bytes += sink.bytes.size();
+    const auto t = Clock::now();
+    format::CacheReader reader = format::CacheReader::open_memory(sink.bytes);
+    RaggedKvCache loaded = loader::cache_from_reader(reader, s_.answer_room);
+    acc.load_ms += 1e3 * seconds_since(t);
+    return loaded;
+  }
+
+  void set_dtype(const std::string& dtype) { dtype_ = dtype; }  // of the answers recorded next
   uint32_t n_prefix() const { return static_cast<uint32_t>(s_.prompt.prefix.size()); }
   const std::vector<int32_t>& document() const { return s_.prompt.document; }
 
@@ -183,6 +210,7 @@ class DocumentRun {
   EvalReport& report_;
   DocSetup s_;
   std::vector<DraftPool> pools_;  // (questions) every answer given so far, for draft verification
+  std::string dtype_ = "f32";     // storage type of the cache being answered from
 };
 
 void log(const EvalOptions& o, const std::string& line) {
@@ -228,34 +256,50 @@ void eval_document(const Model& model, Forward& fwd, const Document& doc, const 
     if (!full) log(o, fmt("  %-9s scored in %.1f s", o.methods[m - 1].c_str(), scoring_s));
     const std::vector<double> ratios = full ? std::vector<double>{1.0} : o.ratios;
     // Highest ratio first: each cache's answers are the best drafts for the next, smaller one.
+    const size_t n_t = o.kv_dtypes.size();
     for (size_t r = ratios.size(); r-- > 0;) {
-      Accum& acc = accs[full ? 0 : 1 + (m - 1) * o.ratios.size() + r];
+      Accum& acc = accs[full ? 0 : 1 + ((m - 1) * o.ratios.size() + r) * n_t];
       Accum one;  // this document only, for the progress line
       t = Clock::now();
       const std::string& name = full ? std::string("full") : o.methods[m - 1];
       RaggedKvCache cache = run.compress(pre.cache, scores, methods[m], ratios[r], one);
       one.compress_s += scoring_s;
       const bool same = !full && o.reuse_identical && one.kept_doc == one.total_doc;
+      std::vector<GreedyAnswer> answers;  // the f32 cache's: the reference of the other dtypes
       if (full) {
         reference = run.answer_all(cache, nullptr, name, ratios[r], one);
       } else if (same) {
         run.reuse(reference, name, ratios[r], one);
+        answers = reference;
       } else {
-        run.answer_all(cache, &reference, name, ratios[r], one);
+        answers = run.answer_all(cache, &reference, name, ratios[r], one);
       }
       log(o, row_summary(name, ratios[r], one, seconds_since(t)) +
                  (same ? "  every row kept: the full cache's answers" : ""));
-      acc.f1 += one.f1, acc.contains += one.contains, acc.kl += one.kl, acc.agree += one.agree;
-      acc.n += one.n, acc.kept_doc += one.kept_doc, acc.total_doc += one.total_doc;
-      acc.compress_s += one.compress_s, acc.answer_s += one.answer_s;
+      acc.add(one);
+      for (size_t dt = 1; !full && dt < n_t; ++dt) {  // the same rows in another storage type
+        Accum q;
+        q.kept_doc = one.kept_doc, q.total_doc = one.total_doc;
+        t = Clock::now();
+        RaggedKvCache stored = run.through_file(cache, *format::parse_dtype(o.kv_dtypes[dt]), q);
+        run.set_dtype(o.kv_dtypes[dt]);
+        run.answer_all(stored, &answers, name, ratios[r], q);
+        run.set_dtype("f32");
+        log(o, row_summary(name + "/" + o.kv_dtypes[dt], ratios[r], q, seconds_since(t)) +
+                   fmt("  vs f32; %.2f MB, loaded in %.1f ms", q.file_bytes / 1e6, q.load_ms));
+        accs[1 + ((m - 1) * o.ratios.size() + r) * n_t + dt].add(q);
+      }
     }
   }
 }
 
-EvalRow make_row(const std::string& method, double ratio, const Accum& a) {
+EvalRow make_row(const std::string& method, double ratio, const Accum& a, const std::string& dtype = "f32") {
   EvalRow row;
   row.method = method;
   row.ratio = ratio;
+  row.kv_dtype = dtype;
+  row.file_bytes = a.file_bytes;
+  row.load_ms = a.load_ms;
   row.achieved_ratio = a.total_doc ? double(a.kept_doc) / double(a.total_doc) : 1.0;
   const double n = a.n ? double(a.n) : 1.0;
   row.f1 = 100.0 * a.f1 / n;
@@ -289,6 +333,13 @@ EvalOptions checked(EvalOptions o) {
   ScorerOptions probe;  // unknown keys and unparsable values fail here, before any model work
   for (const std::string& kv : o.scorer_options) set_scorer_option(probe, kv);
   for (double r : o.ratios) check_ratio(r);
+  std::vector<std::string> dtypes = {"f32"};
+  for (const std::string& t : o.kv_dtypes) {
+    if (!format::parse_dtype(t))
+      throw Error(Errc::invalid_argument, "eval: --kv-dtypes " + t + " is not one of f32, f16, bf16, q8, q4");
+    if (std::find(dtypes.begin(), dtypes.end(), t) == dtypes.end()) dtypes.push_back(t);
+  }
+  o.kv_dtypes = std::move(dtypes);
   std::sort(o.ratios.begin(), o.ratios.end());
   o.ratios.erase(std::unique(o.ratios.begin(), o.ratios.end()), o.ratios.end());
   if (!o.methods.empty() && o.ratios.empty())
@@ -304,7 +355,8 @@ EvalReport run_eval(const Model& model, const std::vector<Document>& documents,
   fo.threads = o.threads;
   Forward fwd(model.weights(), fo);
   EvalReport report;
-  std::vector<Accum> accs(1 + o.methods.size() * o.ratios.size());
+  const size_t n_t = o.kv_dtypes.size();
+  std::vector<Accum> accs(1 + o.methods.size() * o.ratios.size() * n_t);
   for (size_t d = 0; d < documents.size(); ++d) {
     const Document& doc = documents[d];
     log(o, fmt("[document %zu/%zu] %s: %zu questions", d + 1, documents.size(), doc.title.c_str(),
@@ -316,7 +368,10 @@ EvalReport run_eval(const Model& model, const std::vector<Document>& documents,
   report.rows.push_back(make_row("full", 1.0, accs[0]));
   for (size_t m = 0; m < o.methods.size(); ++m)
     for (size_t r = 0; r < o.ratios.size(); ++r)
-      report.rows.push_back(make_row(o.methods[m], o.ratios[r], accs[1 + m * o.ratios.size() + r]));
+      for (size_t dt = 0; dt < n_t; ++dt)
+        report.rows.push_back(make_row(o.methods[m], o.ratios[r], accs[1 + (m * o.ratios.size() + r) * n_t + dt],
+                                       o.kv_dtypes[dt]));
+  report.with_kv_dtypes = n_t > 1;
   report.total_s = seconds_since(t0);
   return report;
 }

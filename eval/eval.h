@@ -6,7 +6,11 @@
 // loader::question_tokens: query template + suffix), and each stage is the compress pipeline's
 // own (make_method_scorer, select_for_method, evict), run once where the pipeline would repeat it.
 // Per method × ratio: SQuAD F1 and contains-answer, agreement with the full-cache answer tokens,
-// and KL(full || method) of the first answer token's distribution.
+// and KL(full || method) of the first answer token's distribution. With kv_dtypes beyond f32, each
+// method × ratio cache is also written as a .kvz image in memory in every other dtype (q8, q4,
+// f16, bf16; selection then quantization, as `kvzip compress --kv-dtype`), read back through the
+// reader and loader as `kvzip query` would, and asked every question: those rows compare with the
+// f32 cache at the same ratio (agreement and KL), which isolates what the storage type costs.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -34,6 +38,10 @@ struct EvalOptions {
   // fractions of heads kept whole; the rows show the achieved document-row ratio as for the rest.
   std::vector<float> head_scores;
   uint32_t head_window = 0;           // document rows the other heads keep (the last ones)
+  // Storage types to evaluate: "f32" (always, first) and any of f16, bf16, q8, q4. Rows of a
+  // dtype other than f32 report agreement and KL against the f32 cache of the same method and ratio.
+  std::vector<std::string> kv_dtypes = {"f32"};
+  uint32_t kv_group = 0;              // q8/q4 channels per group, 0 = D
   uint32_t threads = 0;               // 0 = all cores
   bool verify_drafts = true;          // false: decode every answer token one at a time (answer.h)
   bool keep_answers = false;          // true: EvalReport::answers lists every answer
@@ -60,6 +68,9 @@ struct EvalRow {
   double compress_s = 0.0;      // method work on top of the shared prefill: its prefill observer,
                                 // its scoring pass, selection + eviction at this ratio
   double answer_s = 0.0;        // answering every question from the compressed cache
+  std::string kv_dtype = "f32"; // storage type; not f32: agreement and KL are against f32
+  uint64_t file_bytes = 0;      // the cache as a .kvz (summed over documents; 0 when not written)
+  double load_ms = 0.0;         // reading that image back into a cache (open + loader), summed
 };
 
 // One answer of one question from one compressed cache (kept when EvalOptions::keep_answers).
@@ -73,6 +84,7 @@ struct AnswerRecord {
   double f1 = 0.0;           // fraction
   bool contains = false;
   double kl = 0.0;           // first-token KL(full || this), nats
+  std::string kv_dtype = "f32";  // not f32: agrees and kl are against the f32 cache's answer
 };
 
 struct EvalReport {
@@ -87,6 +99,7 @@ struct EvalReport {
   uint64_t answer_tokens = 0;   // tokens of those answers (decode_steps / answer_tokens shows
                                 // how much the draft verification saved)
   std::vector<AnswerRecord> answers;  // in evaluation order, when keep_answers
+  bool with_kv_dtypes = false;  // more than f32 was asked: the table and CSV show the dtype columns
 };
 
 // Runs the protocol over every document. Throws what compress/prefill throw (a document that does
@@ -96,12 +109,13 @@ EvalReport run_eval(const Model& model, const std::vector<Document>& documents,
 
 // Fixed-width table, one line per row, with a header and a summary line.
 std::string format_table(const EvalReport& report);
-// CSV with the header method,ratio,achieved_ratio,f1,contains,agreement,kl,questions,compress_s,answer_s.
+// CSV with the header method,ratio,achieved_ratio,f1,contains,agreement,kl,questions,compress_s,answer_s
+// (+ kv_dtype,file_bytes,load_ms with with_kv_dtypes).
 std::string format_csv(const EvalReport& report);
 // Writes format_csv(report) to `path` atomically (common/atomic_file.h; Errc::io on failure).
 void write_csv(const std::string& path, const EvalReport& report);
 // One JSON object per line per kept answer: document, id, question, method, ratio, answer,
-// tokens, stopped, agrees, f1, contains, kl.
+// tokens, stopped, agrees, f1, contains, kl, kv_dtype.
 std::string format_answers_jsonl(const EvalReport& report);
 void write_answers(const std::string& path, const EvalReport& report);
 

@@ -21,11 +21,23 @@ std::string line(const char* f, const EvalRow& r) {
 
 }  // namespace
 
+// The dtype columns: storage type, .kvz bytes, load time.
+std::string dtype_cells(const char* f, const EvalRow& r) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, f, r.kv_dtype.c_str(), static_cast<unsigned long long>(r.file_bytes), r.load_ms);
+  return buf;
+}
+
 std::string format_table(const EvalReport& report) {
   std::string out =
-      "method     ratio   kept     F1%  contains%  agree%    KL(nats)  questions  compress_s  answer_s\n";
-  for (const EvalRow& r : report.rows)
-    out += line("%-10s %5.2f  %5.3f  %6.1f  %9.1f  %6.1f  %10.4f  %9llu  %10.2f  %8.2f\n", r);
+      "method     ratio   kept     F1%  contains%  agree%    KL(nats)  questions  compress_s  answer_s";
+  out += report.with_kv_dtypes ? "  dtype   file_bytes  load_ms\n" : "\n";
+  for (const EvalRow& r : report.rows) {
+    std::string l = line("%-10s %5.2f  %5.3f  %6.1f  %9.1f  %6.1f  %10.4f  %9llu  %10.2f  %8.2f", r);
+    out += l + (report.with_kv_dtypes ? dtype_cells("  %-5s %12llu  %7.1f", r) : "") + "\n";
+  }
+  if (report.with_kv_dtypes)
+    out += "rows of a dtype other than f32: agree% and KL are against the f32 cache of the same method and ratio\n";
   char buf[320];
   std::snprintf(buf, sizeof buf,
                 "%u documents, %llu questions, %llu document tokens; shared prefill %.1f s, total %.1f s\n",
@@ -46,9 +58,11 @@ std::string format_table(const EvalReport& report) {
 }
 
 std::string format_csv(const EvalReport& report) {
-  std::string out = "method,ratio,achieved_ratio,f1,contains,agreement,kl,questions,compress_s,answer_s\n";
+  std::string out = "method,ratio,achieved_ratio,f1,contains,agreement,kl,questions,compress_s,answer_s";
+  out += report.with_kv_dtypes ? ",kv_dtype,file_bytes,load_ms\n" : "\n";
   for (const EvalRow& r : report.rows)
-    out += line("%s,%.4f,%.6f,%.4f,%.4f,%.4f,%.6g,%llu,%.4f,%.4f\n", r);
+    out += line("%s,%.4f,%.6f,%.4f,%.4f,%.4f,%.6g,%llu,%.4f,%.4f", r) +
+           (report.with_kv_dtypes ? dtype_cells(",%s,%llu,%.3f", r) : "") + "\n";
   return out;
 }
 
@@ -64,7 +78,8 @@ std::string format_answers_jsonl(const EvalReport& report) {
                        {"ratio", a.ratio},       {"answer", a.answer},
                        {"tokens", a.tokens},     {"stopped", a.stopped},
                        {"agrees", a.agrees},     {"f1", a.f1},
-                       {"contains", a.contains}, {"kl", a.kl}};
+                       {"contains", a.contains}, {"kl", a.kl},
+                       {"kv_dtype", a.kv_dtype}};
     out += json_dump(line) + "\n";
   }
   return out;

@@ -8,6 +8,7 @@
 #include "format/detail/dtype.h"
 #include "format/detail/layout.h"
 #include "format/detail/meta.h"
+#include "format/detail/quant.h"
 #include "format/format.h"
 
 namespace kvzip::format {
@@ -43,6 +44,9 @@ void validate_header(const CacheHeader& h) {
   if (h.rope_layout != RopeLayout::HalfSplit) invalid("rope_layout is not a registered id");
   if (!dtype_known(static_cast<uint32_t>(h.kv_dtype)))
     invalid("kv_dtype id " + std::to_string(static_cast<uint32_t>(h.kv_dtype)) + " is not registered");
+  if (dtype_quantized(h.kv_dtype) && !(h.kv_group_size > 0 && h.head_dim % h.kv_group_size == 0))
+    invalid("kv_group_size " + std::to_string(h.kv_group_size) + " must divide head_dim " +
+            std::to_string(h.head_dim) + " for " + dtype_name(h.kv_dtype));
   check_range(static_cast<uint32_t>(h.rope_scaling.kind), 0, 2, "rope_scaling.kind");
   check_float(h.rope_base, "rope_base");
   if (!(h.rope_base > 0)) invalid("rope_base must be > 0");
@@ -126,6 +130,7 @@ void validate_layer(const CacheContents& c, uint32_t l) {
     }
   }
   check_kv_values(h, layer, at);
+  if (dtype_quantized(h.kv_dtype)) detail::validate_quant(h, layer, at);
 }
 
 }  // namespace

@@ -175,7 +175,10 @@ std::string describe_text(const CacheReader& r, const DescribeOptions& opt) {
     << detail::hex64(h.model.weights_hash) << "\n";
   o << "shape        layers " << h.n_layers << ", kv heads " << h.n_kv_heads << ", head dim " << h.head_dim << "\n";
   o << "rope         half-split, base " << shortest(h.rope_base) << ", scaling " << scaling_text(h.rope_scaling) << "\n";
-  o << "kv dtype     " << dtype_name(h.kv_dtype) << "\n";
+  o << "kv dtype     " << dtype_name(h.kv_dtype);
+  if (dtype_quantized(h.kv_dtype))
+    o << ", groups of " << h.kv_group_size << " channels (f16 scale + minimum each), per-head channel scales";
+  o << "\n";
   o << "tokens       logical " << h.logical_length() << " = prefix " << h.prefix_length() << " + document "
     << h.document_tokens.size() << "; suffix template " << h.suffix_tokens.size() << "\n";
   o << "document     " << h.document_text.size() << " bytes: \""
@@ -227,6 +230,7 @@ std::string describe_json(const CacheReader& r, const DescribeOptions& opt) {
     << shortest(rs.low_freq_factor) << ", \"high_freq_factor\": " << shortest(rs.high_freq_factor)
     << ", \"original_context\": " << rs.original_context << "}},\n";
   o << "  \"kv_dtype\": \"" << dtype_name(h.kv_dtype) << "\",\n";
+  if (dtype_quantized(h.kv_dtype)) o << "  \"kv_group_size\": " << h.kv_group_size << ",\n";
   o << "  \"tokens\": {\"logical\": " << h.logical_length() << ", \"prefix\": " << h.prefix_length()
     << ", \"document\": " << h.document_tokens.size() << ", \"suffix\": " << h.suffix_tokens.size() << "},\n";
   o << "  \"document\": {\"bytes\": " << h.document_text.size() << ", \"preview\": "

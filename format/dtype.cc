@@ -19,6 +19,8 @@ const char* dtype_name(DType t) {
     case DType::F32: return "f32";
     case DType::F16: return "f16";
     case DType::BF16: return "bf16";
+    case DType::Q8: return "q8";
+    case DType::Q4: return "q4";
   }
   return "unknown";
 }
@@ -28,15 +30,31 @@ uint32_t dtype_size(DType t) {
     case DType::F32: return 4;
     case DType::F16: return 2;
     case DType::BF16: return 2;
+    case DType::Q8:
+    case DType::Q4:
+      throw Error(Errc::internal, std::string("dtype ") + dtype_name(t) +
+                                      " has no per-element size (group-wise quantized)");
   }
   throw Error(Errc::unsupported, "dtype id " + std::to_string(static_cast<uint32_t>(t)) +
-                                     " is not in this build's registry (f32=1, f16=2, bf16=3)");
+                                     " is not in this build's registry (f32=1, f16=2, bf16=3, q8=4, q4=5)");
 }
+
+bool dtype_quantized(DType t) { return t == DType::Q8 || t == DType::Q4; }
+
+uint32_t dtype_bits(DType t) {
+  if (t == DType::Q8) return 8;
+  if (t == DType::Q4) return 4;
+  return 8 * dtype_size(t);
+}
+
+uint16_t dtype_min_minor(DType t) { return dtype_quantized(t) ? 1 : 0; }
 
 std::optional<DType> parse_dtype(std::string_view name) {
   if (name == "f32") return DType::F32;
   if (name == "f16") return DType::F16;
   if (name == "bf16") return DType::BF16;
+  if (name == "q8") return DType::Q8;
+  if (name == "q4") return DType::Q4;
   return std::nullopt;
 }
 
@@ -50,7 +68,7 @@ const char* codec_name(Codec c) {
 
 namespace detail {
 
-bool dtype_known(uint32_t id) { return id >= 1 && id <= 3; }
+bool dtype_known(uint32_t id) { return id >= 1 && id <= 5; }
 
 namespace {
 
@@ -150,8 +168,10 @@ void encode_values(DType t, const float* src, size_t n, uint8_t* dst) {
     case DType::F32: std::memcpy(dst, src, n * 4); return;
     case DType::F16: encode_f16(src, n, dst); return;
     case DType::BF16: encode_bf16(src, n, dst); return;
+    case DType::Q8:
+    case DType::Q4: break;  // group-wise: format/detail/quant.h, never element by element
   }
-  dtype_size(t);  // throws unsupported
+  dtype_size(t);  // throws (internal for q8/q4, unsupported for an unknown id)
 }
 
 void decode_values(DType t, const uint8_t* src, size_t n, float* dst) {
@@ -160,6 +180,8 @@ void decode_values(DType t, const uint8_t* src, size_t n, float* dst) {
     case DType::F32: std::memcpy(dst, src, n * 4); return;
     case DType::F16: decode_f16(src, n, dst); return;
     case DType::BF16: decode_bf16(src, n, dst); return;
+    case DType::Q8:
+    case DType::Q4: break;
   }
   dtype_size(t);
 }

@@ -20,19 +20,27 @@
 
 namespace kvzip::format {
 
-inline constexpr uint16_t kVersionMajor = 1;  // this build writes v1.0 and reads every v1.x
-inline constexpr uint16_t kVersionMinor = 0;
+inline constexpr uint16_t kVersionMajor = 1;  // this build reads every v1.x
+// The newest minor version this build writes: v1.1 added the quantized dtypes q8 and q4. A file
+// records the lowest minor version whose features it uses (v1.0 unless it is q8/q4), so that
+// older readers still read every file they can.
+inline constexpr uint16_t kVersionMinor = 1;
 
 // Storage type of K/V rows. Registry ids are never renumbered or reused (spec "Dtype registry").
-enum class DType : uint32_t { F32 = 1, F16 = 2, BF16 = 3 };
+// Q8 and Q4 (v1.1) are group-wise quantized (spec "Quantized K/V", kernels/kv_quant.h).
+enum class DType : uint32_t { F32 = 1, F16 = 2, BF16 = 3, Q8 = 4, Q4 = 5 };
 // Per-section encoding. Registry ids are never renumbered or reused.
 enum class Codec : uint32_t { None = 0, Zstd = 1 };
 // Head-dim order of the stored keys. HalfSplit: RoPE rotates the pairs (i, i + D/2).
 enum class RopeLayout : uint32_t { HalfSplit = 1 };
 
-const char* dtype_name(DType t);                     // "f32", "f16", "bf16"
-uint32_t dtype_size(DType t);                        // bytes per element
+const char* dtype_name(DType t);                     // "f32", "f16", "bf16", "q8", "q4"
+uint32_t dtype_size(DType t);                        // bytes per element; q8/q4 have none (internal)
+bool dtype_quantized(DType t);                       // q8, q4
+uint32_t dtype_bits(DType t);                        // bits per stored K/V value (codes for q8/q4)
 std::optional<DType> parse_dtype(std::string_view name);
+// The minor version a file with this dtype records: 1 for q8/q4, else 0.
+uint16_t dtype_min_minor(DType t);
 const char* codec_name(Codec c);                     // "none", "zstd"
 
 // The method parameter "query_template" says how a question follows the document at query time
@@ -51,7 +59,8 @@ struct CacheHeader {
   RopeLayout rope_layout = RopeLayout::HalfSplit;
   float rope_base = 10000.0f;   // theta
   RopeScaling rope_scaling;
-  DType kv_dtype = DType::F32;  // how K/V rows are stored (they are always f32 in memory)
+  DType kv_dtype = DType::F32;  // how K/V rows are stored (LayerKv::k/v are f32 in memory)
+  uint32_t kv_group_size = 0;   // q8/q4: channels per quantization group (divides D); else 0
   std::vector<uint32_t> prefix_tokens;    // (n_p) system prompt + template opener + instruction
   std::vector<uint32_t> suffix_tokens;    // template tokens that follow the document at query time
   std::vector<uint32_t> document_tokens;  // (n_c)
@@ -69,6 +78,16 @@ struct CacheHeader {
 // fingerprint into a header.
 void set_model(CacheHeader& header, const ModelConfig& config, const ModelFingerprint& fp);
 
+// The stored form of one layer's K (or V) rows under q8/q4 (spec "Quantized K/V"): per KV head a
+// channel scale vector, per row D/Gs groups of (f16 scale, f16 minimum) and the codes. Kept next
+// to the f32 rows so that prune, export and import move rows without re-quantizing them.
+struct QuantRows {
+  std::vector<float> channel_scale;  // (Hkv, D)
+  std::vector<uint16_t> params;      // (R, D/Gs, 2) f16 bits: scale, minimum
+  std::vector<uint8_t> codes;        // (R, D·bits/8); q4: channel 2i in the low nibble
+  bool empty() const { return channel_scale.empty() && params.empty() && codes.empty(); }
+};
+
 // One layer of a pruned cache. R = sum of head_rows.
 struct LayerKv {
   std::vector<uint32_t> head_rows;  // (Hkv) kept rows per KV head
@@ -76,7 +95,16 @@ struct LayerKv {
   std::vector<float> k;             // (R, D) post-RoPE keys, rows in the order of positions
   std::vector<float> v;             // (R, D) values
   std::vector<float> scores;        // (R) importance of each kept row; empty without scores
+  // q8/q4 only: the stored rows; k and v are then exactly their dequantization (the reader and
+  // compress::quantize_kv keep it so). The writer of a q8/q4 file writes these bytes as they are
+  // and refuses a layer without them (quantizing needs kernels/, which format/ does not link).
+  QuantRows qk, qv;
 };
+
+// Dequantizes stored rows (`rows` of them, heads as in head_rows) into x (rows, D): the reader's
+// reconstruction, x = c[h][j] * fma(s, q, m) in binary32.
+void dequantize_rows(const CacheHeader& header, std::span<const uint32_t> head_rows,
+                     const QuantRows& q, std::span<float> x);
 
 struct CacheContents {
   CacheHeader header;

@@ -2,7 +2,9 @@
 // (scalars, strings) or a root dataset (u32 arrays) under its own key; each layer is a group
 // /layers/NNNN with head_rows, positions, k, v [, scores]. K/V are stored as f32, which holds
 // every f16/bf16 value exactly, so export then import reproduces the .kvz bit for bit. Import
-// rebuilds the Meta section and runs it through the same decoder as the .kvz reader.
+// rebuilds the Meta section and runs it through the same decoder as the .kvz reader. A q8/q4
+// cache also carries its stored form per layer (channel scales, f16 group parameters as u16 bits,
+// codes); import takes the rows from those and recomputes k and v, so nothing is re-quantized.
 // Export builds the file in memory (HDF5's core driver, no backing store) and hands the image to
 // the atomic writer, so HDF5 itself never writes to disk: a full disk is the writer's clean io
 // error, no HDF5 handle can be left half-closed by a failed flush (which used to crash HDF5's
@@ -19,6 +21,7 @@
 
 #include "common/atomic_file.h"
 #include "format/detail/meta.h"
+#include "format/detail/quant.h"
 #endif
 
 namespace kvzip::format {
@@ -123,7 +126,16 @@ void write_dataset(hid_t loc, const std::string& name, hid_t file_type, hid_t me
   if (n) check(H5Dwrite(d, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "writing dataset " + name);
 }
 
-void write_layer(hid_t layers, uint32_t l, const LayerKv& layer, uint32_t head_dim, bool scores) {
+void write_quant(hid_t g, const char* prefix, const QuantRows& q, const CacheHeader& h, hsize_t rows) {
+  const hsize_t D = h.head_dim, groups = D / h.kv_group_size, bytes = D * dtype_bits(h.kv_dtype) / 8;
+  const std::string p(prefix);
+  write_dataset(g, p + "_channel_scale", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, q.channel_scale.data(), {h.n_kv_heads, D});
+  write_dataset(g, p + "_params", H5T_STD_U16LE, H5T_NATIVE_UINT16, q.params.data(), {rows, groups, 2});
+  write_dataset(g, p + "_codes", H5T_STD_U8LE, H5T_NATIVE_UINT8, q.codes.data(), {rows, bytes});
+}
+
+void write_layer(hid_t layers, uint32_t l, const LayerKv& layer, const CacheHeader& h, bool scores) {
+  const uint32_t head_dim = h.head_dim;
   char name[16];
   std::snprintf(name, sizeof name, "%04u", l);
   Id g(H5Gcreate2(layers, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose, "group layers/" + std::string(name));
@@ -133,6 +145,10 @@ void write_layer(hid_t layers, uint32_t l, const LayerKv& layer, uint32_t head_d
   write_dataset(g, "k", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, layer.k.data(), {rows, head_dim});
   write_dataset(g, "v", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, layer.v.data(), {rows, head_dim});
   if (scores) write_dataset(g, "scores", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, layer.scores.data(), {rows});
+  if (dtype_quantized(h.kv_dtype)) {
+    write_quant(g, "k", layer.qk, h, rows);
+    write_quant(g, "v", layer.qv, h, rows);
+  }
 }
 
 // The whole HDF5 file as bytes. Every identifier is an Id, so each is closed on every path.
@@ -157,7 +173,7 @@ std::vector<uint8_t> export_image(const CacheContents& c, const std::string& fil
       write_attribute(root, e);
   }
   Id layers(H5Gcreate2(f, "layers", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose, "group layers");
-  for (uint32_t l = 0; l < c.header.n_layers; ++l) write_layer(layers, l, c.layers[l], c.header.head_dim, c.has_scores);
+  for (uint32_t l = 0; l < c.header.n_layers; ++l) write_layer(layers, l, c.layers[l], c.header, c.has_scores);
   check(H5Fflush(f, H5F_SCOPE_GLOBAL), "flushing " + file);
   const ssize_t size = H5Fget_file_image(f, nullptr, 0);
   if (size <= 0) throw Error(Errc::io, "HDF5: sizing the image of " + file + " failed");
@@ -340,6 +356,22 @@ CacheContents import_from(const std::string& file) {
     layer.k = read_dataset<float>(g, "k", H5T_NATIVE_FLOAT, {rows, h.head_dim}, im);
     layer.v = read_dataset<float>(g, "v", H5T_NATIVE_FLOAT, {rows, h.head_dim}, im);
     if (c.has_scores) layer.scores = read_dataset<float>(g, "scores", H5T_NATIVE_FLOAT, {rows}, im);
+    if (dtype_quantized(h.kv_dtype)) {  // the stored form is the truth; k and v follow from it
+      const hsize_t D = h.head_dim, groups = D / h.kv_group_size, bytes = D * dtype_bits(h.kv_dtype) / 8;
+      for (auto [p, q] : {std::pair{"k", &layer.qk}, std::pair{"v", &layer.qv}}) {
+        const std::string s(p);
+        q->channel_scale = read_dataset<float>(g, s + "_channel_scale", H5T_NATIVE_FLOAT, {h.n_kv_heads, D}, im);
+        q->params = read_dataset<uint16_t>(g, s + "_params", H5T_NATIVE_UINT16, {rows, groups, 2}, im);
+        q->codes = read_dataset<uint8_t>(g, s + "_codes", H5T_NATIVE_UINT8, {rows, bytes}, im);
+      }
+      try {
+        detail::validate_quant(h, layer, "layer " + std::to_string(l));
+      } catch (const Error& e) {
+        im.fail(e.what());
+      }
+      dequantize_rows(h, layer.head_rows, layer.qk, layer.k);
+      dequantize_rows(h, layer.head_rows, layer.qv, layer.v);
+    }
   }
   try {
     validate(c);

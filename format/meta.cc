@@ -249,6 +249,7 @@ std::vector<uint8_t> encode_meta(const CacheHeader& h) {
   w.f64("model.rope_scaling.high_freq_factor", h.rope_scaling.high_freq_factor);
   w.u64("model.rope_scaling.original_context", h.rope_scaling.original_context);
   w.u64("kv.dtype", static_cast<uint32_t>(h.kv_dtype));
+  if (dtype_quantized(h.kv_dtype)) w.u64("kv.quant.group_size", h.kv_group_size);  // v1.1
   w.u64("kv.logical_length", h.logical_length());
   w.u64("kv.prefix_length", h.prefix_length());
   w.u32s("text.prefix_tokens", h.prefix_tokens);
@@ -294,9 +295,15 @@ CacheHeader decode_meta(const uint8_t* data, uint64_t size, const std::string& w
   uint64_t dtype = m.u64("kv.dtype");
   if (!dtype_known(dtype > 0xFFFFFFFFull ? 0 : static_cast<uint32_t>(dtype)))
     m.fail("kv.dtype", "id " + std::to_string(dtype) +
-                           " is not in this reader's dtype registry (1 f32, 2 f16, 3 bf16); "
+                           " is not in this reader's dtype registry (1 f32, 2 f16, 3 bf16, 4 q8, 5 q4); "
                            "the file needs a newer kvzip", Errc::unsupported);
   h.kv_dtype = static_cast<DType>(dtype);
+  if (dtype_quantized(h.kv_dtype)) {  // v1.1: required with q8/q4, ignored otherwise
+    h.kv_group_size = static_cast<uint32_t>(m.range("kv.quant.group_size", 1, h.head_dim));
+    if (h.head_dim % h.kv_group_size != 0)
+      m.fail("kv.quant.group_size", "value " + std::to_string(h.kv_group_size) + " does not divide head_dim " +
+                                        std::to_string(h.head_dim));
+  }
   uint64_t logical = m.range("kv.logical_length", 0, kMaxLogicalLength);
   uint64_t prefix = m.u64("kv.prefix_length");
   h.prefix_tokens = m.u32s("text.prefix_tokens");

@@ -2,7 +2,9 @@
 // (spec/methods.md §1 step 7) applied to the rows still in the file — one threshold over every kept
 // document row of every layer and head. Same rule as compress::select_rows (Global): exactly
 // k = round(ratio · L·Hkv·n_c) rows stay; among scores equal to the cut, the rows earliest in file
-// order (layer, head, position) stay. Prefix rows are never evicted.
+// order (layer, head, position) stay. Prefix rows are never evicted. A q8/q4 cache is pruned in its
+// stored form: each kept row takes its own group parameters and codes, and the per-head channel
+// scales stay as they are (valid for any subset of rows), so nothing is quantized again.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -59,8 +61,18 @@ CacheContents prune(const CacheContents& c, double ratio) {
   out.has_scores = true;
   uint64_t kept_doc = 0;
   uint32_t D = h.head_dim;
+  const bool quant = dtype_quantized(h.kv_dtype);
+  const size_t P = quant ? 2 * D / h.kv_group_size : 0, B = quant ? D * dtype_bits(h.kv_dtype) / 8 : 0;
+  auto take_row = [&](const QuantRows& in, QuantRows& o, size_t row) {
+    o.params.insert(o.params.end(), in.params.begin() + row * P, in.params.begin() + (row + 1) * P);
+    o.codes.insert(o.codes.end(), in.codes.begin() + row * B, in.codes.begin() + (row + 1) * B);
+  };
   for (const LayerKv& in : c.layers) {
     LayerKv& layer = out.layers.emplace_back();
+    if (quant) {
+      layer.qk.channel_scale = in.qk.channel_scale;
+      layer.qv.channel_scale = in.qv.channel_scale;
+    }
     size_t row = 0;
     for (uint32_t rows : in.head_rows) {
       uint32_t kept = 0;
@@ -80,6 +92,10 @@ CacheContents prune(const CacheContents& c, double ratio) {
         layer.scores.push_back(in.scores[row]);
         layer.k.insert(layer.k.end(), in.k.begin() + row * D, in.k.begin() + (row + 1) * D);
         layer.v.insert(layer.v.end(), in.v.begin() + row * D, in.v.begin() + (row + 1) * D);
+        if (quant) {
+          take_row(in.qk, layer.qk, row);
+          take_row(in.qv, layer.qv, row);
+        }
       }
       layer.head_rows.push_back(kept);
     }

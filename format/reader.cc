@@ -14,6 +14,7 @@
 
 #include "format/detail/codec.h"
 #include "format/detail/dtype.h"
+#include "format/detail/quant.h"
 #include "format/detail/reader_impl.h"
 
 namespace kvzip::format {
@@ -89,10 +90,35 @@ std::vector<uint8_t> CacheReader::Impl::decode_small(size_t i) const {
   return std::vector<uint8_t>(stored(i), stored(i) + s.stored);
 }
 
+void CacheReader::Impl::read_quant(uint32_t layer, LayerKv& out) const {
+  const size_t i = kv[layer];
+  const Entry& s = entries[i];
+  const uint32_t* rows = head_rows.data() + uint64_t{layer} * header.n_kv_heads;
+  out.head_rows.assign(rows, rows + header.n_kv_heads);
+  const bool hash = options.verify != Verify::Metadata && !checked[i].load(std::memory_order_acquire);
+  std::vector<uint8_t> raw(s.raw);  // Raw_Size was proved at open to be the layout's size
+  if (s.codec == static_cast<uint32_t>(Codec::Zstd)) {
+    if (hash) check_checksum(i);
+    detail::zstd_decode_into(stored(i), s.stored, raw.data(), s.raw, label(i));
+  } else {
+    read_stored(i, 0, raw.size(), raw.data());
+    if (hash) confirm_checksum(i, detail::xxh64(raw.data(), raw.size()));
+  }
+  detail::parse_quant_section(header, raw.data(), raw.size(), out, label(i));
+}
+
 void CacheReader::Impl::decode_kv(uint32_t layer, float* k, float* v, size_t n) const {
   const size_t i = kv[layer];
   const Entry& s = entries[i];
   const DType t = header.kv_dtype;
+  if (dtype_quantized(t)) {
+    LayerKv q;
+    read_quant(layer, q);
+    dequantize_rows(header, q.head_rows, q.qk, {k, n});
+    dequantize_rows(header, q.head_rows, q.qv, {v, n});
+    if (options.verify != Verify::Metadata) check_finite(layer, k, v, n);
+    return;
+  }
   const size_t half = n * dtype_size(t);
   const bool hash = options.verify != Verify::Metadata && !checked[i].load(std::memory_order_acquire);
   detail::HashSink h;
@@ -297,6 +323,13 @@ LayerKv CacheReader::load_layer(uint32_t layer) const {
   size_t n = static_cast<size_t>(layer_rows(layer) * impl_->header.head_dim);
   out.k.resize(n);
   out.v.resize(n);
+  if (dtype_quantized(impl_->header.kv_dtype)) {  // one read: the stored rows and their values
+    impl_->read_quant(layer, out);
+    dequantize_rows(impl_->header, out.head_rows, out.qk, out.k);
+    dequantize_rows(impl_->header, out.head_rows, out.qv, out.v);
+    if (impl_->options.verify != Verify::Metadata) impl_->check_finite(layer, out.k.data(), out.v.data(), n);
+    return out;
+  }
   read_kv(layer, out.k, out.v);
   return out;
 }

@@ -7,6 +7,7 @@
 
 #include "format/detail/codec.h"
 #include "format/detail/dtype.h"
+#include "format/detail/quant.h"
 #include "format/detail/meta.h"
 #include "format/detail/reader_impl.h"
 
@@ -231,7 +232,8 @@ void parse_index(Ctx c) {
   std::vector<uint8_t> bytes = r.decode_small(r.index);
   r.head_rows.resize(cells);
   r.layer_start.assign(h.n_layers + 1, 0);
-  uint64_t esize = dtype_size(h.kv_dtype);
+  const bool quant = dtype_quantized(h.kv_dtype);
+  const uint64_t esize = quant ? 0 : dtype_size(h.kv_dtype);
   for (uint32_t l = 0; l < h.n_layers; ++l) {
     uint64_t start = 0;
     for (uint32_t hd = 0; hd < h.n_kv_heads; ++hd) {
@@ -248,11 +250,13 @@ void parse_index(Ctx c) {
       start += rows;
     }
     r.layer_start[l + 1] = r.layer_start[l] + start;  // <= 2^10 * 2^10 * 2^32: no overflow
-    auto kv_bytes = checked_mul(start, h.head_dim * 2 * esize);
+    auto kv_bytes = quant ? quant_section_bytes(h, start) : checked_mul(start, h.head_dim * 2 * esize);
     if (!kv_bytes)
       throw Error(Errc::corrupt, r.name + ": count overflow: layer " + std::to_string(l) + " rows " +
                                      std::to_string(start) + " * K/V row bytes does not fit 64 bits");
-    expect_raw(c, r.kv[l], *kv_bytes, "2 * rows * head_dim * dtype size");
+    expect_raw(c, r.kv[l], *kv_bytes,
+               quant ? "2 * (Hkv * D * 4 + rows * (4 * D / group + D * bits / 8)), the q8/q4 layout"
+                     : "2 * rows * head_dim * dtype size");
   }
   uint64_t total = r.layer_start[h.n_layers];
   expect_raw(c, r.positions_entry, total * 4, "4 bytes per kept row");

@@ -11,6 +11,7 @@
 #include "format/detail/dtype.h"
 #include "format/detail/layout.h"
 #include "format/detail/meta.h"
+#include "format/detail/quant.h"
 
 namespace kvzip::format {
 namespace {
@@ -73,27 +74,29 @@ void emit_kv(const LayerKv& layer, DType dtype, Sink& sink) {
   }
 }
 
-void emit_raw(const Planned& s, DType dtype, Sink& sink) {
-  if (s.kind == Kind::Kv)
-    emit_kv(*s.kv, dtype, sink);
+void emit_raw(const Planned& s, const CacheHeader& h, Sink& sink) {
+  if (s.kind == Kind::Kv && dtype_quantized(h.kv_dtype))
+    emit_quant_section(h, *s.kv, sink);
+  else if (s.kind == Kind::Kv)
+    emit_kv(*s.kv, h.kv_dtype, sink);
   else if (!s.raw.empty())
     sink.write(s.raw.data(), s.raw.size());
 }
 
-void encode_section(Planned& s, DType dtype, const WriteOptions& o) {
+void encode_section(Planned& s, const CacheHeader& h, const WriteOptions& o) {
   if (s.codec == Codec::Zstd) {
     ZstdSink z(o.zstd_level, s.raw_size);
-    emit_raw(s, dtype, z);
+    emit_raw(s, h, z);
     s.stored = z.finish();
     s.stored_size = s.stored.size();
     s.checksum = xxh64(s.stored.data(), s.stored.size());
     return;
   }
-  HashSink h;
-  emit_raw(s, dtype, h);
-  KVZIP_ASSERT(h.size() == s.raw_size);
+  HashSink hs;
+  emit_raw(s, h, hs);
+  KVZIP_ASSERT(hs.size() == s.raw_size);
   s.stored_size = s.raw_size;
-  s.checksum = h.digest();
+  s.checksum = hs.digest();
 }
 
 std::vector<Planned> plan(const CacheContents& c, const WriteOptions& o) {
@@ -112,19 +115,21 @@ std::vector<Planned> plan(const CacheContents& c, const WriteOptions& o) {
   small(Kind::Index, encode_index(c), false);
   small(Kind::Positions, concat_layers(c, &LayerKv::positions), false);
   if (c.has_scores) small(Kind::Scores, concat_layers(c, &LayerKv::scores), true);
-  uint32_t esize = dtype_size(c.header.kv_dtype);
+  const bool quant = dtype_quantized(c.header.kv_dtype);
+  const uint32_t esize = quant ? 0 : dtype_size(c.header.kv_dtype);
   for (uint32_t l = 0; l < c.header.n_layers; ++l) {
     Planned s;
     s.kind = Kind::Kv;
     s.layer = l;
     s.codec = zstd && o.compress_kv ? Codec::Zstd : Codec::None;
-    s.raw_size = 2ull * c.layers[l].k.size() * esize;
+    s.raw_size = quant ? *quant_section_bytes(c.header, c.layers[l].positions.size())
+                       : 2ull * c.layers[l].k.size() * esize;
     s.kv = &c.layers[l];
     out.push_back(std::move(s));
   }
   uint64_t offset = 0;
   for (Planned& s : out) {
-    encode_section(s, c.header.kv_dtype, o);
+    encode_section(s, c.header, o);
     s.offset = offset;
     offset += *checked_align(s.stored_size);
   }
@@ -173,7 +178,7 @@ void write_cache(const CacheContents& contents, Sink& sink, const WriteOptions& 
   uint8_t pre[kPreambleSize] = {};
   std::memcpy(pre, kMagic, 8);
   store_u16(pre + kOffMajor, kVersionMajor);
-  store_u16(pre + kOffMinor, kVersionMinor);
+  store_u16(pre + kOffMinor, dtype_min_minor(contents.header.kv_dtype));  // lowest that fits
   store_u64(pre + kOffSectionCount, sections.size());
   store_u64(pre + kOffDataOffset, data_offset);
   store_u64(pre + kOffDataSize, data_size);
@@ -187,7 +192,7 @@ void write_cache(const CacheContents& contents, Sink& sink, const WriteOptions& 
     if (s.codec == Codec::Zstd)
       sink.write(s.stored.data(), s.stored.size());
     else
-      emit_raw(s, contents.header.kv_dtype, sink);
+      emit_raw(s, contents.header, sink);
     write_padding(sink, *checked_align(s.stored_size) - s.stored_size);
   }
 }

@@ -22,12 +22,16 @@
 
 namespace kvzip::loader {
 
-// The ragged cache a file describes, with `room` rows of append room per head.
+// The ragged cache a file describes, with `room` rows of append room per head. K/V are f32 in
+// memory whatever the file stores: f16/bf16 are widened and q8/q4 dequantized one layer at a time
+// (format::CacheReader::read_kv; never the whole file at once). Attending to q8/q4 rows in place
+// (kernels/kv_quant.h, which returns log-sum-exp for merging with the f32 question/answer rows)
+// is the next step, once the attention view has a base and a tail segment.
 RaggedKvCache cache_from_reader(const format::CacheReader& reader, uint32_t room = 512);
 RaggedKvCache cache_from_contents(const format::CacheContents& contents, uint32_t room = 512);
 
 // The cache a file describes, straight into device memory with `room` rows of append room per
-// head (no host cache is built): per layer the K/V are decoded (zstd, f16/bf16 -> f32) or copied
+// head (no host cache is built): per layer the K/V are decoded (zstd, f16/bf16/q8/q4 -> f32) or copied
 // from the mapping into one of two pinned staging buffers while the previous layer's
 // asynchronous copies drain the other, so decoding overlaps the transfers. Errc::unsupported
 // without a CUDA build or device.

@@ -106,8 +106,38 @@ def dump_rows(b, start, meta, fmt):
     return out
 
 
+def dump_quant_kv(b, start, meta, layer):
+    """q8 (4) / q4 (5), spec §12.1: channel scales, group parameters, codes."""
+    D, H, G = meta["model.head_dim"], meta["model.n_kv_heads"], meta["kv.quant.group_size"]
+    bits = 8 if meta["kv.dtype"] == 4 else 4
+    cells = [c for c in heads(meta) if c[0] == layer]
+    R = sum(rows for _, _, rows in cells)
+    out, at = [], start
+    for part in ("K", "V"):
+        for h in range(H):
+            vals = struct.unpack_from(f"<{D}f", b, at)
+            out += dump(at, b[at:at + 4 * D], f"{part} channel scales head {h}: " + " ".join(f"{v:g}" for v in vals))
+            at += 4 * D
+    for part in ("K", "V"):
+        for r in range(R):
+            vals = struct.unpack_from(f"<{2 * (D // G)}e", b, at)
+            text = ", ".join(f"s {vals[2 * g]:g} m {vals[2 * g + 1]:g}" for g in range(D // G))
+            out += dump(at, b[at:at + 4 * (D // G)], f"{part} row {r} groups: {text}")
+            at += 4 * (D // G)
+    n = D * bits // 8
+    for part in ("K", "V"):
+        for r in range(R):
+            row = b[at:at + n]
+            codes = list(row) if bits == 8 else [c for x in row for c in (x & 15, x >> 4)]
+            out += dump(at, row, f"{part} row {r} codes: " + " ".join(map(str, codes)))
+            at += n
+    return out
+
+
 def dump_kv(b, start, meta, layer):
     D, dtype = meta["model.head_dim"], meta["kv.dtype"]
+    if dtype in (4, 5):
+        return dump_quant_kv(b, start, meta, layer)
     if dtype != 1:
         return [f"{start:08x}  (dtype {dtype}: not decoded here)"]
     out, at = [], start

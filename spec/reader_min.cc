@@ -1,4 +1,5 @@
-// reader_min: a second, minimal reader of .kvz v1 written from spec/kvzip_format.md alone, laid
+// reader_min: a second, minimal reader of .kvz v1.x (v1.1: the q8/q4 dtypes included) written from
+// spec/kvzip_format.md alone, laid
 // out in the spec's order (Preamble, Section table, Meta, Index, Positions, Scores, KV). It shares
 // no code with format/; the tests compile it in (tests/format/reader_min_test.cc) and check that
 // both readers agree, and it refuses every damaged file the main reader refuses. It throws
@@ -49,6 +50,7 @@ struct File {
   std::vector<Section> sections;
   std::map<std::string, Value> meta;
   uint64_t n_layers = 0, n_kv_heads = 0, head_dim = 0, dtype = 0, logical = 0, prefix = 0;
+  uint64_t group = 0;  // v1.1 q8/q4: kv.quant.group_size
   bool has_scores = false;
   std::vector<Layer> layers;
 
@@ -169,7 +171,11 @@ static void read_meta(const std::vector<uint8_t>& m, File& f) {
   if (f.n_layers < 1 || f.n_layers > 1024 || f.n_kv_heads < 1 || f.n_kv_heads > 1024 || f.head_dim < 2 ||
       f.head_dim > 4096 || f.head_dim % 2)
     fail("model shape out of range");
-  if (f.dtype < 1 || f.dtype > 3) fail("unknown dtype " + std::to_string(f.dtype));
+  if (f.dtype < 1 || f.dtype > 5) fail("unknown dtype " + std::to_string(f.dtype));
+  if (f.dtype >= 4) {  // q8, q4 (v1.1)
+    f.group = f.u64("kv.quant.group_size");
+    if (f.group < 1 || f.group > f.head_dim || f.head_dim % f.group) fail("bad kv.quant.group_size");
+  }
   if (f.u64("model.rope_layout") != 1) fail("unknown rope layout");
   if (f.prefix != f.u32s("text.prefix_tokens").size() || f.logical != f.prefix + f.u32s("text.document_tokens").size())
     fail("token counts disagree with kv lengths");
@@ -237,6 +243,37 @@ static float decode(uint64_t dtype, const uint8_t* p) {
   return sign * std::ldexp(static_cast<float>(m + 1024), e - 25);
 }
 
+// q8/q4 (§12.1): K scales, V scales (Hkv, D) f32 | K params, V params (R, D/G, 2) f16 |
+// K codes, V codes (R, D·bits/8); x = c[head][j] * fma(scale, code, minimum).
+static void read_quant(const std::vector<uint8_t>& b, const File& f, Layer& layer) {
+  const uint64_t D = f.head_dim, G = f.group, groups = D / G, bits = f.dtype == 4 ? 8 : 4;
+  uint64_t rows = 0;
+  for (uint64_t r : layer.rows) rows += r;
+  const uint64_t scales = f.n_kv_heads * D * 4, params = rows * groups * 4, codes = rows * D * bits / 8;
+  if (b.size() != 2 * (scales + params + codes)) fail("kv section size");
+  for (int block = 0; block < 2; ++block) {
+    const uint8_t* c = &b[block * scales];
+    const uint8_t* p = b.data() + 2 * scales + block * params;
+    const uint8_t* q = b.data() + 2 * scales + 2 * params + block * codes;
+    for (uint64_t i = 0; i < f.n_kv_heads * D; ++i) {
+      float ci = decode(1, c + 4 * i);
+      if (!(ci > 0) || std::isinf(ci)) fail("bad channel scale");
+    }
+    std::vector<float>& out = block ? layer.v : layer.k;
+    for (uint64_t h = 0, row = 0; h < layer.rows.size(); ++h)
+      for (uint64_t i = 0; i < layer.rows[h]; ++i, ++row)
+        for (uint64_t j = 0; j < D; ++j) {
+          const uint8_t* gp = p + (row * groups + j / G) * 4;
+          float scale = decode(2, gp), minimum = decode(2, gp + 2);
+          if (std::isnan(scale) || std::isinf(scale) || scale < 0 || std::isnan(minimum) || std::isinf(minimum))
+            fail("bad group scale or minimum");
+          const uint8_t byte = q[row * D * bits / 8 + (bits == 8 ? j : j / 2)];
+          const uint32_t code = bits == 8 ? byte : (j % 2 ? byte >> 4 : byte & 15);
+          out.push_back(decode(1, c + 4 * (h * D + j)) * std::fma(scale, static_cast<float>(code), minimum));
+        }
+  }
+}
+
 static void read_kv(const std::vector<uint8_t>& b, uint64_t dtype, uint64_t head_dim, Layer& layer) {
   uint64_t rows = 0;
   for (uint64_t r : layer.rows) rows += r;
@@ -271,7 +308,10 @@ inline File read(const uint8_t* p, uint64_t n) {
   for (const Section& s : f.sections) {
     if (s.kind != 4) continue;
     if (s.layer >= f.n_layers || seen[s.layer]++) fail("bad kv section layer");
-    read_kv(payload(data, s), f.dtype, f.head_dim, f.layers[s.layer]);
+    if (f.dtype >= 4)
+      read_quant(payload(data, s), f, f.layers[s.layer]);
+    else
+      read_kv(payload(data, s), f.dtype, f.head_dim, f.layers[s.layer]);
   }
   for (int s : seen)
     if (!s) fail("missing kv section");

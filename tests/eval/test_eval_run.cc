@@ -314,3 +314,44 @@ TEST_CASE("eval runs head-level KVzip from given head scores and refuses it with
   o.head_scores = {0.9f, 0.1f};
   CHECK_THROWS_AS(run_eval(m, docs, o), Error);
 }
+
+TEST_CASE("eval --kv-dtypes: every cache again as a .kvz image of each dtype, compared with f32", "[eval]") {
+  const Model& m = *tiny().model;
+  SquadOptions so;
+  so.unit = DocumentUnit::Paragraph;
+  const std::vector<Document> docs = parse_squad(kSquad, "pets.json", so);
+  EvalOptions o;
+  o.methods = {"kvzip"};
+  o.ratios = {0.5, 1.0};
+  o.kv_dtypes = {"q4", "f32", "f16", "q4"};  // f32 goes first, duplicates drop
+  o.max_answer_tokens = 6;
+  o.threads = 1;
+  o.keep_answers = true;
+  const EvalOptions c = checked(o);
+  CHECK(c.kv_dtypes == std::vector<std::string>{"f32", "q4", "f16"});
+  const EvalReport r = run_eval(m, docs, o);
+  REQUIRE(r.rows.size() == 1 + 2 * 3);
+  CHECK(r.with_kv_dtypes);
+  for (double ratio : {0.5, 1.0}) {
+    std::vector<const EvalRow*> rows;
+    for (const EvalRow& x : r.rows)
+      if (x.method == "kvzip" && x.ratio == ratio) rows.push_back(&x);
+    REQUIRE(rows.size() == 3);
+    CHECK(rows[0]->kv_dtype == "f32");
+    CHECK(rows[0]->file_bytes == 0);  // the f32 rows are the in-memory cache, as before
+    CHECK(rows[1]->kv_dtype == "q4");
+    CHECK(rows[2]->kv_dtype == "f16");
+    CHECK(rows[1]->questions == 4);
+    CHECK(rows[1]->achieved_ratio == rows[0]->achieved_ratio);
+    // Bytes: q4 (4-bit codes + 4 bytes of parameters per 16-value row and block) below f16.
+    CHECK(rows[2]->file_bytes > 0);
+    CHECK(rows[1]->file_bytes < rows[2]->file_bytes);
+    CHECK(rows[1]->kl >= 0.0);
+  }
+  CHECK_THAT(format_table(r), Contains("file_bytes"));
+  const std::string csv = format_csv(r);
+  CHECK(csv.rfind("method,ratio,achieved_ratio,f1,contains,agreement,kl,questions,compress_s,answer_s,kv_dtype,file_bytes,load_ms\n", 0) == 0);
+  CHECK_THAT(format_answers_jsonl(r), Contains("\"kv_dtype\":\"q4\""));
+  o.kv_dtypes = {"q3"};
+  CHECK_THROWS_WITH(checked(o), Contains("q3 is not one of"));
+}

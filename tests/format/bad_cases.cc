@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <functional>
+#include <tuple>
 
 #include "tests/format/patch.h"
 
@@ -142,6 +143,43 @@ std::vector<BadCase> bad_cases(const std::vector<uint8_t>& g) {
   };
   std::vector<BadCase> out;
   for (const Spec& s : specs) out.push_back({s.name, s.code, s.message, s.mode, edited(g, s.edit)});
+  return out;
+}
+
+std::vector<BadCase> bad_quant_cases(const std::vector<uint8_t>& g) {
+  auto kv0_edit = [](const std::function<void(Image&, uint64_t)>& f) {  // edit layer 0's KV, reseal
+    return [f](Image& im) {
+      f(im, im.section_start(4));
+      im.reseal_section(4);
+      im.reseal();
+    };
+  };
+  const std::vector<std::tuple<const char*, Errc, const char*, Edit>> specs = {
+      {"q4_nan_channel_scale.kvz", Errc::corrupt, "K channel scale of head 0 channel 1 is NaN",
+       kv0_edit([](Image& im, uint64_t kv) { im.set_u32(kv + 4, 0x7fc00000u); })},
+      {"q4_zero_channel_scale.kvz", Errc::corrupt, "V channel scale of head 1 channel 0 is 0",
+       kv0_edit([](Image& im, uint64_t kv) { im.set_u32(kv + 32 + 16, 0); })},
+      {"q4_inf_group_scale.kvz", Errc::corrupt, "K head 0 row 0: group 1 scale is infinite",
+       kv0_edit([](Image& im, uint64_t kv) { im.set_u16(kv + 64 + 4, 0x7c00); })},
+      {"q4_nan_group_minimum.kvz", Errc::corrupt, "K head 1 row 1: group 0 minimum is NaN",
+       kv0_edit([](Image& im, uint64_t kv) { im.set_u16(kv + 64 + 6 * 8 + 2, 0x7e00); })},
+      {"q4_truncated_scales.kvz", Errc::corrupt, "the q8/q4 layout",
+       [](Image& im) {  // the section lost the last row of V codes: sizes no longer fit the layout
+         im.set_u64(im.entry(4) + 24, im.stored(4) - 2);
+         im.set_u64(im.entry(4) + 32, im.stored(4));
+         im.reseal_section(4);
+         im.reseal();
+       }},
+      {"q4_bad_group_size.kvz", Errc::corrupt, "kv.quant.group_size': value 3 does not divide head_dim 4",
+       meta_edit([](Image& im) { im.set_u64(im.meta_value("kv.quant.group_size"), 3); })},
+      {"q4_group_size_zero.kvz", Errc::corrupt, "kv.quant.group_size",
+       meta_edit([](Image& im) { im.set_u64(im.meta_value("kv.quant.group_size"), 0); })},
+      {"q4_missing_group_size.kvz", Errc::corrupt, "required meta key 'kv.quant.group_size' is missing",
+       meta_edit([](Image& im) { im.bytes[im.meta_key("kv.quant.group_size") + 3] = 'X'; })},
+      {"q4_truncated_kv.kvz", Errc::truncated, "truncated in section 4 (kv layer 0)", truncate_in(4)},
+  };
+  std::vector<BadCase> out;
+  for (const auto& [name, code, message, edit] : specs) out.push_back({name, code, message, BadMode::Open, edited(g, edit)});
   return out;
 }
 

@@ -25,6 +25,11 @@ struct BadCase {
 
 std::vector<BadCase> bad_cases(const std::vector<uint8_t>& golden_f32);
 
+// Damage specific to the quantized dtypes, derived from the golden tiny_v1_1_q4.kvz (D = 4,
+// groups of 2; section 4 is layer 0's KV: K channel scales at 0, V channel scales at 32, K params
+// at 64): NaN and infinite scales, a truncated parameter block, bad or missing group sizes.
+std::vector<BadCase> bad_quant_cases(const std::vector<uint8_t>& golden_q4);
+
 // tiny_v1_1_unknown_optional.kvz: a v1.1 file whose scores section became an unknown optional
 // kind — a v1.0 reader must skip it and read the rest.
 std::vector<uint8_t> future_minor_file(const std::vector<uint8_t>& golden_f32);

@@ -18,7 +18,12 @@ namespace {
 
 const std::string kBad = "tests/golden/bad/";
 
-std::vector<BadCase> cases() { return bad_cases(read_bytes(source_path("tests/golden/kvz/tiny_v1_f32.kvz"))); }
+std::vector<BadCase> cases() {
+  std::vector<BadCase> all = bad_cases(read_bytes(source_path("tests/golden/kvz/tiny_v1_f32.kvz")));
+  for (BadCase& c : bad_quant_cases(read_bytes(source_path("tests/golden/kvz/tiny_v1_1_q4.kvz"))))
+    all.push_back(std::move(c));
+  return all;
+}
 
 void expect_failure(const BadCase& c, const std::function<void()>& f) {
   try {

@@ -3,8 +3,10 @@
 // when a golden is added: existing goldens are frozen, never regenerated).
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <string>
 
+#include "compress/quantize.h"
 #include "tests/format/bad_cases.h"
 #include "tests/format/fixtures.h"
 
@@ -27,6 +29,13 @@ std::string inspect_text(const std::string& name) {
   return describe(r, {false, name});
 }
 
+// The golden contents stored as q8/q4 with groups of 2 channels (two groups per row of D = 4).
+CacheContents golden_quant(DType dtype) {
+  CacheContents c = golden_contents(DType::F32);
+  set_kv_dtype(c, dtype, 2);
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("generate the golden v1 files", "[.generate-golden]") {
@@ -36,6 +45,43 @@ TEST_CASE("generate the golden v1 files", "[.generate-golden]") {
   write_bytes(source_path(kDir + "tiny_v1_1_unknown_optional.kvz"), future_minor_file(f32));
   std::string text = inspect_text("tiny_v1_f32.kvz");
   write_bytes(source_path(kDir + "tiny_v1_f32.inspect.txt"), std::vector<uint8_t>(text.begin(), text.end()));
+  write_bytes(source_path(kDir + "tiny_v1_1_q4.kvz"), to_bytes(golden_quant(DType::Q4)));
+  write_bytes(source_path(kDir + "tiny_v1_1_q8_zstd.kvz"), to_bytes(golden_quant(DType::Q8), zstd_all()));
+  text = inspect_text("tiny_v1_1_q4.kvz");
+  write_bytes(source_path(kDir + "tiny_v1_1_q4.inspect.txt"), std::vector<uint8_t>(text.begin(), text.end()));
+}
+
+TEST_CASE("the golden q4 and q8 v1.1 files read back their exact stored rows and values", "[format]") {
+  for (auto [name, dtype] : {std::pair{"tiny_v1_1_q4.kvz", DType::Q4}, std::pair{"tiny_v1_1_q8_zstd.kvz", DType::Q8}}) {
+    INFO(name);
+    CacheReader r = CacheReader::open(source_path(kDir + name), {Verify::Full});
+    CHECK(r.version_major() == 1);
+    CHECK(r.version_minor() == 1);  // the lowest minor version that has q8/q4
+    CHECK(r.header().kv_dtype == dtype);
+    CHECK(r.header().kv_group_size == 2);
+    const CacheContents got = r.load();
+    std::string why;
+    CHECK(same_contents(got, golden_quant(dtype), &why));  // stored bytes and reconstructed values
+    INFO(why);
+    // The values are the f32 golden's within a quantization step: the channel maxima here are
+    // below 4.5, so q4 steps are at most 2 * 4.5 / 15 and q8 ones 2 * 4.5 / 255.
+    const CacheContents f32 = golden_contents(DType::F32);
+    const float tol = dtype == DType::Q4 ? 0.31f : 0.02f;
+    for (size_t l = 0; l < got.layers.size(); ++l)
+      for (size_t i = 0; i < got.layers[l].k.size(); ++i) {
+        REQUIRE(std::fabs(got.layers[l].k[i] - f32.layers[l].k[i]) <= tol);
+        REQUIRE(std::fabs(got.layers[l].v[i] - f32.layers[l].v[i]) <= tol);
+      }
+  }
+}
+
+TEST_CASE("this writer reproduces the golden q4 file byte for byte", "[format]") {
+  CHECK(to_bytes(golden_quant(DType::Q4)) == read_bytes(source_path(kDir + "tiny_v1_1_q4.kvz")));
+}
+
+TEST_CASE("inspect of the golden q4 file matches the committed dump", "[format]") {
+  auto want = read_bytes(source_path(kDir + "tiny_v1_1_q4.inspect.txt"));
+  CHECK(inspect_text("tiny_v1_1_q4.kvz") == std::string(want.begin(), want.end()));
 }
 
 TEST_CASE("the golden f32 v1 file reads back its exact contents", "[format]") {

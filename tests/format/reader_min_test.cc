@@ -3,6 +3,7 @@
 // reader_min is compiled into this test unit (it is a standalone .cc with no header of its own).
 #include <catch2/catch.hpp>
 
+#include "compress/quantize.h"
 #include "spec/reader_min.cc"
 #include "tests/format/bad_cases.h"
 #include "tests/format/fixtures.h"
@@ -43,7 +44,8 @@ void check_agree(const std::vector<uint8_t>& bytes) {
 }  // namespace
 
 TEST_CASE("reader_min agrees with the main reader on the golden files", "[format]") {
-  for (const char* name : {"tiny_v1_f32.kvz", "tiny_v1_bf16_zstd.kvz", "tiny_v1_1_unknown_optional.kvz"}) {
+  for (const char* name : {"tiny_v1_f32.kvz", "tiny_v1_bf16_zstd.kvz", "tiny_v1_1_unknown_optional.kvz",
+                           "tiny_v1_1_q4.kvz", "tiny_v1_1_q8_zstd.kvz"}) {
     INFO(name);
     check_agree(read_bytes(source_path(std::string("tests/golden/kvz/") + name)));
   }
@@ -61,8 +63,24 @@ TEST_CASE("reader_min agrees with the main reader on synthetic caches of every d
   check_agree(to_bytes(synthetic(spec), o));
 }
 
+TEST_CASE("reader_min reconstructs q8/q4 rows to the main reader's exact values", "[format]") {
+  auto dtype = GENERATE(DType::Q8, DType::Q4);
+  uint32_t group = GENERATE(0u, 2u, 3u);
+  SyntheticSpec spec;
+  spec.n_kv_heads = 3;
+  spec.head_dim = 6;
+  CacheContents c = synthetic(spec);
+  set_kv_dtype(c, dtype, group);
+  WriteOptions o;
+  o.zstd_level = group == 2 ? 1 : 0;
+  check_agree(to_bytes(c, o));
+}
+
 TEST_CASE("reader_min refuses every damaged file the main reader refuses", "[format]") {
-  for (const BadCase& c : bad_cases(read_bytes(source_path("tests/golden/kvz/tiny_v1_f32.kvz")))) {
+  std::vector<BadCase> all = bad_cases(read_bytes(source_path("tests/golden/kvz/tiny_v1_f32.kvz")));
+  for (BadCase& c : bad_quant_cases(read_bytes(source_path("tests/golden/kvz/tiny_v1_1_q4.kvz"))))
+    all.push_back(std::move(c));
+  for (const BadCase& c : all) {
     if (c.mode != BadMode::Open) continue;
     INFO(c.name);
     CHECK_THROWS_AS(kvz_min::read(c.bytes.data(), c.bytes.size()), std::runtime_error);

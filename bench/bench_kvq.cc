@@ -1,0 +1,69 @@
+// Storage types of a cache file side by side (issue 12): for each .kvz given, its size, the time to
+// open it and build the ragged cache (QuerySession: checksums, decode or dequantize per layer), and
+// decode tokens/s over N tokens from it, on the real model, best of R.
+// Usage: bench_kvq FILE.kvz... [--threads N] [--reps R] [--decode N]
+// Typical input: one document pruned to several ratios and dtypes with `kvzip prune --kv-dtype`.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "loader/loader.h"
+#include "model/model.h"
+#include "model/model_path.h"
+
+using namespace kvzip;
+using Clock = std::chrono::steady_clock;
+
+int main(int argc, char** argv) {
+  std::vector<std::string> files;
+  uint32_t threads = 2, reps = 3, n_decode = 64;
+  for (int i = 1; i < argc; ++i) {
+    const bool has_value = i + 1 < argc;
+    if (!std::strcmp(argv[i], "--threads") && has_value) threads = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--reps") && has_value) reps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--decode") && has_value) n_decode = std::atoi(argv[++i]);
+    else files.push_back(argv[i]);
+  }
+  if (files.empty() || reps == 0 || n_decode < 2) {
+    std::fprintf(stderr, "usage: bench_kvq FILE.kvz... [--threads N] [--reps R] [--decode N>=2]\n");
+    return 2;
+  }
+  try {
+    LoadOptions lo;
+    lo.threads = threads;
+    auto model = Model::load(resolve_model_path(""), lo);
+    const std::string question = "Who was the duke in the battle of Hastings?";
+    loader::SessionOptions so;
+    so.threads = threads;
+    GenerateParams gp;
+    gp.max_tokens = n_decode;  // no stop tokens: always n_decode tokens
+    std::printf("threads %u, best of %u, decode %u tokens\n", threads, reps, n_decode);
+    std::printf("%-40s %6s %6s %12s %9s %9s\n", "file", "dtype", "ratio", "bytes", "load_ms", "tok/s");
+    for (const std::string& path : files) {
+      double load = 1e30, step = 1e30;
+      uint64_t bytes = 0;
+      std::string dtype;
+      double ratio = 0;
+      for (uint32_t r = 0; r < reps; ++r) {
+        const auto t0 = Clock::now();
+        loader::QuerySession s(*model, path, so);
+        load = std::min(load, std::chrono::duration<double>(Clock::now() - t0).count());
+        const loader::Answer a = s.ask(question, gp);
+        step = std::min(step, (a.ms - a.first_token_ms) / 1e3 / double(a.tokens.size() - 1));
+        dtype = format::dtype_name(s.header().kv_dtype);
+        ratio = s.header().achieved_ratio;
+        bytes = format::CacheReader::open(path, {format::Verify::Metadata}).file_size();
+      }
+      std::printf("%-40s %6s %6.2f %12llu %9.1f %9.1f\n", path.c_str(), dtype.c_str(), ratio,
+                  static_cast<unsigned long long>(bytes), load * 1e3, 1.0 / step);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_kvq: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,25 @@
+// The storage dtype of a cache's K/V (compress, prune, import and eval all go through here):
+// set_kv_dtype records the dtype in the header and, for the group-wise quantized q8/q4, quantizes
+// every KV head's rows with kernels/kv_quant.h into LayerKv::qk/qv and replaces the f32 rows by
+// their dequantization, so the contents in memory are exactly what a reader of the file will see.
+// f32/f16/bf16 need nothing here: the writer rounds f16/bf16 itself.
+#pragma once
+#include <cstdint>
+
+#include "format/format.h"
+
+namespace kvzip {
+
+// Channels per quantization group when none is asked for: the whole head (D). Measured on the
+// Normans article (BENCHMARKS.md "Quantized K/V"): with per-head channel scales, a group of D
+// channels costs 4 bytes of parameters per row and block (f16 scale + minimum) for an error a
+// group of 32 lowers by only 11-13% at q4, at twice the parameter bytes.
+inline constexpr uint32_t kDefaultKvGroup = 0;  // 0 = D
+
+// Sets header.kv_dtype (and kv_group_size: `group`, 0 = D, must divide D). For q8/q4 the rows are
+// quantized; a cache that is already q8/q4 with the same dtype and group is left as it is (its
+// stored rows are never quantized twice); another q8/q4 -> re-quantized from its f32 rows.
+// Errc::invalid_argument for a group that does not divide D.
+void set_kv_dtype(format::CacheContents& contents, format::DType dtype, uint32_t group = kDefaultKvGroup);
+
+}  // namespace kvzip

@@ -1,0 +1,33 @@
+// The KV section of the quantized dtypes q8/q4 (spec "Quantized K/V"): its size, the bytes a
+// layer's QuantRows serialise to, the parse back (with the value checks a reader owes: finite,
+// positive channel scales; finite, non-negative group scales; finite minimums) and the one
+// format-side reconstruction x = c * fma(s, q, m). Layout of one layer's section, R = R_l:
+//   K channel scales (Hkv, D) f32 | V channel scales (Hkv, D) f32 |
+//   K params (R, D/Gs, 2) f16     | V params (R, D/Gs, 2) f16     |
+//   K codes (R, D·b/8) u8         | V codes (R, D·b/8) u8
+// Every array starts 4-byte aligned within the section, so a mapped raw section is usable in place.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "format/format.h"
+
+namespace kvzip::format::detail {
+
+// Raw_Size of a q8/q4 KV section of `rows` rows; nullopt when it overflows 64 bits.
+std::optional<uint64_t> quant_section_bytes(const CacheHeader& h, uint64_t rows);
+
+// Appends the section's raw bytes (layout above) for one layer.
+void emit_quant_section(const CacheHeader& h, const LayerKv& layer, Sink& sink);
+
+// Parses a raw section into qk / qv of `layer` (head_rows set) and checks every parameter;
+// errors are Errc::corrupt naming `where`, the block (K or V), head and row.
+void parse_quant_section(const CacheHeader& h, const uint8_t* raw, uint64_t size, LayerKv& layer,
+                         const std::string& where);
+
+// Checks shapes and parameter values of in-memory QuantRows (writer side, Errc::invalid_argument).
+void validate_quant(const CacheHeader& h, const LayerKv& layer, const std::string& at);
+
+}  // namespace kvzip::format::detail

@@ -1,0 +1,175 @@
+// The q8/q4 KV section (format/detail/quant.h): size, serialisation, parse with value checks, and
+// the format's reconstruction of f32 rows. The quantizer itself is kernels/kv_quant.h (format/
+// links only common/); compress::quantize_kv connects the two.
+#include "format/detail/quant.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "format/detail/dtype.h"
+#include "format/detail/layout.h"
+
+namespace kvzip::format {
+namespace {
+
+using namespace detail;
+
+struct Shape {
+  uint64_t D, Gs, groups, code_bytes;  // per row: D/Gs groups, D·bits/8 code bytes
+};
+
+Shape shape_of(const CacheHeader& h) {
+  const uint64_t D = h.head_dim, Gs = h.kv_group_size;
+  KVZIP_ASSERT(dtype_quantized(h.kv_dtype) && Gs > 0 && D % Gs == 0);
+  return {D, Gs, D / Gs, D * dtype_bits(h.kv_dtype) / 8};
+}
+
+bool half_finite(uint16_t b) { return (b & 0x7c00) != 0x7c00; }
+
+// First problem with a row's parameters, or empty.
+std::string check_params(const uint16_t* p, uint64_t groups) {
+  for (uint64_t g = 0; g < groups; ++g) {
+    const uint16_t s = p[2 * g], m = p[2 * g + 1];
+    if (!half_finite(s)) return "group " + std::to_string(g) + " scale is " + (s & 0x3ff ? "NaN" : "infinite");
+    if ((s & 0x8000) && (s & 0x7fff)) return "group " + std::to_string(g) + " scale is negative";
+    if (!half_finite(m)) return "group " + std::to_string(g) + " minimum is " + (m & 0x3ff ? "NaN" : "infinite");
+  }
+  return {};
+}
+
+std::string check_channel(float c) {
+  if (std::isnan(c)) return "is NaN";
+  if (std::isinf(c)) return "is infinite";
+  if (!(c > 0.0f)) return "is " + std::to_string(c) + ", not > 0";
+  return {};
+}
+
+// Head of a row index within a layer.
+uint32_t head_of(std::span<const uint32_t> head_rows, uint64_t row, uint64_t* first) {
+  uint32_t hd = 0;
+  uint64_t f = 0;
+  while (hd + 1 < head_rows.size() && row >= f + head_rows[hd]) f += head_rows[hd++];
+  *first = f;
+  return hd;
+}
+
+// Checks both blocks; `fail(msg)` throws with the caller's class and prefix.
+template <class Fail>
+void check_values(const CacheHeader& h, const LayerKv& layer, Fail fail) {
+  const Shape s = shape_of(h);
+  for (int b = 0; b < 2; ++b) {
+    const QuantRows& q = b ? layer.qv : layer.qk;
+    const char* name = b ? "V" : "K";
+    for (uint64_t i = 0; i < q.channel_scale.size(); ++i) {
+      std::string e = check_channel(q.channel_scale[i]);
+      if (!e.empty())
+        fail(std::string(name) + " channel scale of head " + std::to_string(i / s.D) + " channel " +
+             std::to_string(i % s.D) + " " + e);
+    }
+    const uint64_t rows = q.params.size() / (2 * s.groups);
+    for (uint64_t r = 0; r < rows; ++r) {
+      std::string e = check_params(q.params.data() + r * 2 * s.groups, s.groups);
+      if (e.empty()) continue;
+      uint64_t first = 0;
+      uint32_t hd = head_of(layer.head_rows, r, &first);
+      fail(std::string(name) + " head " + std::to_string(hd) + " row " + std::to_string(r - first) + ": " + e);
+    }
+  }
+}
+
+}  // namespace
+
+void dequantize_rows(const CacheHeader& h, std::span<const uint32_t> head_rows, const QuantRows& q,
+                     std::span<float> x) {
+  const Shape s = shape_of(h);
+  const uint32_t bits = dtype_bits(h.kv_dtype);
+  uint64_t r = 0;
+  for (size_t hd = 0; hd < head_rows.size(); ++hd) {
+    const float* c = q.channel_scale.data() + hd * s.D;
+    for (uint32_t i = 0; i < head_rows[hd]; ++i, ++r) {
+      const uint16_t* p = q.params.data() + r * 2 * s.groups;
+      const uint8_t* codes = q.codes.data() + r * s.code_bytes;
+      float* out = x.data() + r * s.D;
+      for (uint64_t g = 0; g < s.groups; ++g) {
+        const float scale = f16_to_f32(p[2 * g]), mn = f16_to_f32(p[2 * g + 1]);
+        for (uint64_t j = g * s.Gs; j < (g + 1) * s.Gs; ++j) {
+          const uint32_t code = bits == 8 ? codes[j] : (j & 1) ? codes[j >> 1] >> 4 : codes[j >> 1] & 0x0f;
+          out[j] = c[j] * std::fma(scale, static_cast<float>(code), mn);
+        }
+      }
+    }
+  }
+}
+
+namespace detail {
+
+std::optional<uint64_t> quant_section_bytes(const CacheHeader& h, uint64_t rows) {
+  const Shape s = shape_of(h);
+  const uint64_t channels = 4ull * h.n_kv_heads * s.D;  // one block's channel scales
+  auto per_row = checked_add(4 * s.groups, s.code_bytes);
+  if (!per_row) return std::nullopt;
+  auto body = checked_mul(rows, *per_row);
+  if (!body) return std::nullopt;
+  auto block = checked_add(*body, channels);
+  if (!block) return std::nullopt;
+  return checked_mul(*block, 2);
+}
+
+void emit_quant_section(const CacheHeader& h, const LayerKv& layer, Sink& sink) {
+  auto put = [&](const auto& v) {
+    if (!v.empty()) sink.write(v.data(), v.size() * sizeof(v[0]));
+  };
+  put(layer.qk.channel_scale);
+  put(layer.qv.channel_scale);
+  put(layer.qk.params);
+  put(layer.qv.params);
+  put(layer.qk.codes);
+  put(layer.qv.codes);
+}
+
+void parse_quant_section(const CacheHeader& h, const uint8_t* raw, uint64_t size, LayerKv& layer,
+                         const std::string& where) {
+  const Shape s = shape_of(h);
+  uint64_t rows = 0;
+  for (uint32_t n : layer.head_rows) rows += n;
+  KVZIP_ASSERT(quant_section_bytes(h, rows) == size);  // Raw_Size was checked at open
+  const uint8_t* p = raw;
+  auto take = [&](auto& v, uint64_t n) {
+    v.resize(n);
+    if (n) std::memcpy(v.data(), p, n * sizeof(v[0]));
+    p += n * sizeof(v[0]);
+  };
+  take(layer.qk.channel_scale, uint64_t{h.n_kv_heads} * s.D);
+  take(layer.qv.channel_scale, uint64_t{h.n_kv_heads} * s.D);
+  take(layer.qk.params, rows * 2 * s.groups);
+  take(layer.qv.params, rows * 2 * s.groups);
+  take(layer.qk.codes, rows * s.code_bytes);
+  take(layer.qv.codes, rows * s.code_bytes);
+  check_values(h, layer, [&](const std::string& e) { throw Error(Errc::corrupt, where + ": " + e); });
+}
+
+void validate_quant(const CacheHeader& h, const LayerKv& layer, const std::string& at) {
+  auto invalid = [&](const std::string& e) {
+    throw Error(Errc::invalid_argument, "cannot write cache: " + at + ": " + e);
+  };
+  if (!(h.kv_group_size > 0 && h.head_dim % h.kv_group_size == 0))
+    invalid("kv_group_size " + std::to_string(h.kv_group_size) + " does not divide head_dim " +
+            std::to_string(h.head_dim));
+  const Shape s = shape_of(h);
+  const uint64_t rows = layer.positions.size();
+  for (int b = 0; b < 2; ++b) {
+    const QuantRows& q = b ? layer.qv : layer.qk;
+    if (q.empty() && rows > 0)
+      invalid(std::string(b ? "V" : "K") + " rows are not quantized; a " + dtype_name(h.kv_dtype) +
+              " cache is written from quantized rows (compress::quantize_kv)");
+    if (q.channel_scale.size() != uint64_t{h.n_kv_heads} * s.D || q.params.size() != rows * 2 * s.groups ||
+        q.codes.size() != rows * s.code_bytes)
+      invalid(std::string(b ? "V" : "K") + " quantized rows have the wrong shape (channel scales " +
+              std::to_string(q.channel_scale.size()) + ", params " + std::to_string(q.params.size()) +
+              ", code bytes " + std::to_string(q.codes.size()) + " for " + std::to_string(rows) + " rows)");
+  }
+  check_values(h, layer, invalid);
+}
+
+}  // namespace detail
+}  // namespace kvzip::format

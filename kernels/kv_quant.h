@@ -1,0 +1,102 @@
+// Group-wise 8-bit and 4-bit K/V rows: the .kvz q8/q4 storage (spec/kvzip_format.md §12.1) and
+// attention computed directly over it. One KV head's rows share a per-channel scale vector c (D);
+// each row is cut into D/Gs groups of Gs consecutive channels, and a group stores an f16 scale s,
+// an f16 minimum m and one unsigned code q per channel (8 bits, or 4 bits packed two per byte,
+// channel 2i in the low nibble). The value is
+//     x[j] = c[j] * fma(s, q[j], m)          (binary32; fma rounds once)
+// Everything that belongs to a row lives in that row (its params and codes), so dropping rows
+// (re-pruning) never touches the others; the channel scales stay valid for any subset of rows.
+//
+// Attention over quantized rows (kv_quant_attend) returns, with the normalised output, each query's
+// log-sum-exp, so that a caller can merge it with attention over other rows (an f32 tail of
+// question/answer tokens) by the usual softmax merge: that is how a quantized base segment is
+// attended to without expanding it. Today the loader dequantizes per layer into the f32 ragged
+// cache (loader/loader.h); these entries are the compute path for the next step.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/device.h"
+
+namespace kvzip {
+
+// Shape of quantized rows. bits is 8 or 4; group divides D (D even).
+struct KvQuantLayout {
+  uint32_t bits = 4;
+  uint32_t D = 0;
+  uint32_t group = 0;  // Gs: channels per group
+  uint32_t groups() const { return D / group; }                 // per row
+  size_t code_bytes() const { return size_t(D) * bits / 8; }    // per row
+  size_t param_halves() const { return 2 * size_t(groups()); }  // per row: (scale, min) per group
+};
+
+// Read-only view of one KV head's quantized rows (the file's bytes can be used in place).
+struct KvQuantRows {
+  KvQuantLayout layout;
+  size_t rows = 0;
+  const float* channel_scale = nullptr;  // (D)
+  const uint16_t* params = nullptr;      // (rows, D/Gs, 2) f16 bits: scale, min
+  const uint8_t* codes = nullptr;        // (rows, D·bits/8)
+};
+
+// Where kv_quantize_rows writes one KV head's rows.
+struct KvQuantRowsOut {
+  KvQuantLayout layout;
+  size_t rows = 0;
+  float* channel_scale = nullptr;  // (D) written: per-channel max |x| over the rows (1 if 0)
+  uint16_t* params = nullptr;      // (rows, D/Gs, 2)
+  uint8_t* codes = nullptr;        // (rows, D·bits/8)
+};
+
+// Attention of n_q query rows (the GQA group of one KV head) over quantized K and V rows.
+struct KvQuantAttendArgs {
+  const float* q = nullptr;  // (n_q, D) post-RoPE queries
+  uint32_t n_q = 0;
+  KvQuantRows k, v;          // same rows and layout
+  float scale = 0.0f;        // multiplies q·k, normally 1/sqrt(D)
+  float* scores = nullptr;   // (n_q, rows) workspace: the probabilities on return
+  float* out = nullptr;      // (n_q, D) softmax-weighted sum of the value rows
+  float* lse = nullptr;      // optional (n_q): log Σ exp(scale·q·k), for merging segments
+};
+
+namespace cpu {
+// x (rows, D) -> channel scales, params and codes. x must be finite. Deterministic: every build
+// gives the same bits (scalar arithmetic, no contraction-sensitive expressions).
+void kv_quantize_rows(const float* x, const KvQuantRowsOut& out);
+// (rows, D) values of the rows, by the formula at the top of this file.
+void kv_dequantize_rows(const KvQuantRows& in, float* x);
+// scores (n_q, rows) = scale · q · dequant(k)ᵀ, without forming dequant(k): per group,
+// s·Σ (c·q)[j]·code[j] + m·Σ (c·q)[j].
+void kv_quant_scores(const float* q, uint32_t n_q, const KvQuantRows& k, float scale, float* scores);
+// out (n_q, D) = w (n_q, rows) · dequant(v), accumulating s·w and m·w per group before the
+// channel scale is applied once per output.
+void kv_quant_weighted_sum(const float* w, uint32_t n_q, const KvQuantRows& v, float* out);
+// scores, a stable softmax per query row, weighted sum (and lse). rows == 0 gives out = 0 and
+// lse = -inf.
+void kv_quant_attend(const KvQuantAttendArgs& a);
+}  // namespace cpu
+
+namespace cuda {  // kernels/cuda/kv_quant.cu: device pointers, asynchronous on `stream`
+void kv_dequantize_rows(const KvQuantRows& in, float* x, void* stream);
+void kv_quant_scores(const float* q, uint32_t n_q, const KvQuantRows& k, float scale, float* scores,
+                     void* stream);
+}  // namespace cuda
+
+inline void kv_dequantize_rows(const Exec& ex, const KvQuantRows& in, float* x) {
+#if KVZIP_HAVE_CUDA
+  if (ex.device == Device::Cuda) return cuda::kv_dequantize_rows(in, x, ex.stream);
+#endif
+  require_cpu(ex, "kv_dequantize_rows");
+  cpu::kv_dequantize_rows(in, x);
+}
+
+inline void kv_quant_scores(const Exec& ex, const float* q, uint32_t n_q, const KvQuantRows& k,
+                            float scale, float* scores) {
+#if KVZIP_HAVE_CUDA
+  if (ex.device == Device::Cuda) return cuda::kv_quant_scores(q, n_q, k, scale, scores, ex.stream);
+#endif
+  require_cpu(ex, "kv_quant_scores");
+  cpu::kv_quant_scores(q, n_q, k, scale, scores);
+}
+
+}  // namespace kvzip
