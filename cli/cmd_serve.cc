@@ -3,6 +3,7 @@
 // compress jobs stop at their next progress report. A job still running past the grace (scoring
 // or writing) is ended the way any kvzip command ends on SIGTERM: the default handler removes its
 // temporary file (common/atomic_file.h) and the process exits 143, so no partial file remains.
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -10,6 +11,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "kernels/matmul.h"
 #include "common/error.h"
 #include "serve/server.h"
 
@@ -19,7 +21,7 @@ namespace {
 struct ServeOpts {
   std::string caches, model, host = "127.0.0.1", api_key_file, device = "cpu";
   int port = 8080;
-  uint32_t parallel = 8, threads = 0, queue = 64, max_tokens = 4096, step_tokens = 512;
+  uint32_t parallel = 8, threads = 0, queue = 64, max_tokens = 4096, step_tokens = 0;
   uint64_t max_loaded_bytes = uint64_t(4) << 30;
   double grace = 10.0;
   bool quiet = false;
@@ -57,7 +59,8 @@ void run_serve(const ServeOpts& o) {
   so.engine.threads = o.threads;
   so.engine.parallel = o.parallel;
   so.engine.max_queue = o.queue;
-  so.engine.step_tokens = o.step_tokens;
+  // Default: every step on the matmul's 8-bit path (serve/engine.h), with room past --parallel.
+  so.engine.step_tokens = o.step_tokens ? o.step_tokens : std::max(kMatmulInt8MaxT, o.parallel + 16);
   so.max_loaded_bytes = o.max_loaded_bytes;
   so.chat.max_tokens_cap = o.max_tokens;
   so.chat.default_max_tokens = std::min<uint32_t>(256, o.max_tokens);
@@ -104,8 +107,9 @@ void add_serve_commands(CLI::App& app) {
   c->add_option("--port", o->port, "Port (0: any free port)")->capture_default_str();
   c->add_option("--parallel", o->parallel, "Requests decoded together at most")->capture_default_str();
   c->add_option("--queue", o->queue, "Requests waiting for a slot at most (then 429)")->capture_default_str();
-  c->add_option("--step-tokens", o->step_tokens, "Rows per batched step (decode rows + question pieces)")
-      ->capture_default_str();
+  c->add_option("--step-tokens", o->step_tokens,
+                "Rows per batched step (decode rows + question pieces); default max(48, parallel + 16), "
+                "which keeps every step on the 8-bit matmul path");
   c->add_option("--max-tokens", o->max_tokens, "Largest max_tokens a request may ask")->capture_default_str();
   c->add_option("--max-loaded-bytes", o->max_loaded_bytes, "K/V bytes of caches kept loaded (LRU)")
       ->capture_default_str();

@@ -50,6 +50,11 @@ const char* matmul_path_name(MatmulPath p);
 // blocks (avx2) up to T=48; fp32 dequantized slabs + OpenBLAS sgemm beyond".
 std::string matmul_kernels(MatmulPath p);
 
+// Most tokens (rows of X) the Fast path computes with 8-bit activations (kernels/qdot.h); more
+// go through dequantized slabs and sgemm, whose fp32 arithmetic rounds differently. Callers that
+// want one numeric path for every call (the server's batched steps) stay at or below it.
+inline constexpr uint32_t kMatmulInt8MaxT = 48;
+
 // Largest dequantized slab the long-T path holds per call (floats; 16 MiB).
 inline constexpr size_t kMatmulSlabFloats = size_t(4) << 20;
 

@@ -208,6 +208,11 @@ void Engine::step_once() {
   for (Request* r : work) {  // then question pieces, oldest first, as the budget allows
     if (r->done || r->prefilled >= r->spec.prompt.size() || budget == 0) continue;
     const size_t left = r->spec.prompt.size() - r->prefilled;
+    // A question that fits the smallest budget a step can leave (step_tokens - parallel) is read
+    // in one piece, as `kvzip query` reads it, so its attention sums in the same order and greedy
+    // answers match; it waits for a step with room. Longer ones are split as the budget allows.
+    const size_t whole = opt_.step_tokens - opt_.parallel;
+    if (left > budget && left <= whole) continue;
     const uint32_t n = static_cast<uint32_t>(std::min<size_t>(left, budget));
     const bool last = n == left;
     items.push_back(StepItem{r->cache.get(),

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/matmul.h"
 #include "model/model.h"
 #include "model/sampling.h"
 #include "serve/cache_store.h"
@@ -29,7 +30,10 @@ struct EngineOptions {
   uint32_t threads = 0;       // forward threads, 0 = all cores
   uint32_t parallel = 8;      // requests decoded together at most
   uint32_t max_queue = 64;    // requests waiting for a slot at most
-  uint32_t step_tokens = 512; // rows of one step (decode rows + prefill pieces), > parallel
+  // Rows of one step (decode rows + prefill pieces), > parallel. The default keeps every step on
+  // the matmul's 8-bit path (kMatmulInt8MaxT), the path `kvzip query` decodes and reads short
+  // questions on, so batched answers match single ones; larger steps switch to fp32 slabs.
+  uint32_t step_tokens = kMatmulInt8MaxT;
   MatmulPath matmul = MatmulPath::Fast;
 };
 

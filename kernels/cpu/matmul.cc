@@ -33,7 +33,7 @@ using quant::GgmlType;
 // Crossover measured on the AVX2 EPYC (one thread, CPU time, Q4_0/Q4_K/Q6_K 1024 x 2048): qdot runs
 // at ~53 GOP/s for any T >= 4; slabs + sgemm reach it at T ~ 49 and 60-80 GOP/s beyond 56, while
 // the dequantized tiles below stay at ~26.
-constexpr uint32_t kQdotMaxT = 48;
+constexpr uint32_t kQdotMaxT = kMatmulInt8MaxT;
 constexpr uint32_t kTileMaxT = 48;
 // Exact path, up to kGemvMaxT tokens of Q4_0/Q4_1/Q8_0: the register-decoding fp32 GEMV
 // (kernels/qgemv.h), once per token — the same fp32 weight values, 1.6x the tiles' speed.

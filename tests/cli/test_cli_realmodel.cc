@@ -69,7 +69,7 @@ TEST_CASE("query reports stop_reason, and explains a stop at the context limit",
     KVZIP_FORMAT_SKIP("the model ended on a stop token before the context filled");
   CHECK_THAT(full.out, Catch::Matchers::Contains("\"tokens\":" + std::to_string(room + 1) +
                                                  ",") &&
-                           Catch::Matchers::Contains("\"stopped\":false,\"stop_reason\":\"context_full\"}"));
+                           Catch::Matchers::Contains("\"stopped\":false") && Catch::Matchers::Contains("\"stop_reason\":\"context_full\""));
   CHECK_THAT(full.err, Catch::Matchers::Contains("kvzip: note: the answer stopped after " +
                                                  std::to_string(room + 1) + " of the 100 tokens -n allows") &&
                            Catch::Matchers::Contains("context of " + std::to_string(ctx) + " tokens is full"));

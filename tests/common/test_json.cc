@@ -66,6 +66,7 @@ TEST_CASE("parse_json refuses malformed input naming the source", "[common]") {
   CHECK_THROWS_AS(parse_json("\"\xff\"", "f"), Error);        // invalid UTF-8 in a string
   CHECK_THROWS_AS(parse_json("// c\n1", "f"), Error);         // no comments
   CHECK_THROWS_AS(parse_json("", "f"), Error);
+  CHECK_THROWS_AS(parse_json("{\"n\": 1e400}", "f"), Error);  // overflows a double
   try {
     parse_json("[1, 2", "f");
   } catch (const Error& e) {
