@@ -5,6 +5,7 @@
 // the model's own prefix and suffix with few kept rows, so no prefill of 8k tokens is needed.
 #include <catch2/catch.hpp>
 
+#include "common/json.h"
 #include "format/format.h"
 #include "loader/loader.h"
 #include "model/model.h"
@@ -67,9 +68,10 @@ TEST_CASE("query reports stop_reason, and explains a stop at the context limit",
   REQUIRE(full.exit_code == 0);
   if (full.out.find("\"stop_reason\":\"stop_token\"") != std::string::npos)
     KVZIP_FORMAT_SKIP("the model ended on a stop token before the context filled");
-  CHECK_THAT(full.out, Catch::Matchers::Contains("\"tokens\":" + std::to_string(room + 1) +
-                                                 ",") &&
-                           Catch::Matchers::Contains("\"stopped\":false") && Catch::Matchers::Contains("\"stop_reason\":\"context_full\""));
+  const Json line = parse_json(full.out, "query --json");
+  CHECK(line["tokens"] == room + 1);
+  CHECK(line["stopped"] == false);
+  CHECK(line["stop_reason"] == "context_full");
   CHECK_THAT(full.err, Catch::Matchers::Contains("kvzip: note: the answer stopped after " +
                                                  std::to_string(room + 1) + " of the 100 tokens -n allows") &&
                            Catch::Matchers::Contains("context of " + std::to_string(ctx) + " tokens is full"));
