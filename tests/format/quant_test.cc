@@ -113,7 +113,8 @@ TEST_CASE("prune re-prunes a q4 cache without re-quantizing the rows it keeps", 
   }
   CHECK(kept_total > 0);
   // And it writes and reads back as it is.
-  CacheReader r = CacheReader::open_memory(to_bytes(p), {Verify::Full});
+  const std::vector<uint8_t> bytes = to_bytes(p);  // open_memory reads it in place: keep it alive
+  CacheReader r = CacheReader::open_memory(bytes, {Verify::Full});
   std::string why;
   CHECK(same_contents(r.load(), p, &why));
   INFO(why);
