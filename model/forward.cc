@@ -31,11 +31,12 @@ struct Forward::Impl {
   std::vector<int32_t> step_tokens;
   std::vector<float> step_logits;
 
-  void check_cache(const AttentionCache& cache) const;
-  void check_tokens(std::span<const int32_t> tokens) const;
   void run_chunk(AttentionCache& cache, const int32_t* tokens, uint32_t T, uint32_t logits_row0,
                  uint32_t logits_rows, float* logits, AttentionObserver* observer);
   void run_step(std::span<const StepItem> items, uint32_t total);
+  // The context of one chunk of T rows whose positions are in `positions` (RoPE table built
+  // here); the caller sets the cache or the step items and what the last layer may skip.
+  detail::ChunkContext context(uint32_t T);
 };
 
 Forward::Forward(const Weights& weights, ForwardOptions options) {
@@ -58,23 +59,28 @@ uint32_t Forward::threads() const { return impl_->pool.size(); }
 MatmulPath Forward::matmul_path() const { return impl_->opt.matmul; }
 ThreadPool& Forward::pool() { return impl_->pool; }
 
-void Forward::Impl::run_chunk(AttentionCache& cache, const int32_t* tokens, uint32_t T,
-                              uint32_t logits_row0, uint32_t logits_rows, float* logits,
-                              AttentionObserver* observer) {
-  cache.reserve_append(T);  // first: it rejects a length that would overflow the positions
-  std::iota(positions.begin(), positions.begin() + T, cache.logical_length());
+detail::ChunkContext Forward::Impl::context(uint32_t T) {
   build_rope_table(inv_freq, positions.data(), T, &rope);
   detail::ChunkContext c;
   c.w = &w;
   c.ex = Exec{Device::Cpu, &pool};
-  c.trace = &opt.trace;
-  c.cache = &cache;
-  c.observer = observer;
   c.rope = &rope;
   c.positions = positions.data();
   c.T = T;
   c.s = &scratch;
   c.path = opt.matmul;
+  return c;
+}
+
+void Forward::Impl::run_chunk(AttentionCache& cache, const int32_t* tokens, uint32_t T,
+                              uint32_t logits_row0, uint32_t logits_rows, float* logits,
+                              AttentionObserver* observer) {
+  cache.reserve_append(T);  // first: it rejects a length that would overflow the positions
+  std::iota(positions.begin(), positions.begin() + T, cache.logical_length());
+  detail::ChunkContext c = context(T);
+  c.trace = &opt.trace;
+  c.cache = &cache;
+  c.observer = observer;
   c.last_output_unused = logits_rows == 0 && !(opt.trace);
   detail::embed(c, tokens);
   for (uint32_t l = 0; l < w.config.n_layers; ++l) detail::run_layer(c, l);
@@ -82,19 +88,11 @@ void Forward::Impl::run_chunk(AttentionCache& cache, const int32_t* tokens, uint
   if (logits_rows) detail::lm_head(c, logits_row0, logits_rows, logits);
 }
 
-void Forward::Impl::check_cache(const AttentionCache& cache) const {
-  detail::check_forward_inputs(w.config, cache.shape(), {});
-}
-
-void Forward::Impl::check_tokens(std::span<const int32_t> tokens) const {
-  detail::check_forward_inputs(w.config, cache_shape(w.config), tokens);
-}
-
 std::vector<float> Forward::prefill(AttentionCache& cache, std::span<const int32_t> tokens,
                                     LogitsMode mode, AttentionObserver* observer) {
   const ModelConfig& cfg = impl_->w.config;
-  impl_->check_cache(cache);
-  impl_->check_tokens(tokens);
+  detail::check_cache_shape(cfg, cache.shape());
+  detail::check_tokens(cfg, tokens);
   const size_t V = cfg.vocab_size, n = tokens.size();
   std::vector<float> logits;
   if (mode == LogitsMode::Last && n > 0) logits.resize(V);
@@ -144,17 +142,9 @@ void Forward::Impl::run_step(std::span<const StepItem> items, uint32_t total) {
     row += T;
     wanted += it.logits != nullptr;
   }
-  build_rope_table(inv_freq, positions.data(), total, &rope);
-  detail::ChunkContext c;
-  c.w = &w;
-  c.ex = Exec{Device::Cpu, &pool};
+  detail::ChunkContext c = context(total);
   c.cache = items[0].cache;
   c.items = step_items;
-  c.rope = &rope;
-  c.positions = positions.data();
-  c.T = total;
-  c.s = &scratch;
-  c.path = opt.matmul;
   c.last_output_unused = wanted == 0;
   detail::embed(c, step_tokens.data());
   for (uint32_t l = 0; l < w.config.n_layers; ++l) detail::run_layer(c, l);
@@ -189,8 +179,8 @@ void Forward::step(std::span<const StepItem> items) {
       if (items[j].cache == it.cache)
         throw Error(Errc::invalid_argument, "Forward::step: items " + std::to_string(j) + " and " +
                                                 std::to_string(i) + " name the same cache");
-    impl_->check_cache(*it.cache);
-    impl_->check_tokens(it.tokens);
+    detail::check_cache_shape(impl_->w.config, it.cache->shape());
+    detail::check_tokens(impl_->w.config, it.tokens);
     total += it.tokens.size();
   }
   if (total > impl_->opt.chunk)

@@ -293,7 +293,8 @@ std::vector<float> GpuForward::prefill(GpuCache& cache, std::span<const int32_t>
                                        LogitsMode mode, GpuAttentionObserver* observer) {
   Impl& m = *impl_;
   const ModelConfig& cfg = m.cfg;
-  detail::check_forward_inputs(cfg, cache.shape(), tokens);
+  detail::check_cache_shape(cfg, cache.shape());
+  detail::check_tokens(cfg, tokens);
   const size_t V = cfg.vocab_size, n = tokens.size();
   std::vector<float> logits;
   if (mode == LogitsMode::Last && n > 0) logits.resize(V);

@@ -97,13 +97,16 @@ void validate_weights(const Weights& w) {
   }
 }
 
-void check_forward_inputs(const ModelConfig& cfg, CacheShape s, std::span<const int32_t> tokens) {
+void check_cache_shape(const ModelConfig& cfg, CacheShape s) {
   if (!(s == cache_shape(cfg)))
     throw Error(Errc::invalid_argument,
                 "cache shape L=" + std::to_string(s.n_layers) + " Hkv=" + std::to_string(s.n_kv_heads) +
                     " D=" + std::to_string(s.head_dim) + " does not match the model (L=" +
                     std::to_string(cfg.n_layers) + " Hkv=" + std::to_string(cfg.n_kv_heads) +
                     " D=" + std::to_string(cfg.head_dim) + "); create the cache from this model's config");
+}
+
+void check_tokens(const ModelConfig& cfg, std::span<const int32_t> tokens) {
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || static_cast<uint32_t>(tokens[i]) >= cfg.vocab_size)
       throw Error(Errc::invalid_argument, "token id " + std::to_string(tokens[i]) + " at index " +

@@ -14,8 +14,9 @@ namespace kvzip::detail {
 // Throws Errc::invalid_argument naming the first bad field or tensor, its size and the expected one.
 void validate_weights(const Weights& w);
 
-// A forward call's inputs: the cache has the model's shape, every token id is in [0, V).
-// Throws Errc::invalid_argument naming the mismatch or the first bad id and its index.
-void check_forward_inputs(const ModelConfig& cfg, CacheShape cache, std::span<const int32_t> tokens);
+// A forward call's inputs (CPU and GPU, single and batched calls). Errc::invalid_argument:
+// the cache's shape is not the model's (both named); a token id outside [0, V) (id and index).
+void check_cache_shape(const ModelConfig& cfg, CacheShape cache);
+void check_tokens(const ModelConfig& cfg, std::span<const int32_t> tokens);
 
 }  // namespace kvzip::detail

@@ -131,9 +131,14 @@ TEST_CASE("shards partition the ids exactly and stably", "[compress]") {
     }
     for (int c : per) CHECK(c > 1000 / int(n) / 2);  // every share gets a fair part
   }
-  // The rule is xxh64(id) mod N: pinned values, so two builds (or tasks) never disagree.
-  CHECK(shard_of("doc-0", 4) == shard_of("doc-0", 4));
-  CHECK(shard_of("normans", 1) == 0);
+  // The rule is xxh64(id, seed 0) mod N, pinned to values computed with libxxhash directly, so two
+  // builds (or tasks on different machines) never disagree.
+  CHECK(shard_of("doc-0", 4) == 3);
+  CHECK(shard_of("doc-1", 4) == 2);
+  CHECK(shard_of("normans", 4) == 1);
+  CHECK(shard_of("doc-1", 7) == 4);
+  CHECK(shard_of("normans", 16) == 5);
+  CHECK(shard_of("d7", 16) == 10);
 }
 
 TEST_CASE("a corpus run compresses, skips finished outputs on a rerun, and redoes changed or damaged ones", "[compress]") {
