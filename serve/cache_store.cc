@@ -2,6 +2,8 @@
 // loaded caches (see cache_store.h for the invariants).
 #include "serve/cache_store.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <filesystem>
 
@@ -20,6 +22,20 @@ CacheStore::CacheStore(const Model& model, std::string dir, uint64_t max_loaded_
     throw Error(Errc::not_found, "caches folder " + dir_ + " does not exist or is not a folder");
 }
 
+namespace {
+
+// The file's identity now; nullopt when there is none. Files are replaced by rename (atomic
+// writes, here and in every other replica sharing the folder), which gives a new inode.
+std::optional<FileStamp> stamp_of(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  return FileStamp{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
+                   static_cast<uint64_t>(st.st_size),
+                   static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+}
+
+}  // namespace
+
 bool CacheStore::valid_id(std::string_view id) { return valid_cache_id(id); }
 
 std::string CacheStore::path_of(std::string_view id) const {
@@ -32,35 +48,45 @@ std::string CacheStore::path_of(std::string_view id) const {
 
 std::shared_ptr<const LoadedCache> CacheStore::load(const std::string& id) const {
   const std::string path = path_of(id);
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec))
-    throw Error(Errc::not_found, "no cache \"" + id + "\" (" + path + ")");
+  // Stamped before reading: a file replaced meanwhile only costs one more load later.
+  const std::optional<FileStamp> stamp = stamp_of(path);
+  if (!stamp) throw Error(Errc::not_found, "no cache \"" + id + "\" (" + path + ")");
   format::CacheReader reader = format::CacheReader::open(path);
   reader.check_model(model_.fingerprint(), /*force=*/false);
   format::check_shape(reader.header(), model_.config());
   auto out = std::make_shared<LoadedCache>(
-      LoadedCache{id, reader.header(), loader::cache_from_reader(reader, /*room=*/1), 0});
+      LoadedCache{id, reader.header(), loader::cache_from_reader(reader, /*room=*/1), 0, *stamp});
   out->header.document_text.clear();  // requests never read it; it may be large
   out->bytes = out->cache.bytes_kept();
   return out;
 }
 
+std::shared_ptr<const LoadedCache> CacheStore::find_current_locked(const std::string& id,
+                                                                  const std::optional<FileStamp>& now) {
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return nullptr;
+  if (!now || !(*now == it->second.cache->stamp)) {  // removed or replaced behind our back
+    forget_locked(id);
+    return nullptr;
+  }
+  lru_.splice(lru_.begin(), lru_, it->second.lru);
+  return it->second.cache;
+}
+
 std::shared_ptr<const LoadedCache> CacheStore::acquire(const std::string& id) {
-  path_of(id);  // the id check, before any lock
+  const std::string path = path_of(id);  // the id check, before any lock
+  // One stat a request: the folder may be shared with other replicas, which can replace or
+  // remove a file this one has loaded; the loaded copy is used only while it is still the file.
   {
+    const std::optional<FileStamp> now = stamp_of(path);
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = entries_.find(id); it != entries_.end()) {
-      lru_.splice(lru_.begin(), lru_, it->second.lru);
-      return it->second.cache;
-    }
+    if (auto hit = find_current_locked(id, now)) return hit;
   }
   std::lock_guard<std::mutex> loading(load_mu_);
   {
+    const std::optional<FileStamp> now = stamp_of(path);
     std::lock_guard<std::mutex> lock(mu_);  // another thread may have loaded it meanwhile
-    if (auto it = entries_.find(id); it != entries_.end()) {
-      lru_.splice(lru_.begin(), lru_, it->second.lru);
-      return it->second.cache;
-    }
+    if (auto hit = find_current_locked(id, now)) return hit;
   }
   std::shared_ptr<const LoadedCache> fresh = load(id);
   std::lock_guard<std::mutex> lock(mu_);

@@ -4,6 +4,10 @@
 // RaggedKvCache that every request on it shares read-only (model/branch_cache.h); requests hold a
 // shared_ptr, so an entry in use is never evicted (an entry is in use while anyone but the store
 // holds it), and a deleted or replaced file only leaves the LRU once its last request ends.
+// Several servers may share one folder (replicas behind a proxy, docs/scale-out.md): the store
+// keeps no state another one cannot rebuild from the folder, and a loaded copy is used only while
+// the file is still the one it was loaded from (acquire() compares a FileStamp), so a cache
+// replaced or removed through another replica is reloaded or reported missing here.
 // Thread-safe: every method may be called from any thread.
 #pragma once
 #include <cstdint>
@@ -11,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -22,11 +27,19 @@
 
 namespace kvzip::serve {
 
+// Which file a loaded cache came from (device, inode, size, modification time).
+struct FileStamp {
+  uint64_t dev = 0, ino = 0, size = 0;
+  int64_t mtime_ns = 0;
+  bool operator==(const FileStamp&) const = default;
+};
+
 struct LoadedCache {
   std::string id;
   format::CacheHeader header;
   RaggedKvCache cache;  // the compressed state, never appended to
   uint64_t bytes = 0;   // K/V bytes held (RaggedKvCache::bytes_kept)
+  FileStamp stamp;      // the file as it was when loaded
 };
 
 struct CacheInfo {
@@ -74,6 +87,10 @@ class CacheStore {
     std::list<std::string>::iterator lru;  // position in lru_ (front: most recent)
   };
   std::shared_ptr<const LoadedCache> load(const std::string& id) const;
+  // The entry for `id` if the file still has the stamp it was loaded with (`now`: its stamp
+  // now); otherwise forgets the entry and returns null. Holds mu_.
+  std::shared_ptr<const LoadedCache> find_current_locked(const std::string& id,
+                                                         const std::optional<FileStamp>& now);
   void forget_locked(const std::string& id);
 
   const Model& model_;

@@ -98,8 +98,15 @@ json job_json(const JobStatus& s) {
   return j;
 }
 
+// The path form of a pinned cache: /c/{cache}/v1/...
+const std::string kPinnedPrefix = R"(/c/([^/]+))";
+
 // Route label for metrics: the pattern, never the raw path (ids would explode the label set).
 std::string route_of(const std::string& path) {
+  if (path.rfind("/c/", 0) == 0) {
+    const size_t slash = path.find('/', 3);
+    return slash == std::string::npos ? "other" : "/c/{cache}" + route_of(path.substr(slash));
+  }
   for (const char* p : {"/v1/chat/completions", "/v1/models", "/v1/caches", "/health", "/metrics"})
     if (path == p) return p;
   if (path.rfind("/v1/caches/", 0) == 0) return "/v1/caches/{id}";
@@ -112,10 +119,43 @@ std::mutex log_mu;
 
 }  // namespace
 
+std::string Scope::pinned(const std::string& given, const char* param) const {
+  if (!cache) return given;
+  if (given.empty() || given == *cache) return *cache;
+  throw ApiError(400, "invalid_request_error", "cache_mismatch",
+                 "the path /c/" + cache->substr(0, 64) + "/ pins cache \"" + cache->substr(0, 64) +
+                     "\" but the request names \"" + given.substr(0, 64) + "\"",
+                 param);
+}
+
 Server::Impl::Impl(const Model& m, ServerOptions o)
     : model(m), opt(std::move(o)), store(m, opt.caches_dir, opt.max_loaded_bytes),
       engine(m, opt.engine), jobs(m, store, opt.max_jobs) {
   routes();
+}
+
+void Server::Impl::on(Method method, const std::string& pattern, Route route) {
+  for (const bool prefixed : {false, true}) {
+    auto handler = [route, prefixed](const httplib::Request& req, httplib::Response& res) {
+      guarded(res, [&] {
+        Scope scope;
+        size_t first = 1;
+        if (prefixed) {
+          scope.cache = req.matches[1];
+          first = 2;
+        }
+        for (size_t i = first; i < req.matches.size(); ++i) scope.args.push_back(req.matches[i]);
+        route(req, res, scope);
+      });
+    };
+    const std::string path = prefixed ? kPinnedPrefix + pattern : pattern;
+    switch (method) {
+      case Method::Get: http.Get(path, handler); break;
+      case Method::Post: http.Post(path, handler); break;
+      case Method::Put: http.Put(path, handler); break;
+      case Method::Delete: http.Delete(path, handler); break;
+    }
+  }
 }
 
 void Server::Impl::routes() {
@@ -174,122 +214,121 @@ void Server::Impl::routes() {
     return parse_object(req.body);
   };
 
-  http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    guarded(res, [&] { chat_completions(req, res); });
+  on(Method::Post, "/v1/chat/completions",
+     [this](const httplib::Request& req, httplib::Response& res, const Scope& scope) {
+       chat_completions(req, res, scope);
+     });
+  // Under /c/{cache}/ the lists still name every cache of the shared folder: the prefix only
+  // routes, and an `openai` client whose base URL carries it lists models as usual.
+  on(Method::Get, "/v1/models", [this](const httplib::Request&, httplib::Response& res, const Scope&) {
+    json data = json::array();
+    for (const CacheInfo& ci : store.list())
+      data.push_back({{"id", ci.id}, {"object", "model"}, {"created", ci.header.created_unix},
+                      {"owned_by", "kvzip"}});
+    send_json(res, 200, {{"object", "list"}, {"data", data}});
   });
-  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    guarded(res, [&] {
-      json data = json::array();
-      for (const CacheInfo& ci : store.list())
-        data.push_back({{"id", ci.id}, {"object", "model"}, {"created", ci.header.created_unix},
-                        {"owned_by", "kvzip"}});
-      send_json(res, 200, {{"object", "list"}, {"data", data}});
-    });
+  on(Method::Get, "/v1/caches", [this](const httplib::Request&, httplib::Response& res, const Scope&) {
+    json data = json::array();
+    for (const CacheInfo& ci : store.list()) data.push_back(cache_json(ci));
+    send_json(res, 200, {{"object", "list"}, {"data", data}});
   });
-  http.Get("/v1/caches", [this](const httplib::Request&, httplib::Response& res) {
-    guarded(res, [&] {
-      json data = json::array();
-      for (const CacheInfo& ci : store.list()) data.push_back(cache_json(ci));
-      send_json(res, 200, {{"object", "list"}, {"data", data}});
-    });
-  });
-  http.Get(R"(/v1/caches/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
-    guarded(res, [&] { send_json(res, 200, cache_json(store.info(req.matches[1]))); });
-  });
-  http.Delete(R"(/v1/caches/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
-    guarded(res, [&] {
-      const std::string id = req.matches[1];
-      store.remove(id);
-      send_json(res, 200, {{"id", id}, {"object", "cache"}, {"deleted", true}});
-    });
-  });
-  http.Put(R"(/v1/caches/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
-    guarded(res, [&] {
-      const std::string id = req.matches[1];
-      store.path_of(id);  // the id check first
-      if (jobs.busy(id))
-        throw ApiError(409, "invalid_request_error", "conflict", "a compress job is writing cache " + id);
-      const bool replace = req.get_param_value("replace") == "true";
-      try {
-        store.put(id, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(req.body.data()),
-                                              req.body.size()), replace);
-      } catch (const Error& e) {
-        if (e.code() == Errc::invalid_argument && !replace)
-          throw ApiError(409, "invalid_request_error", "conflict",
-                         "cache " + id + " exists; PUT with ?replace=true to replace it");
-        if (e.code() == Errc::model_mismatch || e.code() == Errc::io) throw;
-        throw ApiError(400, "invalid_request_error", errc_name(e.code()),
-                       std::string("the uploaded .kvz is not valid: ") + e.what());
-      }
-      send_json(res, 201, cache_json(store.info(id)));
-    });
-  });
-  http.Post("/v1/caches", [this, json_body](const httplib::Request& req, httplib::Response& res) {
-    guarded(res, [&] {
-      if (draining) throw ApiError(503, "server_error", "shutting_down", "the server is shutting down", {}, 5);
-      const json j = json_body(req, opt.max_document_bytes + 4096);
-      auto str = [&](const char* k, const std::string& def) {
-        if (!j.contains(k) || j[k].is_null()) return def;
-        if (!j[k].is_string()) throw ApiError(400, "invalid_request_error", "invalid_value",
-                                              std::string(k) + " must be a string", k);
-        return j[k].get<std::string>();
-      };
-      const std::string id = str("id", "");
-      const std::string text = str("text", str("document", ""));
-      if (id.empty()) throw ApiError(400, "invalid_request_error", "invalid_value", "id is required", "id");
-      store.path_of(id);
-      if (text.find_first_not_of(" \t\r\n") == std::string::npos)
-        throw ApiError(400, "invalid_request_error", "invalid_value", "text (the document) is required", "text");
-      if (text.size() > opt.max_document_bytes)
-        throw ApiError(413, "invalid_request_error", "body_too_large", "the document is too large", "text");
-      bool replace = false;
-      if (j.contains("replace")) {
-        if (!j["replace"].is_boolean())
-          throw ApiError(400, "invalid_request_error", "invalid_value", "replace must be a boolean", "replace");
-        replace = j["replace"].get<bool>();
-      }
-      CompressFileOptions fo;
-      fo.compress.method = str("method", "kvzip");
-      if (fo.compress.method == "kvzip-head")
-        throw ApiError(400, "invalid_request_error", "unsupported",
-                       "kvzip-head needs a head-scores file: compress with the CLI and PUT the .kvz", "method");
-      if (j.contains("ratio")) {
-        if (!j["ratio"].is_number())
-          throw ApiError(400, "invalid_request_error", "invalid_value", "ratio must be a number", "ratio");
-        fo.compress.ratio = j["ratio"].get<double>();
-      }
-      uint32_t chunk = 2048;
-      if (j.contains("chunk")) {
-        if (!j["chunk"].is_number_integer() || j["chunk"].get<int64_t>() < 1 || j["chunk"].get<int64_t>() > 65536)
-          throw ApiError(400, "invalid_request_error", "invalid_value", "chunk must be an integer in [1, 65536]", "chunk");
-        chunk = static_cast<uint32_t>(j["chunk"].get<int64_t>());
-      }
-      fo.compress.scorer = make_scorer_options(model.chat(), chunk, 0);
-      fo.system = str("system", "");
-      fo.query_template = str("query_template", fo.query_template);
-      fo.write.force = replace;
-      fo.threads = opt.compress_threads;
-      make_method_scorer(fo.compress);  // a bad method or ratio fails now, not in the job
-      if (fo.query_template.find("{question}") == std::string::npos)
-        throw ApiError(400, "invalid_request_error", "invalid_value", "query_template must contain {question}", "query_template");
-      if (!replace && std::filesystem::exists(store.path_of(id)))
-        throw ApiError(409, "invalid_request_error", "conflict", "cache " + id + " exists; send \"replace\": true", "id");
-      if (jobs.busy(id))
-        throw ApiError(409, "invalid_request_error", "conflict", "a compress job is already writing cache " + id, "id");
-      const auto job = jobs.submit(id, text, fo);
-      if (!job)
-        throw ApiError(429, "rate_limit_error", "too_many_jobs", "too many compress jobs; retry later", {}, 10);
-      res.set_header("Location", "/v1/jobs/" + *job);
-      send_json(res, 202, job_json(*jobs.get(*job)));
-    });
-  });
-  http.Get(R"(/v1/jobs/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
-    guarded(res, [&] {
-      const auto s = jobs.get(req.matches[1]);
-      if (!s) throw ApiError(404, "not_found_error", "job_not_found", "no such job");
-      send_json(res, 200, job_json(*s));
-    });
-  });
+  on(Method::Get, R"(/v1/caches/([^/]+))",
+     [this](const httplib::Request&, httplib::Response& res, const Scope& scope) {
+       send_json(res, 200, cache_json(store.info(scope.pinned(scope.args[0], "id"))));
+     });
+  on(Method::Delete, R"(/v1/caches/([^/]+))",
+     [this](const httplib::Request&, httplib::Response& res, const Scope& scope) {
+       const std::string id = scope.pinned(scope.args[0], "id");
+       store.remove(id);
+       send_json(res, 200, {{"id", id}, {"object", "cache"}, {"deleted", true}});
+     });
+  on(Method::Put, R"(/v1/caches/([^/]+))",
+     [this](const httplib::Request& req, httplib::Response& res, const Scope& scope) {
+       const std::string id = scope.pinned(scope.args[0], "id");
+       store.path_of(id);  // the id check first
+       if (jobs.busy(id))
+         throw ApiError(409, "invalid_request_error", "conflict", "a compress job is writing cache " + id);
+       const bool replace = req.get_param_value("replace") == "true";
+       try {
+         store.put(id, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(req.body.data()),
+                                               req.body.size()), replace);
+       } catch (const Error& e) {
+         if (e.code() == Errc::invalid_argument && !replace)
+           throw ApiError(409, "invalid_request_error", "conflict",
+                          "cache " + id + " exists; PUT with ?replace=true to replace it");
+         if (e.code() == Errc::model_mismatch || e.code() == Errc::io) throw;
+         throw ApiError(400, "invalid_request_error", errc_name(e.code()),
+                        std::string("the uploaded .kvz is not valid: ") + e.what());
+       }
+       send_json(res, 201, cache_json(store.info(id)));
+     });
+  on(Method::Post, "/v1/caches",
+     [this, json_body](const httplib::Request& req, httplib::Response& res, const Scope& scope) {
+       if (draining) throw ApiError(503, "server_error", "shutting_down", "the server is shutting down", {}, 5);
+       const json j = json_body(req, opt.max_document_bytes + 4096);
+       auto str = [&](const char* k, const std::string& def) {
+         if (!j.contains(k) || j[k].is_null()) return def;
+         if (!j[k].is_string()) throw ApiError(400, "invalid_request_error", "invalid_value",
+                                               std::string(k) + " must be a string", k);
+         return j[k].get<std::string>();
+       };
+       const std::string id = scope.pinned(str("id", ""), "id");
+       const std::string text = str("text", str("document", ""));
+       if (id.empty()) throw ApiError(400, "invalid_request_error", "invalid_value", "id is required", "id");
+       store.path_of(id);
+       if (text.find_first_not_of(" \t\r\n") == std::string::npos)
+         throw ApiError(400, "invalid_request_error", "invalid_value", "text (the document) is required", "text");
+       if (text.size() > opt.max_document_bytes)
+         throw ApiError(413, "invalid_request_error", "body_too_large", "the document is too large", "text");
+       bool replace = false;
+       if (j.contains("replace")) {
+         if (!j["replace"].is_boolean())
+           throw ApiError(400, "invalid_request_error", "invalid_value", "replace must be a boolean", "replace");
+         replace = j["replace"].get<bool>();
+       }
+       CompressFileOptions fo;
+       fo.compress.method = str("method", "kvzip");
+       if (fo.compress.method == "kvzip-head")
+         throw ApiError(400, "invalid_request_error", "unsupported",
+                        "kvzip-head needs a head-scores file: compress with the CLI and PUT the .kvz", "method");
+       if (j.contains("ratio")) {
+         if (!j["ratio"].is_number())
+           throw ApiError(400, "invalid_request_error", "invalid_value", "ratio must be a number", "ratio");
+         fo.compress.ratio = j["ratio"].get<double>();
+       }
+       uint32_t chunk = 2048;
+       if (j.contains("chunk")) {
+         if (!j["chunk"].is_number_integer() || j["chunk"].get<int64_t>() < 1 || j["chunk"].get<int64_t>() > 65536)
+           throw ApiError(400, "invalid_request_error", "invalid_value", "chunk must be an integer in [1, 65536]", "chunk");
+         chunk = static_cast<uint32_t>(j["chunk"].get<int64_t>());
+       }
+       fo.compress.scorer = make_scorer_options(model.chat(), chunk, 0);
+       fo.system = str("system", "");
+       fo.query_template = str("query_template", fo.query_template);
+       fo.write.force = replace;
+       fo.threads = opt.compress_threads;
+       make_method_scorer(fo.compress);  // a bad method or ratio fails now, not in the job
+       if (fo.query_template.find("{question}") == std::string::npos)
+         throw ApiError(400, "invalid_request_error", "invalid_value", "query_template must contain {question}", "query_template");
+       if (!replace && std::filesystem::exists(store.path_of(id)))
+         throw ApiError(409, "invalid_request_error", "conflict", "cache " + id + " exists; send \"replace\": true", "id");
+       if (jobs.busy(id))
+         throw ApiError(409, "invalid_request_error", "conflict", "a compress job is already writing cache " + id, "id");
+       const auto job = jobs.submit(id, text, fo);
+       if (!job)
+         throw ApiError(429, "rate_limit_error", "too_many_jobs", "too many compress jobs; retry later", {}, 10);
+       // Under /c/{cache}/ the job's URL keeps the prefix, so the proxy asks the replica running it.
+       res.set_header("Location", (scope.cache ? "/c/" + *scope.cache : std::string()) + "/v1/jobs/" + *job);
+       send_json(res, 202, job_json(*jobs.get(*job)));
+     });
+  // Jobs live in the memory of the replica that runs them (their output is an atomic file in
+  // the shared folder, so a job lost with its replica is simply submitted again).
+  on(Method::Get, R"(/v1/jobs/([^/]+))",
+     [this](const httplib::Request&, httplib::Response& res, const Scope& scope) {
+       const auto s = jobs.get(scope.args[0]);
+       if (!s) throw ApiError(404, "not_found_error", "job_not_found", "no such job");
+       send_json(res, 200, job_json(*s));
+     });
   http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     send_json(res, draining ? 503 : 200, {{"status", draining ? "draining" : "ok"}});
   });

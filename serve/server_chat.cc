@@ -35,12 +35,14 @@ std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 
 }  // namespace
 
-void Server::Impl::chat_completions(const httplib::Request& req, httplib::Response& res) {
+void Server::Impl::chat_completions(const httplib::Request& req, httplib::Response& res,
+                                    const Scope& scope) {
   if (req.body.size() > opt.max_json_bytes)
     throw ApiError(413, "invalid_request_error", "body_too_large",
                    "the body is " + std::to_string(req.body.size()) + " bytes; at most " +
                        std::to_string(opt.max_json_bytes));
-  const ChatRequest cr = parse_chat_request(req.body, opt.chat);
+  ChatRequest cr = parse_chat_request(req.body, opt.chat);
+  cr.cache = scope.pinned(cr.cache, "model");
   if (draining) throw ApiError(503, "server_error", "shutting_down", "the server is shutting down", {}, 5);
   if (!CacheStore::valid_id(cr.cache))
     throw ApiError(404, "not_found_error", "model_not_found",

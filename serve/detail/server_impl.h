@@ -4,8 +4,11 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "serve/cache_store.h"
 #include "serve/engine.h"
@@ -14,6 +17,17 @@
 #include "serve/server.h"
 
 namespace kvzip::serve {
+
+// What a route's path says. Every /v1 route is served twice: as itself and as
+// /c/{cache}/v1/..., the form a proxy hashes on to send one document's requests to one replica
+// (docs/scale-out.md). The prefix pins the cache: a request under it may only name that cache.
+struct Scope {
+  std::optional<std::string> cache;  // set for the /c/{cache}/ form
+  std::vector<std::string> args;     // the route's own captures, e.g. {id} of /v1/caches/{id}
+  // The cache a request names (`given`, from its path or body; empty: not named), checked against
+  // the pinned one: under /c/{cache}/ an empty name means that cache and another name is a 400.
+  std::string pinned(const std::string& given, const char* param) const;
+};
 
 struct Server::Impl {
   const Model& model;
@@ -27,8 +41,12 @@ struct Server::Impl {
   std::atomic<uint64_t> next_completion{1};
 
   Impl(const Model& m, ServerOptions o);
+  using Route = std::function<void(const httplib::Request&, httplib::Response&, const Scope&)>;
+  enum class Method { Get, Post, Put, Delete };
   void routes();
-  void chat_completions(const httplib::Request& req, httplib::Response& res);
+  // Registers `route` for `pattern` (starting with /v1/) and for /c/{cache}`pattern`.
+  void on(Method method, const std::string& pattern, Route route);
+  void chat_completions(const httplib::Request& req, httplib::Response& res, const Scope& scope);
 };
 
 namespace detail {

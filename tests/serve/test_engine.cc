@@ -269,3 +269,27 @@ TEST_CASE("cache ids cannot leave the folder; uploads are verified before they l
   for (const auto& de : std::filesystem::directory_iterator(f.caches))
     CHECK(de.path().filename().string().find(".tmp.") == std::string::npos);
 }
+
+TEST_CASE("servers sharing one folder see each other's replacements and removals", "[serve]") {
+  Fixture f;
+  // Two replicas over the same folder (docs/scale-out.md): each keeps its own loaded copies.
+  CacheStore a(*f.model, f.caches, uint64_t(1) << 30);
+  CacheStore b(*f.model, f.caches, uint64_t(1) << 30);
+  const auto old0 = a.acquire("doc0");
+  const auto doc1 = a.acquire("doc1");
+  CHECK(a.acquire("doc0") == old0);  // unchanged file: the loaded copy is reused
+  std::ifstream in(f.caches + "/doc2.kvz", std::ios::binary);
+  const std::vector<uint8_t> bytes2((std::istreambuf_iterator<char>(in)), {});
+  b.put("doc0", bytes2, /*replace=*/true);  // b replaces doc0 with doc2's content
+  const auto new0 = a.acquire("doc0");
+  CHECK(new0 != old0);
+  CHECK(new0->header.document_tokens == b.acquire("doc2")->header.document_tokens);
+  CHECK(new0->header.document_tokens != old0->header.document_tokens);
+  CHECK(old0->cache.bytes_kept() > 0);  // a request still holding the old copy keeps it intact
+  b.remove("doc1");
+  CHECK_THROWS_MATCHES(a.acquire("doc1"), Error, Catch::Matchers::Predicate<Error>([](const Error& e) {
+                         return e.code() == Errc::not_found;
+                       }));
+  CHECK(a.loaded_count() == 1);  // doc1's stale copy is gone from a's LRU too
+  CHECK(doc1->id == "doc1");
+}
