@@ -4,13 +4,14 @@
 # Tests tagged [realmodel] use the real model; they find it through $KVZIP_MODEL. Here the model
 # is fetched, so KVZIP_REQUIRE_MODEL=1 turns a [realmodel] skip (model missing) into a failure;
 # [cuda] tests without a GPU are reported by CTest as skipped (tests/support/skip.h). The Slurm
-# test brings up its own one-node cluster; KVZIP_REQUIRE_SLURM=1 makes its skip a failure.
+# test brings up its own one-node cluster; KVZIP_REQUIRE_SLURM=1 makes its skip a failure. The
+# serve failover test runs its own nginx; KVZIP_REQUIRE_NGINX=1 makes its skip a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
 bash scripts/install-deps.sh --test
 KVZIP_MODEL=$(bash scripts/fetch-model.sh)
-export KVZIP_MODEL KVZIP_REQUIRE_MODEL=1 KVZIP_REQUIRE_SLURM=1
+export KVZIP_MODEL KVZIP_REQUIRE_MODEL=1 KVZIP_REQUIRE_SLURM=1 KVZIP_REQUIRE_NGINX=1
 
 echo "== build (Release) =="
 bash scripts/build.sh build

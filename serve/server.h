@@ -2,6 +2,8 @@
 //   POST /v1/chat/completions  (stream: server-sent events)   GET /v1/models
 //   GET /v1/caches, GET|PUT|DELETE /v1/caches/{id}, POST /v1/caches (a compress job),
 //   GET /v1/jobs/{id}, GET /health, GET /metrics (Prometheus text)
+//   and each /v1 route again as /c/{cache}/v1/..., which pins the cache (for a proxy's consistent
+//   hashing across replicas that share the caches folder: docs/scale-out.md)
 // Safety: binds 127.0.0.1 unless told otherwise; with an API key every route but /health needs
 // `Authorization: Bearer <key>` (compared in constant time); bodies, questions, max_tokens, the
 // request queue and the job queue are capped; cache ids are checked (serve/cache_store.h); every

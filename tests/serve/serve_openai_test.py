@@ -1,5 +1,5 @@
 """Integration test of `kvzip serve` with the official `openai` Python client (pinned by
-tests/serve/run_openai_test.sh, which runs this file with the python of a venv under the build
+tests/serve/run_py_test.sh, which runs this file with the python of a venv under the build
 folder). Real model ($KVZIP_MODEL). Steps:
   1. compress 4 documents (examples/normans.json) with `kvzip compress`;
   2. `kvzip query --json` answers = the reference (greedy, 24 tokens);
@@ -16,10 +16,8 @@ Usage: serve_openai_test.py KVZIP_BINARY SOURCE_DIR SCRATCH_DIR
 import concurrent.futures
 import json
 import os
-import re
 import shutil
 import signal
-import subprocess
 import sys
 import time
 import urllib.error
@@ -27,47 +25,17 @@ import urllib.request
 
 import openai
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_support import N_TOKENS, ask as ask_with, check, documents, finish as finish_checks, make_caches, start_server as start  # noqa: E402
+
 KVZIP, SRC, SCRATCH = sys.argv[1], sys.argv[2], sys.argv[3]
-MODEL = os.environ["KVZIP_MODEL"]
-N_TOKENS = 24
 KEY = "test-key-0123456789"
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-
-
-def run(*args, **kw):
-    return subprocess.run([KVZIP, *args], check=True, capture_output=True, text=True, **kw)
-
 
 # ---- 1, 2: caches and reference answers ---------------------------------------------------------
 shutil.rmtree(SCRATCH, ignore_errors=True)
-caches = os.path.join(SCRATCH, "caches")
-os.makedirs(caches)
-squad = json.load(open(os.path.join(SRC, "examples", "normans.json")))
-paras = squad["data"][0]["paragraphs"]
-docs, questions = [], []
-for i in range(4):
-    group = paras[i * 3:i * 3 + 3]
-    docs.append("\n\n".join(p["context"] for p in group))
-    questions.append([q["question"] for p in group for q in p["qas"]][:8])
-for i, text in enumerate(docs):
-    path = os.path.join(SCRATCH, f"doc{i}.txt")
-    open(path, "w").write(text)
-    run("compress", path, "-o", os.path.join(caches, f"doc{i}.kvz"), "-q", "-t", "2", "--ratio", "0.3")
-want = {}
-for i in range(4):
-    qfile = os.path.join(SCRATCH, f"q{i}.txt")
-    open(qfile, "w").write("\n".join(questions[i]) + "\n")
-    out = run("query", os.path.join(caches, f"doc{i}.kvz"), "--questions", qfile, "--json", "-q",
-              "-n", str(N_TOKENS), "-t", "2").stdout
-    for line in out.splitlines():
-        a = json.loads(line)
-        want[(f"doc{i}", a["question"])] = (a["answer"], a["tokens"])
+os.makedirs(SCRATCH)
+docs, questions, paras = documents(SRC)
+caches, want = make_caches(KVZIP, SCRATCH, docs, questions)
 
 # ---- 3: the server --------------------------------------------------------------------------------
 key_file = os.path.join(SCRATCH, "key")
@@ -75,26 +43,7 @@ open(key_file, "w").write(KEY + "\n")
 
 
 def start_server(*extra):
-    log = open(os.path.join(SCRATCH, "serve.log"), "a")
-    proc = subprocess.Popen([KVZIP, "serve", "--caches", caches, "--port", "0", "-t", "2",
-                             "--api-key-file", key_file, *extra],
-                            stdout=log, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        line = proc.stderr.readline()
-        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-        if m:
-            # Keep draining stderr (the access log) so the server never blocks on a full pipe.
-            def drain(stream=proc.stderr, sink=log):
-                for l in stream:
-                    sink.write(l)
-                    sink.flush()
-            import threading
-            threading.Thread(target=drain, daemon=True).start()
-            return proc, int(m.group(1))
-        if proc.poll() is not None:
-            break
-    raise SystemExit("kvzip serve did not start: " + proc.stderr.read())
+    return start(KVZIP, caches, os.path.join(SCRATCH, "serve.log"), "--api-key-file", key_file, *extra)
 
 
 server, port = start_server("--parallel", "8")
@@ -106,20 +55,7 @@ check(models == ["doc0", "doc1", "doc2", "doc3"], f"GET /v1/models lists the cac
 
 
 def ask(cache, q, stream=False):
-    if not stream:
-        r = client.chat.completions.create(model=cache, messages=[{"role": "user", "content": q}],
-                                           max_tokens=N_TOKENS, temperature=0)
-        return r.choices[0].message.content, r.usage.completion_tokens, r.choices[0].finish_reason
-    text, finish, usage = "", None, None
-    for chunk in client.chat.completions.create(model=cache, messages=[{"role": "user", "content": q}],
-                                                max_tokens=N_TOKENS, temperature=0, stream=True,
-                                                stream_options={"include_usage": True}):
-        if chunk.usage:
-            usage = chunk.usage.completion_tokens
-        for c in chunk.choices:
-            text += c.delta.content or ""
-            finish = c.finish_reason or finish
-    return text, usage, finish
+    return ask_with(client, cache, q, stream)
 
 
 # ---- 4: one at a time, exact ---------------------------------------------------------------------
@@ -184,6 +120,11 @@ cases = [
     ("PUT to an id outside the charset", "PUT", "/v1/caches/a%20b", b"x", {}, True, 400),
     ("DELETE of an unknown cache", "DELETE", "/v1/caches/nope", None, {}, True, 404),
     ("unknown job", "GET", "/v1/jobs/job-999", None, {}, True, 404),
+    ("a model other than the path's cache", "POST", "/c/doc0/v1/chat/completions",
+     json.dumps({"model": "doc1", "messages": msg}), {}, True, 400),
+    ("an unknown cache in the path", "POST", "/c/nope/v1/chat/completions",
+     json.dumps({"model": "nope", "messages": msg}), {}, True, 404),
+    ("PUT under another cache's path", "PUT", "/c/doc0/v1/caches/doc1", b"x", {}, True, 400),
 ]
 for name, method, path, body, headers, auth, code in cases:
     ctype = "application/octet-stream" if method == "PUT" else "application/json"
@@ -220,7 +161,4 @@ check(rc in (0, -signal.SIGTERM, 143), f"the server exits on SIGTERM (status {rc
 left = sorted(os.listdir(caches))
 check(left == ["doc0.kvz", "doc1.kvz", "doc2.kvz", "doc3.kvz"], f"no partial or temporary file: {left}")
 
-if failures:
-    print(f"{len(failures)} check(s) failed")
-    sys.exit(1)
-print("all serve integration checks passed")
+finish_checks("serve integration")
