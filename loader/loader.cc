@@ -129,6 +129,19 @@ std::vector<int32_t> question_tokens(const Tokenizer& tokenizer, const format::C
   return question_tokens(tokenizer, query_template(header), header.suffix_tokens, question);
 }
 
+std::vector<int32_t> conversation_tokens(const Model& model, const format::CacheHeader& header,
+                                         std::span<const std::pair<std::string, std::string>> history,
+                                         std::string_view question) {
+  if (history.empty()) return question_tokens(model.tokenizer(), header, question);
+  std::vector<int32_t> ids = question_tokens(model.tokenizer(), header, history[0].first);
+  for (size_t i = 0; i < history.size(); ++i) {
+    const std::string_view next = i + 1 < history.size() ? std::string_view(history[i + 1].first) : question;
+    const std::vector<int32_t> turn = model.chat().next_turn(history[i].second, next);
+    ids.insert(ids.end(), turn.begin(), turn.end());
+  }
+  return ids;
+}
+
 std::vector<int32_t> question_tokens(const Tokenizer& tokenizer, std::string_view query_template,
                                      std::span<const uint32_t> suffix, std::string_view question) {
   std::string tail(query_template);

@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "format/format.h"
@@ -44,6 +45,13 @@ std::string query_template(const format::CacheHeader& header);
 // the header's suffix template tokens.
 std::vector<int32_t> question_tokens(const Tokenizer& tokenizer, const format::CacheHeader& header,
                                      std::string_view question);
+// A conversation over the cache's document (multi-turn chat): question_tokens() of the first user
+// message, then each later answer and user message as the model's chat template continues it
+// (ChatTemplate::next_turn). `history`: (user message, answer) pairs before `question`, oldest
+// first; empty gives question_tokens(question).
+std::vector<int32_t> conversation_tokens(const Model& model, const format::CacheHeader& header,
+                                         std::span<const std::pair<std::string, std::string>> history,
+                                         std::string_view question);
 // The same from a template and the suffix tokens directly (eval builds prompts without a file).
 // Errc::corrupt when the template has no {question} or a suffix id is outside the vocabulary.
 std::vector<int32_t> question_tokens(const Tokenizer& tokenizer, std::string_view query_template,

@@ -5,6 +5,7 @@
 //            <|start_header_id|>user<|end_header_id|>\n\n{user}<|eot_id|>
 //            <|start_header_id|>assistant<|end_header_id|>\n\n ; contents are trimmed (`| trim`);
 //            3.1+ templates always emit the system turn, opening with a knowledge/date header.
+//  Later turns (next_turn): {answer}<end of turn> then a user turn and the assistant opener as above.
 #include "model/chat_template.h"
 
 #include <algorithm>
@@ -170,6 +171,22 @@ void ChatTemplate::add_suffix(Pieces& p, std::string_view user_tail) const {
   p.push_back({-1, "\n\n"});
 }
 
+void ChatTemplate::add_next_turn(Pieces& p, std::string_view answer, std::string_view user) const {
+  p.push_back({-1, std::string(trim_messages_ ? trim(answer) : answer)});
+  p.push_back({turn_close_, ""});
+  if (format_ == ChatFormat::ChatMl) {
+    p.push_back({-1, "\n"});
+    p.push_back({turn_open_, ""});
+    p.push_back({-1, "user\n"});
+  } else {
+    p.push_back({turn_open_, ""});
+    p.push_back({-1, "user"});
+    p.push_back({header_close_, ""});
+    p.push_back({-1, "\n\n"});
+  }
+  add_suffix(p, trim_messages_ ? trim(user) : user);
+}
+
 std::vector<int32_t> ChatTemplate::encode(const Pieces& p) const {
   std::vector<int32_t> out;
   std::string text;  // pending text between two control tokens
@@ -206,6 +223,12 @@ std::vector<int32_t> ChatTemplate::suffix(std::string_view user_tail) const {
   return encode(p);
 }
 
+std::vector<int32_t> ChatTemplate::next_turn(std::string_view answer, std::string_view user) const {
+  Pieces p;
+  add_next_turn(p, answer, user);
+  return encode(p);
+}
+
 std::vector<int32_t> ChatTemplate::chat(std::string_view system, std::string_view user) const {
   Pieces p;
   add_prefix(p, system);
@@ -213,10 +236,12 @@ std::vector<int32_t> ChatTemplate::chat(std::string_view system, std::string_vie
   return encode(p);
 }
 
-std::string ChatTemplate::render(std::string_view system, std::string_view user) const {
+std::string ChatTemplate::render(std::string_view system, std::string_view user,
+                                 std::span<const std::pair<std::string, std::string>> turns) const {
   Pieces p;
   add_prefix(p, system);
   add_suffix(p, trim_messages_ ? trim(user) : user);
+  for (const auto& [answer, next] : turns) add_next_turn(p, answer, next);
   std::string out;
   for (const Piece& piece : p) out += piece.control >= 0 ? tok_->token_text(piece.control) : piece.text;
   return out;

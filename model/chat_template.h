@@ -7,7 +7,9 @@
 // string, so chat() gives exactly the ids of tokenizing the rendered prompt.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
+#include <utility>
 #include <string_view>
 #include <vector>
 
@@ -46,10 +48,16 @@ class ChatTemplate {
   // [user_tail + end of user turn + assistant opener]: everything after a document. The caller
   // picks the tail, e.g. "\n\nQuestion: " + question; it may be empty.
   std::vector<int32_t> suffix(std::string_view user_tail) const;
+  // [answer + end of the assistant turn + a new user turn + assistant opener]: what follows an
+  // assistant's answer when the conversation goes on, so that a prompt ending in suffix() or
+  // next_turn() and then `answer` continues as the template renders one more user message.
+  std::vector<int32_t> next_turn(std::string_view answer, std::string_view user) const;
   // A whole single-turn prompt, ready for the model to write the assistant's answer.
   std::vector<int32_t> chat(std::string_view system, std::string_view user) const;
-  // The same prompt as text (control tokens written out), for display and tests.
-  std::string render(std::string_view system, std::string_view user) const;
+  // The same prompt as text (control tokens written out), for display and tests; with `turns`
+  // (answer, user message pairs) the conversation goes on as next_turn() extends it.
+  std::string render(std::string_view system, std::string_view user,
+                     std::span<const std::pair<std::string, std::string>> turns = {}) const;
   // Ids that end an answer: the family's end-of-turn token plus the tokenizer's eos and eot, sorted.
   std::vector<int32_t> stop_tokens() const;
 
@@ -65,6 +73,7 @@ class ChatTemplate {
   int32_t require_token(std::string_view text) const;
   void add_prefix(Pieces& p, std::string_view system) const;
   void add_suffix(Pieces& p, std::string_view user_tail) const;
+  void add_next_turn(Pieces& p, std::string_view answer, std::string_view user) const;
   std::vector<int32_t> encode(const Pieces& p) const;
 
   const Tokenizer* tok_;

@@ -97,6 +97,10 @@ ChatRequest parse_chat_request(const std::string& body, const ChatLimits& limits
     throw bad("messages", "messages must be a non-empty array");
   const json& msgs = j["messages"];
   if (msgs.size() > 256) throw bad("messages", "at most 256 messages");
+  // The conversation: user and assistant messages alternate, from a user message to the last one,
+  // the question. System messages are skipped (the cache was compressed with its system prompt).
+  std::vector<std::string> turns;
+  size_t conversation_bytes = 0;
   for (size_t i = 0; i < msgs.size(); ++i) {
     const std::string where = "messages[" + std::to_string(i) + "]";
     const json& m = msgs[i];
@@ -106,18 +110,25 @@ ChatRequest parse_chat_request(const std::string& body, const ChatLimits& limits
     if (role != "system" && role != "developer" && role != "user" && role != "assistant")
       throw bad(where + ".role", where + ".role \"" + role.substr(0, 32) + "\" is not supported");
     const std::string text = content_text(m.contains("content") ? m["content"] : json(), where + ".content");
-    if (i + 1 == msgs.size()) {
-      if (role != "user")
-        throw bad(where, "the last message must be the user's question (role \"user\")");
-      r.question = text;
-    }
+    if (i + 1 == msgs.size() && role != "user")
+      throw bad(where, "the last message must be the user's question (role \"user\")");
+    if (role == "system" || role == "developer") continue;
+    if ((role == "user") != (turns.size() % 2 == 0))
+      throw bad(where + ".role", where + " is a " + role + " message where a" +
+                                     (role == "user" ? "n assistant" : " user") +
+                                     " message belongs: user and assistant messages must alternate, "
+                                     "starting with a user message");
+    conversation_bytes += text.size();
+    turns.push_back(text);
   }
+  r.question = turns.back();
+  for (size_t i = 0; i + 1 < turns.size(); i += 2) r.history.emplace_back(turns[i], turns[i + 1]);
   if (r.question.find_first_not_of(" \t\r\n") == std::string::npos)
     throw bad("messages", "the question (the last user message) is empty");
-  if (r.question.size() > limits.max_question_bytes)
+  if (conversation_bytes > limits.max_question_bytes)
     throw ApiError(413, "invalid_request_error", "question_too_long",
-                   "the question is " + std::to_string(r.question.size()) + " bytes; at most " +
-                       std::to_string(limits.max_question_bytes),
+                   "the conversation's messages are " + std::to_string(conversation_bytes) +
+                       " bytes; at most " + std::to_string(limits.max_question_bytes),
                    "messages");
 
   r.max_tokens = limits.default_max_tokens;

@@ -8,6 +8,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kvzip::serve {
@@ -27,12 +28,16 @@ nlohmann::json error_body(const ApiError& e);
 struct ChatLimits {
   uint32_t max_tokens_cap = 4096;     // max_tokens above this: 400
   uint32_t default_max_tokens = 256;  // when the request gives none
-  size_t max_question_bytes = 64 * 1024;
+  size_t max_question_bytes = 64 * 1024;  // all user and assistant messages together
 };
 
 struct ChatRequest {
   std::string cache;     // the cache id: "cache" if given, else "model"
   std::string question;  // the last message's text (a user message)
+  // Earlier turns of the conversation, oldest first: (user message, assistant answer) pairs. The
+  // cache's document belongs to the first user turn; system messages are not part of a request's
+  // prompt (the system prompt was fixed when the cache was compressed) and are skipped.
+  std::vector<std::pair<std::string, std::string>> history;
   uint32_t max_tokens = 0;
   float temperature = 1.0f;  // OpenAI's default; 0 = greedy
   float top_p = 1.0f;

@@ -58,7 +58,7 @@ void Server::Impl::chat_completions(const httplib::Request& req, httplib::Respon
   }
   RequestSpec spec;
   spec.cache = cache;
-  spec.prompt = loader::question_tokens(model.tokenizer(), cache->header, cr.question);
+  spec.prompt = loader::conversation_tokens(model, cache->header, cr.history, cr.question);
   spec.max_tokens = cr.max_tokens;
   spec.stop_tokens = model.chat().stop_tokens();
   spec.sampling.temperature = cr.temperature;

@@ -67,6 +67,19 @@ for cache in ("doc0", "doc1"):
         text, n, finish = ask(cache, q, stream=True)
         check((text, n) == want[(cache, q)], f"streaming {cache} '{q}' == kvzip query")
 
+# ---- 4b: a conversation: the earlier turn is part of the prompt -----------------------------------
+q1, q2 = questions[0][0], questions[0][1]
+one = client.chat.completions.create(model="doc0", messages=[{"role": "user", "content": q1}],
+                                     max_tokens=N_TOKENS, temperature=0)
+conv = client.chat.completions.create(
+    model="doc0", max_tokens=N_TOKENS, temperature=0,
+    messages=[{"role": "system", "content": "ignored: the cache holds its system prompt"},
+              {"role": "user", "content": q1}, {"role": "assistant", "content": want[("doc0", q1)][0]},
+              {"role": "user", "content": q2}])
+check(conv.usage.prompt_tokens > one.usage.prompt_tokens + want[("doc0", q1)][1]
+      and conv.choices[0].finish_reason in ("stop", "length"),
+      f"a two-turn conversation is answered over both turns ({conv.usage.prompt_tokens} prompt tokens)")
+
 # ---- 5: 32 concurrent clients over 4 caches -----------------------------------------------------
 jobs = [(f"doc{i % 4}", questions[i % 4][(i // 4) % len(questions[i % 4])]) for i in range(32)]
 t0 = time.time()

@@ -293,3 +293,19 @@ TEST_CASE("servers sharing one folder see each other's replacements and removals
   CHECK(a.loaded_count() == 1);  // doc1's stale copy is gone from a's LRU too
   CHECK(doc1->id == "doc1");
 }
+
+TEST_CASE("a conversation's later turns follow its first question through the chat template", "[serve]") {
+  Fixture f;
+  CacheStore store(*f.model, f.caches, uint64_t(1) << 30);
+  const auto c = store.acquire("doc0");
+  const std::vector<std::pair<std::string, std::string>> history{{"Who counted ships?", "The keeper."},
+                                                                 {"When?", "Every night."}};
+  const std::vector<int32_t> ids = loader::conversation_tokens(*f.model, c->header, history, "Why?");
+  std::vector<int32_t> want = loader::question_tokens(f.model->tokenizer(), c->header, "Who counted ships?");
+  for (const auto& t : {f.model->chat().next_turn("The keeper.", "When?"),
+                        f.model->chat().next_turn("Every night.", "Why?")})
+    want.insert(want.end(), t.begin(), t.end());
+  CHECK(ids == want);
+  CHECK(loader::conversation_tokens(*f.model, c->header, {}, "Why?") ==
+        loader::question_tokens(f.model->tokenizer(), c->header, "Why?"));
+}

@@ -48,6 +48,31 @@ TEST_CASE("a chat request is parsed with OpenAI's defaults and fields", "[serve]
   CHECK_FALSE(d.stream);
 }
 
+TEST_CASE("a conversation is parsed into earlier turns and the question", "[serve]") {
+  ChatRequest r = parse_chat_request(
+      R"({"model": "doc", "messages": [{"role": "system", "content": "be brief"},
+          {"role": "user", "content": "Who?"}, {"role": "assistant", "content": "Rollo."},
+          {"role": "developer", "content": "skipped"},
+          {"role": "user", "content": "When?"}, {"role": "assistant", "content": "911."},
+          {"role": "user", "content": "Where?"}]})",
+      ChatLimits{});
+  CHECK(r.question == "Where?");
+  REQUIRE(r.history.size() == 2);
+  CHECK(r.history[0] == std::pair<std::string, std::string>{"Who?", "Rollo."});
+  CHECK(r.history[1] == std::pair<std::string, std::string>{"When?", "911."});
+  CHECK(parse_chat_request("{\"model\": \"d\", " + kMsg + "}", ChatLimits{}).history.empty());
+  // Turns out of order, and a conversation over the byte cap.
+  const std::string m = "\"model\": \"doc\", ";
+  CHECK(status_of("{" + m + R"("messages": [{"role": "assistant", "content": "x"}, {"role": "user", "content": "y"}]})") == 400);
+  CHECK(status_of("{" + m + R"("messages": [{"role": "user", "content": "x"}, {"role": "user", "content": "y"}]})") == 400);
+  CHECK(status_of("{" + m + R"("messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "a"},
+                                            {"role": "assistant", "content": "b"}, {"role": "user", "content": "y"}]})") == 400);
+  const std::string half(40 * 1024, 'x');
+  CHECK(status_of("{" + m + "\"messages\": [{\"role\": \"user\", \"content\": \"" + half +
+                  "\"}, {\"role\": \"assistant\", \"content\": \"a\"}, {\"role\": \"user\", \"content\": \"" +
+                  half + "\"}]}") == 413);
+}
+
 TEST_CASE("hostile chat requests get 4xx statuses", "[serve]") {
   const std::string m = "\"model\": \"doc\", ";
   CHECK(status_of("") == 400);
