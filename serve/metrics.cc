@@ -70,27 +70,24 @@ std::string Metrics::render(const Gauges& g) const {
   for (const auto& [k, n] : requests_)
     line(out, "kvzip_http_requests_total",
          "route=\"" + k.first + "\",code=\"" + std::to_string(k.second) + "\"", double(n));
-  head(out, "kvzip_prompt_tokens_total", "counter", "Question tokens prefilled.");
-  line(out, "kvzip_prompt_tokens_total", "", double(prompt_tokens_));
-  head(out, "kvzip_completion_tokens_total", "counter", "Answer tokens generated.");
-  line(out, "kvzip_completion_tokens_total", "", double(completion_tokens_));
+  // One unlabelled sample each: (name, type, help, value).
+  auto scalar = [&out](const char* name, const char* type, const char* help, double v) {
+    head(out, name, type, help);
+    line(out, name, "", v);
+  };
+  scalar("kvzip_prompt_tokens_total", "counter", "Question tokens prefilled.", double(prompt_tokens_));
+  scalar("kvzip_completion_tokens_total", "counter", "Answer tokens generated.", double(completion_tokens_));
   head(out, "kvzip_time_to_first_token_seconds", "histogram", "Request arrival to first answer token.");
   ttft_.render(out, "kvzip_time_to_first_token_seconds");
   head(out, "kvzip_time_per_output_token_seconds", "histogram",
        "Mean time between answer tokens of a request (requests with 2+ tokens).");
   per_token_.render(out, "kvzip_time_per_output_token_seconds");
-  head(out, "kvzip_queue_depth", "gauge", "Requests waiting for an engine slot.");
-  line(out, "kvzip_queue_depth", "", double(g.queued));
-  head(out, "kvzip_active_requests", "gauge", "Requests being prefilled or decoded.");
-  line(out, "kvzip_active_requests", "", double(g.active));
-  head(out, "kvzip_engine_steps_total", "counter", "Batched forward steps run.");
-  line(out, "kvzip_engine_steps_total", "", double(g.steps));
-  head(out, "kvzip_loaded_caches", "gauge", "Compressed caches in memory.");
-  line(out, "kvzip_loaded_caches", "", double(g.loaded_caches));
-  head(out, "kvzip_loaded_cache_bytes", "gauge", "K/V bytes of the caches in memory.");
-  line(out, "kvzip_loaded_cache_bytes", "", double(g.loaded_bytes));
-  head(out, "kvzip_compress_jobs_running", "gauge", "Compress jobs queued or running.");
-  line(out, "kvzip_compress_jobs_running", "", double(g.jobs_running));
+  scalar("kvzip_queue_depth", "gauge", "Requests waiting for an engine slot.", double(g.queued));
+  scalar("kvzip_active_requests", "gauge", "Requests being prefilled or decoded.", double(g.active));
+  scalar("kvzip_engine_steps_total", "counter", "Batched forward steps run.", double(g.steps));
+  scalar("kvzip_loaded_caches", "gauge", "Compressed caches in memory.", double(g.loaded_caches));
+  scalar("kvzip_loaded_cache_bytes", "gauge", "K/V bytes of the caches in memory.", double(g.loaded_bytes));
+  scalar("kvzip_compress_jobs_running", "gauge", "Compress jobs queued or running.", double(g.jobs_running));
   return out;
 }
 

@@ -206,32 +206,30 @@ TEST_CASE("an explicit family and default system prompt override detection", "[m
 
 TEST_CASE("a conversation goes on with the answer and the next user turn", "[model][chat]") {
   using Turns = std::vector<std::pair<std::string, std::string>>;
-  {
-    Tokenizer t(vocab(kSmolTemplate));
+  // What each template renders for [system?, user, (assistant, user)...] with the generation
+  // prompt: render() and the ids of chat() followed by one next_turn() per turn.
+  auto check_conversation = [](const Tokenizer& t, std::string_view system, const Turns& turns,
+                               const std::string& want) {
     ChatTemplate c(t);
-    // What the template renders for [user, assistant, user] with the generation prompt.
-    const std::string want = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nq1<|im_end|>\n"
-                             "<|im_start|>assistant\na1<|im_end|>\n<|im_start|>user\nq2<|im_end|>\n"
-                             "<|im_start|>assistant\na2<|im_end|>\n<|im_start|>user\nq3<|im_end|>\n"
-                             "<|im_start|>assistant\n";
-    const Turns turns{{"a1", "q2"}, {"a2", "q3"}};
-    CHECK(c.render("Be brief.", "q1", turns) == want);
-    CHECK(concat(concat(c.chat("Be brief.", "q1"), c.next_turn("a1", "q2")), c.next_turn("a2", "q3")) ==
-          t.encode(want, true));
-    CHECK(t.decode(c.next_turn("a<|im_end|>", "q")) ==
-          "a<|im_end|><|im_end|>\n<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n");
-    const std::vector<int32_t> turn = c.next_turn("a<|im_end|>", "q");
-    const int32_t im_end = t.encode("<|im_end|>", true).at(0);
-    CHECK(std::count(turn.begin(), turn.end(), im_end) == 2);  // the answer's "<|im_end|>" stays text
-  }
-  {
-    Tokenizer t(vocab(kLlama3Template));
-    ChatTemplate c(t);
-    const std::string want = "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nq1<|eot_id|>"
-                             "<|start_header_id|>assistant<|end_header_id|>\n\na1<|eot_id|>"
-                             "<|start_header_id|>user<|end_header_id|>\n\nq2<|eot_id|>"
-                             "<|start_header_id|>assistant<|end_header_id|>\n\n";
-    CHECK(c.render("", "q1", Turns{{" a1\n", " q2 "}}) == want);  // contents trimmed, as the template does
-    CHECK(concat(c.chat("", "q1"), c.next_turn(" a1\n", " q2 ")) == t.encode(want, true));
-  }
+    CHECK(c.render(system, "q1", turns) == want);
+    std::vector<int32_t> ids = c.chat(system, "q1");
+    for (const auto& [answer, user] : turns) ids = concat(ids, c.next_turn(answer, user));
+    CHECK(ids == t.encode(want, true));
+  };
+  Tokenizer smol(vocab(kSmolTemplate));
+  check_conversation(smol, "Be brief.", Turns{{"a1", "q2"}, {"a2", "q3"}},
+                     "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nq1<|im_end|>\n"
+                     "<|im_start|>assistant\na1<|im_end|>\n<|im_start|>user\nq2<|im_end|>\n"
+                     "<|im_start|>assistant\na2<|im_end|>\n<|im_start|>user\nq3<|im_end|>\n"
+                     "<|im_start|>assistant\n");
+  Tokenizer llama(vocab(kLlama3Template));
+  check_conversation(llama, "", Turns{{" a1\n", " q2 "}},  // contents trimmed, as the template does
+                     "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nq1<|eot_id|>"
+                     "<|start_header_id|>assistant<|end_header_id|>\n\na1<|eot_id|>"
+                     "<|start_header_id|>user<|end_header_id|>\n\nq2<|eot_id|>"
+                     "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  // An answer's control-token text stays text: two real <|im_end|> ids, not three.
+  const std::vector<int32_t> turn = ChatTemplate(smol).next_turn("a<|im_end|>", "q");
+  CHECK(smol.decode(turn) == "a<|im_end|><|im_end|>\n<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n");
+  CHECK(std::count(turn.begin(), turn.end(), smol.encode("<|im_end|>", true).at(0)) == 2);
 }
