@@ -2,6 +2,8 @@
 // contiguous slice of the (L, Hkv, n_c) score array: global = the whole array, per-layer = one
 // layer's (Hkv, n_c), per-head = one (n_c) row. The cut value comes from nth_element on a copy;
 // rows strictly above it are kept, then rows equal to it in index order until k are kept.
+#include "compress/selection.h"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -10,7 +12,6 @@
 
 #include "common/error.h"
 #include "common/enum_names.h"
-#include "compress/selection.h"
 
 namespace kvzip {
 namespace {
