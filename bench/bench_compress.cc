@@ -55,34 +55,16 @@ std::vector<float> filled(size_t n, uint32_t seed, float a) {
 }
 
 Weights smollm2_shaped_weights() {
-  const ModelConfig c = bench::smollm2_135m_config();
-  const size_t E = c.d_model, F = c.d_ffn, qd = size_t(c.n_heads) * c.head_dim,
-               kvd = size_t(c.n_kv_heads) * c.head_dim;
-  Weights w;
-  w.config = c;
   uint32_t seed = 1;
   auto mat = [&](size_t out, size_t in) {
     return Matrix::from_f32(filled(out * in, ++seed, 1.0f / std::sqrt(float(in))), uint32_t(out),
                             uint32_t(in));
   };
-  auto ones = [&](size_t n) { return std::vector<float>(n, 1.0f); };
-  w.tok_embd = Matrix::from_f32(filled(size_t(c.vocab_size) * E, ++seed, 1.0f), c.vocab_size,
-                                uint32_t(E));
-  w.output_norm = ones(E);
-  for (uint32_t l = 0; l < c.n_layers; ++l) {
-    LayerWeights lw;
-    lw.attn_norm = ones(E);
-    lw.wq = mat(qd, E);
-    lw.wk = mat(kvd, E);
-    lw.wv = mat(kvd, E);
-    lw.wo = mat(E, qd);
-    lw.ffn_norm = ones(E);
-    lw.w_gate = mat(F, E);
-    lw.w_up = mat(F, E);
-    lw.w_down = mat(E, F);
-    w.layers.push_back(std::move(lw));
-  }
-  return w;
+  auto embedding = [&](size_t V, size_t E) {
+    return Matrix::from_f32(filled(V * E, ++seed, 1.0f), uint32_t(V), uint32_t(E));
+  };
+  auto ones = [](size_t n) { return std::vector<float>(n, 1.0f); };
+  return test::shaped_weights(bench::smollm2_135m_config(), mat, embedding, ones, ones);
 }
 
 std::vector<int32_t> tokens_of(size_t n, uint32_t seed, uint32_t V) {

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_shapes.h"
 #include "common/error.h"
 #include "compress/pipeline.h"
 #include "format/format.h"
@@ -48,22 +49,6 @@ void report(const std::string& metric, double v, const char* fmt, const std::str
   g_rows.push_back({metric, buf, target});
   std::printf("  %-46s %s %s\n", metric.c_str(), buf, target.c_str());
   std::fflush(stdout);
-}
-
-ModelConfig llama3_8b(uint32_t layers) {
-  ModelConfig c;
-  c.arch = "llama";
-  c.n_layers = layers;
-  c.d_model = 4096;
-  c.n_heads = 32;
-  c.n_kv_heads = 8;
-  c.head_dim = 128;
-  c.d_ffn = 14336;
-  c.vocab_size = 128256;
-  c.max_context = 131072;
-  c.rope_base = 500000.0f;
-  c.rms_eps = 1e-5f;
-  return c;
 }
 
 std::vector<int32_t> random_tokens(size_t n, uint32_t V, uint64_t seed) {
@@ -270,7 +255,7 @@ int main(int argc, char** argv) {
   const gpu::DeviceInfo info = gpu::device_info();
   std::printf("bench_gpu on %s (%d SMs, %.0f GiB), synthetic Llama-3-8B shapes, L=%u\n", info.name,
               info.sm_count, info.total_bytes / 1073741824.0, layers);
-  const ModelConfig cfg = llama3_8b(layers);
+  const ModelConfig cfg = bench::llama3_8b_config(layers);
   double bw = 0;
   part("copy bandwidth", [&] {
     bw = copy_bandwidth();

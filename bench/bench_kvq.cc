@@ -11,9 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "loader/loader.h"
-#include "model/model.h"
-#include "model/model_path.h"
+#include "bench/query_setup.h"
 
 using namespace kvzip;
 using Clock = std::chrono::steady_clock;
@@ -33,12 +31,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    LoadOptions lo;
-    lo.threads = threads;
-    auto model = Model::load(resolve_model_path(""), lo);
-    const std::string question = "Who was the duke in the battle of Hastings?";
-    loader::SessionOptions so;
-    so.threads = threads;
+    const bench::QuerySetup q = bench::query_setup(threads);
+    const Model* model = q.model.get();
+    const std::string& question = q.question;
+    const loader::SessionOptions& so = q.session;
     GenerateParams gp;
     gp.max_tokens = n_decode;  // no stop tokens: always n_decode tokens
     std::printf("threads %u, best of %u, decode %u tokens\n", threads, reps, n_decode);
@@ -53,7 +49,7 @@ int main(int argc, char** argv) {
         loader::QuerySession s(*model, path, so);
         load = std::min(load, std::chrono::duration<double>(Clock::now() - t0).count());
         const loader::Answer a = s.ask(question, gp);
-        step = std::min(step, (a.ms - a.first_token_ms) / 1e3 / double(a.tokens.size() - 1));
+        step = std::min(step, bench::decode_step_s(a));
         dtype = format::dtype_name(s.header().kv_dtype);
         ratio = s.header().achieved_ratio;
         bytes = format::CacheReader::open(path, {format::Verify::Metadata}).file_size();

@@ -12,9 +12,7 @@
 #include <cstring>
 #include <string>
 
-#include "loader/loader.h"
-#include "model/model.h"
-#include "model/model_path.h"
+#include "bench/query_setup.h"
 
 using namespace kvzip;
 using Clock = std::chrono::steady_clock;
@@ -36,20 +34,18 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--decode")) n_decode = std::atoi(argv[i + 1]);
   }
   try {
-    LoadOptions lo;
-    lo.threads = threads;
-    auto model = Model::load(resolve_model_path(""), lo);
-    const std::string question = "Who was the duke in the battle of Hastings?";
-    loader::SessionOptions so;
-    so.threads = threads;
+    const bench::QuerySetup q = bench::query_setup(threads);
+    const Model* model = q.model.get();
+    const std::string& question = q.question;
+    const loader::SessionOptions& so = q.session;
 
     // The prompt a plain run would prefill: the same tokens the cache file was made from.
     const format::CacheReader reader = format::CacheReader::open(full_path);
     const format::CacheHeader& h = reader.header();
     std::vector<int32_t> prompt(h.prefix_tokens.begin(), h.prefix_tokens.end());
     prompt.insert(prompt.end(), h.document_tokens.begin(), h.document_tokens.end());
-    const auto q = loader::question_tokens(model->tokenizer(), h, question);
-    prompt.insert(prompt.end(), q.begin(), q.end());
+    const auto qt = loader::question_tokens(model->tokenizer(), h, question);
+    prompt.insert(prompt.end(), qt.begin(), qt.end());
 
     GenerateParams one;
     one.max_tokens = 1;
@@ -86,7 +82,7 @@ int main(int argc, char** argv) {
       double best = 1e30;
       for (uint32_t r = 0; r < reps; ++r) {
         const loader::Answer a = s.ask(question, gp);
-        best = std::min(best, (a.ms - a.first_token_ms) / 1e3 / double(a.tokens.size() - 1));
+        best = std::min(best, bench::decode_step_s(a));
       }
       std::printf("decode from %-28s ratio %.2f: %7.1f tok/s (%zu kept rows)\n", path.c_str(),
                   s.header().achieved_ratio, 1.0 / best, static_cast<size_t>(s.cache().kept_total()));

@@ -85,6 +85,14 @@ uint32_t parse_threads(const std::string& text) {
   return static_cast<uint32_t>(v);
 }
 
+void add_model_option(CLI::App* app, std::string& model) {
+  app->add_option("-m,--model", model, "GGUF model file (default: $KVZIP_MODEL, then the cache)");
+}
+
+void add_force_option(CLI::App* app, bool& force) {
+  app->add_flag("-f,--force", force, "Replace an existing output file");
+}
+
 void add_threads_option(CLI::App* app, uint32_t& threads) {
   app->add_option_function<std::string>(
          "-t,--threads", [&threads](const std::string& s) { threads = parse_threads(s); },

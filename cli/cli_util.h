@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/text_file.h"  // read_text, check_text: user text with the checks
 #include "format/format.h"
@@ -17,6 +18,17 @@ namespace kvzip::cli {
 // stderr (oversubscription only costs time and memory: 10000 threads took 15x longer).
 void add_threads_option(CLI::App* app, uint32_t& threads);
 uint32_t parse_threads(const std::string& text);  // the option's rule, for tests and callers
+
+// The options several commands share, each with one help text: -m/--model (a GGUF file, else
+// $KVZIP_MODEL, else the cached default), -f/--force (replace an existing output), and a
+// comma-separated list option that shows its default in --help.
+void add_model_option(CLI::App* app, std::string& model);
+void add_force_option(CLI::App* app, bool& force);
+template <class T>
+CLI::Option* add_list_option(CLI::App* app, const std::string& name, std::vector<T>& values,
+                             const std::string& help) {
+  return app->add_option(name, values, help)->delimiter(',')->capture_default_str();
+}
 
 // The file a command writes when -o is not given: `input` with its extension replaced by
 // `extension` (".kvz", ".kvh"). Standard input ("-") has no name to reuse: Errc::invalid_argument

@@ -88,13 +88,13 @@ void add_calibrate_commands(CLI::App& app) {
   c->add_option("document", o->doc, "UTF-8 text file ('-' = standard input); best not a document "
                                     "you will compress")
       ->required();
-  c->add_option("-m,--model", o->model, "GGUF model file (default: $KVZIP_MODEL, then the cache)");
+  add_model_option(c, o->model);
   c->add_option("-o,--output", o->out, "Output head-scores file (default: the document's name with .kvh)");
   c->add_option("--chunk", o->chunk, "KVzip reconstruction chunk in tokens")->capture_default_str();
   c->add_option("--system", o->system, "System prompt (default: the model template's)");
   add_threads_option(c, o->threads);
   c->add_flag("-q,--quiet", o->quiet, "No progress bar or summary");
-  c->add_flag("-f,--force", o->force, "Replace an existing output file");
+  add_force_option(c, o->force);
   c->callback([o] { run_calibrate(*o); });
 }
 

@@ -205,7 +205,7 @@ void add_compress_commands(CLI::App& app) {
   auto o = std::make_shared<CompressOpts>();
   auto* c = app.add_subcommand("compress", "Prefill a document, evict KV pairs, write a .kvz cache");
   c->add_option("document", o->doc, "UTF-8 text file ('-' = standard input); or --manifest");
-  c->add_option("-m,--model", o->model, "GGUF model file (default: $KVZIP_MODEL, then the cache)");
+  add_model_option(c, o->model);
   c->add_option("-o,--output", o->out, "Output .kvz (default: the document's name with .kvz)");
   c->add_option("-r,--ratio", o->ratio,
                 "Fraction of document KV pairs to keep, in (0, 1]; with --level head the fraction "
@@ -247,7 +247,7 @@ void add_compress_commands(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--summary", o->summary, "Corpus mode: write the JSON summary here (default stdout)");
   c->add_flag("-q,--quiet", o->quiet, "No progress bar or summary");
-  c->add_flag("-f,--force", o->force, "Replace an existing output file");
+  add_force_option(c, o->force);
   c->callback([o] { run_compress(*o); });
 }
 

@@ -121,19 +121,13 @@ void add_eval_commands(CLI::App& app) {
   c->add_option("--squad", o->squad, "SQuAD JSON file (v1.1 or v2.0)")->required();
   c->add_option("--doc", o->doc, "Document unit: article (paragraphs joined) | paragraph")
       ->capture_default_str();
-  c->add_option("--methods", o->eo.methods,
-                "Comma-separated, any of: kvzip,snapkv,h2o,rest-kv,rkv,streaming,random,kvzip-head "
-                "(kvzip-head needs --head-scores; its ratios are fractions of heads kept whole)")
-      ->delimiter(',')
-      ->capture_default_str();
-  c->add_option("--ratios", o->eo.ratios, "Comma-separated fractions of document KV pairs to keep")
-      ->delimiter(',')
-      ->capture_default_str();
-  c->add_option("--kv-dtypes", o->eo.kv_dtypes,
-                "Comma-separated storage types to compare, each against the f32 cache of the same "
-                "method and ratio: f32,f16,bf16,q8,q4 (each cache written and read back as a .kvz)")
-      ->delimiter(',')
-      ->capture_default_str();
+  add_list_option(c, "--methods", o->eo.methods,
+                  "Comma-separated, any of: kvzip,snapkv,h2o,rest-kv,rkv,streaming,random,kvzip-head "
+                  "(kvzip-head needs --head-scores; its ratios are fractions of heads kept whole)");
+  add_list_option(c, "--ratios", o->eo.ratios, "Comma-separated fractions of document KV pairs to keep");
+  add_list_option(c, "--kv-dtypes", o->eo.kv_dtypes,
+                  "Comma-separated storage types to compare, each against the f32 cache of the same "
+                  "method and ratio: f32,f16,bf16,q8,q4 (each cache written and read back as a .kvz)");
   c->add_option("--kv-group", o->eo.kv_group, "q8/q4: channels per quantization group (0 = the head dimension)")
       ->capture_default_str();
   c->add_option("-o,--output", o->csv, "Write the results as CSV");
@@ -144,7 +138,7 @@ void add_eval_commands(CLI::App& app) {
   c->add_flag("--all-questions", o->all_questions, "Also ask unanswerable (is_impossible) questions");
   c->add_option("-n,--max-tokens", o->eo.max_answer_tokens, "Answer tokens at most")->capture_default_str();
   c->add_option("--level", o->level, "global | per-head | per-layer")->capture_default_str();
-  c->add_option("-m,--model", o->model, "GGUF model file (default: $KVZIP_MODEL, then the cache)");
+  add_model_option(c, o->model);
   c->add_option("--system", o->eo.system, "System prompt (default: the model template's)");
   c->add_option("--chunk", o->eo.kvzip_chunk, "KVzip reconstruction chunk in tokens")->capture_default_str();
   c->add_option("--seed", o->eo.seed, "Seed of the random method");

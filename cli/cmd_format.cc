@@ -149,7 +149,7 @@ void add_format_commands(CLI::App& app) {
   c->add_option("--ratio", prune->ratio, "fraction of the document's KV pairs to keep, in (0, achieved]")
       ->required();
   c->add_option("-o,--output", prune->out, "output .kvz file")->required();
-  c->add_flag("-f,--force", prune->force, "overwrite the output if it exists");
+  add_force_option(c, prune->force);
   c->add_option("--zstd", prune->zstd, "zstd level 0 (off) .. 19; default: as the input");
   c->add_option("--kv-dtype,--dtype", prune->kv_dtype,
                 std::string(kKvDtypeHelp) + "; default: as the input (q8/q4 rows are not re-quantized)");
@@ -160,14 +160,14 @@ void add_format_commands(CLI::App& app) {
   c = app.add_subcommand("export", "Write a cache's content as an HDF5 file (spec/kvzip_format.md)");
   c->add_option("FILE", exp->file, "cache file")->required();
   c->add_option("--hdf5", exp->out, "output .h5 file")->required();
-  c->add_flag("-f,--force", exp->force, "overwrite the output if it exists");
+  add_force_option(c, exp->force);
   c->callback([exp] { run_export(*exp); });
 
   auto imp = std::make_shared<ImportArgs>();
   c = app.add_subcommand("import", "Turn an HDF5 export back into a .kvz cache file");
   c->add_option("FILE", imp->file, "HDF5 file written by kvzip export")->required();
   c->add_option("-o,--output", imp->out, "output .kvz file")->required();
-  c->add_flag("-f,--force", imp->force, "overwrite the output if it exists");
+  add_force_option(c, imp->force);
   c->add_option("--zstd", imp->zstd, "zstd level 0 (off) .. 19");
   c->add_option("--kv-dtype,--dtype", imp->kv_dtype, std::string(kKvDtypeHelp) + "; default: as exported");
   c->add_option("--kv-group", imp->kv_group, kKvGroupHelp);

@@ -161,7 +161,7 @@ void run_perplexity(const PerplexityOpts& o) {
 void add_model_commands(CLI::App& app) {
   auto g = std::make_shared<GenerateOpts>();
   auto* gen = app.add_subcommand("generate", "Generate text from a prompt (streams to stdout)");
-  gen->add_option("-m,--model", g->model, "GGUF model file (default: $KVZIP_MODEL, then the cache)");
+  add_model_option(gen, g->model);
   gen->add_option("-p,--prompt", g->prompt, "Prompt text");
   gen->add_option("-f,--file", g->file, "Read the prompt from FILE ('-' = stdin)");
   gen->add_option("-n,--max-tokens", g->n, "Tokens to generate at most")->capture_default_str();

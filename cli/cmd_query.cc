@@ -172,7 +172,7 @@ void run_chat(const QueryOpts& o) {
 
 void add_common(CLI::App* c, QueryOpts& o) {
   c->add_option("cache", o.cache, "Compressed cache file (.kvz)")->required();
-  c->add_option("-m,--model", o.model, "GGUF model file (default: $KVZIP_MODEL, then the cache)");
+  add_model_option(c, o.model);
   c->add_option("-n,--max-tokens", o.n, "Answer tokens at most")->capture_default_str();
   c->add_option("--temp", o.temp, "Temperature; 0 = greedy")->capture_default_str();
   c->add_option("--seed", o.seed, "Random seed for sampling");

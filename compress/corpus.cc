@@ -11,6 +11,7 @@
 #include <set>
 #include <unistd.h>
 
+#include "common/enum_names.h"
 #include "common/text_file.h"
 #include "format/format.h"
 
@@ -214,12 +215,9 @@ std::string corpus_key(const ModelFingerprint& model, std::string_view text,
 }
 
 const char* corpus_status_name(CorpusStatus s) {
-  switch (s) {
-    case CorpusStatus::Done: return "done";
-    case CorpusStatus::Skipped: return "skipped";
-    case CorpusStatus::Failed: return "failed";
-  }
-  return "unknown";
+  static constexpr EnumName<CorpusStatus> kNames[] = {
+      {CorpusStatus::Done, "done"}, {CorpusStatus::Skipped, "skipped"}, {CorpusStatus::Failed, "failed"}};
+  return enum_name(kNames, s);
 }
 
 Json CorpusSummary::to_json() const {

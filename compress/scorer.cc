@@ -1,6 +1,8 @@
-// scorer_names and make_scorer (scorer.h): the factory over every scorer of compress/detail/.
+// scorer_names and make_scorer (scorer.h): the factory over every scorer of compress/detail/; and
+// the KVzip reconstruction inputs (spec/methods.md §1 step 3) the kvzip scorer is fed.
 #include "compress/scorer.h"
 
+#include <algorithm>
 #include <string>
 
 #include "common/error.h"
@@ -25,6 +27,35 @@ std::unique_ptr<Scorer> make_scorer(std::string_view method, const ScorerOptions
   for (const std::string& n : scorer_names()) known += (known.empty() ? "" : ", ") + n;
   throw Error(Errc::invalid_argument,
               "unknown compression method '" + std::string(method) + "'; known methods: " + known);
+}
+
+ReconstructionPrompts reconstruction_prompts(const ChatTemplate& chat) {
+  ReconstructionPrompts p;
+  p.first = chat.encode_document(kRepeatFirstPrompt);
+  p.next = chat.encode_document(kRepeatNextPrompt);
+  p.turn_end = chat.suffix("");
+  return p;
+}
+
+std::vector<int32_t> reconstruction_input(const ReconstructionPrompts& prompts,
+                                          std::span<const int32_t> document, uint32_t begin,
+                                          uint32_t end, uint32_t hint) {
+  if (begin >= end || end > document.size())
+    throw Error(Errc::invalid_argument,
+                "reconstruction_input: chunk [" + std::to_string(begin) + ", " +
+                    std::to_string(end) + ") is empty or outside the document of " +
+                    std::to_string(document.size()) + " tokens");
+  std::vector<int32_t> r;
+  if (begin == 0) {
+    r = prompts.first;
+  } else {
+    r = prompts.next;
+    const uint32_t h0 = begin - std::min(hint, begin);
+    r.insert(r.end(), document.begin() + h0, document.begin() + begin);
+  }
+  r.insert(r.end(), prompts.turn_end.begin(), prompts.turn_end.end());
+  r.insert(r.end(), document.begin() + begin, document.begin() + end);
+  return r;
 }
 
 }  // namespace kvzip

@@ -60,12 +60,8 @@ GreedyAnswer answer_greedy(Forward& forward, AttentionCache& cache, std::span<co
   RestoreCache restore{cache, cache.logical_length()};
   if (!drafts) return plain(forward, cache, prompt, params);
   const ModelConfig& cfg = forward.config();
-  if (prompt.empty()) throw Error(Errc::invalid_argument, "answer: the prompt has no tokens");
+  check_prompt_fits(cfg, cache.logical_length(), prompt.size(), "answer");
   const uint64_t after_prompt = uint64_t(cache.logical_length()) + prompt.size();
-  if (cfg.max_context && after_prompt > cfg.max_context)
-    throw Error(Errc::invalid_argument,
-                "the prompt needs " + std::to_string(after_prompt) + " positions but the model's context is " +
-                    std::to_string(cfg.max_context) + " tokens; shorten the input");
   const size_t V = cfg.vocab_size;
   // The answer never needs the logits after its last allowed token, nor positions past the context.
   const uint64_t feed_end = std::min<uint64_t>(params.max_tokens ? params.max_tokens - 1 : 0,

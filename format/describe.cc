@@ -9,6 +9,7 @@
 #include <ctime>
 #include <sstream>
 
+#include "common/enum_names.h"
 #include "format/detail/escape.h"
 #include "format/detail/layout.h"
 #include "format/format.h"
@@ -94,12 +95,9 @@ Stats gather(const CacheReader& r) {
 double percent(uint64_t part, uint64_t whole) { return whole ? 100.0 * part / whole : 100.0; }
 
 const char* scaling_name(RopeScalingKind k) {
-  switch (k) {
-    case RopeScalingKind::None: return "none";
-    case RopeScalingKind::Linear: return "linear";
-    case RopeScalingKind::Llama3: return "llama3";
-  }
-  return "unknown";
+  static constexpr EnumName<RopeScalingKind> kNames[] = {
+      {RopeScalingKind::None, "none"}, {RopeScalingKind::Linear, "linear"}, {RopeScalingKind::Llama3, "llama3"}};
+  return enum_name(kNames, k);
 }
 
 std::string scaling_text(const RopeScaling& s) {

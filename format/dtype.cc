@@ -72,26 +72,39 @@ bool dtype_known(uint32_t id) { return id >= 1 && id <= 5; }
 
 namespace {
 
+// Element by element through the scalar conversion: the tails the vector loops leave, and the
+// blocks they hand back (NaN, inf) because the vector conversion would change those bits.
+template <uint16_t (*Convert)(float)>
+void encode_scalar(const float* src, size_t from, size_t to, uint8_t* dst) {
+  for (size_t j = from; j < to; ++j) {
+    const uint16_t h = Convert(src[j]);
+    std::memcpy(dst + 2 * j, &h, 2);
+  }
+}
+
+template <float (*Convert)(uint16_t)>
+void decode_scalar(const uint8_t* src, size_t from, size_t to, float* dst) {
+  for (size_t j = from; j < to; ++j) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * j, 2);
+    dst[j] = Convert(h);
+  }
+}
+
 void encode_f16(const float* src, size_t n, uint8_t* dst) {
   size_t i = 0;
 #ifdef KVZIP_DTYPE_AVX2
   for (; i + 8 <= n; i += 8) {
     __m256 x = _mm256_loadu_ps(src + i);
     if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q))) {  // a NaN: this block scalar
-      for (size_t j = i; j < i + 8; ++j) {
-        uint16_t h = f32_to_f16(src[j]);
-        std::memcpy(dst + 2 * j, &h, 2);
-      }
+      encode_scalar<f32_to_f16>(src, i, i + 8, dst);
       continue;
     }
     __m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * i), h);
   }
 #endif
-  for (; i < n; ++i) {
-    uint16_t h = f32_to_f16(src[i]);
-    std::memcpy(dst + 2 * i, &h, 2);
-  }
+  encode_scalar<f32_to_f16>(src, i, n, dst);
 }
 
 void decode_f16(const uint8_t* src, size_t n, float* dst) {
@@ -101,21 +114,13 @@ void decode_f16(const uint8_t* src, size_t n, float* dst) {
   for (; i + 8 <= n; i += 8) {
     __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i));
     if (_mm_movemask_epi8(_mm_cmpeq_epi16(_mm_and_si128(h, exp_mask), exp_mask))) {  // inf/NaN
-      for (size_t j = i; j < i + 8; ++j) {
-        uint16_t v;
-        std::memcpy(&v, src + 2 * j, 2);
-        dst[j] = f16_to_f32(v);
-      }
+      decode_scalar<f16_to_f32>(src, i, i + 8, dst);
       continue;
     }
     _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
   }
 #endif
-  for (; i < n; ++i) {
-    uint16_t h;
-    std::memcpy(&h, src + 2 * i, 2);
-    dst[i] = f16_to_f32(h);
-  }
+  decode_scalar<f16_to_f32>(src, i, n, dst);
 }
 
 void encode_bf16(const float* src, size_t n, uint8_t* dst) {
@@ -126,10 +131,7 @@ void encode_bf16(const float* src, size_t n, uint8_t* dst) {
   for (; i + 8 <= n; i += 8) {
     __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
     if (_mm256_movemask_epi8(_mm256_cmpgt_epi32(_mm256_and_si256(x, abs_mask), inf))) {  // a NaN
-      for (size_t j = i; j < i + 8; ++j) {
-        uint16_t b = f32_to_bf16(src[j]);
-        std::memcpy(dst + 2 * j, &b, 2);
-      }
+      encode_scalar<f32_to_bf16>(src, i, i + 8, dst);
       continue;
     }
     __m256i odd = _mm256_and_si256(_mm256_srli_epi32(x, 16), one);
@@ -138,10 +140,7 @@ void encode_bf16(const float* src, size_t n, uint8_t* dst) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * i), _mm256_castsi256_si128(packed));
   }
 #endif
-  for (; i < n; ++i) {
-    uint16_t b = f32_to_bf16(src[i]);
-    std::memcpy(dst + 2 * i, &b, 2);
-  }
+  encode_scalar<f32_to_bf16>(src, i, n, dst);
 }
 
 void decode_bf16(const uint8_t* src, size_t n, float* dst) {
@@ -153,11 +152,7 @@ void decode_bf16(const uint8_t* src, size_t n, float* dst) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), w);
   }
 #endif
-  for (; i < n; ++i) {
-    uint16_t b;
-    std::memcpy(&b, src + 2 * i, 2);
-    dst[i] = bf16_to_f32(b);
-  }
+  decode_scalar<bf16_to_f32>(src, i, n, dst);
 }
 
 }  // namespace

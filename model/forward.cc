@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "kernels/gemm.h"
 #include "kernels/thread_pool.h"
+#include "model/detail/chunk_loop.h"
 #include "model/detail/forward_check.h"
 #include "model/detail/forward_layer.h"
 
@@ -90,35 +91,12 @@ void Forward::Impl::run_chunk(AttentionCache& cache, const int32_t* tokens, uint
 
 std::vector<float> Forward::prefill(AttentionCache& cache, std::span<const int32_t> tokens,
                                     LogitsMode mode, AttentionObserver* observer) {
-  const ModelConfig& cfg = impl_->w.config;
-  detail::check_cache_shape(cfg, cache.shape());
-  detail::check_tokens(cfg, tokens);
-  const size_t V = cfg.vocab_size, n = tokens.size();
-  std::vector<float> logits;
-  if (mode == LogitsMode::Last && n > 0) logits.resize(V);
-  if (mode == LogitsMode::All) logits.resize(n * V);
-
-  const uint32_t start = cache.logical_length();
-  try {
-    for (size_t off = 0; off < n; off += impl_->opt.chunk) {
-      const uint32_t T = static_cast<uint32_t>(std::min<size_t>(impl_->opt.chunk, n - off));
-      uint32_t row0 = 0, rows = 0;
-      float* out = nullptr;
-      if (mode == LogitsMode::All) {
-        rows = T;
-        out = logits.data() + off * V;
-      } else if (mode == LogitsMode::Last && off + T == n) {
-        row0 = T - 1;
-        rows = 1;
-        out = logits.data();
-      }
-      impl_->run_chunk(cache, tokens.data() + off, T, row0, rows, out, observer);
-    }
-  } catch (...) {
-    cache.rollback(start);
-    throw;
-  }
-  return logits;
+  return detail::forward_in_chunks(
+      impl_->w.config, cache, tokens, mode, impl_->opt.chunk,
+      [&](const int32_t* chunk, uint32_t T, uint32_t row0, uint32_t rows, float* out) {
+        impl_->run_chunk(cache, chunk, T, row0, rows, out, observer);
+      },
+      [] {});
 }
 
 std::vector<float> Forward::decode(AttentionCache& cache, int32_t token, AttentionObserver* observer) {

@@ -79,10 +79,6 @@ std::string TensorInfo::shape_string() const {
 
 // ---- Impl ----
 
-File::Impl::~Impl() {
-  detail::unmap_file(map, map_size);
-}
-
 const KeyValue* File::Impl::find(std::string_view key) const {
   auto it = kv_index.find(key);
   return it == kv_index.end() ? nullptr : &kvs[it->second];
@@ -94,31 +90,17 @@ void File::Impl::fail(Errc code, const std::string& what) const {
 
 // ---- construction ----
 
-File::File(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-File::File(File&&) noexcept = default;
-File& File::operator=(File&&) noexcept = default;
-File::~File() = default;
+File::File(std::string source, detail::FileImage&& image)
+    : impl_(new Impl(std::move(source), std::move(image)), [](Impl* p) { delete p; }) {
+  parse_gguf(*impl_);
+}
 
 File File::open(const std::string& path) {
-  auto impl = std::make_unique<Impl>();
-  impl->source = path;
-  const detail::FileMapping m = detail::map_file(path, "GGUF '" + path + "': ");
-  impl->size = m.size;
-  impl->map = m.addr;
-  impl->map_size = m.size;
-  impl->data = static_cast<const uint8_t*>(m.addr);
-  parse_gguf(*impl);
-  return File(std::move(impl));
+  return File(path, detail::FileImage::map(path, "GGUF '" + path + "': "));
 }
 
 File File::from_bytes(std::vector<uint8_t> bytes, std::string source) {
-  auto impl = std::make_unique<Impl>();
-  impl->source = std::move(source);
-  impl->owned = std::move(bytes);
-  impl->data = impl->owned.data();
-  impl->size = impl->owned.size();
-  parse_gguf(*impl);
-  return File(std::move(impl));
+  return File(std::move(source), detail::FileImage(std::move(bytes)));
 }
 
 const std::string& File::source() const { return impl_->source; }

@@ -15,6 +15,10 @@
 
 #include "kernels/quant.h"
 
+namespace kvzip::detail {
+class FileImage;
+}
+
 namespace kvzip::gguf {
 
 // gguf_type: the metadata value types.
@@ -48,11 +52,6 @@ class File {
   // Parses an in-memory image; `source` names it in error messages.
   static File from_bytes(std::vector<uint8_t> bytes, std::string source = "<memory>");
 
-  File(File&&) noexcept;
-  File& operator=(File&&) noexcept;
-  File(const File&) = delete;
-  File& operator=(const File&) = delete;
-  ~File();
 
   const std::string& source() const;  // path, or the from_bytes name
   uint32_t version() const;
@@ -97,8 +96,10 @@ class File {
   struct Impl;
 
  private:
-  explicit File(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  // Takes the image and parses it (throws on a malformed one).
+  File(std::string source, detail::FileImage&& image);
+  // A function-pointer deleter keeps File movable, and not copyable, without declaring either.
+  std::unique_ptr<Impl, void (*)(Impl*)> impl_;
 };
 
 }  // namespace kvzip::gguf

@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "kernels/quant.h"
+#include "model/detail/config_check.h"
 #include "model/detail/rope_freqs.h"
 
 namespace kvzip {
@@ -100,16 +101,8 @@ void read_rope_scaling(const gguf::File& f, const std::string& p, ModelConfig& c
 
 void check_config(const gguf::File& f, const ModelConfig& c) {
   auto bad = [&](const std::string& what) { fail(f, Errc::corrupt, what); };
-  if (!c.n_layers || !c.d_model || !c.n_heads || !c.n_kv_heads || !c.head_dim || !c.d_ffn ||
-      !c.vocab_size)
-    bad("model dimensions must be non-zero (L=" + std::to_string(c.n_layers) +
-        " E=" + std::to_string(c.d_model) + " Hq=" + std::to_string(c.n_heads) +
-        " Hkv=" + std::to_string(c.n_kv_heads) + " D=" + std::to_string(c.head_dim) +
-        " F=" + std::to_string(c.d_ffn) + " V=" + std::to_string(c.vocab_size) + ")");
-  if (c.n_heads % c.n_kv_heads != 0)
-    bad("head_count " + std::to_string(c.n_heads) + " is not a multiple of head_count_kv " +
-        std::to_string(c.n_kv_heads));
-  if (c.head_dim % 2 != 0) bad("head dimension " + std::to_string(c.head_dim) + " is odd");
+  detail::check_config_shape(c, {{"L", "E", "Hq", "Hkv", "D", "F", "V"}, "head_count", "head_count_kv", "head dimension"},
+                     bad);
   if (!(c.rope_base > 0.0f)) bad("rope.freq_base must be positive");
   if (!c.rope_scaling.freq_factors.empty() && c.rope_scaling.freq_factors.size() * 2 != c.head_dim)
     bad("tensor 'rope_freqs.weight' has " + std::to_string(c.rope_scaling.freq_factors.size()) +

@@ -18,6 +18,7 @@
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
+#include "model/detail/chunk_loop.h"
 #include "model/detail/forward_check.h"
 #include "model/detail/generate_loop.h"
 
@@ -292,27 +293,13 @@ GpuForward::~GpuForward() = default;
 std::vector<float> GpuForward::prefill(GpuCache& cache, std::span<const int32_t> tokens,
                                        LogitsMode mode, GpuAttentionObserver* observer) {
   Impl& m = *impl_;
-  const ModelConfig& cfg = m.cfg;
-  detail::check_cache_shape(cfg, cache.shape());
-  detail::check_tokens(cfg, tokens);
-  const size_t V = cfg.vocab_size, n = tokens.size();
-  std::vector<float> logits;
-  if (mode == LogitsMode::Last && n > 0) logits.resize(V);
-  if (mode == LogitsMode::All) logits.resize(n * V);
-  const uint32_t start = cache.logical_length();
-  try {
-    for (size_t off = 0; off < n; off += m.opt.chunk) {
-      const uint32_t T = static_cast<uint32_t>(std::min<size_t>(m.opt.chunk, n - off));
-      m.run_chunk(cache, tokens.data() + off, T, observer);
-      if (mode == LogitsMode::All) m.lm_head_rows(0, T, logits.data() + off * V);
-      if (mode == LogitsMode::Last && off + T == n) m.lm_head_rows(T - 1, 1, logits.data());
-    }
-    gpu::synchronize(m.stream);
-  } catch (...) {
-    cache.rollback(start);
-    throw;
-  }
-  return logits;
+  return detail::forward_in_chunks(
+      m.cfg, cache, tokens, mode, m.opt.chunk,
+      [&](const int32_t* chunk, uint32_t T, uint32_t row0, uint32_t rows, float* out) {
+        m.run_chunk(cache, chunk, T, observer);
+        if (rows) m.lm_head_rows(row0, rows, out);
+      },
+      [&] { gpu::synchronize(m.stream); });
 }
 
 std::vector<float> GpuForward::decode(GpuCache& cache, int32_t token) {

@@ -129,6 +129,15 @@ struct RkvHooks {
   }
 };
 
+void check_prompt_fits(const ModelConfig& cfg, uint64_t cached, size_t prompt_tokens, const char* who) {
+  if (prompt_tokens == 0) throw Error(Errc::invalid_argument, std::string(who) + ": the prompt has no tokens");
+  const uint64_t need = cached + prompt_tokens;
+  if (cfg.max_context && need > cfg.max_context)
+    throw Error(Errc::invalid_argument,
+                "the prompt needs " + std::to_string(need) + " positions but the model's context is " +
+                    std::to_string(cfg.max_context) + " tokens; shorten the input");
+}
+
 GenerateResult generate(Forward& forward, AttentionCache& cache, std::span<const int32_t> prompt,
                         const GenerateParams& params, const TokenCallback& on_token) {
   const ModelConfig& cfg = forward.config();

@@ -74,6 +74,11 @@ struct GenerateResult {
 // Called with every generated token as it is chosen; return false to stop early.
 using TokenCallback = std::function<bool(int32_t token)>;
 
+// The check every answer loop (generate, eval's greedy answers) runs before its prompt's prefill:
+// Errc::invalid_argument, starting with `who`, for an empty prompt, and one naming both numbers
+// when the cache's `cached` positions plus the prompt would run past cfg.max_context.
+void check_prompt_fits(const ModelConfig& cfg, uint64_t cached, size_t prompt_tokens, const char* who);
+
 // Appends `prompt` to the cache (prefill), then samples up to params.max_tokens tokens, feeding
 // each back. Stops at a stop token, at max_tokens, or when the cache reaches max_context.
 GenerateResult generate(Forward& forward, AttentionCache& cache, std::span<const int32_t> prompt,

@@ -63,20 +63,12 @@ std::string TensorInfo::shape_string() const {
   return s + "]";
 }
 
-struct File::Impl {
-  std::string source;
-  void* map = nullptr;  // open() storage, unmapped by the destructor
-  uint64_t map_size = 0;
-  std::vector<uint8_t> owned;  // from_bytes() storage
-  const uint8_t* data = nullptr;
-  uint64_t size = 0;
+struct File::Impl : detail::NamedImage {
+  using NamedImage::NamedImage;
   uint64_t data_offset = 0;
   std::vector<TensorInfo> tensors;
   std::vector<std::pair<std::string, std::string>> metadata;
 
-  ~Impl() {
-    detail::unmap_file(map, map_size);
-  }
   [[noreturn]] void fail(Errc code, const std::string& what) const {
     throw Error(code, "safetensors '" + source + "': " + what);
   }
@@ -202,31 +194,17 @@ void File::Impl::parse() {
                               "' overlap in the data section");
 }
 
-File::File(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-File::File(File&&) noexcept = default;
-File& File::operator=(File&&) noexcept = default;
-File::~File() = default;
+File::File(std::string source, detail::FileImage&& image)
+    : impl_(new Impl(std::move(source), std::move(image)), [](Impl* p) { delete p; }) {
+  impl_->parse();
+}
 
 File File::open(const std::string& path) {
-  auto impl = std::make_unique<Impl>();
-  impl->source = path;
-  const detail::FileMapping m = detail::map_file(path, "safetensors '" + path + "': ");
-  impl->size = m.size;
-  impl->map = m.addr;
-  impl->map_size = m.size;
-  impl->data = static_cast<const uint8_t*>(m.addr);
-  impl->parse();
-  return File(std::move(impl));
+  return File(path, detail::FileImage::map(path, "safetensors '" + path + "': "));
 }
 
 File File::from_bytes(std::vector<uint8_t> bytes, std::string source) {
-  auto impl = std::make_unique<Impl>();
-  impl->source = std::move(source);
-  impl->owned = std::move(bytes);
-  impl->data = impl->owned.data();
-  impl->size = impl->owned.size();
-  impl->parse();
-  return File(std::move(impl));
+  return File(std::move(source), detail::FileImage(std::move(bytes)));
 }
 
 const std::string& File::source() const { return impl_->source; }

@@ -17,6 +17,10 @@
 
 #include "kernels/quant.h"
 
+namespace kvzip::detail {
+class FileImage;
+}
+
 namespace kvzip::safetensors {
 
 // The dtypes of the format with a whole number of bytes per element.
@@ -47,11 +51,6 @@ class File {
   // Parses an in-memory image (tests); `source` names it in messages.
   static File from_bytes(std::vector<uint8_t> bytes, std::string source = "<memory>");
 
-  File(File&&) noexcept;
-  File& operator=(File&&) noexcept;
-  File(const File&) = delete;
-  File& operator=(const File&) = delete;
-  ~File();
 
   const std::string& source() const;
   uint64_t size() const;
@@ -64,8 +63,10 @@ class File {
   struct Impl;
 
  private:
-  explicit File(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  // Takes the image and parses it (throws on a malformed one).
+  File(std::string source, detail::FileImage&& image);
+  // A function-pointer deleter keeps File movable, and not copyable, without declaring either.
+  std::unique_ptr<Impl, void (*)(Impl*)> impl_;
 };
 
 }  // namespace kvzip::safetensors

@@ -59,17 +59,7 @@ void rows_scalar(const QDotRowsArgs& a) {
 }  // namespace
 
 QDotFn qdot_rows_scalar(GgmlType t) {
-  switch (t) {
-    case GgmlType::Q4_0: return rows_scalar<GgmlType::Q4_0>;
-    case GgmlType::Q4_1: return rows_scalar<GgmlType::Q4_1>;
-    case GgmlType::Q5_0: return rows_scalar<GgmlType::Q5_0>;
-    case GgmlType::Q5_1: return rows_scalar<GgmlType::Q5_1>;
-    case GgmlType::Q8_0: return rows_scalar<GgmlType::Q8_0>;
-    case GgmlType::Q4_K: return rows_scalar<GgmlType::Q4_K>;
-    case GgmlType::Q5_K: return rows_scalar<GgmlType::Q5_K>;
-    case GgmlType::Q6_K: return rows_scalar<GgmlType::Q6_K>;
-    default: return nullptr;
-  }
+  return pick_block_type<QDotFn>(t, [](auto T) -> QDotFn { return rows_scalar<decltype(T)::value>; });
 }
 
 }  // namespace detail

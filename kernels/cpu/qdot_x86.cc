@@ -191,17 +191,7 @@ KVZIP_AVX2 void rows_avx2(const QDotRowsArgs& a) {
 }  // namespace
 
 QDotFn qdot_rows_avx2(GgmlType t) {
-  switch (t) {
-    case GgmlType::Q4_0: return rows_avx2<GgmlType::Q4_0>;
-    case GgmlType::Q4_1: return rows_avx2<GgmlType::Q4_1>;
-    case GgmlType::Q5_0: return rows_avx2<GgmlType::Q5_0>;
-    case GgmlType::Q5_1: return rows_avx2<GgmlType::Q5_1>;
-    case GgmlType::Q8_0: return rows_avx2<GgmlType::Q8_0>;
-    case GgmlType::Q4_K: return rows_avx2<GgmlType::Q4_K>;
-    case GgmlType::Q5_K: return rows_avx2<GgmlType::Q5_K>;
-    case GgmlType::Q6_K: return rows_avx2<GgmlType::Q6_K>;
-    default: return nullptr;
-  }
+  return pick_block_type<QDotFn>(t, [](auto T) -> QDotFn { return rows_avx2<decltype(T)::value>; });
 }
 
 #else  // no x86 variant in this build

@@ -6,20 +6,19 @@
 #include <string>
 #include <vector>
 
+#include "common/enum_names.h"
 #include "common/error.h"
 #include "kernels/detail/qgemv_rows.h"
 #include "kernels/thread_pool.h"
 
 namespace kvzip {
 
-const char* qformat_name(QFormat f) {
-  switch (f) {
-    case QFormat::Q4_0: return "Q4_0";
-    case QFormat::Q4_1: return "Q4_1";
-    case QFormat::Q8_0: return "Q8_0";
-  }
-  return "Q?";
-}
+namespace {
+constexpr EnumName<QFormat> kFormatNames[] = {
+    {QFormat::Q4_0, "Q4_0"}, {QFormat::Q4_1, "Q4_1"}, {QFormat::Q8_0, "Q8_0"}};
+}  // namespace
+
+const char* qformat_name(QFormat f) { return enum_name(kFormatNames, f, "Q?"); }
 
 size_t qblock_bytes(QFormat f) {
   switch (f) {
@@ -27,17 +26,14 @@ size_t qblock_bytes(QFormat f) {
     case QFormat::Q4_1: return 20;
     case QFormat::Q8_0: return 34;
   }
-  throw Error(Errc::invalid_argument,
-              "unknown QFormat " + std::to_string(static_cast<int>(f)) + " (expected Q4_0, Q4_1, Q8_0)");
+  throw Error(Errc::invalid_argument, "unknown QFormat " + std::to_string(static_cast<int>(f)) +
+                                          " (expected " + enum_names(kFormatNames) + ")");
 }
 
 const char* qisa_name(QIsa isa) {
-  switch (isa) {
-    case QIsa::Scalar: return "scalar";
-    case QIsa::Avx2: return "avx2";
-    case QIsa::Avx512: return "avx512";
-  }
-  return "isa?";
+  static constexpr EnumName<QIsa> kNames[] = {
+      {QIsa::Scalar, "scalar"}, {QIsa::Avx2, "avx2"}, {QIsa::Avx512, "avx512"}};
+  return enum_name(kNames, isa, "isa?");
 }
 
 bool qisa_available(QIsa isa) {
@@ -99,12 +95,7 @@ void rows_scalar(const QGemvArgs& a, const float* xsum, uint32_t r0, uint32_t r1
 }  // namespace
 
 QRowsFn qrows_scalar(QFormat f) {
-  switch (f) {
-    case QFormat::Q4_0: return rows_scalar<QFormat::Q4_0>;
-    case QFormat::Q4_1: return rows_scalar<QFormat::Q4_1>;
-    case QFormat::Q8_0: return rows_scalar<QFormat::Q8_0>;
-  }
-  return nullptr;
+  return pick_qformat(f, [](auto F) -> QRowsFn { return rows_scalar<decltype(F)::value>; });
 }
 
 }  // namespace detail

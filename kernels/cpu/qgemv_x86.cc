@@ -169,21 +169,11 @@ KVZIP_AVX512 void rows_avx512(const QGemvArgs& a, const float* xsum, uint32_t r0
 }  // namespace
 
 QRowsFn qrows_avx2(QFormat f) {
-  switch (f) {
-    case QFormat::Q4_0: return rows_avx2<QFormat::Q4_0>;
-    case QFormat::Q4_1: return rows_avx2<QFormat::Q4_1>;
-    case QFormat::Q8_0: return rows_avx2<QFormat::Q8_0>;
-  }
-  return nullptr;
+  return pick_qformat(f, [](auto F) -> QRowsFn { return rows_avx2<decltype(F)::value>; });
 }
 
 QRowsFn qrows_avx512(QFormat f) {
-  switch (f) {
-    case QFormat::Q4_0: return rows_avx512<QFormat::Q4_0>;
-    case QFormat::Q4_1: return rows_avx512<QFormat::Q4_1>;
-    case QFormat::Q8_0: return rows_avx512<QFormat::Q8_0>;
-  }
-  return nullptr;
+  return pick_qformat(f, [](auto F) -> QRowsFn { return rows_avx512<decltype(F)::value>; });
 }
 
 #else  // no x86 variants in this build

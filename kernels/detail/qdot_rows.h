@@ -5,6 +5,7 @@
 // dequantizers: the products here equal dequantized fp32 weights times the int8 activations.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/detail/dequant_x86.h"
 #include "kernels/qdot.h"
@@ -22,6 +23,24 @@ struct QDotRowsArgs {
 using QDotFn = void (*)(const QDotRowsArgs& a);
 QDotFn qdot_rows_scalar(quant::GgmlType t);  // nullptr for a type qdot does not read
 QDotFn qdot_rows_avx2(quant::GgmlType t);    // nullptr also when the build has no AVX2 variant
+
+// The types qdot reads, listed once for every ISA's table: pick(std::integral_constant<GgmlType,
+// T>) returns that ISA's kernel for T; nullptr for any other type.
+template <class Fn, class Pick>
+Fn pick_block_type(quant::GgmlType t, Pick pick) {
+  using G = quant::GgmlType;
+  switch (t) {
+    case G::Q4_0: return pick(std::integral_constant<G, G::Q4_0>{});
+    case G::Q4_1: return pick(std::integral_constant<G, G::Q4_1>{});
+    case G::Q5_0: return pick(std::integral_constant<G, G::Q5_0>{});
+    case G::Q5_1: return pick(std::integral_constant<G, G::Q5_1>{});
+    case G::Q8_0: return pick(std::integral_constant<G, G::Q8_0>{});
+    case G::Q4_K: return pick(std::integral_constant<G, G::Q4_K>{});
+    case G::Q5_K: return pick(std::integral_constant<G, G::Q5_K>{});
+    case G::Q6_K: return pick(std::integral_constant<G, G::Q6_K>{});
+    default: return nullptr;
+  }
+}
 
 inline uint32_t rd32le(const uint8_t* p) {
   return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
@@ -43,6 +62,20 @@ struct BlockScales {
 template <quant::GgmlType Ty>
 struct QFmt;
 
+// The 32 4-bit values of a Q4_0/Q4_1 block from its 16 nibble bytes (low nibbles first).
+inline void nibble_ints(const uint8_t* qs, int (&w)[32]) {
+  for (int j = 0; j < 16; ++j) w[j] = qs[j] & 15, w[j + 16] = qs[j] >> 4;
+}
+// Q5_0/Q5_1: the 32-bit mask of fifth bits at qh, the 16 nibble bytes right after it.
+inline void nibble5_ints(const uint8_t* qh_p, int (&w)[32]) {
+  const uint32_t qh = rd32le(qh_p);
+  const uint8_t* qs = qh_p + 4;
+  for (int j = 0; j < 16; ++j) {
+    w[j] = int((qs[j] & 15) | ((qh >> j) & 1) << 4);
+    w[j + 16] = int((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
+  }
+}
+
 template <>
 struct QFmt<quant::GgmlType::Q4_0> {
   static constexpr int kBytes = 18, kGroups = 1;
@@ -51,9 +84,7 @@ struct QFmt<quant::GgmlType::Q4_0> {
   static void scales(const uint8_t* b, Half h, BlockScales& s) {
     s.fw[0] = h(b), s.mw[0] = -8.0f * s.fw[0], s.sub[0][0] = s.sub[0][1] = 1;
   }
-  static void ints(const uint8_t* b, int, int (&w)[32]) {
-    for (int j = 0; j < 16; ++j) w[j] = b[2 + j] & 15, w[j + 16] = b[2 + j] >> 4;
-  }
+  static void ints(const uint8_t* b, int, int (&w)[32]) { nibble_ints(b + 2, w); }
 };
 
 template <>
@@ -64,9 +95,7 @@ struct QFmt<quant::GgmlType::Q4_1> {
   static void scales(const uint8_t* b, Half h, BlockScales& s) {
     s.fw[0] = h(b), s.mw[0] = h(b + 2), s.sub[0][0] = s.sub[0][1] = 1;
   }
-  static void ints(const uint8_t* b, int, int (&w)[32]) {
-    for (int j = 0; j < 16; ++j) w[j] = b[4 + j] & 15, w[j + 16] = b[4 + j] >> 4;
-  }
+  static void ints(const uint8_t* b, int, int (&w)[32]) { nibble_ints(b + 4, w); }
 };
 
 template <>
@@ -77,13 +106,7 @@ struct QFmt<quant::GgmlType::Q5_0> {
   static void scales(const uint8_t* b, Half h, BlockScales& s) {
     s.fw[0] = h(b), s.mw[0] = -16.0f * s.fw[0], s.sub[0][0] = s.sub[0][1] = 1;
   }
-  static void ints(const uint8_t* b, int, int (&w)[32]) {
-    const uint32_t qh = rd32le(b + 2);
-    for (int j = 0; j < 16; ++j) {
-      w[j] = int((b[6 + j] & 15) | ((qh >> j) & 1) << 4);
-      w[j + 16] = int((b[6 + j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
-    }
-  }
+  static void ints(const uint8_t* b, int, int (&w)[32]) { nibble5_ints(b + 2, w); }
 };
 
 template <>
@@ -94,13 +117,7 @@ struct QFmt<quant::GgmlType::Q5_1> {
   static void scales(const uint8_t* b, Half h, BlockScales& s) {
     s.fw[0] = h(b), s.mw[0] = h(b + 2), s.sub[0][0] = s.sub[0][1] = 1;
   }
-  static void ints(const uint8_t* b, int, int (&w)[32]) {
-    const uint32_t qh = rd32le(b + 4);
-    for (int j = 0; j < 16; ++j) {
-      w[j] = int((b[8 + j] & 15) | ((qh >> j) & 1) << 4);
-      w[j + 16] = int((b[8 + j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
-    }
-  }
+  static void ints(const uint8_t* b, int, int (&w)[32]) { nibble5_ints(b + 4, w); }
 };
 
 template <>

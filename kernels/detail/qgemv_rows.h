@@ -4,6 +4,7 @@
 // dot(d·q + m, x) = d·dot(q, x) + m·sum(x).
 #pragma once
 #include <cstdint>
+#include <type_traits>
 #include <cstring>
 
 #include "common/half.h"
@@ -17,6 +18,18 @@ QRowsFn qrows_scalar(QFormat f);
 // nullptr when this build has no such variant (not x86-64, or a compiler without target attributes).
 QRowsFn qrows_avx2(QFormat f);
 QRowsFn qrows_avx512(QFormat f);
+// The formats listed once for every ISA's table: pick(std::integral_constant<QFormat, F>)
+// returns that ISA's row kernel for F.
+template <class Pick>
+QRowsFn pick_qformat(QFormat f, Pick pick) {
+  switch (f) {
+    case QFormat::Q4_0: return pick(std::integral_constant<QFormat, QFormat::Q4_0>{});
+    case QFormat::Q4_1: return pick(std::integral_constant<QFormat, QFormat::Q4_1>{});
+    case QFormat::Q8_0: return pick(std::integral_constant<QFormat, QFormat::Q8_0>{});
+  }
+  return nullptr;
+}
+
 bool cpu_has_avx2();    // AVX2, FMA and F16C
 bool cpu_has_avx512();  // AVX-512 F and BW, plus the AVX2 set
 

@@ -26,12 +26,7 @@ GenerateResult generate_loop(Fwd& forward, Cache& cache, std::span<const int32_t
                              const GenerateParams& params, const TokenCallback& on_token,
                              Hooks&& hooks = {}) {
   const ModelConfig& cfg = forward.config();
-  if (prompt.empty()) throw Error(Errc::invalid_argument, "generate: the prompt has no tokens");
-  const uint64_t need = uint64_t(cache.logical_length()) + prompt.size();
-  if (cfg.max_context && need > cfg.max_context)
-    throw Error(Errc::invalid_argument,
-                "the prompt needs " + std::to_string(need) + " positions but the model's context is " +
-                    std::to_string(cfg.max_context) + " tokens; shorten the input");
+  check_prompt_fits(cfg, cache.logical_length(), prompt.size(), "generate");
   GenerateResult result;
   Sampler sampler(params.sampling);
   constexpr bool kHooked = !std::is_same_v<std::decay_t<Hooks>, NoHooks>;

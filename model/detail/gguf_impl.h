@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "model/detail/mapped_file.h"
 #include "model/gguf.h"
 
 namespace kvzip::gguf {
@@ -23,13 +24,8 @@ struct KeyValue {
   uint64_t value_offset = 0;            // first byte of the value (after type / array header)
 };
 
-struct File::Impl {
-  std::string source;
-  std::vector<uint8_t> owned;  // from_bytes storage
-  void* map = nullptr;         // open() storage (munmap'ed by the destructor)
-  uint64_t map_size = 0;
-  const uint8_t* data = nullptr;
-  uint64_t size = 0;
+struct File::Impl : detail::NamedImage {
+  using NamedImage::NamedImage;
 
   uint32_t version = 0;
   uint32_t alignment = kDefaultAlignment;
@@ -39,7 +35,6 @@ struct File::Impl {
   std::vector<TensorInfo> tensors;
   std::map<std::string, size_t, std::less<>> tensor_index;
 
-  ~Impl();
   const KeyValue* find(std::string_view key) const;
   [[noreturn]] void fail(Errc code, const std::string& what) const;  // "GGUF '<source>': what"
 };

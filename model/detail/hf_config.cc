@@ -6,6 +6,7 @@
 #include <cmath>
 #include <string>
 
+#include "model/detail/config_check.h"
 #include "model/detail/hf_json.h"
 
 namespace kvzip::detail {
@@ -86,15 +87,11 @@ void refuse_unsupported(const JsonFile& f, const std::string& model_type) {
 
 void check(const JsonFile& f, const ModelConfig& c) {
   auto bad = [&](const std::string& what) { f.fail(Errc::corrupt, what); };
-  if (!c.n_layers || !c.d_model || !c.n_heads || !c.n_kv_heads || !c.head_dim || !c.d_ffn || !c.vocab_size)
-    bad("model dimensions must be non-zero (num_hidden_layers=" + std::to_string(c.n_layers) +
-        " hidden_size=" + std::to_string(c.d_model) + " num_attention_heads=" + std::to_string(c.n_heads) +
-        " num_key_value_heads=" + std::to_string(c.n_kv_heads) + " head_dim=" + std::to_string(c.head_dim) +
-        " intermediate_size=" + std::to_string(c.d_ffn) + " vocab_size=" + std::to_string(c.vocab_size) + ")");
-  if (c.n_heads % c.n_kv_heads != 0)
-    bad("num_attention_heads " + std::to_string(c.n_heads) + " is not a multiple of num_key_value_heads " +
-        std::to_string(c.n_kv_heads));
-  if (c.head_dim % 2 != 0) bad("head_dim " + std::to_string(c.head_dim) + " is odd");
+  check_config_shape(c,
+                     {{"num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
+                       "head_dim", "intermediate_size", "vocab_size"},
+                      "num_attention_heads", "num_key_value_heads", "head_dim"},
+                     bad);
   if (!(c.rope_base > 0.0f) || !std::isfinite(c.rope_base)) bad("rope_theta must be positive");
   if (!(c.rms_eps > 0.0f)) bad("rms_norm_eps must be positive");
   if (!c.max_context) bad("max_position_embeddings must be positive");

@@ -68,34 +68,35 @@ std::optional<uint64_t> JsonFile::opt_uint(std::string_view key, const nlohmann:
                           ", expected a non-negative integer");
 }
 
+namespace {
+
+// The typed read the optional getters share: nullopt when absent, the value when `is` accepts it,
+// else Errc::corrupt naming the key (or `name`), what it holds and what was expected.
+template <class T>
+std::optional<T> typed(const JsonFile& f, const nlohmann::json* v, std::string_view key, std::string_view name,
+                       bool (nlohmann::json::*is)() const noexcept, const char* expected) {
+  if (!v) return std::nullopt;
+  if (!(v->*is)())
+    f.fail(Errc::corrupt, "key '" + std::string(name.empty() ? key : name) + "' is " + shown(*v) +
+                              ", expected " + expected);
+  return v->get<T>();
+}
+
+}  // namespace
+
 std::optional<double> JsonFile::opt_number(std::string_view key, const nlohmann::json* obj,
                                            std::string_view name) const {
-  const nlohmann::json* v = member(key, obj);
-  if (!v) return std::nullopt;
-  if (!v->is_number())
-    fail(Errc::corrupt, "key '" + std::string(name.empty() ? key : name) + "' is " + shown(*v) +
-                            ", expected a number");
-  return v->get<double>();
+  return typed<double>(*this, member(key, obj), key, name, &nlohmann::json::is_number, "a number");
 }
 
 std::optional<std::string> JsonFile::opt_string(std::string_view key, const nlohmann::json* obj,
                                                 std::string_view name) const {
-  const nlohmann::json* v = member(key, obj);
-  if (!v) return std::nullopt;
-  if (!v->is_string())
-    fail(Errc::corrupt, "key '" + std::string(name.empty() ? key : name) + "' is " + shown(*v) +
-                            ", expected a string");
-  return v->get<std::string>();
+  return typed<std::string>(*this, member(key, obj), key, name, &nlohmann::json::is_string, "a string");
 }
 
 std::optional<bool> JsonFile::opt_bool(std::string_view key, const nlohmann::json* obj,
                                        std::string_view name) const {
-  const nlohmann::json* v = member(key, obj);
-  if (!v) return std::nullopt;
-  if (!v->is_boolean())
-    fail(Errc::corrupt, "key '" + std::string(name.empty() ? key : name) + "' is " + shown(*v) +
-                            ", expected true or false");
-  return v->get<bool>();
+  return typed<bool>(*this, member(key, obj), key, name, &nlohmann::json::is_boolean, "true or false");
 }
 
 uint64_t JsonFile::get_uint(std::string_view key, const nlohmann::json* obj, std::string_view name) const {

@@ -1,19 +1,50 @@
-// One read-only, private mapping of a whole regular file, shared by the GGUF and safetensors
-// readers (both map their file once and hand out pointers into it). An empty file maps nothing.
-// Failures throw kvzip::Error (not_found for a missing file, io otherwise) whose message starts
-// with the caller's prefix, e.g. "GGUF 'model.gguf': ".
+// The bytes of a model file image, shared by the GGUF and safetensors readers (both parse the
+// image once and hand out pointers into it): either a read-only, private mapping of a whole
+// regular file, or a buffer the image owns (from_bytes, for tests). An empty file maps nothing.
+// Mapping failures throw kvzip::Error (not_found for a missing file, io otherwise) whose message
+// starts with the caller's prefix, e.g. "GGUF 'model.gguf': ". data() stays valid while the
+// image lives, also across moves.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace kvzip::detail {
 
-struct FileMapping {
-  void* addr = nullptr;  // nullptr for an empty file; release with unmap_file
-  uint64_t size = 0;
+class FileImage {
+ public:
+  static FileImage map(const std::string& path, const std::string& error_prefix);
+  explicit FileImage(std::vector<uint8_t> bytes);
+
+  FileImage(FileImage&& o) noexcept;
+  FileImage& operator=(FileImage&& o) noexcept;
+  FileImage(const FileImage&) = delete;
+  FileImage& operator=(const FileImage&) = delete;
+  ~FileImage();
+
+  const uint8_t* data() const { return data_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  FileImage() = default;
+  void* map_ = nullptr;  // map() storage, unmapped by the destructor
+  uint64_t map_size_ = 0;
+  std::vector<uint8_t> owned_;  // the other constructor's storage
+  const uint8_t* data_ = nullptr;
+  uint64_t size_ = 0;
 };
 
-FileMapping map_file(const std::string& path, const std::string& error_prefix);
-void unmap_file(void* addr, uint64_t size) noexcept;
+// What both readers' File::Impl start from: the name their messages use and the image, with its
+// bytes at hand for the parser.
+struct NamedImage {
+  std::string source;
+  FileImage image;
+  const uint8_t* data;  // image.data(), image.size()
+  uint64_t size;
+
+  NamedImage(std::string src, FileImage&& img)
+      : source(std::move(src)), image(std::move(img)), data(image.data()), size(image.size()) {}
+};
 
 }  // namespace kvzip::detail

@@ -39,6 +39,18 @@ DocumentScores ScoredDocument::score(Scorer& scorer) {
   return s;
 }
 
+bool ScoredDocument::unobserved_refused(std::string_view method) const {
+  auto scorer = make_scorer(method, ScorerOptions{});
+  Forward fwd(w, ForwardOptions{1, 16, {}});
+  PrefillResult pre = prefill_document(fwd, prefix, doc);
+  try {
+    scorer->score(ScoreInput{&fwd, &pre.cache, n_p, doc});
+  } catch (const Error&) {
+    return true;
+  }
+  return false;
+}
+
 ScorerOptions tiny_kvzip_options() {
   ScorerOptions so;
   so.prompts.first = {3, 4, 5};
@@ -46,6 +58,13 @@ ScorerOptions tiny_kvzip_options() {
   so.prompts.turn_end = {10, 11};
   so.kvzip_chunk = 16;
   return so;
+}
+
+void check_context_refusal(const Error& e, std::initializer_list<const char*> needles) {
+  const std::string m = e.what();
+  INFO(m);
+  CHECK(e.code() == Errc::invalid_argument);
+  for (const char* n : needles) CHECK(m.find(n) != std::string::npos);
 }
 
 bool scorer_refuses(std::string_view method, const ScorerOptions& options, const char* what) {

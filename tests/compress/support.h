@@ -4,9 +4,11 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <string_view>
 #include <vector>
 
+#include "common/error.h"
 #include "compress/scorer.h"
 #include "model/forward.h"
 #include "model/weights.h"
@@ -48,6 +50,10 @@ struct TinyDoc {
 // ({3, 4, 5}, {6, 7, 8, 9}, turn end {10, 11}) and chunks of 16 tokens.
 ScorerOptions tiny_kvzip_options();
 
+// The message of a prefill refused for not fitting the context (Errc::invalid_argument): it
+// names the parts of the sequence, their sum and the model's context; each needle must be in it.
+void check_context_refusal(const Error& e, std::initializer_list<const char*> needles);
+
 // True when make_scorer(method, options) throws Errc::invalid_argument with `what` in its message
 // (CHECKed), false when it accepts the options.
 bool scorer_refuses(std::string_view method, const ScorerOptions& options, const char* what);
@@ -74,6 +80,8 @@ struct ScoredDocument {
 
   // Prefills [prefix ; doc] with the scorer's observer, scores, keeps the dense cache.
   DocumentScores score(Scorer& scorer);
+  // Whether `method` (default options) refuses to score a prefill that ran without its observer.
+  bool unobserved_refused(std::string_view method) const;
 };
 
 }  // namespace kvzip::test

@@ -32,11 +32,7 @@ const char* kText =
 
 TEST_CASE("on SmolLM2 a ratio-1 KVzip cache answers like the uncompressed cache",
           "[compress][realmodel]") {
-  const std::string env = test::real_model_path();
-  if (env.empty()) {
-    test::skip_no_model();
-    return;
-  }
+  KVZIP_REAL_MODEL_PATH_OR_SKIP(env);
   auto model = Model::load(env);
   const ChatTemplate& chat = model->chat();
   Forward fwd(model->weights(), ForwardOptions{});
@@ -72,11 +68,7 @@ TEST_CASE("on SmolLM2 a ratio-1 KVzip cache answers like the uncompressed cache"
 // over the article is within 1% of the exact path's — over 128-token pieces and token by token.
 TEST_CASE("on the Normans article the fast matmul path keeps the exact path's KVzip set",
           "[compress][realmodel]") {
-  const std::string env = test::real_model_path();
-  if (env.empty()) {
-    test::skip_no_model();
-    return;
-  }
+  KVZIP_REAL_MODEL_PATH_OR_SKIP(env);
   auto model = Model::load(env);
   const ChatTemplate& chat = model->chat();
   const std::vector<eval::Document> docs =

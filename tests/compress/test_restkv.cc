@@ -211,11 +211,7 @@ TEST_CASE("ReST-KV refuses bad options and a prefill it did not observe", "[comp
     CHECK(refused(so, "k_min"));
   }
 
-  Run r(40);
-  auto scorer = make_scorer("rest-kv", ScorerOptions{});
-  Forward fwd(r.w, ForwardOptions{1, 16, {}});
-  PrefillResult pre = prefill_document(fwd, r.prefix, r.doc);
-  CHECK_THROWS_AS(scorer->score(ScoreInput{&fwd, &pre.cache, r.n_p, r.doc}), Error);
+  CHECK(Run(40).unobserved_refused("rest-kv"));
 }
 
 TEST_CASE("window-query scorers refuse observations that do not continue the document prefill",

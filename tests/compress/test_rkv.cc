@@ -91,9 +91,5 @@ TEST_CASE("R-KV refuses bad options and a prefill it did not observe", "[compres
     CHECK(refused(so, "kernel"));
   }
 
-  Run r(30);
-  auto scorer = make_scorer("rkv", ScorerOptions{});
-  Forward fwd(r.w, ForwardOptions{1, 16, {}});
-  PrefillResult pre = prefill_document(fwd, r.prefix, r.doc);
-  CHECK_THROWS_AS(scorer->score(ScoreInput{&fwd, &pre.cache, r.n_p, r.doc}), Error);
+  CHECK(Run(30).unobserved_refused("rkv"));
 }

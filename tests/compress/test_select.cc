@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "compress/selection.h"
 #include "tests/support/random_weights.h"
+#include "tests/support/thrown.h"
 
 using namespace kvzip;
 
@@ -113,25 +114,17 @@ TEST_CASE("selection rejects bad ratios, NaN scores and unknown levels", "[compr
   DocumentScores s = scores_of(1, 1, 0, 4, {0.1f, 0.2f, 0.3f, 0.4f});
   for (double r : {0.0, -0.1, 1.0000001, 2.0, std::nan("")}) {
     INFO("ratio " << r);
-    try {
-      select_rows(s, r, SelectionLevel::Global);
-      FAIL("no error");
-    } catch (const Error& e) {
-      CHECK(e.code() == Errc::invalid_argument);
-      CHECK(std::string(e.what()).find("(0, 1]") != std::string::npos);
-    }
+    const Error e = test::error_from([&] { select_rows(s, r, SelectionLevel::Global); }, "no error");
+    CHECK(e.code() == Errc::invalid_argument);
+    CHECK(std::string(e.what()).find("(0, 1]") != std::string::npos);
   }
   s.values[2] = std::nanf("");
   CHECK_THROWS_AS(select_rows(s, 0.5, SelectionLevel::Global), Error);
   CHECK(parse_selection_level("per-head") == SelectionLevel::PerHead);
   CHECK(std::string(selection_level_name(SelectionLevel::PerLayer)) == "per-layer");
-  try {
-    parse_selection_level("layer");
-    FAIL("no error");
-  } catch (const Error& e) {
-    CHECK(e.code() == Errc::invalid_argument);
-    CHECK(std::string(e.what()).find("global, per-head, per-layer") != std::string::npos);
-  }
+  const Error e2 = test::error_from([&] { parse_selection_level("layer"); }, "no error");
+  CHECK(e2.code() == Errc::invalid_argument);
+  CHECK(std::string(e2.what()).find("global, per-head, per-layer") != std::string::npos);
 }
 
 TEST_CASE("eviction copies the kept rows, their positions and their scores", "[compress]") {

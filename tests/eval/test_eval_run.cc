@@ -36,13 +36,6 @@ ForwardOptions one_thread() {
   return o;
 }
 
-// A dense cache holding a short prompt prefix, as a document would.
-KvCache primed(Forward& fwd, const Model& m) {
-  KvCache cache(m.config());
-  fwd.prefill(cache, m.chat().encode_document("the cat sat on the mat; the dog ate."), LogitsMode::None);
-  return cache;
-}
-
 GreedyAnswer plain(Forward& fwd, AttentionCache& cache, const std::vector<int32_t>& prompt,
                    const AnswerParams& ap) {
   GenerateParams gp;
@@ -53,6 +46,24 @@ GreedyAnswer plain(Forward& fwd, AttentionCache& cache, const std::vector<int32_
   cache.rollback(len);
   return GreedyAnswer{r.tokens, r.stopped, r.first_logits, 0, 0};
 }
+
+// What every draft test starts from: the tiny model, a dense cache holding a short document (as
+// a compressed one would), the prompt of `question`, and the plain answer of max_tokens tokens.
+struct Primed {
+  const Model& m = *tiny().model;
+  Forward fwd{m.weights(), one_thread()};
+  KvCache cache{m.config()};
+  std::vector<int32_t> prompt;
+  AnswerParams ap;
+  GreedyAnswer base;
+
+  Primed(const std::string& question, uint32_t max_tokens) {
+    fwd.prefill(cache, m.chat().encode_document("the cat sat on the mat; the dog ate."), LogitsMode::None);
+    prompt = m.chat().suffix("\n\nQuestion: " + question);
+    ap.max_tokens = max_tokens;
+    base = plain(fwd, cache, prompt, ap);
+  }
+};
 
 void check_same(const GreedyAnswer& got, const GreedyAnswer& want) {
   CHECK(got.tokens == want.tokens);
@@ -69,6 +80,13 @@ const char* kSquad = R"({"data": [{"title": "Pets", "paragraphs": [
    "qas": [{"question": "What did the dog eat?", "id": "d", "answers": [{"text": "a bone"}]},
            {"question": "When?", "id": "e", "answers": [{"text": "noon"}, {"text": "at noon"}]}]}]}]})";
 
+// kSquad with one document per paragraph (two documents).
+std::vector<Document> pets() {
+  SquadOptions so;
+  so.unit = DocumentUnit::Paragraph;
+  return parse_squad(kSquad, "pets.json", so);
+}
+
 const EvalRow& row(const EvalReport& r, const std::string& method, double ratio) {
   for (const EvalRow& x : r.rows)
     if (x.method == method && x.ratio == ratio) return x;
@@ -79,13 +97,12 @@ const EvalRow& row(const EvalReport& r, const std::string& method, double ratio)
 }  // namespace
 
 TEST_CASE("draft-verified answers equal plain greedy decoding whatever the drafts", "[eval]") {
-  const Model& m = *tiny().model;
-  Forward fwd(m.weights(), one_thread());
-  KvCache cache = primed(fwd, m);
-  const std::vector<int32_t> prompt = m.chat().suffix("\n\nQuestion: what sat?");
-  AnswerParams ap;
-  ap.max_tokens = 10;
-  const GreedyAnswer base = plain(fwd, cache, prompt, ap);
+  Primed t("what sat?", 10);
+  Forward& fwd = t.fwd;
+  KvCache& cache = t.cache;
+  const std::vector<int32_t>& prompt = t.prompt;
+  const AnswerParams& ap = t.ap;
+  const GreedyAnswer& base = t.base;
   REQUIRE(base.tokens.size() == 10);
   // A stop set that ends the answer early (at the first token from the 4th on that did not occur
   // before), so the stopped paths are exercised.
@@ -157,25 +174,17 @@ TEST_CASE("the draft pool tries the newest matching draft and stores each answer
 }
 
 TEST_CASE("draft verification respects a one-token answer limit", "[eval]") {
-  const Model& m = *tiny().model;
-  Forward fwd(m.weights(), one_thread());
-  KvCache cache = primed(fwd, m);
-  const std::vector<int32_t> prompt = m.chat().suffix("\n\nQuestion: who?");
-  AnswerParams ap;
-  ap.max_tokens = 1;
-  const GreedyAnswer want = plain(fwd, cache, prompt, ap);
-  AnswerParams longer = ap;
+  Primed t("who?", 1);
+  AnswerParams longer = t.ap;
   longer.max_tokens = 6;
   DraftPool pool;
-  pool.add(plain(fwd, cache, prompt, longer).tokens);
-  check_same(answer_greedy(fwd, cache, prompt, ap, &pool), want);
+  pool.add(plain(t.fwd, t.cache, t.prompt, longer).tokens);
+  check_same(answer_greedy(t.fwd, t.cache, t.prompt, t.ap, &pool), t.base);
 }
 
 TEST_CASE("eval on a tiny model: the full cache agrees with itself and ratio 1 equals full", "[eval]") {
   const Model& m = *tiny().model;
-  SquadOptions so;
-  so.unit = DocumentUnit::Paragraph;
-  const std::vector<Document> docs = parse_squad(kSquad, "pets.json", so);
+  const std::vector<Document> docs = pets();
   REQUIRE(docs.size() == 2);
   EvalOptions o;
   o.methods = {"kvzip", "snapkv", "h2o", "streaming", "random"};
@@ -294,9 +303,7 @@ TEST_CASE("eval runs head-level KVzip from given head scores and refuses it with
                                 std::string(e.what()).find("--head-scores") != std::string::npos;
                        }));
   const Model& m = *tiny().model;
-  SquadOptions so;
-  so.unit = DocumentUnit::Paragraph;
-  const std::vector<Document> docs = parse_squad(kSquad, "pets.json", so);
+  const std::vector<Document> docs = pets();
   EvalOptions o;
   o.methods = {"kvzip-head"};
   o.ratios = {0.5, 1.0};
@@ -317,9 +324,7 @@ TEST_CASE("eval runs head-level KVzip from given head scores and refuses it with
 
 TEST_CASE("eval --kv-dtypes: every cache again as a .kvz image of each dtype, compared with f32", "[eval]") {
   const Model& m = *tiny().model;
-  SquadOptions so;
-  so.unit = DocumentUnit::Paragraph;
-  const std::vector<Document> docs = parse_squad(kSquad, "pets.json", so);
+  const std::vector<Document> docs = pets();
   EvalOptions o;
   o.methods = {"kvzip"};
   o.ratios = {0.5, 1.0};

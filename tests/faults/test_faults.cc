@@ -69,6 +69,22 @@ class FullTmpfs {
   bool mounted_ = false;
 };
 
+// Where a full-disk test writes: a full tmpfs (when this process may mount one), or a plain
+// directory whose writes RLIMIT_FSIZE cuts off (the test sets the limit around each write).
+struct FullDisk {
+  const bool tmpfs;
+  std::optional<FullTmpfs> fs;
+  TempDir plain;
+
+  explicit FullDisk(bool use_tmpfs) : tmpfs(use_tmpfs) {
+    if (tmpfs) fs.emplace();
+  }
+  bool usable() const { return !tmpfs || fs->available(); }
+  std::string path(const std::string& name) const { return tmpfs ? fs->path(name) : plain.path(name); }
+  std::vector<std::string> left() const { return tmpfs ? fs->written() : plain.list(); }
+  const char* how() const { return tmpfs ? " on a full tmpfs" : " past RLIMIT_FSIZE"; }
+};
+
 // RLIMIT_FSIZE for this process with SIGXFSZ ignored, restored on destruction. Nothing may log
 // to a regular file meanwhile.
 class FileSizeLimit {
@@ -114,16 +130,10 @@ CacheContents big_cache() {
 }  // namespace
 
 TEST_CASE("a full disk is a clean io error and leaves no file, for every writer", "[faults]") {
-  const bool tmpfs = GENERATE(true, false);
-  std::optional<FullTmpfs> fs;
-  TempDir plain;
-  if (tmpfs) {
-    fs.emplace();
-    if (!fs->available()) KVZIP_FORMAT_SKIP("cannot mount a tmpfs here (not root, or no permission)");
-  }
-  const auto target = [&](const std::string& n) { return tmpfs ? fs->path(n) : plain.path(n); };
-  const auto left = [&] { return tmpfs ? fs->written() : plain.list(); };
-  const std::string reason = tmpfs ? "No space left on device" : "File too large";
+  const FullDisk disk(GENERATE(true, false));
+  if (!disk.usable()) KVZIP_FORMAT_SKIP("cannot mount a tmpfs here (not root, or no permission)");
+  const auto target = [&](const std::string& n) { return disk.path(n); };
+  const std::string reason = disk.tmpfs ? "No space left on device" : "File too large";
   std::optional<FileSizeLimit> limit;
   const CacheContents c = synthetic({});
   eval::EvalReport report;
@@ -136,47 +146,42 @@ TEST_CASE("a full disk is a clean io error and leaves no file, for every writer"
   };
   for (const auto& [name, write] : writers) {
     if (name == ".h5" && !hdf5_available()) continue;
-    INFO(name << (tmpfs ? " on a full tmpfs" : " past RLIMIT_FSIZE"));
+    INFO(name << disk.how());
     Error e = [&] {
-      if (!tmpfs) limit.emplace(4096);
+      if (!disk.tmpfs) limit.emplace(4096);
       Error got = error_of(write);
       limit.reset();
       return got;
     }();
     CHECK(e.code() == Errc::io);
     CHECK_THAT(e.what(), Catch::Matchers::Contains(reason) && Catch::Matchers::Contains("free space there"));
-    CHECK(left().empty());
+    CHECK(disk.left().empty());
   }
   // HDF5 is still usable afterwards (no half-closed file handle inside the library).
   if (hdf5_available()) {
-    export_hdf5(c, plain.path("ok.h5"), true);
-    CHECK(same_contents(import_hdf5(plain.path("ok.h5")), c));
+    export_hdf5(c, disk.plain.path("ok.h5"), true);
+    CHECK(same_contents(import_hdf5(disk.plain.path("ok.h5")), c));
   }
 }
 
 TEST_CASE("kvzip export and prune onto a full disk exit with [io], not a crash, and leave nothing", "[faults]") {
-  const bool tmpfs = GENERATE(true, false);
-  std::optional<FullTmpfs> fs;
-  TempDir plain;
-  if (tmpfs) {
-    fs.emplace();
-    if (!fs->available()) KVZIP_FORMAT_SKIP("cannot mount a tmpfs here (not root, or no permission)");
-  }
+  const FullDisk disk(GENERATE(true, false));
+  if (!disk.usable()) KVZIP_FORMAT_SKIP("cannot mount a tmpfs here (not root, or no permission)");
   TempDir in;
   write_cache_file(synthetic({}), in.path("c.kvz"));
   CliOptions o;
-  if (!tmpfs) o.file_size_limit = 4096;
-  const std::string dir = tmpfs ? fs->path("") : plain.path("");
+  if (!disk.tmpfs) o.file_size_limit = 4096;
+  const std::string dir = disk.path("");
   std::vector<std::vector<std::string>> commands = {{"prune", in.path("c.kvz"), "--ratio", "0.2", "-o", dir + "p.kvz"}};
   if (hdf5_available()) commands.push_back({"export", in.path("c.kvz"), "--hdf5", dir + "e.h5"});
   for (const auto& args : commands) {
-    INFO(args[0] << (tmpfs ? " on a full tmpfs" : " past RLIMIT_FSIZE"));
+    INFO(args[0] << disk.how());
     const CliResult r = run_kvzip(args, o);
     INFO(r.err);
     CHECK(r.signal == 0);  // was SIGSEGV (139) in HDF5's cleanup at exit
     CHECK(r.exit_code == 4);
     CHECK_THAT(r.err, Catch::Matchers::StartsWith("kvzip: error [io]: writing " + dir));
-    CHECK((tmpfs ? fs->written() : plain.list()).empty());
+    CHECK(disk.left().empty());
   }
 }
 

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "tests/format/fixtures.h"
+#include "tests/support/thrown.h"
 
 using namespace kvzip;
 using namespace kvzip::format;
@@ -39,13 +40,9 @@ TEST_CASE("an existing file is not overwritten without force, and is replaced wi
   TempDir dir;
   write_bytes(dir.path("out.kvz"), {1, 2, 3});
   CacheContents c = synthetic({});
-  try {
-    write_cache_file(c, dir.path("out.kvz"));
-    FAIL("overwrote without force");
-  } catch (const Error& e) {
-    CHECK(e.code() == Errc::invalid_argument);
-    CHECK_THAT(e.what(), Catch::Matchers::Contains("already exists") && Catch::Matchers::Contains("-f"));
-  }
+  const Error e = test::error_from([&] { write_cache_file(c, dir.path("out.kvz")); }, "overwrote without force");
+  CHECK(e.code() == Errc::invalid_argument);
+  CHECK_THAT(e.what(), Catch::Matchers::Contains("already exists") && Catch::Matchers::Contains("-f"));
   CHECK(read_bytes(dir.path("out.kvz")) == std::vector<uint8_t>{1, 2, 3});
   WriteOptions o;
   o.force = true;
@@ -56,13 +53,9 @@ TEST_CASE("an existing file is not overwritten without force, and is replaced wi
 
 TEST_CASE("writing into a missing directory is a not_found error naming it", "[format]") {
   TempDir dir;
-  try {
-    write_cache_file(synthetic({}), dir.path("no/such/dir/out.kvz"));
-    FAIL("no error");
-  } catch (const Error& e) {
-    CHECK(e.code() == Errc::not_found);
-    CHECK_THAT(e.what(), Catch::Matchers::Contains("folder " + dir.path("no/such/dir") + " does not exist"));
-  }
+  const Error e = test::error_from([&] { write_cache_file(synthetic({}), dir.path("no/such/dir/out.kvz")); }, "no error");
+  CHECK(e.code() == Errc::not_found);
+  CHECK_THAT(e.what(), Catch::Matchers::Contains("folder " + dir.path("no/such/dir") + " does not exist"));
 }
 
 TEST_CASE("invalid contents fail before any file is created", "[format]") {

@@ -15,6 +15,7 @@
 #include "format/detail/layout.h"
 #include "format/head_scores.h"
 #include "tests/format/fixtures.h"
+#include "tests/support/thrown.h"
 
 using namespace kvzip;
 using namespace kvzip::format;
@@ -123,12 +124,7 @@ TEST_CASE("a head-scores file is written atomically and read back", "[format]") 
 
 TEST_CASE("the writer refuses head scores the file cannot represent", "[format]") {
   auto refused = [](HeadScores h) {
-    try {
-      encode_head_scores(h);
-    } catch (const Error& e) {
-      return e.code() == Errc::invalid_argument;
-    }
-    return false;
+    return test::throws_code([&] { encode_head_scores(h); }, Errc::invalid_argument);
   };
   HeadScores h = sample();
   h.values.pop_back();

@@ -10,6 +10,7 @@
 
 #include "tests/format/fixtures.h"
 #include "tests/format/patch.h"
+#include "tests/support/thrown.h"
 
 using namespace kvzip;
 using namespace kvzip::format;
@@ -122,24 +123,16 @@ TEST_CASE("the writer refuses K/V values the reader would refuse", "[format]") {
   TempDir dir;
   CacheContents c = synthetic({});
   c.layers[2].v[3] = std::numeric_limits<float>::infinity();
-  try {
-    write_cache_file(c, dir.path("x.kvz"));
-    FAIL("no error");
-  } catch (const Error& e) {
-    CHECK(e.code() == Errc::invalid_argument);
-    CHECK_THAT(e.what(), Catch::Matchers::Contains("layers[2] head 0 row 0: value infinity"));
-  }
+  const Error e = test::error_from([&] { write_cache_file(c, dir.path("x.kvz")); }, "no error");
+  CHECK(e.code() == Errc::invalid_argument);
+  CHECK_THAT(e.what(), Catch::Matchers::Contains("layers[2] head 0 row 0: value infinity"));
   SyntheticSpec spec;
   spec.dtype = DType::F16;
   CacheContents h = synthetic(spec);
   h.layers[0].k[0] = 70000.0f;  // finite in f32, infinity in f16
-  try {
-    write_cache_file(h, dir.path("y.kvz"));
-    FAIL("no error");
-  } catch (const Error& e) {
-    CHECK(e.code() == Errc::invalid_argument);
-    CHECK_THAT(e.what(), Catch::Matchers::Contains("does not fit f16") && Catch::Matchers::Contains("bf16 or f32"));
-  }
+  const Error e2 = test::error_from([&] { write_cache_file(h, dir.path("y.kvz")); }, "no error");
+  CHECK(e2.code() == Errc::invalid_argument);
+  CHECK_THAT(e2.what(), Catch::Matchers::Contains("does not fit f16") && Catch::Matchers::Contains("bf16 or f32"));
   h.header.kv_dtype = DType::BF16;  // the same value fits bf16
   CHECK_NOTHROW(write_cache_file(h, dir.path("z.kvz")));
   CHECK(dir.list() == std::vector<std::string>{"z.kvz"});
@@ -147,11 +140,7 @@ TEST_CASE("the writer refuses K/V values the reader would refuse", "[format]") {
 
 TEST_CASE("a directory given as a cache file says it is a directory", "[format]") {
   TempDir dir;
-  try {
-    CacheReader::open(dir.dir());
-    FAIL("no error");
-  } catch (const Error& e) {
-    CHECK(e.code() == Errc::invalid_argument);
-    CHECK_THAT(e.what(), Catch::Matchers::Contains("is a directory"));
-  }
+  const Error e = test::error_from([&] { CacheReader::open(dir.dir()); }, "no error");
+  CHECK(e.code() == Errc::invalid_argument);
+  CHECK_THAT(e.what(), Catch::Matchers::Contains("is a directory"));
 }

@@ -10,18 +10,15 @@
 #include "common/error.h"
 #include "kernels/device.h"
 #include "kernels/gpu.h"
+#include "tests/support/thrown.h"
 
 using namespace kvzip;
 
 TEST_CASE("--device accepts cpu and refuses unknown names", "[kernels]") {
   CHECK(parse_device("cpu") == Device::Cpu);
-  try {
-    parse_device("gpu");
-    FAIL("expected Errc::invalid_argument");
-  } catch (const Error& e) {
-    CHECK(e.code() == Errc::invalid_argument);
-    CHECK(std::string(e.what()).find("'gpu'") != std::string::npos);
-  }
+  const Error e = test::error_from([&] { parse_device("gpu"); }, "expected Errc::invalid_argument");
+  CHECK(e.code() == Errc::invalid_argument);
+  CHECK(std::string(e.what()).find("'gpu'") != std::string::npos);
 }
 
 TEST_CASE("--device cuda works only with a CUDA build and a visible device", "[kernels]") {
@@ -29,12 +26,8 @@ TEST_CASE("--device cuda works only with a CUDA build and a visible device", "[k
     CHECK(parse_device("cuda") == Device::Cuda);
     return;
   }
-  try {
-    parse_device("cuda");
-    FAIL("expected Errc::unsupported");
-  } catch (const Error& e) {
-    CHECK(e.code() == Errc::unsupported);
-    CHECK(std::string(e.what()).find("--device cpu") != std::string::npos);
-  }
+  const Error e = test::error_from([&] { parse_device("cuda"); }, "expected Errc::unsupported");
+  CHECK(e.code() == Errc::unsupported);
+  CHECK(std::string(e.what()).find("--device cpu") != std::string::npos);
 }
 

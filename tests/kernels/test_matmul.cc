@@ -16,6 +16,7 @@
 #include "kernels/thread_pool.h"
 #include "tests/support/random_weights.h"
 #include "tests/support/tiny_gguf.h"
+#include "tests/support/thrown.h"
 
 namespace kvzip {
 namespace {
@@ -113,13 +114,9 @@ TEST_CASE("matmul batches jobs of different types and checks each job", "[kernel
                     Catch::Contains("Q6_K") && Catch::Contains("100"));
   bad = jobs[0];
   bad.w.type = GgmlType::IQ2_XXS;
-  try {
-    cpu::matmul(&pool, std::span<const MatmulArgs>(&bad, 1), MatmulPath::Fast);
-    FAIL("expected an error");
-  } catch (const Error& e) {
-    CHECK(e.code() == Errc::unsupported);
-    CHECK_THAT(e.what(), Catch::Contains("IQ2_XXS"));
-  }
+  const Error e = test::error_from([&] { cpu::matmul(&pool, std::span<const MatmulArgs>(&bad, 1), MatmulPath::Fast); }, "expected an error");
+  CHECK(e.code() == Errc::unsupported);
+  CHECK_THAT(e.what(), Catch::Contains("IQ2_XXS"));
 }
 
 }  // namespace kvzip

@@ -15,6 +15,7 @@
 #include "kernels/thread_pool.h"
 #include "tests/support/random_weights.h"
 #include "tests/support/tiny_gguf.h"
+#include "tests/support/thrown.h"
 
 namespace kvzip {
 namespace {
@@ -115,13 +116,9 @@ TEST_CASE("qdot batches jobs of two types as it runs each alone, and refuses oth
   CHECK_FALSE(qdot_supported(GgmlType::F32));
   MatmulArgs bad = jobs[0];
   bad.w.type = GgmlType::BF16;
-  try {
-    cpu::qdot(&pool, std::span<const MatmulArgs>(&bad, 1), QIsa::Scalar);
-    FAIL("expected an error");
-  } catch (const Error& e) {
-    CHECK(e.code() == Errc::unsupported);
-    CHECK_THAT(e.what(), Catch::Contains("BF16"));
-  }
+  const Error e = test::error_from([&] { cpu::qdot(&pool, std::span<const MatmulArgs>(&bad, 1), QIsa::Scalar); }, "expected an error");
+  CHECK(e.code() == Errc::unsupported);
+  CHECK_THAT(e.what(), Catch::Contains("BF16"));
 }
 
 }  // namespace

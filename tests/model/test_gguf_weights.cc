@@ -16,6 +16,7 @@
 #include "model/gguf_weights.h"
 #include "tests/support/tiny_gguf.h"
 #include "tests/support/skip.h"
+#include "tests/support/same_config.h"
 
 using namespace kvzip;
 using namespace kvzip::test;
@@ -48,6 +49,14 @@ void check_same(const Matrix& got, const std::vector<float>& want, const char* w
   check_same(to_f32(got), want, what);
 }
 
+// Every tensor of a layer, by name.
+using LW = LayerWeights;
+const std::pair<Matrix LW::*, const char*> kLayerMatrices[] = {
+    {&LW::wq, "wq"}, {&LW::wk, "wk"}, {&LW::wv, "wv"}, {&LW::wo, "wo"},
+    {&LW::w_gate, "w_gate"}, {&LW::w_up, "w_up"}, {&LW::w_down, "w_down"}};
+const std::pair<std::vector<float> LW::*, const char*> kLayerVectors[] = {
+    {&LW::attn_norm, "attn_norm"}, {&LW::bq, "bq"}, {&LW::bk, "bk"}, {&LW::bv, "bv"}, {&LW::ffn_norm, "ffn_norm"}};
+
 void check_weights_equal(const Weights& a, const Weights& b) {
   check_same(a.tok_embd, b.tok_embd, "tok_embd");
   check_same(a.output_norm, b.output_norm, "output_norm");
@@ -56,18 +65,8 @@ void check_weights_equal(const Weights& a, const Weights& b) {
   for (size_t l = 0; l < a.layers.size(); ++l) {
     INFO("layer " << l);
     const LayerWeights &x = a.layers[l], &y = b.layers[l];
-    check_same(x.attn_norm, y.attn_norm, "attn_norm");
-    check_same(x.wq, y.wq, "wq");
-    check_same(x.wk, y.wk, "wk");
-    check_same(x.wv, y.wv, "wv");
-    check_same(x.bq, y.bq, "bq");
-    check_same(x.bk, y.bk, "bk");
-    check_same(x.bv, y.bv, "bv");
-    check_same(x.wo, y.wo, "wo");
-    check_same(x.ffn_norm, y.ffn_norm, "ffn_norm");
-    check_same(x.w_gate, y.w_gate, "w_gate");
-    check_same(x.w_up, y.w_up, "w_up");
-    check_same(x.w_down, y.w_down, "w_down");
+    for (const auto& [m, name] : kLayerMatrices) check_same(x.*m, y.*m, name);
+    for (const auto& [v, name] : kLayerVectors) check_same(x.*v, y.*v, name);
   }
 }
 
@@ -126,17 +125,9 @@ std::vector<float> raw_f32(const gguf::File& f, const std::string& name) {
 TEST_CASE("config_from_gguf reads a tiny llama model's hyper-parameters", "[model][gguf]") {
   const ModelConfig want = tiny_gguf_llama_config();
   const ModelConfig c = config_from_gguf(open_model(make(want)));
+  check_same_config(c, want);
   CHECK(c.arch == "llama");
-  CHECK(c.n_layers == want.n_layers);
-  CHECK(c.d_model == want.d_model);
-  CHECK(c.n_heads == want.n_heads);
-  CHECK(c.n_kv_heads == want.n_kv_heads);
-  CHECK(c.head_dim == want.head_dim);
-  CHECK(c.d_ffn == want.d_ffn);
   CHECK(c.vocab_size == kTinyVocabSize);
-  CHECK(c.max_context == want.max_context);
-  CHECK(c.rope_base == want.rope_base);
-  CHECK(c.rms_eps == want.rms_eps);
   CHECK(c.rope_scaling.kind == RopeScalingKind::None);
   CHECK(c.tied_embeddings);
   CHECK_FALSE(c.qkv_bias);
@@ -435,11 +426,7 @@ TEST_CASE("fingerprints separate weights, tokenizer and name", "[model][gguf]") 
 
 TEST_CASE("the real SmolLM2-135M-Instruct GGUF loads with the expected config",
           "[model][gguf][realmodel]") {
-  const std::string model = test::real_model_path();
-  if (model.empty()) {
-    test::skip_no_model();
-    return;
-  }
+  KVZIP_REAL_MODEL_PATH_OR_SKIP(model);
   const char* env = model.c_str();
   const gguf::File f = gguf::File::open(env);
   const ModelConfig c = config_from_gguf(f);

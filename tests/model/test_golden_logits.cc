@@ -21,7 +21,7 @@
 #include "model/forward.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
-#include "tests/support/skip.h"
+#include "tests/support/real_model.h"
 
 using namespace kvzip;
 
@@ -120,15 +120,6 @@ std::vector<char> golden_bytes() {
   return read_file(std::string(KVZIP_SOURCE_DIR) + "/tests/golden/logits_smollm2.bin");
 }
 
-// Loaded once for every test case of this file (dequantizing takes about a second).
-const Model* real_model() {
-  static std::unique_ptr<Model> model;
-  const std::string path = test::real_model_path();
-  if (path.empty()) return nullptr;
-  if (!model) model = Model::load(path);
-  return model.get();
-}
-
 double max_abs(const float* a, size_t n) {
   double m = 0.0;
   for (size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(double(a[i])));
@@ -201,11 +192,7 @@ TEST_CASE("a stale or damaged golden logits file is refused with a message", "[m
 
 TEST_CASE("prefill logits match the float64 reference (1e-3 exact, kFastBound fast)",
           "[model][realmodel]") {
-  const Model* model = real_model();
-  if (!model) {
-    test::skip_no_model();
-    return;
-  }
+  KVZIP_REAL_MODEL_OR_SKIP(model);
   const ModelConfig& cfg = model->config();
   const std::vector<GoldenCase> cases = parse_golden(golden_bytes(), cfg.vocab_size);
   for (MatmulPath path : {MatmulPath::Exact, MatmulPath::Fast}) {
@@ -230,11 +217,7 @@ TEST_CASE("prefill logits match the float64 reference (1e-3 exact, kFastBound fa
 // in registers, fp32 dot).
 TEST_CASE("token-by-token decode logits match the float64 reference (1e-3 exact, kFastBound fast)",
           "[model][realmodel]") {
-  const Model* model = real_model();
-  if (!model) {
-    test::skip_no_model();
-    return;
-  }
+  KVZIP_REAL_MODEL_OR_SKIP(model);
   const ModelConfig& cfg = model->config();
   const size_t V = cfg.vocab_size;
   const std::vector<GoldenCase> cases = parse_golden(golden_bytes(), cfg.vocab_size);

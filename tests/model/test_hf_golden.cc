@@ -25,6 +25,7 @@
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "tests/support/hf_fixture.h"
+#include "tests/support/same_config.h"
 
 using namespace kvzip;
 
@@ -142,27 +143,6 @@ struct Pair {
       : folder(Model::load(test::hf_golden(name))), gguf(Model::load(test::hf_golden(name + ".gguf"))) {}
 };
 
-void check_same_config(const ModelConfig& a, const ModelConfig& b, bool same_context) {
-  CHECK(a.arch == b.arch);
-  CHECK(a.n_layers == b.n_layers);
-  CHECK(a.d_model == b.d_model);
-  CHECK(a.n_heads == b.n_heads);
-  CHECK(a.n_kv_heads == b.n_kv_heads);
-  CHECK(a.head_dim == b.head_dim);
-  CHECK(a.d_ffn == b.d_ffn);
-  CHECK(a.vocab_size == b.vocab_size);
-  if (same_context) CHECK(a.max_context == b.max_context);
-  CHECK(a.rope_base == b.rope_base);
-  CHECK(a.rope_scaling.kind == b.rope_scaling.kind);
-  CHECK(a.rope_scaling.factor == b.rope_scaling.factor);
-  CHECK(a.rope_scaling.low_freq_factor == b.rope_scaling.low_freq_factor);
-  CHECK(a.rope_scaling.high_freq_factor == b.rope_scaling.high_freq_factor);
-  CHECK(a.rope_scaling.original_context == b.rope_scaling.original_context);
-  CHECK(a.rms_eps == b.rms_eps);
-  CHECK(a.tied_embeddings == b.tied_embeddings);
-  CHECK(a.qkv_bias == b.qkv_bias);
-}
-
 void check_same_rows(const AttentionCache& a, const AttentionCache& b) {
   REQUIRE(a.shape() == b.shape());
   REQUIRE(a.logical_length() == b.logical_length());
@@ -205,7 +185,7 @@ TEST_CASE("hf golden: Llama 3 folder (bf16, llama3 rope scaling, untied) matches
   CHECK(p.folder->tokenizer().pre() == "llama-bpe");
   CHECK(p.folder->tokenizer().add_bos());  // from the post-processor template
   CHECK(p.folder->chat().format() == ChatFormat::Llama3);  // chat_template.jinja
-  check_same_config(c, p.gguf->config(), true);
+  test::check_same_config(c, p.gguf->config(), true);
   check_against_transformers(*p.folder, "llama3", "folder");
   check_against_transformers(*p.gguf, "llama3", "gguf");
 }
@@ -221,7 +201,7 @@ TEST_CASE("hf golden: Qwen2 folder (f32, q/k/v bias, sharded) matches transforme
   CHECK_FALSE(p.folder->tokenizer().add_bos());
   CHECK(p.folder->tokenizer().token_type(int32_t(c.vocab_size) - 1) == TokenType::Unused);  // padding
   CHECK(p.folder->chat().format() == ChatFormat::ChatMl);
-  check_same_config(c, p.gguf->config(), true);
+  test::check_same_config(c, p.gguf->config(), true);
   check_against_transformers(*p.folder, "qwen2", "folder");
   check_against_transformers(*p.gguf, "qwen2", "gguf");
 }
@@ -239,7 +219,7 @@ TEST_CASE("hf golden: Mistral folder (f16, head_dim 32, tied, sliding window) ma
   const int32_t tool = p.folder->tokenizer().token_id("<tool>");
   REQUIRE(tool >= 0);
   CHECK(p.folder->tokenizer().token_type(tool) == TokenType::UserDefined);
-  check_same_config(c, p.gguf->config(), false);
+  test::check_same_config(c, p.gguf->config(), false);
   check_against_transformers(*p.folder, "mistral", "folder");
   check_against_transformers(*p.gguf, "mistral", "gguf");
 }

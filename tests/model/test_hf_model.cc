@@ -78,12 +78,31 @@ TEST_CASE("hf folder: missing files are Errc::not_found naming the file", "[mode
   CHECK(load_error("/nonexistent/kvzip-hf-folder/").first == Errc::not_found);
 }
 
+namespace {
+
+// One edit of a llama3 folder's JSON file that kvzip cannot run, and what the message must name.
+struct Edit {
+  const char* what;
+  std::function<void(json&)> edit;
+  std::vector<std::string> needles;
+};
+
+// Each edit alone, on a fresh copy: loading is Errc::unsupported naming the file and the needles.
+void check_unsupported_edits(const char* file, const std::vector<Edit>& edits) {
+  for (const Edit& e : edits) {
+    INFO(e.what);
+    HfCopy c("llama3");
+    c.edit_json(file, e.edit);
+    auto [code, msg] = load_error(c.dir());
+    CHECK(code == Errc::unsupported);
+    CHECK_THAT(msg, Catch::Contains(file));
+    for (const std::string& n : e.needles) CHECK_THAT(msg, Catch::Contains(n));
+  }
+}
+
+}  // namespace
+
 TEST_CASE("hf folder: config.json that kvzip cannot run is Errc::unsupported naming the key", "[model][hf]") {
-  struct Edit {
-    const char* what;
-    std::function<void(json&)> edit;
-    std::vector<std::string> needles;
-  };
   const std::vector<Edit> edits = {
       {"unknown architecture", [](json& j) { j["model_type"] = "gemma2"; j["architectures"] = {"Gemma2ForCausalLM"}; },
        {"model_type 'gemma2'", "Gemma2ForCausalLM", "llama, mistral, qwen2"}},
@@ -93,15 +112,7 @@ TEST_CASE("hf folder: config.json that kvzip cannot run is Errc::unsupported nam
       {"attention bias", [](json& j) { j["attention_bias"] = true; }, {"attention_bias"}},
       {"quantized", [](json& j) { j["quantization_config"] = {{"quant_method", "gptq"}}; }, {"gptq"}},
   };
-  for (const Edit& e : edits) {
-    INFO(e.what);
-    HfCopy c("llama3");
-    c.edit_json("config.json", e.edit);
-    auto [code, msg] = load_error(c.dir());
-    CHECK(code == Errc::unsupported);
-    CHECK_THAT(msg, Catch::Contains("config.json"));
-    for (const std::string& n : e.needles) CHECK_THAT(msg, Catch::Contains(n));
-  }
+  check_unsupported_edits("config.json", edits);
 }
 
 TEST_CASE("hf folder: inconsistent config.json is Errc::corrupt", "[model][hf]") {
@@ -170,11 +181,6 @@ TEST_CASE("hf folder: missing tensors, wrong shapes, dtypes and truncation are r
 }
 
 TEST_CASE("hf folder: tokenizers kvzip does not implement are Errc::unsupported", "[model][hf]") {
-  struct Edit {
-    const char* what;
-    std::function<void(json&)> edit;
-    std::vector<std::string> needles;
-  };
   const std::vector<Edit> edits = {
       {"SentencePiece BPE", [](json& j) { j["model"]["byte_fallback"] = true; }, {"byte_fallback", "SentencePiece"}},
       {"Metaspace", [](json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\xe2\x96\x81"}}; },
@@ -185,15 +191,7 @@ TEST_CASE("hf folder: tokenizers kvzip does not implement are Errc::unsupported"
       {"ignore_merges off", [](json& j) { j["model"]["ignore_merges"] = false; }, {"ignore_merges", "llama-bpe"}},
       {"normalizer", [](json& j) { j["normalizer"] = {{"type", "Lowercase"}}; }, {"Lowercase"}},
   };
-  for (const Edit& e : edits) {
-    INFO(e.what);
-    HfCopy c("llama3");
-    c.edit_json("tokenizer.json", e.edit);
-    auto [code, msg] = load_error(c.dir());
-    CHECK(code == Errc::unsupported);
-    CHECK_THAT(msg, Catch::Contains("tokenizer.json"));
-    for (const std::string& n : e.needles) CHECK_THAT(msg, Catch::Contains(n));
-  }
+  check_unsupported_edits("tokenizer.json", edits);
   HfCopy c("llama3");  // a token id the model cannot embed
   c.edit_json("tokenizer.json", [](json& j) { j["model"]["vocab"]["Ġzzz"] = 5000; });
   expect_error(c, Errc::corrupt, {"5000", "vocab_size"});

@@ -18,7 +18,7 @@
 #include "model/forward.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
-#include "tests/support/skip.h"
+#include "tests/support/real_model.h"
 
 using namespace kvzip;
 
@@ -42,15 +42,6 @@ std::vector<int32_t> golden_ids(const std::string& key) {
   return {};
 }
 
-// Loaded once for every test case of this file.
-const Model* real_model() {
-  static std::unique_ptr<Model> model;
-  const std::string path = test::real_model_path();
-  if (path.empty()) return nullptr;
-  if (!model) model = Model::load(path);
-  return model.get();
-}
-
 std::vector<int32_t> greedy(const Model& model, const ForwardOptions& opt,
                             const std::vector<int32_t>& prompt, uint32_t n) {
   Forward fwd(model.weights(), opt);
@@ -65,11 +56,7 @@ std::vector<int32_t> greedy(const Model& model, const ForwardOptions& opt,
 
 TEST_CASE("greedy 'The capital of France is' continues with Paris, as the reference does",
           "[model][realmodel]") {
-  const Model* model = real_model();
-  if (!model) {
-    test::skip_no_model();
-    return;
-  }
+  KVZIP_REAL_MODEL_OR_SKIP(model);
   const Tokenizer& tok = model->tokenizer();
   REQUIRE_FALSE(tok.add_bos());  // the golden prompt has no BOS
   const std::vector<int32_t> prompt = tok.encode("The capital of France is", false);
@@ -94,11 +81,7 @@ TEST_CASE("greedy 'The capital of France is' continues with Paris, as the refere
 // first 3 tokens of each prompt's greedy text agree with the exact path's (measured: 5, 10, 10 of 10).
 TEST_CASE("the fast and the exact decode paths agree within the 8-bit activation bound",
           "[model][realmodel]") {
-  const Model* model = real_model();
-  if (!model) {
-    test::skip_no_model();
-    return;
-  }
+  KVZIP_REAL_MODEL_OR_SKIP(model);
   ForwardOptions q_opt, f_opt;
   f_opt.matmul = MatmulPath::Exact;
   const char* prompts[] = {"The capital of France is", "def fibonacci(n):",

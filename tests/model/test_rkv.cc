@@ -15,6 +15,7 @@
 #include "model/rkv.h"
 #include "tests/support/random_weights.h"
 #include "tests/support/rkv_reference.h"
+#include "tests/support/thrown.h"
 
 using namespace kvzip;
 
@@ -88,12 +89,7 @@ TEST_CASE("the keep list is the budget minus window best scores plus the window"
 
 TEST_CASE("R-KV parameters out of range are refused with invalid_argument", "[model][rkv]") {
   auto refused = [](RkvParams p) {
-    try {
-      validate(p);
-    } catch (const Error& e) {
-      return e.code() == Errc::invalid_argument;
-    }
-    return false;
+    return test::throws_code([&] { validate(p); }, Errc::invalid_argument);
   };
   RkvParams ok;
   ok.budget = 9;

@@ -139,11 +139,7 @@ TEST_CASE("pre-tokenizers split text exactly as Hugging Face tokenizers does", "
 }
 
 TEST_CASE("SmolLM2 token ids match Hugging Face tokenizers on every golden case", "[model][tokenizer][realmodel]") {
-  std::string path = kvzip::test::real_model_path();
-  if (path.empty()) {
-    kvzip::test::skip_no_model();
-    return;
-  }
+  KVZIP_REAL_MODEL_PATH_OR_SKIP(path);
   kvzip::Tokenizer tok(kvzip::tokenizer_data_from_gguf(kvzip::gguf::File::open(path)));
   CHECK(tok.vocab_size() == 49152);
   CHECK(tok.pre() == "smollm");
@@ -165,11 +161,7 @@ TEST_CASE("SmolLM2 token ids match Hugging Face tokenizers on every golden case"
 }
 
 TEST_CASE("SmolLM2's chat template renders as its Jinja source does", "[model][tokenizer][realmodel]") {
-  std::string path = kvzip::test::real_model_path();
-  if (path.empty()) {
-    kvzip::test::skip_no_model();
-    return;
-  }
+  KVZIP_REAL_MODEL_PATH_OR_SKIP(path);
   kvzip::Tokenizer tok(kvzip::tokenizer_data_from_gguf(kvzip::gguf::File::open(path)));
   kvzip::ChatTemplate chat(tok);
   CHECK(chat.format() == kvzip::ChatFormat::ChatMl);

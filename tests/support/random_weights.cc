@@ -1,6 +1,8 @@
 // Deterministic random tensors and tiny random models for the tests (see random_weights.h).
 #include "tests/support/random_weights.h"
 
+#include "tests/support/model_shapes.h"
+
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -18,69 +20,25 @@ std::vector<float> random_vector(size_t n, uint64_t seed, float lo, float hi) {
 }
 
 ModelConfig tiny_llama_config() {
-  ModelConfig c;
-  c.arch = "llama";
-  c.n_layers = 2;
-  c.d_model = 64;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 16;
-  c.d_ffn = 96;
-  c.vocab_size = 97;
-  c.max_context = 2048;
-  c.rope_base = 10000.0f;
-  c.rms_eps = 1e-5f;
-  c.tied_embeddings = true;
-  c.qkv_bias = false;
-  return c;
+  return config_of({"llama", 2, 64, 4, 2, 16, 96, 97, 2048, 10000.0f, 1e-5f, /*tied=*/true, /*bias=*/false});
 }
 
 ModelConfig tiny_qwen2_config() {
-  ModelConfig c = tiny_llama_config();
-  c.arch = "qwen2";
-  c.n_heads = 6;
-  c.n_kv_heads = 2;
-  c.head_dim = 16;
-  c.d_model = 96;
-  c.rope_base = 1000000.0f;
-  c.rms_eps = 1e-6f;
-  c.tied_embeddings = false;
-  c.qkv_bias = true;
-  return c;
+  return config_of({"qwen2", 2, 96, 6, 2, 16, 96, 97, 2048, 1000000.0f, 1e-6f, /*tied=*/false, /*bias=*/true});
 }
 
 Weights random_weights(const ModelConfig& cfg, uint64_t seed) {
-  const size_t E = cfg.d_model, F = cfg.d_ffn, V = cfg.vocab_size;
-  const size_t qd = size_t(cfg.n_heads) * cfg.head_dim, kvd = size_t(cfg.n_kv_heads) * cfg.head_dim;
   uint64_t s = seed * 1000;
   auto mat = [&](size_t out, size_t in) {
     float a = 1.0f / std::sqrt(static_cast<float>(in));
     return Matrix::from_f32(random_vector(out * in, ++s, -a, a), uint32_t(out), uint32_t(in));
   };
+  auto embedding = [&](size_t V, size_t E) {
+    return Matrix::from_f32(random_vector(V * E, ++s), uint32_t(V), uint32_t(E));
+  };
   auto norm = [&](size_t n) { return random_vector(n, ++s, 0.8f, 1.2f); };
-  auto bias = [&](size_t n) { return cfg.qkv_bias ? random_vector(n, ++s, -0.1f, 0.1f) : std::vector<float>{}; };
-  Weights w;
-  w.config = cfg;
-  w.tok_embd = Matrix::from_f32(random_vector(V * E, ++s), uint32_t(V), uint32_t(E));
-  w.output_norm = norm(E);
-  if (!cfg.tied_embeddings) w.output = mat(V, E);
-  for (uint32_t l = 0; l < cfg.n_layers; ++l) {
-    LayerWeights lw;
-    lw.attn_norm = norm(E);
-    lw.wq = mat(qd, E);
-    lw.wk = mat(kvd, E);
-    lw.wv = mat(kvd, E);
-    lw.bq = bias(qd);
-    lw.bk = bias(kvd);
-    lw.bv = bias(kvd);
-    lw.wo = mat(E, qd);
-    lw.ffn_norm = norm(E);
-    lw.w_gate = mat(F, E);
-    lw.w_up = mat(F, E);
-    lw.w_down = mat(E, F);
-    w.layers.push_back(std::move(lw));
-  }
-  return w;
+  auto bias = [&](size_t n) { return random_vector(n, ++s, -0.1f, 0.1f); };
+  return shaped_weights(cfg, mat, embedding, norm, bias);
 }
 
 double rel_error(const float* got, const float* want, size_t n) {

@@ -23,6 +23,12 @@ void skip_no_model();
 // The standard skip for a [cuda] test case without a CUDA build or device (KVZIP_REQUIRE_GPU).
 void skip_no_gpu(const std::string& why);
 
+// The [realmodel] preamble: binds `var` to $KVZIP_MODEL's file, or skips the running test case
+// and returns from it when there is none.
+#define KVZIP_REAL_MODEL_PATH_OR_SKIP(var)                    \
+  const std::string var = ::kvzip::test::real_model_path(); \
+  if (var.empty()) return ::kvzip::test::skip_no_model()
+
 // Every skip of this run so far: "test case name: why".
 const std::vector<std::string>& skipped();
 

@@ -2,6 +2,8 @@
 // contiguous slice of the (L, Hkv, n_c) score array: global = the whole array, per-layer = one
 // layer's (Hkv, n_c), per-head = one (n_c) row. The cut value comes from nth_element on a copy;
 // rows strictly above it are kept, then rows equal to it in index order until k are kept.
+#include "compress/selection.h"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -9,7 +11,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "compress/selection.h"
+#include "common/enum_names.h"
 
 namespace kvzip {
 namespace {
@@ -44,22 +46,19 @@ size_t round_count(double x) { return static_cast<size_t>(std::llround(x)); }
 
 }  // namespace
 
+constexpr EnumName<SelectionLevel> kLevelNames[] = {
+    {SelectionLevel::Global, "global"},
+    {SelectionLevel::PerHead, "per-head"},
+    {SelectionLevel::PerLayer, "per-layer"},
+};
+
 SelectionLevel parse_selection_level(std::string_view name) {
-  if (name == "global") return SelectionLevel::Global;
-  if (name == "per-head") return SelectionLevel::PerHead;
-  if (name == "per-layer") return SelectionLevel::PerLayer;
+  if (const auto level = enum_value(kLevelNames, name)) return *level;
   throw Error(Errc::invalid_argument, "unknown selection level '" + std::string(name) +
-                                          "'; known levels: global, per-head, per-layer");
+                                          "'; known levels: " + enum_names(kLevelNames));
 }
 
-const char* selection_level_name(SelectionLevel level) {
-  switch (level) {
-    case SelectionLevel::Global: return "global";
-    case SelectionLevel::PerHead: return "per-head";
-    case SelectionLevel::PerLayer: return "per-layer";
-  }
-  return "unknown";
-}
+const char* selection_level_name(SelectionLevel level) { return enum_name(kLevelNames, level); }
 
 void check_ratio(double ratio) {
   if (!(ratio > 0.0 && ratio <= 1.0))  // also rejects NaN

@@ -1,0 +1,29 @@
+// check_same_config (see same_config.h).
+#include "tests/support/same_config.h"
+
+#include <catch2/catch.hpp>
+
+namespace kvzip::test {
+
+void check_same_config(const ModelConfig& a, const ModelConfig& b, bool same_context) {
+  CHECK(a.arch == b.arch);
+  CHECK(a.n_layers == b.n_layers);
+  CHECK(a.d_model == b.d_model);
+  CHECK(a.n_heads == b.n_heads);
+  CHECK(a.n_kv_heads == b.n_kv_heads);
+  CHECK(a.head_dim == b.head_dim);
+  CHECK(a.d_ffn == b.d_ffn);
+  CHECK(a.vocab_size == b.vocab_size);
+  if (same_context) CHECK(a.max_context == b.max_context);
+  CHECK(a.rope_base == b.rope_base);
+  CHECK(a.rope_scaling.kind == b.rope_scaling.kind);
+  CHECK(a.rope_scaling.factor == b.rope_scaling.factor);
+  CHECK(a.rope_scaling.low_freq_factor == b.rope_scaling.low_freq_factor);
+  CHECK(a.rope_scaling.high_freq_factor == b.rope_scaling.high_freq_factor);
+  CHECK(a.rope_scaling.original_context == b.rope_scaling.original_context);
+  CHECK(a.rms_eps == b.rms_eps);
+  CHECK(a.tied_embeddings == b.tied_embeddings);
+  CHECK(a.qkv_bias == b.qkv_bias);
+}
+
+}  // namespace kvzip::test
