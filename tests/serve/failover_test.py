@@ -5,7 +5,9 @@ client, whose only change is its base URL. Real model ($KVZIP_MODEL); nginx from
   1. compress 4 documents; the reference answers of `kvzip query`;
   2. two replicas on free loopback ports, nginx in front (run by this script, without root);
   3. one question at a time on every cache through the proxy: answers equal `kvzip query`'s, and
-     every cache's requests went to one replica (nginx's access log);
+     every cache's requests went to one replica (nginx's access log); a compress job started
+     through the proxy (POST /c/doc4/v1/caches) is polled at its Location through the proxy too
+     (job status lives in the replica that runs it) and the new cache answers;
   4. 32 concurrent clients over the 4 caches; once the replica owning the most caches is
      answering at least 4 of them, it is killed (SIGKILL). Every non-streaming request still
      succeeds with a correct answer (the proxy retried the ones the dead replica never answered,
@@ -16,6 +18,7 @@ client, whose only change is its base URL. Real model ($KVZIP_MODEL); nginx from
 Usage: failover_test.py KVZIP_BINARY SOURCE_DIR SCRATCH_DIR
 """
 import concurrent.futures
+import json
 import os
 import re
 import shutil
@@ -130,6 +133,25 @@ try:
     print(f"replica {victim} owns {counts[victim]} caches and will be killed; {survivor} survives")
     n_before = len(log_lines())
 
+    # ---- 3b: a compress job through the proxy: its status is asked of the replica running it ----
+    def call(method, path, body=None):
+        req = urllib.request.Request(base + path, method=method,
+                                     data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, r.headers.get("Location"), json.loads(r.read())
+
+    status, location, job = call("POST", "/c/doc4/v1/caches", {"text": docs[0][:600], "ratio": 0.5})
+    check(status == 202 and job["cache"] == "doc4" and location == "/c/doc4/v1/jobs/" + job["id"],
+          f"POST /c/doc4/v1/caches starts a job for doc4 whose URL keeps the prefix ({status}, {location})")
+    deadline = time.time() + 300
+    while job["status"] in ("queued", "running") and time.time() < deadline:
+        time.sleep(0.2)
+        job = call("GET", location)[2]  # a job only its replica knows: the hash finds it again
+    check(job["status"] == "succeeded", f"the job succeeded ({job['status']} {job.get('error', '')})")
+    text, n, _ = ask(client("doc4"), "doc4", questions[0][0])
+    check(n >= 1, "the new cache answers through the proxy")
+
     # ---- 4: 32 concurrent clients, the busier replica killed mid-load ------------------------
     jobs = [(ids[i % 4], questions[i % 4][(i // 4) % len(questions[i % 4])], i >= 28)
             for i in range(32)]  # (cache, question, stream): 4 streaming requests, one per cache
@@ -200,8 +222,8 @@ try:
 
     # ---- 6: the shared folder ------------------------------------------------------------------
     left = sorted(os.listdir(caches))
-    check(left == [c + ".kvz" for c in ids], f"the cache folder holds the caches and nothing else: {left}")
-    for c in ids:
+    check(left == [c + ".kvz" for c in ids + ["doc4"]], f"the cache folder holds the caches and nothing else: {left}")
+    for c in ids + ["doc4"]:
         r = subprocess.run([KVZIP, "inspect", "--verify", os.path.join(caches, c + ".kvz")],
                            capture_output=True, text=True)
         check(r.returncode == 0, f"{c}.kvz passes inspect --verify")
