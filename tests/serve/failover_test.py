@@ -192,7 +192,7 @@ try:
         cache, q, stream = job
         if r[0] == "error":
             print(f"  {'stream' if stream else 'request'} {cache} '{q}' failed at the client: {r[1][:160]}")
-            check(stream, f"a non-streaming request is retried by the proxy, not failed: {cache} '{q}'")
+            check(stream, f"only a stream already started on the killed replica fails at the client: {cache} '{q}'")
             continue
         text, n, finish_reason = r[1:]
         check(finish_reason in ("stop", "length") and n and n >= 1,
