@@ -13,8 +13,8 @@
 // summation order differ from the fp32 product on the dequantized weights.
 // W's bytes are read once per call for all T tokens (tiles of a few rows x a few tokens in
 // registers), so batching B decode tokens into one call costs little more than one.
-// The ISA (scalar reference, AVX2) is picked at run time (QIsa, kernels/qgemv.h); a wider variant
-// (AVX-512 VNNI, AMX-INT8) slots in as another row-tile kernel behind the same dispatch.
+// The ISA (scalar reference, AVX2, AVX-512 VNNI) is picked at run time (QIsa, kernels/qgemv.h);
+// an AMX-INT8 tile GEMM would slot in beside the VNNI one behind the same dispatch.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -36,6 +36,14 @@ static_assert(sizeof(Q8Act) == 40);
 
 // Whether qdot reads weights of this type.
 bool qdot_supported(quant::GgmlType t);
+
+// Up to this many tokens qdot runs register tiles of a few rows x tokens (AVX2 or scalar); every
+// token's result is bit-identical whatever T is, so batched decoding equals one token at a time.
+inline constexpr uint32_t kQdotTileMaxT = kMatmulInt8MaxT;
+// Whether `isa` has the prefill GEMM (AVX-512 VNNI: T > kQdotTileMaxT tokens in 16-token vectors,
+// the same integer sums, fp32 accumulation in another order). Without it, matmul's Fast path
+// hands T > kQdotTileMaxT to fp32 slabs + sgemm.
+bool qdot_has_gemm(QIsa isa);
 
 namespace cpu {
 // x (T, in) -> out (T, in / 32) blocks; in must be a multiple of 32. Portable and deterministic:

@@ -39,9 +39,10 @@ struct QGemvArgs {
 };
 
 // Instruction sets the CPU kernel is built for. Every build has Scalar (portable C++); on x86-64
-// with GCC/Clang the AVX2 (+FMA, F16C) and AVX-512 (F+BW) variants are compiled with function
-// target attributes and used only when the running CPU reports them.
-enum class QIsa : uint8_t { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+// with GCC/Clang the AVX2 (+FMA, F16C), AVX-512 (F+BW) and AVX-512 VNNI (F+BW+VL+VNNI) variants
+// are compiled with function target attributes and used only when the running CPU reports them.
+// qgemv has no VNNI-specific kernel (its activations are fp32): it runs the AVX-512 one there.
+enum class QIsa : uint8_t { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Vnni = 3 };
 
 const char* qisa_name(QIsa isa);
 bool qisa_available(QIsa isa);  // compiled in and supported by this CPU

@@ -25,7 +25,8 @@ namespace {
 
 using quant::GgmlType;
 
-// Fast path, block types with an 8-bit kernel: up to kQdotMaxT tokens go through kernels/qdot.h
+// Fast path, block types with an 8-bit kernel: up to kQdotMaxT tokens (any T on a CPU with the
+// AVX-512 VNNI GEMM, qdot_has_gemm) go through kernels/qdot.h
 // (activations quantized to int8, integer dot products; W read once per call). Otherwise, up to
 // kTileMaxT tokens every task dequantizes kGemvRows rows into a buffer that stays in L1/L2 and dots
 // them with every token, so W is read and decoded once per call; beyond that, slabs + sgemm
@@ -179,12 +180,16 @@ void dequantize_view_rows(ThreadPool* pool, const MatrixView& w, uint32_t row0, 
 const char* matmul_path_name(MatmulPath p) { return p == MatmulPath::Exact ? "exact" : "fast"; }
 
 std::string matmul_kernels(MatmulPath p) {
-  const std::string isa = qisa_name(qisa_best());
+  const QIsa best = qisa_best();
+  const std::string isa = qisa_name(best);
   const std::string tail = "; fp32 dequantized slabs + OpenBLAS sgemm beyond T=" + std::to_string(kTileMaxT);
-  if (p == MatmulPath::Fast)
-    return std::string("fast: int8 activations x Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K blocks (") +
-           (isa == "avx512" ? "avx2" : isa) + ") up to T=" + std::to_string(kQdotMaxT) +
-           ", other types fp32 tiles" + tail;
+  if (p == MatmulPath::Fast) {
+    const std::string tiles = best == QIsa::Scalar ? "scalar" : "avx2";
+    std::string s = "fast: int8 activations x Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K blocks (" +
+                    tiles + " tiles up to T=" + std::to_string(kQdotMaxT);
+    if (qdot_has_gemm(best)) return s + ", avx512-vnni GEMM beyond), other types fp32 tiles" + tail;
+    return s + "), other types fp32 tiles" + tail;
+  }
   return "exact: fp32 Q4_0/Q4_1/Q8_0 register-decoding GEMV (" + isa + ") up to T=" +
          std::to_string(kGemvMaxT) + ", fp32 dequantized tiles up to T=" + std::to_string(kTileMaxT) + tail;
 }
@@ -193,11 +198,12 @@ namespace cpu {
 
 void matmul(ThreadPool* pool, std::span<const MatmulArgs> jobs, MatmulPath path) {
   for (size_t i = 0; i < jobs.size(); ++i) check_job(jobs[i], i);
+  static const bool gemm8 = qdot_has_gemm(qisa_best());  // 8-bit prefill GEMM on this CPU
   std::vector<MatmulArgs> q8;          // Fast-path jobs for the 8-bit kernels, one batch
   std::vector<const MatmulArgs*> f32;  // Exact-path decode jobs for the fp32 qgemv, batched per token
   for (const MatmulArgs& a : jobs) {
     if (a.T == 0 || a.w.rows == 0) continue;
-    if (path == MatmulPath::Fast && qdot_supported(a.w.type) && a.T <= kQdotMaxT) {
+    if (path == MatmulPath::Fast && qdot_supported(a.w.type) && (a.T <= kQdotMaxT || gemm8)) {
       q8.push_back(a);  // bias added by qdot
       continue;
     }

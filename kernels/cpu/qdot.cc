@@ -20,6 +20,11 @@ using quant::GgmlType;
 
 bool qdot_supported(GgmlType t) { return cpu::detail::qdot_rows_scalar(t) != nullptr; }
 
+bool qdot_has_gemm(QIsa isa) {
+  return isa == QIsa::Avx512Vnni && qisa_available(isa) &&
+         cpu::detail::qdot_gemm_vnni(GgmlType::Q4_0) != nullptr;
+}
+
 namespace cpu {
 namespace detail {
 namespace {
@@ -93,11 +98,18 @@ constexpr uint32_t kRowsPerTask = 32;
 detail::QDotFn pick(QIsa isa, GgmlType t) {
   switch (isa) {
     case QIsa::Scalar: return detail::qdot_rows_scalar(t);
-    // No AVX-512 variant yet: its CPUs run the AVX2 one (AVX-512 VNNI would slot in here).
+    // AVX-512 CPUs run the AVX2 tiles up to kQdotTileMaxT tokens; with VNNI, longer T goes to the
+    // GEMM (qdot_gemm_for).
     case QIsa::Avx2:
-    case QIsa::Avx512: return detail::qdot_rows_avx2(t);
+    case QIsa::Avx512:
+    case QIsa::Avx512Vnni: return detail::qdot_rows_avx2(t);
   }
   return nullptr;
+}
+
+detail::QGemmFn qdot_gemm_for(QIsa isa, GgmlType t, uint32_t T) {
+  if (isa != QIsa::Avx512Vnni || T <= kQdotTileMaxT) return nullptr;
+  return detail::qdot_gemm_vnni(t);
 }
 
 }  // namespace
@@ -130,11 +142,21 @@ void qdot(ThreadPool* pool, std::span<const MatmulArgs> jobs, QIsa isa) {
     act_start.push_back(acts.size());
     acts.resize(acts.size() + size_t(a.T) * (a.w.cols / 32));
   }
-  std::vector<bool> done(act_start.size(), false);
+  // Jobs on the GEMM read their activations packed in 16-token vectors (one pack per x).
+  std::vector<detail::QGemmFn> gemm(jobs.size());
+  std::vector<detail::QActPack> packs(act_start.size());
+  std::vector<bool> done(act_start.size(), false), packed(act_start.size(), false);
   for (size_t j = 0; j < jobs.size(); ++j) {
-    if (done[act_of[j]]) continue;
-    done[act_of[j]] = true;
-    quantize_acts(jobs[j].x, jobs[j].T, jobs[j].w.cols, acts.data() + act_start[act_of[j]]);
+    const MatmulArgs& a = jobs[j];
+    gemm[j] = qdot_gemm_for(isa, a.w.type, a.T);
+    if (!done[act_of[j]]) {
+      done[act_of[j]] = true;
+      quantize_acts(a.x, a.T, a.w.cols, acts.data() + act_start[act_of[j]]);
+    }
+    if (gemm[j] && !packed[act_of[j]]) {
+      packed[act_of[j]] = true;
+      detail::pack_acts_vnni(acts.data() + act_start[act_of[j]], a.T, a.w.cols, packs[act_of[j]]);
+    }
   }
   std::vector<size_t> first_task(jobs.size() + 1, 0);
   for (size_t j = 0; j < jobs.size(); ++j)
@@ -145,7 +167,9 @@ void qdot(ThreadPool* pool, std::span<const MatmulArgs> jobs, QIsa isa) {
     const MatmulArgs& a = jobs[j];
     const uint32_t r0 = uint32_t(task - first_task[j]) * kRowsPerTask;
     const uint32_t r1 = std::min(r0 + kRowsPerTask, a.w.rows);
-    fns[j](detail::QDotRowsArgs{&a.w, acts.data() + act_start[act_of[j]], a.T, a.y, r0, r1});
+    const detail::QDotRowsArgs rows{&a.w, acts.data() + act_start[act_of[j]], a.T, a.y, r0, r1};
+    if (gemm[j]) gemm[j](rows, packs[act_of[j]]);
+    else fns[j](rows);
     if (a.bias)
       for (uint32_t t = 0; t < a.T; ++t)
         for (uint32_t r = r0; r < r1; ++r) a.y[size_t(t) * a.w.rows + r] += a.bias[r];

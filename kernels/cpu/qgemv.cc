@@ -8,6 +8,7 @@
 
 #include "common/enum_names.h"
 #include "common/error.h"
+#include "kernels/detail/qdot_rows.h"
 #include "kernels/detail/qgemv_rows.h"
 #include "kernels/thread_pool.h"
 
@@ -32,7 +33,8 @@ size_t qblock_bytes(QFormat f) {
 
 const char* qisa_name(QIsa isa) {
   static constexpr EnumName<QIsa> kNames[] = {
-      {QIsa::Scalar, "scalar"}, {QIsa::Avx2, "avx2"}, {QIsa::Avx512, "avx512"}};
+      {QIsa::Scalar, "scalar"}, {QIsa::Avx2, "avx2"}, {QIsa::Avx512, "avx512"},
+      {QIsa::Avx512Vnni, "avx512-vnni"}};
   return enum_name(kNames, isa, "isa?");
 }
 
@@ -42,12 +44,16 @@ bool qisa_available(QIsa isa) {
     case QIsa::Scalar: return true;
     case QIsa::Avx2: return qrows_avx2(QFormat::Q8_0) != nullptr && cpu_has_avx2();
     case QIsa::Avx512: return qrows_avx512(QFormat::Q8_0) != nullptr && cpu_has_avx512();
+    case QIsa::Avx512Vnni:
+      return qisa_available(QIsa::Avx512) && qdot_gemm_vnni(quant::GgmlType::Q4_0) != nullptr &&
+             cpu_has_avx512_vnni();
   }
   return false;
 }
 
 QIsa qisa_best() {
-  static const QIsa best = qisa_available(QIsa::Avx512) ? QIsa::Avx512
+  static const QIsa best = qisa_available(QIsa::Avx512Vnni) ? QIsa::Avx512Vnni
+                           : qisa_available(QIsa::Avx512) ? QIsa::Avx512
                            : qisa_available(QIsa::Avx2) ? QIsa::Avx2
                                                         : QIsa::Scalar;
   return best;
@@ -120,7 +126,8 @@ detail::QRowsFn pick(QIsa isa, QFormat f) {
   switch (isa) {
     case QIsa::Scalar: return detail::qrows_scalar(f);
     case QIsa::Avx2: return detail::qrows_avx2(f);
-    case QIsa::Avx512: return detail::qrows_avx512(f);
+    case QIsa::Avx512:
+    case QIsa::Avx512Vnni: return detail::qrows_avx512(f);
   }
   return nullptr;
 }

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/detail/dequant_x86.h"
 #include "kernels/qdot.h"
@@ -23,6 +24,22 @@ struct QDotRowsArgs {
 using QDotFn = void (*)(const QDotRowsArgs& a);
 QDotFn qdot_rows_scalar(quant::GgmlType t);  // nullptr for a type qdot does not read
 QDotFn qdot_rows_avx2(quant::GgmlType t);    // nullptr also when the build has no AVX2 variant
+
+// Activations of T tokens for the AVX-512 VNNI GEMM (qdot_avx512.cc), in vectors of 16 tokens
+// (lane l of vector v is token 16v + l; lanes past T are zero activations):
+//   u (nv, in / 4, 16, 4) bytes: q + 128 (unsigned, so the weights are vpdpbusd's signed side)
+//   d (nv, in / 32, 16) floats: each 32-block's scale; s (nv, in / 32, 16): its d·Σq
+struct QActPack {
+  std::vector<uint8_t> u;
+  std::vector<float> d, s;
+  uint32_t nv = 0, in = 0;
+};
+void pack_acts_vnni(const Q8Act* x, uint32_t T, uint32_t in, QActPack& out);
+// Rows [a.r0, a.r1) for every token of `x` (a.x is not read); the same integer sums as the
+// scalar kernel, fp32 accumulation per group in group order.
+using QGemmFn = void (*)(const QDotRowsArgs& a, const QActPack& x);
+QGemmFn qdot_gemm_vnni(quant::GgmlType t);  // nullptr when the build has no AVX-512 VNNI variant
+bool cpu_has_avx512_vnni();                 // AVX-512 F, BW, VL and VNNI, plus the AVX2 set
 
 // The types qdot reads, listed once for every ISA's table: pick(std::integral_constant<GgmlType,
 // T>) returns that ISA's kernel for T; nullptr for any other type.

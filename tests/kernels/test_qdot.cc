@@ -49,9 +49,13 @@ TEST_CASE("qdot kernels equal a float64 product of the dequantized weights and a
           "[kernels][qdot]") {
   const GgmlType type = GENERATE(GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
                                  GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K);
-  const uint32_t T = GENERATE(1u, 2u, 5u, 37u);
+  // T > 48 runs the AVX-512 VNNI GEMM where the CPU has it: 49 and 77 are not whole 16-token
+  // vectors or 3-vector tiles, 130 spans several tiles.
+  const uint32_t T = GENERATE(1u, 2u, 5u, 37u, 49u, 77u, 130u);
   const bool mapped = GENERATE(false, true);
-  const uint32_t rows = 70, cols = 512;  // 70: not a multiple of the 4-row and 32-row tiles
+  // 70: not a multiple of the 4-row and 32-row tiles; 768 columns: one 512-column chunk of the
+  // GEMM and a partial one.
+  const uint32_t rows = 70, cols = 768;
   REQUIRE(qdot_supported(type));
   const std::vector<uint8_t> w = test::random_matrix(type, rows, cols, 5);
   std::vector<uint32_t> map(rows);
@@ -82,7 +86,7 @@ TEST_CASE("qdot kernels equal a float64 product of the dequantized weights and a
     }
   }
   ThreadPool pool(2);
-  for (QIsa isa : {QIsa::Scalar, QIsa::Avx2}) {
+  for (QIsa isa : {QIsa::Scalar, QIsa::Avx2, QIsa::Avx512Vnni}) {
     if (!qisa_available(isa)) continue;
     INFO(quant::type_name(type) << " T=" << T << (mapped ? " row map" : "") << " " << qisa_name(isa));
     std::vector<float> y(size_t(T) * rows, NAN);

@@ -1,0 +1,259 @@
+// AVX-512 VNNI GEMM of the 8-bit-activation product (kernels/qdot.h) for prefill-sized T: the
+// same exact integer sums per 32-element group as the scalar kernel, with 64 multiply-adds per
+// vpdpbusd instead of AVX2's maddubs + madd pair per 32. Compiled with function target attributes;
+// called only when the CPU reports AVX-512 F, BW, VL and VNNI (cpu_has_avx512_vnni).
+//
+// Layout (why it is shaped so): vpdpbusd multiplies unsigned bytes by signed bytes and sums each
+// lane's four products into an int32. Lanes are 16 tokens: the activations are packed once per
+// call (pack_acts_vnni: q + 128, four consecutive elements of 16 tokens per 64 bytes), and the
+// weights are the signed side, one broadcast dword of four elements per instruction, so a weight
+// row is used as stored order after a linear decode and needs no transpose. The +128 offset adds
+// 128·Σw over each group to every sum; that is an integer per row and group (corr), subtracted
+// before the conversion, so each group's sum is exactly Σ w_int·q.
+// Per group and (row, 16 tokens): acc += float(isum − corr) · (d_x · fw) (+ s_x · mw for the
+// types with a min): fp32 in group order, like the scalar kernel but with fused multiply-adds.
+// Q6_K's 16-element sub-scales make its groups 16 elements (fw · sub as one fp32 scale).
+//
+// Blocking: a task (kvzip::cpu::qdot: 32 rows) decodes its rows into an int8 panel once
+// (thread-local, in L2), then for each tile of kTileVecs·16 tokens and each kChunkGroups·32 columns
+// runs R-row x C-vector micro-kernels whose activation chunk stays in L1; fp32 partial sums live in
+// a small per-tile buffer between column chunks and go to y (T, out) at the end of the tile.
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/detail/qdot_x86.h"
+
+#if KVZIP_QDOT_X86
+// GCC 12 flags the intrinsics' own `__m512 __Y = __Y;` (an intentionally undefined value) as
+// maybe-uninitialized once they are inlined into target-attribute functions.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#define KVZIP_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#endif
+
+namespace kvzip::cpu::detail {
+
+void pack_acts_vnni(const Q8Act* x, uint32_t T, uint32_t in, QActPack& out) {
+  const uint32_t ng = in / 32, in4 = in / 4, nv = (T + 15) / 16;
+  out.nv = nv, out.in = in;
+  out.u.assign(size_t(nv) * in * 16, uint8_t(128));  // pad lanes: q = 0
+  out.d.assign(size_t(nv) * ng * 16, 0.0f);
+  out.s.assign(size_t(nv) * ng * 16, 0.0f);
+  for (uint32_t t = 0; t < T; ++t) {
+    const uint32_t v = t / 16, l = t % 16;
+    uint8_t* u = out.u.data() + size_t(v) * in4 * 64 + l * 4;
+    for (uint32_t g = 0; g < ng; ++g) {
+      const Q8Act& a = x[size_t(t) * ng + g];
+      for (int e = 0; e < 32; ++e) u[(size_t(g) * 8 + e / 4) * 64 + e % 4] = uint8_t(a.q[e] + 128);
+      out.d[(size_t(v) * ng + g) * 16 + l] = a.d;
+      out.s[(size_t(v) * ng + g) * 16 + l] = a.s;
+    }
+  }
+}
+
+#if KVZIP_QDOT_X86
+
+bool cpu_has_avx512_vnni() {
+  static const bool ok = cpu_has_avx512() && __builtin_cpu_supports("avx512vl") &&
+                         __builtin_cpu_supports("avx512vnni");
+  return ok;
+}
+
+namespace {
+
+using quant::GgmlType;
+using x86::group_ints;
+using x86::half_f16c;
+
+constexpr uint32_t kTaskRows = 32;     // rows a panel holds (qdot's rows per task)
+constexpr int kTileVecs = 3;           // 16-token vectors per tile
+constexpr uint32_t kChunkGroups = 16;  // 32-element groups per column chunk (512 columns)
+
+template <GgmlType Ty>
+constexpr int kSubElems = Ty == GgmlType::Q6_K ? 16 : 32;
+
+// A task's rows decoded once: the integer weights in element order and, per scale group, the
+// fp32 scale and 128·Σw; per 32-group the min (types with one).
+struct Panel {
+  std::vector<int8_t> w;      // (rows, in)
+  std::vector<float> ws;      // (rows, in / sub)
+  std::vector<int32_t> corr;  // (rows, in / sub)
+  std::vector<float> mw;      // (rows, in / 32)
+};
+
+template <GgmlType Ty>
+KVZIP_VNNI void decode_panel(const MatrixView& w, uint32_t r0, uint32_t n, Panel& p) {
+  using F = QFmt<Ty>;
+  constexpr int kSub = kSubElems<Ty>;
+  const uint32_t in = w.cols, ng = in / 32, nsub = in / kSub, nblk = ng / F::kGroups;
+  p.w.resize(size_t(n) * in), p.ws.resize(size_t(n) * nsub), p.corr.resize(size_t(n) * nsub);
+  p.mw.resize(F::kMin ? size_t(n) * ng : 0);
+  const __m256i flip = _mm256_set1_epi8(char(0x80)), zero = _mm256_setzero_si256();
+  BlockScales s;
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t r = r0 + i;
+    const uint8_t* row = w.data + size_t(w.row_map ? w.row_map[r] : r) * w.row_bytes;
+    int8_t* out = p.w.data() + size_t(i) * in;
+    for (uint32_t b = 0; b < nblk; ++b) {
+      const uint8_t* blk = row + size_t(b) * F::kBytes;
+      F::scales(blk, half_f16c, s);
+      for (int g = 0; g < F::kGroups; ++g) {
+        const uint32_t gi = b * F::kGroups + g;
+        const __m256i v = group_ints<Ty>(blk, g);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + size_t(gi) * 32), v);
+        // Σ(w + 128) per 8 bytes (w ^ 0x80 is w + 128 read unsigned), then Σw = that − 128·count.
+        const __m256i s8 = _mm256_sad_epu8(_mm256_xor_si256(v, flip), zero);
+        alignas(32) int64_t q[4];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(q), s8);
+        if constexpr (kSub == 32) {
+          p.corr[size_t(i) * nsub + gi] = 128 * int32_t(q[0] + q[1] + q[2] + q[3] - 128 * 32);
+          p.ws[size_t(i) * nsub + gi] = s.fw[g];
+        } else {
+          p.corr[size_t(i) * nsub + 2 * gi] = 128 * int32_t(q[0] + q[1] - 128 * 16);
+          p.corr[size_t(i) * nsub + 2 * gi + 1] = 128 * int32_t(q[2] + q[3] - 128 * 16);
+          p.ws[size_t(i) * nsub + 2 * gi] = s.fw[g] * float(s.sub[g][0]);
+          p.ws[size_t(i) * nsub + 2 * gi + 1] = s.fw[g] * float(s.sub[g][1]);
+        }
+        if constexpr (F::kMin) p.mw[size_t(i) * ng + gi] = s.mw[g];
+      }
+    }
+  }
+}
+
+inline int32_t load_i32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// acc (R, C, 16) += rows [i0, i0 + R) of the panel x token vectors [v0, v0 + C), groups [g0, g1).
+template <GgmlType Ty, int R, int C>
+KVZIP_VNNI void micro(const Panel& p, uint32_t in, const QActPack& x, uint32_t v0, uint32_t i0,
+                      uint32_t g0, uint32_t g1, float* acc_io) {
+  constexpr int kSub = kSubElems<Ty>, kSteps = kSub / 4, kSubs = 32 / kSub;
+  const uint32_t ng = in / 32, nsub = in / kSub, in4 = in / 4;
+  __m512 acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_loadu_ps(acc_io + (r * C + c) * 16);
+  const uint8_t* xu[C];
+  const float* xd[C];
+  const float* xs[C];
+  for (int c = 0; c < C; ++c) {
+    xu[c] = x.u.data() + size_t(v0 + c) * in4 * 64;
+    xd[c] = x.d.data() + size_t(v0 + c) * ng * 16;
+    xs[c] = x.s.data() + size_t(v0 + c) * ng * 16;
+  }
+  const int8_t* wr[R];
+  const int32_t* cr[R];
+  const float* sr[R];
+  for (int r = 0; r < R; ++r) {
+    wr[r] = p.w.data() + size_t(i0 + r) * in;
+    cr[r] = p.corr.data() + size_t(i0 + r) * nsub;
+    sr[r] = p.ws.data() + size_t(i0 + r) * nsub;
+  }
+  for (uint32_t g = g0; g < g1; ++g) {
+#pragma GCC unroll 2
+    for (int h = 0; h < kSubs; ++h) {
+      const uint32_t j = g * kSubs + h, k4 = g * 8 + h * kSteps;
+      __m512i is[R][C];
+      for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c) is[r][c] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int st = 0; st < kSteps; ++st) {
+        __m512i a[C];
+        for (int c = 0; c < C; ++c)
+          a[c] = _mm512_loadu_si512(xu[c] + size_t(k4 + st) * 64);
+        for (int r = 0; r < R; ++r) {
+          const __m512i wb = _mm512_set1_epi32(load_i32(wr[r] + size_t(k4 + st) * 4));
+          for (int c = 0; c < C; ++c) is[r][c] = _mm512_dpbusd_epi32(is[r][c], a[c], wb);
+        }
+      }
+      for (int c = 0; c < C; ++c) {
+        const __m512 d = _mm512_loadu_ps(xd[c] + size_t(g) * 16);
+        for (int r = 0; r < R; ++r) {
+          const __m512i exact = _mm512_sub_epi32(is[r][c], _mm512_set1_epi32(cr[r][j]));
+          acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(exact),
+                                      _mm512_mul_ps(d, _mm512_set1_ps(sr[r][j])), acc[r][c]);
+        }
+      }
+    }
+    if constexpr (QFmt<Ty>::kMin) {
+      for (int c = 0; c < C; ++c) {
+        const __m512 s = _mm512_loadu_ps(xs[c] + size_t(g) * 16);
+        for (int r = 0; r < R; ++r)
+          acc[r][c] = _mm512_fmadd_ps(s, _mm512_set1_ps(p.mw[size_t(i0 + r) * ng + g]), acc[r][c]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) _mm512_storeu_ps(acc_io + (r * C + c) * 16, acc[r][c]);
+}
+
+// Panel rows [i0, i0 + R) over a tile of C vectors; acc (R, C, 16) within the tile's buffer.
+template <GgmlType Ty, int C>
+KVZIP_VNNI void micro_r(const Panel& p, uint32_t in, const QActPack& x, uint32_t v0, uint32_t i0,
+                        uint32_t R, uint32_t g0, uint32_t g1, float* acc) {
+  switch (R) {
+    case 1: micro<Ty, 1, C>(p, in, x, v0, i0, g0, g1, acc); break;
+    case 2: micro<Ty, 2, C>(p, in, x, v0, i0, g0, g1, acc); break;
+    case 3: micro<Ty, 3, C>(p, in, x, v0, i0, g0, g1, acc); break;
+    default: micro<Ty, 4, C>(p, in, x, v0, i0, g0, g1, acc); break;
+  }
+}
+
+template <GgmlType Ty>
+KVZIP_VNNI void gemm_vnni(const QDotRowsArgs& a, const QActPack& x) {
+  constexpr uint32_t kRows = 4;
+  const MatrixView& w = *a.w;
+  const uint32_t in = w.cols, ng = in / 32;
+  thread_local Panel panel;
+  thread_local std::vector<float> buf;  // (kTaskRows / kRows quads, kRows, kTileVecs, 16)
+  for (uint32_t p0 = a.r0; p0 < a.r1; p0 += kTaskRows) {
+    const uint32_t np = std::min(kTaskRows, a.r1 - p0);
+    decode_panel<Ty>(w, p0, np, panel);
+    for (uint32_t v0 = 0; v0 < x.nv; v0 += kTileVecs) {
+      const uint32_t C = std::min<uint32_t>(kTileVecs, x.nv - v0);
+      const size_t quad_floats = size_t(kRows) * C * 16;
+      buf.assign(((np + kRows - 1) / kRows) * quad_floats, 0.0f);
+      for (uint32_t g0 = 0; g0 < ng; g0 += kChunkGroups) {
+        const uint32_t g1 = std::min(ng, g0 + kChunkGroups);
+        for (uint32_t i0 = 0; i0 < np; i0 += kRows) {
+          const uint32_t R = std::min(kRows, np - i0);
+          float* acc = buf.data() + (i0 / kRows) * quad_floats;
+          switch (C) {
+            case 1: micro_r<Ty, 1>(panel, in, x, v0, i0, R, g0, g1, acc); break;
+            case 2: micro_r<Ty, 2>(panel, in, x, v0, i0, R, g0, g1, acc); break;
+            default: micro_r<Ty, kTileVecs>(panel, in, x, v0, i0, R, g0, g1, acc); break;
+          }
+        }
+      }
+      // buf holds, per quad, (R, C, 16): row-major per (row, vector); y is (T, out).
+      for (uint32_t i0 = 0; i0 < np; i0 += kRows) {
+        const uint32_t R = std::min(kRows, np - i0);
+        const float* acc = buf.data() + (i0 / kRows) * quad_floats;
+        for (uint32_t r = 0; r < R; ++r)
+          for (uint32_t c = 0; c < C; ++c)
+            for (uint32_t l = 0; l < 16; ++l) {
+              const uint32_t t = (v0 + c) * 16 + l;
+              if (t < a.T) a.y[size_t(t) * w.rows + p0 + i0 + r] = acc[(r * C + c) * 16 + l];
+            }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+QGemmFn qdot_gemm_vnni(GgmlType t) {
+  return pick_block_type<QGemmFn>(t, [](auto T) -> QGemmFn { return gemm_vnni<decltype(T)::value>; });
+}
+
+#else  // no x86 variant in this build
+
+bool cpu_has_avx512_vnni() { return false; }
+QGemmFn qdot_gemm_vnni(quant::GgmlType) { return nullptr; }
+
+#endif
+
+}  // namespace kvzip::cpu::detail
