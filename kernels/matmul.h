@@ -50,6 +50,10 @@ const char* matmul_path_name(MatmulPath p);
 // blocks (avx2) up to T=48; fp32 dequantized slabs + OpenBLAS sgemm beyond".
 std::string matmul_kernels(MatmulPath p);
 
+// Whether the Fast path takes T tokens of type t through bf16 products on this CPU (F16/BF16
+// weights, T > 48, AVX-512 BF16): each product w·x then moves by at most (2^-8 + 2^-16)·|w·x|.
+bool matmul_bf16_products(quant::GgmlType t, uint32_t T);
+
 // Most tokens (rows of X) the Fast path computes with 8-bit activations (kernels/qdot.h); more
 // go through dequantized slabs and sgemm, whose fp32 arithmetic rounds differently. Callers that
 // want one numeric path for every call (the server's batched steps) stay at or below it.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/detail/bf16_gemm.h"
 #include "kernels/qdot.h"
 #include "kernels/qgemv.h"
 #include "kernels/simd.h"
@@ -177,6 +178,10 @@ void dequantize_view_rows(ThreadPool* pool, const MatrixView& w, uint32_t row0, 
   });
 }
 
+bool matmul_bf16_products(quant::GgmlType t, uint32_t T) {
+  return (t == GgmlType::F16 || t == GgmlType::BF16) && T > kTileMaxT && cpu::detail::bf16_gemm_available();
+}
+
 const char* matmul_path_name(MatmulPath p) { return p == MatmulPath::Exact ? "exact" : "fast"; }
 
 std::string matmul_kernels(MatmulPath p) {
@@ -187,8 +192,11 @@ std::string matmul_kernels(MatmulPath p) {
     const std::string tiles = best == QIsa::Scalar ? "scalar" : "avx2";
     std::string s = "fast: int8 activations x Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K blocks (" +
                     tiles + " tiles up to T=" + std::to_string(kQdotMaxT);
-    if (qdot_has_gemm(best)) return s + ", avx512-vnni GEMM beyond), other types fp32 tiles" + tail;
-    return s + "), other types fp32 tiles" + tail;
+    s += qdot_has_gemm(best) ? ", avx512-vnni GEMM beyond)" : ")";
+    if (cpu::detail::bf16_gemm_available())
+      return s + "; F16/BF16 fp32 tiles up to T=" + std::to_string(kTileMaxT) +
+             ", avx512-bf16 GEMM beyond; F32 OpenBLAS sgemm beyond";
+    return s + ", other types fp32 tiles" + tail;
   }
   return "exact: fp32 Q4_0/Q4_1/Q8_0 register-decoding GEMV (" + isa + ") up to T=" +
          std::to_string(kGemvMaxT) + ", fp32 dequantized tiles up to T=" + std::to_string(kTileMaxT) + tail;
@@ -212,6 +220,8 @@ void matmul(ThreadPool* pool, std::span<const MatmulArgs> jobs, MatmulPath path)
       continue;
     }
     if (a.T <= kTileMaxT) tile_small_t(pool, a);
+    else if (path == MatmulPath::Fast && matmul_bf16_products(a.w.type, a.T) && a.w.cols % 2 == 0)
+      detail::bf16_gemm(pool, a);
     else slab_gemm(pool, a);
     add_bias(a);
   }

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/detail/gemm_tiles.h"
 #include "kernels/detail/qdot_x86.h"
 
 #if KVZIP_QDOT_X86
@@ -66,8 +67,7 @@ using quant::GgmlType;
 using x86::group_ints;
 using x86::half_f16c;
 
-constexpr uint32_t kTaskRows = 32;     // rows a panel holds (qdot's rows per task)
-constexpr int kTileVecs = 3;           // 16-token vectors per tile
+constexpr uint32_t kTileVecs = 3;      // 16-token vectors per tile
 constexpr uint32_t kChunkGroups = 16;  // 32-element groups per column chunk (512 columns)
 
 template <GgmlType Ty>
@@ -190,56 +190,21 @@ KVZIP_VNNI void micro(const Panel& p, uint32_t in, const QActPack& x, uint32_t v
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(acc_io + (r * C + c) * 16, acc[r][c]);
 }
 
-// Panel rows [i0, i0 + R) over a tile of C vectors; acc (R, C, 16) within the tile's buffer.
-template <GgmlType Ty, int C>
-KVZIP_VNNI void micro_r(const Panel& p, uint32_t in, const QActPack& x, uint32_t v0, uint32_t i0,
-                        uint32_t R, uint32_t g0, uint32_t g1, float* acc) {
-  switch (R) {
-    case 1: micro<Ty, 1, C>(p, in, x, v0, i0, g0, g1, acc); break;
-    case 2: micro<Ty, 2, C>(p, in, x, v0, i0, g0, g1, acc); break;
-    case 3: micro<Ty, 3, C>(p, in, x, v0, i0, g0, g1, acc); break;
-    default: micro<Ty, 4, C>(p, in, x, v0, i0, g0, g1, acc); break;
-  }
-}
-
 template <GgmlType Ty>
 KVZIP_VNNI void gemm_vnni(const QDotRowsArgs& a, const QActPack& x) {
-  constexpr uint32_t kRows = 4;
   const MatrixView& w = *a.w;
-  const uint32_t in = w.cols, ng = in / 32;
   thread_local Panel panel;
-  thread_local std::vector<float> buf;  // (kTaskRows / kRows quads, kRows, kTileVecs, 16)
-  for (uint32_t p0 = a.r0; p0 < a.r1; p0 += kTaskRows) {
-    const uint32_t np = std::min(kTaskRows, a.r1 - p0);
+  thread_local std::vector<float> buf;
+  for (uint32_t p0 = a.r0; p0 < a.r1; p0 += kPanelRows) {
+    const uint32_t np = std::min(kPanelRows, a.r1 - p0);
     decode_panel<Ty>(w, p0, np, panel);
-    for (uint32_t v0 = 0; v0 < x.nv; v0 += kTileVecs) {
-      const uint32_t C = std::min<uint32_t>(kTileVecs, x.nv - v0);
-      const size_t quad_floats = size_t(kRows) * C * 16;
-      buf.assign(((np + kRows - 1) / kRows) * quad_floats, 0.0f);
-      for (uint32_t g0 = 0; g0 < ng; g0 += kChunkGroups) {
-        const uint32_t g1 = std::min(ng, g0 + kChunkGroups);
-        for (uint32_t i0 = 0; i0 < np; i0 += kRows) {
-          const uint32_t R = std::min(kRows, np - i0);
-          float* acc = buf.data() + (i0 / kRows) * quad_floats;
-          switch (C) {
-            case 1: micro_r<Ty, 1>(panel, in, x, v0, i0, R, g0, g1, acc); break;
-            case 2: micro_r<Ty, 2>(panel, in, x, v0, i0, R, g0, g1, acc); break;
-            default: micro_r<Ty, kTileVecs>(panel, in, x, v0, i0, R, g0, g1, acc); break;
-          }
-        }
-      }
-      // buf holds, per quad, (R, C, 16): row-major per (row, vector); y is (T, out).
-      for (uint32_t i0 = 0; i0 < np; i0 += kRows) {
-        const uint32_t R = std::min(kRows, np - i0);
-        const float* acc = buf.data() + (i0 / kRows) * quad_floats;
-        for (uint32_t r = 0; r < R; ++r)
-          for (uint32_t c = 0; c < C; ++c)
-            for (uint32_t l = 0; l < 16; ++l) {
-              const uint32_t t = (v0 + c) * 16 + l;
-              if (t < a.T) a.y[size_t(t) * w.rows + p0 + i0 + r] = acc[(r * C + c) * 16 + l];
-            }
-      }
-    }
+    const TileSpan span{np, x.nv, a.T, w.cols / 32, kChunkGroups, kTileVecs, a.y, w.rows, p0};
+    run_tiles(span, buf, [&](uint32_t v0, uint32_t C, uint32_t i0, uint32_t R, uint32_t g0,
+                             uint32_t g1, float* acc) {
+      with_rc<kTileVecs>(R, C, [&]<int Rv, int Cv>() {
+        micro<Ty, Rv, Cv>(panel, w.cols, x, v0, i0, g0, g1, acc);
+      });
+    });
   }
 }
 

@@ -3,6 +3,7 @@
 // row map, against a float64 product over the dequantized rows (test::random_matrix blocks).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -26,20 +27,22 @@ using quant::GgmlType;
 // y(T, out) in float64 from canonical fp32 rows, and for each output the most that rounding the
 // activations to int8 per 32-element block can move it: every x moves by at most half a step,
 // max|x of its block| / 254, so |Δy| <= Σ |w|·max|x_block| / 254 (kernels/qdot.h).
+// abs: Σ|w·x|, which bounds what bf16 rounding of the operands can move y (kernels/matmul.h).
 struct Reference {
-  std::vector<double> y, int8_bound;
+  std::vector<double> y, int8_bound, abs;
 };
 Reference reference(const MatrixView& w, const std::vector<float>& x, uint32_t T,
                     const std::vector<float>& bias) {
   std::vector<float> row(w.cols);
-  Reference ref{std::vector<double>(size_t(T) * w.rows), std::vector<double>(size_t(T) * w.rows)};
+  Reference ref{std::vector<double>(size_t(T) * w.rows), std::vector<double>(size_t(T) * w.rows),
+                std::vector<double>(size_t(T) * w.rows)};
   for (uint32_t r = 0; r < w.rows; ++r) {
     const uint32_t s = w.row_map ? w.row_map[r] : r;
     quant::dequantize_row(w.type, w.data + size_t(s) * w.row_bytes, row.data(), w.cols);
     for (uint32_t t = 0; t < T; ++t) {
       const float* xt = x.data() + size_t(t) * w.cols;
-      double acc = bias.empty() ? 0.0 : bias[r], bound = 0.0;
-      for (uint32_t i = 0; i < w.cols; ++i) acc += double(row[i]) * xt[i];
+      double acc = bias.empty() ? 0.0 : bias[r], bound = 0.0, abs = 0.0;
+      for (uint32_t i = 0; i < w.cols; ++i) acc += double(row[i]) * xt[i], abs += std::fabs(double(row[i]) * xt[i]);
       for (uint32_t b = 0; b + 32 <= w.cols; b += 32) {
         double amax = 0.0, wsum = 0.0;
         for (uint32_t i = b; i < b + 32; ++i)
@@ -48,6 +51,7 @@ Reference reference(const MatrixView& w, const std::vector<float>& x, uint32_t T
       }
       ref.y[size_t(t) * w.rows + r] = acc;
       ref.int8_bound[size_t(t) * w.rows + r] = bound;
+      ref.abs[size_t(t) * w.rows + r] = abs;
     }
   }
   return ref;
@@ -80,17 +84,27 @@ TEST_CASE("matmul equals a float64 product over the dequantized rows for every t
   const Reference want = reference(view, x, T, bias);
   // The Fast path of the 8-bit types may move each output by its activation-rounding bound (plus
   // fp32 slack); every other combination is fp32 arithmetic on the dequantized rows.
+  // F16/BF16 at prefill T on an AVX-512 BF16 CPU: bf16 products, each within (2^-8 + 2^-16)·|w·x|.
   const bool int8 = path == MatmulPath::Fast && qdot_supported(type);
+  const bool bf16 = path == MatmulPath::Fast && matmul_bf16_products(type, T);
   double scale = 0;
   for (double v : want.y) scale = std::max(scale, std::fabs(v));
-  double worst = 0, worst_int8 = 0;
+  double worst = 0, worst_int8 = 0, worst_bf16 = 0;
   for (size_t i = 0; i < y.size(); ++i) {
     const double err = std::fabs(y[i] - want.y[i]);
     if (int8) worst_int8 = std::max(worst_int8, err / (want.int8_bound[i] + 2e-5 * scale));
+    else if (bf16) worst_bf16 = std::max(worst_bf16, err / ((1.0 / 256 + 1.0 / 65536) * want.abs[i] + 2e-5 * scale));
     else worst = std::max(worst, err);
   }
   CHECK(worst <= 2e-5 * scale);
   CHECK(worst_int8 <= 1.0);
+  CHECK(worst_bf16 <= 1.0);
+  // And the bf16 GEMM did run: its rounding shows, well past fp32's 2e-5.
+  if (bf16) {
+    double moved = 0;
+    for (size_t i = 0; i < y.size(); ++i) moved = std::max(moved, std::fabs(y[i] - want.y[i]));
+    CHECK(moved > 2e-5 * scale);
+  }
 }
 
 TEST_CASE("matmul batches jobs of different types and checks each job", "[kernels][matmul]") {
