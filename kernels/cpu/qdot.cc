@@ -98,11 +98,11 @@ constexpr uint32_t kRowsPerTask = 32;
 detail::QDotFn pick(QIsa isa, GgmlType t) {
   switch (isa) {
     case QIsa::Scalar: return detail::qdot_rows_scalar(t);
-    // AVX-512 CPUs run the AVX2 tiles up to kQdotTileMaxT tokens; with VNNI, longer T goes to the
-    // GEMM (qdot_gemm_for).
+    // AVX-512 CPUs without VNNI run the AVX2 tiles; with VNNI the same tiles sum by vpdpbusd up
+    // to kQdotTileMaxT tokens, and longer T goes to the GEMM (qdot_gemm_for).
     case QIsa::Avx2:
-    case QIsa::Avx512:
-    case QIsa::Avx512Vnni: return detail::qdot_rows_avx2(t);
+    case QIsa::Avx512: return detail::qdot_rows_avx2(t);
+    case QIsa::Avx512Vnni: return detail::qdot_rows_vnni(t);
   }
   return nullptr;
 }

@@ -1,4 +1,6 @@
-// AVX-512 VNNI GEMM of the 8-bit-activation product (kernels/qdot.h) for prefill-sized T: the
+// AVX-512 VNNI kernels of the 8-bit-activation product (kernels/qdot.h): the register tiles of
+// kernels/detail/qdot_tiles_x86.inc with vpdpbusd (T <= kQdotTileMaxT; bit-identical to the AVX2
+// ones), and, below, the GEMM for prefill-sized T: the
 // same exact integer sums per 32-element group as the scalar kernel, with 64 multiply-adds per
 // vpdpbusd instead of AVX2's maddubs + madd pair per 32. Compiled with function target attributes;
 // called only when the CPU reports AVX-512 F, BW, VL and VNNI (cpu_has_avx512_vnni).
@@ -210,6 +212,18 @@ KVZIP_VNNI void gemm_vnni(const QDotRowsArgs& a, const QActPack& x) {
 
 }  // namespace
 
+namespace vnni_tiles {
+#define KVZIP_QT_TARGET KVZIP_VNNI
+#define KVZIP_QT_VNNI 1
+#include "kernels/detail/qdot_tiles_x86.inc"
+#undef KVZIP_QT_VNNI
+#undef KVZIP_QT_TARGET
+}  // namespace vnni_tiles
+
+QDotFn qdot_rows_vnni(GgmlType t) {
+  return pick_block_type<QDotFn>(t, [](auto T) -> QDotFn { return vnni_tiles::rows_tiles<decltype(T)::value>; });
+}
+
 QGemmFn qdot_gemm_vnni(GgmlType t) {
   return pick_block_type<QGemmFn>(t, [](auto T) -> QGemmFn { return gemm_vnni<decltype(T)::value>; });
 }
@@ -217,6 +231,7 @@ QGemmFn qdot_gemm_vnni(GgmlType t) {
 #else  // no x86 variant in this build
 
 bool cpu_has_avx512_vnni() { return false; }
+QDotFn qdot_rows_vnni(quant::GgmlType) { return nullptr; }
 QGemmFn qdot_gemm_vnni(quant::GgmlType) { return nullptr; }
 
 #endif

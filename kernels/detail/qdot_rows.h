@@ -24,6 +24,7 @@ struct QDotRowsArgs {
 using QDotFn = void (*)(const QDotRowsArgs& a);
 QDotFn qdot_rows_scalar(quant::GgmlType t);  // nullptr for a type qdot does not read
 QDotFn qdot_rows_avx2(quant::GgmlType t);    // nullptr also when the build has no AVX2 variant
+QDotFn qdot_rows_vnni(quant::GgmlType t);    // the same tiles with vpdpbusd: bit-identical results
 
 // Activations of T tokens for the AVX-512 VNNI GEMM (qdot_avx512.cc), in vectors of 16 tokens
 // (lane l of vector v is token 16v + l; lanes past T are zero activations):

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -92,6 +93,14 @@ TEST_CASE("qdot kernels equal a float64 product of the dequantized weights and a
     std::vector<float> y(size_t(T) * rows, NAN);
     const MatmulArgs job{x.data(), view, bias.data(), y.data(), T};
     cpu::qdot(&pool, std::span<const MatmulArgs>(&job, 1), isa);
+    if (isa == QIsa::Avx512Vnni && T <= kQdotTileMaxT) {
+      // The VNNI tiles sum each group's lanes by vpdpbusd; the integers and the fp32 order are
+      // the AVX2 tiles', so the results are the same bits (batched decoding stays exact).
+      std::vector<float> y2(size_t(T) * rows, NAN);
+      const MatmulArgs job2{x.data(), view, bias.data(), y2.data(), T};
+      cpu::qdot(&pool, std::span<const MatmulArgs>(&job2, 1), QIsa::Avx2);
+      CHECK(std::memcmp(y.data(), y2.data(), y.size() * sizeof(float)) == 0);
+    }
     double worst = 0.0;
     for (size_t i = 0; i < y.size(); ++i) worst = std::max(worst, std::fabs(y[i] - want[i]) / mag[i]);
     CHECK(worst <= 1e-5);
