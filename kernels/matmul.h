@@ -3,13 +3,16 @@
 // Y fp32, row-major. No whole-matrix fp32 copy is ever made. Two paths (MatmulPath):
 //  - Fast (default): the block types up to 48 tokens (decode, batched decode, short chunks) go
 //    through kernels/qdot.h — X quantized to int8 per 32-element block, integer dot products with
-//    the weight blocks as stored, W read once for all T; longer T as Exact.
+//    the weight blocks as stored, W read once for all T; on a CPU with AVX-512 VNNI every T does
+//    (longer T through qdot's VNNI GEMM). F16/BF16 weights beyond 48 tokens on a CPU with
+//    AVX-512 BF16 go through bf16 products (matmul_bf16_products). Everything else as Exact.
 //  - Exact: fp32 arithmetic on the weights' fp32 values: Q4_0/Q4_1/Q8_0 decode (T <= 2) decodes
 //    blocks in registers (kernels/qgemv.h); up to 48 tokens a few dequantized rows at a time are
 //    dotted with every token; beyond, W is dequantized one slab of rows at a time (at most
 //    kMatmulSlabFloats floats) and multiplied with OpenBLAS sgemm; F32 weights are used in place.
 // Exact equals the product on the dequantized matrix up to fp32 summation order; Fast differs
-// from it by the activations' int8 rounding (each x moves by at most max|x of its block| / 254).
+// from it by the activations' int8 rounding (each x moves by at most max|x of its block| / 254),
+// or, for the bf16 products, by the operands' bf16 rounding (each w·x by at most 2^-8 of itself).
 // A view may carry a row map (Q/K rows stored in another order): output row r reads stored row
 // row_map[r], so callers see canonical rows and nothing is permuted in memory.
 #pragma once

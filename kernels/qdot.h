@@ -46,9 +46,11 @@ inline constexpr uint32_t kQdotTileMaxT = kMatmulInt8MaxT;
 bool qdot_has_gemm(QIsa isa);
 
 namespace cpu {
-// x (T, in) -> out (T, in / 32) blocks; in must be a multiple of 32. Portable and deterministic:
-// every ISA's kernel reads the same blocks.
+// x (T, in) -> out (T, in / 32) blocks; in must be a multiple of 32. Deterministic: every ISA's
+// kernel reads the same blocks; an AVX-512 CPU computes them in vectors, bit for bit what the
+// portable loop (quantize_acts_portable, the reference) gives.
 void quantize_acts(const float* x, uint32_t T, uint32_t in, Q8Act* out);
+void quantize_acts_portable(const float* x, uint32_t T, uint32_t in, Q8Act* out);
 
 // Runs every job on the 8-bit path with `isa` (which must be available, else Errc::unsupported).
 // Jobs must be checked matmul jobs (kvzip::cpu::matmul's checks) of qdot_supported types; row

@@ -71,6 +71,12 @@ QDotFn qdot_rows_scalar(GgmlType t) {
 
 void quantize_acts(const float* x, uint32_t T, uint32_t in, Q8Act* out) {
   const uint32_t ng = in / 32;
+  if (detail::cpu_has_avx512_vnni()) return detail::quantize_acts_vnni(x, size_t(T) * ng, out);
+  quantize_acts_portable(x, T, in, out);
+}
+
+void quantize_acts_portable(const float* x, uint32_t T, uint32_t in, Q8Act* out) {
+  const uint32_t ng = in / 32;
   for (size_t k = 0; k < size_t(T) * ng; ++k) {
     const float* v = x + k * 32;
     float amax = 0.0f;

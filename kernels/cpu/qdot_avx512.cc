@@ -21,7 +21,10 @@
 // runs R-row x C-vector micro-kernels whose activation chunk stays in L1; fp32 partial sums live in
 // a small per-tile buffer between column chunks and go to y (T, out) at the end of the tile.
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
+
+#include "common/error.h"
 
 #include "kernels/detail/gemm_tiles.h"
 #include "kernels/detail/qdot_x86.h"
@@ -36,24 +39,6 @@
 #endif
 
 namespace kvzip::cpu::detail {
-
-void pack_acts_vnni(const Q8Act* x, uint32_t T, uint32_t in, QActPack& out) {
-  const uint32_t ng = in / 32, in4 = in / 4, nv = (T + 15) / 16;
-  out.nv = nv, out.in = in;
-  out.u.assign(size_t(nv) * in * 16, uint8_t(128));  // pad lanes: q = 0
-  out.d.assign(size_t(nv) * ng * 16, 0.0f);
-  out.s.assign(size_t(nv) * ng * 16, 0.0f);
-  for (uint32_t t = 0; t < T; ++t) {
-    const uint32_t v = t / 16, l = t % 16;
-    uint8_t* u = out.u.data() + size_t(v) * in4 * 64 + l * 4;
-    for (uint32_t g = 0; g < ng; ++g) {
-      const Q8Act& a = x[size_t(t) * ng + g];
-      for (int e = 0; e < 32; ++e) u[(size_t(g) * 8 + e / 4) * 64 + e % 4] = uint8_t(a.q[e] + 128);
-      out.d[(size_t(v) * ng + g) * 16 + l] = a.d;
-      out.s[(size_t(v) * ng + g) * 16 + l] = a.s;
-    }
-  }
-}
 
 #if KVZIP_QDOT_X86
 
@@ -200,7 +185,8 @@ KVZIP_VNNI void gemm_vnni(const QDotRowsArgs& a, const QActPack& x) {
   for (uint32_t p0 = a.r0; p0 < a.r1; p0 += kPanelRows) {
     const uint32_t np = std::min(kPanelRows, a.r1 - p0);
     decode_panel<Ty>(w, p0, np, panel);
-    const TileSpan span{np, x.nv, a.T, w.cols / 32, kChunkGroups, kTileVecs, a.y, w.rows, p0};
+    const TileSpan span{np, x.nv, a.T, w.cols / 32, even_chunk(w.cols / 32, kChunkGroups), kTileVecs,
+                        a.y, w.rows, p0};
     run_tiles(span, buf, [&](uint32_t v0, uint32_t C, uint32_t i0, uint32_t R, uint32_t g0,
                              uint32_t g1, float* acc) {
       with_rc<kTileVecs>(R, C, [&]<int Rv, int Cv>() {
@@ -220,6 +206,65 @@ namespace vnni_tiles {
 #undef KVZIP_QT_TARGET
 }  // namespace vnni_tiles
 
+// Lane l of each output vector gathers token 16v + l's field: the Q8Act array is (T, in / 32)
+// blocks of 40 bytes (d, s, q[32]), so a field of group g of token t is at byte 40·(t·ng + g) + off.
+KVZIP_VNNI void pack_acts_vnni(const Q8Act* x, uint32_t T, uint32_t in, QActPack& out) {
+  static_assert(sizeof(Q8Act) == 40 && offsetof(Q8Act, d) == 0 && offsetof(Q8Act, s) == 4 &&
+                offsetof(Q8Act, q) == 8);
+  const uint32_t ng = in / 32, in4 = in / 4, nv = (T + 15) / 16;
+  out.nv = nv, out.in = in;
+  out.u.resize(size_t(nv) * in * 16);
+  out.d.resize(size_t(nv) * ng * 16);
+  out.s.resize(size_t(nv) * ng * 16);
+  const int* base = reinterpret_cast<const int*>(x);  // 10 ints per block
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i flip = _mm512_set1_epi8(char(0x80));
+  for (uint32_t v = 0; v < nv; ++v) {
+    const uint32_t n = std::min<uint32_t>(16, T - v * 16);
+    const __mmask16 live = __mmask16((1u << n) - 1);
+    // int offset of token 16v + l's block 0; padding lanes read nothing and take q = 0, d = s = 0.
+    const __m512i tok = _mm512_mullo_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32(int(v * 16))),
+                                           _mm512_set1_epi32(int(ng * 10)));
+    uint8_t* u = out.u.data() + size_t(v) * in4 * 64;
+    for (uint32_t g = 0; g < ng; ++g) {
+      const __m512i blk = _mm512_add_epi32(tok, _mm512_set1_epi32(int(g * 10)));
+      const __m512i d = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, blk, base, 4);
+      const __m512i sm = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live,
+                                                     _mm512_add_epi32(blk, _mm512_set1_epi32(1)), base, 4);
+      _mm512_storeu_si512(out.d.data() + (size_t(v) * ng + g) * 16, d);
+      _mm512_storeu_si512(out.s.data() + (size_t(v) * ng + g) * 16, sm);
+      for (int st = 0; st < 8; ++st) {
+        const __m512i q = _mm512_mask_i32gather_epi32(
+            _mm512_setzero_si512(), live, _mm512_add_epi32(blk, _mm512_set1_epi32(2 + st)), base, 4);
+        _mm512_storeu_si512(u + (size_t(g) * 8 + st) * 64, _mm512_xor_si512(q, flip));  // q + 128
+      }
+    }
+  }
+}
+
+// nearbyint(v·id) clamped to ±127 (lambdas do not inherit the target attribute, so a function).
+KVZIP_VNNI inline __m512i round_clamp_127(__m512 v, __m512 id) {
+  const __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(v, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  return _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f)));
+}
+
+KVZIP_VNNI void quantize_acts_vnni(const float* x, size_t nblocks, Q8Act* out) {
+  for (size_t k = 0; k < nblocks; ++k) {
+    const __m512 a = _mm512_loadu_ps(x + k * 32), b = _mm512_loadu_ps(x + k * 32 + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
+    // The scalar quantizer's arithmetic step for step (kernels/cpu/qdot.cc): same d, same
+    // products, round to nearest even, the same clamp; so the same bytes.
+    const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+    const __m512 vid = _mm512_set1_ps(id);
+    const __m512i qa = round_clamp_127(a, vid), qb = round_clamp_127(b, vid);
+    Q8Act& o = out[k];
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o.q), _mm512_cvtepi32_epi8(qa));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o.q + 16), _mm512_cvtepi32_epi8(qb));
+    o.d = d;
+    o.s = d * float(_mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb)));
+  }
+}
+
 QDotFn qdot_rows_vnni(GgmlType t) {
   return pick_block_type<QDotFn>(t, [](auto T) -> QDotFn { return vnni_tiles::rows_tiles<decltype(T)::value>; });
 }
@@ -232,6 +277,12 @@ QGemmFn qdot_gemm_vnni(GgmlType t) {
 
 bool cpu_has_avx512_vnni() { return false; }
 QDotFn qdot_rows_vnni(quant::GgmlType) { return nullptr; }
+void pack_acts_vnni(const Q8Act*, uint32_t, uint32_t, QActPack&) {
+  throw Error(Errc::internal, "pack_acts_vnni: not built for this CPU");
+}
+void quantize_acts_vnni(const float*, size_t, Q8Act*) {
+  throw Error(Errc::internal, "quantize_acts_vnni: not built for this CPU");
+}
 QGemmFn qdot_gemm_vnni(quant::GgmlType) { return nullptr; }
 
 #endif

@@ -26,6 +26,13 @@ struct TileSpan {
   uint32_t ldy = 0, row0 = 0;
 };
 
+// Chunks of at most `most` steps, as even as can be (576 columns: one chunk of 18 groups, not
+// 16 + 2, whose second pass would reload every accumulator for little work).
+inline uint32_t even_chunk(uint32_t nk, uint32_t most) {
+  const uint32_t n = (nk + most - 1) / most;
+  return n ? (nk + n - 1) / n : most;
+}
+
 // micro(v0, C, i0, R, k0, k1, acc): acc (R, C, 16) += rows [i0, i0 + R) x vectors [v0, v0 + C)
 // over steps [k0, k1); acc is laid out (row, vector, lane).
 template <class Micro>

@@ -46,6 +46,21 @@ TEST_CASE("activations quantize to int8 within half a step of the block's scale"
   CHECK(q[1].s == 0.0f);
 }
 
+TEST_CASE("the vector activation quantizer gives the portable one's bytes", "[kernels][qdot]") {
+  const uint32_t in = 128, T = 9;
+  std::vector<float> x = test::random_vector(size_t(T) * in, 22, -4.0f, 4.0f);
+  for (uint32_t e = 0; e < 32; ++e) x[e] = 0.0f;                  // all-zero block
+  for (uint32_t e = 32; e < 64; ++e) x[e] = float(int(e) - 48) * 0.5f;  // halfway cases: x·127/amax = k + 0.5
+  x[200] = -1e-30f, x[300] = 3e38f, x[301] = -3e38f;              // tiny and huge values
+  std::vector<Q8Act> a(size_t(T) * in / 32), b(a.size());
+  cpu::quantize_acts(x.data(), T, in, a.data());
+  cpu::quantize_acts_portable(x.data(), T, in, b.data());
+  for (size_t k = 0; k < a.size(); ++k) {
+    INFO("block " << k);
+    CHECK(std::memcmp(&a[k], &b[k], sizeof(Q8Act)) == 0);
+  }
+}
+
 TEST_CASE("qdot kernels equal a float64 product of the dequantized weights and activations",
           "[kernels][qdot]") {
   const GgmlType type = GENERATE(GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
