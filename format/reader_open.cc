@@ -289,7 +289,7 @@ void parse_positions(Ctx c) {
 }
 
 // v1.2 q8/q4 with f16 rows: each KV section's Raw_Size, now that the positions say which rows are
-// f16 rows (rows < 2^52 and D <= 4096: the size cannot overflow 64 bits).
+// f16 rows (rows <= 2^42 and D <= 4096: the size cannot overflow 64 bits).
 void check_f16_row_sections(Ctx c) {
   auto& r = c.r;
   const CacheHeader& h = r.header;
@@ -297,7 +297,10 @@ void check_f16_row_sections(Ctx c) {
   for (uint32_t l = 0; l < h.n_layers; ++l) {
     const uint64_t first = r.layer_start[l], rows = r.layer_start[l + 1] - first;
     std::span<const uint32_t> pos(r.positions.data() + first, rows);
-    expect_raw(c, r.kv[l], *quant_section_bytes(h, rows, f16_row_count(h, pos)),
+    auto kv_bytes = quant_section_bytes(h, rows, f16_row_count(h, pos));
+    if (!kv_bytes)  // cannot happen within the limits of §16; kept as a check, not an assumption
+      throw Error(Errc::corrupt, r.name + ": count overflow: layer " + std::to_string(l) + " K/V bytes");
+    expect_raw(c, r.kv[l], *kv_bytes,
                "2 * (Hkv * D * 4 + f16_rows * D * 2 + other_rows * (4 * D / group + D * bits / 8)), "
                "the q8/q4 layout with f16 rows");
   }
