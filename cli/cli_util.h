@@ -40,7 +40,7 @@ std::string default_output(const std::string& input, const char* extension, cons
 format::DType parse_kv_dtype(const std::string& name, const char* command);
 inline constexpr const char* kKvDtypeHelp =
     "K/V storage in the file: f32 | f16 | bf16 | q8 | q4 (q8/q4: group-wise 8/4-bit with per-head "
-    "channel scales, spec/kvzip_format.md \"Quantized K/V\")";
+    "channel scales, prefix rows kept as f16; spec/kvzip_format.md \"Quantized K/V\")";
 inline constexpr const char* kKvGroupHelp = "q8/q4: channels per quantization group (divides the head dimension; 0 = all of it)";
 
 // Resolves -m / $KVZIP_MODEL / the default path and loads the model.

@@ -26,6 +26,7 @@ struct EvalOpts {
   std::string device = "cpu";
   uint64_t max_questions = 0;
   bool all_questions = false, quiet = false, exact = false, force_model = false;
+  std::string matmul = "fast";
 };
 
 // An output path must name a file in an existing, writable folder (checked before hours of
@@ -64,6 +65,7 @@ void run(const EvalOpts& o) {
   eval::EvalOptions eo = o.eo;
   eo.level = parse_selection_level(o.level);
   eo.verify_drafts = !o.exact;
+  eo.matmul = o.matmul == "exact" ? MatmulPath::Exact : MatmulPath::Fast;
   eo.keep_answers = !o.answers.empty();
   format::HeadScores hs;
   if (!o.head_scores.empty()) {
@@ -130,6 +132,10 @@ void add_eval_commands(CLI::App& app) {
                   "method and ratio: f32,f16,bf16,q8,q4 (each cache written and read back as a .kvz)");
   c->add_option("--kv-group", o->eo.kv_group, "q8/q4: channels per quantization group (0 = the head dimension)")
       ->capture_default_str();
+  c->add_option("--matmul", o->matmul, "fast | exact: matrix products with int8-rounded activations "
+                                       "(the default) or in fp32 (comparing storage types)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fast", "exact"}));
   c->add_option("-o,--output", o->csv, "Write the results as CSV");
   c->add_option("--plot", o->plot, "Write an SVG plot (FILE.svg) of agreement and F1 against the ratio");
   c->add_option("--answers", o->answers,

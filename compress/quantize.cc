@@ -1,37 +1,54 @@
 // set_kv_dtype (compress/quantize.h): per layer and KV head, kernels/kv_quant.h quantizes the rows
-// into the layer's stored form; format::dequantize_rows (the reader's reconstruction) then gives
+// into the layer's stored form (f16 rows aside); format::dequantize_rows (the reader's reconstruction) then gives
 // the f32 rows, so what stays in memory equals what the file will give back.
 #include "compress/quantize.h"
 
+#include "common/half.h"
 #include "kernels/kv_quant.h"
 
 namespace kvzip {
 namespace {
 
+// One block (K or V) of a layer: the f16 rows (positions < kv_f16_below) rounded to f16, the
+// others quantized per KV head, the channel scales taken over those others only (the f16 rows are
+// the attention sink and template opener, whose large values would otherwise widen every other
+// row's steps).
 void quantize_block(const format::CacheHeader& h, const format::LayerKv& layer,
                     const std::vector<float>& x, format::QuantRows& q) {
   const uint32_t D = h.head_dim;
   KvQuantLayout shape{format::dtype_bits(h.kv_dtype), D, h.kv_group_size};
-  const size_t rows = layer.positions.size();
+  const size_t dense = format::f16_row_count(h, layer.positions), rows = layer.positions.size() - dense;
   q.channel_scale.assign(size_t(h.n_kv_heads) * D, 1.0f);
+  q.dense.clear();
+  q.dense.reserve(dense * D);
   q.params.assign(rows * shape.param_halves(), 0);
   q.codes.assign(rows * shape.code_bytes(), 0);
-  size_t r = 0;
+  std::vector<float> quant;  // one head's quantized rows, gathered
+  size_t r = 0, at = 0;      // layer row; first quantized row of the head
   for (uint32_t hd = 0; hd < h.n_kv_heads; ++hd) {
-    KvQuantRowsOut out{shape, layer.head_rows[hd], q.channel_scale.data() + size_t(hd) * D,
-                       q.params.data() + r * shape.param_halves(), q.codes.data() + r * shape.code_bytes()};
-    if (out.rows > 0) cpu::kv_quantize_rows(x.data() + r * D, out);
-    r += layer.head_rows[hd];
+    quant.clear();
+    for (uint32_t i = 0; i < layer.head_rows[hd]; ++i, ++r) {
+      const float* row = x.data() + r * D;
+      if (layer.positions[r] < h.kv_f16_below)
+        for (uint32_t j = 0; j < D; ++j) q.dense.push_back(f32_to_f16(row[j]));
+      else
+        quant.insert(quant.end(), row, row + D);
+    }
+    KvQuantRowsOut out{shape, quant.size() / D, q.channel_scale.data() + size_t(hd) * D,
+                       q.params.data() + at * shape.param_halves(), q.codes.data() + at * shape.code_bytes()};
+    if (out.rows > 0) cpu::kv_quantize_rows(quant.data(), out);
+    at += out.rows;
   }
 }
 
 }  // namespace
 
-void set_kv_dtype(format::CacheContents& c, format::DType dtype, uint32_t group) {
+void set_kv_dtype(format::CacheContents& c, format::DType dtype, uint32_t group, bool f16_prefix) {
   format::CacheHeader& h = c.header;
   if (!format::dtype_quantized(dtype)) {
     h.kv_dtype = dtype;
     h.kv_group_size = 0;
+    h.kv_f16_below = 0;
     for (format::LayerKv& layer : c.layers) layer.qk = layer.qv = {};
     return;
   }
@@ -39,15 +56,17 @@ void set_kv_dtype(format::CacheContents& c, format::DType dtype, uint32_t group)
   if (g == 0 || h.head_dim % g != 0)
     throw Error(Errc::invalid_argument, "quantization group " + std::to_string(group) +
                                             " does not divide the head dimension " + std::to_string(h.head_dim));
-  const bool same = h.kv_dtype == dtype && h.kv_group_size == g;
+  const uint32_t below = f16_prefix ? static_cast<uint32_t>(h.prefix_length()) : 0;
+  const bool same = h.kv_dtype == dtype && h.kv_group_size == g && h.kv_f16_below == below;
   h.kv_dtype = dtype;
   h.kv_group_size = g;
+  h.kv_f16_below = below;
   for (format::LayerKv& layer : c.layers) {
     if (same && !layer.qk.empty() && !layer.qv.empty()) continue;  // already stored this way
     quantize_block(h, layer, layer.k, layer.qk);
     quantize_block(h, layer, layer.v, layer.qv);
-    format::dequantize_rows(h, layer.head_rows, layer.qk, layer.k);
-    format::dequantize_rows(h, layer.head_rows, layer.qv, layer.v);
+    format::dequantize_rows(h, layer.head_rows, layer.positions, layer.qk, layer.k);
+    format::dequantize_rows(h, layer.head_rows, layer.positions, layer.qv, layer.v);
   }
 }
 

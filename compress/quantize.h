@@ -17,9 +17,14 @@ namespace kvzip {
 inline constexpr uint32_t kDefaultKvGroup = 0;  // 0 = D
 
 // Sets header.kv_dtype (and kv_group_size: `group`, 0 = D, must divide D). For q8/q4 the rows are
-// quantized; a cache that is already q8/q4 with the same dtype and group is left as it is (its
-// stored rows are never quantized twice); another q8/q4 -> re-quantized from its f32 rows.
+// quantized, except, with f16_prefix (the default; a v1.2 file), the prefix rows (positions <
+// n_p: the attention sink and the template opener, never evicted), which are stored as f16:
+// measured on the Normans article (BENCHMARKS.md "Quantized K/V"), these 24 of 5,656 rows per
+// head carry most of q4's effect on the answers. f16_prefix false writes the v1.1 layout. A cache
+// that is already q8/q4 with the same dtype, group and f16 rows is left as it is (its stored rows
+// are never quantized twice); another q8/q4 -> re-quantized from its f32 rows.
 // Errc::invalid_argument for a group that does not divide D.
-void set_kv_dtype(format::CacheContents& contents, format::DType dtype, uint32_t group = kDefaultKvGroup);
+void set_kv_dtype(format::CacheContents& contents, format::DType dtype, uint32_t group = kDefaultKvGroup,
+                  bool f16_prefix = true);
 
 }  // namespace kvzip

@@ -353,6 +353,7 @@ EvalReport run_eval(const Model& model, const std::vector<Document>& documents,
   const auto t0 = Clock::now();
   ForwardOptions fo;
   fo.threads = o.threads;
+  fo.matmul = o.matmul;
   Forward fwd(model.weights(), fo);
   EvalReport report;
   const size_t n_t = o.kv_dtypes.size();

@@ -19,6 +19,7 @@
 
 #include "compress/pipeline.h"
 #include "eval/squad.h"
+#include "kernels/matmul.h"
 #include "model/model.h"
 
 namespace kvzip::eval {
@@ -42,6 +43,10 @@ struct EvalOptions {
   // dtype other than f32 report agreement and KL against the f32 cache of the same method and ratio.
   std::vector<std::string> kv_dtypes = {"f32"};
   uint32_t kv_group = 0;              // q8/q4 channels per group, 0 = D
+  // Matrix products of every forward pass. Fast (the default everywhere) rounds activations to
+  // int8, which makes answers a step function of the cache: comparing storage types, Exact
+  // separates what the storage costs from those steps (BENCHMARKS.md "Quantized K/V").
+  MatmulPath matmul = MatmulPath::Fast;
   uint32_t threads = 0;               // 0 = all cores
   bool verify_drafts = true;          // false: decode every answer token one at a time (answer.h)
   bool keep_answers = false;          // true: EvalReport::answers lists every answer

@@ -47,6 +47,12 @@ void validate_header(const CacheHeader& h) {
   if (dtype_quantized(h.kv_dtype) && !(h.kv_group_size > 0 && h.head_dim % h.kv_group_size == 0))
     invalid("kv_group_size " + std::to_string(h.kv_group_size) + " must divide head_dim " +
             std::to_string(h.head_dim) + " for " + dtype_name(h.kv_dtype));
+  if (h.kv_f16_below > 0 && !dtype_quantized(h.kv_dtype))
+    invalid("kv_f16_below " + std::to_string(h.kv_f16_below) + " is set for " + dtype_name(h.kv_dtype) +
+            " (f16 rows exist only with q8/q4)");
+  if (h.kv_f16_below > h.logical_length())
+    invalid("kv_f16_below " + std::to_string(h.kv_f16_below) + " exceeds the logical length " +
+            std::to_string(h.logical_length()));
   check_range(static_cast<uint32_t>(h.rope_scaling.kind), 0, 2, "rope_scaling.kind");
   check_float(h.rope_base, "rope_base");
   if (!(h.rope_base > 0)) invalid("rope_base must be > 0");

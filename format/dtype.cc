@@ -47,7 +47,10 @@ uint32_t dtype_bits(DType t) {
   return 8 * dtype_size(t);
 }
 
-uint16_t dtype_min_minor(DType t) { return dtype_quantized(t) ? 1 : 0; }
+uint16_t min_minor(const CacheHeader& h) {
+  if (!dtype_quantized(h.kv_dtype)) return 0;
+  return h.kv_f16_below > 0 ? 2 : 1;
+}
 
 std::optional<DType> parse_dtype(std::string_view name) {
   if (name == "f32") return DType::F32;

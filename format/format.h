@@ -21,10 +21,11 @@
 namespace kvzip::format {
 
 inline constexpr uint16_t kVersionMajor = 1;  // this build reads every v1.x
-// The newest minor version this build writes: v1.1 added the quantized dtypes q8 and q4. A file
-// records the lowest minor version whose features it uses (v1.0 unless it is q8/q4), so that
-// older readers still read every file they can.
-inline constexpr uint16_t kVersionMinor = 1;
+// The newest minor version this build writes: v1.1 added the quantized dtypes q8 and q4, v1.2
+// their f16 rows (the rows at positions below kv_f16_below stored exactly as f16). A file records
+// the lowest minor version whose features it uses, so that older readers still read every file
+// they can.
+inline constexpr uint16_t kVersionMinor = 2;
 
 // Storage type of K/V rows. Registry ids are never renumbered or reused (spec "Dtype registry").
 // Q8 and Q4 (v1.1) are group-wise quantized (spec "Quantized K/V", kernels/kv_quant.h).
@@ -39,8 +40,10 @@ uint32_t dtype_size(DType t);                        // bytes per element; q8/q4
 bool dtype_quantized(DType t);                       // q8, q4
 uint32_t dtype_bits(DType t);                        // bits per stored K/V value (codes for q8/q4)
 std::optional<DType> parse_dtype(std::string_view name);
-// The minor version a file with this dtype records: 1 for q8/q4, else 0.
-uint16_t dtype_min_minor(DType t);
+struct CacheHeader;
+// The minor version a file with this header records: 2 for q8/q4 with f16 rows, 1 for other
+// q8/q4, else 0.
+uint16_t min_minor(const CacheHeader& h);
 const char* codec_name(Codec c);                     // "none", "zstd"
 
 // The method parameter "query_template" says how a question follows the document at query time
@@ -61,6 +64,10 @@ struct CacheHeader {
   RopeScaling rope_scaling;
   DType kv_dtype = DType::F32;  // how K/V rows are stored (LayerKv::k/v are f32 in memory)
   uint32_t kv_group_size = 0;   // q8/q4: channels per quantization group (divides D); else 0
+  // q8/q4 (v1.2): rows at positions < kv_f16_below are stored as f16 instead of being quantized
+  // (the attention sink and template opener: few rows, most of the quantization's effect on
+  // answers); 0 = none, the v1.1 layout. Else 0.
+  uint32_t kv_f16_below = 0;
   std::vector<uint32_t> prefix_tokens;    // (n_p) system prompt + template opener + instruction
   std::vector<uint32_t> suffix_tokens;    // template tokens that follow the document at query time
   std::vector<uint32_t> document_tokens;  // (n_c)
@@ -79,13 +86,16 @@ struct CacheHeader {
 void set_model(CacheHeader& header, const ModelConfig& config, const ModelFingerprint& fp);
 
 // The stored form of one layer's K (or V) rows under q8/q4 (spec "Quantized K/V"): per KV head a
-// channel scale vector, per row D/Gs groups of (f16 scale, f16 minimum) and the codes. Kept next
-// to the f32 rows so that prune, export and import move rows without re-quantizing them.
+// channel scale vector; the f16 rows (positions < kv_f16_below) as f16 values; per other row D/Gs
+// groups of (f16 scale, f16 minimum) and the codes. Kept next to the f32 rows so that prune,
+// export and import move rows without re-quantizing them. Rows are in layer order (head-major)
+// within each array: the layer's f16 rows in `dense`, its quantized rows in params/codes.
 struct QuantRows {
   std::vector<float> channel_scale;  // (Hkv, D)
-  std::vector<uint16_t> params;      // (R, D/Gs, 2) f16 bits: scale, minimum
-  std::vector<uint8_t> codes;        // (R, D·bits/8); q4: channel 2i in the low nibble
-  bool empty() const { return channel_scale.empty() && params.empty() && codes.empty(); }
+  std::vector<uint16_t> dense;       // (R_f16, D) f16 bits of the f16 rows (v1.2)
+  std::vector<uint16_t> params;      // (R - R_f16, D/Gs, 2) f16 bits: scale, minimum
+  std::vector<uint8_t> codes;        // (R - R_f16, D·bits/8); q4: channel 2i in the low nibble
+  bool empty() const { return channel_scale.empty() && dense.empty() && params.empty() && codes.empty(); }
 };
 
 // One layer of a pruned cache. R = sum of head_rows.
@@ -101,10 +111,13 @@ struct LayerKv {
   QuantRows qk, qv;
 };
 
-// Dequantizes stored rows (`rows` of them, heads as in head_rows) into x (rows, D): the reader's
-// reconstruction, x = c[h][j] * fma(s, q, m) in binary32.
+// Dequantizes a layer's stored rows (heads as in head_rows, positions deciding which rows are
+// f16) into x (R, D): the reader's reconstruction, x = c[h][j] * fma(s, q, m) in binary32 for a
+// quantized row, the f16 value widened for an f16 row.
 void dequantize_rows(const CacheHeader& header, std::span<const uint32_t> head_rows,
-                     const QuantRows& q, std::span<float> x);
+                     std::span<const uint32_t> positions, const QuantRows& q, std::span<float> x);
+// How many of a layer's rows are f16 rows (positions < header.kv_f16_below).
+uint64_t f16_row_count(const CacheHeader& header, std::span<const uint32_t> positions);
 
 struct CacheContents {
   CacheHeader header;

@@ -3,8 +3,9 @@
 // /layers/NNNN with head_rows, positions, k, v [, scores]. K/V are stored as f32, which holds
 // every f16/bf16 value exactly, so export then import reproduces the .kvz bit for bit. Import
 // rebuilds the Meta section and runs it through the same decoder as the .kvz reader. A q8/q4
-// cache also carries its stored form per layer (channel scales, f16 group parameters as u16 bits,
-// codes); import takes the rows from those and recomputes k and v, so nothing is re-quantized.
+// cache also carries its stored form per layer (channel scales, v1.2 f16 rows and f16 group
+// parameters as u16 bits, codes); import takes the rows from those and recomputes k and v, so
+// nothing is re-quantized.
 // Export builds the file in memory (HDF5's core driver, no backing store) and hands the image to
 // the atomic writer, so HDF5 itself never writes to disk: a full disk is the writer's clean io
 // error, no HDF5 handle can be left half-closed by a failed flush (which used to crash HDF5's
@@ -126,10 +127,12 @@ void write_dataset(hid_t loc, const std::string& name, hid_t file_type, hid_t me
   if (n) check(H5Dwrite(d, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "writing dataset " + name);
 }
 
-void write_quant(hid_t g, const char* prefix, const QuantRows& q, const CacheHeader& h, hsize_t rows) {
+void write_quant(hid_t g, const char* prefix, const QuantRows& q, const CacheHeader& h, hsize_t rows, hsize_t f16) {
   const hsize_t D = h.head_dim, groups = D / h.kv_group_size, bytes = D * dtype_bits(h.kv_dtype) / 8;
   const std::string p(prefix);
+  rows -= f16;  // the quantized rows
   write_dataset(g, p + "_channel_scale", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, q.channel_scale.data(), {h.n_kv_heads, D});
+  if (h.kv_f16_below > 0) write_dataset(g, p + "_f16_rows", H5T_STD_U16LE, H5T_NATIVE_UINT16, q.dense.data(), {f16, D});
   write_dataset(g, p + "_params", H5T_STD_U16LE, H5T_NATIVE_UINT16, q.params.data(), {rows, groups, 2});
   write_dataset(g, p + "_codes", H5T_STD_U8LE, H5T_NATIVE_UINT8, q.codes.data(), {rows, bytes});
 }
@@ -146,8 +149,9 @@ void write_layer(hid_t layers, uint32_t l, const LayerKv& layer, const CacheHead
   write_dataset(g, "v", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, layer.v.data(), {rows, head_dim});
   if (scores) write_dataset(g, "scores", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, layer.scores.data(), {rows});
   if (dtype_quantized(h.kv_dtype)) {
-    write_quant(g, "k", layer.qk, h, rows);
-    write_quant(g, "v", layer.qv, h, rows);
+    const hsize_t f16 = f16_row_count(h, layer.positions);
+    write_quant(g, "k", layer.qk, h, rows, f16);
+    write_quant(g, "v", layer.qv, h, rows, f16);
   }
 }
 
@@ -358,19 +362,21 @@ CacheContents import_from(const std::string& file) {
     if (c.has_scores) layer.scores = read_dataset<float>(g, "scores", H5T_NATIVE_FLOAT, {rows}, im);
     if (dtype_quantized(h.kv_dtype)) {  // the stored form is the truth; k and v follow from it
       const hsize_t D = h.head_dim, groups = D / h.kv_group_size, bytes = D * dtype_bits(h.kv_dtype) / 8;
+      const uint64_t f16 = f16_row_count(h, layer.positions), quant = rows - f16;
       for (auto [p, q] : {std::pair{"k", &layer.qk}, std::pair{"v", &layer.qv}}) {
         const std::string s(p);
         q->channel_scale = read_dataset<float>(g, s + "_channel_scale", H5T_NATIVE_FLOAT, {h.n_kv_heads, D}, im);
-        q->params = read_dataset<uint16_t>(g, s + "_params", H5T_NATIVE_UINT16, {rows, groups, 2}, im);
-        q->codes = read_dataset<uint8_t>(g, s + "_codes", H5T_NATIVE_UINT8, {rows, bytes}, im);
+        if (h.kv_f16_below > 0) q->dense = read_dataset<uint16_t>(g, s + "_f16_rows", H5T_NATIVE_UINT16, {f16, D}, im);
+        q->params = read_dataset<uint16_t>(g, s + "_params", H5T_NATIVE_UINT16, {quant, groups, 2}, im);
+        q->codes = read_dataset<uint8_t>(g, s + "_codes", H5T_NATIVE_UINT8, {quant, bytes}, im);
       }
       try {
         detail::validate_quant(h, layer, "layer " + std::to_string(l));
       } catch (const Error& e) {
         im.fail(e.what());
       }
-      dequantize_rows(h, layer.head_rows, layer.qk, layer.k);
-      dequantize_rows(h, layer.head_rows, layer.qv, layer.v);
+      dequantize_rows(h, layer.head_rows, layer.positions, layer.qk, layer.k);
+      dequantize_rows(h, layer.head_rows, layer.positions, layer.qv, layer.v);
     }
   }
   try {

@@ -13,6 +13,9 @@
 namespace kvzip::format::detail {
 namespace {
 
+// kv.dtype ids 6 and 7 (v1.2) are q8 (4) and q4 (5) with f16 rows.
+constexpr uint64_t kF16RowsIdShift = 2;
+
 class MetaWriter {
  public:
   void u64(const std::string& key, uint64_t v) { entry(key, MetaType::U64, &v, 8); }
@@ -248,8 +251,12 @@ std::vector<uint8_t> encode_meta(const CacheHeader& h) {
   w.f64("model.rope_scaling.low_freq_factor", h.rope_scaling.low_freq_factor);
   w.f64("model.rope_scaling.high_freq_factor", h.rope_scaling.high_freq_factor);
   w.u64("model.rope_scaling.original_context", h.rope_scaling.original_context);
-  w.u64("kv.dtype", static_cast<uint32_t>(h.kv_dtype));
+  // v1.2: a q8/q4 file with f16 rows has its own registry id (6, 7), so that a v1.1 reader, which
+  // would skip the new key and misread the section, refuses it as unsupported instead.
+  const bool f16_rows = dtype_quantized(h.kv_dtype) && h.kv_f16_below > 0;
+  w.u64("kv.dtype", static_cast<uint32_t>(h.kv_dtype) + (f16_rows ? kF16RowsIdShift : 0));
   if (dtype_quantized(h.kv_dtype)) w.u64("kv.quant.group_size", h.kv_group_size);  // v1.1
+  if (f16_rows) w.u64("kv.quant.f16_below", h.kv_f16_below);                       // v1.2
   w.u64("kv.logical_length", h.logical_length());
   w.u64("kv.prefix_length", h.prefix_length());
   w.u32s("text.prefix_tokens", h.prefix_tokens);
@@ -293,10 +300,13 @@ CacheHeader decode_meta(const uint8_t* data, uint64_t size, const std::string& w
   h.rope_scaling.original_context =
       static_cast<uint32_t>(m.range("model.rope_scaling.original_context", 0, 0xFFFFFFFFull));
   uint64_t dtype = m.u64("kv.dtype");
+  const bool f16_rows = dtype == 6 || dtype == 7;  // v1.2: q8, q4 with f16 rows
+  if (f16_rows) dtype -= kF16RowsIdShift;
   if (!dtype_known(dtype > 0xFFFFFFFFull ? 0 : static_cast<uint32_t>(dtype)))
     m.fail("kv.dtype", "id " + std::to_string(dtype) +
-                           " is not in this reader's dtype registry (1 f32, 2 f16, 3 bf16, 4 q8, 5 q4); "
-                           "the file needs a newer kvzip", Errc::unsupported);
+                           " is not in this reader's dtype registry (1 f32, 2 f16, 3 bf16, 4 q8, 5 q4, "
+                           "6 q8 with f16 rows, 7 q4 with f16 rows); the file needs a newer kvzip",
+           Errc::unsupported);
   h.kv_dtype = static_cast<DType>(dtype);
   if (dtype_quantized(h.kv_dtype)) {  // v1.1: required with q8/q4, ignored otherwise
     h.kv_group_size = static_cast<uint32_t>(m.range("kv.quant.group_size", 1, h.head_dim));
@@ -305,6 +315,8 @@ CacheHeader decode_meta(const uint8_t* data, uint64_t size, const std::string& w
                                         std::to_string(h.head_dim));
   }
   uint64_t logical = m.range("kv.logical_length", 0, kMaxLogicalLength);
+  if (f16_rows)  // v1.2: required with ids 6 and 7, ignored otherwise
+    h.kv_f16_below = static_cast<uint32_t>(m.range("kv.quant.f16_below", 1, logical));
   uint64_t prefix = m.u64("kv.prefix_length");
   h.prefix_tokens = m.u32s("text.prefix_tokens");
   h.suffix_tokens = m.u32s("text.suffix_tokens");

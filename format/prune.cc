@@ -3,8 +3,9 @@
 // document row of every layer and head. Same rule as compress::select_rows (Global): exactly
 // k = round(ratio · L·Hkv·n_c) rows stay; among scores equal to the cut, the rows earliest in file
 // order (layer, head, position) stay. Prefix rows are never evicted. A q8/q4 cache is pruned in its
-// stored form: each kept row takes its own group parameters and codes, and the per-head channel
-// scales stay as they are (valid for any subset of rows), so nothing is quantized again.
+// stored form: each kept row takes its own group parameters and codes (or its f16 values), and the
+// per-head channel scales stay as they are (valid for any subset of rows), so nothing is quantized
+// again.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -63,9 +64,14 @@ CacheContents prune(const CacheContents& c, double ratio) {
   uint32_t D = h.head_dim;
   const bool quant = dtype_quantized(h.kv_dtype);
   const size_t P = quant ? 2 * D / h.kv_group_size : 0, B = quant ? D * dtype_bits(h.kv_dtype) / 8 : 0;
-  auto take_row = [&](const QuantRows& in, QuantRows& o, size_t row) {
-    o.params.insert(o.params.end(), in.params.begin() + row * P, in.params.begin() + (row + 1) * P);
-    o.codes.insert(o.codes.end(), in.codes.begin() + row * B, in.codes.begin() + (row + 1) * B);
+  // Row `at` of the f16 rows (f16) or of the quantized rows, moved as stored.
+  auto take_row = [&](const QuantRows& in, QuantRows& o, bool f16, size_t at) {
+    if (f16) {
+      o.dense.insert(o.dense.end(), in.dense.begin() + at * D, in.dense.begin() + (at + 1) * D);
+      return;
+    }
+    o.params.insert(o.params.end(), in.params.begin() + at * P, in.params.begin() + (at + 1) * P);
+    o.codes.insert(o.codes.end(), in.codes.begin() + at * B, in.codes.begin() + (at + 1) * B);
   };
   for (const LayerKv& in : c.layers) {
     LayerKv& layer = out.layers.emplace_back();
@@ -73,10 +79,12 @@ CacheContents prune(const CacheContents& c, double ratio) {
       layer.qk.channel_scale = in.qk.channel_scale;
       layer.qv.channel_scale = in.qv.channel_scale;
     }
-    size_t row = 0;
+    size_t row = 0, f16_at = 0, quant_at = 0;  // next row of in's f16 and quantized rows
     for (uint32_t rows : in.head_rows) {
       uint32_t kept = 0;
       for (uint32_t i = 0; i < rows; ++i, ++row) {
+        const bool f16 = in.positions[row] < h.kv_f16_below;
+        const size_t at = f16 ? f16_at++ : quant_at++;
         const bool doc = in.positions[row] >= n_p;
         if (doc && !keep_all) {
           const float s = in.scores[row];
@@ -93,8 +101,8 @@ CacheContents prune(const CacheContents& c, double ratio) {
         layer.k.insert(layer.k.end(), in.k.begin() + row * D, in.k.begin() + (row + 1) * D);
         layer.v.insert(layer.v.end(), in.v.begin() + row * D, in.v.begin() + (row + 1) * D);
         if (quant) {
-          take_row(in.qk, layer.qk, row);
-          take_row(in.qv, layer.qv, row);
+          take_row(in.qk, layer.qk, f16, at);
+          take_row(in.qv, layer.qv, f16, at);
         }
       }
       layer.head_rows.push_back(kept);

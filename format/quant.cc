@@ -1,6 +1,6 @@
 // The q8/q4 KV section (format/detail/quant.h): size, serialisation, parse with value checks, and
-// the format's reconstruction of f32 rows. The quantizer itself is kernels/kv_quant.h (format/
-// links only common/); compress::quantize_kv connects the two.
+// the format's reconstruction of f32 rows (the f16 rows of v1.2 included). The quantizer itself is
+// kernels/kv_quant.h (format/ links only common/); compress::set_kv_dtype connects the two.
 #include "format/detail/quant.h"
 
 #include <cmath>
@@ -44,13 +44,23 @@ std::string check_channel(float c) {
   return {};
 }
 
-// Head of a row index within a layer.
-uint32_t head_of(std::span<const uint32_t> head_rows, uint64_t row, uint64_t* first) {
-  uint32_t hd = 0;
-  uint64_t f = 0;
-  while (hd + 1 < head_rows.size() && row >= f + head_rows[hd]) f += head_rows[hd++];
-  *first = f;
-  return hd;
+std::string check_dense(const uint16_t* x, uint64_t D) {
+  for (uint64_t j = 0; j < D; ++j)
+    if (!half_finite(x[j])) return std::string("f16 value of channel ") + std::to_string(j) + " is " + (x[j] & 0x3ff ? "NaN" : "infinite");
+  return {};
+}
+
+// Calls row(head, row within the head, f16 row?, index in dense or in params/codes) for every row
+// of a layer, in layer order: the one walk that maps rows to the two arrays of §12.1.
+template <class Row>
+void for_rows(const CacheHeader& h, std::span<const uint32_t> head_rows, std::span<const uint32_t> positions,
+              Row row) {
+  uint64_t r = 0, d = 0, q = 0;
+  for (uint32_t hd = 0; hd < head_rows.size(); ++hd)
+    for (uint32_t i = 0; i < head_rows[hd]; ++i, ++r) {
+      const bool f16 = positions[r] < h.kv_f16_below;
+      row(hd, i, f16, f16 ? d++ : q++);
+    }
 }
 
 // Checks both blocks; `fail(msg)` throws with the caller's class and prefix.
@@ -66,49 +76,59 @@ void check_values(const CacheHeader& h, const LayerKv& layer, Fail fail) {
         fail(std::string(name) + " channel scale of head " + std::to_string(i / s.D) + " channel " +
              std::to_string(i % s.D) + " " + e);
     }
-    const uint64_t rows = q.params.size() / (2 * s.groups);
-    for (uint64_t r = 0; r < rows; ++r) {
-      std::string e = check_params(q.params.data() + r * 2 * s.groups, s.groups);
-      if (e.empty()) continue;
-      uint64_t first = 0;
-      uint32_t hd = head_of(layer.head_rows, r, &first);
-      fail(std::string(name) + " head " + std::to_string(hd) + " row " + std::to_string(r - first) + ": " + e);
-    }
+    for_rows(h, layer.head_rows, layer.positions, [&](uint32_t hd, uint32_t i, bool f16, uint64_t at) {
+      std::string e = f16 ? check_dense(q.dense.data() + at * s.D, s.D)
+                          : check_params(q.params.data() + at * 2 * s.groups, s.groups);
+      if (!e.empty()) fail(std::string(name) + " head " + std::to_string(hd) + " row " + std::to_string(i) + ": " + e);
+    });
   }
 }
 
 }  // namespace
 
-void dequantize_rows(const CacheHeader& h, std::span<const uint32_t> head_rows, const QuantRows& q,
-                     std::span<float> x) {
+uint64_t f16_row_count(const CacheHeader& h, std::span<const uint32_t> positions) {
+  if (!dtype_quantized(h.kv_dtype) || h.kv_f16_below == 0) return 0;
+  uint64_t n = 0;
+  for (uint32_t p : positions) n += p < h.kv_f16_below;
+  return n;
+}
+
+void dequantize_rows(const CacheHeader& h, std::span<const uint32_t> head_rows, std::span<const uint32_t> positions,
+                     const QuantRows& q, std::span<float> x) {
   const Shape s = shape_of(h);
   const uint32_t bits = dtype_bits(h.kv_dtype);
   uint64_t r = 0;
-  for (size_t hd = 0; hd < head_rows.size(); ++hd) {
-    const float* c = q.channel_scale.data() + hd * s.D;
-    for (uint32_t i = 0; i < head_rows[hd]; ++i, ++r) {
-      const uint16_t* p = q.params.data() + r * 2 * s.groups;
-      const uint8_t* codes = q.codes.data() + r * s.code_bytes;
-      float* out = x.data() + r * s.D;
-      for (uint64_t g = 0; g < s.groups; ++g) {
-        const float scale = f16_to_f32(p[2 * g]), mn = f16_to_f32(p[2 * g + 1]);
-        for (uint64_t j = g * s.Gs; j < (g + 1) * s.Gs; ++j) {
-          const uint32_t code = bits == 8 ? codes[j] : (j & 1) ? codes[j >> 1] >> 4 : codes[j >> 1] & 0x0f;
-          out[j] = c[j] * std::fma(scale, static_cast<float>(code), mn);
-        }
+  for_rows(h, head_rows, positions, [&](uint32_t hd, uint32_t, bool f16, uint64_t at) {
+    float* out = x.data() + r++ * s.D;
+    if (f16) {
+      for (uint64_t j = 0; j < s.D; ++j) out[j] = f16_to_f32(q.dense[at * s.D + j]);
+      return;
+    }
+    const float* c = q.channel_scale.data() + uint64_t{hd} * s.D;
+    const uint16_t* p = q.params.data() + at * 2 * s.groups;
+    const uint8_t* codes = q.codes.data() + at * s.code_bytes;
+    for (uint64_t g = 0; g < s.groups; ++g) {
+      const float scale = f16_to_f32(p[2 * g]), mn = f16_to_f32(p[2 * g + 1]);
+      for (uint64_t j = g * s.Gs; j < (g + 1) * s.Gs; ++j) {
+        const uint32_t code = bits == 8 ? codes[j] : (j & 1) ? codes[j >> 1] >> 4 : codes[j >> 1] & 0x0f;
+        out[j] = c[j] * std::fma(scale, static_cast<float>(code), mn);
       }
     }
-  }
+  });
 }
 
 namespace detail {
 
-std::optional<uint64_t> quant_section_bytes(const CacheHeader& h, uint64_t rows) {
+std::optional<uint64_t> quant_section_bytes(const CacheHeader& h, uint64_t rows, uint64_t f16_rows) {
   const Shape s = shape_of(h);
+  KVZIP_ASSERT(f16_rows <= rows);
   const uint64_t channels = 4ull * h.n_kv_heads * s.D;  // one block's channel scales
   auto per_row = checked_add(4 * s.groups, s.code_bytes);
   if (!per_row) return std::nullopt;
-  auto body = checked_mul(rows, *per_row);
+  auto body = checked_mul(rows - f16_rows, *per_row);
+  auto dense = checked_mul(f16_rows, 2 * s.D);  // D <= 4096: no overflow in 2 * D
+  if (!body || !dense) return std::nullopt;
+  body = checked_add(*body, *dense);
   if (!body) return std::nullopt;
   auto block = checked_add(*body, channels);
   if (!block) return std::nullopt;
@@ -121,6 +141,8 @@ void emit_quant_section(const CacheHeader& h, const LayerKv& layer, Sink& sink) 
   };
   put(layer.qk.channel_scale);
   put(layer.qv.channel_scale);
+  put(layer.qk.dense);
+  put(layer.qv.dense);
   put(layer.qk.params);
   put(layer.qv.params);
   put(layer.qk.codes);
@@ -132,7 +154,10 @@ void parse_quant_section(const CacheHeader& h, const uint8_t* raw, uint64_t size
   const Shape s = shape_of(h);
   uint64_t rows = 0;
   for (uint32_t n : layer.head_rows) rows += n;
-  KVZIP_ASSERT(quant_section_bytes(h, rows) == size);  // Raw_Size was checked at open
+  KVZIP_ASSERT(layer.positions.size() == rows);
+  const uint64_t dense = f16_row_count(h, layer.positions);
+  KVZIP_ASSERT(quant_section_bytes(h, rows, dense) == size);  // Raw_Size was checked at open
+  rows -= dense;  // the quantized rows
   const uint8_t* p = raw;
   auto take = [&](auto& v, uint64_t n) {
     v.resize(n);
@@ -141,6 +166,8 @@ void parse_quant_section(const CacheHeader& h, const uint8_t* raw, uint64_t size
   };
   take(layer.qk.channel_scale, uint64_t{h.n_kv_heads} * s.D);
   take(layer.qv.channel_scale, uint64_t{h.n_kv_heads} * s.D);
+  take(layer.qk.dense, dense * s.D);
+  take(layer.qv.dense, dense * s.D);
   take(layer.qk.params, rows * 2 * s.groups);
   take(layer.qv.params, rows * 2 * s.groups);
   take(layer.qk.codes, rows * s.code_bytes);
@@ -156,17 +183,18 @@ void validate_quant(const CacheHeader& h, const LayerKv& layer, const std::strin
     invalid("kv_group_size " + std::to_string(h.kv_group_size) + " does not divide head_dim " +
             std::to_string(h.head_dim));
   const Shape s = shape_of(h);
-  const uint64_t rows = layer.positions.size();
+  const uint64_t dense = f16_row_count(h, layer.positions), rows = layer.positions.size() - dense;
   for (int b = 0; b < 2; ++b) {
     const QuantRows& q = b ? layer.qv : layer.qk;
-    if (q.empty() && rows > 0)
+    if (q.empty() && rows + dense > 0)
       invalid(std::string(b ? "V" : "K") + " rows are not quantized; a " + dtype_name(h.kv_dtype) +
               " cache is written from quantized rows (compress::quantize_kv)");
     if (q.channel_scale.size() != uint64_t{h.n_kv_heads} * s.D || q.params.size() != rows * 2 * s.groups ||
-        q.codes.size() != rows * s.code_bytes)
+        q.codes.size() != rows * s.code_bytes || q.dense.size() != dense * s.D)
       invalid(std::string(b ? "V" : "K") + " quantized rows have the wrong shape (channel scales " +
-              std::to_string(q.channel_scale.size()) + ", params " + std::to_string(q.params.size()) +
-              ", code bytes " + std::to_string(q.codes.size()) + " for " + std::to_string(rows) + " rows)");
+              std::to_string(q.channel_scale.size()) + ", f16 values " + std::to_string(q.dense.size()) +
+              ", params " + std::to_string(q.params.size()) + ", code bytes " + std::to_string(q.codes.size()) +
+              " for " + std::to_string(dense) + " f16 and " + std::to_string(rows) + " quantized rows)");
   }
   check_values(h, layer, invalid);
 }

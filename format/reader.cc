@@ -95,6 +95,7 @@ void CacheReader::Impl::read_quant(uint32_t layer, LayerKv& out) const {
   const Entry& s = entries[i];
   const uint32_t* rows = head_rows.data() + uint64_t{layer} * header.n_kv_heads;
   out.head_rows.assign(rows, rows + header.n_kv_heads);
+  out.positions.assign(positions.begin() + layer_start[layer], positions.begin() + layer_start[layer + 1]);
   const bool hash = options.verify != Verify::Metadata && !checked[i].load(std::memory_order_acquire);
   std::vector<uint8_t> raw(s.raw);  // Raw_Size was proved at open to be the layout's size
   if (s.codec == static_cast<uint32_t>(Codec::Zstd)) {
@@ -114,8 +115,8 @@ void CacheReader::Impl::decode_kv(uint32_t layer, float* k, float* v, size_t n) 
   if (dtype_quantized(t)) {
     LayerKv q;
     read_quant(layer, q);
-    dequantize_rows(header, q.head_rows, q.qk, {k, n});
-    dequantize_rows(header, q.head_rows, q.qv, {v, n});
+    dequantize_rows(header, q.head_rows, q.positions, q.qk, {k, n});
+    dequantize_rows(header, q.head_rows, q.positions, q.qv, {v, n});
     if (options.verify != Verify::Metadata) check_finite(layer, k, v, n);
     return;
   }
@@ -325,8 +326,8 @@ LayerKv CacheReader::load_layer(uint32_t layer) const {
   out.v.resize(n);
   if (dtype_quantized(impl_->header.kv_dtype)) {  // one read: the stored rows and their values
     impl_->read_quant(layer, out);
-    dequantize_rows(impl_->header, out.head_rows, out.qk, out.k);
-    dequantize_rows(impl_->header, out.head_rows, out.qv, out.v);
+    dequantize_rows(impl_->header, out.head_rows, out.positions, out.qk, out.k);
+    dequantize_rows(impl_->header, out.head_rows, out.positions, out.qv, out.v);
     if (impl_->options.verify != Verify::Metadata) impl_->check_finite(layer, out.k.data(), out.v.data(), n);
     return out;
   }

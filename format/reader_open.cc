@@ -250,7 +250,9 @@ void parse_index(Ctx c) {
       start += rows;
     }
     r.layer_start[l + 1] = r.layer_start[l] + start;  // <= 2^10 * 2^10 * 2^32: no overflow
-    auto kv_bytes = quant ? quant_section_bytes(h, start) : checked_mul(start, h.head_dim * 2 * esize);
+    // v1.2: the size of a section with f16 rows depends on the positions; checked after them.
+    if (h.kv_f16_below > 0) continue;
+    auto kv_bytes = quant ? quant_section_bytes(h, start, 0) : checked_mul(start, h.head_dim * 2 * esize);
     if (!kv_bytes)
       throw Error(Errc::corrupt, r.name + ": count overflow: layer " + std::to_string(l) + " rows " +
                                      std::to_string(start) + " * K/V row bytes does not fit 64 bits");
@@ -284,6 +286,24 @@ void parse_positions(Ctx c) {
         throw Error(Errc::corrupt, at + " does not increase (previous " + std::to_string(r.positions[row - 1]) + ")");
       }
     }
+}
+
+// v1.2 q8/q4 with f16 rows: each KV section's Raw_Size, now that the positions say which rows are
+// f16 rows (rows <= 2^42 and D <= 4096: the size cannot overflow 64 bits).
+void check_f16_row_sections(Ctx c) {
+  auto& r = c.r;
+  const CacheHeader& h = r.header;
+  if (h.kv_f16_below == 0) return;
+  for (uint32_t l = 0; l < h.n_layers; ++l) {
+    const uint64_t first = r.layer_start[l], rows = r.layer_start[l + 1] - first;
+    std::span<const uint32_t> pos(r.positions.data() + first, rows);
+    auto kv_bytes = quant_section_bytes(h, rows, f16_row_count(h, pos));
+    if (!kv_bytes)  // cannot happen within the limits of §16; kept as a check, not an assumption
+      throw Error(Errc::corrupt, r.name + ": count overflow: layer " + std::to_string(l) + " K/V bytes");
+    expect_raw(c, r.kv[l], *kv_bytes,
+               "2 * (Hkv * D * 4 + f16_rows * D * 2 + other_rows * (4 * D / group + D * bits / 8)), "
+               "the q8/q4 layout with f16 rows");
+  }
 }
 
 void parse_scores(Ctx c) {
@@ -322,6 +342,7 @@ void CacheReader::Impl::parse() {
   for (uint32_t l = 0; l < header.n_layers; ++l) finite[l] = 0;
   parse_index(c);
   parse_positions(c);
+  check_f16_row_sections(c);
   parse_scores(c);
   if (options.verify == Verify::Full) verify_all();
 }

@@ -122,7 +122,8 @@ std::vector<Planned> plan(const CacheContents& c, const WriteOptions& o) {
     s.kind = Kind::Kv;
     s.layer = l;
     s.codec = zstd && o.compress_kv ? Codec::Zstd : Codec::None;
-    s.raw_size = quant ? *quant_section_bytes(c.header, c.layers[l].positions.size())
+    s.raw_size = quant ? *quant_section_bytes(c.header, c.layers[l].positions.size(),
+                                              f16_row_count(c.header, c.layers[l].positions))
                        : 2ull * c.layers[l].k.size() * esize;
     s.kv = &c.layers[l];
     out.push_back(std::move(s));
@@ -178,7 +179,7 @@ void write_cache(const CacheContents& contents, Sink& sink, const WriteOptions& 
   uint8_t pre[kPreambleSize] = {};
   std::memcpy(pre, kMagic, 8);
   store_u16(pre + kOffMajor, kVersionMajor);
-  store_u16(pre + kOffMinor, dtype_min_minor(contents.header.kv_dtype));  // lowest that fits
+  store_u16(pre + kOffMinor, min_minor(contents.header));  // lowest that fits
   store_u64(pre + kOffSectionCount, sections.size());
   store_u64(pre + kOffDataOffset, data_offset);
   store_u64(pre + kOffDataSize, data_size);

@@ -70,6 +70,8 @@ def main(path, meta_hex_entries=3):
         elif kind == 2:
             out += dump_index(b, start, meta)
         elif kind in (3, 5):
+            if kind == 3:  # kept for the f16 rows of v1.2 (kv.dtype 6, 7)
+                meta["_positions"] = struct.unpack_from(f"<{stored // 4}I", b, start)
             out += dump_rows(b, start, meta, "I" if kind == 3 else "f")
         elif kind == 4 and layer == 0:
             out += dump_kv(b, start, meta, layer)
@@ -107,11 +109,16 @@ def dump_rows(b, start, meta, fmt):
 
 
 def dump_quant_kv(b, start, meta, layer):
-    """q8 (4) / q4 (5), spec §12.1: channel scales, group parameters, codes."""
+    """q8 (4, 6) / q4 (5, 7), spec §12.1: channel scales, [f16 rows,] group parameters, codes.
+    Rows are numbered within the layer; the f16 rows (v1.2) have no parameters and codes."""
     D, H, G = meta["model.head_dim"], meta["model.n_kv_heads"], meta["kv.quant.group_size"]
-    bits = 8 if meta["kv.dtype"] == 4 else 4
+    bits = 8 if meta["kv.dtype"] in (4, 6) else 4
+    below = meta.get("kv.quant.f16_below", 0) if meta["kv.dtype"] in (6, 7) else 0
     cells = [c for c in heads(meta) if c[0] == layer]
-    R = sum(rows for _, _, rows in cells)
+    first = sum(rows for l, _, rows in heads(meta) if l < layer)
+    pos = meta["_positions"][first:first + sum(rows for _, _, rows in cells)]
+    dense = [r for r, p in enumerate(pos) if p < below]
+    quant = [r for r, p in enumerate(pos) if p >= below]
     out, at = [], start
     for part in ("K", "V"):
         for h in range(H):
@@ -119,14 +126,19 @@ def dump_quant_kv(b, start, meta, layer):
             out += dump(at, b[at:at + 4 * D], f"{part} channel scales head {h}: " + " ".join(f"{v:g}" for v in vals))
             at += 4 * D
     for part in ("K", "V"):
-        for r in range(R):
+        for r in dense:
+            vals = struct.unpack_from(f"<{D}e", b, at)
+            out += dump(at, b[at:at + 2 * D], f"{part} row {r} (f16 row): " + " ".join(f"{v:g}" for v in vals))
+            at += 2 * D
+    for part in ("K", "V"):
+        for r in quant:
             vals = struct.unpack_from(f"<{2 * (D // G)}e", b, at)
             text = ", ".join(f"s {vals[2 * g]:g} m {vals[2 * g + 1]:g}" for g in range(D // G))
             out += dump(at, b[at:at + 4 * (D // G)], f"{part} row {r} groups: {text}")
             at += 4 * (D // G)
     n = D * bits // 8
     for part in ("K", "V"):
-        for r in range(R):
+        for r in quant:
             row = b[at:at + n]
             codes = list(row) if bits == 8 else [c for x in row for c in (x & 15, x >> 4)]
             out += dump(at, row, f"{part} row {r} codes: " + " ".join(map(str, codes)))
@@ -136,7 +148,7 @@ def dump_quant_kv(b, start, meta, layer):
 
 def dump_kv(b, start, meta, layer):
     D, dtype = meta["model.head_dim"], meta["kv.dtype"]
-    if dtype in (4, 5):
+    if dtype in (4, 5, 6, 7):
         return dump_quant_kv(b, start, meta, layer)
     if dtype != 1:
         return [f"{start:08x}  (dtype {dtype}: not decoded here)"]

@@ -1,6 +1,5 @@
-// reader_min: a second, minimal reader of .kvz v1.x (v1.1: the q8/q4 dtypes included) written from
-// spec/kvzip_format.md alone, laid
-// out in the spec's order (Preamble, Section table, Meta, Index, Positions, Scores, KV). It shares
+// reader_min: a second, minimal reader of .kvz v1.x (v1.1: the q8/q4 dtypes; v1.2: their f16 rows)
+// written from spec/kvzip_format.md alone, laid out in the spec's order (Preamble, Section table, Meta, Index, Positions, Scores, KV). It shares
 // no code with format/; the tests compile it in (tests/format/reader_min_test.cc) and check that
 // both readers agree, and it refuses every damaged file the main reader refuses. It throws
 // std::runtime_error with a short message on anything it does not accept; it is not tuned.
@@ -50,7 +49,8 @@ struct File {
   std::vector<Section> sections;
   std::map<std::string, Value> meta;
   uint64_t n_layers = 0, n_kv_heads = 0, head_dim = 0, dtype = 0, logical = 0, prefix = 0;
-  uint64_t group = 0;  // v1.1 q8/q4: kv.quant.group_size
+  uint64_t group = 0;       // v1.1 q8/q4: kv.quant.group_size
+  uint64_t f16_below = 0;   // v1.2 (dtype 6, 7): kv.quant.f16_below; rows at positions below are f16
   bool has_scores = false;
   std::vector<Layer> layers;
 
@@ -171,10 +171,14 @@ static void read_meta(const std::vector<uint8_t>& m, File& f) {
   if (f.n_layers < 1 || f.n_layers > 1024 || f.n_kv_heads < 1 || f.n_kv_heads > 1024 || f.head_dim < 2 ||
       f.head_dim > 4096 || f.head_dim % 2)
     fail("model shape out of range");
-  if (f.dtype < 1 || f.dtype > 5) fail("unknown dtype " + std::to_string(f.dtype));
-  if (f.dtype >= 4) {  // q8, q4 (v1.1)
+  if (f.dtype < 1 || f.dtype > 7) fail("unknown dtype " + std::to_string(f.dtype));
+  if (f.dtype >= 4) {  // q8, q4 (v1.1); with f16 rows (6, 7; v1.2)
     f.group = f.u64("kv.quant.group_size");
     if (f.group < 1 || f.group > f.head_dim || f.head_dim % f.group) fail("bad kv.quant.group_size");
+  }
+  if (f.dtype >= 6) {
+    f.f16_below = f.u64("kv.quant.f16_below");
+    if (f.f16_below < 1 || f.f16_below > f.logical) fail("bad kv.quant.f16_below");
   }
   if (f.u64("model.rope_layout") != 1) fail("unknown rope layout");
   if (f.prefix != f.u32s("text.prefix_tokens").size() || f.logical != f.prefix + f.u32s("text.document_tokens").size())
@@ -243,34 +247,50 @@ static float decode(uint64_t dtype, const uint8_t* p) {
   return sign * std::ldexp(static_cast<float>(m + 1024), e - 25);
 }
 
-// q8/q4 (§12.1): K scales, V scales (Hkv, D) f32 | K params, V params (R, D/G, 2) f16 |
-// K codes, V codes (R, D·bits/8); x = c[head][j] * fma(scale, code, minimum).
+// q8/q4 (§12.1): K scales, V scales (Hkv, D) f32 | v1.2: K f16 rows, V f16 rows (F, D) |
+// K params, V params (R - F, D/G, 2) f16 | K codes, V codes (R - F, D·bits/8);
+// x = c[head][j] * fma(scale, code, minimum), or the f16 value of an f16 row (position < f16_below).
 static void read_quant(const std::vector<uint8_t>& b, const File& f, Layer& layer) {
-  const uint64_t D = f.head_dim, G = f.group, groups = D / G, bits = f.dtype == 4 ? 8 : 4;
-  uint64_t rows = 0;
+  const uint64_t D = f.head_dim, G = f.group, groups = D / G, bits = f.dtype % 2 == 0 ? 8 : 4;
+  uint64_t rows = 0, f16 = 0;
   for (uint64_t r : layer.rows) rows += r;
-  const uint64_t scales = f.n_kv_heads * D * 4, params = rows * groups * 4, codes = rows * D * bits / 8;
-  if (b.size() != 2 * (scales + params + codes)) fail("kv section size");
+  for (uint32_t p : layer.pos) f16 += p < f.f16_below;
+  const uint64_t scales = f.n_kv_heads * D * 4, dense = f16 * D * 2, params = (rows - f16) * groups * 4,
+                 codes = (rows - f16) * D * bits / 8;
+  if (b.size() != 2 * (scales + dense + params + codes)) fail("kv section size");
   for (int block = 0; block < 2; ++block) {
     const uint8_t* c = &b[block * scales];
-    const uint8_t* p = b.data() + 2 * scales + block * params;
-    const uint8_t* q = b.data() + 2 * scales + 2 * params + block * codes;
+    const uint8_t* d = b.data() + 2 * scales + block * dense;
+    const uint8_t* p = b.data() + 2 * (scales + dense) + block * params;
+    const uint8_t* q = b.data() + 2 * (scales + dense + params) + block * codes;
     for (uint64_t i = 0; i < f.n_kv_heads * D; ++i) {
       float ci = decode(1, c + 4 * i);
       if (!(ci > 0) || std::isinf(ci)) fail("bad channel scale");
     }
     std::vector<float>& out = block ? layer.v : layer.k;
+    uint64_t fi = 0, qi = 0;  // next f16 row, next quantized row
     for (uint64_t h = 0, row = 0; h < layer.rows.size(); ++h)
-      for (uint64_t i = 0; i < layer.rows[h]; ++i, ++row)
+      for (uint64_t i = 0; i < layer.rows[h]; ++i, ++row) {
+        if (layer.pos[row] < f.f16_below) {
+          for (uint64_t j = 0; j < D; ++j) {
+            float x = decode(2, d + (fi * D + j) * 2);
+            if (std::isnan(x) || std::isinf(x)) fail("bad f16 row value");
+            out.push_back(x);
+          }
+          ++fi;
+          continue;
+        }
         for (uint64_t j = 0; j < D; ++j) {
-          const uint8_t* gp = p + (row * groups + j / G) * 4;
+          const uint8_t* gp = p + (qi * groups + j / G) * 4;
           float scale = decode(2, gp), minimum = decode(2, gp + 2);
           if (std::isnan(scale) || std::isinf(scale) || scale < 0 || std::isnan(minimum) || std::isinf(minimum))
             fail("bad group scale or minimum");
-          const uint8_t byte = q[row * D * bits / 8 + (bits == 8 ? j : j / 2)];
+          const uint8_t byte = q[qi * D * bits / 8 + (bits == 8 ? j : j / 2)];
           const uint32_t code = bits == 8 ? byte : (j % 2 ? byte >> 4 : byte & 15);
           out.push_back(decode(1, c + 4 * (h * D + j)) * std::fma(scale, static_cast<float>(code), minimum));
         }
+        ++qi;
+      }
   }
 }
 

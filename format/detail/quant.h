@@ -1,10 +1,12 @@
 // The KV section of the quantized dtypes q8/q4 (spec "Quantized K/V"): its size, the bytes a
 // layer's QuantRows serialise to, the parse back (with the value checks a reader owes: finite,
 // positive channel scales; finite, non-negative group scales; finite minimums) and the one
-// format-side reconstruction x = c * fma(s, q, m). Layout of one layer's section, R = R_l:
+// format-side reconstruction x = c * fma(s, q, m). Layout of one layer's section, R = R_l rows of
+// which F are f16 rows (positions < kv_f16_below; v1.2, F = 0 in a v1.1 file) and Q = R - F:
 //   K channel scales (Hkv, D) f32 | V channel scales (Hkv, D) f32 |
-//   K params (R, D/Gs, 2) f16     | V params (R, D/Gs, 2) f16     |
-//   K codes (R, D·b/8) u8         | V codes (R, D·b/8) u8
+//   K f16 rows (F, D) f16         | V f16 rows (F, D) f16         |
+//   K params (Q, D/Gs, 2) f16     | V params (Q, D/Gs, 2) f16     |
+//   K codes (Q, D·b/8) u8         | V codes (Q, D·b/8) u8
 // Every array starts 4-byte aligned within the section, so a mapped raw section is usable in place.
 #pragma once
 #include <cstdint>
@@ -16,14 +18,15 @@
 
 namespace kvzip::format::detail {
 
-// Raw_Size of a q8/q4 KV section of `rows` rows; nullopt when it overflows 64 bits.
-std::optional<uint64_t> quant_section_bytes(const CacheHeader& h, uint64_t rows);
+// Raw_Size of a q8/q4 KV section of `rows` rows, `f16_rows` of them f16 rows; nullopt when it
+// overflows 64 bits.
+std::optional<uint64_t> quant_section_bytes(const CacheHeader& h, uint64_t rows, uint64_t f16_rows);
 
 // Appends the section's raw bytes (layout above) for one layer.
 void emit_quant_section(const CacheHeader& h, const LayerKv& layer, Sink& sink);
 
-// Parses a raw section into qk / qv of `layer` (head_rows set) and checks every parameter;
-// errors are Errc::corrupt naming `where`, the block (K or V), head and row.
+// Parses a raw section into qk / qv of `layer` (head_rows and positions set) and checks every
+// parameter and f16 value; errors are Errc::corrupt naming `where`, the block (K or V), head and row.
 void parse_quant_section(const CacheHeader& h, const uint8_t* raw, uint64_t size, LayerKv& layer,
                          const std::string& where);
 

@@ -60,8 +60,8 @@ struct CacheReader::Impl {
   // Decodes K and V of a layer (any dtype, codec) into n = R_l * D floats each; checksum and
   // value checks per options.verify (check_finite unless Verify::Metadata).
   void decode_kv(uint32_t layer, float* k, float* v, size_t n) const;
-  // q8/q4: the layer's raw section parsed into out.qk / out.qv (out.head_rows set), checksum per
-  // options.verify, parameter values checked (Errc::corrupt).
+  // q8/q4: the layer's raw section parsed into out.qk / out.qv (out.head_rows and out.positions
+  // set), checksum per options.verify, parameter and f16 values checked (Errc::corrupt).
   void read_quant(uint32_t layer, LayerKv& out) const;
   // Errc::corrupt naming layer, head, row and position of the first NaN or infinity in K, then V.
   void check_finite(uint32_t layer, const float* k, const float* v, size_t n) const;

@@ -1,7 +1,8 @@
 // The q8/q4 storage types through the real binary: `prune --kv-dtype` converts a cache and re-prunes
 // a quantized one without re-quantizing it, `inspect` names the layout, `export`/`import` keep the
 // stored rows (and import converts on request), a bad dtype is a usage error; and ([realmodel])
-// `compress --ratio R --kv-dtype q4` in one step gives a v1.1 file that `query` answers from.
+// `compress --ratio R --kv-dtype q4` in one step gives a v1.2 file (prefix rows f16) that `query`
+// answers from.
 #include <catch2/catch.hpp>
 
 #include "format/format.h"
@@ -31,8 +32,9 @@ TEST_CASE("prune/inspect/export/import handle q8 and q4 caches", "[cli]") {
   TempDir dir;
   ok({"prune", kGolden, "--ratio", "0.5", "--kv-dtype", "q4", "--kv-group", "2", "-o", dir.path("q4.kvz")});
   const CliResult shown = ok({"inspect", dir.path("q4.kvz"), "--verify"});
-  CHECK_THAT(shown.out, Contains("format       v1.1"));
+  CHECK_THAT(shown.out, Contains("format       v1.2"));  // the prefix rows are f16 rows
   CHECK_THAT(shown.out, Contains("kv dtype     q4, groups of 2 channels"));
+  CHECK_THAT(shown.out, Contains("rows at positions < 3 stored as f16"));
 
   // Re-pruning keeps the q4 rows as stored: the same file as pruning in memory.
   ok({"prune", dir.path("q4.kvz"), "--ratio", "0.25", "-o", dir.path("q4_small.kvz")});
@@ -74,7 +76,7 @@ TEST_CASE("compress --ratio 0.5 --kv-dtype q4 in one step, then query answers fr
   ok({"compress", dir.path("doc.txt"), "-o", dir.path("doc.kvz"), "--ratio", "0.5", "--kv-dtype", "q4", "-q",
       "-t", "2"});
   const format::CacheReader r = format::CacheReader::open(dir.path("doc.kvz"), {format::Verify::Full});
-  CHECK(r.version_minor() == 1);
+  CHECK(r.version_minor() == 2);
   CHECK(r.header().kv_dtype == format::DType::Q4);
   CHECK(r.header().kv_group_size == r.header().head_dim);
   CHECK(r.header().achieved_ratio == Approx(0.5).margin(0.01));  // selection first, then quantization

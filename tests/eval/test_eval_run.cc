@@ -348,9 +348,10 @@ TEST_CASE("eval --kv-dtypes: every cache again as a .kvz image of each dtype, co
     CHECK(rows[2]->kv_dtype == "f16");
     CHECK(rows[1]->questions == 4);
     CHECK(rows[1]->achieved_ratio == rows[0]->achieved_ratio);
-    // Bytes: q4 (4-bit codes + 4 bytes of parameters per 16-value row and block) below f16.
+    // Bytes: q4 (4-bit codes + 4 bytes of parameters per 16-value row and block; the prefix
+    // rows f16, which in this tiny cache are most rows) not above f16 (sections pad to 4 KiB).
     CHECK(rows[2]->file_bytes > 0);
-    CHECK(rows[1]->file_bytes < rows[2]->file_bytes);
+    CHECK(rows[1]->file_bytes <= rows[2]->file_bytes);
     CHECK(rows[1]->kl >= 0.0);
   }
   CHECK_THAT(format_table(r), Contains("file_bytes"));

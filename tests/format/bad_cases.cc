@@ -183,6 +183,35 @@ std::vector<BadCase> bad_quant_cases(const std::vector<uint8_t>& g) {
   return out;
 }
 
+std::vector<BadCase> bad_f16_rows_cases(const std::vector<uint8_t>& g) {
+  auto kv0_edit = [](const std::function<void(Image&, uint64_t)>& f) {  // edit layer 0's KV, reseal
+    return [f](Image& im) {
+      f(im, im.section_start(4));
+      im.reseal_section(4);
+      im.reseal();
+    };
+  };
+  const std::vector<std::tuple<const char*, Errc, const char*, Edit>> specs = {
+      {"q4f16_nan_value.kvz", Errc::corrupt, "K head 0 row 1: f16 value of channel 2 is NaN",
+       kv0_edit([](Image& im, uint64_t kv) { im.set_u16(kv + 64 + (1 * 4 + 2) * 2, 0x7e00); })},
+      {"q4f16_inf_value.kvz", Errc::corrupt, "V head 1 row 0: f16 value of channel 0 is infinite",
+       kv0_edit([](Image& im, uint64_t kv) { im.set_u16(kv + 112 + 3 * 8, 0x7c00); })},
+      {"q4f16_inf_group_scale.kvz", Errc::corrupt, "K head 0 row 3: group 1 scale is infinite",
+       kv0_edit([](Image& im, uint64_t kv) { im.set_u16(kv + 160 + 4, 0x7c00); })},
+      {"q4f16_below_changed.kvz", Errc::corrupt, "the q8/q4 layout with f16 rows",
+       meta_edit([](Image& im) { im.set_u64(im.meta_value("kv.quant.f16_below"), 4); })},
+      {"q4f16_below_zero.kvz", Errc::corrupt, "kv.quant.f16_below",
+       meta_edit([](Image& im) { im.set_u64(im.meta_value("kv.quant.f16_below"), 0); })},
+      {"q4f16_below_beyond.kvz", Errc::corrupt, "kv.quant.f16_below",
+       meta_edit([](Image& im) { im.set_u64(im.meta_value("kv.quant.f16_below"), 9); })},
+      {"q4f16_missing_below.kvz", Errc::corrupt, "required meta key 'kv.quant.f16_below' is missing",
+       meta_edit([](Image& im) { im.bytes[im.meta_key("kv.quant.f16_below") + 3] = 'X'; })},
+  };
+  std::vector<BadCase> out;
+  for (const auto& [name, code, message, edit] : specs) out.push_back({name, code, message, BadMode::Open, edited(g, edit)});
+  return out;
+}
+
 std::vector<uint8_t> future_minor_file(const std::vector<uint8_t>& g) {
   return edited(g, [](Image& im) {
     im.set_u16(10, 1);              // Version_Minor 1

@@ -30,6 +30,12 @@ std::vector<BadCase> bad_cases(const std::vector<uint8_t>& golden_f32);
 // at 64): NaN and infinite scales, a truncated parameter block, bad or missing group sizes.
 std::vector<BadCase> bad_quant_cases(const std::vector<uint8_t>& golden_q4);
 
+// Damage specific to the f16 rows of v1.2, derived from the golden tiny_v1_2_q4.kvz (layer 0: 6
+// f16 rows, the prefix positions 0 … 2 of both heads, and 5 quantized rows; K f16 rows at 64, V f16
+// rows at 112, K params at 160): NaN and infinite f16 values, a group scale of a quantized row
+// after them, a bad, missing or changed kv.quant.f16_below.
+std::vector<BadCase> bad_f16_rows_cases(const std::vector<uint8_t>& golden_v1_2_q4);
+
 // tiny_v1_1_unknown_optional.kvz: a v1.1 file whose scores section became an unknown optional
 // kind — a v1.0 reader must skip it and read the rest.
 std::vector<uint8_t> future_minor_file(const std::vector<uint8_t>& golden_f32);

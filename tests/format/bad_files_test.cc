@@ -22,6 +22,8 @@ std::vector<BadCase> cases() {
   std::vector<BadCase> all = bad_cases(read_bytes(source_path("tests/golden/kvz/tiny_v1_f32.kvz")));
   for (BadCase& c : bad_quant_cases(read_bytes(source_path("tests/golden/kvz/tiny_v1_1_q4.kvz"))))
     all.push_back(std::move(c));
+  for (BadCase& c : bad_f16_rows_cases(read_bytes(source_path("tests/golden/kvz/tiny_v1_2_q4.kvz"))))
+    all.push_back(std::move(c));
   return all;
 }
 

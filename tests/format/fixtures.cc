@@ -155,6 +155,7 @@ bool same_contents(const CacheContents& a, const CacheContents& b, std::string* 
     return differ("rope_scaling");
   if (x.kv_dtype != y.kv_dtype) return differ("kv_dtype");
   if (x.kv_group_size != y.kv_group_size) return differ("kv_group_size");
+  if (x.kv_f16_below != y.kv_f16_below) return differ("kv_f16_below");
   if (x.prefix_tokens != y.prefix_tokens) return differ("prefix_tokens");
   if (x.suffix_tokens != y.suffix_tokens) return differ("suffix_tokens");
   if (x.document_tokens != y.document_tokens) return differ("document_tokens");
@@ -180,6 +181,7 @@ bool same_contents(const CacheContents& a, const CacheContents& b, std::string* 
     if (!bits_equal(p.scores, q.scores)) return differ(at + "scores");
     for (auto [u, w, name] : {std::tuple{&p.qk, &q.qk, "qk"}, std::tuple{&p.qv, &q.qv, "qv"}}) {
       if (!bits_equal(u->channel_scale, w->channel_scale)) return differ(at + name + ".channel_scale");
+      if (u->dense != w->dense) return differ(at + name + ".dense");
       if (u->params != w->params) return differ(at + name + ".params");
       if (u->codes != w->codes) return differ(at + name + ".codes");
     }

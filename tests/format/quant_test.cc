@@ -15,7 +15,8 @@ using namespace kvzip::format::testing;
 
 namespace {
 
-CacheContents quantized(DType t, uint32_t group, uint64_t seed = 3) {
+// f16_prefix false: the v1.1 layout (every row quantized), whose exact sizes some tests check.
+CacheContents quantized(DType t, uint32_t group, uint64_t seed = 3, bool f16_prefix = false) {
   SyntheticSpec spec;
   spec.n_layers = 3;
   spec.n_kv_heads = 2;
@@ -23,7 +24,7 @@ CacheContents quantized(DType t, uint32_t group, uint64_t seed = 3) {
   spec.document = 60;
   spec.seed = seed;
   CacheContents c = synthetic(spec);
-  set_kv_dtype(c, t, group);
+  set_kv_dtype(c, t, group, f16_prefix);
   return c;
 }
 
@@ -123,7 +124,7 @@ TEST_CASE("prune re-prunes a q4 cache without re-quantizing the rows it keeps", 
 TEST_CASE("set_kv_dtype: the same q8/q4 again keeps the stored rows; f16 drops them", "[format]") {
   CacheContents c = quantized(DType::Q8, 4);
   const CacheContents before = c;
-  set_kv_dtype(c, DType::Q8, 4);
+  set_kv_dtype(c, DType::Q8, 4, false);
   std::string why;
   CHECK(same_contents(c, before, &why));
   set_kv_dtype(c, DType::F16);
