@@ -50,7 +50,9 @@ TEST_CASE("the vector activation quantizer gives the portable one's bytes", "[ke
   const uint32_t in = 128, T = 9;
   std::vector<float> x = test::random_vector(size_t(T) * in, 22, -4.0f, 4.0f);
   for (uint32_t e = 0; e < 32; ++e) x[e] = 0.0f;                  // all-zero block
-  for (uint32_t e = 32; e < 64; ++e) x[e] = float(int(e) - 48) * 0.5f;  // halfway cases: x·127/amax = k + 0.5
+  // Ties: amax 127 makes d = 1, so x = k + 0.5 must round to even, as nearbyint does.
+  x[32] = 127.0f;
+  for (uint32_t e = 33; e < 64; ++e) x[e] = float(int(e) - 48) + 0.5f;
   x[200] = -1e-30f, x[300] = 3e38f, x[301] = -3e38f;              // tiny and huge values
   std::vector<Q8Act> a(size_t(T) * in / 32), b(a.size());
   cpu::quantize_acts(x.data(), T, in, a.data());
