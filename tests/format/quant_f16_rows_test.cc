@@ -23,13 +23,7 @@ constexpr uint32_t kD = 16;
 // A synthetic cache whose prefix rows are 50x larger than the document rows in channels 0 and 1
 // (an attention sink's massive activations sit in a few channels).
 CacheContents with_sink(uint64_t seed = 4) {
-  SyntheticSpec spec;
-  spec.n_layers = 3;
-  spec.n_kv_heads = 2;
-  spec.head_dim = kD;
-  spec.document = 60;
-  spec.seed = seed;
-  CacheContents c = synthetic(spec);
+  CacheContents c = synthetic(SyntheticSpec{.head_dim = kD, .document = 60, .seed = seed});  // L 3, Hkv 2
   for (LayerKv& layer : c.layers)
     for (size_t r = 0; r < layer.positions.size(); ++r)
       if (layer.positions[r] < c.header.prefix_length())

@@ -17,13 +17,7 @@ namespace {
 
 // f16_prefix false: the v1.1 layout (every row quantized), whose exact sizes some tests check.
 CacheContents quantized(DType t, uint32_t group, uint64_t seed = 3, bool f16_prefix = false) {
-  SyntheticSpec spec;
-  spec.n_layers = 3;
-  spec.n_kv_heads = 2;
-  spec.head_dim = 16;
-  spec.document = 60;
-  spec.seed = seed;
-  CacheContents c = synthetic(spec);
+  CacheContents c = synthetic(SyntheticSpec{.head_dim = 16, .document = 60, .seed = seed});  // L 3, Hkv 2
   set_kv_dtype(c, t, group, f16_prefix);
   return c;
 }
