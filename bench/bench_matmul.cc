@@ -94,8 +94,12 @@ int sweep_t(const Exec& ex, const std::string& name, uint32_t in, uint32_t out, 
   const MatrixView v{t, w.data(), quant::row_bytes(t, in), out, in, nullptr};
   std::printf("%s %u x %u, %u threads, %s kernels; ms per call (GFLOP/s)\n", name.c_str(), out, in,
               threads, qisa_name(qisa_best()));
-  std::printf("%5s | %18s | %18s | %18s | %s\n", "T", "qdot (int8)", "exact (deq+fp32)",
-              "fp32 sgemm", "qdot vs exact");
+  // The AVX2 register tiles, where the best ISA is another: on a VNNI CPU qdot runs its own tiles
+  // below kQdotGemmMinT tokens and the GEMM from there (the same bits either way), so this column
+  // shows what the GEMM gains at small T.
+  const bool tiles_col = qisa_best() != QIsa::Avx2 && qisa_available(QIsa::Avx2);
+  std::printf("%5s | %18s | %18s | %18s | %18s | %s\n", "T", "qdot (int8)", "avx2 tiles",
+              "exact (deq+fp32)", "fp32 sgemm", "qdot vs exact");
   for (uint32_t T : {1u, 2u, 4u, 8u, 16u, 32u, 48u, 64u, 96u, 128u, 256u, 512u}) {
     std::vector<float> x(size_t(T) * in), y(size_t(T) * out);
     for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.01f * float(i));
@@ -106,13 +110,16 @@ int sweep_t(const Exec& ex, const std::string& name, uint32_t in, uint32_t out, 
       return best_of(3, [&] { for (int r = 0; r < reps; ++r) fn(); }) / reps;
     };
     const double q = per_call([&] { cpu::qdot(ex.pool, std::span<const MatmulArgs>(&a, 1), qisa_best()); });
+    const double tl = tiles_col ? per_call([&] {
+      cpu::qdot(ex.pool, std::span<const MatmulArgs>(&a, 1), QIsa::Avx2);
+    }) : NAN;
     const double e = per_call([&] { matmul(ex, a, MatmulPath::Exact); });
     const double g = per_call([&] {
       gemm(ex, GemmArgs{x.data(), reinterpret_cast<const float*>(f32.data()), nullptr, y.data(), T, in, out});
     });
     const double fl = 2.0 * T * in * out * 1e-9;
-    std::printf("%5u | %8.3f (%6.1f) | %8.3f (%6.1f) | %8.3f (%6.1f) | %.2fx\n", T, q * 1e3, fl / q,
-                e * 1e3, fl / e, g * 1e3, fl / g, e / q);
+    std::printf("%5u | %8.3f (%6.1f) | %8.3f (%6.1f) | %8.3f (%6.1f) | %8.3f (%6.1f) | %.2fx\n", T,
+                q * 1e3, fl / q, tl * 1e3, fl / tl, e * 1e3, fl / e, g * 1e3, fl / g, e / q);
   }
   return 0;
 }

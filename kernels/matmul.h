@@ -4,7 +4,8 @@
 //  - Fast (default): the block types up to 48 tokens (decode, batched decode, short chunks) go
 //    through kernels/qdot.h — X quantized to int8 per 32-element block, integer dot products with
 //    the weight blocks as stored, W read once for all T; on a CPU with AVX-512 VNNI every T does
-//    (longer T through qdot's VNNI GEMM). F16/BF16 weights beyond 48 tokens on a CPU with
+//    (from kQdotGemmMinT tokens through qdot's VNNI GEMM), and every token's result is the same
+//    bits whatever T and batch it is computed in (qdot's one chain per output). F16/BF16 weights beyond 48 tokens on a CPU with
 //    AVX-512 BF16 go through bf16 products (matmul_bf16_products). Everything else as Exact.
 //  - Exact: fp32 arithmetic on the weights' fp32 values: Q4_0/Q4_1/Q8_0 decode (T <= 2) decodes
 //    blocks in registers (kernels/qgemv.h); up to 48 tokens a few dequantized rows at a time are
@@ -57,9 +58,10 @@ std::string matmul_kernels(MatmulPath p);
 // weights, T > 48, AVX-512 BF16): each product w·x then moves by at most (2^-8 + 2^-16)·|w·x|.
 bool matmul_bf16_products(quant::GgmlType t, uint32_t T);
 
-// Most tokens (rows of X) the Fast path computes with 8-bit activations (kernels/qdot.h); more
-// go through dequantized slabs and sgemm, whose fp32 arithmetic rounds differently. Callers that
-// want one numeric path for every call (the server's batched steps) stay at or below it.
+// Most tokens (rows of X) the Fast path computes with 8-bit activations (kernels/qdot.h) on every
+// CPU; more go through dequantized slabs and sgemm where the CPU has no VNNI GEMM, whose fp32
+// arithmetic rounds differently. Callers that want one numeric path for every call (the server's
+// batched steps) stay at or below it.
 inline constexpr uint32_t kMatmulInt8MaxT = 48;
 
 // Largest dequantized slab the long-T path holds per call (floats; 16 MiB).

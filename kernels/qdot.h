@@ -2,15 +2,24 @@
 // (+ bias) with W in Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K blocks, as stored.
 // Each 32-element block of each row of X is quantized to int8 with one fp32 scale
 // (x ≈ d·q, d = max|x| / 127, q rounded to nearest even), and every weight block is dotted with it
-// in integers: for each 32-element weight group g (a whole block of the 32-element types, one
-// sub-block of a K-quant super-block)
-//     y += (fw_g · d_x) · Σ w_int · q_x  +  mw_g · (d_x · Σ q_x)
+// in integers. For each output (row, token) every kernel computes one fp32 chain, in this order:
+//     acc = 0
+//     for each 32-element weight group g (a whole block of the 32-element types, one sub-block of
+//     a K-quant super-block), I = Σ w_int · q_x over the group (exact int32):
+//         types with a min:  acc = acc + fma(float(I), d_x · ws_g, s_x · mw_g)
+//         Q8_0:              acc = fma(float(I), d_x · ws_g, acc)
+//         Q6_K:              acc = fma(float(I_0), d_x · ws_g0, acc); then the same with I_1, ws_g1
+//                            (I_j over the group's two 16-element halves)
+//     y = acc (+ bias)
+// (the min's product is formed beside the chain, so the chain has one dependent step per group)
 // where w_int is the group's integer weights (signed for Q8_0 and Q6_K's q − 32; the unsigned
-// nibbles otherwise, with Q4_0/Q5_0's offset −8·d / −16·d as their min) and fw_g, mw_g its scale
-// and min in fp32 (Q6_K's two
-// 16-element sub-scales multiply inside the integer sum). The integer sums are exact; only the
-// activation rounding (relative error ≤ 1/254 of the block's largest |x| per element) and fp32
-// summation order differ from the fp32 product on the dequantized weights.
+// nibbles otherwise, with Q4_0/Q5_0's offset −8·d / −16·d as their min), ws the group's fp32
+// scale (Q6_K: fw · float(sub_j), one product), mw_g its min, d_x the activation block's scale and
+// s_x = d_x · Σ q_x. The integer sums are exact, and every kernel (scalar, AVX2 tiles, VNNI tiles,
+// VNNI GEMM) runs exactly this chain, so a token's result is bit-identical whatever T, the batch
+// it shares a call with, and the CPU's instruction set; only the activation rounding (relative
+// error <= 1/254 of the block's largest |x| per element) and the fp32 chain differ from the fp32
+// product on the dequantized weights.
 // W's bytes are read once per call for all T tokens (tiles of a few rows x a few tokens in
 // registers), so batching B decode tokens into one call costs little more than one.
 // The ISA (scalar reference, AVX2, AVX-512 VNNI) is picked at run time (QIsa, kernels/qgemv.h);
@@ -37,12 +46,15 @@ static_assert(sizeof(Q8Act) == 40);
 // Whether qdot reads weights of this type.
 bool qdot_supported(quant::GgmlType t);
 
-// Up to this many tokens qdot runs register tiles of a few rows x tokens (AVX2 or scalar); every
-// token's result is bit-identical whatever T is, so batched decoding equals one token at a time.
+// Up to this many tokens the Fast matmul path takes the block types through qdot on every CPU
+// (beyond it, CPUs without the GEMM use fp32 slabs + sgemm, kernels/matmul.h).
 inline constexpr uint32_t kQdotTileMaxT = kMatmulInt8MaxT;
-// Whether `isa` has the prefill GEMM (AVX-512 VNNI: T > kQdotTileMaxT tokens in 16-token vectors,
-// the same integer sums, fp32 accumulation in another order). Without it, matmul's Fast path
-// hands T > kQdotTileMaxT to fp32 slabs + sgemm.
+// From this many tokens qdot runs the GEMM where the ISA has one (below it the register tiles of a
+// few rows x tokens are faster). The choice is speed only: both compute the same chain.
+// Measured with bench_matmul on Zen 4 (BENCHMARKS.md, "Batched steps through the GEMM").
+inline constexpr uint32_t kQdotGemmMinT = 8;
+// Whether `isa` has the GEMM (AVX-512 VNNI: tokens in 16-token vectors, the same chain). Without
+// it, matmul's Fast path hands T > kQdotTileMaxT to fp32 slabs + sgemm.
 bool qdot_has_gemm(QIsa isa);
 
 namespace cpu {

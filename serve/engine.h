@@ -31,8 +31,10 @@ struct EngineOptions {
   uint32_t parallel = 8;      // requests decoded together at most
   uint32_t max_queue = 64;    // requests waiting for a slot at most
   // Rows of one step (decode rows + prefill pieces), > parallel. The default keeps every step on
-  // the matmul's 8-bit path (kMatmulInt8MaxT), the path `kvzip query` decodes and reads short
-  // questions on, so batched answers match single ones; larger steps switch to fp32 slabs.
+  // the matmul's 8-bit path (kMatmulInt8MaxT), where a token's result is the same bits whatever
+  // batch it is computed in (kernels/qdot.h: one chain per output, register tiles below 8 rows,
+  // the VNNI GEMM from there), so batched answers equal `kvzip query`'s on every CPU; larger steps
+  // switch to fp32 slabs where the CPU has no VNNI GEMM.
   uint32_t step_tokens = kMatmulInt8MaxT;
   MatmulPath matmul = MatmulPath::Fast;
 };

@@ -1,6 +1,6 @@
 // 8-bit-activation products (kernels/qdot.h): the activation quantizer, the portable scalar row
-// kernel (the reference every ISA's kernel is tested against: the same integer sums, one fp32
-// multiply-add per group), the ISA choice and the driver, which quantizes each distinct x once and
+// kernel (the reference every ISA's kernel equals bit for bit: the chain of kernels/qdot.h in
+// plain C++), the ISA choice and the driver, which quantizes each distinct x once and
 // runs every job's row tasks in one pool run.
 #include "kernels/qdot.h"
 
@@ -42,7 +42,7 @@ void rows_scalar(const QDotRowsArgs& a) {
     const uint8_t* row = w.data + size_t(w.row_map ? w.row_map[r] : r) * w.row_bytes;
     for (uint32_t t = 0; t < a.T; ++t) {
       const Q8Act* x = a.x + size_t(t) * ng;
-      float acc = 0.0f, off = 0.0f;
+      float acc = 0.0f;  // the chain of kernels/qdot.h, one fused multiply-add per step
       for (uint32_t b = 0; b < nblk; ++b) {
         const uint8_t* blk = row + size_t(b) * F::kBytes;
         F::scales(blk, half_portable, s);
@@ -51,12 +51,17 @@ void rows_scalar(const QDotRowsArgs& a) {
           F::ints(blk, g, q);
           int32_t lo = 0, hi = 0;
           for (int e = 0; e < 16; ++e) lo += q[e] * xa.q[e], hi += q[e + 16] * xa.q[e + 16];
-          const int32_t isum = s.sub[g][0] * lo + s.sub[g][1] * hi;
-          acc += (s.fw[g] * xa.d) * float(isum);
-          if constexpr (F::kMin) off += s.mw[g] * xa.s;
+          if constexpr (Ty == GgmlType::Q6_K) {  // two sub-blocks, each with its own scale
+            acc = std::fma(float(lo), xa.d * (s.fw[g] * float(s.sub[g][0])), acc);
+            acc = std::fma(float(hi), xa.d * (s.fw[g] * float(s.sub[g][1])), acc);
+          } else if constexpr (F::kMin) {
+            acc = acc + std::fma(float(lo + hi), xa.d * s.fw[g], xa.s * s.mw[g]);
+          } else {
+            acc = std::fma(float(lo + hi), xa.d * s.fw[g], acc);
+          }
         }
       }
-      a.y[size_t(t) * w.rows + r] = acc + off;
+      a.y[size_t(t) * w.rows + r] = acc;
     }
   }
 }
@@ -104,8 +109,8 @@ constexpr uint32_t kRowsPerTask = 32;
 detail::QDotFn pick(QIsa isa, GgmlType t) {
   switch (isa) {
     case QIsa::Scalar: return detail::qdot_rows_scalar(t);
-    // AVX-512 CPUs without VNNI run the AVX2 tiles; with VNNI the same tiles sum by vpdpbusd up
-    // to kQdotTileMaxT tokens, and longer T goes to the GEMM (qdot_gemm_for).
+    // AVX-512 CPUs without VNNI run the AVX2 tiles; with VNNI the same tiles sum by vpdpbusd
+    // below kQdotGemmMinT tokens, and longer T goes to the GEMM (qdot_gemm_for).
     case QIsa::Avx2:
     case QIsa::Avx512: return detail::qdot_rows_avx2(t);
     case QIsa::Avx512Vnni: return detail::qdot_rows_vnni(t);
@@ -114,7 +119,7 @@ detail::QDotFn pick(QIsa isa, GgmlType t) {
 }
 
 detail::QGemmFn qdot_gemm_for(QIsa isa, GgmlType t, uint32_t T) {
-  if (isa != QIsa::Avx512Vnni || T <= kQdotTileMaxT) return nullptr;
+  if (isa != QIsa::Avx512Vnni || T < kQdotGemmMinT) return nullptr;
   return detail::qdot_gemm_vnni(t);
 }
 

@@ -12,8 +12,8 @@
 // row is used as stored order after a linear decode and needs no transpose. The +128 offset adds
 // 128·Σw over each group to every sum; that is an integer per row and group (corr), subtracted
 // before the conversion, so each group's sum is exactly Σ w_int·q.
-// Per group and (row, 16 tokens): acc += float(isum − corr) · (d_x · fw) (+ s_x · mw for the
-// types with a min): fp32 in group order, like the scalar kernel but with fused multiply-adds.
+// Per group and (row, 16 tokens) the chain of kernels/qdot.h on I = isum − corr: the scalar
+// kernel's and the tiles' bits, so a token's result does not depend on which kernel ran.
 // Q6_K's 16-element sub-scales make its groups 16 elements (fw · sub as one fp32 scale).
 //
 // Blocking: a task (kvzip::cpu::qdot: 32 rows) decodes its rows into an int8 panel once
@@ -119,6 +119,7 @@ template <GgmlType Ty, int R, int C>
 KVZIP_VNNI void micro(const Panel& p, uint32_t in, const QActPack& x, uint32_t v0, uint32_t i0,
                       uint32_t g0, uint32_t g1, float* acc_io) {
   constexpr int kSub = kSubElems<Ty>, kSteps = kSub / 4, kSubs = 32 / kSub;
+  static_assert(!QFmt<Ty>::kMin || kSubs == 1, "the types with a min have one sub-block per group");
   const uint32_t ng = in / 32, nsub = in / kSub, in4 = in / 4;
   __m512 acc[R][C];
   for (int r = 0; r < R; ++r)
@@ -160,16 +161,15 @@ KVZIP_VNNI void micro(const Panel& p, uint32_t in, const QActPack& x, uint32_t v
         const __m512 d = _mm512_loadu_ps(xd[c] + size_t(g) * 16);
         for (int r = 0; r < R; ++r) {
           const __m512i exact = _mm512_sub_epi32(is[r][c], _mm512_set1_epi32(cr[r][j]));
-          acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(exact),
-                                      _mm512_mul_ps(d, _mm512_set1_ps(sr[r][j])), acc[r][c]);
+          const __m512 i = _mm512_cvtepi32_ps(exact), dw = _mm512_mul_ps(d, _mm512_set1_ps(sr[r][j]));
+          if constexpr (QFmt<Ty>::kMin) {  // acc += fma(I, d·ws, s·mw): the chain of kernels/qdot.h
+            const __m512 sm = _mm512_mul_ps(_mm512_loadu_ps(xs[c] + size_t(g) * 16),
+                                            _mm512_set1_ps(p.mw[size_t(i0 + r) * ng + g]));
+            acc[r][c] = _mm512_add_ps(acc[r][c], _mm512_fmadd_ps(i, dw, sm));
+          } else {
+            acc[r][c] = _mm512_fmadd_ps(i, dw, acc[r][c]);
+          }
         }
-      }
-    }
-    if constexpr (QFmt<Ty>::kMin) {
-      for (int c = 0; c < C; ++c) {
-        const __m512 s = _mm512_loadu_ps(xs[c] + size_t(g) * 16);
-        for (int r = 0; r < R; ++r)
-          acc[r][c] = _mm512_fmadd_ps(s, _mm512_set1_ps(p.mw[size_t(i0 + r) * ng + g]), acc[r][c]);
       }
     }
   }

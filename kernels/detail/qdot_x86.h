@@ -32,9 +32,11 @@ KVZIP_AVX2 inline __m256i bits_to_bytes(uint32_t x) {
 }
 
 // 16 bytes of packed nibbles -> 32 bytes: low nibbles (elements 0..15), then high (16..31).
+// The bytes are loaded into both halves (a broadcast load) and the halves picked by a blend: no
+// shuffle-port work, which the register tiles are short of.
 KVZIP_AVX2 inline __m256i nibbles32(const uint8_t* p) {
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(15));
+  const __m256i raw = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_and_si256(_mm256_blend_epi32(raw, _mm256_srli_epi16(raw, 4), 0xF0), _mm256_set1_epi8(15));
 }
 
 // The integer weights of group g of a block (what QFmt<Ty>::ints gives, as 32 int8).

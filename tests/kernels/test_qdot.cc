@@ -1,5 +1,6 @@
 // kernels/qdot: the activation quantizer's rounding, and every ISA's row kernel (scalar reference,
-// AVX2 where the CPU has it) against a float64 product of the dequantized weights with the
+// AVX2 tiles, VNNI tiles and GEMM where the CPU has them: all the same bits, whatever T) against a
+// float64 product of the dequantized weights with the
 // dequantized int8 activations — the value the integer arithmetic computes exactly, so the only
 // slack is fp32 rounding of the scales and of the accumulation (1e-5 of Σ|w·x|). Every supported
 // type, T from decode to past the 32-token block, with and without row map and bias.
@@ -67,9 +68,11 @@ TEST_CASE("qdot kernels equal a float64 product of the dequantized weights and a
           "[kernels][qdot]") {
   const GgmlType type = GENERATE(GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
                                  GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K);
-  // T > 48 runs the AVX-512 VNNI GEMM where the CPU has it: 49 and 77 are not whole 16-token
-  // vectors or 3-vector tiles, 130 spans several tiles.
-  const uint32_t T = GENERATE(1u, 2u, 5u, 37u, 49u, 77u, 130u);
+  // Every tile shape: 1 (8 rows), 2 (4 x 2), 3 and 4 (2 x T), 5-7 (one row), 8 (1 x 8); 37, 49,
+  // 77 and 130 end their 32-token blocks on each remainder shape. T >= kQdotGemmMinT runs the
+  // AVX-512 VNNI GEMM where the CPU has it: 37, 49 and 77 are not whole 16-token vectors or
+  // 3-vector tiles, 130 spans several tiles.
+  const uint32_t T = GENERATE(1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u, 37u, 49u, 77u, 130u);
   const bool mapped = GENERATE(false, true);
   // 70: not a multiple of the 4-row and 32-row tiles; 768 columns: one 512-column chunk of the
   // GEMM and a partial one.
@@ -104,19 +107,27 @@ TEST_CASE("qdot kernels equal a float64 product of the dequantized weights and a
     }
   }
   ThreadPool pool(2);
+  // Every kernel runs the one chain of kernels/qdot.h: the scalar reference's bits on every ISA
+  // (tiles below kQdotGemmMinT, the VNNI GEMM from it), and each token's row of a T-token call is
+  // the bits of that token alone (T = 1, the decode tiles) — what lets the server batch any
+  // number of requests and still answer exactly as `kvzip query` does.
+  std::vector<float> ref(size_t(T) * rows, NAN);
+  {
+    const MatmulArgs job{x.data(), view, bias.data(), ref.data(), T};
+    cpu::qdot(&pool, std::span<const MatmulArgs>(&job, 1), QIsa::Scalar);
+  }
   for (QIsa isa : {QIsa::Scalar, QIsa::Avx2, QIsa::Avx512Vnni}) {
     if (!qisa_available(isa)) continue;
     INFO(quant::type_name(type) << " T=" << T << (mapped ? " row map" : "") << " " << qisa_name(isa));
     std::vector<float> y(size_t(T) * rows, NAN);
     const MatmulArgs job{x.data(), view, bias.data(), y.data(), T};
     cpu::qdot(&pool, std::span<const MatmulArgs>(&job, 1), isa);
-    if (isa == QIsa::Avx512Vnni && T <= kQdotTileMaxT) {
-      // The VNNI tiles sum each group's lanes by vpdpbusd; the integers and the fp32 order are
-      // the AVX2 tiles', so the results are the same bits (batched decoding stays exact).
-      std::vector<float> y2(size_t(T) * rows, NAN);
-      const MatmulArgs job2{x.data(), view, bias.data(), y2.data(), T};
-      cpu::qdot(&pool, std::span<const MatmulArgs>(&job2, 1), QIsa::Avx2);
-      CHECK(std::memcmp(y.data(), y2.data(), y.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(y.data(), ref.data(), y.size() * sizeof(float)) == 0);
+    for (uint32_t t : {0u, T / 2, T - 1}) {
+      std::vector<float> y1(rows, NAN);
+      const MatmulArgs one{x.data() + size_t(t) * cols, view, bias.data(), y1.data(), 1};
+      cpu::qdot(&pool, std::span<const MatmulArgs>(&one, 1), isa);
+      CHECK(std::memcmp(y1.data(), y.data() + size_t(t) * rows, rows * sizeof(float)) == 0);
     }
     double worst = 0.0;
     for (size_t i = 0; i < y.size(); ++i) worst = std::max(worst, std::fabs(y[i] - want[i]) / mag[i]);
