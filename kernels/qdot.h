@@ -46,15 +46,12 @@ static_assert(sizeof(Q8Act) == 40);
 // Whether qdot reads weights of this type.
 bool qdot_supported(quant::GgmlType t);
 
-// Up to this many tokens the Fast matmul path takes the block types through qdot on every CPU
-// (beyond it, CPUs without the GEMM use fp32 slabs + sgemm, kernels/matmul.h).
-inline constexpr uint32_t kQdotTileMaxT = kMatmulInt8MaxT;
 // From this many tokens qdot runs the GEMM where the ISA has one (below it the register tiles of a
-// few rows x tokens are faster). The choice is speed only: both compute the same chain.
-// Measured with bench_matmul on Zen 4 (BENCHMARKS.md, "Batched steps through the GEMM").
+// few rows x tokens are as fast or faster). The choice is speed only: both compute the same chain.
+// Measured on Zen 4 (BENCHMARKS.md, "One chain per output").
 inline constexpr uint32_t kQdotGemmMinT = 8;
 // Whether `isa` has the GEMM (AVX-512 VNNI: tokens in 16-token vectors, the same chain). Without
-// it, matmul's Fast path hands T > kQdotTileMaxT to fp32 slabs + sgemm.
+// it, matmul's Fast path hands T > kMatmulInt8MaxT to fp32 slabs + sgemm.
 bool qdot_has_gemm(QIsa isa);
 
 namespace cpu {

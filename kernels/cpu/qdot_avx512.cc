@@ -1,8 +1,8 @@
 // AVX-512 VNNI kernels of the 8-bit-activation product (kernels/qdot.h): the register tiles of
-// kernels/detail/qdot_tiles_x86.inc with vpdpbusd (T <= kQdotTileMaxT; bit-identical to the AVX2
-// ones), and, below, the GEMM for prefill-sized T: the
-// same exact integer sums per 32-element group as the scalar kernel, with 64 multiply-adds per
-// vpdpbusd instead of AVX2's maddubs + madd pair per 32. Compiled with function target attributes;
+// kernels/detail/qdot_tiles_x86.inc with vpdpbusd (T < kQdotGemmMinT), and, below, the GEMM from
+// kQdotGemmMinT tokens: the same exact integer sums per 32-element group as the scalar kernel,
+// with 64 multiply-adds per vpdpbusd instead of AVX2's maddubs + madd pair per 32, and the same
+// fp32 chain, so both (and the AVX2 tiles) give every token the same bits. Compiled with function target attributes;
 // called only when the CPU reports AVX-512 F, BW, VL and VNNI (cpu_has_avx512_vnni).
 //
 // Layout (why it is shaped so): vpdpbusd multiplies unsigned bytes by signed bytes and sums each
