@@ -50,7 +50,9 @@ KvBase base_from_reader(const format::CacheReader& reader, uint32_t room = 512, 
 // head (no host cache is built): per layer the K/V are decoded (zstd, f16/bf16/q8/q4 -> f32) or copied
 // from the mapping into one of two pinned staging buffers while the previous layer's
 // asynchronous copies drain the other, so decoding overlaps the transfers. Errc::unsupported
-// without a CUDA build or device.
+// without a CUDA build or device. q8/q4 stay on this per-layer dequantize-to-device path: the
+// CUDA attention has no quantized spans (check_cuda_attention refuses KvSpan::quant), so device
+// memory holds f32 rows; only the CPU attends to the stored rows in place.
 GpuCache gpu_cache_from_reader(const format::CacheReader& reader, uint32_t room = 512,
                                void* stream = nullptr);
 
