@@ -20,7 +20,7 @@ namespace kvzip::cli {
 namespace {
 
 struct QueryOpts {
-  std::string cache, model, questions_file, device = "cpu";
+  std::string cache, model, questions_file, device = "cpu", matmul = "fast";
   std::vector<std::string> questions;
   uint32_t n = 128, threads = 0;
   float temp = 0.0f;
@@ -71,6 +71,7 @@ loader::SessionOptions session_options(const QueryOpts& o) {
   so.verify = o.verify ? format::Verify::Full : format::Verify::OnAccess;
   // q8/q4 rows are attended in place, except under R-KV, which evicts rows of an f32 cache.
   if (o.kv_f32 || rkv_params(o.rkv)) so.kv_form = loader::KvForm::F32;
+  so.matmul = o.matmul == "exact" ? MatmulPath::Exact : MatmulPath::Fast;
   return so;
 }
 
@@ -188,6 +189,11 @@ void add_common(CLI::App* c, QueryOpts& o) {
   c->add_flag("--force", o.force, "Use a cache written by another model anyway");
   c->add_flag("--verify", o.verify,
               "Check the whole file before answering (every checksum, every K/V section decoded)");
+  c->add_option("--matmul", o.matmul,
+                 "fast | exact: matrix products with int8-rounded activations where the CPU has "
+                 "the kernels (fast), or in fp32 (exact, for comparing caches)")
+      ->check(CLI::IsMember({"fast", "exact"}))
+      ->capture_default_str();
   c->add_flag("--kv-f32", o.kv_f32,
               "Dequantize a q8/q4 cache to f32 rows at load instead of attending to its stored rows");
   add_rkv_options(c, o.rkv);

@@ -208,6 +208,7 @@ std::vector<int32_t> question_tokens(const Tokenizer& tokenizer, std::string_vie
 static ForwardOptions forward_options(const SessionOptions& o) {
   ForwardOptions fo;
   fo.threads = o.threads;
+  fo.matmul = o.matmul;
   return fo;
 }
 

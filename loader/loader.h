@@ -87,6 +87,7 @@ struct SessionOptions {
   // q8/q4 files on the CPU: attended in place by default; F32 dequantizes them at load (R-KV
   // needs that: it evicts rows of a RaggedKvCache).
   KvForm kv_form = KvForm::Auto;
+  MatmulPath matmul = MatmulPath::Fast;  // ForwardOptions::matmul of the CPU forward pass
 };
 
 struct Answer {

@@ -88,10 +88,10 @@ void attention_quantized(ThreadPool* pool, const AttentionArgs& a) {
   });
 
   // 3. Merge per query row; the f32 part always has a finite log-sum-exp (a row sees itself).
-  run_tasks(pool, a.Hkv, [&](size_t hi) {
-    const uint32_t h = static_cast<uint32_t>(hi);
-    if (first[h] == first[h + 1]) return;
-    std::vector<float> acc(D);
+  // On the calling thread: a few multiply-adds per part and channel, less than a pool round trip.
+  std::vector<float> acc(D);
+  for (uint32_t h = 0; h < a.Hkv; ++h) {
+    if (first[h] == first[h + 1]) continue;
     for (uint32_t r = 0; r < R; ++r) {
       const uint32_t t = r / G, hq = h * G + r % G;
       float* out = a.out + (size_t(t) * a.Hq + hq) * D;
@@ -110,7 +110,7 @@ void attention_quantized(ThreadPool* pool, const AttentionArgs& a) {
       const float inv = 1.0f / sum;
       for (uint32_t d = 0; d < D; ++d) out[d] = acc[d] * inv;
     }
-  });
+  }
 }
 
 }  // namespace kvzip::cpu::detail
