@@ -4,9 +4,9 @@
 // the cache belongs to the loaded model, and runs query sessions: append the question's tokens,
 // decode an answer, roll back to the compressed state in O(L·Hkv) so the next question sees
 // exactly the cache the file holds. On a quantized base the question and answer rows go to an f32
-// tail (BranchCache) that is rolled back the same way; the base is never written. The query prompt is [prefix ; kept document rows ; tail(question) ;
-// suffix template] where the tail text comes from the file's "query_template" parameter
-// (default format::kDefaultQueryTemplate).
+// tail (BranchCache) that is rolled back the same way; the base is never written. The query
+// prompt is [prefix ; kept document rows ; tail(question) ; suffix template] where the tail text
+// comes from the file's "query_template" parameter (default format::kDefaultQueryTemplate).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -47,8 +47,8 @@ enum class KvForm { Auto, F32 };
 KvBase base_from_reader(const format::CacheReader& reader, uint32_t room = 512, KvForm form = KvForm::Auto);
 
 // The cache a file describes, straight into device memory with `room` rows of append room per
-// head (no host cache is built): per layer the K/V are decoded (zstd, f16/bf16/q8/q4 -> f32) or copied
-// from the mapping into one of two pinned staging buffers while the previous layer's
+// head (no host cache is built): per layer the K/V are decoded (zstd, f16/bf16/q8/q4 -> f32) or
+// copied from the mapping into one of two pinned staging buffers while the previous layer's
 // asynchronous copies drain the other, so decoding overlaps the transfers. Errc::unsupported
 // without a CUDA build or device. q8/q4 stay on this per-layer dequantize-to-device path: the
 // CUDA attention has no quantized spans (check_cuda_attention refuses KvSpan::quant), so device
