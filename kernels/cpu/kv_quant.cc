@@ -138,11 +138,19 @@ CodeOrder code_order(const KvQuantLayout& l) { return {l.bits == 4 && l.group % 
 enum class Nibble { None, Low, High };
 template <Nibble N>
 inline VecF bytes_to_floats(const uint8_t* p) {
-#if defined(__AVX2__) && !defined(__AVX512F__)
+#if defined(__AVX2__)
+#if defined(__AVX512F__)
+  __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));  // kLanes = 16 bytes
+#else
   __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));  // kLanes = 8 bytes
+#endif
   if constexpr (N == Nibble::Low) b = _mm_and_si128(b, _mm_set1_epi8(0x0f));
   if constexpr (N == Nibble::High) b = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0f));
+#if defined(__AVX512F__)
+  const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b));
+#else
   const __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
+#endif
   VecF v;
   std::memcpy(&v, &f, sizeof v);
   return v;
