@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
         best = std::min(best, bench::decode_step_s(a));
       }
       std::printf("decode from %-28s ratio %.2f: %7.1f tok/s (%zu kept rows)\n", path.c_str(),
-                  s.header().achieved_ratio, 1.0 / best, static_cast<size_t>(s.cache().kept_total()));
+                  s.header().achieved_ratio, 1.0 / best, static_cast<size_t>(s.base().kept_total()));
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_query: %s\n", e.what());

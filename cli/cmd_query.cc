@@ -1,6 +1,8 @@
 // `kvzip query` and `kvzip chat`: answer questions from a compressed .kvz cache. Every question
 // sees the same compressed state (the session rolls back after each answer). --rkv-budget bounds
-// the cache while each answer is generated (R-KV, cli/rkv_options.h).
+// the cache while each answer is generated (R-KV, cli/rkv_options.h). A q8/q4 cache is attended
+// in its stored form on the CPU; with R-KV (which evicts f32 rows) or --device cuda it is
+// dequantized at load.
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -18,12 +20,12 @@ namespace kvzip::cli {
 namespace {
 
 struct QueryOpts {
-  std::string cache, model, questions_file, device = "cpu";
+  std::string cache, model, questions_file, device = "cpu", matmul = "fast";
   std::vector<std::string> questions;
   uint32_t n = 128, threads = 0;
   float temp = 0.0f;
   uint64_t seed = 0;
-  bool json = false, force = false, verify = false, quiet = false;
+  bool json = false, force = false, verify = false, quiet = false, kv_f32 = false;
   RkvOptions rkv;
 };
 
@@ -67,6 +69,9 @@ loader::SessionOptions session_options(const QueryOpts& o) {
   so.device = parse_device(o.device.c_str());
   so.force = o.force;
   so.verify = o.verify ? format::Verify::Full : format::Verify::OnAccess;
+  // q8/q4 rows are attended in place, except under R-KV, which evicts rows of an f32 cache.
+  if (o.kv_f32 || rkv_params(o.rkv)) so.kv_form = loader::KvForm::F32;
+  so.matmul = o.matmul == "exact" ? MatmulPath::Exact : MatmulPath::Fast;
   return so;
 }
 
@@ -108,9 +113,11 @@ void run_query(const QueryOpts& o) {
   auto model = load_model(o.model, o.threads);
   loader::QuerySession session(*model, o.cache, session_options(o));
   if (!o.quiet && !o.json)
-    std::fprintf(stderr, "loaded %s in %.1f ms: %zu document tokens, %s at ratio %.3f\n",
+    std::fprintf(stderr, "loaded %s in %.1f ms: %zu document tokens, %s at ratio %.3f, K/V %.2f MB in memory (%s)\n",
                  o.cache.c_str(), session.load_ms(), session.header().document_tokens.size(),
-                 session.header().method.c_str(), session.header().achieved_ratio);
+                 session.header().method.c_str(), session.header().achieved_ratio,
+                 double(session.base().bytes_kept()) / 1e6,
+                 session.quantized() ? format::dtype_name(session.header().kv_dtype) : "f32");
   const GenerateParams gp = generate_params(o, *model);
   for (const auto& q : questions) {
     loader::Answer a;
@@ -182,6 +189,13 @@ void add_common(CLI::App* c, QueryOpts& o) {
   c->add_flag("--force", o.force, "Use a cache written by another model anyway");
   c->add_flag("--verify", o.verify,
               "Check the whole file before answering (every checksum, every K/V section decoded)");
+  c->add_option("--matmul", o.matmul,
+                 "fast | exact: matrix products with int8-rounded activations where the CPU has "
+                 "the kernels (fast), or in fp32 (exact, for comparing caches)")
+      ->check(CLI::IsMember({"fast", "exact"}))
+      ->capture_default_str();
+  c->add_flag("--kv-f32", o.kv_f32,
+              "Dequantize a q8/q4 cache to f32 rows at load instead of attending to its stored rows");
   add_rkv_options(c, o.rkv);
 }
 

@@ -16,6 +16,7 @@
 #include "eval/answer.h"
 #include "eval/metrics.h"
 #include "loader/loader.h"
+#include "model/branch_cache.h"
 
 namespace kvzip::eval {
 namespace {
@@ -179,8 +180,9 @@ class DocumentRun {
   }
 
   // `cache` stored as `dtype` the way `kvzip compress --kv-dtype` stores it (selection, then
-  // quantization) into a .kvz image in memory, and read back by the reader and the loader.
-  RaggedKvCache through_file(const RaggedKvCache& cache, format::DType dtype, Accum& acc) {
+  // quantization) into a .kvz image in memory, and read back as `kvzip query` reads it: q8/q4
+  // rows stay quantized and are attended in place (loader::base_from_reader, KvForm::Auto).
+  KvBase through_file(const RaggedKvCache& cache, format::DType dtype, Accum& acc) {
     CacheDescription d;
     d.prefix = s_.prompt.prefix;
     d.document = s_.prompt.document;
@@ -193,13 +195,14 @@ class DocumentRun {
     acc.file_bytes += sink.bytes.size();
     const auto t = Clock::now();
     format::CacheReader reader = format::CacheReader::open_memory(sink.bytes);
-    RaggedKvCache loaded = loader::cache_from_reader(reader, s_.answer_room);
+    KvBase loaded = loader::base_from_reader(reader, s_.answer_room);
     acc.load_ms += 1e3 * seconds_since(t);
     return loaded;
   }
 
   void set_dtype(const std::string& dtype) { dtype_ = dtype; }  // of the answers recorded next
   uint32_t n_prefix() const { return static_cast<uint32_t>(s_.prompt.prefix.size()); }
+  uint32_t answer_room() const { return s_.answer_room; }
   const std::vector<int32_t>& document() const { return s_.prompt.document; }
 
  private:
@@ -281,9 +284,11 @@ void eval_document(const Model& model, Forward& fwd, const Document& doc, const 
         Accum q;
         q.kept_doc = one.kept_doc, q.total_doc = one.total_doc;
         t = Clock::now();
-        RaggedKvCache stored = run.through_file(cache, *format::parse_dtype(o.kv_dtypes[dt]), q);
+        const KvBase stored = run.through_file(cache, *format::parse_dtype(o.kv_dtypes[dt]), q);
+        // Read-only base plus the answers' rows, as a query session on the file answers.
+        BranchCache branch(stored, run.answer_room());
         run.set_dtype(o.kv_dtypes[dt]);
-        run.answer_all(stored, &answers, name, ratios[r], q);
+        run.answer_all(branch, &answers, name, ratios[r], q);
         run.set_dtype("f32");
         log(o, row_summary(name + "/" + o.kv_dtypes[dt], ratios[r], q, seconds_since(t)) +
                    fmt("  vs f32; %.2f MB, loaded in %.1f ms", q.file_bytes / 1e6, q.load_ms));

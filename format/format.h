@@ -241,6 +241,13 @@ class CacheReader {
   std::optional<KvView> kv_view(uint32_t layer) const;
   // Decodes K and V of a layer (any dtype, any codec) into caller buffers of R_l * D floats.
   void read_kv(uint32_t layer, std::span<float> k, std::span<float> v) const;
+  // q8/q4: the layer's rows in their stored form, not widened (head_rows, positions, qk and qv;
+  // k, v and scores empty): for attending to them in place (loader::quant_base_from_reader).
+  // Checked as read_kv checks per OpenOptions: the checksum, the parameter and f16 values, and
+  // that every value the rows reconstruct to is finite (from a bound on c·(s·q + m) per group;
+  // only a layer whose bound is not finite is dequantized to check it exactly).
+  // Errc::invalid_argument for a file of another dtype.
+  LayerKv read_quant_layer(uint32_t layer) const;
   LayerKv load_layer(uint32_t layer) const;
   CacheContents load() const;
 

@@ -3,8 +3,10 @@
 // kernels/kv_quant.h (format/ links only common/); compress::set_kv_dtype connects the two.
 #include "format/detail/quant.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "format/detail/dtype.h"
 #include "format/detail/layout.h"
@@ -173,6 +175,32 @@ void parse_quant_section(const CacheHeader& h, const uint8_t* raw, uint64_t size
   take(layer.qk.codes, rows * s.code_bytes);
   take(layer.qv.codes, rows * s.code_bytes);
   check_values(h, layer, [&](const std::string& e) { throw Error(Errc::corrupt, where + ": " + e); });
+}
+
+bool quant_values_bounded(const CacheHeader& h, const LayerKv& layer) {
+  const Shape s = shape_of(h);
+  const double levels = double((1u << dtype_bits(h.kv_dtype)) - 1);
+  const double limit = 0.999 * double(std::numeric_limits<float>::max());  // fma and product round
+  for (int b = 0; b < 2; ++b) {
+    const QuantRows& q = b ? layer.qv : layer.qk;
+    std::vector<double> cmax(uint64_t{h.n_kv_heads} * s.groups, 0.0);  // (Hkv, groups) max c
+    for (uint64_t i = 0; i < q.channel_scale.size(); ++i) {
+      double& m = cmax[(i / s.D) * s.groups + (i % s.D) / s.Gs];
+      m = std::max(m, double(q.channel_scale[i]));
+    }
+    bool ok = true;
+    for_rows(h, layer.head_rows, layer.positions, [&](uint32_t hd, uint32_t, bool f16, uint64_t at) {
+      if (f16 || !ok) return;
+      const uint16_t* p = q.params.data() + at * 2 * s.groups;
+      for (uint64_t g = 0; g < s.groups; ++g) {
+        const double x = cmax[hd * s.groups + g] *
+                         (double(f16_to_f32(p[2 * g])) * levels + std::fabs(double(f16_to_f32(p[2 * g + 1]))));
+        if (!(x < limit)) ok = false;
+      }
+    });
+    if (!ok) return false;
+  }
+  return true;
 }
 
 void validate_quant(const CacheHeader& h, const LayerKv& layer, const std::string& at) {

@@ -313,6 +313,28 @@ void CacheReader::read_kv(uint32_t layer, std::span<float> k, std::span<float> v
   impl_->decode_kv(layer, k.data(), v.data(), n);
 }
 
+LayerKv CacheReader::read_quant_layer(uint32_t layer) const {
+  check_layer(*impl_, layer);
+  const CacheHeader& h = impl_->header;
+  if (!dtype_quantized(h.kv_dtype))
+    throw Error(Errc::invalid_argument, impl_->name + ": read_quant_layer: the cache stores " +
+                                            dtype_name(h.kv_dtype) + " rows, not q8/q4");
+  LayerKv out;
+  impl_->read_quant(layer, out);
+  if (impl_->options.verify != Verify::Metadata && !impl_->finite[layer].load(std::memory_order_acquire)) {
+    if (detail::quant_values_bounded(h, out)) {
+      impl_->finite[layer].store(1, std::memory_order_release);
+    } else {  // rare: large scales; the exact check needs the values
+      const size_t n = out.positions.size() * size_t{h.head_dim};
+      std::vector<float> k(n), v(n);
+      dequantize_rows(h, out.head_rows, out.positions, out.qk, k);
+      dequantize_rows(h, out.head_rows, out.positions, out.qv, v);
+      impl_->check_finite(layer, k.data(), v.data(), n);
+    }
+  }
+  return out;
+}
+
 LayerKv CacheReader::load_layer(uint32_t layer) const {
   LayerKv out;
   auto rows = head_rows(layer);

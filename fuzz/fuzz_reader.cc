@@ -5,8 +5,8 @@
 // (reseal), since random edits almost never keep xxh64 valid and would otherwise stop at the
 // first checksum. Built by fuzz/CMakeLists.txt (clang, -DKVZIP_FUZZ=ON); run by fuzz/run.sh.
 // The seeds include the v1.1 and v1.2 (f16 rows) q4/q8 goldens and their bad files, so the quantized
-// path (parameter and f16 value checks, dequantization, pruning stored rows, re-writing them) is
-// fuzzed from valid starting points.
+// path (parameter and f16 value checks, dequantization, the raw rows of read_quant_layer, pruning
+// stored rows, re-writing them) is fuzzed from valid starting points.
 #include <xxhash.h>
 
 #include <cstddef>
@@ -32,6 +32,7 @@ void exercise(const CacheReader& r) {
     (void)r.kv_view(l);
     LayerKv layer = r.load_layer(l);
     total += layer.positions.size();
+    if (dtype_quantized(h.kv_dtype)) (void)r.read_quant_layer(l);  // the stored rows, unwidened
   }
   (void)describe(r, {false, "fuzz"});
   (void)describe(r, {true, "fuzz"});

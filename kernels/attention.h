@@ -9,16 +9,24 @@
 // served request's cache has them, model/branch_cache.h): the rule above is on the rows of the
 // concatenation, and the CPU kernel visits exactly the key blocks it would visit on one
 // contiguous copy of those rows, so its result is bit-identical to that copy's.
+// A span may also carry quantized rows (KvSpan::quant: a q8/q4 base kept as the file stores it,
+// model/quant_base.h). They come before every f32 row of the span and before the new tokens, so
+// every query token sees all of them; the CPU kernel attends to them with the kv_quant kernels
+// (kernels/kv_quant.h, no dequantized copy), to the f32 rows as above, and merges the two by their
+// log-sum-exp. That equals attention over the dequantized rows up to fp32 summation order.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
 #include "kernels/device.h"
+#include "kernels/kv_quant.h"
 
 namespace kvzip {
 
 // One KV head's rows as attention reads them: rows [0, len), by default all at k/v. With k_tail
 // set, rows [0, split) are at k/v and rows [split, len) at k_tail/v_tail (a second segment).
+// With quant set, quant->rows() quantized rows precede all of these (len counts the f32 rows only
+// and still includes the T new ones); the rule on the f32 rows is unchanged.
 struct KvSpan {
   const float* k = nullptr;  // (len, D) post-RoPE, or (split, D) with a tail
   const float* v = nullptr;  // (len, D), or (split, D) with a tail
@@ -26,8 +34,10 @@ struct KvSpan {
   const float* k_tail = nullptr;  // (len - split, D) or null: one segment
   const float* v_tail = nullptr;  // (len - split, D)
   uint32_t split = 0;             // rows in the first segment when k_tail is set
+  const KvQuantSegment* quant = nullptr;  // quantized rows before the f32 ones, or null
 
   bool two_segments() const { return k_tail != nullptr; }
+  bool quantized() const { return quant != nullptr; }
   const float* k_row(uint32_t j, uint32_t D) const {
     return k_tail && j >= split ? k_tail + size_t(j - split) * D : k + size_t(j) * D;
   }
@@ -65,7 +75,8 @@ struct AttentionArgs {
   uint32_t Hkv = 0;
   uint32_t D = 0;
   float scale = 0.0f;  // multiplies q·k before the softmax; normally 1/sqrt(D)
-  const LocalMaxProb* local = nullptr;  // optional statistics (see LocalMaxProb)
+  const LocalMaxProb* local = nullptr;  // optional statistics (see LocalMaxProb); refused
+                                        // (Errc::unsupported) with quantized spans
 };
 
 namespace cpu {
@@ -73,8 +84,9 @@ void attention(ThreadPool* pool, const AttentionArgs& a);
 }
 
 // What the CUDA kernels do not implement, refused before any dispatch (so a CPU-only build refuses
-// the same way): spans with two segments (KvSpan::k_tail) throw Errc::unsupported (the served
-// engine's shared-base caches are CPU only); `local` statistics (LocalMaxProb) throw Errc::unsupported, since the GPU KVzip
+// the same way): spans with two segments (KvSpan::k_tail) or quantized rows (KvSpan::quant) throw
+// Errc::unsupported (the served engine's shared-base caches and q8/q4 bases are CPU only; the GPU
+// query path loads a q8/q4 file dequantized into device memory, loader/loader.h); `local` statistics (LocalMaxProb) throw Errc::unsupported, since the GPU KVzip
 // scorer forms its statistics with attention_score_max (kernels/attention_score.h) instead; and
 // with no statistics there is nothing to do without `out` (Errc::internal, as for any bad shape).
 void check_cuda_attention(const AttentionArgs& a);

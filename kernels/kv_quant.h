@@ -10,8 +10,10 @@
 // Attention over quantized rows (kv_quant_attend) returns, with the normalised output, each query's
 // log-sum-exp, so that a caller can merge it with attention over other rows (an f32 tail of
 // question/answer tokens) by the usual softmax merge: that is how a quantized base segment is
-// attended to without expanding it. Today the loader dequantizes per layer into the f32 ragged
-// cache (loader/loader.h); these entries are the compute path for the next step.
+// attended to without expanding it. The CPU attention kernel does exactly that for a span whose
+// rows include a KvQuantSegment (kernels/attention.h: the q8/q4 base of a query session or a
+// served request, model/quant_base.h); the CUDA loader still dequantizes per layer into device
+// memory (loader/loader.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -37,6 +39,13 @@ struct KvQuantRows {
   const float* channel_scale = nullptr;  // (D)
   const uint16_t* params = nullptr;      // (rows, D/Gs, 2) f16 bits: scale, min
   const uint8_t* codes = nullptr;        // (rows, D·bits/8)
+};
+
+// One KV head's quantized K and V rows as attention reads them (KvSpan::quant): same rows, same
+// layout; k.rows == v.rows.
+struct KvQuantSegment {
+  KvQuantRows k, v;
+  uint32_t rows() const { return static_cast<uint32_t>(k.rows); }
 };
 
 // Where kv_quantize_rows writes one KV head's rows.

@@ -1,4 +1,5 @@
-// From format::CacheContents / CacheReader to RaggedKvCache and GpuCache, and QuerySession.
+// From format::CacheContents / CacheReader to RaggedKvCache, QuantBase and GpuCache, and
+// QuerySession.
 #include "loader/loader.h"
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <optional>
 
 #include "common/error.h"
+#include "common/half.h"
 #include "kernels/gpu.h"
 
 namespace kvzip::loader {
@@ -51,7 +53,7 @@ CacheShape shape_of(const format::CacheHeader& h) {
 
 struct QuerySession::Loaded {
   format::CacheHeader header;
-  RaggedKvCache cache;
+  KvBase base;
   double ms;
 };
 
@@ -62,8 +64,10 @@ QuerySession::Loaded QuerySession::open_file(const Model& model, const std::stri
   format::CacheReader reader = format::CacheReader::open(path, oo);
   reader.check_model(model.fingerprint(), o.force);
   format::check_shape(reader.header(), model.config());
-  RaggedKvCache cache = cache_from_reader(reader, o.room);
-  return QuerySession::Loaded{reader.header(), std::move(cache), ms_since(t0)};
+  // The GPU path uploads f32 rows (GpuCache::from_ragged): no quantized spans on the device.
+  const KvForm form = o.device == Device::Cuda ? KvForm::F32 : o.kv_form;
+  KvBase base = base_from_reader(reader, o.room, form);
+  return QuerySession::Loaded{reader.header(), std::move(base), ms_since(t0)};
 }
 
 GpuCache gpu_cache_from_reader(const format::CacheReader& reader, uint32_t room, void* stream) {
@@ -106,6 +110,46 @@ RaggedKvCache cache_from_reader(const format::CacheReader& reader, uint32_t room
     }
   }
   return cache;
+}
+
+QuantBase quant_base_from_reader(const format::CacheReader& reader) {
+  const format::CacheHeader& h = reader.header();
+  if (!format::dtype_quantized(h.kv_dtype))
+    throw Error(Errc::invalid_argument, std::string("quant_base_from_reader: the cache stores ") +
+                                            format::dtype_name(h.kv_dtype) + " rows, not q8/q4");
+  const KvQuantLayout layout{format::dtype_bits(h.kv_dtype), h.head_dim, h.kv_group_size};
+  std::vector<QuantBaseLayer> layers(h.n_layers);
+  for (uint32_t l = 0; l < h.n_layers; ++l) {
+    format::LayerKv q = reader.read_quant_layer(l);
+    QuantBaseLayer& L = layers[l];
+    // A head's f16 rows are its first ones: positions increase within a head.
+    L.head_dense.assign(h.n_kv_heads, 0);
+    size_t row = 0;
+    for (uint32_t hd = 0; hd < h.n_kv_heads; ++hd)
+      for (uint32_t i = 0; i < q.head_rows[hd]; ++i, ++row) L.head_dense[hd] += q.positions[row] < h.kv_f16_below;
+    auto widen = [](const std::vector<uint16_t>& x) {
+      std::vector<float> y(x.size());
+      for (size_t i = 0; i < x.size(); ++i) y[i] = f16_to_f32(x[i]);
+      return y;
+    };
+    L.dense_k = widen(q.qk.dense);
+    L.dense_v = widen(q.qv.dense);
+    L.head_rows = std::move(q.head_rows);
+    L.positions = std::move(q.positions);
+    L.scale_k = std::move(q.qk.channel_scale);
+    L.scale_v = std::move(q.qv.channel_scale);
+    L.params_k = std::move(q.qk.params);
+    L.params_v = std::move(q.qv.params);
+    L.codes_k = std::move(q.qk.codes);
+    L.codes_v = std::move(q.qv.codes);
+  }
+  return QuantBase(shape_of(h), static_cast<uint32_t>(h.logical_length()), layout, std::move(layers));
+}
+
+KvBase base_from_reader(const format::CacheReader& reader, uint32_t room, KvForm form) {
+  if (form == KvForm::Auto && format::dtype_quantized(reader.header().kv_dtype))
+    return KvBase(quant_base_from_reader(reader));
+  return KvBase(cache_from_reader(reader, room));
 }
 
 RaggedKvCache cache_from_contents(const format::CacheContents& c, uint32_t room) {
@@ -164,6 +208,7 @@ std::vector<int32_t> question_tokens(const Tokenizer& tokenizer, std::string_vie
 static ForwardOptions forward_options(const SessionOptions& o) {
   ForwardOptions fo;
   fo.threads = o.threads;
+  fo.matmul = o.matmul;
   return fo;
 }
 
@@ -173,9 +218,10 @@ QuerySession::QuerySession(const Model& model, const std::string& path, const Se
 QuerySession::QuerySession(const Model& model, Loaded loaded, const SessionOptions& o)
     : model_(model),
       header_(std::move(loaded.header)),
-      cache_(std::move(loaded.cache)),
+      base_(std::move(loaded.base)),
       forward_(model.weights(), forward_options(o)),
       load_ms_(loaded.ms) {
+  if (base_.quantized()) branch_ = std::make_unique<BranchCache>(base_.quant(), o.room);
   if (o.device == Device::Cuda) to_device(o);
 }
 
@@ -183,7 +229,7 @@ QuerySession::QuerySession(const Model& model, RaggedKvCache cache, format::Cach
                            const SessionOptions& o)
     : model_(model),
       header_(std::move(header)),
-      cache_(std::move(cache)),
+      base_(std::move(cache)),
       forward_(model.weights(), forward_options(o)) {
   format::check_shape(header_, model.config());
   if (o.device == Device::Cuda) to_device(o);
@@ -192,7 +238,8 @@ QuerySession::QuerySession(const Model& model, RaggedKvCache cache, format::Cach
 void QuerySession::to_device(const SessionOptions& o) {
   const auto t0 = Clock::now();
   gpu_forward_ = std::make_unique<GpuForward>(model_.weights());
-  gpu_cache_ = std::make_unique<GpuCache>(GpuCache::from_ragged(cache_, o.room, gpu_forward_->stream()));
+  gpu_cache_ = std::make_unique<GpuCache>(
+      GpuCache::from_ragged(base_.f32("--device cuda"), o.room, gpu_forward_->stream()));
   load_ms_ += ms_since(t0);
 }
 
@@ -204,24 +251,12 @@ Answer QuerySession::ask(std::string_view question, const GenerateParams& params
   StreamDecoder dec(model_.tokenizer());
   const auto t0 = Clock::now();
   bool first = true;
-  // R-KV may evict document rows too (doc candidates): then the compressed state is restored
-  // from a copy, otherwise evictions touch appended rows only and reset() restores it.
   GenerateParams gp = params;
-  std::optional<RaggedKvCache> snapshot;
-  if (gp.rkv && gp.rkv->doc_candidates) {
-    gp.rkv->pinned = static_cast<uint32_t>(header_.prefix_length());
-    snapshot = cache_;
-  }
-  struct Reset {  // back to the compressed state however ask() ends
-    RaggedKvCache& c;
-    std::optional<RaggedKvCache>& saved;
-    GpuCache* g;
-    ~Reset() {
-      if (saved) c = std::move(*saved);
-      else c.reset();
-      if (g) g->reset();
-    }
-  } reset{cache_, snapshot, gpu_cache_.get()};
+  if (gp.rkv && branch_)
+    throw Error(Errc::unsupported,
+                "R-KV (--rkv-*) evicts rows of an f32 cache, but this session attends to the file's " +
+                    std::string(format::dtype_name(header_.kv_dtype)) +
+                    " rows in place; open it with SessionOptions::kv_form = KvForm::F32");
   auto on_token = [&](int32_t tok) {
     if (first) a.first_token_ms = ms_since(t0), first = false;
     std::string piece = dec.push(tok);
@@ -229,8 +264,35 @@ Answer QuerySession::ask(std::string_view question, const GenerateParams& params
     if (on_text && !piece.empty()) on_text(piece);
     return true;
   };
-  GenerateResult r = gpu_cache_ ? generate(*gpu_forward_, *gpu_cache_, prompt, gp, on_token)
-                                : generate(forward_, cache_, prompt, gp, on_token);
+  GenerateResult r;
+  if (branch_) {  // the base is read-only; the question and answer rows go to the branch's tail
+    struct Rollback {
+      BranchCache& b;
+      ~Rollback() { b.rollback(b.base_length()); }
+    } rollback{*branch_};
+    r = generate(forward_, *branch_, prompt, gp, on_token);
+  } else {
+    RaggedKvCache& cache = base_.f32("QuerySession::ask");
+    // R-KV may evict document rows too (doc candidates): then the compressed state is restored
+    // from a copy, otherwise evictions touch appended rows only and reset() restores it.
+    std::optional<RaggedKvCache> snapshot;
+    if (gp.rkv && gp.rkv->doc_candidates) {
+      gp.rkv->pinned = static_cast<uint32_t>(header_.prefix_length());
+      snapshot = cache;
+    }
+    struct Reset {  // back to the compressed state however ask() ends
+      RaggedKvCache& c;
+      std::optional<RaggedKvCache>& saved;
+      GpuCache* g;
+      ~Reset() {
+        if (saved) c = std::move(*saved);
+        else c.reset();
+        if (g) g->reset();
+      }
+    } reset{cache, snapshot, gpu_cache_.get()};
+    r = gpu_cache_ ? generate(*gpu_forward_, *gpu_cache_, prompt, gp, on_token)
+                   : generate(forward_, cache, prompt, gp, on_token);
+  }
   std::string tail = dec.finish();
   a.text += tail;
   if (on_text && !tail.empty()) on_text(tail);

@@ -1,10 +1,12 @@
 // loader/: from a .kvz file to answers (the read side; the write side is compress/pipeline.h).
-// Builds the runtime RaggedKvCache (model/) from a file's content (format/), checks that the cache
-// belongs to the loaded model, and runs query sessions: append the question's tokens, decode an
-// answer, roll back to the compressed state in O(L·Hkv) so the next question sees exactly the
-// cache the file holds. The query prompt is [prefix ; kept document rows ; tail(question) ;
-// suffix template] where the tail text comes from the file's "query_template" parameter
-// (default format::kDefaultQueryTemplate).
+// Builds the runtime cache (model/) from a file's content (format/): an f32 RaggedKvCache, or for
+// q8/q4 files on the CPU a QuantBase that keeps the stored rows (KvBase holds either). Checks that
+// the cache belongs to the loaded model, and runs query sessions: append the question's tokens,
+// decode an answer, roll back to the compressed state in O(L·Hkv) so the next question sees
+// exactly the cache the file holds. On a quantized base the question and answer rows go to an f32
+// tail (BranchCache) that is rolled back the same way; the base is never written. The query
+// prompt is [prefix ; kept document rows ; tail(question) ; suffix template] where the tail text
+// comes from the file's "query_template" parameter (default format::kDefaultQueryTemplate).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -17,25 +19,40 @@
 
 #include "format/format.h"
 #include "kernels/device.h"
+#include "model/branch_cache.h"
 #include "model/gpu_forward.h"
+#include "model/kv_base.h"
 #include "model/model.h"
+#include "model/quant_base.h"
 #include "model/ragged_cache.h"
 
 namespace kvzip::loader {
 
-// The ragged cache a file describes, with `room` rows of append room per head. K/V are f32 in
-// memory whatever the file stores: f16/bf16 are widened and q8/q4 dequantized one layer at a time
-// (format::CacheReader::read_kv; never the whole file at once). Attending to q8/q4 rows in place
-// (kernels/kv_quant.h, which returns log-sum-exp for merging with the f32 question/answer rows)
-// is the next step, once the attention view has a base and a tail segment.
+// The ragged cache a file describes in f32, with `room` rows of append room per head: f16/bf16
+// are widened and q8/q4 dequantized one layer at a time (format::CacheReader::read_kv; never the
+// whole file at once). For what needs f32 rows of a q8/q4 file (R-KV, the GPU upload, eval's
+// reference); query sessions and the server keep q8/q4 quantized (base_from_reader).
 RaggedKvCache cache_from_reader(const format::CacheReader& reader, uint32_t room = 512);
 RaggedKvCache cache_from_contents(const format::CacheContents& contents, uint32_t room = 512);
 
+// A q8/q4 file's rows as stored (format::CacheReader::read_quant_layer, one layer at a time):
+// codes, group parameters and channel scales are moved in without widening; only the f16 rows
+// (positions below kv_f16_below, a few per head) are widened to f32. Attention reads it in place
+// (kernels/attention.h, KvSpan::quant). Errc::invalid_argument for a file of another dtype.
+QuantBase quant_base_from_reader(const format::CacheReader& reader);
+
+// Which form a q8/q4 file takes in memory. Auto: quantized (QuantBase); F32: dequantized into a
+// RaggedKvCache. Other dtypes are always f32.
+enum class KvForm { Auto, F32 };
+KvBase base_from_reader(const format::CacheReader& reader, uint32_t room = 512, KvForm form = KvForm::Auto);
+
 // The cache a file describes, straight into device memory with `room` rows of append room per
-// head (no host cache is built): per layer the K/V are decoded (zstd, f16/bf16/q8/q4 -> f32) or copied
-// from the mapping into one of two pinned staging buffers while the previous layer's
+// head (no host cache is built): per layer the K/V are decoded (zstd, f16/bf16/q8/q4 -> f32) or
+// copied from the mapping into one of two pinned staging buffers while the previous layer's
 // asynchronous copies drain the other, so decoding overlaps the transfers. Errc::unsupported
-// without a CUDA build or device.
+// without a CUDA build or device. q8/q4 stay on this per-layer dequantize-to-device path: the
+// CUDA attention has no quantized spans (check_cuda_attention refuses KvSpan::quant), so device
+// memory holds f32 rows; only the CPU attends to the stored rows in place.
 GpuCache gpu_cache_from_reader(const format::CacheReader& reader, uint32_t room = 512,
                                void* stream = nullptr);
 
@@ -64,7 +81,13 @@ struct SessionOptions {
   uint32_t room = 512;   // append rows per head reserved up front
   // Device::Cuda: the cache is copied to device memory once (GpuCache::from_ragged) and answers
   // are decoded by GpuForward (bf16 weights); Errc::unsupported without a CUDA build or device.
+  // The GPU path always loads f32 rows (q8/q4 dequantized per layer): the CUDA attention has no
+  // quantized spans.
   Device device = Device::Cpu;
+  // q8/q4 files on the CPU: attended in place by default; F32 dequantizes them at load (R-KV
+  // needs that: it evicts rows of a RaggedKvCache).
+  KvForm kv_form = KvForm::Auto;
+  MatmulPath matmul = MatmulPath::Fast;  // ForwardOptions::matmul of the CPU forward pass
 };
 
 struct Answer {
@@ -81,21 +104,27 @@ struct Answer {
 class QuerySession {
  public:
   // Opens and validates the file, checks the model (Errc::model_mismatch unless force) and shape,
-  // and builds the ragged cache. load_ms() says how long that took.
+  // and builds the cache (base_from_reader). load_ms() says how long that took.
   QuerySession(const Model& model, const std::string& path, const SessionOptions& options = {});
   // From a cache already in memory (used by eval, which compresses without writing a file).
   QuerySession(const Model& model, RaggedKvCache cache, format::CacheHeader header,
                const SessionOptions& options = {});
+  QuerySession(const QuerySession&) = delete;  // branch_ points into base_
+  QuerySession& operator=(const QuerySession&) = delete;
 
   // Answers one question from the compressed state; `on_text` receives UTF-8 text as it is
   // generated. The cache is back in the compressed state afterwards, also when this throws.
   // With params.rkv the cache is bounded while answering; doc candidates make every row after
   // the stored prefix evictable (pinned is set here) and cost one copy of the cache per answer.
+  // R-KV on a quantized base is Errc::unsupported (open with SessionOptions::kv_form = F32).
   Answer ask(std::string_view question, const GenerateParams& params,
              const std::function<void(const std::string&)>& on_text = {});
 
   const format::CacheHeader& header() const { return header_; }
-  const RaggedKvCache& cache() const { return cache_; }
+  const KvBase& base() const { return base_; }
+  bool quantized() const { return base_.quantized(); }
+  // The f32 cache; Errc::unsupported when the base is quantized.
+  const RaggedKvCache& cache() const { return base_.f32("QuerySession::cache"); }
   double load_ms() const { return load_ms_; }
   Device device() const { return gpu_cache_ ? Device::Cuda : Device::Cpu; }
 
@@ -107,7 +136,8 @@ class QuerySession {
 
   const Model& model_;
   format::CacheHeader header_;
-  RaggedKvCache cache_;
+  KvBase base_;
+  std::unique_ptr<BranchCache> branch_;  // over a quantized base: the question/answer rows
   Forward forward_;
   std::unique_ptr<GpuForward> gpu_forward_;  // set for Device::Cuda
   std::unique_ptr<GpuCache> gpu_cache_;      // the compressed state in device memory

@@ -25,6 +25,17 @@ BranchCache::BranchCache(const RaggedKvCache& base, uint32_t capacity)
   sync_positions();
 }
 
+BranchCache::BranchCache(const QuantBase& base, uint32_t capacity)
+    : quant_(&base), base_length_(base.base_length()), tail_(base.shape(), capacity) {
+  sync_positions();
+}
+
+static BranchCache over(const KvBase& base, uint32_t capacity) {
+  return base.quantized() ? BranchCache(base.quant(), capacity) : BranchCache(base.f32("BranchCache"), capacity);
+}
+
+BranchCache::BranchCache(const KvBase& base, uint32_t capacity) : BranchCache(over(base, capacity)) {}
+
 void BranchCache::sync_positions() {
   if (tail_pos_.size() == tail_.capacity()) return;
   tail_pos_.resize(tail_.capacity());
@@ -42,12 +53,19 @@ void BranchCache::reserve_append(uint32_t T) {
 
 KvHeadView BranchCache::view(uint32_t layer, uint32_t kv_head) const {
   const KvHeadView t = tail_.view(layer, kv_head);
-  const uint32_t kept = base_->kept(layer, kv_head);
-  if (kept == 0) return KvHeadView{t.k, t.v, tail_pos_.data(), t.len};
+  // The base's f32 rows: all its kept rows, or the f16-stored rows of a quantized base.
+  const uint32_t kept = quant_ ? quant_->dense(layer, kv_head) : base_->kept(layer, kv_head);
+  const KvQuantSegment* quant = quant_ ? quant_->quant(layer, kv_head) : nullptr;
+  if (kept == 0) {
+    KvHeadView v{t.k, t.v, tail_pos_.data(), t.len};
+    v.quant = quant;
+    return v;
+  }
   KvHeadView v;
-  v.k = base_->k_rows(layer, kv_head);
-  v.v = base_->v_rows(layer, kv_head);
-  v.positions = base_->positions(layer, kv_head);
+  v.k = quant_ ? quant_->dense_k(layer, kv_head) : base_->k_rows(layer, kv_head);
+  v.v = quant_ ? quant_->dense_v(layer, kv_head) : base_->v_rows(layer, kv_head);
+  v.positions = quant_ ? quant_->positions(layer, kv_head) : base_->positions(layer, kv_head);
+  v.quant = quant;
   v.len = kept + t.len;
   if (t.len > 0) {
     v.k_tail = t.k;

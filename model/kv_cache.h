@@ -14,6 +14,8 @@
 
 namespace kvzip {
 
+struct KvQuantSegment;  // kernels/kv_quant.h
+
 struct CacheShape {
   uint32_t n_layers = 0;    // L
   uint32_t n_kv_heads = 0;  // Hkv
@@ -27,7 +29,9 @@ CacheShape cache_shape(const ModelConfig& cfg);
 // k/v/positions. A BranchCache (model/branch_cache.h) has two segments: rows [0, split) of the
 // shared base at k/v/positions and rows [split, len) of its own tail at k_tail/v_tail/
 // positions_tail; readers that index k directly (the scorers' observers, R-KV) run on one-segment
-// caches only, and the forward pass hands both segments to attention (KvSpan).
+// caches only, and the forward pass hands both segments to attention (KvSpan). A BranchCache over a
+// q8/q4 base (model/quant_base.h) adds `quant`: that head's quantized rows, which come before all
+// the rows above and are not counted in len (only attention reads them, KvSpan::quant).
 struct KvHeadView {
   const float* k = nullptr;              // (len, D) post-RoPE keys, or (split, D) with a tail
   const float* v = nullptr;              // (len, D) values, or (split, D) with a tail
@@ -37,6 +41,7 @@ struct KvHeadView {
   const float* v_tail = nullptr;             // (len - split, D)
   const uint32_t* positions_tail = nullptr;  // (len - split)
   uint32_t split = 0;                        // rows of the first segment when k_tail is set
+  const KvQuantSegment* quant = nullptr;     // quantized rows before all of these, or null
 };
 
 class AttentionCache {

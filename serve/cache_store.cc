@@ -55,7 +55,7 @@ std::shared_ptr<const LoadedCache> CacheStore::load(const std::string& id) const
   reader.check_model(model_.fingerprint(), /*force=*/false);
   format::check_shape(reader.header(), model_.config());
   auto out = std::make_shared<LoadedCache>(
-      LoadedCache{id, reader.header(), loader::cache_from_reader(reader, /*room=*/1), 0, *stamp});
+      LoadedCache{id, reader.header(), loader::base_from_reader(reader, /*room=*/1), 0, *stamp});
   out->header.document_text.clear();  // requests never read it; it may be large
   out->bytes = out->cache.bytes_kept();
   return out;

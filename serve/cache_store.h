@@ -1,13 +1,15 @@
 // serve/ cache store: the .kvz files of one folder as named resources, and the loaded ones in an
 // LRU bounded by bytes. A cache id is a file name stem in [A-Za-z0-9._-] (1-128 characters, not
 // starting with '.'), so DIR/<id>.kvz can never leave DIR. A cache is loaded on first use into a
-// RaggedKvCache that every request on it shares read-only (model/branch_cache.h); requests hold a
+// KvBase that every request on it shares read-only (model/branch_cache.h); requests hold a
 // shared_ptr, so an entry in use is never evicted (an entry is in use while anyone but the store
 // holds it), and a deleted or replaced file only leaves the LRU once its last request ends.
 // Several servers may share one folder (replicas behind a proxy, docs/scale-out.md): the store
 // keeps no state another one cannot rebuild from the folder, and a loaded copy is used only while
 // the file is still the one it was loaded from (acquire() compares a FileStamp), so a cache
 // replaced or removed through another replica is reloaded or reported missing here.
+// A q8/q4 file stays quantized in memory (KvBase holding a QuantBase, attended in place by every
+// request's BranchCache), so the byte budget counts its stored size, not an f32 copy.
 // Thread-safe: every method may be called from any thread.
 #pragma once
 #include <cstdint>
@@ -22,8 +24,8 @@
 #include <vector>
 
 #include "format/format.h"
+#include "model/kv_base.h"
 #include "model/model.h"
-#include "model/ragged_cache.h"
 
 namespace kvzip::serve {
 
@@ -37,8 +39,8 @@ struct FileStamp {
 struct LoadedCache {
   std::string id;
   format::CacheHeader header;
-  RaggedKvCache cache;  // the compressed state, never appended to
-  uint64_t bytes = 0;   // K/V bytes held (RaggedKvCache::bytes_kept)
+  KvBase cache;         // the compressed state (f32 or q8/q4 as stored), never appended to
+  uint64_t bytes = 0;   // K/V bytes held (KvBase::bytes_kept)
   FileStamp stamp;      // the file as it was when loaded
 };
 

@@ -30,6 +30,11 @@ void emit_quant_section(const CacheHeader& h, const LayerKv& layer, Sink& sink);
 void parse_quant_section(const CacheHeader& h, const uint8_t* raw, uint64_t size, LayerKv& layer,
                          const std::string& where);
 
+// True when every value of the layer's quantized rows is provably finite: per row and group,
+// max c · (s · (2^b − 1) + |m|) below FLT_MAX with room for the roundings (f16 rows are checked
+// by parse_quant_section). False says nothing yet: the caller dequantizes and checks exactly.
+bool quant_values_bounded(const CacheHeader& h, const LayerKv& layer);
+
 // Checks shapes and parameter values of in-memory QuantRows (writer side, Errc::invalid_argument).
 void validate_quant(const CacheHeader& h, const LayerKv& layer, const std::string& at);
 

@@ -14,6 +14,8 @@
 // Two-segment spans (KvSpan::k_tail): keys are read row by row through k_row/v_row, and a key
 // block that straddles the segments has its V rows gathered into the padded block, so the blocks,
 // and therefore every sum, are those of one contiguous copy of the rows.
+// Spans with quantized rows (KvSpan::quant) go to attention_quantized (attention_quant.cc), which
+// runs this kernel on their f32 rows with each query row's log-sum-exp as an extra output.
 #include "kernels/attention.h"
 
 #include <algorithm>
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/detail/attention_cpu.h"
 #include "kernels/simd.h"
 #include "kernels/thread_pool.h"
 
@@ -66,6 +69,7 @@ struct Plan {
   const LocalMaxProb* local = nullptr;  // AttentionArgs::local
   uint32_t n_target = 0;                // local->target_end - local->target_begin
   std::mutex* locks = nullptr;          // (Hkv) guard local->out's rows
+  float* lse = nullptr;                 // (T, Hq) or null: log Σ exp(logits) of each query row
 };
 
 // Per-thread scratch, grown once and reused.
@@ -269,7 +273,8 @@ uint32_t gather_queries(const Plan& p, uint32_t h, uint32_t i0, uint32_t i1, uin
   return Rp;
 }
 
-// Writes acc / l of the task's rows to out.
+// Writes acc / l of the task's rows to out (and m + log l to p.lse when asked: the scores are
+// pre-scaled, so that is log Σ exp(scale·q·k) over the rows the query saw).
 void finalize(const Plan& p, uint32_t h, uint32_t i0, uint32_t i1, RowState st) {
   const AttentionArgs& a = *p.a;
   if (!a.out) return;
@@ -279,6 +284,8 @@ void finalize(const Plan& p, uint32_t h, uint32_t i0, uint32_t i1, RowState st) 
       float inv = st.l[r] > 0 ? 1.0f / st.l[r] : 0.0f;
       float* dst = a.out + (size_t(t) * a.Hq + size_t(h) * p.G + g) * a.D;
       for (uint32_t d = 0; d < a.D; ++d) dst[d] = st.acc[size_t(r) * p.Dp + d] * inv;
+      if (p.lse)
+        p.lse[size_t(t) * a.Hq + size_t(h) * p.G + g] = st.l[r] > 0 ? st.m[r] + std::log(st.l[r]) : -INFINITY;
     }
   }
 }
@@ -379,6 +386,7 @@ void merge_splits(const Plan& p, uint32_t h, uint32_t qb, float* states) {
       L += src.l[r] * w;
       for (uint32_t d = 0; d < p.Dp; ++d) acc[d] += src.acc[size_t(r) * p.Dp + d] * w;
     }
+    dst.m[r] = M;  // the merged state's max (read by finalize only for the log-sum-exp)
     dst.l[r] = L;
     std::copy(acc.begin(), acc.end(), dst.acc + size_t(r) * p.Dp);
   }
@@ -409,6 +417,7 @@ void check_args(const AttentionArgs& a) {
   for (uint32_t h = 0; h < a.Hkv; ++h) {
     KVZIP_ASSERT(a.kv[h].len >= a.T);
     const KvSpan& s = a.kv[h];
+    KVZIP_ASSERT(!s.quantized());  // attention_quantized hands only the f32 rows here
     KVZIP_ASSERT((s.k && s.v) || (s.two_segments() && s.split == 0));
     KVZIP_ASSERT(!s.two_segments() || (s.v_tail && s.split <= s.len));
   }
@@ -445,10 +454,17 @@ Plan make_plan(const AttentionArgs& a, uint32_t threads) {
 }  // namespace
 
 void attention(ThreadPool* pool, const AttentionArgs& a) {
+  for (uint32_t h = 0; a.kv && h < a.Hkv; ++h)
+    if (a.kv[h].quantized()) return detail::attention_quantized(pool, a);
+  detail::attention_f32(pool, a, nullptr);
+}
+
+void detail::attention_f32(ThreadPool* pool, const AttentionArgs& a, float* lse) {
   if (a.T == 0) return;
   check_args(a);
   const uint32_t threads = pool ? pool->size() : 1;
   Plan p = make_plan(a, threads);
+  p.lse = lse;
   thread_local std::vector<float> kt_buf;  // reused across calls from the same thread
   if (p.n_qblocks > 1) transpose_keys(pool, a, kt_buf, &p.kt);
   std::vector<std::mutex> locks(a.local ? a.Hkv : 0);

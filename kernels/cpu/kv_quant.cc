@@ -1,17 +1,23 @@
 // CPU group-wise K/V quantization and attention over quantized rows (kernels/kv_quant.h). The
 // quantizer is the definition the .kvz q8/q4 writer uses: scalar, no fused expressions, so every
 // build writes the same bits. The attention paths never form a dequantized row: per group they
-// take a dot product of (channel-scaled) query values with the integer codes and apply the
-// group's scale and minimum once.
+// take a dot product of (channel-scaled) query values with the codes widened to floats (vector
+// loads, simd.h) and apply the group's scale and minimum once.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 #include "common/error.h"
 #include "common/half.h"
 #include "kernels/kv_quant.h"
 #include "kernels/quant.h"
+#include "kernels/simd.h"
 
 namespace kvzip::cpu {
 namespace {
@@ -102,37 +108,151 @@ void kv_dequantize_rows(const KvQuantRows& in, float* x) {
   }
 }
 
+// The attention paths work in "code order": q8 rows and q4 rows with an odd group size keep the
+// channel order; q4 rows with an even group size take the low nibbles first (channels 0, 2, 4, ...
+// in the first D/2 places) and the high nibbles after (channels 1, 3, 5, ...), so that a row's
+// bytes widen to floats with plain vector loads and no interleaving. Group g then covers
+// [g·Gs/2, (g+1)·Gs/2) of each half instead of [g·Gs, (g+1)·Gs). The queries (scores) and the
+// accumulators (weighted sums) are kept in the same order, so only the summation order differs
+// from a dot product in channel order.
+namespace {
+
+using simd::kLanes;
+using simd::VecF;
+
+struct CodeOrder {
+  bool split;  // q4 with an even group size
+  uint32_t D, Gs;
+  // Place of channel j in code order.
+  uint32_t place(uint32_t j) const { return split ? (j & 1) * (D / 2) + j / 2 : j; }
+  // Ranges [begin, begin + len) of group g in code order: one, or one in each half.
+  uint32_t ranges() const { return split ? 2 : 1; }
+  uint32_t begin(uint32_t g, uint32_t half) const { return split ? half * (D / 2) + g * (Gs / 2) : g * Gs; }
+  uint32_t len() const { return split ? Gs / 2 : Gs; }
+};
+
+CodeOrder code_order(const KvQuantLayout& l) { return {l.bits == 4 && l.group % 2 == 0, l.D, l.group}; }
+
+// kLanes bytes at p (their low nibbles, their high nibbles, or as they are) as floats. GCC turns
+// __builtin_convertvector from bytes into one insert per lane, so x86 uses the widening moves.
+enum class Nibble { None, Low, High };
+template <Nibble N>
+inline VecF bytes_to_floats(const uint8_t* p) {
+#if defined(__AVX2__)
+#if defined(__AVX512F__)
+  __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));  // kLanes = 16 bytes
+#else
+  __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));  // kLanes = 8 bytes
+#endif
+  if constexpr (N == Nibble::Low) b = _mm_and_si128(b, _mm_set1_epi8(0x0f));
+  if constexpr (N == Nibble::High) b = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0f));
+#if defined(__AVX512F__)
+  const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b));
+#else
+  const __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
+#endif
+  VecF v;
+  std::memcpy(&v, &f, sizeof v);
+  return v;
+#else
+  VecF v;
+  for (int i = 0; i < kLanes; ++i)
+    v[i] = static_cast<float>(N == Nibble::Low ? p[i] & 0x0f : N == Nibble::High ? p[i] >> 4 : p[i]);
+  return v;
+#endif
+}
+
+// One row's codes as floats in code order.
+void widen_codes(const uint8_t* row, const KvQuantLayout& l, const CodeOrder& o, float* out) {
+  const uint32_t D = l.D;
+  if (l.bits == 8) {
+    uint32_t j = 0;
+    for (; j + kLanes <= D; j += kLanes) simd::store(out + j, bytes_to_floats<Nibble::None>(row + j));
+    for (; j < D; ++j) out[j] = static_cast<float>(row[j]);
+    return;
+  }
+  if (!o.split) {
+    unpack_codes(row, 4, D, out);
+    return;
+  }
+  const uint32_t H = D / 2;
+  uint32_t i = 0;
+  for (; i + kLanes <= H; i += kLanes) {
+    simd::store(out + i, bytes_to_floats<Nibble::Low>(row + i));
+    simd::store(out + H + i, bytes_to_floats<Nibble::High>(row + i));
+  }
+  for (; i < H; ++i) {
+    out[i] = static_cast<float>(row[i] & 0x0f);
+    out[H + i] = static_cast<float>(row[i] >> 4);
+  }
+}
+
+// Sum of the lanes by halving (a shuffle tree: a few instructions where a lane-by-lane sum is a
+// chain of dependent adds; this runs once per row and query).
+inline float lane_sum(VecF v) {
+#if defined(__AVX512F__)
+  typedef float V8 __attribute__((vector_size(32)));
+  const V8 h = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+               __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+  typedef float V4 __attribute__((vector_size(16)));
+  V4 q = __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
+#elif defined(__AVX__)
+  typedef float V4 __attribute__((vector_size(16)));
+  V4 q = __builtin_shufflevector(v, v, 0, 1, 2, 3) + __builtin_shufflevector(v, v, 4, 5, 6, 7);
+#else
+  typedef float V4 __attribute__((vector_size(16)));
+  V4 q = v;
+#endif
+  q += __builtin_shufflevector(q, q, 2, 3, 0, 1);
+  q += __builtin_shufflevector(q, q, 1, 0, 3, 2);
+  return q[0];
+}
+
+// acc + Σ a[i]·b[i] over [0, n), lanes kept apart; *tail gets the products past the last vector.
+inline VecF dot_acc(VecF acc, const float* a, const float* b, uint32_t n, float* tail) {
+  uint32_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) acc += simd::load(a + i) * simd::load(b + i);
+  for (; i < n; ++i) *tail += a[i] * b[i];
+  return acc;
+}
+
+// acc[i] += x·c[i] + y over [0, n).
+inline void axpb(float* acc, const float* c, float x, float y, uint32_t n) {
+  const VecF xv = simd::splat(x), yv = simd::splat(y);
+  uint32_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) simd::store(acc + i, simd::load(acc + i) + (xv * simd::load(c + i) + yv));
+  for (; i < n; ++i) acc[i] += x * c[i] + y;
+}
+
+}  // namespace
+
 void kv_quant_scores(const float* q, uint32_t n_q, const KvQuantRows& k, float scale, float* scores) {
   const KvQuantLayout& l = k.layout;
   check_layout(l);
-  const uint32_t D = l.D, Gs = l.group, G = l.groups();
-  // qc = c ⊙ q per query, and its per-group sums (the minimum's coefficient).
+  const uint32_t D = l.D, G = l.groups();
+  const CodeOrder o = code_order(l);
+  // qc = c ⊙ q per query in code order, and its per-group sums (the minimum's coefficient).
   std::vector<float> qc(size_t(n_q) * D), qsum(size_t(n_q) * G, 0.0f), codes(D);
   for (uint32_t t = 0; t < n_q; ++t)
     for (uint32_t j = 0; j < D; ++j) {
-      qc[size_t(t) * D + j] = q[size_t(t) * D + j] * k.channel_scale[j];
-      qsum[size_t(t) * G + j / Gs] += qc[size_t(t) * D + j];
+      const float x = q[size_t(t) * D + j] * k.channel_scale[j];
+      qc[size_t(t) * D + o.place(j)] = x;
+      qsum[size_t(t) * G + j / l.group] += x;
     }
   std::vector<float> sm(2 * G);
   for (size_t r = 0; r < k.rows; ++r) {
-    unpack_codes(k.codes + r * l.code_bytes(), l.bits, D, codes.data());
+    widen_codes(k.codes + r * l.code_bytes(), l, o, codes.data());
     const uint16_t* pr = k.params + r * 2 * G;
     for (uint32_t h = 0; h < 2 * G; ++h) sm[h] = f16_to_f32(pr[h]);  // once per row
     for (uint32_t t = 0; t < n_q; ++t) {
       const float* qt = qc.data() + size_t(t) * D;
       float acc = 0.0f;
       for (uint32_t g = 0; g < G; ++g) {
-        const float* qg = qt + g * Gs;
-        const float* cg = codes.data() + g * Gs;
-        // Eight independent partial sums: the compiler vectorises them (one sum would be a
-        // chain of dependent adds); the order differs from a left-to-right sum only by rounding.
-        float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        uint32_t i = 0;
-        for (; i + 8 <= Gs; i += 8)
-          for (uint32_t u = 0; u < 8; ++u) part[u] += qg[i + u] * cg[i + u];
-        float dot = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-        for (; i < Gs; ++i) dot += qg[i] * cg[i];
-        acc += sm[2 * g] * dot + sm[2 * g + 1] * qsum[size_t(t) * G + g];
+        VecF dv{};
+        float tail = 0.0f;
+        for (uint32_t half = 0; half < o.ranges(); ++half)
+          dv = dot_acc(dv, qt + o.begin(g, half), codes.data() + o.begin(g, half), o.len(), &tail);
+        acc += sm[2 * g] * (lane_sum(dv) + tail) + sm[2 * g + 1] * qsum[size_t(t) * G + g];
       }
       scores[size_t(t) * k.rows + r] = scale * acc;
     }
@@ -142,26 +262,28 @@ void kv_quant_scores(const float* q, uint32_t n_q, const KvQuantRows& k, float s
 void kv_quant_weighted_sum(const float* w, uint32_t n_q, const KvQuantRows& v, float* out) {
   const KvQuantLayout& l = v.layout;
   check_layout(l);
-  const uint32_t D = l.D, Gs = l.group, G = l.groups();
-  // Rows outer, queries inner: each row's codes are unpacked and its parameters converted once.
+  const uint32_t D = l.D, G = l.groups();
+  const CodeOrder o = code_order(l);
+  // Rows outer, queries inner: each row's codes are widened and its parameters converted once;
+  // acc is in code order, the channel scale is applied once per output at the end.
   std::vector<float> acc(size_t(n_q) * D, 0.0f), codes(D), sm(2 * G);
   for (size_t r = 0; r < v.rows; ++r) {
-    unpack_codes(v.codes + r * l.code_bytes(), l.bits, D, codes.data());
+    widen_codes(v.codes + r * l.code_bytes(), l, o, codes.data());
     const uint16_t* pr = v.params + r * 2 * G;
     for (uint32_t h = 0; h < 2 * G; ++h) sm[h] = f16_to_f32(pr[h]);
     for (uint32_t t = 0; t < n_q; ++t) {
       const float wr = w[size_t(t) * v.rows + r];
       if (wr == 0.0f) continue;
-      for (uint32_t g = 0; g < G; ++g) {
-        const float ws = wr * sm[2 * g], wm = wr * sm[2 * g + 1];
-        float* ag = acc.data() + size_t(t) * D + g * Gs;
-        const float* cg = codes.data() + g * Gs;
-        for (uint32_t i = 0; i < Gs; ++i) ag[i] += ws * cg[i] + wm;
-      }
+      for (uint32_t g = 0; g < G; ++g)
+        for (uint32_t half = 0; half < o.ranges(); ++half) {
+          const uint32_t b = o.begin(g, half);
+          axpb(acc.data() + size_t(t) * D + b, codes.data() + b, wr * sm[2 * g], wr * sm[2 * g + 1], o.len());
+        }
     }
   }
   for (uint32_t t = 0; t < n_q; ++t)
-    for (uint32_t j = 0; j < D; ++j) out[size_t(t) * D + j] = v.channel_scale[j] * acc[size_t(t) * D + j];
+    for (uint32_t j = 0; j < D; ++j)
+      out[size_t(t) * D + j] = v.channel_scale[j] * acc[size_t(t) * D + o.place(j)];
 }
 
 void kv_quant_attend(const KvQuantAttendArgs& a) {
@@ -173,18 +295,15 @@ void kv_quant_attend(const KvQuantAttendArgs& a) {
     if (a.lse) std::fill(a.lse, a.lse + a.n_q, -std::numeric_limits<float>::infinity());
     return;
   }
+  KVZIP_ASSERT(R <= UINT32_MAX);
   kv_quant_scores(a.q, a.n_q, a.k, a.scale, a.scores);
-  for (uint32_t t = 0; t < a.n_q; ++t) {
+  for (uint32_t t = 0; t < a.n_q; ++t) {  // the f32 kernel's softmax (simd exp, fp32 sums)
     float* s = a.scores + size_t(t) * R;
-    const float mx = *std::max_element(s, s + R);
-    double sum = 0.0;
-    for (size_t r = 0; r < R; ++r) {
-      s[r] = std::exp(s[r] - mx);
-      sum += s[r];
-    }
-    const float inv = static_cast<float>(1.0 / sum);
+    const float mx = simd::row_max(s, static_cast<uint32_t>(R));
+    const float sum = simd::exp_sum(s, static_cast<uint32_t>(R), mx);
+    const float inv = 1.0f / sum;
     for (size_t r = 0; r < R; ++r) s[r] *= inv;
-    if (a.lse) a.lse[t] = mx + static_cast<float>(std::log(sum));
+    if (a.lse) a.lse[t] = mx + std::log(sum);
   }
   kv_quant_weighted_sum(a.scores, a.n_q, a.v, a.out);
 }

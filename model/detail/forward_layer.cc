@@ -85,7 +85,7 @@ void attention_block(const ChunkContext& c, uint32_t layer) {
   for (const ChunkItem& it : items) {
     for (uint32_t h = 0; h < Hkv; ++h) {
       KvHeadView view = it.cache->view(layer, h);
-      s.spans[h] = KvSpan{view.k, view.v, view.len, view.k_tail, view.v_tail, view.split};
+      s.spans[h] = KvSpan{view.k, view.v, view.len, view.k_tail, view.v_tail, view.split, view.quant};
     }
     AttentionArgs args{s.q.data() + it.row0 * qd, s.spans.data(), s.att.data() + it.row0 * qd,
                        it.T, Hq, Hkv, D, scale};

@@ -11,12 +11,16 @@
 
 namespace kvzip::test {
 
+struct TinyModelSpec;  // tests/support/tiny_gguf.h
+
 struct TinyModelDir {
   std::filesystem::path dir;
   std::unique_ptr<Model> model;
 
   // `tag` names the folder; max_context 0 keeps tiny_gguf_llama_config's; threads as LoadOptions.
   TinyModelDir(const std::string& tag, uint64_t seed, uint32_t max_context = 0, uint32_t threads = 0);
+  // The model of `spec` (other shapes than the default's).
+  TinyModelDir(const std::string& tag, const TinyModelSpec& spec, uint32_t threads = 0);
   ~TinyModelDir();
   TinyModelDir(const TinyModelDir&) = delete;
   TinyModelDir& operator=(const TinyModelDir&) = delete;

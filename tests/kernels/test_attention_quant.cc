@@ -1,0 +1,177 @@
+// Attention over spans with quantized rows (KvSpan::quant: a q8/q4 base attended in place, then
+// f32 rows: the base's f16-stored rows and the question/answer tail) against dequantize-then-
+// attend: the same rows dequantized (cpu::kv_dequantize_rows) into one contiguous f32 span and
+// attended by the f32 kernel. Random inputs with key outlier channels; T = 1, 3, 17; GQA groups of
+// 1, 3 and 4; q8 and q4, one and two groups per row; bases longer than one 256-row chunk, heads
+// without quantized rows or without f32 base rows, a tail that is only the T new rows (all of it
+// covered by T) and one with earlier rows. The only difference allowed is fp32 summation order
+// (the scores of quantized rows are formed per group as s·Σ(c·q)·code + m·Σ(c·q), softmax and
+// merge by log-sum-exp): relative error below 2e-6 over the whole output (measured: at most 6.6e-7). The result must not
+// depend on the thread pool, and the CUDA front and local statistics refuse quantized spans.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "common/error.h"
+#include "kernels/attention.h"
+#include "kernels/kv_quant.h"
+#include "kernels/thread_pool.h"
+#include "tests/support/random_weights.h"
+
+using namespace kvzip;
+
+namespace {
+
+struct QCase {
+  uint32_t T, Hq, Hkv, D, bits, group;
+  std::vector<uint32_t> quant;  // quantized rows per KV head
+  std::vector<uint32_t> dense;  // f32 base rows per KV head
+  std::vector<uint32_t> tail;   // tail rows per KV head, each >= T (the last T are the new tokens)
+};
+
+// One KV head: quantized rows (stored form), the f32 base rows and the tail, in separate buffers.
+struct Head {
+  std::vector<float> ck, cv;
+  std::vector<uint16_t> pk, pv;
+  std::vector<uint8_t> qk, qv;
+  std::vector<float> kb, vb, kt, vt;  // (dense, D), (tail, D)
+  KvQuantSegment seg;
+  std::vector<float> k, v;  // dequantize-then-attend: [dequant(quant) ; base ; tail] contiguous
+};
+
+std::vector<float> with_outliers(std::vector<float> x, uint32_t D) {
+  for (size_t i = 0; i < x.size(); ++i)
+    if (i % D % 11 == 3) x[i] = 8.0f * x[i] + 2.0f;  // keys' typical outlier channels
+  return x;
+}
+
+struct QData {
+  std::vector<float> q;
+  std::vector<Head> heads;
+  std::vector<KvSpan> quant, whole;
+};
+
+QData make(const QCase& c, uint64_t seed) {
+  QData d;
+  d.q = test::random_vector(size_t(c.T) * c.Hq * c.D, seed, -1.5f, 1.5f);
+  d.heads.resize(c.Hkv);
+  const KvQuantLayout L{c.bits, c.D, c.group};
+  for (uint32_t h = 0; h < c.Hkv; ++h) {
+    Head& H = d.heads[h];
+    const size_t D = c.D, nq = c.quant[h], nb = c.dense[h], nt = c.tail[h];
+    const uint64_t s = seed * 101 + h * 7;
+    const std::vector<float> xk = with_outliers(test::random_vector(nq * D, s + 1, -1, 1), c.D);
+    const std::vector<float> xv = test::random_vector(nq * D, s + 2, -1, 1);
+    H.ck.resize(D), H.cv.resize(D);
+    H.pk.resize(nq * L.param_halves()), H.pv.resize(nq * L.param_halves());
+    H.qk.resize(nq * L.code_bytes()), H.qv.resize(nq * L.code_bytes());
+    cpu::kv_quantize_rows(xk.data(), {L, nq, H.ck.data(), H.pk.data(), H.qk.data()});
+    cpu::kv_quantize_rows(xv.data(), {L, nq, H.cv.data(), H.pv.data(), H.qv.data()});
+    H.seg = KvQuantSegment{{L, nq, H.ck.data(), H.pk.data(), H.qk.data()},
+                           {L, nq, H.cv.data(), H.pv.data(), H.qv.data()}};
+    H.kb = with_outliers(test::random_vector(nb * D, s + 3, -2, 2), c.D);
+    H.vb = test::random_vector(nb * D, s + 4, -2, 2);
+    H.kt = with_outliers(test::random_vector(nt * D, s + 5, -1, 1), c.D);
+    H.vt = test::random_vector(nt * D, s + 6, -1, 1);
+    H.k.resize((nq + nb + nt) * D), H.v.resize((nq + nb + nt) * D);
+    cpu::kv_dequantize_rows(H.seg.k, H.k.data());
+    cpu::kv_dequantize_rows(H.seg.v, H.v.data());
+    std::copy(H.kb.begin(), H.kb.end(), H.k.begin() + nq * D);
+    std::copy(H.vb.begin(), H.vb.end(), H.v.begin() + nq * D);
+    std::copy(H.kt.begin(), H.kt.end(), H.k.begin() + (nq + nb) * D);
+    std::copy(H.vt.begin(), H.vt.end(), H.v.begin() + (nq + nb) * D);
+  }
+  for (uint32_t h = 0; h < c.Hkv; ++h) {  // after the vectors are in place: spans point into them
+    Head& H = d.heads[h];
+    const uint32_t nb = c.dense[h], nt = c.tail[h];
+    KvSpan s = nb ? KvSpan{H.kb.data(), H.vb.data(), nb + nt, H.kt.data(), H.vt.data(), nb}
+                  : KvSpan{H.kt.data(), H.vt.data(), nt};
+    s.quant = c.quant[h] ? &H.seg : nullptr;
+    d.quant.push_back(s);
+    d.whole.push_back(KvSpan{H.k.data(), H.v.data(), c.quant[h] + nb + nt});
+  }
+  return d;
+}
+
+AttentionArgs args_for(const QCase& c, const QData& d, const std::vector<KvSpan>& spans, float* out) {
+  return AttentionArgs{d.q.data(), spans.data(), out, c.T, c.Hq, c.Hkv, c.D, 1.0f / std::sqrt(float(c.D))};
+}
+
+// Quantized spans against dequantize-then-attend; returns the relative error.
+double check_case(const QCase& c, ThreadPool* pool, uint64_t seed) {
+  const QData d = make(c, seed);
+  const size_t n = size_t(c.T) * c.Hq * c.D;
+  std::vector<float> want(n), got(n, NAN), alone(n, NAN);
+  attention(Exec{Device::Cpu, pool}, args_for(c, d, d.whole, want.data()));
+  attention(Exec{Device::Cpu, pool}, args_for(c, d, d.quant, got.data()));
+  attention(Exec{Device::Cpu, nullptr}, args_for(c, d, d.quant, alone.data()));
+  const double err = test::rel_error(got, want);
+  INFO("T " << c.T << " Hq " << c.Hq << " Hkv " << c.Hkv << " q" << c.bits << " group " << c.group);
+  CHECK(err < 2e-6);
+  CHECK(std::memcmp(got.data(), alone.data(), n * sizeof(float)) == 0);  // pool-independent
+  return err;
+}
+
+}  // namespace
+
+TEST_CASE("attention over a span of quantized base and f32 tail rows equals dequantize-then-attend", "[kernels][kvquant-attn]") {
+  ThreadPool pool(2);
+  for (uint32_t bits : {8u, 4u}) {
+    for (uint32_t T : {1u, 3u, 17u}) {
+      // GQA group 3: the first head spans two quantized chunks; the tail holds only the new rows
+      // in one head (T covers all of it) and earlier rows too in the others.
+      check_case({T, 9, 3, 64, bits, 64, {300, 40, 257}, {4, 0, 24}, {T, T + 6, T + 30}}, &pool, bits * 10 + T);
+      // Group 4, two parameter groups per row, D = 32.
+      check_case({T, 8, 2, 32, bits, 16, {130, 9}, {2, 5}, {T + 1, T}}, &pool, bits * 20 + T);
+      // Group 1 (MHA), one thread.
+      check_case({T, 2, 2, 16, bits, 16, {70, 513}, {0, 1}, {T, T + 2}}, nullptr, bits * 30 + T);
+    }
+  }
+}
+
+TEST_CASE("quantized attention: heads without quantized rows keep the f32 result bit for bit",
+          "[kernels][kvquant-attn]") {
+  ThreadPool pool(2);
+  const QCase c{3, 8, 2, 32, 4, 32, {0, 100}, {5, 5}, {7, 7}};
+  const QData d = make(c, 5);
+  REQUIRE(d.quant[0].quant == nullptr);
+  const size_t n = size_t(c.T) * c.Hq * c.D, per_token = size_t(c.Hq) * c.D, half = per_token / 2;
+  std::vector<float> mixed(n), plain(n);
+  attention(Exec{Device::Cpu, &pool}, args_for(c, d, d.quant, mixed.data()));
+  // The same f32 rows with no quantized span anywhere take the f32 kernel alone.
+  std::vector<KvSpan> f32 = d.quant;
+  f32[1].quant = nullptr;
+  attention(Exec{Device::Cpu, &pool}, args_for(c, d, f32, plain.data()));
+  for (uint32_t t = 0; t < c.T; ++t) {  // KV head 0 owns the first half of each token's heads
+    CHECK(std::memcmp(mixed.data() + t * per_token, plain.data() + t * per_token, half * sizeof(float)) == 0);
+    CHECK(std::memcmp(mixed.data() + t * per_token + half, plain.data() + t * per_token + half,
+                      half * sizeof(float)) != 0);  // head 1 did see its quantized rows
+  }
+  CHECK(check_case(c, &pool, 5) < 2e-6);
+}
+
+TEST_CASE("quantized spans are refused by the CUDA front and with local statistics",
+          "[kernels][kvquant-attn]") {
+  const QCase c{2, 2, 1, 16, 4, 16, {10}, {0}, {2}};
+  const QData d = make(c, 9);
+  std::vector<float> out(size_t(c.T) * c.Hq * c.D);
+  AttentionArgs a = args_for(c, d, d.quant, out.data());
+  try {
+    check_cuda_attention(a);
+    FAIL("expected Errc::unsupported");
+  } catch (const Error& e) {
+    CHECK(e.code() == Errc::unsupported);
+    CHECK(std::string(e.what()).find("quantized rows") != std::string::npos);
+  }
+  std::vector<float> stats(16, 0.0f);
+  LocalMaxProb L{0, 0, 0, 0, stats.data(), 16};
+  a.local = &L;
+  try {
+    attention(Exec{}, a);
+    FAIL("expected Errc::unsupported");
+  } catch (const Error& e) {
+    CHECK(e.code() == Errc::unsupported);
+  }
+}
