@@ -194,7 +194,7 @@ bool quant_values_bounded(const CacheHeader& h, const LayerKv& layer) {
       const uint16_t* p = q.params.data() + at * 2 * s.groups;
       for (uint64_t g = 0; g < s.groups; ++g) {
         const double x = cmax[hd * s.groups + g] *
-                         (double(f16_to_f32(p[2 * g])) * levels + std::fabs(double(f16_to_f32(p[2 * g + 1]))));
+                         (std::fabs(double(f16_to_f32(p[2 * g]))) * levels + std::fabs(double(f16_to_f32(p[2 * g + 1]))));
         if (!(x < limit)) ok = false;
       }
     });
