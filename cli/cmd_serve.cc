@@ -65,6 +65,7 @@ void run_serve(const ServeOpts& o) {
   so.chat.max_tokens_cap = o.max_tokens;
   so.chat.default_max_tokens = std::min<uint32_t>(256, o.max_tokens);
   so.http_threads = std::max<uint32_t>(64, 2 * (o.parallel + o.queue));
+  so.listen_backlog = static_cast<int>(std::max<uint32_t>(128, 2 * (o.parallel + o.queue)));
   so.compress_threads = o.threads;
   if (!o.api_key_file.empty()) so.api_key = read_api_key(o.api_key_file);
   auto model = load_model(o.model, o.threads);
