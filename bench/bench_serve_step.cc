@@ -27,7 +27,8 @@ int main(int argc, char** argv) {
   const int steps = argc > 4 ? std::atoi(argv[4]) : 8;
   auto model = Model::load(argv[1]);
   format::CacheReader reader = format::CacheReader::open(argv[2]);
-  const RaggedKvCache base = loader::cache_from_reader(reader, 1);
+  RaggedKvCache base = loader::cache_from_reader(reader, 1);
+  base.make_key_tiles();  // as the server's loaded caches (loader::base_from_reader)
   ForwardOptions fo;
   fo.threads = threads;
   Forward fwd(model->weights(), fo);

@@ -19,6 +19,12 @@
 namespace kvzip::cli {
 namespace {
 
+std::string format_mb(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", double(bytes) / 1e6);
+  return buf;
+}
+
 struct QueryOpts {
   std::string cache, model, questions_file, device = "cpu", matmul = "fast";
   std::vector<std::string> questions;
@@ -112,12 +118,15 @@ void run_query(const QueryOpts& o) {
   for (const auto& q : questions) check_text(q, "a question");
   auto model = load_model(o.model, o.threads);
   loader::QuerySession session(*model, o.cache, session_options(o));
-  if (!o.quiet && !o.json)
-    std::fprintf(stderr, "loaded %s in %.1f ms: %zu document tokens, %s at ratio %.3f, K/V %.2f MB in memory (%s)\n",
+  if (!o.quiet && !o.json) {
+    const uint64_t tiles = session.base().bytes_in_memory() - session.base().bytes_kept();
+    const std::string extra = tiles ? ", + " + format_mb(tiles) + " MB of keys kept transposed" : "";
+    std::fprintf(stderr, "loaded %s in %.1f ms: %zu document tokens, %s at ratio %.3f, K/V %.2f MB in memory (%s%s)\n",
                  o.cache.c_str(), session.load_ms(), session.header().document_tokens.size(),
                  session.header().method.c_str(), session.header().achieved_ratio,
                  double(session.base().bytes_kept()) / 1e6,
-                 session.quantized() ? format::dtype_name(session.header().kv_dtype) : "f32");
+                 session.quantized() ? format::dtype_name(session.header().kv_dtype) : "f32", extra.c_str());
+  }
   const GenerateParams gp = generate_params(o, *model);
   for (const auto& q : questions) {
     loader::Answer a;

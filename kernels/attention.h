@@ -35,6 +35,11 @@ struct KvSpan {
   const float* v_tail = nullptr;  // (len - split, D)
   uint32_t split = 0;             // rows in the first segment when k_tail is set
   const KvQuantSegment* quant = nullptr;  // quantized rows before the f32 ones, or null
+  // Optional (CPU): the keys of rows [0, kt_rows) already transposed, as transpose_key_tiles
+  // writes them, so a call reads them instead of transposing those rows again. kt_rows <= split
+  // with a tail (only the read-only first segment can be kept so). Same results as without.
+  const float* kt = nullptr;
+  uint32_t kt_rows = 0;
 
   bool two_segments() const { return k_tail != nullptr; }
   bool quantized() const { return quant != nullptr; }
@@ -63,6 +68,14 @@ struct LocalMaxProb {
   uint64_t out_stride = 0;
 };
 
+// Key tiles (KvSpan::kt): the CPU kernel scores keys vectorised across keys, so it reads K
+// transposed, kKeyTileRows keys at a time. For a read-only segment that many decode calls attend to
+// (a loaded compressed cache) the copy is made once: rows [0, n) of k (n, D) become
+// ceil(n / kKeyTileRows) tiles of (D, kKeyTileRows), zero past n, followed by the few floats of
+// padding the kernel may read past the last tile. key_tile_floats(n, D) is that buffer's size.
+inline constexpr uint32_t kKeyTileRows = 128;
+size_t key_tile_floats(uint32_t n, uint32_t D);
+
 struct AttentionArgs {
   const float* q = nullptr;    // (T, Hq, D), post-RoPE
   const KvSpan* kv = nullptr;  // (Hkv)
@@ -81,6 +94,12 @@ struct AttentionArgs {
 
 namespace cpu {
 void attention(ThreadPool* pool, const AttentionArgs& a);
+// Several independent calls (the requests of one batched step, each over its own cache) in one
+// pass of the pool instead of one or two passes each; every call keeps the plan it gets alone,
+// so each result is bit-identical to attention(pool, call).
+void attention_many(ThreadPool* pool, const AttentionArgs* calls, size_t n);
+// out (key_tile_floats(n, D)) = the tiles of k (n, D) for KvSpan::kt.
+void transpose_key_tiles(const float* k, uint32_t n, uint32_t D, float* out);
 }
 
 // What the CUDA kernels do not implement, refused before any dispatch (so a CPU-only build refuses
@@ -127,6 +146,17 @@ inline void attention(const Exec& ex, const AttentionArgs& a) {
   }
   require_cpu(ex, "attention");
   cpu::attention(ex.pool, a);
+}
+
+// attention() of calls[0, n); no call may write where another reads. The CPU runs them as one
+// (cpu::attention_many); the CUDA twins one after another on the stream.
+inline void attention_many(const Exec& ex, const AttentionArgs* calls, size_t n) {
+  if (ex.device == Device::Cuda) {
+    for (size_t i = 0; i < n; ++i) attention(ex, calls[i]);
+    return;
+  }
+  require_cpu(ex, "attention");
+  cpu::attention_many(ex.pool, calls, n);
 }
 
 }  // namespace kvzip

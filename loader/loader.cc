@@ -66,7 +66,7 @@ QuerySession::Loaded QuerySession::open_file(const Model& model, const std::stri
   format::check_shape(reader.header(), model.config());
   // The GPU path uploads f32 rows (GpuCache::from_ragged): no quantized spans on the device.
   const KvForm form = o.device == Device::Cuda ? KvForm::F32 : o.kv_form;
-  KvBase base = base_from_reader(reader, o.room, form);
+  KvBase base = base_from_reader(reader, o.room, form, /*key_tiles=*/o.device != Device::Cuda);
   return QuerySession::Loaded{reader.header(), std::move(base), ms_since(t0)};
 }
 
@@ -146,10 +146,12 @@ QuantBase quant_base_from_reader(const format::CacheReader& reader) {
   return QuantBase(shape_of(h), static_cast<uint32_t>(h.logical_length()), layout, std::move(layers));
 }
 
-KvBase base_from_reader(const format::CacheReader& reader, uint32_t room, KvForm form) {
+KvBase base_from_reader(const format::CacheReader& reader, uint32_t room, KvForm form, bool key_tiles) {
   if (form == KvForm::Auto && format::dtype_quantized(reader.header().kv_dtype))
     return KvBase(quant_base_from_reader(reader));
-  return KvBase(cache_from_reader(reader, room));
+  RaggedKvCache cache = cache_from_reader(reader, room);
+  if (key_tiles) cache.make_key_tiles();
+  return KvBase(std::move(cache));
 }
 
 RaggedKvCache cache_from_contents(const format::CacheContents& c, uint32_t room) {

@@ -42,9 +42,12 @@ RaggedKvCache cache_from_contents(const format::CacheContents& contents, uint32_
 QuantBase quant_base_from_reader(const format::CacheReader& reader);
 
 // Which form a q8/q4 file takes in memory. Auto: quantized (QuantBase); F32: dequantized into a
-// RaggedKvCache. Other dtypes are always f32.
+// RaggedKvCache. Other dtypes are always f32. An f32 base also keeps its keys transposed for the
+// CPU attention (RaggedKvCache::make_key_tiles: every decode step over it then skips that copy)
+// unless key_tiles is false (a base only uploaded to the GPU).
 enum class KvForm { Auto, F32 };
-KvBase base_from_reader(const format::CacheReader& reader, uint32_t room = 512, KvForm form = KvForm::Auto);
+KvBase base_from_reader(const format::CacheReader& reader, uint32_t room = 512, KvForm form = KvForm::Auto,
+                        bool key_tiles = true);
 
 // The cache a file describes, straight into device memory with `room` rows of append room per
 // head (no host cache is built): per layer the K/V are decoded (zstd, f16/bf16/q8/q4 -> f32) or

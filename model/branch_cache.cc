@@ -66,6 +66,11 @@ KvHeadView BranchCache::view(uint32_t layer, uint32_t kv_head) const {
   v.v = quant_ ? quant_->dense_v(layer, kv_head) : base_->v_rows(layer, kv_head);
   v.positions = quant_ ? quant_->positions(layer, kv_head) : base_->positions(layer, kv_head);
   v.quant = quant;
+  if (base_) {  // the base's key tiles, when it keeps them (RaggedKvCache::make_key_tiles)
+    const KvHeadView b = base_->view(layer, kv_head);
+    v.kt = b.kt;
+    v.kt_rows = b.kt_rows;
+  }
   v.len = kept + t.len;
   if (t.len > 0) {
     v.k_tail = t.k;

@@ -35,6 +35,11 @@ class KvBase {
   uint64_t bytes_kept() const {
     return quantized() ? quant().bytes_kept() : std::get<RaggedKvCache>(v_).bytes_kept();
   }
+  // What the base holds in memory: bytes_kept() plus an f32 base's key tiles
+  // (RaggedKvCache::make_key_tiles). The server's LRU budget counts this.
+  uint64_t bytes_in_memory() const {
+    return bytes_kept() + (quantized() ? 0 : std::get<RaggedKvCache>(v_).bytes_key_tiles());
+  }
 
   // The f32 rows; Errc::unsupported for a quantized base, the message starting with `who`.
   const RaggedKvCache& f32(const char* who) const {

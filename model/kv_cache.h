@@ -42,6 +42,8 @@ struct KvHeadView {
   const uint32_t* positions_tail = nullptr;  // (len - split)
   uint32_t split = 0;                        // rows of the first segment when k_tail is set
   const KvQuantSegment* quant = nullptr;     // quantized rows before all of these, or null
+  const float* kt = nullptr;  // rows [0, kt_rows)' keys transposed (KvSpan::kt), or null
+  uint32_t kt_rows = 0;
 };
 
 class AttentionCache {

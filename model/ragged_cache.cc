@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "kernels/attention.h"
 
 namespace kvzip {
 namespace {
@@ -130,8 +131,32 @@ void RaggedKvCache::commit_append(uint32_t T) { layout_.commit_append(T); }
 
 KvHeadView RaggedKvCache::view(uint32_t layer, uint32_t kv_head) const {
   KVZIP_ASSERT(layer < layout_.shape().n_layers && kv_head < layout_.shape().n_kv_heads);
-  return KvHeadView{k_rows(layer, kv_head), v_rows(layer, kv_head), positions(layer, kv_head),
-                    layout_.len(layer, kv_head)};
+  KvHeadView v{k_rows(layer, kv_head), v_rows(layer, kv_head), positions(layer, kv_head),
+               layout_.len(layer, kv_head)};
+  v.kt = key_tiles(layer, kv_head);
+  v.kt_rows = v.kt ? layout_.kept(layer, kv_head) : 0;
+  return v;
+}
+
+void RaggedKvCache::make_key_tiles() {
+  const CacheShape s = layout_.shape();
+  kt_off_.resize(size_t(s.n_layers) * s.n_kv_heads);
+  size_t total = 0;
+  for (uint32_t l = 0; l < s.n_layers; ++l)
+    for (uint32_t h = 0; h < s.n_kv_heads; ++h) {
+      kt_off_[size_t(l) * s.n_kv_heads + h] = total;
+      total += key_tile_floats(kept(l, h), s.head_dim);
+    }
+  kt_.resize(total);
+  const RaggedKvCache& self = *this;  // the const k_rows: the mutable one drops the tiles
+  for (uint32_t l = 0; l < s.n_layers; ++l)
+    for (uint32_t h = 0; h < s.n_kv_heads; ++h)
+      cpu::transpose_key_tiles(self.k_rows(l, h), kept(l, h), s.head_dim,
+                               kt_.data() + kt_off_[size_t(l) * s.n_kv_heads + h]);
+}
+
+const float* RaggedKvCache::key_tiles(uint32_t l, uint32_t h) const {
+  return kt_.empty() ? nullptr : kt_.data() + kt_off_[size_t(l) * layout_.shape().n_kv_heads + h];
 }
 
 void RaggedKvCache::rollback(uint32_t length) { layout_.rollback(length); }
@@ -139,6 +164,7 @@ void RaggedKvCache::rollback(uint32_t length) { layout_.rollback(length); }
 uint64_t RaggedKvCache::bytes_kept() const { return kept_total() * layout_.shape().head_dim * 2 * 4; }
 
 float* RaggedKvCache::k_rows(uint32_t l, uint32_t h) {
+  if (!kt_.empty()) kt_ = {}, kt_off_ = {};
   return k_[l].data() + layout_.offset(l, h) * layout_.shape().head_dim;
 }
 float* RaggedKvCache::v_rows(uint32_t l, uint32_t h) {

@@ -56,6 +56,7 @@ class RaggedKvCache final : public AttentionCache {
   uint32_t kept(uint32_t layer, uint32_t kv_head) const { return layout_.kept(layer, kv_head); }
   uint64_t kept_total() const { return layout_.kept_total(); }  // Σ kept rows over (l, h)
   // Rows of the compressed state of head (l, h), for filling or reading: (kept, D) / (kept).
+  // The mutable k_rows drops the key tiles (make_key_tiles), which could go stale through it.
   float* k_rows(uint32_t layer, uint32_t kv_head);
   float* v_rows(uint32_t layer, uint32_t kv_head);
   uint32_t* positions(uint32_t layer, uint32_t kv_head);
@@ -65,10 +66,21 @@ class RaggedKvCache final : public AttentionCache {
   // Bytes of K and V in the compressed state (2 · Σ kept · D · 4).
   uint64_t bytes_kept() const;
 
+  // Keeps the compressed state's keys also transposed, as the CPU attention reads them
+  // (KvSpan::kt), so decode calls over this read-only base stop transposing them per call; views
+  // then carry them. Costs about the K bytes again (bytes_key_tiles). Anything that may change the
+  // kept rows (retain, the mutable k_rows) drops them.
+  void make_key_tiles();
+  uint64_t bytes_key_tiles() const { return kt_.size() * sizeof(float); }
+
  private:
+  const float* key_tiles(uint32_t layer, uint32_t kv_head) const;
+
   RaggedLayout layout_;
   std::vector<std::vector<float>> k_;  // L × (Σ_h (kept_h + room), D)
   std::vector<std::vector<float>> v_;  // L × (Σ_h (kept_h + room), D)
+  std::vector<float> kt_;              // key tiles of every (l, h) or empty; head (l, h) at kt_off_
+  std::vector<size_t> kt_off_;         // (L · Hkv)
 };
 
 }  // namespace kvzip

@@ -57,7 +57,7 @@ std::shared_ptr<const LoadedCache> CacheStore::load(const std::string& id) const
   auto out = std::make_shared<LoadedCache>(
       LoadedCache{id, reader.header(), loader::base_from_reader(reader, /*room=*/1), 0, *stamp});
   out->header.document_text.clear();  // requests never read it; it may be large
-  out->bytes = out->cache.bytes_kept();
+  out->bytes = out->cache.bytes_in_memory();
   return out;
 }
 

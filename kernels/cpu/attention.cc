@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #if defined(__AVX2__)
@@ -39,7 +40,7 @@ namespace {
 using simd::kLanes;
 using simd::VecF;
 
-constexpr uint32_t kBk = 128;             // keys per block; a multiple of kQkCols
+constexpr uint32_t kBk = kKeyTileRows;    // keys per block; a multiple of kQkCols
 constexpr uint32_t kRowsTarget = 64;      // query rows (tokens × group heads) per task
 constexpr uint32_t kQkRows = 4;           // rows of one S micro-tile (also the P·V row step)
 constexpr uint32_t kQkCols = 2 * kLanes;  // columns of one S micro-tile
@@ -51,10 +52,14 @@ uint32_t round_up(uint32_t x, uint32_t m) { return (x + m - 1) / m * m; }
 // kBk keys: tile b of head h is (D, kBk) and holds keys [b·kBk, (b+1)·kBk). One tile per block keeps
 // the rows the S micro-kernel walks close together (a (D, len) layout with a long power-of-two
 // stride thrashes the L1 sets).
+// A tile the span already holds (KvSpan::kt, the same values) is read from there instead.
 struct KeysT {
   const float* data = nullptr;  // (Hkv, n_tiles, D, kBk); columns at or beyond len_h are zero
   uint32_t n_tiles = 0;
+  const KvSpan* kv = nullptr;   // (Hkv) the call's spans
+  static bool premade(const KvSpan& s, uint32_t b) { return (b + 1) * kBk <= s.kt_rows; }
   const float* tile(uint32_t h, uint32_t b, uint32_t D) const {
+    if (premade(kv[h], b)) return kv[h].kt + size_t(b) * D * kBk;
     return data + (size_t(h) * n_tiles + b) * D * kBk;
   }
 };
@@ -272,8 +277,15 @@ void key_block(const Plan& p, uint32_t h, Scratch& sc, RowState st, uint32_t Rp,
     v = sc.v.data();
     ldv = Dp;
   }
-  const float* kt = p.kt.data ? p.kt.tile(h, kb / kBk, D) + kb % kBk : sc.kt.data();
-  if (!p.kt.data) transpose_tile(span, kb, nk, D, sc.kt.data());
+  // The keys transposed: the call's shared tiles, the span's own (made at load), or this block's.
+  const float* kt = sc.kt.data();
+  if (p.kt.data) {
+    kt = p.kt.tile(h, kb / kBk, D) + kb % kBk;
+  } else if (kb + nk <= span.kt_rows) {
+    kt = span.kt + size_t(kb / kBk) * D * kBk + kb % kBk;
+  } else {
+    transpose_tile(span, kb, nk, D, sc.kt.data());
+  }
   scores(sc.q.data(), kt, kBk, sc.s.data(), Rp, ncols, D, Dp);
   if (p.local && kb >= p.local->target_begin && kb < p.local->target_end) {
     for (uint32_t r = 0; r < Rp; ++r)  // segments never straddle the target range
@@ -440,8 +452,10 @@ void transpose_keys(ThreadPool* pool, const AttentionArgs& a, std::vector<float>
   // + kQkCols: a segment starting inside the last tile's last row may be read that far past it.
   buf.resize(size_t(a.Hkv) * kt->n_tiles * a.D * kBk + kQkCols);
   kt->data = buf.data();
+  kt->kv = a.kv;
   run_tasks(pool, size_t(a.Hkv) * kt->n_tiles, [&](size_t t) {
     const uint32_t h = static_cast<uint32_t>(t / kt->n_tiles), b = static_cast<uint32_t>(t % kt->n_tiles);
+    if (KeysT::premade(a.kv[h], b)) return;
     const uint32_t j0 = b * kBk, len = a.kv[h].len;
     const uint32_t n = len > j0 ? std::min(kBk, len - j0) : 0;
     transpose_tile(a.kv[h], j0, n, a.D, buf.data() + (size_t(h) * kt->n_tiles + b) * a.D * kBk);
@@ -457,6 +471,7 @@ void check_args(const AttentionArgs& a) {
     KVZIP_ASSERT(!s.quantized());  // attention_quantized hands only the f32 rows here
     KVZIP_ASSERT((s.k && s.v) || (s.two_segments() && s.split == 0));
     KVZIP_ASSERT(!s.two_segments() || (s.v_tail && s.split <= s.len));
+    KVZIP_ASSERT(s.kt_rows <= (s.two_segments() ? s.split : s.len) && (s.kt || s.kt_rows == 0));
   }
   if (const LocalMaxProb* L = a.local) {
     KVZIP_ASSERT(L->out && L->prefix_end <= L->target_begin && L->target_begin <= L->target_end &&
@@ -490,50 +505,127 @@ Plan make_plan(const AttentionArgs& a, uint32_t threads) {
 
 }  // namespace
 
+void transpose_key_tiles(const float* k, uint32_t n, uint32_t D, float* out) {
+  const KvSpan span{k, nullptr, n};
+  const uint32_t tiles = (n + kBk - 1) / kBk;
+  for (uint32_t b = 0; b < tiles; ++b)
+    transpose_tile(span, b * kBk, std::min(kBk, n - b * kBk), D, out + size_t(b) * D * kBk);
+  std::fill(out + size_t(tiles) * D * kBk, out + key_tile_floats(n, D), 0.0f);
+}
+
 void attention(ThreadPool* pool, const AttentionArgs& a) {
   for (uint32_t h = 0; a.kv && h < a.Hkv; ++h)
     if (a.kv[h].quantized()) return detail::attention_quantized(pool, a);
   detail::attention_f32(pool, a, nullptr);
 }
 
-void detail::attention_f32(ThreadPool* pool, const AttentionArgs& a, float* lse) {
-  if (a.T == 0) return;
-  check_args(a);
-  const uint32_t threads = pool ? pool->size() : 1;
-  Plan p = make_plan(a, threads);
-  p.lse = lse;
-  thread_local std::vector<float> kt_buf;  // reused across calls from the same thread
-  if (p.n_qblocks > 1) transpose_keys(pool, a, kt_buf, &p.kt);
-  std::vector<std::mutex> locks(a.local ? a.Hkv : 0);
-  p.locks = locks.data();
-  const size_t per_state = state_floats(p);
-  const size_t n_pairs = size_t(a.Hkv) * p.n_qblocks;
+namespace {
+
+// One call's plan and buffers, so that several calls can share one pass of the pool
+// (attention_many) while each keeps the plan, and so the result, it gets alone.
+struct CallRun {
+  Plan p;
+  std::vector<std::mutex> locks;  // (Hkv) with local statistics
+  std::vector<float> states;      // (n_pairs · n_split, per_state) when the keys are split
+  size_t n_pairs = 0, per_state = 0;
+  size_t n_tasks() const { return n_pairs * p.n_split; }
+  size_t n_merges() const { return p.n_split > 1 ? n_pairs : 0; }
+
   // Task order: later query blocks (more keys) first, so the long tasks start early.
-  auto pair_of = [&](size_t i, uint32_t* h, uint32_t* qb) {
-    *qb = p.n_qblocks - 1 - static_cast<uint32_t>(i / a.Hkv);
-    *h = static_cast<uint32_t>(i % a.Hkv);
-  };
-  if (p.n_split == 1) {
-    run_tasks(pool, n_pairs, [&](size_t i) {
-      uint32_t h, qb;
+  void pair_of(size_t i, uint32_t* h, uint32_t* qb) const {
+    *qb = p.n_qblocks - 1 - static_cast<uint32_t>(i / p.a->Hkv);
+    *h = static_cast<uint32_t>(i % p.a->Hkv);
+  }
+  void task(size_t i) const {
+    uint32_t h, qb;
+    if (p.n_split == 1) {
       pair_of(i, &h, &qb);
       thread_local std::vector<float> state;
       state.resize(per_state);
       run_task(p, h, qb, 0, state.data());
-    });
-    return;
-  }
-  std::vector<float> states(n_pairs * p.n_split * per_state);
-  run_tasks(pool, n_pairs * p.n_split, [&](size_t i) {
-    uint32_t h, qb;
+      return;
+    }
     pair_of(i / p.n_split, &h, &qb);
-    size_t slot = (size_t(h) * p.n_qblocks + qb) * p.n_split + i % p.n_split;
-    run_task(p, h, qb, static_cast<uint32_t>(i % p.n_split), states.data() + slot * per_state);
+    const size_t slot = (size_t(h) * p.n_qblocks + qb) * p.n_split + i % p.n_split;
+    run_task(p, h, qb, static_cast<uint32_t>(i % p.n_split),
+             const_cast<float*>(states.data()) + slot * per_state);
+  }
+  void merge(size_t i) const {
+    const uint32_t h = static_cast<uint32_t>(i / p.n_qblocks), qb = static_cast<uint32_t>(i % p.n_qblocks);
+    merge_splits(p, h, qb, const_cast<float*>(states.data()) + i * p.n_split * per_state);
+  }
+};
+
+// Plans `a` (T > 0) into r; transposes the call's keys first when several query blocks share them.
+void prepare(ThreadPool* pool, const AttentionArgs& a, float* lse, std::vector<float>& kt_buf, CallRun& r) {
+  check_args(a);
+  r.p = make_plan(a, pool ? pool->size() : 1);
+  r.p.lse = lse;
+  if (r.p.n_qblocks > 1) transpose_keys(pool, a, kt_buf, &r.p.kt);
+  r.locks = std::vector<std::mutex>(a.local ? a.Hkv : 0);
+  r.p.locks = r.locks.data();
+  r.per_state = state_floats(r.p);
+  r.n_pairs = size_t(a.Hkv) * r.p.n_qblocks;
+  if (r.p.n_split > 1) r.states.resize(r.n_tasks() * r.per_state);
+}
+
+// Runs the tasks, then the merges, of every call in `runs`: one pass of the pool each.
+void run_calls(ThreadPool* pool, std::span<const CallRun> runs) {
+  std::vector<size_t> first(runs.size() + 1, 0), first_merge(runs.size() + 1, 0);
+  for (size_t c = 0; c < runs.size(); ++c) {
+    first[c + 1] = first[c] + runs[c].n_tasks();
+    first_merge[c + 1] = first_merge[c] + runs[c].n_merges();
+  }
+  auto which = [](const std::vector<size_t>& f, size_t i) {
+    return size_t(std::upper_bound(f.begin(), f.end(), i) - f.begin()) - 1;
+  };
+  run_tasks(pool, first.back(), [&](size_t i) {
+    const size_t c = runs.size() == 1 ? 0 : which(first, i);
+    runs[c].task(i - first[c]);
   });
-  run_tasks(pool, n_pairs, [&](size_t i) {
-    uint32_t h = static_cast<uint32_t>(i / p.n_qblocks), qb = static_cast<uint32_t>(i % p.n_qblocks);
-    merge_splits(p, h, qb, states.data() + i * p.n_split * per_state);
+  run_tasks(pool, first_merge.back(), [&](size_t i) {
+    const size_t c = runs.size() == 1 ? 0 : which(first_merge, i);
+    runs[c].merge(i - first_merge[c]);
   });
 }
 
+}  // namespace
+
+void detail::attention_f32(ThreadPool* pool, const AttentionArgs& a, float* lse) {
+  if (a.T == 0) return;
+  thread_local std::vector<float> kt_buf;  // reused across calls from the same thread
+  CallRun r;
+  prepare(pool, a, lse, kt_buf, r);
+  run_calls(pool, std::span<const CallRun>(&r, 1));
+}
+
+void attention_many(ThreadPool* pool, const AttentionArgs* calls, size_t n) {
+  thread_local std::vector<std::vector<float>> kt_bufs;  // one per call with shared key tiles
+  std::vector<CallRun> runs;
+  runs.reserve(n);
+  size_t n_bufs = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const AttentionArgs& a = calls[i];
+    bool quantized = false;
+    for (uint32_t h = 0; a.kv && h < a.Hkv; ++h) quantized = quantized || a.kv[h].quantized();
+    if (quantized) {  // its own three steps (attention_quant.cc)
+      detail::attention_quantized(pool, a);
+      continue;
+    }
+    if (a.T == 0) continue;
+    if (kt_bufs.size() <= n_bufs) kt_bufs.resize(n_bufs + 1);
+    runs.emplace_back();
+    prepare(pool, a, nullptr, kt_bufs[n_bufs], runs.back());
+    n_bufs += runs.back().p.kt.data != nullptr;
+  }
+  if (!runs.empty()) run_calls(pool, runs);
+}
+
 }  // namespace kvzip::cpu
+
+namespace kvzip {
+// + kQkCols: a block starting inside the last tile's last row may be read that far past it.
+size_t key_tile_floats(uint32_t n, uint32_t D) {
+  return size_t((n + kKeyTileRows - 1) / kKeyTileRows) * D * kKeyTileRows + 2 * simd::kLanes;
+}
+}  // namespace kvzip

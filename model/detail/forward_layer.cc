@@ -82,16 +82,28 @@ void attention_block(const ChunkContext& c, uint32_t layer) {
   LocalMaxProb local;  // asked after the append: observers read the views with the new rows
   const bool stats = c.observer && c.observer->request_local_stats(layer, c.T, &local);
   const bool output_unused = c.last_output_unused && layer + 1 == cfg.n_layers;
-  for (const ChunkItem& it : items) {
+  // Every item's call at once (attention_many: one pass of the pool for all of them).
+  s.spans.resize(items.size() * Hkv);
+  std::vector<AttentionArgs> calls;
+  calls.reserve(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    const ChunkItem& it = items[i];
+    KvSpan* spans = s.spans.data() + i * Hkv;
     for (uint32_t h = 0; h < Hkv; ++h) {
       KvHeadView view = it.cache->view(layer, h);
-      s.spans[h] = KvSpan{view.k, view.v, view.len, view.k_tail, view.v_tail, view.split, view.quant};
+      spans[h] = KvSpan{view.k,     view.v,     view.len, view.k_tail, view.v_tail,
+                        view.split, view.quant, view.kt,  view.kt_rows};
     }
-    AttentionArgs args{s.q.data() + it.row0 * qd, s.spans.data(), s.att.data() + it.row0 * qd,
+    AttentionArgs args{s.q.data() + it.row0 * qd, spans, s.att.data() + it.row0 * qd,
                        it.T, Hq, Hkv, D, scale};
     args.local = stats ? &local : nullptr;
     if (output_unused) args.out = nullptr;  // statistics only, or no attention at all
-    if (args.out || args.local) attention(c.ex, args);
+    if (args.out || args.local) calls.push_back(args);
+  }
+  if (stats && calls.size() > 1) {  // the calls would max-combine into the same statistics rows
+    for (const AttentionArgs& a : calls) attention(c.ex, a);
+  } else {
+    attention_many(c.ex, calls.data(), calls.size());
   }
   if (!output_unused) trace(c, "attn", li, s.att.data(), c.T, Hq * D);
   if (c.observer) {

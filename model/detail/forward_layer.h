@@ -25,7 +25,7 @@ struct ForwardScratch {
   std::vector<float> proj;   // (T, E) output of wo or w_down
   std::vector<float> gate;   // (T, F)
   std::vector<float> up;     // (T, F)
-  std::vector<KvSpan> spans;  // (Hkv)
+  std::vector<KvSpan> spans;  // (items of a step, Hkv)
   void resize(const ModelConfig& c, uint32_t chunk);
 };
 
