@@ -3,7 +3,9 @@
 // per step, either as one Forward::step of N rows or as N Forward::decode calls. Prints ms per
 // step and the aggregate tokens/s of both, so the gain of reading each weight once per step is
 // measured apart from HTTP and scheduling.
-//   bench_serve_step MODEL CACHE.kvz [threads] [steps]
+//   bench_serve_step MODEL CACHE.kvz [threads] [steps] [tiles]
+// tiles = 0 leaves the base's keys untransposed (each call transposes them, as before
+// RaggedKvCache::make_key_tiles), to measure what the tiles save.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -20,7 +22,7 @@ using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: bench_serve_step MODEL CACHE.kvz [threads] [steps]\n");
+    std::fprintf(stderr, "usage: bench_serve_step MODEL CACHE.kvz [threads] [steps] [tiles 0|1]\n");
     return 2;
   }
   const uint32_t threads = argc > 3 ? uint32_t(std::atoi(argv[3])) : 0;
@@ -28,7 +30,8 @@ int main(int argc, char** argv) {
   auto model = Model::load(argv[1]);
   format::CacheReader reader = format::CacheReader::open(argv[2]);
   RaggedKvCache base = loader::cache_from_reader(reader, 1);
-  base.make_key_tiles();  // as the server's loaded caches (loader::base_from_reader)
+  if (argc <= 5 || std::atoi(argv[5]) != 0)
+    base.make_key_tiles();  // as the server's loaded caches (loader::base_from_reader)
   ForwardOptions fo;
   fo.threads = threads;
   Forward fwd(model->weights(), fo);

@@ -31,7 +31,7 @@ struct QueryOpts {
   uint32_t n = 128, threads = 0;
   float temp = 0.0f;
   uint64_t seed = 0;
-  bool json = false, force = false, verify = false, quiet = false, kv_f32 = false;
+  bool json = false, force = false, verify = false, quiet = false, kv_f32 = false, no_key_tiles = false;
   RkvOptions rkv;
 };
 
@@ -78,6 +78,7 @@ loader::SessionOptions session_options(const QueryOpts& o) {
   // q8/q4 rows are attended in place, except under R-KV, which evicts rows of an f32 cache.
   if (o.kv_f32 || rkv_params(o.rkv)) so.kv_form = loader::KvForm::F32;
   so.matmul = o.matmul == "exact" ? MatmulPath::Exact : MatmulPath::Fast;
+  so.key_tiles = !o.no_key_tiles && !rkv_params(o.rkv);  // R-KV's evictions would drop them
   return so;
 }
 
@@ -205,6 +206,9 @@ void add_common(CLI::App* c, QueryOpts& o) {
       ->capture_default_str();
   c->add_flag("--kv-f32", o.kv_f32,
               "Dequantize a q8/q4 cache to f32 rows at load instead of attending to its stored rows");
+  c->add_flag("--no-key-tiles", o.no_key_tiles,
+              "Keep an f32 cache's keys once in memory (by default they are also kept transposed, "
+              "for faster decoding at about the K bytes again)");
   add_rkv_options(c, o.rkv);
 }
 

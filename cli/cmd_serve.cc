@@ -24,7 +24,7 @@ struct ServeOpts {
   uint32_t parallel = 8, threads = 0, queue = 64, max_tokens = 4096, step_tokens = 0;
   uint64_t max_loaded_bytes = uint64_t(4) << 30;
   double grace = 10.0;
-  bool quiet = false;
+  bool quiet = false, no_key_tiles = false;
 };
 
 std::atomic<int> g_signal{0};
@@ -62,6 +62,7 @@ void run_serve(const ServeOpts& o) {
   // Default: every step on the matmul's 8-bit path (serve/engine.h), with room past --parallel.
   so.engine.step_tokens = o.step_tokens ? o.step_tokens : std::max(kMatmulInt8MaxT, o.parallel + 16);
   so.max_loaded_bytes = o.max_loaded_bytes;
+  so.key_tiles = !o.no_key_tiles;
   so.chat.max_tokens_cap = o.max_tokens;
   so.chat.default_max_tokens = std::min<uint32_t>(256, o.max_tokens);
   so.http_threads = std::max<uint32_t>(64, 2 * (o.parallel + o.queue));
@@ -112,8 +113,12 @@ void add_serve_commands(CLI::App& app) {
                 "Rows per batched step (decode rows + question pieces); default max(48, parallel + 16), "
                 "which keeps every step on the 8-bit matmul path");
   c->add_option("--max-tokens", o->max_tokens, "Largest max_tokens a request may ask")->capture_default_str();
-  c->add_option("--max-loaded-bytes", o->max_loaded_bytes, "K/V bytes of caches kept loaded (LRU)")
+  c->add_option("--max-loaded-bytes", o->max_loaded_bytes,
+                "Bytes of caches kept loaded (LRU): K/V, and an f32 cache's transposed keys")
       ->capture_default_str();
+  c->add_flag("--no-key-tiles", o->no_key_tiles,
+              "Keep an f32 cache's keys once in memory (by default they are also kept transposed, "
+              "for faster decoding at about the K bytes again)");
   c->add_option("--api-key-file", o->api_key_file, "File holding the API key clients must send as a Bearer token");
   c->add_option("--device", o->device, "cpu (cuda is not available for serve yet)")->capture_default_str();
   c->add_option("--grace", o->grace, "Seconds in-flight answers get to finish on SIGTERM")->capture_default_str();

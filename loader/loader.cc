@@ -66,7 +66,7 @@ QuerySession::Loaded QuerySession::open_file(const Model& model, const std::stri
   format::check_shape(reader.header(), model.config());
   // The GPU path uploads f32 rows (GpuCache::from_ragged): no quantized spans on the device.
   const KvForm form = o.device == Device::Cuda ? KvForm::F32 : o.kv_form;
-  KvBase base = base_from_reader(reader, o.room, form, /*key_tiles=*/o.device != Device::Cuda);
+  KvBase base = base_from_reader(reader, o.room, form, o.key_tiles && o.device != Device::Cuda);
   return QuerySession::Loaded{reader.header(), std::move(base), ms_since(t0)};
 }
 

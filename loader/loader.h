@@ -91,6 +91,9 @@ struct SessionOptions {
   // needs that: it evicts rows of a RaggedKvCache).
   KvForm kv_form = KvForm::Auto;
   MatmulPath matmul = MatmulPath::Fast;  // ForwardOptions::matmul of the CPU forward pass
+  // An f32 base on the CPU also keeps its keys transposed (RaggedKvCache::make_key_tiles): every
+  // decode step skips that copy, for about the K bytes again in memory. false: K once.
+  bool key_tiles = true;
 };
 
 struct Answer {

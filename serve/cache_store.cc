@@ -15,8 +15,8 @@
 namespace kvzip::serve {
 namespace fs = std::filesystem;
 
-CacheStore::CacheStore(const Model& model, std::string dir, uint64_t max_loaded_bytes)
-    : model_(model), dir_(std::move(dir)), max_bytes_(max_loaded_bytes) {
+CacheStore::CacheStore(const Model& model, std::string dir, uint64_t max_loaded_bytes, bool key_tiles)
+    : model_(model), dir_(std::move(dir)), max_bytes_(max_loaded_bytes), key_tiles_(key_tiles) {
   std::error_code ec;
   if (!fs::is_directory(dir_, ec))
     throw Error(Errc::not_found, "caches folder " + dir_ + " does not exist or is not a folder");
@@ -55,7 +55,7 @@ std::shared_ptr<const LoadedCache> CacheStore::load(const std::string& id) const
   reader.check_model(model_.fingerprint(), /*force=*/false);
   format::check_shape(reader.header(), model_.config());
   auto out = std::make_shared<LoadedCache>(
-      LoadedCache{id, reader.header(), loader::base_from_reader(reader, /*room=*/1), 0, *stamp});
+      LoadedCache{id, reader.header(), loader::base_from_reader(reader, /*room=*/1, loader::KvForm::Auto, key_tiles_), 0, *stamp});
   out->header.document_text.clear();  // requests never read it; it may be large
   out->bytes = out->cache.bytes_in_memory();
   return out;

@@ -53,7 +53,9 @@ struct CacheInfo {
 
 class CacheStore {
  public:
-  CacheStore(const Model& model, std::string dir, uint64_t max_loaded_bytes);
+  // key_tiles: f32 caches also keep their keys transposed (loader::base_from_reader), counted in
+  // their bytes.
+  CacheStore(const Model& model, std::string dir, uint64_t max_loaded_bytes, bool key_tiles = true);
 
   // True for ids of the charset above; path_of() throws Errc::invalid_argument for any other.
   static bool valid_id(std::string_view id);
@@ -98,6 +100,7 @@ class CacheStore {
   const Model& model_;
   std::string dir_;
   uint64_t max_bytes_;
+  bool key_tiles_;
   mutable std::mutex mu_;
   std::mutex load_mu_;  // one load at a time (loads are I/O bound; this keeps memory predictable)
   std::map<std::string, Entry> entries_;

@@ -134,7 +134,7 @@ std::string Scope::pinned(const std::string& given, const char* param) const {
 }
 
 Server::Impl::Impl(const Model& m, ServerOptions o)
-    : model(m), opt(std::move(o)), store(m, opt.caches_dir, opt.max_loaded_bytes),
+    : model(m), opt(std::move(o)), store(m, opt.caches_dir, opt.max_loaded_bytes, opt.key_tiles),
       engine(m, opt.engine), jobs(m, store, opt.max_jobs) {
   routes();
 }

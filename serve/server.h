@@ -27,6 +27,7 @@ struct ServerOptions {
   int port = 8080;                          // 0: any free port (bind() says which)
   EngineOptions engine;
   uint64_t max_loaded_bytes = uint64_t(4) << 30;
+  bool key_tiles = true;  // f32 caches also keep their keys transposed (serve::CacheStore)
   std::string api_key;                      // empty: no authentication
   ChatLimits chat;
   size_t max_json_bytes = size_t(1) << 20;      // chat and other JSON bodies
