@@ -13,7 +13,7 @@
 #include "model/quant_base.h"
 #include "model/ragged_cache.h"
 
-namespace kvzip {
+namespace kvzip::model {
 
 class KvBase {
  public:
@@ -61,4 +61,4 @@ class KvBase {
   std::variant<RaggedKvCache, QuantBase> v_;
 };
 
-}  // namespace kvzip
+}  // namespace kvzip::model

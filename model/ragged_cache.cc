@@ -11,7 +11,7 @@
 
 #include "common/error.h"
 
-namespace kvzip {
+namespace kvzip::model {
 namespace {
 
 // Host K/V arrays as RaggedLayout grows them: new arrays are staged beside the live ones.
@@ -155,4 +155,4 @@ const uint32_t* RaggedKvCache::positions(uint32_t l, uint32_t h) const {
   return layout_.positions(l, h);
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::model

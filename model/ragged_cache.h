@@ -14,7 +14,7 @@
 #include "model/kv_cache.h"
 #include "model/ragged_layout.h"
 
-namespace kvzip {
+namespace kvzip::model {
 
 class RaggedKvCache final : public AttentionCache {
  public:
@@ -71,4 +71,4 @@ class RaggedKvCache final : public AttentionCache {
   std::vector<std::vector<float>> v_;  // L × (Σ_h (kept_h + room), D)
 };
 
-}  // namespace kvzip
+}  // namespace kvzip::model

@@ -39,7 +39,7 @@ struct FileStamp {
 struct LoadedCache {
   std::string id;
   format::CacheHeader header;
-  KvBase cache;         // the compressed state (f32 or q8/q4 as stored), never appended to
+  model::KvBase cache;         // the compressed state (f32 or q8/q4 as stored), never appended to
   uint64_t bytes = 0;   // K/V bytes held (KvBase::bytes_kept)
   FileStamp stamp;      // the file as it was when loaded
 };
@@ -53,7 +53,7 @@ struct CacheInfo {
 
 class CacheStore {
  public:
-  CacheStore(const Model& model, std::string dir, uint64_t max_loaded_bytes);
+  CacheStore(const model::Model& model, std::string dir, uint64_t max_loaded_bytes);
 
   // True for ids of the charset above; path_of() throws Errc::invalid_argument for any other.
   static bool valid_id(std::string_view id);
@@ -95,7 +95,7 @@ class CacheStore {
                                                          const std::optional<FileStamp>& now);
   void forget_locked(const std::string& id);
 
-  const Model& model_;
+  const model::Model& model_;
   std::string dir_;
   uint64_t max_bytes_;
   mutable std::mutex mu_;

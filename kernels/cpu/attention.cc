@@ -33,7 +33,7 @@
 #include "kernels/simd.h"
 #include "kernels/thread_pool.h"
 
-namespace kvzip::cpu {
+namespace kvzip::kernels::cpu {
 namespace {
 
 using simd::kLanes;
@@ -536,4 +536,4 @@ void detail::attention_f32(ThreadPool* pool, const AttentionArgs& a, float* lse)
   });
 }
 
-}  // namespace kvzip::cpu
+}  // namespace kvzip::kernels::cpu

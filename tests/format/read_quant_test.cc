@@ -24,7 +24,7 @@ size_t kv_section(const CacheContents& c, uint32_t l) { return (c.has_scores ? 4
 
 CacheContents quantized(DType t, uint32_t group, bool f16_prefix) {
   CacheContents c = synthetic(SyntheticSpec{.head_dim = 16, .document = 60, .seed = 8});
-  set_kv_dtype(c, t, group, f16_prefix);
+  compress::set_kv_dtype(c, t, group, f16_prefix);
   return c;
 }
 

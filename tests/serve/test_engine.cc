@@ -39,12 +39,12 @@ struct Fixture : test::TinyModelDir {
     caches = path("caches");
     std::filesystem::create_directories(caches);
     for (int i = 0; i < 3; ++i) {
-      CompressFileOptions o;
+      compress::CompressFileOptions o;
       o.compress.method = "kvzip";
       o.compress.ratio = 0.5;
-      o.compress.scorer = make_scorer_options(model->chat(), 512, 0);
+      o.compress.scorer = compress::make_scorer_options(model->chat(), 512, 0);
       o.threads = 2;
-      compress_to_file(*model, kDocs[i], o, caches + "/doc" + std::to_string(i) + ".kvz");
+      compress::compress_to_file(*model, kDocs[i], o, caches + "/doc" + std::to_string(i) + ".kvz");
     }
   }
 
@@ -52,7 +52,7 @@ struct Fixture : test::TinyModelDir {
     loader::SessionOptions so;
     so.threads = 2;
     loader::QuerySession s(*model, caches + "/" + id + ".kvz", so);
-    GenerateParams gp;
+    model::GenerateParams gp;
     gp.max_tokens = n;
     gp.stop_tokens = model->chat().stop_tokens();
     return s.ask(q, gp).tokens;

@@ -33,13 +33,13 @@ struct Fixture : test::TinyModelDir {
   Fixture() : TinyModelDir("serveq", 23, 1024) {
     caches = path("caches");
     std::filesystem::create_directories(caches);
-    CompressFileOptions o;
+    compress::CompressFileOptions o;
     o.compress.method = "kvzip";
     o.compress.ratio = 0.5;
-    o.compress.scorer = make_scorer_options(model->chat(), 512, 0);
+    o.compress.scorer = compress::make_scorer_options(model->chat(), 512, 0);
     o.kv_dtype = format::DType::Q4;
     o.threads = 2;
-    compress_to_file(*model, kDoc, o, caches + "/q4.kvz");
+    compress::compress_to_file(*model, kDoc, o, caches + "/q4.kvz");
   }
 
   std::vector<int32_t> want(const std::string& q, uint32_t n) const {
@@ -47,7 +47,7 @@ struct Fixture : test::TinyModelDir {
     so.threads = 2;
     loader::QuerySession s(*model, caches + "/q4.kvz", so);
     REQUIRE(s.quantized());
-    GenerateParams gp;
+    model::GenerateParams gp;
     gp.max_tokens = n;
     gp.stop_tokens = model->chat().stop_tokens();
     return s.ask(q, gp).tokens;
@@ -74,7 +74,7 @@ TEST_CASE("served requests share one quantized base and answer as kvzip query do
   REQUIRE(held->cache.quantized());
   CHECK(held->bytes == held->cache.quant().bytes_kept());
   CHECK(store.loaded_bytes() == held->bytes);
-  const RaggedKvCache f32 = loader::cache_from_reader(format::CacheReader::open(f.caches + "/q4.kvz"), 1);
+  const model::RaggedKvCache f32 = loader::cache_from_reader(format::CacheReader::open(f.caches + "/q4.kvz"), 1);
   CHECK(held->bytes < f32.bytes_kept() / 2);  // D = 16: parameters weigh more than at D = 64
 
   EngineOptions eo;
