@@ -19,6 +19,7 @@
 #include "kernels/kv_quant.h"
 #include "kernels/thread_pool.h"
 #include "tests/support/random_weights.h"
+#include "tests/support/thrown.h"
 
 using namespace kvzip;
 
@@ -158,20 +159,12 @@ TEST_CASE("quantized spans are refused by the CUDA front and with local statisti
   const QData d = make(c, 9);
   std::vector<float> out(size_t(c.T) * c.Hq * c.D);
   kernels::AttentionArgs a = args_for(c, d, d.quant, out.data());
-  try {
-    kernels::check_cuda_attention(a);
-    FAIL("expected Errc::unsupported");
-  } catch (const Error& e) {
-    CHECK(e.code() == Errc::unsupported);
-    CHECK(std::string(e.what()).find("quantized rows") != std::string::npos);
-  }
+  const Error e = test::error_from([&] { kernels::check_cuda_attention(a); }, "expected Errc::unsupported");
+  CHECK(e.code() == Errc::unsupported);
+  CHECK(std::string(e.what()).find("quantized rows") != std::string::npos);
   std::vector<float> stats(16, 0.0f);
   kernels::LocalMaxProb L{0, 0, 0, 0, stats.data(), 16};
   a.local = &L;
-  try {
-    attention(kernels::Exec{}, a);
-    FAIL("expected Errc::unsupported");
-  } catch (const Error& e) {
-    CHECK(e.code() == Errc::unsupported);
-  }
+  CHECK(test::error_from([&] { kernels::attention(kernels::Exec{}, a); }, "expected Errc::unsupported").code() ==
+        Errc::unsupported);
 }

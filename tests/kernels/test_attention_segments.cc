@@ -13,6 +13,7 @@
 #include "kernels/thread_pool.h"
 #include "tests/support/random_weights.h"
 #include "tests/support/reference.h"
+#include "tests/support/thrown.h"
 
 using namespace kvzip;
 
@@ -111,13 +112,9 @@ TEST_CASE("the CUDA attention front refuses two-segment spans", "[kernels]") {
   kernels::KvSpan span{dummy, dummy, 2, dummy + 8, dummy + 8, 1};
   float out[8];
   kernels::AttentionArgs a{dummy, &span, out, 1, 1, 1, 8, 1.0f};
-  try {
-    kernels::check_cuda_attention(a);
-    FAIL("expected Errc::unsupported");
-  } catch (const Error& e) {
-    CHECK(e.code() == Errc::unsupported);
-    CHECK(std::string(e.what()).find("two segments") != std::string::npos);
-  }
+  const Error e = test::error_from([&] { kernels::check_cuda_attention(a); }, "expected Errc::unsupported");
+  CHECK(e.code() == Errc::unsupported);
+  CHECK(std::string(e.what()).find("two segments") != std::string::npos);
   span.k_tail = span.v_tail = nullptr;
   CHECK_NOTHROW(kernels::check_cuda_attention(a));
 }
