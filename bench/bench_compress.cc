@@ -54,14 +54,14 @@ std::vector<float> filled(size_t n, uint32_t seed, float a) {
   return v;
 }
 
-Weights smollm2_shaped_weights() {
+model::Weights smollm2_shaped_weights() {
   uint32_t seed = 1;
   auto mat = [&](size_t out, size_t in) {
-    return Matrix::from_f32(filled(out * in, ++seed, 1.0f / std::sqrt(float(in))), uint32_t(out),
+    return model::Matrix::from_f32(filled(out * in, ++seed, 1.0f / std::sqrt(float(in))), uint32_t(out),
                             uint32_t(in));
   };
   auto embedding = [&](size_t V, size_t E) {
-    return Matrix::from_f32(filled(V * E, ++seed, 1.0f), uint32_t(V), uint32_t(E));
+    return model::Matrix::from_f32(filled(V * E, ++seed, 1.0f), uint32_t(V), uint32_t(E));
   };
   auto ones = [](size_t n) { return std::vector<float>(n, 1.0f); };
   return test::shaped_weights(bench::smollm2_135m_config(), mat, embedding, ones, ones);
@@ -146,15 +146,15 @@ void print_row(const char* name, const char* what, Span s, Span prefill) {
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   try {
-    std::unique_ptr<Model> model;
-    Weights random;
+    std::unique_ptr<model::Model> model;
+    model::Weights random;
     std::vector<int32_t> prefix, doc;
-    ScorerOptions so;
+    compress::ScorerOptions so;
     if (!o.model.empty()) {
-      model = Model::load(o.model, LoadOptions{o.threads});
+      model = model::Model::load(o.model, model::LoadOptions{o.threads});
       prefix = model->chat().prefix("");
       doc = model->chat().encode_document(read_file(o.text));
-      so.prompts = reconstruction_prompts(model->chat());
+      so.prompts = compress::reconstruction_prompts(model->chat());
     } else {
       random = smollm2_shaped_weights();
       const uint32_t V = random.config.vocab_size;
@@ -165,40 +165,40 @@ int main(int argc, char** argv) {
       so.prompts.next = tokens_of(13, 10, V);
       so.prompts.turn_end = tokens_of(5, 11, V);
     }
-    const Weights& w = model ? model->weights() : random;
+    const model::Weights& w = model ? model->weights() : random;
     const ModelConfig& c = w.config;
-    Forward fwd(w, ForwardOptions{o.threads, 512, {}});
+    model::Forward fwd(w, model::ForwardOptions{o.threads, 512, {}});
     const uint32_t n_p = uint32_t(prefix.size()), n_c = uint32_t(doc.size());
 
     std::printf("bench_compress: %s, %u threads, prefix %u + document %u tokens, ratio %.2f\n",
                 model ? o.model.c_str() : "SmolLM2-135M shapes, random weights", fwd.threads(),
                 n_p, n_c, o.ratio);
     Span t0 = now();
-    PrefillResult base = prefill_document(fwd, prefix, doc);
+    prefill::PrefillResult base = prefill::prefill_document(fwd, prefix, doc);
     const Span prefill = now() - t0;
     print_row("prefill", "document prefill", prefill, prefill);
     std::printf("%-10s %.0f tok/s wall\n", "", double(n_p + n_c) / prefill.wall);
     for (const std::string& m : o.methods) {
-      std::unique_ptr<Scorer> scorer = make_scorer(m, so);
-      PrefillOptions po;
+      std::unique_ptr<compress::Scorer> scorer = compress::make_scorer(m, so);
+      prefill::PrefillOptions po;
       po.observer = scorer->prefill_observer(fwd, n_p, n_c);
       Span extra;
-      PrefillResult pre_obs{KvCache(c), 0, 0, 0.0};
-      PrefillResult* pre = &base;
+      prefill::PrefillResult pre_obs{model::KvCache(c), 0, 0, 0.0};
+      prefill::PrefillResult* pre = &base;
       if (po.observer) {  // this method must observe its own prefill: count what it adds
         t0 = now();
-        pre_obs = prefill_document(fwd, prefix, doc, po);
+        pre_obs = prefill::prefill_document(fwd, prefix, doc, po);
         const Span observed = now() - t0;
         extra = observed - prefill;
         pre = &pre_obs;
         print_row(m.c_str(), "prefill observer (extra)", extra, prefill);
       }
       t0 = now();
-      const DocumentScores s = scorer->score(ScoreInput{&fwd, &pre->cache, n_p, doc});
+      const compress::DocumentScores s = scorer->score(compress::ScoreInput{&fwd, &pre->cache, n_p, doc});
       const Span scoring = now() - t0;
       t0 = now();
-      const Selection sel = select_rows(s, o.ratio, SelectionLevel::Global);
-      EvictResult ev = evict(pre->cache, s, sel);
+      const compress::Selection sel = compress::select_rows(s, o.ratio, compress::SelectionLevel::Global);
+      compress::EvictResult ev = compress::evict(pre->cache, s, sel);
       const Span select = now() - t0;
       if (scoring.wall > 0.01) print_row(m.c_str(), "scoring", scoring, prefill);
       print_row(m.c_str(), "select + evict", select, prefill);
@@ -211,8 +211,8 @@ int main(int argc, char** argv) {
         t0 = now();
         for (uint32_t b = 0; b < n_c; b += so.kvzip_chunk) {
           const uint32_t e = std::min(n_c, b + so.kvzip_chunk);
-          fwd.prefill(base.cache, reconstruction_input(so.prompts, doc, b, e, so.kvzip_hint),
-                      LogitsMode::None);
+          fwd.prefill(base.cache, compress::reconstruction_input(so.prompts, doc, b, e, so.kvzip_hint),
+                      model::LogitsMode::None);
           base.cache.rollback(full);
         }
         const Span bare = now() - t0;

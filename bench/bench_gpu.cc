@@ -72,42 +72,42 @@ std::vector<uint32_t> ragged_kept(const ModelConfig& c, uint32_t T, double r, ui
 
 double copy_bandwidth() {
   const size_t bytes = size_t(2) << 30;
-  gpu::GpuBuffer<uint8_t> a(bytes), b(bytes);
-  gpu::fill_zero(a.data(), bytes);
-  gpu::copy_device(b.data(), a.data(), bytes);  // warm-up
-  gpu::synchronize();
+  kernels::gpu::GpuBuffer<uint8_t> a(bytes), b(bytes);
+  kernels::gpu::fill_zero(a.data(), bytes);
+  kernels::gpu::copy_device(b.data(), a.data(), bytes);  // warm-up
+  kernels::gpu::synchronize();
   const int reps = 10;
   auto t = Clock::now();
-  for (int i = 0; i < reps; ++i) gpu::copy_device(b.data(), a.data(), bytes);
-  gpu::synchronize();
+  for (int i = 0; i < reps; ++i) kernels::gpu::copy_device(b.data(), a.data(), bytes);
+  kernels::gpu::synchronize();
   return 2.0 * bytes * reps / secs(t);  // read + write
 }
 
 double decode_attention_bandwidth(const ModelConfig& c, uint32_t T, double copy_bw) {
   const std::vector<uint32_t> kept = ragged_kept(c, T, 0.3, 11);
-  GpuCache cache = GpuCache::random(cache_shape(c), T, kept, 16, 5);
-  gpu::GpuBuffer<float> q(size_t(c.n_heads) * c.head_dim), out(q.size());
+  model::GpuCache cache = model::GpuCache::random(model::cache_shape(c), T, kept, 16, 5);
+  kernels::gpu::GpuBuffer<float> q(size_t(c.n_heads) * c.head_dim), out(q.size());
   std::vector<float> hq(q.size(), 0.01f);
   q.upload(hq);
-  std::vector<std::vector<KvSpan>> spans(c.n_layers, std::vector<KvSpan>(c.n_kv_heads));
+  std::vector<std::vector<kernels::KvSpan>> spans(c.n_layers, std::vector<kernels::KvSpan>(c.n_kv_heads));
   double bytes_per_pass = 0;
   for (uint32_t l = 0; l < c.n_layers; ++l)
     for (uint32_t h = 0; h < c.n_kv_heads; ++h) {
-      spans[l][h] = KvSpan{cache.k(l, h), cache.v(l, h), cache.len(l, h)};
+      spans[l][h] = kernels::KvSpan{cache.k(l, h), cache.v(l, h), cache.len(l, h)};
       bytes_per_pass += 2.0 * cache.len(l, h) * c.head_dim * sizeof(float);
     }
   auto pass = [&] {
     for (uint32_t l = 0; l < c.n_layers; ++l)
-      cuda::attention_decode(AttentionArgs{q.data(), spans[l].data(), out.data(), 1, c.n_heads,
+      kernels::cuda::attention_decode(kernels::AttentionArgs{q.data(), spans[l].data(), out.data(), 1, c.n_heads,
                                            c.n_kv_heads, c.head_dim, 0.088f},
                              nullptr);
   };
   pass();
-  gpu::synchronize();
+  kernels::gpu::synchronize();
   const int reps = 20;
   auto t = Clock::now();
   for (int i = 0; i < reps; ++i) pass();
-  gpu::synchronize();
+  kernels::gpu::synchronize();
   const double s = secs(t);
   const double bw = bytes_per_pass * reps / s;
   report("ragged decode attention, ratio 0.3 of " + std::to_string(T) + " (GB/s)", bw / 1e9, "%.0f");
@@ -116,28 +116,28 @@ double decode_attention_bandwidth(const ModelConfig& c, uint32_t T, double copy_
   return bw;
 }
 
-double prefill_tps(GpuForward& f, uint32_t T, double* seconds) {
+double prefill_tps(model::GpuForward& f, uint32_t T, double* seconds) {
   const ModelConfig& c = f.config();
-  GpuCache cache(cache_shape(c), T + 64);
+  model::GpuCache cache(model::cache_shape(c), T + 64);
   const auto tokens = random_tokens(T, c.vocab_size, T);
   auto t = Clock::now();
-  f.prefill(cache, tokens, LogitsMode::Last);
+  f.prefill(cache, tokens, model::LogitsMode::Last);
   *seconds = secs(t);
   return T / *seconds;
 }
 
-void kvzip_vs_prefill(GpuForward& f, uint32_t T) {
+void kvzip_vs_prefill(model::GpuForward& f, uint32_t T) {
   const ModelConfig& c = f.config();
   const uint32_t n_p = 32;
   const auto prefix = random_tokens(n_p, c.vocab_size, 1), doc = random_tokens(T - n_p, c.vocab_size, 2);
-  CompressOptions co;
+  compress::CompressOptions co;
   co.method = "kvzip";
   co.ratio = 0.3;
   co.scorer.prompts.first = random_tokens(9, c.vocab_size, 3);
   co.scorer.prompts.next = random_tokens(13, c.vocab_size, 4);
   co.scorer.prompts.turn_end = random_tokens(5, c.vocab_size, 5);
   co.prefill.chunk = 2048;  // GpuForward's own chunk, as `kvzip compress --device cuda` uses
-  CompressResult r = compress_gpu(f, prefix, doc, co);
+  compress::CompressResult r = compress::compress_gpu(f, prefix, doc, co);
   report("KVzip prefill " + std::to_string(T) + " (s)", r.prefill_s, "%.2f");
   report("KVzip scoring passes (s)", r.scoring_s, "%.2f");
   report("KVzip compress time / prefill", (r.prefill_s + r.scoring_s) / r.prefill_s, "%.2f",
@@ -145,14 +145,14 @@ void kvzip_vs_prefill(GpuForward& f, uint32_t T) {
   report("  select + evict on the host (s)", r.select_s, "%.2f");
 }
 
-void decode_ms(GpuForward& f, uint32_t T, int n) {
+void decode_ms(model::GpuForward& f, uint32_t T, int n) {
   const ModelConfig& c = f.config();
   double ms[2];
   for (int which = 0; which < 2; ++which) {
     const std::vector<uint32_t> kept =
         which == 0 ? std::vector<uint32_t>(size_t(c.n_layers) * c.n_kv_heads, T)
                    : ragged_kept(c, T, 0.3, 12);
-    GpuCache cache = GpuCache::random(cache_shape(c), T, kept, uint32_t(n) + 8, 6);
+    model::GpuCache cache = model::GpuCache::random(model::cache_shape(c), T, kept, uint32_t(n) + 8, 6);
     f.decode(cache, 1);  // warm-up
     cache.reset();
     auto t = Clock::now();
@@ -200,18 +200,18 @@ void load_to_gpu(const ModelConfig& c, uint32_t T, const std::string& dir) {
   format::write_cache_file(fc, path, wo);
   const double mb = std::filesystem::file_size(path) / 1e6;
   fc = {};
-  gpu::synchronize();
+  kernels::gpu::synchronize();
   auto t = Clock::now();
   {
     format::CacheReader reader = format::CacheReader::open(path);
-    GpuCache g = loader::gpu_cache_from_reader(reader, 16);
+    model::GpuCache g = loader::gpu_cache_from_reader(reader, 16);
   }
   const double direct_s = secs(t);
   t = Clock::now();
   format::CacheReader reader = format::CacheReader::open(path);
-  RaggedKvCache host = loader::cache_from_reader(reader, 16);
+  model::RaggedKvCache host = loader::cache_from_reader(reader, 16);
   const double host_s = secs(t);
-  GpuCache g = GpuCache::from_ragged(host, 16);
+  model::GpuCache g = model::GpuCache::from_ragged(host, 16);
   const double via_host_s = secs(t);
   report(".kvz file size (MB)", mb, "%.0f");
   report(".kvz -> GPU memory, direct (s)", direct_s, "%.3f");
@@ -235,8 +235,8 @@ int main(int argc, char** argv) {
     else if (a == "--layers") layers = std::atoi(next().c_str());
     else if (a == "--quick") long_T = 8192, short_T = 2048, layers = 4;
   }
-  if (!kBuiltWithCuda || cuda_device_count() == 0) {
-    std::printf("bench_gpu: skipped (%s)\n", kBuiltWithCuda ? "no CUDA device" : "built without CUDA");
+  if (!kernels::kBuiltWithCuda || kernels::cuda_device_count() == 0) {
+    std::printf("bench_gpu: skipped (%s)\n", kernels::kBuiltWithCuda ? "no CUDA device" : "built without CUDA");
     return 0;
   }
   int status = 0;
@@ -252,7 +252,7 @@ int main(int argc, char** argv) {
       status = 1;
     }
   };
-  const gpu::DeviceInfo info = gpu::device_info();
+  const kernels::gpu::DeviceInfo info = kernels::gpu::device_info();
   std::printf("bench_gpu on %s (%d SMs, %.0f GiB), synthetic Llama-3-8B shapes, L=%u\n", info.name,
               info.sm_count, info.total_bytes / 1073741824.0, layers);
   const ModelConfig cfg = bench::llama3_8b_config(layers);
@@ -263,7 +263,7 @@ int main(int argc, char** argv) {
   });
   part("decode attention", [&] { decode_attention_bandwidth(cfg, long_T, bw); });
   part("model", [&] {
-    GpuForward f(cfg, 42);
+    model::GpuForward f(cfg, 42);
     report("weights on the device (GB, bf16)", f.weight_bytes() / 1e9, "%.2f");
     double s = 0;
     prefill_tps(f, 1024, &s);  // warm-up: cuBLAS heuristics, module load

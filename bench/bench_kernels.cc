@@ -94,13 +94,13 @@ std::vector<float> fill(size_t n, uint64_t seed, float scale) {
 // Round-to-nearest block quantization of an (rows, cols) fp32 matrix (cols % 32 == 0); `w` is
 // replaced by the values the blocks decode to, so both GEMV paths compute the same product.
 struct QuantMatrix {
-  QFormat format;
+  kernels::QFormat format;
   uint32_t rows, cols;
   std::vector<uint8_t> blocks;
   // The same blocks as a model Matrix (owned bytes).
-  Matrix matrix() const {
-    Matrix m;
-    m.type = format == QFormat::Q8_0 ? quant::GgmlType::Q8_0 : quant::GgmlType::Q4_1;
+  model::Matrix matrix() const {
+    model::Matrix m;
+    m.type = format == kernels::QFormat::Q8_0 ? kernels::quant::GgmlType::Q8_0 : kernels::quant::GgmlType::Q4_1;
     m.rows = rows;
     m.cols = cols;
     auto bytes = std::make_shared<std::vector<uint8_t>>(blocks);
@@ -110,12 +110,12 @@ struct QuantMatrix {
   }
 };
 
-QuantMatrix quantize(std::vector<float>& w, uint32_t rows, uint32_t cols, QFormat f) {
+QuantMatrix quantize(std::vector<float>& w, uint32_t rows, uint32_t cols, kernels::QFormat f) {
   QuantMatrix q;
   q.format = f;
   q.rows = rows;
   q.cols = cols;
-  const size_t bb = qblock_bytes(f), nb = size_t(rows) * cols / 32;
+  const size_t bb = kernels::qblock_bytes(f), nb = size_t(rows) * cols / 32;
   q.blocks.resize(nb * bb);
   auto half = [](uint8_t* p, float v) {
     const uint16_t h = f32_to_f16(v);
@@ -126,7 +126,7 @@ QuantMatrix quantize(std::vector<float>& w, uint32_t rows, uint32_t cols, QForma
     uint8_t* blk = q.blocks.data() + b * bb;
     float lo = x[0], hi = x[0], amax = 0.0f;
     for (int i = 0; i < 32; ++i) lo = std::min(lo, x[i]), hi = std::max(hi, x[i]), amax = std::max(amax, std::fabs(x[i]));
-    if (f == QFormat::Q8_0) {
+    if (f == kernels::QFormat::Q8_0) {
       const float d = f16_to_f32(f32_to_f16(amax / 127.0f));
       half(blk, d);
       for (int i = 0; i < 32; ++i) blk[2 + i] = uint8_t(int8_t(d > 0 ? std::lround(x[i] / d) : 0));
@@ -141,26 +141,26 @@ QuantMatrix quantize(std::vector<float>& w, uint32_t rows, uint32_t cols, QForma
       }
     }
   }
-  quant::dequantize_rows(f == QFormat::Q8_0 ? quant::GgmlType::Q8_0 : quant::GgmlType::Q4_1,
+  kernels::quant::dequantize_rows(f == kernels::QFormat::Q8_0 ? kernels::quant::GgmlType::Q8_0 : kernels::quant::GgmlType::Q4_1,
                          q.blocks.data(), w.data(), cols, rows, 1);
   return q;
 }
 
 
 // The model's matrices in Q4_1 and its embedding in Q8_0, like the SmolLM2 GGUF.
-Weights random_model(const ModelConfig& c) {
+model::Weights random_model(const ModelConfig& c) {
   const uint32_t E = c.d_model, F = c.d_ffn, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
   uint64_t seed = 1;
-  auto mat = [&](uint32_t out, uint32_t in, QFormat f = QFormat::Q4_1) {
+  auto mat = [&](uint32_t out, uint32_t in, kernels::QFormat f = kernels::QFormat::Q4_1) {
     std::vector<float> w = fill(size_t(out) * in, ++seed, 1.0f / std::sqrt(float(in)));
     return quantize(w, out, in, f).matrix();
   };
-  Weights w;
+  model::Weights w;
   w.config = c;
-  w.tok_embd = mat(c.vocab_size, E, QFormat::Q8_0);
+  w.tok_embd = mat(c.vocab_size, E, kernels::QFormat::Q8_0);
   w.output_norm = std::vector<float>(E, 1.0f);
   for (uint32_t l = 0; l < c.n_layers; ++l) {
-    LayerWeights lw;
+    model::LayerWeights lw;
     lw.attn_norm = std::vector<float>(E, 1.0f);
     lw.ffn_norm = std::vector<float>(E, 1.0f);
     lw.wq = mat(qd, E);
@@ -175,11 +175,11 @@ Weights random_model(const ModelConfig& c) {
   return w;
 }
 
-void bench_gemm(ThreadPool& pool, const char* name, uint32_t T, uint32_t in, uint32_t out) {
+void bench_gemm(kernels::ThreadPool& pool, const char* name, uint32_t T, uint32_t in, uint32_t out) {
   auto x = fill(size_t(T) * in, 1, 1.0f), w = fill(size_t(out) * in, 2, 0.05f);
   std::vector<float> y(size_t(T) * out);
-  GemmArgs a{x.data(), w.data(), nullptr, y.data(), T, in, out};
-  Exec ex{Device::Cpu, &pool};
+  kernels::GemmArgs a{x.data(), w.data(), nullptr, y.data(), T, in, out};
+  kernels::Exec ex{kernels::Device::Cpu, &pool};
   gemm(ex, a);  // warm up
   Timing t = best_of(3, [&] { gemm(ex, a); });
   double flops = 2.0 * T * in * out;
@@ -187,29 +187,29 @@ void bench_gemm(ThreadPool& pool, const char* name, uint32_t T, uint32_t in, uin
               out, t.wall * 1e3, flops / t.wall * 1e-9, flops / t.cpu * 1e-9);
 }
 
-void bench_qgemv(ThreadPool& pool, const char* name, QFormat f, uint32_t in, uint32_t out, QIsa isa) {
+void bench_qgemv(kernels::ThreadPool& pool, const char* name, kernels::QFormat f, uint32_t in, uint32_t out, kernels::QIsa isa) {
   auto w = fill(size_t(out) * in, 2, 0.05f);
   const QuantMatrix q = quantize(w, out, in, f);
   auto x = fill(in, 1, 1.0f);
   std::vector<float> y(out);
-  QGemvArgs a{f, q.blocks.data(), x.data(), nullptr, y.data(), in, out};
-  std::span<const QGemvArgs> jobs(&a, 1);
-  cpu::qgemv(&pool, jobs, isa);  // warm up
+  kernels::QGemvArgs a{f, q.blocks.data(), x.data(), nullptr, y.data(), in, out};
+  std::span<const kernels::QGemvArgs> jobs(&a, 1);
+  kernels::cpu::qgemv(&pool, jobs, isa);  // warm up
   const int reps = 20;
   Timing t = best_of(3, [&] {
-    for (int r = 0; r < reps; ++r) cpu::qgemv(&pool, jobs, isa);
+    for (int r = 0; r < reps; ++r) kernels::cpu::qgemv(&pool, jobs, isa);
   });
   const double bytes = double(q.blocks.size());
   std::printf("  %-22s %-6s %-6s %5u x %5u  %8.3f ms  %7.1f GB/s   %7.1f per cpu-s\n", name,
-              qformat_name(f), qisa_name(isa), in, out, t.wall / reps * 1e3,
+              kernels::qformat_name(f), kernels::qisa_name(isa), in, out, t.wall / reps * 1e3,
               bytes * reps / t.wall * 1e-9, bytes * reps / t.cpu * 1e-9);
 }
 
-void bench_fp32_gemv(ThreadPool& pool, const char* name, uint32_t in, uint32_t out) {
+void bench_fp32_gemv(kernels::ThreadPool& pool, const char* name, uint32_t in, uint32_t out) {
   auto x = fill(in, 1, 1.0f), w = fill(size_t(out) * in, 2, 0.05f);
   std::vector<float> y(out);
-  GemmArgs a{x.data(), w.data(), nullptr, y.data(), 1, in, out};
-  Exec ex{Device::Cpu, &pool};
+  kernels::GemmArgs a{x.data(), w.data(), nullptr, y.data(), 1, in, out};
+  kernels::Exec ex{kernels::Device::Cpu, &pool};
   gemm(ex, a);
   const int reps = 20;
   Timing t = best_of(3, [&] {
@@ -221,16 +221,16 @@ void bench_fp32_gemv(ThreadPool& pool, const char* name, uint32_t in, uint32_t o
               bytes * reps / t.cpu * 1e-9);
 }
 
-void bench_attention(ThreadPool& pool, uint32_t T, uint32_t len) {
+void bench_attention(kernels::ThreadPool& pool, uint32_t T, uint32_t len) {
   const uint32_t Hq = 9, Hkv = 3, D = 64;
   auto q = fill(size_t(T) * Hq * D, 3, 1.0f), k = fill(size_t(Hkv) * len * D, 4, 1.0f),
        v = fill(size_t(Hkv) * len * D, 5, 1.0f);
   std::vector<float> out(q.size());
-  std::vector<KvSpan> spans(Hkv);
+  std::vector<kernels::KvSpan> spans(Hkv);
   for (uint32_t h = 0; h < Hkv; ++h)
-    spans[h] = KvSpan{k.data() + size_t(h) * len * D, v.data() + size_t(h) * len * D, len};
-  AttentionArgs a{q.data(), spans.data(), out.data(), T, Hq, Hkv, D, 0.125f};
-  Exec ex{Device::Cpu, &pool};
+    spans[h] = kernels::KvSpan{k.data() + size_t(h) * len * D, v.data() + size_t(h) * len * D, len};
+  kernels::AttentionArgs a{q.data(), spans.data(), out.data(), T, Hq, Hkv, D, 0.125f};
+  kernels::Exec ex{kernels::Device::Cpu, &pool};
   attention(ex, a);
   Timing t = best_of(3, [&] { attention(ex, a); });
   // Causal work: each of T queries sees (len - T + i + 1) keys; QK^T and PV are 2·D flops each.
@@ -244,8 +244,8 @@ void bench_attention(ThreadPool& pool, uint32_t T, uint32_t len) {
 
 int main(int argc, char** argv) {
   Args args = parse(argc, argv);
-  ThreadPool pool(args.threads);
-  set_blas_threads(args.threads);
+  kernels::ThreadPool pool(args.threads);
+  kernels::set_blas_threads(args.threads);
   std::printf("bench_kernels: %u threads, SmolLM2-135M shapes, random fp32 weights\n\n", args.threads);
 
   std::printf("GEMM (Y = X W^T)\n");
@@ -258,11 +258,11 @@ int main(int argc, char** argv) {
   std::printf("\nDecode GEMV (y = W x), weight bytes read per second\n");
   bench_fp32_gemv(pool, "gate", 576, 1536);
   bench_fp32_gemv(pool, "lm head", 576, 49152);
-  for (QIsa isa : {QIsa::Scalar, QIsa::Avx2, QIsa::Avx512}) {
-    if (!qisa_available(isa)) continue;
-    bench_qgemv(pool, "gate", QFormat::Q4_1, 576, 1536, isa);
-    bench_qgemv(pool, "down", QFormat::Q4_1, 1536, 576, isa);
-    bench_qgemv(pool, "lm head", QFormat::Q8_0, 576, 49152, isa);
+  for (kernels::QIsa isa : {kernels::QIsa::Scalar, kernels::QIsa::Avx2, kernels::QIsa::Avx512}) {
+    if (!kernels::qisa_available(isa)) continue;
+    bench_qgemv(pool, "gate", kernels::QFormat::Q4_1, 576, 1536, isa);
+    bench_qgemv(pool, "down", kernels::QFormat::Q4_1, 1536, 576, isa);
+    bench_qgemv(pool, "lm head", kernels::QFormat::Q8_0, 576, 49152, isa);
   }
 
   std::printf("\nAttention (Hq=9, Hkv=3, D=64)\n");
@@ -271,18 +271,18 @@ int main(int argc, char** argv) {
   bench_attention(pool, 1, args.ctx);
 
   ModelConfig cfg = bench::smollm2_135m_config();
-  Weights w = random_model(cfg);
-  ForwardOptions fp32_opt{args.threads, 512, {}}, q_opt = fp32_opt;
-  fp32_opt.matmul = MatmulPath::Exact;
-  Forward fwd(w, fp32_opt), fwd_q(w, q_opt);
+  model::Weights w = random_model(cfg);
+  model::ForwardOptions fp32_opt{args.threads, 512, {}}, q_opt = fp32_opt;
+  fp32_opt.matmul = kernels::MatmulPath::Exact;
+  model::Forward fwd(w, fp32_opt), fwd_q(w, q_opt);
   std::vector<int32_t> doc(args.ctx);
   for (uint32_t i = 0; i < args.ctx; ++i) doc[i] = static_cast<int32_t>((i * 7919u) % cfg.vocab_size);
-  KvCache cache(cfg, args.ctx + args.decode);
+  model::KvCache cache(cfg, args.ctx + args.decode);
   Timing t_prefill = best_of(2, [&] {
     cache.rollback(0);
-    fwd.prefill(cache, doc, LogitsMode::Last);
+    fwd.prefill(cache, doc, model::LogitsMode::Last);
   });
-  auto decode_run = [&](Forward& f) {
+  auto decode_run = [&](model::Forward& f) {
     return best_of(2, [&] {
       cache.rollback(args.ctx);
       for (uint32_t i = 0; i < args.decode; ++i) f.decode(cache, static_cast<int32_t>(i));
@@ -291,7 +291,7 @@ int main(int argc, char** argv) {
   Timing t_decode = decode_run(fwd), t_decode_q = decode_run(fwd_q);
   double params = 0;
   for (const auto& l : w.layers)
-    for (const Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+    for (const model::Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
       params += double(m->rows) * m->cols;
   double attn_pairs = double(args.ctx) * (args.ctx + 1) / 2;
   double prefill_flops = 2.0 * params * args.ctx + 4.0 * 64 * 9 * 30 * attn_pairs +

@@ -49,29 +49,29 @@ int main(int argc, char** argv) {
   const float scale = 1.0f / 8.0f;
 
   // f32: the decode attention kernel, T = 1 query token whose row is the last of the span.
-  KvSpan span{k.data(), v.data(), R};
-  AttentionArgs a{q.data(), &span, out.data(), 1, n_q, 1, D, scale, nullptr};
-  const double f32_us = best_us(reps, [&] { cpu::attention(nullptr, a); });
+  kernels::KvSpan span{k.data(), v.data(), R};
+  kernels::AttentionArgs a{q.data(), &span, out.data(), 1, n_q, 1, D, scale, nullptr};
+  const double f32_us = best_us(reps, [&] { kernels::cpu::attention(nullptr, a); });
   std::printf("rows %u, D %u, %u query heads, 1 thread, best of %u\n", R, D, n_q, reps);
   std::printf("%-34s %9.1f us  (1.00x)\n", "f32 attention (kernels/attention)", f32_us);
 
   for (uint32_t bits : {8u, 4u}) {
-    const KvQuantLayout l{bits, D, D};
+    const kernels::KvQuantLayout l{bits, D, D};
     std::vector<float> kc(D), vc(D), deq_k(k.size()), deq_v(v.size());
     std::vector<uint16_t> kp(size_t(R) * l.param_halves()), vp(kp.size());
     std::vector<uint8_t> kq(size_t(R) * l.code_bytes()), vq(kq.size());
-    cpu::kv_quantize_rows(k.data(), {l, R, kc.data(), kp.data(), kq.data()});
-    cpu::kv_quantize_rows(v.data(), {l, R, vc.data(), vp.data(), vq.data()});
-    const KvQuantRows kr{l, R, kc.data(), kp.data(), kq.data()}, vr{l, R, vc.data(), vp.data(), vq.data()};
+    kernels::cpu::kv_quantize_rows(k.data(), {l, R, kc.data(), kp.data(), kq.data()});
+    kernels::cpu::kv_quantize_rows(v.data(), {l, R, vc.data(), vp.data(), vq.data()});
+    const kernels::KvQuantRows kr{l, R, kc.data(), kp.data(), kq.data()}, vr{l, R, vc.data(), vp.data(), vq.data()};
     const double direct = best_us(reps, [&] {
-      cpu::kv_quant_attend({q.data(), n_q, kr, vr, scale, scores.data(), out.data(), nullptr});
+      kernels::cpu::kv_quant_attend({q.data(), n_q, kr, vr, scale, scores.data(), out.data(), nullptr});
     });
     const double deq = best_us(reps, [&] {
-      cpu::kv_dequantize_rows(kr, deq_k.data());
-      cpu::kv_dequantize_rows(vr, deq_v.data());
-      KvSpan s{deq_k.data(), deq_v.data(), R};
-      AttentionArgs b{q.data(), &s, out.data(), 1, n_q, 1, D, scale, nullptr};
-      cpu::attention(nullptr, b);
+      kernels::cpu::kv_dequantize_rows(kr, deq_k.data());
+      kernels::cpu::kv_dequantize_rows(vr, deq_v.data());
+      kernels::KvSpan s{deq_k.data(), deq_v.data(), R};
+      kernels::AttentionArgs b{q.data(), &s, out.data(), 1, n_q, 1, D, scale, nullptr};
+      kernels::cpu::attention(nullptr, b);
     });
     std::printf("q%u attention over the codes          %9.1f us  (%.2fx)\n", bits, direct, direct / f32_us);
     std::printf("q%u dequantize, then f32 attention    %9.1f us  (%.2fx)\n", bits, deq, deq / f32_us);

@@ -34,10 +34,10 @@ int main(int argc, char** argv) {
   }
   try {
     const bench::QuerySetup q = bench::query_setup(threads);
-    const Model* model = q.model.get();
+    const model::Model* model = q.model.get();
     const std::string& question = q.question;
     const loader::SessionOptions& so = q.session;
-    GenerateParams gp;
+    model::GenerateParams gp;
     gp.max_tokens = n_decode;  // no stop tokens: always n_decode tokens
     std::printf("threads %u, best of %u, decode %u tokens\n", threads, reps, n_decode);
     std::printf("%-40s %6s %6s %12s %6s %12s %9s %9s %5s\n", "file", "dtype", "ratio", "bytes", "form",

@@ -25,7 +25,7 @@
 #include "kernels/thread_pool.h"
 
 using namespace kvzip;
-using quant::GgmlType;
+using kernels::quant::GgmlType;
 
 namespace {
 
@@ -50,10 +50,10 @@ void put_half(uint8_t* p, float v) {
 
 // Random bytes with small, finite scales in every block's fp16 fields.
 std::vector<uint8_t> random_blocks(GgmlType t, uint32_t rows, uint32_t cols) {
-  std::vector<uint8_t> b(rows * quant::row_bytes(t, cols));
+  std::vector<uint8_t> b(rows * kernels::quant::row_bytes(t, cols));
   uint32_t s = 12345;
   for (auto& x : b) x = uint8_t((s = s * 1664525u + 1013904223u) >> 24);
-  const auto& tr = quant::traits(t);
+  const auto& tr = kernels::quant::traits(t);
   if (t == GgmlType::F32) {
     for (size_t i = 0; i < b.size() / 4; ++i) {
       const float v = float(int(b[4 * i]) - 128) / 4096.0f;
@@ -82,40 +82,40 @@ std::vector<uint8_t> random_blocks(GgmlType t, uint32_t rows, uint32_t cols) {
 
 GgmlType type_by_name(const std::string& name) {
   for (uint32_t id = 0; id < 40; ++id)
-    if (const quant::TypeTraits* tr = quant::type_traits(id); tr && name == tr->name)
+    if (const kernels::quant::TypeTraits* tr = kernels::quant::type_traits(id); tr && name == tr->name)
       return GgmlType(id);
   std::fprintf(stderr, "unknown type %s\n", name.c_str());
   std::exit(2);
 }
 
-int sweep_t(const Exec& ex, const std::string& name, uint32_t in, uint32_t out, uint32_t threads) {
+int sweep_t(const kernels::Exec& ex, const std::string& name, uint32_t in, uint32_t out, uint32_t threads) {
   const GgmlType t = type_by_name(name);
   const std::vector<uint8_t> w = random_blocks(t, out, in), f32 = random_blocks(GgmlType::F32, out, in);
-  const MatrixView v{t, w.data(), quant::row_bytes(t, in), out, in, nullptr};
+  const kernels::MatrixView v{t, w.data(), kernels::quant::row_bytes(t, in), out, in, nullptr};
   std::printf("%s %u x %u, %u threads, %s kernels; ms per call (GFLOP/s)\n", name.c_str(), out, in,
-              threads, qisa_name(qisa_best()));
+              threads, kernels::qisa_name(kernels::qisa_best()));
   // The AVX2 register tiles, where the best ISA is another: on a VNNI CPU qdot runs its own tiles
   // below kQdotGemmMinT tokens and the GEMM from there (the same bits either way), so this column
   // shows what the GEMM gains at small T.
-  const bool tiles_col = qisa_best() != QIsa::Avx2 && qisa_available(QIsa::Avx2);
+  const bool tiles_col = kernels::qisa_best() != kernels::QIsa::Avx2 && kernels::qisa_available(kernels::QIsa::Avx2);
   std::printf("%5s | %18s | %18s | %18s | %18s | %s\n", "T", "qdot (int8)", "avx2 tiles",
               "exact (deq+fp32)", "fp32 sgemm", "qdot vs exact");
   for (uint32_t T : {1u, 2u, 4u, 8u, 16u, 32u, 48u, 64u, 96u, 128u, 256u, 512u}) {
     std::vector<float> x(size_t(T) * in), y(size_t(T) * out);
     for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.01f * float(i));
-    const MatmulArgs a{x.data(), v, nullptr, y.data(), T};
+    const kernels::MatmulArgs a{x.data(), v, nullptr, y.data(), T};
     const int reps = T <= 8 ? 10 : 2;
     auto per_call = [&](const std::function<void()>& fn) {
       fn();
       return best_of(3, [&] { for (int r = 0; r < reps; ++r) fn(); }) / reps;
     };
-    const double q = per_call([&] { cpu::qdot(ex.pool, std::span<const MatmulArgs>(&a, 1), qisa_best()); });
+    const double q = per_call([&] { kernels::cpu::qdot(ex.pool, std::span<const kernels::MatmulArgs>(&a, 1), kernels::qisa_best()); });
     const double tl = tiles_col ? per_call([&] {
-      cpu::qdot(ex.pool, std::span<const MatmulArgs>(&a, 1), QIsa::Avx2);
+      kernels::cpu::qdot(ex.pool, std::span<const kernels::MatmulArgs>(&a, 1), kernels::QIsa::Avx2);
     }) : NAN;
-    const double e = per_call([&] { matmul(ex, a, MatmulPath::Exact); });
+    const double e = per_call([&] { matmul(ex, a, kernels::MatmulPath::Exact); });
     const double g = per_call([&] {
-      gemm(ex, GemmArgs{x.data(), reinterpret_cast<const float*>(f32.data()), nullptr, y.data(), T, in, out});
+      gemm(ex, kernels::GemmArgs{x.data(), reinterpret_cast<const float*>(f32.data()), nullptr, y.data(), T, in, out});
     });
     const double fl = 2.0 * T * in * out * 1e-9;
     std::printf("%5u | %8.3f (%6.1f) | %8.3f (%6.1f) | %8.3f (%6.1f) | %8.3f (%6.1f) | %.2fx\n", T,
@@ -142,9 +142,9 @@ int main(int argc, char** argv) {
     else if (k == "--tokens") T = v;
     else std::fprintf(stderr, "ignoring unknown option %s\n", k.c_str());
   }
-  ThreadPool pool(threads);
-  set_blas_threads(threads);
-  Exec ex{Device::Cpu, &pool};
+  kernels::ThreadPool pool(threads);
+  kernels::set_blas_threads(threads);
+  kernels::Exec ex{kernels::Device::Cpu, &pool};
   std::vector<float> x(size_t(T) * in), y(size_t(T) * out);
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.01f * float(i));
 
@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
   const std::vector<uint8_t> f32 = random_blocks(GgmlType::F32, out, in);
   const float* wf = reinterpret_cast<const float*>(f32.data());
   const double sgemm_s = best_of(3, [&] {
-    gemm(ex, GemmArgs{x.data(), wf, nullptr, y.data(), T, in, out});
+    gemm(ex, kernels::GemmArgs{x.data(), wf, nullptr, y.data(), T, in, out});
   });
   const double flops = 2.0 * T * in * out;
   std::printf("matmul %u x %u, %u threads; prefill T=%u; fp32 sgemm baseline %.1f GFLOP/s\n", out, in,
@@ -165,18 +165,18 @@ int main(int argc, char** argv) {
                      GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K,
                      GgmlType::Q6_K}) {
     const std::vector<uint8_t> w = random_blocks(t, out, in);
-    const MatrixView v{t, w.data(), quant::row_bytes(t, in), out, in, nullptr};
-    auto decode = [&](MatmulPath p) {
+    const kernels::MatrixView v{t, w.data(), kernels::quant::row_bytes(t, in), out, in, nullptr};
+    auto decode = [&](kernels::MatmulPath p) {
       const int reps = 10;
-      matmul(ex, MatmulArgs{x.data(), v, nullptr, y.data(), 1}, p);
+      matmul(ex, kernels::MatmulArgs{x.data(), v, nullptr, y.data(), 1}, p);
       return best_of(3, [&] {
-        for (int r = 0; r < reps; ++r) matmul(ex, MatmulArgs{x.data(), v, nullptr, y.data(), 1}, p);
+        for (int r = 0; r < reps; ++r) matmul(ex, kernels::MatmulArgs{x.data(), v, nullptr, y.data(), 1}, p);
       }) / reps;
     };
-    const double d_fast = decode(MatmulPath::Fast), d_exact = decode(MatmulPath::Exact);
-    const double p_s = best_of(2, [&] { matmul(ex, MatmulArgs{x.data(), v, nullptr, y.data(), T}); });
+    const double d_fast = decode(kernels::MatmulPath::Fast), d_exact = decode(kernels::MatmulPath::Exact);
+    const double p_s = best_of(2, [&] { matmul(ex, kernels::MatmulArgs{x.data(), v, nullptr, y.data(), T}); });
     const double gb = double(w.size()) / 1e9;
-    std::printf("%-6s %9.1f | %7.2f GB/s %7.2f GB/s | %9.1f ms %12.1f %7.2fx\n", quant::type_name(t),
+    std::printf("%-6s %9.1f | %7.2f GB/s %7.2f GB/s | %9.1f ms %12.1f %7.2fx\n", kernels::quant::type_name(t),
                 double(w.size()) / 1e6, gb / d_fast, gb / d_exact, p_s * 1e3, flops / p_s * 1e-9,
                 sgemm_s / p_s);
   }

@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
   }
   try {
     const bench::QuerySetup q = bench::query_setup(threads);
-    const Model* model = q.model.get();
+    const model::Model* model = q.model.get();
     const std::string& question = q.question;
     const loader::SessionOptions& so = q.session;
 
@@ -47,15 +47,15 @@ int main(int argc, char** argv) {
     const auto qt = loader::question_tokens(model->tokenizer(), h, question);
     prompt.insert(prompt.end(), qt.begin(), qt.end());
 
-    GenerateParams one;
+    model::GenerateParams one;
     one.max_tokens = 1;
     double fresh = 1e30, from_file = 1e30, load_only = 1e30;
     for (uint32_t r = 0; r < reps; ++r) {
       {
-        ForwardOptions fo;
+        model::ForwardOptions fo;
         fo.threads = threads;
-        Forward fwd(model->weights(), fo);
-        KvCache cache(model->config(), static_cast<uint32_t>(prompt.size()) + 8);
+        model::Forward fwd(model->weights(), fo);
+        model::KvCache cache(model->config(), static_cast<uint32_t>(prompt.size()) + 8);
         const auto t0 = Clock::now();
         generate(fwd, cache, prompt, one);
         fresh = std::min(fresh, secs(t0));
@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
                 from_file * 1e3, load_only * 1e3);
     std::printf("speed-up (fresh / from file)      %9.1fx\n", fresh / from_file);
 
-    GenerateParams gp;
+    model::GenerateParams gp;
     gp.max_tokens = n_decode;  // no stop tokens: always n_decode tokens
     for (const std::string& path : {small_path, full_path}) {
       loader::QuerySession s(*model, path, so);

@@ -55,25 +55,25 @@ enum class Mode { Free, Forced, UntilDivergence };
 
 // One pass over up to o.tokens positions. Free: sample. Forced: feed `ref`. UntilDivergence:
 // sample and stop at the first token that differs from `ref`. rkv: the bounding policy.
-Pass run(Forward& fwd, const Model& m, const std::vector<int32_t>& prompt, const Options& o,
-         const std::optional<RkvParams>& rkv, Mode mode, const std::vector<int32_t>* ref) {
-  const CacheShape s = cache_shape(m.config());
-  std::unique_ptr<AttentionCache> cache;
-  std::unique_ptr<RkvPolicy> policy;
+Pass run(model::Forward& fwd, const model::Model& m, const std::vector<int32_t>& prompt, const Options& o,
+         const std::optional<model::RkvParams>& rkv, Mode mode, const std::vector<int32_t>* ref) {
+  const model::CacheShape s = model::cache_shape(m.config());
+  std::unique_ptr<model::AttentionCache> cache;
+  std::unique_ptr<model::RkvPolicy> policy;
   if (rkv) {
-    cache = std::make_unique<RaggedKvCache>(
+    cache = std::make_unique<model::RaggedKvCache>(
         s, 0, std::vector<uint32_t>(size_t(s.n_layers) * s.n_kv_heads, 0),
         uint32_t(prompt.size()) + rkv->budget + rkv->buffer);
-    policy = std::make_unique<RkvPolicy>(*rkv, m.config());
+    policy = std::make_unique<model::RkvPolicy>(*rkv, m.config());
     policy->begin(uint32_t(prompt.size()));
   } else {
-    cache = std::make_unique<KvCache>(s, uint32_t(prompt.size()) + o.tokens);
+    cache = std::make_unique<model::KvCache>(s, uint32_t(prompt.size()) + o.tokens);
   }
-  auto* ragged = dynamic_cast<RaggedKvCache*>(cache.get());
+  auto* ragged = dynamic_cast<model::RaggedKvCache*>(cache.get());
   const std::vector<int32_t> stops = m.chat().stop_tokens();
-  Sampler sampler(SamplingParams{o.temp, 0, 1.0f, o.seed});
+  model::Sampler sampler(model::SamplingParams{o.temp, 0, 1.0f, o.seed});
   Pass p;
-  std::vector<float> logits = fwd.prefill(*cache, prompt, LogitsMode::Last, policy.get());
+  std::vector<float> logits = fwd.prefill(*cache, prompt, model::LogitsMode::Last, policy.get());
   if (policy) policy->after_prefill(*ragged);
   const auto t0 = Clock::now();
   for (uint32_t i = 0; i < o.tokens; ++i) {
@@ -142,12 +142,12 @@ Options parse(int argc, char** argv) {
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   try {
-    LoadOptions lo;
+    model::LoadOptions lo;
     lo.threads = o.threads;
-    auto model = Model::load(resolve_model_path(""), lo);
-    ForwardOptions fo;
+    auto model = model::Model::load(model::resolve_model_path(""), lo);
+    model::ForwardOptions fo;
     fo.threads = o.threads;
-    Forward fwd(model->weights(), fo);
+    model::Forward fwd(model->weights(), fo);
     const std::vector<int32_t> prompt = model->chat().chat(
         "", "Write a very long adventure story about a lighthouse keeper who finds a map to a "
             "hidden island. Describe every day of the journey in detail.");
@@ -163,7 +163,7 @@ int main(int argc, char** argv) {
                 1.0, o.tokens, ppl(full.nll, 0), "below", 1.0, "-");
     for (uint32_t budget : o.budgets)
       for (bool streaming : {false, true}) {
-        RkvParams p;
+        model::RkvParams p;
         p.budget = budget;
         p.buffer = o.buffer;
         p.streaming = streaming;

@@ -27,31 +27,31 @@ int main(int argc, char** argv) {
   }
   const uint32_t threads = argc > 3 ? uint32_t(std::atoi(argv[3])) : 0;
   const int steps = argc > 4 ? std::atoi(argv[4]) : 8;
-  auto model = Model::load(argv[1]);
+  auto model = model::Model::load(argv[1]);
   format::CacheReader reader = format::CacheReader::open(argv[2]);
-  RaggedKvCache base = loader::cache_from_reader(reader, 1);
+  model::RaggedKvCache base = loader::cache_from_reader(reader, 1);
   if (argc <= 5 || std::atoi(argv[5]) != 0)
     base.make_key_tiles();  // as the server's loaded caches (loader::base_from_reader)
-  ForwardOptions fo;
+  model::ForwardOptions fo;
   fo.threads = threads;
-  Forward fwd(model->weights(), fo);
+  model::Forward fwd(model->weights(), fo);
   const auto prompt = loader::question_tokens(model->tokenizer(), reader.header(), "Who ruled Normandy?");
   const uint32_t V = model->config().vocab_size;
   std::printf("%-4s %12s %12s %12s %12s %8s %14s\n", "N", "step_ms", "step_tok/s", "seq_ms", "seq_tok/s",
               "gain", "1cache_T=N_ms");
   for (uint32_t n : {1u, 4u, 16u, 32u}) {
-    std::vector<std::unique_ptr<BranchCache>> caches;
+    std::vector<std::unique_ptr<model::BranchCache>> caches;
     for (uint32_t i = 0; i < n; ++i) {
-      caches.push_back(std::make_unique<BranchCache>(base, 512));
+      caches.push_back(std::make_unique<model::BranchCache>(base, 512));
       fwd.prefill(*caches.back(), prompt);
     }
     std::vector<std::vector<float>> logits(n, std::vector<float>(V));
     std::vector<int32_t> tok(n, 42);
     auto t0 = Clock::now();
     for (int s = 0; s < steps; ++s) {
-      std::vector<StepItem> items;
+      std::vector<model::StepItem> items;
       for (uint32_t i = 0; i < n; ++i)
-        items.push_back(StepItem{caches[i].get(), std::span<const int32_t>(&tok[i], 1), logits[i].data()});
+        items.push_back(model::StepItem{caches[i].get(), std::span<const int32_t>(&tok[i], 1), logits[i].data()});
       fwd.step(items);
     }
     const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / steps;
@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
     std::vector<int32_t> row(n, 42);
     t0 = Clock::now();
     for (int s = 0; s < steps; ++s) {
-      BranchCache one(base, 512);
+      model::BranchCache one(base, 512);
       fwd.prefill(one, row);
     }
     const double one_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / steps;

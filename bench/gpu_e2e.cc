@@ -72,7 +72,7 @@ template <class Fwd, class Cache>
 std::vector<float> logits_at(Fwd& f, Cache& cache, std::vector<int32_t> prompt,
                              const std::vector<int32_t>& answer, size_t k) {
   prompt.insert(prompt.end(), answer.begin(), answer.begin() + k);
-  std::vector<float> l = f.prefill(cache, prompt, LogitsMode::Last);
+  std::vector<float> l = f.prefill(cache, prompt, model::LogitsMode::Last);
   cache.reset();
   return l;
 }
@@ -94,36 +94,36 @@ int main(int argc, char** argv) {
     if (a == "-n") max_tokens = std::atoi(argv[i + 1]);
     if (a == "--out") out_dir = argv[i + 1];
   }
-  if (!kBuiltWithCuda || cuda_device_count() == 0) {
-    std::printf("gpu_e2e: skipped (%s)\n", kBuiltWithCuda ? "no CUDA device" : "built without CUDA");
+  if (!kernels::kBuiltWithCuda || kernels::cuda_device_count() == 0) {
+    std::printf("gpu_e2e: skipped (%s)\n", kernels::kBuiltWithCuda ? "no CUDA device" : "built without CUDA");
     return 0;
   }
   try {
-    auto model = Model::load(model_path);
-    const ChatTemplate& chat = model->chat();
+    auto model = model::Model::load(model_path);
+    const model::ChatTemplate& chat = model->chat();
     const eval::Document doc = eval::read_squad(squad, eval::SquadOptions{}).at(0);
     const std::vector<int32_t> prefix = chat.prefix(""), text = chat.encode_document(doc.text);
     const uint32_t n_p = uint32_t(prefix.size());
-    ScorerOptions so;
-    so.prompts = reconstruction_prompts(chat);
+    compress::ScorerOptions so;
+    so.prompts = compress::reconstruction_prompts(chat);
 
     // Scores on both devices.
-    Forward cpu(model->weights(), ForwardOptions{});
+    model::Forward cpu(model->weights(), model::ForwardOptions{});
     auto t = Clock::now();
-    PrefillResult pre = prefill_document(cpu, prefix, text);
-    const DocumentScores cs = make_scorer("kvzip", so)->score(ScoreInput{&cpu, &pre.cache, n_p, text});
+    prefill::PrefillResult pre = prefill::prefill_document(cpu, prefix, text);
+    const compress::DocumentScores cs = compress::make_scorer("kvzip", so)->score(compress::ScoreInput{&cpu, &pre.cache, n_p, text});
     const double cpu_s = secs(t);
-    GpuForward gpu(model->weights());
+    model::GpuForward gpu(model->weights());
     t = Clock::now();
-    GpuCache gcache(cache_shape(model->config()), n_p + uint32_t(text.size()) + so.kvzip_chunk + 256);
+    model::GpuCache gcache(model::cache_shape(model->config()), n_p + uint32_t(text.size()) + so.kvzip_chunk + 256);
     std::vector<int32_t> all = prefix;
     all.insert(all.end(), text.begin(), text.end());
-    gpu.prefill(gcache, all, LogitsMode::None);
-    const DocumentScores gs = kvzip_scores_gpu(gpu, gcache, n_p, text, so);
+    gpu.prefill(gcache, all, model::LogitsMode::None);
+    const compress::DocumentScores gs = compress::kvzip_scores_gpu(gpu, gcache, n_p, text, so);
     const double gpu_s = secs(t);
     const double rho = spearman(cs.values, gs.values);
-    const Selection sc = select_rows(cs, ratio, SelectionLevel::Global);
-    const Selection sg = select_rows(gs, ratio, SelectionLevel::Global);
+    const compress::Selection sc = compress::select_rows(cs, ratio, compress::SelectionLevel::Global);
+    const compress::Selection sg = compress::select_rows(gs, ratio, compress::SelectionLevel::Global);
     uint64_t same = 0, kept = 0;
     for (size_t i = 0; i < sc.keep.size(); ++i) {
       std::vector<uint32_t> both;
@@ -136,19 +136,19 @@ int main(int argc, char** argv) {
     std::printf("kvzip prefill+scoring: cpu %.2f s, gpu %.2f s\n", cpu_s, gpu_s);
 
     // Answers from the same ratio-r cache on both devices.
-    EvictResult ev = evict(pre.cache, cs, sc, 512);
-    RaggedKvCache& cache = ev.cache;
-    GpuCache gsmall = GpuCache::from_ragged(cache, 512, gpu.stream());
-    GenerateParams gp;
+    compress::EvictResult ev = compress::evict(pre.cache, cs, sc, 512);
+    model::RaggedKvCache& cache = ev.cache;
+    model::GpuCache gsmall = model::GpuCache::from_ragged(cache, 512, gpu.stream());
+    model::GenerateParams gp;
     gp.max_tokens = max_tokens;
     gp.stop_tokens = chat.stop_tokens();
     uint32_t identical = 0, hard = 0;
     std::string details;
     for (const eval::Question& q : doc.questions) {
       const std::vector<int32_t> prompt = chat.suffix("\n\nQuestion: " + q.text);
-      const GenerateResult a = generate(cpu, cache, prompt, gp);
+      const model::GenerateResult a = generate(cpu, cache, prompt, gp);
       cache.reset();
-      const GenerateResult b = generate(gpu, gsmall, prompt, gp);
+      const model::GenerateResult b = generate(gpu, gsmall, prompt, gp);
       gsmall.reset();
       const std::string at = model->tokenizer().decode(a.tokens);
       details += "Q: " + q.text + "\n  cpu: " + at + "\n";

@@ -35,8 +35,8 @@ void write_f32(const std::string& path, const std::vector<float>& x) {
 template <class Fwd, class Cache>
 std::vector<float> run(Fwd& f, Cache& cache, std::span<const int32_t> ids) {
   const size_t first = ids.size() - kBlock - kDecodes;
-  std::vector<float> all = f.prefill(cache, ids.subspan(0, first), LogitsMode::All);
-  const std::vector<float> block = f.prefill(cache, ids.subspan(first, kBlock), LogitsMode::All);
+  std::vector<float> all = f.prefill(cache, ids.subspan(0, first), model::LogitsMode::All);
+  const std::vector<float> block = f.prefill(cache, ids.subspan(first, kBlock), model::LogitsMode::All);
   all.insert(all.end(), block.begin(), block.end());
   for (size_t i = first + kBlock; i < ids.size(); ++i) {
     const std::vector<float> one = f.decode(cache, ids[i]);
@@ -56,18 +56,18 @@ int main(int argc, char** argv) {
     const std::string out_dir = argv[2];
     std::vector<int32_t> ids;
     for (int i = 3; i < argc; ++i) ids.push_back(std::atoi(argv[i]));
-    auto model = Model::load(argv[1]);
+    auto model = model::Model::load(argv[1]);
     const uint32_t T = uint32_t(ids.size());
-    Forward cpu(model->weights(), ForwardOptions{});
-    KvCache cc(model->config(), T);
+    model::Forward cpu(model->weights(), model::ForwardOptions{});
+    model::KvCache cc(model->config(), T);
     write_f32(out_dir + "/kvzip_cpu.f32", run(cpu, cc, ids));
     std::printf("gpu_oracle: %u ids, vocab %u: cpu logits written\n", T, model->config().vocab_size);
-    if (!kBuiltWithCuda || cuda_device_count() == 0) {
-      std::printf("gpu_oracle: cuda skipped (%s)\n", kBuiltWithCuda ? "no device" : "CPU-only build");
+    if (!kernels::kBuiltWithCuda || kernels::cuda_device_count() == 0) {
+      std::printf("gpu_oracle: cuda skipped (%s)\n", kernels::kBuiltWithCuda ? "no device" : "CPU-only build");
       return 0;
     }
-    GpuForward gpu(model->weights());
-    GpuCache gc(cache_shape(model->config()), 16);  // small room: the cache grows on the way
+    model::GpuForward gpu(model->weights());
+    model::GpuCache gc(model::cache_shape(model->config()), 16);  // small room: the cache grows on the way
     write_f32(out_dir + "/kvzip_cuda.f32", run(gpu, gc, ids));
     std::printf("gpu_oracle: cuda logits written\n");
     return 0;

@@ -13,16 +13,16 @@
 namespace kvzip::bench {
 
 struct QuerySetup {
-  std::unique_ptr<Model> model;
+  std::unique_ptr<model::Model> model;
   std::string question = "Who was the duke in the battle of Hastings?";
   loader::SessionOptions session;
 };
 
 inline QuerySetup query_setup(uint32_t threads) {
-  LoadOptions lo;
+  model::LoadOptions lo;
   lo.threads = threads;
   QuerySetup q;
-  q.model = Model::load(resolve_model_path(""), lo);
+  q.model = model::Model::load(model::resolve_model_path(""), lo);
   q.session.threads = threads;
   return q;
 }

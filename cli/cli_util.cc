@@ -29,7 +29,7 @@ std::string default_output(const std::string& input, const char* extension, cons
   return p.string();
 }
 
-std::unique_ptr<Model> load_model(const std::string& cli_path, uint32_t threads) {
+std::unique_ptr<model::Model> load_model(const std::string& cli_path, uint32_t threads) {
   // resolve_model_path calls a directory "not found"; say what it is instead.
   const char* env = std::getenv("KVZIP_MODEL");
   const std::string named = !cli_path.empty() ? cli_path : env ? env : "";
@@ -39,11 +39,11 @@ std::unique_ptr<Model> load_model(const std::string& cli_path, uint32_t threads)
     throw Error(Errc::invalid_argument,
                 "model " + named + " (from " + (cli_path.empty() ? "$KVZIP_MODEL" : "-m") +
                     ") is a directory without config.json; give a GGUF file (e.g. " +
-                    (std::filesystem::path(named) / kDefaultModelFile).string() +
+                    (std::filesystem::path(named) / model::kDefaultModelFile).string() +
                     ") or a Hugging Face checkpoint folder");
-  LoadOptions o;
+  model::LoadOptions o;
   o.threads = threads;
-  const std::string path = resolve_model_path(cli_path);
+  const std::string path = model::resolve_model_path(cli_path);
   // A model of a few GB takes seconds to read from disk once (to fingerprint it): say so on a
   // terminal. Small models and pipes get nothing.
   bool shown = false;
@@ -55,7 +55,7 @@ std::unique_ptr<Model> load_model(const std::string& cli_path, uint32_t threads)
       shown = true;
     };
   }
-  std::unique_ptr<Model> m = Model::load(path, o);
+  std::unique_ptr<model::Model> m = model::Model::load(path, o);
   if (shown) std::fprintf(stderr, "\n");
   return m;
 }

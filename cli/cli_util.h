@@ -44,6 +44,6 @@ inline constexpr const char* kKvDtypeHelp =
 inline constexpr const char* kKvGroupHelp = "q8/q4: channels per quantization group (divides the head dimension; 0 = all of it)";
 
 // Resolves -m / $KVZIP_MODEL / the default path and loads the model.
-std::unique_ptr<Model> load_model(const std::string& cli_path, uint32_t threads);
+std::unique_ptr<model::Model> load_model(const std::string& cli_path, uint32_t threads);
 
 }  // namespace kvzip::cli

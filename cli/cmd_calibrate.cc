@@ -26,7 +26,7 @@ struct CalibrateOpts {
 };
 
 // The heads sorted by score, best first, as "L12.h1 0.9731" lines (the first `n`).
-void print_summary(const format::HeadScores& h, const CalibrateResult& r, const std::string& out) {
+void print_summary(const format::HeadScores& h, const compress::CalibrateResult& r, const std::string& out) {
   const size_t H = h.values.size();
   std::vector<size_t> order(H);
   std::iota(order.begin(), order.end(), size_t{0});
@@ -52,18 +52,18 @@ void run_calibrate(const CalibrateOpts& o) {
   const std::string text = read_text(o.doc, "calibration document");
 
   auto model = load_model(o.model, o.threads);
-  const ScorerOptions so = make_scorer_options(model->chat(), o.chunk, /*seed=*/0);
+  const compress::ScorerOptions so = compress::make_scorer_options(model->chat(), o.chunk, /*seed=*/0);
   const std::vector<int32_t> prefix = model->chat().prefix(o.system);
   const std::vector<int32_t> document = model->chat().encode_document(text);
   ProgressBarOptions pb;
   pb.quiet = o.quiet;
   ProgressBar bar(pb);
-  PrefillOptions po;
+  prefill::PrefillOptions po;
   po.progress = bar.callback();
-  ForwardOptions fo;
+  model::ForwardOptions fo;
   fo.threads = o.threads;
-  Forward fwd(model->weights(), fo);
-  CalibrateResult r = calibrate_heads(fwd, prefix, document, so, po);
+  model::Forward fwd(model->weights(), fo);
+  compress::CalibrateResult r = compress::calibrate_heads(fwd, prefix, document, so, po);
   bar.finish();
 
   format::HeadScores h;

@@ -39,8 +39,8 @@ struct CompressOpts {
 
 // True for head-level KVzip; refuses options that belong to the other path.
 bool head_level(const CompressOpts& o) {
-  const bool head = o.level == "head" || o.method == kHeadLevelMethod;
-  if (head && o.method != "kvzip" && o.method != kHeadLevelMethod)
+  const bool head = o.level == "head" || o.method == compress::kHeadLevelMethod;
+  if (head && o.method != "kvzip" && o.method != compress::kHeadLevelMethod)
     throw Error(Errc::invalid_argument, "compress: --level head is KVzip's head-level variant; "
                                         "--method " + o.method + " cannot be combined with it");
   if (head && o.level != "head" && o.level != "global")
@@ -57,20 +57,20 @@ bool head_level(const CompressOpts& o) {
 // Corpus mode after the model is loaded: a line per document on stderr, the JSON summary on
 // stdout (or --summary FILE, written atomically); any failed document makes the exit status that
 // of the first failure, after every other document was done.
-void run_corpus(const Model& model, const std::vector<CorpusEntry>& entries,
-                const CompressFileOptions& fo, const CompressOpts& o, Shard shard) {
-  CorpusOptions co;
+void run_corpus(const model::Model& model, const std::vector<compress::CorpusEntry>& entries,
+                const compress::CompressFileOptions& fo, const CompressOpts& o, compress::Shard shard) {
+  compress::CorpusOptions co;
   co.file = fo;
   co.out_dir = o.out_dir;
   co.shard = shard;
-  const CorpusSummary s = compress_corpus(model, entries, co, [&](const CorpusOutcome& r, size_t i, size_t n) {
+  const compress::CorpusSummary s = compress::compress_corpus(model, entries, co, [&](const compress::CorpusOutcome& r, size_t i, size_t n) {
     if (o.quiet) return;
-    if (r.status == CorpusStatus::Failed)
+    if (r.status == compress::CorpusStatus::Failed)
       std::fprintf(stderr, "[%zu/%zu] %s: failed [%s]: %s\n", i + 1, n, r.id.c_str(),
                    errc_name(r.code), r.error.c_str());
     else
       std::fprintf(stderr, "[%zu/%zu] %s: %s, ratio %.3f, %.1f s\n", i + 1, n, r.id.c_str(),
-                   corpus_status_name(r.status), r.achieved_ratio, r.seconds);
+                   compress::corpus_status_name(r.status), r.achieved_ratio, r.seconds);
   });
   const std::string json = json_dump(s.to_json()) + "\n";
   if (o.summary.empty())
@@ -79,7 +79,7 @@ void run_corpus(const Model& model, const std::vector<CorpusEntry>& entries,
     write_file_atomically(o.summary, /*force=*/true, json);
   if (s.failed) {
     const auto first = std::find_if(s.outcomes.begin(), s.outcomes.end(),
-                                    [](const CorpusOutcome& r) { return r.status == CorpusStatus::Failed; });
+                                    [](const compress::CorpusOutcome& r) { return r.status == compress::CorpusStatus::Failed; });
     throw Error(first->code, std::to_string(s.failed) + " of " + std::to_string(s.in_shard) +
                                  " documents failed (the summary lists each); first: " + first->id +
                                  ": " + first->error);
@@ -88,27 +88,27 @@ void run_corpus(const Model& model, const std::vector<CorpusEntry>& entries,
 
 void run_compress(const CompressOpts& o) {
   // Everything that can be checked without the model comes first.
-  check_ratio(o.ratio);
-  check_method_name(o.method);
+  compress::check_ratio(o.ratio);
+  compress::check_method_name(o.method);
   if (o.level != "global" && o.level != "per-head" && o.level != "per-layer" && o.level != "head")
     throw Error(Errc::invalid_argument, "compress: unknown --level '" + o.level +
                                             "'; known levels: global, per-head, per-layer, head");
   const bool head = head_level(o);
-  const Device device = parse_device(o.device.c_str());
+  const kernels::Device device = kernels::parse_device(o.device.c_str());
   {
-    ScorerOptions probe;  // unknown keys and unparsable values fail before the model loads
-    for (const std::string& kv : o.scorer_options) set_scorer_option(probe, kv);
+    compress::ScorerOptions probe;  // unknown keys and unparsable values fail before the model loads
+    for (const std::string& kv : o.scorer_options) compress::set_scorer_option(probe, kv);
     if (head && !o.scorer_options.empty())
       throw Error(Errc::invalid_argument,
                   "compress: --scorer-option does not apply to --level head (no scoring pass)");
   }
-  if (head && device == Device::Cuda)
+  if (head && device == kernels::Device::Cuda)
     throw Error(Errc::unsupported, "compress: --level head runs on the CPU only (it has no scoring "
                                    "pass to speed up); drop --device cuda");
-  CompressOptions co;
+  compress::CompressOptions co;
   co.method = o.method;
   co.ratio = o.ratio;
-  if (!head) co.level = parse_selection_level(o.level);
+  if (!head) co.level = compress::parse_selection_level(o.level);
   const format::DType dtype = parse_kv_dtype(o.dtype, "compress");
   if (o.zstd < 0 || o.zstd > 19)
     throw Error(Errc::invalid_argument, "compress: --zstd " + std::to_string(o.zstd) +
@@ -124,11 +124,11 @@ void run_compress(const CompressOpts& o) {
     throw Error(Errc::invalid_argument, "compress: --out-dir, --shard and --summary belong to --manifest");
   if (corpus && o.out_dir.empty())
     throw Error(Errc::invalid_argument, "compress: --manifest needs --out-dir DIR");
-  const Shard shard = parse_shard(o.shard);
+  const compress::Shard shard = compress::parse_shard(o.shard);
   std::string out, text;
-  std::vector<CorpusEntry> entries;
+  std::vector<compress::CorpusEntry> entries;
   if (corpus) {
-    entries = parse_manifest(read_text(o.manifest, "manifest"), o.manifest,
+    entries = compress::parse_manifest(read_text(o.manifest, "manifest"), o.manifest,
                              std::filesystem::path(o.manifest).parent_path().string());
     if (!o.summary.empty()) check_writable(o.summary, true);
   } else {
@@ -144,13 +144,13 @@ void run_compress(const CompressOpts& o) {
       !o.quiet)
     std::fprintf(stderr, "warning: %s was calibrated on another model (--force-model)\n",
                  o.head_scores.c_str());
-  CompressFileOptions fo;
+  compress::CompressFileOptions fo;
   fo.compress = co;
-  fo.compress.scorer = make_scorer_options(model->chat(), o.chunk, o.seed, o.scorer_options);
+  fo.compress.scorer = compress::make_scorer_options(model->chat(), o.chunk, o.seed, o.scorer_options);
   if (head) {
-    fo.compress.method = kHeadLevelMethod;
+    fo.compress.method = compress::kHeadLevelMethod;
     fo.compress.ratio = o.ratio_given ? o.ratio : 0.6;  // methods §1 step 9
-    fo.compress.head = head_level_options(hs, o.head_scores, o.head_window);
+    fo.compress.head = compress::head_level_options(hs, o.head_scores, o.head_window);
   }
   fo.system = o.system;
   fo.query_template = o.query_template;
@@ -162,7 +162,7 @@ void run_compress(const CompressOpts& o) {
   fo.threads = o.threads;
   // On a GPU the prefill goes in calls of 2048 tokens, GpuForward's own chunk (the CPU's 512
   // would only shrink its GEMMs); the progress bar then moves every 2048 tokens.
-  if (device == Device::Cuda) fo.compress.prefill.chunk = 2048;
+  if (device == kernels::Device::Cuda) fo.compress.prefill.chunk = 2048;
   if (corpus) {
     run_corpus(*model, entries, fo, o, shard);
     return;
@@ -173,7 +173,7 @@ void run_compress(const CompressOpts& o) {
   fo.compress.prefill.progress = bar.callback();
 
   const auto t0 = std::chrono::steady_clock::now();
-  const CompressResult r = compress_to_file(*model, text, fo, out);
+  const compress::CompressResult r = compress::compress_to_file(*model, text, fo, out);
   bar.finish();
   const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!o.quiet) {

@@ -41,10 +41,10 @@ void check_output(const std::string& path, const char* option) {
 }
 
 // Prefill progress: a fresh bar for each document long enough to take a while.
-PrefillProgressFn progress_bars(bool quiet) {
+prefill::PrefillProgressFn progress_bars(bool quiet) {
   if (quiet) return nullptr;
   auto bar = std::make_shared<std::unique_ptr<ProgressBar>>();
-  return [bar](const PrefillProgress& p) {
+  return [bar](const prefill::PrefillProgress& p) {
     if (p.total < 2048) return;
     if (p.done == 0 || !*bar) {
       ProgressBarOptions o;
@@ -57,15 +57,15 @@ PrefillProgressFn progress_bars(bool quiet) {
 }
 
 void run(const EvalOpts& o) {
-  if (parse_device(o.device.c_str()) == Device::Cuda)
+  if (kernels::parse_device(o.device.c_str()) == kernels::Device::Cuda)
     throw Error(Errc::unsupported,
                 "eval --device cuda: the evaluation's batched draft answering runs on the CPU in this "
                 "version; compress on the GPU with `kvzip compress --device cuda` and answer with "
                 "`kvzip query --device cuda`, or run eval with --device cpu");
   eval::EvalOptions eo = o.eo;
-  eo.level = parse_selection_level(o.level);
+  eo.level = compress::parse_selection_level(o.level);
   eo.verify_drafts = !o.exact;
-  eo.matmul = o.matmul == "exact" ? MatmulPath::Exact : MatmulPath::Fast;
+  eo.matmul = o.matmul == "exact" ? kernels::MatmulPath::Exact : kernels::MatmulPath::Fast;
   eo.keep_answers = !o.answers.empty();
   format::HeadScores hs;
   if (!o.head_scores.empty()) {

@@ -60,7 +60,7 @@ void apply_kv_dtype(fmt::CacheContents& c, const std::string& name, uint32_t gro
   const fmt::DType t = parse_kv_dtype(name, command);
   // The same q8/q4 and group as stored: the stored rows stay (v1.1 or v1.2 layout alike).
   if (t == c.header.kv_dtype && fmt::dtype_quantized(t) && (!group || group == c.header.kv_group_size)) return;
-  set_kv_dtype(c, t, group ? group : (t == c.header.kv_dtype ? c.header.kv_group_size : 0));
+  compress::set_kv_dtype(c, t, group ? group : (t == c.header.kv_dtype ? c.header.kv_group_size : 0));
 }
 
 // The first bytes of a file (fewer when it is shorter), to tell a .kvh from a .kvz; errors are

@@ -30,10 +30,10 @@ struct GenerateOpts {
 void run_generate(const GenerateOpts& o) {
   if (o.prompt.empty() == o.file.empty())
     throw Error(Errc::invalid_argument, "generate: give exactly one of -p TEXT or -f FILE");
-  const std::optional<RkvParams> rkv = rkv_params(o.rkv);  // bad options fail before loading
+  const std::optional<model::RkvParams> rkv = rkv_params(o.rkv);  // bad options fail before loading
   const std::string text = o.file.empty() ? o.prompt : read_text(o.file, "prompt file");
   if (o.file.empty()) check_text(text, "the prompt");
-  const Device device = parse_device(o.device.c_str());
+  const kernels::Device device = kernels::parse_device(o.device.c_str());
   auto model = load_model(o.model, o.threads);
   std::vector<int32_t> prompt;
   if (o.chat) {
@@ -44,12 +44,12 @@ void run_generate(const GenerateOpts& o) {
     auto ids = model->tokenizer().encode(text, /*parse_special=*/false);
     prompt.insert(prompt.end(), ids.begin(), ids.end());
   }
-  GenerateParams gp;
+  model::GenerateParams gp;
   gp.rkv = rkv;
   gp.max_tokens = o.n;
-  gp.sampling = SamplingParams{o.temp, o.top_k, o.top_p, o.seed};
+  gp.sampling = model::SamplingParams{o.temp, o.top_k, o.top_p, o.seed};
   gp.stop_tokens = model->chat().stop_tokens();
-  StreamDecoder dec(model->tokenizer());
+  model::StreamDecoder dec(model->tokenizer());
   if (!o.chat) std::fwrite(text.data(), 1, text.size(), stdout);
   std::fflush(stdout);
   const auto t0 = std::chrono::steady_clock::now();
@@ -63,23 +63,23 @@ void run_generate(const GenerateOpts& o) {
     return true;
   };
   const uint32_t rows = static_cast<uint32_t>(prompt.size()) + o.n;
-  GenerateResult r = [&] {
-    if (device == Device::Cuda) {
-      GpuForward gpu(model->weights());
-      GpuCache cache(cache_shape(model->config()), rows);
+  model::GenerateResult r = [&] {
+    if (device == kernels::Device::Cuda) {
+      model::GpuForward gpu(model->weights());
+      model::GpuCache cache(model::cache_shape(model->config()), rows);
       return generate(gpu, cache, prompt, gp, on_token);
     }
-    ForwardOptions fo;
+    model::ForwardOptions fo;
     fo.threads = o.threads;
-    Forward fwd(model->weights(), fo);
-    const CacheShape shape = cache_shape(model->config());
-    std::unique_ptr<AttentionCache> cache;
+    model::Forward fwd(model->weights(), fo);
+    const model::CacheShape shape = model::cache_shape(model->config());
+    std::unique_ptr<model::AttentionCache> cache;
     if (gp.rkv)  // empty ragged cache: the bound holds from the first token, no dense copy
-      cache = std::make_unique<RaggedKvCache>(
+      cache = std::make_unique<model::RaggedKvCache>(
           shape, 0, std::vector<uint32_t>(size_t(shape.n_layers) * shape.n_kv_heads, 0),
           static_cast<uint32_t>(prompt.size()) + gp.rkv->budget + gp.rkv->buffer);
     else
-      cache = std::make_unique<KvCache>(shape, rows);
+      cache = std::make_unique<model::KvCache>(shape, rows);
     return generate(fwd, *cache, prompt, gp, on_token);
   }();
   const std::string tail = dec.finish();
@@ -92,8 +92,8 @@ void run_generate(const GenerateOpts& o) {
     std::fprintf(stderr, "prompt %zu tokens in %.3f s (%.1f tok/s); generated %zu tokens, %.1f tok/s\n",
                  prompt.size(), prefill_s, prompt.size() / prefill_s, r.tokens.size(),
                  r.tokens.size() > 1 ? (r.tokens.size() - 1) / decode_s : 0.0);
-    if (device != Device::Cuda)
-      std::fprintf(stderr, "matmul %s\n", matmul_kernels(ForwardOptions{}.matmul).c_str());
+    if (device != kernels::Device::Cuda)
+      std::fprintf(stderr, "matmul %s\n", kernels::matmul_kernels(model::ForwardOptions{}.matmul).c_str());
     if (gp.rkv)
       std::fprintf(stderr, "%s: %u compressions evicted %llu rows (budget %u per head)\n",
                    gp.rkv->streaming ? "streaming" : "R-KV", r.compressions,
@@ -108,7 +108,7 @@ struct TokenizeOpts {
 
 void run_tokenize(const TokenizeOpts& o) {
   auto model = load_model(o.model, 1);
-  const Tokenizer& tok = model->tokenizer();
+  const model::Tokenizer& tok = model->tokenizer();
   if (o.decode) {
     std::istringstream in(o.text);
     std::vector<int32_t> ids;
@@ -144,11 +144,11 @@ void run_perplexity(const PerplexityOpts& o) {
   const std::string text = read_text(o.file, "text file");
   auto model = load_model(o.model, o.threads);
   const auto ids = model->tokenizer().encode(text, false);
-  ForwardOptions fo;
+  model::ForwardOptions fo;
   fo.threads = o.threads;
-  Forward fwd(model->weights(), fo);
+  model::Forward fwd(model->weights(), fo);
   const auto t0 = std::chrono::steady_clock::now();
-  PerplexityResult r = perplexity(fwd, ids, o.ctx);
+  model::PerplexityResult r = model::perplexity(fwd, ids, o.ctx);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("perplexity %.4f (%llu tokens scored in %u windows of %u, mean NLL %.5f nats)\n",
               r.perplexity, static_cast<unsigned long long>(r.scored), r.windows, o.ctx,

@@ -72,18 +72,18 @@ std::vector<std::string> read_questions(const std::string& path) {
 loader::SessionOptions session_options(const QueryOpts& o) {
   loader::SessionOptions so;
   so.threads = o.threads;
-  so.device = parse_device(o.device.c_str());
+  so.device = kernels::parse_device(o.device.c_str());
   so.force = o.force;
   so.verify = o.verify ? format::Verify::Full : format::Verify::OnAccess;
   // q8/q4 rows are attended in place, except under R-KV, which evicts rows of an f32 cache.
   if (o.kv_f32 || rkv_params(o.rkv)) so.kv_form = loader::KvForm::F32;
-  so.matmul = o.matmul == "exact" ? MatmulPath::Exact : MatmulPath::Fast;
+  so.matmul = o.matmul == "exact" ? kernels::MatmulPath::Exact : kernels::MatmulPath::Fast;
   so.key_tiles = !o.no_key_tiles && !rkv_params(o.rkv);  // R-KV's evictions would drop them
   return so;
 }
 
-GenerateParams generate_params(const QueryOpts& o, const Model& model) {
-  GenerateParams gp;
+model::GenerateParams generate_params(const QueryOpts& o, const model::Model& model) {
+  model::GenerateParams gp;
   gp.max_tokens = o.n;
   gp.sampling.temperature = o.temp;
   gp.sampling.seed = o.seed;
@@ -94,12 +94,12 @@ GenerateParams generate_params(const QueryOpts& o, const Model& model) {
 
 // Why an answer ended: a stop token, the -n limit, or the model's context (the cache plus the
 // question and answer filled max_context positions before either).
-const char* stop_reason(const loader::Answer& a, const GenerateParams& gp) {
+const char* stop_reason(const loader::Answer& a, const model::GenerateParams& gp) {
   if (a.stopped) return "stop_token";
   return a.tokens.size() >= gp.max_tokens ? "max_tokens" : "context_full";
 }
 
-void note_context_full(const loader::Answer& a, const GenerateParams& gp, const Model& model) {
+void note_context_full(const loader::Answer& a, const model::GenerateParams& gp, const model::Model& model) {
   std::fprintf(stderr,
                "kvzip: note: the answer stopped after %zu of the %u tokens -n allows: the model's "
                "context of %u tokens is full (the cache's document, the question and the answer "
@@ -128,7 +128,7 @@ void run_query(const QueryOpts& o) {
                  double(session.base().bytes_kept()) / 1e6,
                  session.quantized() ? format::dtype_name(session.header().kv_dtype) : "f32", extra.c_str());
   }
-  const GenerateParams gp = generate_params(o, *model);
+  const model::GenerateParams gp = generate_params(o, *model);
   for (const auto& q : questions) {
     loader::Answer a;
     if (o.json) {
@@ -162,7 +162,7 @@ void run_chat(const QueryOpts& o) {
   rkv_params(o.rkv);
   auto model = load_model(o.model, o.threads);
   loader::QuerySession session(*model, o.cache, session_options(o));
-  const GenerateParams gp = generate_params(o, *model);
+  const model::GenerateParams gp = generate_params(o, *model);
   std::fprintf(stderr, "kvzip chat: %s (%zu document tokens). One question per line; "
                "empty line or Ctrl-D to quit.\n", o.cache.c_str(),
                session.header().document_tokens.size());

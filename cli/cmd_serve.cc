@@ -43,7 +43,7 @@ std::string read_api_key(const std::string& path) {
 }
 
 void run_serve(const ServeOpts& o) {
-  if (parse_device(o.device.c_str()) != Device::Cpu)
+  if (kernels::parse_device(o.device.c_str()) != kernels::Device::Cpu)
     throw Error(Errc::unsupported,
                 "serve: --device " + o.device + " is not available yet: the batching engine's shared-base "
                 "attention (two KV segments) runs on the CPU only; use --device cpu");
@@ -60,7 +60,7 @@ void run_serve(const ServeOpts& o) {
   so.engine.parallel = o.parallel;
   so.engine.max_queue = o.queue;
   // Default: every step on the matmul's 8-bit path (serve/engine.h), with room past --parallel.
-  so.engine.step_tokens = o.step_tokens ? o.step_tokens : std::max(kMatmulInt8MaxT, o.parallel + 16);
+  so.engine.step_tokens = o.step_tokens ? o.step_tokens : std::max(kernels::kMatmulInt8MaxT, o.parallel + 16);
   so.max_loaded_bytes = o.max_loaded_bytes;
   so.key_tiles = !o.no_key_tiles;
   so.chat.max_tokens_cap = o.max_tokens;

@@ -26,7 +26,7 @@ ProgressBar::ProgressBar(ProgressBarOptions options) : opt_(std::move(options)) 
 
 ProgressBar::~ProgressBar() { finish(); }
 
-std::string ProgressBar::line(const PrefillProgress& p) const {
+std::string ProgressBar::line(const prefill::PrefillProgress& p) const {
   constexpr int kWidth = 30;
   const double frac = p.total ? std::min(1.0, double(p.done) / double(p.total)) : 1.0;
   const int filled = static_cast<int>(frac * kWidth);
@@ -39,7 +39,7 @@ std::string ProgressBar::line(const PrefillProgress& p) const {
   return opt_.label + " [" + bar + tail;
 }
 
-void ProgressBar::update(const PrefillProgress& p) {
+void ProgressBar::update(const prefill::PrefillProgress& p) {
   if (opt_.quiet) return;
   const bool complete = p.total == 0 || p.done >= p.total;
   if (tty_) {
@@ -67,8 +67,8 @@ void ProgressBar::finish() {
   drawn_ = false;
 }
 
-PrefillProgressFn ProgressBar::callback() {
-  return [this](const PrefillProgress& p) { update(p); };
+prefill::PrefillProgressFn ProgressBar::callback() {
+  return [this](const prefill::PrefillProgress& p) { update(p); };
 }
 
 }  // namespace kvzip::cli

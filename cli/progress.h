@@ -23,19 +23,19 @@ struct ProgressBarOptions {
 class ProgressBar {
  public:
   explicit ProgressBar(ProgressBarOptions options = {});
-  void update(const PrefillProgress& p);
+  void update(const prefill::PrefillProgress& p);
   // Ends the terminal line (newline) if one was drawn. Called by the destructor too.
   void finish();
   ~ProgressBar();
   ProgressBar(const ProgressBar&) = delete;
   ProgressBar& operator=(const ProgressBar&) = delete;
   // A callback for PrefillOptions::progress that forwards to this bar (which must outlive it).
-  PrefillProgressFn callback();
+  prefill::PrefillProgressFn callback();
 
   bool is_tty() const { return tty_; }
 
  private:
-  std::string line(const PrefillProgress& p) const;
+  std::string line(const prefill::PrefillProgress& p) const;
 
   ProgressBarOptions opt_;
   bool tty_ = false;

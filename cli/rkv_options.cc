@@ -6,7 +6,7 @@
 namespace kvzip::cli {
 
 void add_rkv_options(CLI::App* app, RkvOptions& o) {
-  RkvParams& p = o.params;
+  model::RkvParams& p = o.params;
   o.budget = app->add_option("--rkv-budget", p.budget,
                              "Bound the cache while generating: keep B generated rows per head "
                              "(R-KV; off when not given)");
@@ -26,7 +26,7 @@ void add_rkv_options(CLI::App* app, RkvOptions& o) {
   };
 }
 
-std::optional<RkvParams> rkv_params(const RkvOptions& o) {
+std::optional<model::RkvParams> rkv_params(const RkvOptions& o) {
   if (o.budget->count() == 0) {
     for (const CLI::Option* opt : o.others)
       if (opt->count() > 0)

@@ -11,7 +11,7 @@
 namespace kvzip::cli {
 
 struct RkvOptions {
-  RkvParams params;
+  model::RkvParams params;
   CLI::Option* budget = nullptr;
   std::vector<CLI::Option*> others;  // options that only make sense with --rkv-budget
 };
@@ -20,6 +20,6 @@ struct RkvOptions {
 void add_rkv_options(CLI::App* app, RkvOptions& o);
 
 // The validated parameters, or nullopt without --rkv-budget. Throws Errc::invalid_argument.
-std::optional<RkvParams> rkv_params(const RkvOptions& o);
+std::optional<model::RkvParams> rkv_params(const RkvOptions& o);
 
 }  // namespace kvzip::cli

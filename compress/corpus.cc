@@ -15,7 +15,7 @@
 #include "common/text_file.h"
 #include "format/format.h"
 
-namespace kvzip {
+namespace kvzip::compress {
 namespace {
 
 namespace fs = std::filesystem;
@@ -72,7 +72,7 @@ void parse_line(const std::string& line, const std::string& where, const std::st
   }
 }
 
-CorpusOutcome run_entry(const Model& model, const CorpusEntry& e, const CorpusOptions& o) {
+CorpusOutcome run_entry(const model::Model& model, const CorpusEntry& e, const CorpusOptions& o) {
   CorpusOutcome out;
   out.id = e.id;
   out.line = e.line;
@@ -245,7 +245,7 @@ Json CorpusSummary::to_json() const {
   return j;
 }
 
-CorpusSummary compress_corpus(const Model& model, const std::vector<CorpusEntry>& entries,
+CorpusSummary compress_corpus(const model::Model& model, const std::vector<CorpusEntry>& entries,
                               const CorpusOptions& o, const CorpusProgress& progress) {
   if (o.shard.count == 0 || o.shard.index >= o.shard.count)
     throw Error(Errc::invalid_argument, "corpus: shard " + std::to_string(o.shard.index) + "/" +
@@ -274,4 +274,4 @@ CorpusSummary compress_corpus(const Model& model, const std::vector<CorpusEntry>
   return s;
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::compress

@@ -23,7 +23,7 @@
 #include "compress/pipeline.h"
 #include "model/model.h"
 
-namespace kvzip {
+namespace kvzip::compress {
 
 struct CorpusEntry {
   uint64_t line = 0;                  // 1-based line of the manifest, for messages
@@ -99,7 +99,7 @@ using CorpusProgress = std::function<void(const CorpusOutcome&, size_t index, si
 // document (bad text, too long for the context, bad method or ratio, a full disk) fail that
 // document alone; only an unusable out_dir (Errc::not_found / invalid_argument / io) or a bad
 // shard throws before any work.
-CorpusSummary compress_corpus(const Model& model, const std::vector<CorpusEntry>& entries,
+CorpusSummary compress_corpus(const model::Model& model, const std::vector<CorpusEntry>& entries,
                               const CorpusOptions& options, const CorpusProgress& progress = {});
 
-}  // namespace kvzip
+}  // namespace kvzip::compress

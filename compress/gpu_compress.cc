@@ -16,12 +16,12 @@
 #include "kernels/attention_score.h"
 #include "kernels/gpu.h"
 
-namespace kvzip {
+namespace kvzip::compress {
 namespace {
 
 // Per layer: for every KV head the local key axis [prefix ; chunk t ; R_t so far] of the dense
 // device cache (row == position), max-reduced into the chunk's slice of the device scores.
-class GpuKvzipObserver final : public GpuAttentionObserver {
+class GpuKvzipObserver final : public model::GpuAttentionObserver {
  public:
   GpuKvzipObserver(float* scores, uint32_t n_prefix, uint32_t n_doc)
       : scores_(scores), n_p_(n_prefix), n_c_(n_doc) {}
@@ -32,21 +32,21 @@ class GpuKvzipObserver final : public GpuAttentionObserver {
     r0_ = r0;
   }
 
-  void on_attention(const GpuAttentionObservation& obs) override {
+  void on_attention(const model::GpuAttentionObservation& obs) override {
     const uint32_t Hkv = obs.Hkv, D = obs.D, m = end_ - begin_;
-    std::vector<ScoreKeyAxis> axes(Hkv);
+    std::vector<kernels::ScoreKeyAxis> axes(Hkv);
     for (uint32_t h = 0; h < Hkv; ++h) {
       const uint32_t len = obs.cache->len(obs.layer, h);
       const uint32_t p0 = len - obs.T;  // dense: the T new rows are the last ones
       KVZIP_ASSERT(p0 >= r0_ && obs.first_position == p0);
       const float* k = obs.cache->k(obs.layer, h);
-      axes[h].ranges[0] = ScoreKeyRange{k, n_p_};
-      axes[h].ranges[1] = ScoreKeyRange{k + size_t(n_p_ + begin_) * D, m};
-      axes[h].ranges[2] = ScoreKeyRange{k + size_t(r0_) * D, p0 - r0_ + obs.T};
+      axes[h].ranges[0] = kernels::ScoreKeyRange{k, n_p_};
+      axes[h].ranges[1] = kernels::ScoreKeyRange{k + size_t(n_p_ + begin_) * D, m};
+      axes[h].ranges[2] = kernels::ScoreKeyRange{k + size_t(r0_) * D, p0 - r0_ + obs.T};
       axes[h].n_ranges = 3;
       axes[h].causal_base = p0 - r0_;
     }
-    AttentionScoreArgs a;
+    kernels::AttentionScoreArgs a;
     a.q = obs.q;
     a.T = obs.T;
     a.Hq = obs.Hq;
@@ -58,7 +58,7 @@ class GpuKvzipObserver final : public GpuAttentionObserver {
     a.col1 = n_p_ + m;
     a.out = scores_ + size_t(obs.layer) * Hkv * n_c_ + begin_;
     a.out_stride = n_c_;
-    attention_score_max(Exec{Device::Cuda, nullptr, obs.stream}, a);
+    attention_score_max(kernels::Exec{kernels::Device::Cuda, nullptr, obs.stream}, a);
   }
 
  private:
@@ -73,7 +73,7 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 }  // namespace
 
-DocumentScores kvzip_scores_gpu(GpuForward& forward, GpuCache& cache, uint32_t n_prefix,
+DocumentScores kvzip_scores_gpu(model::GpuForward& forward, model::GpuCache& cache, uint32_t n_prefix,
                                 std::span<const int32_t> document, const ScorerOptions& options) {
   (void)detail::make_kvzip_scorer(options);  // the CPU scorer's checks of prompts and chunk
   const uint32_t n_c = static_cast<uint32_t>(document.size()), full = n_prefix + n_c;
@@ -87,8 +87,8 @@ DocumentScores kvzip_scores_gpu(GpuForward& forward, GpuCache& cache, uint32_t n
   s.n_prefix = n_prefix;
   s.n_doc = n_c;
   const size_t n = size_t(s.shape.n_layers) * s.shape.n_kv_heads * n_c;
-  gpu::GpuBuffer<float> scores(n);
-  gpu::fill_zero(scores.data(), scores.bytes(), forward.stream());  // 0: the max's identity
+  kernels::gpu::GpuBuffer<float> scores(n);
+  kernels::gpu::fill_zero(scores.data(), scores.bytes(), forward.stream());  // 0: the max's identity
   GpuKvzipObserver obs(scores.data(), n_prefix, n_c);
   const uint32_t m = options.kvzip_chunk;
   for (uint32_t begin = 0; begin < n_c; begin += m) {
@@ -96,15 +96,15 @@ DocumentScores kvzip_scores_gpu(GpuForward& forward, GpuCache& cache, uint32_t n
     const std::vector<int32_t> r = reconstruction_input(options.prompts, document, begin, end,
                                                         std::min(options.kvzip_hint, m));
     obs.set_chunk(begin, end, full);
-    forward.prefill(cache, r, LogitsMode::None, &obs);  // rolls back itself when it throws
+    forward.prefill(cache, r, model::LogitsMode::None, &obs);  // rolls back itself when it throws
     cache.rollback(full);
   }
   s.values.resize(n);
-  gpu::copy_to_host(s.values.data(), scores.data(), scores.bytes(), forward.stream());
+  kernels::gpu::copy_to_host(s.values.data(), scores.data(), scores.bytes(), forward.stream());
   return s;
 }
 
-CompressResult compress_gpu(GpuForward& forward, std::span<const int32_t> prefix,
+CompressResult compress_gpu(model::GpuForward& forward, std::span<const int32_t> prefix,
                             std::span<const int32_t> document, const CompressOptions& options) {
   check_ratio(options.ratio);
   const bool full = options.method == "full";
@@ -121,10 +121,10 @@ CompressResult compress_gpu(GpuForward& forward, std::span<const int32_t> prefix
 
   // Room for the answer and for the longest R_t (chunk + prompt + hint), so no pass regrows it.
   const uint32_t room = std::max<uint32_t>(options.prefill.answer_room, options.scorer.kvzip_chunk + 256);
-  GpuCache cache(cache_shape(forward.config()), n_p + n_c + room);
+  model::GpuCache cache(model::cache_shape(forward.config()), n_p + n_c + room);
   const double prefill_s =
-      prefill_in_chunks(prefix, document, options.prefill, [&](std::span<const int32_t> chunk) {
-        forward.prefill(cache, chunk, LogitsMode::None);
+      prefill::prefill_in_chunks(prefix, document, options.prefill, [&](std::span<const int32_t> chunk) {
+        forward.prefill(cache, chunk, model::LogitsMode::None);
       });
 
   const auto t = std::chrono::steady_clock::now();
@@ -140,7 +140,7 @@ CompressResult compress_gpu(GpuForward& forward, std::span<const int32_t> prefix
   const double scoring_s = seconds_since(t);
 
   const auto t_copy = std::chrono::steady_clock::now();
-  const KvCache dense = cache.to_host_dense(forward.stream());
+  const model::KvCache dense = cache.to_host_dense(forward.stream());
   const double copy_s = seconds_since(t_copy);  // counted with the selection, as it serves it
   CompressResult r = detail::finish(options, *scorer, dense, scores, prefill_s, scoring_s);
   r.select_s += copy_s;
@@ -148,4 +148,4 @@ CompressResult compress_gpu(GpuForward& forward, std::span<const int32_t> prefix
   return r;
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::compress

@@ -14,7 +14,7 @@
 #include "common/error.h"
 #include "compress/detail/scorers.h"
 
-namespace kvzip {
+namespace kvzip::compress {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -30,7 +30,7 @@ std::string number(double v) {
 
 }  // namespace
 
-void check_head_scores(std::span<const float> head_scores, const CacheShape& shape,
+void check_head_scores(std::span<const float> head_scores, const model::CacheShape& shape,
                        const char* who) {
   const size_t n = size_t(shape.n_layers) * shape.n_kv_heads;
   if (head_scores.size() != n)
@@ -64,7 +64,7 @@ std::vector<float> max_per_head(const DocumentScores& scores) {
   return out;
 }
 
-DocumentScores broadcast_head_scores(std::span<const float> head_scores, const CacheShape& shape,
+DocumentScores broadcast_head_scores(std::span<const float> head_scores, const model::CacheShape& shape,
                                      uint32_t n_prefix, uint32_t n_doc) {
   check_head_scores(head_scores, shape, "head-level scores");
   DocumentScores s;
@@ -145,16 +145,16 @@ std::unique_ptr<Scorer> make_head_level_scorer(std::vector<float> head_scores) {
   return std::make_unique<HeadLevelScorer>(std::move(head_scores));
 }
 
-CalibrateResult calibrate_heads(Forward& forward, std::span<const int32_t> prefix,
+CalibrateResult calibrate_heads(model::Forward& forward, std::span<const int32_t> prefix,
                                 std::span<const int32_t> document, const ScorerOptions& scorer,
-                                const PrefillOptions& prefill) {
+                                const prefill::PrefillOptions& prefill) {
   if (document.empty())
     throw Error(Errc::invalid_argument,
                 "calibrate: the calibration document has no tokens; give a text of some length "
                 "(a few thousand tokens is typical)");
   std::unique_ptr<Scorer> kvzip = make_scorer("kvzip", scorer);
-  check_fits_context(forward.config(), prefix.size(), document.size(), prefill.answer_room);
-  PrefillResult pre = prefill_document(forward, prefix, document, prefill);
+  prefill::check_fits_context(forward.config(), prefix.size(), document.size(), prefill.answer_room);
+  prefill::PrefillResult pre = prefill::prefill_document(forward, prefix, document, prefill);
   const auto t = Clock::now();
   const DocumentScores scores = kvzip->score(
       ScoreInput{&forward, &pre.cache, pre.n_prefix, document});
@@ -181,4 +181,4 @@ MethodParams head_level_params(double head_ratio, uint32_t n_heads, uint32_t win
   return params;
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::compress

@@ -15,7 +15,7 @@
 #include "compress/selection.h"
 #include "prefill/prefill.h"
 
-namespace kvzip {
+namespace kvzip::compress {
 
 inline constexpr const char* kHeadLevelMethod = "kvzip-head";  // method name in caches and eval
 
@@ -25,7 +25,7 @@ void check_method_name(std::string_view method);
 
 // Throws Errc::invalid_argument unless head_scores holds L·Hkv values of `shape`, none NaN; `who`
 // starts the message.
-void check_head_scores(std::span<const float> head_scores, const CacheShape& shape,
+void check_head_scores(std::span<const float> head_scores, const model::CacheShape& shape,
                        const char* who);
 
 // (L, Hkv): max over the document rows of each head's scores (-inf for an empty document).
@@ -34,7 +34,7 @@ std::vector<float> max_per_head(const DocumentScores& scores);
 // DocumentScores in which every document row of head (l, h) scores head_scores[l, h], so that
 // max_per_head gives head_scores back and the rows kept in a cache carry their head's score.
 // Throws Errc::invalid_argument unless head_scores.size() == L·Hkv.
-DocumentScores broadcast_head_scores(std::span<const float> head_scores, const CacheShape& shape,
+DocumentScores broadcast_head_scores(std::span<const float> head_scores, const model::CacheShape& shape,
                                      uint32_t n_prefix, uint32_t n_doc);
 
 // Number of heads kept whole: round(head_ratio · L·Hkv) (as the global level rounds its budget).
@@ -56,7 +56,7 @@ std::unique_ptr<Scorer> make_head_level_scorer(std::vector<float> head_scores);
 // ---- Calibration --------------------------------------------------------------------------
 
 struct CalibrateResult {
-  CacheShape shape;
+  model::CacheShape shape;
   std::vector<float> head_scores;  // (L, Hkv) max_per_head of the KVzip scores
   uint32_t n_prefix = 0;
   uint32_t n_doc = 0;
@@ -67,9 +67,9 @@ struct CalibrateResult {
 // Prefills [prefix ; document], KVzip-scores it (scorer: prompts, kvzip_chunk, kvzip_hint) and
 // reduces the scores per head. Throws Errc::invalid_argument for an empty document, and what
 // prefill and the kvzip scorer throw.
-CalibrateResult calibrate_heads(Forward& forward, std::span<const int32_t> prefix,
+CalibrateResult calibrate_heads(model::Forward& forward, std::span<const int32_t> prefix,
                                 std::span<const int32_t> document, const ScorerOptions& scorer,
-                                const PrefillOptions& prefill = {});
+                                const prefill::PrefillOptions& prefill = {});
 
 // ---- Compression (method kvzip-head of compress/pipeline.h) --------------------------------
 
@@ -88,4 +88,4 @@ struct HeadLevelOptions {
 MethodParams head_level_params(double head_ratio, uint32_t n_heads, uint32_t window,
                                double doc_ratio, const MethodParams& source);
 
-}  // namespace kvzip
+}  // namespace kvzip::compress

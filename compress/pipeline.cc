@@ -15,7 +15,7 @@
 #include "compress/detail/pipeline.h"
 #include "compress/quantize.h"
 
-namespace kvzip {
+namespace kvzip::compress {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -50,12 +50,12 @@ namespace detail {
 std::unique_ptr<Scorer> checked_scorer(const ModelConfig& config, size_t n_prefix, size_t n_doc,
                                        const CompressOptions& o) {
   std::unique_ptr<Scorer> scorer = make_method_scorer(o);
-  if (head_level_method(o)) check_head_scores(o.head.head_scores, cache_shape(config), "compress --level head");
-  check_fits_context(config, n_prefix, n_doc, o.prefill.answer_room);
+  if (head_level_method(o)) check_head_scores(o.head.head_scores, model::cache_shape(config), "compress --level head");
+  prefill::check_fits_context(config, n_prefix, n_doc, o.prefill.answer_room);
   return scorer;
 }
 
-CompressResult finish(const CompressOptions& o, const Scorer& scorer, const KvCache& dense,
+CompressResult finish(const CompressOptions& o, const Scorer& scorer, const model::KvCache& dense,
                       const DocumentScores& scores, double prefill_s, double scoring_s) {
   const auto t = Clock::now();
   const bool head = head_level_method(o);
@@ -79,18 +79,18 @@ CompressResult finish(const CompressOptions& o, const Scorer& scorer, const KvCa
 
 }  // namespace detail
 
-CompressResult compress(Forward& forward, std::span<const int32_t> prefix,
+CompressResult compress(model::Forward& forward, std::span<const int32_t> prefix,
                         std::span<const int32_t> document, const CompressOptions& options) {
   std::unique_ptr<Scorer> scorer =
       detail::checked_scorer(forward.config(), prefix.size(), document.size(), options);
   const uint32_t n_p = static_cast<uint32_t>(prefix.size());
   const uint32_t n_c = static_cast<uint32_t>(document.size());
-  PrefillOptions po = options.prefill;
+  prefill::PrefillOptions po = options.prefill;
   ObserverFanout fan;
   fan.add(options.prefill.observer);
   fan.add(scorer->prefill_observer(forward, n_p, n_c));
   po.observer = fan.empty() ? nullptr : &fan;
-  PrefillResult pre = prefill_document(forward, prefix, document, po);
+  prefill::PrefillResult pre = prefill::prefill_document(forward, prefix, document, po);
 
   const auto t = Clock::now();
   const DocumentScores scores = scorer->score(ScoreInput{&forward, &pre.cache, n_p, document});
@@ -99,9 +99,9 @@ CompressResult compress(Forward& forward, std::span<const int32_t> prefix,
 
 // ---- The cache file --------------------------------------------------------------------------
 
-std::vector<format::LayerKv> layers_from_cache(const RaggedKvCache& cache,
+std::vector<format::LayerKv> layers_from_cache(const model::RaggedKvCache& cache,
                                                const std::vector<std::vector<float>>& kept_scores) {
-  const CacheShape s = cache.shape();
+  const model::CacheShape s = cache.shape();
   const size_t D = s.head_dim;
   if (!kept_scores.empty() && kept_scores.size() != s.n_layers)
     throw Error(Errc::internal, "layers_from_cache: scores for " +
@@ -136,10 +136,10 @@ std::vector<format::LayerKv> layers_from_cache(const RaggedKvCache& cache,
   return layers;
 }
 
-format::CacheContents make_contents(const Model& model, const RaggedKvCache& cache,
+format::CacheContents make_contents(const model::Model& model, const model::RaggedKvCache& cache,
                                     const std::vector<std::vector<float>>& kept_scores,
                                     const CacheDescription& d) {
-  const CacheShape s = cache.shape();
+  const model::CacheShape s = cache.shape();
   const uint64_t n_p = d.prefix.size(), n_c = d.document.size();
   if (cache.base_length() != n_p + n_c)
     throw Error(Errc::internal, "make_contents: cache holds " + std::to_string(cache.base_length()) +
@@ -175,7 +175,7 @@ format::CacheContents make_contents(const Model& model, const RaggedKvCache& cac
 
 // ---- A document into a file ------------------------------------------------------------------
 
-DocumentPrompt document_prompt(const ChatTemplate& chat, std::string_view text,
+DocumentPrompt document_prompt(const model::ChatTemplate& chat, std::string_view text,
                                std::string_view system) {
   return DocumentPrompt{chat.prefix(system), chat.encode_document(text), chat.suffix("")};
 }
@@ -192,11 +192,11 @@ HeadLevelOptions head_level_options(const format::HeadScores& scores, const std:
   return o;
 }
 
-CompressResult compress_to_file(const Model& model, std::string_view text,
+CompressResult compress_to_file(const model::Model& model, std::string_view text,
                                 const CompressFileOptions& o, const std::string& path) {
   if (o.query_template.find("{question}") == std::string::npos)
     throw Error(Errc::invalid_argument, "compress: the query template must contain {question}");
-  if (o.device == Device::Cuda && head_level_method(o.compress))
+  if (o.device == kernels::Device::Cuda && head_level_method(o.compress))
     throw Error(Errc::unsupported, "compress: --level head runs on the CPU only (it has no scoring "
                                    "pass to speed up); drop --device cuda");
   (void)make_method_scorer(o.compress);  // a bad method or option fails before the prefill
@@ -206,13 +206,13 @@ CompressResult compress_to_file(const Model& model, std::string_view text,
                                             std::to_string(model.config().head_dim));
   const DocumentPrompt prompt = document_prompt(model.chat(), text, o.system);
   CompressResult r = [&] {
-    if (o.device == Device::Cuda) {
-      GpuForward gpu(model.weights());
+    if (o.device == kernels::Device::Cuda) {
+      model::GpuForward gpu(model.weights());
       return compress_gpu(gpu, prompt.prefix, prompt.document, o.compress);
     }
-    ForwardOptions fo;
+    model::ForwardOptions fo;
     fo.threads = o.threads;
-    Forward forward(model.weights(), fo);
+    model::Forward forward(model.weights(), fo);
     return compress(forward, prompt.prefix, prompt.document, o.compress);
   }();
   CacheDescription d;
@@ -231,4 +231,4 @@ CompressResult compress_to_file(const Model& model, std::string_view text,
   return r;
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::compress

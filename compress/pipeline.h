@@ -24,7 +24,7 @@
 #include "model/ragged_cache.h"
 #include "prefill/prefill.h"
 
-namespace kvzip {
+namespace kvzip::compress {
 
 struct CompressOptions {
   std::string method = "kvzip";            // one of scorer_names(), or kHeadLevelMethod
@@ -33,12 +33,12 @@ struct CompressOptions {
   SelectionLevel level = SelectionLevel::Global;  // row selection (not for kvzip-head)
   ScorerOptions scorer;
   HeadLevelOptions head;                   // kvzip-head only: head scores, window, recorded source
-  PrefillOptions prefill;                  // chunk, answer_room, progress, observer
+  prefill::PrefillOptions prefill;                  // chunk, answer_room, progress, observer
   uint32_t room = 256;                     // append rows per head of the compressed cache
 };
 
 struct CompressResult {
-  RaggedKvCache cache;
+  model::RaggedKvCache cache;
   std::vector<std::vector<float>> kept_scores;  // as EvictResult::kept_scores
   double requested_ratio = 1.0;
   double achieved_ratio = 1.0;
@@ -72,14 +72,14 @@ Selection select_for_method(const CompressOptions& options, const DocumentScores
 // requested ratio is the head fraction. KVzip's R_t continue at positions n_p + n_c onwards (up to
 // ~m + 30 more); the context check covers only the document and the answer room, as in the
 // authors' code.
-CompressResult compress(Forward& forward, std::span<const int32_t> prefix,
+CompressResult compress(model::Forward& forward, std::span<const int32_t> prefix,
                         std::span<const int32_t> document, const CompressOptions& options);
 
 // KVzip scores (spec/methods.md §1) computed on the device: `cache` is the dense GpuCache after
 // prefilling [prefix ; document] with `forward` (logical length n_prefix + document.size()); the
 // reconstruction passes run on the device and are rolled back. Same layout and meaning as the CPU
 // scorer's DocumentScores (kernels/attention_score.h computes the local-softmax max).
-DocumentScores kvzip_scores_gpu(GpuForward& forward, GpuCache& cache, uint32_t n_prefix,
+DocumentScores kvzip_scores_gpu(model::GpuForward& forward, model::GpuCache& cache, uint32_t n_prefix,
                                 std::span<const int32_t> document, const ScorerOptions& options);
 
 // compress() with the prefill and the scoring on the device: methods "kvzip" and "full" (others
@@ -87,7 +87,7 @@ DocumentScores kvzip_scores_gpu(GpuForward& forward, GpuCache& cache, uint32_t n
 // tokens with the same progress reports as on the CPU; a prefill observer is a CPU object and is
 // refused (Errc::unsupported). Selection and eviction run on the host over the dense cache copied
 // back once; params gain "device" = "cuda". Errc::unsupported without a CUDA build or device.
-CompressResult compress_gpu(GpuForward& forward, std::span<const int32_t> prefix,
+CompressResult compress_gpu(model::GpuForward& forward, std::span<const int32_t> prefix,
                             std::span<const int32_t> document, const CompressOptions& options);
 
 // ---- The cache file ------------------------------------------------------------------------------
@@ -107,12 +107,12 @@ struct CacheDescription {
 
 // Rows of a ragged cache as a file's per-layer content. kept_scores, when not empty, holds per
 // layer the score of every kept row in the cache's row order (L vectors of R_l floats).
-std::vector<format::LayerKv> layers_from_cache(const RaggedKvCache& cache,
+std::vector<format::LayerKv> layers_from_cache(const model::RaggedKvCache& cache,
                                                const std::vector<std::vector<float>>& kept_scores);
 
 // The full content of a cache file for `cache` (made by `model`); the achieved ratio is counted
 // over document rows only (kept rows at positions >= n_p over L·Hkv·n_c).
-format::CacheContents make_contents(const Model& model, const RaggedKvCache& cache,
+format::CacheContents make_contents(const model::Model& model, const model::RaggedKvCache& cache,
                                     const std::vector<std::vector<float>>& kept_scores,
                                     const CacheDescription& description);
 
@@ -124,7 +124,7 @@ format::CacheContents make_contents(const Model& model, const RaggedKvCache& cac
 struct DocumentPrompt {
   std::vector<int32_t> prefix, document, suffix;
 };
-DocumentPrompt document_prompt(const ChatTemplate& chat, std::string_view text,
+DocumentPrompt document_prompt(const model::ChatTemplate& chat, std::string_view text,
                                std::string_view system);
 
 // Head-level options from a head-scores file: its values, `window`, and as the recorded source
@@ -139,7 +139,7 @@ struct CompressFileOptions {
   format::DType kv_dtype = format::DType::F32;  // q8/q4: selection first, then quantization
   uint32_t kv_group = 0;                        // q8/q4 channels per group, 0 = D
   format::WriteOptions write;   // zstd level, force (replace an existing file)
-  Device device = Device::Cpu;  // Cuda: compress_gpu (kvzip and full only)
+  kernels::Device device = kernels::Device::Cpu;  // Cuda: compress_gpu (kvzip and full only)
   uint32_t threads = 0;         // CPU forward threads, 0 = all cores
   MethodParams extra_params;    // recorded in the header after the method's (e.g. corpus_key)
 };
@@ -149,7 +149,7 @@ struct CompressFileOptions {
 // is checked first (Errc::invalid_argument: the query template, the method and its options;
 // Errc::unsupported: kvzip-head or a non-KVzip method on a device). Returns the compression's
 // result (the cache included) for reporting.
-CompressResult compress_to_file(const Model& model, std::string_view text,
+CompressResult compress_to_file(const model::Model& model, std::string_view text,
                                 const CompressFileOptions& options, const std::string& path);
 
-}  // namespace kvzip
+}  // namespace kvzip::compress

@@ -6,7 +6,7 @@
 #include "common/half.h"
 #include "kernels/kv_quant.h"
 
-namespace kvzip {
+namespace kvzip::compress {
 namespace {
 
 // One block (K or V) of a layer: the f16 rows (positions < kv_f16_below) rounded to f16, the
@@ -16,7 +16,7 @@ namespace {
 void quantize_block(const format::CacheHeader& h, const format::LayerKv& layer,
                     const std::vector<float>& x, format::QuantRows& q) {
   const uint32_t D = h.head_dim;
-  KvQuantLayout shape{format::dtype_bits(h.kv_dtype), D, h.kv_group_size};
+  kernels::KvQuantLayout shape{format::dtype_bits(h.kv_dtype), D, h.kv_group_size};
   const size_t dense = format::f16_row_count(h, layer.positions), rows = layer.positions.size() - dense;
   q.channel_scale.assign(size_t(h.n_kv_heads) * D, 1.0f);
   q.dense.clear();
@@ -34,9 +34,9 @@ void quantize_block(const format::CacheHeader& h, const format::LayerKv& layer,
       else
         quant.insert(quant.end(), row, row + D);
     }
-    KvQuantRowsOut out{shape, quant.size() / D, q.channel_scale.data() + size_t(hd) * D,
+    kernels::KvQuantRowsOut out{shape, quant.size() / D, q.channel_scale.data() + size_t(hd) * D,
                        q.params.data() + at * shape.param_halves(), q.codes.data() + at * shape.code_bytes()};
-    if (out.rows > 0) cpu::kv_quantize_rows(quant.data(), out);
+    if (out.rows > 0) kernels::cpu::kv_quantize_rows(quant.data(), out);
     at += out.rows;
   }
 }
@@ -70,4 +70,4 @@ void set_kv_dtype(format::CacheContents& c, format::DType dtype, uint32_t group,
   }
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::compress

@@ -8,7 +8,7 @@
 
 #include "format/format.h"
 
-namespace kvzip {
+namespace kvzip::compress {
 
 // Channels per quantization group when none is asked for: the whole head (D). Measured on the
 // Normans article (BENCHMARKS.md "Quantized K/V"): with per-head channel scales, a group of D
@@ -27,4 +27,4 @@ inline constexpr uint32_t kDefaultKvGroup = 0;  // 0 = D
 void set_kv_dtype(format::CacheContents& contents, format::DType dtype, uint32_t group = kDefaultKvGroup,
                   bool f16_prefix = true);
 
-}  // namespace kvzip
+}  // namespace kvzip::compress

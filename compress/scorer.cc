@@ -8,7 +8,7 @@
 #include "common/error.h"
 #include "compress/detail/scorers.h"
 
-namespace kvzip {
+namespace kvzip::compress {
 
 std::vector<std::string> scorer_names() {
   return {"kvzip", "full", "random", "streaming", "snapkv", "h2o", "rest-kv", "rkv"};
@@ -29,7 +29,7 @@ std::unique_ptr<Scorer> make_scorer(std::string_view method, const ScorerOptions
               "unknown compression method '" + std::string(method) + "'; known methods: " + known);
 }
 
-ReconstructionPrompts reconstruction_prompts(const ChatTemplate& chat) {
+ReconstructionPrompts reconstruction_prompts(const model::ChatTemplate& chat) {
   ReconstructionPrompts p;
   p.first = chat.encode_document(kRepeatFirstPrompt);
   p.next = chat.encode_document(kRepeatNextPrompt);
@@ -58,4 +58,4 @@ std::vector<int32_t> reconstruction_input(const ReconstructionPrompts& prompts,
   return r;
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::compress

@@ -17,13 +17,13 @@
 #include "model/forward.h"
 #include "model/kv_cache.h"
 
-namespace kvzip {
+namespace kvzip::compress {
 
 using MethodParams = std::vector<std::pair<std::string, std::string>>;  // key/value, in order
 
 // Importance of every document row of every (layer, KV head).
 struct DocumentScores {
-  CacheShape shape;
+  model::CacheShape shape;
   uint32_t n_prefix = 0;      // n_p: rows before the document (not scored)
   uint32_t n_doc = 0;         // n_c
   std::vector<float> values;  // (L, Hkv, n_c); +inf marks rows a method always keeps
@@ -49,7 +49,7 @@ struct ReconstructionPrompts {
 // first = chat.encode_document(kRepeatFirstPrompt), next = chat.encode_document(kRepeatNextPrompt),
 // turn_end = chat.suffix(""). For every supported template chat.suffix(p) == encode(p) + turn_end,
 // because a control token (end of turn) follows the user text.
-ReconstructionPrompts reconstruction_prompts(const ChatTemplate& chat);
+ReconstructionPrompts reconstruction_prompts(const model::ChatTemplate& chat);
 
 // R_t for the document chunk [begin, end): as the authors' code builds it,
 //   t = 1:  first ; turn_end ; document[begin, end)
@@ -98,13 +98,13 @@ void set_scorer_option(ScorerOptions& options, std::string_view key_equals_value
 // The options `kvzip compress`, `kvzip eval` and `kvzip calibrate` build: the chat template's
 // reconstruction prompts, the KVzip chunk, the random seed, then every "KEY=VALUE" of `overrides`
 // in order (so -O chunk=... wins over the chunk argument).
-ScorerOptions make_scorer_options(const ChatTemplate& chat, uint32_t kvzip_chunk, uint64_t seed,
+ScorerOptions make_scorer_options(const model::ChatTemplate& chat, uint32_t kvzip_chunk, uint64_t seed,
                                   std::span<const std::string> overrides = {});
 
 // Input of Scorer::score: the dense cache after prefilling [prefix ; document].
 struct ScoreInput {
-  Forward* forward = nullptr;           // the model (kvzip runs its reconstruction passes on it)
-  KvCache* cache = nullptr;             // logical_length() == n_prefix + document.size(); a scorer
+  model::Forward* forward = nullptr;           // the model (kvzip runs its reconstruction passes on it)
+  model::KvCache* cache = nullptr;             // logical_length() == n_prefix + document.size(); a scorer
                                         // may append to it but leaves it as it found it
   uint32_t n_prefix = 0;
   std::span<const int32_t> document;    // (n_c) the document's tokens
@@ -121,7 +121,7 @@ class Scorer {
   // this before the prefill, then score().
   // The observer uses the forward's thread pool; it is valid until the next call or the scorer's
   // destruction.
-  virtual AttentionObserver* prefill_observer(Forward& forward, uint32_t n_prefix,
+  virtual model::AttentionObserver* prefill_observer(model::Forward& forward, uint32_t n_prefix,
                                               uint32_t n_doc) {
     return nullptr;
   }
@@ -155,24 +155,24 @@ std::vector<std::string> scorer_names();
 std::unique_ptr<Scorer> make_scorer(std::string_view method, const ScorerOptions& options);
 
 // Calls several observers in turn (e.g. to score one prefill with several methods).
-class ObserverFanout final : public AttentionObserver {
+class ObserverFanout final : public model::AttentionObserver {
  public:
-  void add(AttentionObserver* observer) {
+  void add(model::AttentionObserver* observer) {
     if (observer) observers_.push_back(observer);
   }
   bool empty() const { return observers_.empty(); }
   // The first observer that asks gets the statistics (only one may ask per call).
-  bool request_local_stats(uint32_t layer, uint32_t T, LocalMaxProb* request) override {
-    for (AttentionObserver* o : observers_)
+  bool request_local_stats(uint32_t layer, uint32_t T, kernels::LocalMaxProb* request) override {
+    for (model::AttentionObserver* o : observers_)
       if (o->request_local_stats(layer, T, request)) return true;
     return false;
   }
-  void on_attention(const AttentionObservation& obs) override {
-    for (AttentionObserver* o : observers_) o->on_attention(obs);
+  void on_attention(const model::AttentionObservation& obs) override {
+    for (model::AttentionObserver* o : observers_) o->on_attention(obs);
   }
 
  private:
-  std::vector<AttentionObserver*> observers_;
+  std::vector<model::AttentionObserver*> observers_;
 };
 
-}  // namespace kvzip
+}  // namespace kvzip::compress

@@ -8,7 +8,7 @@
 #include "common/error.h"
 #include "compress/scorer.h"
 
-namespace kvzip {
+namespace kvzip::compress {
 namespace {
 
 constexpr const char* kKeys =
@@ -68,7 +68,7 @@ void set_scorer_option(ScorerOptions& o, std::string_view kv) {
   set_scorer_option(o, kv.substr(0, eq), kv.substr(eq + 1));
 }
 
-ScorerOptions make_scorer_options(const ChatTemplate& chat, uint32_t kvzip_chunk, uint64_t seed,
+ScorerOptions make_scorer_options(const model::ChatTemplate& chat, uint32_t kvzip_chunk, uint64_t seed,
                                   std::span<const std::string> overrides) {
   ScorerOptions o;
   o.prompts = reconstruction_prompts(chat);
@@ -78,4 +78,4 @@ ScorerOptions make_scorer_options(const ChatTemplate& chat, uint32_t kvzip_chunk
   return o;
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::compress

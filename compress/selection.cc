@@ -13,7 +13,7 @@
 #include "common/error.h"
 #include "common/enum_names.h"
 
-namespace kvzip {
+namespace kvzip::compress {
 namespace {
 
 // mask[i] = 1 for exactly k of the n scores: the largest, ties at the cut by lower index.
@@ -112,9 +112,9 @@ Selection select_rows(const DocumentScores& scores, double ratio, SelectionLevel
   return sel;
 }
 
-EvictResult evict(const KvCache& dense, const DocumentScores& scores, const Selection& selection,
+EvictResult evict(const model::KvCache& dense, const DocumentScores& scores, const Selection& selection,
                   uint32_t room) {
-  const CacheShape shape = dense.shape();
+  const model::CacheShape shape = dense.shape();
   const uint32_t n_p = scores.n_prefix, n_c = scores.n_doc;
   if (!(shape == scores.shape) || dense.logical_length() != n_p + n_c ||
       selection.keep.size() != size_t(shape.n_layers) * shape.n_kv_heads)
@@ -122,7 +122,7 @@ EvictResult evict(const KvCache& dense, const DocumentScores& scores, const Sele
                 "evict: the cache (" + std::to_string(dense.logical_length()) +
                     " tokens), the scores (prefix " + std::to_string(n_p) + " + document " +
                     std::to_string(n_c) + ") and the selection do not describe the same document");
-  EvictResult r{RaggedKvCache::from_dense(dense, selection.keep, room), {},
+  EvictResult r{model::RaggedKvCache::from_dense(dense, selection.keep, room), {},
                 selection.achieved_ratio};
   r.kept_scores.resize(shape.n_layers);
   for (uint32_t l = 0; l < shape.n_layers; ++l)
@@ -133,4 +133,4 @@ EvictResult evict(const KvCache& dense, const DocumentScores& scores, const Sele
   return r;
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::compress

@@ -10,7 +10,7 @@
 #include "model/kv_cache.h"
 #include "model/ragged_cache.h"
 
-namespace kvzip {
+namespace kvzip::compress {
 
 enum class SelectionLevel : uint8_t {
   Global = 0,    // one threshold over all L·Hkv·n_c scores: keeps K = round(r·L·Hkv·n_c) rows
@@ -40,7 +40,7 @@ struct Selection {
 Selection select_rows(const DocumentScores& scores, double ratio, SelectionLevel level);
 
 struct EvictResult {
-  RaggedKvCache cache;
+  model::RaggedKvCache cache;
   std::vector<std::vector<float>> kept_scores;  // (L) × (R_l): the score of every kept row, in the
                                                 // cache's row order (head-major, by position);
                                                 // prefix rows get +inf (never evicted)
@@ -48,7 +48,7 @@ struct EvictResult {
 };
 
 // Builds the compressed cache: RaggedKvCache::from_dense(dense, selection.keep, room).
-EvictResult evict(const KvCache& dense, const DocumentScores& scores, const Selection& selection,
+EvictResult evict(const model::KvCache& dense, const DocumentScores& scores, const Selection& selection,
                   uint32_t room = 256);
 
-}  // namespace kvzip
+}  // namespace kvzip::compress

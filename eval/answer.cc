@@ -19,7 +19,7 @@ namespace {
 constexpr size_t kFirstChunk = 8;
 
 struct RestoreCache {  // back to the state before the call however answer_greedy ends
-  AttentionCache& cache;
+  model::AttentionCache& cache;
   uint32_t length;
   ~RestoreCache() { cache.rollback(length); }
 };
@@ -28,12 +28,12 @@ bool is_stop(const AnswerParams& p, int32_t tok) {
   return std::find(p.stop_tokens.begin(), p.stop_tokens.end(), tok) != p.stop_tokens.end();
 }
 
-GreedyAnswer plain(Forward& forward, AttentionCache& cache, std::span<const int32_t> prompt,
+GreedyAnswer plain(model::Forward& forward, model::AttentionCache& cache, std::span<const int32_t> prompt,
                    const AnswerParams& params) {
-  GenerateParams gp;
+  model::GenerateParams gp;
   gp.max_tokens = params.max_tokens;
   gp.stop_tokens = params.stop_tokens;
-  GenerateResult r = generate(forward, cache, prompt, gp);
+  model::GenerateResult r = generate(forward, cache, prompt, gp);
   GreedyAnswer a;
   a.tokens = std::move(r.tokens);
   a.stopped = r.stopped;
@@ -55,19 +55,19 @@ const std::vector<int32_t>* DraftPool::find(std::span<const int32_t> prefix, siz
   return nullptr;
 }
 
-GreedyAnswer answer_greedy(Forward& forward, AttentionCache& cache, std::span<const int32_t> prompt,
+GreedyAnswer answer_greedy(model::Forward& forward, model::AttentionCache& cache, std::span<const int32_t> prompt,
                            const AnswerParams& params, const DraftPool* drafts) {
   RestoreCache restore{cache, cache.logical_length()};
   if (!drafts) return plain(forward, cache, prompt, params);
   const ModelConfig& cfg = forward.config();
-  check_prompt_fits(cfg, cache.logical_length(), prompt.size(), "answer");
+  model::check_prompt_fits(cfg, cache.logical_length(), prompt.size(), "answer");
   const uint64_t after_prompt = uint64_t(cache.logical_length()) + prompt.size();
   const size_t V = cfg.vocab_size;
   // The answer never needs the logits after its last allowed token, nor positions past the context.
   const uint64_t feed_end = std::min<uint64_t>(params.max_tokens ? params.max_tokens - 1 : 0,
                                                cfg.max_context ? cfg.max_context - after_prompt : UINT64_MAX);
   GreedyAnswer a;
-  std::vector<float> logits = forward.prefill(cache, prompt, LogitsMode::Last);
+  std::vector<float> logits = forward.prefill(cache, prompt, model::LogitsMode::Last);
   a.first_logits = logits;
   const float* cur = logits.data();
   std::vector<float> rows;                      // (b1 - b0, V)
@@ -75,7 +75,7 @@ GreedyAnswer answer_greedy(Forward& forward, AttentionCache& cache, std::span<co
   size_t b0 = 0, b1 = 0;
   size_t chunk = kFirstChunk;                   // draft tokens the next batch may feed
   while (a.tokens.size() < params.max_tokens) {
-    const int32_t tok = argmax(std::span<const float>(cur, V));
+    const int32_t tok = model::argmax(std::span<const float>(cur, V));
     if (is_stop(params, tok)) {
       a.stopped = true;
       break;
@@ -96,7 +96,7 @@ GreedyAnswer answer_greedy(Forward& forward, AttentionCache& cache, std::span<co
     const std::vector<int32_t>* d = drafts->find(a.tokens, 1);
     const size_t k = d ? static_cast<size_t>(std::min<uint64_t>({d->size(), feed_end, i + chunk})) : 0;
     if (d && k >= i + 2) {  // at least two tokens: cheaper than decoding them one by one
-      rows = forward.prefill(cache, std::span<const int32_t>(d->data() + i, k - i), LogitsMode::All);
+      rows = forward.prefill(cache, std::span<const int32_t>(d->data() + i, k - i), model::LogitsMode::All);
       batch = d;
       b0 = i;
       b1 = k;

@@ -36,10 +36,10 @@ std::string fmt(const char* f, ...) {
 }
 
 // Forwards to a method's observer and measures the time it takes (its share of the prefill).
-class TimedObserver final : public AttentionObserver {
+class TimedObserver final : public model::AttentionObserver {
  public:
-  explicit TimedObserver(AttentionObserver* inner) : inner_(inner) {}
-  void on_attention(const AttentionObservation& obs) override {
+  explicit TimedObserver(model::AttentionObserver* inner) : inner_(inner) {}
+  void on_attention(const model::AttentionObservation& obs) override {
     const auto t = Clock::now();
     inner_->on_attention(obs);
     seconds_ += seconds_since(t);
@@ -47,7 +47,7 @@ class TimedObserver final : public AttentionObserver {
   double seconds() const { return seconds_; }
 
  private:
-  AttentionObserver* inner_;
+  model::AttentionObserver* inner_;
   double seconds_ = 0.0;
 };
 
@@ -64,14 +64,14 @@ struct Accum {
 
 // What every answer of one document needs.
 struct DocSetup {
-  DocumentPrompt prompt;                      // prefix, document, suffix as kvzip compress builds them
+  compress::DocumentPrompt prompt;                      // prefix, document, suffix as kvzip compress builds them
   std::vector<std::vector<int32_t>> prompts;  // (questions) question tokens, as kvzip query
   uint32_t answer_room = 0;                   // longest prompt + max answer tokens
 };
 
-DocSetup setup_document(const Model& model, const Document& doc, const EvalOptions& o) {
+DocSetup setup_document(const model::Model& model, const Document& doc, const EvalOptions& o) {
   DocSetup s;
-  s.prompt = document_prompt(model.chat(), doc.text, o.system);
+  s.prompt = compress::document_prompt(model.chat(), doc.text, o.system);
   const std::vector<uint32_t> suffix(s.prompt.suffix.begin(), s.prompt.suffix.end());
   size_t longest = 0;
   for (const Question& q : doc.questions) {
@@ -82,8 +82,8 @@ DocSetup setup_document(const Model& model, const Document& doc, const EvalOptio
   return s;
 }
 
-std::string answer_text(const Tokenizer& tok, const std::vector<int32_t>& ids) {
-  StreamDecoder dec(tok);  // as QuerySession::ask builds its text
+std::string answer_text(const model::Tokenizer& tok, const std::vector<int32_t>& ids) {
+  model::StreamDecoder dec(tok);  // as QuerySession::ask builds its text
   std::string text;
   for (int32_t id : ids) text += dec.push(id);
   return text + dec.finish();
@@ -91,27 +91,27 @@ std::string answer_text(const Tokenizer& tok, const std::vector<int32_t>& ids) {
 
 class DocumentRun {
  public:
-  DocumentRun(const Model& model, Forward& fwd, const Document& doc, const EvalOptions& o,
+  DocumentRun(const model::Model& model, model::Forward& fwd, const Document& doc, const EvalOptions& o,
               EvalReport& report)
       : model_(model), fwd_(fwd), doc_(doc), o_(o), report_(report), s_(setup_document(model, doc, o)),
         pools_(doc.questions.size()) {}
 
   // Prefills the document with every scorer's observer; returns the dense cache.
-  PrefillResult prefill(std::vector<std::unique_ptr<Scorer>>& scorers,
+  prefill::PrefillResult prefill(std::vector<std::unique_ptr<compress::Scorer>>& scorers,
                         std::vector<std::unique_ptr<TimedObserver>>& timers) {
-    ObserverFanout fan;
+    compress::ObserverFanout fan;
     const auto n_p = static_cast<uint32_t>(s_.prompt.prefix.size());
     const auto n_c = static_cast<uint32_t>(s_.prompt.document.size());
     for (auto& sc : scorers) {
-      AttentionObserver* obs = sc->prefill_observer(fwd_, n_p, n_c);
+      model::AttentionObserver* obs = sc->prefill_observer(fwd_, n_p, n_c);
       timers.push_back(obs ? std::make_unique<TimedObserver>(obs) : nullptr);
       fan.add(timers.back().get());
     }
-    PrefillOptions po;
+    prefill::PrefillOptions po;
     po.answer_room = s_.answer_room;
     po.progress = o_.prefill_progress;
     po.observer = fan.empty() ? nullptr : &fan;
-    PrefillResult pre = prefill_document(fwd_, s_.prompt.prefix, s_.prompt.document, po);
+    prefill::PrefillResult pre = prefill::prefill_document(fwd_, s_.prompt.prefix, s_.prompt.document, po);
     report_.prefill_s += pre.seconds;
     report_.document_tokens += n_c;
     return pre;
@@ -119,7 +119,7 @@ class DocumentRun {
 
   // Answers every question from `cache`; with `reference` null these answers are the reference.
   // Every answer joins its question's draft pool (when drafts are on) for the later caches.
-  std::vector<GreedyAnswer> answer_all(AttentionCache& cache, const std::vector<GreedyAnswer>* reference,
+  std::vector<GreedyAnswer> answer_all(model::AttentionCache& cache, const std::vector<GreedyAnswer>* reference,
                                        const std::string& method, double ratio, Accum& acc) {
     AnswerParams ap;
     ap.max_tokens = o_.max_answer_tokens;
@@ -168,11 +168,11 @@ class DocumentRun {
 
   // Selects and evicts at `ratio` from the method's scores as compress() does; returns the
   // compressed cache.
-  RaggedKvCache compress(const KvCache& dense, const DocumentScores& scores,
-                         const CompressOptions& method, double ratio, Accum& acc) {
+  model::RaggedKvCache compress(const model::KvCache& dense, const compress::DocumentScores& scores,
+                         const compress::CompressOptions& method, double ratio, Accum& acc) {
     const auto t = Clock::now();
-    const Selection sel = select_for_method(method, scores, ratio);
-    EvictResult ev = evict(dense, scores, sel, s_.answer_room);
+    const compress::Selection sel = compress::select_for_method(method, scores, ratio);
+    compress::EvictResult ev = compress::evict(dense, scores, sel, s_.answer_room);
     acc.kept_doc += sel.kept_doc;
     acc.total_doc += sel.total_doc;
     acc.compress_s += seconds_since(t);
@@ -182,8 +182,8 @@ class DocumentRun {
   // `cache` stored as `dtype` the way `kvzip compress --kv-dtype` stores it (selection, then
   // quantization) into a .kvz image in memory, and read back as `kvzip query` reads it: q8/q4
   // rows stay quantized and are attended in place (loader::base_from_reader, KvForm::Auto).
-  KvBase through_file(const RaggedKvCache& cache, format::DType dtype, Accum& acc) {
-    CacheDescription d;
+  model::KvBase through_file(const model::RaggedKvCache& cache, format::DType dtype, Accum& acc) {
+    compress::CacheDescription d;
     d.prefix = s_.prompt.prefix;
     d.document = s_.prompt.document;
     d.suffix = s_.prompt.suffix;
@@ -191,11 +191,11 @@ class DocumentRun {
     d.kv_dtype = dtype;
     d.kv_group = o_.kv_group;
     format::VectorSink sink;
-    format::write_cache(make_contents(model_, cache, {}, d), sink);
+    format::write_cache(compress::make_contents(model_, cache, {}, d), sink);
     acc.file_bytes += sink.bytes.size();
     const auto t = Clock::now();
     format::CacheReader reader = format::CacheReader::open_memory(sink.bytes);
-    KvBase loaded = loader::base_from_reader(reader, s_.answer_room);
+    model::KvBase loaded = loader::base_from_reader(reader, s_.answer_room);
     acc.load_ms += 1e3 * seconds_since(t);
     return loaded;
   }
@@ -206,8 +206,8 @@ class DocumentRun {
   const std::vector<int32_t>& document() const { return s_.prompt.document; }
 
  private:
-  const Model& model_;
-  Forward& fwd_;
+  const model::Model& model_;
+  model::Forward& fwd_;
   const Document& doc_;
   const EvalOptions& o_;
   EvalReport& report_;
@@ -228,33 +228,33 @@ std::string row_summary(const std::string& method, double ratio, const Accum& a,
 }
 
 // One document through the whole protocol; `accs` is (1 + methods × ratios), full first.
-void eval_document(const Model& model, Forward& fwd, const Document& doc, const EvalOptions& o,
+void eval_document(const model::Model& model, model::Forward& fwd, const Document& doc, const EvalOptions& o,
                    EvalReport& report, std::vector<Accum>& accs) {
   DocumentRun run(model, fwd, doc, o, report);
   // One CompressOptions per method (the reference "full" first): what compress() would be given.
-  std::vector<CompressOptions> methods(1 + o.methods.size());
+  std::vector<compress::CompressOptions> methods(1 + o.methods.size());
   methods[0].method = "full";
   for (size_t m = 0; m < o.methods.size(); ++m) methods[1 + m].method = o.methods[m];
-  const ScorerOptions so = make_scorer_options(model.chat(), o.kvzip_chunk, o.seed, o.scorer_options);
-  std::vector<std::unique_ptr<Scorer>> scorers;
-  for (CompressOptions& co : methods) {
+  const compress::ScorerOptions so = compress::make_scorer_options(model.chat(), o.kvzip_chunk, o.seed, o.scorer_options);
+  std::vector<std::unique_ptr<compress::Scorer>> scorers;
+  for (compress::CompressOptions& co : methods) {
     co.level = o.level;
     co.scorer = so;
     co.head.head_scores = o.head_scores;
     co.head.window = o.head_window;
     co.ratio = 1.0;  // the ratios come per selection below
-    scorers.push_back(make_method_scorer(co));
+    scorers.push_back(compress::make_method_scorer(co));
   }
   std::vector<std::unique_ptr<TimedObserver>> timers;
-  PrefillResult pre = run.prefill(scorers, timers);
+  prefill::PrefillResult pre = run.prefill(scorers, timers);
   log(o, fmt("  prefill %u tokens in %.1f s", pre.n_prefix + pre.n_doc, pre.seconds));
 
   std::vector<GreedyAnswer> reference;
   for (size_t m = 0; m < scorers.size(); ++m) {
     const bool full = m == 0;
     auto t = Clock::now();
-    const DocumentScores scores =
-        scorers[m]->score(ScoreInput{&fwd, &pre.cache, run.n_prefix(), run.document()});
+    const compress::DocumentScores scores =
+        scorers[m]->score(compress::ScoreInput{&fwd, &pre.cache, run.n_prefix(), run.document()});
     const double scoring_s = seconds_since(t) + (timers[m] ? timers[m]->seconds() : 0.0);
     if (!full) log(o, fmt("  %-9s scored in %.1f s", o.methods[m - 1].c_str(), scoring_s));
     const std::vector<double> ratios = full ? std::vector<double>{1.0} : o.ratios;
@@ -265,7 +265,7 @@ void eval_document(const Model& model, Forward& fwd, const Document& doc, const 
       Accum one;  // this document only, for the progress line
       t = Clock::now();
       const std::string& name = full ? std::string("full") : o.methods[m - 1];
-      RaggedKvCache cache = run.compress(pre.cache, scores, methods[m], ratios[r], one);
+      model::RaggedKvCache cache = run.compress(pre.cache, scores, methods[m], ratios[r], one);
       one.compress_s += scoring_s;
       const bool same = !full && o.reuse_identical && one.kept_doc == one.total_doc;
       std::vector<GreedyAnswer> answers;  // the f32 cache's: the reference of the other dtypes
@@ -284,9 +284,9 @@ void eval_document(const Model& model, Forward& fwd, const Document& doc, const 
         Accum q;
         q.kept_doc = one.kept_doc, q.total_doc = one.total_doc;
         t = Clock::now();
-        const KvBase stored = run.through_file(cache, *format::parse_dtype(o.kv_dtypes[dt]), q);
+        const model::KvBase stored = run.through_file(cache, *format::parse_dtype(o.kv_dtypes[dt]), q);
         // Read-only base plus the answers' rows, as a query session on the file answers.
-        BranchCache branch(stored, run.answer_room());
+        model::BranchCache branch(stored, run.answer_room());
         run.set_dtype(o.kv_dtypes[dt]);
         run.answer_all(branch, &answers, name, ratios[r], q);
         run.set_dtype("f32");
@@ -326,18 +326,18 @@ EvalOptions checked(EvalOptions o) {
     throw Error(Errc::invalid_argument, "eval: the query template must contain {question}");
   std::vector<std::string> methods;
   for (const std::string& m : o.methods) {
-    if (m == kHeadLevelMethod && o.head_scores.empty())
+    if (m == compress::kHeadLevelMethod && o.head_scores.empty())
       throw Error(Errc::invalid_argument,
                   "eval: method kvzip-head needs head scores (--head-scores FILE, made by "
                   "`kvzip calibrate` on a document other than the evaluated ones)");
-    check_method_name(m);
+    compress::check_method_name(m);
     if (m != "full" && std::find(methods.begin(), methods.end(), m) == methods.end())
       methods.push_back(m);
   }
   o.methods = std::move(methods);
-  ScorerOptions probe;  // unknown keys and unparsable values fail here, before any model work
-  for (const std::string& kv : o.scorer_options) set_scorer_option(probe, kv);
-  for (double r : o.ratios) check_ratio(r);
+  compress::ScorerOptions probe;  // unknown keys and unparsable values fail here, before any model work
+  for (const std::string& kv : o.scorer_options) compress::set_scorer_option(probe, kv);
+  for (double r : o.ratios) compress::check_ratio(r);
   std::vector<std::string> dtypes = {"f32"};
   for (const std::string& t : o.kv_dtypes) {
     if (!format::parse_dtype(t))
@@ -352,14 +352,14 @@ EvalOptions checked(EvalOptions o) {
   return o;
 }
 
-EvalReport run_eval(const Model& model, const std::vector<Document>& documents,
+EvalReport run_eval(const model::Model& model, const std::vector<Document>& documents,
                     const EvalOptions& options) {
   const EvalOptions o = checked(options);
   const auto t0 = Clock::now();
-  ForwardOptions fo;
+  model::ForwardOptions fo;
   fo.threads = o.threads;
   fo.matmul = o.matmul;
-  Forward fwd(model.weights(), fo);
+  model::Forward fwd(model.weights(), fo);
   EvalReport report;
   const size_t n_t = o.kv_dtypes.size();
   std::vector<Accum> accs(1 + o.methods.size() * o.ratios.size() * n_t);

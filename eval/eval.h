@@ -27,7 +27,7 @@ namespace kvzip::eval {
 struct EvalOptions {
   std::vector<std::string> methods = {"kvzip", "snapkv", "h2o", "streaming", "random"};
   std::vector<double> ratios = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0};
-  SelectionLevel level = SelectionLevel::Global;
+  compress::SelectionLevel level = compress::SelectionLevel::Global;
   uint32_t max_answer_tokens = 24;
   std::string system;                 // "" = the chat template's default system prompt
   std::string query_template = format::kDefaultQueryTemplate;
@@ -46,14 +46,14 @@ struct EvalOptions {
   // Matrix products of every forward pass. Fast (the default everywhere) rounds activations to
   // int8, which makes answers a step function of the cache: comparing storage types, Exact
   // separates what the storage costs from those steps (BENCHMARKS.md "Quantized K/V").
-  MatmulPath matmul = MatmulPath::Fast;
+  kernels::MatmulPath matmul = kernels::MatmulPath::Fast;
   uint32_t threads = 0;               // 0 = all cores
   bool verify_drafts = true;          // false: decode every answer token one at a time (answer.h)
   bool keep_answers = false;          // true: EvalReport::answers lists every answer
   bool reuse_identical = true;        // a selection that keeps every row IS the full cache: take
                                       // the reference answers instead of answering again
   std::function<void(const std::string&)> log;  // optional: one progress line per event
-  PrefillProgressFn prefill_progress;           // optional: progress of each document prefill
+  prefill::PrefillProgressFn prefill_progress;           // optional: progress of each document prefill
 };
 
 // Throws Errc::invalid_argument for an unknown method, a ratio outside (0, 1], a template
@@ -109,7 +109,7 @@ struct EvalReport {
 
 // Runs the protocol over every document. Throws what compress/prefill throw (a document that does
 // not fit the model's context, with both numbers).
-EvalReport run_eval(const Model& model, const std::vector<Document>& documents,
+EvalReport run_eval(const model::Model& model, const std::vector<Document>& documents,
                     const EvalOptions& options);
 
 // Fixed-width table, one line per row, with a header and a summary line.

@@ -5,7 +5,7 @@
 
 #include "common/error.h"
 
-namespace kvzip {
+namespace kvzip::kernels {
 
 void check_cuda_attention(const AttentionArgs& a) {
   if (a.local)
@@ -27,4 +27,4 @@ void check_cuda_attention(const AttentionArgs& a) {
   KVZIP_ASSERT(a.out != nullptr);  // without statistics, attention with no output does nothing
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::kernels

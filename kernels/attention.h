@@ -21,7 +21,7 @@
 #include "kernels/device.h"
 #include "kernels/kv_quant.h"
 
-namespace kvzip {
+namespace kvzip::kernels {
 
 // One KV head's rows as attention reads them: rows [0, len), by default all at k/v. With k_tail
 // set, rows [0, split) are at k/v and rows [split, len) at k_tail/v_tail (a second segment).
@@ -159,4 +159,4 @@ inline void attention_many(const Exec& ex, const AttentionArgs* calls, size_t n)
   cpu::attention_many(ex.pool, calls, n);
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::kernels

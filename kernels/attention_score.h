@@ -14,7 +14,7 @@
 #include "kernels/attention.h"
 #include "kernels/device.h"
 
-namespace kvzip {
+namespace kvzip::kernels {
 
 struct ScoreKeyRange {
   const float* k = nullptr;  // (n, D) post-RoPE keys, 16-byte aligned
@@ -48,4 +48,4 @@ inline void attention_score_max(const Exec& ex, const AttentionScoreArgs& a) {
   throw_unsupported_device(ex.device, "attention_score_max");
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::kernels

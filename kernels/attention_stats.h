@@ -10,7 +10,7 @@
 #include "kernels/attention_score.h"
 #include "kernels/device.h"
 
-namespace kvzip {
+namespace kvzip::kernels {
 
 enum class Reduce : uint8_t { Max, Sum };
 
@@ -39,4 +39,4 @@ inline void attention_stats(const Exec& ex, const AttentionStatsArgs& a) {
   cpu::attention_stats(ex.pool, a);
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::kernels

@@ -7,7 +7,7 @@
 #pragma once
 #include <cstdint>
 
-namespace kvzip {
+namespace kvzip::kernels {
 
 class ThreadPool;
 
@@ -47,4 +47,4 @@ int cuda_device_count() noexcept;
 // CPU-only build or on a machine without a CUDA device.
 Device parse_device(const char* name);
 
-}  // namespace kvzip
+}  // namespace kvzip::kernels

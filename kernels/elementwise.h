@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace kvzip::cuda {
+namespace kvzip::kernels::cuda {
 
 void to_bf16(const float* x, uint16_t* y, size_t n, void* stream);             // y(n) = bf16(x)
 void add_in_place(float* x, const float* y, size_t n, void* stream);           // x(n) += y
@@ -20,4 +20,4 @@ void embed_bf16(const uint16_t* table, const int32_t* tokens, float* x, uint32_t
 void fill_uniform(float* y, size_t n, uint64_t seed, float lo, float hi, void* stream);
 void fill_uniform_bf16(uint16_t* y, size_t n, uint64_t seed, float lo, float hi, void* stream);
 
-}  // namespace kvzip::cuda
+}  // namespace kvzip::kernels::cuda

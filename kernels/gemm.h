@@ -6,7 +6,7 @@
 
 #include "kernels/device.h"
 
-namespace kvzip {
+namespace kvzip::kernels {
 
 struct GemmArgs {
   const float* x = nullptr;     // (T, in)
@@ -46,4 +46,4 @@ inline void gemm(const Exec& ex, const GemmArgs& a) {
   cpu::gemm(ex.pool, a);
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::kernels

@@ -11,7 +11,7 @@
 
 #include "kernels/device.h"
 
-namespace kvzip::gpu {
+namespace kvzip::kernels::gpu {
 
 void* malloc_device(size_t bytes);          // never nullptr; 0 bytes allocates 1
 void free_device(void* p) noexcept;         // nullptr is fine
@@ -96,4 +96,4 @@ void GpuBuffer<T>::check_size(size_t n) const {
   if (n > n_) throw_buffer_overflow(n, n_);
 }
 
-}  // namespace kvzip::gpu
+}  // namespace kvzip::kernels::gpu

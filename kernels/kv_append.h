@@ -9,7 +9,7 @@
 #include "kernels/attention.h"
 #include "kernels/device.h"
 
-namespace kvzip {
+namespace kvzip::kernels {
 
 struct KvAppendArgs {
   const float* k_new = nullptr;     // (T, Hkv, D)
@@ -35,4 +35,4 @@ inline void kv_append(const Exec& ex, const KvAppendArgs& a) {
   cpu::kv_append(a);
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::kernels

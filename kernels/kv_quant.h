@@ -20,7 +20,7 @@
 
 #include "kernels/device.h"
 
-namespace kvzip {
+namespace kvzip::kernels {
 
 // Shape of quantized rows. bits is 8 or 4; group divides D (D even).
 struct KvQuantLayout {
@@ -108,4 +108,4 @@ inline void kv_quant_scores(const Exec& ex, const float* q, uint32_t n_q, const 
   cpu::kv_quant_scores(q, n_q, k, scale, scores);
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::kernels

@@ -25,7 +25,7 @@
 #include "kernels/device.h"
 #include "kernels/quant.h"
 
-namespace kvzip {
+namespace kvzip::kernels {
 
 // A (rows, cols) = (out, in) weight matrix as stored.
 struct MatrixView {
@@ -87,4 +87,4 @@ inline void matmul(const Exec& ex, const MatmulArgs& a, MatmulPath path = Matmul
 void dequantize_view_rows(ThreadPool* pool, const MatrixView& w, uint32_t row0, uint32_t n,
                           float* out);
 
-}  // namespace kvzip
+}  // namespace kvzip::kernels

@@ -33,7 +33,7 @@
 #include "kernels/qgemv.h"
 #include "kernels/quant.h"
 
-namespace kvzip {
+namespace kvzip::kernels {
 
 // One 32-element block of a quantized activation row.
 struct Q8Act {
@@ -62,9 +62,9 @@ void quantize_acts(const float* x, uint32_t T, uint32_t in, Q8Act* out);
 void quantize_acts_portable(const float* x, uint32_t T, uint32_t in, Q8Act* out);
 
 // Runs every job on the 8-bit path with `isa` (which must be available, else Errc::unsupported).
-// Jobs must be checked matmul jobs (kvzip::cpu::matmul's checks) of qdot_supported types; row
+// Jobs must be checked matmul jobs (kernels::cpu::matmul's checks) of qdot_supported types; row
 // maps and biases are honoured. Jobs with the same x pointer, T and in share one quantization.
 void qdot(ThreadPool* pool, std::span<const MatmulArgs> jobs, QIsa isa);
 }  // namespace cpu
 
-}  // namespace kvzip
+}  // namespace kvzip::kernels

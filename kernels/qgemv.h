@@ -13,7 +13,7 @@
 
 #include "kernels/device.h"
 
-namespace kvzip {
+namespace kvzip::kernels {
 
 enum class QFormat : uint8_t {
   Q4_0 = 0,  // 18 bytes: fp16 d, 16 bytes qs; w[j] = d·((qs[j] & 15) − 8), w[j+16] = d·((qs[j] >> 4) − 8)
@@ -60,4 +60,4 @@ inline void qgemv(const Exec& ex, std::span<const QGemvArgs> jobs) {
 }
 inline void qgemv(const Exec& ex, const QGemvArgs& a) { qgemv(ex, std::span<const QGemvArgs>(&a, 1)); }
 
-}  // namespace kvzip
+}  // namespace kvzip::kernels

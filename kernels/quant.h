@@ -5,7 +5,7 @@
 #pragma once
 #include <cstdint>
 
-namespace kvzip::quant {
+namespace kvzip::kernels::quant {
 
 // ggml_type ids. Numbers are ggml's and are never reused; gaps are ids ggml removed.
 enum class GgmlType : uint32_t {
@@ -46,4 +46,4 @@ void dequantize_rows(GgmlType t, const void* src, float* dst, int64_t n_per_row,
 
 // 16-bit float conversions: common/half.h (f16_to_f32, f32_to_f16, bf16_to_f32, f32_to_bf16).
 
-}  // namespace kvzip::quant
+}  // namespace kvzip::kernels::quant

@@ -10,7 +10,7 @@
 
 #include "kernels/device.h"
 
-namespace kvzip {
+namespace kvzip::kernels {
 
 struct RestKvProbeArgs {
   const float* q = nullptr;  // probe row t at q + t·q_stride (D floats), t < w
@@ -47,4 +47,4 @@ inline void restkv_output_change(const Exec& ex, const RestKvOutputChangeArgs& a
   cpu::restkv_output_change(a);
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::kernels

@@ -13,7 +13,7 @@
 
 #include "kernels/device.h"
 
-namespace kvzip {
+namespace kvzip::kernels {
 
 struct RkvImportanceArgs {
   const float* q = nullptr;  // probe queries: token t, group head g at q + t·q_stride + g·D
@@ -53,4 +53,4 @@ inline void rkv_redundancy(const Exec& ex, const RkvRedundancyArgs& a) {
   cpu::rkv_redundancy(a);
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::kernels

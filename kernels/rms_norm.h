@@ -6,7 +6,7 @@
 
 #include "kernels/device.h"
 
-namespace kvzip {
+namespace kvzip::kernels {
 
 struct RmsNormArgs {
   const float* x = nullptr;  // (T, E)
@@ -34,4 +34,4 @@ inline void rms_norm(const Exec& ex, const RmsNormArgs& a) {
   cpu::rms_norm(ex.pool, a);
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::kernels

@@ -11,7 +11,7 @@
 #include "common/model_config.h"
 #include "kernels/device.h"
 
-namespace kvzip {
+namespace kvzip::kernels {
 
 // The D/2 inverse frequencies. Throws Errc::invalid_argument for an odd or zero D, a base <= 1,
 // or scaling fields out of range (factor <= 0; llama3 with high_freq_factor <= low_freq_factor or
@@ -54,4 +54,4 @@ inline void rope(const Exec& ex, const RopeArgs& a) {
   cpu::rope(ex.pool, a);
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::kernels

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-namespace kvzip::simd {
+namespace kvzip::kernels::simd {
 
 #if defined(__AVX512F__)
 inline constexpr int kLanes = 16;
@@ -117,4 +117,4 @@ inline void softmax(float* x, uint32_t n) {
   for (; i < n; ++i) x[i] *= inv;
 }
 
-}  // namespace kvzip::simd
+}  // namespace kvzip::kernels::simd

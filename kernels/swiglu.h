@@ -5,7 +5,7 @@
 
 #include "kernels/device.h"
 
-namespace kvzip {
+namespace kvzip::kernels {
 
 struct SwigluArgs {
   const float* gate = nullptr;  // (n) — typically (T, F) flattened
@@ -31,4 +31,4 @@ inline void swiglu(const Exec& ex, const SwigluArgs& a) {
   cpu::swiglu(ex.pool, a);
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::kernels

@@ -15,7 +15,7 @@
 #include <type_traits>
 #include <vector>
 
-namespace kvzip {
+namespace kvzip::kernels {
 
 class ThreadPool {
  public:
@@ -82,4 +82,4 @@ void run_tasks(ThreadPool* pool, size_t n, Fn&& fn) {
   }
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::kernels

@@ -20,9 +20,9 @@ double ms_since(Clock::time_point t0) {
 }
 
 // Fills the rows of `cache` layer `l` from a head-major (R, D) K and V pair and positions.
-void fill_layer(RaggedKvCache& cache, uint32_t l, const float* k, const float* v,
+void fill_layer(model::RaggedKvCache& cache, uint32_t l, const float* k, const float* v,
                 std::span<const uint32_t> positions) {
-  const CacheShape s = cache.shape();
+  const model::CacheShape s = cache.shape();
   const size_t D = s.head_dim;
   size_t row = 0;
   for (uint32_t h = 0; h < s.n_kv_heads; ++h) {
@@ -45,19 +45,19 @@ std::vector<uint32_t> kept_counts(const format::CacheHeader& h,
   return kept;
 }
 
-CacheShape shape_of(const format::CacheHeader& h) {
-  return CacheShape{h.n_layers, h.n_kv_heads, h.head_dim};
+model::CacheShape shape_of(const format::CacheHeader& h) {
+  return model::CacheShape{h.n_layers, h.n_kv_heads, h.head_dim};
 }
 
 }  // namespace
 
 struct QuerySession::Loaded {
   format::CacheHeader header;
-  KvBase base;
+  model::KvBase base;
   double ms;
 };
 
-QuerySession::Loaded QuerySession::open_file(const Model& model, const std::string& path, const SessionOptions& o) {
+QuerySession::Loaded QuerySession::open_file(const model::Model& model, const std::string& path, const SessionOptions& o) {
   const auto t0 = Clock::now();
   format::OpenOptions oo;
   oo.verify = o.verify;
@@ -65,15 +65,15 @@ QuerySession::Loaded QuerySession::open_file(const Model& model, const std::stri
   reader.check_model(model.fingerprint(), o.force);
   format::check_shape(reader.header(), model.config());
   // The GPU path uploads f32 rows (GpuCache::from_ragged): no quantized spans on the device.
-  const KvForm form = o.device == Device::Cuda ? KvForm::F32 : o.kv_form;
-  KvBase base = base_from_reader(reader, o.room, form, o.key_tiles && o.device != Device::Cuda);
+  const KvForm form = o.device == kernels::Device::Cuda ? KvForm::F32 : o.kv_form;
+  model::KvBase base = base_from_reader(reader, o.room, form, o.key_tiles && o.device != kernels::Device::Cuda);
   return QuerySession::Loaded{reader.header(), std::move(base), ms_since(t0)};
 }
 
-GpuCache gpu_cache_from_reader(const format::CacheReader& reader, uint32_t room, void* stream) {
+model::GpuCache gpu_cache_from_reader(const format::CacheReader& reader, uint32_t room, void* stream) {
   const format::CacheHeader& h = reader.header();
   const auto kept = kept_counts(h, [&](uint32_t l) { return reader.head_rows(l); });
-  GpuCache cache = GpuCache::with_layout(shape_of(h), static_cast<uint32_t>(h.logical_length()),
+  model::GpuCache cache = model::GpuCache::with_layout(shape_of(h), static_cast<uint32_t>(h.logical_length()),
                                          kept, room);
   const size_t D = h.head_dim;
   cache.upload_layers(
@@ -92,10 +92,10 @@ GpuCache gpu_cache_from_reader(const format::CacheReader& reader, uint32_t room,
   return cache;
 }
 
-RaggedKvCache cache_from_reader(const format::CacheReader& reader, uint32_t room) {
+model::RaggedKvCache cache_from_reader(const format::CacheReader& reader, uint32_t room) {
   const format::CacheHeader& h = reader.header();
   auto kept = kept_counts(h, [&](uint32_t l) { return reader.head_rows(l); });
-  RaggedKvCache cache(shape_of(h), static_cast<uint32_t>(h.logical_length()), kept, room);
+  model::RaggedKvCache cache(shape_of(h), static_cast<uint32_t>(h.logical_length()), kept, room);
   std::vector<float> k, v;
   for (uint32_t l = 0; l < h.n_layers; ++l) {
     const auto pos = reader.positions(l);
@@ -112,16 +112,16 @@ RaggedKvCache cache_from_reader(const format::CacheReader& reader, uint32_t room
   return cache;
 }
 
-QuantBase quant_base_from_reader(const format::CacheReader& reader) {
+model::QuantBase quant_base_from_reader(const format::CacheReader& reader) {
   const format::CacheHeader& h = reader.header();
   if (!format::dtype_quantized(h.kv_dtype))
     throw Error(Errc::invalid_argument, std::string("quant_base_from_reader: the cache stores ") +
                                             format::dtype_name(h.kv_dtype) + " rows, not q8/q4");
-  const KvQuantLayout layout{format::dtype_bits(h.kv_dtype), h.head_dim, h.kv_group_size};
-  std::vector<QuantBaseLayer> layers(h.n_layers);
+  const kernels::KvQuantLayout layout{format::dtype_bits(h.kv_dtype), h.head_dim, h.kv_group_size};
+  std::vector<model::QuantBaseLayer> layers(h.n_layers);
   for (uint32_t l = 0; l < h.n_layers; ++l) {
     format::LayerKv q = reader.read_quant_layer(l);
-    QuantBaseLayer& L = layers[l];
+    model::QuantBaseLayer& L = layers[l];
     // A head's f16 rows are its first ones: positions increase within a head.
     L.head_dense.assign(h.n_kv_heads, 0);
     size_t row = 0;
@@ -143,22 +143,22 @@ QuantBase quant_base_from_reader(const format::CacheReader& reader) {
     L.codes_k = std::move(q.qk.codes);
     L.codes_v = std::move(q.qv.codes);
   }
-  return QuantBase(shape_of(h), static_cast<uint32_t>(h.logical_length()), layout, std::move(layers));
+  return model::QuantBase(shape_of(h), static_cast<uint32_t>(h.logical_length()), layout, std::move(layers));
 }
 
-KvBase base_from_reader(const format::CacheReader& reader, uint32_t room, KvForm form, bool key_tiles) {
+model::KvBase base_from_reader(const format::CacheReader& reader, uint32_t room, KvForm form, bool key_tiles) {
   if (form == KvForm::Auto && format::dtype_quantized(reader.header().kv_dtype))
-    return KvBase(quant_base_from_reader(reader));
-  RaggedKvCache cache = cache_from_reader(reader, room);
+    return model::KvBase(quant_base_from_reader(reader));
+  model::RaggedKvCache cache = cache_from_reader(reader, room);
   if (key_tiles) cache.make_key_tiles();
-  return KvBase(std::move(cache));
+  return model::KvBase(std::move(cache));
 }
 
-RaggedKvCache cache_from_contents(const format::CacheContents& c, uint32_t room) {
+model::RaggedKvCache cache_from_contents(const format::CacheContents& c, uint32_t room) {
   format::validate(c);
   const format::CacheHeader& h = c.header;
   auto kept = kept_counts(h, [&](uint32_t l) { return std::span<const uint32_t>(c.layers[l].head_rows); });
-  RaggedKvCache cache(shape_of(h), static_cast<uint32_t>(h.logical_length()), kept, room);
+  model::RaggedKvCache cache(shape_of(h), static_cast<uint32_t>(h.logical_length()), kept, room);
   for (uint32_t l = 0; l < h.n_layers; ++l)
     fill_layer(cache, l, c.layers[l].k.data(), c.layers[l].v.data(), c.layers[l].positions);
   return cache;
@@ -170,12 +170,12 @@ std::string query_template(const format::CacheHeader& header) {
   return format::kDefaultQueryTemplate;
 }
 
-std::vector<int32_t> question_tokens(const Tokenizer& tokenizer, const format::CacheHeader& header,
+std::vector<int32_t> question_tokens(const model::Tokenizer& tokenizer, const format::CacheHeader& header,
                                      std::string_view question) {
   return question_tokens(tokenizer, query_template(header), header.suffix_tokens, question);
 }
 
-std::vector<int32_t> conversation_tokens(const Model& model, const format::CacheHeader& header,
+std::vector<int32_t> conversation_tokens(const model::Model& model, const format::CacheHeader& header,
                                          std::span<const std::pair<std::string, std::string>> history,
                                          std::string_view question) {
   if (history.empty()) return question_tokens(model.tokenizer(), header, question);
@@ -188,7 +188,7 @@ std::vector<int32_t> conversation_tokens(const Model& model, const format::Cache
   return ids;
 }
 
-std::vector<int32_t> question_tokens(const Tokenizer& tokenizer, std::string_view query_template,
+std::vector<int32_t> question_tokens(const model::Tokenizer& tokenizer, std::string_view query_template,
                                      std::span<const uint32_t> suffix, std::string_view question) {
   std::string tail(query_template);
   const std::string key = "{question}";
@@ -207,53 +207,53 @@ std::vector<int32_t> question_tokens(const Tokenizer& tokenizer, std::string_vie
   return ids;
 }
 
-static ForwardOptions forward_options(const SessionOptions& o) {
-  ForwardOptions fo;
+static model::ForwardOptions forward_options(const SessionOptions& o) {
+  model::ForwardOptions fo;
   fo.threads = o.threads;
   fo.matmul = o.matmul;
   return fo;
 }
 
-QuerySession::QuerySession(const Model& model, const std::string& path, const SessionOptions& o)
+QuerySession::QuerySession(const model::Model& model, const std::string& path, const SessionOptions& o)
     : QuerySession(model, open_file(model, path, o), o) {}
 
-QuerySession::QuerySession(const Model& model, Loaded loaded, const SessionOptions& o)
+QuerySession::QuerySession(const model::Model& model, Loaded loaded, const SessionOptions& o)
     : model_(model),
       header_(std::move(loaded.header)),
       base_(std::move(loaded.base)),
       forward_(model.weights(), forward_options(o)),
       load_ms_(loaded.ms) {
-  if (base_.quantized()) branch_ = std::make_unique<BranchCache>(base_.quant(), o.room);
-  if (o.device == Device::Cuda) to_device(o);
+  if (base_.quantized()) branch_ = std::make_unique<model::BranchCache>(base_.quant(), o.room);
+  if (o.device == kernels::Device::Cuda) to_device(o);
 }
 
-QuerySession::QuerySession(const Model& model, RaggedKvCache cache, format::CacheHeader header,
+QuerySession::QuerySession(const model::Model& model, model::RaggedKvCache cache, format::CacheHeader header,
                            const SessionOptions& o)
     : model_(model),
       header_(std::move(header)),
       base_(std::move(cache)),
       forward_(model.weights(), forward_options(o)) {
   format::check_shape(header_, model.config());
-  if (o.device == Device::Cuda) to_device(o);
+  if (o.device == kernels::Device::Cuda) to_device(o);
 }
 
 void QuerySession::to_device(const SessionOptions& o) {
   const auto t0 = Clock::now();
-  gpu_forward_ = std::make_unique<GpuForward>(model_.weights());
-  gpu_cache_ = std::make_unique<GpuCache>(
-      GpuCache::from_ragged(base_.f32("--device cuda"), o.room, gpu_forward_->stream()));
+  gpu_forward_ = std::make_unique<model::GpuForward>(model_.weights());
+  gpu_cache_ = std::make_unique<model::GpuCache>(
+      model::GpuCache::from_ragged(base_.f32("--device cuda"), o.room, gpu_forward_->stream()));
   load_ms_ += ms_since(t0);
 }
 
-Answer QuerySession::ask(std::string_view question, const GenerateParams& params,
+Answer QuerySession::ask(std::string_view question, const model::GenerateParams& params,
                          const std::function<void(const std::string&)>& on_text) {
   Answer a;
   a.question = std::string(question);
   const std::vector<int32_t> prompt = question_tokens(model_.tokenizer(), header_, question);
-  StreamDecoder dec(model_.tokenizer());
+  model::StreamDecoder dec(model_.tokenizer());
   const auto t0 = Clock::now();
   bool first = true;
-  GenerateParams gp = params;
+  model::GenerateParams gp = params;
   if (gp.rkv && branch_)
     throw Error(Errc::unsupported,
                 "R-KV (--rkv-*) evicts rows of an f32 cache, but this session attends to the file's " +
@@ -266,26 +266,26 @@ Answer QuerySession::ask(std::string_view question, const GenerateParams& params
     if (on_text && !piece.empty()) on_text(piece);
     return true;
   };
-  GenerateResult r;
+  model::GenerateResult r;
   if (branch_) {  // the base is read-only; the question and answer rows go to the branch's tail
     struct Rollback {
-      BranchCache& b;
+      model::BranchCache& b;
       ~Rollback() { b.rollback(b.base_length()); }
     } rollback{*branch_};
     r = generate(forward_, *branch_, prompt, gp, on_token);
   } else {
-    RaggedKvCache& cache = base_.f32("QuerySession::ask");
+    model::RaggedKvCache& cache = base_.f32("QuerySession::ask");
     // R-KV may evict document rows too (doc candidates): then the compressed state is restored
     // from a copy, otherwise evictions touch appended rows only and reset() restores it.
-    std::optional<RaggedKvCache> snapshot;
+    std::optional<model::RaggedKvCache> snapshot;
     if (gp.rkv && gp.rkv->doc_candidates) {
       gp.rkv->pinned = static_cast<uint32_t>(header_.prefix_length());
       snapshot = cache;
     }
     struct Reset {  // back to the compressed state however ask() ends
-      RaggedKvCache& c;
-      std::optional<RaggedKvCache>& saved;
-      GpuCache* g;
+      model::RaggedKvCache& c;
+      std::optional<model::RaggedKvCache>& saved;
+      model::GpuCache* g;
       ~Reset() {
         if (saved) c = std::move(*saved);
         else c.reset();

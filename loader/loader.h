@@ -32,21 +32,21 @@ namespace kvzip::loader {
 // are widened and q8/q4 dequantized one layer at a time (format::CacheReader::read_kv; never the
 // whole file at once). For what needs f32 rows of a q8/q4 file (R-KV, the GPU upload, eval's
 // reference); query sessions and the server keep q8/q4 quantized (base_from_reader).
-RaggedKvCache cache_from_reader(const format::CacheReader& reader, uint32_t room = 512);
-RaggedKvCache cache_from_contents(const format::CacheContents& contents, uint32_t room = 512);
+model::RaggedKvCache cache_from_reader(const format::CacheReader& reader, uint32_t room = 512);
+model::RaggedKvCache cache_from_contents(const format::CacheContents& contents, uint32_t room = 512);
 
 // A q8/q4 file's rows as stored (format::CacheReader::read_quant_layer, one layer at a time):
 // codes, group parameters and channel scales are moved in without widening; only the f16 rows
 // (positions below kv_f16_below, a few per head) are widened to f32. Attention reads it in place
 // (kernels/attention.h, KvSpan::quant). Errc::invalid_argument for a file of another dtype.
-QuantBase quant_base_from_reader(const format::CacheReader& reader);
+model::QuantBase quant_base_from_reader(const format::CacheReader& reader);
 
 // Which form a q8/q4 file takes in memory. Auto: quantized (QuantBase); F32: dequantized into a
 // RaggedKvCache. Other dtypes are always f32. An f32 base also keeps its keys transposed for the
 // CPU attention (RaggedKvCache::make_key_tiles: every decode step over it then skips that copy)
 // unless key_tiles is false (a base only uploaded to the GPU).
 enum class KvForm { Auto, F32 };
-KvBase base_from_reader(const format::CacheReader& reader, uint32_t room = 512, KvForm form = KvForm::Auto,
+model::KvBase base_from_reader(const format::CacheReader& reader, uint32_t room = 512, KvForm form = KvForm::Auto,
                         bool key_tiles = true);
 
 // The cache a file describes, straight into device memory with `room` rows of append room per
@@ -56,25 +56,25 @@ KvBase base_from_reader(const format::CacheReader& reader, uint32_t room = 512, 
 // without a CUDA build or device. q8/q4 stay on this per-layer dequantize-to-device path: the
 // CUDA attention has no quantized spans (check_cuda_attention refuses KvSpan::quant), so device
 // memory holds f32 rows; only the CPU attends to the stored rows in place.
-GpuCache gpu_cache_from_reader(const format::CacheReader& reader, uint32_t room = 512,
+model::GpuCache gpu_cache_from_reader(const format::CacheReader& reader, uint32_t room = 512,
                                void* stream = nullptr);
 
 // The query template stored in the header (parameter "query_template"), or the default.
 std::string query_template(const format::CacheHeader& header);
 // Token ids that follow the document for `question`: tail text (no special tokens parsed) then
 // the header's suffix template tokens.
-std::vector<int32_t> question_tokens(const Tokenizer& tokenizer, const format::CacheHeader& header,
+std::vector<int32_t> question_tokens(const model::Tokenizer& tokenizer, const format::CacheHeader& header,
                                      std::string_view question);
 // A conversation over the cache's document (multi-turn chat): question_tokens() of the first user
 // message, then each later answer and user message as the model's chat template continues it
 // (ChatTemplate::next_turn). `history`: (user message, answer) pairs before `question`, oldest
 // first; empty gives question_tokens(question).
-std::vector<int32_t> conversation_tokens(const Model& model, const format::CacheHeader& header,
+std::vector<int32_t> conversation_tokens(const model::Model& model, const format::CacheHeader& header,
                                          std::span<const std::pair<std::string, std::string>> history,
                                          std::string_view question);
 // The same from a template and the suffix tokens directly (eval builds prompts without a file).
 // Errc::corrupt when the template has no {question} or a suffix id is outside the vocabulary.
-std::vector<int32_t> question_tokens(const Tokenizer& tokenizer, std::string_view query_template,
+std::vector<int32_t> question_tokens(const model::Tokenizer& tokenizer, std::string_view query_template,
                                      std::span<const uint32_t> suffix, std::string_view question);
 
 struct SessionOptions {
@@ -86,11 +86,11 @@ struct SessionOptions {
   // are decoded by GpuForward (bf16 weights); Errc::unsupported without a CUDA build or device.
   // The GPU path always loads f32 rows (q8/q4 dequantized per layer): the CUDA attention has no
   // quantized spans.
-  Device device = Device::Cpu;
+  kernels::Device device = kernels::Device::Cpu;
   // q8/q4 files on the CPU: attended in place by default; F32 dequantizes them at load (R-KV
   // needs that: it evicts rows of a RaggedKvCache).
   KvForm kv_form = KvForm::Auto;
-  MatmulPath matmul = MatmulPath::Fast;  // ForwardOptions::matmul of the CPU forward pass
+  kernels::MatmulPath matmul = kernels::MatmulPath::Fast;  // ForwardOptions::matmul of the CPU forward pass
   // An f32 base on the CPU also keeps its keys transposed (RaggedKvCache::make_key_tiles): every
   // decode step skips that copy, for about the K bytes again in memory. false: K once.
   bool key_tiles = true;
@@ -111,9 +111,9 @@ class QuerySession {
  public:
   // Opens and validates the file, checks the model (Errc::model_mismatch unless force) and shape,
   // and builds the cache (base_from_reader). load_ms() says how long that took.
-  QuerySession(const Model& model, const std::string& path, const SessionOptions& options = {});
+  QuerySession(const model::Model& model, const std::string& path, const SessionOptions& options = {});
   // From a cache already in memory (used by eval, which compresses without writing a file).
-  QuerySession(const Model& model, RaggedKvCache cache, format::CacheHeader header,
+  QuerySession(const model::Model& model, model::RaggedKvCache cache, format::CacheHeader header,
                const SessionOptions& options = {});
   QuerySession(const QuerySession&) = delete;  // branch_ points into base_
   QuerySession& operator=(const QuerySession&) = delete;
@@ -123,30 +123,30 @@ class QuerySession {
   // With params.rkv the cache is bounded while answering; doc candidates make every row after
   // the stored prefix evictable (pinned is set here) and cost one copy of the cache per answer.
   // R-KV on a quantized base is Errc::unsupported (open with SessionOptions::kv_form = F32).
-  Answer ask(std::string_view question, const GenerateParams& params,
+  Answer ask(std::string_view question, const model::GenerateParams& params,
              const std::function<void(const std::string&)>& on_text = {});
 
   const format::CacheHeader& header() const { return header_; }
-  const KvBase& base() const { return base_; }
+  const model::KvBase& base() const { return base_; }
   bool quantized() const { return base_.quantized(); }
   // The f32 cache; Errc::unsupported when the base is quantized.
-  const RaggedKvCache& cache() const { return base_.f32("QuerySession::cache"); }
+  const model::RaggedKvCache& cache() const { return base_.f32("QuerySession::cache"); }
   double load_ms() const { return load_ms_; }
-  Device device() const { return gpu_cache_ ? Device::Cuda : Device::Cpu; }
+  kernels::Device device() const { return gpu_cache_ ? kernels::Device::Cuda : kernels::Device::Cpu; }
 
  private:
   struct Loaded;
-  static Loaded open_file(const Model& model, const std::string& path, const SessionOptions& o);
-  QuerySession(const Model& model, Loaded loaded, const SessionOptions& options);
+  static Loaded open_file(const model::Model& model, const std::string& path, const SessionOptions& o);
+  QuerySession(const model::Model& model, Loaded loaded, const SessionOptions& options);
   void to_device(const SessionOptions& options);  // builds gpu_forward_ and gpu_cache_
 
-  const Model& model_;
+  const model::Model& model_;
   format::CacheHeader header_;
-  KvBase base_;
-  std::unique_ptr<BranchCache> branch_;  // over a quantized base: the question/answer rows
-  Forward forward_;
-  std::unique_ptr<GpuForward> gpu_forward_;  // set for Device::Cuda
-  std::unique_ptr<GpuCache> gpu_cache_;      // the compressed state in device memory
+  model::KvBase base_;
+  std::unique_ptr<model::BranchCache> branch_;  // over a quantized base: the question/answer rows
+  model::Forward forward_;
+  std::unique_ptr<model::GpuForward> gpu_forward_;  // set for Device::Cuda
+  std::unique_ptr<model::GpuCache> gpu_cache_;      // the compressed state in device memory
   double load_ms_ = 0.0;
 };
 

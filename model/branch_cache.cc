@@ -6,7 +6,7 @@
 
 #include "common/error.h"
 
-namespace kvzip {
+namespace kvzip::model {
 namespace {
 
 const RaggedKvCache& checked_base(const RaggedKvCache& base) {
@@ -55,7 +55,7 @@ KvHeadView BranchCache::view(uint32_t layer, uint32_t kv_head) const {
   const KvHeadView t = tail_.view(layer, kv_head);
   // The base's f32 rows: all its kept rows, or the f16-stored rows of a quantized base.
   const uint32_t kept = quant_ ? quant_->dense(layer, kv_head) : base_->kept(layer, kv_head);
-  const KvQuantSegment* quant = quant_ ? quant_->quant(layer, kv_head) : nullptr;
+  const kernels::KvQuantSegment* quant = quant_ ? quant_->quant(layer, kv_head) : nullptr;
   if (kept == 0) {
     KvHeadView v{t.k, t.v, tail_pos_.data(), t.len};
     v.quant = quant;
@@ -94,4 +94,4 @@ uint64_t BranchCache::bytes_owned() const {
   return 2ull * s.n_layers * s.n_kv_heads * tail_.capacity() * s.head_dim * sizeof(float);
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::model

@@ -18,7 +18,7 @@
 #include "model/quant_base.h"
 #include "model/ragged_cache.h"
 
-namespace kvzip {
+namespace kvzip::model {
 
 class BranchCache final : public AttentionCache {
  public:
@@ -59,4 +59,4 @@ class BranchCache final : public AttentionCache {
   std::vector<uint32_t> tail_pos_;  // (tail capacity) base_length_ + i
 };
 
-}  // namespace kvzip
+}  // namespace kvzip::model

@@ -12,7 +12,7 @@
 
 #include "common/error.h"
 
-namespace kvzip {
+namespace kvzip::model {
 namespace {
 
 constexpr std::string_view kImStart = "<|im_start|>";
@@ -256,4 +256,4 @@ std::vector<int32_t> ChatTemplate::stop_tokens() const {
   return ids;
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::model

@@ -15,7 +15,7 @@
 
 #include "model/tokenizer.h"
 
-namespace kvzip {
+namespace kvzip::model {
 
 enum class ChatFormat {
   ChatMl,  // <|im_start|>role\n...<|im_end|>\n
@@ -91,4 +91,4 @@ class ChatTemplate {
 // reads '<|im_start|>system\n...<|im_end|>' (escapes decoded), or "" when there is none.
 std::string chatml_default_system(std::string_view jinja);
 
-}  // namespace kvzip
+}  // namespace kvzip::model

@@ -14,15 +14,15 @@
 #include "model/detail/forward_check.h"
 #include "model/detail/forward_layer.h"
 
-namespace kvzip {
+namespace kvzip::model {
 
 struct Forward::Impl {
   const Weights& w;
   ForwardOptions opt;
-  ThreadPool pool;
+  kernels::ThreadPool pool;
   std::vector<float> inv_freq;  // (D/2)
   detail::ForwardScratch scratch;
-  RopeTable rope;
+  kernels::RopeTable rope;
   std::vector<uint32_t> positions;  // (chunk)
 
   Impl(const Weights& weights, ForwardOptions o) : w(weights), opt(std::move(o)), pool(opt.threads) {}
@@ -46,10 +46,10 @@ Forward::Forward(const Weights& weights, ForwardOptions options) {
     throw Error(Errc::invalid_argument, "ForwardOptions.chunk is 0, expected >= 1 (default 512)");
   impl_ = std::make_unique<Impl>(weights, std::move(options));
   const ModelConfig& c = weights.config;
-  impl_->inv_freq = rope_inv_freq(c.head_dim, c.rope_base, c.rope_scaling);
+  impl_->inv_freq = kernels::rope_inv_freq(c.head_dim, c.rope_base, c.rope_scaling);
   impl_->scratch.resize(c, impl_->opt.chunk);
   impl_->positions.resize(impl_->opt.chunk);
-  set_blas_threads(impl_->pool.size());
+  kernels::set_blas_threads(impl_->pool.size());
 }
 
 Forward::~Forward() = default;
@@ -57,14 +57,14 @@ Forward::~Forward() = default;
 const ModelConfig& Forward::config() const { return impl_->w.config; }
 const Weights& Forward::weights() const { return impl_->w; }
 uint32_t Forward::threads() const { return impl_->pool.size(); }
-MatmulPath Forward::matmul_path() const { return impl_->opt.matmul; }
-ThreadPool& Forward::pool() { return impl_->pool; }
+kernels::MatmulPath Forward::matmul_path() const { return impl_->opt.matmul; }
+kernels::ThreadPool& Forward::pool() { return impl_->pool; }
 
 detail::ChunkContext Forward::Impl::context(uint32_t T) {
   build_rope_table(inv_freq, positions.data(), T, &rope);
   detail::ChunkContext c;
   c.w = &w;
-  c.ex = Exec{Device::Cpu, &pool};
+  c.ex = kernels::Exec{kernels::Device::Cpu, &pool};
   c.rope = &rope;
   c.positions = positions.data();
   c.T = T;
@@ -103,9 +103,9 @@ std::vector<float> Forward::decode(AttentionCache& cache, int32_t token, Attenti
   return prefill(cache, std::span<const int32_t>(&token, 1), LogitsMode::Last, observer);
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::model
 
-namespace kvzip {
+namespace kvzip::model {
 
 void Forward::Impl::run_step(std::span<const StepItem> items, uint32_t total) {
   step_items.clear();
@@ -175,4 +175,4 @@ void Forward::step(std::span<const StepItem> items) {
   }
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::model

@@ -21,9 +21,11 @@
 #include "model/kv_cache.h"
 #include "model/weights.h"
 
-namespace kvzip {
-
+namespace kvzip::kernels {
 class ThreadPool;
+}  // namespace kvzip::kernels
+
+namespace kvzip::model {
 
 enum class LogitsMode : uint8_t {
   None = 0,  // no LM head (scoring passes)
@@ -50,7 +52,7 @@ struct ForwardOptions {
   TraceFn trace;         // optional; called with every named tensor when set
   // Fast: the fastest kernels this CPU has; Exact: fp32 arithmetic on dequantized rows (the
   // golden tests' path). See kernels/matmul.h for what differs.
-  MatmulPath matmul = MatmulPath::Fast;
+  kernels::MatmulPath matmul = kernels::MatmulPath::Fast;
 };
 
 // What an observer sees for one layer of one chunk, after that layer's attention ran.
@@ -77,7 +79,7 @@ class AttentionObserver {
   // attention kernel to compute local-softmax statistics for it while it forms the logits anyway
   // (kernels/attention.h LocalMaxProb; rows of the layer's views) fills *request and returns true.
   // At most one observer per forward call may ask. Default: none.
-  virtual bool request_local_stats(uint32_t layer, uint32_t T, LocalMaxProb* request) {
+  virtual bool request_local_stats(uint32_t layer, uint32_t T, kernels::LocalMaxProb* request) {
     return false;
   }
   virtual void on_attention(const AttentionObservation& obs) = 0;
@@ -121,12 +123,12 @@ class Forward {
   // The weights this forward runs (scorers that need a projection, e.g. ReST-KV's W_o, read them).
   const Weights& weights() const;
   uint32_t threads() const;
-  MatmulPath matmul_path() const;
-  ThreadPool& pool();
+  kernels::MatmulPath matmul_path() const;
+  kernels::ThreadPool& pool();
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace kvzip
+}  // namespace kvzip::model

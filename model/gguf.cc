@@ -8,7 +8,7 @@
 #include "model/detail/gguf_impl.h"
 #include "model/detail/mapped_file.h"
 
-namespace kvzip::gguf {
+namespace kvzip::model::gguf {
 namespace {
 
 // An integer metadata value widened to 128 bits; false if t is not an integer type.
@@ -280,4 +280,4 @@ const TensorInfo& File::tensor(std::string_view name) const {
   return *t;
 }
 
-}  // namespace kvzip::gguf
+}  // namespace kvzip::model::gguf

@@ -15,11 +15,11 @@
 
 #include "kernels/quant.h"
 
-namespace kvzip::detail {
+namespace kvzip::model::detail {
 class FileImage;
 }
 
-namespace kvzip::gguf {
+namespace kvzip::model::gguf {
 
 // gguf_type: the metadata value types.
 enum class ValueType : uint32_t {
@@ -33,7 +33,7 @@ inline constexpr uint32_t kDefaultAlignment = 32;
 
 struct TensorInfo {
   std::string name;
-  quant::GgmlType type = quant::GgmlType::F32;
+  kernels::quant::GgmlType type = kernels::quant::GgmlType::F32;
   uint32_t n_dims = 0;
   int64_t ne[4] = {1, 1, 1, 1};  // ne[0] contiguous; unused dims are 1
   uint64_t offset = 0;           // relative to the data section (File::data_offset)
@@ -102,4 +102,4 @@ class File {
   std::unique_ptr<Impl, void (*)(Impl*)> impl_;
 };
 
-}  // namespace kvzip::gguf
+}  // namespace kvzip::model::gguf

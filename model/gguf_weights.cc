@@ -18,7 +18,7 @@
 #include "model/detail/config_check.h"
 #include "model/detail/rope_freqs.h"
 
-namespace kvzip {
+namespace kvzip::model {
 namespace {
 
 struct ArchInfo {
@@ -41,8 +41,8 @@ const ArchInfo* find_arch(const std::string& arch) {
 // frequency divisors; kvzip recovers the llama3 parameters they encode (detail/rope_freqs.h).
 RopeScaling rope_freqs_scaling(const gguf::File& f, const ModelConfig& c) {
   const gguf::TensorInfo& t = f.tensor("rope_freqs.weight");
-  if (t.type != quant::GgmlType::F32 || t.n_dims != 1 || t.ne[0] != int64_t(c.head_dim / 2))
-    fail(f, Errc::corrupt, "tensor 'rope_freqs.weight' is " + std::string(quant::type_name(t.type)) + " " +
+  if (t.type != kernels::quant::GgmlType::F32 || t.n_dims != 1 || t.ne[0] != int64_t(c.head_dim / 2))
+    fail(f, Errc::corrupt, "tensor 'rope_freqs.weight' is " + std::string(kernels::quant::type_name(t.type)) + " " +
                                t.shape_string() + ", expected F32 [" + std::to_string(c.head_dim / 2) +
                                "] (head_dim / 2)");
   std::vector<float> divisors(c.head_dim / 2);
@@ -186,8 +186,8 @@ const gguf::TensorInfo& checked(const gguf::File& f, const std::string& name, in
     fail(f, Errc::corrupt, "tensor '" + name + "' has shape " + t.shape_string() + ", expected " +
                                want + " (from the model metadata)");
   }
-  if (!quant::traits(t.type).dequantizable)
-    fail(f, Errc::unsupported, "tensor '" + name + "' has type " + quant::type_name(t.type) +
+  if (!kernels::quant::traits(t.type).dequantizable)
+    fail(f, Errc::unsupported, "tensor '" + name + "' has type " + kernels::quant::type_name(t.type) +
                                    ", which kvzip cannot compute with (supported: " +
                                    kSupportedTypes + "); re-quantize the model to one of these");
   return t;
@@ -198,7 +198,7 @@ std::vector<float> load_vector(const gguf::File& f, const std::string& name, int
                                const std::vector<uint32_t>& map = {}) {
   const gguf::TensorInfo& t = checked(f, name, n, 1);
   std::vector<float> stored(static_cast<size_t>(n));
-  quant::dequantize_row(t.type, t.data, stored.data(), n);
+  kernels::quant::dequantize_row(t.type, t.data, stored.data(), n);
   if (map.empty()) return stored;
   std::vector<float> out(stored.size());
   for (size_t i = 0; i < out.size(); ++i) out[i] = stored[map[i]];
@@ -345,4 +345,4 @@ ModelFingerprint fingerprint_from_gguf(const gguf::File& f,
   return fp;
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::model

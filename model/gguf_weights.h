@@ -12,7 +12,7 @@
 #include "model/gguf.h"
 #include "model/weights.h"
 
-namespace kvzip {
+namespace kvzip::model {
 
 // Reads the architecture hyper-parameters. Errc::unsupported for an unknown general.architecture,
 // Errc::not_found/corrupt for a missing or ill-typed key, Errc::corrupt for inconsistent values.
@@ -37,4 +37,4 @@ ModelFingerprint fingerprint_from_gguf(
 // Whether the architecture's GGUF Q/K rows are stored permuted for interleaved RoPE.
 bool gguf_qk_permuted(const std::string& arch);
 
-}  // namespace kvzip
+}  // namespace kvzip::model

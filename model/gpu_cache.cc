@@ -11,15 +11,15 @@
 #include "kernels/elementwise.h"
 #include "kernels/kv_append.h"
 
-namespace kvzip {
+namespace kvzip::model {
 namespace {
 
 void cuda_fill(float* p, size_t n, uint64_t seed) {
 #if KVZIP_HAVE_CUDA
-  cuda::fill_uniform(p, n, seed, -1.0f, 1.0f, nullptr);
+  kernels::cuda::fill_uniform(p, n, seed, -1.0f, 1.0f, nullptr);
 #else
   (void)p, (void)n, (void)seed;
-  throw_unsupported_device(Device::Cuda, "fill_uniform");
+  kernels::throw_unsupported_device(kernels::Device::Cuda, "fill_uniform");
 #endif
 }
 
@@ -27,21 +27,21 @@ void cuda_fill(float* p, size_t n, uint64_t seed) {
 // copies run on `stream`, and the old buffers are freed only after the stream has passed them.
 class DeviceStorage final : public RaggedStorage {
  public:
-  DeviceStorage(std::vector<gpu::GpuBuffer<float>>& k, std::vector<gpu::GpuBuffer<float>>& v,
+  DeviceStorage(std::vector<kernels::gpu::GpuBuffer<float>>& k, std::vector<kernels::gpu::GpuBuffer<float>>& v,
                 size_t D, void* stream)
       : k_(k), v_(v), D_(D), stream_(stream), k_new_(k.size()), v_new_(v.size()) {}
   void stage_layer(uint32_t layer, uint64_t rows) override {
-    k_new_[layer] = gpu::GpuBuffer<float>(rows * D_);  // Errc::out_of_memory when the device is full
-    v_new_[layer] = gpu::GpuBuffer<float>(rows * D_);
+    k_new_[layer] = kernels::gpu::GpuBuffer<float>(rows * D_);  // Errc::out_of_memory when the device is full
+    v_new_[layer] = kernels::gpu::GpuBuffer<float>(rows * D_);
   }
   void copy_rows(uint32_t layer, uint64_t from, uint64_t to, uint64_t n) override {
     copied_ = true;
     const size_t bytes = n * D_ * sizeof(float);
-    gpu::copy_device(k_new_[layer].data() + to * D_, k_[layer].data() + from * D_, bytes, stream_);
-    gpu::copy_device(v_new_[layer].data() + to * D_, v_[layer].data() + from * D_, bytes, stream_);
+    kernels::gpu::copy_device(k_new_[layer].data() + to * D_, k_[layer].data() + from * D_, bytes, stream_);
+    kernels::gpu::copy_device(v_new_[layer].data() + to * D_, v_[layer].data() + from * D_, bytes, stream_);
   }
   void finish_copies() override {
-    if (copied_) gpu::synchronize(stream_);  // the old buffers are freed on commit
+    if (copied_) kernels::gpu::synchronize(stream_);  // the old buffers are freed on commit
   }
   void commit_staged() noexcept override {
     k_.swap(k_new_);
@@ -50,18 +50,18 @@ class DeviceStorage final : public RaggedStorage {
   void drop_staged() noexcept override {
     if (!copied_) return;
     try {
-      gpu::synchronize(stream_);  // no copy may still write the staged buffers freed below
+      kernels::gpu::synchronize(stream_);  // no copy may still write the staged buffers freed below
     } catch (...) {
     }
   }
 
  private:
-  std::vector<gpu::GpuBuffer<float>>& k_;
-  std::vector<gpu::GpuBuffer<float>>& v_;
+  std::vector<kernels::gpu::GpuBuffer<float>>& k_;
+  std::vector<kernels::gpu::GpuBuffer<float>>& v_;
   size_t D_;
   void* stream_;
   bool copied_ = false;
-  std::vector<gpu::GpuBuffer<float>> k_new_, v_new_;
+  std::vector<kernels::gpu::GpuBuffer<float>> k_new_, v_new_;
 };
 
 std::vector<uint32_t> zeros(CacheShape s) {
@@ -72,10 +72,10 @@ std::vector<uint32_t> zeros(CacheShape s) {
 
 void GpuCache::lay_out(uint32_t room, void* stream) {
   const CacheShape s = layout_.shape();
-  if (s.n_kv_heads > kMaxKvHeads)
+  if (s.n_kv_heads > kernels::kMaxKvHeads)
     throw Error(Errc::unsupported, "GpuCache: " + std::to_string(s.n_kv_heads) +
                                        " KV heads, the CUDA kernels take at most " +
-                                       std::to_string(kMaxKvHeads));
+                                       std::to_string(kernels::kMaxKvHeads));
   k_.resize(s.n_layers);
   v_.resize(s.n_layers);
   DeviceStorage storage(k_, v_, s.head_dim, stream);
@@ -121,30 +121,30 @@ void GpuCache::upload_layers(const LayerPacker& pack, void* stream) {
     most = std::max(most, rows);
   }
   const size_t half = 2 * most * D + most;  // floats per staging buffer: K, V, then positions
-  float* stage = static_cast<float*>(gpu::malloc_pinned(std::max<size_t>(1, 2 * half) * sizeof(float)));
+  float* stage = static_cast<float*>(kernels::gpu::malloc_pinned(std::max<size_t>(1, 2 * half) * sizeof(float)));
   void* done[2] = {nullptr, nullptr};
   auto release = [&] {
-    gpu::destroy_event(done[0]);
-    gpu::destroy_event(done[1]);
-    gpu::free_pinned(stage);
+    kernels::gpu::destroy_event(done[0]);
+    kernels::gpu::destroy_event(done[1]);
+    kernels::gpu::free_pinned(stage);
   };
   try {
-    done[0] = gpu::create_event();
-    done[1] = gpu::create_event();
+    done[0] = kernels::gpu::create_event();
+    done[1] = kernels::gpu::create_event();
     for (uint32_t l = 0; l < s.n_layers; ++l) {
       const int b = l % 2;
-      if (l >= 2) gpu::wait_event(done[b]);  // layer l - 2's copies have left this buffer
+      if (l >= 2) kernels::gpu::wait_event(done[b]);  // layer l - 2's copies have left this buffer
       float* k = stage + b * half;
       float* v = k + most * D;
       auto* positions = reinterpret_cast<uint32_t*>(v + most * D);  // same size as a float
       pack(l, k, v, positions);
       upload_layer(l, k, v, positions, stream);
-      gpu::record_event(done[b], stream);
+      kernels::gpu::record_event(done[b], stream);
     }
-    gpu::synchronize(stream);
+    kernels::gpu::synchronize(stream);
   } catch (...) {
     try {
-      gpu::synchronize(stream);  // no copy may still read the staging memory freed below
+      kernels::gpu::synchronize(stream);  // no copy may still read the staging memory freed below
     } catch (...) {
     }
     release();
@@ -168,8 +168,8 @@ void GpuCache::upload_layer(uint32_t layer, const float* k, const float* v,
   size_t row = 0;  // first row of head h in the head-major host arrays
   for (uint32_t h = 0; h < shape().n_kv_heads; ++h) {
     const size_t off = layout_.offset(layer, h), n = layout_.kept(layer, h);
-    gpu::copy_to_device(k_[layer].data() + off * D, k + row * D, n * D * sizeof(float), stream);
-    gpu::copy_to_device(v_[layer].data() + off * D, v + row * D, n * D * sizeof(float), stream);
+    kernels::gpu::copy_to_device(k_[layer].data() + off * D, k + row * D, n * D * sizeof(float), stream);
+    kernels::gpu::copy_to_device(v_[layer].data() + off * D, v + row * D, n * D * sizeof(float), stream);
     std::copy_n(positions + row, n, layout_.positions(layer, h));
     row += n;
   }
@@ -191,7 +191,7 @@ GpuCache GpuCache::random(CacheShape shape, uint32_t logical_length,
         p[r] = static_cast<uint32_t>(uint64_t(r) * logical_length / std::max<uint32_t>(n, 1));
     }
   }
-  gpu::synchronize(nullptr);
+  kernels::gpu::synchronize(nullptr);
   return c;
 }
 
@@ -212,10 +212,10 @@ void GpuCache::append(uint32_t layer, const float* k_new, const float* v_new, ui
                       void* stream) {
   KVZIP_ASSERT(layer < shape().n_layers);
   const uint32_t H = shape().n_kv_heads;
-  uint64_t dst[kMaxKvHeads];  // H <= kMaxKvHeads (lay_out)
+  uint64_t dst[kernels::kMaxKvHeads];  // H <= kMaxKvHeads (lay_out)
   layout_.append(layer, T, dst);  // on a launch error the caller rolls back (model/kv_cache.h)
-  kv_append(Exec{Device::Cuda, nullptr, stream},
-            KvAppendArgs{k_new, v_new, k_[layer].data(), v_[layer].data(), dst, T, H,
+  kv_append(kernels::Exec{kernels::Device::Cuda, nullptr, stream},
+            kernels::KvAppendArgs{k_new, v_new, k_[layer].data(), v_[layer].data(), dst, T, H,
                          shape().head_dim});
 }
 
@@ -240,7 +240,7 @@ KvCache GpuCache::to_host_dense(void* stream) const {
     for (int kv = 0; kv < 2; ++kv) {
       std::vector<float>& dst = kv == 0 ? k : v;
       for (uint32_t h = 0; h < H; ++h) {  // (T, D) per head -> (T, Hkv, D)
-        gpu::copy_to_host(head.data(), kv == 0 ? this->k(l, h) : this->v(l, h),
+        kernels::gpu::copy_to_host(head.data(), kv == 0 ? this->k(l, h) : this->v(l, h),
                           head.size() * sizeof(float), stream);
         for (uint32_t t = 0; t < T; ++t)
           std::copy_n(head.data() + size_t(t) * D, D, dst.data() + (size_t(t) * H + h) * D);
@@ -256,4 +256,4 @@ uint64_t GpuCache::bytes_used() const {
   return 2 * layout_.used_total() * shape().head_dim * sizeof(float);
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::model

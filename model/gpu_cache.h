@@ -17,7 +17,7 @@
 #include "model/ragged_cache.h"
 #include "model/ragged_layout.h"
 
-namespace kvzip {
+namespace kvzip::model {
 
 class GpuCache {
  public:
@@ -76,7 +76,7 @@ class GpuCache {
   void lay_out(uint32_t room, void* stream);
 
   RaggedLayout layout_;
-  std::vector<gpu::GpuBuffer<float>> k_, v_;  // L × (rows, D) device
+  std::vector<kernels::gpu::GpuBuffer<float>> k_, v_;  // L × (rows, D) device
 };
 
-}  // namespace kvzip
+}  // namespace kvzip::model

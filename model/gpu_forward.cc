@@ -22,18 +22,18 @@
 #include "model/detail/forward_check.h"
 #include "model/detail/generate_loop.h"
 
-namespace kvzip {
+namespace kvzip::model {
 
 #if KVZIP_HAVE_CUDA
 namespace {
 
-using gpu::GpuBuffer;
+using kernels::gpu::GpuBuffer;
 
 constexpr uint32_t kLogitRows = 16;  // LM-head rows per GEMM slice (bounds the logits scratch)
 
 GpuBuffer<uint16_t> upload_bf16(const std::vector<float>& w) {
   GpuBuffer<uint16_t> b(w.size());
-  b.upload(gpu::to_bf16(w.data(), w.size()));
+  b.upload(kernels::gpu::to_bf16(w.data(), w.size()));
   return b;
 }
 
@@ -47,8 +47,8 @@ GpuBuffer<uint16_t> upload_bf16(const Matrix& m) {
   for (uint32_t r0 = 0; r0 < m.rows; r0 += slab) {
     const uint32_t n = std::min(slab, m.rows - r0);
     dequantize_rows(m, r0, n, rows.data());
-    const std::vector<uint16_t> h = gpu::to_bf16(rows.data(), size_t(n) * m.cols);
-    gpu::copy_to_device(b.data() + size_t(r0) * m.cols, h.data(), h.size() * sizeof(uint16_t));
+    const std::vector<uint16_t> h = kernels::gpu::to_bf16(rows.data(), size_t(n) * m.cols);
+    kernels::gpu::copy_to_device(b.data() + size_t(r0) * m.cols, h.data(), h.size() * sizeof(uint16_t));
   }
   return b;
 }
@@ -61,13 +61,13 @@ GpuBuffer<float> upload_f32(const std::vector<float>& w) {
 
 GpuBuffer<uint16_t> random_bf16(size_t n, uint64_t seed, float bound, void* s) {
   GpuBuffer<uint16_t> b(n);
-  cuda::fill_uniform_bf16(b.data(), n, seed, -bound, bound, s);
+  kernels::cuda::fill_uniform_bf16(b.data(), n, seed, -bound, bound, s);
   return b;
 }
 
 GpuBuffer<float> random_f32(size_t n, uint64_t seed, float lo, float hi, void* s) {
   GpuBuffer<float> b(n);
-  cuda::fill_uniform(b.data(), n, seed, lo, hi, s);
+  kernels::cuda::fill_uniform(b.data(), n, seed, lo, hi, s);
   return b;
 }
 
@@ -80,15 +80,15 @@ struct GpuLayer {
 void check_config(const ModelConfig& c) {
   if (c.n_kv_heads == 0 || c.n_heads % c.n_kv_heads != 0)
     throw Error(Errc::invalid_argument, "GpuForward: Hq is not a multiple of Hkv");
-  if (c.n_kv_heads > kMaxKvHeads)
+  if (c.n_kv_heads > kernels::kMaxKvHeads)
     throw Error(Errc::unsupported, "GpuForward: " + std::to_string(c.n_kv_heads) +
                                        " KV heads; the CUDA kernels take at most " +
-                                       std::to_string(kMaxKvHeads) + " (use --device cpu)");
+                                       std::to_string(kernels::kMaxKvHeads) + " (use --device cpu)");
   if (c.head_dim != 64 && c.head_dim != 128)
     throw Error(Errc::unsupported, "GpuForward: head_dim " + std::to_string(c.head_dim) +
                                        " has no CUDA attention kernel (64 and 128 are compiled); "
                                        "use --device cpu");
-  if (cuda_device_count() == 0)
+  if (kernels::cuda_device_count() == 0)
     throw Error(Errc::unsupported, "GpuForward: no CUDA device is visible; use --device cpu");
 }
 
@@ -107,22 +107,22 @@ struct GpuForward::Impl {
   GpuBuffer<float> x, proj, q, k, v, att, gate, up, logits, cos, sin;
   GpuBuffer<uint16_t> xn16, att16, act16;
   GpuBuffer<int32_t> tokens;
-  RopeTable rope;
+  kernels::RopeTable rope;
   std::vector<uint32_t> positions;
-  std::vector<KvSpan> spans;
+  std::vector<kernels::KvSpan> spans;
 
   explicit Impl(const ModelConfig& c, GpuForwardOptions o) : cfg(c), opt(o) {
     check_config(c);
     if (o.chunk == 0) throw Error(Errc::invalid_argument, "GpuForwardOptions.chunk is 0, expected >= 1");
-    stream = gpu::create_stream();
-    inv_freq = rope_inv_freq(c.head_dim, c.rope_base, c.rope_scaling);
+    stream = kernels::gpu::create_stream();
+    inv_freq = kernels::rope_inv_freq(c.head_dim, c.rope_base, c.rope_scaling);
   }
-  ~Impl() { gpu::destroy_stream(stream); }
+  ~Impl() { kernels::gpu::destroy_stream(stream); }
 
   const uint16_t* lm_head() const { return output.size() ? output.data() : tok_embd.data(); }
   void alloc_scratch();
   void count_weights();
-  Exec ex() const { return Exec{Device::Cuda, nullptr, stream}; }
+  kernels::Exec ex() const { return kernels::Exec{kernels::Device::Cuda, nullptr, stream}; }
   void run_chunk(GpuCache& cache, const int32_t* host_tokens, uint32_t T,
                  GpuAttentionObserver* observer);
   void attention_block(GpuCache& cache, uint32_t layer, uint32_t T, GpuAttentionObserver* obs);
@@ -164,49 +164,49 @@ void GpuForward::Impl::attention_block(GpuCache& cache, uint32_t layer, uint32_t
                                        GpuAttentionObserver* obs) {
   const GpuLayer& lw = layers[layer];
   const uint32_t E = cfg.d_model, D = cfg.head_dim, Hq = cfg.n_heads, Hkv = cfg.n_kv_heads;
-  cuda::rms_norm_bf16(RmsNormArgs{x.data(), lw.attn_norm.data(), nullptr, T, E, cfg.rms_eps},
+  kernels::cuda::rms_norm_bf16(kernels::RmsNormArgs{x.data(), lw.attn_norm.data(), nullptr, T, E, cfg.rms_eps},
                       xn16.data(), stream);
   auto bias = [](const GpuBuffer<float>& b) { return b.size() ? b.data() : nullptr; };
-  cuda::gemm_bf16(GemmBf16Args{xn16.data(), lw.wq.data(), bias(lw.bq), q.data(), T, E, Hq * D}, stream);
-  cuda::gemm_bf16(GemmBf16Args{xn16.data(), lw.wk.data(), bias(lw.bk), k.data(), T, E, Hkv * D}, stream);
-  cuda::gemm_bf16(GemmBf16Args{xn16.data(), lw.wv.data(), bias(lw.bv), v.data(), T, E, Hkv * D}, stream);
-  kvzip::rope(ex(), RopeArgs{q.data(), cos.data(), sin.data(), T, Hq, D});
-  kvzip::rope(ex(), RopeArgs{k.data(), cos.data(), sin.data(), T, Hkv, D});
+  kernels::cuda::gemm_bf16(kernels::GemmBf16Args{xn16.data(), lw.wq.data(), bias(lw.bq), q.data(), T, E, Hq * D}, stream);
+  kernels::cuda::gemm_bf16(kernels::GemmBf16Args{xn16.data(), lw.wk.data(), bias(lw.bk), k.data(), T, E, Hkv * D}, stream);
+  kernels::cuda::gemm_bf16(kernels::GemmBf16Args{xn16.data(), lw.wv.data(), bias(lw.bv), v.data(), T, E, Hkv * D}, stream);
+  kernels::rope(ex(), kernels::RopeArgs{q.data(), cos.data(), sin.data(), T, Hq, D});
+  kernels::rope(ex(), kernels::RopeArgs{k.data(), cos.data(), sin.data(), T, Hkv, D});
 
   cache.append(layer, k.data(), v.data(), T, stream);
   for (uint32_t h = 0; h < Hkv; ++h)
-    spans[h] = KvSpan{cache.k(layer, h), cache.v(layer, h), cache.len(layer, h)};
+    spans[h] = kernels::KvSpan{cache.k(layer, h), cache.v(layer, h), cache.len(layer, h)};
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  attention(ex(), AttentionArgs{q.data(), spans.data(), att.data(), T, Hq, Hkv, D, scale});
+  attention(ex(), kernels::AttentionArgs{q.data(), spans.data(), att.data(), T, Hq, Hkv, D, scale});
   if (obs)
     obs->on_attention(GpuAttentionObservation{layer, q.data(), positions[0], T, Hq, Hkv, D, scale,
                                               &cache, stream});
-  cuda::to_bf16(att.data(), att16.data(), size_t(T) * Hq * D, stream);
-  cuda::gemm_bf16(GemmBf16Args{att16.data(), lw.wo.data(), nullptr, proj.data(), T, Hq * D, E}, stream);
-  cuda::add_in_place(x.data(), proj.data(), size_t(T) * E, stream);
+  kernels::cuda::to_bf16(att.data(), att16.data(), size_t(T) * Hq * D, stream);
+  kernels::cuda::gemm_bf16(kernels::GemmBf16Args{att16.data(), lw.wo.data(), nullptr, proj.data(), T, Hq * D, E}, stream);
+  kernels::cuda::add_in_place(x.data(), proj.data(), size_t(T) * E, stream);
 }
 
 void GpuForward::Impl::ffn_block(uint32_t layer, uint32_t T) {
   const GpuLayer& lw = layers[layer];
   const uint32_t E = cfg.d_model, F = cfg.d_ffn;
-  cuda::rms_norm_bf16(RmsNormArgs{x.data(), lw.ffn_norm.data(), nullptr, T, E, cfg.rms_eps},
+  kernels::cuda::rms_norm_bf16(kernels::RmsNormArgs{x.data(), lw.ffn_norm.data(), nullptr, T, E, cfg.rms_eps},
                       xn16.data(), stream);
-  cuda::gemm_bf16(GemmBf16Args{xn16.data(), lw.w_gate.data(), nullptr, gate.data(), T, E, F}, stream);
-  cuda::gemm_bf16(GemmBf16Args{xn16.data(), lw.w_up.data(), nullptr, up.data(), T, E, F}, stream);
-  cuda::swiglu_bf16(SwigluArgs{gate.data(), up.data(), nullptr, size_t(T) * F}, act16.data(), stream);
-  cuda::gemm_bf16(GemmBf16Args{act16.data(), lw.w_down.data(), nullptr, proj.data(), T, F, E}, stream);
-  cuda::add_in_place(x.data(), proj.data(), size_t(T) * E, stream);
+  kernels::cuda::gemm_bf16(kernels::GemmBf16Args{xn16.data(), lw.w_gate.data(), nullptr, gate.data(), T, E, F}, stream);
+  kernels::cuda::gemm_bf16(kernels::GemmBf16Args{xn16.data(), lw.w_up.data(), nullptr, up.data(), T, E, F}, stream);
+  kernels::cuda::swiglu_bf16(kernels::SwigluArgs{gate.data(), up.data(), nullptr, size_t(T) * F}, act16.data(), stream);
+  kernels::cuda::gemm_bf16(kernels::GemmBf16Args{act16.data(), lw.w_down.data(), nullptr, proj.data(), T, F, E}, stream);
+  kernels::cuda::add_in_place(x.data(), proj.data(), size_t(T) * E, stream);
 }
 
 void GpuForward::Impl::lm_head_rows(uint32_t row0, uint32_t n, float* host_logits) {
   const uint32_t E = cfg.d_model, V = cfg.vocab_size;
   for (uint32_t r = 0; r < n; r += kLogitRows) {
     const uint32_t m = std::min(kLogitRows, n - r);
-    cuda::rms_norm_bf16(RmsNormArgs{x.data() + size_t(row0 + r) * E, output_norm.data(), nullptr,
+    kernels::cuda::rms_norm_bf16(kernels::RmsNormArgs{x.data() + size_t(row0 + r) * E, output_norm.data(), nullptr,
                                     m, E, cfg.rms_eps},
                         xn16.data(), stream);
-    cuda::gemm_bf16(GemmBf16Args{xn16.data(), lm_head(), nullptr, logits.data(), m, E, V}, stream);
-    gpu::copy_to_host(host_logits + size_t(r) * V, logits.data(), size_t(m) * V * sizeof(float), stream);
+    kernels::cuda::gemm_bf16(kernels::GemmBf16Args{xn16.data(), lm_head(), nullptr, logits.data(), m, E, V}, stream);
+    kernels::gpu::copy_to_host(host_logits + size_t(r) * V, logits.data(), size_t(m) * V * sizeof(float), stream);
   }
 }
 
@@ -215,10 +215,10 @@ void GpuForward::Impl::run_chunk(GpuCache& cache, const int32_t* host_tokens, ui
   cache.reserve_append(T, stream);
   std::iota(positions.begin(), positions.begin() + T, cache.logical_length());
   build_rope_table(inv_freq, positions.data(), T, &rope);
-  gpu::copy_to_device(cos.data(), rope.cos.data(), rope.cos.size() * sizeof(float), stream);
-  gpu::copy_to_device(sin.data(), rope.sin.data(), rope.sin.size() * sizeof(float), stream);
-  gpu::copy_to_device(tokens.data(), host_tokens, size_t(T) * sizeof(int32_t), stream);
-  cuda::embed_bf16(tok_embd.data(), tokens.data(), x.data(), T, cfg.d_model, stream);
+  kernels::gpu::copy_to_device(cos.data(), rope.cos.data(), rope.cos.size() * sizeof(float), stream);
+  kernels::gpu::copy_to_device(sin.data(), rope.sin.data(), rope.sin.size() * sizeof(float), stream);
+  kernels::gpu::copy_to_device(tokens.data(), host_tokens, size_t(T) * sizeof(int32_t), stream);
+  kernels::cuda::embed_bf16(tok_embd.data(), tokens.data(), x.data(), T, cfg.d_model, stream);
   for (uint32_t l = 0; l < cfg.n_layers; ++l) {
     attention_block(cache, l, T, observer);
     ffn_block(l, T);
@@ -285,7 +285,7 @@ GpuForward::GpuForward(const ModelConfig& c, uint64_t seed, GpuForwardOptions op
   }
   m.alloc_scratch();
   m.count_weights();
-  gpu::synchronize(s);
+  kernels::gpu::synchronize(s);
 }
 
 GpuForward::~GpuForward() = default;
@@ -299,7 +299,7 @@ std::vector<float> GpuForward::prefill(GpuCache& cache, std::span<const int32_t>
         m.run_chunk(cache, chunk, T, observer);
         if (rows) m.lm_head_rows(row0, rows, out);
       },
-      [&] { gpu::synchronize(m.stream); });
+      [&] { kernels::gpu::synchronize(m.stream); });
 }
 
 std::vector<float> GpuForward::decode(GpuCache& cache, int32_t token) {
@@ -308,7 +308,7 @@ std::vector<float> GpuForward::decode(GpuCache& cache, int32_t token) {
 
 const ModelConfig& GpuForward::config() const { return impl_->cfg; }
 void* GpuForward::stream() { return impl_->stream; }
-void GpuForward::synchronize() { gpu::synchronize(impl_->stream); }
+void GpuForward::synchronize() { kernels::gpu::synchronize(impl_->stream); }
 uint64_t GpuForward::weight_bytes() const { return impl_->weight_bytes; }
 
 #else  // CPU-only build
@@ -346,4 +346,4 @@ GenerateResult generate(GpuForward& forward, GpuCache& cache, std::span<const in
   return detail::generate_loop(forward, cache, prompt, params, on_token);
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::model

@@ -17,7 +17,7 @@
 #include "model/model.h"
 #include "model/weights.h"
 
-namespace kvzip {
+namespace kvzip::model {
 
 // What a GPU observer sees for one layer of one chunk (cf. AttentionObservation): q and the
 // cache's rows are device memory; query token i attended to rows [0, len - T + i] of every head.
@@ -73,4 +73,4 @@ class GpuForward {
 GenerateResult generate(GpuForward& forward, GpuCache& cache, std::span<const int32_t> prompt,
                         const GenerateParams& params, const TokenCallback& on_token = nullptr);
 
-}  // namespace kvzip
+}  // namespace kvzip::model

@@ -17,7 +17,7 @@
 #include "model/detail/hf_json.h"
 #include "model/safetensors.h"
 
-namespace kvzip {
+namespace kvzip::model {
 namespace fs = std::filesystem;
 
 namespace {
@@ -96,7 +96,7 @@ const safetensors::TensorInfo& need(const Checkpoint& c, const std::string& name
 }
 
 // Checks shape (HF order: rows first) and dtype, naming the tensor and its file.
-quant::GgmlType checked(const Checkpoint& c, const safetensors::TensorInfo& t, std::vector<uint64_t> want) {
+kernels::quant::GgmlType checked(const Checkpoint& c, const safetensors::TensorInfo& t, std::vector<uint64_t> want) {
   const std::string where = "tensor '" + t.name + "' in '" + c.file_of.at(t.name)->source() + "'";
   if (t.shape != want) {
     safetensors::TensorInfo w;
@@ -104,7 +104,7 @@ quant::GgmlType checked(const Checkpoint& c, const safetensors::TensorInfo& t, s
     throw Error(Errc::corrupt, where + " has shape " + t.shape_string() + ", expected " + w.shape_string() +
                                    " (from config.json)");
   }
-  std::optional<quant::GgmlType> type = safetensors::ggml_type(t.dtype);
+  std::optional<kernels::quant::GgmlType> type = safetensors::ggml_type(t.dtype);
   if (!type)
     throw Error(Errc::unsupported, where + " has dtype " + safetensors::dtype_name(t.dtype) +
                                        ", which kvzip cannot compute with (supported: F32, F16, BF16); "
@@ -133,10 +133,10 @@ Matrix load_matrix(const Checkpoint& c, const std::string& name, uint32_t rows, 
 
 std::vector<float> load_vector(const Checkpoint& c, const std::string& name, uint32_t n, const char* why) {
   const safetensors::TensorInfo& t = need(c, name, why);
-  const quant::GgmlType type = checked(c, t, {n});
+  const kernels::quant::GgmlType type = checked(c, t, {n});
   std::vector<uint8_t> bytes(t.data, t.data + t.nbytes);  // aligned copy
   std::vector<float> out(n);
-  quant::dequantize_row(type, bytes.data(), out.data(), n);
+  kernels::quant::dequantize_row(type, bytes.data(), out.data(), n);
   return out;
 }
 
@@ -262,4 +262,4 @@ HfModel load_hf_model(const std::string& dir) {
   return out;
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::model

@@ -12,7 +12,7 @@
 #include "model/tokenizer.h"
 #include "model/weights.h"
 
-namespace kvzip {
+namespace kvzip::model {
 
 // True when `path` is a directory (loaders treat it as a checkpoint folder, and report what it lacks).
 bool is_hf_checkpoint_dir(const std::string& path);
@@ -32,4 +32,4 @@ struct HfModel {
 // and expected); Errc::unsupported for a dtype other than F32/F16/BF16 (naming tensor and dtype).
 HfModel load_hf_model(const std::string& dir);
 
-}  // namespace kvzip
+}  // namespace kvzip::model

@@ -13,7 +13,7 @@
 #include "model/quant_base.h"
 #include "model/ragged_cache.h"
 
-namespace kvzip {
+namespace kvzip::model {
 
 class KvBase {
  public:
@@ -66,4 +66,4 @@ class KvBase {
   std::variant<RaggedKvCache, QuantBase> v_;
 };
 
-}  // namespace kvzip
+}  // namespace kvzip::model

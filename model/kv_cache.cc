@@ -10,7 +10,7 @@
 
 #include "common/error.h"
 
-namespace kvzip {
+namespace kvzip::model {
 
 CacheShape cache_shape(const ModelConfig& cfg) {
   return CacheShape{cfg.n_layers, cfg.n_kv_heads, cfg.head_dim};
@@ -112,4 +112,4 @@ uint64_t KvCache::bytes_used() const {
   return 2ull * shape_.n_layers * shape_.n_kv_heads * length_ * shape_.head_dim * sizeof(float);
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::model

@@ -12,9 +12,11 @@
 
 #include "common/model_config.h"
 
-namespace kvzip {
-
+namespace kvzip::kernels {
 struct KvQuantSegment;  // kernels/kv_quant.h
+}  // namespace kvzip::kernels
+
+namespace kvzip::model {
 
 struct CacheShape {
   uint32_t n_layers = 0;    // L
@@ -41,7 +43,7 @@ struct KvHeadView {
   const float* v_tail = nullptr;             // (len - split, D)
   const uint32_t* positions_tail = nullptr;  // (len - split)
   uint32_t split = 0;                        // rows of the first segment when k_tail is set
-  const KvQuantSegment* quant = nullptr;     // quantized rows before all of these, or null
+  const kernels::KvQuantSegment* quant = nullptr;     // quantized rows before all of these, or null
   const float* kt = nullptr;  // rows [0, kt_rows)' keys transposed (KvSpan::kt), or null
   uint32_t kt_rows = 0;
 };
@@ -104,4 +106,4 @@ class KvCache final : public AttentionCache {
   std::vector<uint32_t> positions_;      // (capacity) 0, 1, 2, ...: a dense row is its position
 };
 
-}  // namespace kvzip
+}  // namespace kvzip::model

@@ -18,7 +18,7 @@
 #include "model/hf_model.h"
 #include "model/ragged_cache.h"
 
-namespace kvzip {
+namespace kvzip::model {
 namespace {
 
 // The weights are mapped, so a model needs about its file size, plus room for the KV cache and
@@ -194,4 +194,4 @@ PerplexityResult perplexity(Forward& forward, std::span<const int32_t> tokens, u
   return r;
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::model

@@ -20,7 +20,7 @@
 #include "model/tokenizer.h"
 #include "model/weights.h"
 
-namespace kvzip {
+namespace kvzip::model {
 
 struct LoadOptions {
   uint32_t threads = 0;  // unused since the weights are mapped, not decoded; kept for callers
@@ -95,4 +95,4 @@ struct PerplexityResult {
 // window every token after the first is predicted from the earlier ones of the same window.
 PerplexityResult perplexity(Forward& forward, std::span<const int32_t> tokens, uint32_t context);
 
-}  // namespace kvzip
+}  // namespace kvzip::model

@@ -6,7 +6,7 @@
 
 #include "common/error.h"
 
-namespace kvzip {
+namespace kvzip::model {
 
 std::string default_model_path() {
   std::string base;
@@ -38,4 +38,4 @@ std::string resolve_model_path(const std::string& cli_path) {
                   "KVZIP_MODEL to a GGUF file or a Hugging Face checkpoint folder.");
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::model

@@ -5,11 +5,11 @@
 #pragma once
 #include <string>
 
-namespace kvzip {
+namespace kvzip::model {
 
 inline constexpr const char* kDefaultModelFile = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
 std::string default_model_path();
 std::string resolve_model_path(const std::string& cli_path);
 
-}  // namespace kvzip
+}  // namespace kvzip::model

@@ -5,7 +5,7 @@
 
 #include "common/error.h"
 
-namespace kvzip {
+namespace kvzip::model {
 namespace {
 
 void require(bool ok, uint32_t layer, const std::string& what) {
@@ -15,7 +15,7 @@ void require(bool ok, uint32_t layer, const std::string& what) {
 
 }  // namespace
 
-QuantBase::QuantBase(CacheShape shape, uint32_t logical_length, KvQuantLayout layout,
+QuantBase::QuantBase(CacheShape shape, uint32_t logical_length, kernels::KvQuantLayout layout,
                      std::vector<QuantBaseLayer> layers)
     : shape_(shape), length_(logical_length), layout_(layout), layers_(std::move(layers)) {
   const uint32_t H = shape.n_kv_heads, D = shape.head_dim;
@@ -53,10 +53,10 @@ QuantBase::QuantBase(CacheShape shape, uint32_t logical_length, KvQuantLayout la
       const Head& hd = heads_[size_t(l) * H + h];
       const uint64_t q0 = hd.row0 - hd.dense0;  // quantized rows before this head's
       const size_t n = hd.kept - hd.dense;
-      segs_[size_t(l) * H + h] = KvQuantSegment{
-          KvQuantRows{layout, n, L.scale_k.data() + size_t(h) * D, L.params_k.data() + q0 * layout.param_halves(),
+      segs_[size_t(l) * H + h] = kernels::KvQuantSegment{
+          kernels::KvQuantRows{layout, n, L.scale_k.data() + size_t(h) * D, L.params_k.data() + q0 * layout.param_halves(),
                       L.codes_k.data() + q0 * layout.code_bytes()},
-          KvQuantRows{layout, n, L.scale_v.data() + size_t(h) * D, L.params_v.data() + q0 * layout.param_halves(),
+          kernels::KvQuantRows{layout, n, L.scale_v.data() + size_t(h) * D, L.params_v.data() + q0 * layout.param_halves(),
                       L.codes_v.data() + q0 * layout.code_bytes()}};
     }
   }
@@ -85,7 +85,7 @@ const uint32_t* QuantBase::positions(uint32_t layer, uint32_t kv_head) const {
   return layers_[layer].positions.data() + heads_[at(layer, kv_head)].row0;
 }
 
-const KvQuantSegment* QuantBase::quant(uint32_t layer, uint32_t kv_head) const {
+const kernels::KvQuantSegment* QuantBase::quant(uint32_t layer, uint32_t kv_head) const {
   const size_t i = at(layer, kv_head);
   return segs_[i].k.rows ? &segs_[i] : nullptr;
 }
@@ -98,4 +98,4 @@ uint64_t QuantBase::bytes_kept() const {
   return n;
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::model

@@ -15,7 +15,7 @@
 #include "kernels/kv_quant.h"
 #include "model/kv_cache.h"
 
-namespace kvzip {
+namespace kvzip::model {
 
 // One layer's rows, head-major within every array. R = Σ head_rows, F = Σ head_dense.
 struct QuantBaseLayer {
@@ -31,7 +31,7 @@ struct QuantBaseLayer {
 class QuantBase {
  public:
   // Takes the L layers; Errc::invalid_argument when a size does not match shape and layout.
-  QuantBase(CacheShape shape, uint32_t logical_length, KvQuantLayout layout,
+  QuantBase(CacheShape shape, uint32_t logical_length, kernels::KvQuantLayout layout,
             std::vector<QuantBaseLayer> layers);
   QuantBase(QuantBase&&) noexcept = default;
   QuantBase& operator=(QuantBase&&) noexcept = default;
@@ -39,7 +39,7 @@ class QuantBase {
   QuantBase& operator=(const QuantBase&) = delete;
 
   CacheShape shape() const { return shape_; }
-  const KvQuantLayout& layout() const { return layout_; }
+  const kernels::KvQuantLayout& layout() const { return layout_; }
   // Logical length of the compressed state (the uncompressed document length): the position of
   // the first appended token.
   uint32_t base_length() const { return length_; }
@@ -52,7 +52,7 @@ class QuantBase {
   const float* dense_v(uint32_t layer, uint32_t kv_head) const;
   const uint32_t* positions(uint32_t layer, uint32_t kv_head) const;
   // The head's quantized rows (kept − dense of them), or null when it has none.
-  const KvQuantSegment* quant(uint32_t layer, uint32_t kv_head) const;
+  const kernels::KvQuantSegment* quant(uint32_t layer, uint32_t kv_head) const;
   // Bytes of K and V held: f32 rows, channel scales, group parameters and codes (positions are
   // not counted, as RaggedKvCache::bytes_kept does not count them).
   uint64_t bytes_kept() const;
@@ -66,10 +66,10 @@ class QuantBase {
 
   CacheShape shape_;
   uint32_t length_ = 0;
-  KvQuantLayout layout_;
+  kernels::KvQuantLayout layout_;
   std::vector<QuantBaseLayer> layers_;  // (L)
   std::vector<Head> heads_;             // (L·Hkv)
-  std::vector<KvQuantSegment> segs_;    // (L·Hkv) views into layers_
+  std::vector<kernels::KvQuantSegment> segs_;    // (L·Hkv) views into layers_
 };
 
-}  // namespace kvzip
+}  // namespace kvzip::model

@@ -12,7 +12,7 @@
 #include "common/error.h"
 #include "kernels/attention.h"
 
-namespace kvzip {
+namespace kvzip::model {
 namespace {
 
 // Host K/V arrays as RaggedLayout grows them: new arrays are staged beside the live ones.
@@ -145,13 +145,13 @@ void RaggedKvCache::make_key_tiles() {
   for (uint32_t l = 0; l < s.n_layers; ++l)
     for (uint32_t h = 0; h < s.n_kv_heads; ++h) {
       kt_off_[size_t(l) * s.n_kv_heads + h] = total;
-      total += key_tile_floats(kept(l, h), s.head_dim);
+      total += kernels::key_tile_floats(kept(l, h), s.head_dim);
     }
   kt_.resize(total);
   const RaggedKvCache& self = *this;  // the const k_rows: the mutable one drops the tiles
   for (uint32_t l = 0; l < s.n_layers; ++l)
     for (uint32_t h = 0; h < s.n_kv_heads; ++h)
-      cpu::transpose_key_tiles(self.k_rows(l, h), kept(l, h), s.head_dim,
+      kernels::cpu::transpose_key_tiles(self.k_rows(l, h), kept(l, h), s.head_dim,
                                kt_.data() + kt_off_[size_t(l) * s.n_kv_heads + h]);
 }
 
@@ -181,4 +181,4 @@ const uint32_t* RaggedKvCache::positions(uint32_t l, uint32_t h) const {
   return layout_.positions(l, h);
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::model

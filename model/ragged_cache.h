@@ -14,7 +14,7 @@
 #include "model/kv_cache.h"
 #include "model/ragged_layout.h"
 
-namespace kvzip {
+namespace kvzip::model {
 
 class RaggedKvCache final : public AttentionCache {
  public:
@@ -83,4 +83,4 @@ class RaggedKvCache final : public AttentionCache {
   std::vector<size_t> kt_off_;         // (L · Hkv)
 };
 
-}  // namespace kvzip
+}  // namespace kvzip::model

@@ -11,7 +11,7 @@
 
 #include "common/error.h"
 
-namespace kvzip {
+namespace kvzip::model {
 namespace {
 
 thread_local int g_fail_countdown = -1;  // testing::fail_layer_allocation
@@ -177,4 +177,4 @@ uint64_t RaggedLayout::used_total() const {
   return n;
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::model

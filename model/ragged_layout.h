@@ -13,7 +13,7 @@
 
 #include "model/kv_cache.h"
 
-namespace kvzip {
+namespace kvzip::model {
 
 // What a cache stores per layer (K and V rows of D floats), as RaggedLayout drives it. A grow is:
 // stage_layer for every layer (new arrays kept aside), copy_rows from the live arrays into the
@@ -110,4 +110,4 @@ namespace testing {
 void fail_layer_allocation(int n);
 }  // namespace testing
 
-}  // namespace kvzip
+}  // namespace kvzip::model

@@ -15,7 +15,7 @@
 #include "common/error.h"
 #include "kernels/rkv.h"
 
-namespace kvzip {
+namespace kvzip::model {
 namespace {
 
 [[noreturn]] void bad(const std::string& what) {
@@ -35,10 +35,10 @@ std::vector<float> rkv_scores(const RkvHeadInput& in, const RkvParams& p) {
   const uint32_t M = in.N - p.window;
   std::vector<float> z(M), red(in.N);
   const uint64_t stride = in.q_stride ? in.q_stride : uint64_t(in.G) * in.D;
-  rkv_importance(Exec{}, RkvImportanceArgs{.q = in.queries, .tokens = in.A, .q_stride = stride,
+  rkv_importance(kernels::Exec{}, kernels::RkvImportanceArgs{.q = in.queries, .tokens = in.A, .q_stride = stride,
                                            .G = in.G, .D = in.D, .scale = in.scale, .k = in.keys,
                                            .n = M, .kernel = p.kernel, .out = z.data()});
-  rkv_redundancy(Exec{}, RkvRedundancyArgs{in.keys, in.N, in.D, p.threshold, red.data()});
+  rkv_redundancy(kernels::Exec{}, kernels::RkvRedundancyArgs{in.keys, in.N, in.D, p.threshold, red.data()});
   for (uint32_t j = 0; j < M; ++j) z[j] = p.lambda * z[j] - (1.0f - p.lambda) * red[j];
   return z;
 }
@@ -181,4 +181,4 @@ void RkvPolicy::after_decode(RaggedKvCache& cache) {
   check_bound(cache);
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::model

@@ -15,7 +15,7 @@
 #include "model/forward.h"
 #include "model/ragged_cache.h"
 
-namespace kvzip {
+namespace kvzip::model {
 
 struct RkvParams {
   uint32_t budget = 0;     // B_budget: candidate rows per head kept by each compression
@@ -101,4 +101,4 @@ class RkvPolicy final : public AttentionObserver {
   uint32_t compressions_ = 0;
 };
 
-}  // namespace kvzip
+}  // namespace kvzip::model

@@ -11,7 +11,7 @@
 #include "common/error.h"
 #include "model/detail/mapped_file.h"
 
-namespace kvzip::safetensors {
+namespace kvzip::model::safetensors {
 namespace {
 
 struct DtypeInfo {
@@ -42,11 +42,11 @@ constexpr uint64_t kMaxHeader = 100ull << 20;
 const char* dtype_name(Dtype d) { return info(d).name; }
 uint32_t dtype_size(Dtype d) { return info(d).size; }
 
-std::optional<quant::GgmlType> ggml_type(Dtype d) {
+std::optional<kernels::quant::GgmlType> ggml_type(Dtype d) {
   switch (d) {
-    case Dtype::F32: return quant::GgmlType::F32;
-    case Dtype::F16: return quant::GgmlType::F16;
-    case Dtype::BF16: return quant::GgmlType::BF16;
+    case Dtype::F32: return kernels::quant::GgmlType::F32;
+    case Dtype::F16: return kernels::quant::GgmlType::F16;
+    case Dtype::BF16: return kernels::quant::GgmlType::BF16;
     default: return std::nullopt;
   }
 }
@@ -219,4 +219,4 @@ const TensorInfo* File::find(std::string_view name) const {
   return it != impl_->tensors.end() && it->name == name ? &*it : nullptr;
 }
 
-}  // namespace kvzip::safetensors
+}  // namespace kvzip::model::safetensors

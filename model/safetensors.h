@@ -17,11 +17,11 @@
 
 #include "kernels/quant.h"
 
-namespace kvzip::detail {
+namespace kvzip::model::detail {
 class FileImage;
 }
 
-namespace kvzip::safetensors {
+namespace kvzip::model::safetensors {
 
 // The dtypes of the format with a whole number of bytes per element.
 enum class Dtype : uint8_t {
@@ -30,7 +30,7 @@ enum class Dtype : uint8_t {
 const char* dtype_name(Dtype d);  // "BF16", as spelled in the header
 uint32_t dtype_size(Dtype d);     // bytes per element
 // The ggml type whose rows hold the same bytes (F32, F16, BF16), or nullopt for the others.
-std::optional<quant::GgmlType> ggml_type(Dtype d);
+std::optional<kernels::quant::GgmlType> ggml_type(Dtype d);
 
 struct TensorInfo {
   std::string name;
@@ -69,4 +69,4 @@ class File {
   std::unique_ptr<Impl, void (*)(Impl*)> impl_;
 };
 
-}  // namespace kvzip::safetensors
+}  // namespace kvzip::model::safetensors

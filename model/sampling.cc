@@ -9,7 +9,7 @@
 
 #include "common/error.h"
 
-namespace kvzip {
+namespace kvzip::model {
 namespace {
 
 bool greedy(const SamplingParams& p) { return p.temperature <= 0.0f || p.top_k == 1; }
@@ -80,4 +80,4 @@ int32_t Sampler::sample(std::span<const float> logits) {
   return c.back().token;  // rounding left u just above the summed mass
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::model

@@ -9,7 +9,7 @@
 #include <span>
 #include <vector>
 
-namespace kvzip {
+namespace kvzip::model {
 
 struct SamplingParams {
   float temperature = 0.0f;  // <= 0: greedy (argmax); otherwise logits are divided by it
@@ -42,4 +42,4 @@ class Sampler {
   std::mt19937_64 rng_;
 };
 
-}  // namespace kvzip
+}  // namespace kvzip::model

@@ -12,7 +12,7 @@
 #include "model/detail/pretokenize.h"
 #include "model/gguf.h"
 
-namespace kvzip {
+namespace kvzip::model {
 
 struct Tokenizer::Impl {
   TokenizerData data;
@@ -238,4 +238,4 @@ std::string StreamDecoder::finish() {
   return out;
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::model

@@ -16,7 +16,7 @@
 
 #include "common/utf8.h"  // is_valid_utf8: callers check text with it first
 
-namespace kvzip {
+namespace kvzip::model {
 
 namespace gguf {
 class File;
@@ -107,4 +107,4 @@ class StreamDecoder {
   std::string pending_;  // an incomplete UTF-8 sequence, at most 3 bytes
 };
 
-}  // namespace kvzip
+}  // namespace kvzip::model

@@ -6,7 +6,7 @@
 
 #include "common/error.h"
 
-namespace kvzip {
+namespace kvzip::model {
 
 Matrix Matrix::from_f32(const std::vector<float>& values, uint32_t rows, uint32_t cols,
                         std::string name) {
@@ -18,7 +18,7 @@ Matrix Matrix::from_f32(const std::vector<float>& values, uint32_t rows, uint32_
   auto bytes = std::make_shared<std::vector<uint8_t>>(values.size() * sizeof(float));
   if (!values.empty()) std::memcpy(bytes->data(), values.data(), bytes->size());
   Matrix m;
-  m.type = quant::GgmlType::F32;
+  m.type = kernels::quant::GgmlType::F32;
   m.rows = rows;
   m.cols = cols;
   m.data = bytes->data();
@@ -33,7 +33,7 @@ void dequantize_rows(const Matrix& m, uint32_t row0, uint32_t n, float* out) {
                                             std::to_string(row0) + ", " +
                                             std::to_string(uint64_t(row0) + n) + ") of " +
                                             std::to_string(m.rows));
-  dequantize_view_rows(nullptr, m.view(), row0, n, out);
+  kernels::dequantize_view_rows(nullptr, m.view(), row0, n, out);
 }
 
 std::vector<float> to_f32(const Matrix& m) {
@@ -50,4 +50,4 @@ uint64_t Weights::matrix_bytes() const {
   return n;
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::model

@@ -16,12 +16,12 @@
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
 
-namespace kvzip {
+namespace kvzip::model {
 
 // A (rows, cols) matrix in a ggml type. `data` holds rows · row_bytes() bytes in stored row order,
 // either inside a mapped file (kept alive by Weights::storage) or inside `owned`.
 struct Matrix {
-  quant::GgmlType type = quant::GgmlType::F32;
+  kernels::quant::GgmlType type = kernels::quant::GgmlType::F32;
   uint32_t rows = 0;  // out
   uint32_t cols = 0;  // in; a multiple of the type's block size
   const uint8_t* data = nullptr;
@@ -30,11 +30,11 @@ struct Matrix {
   std::string name;                                   // for messages ("blk.3.attn_q.weight")
 
   bool empty() const { return rows == 0; }
-  size_t row_bytes() const { return size_t(quant::row_bytes(type, cols)); }
+  size_t row_bytes() const { return size_t(kernels::quant::row_bytes(type, cols)); }
   size_t bytes() const { return row_bytes() * rows; }
   // The view kernels take (kernels/matmul.h).
-  MatrixView view() const {
-    return MatrixView{type, data, row_bytes(), rows, cols, row_map.empty() ? nullptr : row_map.data()};
+  kernels::MatrixView view() const {
+    return kernels::MatrixView{type, data, row_bytes(), rows, cols, row_map.empty() ? nullptr : row_map.data()};
   }
 
   // An fp32 matrix that owns its values (tests, tools): values holds rows · cols floats.
@@ -76,4 +76,4 @@ struct Weights {
   uint64_t matrix_bytes() const;
 };
 
-}  // namespace kvzip
+}  // namespace kvzip::model

@@ -8,7 +8,7 @@
 
 #include "common/error.h"
 
-namespace kvzip {
+namespace kvzip::prefill {
 
 void check_fits_context(const ModelConfig& cfg, uint64_t n_prefix, uint64_t n_doc,
                         uint64_t answer_room) {
@@ -62,7 +62,7 @@ double prefill_in_chunks(std::span<const int32_t> prefix, std::span<const int32_
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-PrefillResult prefill_document(Forward& forward, std::span<const int32_t> prefix,
+PrefillResult prefill_document(model::Forward& forward, std::span<const int32_t> prefix,
                                std::span<const int32_t> document, const PrefillOptions& options) {
   if (options.chunk == 0)
     throw Error(Errc::invalid_argument, "PrefillOptions.chunk is 0, expected >= 1 (default 512)");
@@ -71,13 +71,13 @@ PrefillResult prefill_document(Forward& forward, std::span<const int32_t> prefix
   const uint32_t n_p = static_cast<uint32_t>(prefix.size());
   const uint32_t n_c = static_cast<uint32_t>(document.size());
   const uint64_t total = uint64_t(n_p) + n_c;
-  PrefillResult r{KvCache(cfg, static_cast<uint32_t>(std::min<uint64_t>(
+  PrefillResult r{model::KvCache(cfg, static_cast<uint32_t>(std::min<uint64_t>(
                                    total + options.answer_room, UINT32_MAX))),
                   n_p, n_c, 0.0};
   r.seconds = prefill_in_chunks(prefix, document, options, [&](std::span<const int32_t> chunk) {
-    forward.prefill(r.cache, chunk, LogitsMode::None, options.observer);
+    forward.prefill(r.cache, chunk, model::LogitsMode::None, options.observer);
   });
   return r;
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::prefill

@@ -12,7 +12,7 @@
 #include "model/forward.h"
 #include "model/kv_cache.h"
 
-namespace kvzip {
+namespace kvzip::prefill {
 
 struct PrefillProgress {
   uint64_t done = 0;          // tokens prefilled so far (prefix included)
@@ -26,11 +26,11 @@ struct PrefillOptions {
   uint32_t chunk = 512;         // tokens per Forward::prefill call: the progress granularity (>= 1)
   uint32_t answer_room = 512;   // tokens a question and its answer need after the document
   PrefillProgressFn progress;   // optional; called once before the first chunk and after each
-  AttentionObserver* observer = nullptr;  // optional; sees every layer of every chunk
+  model::AttentionObserver* observer = nullptr;  // optional; sees every layer of every chunk
 };
 
 struct PrefillResult {
-  KvCache cache;          // (L, Hkv, n_prefix + n_doc, D), rows == positions
+  model::KvCache cache;          // (L, Hkv, n_prefix + n_doc, D), rows == positions
   uint32_t n_prefix = 0;  // rows [0, n_prefix) are the prefix
   uint32_t n_doc = 0;     // rows [n_prefix, n_prefix + n_doc) are the document
   double seconds = 0.0;   // wall time of the forward passes
@@ -52,7 +52,7 @@ double prefill_in_chunks(std::span<const int32_t> prefix, std::span<const int32_
 // Checks the context (above), then prefills prefix followed by document into a new KvCache with
 // room for answer_room more rows. Throws what Forward::prefill throws (bad token ids) and
 // Errc::invalid_argument for options.chunk == 0.
-PrefillResult prefill_document(Forward& forward, std::span<const int32_t> prefix,
+PrefillResult prefill_document(model::Forward& forward, std::span<const int32_t> prefix,
                                std::span<const int32_t> document, const PrefillOptions& options = {});
 
-}  // namespace kvzip
+}  // namespace kvzip::prefill

@@ -15,7 +15,7 @@
 namespace kvzip::serve {
 namespace fs = std::filesystem;
 
-CacheStore::CacheStore(const Model& model, std::string dir, uint64_t max_loaded_bytes, bool key_tiles)
+CacheStore::CacheStore(const model::Model& model, std::string dir, uint64_t max_loaded_bytes, bool key_tiles)
     : model_(model), dir_(std::move(dir)), max_bytes_(max_loaded_bytes), key_tiles_(key_tiles) {
   std::error_code ec;
   if (!fs::is_directory(dir_, ec))
@@ -36,7 +36,7 @@ std::optional<FileStamp> stamp_of(const std::string& path) {
 
 }  // namespace
 
-bool CacheStore::valid_id(std::string_view id) { return valid_cache_id(id); }
+bool CacheStore::valid_id(std::string_view id) { return compress::valid_cache_id(id); }
 
 std::string CacheStore::path_of(std::string_view id) const {
   if (!valid_id(id))

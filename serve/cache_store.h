@@ -39,7 +39,7 @@ struct FileStamp {
 struct LoadedCache {
   std::string id;
   format::CacheHeader header;
-  KvBase cache;         // the compressed state (f32 or q8/q4 as stored), never appended to
+  model::KvBase cache;         // the compressed state (f32 or q8/q4 as stored), never appended to
   uint64_t bytes = 0;   // K/V bytes held (KvBase::bytes_kept)
   FileStamp stamp;      // the file as it was when loaded
 };
@@ -55,7 +55,7 @@ class CacheStore {
  public:
   // key_tiles: f32 caches also keep their keys transposed (loader::base_from_reader), counted in
   // their bytes.
-  CacheStore(const Model& model, std::string dir, uint64_t max_loaded_bytes, bool key_tiles = true);
+  CacheStore(const model::Model& model, std::string dir, uint64_t max_loaded_bytes, bool key_tiles = true);
 
   // True for ids of the charset above; path_of() throws Errc::invalid_argument for any other.
   static bool valid_id(std::string_view id);
@@ -97,7 +97,7 @@ class CacheStore {
                                                          const std::optional<FileStamp>& now);
   void forget_locked(const std::string& id);
 
-  const Model& model_;
+  const model::Model& model_;
   std::string dir_;
   uint64_t max_bytes_;
   bool key_tiles_;

@@ -34,8 +34,8 @@ class Request {
   RequestCallbacks cb;
   std::atomic<bool> cancelled{false};
   // Engine thread only:
-  std::unique_ptr<BranchCache> cache;
-  std::optional<Sampler> sampler;
+  std::unique_ptr<model::BranchCache> cache;
+  std::optional<model::Sampler> sampler;
   size_t prefilled = 0;         // prompt tokens in the cache
   int32_t next = -1;            // the token to feed at the next step (after the prompt)
   std::vector<float> logits;    // (V)
@@ -45,14 +45,14 @@ class Request {
   bool got_first = false;
 };
 
-Engine::Engine(const Model& model, const EngineOptions& options)
+Engine::Engine(const model::Model& model, const EngineOptions& options)
     : model_(model), opt_(options), forward_(model.weights(), [&] {
         if (options.parallel == 0 || options.step_tokens <= options.parallel)
           throw Error(Errc::invalid_argument,
                       "engine: parallel must be >= 1 and step_tokens > parallel (got parallel " +
                           std::to_string(options.parallel) + ", step_tokens " +
                           std::to_string(options.step_tokens) + ")");
-        ForwardOptions fo;
+        model::ForwardOptions fo;
         fo.threads = options.threads;
         fo.chunk = options.step_tokens;
         fo.matmul = options.matmul;
@@ -173,7 +173,7 @@ void Engine::run() {
 
 void Engine::step_once() {
   const ModelConfig& cfg = model_.config();
-  std::vector<StepItem> items;
+  std::vector<model::StepItem> items;
   std::vector<Request*> owners;
   std::vector<uint32_t> pieces;  // prompt tokens each item carries (0: a decode row)
   uint32_t budget = opt_.step_tokens;
@@ -191,7 +191,7 @@ void Engine::step_once() {
       try {
         const uint32_t room = static_cast<uint32_t>(r->spec.prompt.size()) +
                               std::min<uint32_t>(r->spec.max_tokens, 128) + 1;
-        r->cache = std::make_unique<BranchCache>(r->spec.cache->cache, room);
+        r->cache = std::make_unique<model::BranchCache>(r->spec.cache->cache, room);
         r->logits.resize(cfg.vocab_size);
       } catch (const Error& e) {
         finish(*r, Finish::Error, e.what());
@@ -200,7 +200,7 @@ void Engine::step_once() {
   }
   for (Request* r : work) {  // decode rows first: every answering request advances each step
     if (r->done || r->prefilled < r->spec.prompt.size()) continue;
-    items.push_back(StepItem{r->cache.get(), std::span<const int32_t>(&r->next, 1), r->logits.data()});
+    items.push_back(model::StepItem{r->cache.get(), std::span<const int32_t>(&r->next, 1), r->logits.data()});
     owners.push_back(r);
     pieces.push_back(0);
     --budget;
@@ -215,7 +215,7 @@ void Engine::step_once() {
     if (left > budget && left <= whole) continue;
     const uint32_t n = static_cast<uint32_t>(std::min<size_t>(left, budget));
     const bool last = n == left;
-    items.push_back(StepItem{r->cache.get(),
+    items.push_back(model::StepItem{r->cache.get(),
                              std::span<const int32_t>(r->spec.prompt).subspan(r->prefilled, n),
                              last ? r->logits.data() : nullptr});
     owners.push_back(r);

@@ -35,8 +35,8 @@ struct EngineOptions {
   // batch it is computed in (kernels/qdot.h: one chain per output, register tiles below 8 rows,
   // the VNNI GEMM from there), so batched answers equal `kvzip query`'s on every CPU; larger steps
   // switch to fp32 slabs where the CPU has no VNNI GEMM.
-  uint32_t step_tokens = kMatmulInt8MaxT;
-  MatmulPath matmul = MatmulPath::Fast;
+  uint32_t step_tokens = kernels::kMatmulInt8MaxT;
+  kernels::MatmulPath matmul = kernels::MatmulPath::Fast;
 };
 
 enum class Finish : uint8_t {
@@ -50,7 +50,7 @@ const char* finish_name(Finish f);
 struct RequestSpec {
   std::shared_ptr<const LoadedCache> cache;  // the compressed state answered from
   std::vector<int32_t> prompt;               // question tokens (loader::question_tokens)
-  SamplingParams sampling;
+  model::SamplingParams sampling;
   uint32_t max_tokens = 128;
   std::vector<int32_t> stop_tokens;          // end the answer; never emitted
 };
@@ -76,7 +76,7 @@ class Request;  // engine-side state of one request
 
 class Engine {
  public:
-  Engine(const Model& model, const EngineOptions& options);
+  Engine(const model::Model& model, const EngineOptions& options);
   ~Engine();  // shutdown with no grace: in-flight requests end Cancelled
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -102,9 +102,9 @@ class Engine {
   void step_once();
   void finish(Request& r, Finish f, std::string error = {});
 
-  const Model& model_;
+  const model::Model& model_;
   EngineOptions opt_;
-  Forward forward_;
+  model::Forward forward_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Request>> queue_;

@@ -13,7 +13,7 @@ struct JobCancelled {};
 
 }  // namespace
 
-JobRunner::JobRunner(const Model& model, CacheStore& store, uint32_t max_pending)
+JobRunner::JobRunner(const model::Model& model, CacheStore& store, uint32_t max_pending)
     : model_(model), store_(store), max_pending_(max_pending) {
   thread_ = std::thread([this] { run(); });
 }
@@ -24,7 +24,7 @@ JobRunner::~JobRunner() {
 }
 
 std::optional<std::string> JobRunner::submit(const std::string& cache, std::string text,
-                                             CompressFileOptions options) {
+                                             compress::CompressFileOptions options) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_ || queue_.size() + running_ >= max_pending_) return std::nullopt;
   const std::string id = "job-" + std::to_string(next_id_++);
@@ -74,7 +74,7 @@ void JobRunner::run() {
   while (true) {
     std::string id;
     std::string text;
-    CompressFileOptions options;
+    compress::CompressFileOptions options;
     std::string cache;
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -96,7 +96,7 @@ void JobRunner::run() {
       fn(s);
       s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     };
-    options.compress.prefill.progress = [&](const PrefillProgress& p) {
+    options.compress.prefill.progress = [&](const prefill::PrefillProgress& p) {
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (stopping_) throw JobCancelled{};
@@ -104,7 +104,7 @@ void JobRunner::run() {
       set([&](JobStatus& s) { s.progress = p.total ? 0.8 * double(p.done) / double(p.total) : 0.0; });
     };
     try {
-      const CompressResult r = compress_to_file(model_, text, options, store_.path_of(cache));
+      const compress::CompressResult r = compress::compress_to_file(model_, text, options, store_.path_of(cache));
       store_.invalidate(cache);
       set([&](JobStatus& s) {
         s.status = "succeeded";

@@ -32,13 +32,13 @@ struct JobStatus {
 
 class JobRunner {
  public:
-  JobRunner(const Model& model, CacheStore& store, uint32_t max_pending);
+  JobRunner(const model::Model& model, CacheStore& store, uint32_t max_pending);
   ~JobRunner();
 
   // Queues a compress of `text` into cache `cache`; returns the job id, or nullopt when
   // max_pending jobs are already queued or running, or shutdown began.
   std::optional<std::string> submit(const std::string& cache, std::string text,
-                                    CompressFileOptions options);
+                                    compress::CompressFileOptions options);
   std::optional<JobStatus> get(const std::string& id) const;
   size_t pending() const;  // queued or running
   // True while a job for `cache` is queued or running (a second one would race it).
@@ -52,11 +52,11 @@ class JobRunner {
   struct Job {
     JobStatus status;
     std::string text;
-    CompressFileOptions options;
+    compress::CompressFileOptions options;
   };
   void run();
 
-  const Model& model_;
+  const model::Model& model_;
   CacheStore& store_;
   uint32_t max_pending_;
   mutable std::mutex mu_;

@@ -133,7 +133,7 @@ std::string Scope::pinned(const std::string& given, const char* param) const {
                  param);
 }
 
-Server::Impl::Impl(const Model& m, ServerOptions o)
+Server::Impl::Impl(const model::Model& m, ServerOptions o)
     : model(m), opt(std::move(o)), store(m, opt.caches_dir, opt.max_loaded_bytes, opt.key_tiles),
       engine(m, opt.engine), jobs(m, store, opt.max_jobs) {
   routes();
@@ -291,7 +291,7 @@ void Server::Impl::routes() {
            throw ApiError(400, "invalid_request_error", "invalid_value", "replace must be a boolean", "replace");
          replace = j["replace"].get<bool>();
        }
-       CompressFileOptions fo;
+       compress::CompressFileOptions fo;
        fo.compress.method = str("method", "kvzip");
        if (fo.compress.method == "kvzip-head")
          throw ApiError(400, "invalid_request_error", "unsupported",
@@ -307,12 +307,12 @@ void Server::Impl::routes() {
            throw ApiError(400, "invalid_request_error", "invalid_value", "chunk must be an integer in [1, 65536]", "chunk");
          chunk = static_cast<uint32_t>(j["chunk"].get<int64_t>());
        }
-       fo.compress.scorer = make_scorer_options(model.chat(), chunk, 0);
+       fo.compress.scorer = compress::make_scorer_options(model.chat(), chunk, 0);
        fo.system = str("system", "");
        fo.query_template = str("query_template", fo.query_template);
        fo.write.force = replace;
        fo.threads = opt.compress_threads;
-       make_method_scorer(fo.compress);  // a bad method or ratio fails now, not in the job
+       compress::make_method_scorer(fo.compress);  // a bad method or ratio fails now, not in the job
        if (fo.query_template.find("{question}") == std::string::npos)
          throw ApiError(400, "invalid_request_error", "invalid_value", "query_template must contain {question}", "query_template");
        if (!replace && std::filesystem::exists(store.path_of(id)))
@@ -380,7 +380,7 @@ void widen_backlog(int port, int backlog) {
 
 }  // namespace
 
-Server::Server(const Model& model, ServerOptions options)
+Server::Server(const model::Model& model, ServerOptions options)
     : impl_(std::make_unique<Impl>(model, std::move(options))) {}
 
 Server::~Server() { stop(std::chrono::milliseconds(0)); }

@@ -42,7 +42,7 @@ struct ServerOptions {
 
 class Server {
  public:
-  Server(const Model& model, ServerOptions options);
+  Server(const model::Model& model, ServerOptions options);
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;

@@ -22,11 +22,11 @@ namespace {
 struct Channel {
   std::mutex mu;
   std::condition_variable cv;
-  StreamDecoder decoder;
+  model::StreamDecoder decoder;
   StopText text;
   bool done = false;
   RequestResult result;
-  Channel(const Tokenizer& t, std::vector<std::string> stops) : decoder(t), text(std::move(stops)) {}
+  Channel(const model::Tokenizer& t, std::vector<std::string> stops) : decoder(t), text(std::move(stops)) {}
 };
 
 const char* finish_reason(Finish f) { return f == Finish::Length ? "length" : "stop"; }

@@ -12,7 +12,7 @@
 #include "kernels/attention_stats.h"
 #include "kernels/thread_pool.h"
 
-namespace kvzip::detail {
+namespace kvzip::compress::detail {
 
 void PrefillWatch::arm(uint32_t n_layers, uint32_t n_prefix, uint32_t n_doc) {
   seen_.assign(n_layers, 0);
@@ -21,7 +21,7 @@ void PrefillWatch::arm(uint32_t n_layers, uint32_t n_prefix, uint32_t n_doc) {
   armed_ = true;
 }
 
-void PrefillWatch::advance(const AttentionObservation& obs) {
+void PrefillWatch::advance(const model::AttentionObservation& obs) {
   const uint32_t p0 = obs.positions[0];
   KVZIP_ASSERT(obs.layer < seen_.size());
   if (p0 != seen_[obs.layer] || p0 + obs.T > total())
@@ -71,7 +71,7 @@ void check_score_input(const ScoreInput& in, const char* method) {
                     std::to_string(in.cache->logical_length()) + " tokens, expected the prefix (" +
                     std::to_string(in.n_prefix) + ") + the document (" +
                     std::to_string(in.document.size()) + "); prefill exactly [prefix ; document]");
-  if (!(in.cache->shape() == cache_shape(in.forward->config())))
+  if (!(in.cache->shape() == model::cache_shape(in.forward->config())))
     throw Error(Errc::invalid_argument,
                 std::string(method) + ": the cache was not made for this model's shape");
 }
@@ -138,10 +138,10 @@ class StreamingScorer final : public Scorer {
 
 // Sums, per (layer, KV head, key row), the softmax probabilities the observed queries give each
 // key over all rows they attend to (GQA group summed). Queries: positions >= first_query.
-class AccumulatingObserver final : public AttentionObserver {
+class AccumulatingObserver final : public model::AttentionObserver {
  public:
-  void reset(CacheShape shape, uint32_t n_prefix, uint32_t n_doc, uint32_t first_query,
-             ThreadPool* pool) {
+  void reset(model::CacheShape shape, uint32_t n_prefix, uint32_t n_doc, uint32_t first_query,
+             kernels::ThreadPool* pool) {
     shape_ = shape;
     first_query_ = first_query;
     pool_ = pool;
@@ -149,26 +149,26 @@ class AccumulatingObserver final : public AttentionObserver {
     acc_.assign(size_t(shape.n_layers) * shape.n_kv_heads * watch_.total(), 0.0f);
   }
 
-  void on_attention(const AttentionObservation& obs) override {
+  void on_attention(const model::AttentionObservation& obs) override {
     KVZIP_ASSERT(obs.layer < shape_.n_layers && obs.Hkv == shape_.n_kv_heads);
     const uint32_t p0 = obs.positions[0], total = watch_.total();
     watch_.advance(obs);
     const uint32_t t0 = first_query_ > p0 ? first_query_ - p0 : 0;
     if (t0 >= obs.T) return;
-    std::vector<ScoreKeyAxis> axes(obs.Hkv);
+    std::vector<kernels::ScoreKeyAxis> axes(obs.Hkv);
     for (uint32_t h = 0; h < obs.Hkv; ++h) {
-      const KvHeadView v = obs.cache->view(obs.layer, h);
+      const model::KvHeadView v = obs.cache->view(obs.layer, h);
       KVZIP_ASSERT(v.len == p0 + obs.T);  // dense: row == position
-      axes[h].ranges[0] = ScoreKeyRange{v.k, v.len};
+      axes[h].ranges[0] = kernels::ScoreKeyRange{v.k, v.len};
       axes[h].n_ranges = 1;
       axes[h].causal_base = v.len - obs.T;
     }
-    const AttentionStatsArgs a{.q = obs.q, .T = obs.T, .Hq = obs.Hq, .Hkv = obs.Hkv, .D = obs.D,
+    const kernels::AttentionStatsArgs a{.q = obs.q, .T = obs.T, .Hq = obs.Hq, .Hkv = obs.Hkv, .D = obs.D,
                                .scale = obs.scale, .t0 = t0, .t1 = obs.T, .axes = axes.data(),
-                               .col0 = 0, .col1 = p0 + obs.T, .reduce = Reduce::Sum,
+                               .col0 = 0, .col1 = p0 + obs.T, .reduce = kernels::Reduce::Sum,
                                .out = acc_.data() + size_t(obs.layer) * obs.Hkv * total,
                                .out_stride = total};
-    attention_stats(Exec{Device::Cpu, pool_}, a);
+    attention_stats(kernels::Exec{kernels::Device::Cpu, pool_}, a);
   }
 
   // The accumulated rows, once the watch confirms that `in` is the observed, complete prefill.
@@ -181,9 +181,9 @@ class AccumulatingObserver final : public AttentionObserver {
   }
 
  private:
-  CacheShape shape_;
+  model::CacheShape shape_;
   uint32_t first_query_ = 0;
-  ThreadPool* pool_ = nullptr;
+  kernels::ThreadPool* pool_ = nullptr;
   PrefillWatch watch_;
   std::vector<float> acc_;  // (L, Hkv, total)
 };
@@ -191,9 +191,9 @@ class AccumulatingObserver final : public AttentionObserver {
 // Base of the two observing scorers: prefill_observer() arms a fresh accumulator.
 class ObservingScorer : public Scorer {
  public:
-  AttentionObserver* prefill_observer(Forward& forward, uint32_t n_prefix,
+  model::AttentionObserver* prefill_observer(model::Forward& forward, uint32_t n_prefix,
                                       uint32_t n_doc) override {
-    obs_.reset(cache_shape(forward.config()), n_prefix, n_doc, first_query(n_prefix, n_doc),
+    obs_.reset(model::cache_shape(forward.config()), n_prefix, n_doc, first_query(n_prefix, n_doc),
                &forward.pool());
     return &obs_;
   }
@@ -298,4 +298,4 @@ std::unique_ptr<Scorer> make_h2o_scorer(const ScorerOptions& o) {
   return std::make_unique<H2oScorer>(o.h2o_recent);
 }
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::compress::detail

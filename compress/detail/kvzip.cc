@@ -11,7 +11,7 @@
 #include "common/error.h"
 #include "compress/detail/scorers.h"
 
-namespace kvzip {
+namespace kvzip::compress {
 
 namespace detail {
 namespace {
@@ -19,19 +19,19 @@ namespace {
 // Asks the forward's attention kernel, at every layer of every chunk of one R_t, for the local
 // statistics: it forms the logits of R_t's queries against every cached row anyway, so the
 // scores cost no second q·k pass. Dense cache: row == position, R_t's rows start at r0.
-class KvzipObserver final : public AttentionObserver {
+class KvzipObserver final : public model::AttentionObserver {
  public:
   explicit KvzipObserver(DocumentScores& scores) : s_(scores) {}
 
   // Chunk [begin, end) of the document; R_t's first row is `r0` (= n_prefix + n_doc).
-  void set_chunk(const KvCache* cache, uint32_t begin, uint32_t end, uint32_t r0) {
+  void set_chunk(const model::KvCache* cache, uint32_t begin, uint32_t end, uint32_t r0) {
     cache_ = cache;
     begin_ = begin;
     end_ = end;
     r0_ = r0;
   }
 
-  bool request_local_stats(uint32_t layer, uint32_t T, LocalMaxProb* r) override {
+  bool request_local_stats(uint32_t layer, uint32_t T, kernels::LocalMaxProb* r) override {
     const uint32_t n_p = s_.n_prefix;
     // The T new rows are the views' last rows; R_t's earlier rows precede them.
     KVZIP_ASSERT(cache_->view(layer, 0).len - T >= r0_);
@@ -43,11 +43,11 @@ class KvzipObserver final : public AttentionObserver {
     r->out_stride = s_.n_doc;
     return true;
   }
-  void on_attention(const AttentionObservation&) override {}  // the kernel did the work
+  void on_attention(const model::AttentionObservation&) override {}  // the kernel did the work
 
  private:
   DocumentScores& s_;
-  const KvCache* cache_ = nullptr;
+  const model::KvCache* cache_ = nullptr;
   uint32_t begin_ = 0, end_ = 0, r0_ = 0;
 };
 
@@ -73,7 +73,7 @@ class KvzipScorer final : public Scorer {
           reconstruction_input(opt_.prompts, in.document, begin, end, std::min(opt_.kvzip_hint, m));
       obs.set_chunk(in.cache, begin, end, full);
       // The forward rolls the cache back itself when it throws.
-      in.forward->prefill(*in.cache, r, LogitsMode::None, &obs);
+      in.forward->prefill(*in.cache, r, model::LogitsMode::None, &obs);
       in.cache->rollback(full);
     }
     return s;
@@ -96,4 +96,4 @@ std::unique_ptr<Scorer> make_kvzip_scorer(const ScorerOptions& options) {
 }
 
 }  // namespace detail
-}  // namespace kvzip
+}  // namespace kvzip::compress

@@ -27,7 +27,7 @@
 #include "kernels/restkv.h"
 #include "kernels/thread_pool.h"
 
-namespace kvzip::detail {
+namespace kvzip::compress::detail {
 
 void restkv_ema(const float* rows, uint32_t W, uint32_t n, float alpha, float* out) {
   std::copy(rows, rows + n, out);
@@ -109,7 +109,7 @@ class RestKvScorer final : public WindowScorer {
     const uint32_t n_p = s.n_prefix, N = n_p + s.n_doc, w = rec.window();
     const uint32_t before = N - w, Hkv = c.n_kv_heads, G = c.group();
     if (before <= n_p) return s;  // the whole document is the probe window
-    const Weights& weights = in.forward->weights();
+    const model::Weights& weights = in.forward->weights();
     // One layer at a time: W_o is dequantized to fp32 for that layer only (E·Hq·D floats), so the
     // model's weights are never expanded as a whole.
     std::vector<float> wo;  // (E, Hq·D)
@@ -119,7 +119,7 @@ class RestKvScorer final : public WindowScorer {
       auto unit = [&](size_t u) {
         thread_local Scratch sc;
         const uint32_t h = static_cast<uint32_t>(u);
-        const KvHeadView view = in.cache->view(l, h);
+        const model::KvHeadView view = in.cache->view(l, h);
         const HeadInput hi{rec.layer_queries(l), view.k, view.v, wo.data(),
                            N, w, c.n_heads, c.head_dim, c.d_model,
                            1.0f / std::sqrt(static_cast<float>(c.head_dim))};
@@ -138,17 +138,17 @@ class RestKvScorer final : public WindowScorer {
                         Scratch& sc, float* out) const {
     const uint32_t N = in.N, D = in.D;
     sc.probs.resize(size_t(in.w) * N);
-    restkv_probe(Exec{}, RestKvProbeArgs{in.q + size_t(hq) * D, uint64_t(in.Hq) * D, in.w, in.k,
+    restkv_probe(kernels::Exec{}, kernels::RestKvProbeArgs{in.q + size_t(hq) * D, uint64_t(in.Hq) * D, in.w, in.k,
                                           N, D, in.scale, sc.probs.data()});
     sc.abar.resize(N);
     restkv_ema(sc.probs.data(), in.w, N, alpha_, sc.abar.data());
     const DriftWindow win = restkv_drift_window(drift(sc.probs, in.w, N, before), kmin_);
     sc.s.resize(before);
     // W_o's (E, D) column block of head hq: rows Hq·D apart.
-    const RestKvOutputChangeArgs oc{.abar = sc.abar.data(), .v = in.v, .N = N, .D = D, .n = before,
+    const kernels::RestKvOutputChangeArgs oc{.abar = sc.abar.data(), .v = in.v, .N = N, .D = D, .n = before,
                                     .wo = in.wo + size_t(hq) * D, .wo_stride = uint64_t(in.Hq) * D,
                                     .E = in.E, .out = sc.s.data()};
-    restkv_output_change(Exec{}, oc);
+    restkv_output_change(kernels::Exec{}, oc);
     sc.smooth.resize(before);
     restkv_smooth(sc.s, win, sc.smooth);
     for (uint32_t j = n_p; j < before; ++j) out[j - n_p] = std::max(out[j - n_p], sc.smooth[j]);
@@ -169,4 +169,4 @@ std::unique_ptr<Scorer> make_restkv_scorer(const ScorerOptions& o) {
   return std::make_unique<RestKvScorer>(o.restkv_window, o.restkv_alpha, o.restkv_kmin);
 }
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::compress::detail

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <span>
 
-namespace kvzip::detail {
+namespace kvzip::compress::detail {
 
 // c ← rows[0]; for t = 1..W−1: c ← alpha·rows[t] + (1−alpha)·c; out = c.  rows: (W, n), W >= 1.
 void restkv_ema(const float* rows, uint32_t W, uint32_t n, float alpha, float* out);
@@ -25,4 +25,4 @@ DriftWindow restkv_drift_window(double delta, uint32_t kmin);
 // A +inf in the window makes the average +inf. s and out must not overlap.
 void restkv_smooth(std::span<const float> s, DriftWindow w, std::span<float> out);
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::compress::detail

@@ -15,7 +15,7 @@
 #include "compress/detail/window_queries.h"
 #include "model/rkv.h"
 
-namespace kvzip::detail {
+namespace kvzip::compress::detail {
 namespace {
 
 constexpr float kAlwaysKeep = std::numeric_limits<float>::infinity();
@@ -40,14 +40,14 @@ class RkvScorer final : public WindowScorer {
     const uint32_t n_p = s.n_prefix, n_c = s.n_doc, a = rec.window();
     const uint32_t Hkv = c.n_kv_heads, G = c.group(), D = c.head_dim;
     if (n_c <= a) return s;  // the whole document is the probe window
-    RkvParams p;
+    model::RkvParams p;
     p.window = a;
     p.lambda = lambda_;
     p.threshold = threshold_;
     p.kernel = kernel_;
     auto unit = [&](size_t u) {
       const uint32_t l = static_cast<uint32_t>(u / Hkv), h = static_cast<uint32_t>(u % Hkv);
-      RkvHeadInput hi;
+      model::RkvHeadInput hi;
       hi.keys = in.cache->view(l, h).k + size_t(n_p) * D;  // (n_c, D) the candidates
       hi.N = n_c;
       hi.queries = rec.layer_queries(l) + size_t(h) * G * D;
@@ -56,7 +56,7 @@ class RkvScorer final : public WindowScorer {
       hi.D = D;
       hi.scale = 1.0f / std::sqrt(static_cast<float>(D));
       hi.q_stride = uint64_t(c.n_heads) * D;
-      const std::vector<float> z = rkv_scores(hi, p);
+      const std::vector<float> z = model::rkv_scores(hi, p);
       std::copy(z.begin(), z.end(), s.values.begin() + (size_t(l) * Hkv + h) * n_c);
     };
     run_units(in.forward->pool(), size_t(c.n_layers) * Hkv, unit);
@@ -88,4 +88,4 @@ std::unique_ptr<Scorer> make_rkv_scorer(const ScorerOptions& o) {
   return std::make_unique<RkvScorer>(o.rkv_window, o.rkv_lambda, o.rkv_threshold, o.rkv_kernel);
 }
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::compress::detail

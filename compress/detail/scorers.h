@@ -5,7 +5,7 @@
 
 #include "compress/scorer.h"
 
-namespace kvzip::detail {
+namespace kvzip::compress::detail {
 
 std::unique_ptr<Scorer> make_kvzip_scorer(const ScorerOptions& options);
 std::unique_ptr<Scorer> make_full_scorer();
@@ -30,7 +30,7 @@ class PrefillWatch {
   uint32_t total() const { return n_prefix_ + n_doc_; }
   // Checks that obs continues its layer's sequence inside the prefill and advances it; throws
   // Errc::invalid_argument otherwise (an observer attached to some other forward call).
-  void advance(const AttentionObservation& obs);
+  void advance(const model::AttentionObservation& obs);
   // check_score_input, then that `in` is the prefill the watch was armed for and that every layer
   // observed all of it; Errc::invalid_argument naming the method and what it needs (`needs`, e.g.
   // "scores from the prefill's attention") otherwise.
@@ -46,4 +46,4 @@ class PrefillWatch {
 void require_positive(const char* what, uint32_t v, uint32_t dflt);   // v >= 1
 void require_odd(const char* what, uint32_t v, uint32_t dflt);        // v odd (hence >= 1)
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::compress::detail

@@ -11,7 +11,7 @@
 #include "kernels/gemm.h"
 #include "kernels/thread_pool.h"
 
-namespace kvzip::detail {
+namespace kvzip::compress::detail {
 
 void WindowQueries::reset(const ModelConfig& cfg, uint32_t n_prefix, uint32_t n_doc,
                           uint32_t window) {
@@ -23,7 +23,7 @@ void WindowQueries::reset(const ModelConfig& cfg, uint32_t n_prefix, uint32_t n_
   q_.assign(size_t(L_) * window_ * Hq_ * D_, 0.0f);
 }
 
-void WindowQueries::on_attention(const AttentionObservation& obs) {
+void WindowQueries::on_attention(const model::AttentionObservation& obs) {
   KVZIP_ASSERT(obs.layer < L_ && obs.Hq == Hq_ && obs.D == D_);
   const uint32_t p0 = obs.positions[0];
   watch_.advance(obs);
@@ -39,26 +39,26 @@ const WindowQueries& WindowQueries::checked(const ScoreInput& in, const char* me
   return *this;
 }
 
-AttentionObserver* WindowScorer::prefill_observer(Forward& forward, uint32_t n_prefix,
+model::AttentionObserver* WindowScorer::prefill_observer(model::Forward& forward, uint32_t n_prefix,
                                                   uint32_t n_doc) {
   // The probe never reaches into the prefix: min(W, n_doc) document tokens.
   rec_.reset(forward.config(), n_prefix, n_doc, std::min(window_, n_doc));
   return &rec_;
 }
 
-void run_units(ThreadPool& pool, size_t n, const std::function<void(size_t)>& fn) {
+void run_units(kernels::ThreadPool& pool, size_t n, const std::function<void(size_t)>& fn) {
   if (n <= 1 || pool.size() == 1) {
     for (size_t u = 0; u < n; ++u) fn(u);
     return;
   }
-  set_blas_threads(1);  // one sgemm per thread: no nested BLAS threads
+  kernels::set_blas_threads(1);  // one sgemm per thread: no nested BLAS threads
   try {
     pool.run(n, fn);
   } catch (...) {
-    set_blas_threads(pool.size());
+    kernels::set_blas_threads(pool.size());
     throw;
   }
-  set_blas_threads(pool.size());
+  kernels::set_blas_threads(pool.size());
 }
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::compress::detail

@@ -10,13 +10,13 @@
 #include "compress/detail/scorers.h"
 #include "compress/scorer.h"
 
-namespace kvzip::detail {
+namespace kvzip::compress::detail {
 
-class WindowQueries final : public AttentionObserver {
+class WindowQueries final : public model::AttentionObserver {
  public:
   // Queries of the last `window` positions of the prefill of [n_prefix ; n_doc] tokens.
   void reset(const ModelConfig& cfg, uint32_t n_prefix, uint32_t n_doc, uint32_t window);
-  void on_attention(const AttentionObservation& obs) override;
+  void on_attention(const model::AttentionObservation& obs) override;
   // The recorder, once the watch confirms that `in` is the observed, complete prefill (else
   // Errc::invalid_argument).
   const WindowQueries& checked(const ScoreInput& in, const char* method) const;
@@ -37,7 +37,7 @@ class WindowQueries final : public AttentionObserver {
 // arms a fresh recorder; observed() checks that the prefill it saw is the input's.
 class WindowScorer : public Scorer {
  public:
-  AttentionObserver* prefill_observer(Forward& forward, uint32_t n_prefix,
+  model::AttentionObserver* prefill_observer(model::Forward& forward, uint32_t n_prefix,
                                       uint32_t n_doc) override;
 
  protected:
@@ -53,6 +53,6 @@ class WindowScorer : public Scorer {
 
 // Runs fn(u) for u in [0, n) on the pool with OpenBLAS single-threaded inside the tasks (one
 // sgemm per thread), restoring its thread count afterwards, also when a task throws.
-void run_units(ThreadPool& pool, size_t n, const std::function<void(size_t)>& fn);
+void run_units(kernels::ThreadPool& pool, size_t n, const std::function<void(size_t)>& fn);
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::compress::detail

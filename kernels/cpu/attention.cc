@@ -34,7 +34,7 @@
 #include "kernels/simd.h"
 #include "kernels/thread_pool.h"
 
-namespace kvzip::cpu {
+namespace kvzip::kernels::cpu {
 namespace {
 
 using simd::kLanes;
@@ -621,11 +621,11 @@ void attention_many(ThreadPool* pool, const AttentionArgs* calls, size_t n) {
   if (!runs.empty()) run_calls(pool, runs);
 }
 
-}  // namespace kvzip::cpu
+}  // namespace kvzip::kernels::cpu
 
-namespace kvzip {
+namespace kvzip::kernels {
 // + kQkCols: a block starting inside the last tile's last row may be read that far past it.
 size_t key_tile_floats(uint32_t n, uint32_t D) {
   return size_t((n + kKeyTileRows - 1) / kKeyTileRows) * D * kKeyTileRows + 2 * simd::kLanes;
 }
-}  // namespace kvzip
+}  // namespace kvzip::kernels

@@ -17,7 +17,7 @@
 #include "kernels/detail/attention_cpu.h"
 #include "kernels/thread_pool.h"
 
-namespace kvzip::cpu::detail {
+namespace kvzip::kernels::cpu::detail {
 namespace {
 
 constexpr uint32_t kChunk = 256;  // quantized rows per task: enough tasks for decode on a few heads
@@ -113,4 +113,4 @@ void attention_quantized(ThreadPool* pool, const AttentionArgs& a) {
   }
 }
 
-}  // namespace kvzip::cpu::detail
+}  // namespace kvzip::kernels::cpu::detail

@@ -15,7 +15,7 @@
 #include "kernels/simd.h"
 #include "kernels/thread_pool.h"
 
-namespace kvzip::cpu {
+namespace kvzip::kernels::cpu {
 namespace {
 
 using simd::kLanes;
@@ -131,4 +131,4 @@ void attention_stats(ThreadPool* pool, const AttentionStatsArgs& a) {
   }
 }
 
-}  // namespace kvzip::cpu
+}  // namespace kvzip::kernels::cpu

@@ -6,7 +6,7 @@
 #include "common/half.h"
 #include "kernels/gpu.h"
 
-namespace kvzip::gpu {
+namespace kvzip::kernels::gpu {
 
 std::vector<uint16_t> to_bf16(const float* x, size_t n) {
   std::vector<uint16_t> out(n);
@@ -19,4 +19,4 @@ void throw_buffer_overflow(size_t n, size_t capacity) {
                                   std::to_string(capacity));
 }
 
-}  // namespace kvzip::gpu
+}  // namespace kvzip::kernels::gpu

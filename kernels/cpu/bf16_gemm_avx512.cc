@@ -27,7 +27,7 @@
 #define KVZIP_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
 #endif
 
-namespace kvzip::cpu::detail {
+namespace kvzip::kernels::cpu::detail {
 
 #if KVZIP_BF16_X86
 
@@ -142,4 +142,4 @@ void bf16_gemm(ThreadPool*, const MatmulArgs&) {
 
 #endif
 
-}  // namespace kvzip::cpu::detail
+}  // namespace kvzip::kernels::cpu::detail

@@ -13,7 +13,7 @@
 #include <immintrin.h>
 #endif
 
-namespace kvzip::quant::detail {
+namespace kvzip::kernels::quant::detail {
 
 #if KVZIP_DEQ_X86
 namespace {
@@ -205,4 +205,4 @@ DequantFn dequant_avx2(GgmlType) { return nullptr; }
 
 #endif
 
-}  // namespace kvzip::quant::detail
+}  // namespace kvzip::kernels::quant::detail

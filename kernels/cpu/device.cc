@@ -7,7 +7,7 @@
 
 #include "common/error.h"
 
-namespace kvzip {
+namespace kvzip::kernels {
 
 const char* device_name(Device d) {
   switch (d) {
@@ -43,4 +43,4 @@ Device parse_device(const char* name) {
   return Device::Cuda;
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::kernels

@@ -8,7 +8,7 @@
 #include "kernels/simd.h"
 #include "kernels/thread_pool.h"
 
-namespace kvzip {
+namespace kvzip::kernels {
 
 void set_blas_threads(uint32_t threads) {
   openblas_set_num_threads(static_cast<int>(threads == 0 ? 1 : threads));
@@ -102,4 +102,4 @@ void gemm(ThreadPool* pool, const GemmArgs& a) {
 }
 
 }  // namespace cpu
-}  // namespace kvzip
+}  // namespace kvzip::kernels

@@ -5,7 +5,7 @@
 #if !KVZIP_HAVE_CUDA
 #include "common/error.h"
 
-namespace kvzip::gpu {
+namespace kvzip::kernels::gpu {
 namespace {
 [[noreturn]] void no_cuda(const char* what) {
   throw Error(Errc::unsupported, std::string(what) +
@@ -31,5 +31,5 @@ void record_event(void*, void*) { no_cuda("gpu::record_event"); }
 void wait_event(void*) { no_cuda("gpu::wait_event"); }
 DeviceInfo device_info() { return {}; }
 
-}  // namespace kvzip::gpu
+}  // namespace kvzip::kernels::gpu
 #endif

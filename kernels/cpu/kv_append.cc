@@ -3,7 +3,7 @@
 
 #include <cstring>
 
-namespace kvzip::cpu {
+namespace kvzip::kernels::cpu {
 
 void kv_append(const KvAppendArgs& a) {
   const size_t row = size_t(a.D) * sizeof(float);
@@ -15,4 +15,4 @@ void kv_append(const KvAppendArgs& a) {
     }
 }
 
-}  // namespace kvzip::cpu
+}  // namespace kvzip::kernels::cpu

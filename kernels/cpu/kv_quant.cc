@@ -19,7 +19,7 @@
 #include "kernels/quant.h"
 #include "kernels/simd.h"
 
-namespace kvzip::cpu {
+namespace kvzip::kernels::cpu {
 namespace {
 
 inline uint32_t code_at(const uint8_t* row, uint32_t bits, uint32_t j) {
@@ -308,4 +308,4 @@ void kv_quant_attend(const KvQuantAttendArgs& a) {
   kv_quant_weighted_sum(a.scores, a.n_q, a.v, a.out);
 }
 
-}  // namespace kvzip::cpu
+}  // namespace kvzip::kernels::cpu

@@ -21,7 +21,7 @@
 #include "kernels/simd.h"
 #include "kernels/thread_pool.h"
 
-namespace kvzip {
+namespace kvzip::kernels {
 namespace {
 
 using quant::GgmlType;
@@ -240,4 +240,4 @@ void matmul(ThreadPool* pool, std::span<const MatmulArgs> jobs, MatmulPath path)
 }
 
 }  // namespace cpu
-}  // namespace kvzip
+}  // namespace kvzip::kernels

@@ -14,7 +14,7 @@
 #include "kernels/detail/qgemv_rows.h"
 #include "kernels/thread_pool.h"
 
-namespace kvzip {
+namespace kvzip::kernels {
 
 using quant::GgmlType;
 
@@ -188,4 +188,4 @@ void qdot(ThreadPool* pool, std::span<const MatmulArgs> jobs, QIsa isa) {
 }
 
 }  // namespace cpu
-}  // namespace kvzip
+}  // namespace kvzip::kernels

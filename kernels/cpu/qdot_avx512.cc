@@ -16,7 +16,7 @@
 // kernel's and the tiles' bits, so a token's result does not depend on which kernel ran.
 // Q6_K's 16-element sub-scales make its groups 16 elements (fw · sub as one fp32 scale).
 //
-// Blocking: a task (kvzip::cpu::qdot: 32 rows) decodes its rows into an int8 panel once
+// Blocking: a task (kernels::cpu::qdot: 32 rows) decodes its rows into an int8 panel once
 // (thread-local, in L2), then for each tile of kTileVecs·16 tokens and each kChunkGroups·32 columns
 // runs R-row x C-vector micro-kernels whose activation chunk stays in L1; fp32 partial sums live in
 // a small per-tile buffer between column chunks and go to y (T, out) at the end of the tile.
@@ -38,7 +38,7 @@
 #define KVZIP_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #endif
 
-namespace kvzip::cpu::detail {
+namespace kvzip::kernels::cpu::detail {
 
 #if KVZIP_QDOT_X86
 
@@ -287,4 +287,4 @@ QGemmFn qdot_gemm_vnni(quant::GgmlType) { return nullptr; }
 
 #endif
 
-}  // namespace kvzip::cpu::detail
+}  // namespace kvzip::kernels::cpu::detail

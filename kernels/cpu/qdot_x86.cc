@@ -5,7 +5,7 @@
 
 #include "kernels/detail/qdot_x86.h"
 
-namespace kvzip::cpu::detail {
+namespace kvzip::kernels::cpu::detail {
 
 #if KVZIP_QDOT_X86
 
@@ -31,4 +31,4 @@ QDotFn qdot_rows_avx2(quant::GgmlType) { return nullptr; }
 
 #endif
 
-}  // namespace kvzip::cpu::detail
+}  // namespace kvzip::kernels::cpu::detail

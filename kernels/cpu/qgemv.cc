@@ -12,7 +12,7 @@
 #include "kernels/detail/qgemv_rows.h"
 #include "kernels/thread_pool.h"
 
-namespace kvzip {
+namespace kvzip::kernels {
 
 namespace {
 constexpr EnumName<QFormat> kFormatNames[] = {
@@ -179,4 +179,4 @@ void qgemv(ThreadPool* pool, std::span<const QGemvArgs> jobs, QIsa isa) {
 }
 
 }  // namespace cpu
-}  // namespace kvzip
+}  // namespace kvzip::kernels

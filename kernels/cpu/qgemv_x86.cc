@@ -17,7 +17,7 @@
 #endif
 #endif
 
-namespace kvzip::cpu::detail {
+namespace kvzip::kernels::cpu::detail {
 
 #if KVZIP_QGEMV_X86
 
@@ -185,4 +185,4 @@ QRowsFn qrows_avx512(QFormat) { return nullptr; }
 
 #endif
 
-}  // namespace kvzip::cpu::detail
+}  // namespace kvzip::kernels::cpu::detail

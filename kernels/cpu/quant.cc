@@ -18,7 +18,7 @@
 #include "common/half.h"
 #include "kernels/detail/dequant_x86.h"
 
-namespace kvzip::quant {
+namespace kvzip::kernels::quant {
 namespace {
 
 // Indexed by ggml id; entries with a null name are ids ggml never had or removed.
@@ -283,4 +283,4 @@ void dequantize_rows(GgmlType t, const void* src, float* dst, int64_t n_per_row,
   for (auto& th : pool) th.join();
 }
 
-}  // namespace kvzip::quant
+}  // namespace kvzip::kernels::quant

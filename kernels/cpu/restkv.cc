@@ -12,7 +12,7 @@
 #include "kernels/restkv.h"
 #include "kernels/simd.h"
 
-namespace kvzip::cpu {
+namespace kvzip::kernels::cpu {
 namespace {
 
 constexpr uint32_t kNormTile = 256;  // keys per X·Gram sgemm
@@ -60,4 +60,4 @@ void restkv_output_change(const RestKvOutputChangeArgs& a) {
   }
 }
 
-}  // namespace kvzip::cpu
+}  // namespace kvzip::kernels::cpu

@@ -11,7 +11,7 @@
 #include "kernels/rkv.h"
 #include "kernels/simd.h"
 
-namespace kvzip::cpu {
+namespace kvzip::kernels::cpu {
 namespace {
 
 constexpr uint32_t kScanRows = 64;     // rows i per similarity tile
@@ -128,4 +128,4 @@ void rkv_importance(const RkvImportanceArgs& a) {
   }
 }
 
-}  // namespace kvzip::cpu
+}  // namespace kvzip::kernels::cpu

@@ -6,7 +6,7 @@
 #include "kernels/simd.h"
 #include "kernels/thread_pool.h"
 
-namespace kvzip::cpu {
+namespace kvzip::kernels::cpu {
 namespace {
 
 void rms_norm_row(const float* x, const float* w, float* y, uint32_t E, float eps) {
@@ -37,4 +37,4 @@ void rms_norm(ThreadPool* pool, const RmsNormArgs& a) {
   }
 }
 
-}  // namespace kvzip::cpu
+}  // namespace kvzip::kernels::cpu

@@ -8,7 +8,7 @@
 #include "common/error.h"
 #include "kernels/thread_pool.h"
 
-namespace kvzip {
+namespace kvzip::kernels {
 namespace {
 
 [[noreturn]] void bad_rope(const std::string& what) {
@@ -116,4 +116,4 @@ void rope(ThreadPool* pool, const RopeArgs& a) {
 }
 
 }  // namespace cpu
-}  // namespace kvzip
+}  // namespace kvzip::kernels

@@ -6,7 +6,7 @@
 #include "kernels/simd.h"
 #include "kernels/thread_pool.h"
 
-namespace kvzip::cpu {
+namespace kvzip::kernels::cpu {
 namespace {
 
 void swiglu_range(const SwigluArgs& a, size_t b, size_t e) {
@@ -42,4 +42,4 @@ void swiglu(ThreadPool* pool, const SwigluArgs& a) {
   }
 }
 
-}  // namespace kvzip::cpu
+}  // namespace kvzip::kernels::cpu

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-namespace kvzip {
+namespace kvzip::kernels {
 namespace {
 thread_local bool tl_in_task = false;  // true while this thread executes a pool task
 }  // namespace
@@ -87,4 +87,4 @@ void ThreadPool::run_erased(size_t n_tasks, Call call, void* ctx) {
   if (err) std::rethrow_exception(err);
 }
 
-}  // namespace kvzip
+}  // namespace kvzip::kernels

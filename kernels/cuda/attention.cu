@@ -18,7 +18,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/tile.cuh"
 
-namespace kvzip::cuda {
+namespace kvzip::kernels::cuda {
 namespace {
 
 struct SpanTable {
@@ -297,4 +297,4 @@ void attention(const AttentionArgs& a, void* stream) {
   }
 }
 
-}  // namespace kvzip::cuda
+}  // namespace kvzip::kernels::cuda

@@ -12,7 +12,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/tile.cuh"
 
-namespace kvzip::cuda {
+namespace kvzip::kernels::cuda {
 namespace {
 
 struct AxisTable {
@@ -189,4 +189,4 @@ void attention_score_max(const AttentionScoreArgs& a, void* stream) {
   });
 }
 
-}  // namespace kvzip::cuda
+}  // namespace kvzip::kernels::cuda

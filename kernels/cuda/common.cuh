@@ -10,7 +10,7 @@
 
 #include "common/error.h"
 
-namespace kvzip::cuda {
+namespace kvzip::kernels::cuda {
 
 [[noreturn]] inline void throw_cuda(cudaError_t e, const char* expr, const char* file, int line) {
   (void)cudaGetLastError();  // clear a sticky-free error so the next call starts clean
@@ -24,7 +24,7 @@ namespace kvzip::cuda {
   do {                                                                            \
     cudaError_t kvzip_err_ = (expr);                                              \
     if (kvzip_err_ != cudaSuccess)                                                \
-      ::kvzip::cuda::throw_cuda(kvzip_err_, #expr, __FILE__, __LINE__);           \
+      ::kvzip::kernels::cuda::throw_cuda(kvzip_err_, #expr, __FILE__, __LINE__);           \
   } while (0)
 
 // After every launch: a bad configuration (too much shared memory, grid too large) shows here.
@@ -62,4 +62,4 @@ void dispatch_head_dim(uint32_t D, const char* op, F&& f) {
   }
 }
 
-}  // namespace kvzip::cuda
+}  // namespace kvzip::kernels::cuda

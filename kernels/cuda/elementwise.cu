@@ -4,7 +4,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/elementwise.h"
 
-namespace kvzip::cuda {
+namespace kvzip::kernels::cuda {
 namespace {
 
 constexpr unsigned kThreads = 256;
@@ -100,4 +100,4 @@ void embed_bf16(const uint16_t* table, const int32_t* tokens, float* x, uint32_t
   KVZIP_CUDA_CHECK_LAUNCH();
 }
 
-}  // namespace kvzip::cuda
+}  // namespace kvzip::kernels::cuda

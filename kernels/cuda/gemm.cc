@@ -12,7 +12,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 
-namespace kvzip::cuda {
+namespace kvzip::kernels::cuda {
 namespace {
 
 void check_cublas(cublasStatus_t s, const char* what) {
@@ -41,4 +41,4 @@ void gemm_bf16(const GemmBf16Args& a, void* stream) {
   if (a.bias) add_bias(a.y, a.bias, a.T, a.out, stream);
 }
 
-}  // namespace kvzip::cuda
+}  // namespace kvzip::kernels::cuda

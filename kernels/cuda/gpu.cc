@@ -9,7 +9,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/gpu.h"
 
-namespace kvzip {
+namespace kvzip::kernels {
 
 int cuda_device_count() noexcept {
   int n = 0;
@@ -103,4 +103,4 @@ DeviceInfo device_info() {
 }
 
 }  // namespace gpu
-}  // namespace kvzip
+}  // namespace kvzip::kernels

@@ -3,7 +3,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/kv_append.h"
 
-namespace kvzip::cuda {
+namespace kvzip::kernels::cuda {
 namespace {
 
 struct AppendParams {
@@ -46,4 +46,4 @@ void kv_append(const KvAppendArgs& a, void* stream) {
   KVZIP_CUDA_CHECK_LAUNCH();
 }
 
-}  // namespace kvzip::cuda
+}  // namespace kvzip::kernels::cuda

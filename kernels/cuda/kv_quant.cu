@@ -8,7 +8,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/kv_quant.h"
 
-namespace kvzip::cuda {
+namespace kvzip::kernels::cuda {
 namespace {
 
 __device__ __forceinline__ uint32_t code_at(const uint8_t* row, uint32_t bits, uint32_t j) {
@@ -85,4 +85,4 @@ void kv_quant_scores(const float* q, uint32_t n_q, const KvQuantRows& k, float s
   KVZIP_CUDA_CHECK_LAUNCH();
 }
 
-}  // namespace kvzip::cuda
+}  // namespace kvzip::kernels::cuda

@@ -9,7 +9,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/rms_norm.h"
 
-namespace kvzip::cuda {
+namespace kvzip::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256;
@@ -57,4 +57,4 @@ void rms_norm_bf16(const RmsNormArgs& a, uint16_t* y_bf16, void* stream) {
   KVZIP_CUDA_CHECK_LAUNCH();
 }
 
-}  // namespace kvzip::cuda
+}  // namespace kvzip::kernels::cuda

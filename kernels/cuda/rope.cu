@@ -4,7 +4,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/rope.h"
 
-namespace kvzip::cuda {
+namespace kvzip::kernels::cuda {
 namespace {
 
 __global__ void rope_kernel(float* __restrict__ x, const float* __restrict__ cos_t,
@@ -33,4 +33,4 @@ void rope(const RopeArgs& a, void* stream) {
   KVZIP_CUDA_CHECK_LAUNCH();
 }
 
-}  // namespace kvzip::cuda
+}  // namespace kvzip::kernels::cuda

@@ -6,7 +6,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/swiglu.h"
 
-namespace kvzip::cuda {
+namespace kvzip::kernels::cuda {
 namespace {
 
 constexpr unsigned kThreads = 256;
@@ -45,4 +45,4 @@ void swiglu_bf16(const SwigluArgs& a, uint16_t* y_bf16, void* stream) {
   KVZIP_CUDA_CHECK_LAUNCH();
 }
 
-}  // namespace kvzip::cuda
+}  // namespace kvzip::kernels::cuda

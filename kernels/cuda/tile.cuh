@@ -12,7 +12,7 @@
 
 #include "kernels/cuda/common.cuh"
 
-namespace kvzip::cuda::tile {
+namespace kvzip::kernels::cuda::tile {
 
 constexpr int kRows = 32;     // rows of a tile (query rows or keys)
 constexpr int kWarps = 4;
@@ -97,4 +97,4 @@ __device__ __forceinline__ void accumulate_pv(const float* Vs, const float (&p)[
   }
 }
 
-}  // namespace kvzip::cuda::tile
+}  // namespace kvzip::kernels::cuda::tile

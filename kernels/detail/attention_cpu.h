@@ -1,10 +1,10 @@
 // Internal to the CPU attention kernel (kernels/cpu/attention.cc, attention_quant.cc): the f32
 // kernel with an optional log-sum-exp output, and the path for spans with quantized rows that
-// builds on it. Callers use kvzip::attention / cpu::attention (kernels/attention.h).
+// builds on it. Callers use kernels::attention / cpu::attention (kernels/attention.h).
 #pragma once
 #include "kernels/attention.h"
 
-namespace kvzip::cpu::detail {
+namespace kvzip::kernels::cpu::detail {
 
 // cpu::attention over spans without quantized rows (KvSpan::quant must be null). With lse set
 // (T, Hq) and a.out set, also writes each query row's log Σ exp(scale·q·k) over the rows it saw.
@@ -13,4 +13,4 @@ void attention_f32(ThreadPool* pool, const AttentionArgs& a, float* lse);
 // cpu::attention when some span has quantized rows (kernels/attention.h; attention_quant.cc).
 void attention_quantized(ThreadPool* pool, const AttentionArgs& a);
 
-}  // namespace kvzip::cpu::detail
+}  // namespace kvzip::kernels::cpu::detail

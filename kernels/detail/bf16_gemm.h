@@ -6,11 +6,11 @@
 
 #include "kernels/matmul.h"
 
-namespace kvzip::cpu::detail {
+namespace kvzip::kernels::cpu::detail {
 
 bool bf16_gemm_available();  // built with the variant and the CPU has AVX-512 F, BW, VL, BF16
 // y = x · w^T for a checked matmul job with F16 or BF16 weights and an even width (no bias);
 // Errc::internal otherwise or where bf16_gemm_available() is false.
 void bf16_gemm(ThreadPool* pool, const MatmulArgs& a);
 
-}  // namespace kvzip::cpu::detail
+}  // namespace kvzip::kernels::cpu::detail

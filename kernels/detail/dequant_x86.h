@@ -6,7 +6,7 @@
 
 #include "kernels/quant.h"
 
-namespace kvzip::quant::detail {
+namespace kvzip::kernels::quant::detail {
 
 // Decodes n blocks (n elements for F16 and BF16) from src into dst.
 using DequantFn = void (*)(const uint8_t* src, float* dst, int64_t n);
@@ -29,4 +29,4 @@ inline void scale_min_k4(int j, const uint8_t* q, int& sc, int& mn) {
 // dequantize_row on the portable scalar decoders only (the reference of the AVX2 ones).
 void dequantize_row_scalar(GgmlType t, const void* src, float* dst, int64_t n);
 
-}  // namespace kvzip::quant::detail
+}  // namespace kvzip::kernels::quant::detail

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace kvzip::cpu::detail {
+namespace kvzip::kernels::cpu::detail {
 
 inline constexpr uint32_t kPanelRows = 32;  // rows per panel (= qdot's rows per task)
 inline constexpr uint32_t kMicroRows = 4;   // rows per micro-kernel
@@ -78,4 +78,4 @@ void with_rc(uint32_t R, uint32_t C, F&& f) {
   }
 }
 
-}  // namespace kvzip::cpu::detail
+}  // namespace kvzip::kernels::cpu::detail

@@ -11,7 +11,7 @@
 #include "kernels/detail/dequant_x86.h"
 #include "kernels/qdot.h"
 
-namespace kvzip::cpu::detail {
+namespace kvzip::kernels::cpu::detail {
 
 struct QDotRowsArgs {
   const MatrixView* w = nullptr;  // (out, in)
@@ -209,4 +209,4 @@ struct QFmt<quant::GgmlType::Q6_K> {
   }
 };
 
-}  // namespace kvzip::cpu::detail
+}  // namespace kvzip::kernels::cpu::detail

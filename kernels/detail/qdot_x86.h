@@ -15,7 +15,7 @@
 #if KVZIP_QDOT_X86
 #define KVZIP_AVX2 __attribute__((target("avx2,fma,f16c")))
 
-namespace kvzip::cpu::detail {
+namespace kvzip::kernels::cpu::detail {
 namespace x86 {
 
 using quant::GgmlType;
@@ -79,5 +79,5 @@ KVZIP_AVX2 inline __m256i group_ints(const uint8_t* b, int g) {
 }
 
 }  // namespace x86
-}  // namespace kvzip::cpu::detail
+}  // namespace kvzip::kernels::cpu::detail
 #endif

@@ -10,7 +10,7 @@
 #include "common/half.h"
 #include "kernels/qgemv.h"
 
-namespace kvzip::cpu::detail {
+namespace kvzip::kernels::cpu::detail {
 
 using QRowsFn = void (*)(const QGemvArgs& a, const float* xsum, uint32_t r0, uint32_t r1);
 
@@ -37,4 +37,4 @@ bool cpu_has_avx512();  // AVX-512 F and BW, plus the AVX2 set
 inline uint16_t load_u16(const uint8_t* p) { return uint16_t(p[0] | (uint16_t(p[1]) << 8)); }
 
 
-}  // namespace kvzip::cpu::detail
+}  // namespace kvzip::kernels::cpu::detail

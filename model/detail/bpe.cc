@@ -8,7 +8,7 @@
 #include "common/error.h"
 #include "common/utf8.h"
 
-namespace kvzip::detail {
+namespace kvzip::model::detail {
 namespace {
 
 // The GPT-2 alphabet: the 188 printable bytes (0x21-0x7E, 0xA1-0xAC, 0xAE-0xFF) stand for
@@ -156,4 +156,4 @@ void BpeModel::encode_word(std::string_view word, bool ignore_merges, std::vecto
   for (int32_t i = 0; i >= 0; i = sym[i].next) out.push_back(sym[i].id);
 }
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::model::detail

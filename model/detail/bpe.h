@@ -11,7 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace kvzip::detail {
+namespace kvzip::model::detail {
 
 // UTF-8 of the byte-level character that stands for byte `b`.
 const std::string& byte_to_unicode(uint8_t b);
@@ -56,4 +56,4 @@ class BpeModel {
   std::unordered_map<uint64_t, Merge> merges_;
 };
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::model::detail

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
-namespace kvzip::detail {
+namespace kvzip::model::detail {
 
 void SpecialMatcher::add(std::string text, int32_t id) {
   if (text.empty()) return;
@@ -33,4 +33,4 @@ SpecialMatcher::Match SpecialMatcher::find(std::string_view text, size_t from) c
   return {};
 }
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::model::detail

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-namespace kvzip::detail {
+namespace kvzip::model::detail {
 
 class SpecialMatcher {
  public:
@@ -33,4 +33,4 @@ class SpecialMatcher {
   bool any_first_[256] = {};
 };
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::model::detail

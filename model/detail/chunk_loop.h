@@ -10,7 +10,7 @@
 #include "model/detail/forward_check.h"
 #include "model/forward.h"
 
-namespace kvzip::detail {
+namespace kvzip::model::detail {
 
 // run(tokens, T, row0, rows, out) appends T tokens and writes the logits of the chunk's rows
 // [row0, row0 + rows) to out (rows == 0: none). finish() runs after the last chunk, still under
@@ -49,4 +49,4 @@ std::vector<float> forward_in_chunks(const ModelConfig& cfg, Cache& cache, std::
   return logits;
 }
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::model::detail

@@ -1,7 +1,7 @@
 // check_config_shape (see config_check.h).
 #include "model/detail/config_check.h"
 
-namespace kvzip::detail {
+namespace kvzip::model::detail {
 
 void check_config_shape(const ModelConfig& c, const ConfigNames& names,
                         const std::function<void(const std::string&)>& bad) {
@@ -18,4 +18,4 @@ void check_config_shape(const ModelConfig& c, const ConfigNames& names,
   if (c.head_dim % 2 != 0) bad(std::string(names.head_dim) + " " + std::to_string(c.head_dim) + " is odd");
 }
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::model::detail

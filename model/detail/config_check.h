@@ -7,7 +7,7 @@
 
 #include "common/model_config.h"
 
-namespace kvzip::detail {
+namespace kvzip::model::detail {
 
 struct ConfigNames {
   // In "model dimensions must be non-zero (L=.. E=.. ...)": L, E, Hq, Hkv, D, F, V.
@@ -21,4 +21,4 @@ struct ConfigNames {
 void check_config_shape(const ModelConfig& c, const ConfigNames& names,
                         const std::function<void(const std::string&)>& bad);
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::model::detail

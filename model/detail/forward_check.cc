@@ -6,7 +6,7 @@
 
 #include "common/error.h"
 
-namespace kvzip::detail {
+namespace kvzip::model::detail {
 namespace {
 
 [[noreturn]] void bad(const std::string& what) {
@@ -26,10 +26,10 @@ void expect_matrix(const Matrix& m, size_t rows, size_t cols, const std::string&
     bad(name + " is " + std::to_string(m.rows) + "x" + std::to_string(m.cols) + ", expected " +
         std::to_string(rows) + "x" + std::to_string(cols));
   if (rows == 0) return;
-  const quant::TypeTraits* tr = quant::type_traits(uint32_t(m.type));
+  const kernels::quant::TypeTraits* tr = kernels::quant::type_traits(uint32_t(m.type));
   if (!tr || !tr->dequantizable)
     throw Error(Errc::unsupported, "model weights: " + name + " has type " +
-                                       quant::type_name(m.type) + ", which kvzip cannot compute with");
+                                       kernels::quant::type_name(m.type) + ", which kvzip cannot compute with");
   if (cols % tr->block_elems != 0)
     bad(name + " has " + std::to_string(cols) + " columns, not a whole number of " + tr->name +
         " blocks");
@@ -115,4 +115,4 @@ void check_tokens(const ModelConfig& cfg, std::span<const int32_t> tokens) {
   }
 }
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::model::detail

@@ -9,7 +9,7 @@
 #include "model/kv_cache.h"
 #include "model/weights.h"
 
-namespace kvzip::detail {
+namespace kvzip::model::detail {
 
 // Throws Errc::invalid_argument naming the first bad field or tensor, its size and the expected one.
 void validate_weights(const Weights& w);
@@ -19,4 +19,4 @@ void validate_weights(const Weights& w);
 void check_cache_shape(const ModelConfig& cfg, CacheShape cache);
 void check_tokens(const ModelConfig& cfg, std::span<const int32_t> tokens);
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::model::detail

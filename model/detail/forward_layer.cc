@@ -13,7 +13,7 @@
 #include "kernels/swiglu.h"
 #include "kernels/thread_pool.h"
 
-namespace kvzip::detail {
+namespace kvzip::model::detail {
 namespace {
 
 void trace(const ChunkContext& c, const char* name, int layer, const float* data, uint32_t rows,
@@ -34,10 +34,10 @@ struct Proj {
 // Runs projections that read the same x(T, in) as one matmul batch (for one token: one pool run
 // for Q, K and V together).
 void project(const ChunkContext& c, const float* x, std::initializer_list<Proj> ps) {
-  MatmulArgs jobs[3];
+  kernels::MatmulArgs jobs[3];
   size_t n = 0;
-  for (const Proj& p : ps) jobs[n++] = MatmulArgs{x, p.w.view(), p.bias, p.y, c.T};
-  matmul(c.ex, std::span<const MatmulArgs>(jobs, n), c.path);
+  for (const Proj& p : ps) jobs[n++] = kernels::MatmulArgs{x, p.w.view(), p.bias, p.y, c.T};
+  matmul(c.ex, std::span<const kernels::MatmulArgs>(jobs, n), c.path);
 }
 
 // x += y over n floats.
@@ -59,14 +59,14 @@ void attention_block(const ChunkContext& c, uint32_t layer) {
   const uint32_t E = cfg.d_model, D = cfg.head_dim, Hq = cfg.n_heads, Hkv = cfg.n_kv_heads;
   const int li = static_cast<int>(layer);
 
-  rms_norm(c.ex, RmsNormArgs{s.x.data(), lw.attn_norm.data(), s.xn.data(), c.T, E, cfg.rms_eps});
+  rms_norm(c.ex, kernels::RmsNormArgs{s.x.data(), lw.attn_norm.data(), s.xn.data(), c.T, E, cfg.rms_eps});
   trace(c, "attn_norm", li, s.xn.data(), c.T, E);
   project(c, s.xn.data(),
           {{lw.wq, or_null(lw.bq), s.q.data()},
            {lw.wk, or_null(lw.bk), s.k.data()},
            {lw.wv, or_null(lw.bv), s.v.data()}});
-  rope(c.ex, RopeArgs{s.q.data(), c.rope->cos.data(), c.rope->sin.data(), c.T, Hq, D});
-  rope(c.ex, RopeArgs{s.k.data(), c.rope->cos.data(), c.rope->sin.data(), c.T, Hkv, D});
+  rope(c.ex, kernels::RopeArgs{s.q.data(), c.rope->cos.data(), c.rope->sin.data(), c.T, Hq, D});
+  rope(c.ex, kernels::RopeArgs{s.k.data(), c.rope->cos.data(), c.rope->sin.data(), c.T, Hkv, D});
   trace(c, "q_rope", li, s.q.data(), c.T, Hq * D);
   trace(c, "k_rope", li, s.k.data(), c.T, Hkv * D);
   trace(c, "v", li, s.v.data(), c.T, Hkv * D);
@@ -79,29 +79,29 @@ void attention_block(const ChunkContext& c, uint32_t layer) {
   for (const ChunkItem& it : items)
     it.cache->append(layer, s.k.data() + it.row0 * kvd, s.v.data() + it.row0 * kvd, it.T);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  LocalMaxProb local;  // asked after the append: observers read the views with the new rows
+  kernels::LocalMaxProb local;  // asked after the append: observers read the views with the new rows
   const bool stats = c.observer && c.observer->request_local_stats(layer, c.T, &local);
   const bool output_unused = c.last_output_unused && layer + 1 == cfg.n_layers;
   // Every item's call at once (attention_many: one pass of the pool for all of them).
   s.spans.resize(items.size() * Hkv);
-  std::vector<AttentionArgs> calls;
+  std::vector<kernels::AttentionArgs> calls;
   calls.reserve(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
     const ChunkItem& it = items[i];
-    KvSpan* spans = s.spans.data() + i * Hkv;
+    kernels::KvSpan* spans = s.spans.data() + i * Hkv;
     for (uint32_t h = 0; h < Hkv; ++h) {
       KvHeadView view = it.cache->view(layer, h);
-      spans[h] = KvSpan{view.k,     view.v,     view.len, view.k_tail, view.v_tail,
+      spans[h] = kernels::KvSpan{view.k,     view.v,     view.len, view.k_tail, view.v_tail,
                         view.split, view.quant, view.kt,  view.kt_rows};
     }
-    AttentionArgs args{s.q.data() + it.row0 * qd, spans, s.att.data() + it.row0 * qd,
+    kernels::AttentionArgs args{s.q.data() + it.row0 * qd, spans, s.att.data() + it.row0 * qd,
                        it.T, Hq, Hkv, D, scale};
     args.local = stats ? &local : nullptr;
     if (output_unused) args.out = nullptr;  // statistics only, or no attention at all
     if (args.out || args.local) calls.push_back(args);
   }
   if (stats && calls.size() > 1) {  // the calls would max-combine into the same statistics rows
-    for (const AttentionArgs& a : calls) attention(c.ex, a);
+    for (const kernels::AttentionArgs& a : calls) attention(c.ex, a);
   } else {
     attention_many(c.ex, calls.data(), calls.size());
   }
@@ -125,10 +125,10 @@ void ffn_block(const ChunkContext& c, uint32_t layer) {
   const uint32_t E = cfg.d_model, F = cfg.d_ffn;
   const int li = static_cast<int>(layer);
 
-  rms_norm(c.ex, RmsNormArgs{s.x.data(), lw.ffn_norm.data(), s.xn.data(), c.T, E, cfg.rms_eps});
+  rms_norm(c.ex, kernels::RmsNormArgs{s.x.data(), lw.ffn_norm.data(), s.xn.data(), c.T, E, cfg.rms_eps});
   trace(c, "ffn_norm", li, s.xn.data(), c.T, E);
   project(c, s.xn.data(), {{lw.w_gate, nullptr, s.gate.data()}, {lw.w_up, nullptr, s.up.data()}});
-  swiglu(c.ex, SwigluArgs{s.gate.data(), s.up.data(), s.gate.data(), size_t(c.T) * F});
+  swiglu(c.ex, kernels::SwigluArgs{s.gate.data(), s.up.data(), s.gate.data(), size_t(c.T) * F});
   trace(c, "ffn_act", li, s.gate.data(), c.T, F);
   project(c, s.gate.data(), {{lw.w_down, nullptr, s.proj.data()}});
   trace(c, "ffn_out", li, s.proj.data(), c.T, E);
@@ -155,9 +155,9 @@ void ForwardScratch::resize(const ModelConfig& c, uint32_t chunk) {
 
 void embed(const ChunkContext& c, const int32_t* tokens) {
   const size_t E = c.w->config.d_model;
-  const MatrixView emb = c.w->tok_embd.view();
+  const kernels::MatrixView emb = c.w->tok_embd.view();
   for (uint32_t t = 0; t < c.T; ++t)
-    dequantize_view_rows(nullptr, emb, uint32_t(tokens[t]), 1, c.s->x.data() + t * E);
+    kernels::dequantize_view_rows(nullptr, emb, uint32_t(tokens[t]), 1, c.s->x.data() + t * E);
   trace(c, "embd", -1, c.s->x.data(), c.T, static_cast<uint32_t>(E));
 }
 
@@ -171,11 +171,11 @@ void lm_head(const ChunkContext& c, uint32_t row0, uint32_t n, float* logits) {
   const ModelConfig& cfg = c.w->config;
   const uint32_t E = cfg.d_model;
   float* xn = c.s->xn.data();  // free after the last layer
-  rms_norm(c.ex, RmsNormArgs{c.s->x.data() + size_t(row0) * E, c.w->output_norm.data(), xn, n, E,
+  rms_norm(c.ex, kernels::RmsNormArgs{c.s->x.data() + size_t(row0) * E, c.w->output_norm.data(), xn, n, E,
                              cfg.rms_eps});
   trace(c, "out_norm", -1, xn, n, E, row0);
-  matmul(c.ex, MatmulArgs{xn, c.w->lm_head().view(), nullptr, logits, n}, c.path);
+  matmul(c.ex, kernels::MatmulArgs{xn, c.w->lm_head().view(), nullptr, logits, n}, c.path);
   trace(c, "logits", -1, logits, n, cfg.vocab_size, row0);
 }
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::model::detail

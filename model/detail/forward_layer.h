@@ -12,7 +12,7 @@
 #include "kernels/rope.h"
 #include "model/forward.h"
 
-namespace kvzip::detail {
+namespace kvzip::model::detail {
 
 // Activations of one chunk of up to `chunk` tokens, allocated once per Forward.
 struct ForwardScratch {
@@ -25,7 +25,7 @@ struct ForwardScratch {
   std::vector<float> proj;   // (T, E) output of wo or w_down
   std::vector<float> gate;   // (T, F)
   std::vector<float> up;     // (T, F)
-  std::vector<KvSpan> spans;  // (items of a step, Hkv)
+  std::vector<kernels::KvSpan> spans;  // (items of a step, Hkv)
   void resize(const ModelConfig& c, uint32_t chunk);
 };
 
@@ -38,16 +38,16 @@ struct ChunkItem {
 
 struct ChunkContext {
   const Weights* w = nullptr;
-  Exec ex;
+  kernels::Exec ex;
   const TraceFn* trace = nullptr;         // null or empty: no tracing
   AttentionCache* cache = nullptr;        // the cache of a one-cache chunk (items empty)
   std::span<const ChunkItem> items;       // several caches (Forward::step); empty: {cache, 0, T}
   AttentionObserver* observer = nullptr;  // one-cache chunks only
-  const RopeTable* rope = nullptr;        // (T, D/2) for this chunk's positions
+  const kernels::RopeTable* rope = nullptr;        // (T, D/2) for this chunk's positions
   const uint32_t* positions = nullptr;    // (T)
   uint32_t T = 0;                         // rows in all
   ForwardScratch* s = nullptr;
-  MatmulPath path = MatmulPath::Fast;  // kernels for the weight products (kernels/matmul.h)
+  kernels::MatmulPath path = kernels::MatmulPath::Fast;  // kernels for the weight products (kernels/matmul.h)
   // Nothing reads the last layer's output (no logits from this chunk, no trace): that layer stops
   // after its K/V append and whatever attention statistics an observer asked for.
   bool last_output_unused = false;
@@ -60,4 +60,4 @@ void run_layer(const ChunkContext& c, uint32_t layer);
 // logits(n, V) for rows [row0, row0 + n) of the residual stream (final norm + LM head).
 void lm_head(const ChunkContext& c, uint32_t row0, uint32_t n, float* logits);
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::model::detail

@@ -14,7 +14,7 @@
 #include "model/model.h"
 #include "model/sampling.h"
 
-namespace kvzip::detail {
+namespace kvzip::model::detail {
 
 struct NoHooks {
   void after_prefill() {}
@@ -53,4 +53,4 @@ GenerateResult generate_loop(Fwd& forward, Cache& cache, std::span<const int32_t
   return result;
 }
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::model::detail

@@ -13,7 +13,7 @@
 #include "model/detail/mapped_file.h"
 #include "model/gguf.h"
 
-namespace kvzip::gguf {
+namespace kvzip::model::gguf {
 
 struct KeyValue {
   std::string key;
@@ -85,4 +85,4 @@ class Cursor {
   uint64_t pos_;
 };
 
-}  // namespace kvzip::gguf
+}  // namespace kvzip::model::gguf

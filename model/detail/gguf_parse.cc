@@ -7,7 +7,7 @@
 
 #include "model/detail/gguf_impl.h"
 
-namespace kvzip::gguf {
+namespace kvzip::model::gguf {
 
 static_assert(std::endian::native == std::endian::little, "the GGUF reader assumes a LE host");
 
@@ -147,14 +147,14 @@ void parse_tensor_info(File::Impl& impl, Cursor& c, uint64_t index) {
   }
   const uint64_t type_off = c.pos();
   const uint32_t type = c.read<uint32_t>(what + " type");
-  const quant::TypeTraits* tr = quant::type_traits(type);
+  const kernels::quant::TypeTraits* tr = kernels::quant::type_traits(type);
   if (!tr) {
     const bool known_id = type < kGgmlTypeCount;
     impl.fail(known_id ? Errc::unsupported : Errc::corrupt,
               what + " has unknown ggml type " + std::to_string(type) + at(type_off) +
                   (known_id ? " (a ggml type this build cannot read)" : ""));
   }
-  t.type = quant::GgmlType(type);
+  t.type = kernels::quant::GgmlType(type);
   if (t.ne[0] % tr->block_elems != 0)
     impl.fail(Errc::corrupt, what + " ne[0] = " + std::to_string(t.ne[0]) + at(nd_off) +
                                  " is not a multiple of the " + tr->name + " block size " +
@@ -266,4 +266,4 @@ void parse_gguf(File::Impl& impl) {
   place_tensors(impl, c.pos());
 }
 
-}  // namespace kvzip::gguf
+}  // namespace kvzip::model::gguf

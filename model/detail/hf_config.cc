@@ -9,7 +9,7 @@
 #include "model/detail/config_check.h"
 #include "model/detail/hf_json.h"
 
-namespace kvzip::detail {
+namespace kvzip::model::detail {
 namespace {
 
 struct HfArch {
@@ -148,4 +148,4 @@ ModelConfig hf_config_from_json(const JsonFile& f) {
   return c;
 }
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::model::detail

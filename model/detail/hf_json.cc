@@ -6,7 +6,7 @@
 #include <fstream>
 #include <iterator>
 
-namespace kvzip::detail {
+namespace kvzip::model::detail {
 namespace {
 
 std::string shown(const nlohmann::json& v) {
@@ -105,4 +105,4 @@ uint64_t JsonFile::get_uint(std::string_view key, const nlohmann::json* obj, std
   return *v;
 }
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::model::detail

@@ -13,7 +13,7 @@
 #include "common/model_config.h"
 #include "model/tokenizer.h"
 
-namespace kvzip::detail {
+namespace kvzip::model::detail {
 
 class JsonFile {
  public:
@@ -62,4 +62,4 @@ TokenizerData hf_tokenizer_from_json(const JsonFile& tokenizer, const JsonFile* 
                                      const JsonFile& config, const std::optional<std::string>& chat_template,
                                      uint32_t vocab_size);
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::model::detail

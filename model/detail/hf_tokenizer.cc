@@ -13,7 +13,7 @@
 #include "model/detail/hf_json.h"
 #include "model/detail/pretokenize.h"
 
-namespace kvzip::detail {
+namespace kvzip::model::detail {
 namespace {
 
 using nlohmann::json;
@@ -261,4 +261,4 @@ TokenizerData hf_tokenizer_from_json(const JsonFile& f, const JsonFile* tc, cons
   return d;
 }
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::model::detail

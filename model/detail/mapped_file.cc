@@ -12,7 +12,7 @@
 
 #include "common/error.h"
 
-namespace kvzip::detail {
+namespace kvzip::model::detail {
 
 FileImage FileImage::map(const std::string& path, const std::string& error_prefix) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -70,4 +70,4 @@ FileImage::~FileImage() {
   if (map_) munmap(map_, size_t(map_size_));
 }
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::model::detail

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-namespace kvzip::detail {
+namespace kvzip::model::detail {
 
 class FileImage {
  public:
@@ -47,4 +47,4 @@ struct NamedImage {
       : source(std::move(src)), image(std::move(img)), data(image.data()), size(image.size()) {}
 };
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::model::detail

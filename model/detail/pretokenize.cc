@@ -13,7 +13,7 @@
 
 #include "common/error.h"
 
-namespace kvzip::detail {
+namespace kvzip::model::detail {
 namespace {
 
 // Inner parts of character classes (no brackets), so they can be combined and negated.
@@ -143,4 +143,4 @@ void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& o
   for (std::string_view piece : cur) regexes_.back()->split(piece, md, out);
 }
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::model::detail

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-namespace kvzip::detail {
+namespace kvzip::model::detail {
 
 // PCRE2 match data for one thread; reused across matches (the patterns have no capture groups).
 class MatchData {
@@ -63,4 +63,4 @@ class PreTokenizer {
   bool ignore_merges_ = false;
 };
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::model::detail

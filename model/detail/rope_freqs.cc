@@ -11,11 +11,11 @@
 
 #include "kernels/rope.h"
 
-namespace kvzip::detail {
+namespace kvzip::model::detail {
 namespace {
 
 bool reproduces(std::span<const float> divisors, float base, uint32_t D, const RopeScaling& s) {
-  std::vector<float> want = rope_inv_freq(D, base, RopeScaling{}), got = rope_inv_freq(D, base, s);
+  std::vector<float> want = kernels::rope_inv_freq(D, base, RopeScaling{}), got = kernels::rope_inv_freq(D, base, s);
   for (size_t i = 0; i < divisors.size(); ++i) {
     const double f = double(want[i]) / divisors[i];
     if (std::abs(got[i] - f) > 1e-5 * f) return false;
@@ -72,4 +72,4 @@ std::optional<RopeScaling> scaling_from_rope_freqs(std::span<const float> diviso
   return reproduces(divisors, base, D, s) ? std::optional(s) : std::nullopt;
 }
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::model::detail

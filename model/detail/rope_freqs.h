@@ -11,7 +11,7 @@
 
 #include "common/model_config.h"
 
-namespace kvzip::detail {
+namespace kvzip::model::detail {
 
 // The scaling whose frequencies equal base^(-2i/D) / divisors[i] for every i (relative 1e-5):
 // kind None when every divisor is 1, Linear when all are one factor > 1, else Llama3. nullopt
@@ -19,4 +19,4 @@ namespace kvzip::detail {
 // the band edges are not pinned down.
 std::optional<RopeScaling> scaling_from_rope_freqs(std::span<const float> divisors, float base, uint32_t head_dim);
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::model::detail

@@ -6,7 +6,7 @@
 #include <sstream>
 #include <string>
 
-namespace kvzip::detail {
+namespace kvzip::model::detail {
 namespace {
 
 std::optional<uint64_t> meminfo_available() {
@@ -53,4 +53,4 @@ std::optional<uint64_t> available_memory_bytes() {
   return a ? a : b;
 }
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::model::detail

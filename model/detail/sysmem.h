@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <optional>
 
-namespace kvzip::detail {
+namespace kvzip::model::detail {
 
 // Bytes available, or nullopt when neither source can be read (then no check is made).
 std::optional<uint64_t> available_memory_bytes();
 
-}  // namespace kvzip::detail
+}  // namespace kvzip::model::detail

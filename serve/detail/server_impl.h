@@ -30,7 +30,7 @@ struct Scope {
 };
 
 struct Server::Impl {
-  const Model& model;
+  const model::Model& model;
   ServerOptions opt;
   CacheStore store;
   Engine engine;
@@ -40,7 +40,7 @@ struct Server::Impl {
   std::atomic<bool> draining{false};
   std::atomic<uint64_t> next_completion{1};
 
-  Impl(const Model& m, ServerOptions o);
+  Impl(const model::Model& m, ServerOptions o);
   using Route = std::function<void(const httplib::Request&, httplib::Response&, const Scope&)>;
   enum class Method { Get, Post, Put, Delete };
   void routes();

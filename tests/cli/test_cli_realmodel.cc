@@ -20,7 +20,7 @@ namespace {
 
 // A cache of `model` for a document of `n_doc` copies of one token, keeping per head the prefix
 // rows and the last 4 document rows, with zero K/V.
-format::CacheContents long_document_cache(const Model& model, uint32_t n_doc) {
+format::CacheContents long_document_cache(const model::Model& model, uint32_t n_doc) {
   format::CacheContents c;
   format::CacheHeader& h = c.header;
   format::set_model(h, model.config(), model.fingerprint());
@@ -51,7 +51,7 @@ format::CacheContents long_document_cache(const Model& model, uint32_t n_doc) {
 TEST_CASE("query reports stop_reason, and explains a stop at the context limit", "[cli][realmodel]") {
   const std::string path = real_model_or_empty();
   if (path.empty()) KVZIP_FORMAT_SKIP("set KVZIP_MODEL to SmolLM2-135M-Instruct.Q4_1.gguf to run this test");
-  const auto model = Model::load(path);
+  const auto model = model::Model::load(path);
   const uint32_t ctx = model->config().max_context;
   REQUIRE(ctx > 0);
   const std::string question = "What is it?";

@@ -16,7 +16,7 @@ namespace {
 
 // What a bar with options `o` (its `out` replaced by a temporary file) writes for `updates`,
 // destructor included; *tty gets the bar's is_tty().
-std::string drawn(ProgressBarOptions o, const std::vector<PrefillProgress>& updates,
+std::string drawn(ProgressBarOptions o, const std::vector<prefill::PrefillProgress>& updates,
                   bool* tty = nullptr) {
   FILE* f = std::tmpfile();
   REQUIRE(f);
@@ -24,7 +24,7 @@ std::string drawn(ProgressBarOptions o, const std::vector<PrefillProgress>& upda
   {
     ProgressBar bar(o);
     if (tty) *tty = bar.is_tty();
-    for (const PrefillProgress& p : updates) bar.update(p);
+    for (const prefill::PrefillProgress& p : updates) bar.update(p);
   }
   std::string s;
   std::rewind(f);
@@ -43,7 +43,7 @@ TEST_CASE("the progress bar writes at most four plain lines when not on a termin
           "[cli]") {
   ProgressBarOptions o;
   o.tty = 0;
-  std::vector<PrefillProgress> updates;
+  std::vector<prefill::PrefillProgress> updates;
   for (uint64_t done = 0; done <= 1000; done += 10) updates.push_back({done, 1000, 1.0, 10.0 * done});
   const std::string s = drawn(o, updates);
   INFO(s);

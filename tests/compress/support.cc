@@ -14,8 +14,8 @@
 
 namespace kvzip::test {
 
-TraceFn QueryRecorder::trace_fn() {
-  return [this](const TraceTensor& t) {
+model::TraceFn QueryRecorder::trace_fn() {
+  return [this](const model::TraceTensor& t) {
     if (std::strcmp(t.name, "q_rope") != 0) return;
     if (q.size() <= size_t(t.layer)) q.resize(t.layer + 1);
     std::vector<float>& dst = q[t.layer];
@@ -25,34 +25,34 @@ TraceFn QueryRecorder::trace_fn() {
   };
 }
 
-DocumentScores ScoredDocument::score(Scorer& scorer) {
+compress::DocumentScores ScoredDocument::score(compress::Scorer& scorer) {
   rec.Hq = cfg.n_heads;
   rec.D = cfg.head_dim;
   rec.clear(0);
-  Forward fwd(w, ForwardOptions{2, 8, rec.trace_fn()});
-  PrefillOptions po;
+  model::Forward fwd(w, model::ForwardOptions{2, 8, rec.trace_fn()});
+  prefill::PrefillOptions po;
   po.chunk = prefill_chunk;
   po.observer = scorer.prefill_observer(fwd, n_p, uint32_t(doc.size()));
-  PrefillResult pre = prefill_document(fwd, prefix, doc, po);
-  DocumentScores s = scorer.score(ScoreInput{&fwd, &pre.cache, n_p, doc});
+  prefill::PrefillResult pre = prefill::prefill_document(fwd, prefix, doc, po);
+  compress::DocumentScores s = scorer.score(compress::ScoreInput{&fwd, &pre.cache, n_p, doc});
   cache = pre.cache;
   return s;
 }
 
 bool ScoredDocument::unobserved_refused(std::string_view method) const {
-  auto scorer = make_scorer(method, ScorerOptions{});
-  Forward fwd(w, ForwardOptions{1, 16, {}});
-  PrefillResult pre = prefill_document(fwd, prefix, doc);
+  auto scorer = compress::make_scorer(method, compress::ScorerOptions{});
+  model::Forward fwd(w, model::ForwardOptions{1, 16, {}});
+  prefill::PrefillResult pre = prefill::prefill_document(fwd, prefix, doc);
   try {
-    scorer->score(ScoreInput{&fwd, &pre.cache, n_p, doc});
+    scorer->score(compress::ScoreInput{&fwd, &pre.cache, n_p, doc});
   } catch (const Error&) {
     return true;
   }
   return false;
 }
 
-ScorerOptions tiny_kvzip_options() {
-  ScorerOptions so;
+compress::ScorerOptions tiny_kvzip_options() {
+  compress::ScorerOptions so;
   so.prompts.first = {3, 4, 5};
   so.prompts.next = {6, 7, 8, 9};
   so.prompts.turn_end = {10, 11};
@@ -67,9 +67,9 @@ void check_context_refusal(const Error& e, std::initializer_list<const char*> ne
   for (const char* n : needles) CHECK(m.find(n) != std::string::npos);
 }
 
-bool scorer_refuses(std::string_view method, const ScorerOptions& options, const char* what) {
+bool scorer_refuses(std::string_view method, const compress::ScorerOptions& options, const char* what) {
   try {
-    make_scorer(method, options);
+    compress::make_scorer(method, options);
   } catch (const Error& e) {
     INFO(e.what());
     CHECK(e.code() == Errc::invalid_argument);

@@ -27,7 +27,7 @@ struct QueryRecorder {
     first = first_position;
     for (auto& v : q) v.clear();
   }
-  TraceFn trace_fn();  // attach as ForwardOptions::trace; this recorder must outlive the Forward
+  model::TraceFn trace_fn();  // attach as ForwardOptions::trace; this recorder must outlive the Forward
   const float* at(uint32_t layer, uint32_t position, uint32_t head) const {
     return q[layer].data() + (size_t(position - first) * Hq + head) * D;
   }
@@ -37,7 +37,7 @@ struct QueryRecorder {
 // and question tokens from seed + 1, + 2, + 3.
 struct TinyDoc {
   ModelConfig cfg = tiny_qwen2_config();
-  Weights w;
+  model::Weights w;
   std::vector<int32_t> prefix, doc, question;
   TinyDoc(uint32_t n_prefix, uint32_t n_doc, uint32_t n_question, uint64_t seed)
       : w(random_weights(cfg, seed)),
@@ -48,7 +48,7 @@ struct TinyDoc {
 
 // KVzip's options for token ids of the tiny models: short stand-in reconstruction prompts
 // ({3, 4, 5}, {6, 7, 8, 9}, turn end {10, 11}) and chunks of 16 tokens.
-ScorerOptions tiny_kvzip_options();
+compress::ScorerOptions tiny_kvzip_options();
 
 // The message of a prefill refused for not fitting the context (Errc::invalid_argument): it
 // names the parts of the sequence, their sum and the model's context; each needle must be in it.
@@ -56,7 +56,7 @@ void check_context_refusal(const Error& e, std::initializer_list<const char*> ne
 
 // True when make_scorer(method, options) throws Errc::invalid_argument with `what` in its message
 // (CHECKed), false when it accepts the options.
-bool scorer_refuses(std::string_view method, const ScorerOptions& options, const char* what);
+bool scorer_refuses(std::string_view method, const compress::ScorerOptions& options, const char* what);
 
 // A random document on the tiny qwen2 model (Hq = 6, Hkv = 2: G = 3) scored by one scorer, with
 // what naive references need afterwards: the dense cache and every position's post-RoPE queries.
@@ -64,11 +64,11 @@ bool scorer_refuses(std::string_view method, const ScorerOptions& options, const
 // `prefill_chunk` tokens so that probe windows straddle a chunk boundary.
 struct ScoredDocument {
   ModelConfig cfg = tiny_qwen2_config();
-  Weights w;
+  model::Weights w;
   uint32_t n_p;
   std::vector<int32_t> prefix, doc;
   QueryRecorder rec;
-  KvCache cache{cfg};
+  model::KvCache cache{cfg};
   uint32_t prefill_chunk;
 
   ScoredDocument(uint32_t n_c, uint64_t seed, uint32_t n_prefix, uint32_t chunk)
@@ -79,7 +79,7 @@ struct ScoredDocument {
         prefill_chunk(chunk) {}
 
   // Prefills [prefix ; doc] with the scorer's observer, scores, keeps the dense cache.
-  DocumentScores score(Scorer& scorer);
+  compress::DocumentScores score(compress::Scorer& scorer);
   // Whether `method` (default options) refuses to score a prefill that ran without its observer.
   bool unobserved_refused(std::string_view method) const;
 };

@@ -21,34 +21,34 @@ constexpr uint32_t kNp = 4, kNc = 30;
 
 struct Observed {
   ModelConfig cfg = test::tiny_qwen2_config();  // G = 3
-  Weights w = test::random_weights(cfg, 31);
+  model::Weights w = test::random_weights(cfg, 31);
   std::vector<int32_t> prefix = test::random_tokens(kNp, cfg.vocab_size, 32);
   std::vector<int32_t> doc = test::random_tokens(kNc, cfg.vocab_size, 33);
   test::QueryRecorder rec;
 
   // Prefills with the scorer's observer on a tracing forward; returns the scores.
-  DocumentScores run(Scorer& scorer, KvCache* keep_cache = nullptr) {
+  compress::DocumentScores run(compress::Scorer& scorer, model::KvCache* keep_cache = nullptr) {
     rec.Hq = cfg.n_heads;
     rec.D = cfg.head_dim;
     rec.clear(0);
-    Forward fwd(w, ForwardOptions{2, 8, rec.trace_fn()});
-    PrefillOptions po;
+    model::Forward fwd(w, model::ForwardOptions{2, 8, rec.trace_fn()});
+    prefill::PrefillOptions po;
     po.chunk = 11;
     po.observer = scorer.prefill_observer(fwd, kNp, kNc);
-    PrefillResult pre = prefill_document(fwd, prefix, doc, po);
-    DocumentScores s = scorer.score(ScoreInput{&fwd, &pre.cache, kNp, doc});
+    prefill::PrefillResult pre = prefill::prefill_document(fwd, prefix, doc, po);
+    compress::DocumentScores s = scorer.score(compress::ScoreInput{&fwd, &pre.cache, kNp, doc});
     if (keep_cache) *keep_cache = pre.cache;
     return s;
   }
 
   // acc[l][h][key] = Σ over queries i >= first (and the GQA group) of softmax_i(key), plainly.
-  std::vector<double> accumulate(const KvCache& cache, uint32_t first) const {
+  std::vector<double> accumulate(const model::KvCache& cache, uint32_t first) const {
     const uint32_t L = cfg.n_layers, Hkv = cfg.n_kv_heads, G = cfg.group(), D = cfg.head_dim;
     const uint32_t total = kNp + kNc;
     std::vector<double> acc(size_t(L) * Hkv * total, 0.0);
     for (uint32_t l = 0; l < L; ++l)
       for (uint32_t h = 0; h < Hkv; ++h) {
-        const KvHeadView v = cache.view(l, h);
+        const model::KvHeadView v = cache.view(l, h);
         for (uint32_t i = first; i < total; ++i)
           for (uint32_t g = 0; g < G; ++g) {
             const float* q = rec.at(l, i, h * G + g);
@@ -67,7 +67,7 @@ struct Observed {
   }
 };
 
-void check_close(const DocumentScores& got, const std::vector<double>& want) {
+void check_close(const compress::DocumentScores& got, const std::vector<double>& want) {
   REQUIRE(got.values.size() == want.size());
   for (size_t i = 0; i < want.size(); ++i) {
     INFO("score " << i);
@@ -84,12 +84,12 @@ void check_close(const DocumentScores& got, const std::vector<double>& want) {
 TEST_CASE("SnapKV sums the window's probabilities and max-pools them with kernel 7",
           "[compress]") {
   Observed o;
-  ScorerOptions so;
+  compress::ScorerOptions so;
   so.snapkv_window = 5;
   so.snapkv_kernel = 7;
-  auto scorer = make_scorer("snapkv", so);
-  KvCache cache(o.cfg);
-  DocumentScores got = o.run(*scorer, &cache);
+  auto scorer = compress::make_scorer("snapkv", so);
+  model::KvCache cache(o.cfg);
+  compress::DocumentScores got = o.run(*scorer, &cache);
 
   const uint32_t total = kNp + kNc, before = total - 5, Hkv = o.cfg.n_kv_heads;
   std::vector<double> acc = o.accumulate(cache, before);
@@ -104,16 +104,16 @@ TEST_CASE("SnapKV sums the window's probabilities and max-pools them with kernel
     }
   check_close(got, want);
   CHECK(scorer->name() == "snapkv");
-  CHECK(scorer->params() == MethodParams{{"window", "5"}, {"kernel", "7"}, {"pooling", "max"}});
+  CHECK(scorer->params() == compress::MethodParams{{"window", "5"}, {"kernel", "7"}, {"pooling", "max"}});
 }
 
 TEST_CASE("H2O accumulates the attention every key receives during the prefill", "[compress]") {
   Observed o;
-  ScorerOptions so;
+  compress::ScorerOptions so;
   so.h2o_recent = 3;
-  auto scorer = make_scorer("h2o", so);
-  KvCache cache(o.cfg);
-  DocumentScores got = o.run(*scorer, &cache);
+  auto scorer = compress::make_scorer("h2o", so);
+  model::KvCache cache(o.cfg);
+  compress::DocumentScores got = o.run(*scorer, &cache);
 
   const uint32_t total = kNp + kNc, Hkv = o.cfg.n_kv_heads;
   std::vector<double> acc = o.accumulate(cache, 0);
@@ -130,24 +130,24 @@ TEST_CASE("H2O accumulates the attention every key receives during the prefill",
 TEST_CASE("observing scorers refuse to score a prefill they did not observe", "[compress]") {
   Observed o;
   for (const char* m : {"snapkv", "h2o"}) {
-    auto scorer = make_scorer(m, ScorerOptions{});
-    Forward fwd(o.w, ForwardOptions{1, 16, {}});
-    PrefillResult pre = prefill_document(fwd, o.prefix, o.doc);
+    auto scorer = compress::make_scorer(m, compress::ScorerOptions{});
+    model::Forward fwd(o.w, model::ForwardOptions{1, 16, {}});
+    prefill::PrefillResult pre = prefill::prefill_document(fwd, o.prefix, o.doc);
     INFO(m);
-    CHECK_THROWS_AS(scorer->score(ScoreInput{&fwd, &pre.cache, kNp, o.doc}), Error);
+    CHECK_THROWS_AS(scorer->score(compress::ScoreInput{&fwd, &pre.cache, kNp, o.doc}), Error);
   }
 }
 
 TEST_CASE("streaming keeps the sink tokens and the most recent rows", "[compress]") {
   Observed o;
-  ScorerOptions so;
+  compress::ScorerOptions so;
   so.sink = 4;
-  auto scorer = make_scorer("streaming", so);
-  Forward fwd(o.w, ForwardOptions{1, 64, {}});
-  PrefillResult pre = prefill_document(fwd, o.prefix, o.doc);
-  DocumentScores s = scorer->score(ScoreInput{&fwd, &pre.cache, kNp, o.doc});
-  for (SelectionLevel level : {SelectionLevel::PerHead, SelectionLevel::Global}) {
-    Selection sel = select_rows(s, 0.4, level);  // 12 of 30 per head (global: same everywhere)
+  auto scorer = compress::make_scorer("streaming", so);
+  model::Forward fwd(o.w, model::ForwardOptions{1, 64, {}});
+  prefill::PrefillResult pre = prefill::prefill_document(fwd, o.prefix, o.doc);
+  compress::DocumentScores s = scorer->score(compress::ScoreInput{&fwd, &pre.cache, kNp, o.doc});
+  for (compress::SelectionLevel level : {compress::SelectionLevel::PerHead, compress::SelectionLevel::Global}) {
+    compress::Selection sel = compress::select_rows(s, 0.4, level);  // 12 of 30 per head (global: same everywhere)
     std::vector<uint32_t> want = {0, 1, 2, 3, 4, 5, 6, 7};  // prefix + 4 sinks
     for (uint32_t j = kNc - 8; j < kNc; ++j) want.push_back(kNp + j);
     for (const auto& rows : sel.keep) CHECK(rows == want);
@@ -156,12 +156,12 @@ TEST_CASE("streaming keeps the sink tokens and the most recent rows", "[compress
 
 TEST_CASE("random scores are a pure function of the seed", "[compress]") {
   Observed o;
-  Forward fwd(o.w, ForwardOptions{1, 64, {}});
-  PrefillResult pre = prefill_document(fwd, o.prefix, o.doc);
+  model::Forward fwd(o.w, model::ForwardOptions{1, 64, {}});
+  prefill::PrefillResult pre = prefill::prefill_document(fwd, o.prefix, o.doc);
   auto scores = [&](uint64_t seed) {
-    ScorerOptions so;
+    compress::ScorerOptions so;
     so.seed = seed;
-    return make_scorer("random", so)->score(ScoreInput{&fwd, &pre.cache, kNp, o.doc}).values;
+    return compress::make_scorer("random", so)->score(compress::ScoreInput{&fwd, &pre.cache, kNp, o.doc}).values;
   };
   const std::vector<float> a = scores(7), b = scores(7), c = scores(8);
   CHECK(a == b);

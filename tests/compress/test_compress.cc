@@ -17,8 +17,8 @@ using namespace kvzip;
 
 namespace {
 
-ScorerOptions tiny_scorer_options() {
-  ScorerOptions so = test::tiny_kvzip_options();
+compress::ScorerOptions tiny_scorer_options() {
+  compress::ScorerOptions so = test::tiny_kvzip_options();
   so.snapkv_window = 4;
   so.h2o_recent = 4;
   so.restkv_window = 4;
@@ -38,36 +38,36 @@ TEST_CASE("with ratio 1 every method's compressed cache gives the full cache's l
                                         "rest-kv", "rkv");
   INFO("method " << method);
   Doc d;
-  Forward fwd(d.w, ForwardOptions{2, 8, {}});
-  CompressOptions co;
+  model::Forward fwd(d.w, model::ForwardOptions{2, 8, {}});
+  compress::CompressOptions co;
   co.method = method;
   co.ratio = 1.0;
   co.scorer = tiny_scorer_options();
   co.prefill.answer_room = 16;
-  CompressResult r = compress(fwd, d.prefix, d.doc, co);
+  compress::CompressResult r = compress::compress(fwd, d.prefix, d.doc, co);
   CHECK(r.achieved_ratio == 1.0);
   CHECK(r.cache.kept_total() == uint64_t(d.cfg.n_layers) * d.cfg.n_kv_heads * 46);
   CHECK(r.cache.logical_length() == 46);
 
   // The same prefill path (same chunking, so the same rows bit for bit), no scoring, no eviction.
-  PrefillResult dense = prefill_document(fwd, d.prefix, d.doc, co.prefill);
-  const std::vector<float> want = fwd.prefill(dense.cache, d.question, LogitsMode::All);
-  const std::vector<float> got = fwd.prefill(r.cache, d.question, LogitsMode::All);
+  prefill::PrefillResult dense = prefill::prefill_document(fwd, d.prefix, d.doc, co.prefill);
+  const std::vector<float> want = fwd.prefill(dense.cache, d.question, model::LogitsMode::All);
+  const std::vector<float> got = fwd.prefill(r.cache, d.question, model::LogitsMode::All);
   CHECK(got == want);
   // After reset the same question gives the same answer again (multi-query reuse).
   r.cache.reset();
-  CHECK(fwd.prefill(r.cache, d.question, LogitsMode::All) == want);
+  CHECK(fwd.prefill(r.cache, d.question, model::LogitsMode::All) == want);
 }
 
 TEST_CASE("compress keeps the requested share of document rows and records what it did",
           "[compress]") {
   Doc d;
-  Forward fwd(d.w, ForwardOptions{2, 8, {}});
-  CompressOptions co;
+  model::Forward fwd(d.w, model::ForwardOptions{2, 8, {}});
+  compress::CompressOptions co;
   co.ratio = 0.3;
   co.scorer = tiny_scorer_options();
   co.prefill.answer_room = 16;
-  CompressResult r = compress(fwd, d.prefix, d.doc, co);
+  compress::CompressResult r = compress::compress(fwd, d.prefix, d.doc, co);
   const uint64_t N = uint64_t(d.cfg.n_layers) * d.cfg.n_kv_heads * 40;
   CHECK(r.method == "kvzip");
   CHECK(r.requested_ratio == 0.3);
@@ -75,7 +75,7 @@ TEST_CASE("compress keeps the requested share of document rows and records what 
   CHECK(r.cache.kept_total() == uint64_t(d.cfg.n_layers) * d.cfg.n_kv_heads * 6 + std::llround(0.3 * N));
   CHECK(r.n_prefix == 6);
   CHECK(r.n_doc == 40);
-  CHECK(r.params == MethodParams{{"chunk", "16"},
+  CHECK(r.params == compress::MethodParams{{"chunk", "16"},
                                  {"hint", "8"},
                                  {"normalization", "local"},
                                  {"reduce", "max over GQA group and reconstruction positions"},
@@ -98,19 +98,19 @@ TEST_CASE("compress keeps the requested share of document rows and records what 
     CHECK(row == r.kept_scores[l].size());
   }
   // The compressed cache answers (positions continue after the document).
-  const std::vector<float> logits = fwd.prefill(r.cache, d.question, LogitsMode::Last);
+  const std::vector<float> logits = fwd.prefill(r.cache, d.question, model::LogitsMode::Last);
   CHECK(logits.size() == d.cfg.vocab_size);
   CHECK(r.cache.view(0, 0).positions[r.cache.view(0, 0).len - 1] == 46 + 8);
 }
 
 TEST_CASE("full keeps everything whatever ratio is asked", "[compress]") {
   Doc d;
-  Forward fwd(d.w, ForwardOptions{1, 64, {}});
-  CompressOptions co;
+  model::Forward fwd(d.w, model::ForwardOptions{1, 64, {}});
+  compress::CompressOptions co;
   co.method = "full";
   co.ratio = 0.2;
   co.prefill.answer_room = 16;
-  CompressResult r = compress(fwd, d.prefix, d.doc, co);
+  compress::CompressResult r = compress::compress(fwd, d.prefix, d.doc, co);
   CHECK(r.achieved_ratio == 1.0);
   CHECK(r.requested_ratio == 1.0);
   CHECK(r.cache.kept_total() == uint64_t(d.cfg.n_layers) * d.cfg.n_kv_heads * 46);
@@ -119,16 +119,16 @@ TEST_CASE("full keeps everything whatever ratio is asked", "[compress]") {
 TEST_CASE("compress refuses bad ratios, unknown methods and bad options before any work",
           "[compress]") {
   Doc d;
-  Forward fwd(d.w, ForwardOptions{1, 64, {}});
-  auto code_and_message = [&](const CompressOptions& co) -> std::pair<Errc, std::string> {
+  model::Forward fwd(d.w, model::ForwardOptions{1, 64, {}});
+  auto code_and_message = [&](const compress::CompressOptions& co) -> std::pair<Errc, std::string> {
     try {
-      compress(fwd, d.prefix, d.doc, co);
+      compress::compress(fwd, d.prefix, d.doc, co);
     } catch (const Error& e) {
       return {e.code(), e.what()};
     }
     return {Errc::internal, "no error"};
   };
-  CompressOptions co;
+  compress::CompressOptions co;
   co.scorer = tiny_scorer_options();
   for (double r : {0.0, -1.0, 1.5, std::nan("")}) {
     co.ratio = r;
@@ -149,18 +149,18 @@ TEST_CASE("compress refuses bad ratios, unknown methods and bad options before a
   CHECK(code_and_message(co).first == Errc::invalid_argument);
   co.scorer = tiny_scorer_options();
   co.scorer.snapkv_kernel = 6;
-  CHECK_THROWS_AS(make_scorer("snapkv", co.scorer), Error);
+  CHECK_THROWS_AS(compress::make_scorer("snapkv", co.scorer), Error);
   co.scorer.kvzip_chunk = 0;
-  CHECK_THROWS_AS(make_scorer("kvzip", co.scorer), Error);
+  CHECK_THROWS_AS(compress::make_scorer("kvzip", co.scorer), Error);
 }
 
 TEST_CASE("a document too long for the context is refused with both numbers", "[compress]") {
   Doc d;
   d.w.config.max_context = 50;  // 6 prefix + 40 document + 16 room = 62
-  Forward fwd(d.w, ForwardOptions{1, 64, {}});
-  CompressOptions co;
+  model::Forward fwd(d.w, model::ForwardOptions{1, 64, {}});
+  compress::CompressOptions co;
   co.scorer = tiny_scorer_options();
   co.prefill.answer_room = 16;
-  const Error e = test::error_from([&] { compress(fwd, d.prefix, d.doc, co); }, "no error");
+  const Error e = test::error_from([&] { compress::compress(fwd, d.prefix, d.doc, co); }, "no error");
   test::check_context_refusal(e, {"40 document tokens", "62 tokens", "max context is 50"});
 }

@@ -31,17 +31,17 @@ void write_text(const std::string& path, const std::string& s) {
 }
 
 // A tiny Llama GGUF with the test tokenizer (ChatML template) loaded as a Model.
-std::unique_ptr<Model> tiny_model(const TempDir& dir) {
+std::unique_ptr<model::Model> tiny_model(const TempDir& dir) {
   test::TinyModelSpec spec;
   spec.config = test::tiny_gguf_llama_config();
   spec.config.max_context = 2048;
   const std::string path = dir.path("tiny.gguf");
   test::write_file(path, test::make_tiny_model(spec).bytes);
-  return Model::load(path);
+  return model::Model::load(path);
 }
 
-CorpusOptions tiny_options(const std::string& out_dir) {
-  CorpusOptions o;
+compress::CorpusOptions tiny_options(const std::string& out_dir) {
+  compress::CorpusOptions o;
   o.out_dir = out_dir;
   o.file.compress.method = "snapkv";  // a scorer needing no reconstruction prompts
   o.file.compress.ratio = 0.5;
@@ -61,8 +61,8 @@ std::string manifest_of(int n) {
   return m;
 }
 
-const CorpusOutcome& outcome(const CorpusSummary& s, const std::string& id) {
-  const auto it = std::find_if(s.outcomes.begin(), s.outcomes.end(), [&](const CorpusOutcome& o) { return o.id == id; });
+const compress::CorpusOutcome& outcome(const compress::CorpusSummary& s, const std::string& id) {
+  const auto it = std::find_if(s.outcomes.begin(), s.outcomes.end(), [&](const compress::CorpusOutcome& o) { return o.id == id; });
   REQUIRE(it != s.outcomes.end());
   return *it;
 }
@@ -83,7 +83,7 @@ TEST_CASE("manifest lines are parsed, and each bad line fails alone with its rea
       "{\"id\": \"f\", \"text\": \"t\", \"colour\": 1}\n"
       "{\"id\": \"g\", \"text\": \"t\", \"ratio\": \"0.3\"}\n"
       "[1, 2]\n";
-  const auto e = parse_manifest(m, "m.jsonl", "/base");
+  const auto e = compress::parse_manifest(m, "m.jsonl", "/base");
   REQUIRE(e.size() == 11);
   CHECK(e[0].id == "a");
   CHECK(e[0].text == "hello");
@@ -107,25 +107,25 @@ TEST_CASE("manifest lines are parsed, and each bad line fails alone with its rea
   bad(8, "unknown field \"colour\"");
   bad(9, "\"ratio\" is a string");
   bad(10, "not a JSON object");
-  CHECK(valid_cache_id("normans.v2_final-1"));
-  CHECK_FALSE(valid_cache_id(""));
-  CHECK_FALSE(valid_cache_id(".."));
-  CHECK_FALSE(valid_cache_id(".hidden"));
-  CHECK_FALSE(valid_cache_id("a/b"));
-  CHECK_FALSE(valid_cache_id(std::string(129, 'a')));
+  CHECK(compress::valid_cache_id("normans.v2_final-1"));
+  CHECK_FALSE(compress::valid_cache_id(""));
+  CHECK_FALSE(compress::valid_cache_id(".."));
+  CHECK_FALSE(compress::valid_cache_id(".hidden"));
+  CHECK_FALSE(compress::valid_cache_id("a/b"));
+  CHECK_FALSE(compress::valid_cache_id(std::string(129, 'a')));
 }
 
 TEST_CASE("shards partition the ids exactly and stably", "[compress]") {
-  CHECK(parse_shard("3/4").index == 3);
-  CHECK(parse_shard("0/1").count == 1);
+  CHECK(compress::parse_shard("3/4").index == 3);
+  CHECK(compress::parse_shard("0/1").count == 1);
   for (const char* bad : {"4/4", "1", "a/2", "-1/2", "1/0", "", "1/2/3"})
-    CHECK_THROWS_AS(parse_shard(bad), Error);
+    CHECK_THROWS_AS(compress::parse_shard(bad), Error);
   std::vector<std::string> ids;
   for (int i = 0; i < 1000; ++i) ids.push_back("doc-" + std::to_string(i));
   for (uint32_t n : {1u, 2u, 4u, 7u}) {
     std::vector<int> per(n, 0);
     for (const auto& id : ids) {
-      const uint32_t s = shard_of(id, n);
+      const uint32_t s = compress::shard_of(id, n);
       REQUIRE(s < n);
       ++per[s];
     }
@@ -133,12 +133,12 @@ TEST_CASE("shards partition the ids exactly and stably", "[compress]") {
   }
   // The rule is xxh64(id, seed 0) mod N, pinned to values computed with libxxhash directly, so two
   // builds (or tasks on different machines) never disagree.
-  CHECK(shard_of("doc-0", 4) == 3);
-  CHECK(shard_of("doc-1", 4) == 2);
-  CHECK(shard_of("normans", 4) == 1);
-  CHECK(shard_of("doc-1", 7) == 4);
-  CHECK(shard_of("normans", 16) == 5);
-  CHECK(shard_of("d7", 16) == 10);
+  CHECK(compress::shard_of("doc-0", 4) == 3);
+  CHECK(compress::shard_of("doc-1", 4) == 2);
+  CHECK(compress::shard_of("normans", 4) == 1);
+  CHECK(compress::shard_of("doc-1", 7) == 4);
+  CHECK(compress::shard_of("normans", 16) == 5);
+  CHECK(compress::shard_of("d7", 16) == 10);
 }
 
 TEST_CASE("a corpus run compresses, skips finished outputs on a rerun, and redoes changed or damaged ones", "[compress]") {
@@ -149,10 +149,10 @@ TEST_CASE("a corpus run compresses, skips finished outputs on a rerun, and redoe
   m += "{\"id\": \"empty\", \"text\": \"   \"}\n";                    // fails: blank text
   m += "{\"id\": \"missing\", \"path\": \"nowhere.txt\"}\n";          // fails: no such file
   m += "{\"id\": \"badratio\", \"text\": \"x y z\", \"ratio\": 1.5}\n";  // fails: ratio
-  const CorpusOptions o = tiny_options(dir.path("out"));
-  const auto entries = parse_manifest(m, "m.jsonl", dir.dir());
+  const compress::CorpusOptions o = tiny_options(dir.path("out"));
+  const auto entries = compress::parse_manifest(m, "m.jsonl", dir.dir());
 
-  const CorpusSummary first = compress_corpus(*model, entries, o);
+  const compress::CorpusSummary first = compress::compress_corpus(*model, entries, o);
   CHECK(first.in_shard == 7);
   CHECK(first.done == 4);
   CHECK(first.failed == 3);
@@ -166,7 +166,7 @@ TEST_CASE("a corpus run compresses, skips finished outputs on a rerun, and redoe
   CHECK(r0.header().document_text == doc(0));
 
   // Rerun: everything finished is skipped, the failures fail again.
-  const CorpusSummary again = compress_corpus(*model, entries, o);
+  const compress::CorpusSummary again = compress::compress_corpus(*model, entries, o);
   CHECK(again.skipped == 4);
   CHECK(again.done == 0);
   CHECK(again.failed == 3);
@@ -179,14 +179,14 @@ TEST_CASE("a corpus run compresses, skips finished outputs on a rerun, and redoe
     f.seekp(-8, std::ios::end);
     f.write("garbage!", 8);
   }
-  const CorpusSummary third = compress_corpus(*model, parse_manifest(m2, "m2.jsonl", dir.dir()), o);
-  CHECK(outcome(third, "doc-0").status == CorpusStatus::Skipped);
-  CHECK(outcome(third, "doc-1").status == CorpusStatus::Done);
-  CHECK(outcome(third, "doc-2").status == CorpusStatus::Done);
-  CHECK(outcome(third, "doc-3").status == CorpusStatus::Skipped);
-  CorpusOptions other = o;
+  const compress::CorpusSummary third = compress::compress_corpus(*model, compress::parse_manifest(m2, "m2.jsonl", dir.dir()), o);
+  CHECK(outcome(third, "doc-0").status == compress::CorpusStatus::Skipped);
+  CHECK(outcome(third, "doc-1").status == compress::CorpusStatus::Done);
+  CHECK(outcome(third, "doc-2").status == compress::CorpusStatus::Done);
+  CHECK(outcome(third, "doc-3").status == compress::CorpusStatus::Skipped);
+  compress::CorpusOptions other = o;
   other.file.compress.ratio = 0.25;
-  const CorpusSummary fourth = compress_corpus(*model, parse_manifest(m2, "m2.jsonl", dir.dir()), other);
+  const compress::CorpusSummary fourth = compress::compress_corpus(*model, compress::parse_manifest(m2, "m2.jsonl", dir.dir()), other);
   CHECK(fourth.done == 4);
   CHECK(format::CacheReader::open(dir.path("out/doc-0.kvz")).header().requested_ratio == 0.25);
 
@@ -201,13 +201,13 @@ TEST_CASE("shards of a corpus together compress every document once", "[compress
   TempDir dir;
   const auto model = tiny_model(dir);
   std::filesystem::create_directory(dir.path("out"));
-  const auto entries = parse_manifest(manifest_of(6), "m.jsonl", dir.dir());
-  CorpusOptions o = tiny_options(dir.path("out"));
+  const auto entries = compress::parse_manifest(manifest_of(6), "m.jsonl", dir.dir());
+  compress::CorpusOptions o = tiny_options(dir.path("out"));
   std::set<std::string> seen;
   uint64_t total = 0;
   for (uint32_t i = 0; i < 3; ++i) {
-    o.shard = Shard{i, 3};
-    const CorpusSummary s = compress_corpus(*model, entries, o);
+    o.shard = compress::Shard{i, 3};
+    const compress::CorpusSummary s = compress::compress_corpus(*model, entries, o);
     CHECK(s.failed == 0);
     CHECK(s.skipped == 0);  // no shard touches another's documents
     total += s.done;
@@ -215,7 +215,7 @@ TEST_CASE("shards of a corpus together compress every document once", "[compress
   }
   CHECK(total == 6);
   CHECK(TempDir::list_of(dir.path("out")).size() == 6);
-  CHECK_THROWS_AS(compress_corpus(*model, entries, tiny_options(dir.path("no-such-dir"))), Error);
+  CHECK_THROWS_AS(compress::compress_corpus(*model, entries, tiny_options(dir.path("no-such-dir"))), Error);
 }
 
 TEST_CASE("kvzip compress --manifest resumes after kill -9 and leaves only whole files", "[compress][realmodel]") {

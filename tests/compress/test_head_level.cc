@@ -23,9 +23,9 @@ namespace {
 
 // Scores (L=3, Hkv=2, n_c) with the given per-head maxima placed at varying positions and
 // smaller values elsewhere.
-DocumentScores scores_with_maxima(const std::vector<float>& maxima, uint32_t n_p, uint32_t n_c) {
-  DocumentScores s;
-  s.shape = CacheShape{3, 2, 16};
+compress::DocumentScores scores_with_maxima(const std::vector<float>& maxima, uint32_t n_p, uint32_t n_c) {
+  compress::DocumentScores s;
+  s.shape = model::CacheShape{3, 2, 16};
   s.n_prefix = n_p;
   s.n_doc = n_c;
   const std::vector<float> noise = test::random_vector(6 * n_c, 5, 0.0f, 0.5f);
@@ -58,9 +58,9 @@ struct Doc : test::TinyDoc {
 };
 
 // compress() options of method kvzip-head with room for a 16-token question.
-CompressOptions head_level(std::vector<float> head_scores, double ratio, uint32_t window = 0) {
-  CompressOptions o;
-  o.method = kHeadLevelMethod;
+compress::CompressOptions head_level(std::vector<float> head_scores, double ratio, uint32_t window = 0) {
+  compress::CompressOptions o;
+  o.method = compress::kHeadLevelMethod;
   o.ratio = ratio;
   o.head.head_scores = std::move(head_scores);
   o.head.window = window;
@@ -74,14 +74,14 @@ TEST_CASE("head-level selection keeps whole the heads a hand ranking puts on top
   // Two ties (0.6 twice, 0.2 twice) so the cut falls on a tie for some ratios.
   const std::vector<float> maxima = {0.2f, 0.9f, 0.6f, 0.2f, 0.6f, 0.4f};
   const uint32_t n_p = 3, n_c = 10;
-  const DocumentScores s = scores_with_maxima(maxima, n_p, n_c);
-  REQUIRE(max_per_head(s) == maxima);
+  const compress::DocumentScores s = scores_with_maxima(maxima, n_p, n_c);
+  REQUIRE(compress::max_per_head(s) == maxima);
   for (double r : {0.1, 0.2, 0.34, 0.5, 0.6, 0.75, 1.0})
     for (uint32_t window : {0u, 1u, 4u, 10u, 50u}) {
       INFO("ratio " << r << " window " << window);
       const size_t k = static_cast<size_t>(std::llround(r * 6));
-      CHECK(heads_kept(r, 6) == k);
-      const Selection sel = select_heads(s, r, window);
+      CHECK(compress::heads_kept(r, 6) == k);
+      const compress::Selection sel = compress::select_heads(s, r, window);
       CHECK(sel.keep == naive_keep(maxima, n_p, n_c, k, window));
       const uint64_t kept = k * n_c + (6 - k) * std::min(window, n_c);
       CHECK(sel.kept_doc == kept);
@@ -89,52 +89,52 @@ TEST_CASE("head-level selection keeps whole the heads a hand ranking puts on top
       CHECK(sel.achieved_ratio == Approx(double(kept) / 60.0));
     }
   // With window 0 the achieved row ratio is the kept head fraction.
-  CHECK(select_heads(s, 0.5, 0).achieved_ratio == 0.5);
+  CHECK(compress::select_heads(s, 0.5, 0).achieved_ratio == 0.5);
   // Tie at the cut: 0.6 at heads 2 and 4, k = 2 keeps 1 (0.9) and the lower index 2.
-  const Selection two = select_heads(s, 2.0 / 6.0, 0);
+  const compress::Selection two = compress::select_heads(s, 2.0 / 6.0, 0);
   for (size_t i = 0; i < 6; ++i) CHECK((two.keep[i].size() == n_p + n_c) == (i == 1 || i == 2));
 }
 
 TEST_CASE("head-level selection refuses bad ratios and NaN scores", "[compress]") {
-  DocumentScores s = scores_with_maxima({1, 2, 3, 4, 5, 6}, 2, 4);
-  for (double r : {0.0, -0.5, 1.01, std::nan("")}) CHECK_THROWS_AS(select_heads(s, r, 0), Error);
+  compress::DocumentScores s = scores_with_maxima({1, 2, 3, 4, 5, 6}, 2, 4);
+  for (double r : {0.0, -0.5, 1.01, std::nan("")}) CHECK_THROWS_AS(compress::select_heads(s, r, 0), Error);
   s.values[5] = std::numeric_limits<float>::quiet_NaN();
-  CHECK_THROWS_AS(select_heads(s, 0.5, 0), Error);
+  CHECK_THROWS_AS(compress::select_heads(s, 0.5, 0), Error);
   s.values.pop_back();
-  CHECK_THROWS_AS(max_per_head(s), Error);
+  CHECK_THROWS_AS(compress::max_per_head(s), Error);
 }
 
 TEST_CASE("broadcast head scores give every row its head's score and reduce back", "[compress]") {
   const std::vector<float> h = {0.5f, 0.25f, 1.0f, 0.0f};
-  const DocumentScores s = broadcast_head_scores(h, CacheShape{2, 2, 8}, 3, 5);
+  const compress::DocumentScores s = compress::broadcast_head_scores(h, model::CacheShape{2, 2, 8}, 3, 5);
   CHECK(s.n_prefix == 3);
   CHECK(s.n_doc == 5);
   REQUIRE(s.values.size() == 20);
   for (uint32_t l = 0; l < 2; ++l)
     for (uint32_t k = 0; k < 2; ++k)
       for (uint32_t j = 0; j < 5; ++j) CHECK(s.at(l, k, j) == h[l * 2 + k]);
-  CHECK(max_per_head(s) == h);
-  CHECK_THROWS_AS(broadcast_head_scores(h, CacheShape{3, 2, 8}, 3, 5), Error);
+  CHECK(compress::max_per_head(s) == h);
+  CHECK_THROWS_AS(compress::broadcast_head_scores(h, model::CacheShape{3, 2, 8}, 3, 5), Error);
 }
 
 TEST_CASE("calibration scores each head by the max of its KVzip scores over the document",
           "[compress]") {
   const bool qwen = GENERATE(true, false);
   const ModelConfig cfg = qwen ? test::tiny_qwen2_config() : test::tiny_llama_config();
-  const Weights w = test::random_weights(cfg, 71);
+  const model::Weights w = test::random_weights(cfg, 71);
   const std::vector<int32_t> prefix = test::random_tokens(6, cfg.vocab_size, 72);
   const std::vector<int32_t> doc = test::random_tokens(40, cfg.vocab_size, 73);
-  const ScorerOptions so = test::tiny_kvzip_options();
-  Forward fwd(w, ForwardOptions{2, 8, {}});
+  const compress::ScorerOptions so = test::tiny_kvzip_options();
+  model::Forward fwd(w, model::ForwardOptions{2, 8, {}});
 
-  const CalibrateResult got = calibrate_heads(fwd, prefix, doc, so);
+  const compress::CalibrateResult got = compress::calibrate_heads(fwd, prefix, doc, so);
   CHECK(got.n_prefix == 6);
   CHECK(got.n_doc == 40);
-  CHECK(got.shape == cache_shape(cfg));
+  CHECK(got.shape == model::cache_shape(cfg));
 
-  PrefillResult pre = prefill_document(fwd, prefix, doc);
-  const DocumentScores direct =
-      make_scorer("kvzip", so)->score(ScoreInput{&fwd, &pre.cache, 6, doc});
+  prefill::PrefillResult pre = prefill::prefill_document(fwd, prefix, doc);
+  const compress::DocumentScores direct =
+      compress::make_scorer("kvzip", so)->score(compress::ScoreInput{&fwd, &pre.cache, 6, doc});
   REQUIRE(got.head_scores.size() == size_t(cfg.n_layers) * cfg.n_kv_heads);
   for (uint32_t l = 0; l < cfg.n_layers; ++l)
     for (uint32_t h = 0; h < cfg.n_kv_heads; ++h) {
@@ -143,28 +143,28 @@ TEST_CASE("calibration scores each head by the max of its KVzip scores over the 
       CHECK(got.head_scores[l * cfg.n_kv_heads + h] == mx);
       CHECK((mx > 0.0f && mx <= 1.0f));
     }
-  CHECK_THROWS_AS(calibrate_heads(fwd, prefix, std::vector<int32_t>{}, so), Error);
+  CHECK_THROWS_AS(compress::calibrate_heads(fwd, prefix, std::vector<int32_t>{}, so), Error);
 }
 
 TEST_CASE("head-level compression keeps the dense rows of the selected heads and records it",
           "[compress]") {
   Doc d;
-  Forward fwd(d.w, ForwardOptions{2, 8, {}});
-  CompressOptions ho = head_level({0.1f, 0.7f, 0.3f, 0.9f}, 0.5, 4);  // heads 3 and 1 whole
+  model::Forward fwd(d.w, model::ForwardOptions{2, 8, {}});
+  compress::CompressOptions ho = head_level({0.1f, 0.7f, 0.3f, 0.9f}, 0.5, 4);  // heads 3 and 1 whole
   ho.head.source = {{"head_scores", "x.kvh"}};
-  const CompressResult r = compress(fwd, d.prefix, d.doc, ho);
+  const compress::CompressResult r = compress::compress(fwd, d.prefix, d.doc, ho);
   CHECK(r.method == "kvzip-head");
   CHECK(r.requested_ratio == 0.5);
   CHECK(r.achieved_ratio == Approx((2.0 * 36 + 2.0 * 4) / (4.0 * 36)));
   CHECK(r.scoring_s == 0.0);
-  CHECK(r.params == MethodParams{{"level", "head"},
+  CHECK(r.params == compress::MethodParams{{"level", "head"},
                                  {"head_ratio", "0.5"},
                                  {"heads_kept", "2/4"},
                                  {"window", "4"},
                                  {"doc_ratio", "0.555556"},
                                  {"head_scores", "x.kvh"}});
 
-  PrefillResult dense = prefill_document(fwd, d.prefix, d.doc, ho.prefill);
+  prefill::PrefillResult dense = prefill::prefill_document(fwd, d.prefix, d.doc, ho.prefill);
   const uint32_t D = d.cfg.head_dim;
   for (uint32_t l = 0; l < d.cfg.n_layers; ++l) {
     size_t row = 0;
@@ -173,7 +173,7 @@ TEST_CASE("head-level compression keeps the dense rows of the selected heads and
       const bool whole = i == 1 || i == 3;
       INFO("layer " << l << " head " << h);
       REQUIRE(r.cache.kept(l, h) == 5 + (whole ? 36u : 4u));
-      const KvHeadView dv = dense.cache.view(l, h);
+      const model::KvHeadView dv = dense.cache.view(l, h);
       const uint32_t* pos = r.cache.positions(l, h);
       for (uint32_t x = 0; x < r.cache.kept(l, h); ++x, ++row) {
         const uint32_t want = x < 5 ? x : (whole ? x : 41 - 4 + (x - 5));
@@ -189,23 +189,23 @@ TEST_CASE("head-level compression keeps the dense rows of the selected heads and
 
 TEST_CASE("head-level compression at ratio 1 answers exactly as the full cache", "[compress]") {
   Doc d;
-  Forward fwd(d.w, ForwardOptions{2, 8, {}});
-  const CompressOptions ho = head_level({0.1f, 0.7f, 0.3f, 0.9f}, 1.0);
-  CompressResult r = compress(fwd, d.prefix, d.doc, ho);
+  model::Forward fwd(d.w, model::ForwardOptions{2, 8, {}});
+  const compress::CompressOptions ho = head_level({0.1f, 0.7f, 0.3f, 0.9f}, 1.0);
+  compress::CompressResult r = compress::compress(fwd, d.prefix, d.doc, ho);
   CHECK(r.achieved_ratio == 1.0);
-  PrefillResult dense = prefill_document(fwd, d.prefix, d.doc, ho.prefill);
-  CHECK(fwd.prefill(r.cache, d.question, LogitsMode::All) ==
-        fwd.prefill(dense.cache, d.question, LogitsMode::All));
+  prefill::PrefillResult dense = prefill::prefill_document(fwd, d.prefix, d.doc, ho.prefill);
+  CHECK(fwd.prefill(r.cache, d.question, model::LogitsMode::All) ==
+        fwd.prefill(dense.cache, d.question, model::LogitsMode::All));
 }
 
 TEST_CASE("head-level compression refuses bad head scores and ratios before any work",
           "[compress]") {
   Doc d;
-  Forward fwd(d.w, ForwardOptions{1, 64, {}});
-  CompressOptions ho = head_level({}, 0.6);
+  model::Forward fwd(d.w, model::ForwardOptions{1, 64, {}});
+  compress::CompressOptions ho = head_level({}, 0.6);
   auto code = [&]() {
     try {
-      compress(fwd, d.prefix, d.doc, ho);
+      compress::compress(fwd, d.prefix, d.doc, ho);
     } catch (const Error& e) {
       return e.code();
     }
@@ -224,13 +224,13 @@ TEST_CASE("head-level compression refuses bad head scores and ratios before any 
 TEST_CASE("the head-level scorer broadcasts its head scores over the prefilled document",
           "[compress]") {
   Doc d;
-  Forward fwd(d.w, ForwardOptions{1, 64, {}});
-  PrefillResult pre = prefill_document(fwd, d.prefix, d.doc);
-  auto scorer = make_head_level_scorer({0.4f, 0.3f, 0.2f, 0.1f});
+  model::Forward fwd(d.w, model::ForwardOptions{1, 64, {}});
+  prefill::PrefillResult pre = prefill::prefill_document(fwd, d.prefix, d.doc);
+  auto scorer = compress::make_head_level_scorer({0.4f, 0.3f, 0.2f, 0.1f});
   CHECK(scorer->name() == "kvzip-head");
-  const DocumentScores s = scorer->score(ScoreInput{&fwd, &pre.cache, 5, d.doc});
-  CHECK(max_per_head(s) == std::vector<float>{0.4f, 0.3f, 0.2f, 0.1f});
+  const compress::DocumentScores s = scorer->score(compress::ScoreInput{&fwd, &pre.cache, 5, d.doc});
+  CHECK(compress::max_per_head(s) == std::vector<float>{0.4f, 0.3f, 0.2f, 0.1f});
   CHECK(s.at(1, 0, 35) == 0.2f);
-  auto wrong = make_head_level_scorer({0.4f, 0.3f});
-  CHECK_THROWS_AS(wrong->score(ScoreInput{&fwd, &pre.cache, 5, d.doc}), Error);
+  auto wrong = compress::make_head_level_scorer({0.4f, 0.3f});
+  CHECK_THROWS_AS(wrong->score(compress::ScoreInput{&fwd, &pre.cache, 5, d.doc}), Error);
 }

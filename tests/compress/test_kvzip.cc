@@ -21,8 +21,8 @@ using namespace kvzip;
 
 namespace {
 
-ReconstructionPrompts synthetic_prompts() {
-  ReconstructionPrompts p;
+compress::ReconstructionPrompts synthetic_prompts() {
+  compress::ReconstructionPrompts p;
   p.first = {3, 4, 5};
   p.next = {6, 7, 8, 9};
   p.turn_end = {10, 11};
@@ -31,7 +31,7 @@ ReconstructionPrompts synthetic_prompts() {
 
 // score[l][h][j] for the document rows of chunk [b, e), computed the plain way: R_t is run through
 // a second (tracing) forward on a copy of the cache, and every local attention row is materialised.
-void reference_chunk(const Weights& w, KvCache& cache, uint32_t n_p, uint32_t n_c,
+void reference_chunk(const model::Weights& w, model::KvCache& cache, uint32_t n_p, uint32_t n_c,
                      const std::vector<int32_t>& r, uint32_t b, uint32_t e,
                      std::vector<double>& out /* (L, Hkv, n_c) */) {
   const ModelConfig& c = w.config;
@@ -41,11 +41,11 @@ void reference_chunk(const Weights& w, KvCache& cache, uint32_t n_p, uint32_t n_
   rec.Hq = Hq;
   rec.D = D;
   rec.clear(r0);
-  Forward tracing(w, ForwardOptions{1, 16, rec.trace_fn()});
-  tracing.prefill(cache, r, LogitsMode::None);
+  model::Forward tracing(w, model::ForwardOptions{1, 16, rec.trace_fn()});
+  tracing.prefill(cache, r, model::LogitsMode::None);
   for (uint32_t l = 0; l < c.n_layers; ++l)
     for (uint32_t h = 0; h < Hkv; ++h) {
-      const KvHeadView v = cache.view(l, h);
+      const model::KvHeadView v = cache.view(l, h);
       std::vector<uint32_t> keys;  // K̄ rows for the last R_t query; query i sees a prefix of it
       for (uint32_t j = 0; j < n_p; ++j) keys.push_back(j);
       for (uint32_t j = n_p + b; j < n_p + e; ++j) keys.push_back(j);
@@ -75,7 +75,7 @@ void reference_chunk(const Weights& w, KvCache& cache, uint32_t n_p, uint32_t n_
 
 struct Setup {
   ModelConfig cfg;
-  Weights w;
+  model::Weights w;
   std::vector<int32_t> prefix, doc;
 };
 
@@ -91,16 +91,16 @@ TEST_CASE("KVzip scores equal the naive local-softmax reference over several chu
   const bool qwen = GENERATE(true, false);
   Setup s = setup(qwen ? test::tiny_qwen2_config() : test::tiny_llama_config(), 7, 50);
   INFO("model " << s.cfg.arch << " G=" << s.cfg.group());
-  ScorerOptions so;
+  compress::ScorerOptions so;
   so.prompts = synthetic_prompts();
   so.kvzip_chunk = 20;  // chunks [0,20) [20,40) [40,50)
   so.kvzip_hint = 8;
-  Forward fwd(s.w, ForwardOptions{2, 16, {}});  // R_t (up to 34 tokens) spans 3 forward chunks
-  PrefillResult pre = prefill_document(fwd, s.prefix, s.doc);
-  KvCache before = pre.cache;
+  model::Forward fwd(s.w, model::ForwardOptions{2, 16, {}});  // R_t (up to 34 tokens) spans 3 forward chunks
+  prefill::PrefillResult pre = prefill::prefill_document(fwd, s.prefix, s.doc);
+  model::KvCache before = pre.cache;
 
-  auto scorer = make_scorer("kvzip", so);
-  DocumentScores got = scorer->score(ScoreInput{&fwd, &pre.cache, 7, s.doc});
+  auto scorer = compress::make_scorer("kvzip", so);
+  compress::DocumentScores got = scorer->score(compress::ScoreInput{&fwd, &pre.cache, 7, s.doc});
   REQUIRE(got.values.size() == size_t(s.cfg.n_layers) * s.cfg.n_kv_heads * 50);
   // The scorer leaves the cache as it found it.
   CHECK(pre.cache.logical_length() == 57);
@@ -109,7 +109,7 @@ TEST_CASE("KVzip scores equal the naive local-softmax reference over several chu
   std::vector<double> want(got.values.size(), 0.0);
   for (uint32_t b = 0; b < 50; b += 20) {
     const uint32_t e = std::min(50u, b + 20);
-    std::vector<int32_t> r = reconstruction_input(so.prompts, s.doc, b, e, 8);
+    std::vector<int32_t> r = compress::reconstruction_input(so.prompts, s.doc, b, e, 8);
     REQUIRE(r.size() > 16);  // longer than the forward chunk
     reference_chunk(s.w, before, 7, 50, r, b, e, want);
   }
@@ -123,35 +123,35 @@ TEST_CASE("KVzip scores equal the naive local-softmax reference over several chu
 
 TEST_CASE("KVzip scores do not depend on the thread count or the forward chunk", "[compress]") {
   Setup s = setup(test::tiny_qwen2_config(), 5, 30);
-  ScorerOptions so;
+  compress::ScorerOptions so;
   so.prompts = synthetic_prompts();
   so.kvzip_chunk = 12;
-  Forward f1(s.w, ForwardOptions{1, 512, {}});
-  Forward f2(s.w, ForwardOptions{2, 7, {}});
-  PrefillResult p1 = prefill_document(f1, s.prefix, s.doc);
-  PrefillResult p2 = prefill_document(f1, s.prefix, s.doc);
-  DocumentScores a = make_scorer("kvzip", so)->score(ScoreInput{&f1, &p1.cache, 5, s.doc});
-  DocumentScores b = make_scorer("kvzip", so)->score(ScoreInput{&f2, &p2.cache, 5, s.doc});
+  model::Forward f1(s.w, model::ForwardOptions{1, 512, {}});
+  model::Forward f2(s.w, model::ForwardOptions{2, 7, {}});
+  prefill::PrefillResult p1 = prefill::prefill_document(f1, s.prefix, s.doc);
+  prefill::PrefillResult p2 = prefill::prefill_document(f1, s.prefix, s.doc);
+  compress::DocumentScores a = compress::make_scorer("kvzip", so)->score(compress::ScoreInput{&f1, &p1.cache, 5, s.doc});
+  compress::DocumentScores b = compress::make_scorer("kvzip", so)->score(compress::ScoreInput{&f2, &p2.cache, 5, s.doc});
   CHECK(test::rel_error(a.values, b.values) < 1e-5);
 }
 
 TEST_CASE("reconstruction inputs put the hint at the end of the user turn, before S",
           "[compress]") {
   const std::vector<int32_t> doc = {100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111};
-  ReconstructionPrompts p = synthetic_prompts();
-  CHECK(reconstruction_input(p, doc, 0, 5, 3) ==
+  compress::ReconstructionPrompts p = synthetic_prompts();
+  CHECK(compress::reconstruction_input(p, doc, 0, 5, 3) ==
         std::vector<int32_t>{3, 4, 5, 10, 11, 100, 101, 102, 103, 104});
-  CHECK(reconstruction_input(p, doc, 5, 10, 3) ==
+  CHECK(compress::reconstruction_input(p, doc, 5, 10, 3) ==
         std::vector<int32_t>{6, 7, 8, 9, 102, 103, 104, 10, 11, 105, 106, 107, 108, 109});
   // A hint longer than what precedes the chunk quotes what there is.
-  CHECK(reconstruction_input(p, doc, 2, 3, 8) == std::vector<int32_t>{6, 7, 8, 9, 100, 101, 10, 11, 102});
-  CHECK_THROWS_AS(reconstruction_input(p, doc, 10, 13, 3), Error);
-  CHECK_THROWS_AS(reconstruction_input(p, doc, 4, 4, 3), Error);
+  CHECK(compress::reconstruction_input(p, doc, 2, 3, 8) == std::vector<int32_t>{6, 7, 8, 9, 100, 101, 10, 11, 102});
+  CHECK_THROWS_AS(compress::reconstruction_input(p, doc, 10, 13, 3), Error);
+  CHECK_THROWS_AS(compress::reconstruction_input(p, doc, 4, 4, 3), Error);
 }
 
 TEST_CASE("reconstruction prompts from a ChatML template are the authors' token pieces",
           "[compress]") {
-  TokenizerData d;
+  model::TokenizerData d;
   d.model = "gpt2";
   d.pre = "smollm";
   for (const char* c : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {
@@ -159,31 +159,31 @@ TEST_CASE("reconstruction prompts from a ChatML template are the authors' token 
     d.token_types.push_back(3);
   }
   for (int b = 0; b < 256; ++b) {
-    d.tokens.push_back(detail::byte_to_unicode(static_cast<uint8_t>(b)));
+    d.tokens.push_back(model::detail::byte_to_unicode(static_cast<uint8_t>(b)));
     d.token_types.push_back(1);
   }
   d.eos = 0;
   d.chat_template = "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>'}}";
-  Tokenizer tok(d);
-  ChatTemplate chat(tok);
-  ReconstructionPrompts p = reconstruction_prompts(chat);
-  CHECK(tok.decode(p.first) == kRepeatFirstPrompt);
-  CHECK(tok.decode(p.next) == kRepeatNextPrompt);
+  model::Tokenizer tok(d);
+  model::ChatTemplate chat(tok);
+  compress::ReconstructionPrompts p = compress::reconstruction_prompts(chat);
+  CHECK(tok.decode(p.first) == compress::kRepeatFirstPrompt);
+  CHECK(tok.decode(p.next) == compress::kRepeatNextPrompt);
   CHECK(tok.decode(p.turn_end) == "<|im_end|>\n<|im_start|>assistant\n");
   // [prompt ; end of user turn ; S] is exactly the template's suffix for the prompt.
   std::vector<int32_t> joined = p.first;
   joined.insert(joined.end(), p.turn_end.begin(), p.turn_end.end());
-  CHECK(joined == chat.suffix(kRepeatFirstPrompt));
+  CHECK(joined == chat.suffix(compress::kRepeatFirstPrompt));
 }
 
 TEST_CASE("kvzip refuses a scoring input that is not the prefilled document", "[compress]") {
   Setup s = setup(test::tiny_llama_config(), 4, 10);
-  ScorerOptions so;
+  compress::ScorerOptions so;
   so.prompts = synthetic_prompts();
-  Forward fwd(s.w, ForwardOptions{1, 64, {}});
-  PrefillResult pre = prefill_document(fwd, s.prefix, s.doc);
-  auto scorer = make_scorer("kvzip", so);
+  model::Forward fwd(s.w, model::ForwardOptions{1, 64, {}});
+  prefill::PrefillResult pre = prefill::prefill_document(fwd, s.prefix, s.doc);
+  auto scorer = compress::make_scorer("kvzip", so);
   std::vector<int32_t> shorter(s.doc.begin(), s.doc.begin() + 9);
-  CHECK_THROWS_AS(scorer->score(ScoreInput{&fwd, &pre.cache, 4, shorter}), Error);
-  CHECK_THROWS_AS(scorer->score(ScoreInput{nullptr, &pre.cache, 4, s.doc}), Error);
+  CHECK_THROWS_AS(scorer->score(compress::ScoreInput{&fwd, &pre.cache, 4, shorter}), Error);
+  CHECK_THROWS_AS(scorer->score(compress::ScoreInput{nullptr, &pre.cache, 4, s.doc}), Error);
 }

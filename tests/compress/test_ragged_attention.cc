@@ -20,7 +20,7 @@ TEST_CASE("ragged attention over kept rows equals dense attention with evicted r
   const uint64_t seed = GENERATE(1, 2);
   const ModelConfig cfg = qwen ? test::tiny_qwen2_config() : test::tiny_llama_config();
   INFO("model " << cfg.arch << " seed " << seed);
-  const Weights w = test::random_weights(cfg, 50 + seed);
+  const model::Weights w = test::random_weights(cfg, 50 + seed);
   const uint32_t n_doc = 33, n_q = 7, L = cfg.n_layers, H = cfg.n_kv_heads;
   auto doc = test::random_tokens(n_doc, cfg.vocab_size, 60 + seed);
   auto question = test::random_tokens(n_q, cfg.vocab_size, 70 + seed);
@@ -35,11 +35,11 @@ TEST_CASE("ragged attention over kept rows equals dense attention with evicted r
   for (size_t i = 0; i < keep.size(); ++i)
     for (uint32_t j : keep[i]) visible[i][j] = true;
 
-  Forward fwd(w, ForwardOptions{2, 4, {}});  // question spans two chunks
-  KvCache dense(cfg);
-  fwd.prefill(dense, doc, LogitsMode::None);
-  RaggedKvCache ragged = RaggedKvCache::from_dense(dense, keep, 2);  // room grows on the way
-  const std::vector<float> got = fwd.prefill(ragged, question, LogitsMode::All);
+  model::Forward fwd(w, model::ForwardOptions{2, 4, {}});  // question spans two chunks
+  model::KvCache dense(cfg);
+  fwd.prefill(dense, doc, model::LogitsMode::None);
+  model::RaggedKvCache ragged = model::RaggedKvCache::from_dense(dense, keep, 2);  // room grows on the way
+  const std::vector<float> got = fwd.prefill(ragged, question, model::LogitsMode::All);
 
   std::vector<int32_t> all = doc;
   all.insert(all.end(), question.begin(), question.end());
@@ -51,6 +51,6 @@ TEST_CASE("ragged attention over kept rows equals dense attention with evicted r
   CHECK(test::rel_error(got, want) < 1e-4);
 
   // The masking matters: attending to every row gives different logits.
-  const std::vector<float> unmasked = fwd.prefill(dense, question, LogitsMode::All);
+  const std::vector<float> unmasked = fwd.prefill(dense, question, model::LogitsMode::All);
   CHECK(test::rel_error(unmasked, want) > 1e-3);
 }

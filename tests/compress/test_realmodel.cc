@@ -33,32 +33,32 @@ const char* kText =
 TEST_CASE("on SmolLM2 a ratio-1 KVzip cache answers like the uncompressed cache",
           "[compress][realmodel]") {
   KVZIP_REAL_MODEL_PATH_OR_SKIP(env);
-  auto model = Model::load(env);
-  const ChatTemplate& chat = model->chat();
-  Forward fwd(model->weights(), ForwardOptions{});
+  auto model = model::Model::load(env);
+  const model::ChatTemplate& chat = model->chat();
+  model::Forward fwd(model->weights(), model::ForwardOptions{});
   const std::vector<int32_t> prefix = chat.prefix("");
   const std::vector<int32_t> doc = chat.encode_document(kText);
   const std::vector<int32_t> question = chat.suffix("\n\nQuestion: In what country is Normandy?");
-  GenerateParams gp;
+  model::GenerateParams gp;
   gp.max_tokens = 16;
   gp.stop_tokens = chat.stop_tokens();
 
-  CompressOptions co;
+  compress::CompressOptions co;
   co.ratio = 1.0;
-  co.scorer.prompts = reconstruction_prompts(chat);
+  co.scorer.prompts = compress::reconstruction_prompts(chat);
   co.scorer.kvzip_chunk = 40;  // several reconstruction chunks even for this short text
-  CompressResult r = compress(fwd, prefix, doc, co);
+  compress::CompressResult r = compress::compress(fwd, prefix, doc, co);
   REQUIRE(r.achieved_ratio == 1.0);
-  const GenerateResult got = generate(fwd, r.cache, question, gp);
+  const model::GenerateResult got = generate(fwd, r.cache, question, gp);
 
-  PrefillResult plain = prefill_document(fwd, prefix, doc);
-  const GenerateResult want = generate(fwd, plain.cache, question, gp);
+  prefill::PrefillResult plain = prefill::prefill_document(fwd, prefix, doc);
+  const model::GenerateResult want = generate(fwd, plain.cache, question, gp);
   INFO("answer: " << model->tokenizer().decode(want.tokens));
   CHECK_FALSE(want.tokens.empty());
   CHECK(got.tokens == want.tokens);
 
   co.ratio = 0.3;
-  CompressResult small = compress(fwd, prefix, doc, co);
+  compress::CompressResult small = compress::compress(fwd, prefix, doc, co);
   const uint64_t N = uint64_t(30) * 3 * doc.size();
   CHECK(small.cache.kept_total() == uint64_t(30) * 3 * prefix.size() + uint64_t(std::llround(0.3 * N)));
 }
@@ -69,21 +69,21 @@ TEST_CASE("on SmolLM2 a ratio-1 KVzip cache answers like the uncompressed cache"
 TEST_CASE("on the Normans article the fast matmul path keeps the exact path's KVzip set",
           "[compress][realmodel]") {
   KVZIP_REAL_MODEL_PATH_OR_SKIP(env);
-  auto model = Model::load(env);
-  const ChatTemplate& chat = model->chat();
+  auto model = model::Model::load(env);
+  const model::ChatTemplate& chat = model->chat();
   const std::vector<eval::Document> docs =
       eval::read_squad(std::string(KVZIP_SOURCE_DIR) + "/examples/normans.json", eval::SquadOptions{});
   REQUIRE(!docs.empty());
   const std::vector<int32_t> prefix = chat.prefix("");
   const std::vector<int32_t> doc = chat.encode_document(docs[0].text);
   REQUIRE(doc.size() > 4000);
-  CompressOptions co;
+  compress::CompressOptions co;
   co.ratio = 0.3;
-  co.scorer.prompts = reconstruction_prompts(chat);
-  ForwardOptions fast, exact;
-  exact.matmul = MatmulPath::Exact;
-  Forward ff(model->weights(), fast), fe(model->weights(), exact);
-  const CompressResult a = compress(ff, prefix, doc, co), b = compress(fe, prefix, doc, co);
+  co.scorer.prompts = compress::reconstruction_prompts(chat);
+  model::ForwardOptions fast, exact;
+  exact.matmul = kernels::MatmulPath::Exact;
+  model::Forward ff(model->weights(), fast), fe(model->weights(), exact);
+  const compress::CompressResult a = compress::compress(ff, prefix, doc, co), b = compress::compress(fe, prefix, doc, co);
   const ModelConfig& c = model->config();
   uint64_t both = 0, either = 0;
   for (uint32_t l = 0; l < c.n_layers; ++l) {
@@ -101,7 +101,7 @@ TEST_CASE("on the Normans article the fast matmul path keeps the exact path's KV
   CHECK(jaccard >= 0.97);
 
   const std::vector<int32_t> text = model->tokenizer().encode(docs[0].text, false);
-  const PerplexityResult pf = perplexity(ff, text, 512), pe = perplexity(fe, text, 512);
+  const model::PerplexityResult pf = model::perplexity(ff, text, 512), pe = model::perplexity(fe, text, 512);
   WARN("perplexity on the article: fast " << pf.perplexity << ", exact " << pe.perplexity);
   CHECK(std::fabs(pf.perplexity - pe.perplexity) <= 0.01 * pe.perplexity);
 
@@ -113,9 +113,9 @@ TEST_CASE("on the Normans article the fast matmul path keeps the exact path's KV
   // +0.41% with the per-lane tile sums of sessions 3-5, +1.05% with qdot's one chain — while over
   // the first 5,456 tokens in windows of 32 and 2,037 in windows of 4 the one chain scores 0.11%
   // and 0.17% lower perplexity than the per-lane sums (BENCHMARKS.md, "One chain per output").
-  auto decode_perplexity = [&](Forward& f) {
+  auto decode_perplexity = [&](model::Forward& f) {
     const size_t n = std::min<size_t>(512, text.size());
-    KvCache cache(c, uint32_t(n));
+    model::KvCache cache(c, uint32_t(n));
     double nll = 0.0;
     for (size_t i = 0; i + 1 < n; ++i) {
       const std::vector<float> row = f.decode(cache, text[i]);

@@ -31,7 +31,7 @@ std::vector<double> reference_head(const Run& r, uint32_t l, uint32_t hq, uint32
                                    uint32_t kmin) {
   const uint32_t D = r.cfg.head_dim, E = r.cfg.d_model, Hq = r.cfg.n_heads;
   const uint32_t N = r.n_p + uint32_t(r.doc.size()), before = N - W;
-  const KvHeadView v = r.cache.view(l, hq / r.cfg.group());
+  const model::KvHeadView v = r.cache.view(l, hq / r.cfg.group());
   std::vector<std::vector<double>> A(W, std::vector<double>(N, 0.0));
   for (uint32_t t = 0; t < W; ++t) {
     const float* q = r.rec.at(l, before + t, hq);
@@ -88,9 +88,9 @@ std::vector<double> reference_head(const Run& r, uint32_t l, uint32_t hq, uint32
   return out;
 }
 
-void check_against_reference(Run& r, const ScorerOptions& so) {
-  auto scorer = make_scorer("rest-kv", so);
-  const DocumentScores got = r.score(*scorer);
+void check_against_reference(Run& r, const compress::ScorerOptions& so) {
+  auto scorer = compress::make_scorer("rest-kv", so);
+  const compress::DocumentScores got = r.score(*scorer);
   const uint32_t n_c = uint32_t(r.doc.size()), W = std::min(so.restkv_window, n_c);
   const uint32_t before_doc = n_c - W, G = r.cfg.group();
   for (uint32_t l = 0; l < r.cfg.n_layers; ++l)
@@ -119,7 +119,7 @@ void check_against_reference(Run& r, const ScorerOptions& so) {
 TEST_CASE("ReST-KV scores equal the plain reference of the output change when a key is removed",
           "[compress]") {
   Run r(262);  // 258 candidates before the window: the norms span two 256-row tiles
-  ScorerOptions so;
+  compress::ScorerOptions so;
   so.restkv_window = 8;
   check_against_reference(r, so);
 }
@@ -127,20 +127,20 @@ TEST_CASE("ReST-KV scores equal the plain reference of the output change when a 
 TEST_CASE("ReST-KV with its defaults, a short document and a wider k_min matches the reference",
           "[compress]") {
   Run r(45);
-  ScorerOptions so;  // W = 32, alpha 0.3
+  compress::ScorerOptions so;  // W = 32, alpha 0.3
   so.restkv_kmin = 7;
   so.restkv_alpha = 0.6f;
   check_against_reference(r, so);
-  auto scorer = make_scorer("rest-kv", so);
+  auto scorer = compress::make_scorer("rest-kv", so);
   CHECK(scorer->name() == "rest-kv");
   CHECK(scorer->params() ==
-        MethodParams{{"window", "32"}, {"alpha", "0.6"}, {"kmin", "7"}, {"gqa", "max"}});
+        compress::MethodParams{{"window", "32"}, {"alpha", "0.6"}, {"kmin", "7"}, {"gqa", "max"}});
 }
 
 TEST_CASE("ReST-KV keeps a document no longer than its window whole", "[compress]") {
   Run r(20);
-  auto scorer = make_scorer("rest-kv", ScorerOptions{});
-  const DocumentScores s = r.score(*scorer);
+  auto scorer = compress::make_scorer("rest-kv", compress::ScorerOptions{});
+  const compress::DocumentScores s = r.score(*scorer);
   REQUIRE(s.values.size() == size_t(r.cfg.n_layers) * r.cfg.n_kv_heads * 20);
   for (float x : s.values) CHECK(std::isinf(x));
 }
@@ -151,19 +151,19 @@ TEST_CASE("ReST-KV's EMA weights later probe rows by alpha, earlier ones geometr
   // give [1/3, 2/3], the last row alone [0, 1].
   const float rows[] = {1, 0, 0, 1, 0, 1};
   float out[2];
-  detail::restkv_ema(rows, 3, 2, 0.3f, out);
+  compress::detail::restkv_ema(rows, 3, 2, 0.3f, out);
   CHECK(out[0] == Approx(0.49).epsilon(1e-6));
   CHECK(out[1] == Approx(0.51).epsilon(1e-6));
-  detail::restkv_ema(rows, 1, 2, 0.3f, out);  // one row: itself
+  compress::detail::restkv_ema(rows, 1, 2, 0.3f, out);  // one row: itself
   CHECK(out[0] == 1.0f);
   CHECK(out[1] == 0.0f);
 }
 
 TEST_CASE("ReST-KV's smoothing window follows the attention drift as methods §3 writes it",
           "[compress]") {
-  using detail::restkv_drift_window;
+  using compress::detail::restkv_drift_window;
   auto kw = [](double delta, uint32_t kmin) {
-    const detail::DriftWindow w = restkv_drift_window(delta, kmin);
+    const compress::detail::DriftWindow w = restkv_drift_window(delta, kmin);
     return std::pair<uint32_t, int64_t>{w.k, w.shift};
   };
   CHECK(kw(0.0, 5) == std::pair<uint32_t, int64_t>{5, 1});       // Δ <= 0: +1
@@ -180,7 +180,7 @@ TEST_CASE("ReST-KV's smoothing window follows the attention drift as methods §3
 TEST_CASE("ReST-KV's smoothing averages a shifted window and repeats the edges", "[compress]") {
   auto smooth = [](std::vector<float> s, uint32_t k, int64_t shift) {
     std::vector<float> out(s.size());
-    detail::restkv_smooth(s, detail::DriftWindow{k, shift}, out);
+    compress::detail::restkv_smooth(s, compress::detail::DriftWindow{k, shift}, out);
     return out;
   };
   const float t = 10.0f / 3;
@@ -193,9 +193,9 @@ TEST_CASE("ReST-KV's smoothing averages a shifted window and repeats the edges",
 }
 
 TEST_CASE("ReST-KV refuses bad options and a prefill it did not observe", "[compress]") {
-  ScorerOptions so;
-  CHECK_NOTHROW(make_scorer("rest-kv", so));
-  auto refused = [](const ScorerOptions& o, const char* what) {
+  compress::ScorerOptions so;
+  CHECK_NOTHROW(compress::make_scorer("rest-kv", so));
+  auto refused = [](const compress::ScorerOptions& o, const char* what) {
     return test::scorer_refuses("rest-kv", o, what);
   };
   so.restkv_window = 0;
@@ -218,16 +218,16 @@ TEST_CASE("window-query scorers refuse observations that do not continue the doc
           "[compress]") {
   using Catch::Matchers::Contains;
   const ModelConfig cfg = test::tiny_qwen2_config();
-  const Weights w = test::random_weights(cfg, 5);
-  Forward fwd(w);
+  const model::Weights w = test::random_weights(cfg, 5);
+  model::Forward fwd(w);
   for (const char* method : {"rest-kv", "rkv", "snapkv"}) {
     INFO(method);
-    auto scorer = make_scorer(method, ScorerOptions{});
-    AttentionObserver* obs = scorer->prefill_observer(fwd, 2, 40);
+    auto scorer = compress::make_scorer(method, compress::ScorerOptions{});
+    model::AttentionObserver* obs = scorer->prefill_observer(fwd, 2, 40);
     REQUIRE(obs);
     std::vector<float> q(size_t(cfg.n_heads) * cfg.head_dim, 0.0f);
     const uint32_t at5 = 5;  // the prefill starts at position 0, not 5
-    AttentionObservation o;
+    model::AttentionObservation o;
     o.layer = 0;
     o.q = q.data();
     o.positions = &at5;

@@ -29,10 +29,10 @@ struct Run : test::ScoredDocument {
 
 TEST_CASE("R-KV scores equal λ·importance − (1−λ)·redundancy computed plainly", "[compress]") {
   Run r(70);
-  ScorerOptions so;  // α = 8, λ = 0.1, T = 0.5, kernel 7
+  compress::ScorerOptions so;  // α = 8, λ = 0.1, T = 0.5, kernel 7
   so.rkv_threshold = 0.3f;  // the tiny model's keys: enough pairs above it to matter
-  auto scorer = make_scorer("rkv", so);
-  const DocumentScores got = r.score(*scorer);
+  auto scorer = compress::make_scorer("rkv", so);
+  const compress::DocumentScores got = r.score(*scorer);
   const uint32_t D = r.cfg.head_dim, G = r.cfg.group(), a = 8, n = 70 - a;
   const uint32_t N = r.n_p + 70;
   bool any_spared = false;  // some row had a similar key zeroed (the test exercises it)
@@ -54,7 +54,7 @@ TEST_CASE("R-KV scores equal λ·importance − (1−λ)·redundancy computed pl
     }
   CHECK(any_spared);
   CHECK(scorer->name() == "rkv");
-  CHECK(scorer->params() == MethodParams{{"window", "8"},
+  CHECK(scorer->params() == compress::MethodParams{{"window", "8"},
                                          {"lambda", "0.1"},
                                          {"threshold", "0.3"},
                                          {"kernel", "7"},
@@ -63,18 +63,18 @@ TEST_CASE("R-KV scores equal λ·importance − (1−λ)·redundancy computed pl
 
 TEST_CASE("R-KV keeps a document no longer than its probe whole", "[compress]") {
   Run r(8);
-  auto scorer = make_scorer("rkv", ScorerOptions{});
-  const DocumentScores s = r.score(*scorer);
+  auto scorer = compress::make_scorer("rkv", compress::ScorerOptions{});
+  const compress::DocumentScores s = r.score(*scorer);
   REQUIRE(s.values.size() == size_t(r.cfg.n_layers) * r.cfg.n_kv_heads * 8);
   for (float x : s.values) CHECK(std::isinf(x));
 }
 
 TEST_CASE("R-KV refuses bad options and a prefill it did not observe", "[compress]") {
-  auto refused = [](const ScorerOptions& o, const char* what) {
+  auto refused = [](const compress::ScorerOptions& o, const char* what) {
     return test::scorer_refuses("rkv", o, what);
   };
-  CHECK_FALSE(refused(ScorerOptions{}, ""));
-  ScorerOptions so;
+  CHECK_FALSE(refused(compress::ScorerOptions{}, ""));
+  compress::ScorerOptions so;
   so.rkv_window = 0;
   CHECK(refused(so, "window"));
   for (float x : {-0.1f, 1.5f, std::nanf("")}) {

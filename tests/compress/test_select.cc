@@ -16,25 +16,25 @@ using namespace kvzip;
 
 namespace {
 
-DocumentScores scores_of(uint32_t L, uint32_t H, uint32_t n_p, uint32_t n_c, std::vector<float> v) {
-  DocumentScores s;
-  s.shape = CacheShape{L, H, 4};
+compress::DocumentScores scores_of(uint32_t L, uint32_t H, uint32_t n_p, uint32_t n_c, std::vector<float> v) {
+  compress::DocumentScores s;
+  s.shape = model::CacheShape{L, H, 4};
   s.n_prefix = n_p;
   s.n_doc = n_c;
   s.values = std::move(v);
   return s;
 }
 
-size_t doc_rows(const Selection& sel, size_t i, uint32_t n_p) { return sel.keep[i].size() - n_p; }
+size_t doc_rows(const compress::Selection& sel, size_t i, uint32_t n_p) { return sel.keep[i].size() - n_p; }
 
 }  // namespace
 
 TEST_CASE("global selection keeps exactly round(r·N) rows, the highest scores", "[compress]") {
   // L=2, H=2, n_c=5: N = 20.
   std::vector<float> v = test::random_vector(20, 3, 0.0f, 1.0f);
-  DocumentScores s = scores_of(2, 2, 3, 5, v);
+  compress::DocumentScores s = scores_of(2, 2, 3, 5, v);
   for (double r : {0.05, 0.3, 0.33, 0.5, 0.97, 1.0}) {
-    Selection sel = select_rows(s, r, SelectionLevel::Global);
+    compress::Selection sel = compress::select_rows(s, r, compress::SelectionLevel::Global);
     const size_t k = static_cast<size_t>(std::llround(r * 20));
     INFO("ratio " << r);
     CHECK(sel.kept_doc == k);
@@ -64,22 +64,22 @@ TEST_CASE("global selection keeps exactly round(r·N) rows, the highest scores",
 
 TEST_CASE("ties at the global cut are kept by lower (layer, head, position) first", "[compress]") {
   // All equal: the budget goes to the first flat indices.
-  DocumentScores s = scores_of(2, 1, 0, 4, std::vector<float>(8, 0.5f));
-  Selection sel = select_rows(s, 0.5, SelectionLevel::Global);
+  compress::DocumentScores s = scores_of(2, 1, 0, 4, std::vector<float>(8, 0.5f));
+  compress::Selection sel = compress::select_rows(s, 0.5, compress::SelectionLevel::Global);
   CHECK(sel.kept_doc == 4);
   CHECK(sel.keep[0] == std::vector<uint32_t>{0, 1, 2, 3});
   CHECK(sel.keep[1].empty());
   // A tie straddling the cut: 0.9 is kept, two of the three 0.5s.
   s = scores_of(1, 1, 1, 5, {0.5f, 0.1f, 0.9f, 0.5f, 0.5f});
-  sel = select_rows(s, 0.6, SelectionLevel::Global);
+  sel = compress::select_rows(s, 0.6, compress::SelectionLevel::Global);
   CHECK(sel.keep[0] == std::vector<uint32_t>{0, 1, 3, 4});  // prefix row 0, doc rows 0, 2, 3
 }
 
 TEST_CASE("per-head selection keeps floor(r·n_c) rows in every head", "[compress]") {
   std::vector<float> v = test::random_vector(3 * 2 * 10, 4, 0.0f, 1.0f);
-  DocumentScores s = scores_of(3, 2, 2, 10, v);
+  compress::DocumentScores s = scores_of(3, 2, 2, 10, v);
   for (double r : {0.1, 0.29, 0.35, 0.99}) {
-    Selection sel = select_rows(s, r, SelectionLevel::PerHead);
+    compress::Selection sel = compress::select_rows(s, r, compress::SelectionLevel::PerHead);
     const size_t k = static_cast<size_t>(std::floor(r * 10 + 1e-9));
     INFO("ratio " << r);
     for (size_t i = 0; i < 6; ++i) {
@@ -100,46 +100,46 @@ TEST_CASE("per-layer selection gives each layer the same budget, unevenly over i
   std::vector<float> v;
   for (float base : {0.9f, 0.1f, 0.1f, 0.9f})
     for (int j = 0; j < 4; ++j) v.push_back(base + 0.01f * j);
-  DocumentScores s = scores_of(2, 2, 0, 4, v);
-  Selection sel = select_rows(s, 0.5, SelectionLevel::PerLayer);
+  compress::DocumentScores s = scores_of(2, 2, 0, 4, v);
+  compress::Selection sel = compress::select_rows(s, 0.5, compress::SelectionLevel::PerLayer);
   CHECK(sel.keep[0].size() == 4);
   CHECK(sel.keep[1].empty());
   CHECK(sel.keep[2].empty());
   CHECK(sel.keep[3].size() == 4);
   // Global on the same scores keeps the 8 best anywhere: the same rows here.
-  CHECK(select_rows(s, 0.5, SelectionLevel::Global).keep == sel.keep);
+  CHECK(compress::select_rows(s, 0.5, compress::SelectionLevel::Global).keep == sel.keep);
 }
 
 TEST_CASE("selection rejects bad ratios, NaN scores and unknown levels", "[compress]") {
-  DocumentScores s = scores_of(1, 1, 0, 4, {0.1f, 0.2f, 0.3f, 0.4f});
+  compress::DocumentScores s = scores_of(1, 1, 0, 4, {0.1f, 0.2f, 0.3f, 0.4f});
   for (double r : {0.0, -0.1, 1.0000001, 2.0, std::nan("")}) {
     INFO("ratio " << r);
-    const Error e = test::error_from([&] { select_rows(s, r, SelectionLevel::Global); }, "no error");
+    const Error e = test::error_from([&] { compress::select_rows(s, r, compress::SelectionLevel::Global); }, "no error");
     CHECK(e.code() == Errc::invalid_argument);
     CHECK(std::string(e.what()).find("(0, 1]") != std::string::npos);
   }
   s.values[2] = std::nanf("");
-  CHECK_THROWS_AS(select_rows(s, 0.5, SelectionLevel::Global), Error);
-  CHECK(parse_selection_level("per-head") == SelectionLevel::PerHead);
-  CHECK(std::string(selection_level_name(SelectionLevel::PerLayer)) == "per-layer");
-  const Error e2 = test::error_from([&] { parse_selection_level("layer"); }, "no error");
+  CHECK_THROWS_AS(compress::select_rows(s, 0.5, compress::SelectionLevel::Global), Error);
+  CHECK(compress::parse_selection_level("per-head") == compress::SelectionLevel::PerHead);
+  CHECK(std::string(compress::selection_level_name(compress::SelectionLevel::PerLayer)) == "per-layer");
+  const Error e2 = test::error_from([&] { compress::parse_selection_level("layer"); }, "no error");
   CHECK(e2.code() == Errc::invalid_argument);
   CHECK(std::string(e2.what()).find("global, per-head, per-layer") != std::string::npos);
 }
 
 TEST_CASE("eviction copies the kept rows, their positions and their scores", "[compress]") {
-  const CacheShape shape{2, 2, 4};
-  KvCache dense(shape);
+  const model::CacheShape shape{2, 2, 4};
+  model::KvCache dense(shape);
   const uint32_t T = 6;  // prefix 2 + document 4
   dense.reserve_append(T);
   auto k = test::random_vector(T * 2 * 4, 5), v = test::random_vector(T * 2 * 4, 6);
   for (uint32_t l = 0; l < 2; ++l) dense.append(l, k.data(), v.data(), T);
   dense.commit_append(T);
   std::vector<float> sc = test::random_vector(2 * 2 * 4, 7, 0.0f, 1.0f);
-  DocumentScores s = scores_of(2, 2, 2, 4, sc);
+  compress::DocumentScores s = scores_of(2, 2, 2, 4, sc);
   s.shape = shape;
-  Selection sel = select_rows(s, 0.5, SelectionLevel::PerHead);
-  EvictResult ev = evict(dense, s, sel, 8);
+  compress::Selection sel = compress::select_rows(s, 0.5, compress::SelectionLevel::PerHead);
+  compress::EvictResult ev = compress::evict(dense, s, sel, 8);
   CHECK(ev.cache.logical_length() == 6);
   CHECK(ev.achieved_ratio == 0.5);
   for (uint32_t l = 0; l < 2; ++l) {
@@ -148,7 +148,7 @@ TEST_CASE("eviction copies the kept rows, their positions and their scores", "[c
     for (uint32_t h = 0; h < 2; ++h) {
       const auto& rows = sel.keep[l * 2 + h];
       REQUIRE(ev.cache.kept(l, h) == rows.size());
-      KvHeadView view = ev.cache.view(l, h);
+      model::KvHeadView view = ev.cache.view(l, h);
       for (size_t x = 0; x < rows.size(); ++x, ++r) {
         CHECK(view.positions[x] == rows[x]);
         for (uint32_t d = 0; d < 4; ++d)
@@ -164,12 +164,12 @@ TEST_CASE("eviction copies the kept rows, their positions and their scores", "[c
 
 TEST_CASE("scorer options are set by name and bad names or values are refused", "[compress]") {
   using Catch::Matchers::Contains;
-  ScorerOptions o;
-  set_scorer_option(o, "snapkv-window=64");
-  set_scorer_option(o, "restkv-alpha", "0.5");
-  set_scorer_option(o, "rkv-lambda=0.25");
-  set_scorer_option(o, "seed=18446744073709551615");
-  set_scorer_option(o, "chunk", "512");
+  compress::ScorerOptions o;
+  compress::set_scorer_option(o, "snapkv-window=64");
+  compress::set_scorer_option(o, "restkv-alpha", "0.5");
+  compress::set_scorer_option(o, "rkv-lambda=0.25");
+  compress::set_scorer_option(o, "seed=18446744073709551615");
+  compress::set_scorer_option(o, "chunk", "512");
   CHECK(o.snapkv_window == 64);
   CHECK(o.restkv_alpha == 0.5f);
   CHECK(o.rkv_lambda == 0.25f);
@@ -177,17 +177,17 @@ TEST_CASE("scorer options are set by name and bad names or values are refused", 
   CHECK(o.kvzip_chunk == 512);
   CHECK(o.rkv_window == 8);  // untouched fields keep their defaults
   // the scorer records what was set
-  const MethodParams p = make_scorer("snapkv", o)->params();
+  const compress::MethodParams p = compress::make_scorer("snapkv", o)->params();
   CHECK(std::find(p.begin(), p.end(), std::pair<std::string, std::string>{"window", "64"}) !=
         p.end());
 
-  CHECK_THROWS_WITH(set_scorer_option(o, "window=3"), Contains("unknown scorer option 'window'") &&
+  CHECK_THROWS_WITH(compress::set_scorer_option(o, "window=3"), Contains("unknown scorer option 'window'") &&
                                                           Contains("snapkv-window"));
-  CHECK_THROWS_WITH(set_scorer_option(o, "snapkv-window"), Contains("not KEY=VALUE"));
-  CHECK_THROWS_WITH(set_scorer_option(o, "snapkv-window=7x"), Contains("whole number"));
-  CHECK_THROWS_WITH(set_scorer_option(o, "snapkv-window=-1"), Contains("whole number"));
-  CHECK_THROWS_WITH(set_scorer_option(o, "sink=99999999999"), Contains("whole number"));
-  CHECK_THROWS_WITH(set_scorer_option(o, "rkv-lambda=nan"), Contains("finite number"));
-  CHECK_THROWS_WITH(set_scorer_option(o, "rkv-lambda="), Contains("finite number"));
+  CHECK_THROWS_WITH(compress::set_scorer_option(o, "snapkv-window"), Contains("not KEY=VALUE"));
+  CHECK_THROWS_WITH(compress::set_scorer_option(o, "snapkv-window=7x"), Contains("whole number"));
+  CHECK_THROWS_WITH(compress::set_scorer_option(o, "snapkv-window=-1"), Contains("whole number"));
+  CHECK_THROWS_WITH(compress::set_scorer_option(o, "sink=99999999999"), Contains("whole number"));
+  CHECK_THROWS_WITH(compress::set_scorer_option(o, "rkv-lambda=nan"), Contains("finite number"));
+  CHECK_THROWS_WITH(compress::set_scorer_option(o, "rkv-lambda="), Contains("finite number"));
   CHECK(o.snapkv_window == 64);  // a refused value leaves the field as it was
 }

@@ -17,11 +17,11 @@ namespace kvzip::test {
 // returns: a CPU-only build or a machine without a GPU reports the [cuda] entry as skipped, and
 // KVZIP_REQUIRE_GPU=1 (gpu-check.sh on a device) makes that a failure.
 inline bool gpu_ready() {
-  if (!kBuiltWithCuda) {
+  if (!kernels::kBuiltWithCuda) {
     skip_no_gpu("built without CUDA (-DKVZIP_CUDA=OFF)");
     return false;
   }
-  if (cuda_device_count() == 0) {
+  if (kernels::cuda_device_count() == 0) {
     skip_no_gpu("no CUDA device visible");
     return false;
   }
@@ -29,8 +29,8 @@ inline bool gpu_ready() {
 }
 
 template <class T>
-gpu::GpuBuffer<T> to_gpu(const std::vector<T>& h) {
-  gpu::GpuBuffer<T> b(h.size());
+kernels::gpu::GpuBuffer<T> to_gpu(const std::vector<T>& h) {
+  kernels::gpu::GpuBuffer<T> b(h.size());
   b.upload(h);
   return b;
 }
@@ -40,6 +40,6 @@ gpu::GpuBuffer<T> to_gpu(const std::vector<T>& h) {
 inline uint64_t seed(uint64_t salt) { return uint64_t(Catch::rngSeed()) * 1000003ull + salt; }
 
 // A device buffer of n floats filled with NaN, so an element a kernel forgets to write fails.
-inline gpu::GpuBuffer<float> poisoned(size_t n) { return to_gpu(std::vector<float>(n, NAN)); }
+inline kernels::gpu::GpuBuffer<float> poisoned(size_t n) { return to_gpu(std::vector<float>(n, NAN)); }
 
 }  // namespace kvzip::test

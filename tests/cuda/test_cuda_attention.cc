@@ -41,30 +41,30 @@ double gpu_attention_error(const Case& c, Path path, uint64_t salt) {
   const uint64_t seed = test::seed(salt);
   auto q = test::random_vector(size_t(c.T) * c.Hq * c.D, seed, -2, 2);
   std::vector<std::vector<float>> k(c.Hkv), v(c.Hkv);
-  std::vector<gpu::GpuBuffer<float>> dk, dv;
-  std::vector<KvSpan> spans(c.Hkv), dspans(c.Hkv);
+  std::vector<kernels::gpu::GpuBuffer<float>> dk, dv;
+  std::vector<kernels::KvSpan> spans(c.Hkv), dspans(c.Hkv);
   for (uint32_t h = 0; h < c.Hkv; ++h) {
     k[h] = test::random_vector(size_t(c.lens[h]) * c.D, seed * 31 + h, -2, 2);
     v[h] = test::random_vector(size_t(c.lens[h]) * c.D, seed * 37 + h);
-    spans[h] = KvSpan{k[h].data(), v[h].data(), c.lens[h]};
+    spans[h] = kernels::KvSpan{k[h].data(), v[h].data(), c.lens[h]};
     dk.push_back(to_gpu(k[h]));
     dv.push_back(to_gpu(v[h]));
-    dspans[h] = KvSpan{dk.back().data(), dv.back().data(), c.lens[h]};
+    dspans[h] = kernels::KvSpan{dk.back().data(), dv.back().data(), c.lens[h]};
   }
   std::vector<float> want(q.size());
-  AttentionArgs a{q.data(), spans.data(), want.data(), c.T, c.Hq, c.Hkv, c.D,
+  kernels::AttentionArgs a{q.data(), spans.data(), want.data(), c.T, c.Hq, c.Hkv, c.D,
                   1.0f / std::sqrt(float(c.D))};
-  attention(Exec{}, a);
+  attention(kernels::Exec{}, a);
   auto dq = to_gpu(q);
   auto dout = test::poisoned(q.size());
-  AttentionArgs g = a;
+  kernels::AttentionArgs g = a;
   g.q = dq.data();
   g.kv = dspans.data();
   g.out = dout.data();
   switch (path) {
-    case Path::Auto: attention(Exec{Device::Cuda, nullptr, nullptr}, g); break;
-    case Path::Prefill: cuda::attention_prefill(g, nullptr); break;
-    case Path::Decode: cuda::attention_decode(g, nullptr); break;
+    case Path::Auto: attention(kernels::Exec{kernels::Device::Cuda, nullptr, nullptr}, g); break;
+    case Path::Prefill: kernels::cuda::attention_prefill(g, nullptr); break;
+    case Path::Decode: kernels::cuda::attention_decode(g, nullptr); break;
   }
   return test::rel_error(dout.download(), want);
 }
@@ -135,17 +135,17 @@ TEST_CASE("cuda split-K and prefill paths agree on a question-sized block", "[cu
 TEST_CASE("cuda attention refuses local statistics and a missing output", "[cuda]") {
   // Host-side checks in make_params: no device needed, nothing is launched.
   alignas(16) static float dummy[64];
-  KvSpan span{dummy, dummy, 4};
-  LocalMaxProb local{0, 0, 2, 2, dummy, 4};
-  AttentionArgs a{dummy, &span, nullptr, 1, 1, 1, 64, 0.1f, &local};
-  CHECK_THROWS_MATCHES(cuda::attention_decode(a, nullptr), Error,
+  kernels::KvSpan span{dummy, dummy, 4};
+  kernels::LocalMaxProb local{0, 0, 2, 2, dummy, 4};
+  kernels::AttentionArgs a{dummy, &span, nullptr, 1, 1, 1, 64, 0.1f, &local};
+  CHECK_THROWS_MATCHES(kernels::cuda::attention_decode(a, nullptr), Error,
                        Catch::Matchers::Predicate<Error>(
                            [](const Error& e) { return e.code() == Errc::unsupported; }));
-  CHECK_THROWS_MATCHES(cuda::attention_prefill(a, nullptr), Error,
+  CHECK_THROWS_MATCHES(kernels::cuda::attention_prefill(a, nullptr), Error,
                        Catch::Matchers::Predicate<Error>(
                            [](const Error& e) { return e.code() == Errc::unsupported; }));
   a.local = nullptr;
-  CHECK_THROWS_MATCHES(cuda::attention(a, nullptr), Error,
+  CHECK_THROWS_MATCHES(kernels::cuda::attention(a, nullptr), Error,
                        Catch::Matchers::Predicate<Error>(
                            [](const Error& e) { return e.code() == Errc::internal; }));
 }
@@ -153,10 +153,10 @@ TEST_CASE("cuda attention refuses local statistics and a missing output", "[cuda
 TEST_CASE("cuda attention refuses head dims it has no kernel for", "[cuda]") {
   // Host-side dispatch: no device needed, nothing is launched.
   alignas(16) static float dummy[4];
-  KvSpan span{dummy, dummy, 1};
-  AttentionArgs a{dummy, &span, dummy, 1, 1, 1, 96, 0.1f};
+  kernels::KvSpan span{dummy, dummy, 1};
+  kernels::AttentionArgs a{dummy, &span, dummy, 1, 1, 1, 96, 0.1f};
   try {
-    cuda::attention_prefill(a, nullptr);
+    kernels::cuda::attention_prefill(a, nullptr);
     FAIL("expected Errc::unsupported");
   } catch (const Error& e) {
     CHECK(e.code() == Errc::unsupported);
@@ -179,9 +179,9 @@ double gpu_score_error(const ScoreCase& c, uint64_t salt) {
   const uint32_t r0 = c.n_p + doc;
   auto q = test::random_vector(size_t(c.T) * c.Hq * c.D, seed, -2, 2);
   std::vector<std::vector<float>> k(c.Hkv);
-  std::vector<gpu::GpuBuffer<float>> dk;
-  std::vector<ScoreKeyAxis> axes(c.Hkv);
-  std::vector<ScoreKeyAxis> daxes(c.Hkv);
+  std::vector<kernels::gpu::GpuBuffer<float>> dk;
+  std::vector<kernels::ScoreKeyAxis> axes(c.Hkv);
+  std::vector<kernels::ScoreKeyAxis> daxes(c.Hkv);
   for (uint32_t h = 0; h < c.Hkv; ++h) {
     k[h] = test::random_vector(size_t(rows) * c.D, seed * 41 + h, -2, 2);
     dk.push_back(to_gpu(k[h]));
@@ -202,15 +202,15 @@ double gpu_score_error(const ScoreCase& c, uint64_t salt) {
   const uint64_t stride = c.m + 3;
   auto start = test::random_vector(size_t(c.Hkv) * stride, seed + 7, 0.0f, 0.02f);
   auto want = start;
-  const AttentionStatsArgs a{.q = q.data(), .T = c.T, .Hq = c.Hq, .Hkv = c.Hkv, .D = c.D,
+  const kernels::AttentionStatsArgs a{.q = q.data(), .T = c.T, .Hq = c.Hq, .Hkv = c.Hkv, .D = c.D,
                              .scale = 1.0f / std::sqrt(float(c.D)), .t0 = 0, .t1 = c.T,
                              .axes = axes.data(), .col0 = c.n_p, .col1 = c.n_p + c.m,
-                             .reduce = Reduce::Max, .out = want.data(), .out_stride = stride};
-  attention_stats(Exec{}, a);
+                             .reduce = kernels::Reduce::Max, .out = want.data(), .out_stride = stride};
+  attention_stats(kernels::Exec{}, a);
 
   auto dq = to_gpu(q);
   auto dout = to_gpu(start);
-  AttentionScoreArgs g;
+  kernels::AttentionScoreArgs g;
   g.q = dq.data();
   g.T = c.T;
   g.Hq = c.Hq;
@@ -222,7 +222,7 @@ double gpu_score_error(const ScoreCase& c, uint64_t salt) {
   g.col1 = a.col1;
   g.out = dout.data();
   g.out_stride = stride;
-  attention_score_max(Exec{Device::Cuda, nullptr, nullptr}, g);
+  attention_score_max(kernels::Exec{kernels::Device::Cuda, nullptr, nullptr}, g);
   auto got = dout.download();
   // The stride's tail columns were never part of the reduction: untouched on both sides.
   for (uint32_t h = 0; h < c.Hkv; ++h)

@@ -26,7 +26,7 @@ using test::to_gpu;
 
 namespace {
 
-const Exec kGpu{Device::Cuda, nullptr, nullptr};
+const kernels::Exec kGpu{kernels::Device::Cuda, nullptr, nullptr};
 
 std::vector<float> bf16_round(const std::vector<float>& x) {
   std::vector<float> r(x.size());
@@ -48,14 +48,14 @@ TEST_CASE("cuda rms_norm matches the CPU kernel, in place and into bf16", "[cuda
   auto x = test::random_vector(size_t(T) * E, test::seed(101), -3, 3);
   auto w = test::random_vector(E, test::seed(102), 0.5f, 1.5f);
   std::vector<float> want(x.size());
-  rms_norm(Exec{}, RmsNormArgs{x.data(), w.data(), want.data(), T, E, 1e-5f});
+  rms_norm(kernels::Exec{}, kernels::RmsNormArgs{x.data(), w.data(), want.data(), T, E, 1e-5f});
   auto dx = to_gpu(x), dw = to_gpu(w);
-  rms_norm(kGpu, RmsNormArgs{dx.data(), dw.data(), dx.data(), T, E, 1e-5f});
+  rms_norm(kGpu, kernels::RmsNormArgs{dx.data(), dw.data(), dx.data(), T, E, 1e-5f});
   CHECK(test::rel_error(dx.download(), want) < 1e-5);
 
   dx.upload(x);
-  gpu::GpuBuffer<uint16_t> y16(x.size());
-  cuda::rms_norm_bf16(RmsNormArgs{dx.data(), dw.data(), nullptr, T, E, 1e-5f}, y16.data(), nullptr);
+  kernels::gpu::GpuBuffer<uint16_t> y16(x.size());
+  kernels::cuda::rms_norm_bf16(kernels::RmsNormArgs{dx.data(), dw.data(), nullptr, T, E, 1e-5f}, y16.data(), nullptr);
   CHECK(test::rel_error(widen(y16.download()), want) < 1.0 / 256);
 }
 
@@ -64,13 +64,13 @@ TEST_CASE("cuda rope matches the CPU kernel for queries and keys", "[cuda][sanit
   const uint32_t T = 45, H = 9, D = 64;
   std::vector<uint32_t> pos(T);
   for (uint32_t t = 0; t < T; ++t) pos[t] = 3000 + 7 * t;  // large angles
-  RopeTable table;
-  build_rope_table(rope_inv_freq(D, 10000.0f, RopeScaling{}), pos.data(), T, &table);
+  kernels::RopeTable table;
+  build_rope_table(kernels::rope_inv_freq(D, 10000.0f, RopeScaling{}), pos.data(), T, &table);
   auto x = test::random_vector(size_t(T) * H * D, test::seed(103), -2, 2);
   auto want = x;
-  rope(Exec{}, RopeArgs{want.data(), table.cos.data(), table.sin.data(), T, H, D});
+  rope(kernels::Exec{}, kernels::RopeArgs{want.data(), table.cos.data(), table.sin.data(), T, H, D});
   auto dx = to_gpu(x), dc = to_gpu(table.cos), ds = to_gpu(table.sin);
-  rope(kGpu, RopeArgs{dx.data(), dc.data(), ds.data(), T, H, D});
+  rope(kGpu, kernels::RopeArgs{dx.data(), dc.data(), ds.data(), T, H, D});
   CHECK(test::rel_error(dx.download(), want) < 1e-6);
 }
 
@@ -80,13 +80,13 @@ TEST_CASE("cuda swiglu matches the CPU kernel over a wide input range", "[cuda][
   auto g = test::random_vector(n, test::seed(104), -30, 30);
   auto u = test::random_vector(n, test::seed(105), -2, 2);
   std::vector<float> want(n);
-  swiglu(Exec{}, SwigluArgs{g.data(), u.data(), want.data(), n});
+  swiglu(kernels::Exec{}, kernels::SwigluArgs{g.data(), u.data(), want.data(), n});
   auto dg = to_gpu(g), du = to_gpu(u);
   auto dy = test::poisoned(n);
-  swiglu(kGpu, SwigluArgs{dg.data(), du.data(), dy.data(), n});
+  swiglu(kGpu, kernels::SwigluArgs{dg.data(), du.data(), dy.data(), n});
   CHECK(test::rel_error(dy.download(), want) < 1e-5);
-  gpu::GpuBuffer<uint16_t> y16(n);
-  cuda::swiglu_bf16(SwigluArgs{dg.data(), du.data(), nullptr, n}, y16.data(), nullptr);
+  kernels::gpu::GpuBuffer<uint16_t> y16(n);
+  kernels::cuda::swiglu_bf16(kernels::SwigluArgs{dg.data(), du.data(), nullptr, n}, y16.data(), nullptr);
   CHECK(test::rel_error(widen(y16.download()), want) < 1.0 / 256);
 }
 
@@ -99,9 +99,9 @@ TEST_CASE("cuda kv_append writes each head's rows where the CPU append does", "[
   auto v0 = test::random_vector(size_t(rows) * D, test::seed(109));
   const uint64_t dst[3] = {17, 90, 150};  // ragged: each head's append room starts elsewhere
   auto k = k0, v = v0;
-  kv_append(Exec{}, KvAppendArgs{kn.data(), vn.data(), k.data(), v.data(), dst, T, Hkv, D});
+  kv_append(kernels::Exec{}, kernels::KvAppendArgs{kn.data(), vn.data(), k.data(), v.data(), dst, T, Hkv, D});
   auto dkn = to_gpu(kn), dvn = to_gpu(vn), dk = to_gpu(k0), dv = to_gpu(v0);
-  kv_append(kGpu, KvAppendArgs{dkn.data(), dvn.data(), dk.data(), dv.data(), dst, T, Hkv, D});
+  kv_append(kGpu, kernels::KvAppendArgs{dkn.data(), dvn.data(), dk.data(), dv.data(), dst, T, Hkv, D});
   CHECK(dk.download() == k);
   CHECK(dv.download() == v);
 }
@@ -115,10 +115,10 @@ TEST_CASE("cuda bf16 GEMM matches the fp32 reference on bf16-rounded inputs", "[
     auto b = test::random_vector(out, test::seed(112), -0.1f, 0.1f);
     std::vector<float> want(size_t(T) * out);
     ref::gemm(x.data(), w.data(), b.data(), want.data(), T, in, out);
-    auto dx = to_gpu(gpu::to_bf16(x.data(), x.size())), dw = to_gpu(gpu::to_bf16(w.data(), w.size()));
+    auto dx = to_gpu(kernels::gpu::to_bf16(x.data(), x.size())), dw = to_gpu(kernels::gpu::to_bf16(w.data(), w.size()));
     auto db = to_gpu(b);
     auto dy = test::poisoned(want.size());
-    cuda::gemm_bf16(GemmBf16Args{dx.data(), dw.data(), db.data(), dy.data(), T, in, out}, nullptr);
+    kernels::cuda::gemm_bf16(kernels::GemmBf16Args{dx.data(), dw.data(), db.data(), dy.data(), T, in, out}, nullptr);
     INFO("T = " << T);
     CHECK(test::rel_error(dy.download(), want) < 1e-4);
   }
@@ -129,23 +129,23 @@ TEST_CASE("cuda forward helpers: bf16 cast, residual add, embedding gather", "[c
   const uint32_t V = 50, E = 96, T = 6;
   auto table = bf16_round(test::random_vector(size_t(V) * E, test::seed(113)));
   const std::vector<int32_t> tokens = {3, 49, 0, 3, 17, 25};
-  auto dtable = to_gpu(gpu::to_bf16(table.data(), table.size()));
+  auto dtable = to_gpu(kernels::gpu::to_bf16(table.data(), table.size()));
   auto dtok = to_gpu(tokens);
   auto dx = test::poisoned(size_t(T) * E);
-  cuda::embed_bf16(dtable.data(), dtok.data(), dx.data(), T, E, nullptr);
+  kernels::cuda::embed_bf16(dtable.data(), dtok.data(), dx.data(), T, E, nullptr);
   auto x = dx.download();
   for (uint32_t t = 0; t < T; ++t)
     for (uint32_t e = 0; e < E; ++e) REQUIRE(x[size_t(t) * E + e] == table[size_t(tokens[t]) * E + e]);
 
   auto y = test::random_vector(x.size(), test::seed(114));
   auto dy = to_gpu(y);
-  cuda::add_in_place(dx.data(), dy.data(), x.size(), nullptr);
+  kernels::cuda::add_in_place(dx.data(), dy.data(), x.size(), nullptr);
   auto sum = dx.download();
   for (size_t i = 0; i < x.size(); ++i) REQUIRE(sum[i] == x[i] + y[i]);
 
-  gpu::GpuBuffer<uint16_t> b16(x.size());
-  cuda::to_bf16(dy.data(), b16.data(), y.size(), nullptr);
-  CHECK(b16.download() == gpu::to_bf16(y.data(), y.size()));  // device and host round alike
+  kernels::gpu::GpuBuffer<uint16_t> b16(x.size());
+  kernels::cuda::to_bf16(dy.data(), b16.data(), y.size(), nullptr);
+  CHECK(b16.download() == kernels::gpu::to_bf16(y.data(), y.size()));  // device and host round alike
 }
 
 #else

@@ -42,18 +42,18 @@ ModelConfig gpu_test_config() {
 }
 
 // The same matrix with every value rounded to bf16 (an owned fp32 copy, canonical rows).
-void round_bf16(Matrix& m) {
+void round_bf16(model::Matrix& m) {
   if (m.empty()) return;
   std::vector<float> x = to_f32(m);
   for (float& v : x) v = bf16_to_f32(f32_to_bf16(v));
-  m = Matrix::from_f32(x, m.rows, m.cols, m.name);
+  m = model::Matrix::from_f32(x, m.rows, m.cols, m.name);
 }
 
 // The CPU twin of what the GPU holds: every matrix and the embeddings rounded to bf16.
-Weights bf16_weights(Weights w) {
+model::Weights bf16_weights(model::Weights w) {
   round_bf16(w.tok_embd);
   round_bf16(w.output);
-  for (LayerWeights& l : w.layers)
+  for (model::LayerWeights& l : w.layers)
     for (auto* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) round_bf16(*m);
   return w;
 }
@@ -63,7 +63,7 @@ Weights bf16_weights(Weights w) {
 bool same_pick(const std::vector<float>& cpu, const std::vector<float>& gpu) {
   float hi = 0;
   for (float x : cpu) hi = std::max(hi, std::fabs(x));
-  return cpu[argmax(gpu)] >= cpu[argmax(cpu)] - 2e-2f * hi;
+  return cpu[model::argmax(gpu)] >= cpu[model::argmax(cpu)] - 2e-2f * hi;
 }
 
 std::vector<int32_t> tokens(size_t n, uint64_t seed) {
@@ -76,16 +76,16 @@ std::vector<int32_t> tokens(size_t n, uint64_t seed) {
 
 TEST_CASE("gpu forward prefill and decode match the CPU forward on bf16 weights", "[cuda]") {
   if (!gpu_ready()) return;
-  const Weights w = bf16_weights(test::random_weights(gpu_test_config(), test::seed(7)));
-  Forward cpu(w, ForwardOptions{});
-  GpuForwardOptions go;
+  const model::Weights w = bf16_weights(test::random_weights(gpu_test_config(), test::seed(7)));
+  model::Forward cpu(w, model::ForwardOptions{});
+  model::GpuForwardOptions go;
   go.chunk = 50;  // several chunks
-  GpuForward gpu(w, go);
+  model::GpuForward gpu(w, go);
   const auto prompt = tokens(130, 1);
-  KvCache cc(w.config, 200);
-  GpuCache gc(cache_shape(w.config), 8);  // grows while prefilling
-  const auto a = cpu.prefill(cc, prompt, LogitsMode::All);
-  const auto b = gpu.prefill(gc, prompt, LogitsMode::All);
+  model::KvCache cc(w.config, 200);
+  model::GpuCache gc(model::cache_shape(w.config), 8);  // grows while prefilling
+  const auto a = cpu.prefill(cc, prompt, model::LogitsMode::All);
+  const auto b = gpu.prefill(gc, prompt, model::LogitsMode::All);
   CHECK(test::rel_error(b, a) < 2e-2);
   REQUIRE(gc.logical_length() == 130);
   for (int step = 0; step < 4; ++step) {
@@ -94,10 +94,10 @@ TEST_CASE("gpu forward prefill and decode match the CPU forward on bf16 weights"
     CHECK(same_pick(la, lb));
   }
   // The keys the GPU cached are the CPU's (post-RoPE), within bf16 activation error.
-  const KvCache back = gc.to_host_dense();
+  const model::KvCache back = gc.to_host_dense();
   for (uint32_t l = 0; l < w.config.n_layers; ++l)
     for (uint32_t h = 0; h < w.config.n_kv_heads; ++h) {
-      const KvHeadView x = back.view(l, h), y = cc.view(l, h);
+      const model::KvHeadView x = back.view(l, h), y = cc.view(l, h);
       REQUIRE(x.len == y.len);
       CHECK(test::rel_error(x.k, y.k, size_t(x.len) * 64) < 2e-2);
       CHECK(test::rel_error(x.v, y.v, size_t(x.len) * 64) < 2e-2);
@@ -107,21 +107,21 @@ TEST_CASE("gpu forward prefill and decode match the CPU forward on bf16 weights"
 TEST_CASE("gpu forward over a ragged cache from the host decodes like the CPU and rolls back",
           "[cuda]") {
   if (!gpu_ready()) return;
-  const Weights w = bf16_weights(test::random_weights(gpu_test_config(), test::seed(8)));
-  Forward cpu(w, ForwardOptions{});
-  GpuForward gpu(w);
-  KvCache dense(w.config, 300);
-  cpu.prefill(dense, tokens(300, 2), LogitsMode::None);
+  const model::Weights w = bf16_weights(test::random_weights(gpu_test_config(), test::seed(8)));
+  model::Forward cpu(w, model::ForwardOptions{});
+  model::GpuForward gpu(w);
+  model::KvCache dense(w.config, 300);
+  cpu.prefill(dense, tokens(300, 2), model::LogitsMode::None);
   // Ragged: each head keeps a different subset (every k-th row), 300 logical positions.
   std::vector<std::vector<uint32_t>> keep(size_t(w.config.n_layers) * w.config.n_kv_heads);
   for (size_t i = 0; i < keep.size(); ++i)
     for (uint32_t r = 0; r < 300; r += uint32_t(1 + i)) keep[i].push_back(r);
-  RaggedKvCache host = RaggedKvCache::from_dense(dense, keep, 16);
-  GpuCache dev = GpuCache::from_ragged(host, 4);  // small room: appends regrow it
+  model::RaggedKvCache host = model::RaggedKvCache::from_dense(dense, keep, 16);
+  model::GpuCache dev = model::GpuCache::from_ragged(host, 4);  // small room: appends regrow it
   const auto question = tokens(9, 3);
   for (int round = 0; round < 2; ++round) {  // the second round starts from the reset state
-    const auto a = cpu.prefill(host, question, LogitsMode::Last);
-    const auto b = gpu.prefill(dev, question, LogitsMode::Last);
+    const auto a = cpu.prefill(host, question, model::LogitsMode::Last);
+    const auto b = gpu.prefill(dev, question, model::LogitsMode::Last);
     CHECK(test::rel_error(b, a) < 2e-2);
     CHECK(same_pick(a, b));
     CHECK(dev.logical_length() == 309);
@@ -136,9 +136,9 @@ TEST_CASE("gpu forward over a ragged cache from the host decodes like the CPU an
 namespace {
 
 // Head (l, h)'s used K rows on the device, as the host sees them.
-std::vector<float> device_rows(const GpuCache& c, uint32_t l, uint32_t h) {
+std::vector<float> device_rows(const model::GpuCache& c, uint32_t l, uint32_t h) {
   std::vector<float> out(size_t(c.len(l, h)) * c.shape().head_dim);
-  gpu::copy_to_host(out.data(), c.k(l, h), out.size() * sizeof(float));
+  kernels::gpu::copy_to_host(out.data(), c.k(l, h), out.size() * sizeof(float));
   return out;
 }
 
@@ -147,10 +147,10 @@ std::vector<float> device_rows(const GpuCache& c, uint32_t l, uint32_t h) {
 TEST_CASE("gpu cache: a failed growth keeps every row; from_ragged copies the base only", "[cuda]") {
   if (!gpu_ready()) return;
   struct Disarm {
-    ~Disarm() { testing::fail_layer_allocation(-1); }
+    ~Disarm() { model::testing::fail_layer_allocation(-1); }
   } disarm;
-  const CacheShape shape{3, 2, 64};
-  KvCache dense(shape, 40);
+  const model::CacheShape shape{3, 2, 64};
+  model::KvCache dense(shape, 40);
   dense.reserve_append(40);
   const auto kv = test::random_vector(40 * 2 * 64, test::seed(10));
   for (uint32_t l = 0; l < 3; ++l) dense.append(l, kv.data(), kv.data(), 40);
@@ -158,15 +158,15 @@ TEST_CASE("gpu cache: a failed growth keeps every row; from_ragged copies the ba
   std::vector<std::vector<uint32_t>> keep(6);
   for (size_t i = 0; i < keep.size(); ++i)
     for (uint32_t r = uint32_t(i); r < 40; r += 3) keep[i].push_back(r);
-  RaggedKvCache host = RaggedKvCache::from_dense(dense, keep, 8);
+  model::RaggedKvCache host = model::RaggedKvCache::from_dense(dense, keep, 8);
 
   // A host cache holding appended rows is refused: a copy of its kept rows would lose them.
   host.reserve_append(2);
   for (uint32_t l = 0; l < 3; ++l) host.append(l, kv.data(), kv.data(), 2);
   host.commit_append(2);
-  CHECK_THROWS_AS(GpuCache::from_ragged(host, 4), Error);
+  CHECK_THROWS_AS(model::GpuCache::from_ragged(host, 4), Error);
   host.reset();
-  GpuCache dev = GpuCache::from_ragged(host, 2);
+  model::GpuCache dev = model::GpuCache::from_ragged(host, 2);
   CHECK(dev.logical_length() == 40);
   CHECK(dev.base_length() == 40);
 
@@ -178,7 +178,7 @@ TEST_CASE("gpu cache: a failed growth keeps every row; from_ragged copies the ba
   std::vector<std::vector<float>> before;
   for (uint32_t l = 0; l < 3; ++l)
     for (uint32_t h = 0; h < 2; ++h) before.push_back(device_rows(dev, l, h));
-  testing::fail_layer_allocation(1);
+  model::testing::fail_layer_allocation(1);
   CHECK_THROWS_AS(dev.reserve_append(3), Error);
   for (uint32_t l = 0; l < 3; ++l)
     for (uint32_t h = 0; h < 2; ++h) REQUIRE(device_rows(dev, l, h) == before[l * 2 + h]);
@@ -204,28 +204,28 @@ TEST_CASE("gpu cache: a failed growth keeps every row; from_ragged copies the ba
 
 TEST_CASE("gpu KVzip scores rank document rows like the CPU scorer", "[cuda]") {
   if (!gpu_ready()) return;
-  const Weights w = bf16_weights(test::random_weights(gpu_test_config(), test::seed(9)));
-  Forward cpu(w, ForwardOptions{});
-  GpuForward gpu(w);
+  const model::Weights w = bf16_weights(test::random_weights(gpu_test_config(), test::seed(9)));
+  model::Forward cpu(w, model::ForwardOptions{});
+  model::GpuForward gpu(w);
   const auto prefix = tokens(7, 4), doc = tokens(150, 5);
-  ScorerOptions so;
+  compress::ScorerOptions so;
   so.prompts.first = tokens(5, 6);
   so.prompts.next = tokens(6, 7);
   so.prompts.turn_end = tokens(3, 8);
   so.kvzip_chunk = 60;  // three reconstruction chunks, the last one short
-  PrefillResult pre = prefill_document(cpu, prefix, doc);
-  const DocumentScores cs = make_scorer("kvzip", so)->score(ScoreInput{&cpu, &pre.cache, 7, doc});
-  GpuCache gc(cache_shape(w.config), 400);
+  prefill::PrefillResult pre = prefill::prefill_document(cpu, prefix, doc);
+  const compress::DocumentScores cs = compress::make_scorer("kvzip", so)->score(compress::ScoreInput{&cpu, &pre.cache, 7, doc});
+  model::GpuCache gc(model::cache_shape(w.config), 400);
   std::vector<int32_t> all = prefix;
   all.insert(all.end(), doc.begin(), doc.end());
-  gpu.prefill(gc, all, LogitsMode::None);
-  const DocumentScores gs = kvzip_scores_gpu(gpu, gc, 7, doc, so);
+  gpu.prefill(gc, all, model::LogitsMode::None);
+  const compress::DocumentScores gs = compress::kvzip_scores_gpu(gpu, gc, 7, doc, so);
   REQUIRE(gs.values.size() == cs.values.size());
   CHECK(gc.logical_length() == 157);  // the reconstruction passes were rolled back
   CHECK(test::rel_error(gs.values, cs.values) < 2e-2);
   // The same rows survive a ratio-0.3 selection, up to near-ties.
-  const Selection a = select_rows(cs, 0.3, SelectionLevel::Global);
-  const Selection b = select_rows(gs, 0.3, SelectionLevel::Global);
+  const compress::Selection a = compress::select_rows(cs, 0.3, compress::SelectionLevel::Global);
+  const compress::Selection b = compress::select_rows(gs, 0.3, compress::SelectionLevel::Global);
   uint64_t same = 0, total = 0;
   for (size_t i = 0; i < a.keep.size(); ++i) {
     for (uint32_t r : a.keep[i]) same += std::binary_search(b.keep[i].begin(), b.keep[i].end(), r);

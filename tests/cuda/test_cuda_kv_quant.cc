@@ -18,33 +18,33 @@ TEST_CASE("CUDA kv_quant dequantize and scores match the CPU", "[cuda]") {
   const uint32_t group = GENERATE(64u, 32u, 4u);
   const uint32_t D = 64, n_q = 3;
   const size_t R = 257;
-  const KvQuantLayout l{bits, D, group};
+  const kernels::KvQuantLayout l{bits, D, group};
   std::vector<float> x = test::random_vector(R * D, test::seed(bits * 100 + group), -3.0f, 3.0f);
   for (size_t i = 0; i < x.size(); i += 7) x[i] *= 10.0f;  // outliers
   std::vector<float> c(D);
   std::vector<uint16_t> p(R * l.param_halves());
   std::vector<uint8_t> codes(R * l.code_bytes());
-  cpu::kv_quantize_rows(x.data(), {l, R, c.data(), p.data(), codes.data()});
-  const KvQuantRows host{l, R, c.data(), p.data(), codes.data()};
+  kernels::cpu::kv_quantize_rows(x.data(), {l, R, c.data(), p.data(), codes.data()});
+  const kernels::KvQuantRows host{l, R, c.data(), p.data(), codes.data()};
 
   auto dc = test::to_gpu(c);
   auto dp = test::to_gpu(p);
   auto dcodes = test::to_gpu(codes);
-  const KvQuantRows dev{l, R, dc.data(), dp.data(), dcodes.data()};
-  const Exec gpu{Device::Cuda, nullptr, nullptr};
+  const kernels::KvQuantRows dev{l, R, dc.data(), dp.data(), dcodes.data()};
+  const kernels::Exec gpu{kernels::Device::Cuda, nullptr, nullptr};
 
   std::vector<float> want(R * D);
-  cpu::kv_dequantize_rows(host, want.data());
+  kernels::cpu::kv_dequantize_rows(host, want.data());
   auto out = test::poisoned(R * D);
-  kv_dequantize_rows(gpu, dev, out.data());
+  kernels::kv_dequantize_rows(gpu, dev, out.data());
   CHECK(out.download() == want);
 
   const std::vector<float> q = test::random_vector(n_q * D, test::seed(7), -1.0f, 1.0f);
   std::vector<float> s_cpu(n_q * R);
-  cpu::kv_quant_scores(q.data(), n_q, host, 0.125f, s_cpu.data());
+  kernels::cpu::kv_quant_scores(q.data(), n_q, host, 0.125f, s_cpu.data());
   auto dq = test::to_gpu(q);
   auto ds = test::poisoned(n_q * R);
-  kv_quant_scores(gpu, dq.data(), n_q, dev, 0.125f, ds.data());
+  kernels::kv_quant_scores(gpu, dq.data(), n_q, dev, 0.125f, ds.data());
   const std::vector<float> s_gpu = ds.download();
   for (size_t i = 0; i < s_cpu.size(); ++i) {
     INFO("logit " << i << ": " << s_gpu[i] << " vs " << s_cpu[i]);

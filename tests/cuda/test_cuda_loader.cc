@@ -51,16 +51,16 @@ format::CacheContents ragged_contents(format::DType dtype) {
   return c;
 }
 
-void check_same(const GpuCache& g, const RaggedKvCache& host) {
-  const CacheShape s = host.shape();
+void check_same(const model::GpuCache& g, const model::RaggedKvCache& host) {
+  const model::CacheShape s = host.shape();
   REQUIRE(g.logical_length() == host.logical_length());
   for (uint32_t l = 0; l < s.n_layers; ++l)
     for (uint32_t h = 0; h < s.n_kv_heads; ++h) {
       const uint32_t n = host.kept(l, h);
       REQUIRE(g.len(l, h) == n);
       std::vector<float> k(size_t(n) * s.head_dim), v(k.size());
-      gpu::copy_to_host(k.data(), g.k(l, h), k.size() * sizeof(float));
-      gpu::copy_to_host(v.data(), g.v(l, h), v.size() * sizeof(float));
+      kernels::gpu::copy_to_host(k.data(), g.k(l, h), k.size() * sizeof(float));
+      kernels::gpu::copy_to_host(v.data(), g.v(l, h), v.size() * sizeof(float));
       CHECK(std::equal(k.begin(), k.end(), host.k_rows(l, h)));
       CHECK(std::equal(v.begin(), v.end(), host.v_rows(l, h)));
     }
@@ -77,12 +77,12 @@ TEST_CASE("a .kvz goes to GPU memory with the host loader's rows, raw and compre
     wo.force = true;
     format::write_cache_file(ragged_contents(dtype), path, wo);
     const format::CacheReader reader = format::CacheReader::open(path);
-    const RaggedKvCache host = loader::cache_from_reader(reader, 8);
-    GpuCache dev = loader::gpu_cache_from_reader(reader, 8);
+    const model::RaggedKvCache host = loader::cache_from_reader(reader, 8);
+    model::GpuCache dev = loader::gpu_cache_from_reader(reader, 8);
     INFO("dtype " << format::dtype_name(dtype) << ", zstd " << zstd);
     check_same(dev, host);
     // Both forget the same rows when rolled back below the compressed length.
-    RaggedKvCache h2 = loader::cache_from_reader(reader, 8);
+    model::RaggedKvCache h2 = loader::cache_from_reader(reader, 8);
     h2.rollback(150);
     dev.rollback(150);
     for (uint32_t l = 0; l < 3; ++l)

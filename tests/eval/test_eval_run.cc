@@ -30,19 +30,19 @@ TinyModelFile& tiny() {
   return f;
 }
 
-ForwardOptions one_thread() {
-  ForwardOptions o;
+model::ForwardOptions one_thread() {
+  model::ForwardOptions o;
   o.threads = 1;
   return o;
 }
 
-GreedyAnswer plain(Forward& fwd, AttentionCache& cache, const std::vector<int32_t>& prompt,
+GreedyAnswer plain(model::Forward& fwd, model::AttentionCache& cache, const std::vector<int32_t>& prompt,
                    const AnswerParams& ap) {
-  GenerateParams gp;
+  model::GenerateParams gp;
   gp.max_tokens = ap.max_tokens;
   gp.stop_tokens = ap.stop_tokens;
   const uint32_t len = cache.logical_length();
-  GenerateResult r = generate(fwd, cache, prompt, gp);
+  model::GenerateResult r = generate(fwd, cache, prompt, gp);
   cache.rollback(len);
   return GreedyAnswer{r.tokens, r.stopped, r.first_logits, 0, 0};
 }
@@ -50,15 +50,15 @@ GreedyAnswer plain(Forward& fwd, AttentionCache& cache, const std::vector<int32_
 // What every draft test starts from: the tiny model, a dense cache holding a short document (as
 // a compressed one would), the prompt of `question`, and the plain answer of max_tokens tokens.
 struct Primed {
-  const Model& m = *tiny().model;
-  Forward fwd{m.weights(), one_thread()};
-  KvCache cache{m.config()};
+  const model::Model& m = *tiny().model;
+  model::Forward fwd{m.weights(), one_thread()};
+  model::KvCache cache{m.config()};
   std::vector<int32_t> prompt;
   AnswerParams ap;
   GreedyAnswer base;
 
   Primed(const std::string& question, uint32_t max_tokens) {
-    fwd.prefill(cache, m.chat().encode_document("the cat sat on the mat; the dog ate."), LogitsMode::None);
+    fwd.prefill(cache, m.chat().encode_document("the cat sat on the mat; the dog ate."), model::LogitsMode::None);
     prompt = m.chat().suffix("\n\nQuestion: " + question);
     ap.max_tokens = max_tokens;
     base = plain(fwd, cache, prompt, ap);
@@ -98,8 +98,8 @@ const EvalRow& row(const EvalReport& r, const std::string& method, double ratio)
 
 TEST_CASE("draft-verified answers equal plain greedy decoding whatever the drafts", "[eval]") {
   Primed t("what sat?", 10);
-  Forward& fwd = t.fwd;
-  KvCache& cache = t.cache;
+  model::Forward& fwd = t.fwd;
+  model::KvCache& cache = t.cache;
   const std::vector<int32_t>& prompt = t.prompt;
   const AnswerParams& ap = t.ap;
   const GreedyAnswer& base = t.base;
@@ -183,7 +183,7 @@ TEST_CASE("draft verification respects a one-token answer limit", "[eval]") {
 }
 
 TEST_CASE("eval on a tiny model: the full cache agrees with itself and ratio 1 equals full", "[eval]") {
-  const Model& m = *tiny().model;
+  const model::Model& m = *tiny().model;
   const std::vector<Document> docs = pets();
   REQUIRE(docs.size() == 2);
   EvalOptions o;
@@ -285,7 +285,7 @@ TEST_CASE("eval options are checked before any model work", "[eval]") {
 }
 
 TEST_CASE("a document longer than the model's context is refused with both numbers", "[eval]") {
-  const Model& m = *tiny().model;
+  const model::Model& m = *tiny().model;
   Document d{"long", std::string(3000, 'x') + " end", {{"q", "what?", {"x"}, false}}};
   EvalOptions o;
   o.methods = {"streaming"};
@@ -302,7 +302,7 @@ TEST_CASE("eval runs head-level KVzip from given head scores and refuses it with
                          return e.code() == Errc::invalid_argument &&
                                 std::string(e.what()).find("--head-scores") != std::string::npos;
                        }));
-  const Model& m = *tiny().model;
+  const model::Model& m = *tiny().model;
   const std::vector<Document> docs = pets();
   EvalOptions o;
   o.methods = {"kvzip-head"};
@@ -323,7 +323,7 @@ TEST_CASE("eval runs head-level KVzip from given head scores and refuses it with
 }
 
 TEST_CASE("eval --kv-dtypes: every cache again as a .kvz image of each dtype, compared with f32", "[eval]") {
-  const Model& m = *tiny().model;
+  const model::Model& m = *tiny().model;
   const std::vector<Document> docs = pets();
   EvalOptions o;
   o.methods = {"kvzip"};

@@ -25,12 +25,29 @@ Edit truncate_in(size_t section) {
   return [section](Image& im) { im.bytes.resize(im.section_start(section) + im.stored(section) / 2); };
 }
 
-Edit meta_edit(const std::function<void(Image&)>& f) {
-  return [f](Image& im) {
+// f edits the image, then section `section`, the table and the header are resealed.
+Edit resealed(size_t section, const std::function<void(Image&)>& f) {
+  return [section, f](Image& im) {
     f(im);
-    im.reseal_section(0);
+    im.reseal_section(section);
     im.reseal();
   };
+}
+
+Edit meta_edit(const std::function<void(Image&)>& f) { return resealed(0, f); }
+
+// f edits layer 0's KV section (section 4), given the offset where it starts; then it is resealed.
+Edit kv0_edit(const std::function<void(Image&, uint64_t)>& f) {
+  return resealed(4, [f](Image& im) { f(im, im.section_start(4)); });
+}
+
+// Files that fail on open: (name, code, message fragment, edit of the golden).
+using OpenSpec = std::tuple<const char*, Errc, const char*, Edit>;
+
+std::vector<BadCase> open_cases(const std::vector<uint8_t>& g, const std::vector<OpenSpec>& specs) {
+  std::vector<BadCase> out;
+  for (const auto& [name, code, message, edit] : specs) out.push_back({name, code, message, BadMode::Open, edited(g, edit)});
+  return out;
 }
 
 }  // namespace
@@ -126,17 +143,9 @@ std::vector<BadCase> bad_cases(const std::vector<uint8_t>& g) {
       {"unknown_dtype.kvz", Errc::unsupported, "meta key 'kv.dtype': id 9 is not in this reader's dtype registry",
        meta_edit([](Image& im) { im.set_u64(im.meta_value("kv.dtype"), 9); })},
       {"index_row_start.kvz", Errc::corrupt, "Row_Start 99, expected 5",
-       [](Image& im) {
-         im.set_u64(im.section_start(1) + 16 + 8, 99);
-         im.reseal_section(1);
-         im.reseal();
-       }},
+       resealed(1, [](Image& im) { im.set_u64(im.section_start(1) + 16 + 8, 99); })},
       {"position_order.kvz", Errc::corrupt, "does not increase",
-       [](Image& im) {
-         im.set_u32(im.section_start(2) + 4, 0);
-         im.reseal_section(2);
-         im.reseal();
-       }},
+       resealed(2, [](Image& im) { im.set_u32(im.section_start(2) + 4, 0); })},
       {"wrong_model.kvz", Errc::model_mismatch, "pass --force",
        meta_edit([](Image& im) { im.set_u64(im.meta_value("model.weights_hash"), 0x0123456789abcdefull); }),
        BadMode::CheckModel},
@@ -147,14 +156,7 @@ std::vector<BadCase> bad_cases(const std::vector<uint8_t>& g) {
 }
 
 std::vector<BadCase> bad_quant_cases(const std::vector<uint8_t>& g) {
-  auto kv0_edit = [](const std::function<void(Image&, uint64_t)>& f) {  // edit layer 0's KV, reseal
-    return [f](Image& im) {
-      f(im, im.section_start(4));
-      im.reseal_section(4);
-      im.reseal();
-    };
-  };
-  const std::vector<std::tuple<const char*, Errc, const char*, Edit>> specs = {
+  return open_cases(g, {
       {"q4_nan_channel_scale.kvz", Errc::corrupt, "K channel scale of head 0 channel 1 is NaN",
        kv0_edit([](Image& im, uint64_t kv) { im.set_u32(kv + 4, 0x7fc00000u); })},
       {"q4_zero_channel_scale.kvz", Errc::corrupt, "V channel scale of head 1 channel 0 is 0",
@@ -164,12 +166,10 @@ std::vector<BadCase> bad_quant_cases(const std::vector<uint8_t>& g) {
       {"q4_nan_group_minimum.kvz", Errc::corrupt, "K head 1 row 1: group 0 minimum is NaN",
        kv0_edit([](Image& im, uint64_t kv) { im.set_u16(kv + 64 + 6 * 8 + 2, 0x7e00); })},
       {"q4_truncated_scales.kvz", Errc::corrupt, "the q8/q4 layout",
-       [](Image& im) {  // the section lost the last row of V codes: sizes no longer fit the layout
+       resealed(4, [](Image& im) {  // the section lost the last row of V codes: sizes no longer fit the layout
          im.set_u64(im.entry(4) + 24, im.stored(4) - 2);
          im.set_u64(im.entry(4) + 32, im.stored(4));
-         im.reseal_section(4);
-         im.reseal();
-       }},
+       })},
       {"q4_bad_group_size.kvz", Errc::corrupt, "kv.quant.group_size': value 3 does not divide head_dim 4",
        meta_edit([](Image& im) { im.set_u64(im.meta_value("kv.quant.group_size"), 3); })},
       {"q4_group_size_zero.kvz", Errc::corrupt, "kv.quant.group_size",
@@ -177,21 +177,11 @@ std::vector<BadCase> bad_quant_cases(const std::vector<uint8_t>& g) {
       {"q4_missing_group_size.kvz", Errc::corrupt, "required meta key 'kv.quant.group_size' is missing",
        meta_edit([](Image& im) { im.bytes[im.meta_key("kv.quant.group_size") + 3] = 'X'; })},
       {"q4_truncated_kv.kvz", Errc::truncated, "truncated in section 4 (kv layer 0)", truncate_in(4)},
-  };
-  std::vector<BadCase> out;
-  for (const auto& [name, code, message, edit] : specs) out.push_back({name, code, message, BadMode::Open, edited(g, edit)});
-  return out;
+  });
 }
 
 std::vector<BadCase> bad_f16_rows_cases(const std::vector<uint8_t>& g) {
-  auto kv0_edit = [](const std::function<void(Image&, uint64_t)>& f) {  // edit layer 0's KV, reseal
-    return [f](Image& im) {
-      f(im, im.section_start(4));
-      im.reseal_section(4);
-      im.reseal();
-    };
-  };
-  const std::vector<std::tuple<const char*, Errc, const char*, Edit>> specs = {
+  return open_cases(g, {
       {"q4f16_nan_value.kvz", Errc::corrupt, "K head 0 row 1: f16 value of channel 2 is NaN",
        kv0_edit([](Image& im, uint64_t kv) { im.set_u16(kv + 64 + (1 * 4 + 2) * 2, 0x7e00); })},
       {"q4f16_inf_value.kvz", Errc::corrupt, "V head 1 row 0: f16 value of channel 0 is infinite",
@@ -206,10 +196,7 @@ std::vector<BadCase> bad_f16_rows_cases(const std::vector<uint8_t>& g) {
        meta_edit([](Image& im) { im.set_u64(im.meta_value("kv.quant.f16_below"), 9); })},
       {"q4f16_missing_below.kvz", Errc::corrupt, "required meta key 'kv.quant.f16_below' is missing",
        meta_edit([](Image& im) { im.bytes[im.meta_key("kv.quant.f16_below") + 3] = 'X'; })},
-  };
-  std::vector<BadCase> out;
-  for (const auto& [name, code, message, edit] : specs) out.push_back({name, code, message, BadMode::Open, edited(g, edit)});
-  return out;
+  });
 }
 
 std::vector<uint8_t> future_minor_file(const std::vector<uint8_t>& g) {

@@ -3,6 +3,8 @@
 // committed golden files must keep matching them forever.
 #include "tests/format/fixtures.h"
 
+#include <catch2/catch.hpp>
+
 #include <dirent.h>
 #include <unistd.h>
 
@@ -18,6 +20,61 @@
 #include "format/detail/dtype.h"
 
 namespace kvzip::format::testing {
+
+void expect_corrupt(const std::function<void()>& f, const std::string& fragment) {
+  try {
+    f();
+    FAIL("no error; expected corrupt with '" << fragment << "'");
+  } catch (const Error& e) {
+    INFO(e.what());
+    CHECK(e.code() == Errc::corrupt);
+    CHECK_THAT(e.what(), Catch::Matchers::Contains(fragment));
+  }
+}
+
+void check_loads(const CacheReader& r, const CacheContents& c) {
+  std::string why;
+  const bool same = same_contents(r.load(), c, &why);
+  INFO(why);
+  CHECK(same);
+}
+
+void check_read_kv(const CacheReader& r, const CacheContents& c, uint32_t l) {
+  std::vector<float> k(c.layers[l].k.size()), v(k.size());
+  r.read_kv(l, k, v);
+  CHECK(k == c.layers[l].k);
+  CHECK(v == c.layers[l].v);
+}
+
+void check_writes_and_loads(const CacheContents& c) {
+  const std::vector<uint8_t> bytes = to_bytes(c);  // open_memory reads it in place: keep it alive
+  check_loads(CacheReader::open_memory(bytes, {Verify::Full}), c);
+}
+
+void check_hdf5_round_trip(const CacheContents& c) {
+  if (!hdf5_available()) KVZIP_FORMAT_SKIP("built without HDF5");
+  TempDir dir;
+  export_hdf5(c, dir.path("c.h5"), false);
+  const CacheContents back = import_hdf5(dir.path("c.h5"));
+  std::string why;
+  const bool same = same_contents(back, c, &why);
+  INFO(why);
+  CHECK(same);
+  CHECK(to_bytes(back) == to_bytes(c));
+}
+
+size_t for_each_kept_row(const LayerKv& in, const LayerKv& out, const std::function<void(size_t row, size_t j)>& f) {
+  size_t row = 0, in_first = 0;
+  for (size_t h = 0; h < in.head_rows.size(); ++h) {
+    for (uint32_t i = 0; i < out.head_rows[h]; ++i, ++row) {
+      size_t j = in_first;
+      while (in.positions[j] != out.positions[row]) ++j;
+      f(row, j);
+    }
+    in_first += in.head_rows[h];
+  }
+  return row;
+}
 namespace {
 
 uint64_t splitmix(uint64_t& s) {
@@ -205,6 +262,12 @@ std::vector<uint8_t> to_bytes(const CacheContents& c, const WriteOptions& o) {
   VectorSink sink;
   write_cache(c, sink, o);
   return std::move(sink.bytes);
+}
+
+std::vector<uint8_t> to_bytes_zstd(const CacheContents& c, int zstd_level) {
+  WriteOptions w;
+  w.zstd_level = zstd_level;
+  return to_bytes(c, w);
 }
 
 TempDir::TempDir() {

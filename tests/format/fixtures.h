@@ -3,6 +3,7 @@
 // of two CacheContents, and a self-deleting temporary directory.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,28 @@ bool same_contents(const CacheContents& a, const CacheContents& b, std::string* 
 std::vector<uint8_t> read_bytes(const std::string& path);
 void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes);
 std::vector<uint8_t> to_bytes(const CacheContents& c, const WriteOptions& o = {});
+std::vector<uint8_t> to_bytes_zstd(const CacheContents& c, int zstd_level);  // 0: raw
+
+// Section index of layer l's K/V in files written from `c` (meta, index, positions[, scores], kv...).
+inline size_t kv_section(const CacheContents& c, uint32_t l) { return (c.has_scores ? 4 : 3) + l; }
+
+// Checks (Catch2) that f throws an Error with code Errc::corrupt whose message contains
+// `fragment`; FAILs the test case when f returns.
+void expect_corrupt(const std::function<void()>& f, const std::string& fragment);
+
+// Catch2 checks the q8/q4 tests share.
+// CHECKs that r.load() is bitwise `c`, naming the first difference.
+void check_loads(const CacheReader& r, const CacheContents& c);
+// CHECKs that r.read_kv(l) gives layer l's K and V of `c`.
+void check_read_kv(const CacheReader& r, const CacheContents& c, uint32_t l);
+// Writes `c`, opens it with Verify::Full and check_loads it.
+void check_writes_and_loads(const CacheContents& c);
+// Skips without HDF5; else CHECKs that an HDF5 export then import gives `c` back, bitwise and as
+// the same .kvz bytes.
+void check_hdf5_round_trip(const CacheContents& c);
+// Calls f(row, j) for each row of `out`, a prune of `in`, with j the row of `in` that holds the
+// same head's row at the same position. Returns the number of rows of `out`.
+size_t for_each_kept_row(const LayerKv& in, const LayerKv& out, const std::function<void(size_t row, size_t j)>& f);
 
 inline std::string source_path(const std::string& rel) { return std::string(KVZIP_SOURCE_DIR) + "/" + rel; }
 

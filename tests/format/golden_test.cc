@@ -33,7 +33,7 @@ std::string inspect_text(const std::string& name) {
 // v1.1 (every row quantized) or v1.2 (the prefix rows, positions 0 … 2, stored as f16).
 CacheContents golden_quant(DType dtype, bool f16_prefix = false) {
   CacheContents c = golden_contents(DType::F32);
-  set_kv_dtype(c, dtype, 2, f16_prefix);
+  compress::set_kv_dtype(c, dtype, 2, f16_prefix);
   return c;
 }
 

@@ -33,7 +33,7 @@ CacheContents with_sink(uint64_t seed = 4) {
 
 CacheContents quantized(DType t, uint32_t group, uint64_t seed = 4) {
   CacheContents c = with_sink(seed);
-  set_kv_dtype(c, t, group);
+  compress::set_kv_dtype(c, t, group);
   return c;
 }
 
@@ -53,19 +53,12 @@ TEST_CASE("q8/q4 with f16 rows round-trip exactly, raw and zstd, as v1.2 files",
   const CacheContents c = quantized(t, group);
   REQUIRE(c.header.kv_f16_below == c.header.prefix_length());
   REQUIRE(f16_rows(c) == 3 * 2 * c.header.prefix_length());  // every head keeps its prefix rows
-  WriteOptions w;
-  w.zstd_level = zstd;
-  const std::vector<uint8_t> bytes = to_bytes(c, w);
+  const std::vector<uint8_t> bytes = to_bytes_zstd(c, zstd);
   CacheReader r = CacheReader::open_memory(bytes, {Verify::Full});
   CHECK(r.version_minor() == 2);
   CHECK(r.header().kv_f16_below == c.header.prefix_length());
-  std::string why;
-  CHECK(same_contents(r.load(), c, &why));
-  INFO(why);
-  std::vector<float> k(c.layers[2].k.size()), v(k.size());
-  r.read_kv(2, k, v);
-  CHECK(k == c.layers[2].k);
-  CHECK(v == c.layers[2].v);
+  check_loads(r, c);
+  check_read_kv(r, c, 2);
 }
 
 TEST_CASE("f16 rows hold the f16 values; the channel scales come from the other rows", "[format]") {
@@ -90,7 +83,7 @@ TEST_CASE("f16 rows hold the f16 values; the channel scales come from the other 
   // The sink no longer widens the document rows' steps in its channels (in the v1.1 layout the
   // channel scale of channels 0 and 1 is the sink's, 50x the document rows' range there).
   CacheContents old = with_sink();
-  set_kv_dtype(old, DType::Q4, 0, false);
+  compress::set_kv_dtype(old, DType::Q4, 0, false);
   double err_new = 0, err_old = 0;
   for (size_t l = 0; l < c.layers.size(); ++l)
     for (size_t r = 0; r < in.layers[l].positions.size(); ++r) {
@@ -145,36 +138,26 @@ TEST_CASE("prune keeps f16 rows and quantized rows as stored", "[format]") {
     CHECK(out.qk.channel_scale == in.qk.channel_scale);
     CHECK(out.qk.dense == in.qk.dense);
     CHECK(out.qv.dense == in.qv.dense);
-    size_t row = 0, in_first = 0;
-    for (size_t h = 0; h < in.head_rows.size(); ++h) {
-      for (uint32_t i = 0; i < out.head_rows[h]; ++i, ++row) {
-        size_t j = in_first;
-        while (in.positions[j] != out.positions[row]) ++j;
-        CHECK(std::equal(out.k.begin() + row * kD, out.k.begin() + (row + 1) * kD, in.k.begin() + j * kD));
-        CHECK(std::equal(out.v.begin() + row * kD, out.v.begin() + (row + 1) * kD, in.v.begin() + j * kD));
-      }
-      in_first += in.head_rows[h];
-    }
+    for_each_kept_row(in, out, [&](size_t row, size_t j) {
+      CHECK(std::equal(out.k.begin() + row * kD, out.k.begin() + (row + 1) * kD, in.k.begin() + j * kD));
+      CHECK(std::equal(out.v.begin() + row * kD, out.v.begin() + (row + 1) * kD, in.v.begin() + j * kD));
+    });
   }
-  const std::vector<uint8_t> bytes = to_bytes(p);
-  CacheReader r = CacheReader::open_memory(bytes, {Verify::Full});
-  std::string why;
-  CHECK(same_contents(r.load(), p, &why));
-  INFO(why);
+  check_writes_and_loads(p);
 }
 
 TEST_CASE("set_kv_dtype switches between the v1.1 and v1.2 layouts", "[format]") {
   CacheContents c = quantized(DType::Q8, 4);
   const CacheContents before = c;
-  set_kv_dtype(c, DType::Q8, 4);  // same layout: kept as stored
+  compress::set_kv_dtype(c, DType::Q8, 4);  // same layout: kept as stored
   std::string why;
   CHECK(same_contents(c, before, &why));
-  set_kv_dtype(c, DType::Q8, 4, false);  // v1.1: re-quantized, every row coded
+  compress::set_kv_dtype(c, DType::Q8, 4, false);  // v1.1: re-quantized, every row coded
   CHECK(c.header.kv_f16_below == 0);
   CHECK(c.layers[0].qk.dense.empty());
   CHECK(CacheReader::open_memory(to_bytes(c)).version_minor() == 1);
   CacheContents f = c;
-  set_kv_dtype(f, DType::F16);
+  compress::set_kv_dtype(f, DType::F16);
   CHECK(f.header.kv_f16_below == 0);
   // f16 rows exist only with q8/q4.
   f.header.kv_f16_below = 2;
@@ -191,13 +174,5 @@ TEST_CASE("the writer refuses f16 rows of the wrong shape or value", "[format]")
 }
 
 TEST_CASE("HDF5 export then import keeps the f16 rows", "[format]") {
-  if (!hdf5_available()) KVZIP_FORMAT_SKIP("built without HDF5");
-  TempDir dir;
-  const CacheContents c = quantized(DType::Q8, 4, 9);
-  export_hdf5(c, dir.path("c.h5"), false);
-  const CacheContents back = import_hdf5(dir.path("c.h5"));
-  std::string why;
-  CHECK(same_contents(back, c, &why));
-  INFO(why);
-  CHECK(to_bytes(back) == to_bytes(c));
+  check_hdf5_round_trip(quantized(DType::Q8, 4, 9));
 }

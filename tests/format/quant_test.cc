@@ -18,7 +18,7 @@ namespace {
 // f16_prefix false: the v1.1 layout (every row quantized), whose exact sizes some tests check.
 CacheContents quantized(DType t, uint32_t group, uint64_t seed = 3, bool f16_prefix = false) {
   CacheContents c = synthetic(SyntheticSpec{.head_dim = 16, .document = 60, .seed = seed});  // L 3, Hkv 2
-  set_kv_dtype(c, t, group, f16_prefix);
+  compress::set_kv_dtype(c, t, group, f16_prefix);
   return c;
 }
 
@@ -31,19 +31,11 @@ TEST_CASE("q8/q4 caches round-trip their stored rows exactly, raw and zstd", "[f
   INFO(dtype_name(t) << " group " << group << " zstd " << zstd);
   const CacheContents c = quantized(t, group);
   CHECK(c.header.kv_group_size == (group ? group : 16u));
-  WriteOptions w;
-  w.zstd_level = zstd;
-  const std::vector<uint8_t> bytes = to_bytes(c, w);
+  const std::vector<uint8_t> bytes = to_bytes_zstd(c, zstd);
   CacheReader r = CacheReader::open_memory(bytes, {Verify::Full});
   CHECK(r.version_minor() == 1);
-  std::string why;
-  CHECK(same_contents(r.load(), c, &why));
-  INFO(why);
-  // read_kv (the loader's path) gives the same values as load().
-  std::vector<float> k(c.layers[1].k.size()), v(k.size());
-  r.read_kv(1, k, v);
-  CHECK(k == c.layers[1].k);
-  CHECK(v == c.layers[1].v);
+  check_loads(r, c);
+  check_read_kv(r, c, 1);  // read_kv (the loader's path) gives the same values as load()
   CHECK_FALSE(r.kv_view(0));  // no zero-copy f32 view of quantized rows
 }
 
@@ -52,7 +44,7 @@ TEST_CASE("a q4 file is about a seventh of the f32 file's K/V bytes", "[format]"
   uint64_t rows = 0;
   for (const LayerKv& l : q4.layers) rows += l.positions.size();
   CacheContents f32 = q4;
-  set_kv_dtype(f32, DType::F32);
+  compress::set_kv_dtype(f32, DType::F32);
   // K/V payload only (sections are padded to 4 KiB, so compare section sizes, not files).
   auto kv_bytes = [](const std::vector<uint8_t>& file) {
     uint64_t n = 0;
@@ -78,7 +70,7 @@ TEST_CASE("the writer refuses a q8/q4 cache whose rows were never quantized", "[
   CacheContents bad = quantized(DType::Q8, 0);
   bad.layers[2].qv.params[6] = 0x7c00;  // an infinite group scale
   CHECK_THROWS_WITH(to_bytes(bad), Catch::Matchers::Contains("scale is infinite"));
-  CHECK_THROWS_AS(set_kv_dtype(bad, DType::Q4, 3), Error);  // 3 does not divide 16
+  CHECK_THROWS_AS(compress::set_kv_dtype(bad, DType::Q4, 3), Error);  // 3 does not divide 16
 }
 
 TEST_CASE("prune re-prunes a q4 cache without re-quantizing the rows it keeps", "[format]") {
@@ -93,48 +85,28 @@ TEST_CASE("prune re-prunes a q4 cache without re-quantizing the rows it keeps", 
     CHECK(out.qk.channel_scale == in.qk.channel_scale);
     CHECK(out.qv.channel_scale == in.qv.channel_scale);
     // Each kept row is found in the input (same head, same position) with the same stored bytes.
-    size_t row = 0, in_first = 0;
-    for (size_t h = 0; h < in.head_rows.size(); ++h) {
-      for (uint32_t i = 0; i < out.head_rows[h]; ++i, ++row) {
-        size_t j = in_first;
-        while (in.positions[j] != out.positions[row]) ++j;
-        CHECK(std::equal(out.qk.codes.begin() + row * B, out.qk.codes.begin() + (row + 1) * B, in.qk.codes.begin() + j * B));
-        CHECK(std::equal(out.qv.params.begin() + row * P, out.qv.params.begin() + (row + 1) * P, in.qv.params.begin() + j * P));
-        CHECK(std::equal(out.k.begin() + row * D, out.k.begin() + (row + 1) * D, in.k.begin() + j * D));
-      }
-      in_first += in.head_rows[h];
-    }
-    kept_total += row;
+    kept_total += for_each_kept_row(in, out, [&](size_t row, size_t j) {
+      CHECK(std::equal(out.qk.codes.begin() + row * B, out.qk.codes.begin() + (row + 1) * B, in.qk.codes.begin() + j * B));
+      CHECK(std::equal(out.qv.params.begin() + row * P, out.qv.params.begin() + (row + 1) * P, in.qv.params.begin() + j * P));
+      CHECK(std::equal(out.k.begin() + row * D, out.k.begin() + (row + 1) * D, in.k.begin() + j * D));
+    });
   }
   CHECK(kept_total > 0);
-  // And it writes and reads back as it is.
-  const std::vector<uint8_t> bytes = to_bytes(p);  // open_memory reads it in place: keep it alive
-  CacheReader r = CacheReader::open_memory(bytes, {Verify::Full});
-  std::string why;
-  CHECK(same_contents(r.load(), p, &why));
-  INFO(why);
+  check_writes_and_loads(p);  // and it writes and reads back as it is
 }
 
 TEST_CASE("set_kv_dtype: the same q8/q4 again keeps the stored rows; f16 drops them", "[format]") {
   CacheContents c = quantized(DType::Q8, 4);
   const CacheContents before = c;
-  set_kv_dtype(c, DType::Q8, 4, false);
+  compress::set_kv_dtype(c, DType::Q8, 4, false);
   std::string why;
   CHECK(same_contents(c, before, &why));
-  set_kv_dtype(c, DType::F16);
+  compress::set_kv_dtype(c, DType::F16);
   CHECK(c.layers[0].qk.empty());
   CHECK(c.header.kv_group_size == 0);
   CHECK(c.layers[0].k == before.layers[0].k);  // the dequantized values, now stored as f16
 }
 
 TEST_CASE("HDF5 export then import keeps a q4 cache's stored rows", "[format]") {
-  if (!hdf5_available()) KVZIP_FORMAT_SKIP("built without HDF5");
-  TempDir dir;
-  const CacheContents c = quantized(DType::Q4, 4, 9);
-  export_hdf5(c, dir.path("c.h5"), false);
-  const CacheContents back = import_hdf5(dir.path("c.h5"));
-  std::string why;
-  CHECK(same_contents(back, c, &why));
-  INFO(why);
-  CHECK(to_bytes(back) == to_bytes(c));
+  check_hdf5_round_trip(quantized(DType::Q4, 4, 9));
 }

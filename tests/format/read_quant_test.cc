@@ -20,11 +20,9 @@ using namespace kvzip::format::testing;
 
 namespace {
 
-size_t kv_section(const CacheContents& c, uint32_t l) { return (c.has_scores ? 4 : 3) + l; }
-
 CacheContents quantized(DType t, uint32_t group, bool f16_prefix) {
   CacheContents c = synthetic(SyntheticSpec{.head_dim = 16, .document = 60, .seed = 8});
-  set_kv_dtype(c, t, group, f16_prefix);
+  compress::set_kv_dtype(c, t, group, f16_prefix);
   return c;
 }
 
@@ -43,17 +41,6 @@ std::vector<uint8_t> patched(float c, uint16_t m) {
   return img.bytes;
 }
 
-void expect_corrupt(const std::function<void()>& f, const std::string& fragment) {
-  try {
-    f();
-    FAIL("no error; expected corrupt with '" << fragment << "'");
-  } catch (const Error& e) {
-    INFO(e.what());
-    CHECK(e.code() == Errc::corrupt);
-    CHECK_THAT(e.what(), Catch::Matchers::Contains(fragment));
-  }
-}
-
 }  // namespace
 
 TEST_CASE("read_quant_layer returns a layer's stored q8/q4 rows as written", "[format][kvquant-attn]") {
@@ -63,9 +50,7 @@ TEST_CASE("read_quant_layer returns a layer's stored q8/q4 rows as written", "[f
   const int zstd = GENERATE(0, 3);
   INFO(dtype_name(t) << " group " << group << " f16 rows " << f16_prefix << " zstd " << zstd);
   const CacheContents c = quantized(t, group, f16_prefix);
-  WriteOptions w;
-  w.zstd_level = zstd;
-  const std::vector<uint8_t> bytes = to_bytes(c, w);
+  const std::vector<uint8_t> bytes = to_bytes_zstd(c, zstd);
   const CacheReader r = CacheReader::open_memory(bytes);
   for (uint32_t l = 0; l < c.header.n_layers; ++l) {
     const LayerKv got = r.read_quant_layer(l);

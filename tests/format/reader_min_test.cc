@@ -73,7 +73,7 @@ TEST_CASE("reader_min reconstructs q8/q4 rows to the main reader's exact values"
   spec.n_kv_heads = 3;
   spec.head_dim = 6;
   CacheContents c = synthetic(spec);
-  set_kv_dtype(c, dtype, group, f16_prefix);
+  compress::set_kv_dtype(c, dtype, group, f16_prefix);
   WriteOptions o;
   o.zstd_level = group == 2 ? 1 : 0;
   check_agree(to_bytes(c, o));

@@ -16,24 +16,6 @@ using namespace kvzip;
 using namespace kvzip::format;
 using namespace kvzip::format::testing;
 
-namespace {
-
-// Section index of layer l's K/V in files written from `c` (meta, index, positions[, scores], kv...).
-size_t kv_section(const CacheContents& c, uint32_t l) { return (c.has_scores ? 4 : 3) + l; }
-
-void expect_corrupt(const std::function<void()>& f, const std::string& fragment) {
-  try {
-    f();
-    FAIL("no error; expected corrupt with '" << fragment << "'");
-  } catch (const Error& e) {
-    INFO(e.what());
-    CHECK(e.code() == Errc::corrupt);
-    CHECK_THAT(e.what(), Catch::Matchers::Contains(fragment));
-  }
-}
-
-}  // namespace
-
 TEST_CASE("--verify decodes every zstd section: raw bytes under a zstd label fail it", "[format]") {
   CacheContents c = synthetic({});
   WriteOptions o;

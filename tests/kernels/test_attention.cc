@@ -19,17 +19,17 @@ struct Case {
 };
 
 // Runs kernel and reference on random data; returns the relative error.
-double attention_error(const Case& c, ThreadPool* pool, uint64_t seed) {
+double attention_error(const Case& c, kernels::ThreadPool* pool, uint64_t seed) {
   auto q = test::random_vector(size_t(c.T) * c.Hq * c.D, seed, -2, 2);
   std::vector<std::vector<float>> k(c.Hkv), v(c.Hkv);
-  std::vector<KvSpan> spans(c.Hkv);
+  std::vector<kernels::KvSpan> spans(c.Hkv);
   for (uint32_t h = 0; h < c.Hkv; ++h) {
     k[h] = test::random_vector(size_t(c.lens[h]) * c.D, seed * 31 + h, -2, 2);
     v[h] = test::random_vector(size_t(c.lens[h]) * c.D, seed * 37 + h);
-    spans[h] = KvSpan{k[h].data(), v[h].data(), c.lens[h]};
+    spans[h] = kernels::KvSpan{k[h].data(), v[h].data(), c.lens[h]};
   }
   std::vector<float> got(q.size(), NAN), want(q.size());
-  AttentionArgs a;
+  kernels::AttentionArgs a;
   a.q = q.data();
   a.kv = spans.data();
   a.T = c.T;
@@ -40,27 +40,27 @@ double attention_error(const Case& c, ThreadPool* pool, uint64_t seed) {
   a.out = want.data();
   ref::attention(a);
   a.out = got.data();
-  attention(Exec{Device::Cpu, pool}, a);
+  attention(kernels::Exec{kernels::Device::Cpu, pool}, a);
   return test::rel_error(got, want);
 }
 
 }  // namespace
 
 TEST_CASE("prefill attention over an empty cache matches the reference", "[kernels]") {
-  ThreadPool pool(2);
+  kernels::ThreadPool pool(2);
   CHECK(attention_error({70, 4, 2, 16, {70, 70}}, &pool, 1) < 1e-5);
   CHECK(attention_error({150, 9, 3, 64, {150, 150, 150}}, &pool, 2) < 1e-5);
   CHECK(attention_error({5, 2, 2, 8, {5, 5}}, nullptr, 3) < 1e-5);  // G = 1
 }
 
 TEST_CASE("prefill attention after a cached prefix matches the reference", "[kernels]") {
-  ThreadPool pool(2);
+  kernels::ThreadPool pool(2);
   CHECK(attention_error({33, 4, 2, 16, {300, 300}}, &pool, 4) < 1e-5);
   CHECK(attention_error({3, 6, 2, 32, {260, 260}}, &pool, 5) < 1e-5);  // few tasks: key splits
 }
 
 TEST_CASE("attention handles per-head lengths as a ragged cache has them", "[kernels]") {
-  ThreadPool pool(3);
+  kernels::ThreadPool pool(3);
   CHECK(attention_error({12, 6, 3, 16, {12, 140, 61}}, &pool, 6) < 1e-5);
   CHECK(attention_error({1, 6, 3, 16, {1, 700, 300}}, &pool, 7) < 1e-5);
 }
@@ -71,7 +71,7 @@ TEST_CASE("attention handles head dims that are not a multiple of the vector wid
 }
 
 TEST_CASE("decode attention (one token) over a long cache matches the reference", "[kernels]") {
-  ThreadPool pool(2);
+  kernels::ThreadPool pool(2);
   CHECK(attention_error({1, 9, 3, 64, {1000, 1000, 1000}}, &pool, 10) < 1e-5);
   CHECK(attention_error({1, 4, 2, 16, {1, 1}}, &pool, 11) < 1e-5);
   CHECK(attention_error({1, 8, 1, 128, {513}}, nullptr, 12) < 1e-5);
@@ -84,9 +84,9 @@ TEST_CASE("each query head reads the KV head of its group", "[kernels]") {
   auto q = test::random_vector(T * Hq * D, 13);
   std::vector<float> k0 = test::random_vector(len * D, 14), k1 = test::random_vector(len * D, 15);
   std::vector<float> v0(len * D, 1.0f), v1(len * D, 2.0f), out(T * Hq * D);
-  KvSpan spans[2] = {{k0.data(), v0.data(), len}, {k1.data(), v1.data(), len}};
-  AttentionArgs a{q.data(), spans, out.data(), T, Hq, Hkv, D, 0.25f};
-  attention(Exec{}, a);
+  kernels::KvSpan spans[2] = {{k0.data(), v0.data(), len}, {k1.data(), v1.data(), len}};
+  kernels::AttentionArgs a{q.data(), spans, out.data(), T, Hq, Hkv, D, 0.25f};
+  attention(kernels::Exec{}, a);
   for (uint32_t t = 0; t < T; ++t)
     for (uint32_t h = 0; h < Hq; ++h)
       for (uint32_t d = 0; d < D; ++d) REQUIRE(out[(t * Hq + h) * D + d] == Approx(h / 3 + 1.0));
@@ -98,7 +98,7 @@ TEST_CASE("the first new token attends only to itself when the cache was empty",
   auto k = test::random_vector(T * D, 17);
   auto v = test::random_vector(T * D, 18);
   std::vector<float> out(T * D);
-  KvSpan span{k.data(), v.data(), T};
-  attention(Exec{}, AttentionArgs{q.data(), &span, out.data(), T, 1, 1, D, 0.5f});
+  kernels::KvSpan span{k.data(), v.data(), T};
+  attention(kernels::Exec{}, kernels::AttentionArgs{q.data(), &span, out.data(), T, 1, 1, D, 0.5f});
   for (uint32_t d = 0; d < D; ++d) CHECK(out[d] == Approx(v[d]));
 }

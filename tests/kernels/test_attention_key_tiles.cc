@@ -17,6 +17,11 @@
 #include "tests/support/random_weights.h"
 
 using namespace kvzip;
+using namespace kvzip::kernels;  // the op under test
+using kvzip::model::BranchCache;
+using kvzip::model::CacheShape;
+using kvzip::model::KvHeadView;
+using kvzip::model::RaggedKvCache;
 
 namespace {
 

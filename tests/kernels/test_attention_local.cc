@@ -27,7 +27,7 @@ struct LocalCase {
 struct Data {
   std::vector<float> q;
   std::vector<std::vector<float>> k, v;
-  std::vector<KvSpan> spans;
+  std::vector<kernels::KvSpan> spans;
 };
 
 Data make_data(const LocalCase& c, uint64_t seed) {
@@ -38,7 +38,7 @@ Data make_data(const LocalCase& c, uint64_t seed) {
   for (uint32_t h = 0; h < c.Hkv; ++h) {
     d.k[h] = test::random_vector(size_t(c.len) * c.D, seed * 31 + h, -2, 2);
     d.v[h] = test::random_vector(size_t(c.len) * c.D, seed * 37 + h);
-    d.spans.push_back(KvSpan{d.k[h].data(), d.v[h].data(), c.len});
+    d.spans.push_back(kernels::KvSpan{d.k[h].data(), d.v[h].data(), c.len});
   }
   return d;
 }
@@ -78,19 +78,19 @@ struct Result {
 };
 
 // One call with statistics (and output unless stats_only), one without, both on `pool`.
-Result run(const LocalCase& c, const Data& d, ThreadPool* pool, bool stats_only, float init = 0.0f) {
+Result run(const LocalCase& c, const Data& d, kernels::ThreadPool* pool, bool stats_only, float init = 0.0f) {
   const uint32_t n = c.target_end - c.target_begin;
   Result r;
   r.stats.assign(size_t(c.Hkv) * (n + 3), init);  // rows n + 3 apart: out_stride != n
-  LocalMaxProb L{c.prefix_end, c.target_begin, c.target_end, c.own_begin, r.stats.data(), n + 3};
+  kernels::LocalMaxProb L{c.prefix_end, c.target_begin, c.target_end, c.own_begin, r.stats.data(), n + 3};
   r.out.assign(d.q.size(), NAN);
   r.out_plain.assign(d.q.size(), NAN);
-  AttentionArgs a{d.q.data(), d.spans.data(), r.out_plain.data(), c.T, c.Hq, c.Hkv, c.D,
+  kernels::AttentionArgs a{d.q.data(), d.spans.data(), r.out_plain.data(), c.T, c.Hq, c.Hkv, c.D,
                   1.0f / std::sqrt(float(c.D))};
-  attention(Exec{Device::Cpu, pool}, a);
+  attention(kernels::Exec{kernels::Device::Cpu, pool}, a);
   a.local = &L;
   a.out = stats_only ? nullptr : r.out.data();
-  attention(Exec{Device::Cpu, pool}, a);
+  attention(kernels::Exec{kernels::Device::Cpu, pool}, a);
   return r;
 }
 
@@ -107,7 +107,7 @@ double stats_error(const LocalCase& c, const Result& r, const std::vector<double
 
 TEST_CASE("local statistics equal the plain local softmax and leave the attention output intact",
           "[kernels]") {
-  ThreadPool pool(2);
+  kernels::ThreadPool pool(2);
   const LocalCase cases[] = {
       // Several query blocks; the target crosses two tile edges; prefix and target not adjacent.
       {40, 9, 3, 64, 700, 5, 37, 300, 660},
@@ -125,7 +125,7 @@ TEST_CASE("local statistics equal the plain local softmax and leave the attentio
     CHECK(stats_error(c, r, want) < 2e-6);
     CHECK(test::rel_error(r.out, r.out_plain) < 1e-5);  // same attention, other summation order
     std::vector<float> ref_out(d.q.size());
-    AttentionArgs a{d.q.data(), d.spans.data(), ref_out.data(), c.T, c.Hq, c.Hkv, c.D,
+    kernels::AttentionArgs a{d.q.data(), d.spans.data(), ref_out.data(), c.T, c.Hq, c.Hkv, c.D,
                     1.0f / std::sqrt(float(c.D))};
     ref::attention(a);
     CHECK(test::rel_error(r.out, ref_out) < 1e-5);
@@ -143,7 +143,7 @@ TEST_CASE("local statistics are max-combined with what the output row already ho
   const LocalCase c{12, 4, 2, 16, 400, 3, 50, 180, 380};
   const Data d = make_data(c, 77);
   const std::vector<double> want = reference_stats(c, d);
-  ThreadPool pool(2);
+  kernels::ThreadPool pool(2);
   const Result r = run(c, d, &pool, false, 0.25f);
   const uint32_t n = c.target_end - c.target_begin;
   bool some_below = false;
@@ -162,14 +162,14 @@ TEST_CASE("attention on the cuda device refuses local statistics before dispatch
   // is missing) rather than asserting on the null output or ignoring the statistics. Checked
   // before dispatch, so a CPU-only build gives this error, not "no cuda implementation".
   alignas(16) static float dummy[64];
-  KvSpan span{dummy, dummy, 4};
+  kernels::KvSpan span{dummy, dummy, 4};
   float stats[4] = {};
-  LocalMaxProb local{0, 0, 2, 2, stats, 4};
-  AttentionArgs a{dummy, &span, nullptr, 1, 1, 1, 16, 0.25f, &local};
+  kernels::LocalMaxProb local{0, 0, 2, 2, stats, 4};
+  kernels::AttentionArgs a{dummy, &span, nullptr, 1, 1, 1, 16, 0.25f, &local};
   for (float* out : {static_cast<float*>(nullptr), dummy}) {
     a.out = out;
     try {
-      attention(Exec{Device::Cuda, nullptr, nullptr}, a);
+      attention(kernels::Exec{kernels::Device::Cuda, nullptr, nullptr}, a);
       FAIL("expected Errc::unsupported");
     } catch (const Error& e) {
       CHECK(e.code() == Errc::unsupported);
@@ -181,7 +181,7 @@ TEST_CASE("attention on the cuda device refuses local statistics before dispatch
   a.local = nullptr;
   a.out = nullptr;
   try {
-    check_cuda_attention(a);
+    kernels::check_cuda_attention(a);
     FAIL("expected Errc::internal");
   } catch (const Error& e) {
     CHECK(e.code() == Errc::internal);

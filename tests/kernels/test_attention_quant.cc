@@ -19,6 +19,7 @@
 #include "kernels/kv_quant.h"
 #include "kernels/thread_pool.h"
 #include "tests/support/random_weights.h"
+#include "tests/support/thrown.h"
 
 using namespace kvzip;
 
@@ -37,7 +38,7 @@ struct Head {
   std::vector<uint16_t> pk, pv;
   std::vector<uint8_t> qk, qv;
   std::vector<float> kb, vb, kt, vt;  // (dense, D), (tail, D)
-  KvQuantSegment seg;
+  kernels::KvQuantSegment seg;
   std::vector<float> k, v;  // dequantize-then-attend: [dequant(quant) ; base ; tail] contiguous
 };
 
@@ -50,14 +51,14 @@ std::vector<float> with_outliers(std::vector<float> x, uint32_t D) {
 struct QData {
   std::vector<float> q;
   std::vector<Head> heads;
-  std::vector<KvSpan> quant, whole;
+  std::vector<kernels::KvSpan> quant, whole;
 };
 
 QData make(const QCase& c, uint64_t seed) {
   QData d;
   d.q = test::random_vector(size_t(c.T) * c.Hq * c.D, seed, -1.5f, 1.5f);
   d.heads.resize(c.Hkv);
-  const KvQuantLayout L{c.bits, c.D, c.group};
+  const kernels::KvQuantLayout L{c.bits, c.D, c.group};
   for (uint32_t h = 0; h < c.Hkv; ++h) {
     Head& H = d.heads[h];
     const size_t D = c.D, nq = c.quant[h], nb = c.dense[h], nt = c.tail[h];
@@ -67,17 +68,17 @@ QData make(const QCase& c, uint64_t seed) {
     H.ck.resize(D), H.cv.resize(D);
     H.pk.resize(nq * L.param_halves()), H.pv.resize(nq * L.param_halves());
     H.qk.resize(nq * L.code_bytes()), H.qv.resize(nq * L.code_bytes());
-    cpu::kv_quantize_rows(xk.data(), {L, nq, H.ck.data(), H.pk.data(), H.qk.data()});
-    cpu::kv_quantize_rows(xv.data(), {L, nq, H.cv.data(), H.pv.data(), H.qv.data()});
-    H.seg = KvQuantSegment{{L, nq, H.ck.data(), H.pk.data(), H.qk.data()},
+    kernels::cpu::kv_quantize_rows(xk.data(), {L, nq, H.ck.data(), H.pk.data(), H.qk.data()});
+    kernels::cpu::kv_quantize_rows(xv.data(), {L, nq, H.cv.data(), H.pv.data(), H.qv.data()});
+    H.seg = kernels::KvQuantSegment{{L, nq, H.ck.data(), H.pk.data(), H.qk.data()},
                            {L, nq, H.cv.data(), H.pv.data(), H.qv.data()}};
     H.kb = with_outliers(test::random_vector(nb * D, s + 3, -2, 2), c.D);
     H.vb = test::random_vector(nb * D, s + 4, -2, 2);
     H.kt = with_outliers(test::random_vector(nt * D, s + 5, -1, 1), c.D);
     H.vt = test::random_vector(nt * D, s + 6, -1, 1);
     H.k.resize((nq + nb + nt) * D), H.v.resize((nq + nb + nt) * D);
-    cpu::kv_dequantize_rows(H.seg.k, H.k.data());
-    cpu::kv_dequantize_rows(H.seg.v, H.v.data());
+    kernels::cpu::kv_dequantize_rows(H.seg.k, H.k.data());
+    kernels::cpu::kv_dequantize_rows(H.seg.v, H.v.data());
     std::copy(H.kb.begin(), H.kb.end(), H.k.begin() + nq * D);
     std::copy(H.vb.begin(), H.vb.end(), H.v.begin() + nq * D);
     std::copy(H.kt.begin(), H.kt.end(), H.k.begin() + (nq + nb) * D);
@@ -86,27 +87,27 @@ QData make(const QCase& c, uint64_t seed) {
   for (uint32_t h = 0; h < c.Hkv; ++h) {  // after the vectors are in place: spans point into them
     Head& H = d.heads[h];
     const uint32_t nb = c.dense[h], nt = c.tail[h];
-    KvSpan s = nb ? KvSpan{H.kb.data(), H.vb.data(), nb + nt, H.kt.data(), H.vt.data(), nb}
-                  : KvSpan{H.kt.data(), H.vt.data(), nt};
+    kernels::KvSpan s = nb ? kernels::KvSpan{H.kb.data(), H.vb.data(), nb + nt, H.kt.data(), H.vt.data(), nb}
+                  : kernels::KvSpan{H.kt.data(), H.vt.data(), nt};
     s.quant = c.quant[h] ? &H.seg : nullptr;
     d.quant.push_back(s);
-    d.whole.push_back(KvSpan{H.k.data(), H.v.data(), c.quant[h] + nb + nt});
+    d.whole.push_back(kernels::KvSpan{H.k.data(), H.v.data(), c.quant[h] + nb + nt});
   }
   return d;
 }
 
-AttentionArgs args_for(const QCase& c, const QData& d, const std::vector<KvSpan>& spans, float* out) {
-  return AttentionArgs{d.q.data(), spans.data(), out, c.T, c.Hq, c.Hkv, c.D, 1.0f / std::sqrt(float(c.D))};
+kernels::AttentionArgs args_for(const QCase& c, const QData& d, const std::vector<kernels::KvSpan>& spans, float* out) {
+  return kernels::AttentionArgs{d.q.data(), spans.data(), out, c.T, c.Hq, c.Hkv, c.D, 1.0f / std::sqrt(float(c.D))};
 }
 
 // Quantized spans against dequantize-then-attend; returns the relative error.
-double check_case(const QCase& c, ThreadPool* pool, uint64_t seed) {
+double check_case(const QCase& c, kernels::ThreadPool* pool, uint64_t seed) {
   const QData d = make(c, seed);
   const size_t n = size_t(c.T) * c.Hq * c.D;
   std::vector<float> want(n), got(n, NAN), alone(n, NAN);
-  attention(Exec{Device::Cpu, pool}, args_for(c, d, d.whole, want.data()));
-  attention(Exec{Device::Cpu, pool}, args_for(c, d, d.quant, got.data()));
-  attention(Exec{Device::Cpu, nullptr}, args_for(c, d, d.quant, alone.data()));
+  attention(kernels::Exec{kernels::Device::Cpu, pool}, args_for(c, d, d.whole, want.data()));
+  attention(kernels::Exec{kernels::Device::Cpu, pool}, args_for(c, d, d.quant, got.data()));
+  attention(kernels::Exec{kernels::Device::Cpu, nullptr}, args_for(c, d, d.quant, alone.data()));
   const double err = test::rel_error(got, want);
   INFO("T " << c.T << " Hq " << c.Hq << " Hkv " << c.Hkv << " q" << c.bits << " group " << c.group);
   CHECK(err < 2e-6);
@@ -117,7 +118,7 @@ double check_case(const QCase& c, ThreadPool* pool, uint64_t seed) {
 }  // namespace
 
 TEST_CASE("attention over a span of quantized base and f32 tail rows equals dequantize-then-attend", "[kernels][kvquant-attn]") {
-  ThreadPool pool(2);
+  kernels::ThreadPool pool(2);
   for (uint32_t bits : {8u, 4u}) {
     for (uint32_t T : {1u, 3u, 17u}) {
       // GQA group 3: the first head spans two quantized chunks; the tail holds only the new rows
@@ -133,17 +134,17 @@ TEST_CASE("attention over a span of quantized base and f32 tail rows equals dequ
 
 TEST_CASE("quantized attention: heads without quantized rows keep the f32 result bit for bit",
           "[kernels][kvquant-attn]") {
-  ThreadPool pool(2);
+  kernels::ThreadPool pool(2);
   const QCase c{3, 8, 2, 32, 4, 32, {0, 100}, {5, 5}, {7, 7}};
   const QData d = make(c, 5);
   REQUIRE(d.quant[0].quant == nullptr);
   const size_t n = size_t(c.T) * c.Hq * c.D, per_token = size_t(c.Hq) * c.D, half = per_token / 2;
   std::vector<float> mixed(n), plain(n);
-  attention(Exec{Device::Cpu, &pool}, args_for(c, d, d.quant, mixed.data()));
+  attention(kernels::Exec{kernels::Device::Cpu, &pool}, args_for(c, d, d.quant, mixed.data()));
   // The same f32 rows with no quantized span anywhere take the f32 kernel alone.
-  std::vector<KvSpan> f32 = d.quant;
+  std::vector<kernels::KvSpan> f32 = d.quant;
   f32[1].quant = nullptr;
-  attention(Exec{Device::Cpu, &pool}, args_for(c, d, f32, plain.data()));
+  attention(kernels::Exec{kernels::Device::Cpu, &pool}, args_for(c, d, f32, plain.data()));
   for (uint32_t t = 0; t < c.T; ++t) {  // KV head 0 owns the first half of each token's heads
     CHECK(std::memcmp(mixed.data() + t * per_token, plain.data() + t * per_token, half * sizeof(float)) == 0);
     CHECK(std::memcmp(mixed.data() + t * per_token + half, plain.data() + t * per_token + half,
@@ -157,21 +158,13 @@ TEST_CASE("quantized spans are refused by the CUDA front and with local statisti
   const QCase c{2, 2, 1, 16, 4, 16, {10}, {0}, {2}};
   const QData d = make(c, 9);
   std::vector<float> out(size_t(c.T) * c.Hq * c.D);
-  AttentionArgs a = args_for(c, d, d.quant, out.data());
-  try {
-    check_cuda_attention(a);
-    FAIL("expected Errc::unsupported");
-  } catch (const Error& e) {
-    CHECK(e.code() == Errc::unsupported);
-    CHECK(std::string(e.what()).find("quantized rows") != std::string::npos);
-  }
+  kernels::AttentionArgs a = args_for(c, d, d.quant, out.data());
+  const Error e = test::error_from([&] { kernels::check_cuda_attention(a); }, "expected Errc::unsupported");
+  CHECK(e.code() == Errc::unsupported);
+  CHECK(std::string(e.what()).find("quantized rows") != std::string::npos);
   std::vector<float> stats(16, 0.0f);
-  LocalMaxProb L{0, 0, 0, 0, stats.data(), 16};
+  kernels::LocalMaxProb L{0, 0, 0, 0, stats.data(), 16};
   a.local = &L;
-  try {
-    attention(Exec{}, a);
-    FAIL("expected Errc::unsupported");
-  } catch (const Error& e) {
-    CHECK(e.code() == Errc::unsupported);
-  }
+  CHECK(test::error_from([&] { kernels::attention(kernels::Exec{}, a); }, "expected Errc::unsupported").code() ==
+        Errc::unsupported);
 }

@@ -13,6 +13,7 @@
 #include "kernels/thread_pool.h"
 #include "tests/support/random_weights.h"
 #include "tests/support/reference.h"
+#include "tests/support/thrown.h"
 
 using namespace kvzip;
 
@@ -28,7 +29,7 @@ struct SegData {
   std::vector<float> q;
   std::vector<std::vector<float>> k, v;            // contiguous rows per head (len, D)
   std::vector<std::vector<float>> kb, vb, kt, vt;  // the same rows cut into base and tail
-  std::vector<KvSpan> whole, parts;
+  std::vector<kernels::KvSpan> whole, parts;
 };
 
 SegData make(const SegCase& c, uint64_t seed) {
@@ -45,27 +46,27 @@ SegData make(const SegCase& c, uint64_t seed) {
     d.vt.emplace_back(d.v[h].begin() + sp * D, d.v[h].end());
   }
   for (uint32_t h = 0; h < c.Hkv; ++h) {
-    d.whole.push_back(KvSpan{d.k[h].data(), d.v[h].data(), c.lens[h]});
-    d.parts.push_back(KvSpan{d.kb[h].data(), d.vb[h].data(), c.lens[h], d.kt[h].data(),
+    d.whole.push_back(kernels::KvSpan{d.k[h].data(), d.v[h].data(), c.lens[h]});
+    d.parts.push_back(kernels::KvSpan{d.kb[h].data(), d.vb[h].data(), c.lens[h], d.kt[h].data(),
                              d.vt[h].data(), c.splits[h]});
   }
   return d;
 }
 
-AttentionArgs args_for(const SegCase& c, const SegData& d, const std::vector<KvSpan>& spans,
+kernels::AttentionArgs args_for(const SegCase& c, const SegData& d, const std::vector<kernels::KvSpan>& spans,
                        float* out) {
-  return AttentionArgs{d.q.data(), spans.data(), out, c.T, c.Hq, c.Hkv, c.D,
+  return kernels::AttentionArgs{d.q.data(), spans.data(), out, c.T, c.Hq, c.Hkv, c.D,
                        1.0f / std::sqrt(float(c.D))};
 }
 
 // Runs the case; checks parts == whole bit for bit and parts ≈ reference.
-void check_case(const SegCase& c, ThreadPool* pool, uint64_t seed) {
+void check_case(const SegCase& c, kernels::ThreadPool* pool, uint64_t seed) {
   const SegData d = make(c, seed);
   const size_t n = size_t(c.T) * c.Hq * c.D;
   std::vector<float> want(n), whole(n, NAN), parts(n, NAN);
   ref::attention(args_for(c, d, d.parts, want.data()));
-  attention(Exec{Device::Cpu, pool}, args_for(c, d, d.whole, whole.data()));
-  attention(Exec{Device::Cpu, pool}, args_for(c, d, d.parts, parts.data()));
+  attention(kernels::Exec{kernels::Device::Cpu, pool}, args_for(c, d, d.whole, whole.data()));
+  attention(kernels::Exec{kernels::Device::Cpu, pool}, args_for(c, d, d.parts, parts.data()));
   CHECK(test::rel_error(parts, want) < 1e-5);
   CHECK(std::memcmp(parts.data(), whole.data(), n * sizeof(float)) == 0);
 }
@@ -73,7 +74,7 @@ void check_case(const SegCase& c, ThreadPool* pool, uint64_t seed) {
 }  // namespace
 
 TEST_CASE("two-segment prefill attention equals one contiguous span bit for bit", "[kernels]") {
-  ThreadPool pool(2);
+  kernels::ThreadPool pool(2);
   // Several query blocks (shared transposed tiles); cuts inside a tile, on one, at the new rows.
   check_case({70, 4, 2, 16, {300, 300}, {100, 128}}, &pool, 1);
   check_case({40, 9, 3, 64, {500, 260, 40}, {460, 0, 40}}, &pool, 2);
@@ -81,7 +82,7 @@ TEST_CASE("two-segment prefill attention equals one contiguous span bit for bit"
 }
 
 TEST_CASE("two-segment decode attention equals one contiguous span bit for bit", "[kernels]") {
-  ThreadPool pool(2);
+  kernels::ThreadPool pool(2);
   check_case({1, 9, 3, 64, {1000, 700, 301}, {999, 350, 129}}, &pool, 4);  // key splits
   check_case({1, 4, 2, 16, {1, 40}, {0, 39}}, &pool, 5);  // a head whose base is empty
   check_case({5, 6, 2, 16, {77, 77}, {72, 70}}, nullptr, 6);  // short append, one thread
@@ -90,12 +91,12 @@ TEST_CASE("two-segment decode attention equals one contiguous span bit for bit",
 TEST_CASE("local statistics over two segments equal those over one span", "[kernels]") {
   const SegCase c{20, 4, 2, 16, {300, 300}, {140, 200}};
   const SegData d = make(c, 7);
-  ThreadPool pool(2);
-  auto run = [&](const std::vector<KvSpan>& spans, std::vector<float>& out, std::vector<float>& st) {
-    LocalMaxProb L{10, 100, 180, 250, st.data(), 80};
-    AttentionArgs a = args_for(c, d, spans, out.data());
+  kernels::ThreadPool pool(2);
+  auto run = [&](const std::vector<kernels::KvSpan>& spans, std::vector<float>& out, std::vector<float>& st) {
+    kernels::LocalMaxProb L{10, 100, 180, 250, st.data(), 80};
+    kernels::AttentionArgs a = args_for(c, d, spans, out.data());
     a.local = &L;
-    attention(Exec{Device::Cpu, &pool}, a);
+    attention(kernels::Exec{kernels::Device::Cpu, &pool}, a);
   };
   const size_t n = size_t(c.T) * c.Hq * c.D;
   std::vector<float> o1(n), o2(n), s1(2 * 80, 0.0f), s2(2 * 80, 0.0f);
@@ -108,16 +109,12 @@ TEST_CASE("local statistics over two segments equal those over one span", "[kern
 
 TEST_CASE("the CUDA attention front refuses two-segment spans", "[kernels]") {
   float dummy[16] = {};
-  KvSpan span{dummy, dummy, 2, dummy + 8, dummy + 8, 1};
+  kernels::KvSpan span{dummy, dummy, 2, dummy + 8, dummy + 8, 1};
   float out[8];
-  AttentionArgs a{dummy, &span, out, 1, 1, 1, 8, 1.0f};
-  try {
-    check_cuda_attention(a);
-    FAIL("expected Errc::unsupported");
-  } catch (const Error& e) {
-    CHECK(e.code() == Errc::unsupported);
-    CHECK(std::string(e.what()).find("two segments") != std::string::npos);
-  }
+  kernels::AttentionArgs a{dummy, &span, out, 1, 1, 1, 8, 1.0f};
+  const Error e = test::error_from([&] { kernels::check_cuda_attention(a); }, "expected Errc::unsupported");
+  CHECK(e.code() == Errc::unsupported);
+  CHECK(std::string(e.what()).find("two segments") != std::string::npos);
   span.k_tail = span.v_tail = nullptr;
-  CHECK_NOTHROW(check_cuda_attention(a));
+  CHECK_NOTHROW(kernels::check_cuda_attention(a));
 }

@@ -24,11 +24,11 @@ struct Case {
   uint32_t t0, t1, col0, col1;
 };
 
-void run_case(const Case& c, Reduce op, ThreadPool* pool, uint64_t seed) {
+void run_case(const Case& c, kernels::Reduce op, kernels::ThreadPool* pool, uint64_t seed) {
   const uint32_t G = c.Hq / c.Hkv;
   const std::vector<float> q = test::random_vector(size_t(c.T) * c.Hq * c.D, seed, -2.0f, 2.0f);
   std::vector<std::vector<float>> keys;  // per head: the ranges back to back
-  std::vector<ScoreKeyAxis> axes(c.Hkv);
+  std::vector<kernels::ScoreKeyAxis> axes(c.Hkv);
   uint32_t fixed = 0;
   for (uint32_t n : c.fixed) fixed += n;
   const uint32_t causal_rows = c.causal_base + c.T;
@@ -37,10 +37,10 @@ void run_case(const Case& c, Reduce op, ThreadPool* pool, uint64_t seed) {
   for (uint32_t h = 0; h < c.Hkv; ++h) {
     uint32_t off = 0, r = 0;
     for (uint32_t n : c.fixed) {
-      axes[h].ranges[r++] = ScoreKeyRange{keys[h].data() + size_t(off) * c.D, n};
+      axes[h].ranges[r++] = kernels::ScoreKeyRange{keys[h].data() + size_t(off) * c.D, n};
       off += n;
     }
-    axes[h].ranges[r++] = ScoreKeyRange{keys[h].data() + size_t(off) * c.D, causal_rows};
+    axes[h].ranges[r++] = kernels::ScoreKeyRange{keys[h].data() + size_t(off) * c.D, causal_rows};
     axes[h].n_ranges = r;
     axes[h].causal_base = c.causal_base;
   }
@@ -65,15 +65,15 @@ void run_case(const Case& c, Reduce op, ThreadPool* pool, uint64_t seed) {
         for (double& x : p) sum += (x = std::exp(x - mx));
         for (uint32_t col = c.col0; col < std::min(c.col1, visible); ++col) {
           double& o = want[h * stride + col - c.col0];
-          o = op == Reduce::Max ? std::max(o, p[col] / sum) : o + p[col] / sum;
+          o = op == kernels::Reduce::Max ? std::max(o, p[col] / sum) : o + p[col] / sum;
         }
       }
   std::vector<float> got = init;
-  const AttentionStatsArgs a{.q = q.data(), .T = c.T, .Hq = c.Hq, .Hkv = c.Hkv, .D = c.D,
+  const kernels::AttentionStatsArgs a{.q = q.data(), .T = c.T, .Hq = c.Hq, .Hkv = c.Hkv, .D = c.D,
                              .scale = float(scale), .t0 = c.t0, .t1 = c.t1, .axes = axes.data(),
                              .col0 = c.col0, .col1 = c.col1, .reduce = op, .out = got.data(),
                              .out_stride = stride};
-  attention_stats(Exec{Device::Cpu, pool}, a);
+  attention_stats(kernels::Exec{kernels::Device::Cpu, pool}, a);
   for (size_t x = 0; x < got.size(); ++x) {
     INFO("output " << x);
     REQUIRE(got[x] == Approx(want[x]).epsilon(1e-5).margin(1e-7));
@@ -83,7 +83,7 @@ void run_case(const Case& c, Reduce op, ThreadPool* pool, uint64_t seed) {
 }  // namespace
 
 TEST_CASE("attention statistics equal the plain reference", "[kernels]") {
-  ThreadPool pool(2);
+  kernels::ThreadPool pool(2);
   const std::vector<Case> cases = {
       {20, 4, 2, 16, {}, 5, 0, 20, 0, 25},            // one causal range, every column
       {37, 6, 2, 16, {11, 30}, 4, 3, 37, 5, 70},      // three ranges, columns into the causal one
@@ -92,18 +92,18 @@ TEST_CASE("attention statistics equal the plain reference", "[kernels]") {
   };
   uint64_t seed = 1;
   for (const Case& c : cases)
-    for (Reduce op : {Reduce::Max, Reduce::Sum})
-      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-        INFO("case T " << c.T << " Hq " << c.Hq << (op == Reduce::Max ? " max" : " sum")
+    for (kernels::Reduce op : {kernels::Reduce::Max, kernels::Reduce::Sum})
+      for (kernels::ThreadPool* p : {static_cast<kernels::ThreadPool*>(nullptr), &pool}) {
+        INFO("case T " << c.T << " Hq " << c.Hq << (op == kernels::Reduce::Max ? " max" : " sum")
                        << (p ? " pool" : " serial"));
         run_case(c, op, p, seed++);
       }
 }
 
 TEST_CASE("attention statistics run on the CPU only", "[kernels]") {
-  AttentionStatsArgs a;
+  kernels::AttentionStatsArgs a;
   try {
-    attention_stats(Exec{Device::Cuda}, a);
+    attention_stats(kernels::Exec{kernels::Device::Cuda}, a);
     FAIL("a CUDA exec was accepted");
   } catch (const Error& e) {
     CHECK(e.code() == Errc::unsupported);

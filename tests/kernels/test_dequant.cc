@@ -14,7 +14,7 @@
 namespace kvzip {
 namespace {
 
-using quant::GgmlType;
+using kernels::quant::GgmlType;
 
 void put_half(uint8_t* p, float v) {
   const uint16_t h = f32_to_f16(v);
@@ -25,21 +25,21 @@ void put_half(uint8_t* p, float v) {
 }  // namespace
 
 TEST_CASE("AVX2 dequantization equals the scalar decoders on random blocks", "[kernels][quant]") {
-  if (!quant::detail::dequant_avx2_usable()) {
+  if (!kernels::quant::detail::dequant_avx2_usable()) {
     WARN("SKIPPED: this CPU has no AVX2/FMA/F16C; only the scalar decoders run here");
     return;
   }
   const GgmlType t = GENERATE(GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,
                               GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K,
                               GgmlType::Q5_K, GgmlType::Q6_K);
-  INFO(quant::type_name(t));
-  REQUIRE(quant::detail::dequant_avx2(t) != nullptr);
-  const int64_t be = quant::block_elems(t);
+  INFO(kernels::quant::type_name(t));
+  REQUIRE(kernels::quant::detail::dequant_avx2(t) != nullptr);
+  const int64_t be = kernels::quant::block_elems(t);
   const int64_t n = be == 1 ? 1029 : be * 7;  // 1029: an 8-lane tail for the plain types
-  std::vector<uint8_t> b(quant::row_bytes(t, n));
+  std::vector<uint8_t> b(kernels::quant::row_bytes(t, n));
   const std::vector<float> u = test::random_vector(b.size(), 17, 0.0f, 255.99f);
   for (size_t i = 0; i < b.size(); ++i) b[i] = uint8_t(u[i]);
-  const int64_t bb = quant::block_bytes(t);
+  const int64_t bb = kernels::quant::block_bytes(t);
   if (t == GgmlType::F16 || t == GgmlType::BF16) {
     for (size_t i = 1; i < b.size(); i += 2) b[i] &= 0x3F;  // finite values, no NaN payloads
   } else {
@@ -55,8 +55,8 @@ TEST_CASE("AVX2 dequantization equals the scalar decoders on random blocks", "[k
     }
   }
   std::vector<float> fast(n), ref(n);
-  quant::dequantize_row(t, b.data(), fast.data(), n);
-  quant::detail::dequantize_row_scalar(t, b.data(), ref.data(), n);
+  kernels::quant::dequantize_row(t, b.data(), fast.data(), n);
+  kernels::quant::detail::dequantize_row_scalar(t, b.data(), ref.data(), n);
   double worst = 0, scale = 0;
   for (int64_t i = 0; i < n; ++i) {
     worst = std::max(worst, std::fabs(double(fast[i]) - ref[i]));

@@ -15,18 +15,18 @@
 using namespace kvzip;
 
 TEST_CASE("--device accepts cpu and refuses unknown names", "[kernels]") {
-  CHECK(parse_device("cpu") == Device::Cpu);
-  const Error e = test::error_from([&] { parse_device("gpu"); }, "expected Errc::invalid_argument");
+  CHECK(kernels::parse_device("cpu") == kernels::Device::Cpu);
+  const Error e = test::error_from([&] { kernels::parse_device("gpu"); }, "expected Errc::invalid_argument");
   CHECK(e.code() == Errc::invalid_argument);
   CHECK(std::string(e.what()).find("'gpu'") != std::string::npos);
 }
 
 TEST_CASE("--device cuda works only with a CUDA build and a visible device", "[kernels]") {
-  if (kBuiltWithCuda && cuda_device_count() > 0) {
-    CHECK(parse_device("cuda") == Device::Cuda);
+  if (kernels::kBuiltWithCuda && kernels::cuda_device_count() > 0) {
+    CHECK(kernels::parse_device("cuda") == kernels::Device::Cuda);
     return;
   }
-  const Error e = test::error_from([&] { parse_device("cuda"); }, "expected Errc::unsupported");
+  const Error e = test::error_from([&] { kernels::parse_device("cuda"); }, "expected Errc::unsupported");
   CHECK(e.code() == Errc::unsupported);
   CHECK(std::string(e.what()).find("--device cpu") != std::string::npos);
 }

@@ -11,12 +11,12 @@ using namespace kvzip;
 
 namespace {
 
-double gemm_error(ThreadPool* pool, uint32_t T, uint32_t in, uint32_t out, bool with_bias) {
+double gemm_error(kernels::ThreadPool* pool, uint32_t T, uint32_t in, uint32_t out, bool with_bias) {
   auto x = test::random_vector(size_t(T) * in, 1);
   auto w = test::random_vector(size_t(out) * in, 2);
   auto b = test::random_vector(out, 3);
   std::vector<float> got(size_t(T) * out, -7.0f), want(got.size());
-  GemmArgs a;
+  kernels::GemmArgs a;
   a.x = x.data();
   a.w = w.data();
   a.bias = with_bias ? b.data() : nullptr;
@@ -24,7 +24,7 @@ double gemm_error(ThreadPool* pool, uint32_t T, uint32_t in, uint32_t out, bool 
   a.T = T;
   a.in = in;
   a.out = out;
-  gemm(Exec{Device::Cpu, pool}, a);
+  gemm(kernels::Exec{kernels::Device::Cpu, pool}, a);
   ref::gemm(x.data(), w.data(), a.bias, want.data(), T, in, out);
   return test::rel_error(got, want);
 }
@@ -32,14 +32,14 @@ double gemm_error(ThreadPool* pool, uint32_t T, uint32_t in, uint32_t out, bool 
 }  // namespace
 
 TEST_CASE("gemm matches the reference for prefill shapes", "[kernels]") {
-  ThreadPool pool(2);
+  kernels::ThreadPool pool(2);
   CHECK(gemm_error(nullptr, 17, 64, 96, false) < 1e-5);
   CHECK(gemm_error(&pool, 33, 96, 50, true) < 1e-5);
   CHECK(gemm_error(&pool, 2, 7, 3, true) < 1e-5);
 }
 
 TEST_CASE("gemv (one token) matches the reference, including odd sizes and bias", "[kernels]") {
-  ThreadPool pool(3);
+  kernels::ThreadPool pool(3);
   CHECK(gemm_error(nullptr, 1, 64, 96, false) < 1e-5);
   CHECK(gemm_error(&pool, 1, 131, 301, true) < 1e-5);  // tails in both dimensions
   CHECK(gemm_error(&pool, 1, 5, 3, false) < 1e-5);
@@ -50,14 +50,14 @@ TEST_CASE("gemv row by row handles several tokens like gemm", "[kernels]") {
   auto x = test::random_vector(T * in, 4);
   auto w = test::random_vector(out * in, 5);
   std::vector<float> got(T * out), want(T * out);
-  GemmArgs a{x.data(), w.data(), nullptr, got.data(), T, in, out};
-  cpu::gemv(nullptr, a);
+  kernels::GemmArgs a{x.data(), w.data(), nullptr, got.data(), T, in, out};
+  kernels::cpu::gemv(nullptr, a);
   ref::gemm(x.data(), w.data(), nullptr, want.data(), T, in, out);
   CHECK(test::rel_error(got, want) < 1e-5);
 }
 
 TEST_CASE("a kernel front refuses a device this build lacks", "[kernels]") {
   std::vector<float> x(4), w(4), y(1);
-  GemmArgs a{x.data(), w.data(), nullptr, y.data(), 1, 4, 1};
-  CHECK_THROWS_AS(gemm(Exec{Device::Cuda, nullptr}, a), Error);
+  kernels::GemmArgs a{x.data(), w.data(), nullptr, y.data(), 1, 4, 1};
+  CHECK_THROWS_AS(gemm(kernels::Exec{kernels::Device::Cuda, nullptr}, a), Error);
 }

@@ -29,25 +29,25 @@ std::vector<float> outlier_rows(size_t rows, uint32_t D, uint64_t seed) {
 }
 
 struct Quantized {
-  KvQuantLayout layout;
+  kernels::KvQuantLayout layout;
   size_t rows;
   std::vector<float> c;
   std::vector<uint16_t> p;
   std::vector<uint8_t> codes;
-  KvQuantRows view() const { return {layout, rows, c.data(), p.data(), codes.data()}; }
+  kernels::KvQuantRows view() const { return {layout, rows, c.data(), p.data(), codes.data()}; }
 };
 
-Quantized quantize(const std::vector<float>& x, KvQuantLayout l) {
+Quantized quantize(const std::vector<float>& x, kernels::KvQuantLayout l) {
   Quantized q{l, x.size() / l.D, std::vector<float>(l.D), {}, {}};
   q.p.resize(q.rows * l.param_halves());
   q.codes.resize(q.rows * l.code_bytes());
-  cpu::kv_quantize_rows(x.data(), {l, q.rows, q.c.data(), q.p.data(), q.codes.data()});
+  kernels::cpu::kv_quantize_rows(x.data(), {l, q.rows, q.c.data(), q.p.data(), q.codes.data()});
   return q;
 }
 
 // The reference reconstruction, straight from the formula.
 std::vector<double> reference_values(const Quantized& q) {
-  const KvQuantLayout& l = q.layout;
+  const kernels::KvQuantLayout& l = q.layout;
   std::vector<double> out(q.rows * l.D);
   for (size_t r = 0; r < q.rows; ++r)
     for (uint32_t j = 0; j < l.D; ++j) {
@@ -66,11 +66,11 @@ std::vector<double> reference_values(const Quantized& q) {
 TEST_CASE("kv_quant round trip: every value within its group's bound", "[kernels]") {
   const uint32_t bits = GENERATE(8u, 4u);
   const uint32_t group = GENERATE(64u, 32u, 16u, 2u);
-  const KvQuantLayout l{bits, 64, group};
+  const kernels::KvQuantLayout l{bits, 64, group};
   const std::vector<float> x = outlier_rows(37, 64, 11 + bits + group);
   const Quantized q = quantize(x, l);
   std::vector<float> back(x.size());
-  cpu::kv_dequantize_rows(q.view(), back.data());
+  kernels::cpu::kv_dequantize_rows(q.view(), back.data());
   const std::vector<double> ref = reference_values(q);
   const double levels = double((1u << bits) - 1);
   for (size_t r = 0; r < q.rows; ++r)
@@ -100,7 +100,7 @@ TEST_CASE("kv_quant: q4 packs channel 2i in the low nibble, q8 one code per byte
   Quantized q8 = quantize(x, {8, 4, 2});
   CHECK(q8.codes == std::vector<uint8_t>{0, 255, 0, 255});
   std::vector<float> back(4);
-  cpu::kv_dequantize_rows(q8.view(), back.data());
+  kernels::cpu::kv_dequantize_rows(q8.view(), back.data());
   for (size_t j = 0; j < 4; ++j) CHECK(std::fabs(back[j] - x[j]) <= 255 * std::ldexp(2.0f / 255, -11));  // f16(s) error x 255
 }
 
@@ -109,7 +109,7 @@ TEST_CASE("kv_quant: a constant group and an all-zero channel reconstruct exactl
   for (uint32_t j = 0; j < 4; ++j) x[j] = x[8 + j] = 0.5f;  // group 0 constant, group 1 zero
   const Quantized q = quantize(x, {4, 8, 4});
   std::vector<float> back(x.size());
-  cpu::kv_dequantize_rows(q.view(), back.data());
+  kernels::cpu::kv_dequantize_rows(q.view(), back.data());
   CHECK(back == x);
   CHECK(q.c[7] == 1.0f);  // a channel that is zero everywhere gets scale 1, never 0
 }
@@ -119,7 +119,7 @@ TEST_CASE("attention over quantized K/V equals dequantize-then-attend", "[kernel
   const uint32_t group = GENERATE(64u, 16u);
   const uint32_t D = 64, n_q = 3;
   const size_t R = 301;
-  const KvQuantLayout l{bits, D, group};
+  const kernels::KvQuantLayout l{bits, D, group};
   const Quantized k = quantize(outlier_rows(R, D, 5 + bits), l);
   const Quantized v = quantize(test::random_vector(R * D, 9 + group, -2.0f, 2.0f), l);
   const std::vector<float> q = test::random_vector(n_q * D, 3, -1.0f, 1.0f);
@@ -146,14 +146,14 @@ TEST_CASE("attention over quantized K/V equals dequantize-then-attend", "[kernel
   }
 
   std::vector<float> scores(n_q * R);
-  cpu::kv_quant_scores(q.data(), n_q, k.view(), scale, scores.data());
+  kernels::cpu::kv_quant_scores(q.data(), n_q, k.view(), scale, scores.data());
   for (size_t i = 0; i < scores.size(); ++i) {
     INFO("logit " << i);
     REQUIRE(std::fabs(scores[i] - logits[i]) <= 2e-5 * (1.0 + std::fabs(logits[i])));
   }
 
   std::vector<float> out(n_q * D, NAN), lse(n_q, NAN), work(n_q * R);
-  cpu::kv_quant_attend({q.data(), n_q, k.view(), v.view(), scale, work.data(), out.data(), lse.data()});
+  kernels::cpu::kv_quant_attend({q.data(), n_q, k.view(), v.view(), scale, work.data(), out.data(), lse.data()});
   for (size_t i = 0; i < out.size(); ++i) {
     INFO("output " << i << ": " << out[i] << " vs " << want[i]);
     REQUIRE(std::fabs(out[i] - want[i]) <= 1e-5 * (1.0 + std::fabs(want[i])));
@@ -165,10 +165,10 @@ TEST_CASE("attention over quantized K/V equals dequantize-then-attend", "[kernel
 }
 
 TEST_CASE("attention over no quantized rows gives zeros and lse -inf", "[kernels]") {
-  const KvQuantLayout l{4, 8, 8};
+  const kernels::KvQuantLayout l{4, 8, 8};
   std::vector<float> c(8, 1.0f), q(8, 1.0f), out(8, NAN), lse(1, 0.0f);
-  KvQuantRows none{l, 0, c.data(), nullptr, nullptr};
-  cpu::kv_quant_attend({q.data(), 1, none, none, 1.0f, nullptr, out.data(), lse.data()});
+  kernels::KvQuantRows none{l, 0, c.data(), nullptr, nullptr};
+  kernels::cpu::kv_quant_attend({q.data(), 1, none, none, 1.0f, nullptr, out.data(), lse.data()});
   CHECK(out == std::vector<float>(8, 0.0f));
   CHECK(std::isinf(lse[0]));
   CHECK(lse[0] < 0);
@@ -181,7 +181,7 @@ TEST_CASE("the .kvz reader's reconstruction is the kernel's, bit for bit", "[ker
     h.head_dim = 32;
     h.kv_dtype = t;
     h.kv_group_size = 8;
-    const KvQuantLayout l{format::dtype_bits(t), 32, 8};
+    const kernels::KvQuantLayout l{format::dtype_bits(t), 32, 8};
     const std::vector<uint32_t> head_rows = {5, 9};
     format::QuantRows qr;
     std::vector<float> kernel_values;
@@ -192,7 +192,7 @@ TEST_CASE("the .kvz reader's reconstruction is the kernel's, bit for bit", "[ker
       qr.params.insert(qr.params.end(), q.p.begin(), q.p.end());
       qr.codes.insert(qr.codes.end(), q.codes.begin(), q.codes.end());
       std::vector<float> back(q.rows * 32);
-      cpu::kv_dequantize_rows(q.view(), back.data());
+      kernels::cpu::kv_dequantize_rows(q.view(), back.data());
       kernel_values.insert(kernel_values.end(), back.begin(), back.end());
       at += q.rows;
     }

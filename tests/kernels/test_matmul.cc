@@ -22,7 +22,7 @@
 namespace kvzip {
 namespace {
 
-using quant::GgmlType;
+using kernels::quant::GgmlType;
 
 // y(T, out) in float64 from canonical fp32 rows, and for each output the most that rounding the
 // activations to int8 per 32-element block can move it: every x moves by at most half a step,
@@ -31,14 +31,14 @@ using quant::GgmlType;
 struct Reference {
   std::vector<double> y, int8_bound, abs;
 };
-Reference reference(const MatrixView& w, const std::vector<float>& x, uint32_t T,
+Reference reference(const kernels::MatrixView& w, const std::vector<float>& x, uint32_t T,
                     const std::vector<float>& bias) {
   std::vector<float> row(w.cols);
   Reference ref{std::vector<double>(size_t(T) * w.rows), std::vector<double>(size_t(T) * w.rows),
                 std::vector<double>(size_t(T) * w.rows)};
   for (uint32_t r = 0; r < w.rows; ++r) {
     const uint32_t s = w.row_map ? w.row_map[r] : r;
-    quant::dequantize_row(w.type, w.data + size_t(s) * w.row_bytes, row.data(), w.cols);
+    kernels::quant::dequantize_row(w.type, w.data + size_t(s) * w.row_bytes, row.data(), w.cols);
     for (uint32_t t = 0; t < T; ++t) {
       const float* xt = x.data() + size_t(t) * w.cols;
       double acc = bias.empty() ? 0.0 : bias[r], bound = 0.0, abs = 0.0;
@@ -66,27 +66,27 @@ TEST_CASE("matmul equals a float64 product over the dequantized rows for every t
                                  GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K);
   const uint32_t T = GENERATE(1u, 2u, 5u, 48u, 49u, 70u);
   const bool mapped = GENERATE(false, true);
-  const MatmulPath path = GENERATE(MatmulPath::Fast, MatmulPath::Exact);
+  const kernels::MatmulPath path = GENERATE(kernels::MatmulPath::Fast, kernels::MatmulPath::Exact);
   const uint32_t rows = 72, cols = 512;  // 72: not a multiple of the 16-row tasks
-  INFO(quant::type_name(type) << " T=" << T << (mapped ? " row map" : "") << " "
-                              << matmul_path_name(path));
+  INFO(kernels::quant::type_name(type) << " T=" << T << (mapped ? " row map" : "") << " "
+                              << kernels::matmul_path_name(path));
   const std::vector<uint8_t> w = test::random_matrix(type, rows, cols, 11);
   std::vector<uint32_t> map(rows);
   std::iota(map.begin(), map.end(), 0u);
   for (uint32_t r = 0; r + 1 < rows; r += 2) std::swap(map[r], map[r + 1]);  // a head-like swap
-  const MatrixView view{type, w.data(), quant::row_bytes(type, cols), rows, cols,
+  const kernels::MatrixView view{type, w.data(), kernels::quant::row_bytes(type, cols), rows, cols,
                         mapped ? map.data() : nullptr};
   const std::vector<float> x = test::random_vector(size_t(T) * cols, 3);
   const std::vector<float> bias = test::random_vector(rows, 4);
   std::vector<float> y(size_t(T) * rows, NAN);
-  ThreadPool pool(2);
-  cpu::matmul(&pool, std::span<const MatmulArgs>(std::vector<MatmulArgs>{{x.data(), view, bias.data(), y.data(), T}}), path);
+  kernels::ThreadPool pool(2);
+  kernels::cpu::matmul(&pool, std::span<const kernels::MatmulArgs>(std::vector<kernels::MatmulArgs>{{x.data(), view, bias.data(), y.data(), T}}), path);
   const Reference want = reference(view, x, T, bias);
   // The Fast path of the 8-bit types may move each output by its activation-rounding bound (plus
   // fp32 slack); every other combination is fp32 arithmetic on the dequantized rows.
   // F16/BF16 at prefill T on an AVX-512 BF16 CPU: bf16 products, each within (2^-8 + 2^-16)·|w·x|.
-  const bool int8 = path == MatmulPath::Fast && qdot_supported(type);
-  const bool bf16 = path == MatmulPath::Fast && matmul_bf16_products(type, T);
+  const bool int8 = path == kernels::MatmulPath::Fast && kernels::qdot_supported(type);
+  const bool bf16 = path == kernels::MatmulPath::Fast && kernels::matmul_bf16_products(type, T);
   double scale = 0;
   for (double v : want.y) scale = std::max(scale, std::fabs(v));
   double worst = 0, worst_int8 = 0, worst_bf16 = 0;
@@ -111,24 +111,24 @@ TEST_CASE("matmul batches jobs of different types and checks each job", "[kernel
   const uint32_t cols = 256, T = 1;
   const std::vector<uint8_t> a = test::random_matrix(GgmlType::Q4_0, 40, cols, 1);
   const std::vector<uint8_t> b = test::random_matrix(GgmlType::Q6_K, 24, cols, 2);
-  const MatrixView va{GgmlType::Q4_0, a.data(), quant::row_bytes(GgmlType::Q4_0, cols), 40, cols, nullptr};
-  const MatrixView vb{GgmlType::Q6_K, b.data(), quant::row_bytes(GgmlType::Q6_K, cols), 24, cols, nullptr};
+  const kernels::MatrixView va{GgmlType::Q4_0, a.data(), kernels::quant::row_bytes(GgmlType::Q4_0, cols), 40, cols, nullptr};
+  const kernels::MatrixView vb{GgmlType::Q6_K, b.data(), kernels::quant::row_bytes(GgmlType::Q6_K, cols), 24, cols, nullptr};
   const std::vector<float> x = test::random_vector(cols, 9);
   std::vector<float> ya(40), yb(24);
-  const MatmulArgs jobs[] = {{x.data(), va, nullptr, ya.data(), T}, {x.data(), vb, nullptr, yb.data(), T}};
-  ThreadPool pool(2);
-  cpu::matmul(&pool, jobs, MatmulPath::Fast);
+  const kernels::MatmulArgs jobs[] = {{x.data(), va, nullptr, ya.data(), T}, {x.data(), vb, nullptr, yb.data(), T}};
+  kernels::ThreadPool pool(2);
+  kernels::cpu::matmul(&pool, jobs, kernels::MatmulPath::Fast);
   const Reference wa = reference(va, x, T, {}), wb = reference(vb, x, T, {});
   for (size_t i = 0; i < ya.size(); ++i) CHECK(std::fabs(ya[i] - wa.y[i]) <= wa.int8_bound[i] + 1e-5);
   for (size_t i = 0; i < yb.size(); ++i) CHECK(std::fabs(yb[i] - wb.y[i]) <= wb.int8_bound[i] + 1e-5);
 
-  MatmulArgs bad = jobs[1];
+  kernels::MatmulArgs bad = jobs[1];
   bad.w.cols = 100;  // not a whole number of 256-element blocks
-  CHECK_THROWS_WITH(cpu::matmul(&pool, std::span<const MatmulArgs>(&bad, 1), MatmulPath::Fast),
+  CHECK_THROWS_WITH(kernels::cpu::matmul(&pool, std::span<const kernels::MatmulArgs>(&bad, 1), kernels::MatmulPath::Fast),
                     Catch::Contains("Q6_K") && Catch::Contains("100"));
   bad = jobs[0];
   bad.w.type = GgmlType::IQ2_XXS;
-  const Error e = test::error_from([&] { cpu::matmul(&pool, std::span<const MatmulArgs>(&bad, 1), MatmulPath::Fast); }, "expected an error");
+  const Error e = test::error_from([&] { kernels::cpu::matmul(&pool, std::span<const kernels::MatmulArgs>(&bad, 1), kernels::MatmulPath::Fast); }, "expected an error");
   CHECK(e.code() == Errc::unsupported);
   CHECK_THAT(e.what(), Catch::Contains("IQ2_XXS"));
 }

@@ -22,15 +22,15 @@
 namespace kvzip {
 namespace {
 
-using quant::GgmlType;
+using kernels::quant::GgmlType;
 
 TEST_CASE("activations quantize to int8 within half a step of the block's scale", "[kernels][qdot]") {
   const uint32_t in = 96, T = 3;
   std::vector<float> x = test::random_vector(size_t(T) * in, 21, -3.0f, 3.0f);
   for (uint32_t e = 32; e < 64; ++e) x[e] = 0.0f;  // an all-zero block
   x[100] = 1e-30f;                                // a tiny value in a normal block
-  std::vector<Q8Act> q(size_t(T) * in / 32);
-  cpu::quantize_acts(x.data(), T, in, q.data());
+  std::vector<kernels::Q8Act> q(size_t(T) * in / 32);
+  kernels::cpu::quantize_acts(x.data(), T, in, q.data());
   for (size_t k = 0; k < q.size(); ++k) {
     float amax = 0.0f;
     int32_t sum = 0;
@@ -55,12 +55,12 @@ TEST_CASE("the vector activation quantizer gives the portable one's bytes", "[ke
   x[32] = 127.0f;
   for (uint32_t e = 33; e < 64; ++e) x[e] = float(int(e) - 48) + 0.5f;
   x[200] = -1e-30f, x[300] = 3e38f, x[301] = -3e38f;              // tiny and huge values
-  std::vector<Q8Act> a(size_t(T) * in / 32), b(a.size());
-  cpu::quantize_acts(x.data(), T, in, a.data());
-  cpu::quantize_acts_portable(x.data(), T, in, b.data());
+  std::vector<kernels::Q8Act> a(size_t(T) * in / 32), b(a.size());
+  kernels::cpu::quantize_acts(x.data(), T, in, a.data());
+  kernels::cpu::quantize_acts_portable(x.data(), T, in, b.data());
   for (size_t k = 0; k < a.size(); ++k) {
     INFO("block " << k);
-    CHECK(std::memcmp(&a[k], &b[k], sizeof(Q8Act)) == 0);
+    CHECK(std::memcmp(&a[k], &b[k], sizeof(kernels::Q8Act)) == 0);
   }
 }
 
@@ -77,28 +77,28 @@ TEST_CASE("qdot kernels equal a float64 product of the dequantized weights and a
   // 70: not a multiple of the 4-row and 32-row tiles; 768 columns: one 512-column chunk of the
   // GEMM and a partial one.
   const uint32_t rows = 70, cols = 768;
-  REQUIRE(qdot_supported(type));
+  REQUIRE(kernels::qdot_supported(type));
   const std::vector<uint8_t> w = test::random_matrix(type, rows, cols, 5);
   std::vector<uint32_t> map(rows);
   std::iota(map.begin(), map.end(), 0u);
   for (uint32_t r = 0; r + 2 < rows; r += 3) std::swap(map[r], map[r + 2]);
-  const MatrixView view{type, w.data(), quant::row_bytes(type, cols), rows, cols,
+  const kernels::MatrixView view{type, w.data(), kernels::quant::row_bytes(type, cols), rows, cols,
                         mapped ? map.data() : nullptr};
   const std::vector<float> x = test::random_vector(size_t(T) * cols, 8, -2.0f, 2.0f);
   const std::vector<float> bias = test::random_vector(rows, 9);
 
   // The oracle: dequantized weights (the same fp32 values the exact path uses) times d·q.
-  std::vector<Q8Act> q(size_t(T) * cols / 32);
-  cpu::quantize_acts(x.data(), T, cols, q.data());
+  std::vector<kernels::Q8Act> q(size_t(T) * cols / 32);
+  kernels::cpu::quantize_acts(x.data(), T, cols, q.data());
   std::vector<double> want(size_t(T) * rows), mag(size_t(T) * rows);
   std::vector<float> row(cols);
   for (uint32_t r = 0; r < rows; ++r) {
-    quant::dequantize_row(type, w.data() + size_t(view.row_map ? map[r] : r) * view.row_bytes,
+    kernels::quant::dequantize_row(type, w.data() + size_t(view.row_map ? map[r] : r) * view.row_bytes,
                           row.data(), cols);
     for (uint32_t t = 0; t < T; ++t) {
       double acc = bias[r], m = std::fabs(bias[r]);
       for (uint32_t e = 0; e < cols; ++e) {
-        const Q8Act& a = q[size_t(t) * cols / 32 + e / 32];
+        const kernels::Q8Act& a = q[size_t(t) * cols / 32 + e / 32];
         const double xe = double(a.d) * a.q[e % 32];
         acc += double(row[e]) * xe;
         m += std::fabs(double(row[e]) * xe);
@@ -106,27 +106,27 @@ TEST_CASE("qdot kernels equal a float64 product of the dequantized weights and a
       want[size_t(t) * rows + r] = acc, mag[size_t(t) * rows + r] = m;
     }
   }
-  ThreadPool pool(2);
+  kernels::ThreadPool pool(2);
   // Every kernel runs the one chain of kernels/qdot.h: the scalar reference's bits on every ISA
   // (tiles below kQdotGemmMinT, the VNNI GEMM from it), and each token's row of a T-token call is
   // the bits of that token alone (T = 1, the decode tiles) — what lets the server batch any
   // number of requests and still answer exactly as `kvzip query` does.
   std::vector<float> ref(size_t(T) * rows, NAN);
   {
-    const MatmulArgs job{x.data(), view, bias.data(), ref.data(), T};
-    cpu::qdot(&pool, std::span<const MatmulArgs>(&job, 1), QIsa::Scalar);
+    const kernels::MatmulArgs job{x.data(), view, bias.data(), ref.data(), T};
+    kernels::cpu::qdot(&pool, std::span<const kernels::MatmulArgs>(&job, 1), kernels::QIsa::Scalar);
   }
-  for (QIsa isa : {QIsa::Scalar, QIsa::Avx2, QIsa::Avx512Vnni}) {
-    if (!qisa_available(isa)) continue;
-    INFO(quant::type_name(type) << " T=" << T << (mapped ? " row map" : "") << " " << qisa_name(isa));
+  for (kernels::QIsa isa : {kernels::QIsa::Scalar, kernels::QIsa::Avx2, kernels::QIsa::Avx512Vnni}) {
+    if (!kernels::qisa_available(isa)) continue;
+    INFO(kernels::quant::type_name(type) << " T=" << T << (mapped ? " row map" : "") << " " << kernels::qisa_name(isa));
     std::vector<float> y(size_t(T) * rows, NAN);
-    const MatmulArgs job{x.data(), view, bias.data(), y.data(), T};
-    cpu::qdot(&pool, std::span<const MatmulArgs>(&job, 1), isa);
+    const kernels::MatmulArgs job{x.data(), view, bias.data(), y.data(), T};
+    kernels::cpu::qdot(&pool, std::span<const kernels::MatmulArgs>(&job, 1), isa);
     CHECK(std::memcmp(y.data(), ref.data(), y.size() * sizeof(float)) == 0);
     for (uint32_t t : {0u, T / 2, T - 1}) {
       std::vector<float> y1(rows, NAN);
-      const MatmulArgs one{x.data() + size_t(t) * cols, view, bias.data(), y1.data(), 1};
-      cpu::qdot(&pool, std::span<const MatmulArgs>(&one, 1), isa);
+      const kernels::MatmulArgs one{x.data() + size_t(t) * cols, view, bias.data(), y1.data(), 1};
+      kernels::cpu::qdot(&pool, std::span<const kernels::MatmulArgs>(&one, 1), isa);
       CHECK(std::memcmp(y1.data(), y.data() + size_t(t) * rows, rows * sizeof(float)) == 0);
     }
     double worst = 0.0;
@@ -140,24 +140,24 @@ TEST_CASE("qdot batches jobs of two types as it runs each alone, and refuses oth
   const uint32_t cols = 256, T = 2;
   const std::vector<uint8_t> a = test::random_matrix(GgmlType::Q4_0, 40, cols, 1);
   const std::vector<uint8_t> b = test::random_matrix(GgmlType::Q6_K, 24, cols, 2);
-  const MatrixView va{GgmlType::Q4_0, a.data(), quant::row_bytes(GgmlType::Q4_0, cols), 40, cols, nullptr};
-  const MatrixView vb{GgmlType::Q6_K, b.data(), quant::row_bytes(GgmlType::Q6_K, cols), 24, cols, nullptr};
+  const kernels::MatrixView va{GgmlType::Q4_0, a.data(), kernels::quant::row_bytes(GgmlType::Q4_0, cols), 40, cols, nullptr};
+  const kernels::MatrixView vb{GgmlType::Q6_K, b.data(), kernels::quant::row_bytes(GgmlType::Q6_K, cols), 24, cols, nullptr};
   const std::vector<float> x = test::random_vector(size_t(T) * cols, 9);
   std::vector<float> ya(T * 40), yb(T * 24);
-  ThreadPool pool(2);
-  const MatmulArgs jobs[] = {{x.data(), va, nullptr, ya.data(), T}, {x.data(), vb, nullptr, yb.data(), T}};
-  cpu::qdot(&pool, jobs, qisa_best());  // one batch, one shared quantization of x
+  kernels::ThreadPool pool(2);
+  const kernels::MatmulArgs jobs[] = {{x.data(), va, nullptr, ya.data(), T}, {x.data(), vb, nullptr, yb.data(), T}};
+  kernels::cpu::qdot(&pool, jobs, kernels::qisa_best());  // one batch, one shared quantization of x
   const std::vector<float> ya_batch = ya, yb_batch = yb;
-  cpu::qdot(&pool, std::span<const MatmulArgs>(&jobs[0], 1), qisa_best());
-  cpu::qdot(&pool, std::span<const MatmulArgs>(&jobs[1], 1), qisa_best());
+  kernels::cpu::qdot(&pool, std::span<const kernels::MatmulArgs>(&jobs[0], 1), kernels::qisa_best());
+  kernels::cpu::qdot(&pool, std::span<const kernels::MatmulArgs>(&jobs[1], 1), kernels::qisa_best());
   CHECK(ya == ya_batch);
   CHECK(yb == yb_batch);
 
-  CHECK_FALSE(qdot_supported(GgmlType::F16));
-  CHECK_FALSE(qdot_supported(GgmlType::F32));
-  MatmulArgs bad = jobs[0];
+  CHECK_FALSE(kernels::qdot_supported(GgmlType::F16));
+  CHECK_FALSE(kernels::qdot_supported(GgmlType::F32));
+  kernels::MatmulArgs bad = jobs[0];
   bad.w.type = GgmlType::BF16;
-  const Error e = test::error_from([&] { cpu::qdot(&pool, std::span<const MatmulArgs>(&bad, 1), QIsa::Scalar); }, "expected an error");
+  const Error e = test::error_from([&] { kernels::cpu::qdot(&pool, std::span<const kernels::MatmulArgs>(&bad, 1), kernels::QIsa::Scalar); }, "expected an error");
   CHECK(e.code() == Errc::unsupported);
   CHECK_THAT(e.what(), Catch::Contains("BF16"));
 }

@@ -26,13 +26,13 @@ using namespace kvzip;
 
 namespace {
 
-quant::GgmlType ggml_type(QFormat f) {
+kernels::quant::GgmlType ggml_type(kernels::QFormat f) {
   switch (f) {
-    case QFormat::Q4_0: return quant::GgmlType::Q4_0;
-    case QFormat::Q4_1: return quant::GgmlType::Q4_1;
-    case QFormat::Q8_0: return quant::GgmlType::Q8_0;
+    case kernels::QFormat::Q4_0: return kernels::quant::GgmlType::Q4_0;
+    case kernels::QFormat::Q4_1: return kernels::quant::GgmlType::Q4_1;
+    case kernels::QFormat::Q8_0: return kernels::quant::GgmlType::Q8_0;
   }
-  return quant::GgmlType::F32;
+  return kernels::quant::GgmlType::F32;
 }
 
 void put_half(uint8_t* p, float v) {
@@ -43,9 +43,9 @@ void put_half(uint8_t* p, float v) {
 
 // A random (out, in) matrix in format f: every quant byte uniform (all nibble and int8 values),
 // scales in ±[0.002, 0.1), Q4_1 minimums in ±0.1; signs of scales mixed.
-std::vector<uint8_t> random_blocks(QFormat f, uint32_t out, uint32_t in, uint64_t seed) {
+std::vector<uint8_t> random_blocks(kernels::QFormat f, uint32_t out, uint32_t in, uint64_t seed) {
   std::mt19937_64 rng(seed);
-  const size_t bb = qblock_bytes(f), nb = size_t(out) * (in / kQBlockElems);
+  const size_t bb = kernels::qblock_bytes(f), nb = size_t(out) * (in / kernels::kQBlockElems);
   std::vector<uint8_t> w(nb * bb);
   auto uniform = [&](float lo, float hi) { return lo + (hi - lo) * float(rng() >> 40) / 16777216.0f; };
   for (size_t b = 0; b < nb; ++b) {
@@ -53,32 +53,32 @@ std::vector<uint8_t> random_blocks(QFormat f, uint32_t out, uint32_t in, uint64_
     for (size_t i = 0; i < bb; ++i) blk[i] = uint8_t(rng());
     const float d = uniform(0.002f, 0.1f) * (rng() & 1 ? 1.0f : -1.0f);
     put_half(blk, d);
-    if (f == QFormat::Q4_1) put_half(blk + 2, uniform(-0.1f, 0.1f));
+    if (f == kernels::QFormat::Q4_1) put_half(blk + 2, uniform(-0.1f, 0.1f));
   }
   return w;
 }
 
-std::vector<float> dequantize(QFormat f, const std::vector<uint8_t>& w, uint32_t out, uint32_t in) {
+std::vector<float> dequantize(kernels::QFormat f, const std::vector<uint8_t>& w, uint32_t out, uint32_t in) {
   std::vector<float> d(size_t(out) * in);
-  quant::dequantize_rows(ggml_type(f), w.data(), d.data(), in, out, 1);
+  kernels::quant::dequantize_rows(ggml_type(f), w.data(), d.data(), in, out, 1);
   return d;
 }
 
-std::vector<QIsa> available_isas() {
-  std::vector<QIsa> v;
-  for (QIsa isa : {QIsa::Scalar, QIsa::Avx2, QIsa::Avx512})
-    if (qisa_available(isa)) v.push_back(isa);
+std::vector<kernels::QIsa> available_isas() {
+  std::vector<kernels::QIsa> v;
+  for (kernels::QIsa isa : {kernels::QIsa::Scalar, kernels::QIsa::Avx2, kernels::QIsa::Avx512})
+    if (kernels::qisa_available(isa)) v.push_back(isa);
   return v;
 }
 
 // qgemv with `isa` vs ref::gemm on the dequantized matrix; returns the relative error.
-double qgemv_error(QIsa isa, QFormat f, uint32_t out, uint32_t in, bool bias, ThreadPool* pool) {
+double qgemv_error(kernels::QIsa isa, kernels::QFormat f, uint32_t out, uint32_t in, bool bias, kernels::ThreadPool* pool) {
   const auto w = random_blocks(f, out, in, 11 + in + out);
   const auto x = test::random_vector(in, 12, -2.0f, 2.0f);
   const auto b = test::random_vector(out, 13);
   std::vector<float> got(out, -7.0f), want(out);
-  QGemvArgs a{f, w.data(), x.data(), bias ? b.data() : nullptr, got.data(), in, out};
-  cpu::qgemv(pool, std::span<const QGemvArgs>(&a, 1), isa);
+  kernels::QGemvArgs a{f, w.data(), x.data(), bias ? b.data() : nullptr, got.data(), in, out};
+  kernels::cpu::qgemv(pool, std::span<const kernels::QGemvArgs>(&a, 1), isa);
   ref::gemm(x.data(), dequantize(f, w, out, in).data(), a.bias, want.data(), 1, in, out);
   return test::rel_error(got, want);
 }
@@ -87,12 +87,12 @@ double qgemv_error(QIsa isa, QFormat f, uint32_t out, uint32_t in, bool bias, Th
 
 TEST_CASE("the quantized GEMV equals the fp32 product of the dequantized blocks on every ISA",
           "[kernels]") {
-  ThreadPool pool(3);
-  REQUIRE(qisa_available(QIsa::Scalar));
-  REQUIRE(qisa_available(qisa_best()));
-  for (QIsa isa : available_isas()) {
-    for (QFormat f : {QFormat::Q4_0, QFormat::Q4_1, QFormat::Q8_0}) {
-      INFO(qisa_name(isa) << " " << qformat_name(f));
+  kernels::ThreadPool pool(3);
+  REQUIRE(kernels::qisa_available(kernels::QIsa::Scalar));
+  REQUIRE(kernels::qisa_available(kernels::qisa_best()));
+  for (kernels::QIsa isa : available_isas()) {
+    for (kernels::QFormat f : {kernels::QFormat::Q4_0, kernels::QFormat::Q4_1, kernels::QFormat::Q8_0}) {
+      INFO(kernels::qisa_name(isa) << " " << kernels::qformat_name(f));
       CHECK(qgemv_error(isa, f, 1, 32, false, nullptr) < 1e-5);   // one block
       CHECK(qgemv_error(isa, f, 7, 64, true, nullptr) < 1e-5);    // even block count, bias
       CHECK(qgemv_error(isa, f, 301, 576, true, &pool) < 1e-5);   // SmolLM2 width, row tail
@@ -105,30 +105,30 @@ TEST_CASE("the quantized GEMV equals the fp32 product of the dequantized blocks 
 TEST_CASE("every ISA gives the scalar result up to summation order", "[kernels]") {
   const uint32_t out = 67, in = 576;
   const auto x = test::random_vector(in, 21, -3.0f, 3.0f);
-  for (QFormat f : {QFormat::Q4_0, QFormat::Q4_1, QFormat::Q8_0}) {
+  for (kernels::QFormat f : {kernels::QFormat::Q4_0, kernels::QFormat::Q4_1, kernels::QFormat::Q8_0}) {
     const auto w = random_blocks(f, out, in, 22);
     std::vector<float> scalar(out), other(out);
-    QGemvArgs a{f, w.data(), x.data(), nullptr, scalar.data(), in, out};
-    cpu::qgemv(nullptr, std::span<const QGemvArgs>(&a, 1), QIsa::Scalar);
-    for (QIsa isa : available_isas()) {
+    kernels::QGemvArgs a{f, w.data(), x.data(), nullptr, scalar.data(), in, out};
+    kernels::cpu::qgemv(nullptr, std::span<const kernels::QGemvArgs>(&a, 1), kernels::QIsa::Scalar);
+    for (kernels::QIsa isa : available_isas()) {
       a.y = other.data();
-      cpu::qgemv(nullptr, std::span<const QGemvArgs>(&a, 1), isa);
-      INFO(qisa_name(isa) << " " << qformat_name(f));
+      kernels::cpu::qgemv(nullptr, std::span<const kernels::QGemvArgs>(&a, 1), isa);
+      INFO(kernels::qisa_name(isa) << " " << kernels::qformat_name(f));
       CHECK(test::rel_error(other, scalar) < 2e-6);
     }
   }
 }
 
 TEST_CASE("a batch of GEMVs gives each job's single-call result", "[kernels]") {
-  ThreadPool pool(2);
+  kernels::ThreadPool pool(2);
   const uint32_t in = 128;
   const auto x = test::random_vector(in, 31);
   const auto bias = test::random_vector(200, 32);
-  const QFormat formats[3] = {QFormat::Q4_1, QFormat::Q8_0, QFormat::Q4_0};
+  const kernels::QFormat formats[3] = {kernels::QFormat::Q4_1, kernels::QFormat::Q8_0, kernels::QFormat::Q4_0};
   const uint32_t outs[3] = {200, 65, 3};
   std::vector<std::vector<uint8_t>> w;
   std::vector<std::vector<float>> batch(3), single(3);
-  std::vector<QGemvArgs> jobs;
+  std::vector<kernels::QGemvArgs> jobs;
   for (int j = 0; j < 3; ++j) {
     w.push_back(random_blocks(formats[j], outs[j], in, 33 + j));
     batch[j].assign(outs[j], 0.0f);
@@ -136,31 +136,31 @@ TEST_CASE("a batch of GEMVs gives each job's single-call result", "[kernels]") {
     jobs.push_back({formats[j], w[j].data(), x.data(), j == 0 ? bias.data() : nullptr,
                     batch[j].data(), in, outs[j]});
   }
-  qgemv(Exec{Device::Cpu, &pool}, jobs);
+  qgemv(kernels::Exec{kernels::Device::Cpu, &pool}, jobs);
   for (int j = 0; j < 3; ++j) {
-    QGemvArgs one = jobs[j];
+    kernels::QGemvArgs one = jobs[j];
     one.y = single[j].data();
-    qgemv(Exec{Device::Cpu, nullptr}, one);
+    qgemv(kernels::Exec{kernels::Device::Cpu, nullptr}, one);
     CHECK(batch[j] == single[j]);  // same row kernel, same order: bit-identical
   }
 }
 
 TEST_CASE("the quantized GEMV refuses bad shapes, null pointers and absent ISAs", "[kernels]") {
-  const auto w = random_blocks(QFormat::Q8_0, 2, 64, 41);
+  const auto w = random_blocks(kernels::QFormat::Q8_0, 2, 64, 41);
   std::vector<float> x(64), y(2);
-  QGemvArgs a{QFormat::Q8_0, w.data(), x.data(), nullptr, y.data(), 64, 2};
-  Exec ex{Device::Cpu, nullptr};
+  kernels::QGemvArgs a{kernels::QFormat::Q8_0, w.data(), x.data(), nullptr, y.data(), 64, 2};
+  kernels::Exec ex{kernels::Device::Cpu, nullptr};
   CHECK_NOTHROW(qgemv(ex, a));
-  QGemvArgs bad = a;
+  kernels::QGemvArgs bad = a;
   bad.in = 48;
   CHECK_THROWS_WITH(qgemv(ex, bad), Catch::Contains("multiple of the block size"));
   bad = a;
   bad.x = nullptr;
   CHECK_THROWS_WITH(qgemv(ex, bad), Catch::Contains("null"));
-  CHECK_THROWS_AS(qgemv(Exec{Device::Cuda, nullptr}, a), Error);
-  for (QIsa isa : {QIsa::Avx2, QIsa::Avx512})
-    if (!qisa_available(isa))
-      CHECK_THROWS_WITH(cpu::qgemv(nullptr, std::span<const QGemvArgs>(&a, 1), isa),
+  CHECK_THROWS_AS(qgemv(kernels::Exec{kernels::Device::Cuda, nullptr}, a), Error);
+  for (kernels::QIsa isa : {kernels::QIsa::Avx2, kernels::QIsa::Avx512})
+    if (!kernels::qisa_available(isa))
+      CHECK_THROWS_WITH(kernels::cpu::qgemv(nullptr, std::span<const kernels::QGemvArgs>(&a, 1), isa),
                         Catch::Contains("not available"));
 }
 
@@ -169,21 +169,21 @@ namespace {
 // A tiny llama GGUF with Q4_1 layer matrices and a Q8_0 embedding, loaded back (the weights keep
 // the file image alive), and the canonical fp32 values the file encodes.
 struct TinyQuantized {
-  Weights w;
-  Weights want;
+  model::Weights w;
+  model::Weights want;
 };
 TinyQuantized tiny_quantized_weights() {
   test::TinyModelSpec spec;
   spec.config = test::tiny_gguf_llama_config();
-  spec.dtype = quant::GgmlType::Q4_1;
-  spec.embd_dtype = quant::GgmlType::Q8_0;
+  spec.dtype = kernels::quant::GgmlType::Q4_1;
+  spec.embd_dtype = kernels::quant::GgmlType::Q8_0;
   spec.seed = 5;
   test::TinyModel m = test::make_tiny_model(spec);
-  return {load_weights(test::open_bytes(m.bytes)), std::move(m.weights)};
+  return {model::load_weights(test::open_bytes(m.bytes)), std::move(m.weights)};
 }
 
 // The matrix is still in the file's type and reads back as the canonical fp32 values.
-void check_blocks(const Matrix& q, const Matrix& fp32, quant::GgmlType t, const char* name) {
+void check_blocks(const model::Matrix& q, const model::Matrix& fp32, kernels::quant::GgmlType t, const char* name) {
   INFO(name);
   CHECK(q.type == t);
   CHECK(q.owned == nullptr);  // points into the file, no copy
@@ -196,33 +196,33 @@ TEST_CASE("the GGUF loader keeps the file's Q4_1/Q8_0 blocks and reads them in c
           "[model][kernels]") {
   const TinyQuantized t = tiny_quantized_weights();
   for (size_t l = 0; l < t.w.layers.size(); ++l) {
-    const LayerWeights& lw = t.w.layers[l];
-    const LayerWeights& want = t.want.layers[l];
-    check_blocks(lw.wq, want.wq, quant::GgmlType::Q4_1, "wq");  // Q/K rows through the row map
+    const model::LayerWeights& lw = t.w.layers[l];
+    const model::LayerWeights& want = t.want.layers[l];
+    check_blocks(lw.wq, want.wq, kernels::quant::GgmlType::Q4_1, "wq");  // Q/K rows through the row map
     CHECK(lw.wq.row_map.size() == lw.wq.rows);
-    check_blocks(lw.wk, want.wk, quant::GgmlType::Q4_1, "wk");
-    check_blocks(lw.wv, want.wv, quant::GgmlType::Q4_1, "wv");
+    check_blocks(lw.wk, want.wk, kernels::quant::GgmlType::Q4_1, "wk");
+    check_blocks(lw.wv, want.wv, kernels::quant::GgmlType::Q4_1, "wv");
     CHECK(lw.wv.row_map.empty());
-    check_blocks(lw.wo, want.wo, quant::GgmlType::Q4_1, "wo");
-    check_blocks(lw.w_gate, want.w_gate, quant::GgmlType::Q4_1, "w_gate");
-    check_blocks(lw.w_up, want.w_up, quant::GgmlType::Q4_1, "w_up");
-    check_blocks(lw.w_down, want.w_down, quant::GgmlType::Q4_1, "w_down");
+    check_blocks(lw.wo, want.wo, kernels::quant::GgmlType::Q4_1, "wo");
+    check_blocks(lw.w_gate, want.w_gate, kernels::quant::GgmlType::Q4_1, "w_gate");
+    check_blocks(lw.w_up, want.w_up, kernels::quant::GgmlType::Q4_1, "w_up");
+    check_blocks(lw.w_down, want.w_down, kernels::quant::GgmlType::Q4_1, "w_down");
   }
-  check_blocks(t.w.lm_head(), t.want.lm_head(), quant::GgmlType::Q8_0, "tied lm head");
+  check_blocks(t.w.lm_head(), t.want.lm_head(), kernels::quant::GgmlType::Q8_0, "tied lm head");
 }
 
 // The fast path quantizes every matmul input to int8 per 32-element block (kernels/qdot.h): on this
 // tiny random model its logits stay within 10% of the largest exact logit (measured 0.015-0.042;
 // random weights leave near-ties, so the argmax is not compared).
 TEST_CASE("the fast path's logits stay within the 8-bit bound of the exact path's", "[model][kernels]") {
-  const Weights w = tiny_quantized_weights().w;
-  ForwardOptions fast, exact;
+  const model::Weights w = tiny_quantized_weights().w;
+  model::ForwardOptions fast, exact;
   fast.threads = exact.threads = 2;
-  exact.matmul = MatmulPath::Exact;
-  Forward fq(w, fast), ff(w, exact);
-  CHECK(fq.matmul_path() == MatmulPath::Fast);
-  CHECK(ff.matmul_path() == MatmulPath::Exact);
-  KvCache cq(w.config, 16), cf(w.config, 16);
+  exact.matmul = kernels::MatmulPath::Exact;
+  model::Forward fq(w, fast), ff(w, exact);
+  CHECK(fq.matmul_path() == kernels::MatmulPath::Fast);
+  CHECK(ff.matmul_path() == kernels::MatmulPath::Exact);
+  model::KvCache cq(w.config, 16), cf(w.config, 16);
   const std::vector<int32_t> prompt = {5, 77, 200, 13};
   const std::vector<float> pq = fq.prefill(cq, prompt), pf = ff.prefill(cf, prompt);
   CHECK(test::rel_error(pq, pf) < 0.1);
@@ -231,13 +231,13 @@ TEST_CASE("the fast path's logits stay within the 8-bit bound of the exact path'
 }
 
 TEST_CASE("a matrix of the wrong shape or a broken row map is refused by Forward", "[model][kernels]") {
-  Weights w = tiny_quantized_weights().w;
+  model::Weights w = tiny_quantized_weights().w;
   w.layers[1].w_up.rows -= 1;
-  CHECK_THROWS_WITH(Forward(w), Catch::Contains("layers[1].w_up is"));
+  CHECK_THROWS_WITH(model::Forward(w), Catch::Contains("layers[1].w_up is"));
   w = tiny_quantized_weights().w;
   w.layers[0].wk.row_map[0] = w.layers[0].wk.row_map[1];
-  CHECK_THROWS_WITH(Forward(w), Catch::Contains("layers[0].wk has a row map that is not a permutation"));
+  CHECK_THROWS_WITH(model::Forward(w), Catch::Contains("layers[0].wk has a row map that is not a permutation"));
   w = tiny_quantized_weights().w;
-  w.layers[0].wv.type = quant::GgmlType::Q2_K;
-  CHECK_THROWS_WITH(Forward(w), Catch::Contains("Q2_K"));
+  w.layers[0].wv.type = kernels::quant::GgmlType::Q2_K;
+  CHECK_THROWS_WITH(model::Forward(w), Catch::Contains("Q2_K"));
 }

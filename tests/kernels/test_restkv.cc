@@ -19,7 +19,7 @@ TEST_CASE("the ReST-KV probe rows are causal softmaxes over the keys", "[kernels
   const std::vector<float> k = test::random_vector(size_t(N) * D, 2, -2.0f, 2.0f);
   const float* q1 = q.data() + D;  // query head 1 of (w, Hq, D)
   std::vector<float> got(size_t(w) * N, NAN);
-  restkv_probe(Exec{}, RestKvProbeArgs{q1, uint64_t(Hq) * D, w, k.data(), N, D, 0.25f, got.data()});
+  restkv_probe(kernels::Exec{}, kernels::RestKvProbeArgs{q1, uint64_t(Hq) * D, w, k.data(), N, D, 0.25f, got.data()});
   for (uint32_t t = 0; t < w; ++t) {
     const uint32_t valid = N - w + t + 1;
     std::vector<double> p(valid);
@@ -45,10 +45,10 @@ TEST_CASE("the ReST-KV output change equals the norm of the projected output dif
   const std::vector<float> v = test::random_vector(size_t(N) * D, 4);
   const std::vector<float> wo = test::random_vector(size_t(E) * Hq * D, 5);  // (E, Hq·D)
   std::vector<float> got(n, NAN);
-  const RestKvOutputChangeArgs a{.abar = abar.data(), .v = v.data(), .N = N, .D = D, .n = n,
+  const kernels::RestKvOutputChangeArgs a{.abar = abar.data(), .v = v.data(), .N = N, .D = D, .n = n,
                                  .wo = wo.data() + size_t(h) * D, .wo_stride = uint64_t(Hq) * D,
                                  .E = E, .out = got.data()};
-  restkv_output_change(Exec{}, a);
+  restkv_output_change(kernels::Exec{}, a);
   std::vector<double> obar(D, 0.0);
   for (uint32_t j = 0; j < N; ++j)
     for (uint32_t d = 0; d < D; ++d) obar[d] += double(abar[j]) * v[size_t(j) * D + d];
@@ -71,7 +71,7 @@ TEST_CASE("the ReST-KV output change equals the norm of the projected output dif
 
 TEST_CASE("the ReST-KV fronts run on the CPU only", "[kernels]") {
   try {
-    restkv_output_change(Exec{Device::Cuda}, RestKvOutputChangeArgs{});
+    restkv_output_change(kernels::Exec{kernels::Device::Cuda}, kernels::RestKvOutputChangeArgs{});
     FAIL("a CUDA exec was accepted");
   } catch (const Error& e) {
     CHECK(e.code() == Errc::unsupported);

@@ -31,16 +31,16 @@ std::vector<float> importance(const std::vector<float>& q, uint32_t tokens, uint
                               uint32_t G, uint32_t D, const std::vector<float>& k, uint32_t n,
                               uint32_t kernel) {
   std::vector<float> out(n, NAN);
-  const RkvImportanceArgs a{.q = q.data(), .tokens = tokens, .q_stride = stride, .G = G, .D = D,
+  const kernels::RkvImportanceArgs a{.q = q.data(), .tokens = tokens, .q_stride = stride, .G = G, .D = D,
                             .scale = 1.0f / std::sqrt(float(D)), .k = k.data(), .n = n,
                             .kernel = kernel, .out = out.data()};
-  rkv_importance(Exec{}, a);
+  rkv_importance(kernels::Exec{}, a);
   return out;
 }
 
 std::vector<float> redundancy(const std::vector<float>& k, uint32_t n, uint32_t D, float T) {
   std::vector<float> out(n, NAN);
-  rkv_redundancy(Exec{}, RkvRedundancyArgs{k.data(), n, D, T, out.data()});
+  rkv_redundancy(kernels::Exec{}, kernels::RkvRedundancyArgs{k.data(), n, D, T, out.data()});
   return out;
 }
 
@@ -107,7 +107,7 @@ TEST_CASE("the R-KV fronts run on the CPU only", "[kernels]") {
   const std::vector<float> k = {1, 0};
   float out = 0;
   try {
-    rkv_redundancy(Exec{Device::Cuda}, RkvRedundancyArgs{k.data(), 1, 2, 0.5f, &out});
+    rkv_redundancy(kernels::Exec{kernels::Device::Cuda}, kernels::RkvRedundancyArgs{k.data(), 1, 2, 0.5f, &out});
     FAIL("a CUDA exec was accepted");
   } catch (const Error& e) {
     CHECK(e.code() == Errc::unsupported);

@@ -20,8 +20,8 @@ namespace {
 struct Fixture : test::TinyModelDir {
   Fixture() : TinyModelDir("loader", 11) {}
 
-  CacheDescription describe(const std::string& doc) const {
-    CacheDescription d;
+  compress::CacheDescription describe(const std::string& doc) const {
+    compress::CacheDescription d;
     d.prefix = model->chat().prefix("");
     d.document = model->chat().encode_document(doc);
     d.suffix = model->chat().suffix("");
@@ -29,33 +29,33 @@ struct Fixture : test::TinyModelDir {
     return d;
   }
 
-  KvCache prefill(const CacheDescription& d) const {
-    Forward fwd(model->weights(), ForwardOptions{1});
-    KvCache dense(model->config());
+  model::KvCache prefill(const compress::CacheDescription& d) const {
+    model::Forward fwd(model->weights(), model::ForwardOptions{1});
+    model::KvCache dense(model->config());
     std::vector<int32_t> all = d.prefix;
     all.insert(all.end(), d.document.begin(), d.document.end());
-    fwd.prefill(dense, all, LogitsMode::None);
+    fwd.prefill(dense, all, model::LogitsMode::None);
     return dense;
   }
 
-  std::string write(const CacheDescription& d, const RaggedKvCache& r,
+  std::string write(const compress::CacheDescription& d, const model::RaggedKvCache& r,
                     const std::string& name) const {
     const std::string path = this->path(name);
-    format::write_cache_file(make_contents(*model, r, {}, d), path);
+    format::write_cache_file(compress::make_contents(*model, r, {}, d), path);
     return path;
   }
 };
 
-std::vector<std::vector<uint32_t>> keep_all(const KvCache& dense) {
-  const CacheShape s = dense.shape();
+std::vector<std::vector<uint32_t>> keep_all(const model::KvCache& dense) {
+  const model::CacheShape s = dense.shape();
   std::vector<std::vector<uint32_t>> keep(size_t(s.n_layers) * s.n_kv_heads);
   for (auto& k : keep)
     for (uint32_t i = 0; i < dense.logical_length(); ++i) k.push_back(i);
   return keep;
 }
 
-GenerateParams greedy(uint32_t n) {
-  GenerateParams p;
+model::GenerateParams greedy(uint32_t n) {
+  model::GenerateParams p;
   p.max_tokens = n;
   return p;
 }
@@ -67,8 +67,8 @@ const char* kDoc = "the cat sat on the mat. the dog ate the bone; then the cat l
 TEST_CASE("answers from an uncompressed .kvz equal a plain prefill of the same prompt", "[loader]") {
   Fixture f;
   const auto d = f.describe(kDoc);
-  KvCache dense = f.prefill(d);
-  const std::string path = f.write(d, RaggedKvCache::from_dense(dense, keep_all(dense)), "full.kvz");
+  model::KvCache dense = f.prefill(d);
+  const std::string path = f.write(d, model::RaggedKvCache::from_dense(dense, keep_all(dense)), "full.kvz");
 
   loader::QuerySession session(*f.model, path);
   CHECK(session.header().achieved_ratio == Approx(1.0));
@@ -79,9 +79,9 @@ TEST_CASE("answers from an uncompressed .kvz equal a plain prefill of the same p
     prompt.insert(prompt.end(), d.document.begin(), d.document.end());
     const auto tail = loader::question_tokens(f.model->tokenizer(), session.header(), q);
     prompt.insert(prompt.end(), tail.begin(), tail.end());
-    Forward fwd(f.model->weights(), ForwardOptions{1});
-    KvCache fresh(f.model->config());
-    const GenerateResult plain = generate(fwd, fresh, prompt, greedy(10));
+    model::Forward fwd(f.model->weights(), model::ForwardOptions{1});
+    model::KvCache fresh(f.model->config());
+    const model::GenerateResult plain = generate(fwd, fresh, prompt, greedy(10));
     REQUIRE(!a.tokens.empty());
     CHECK(a.tokens == plain.tokens);
     REQUIRE(a.first_logits.size() == plain.first_logits.size());
@@ -93,7 +93,7 @@ TEST_CASE("answers from an uncompressed .kvz equal a plain prefill of the same p
 TEST_CASE("an answer does not depend on the questions asked before it", "[loader]") {
   Fixture f;
   const auto d = f.describe(kDoc);
-  KvCache dense = f.prefill(d);
+  model::KvCache dense = f.prefill(d);
   // Evict every other document row of each head so the ragged path is exercised.
   auto keep = keep_all(dense);
   const uint32_t n_p = static_cast<uint32_t>(d.prefix.size());
@@ -103,7 +103,7 @@ TEST_CASE("an answer does not depend on the questions asked before it", "[loader
       if (r < n_p || (r + i) % 2 == 0) k.push_back(r);
     keep[i] = k;
   }
-  const std::string path = f.write(d, RaggedKvCache::from_dense(dense, keep), "half.kvz");
+  const std::string path = f.write(d, model::RaggedKvCache::from_dense(dense, keep), "half.kvz");
   loader::QuerySession s(*f.model, path);
   CHECK(s.header().achieved_ratio == Approx(0.5).margin(0.05));
   const uint64_t kept = s.cache().kept_total();
@@ -119,8 +119,8 @@ TEST_CASE("an answer does not depend on the questions asked before it", "[loader
 TEST_CASE("a cache made by another model is refused unless forced", "[loader]") {
   Fixture f;
   const auto d = f.describe(kDoc);
-  KvCache dense = f.prefill(d);
-  auto contents = make_contents(*f.model, RaggedKvCache::from_dense(dense, keep_all(dense)), {}, d);
+  model::KvCache dense = f.prefill(d);
+  auto contents = compress::make_contents(*f.model, model::RaggedKvCache::from_dense(dense, keep_all(dense)), {}, d);
   contents.header.model.weights_hash ^= 1;
   const std::string path = (f.dir / "other.kvz").string();
   format::write_cache_file(contents, path);
@@ -139,16 +139,16 @@ TEST_CASE("a cache made by another model is refused unless forced", "[loader]") 
 TEST_CASE("a cache read back from a file equals the cache that was written", "[loader]") {
   Fixture f;
   const auto d = f.describe(kDoc);
-  KvCache dense = f.prefill(d);
+  model::KvCache dense = f.prefill(d);
   auto keep = keep_all(dense);
   keep[1].erase(keep[1].begin() + 3, keep[1].begin() + 9);
-  const RaggedKvCache r = RaggedKvCache::from_dense(dense, keep);
-  const auto contents = make_contents(*f.model, r, {}, d);
-  const RaggedKvCache back = loader::cache_from_contents(contents);
+  const model::RaggedKvCache r = model::RaggedKvCache::from_dense(dense, keep);
+  const auto contents = compress::make_contents(*f.model, r, {}, d);
+  const model::RaggedKvCache back = loader::cache_from_contents(contents);
   const std::string path = f.write(d, r, "rt.kvz");
-  const RaggedKvCache fromfile = loader::cache_from_reader(format::CacheReader::open(path));
-  const CacheShape s = r.shape();
-  for (const RaggedKvCache* c : {&back, &fromfile}) {
+  const model::RaggedKvCache fromfile = loader::cache_from_reader(format::CacheReader::open(path));
+  const model::CacheShape s = r.shape();
+  for (const model::RaggedKvCache* c : {&back, &fromfile}) {
     REQUIRE(c->logical_length() == r.logical_length());
     for (uint32_t l = 0; l < s.n_layers; ++l)
       for (uint32_t h = 0; h < s.n_kv_heads; ++h) {

@@ -53,21 +53,21 @@ struct Fixture : test::TinyModelDir {
   Fixture() : TinyModelDir("loaderq", d64_spec(), 2) {}
 
   std::string compress(format::DType dtype, const std::string& name) const {
-    CompressFileOptions o;
+    compress::CompressFileOptions o;
     o.compress.method = "kvzip";
     o.compress.ratio = 0.5;
-    o.compress.scorer = make_scorer_options(model->chat(), 512, 0);
+    o.compress.scorer = compress::make_scorer_options(model->chat(), 512, 0);
     o.system = "Be brief.";  // a short prefix: its rows are few, as in real documents
     o.kv_dtype = dtype;
     o.threads = 2;
     const std::string p = path(name);
-    compress_to_file(*model, document(), o, p);
+    compress::compress_to_file(*model, document(), o, p);
     return p;
   }
 };
 
-GenerateParams greedy(uint32_t n) {
-  GenerateParams p;
+model::GenerateParams greedy(uint32_t n) {
+  model::GenerateParams p;
   p.max_tokens = n;
   return p;
 }
@@ -123,8 +123,8 @@ TEST_CASE("a quantized session refuses what needs f32 rows; f32 files keep the r
   const std::string q4 = f.compress(format::DType::Q4, "q4.kvz");
   const std::string f32 = f.compress(format::DType::F32, "f32.kvz");
   loader::QuerySession s(*f.model, q4, options(loader::KvForm::Auto));
-  GenerateParams gp = greedy(4);
-  gp.rkv = RkvParams{};
+  model::GenerateParams gp = greedy(4);
+  gp.rkv = model::RkvParams{};
   gp.rkv->budget = 16;
   try {
     s.ask("Who painted the boat?", gp);

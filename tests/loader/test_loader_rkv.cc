@@ -21,7 +21,7 @@ struct RkvFixture : test::TinyModelDir {
   uint32_t n_p = 0;
 
   RkvFixture() : TinyModelDir("rkv", 12) {
-    CacheDescription d;
+    compress::CacheDescription d;
     const std::string doc = "the cat sat on the mat. the dog ate the bone; then the cat left the "
                             "house and walked to the river where the ducks swam.";
     d.prefix = model->chat().prefix("");
@@ -29,31 +29,31 @@ struct RkvFixture : test::TinyModelDir {
     d.suffix = model->chat().suffix("");
     d.document_text = doc;
     n_p = static_cast<uint32_t>(d.prefix.size());
-    Forward fwd(model->weights(), ForwardOptions{.threads = 1});
-    KvCache dense(model->config());
+    model::Forward fwd(model->weights(), model::ForwardOptions{.threads = 1});
+    model::KvCache dense(model->config());
     std::vector<int32_t> all = d.prefix;
     all.insert(all.end(), d.document.begin(), d.document.end());
-    fwd.prefill(dense, all, LogitsMode::None);
+    fwd.prefill(dense, all, model::LogitsMode::None);
     // Keep every other document row so the base is ragged.
-    const CacheShape s = dense.shape();
+    const model::CacheShape s = dense.shape();
     std::vector<std::vector<uint32_t>> keep(size_t(s.n_layers) * s.n_kv_heads);
     for (size_t i = 0; i < keep.size(); ++i)
       for (uint32_t r = 0; r < dense.logical_length(); ++r)
         if (r < n_p || (r + i) % 2 == 0) keep[i].push_back(r);
     kvz = path("half.kvz");
     format::write_cache_file(
-        make_contents(*model, RaggedKvCache::from_dense(dense, keep), {}, d), kvz);
+        compress::make_contents(*model, model::RaggedKvCache::from_dense(dense, keep), {}, d), kvz);
   }
 };
 
 // Every head's rows, positions, keys and values are equal.
-void require_same_cache(const RaggedKvCache& a, const RaggedKvCache& b) {
+void require_same_cache(const model::RaggedKvCache& a, const model::RaggedKvCache& b) {
   REQUIRE(a.logical_length() == b.logical_length());
   REQUIRE(a.kept_total() == b.kept_total());
-  const CacheShape s = a.shape();
+  const model::CacheShape s = a.shape();
   for (uint32_t l = 0; l < s.n_layers; ++l)
     for (uint32_t h = 0; h < s.n_kv_heads; ++h) {
-      const KvHeadView x = a.view(l, h), y = b.view(l, h);
+      const model::KvHeadView x = a.view(l, h), y = b.view(l, h);
       REQUIRE(x.len == y.len);
       REQUIRE(a.kept(l, h) == b.kept(l, h));
       for (uint32_t r = 0; r < x.len; ++r) {
@@ -71,15 +71,15 @@ void require_same_cache(const RaggedKvCache& a, const RaggedKvCache& b) {
 TEST_CASE("after an R-KV answer the session's cache is the compressed state again", "[loader][rkv]") {
   RkvFixture f;
   loader::QuerySession s(*f.model, f.kvz);
-  const RaggedKvCache before = s.cache();
-  GenerateParams gp;
+  const model::RaggedKvCache before = s.cache();
+  model::GenerateParams gp;
   gp.max_tokens = 60;
   gp.sampling.temperature = 1.0f;  // stop_tokens is empty: every answer runs 60 tokens
   gp.sampling.seed = 3;
   const loader::Answer plain = s.ask("who sat?", gp);
   require_same_cache(s.cache(), before);
   for (bool doc : {false, true}) {
-    gp.rkv = RkvParams{};
+    gp.rkv = model::RkvParams{};
     gp.rkv->budget = 12;
     gp.rkv->buffer = 8;
     gp.rkv->window = 4;

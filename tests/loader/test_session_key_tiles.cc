@@ -8,16 +8,18 @@
 #include "tests/support/tiny_model_dir.h"
 
 using namespace kvzip;
+using kvzip::compress::CompressFileOptions;
+using kvzip::model::GenerateParams;
 
 TEST_CASE("query sessions answer the same with and without key tiles", "[loader]") {
   test::TinyModelDir dir("session_tiles", 23, 1024);
   CompressFileOptions o;
   o.compress.method = "kvzip";
   o.compress.ratio = 0.5;
-  o.compress.scorer = make_scorer_options(dir.model->chat(), 512, 0);
+  o.compress.scorer = compress::make_scorer_options(dir.model->chat(), 512, 0);
   o.threads = 2;
   const std::string path = dir.path("doc.kvz");
-  compress_to_file(*dir.model,
+  compress::compress_to_file(*dir.model,
                    "The lighthouse keeper counted ships every night. In winter the harbor froze and "
                    "the keeper read old letters from his sister, who lived in a city of bridges.",
                    o, path);

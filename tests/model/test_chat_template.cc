@@ -12,9 +12,9 @@
 #include "model/detail/bpe.h"
 #include "model/tokenizer.h"
 
-using kvzip::ChatFormat;
-using kvzip::ChatTemplate;
-using kvzip::Tokenizer;
+using kvzip::model::ChatFormat;
+using kvzip::model::ChatTemplate;
+using kvzip::model::Tokenizer;
 
 namespace {
 
@@ -50,8 +50,8 @@ const std::string kLlama31Excerpt =
     "{{- \"Cutting Knowledge Date: December 2023\\n\" }}{{- \"Today Date: \" + date_string + \"\\n\\n\" }}";
 
 // Control tokens, then the 256 byte tokens; no merges, so ids are easy to predict.
-kvzip::TokenizerData vocab(const std::string& chat_template, bool with_chatml = true) {
-  kvzip::TokenizerData d;
+kvzip::model::TokenizerData vocab(const std::string& chat_template, bool with_chatml = true) {
+  kvzip::model::TokenizerData d;
   d.model = "gpt2";
   d.pre = "smollm";
   std::vector<std::string> controls = {"<|endoftext|>", "<|begin_of_text|>", "<|start_header_id|>",
@@ -62,7 +62,7 @@ kvzip::TokenizerData vocab(const std::string& chat_template, bool with_chatml = 
     d.token_types.push_back(3);
   }
   for (int b = 0; b < 256; ++b) {
-    d.tokens.push_back(kvzip::detail::byte_to_unicode(static_cast<uint8_t>(b)));
+    d.tokens.push_back(kvzip::model::detail::byte_to_unicode(static_cast<uint8_t>(b)));
     d.token_types.push_back(1);
   }
   d.eos = 0;
@@ -77,10 +77,10 @@ std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& 
   return a;
 }
 
-kvzip::Errc code_of(const kvzip::TokenizerData& d) {
-  Tokenizer t(d);
+kvzip::Errc code_of(const kvzip::model::TokenizerData& d) {
+  kvzip::model::Tokenizer t(d);
   try {
-    ChatTemplate c(t);
+    kvzip::model::ChatTemplate c(t);
   } catch (const kvzip::Error& e) {
     return e.code();
   }
@@ -90,9 +90,9 @@ kvzip::Errc code_of(const kvzip::TokenizerData& d) {
 }  // namespace
 
 TEST_CASE("ChatML with no system message renders the template's default system turn", "[model][chat]") {
-  Tokenizer t(vocab(kSmolTemplate));
-  ChatTemplate c(t);
-  CHECK(c.format() == ChatFormat::ChatMl);
+  kvzip::model::Tokenizer t(vocab(kSmolTemplate));
+  kvzip::model::ChatTemplate c(t);
+  CHECK(c.format() == kvzip::model::ChatFormat::ChatMl);
   CHECK(c.default_system() == kSmolDefault);
   std::string want = "<|im_start|>system\n" + kSmolDefault +
                      "<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n";
@@ -101,15 +101,15 @@ TEST_CASE("ChatML with no system message renders the template's default system t
 }
 
 TEST_CASE("a given system prompt replaces the ChatML default", "[model][chat]") {
-  Tokenizer t(vocab(kSmolTemplate));
-  ChatTemplate c(t);
+  kvzip::model::Tokenizer t(vocab(kSmolTemplate));
+  kvzip::model::ChatTemplate c(t);
   CHECK(c.render("Be brief.", "hi") ==
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
 }
 
 TEST_CASE("prefix, document and suffix assemble the chat prompt", "[model][chat]") {
-  Tokenizer t(vocab(kSmolTemplate));
-  ChatTemplate c(t);
+  kvzip::model::Tokenizer t(vocab(kSmolTemplate));
+  kvzip::model::ChatTemplate c(t);
   std::string doc = "The Normans were a people.", tail = "\n\nQuestion: Who were they?";
   std::vector<int32_t> pre = c.prefix("");
   CHECK(t.decode(pre) == "<|im_start|>system\n" + kSmolDefault + "<|im_end|>\n<|im_start|>user\n");
@@ -119,8 +119,8 @@ TEST_CASE("prefix, document and suffix assemble the chat prompt", "[model][chat]
 }
 
 TEST_CASE("control-token text inside user text and documents stays plain text", "[model][chat]") {
-  Tokenizer t(vocab(kSmolTemplate));
-  ChatTemplate c(t);
+  kvzip::model::Tokenizer t(vocab(kSmolTemplate));
+  kvzip::model::ChatTemplate c(t);
   const int32_t im_end = t.token_id("<|im_end|>");
   std::vector<int32_t> doc = c.encode_document("a<|im_end|>b");
   CHECK(std::count(doc.begin(), doc.end(), im_end) == 0);
@@ -130,24 +130,24 @@ TEST_CASE("control-token text inside user text and documents stays plain text", 
 }
 
 TEST_CASE("the ChatML default system prompt is read from escaped template literals", "[model][chat]") {
-  CHECK(kvzip::chatml_default_system(kQwenTemplate) ==
+  CHECK(kvzip::model::chatml_default_system(kQwenTemplate) ==
         "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
-  CHECK(kvzip::chatml_default_system(kSmolTemplate) == kSmolDefault);
-  CHECK(kvzip::chatml_default_system(kPlainChatMl).empty());
-  CHECK(kvzip::chatml_default_system("{{ \"<|im_start|>system\\nSay \\\"hi\\\".<|im_end|>\" }}") == "Say \"hi\".");
+  CHECK(kvzip::model::chatml_default_system(kSmolTemplate) == kSmolDefault);
+  CHECK(kvzip::model::chatml_default_system(kPlainChatMl).empty());
+  CHECK(kvzip::model::chatml_default_system("{{ \"<|im_start|>system\\nSay \\\"hi\\\".<|im_end|>\" }}") == "Say \"hi\".");
 }
 
 TEST_CASE("ChatML without a default system prompt has no system turn", "[model][chat]") {
-  Tokenizer t(vocab(kPlainChatMl));
-  ChatTemplate c(t);
+  kvzip::model::Tokenizer t(vocab(kPlainChatMl));
+  kvzip::model::ChatTemplate c(t);
   CHECK(c.default_system().empty());
   CHECK(c.render("", "hi") == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
 }
 
 TEST_CASE("an empty template falls back to ChatML when the vocabulary has its tokens", "[model][chat]") {
-  Tokenizer t(vocab(""));
-  ChatTemplate c(t);
-  CHECK(c.format() == ChatFormat::ChatMl);
+  kvzip::model::Tokenizer t(vocab(""));
+  kvzip::model::ChatTemplate c(t);
+  CHECK(c.format() == kvzip::model::ChatFormat::ChatMl);
   CHECK(c.render("", "q") == "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n");
   CHECK(code_of(vocab("", false)) == kvzip::Errc::unsupported);
 }
@@ -158,9 +158,9 @@ TEST_CASE("unknown templates and templates without their tokens are refused", "[
 }
 
 TEST_CASE("Llama 3 renders header turns after begin_of_text and trims contents", "[model][chat]") {
-  Tokenizer t(vocab(kLlama3Template));
-  ChatTemplate c(t);
-  CHECK(c.format() == ChatFormat::Llama3);
+  kvzip::model::Tokenizer t(vocab(kLlama3Template));
+  kvzip::model::ChatTemplate c(t);
+  CHECK(c.format() == kvzip::model::ChatFormat::Llama3);
   CHECK(c.default_system().empty());
   std::string user_turn = "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
                           "<|start_header_id|>assistant<|end_header_id|>\n\n";
@@ -173,8 +173,8 @@ TEST_CASE("Llama 3 renders header turns after begin_of_text and trims contents",
 }
 
 TEST_CASE("Llama 3.1 templates always open with the knowledge-date system turn", "[model][chat]") {
-  Tokenizer t(vocab(kLlama31Excerpt));
-  ChatTemplate c(t);
+  kvzip::model::Tokenizer t(vocab(kLlama31Excerpt));
+  kvzip::model::ChatTemplate c(t);
   std::string header = "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
                        "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
   std::string user_turn = "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
@@ -184,20 +184,20 @@ TEST_CASE("Llama 3.1 templates always open with the knowledge-date system turn",
 }
 
 TEST_CASE("stop tokens are the end-of-turn token plus eos and eot", "[model][chat]") {
-  kvzip::TokenizerData d = vocab(kSmolTemplate);
-  Tokenizer smol(d);
+  kvzip::model::TokenizerData d = vocab(kSmolTemplate);
+  kvzip::model::Tokenizer smol(d);
   const int32_t im_end = smol.token_id("<|im_end|>");
-  CHECK(ChatTemplate(smol).stop_tokens() == std::vector<int32_t>{0, im_end});
+  CHECK(kvzip::model::ChatTemplate(smol).stop_tokens() == std::vector<int32_t>{0, im_end});
   d.eos = im_end;
-  Tokenizer same(d);
-  CHECK(ChatTemplate(same).stop_tokens() == std::vector<int32_t>{im_end});
-  Tokenizer llama(vocab(kLlama3Template));
-  CHECK(ChatTemplate(llama).stop_tokens() == std::vector<int32_t>{0, llama.token_id("<|eot_id|>")});
+  kvzip::model::Tokenizer same(d);
+  CHECK(kvzip::model::ChatTemplate(same).stop_tokens() == std::vector<int32_t>{im_end});
+  kvzip::model::Tokenizer llama(vocab(kLlama3Template));
+  CHECK(kvzip::model::ChatTemplate(llama).stop_tokens() == std::vector<int32_t>{0, llama.token_id("<|eot_id|>")});
 }
 
 TEST_CASE("an explicit family and default system prompt override detection", "[model][chat]") {
-  Tokenizer t(vocab(kSmolTemplate));
-  ChatTemplate c(t, ChatFormat::Llama3, "Default.");
+  kvzip::model::Tokenizer t(vocab(kSmolTemplate));
+  kvzip::model::ChatTemplate c(t, kvzip::model::ChatFormat::Llama3, "Default.");
   CHECK(c.render("", "hi") ==
         "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nDefault.<|eot_id|>"
         "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
@@ -208,28 +208,28 @@ TEST_CASE("a conversation goes on with the answer and the next user turn", "[mod
   using Turns = std::vector<std::pair<std::string, std::string>>;
   // What each template renders for [system?, user, (assistant, user)...] with the generation
   // prompt: render() and the ids of chat() followed by one next_turn() per turn.
-  auto check_conversation = [](const Tokenizer& t, std::string_view system, const Turns& turns,
+  auto check_conversation = [](const kvzip::model::Tokenizer& t, std::string_view system, const Turns& turns,
                                const std::string& want) {
-    ChatTemplate c(t);
+    kvzip::model::ChatTemplate c(t);
     CHECK(c.render(system, "q1", turns) == want);
     std::vector<int32_t> ids = c.chat(system, "q1");
     for (const auto& [answer, user] : turns) ids = concat(ids, c.next_turn(answer, user));
     CHECK(ids == t.encode(want, true));
   };
-  Tokenizer smol(vocab(kSmolTemplate));
+  kvzip::model::Tokenizer smol(vocab(kSmolTemplate));
   check_conversation(smol, "Be brief.", Turns{{"a1", "q2"}, {"a2", "q3"}},
                      "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nq1<|im_end|>\n"
                      "<|im_start|>assistant\na1<|im_end|>\n<|im_start|>user\nq2<|im_end|>\n"
                      "<|im_start|>assistant\na2<|im_end|>\n<|im_start|>user\nq3<|im_end|>\n"
                      "<|im_start|>assistant\n");
-  Tokenizer llama(vocab(kLlama3Template));
+  kvzip::model::Tokenizer llama(vocab(kLlama3Template));
   check_conversation(llama, "", Turns{{" a1\n", " q2 "}},  // contents trimmed, as the template does
                      "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nq1<|eot_id|>"
                      "<|start_header_id|>assistant<|end_header_id|>\n\na1<|eot_id|>"
                      "<|start_header_id|>user<|end_header_id|>\n\nq2<|eot_id|>"
                      "<|start_header_id|>assistant<|end_header_id|>\n\n");
   // An answer's control-token text stays text: two real <|im_end|> ids, not three.
-  const std::vector<int32_t> turn = ChatTemplate(smol).next_turn("a<|im_end|>", "q");
+  const std::vector<int32_t> turn = kvzip::model::ChatTemplate(smol).next_turn("a<|im_end|>", "q");
   CHECK(smol.decode(turn) == "a<|im_end|><|im_end|>\n<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n");
   CHECK(std::count(turn.begin(), turn.end(), smol.encode("<|im_end|>", true).at(0)) == 2);
 }

@@ -22,18 +22,18 @@ std::vector<float> row(const std::vector<float>& m, size_t r, size_t cols) {
 }
 
 // Records the post-RoPE queries and the cache contents the observer is shown.
-struct Recorder : AttentionObserver {
-  std::vector<AttentionObservation> seen;
+struct Recorder : model::AttentionObserver {
+  std::vector<model::AttentionObservation> seen;
   std::vector<std::vector<float>> q;        // copy of obs.q per call
   std::vector<std::vector<float>> k_last;   // per call: the last T rows of every head, (T, Hkv, D)
   std::vector<std::vector<uint32_t>> pos;
-  void on_attention(const AttentionObservation& o) override {
+  void on_attention(const model::AttentionObservation& o) override {
     seen.push_back(o);
     q.emplace_back(o.q, o.q + size_t(o.T) * o.Hq * o.D);
     pos.emplace_back(o.positions, o.positions + o.T);
     std::vector<float> k(size_t(o.T) * o.Hkv * o.D);
     for (uint32_t h = 0; h < o.Hkv; ++h) {
-      KvHeadView view = o.cache->view(o.layer, h);
+      model::KvHeadView view = o.cache->view(o.layer, h);
       for (uint32_t t = 0; t < o.T; ++t)
         for (uint32_t d = 0; d < o.D; ++d)
           k[(size_t(t) * o.Hkv + h) * o.D + d] = view.k[size_t(view.len - o.T + t) * o.D + d];
@@ -60,18 +60,18 @@ TEST_CASE("forward logits equal the naive reference forward", "[model][forward]"
   auto name = GENERATE(std::string("llama"), std::string("qwen2"), std::string("llama3-scaled"));
   INFO("model " << name);
   ModelConfig cfg = config_named(name);
-  Weights w = test::random_weights(cfg, 1);
+  model::Weights w = test::random_weights(cfg, 1);
   auto tokens = random_tokens(37, cfg.vocab_size, 2);
   const test::NaiveForward ref = test::naive_forward(w, tokens);
-  Forward fwd(w, ForwardOptions{2, 16, {}});
-  KvCache cache(cfg);
-  std::vector<float> logits = fwd.prefill(cache, tokens, LogitsMode::All);
+  model::Forward fwd(w, model::ForwardOptions{2, 16, {}});
+  model::KvCache cache(cfg);
+  std::vector<float> logits = fwd.prefill(cache, tokens, model::LogitsMode::All);
   CHECK(cache.logical_length() == tokens.size());
   CHECK(test::rel_error(logits, ref.logits) < 1e-4);
   // The cache holds post-RoPE keys and the values, row == position.
   for (uint32_t l = 0; l < cfg.n_layers; ++l)
     for (uint32_t h = 0; h < cfg.n_kv_heads; ++h) {
-      KvHeadView view = cache.view(l, h);
+      model::KvHeadView view = cache.view(l, h);
       REQUIRE(view.len == tokens.size());
       for (uint32_t t = 0; t < view.len; ++t) {
         REQUIRE(view.positions[t] == t);
@@ -86,20 +86,20 @@ TEST_CASE("forward logits equal the naive reference forward", "[model][forward]"
 TEST_CASE("chunked prefill, one-chunk prefill and token-by-token decode agree", "[model][forward]") {
   auto name = GENERATE(std::string("llama"), std::string("qwen2"));
   ModelConfig cfg = config_named(name);
-  Weights w = test::random_weights(cfg, 3);
+  model::Weights w = test::random_weights(cfg, 3);
   const size_t V = cfg.vocab_size;
   auto tokens = random_tokens(29, cfg.vocab_size, 4);
 
-  Forward one(w, ForwardOptions{2, 512, {}});
-  KvCache c1(cfg);
-  auto all = one.prefill(c1, tokens, LogitsMode::All);
+  model::Forward one(w, model::ForwardOptions{2, 512, {}});
+  model::KvCache c1(cfg);
+  auto all = one.prefill(c1, tokens, model::LogitsMode::All);
 
-  Forward chunked(w, ForwardOptions{2, 6, {}});
-  KvCache c2(cfg, 3);  // also exercises cache growth
-  auto all_chunked = chunked.prefill(c2, tokens, LogitsMode::All);
+  model::Forward chunked(w, model::ForwardOptions{2, 6, {}});
+  model::KvCache c2(cfg, 3);  // also exercises cache growth
+  auto all_chunked = chunked.prefill(c2, tokens, model::LogitsMode::All);
   CHECK(test::rel_error(all_chunked, all) < 1e-5);
 
-  KvCache c3(cfg);
+  model::KvCache c3(cfg);
   for (size_t t = 0; t < tokens.size(); ++t) {
     auto logits = one.decode(c3, tokens[t]);
     INFO("position " << t);
@@ -111,13 +111,13 @@ TEST_CASE("chunked prefill, one-chunk prefill and token-by-token decode agree", 
 TEST_CASE("prefill logits modes: Last is the last row of All, None returns nothing",
           "[model][forward]") {
   ModelConfig cfg = test::tiny_llama_config();
-  Weights w = test::random_weights(cfg, 5);
+  model::Weights w = test::random_weights(cfg, 5);
   auto tokens = random_tokens(20, cfg.vocab_size, 6);
-  Forward fwd(w, ForwardOptions{1, 8, {}});
-  KvCache a(cfg), b(cfg), c(cfg);
-  auto all = fwd.prefill(a, tokens, LogitsMode::All);
-  auto last = fwd.prefill(b, tokens, LogitsMode::Last);
-  auto none = fwd.prefill(c, tokens, LogitsMode::None);
+  model::Forward fwd(w, model::ForwardOptions{1, 8, {}});
+  model::KvCache a(cfg), b(cfg), c(cfg);
+  auto all = fwd.prefill(a, tokens, model::LogitsMode::All);
+  auto last = fwd.prefill(b, tokens, model::LogitsMode::Last);
+  auto none = fwd.prefill(c, tokens, model::LogitsMode::None);
   // Same math; the LM head runs as GEMV for one row and as GEMM for many, so rounding may differ.
   CHECK(test::rel_error(last, row(all, tokens.size() - 1, cfg.vocab_size)) < 1e-5);
   CHECK(none.empty());
@@ -127,12 +127,12 @@ TEST_CASE("prefill logits modes: Last is the last row of All, None returns nothi
 TEST_CASE("rollback then re-decode gives identical logits and positions continue correctly",
           "[model][forward]") {
   ModelConfig cfg = test::tiny_qwen2_config();
-  Weights w = test::random_weights(cfg, 7);
+  model::Weights w = test::random_weights(cfg, 7);
   auto doc = random_tokens(25, cfg.vocab_size, 8);
   auto answer = random_tokens(5, cfg.vocab_size, 9);
-  Forward fwd(w, ForwardOptions{2, 512, {}});
-  KvCache cache(cfg);
-  fwd.prefill(cache, doc, LogitsMode::None);
+  model::Forward fwd(w, model::ForwardOptions{2, 512, {}});
+  model::KvCache cache(cfg);
+  fwd.prefill(cache, doc, model::LogitsMode::None);
   std::vector<std::vector<float>> first, second;
   for (int32_t t : answer) first.push_back(fwd.decode(cache, t));
   cache.rollback(25);
@@ -144,9 +144,9 @@ TEST_CASE("rollback then re-decode gives identical logits and positions continue
   cache.rollback(10);
   std::vector<int32_t> edited(doc.begin(), doc.begin() + 10);
   edited.insert(edited.end(), answer.begin(), answer.end());
-  auto continued = fwd.prefill(cache, answer, LogitsMode::Last);
-  KvCache fresh(cfg);
-  auto direct = fwd.prefill(fresh, edited, LogitsMode::Last);
+  auto continued = fwd.prefill(cache, answer, model::LogitsMode::Last);
+  model::KvCache fresh(cfg);
+  auto direct = fwd.prefill(fresh, edited, model::LogitsMode::Last);
   CHECK(test::rel_error(continued, direct) < 1e-5);
   CHECK_THROWS_AS(cache.rollback(16), Error);  // beyond the length
 }
@@ -154,18 +154,18 @@ TEST_CASE("rollback then re-decode gives identical logits and positions continue
 TEST_CASE("the observer sees post-RoPE queries, positions and the cache including new rows",
           "[model][forward]") {
   ModelConfig cfg = test::tiny_llama_config();
-  Weights w = test::random_weights(cfg, 10);
+  model::Weights w = test::random_weights(cfg, 10);
   auto tokens = random_tokens(23, cfg.vocab_size, 11);
   const test::NaiveForward ref = test::naive_forward(w, tokens);
-  Forward fwd(w, ForwardOptions{2, 10, {}});
-  KvCache cache(cfg);
+  model::Forward fwd(w, model::ForwardOptions{2, 10, {}});
+  model::KvCache cache(cfg);
   Recorder rec;
-  fwd.prefill(cache, tokens, LogitsMode::None, &rec);
+  fwd.prefill(cache, tokens, model::LogitsMode::None, &rec);
   // Chunks of 10, 10, 3 tokens, each observed once per layer in layer order.
   REQUIRE(rec.seen.size() == 3 * cfg.n_layers);
   const uint32_t D = cfg.head_dim, Hq = cfg.n_heads, Hkv = cfg.n_kv_heads;
   for (size_t i = 0; i < rec.seen.size(); ++i) {
-    const AttentionObservation& o = rec.seen[i];
+    const model::AttentionObservation& o = rec.seen[i];
     const uint32_t chunk = static_cast<uint32_t>(i / cfg.n_layers), p0 = chunk * 10;
     INFO("observation " << i);
     CHECK(o.layer == i % cfg.n_layers);
@@ -186,20 +186,20 @@ TEST_CASE("query head h attends through KV head h / G", "[model][forward]") {
   // Zero the value projection of KV head 1 in layer 0: the attention output of exactly the query
   // heads of group 1 (heads 2 and 3 with G = 2) must then be zero, and of group 0 non-zero.
   ModelConfig cfg = test::tiny_llama_config();
-  Weights w = test::random_weights(cfg, 12);
+  model::Weights w = test::random_weights(cfg, 12);
   const uint32_t D = cfg.head_dim, E = cfg.d_model, Hq = cfg.n_heads;
   std::vector<float> wv = to_f32(w.layers[0].wv);
   std::fill(wv.begin() + size_t(D) * E, wv.begin() + 2 * size_t(D) * E, 0.0f);
-  w.layers[0].wv = Matrix::from_f32(wv, w.layers[0].wv.rows, E);
+  w.layers[0].wv = model::Matrix::from_f32(wv, w.layers[0].wv.rows, E);
   std::vector<float> attn;
-  ForwardOptions opt{1, 512, [&](const TraceTensor& t) {
+  model::ForwardOptions opt{1, 512, [&](const model::TraceTensor& t) {
                        if (std::string(t.name) == "attn" && t.layer == 0)
                          attn.assign(t.data, t.data + size_t(t.rows) * t.cols);
                      }};
-  Forward fwd(w, opt);
-  KvCache cache(cfg);
+  model::Forward fwd(w, opt);
+  model::KvCache cache(cfg);
   auto tokens = random_tokens(9, cfg.vocab_size, 13);
-  fwd.prefill(cache, tokens, LogitsMode::None);
+  fwd.prefill(cache, tokens, model::LogitsMode::None);
   REQUIRE(attn.size() == tokens.size() * Hq * D);
   for (size_t t = 0; t < tokens.size(); ++t)
     for (uint32_t h = 0; h < Hq; ++h) {
@@ -216,10 +216,10 @@ TEST_CASE("query head h attends through KV head h / G", "[model][forward]") {
 
 TEST_CASE("a bad token id is rejected and leaves the cache untouched", "[model][forward]") {
   ModelConfig cfg = test::tiny_llama_config();
-  Weights w = test::random_weights(cfg, 14);
-  Forward fwd(w, ForwardOptions{1, 4, {}});
-  KvCache cache(cfg);
-  fwd.prefill(cache, random_tokens(6, cfg.vocab_size, 15), LogitsMode::None);
+  model::Weights w = test::random_weights(cfg, 14);
+  model::Forward fwd(w, model::ForwardOptions{1, 4, {}});
+  model::KvCache cache(cfg);
+  fwd.prefill(cache, random_tokens(6, cfg.vocab_size, 15), model::LogitsMode::None);
   std::vector<int32_t> bad = {1, 2, static_cast<int32_t>(cfg.vocab_size)};
   CHECK_THROWS_AS(fwd.prefill(cache, bad), Error);
   CHECK_THROWS_AS(fwd.decode(cache, -1), Error);
@@ -228,17 +228,17 @@ TEST_CASE("a bad token id is rejected and leaves the cache untouched", "[model][
 
 TEST_CASE("an observer that throws leaves the cache at its length before the call",
           "[model][forward]") {
-  struct Thrower : AttentionObserver {
-    void on_attention(const AttentionObservation& o) override {
+  struct Thrower : model::AttentionObserver {
+    void on_attention(const model::AttentionObservation& o) override {
       if (o.layer == 1 && o.positions[0] >= 8) throw Error(Errc::internal, "observer failed");
     }
   } thrower;
   ModelConfig cfg = test::tiny_llama_config();
-  Weights w = test::random_weights(cfg, 16);
-  Forward fwd(w, ForwardOptions{1, 4, {}});
-  KvCache cache(cfg);
-  fwd.prefill(cache, random_tokens(3, cfg.vocab_size, 17), LogitsMode::None);
-  CHECK_THROWS_AS(fwd.prefill(cache, random_tokens(9, cfg.vocab_size, 18), LogitsMode::Last, &thrower), Error);
+  model::Weights w = test::random_weights(cfg, 16);
+  model::Forward fwd(w, model::ForwardOptions{1, 4, {}});
+  model::KvCache cache(cfg);
+  fwd.prefill(cache, random_tokens(3, cfg.vocab_size, 17), model::LogitsMode::None);
+  CHECK_THROWS_AS(fwd.prefill(cache, random_tokens(9, cfg.vocab_size, 18), model::LogitsMode::Last, &thrower), Error);
   CHECK(cache.logical_length() == 3);
   for (uint32_t l = 0; l < cfg.n_layers; ++l) CHECK(cache.view(l, 0).len == 3);
 }
@@ -246,13 +246,13 @@ TEST_CASE("an observer that throws leaves the cache at its length before the cal
 TEST_CASE("Forward rejects weights whose sizes disagree with the config and mismatched caches",
           "[model][forward]") {
   ModelConfig cfg = test::tiny_llama_config();
-  Weights w = test::random_weights(cfg, 19);
+  model::Weights w = test::random_weights(cfg, 19);
   w.layers[1].w_up.cols -= 1;
-  CHECK_THROWS_WITH(Forward(w), Catch::Contains("layers[1].w_up"));
-  Weights ok = test::random_weights(cfg, 19);
-  Forward fwd(ok, ForwardOptions{1, 4, {}});
+  CHECK_THROWS_WITH(model::Forward(w), Catch::Contains("layers[1].w_up"));
+  model::Weights ok = test::random_weights(cfg, 19);
+  model::Forward fwd(ok, model::ForwardOptions{1, 4, {}});
   ModelConfig other = cfg;
   other.n_kv_heads = 1;
-  KvCache wrong(other);
+  model::KvCache wrong(other);
   CHECK_THROWS_AS(fwd.decode(wrong, 1), Error);
 }

@@ -9,8 +9,8 @@ using namespace kvzip;
 
 TEST_CASE("dense cache keeps appended rows across growth and rolls back by length",
           "[model][forward]") {
-  const CacheShape shape{2, 3, 4};
-  KvCache cache(shape, 2);
+  const model::CacheShape shape{2, 3, 4};
+  model::KvCache cache(shape, 2);
   std::vector<std::vector<float>> ks, vs;
   for (int step = 0; step < 4; ++step) {  // 4 appends of 3 tokens: grows past capacity 2
     const uint32_t T = 3;
@@ -26,7 +26,7 @@ TEST_CASE("dense cache keeps appended rows across growth and rolls back by lengt
   CHECK(cache.bytes_used() == 2ull * 2 * 3 * 12 * 4 * 4);
   for (uint32_t l = 0; l < 2; ++l)
     for (uint32_t h = 0; h < 3; ++h) {
-      KvHeadView view = cache.view(l, h);
+      model::KvHeadView view = cache.view(l, h);
       REQUIRE(view.len == 12);
       for (uint32_t p = 0; p < 12; ++p) {
         REQUIRE(view.positions[p] == p);
@@ -45,7 +45,7 @@ TEST_CASE("dense cache keeps appended rows across growth and rolls back by lengt
 
 TEST_CASE("uncommitted rows are visible in their layer only and rollback discards them",
           "[model][forward]") {
-  KvCache cache(CacheShape{2, 1, 2});
+  model::KvCache cache(model::CacheShape{2, 1, 2});
   std::vector<float> kv = {1, 2, 3, 4};
   cache.reserve_append(2);
   cache.append(0, kv.data(), kv.data(), 2);
@@ -57,5 +57,5 @@ TEST_CASE("uncommitted rows are visible in their layer only and rollback discard
 }
 
 TEST_CASE("a cache with a zero dimension is refused", "[model][forward]") {
-  CHECK_THROWS_AS(KvCache(CacheShape{2, 0, 4}), Error);
+  CHECK_THROWS_AS(model::KvCache(model::CacheShape{2, 0, 4}), Error);
 }

@@ -15,7 +15,7 @@
 
 using namespace kvzip;
 using namespace kvzip::test;
-using quant::GgmlType;
+using kernels::quant::GgmlType;
 
 namespace {
 
@@ -42,7 +42,7 @@ GgufWriter small_writer() {
 void expect_error(const std::vector<uint8_t>& bytes, Errc code,
                   std::vector<std::string> needles) {
   try {
-    gguf::File::from_bytes(bytes, "bad.gguf");
+    model::gguf::File::from_bytes(bytes, "bad.gguf");
     FAIL("the file was accepted");
   } catch (const Error& e) {
     INFO("message: " << e.what());
@@ -74,7 +74,7 @@ TEST_CASE("metadata of every value type reads back through the typed getters",
            kv_string("t.empty", ""), kv_string_array("t.strs", {"a", "", "Ġt he"}),
            kv_i32_array("t.i32s", {1, -2, 3}), kv_u32_array("t.u32s", {7, 8}),
            kv_f32_array("t.f32s", {0.5f, -1.5f}), kv_string_array("t.none", {})};
-  const gguf::File f = gguf::File::from_bytes(w.build().bytes);
+  const model::gguf::File f = model::gguf::File::from_bytes(w.build().bytes);
   CHECK(f.version() == 3);
   CHECK(f.alignment() == 32);
   CHECK(f.keys().size() == w.kvs.size());
@@ -98,8 +98,8 @@ TEST_CASE("metadata of every value type reads back through the typed getters",
   CHECK(f.get_f32_array("t.f32s") == std::vector<float>{0.5f, -1.5f});
   CHECK(f.get_string_array("t.none").empty());
   CHECK(f.array_size("t.strs") == 3);
-  CHECK(f.array_type("t.i32s") == gguf::ValueType::I32);
-  CHECK(*f.type_of("t.bool") == gguf::ValueType::Bool);
+  CHECK(f.array_type("t.i32s") == model::gguf::ValueType::I32);
+  CHECK(*f.type_of("t.bool") == model::gguf::ValueType::Bool);
   CHECK_FALSE(f.type_of("nope").has_value());
   CHECK(f.get_u32_or("nope", 9) == 9);
   CHECK(f.get_string_or("nope", "x") == "x");
@@ -112,7 +112,7 @@ TEST_CASE("typed getters reject missing keys, wrong types and out-of-range value
   GgufWriter w;
   w.kvs = {kv_i32("neg", -1), kv_u64("big", 1ull << 33), kv_string("s", "x"),
            kv_u32("n", 3), kv_i32_array("arr", {1}), kv_array_raw("wide", 10, 1, {0, 0, 0, 0, 1, 0, 0, 0})};
-  const gguf::File f = gguf::File::from_bytes(w.build().bytes);
+  const model::gguf::File f = model::gguf::File::from_bytes(w.build().bytes);
   auto expect = [](auto fn, const std::string& needle) {
     try {
       fn();
@@ -139,11 +139,11 @@ TEST_CASE("the tensor table gives shapes, sizes and data pointers in the file",
           "[model][gguf]") {
   const GgufWriter w = small_writer();
   const GgufImage img = w.build();
-  const gguf::File f = gguf::File::from_bytes(img.bytes);
+  const model::gguf::File f = model::gguf::File::from_bytes(img.bytes);
   REQUIRE(f.tensors().size() == 3);
   CHECK(f.data_offset() == img.data_offset);
   CHECK(f.data_offset() % 32 == 0);
-  const gguf::TensorInfo& a = f.tensor("a.weight");
+  const model::gguf::TensorInfo& a = f.tensor("a.weight");
   CHECK(a.n_dims == 2);
   CHECK(a.ne[0] == 8);
   CHECK(a.ne[1] == 3);
@@ -153,7 +153,7 @@ TEST_CASE("the tensor table gives shapes, sizes and data pointers in the file",
   CHECK(a.shape_string() == "[8, 3]");
   CHECK(a.type == GgmlType::F32);
   CHECK(std::memcmp(a.data, w.tensors[0].data.data(), a.nbytes) == 0);
-  const gguf::TensorInfo& c = *f.find_tensor("c.weight");
+  const model::gguf::TensorInfo& c = *f.find_tensor("c.weight");
   CHECK(c.n_elements() == 16);
   CHECK(f.tensor("b.weight").offset == 96);  // a: 96 bytes, already aligned
   CHECK(c.offset == 128);                       // b: 20 bytes at 96, padded to 128
@@ -165,7 +165,7 @@ TEST_CASE("general.alignment changes where tensor data starts", "[model][gguf]")
   GgufWriter w = small_writer();
   w.set(kv_u32("general.alignment", 64));
   const GgufImage img = w.build();
-  const gguf::File f = gguf::File::from_bytes(img.bytes);
+  const model::gguf::File f = model::gguf::File::from_bytes(img.bytes);
   CHECK(f.alignment() == 64);
   CHECK(f.data_offset() % 64 == 0);
   CHECK(f.tensor("b.weight").offset == 128);  // a is 96 bytes, padded to 128
@@ -175,7 +175,7 @@ TEST_CASE("general.alignment changes where tensor data starts", "[model][gguf]")
 TEST_CASE("a version 2 file reads like version 3", "[model][gguf]") {
   GgufWriter w = small_writer();
   w.version = 2;
-  const gguf::File f = gguf::File::from_bytes(w.build().bytes);
+  const model::gguf::File f = model::gguf::File::from_bytes(w.build().bytes);
   CHECK(f.version() == 2);
   CHECK(f.get_u32("llama.block_count") == 2);
 }
@@ -183,20 +183,20 @@ TEST_CASE("a version 2 file reads like version 3", "[model][gguf]") {
 TEST_CASE("File::open maps a file on disk and stays valid when moved", "[model][gguf]") {
   const std::string path = "/tmp/kvzip_test_gguf_open_" + std::to_string(::getpid()) + ".gguf";
   write_file(path, small_writer().build().bytes);
-  gguf::File f = gguf::File::open(path);
+  model::gguf::File f = model::gguf::File::open(path);
   const uint8_t* data = f.tensor("a.weight").data;
-  gguf::File g = std::move(f);
+  model::gguf::File g = std::move(f);
   CHECK(g.source() == path);
   CHECK(g.tensor("a.weight").data == data);
   float first;
   std::memcpy(&first, data, 4);
   CHECK(first == -3.0f);
-  gguf::File h = gguf::File::from_bytes(small_writer().build().bytes);
+  model::gguf::File h = model::gguf::File::from_bytes(small_writer().build().bytes);
   h = std::move(g);
   CHECK(h.get_string("general.name") == "small");
   std::remove(path.c_str());
   try {
-    gguf::File::open(path);
+    model::gguf::File::open(path);
     FAIL("opened a deleted file");
   } catch (const Error& e) {
     CHECK(e.code() == Errc::not_found);
@@ -269,9 +269,9 @@ TEST_CASE("a huge string length is corrupt, not an allocation", "[model][gguf]")
 
 TEST_CASE("a huge array count is corrupt, not an allocation", "[model][gguf]") {
   GgufWriter w = small_writer();
-  w.set(kv_array_raw("x.arr", uint32_t(gguf::ValueType::U32), 1ull << 61, {1, 2, 3, 4}));
+  w.set(kv_array_raw("x.arr", uint32_t(model::gguf::ValueType::U32), 1ull << 61, {1, 2, 3, 4}));
   expect_error(w.build().bytes, Errc::corrupt, {"key 'x.arr'", "array count"});
-  w.set(kv_array_raw("x.arr", uint32_t(gguf::ValueType::String), 1ull << 40, {}));
+  w.set(kv_array_raw("x.arr", uint32_t(model::gguf::ValueType::String), 1ull << 40, {}));
   expect_error(w.build().bytes, Errc::corrupt, {"key 'x.arr'", "array count"});
   auto b = small_writer().build().bytes;
   poke<uint64_t>(b, 16, 1ull << 59);  // metadata_kv_count
@@ -297,7 +297,7 @@ TEST_CASE("unknown value types and nested arrays are rejected", "[model][gguf]")
   GgufWriter w = small_writer();
   w.kvs.push_back({"x.odd", 13, {0, 0, 0, 0}});
   expect_error(w.build().bytes, Errc::corrupt, {"key 'x.odd'", "unknown value type 13"});
-  w.kvs.back() = kv_array_raw("x.nested", uint32_t(gguf::ValueType::Array), 0, {});
+  w.kvs.back() = kv_array_raw("x.nested", uint32_t(model::gguf::ValueType::Array), 0, {});
   expect_error(w.build().bytes, Errc::unsupported, {"key 'x.nested'", "nested"});
 }
 
@@ -366,7 +366,7 @@ TEST_CASE("every truncation and random byte damage of a model gives kvzip::Error
   const TinyModel model = make_tiny_model(spec);
   const GgufImage img = model.writer.build();
   const std::vector<uint8_t>& bytes = img.bytes;
-  const gguf::File good = gguf::File::from_bytes(bytes);
+  const model::gguf::File good = model::gguf::File::from_bytes(bytes);
   const uint64_t header_end = good.data_offset();
   // Cuts just inside every KV and tensor-info record, every 37th byte of the header and metadata,
   // and a few across the tensor data.
@@ -380,7 +380,7 @@ TEST_CASE("every truncation and random byte damage of a model gives kvzip::Error
   for (uint64_t cut : cuts) {
     std::vector<uint8_t> b(bytes.begin(), bytes.begin() + int64_t(cut));
     try {
-      gguf::File::from_bytes(std::move(b));
+      model::gguf::File::from_bytes(std::move(b));
     } catch (const Error& e) {
       ++errors;
       CHECK((e.code() == Errc::truncated || e.code() == Errc::bad_magic));
@@ -394,7 +394,7 @@ TEST_CASE("every truncation and random byte damage of a model gives kvzip::Error
     std::vector<uint8_t> b = bytes;
     b[size_t((state >> 33) % header_end)] ^= uint8_t(1u << ((state >> 20) % 8));
     try {
-      gguf::File f = gguf::File::from_bytes(std::move(b));
+      model::gguf::File f = model::gguf::File::from_bytes(std::move(b));
       for (const auto& t : f.tensors())
         CHECK(uint64_t(t.data - f.bytes()) + t.nbytes <= f.size());
     } catch (const Error&) {

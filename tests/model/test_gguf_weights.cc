@@ -20,11 +20,11 @@
 
 using namespace kvzip;
 using namespace kvzip::test;
-using quant::GgmlType;
+using kernels::quant::GgmlType;
 
 namespace {
 
-gguf::File open_model(const TinyModel& m) { return gguf::File::from_bytes(m.bytes, "tiny.gguf"); }
+model::gguf::File open_model(const TinyModel& m) { return model::gguf::File::from_bytes(m.bytes, "tiny.gguf"); }
 
 TinyModel make(const ModelConfig& c, GgmlType dtype = GgmlType::F32, uint64_t seed = 1) {
   TinyModelSpec spec;
@@ -42,29 +42,29 @@ void check_same(const std::vector<float>& got, const std::vector<float>& want, c
   CHECK(diffs == 0);
 }
 
-void check_same(const Matrix& got, const Matrix& want, const char* what) {
+void check_same(const model::Matrix& got, const model::Matrix& want, const char* what) {
   check_same(to_f32(got), to_f32(want), what);
 }
-void check_same(const Matrix& got, const std::vector<float>& want, const char* what) {
+void check_same(const model::Matrix& got, const std::vector<float>& want, const char* what) {
   check_same(to_f32(got), want, what);
 }
 
 // Every tensor of a layer, by name.
-using LW = LayerWeights;
-const std::pair<Matrix LW::*, const char*> kLayerMatrices[] = {
+using LW = model::LayerWeights;
+const std::pair<model::Matrix LW::*, const char*> kLayerMatrices[] = {
     {&LW::wq, "wq"}, {&LW::wk, "wk"}, {&LW::wv, "wv"}, {&LW::wo, "wo"},
     {&LW::w_gate, "w_gate"}, {&LW::w_up, "w_up"}, {&LW::w_down, "w_down"}};
 const std::pair<std::vector<float> LW::*, const char*> kLayerVectors[] = {
     {&LW::attn_norm, "attn_norm"}, {&LW::bq, "bq"}, {&LW::bk, "bk"}, {&LW::bv, "bv"}, {&LW::ffn_norm, "ffn_norm"}};
 
-void check_weights_equal(const Weights& a, const Weights& b) {
+void check_weights_equal(const model::Weights& a, const model::Weights& b) {
   check_same(a.tok_embd, b.tok_embd, "tok_embd");
   check_same(a.output_norm, b.output_norm, "output_norm");
   check_same(a.output, b.output, "output");
   REQUIRE(a.layers.size() == b.layers.size());
   for (size_t l = 0; l < a.layers.size(); ++l) {
     INFO("layer " << l);
-    const LayerWeights &x = a.layers[l], &y = b.layers[l];
+    const model::LayerWeights &x = a.layers[l], &y = b.layers[l];
     for (const auto& [m, name] : kLayerMatrices) check_same(x.*m, y.*m, name);
     for (const auto& [v, name] : kLayerVectors) check_same(x.*v, y.*v, name);
   }
@@ -112,8 +112,8 @@ double dot(const std::vector<double>& a, const std::vector<double>& b) {
   return s;
 }
 
-std::vector<float> raw_f32(const gguf::File& f, const std::string& name) {
-  const gguf::TensorInfo& t = f.tensor(name);
+std::vector<float> raw_f32(const model::gguf::File& f, const std::string& name) {
+  const model::gguf::TensorInfo& t = f.tensor(name);
   REQUIRE(t.type == GgmlType::F32);
   std::vector<float> v(size_t(t.n_elements()));
   std::memcpy(v.data(), t.data, t.nbytes);
@@ -124,7 +124,7 @@ std::vector<float> raw_f32(const gguf::File& f, const std::string& name) {
 
 TEST_CASE("config_from_gguf reads a tiny llama model's hyper-parameters", "[model][gguf]") {
   const ModelConfig want = tiny_gguf_llama_config();
-  const ModelConfig c = config_from_gguf(open_model(make(want)));
+  const ModelConfig c = model::config_from_gguf(open_model(make(want)));
   check_same_config(c, want);
   CHECK(c.arch == "llama");
   CHECK(c.vocab_size == kTinyVocabSize);
@@ -135,7 +135,7 @@ TEST_CASE("config_from_gguf reads a tiny llama model's hyper-parameters", "[mode
 }
 
 TEST_CASE("config_from_gguf sees qwen2's q/k/v biases and an untied output", "[model][gguf]") {
-  const ModelConfig c = config_from_gguf(open_model(make(tiny_gguf_qwen2_config())));
+  const ModelConfig c = model::config_from_gguf(open_model(make(tiny_gguf_qwen2_config())));
   CHECK(c.arch == "qwen2");
   CHECK(c.qkv_bias);
   CHECK_FALSE(c.tied_embeddings);
@@ -147,7 +147,7 @@ TEST_CASE("head_count_kv defaults to head_count and key_length to E / Hq", "[mod
   TinyModelSpec spec;
   spec.config = tiny_gguf_llama_config();
   spec.drop_keys = {"llama.attention.head_count_kv"};
-  const ModelConfig c = config_from_gguf(open_model(make_tiny_model(spec)));
+  const ModelConfig c = model::config_from_gguf(open_model(make_tiny_model(spec)));
   CHECK(c.n_kv_heads == c.n_heads);
   CHECK(c.head_dim == 64 / 4);
 
@@ -155,10 +155,10 @@ TEST_CASE("head_count_kv defaults to head_count and key_length to E / Hq", "[mod
   wide.config = tiny_gguf_llama_config();
   wide.config.head_dim = 32;  // Hq*D = 128 != E: the writer adds attention.key_length
   const TinyModel m = make_tiny_model(wide);
-  const gguf::File f = open_model(m);
+  const model::gguf::File f = open_model(m);
   CHECK(f.get_u32("llama.attention.key_length") == 32);
-  CHECK(config_from_gguf(f).head_dim == 32);
-  check_weights_equal(load_weights(f), m.weights);
+  CHECK(model::config_from_gguf(f).head_dim == 32);
+  check_weights_equal(model::load_weights(f), m.weights);
 }
 
 TEST_CASE("llama3 rope scaling is read, with default low/high frequency factors",
@@ -166,7 +166,7 @@ TEST_CASE("llama3 rope scaling is read, with default low/high frequency factors"
   TinyModelSpec spec;
   spec.config = tiny_gguf_llama_config();
   spec.config.rope_scaling = {RopeScalingKind::Llama3, 8.0f, 2.0f, 8.0f, 8192};
-  ModelConfig c = config_from_gguf(open_model(make_tiny_model(spec)));
+  ModelConfig c = model::config_from_gguf(open_model(make_tiny_model(spec)));
   CHECK(c.rope_scaling.kind == RopeScalingKind::Llama3);
   CHECK(c.rope_scaling.factor == 8.0f);
   CHECK(c.rope_scaling.low_freq_factor == 2.0f);
@@ -174,12 +174,12 @@ TEST_CASE("llama3 rope scaling is read, with default low/high frequency factors"
   CHECK(c.rope_scaling.original_context == 8192);
 
   spec.drop_keys = {"llama.rope.scaling.low_freq_factor", "llama.rope.scaling.high_freq_factor"};
-  c = config_from_gguf(open_model(make_tiny_model(spec)));
+  c = model::config_from_gguf(open_model(make_tiny_model(spec)));
   CHECK(c.rope_scaling.low_freq_factor == 1.0f);
   CHECK(c.rope_scaling.high_freq_factor == 4.0f);
 
   spec.drop_keys = {"llama.rope.scaling.original_context_length"};
-  expect_error([&] { config_from_gguf(open_model(make_tiny_model(spec))); }, Errc::corrupt,
+  expect_error([&] { model::config_from_gguf(open_model(make_tiny_model(spec))); }, Errc::corrupt,
                {"missing key 'llama.rope.scaling.original_context_length'"});
 }
 
@@ -193,11 +193,11 @@ TEST_CASE("rope_freqs.weight divisors that no llama3 rule reproduces are applied
   for (uint32_t i = 0; i < D / 2; ++i) divisors[i] = 1.0f + 0.37f * float((i * 5) % 7);  // no rule
   m.writer.tensors.push_back({"rope_freqs.weight", uint32_t(GgmlType::F32), {uint64_t(D / 2)},
                               quantize_row(GgmlType::F32, divisors.data(), D / 2), std::nullopt});
-  const ModelConfig c = config_from_gguf(gguf::File::from_bytes(m.writer.build().bytes));
+  const ModelConfig c = model::config_from_gguf(model::gguf::File::from_bytes(m.writer.build().bytes));
   CHECK(c.rope_scaling.kind == RopeScalingKind::None);
   CHECK(c.rope_scaling.freq_factors == divisors);
-  const std::vector<float> plain = rope_inv_freq(D, c.rope_base, RopeScaling{});
-  const std::vector<float> got = rope_inv_freq(D, c.rope_base, c.rope_scaling);
+  const std::vector<float> plain = kernels::rope_inv_freq(D, c.rope_base, RopeScaling{});
+  const std::vector<float> got = kernels::rope_inv_freq(D, c.rope_base, c.rope_scaling);
   for (uint32_t i = 0; i < D / 2; ++i) CHECK(got[i] == Approx(plain[i] / divisors[i]).epsilon(1e-6));
 
   // Both descriptions at once, or a table of the wrong length, are refused.
@@ -205,11 +205,11 @@ TEST_CASE("rope_freqs.weight divisors that no llama3 rule reproduces are applied
   both.config.rope_scaling = {RopeScalingKind::Llama3, 8.0f, 1.0f, 4.0f, 64};
   TinyModel m2 = make_tiny_model(both);
   m2.writer.tensors.push_back(m.writer.tensors.back());
-  expect_error([&] { config_from_gguf(gguf::File::from_bytes(m2.writer.build().bytes)); },
+  expect_error([&] { model::config_from_gguf(model::gguf::File::from_bytes(m2.writer.build().bytes)); },
                Errc::corrupt, {"rope_freqs.weight", "same scaling"});
   m.writer.tensors.back().ne = {uint64_t(D / 2 - 2)};
   m.writer.tensors.back().data.resize(size_t(D / 2 - 2) * 4);
-  expect_error([&] { config_from_gguf(gguf::File::from_bytes(m.writer.build().bytes)); },
+  expect_error([&] { model::config_from_gguf(model::gguf::File::from_bytes(m.writer.build().bytes)); },
                Errc::corrupt, {"rope_freqs.weight", "head_dim / 2"});
 }
 
@@ -219,12 +219,12 @@ TEST_CASE("linear rope scaling is read and unknown scaling types are unsupported
   spec.config = tiny_gguf_llama_config();
   spec.config.rope_scaling.kind = RopeScalingKind::Linear;
   spec.config.rope_scaling.factor = 4.0f;
-  const ModelConfig c = config_from_gguf(open_model(make_tiny_model(spec)));
+  const ModelConfig c = model::config_from_gguf(open_model(make_tiny_model(spec)));
   CHECK(c.rope_scaling.kind == RopeScalingKind::Linear);
   CHECK(c.rope_scaling.factor == 4.0f);
 
   spec.extra_kvs = {kv_string("llama.rope.scaling.type", "yarn")};
-  expect_error([&] { config_from_gguf(open_model(make_tiny_model(spec))); }, Errc::unsupported,
+  expect_error([&] { model::config_from_gguf(open_model(make_tiny_model(spec))); }, Errc::unsupported,
                {"rope.scaling.type", "yarn"});
 }
 
@@ -232,18 +232,18 @@ TEST_CASE("unknown architectures and missing required keys are refused", "[model
   TinyModelSpec spec;
   spec.config = tiny_gguf_llama_config();
   spec.extra_kvs = {kv_string("general.architecture", "gpt2")};
-  expect_error([&] { config_from_gguf(open_model(make_tiny_model(spec))); }, Errc::unsupported,
+  expect_error([&] { model::config_from_gguf(open_model(make_tiny_model(spec))); }, Errc::unsupported,
                {"architecture 'gpt2'"});
   spec.extra_kvs.clear();
   spec.drop_keys = {"llama.block_count"};
-  expect_error([&] { config_from_gguf(open_model(make_tiny_model(spec))); }, Errc::corrupt,
+  expect_error([&] { model::config_from_gguf(open_model(make_tiny_model(spec))); }, Errc::corrupt,
                {"missing key 'llama.block_count'"});
   spec.drop_keys.clear();
   spec.extra_kvs = {kv_u32("llama.attention.head_count_kv", 3)};
-  expect_error([&] { config_from_gguf(open_model(make_tiny_model(spec))); }, Errc::corrupt,
+  expect_error([&] { model::config_from_gguf(open_model(make_tiny_model(spec))); }, Errc::corrupt,
                {"head_count 4", "head_count_kv 3"});
   spec.extra_kvs = {kv_u32("llama.rope.dimension_count", 8)};
-  expect_error([&] { config_from_gguf(open_model(make_tiny_model(spec))); }, Errc::unsupported,
+  expect_error([&] { model::config_from_gguf(open_model(make_tiny_model(spec))); }, Errc::unsupported,
                {"rope.dimension_count 8"});
 }
 
@@ -251,10 +251,10 @@ TEST_CASE("load_weights round-trips every dtype the test writer produces", "[mod
   const GgmlType dtype = GENERATE(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,
                                   GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1);
   const bool qwen = GENERATE(false, true);
-  INFO(quant::type_name(dtype) << (qwen ? " qwen2" : " llama"));
+  INFO(kernels::quant::type_name(dtype) << (qwen ? " qwen2" : " llama"));
   const TinyModel m = make(qwen ? tiny_gguf_qwen2_config() : tiny_gguf_llama_config(), dtype, 7);
-  const gguf::File f = open_model(m);
-  const Weights w = load_weights(f);
+  const model::gguf::File f = open_model(m);
+  const model::Weights w = model::load_weights(f);
   CHECK(w.config.arch == m.weights.config.arch);
   CHECK(w.config.tied_embeddings == m.weights.config.tied_embeddings);
   check_weights_equal(w, m.weights);
@@ -269,12 +269,12 @@ TEST_CASE("a SmolLM2-like mix of Q4_1 weights and a Q8_0 embedding round-trips",
   spec.dtype = GgmlType::Q4_1;
   spec.embd_dtype = GgmlType::Q8_0;
   const TinyModel m = make_tiny_model(spec);
-  const gguf::File f = open_model(m);
+  const model::gguf::File f = open_model(m);
   CHECK(f.tensor("token_embd.weight").type == GgmlType::Q8_0);
   CHECK(f.tensor("blk.0.attn_q.weight").type == GgmlType::Q4_1);
   CHECK(f.tensor("blk.0.attn_norm.weight").type == GgmlType::F32);
-  check_weights_equal(load_weights(f), m.weights);
-  check_weights_equal(load_weights(f), m.weights);
+  check_weights_equal(model::load_weights(f), m.weights);
+  check_weights_equal(model::load_weights(f), m.weights);
 }
 
 TEST_CASE("llama Q/K rows are un-permuted: HF row i is GGUF row 2i, row i+D/2 is GGUF 2i+1",
@@ -282,8 +282,8 @@ TEST_CASE("llama Q/K rows are un-permuted: HF row i is GGUF row 2i, row i+D/2 is
   ModelConfig cfg = tiny_gguf_llama_config();
   cfg.qkv_bias = true;  // a llama with biases: they are permuted too
   const TinyModel m = make(cfg);
-  const gguf::File f = open_model(m);
-  const Weights w = load_weights(f);
+  const model::gguf::File f = open_model(m);
+  const model::Weights w = model::load_weights(f);
   const int64_t E = cfg.d_model, D = cfg.head_dim;
   for (const char* which : {"q", "k"}) {
     const bool q = which[0] == 'q';
@@ -315,8 +315,8 @@ TEST_CASE("half-split RoPE on loaded Q/K gives llama.cpp's interleaved-RoPE scor
           "[model][gguf]") {
   const ModelConfig cfg = tiny_gguf_llama_config();
   const TinyModel m = make(cfg, GgmlType::F32, 3);
-  const gguf::File f = open_model(m);
-  const Weights w = load_weights(f);
+  const model::gguf::File f = open_model(m);
+  const model::Weights w = model::load_weights(f);
   const int64_t E = cfg.d_model, D = cfg.head_dim;
   std::vector<float> x(static_cast<size_t>(E)), y(static_cast<size_t>(E));
   for (int64_t i = 0; i < E; ++i) x[size_t(i)] = std::sin(0.3f * i), y[size_t(i)] = std::cos(0.7f * i);
@@ -350,14 +350,14 @@ TEST_CASE("half-split RoPE on loaded Q/K gives llama.cpp's interleaved-RoPE scor
 
 TEST_CASE("qwen2 Q/K rows and biases are loaded unpermuted", "[model][gguf]") {
   const TinyModel m = make(tiny_gguf_qwen2_config());
-  const gguf::File f = open_model(m);
-  const Weights w = load_weights(f);
+  const model::gguf::File f = open_model(m);
+  const model::Weights w = model::load_weights(f);
   check_same(w.layers[0].wq, raw_f32(f, "blk.0.attn_q.weight"), "wq");
   check_same(w.layers[0].wk, raw_f32(f, "blk.0.attn_k.weight"), "wk");
   check_same(w.layers[0].bq, raw_f32(f, "blk.0.attn_q.bias"), "bq");
   check_same(w.layers[0].bk, raw_f32(f, "blk.0.attn_k.bias"), "bk");
-  CHECK_FALSE(gguf_qk_permuted("qwen2"));
-  CHECK(gguf_qk_permuted("llama"));
+  CHECK_FALSE(model::gguf_qk_permuted("qwen2"));
+  CHECK(model::gguf_qk_permuted("llama"));
 }
 
 TEST_CASE("a tensor of the wrong shape is named with found and expected shapes",
@@ -369,8 +369,8 @@ TEST_CASE("a tensor of the wrong shape is named with found and expected shapes",
       t.data.resize(64 * 16 * 4);
     }
   }
-  const gguf::File f = gguf::File::from_bytes(m.writer.build().bytes, "tiny.gguf");
-  expect_error([&] { load_weights(f); }, Errc::corrupt,
+  const model::gguf::File f = model::gguf::File::from_bytes(m.writer.build().bytes, "tiny.gguf");
+  expect_error([&] { model::load_weights(f); }, Errc::corrupt,
                {"tensor 'blk.1.attn_k.weight'", "[64, 16]", "expected [64, 32]"});
 }
 
@@ -382,7 +382,7 @@ TEST_CASE("a missing tensor and an undecodable tensor type are reported by name"
   ts.erase(std::remove_if(ts.begin(), ts.end(),
                           [](const GgufTensor& t) { return t.name == "blk.1.ffn_up.weight"; }),
            ts.end());
-  expect_error([&] { load_weights(gguf::File::from_bytes(without.build().bytes)); },
+  expect_error([&] { model::load_weights(model::gguf::File::from_bytes(without.build().bytes)); },
                Errc::corrupt, {"missing tensor 'blk.1.ffn_up.weight'"});
   for (GgufTensor& t : m.writer.tensors) {
     if (t.name == "blk.0.ffn_down.weight") {  // ne [96, 64]: 3 IQ4_NL blocks of 18 B per row
@@ -390,22 +390,22 @@ TEST_CASE("a missing tensor and an undecodable tensor type are reported by name"
       t.data.assign(3 * 18 * 64, 0);
     }
   }
-  expect_error([&] { load_weights(gguf::File::from_bytes(m.writer.build().bytes)); },
+  expect_error([&] { model::load_weights(model::gguf::File::from_bytes(m.writer.build().bytes)); },
                Errc::unsupported, {"tensor 'blk.0.ffn_down.weight'", "IQ4_NL"});
 }
 
 TEST_CASE("fingerprints separate weights, tokenizer and name", "[model][gguf]") {
   TinyModelSpec spec;
   spec.config = tiny_gguf_llama_config();
-  const ModelFingerprint a = fingerprint_from_gguf(open_model(make_tiny_model(spec)));
-  const ModelFingerprint a2 = fingerprint_from_gguf(open_model(make_tiny_model(spec)));
+  const ModelFingerprint a = model::fingerprint_from_gguf(open_model(make_tiny_model(spec)));
+  const ModelFingerprint a2 = model::fingerprint_from_gguf(open_model(make_tiny_model(spec)));
   CHECK(a.arch == "llama");
   CHECK(a.name == "tiny-test-model");
   CHECK(a.same_model(a2));
   CHECK(a.weights_hash == a2.weights_hash);
 
   spec.seed = 2;  // other weights, same tokenizer
-  const ModelFingerprint b = fingerprint_from_gguf(open_model(make_tiny_model(spec)));
+  const ModelFingerprint b = model::fingerprint_from_gguf(open_model(make_tiny_model(spec)));
   CHECK(b.weights_hash != a.weights_hash);
   CHECK(b.tokenizer_hash == a.tokenizer_hash);
   CHECK_FALSE(a.same_model(b));
@@ -414,12 +414,12 @@ TEST_CASE("fingerprints separate weights, tokenizer and name", "[model][gguf]") 
   TinyVocab v = tiny_vocab();
   std::swap(v.merges[0], v.merges[1]);  // same merges, other priority
   spec.extra_kvs = {kv_string_array("tokenizer.ggml.merges", v.merges)};
-  const ModelFingerprint c = fingerprint_from_gguf(open_model(make_tiny_model(spec)));
+  const ModelFingerprint c = model::fingerprint_from_gguf(open_model(make_tiny_model(spec)));
   CHECK(c.tokenizer_hash != a.tokenizer_hash);
   CHECK(c.weights_hash == a.weights_hash);
 
   spec.extra_kvs = {kv_string("general.name", "renamed")};
-  const ModelFingerprint d = fingerprint_from_gguf(open_model(make_tiny_model(spec)));
+  const ModelFingerprint d = model::fingerprint_from_gguf(open_model(make_tiny_model(spec)));
   CHECK(d.name == "renamed");
   CHECK(d.same_model(a));
 }
@@ -428,8 +428,8 @@ TEST_CASE("the real SmolLM2-135M-Instruct GGUF loads with the expected config",
           "[model][gguf][realmodel]") {
   KVZIP_REAL_MODEL_PATH_OR_SKIP(model);
   const char* env = model.c_str();
-  const gguf::File f = gguf::File::open(env);
-  const ModelConfig c = config_from_gguf(f);
+  const model::gguf::File f = model::gguf::File::open(env);
+  const ModelConfig c = model::config_from_gguf(f);
   CHECK(c.arch == "llama");
   CHECK(c.n_layers == 30);
   CHECK(c.d_model == 576);
@@ -449,7 +449,7 @@ TEST_CASE("the real SmolLM2-135M-Instruct GGUF loads with the expected config",
   CHECK(f.tensor("blk.0.attn_q.weight").type == GgmlType::Q4_1);
   CHECK(f.tensor("blk.29.ffn_down.weight").type == GgmlType::Q4_1);
   CHECK(f.tensor("output_norm.weight").type == GgmlType::F32);
-  for (const gguf::TensorInfo& t : f.tensors()) {
+  for (const model::gguf::TensorInfo& t : f.tensors()) {
     INFO(t.name);
     CHECK((t.type == GgmlType::Q4_1 || t.type == GgmlType::Q8_0 || t.type == GgmlType::F32));
   }
@@ -457,7 +457,7 @@ TEST_CASE("the real SmolLM2-135M-Instruct GGUF loads with the expected config",
   CHECK(f.get_string("tokenizer.ggml.pre") == "smollm");
   CHECK(f.get_string("tokenizer.chat_template") == kChatMlTemplate);
   CHECK(f.array_size("tokenizer.ggml.merges") == 48900);
-  const Weights w = load_weights(f);
+  const model::Weights w = model::load_weights(f);
   REQUIRE(w.layers.size() == 30);
   CHECK(size_t(w.tok_embd.rows) * w.tok_embd.cols == size_t(49152) * 576);
   CHECK(w.tok_embd.type == GgmlType::Q8_0);  // as stored: the file is mapped, not expanded
@@ -484,8 +484,8 @@ TEST_CASE("the real SmolLM2-135M-Instruct GGUF loads with the expected config",
   for (float v : w.output_norm) norm_sum += v;
   CHECK(std::isfinite(norm_sum));
   CHECK(norm_sum != 0.0f);
-  const ModelFingerprint fp = fingerprint_from_gguf(f);
+  const ModelFingerprint fp = model::fingerprint_from_gguf(f);
   CHECK(fp.arch == "llama");
   CHECK(fp.weights_hash != 0);
-  CHECK(fp.same_model(fingerprint_from_gguf(gguf::File::open(env))));
+  CHECK(fp.same_model(model::fingerprint_from_gguf(model::gguf::File::open(env))));
 }

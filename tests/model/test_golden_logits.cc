@@ -195,19 +195,19 @@ TEST_CASE("prefill logits match the float64 reference (1e-3 exact, kFastBound fa
   KVZIP_REAL_MODEL_OR_SKIP(model);
   const ModelConfig& cfg = model->config();
   const std::vector<GoldenCase> cases = parse_golden(golden_bytes(), cfg.vocab_size);
-  for (MatmulPath path : {MatmulPath::Exact, MatmulPath::Fast}) {
-    ForwardOptions opt;
+  for (kernels::MatmulPath path : {kernels::MatmulPath::Exact, kernels::MatmulPath::Fast}) {
+    model::ForwardOptions opt;
     opt.matmul = path;
-    Forward fwd(model->weights(), opt);
+    model::Forward fwd(model->weights(), opt);
     for (size_t i = 0; i < cases.size(); ++i) {
       const GoldenCase& gc = cases[i];
-      KvCache cache(cfg, static_cast<uint32_t>(gc.ids.size()));
-      std::vector<float> logits = fwd.prefill(cache, gc.ids, LogitsMode::All);
+      model::KvCache cache(cfg, static_cast<uint32_t>(gc.ids.size()));
+      std::vector<float> logits = fwd.prefill(cache, gc.ids, model::LogitsMode::All);
       REQUIRE(logits.size() == gc.ids.size() * cfg.vocab_size);
       const double worst = check_case(gc, logits, cfg.vocab_size, i);
-      WARN("golden logits, prefill (" << matmul_path_name(path) << " path): case " << i << " ("
+      WARN("golden logits, prefill (" << kernels::matmul_path_name(path) << " path): case " << i << " ("
                                       << gc.ids.size() << " tokens) worst relative error " << worst);
-      REQUIRE(worst <= (path == MatmulPath::Exact ? 1e-3 : kFastBound));
+      REQUIRE(worst <= (path == kernels::MatmulPath::Exact ? 1e-3 : kFastBound));
     }
   }
 }
@@ -222,15 +222,15 @@ TEST_CASE("token-by-token decode logits match the float64 reference (1e-3 exact,
   const size_t V = cfg.vocab_size;
   const std::vector<GoldenCase> cases = parse_golden(golden_bytes(), cfg.vocab_size);
   for (bool quantized : {true, false}) {
-    ForwardOptions opt;
-    opt.matmul = quantized ? MatmulPath::Fast : MatmulPath::Exact;
-    Forward fwd(model->weights(), opt);
+    model::ForwardOptions opt;
+    opt.matmul = quantized ? kernels::MatmulPath::Fast : kernels::MatmulPath::Exact;
+    model::Forward fwd(model->weights(), opt);
     REQUIRE(fwd.matmul_path() == opt.matmul);
     // france (every position), digits_code; the exact path only on france.
     for (size_t i : {size_t(0), size_t(3)}) {
       if (!quantized && i != 0) continue;
       const GoldenCase& gc = cases[i];
-      KvCache cache(cfg, static_cast<uint32_t>(gc.ids.size()));
+      model::KvCache cache(cfg, static_cast<uint32_t>(gc.ids.size()));
       std::vector<float> logits(gc.ids.size() * V);
       for (size_t t = 0; t < gc.ids.size(); ++t) {
         std::vector<float> row = fwd.decode(cache, gc.ids[t]);

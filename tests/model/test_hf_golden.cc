@@ -89,7 +89,7 @@ double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
   return d / m;
 }
 
-std::vector<int32_t> kvzip_ids(const Model& m, const LogitCase& c) {
+std::vector<int32_t> kvzip_ids(const model::Model& m, const LogitCase& c) {
   std::vector<int32_t> ids;
   if (c.add_special && m.tokenizer().add_bos()) ids.push_back(m.tokenizer().bos());
   const std::vector<int32_t> body = m.tokenizer().encode(c.text, /*parse_special=*/true);
@@ -97,34 +97,34 @@ std::vector<int32_t> kvzip_ids(const Model& m, const LogitCase& c) {
   return ids;
 }
 
-ForwardOptions one_thread(MatmulPath path = MatmulPath::Fast) {
-  ForwardOptions o;
+model::ForwardOptions one_thread(kernels::MatmulPath path = kernels::MatmulPath::Fast) {
+  model::ForwardOptions o;
   o.threads = 1;
   o.matmul = path;
   return o;
 }
 
-std::vector<float> all_logits(const Model& m, const std::vector<int32_t>& ids, MatmulPath path) {
-  Forward fwd(m.weights(), one_thread(path));
-  KvCache cache(m.config());
-  return fwd.prefill(cache, ids, LogitsMode::All);
+std::vector<float> all_logits(const model::Model& m, const std::vector<int32_t>& ids, kernels::MatmulPath path) {
+  model::Forward fwd(m.weights(), one_thread(path));
+  model::KvCache cache(m.config());
+  return fwd.prefill(cache, ids, model::LogitsMode::All);
 }
 
 // Every check against transformers for one loaded model (folder or GGUF form).
-void check_against_transformers(const Model& m, const std::string& name, const char* form) {
+void check_against_transformers(const model::Model& m, const std::string& name, const char* form) {
   const std::vector<LogitCase> cases = read_golden(name, m.config().vocab_size);
   double worst_exact = 0, worst_fast = 0;
   for (const LogitCase& c : cases) {
     INFO(name << " (" << form << ") text: " << c.text);
     CHECK(kvzip_ids(m, c) == c.ids);
-    worst_exact = std::max(worst_exact, rel_err(all_logits(m, c.ids, MatmulPath::Exact), c.logits));
-    worst_fast = std::max(worst_fast, rel_err(all_logits(m, c.ids, MatmulPath::Fast), c.logits));
+    worst_exact = std::max(worst_exact, rel_err(all_logits(m, c.ids, kernels::MatmulPath::Exact), c.logits));
+    worst_fast = std::max(worst_fast, rel_err(all_logits(m, c.ids, kernels::MatmulPath::Fast), c.logits));
   }
   // Decode (one token at a time, the GEMV path) on the first case.
   {
     const LogitCase& c = cases[0];
-    Forward fwd(m.weights(), one_thread());
-    KvCache cache(m.config());
+    model::Forward fwd(m.weights(), one_thread());
+    model::KvCache cache(m.config());
     std::vector<float> got;
     for (int32_t id : c.ids) {
       std::vector<float> l = fwd.decode(cache, id);
@@ -138,19 +138,19 @@ void check_against_transformers(const Model& m, const std::string& name, const c
 }
 
 struct Pair {
-  std::unique_ptr<Model> folder, gguf;
+  std::unique_ptr<model::Model> folder, gguf;
   explicit Pair(const std::string& name)
-      : folder(Model::load(test::hf_golden(name))), gguf(Model::load(test::hf_golden(name + ".gguf"))) {}
+      : folder(model::Model::load(test::hf_golden(name))), gguf(model::Model::load(test::hf_golden(name + ".gguf"))) {}
 };
 
-void check_same_rows(const AttentionCache& a, const AttentionCache& b) {
+void check_same_rows(const model::AttentionCache& a, const model::AttentionCache& b) {
   REQUIRE(a.shape() == b.shape());
   REQUIRE(a.logical_length() == b.logical_length());
-  const CacheShape s = a.shape();
+  const model::CacheShape s = a.shape();
   size_t differing = 0;
   for (uint32_t l = 0; l < s.n_layers; ++l)
     for (uint32_t h = 0; h < s.n_kv_heads; ++h) {
-      const KvHeadView x = a.view(l, h), y = b.view(l, h);
+      const model::KvHeadView x = a.view(l, h), y = b.view(l, h);
       REQUIRE(x.len == y.len);
       CHECK(std::equal(x.positions, x.positions + x.len, y.positions));
       const size_t n = size_t(x.len) * s.head_dim;
@@ -177,14 +177,14 @@ TEST_CASE("hf golden: Llama 3 folder (bf16, llama3 rope scaling, untied) matches
   CHECK(c.rope_base == 10000.0f);
   REQUIRE(p.gguf->config().rope_scaling.kind == RopeScalingKind::Llama3);  // from rope_freqs.weight
   CHECK_FALSE(c.tied_embeddings);
-  CHECK(p.folder->weights().output.type == quant::GgmlType::BF16);
+  CHECK(p.folder->weights().output.type == kernels::quant::GgmlType::BF16);
   CHECK(p.folder->weights().layers[0].wq.row_map.empty());  // HF rows are canonical
-  for (const LayerWeights& l : p.folder->weights().layers)  // used in place in the mapped files
-    for (const Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) CHECK(m->owned == nullptr);
+  for (const model::LayerWeights& l : p.folder->weights().layers)  // used in place in the mapped files
+    for (const model::Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) CHECK(m->owned == nullptr);
   CHECK_FALSE(p.gguf->weights().layers[0].wq.row_map.empty());
   CHECK(p.folder->tokenizer().pre() == "llama-bpe");
   CHECK(p.folder->tokenizer().add_bos());  // from the post-processor template
-  CHECK(p.folder->chat().format() == ChatFormat::Llama3);  // chat_template.jinja
+  CHECK(p.folder->chat().format() == model::ChatFormat::Llama3);  // chat_template.jinja
   test::check_same_config(c, p.gguf->config(), true);
   check_against_transformers(*p.folder, "llama3", "folder");
   check_against_transformers(*p.gguf, "llama3", "gguf");
@@ -199,8 +199,8 @@ TEST_CASE("hf golden: Qwen2 folder (f32, q/k/v bias, sharded) matches transforme
   CHECK(p.folder->weights().layers[1].bk.size() == c.n_kv_heads * c.head_dim);
   CHECK(p.folder->tokenizer().pre() == "qwen2");
   CHECK_FALSE(p.folder->tokenizer().add_bos());
-  CHECK(p.folder->tokenizer().token_type(int32_t(c.vocab_size) - 1) == TokenType::Unused);  // padding
-  CHECK(p.folder->chat().format() == ChatFormat::ChatMl);
+  CHECK(p.folder->tokenizer().token_type(int32_t(c.vocab_size) - 1) == model::TokenType::Unused);  // padding
+  CHECK(p.folder->chat().format() == model::ChatFormat::ChatMl);
   test::check_same_config(c, p.gguf->config(), true);
   check_against_transformers(*p.folder, "qwen2", "folder");
   check_against_transformers(*p.gguf, "qwen2", "gguf");
@@ -218,7 +218,7 @@ TEST_CASE("hf golden: Mistral folder (f16, head_dim 32, tied, sliding window) ma
   CHECK(p.folder->tokenizer().pre() == "gpt2");
   const int32_t tool = p.folder->tokenizer().token_id("<tool>");
   REQUIRE(tool >= 0);
-  CHECK(p.folder->tokenizer().token_type(tool) == TokenType::UserDefined);
+  CHECK(p.folder->tokenizer().token_type(tool) == model::TokenType::UserDefined);
   test::check_same_config(c, p.gguf->config(), false);
   check_against_transformers(*p.folder, "mistral", "folder");
   check_against_transformers(*p.gguf, "mistral", "gguf");
@@ -239,19 +239,19 @@ TEST_CASE("hf golden: caches from a folder equal those from its GGUF conversion"
     REQUIRE(doc == p.gguf->chat().encode_document(kDoc));
     std::vector<int32_t> all = prefix;
     all.insert(all.end(), doc.begin(), doc.end());
-    for (MatmulPath path : {MatmulPath::Exact, MatmulPath::Fast}) {
-      Forward ff(p.folder->weights(), one_thread(path)), fg(p.gguf->weights(), one_thread(path));
-      KvCache cf(p.folder->config()), cg(p.gguf->config());
-      ff.prefill(cf, all, LogitsMode::None);
-      fg.prefill(cg, all, LogitsMode::None);
+    for (kernels::MatmulPath path : {kernels::MatmulPath::Exact, kernels::MatmulPath::Fast}) {
+      model::Forward ff(p.folder->weights(), one_thread(path)), fg(p.gguf->weights(), one_thread(path));
+      model::KvCache cf(p.folder->config()), cg(p.gguf->config());
+      ff.prefill(cf, all, model::LogitsMode::None);
+      fg.prefill(cg, all, model::LogitsMode::None);
       check_same_rows(cf, cg);
 
-      CompressOptions co;
+      compress::CompressOptions co;
       co.ratio = 0.5;
       co.prefill.answer_room = 16;  // keeps the test short; the fixtures allow 1024+ tokens
-      co.scorer.prompts = reconstruction_prompts(p.folder->chat());
-      REQUIRE(co.scorer.prompts.first == reconstruction_prompts(p.gguf->chat()).first);
-      CompressResult rf = compress(ff, prefix, doc, co), rg = compress(fg, prefix, doc, co);
+      co.scorer.prompts = compress::reconstruction_prompts(p.folder->chat());
+      REQUIRE(co.scorer.prompts.first == compress::reconstruction_prompts(p.gguf->chat()).first);
+      compress::CompressResult rf = compress::compress(ff, prefix, doc, co), rg = compress::compress(fg, prefix, doc, co);
       check_same_rows(rf.cache, rg.cache);
       CHECK(rf.kept_scores == rg.kept_scores);
     }
@@ -260,20 +260,20 @@ TEST_CASE("hf golden: caches from a folder equal those from its GGUF conversion"
 
 TEST_CASE("hf golden: a cache file from a folder is refused by its GGUF conversion", "[model][hf]") {
   Pair p("llama3");
-  CacheDescription d;
+  compress::CacheDescription d;
   d.prefix = p.folder->chat().prefix("");
   d.document = p.folder->chat().encode_document(kDoc);
   d.suffix = p.folder->chat().suffix("");
   d.document_text = kDoc;
-  Forward fwd(p.folder->weights(), one_thread());
-  CompressOptions co;
+  model::Forward fwd(p.folder->weights(), one_thread());
+  compress::CompressOptions co;
   co.ratio = 0.5;
   co.prefill.answer_room = 16;  // keeps the test short; the fixtures allow 1024+ tokens
-  co.scorer.prompts = reconstruction_prompts(p.folder->chat());
-  CompressResult r = compress(fwd, d.prefix, d.document, co);
+  co.scorer.prompts = compress::reconstruction_prompts(p.folder->chat());
+  compress::CompressResult r = compress::compress(fwd, d.prefix, d.document, co);
   test::HfCopy tmp("llama3");  // a scratch folder for the .kvz
   const std::string path = tmp.path("c.kvz");
-  format::write_cache_file(make_contents(*p.folder, r.cache, r.kept_scores, d), path);
+  format::write_cache_file(compress::make_contents(*p.folder, r.cache, r.kept_scores, d), path);
   CHECK_NOTHROW(loader::QuerySession(*p.folder, path));
   try {
     loader::QuerySession s(*p.gguf, path);

@@ -23,7 +23,7 @@ namespace {
 
 std::pair<Errc, std::string> load_error(const std::string& dir) {
   try {
-    Model::load(dir);
+    model::Model::load(dir);
   } catch (const Error& e) {
     return {e.code(), e.what()};
   }
@@ -198,7 +198,7 @@ TEST_CASE("hf folder: tokenizers kvzip does not implement are Errc::unsupported"
 }
 
 TEST_CASE("hf folder: equivalent spellings load the same model", "[model][hf]") {
-  const auto base = Model::load(test::hf_golden("llama3"));
+  const auto base = model::Model::load(test::hf_golden("llama3"));
   SECTION("transformers 5 rope_parameters instead of rope_theta + rope_scaling") {
     HfCopy c("llama3");
     c.edit_json("config.json", [](json& j) {
@@ -208,7 +208,7 @@ TEST_CASE("hf folder: equivalent spellings load the same model", "[model][hf]") 
       j.erase("rope_theta");
       j["rope_parameters"] = rp;
     });
-    const ModelConfig a = hf_config(c.dir()), &b = base->config();
+    const ModelConfig a = model::hf_config(c.dir()), &b = base->config();
     CHECK(a.rope_base == b.rope_base);
     CHECK(a.rope_scaling.kind == b.rope_scaling.kind);
     CHECK(a.rope_scaling.factor == b.rope_scaling.factor);
@@ -219,19 +219,19 @@ TEST_CASE("hf folder: equivalent spellings load the same model", "[model][hf]") 
     c.edit_json("tokenizer.json", [](json& j) {
       for (json& m : j["model"]["merges"]) m = m[0].get<std::string>() + " " + m[1].get<std::string>();
     });
-    CHECK(Model::load(c.dir())->fingerprint().same_model(base->fingerprint()));
+    CHECK(model::Model::load(c.dir())->fingerprint().same_model(base->fingerprint()));
   }
   SECTION("chat template in tokenizer_config.json instead of chat_template.jinja") {
     HfCopy c("llama3");
     const std::vector<uint8_t> t = test::read_file_bytes(c.path("chat_template.jinja"));
     c.remove("chat_template.jinja");
     c.edit_json("tokenizer_config.json", [&](json& j) { j["chat_template"] = std::string(t.begin(), t.end()); });
-    CHECK(Model::load(c.dir())->tokenizer().chat_template() == base->tokenizer().chat_template());
+    CHECK(model::Model::load(c.dir())->tokenizer().chat_template() == base->tokenizer().chat_template());
   }
   SECTION("explicit add_bos_token = false wins over the post-processor") {
     HfCopy c("llama3");
     c.edit_json("tokenizer_config.json", [](json& j) { j["add_bos_token"] = false; });
-    CHECK_FALSE(Model::load(c.dir())->tokenizer().add_bos());
+    CHECK_FALSE(model::Model::load(c.dir())->tokenizer().add_bos());
   }
   SECTION("the SmolLM and GPT-2 pre-tokenizers are recognised") {
     HfCopy c("mistral");
@@ -240,7 +240,7 @@ TEST_CASE("hf folder: equivalent spellings load the same model", "[model][hf]") 
       j["pre_tokenizer"] = {{"type", "Sequence"},
                             {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, bl}}};
     });
-    CHECK(Model::load(c.dir())->tokenizer().pre() == "smollm");
+    CHECK(model::Model::load(c.dir())->tokenizer().pre() == "smollm");
     c.edit_json("tokenizer.json", [](json& j) {
       json bl = j["pre_tokenizer"]["pretokenizers"][1];
       bl["use_regex"] = false;
@@ -250,33 +250,33 @@ TEST_CASE("hf folder: equivalent spellings load the same model", "[model][hf]") 
                     {"invert", false}};
       j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {split, bl}}};
     });
-    CHECK(Model::load(c.dir())->tokenizer().pre() == "gpt2");
+    CHECK(model::Model::load(c.dir())->tokenizer().pre() == "gpt2");
   }
 }
 
 TEST_CASE("hf folder: fingerprints follow the weight bytes and the tokenizer", "[model][hf]") {
-  const ModelFingerprint base = load_hf_model(test::hf_golden("llama3")).fingerprint;
+  const ModelFingerprint base = model::load_hf_model(test::hf_golden("llama3")).fingerprint;
   CHECK(base.arch == "llama");
-  CHECK(load_hf_model(test::hf_golden("llama3")).fingerprint.same_model(base));
+  CHECK(model::load_hf_model(test::hf_golden("llama3")).fingerprint.same_model(base));
   HfCopy w("llama3");
   edit_tensors(w, "model.safetensors", [](std::vector<test::StTensor>& t) {
     find(t, "model.layers.1.mlp.down_proj.weight").data[10] ^= 1;
   });
-  const ModelFingerprint fw = load_hf_model(w.dir()).fingerprint;
+  const ModelFingerprint fw = model::load_hf_model(w.dir()).fingerprint;
   CHECK(fw.tokenizer_hash == base.tokenizer_hash);
   CHECK(fw.weights_hash != base.weights_hash);
   HfCopy t("llama3");
   t.edit_json("tokenizer.json", [](json& j) { j["model"]["merges"].erase(j["model"]["merges"].size() - 1); });
-  const ModelFingerprint ft = load_hf_model(t.dir()).fingerprint;
+  const ModelFingerprint ft = model::load_hf_model(t.dir()).fingerprint;
   CHECK(ft.tokenizer_hash != base.tokenizer_hash);
   CHECK(ft.weights_hash == base.weights_hash);
 }
 
 TEST_CASE("hf folder: -m and $KVZIP_MODEL accept a checkpoint folder", "[model][hf]") {
   const std::string dir = test::hf_golden("qwen2");
-  CHECK(resolve_model_path(dir) == dir);
+  CHECK(model::resolve_model_path(dir) == dir);
   try {
-    resolve_model_path("/nonexistent/kvzip-model");
+    model::resolve_model_path("/nonexistent/kvzip-model");
     FAIL("resolved");
   } catch (const Error& e) {
     CHECK(e.code() == Errc::not_found);

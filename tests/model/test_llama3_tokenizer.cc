@@ -64,15 +64,15 @@ Vocab read_vocab() {
   return v;
 }
 
-TokenizerData llama3_data(const Vocab& v) {
+model::TokenizerData llama3_data(const Vocab& v) {
   std::unordered_map<std::string, int32_t> rank;
   for (size_t i = 0; i < v.base.size(); ++i) rank.emplace(v.base[i], int32_t(i));
-  TokenizerData d;
+  model::TokenizerData d;
   d.model = "gpt2";
   d.pre = "llama-bpe";
-  for (const std::string& t : v.base) d.tokens.push_back(detail::byte_level_encode(t));
-  d.token_types.assign(v.base.size(), int32_t(TokenType::Normal));
-  for (const std::string& s : v.specials) d.tokens.push_back(s), d.token_types.push_back(int32_t(TokenType::Control));
+  for (const std::string& t : v.base) d.tokens.push_back(model::detail::byte_level_encode(t));
+  d.token_types.assign(v.base.size(), int32_t(model::TokenType::Normal));
+  for (const std::string& s : v.specials) d.tokens.push_back(s), d.token_types.push_back(int32_t(model::TokenType::Control));
   for (const std::string& t : v.base) {
     std::vector<std::pair<std::pair<int32_t, int32_t>, size_t>> cands;  // ((rank l, rank r), split)
     for (size_t i = 1; i < t.size(); ++i) {
@@ -81,8 +81,8 @@ TokenizerData llama3_data(const Vocab& v) {
     }
     std::sort(cands.begin(), cands.end());
     for (const auto& c : cands)
-      d.merges.push_back(detail::byte_level_encode(t.substr(0, c.second)) + " " +
-                         detail::byte_level_encode(t.substr(c.second)));
+      d.merges.push_back(model::detail::byte_level_encode(t.substr(0, c.second)) + " " +
+                         model::detail::byte_level_encode(t.substr(c.second)));
   }
   d.bos = 128000;
   d.eos = 128009;
@@ -99,9 +99,9 @@ TEST_CASE("Llama 3 (real 128K vocabulary): token ids match Hugging Face tokenize
   const std::vector<uint8_t> g = test::read_file_bytes(std::string(KVZIP_SOURCE_DIR) + "/tests/golden/tokens_llama3.json");
   const nlohmann::json golden = nlohmann::json::parse(g.begin(), g.end());
   REQUIRE(golden["format"] == "kvzip-token-golden-json v1");
-  TokenizerData data = llama3_data(v);
+  model::TokenizerData data = llama3_data(v);
   CHECK(data.merges.size() == golden["n_merges"].get<size_t>());  // 280147, as Meta's tokenizer.json
-  const Tokenizer tok(data);
+  const model::Tokenizer tok(data);
   size_t failures = 0, n = 0;
   for (const nlohmann::json& c : golden["cases"]) {
     const std::string text = c["text"];
@@ -119,7 +119,7 @@ TEST_CASE("Llama 3 (real 128K vocabulary): token ids match Hugging Face tokenize
 }
 
 TEST_CASE("Llama 3 (real 128K vocabulary): tokenizer.json reads back through the HF loader", "[model][hf][tokenizer]") {
-  const TokenizerData want = llama3_data(read_vocab());
+  const model::TokenizerData want = llama3_data(read_vocab());
   nlohmann::json vocab = nlohmann::json::object(), merges = nlohmann::json::array(), added = nlohmann::json::array();
   for (size_t i = 0; i < 128000; ++i) vocab[want.tokens[i]] = i;
   for (const std::string& m : want.merges) {
@@ -149,11 +149,11 @@ TEST_CASE("Llama 3 (real 128K vocabulary): tokenizer.json reads back through the
     j["bos_token"] = "<|begin_of_text|>";
     j["eos_token"] = "<|eot_id|>";
   });
-  const std::optional<detail::JsonFile> tc = detail::JsonFile::read_optional(dir.path("tokenizer_config.json"));
+  const std::optional<model::detail::JsonFile> tc = model::detail::JsonFile::read_optional(dir.path("tokenizer_config.json"));
   REQUIRE(tc);
-  const TokenizerData got = detail::hf_tokenizer_from_json(
-      detail::JsonFile::read(dir.path("tokenizer.json"), "test"), &*tc,
-      detail::JsonFile::read(dir.path("config.json"), "test"), std::nullopt, 128256);
+  const model::TokenizerData got = model::detail::hf_tokenizer_from_json(
+      model::detail::JsonFile::read(dir.path("tokenizer.json"), "test"), &*tc,
+      model::detail::JsonFile::read(dir.path("config.json"), "test"), std::nullopt, 128256);
   CHECK(got.pre == "llama-bpe");
   CHECK(got.tokens == want.tokens);
   CHECK(got.token_types == want.token_types);

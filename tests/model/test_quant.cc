@@ -16,7 +16,7 @@
 using kvzip::Errc;
 using kvzip::Error;
 using kvzip::f16_to_f32;
-using namespace kvzip::quant;
+using namespace kvzip::kernels::quant;
 
 namespace {
 

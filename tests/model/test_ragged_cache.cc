@@ -18,8 +18,8 @@ namespace {
 
 constexpr uint32_t kL = 2, kH = 3, kD = 4;
 
-KvCache dense_of(uint32_t T, uint64_t seed) {
-  KvCache dense(CacheShape{kL, kH, kD});
+model::KvCache dense_of(uint32_t T, uint64_t seed) {
+  model::KvCache dense(model::CacheShape{kL, kH, kD});
   dense.reserve_append(T);
   auto k = test::random_vector(T * kH * kD, seed), v = test::random_vector(T * kH * kD, seed + 1);
   for (uint32_t l = 0; l < kL; ++l) dense.append(l, k.data(), v.data(), T);
@@ -28,7 +28,7 @@ KvCache dense_of(uint32_t T, uint64_t seed) {
 }
 
 // Appends T tokens whose K/V values are `tag + t` (all D entries) to every layer.
-void append_tagged(RaggedKvCache& c, uint32_t T, float tag) {
+void append_tagged(model::RaggedKvCache& c, uint32_t T, float tag) {
   c.reserve_append(T);
   std::vector<float> kv(size_t(T) * kH * kD);
   for (uint32_t t = 0; t < T; ++t)
@@ -40,11 +40,11 @@ void append_tagged(RaggedKvCache& c, uint32_t T, float tag) {
 const std::vector<std::vector<uint32_t>> kKeep = {{0, 1, 5}, {}, {2, 3, 4, 7, 9}, {9}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {3, 8}};
 
 // Every kept row still equals its dense source.
-void check_kept(const RaggedKvCache& c, const KvCache& dense) {
+void check_kept(const model::RaggedKvCache& c, const model::KvCache& dense) {
   for (uint32_t l = 0; l < kL; ++l)
     for (uint32_t h = 0; h < kH; ++h) {
       const auto& rows = kKeep[l * kH + h];
-      const KvHeadView v = c.view(l, h), src = dense.view(l, h);
+      const model::KvHeadView v = c.view(l, h), src = dense.view(l, h);
       REQUIRE(v.len >= rows.size());
       for (size_t x = 0; x < rows.size(); ++x) {
         REQUIRE(v.positions[x] == rows[x]);
@@ -59,8 +59,8 @@ void check_kept(const RaggedKvCache& c, const KvCache& dense) {
 }  // namespace
 
 TEST_CASE("from_dense keeps the listed rows of each head with their positions", "[model][ragged]") {
-  KvCache dense = dense_of(10, 1);
-  RaggedKvCache c = RaggedKvCache::from_dense(dense, kKeep, 4);
+  model::KvCache dense = dense_of(10, 1);
+  model::RaggedKvCache c = model::RaggedKvCache::from_dense(dense, kKeep, 4);
   CHECK(c.logical_length() == 10);
   CHECK(c.base_length() == 10);
   CHECK(c.kept_total() == 21);
@@ -71,15 +71,15 @@ TEST_CASE("from_dense keeps the listed rows of each head with their positions", 
 
 TEST_CASE("appends follow each head's kept rows; rollback and reset restore earlier states",
           "[model][ragged]") {
-  KvCache dense = dense_of(10, 2);
-  RaggedKvCache c = RaggedKvCache::from_dense(dense, kKeep, 3);
+  model::KvCache dense = dense_of(10, 2);
+  model::RaggedKvCache c = model::RaggedKvCache::from_dense(dense, kKeep, 3);
   append_tagged(c, 2, 100.0f);  // positions 10, 11
   append_tagged(c, 3, 200.0f);  // positions 12..14: exceeds the room of 3, so the cache grows
   CHECK(c.logical_length() == 15);
   check_kept(c, dense);
   for (uint32_t l = 0; l < kL; ++l)
     for (uint32_t h = 0; h < kH; ++h) {
-      const KvHeadView v = c.view(l, h);
+      const model::KvHeadView v = c.view(l, h);
       const uint32_t kept = c.kept(l, h);
       REQUIRE(v.len == kept + 5);
       const float want[5] = {100, 101, 200, 201, 202};
@@ -104,8 +104,8 @@ TEST_CASE("appends follow each head's kept rows; rollback and reset restore earl
 
 TEST_CASE("an uncommitted append is visible in its layer only and rollback discards it",
           "[model][ragged]") {
-  KvCache dense = dense_of(10, 3);
-  RaggedKvCache c = RaggedKvCache::from_dense(dense, kKeep, 2);
+  model::KvCache dense = dense_of(10, 3);
+  model::RaggedKvCache c = model::RaggedKvCache::from_dense(dense, kKeep, 2);
   c.reserve_append(1);
   std::vector<float> kv(kH * kD, 7.0f);
   c.append(0, kv.data(), kv.data(), 1);
@@ -119,17 +119,17 @@ TEST_CASE("an uncommitted append is visible in its layer only and rollback disca
 
 TEST_CASE("from_dense refuses unsorted, repeated or out-of-range rows and wrong list counts",
           "[model][ragged]") {
-  KvCache dense = dense_of(10, 4);
+  model::KvCache dense = dense_of(10, 4);
   auto bad = kKeep;
   bad[0] = {1, 0};
-  CHECK_THROWS_AS(RaggedKvCache::from_dense(dense, bad), Error);
+  CHECK_THROWS_AS(model::RaggedKvCache::from_dense(dense, bad), Error);
   bad[0] = {1, 1};
-  CHECK_THROWS_AS(RaggedKvCache::from_dense(dense, bad), Error);
+  CHECK_THROWS_AS(model::RaggedKvCache::from_dense(dense, bad), Error);
   bad[0] = {10};
-  CHECK_THROWS_AS(RaggedKvCache::from_dense(dense, bad), Error);
+  CHECK_THROWS_AS(model::RaggedKvCache::from_dense(dense, bad), Error);
   bad = kKeep;
   bad.pop_back();
-  CHECK_THROWS_AS(RaggedKvCache::from_dense(dense, bad), Error);
+  CHECK_THROWS_AS(model::RaggedKvCache::from_dense(dense, bad), Error);
 }
 
 namespace {
@@ -142,11 +142,11 @@ struct Snapshot {
   bool operator==(const Snapshot&) const = default;
 };
 
-Snapshot snapshot(const RaggedKvCache& c) {
+Snapshot snapshot(const model::RaggedKvCache& c) {
   Snapshot s{c.logical_length(), c.base_length(), c.layout().room(), {}, {}, {}};
   for (uint32_t l = 0; l < kL; ++l)
     for (uint32_t h = 0; h < kH; ++h) {
-      const KvHeadView v = c.view(l, h);
+      const model::KvHeadView v = c.view(l, h);
       s.k.emplace_back(v.k, v.k + size_t(v.len) * kD);
       s.v.emplace_back(v.v, v.v + size_t(v.len) * kD);
       s.pos.emplace_back(v.positions, v.positions + v.len);
@@ -156,7 +156,7 @@ Snapshot snapshot(const RaggedKvCache& c) {
 
 // Disarms the allocation seam however a test ends.
 struct SeamGuard {
-  ~SeamGuard() { testing::fail_layer_allocation(-1); }
+  ~SeamGuard() { model::testing::fail_layer_allocation(-1); }
 };
 
 }  // namespace
@@ -164,12 +164,12 @@ struct SeamGuard {
 TEST_CASE("a growth whose allocation fails at any layer leaves the cache as it was",
           "[model][ragged]") {
   SeamGuard guard;
-  KvCache dense = dense_of(10, 5);
-  RaggedKvCache c = RaggedKvCache::from_dense(dense, kKeep, 3);
+  model::KvCache dense = dense_of(10, 5);
+  model::RaggedKvCache c = model::RaggedKvCache::from_dense(dense, kKeep, 3);
   append_tagged(c, 2, 100.0f);  // positions 10, 11 in every head
   const Snapshot before = snapshot(c);
   for (int layer = 0; layer < int(kL); ++layer) {
-    testing::fail_layer_allocation(layer);  // layer 0 staged fine, layer `layer` fails
+    model::testing::fail_layer_allocation(layer);  // layer 0 staged fine, layer `layer` fails
     try {
       c.reserve_append(5);  // needs 7 rows of room, the cache has 3: grows
       FAIL("expected Errc::out_of_memory");
@@ -185,7 +185,7 @@ TEST_CASE("a growth whose allocation fails at any layer leaves the cache as it w
   CHECK(c.layout().room() >= 7);
   CHECK(c.logical_length() == 17);
   check_kept(c, dense);
-  const KvHeadView v = c.view(1, 2);
+  const model::KvHeadView v = c.view(1, 2);
   REQUIRE(v.len == c.kept(1, 2) + 7);
   CHECK(v.positions[c.kept(1, 2) + 1] == 11);
   CHECK(v.k[size_t(c.kept(1, 2) + 1) * kD] == 101.0f);
@@ -199,8 +199,8 @@ TEST_CASE("a growth whose allocation fails at any layer leaves the cache as it w
 
 TEST_CASE("the compressed state another device copies is the base, with appended rows refused",
           "[model][ragged]") {
-  KvCache dense = dense_of(10, 6);
-  RaggedKvCache c = RaggedKvCache::from_dense(dense, kKeep, 4);
+  model::KvCache dense = dense_of(10, 6);
+  model::RaggedKvCache c = model::RaggedKvCache::from_dense(dense, kKeep, 4);
   append_tagged(c, 3, 100.0f);
   // Appended rows would be lost by a copy of the kept rows: refused, naming the head.
   try {
@@ -220,7 +220,7 @@ TEST_CASE("the compressed state another device copies is the base, with appended
       c.retain(l, h, rows);
     }
   REQUIRE(c.logical_length() == 13);
-  const RaggedLayout base = c.layout().compressed_state("copy");
+  const model::RaggedLayout base = c.layout().compressed_state("copy");
   CHECK(base.logical_length() == 10);
   CHECK(base.base_length() == 10);
   for (size_t i = 0; i < kKeep.size(); ++i) {

@@ -42,11 +42,11 @@ std::vector<int32_t> golden_ids(const std::string& key) {
   return {};
 }
 
-std::vector<int32_t> greedy(const Model& model, const ForwardOptions& opt,
+std::vector<int32_t> greedy(const model::Model& model, const model::ForwardOptions& opt,
                             const std::vector<int32_t>& prompt, uint32_t n) {
-  Forward fwd(model.weights(), opt);
-  KvCache cache(model.config(), static_cast<uint32_t>(prompt.size()) + n);
-  GenerateParams gp;
+  model::Forward fwd(model.weights(), opt);
+  model::KvCache cache(model.config(), static_cast<uint32_t>(prompt.size()) + n);
+  model::GenerateParams gp;
   gp.max_tokens = n;
   gp.stop_tokens = model.chat().stop_tokens();
   return generate(fwd, cache, prompt, gp).tokens;
@@ -57,7 +57,7 @@ std::vector<int32_t> greedy(const Model& model, const ForwardOptions& opt,
 TEST_CASE("greedy 'The capital of France is' continues with Paris, as the reference does",
           "[model][realmodel]") {
   KVZIP_REAL_MODEL_OR_SKIP(model);
-  const Tokenizer& tok = model->tokenizer();
+  const model::Tokenizer& tok = model->tokenizer();
   REQUIRE_FALSE(tok.add_bos());  // the golden prompt has no BOS
   const std::vector<int32_t> prompt = tok.encode("The capital of France is", false);
   CHECK(prompt == std::vector<int32_t>{504, 3575, 282, 4649, 314});
@@ -66,10 +66,10 @@ TEST_CASE("greedy 'The capital of France is' continues with Paris, as the refere
   REQUIRE(want.size() == 8);
   // The reference's tokens are fp32 arithmetic's: the exact path reproduces all eight; the fast
   // path (8-bit activations) must still say Paris.
-  ForwardOptions exact;
-  exact.matmul = MatmulPath::Exact;
+  model::ForwardOptions exact;
+  exact.matmul = kernels::MatmulPath::Exact;
   CHECK(greedy(*model, exact, prompt, 8) == want);
-  const std::vector<int32_t> got = greedy(*model, ForwardOptions{}, prompt, 8);
+  const std::vector<int32_t> got = greedy(*model, model::ForwardOptions{}, prompt, 8);
   const std::string text = tok.decode(got);
   INFO("generated \"" << text << "\"");
   CHECK(text.find(" Paris") != std::string::npos);
@@ -82,8 +82,8 @@ TEST_CASE("greedy 'The capital of France is' continues with Paris, as the refere
 TEST_CASE("the fast and the exact decode paths agree within the 8-bit activation bound",
           "[model][realmodel]") {
   KVZIP_REAL_MODEL_OR_SKIP(model);
-  ForwardOptions q_opt, f_opt;
-  f_opt.matmul = MatmulPath::Exact;
+  model::ForwardOptions q_opt, f_opt;
+  f_opt.matmul = kernels::MatmulPath::Exact;
   const char* prompts[] = {"The capital of France is", "def fibonacci(n):",
                            "Once upon a time, in a small village,"};
   for (const char* text : prompts) {
@@ -96,10 +96,10 @@ TEST_CASE("the fast and the exact decode paths agree within the 8-bit activation
     CHECK(same >= 3);
   }
 
-  Forward fq(model->weights(), q_opt), ff(model->weights(), f_opt);
-  REQUIRE(fq.matmul_path() == MatmulPath::Fast);
+  model::Forward fq(model->weights(), q_opt), ff(model->weights(), f_opt);
+  REQUIRE(fq.matmul_path() == kernels::MatmulPath::Fast);
   const std::vector<int32_t> ids = model->tokenizer().encode("Water boils at 100 degrees", false);
-  KvCache cq(model->config(), 64), cf(model->config(), 64);
+  model::KvCache cq(model->config(), 64), cf(model->config(), 64);
   double worst = 0.0;
   for (int32_t id : ids) {
     const std::vector<float> lq = fq.decode(cq, id), lf = ff.decode(cf, id);

@@ -36,17 +36,17 @@ ModelConfig long_config() {
   return c;
 }
 
-RaggedKvCache empty_ragged(const ModelConfig& cfg) {
-  const CacheShape s = cache_shape(cfg);
-  return RaggedKvCache(s, 0, std::vector<uint32_t>(size_t(s.n_layers) * s.n_kv_heads, 0), 16);
+model::RaggedKvCache empty_ragged(const ModelConfig& cfg) {
+  const model::CacheShape s = model::cache_shape(cfg);
+  return model::RaggedKvCache(s, 0, std::vector<uint32_t>(size_t(s.n_layers) * s.n_kv_heads, 0), 16);
 }
 
 // Candidate rows (positions >= first) of every head.
-uint32_t max_candidates(const RaggedKvCache& c, uint32_t first) {
+uint32_t max_candidates(const model::RaggedKvCache& c, uint32_t first) {
   uint32_t most = 0;
   for (uint32_t l = 0; l < c.shape().n_layers; ++l)
     for (uint32_t h = 0; h < c.shape().n_kv_heads; ++h) {
-      const KvHeadView v = c.view(l, h);
+      const model::KvHeadView v = c.view(l, h);
       const uint32_t n = static_cast<uint32_t>(
           v.positions + v.len - std::lower_bound(v.positions, v.positions + v.len, first));
       most = std::max(most, n);
@@ -64,13 +64,13 @@ TEST_CASE("R-KV scores equal λ·importance − (1−λ)·redundancy over all ca
   for (uint64_t seed : {1u, 2u, 3u}) {
     const std::vector<float> keys = keys_with_repeats(N, D, seed);
     const std::vector<float> q = test::random_vector(size_t(A) * G * D, seed + 100, -2.0f, 2.0f);
-    RkvParams p;
+    model::RkvParams p;
     p.budget = 40;
-    const RkvHeadInput in{keys.data(), N, q.data(), A, G, D, 1.0f / 4.0f};
+    const model::RkvHeadInput in{keys.data(), N, q.data(), A, G, D, 1.0f / 4.0f};
     const uint32_t M = N - p.window;
     const std::vector<double> I = test::rkv_importance(q.data(), A, G * D, G, D, 0.25, keys.data(), M, 7);
     const std::vector<double> R = test::rkv_redundancy(keys.data(), N, D, p.threshold);
-    const std::vector<float> z = rkv_scores(in, p);
+    const std::vector<float> z = model::rkv_scores(in, p);
     REQUIRE(z.size() == M);
     for (uint32_t j = 0; j < M; ++j)
       REQUIRE(z[j] == Approx(0.1 * I[j] - 0.9 * R[j]).epsilon(1e-4).margin(1e-7));
@@ -78,23 +78,23 @@ TEST_CASE("R-KV scores equal λ·importance − (1−λ)·redundancy over all ca
 }
 
 TEST_CASE("the keep list is the budget minus window best scores plus the window", "[model][rkv]") {
-  RkvParams p;
+  model::RkvParams p;
   p.budget = 5;
   p.window = 2;
   const std::vector<float> z = {0.3f, 0.9f, 0.1f, 0.9f, 0.5f, 0.0f};  // N = 8, scored rows 0..5
-  CHECK(rkv_keep(z, 8, p) == std::vector<uint32_t>{1, 3, 4, 6, 7});
+  CHECK(model::rkv_keep(z, 8, p) == std::vector<uint32_t>{1, 3, 4, 6, 7});
   p.budget = 4;  // tie between rows 1 and 3 goes to the more recent row
-  CHECK(rkv_keep(z, 8, p) == std::vector<uint32_t>{1, 3, 6, 7});
+  CHECK(model::rkv_keep(z, 8, p) == std::vector<uint32_t>{1, 3, 6, 7});
 }
 
 TEST_CASE("R-KV parameters out of range are refused with invalid_argument", "[model][rkv]") {
-  auto refused = [](RkvParams p) {
+  auto refused = [](model::RkvParams p) {
     return test::throws_code([&] { validate(p); }, Errc::invalid_argument);
   };
-  RkvParams ok;
+  model::RkvParams ok;
   ok.budget = 9;
   CHECK_NOTHROW(validate(ok));
-  RkvParams p = ok;
+  model::RkvParams p = ok;
   p.budget = 8;  // < window + 1
   CHECK(refused(p));
   p = ok, p.buffer = 0;
@@ -109,13 +109,13 @@ TEST_CASE("R-KV parameters out of range are refused with invalid_argument", "[mo
 
 TEST_CASE("retain compacts one head in place and reset still restores the base",
           "[model][rkv][ragged]") {
-  const CacheShape s{1, 2, 2};
-  KvCache dense(s);
+  const model::CacheShape s{1, 2, 2};
+  model::KvCache dense(s);
   dense.reserve_append(3);
   const std::vector<float> base = {0, 0, 10, 10, 1, 1, 11, 11, 2, 2, 12, 12};  // (T=3, H=2, D=2)
   dense.append(0, base.data(), base.data(), 3);
   dense.commit_append(3);
-  RaggedKvCache c = RaggedKvCache::from_dense(dense, {{0, 1, 2}, {0, 2}}, 2);
+  model::RaggedKvCache c = model::RaggedKvCache::from_dense(dense, {{0, 1, 2}, {0, 2}}, 2);
   for (int step = 0; step < 4; ++step) {  // positions 3..6, values 100 + position
     c.reserve_append(1);
     const float x = 100.0f + 3 + step;
@@ -125,7 +125,7 @@ TEST_CASE("retain compacts one head in place and reset still restores the base",
   }
   const std::vector<uint32_t> keep = {0, 1, 2, 4, 6};  // head 0: base rows + positions 4, 6
   c.retain(0, 0, keep);
-  KvHeadView v = c.view(0, 0);
+  model::KvHeadView v = c.view(0, 0);
   REQUIRE(v.len == 5);
   CHECK(std::vector<uint32_t>(v.positions, v.positions + 5) == std::vector<uint32_t>{0, 1, 2, 4, 6});
   CHECK(v.k[3 * 2] == 104.0f);
@@ -149,22 +149,22 @@ TEST_CASE("retain compacts one head in place and reset still restores the base",
 TEST_CASE("a 2,100-token R-KV generation never holds more than budget + buffer candidates",
           "[model][rkv]") {
   const ModelConfig cfg = long_config();
-  const Weights w = test::random_weights(cfg, 21);
-  Forward fwd(w, ForwardOptions{.threads = 1});
+  const model::Weights w = test::random_weights(cfg, 21);
+  model::Forward fwd(w, model::ForwardOptions{.threads = 1});
   // R-KV over 2,100 tokens; the streaming baseline (same schedule) over a shorter run.
   for (const auto& [streaming, n] : {std::pair{false, 2100u}, std::pair{true, 300u}}) {
-    RaggedKvCache cache = empty_ragged(cfg);
-    GenerateParams gp;
+    model::RaggedKvCache cache = empty_ragged(cfg);
+    model::GenerateParams gp;
     gp.max_tokens = n;
     gp.sampling.temperature = 1.0f;  // sampled, so the text does not settle into one loop
     gp.sampling.seed = 5;
-    gp.rkv = RkvParams{};
+    gp.rkv = model::RkvParams{};
     gp.rkv->budget = 48;
     gp.rkv->buffer = 16;
     gp.rkv->streaming = streaming;
     const uint32_t first = static_cast<uint32_t>(kPrompt.size());
     uint32_t most = 0;
-    const GenerateResult r = generate(fwd, cache, kPrompt, gp, [&](int32_t) {
+    const model::GenerateResult r = generate(fwd, cache, kPrompt, gp, [&](int32_t) {
       const uint32_t n = max_candidates(cache, first);
       most = std::max(most, n);
       REQUIRE(n < 48 + 16);
@@ -181,7 +181,7 @@ TEST_CASE("a 2,100-token R-KV generation never holds more than budget + buffer c
     CHECK(r.compressions == (last - 64) / 16 + 1);
     CHECK(r.evicted == uint64_t(cfg.n_layers) * cfg.n_kv_heads * (last - 48));
     if (streaming) {  // sink (first 4 generated rows) plus the most recent rows
-      const KvHeadView v = cache.view(1, 1);
+      const model::KvHeadView v = cache.view(1, 1);
       for (uint32_t j = 0; j < 4; ++j) CHECK(v.positions[first + j] == first + j);
       CHECK(v.positions[v.len - 1] == cache.logical_length() - 1);
       CHECK(v.positions[first + 4] == cache.logical_length() - (v.len - first - 4));
@@ -192,27 +192,27 @@ TEST_CASE("a 2,100-token R-KV generation never holds more than budget + buffer c
 TEST_CASE("with a budget above the generated length R-KV output equals plain generation",
           "[model][rkv]") {
   const ModelConfig cfg = long_config();
-  const Weights w = test::random_weights(cfg, 22);
-  Forward fwd(w, ForwardOptions{.threads = 1});
-  GenerateParams gp;
+  const model::Weights w = test::random_weights(cfg, 22);
+  model::Forward fwd(w, model::ForwardOptions{.threads = 1});
+  model::GenerateParams gp;
   gp.max_tokens = 200;
-  KvCache plain_cache(cfg);
-  const GenerateResult plain = generate(fwd, plain_cache, kPrompt, gp);
-  gp.rkv = RkvParams{};
+  model::KvCache plain_cache(cfg);
+  const model::GenerateResult plain = generate(fwd, plain_cache, kPrompt, gp);
+  gp.rkv = model::RkvParams{};
   gp.rkv->budget = 200;
   gp.rkv->buffer = 8;
-  KvCache dense(cfg);  // dense: generation runs on a ragged copy, the dense cache stays empty
-  const GenerateResult a = generate(fwd, dense, kPrompt, gp);
+  model::KvCache dense(cfg);  // dense: generation runs on a ragged copy, the dense cache stays empty
+  const model::GenerateResult a = generate(fwd, dense, kPrompt, gp);
   CHECK(a.tokens == plain.tokens);
   CHECK(a.evicted == 0);
   CHECK(dense.logical_length() == 0);
-  RaggedKvCache ragged = empty_ragged(cfg);
-  const GenerateResult b = generate(fwd, ragged, kPrompt, gp);
+  model::RaggedKvCache ragged = empty_ragged(cfg);
+  const model::GenerateResult b = generate(fwd, ragged, kPrompt, gp);
   CHECK(b.tokens == plain.tokens);
   // A small budget does change the cache, so the comparison above is not vacuous.
   gp.rkv->budget = 20;
-  RaggedKvCache small = empty_ragged(cfg);
-  const GenerateResult c = generate(fwd, small, kPrompt, gp);
+  model::RaggedKvCache small = empty_ragged(cfg);
+  const model::GenerateResult c = generate(fwd, small, kPrompt, gp);
   CHECK(c.evicted > 0);
   CHECK(max_candidates(small, uint32_t(kPrompt.size())) <= 20 + 8);
 }
@@ -220,19 +220,19 @@ TEST_CASE("with a budget above the generated length R-KV output equals plain gen
 TEST_CASE("with document candidates R-KV bounds the prompt rows too but never the pinned ones",
           "[model][rkv]") {
   const ModelConfig cfg = long_config();
-  const Weights w = test::random_weights(cfg, 23);
-  Forward fwd(w, ForwardOptions{.threads = 1});
+  const model::Weights w = test::random_weights(cfg, 23);
+  model::Forward fwd(w, model::ForwardOptions{.threads = 1});
   std::vector<int32_t> prompt;
   for (int i = 0; i < 150; ++i) prompt.push_back((i * 37 + 11) % int(cfg.vocab_size));
-  GenerateParams gp;
+  model::GenerateParams gp;
   gp.max_tokens = 60;
-  gp.rkv = RkvParams{};
+  gp.rkv = model::RkvParams{};
   gp.rkv->budget = 32;
   gp.rkv->buffer = 16;
   gp.rkv->doc_candidates = true;
   gp.rkv->pinned = 5;
-  RaggedKvCache cache = empty_ragged(cfg);
-  const GenerateResult r = generate(fwd, cache, prompt, gp, [&](int32_t) {
+  model::RaggedKvCache cache = empty_ragged(cfg);
+  const model::GenerateResult r = generate(fwd, cache, prompt, gp, [&](int32_t) {
     REQUIRE(max_candidates(cache, 5) <= 32 + 16);
     for (uint32_t l = 0; l < cfg.n_layers; ++l)
       for (uint32_t h = 0; h < cfg.n_kv_heads; ++h)

@@ -35,7 +35,7 @@ std::vector<float> divisors(const RopeScaling& s, float base, uint32_t D) {
 }
 
 void check_same_freqs(const RopeScaling& a, const RopeScaling& b, float base, uint32_t D) {
-  const std::vector<float> x = rope_inv_freq(D, base, a), y = rope_inv_freq(D, base, b);
+  const std::vector<float> x = kernels::rope_inv_freq(D, base, a), y = kernels::rope_inv_freq(D, base, b);
   for (size_t i = 0; i < x.size(); ++i) CHECK(std::abs(x[i] - y[i]) <= 1e-6f * x[i]);
 }
 
@@ -55,7 +55,7 @@ TEST_CASE("rope_freqs: released Llama 3.x scalings are recovered exactly", "[mod
   };
   for (const Case& c : cases) {
     INFO("D " << c.D << " factor " << c.s.factor);
-    const auto got = detail::scaling_from_rope_freqs(divisors(c.s, c.base, c.D), c.base, c.D);
+    const auto got = model::detail::scaling_from_rope_freqs(divisors(c.s, c.base, c.D), c.base, c.D);
     REQUIRE(got);
     CHECK(got->kind == RopeScalingKind::Llama3);
     CHECK(got->factor == c.s.factor);
@@ -68,7 +68,7 @@ TEST_CASE("rope_freqs: released Llama 3.x scalings are recovered exactly", "[mod
 
 TEST_CASE("rope_freqs: other parameterisations come back as an equivalent scaling", "[model][gguf]") {
   const RopeScaling s{RopeScalingKind::Llama3, 8.0f, 2.0f, 8.0f, 8192};
-  const auto got = detail::scaling_from_rope_freqs(divisors(s, 500000.0f, 128), 500000.0f, 128);
+  const auto got = model::detail::scaling_from_rope_freqs(divisors(s, 500000.0f, 128), 500000.0f, 128);
   REQUIRE(got);
   CHECK(got->original_context == 4096);  // 8192 / low_freq_factor, with low normalised to 1
   CHECK(got->high_freq_factor == 4.0f);
@@ -76,22 +76,22 @@ TEST_CASE("rope_freqs: other parameterisations come back as an equivalent scalin
 }
 
 TEST_CASE("rope_freqs: no scaling, linear scaling and impossible divisors", "[model][gguf]") {
-  const auto none = detail::scaling_from_rope_freqs(std::vector<float>(64, 1.0f), 500000.0f, 128);
+  const auto none = model::detail::scaling_from_rope_freqs(std::vector<float>(64, 1.0f), 500000.0f, 128);
   REQUIRE(none);
   CHECK(none->kind == RopeScalingKind::None);
-  const auto linear = detail::scaling_from_rope_freqs(std::vector<float>(64, 2.5f), 500000.0f, 128);
+  const auto linear = model::detail::scaling_from_rope_freqs(std::vector<float>(64, 2.5f), 500000.0f, 128);
   REQUIRE(linear);
   CHECK(linear->kind == RopeScalingKind::Linear);
   CHECK(linear->factor == 2.5f);
   std::vector<float> d = divisors({RopeScalingKind::Llama3, 8.0f, 1.0f, 4.0f, 8192}, 500000.0f, 128);
   std::vector<float> bumped = d;
   bumped[31] *= 1.01f;  // a band pair off the line
-  CHECK_FALSE(detail::scaling_from_rope_freqs(bumped, 500000.0f, 128));
+  CHECK_FALSE(model::detail::scaling_from_rope_freqs(bumped, 500000.0f, 128));
   std::vector<float> rising(64);
   for (size_t i = 0; i < rising.size(); ++i) rising[i] = 1.0f + float(i % 3);  // not monotone
-  CHECK_FALSE(detail::scaling_from_rope_freqs(rising, 500000.0f, 128));
-  CHECK_FALSE(detail::scaling_from_rope_freqs(std::vector<float>(63, 1.0f), 500000.0f, 128));  // wrong count
-  CHECK_FALSE(detail::scaling_from_rope_freqs(std::vector<float>(64, -1.0f), 500000.0f, 128));
+  CHECK_FALSE(model::detail::scaling_from_rope_freqs(rising, 500000.0f, 128));
+  CHECK_FALSE(model::detail::scaling_from_rope_freqs(std::vector<float>(63, 1.0f), 500000.0f, 128));  // wrong count
+  CHECK_FALSE(model::detail::scaling_from_rope_freqs(std::vector<float>(64, -1.0f), 500000.0f, 128));
 }
 
 TEST_CASE("rope_freqs: a GGUF with only rope_freqs.weight reads as llama3; other divisors apply as they are; bad tensors are refused",
@@ -107,14 +107,14 @@ TEST_CASE("rope_freqs: a GGUF with only rope_freqs.weight reads as llama3; other
     return m.writer.build().bytes;
   };
   const std::vector<float> good = divisors(want, spec.config.rope_base, spec.config.head_dim);
-  const ModelConfig c = config_from_gguf(test::open_bytes(with_freqs(good)));
+  const ModelConfig c = model::config_from_gguf(test::open_bytes(with_freqs(good)));
   CHECK(c.rope_scaling.kind == RopeScalingKind::Llama3);
   CHECK(c.rope_scaling.factor == 4.0f);
   CHECK(c.rope_scaling.high_freq_factor == 16.0f);
   CHECK(c.rope_scaling.original_context == 500);
   auto error = [&](const std::vector<uint8_t>& bytes) -> std::pair<Errc, std::string> {
     try {
-      config_from_gguf(test::open_bytes(bytes));
+      model::config_from_gguf(test::open_bytes(bytes));
     } catch (const Error& e) {
       return {e.code(), e.what()};
     }
@@ -123,7 +123,7 @@ TEST_CASE("rope_freqs: a GGUF with only rope_freqs.weight reads as llama3; other
   };
   std::vector<float> bad = good;
   bad[2] *= 1.05f;  // no llama3 rule gives this: the divisors are kept and applied as they are
-  const ModelConfig raw = config_from_gguf(test::open_bytes(with_freqs(bad)));
+  const ModelConfig raw = model::config_from_gguf(test::open_bytes(with_freqs(bad)));
   CHECK(raw.rope_scaling.kind == RopeScalingKind::None);
   CHECK(raw.rope_scaling.freq_factors == bad);
   std::vector<float> negative = good;

@@ -35,7 +35,7 @@ std::vector<uint8_t> with_header(const std::string& json, size_t data_bytes = 0)
 // The Errc and message of parsing `bytes`; fails the test when it parses.
 std::pair<Errc, std::string> error_of(std::vector<uint8_t> bytes) {
   try {
-    safetensors::File::from_bytes(std::move(bytes), "t.safetensors");
+    model::safetensors::File::from_bytes(std::move(bytes), "t.safetensors");
   } catch (const Error& e) {
     return {e.code(), e.what()};
   }
@@ -47,26 +47,26 @@ std::pair<Errc, std::string> error_of(std::vector<uint8_t> bytes) {
 
 TEST_CASE("safetensors: a valid image reads back in name order with its bytes", "[model][hf]") {
   std::vector<uint8_t> bf16 = {0x80, 0x3f, 0x00, 0x40};  // 1.0, 2.0
-  auto f = safetensors::File::from_bytes(
+  auto f = model::safetensors::File::from_bytes(
       build_safetensors({{"w", "F32", {2, 2}, floats({1, 2, 3, 4})}, {"b", "BF16", {2}, bf16},
                          {"empty", "F16", {0, 3}, {}}}));
   REQUIRE(f.tensors().size() == 3);
   CHECK(f.tensors()[0].name == "b");  // sorted by name
-  const safetensors::TensorInfo* w = f.find("w");
+  const model::safetensors::TensorInfo* w = f.find("w");
   REQUIRE(w);
-  CHECK(w->dtype == safetensors::Dtype::F32);
+  CHECK(w->dtype == model::safetensors::Dtype::F32);
   CHECK(w->shape == std::vector<uint64_t>{2, 2});
   CHECK(w->shape_string() == "[2, 2]");
   float got[4];
   std::memcpy(got, w->data, 16);
   CHECK(got[3] == 4.0f);
   CHECK(w->offset % 8 == 0);
-  CHECK(safetensors::ggml_type(f.find("b")->dtype) == quant::GgmlType::BF16);
+  CHECK(model::safetensors::ggml_type(f.find("b")->dtype) == kernels::quant::GgmlType::BF16);
   CHECK(f.find("empty")->nbytes == 0);
   CHECK(f.find("nope") == nullptr);
   REQUIRE(f.metadata().size() == 1);
   CHECK(f.metadata()[0].first == "format");
-  CHECK_FALSE(safetensors::ggml_type(safetensors::Dtype::I64).has_value());
+  CHECK_FALSE(model::safetensors::ggml_type(model::safetensors::Dtype::I64).has_value());
 }
 
 TEST_CASE("safetensors: truncated files are Errc::truncated", "[model][hf]") {
@@ -116,7 +116,7 @@ TEST_CASE("safetensors: corrupt headers are refused naming what is wrong", "[mod
 
 TEST_CASE("safetensors: a missing file is Errc::not_found", "[model][hf]") {
   try {
-    safetensors::File::open("/nonexistent/x.safetensors");
+    model::safetensors::File::open("/nonexistent/x.safetensors");
     FAIL("opened");
   } catch (const Error& e) {
     CHECK(e.code() == Errc::not_found);

@@ -14,20 +14,20 @@ const std::vector<float> kLogits = {1.0f, 3.0f, 0.5f, 2.0f, -1.0f};  // order: 1
 }
 
 TEST_CASE("greedy, top-k = 1 and temperature 0 all pick the argmax", "[model][sampling]") {
-  CHECK(argmax(kLogits) == 1);
-  CHECK(Sampler(SamplingParams{0.0f, 0, 1.0f, 1}).sample(kLogits) == 1);
-  CHECK(Sampler(SamplingParams{1.5f, 1, 1.0f, 2}).sample(kLogits) == 1);
+  CHECK(model::argmax(kLogits) == 1);
+  CHECK(model::Sampler(model::SamplingParams{0.0f, 0, 1.0f, 1}).sample(kLogits) == 1);
+  CHECK(model::Sampler(model::SamplingParams{1.5f, 1, 1.0f, 2}).sample(kLogits) == 1);
   for (uint64_t seed = 0; seed < 20; ++seed)
-    CHECK(Sampler(SamplingParams{0.8f, 1, 0.9f, seed}).sample(kLogits) == 1);
+    CHECK(model::Sampler(model::SamplingParams{0.8f, 1, 0.9f, seed}).sample(kLogits) == 1);
 }
 
 TEST_CASE("argmax takes the first of equal maxima", "[model][sampling]") {
   std::vector<float> tie = {0.0f, 2.0f, 2.0f};
-  CHECK(argmax(tie) == 1);
+  CHECK(model::argmax(tie) == 1);
 }
 
 TEST_CASE("top-k keeps the k largest logits with renormalised probabilities", "[model][sampling]") {
-  auto c = sampling_candidates(kLogits, SamplingParams{1.0f, 3, 1.0f, 0});
+  auto c = model::sampling_candidates(kLogits, model::SamplingParams{1.0f, 3, 1.0f, 0});
   REQUIRE(c.size() == 3);
   CHECK(c[0].token == 1);
   CHECK(c[1].token == 3);
@@ -39,20 +39,20 @@ TEST_CASE("top-k keeps the k largest logits with renormalised probabilities", "[
 
 TEST_CASE("top-p keeps the smallest prefix whose mass reaches p", "[model][sampling]") {
   // Softmax of kLogits: p1 ≈ 0.624, p3 ≈ 0.229, p0 ≈ 0.084, p2 ≈ 0.051, p4 ≈ 0.011.
-  auto c = sampling_candidates(kLogits, SamplingParams{1.0f, 0, 0.8f, 0});
+  auto c = model::sampling_candidates(kLogits, model::SamplingParams{1.0f, 0, 0.8f, 0});
   REQUIRE(c.size() == 2);  // 0.624 < 0.8 <= 0.853
   CHECK(c[0].token == 1);
   CHECK(c[1].token == 3);
   CHECK(c[0].prob + c[1].prob == Approx(1.0));
-  auto c2 = sampling_candidates(kLogits, SamplingParams{1.0f, 0, 0.86f, 0});  // 0.853 < 0.86 <= 0.937
+  auto c2 = model::sampling_candidates(kLogits, model::SamplingParams{1.0f, 0, 0.86f, 0});  // 0.853 < 0.86 <= 0.937
   CHECK(c2.size() == 3);
-  auto c3 = sampling_candidates(kLogits, SamplingParams{1.0f, 0, 0.5f, 0});
+  auto c3 = model::sampling_candidates(kLogits, model::SamplingParams{1.0f, 0, 0.5f, 0});
   CHECK(c3.size() == 1);
 }
 
 TEST_CASE("temperature sharpens or flattens the distribution", "[model][sampling]") {
-  auto cold = sampling_candidates(kLogits, SamplingParams{0.5f, 0, 1.0f, 0});
-  auto hot = sampling_candidates(kLogits, SamplingParams{2.0f, 0, 1.0f, 0});
+  auto cold = model::sampling_candidates(kLogits, model::SamplingParams{0.5f, 0, 1.0f, 0});
+  auto hot = model::sampling_candidates(kLogits, model::SamplingParams{2.0f, 0, 1.0f, 0});
   CHECK(cold[0].prob > 0.8);
   CHECK(hot[0].prob < 0.5);
   CHECK(cold[0].prob == Approx(std::exp(6.0) / (std::exp(2.0) + std::exp(6.0) + std::exp(1.0) +
@@ -60,8 +60,8 @@ TEST_CASE("temperature sharpens or flattens the distribution", "[model][sampling
 }
 
 TEST_CASE("the same seed gives the same draws, another seed different ones", "[model][sampling]") {
-  SamplingParams p{1.0f, 0, 1.0f, 42};
-  Sampler a(p), b(p), c(SamplingParams{1.0f, 0, 1.0f, 43});
+  model::SamplingParams p{1.0f, 0, 1.0f, 42};
+  model::Sampler a(p), b(p), c(model::SamplingParams{1.0f, 0, 1.0f, 43});
   std::vector<int32_t> da, db, dc;
   for (int i = 0; i < 200; ++i) {
     da.push_back(a.sample(kLogits));
@@ -73,8 +73,8 @@ TEST_CASE("the same seed gives the same draws, another seed different ones", "[m
 }
 
 TEST_CASE("draw frequencies follow the softmax probabilities", "[model][sampling]") {
-  Sampler s(SamplingParams{1.0f, 0, 1.0f, 7});
-  auto want = sampling_candidates(kLogits, s.params());
+  model::Sampler s(model::SamplingParams{1.0f, 0, 1.0f, 7});
+  auto want = model::sampling_candidates(kLogits, s.params());
   std::vector<int> count(kLogits.size(), 0);
   const int n = 20000;
   for (int i = 0; i < n; ++i) count[s.sample(kLogits)]++;
@@ -87,7 +87,7 @@ TEST_CASE("draw frequencies follow the softmax probabilities", "[model][sampling
 }
 
 TEST_CASE("top-p sampling never draws outside the nucleus", "[model][sampling]") {
-  Sampler s(SamplingParams{1.0f, 0, 0.8f, 9});
+  model::Sampler s(model::SamplingParams{1.0f, 0, 0.8f, 9});
   for (int i = 0; i < 2000; ++i) {
     int32_t t = s.sample(kLogits);
     REQUIRE((t == 1 || t == 3));
@@ -95,9 +95,9 @@ TEST_CASE("top-p sampling never draws outside the nucleus", "[model][sampling]")
 }
 
 TEST_CASE("sampling rejects bad parameters and NaN logits", "[model][sampling]") {
-  CHECK_THROWS_AS(Sampler(SamplingParams{1.0f, 0, 0.0f, 0}), Error);
-  CHECK_THROWS_AS(Sampler(SamplingParams{1.0f, 0, 1.5f, 0}), Error);
+  CHECK_THROWS_AS(model::Sampler(model::SamplingParams{1.0f, 0, 0.0f, 0}), Error);
+  CHECK_THROWS_AS(model::Sampler(model::SamplingParams{1.0f, 0, 1.5f, 0}), Error);
   std::vector<float> nan = {0.0f, NAN};
-  CHECK_THROWS_AS(argmax(nan), Error);
-  CHECK_THROWS_AS(argmax(std::vector<float>{}), Error);
+  CHECK_THROWS_AS(model::argmax(nan), Error);
+  CHECK_THROWS_AS(model::argmax(std::vector<float>{}), Error);
 }

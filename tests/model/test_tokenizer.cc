@@ -14,22 +14,22 @@
 #include "tests/support/thrown.h"
 
 using kvzip::Errc;
-using kvzip::Tokenizer;
-using kvzip::TokenizerData;
-using kvzip::detail::byte_level_encode;
+using kvzip::model::Tokenizer;
+using kvzip::model::TokenizerData;
+using kvzip::model::detail::byte_level_encode;
 
 namespace {
 
 // Vocabulary: 3 control tokens, the 256 byte tokens, then every merge result; `merges` are written
 // in raw text with one space between the parts ("h e"), and converted to the byte-level alphabet.
-TokenizerData tiny(const std::vector<std::string>& raw_merges, const std::string& pre = "gpt2") {
-  TokenizerData d;
+kvzip::model::TokenizerData tiny(const std::vector<std::string>& raw_merges, const std::string& pre = "gpt2") {
+  kvzip::model::TokenizerData d;
   d.model = "gpt2";
   d.pre = pre;
   d.tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
   d.token_types = {3, 3, 3};
   for (int b = 0; b < 256; ++b) {
-    d.tokens.push_back(kvzip::detail::byte_to_unicode(static_cast<uint8_t>(b)));
+    d.tokens.push_back(kvzip::model::detail::byte_to_unicode(static_cast<uint8_t>(b)));
     d.token_types.push_back(1);
   }
   for (const std::string& m : raw_merges) {
@@ -43,16 +43,16 @@ TokenizerData tiny(const std::vector<std::string>& raw_merges, const std::string
   return d;
 }
 
-int32_t id_of(const Tokenizer& t, const std::string& raw) { return t.token_id(byte_level_encode(raw)); }
+int32_t id_of(const kvzip::model::Tokenizer& t, const std::string& raw) { return t.token_id(byte_level_encode(raw)); }
 
-std::vector<int32_t> ids_of(const Tokenizer& t, const std::vector<std::string>& raws) {
+std::vector<int32_t> ids_of(const kvzip::model::Tokenizer& t, const std::vector<std::string>& raws) {
   std::vector<int32_t> out;
   for (const std::string& r : raws) out.push_back(id_of(t, r));
   return out;
 }
 
 std::vector<std::string> pieces(const std::string& pre, const std::string& text) {
-  kvzip::detail::PreTokenizer p(pre);
+  kvzip::model::detail::PreTokenizer p(pre);
   std::vector<std::string_view> v;
   p.split(text, v);
   return {v.begin(), v.end()};
@@ -63,27 +63,27 @@ using Strings = std::vector<std::string>;
 }  // namespace
 
 TEST_CASE("BPE merges the lowest-ranked pair first", "[model][tokenizer]") {
-  Tokenizer t(tiny({"b c", "a b"}));
+  kvzip::model::Tokenizer t(tiny({"b c", "a b"}));
   CHECK(t.encode("abc", false) == ids_of(t, {"a", "bc"}));
-  Tokenizer u(tiny({"a b", "b c"}));
+  kvzip::model::Tokenizer u(tiny({"a b", "b c"}));
   CHECK(u.encode("abc", false) == ids_of(u, {"ab", "c"}));
 }
 
 TEST_CASE("BPE breaks rank ties by taking the leftmost pair", "[model][tokenizer]") {
-  Tokenizer t(tiny({"a a"}));
+  kvzip::model::Tokenizer t(tiny({"a a"}));
   CHECK(t.encode("aaa", false) == ids_of(t, {"aa", "a"}));
   CHECK(t.encode("aaaaa", false) == ids_of(t, {"aa", "aa", "a"}));
 }
 
 TEST_CASE("BPE chains merges and re-examines neighbours after each merge", "[model][tokenizer]") {
-  Tokenizer t(tiny({"l o", "lo w", "e r", "low er", "b c", "a b", "c d"}));
+  kvzip::model::Tokenizer t(tiny({"l o", "lo w", "e r", "low er", "b c", "a b", "c d"}));
   CHECK(t.encode("lower", false) == ids_of(t, {"lower"}));
   // b+c merges first, after which neither a+bc nor bc+d is a merge.
   CHECK(t.encode("abcd", false) == ids_of(t, {"a", "bc", "d"}));
 }
 
 TEST_CASE("bytes without merges encode as byte tokens and decode back", "[model][tokenizer]") {
-  Tokenizer t(tiny({}));
+  kvzip::model::Tokenizer t(tiny({}));
   std::string text = "Hi \xC3\xA9\t!";
   std::vector<int32_t> ids = t.encode(text, false);
   REQUIRE(ids.size() == text.size());
@@ -93,16 +93,16 @@ TEST_CASE("bytes without merges encode as byte tokens and decode back", "[model]
 }
 
 TEST_CASE("a byte without a token is dropped before merging, as Hugging Face does", "[model][tokenizer]") {
-  TokenizerData d = tiny({"! !"});
+  kvzip::model::TokenizerData d = tiny({"! !"});
   d.tokens[3 + 0x04] = "unused-slot";  // the vocabulary has no token for byte 0x04
-  Tokenizer t(std::move(d));
+  kvzip::model::Tokenizer t(std::move(d));
   CHECK(t.encode("!\x04!", false) == ids_of(t, {"!!"}));
   CHECK(t.encode("\x04", false).empty());
   CHECK(t.encode("a\x04", false) == ids_of(t, {"a"}));
 }
 
 TEST_CASE("control tokens are split out only when parse_special is set", "[model][tokenizer]") {
-  Tokenizer t(tiny({}));
+  kvzip::model::Tokenizer t(tiny({}));
   std::vector<int32_t> parsed = t.encode("x<|im_end|>y", true);
   CHECK(parsed == std::vector<int32_t>{id_of(t, "x"), 2, id_of(t, "y")});
   std::vector<int32_t> plain = t.encode("x<|im_end|>y", false);
@@ -113,22 +113,22 @@ TEST_CASE("control tokens are split out only when parse_special is set", "[model
 }
 
 TEST_CASE("added tokens match leftmost first, then longest", "[model][tokenizer]") {
-  TokenizerData d = tiny({});
+  kvzip::model::TokenizerData d = tiny({});
   d.tokens.insert(d.tokens.end(), {"<a>", "<a><b>", "xy", "yz"});
   d.token_types.insert(d.token_types.end(), {3, 3, 3, 3});
   auto n = static_cast<int32_t>(d.tokens.size());
-  Tokenizer t(std::move(d));
+  kvzip::model::Tokenizer t(std::move(d));
   CHECK(t.encode("<a><b>", true) == std::vector<int32_t>{n - 3});
   CHECK(t.encode("<a><c>", true) == std::vector<int32_t>{n - 4, id_of(t, "<"), id_of(t, "c"), id_of(t, ">")});
   CHECK(t.encode("xyz", true) == std::vector<int32_t>{n - 2, id_of(t, "z")});
 }
 
 TEST_CASE("user-defined tokens are split out even without parse_special", "[model][tokenizer]") {
-  TokenizerData d = tiny({});
+  kvzip::model::TokenizerData d = tiny({});
   d.tokens.push_back("<tool>");
   d.token_types.push_back(4);
   auto id = static_cast<int32_t>(d.tokens.size() - 1);
-  Tokenizer t(std::move(d));
+  kvzip::model::Tokenizer t(std::move(d));
   CHECK(t.encode("a<tool>", false) == std::vector<int32_t>{id_of(t, "a"), id});
   CHECK(t.is_special(id));
   CHECK(t.is_special(2));
@@ -136,8 +136,8 @@ TEST_CASE("user-defined tokens are split out even without parse_special", "[mode
 }
 
 TEST_CASE("smollm isolates every digit before the GPT-2 split", "[model][tokenizer]") {
-  Tokenizer gpt2(tiny({"1 2"}, "gpt2"));
-  Tokenizer smollm(tiny({"1 2"}, "smollm"));
+  kvzip::model::Tokenizer gpt2(tiny({"1 2"}, "gpt2"));
+  kvzip::model::Tokenizer smollm(tiny({"1 2"}, "smollm"));
   CHECK(gpt2.encode("123", false) == ids_of(gpt2, {"12", "3"}));
   CHECK(smollm.encode("123", false) == ids_of(smollm, {"1", "2", "3"}));
   CHECK(pieces("smollm", "a 123") == Strings{"a", " ", "1", "2", "3"});
@@ -169,19 +169,19 @@ TEST_CASE("llama-bpe groups digits by three and keeps newlines with punctuation"
 }
 
 TEST_CASE("llama-bpe takes a word that is in the vocabulary whole (ignore_merges)", "[model][tokenizer]") {
-  TokenizerData d = tiny({"h e"}, "llama-bpe");
+  kvzip::model::TokenizerData d = tiny({"h e"}, "llama-bpe");
   d.tokens.push_back("hello");
   d.token_types.push_back(1);
   auto hello = static_cast<int32_t>(d.tokens.size() - 1);
-  TokenizerData g = d;
+  kvzip::model::TokenizerData g = d;
   g.pre = "gpt2";
-  CHECK(Tokenizer(std::move(d)).encode("hello", false) == std::vector<int32_t>{hello});
-  Tokenizer gpt2(std::move(g));
+  CHECK(kvzip::model::Tokenizer(std::move(d)).encode("hello", false) == std::vector<int32_t>{hello});
+  kvzip::model::Tokenizer gpt2(std::move(g));
   CHECK(gpt2.encode("hello", false) == ids_of(gpt2, {"he", "l", "l", "o"}));
 }
 
 TEST_CASE("invalid UTF-8 is encoded byte by byte without failing", "[model][tokenizer]") {
-  Tokenizer t(tiny({"a b"}));
+  kvzip::model::Tokenizer t(tiny({"a b"}));
   std::string text = "ab\xFF" "ab\xE2\x82";  // a stray byte, then a truncated 3-byte sequence
   std::vector<int32_t> ids = t.encode(text, true);
   CHECK(ids == std::vector<int32_t>{id_of(t, "ab"), id_of(t, "\xFF"), id_of(t, "ab"), id_of(t, "\xE2"),
@@ -204,8 +204,8 @@ TEST_CASE("is_valid_utf8 follows the Unicode definition", "[model][tokenizer]") 
 }
 
 TEST_CASE("the stream decoder holds a character split across tokens until it completes", "[model][tokenizer]") {
-  Tokenizer t(tiny({}));
-  kvzip::StreamDecoder s(t);
+  kvzip::model::Tokenizer t(tiny({}));
+  kvzip::model::StreamDecoder s(t);
   CHECK(s.push(id_of(t, "a")) == "a");
   CHECK(s.push(id_of(t, "\xE2")) == "");
   CHECK(s.push(id_of(t, "\x82")) == "");
@@ -215,8 +215,8 @@ TEST_CASE("the stream decoder holds a character split across tokens until it com
 }
 
 TEST_CASE("the stream decoder replaces bytes that cannot form UTF-8", "[model][tokenizer]") {
-  Tokenizer t(tiny({}));
-  kvzip::StreamDecoder s(t);
+  kvzip::model::Tokenizer t(tiny({}));
+  kvzip::model::StreamDecoder s(t);
   CHECK(s.push(id_of(t, "\xFF")) == "\xEF\xBF\xBD");
   CHECK(s.push(id_of(t, "\xE2")) == "");
   CHECK(s.push(id_of(t, "x")) == "\xEF\xBF\xBDx");  // E2 then 'x': the sequence broke off
@@ -226,11 +226,11 @@ TEST_CASE("the stream decoder replaces bytes that cannot form UTF-8", "[model][t
 }
 
 TEST_CASE("accessors report the special ids and token texts", "[model][tokenizer]") {
-  TokenizerData d = tiny({"a b"});
+  kvzip::model::TokenizerData d = tiny({"a b"});
   d.bos = 1;
   d.eot = 2;
   d.add_bos = true;
-  Tokenizer t(std::move(d));
+  kvzip::model::Tokenizer t(std::move(d));
   CHECK(t.vocab_size() == 3 + 256 + 1);
   CHECK(t.bos() == 1);
   CHECK(t.eos() == 2);
@@ -240,29 +240,29 @@ TEST_CASE("accessors report the special ids and token texts", "[model][tokenizer
   CHECK(t.token_text(2) == "<|im_end|>");
   CHECK(t.token_text(id_of(t, " ")) == "\xC4\xA0");
   CHECK(t.token_bytes(id_of(t, " ")) == " ");
-  CHECK(t.token_type(0) == kvzip::TokenType::Control);
+  CHECK(t.token_type(0) == kvzip::model::TokenType::Control);
   CHECK(t.token_id("nope") == -1);
   CHECK_THROWS_AS(t.token_text(t.vocab_size()), kvzip::Error);
   CHECK_THROWS_AS(t.decode({-1}), kvzip::Error);
 }
 
 TEST_CASE("unsupported tokenizer models and pre-tokenizers are refused by name", "[model][tokenizer]") {
-  TokenizerData d = tiny({});
+  kvzip::model::TokenizerData d = tiny({});
   d.pre = "falcon";
-  const kvzip::Error e = kvzip::test::error_from([&] { Tokenizer t(d); }, "accepted an unknown pre-tokenizer");
+  const kvzip::Error e = kvzip::test::error_from([&] { kvzip::model::Tokenizer t(d); }, "accepted an unknown pre-tokenizer");
   CHECK(e.code() == Errc::unsupported);
   CHECK(std::string(e.what()).find("\"falcon\"") != std::string::npos);
   d.pre = "gpt2";
   d.model = "llama";
-  const kvzip::Error e2 = kvzip::test::error_from([&] { Tokenizer t(d); }, "accepted a SentencePiece model");
+  const kvzip::Error e2 = kvzip::test::error_from([&] { kvzip::model::Tokenizer t(d); }, "accepted a SentencePiece model");
   CHECK(e2.code() == Errc::unsupported);
   CHECK(std::string(e2.what()).find("\"llama\"") != std::string::npos);
 }
 
 namespace {
-Errc code_of(TokenizerData d) {
+Errc code_of(kvzip::model::TokenizerData d) {
   try {
-    Tokenizer t(std::move(d));
+    kvzip::model::Tokenizer t(std::move(d));
   } catch (const kvzip::Error& e) {
     return e.code();
   }
@@ -271,39 +271,39 @@ Errc code_of(TokenizerData d) {
 }  // namespace
 
 TEST_CASE("damaged vocabularies and merges are reported as corrupt", "[model][tokenizer]") {
-  TokenizerData empty = tiny({});
+  kvzip::model::TokenizerData empty = tiny({});
   empty.tokens.clear();
   empty.token_types.clear();
   CHECK(code_of(empty) == Errc::corrupt);
 
-  TokenizerData types = tiny({});
+  kvzip::model::TokenizerData types = tiny({});
   types.token_types.pop_back();
   CHECK(code_of(types) == Errc::corrupt);
 
-  TokenizerData no_space = tiny({});
+  kvzip::model::TokenizerData no_space = tiny({});
   no_space.merges.push_back("ab");
   CHECK(code_of(no_space) == Errc::corrupt);
 
-  TokenizerData unknown_part = tiny({});
+  kvzip::model::TokenizerData unknown_part = tiny({});
   unknown_part.merges.push_back("a zz");
   CHECK(code_of(unknown_part) == Errc::corrupt);
 
-  TokenizerData no_result = tiny({});
+  kvzip::model::TokenizerData no_result = tiny({});
   no_result.merges.push_back("a b");  // "ab" is not in the vocabulary
   CHECK(code_of(no_result) == Errc::corrupt);
 
-  TokenizerData bos = tiny({});
+  kvzip::model::TokenizerData bos = tiny({});
   bos.bos = static_cast<int32_t>(bos.tokens.size());
   CHECK(code_of(bos) == Errc::corrupt);
 }
 
 TEST_CASE("a merge splits at the first space after its first character", "[model][tokenizer]") {
   // Parts may start with a space: " a b" is (" a", "b"), not ("", "a b").
-  TokenizerData d = tiny({});
+  kvzip::model::TokenizerData d = tiny({});
   d.tokens.insert(d.tokens.end(), {" a", " ab"});
   d.token_types.insert(d.token_types.end(), {1, 1});
   d.merges.push_back(" a b");
-  CHECK_NOTHROW(Tokenizer(d));
+  CHECK_NOTHROW(kvzip::model::Tokenizer(d));
   d.tokens[d.tokens.size() - 2] = "_a";
   CHECK(code_of(d) == Errc::corrupt);
 }

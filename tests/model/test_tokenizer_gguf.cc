@@ -45,7 +45,7 @@ class GgufImage {
     for (int32_t x : v) put(x);
     return *this;
   }
-  kvzip::gguf::File file() const {
+  kvzip::model::gguf::File file() const {
     std::vector<uint8_t> out = {'G', 'G', 'U', 'F'};
     auto append = [&](auto v) {
       uint8_t b[sizeof v];
@@ -56,7 +56,7 @@ class GgufImage {
     append(uint64_t{0});
     append(n_kv_);
     out.insert(out.end(), body_.begin(), body_.end());
-    return kvzip::gguf::File::from_bytes(std::move(out), "test.gguf");
+    return kvzip::model::gguf::File::from_bytes(std::move(out), "test.gguf");
   }
 
  private:
@@ -84,7 +84,7 @@ GgufImage tiny_image(const std::string& pre) {
   std::vector<std::string> tokens = {"<|im_start|>", "<|im_end|>"};
   std::vector<int32_t> types = {3, 3};
   for (int b = 0; b < 256; ++b) {
-    tokens.push_back(kvzip::detail::byte_to_unicode(static_cast<uint8_t>(b)));
+    tokens.push_back(kvzip::model::detail::byte_to_unicode(static_cast<uint8_t>(b)));
     types.push_back(1);
   }
   tokens.push_back("ab");
@@ -98,7 +98,7 @@ GgufImage tiny_image(const std::string& pre) {
 
 kvzip::Errc code_of(const GgufImage& g) {
   try {
-    kvzip::tokenizer_data_from_gguf(g.file());
+    kvzip::model::tokenizer_data_from_gguf(g.file());
   } catch (const kvzip::Error& e) {
     return e.code();
   }
@@ -113,7 +113,7 @@ TEST_CASE("tokenizer data is read from the tokenizer.ggml keys of a GGUF file", 
   g.u32("tokenizer.ggml.eot_token_id", 1).u32("tokenizer.ggml.unknown_token_id", 2);
   g.u32("tokenizer.ggml.padding_token_id", 3).u32("tokenizer.ggml.seperator_token_id", 4);
   g.boolean("tokenizer.ggml.add_bos_token", true).str("tokenizer.chat_template", "{{ '<|im_start|>' }}");
-  kvzip::TokenizerData d = kvzip::tokenizer_data_from_gguf(g.file());
+  kvzip::model::TokenizerData d = kvzip::model::tokenizer_data_from_gguf(g.file());
   CHECK(d.model == "gpt2");
   CHECK(d.pre == "smollm");
   CHECK(d.tokens.size() == 259);
@@ -126,12 +126,12 @@ TEST_CASE("tokenizer data is read from the tokenizer.ggml keys of a GGUF file", 
   CHECK(d.pad == 3);
   CHECK(d.add_bos);
   CHECK(d.chat_template == "{{ '<|im_start|>' }}");
-  kvzip::Tokenizer t(std::move(d));
+  kvzip::model::Tokenizer t(std::move(d));
   CHECK(t.encode("<|im_start|>ab", true) == std::vector<int32_t>{0, 258});
 }
 
 TEST_CASE("absent optional tokenizer keys take llama.cpp's defaults", "[model][tokenizer]") {
-  kvzip::TokenizerData d = kvzip::tokenizer_data_from_gguf(tiny_image("smollm").file());
+  kvzip::model::TokenizerData d = kvzip::model::tokenizer_data_from_gguf(tiny_image("smollm").file());
   CHECK(d.bos == -1);
   CHECK(d.eos == -1);
   CHECK(d.eot == -1);
@@ -139,10 +139,10 @@ TEST_CASE("absent optional tokenizer keys take llama.cpp's defaults", "[model][t
   CHECK(d.pad == -1);
   CHECK_FALSE(d.add_bos);
   CHECK(d.chat_template.empty());
-  CHECK(kvzip::tokenizer_data_from_gguf(tiny_image("llama-bpe").file()).add_bos);
-  kvzip::TokenizerData no_pre = kvzip::tokenizer_data_from_gguf(tiny_image("").file());
+  CHECK(kvzip::model::tokenizer_data_from_gguf(tiny_image("llama-bpe").file()).add_bos);
+  kvzip::model::TokenizerData no_pre = kvzip::model::tokenizer_data_from_gguf(tiny_image("").file());
   CHECK(no_pre.pre == "default");
-  CHECK_THROWS_AS(kvzip::Tokenizer(std::move(no_pre)), kvzip::Error);
+  CHECK_THROWS_AS(kvzip::model::Tokenizer(std::move(no_pre)), kvzip::Error);
 }
 
 TEST_CASE("missing or out-of-range tokenizer keys are reported as corrupt", "[model][tokenizer]") {

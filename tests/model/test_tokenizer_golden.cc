@@ -129,7 +129,7 @@ TEST_CASE("pre-tokenizers split text exactly as Hugging Face tokenizers does", "
   Golden g = load_golden();
   REQUIRE(g.pretoks.size() > 100);
   for (const Golden::Pretok& p : g.pretoks) {
-    kvzip::detail::PreTokenizer pre(p.pre);
+    kvzip::model::detail::PreTokenizer pre(p.pre);
     std::vector<std::string_view> views;
     pre.split(p.text, views);
     std::vector<std::string> got(views.begin(), views.end());
@@ -140,7 +140,7 @@ TEST_CASE("pre-tokenizers split text exactly as Hugging Face tokenizers does", "
 
 TEST_CASE("SmolLM2 token ids match Hugging Face tokenizers on every golden case", "[model][tokenizer][realmodel]") {
   KVZIP_REAL_MODEL_PATH_OR_SKIP(path);
-  kvzip::Tokenizer tok(kvzip::tokenizer_data_from_gguf(kvzip::gguf::File::open(path)));
+  kvzip::model::Tokenizer tok(kvzip::model::tokenizer_data_from_gguf(kvzip::model::gguf::File::open(path)));
   CHECK(tok.vocab_size() == 49152);
   CHECK(tok.pre() == "smollm");
   Golden g = load_golden();
@@ -154,7 +154,7 @@ TEST_CASE("SmolLM2 token ids match Hugging Face tokenizers on every golden case"
     failures += !diff.empty();
     bool all_bytes_known = true;  // bytes without a token are dropped, so only these round-trip
     for (char c : e.text)
-      all_bytes_known &= tok.token_id(kvzip::detail::byte_to_unicode(static_cast<uint8_t>(c))) >= 0;
+      all_bytes_known &= tok.token_id(kvzip::model::detail::byte_to_unicode(static_cast<uint8_t>(c))) >= 0;
     if (all_bytes_known) CHECK(tok.decode(got) == e.text);
   }
   CHECK(failures == 0);
@@ -162,9 +162,9 @@ TEST_CASE("SmolLM2 token ids match Hugging Face tokenizers on every golden case"
 
 TEST_CASE("SmolLM2's chat template renders as its Jinja source does", "[model][tokenizer][realmodel]") {
   KVZIP_REAL_MODEL_PATH_OR_SKIP(path);
-  kvzip::Tokenizer tok(kvzip::tokenizer_data_from_gguf(kvzip::gguf::File::open(path)));
-  kvzip::ChatTemplate chat(tok);
-  CHECK(chat.format() == kvzip::ChatFormat::ChatMl);
+  kvzip::model::Tokenizer tok(kvzip::model::tokenizer_data_from_gguf(kvzip::model::gguf::File::open(path)));
+  kvzip::model::ChatTemplate chat(tok);
+  CHECK(chat.format() == kvzip::model::ChatFormat::ChatMl);
   CHECK(chat.default_system() == "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
   std::string want =
       "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"

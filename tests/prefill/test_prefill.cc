@@ -16,17 +16,17 @@ using namespace kvzip;
 TEST_CASE("prefill_document fills the cache like one forward over prefix and document",
           "[prefill]") {
   const ModelConfig cfg = test::tiny_llama_config();
-  const Weights w = test::random_weights(cfg, 80);
+  const model::Weights w = test::random_weights(cfg, 80);
   auto prefix = test::random_tokens(5, cfg.vocab_size, 81);
   auto doc = test::random_tokens(23, cfg.vocab_size, 82);
-  Forward fwd(w, ForwardOptions{2, 512, {}});
+  model::Forward fwd(w, model::ForwardOptions{2, 512, {}});
 
-  std::vector<PrefillProgress> seen;
-  PrefillOptions po;
+  std::vector<prefill::PrefillProgress> seen;
+  prefill::PrefillOptions po;
   po.chunk = 7;  // chunks straddle the prefix/document boundary
   po.answer_room = 10;
-  po.progress = [&](const PrefillProgress& p) { seen.push_back(p); };
-  PrefillResult r = prefill_document(fwd, prefix, doc, po);
+  po.progress = [&](const prefill::PrefillProgress& p) { seen.push_back(p); };
+  prefill::PrefillResult r = prefill::prefill_document(fwd, prefix, doc, po);
   CHECK(r.n_prefix == 5);
   CHECK(r.n_doc == 23);
   CHECK(r.cache.logical_length() == 28);
@@ -42,11 +42,11 @@ TEST_CASE("prefill_document fills the cache like one forward over prefix and doc
 
   std::vector<int32_t> all = prefix;
   all.insert(all.end(), doc.begin(), doc.end());
-  KvCache plain(cfg);
-  fwd.prefill(plain, all, LogitsMode::None);
+  model::KvCache plain(cfg);
+  fwd.prefill(plain, all, model::LogitsMode::None);
   for (uint32_t l = 0; l < cfg.n_layers; ++l)
     for (uint32_t h = 0; h < cfg.n_kv_heads; ++h) {
-      const KvHeadView a = r.cache.view(l, h), b = plain.view(l, h);
+      const model::KvHeadView a = r.cache.view(l, h), b = plain.view(l, h);
       REQUIRE(a.len == 28);
       CHECK(test::rel_error(a.k, b.k, size_t(28) * cfg.head_dim) < 1e-5);
       CHECK(test::rel_error(a.v, b.v, size_t(28) * cfg.head_dim) < 1e-5);
@@ -57,11 +57,11 @@ TEST_CASE("a sequence longer than the model's context is refused with both numbe
           "[prefill]") {
   ModelConfig cfg = test::tiny_llama_config();
   cfg.max_context = 100;
-  const Error e = test::error_from([&] { check_fits_context(cfg, 10, 80, 20); }, "no error");
+  const Error e = test::error_from([&] { prefill::check_fits_context(cfg, 10, 80, 20); }, "no error");
   test::check_context_refusal(e, {"80 document tokens + 10 prefix tokens + 20 tokens", "110 tokens",
                                   "max context is 100"});
-  CHECK_NOTHROW(check_fits_context(cfg, 10, 70, 20));  // exactly full
-  CHECK_THROWS_AS(check_fits_context(cfg, 10, 0, 20), Error);  // empty document
+  CHECK_NOTHROW(prefill::check_fits_context(cfg, 10, 70, 20));  // exactly full
+  CHECK_THROWS_AS(prefill::check_fits_context(cfg, 10, 0, 20), Error);  // empty document
   cfg.max_context = 0;                                          // unknown: no limit
-  CHECK_NOTHROW(check_fits_context(cfg, 10, 100000, 20));
+  CHECK_NOTHROW(prefill::check_fits_context(cfg, 10, 100000, 20));
 }

@@ -18,6 +18,7 @@
 #include "loader/loader.h"
 #include "serve/cache_store.h"
 #include "serve/engine.h"
+#include "tests/serve/support.h"
 #include "tests/support/tiny_model_dir.h"
 
 using namespace kvzip;
@@ -38,46 +39,20 @@ struct Fixture : test::TinyModelDir {
   Fixture() : TinyModelDir("serve", 21, 1024) {
     caches = path("caches");
     std::filesystem::create_directories(caches);
-    for (int i = 0; i < 3; ++i) {
-      CompressFileOptions o;
-      o.compress.method = "kvzip";
-      o.compress.ratio = 0.5;
-      o.compress.scorer = make_scorer_options(model->chat(), 512, 0);
-      o.threads = 2;
-      compress_to_file(*model, kDocs[i], o, caches + "/doc" + std::to_string(i) + ".kvz");
-    }
+    for (int i = 0; i < 3; ++i)
+      test::compress_document(*model, kDocs[i], caches + "/doc" + std::to_string(i) + ".kvz");
   }
 
   std::vector<int32_t> want(const std::string& id, const std::string& q, uint32_t n) const {
-    loader::SessionOptions so;
-    so.threads = 2;
-    loader::QuerySession s(*model, caches + "/" + id + ".kvz", so);
-    GenerateParams gp;
-    gp.max_tokens = n;
-    gp.stop_tokens = model->chat().stop_tokens();
-    return s.ask(q, gp).tokens;
+    return test::query_answer(*model, caches + "/" + id + ".kvz", q, n);
   }
 
   RequestSpec spec(CacheStore& store, const std::string& id, const std::string& q, uint32_t n) const {
-    RequestSpec r;
-    r.cache = store.acquire(id);
-    r.prompt = loader::question_tokens(model->tokenizer(), r.cache->header, q);
-    r.max_tokens = n;
-    r.stop_tokens = model->chat().stop_tokens();
-    return r;
+    return test::request_for(*model, store, id, q, n);
   }
 };
 
-// Collects one request's tokens and result; wait() blocks until on_done.
-struct Sink {
-  std::vector<int32_t> tokens;
-  std::promise<RequestResult> done;
-  std::future<RequestResult> result = done.get_future();
-  RequestCallbacks callbacks() {
-    return RequestCallbacks{[this](int32_t t) { tokens.push_back(t); return true; },
-                            [this](const RequestResult& r) { done.set_value(r); }};
-  }
-};
+using test::Sink;
 
 const char* kQuestions[] = {"Who counted ships?", "How many apple trees were planted?",
                             "What color were the branches painted every spring by the children?",
@@ -88,11 +63,7 @@ const char* kQuestions[] = {"Who counted ships?", "How many apple trees were pla
 TEST_CASE("engine answers equal kvzip query's, alone and batched", "[serve]") {
   Fixture f;
   CacheStore store(*f.model, f.caches, uint64_t(1) << 30);
-  EngineOptions eo;
-  eo.threads = 2;
-  eo.parallel = 4;
-  eo.step_tokens = 48;  // long questions go in pieces while others decode
-  Engine engine(*f.model, eo);
+  Engine engine(*f.model, test::engine_options(2, 4, 48));  // step 48: long questions go in pieces while others decode
   {
     Sink one;
     REQUIRE(engine.submit(f.spec(store, "doc0", kQuestions[0], 12), one.callbacks()));
@@ -123,11 +94,7 @@ TEST_CASE("engine answers equal kvzip query's, alone and batched", "[serve]") {
 TEST_CASE("decoders advance while a long question is prefilled in pieces", "[serve]") {
   Fixture f;
   CacheStore store(*f.model, f.caches, uint64_t(1) << 30);
-  EngineOptions eo;
-  eo.threads = 1;
-  eo.parallel = 2;
-  eo.step_tokens = 6;
-  Engine engine(*f.model, eo);
+  Engine engine(*f.model, test::engine_options(1, 2, 6));
   std::mutex mu;
   std::vector<char> order;  // 'a' for each token of A, 'b' for B's
   std::promise<void> a_started;
@@ -169,11 +136,8 @@ TEST_CASE("decoders advance while a long question is prefilled in pieces", "[ser
 TEST_CASE("the queue is bounded; cancel and shutdown end requests", "[serve]") {
   Fixture f;
   CacheStore store(*f.model, f.caches, uint64_t(1) << 30);
-  EngineOptions eo;
-  eo.threads = 1;
-  eo.parallel = 1;
+  EngineOptions eo = test::engine_options(1, 1, 64);
   eo.max_queue = 1;
-  eo.step_tokens = 64;
   auto engine = std::make_unique<Engine>(*f.model, eo);
   Sink s1, s2, s3;
   RequestSpec long_one = f.spec(store, "doc0", "Hi?", 100000);

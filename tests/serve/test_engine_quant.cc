@@ -12,6 +12,7 @@
 #include "loader/loader.h"
 #include "serve/cache_store.h"
 #include "serve/engine.h"
+#include "tests/serve/support.h"
 #include "tests/support/tiny_model_dir.h"
 
 using namespace kvzip;
@@ -33,36 +34,15 @@ struct Fixture : test::TinyModelDir {
   Fixture() : TinyModelDir("serveq", 23, 1024) {
     caches = path("caches");
     std::filesystem::create_directories(caches);
-    CompressFileOptions o;
-    o.compress.method = "kvzip";
-    o.compress.ratio = 0.5;
-    o.compress.scorer = make_scorer_options(model->chat(), 512, 0);
-    o.kv_dtype = format::DType::Q4;
-    o.threads = 2;
-    compress_to_file(*model, kDoc, o, caches + "/q4.kvz");
+    test::compress_document(*model, kDoc, caches + "/q4.kvz", format::DType::Q4);
   }
 
   std::vector<int32_t> want(const std::string& q, uint32_t n) const {
-    loader::SessionOptions so;
-    so.threads = 2;
-    loader::QuerySession s(*model, caches + "/q4.kvz", so);
-    REQUIRE(s.quantized());
-    GenerateParams gp;
-    gp.max_tokens = n;
-    gp.stop_tokens = model->chat().stop_tokens();
-    return s.ask(q, gp).tokens;
+    return test::query_answer(*model, caches + "/q4.kvz", q, n, /*quantized=*/true);
   }
 };
 
-struct Sink {
-  std::vector<int32_t> tokens;
-  std::promise<RequestResult> done;
-  std::future<RequestResult> result = done.get_future();
-  RequestCallbacks callbacks() {
-    return RequestCallbacks{[this](int32_t t) { tokens.push_back(t); return true; },
-                            [this](const RequestResult& r) { done.set_value(r); }};
-  }
-};
+using test::Sink;
 
 }  // namespace
 
@@ -74,22 +54,14 @@ TEST_CASE("served requests share one quantized base and answer as kvzip query do
   REQUIRE(held->cache.quantized());
   CHECK(held->bytes == held->cache.quant().bytes_kept());
   CHECK(store.loaded_bytes() == held->bytes);
-  const RaggedKvCache f32 = loader::cache_from_reader(format::CacheReader::open(f.caches + "/q4.kvz"), 1);
+  const model::RaggedKvCache f32 = loader::cache_from_reader(format::CacheReader::open(f.caches + "/q4.kvz"), 1);
   CHECK(held->bytes < f32.bytes_kept() / 2);  // D = 16: parameters weigh more than at D = 64
 
-  EngineOptions eo;
-  eo.threads = 2;
-  eo.parallel = 8;
-  eo.step_tokens = 24;  // questions go in pieces while others decode
-  Engine engine(*f.model, eo);
+  Engine engine(*f.model, test::engine_options(2, 8, 24));  // step 24: questions go in pieces while others decode
   std::vector<std::unique_ptr<Sink>> sinks;
   for (int i = 0; i < 8; ++i) {
-    RequestSpec r;
-    r.cache = store.acquire("q4");
+    RequestSpec r = test::request_for(*f.model, store, "q4", kQuestions[i % 4], 10);
     CHECK(r.cache.get() == held.get());  // the one loaded base, shared
-    r.prompt = loader::question_tokens(f.model->tokenizer(), r.cache->header, kQuestions[i % 4]);
-    r.max_tokens = 10;
-    r.stop_tokens = f.model->chat().stop_tokens();
     sinks.push_back(std::make_unique<Sink>());
     REQUIRE(engine.submit(r, sinks.back()->callbacks()));
   }

@@ -63,10 +63,10 @@ std::vector<uint8_t> build_safetensors(const std::vector<StTensor>& tensors) {
 }
 
 std::vector<StTensor> read_safetensors(const std::string& path) {
-  safetensors::File f = safetensors::File::open(path);
+  model::safetensors::File f = model::safetensors::File::open(path);
   std::vector<StTensor> out;
-  for (const safetensors::TensorInfo& t : f.tensors())
-    out.push_back({t.name, safetensors::dtype_name(t.dtype), t.shape,
+  for (const model::safetensors::TensorInfo& t : f.tensors())
+    out.push_back({t.name, model::safetensors::dtype_name(t.dtype), t.shape,
                    std::vector<uint8_t>(t.data, t.data + t.nbytes)});
   return out;
 }

@@ -34,16 +34,16 @@ inline ModelConfig config_of(const ModelShape& s) {
 // mat(out, in) -> Matrix for the projections and the untied LM head; embedding(V, E) -> Matrix;
 // norm(n) and bias(n) -> std::vector<float> (bias only when cfg.qkv_bias).
 template <class Mat, class Embedding, class Norm, class Bias>
-Weights shaped_weights(const ModelConfig& cfg, Mat mat, Embedding embedding, Norm norm, Bias bias) {
+model::Weights shaped_weights(const ModelConfig& cfg, Mat mat, Embedding embedding, Norm norm, Bias bias) {
   const size_t E = cfg.d_model, F = cfg.d_ffn, V = cfg.vocab_size;
   const size_t qd = size_t(cfg.n_heads) * cfg.head_dim, kvd = size_t(cfg.n_kv_heads) * cfg.head_dim;
-  Weights w;
+  model::Weights w;
   w.config = cfg;
   w.tok_embd = embedding(V, E);
   w.output_norm = norm(E);
   if (!cfg.tied_embeddings) w.output = mat(V, E);
   for (uint32_t l = 0; l < cfg.n_layers; ++l) {
-    LayerWeights lw;
+    model::LayerWeights lw;
     lw.attn_norm = norm(E);
     lw.wq = mat(qd, E);
     lw.wk = mat(kvd, E);

@@ -27,7 +27,7 @@ Mat linear(const Mat& x, const std::vector<float>& w, const std::vector<float>& 
 }
 
 // The same on a stored matrix: its canonical fp32 values (dequantized once).
-Mat linear(const Mat& x, const Matrix& w, const std::vector<float>& b, size_t T, size_t in,
+Mat linear(const Mat& x, const model::Matrix& w, const std::vector<float>& b, size_t T, size_t in,
            size_t out) {
   return linear(x, to_f32(w), b, T, in, out);
 }
@@ -65,19 +65,19 @@ std::vector<int32_t> random_tokens(size_t n, uint32_t V, uint64_t seed) {
   return t;
 }
 
-NaiveForward naive_forward(const Weights& w, const std::vector<int32_t>& tokens,
+NaiveForward naive_forward(const model::Weights& w, const std::vector<int32_t>& tokens,
                            const Visibility& visible) {
   const ModelConfig& c = w.config;
   const size_t T = tokens.size(), E = c.d_model, F = c.d_ffn, V = c.vocab_size, D = c.head_dim;
   const size_t Hq = c.n_heads, Hkv = c.n_kv_heads, G = Hq / Hkv;
-  const auto inv_freq = rope_inv_freq(c.head_dim, c.rope_base, c.rope_scaling);
+  const auto inv_freq = kernels::rope_inv_freq(c.head_dim, c.rope_base, c.rope_scaling);
   NaiveForward r;
   Mat x(T * E);
   const std::vector<float> embd = to_f32(w.tok_embd);
   for (size_t t = 0; t < T; ++t)
     for (size_t e = 0; e < E; ++e) x[t * E + e] = embd[tokens[t] * E + e];
   for (uint32_t l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& lw = w.layers[l];
+    const model::LayerWeights& lw = w.layers[l];
     Mat xn = rms_norm(x, lw.attn_norm, T, E, c.rms_eps);
     Mat q = linear(xn, lw.wq, lw.bq, T, E, Hq * D);
     Mat k = linear(xn, lw.wk, lw.bk, T, E, Hkv * D);

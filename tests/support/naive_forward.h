@@ -22,7 +22,7 @@ struct NaiveForward {
 };
 
 // `tokens` at positions 0..T-1; each attention row restricted by `visible` (empty: plain causal).
-NaiveForward naive_forward(const Weights& w, const std::vector<int32_t>& tokens,
+NaiveForward naive_forward(const model::Weights& w, const std::vector<int32_t>& tokens,
                            const Visibility& visible = {});
 
 }  // namespace kvzip::test

@@ -27,14 +27,14 @@ ModelConfig tiny_qwen2_config() {
   return config_of({"qwen2", 2, 96, 6, 2, 16, 96, 97, 2048, 1000000.0f, 1e-6f, /*tied=*/false, /*bias=*/true});
 }
 
-Weights random_weights(const ModelConfig& cfg, uint64_t seed) {
+model::Weights random_weights(const ModelConfig& cfg, uint64_t seed) {
   uint64_t s = seed * 1000;
   auto mat = [&](size_t out, size_t in) {
     float a = 1.0f / std::sqrt(static_cast<float>(in));
-    return Matrix::from_f32(random_vector(out * in, ++s, -a, a), uint32_t(out), uint32_t(in));
+    return model::Matrix::from_f32(random_vector(out * in, ++s, -a, a), uint32_t(out), uint32_t(in));
   };
   auto embedding = [&](size_t V, size_t E) {
-    return Matrix::from_f32(random_vector(V * E, ++s), uint32_t(V), uint32_t(E));
+    return model::Matrix::from_f32(random_vector(V * E, ++s), uint32_t(V), uint32_t(E));
   };
   auto norm = [&](size_t n) { return random_vector(n, ++s, 0.8f, 1.2f); };
   auto bias = [&](size_t n) { return random_vector(n, ++s, -0.1f, 0.1f); };

@@ -19,7 +19,7 @@ ModelConfig tiny_qwen2_config();
 
 // Weights of the right shapes for `cfg`, small enough that activations stay O(1) through the
 // layers: matrices uniform in ±1/sqrt(in), norm weights near 1, biases ±0.1, embeddings ±1.
-Weights random_weights(const ModelConfig& cfg, uint64_t seed);
+model::Weights random_weights(const ModelConfig& cfg, uint64_t seed);
 
 // max |got - want| / max |want| (0 when both are all zero).
 double rel_error(const float* got, const float* want, size_t n);

@@ -6,11 +6,11 @@
 
 namespace kvzip::test {
 
-const Model* shared_real_model() {
-  static std::unique_ptr<Model> model;
+const model::Model* shared_real_model() {
+  static std::unique_ptr<model::Model> model;
   const std::string path = real_model_path();
   if (path.empty()) return nullptr;
-  if (!model) model = Model::load(path);
+  if (!model) model = model::Model::load(path);
   return model.get();
 }
 

@@ -7,11 +7,11 @@
 namespace kvzip::test {
 
 // The loaded model, or nullptr when $KVZIP_MODEL names no file.
-const Model* shared_real_model();
+const model::Model* shared_real_model();
 
 }  // namespace kvzip::test
 
 // Binds `var` to the shared model, or skips the running test case and returns from it.
 #define KVZIP_REAL_MODEL_OR_SKIP(var)                             \
-  const ::kvzip::Model* var = ::kvzip::test::shared_real_model(); \
+  const ::kvzip::model::Model* var = ::kvzip::test::shared_real_model(); \
   if (!var) return ::kvzip::test::skip_no_model()

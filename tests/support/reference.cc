@@ -51,10 +51,10 @@ void swiglu(const float* gate, const float* up, float* y, size_t n) {
   }
 }
 
-void attention(const AttentionArgs& a) {
+void attention(const kernels::AttentionArgs& a) {
   const uint32_t G = a.Hq / a.Hkv;
   for (uint32_t hq = 0; hq < a.Hq; ++hq) {
-    const KvSpan& kv = a.kv[hq / G];
+    const kernels::KvSpan& kv = a.kv[hq / G];
     const uint32_t n0 = kv.len - a.T;
     for (uint32_t i = 0; i < a.T; ++i) {
       const float* q = a.q + (size_t(i) * a.Hq + hq) * a.D;

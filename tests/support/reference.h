@@ -25,6 +25,6 @@ void rope(float* x, uint32_t T, uint32_t H, uint32_t D, const uint32_t* position
 void swiglu(const float* gate, const float* up, float* y, size_t n);
 
 // Causal GQA attention with the contract of kernels/attention.h, each score row materialised.
-void attention(const AttentionArgs& a);
+void attention(const kernels::AttentionArgs& a);
 
 }  // namespace kvzip::ref

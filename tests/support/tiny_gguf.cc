@@ -15,7 +15,7 @@
 namespace kvzip::test {
 namespace {
 
-using quant::GgmlType;
+using kernels::quant::GgmlType;
 
 template <class T>
 void put(std::vector<uint8_t>& out, T v) {
@@ -29,15 +29,15 @@ void put_str(std::vector<uint8_t>& out, const std::string& s) {
 }
 
 template <class T>
-GgufKv scalar_kv(const std::string& key, gguf::ValueType t, T v) {
+GgufKv scalar_kv(const std::string& key, model::gguf::ValueType t, T v) {
   GgufKv kv{key, uint32_t(t), {}};
   put(kv.value, v);
   return kv;
 }
 
 template <class T>
-GgufKv array_kv(const std::string& key, gguf::ValueType et, const std::vector<T>& v) {
-  GgufKv kv{key, uint32_t(gguf::ValueType::Array), {}};
+GgufKv array_kv(const std::string& key, model::gguf::ValueType et, const std::vector<T>& v) {
+  GgufKv kv{key, uint32_t(model::gguf::ValueType::Array), {}};
   put<uint32_t>(kv.value, uint32_t(et));
   put<uint64_t>(kv.value, v.size());
   for (const T& x : v) put(kv.value, x);
@@ -48,43 +48,43 @@ uint64_t align_up(uint64_t o, uint64_t a) { return o + (a - o % a) % a; }
 
 }  // namespace
 
-GgufKv kv_u8(const std::string& k, uint8_t v) { return scalar_kv(k, gguf::ValueType::U8, v); }
-GgufKv kv_i8(const std::string& k, int8_t v) { return scalar_kv(k, gguf::ValueType::I8, v); }
-GgufKv kv_u16(const std::string& k, uint16_t v) { return scalar_kv(k, gguf::ValueType::U16, v); }
-GgufKv kv_i16(const std::string& k, int16_t v) { return scalar_kv(k, gguf::ValueType::I16, v); }
-GgufKv kv_u32(const std::string& k, uint32_t v) { return scalar_kv(k, gguf::ValueType::U32, v); }
-GgufKv kv_i32(const std::string& k, int32_t v) { return scalar_kv(k, gguf::ValueType::I32, v); }
-GgufKv kv_u64(const std::string& k, uint64_t v) { return scalar_kv(k, gguf::ValueType::U64, v); }
-GgufKv kv_i64(const std::string& k, int64_t v) { return scalar_kv(k, gguf::ValueType::I64, v); }
-GgufKv kv_f32(const std::string& k, float v) { return scalar_kv(k, gguf::ValueType::F32, v); }
-GgufKv kv_f64(const std::string& k, double v) { return scalar_kv(k, gguf::ValueType::F64, v); }
+GgufKv kv_u8(const std::string& k, uint8_t v) { return scalar_kv(k, model::gguf::ValueType::U8, v); }
+GgufKv kv_i8(const std::string& k, int8_t v) { return scalar_kv(k, model::gguf::ValueType::I8, v); }
+GgufKv kv_u16(const std::string& k, uint16_t v) { return scalar_kv(k, model::gguf::ValueType::U16, v); }
+GgufKv kv_i16(const std::string& k, int16_t v) { return scalar_kv(k, model::gguf::ValueType::I16, v); }
+GgufKv kv_u32(const std::string& k, uint32_t v) { return scalar_kv(k, model::gguf::ValueType::U32, v); }
+GgufKv kv_i32(const std::string& k, int32_t v) { return scalar_kv(k, model::gguf::ValueType::I32, v); }
+GgufKv kv_u64(const std::string& k, uint64_t v) { return scalar_kv(k, model::gguf::ValueType::U64, v); }
+GgufKv kv_i64(const std::string& k, int64_t v) { return scalar_kv(k, model::gguf::ValueType::I64, v); }
+GgufKv kv_f32(const std::string& k, float v) { return scalar_kv(k, model::gguf::ValueType::F32, v); }
+GgufKv kv_f64(const std::string& k, double v) { return scalar_kv(k, model::gguf::ValueType::F64, v); }
 GgufKv kv_bool(const std::string& k, bool v) {
-  return scalar_kv(k, gguf::ValueType::Bool, uint8_t(v ? 1 : 0));
+  return scalar_kv(k, model::gguf::ValueType::Bool, uint8_t(v ? 1 : 0));
 }
 GgufKv kv_string(const std::string& k, const std::string& v) {
-  GgufKv kv{k, uint32_t(gguf::ValueType::String), {}};
+  GgufKv kv{k, uint32_t(model::gguf::ValueType::String), {}};
   put_str(kv.value, v);
   return kv;
 }
 GgufKv kv_string_array(const std::string& k, const std::vector<std::string>& v) {
-  GgufKv kv{k, uint32_t(gguf::ValueType::Array), {}};
-  put<uint32_t>(kv.value, uint32_t(gguf::ValueType::String));
+  GgufKv kv{k, uint32_t(model::gguf::ValueType::Array), {}};
+  put<uint32_t>(kv.value, uint32_t(model::gguf::ValueType::String));
   put<uint64_t>(kv.value, v.size());
   for (const std::string& s : v) put_str(kv.value, s);
   return kv;
 }
 GgufKv kv_i32_array(const std::string& k, const std::vector<int32_t>& v) {
-  return array_kv(k, gguf::ValueType::I32, v);
+  return array_kv(k, model::gguf::ValueType::I32, v);
 }
 GgufKv kv_u32_array(const std::string& k, const std::vector<uint32_t>& v) {
-  return array_kv(k, gguf::ValueType::U32, v);
+  return array_kv(k, model::gguf::ValueType::U32, v);
 }
 GgufKv kv_f32_array(const std::string& k, const std::vector<float>& v) {
-  return array_kv(k, gguf::ValueType::F32, v);
+  return array_kv(k, model::gguf::ValueType::F32, v);
 }
 GgufKv kv_array_raw(const std::string& k, uint32_t elem_type, uint64_t count,
                     std::vector<uint8_t> payload) {
-  GgufKv kv{k, uint32_t(gguf::ValueType::Array), {}};
+  GgufKv kv{k, uint32_t(model::gguf::ValueType::Array), {}};
   put<uint32_t>(kv.value, elem_type);
   put<uint64_t>(kv.value, count);
   kv.value.insert(kv.value.end(), payload.begin(), payload.end());
@@ -95,13 +95,13 @@ GgufKv kv_array_raw(const std::string& k, uint32_t elem_type, uint64_t count,
 
 uint32_t GgufWriter::alignment() const {
   for (const GgufKv& kv : kvs) {
-    if (kv.key == "general.alignment" && kv.type == uint32_t(gguf::ValueType::U32)) {
+    if (kv.key == "general.alignment" && kv.type == uint32_t(model::gguf::ValueType::U32)) {
       uint32_t a;
       std::memcpy(&a, kv.value.data(), 4);
       if (a != 0) return a;
     }
   }
-  return gguf::kDefaultAlignment;
+  return model::gguf::kDefaultAlignment;
 }
 
 void GgufWriter::set(GgufKv kv) {
@@ -239,7 +239,7 @@ void q5_1_block(const float* x, std::vector<uint8_t>& out) {
 
 std::vector<uint8_t> quantize_row(GgmlType t, const float* x, int64_t n) {
   std::vector<uint8_t> out;
-  out.reserve(size_t(quant::row_bytes(t, n)));
+  out.reserve(size_t(kernels::quant::row_bytes(t, n)));
   using BlockFn = void (*)(const float*, std::vector<uint8_t>&);
   BlockFn fn = nullptr;
   switch (t) {
@@ -259,7 +259,7 @@ std::vector<uint8_t> quantize_row(GgmlType t, const float* x, int64_t n) {
     case GgmlType::Q5_1: fn = q5_1_block; break;
     default:
       throw Error(Errc::unsupported,
-                  std::string("test quantizer has no encoder for ") + quant::type_name(t));
+                  std::string("test quantizer has no encoder for ") + kernels::quant::type_name(t));
   }
   for (int64_t i = 0; i < n; i += 32) fn(x + i, out);
   return out;
@@ -375,12 +375,12 @@ class ModelBuilder {
   // A (rows, cols) matrix: random canonical values, quantized to t; `w` receives the
   // dequantized canonical values. perm_head_dim > 0 writes rows in llama.cpp's permuted order.
   void matrix(const std::string& name, GgmlType t, int64_t rows, int64_t cols,
-              uint32_t perm_head_dim, Matrix& out) {
+              uint32_t perm_head_dim, model::Matrix& out) {
     std::vector<float> w = random_vec(rng_, size_t(rows * cols), 0.0f, 0.5f);
     std::vector<std::vector<uint8_t>> row_bytes(static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r) {
       row_bytes[size_t(r)] = quantize_row(t, w.data() + r * cols, cols);
-      quant::dequantize_row(t, row_bytes[size_t(r)].data(), w.data() + r * cols, cols);
+      kernels::quant::dequantize_row(t, row_bytes[size_t(r)].data(), w.data() + r * cols, cols);
     }
     GgufTensor tensor{name, uint32_t(t), {uint64_t(cols), uint64_t(rows)}, {}, std::nullopt};
     for (int64_t g = 0; g < rows; ++g) {
@@ -388,7 +388,7 @@ class ModelBuilder {
       tensor.data.insert(tensor.data.end(), src.begin(), src.end());
     }
     w_.tensors.push_back(std::move(tensor));
-    out = Matrix::from_f32(w, uint32_t(rows), uint32_t(cols), name);
+    out = model::Matrix::from_f32(w, uint32_t(rows), uint32_t(cols), name);
   }
 
   // An F32 vector (norm weight or bias), permuted like a matrix when perm_head_dim > 0.
@@ -401,14 +401,14 @@ class ModelBuilder {
                           quantize_row(GgmlType::F32, stored.data(), n), std::nullopt});
   }
 
-  LayerWeights layer(uint32_t l, bool permute) {
+  model::LayerWeights layer(uint32_t l, bool permute) {
     const ModelConfig& c = spec_.config;
     const std::string b = "blk." + std::to_string(l) + ".";
     const int64_t E = c.d_model, F = c.d_ffn, D = c.head_dim;
     const int64_t q_rows = c.n_heads * D, kv_rows = c.n_kv_heads * D;
     const uint32_t perm = permute ? c.head_dim : 0;
     const GgmlType t = spec_.dtype;
-    LayerWeights w;
+    model::LayerWeights w;
     vector(b + "attn_norm.weight", E, 1.0f, 0, w.attn_norm);
     matrix(b + "attn_q.weight", t, q_rows, E, perm, w.wq);
     matrix(b + "attn_k.weight", t, kv_rows, E, perm, w.wk);
@@ -519,7 +519,7 @@ TinyModel make_tiny_model(const TinyModelSpec& spec) {
   for (const GgufKv& kv : spec.extra_kvs) w.set(kv);
 
   ModelBuilder b(spec, w);
-  Weights& out = m.weights;
+  model::Weights& out = m.weights;
   out.config = c;
   const GgmlType embd = spec.embd_dtype.value_or(spec.dtype);
   b.matrix("token_embd.weight", embd, c.vocab_size, c.d_model, 0, out.tok_embd);
@@ -533,7 +533,7 @@ TinyModel make_tiny_model(const TinyModelSpec& spec) {
   return m;
 }
 
-gguf::File open_bytes(const std::vector<uint8_t>& bytes) { return gguf::File::from_bytes(bytes); }
+model::gguf::File open_bytes(const std::vector<uint8_t>& bytes) { return model::gguf::File::from_bytes(bytes); }
 
 void write_file(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
@@ -551,12 +551,12 @@ void put_half(uint8_t* p, float v) {
 }  // namespace
 
 std::vector<uint8_t> random_matrix(GgmlType t, uint32_t rows, uint32_t cols, uint64_t seed) {
-  const size_t rb = quant::row_bytes(t, cols);
+  const size_t rb = kernels::quant::row_bytes(t, cols);
   std::vector<uint8_t> out(rows * rb);
   if (t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K) {
     const std::vector<float> u = random_vector(out.size(), seed, 0.0f, 256.0f);
     for (size_t i = 0; i < out.size(); ++i) out[i] = uint8_t(std::min(255.0f, u[i]));
-    const size_t bb = size_t(quant::block_bytes(t));
+    const size_t bb = size_t(kernels::quant::block_bytes(t));
     for (size_t b = 0; b < out.size() / bb; ++b) {
       uint8_t* blk = out.data() + b * bb;
       if (t == GgmlType::Q6_K) {

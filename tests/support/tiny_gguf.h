@@ -81,12 +81,12 @@ struct GgufWriter {
 // ---- reference quantizers (ggml's reference formulas) ----
 
 // Encodes n values (n % block == 0) as type t: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1.
-std::vector<uint8_t> quantize_row(quant::GgmlType t, const float* x, int64_t n);
+std::vector<uint8_t> quantize_row(kernels::quant::GgmlType t, const float* x, int64_t n);
 
 // rows x cols random weights of type t as stored (rows · row_bytes bytes): the 32-element and
 // plain types quantize uniform ±1 rows with quantize_row; K-quant blocks are random bytes with
 // sane fp16 scales (d 0.002, dmin 0.001; Q6_K d 0.001).
-std::vector<uint8_t> random_matrix(quant::GgmlType t, uint32_t rows, uint32_t cols, uint64_t seed);
+std::vector<uint8_t> random_matrix(kernels::quant::GgmlType t, uint32_t rows, uint32_t cols, uint64_t seed);
 
 // ---- default tokenizer ----
 
@@ -109,8 +109,8 @@ ModelConfig tiny_gguf_qwen2_config();  // the same dimensions, arch qwen2, qkv_b
 struct TinyModelSpec {
   ModelConfig config;  // arch llama, mistral or qwen2; qkv_bias adds .bias tensors; tied
   uint64_t seed = 1;
-  quant::GgmlType dtype = quant::GgmlType::F32;  // 2-D weights; norms and biases stay F32
-  std::optional<quant::GgmlType> embd_dtype;     // token_embd / output (default: dtype)
+  kernels::quant::GgmlType dtype = kernels::quant::GgmlType::F32;  // 2-D weights; norms and biases stay F32
+  std::optional<kernels::quant::GgmlType> embd_dtype;     // token_embd / output (default: dtype)
   bool tokenizer = true;  // default vocab (padded with "<pad_N>" up to config.vocab_size)
   std::string name = "tiny-test-model";
   std::vector<GgufKv> extra_kvs;         // replace defaults with the same key, else append
@@ -120,11 +120,11 @@ struct TinyModelSpec {
 struct TinyModel {
   GgufWriter writer;  // what was written (edit and rebuild for variants)
   std::vector<uint8_t> bytes;
-  Weights weights;  // canonical (HF-order) fp32 weights the file encodes
+  model::Weights weights;  // canonical (HF-order) fp32 weights the file encodes
 };
 
 TinyModel make_tiny_model(const TinyModelSpec& spec);
-gguf::File open_bytes(const std::vector<uint8_t>& bytes);
+model::gguf::File open_bytes(const std::vector<uint8_t>& bytes);
 void write_file(const std::string& path, const std::vector<uint8_t>& bytes);
 
 }  // namespace kvzip::test

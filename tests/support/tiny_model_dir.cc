@@ -31,9 +31,9 @@ TinyModelDir::TinyModelDir(const std::string& tag, const TinyModelSpec& spec, ui
         ("kvzip-" + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(rand()));
   std::filesystem::create_directories(dir);
   write_file(path("m.gguf"), make_tiny_model(spec).bytes);
-  LoadOptions o;
+  model::LoadOptions o;
   o.threads = threads;
-  model = Model::load(path("m.gguf"), o);
+  model = model::Model::load(path("m.gguf"), o);
 }
 
 TinyModelDir::~TinyModelDir() {

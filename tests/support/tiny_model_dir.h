@@ -15,7 +15,7 @@ struct TinyModelSpec;  // tests/support/tiny_gguf.h
 
 struct TinyModelDir {
   std::filesystem::path dir;
-  std::unique_ptr<Model> model;
+  std::unique_ptr<model::Model> model;
 
   // `tag` names the folder; max_context 0 keeps tiny_gguf_llama_config's; threads as LoadOptions.
   TinyModelDir(const std::string& tag, uint64_t seed, uint32_t max_context = 0, uint32_t threads = 0);
