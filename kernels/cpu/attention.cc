@@ -3,7 +3,8 @@
 // loaded) and a chunk of keys. K is transposed so S = Q·K^T vectorises over keys: once per call
 // into shared tiles when several query blocks reuse them (prefill), else by each task for its own
 // key block (decode, short appends: every key is read once, so a separate pass would only add
-// memory traffic). Per key block of kBk rows the online-softmax state
+// memory traffic), unless the span holds them transposed already (KvSpan::kt: a loaded base's keys,
+// made once by transpose_key_tiles). Per key block of kBk rows the online-softmax state
 // (m, l, acc) of each query row is updated and acc += P·V vectorises over D. Keys are split into chunks only when there are too
 // few (head, query block) tasks to occupy the threads (decode, short appends over a long cache);
 // the chunks' partial states are then merged exactly (log-sum-exp).
@@ -14,6 +15,8 @@
 // Two-segment spans (KvSpan::k_tail): keys are read row by row through k_row/v_row, and a key
 // block that straddles the segments has its V rows gathered into the padded block, so the blocks,
 // and therefore every sum, are those of one contiguous copy of the rows.
+// attention_many runs several calls' tasks in one pass of the pool; each call keeps the plan
+// (blocks, key splits) it gets alone, so each result is the one it gets alone.
 // Spans with quantized rows (KvSpan::quant) go to attention_quantized (attention_quant.cc), which
 // runs this kernel on their f32 rows with each query row's log-sum-exp as an extra output.
 #include "kernels/attention.h"
