@@ -159,6 +159,7 @@ TEST_CASE("attention_many: calls in one pass equal each call alone bit for bit",
   attention_many(Exec{Device::Cpu, &pool}, calls.data(), calls.size());
   for (size_t i = 0; i < cases.size(); ++i) {
     INFO("call " << i);
+    if (alone[i].empty()) continue;  // the T = 0 call: nothing written
     CHECK(std::memcmp(alone[i].data(), together[i].data(), alone[i].size() * sizeof(float)) == 0);
   }
 }
