@@ -19,12 +19,6 @@
 namespace kvzip::cli {
 namespace {
 
-std::string format_mb(uint64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f", double(bytes) / 1e6);
-  return buf;
-}
-
 struct QueryOpts {
   std::string cache, model, questions_file, device = "cpu", matmul = "fast";
   std::vector<std::string> questions;
@@ -121,12 +115,13 @@ void run_query(const QueryOpts& o) {
   loader::QuerySession session(*model, o.cache, session_options(o));
   if (!o.quiet && !o.json) {
     const uint64_t tiles = session.base().bytes_in_memory() - session.base().bytes_kept();
-    const std::string extra = tiles ? ", + " + format_mb(tiles) + " MB of keys kept transposed" : "";
+    char extra[64] = "";
+    if (tiles) std::snprintf(extra, sizeof extra, ", + %.2f MB of keys kept transposed", double(tiles) / 1e6);
     std::fprintf(stderr, "loaded %s in %.1f ms: %zu document tokens, %s at ratio %.3f, K/V %.2f MB in memory (%s%s)\n",
                  o.cache.c_str(), session.load_ms(), session.header().document_tokens.size(),
                  session.header().method.c_str(), session.header().achieved_ratio,
                  double(session.base().bytes_kept()) / 1e6,
-                 session.quantized() ? format::dtype_name(session.header().kv_dtype) : "f32", extra.c_str());
+                 session.quantized() ? format::dtype_name(session.header().kv_dtype) : "f32", extra);
   }
   const model::GenerateParams gp = generate_params(o, *model);
   for (const auto& q : questions) {

@@ -539,7 +539,7 @@ struct CallRun {
     *qb = p.n_qblocks - 1 - static_cast<uint32_t>(i / p.a->Hkv);
     *h = static_cast<uint32_t>(i % p.a->Hkv);
   }
-  void task(size_t i) const {
+  void task(size_t i) {
     uint32_t h, qb;
     if (p.n_split == 1) {
       pair_of(i, &h, &qb);
@@ -551,11 +551,11 @@ struct CallRun {
     pair_of(i / p.n_split, &h, &qb);
     const size_t slot = (size_t(h) * p.n_qblocks + qb) * p.n_split + i % p.n_split;
     run_task(p, h, qb, static_cast<uint32_t>(i % p.n_split),
-             const_cast<float*>(states.data()) + slot * per_state);
+             states.data() + slot * per_state);
   }
-  void merge(size_t i) const {
+  void merge(size_t i) {
     const uint32_t h = static_cast<uint32_t>(i / p.n_qblocks), qb = static_cast<uint32_t>(i % p.n_qblocks);
-    merge_splits(p, h, qb, const_cast<float*>(states.data()) + i * p.n_split * per_state);
+    merge_splits(p, h, qb, states.data() + i * p.n_split * per_state);
   }
 };
 
@@ -573,7 +573,13 @@ void prepare(ThreadPool* pool, const AttentionArgs& a, float* lse, std::vector<f
 }
 
 // Runs the tasks, then the merges, of every call in `runs`: one pass of the pool each.
-void run_calls(ThreadPool* pool, std::span<const CallRun> runs) {
+void run_calls(ThreadPool* pool, std::span<CallRun> runs) {
+  if (runs.size() == 1) {  // one call (every decode step of `query`): no task tables
+    CallRun& r = runs[0];
+    run_tasks(pool, r.n_tasks(), [&](size_t i) { r.task(i); });
+    run_tasks(pool, r.n_merges(), [&](size_t i) { r.merge(i); });
+    return;
+  }
   std::vector<size_t> first(runs.size() + 1, 0), first_merge(runs.size() + 1, 0);
   for (size_t c = 0; c < runs.size(); ++c) {
     first[c + 1] = first[c] + runs[c].n_tasks();
@@ -583,11 +589,11 @@ void run_calls(ThreadPool* pool, std::span<const CallRun> runs) {
     return size_t(std::upper_bound(f.begin(), f.end(), i) - f.begin()) - 1;
   };
   run_tasks(pool, first.back(), [&](size_t i) {
-    const size_t c = runs.size() == 1 ? 0 : which(first, i);
+    const size_t c = which(first, i);
     runs[c].task(i - first[c]);
   });
   run_tasks(pool, first_merge.back(), [&](size_t i) {
-    const size_t c = runs.size() == 1 ? 0 : which(first_merge, i);
+    const size_t c = which(first_merge, i);
     runs[c].merge(i - first_merge[c]);
   });
 }
@@ -599,7 +605,7 @@ void detail::attention_f32(ThreadPool* pool, const AttentionArgs& a, float* lse)
   thread_local std::vector<float> kt_buf;  // reused across calls from the same thread
   CallRun r;
   prepare(pool, a, lse, kt_buf, r);
-  run_calls(pool, std::span<const CallRun>(&r, 1));
+  run_calls(pool, std::span<CallRun>(&r, 1));
 }
 
 void attention_many(ThreadPool* pool, const AttentionArgs* calls, size_t n) {
