@@ -22,8 +22,9 @@
 // product on the dequantized weights.
 // W's bytes are read once per call for all T tokens (tiles of a few rows x a few tokens in
 // registers), so batching B decode tokens into one call costs little more than one.
-// The ISA (scalar reference, AVX2, AVX-512 VNNI) is picked at run time (QIsa, kernels/qgemv.h);
-// an AMX-INT8 tile GEMM would slot in beside the VNNI one behind the same dispatch.
+// The ISA (scalar reference, AVX2, AVX-512 VNNI, AMX-INT8) is picked at run time (QIsa,
+// kernels/qgemv.h); AMX runs the VNNI kernels below kQdotAmxMinT tokens and its tile GEMM from
+// there (kernels/cpu/qdot_amx.cc), the same chain again.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -50,7 +51,9 @@ bool qdot_supported(quant::GgmlType t);
 // few rows x tokens are as fast or faster). The choice is speed only: both compute the same chain.
 // Measured on Zen 4 (BENCHMARKS.md, "One chain per output").
 inline constexpr uint32_t kQdotGemmMinT = 8;
-// Whether `isa` has the GEMM (AVX-512 VNNI: tokens in 16-token vectors, the same chain). Without
+// From this many tokens QIsa::Amx runs its tile GEMM (below, the VNNI kernels). Speed only again.
+inline constexpr uint32_t kQdotAmxMinT = 16;
+// Whether `isa` has the GEMM (AVX-512 VNNI or AMX: tokens in 16-token vectors, the same chain). Without
 // it, matmul's Fast path hands T > kMatmulInt8MaxT to fp32 slabs + sgemm.
 bool qdot_has_gemm(QIsa isa);
 

@@ -41,12 +41,17 @@ struct QGemvArgs {
 // Instruction sets the CPU kernel is built for. Every build has Scalar (portable C++); on x86-64
 // with GCC/Clang the AVX2 (+FMA, F16C), AVX-512 (F+BW) and AVX-512 VNNI (F+BW+VL+VNNI) variants
 // are compiled with function target attributes and used only when the running CPU reports them.
-// qgemv has no VNNI-specific kernel (its activations are fp32): it runs the AVX-512 one there.
-enum class QIsa : uint8_t { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Vnni = 3 };
+// Amx is the VNNI set plus the AMX-INT8 tile GEMM for qdot's longer calls (kernels/qdot.h).
+// qgemv has no VNNI- or AMX-specific kernel (its activations are fp32): it runs the AVX-512 one.
+enum class QIsa : uint8_t { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Vnni = 3, Amx = 4 };
 
-const char* qisa_name(QIsa isa);
-bool qisa_available(QIsa isa);  // compiled in and supported by this CPU
-QIsa qisa_best();               // the fastest available one
+const char* qisa_name(QIsa isa);  // "scalar", "avx2", "avx512", "avx512-vnni", "amx-int8"
+bool qisa_available(QIsa isa);    // compiled in and supported by this CPU (and, for AMX, its OS)
+// The fastest available one, or, when the environment names one in KVZIP_CPU_ISA (one of the
+// names above), that one: a way to compare kernels, or to step around one, without rebuilding.
+// A name that is unknown or not available here is an Errc::unsupported error that lists the
+// available ones.
+QIsa qisa_best();
 
 namespace cpu {
 // Runs every GEMV of `jobs` (each checked: in % 32 == 0, non-null pointers, else

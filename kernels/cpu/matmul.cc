@@ -189,11 +189,16 @@ std::string matmul_kernels(MatmulPath p) {
   const std::string isa = qisa_name(best);
   const std::string tail = "; fp32 dequantized slabs + OpenBLAS sgemm beyond T=" + std::to_string(kTileMaxT);
   if (p == MatmulPath::Fast) {
-    const std::string tiles = best == QIsa::Scalar ? "scalar" : best == QIsa::Avx512Vnni ? "avx512-vnni" : "avx2";
+    const bool vnni = best == QIsa::Avx512Vnni || best == QIsa::Amx;
+    const std::string tiles = best == QIsa::Scalar ? "scalar" : vnni ? "avx512-vnni" : "avx2";
     std::string s = "fast: int8 activations x Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K blocks (";
-    s += qdot_has_gemm(best) ? tiles + " tiles below T=" + std::to_string(kQdotGemmMinT) +
-                                   ", avx512-vnni GEMM from there: the same bits at any T)"
-                             : tiles + " tiles up to T=" + std::to_string(kQdotMaxT) + ")";
+    if (best == QIsa::Amx)
+      s += tiles + " tiles below T=" + std::to_string(kQdotGemmMinT) + ", avx512-vnni GEMM below T=" +
+           std::to_string(kQdotAmxMinT) + ", amx-int8 tile GEMM from there: the same bits at any T)";
+    else
+      s += qdot_has_gemm(best) ? tiles + " tiles below T=" + std::to_string(kQdotGemmMinT) +
+                                     ", avx512-vnni GEMM from there: the same bits at any T)"
+                               : tiles + " tiles up to T=" + std::to_string(kQdotMaxT) + ")";
     if (cpu::detail::bf16_gemm_available())
       return s + "; F16/BF16 fp32 tiles up to T=" + std::to_string(kTileMaxT) +
              ", avx512-bf16 GEMM beyond; F32 OpenBLAS sgemm beyond";

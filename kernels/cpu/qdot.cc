@@ -21,7 +21,7 @@ using quant::GgmlType;
 bool qdot_supported(GgmlType t) { return cpu::detail::qdot_rows_scalar(t) != nullptr; }
 
 bool qdot_has_gemm(QIsa isa) {
-  return isa == QIsa::Avx512Vnni && qisa_available(isa) &&
+  return (isa == QIsa::Avx512Vnni || isa == QIsa::Amx) && qisa_available(isa) &&
          cpu::detail::qdot_gemm_vnni(GgmlType::Q4_0) != nullptr;
 }
 
@@ -113,14 +113,20 @@ detail::QDotFn pick(QIsa isa, GgmlType t) {
     // below kQdotGemmMinT tokens, and longer T goes to the GEMM (qdot_gemm_for).
     case QIsa::Avx2:
     case QIsa::Avx512: return detail::qdot_rows_avx2(t);
-    case QIsa::Avx512Vnni: return detail::qdot_rows_vnni(t);
+    case QIsa::Avx512Vnni:
+    case QIsa::Amx: return detail::qdot_rows_vnni(t);
   }
   return nullptr;
 }
 
 detail::QGemmFn qdot_gemm_for(QIsa isa, GgmlType t, uint32_t T) {
-  if (isa != QIsa::Avx512Vnni || T < kQdotGemmMinT) return nullptr;
+  if ((isa != QIsa::Avx512Vnni && isa != QIsa::Amx) || T < kQdotGemmMinT) return nullptr;
   return detail::qdot_gemm_vnni(t);
+}
+
+// The AMX tile GEMM from kQdotAmxMinT tokens (its pack is signed: detail::kAmxPack).
+detail::QGemmFn qdot_amx_for(QIsa isa, GgmlType t, uint32_t T) {
+  return isa == QIsa::Amx && T >= kQdotAmxMinT ? detail::qdot_gemm_amx(t) : nullptr;
 }
 
 }  // namespace
@@ -159,14 +165,17 @@ void qdot(ThreadPool* pool, std::span<const MatmulArgs> jobs, QIsa isa) {
   std::vector<bool> done(act_start.size(), false), packed(act_start.size(), false);
   for (size_t j = 0; j < jobs.size(); ++j) {
     const MatmulArgs& a = jobs[j];
-    gemm[j] = qdot_gemm_for(isa, a.w.type, a.T);
+    const detail::QGemmFn amx = qdot_amx_for(isa, a.w.type, a.T);
+    gemm[j] = amx ? amx : qdot_gemm_for(isa, a.w.type, a.T);
     if (!done[act_of[j]]) {
       done[act_of[j]] = true;
       quantize_acts(a.x, a.T, a.w.cols, acts.data() + act_start[act_of[j]]);
     }
+    // Jobs of one x take one ISA's GEMM (the choice depends only on isa and T), so one pack each.
     if (gemm[j] && !packed[act_of[j]]) {
       packed[act_of[j]] = true;
-      detail::pack_acts_vnni(acts.data() + act_start[act_of[j]], a.T, a.w.cols, packs[act_of[j]]);
+      detail::pack_acts_vnni(acts.data() + act_start[act_of[j]], a.T, a.w.cols, packs[act_of[j]],
+                             amx ? detail::kAmxPack : detail::PackOpts{});
     }
   }
   std::vector<size_t> first_task(jobs.size() + 1, 0);

@@ -27,16 +27,8 @@
 #include "common/error.h"
 
 #include "kernels/detail/gemm_tiles.h"
+#include "kernels/detail/qdot_panel_x86.h"
 #include "kernels/detail/qdot_x86.h"
-
-#if KVZIP_QDOT_X86
-// GCC 12 flags the intrinsics' own `__m512 __Y = __Y;` (an intentionally undefined value) as
-// maybe-uninitialized once they are inlined into target-attribute functions.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#define KVZIP_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
-#endif
 
 namespace kvzip::kernels::cpu::detail {
 
@@ -53,60 +45,12 @@ namespace {
 using quant::GgmlType;
 using x86::group_ints;
 using x86::half_f16c;
+using x86::decode_panel;
+using x86::kSubElems;
+using x86::Panel;
 
 constexpr uint32_t kTileVecs = 3;      // 16-token vectors per tile
 constexpr uint32_t kChunkGroups = 16;  // 32-element groups per column chunk (512 columns)
-
-template <GgmlType Ty>
-constexpr int kSubElems = Ty == GgmlType::Q6_K ? 16 : 32;
-
-// A task's rows decoded once: the integer weights in element order and, per scale group, the
-// fp32 scale and 128·Σw; per 32-group the min (types with one).
-struct Panel {
-  std::vector<int8_t> w;      // (rows, in)
-  std::vector<float> ws;      // (rows, in / sub)
-  std::vector<int32_t> corr;  // (rows, in / sub)
-  std::vector<float> mw;      // (rows, in / 32)
-};
-
-template <GgmlType Ty>
-KVZIP_VNNI void decode_panel(const MatrixView& w, uint32_t r0, uint32_t n, Panel& p) {
-  using F = QFmt<Ty>;
-  constexpr int kSub = kSubElems<Ty>;
-  const uint32_t in = w.cols, ng = in / 32, nsub = in / kSub, nblk = ng / F::kGroups;
-  p.w.resize(size_t(n) * in), p.ws.resize(size_t(n) * nsub), p.corr.resize(size_t(n) * nsub);
-  p.mw.resize(F::kMin ? size_t(n) * ng : 0);
-  const __m256i flip = _mm256_set1_epi8(char(0x80)), zero = _mm256_setzero_si256();
-  BlockScales s;
-  for (uint32_t i = 0; i < n; ++i) {
-    const uint32_t r = r0 + i;
-    const uint8_t* row = w.data + size_t(w.row_map ? w.row_map[r] : r) * w.row_bytes;
-    int8_t* out = p.w.data() + size_t(i) * in;
-    for (uint32_t b = 0; b < nblk; ++b) {
-      const uint8_t* blk = row + size_t(b) * F::kBytes;
-      F::scales(blk, half_f16c, s);
-      for (int g = 0; g < F::kGroups; ++g) {
-        const uint32_t gi = b * F::kGroups + g;
-        const __m256i v = group_ints<Ty>(blk, g);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + size_t(gi) * 32), v);
-        // Σ(w + 128) per 8 bytes (w ^ 0x80 is w + 128 read unsigned), then Σw = that − 128·count.
-        const __m256i s8 = _mm256_sad_epu8(_mm256_xor_si256(v, flip), zero);
-        alignas(32) int64_t q[4];
-        _mm256_store_si256(reinterpret_cast<__m256i*>(q), s8);
-        if constexpr (kSub == 32) {
-          p.corr[size_t(i) * nsub + gi] = 128 * int32_t(q[0] + q[1] + q[2] + q[3] - 128 * 32);
-          p.ws[size_t(i) * nsub + gi] = s.fw[g];
-        } else {
-          p.corr[size_t(i) * nsub + 2 * gi] = 128 * int32_t(q[0] + q[1] - 128 * 16);
-          p.corr[size_t(i) * nsub + 2 * gi + 1] = 128 * int32_t(q[2] + q[3] - 128 * 16);
-          p.ws[size_t(i) * nsub + 2 * gi] = s.fw[g] * float(s.sub[g][0]);
-          p.ws[size_t(i) * nsub + 2 * gi + 1] = s.fw[g] * float(s.sub[g][1]);
-        }
-        if constexpr (F::kMin) p.mw[size_t(i) * ng + gi] = s.mw[g];
-      }
-    }
-  }
-}
 
 inline int32_t load_i32(const int8_t* p) {
   int32_t v;
@@ -136,7 +80,7 @@ KVZIP_VNNI void micro(const Panel& p, uint32_t in, const QActPack& x, uint32_t v
   const int32_t* cr[R];
   const float* sr[R];
   for (int r = 0; r < R; ++r) {
-    wr[r] = p.w.data() + size_t(i0 + r) * in;
+    wr[r] = p.w.data() + size_t(i0 + r) * p.stride;
     cr[r] = p.corr.data() + size_t(i0 + r) * nsub;
     sr[r] = p.ws.data() + size_t(i0 + r) * nsub;
   }
@@ -208,17 +152,18 @@ namespace vnni_tiles {
 
 // Lane l of each output vector gathers token 16v + l's field: the Q8Act array is (T, in / 32)
 // blocks of 40 bytes (d, s, q[32]), so a field of group g of token t is at byte 40·(t·ng + g) + off.
-KVZIP_VNNI void pack_acts_vnni(const Q8Act* x, uint32_t T, uint32_t in, QActPack& out) {
+KVZIP_VNNI void pack_acts_vnni(const Q8Act* x, uint32_t T, uint32_t in, QActPack& out, PackOpts o) {
   static_assert(sizeof(Q8Act) == 40 && offsetof(Q8Act, d) == 0 && offsetof(Q8Act, s) == 4 &&
                 offsetof(Q8Act, q) == 8);
   const uint32_t ng = in / 32, in4 = in / 4, nv = (T + 15) / 16;
+  const uint32_t held = (nv + o.vec_multiple - 1) / o.vec_multiple * o.vec_multiple;
   out.nv = nv, out.in = in;
-  out.u.resize(size_t(nv) * in * 16);
-  out.d.resize(size_t(nv) * ng * 16);
-  out.s.resize(size_t(nv) * ng * 16);
+  out.u.assign(size_t(held) * in * 16, 0);  // vectors past nv: zero activations, zero scales
+  out.d.assign(size_t(held) * ng * 16, 0.0f);
+  out.s.assign(size_t(held) * ng * 16, 0.0f);
+  const __m512i flip = _mm512_set1_epi8(o.offset128 ? char(0x80) : char(0));
   const int* base = reinterpret_cast<const int*>(x);  // 10 ints per block
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512i flip = _mm512_set1_epi8(char(0x80));
   for (uint32_t v = 0; v < nv; ++v) {
     const uint32_t n = std::min<uint32_t>(16, T - v * 16);
     const __mmask16 live = __mmask16((1u << n) - 1);
@@ -236,7 +181,7 @@ KVZIP_VNNI void pack_acts_vnni(const Q8Act* x, uint32_t T, uint32_t in, QActPack
       for (int st = 0; st < 8; ++st) {
         const __m512i q = _mm512_mask_i32gather_epi32(
             _mm512_setzero_si512(), live, _mm512_add_epi32(blk, _mm512_set1_epi32(2 + st)), base, 4);
-        _mm512_storeu_si512(u + (size_t(g) * 8 + st) * 64, _mm512_xor_si512(q, flip));  // q + 128
+        _mm512_storeu_si512(u + (size_t(g) * 8 + st) * 64, _mm512_xor_si512(q, flip));  // q (+ 128)
       }
     }
   }
@@ -277,7 +222,7 @@ QGemmFn qdot_gemm_vnni(GgmlType t) {
 
 bool cpu_has_avx512_vnni() { return false; }
 QDotFn qdot_rows_vnni(quant::GgmlType) { return nullptr; }
-void pack_acts_vnni(const Q8Act*, uint32_t, uint32_t, QActPack&) {
+void pack_acts_vnni(const Q8Act*, uint32_t, uint32_t, QActPack&, PackOpts) {
   throw Error(Errc::internal, "pack_acts_vnni: not built for this CPU");
 }
 void quantize_acts_vnni(const float*, size_t, Q8Act*) {

@@ -3,6 +3,8 @@
 // and runs all jobs' tasks in one pool run (one wake-up for Q, K and V together).
 #include "kernels/qgemv.h"
 
+#include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,12 +33,15 @@ size_t qblock_bytes(QFormat f) {
                                           " (expected " + enum_names(kFormatNames) + ")");
 }
 
-const char* qisa_name(QIsa isa) {
-  static constexpr EnumName<QIsa> kNames[] = {
-      {QIsa::Scalar, "scalar"}, {QIsa::Avx2, "avx2"}, {QIsa::Avx512, "avx512"},
-      {QIsa::Avx512Vnni, "avx512-vnni"}};
-  return enum_name(kNames, isa, "isa?");
-}
+namespace {
+constexpr EnumName<QIsa> kIsaNames[] = {{QIsa::Scalar, "scalar"},
+                                        {QIsa::Avx2, "avx2"},
+                                        {QIsa::Avx512, "avx512"},
+                                        {QIsa::Avx512Vnni, "avx512-vnni"},
+                                        {QIsa::Amx, "amx-int8"}};
+}  // namespace
+
+const char* qisa_name(QIsa isa) { return enum_name(kIsaNames, isa, "isa?"); }
 
 bool qisa_available(QIsa isa) {
   using namespace cpu::detail;
@@ -47,15 +52,30 @@ bool qisa_available(QIsa isa) {
     case QIsa::Avx512Vnni:
       return qisa_available(QIsa::Avx512) && qdot_gemm_vnni(quant::GgmlType::Q4_0) != nullptr &&
              cpu_has_avx512_vnni();
+    case QIsa::Amx:
+      return qisa_available(QIsa::Avx512Vnni) && qdot_gemm_amx(quant::GgmlType::Q4_0) != nullptr &&
+             cpu_has_amx_int8();
   }
   return false;
 }
 
 QIsa qisa_best() {
-  static const QIsa best = qisa_available(QIsa::Avx512Vnni) ? QIsa::Avx512Vnni
-                           : qisa_available(QIsa::Avx512) ? QIsa::Avx512
-                           : qisa_available(QIsa::Avx2) ? QIsa::Avx2
-                                                        : QIsa::Scalar;
+  static const QIsa best = [] {
+    std::string have;
+    for (const EnumName<QIsa>& e : kIsaNames)
+      if (qisa_available(e.value)) have += (have.empty() ? "" : ", ") + std::string(e.name);
+    if (const char* env = std::getenv("KVZIP_CPU_ISA"); env && *env) {
+      const std::optional<QIsa> want = enum_value(kIsaNames, env);
+      if (!want || !qisa_available(*want))
+        throw Error(Errc::unsupported, std::string("KVZIP_CPU_ISA=") + env +
+                                           (want ? " is not available on this CPU/build" : " is not an instruction set name") +
+                                           "; available here: " + have + " (or unset it for the fastest)");
+      return *want;
+    }
+    for (QIsa isa : {QIsa::Amx, QIsa::Avx512Vnni, QIsa::Avx512, QIsa::Avx2})
+      if (qisa_available(isa)) return isa;
+    return QIsa::Scalar;
+  }();
   return best;
 }
 
@@ -127,7 +147,8 @@ detail::QRowsFn pick(QIsa isa, QFormat f) {
     case QIsa::Scalar: return detail::qrows_scalar(f);
     case QIsa::Avx2: return detail::qrows_avx2(f);
     case QIsa::Avx512:
-    case QIsa::Avx512Vnni: return detail::qrows_avx512(f);
+    case QIsa::Avx512Vnni:
+    case QIsa::Amx: return detail::qrows_avx512(f);
   }
   return nullptr;
 }

@@ -26,16 +26,22 @@ QDotFn qdot_rows_scalar(quant::GgmlType t);  // nullptr for a type qdot does not
 QDotFn qdot_rows_avx2(quant::GgmlType t);    // nullptr also when the build has no AVX2 variant
 QDotFn qdot_rows_vnni(quant::GgmlType t);    // the same tiles with vpdpbusd: bit-identical results
 
-// Activations of T tokens for the AVX-512 VNNI GEMM (qdot_avx512.cc), in vectors of 16 tokens
-// (lane l of vector v is token 16v + l; lanes past T are zero activations):
-//   u (nv, in / 4, 16, 4) bytes: q + 128 (unsigned, so the weights are vpdpbusd's signed side)
+// Activations of T tokens for the AVX-512 VNNI and AMX GEMMs (qdot_avx512.cc, qdot_amx.cc), in
+// vectors of 16 tokens (lane l of vector v is token 16v + l; lanes past T are zero activations):
+//   u (nv, in / 4, 16, 4) bytes: q + 128 (unsigned, so the weights are vpdpbusd's signed side),
+//     or q itself for AMX (tdpbssd multiplies signed by signed)
 //   d (nv, in / 32, 16) floats: each 32-block's scale; s (nv, in / 32, 16): its d·Σq
+// The arrays hold nv rounded up to vec_multiple vectors; the ones past nv are zeros.
 struct QActPack {
   std::vector<uint8_t> u;
   std::vector<float> d, s;
   uint32_t nv = 0, in = 0;
 };
-void pack_acts_vnni(const Q8Act* x, uint32_t T, uint32_t in, QActPack& out);
+struct PackOpts {
+  bool offset128 = true;      // u = q + 128 (VNNI) or q (AMX)
+  uint32_t vec_multiple = 1;  // AMX: 2, its passes are 32 tokens
+};
+void pack_acts_vnni(const Q8Act* x, uint32_t T, uint32_t in, QActPack& out, PackOpts o = {});
 // quantize_acts (kernels/qdot.h) over nblocks consecutive 32-element blocks in AVX-512: the same
 // bytes as the portable quantizer (tested), which it stands in for on VNNI CPUs.
 void quantize_acts_vnni(const float* x, size_t nblocks, Q8Act* out);
@@ -44,6 +50,11 @@ void quantize_acts_vnni(const float* x, size_t nblocks, Q8Act* out);
 using QGemmFn = void (*)(const QDotRowsArgs& a, const QActPack& x);
 QGemmFn qdot_gemm_vnni(quant::GgmlType t);  // nullptr when the build has no AVX-512 VNNI variant
 bool cpu_has_avx512_vnni();                 // AVX-512 F, BW, VL and VNNI, plus the AVX2 set
+// The AMX-INT8 GEMM (qdot_amx.cc): a QGemmFn on a pack made with kAmxPack. nullptr when the
+// build has no AMX variant.
+inline constexpr PackOpts kAmxPack{false, 2};
+QGemmFn qdot_gemm_amx(quant::GgmlType t);
+bool cpu_has_amx_int8();  // AMX-TILE and AMX-INT8, the OS grants the tile state, plus the VNNI set
 
 // The types qdot reads, listed once for every ISA's table: pick(std::integral_constant<GgmlType,
 // T>) returns that ISA's kernel for T; nullptr for any other type.

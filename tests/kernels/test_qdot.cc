@@ -71,8 +71,10 @@ TEST_CASE("qdot kernels equal a float64 product of the dequantized weights and a
   // Every tile shape: 1 (8 rows), 2 (4 x 2), 3 and 4 (2 x T), 5-7 (one row), 8 (1 x 8); 37, 49,
   // 77 and 130 end their 32-token blocks on each remainder shape. T >= kQdotGemmMinT runs the
   // AVX-512 VNNI GEMM where the CPU has it: 37, 49 and 77 are not whole 16-token vectors or
-  // 3-vector tiles, 130 spans several tiles.
-  const uint32_t T = GENERATE(1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u, 37u, 49u, 77u, 130u);
+  // 3-vector tiles, 130 spans several tiles. Under QIsa::Amx, 12 still runs the VNNI GEMM and
+  // from kQdotAmxMinT = 16 the tile GEMM: 16 is half its 32-token pass, 37-130 end their last
+  // pass in each tile, and 70 rows end in a 6-row panel (one live row tile of two).
+  const uint32_t T = GENERATE(1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u, 12u, 16u, 37u, 49u, 77u, 130u);
   const bool mapped = GENERATE(false, true);
   // 70: not a multiple of the 4-row and 32-row tiles; 768 columns: one 512-column chunk of the
   // GEMM and a partial one.
@@ -116,7 +118,7 @@ TEST_CASE("qdot kernels equal a float64 product of the dequantized weights and a
     const kernels::MatmulArgs job{x.data(), view, bias.data(), ref.data(), T};
     kernels::cpu::qdot(&pool, std::span<const kernels::MatmulArgs>(&job, 1), kernels::QIsa::Scalar);
   }
-  for (kernels::QIsa isa : {kernels::QIsa::Scalar, kernels::QIsa::Avx2, kernels::QIsa::Avx512Vnni}) {
+  for (kernels::QIsa isa : {kernels::QIsa::Scalar, kernels::QIsa::Avx2, kernels::QIsa::Avx512Vnni, kernels::QIsa::Amx}) {
     if (!kernels::qisa_available(isa)) continue;
     INFO(kernels::quant::type_name(type) << " T=" << T << (mapped ? " row map" : "") << " " << kernels::qisa_name(isa));
     std::vector<float> y(size_t(T) * rows, NAN);
