@@ -67,7 +67,7 @@ using x86::Panel;
 constexpr uint32_t kBlk = 16;  // rows per A/C tile, tokens per B/C tile
 
 // Palette 1: A 0-1 (16 rows x kSub bytes), B 2-3 (kSub / 4 rows x 16 tokens' four bytes),
-// C 4-7 (16 rows x 16 tokens of int32).
+// C 4 and 6 (16 rows x 16 tokens of int32; 5 and 7 unused).
 struct alignas(64) TileConfig {
   uint8_t palette = 1, start_row = 0;
   uint8_t reserved[14] = {};
@@ -91,96 +91,87 @@ struct StepScales {
   std::vector<float> ws, mw;
 };
 
-// What one pass (16 panel rows from i0, token vectors v0, v0 + 1) reads.
+// What one pass (16 panel rows from i0, token vector v0) reads.
 struct Pass {
   const Panel* p;
   const StepScales* sc;
   const QActPack* x;
-  uint32_t in, ng, nsub, i0, v0, live;  // live: panel rows of the 16 that exist
-  uint32_t nvec;                        // token vectors of the pass that hold tokens: 1 or 2
+  uint32_t in, ng, nsub, i0, v0;  // rows i0..i0 + 15 of the panel, token vector v0
 };
 
-// acc (2 vectors, 16 rows, 16 tokens) += step j's fp32 step on its sums ib (2, 16, 16): per
-// (row, 16 tokens) the chain of kernels/qdot.h, as the VNNI GEMM forms it.
+// acc (16 rows; lanes: 16 tokens) += step j's fp32 step on its sums ib (16 rows, 16 tokens):
+// per (row, 16 tokens) the chain of kernels/qdot.h, as the VNNI GEMM forms it. acc stays in
+// registers for the whole pass (the caller's loop is one function once this is inlined).
 template <GgmlType Ty>
-KVZIP_AMX inline void fp32_step(const Pass& s, uint32_t j, const int32_t (*ib)[kBlk][kBlk],
-                                float (*acc)[kBlk][kBlk]) {
+KVZIP_AMX inline void fp32_step(const Pass& s, uint32_t j, const int32_t (*ib)[kBlk], __m512 (&acc)[kBlk]) {
   constexpr int kSubs = 32 / kSubElems<Ty>;
   const uint32_t g = j / kSubs;
-  for (uint32_t c = 0; c < s.nvec; ++c) {
-    const size_t at = (size_t(s.v0 + c) * s.ng + g) * 16;
-    const __m512 d = _mm512_loadu_ps(s.x->d.data() + at);
-    const __m512 xs = _mm512_loadu_ps(s.x->s.data() + at);
-    for (uint32_t m = 0; m < s.live; ++m) {
-      const uint32_t r = s.i0 + m;
-      const __m512 i = _mm512_cvtepi32_ps(_mm512_load_si512(ib[c][m]));
-      const __m512 dw = _mm512_mul_ps(d, _mm512_set1_ps(s.sc->ws[size_t(j) * 2 * kBlk + r]));
-      __m512 a = _mm512_load_ps(acc[c][m]);
-      if constexpr (QFmt<Ty>::kMin) {  // acc += fma(I, d·ws, s·mw)
-        const __m512 sm = _mm512_mul_ps(xs, _mm512_set1_ps(s.sc->mw[size_t(g) * 2 * kBlk + r]));
-        a = _mm512_add_ps(a, _mm512_fmadd_ps(i, dw, sm));
-      } else {
-        a = _mm512_fmadd_ps(i, dw, a);
-      }
-      _mm512_store_ps(acc[c][m], a);
+  const size_t at = (size_t(s.v0) * s.ng + g) * 16;
+  const __m512 d = _mm512_loadu_ps(s.x->d.data() + at);
+  const __m512 xs = _mm512_loadu_ps(s.x->s.data() + at);
+  const float* ws = s.sc->ws.data() + size_t(j) * 2 * kBlk + s.i0;
+  const float* mw = QFmt<Ty>::kMin ? s.sc->mw.data() + size_t(g) * 2 * kBlk + s.i0 : nullptr;
+#pragma GCC unroll 16
+  for (uint32_t m = 0; m < kBlk; ++m) {
+    const __m512 i = _mm512_cvtepi32_ps(_mm512_load_si512(ib[m]));
+    const __m512 dw = _mm512_mul_ps(d, _mm512_set1_ps(ws[m]));
+    if constexpr (QFmt<Ty>::kMin) {  // acc += fma(I, d·ws, s·mw)
+      acc[m] = _mm512_add_ps(acc[m], _mm512_fmadd_ps(i, dw, _mm512_mul_ps(xs, _mm512_set1_ps(mw[m]))));
+    } else {
+      acc[m] = _mm512_fmadd_ps(i, dw, acc[m]);
     }
   }
 }
 
-// Step j's tile work into C tiles C0, C1 from A tile TA: 16 rows x 32 tokens. GCC's tile
-// intrinsics paste the tile number into the instruction text, so the numbers are literals and
-// the two tile sets are two functions.
-#define KVZIP_AMX_TILE_STEP(name, TA, C0, C1)                                                 \
+// Step j's tile work into C tile C from A tile TA and B tile TB: 16 rows x 16 tokens. GCC's
+// tile intrinsics paste the tile number into the instruction text, so the numbers are literals
+// and the two tile sets are two functions.
+#define KVZIP_AMX_TILE_STEP(name, TA, TB, C)                                                   \
   template <int kSub>                                                                          \
-  KVZIP_AMX inline void name(const Pass& s, uint32_t j, int32_t(*ib)[kBlk][kBlk]) {            \
-    const size_t vstride = size_t(s.in / 4) * 64; /* bytes per 16-token vector of the pack */  \
-    const uint8_t* b = s.x->u.data() + size_t(s.v0) * vstride + size_t(j) * (kSub / 4) * 64;  \
-    _tile_zero(C0);                                                                            \
+  KVZIP_AMX inline void name(const Pass& s, uint32_t j, int32_t(*ib)[kBlk]) {                  \
+    const uint8_t* b = s.x->u.data() + (size_t(s.v0) * (s.in / 4) + size_t(j) * (kSub / 4)) * 64; \
+    _tile_zero(C);                                                                             \
     _tile_loadd(TA, s.p->w.data() + size_t(s.i0) * s.p->stride + size_t(j) * kSub, s.p->stride); \
-    _tile_loadd(2, b, 64);                                                                     \
-    _tile_dpbssd(C0, TA, 2);                                                                   \
-    _tile_stored(C0, ib[0], 64);                                                               \
-    if (s.nvec == 2) {                                                                         \
-      _tile_zero(C1);                                                                          \
-      _tile_loadd(3, b + vstride, 64);                                                         \
-      _tile_dpbssd(C1, TA, 3);                                                                 \
-      _tile_stored(C1, ib[1], 64);                                                             \
-    }                                                                                          \
+    _tile_loadd(TB, b, 64);                                                                    \
+    _tile_dpbssd(C, TA, TB);                                                                   \
+    _tile_stored(C, ib, 64);                                                                   \
   }
-KVZIP_AMX_TILE_STEP(tile_step_even, 0, 4, 5)
-KVZIP_AMX_TILE_STEP(tile_step_odd, 1, 6, 7)
+KVZIP_AMX_TILE_STEP(tile_step_even, 0, 2, 4)
+KVZIP_AMX_TILE_STEP(tile_step_odd, 1, 3, 6)
 #undef KVZIP_AMX_TILE_STEP
 
 template <GgmlType Ty>
 KVZIP_AMX void gemm_amx(const QDotRowsArgs& a, const QActPack& x) {
   constexpr int kSub = kSubElems<Ty>;
   const MatrixView& w = *a.w;
-  const uint32_t in = w.cols, ng = in / 32, nsub = in / kSub, npass = (x.nv + 1) / 2;
+  const uint32_t in = w.cols, ng = in / 32, nsub = in / kSub;
   load_config<kSub>();
   thread_local Panel panel;
   thread_local StepScales sc;
-  alignas(64) int32_t ib[2][2][kBlk][kBlk];  // [step parity][vector][row][token]
-  alignas(64) float acc[2][kBlk][kBlk];      // [vector][row][token]
+  alignas(64) int32_t ib[2][kBlk][kBlk];  // [step parity][row][token]
+  const __m512i col = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                         _mm512_set1_epi32(kBlk));
   for (uint32_t p0 = a.r0; p0 < a.r1; p0 += 2 * kBlk) {
     const uint32_t np = std::min(2 * kBlk, a.r1 - p0);
     decode_panel<Ty>(w, p0, np, panel);
     panel.w.resize(size_t(2) * kBlk * panel.stride);  // zero rows up to the A tiles' 32
-    sc.ws.resize(size_t(nsub) * 2 * kBlk);
-    sc.mw.resize(QFmt<Ty>::kMin ? size_t(ng) * 2 * kBlk : 0);
+    sc.ws.assign(size_t(nsub) * 2 * kBlk, 0.0f);
+    sc.mw.assign(QFmt<Ty>::kMin ? size_t(ng) * 2 * kBlk : 0, 0.0f);
     for (uint32_t r = 0; r < np; ++r) {
       for (uint32_t j = 0; j < nsub; ++j) sc.ws[size_t(j) * 2 * kBlk + r] = panel.ws[size_t(r) * nsub + j];
       if constexpr (QFmt<Ty>::kMin)
         for (uint32_t g = 0; g < ng; ++g) sc.mw[size_t(g) * 2 * kBlk + r] = panel.mw[size_t(r) * ng + g];
     }
-    // Both halves of the panel take a pass's tokens in turn: its 2 x in bytes of pack are read
-    // from memory once, then from L2.
-    for (uint32_t pass = 0; pass < npass; ++pass) {
+    // Both halves of the panel take a vector's tokens in turn: its in bytes of pack are read
+    // from memory once, then from L1/L2.
+    for (uint32_t v = 0; v < x.nv; ++v) {
       for (uint32_t i0 = 0; i0 < np; i0 += kBlk) {
-        const Pass s{&panel, &sc, &x, in, ng, nsub, i0, 2 * pass, std::min(kBlk, np - i0),
-                     std::min(2u, x.nv - 2 * pass)};
-        std::memset(acc, 0, sizeof acc);  // the chain starts at acc = 0
-        // Steps in pairs, even on tiles (A0, C4-5), odd on (A1, C6-7); each pair's fp32 work is
-        // the step before it, so the vector units never wait on the step the AMX unit is in.
+        const Pass s{&panel, &sc, &x, in, ng, nsub, i0, v};
+        __m512 acc[kBlk];
+        for (uint32_t m = 0; m < kBlk; ++m) acc[m] = _mm512_setzero_ps();  // the chain starts at 0
+        // Steps in pairs, even on tiles (A0, B2, C4), odd on (A1, B3, C6); each pair's fp32
+        // work is the step before it, so the vector units never wait on the step the AMX unit
+        // is in.
         for (uint32_t j = 0; j < nsub; j += 2) {
           tile_step_even<kSub>(s, j, ib[0]);
           if (j > 0) fp32_step<Ty>(s, j - 1, ib[1], acc);
@@ -188,17 +179,17 @@ KVZIP_AMX void gemm_amx(const QDotRowsArgs& a, const QActPack& x) {
           fp32_step<Ty>(s, j, ib[0], acc);
         }
         if (nsub % 2 == 0) fp32_step<Ty>(s, nsub - 1, ib[1], acc);
-        // acc is (row, token); y is (token, row): one gather of a token's 16 rows, one store.
-        const __m512i col = _mm512_mullo_epi32(
-            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(kBlk));
-        const __mmask16 rows = __mmask16((1u << s.live) - 1);
-        for (uint32_t c = 0; c < s.nvec; ++c)
-          for (uint32_t l = 0; l < kBlk; ++l) {
-            const uint32_t t = (s.v0 + c) * kBlk + l;
-            if (t >= a.T) break;
-            const __m512 v = _mm512_i32gather_ps(col, &acc[c][0][l], 4);
-            _mm512_mask_storeu_ps(a.y + size_t(t) * w.rows + p0 + i0, rows, v);
-          }
+        // acc is (row; token lanes); y is (token, row): through a 1 KB buffer, one gather of a
+        // token's 16 rows and one store per token.
+        alignas(64) float out[kBlk][kBlk];
+        for (uint32_t m = 0; m < kBlk; ++m) _mm512_store_ps(out[m], acc[m]);
+        const uint32_t live = std::min(kBlk, np - i0);
+        const __mmask16 rows = __mmask16((1u << live) - 1);
+        for (uint32_t l = 0; l < kBlk; ++l) {
+          const uint32_t t = v * kBlk + l;
+          if (t >= a.T) break;
+          _mm512_mask_storeu_ps(a.y + size_t(t) * w.rows + p0 + i0, rows, _mm512_i32gather_ps(col, &out[0][l], 4));
+        }
       }
     }
   }

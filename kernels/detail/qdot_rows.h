@@ -52,7 +52,7 @@ QGemmFn qdot_gemm_vnni(quant::GgmlType t);  // nullptr when the build has no AVX
 bool cpu_has_avx512_vnni();                 // AVX-512 F, BW, VL and VNNI, plus the AVX2 set
 // The AMX-INT8 GEMM (qdot_amx.cc): a QGemmFn on a pack made with kAmxPack. nullptr when the
 // build has no AMX variant.
-inline constexpr PackOpts kAmxPack{false, 2};
+inline constexpr PackOpts kAmxPack{false, 1};
 QGemmFn qdot_gemm_amx(quant::GgmlType t);
 bool cpu_has_amx_int8();  // AMX-TILE and AMX-INT8, the OS grants the tile state, plus the VNNI set
 
