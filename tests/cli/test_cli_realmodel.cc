@@ -81,3 +81,36 @@ TEST_CASE("query reports stop_reason, and explains a stop at the context limit",
                           Catch::Matchers::Contains("\"stop_reason\":\"stop_token\""));
   CHECK_THAT(one.err, !Catch::Matchers::Contains("note"));
 }
+
+TEST_CASE("KVZIP_CPU_ISA picks the kernels, every ISA gives the same tokens, and a bad name is an error",
+          "[cli][realmodel]") {
+  const std::string path = real_model_or_empty();
+  if (path.empty()) KVZIP_FORMAT_SKIP("set KVZIP_MODEL to SmolLM2-135M-Instruct.Q4_1.gguf to run this test");
+  // A 40-token prompt: its prefill runs the GEMMs (VNNI from 8 tokens, AMX from 16) where the CPU
+  // has them, the decode the register tiles; the scalar kernel is the reference they all equal.
+  const std::vector<std::string> args = {
+      "generate", "-m", path, "-n", "8", "-t", "2", "--stats",
+      "-p", "The Normans were the people who in the 10th and 11th centuries gave their name to "
+            "Normandy, a region in France. They were descended from Norse raiders and pirates."};
+  auto run_with = [&](const std::string& isa) {
+    CliOptions o;
+    o.env = {{"KVZIP_CPU_ISA", isa}};
+    return run_kvzip(args, o);
+  };
+  const CliResult ref = run_with("scalar");
+  INFO("stderr: " << ref.err);
+  REQUIRE(ref.exit_code == 0);
+  CHECK_THAT(ref.err + ref.out, Catch::Matchers::Contains("(scalar tiles up to"));
+  for (const std::string isa : {"", "avx2", "avx512-vnni", "amx-int8"}) {
+    const CliResult r = run_with(isa);
+    INFO("KVZIP_CPU_ISA=" << isa << "\nstderr: " << r.err);
+    if (r.exit_code != 0) {  // an ISA this CPU lacks: refused with the list of those it has
+      CHECK_THAT(r.err, Catch::Matchers::Contains("is not available on this CPU/build; available here: scalar"));
+      continue;
+    }
+    CHECK(r.out == ref.out);  // the generated text, token for token
+  }
+  const CliResult bad = run_with("avx9000");
+  CHECK(bad.exit_code != 0);
+  CHECK_THAT(bad.err, Catch::Matchers::Contains("kvzip: error [unsupported]: KVZIP_CPU_ISA=avx9000 is not an instruction set name"));
+}
