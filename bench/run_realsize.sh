@@ -10,6 +10,8 @@
 #   (the machine is shared: the best run is the one least disturbed by other jobs).
 # env COMPRESS=1 adds, per model, `kvzip compress` (KVzip, ratio 0.3) of a document of P tokens and
 #   its "compress / prefill" time ratio for kvzip (and BEFORE).
+# env LLAMA_ARGS="..." adds arguments to every llama-bench run (e.g. "--repack 0": llama.cpp's
+#   repacked AMX path crashes with SIGSEGV on the AMX Xeon VMs here).
 # env RSS_MODELS="A.gguf B.gguf" adds the peak-RSS table for those files (generate, compress,
 #   query on a 500-token document).
 set -euo pipefail
@@ -24,6 +26,7 @@ echo "CPU: $(lscpu | sed -n 's/^Model name:[[:space:]]*//p'); features used by k
      "$(grep -o -w -E 'avx2|fma|f16c|avx512f|avx512bw|avx512_vnni|avx512_bf16|amx_tile|amx_int8|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 echo "kvzip: $kz (matmul: $("$kz" generate -m "${1%%:*}" -p x -n 1 -t "$threads" --stats 2>&1 | sed -n 's/^matmul //p'))"
 [ -n "$before" ] && echo "before: $before"
+echo "llama-bench extra arguments: ${LLAMA_ARGS:-none}"
 echo "threads: $threads; best of $repeat; load before: $(cut -d' ' -f1-3 /proc/loadavg); raw logs: $out"
 echo
 
@@ -60,8 +63,8 @@ for spec in "$@"; do
     if [ -n "$before" ]; then
       read -r p d < <(kvzip_run "$before" "$model" "$out/prompt_$P.txt" "$N" "$out/before_${name}_$r.log"); bp+=("$p"); bd+=("$d")
     fi
-    "$llama/llama-bench" -m "$model" -t "$threads" -r 1 -p "$P" -n 0 -o jsonl > "$out/lc_pp_${name}_$r.jsonl" 2>/dev/null || true
-    "$llama/llama-bench" -m "$model" -t "$threads" -r 1 -p 0 -n "$N" -d "$P" -o jsonl > "$out/lc_tg_${name}_$r.jsonl" 2>/dev/null || true
+    "$llama/llama-bench" -m "$model" -t "$threads" -r 1 -p "$P" -n 0 ${LLAMA_ARGS:-} -o jsonl > "$out/lc_pp_${name}_$r.jsonl" 2>/dev/null || true
+    "$llama/llama-bench" -m "$model" -t "$threads" -r 1 -p 0 -n "$N" -d "$P" ${LLAMA_ARGS:-} -o jsonl > "$out/lc_tg_${name}_$r.jsonl" 2>/dev/null || true
     lp+=("$(python3 -c "import json,sys; print(round(json.loads(open(sys.argv[1]).readline())['avg_ts'],2))" "$out/lc_pp_${name}_$r.jsonl" 2>/dev/null || echo n/a)")
     ld+=("$(python3 -c "import json,sys; print(round(json.loads(open(sys.argv[1]).readline())['avg_ts'],2))" "$out/lc_tg_${name}_$r.jsonl" 2>/dev/null || echo n/a)")
     if [ "${COMPRESS:-0}" = 1 ]; then
