@@ -51,8 +51,11 @@ bool qdot_supported(quant::GgmlType t);
 // few rows x tokens are as fast or faster). The choice is speed only: both compute the same chain.
 // Measured on Zen 4 (BENCHMARKS.md, "One chain per output").
 inline constexpr uint32_t kQdotGemmMinT = 8;
-// From this many tokens QIsa::Amx runs its tile GEMM (below, the VNNI kernels). Speed only again.
+// From this many tokens QIsa::Amx runs its tile GEMM (below, the VNNI kernels); Q6_K, whose
+// 16-element sub-blocks take two tile steps per group, from kQdotAmxMinTQ6K (measured 0.89-0.98x
+// the VNNI GEMM at 16-64 tokens, 1.09x at 512: BENCHMARKS.md, "AMX-INT8"). Speed only again.
 inline constexpr uint32_t kQdotAmxMinT = 16;
+inline constexpr uint32_t kQdotAmxMinTQ6K = 256;
 // Whether `isa` has the GEMM (AVX-512 VNNI or AMX: tokens in 16-token vectors, the same chain). Without
 // it, matmul's Fast path hands T > kMatmulInt8MaxT to fp32 slabs + sgemm.
 bool qdot_has_gemm(QIsa isa);

@@ -194,7 +194,8 @@ std::string matmul_kernels(MatmulPath p) {
     std::string s = "fast: int8 activations x Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K blocks (";
     if (best == QIsa::Amx)
       s += tiles + " tiles below T=" + std::to_string(kQdotGemmMinT) + ", avx512-vnni GEMM below T=" +
-           std::to_string(kQdotAmxMinT) + ", amx-int8 tile GEMM from there: the same bits at any T)";
+           std::to_string(kQdotAmxMinT) + " (Q6_K: T=" + std::to_string(kQdotAmxMinTQ6K) +
+           "), amx-int8 tile GEMM from there: the same bits at any T)";
     else
       s += qdot_has_gemm(best) ? tiles + " tiles below T=" + std::to_string(kQdotGemmMinT) +
                                      ", avx512-vnni GEMM from there: the same bits at any T)"

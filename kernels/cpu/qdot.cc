@@ -126,7 +126,8 @@ detail::QGemmFn qdot_gemm_for(QIsa isa, GgmlType t, uint32_t T) {
 
 // The AMX tile GEMM from kQdotAmxMinT tokens (its pack is signed: detail::kAmxPack).
 detail::QGemmFn qdot_amx_for(QIsa isa, GgmlType t, uint32_t T) {
-  return isa == QIsa::Amx && T >= kQdotAmxMinT ? detail::qdot_gemm_amx(t) : nullptr;
+  const uint32_t from = t == GgmlType::Q6_K ? kQdotAmxMinTQ6K : kQdotAmxMinT;
+  return isa == QIsa::Amx && T >= from ? detail::qdot_gemm_amx(t) : nullptr;
 }
 
 }  // namespace

@@ -72,9 +72,10 @@ TEST_CASE("qdot kernels equal a float64 product of the dequantized weights and a
   // 77 and 130 end their 32-token blocks on each remainder shape. T >= kQdotGemmMinT runs the
   // AVX-512 VNNI GEMM where the CPU has it: 37, 49 and 77 are not whole 16-token vectors or
   // 3-vector tiles, 130 spans several tiles. Under QIsa::Amx, 12 still runs the VNNI GEMM and
-  // from kQdotAmxMinT = 16 the tile GEMM: 16 is half its 32-token pass, 37-130 end their last
-  // pass in each tile, and 70 rows end in a 6-row panel (one live row tile of two).
-  const uint32_t T = GENERATE(1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u, 12u, 16u, 37u, 49u, 77u, 130u);
+  // from kQdotAmxMinT = 16 the tile GEMM: 16 is one whole 16-token pass, 37-261 end in a
+  // partial one, and 70 rows end in a 6-row panel (one live row tile of two); Q6_K takes
+  // the tile GEMM from kQdotAmxMinTQ6K = 256 tokens, which 261 passes (not a whole vector).
+  const uint32_t T = GENERATE(1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u, 12u, 16u, 37u, 49u, 77u, 130u, 261u);
   const bool mapped = GENERATE(false, true);
   // 70: not a multiple of the 4-row and 32-row tiles; 768 columns: one 512-column chunk of the
   // GEMM and a partial one.
