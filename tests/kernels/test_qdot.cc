@@ -120,7 +120,12 @@ TEST_CASE("qdot kernels equal a float64 product of the dequantized weights and a
     kernels::cpu::qdot(&pool, std::span<const kernels::MatmulArgs>(&job, 1), kernels::QIsa::Scalar);
   }
   for (kernels::QIsa isa : {kernels::QIsa::Scalar, kernels::QIsa::Avx2, kernels::QIsa::Avx512Vnni, kernels::QIsa::Amx}) {
-    if (!kernels::qisa_available(isa)) continue;
+    if (!kernels::qisa_available(isa)) {
+      static bool said[8] = {};
+      if (!said[int(isa)]) WARN(kernels::qisa_name(isa) << " is not available on this CPU/build: its kernels are not tested here");
+      said[int(isa)] = true;
+      continue;
+    }
     INFO(kernels::quant::type_name(type) << " T=" << T << (mapped ? " row map" : "") << " " << kernels::qisa_name(isa));
     std::vector<float> y(size_t(T) * rows, NAN);
     const kernels::MatmulArgs job{x.data(), view, bias.data(), y.data(), T};
