@@ -37,15 +37,7 @@ bool bf16_gemm_available() {
   return ok;
 }
 
-namespace {
-
-using quant::GgmlType;
-
-constexpr uint32_t kTileVecs = 4;    // 16-token vectors per tile: 16 fp32 accumulators
-constexpr uint32_t kChunkPairs = 128;  // element pairs per chunk: 4 x 64 B x 128 = 32 KiB of X
-
-// x (T, in) fp32 -> (nv, in / 2, 16, 2) bf16.
-void pack_x(const float* x, uint32_t T, uint32_t in, std::vector<uint16_t>& u, uint32_t& nv) {
+void pack_bf16_pairs(const float* x, uint32_t T, uint32_t in, std::vector<uint16_t>& u, uint32_t& nv) {
   const uint32_t in2 = in / 2;
   nv = (T + 15) / 16;
   u.assign(size_t(nv) * in2 * 32, 0);
@@ -58,6 +50,13 @@ void pack_x(const float* x, uint32_t T, uint32_t in, std::vector<uint16_t>& u, u
     }
   }
 }
+
+namespace {
+
+using quant::GgmlType;
+
+constexpr uint32_t kTileVecs = 4;    // 16-token vectors per tile: 16 fp32 accumulators
+constexpr uint32_t kChunkPairs = 128;  // element pairs per chunk: 4 x 64 B x 128 = 32 KiB of X
 
 // The panel's rows as bf16: BF16 rows point into the weights; F16 rows are rounded into `own`.
 KVZIP_BF16 void panel_rows(const MatrixView& w, uint32_t p0, uint32_t n, std::vector<uint16_t>& own,
@@ -115,9 +114,10 @@ void bf16_gemm(ThreadPool* pool, const MatmulArgs& a) {
   const MatrixView& w = a.w;
   if ((w.type != GgmlType::F16 && w.type != GgmlType::BF16) || w.cols % 2 != 0 || !bf16_gemm_available())
     throw Error(Errc::internal, "bf16_gemm: F16/BF16 weights with an even width on an AVX-512 BF16 CPU only");
+  if (bf16_gemm_amx_usable(w)) return bf16_gemm_amx(pool, a);
   std::vector<uint16_t> xu;
   uint32_t nv = 0;
-  pack_x(a.x, a.T, w.cols, xu, nv);
+  pack_bf16_pairs(a.x, a.T, w.cols, xu, nv);
   const uint32_t in2 = w.cols / 2;
   run_tasks(pool, (w.rows + kPanelRows - 1) / kPanelRows, [&](size_t task) {
     thread_local std::vector<uint16_t> own;
@@ -136,6 +136,9 @@ void bf16_gemm(ThreadPool* pool, const MatmulArgs& a) {
 #else  // no x86 variant in this build
 
 bool bf16_gemm_available() { return false; }
+void pack_bf16_pairs(const float*, uint32_t, uint32_t, std::vector<uint16_t>&, uint32_t&) {
+  throw Error(Errc::internal, "pack_bf16_pairs: not built for this CPU");
+}
 void bf16_gemm(ThreadPool*, const MatmulArgs&) {
   throw Error(Errc::internal, "bf16_gemm: not built for this CPU");
 }

@@ -23,7 +23,8 @@
 // vector holds no token skips it; lanes past T are zeros, rows past the panel's zero weights, and
 // neither is written to y.
 // Linux hands a process the 8 KB tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM);
-// cpu_has_amx_int8 asks once and reports AMX absent where it is refused.
+// cpu_has_amx asks once (for this GEMM and the AMX-BF16 one) and reports AMX absent where it is
+// refused.
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
@@ -45,17 +46,19 @@ namespace kvzip::kernels::cpu::detail {
 
 #if KVZIP_QDOT_AMX
 
-bool cpu_has_amx_int8() {
-  static const bool ok = [] {
-    if (!cpu_has_avx512_vnni()) return false;
+// CPUID leaf 7 EDX bit 24 is AMX-TILE, 22 AMX-BF16, 25 AMX-INT8; the tile state is granted once
+// per process.
+bool cpu_has_amx(AmxUnit unit) {
+  static const unsigned edx = [] {
     unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-    if (!((d >> 24) & 1u) || !((d >> 25) & 1u)) return false;  // AMX-TILE, AMX-INT8
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !((d >> 24) & 1u)) return 0u;
     constexpr long kReqXcompPerm = 0x1023, kXtiledata = 18;
-    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtiledata) == 0;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtiledata) == 0 ? d : 0u;
   }();
-  return ok;
+  return (edx >> (unit == AmxUnit::Int8 ? 25 : 22)) & 1u;
 }
+
+bool cpu_has_amx_int8() { return cpu_has_avx512_vnni() && cpu_has_amx(AmxUnit::Int8); }
 
 namespace {
 
@@ -204,6 +207,7 @@ QGemmFn qdot_gemm_amx(GgmlType t) {
 
 #else  // no AMX variant in this build
 
+bool cpu_has_amx(AmxUnit) { return false; }
 bool cpu_has_amx_int8() { return false; }
 QGemmFn qdot_gemm_amx(quant::GgmlType) { return nullptr; }
 

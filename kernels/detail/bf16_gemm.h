@@ -2,7 +2,12 @@
 // for F16/BF16 weights at prefill T (kernels/cpu/bf16_gemm_avx512.cc). Each product w·x is taken
 // on bf16-rounded operands (round to nearest even: x always, w when it is F16), so it moves by at
 // most (2^-8 + 2^-16)·|w·x|; sums are fp32.
+// On a CPU with AMX-BF16 (and QIsa::Amx chosen, kernels/qgemv.h) the same products are taken by
+// tdpbf16ps tiles (kernels/cpu/bf16_gemm_amx.cc): the same bf16 operands, fp32 sums in another
+// order, so within the same bound.
 #pragma once
+#include <cstdint>
+#include <vector>
 
 #include "kernels/matmul.h"
 
@@ -12,5 +17,14 @@ bool bf16_gemm_available();  // built with the variant and the CPU has AVX-512 F
 // y = x · w^T for a checked matmul job with F16 or BF16 weights and an even width (no bias);
 // Errc::internal otherwise or where bf16_gemm_available() is false.
 void bf16_gemm(ThreadPool* pool, const MatmulArgs& a);
+
+// x (T, in) fp32 -> u (nv, in / 2, 16, 2) bf16, nv = ceil(T / 16): two consecutive elements of
+// 16 tokens per 64 bytes, lanes past T zero. Both GEMMs read this pack.
+void pack_bf16_pairs(const float* x, uint32_t T, uint32_t in, std::vector<uint16_t>& u, uint32_t& nv);
+// Whether bf16_gemm hands `w` to the AMX-BF16 kernel: the CPU and OS have it, QIsa::Amx is the
+// chosen ISA, and the width is a multiple of its 32-element step.
+bool bf16_gemm_amx_usable(const MatrixView& w);
+// The AMX-BF16 GEMM alone (for the tests); Errc::internal where it is not usable for `a.w`.
+void bf16_gemm_amx(ThreadPool* pool, const MatmulArgs& a);
 
 }  // namespace kvzip::kernels::cpu::detail

@@ -55,6 +55,9 @@ bool cpu_has_avx512_vnni();                 // AVX-512 F, BW, VL and VNNI, plus 
 inline constexpr PackOpts kAmxPack{false, 1};
 QGemmFn qdot_gemm_amx(quant::GgmlType t);
 bool cpu_has_amx_int8();  // AMX-TILE and AMX-INT8, the OS grants the tile state, plus the VNNI set
+// The CPU reports AMX-TILE and the unit, and the OS grants this process the tile state.
+enum class AmxUnit : uint8_t { Int8, Bf16 };
+bool cpu_has_amx(AmxUnit unit);
 
 // The types qdot reads, listed once for every ISA's table: pick(std::integral_constant<GgmlType,
 // T>) returns that ISA's kernel for T; nullptr for any other type.

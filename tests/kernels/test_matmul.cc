@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/half.h"
+#include "kernels/detail/bf16_gemm.h"
 #include "kernels/matmul.h"
 #include "kernels/qdot.h"
 #include "kernels/quant.h"
@@ -105,6 +106,40 @@ TEST_CASE("matmul equals a float64 product over the dequantized rows for every t
     for (size_t i = 0; i < y.size(); ++i) moved = std::max(moved, std::fabs(y[i] - want.y[i]));
     CHECK(moved > 2e-5 * scale);
   }
+}
+
+TEST_CASE("the AMX-BF16 GEMM takes the bf16 products within their bound", "[kernels][matmul]") {
+  const GgmlType type = GENERATE(GgmlType::F16, GgmlType::BF16);
+  // 16: one vector; 33: a pass of two and a pass of one (three vectors); 130: several passes.
+  const uint32_t T = GENERATE(16u, 33u, 130u);
+  const bool mapped = GENERATE(false, true);
+  // 72 rows: two 32-row panels and one of 8 (a half with no rows); 544 columns: 17 steps of 32.
+  const uint32_t rows = 72, cols = 544;
+  const std::vector<uint8_t> w = test::random_matrix(type, rows, cols, 21);
+  std::vector<uint32_t> map(rows);
+  std::iota(map.begin(), map.end(), 0u);
+  for (uint32_t r = 0; r + 1 < rows; r += 2) std::swap(map[r], map[r + 1]);
+  const kernels::MatrixView view{type, w.data(), kernels::quant::row_bytes(type, cols), rows, cols,
+                                 mapped ? map.data() : nullptr};
+  if (!kernels::cpu::detail::bf16_gemm_amx_usable(view)) {
+    WARN("AMX-BF16 is not available on this CPU/build (or KVZIP_CPU_ISA picks another ISA): not tested here");
+    return;
+  }
+  INFO(kernels::quant::type_name(type) << " T=" << T << (mapped ? " row map" : ""));
+  const std::vector<float> x = test::random_vector(size_t(T) * cols, 22);
+  std::vector<float> y(size_t(T) * rows, NAN);
+  kernels::ThreadPool pool(2);
+  kernels::cpu::detail::bf16_gemm_amx(&pool, kernels::MatmulArgs{x.data(), view, nullptr, y.data(), T});
+  const Reference want = reference(view, x, T, {});
+  double scale = 0, worst = 0, moved = 0;
+  for (double v : want.y) scale = std::max(scale, std::fabs(v));
+  for (size_t i = 0; i < y.size(); ++i) {
+    const double err = std::fabs(y[i] - want.y[i]);
+    worst = std::max(worst, err / ((1.0 / 256 + 1.0 / 65536) * want.abs[i] + 2e-5 * scale));
+    moved = std::max(moved, err);
+  }
+  CHECK(worst <= 1.0);
+  CHECK(moved > 2e-5 * scale);  // bf16 operands, not fp32 ones
 }
 
 TEST_CASE("matmul batches jobs of different types and checks each job", "[kernels][matmul]") {
