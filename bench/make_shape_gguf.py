@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes a random-weight GGUF of a real model's shape, for memory and speed benchmarks.
 
-The weights are noise (random Q4_0/Q8_0/Q4_K... blocks with a scale that keeps activations O(1));
+The weights are noise (random Q4_0/Q8_0/Q4_K... blocks, or F16 values, with a scale that keeps activations O(1));
 only the shapes and block types matter for memory and speed. The tokenizer (vocabulary, merges,
 chat template) is copied from a real GGUF (default: the SmolLM2 model kvzip fetches) and padded
 with "<pad_N>" tokens up to the shape's vocabulary size, so kvzip and llama.cpp both load the file.
@@ -32,6 +32,7 @@ BLOCKS = {
     "Q4_1": (Q.Q4_1, 20, 32),
     "Q4_K": (Q.Q4_K, 144, 256),
     "Q6_K": (Q.Q6_K, 210, 256),
+    "F16": (Q.F16, 2, 1),
 }
 
 
@@ -39,6 +40,9 @@ def random_blocks(rng, rows, cols, qtype):
     """Random blocks whose dequantized values have roughly std 1/sqrt(cols)."""
     qt, bb, be = BLOCKS[qtype]
     nb = cols // be
+    if qtype == "F16":  # plain half floats of std 1/sqrt(cols)
+        v = (rng.standard_normal((rows, cols), dtype=np.float32) / np.sqrt(cols)).astype(np.float16)
+        return v.view(np.uint8).reshape(rows, cols * 2), qt
     raw = rng.integers(0, 256, size=(rows, nb, bb), dtype=np.uint8)
     target = 1.0 / np.sqrt(cols)
     if qtype == "Q4_0":

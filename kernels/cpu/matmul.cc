@@ -16,6 +16,7 @@
 
 #include "common/error.h"
 #include "kernels/detail/bf16_gemm.h"
+#include "kernels/detail/qdot_rows.h"
 #include "kernels/qdot.h"
 #include "kernels/qgemv.h"
 #include "kernels/simd.h"
@@ -200,9 +201,12 @@ std::string matmul_kernels(MatmulPath p) {
       s += qdot_has_gemm(best) ? tiles + " tiles below T=" + std::to_string(kQdotGemmMinT) +
                                      ", avx512-vnni GEMM from there: the same bits at any T)"
                                : tiles + " tiles up to T=" + std::to_string(kQdotMaxT) + ")";
-    if (cpu::detail::bf16_gemm_available())
+    if (cpu::detail::bf16_gemm_available()) {
+      const bool amx = best == QIsa::Amx && cpu::detail::cpu_has_amx(cpu::detail::AmxUnit::Bf16);
       return s + "; F16/BF16 fp32 tiles up to T=" + std::to_string(kTileMaxT) +
-             ", avx512-bf16 GEMM beyond; F32 OpenBLAS sgemm beyond";
+             (amx ? ", amx-bf16 tile GEMM beyond (widths of 32k; else avx512-bf16)" : ", avx512-bf16 GEMM beyond") +
+             "; F32 OpenBLAS sgemm beyond";
+    }
     return s + ", other types fp32 tiles" + tail;
   }
   return "exact: fp32 Q4_0/Q4_1/Q8_0 register-decoding GEMV (" + isa + ") up to T=" +
