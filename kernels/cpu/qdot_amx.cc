@@ -13,15 +13,15 @@
 // Integer sums cannot run over two groups (each has its own scales), so a tile holds one group's
 // K (32 bytes; 16 for Q6_K) and every group's C goes through memory to the fp32 step.
 //
-// Pipelining: the fp32 step (five vector operations per 16 outputs and group) is the cost; the
-// tile work of group j runs on the AMX unit while the vector units take group j − 1's sums, so
-// two sets of C tiles (4-5 for even steps, 6-7 for odd) and two A tiles alternate (0, 1); B
-// (2, 3: two 16-token vectors) is reloaded each step.
+// Pipelining: the tile work of step j (tiles A0, B2, C4 for even steps; A1, B3, C6 for odd)
+// is issued before the fp32 step of j − 1, whose sums wait in the other of two 1 KB buffers. The
+// chain's fp32 step makes the kernel: measured, the tile work alone runs at about 1.4x the whole,
+// and the tile unit itself at ~15x (BENCHMARKS.md, "AMX-INT8 on the CPU").
 //
-// Blocking: a task (kernels::cpu::qdot: 32 rows) decodes its rows once, then for each 32 tokens
-// and each 16-row half runs every group with a 2 KB accumulator in L1. A pass whose second
-// vector holds no token skips it; lanes past T are zeros, rows past the panel's zero weights, and
-// neither is written to y.
+// Blocking: a task (kernels::cpu::qdot: 32 rows) decodes its rows once, then for each 16-token
+// vector and each 16-row half runs every step with the 16 accumulators (one per row, lanes =
+// tokens) in registers, and writes them to y (T, out) through a gather per token. Lanes past T
+// are zeros, rows past the panel's zero weights, and neither is written to y.
 // Linux hands a process the 8 KB tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM);
 // cpu_has_amx asks once (for this GEMM and the AMX-BF16 one) and reports AMX absent where it is
 // refused.
