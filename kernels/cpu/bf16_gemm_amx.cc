@@ -33,9 +33,13 @@
 
 namespace kvzip::kernels::cpu::detail {
 
+bool bf16_gemm_amx_available() {
+  return bf16_gemm_available() && qisa_best() == QIsa::Amx && cpu_has_amx(AmxUnit::Bf16);
+}
+
 bool bf16_gemm_amx_usable(const MatrixView& w) {
   return (w.type == quant::GgmlType::F16 || w.type == quant::GgmlType::BF16) && w.cols % 32 == 0 &&
-         bf16_gemm_available() && qisa_best() == QIsa::Amx && cpu_has_amx(AmxUnit::Bf16);
+         bf16_gemm_amx_available();
 }
 
 #if KVZIP_BF16_AMX

@@ -16,7 +16,6 @@
 
 #include "common/error.h"
 #include "kernels/detail/bf16_gemm.h"
-#include "kernels/detail/qdot_rows.h"
 #include "kernels/qdot.h"
 #include "kernels/qgemv.h"
 #include "kernels/simd.h"
@@ -202,9 +201,8 @@ std::string matmul_kernels(MatmulPath p) {
                                      ", avx512-vnni GEMM from there: the same bits at any T)"
                                : tiles + " tiles up to T=" + std::to_string(kQdotMaxT) + ")";
     if (cpu::detail::bf16_gemm_available()) {
-      const bool amx = best == QIsa::Amx && cpu::detail::cpu_has_amx(cpu::detail::AmxUnit::Bf16);
       return s + "; F16/BF16 fp32 tiles up to T=" + std::to_string(kTileMaxT) +
-             (amx ? ", amx-bf16 tile GEMM beyond (widths of 32k; else avx512-bf16)" : ", avx512-bf16 GEMM beyond") +
+             (cpu::detail::bf16_gemm_amx_available() ? ", amx-bf16 tile GEMM beyond (widths of 32k; else avx512-bf16)" : ", avx512-bf16 GEMM beyond") +
              "; F32 OpenBLAS sgemm beyond";
     }
     return s + ", other types fp32 tiles" + tail;

@@ -160,22 +160,26 @@ void qdot(ThreadPool* pool, std::span<const MatmulArgs> jobs, QIsa isa) {
     act_start.push_back(acts.size());
     acts.resize(acts.size() + size_t(a.T) * (a.w.cols / 32));
   }
-  // Jobs on the GEMM read their activations packed in 16-token vectors (one pack per x).
+  // Jobs on a GEMM read their activations packed in 16-token vectors: one pack per x and GEMM
+  // (the VNNI one's holds q + 128, the AMX one's q; Q, K and V of one x can take both, as Q6_K
+  // moves to AMX later than the other types).
   std::vector<detail::QGemmFn> gemm(jobs.size());
-  std::vector<detail::QActPack> packs(act_start.size());
-  std::vector<bool> done(act_start.size(), false), packed(act_start.size(), false);
+  std::vector<bool> on_amx(jobs.size(), false);
+  std::vector<detail::QActPack> packs(2 * act_start.size());  // [2 · x + on AMX]
+  std::vector<bool> done(act_start.size(), false), packed(2 * act_start.size(), false);
   for (size_t j = 0; j < jobs.size(); ++j) {
     const MatmulArgs& a = jobs[j];
     const detail::QGemmFn amx = qdot_amx_for(isa, a.w.type, a.T);
     gemm[j] = amx ? amx : qdot_gemm_for(isa, a.w.type, a.T);
+    on_amx[j] = amx != nullptr;
     if (!done[act_of[j]]) {
       done[act_of[j]] = true;
       quantize_acts(a.x, a.T, a.w.cols, acts.data() + act_start[act_of[j]]);
     }
-    // Jobs of one x take one ISA's GEMM (the choice depends only on isa and T), so one pack each.
-    if (gemm[j] && !packed[act_of[j]]) {
-      packed[act_of[j]] = true;
-      detail::pack_acts_vnni(acts.data() + act_start[act_of[j]], a.T, a.w.cols, packs[act_of[j]],
+    const size_t pk = 2 * act_of[j] + on_amx[j];
+    if (gemm[j] && !packed[pk]) {
+      packed[pk] = true;
+      detail::pack_acts_vnni(acts.data() + act_start[act_of[j]], a.T, a.w.cols, packs[pk],
                              amx ? detail::kAmxPack : detail::PackOpts{});
     }
   }
@@ -189,7 +193,7 @@ void qdot(ThreadPool* pool, std::span<const MatmulArgs> jobs, QIsa isa) {
     const uint32_t r0 = uint32_t(task - first_task[j]) * kRowsPerTask;
     const uint32_t r1 = std::min(r0 + kRowsPerTask, a.w.rows);
     const detail::QDotRowsArgs rows{&a.w, acts.data() + act_start[act_of[j]], a.T, a.y, r0, r1};
-    if (gemm[j]) gemm[j](rows, packs[act_of[j]]);
+    if (gemm[j]) gemm[j](rows, packs[2 * act_of[j] + on_amx[j]]);
     else fns[j](rows);
     if (a.bias)
       for (uint32_t t = 0; t < a.T; ++t)

@@ -156,11 +156,10 @@ KVZIP_VNNI void pack_acts_vnni(const Q8Act* x, uint32_t T, uint32_t in, QActPack
   static_assert(sizeof(Q8Act) == 40 && offsetof(Q8Act, d) == 0 && offsetof(Q8Act, s) == 4 &&
                 offsetof(Q8Act, q) == 8);
   const uint32_t ng = in / 32, in4 = in / 4, nv = (T + 15) / 16;
-  const uint32_t held = (nv + o.vec_multiple - 1) / o.vec_multiple * o.vec_multiple;
   out.nv = nv, out.in = in;
-  out.u.assign(size_t(held) * in * 16, 0);  // vectors past nv: zero activations, zero scales
-  out.d.assign(size_t(held) * ng * 16, 0.0f);
-  out.s.assign(size_t(held) * ng * 16, 0.0f);
+  out.u.resize(size_t(nv) * in * 16);  // every lane is written below (padding lanes as zeros)
+  out.d.resize(size_t(nv) * ng * 16);
+  out.s.resize(size_t(nv) * ng * 16);
   const __m512i flip = _mm512_set1_epi8(o.offset128 ? char(0x80) : char(0));
   const int* base = reinterpret_cast<const int*>(x);  // 10 ints per block
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);

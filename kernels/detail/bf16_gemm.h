@@ -21,8 +21,9 @@ void bf16_gemm(ThreadPool* pool, const MatmulArgs& a);
 // x (T, in) fp32 -> u (nv, in / 2, 16, 2) bf16, nv = ceil(T / 16): two consecutive elements of
 // 16 tokens per 64 bytes, lanes past T zero. Both GEMMs read this pack.
 void pack_bf16_pairs(const float* x, uint32_t T, uint32_t in, std::vector<uint16_t>& u, uint32_t& nv);
-// Whether bf16_gemm hands `w` to the AMX-BF16 kernel: the CPU and OS have it, QIsa::Amx is the
-// chosen ISA, and the width is a multiple of its 32-element step.
+// Whether the AMX-BF16 kernel runs here: the CPU and OS have it and QIsa::Amx is the chosen ISA;
+// bf16_gemm hands it the F16/BF16 matrices whose width is a multiple of its 32-element step.
+bool bf16_gemm_amx_available();
 bool bf16_gemm_amx_usable(const MatrixView& w);
 // The AMX-BF16 GEMM alone (for the tests); Errc::internal where it is not usable for `a.w`.
 void bf16_gemm_amx(ThreadPool* pool, const MatmulArgs& a);

@@ -31,15 +31,13 @@ QDotFn qdot_rows_vnni(quant::GgmlType t);    // the same tiles with vpdpbusd: bi
 //   u (nv, in / 4, 16, 4) bytes: q + 128 (unsigned, so the weights are vpdpbusd's signed side),
 //     or q itself for AMX (tdpbssd multiplies signed by signed)
 //   d (nv, in / 32, 16) floats: each 32-block's scale; s (nv, in / 32, 16): its d·Σq
-// The arrays hold nv rounded up to vec_multiple vectors; the ones past nv are zeros.
 struct QActPack {
   std::vector<uint8_t> u;
   std::vector<float> d, s;
   uint32_t nv = 0, in = 0;
 };
 struct PackOpts {
-  bool offset128 = true;      // u = q + 128 (VNNI) or q (AMX)
-  uint32_t vec_multiple = 1;  // AMX: 2, its passes are 32 tokens
+  bool offset128 = true;  // u = q + 128 (VNNI) or q (AMX)
 };
 void pack_acts_vnni(const Q8Act* x, uint32_t T, uint32_t in, QActPack& out, PackOpts o = {});
 // quantize_acts (kernels/qdot.h) over nblocks consecutive 32-element blocks in AVX-512: the same
@@ -52,7 +50,7 @@ QGemmFn qdot_gemm_vnni(quant::GgmlType t);  // nullptr when the build has no AVX
 bool cpu_has_avx512_vnni();                 // AVX-512 F, BW, VL and VNNI, plus the AVX2 set
 // The AMX-INT8 GEMM (qdot_amx.cc): a QGemmFn on a pack made with kAmxPack. nullptr when the
 // build has no AMX variant.
-inline constexpr PackOpts kAmxPack{false, 1};
+inline constexpr PackOpts kAmxPack{false};
 QGemmFn qdot_gemm_amx(quant::GgmlType t);
 bool cpu_has_amx_int8();  // AMX-TILE and AMX-INT8, the OS grants the tile state, plus the VNNI set
 // The CPU reports AMX-TILE and the unit, and the OS grants this process the tile state.

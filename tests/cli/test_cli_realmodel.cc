@@ -101,13 +101,19 @@ TEST_CASE("KVZIP_CPU_ISA picks the kernels, every ISA gives the same tokens, and
   INFO("stderr: " << ref.err);
   REQUIRE(ref.exit_code == 0);
   CHECK_THAT(ref.err + ref.out, Catch::Matchers::Contains("(scalar tiles up to"));
-  for (const std::string isa : {"", "avx2", "avx512-vnni", "amx-int8"}) {
+  // Each choice's --stats line names its kernels (so the variable took effect).
+  const std::pair<std::string, std::string> isas[] = {{"", "tiles"},
+                                                      {"avx2", "(avx2 tiles up to"},
+                                                      {"avx512-vnni", "avx512-vnni GEMM from there"},
+                                                      {"amx-int8", "amx-int8 tile GEMM from there"}};
+  for (const auto& [isa, kernels] : isas) {
     const CliResult r = run_with(isa);
     INFO("KVZIP_CPU_ISA=" << isa << "\nstderr: " << r.err);
     if (r.exit_code != 0) {  // an ISA this CPU lacks: refused with the list of those it has
       CHECK_THAT(r.err, Catch::Matchers::Contains("is not available on this CPU/build; available here: scalar"));
       continue;
     }
+    CHECK_THAT(r.err, Catch::Matchers::Contains(kernels));
     CHECK(r.out == ref.out);  // the generated text, token for token
   }
   const CliResult bad = run_with("avx9000");

@@ -145,7 +145,9 @@ TEST_CASE("qdot kernels equal a float64 product of the dequantized weights and a
 
 TEST_CASE("qdot batches jobs of two types as it runs each alone, and refuses other types",
           "[kernels][qdot]") {
-  const uint32_t cols = 256, T = 2;
+  // 2: register tiles; 40: under QIsa::Amx the Q4_0 job takes the AMX GEMM and the Q6_K job the
+  // VNNI one (kQdotAmxMinTQ6K), each on its own pack of the one shared quantization.
+  const uint32_t cols = 256, T = GENERATE(2u, 40u);
   const std::vector<uint8_t> a = test::random_matrix(GgmlType::Q4_0, 40, cols, 1);
   const std::vector<uint8_t> b = test::random_matrix(GgmlType::Q6_K, 24, cols, 2);
   const kernels::MatrixView va{GgmlType::Q4_0, a.data(), kernels::quant::row_bytes(GgmlType::Q4_0, cols), 40, cols, nullptr};
