@@ -5,8 +5,12 @@
 //    through kernels/qdot.h — X quantized to int8 per 32-element block, integer dot products with
 //    the weight blocks as stored, W read once for all T; on a CPU with AVX-512 VNNI every T does
 //    (from kQdotGemmMinT tokens through qdot's VNNI GEMM), and every token's result is the same
-//    bits whatever T and batch it is computed in (qdot's one chain per output). F16/BF16 weights beyond 48 tokens on a CPU with
-//    AVX-512 BF16 go through bf16 products (matmul_bf16_products). Everything else as Exact.
+//    bits whatever T and batch it is computed in (qdot's one chain per output) — except on a CPU
+//    with AMX-BF16 (kernels/qgemv.h, qisa_amx_bf16), where beyond 48 tokens every block type goes
+//    through bf16 products on AMX tiles instead (1.5-2.2x faster there; another rounding, so the
+//    same bits hold up to 48 tokens only, as on a CPU without the VNNI GEMM). F16/BF16 weights
+//    beyond 48 tokens on a CPU with AVX-512 BF16 go through bf16 products (matmul_bf16_products).
+//    Everything else as Exact.
 //  - Exact: fp32 arithmetic on the weights' fp32 values: Q4_0/Q4_1/Q8_0 decode (T <= 2) decodes
 //    blocks in registers (kernels/qgemv.h); up to 48 tokens a few dequantized rows at a time are
 //    dotted with every token; beyond, W is dequantized one slab of rows at a time (at most
@@ -54,13 +58,14 @@ const char* matmul_path_name(MatmulPath p);
 // blocks (avx2) up to T=48; fp32 dequantized slabs + OpenBLAS sgemm beyond".
 std::string matmul_kernels(MatmulPath p);
 
-// Whether the Fast path takes T tokens of type t through bf16 products on this CPU (F16/BF16
-// weights, T > 48, AVX-512 BF16): each product w·x then moves by at most (2^-8 + 2^-16)·|w·x|.
+// Whether the Fast path takes T tokens of type t through bf16 products on this CPU (T > 48; F16/BF16
+// weights with AVX-512 BF16, or any block type with AMX-BF16): each product w·x then moves by at
+// most (2^-8 + 2^-16)·|w·x| (w: the weight's fp32 value, rounded to bf16 like x).
 bool matmul_bf16_products(quant::GgmlType t, uint32_t T);
 
 // Most tokens (rows of X) the Fast path computes with 8-bit activations (kernels/qdot.h) on every
-// CPU; more go through dequantized slabs and sgemm where the CPU has no VNNI GEMM, whose fp32
-// arithmetic rounds differently. Callers that want one numeric path for every call (the server's
+// CPU; more go through dequantized slabs and sgemm where the CPU has no VNNI GEMM, or through the
+// AMX-BF16 GEMM where it has AMX-BF16, which round differently. Callers that want one numeric path for every call (the server's
 // batched steps) stay at or below it.
 inline constexpr uint32_t kMatmulInt8MaxT = 48;
 

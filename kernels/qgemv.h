@@ -41,17 +41,23 @@ struct QGemvArgs {
 // Instruction sets the CPU kernel is built for. Every build has Scalar (portable C++); on x86-64
 // with GCC/Clang the AVX2 (+FMA, F16C), AVX-512 (F+BW) and AVX-512 VNNI (F+BW+VL+VNNI) variants
 // are compiled with function target attributes and used only when the running CPU reports them.
-// Amx is the VNNI set plus the AMX-INT8 tile GEMM for qdot's longer calls (kernels/qdot.h).
-// qgemv has no VNNI- or AMX-specific kernel (its activations are fp32): it runs the AVX-512 one.
+// Amx is the VNNI set plus the AMX-INT8 tile GEMM for qdot's longer calls (kernels/qdot.h), and,
+// where the CPU also has AMX-BF16, matmul's bf16 tile GEMM for calls of more than 48 tokens
+// (kernels/matmul.h). qgemv has no VNNI- or AMX-specific kernel (its activations are fp32): it
+// runs the AVX-512 one.
 enum class QIsa : uint8_t { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Vnni = 3, Amx = 4 };
 
 const char* qisa_name(QIsa isa);  // "scalar", "avx2", "avx512", "avx512-vnni", "amx-int8"
 bool qisa_available(QIsa isa);    // compiled in and supported by this CPU (and, for AMX, its OS)
-// The fastest available one, or, when the environment names one in KVZIP_CPU_ISA (one of the
-// names above), that one: a way to compare kernels, or to step around one, without rebuilding.
-// A name that is unknown or not available here is an Errc::unsupported error that lists the
-// available ones.
+// The fastest available one, or, when the environment names one in KVZIP_CPU_ISA, that one: a
+// way to compare kernels, or to step around one, without rebuilding. Names: those of qisa_name,
+// and "amx" (QIsa::Amx with its AMX-BF16 GEMM, what an AMX CPU picks unset) beside "amx-int8"
+// (QIsa::Amx without it: prefill keeps the int8 chain at every T). A name that is unknown or not
+// available here is an Errc::unsupported error that lists the available ones.
 QIsa qisa_best();
+// Whether matmul may use AMX-BF16 tiles: qisa_best() is QIsa::Amx, the CPU and OS grant
+// AMX-BF16, and KVZIP_CPU_ISA is not "amx-int8".
+bool qisa_amx_bf16();
 
 namespace cpu {
 // Runs every GEMV of `jobs` (each checked: in % 32 == 0, non-null pointers, else

@@ -1,8 +1,11 @@
-// AMX-BF16 GEMM for F16 and BF16 weights at prefill T (kernels/detail/bf16_gemm.h): the AVX-512
-// BF16 GEMM's products — x rounded to bf16 (pack_bf16_pairs), BF16 weights as stored, F16 weights
-// rounded once per panel — taken by tdpbf16ps, which sums 16 rows x 16 tokens x 32 elements into
-// fp32 per instruction. Unlike the int8 product these weights have no per-group scales, so a
-// tile accumulates over the whole reduction dimension in the tile unit and goes to memory once.
+// AMX-BF16 GEMM at prefill T (kernels/detail/bf16_gemm.h) for F16, BF16 and the block types:
+// x rounded to bf16 (pack_bf16_pairs), BF16 weights as stored, other weights rounded to bf16 once
+// per 32-row panel (F16 converted, block types dequantized to fp32 one row at a time first), and
+// the products taken by tdpbf16ps, which sums 16 rows x 16 tokens x 32 elements into fp32 per
+// instruction. With no per-group scale left in the panel a tile accumulates over the whole
+// reduction dimension in the tile unit and goes to memory once — which the int8 tiles of
+// kernels/cpu/qdot_amx.cc cannot do (each 32-element group has its own fp32 step), so for long T
+// this kernel runs 1.5-2.2x theirs (BENCHMARKS.md, "AMX-BF16 for every weight type").
 //
 // Layout: C[m][n] += Σ_k A[m][k]·B[k/2][2n + k%2]: A is 16 weight rows x 32 elements from the
 // panel (bf16 rows, stride in + 32 elements so a tile load does not fall in one L1 set), B is 16
@@ -19,6 +22,7 @@
 #include "kernels/detail/gemm_tiles.h"
 #include "kernels/detail/qdot_rows.h"
 #include "kernels/qgemv.h"
+#include "kernels/quant.h"
 #include "kernels/thread_pool.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && defined(__linux__)
@@ -33,12 +37,11 @@
 
 namespace kvzip::kernels::cpu::detail {
 
-bool bf16_gemm_amx_available() {
-  return bf16_gemm_available() && qisa_best() == QIsa::Amx && cpu_has_amx(AmxUnit::Bf16);
-}
+bool bf16_gemm_amx_available() { return bf16_gemm_available() && qisa_amx_bf16(); }
 
 bool bf16_gemm_amx_usable(const MatrixView& w) {
-  return (w.type == quant::GgmlType::F16 || w.type == quant::GgmlType::BF16) && w.cols % 32 == 0 &&
+  const quant::TypeTraits* tr = quant::type_traits(uint32_t(w.type));
+  return tr && tr->dequantizable && w.type != quant::GgmlType::F32 && w.cols % 32 == 0 &&
          bf16_gemm_amx_available();
 }
 
@@ -59,17 +62,24 @@ struct alignas(64) TileConfig {
 KVZIP_AMXBF16 void panel_bf16(const MatrixView& w, uint32_t p0, uint32_t n, uint32_t stride,
                               std::vector<uint16_t>& out) {
   out.assign(size_t(2) * kBlk * stride, 0);
+  thread_local std::vector<float> row;  // one dequantized row (block types)
   for (uint32_t i = 0; i < n; ++i) {
     const uint32_t r = p0 + i;
     const uint8_t* src = w.data + size_t(w.row_map ? w.row_map[r] : r) * w.row_bytes;
     uint16_t* dst = out.data() + size_t(i) * stride;
     if (w.type == quant::GgmlType::BF16) {
       std::memcpy(dst, src, size_t(w.cols) * 2);
-      continue;
-    }
-    for (uint32_t k = 0; k < w.cols; k += 16) {  // cols % 32 == 0
-      const __m512 f = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * k)));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + k), (__m256i)_mm512_cvtneps_pbh(f));
+    } else if (w.type == quant::GgmlType::F16) {
+      for (uint32_t k = 0; k < w.cols; k += 16) {  // cols % 32 == 0
+        const __m512 f = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * k)));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + k), (__m256i)_mm512_cvtneps_pbh(f));
+      }
+    } else {  // a block type: its fp32 values (quant::dequantize_row), then rounded like F16's
+      row.resize(w.cols);
+      quant::dequantize_row(w.type, src, row.data(), w.cols);
+      for (uint32_t k = 0; k < w.cols; k += 32)
+        _mm512_storeu_si512(dst + k, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(row.data() + k + 16),
+                                                                  _mm512_loadu_ps(row.data() + k)));
     }
   }
 }
@@ -138,7 +148,7 @@ KVZIP_AMXBF16 void run_task(const MatmulArgs& a, const std::vector<uint16_t>& xu
 
 void bf16_gemm_amx(ThreadPool* pool, const MatmulArgs& a) {
   if (!bf16_gemm_amx_usable(a.w))
-    throw Error(Errc::internal, "bf16_gemm_amx: F16/BF16 weights, a width that is a multiple of 32, an AMX-BF16 CPU");
+    throw Error(Errc::internal, "bf16_gemm_amx: F16, BF16 or block-type weights, a width that is a multiple of 32, an AMX-BF16 CPU");
   std::vector<uint16_t> xu;
   uint32_t nv = 0;
   pack_bf16_pairs(a.x, a.T, a.w.cols, xu, nv);

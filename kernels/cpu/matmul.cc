@@ -1,6 +1,7 @@
 // CPU matmul over stored weight types (see kernels/matmul.h). Regimes by path, type and T: on the
 // Fast path the block types qdot reads go through the 8-bit-activation integer kernels up to
-// kQdotMaxT tokens; on the Exact path Q4_0/Q4_1/Q8_0 decode runs the fp32 register-decoding qgemv;
+// kQdotMaxT tokens (and beyond where the CPU has the VNNI GEMM, unless it has AMX-BF16: then
+// every block type beyond kQdotMaxT goes through the bf16 tile GEMM); on the Exact path Q4_0/Q4_1/Q8_0 decode runs the fp32 register-decoding qgemv;
 // otherwise up to kTileMaxT tokens, tasks of kGemvRows dequantized rows (a few
 // KiB, in L1/L2) are dotted with every token; longer T, slabs of dequantized rows are multiplied by
 // OpenBLAS sgemm (threads as set_blas_threads), so the fp32 GEMM runs at its usual speed and one
@@ -179,7 +180,10 @@ void dequantize_view_rows(ThreadPool* pool, const MatrixView& w, uint32_t row0, 
 }
 
 bool matmul_bf16_products(quant::GgmlType t, uint32_t T) {
-  return (t == GgmlType::F16 || t == GgmlType::BF16) && T > kTileMaxT && cpu::detail::bf16_gemm_available();
+  if (T <= kTileMaxT) return false;
+  if (t == GgmlType::F16 || t == GgmlType::BF16) return cpu::detail::bf16_gemm_available();
+  const quant::TypeTraits* tr = quant::type_traits(uint32_t(t));
+  return tr && tr->dequantizable && t != GgmlType::F32 && cpu::detail::bf16_gemm_amx_available();
 }
 
 const char* matmul_path_name(MatmulPath p) { return p == MatmulPath::Exact ? "exact" : "fast"; }
@@ -192,7 +196,12 @@ std::string matmul_kernels(MatmulPath p) {
     const bool vnni = best == QIsa::Avx512Vnni || best == QIsa::Amx;
     const std::string tiles = best == QIsa::Scalar ? "scalar" : vnni ? "avx512-vnni" : "avx2";
     std::string s = "fast: int8 activations x Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K blocks (";
-    if (best == QIsa::Amx)
+    if (best == QIsa::Amx && cpu::detail::bf16_gemm_amx_available())
+      s += tiles + " tiles below T=" + std::to_string(kQdotGemmMinT) + ", avx512-vnni GEMM below T=" +
+           std::to_string(kQdotAmxMinT) + " (Q6_K: up to T=" + std::to_string(kQdotMaxT) +
+           "), amx-int8 tile GEMM up to T=" + std::to_string(kQdotMaxT) +
+           ": the same bits at any T up to there); beyond, every block type as bf16 x bf16 (amx-bf16 tile GEMM)";
+    else if (best == QIsa::Amx)
       s += tiles + " tiles below T=" + std::to_string(kQdotGemmMinT) + ", avx512-vnni GEMM below T=" +
            std::to_string(kQdotAmxMinT) + " (Q6_K: T=" + std::to_string(kQdotAmxMinTQ6K) +
            "), amx-int8 tile GEMM from there: the same bits at any T)";
@@ -220,6 +229,14 @@ void matmul(ThreadPool* pool, std::span<const MatmulArgs> jobs, MatmulPath path)
   std::vector<const MatmulArgs*> f32;  // Exact-path decode jobs for the fp32 qgemv, batched per token
   for (const MatmulArgs& a : jobs) {
     if (a.T == 0 || a.w.rows == 0) continue;
+    // Block types beyond kQdotMaxT on an AMX-BF16 CPU: bf16 tiles accumulating over the whole
+    // width run 1.5-2.2x the int8 tiles' per-group steps (kernels/cpu/bf16_gemm_amx.cc).
+    if (path == MatmulPath::Fast && a.T > kQdotMaxT && a.w.type != GgmlType::F16 &&
+        a.w.type != GgmlType::BF16 && detail::bf16_gemm_amx_usable(a.w)) {
+      detail::bf16_gemm_amx(pool, a);
+      add_bias(a);
+      continue;
+    }
     if (path == MatmulPath::Fast && qdot_supported(a.w.type) && (a.T <= kQdotMaxT || gemm8)) {
       q8.push_back(a);  // bias added by qdot
       continue;

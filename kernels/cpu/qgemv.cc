@@ -38,7 +38,8 @@ constexpr EnumName<QIsa> kIsaNames[] = {{QIsa::Scalar, "scalar"},
                                         {QIsa::Avx2, "avx2"},
                                         {QIsa::Avx512, "avx512"},
                                         {QIsa::Avx512Vnni, "avx512-vnni"},
-                                        {QIsa::Amx, "amx-int8"}};
+                                        {QIsa::Amx, "amx-int8"},
+                                        {QIsa::Amx, "amx"}};  // second: qisa_name gives the first
 }  // namespace
 
 const char* qisa_name(QIsa isa) { return enum_name(kIsaNames, isa, "isa?"); }
@@ -77,6 +78,16 @@ QIsa qisa_best() {
     return QIsa::Scalar;
   }();
   return best;
+}
+
+bool qisa_amx_bf16() {
+  static const bool on = [] {
+    using cpu::detail::AmxUnit;
+    if (qisa_best() != QIsa::Amx || !cpu::detail::cpu_has_amx(AmxUnit::Bf16)) return false;
+    const char* env = std::getenv("KVZIP_CPU_ISA");
+    return !(env && std::string(env) == "amx-int8");
+  }();
+  return on;
 }
 
 namespace cpu {

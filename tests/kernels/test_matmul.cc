@@ -86,8 +86,9 @@ TEST_CASE("matmul equals a float64 product over the dequantized rows for every t
   // The Fast path of the 8-bit types may move each output by its activation-rounding bound (plus
   // fp32 slack); every other combination is fp32 arithmetic on the dequantized rows.
   // F16/BF16 at prefill T on an AVX-512 BF16 CPU: bf16 products, each within (2^-8 + 2^-16)·|w·x|.
-  const bool int8 = path == kernels::MatmulPath::Fast && kernels::qdot_supported(type);
+  // Block types beyond 48 tokens on an AMX-BF16 CPU: bf16 products too.
   const bool bf16 = path == kernels::MatmulPath::Fast && kernels::matmul_bf16_products(type, T);
+  const bool int8 = path == kernels::MatmulPath::Fast && kernels::qdot_supported(type) && !bf16;
   double scale = 0;
   for (double v : want.y) scale = std::max(scale, std::fabs(v));
   double worst = 0, worst_int8 = 0, worst_bf16 = 0;
@@ -109,12 +110,15 @@ TEST_CASE("matmul equals a float64 product over the dequantized rows for every t
 }
 
 TEST_CASE("the AMX-BF16 GEMM takes the bf16 products within their bound", "[kernels][matmul]") {
-  const GgmlType type = GENERATE(GgmlType::F16, GgmlType::BF16);
+  const GgmlType type = GENERATE(GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
+                                 GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K,
+                                 GgmlType::Q5_K, GgmlType::Q6_K);
   // 16: one vector; 33: a pass of two and a pass of one (three vectors); 130: several passes.
   const uint32_t T = GENERATE(16u, 33u, 130u);
   const bool mapped = GENERATE(false, true);
-  // 72 rows: two 32-row panels and one of 8 (a half with no rows); 544 columns: 17 steps of 32.
-  const uint32_t rows = 72, cols = 544;
+  // 72 rows: two 32-row panels and one of 8 (a half with no rows); 544 columns: 17 steps of 32
+  // (512, 16 steps, for the 256-element K-quant blocks).
+  const uint32_t rows = 72, cols = kernels::quant::traits(type).block_elems == 256 ? 512 : 544;
   const std::vector<uint8_t> w = test::random_matrix(type, rows, cols, 21);
   std::vector<uint32_t> map(rows);
   std::iota(map.begin(), map.end(), 0u);
