@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/half.h"
 #include "kernels/gpu.h"
+#include "kernels/matmul.h"
 
 namespace kvzip::loader {
 namespace {
@@ -211,6 +212,11 @@ static model::ForwardOptions forward_options(const SessionOptions& o) {
   model::ForwardOptions fo;
   fo.threads = o.threads;
   fo.matmul = o.matmul;
+  // Questions go in chunks the matmul's 8-bit path takes (kernels/matmul.h): a token's result is
+  // then the same bits whatever the chunk, so a long question gives the answer `kvzip serve`
+  // gives when it splits it into step-sized pieces, on every CPU. Questions are short: the
+  // chunking costs nothing measurable.
+  fo.chunk = kernels::kMatmulInt8MaxT;
   return fo;
 }
 

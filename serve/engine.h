@@ -34,7 +34,7 @@ struct EngineOptions {
   // the matmul's 8-bit path (kMatmulInt8MaxT), where a token's result is the same bits whatever
   // batch it is computed in (kernels/qdot.h: one chain per output, register tiles below 8 rows,
   // the VNNI GEMM from there), so batched answers equal `kvzip query`'s on every CPU; larger steps
-  // switch to fp32 slabs where the CPU has no VNNI GEMM.
+  // switch to fp32 slabs where the CPU has no VNNI GEMM, to AMX-BF16 tiles where it has them.
   uint32_t step_tokens = kernels::kMatmulInt8MaxT;
   kernels::MatmulPath matmul = kernels::MatmulPath::Fast;
 };

@@ -72,6 +72,18 @@ TEST_CASE("engine answers equal kvzip query's, alone and batched", "[serve]") {
     CHECK(r.completion_tokens == one.tokens.size());
     CHECK((r.finish == Finish::Length || r.finish == Finish::Stop));
   }
+  {  // a question longer than a step: the engine reads it in pieces, QuerySession in 48-token
+     // chunks, both on the matmul's 8-bit path, so the answers are the same tokens
+    const std::string q = "Tell me, in the words the story uses and without adding anything of your own, "
+                          "what the keeper did every night, what happened to the harbor in winter, and "
+                          "whose old letters he read while he waited for the ships to come back?";
+    const RequestSpec s = f.spec(store, "doc0", q, 12);
+    REQUIRE(s.prompt.size() > 48);
+    Sink one;
+    REQUIRE(engine.submit(s, one.callbacks()));
+    CHECK(one.result.get().finish != Finish::Error);
+    CHECK(one.tokens == f.want("doc0", q, 12));
+  }
   std::vector<std::unique_ptr<Sink>> sinks;
   std::vector<std::pair<std::string, std::string>> asked;
   for (int i = 0; i < 12; ++i) {
