@@ -164,6 +164,11 @@ int main(int argc, char** argv) {
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
                      GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K,
                      GgmlType::Q6_K}) {
+    if (in % kernels::quant::traits(t).block_elems != 0) {  // e.g. SmolLM2's 576 and the K-quants
+      std::printf("%-6s (a row of %u is not a whole number of %u-element blocks)\n", kernels::quant::type_name(t),
+                  in, kernels::quant::traits(t).block_elems);
+      continue;
+    }
     const std::vector<uint8_t> w = random_blocks(t, out, in);
     const kernels::MatrixView v{t, w.data(), kernels::quant::row_bytes(t, in), out, in, nullptr};
     auto decode = [&](kernels::MatmulPath p) {

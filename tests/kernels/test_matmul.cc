@@ -146,6 +146,35 @@ TEST_CASE("the AMX-BF16 GEMM takes the bf16 products within their bound", "[kern
   CHECK(moved > 2e-5 * scale);  // bf16 operands, not fp32 ones
 }
 
+TEST_CASE("the AMX-BF16 GEMM of a block type is the GEMM of its values rounded to bf16", "[kernels][matmul]") {
+  // The panel decoders (Q4_0/Q4_1/Q8_0 straight to bf16, the others through dequantize_row) must give
+  // exactly the bf16 rounding of each weight's fp32 value: the same products, the same bits.
+  const GgmlType type = GENERATE(GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
+                                 GgmlType::Q4_K, GgmlType::Q6_K);
+  const uint32_t rows = 40, cols = 512, T = 70;
+  const std::vector<uint8_t> w = test::random_matrix(type, rows, cols, 31);
+  const kernels::MatrixView view{type, w.data(), kernels::quant::row_bytes(type, cols), rows, cols, nullptr};
+  if (!kernels::cpu::detail::bf16_gemm_amx_usable(view)) {
+    WARN("AMX-BF16 is not available on this CPU/build (or KVZIP_CPU_ISA picks another ISA): not tested here");
+    return;
+  }
+  INFO(kernels::quant::type_name(type));
+  std::vector<uint16_t> rounded(size_t(rows) * cols);
+  std::vector<float> row(cols);
+  for (uint32_t r = 0; r < rows; ++r) {
+    kernels::quant::dequantize_row(type, w.data() + size_t(r) * view.row_bytes, row.data(), cols);
+    for (uint32_t i = 0; i < cols; ++i) rounded[size_t(r) * cols + i] = f32_to_bf16(row[i]);
+  }
+  const kernels::MatrixView bview{GgmlType::BF16, reinterpret_cast<const uint8_t*>(rounded.data()),
+                                  size_t(cols) * 2, rows, cols, nullptr};
+  const std::vector<float> x = test::random_vector(size_t(T) * cols, 32);
+  std::vector<float> y(size_t(T) * rows, NAN), yb(size_t(T) * rows, NAN);
+  kernels::ThreadPool pool(2);
+  kernels::cpu::detail::bf16_gemm_amx(&pool, kernels::MatmulArgs{x.data(), view, nullptr, y.data(), T});
+  kernels::cpu::detail::bf16_gemm_amx(&pool, kernels::MatmulArgs{x.data(), bview, nullptr, yb.data(), T});
+  CHECK(std::memcmp(y.data(), yb.data(), y.size() * sizeof(float)) == 0);
+}
+
 TEST_CASE("matmul batches jobs of different types and checks each job", "[kernels][matmul]") {
   const uint32_t cols = 256, T = 1;
   const std::vector<uint8_t> a = test::random_matrix(GgmlType::Q4_0, 40, cols, 1);
