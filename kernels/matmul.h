@@ -7,7 +7,7 @@
 //    (from kQdotGemmMinT tokens through qdot's VNNI GEMM), and every token's result is the same
 //    bits whatever T and batch it is computed in (qdot's one chain per output) — except on a CPU
 //    with AMX-BF16 (kernels/qgemv.h, qisa_amx_bf16), where beyond 48 tokens every block type goes
-//    through bf16 products on AMX tiles instead (1.5-2.2x faster there; another rounding, so the
+//    through bf16 products on AMX tiles instead (1.1-2.3x faster there; another rounding, so the
 //    same bits hold up to 48 tokens only, as on a CPU without the VNNI GEMM). F16/BF16 weights
 //    beyond 48 tokens on a CPU with AVX-512 BF16 go through bf16 products (matmul_bf16_products).
 //    Everything else as Exact.

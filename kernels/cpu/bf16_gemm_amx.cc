@@ -6,7 +6,7 @@
 // instruction. With no per-group scale left in the panel a tile accumulates over the whole
 // reduction dimension in the tile unit and goes to memory once — which the int8 tiles of
 // kernels/cpu/qdot_amx.cc cannot do (each 32-element group has its own fp32 step), so for long T
-// this kernel runs 1.5-2.2x theirs (BENCHMARKS.md, "AMX-BF16 for every weight type").
+// this kernel runs 1.1-2.3x theirs (BENCHMARKS.md, "AMX-BF16 for every weight type").
 //
 // Layout: C[m][n] += Σ_k A[m][k]·B[k/2][2n + k%2]: A is 16 weight rows x 32 elements from the
 // panel (bf16 rows, stride in + 32 elements so a tile load does not fall in one L1 set), B is 16
@@ -97,7 +97,6 @@ KVZIP_AMXBF16 void q8_0_bf16(const uint8_t* b, uint16_t* dst, uint32_t nb) {
 KVZIP_AMXBF16 void panel_bf16(const MatrixView& w, uint32_t p0, uint32_t n, uint32_t stride,
                               std::vector<uint16_t>& out) {
   out.assign(size_t(2) * kBlk * stride, 0);
-  thread_local std::vector<float> row;  // one dequantized row (block types)
   for (uint32_t i = 0; i < n; ++i) {
     const uint32_t r = p0 + i;
     const uint8_t* src = w.data + size_t(w.row_map ? w.row_map[r] : r) * w.row_bytes;
@@ -116,6 +115,7 @@ KVZIP_AMXBF16 void panel_bf16(const MatrixView& w, uint32_t p0, uint32_t n, uint
     } else if (w.type == quant::GgmlType::Q8_0) {
       q8_0_bf16(src, dst, w.cols / 32);
     } else {  // another block type: its fp32 values (quant::dequantize_row), rounded like F16's
+      thread_local std::vector<float> row;
       row.resize(w.cols);
       quant::dequantize_row(w.type, src, row.data(), w.cols);
       for (uint32_t k = 0; k < w.cols; k += 32)

@@ -112,9 +112,10 @@ KVZIP_BF16 void micro(const uint16_t* const* rows, const uint16_t* xu, uint32_t 
 
 void bf16_gemm(ThreadPool* pool, const MatmulArgs& a) {
   const MatrixView& w = a.w;
+  if (bf16_gemm_amx_usable(w)) return bf16_gemm_amx(pool, a);  // F16, BF16 and the block types
   if ((w.type != GgmlType::F16 && w.type != GgmlType::BF16) || w.cols % 2 != 0 || !bf16_gemm_available())
-    throw Error(Errc::internal, "bf16_gemm: F16/BF16 weights with an even width on an AVX-512 BF16 CPU only");
-  if (bf16_gemm_amx_usable(w)) return bf16_gemm_amx(pool, a);
+    throw Error(Errc::internal, "bf16_gemm: F16/BF16 weights with an even width on an AVX-512 BF16 CPU, "
+                                "or what the AMX-BF16 GEMM takes");
   std::vector<uint16_t> xu;
   uint32_t nv = 0;
   pack_bf16_pairs(a.x, a.T, w.cols, xu, nv);

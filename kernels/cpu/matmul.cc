@@ -182,8 +182,7 @@ void dequantize_view_rows(ThreadPool* pool, const MatrixView& w, uint32_t row0, 
 bool matmul_bf16_products(quant::GgmlType t, uint32_t T) {
   if (T <= kTileMaxT) return false;
   if (t == GgmlType::F16 || t == GgmlType::BF16) return cpu::detail::bf16_gemm_available();
-  const quant::TypeTraits* tr = quant::type_traits(uint32_t(t));
-  return tr && tr->dequantizable && t != GgmlType::F32 && cpu::detail::bf16_gemm_amx_available();
+  return qdot_supported(t) && cpu::detail::bf16_gemm_amx_available();  // every block type
 }
 
 const char* matmul_path_name(MatmulPath p) { return p == MatmulPath::Exact ? "exact" : "fast"; }
@@ -229,11 +228,10 @@ void matmul(ThreadPool* pool, std::span<const MatmulArgs> jobs, MatmulPath path)
   std::vector<const MatmulArgs*> f32;  // Exact-path decode jobs for the fp32 qgemv, batched per token
   for (const MatmulArgs& a : jobs) {
     if (a.T == 0 || a.w.rows == 0) continue;
-    // Block types beyond kQdotMaxT on an AMX-BF16 CPU: bf16 tiles accumulating over the whole
-    // width run 1.5-2.2x the int8 tiles' per-group steps (kernels/cpu/bf16_gemm_amx.cc).
-    if (path == MatmulPath::Fast && a.T > kQdotMaxT && a.w.type != GgmlType::F16 &&
-        a.w.type != GgmlType::BF16 && detail::bf16_gemm_amx_usable(a.w)) {
-      detail::bf16_gemm_amx(pool, a);
+    // Beyond kTileMaxT: F16/BF16 on AVX-512 BF16, and on an AMX-BF16 CPU the block types too (bf16
+    // tiles summing over the whole width: 1.1-2.3x the int8 tiles, kernels/cpu/bf16_gemm_amx.cc).
+    if (path == MatmulPath::Fast && matmul_bf16_products(a.w.type, a.T) && a.w.cols % 2 == 0) {
+      detail::bf16_gemm(pool, a);
       add_bias(a);
       continue;
     }
@@ -246,8 +244,6 @@ void matmul(ThreadPool* pool, std::span<const MatmulArgs> jobs, MatmulPath path)
       continue;
     }
     if (a.T <= kTileMaxT) tile_small_t(pool, a);
-    else if (path == MatmulPath::Fast && matmul_bf16_products(a.w.type, a.T) && a.w.cols % 2 == 0)
-      detail::bf16_gemm(pool, a);
     else slab_gemm(pool, a);
     add_bias(a);
   }

@@ -15,8 +15,9 @@
 namespace kvzip::kernels::cpu::detail {
 
 bool bf16_gemm_available();  // built with the variant and the CPU has AVX-512 F, BW, VL, BF16
-// y = x · w^T for a checked matmul job with F16 or BF16 weights and an even width (no bias);
-// Errc::internal otherwise or where bf16_gemm_available() is false.
+// y = x · w^T for a checked matmul job (no bias): on the AMX-BF16 GEMM where it takes the matrix
+// (bf16_gemm_amx_usable: F16, BF16 or a block type), else F16/BF16 with an even width on AVX-512
+// BF16; Errc::internal otherwise.
 void bf16_gemm(ThreadPool* pool, const MatmulArgs& a);
 
 // x (T, in) fp32 -> u (nv, in / 2, 16, 2) bf16, nv = ceil(T / 16): two consecutive elements of
@@ -24,7 +25,7 @@ void bf16_gemm(ThreadPool* pool, const MatmulArgs& a);
 void pack_bf16_pairs(const float* x, uint32_t T, uint32_t in, std::vector<uint16_t>& u, uint32_t& nv);
 // Whether the AMX-BF16 kernel runs here (AVX-512 BF16 for the pack, and qisa_amx_bf16()); it
 // takes F16, BF16 and block-type matrices (not F32) whose width is a multiple of its 32-element
-// step. bf16_gemm hands it such F16/BF16 matrices; matmul the block types.
+// step; bf16_gemm hands it every such matrix.
 bool bf16_gemm_amx_available();
 bool bf16_gemm_amx_usable(const MatrixView& w);
 // The AMX-BF16 GEMM alone (for the tests); Errc::internal where it is not usable for `a.w`.
