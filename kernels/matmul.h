@@ -1,10 +1,10 @@
 // Matrix products with weights kept in the ggml types model files store (F32, F16, BF16, Q4_0,
 // Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K): Y(T, out) = X(T, in) · W(out, in)^T (+ bias), X and
 // Y fp32, row-major. No whole-matrix fp32 copy is ever made. Two paths (MatmulPath):
-//  - Fast (default): the block types up to 48 tokens (decode, batched decode, short chunks) go
-//    through kernels/qdot.h — X quantized to int8 per 32-element block, integer dot products with
-//    the weight blocks as stored, W read once for all T; on a CPU with AVX-512 VNNI every T does
-//    (from kQdotGemmMinT tokens through qdot's VNNI GEMM), and every token's result is the same
+//  - Fast (default): the block types go through kernels/qdot.h — X quantized to int8 per
+//    32-element block, integer dot products with the weight blocks as stored, W read once for all
+//    T; every T on x86 CPUs (AVX2 and AVX-512 VNNI have a GEMM for prefill-sized T), up to 48
+//    tokens on others (the scalar build), and every token's result is the same
 //    bits whatever T and batch it is computed in (qdot's one chain per output) — except on a CPU
 //    with AMX-BF16 (kernels/qgemv.h, qisa_amx_bf16), where beyond 48 tokens every block type goes
 //    through bf16 products on AMX tiles instead (1.1-2.3x faster there; another rounding, so the
@@ -50,8 +50,8 @@ struct MatmulArgs {
 };
 
 // Exact: fp32 arithmetic on the dequantized weights — the oracle the golden tests run. Fast: the
-// fastest kernels this CPU has for the type (today: 8-bit activations and integer dot products for
-// the block types up to 48 tokens, AVX2 or scalar; otherwise as Exact).
+// fastest kernels this CPU has for the type (8-bit activations and integer dot products for the
+// block types, bf16 products where the CPU has bf16 units; otherwise as Exact).
 enum class MatmulPath : uint8_t { Exact = 0, Fast = 1 };
 const char* matmul_path_name(MatmulPath p);
 // What the path runs on this CPU, for --stats and benches, e.g. "fast: int8 activations x weight
@@ -64,8 +64,8 @@ std::string matmul_kernels(MatmulPath p);
 bool matmul_bf16_products(quant::GgmlType t, uint32_t T);
 
 // Most tokens (rows of X) the Fast path computes with 8-bit activations (kernels/qdot.h) on every
-// CPU; more go through dequantized slabs and sgemm where the CPU has no VNNI GEMM, or through the
-// AMX-BF16 GEMM where it has AMX-BF16, which round differently. Callers that want one numeric path for every call (the server's
+// CPU; more go through dequantized slabs and sgemm where the CPU has no int8 GEMM (no AVX2), or
+// through the AMX-BF16 GEMM where it has AMX-BF16, which round differently. Callers that want one numeric path for every call (the server's
 // batched steps) stay at or below it.
 inline constexpr uint32_t kMatmulInt8MaxT = 48;
 

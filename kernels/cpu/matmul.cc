@@ -1,7 +1,7 @@
 // CPU matmul over stored weight types (see kernels/matmul.h). Regimes by path, type and T: on the
 // Fast path the block types qdot reads go through the 8-bit-activation integer kernels up to
-// kQdotMaxT tokens (and beyond where the CPU has the VNNI GEMM, unless it has AMX-BF16: then
-// every block type beyond kQdotMaxT goes through the bf16 tile GEMM); on the Exact path Q4_0/Q4_1/Q8_0 decode runs the fp32 register-decoding qgemv;
+// kQdotMaxT tokens (and beyond where the CPU has an int8 GEMM — AVX2, AVX-512 VNNI or AMX —
+// unless it has AMX-BF16: then every block type beyond kQdotMaxT goes through the bf16 tile GEMM); on the Exact path Q4_0/Q4_1/Q8_0 decode runs the fp32 register-decoding qgemv;
 // otherwise up to kTileMaxT tokens, tasks of kGemvRows dequantized rows (a few
 // KiB, in L1/L2) are dotted with every token; longer T, slabs of dequantized rows are multiplied by
 // OpenBLAS sgemm (threads as set_blas_threads), so the fp32 GEMM runs at its usual speed and one
@@ -27,15 +27,15 @@ namespace {
 
 using quant::GgmlType;
 
-// Fast path, block types with an 8-bit kernel: up to kQdotMaxT tokens (any T on a CPU with the
-// AVX-512 VNNI GEMM, qdot_has_gemm) go through kernels/qdot.h
+// Fast path, block types with an 8-bit kernel: up to kQdotMaxT tokens (any T on a CPU with an int8
+// GEMM, qdot_has_gemm: every x86 CPU with AVX2) go through kernels/qdot.h
 // (activations quantized to int8, integer dot products; W read once per call). Otherwise, up to
 // kTileMaxT tokens every task dequantizes kGemvRows rows into a buffer that stays in L1/L2 and dots
 // them with every token, so W is read and decoded once per call; beyond that, slabs + sgemm
 // (decoding is then a small fraction of the GEMM's work).
-// Crossover measured on the AVX2 EPYC (one thread, CPU time, Q4_0/Q4_K/Q6_K 1024 x 2048): qdot runs
-// at ~53 GOP/s for any T >= 4; slabs + sgemm reach it at T ~ 49 and 60-80 GOP/s beyond 56, while
-// the dequantized tiles below stay at ~26.
+// On the AVX2 Zen 3 (BENCHMARKS.md, "An int8 GEMM for AVX2"), qdot's AVX2 GEMM runs 4096 x 4096
+// Q4_0 at T = 256 at 1.25x fp32 sgemm on fp32 weights (one thread); the slabs, which also decode
+// the weights, stay below sgemm.
 constexpr uint32_t kQdotMaxT = kMatmulInt8MaxT;
 constexpr uint32_t kTileMaxT = 48;
 // Exact path, up to kGemvMaxT tokens of Q4_0/Q4_1/Q8_0: the register-decoding fp32 GEMV
@@ -204,10 +204,11 @@ std::string matmul_kernels(MatmulPath p) {
       s += tiles + " tiles below T=" + std::to_string(kQdotGemmMinT) + ", avx512-vnni GEMM below T=" +
            std::to_string(kQdotAmxMinT) + " (Q6_K: T=" + std::to_string(kQdotAmxMinTQ6K) +
            "), amx-int8 tile GEMM from there: the same bits at any T)";
+    else if (qdot_has_gemm(best))
+      s += tiles + " tiles below T=" + std::to_string(vnni ? kQdotGemmMinT : kQdotAvx2GemmMinT) + ", " +
+           tiles + " GEMM from there: the same bits at any T)";
     else
-      s += qdot_has_gemm(best) ? tiles + " tiles below T=" + std::to_string(kQdotGemmMinT) +
-                                     ", avx512-vnni GEMM from there: the same bits at any T)"
-                               : tiles + " tiles up to T=" + std::to_string(kQdotMaxT) + ")";
+      s += tiles + " tiles up to T=" + std::to_string(kQdotMaxT) + ")";
     if (cpu::detail::bf16_gemm_available()) {
       return s + "; F16/BF16 fp32 tiles up to T=" + std::to_string(kTileMaxT) +
              (cpu::detail::bf16_gemm_amx_available() ? ", amx-bf16 tile GEMM beyond (widths of 32k; else avx512-bf16)" : ", avx512-bf16 GEMM beyond") +

@@ -21,8 +21,15 @@ using quant::GgmlType;
 bool qdot_supported(GgmlType t) { return cpu::detail::qdot_rows_scalar(t) != nullptr; }
 
 bool qdot_has_gemm(QIsa isa) {
-  return (isa == QIsa::Avx512Vnni || isa == QIsa::Amx) && qisa_available(isa) &&
-         cpu::detail::qdot_gemm_vnni(GgmlType::Q4_0) != nullptr;
+  if (!qisa_available(isa)) return false;
+  switch (isa) {
+    case QIsa::Scalar: return false;
+    case QIsa::Avx2:
+    case QIsa::Avx512: return cpu::detail::qdot_gemm_avx2(GgmlType::Q4_0) != nullptr;
+    case QIsa::Avx512Vnni:
+    case QIsa::Amx: return cpu::detail::qdot_gemm_vnni(GgmlType::Q4_0) != nullptr;
+  }
+  return false;
 }
 
 namespace cpu {
@@ -70,6 +77,30 @@ void rows_scalar(const QDotRowsArgs& a) {
 
 QDotFn qdot_rows_scalar(GgmlType t) {
   return pick_block_type<QDotFn>(t, [](auto T) -> QDotFn { return rows_scalar<decltype(T)::value>; });
+}
+
+void pack_acts_portable(const Q8Act* x, uint32_t T, uint32_t in, QActPack& out, PackOpts o) {
+  const uint32_t ng = in / 32, in4 = in / 4, nv = (T + 15) / 16;
+  const uint8_t flip = o.offset128 ? 0x80 : 0;
+  out.nv = nv, out.in = in;
+  out.u.assign(size_t(nv) * in * 16, flip);  // padding lanes: q = 0 (+ 128)
+  out.d.assign(size_t(nv) * ng * 16, 0.0f);
+  out.s.assign(size_t(nv) * ng * 16, 0.0f);
+  for (uint32_t t = 0; t < T; ++t) {
+    const uint32_t v = t / 16, l = t % 16;
+    uint8_t* u = out.u.data() + size_t(v) * in4 * 64 + l * 4;
+    for (uint32_t g = 0; g < ng; ++g) {
+      const Q8Act& a = x[size_t(t) * ng + g];
+      out.d[(size_t(v) * ng + g) * 16 + l] = a.d;
+      out.s[(size_t(v) * ng + g) * 16 + l] = a.s;
+      for (int e = 0; e < 32; ++e) u[(size_t(g) * 8 + e / 4) * 64 + e % 4] = uint8_t(a.q[e]) ^ flip;
+    }
+  }
+}
+
+void pack_acts(const Q8Act* x, uint32_t T, uint32_t in, QActPack& out, PackOpts o) {
+  if (cpu_has_avx512_vnni()) pack_acts_vnni(x, T, in, out, o);
+  else pack_acts_portable(x, T, in, out, o);
 }
 
 }  // namespace detail
@@ -120,9 +151,18 @@ detail::QDotFn pick(QIsa isa, GgmlType t) {
 }
 
 detail::QGemmFn qdot_gemm_for(QIsa isa, GgmlType t, uint32_t T) {
-  if ((isa != QIsa::Avx512Vnni && isa != QIsa::Amx) || T < kQdotGemmMinT) return nullptr;
-  return detail::qdot_gemm_vnni(t);
+  switch (isa) {
+    case QIsa::Scalar: return nullptr;
+    case QIsa::Avx2:
+    case QIsa::Avx512: return T >= kQdotAvx2GemmMinT ? detail::qdot_gemm_avx2(t) : nullptr;
+    case QIsa::Avx512Vnni:
+    case QIsa::Amx: return T >= kQdotGemmMinT ? detail::qdot_gemm_vnni(t) : nullptr;
+  }
+  return nullptr;
 }
+
+// The pack each GEMM reads: unsigned (q + 128) for the VNNI GEMM, signed for AVX2 and AMX.
+bool signed_pack(QIsa isa, bool amx) { return amx || isa == QIsa::Avx2 || isa == QIsa::Avx512; }
 
 // The AMX tile GEMM from kQdotAmxMinT tokens (its pack is signed: detail::kAmxPack).
 detail::QGemmFn qdot_amx_for(QIsa isa, GgmlType t, uint32_t T) {
@@ -161,26 +201,26 @@ void qdot(ThreadPool* pool, std::span<const MatmulArgs> jobs, QIsa isa) {
     acts.resize(acts.size() + size_t(a.T) * (a.w.cols / 32));
   }
   // Jobs on a GEMM read their activations packed in 16-token vectors: one pack per x and GEMM
-  // (the VNNI one's holds q + 128, the AMX one's q; Q, K and V of one x can take both, as Q6_K
-  // moves to AMX later than the other types).
+  // (the VNNI one's holds q + 128, the AVX2 and AMX ones' q; Q, K and V of one x can take both
+  // the VNNI and the AMX GEMM, as Q6_K moves to AMX later than the other types).
   std::vector<detail::QGemmFn> gemm(jobs.size());
-  std::vector<bool> on_amx(jobs.size(), false);
-  std::vector<detail::QActPack> packs(2 * act_start.size());  // [2 · x + on AMX]
+  std::vector<bool> signed_x(jobs.size(), false);  // the job reads the signed pack
+  std::vector<detail::QActPack> packs(2 * act_start.size());  // [2 · x + signed]
   std::vector<bool> done(act_start.size(), false), packed(2 * act_start.size(), false);
   for (size_t j = 0; j < jobs.size(); ++j) {
     const MatmulArgs& a = jobs[j];
     const detail::QGemmFn amx = qdot_amx_for(isa, a.w.type, a.T);
     gemm[j] = amx ? amx : qdot_gemm_for(isa, a.w.type, a.T);
-    on_amx[j] = amx != nullptr;
     if (!done[act_of[j]]) {
       done[act_of[j]] = true;
       quantize_acts(a.x, a.T, a.w.cols, acts.data() + act_start[act_of[j]]);
     }
-    const size_t pk = 2 * act_of[j] + on_amx[j];
+    signed_x[j] = signed_pack(isa, amx != nullptr);
+    const size_t pk = 2 * act_of[j] + signed_x[j];
     if (gemm[j] && !packed[pk]) {
       packed[pk] = true;
-      detail::pack_acts_vnni(acts.data() + act_start[act_of[j]], a.T, a.w.cols, packs[pk],
-                             amx ? detail::kAmxPack : detail::PackOpts{});
+      detail::pack_acts(acts.data() + act_start[act_of[j]], a.T, a.w.cols, packs[pk],
+                        signed_x[j] ? detail::kSignedPack : detail::PackOpts{});
     }
   }
   std::vector<size_t> first_task(jobs.size() + 1, 0);
@@ -193,7 +233,7 @@ void qdot(ThreadPool* pool, std::span<const MatmulArgs> jobs, QIsa isa) {
     const uint32_t r0 = uint32_t(task - first_task[j]) * kRowsPerTask;
     const uint32_t r1 = std::min(r0 + kRowsPerTask, a.w.rows);
     const detail::QDotRowsArgs rows{&a.w, acts.data() + act_start[act_of[j]], a.T, a.y, r0, r1};
-    if (gemm[j]) gemm[j](rows, packs[2 * act_of[j] + on_amx[j]]);
+    if (gemm[j]) gemm[j](rows, packs[2 * act_of[j] + signed_x[j]]);
     else fns[j](rows);
     if (a.bias)
       for (uint32_t t = 0; t < a.T; ++t)

@@ -1,8 +1,24 @@
-// AVX2 row kernels of the 8-bit-activation product (kernels/qdot.h): the register tiles of
-// kernels/detail/qdot_tiles_x86.inc compiled for AVX2, FMA and F16C (function target attributes,
-// like qgemv_x86.cc) and called only when the CPU reports them.
+// AVX2 kernels of the 8-bit-activation product (kernels/qdot.h), compiled with function target
+// attributes (AVX2, FMA, F16C, like qgemv_x86.cc) and called only when the CPU reports them:
+//  - the register tiles of kernels/detail/qdot_tiles_x86.inc (decode and short batches);
+//  - the GEMM for prefill-sized T: the VNNI GEMM's blocking (kernels/detail/gemm_tiles.h) and
+//    weight panel (kernels/detail/qdot_panel_x86.h) with the products of vpmaddubsw + vpmaddwd.
+//
+// The GEMM's arithmetic. A token vector is 16 tokens (the shared pack, kSignedPack: q, not q + 128)
+// read as two 8-token halves; each step takes 4 elements of every token (32 bytes) against one
+// broadcast dword of 4 weights. vpmaddubsw multiplies unsigned bytes by signed ones: the unsigned
+// weights (the nibble types' 0..15 / 0..31) go first as they are; signed weights (Q8_0, Q6_K's
+// q − 32) through the sign trick, |w| times sign(w)·q. Its int16 pair sums are added up over
+// kRun16 steps while no sum can leave int16 (each pair is at most 2·|w|max·127), then widened
+// exactly by vpmaddwd with ones, so each (row, token) lane holds the group's exact Σ w_int·q —
+// the integer of the scalar kernel — and takes the chain's fp32 step (kernels/qdot.h) in group
+// order: every token gets the scalar reference's bits, as from the tiles and the other GEMMs.
+// Why this is faster than fp32 on these CPUs: 32 multiply-adds per vpmaddubsw, against 8 per FMA.
 #include <algorithm>
+#include <cstring>
 
+#include "kernels/detail/gemm_tiles.h"
+#include "kernels/detail/qdot_panel_x86.h"
 #include "kernels/detail/qdot_x86.h"
 
 namespace kvzip::kernels::cpu::detail {
@@ -21,13 +37,141 @@ namespace avx2_tiles {
 #undef KVZIP_QT_TARGET
 }  // namespace avx2_tiles
 
+namespace {
+
+using x86::decode_panel;
+using x86::kSubElems;
+using x86::Panel;
+
+constexpr uint32_t kTileVecs = 1;      // 16-token vectors per tile (two 8-token halves)
+constexpr uint32_t kChunkGroups = 16;  // 32-element groups per column chunk (512 columns)
+
+// Largest |w_int| of a type: the bound on vpmaddubsw's pair sums (2·|w|max·127 each).
+template <GgmlType Ty>
+constexpr int kWMax = Ty == GgmlType::Q8_0                                          ? 128
+                      : Ty == GgmlType::Q6_K                                        ? 32
+                      : (Ty == GgmlType::Q5_0 || Ty == GgmlType::Q5_1 || Ty == GgmlType::Q5_K) ? 31
+                                                                                    : 15;
+// Steps (4 elements each) whose int16 pair sums are added before widening: the most, dividing a
+// scale group's steps, that cannot leave int16 (Q4 types 8: 30,480; Q5 4: 31,496; Q6_K 4:
+// 32,512; Q8_0 1: 32,512).
+template <GgmlType Ty>
+constexpr int run16() {
+  int n = kSubElems<Ty> / 4;
+  while (n > 1 && n * 2 * kWMax<Ty> * 127 > 32767) n /= 2;
+  return n;
+}
+
+inline int32_t load_i32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// acc (R, 16) += rows [i0, i0 + R) of the panel x token vector v, groups [g0, g1).
+template <GgmlType Ty, int R>
+KVZIP_AVX2 void micro(const Panel& p, uint32_t in, const QActPack& x, uint32_t v, uint32_t i0,
+                      uint32_t g0, uint32_t g1, float* acc_io) {
+  constexpr int kSub = kSubElems<Ty>, kSteps = kSub / 4, kSubs = 32 / kSub, kRun = run16<Ty>();
+  constexpr bool kSignedW = QFmt<Ty>::kSigned;
+  static_assert(!QFmt<Ty>::kMin || kSubs == 1, "the types with a min have one sub-block per group");
+  static_assert(kSteps % kRun == 0);
+  const uint32_t ng = in / 32, nsub = in / kSub, in4 = in / 4;
+  const uint8_t* xu = x.u.data() + size_t(v) * in4 * 64;
+  const float* xd = x.d.data() + size_t(v) * ng * 16;
+  const float* xs = x.s.data() + size_t(v) * ng * 16;
+  const int8_t* wr[R];
+  const float* sr[R];
+  for (int r = 0; r < R; ++r) {
+    wr[r] = p.w.data() + size_t(i0 + r) * p.stride;
+    sr[r] = p.ws.data() + size_t(i0 + r) * nsub;
+  }
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (uint32_t g = g0; g < g1; ++g) {
+    for (int h = 0; h < kSubs; ++h) {
+      const uint32_t j = g * kSubs + h, k4 = g * 8 + h * kSteps;
+      // Pointers at the sub-block, so the unrolled steps below address with constant offsets.
+      const uint8_t* xg = xu + size_t(k4) * 64;
+      const int8_t* wg[R];
+      for (int r = 0; r < R; ++r) wg[r] = wr[r] + size_t(k4) * 4;
+      __m256i is[R][2];  // exact Σ w·q of each (row, half)
+#pragma GCC unroll 2
+      for (int st0 = 0; st0 < kSteps; st0 += kRun) {
+        __m256i s16[R][2];
+        for (int r = 0; r < R; ++r) s16[r][0] = s16[r][1] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int st = st0; st < st0 + kRun; ++st) {
+          const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + st * 64));
+          const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + st * 64 + 32));
+          for (int r = 0; r < R; ++r) {
+            const __m256i wb = _mm256_set1_epi32(load_i32(wg[r] + st * 4));
+            if constexpr (kSignedW) {
+              const __m256i aw = _mm256_abs_epi8(wb);
+              s16[r][0] = _mm256_add_epi16(s16[r][0], _mm256_maddubs_epi16(aw, _mm256_sign_epi8(a0, wb)));
+              s16[r][1] = _mm256_add_epi16(s16[r][1], _mm256_maddubs_epi16(aw, _mm256_sign_epi8(a1, wb)));
+            } else {
+              s16[r][0] = _mm256_add_epi16(s16[r][0], _mm256_maddubs_epi16(wb, a0));
+              s16[r][1] = _mm256_add_epi16(s16[r][1], _mm256_maddubs_epi16(wb, a1));
+            }
+          }
+        }
+        for (int r = 0; r < R; ++r)
+          for (int c = 0; c < 2; ++c) {
+            const __m256i w32 = _mm256_madd_epi16(s16[r][c], ones);
+            is[r][c] = st0 == 0 ? w32 : _mm256_add_epi32(is[r][c], w32);
+          }
+      }
+      for (int c = 0; c < 2; ++c) {
+        const __m256 d = _mm256_loadu_ps(xd + size_t(g) * 16 + 8 * c);
+        for (int r = 0; r < R; ++r) {
+          float* out = acc_io + r * 16 + 8 * c;
+          const __m256 i = _mm256_cvtepi32_ps(is[r][c]), dw = _mm256_mul_ps(d, _mm256_set1_ps(sr[r][j]));
+          __m256 acc = _mm256_loadu_ps(out);
+          if constexpr (QFmt<Ty>::kMin) {  // acc += fma(I, d·ws, s·mw): the chain of kernels/qdot.h
+            const __m256 sm = _mm256_mul_ps(_mm256_loadu_ps(xs + size_t(g) * 16 + 8 * c),
+                                            _mm256_set1_ps(p.mw[size_t(i0 + r) * ng + g]));
+            acc = _mm256_add_ps(acc, _mm256_fmadd_ps(i, dw, sm));
+          } else {
+            acc = _mm256_fmadd_ps(i, dw, acc);
+          }
+          _mm256_storeu_ps(out, acc);
+        }
+      }
+    }
+  }
+}
+
+template <GgmlType Ty>
+KVZIP_AVX2 void gemm_avx2(const QDotRowsArgs& a, const QActPack& x) {
+  const MatrixView& w = *a.w;
+  thread_local Panel panel;
+  thread_local std::vector<float> buf;
+  for (uint32_t p0 = a.r0; p0 < a.r1; p0 += kPanelRows) {
+    const uint32_t np = std::min(kPanelRows, a.r1 - p0);
+    decode_panel<Ty>(w, p0, np, panel);
+    const TileSpan span{np, x.nv, a.T, w.cols / 32, even_chunk(w.cols / 32, kChunkGroups), kTileVecs,
+                        a.y, w.rows, p0};
+    run_tiles(span, buf, [&](uint32_t v0, uint32_t, uint32_t i0, uint32_t R, uint32_t g0, uint32_t g1,
+                             float* acc) {
+      with_rc<1>(R, 1, [&]<int Rv, int>() { micro<Ty, Rv>(panel, w.cols, x, v0, i0, g0, g1, acc); });
+    });
+  }
+}
+
+}  // namespace
+
 QDotFn qdot_rows_avx2(GgmlType t) {
   return pick_block_type<QDotFn>(t, [](auto T) -> QDotFn { return avx2_tiles::rows_tiles<decltype(T)::value>; });
+}
+
+QGemmFn qdot_gemm_avx2(GgmlType t) {
+  return pick_block_type<QGemmFn>(t, [](auto T) -> QGemmFn { return gemm_avx2<decltype(T)::value>; });
 }
 
 #else  // no x86 variant in this build
 
 QDotFn qdot_rows_avx2(quant::GgmlType) { return nullptr; }
+QGemmFn qdot_gemm_avx2(quant::GgmlType) { return nullptr; }
 
 #endif
 

@@ -1,8 +1,9 @@
-// Private to kernels/cpu/qdot_avx512.cc and qdot_amx.cc: a task's weight rows decoded once into
-// an int8 panel for the 8-bit-activation GEMMs (kernels/qdot.h) — the integer weights in element
-// order, per scale group the fp32 scale and 128·Σw (the VNNI GEMM's unsigned-activation offset),
-// per 32-group the min (types with one). Both GEMMs read the same panel, so they sum the same
-// integers and scale them by the same floats.
+// Private to kernels/cpu/qdot_x86.cc, qdot_avx512.cc and qdot_amx.cc: a task's weight rows decoded
+// once into an int8 panel for the 8-bit-activation GEMMs (kernels/qdot.h) — the integer weights in
+// element order, per scale group the fp32 scale and 128·Σw (the VNNI GEMM's unsigned-activation
+// offset; the AVX2 and AMX GEMMs take signed activations and do not read it), per 32-group the min
+// (types with one). Every GEMM reads the same panel, so they sum the same integers and scale them
+// by the same floats.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -34,8 +35,9 @@ struct Panel {
   std::vector<float> mw;      // (rows, in / 32)
 };
 
+// AVX2 code only, so the AVX2 GEMM calls it too (the AVX-512 callers inline it: a superset target).
 template <GgmlType Ty>
-KVZIP_VNNI inline void decode_panel(const MatrixView& w, uint32_t r0, uint32_t n, Panel& p) {
+KVZIP_AVX2 inline void decode_panel(const MatrixView& w, uint32_t r0, uint32_t n, Panel& p) {
   using F = QFmt<Ty>;
   constexpr int kSub = kSubElems<Ty>;
   const uint32_t in = w.cols, ng = in / 32, nsub = in / kSub, nblk = ng / F::kGroups;

@@ -26,10 +26,11 @@ QDotFn qdot_rows_scalar(quant::GgmlType t);  // nullptr for a type qdot does not
 QDotFn qdot_rows_avx2(quant::GgmlType t);    // nullptr also when the build has no AVX2 variant
 QDotFn qdot_rows_vnni(quant::GgmlType t);    // the same tiles with vpdpbusd: bit-identical results
 
-// Activations of T tokens for the AVX-512 VNNI and AMX GEMMs (qdot_avx512.cc, qdot_amx.cc), in
-// vectors of 16 tokens (lane l of vector v is token 16v + l; lanes past T are zero activations):
+// Activations of T tokens for the GEMMs (AVX2: qdot_x86.cc, AVX-512 VNNI: qdot_avx512.cc, AMX:
+// qdot_amx.cc), in vectors of 16 tokens (lane l of vector v is token 16v + l; lanes past T are
+// zero activations; the AVX2 GEMM reads a vector as two 8-token halves, bytes 0-31 and 32-63):
 //   u (nv, in / 4, 16, 4) bytes: q + 128 (unsigned, so the weights are vpdpbusd's signed side),
-//     or q itself for AMX (tdpbssd multiplies signed by signed)
+//     or q itself for AVX2 and AMX (vpmaddubsw and tdpbssd take signed activations)
 //   d (nv, in / 32, 16) floats: each 32-block's scale; s (nv, in / 32, 16): its d·Σq
 struct QActPack {
   std::vector<uint8_t> u;
@@ -37,8 +38,12 @@ struct QActPack {
   uint32_t nv = 0, in = 0;
 };
 struct PackOpts {
-  bool offset128 = true;  // u = q + 128 (VNNI) or q (AMX)
+  bool offset128 = true;  // u = q + 128 (VNNI) or q (AVX2, AMX)
 };
+inline constexpr PackOpts kSignedPack{false};
+// pack_acts_vnni on a VNNI CPU (AVX-512 gathers), else pack_acts_portable: the same bytes.
+void pack_acts(const Q8Act* x, uint32_t T, uint32_t in, QActPack& out, PackOpts o = {});
+void pack_acts_portable(const Q8Act* x, uint32_t T, uint32_t in, QActPack& out, PackOpts o = {});
 void pack_acts_vnni(const Q8Act* x, uint32_t T, uint32_t in, QActPack& out, PackOpts o = {});
 // quantize_acts (kernels/qdot.h) over nblocks consecutive 32-element blocks in AVX-512: the same
 // bytes as the portable quantizer (tested), which it stands in for on VNNI CPUs.
@@ -47,10 +52,13 @@ void quantize_acts_vnni(const float* x, size_t nblocks, Q8Act* out);
 // scalar kernel, fp32 accumulation per group in group order.
 using QGemmFn = void (*)(const QDotRowsArgs& a, const QActPack& x);
 QGemmFn qdot_gemm_vnni(quant::GgmlType t);  // nullptr when the build has no AVX-512 VNNI variant
+// The AVX2 GEMM (qdot_x86.cc, vpmaddubsw + vpmaddwd on a kSignedPack pack): nullptr when the build
+// has no AVX2 variant.
+QGemmFn qdot_gemm_avx2(quant::GgmlType t);
 bool cpu_has_avx512_vnni();                 // AVX-512 F, BW, VL and VNNI, plus the AVX2 set
 // The AMX-INT8 GEMM (qdot_amx.cc): a QGemmFn on a pack made with kAmxPack. nullptr when the
 // build has no AMX variant.
-inline constexpr PackOpts kAmxPack{false};
+inline constexpr PackOpts kAmxPack = kSignedPack;
 QGemmFn qdot_gemm_amx(quant::GgmlType t);
 bool cpu_has_amx_int8();  // AMX-TILE and AMX-INT8, the OS grants the tile state, plus the VNNI set
 // The CPU reports AMX-TILE and the unit, and the OS grants this process the tile state.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/detail/qdot_rows.h"
 #include "kernels/qdot.h"
 #include "kernels/quant.h"
 #include "kernels/thread_pool.h"
@@ -64,14 +65,57 @@ TEST_CASE("the vector activation quantizer gives the portable one's bytes", "[ke
   }
 }
 
+TEST_CASE("the GEMMs' activation pack: the layout of kernels/detail/qdot_rows.h, the same bytes from every packer",
+          "[kernels][qdot]") {
+  const uint32_t in = 96, T = 21;  // two 16-token vectors, the second with 11 padding lanes
+  const std::vector<float> x = test::random_vector(size_t(T) * in, 31, -3.0f, 3.0f);
+  std::vector<kernels::Q8Act> q(size_t(T) * in / 32);
+  kernels::cpu::quantize_acts(x.data(), T, in, q.data());
+  for (const kernels::cpu::detail::PackOpts o : {kernels::cpu::detail::PackOpts{}, kernels::cpu::detail::kSignedPack}) {
+    INFO("offset128 " << o.offset128);
+    const uint8_t flip = o.offset128 ? 0x80 : 0;
+    kernels::cpu::detail::QActPack p;
+    kernels::cpu::detail::pack_acts_portable(q.data(), T, in, p, o);
+    REQUIRE(p.nv == 2);
+    REQUIRE(p.u.size() == size_t(2) * in * 16);
+    // u (nv, in / 4, 16, 4): token 16v + l, element 4k + e at ((v · in/4 + k) · 16 + l) · 4 + e.
+    for (uint32_t v = 0; v < 2; ++v)
+      for (uint32_t k = 0; k < in / 4; ++k)
+        for (uint32_t l = 0; l < 16; ++l)
+          for (uint32_t e = 0; e < 4; ++e) {
+            const uint32_t t = 16 * v + l, el = 4 * k + e;
+            const uint8_t want = t < T ? uint8_t(q[size_t(t) * (in / 32) + el / 32].q[el % 32]) ^ flip : flip;
+            CHECK(p.u[((size_t(v) * (in / 4) + k) * 16 + l) * 4 + e] == want);
+          }
+    for (uint32_t v = 0; v < 2; ++v)
+      for (uint32_t g = 0; g < in / 32; ++g)
+        for (uint32_t l = 0; l < 16; ++l) {
+          const uint32_t t = 16 * v + l;
+          CHECK(p.d[(size_t(v) * (in / 32) + g) * 16 + l] == (t < T ? q[size_t(t) * (in / 32) + g].d : 0.0f));
+          CHECK(p.s[(size_t(v) * (in / 32) + g) * 16 + l] == (t < T ? q[size_t(t) * (in / 32) + g].s : 0.0f));
+        }
+    if (!kernels::cpu::detail::cpu_has_avx512_vnni()) {
+      WARN("AVX-512 VNNI is not available on this CPU/build: its pack is not compared here");
+      continue;
+    }
+    kernels::cpu::detail::QActPack pv;
+    kernels::cpu::detail::pack_acts_vnni(q.data(), T, in, pv, o);
+    CHECK(pv.nv == p.nv);
+    CHECK(pv.u == p.u);
+    CHECK(std::memcmp(pv.d.data(), p.d.data(), p.d.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(pv.s.data(), p.s.data(), p.s.size() * sizeof(float)) == 0);
+  }
+}
+
 TEST_CASE("qdot kernels equal a float64 product of the dequantized weights and activations",
           "[kernels][qdot]") {
   const GgmlType type = GENERATE(GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
                                  GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K);
   // Every tile shape: 1 (8 rows), 2 (4 x 2), 3 and 4 (2 x T), 5-7 (one row), 8 (1 x 8); 37, 49,
   // 77 and 130 end their 32-token blocks on each remainder shape. T >= kQdotGemmMinT runs the
-  // AVX-512 VNNI GEMM where the CPU has it: 37, 49 and 77 are not whole 16-token vectors or
-  // 3-vector tiles, 130 spans several tiles. Under QIsa::Amx, 12 still runs the VNNI GEMM and
+  // AVX-512 VNNI GEMM where the CPU has it, T >= kQdotAvx2GemmMinT = 16 the AVX2 GEMM under
+  // QIsa::Avx2: 37, 49 and 77 are not whole 16-token vectors (the AVX2 GEMM's second 8-token
+  // half is partly or wholly padding) or 3-vector tiles, 130 spans several tiles. Under QIsa::Amx, 12 still runs the VNNI GEMM and
   // from kQdotAmxMinT = 16 the tile GEMM: 16 is one whole 16-token pass, 37-261 end in a
   // partial one, and 70 rows end in a 6-row panel (one live row tile of two); Q6_K takes
   // the tile GEMM from kQdotAmxMinTQ6K = 256 tokens, which 261 passes (not a whole vector).
@@ -111,7 +155,7 @@ TEST_CASE("qdot kernels equal a float64 product of the dequantized weights and a
   }
   kernels::ThreadPool pool(2);
   // Every kernel runs the one chain of kernels/qdot.h: the scalar reference's bits on every ISA
-  // (tiles below kQdotGemmMinT, the VNNI GEMM from it), and each token's row of a T-token call is
+  // (tiles below the GEMMs' thresholds, the AVX2, VNNI and AMX GEMMs from them), and each token's row of a T-token call is
   // the bits of that token alone (T = 1, the decode tiles) — what lets the server batch any
   // number of requests and still answer exactly as `kvzip query` does.
   std::vector<float> ref(size_t(T) * rows, NAN);
