@@ -99,7 +99,7 @@ KVZIP_AVX2 void micro(const Panel& p, uint32_t in, const QActPack& x, uint32_t v
       for (int st0 = 0; st0 < kSteps; st0 += kRun) {
         __m256i s16[R][2];
         for (int r = 0; r < R; ++r) s16[r][0] = s16[r][1] = _mm256_setzero_si256();
-#pragma GCC unroll 8
+#pragma GCC unroll 2
         for (int st = st0; st < st0 + kRun; ++st) {
           const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + st * 64));
           const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + st * 64 + 32));
@@ -153,7 +153,12 @@ KVZIP_AVX2 void gemm_avx2(const QDotRowsArgs& a, const QActPack& x) {
                         a.y, w.rows, p0};
     run_tiles(span, buf, [&](uint32_t v0, uint32_t, uint32_t i0, uint32_t R, uint32_t g0, uint32_t g1,
                              float* acc) {
-      with_rc<1>(R, 1, [&]<int Rv, int>() { micro<Ty, Rv>(panel, w.cols, x, v0, i0, g0, g1, acc); });
+      // Two rows at a time: four rows' int16 sums, with their operands, do not fit the 16
+      // registers (measured: GCC spills them to the stack in every step).
+      for (uint32_t r = 0; r < R; r += 2) {
+        if (R - r >= 2) micro<Ty, 2>(panel, w.cols, x, v0, i0 + r, g0, g1, acc + r * 16);
+        else micro<Ty, 1>(panel, w.cols, x, v0, i0 + r, g0, g1, acc + r * 16);
+      }
     });
   }
 }
