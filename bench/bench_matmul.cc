@@ -4,7 +4,7 @@
 // bytes streamed per second on both paths; prefill (T = --tokens) reports GFLOP/s and the ratio to
 // fp32 sgemm on already-fp32 weights. Block contents are random (speed does not depend on them).
 // --sweep TYPE instead times, for T = 1..512, the 8-bit-activation kernels (kernels/qdot.h, called
-// directly) against the Exact path (dequantized tiles or slabs + sgemm) and fp32 sgemm on fp32
+// directly, and the ISA's register tiles alone) against the Exact path (dequantized tiles or slabs + sgemm) and fp32 sgemm on fp32
 // weights: where qdot stops paying is where matmul's Fast path hands over to the slabs.
 // Usage: bench_matmul [--threads N] [--in N] [--out N] [--tokens T] [--sweep Q4_0|Q4_1|...]
 #include <chrono>
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/half.h"
+#include "kernels/detail/qdot_rows.h"
 #include "kernels/gemm.h"
 #include "kernels/matmul.h"
 #include "kernels/qdot.h"
@@ -94,13 +95,17 @@ int sweep_t(const kernels::Exec& ex, const std::string& name, uint32_t in, uint3
   const kernels::MatrixView v{t, w.data(), kernels::quant::row_bytes(t, in), out, in, nullptr};
   std::printf("%s %u x %u, %u threads, %s kernels; ms per call (GFLOP/s)\n", name.c_str(), out, in,
               threads, kernels::qisa_name(kernels::qisa_best()));
-  // The AVX2 register tiles, where the best ISA is another: on a VNNI CPU qdot runs its own tiles
-  // below kQdotGemmMinT tokens and the GEMM from there (the same bits either way), so this column
-  // shows what the GEMM gains at small T.
-  const bool tiles_col = kernels::qisa_best() != kernels::QIsa::Avx2 && kernels::qisa_available(kernels::QIsa::Avx2);
-  std::printf("%5s | %18s | %18s | %18s | %18s | %s\n", "T", "qdot (int8)", "avx2 tiles",
+  // The register tiles of the best ISA alone (below the GEMM thresholds qdot runs them; from there
+  // its GEMM): where the two cross is where kQdotAvx2GemmMinT / kQdotGemmMinT belong. The same
+  // bits either way, so the choice is speed only.
+  const kernels::QIsa isa = kernels::qisa_best();
+  const kernels::cpu::detail::QDotFn tiles =
+      isa == kernels::QIsa::Scalar ? nullptr
+      : isa == kernels::QIsa::Avx2 || isa == kernels::QIsa::Avx512 ? kernels::cpu::detail::qdot_rows_avx2(t)
+                                                                  : kernels::cpu::detail::qdot_rows_vnni(t);
+  std::printf("%5s | %18s | %18s | %18s | %18s | %s\n", "T", "qdot (int8)", "register tiles",
               "exact (deq+fp32)", "fp32 sgemm", "qdot vs exact");
-  for (uint32_t T : {1u, 2u, 4u, 8u, 16u, 32u, 48u, 64u, 96u, 128u, 256u, 512u}) {
+  for (uint32_t T : {1u, 2u, 4u, 8u, 12u, 16u, 24u, 32u, 48u, 64u, 96u, 128u, 256u, 512u}) {
     std::vector<float> x(size_t(T) * in), y(size_t(T) * out);
     for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.01f * float(i));
     const kernels::MatmulArgs a{x.data(), v, nullptr, y.data(), T};
@@ -110,8 +115,14 @@ int sweep_t(const kernels::Exec& ex, const std::string& name, uint32_t in, uint3
       return best_of(3, [&] { for (int r = 0; r < reps; ++r) fn(); }) / reps;
     };
     const double q = per_call([&] { kernels::cpu::qdot(ex.pool, std::span<const kernels::MatmulArgs>(&a, 1), kernels::qisa_best()); });
-    const double tl = tiles_col ? per_call([&] {
-      kernels::cpu::qdot(ex.pool, std::span<const kernels::MatmulArgs>(&a, 1), kernels::QIsa::Avx2);
+    // As qdot runs them: x quantized once, 32-row tasks over the pool.
+    std::vector<kernels::Q8Act> acts(size_t(T) * in / 32);
+    const double tl = tiles ? per_call([&] {
+      kernels::cpu::quantize_acts(x.data(), T, in, acts.data());
+      ex.pool->run((out + 31) / 32, [&](size_t k) {
+        const uint32_t r0 = uint32_t(k) * 32;
+        tiles(kernels::cpu::detail::QDotRowsArgs{&v, acts.data(), T, y.data(), r0, std::min(r0 + 32, out)});
+      });
     }) : NAN;
     const double e = per_call([&] { matmul(ex, a, kernels::MatmulPath::Exact); });
     const double g = per_call([&] {

@@ -58,8 +58,12 @@ inline constexpr uint32_t kQdotGemmMinT = 8;
 inline constexpr uint32_t kQdotAmxMinT = 16;
 inline constexpr uint32_t kQdotAmxMinTQ6K = 256;
 // From this many tokens an AVX2 (or AVX-512 without VNNI) CPU runs its GEMM (kernels/cpu/qdot_x86.cc)
-// instead of the register tiles. Speed only: the same chain.
+// instead of the register tiles; Q8_0, whose signed weights cost the GEMM a sign, a widening and an
+// add per 4-element step (the nibble types: one add), from kQdotAvx2GemmMinTQ8_0 — measured below
+// the tiles up to 48 tokens, level with them beyond (BENCHMARKS.md, "An int8 GEMM for AVX2").
+// Speed only: the same chain.
 inline constexpr uint32_t kQdotAvx2GemmMinT = 16;
+inline constexpr uint32_t kQdotAvx2GemmMinTQ8_0 = 49;
 // Whether `isa` has a GEMM (AVX2, AVX-512 VNNI or AMX: tokens in 16-token vectors, the same chain).
 // Without it (the scalar build), matmul's Fast path hands T > kMatmulInt8MaxT to fp32 slabs + sgemm.
 bool qdot_has_gemm(QIsa isa);

@@ -154,7 +154,9 @@ detail::QGemmFn qdot_gemm_for(QIsa isa, GgmlType t, uint32_t T) {
   switch (isa) {
     case QIsa::Scalar: return nullptr;
     case QIsa::Avx2:
-    case QIsa::Avx512: return T >= kQdotAvx2GemmMinT ? detail::qdot_gemm_avx2(t) : nullptr;
+    case QIsa::Avx512:
+      return T >= (t == GgmlType::Q8_0 ? kQdotAvx2GemmMinTQ8_0 : kQdotAvx2GemmMinT) ? detail::qdot_gemm_avx2(t)
+                                                                                  : nullptr;
     case QIsa::Avx512Vnni:
     case QIsa::Amx: return T >= kQdotGemmMinT ? detail::qdot_gemm_vnni(t) : nullptr;
   }
