@@ -70,7 +70,7 @@ bool qdot_has_gemm(QIsa isa);
 
 namespace cpu {
 // x (T, in) -> out (T, in / 32) blocks; in must be a multiple of 32. Deterministic: every ISA's
-// kernel reads the same blocks; an AVX-512 CPU computes them in vectors, bit for bit what the
+// kernel reads the same blocks; an AVX2 or AVX-512 CPU computes them in vectors, bit for bit what the
 // portable loop (quantize_acts_portable, the reference) gives.
 void quantize_acts(const float* x, uint32_t T, uint32_t in, Q8Act* out);
 void quantize_acts_portable(const float* x, uint32_t T, uint32_t in, Q8Act* out);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -93,7 +94,12 @@ void pack_acts_portable(const Q8Act* x, uint32_t T, uint32_t in, QActPack& out, 
       const Q8Act& a = x[size_t(t) * ng + g];
       out.d[(size_t(v) * ng + g) * 16 + l] = a.d;
       out.s[(size_t(v) * ng + g) * 16 + l] = a.s;
-      for (int e = 0; e < 32; ++e) u[(size_t(g) * 8 + e / 4) * 64 + e % 4] = uint8_t(a.q[e]) ^ flip;
+      for (int st = 0; st < 8; ++st) {  // 4 elements (one dword) per 64-byte step line
+        uint32_t w;
+        std::memcpy(&w, a.q + 4 * st, 4);
+        w ^= flip * 0x01010101u;
+        std::memcpy(u + (size_t(g) * 8 + st) * 64, &w, 4);
+      }
     }
   }
 }
@@ -108,6 +114,8 @@ void pack_acts(const Q8Act* x, uint32_t T, uint32_t in, QActPack& out, PackOpts 
 void quantize_acts(const float* x, uint32_t T, uint32_t in, Q8Act* out) {
   const uint32_t ng = in / 32;
   if (detail::cpu_has_avx512_vnni()) return detail::quantize_acts_vnni(x, size_t(T) * ng, out);
+  if (detail::cpu_has_avx2() && detail::qdot_rows_avx2(GgmlType::Q4_0))
+    return detail::quantize_acts_avx2(x, size_t(T) * ng, out);
   quantize_acts_portable(x, T, in, out);
 }
 

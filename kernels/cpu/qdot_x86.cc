@@ -14,8 +14,11 @@
 // the integer of the scalar kernel — and takes the chain's fp32 step (kernels/qdot.h) in group
 // order: every token gets the scalar reference's bits, as from the tiles and the other GEMMs.
 // Why this is faster than fp32 on these CPUs: 32 multiply-adds per vpmaddubsw, against 8 per FMA.
+// Also here: the activation quantizer in AVX2 (the portable one's bytes).
 #include <algorithm>
 #include <cstring>
+
+#include "common/error.h"
 
 #include "kernels/detail/gemm_tiles.h"
 #include "kernels/detail/qdot_panel_x86.h"
@@ -163,7 +166,45 @@ KVZIP_AVX2 void gemm_avx2(const QDotRowsArgs& a, const QActPack& x) {
   }
 }
 
+// nearbyint(v·id) clamped to ±127, as 8 int32 (lambdas do not inherit the target attribute).
+KVZIP_AVX2 inline __m256i round_clamp_127(__m256 v, __m256 id) {
+  const __m256 r = _mm256_round_ps(_mm256_mul_ps(v, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f)));
+}
+
 }  // namespace
+
+KVZIP_AVX2 void quantize_acts_avx2(const float* x, size_t nblocks, Q8Act* out) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  for (size_t k = 0; k < nblocks; ++k) {
+    const float* v = x + k * 32;
+    __m256 a[4];
+    for (int i = 0; i < 4; ++i) a[i] = _mm256_loadu_ps(v + 8 * i);
+    __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(a[0], abs_mask), _mm256_and_ps(a[1], abs_mask)),
+                             _mm256_max_ps(_mm256_and_ps(a[2], abs_mask), _mm256_and_ps(a[3], abs_mask)));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    // The portable quantizer's arithmetic step for step (kernels/cpu/qdot.cc): same d, same
+    // products, round to nearest even, the same clamp; so the same bytes (tested).
+    const float amax = _mm_cvtss_f32(h), d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+    const __m256 vid = _mm256_set1_ps(id);
+    __m256i q[4];
+    for (int i = 0; i < 4; ++i) q[i] = round_clamp_127(a[i], vid);
+    // int32 -> int8 in element order: packs interleave the 128-bit lanes, the permute undoes it.
+    const __m256i w01 = _mm256_packs_epi32(q[0], q[1]), w23 = _mm256_packs_epi32(q[2], q[3]);
+    const __m256i b = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(w01, w23),
+                                                  _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    Q8Act& o = out[k];
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.q), b);
+    const __m256i s4 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    o.d = d;
+    o.s = d * float(_mm_cvtsi128_si32(s));
+  }
+}
 
 QDotFn qdot_rows_avx2(GgmlType t) {
   return pick_block_type<QDotFn>(t, [](auto T) -> QDotFn { return avx2_tiles::rows_tiles<decltype(T)::value>; });
@@ -177,6 +218,9 @@ QGemmFn qdot_gemm_avx2(GgmlType t) {
 
 QDotFn qdot_rows_avx2(quant::GgmlType) { return nullptr; }
 QGemmFn qdot_gemm_avx2(quant::GgmlType) { return nullptr; }
+void quantize_acts_avx2(const float*, size_t, Q8Act*) {
+  throw Error(Errc::internal, "quantize_acts_avx2: not built for this CPU");
+}
 
 #endif
 

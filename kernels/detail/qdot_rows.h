@@ -48,6 +48,7 @@ void pack_acts_vnni(const Q8Act* x, uint32_t T, uint32_t in, QActPack& out, Pack
 // quantize_acts (kernels/qdot.h) over nblocks consecutive 32-element blocks in AVX-512: the same
 // bytes as the portable quantizer (tested), which it stands in for on VNNI CPUs.
 void quantize_acts_vnni(const float* x, size_t nblocks, Q8Act* out);
+void quantize_acts_avx2(const float* x, size_t nblocks, Q8Act* out);  // the same in AVX2 (qdot_x86.cc)
 // Rows [a.r0, a.r1) for every token of `x` (a.x is not read); the same integer sums as the
 // scalar kernel, fp32 accumulation per group in group order.
 using QGemmFn = void (*)(const QDotRowsArgs& a, const QActPack& x);
