@@ -151,7 +151,7 @@ KVZIP_AVX2 void gemm_avx2(const QDotRowsArgs& a, const QActPack& x) {
   thread_local std::vector<float> buf;
   for (uint32_t p0 = a.r0; p0 < a.r1; p0 += kPanelRows) {
     const uint32_t np = std::min(kPanelRows, a.r1 - p0);
-    decode_panel<Ty>(w, p0, np, panel);
+    decode_panel<Ty, false>(w, p0, np, panel);
     const TileSpan span{np, x.nv, a.T, w.cols / 32, even_chunk(w.cols / 32, kChunkGroups), kTileVecs,
                         a.y, w.rows, p0};
     run_tiles(span, buf, [&](uint32_t v0, uint32_t, uint32_t i0, uint32_t R, uint32_t g0, uint32_t g1,

@@ -36,15 +36,15 @@ struct Panel {
 };
 
 // AVX2 code only, so the AVX2 GEMM calls it too (the AVX-512 callers inline it: a superset target).
-template <GgmlType Ty>
+// kCorr = false leaves corr empty (GEMMs on a signed pack have no offset to take back).
+template <GgmlType Ty, bool kCorr = true>
 KVZIP_AVX2 inline void decode_panel(const MatrixView& w, uint32_t r0, uint32_t n, Panel& p) {
   using F = QFmt<Ty>;
   constexpr int kSub = kSubElems<Ty>;
   const uint32_t in = w.cols, ng = in / 32, nsub = in / kSub, nblk = ng / F::kGroups;
   p.stride = in + 64;
-  p.w.resize(size_t(n) * p.stride), p.ws.resize(size_t(n) * nsub), p.corr.resize(size_t(n) * nsub);
+  p.w.resize(size_t(n) * p.stride), p.ws.resize(size_t(n) * nsub), p.corr.resize(kCorr ? size_t(n) * nsub : 0);
   p.mw.resize(F::kMin ? size_t(n) * ng : 0);
-  const __m256i flip = _mm256_set1_epi8(char(0x80)), zero = _mm256_setzero_si256();
   BlockScales s;
   for (uint32_t i = 0; i < n; ++i) {
     const uint32_t r = r0 + i;
@@ -57,18 +57,23 @@ KVZIP_AVX2 inline void decode_panel(const MatrixView& w, uint32_t r0, uint32_t n
         const uint32_t gi = b * F::kGroups + g;
         const __m256i v = group_ints<Ty>(blk, g);
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + size_t(gi) * 32), v);
-        // Σ(w + 128) per 8 bytes (w ^ 0x80 is w + 128 read unsigned), then Σw = that − 128·count.
-        const __m256i s8 = _mm256_sad_epu8(_mm256_xor_si256(v, flip), zero);
-        alignas(32) int64_t q[4];
-        _mm256_store_si256(reinterpret_cast<__m256i*>(q), s8);
         if constexpr (kSub == 32) {
-          p.corr[size_t(i) * nsub + gi] = 128 * int32_t(q[0] + q[1] + q[2] + q[3] - 128 * 32);
           p.ws[size_t(i) * nsub + gi] = s.fw[g];
         } else {
-          p.corr[size_t(i) * nsub + 2 * gi] = 128 * int32_t(q[0] + q[1] - 128 * 16);
-          p.corr[size_t(i) * nsub + 2 * gi + 1] = 128 * int32_t(q[2] + q[3] - 128 * 16);
           p.ws[size_t(i) * nsub + 2 * gi] = s.fw[g] * float(s.sub[g][0]);
           p.ws[size_t(i) * nsub + 2 * gi + 1] = s.fw[g] * float(s.sub[g][1]);
+        }
+        if constexpr (kCorr) {
+          // Σ(w + 128) per 8 bytes (w ^ 0x80 is w + 128 read unsigned), then Σw = that − 128·count.
+          const __m256i s8 = _mm256_sad_epu8(_mm256_xor_si256(v, _mm256_set1_epi8(char(0x80))), _mm256_setzero_si256());
+          alignas(32) int64_t q[4];
+          _mm256_store_si256(reinterpret_cast<__m256i*>(q), s8);
+          if constexpr (kSub == 32) {
+            p.corr[size_t(i) * nsub + gi] = 128 * int32_t(q[0] + q[1] + q[2] + q[3] - 128 * 32);
+          } else {
+            p.corr[size_t(i) * nsub + 2 * gi] = 128 * int32_t(q[0] + q[1] - 128 * 16);
+            p.corr[size_t(i) * nsub + 2 * gi + 1] = 128 * int32_t(q[2] + q[3] - 128 * 16);
+          }
         }
         if constexpr (F::kMin) p.mw[size_t(i) * ng + gi] = s.mw[g];
       }
