@@ -3,8 +3,8 @@
 // format's reconstruction (format::dequantize_rows) all call, so that every reader gets the same
 // bits. H is the Sylvester matrix of size n (a power of two), H[i][j] = (-1)^popcount(i & j) / √n;
 // it is symmetric and its own inverse, so rotating twice gives the row back (up to rounding).
-// Rotating spreads an outlier channel over all channels, which is what lets a per-row group scale
-// fit the rotated row far better than the original one at 4 bits.
+// Rotating spreads an outlier channel over all channels, so that a per-row group's error no
+// longer sits in a few channels (BENCHMARKS.md, issue 12 session 10).
 #pragma once
 #include <cstdint>
 
