@@ -2,7 +2,8 @@
 // SmolLM2-135M: D = 64) over R cached rows, single thread, best of --reps: the f32 attention
 // kernel (kernels/attention.h) against attention straight over q8/q4 rows (kv_quant_attend) and
 // against dequantize-then-attend. Shows what attending in place costs before it is wired into
-// decode. Usage: bench_kv_quant [--rows R (5656)] [--reps N (50)]. Random rows; no checks here
+// decode; "q8r"/"q4r" rows are Hadamard-rotated (v1.3: the query and the output are rotated).
+// Usage: bench_kv_quant [--rows R (5656)] [--reps N (50)]. Random rows; no checks here
 // (tests/kernels/test_kv_quant.cc holds the correctness tests).
 #include <algorithm>
 #include <chrono>
@@ -55,8 +56,9 @@ int main(int argc, char** argv) {
   std::printf("rows %u, D %u, %u query heads, 1 thread, best of %u\n", R, D, n_q, reps);
   std::printf("%-34s %9.1f us  (1.00x)\n", "f32 attention (kernels/attention)", f32_us);
 
+  for (bool rotated : {false, true})
   for (uint32_t bits : {8u, 4u}) {
-    const kernels::KvQuantLayout l{bits, D, D};
+    const kernels::KvQuantLayout l{bits, D, D, rotated};  // rotated: Hadamard codes (v1.3)
     std::vector<float> kc(D), vc(D), deq_k(k.size()), deq_v(v.size());
     std::vector<uint16_t> kp(size_t(R) * l.param_halves()), vp(kp.size());
     std::vector<uint8_t> kq(size_t(R) * l.code_bytes()), vq(kq.size());
@@ -73,8 +75,9 @@ int main(int argc, char** argv) {
       kernels::AttentionArgs b{q.data(), &s, out.data(), 1, n_q, 1, D, scale, nullptr};
       kernels::cpu::attention(nullptr, b);
     });
-    std::printf("q%u attention over the codes          %9.1f us  (%.2fx)\n", bits, direct, direct / f32_us);
-    std::printf("q%u dequantize, then f32 attention    %9.1f us  (%.2fx)\n", bits, deq, deq / f32_us);
+    const char* r = rotated ? "r" : " ";
+    std::printf("q%u%s attention over the codes         %9.1f us  (%.2fx)\n", bits, r, direct, direct / f32_us);
+    std::printf("q%u%s dequantize, then f32 attention   %9.1f us  (%.2fx)\n", bits, r, deq, deq / f32_us);
   }
   return 0;
 }

@@ -2,6 +2,8 @@
 # Which grouping for 4/8-bit K and V? Reads an uncompressed f32 .kvz (kvzip compress --dtype f32)
 # and quantizes every layer's K and V rows with several group layouts, printing the relative RMS
 # error (||x - x^||/ ||x||, over the whole cache) and the parameter overhead in bits per value.
+# `--skip-prefix` leaves out each head's prefix rows (stored as f16 since format v1.2); the
+# "Hadamard" schemes rotate every row by the orthonormal Walsh-Hadamard matrix first (v1.3).
 # Needs numpy: run with the pyenv python3 (`python3 bench/kvq_grouping.py cache.kvz`); the system
 # /usr/bin/python3 has no numpy. Parsing follows spec/kvzip_format.md (raw sections only).
 import struct
@@ -38,13 +40,14 @@ def read_kvz(path):
     index = next(s for s in secs if s[0] == 2)
     rows = np.frombuffer(b, np.uint64, L * H * 2, index[2]).reshape(L, H, 2)[:, :, 0].astype(int)
     layers = []
+    skip = meta["kv.prefix_length"] if SKIP_PREFIX else 0  # a head's first rows: never evicted
     for kind, layer, off, size in secs:
         if kind != 4:
             continue
         R = int(rows[layer].sum())
         kv = np.frombuffer(b, np.float32, 2 * R * D, off).reshape(2, R, D)
         starts = np.concatenate([[0], np.cumsum(rows[layer])])
-        layers.append([(kv[0, starts[h]:starts[h + 1]], kv[1, starts[h]:starts[h + 1]]) for h in range(H)])
+        layers.append([(kv[0, starts[h] + skip:starts[h + 1]], kv[1, starts[h] + skip:starts[h + 1]]) for h in range(H)])
     return layers, D
 
 
@@ -83,6 +86,21 @@ def per_channel_blocks(x, bits, B, asym):
     return out
 
 
+def hadamard(D):
+    h = np.ones((1, 1))
+    while h.shape[0] < D:
+        h = np.block([[h, h], [h, -h]])
+    return h / np.sqrt(D)
+
+
+def rotated(fn):
+    """fn applied to the rotated rows x·H, the result rotated back (H is symmetric, H·H = I)."""
+    def g(x, bits):
+        h = hadamard(x.shape[1])
+        return fn(x @ h, bits) @ h
+    return g
+
+
 def chan_absmax(x):
     a = np.abs(x).max(0)
     return f16(np.where(a > 0, a, 1))  # stored per head and channel
@@ -98,6 +116,11 @@ def main(path):
         "chan-prescale + token G=D asym": (lambda x, b: per_token(x, b, D, True, chan_absmax(x)), 32 / D, "yes"),
         "chan-prescale + token G=D sym": (lambda x, b: per_token(x, b, D, False, chan_absmax(x)), 16 / D, "yes"),
         "chan-prescale + token G=32 asym": (lambda x, b: per_token(x, b, 32, True, chan_absmax(x)), 1.0, "yes"),
+        "Hadamard + chan-prescale + token G=D asym": (
+            rotated(lambda x, b: per_token(x, b, D, True, chan_absmax(x))), 32 / D, "yes"),
+        "Hadamard + chan-prescale + token G=D sym": (
+            rotated(lambda x, b: per_token(x, b, D, False, chan_absmax(x))), 16 / D, "yes"),
+        "Hadamard + token G=D sym": (rotated(lambda x, b: per_token(x, b, D, False)), 16 / D, "yes"),
         "channel, 32-row blocks asym (KIVI)": (lambda x, b: per_channel_blocks(x, b, 32, True), 1.0, "no"),
         "channel, whole head asym": (lambda x, b: per_channel_blocks(x, b, 1 << 30, True), 0.0, "yes"),
     }
@@ -121,5 +144,11 @@ def main(path):
         print(f"| {name} | {safe} | {ovh:.2f} | " + " | ".join(cells) + " |")
 
 
+SKIP_PREFIX = False
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    args = sys.argv[1:]
+    if "--skip-prefix" in args:
+        args.remove("--skip-prefix")
+        SKIP_PREFIX = True
+    main(args[0])

@@ -60,6 +60,12 @@ std::unique_ptr<model::Model> load_model(const std::string& cli_path, uint32_t t
   return m;
 }
 
+bool parse_kv_rotate(const std::string& name, const char* command) {
+  if (name == "hadamard") return true;
+  if (name == "none") return false;
+  throw Error(Errc::invalid_argument, std::string(command) + ": --kv-rotate " + name + " is not one of hadamard, none");
+}
+
 format::DType parse_kv_dtype(const std::string& name, const char* command) {
   const auto t = format::parse_dtype(name);
   if (!t)

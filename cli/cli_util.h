@@ -41,6 +41,11 @@ format::DType parse_kv_dtype(const std::string& name, const char* command);
 inline constexpr const char* kKvDtypeHelp =
     "K/V storage in the file: f32 | f16 | bf16 | q8 | q4 (q8/q4: group-wise 8/4-bit with per-head "
     "channel scales, prefix rows kept as f16; spec/kvzip_format.md \"Quantized K/V\")";
+// --kv-rotate hadamard | none: true for hadamard; Errc::invalid_argument naming `command` else.
+bool parse_kv_rotate(const std::string& name, const char* command);
+inline constexpr const char* kKvRotateHelp =
+    "q8/q4: hadamard (Walsh-Hadamard-rotated codes where the head dimension is a power of two; "
+    "a v1.3 file) | none (the rows as they are; a v1.2 file)";
 inline constexpr const char* kKvGroupHelp = "q8/q4: channels per quantization group (divides the head dimension; 0 = all of it)";
 
 // Resolves -m / $KVZIP_MODEL / the default path and loads the model.

@@ -169,7 +169,7 @@ format::CacheContents make_contents(const model::Model& model, const model::Ragg
   h.achieved_ratio = total ? double(doc_rows) / double(total) : 1.0;
   c.layers = layers_from_cache(cache, kept_scores);
   c.has_scores = !kept_scores.empty();
-  set_kv_dtype(c, d.kv_dtype, d.kv_group);  // the kept rows only: selection, then quantization
+  set_kv_dtype(c, d.kv_dtype, d.kv_group, true, d.kv_rotate);  // the kept rows only: selection, then quantization
   return c;
 }
 
@@ -227,6 +227,7 @@ CompressResult compress_to_file(const model::Model& model, std::string_view text
   d.requested_ratio = r.requested_ratio;
   d.kv_dtype = o.kv_dtype;
   d.kv_group = o.kv_group;
+  d.kv_rotate = o.kv_rotate;
   format::write_cache_file(make_contents(model, r.cache, r.kept_scores, d), path, o.write);
   return r;
 }

@@ -3,6 +3,7 @@
 // the f32 rows, so what stays in memory equals what the file will give back.
 #include "compress/quantize.h"
 
+#include "common/hadamard.h"
 #include "common/half.h"
 #include "kernels/kv_quant.h"
 
@@ -16,7 +17,7 @@ namespace {
 void quantize_block(const format::CacheHeader& h, const format::LayerKv& layer,
                     const std::vector<float>& x, format::QuantRows& q) {
   const uint32_t D = h.head_dim;
-  kernels::KvQuantLayout shape{format::dtype_bits(h.kv_dtype), D, h.kv_group_size};
+  kernels::KvQuantLayout shape{format::dtype_bits(h.kv_dtype), D, h.kv_group_size, h.kv_rotated};
   const size_t dense = format::f16_row_count(h, layer.positions), rows = layer.positions.size() - dense;
   q.channel_scale.assign(size_t(h.n_kv_heads) * D, 1.0f);
   q.dense.clear();
@@ -43,12 +44,13 @@ void quantize_block(const format::CacheHeader& h, const format::LayerKv& layer,
 
 }  // namespace
 
-void set_kv_dtype(format::CacheContents& c, format::DType dtype, uint32_t group, bool f16_prefix) {
+void set_kv_dtype(format::CacheContents& c, format::DType dtype, uint32_t group, bool f16_prefix, bool rotate) {
   format::CacheHeader& h = c.header;
   if (!format::dtype_quantized(dtype)) {
     h.kv_dtype = dtype;
     h.kv_group_size = 0;
     h.kv_f16_below = 0;
+    h.kv_rotated = false;
     for (format::LayerKv& layer : c.layers) layer.qk = layer.qv = {};
     return;
   }
@@ -57,10 +59,12 @@ void set_kv_dtype(format::CacheContents& c, format::DType dtype, uint32_t group,
     throw Error(Errc::invalid_argument, "quantization group " + std::to_string(group) +
                                             " does not divide the head dimension " + std::to_string(h.head_dim));
   const uint32_t below = f16_prefix ? static_cast<uint32_t>(h.prefix_length()) : 0;
-  const bool same = h.kv_dtype == dtype && h.kv_group_size == g && h.kv_f16_below == below;
+  const bool rotated = rotate && below > 0 && hadamard_size(h.head_dim);
+  const bool same = h.kv_dtype == dtype && h.kv_group_size == g && h.kv_f16_below == below && h.kv_rotated == rotated;
   h.kv_dtype = dtype;
   h.kv_group_size = g;
   h.kv_f16_below = below;
+  h.kv_rotated = rotated;
   for (format::LayerKv& layer : c.layers) {
     if (same && !layer.qk.empty() && !layer.qv.empty()) continue;  // already stored this way
     quantize_block(h, layer, layer.k, layer.qk);

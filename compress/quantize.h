@@ -23,8 +23,13 @@ inline constexpr uint32_t kDefaultKvGroup = 0;  // 0 = D
 // head carry most of q4's effect on the answers. f16_prefix false writes the v1.1 layout. A cache
 // that is already q8/q4 with the same dtype, group and f16 rows is left as it is (its stored rows
 // are never quantized twice); another q8/q4 -> re-quantized from its f32 rows.
+// rotate (the default; a v1.3 file): with f16 rows and a power-of-two D, each quantized row is
+// rotated by the Walsh–Hadamard matrix before it is quantized (format::CacheHeader::kv_rotated),
+// which spreads the keys' outlier channels over the row: measured on the Normans article
+// (BENCHMARKS.md, session 10) q4's first-token KL against f32 falls 2.8x at ratio 0.3. Otherwise, or with rotate
+// false, the rows are quantized as they are (the v1.2 / v1.1 layouts).
 // Errc::invalid_argument for a group that does not divide D.
 void set_kv_dtype(format::CacheContents& contents, format::DType dtype, uint32_t group = kDefaultKvGroup,
-                  bool f16_prefix = true);
+                  bool f16_prefix = true, bool rotate = true);
 
 }  // namespace kvzip::compress

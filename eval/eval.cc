@@ -190,6 +190,7 @@ class DocumentRun {
     d.document_text = doc_.text;
     d.kv_dtype = dtype;
     d.kv_group = o_.kv_group;
+    d.kv_rotate = o_.kv_rotate;
     format::VectorSink sink;
     format::write_cache(compress::make_contents(model_, cache, {}, d), sink);
     acc.file_bytes += sink.bytes.size();

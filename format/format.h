@@ -22,10 +22,11 @@ namespace kvzip::format {
 
 inline constexpr uint16_t kVersionMajor = 1;  // this build reads every v1.x
 // The newest minor version this build writes: v1.1 added the quantized dtypes q8 and q4, v1.2
-// their f16 rows (the rows at positions below kv_f16_below stored exactly as f16). A file records
+// their f16 rows (the rows at positions below kv_f16_below stored exactly as f16), v1.3 the
+// Hadamard-rotated codes (kv_rotated). A file records
 // the lowest minor version whose features it uses, so that older readers still read every file
 // they can.
-inline constexpr uint16_t kVersionMinor = 2;
+inline constexpr uint16_t kVersionMinor = 3;
 
 // Storage type of K/V rows. Registry ids are never renumbered or reused (spec "Dtype registry").
 // Q8 and Q4 (v1.1) are group-wise quantized (spec "Quantized K/V", kernels/kv_quant.h).
@@ -41,8 +42,8 @@ bool dtype_quantized(DType t);                       // q8, q4
 uint32_t dtype_bits(DType t);                        // bits per stored K/V value (codes for q8/q4)
 std::optional<DType> parse_dtype(std::string_view name);
 struct CacheHeader;
-// The minor version a file with this header records: 2 for q8/q4 with f16 rows, 1 for other
-// q8/q4, else 0.
+// The minor version a file with this header records: 3 for rotated q8/q4, 2 for q8/q4 with f16
+// rows, 1 for other q8/q4, else 0.
 uint16_t min_minor(const CacheHeader& h);
 const char* codec_name(Codec c);                     // "none", "zstd"
 
@@ -68,6 +69,10 @@ struct CacheHeader {
   // (the attention sink and template opener: few rows, most of the quantization's effect on
   // answers); 0 = none, the v1.1 layout. Else 0.
   uint32_t kv_f16_below = 0;
+  // q8/q4 with f16 rows (v1.3): the quantized rows store the codes of H·x, H the orthonormal
+  // Walsh–Hadamard matrix of size head_dim (a power of two; common/hadamard.h); a reader applies H
+  // after the v1.1 reconstruction. Else false.
+  bool kv_rotated = false;
   std::vector<uint32_t> prefix_tokens;    // (n_p) system prompt + template opener + instruction
   std::vector<uint32_t> suffix_tokens;    // template tokens that follow the document at query time
   std::vector<uint32_t> document_tokens;  // (n_c)
@@ -113,7 +118,7 @@ struct LayerKv {
 
 // Dequantizes a layer's stored rows (heads as in head_rows, positions deciding which rows are
 // f16) into x (R, D): the reader's reconstruction, x = c[h][j] * fma(s, q, m) in binary32 for a
-// quantized row, the f16 value widened for an f16 row.
+// quantized row (then x <- H·x when header.kv_rotated), the f16 value widened for an f16 row.
 void dequantize_rows(const CacheHeader& header, std::span<const uint32_t> head_rows,
                      std::span<const uint32_t> positions, const QuantRows& q, std::span<float> x);
 // How many of a layer's rows are f16 rows (positions < header.kv_f16_below).

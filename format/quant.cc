@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 
+#include "common/hadamard.h"
 #include "format/detail/dtype.h"
 #include "format/detail/layout.h"
 
@@ -116,6 +117,7 @@ void dequantize_rows(const CacheHeader& h, std::span<const uint32_t> head_rows, 
         out[j] = c[j] * std::fma(scale, static_cast<float>(code), mn);
       }
     }
+    if (h.kv_rotated) hadamard_rotate(out, static_cast<uint32_t>(s.D));  // v1.3: x = H·(the above)
   });
 }
 
@@ -180,7 +182,8 @@ void parse_quant_section(const CacheHeader& h, const uint8_t* raw, uint64_t size
 bool quant_values_bounded(const CacheHeader& h, const LayerKv& layer) {
   const Shape s = shape_of(h);
   const double levels = double((1u << dtype_bits(h.kv_dtype)) - 1);
-  const double limit = 0.999 * double(std::numeric_limits<float>::max());  // fma and product round
+  // fma and product round; the rotation's butterflies add up to D values before the last scaling
+  const double limit = 0.999 * double(std::numeric_limits<float>::max()) / (h.kv_rotated ? double(s.D) : 1.0);
   for (int b = 0; b < 2; ++b) {
     const QuantRows& q = b ? layer.qv : layer.qk;
     std::vector<double> cmax(uint64_t{h.n_kv_heads} * s.groups, 0.0);  // (Hkv, groups) max c

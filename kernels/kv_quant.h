@@ -6,6 +6,12 @@
 //     x[j] = c[j] * fma(s, q[j], m)          (binary32; fma rounds once)
 // Everything that belongs to a row lives in that row (its params and codes), so dropping rows
 // (re-pruning) never touches the others; the channel scales stay valid for any subset of rows.
+// Rotated rows (KvQuantLayout::rotated, .kvz v1.3): the codes are those of H·x, H the orthonormal
+// Walsh–Hadamard matrix of size D (common/hadamard.h), and the row is H applied to the formula's
+// values. H spreads the outlier channels of a key over the whole row, so that the error no
+// longer sits in a few channels (q4's first-token KL 2.8x lower: BENCHMARKS.md, session 10). Attention never un-rotates a stored row: since H is
+// orthonormal and symmetric, q·x = (H·q)·(H·x) and Σ p·x = H·Σ p·(H·x), so the query is rotated
+// once and the weighted sum once.
 //
 // Attention over quantized rows (kv_quant_attend) returns, with the normalised output, each query's
 // log-sum-exp, so that a caller can merge it with attention over other rows (an f32 tail of
@@ -17,7 +23,9 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
+#include "common/error.h"
 #include "kernels/device.h"
 
 namespace kvzip::kernels {
@@ -27,6 +35,7 @@ struct KvQuantLayout {
   uint32_t bits = 4;
   uint32_t D = 0;
   uint32_t group = 0;  // Gs: channels per group
+  bool rotated = false;  // codes of H·x (D a power of two); see the top of this file
   uint32_t groups() const { return D / group; }                 // per row
   size_t code_bytes() const { return size_t(D) * bits / 8; }    // per row
   size_t param_halves() const { return 2 * size_t(groups()); }  // per row: (scale, min) per group
@@ -72,28 +81,39 @@ namespace cpu {
 // x (rows, D) -> channel scales, params and codes. x must be finite. Deterministic: every build
 // gives the same bits (scalar arithmetic, no contraction-sensitive expressions).
 void kv_quantize_rows(const float* x, const KvQuantRowsOut& out);
-// (rows, D) values of the rows, by the formula at the top of this file.
+// With layout.rotated each row is rotated (H·x) before the channel scales and codes are computed.
+// (rows, D) values of the rows, by the formula at the top of this file (then H, when rotated).
 void kv_dequantize_rows(const KvQuantRows& in, float* x);
 // scores (n_q, rows) = scale · q · dequant(k)ᵀ, without forming dequant(k): per group,
-// s·Σ (c·q)[j]·code[j] + m·Σ (c·q)[j].
+// s·Σ (c·q)[j]·code[j] + m·Σ (c·q)[j] (q rotated first, when the rows are).
 void kv_quant_scores(const float* q, uint32_t n_q, const KvQuantRows& k, float scale, float* scores);
 // out (n_q, D) = w (n_q, rows) · dequant(v), accumulating s·w and m·w per group before the
-// channel scale is applied once per output.
+// channel scale is applied once per output (and H once per output row, when rotated).
 void kv_quant_weighted_sum(const float* w, uint32_t n_q, const KvQuantRows& v, float* out);
 // scores, a stable softmax per query row, weighted sum (and lse). rows == 0 gives out = 0 and
 // lse = -inf.
 void kv_quant_attend(const KvQuantAttendArgs& a);
 }  // namespace cpu
 
-namespace cuda {  // kernels/cuda/kv_quant.cu: device pointers, asynchronous on `stream`
+namespace cuda {  // kernels/cuda/kv_quant.cu: device pointers, asynchronous on `stream`; unrotated
+                  // rows only (the CUDA loader reads rotated files through format's dequantization)
 void kv_dequantize_rows(const KvQuantRows& in, float* x, void* stream);
 void kv_quant_scores(const float* q, uint32_t n_q, const KvQuantRows& k, float scale, float* scores,
                      void* stream);
 }  // namespace cuda
 
+// The CUDA kernels have no rotation: refuse rather than return unrotated values.
+inline void require_unrotated(const KvQuantLayout& l, const char* what) {
+  if (l.rotated)
+    throw Error(Errc::unsupported, std::string(what) + ": Hadamard-rotated rows are not implemented on CUDA");
+}
+
 inline void kv_dequantize_rows(const Exec& ex, const KvQuantRows& in, float* x) {
 #if KVZIP_HAVE_CUDA
-  if (ex.device == Device::Cuda) return cuda::kv_dequantize_rows(in, x, ex.stream);
+  if (ex.device == Device::Cuda) {
+    require_unrotated(in.layout, "kv_dequantize_rows");
+    return cuda::kv_dequantize_rows(in, x, ex.stream);
+  }
 #endif
   require_cpu(ex, "kv_dequantize_rows");
   cpu::kv_dequantize_rows(in, x);
@@ -102,7 +122,10 @@ inline void kv_dequantize_rows(const Exec& ex, const KvQuantRows& in, float* x) 
 inline void kv_quant_scores(const Exec& ex, const float* q, uint32_t n_q, const KvQuantRows& k,
                             float scale, float* scores) {
 #if KVZIP_HAVE_CUDA
-  if (ex.device == Device::Cuda) return cuda::kv_quant_scores(q, n_q, k, scale, scores, ex.stream);
+  if (ex.device == Device::Cuda) {
+    require_unrotated(k.layout, "kv_quant_scores");
+    return cuda::kv_quant_scores(q, n_q, k, scale, scores, ex.stream);
+  }
 #endif
   require_cpu(ex, "kv_quant_scores");
   cpu::kv_quant_scores(q, n_q, k, scale, scores);

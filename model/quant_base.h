@@ -2,7 +2,8 @@
 // to f32 rows (spec/kvzip_format.md §12.1, kernels/kv_quant.h). Per layer and KV head the kept
 // rows, in increasing position: first the head's f16 rows (positions below the file's
 // kv_f16_below: the attention sink and template opener, a few per head), held here as f32 rows,
-// then its quantized rows as codes with per-row group parameters and the head's channel scales.
+// then its quantized rows as codes with per-row group parameters and the head's channel scales
+// (Hadamard-rotated codes stay rotated: layout().rotated, undone in attention, kernels/kv_quant.h).
 // Read-only once built: a BranchCache (model/branch_cache.h) attends to it through KvHeadView::
 // quant while its question/answer rows go to a private f32 tail, so many readers may share one.
 // Memory per kept row and block at D = 64, one group per row: q4 36 bytes, q8 68, f32 256.

@@ -1,4 +1,5 @@
-// reader_min: a second, minimal reader of .kvz v1.x (v1.1: the q8/q4 dtypes; v1.2: their f16 rows)
+// reader_min: a second, minimal reader of .kvz v1.x (v1.1: the q8/q4 dtypes; v1.2: their f16 rows;
+// v1.3: their Hadamard-rotated codes)
 // written from spec/kvzip_format.md alone, laid out in the spec's order (Preamble, Section table, Meta, Index, Positions, Scores, KV). It shares
 // no code with format/; the tests compile it in (tests/format/reader_min_test.cc) and check that
 // both readers agree, and it refuses every damaged file the main reader refuses. It throws
@@ -171,12 +172,13 @@ static void read_meta(const std::vector<uint8_t>& m, File& f) {
   if (f.n_layers < 1 || f.n_layers > 1024 || f.n_kv_heads < 1 || f.n_kv_heads > 1024 || f.head_dim < 2 ||
       f.head_dim > 4096 || f.head_dim % 2)
     fail("model shape out of range");
-  if (f.dtype < 1 || f.dtype > 7) fail("unknown dtype " + std::to_string(f.dtype));
+  if (f.dtype < 1 || f.dtype > 9) fail("unknown dtype " + std::to_string(f.dtype));
+  if (f.dtype >= 8 && (f.head_dim & (f.head_dim - 1))) fail("rotated codes need a power-of-two head_dim");
   if (f.dtype >= 4) {  // q8, q4 (v1.1); with f16 rows (6, 7; v1.2)
     f.group = f.u64("kv.quant.group_size");
     if (f.group < 1 || f.group > f.head_dim || f.head_dim % f.group) fail("bad kv.quant.group_size");
   }
-  if (f.dtype >= 6) {
+  if (f.dtype >= 6) {  // 8, 9 (v1.3): also with f16 rows
     f.f16_below = f.u64("kv.quant.f16_below");
     if (f.f16_below < 1 || f.f16_below > f.logical) fail("bad kv.quant.f16_below");
   }
@@ -250,6 +252,20 @@ static float decode(uint64_t dtype, const uint8_t* p) {
 // q8/q4 (§12.1): K scales, V scales (Hkv, D) f32 | v1.2: K f16 rows, V f16 rows (F, D) |
 // K params, V params (R - F, D/G, 2) f16 | K codes, V codes (R - F, D·bits/8);
 // x = c[head][j] * fma(scale, code, minimum), or the f16 value of an f16 row (position < f16_below).
+// v1.3 (dtype 8, 9): a quantized row is then multiplied by the Walsh–Hadamard matrix, by the
+// butterflies of §12.1 and the factor 1/sqrt(D) rounded from binary64 to binary32.
+static void walsh_hadamard(float* x, uint64_t n) {
+  for (uint64_t h = 1; h < n; h *= 2)
+    for (uint64_t i = 0; i < n; i += 2 * h)
+      for (uint64_t j = i; j < i + h; ++j) {
+        const float a = x[j], b = x[j + h];
+        x[j] = a + b;
+        x[j + h] = a - b;
+      }
+  const float s = static_cast<float>(1.0 / std::sqrt(static_cast<double>(n)));
+  for (uint64_t j = 0; j < n; ++j) x[j] *= s;
+}
+
 static void read_quant(const std::vector<uint8_t>& b, const File& f, Layer& layer) {
   const uint64_t D = f.head_dim, G = f.group, groups = D / G, bits = f.dtype % 2 == 0 ? 8 : 4;
   uint64_t rows = 0, f16 = 0;
@@ -289,6 +305,7 @@ static void read_quant(const std::vector<uint8_t>& b, const File& f, Layer& laye
           const uint32_t code = bits == 8 ? byte : (j % 2 ? byte >> 4 : byte & 15);
           out.push_back(decode(1, c + 4 * (h * D + j)) * std::fma(scale, static_cast<float>(code), minimum));
         }
+        if (f.dtype >= 8) walsh_hadamard(out.data() + out.size() - D, D);
         ++qi;
       }
   }

@@ -2,7 +2,9 @@
 // quantizer is the definition the .kvz q8/q4 writer uses: scalar, no fused expressions, so every
 // build writes the same bits. The attention paths never form a dequantized row: per group they
 // take a dot product of (channel-scaled) query values with the codes widened to floats (vector
-// loads, simd.h) and apply the group's scale and minimum once.
+// loads, simd.h) and apply the group's scale and minimum once. Rotated rows (common/hadamard.h):
+// the quantizer codes H·x; the scores rotate each query once and the weighted sums rotate each
+// output once, so the codes are used as stored.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -14,6 +16,7 @@
 #endif
 
 #include "common/error.h"
+#include "common/hadamard.h"
 #include "common/half.h"
 #include "kernels/kv_quant.h"
 #include "kernels/quant.h"
@@ -30,6 +33,7 @@ inline uint32_t code_at(const uint8_t* row, uint32_t bits, uint32_t j) {
 
 void check_layout(const KvQuantLayout& l) {
   KVZIP_ASSERT((l.bits == 8 || l.bits == 4) && l.D % 2 == 0 && l.group > 0 && l.D % l.group == 0);
+  KVZIP_ASSERT(!l.rotated || hadamard_size(l.D));
 }
 
 // Codes of one row unpacked to floats (n = D): the shared inner step of scores and sums.
@@ -51,6 +55,12 @@ void kv_quantize_rows(const float* x, const KvQuantRowsOut& o) {
   check_layout(l);
   const uint32_t D = l.D, Gs = l.group, G = l.groups();
   const float levels = static_cast<float>((1u << l.bits) - 1);
+  std::vector<float> rotated;  // rotated rows: the channel scales and codes are those of H·x
+  if (l.rotated) {
+    rotated.assign(x, x + o.rows * D);
+    for (size_t r = 0; r < o.rows; ++r) hadamard_rotate(rotated.data() + r * D, D);
+    x = rotated.data();
+  }
   for (uint32_t j = 0; j < D; ++j) {
     float a = 0.0f;
     for (size_t r = 0; r < o.rows; ++r) a = std::max(a, std::fabs(x[r * D + j]));
@@ -105,6 +115,7 @@ void kv_dequantize_rows(const KvQuantRows& in, float* x) {
         x[r * D + j] = in.channel_scale[j] * std::fma(s, static_cast<float>(code_at(cr, l.bits, j)), m);
       }
     }
+    if (l.rotated) hadamard_rotate(x + r * D, D);
   }
 }
 
@@ -232,7 +243,12 @@ void kv_quant_scores(const float* q, uint32_t n_q, const KvQuantRows& k, float s
   const uint32_t D = l.D, G = l.groups();
   const CodeOrder o = code_order(l);
   // qc = c ⊙ q per query in code order, and its per-group sums (the minimum's coefficient).
-  std::vector<float> qc(size_t(n_q) * D), qsum(size_t(n_q) * G, 0.0f), codes(D);
+  std::vector<float> qc(size_t(n_q) * D), qsum(size_t(n_q) * G, 0.0f), codes(D), qr;
+  if (l.rotated) {  // q·(H·y) = (H·q)·y: the codes are used as stored
+    qr.assign(q, q + size_t(n_q) * D);
+    for (uint32_t t = 0; t < n_q; ++t) hadamard_rotate(qr.data() + size_t(t) * D, D);
+    q = qr.data();
+  }
   for (uint32_t t = 0; t < n_q; ++t)
     for (uint32_t j = 0; j < D; ++j) {
       const float x = q[size_t(t) * D + j] * k.channel_scale[j];
@@ -281,9 +297,11 @@ void kv_quant_weighted_sum(const float* w, uint32_t n_q, const KvQuantRows& v, f
         }
     }
   }
-  for (uint32_t t = 0; t < n_q; ++t)
+  for (uint32_t t = 0; t < n_q; ++t) {
     for (uint32_t j = 0; j < D; ++j)
       out[size_t(t) * D + j] = v.channel_scale[j] * acc[size_t(t) * D + o.place(j)];
+    if (l.rotated) hadamard_rotate(out + size_t(t) * D, D);  // Σ w·(H·y) = H·Σ w·y
+  }
 }
 
 void kv_quant_attend(const KvQuantAttendArgs& a) {

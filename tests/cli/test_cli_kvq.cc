@@ -1,8 +1,9 @@
 // The q8/q4 storage types through the real binary: `prune --kv-dtype` converts a cache and re-prunes
 // a quantized one without re-quantizing it, `inspect` names the layout, `export`/`import` keep the
-// stored rows (and import converts on request), a bad dtype is a usage error; and ([realmodel])
-// `compress --ratio R --kv-dtype q4` in one step gives a v1.2 file (prefix rows f16) that `query`
-// answers from.
+// stored rows (and import converts on request), a bad dtype is a usage error; q8/q4 are written
+// with Hadamard-rotated codes (v1.3) unless `--kv-rotate none` (v1.2); and ([realmodel])
+// `compress --ratio R --kv-dtype q4` in one step gives a v1.3 file (prefix rows f16, rotated
+// codes) that `query` answers from.
 #include <catch2/catch.hpp>
 
 #include "format/format.h"
@@ -32,9 +33,24 @@ TEST_CASE("prune/inspect/export/import handle q8 and q4 caches", "[cli]") {
   TempDir dir;
   ok({"prune", kGolden, "--ratio", "0.5", "--kv-dtype", "q4", "--kv-group", "2", "-o", dir.path("q4.kvz")});
   const CliResult shown = ok({"inspect", dir.path("q4.kvz"), "--verify"});
-  CHECK_THAT(shown.out, Contains("format       v1.2"));  // the prefix rows are f16 rows
+  CHECK_THAT(shown.out, Contains("format       v1.3"));  // f16 prefix rows, rotated codes
   CHECK_THAT(shown.out, Contains("kv dtype     q4, groups of 2 channels"));
   CHECK_THAT(shown.out, Contains("rows at positions < 3 stored as f16"));
+  CHECK_THAT(shown.out, Contains("codes of Hadamard-"));
+  ok({"prune", kGolden, "--ratio", "0.5", "--kv-dtype", "q4", "--kv-group", "2", "--kv-rotate", "none", "-o",
+      dir.path("q4_v1_2.kvz")});
+  const format::CacheReader v12 = format::CacheReader::open(dir.path("q4_v1_2.kvz"));
+  CHECK(v12.version_minor() == 2);
+  CHECK_FALSE(v12.header().kv_rotated);
+  // Re-pruning a v1.2 file keeps it v1.2 (its rows as stored); asking for rotation converts it.
+  ok({"prune", dir.path("q4_v1_2.kvz"), "--ratio", "0.25", "-o", dir.path("q4_v1_2_small.kvz")});
+  CHECK(format::CacheReader::open(dir.path("q4_v1_2_small.kvz")).version_minor() == 2);
+  ok({"prune", dir.path("q4_v1_2.kvz"), "--ratio", "0.25", "--kv-dtype", "q4", "--kv-rotate", "hadamard", "-o",
+      dir.path("q4_rot_small.kvz")});
+  CHECK(format::CacheReader::open(dir.path("q4_rot_small.kvz")).header().kv_rotated);
+  const CliResult rot = run_kvzip({"prune", kGolden, "--ratio", "0.5", "--kv-rotate", "none", "-o", dir.path("x.kvz")});
+  CHECK(rot.exit_code == 2);
+  CHECK_THAT(rot.err, Contains("--kv-rotate needs --kv-dtype q8 or q4"));
 
   // Re-pruning keeps the q4 rows as stored: the same file as pruning in memory.
   ok({"prune", dir.path("q4.kvz"), "--ratio", "0.25", "-o", dir.path("q4_small.kvz")});
@@ -44,6 +60,7 @@ TEST_CASE("prune/inspect/export/import handle q8 and q4 caches", "[cli]") {
   CHECK(same_contents(format::prune(q4, 0.25), small, &why));
   INFO(why);
   CHECK(small.header.kv_dtype == format::DType::Q4);
+  CHECK(small.header.kv_rotated);
 
   if (format::hdf5_available()) {
     ok({"export", dir.path("q4.kvz"), "--hdf5", dir.path("q4.h5")});
@@ -76,8 +93,9 @@ TEST_CASE("compress --ratio 0.5 --kv-dtype q4 in one step, then query answers fr
   ok({"compress", dir.path("doc.txt"), "-o", dir.path("doc.kvz"), "--ratio", "0.5", "--kv-dtype", "q4", "-q",
       "-t", "2"});
   const format::CacheReader r = format::CacheReader::open(dir.path("doc.kvz"), {format::Verify::Full});
-  CHECK(r.version_minor() == 2);
+  CHECK(r.version_minor() == 3);
   CHECK(r.header().kv_dtype == format::DType::Q4);
+  CHECK(r.header().kv_rotated);  // D = 64
   CHECK(r.header().kv_group_size == r.header().head_dim);
   CHECK(r.header().achieved_ratio == Approx(0.5).margin(0.01));  // selection first, then quantization
   const CliResult q = ok({"query", dir.path("doc.kvz"), "Who led the Normans?", "-n", "4", "-t", "2"});

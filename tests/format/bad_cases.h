@@ -36,6 +36,11 @@ std::vector<BadCase> bad_quant_cases(const std::vector<uint8_t>& golden_q4);
 // after them, a bad, missing or changed kv.quant.f16_below.
 std::vector<BadCase> bad_f16_rows_cases(const std::vector<uint8_t>& golden_v1_2_q4);
 
+// Damage specific to the rotated codes of v1.3, derived from the golden tiny_v1_3_q4.kvz (the
+// v1.2 layout, dtype id 9): a head_dim that is not a power of two, a missing kv.quant.f16_below,
+// an infinite group scale of a quantized row.
+std::vector<BadCase> bad_rotated_cases(const std::vector<uint8_t>& golden_v1_3_q4);
+
 // tiny_v1_1_unknown_optional.kvz: a v1.1 file whose scores section became an unknown optional
 // kind — a v1.0 reader must skip it and read the rest.
 std::vector<uint8_t> future_minor_file(const std::vector<uint8_t>& golden_f32);

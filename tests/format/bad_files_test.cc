@@ -24,6 +24,8 @@ std::vector<BadCase> cases() {
     all.push_back(std::move(c));
   for (BadCase& c : bad_f16_rows_cases(read_bytes(source_path("tests/golden/kvz/tiny_v1_2_q4.kvz"))))
     all.push_back(std::move(c));
+  for (BadCase& c : bad_rotated_cases(read_bytes(source_path("tests/golden/kvz/tiny_v1_3_q4.kvz"))))
+    all.push_back(std::move(c));
   return all;
 }
 

@@ -30,10 +30,11 @@ std::string inspect_text(const std::string& name) {
 }
 
 // The golden contents stored as q8/q4 with groups of 2 channels (two groups per row of D = 4):
-// v1.1 (every row quantized) or v1.2 (the prefix rows, positions 0 … 2, stored as f16).
-CacheContents golden_quant(DType dtype, bool f16_prefix = false) {
+// v1.1 (every row quantized), v1.2 (the prefix rows, positions 0 … 2, stored as f16) or v1.3
+// (v1.2 with Hadamard-rotated codes).
+CacheContents golden_quant(DType dtype, bool f16_prefix = false, bool rotate = false) {
   CacheContents c = golden_contents(DType::F32);
-  compress::set_kv_dtype(c, dtype, 2, f16_prefix);
+  compress::set_kv_dtype(c, dtype, 2, f16_prefix, rotate);
   return c;
 }
 
@@ -54,6 +55,41 @@ TEST_CASE("generate the golden v1 files", "[.generate-golden]") {
   write_bytes(source_path(kDir + "tiny_v1_2_q8_zstd.kvz"), to_bytes(golden_quant(DType::Q8, true), zstd_all()));
   text = inspect_text("tiny_v1_2_q4.kvz");
   write_bytes(source_path(kDir + "tiny_v1_2_q4.inspect.txt"), std::vector<uint8_t>(text.begin(), text.end()));
+  write_bytes(source_path(kDir + "tiny_v1_3_q4.kvz"), to_bytes(golden_quant(DType::Q4, true, true)));
+  write_bytes(source_path(kDir + "tiny_v1_3_q8_zstd.kvz"), to_bytes(golden_quant(DType::Q8, true, true), zstd_all()));
+  text = inspect_text("tiny_v1_3_q4.kvz");
+  write_bytes(source_path(kDir + "tiny_v1_3_q4.inspect.txt"), std::vector<uint8_t>(text.begin(), text.end()));
+}
+
+TEST_CASE("the golden q4 and q8 v1.3 files read back their exact f16 rows and rotated codes", "[format]") {
+  for (auto [name, dtype] : {std::pair{"tiny_v1_3_q4.kvz", DType::Q4}, std::pair{"tiny_v1_3_q8_zstd.kvz", DType::Q8}}) {
+    INFO(name);
+    CacheReader r = CacheReader::open(source_path(kDir + name), {Verify::Full});
+    CHECK(r.version_minor() == 3);  // the lowest minor version that has rotated codes
+    CHECK(r.header().kv_dtype == dtype);
+    CHECK(r.header().kv_rotated);
+    CHECK(r.header().kv_f16_below == 3);
+    const CacheContents got = r.load();
+    std::string why;
+    CHECK(same_contents(got, golden_quant(dtype, true, true), &why));
+    INFO(why);
+    // The prefix rows are exact; the rotated rows within the v1.2 tolerance (H is orthonormal:
+    // a row's error keeps its length, spread over its channels).
+    const CacheContents f32 = golden_contents(DType::F32);
+    const float tol = dtype == DType::Q4 ? 0.62f : 0.04f;
+    for (size_t l = 0; l < got.layers.size(); ++l)
+      for (size_t i = 0; i < got.layers[l].k.size(); ++i) {
+        const bool f16 = got.layers[l].positions[i / 4] < 3;
+        REQUIRE(std::fabs(got.layers[l].k[i] - f32.layers[l].k[i]) <= (f16 ? 0.0f : tol));
+        REQUIRE(std::fabs(got.layers[l].v[i] - f32.layers[l].v[i]) <= (f16 ? 0.0f : tol));
+      }
+  }
+}
+
+TEST_CASE("this writer reproduces the golden v1.3 q4 file and its inspect dump", "[format]") {
+  CHECK(to_bytes(golden_quant(DType::Q4, true, true)) == read_bytes(source_path(kDir + "tiny_v1_3_q4.kvz")));
+  auto want = read_bytes(source_path(kDir + "tiny_v1_3_q4.inspect.txt"));
+  CHECK(inspect_text("tiny_v1_3_q4.kvz") == std::string(want.begin(), want.end()));
 }
 
 TEST_CASE("the golden q4 and q8 v1.2 files read back their exact f16 and quantized rows", "[format]") {

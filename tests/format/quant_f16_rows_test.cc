@@ -2,6 +2,7 @@
 // and the others quantized with channel scales taken over those others; round trips keep every
 // stored byte, the section has its documented size, the file is v1.2 with a dtype id a v1.1
 // reader does not know, prune and HDF5 move f16 rows as they are, and v1.1 stays writable.
+// Everything here is the unrotated v1.2 layout (rotate false); quant_rotated_test.cc has v1.3.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -33,7 +34,7 @@ CacheContents with_sink(uint64_t seed = 4) {
 
 CacheContents quantized(DType t, uint32_t group, uint64_t seed = 4) {
   CacheContents c = with_sink(seed);
-  compress::set_kv_dtype(c, t, group);
+  compress::set_kv_dtype(c, t, group, true, false);
   return c;
 }
 
@@ -116,7 +117,7 @@ TEST_CASE("a v1.2 section has the documented size and a dtype id v1.1 readers do
   Image im(bytes);
   CHECK(im.u64(im.meta_value("kv.dtype")) == (t == DType::Q8 ? 6u : 7u));
   // This reader treats an id beyond its registry the same way.
-  im.set_u64(im.meta_value("kv.dtype"), 8);
+  im.set_u64(im.meta_value("kv.dtype"), 10);
   im.reseal_section(0);
   im.reseal();
   try {
@@ -124,7 +125,7 @@ TEST_CASE("a v1.2 section has the documented size and a dtype id v1.1 readers do
     FAIL("an unknown dtype id was accepted");
   } catch (const Error& e) {
     CHECK(e.code() == Errc::unsupported);
-    CHECK_THAT(e.what(), Catch::Matchers::Contains("id 8 is not in this reader's dtype registry"));
+    CHECK_THAT(e.what(), Catch::Matchers::Contains("id 10 is not in this reader's dtype registry"));
   }
 }
 
@@ -149,7 +150,7 @@ TEST_CASE("prune keeps f16 rows and quantized rows as stored", "[format]") {
 TEST_CASE("set_kv_dtype switches between the v1.1 and v1.2 layouts", "[format]") {
   CacheContents c = quantized(DType::Q8, 4);
   const CacheContents before = c;
-  compress::set_kv_dtype(c, DType::Q8, 4);  // same layout: kept as stored
+  compress::set_kv_dtype(c, DType::Q8, 4, true, false);  // same layout: kept as stored
   std::string why;
   CHECK(same_contents(c, before, &why));
   compress::set_kv_dtype(c, DType::Q8, 4, false);  // v1.1: re-quantized, every row coded

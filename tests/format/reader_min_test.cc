@@ -21,8 +21,8 @@ void check_agree(const std::vector<uint8_t>& bytes) {
   CHECK(b.n_layers == h.n_layers);
   CHECK(b.n_kv_heads == h.n_kv_heads);
   CHECK(b.head_dim == h.head_dim);
-  // The registry id: q8/q4 with f16 rows (v1.2) are 6/7.
-  CHECK(b.dtype == static_cast<uint64_t>(h.kv_dtype) + (h.kv_f16_below > 0 ? 2 : 0));
+  // The registry id: q8/q4 with f16 rows (v1.2) are 6/7, rotated too (v1.3) 8/9.
+  CHECK(b.dtype == static_cast<uint64_t>(h.kv_dtype) + (h.kv_rotated ? 4 : h.kv_f16_below > 0 ? 2 : 0));
   CHECK(b.f16_below == h.kv_f16_below);
   CHECK(b.logical == h.logical_length());
   CHECK(b.prefix == h.prefix_length());
@@ -47,7 +47,8 @@ void check_agree(const std::vector<uint8_t>& bytes) {
 
 TEST_CASE("reader_min agrees with the main reader on the golden files", "[format]") {
   for (const char* name : {"tiny_v1_f32.kvz", "tiny_v1_bf16_zstd.kvz", "tiny_v1_1_unknown_optional.kvz",
-                           "tiny_v1_1_q4.kvz", "tiny_v1_1_q8_zstd.kvz", "tiny_v1_2_q4.kvz", "tiny_v1_2_q8_zstd.kvz"}) {
+                           "tiny_v1_1_q4.kvz", "tiny_v1_1_q8_zstd.kvz", "tiny_v1_2_q4.kvz", "tiny_v1_2_q8_zstd.kvz",
+                           "tiny_v1_3_q4.kvz", "tiny_v1_3_q8_zstd.kvz"}) {
     INFO(name);
     check_agree(read_bytes(source_path(std::string("tests/golden/kvz/") + name)));
   }
@@ -79,11 +80,27 @@ TEST_CASE("reader_min reconstructs q8/q4 rows to the main reader's exact values"
   check_agree(to_bytes(c, o));
 }
 
+TEST_CASE("reader_min reconstructs rotated q8/q4 rows (v1.3) to the main reader's exact values", "[format]") {
+  auto dtype = GENERATE(DType::Q8, DType::Q4);
+  uint32_t group = GENERATE(0u, 2u);
+  SyntheticSpec spec;
+  spec.n_kv_heads = 3;
+  spec.head_dim = 16;
+  CacheContents c = synthetic(spec);
+  compress::set_kv_dtype(c, dtype, group, true, true);
+  REQUIRE(c.header.kv_rotated);
+  WriteOptions o;
+  o.zstd_level = group == 2 ? 1 : 0;
+  check_agree(to_bytes(c, o));
+}
+
 TEST_CASE("reader_min refuses every damaged file the main reader refuses", "[format]") {
   std::vector<BadCase> all = bad_cases(read_bytes(source_path("tests/golden/kvz/tiny_v1_f32.kvz")));
   for (BadCase& c : bad_quant_cases(read_bytes(source_path("tests/golden/kvz/tiny_v1_1_q4.kvz"))))
     all.push_back(std::move(c));
   for (BadCase& c : bad_f16_rows_cases(read_bytes(source_path("tests/golden/kvz/tiny_v1_2_q4.kvz"))))
+    all.push_back(std::move(c));
+  for (BadCase& c : bad_rotated_cases(read_bytes(source_path("tests/golden/kvz/tiny_v1_3_q4.kvz"))))
     all.push_back(std::move(c));
   for (const BadCase& c : all) {
     if (c.mode != BadMode::Open) continue;

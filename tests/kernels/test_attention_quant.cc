@@ -8,6 +8,8 @@
 // (the scores of quantized rows are formed per group as s·Σ(c·q)·code + m·Σ(c·q), softmax and
 // merge by log-sum-exp): relative error below 2e-6 over the whole output (measured: at most 6.6e-7). The result must not
 // depend on the thread pool, and the CUDA front and local statistics refuse quantized spans.
+// Hadamard-rotated bases (v1.3) too: there the quantized part rotates the queries and the output
+// instead of the rows, which adds the rotation's rounding to the summation order's.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -30,6 +32,7 @@ struct QCase {
   std::vector<uint32_t> quant;  // quantized rows per KV head
   std::vector<uint32_t> dense;  // f32 base rows per KV head
   std::vector<uint32_t> tail;   // tail rows per KV head, each >= T (the last T are the new tokens)
+  bool rotated = false;         // Hadamard-rotated codes (D a power of two)
 };
 
 // One KV head: quantized rows (stored form), the f32 base rows and the tail, in separate buffers.
@@ -58,7 +61,7 @@ QData make(const QCase& c, uint64_t seed) {
   QData d;
   d.q = test::random_vector(size_t(c.T) * c.Hq * c.D, seed, -1.5f, 1.5f);
   d.heads.resize(c.Hkv);
-  const kernels::KvQuantLayout L{c.bits, c.D, c.group};
+  const kernels::KvQuantLayout L{c.bits, c.D, c.group, c.rotated};
   for (uint32_t h = 0; h < c.Hkv; ++h) {
     Head& H = d.heads[h];
     const size_t D = c.D, nq = c.quant[h], nb = c.dense[h], nt = c.tail[h];
@@ -109,7 +112,8 @@ double check_case(const QCase& c, kernels::ThreadPool* pool, uint64_t seed) {
   attention(kernels::Exec{kernels::Device::Cpu, pool}, args_for(c, d, d.quant, got.data()));
   attention(kernels::Exec{kernels::Device::Cpu, nullptr}, args_for(c, d, d.quant, alone.data()));
   const double err = test::rel_error(got, want);
-  INFO("T " << c.T << " Hq " << c.Hq << " Hkv " << c.Hkv << " q" << c.bits << " group " << c.group);
+  INFO("T " << c.T << " Hq " << c.Hq << " Hkv " << c.Hkv << " q" << c.bits << " group " << c.group << " rotated "
+            << c.rotated);
   CHECK(err < 2e-6);
   CHECK(std::memcmp(got.data(), alone.data(), n * sizeof(float)) == 0);  // pool-independent
   return err;
@@ -119,15 +123,16 @@ double check_case(const QCase& c, kernels::ThreadPool* pool, uint64_t seed) {
 
 TEST_CASE("attention over a span of quantized base and f32 tail rows equals dequantize-then-attend", "[kernels][kvquant-attn]") {
   kernels::ThreadPool pool(2);
+  for (bool rot : {false, true})
   for (uint32_t bits : {8u, 4u}) {
     for (uint32_t T : {1u, 3u, 17u}) {
       // GQA group 3: the first head spans two quantized chunks; the tail holds only the new rows
       // in one head (T covers all of it) and earlier rows too in the others.
-      check_case({T, 9, 3, 64, bits, 64, {300, 40, 257}, {4, 0, 24}, {T, T + 6, T + 30}}, &pool, bits * 10 + T);
+      check_case({T, 9, 3, 64, bits, 64, {300, 40, 257}, {4, 0, 24}, {T, T + 6, T + 30}, rot}, &pool, bits * 10 + T);
       // Group 4, two parameter groups per row, D = 32.
-      check_case({T, 8, 2, 32, bits, 16, {130, 9}, {2, 5}, {T + 1, T}}, &pool, bits * 20 + T);
+      check_case({T, 8, 2, 32, bits, 16, {130, 9}, {2, 5}, {T + 1, T}, rot}, &pool, bits * 20 + T);
       // Group 1 (MHA), one thread.
-      check_case({T, 2, 2, 16, bits, 16, {70, 513}, {0, 1}, {T, T + 2}}, nullptr, bits * 30 + T);
+      check_case({T, 2, 2, 16, bits, 16, {70, 513}, {0, 1}, {T, T + 2}, rot}, nullptr, bits * 30 + T);
     }
   }
 }

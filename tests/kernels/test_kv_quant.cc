@@ -3,12 +3,15 @@
 // the round-trip error of every value is within its group's bound; scores, weighted sums and the
 // whole attention over quantized rows equal dequantize-then-attend (double precision) within a
 // float-summation bound; the format's reconstruction gives the same bits as the kernel's; and a
-// tiny hand-built case pins the byte layout.
+// tiny hand-built case pins the byte layout. Rotated rows (layout.rotated): the reference applies
+// an explicit Walsh–Hadamard matrix product to the formula's values.
 #include <catch2/catch.hpp>
 
+#include <bit>
 #include <cmath>
 #include <vector>
 
+#include "common/hadamard.h"
 #include "common/half.h"
 #include "format/format.h"
 #include "kernels/kv_quant.h"
@@ -57,6 +60,15 @@ std::vector<double> reference_values(const Quantized& q) {
       const float s = f16_to_f32(q.p[r * l.param_halves() + 2 * g]);
       const float m = f16_to_f32(q.p[r * l.param_halves() + 2 * g + 1]);
       out[r * l.D + j] = double(q.c[j] * std::fma(s, float(code), m));  // binary32 product
+    }
+  if (l.rotated)  // x = H·y, H[i][j] = (-1)^popcount(i & j) / √D, as a matrix product
+    for (size_t r = 0; r < q.rows; ++r) {
+      const std::vector<double> y(out.begin() + r * l.D, out.begin() + (r + 1) * l.D);
+      for (uint32_t i = 0; i < l.D; ++i) {
+        double x = 0;
+        for (uint32_t j = 0; j < l.D; ++j) x += (std::popcount(i & j) % 2 ? -y[j] : y[j]);
+        out[r * l.D + i] = x / std::sqrt(double(l.D));
+      }
     }
   return out;
 }
@@ -114,12 +126,41 @@ TEST_CASE("kv_quant: a constant group and an all-zero channel reconstruct exactl
   CHECK(q.c[7] == 1.0f);  // a channel that is zero everywhere gets scale 1, never 0
 }
 
+TEST_CASE("kv_quant rotated rows: the reconstruction is H times the formula, and q4 fits spikes better",
+          "[kernels]") {
+  const uint32_t bits = GENERATE(8u, 4u);
+  const uint32_t group = GENERATE(64u, 16u);
+  const uint32_t D = 64;
+  // Each row has one spike in a channel of its own: the channel scales cannot divide such
+  // token-specific outliers out (every channel's maximum is a spike), the rotation spreads them.
+  std::vector<float> x = test::random_vector(41 * D, 23 + bits, -1.0f, 1.0f);
+  for (size_t r = 0; r < 41; ++r) x[r * D + (r * 7) % D] *= 20.0f;
+  const Quantized plain = quantize(x, {bits, D, group});
+  const Quantized rot = quantize(x, {bits, D, group, true});
+  std::vector<float> back(x.size()), back_plain(x.size());
+  kernels::cpu::kv_dequantize_rows(rot.view(), back.data());
+  kernels::cpu::kv_dequantize_rows(plain.view(), back_plain.data());
+  const std::vector<double> ref = reference_values(rot);
+  double err = 0, err_plain = 0, norm = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    INFO("bits " << bits << " group " << group << " value " << i);
+    REQUIRE(std::fabs(double(back[i]) - ref[i]) <= 1e-5 * (1.0 + std::fabs(ref[i])));
+    err += (double(back[i]) - x[i]) * (double(back[i]) - x[i]);
+    err_plain += (double(back_plain[i]) - x[i]) * (double(back_plain[i]) - x[i]);
+    norm += double(x[i]) * x[i];
+  }
+  INFO("relative error rotated " << std::sqrt(err / norm) << ", plain " << std::sqrt(err_plain / norm));
+  CHECK(std::sqrt(err / norm) < (bits == 8 ? 0.01 : 0.1));
+  if (bits == 4 && group == D) CHECK(err < err_plain);  // the reason for the rotation
+}
+
 TEST_CASE("attention over quantized K/V equals dequantize-then-attend", "[kernels]") {
   const uint32_t bits = GENERATE(8u, 4u);
   const uint32_t group = GENERATE(64u, 16u);
+  const bool rotated = GENERATE(false, true);
   const uint32_t D = 64, n_q = 3;
   const size_t R = 301;
-  const kernels::KvQuantLayout l{bits, D, group};
+  const kernels::KvQuantLayout l{bits, D, group, rotated};
   const Quantized k = quantize(outlier_rows(R, D, 5 + bits), l);
   const Quantized v = quantize(test::random_vector(R * D, 9 + group, -2.0f, 2.0f), l);
   const std::vector<float> q = test::random_vector(n_q * D, 3, -1.0f, 1.0f);
@@ -175,13 +216,15 @@ TEST_CASE("attention over no quantized rows gives zeros and lse -inf", "[kernels
 }
 
 TEST_CASE("the .kvz reader's reconstruction is the kernel's, bit for bit", "[kernels][format]") {
+  for (bool rotated : {false, true})
   for (format::DType t : {format::DType::Q8, format::DType::Q4}) {
     format::CacheHeader h;
     h.n_kv_heads = 2;
     h.head_dim = 32;
     h.kv_dtype = t;
     h.kv_group_size = 8;
-    const kernels::KvQuantLayout l{format::dtype_bits(t), 32, 8};
+    h.kv_rotated = rotated;
+    const kernels::KvQuantLayout l{format::dtype_bits(t), 32, 8, rotated};
     const std::vector<uint32_t> head_rows = {5, 9};
     format::QuantRows qr;
     std::vector<float> kernel_values;
