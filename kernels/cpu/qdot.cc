@@ -21,18 +21,6 @@ using quant::GgmlType;
 
 bool qdot_supported(GgmlType t) { return cpu::detail::qdot_rows_scalar(t) != nullptr; }
 
-bool qdot_has_gemm(QIsa isa) {
-  if (!qisa_available(isa)) return false;
-  switch (isa) {
-    case QIsa::Scalar: return false;
-    case QIsa::Avx2:
-    case QIsa::Avx512: return cpu::detail::qdot_gemm_avx2(GgmlType::Q4_0) != nullptr;
-    case QIsa::Avx512Vnni:
-    case QIsa::Amx: return cpu::detail::qdot_gemm_vnni(GgmlType::Q4_0) != nullptr;
-  }
-  return false;
-}
-
 namespace cpu {
 namespace detail {
 namespace {
@@ -252,4 +240,10 @@ void qdot(ThreadPool* pool, std::span<const MatmulArgs> jobs, QIsa isa) {
 }
 
 }  // namespace cpu
+
+// The same choice qdot makes for a long call (one place says which ISA has which GEMM).
+bool qdot_has_gemm(QIsa isa) {
+  return qisa_available(isa) && cpu::qdot_gemm_for(isa, GgmlType::Q4_0, UINT32_MAX) != nullptr;
+}
+
 }  // namespace kvzip::kernels
