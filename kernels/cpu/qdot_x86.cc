@@ -17,6 +17,7 @@
 // Also here: the activation quantizer in AVX2 (the portable one's bytes).
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "common/error.h"
 
