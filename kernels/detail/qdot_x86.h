@@ -39,6 +39,18 @@ KVZIP_AVX2 inline __m256i nibbles32(const uint8_t* p) {
   return _mm256_and_si256(_mm256_blend_epi32(raw, _mm256_srli_epi16(raw, 4), 0xF0), _mm256_set1_epi8(15));
 }
 
+// Q6_K group g's 6-bit values q (0..63) before the −32 offset: the low 4 bits from ql, the top 2
+// from qh (QFmt<Q6_K>::ints).
+KVZIP_AVX2 inline __m256i q6k_ints_unsigned(const uint8_t* b, int g) {
+  const int n = g / 4, k = g % 4;
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * n + 32 * (k & 1)));
+  const __m256i lo = _mm256_and_si256(k < 2 ? raw : _mm256_srli_epi16(raw, 4), _mm256_set1_epi8(15));
+  const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * n));
+  // Bits 2k, 2k+1 of each qh byte to bits 4, 5: shift the 16-bit lanes, then mask per byte.
+  const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k)), _mm256_set1_epi8(3));
+  return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+}
+
 // The integer weights of group g of a block (what QFmt<Ty>::ints gives, as 32 int8).
 template <GgmlType Ty>
 KVZIP_AVX2 inline __m256i group_ints(const uint8_t* b, int g) {
@@ -67,14 +79,7 @@ KVZIP_AVX2 inline __m256i group_ints(const uint8_t* b, int g) {
     }
     return w;
   } else {  // Q6_K
-    const int n = g / 4, k = g % 4;
-    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * n + 32 * (k & 1)));
-    const __m256i lo = _mm256_and_si256(k < 2 ? raw : _mm256_srli_epi16(raw, 4), low4);
-    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * n));
-    // Bits 2k, 2k+1 of each qh byte to bits 4, 5: shift the 16-bit lanes, then mask per byte.
-    const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k)),
-                                        _mm256_set1_epi8(3));
-    return _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32));
+    return _mm256_sub_epi8(q6k_ints_unsigned(b, g), _mm256_set1_epi8(32));
   }
 }
 
