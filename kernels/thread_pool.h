@@ -4,6 +4,12 @@
 // task throws is rethrown in the caller. A run() issued from inside a task runs serially on that
 // thread (no nested parallelism). One run() at a time per pool: callers must not share a pool
 // across threads concurrently.
+// Waiting: a decode step is a few hundred short runs back to back, so workers between runs, and
+// the caller for the workers' check-out, first spin for a bounded time (kSpin) on an atomic, and
+// only then sleep on a condition variable: waking a sleeping thread costs tens of microseconds on
+// a VM, per run (measured: BENCHMARKS.md, "Decode on AVX2"). The spin is bounded, so an idle pool
+// sleeps, and it only happens when the pool has no more threads than the CPUs the process may use
+// (oversubscribed, a spinning thread would hold a CPU the working one needs).
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -57,13 +63,19 @@ class ThreadPool {
   void worker_loop();
   void work_on_current_job();
 
+  // Spins (for at most kSpin, when spin_) until pred() holds; false if it still does not.
+  template <class Pred>
+  bool spin_until(Pred pred) const;
+
   std::vector<std::thread> workers_;
+  bool spin_ = false;              // the pool fits the CPUs this process may run on
   std::mutex mu_;
   std::condition_variable wake_;   // workers wait here for a new generation
   std::condition_variable done_;   // the caller waits here for every worker to check out
-  uint64_t generation_ = 0;        // bumped per run(); guarded by mu_
-  uint32_t checked_out_ = 0;       // workers finished with the current generation
-  bool stop_ = false;
+  // Written under mu_ (the condition variables' predicates), read without it by spinning threads.
+  std::atomic<uint64_t> generation_{0};  // bumped per run()
+  std::atomic<uint32_t> checked_out_{0};  // workers finished with the current generation
+  std::atomic<bool> stop_{false};
   // The current job: read by workers only between wake and check-out.
   Call call_ = nullptr;
   void* ctx_ = nullptr;
