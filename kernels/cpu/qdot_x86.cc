@@ -1,6 +1,7 @@
 // AVX2 kernels of the 8-bit-activation product (kernels/qdot.h), compiled with function target
 // attributes (AVX2, FMA, F16C, like qgemv_x86.cc) and called only when the CPU reports them:
-//  - the register tiles of kernels/detail/qdot_tiles_x86.inc (decode and short batches);
+//  - the register tiles of kernels/detail/qdot_tiles_x86.inc (short batches) and, for one token,
+//    the decode kernels of kernels/detail/qdot_decode_avx2.inc (eight rows at memory bandwidth);
 //  - the GEMM for prefill-sized T: the VNNI GEMM's blocking (kernels/detail/gemm_tiles.h) and
 //    weight panel (kernels/detail/qdot_panel_x86.h) with the products of vpmaddubsw + vpmaddwd.
 //
