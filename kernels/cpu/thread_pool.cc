@@ -43,7 +43,13 @@ bool ThreadPool::spin_until(Pred pred) const {
   for (uint32_t i = 1;; ++i) {
     if (pred()) return true;
     cpu_relax();
-    if ((i & 255) == 0 && std::chrono::steady_clock::now() - t0 > kSpin) return pred();
+    if ((i & 255) == 0) {
+      if (std::chrono::steady_clock::now() - t0 > kSpin) return pred();
+      // Every few microseconds, let another runnable thread have this CPU (other processes on a
+      // busy machine, e.g. tests run in parallel): a spinning thread must not starve the one it
+      // waits for.
+      sched_yield();
+    }
   }
 }
 
