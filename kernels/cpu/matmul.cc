@@ -205,7 +205,8 @@ std::string matmul_kernels(MatmulPath p) {
            std::to_string(kQdotAmxMinT) + " (Q6_K: T=" + std::to_string(kQdotAmxMinTQ6K) +
            "), amx-int8 tile GEMM from there: the same bits at any T)";
     else if (qdot_has_gemm(best))
-      s += std::string(vnni ? "" : "avx2 decode kernels at T=1, ") + tiles + " tiles below T=" + std::to_string(vnni ? kQdotGemmMinT : kQdotAvx2GemmMinT) +
+      s += std::string(vnni ? "" : "avx2 decode kernels at T=1, ") + tiles + " tiles below T=" +
+           std::to_string(vnni ? kQdotGemmMinT : kQdotAvx2GemmMinT) +
            (vnni ? "" : " (Q8_0: T=" + std::to_string(kQdotAvx2GemmMinTQ8_0) + ")") + ", " + tiles +
            " GEMM from there: the same bits at any T)";
     else

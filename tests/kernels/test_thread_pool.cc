@@ -4,8 +4,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <mutex>
-#include <set>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -59,32 +57,39 @@ TEST_CASE("runs back to back, after the workers fell asleep, and oversubscribed 
   const uint32_t threads = GENERATE(2u, 64u);
   kernels::ThreadPool pool(threads);
   std::vector<int> out(64);
-  std::set<std::thread::id> ran;
-  std::mutex mu;
   const std::thread::id caller = std::this_thread::get_id();
+  auto busy = [](std::chrono::microseconds us) {
+    const auto until = std::chrono::steady_clock::now() + us;
+    while (std::chrono::steady_clock::now() < until) {
+    }
+  };
   auto one_run = [&](int rep) {
     pool.run(out.size(), [&](size_t i) {
-      // A worker's task finishes late, so a run() that returned before every worker checked out
-      // would see stale values.
-      if (std::this_thread::get_id() != caller) {
-        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
-        while (std::chrono::steady_clock::now() < until) {
-        }
-      }
+      // Every task takes a moment (so the workers, spinning or woken, get some of them), and a
+      // worker's a longer one: a run() that returned before every worker checked out would see
+      // stale values.
+      const bool worker = std::this_thread::get_id() != caller;
+      busy(std::chrono::microseconds(worker ? 20 : 2));
       out[i] = rep * 1000 + int(i);
-      if (i % 16 == 0) {
-        std::lock_guard<std::mutex> lk(mu);
-        ran.insert(std::this_thread::get_id());
-      }
     });
     for (size_t i = 0; i < out.size(); ++i) REQUIRE(out[i] == rep * 1000 + int(i));
   };
-  for (int rep = 0; rep < 2000; ++rep) one_run(rep);  // back to back: the spin path
+  for (int rep = 0; rep < 200; ++rep) one_run(rep);  // back to back: the spin path
   for (int rep = 0; rep < 5; ++rep) {
     std::this_thread::sleep_for(std::chrono::milliseconds(3));  // past the spin: workers sleep
     one_run(5000 + rep);
   }
-  CHECK(ran.size() >= 2);  // the workers took part, not only the caller
+  // The workers take part, not only the caller: two tasks that each wait (up to 10 s) for the
+  // other to have started finish only if two threads run them at once.
+  std::atomic<int> started{0};
+  std::atomic<int> met{0};
+  pool.run(2, [&](size_t) {
+    started++;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (started.load() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    if (started.load() == 2) met++;
+  });
+  CHECK(met.load() == 2);
 }
 
 TEST_CASE("a pool destroyed right after a run, its workers still spinning, joins them", "[kernels]") {
