@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
   for (uint32_t bits : {8u, 4u}) {
     const kernels::KvQuantLayout l{bits, D, D, rotated};  // rotated: Hadamard codes (v1.3)
     std::vector<float> kc(D), vc(D), deq_k(k.size()), deq_v(v.size());
-    std::vector<uint16_t> kp(size_t(R) * l.param_halves()), vp(kp.size());
+    std::vector<uint16_t> kp(size_t(R) * l.param_words()), vp(kp.size());
     std::vector<uint8_t> kq(size_t(R) * l.code_bytes()), vq(kq.size());
     kernels::cpu::kv_quantize_rows(k.data(), {l, R, kc.data(), kp.data(), kq.data()});
     kernels::cpu::kv_quantize_rows(v.data(), {l, R, vc.data(), vp.data(), vq.data()});

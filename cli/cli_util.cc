@@ -66,6 +66,12 @@ bool parse_kv_rotate(const std::string& name, const char* command) {
   throw Error(Errc::invalid_argument, std::string(command) + ": --kv-rotate " + name + " is not one of hadamard, none");
 }
 
+bool parse_kv_params(const std::string& name, const char* command) {
+  if (name == "byte") return true;
+  if (name == "f16") return false;
+  throw Error(Errc::invalid_argument, std::string(command) + ": --kv-params " + name + " is not one of byte, f16");
+}
+
 format::DType parse_kv_dtype(const std::string& name, const char* command) {
   const auto t = format::parse_dtype(name);
   if (!t)

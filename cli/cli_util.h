@@ -43,9 +43,14 @@ inline constexpr const char* kKvDtypeHelp =
     "channel scales, prefix rows kept as f16; spec/kvzip_format.md \"Quantized K/V\")";
 // --kv-rotate hadamard | none: true for hadamard; Errc::invalid_argument naming `command` else.
 bool parse_kv_rotate(const std::string& name, const char* command);
+// --kv-params byte | f16: true for byte; Errc::invalid_argument naming `command` else.
+bool parse_kv_params(const std::string& name, const char* command);
 inline constexpr const char* kKvRotateHelp =
     "q8/q4: hadamard (Walsh-Hadamard-rotated codes where the head dimension is a power of two; "
-    "a v1.3 file) | none (the rows as they are; a v1.2 file)";
+    "a v1.4 file, v1.3 with --kv-params f16) | none (the rows as they are; a v1.2 file)";
+inline constexpr const char* kKvParamsHelp =
+    "rotated q8/q4: group parameters as byte (a scale code and a zero point, 2 bytes a group; a v1.4 "
+    "file) | f16 (scale and minimum as f16, 4 bytes a group; a v1.3 file for older readers)";
 inline constexpr const char* kKvGroupHelp = "q8/q4: channels per quantization group (divides the head dimension; 0 = all of it)";
 
 // Resolves -m / $KVZIP_MODEL / the default path and loads the model.

@@ -24,7 +24,8 @@ namespace kvzip::cli {
 namespace {
 
 struct CompressOpts {
-  std::string doc, model, out, method = "kvzip", level = "global", system, dtype = "f32", kv_rotate = "hadamard";
+  std::string doc, model, out, method = "kvzip", level = "global", system, dtype = "f32", kv_rotate = "hadamard",
+              kv_params = "byte";
   std::string query_template = format::kDefaultQueryTemplate;
   std::string head_scores;  // --level head: the file of `kvzip calibrate`
   std::string device = "cpu";
@@ -154,9 +155,7 @@ void run_compress(const CompressOpts& o) {
   }
   fo.system = o.system;
   fo.query_template = o.query_template;
-  fo.kv_dtype = dtype;
-  fo.kv_group = o.kv_group;
-  fo.kv_rotate = parse_kv_rotate(o.kv_rotate, "compress");
+  fo.kv = {dtype, o.kv_group, true, parse_kv_rotate(o.kv_rotate, "compress"), parse_kv_params(o.kv_params, "compress")};
   fo.write.zstd_level = o.zstd;
   fo.write.force = o.force;
   fo.device = device;
@@ -231,6 +230,7 @@ void add_compress_commands(CLI::App& app) {
   c->add_option("--kv-dtype,--dtype", o->dtype, kKvDtypeHelp)->capture_default_str();
   c->add_option("--kv-group", o->kv_group, kKvGroupHelp)->capture_default_str();
   c->add_option("--kv-rotate", o->kv_rotate, kKvRotateHelp)->capture_default_str();
+  c->add_option("--kv-params", o->kv_params, kKvParamsHelp)->capture_default_str();
   c->add_option("--zstd", o->zstd, "zstd level per section, 0 = off")->capture_default_str();
   c->add_option("--seed", o->seed, "Seed of --method random");
   c->add_option("-O,--scorer-option", o->scorer_options,

@@ -28,6 +28,7 @@ struct EvalOpts {
   bool all_questions = false, quiet = false, exact = false, force_model = false;
   std::string matmul = "fast";
   std::string kv_rotate = "hadamard";
+  std::string kv_params = "byte";
 };
 
 // An output path must name a file in an existing, writable folder (checked before hours of
@@ -68,6 +69,7 @@ void run(const EvalOpts& o) {
   eo.verify_drafts = !o.exact;
   eo.matmul = o.matmul == "exact" ? kernels::MatmulPath::Exact : kernels::MatmulPath::Fast;
   eo.kv_rotate = parse_kv_rotate(o.kv_rotate, "eval");
+  eo.kv_byte_params = parse_kv_params(o.kv_params, "eval");
   eo.keep_answers = !o.answers.empty();
   format::HeadScores hs;
   if (!o.head_scores.empty()) {
@@ -135,6 +137,7 @@ void add_eval_commands(CLI::App& app) {
   c->add_option("--kv-group", o->eo.kv_group, "q8/q4: channels per quantization group (0 = the head dimension)")
       ->capture_default_str();
   c->add_option("--kv-rotate", o->kv_rotate, kKvRotateHelp)->capture_default_str();
+  c->add_option("--kv-params", o->kv_params, kKvParamsHelp)->capture_default_str();
   c->add_option("--matmul", o->matmul, "fast | exact: matrix products with int8-rounded activations "
                                        "(the default) or in fp32 (comparing storage types)")
       ->capture_default_str()

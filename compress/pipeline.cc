@@ -149,7 +149,7 @@ format::CacheContents make_contents(const model::Model& model, const model::Ragg
   h.tool_version = std::string("kvzip ") + KVZIP_VERSION;
   h.created_unix = static_cast<int64_t>(std::time(nullptr));
   format::set_model(h, model.config(), model.fingerprint());
-  h.kv_dtype = d.kv_dtype;
+  h.kv_dtype = d.kv.dtype;
   auto to_u32 = [](const std::vector<int32_t>& v) { return std::vector<uint32_t>(v.begin(), v.end()); };
   h.prefix_tokens = to_u32(d.prefix);
   h.document_tokens = to_u32(d.document);
@@ -169,7 +169,7 @@ format::CacheContents make_contents(const model::Model& model, const model::Ragg
   h.achieved_ratio = total ? double(doc_rows) / double(total) : 1.0;
   c.layers = layers_from_cache(cache, kept_scores);
   c.has_scores = !kept_scores.empty();
-  set_kv_dtype(c, d.kv_dtype, d.kv_group, true, d.kv_rotate);  // the kept rows only: selection, then quantization
+  set_kv_dtype(c, d.kv);  // the kept rows only: selection, then quantization
   return c;
 }
 
@@ -200,8 +200,8 @@ CompressResult compress_to_file(const model::Model& model, std::string_view text
     throw Error(Errc::unsupported, "compress: --level head runs on the CPU only (it has no scoring "
                                    "pass to speed up); drop --device cuda");
   (void)make_method_scorer(o.compress);  // a bad method or option fails before the prefill
-  if (format::dtype_quantized(o.kv_dtype) && o.kv_group && model.config().head_dim % o.kv_group != 0)
-    throw Error(Errc::invalid_argument, "compress: quantization group " + std::to_string(o.kv_group) +
+  if (format::dtype_quantized(o.kv.dtype) && o.kv.group && model.config().head_dim % o.kv.group != 0)
+    throw Error(Errc::invalid_argument, "compress: quantization group " + std::to_string(o.kv.group) +
                                             " does not divide the model's head dimension " +
                                             std::to_string(model.config().head_dim));
   const DocumentPrompt prompt = document_prompt(model.chat(), text, o.system);
@@ -225,9 +225,7 @@ CompressResult compress_to_file(const model::Model& model, std::string_view text
   d.params.emplace_back("query_template", o.query_template);
   d.params.insert(d.params.end(), o.extra_params.begin(), o.extra_params.end());
   d.requested_ratio = r.requested_ratio;
-  d.kv_dtype = o.kv_dtype;
-  d.kv_group = o.kv_group;
-  d.kv_rotate = o.kv_rotate;
+  d.kv = o.kv;
   format::write_cache_file(make_contents(model, r.cache, r.kept_scores, d), path, o.write);
   return r;
 }

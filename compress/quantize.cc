@@ -17,12 +17,12 @@ namespace {
 void quantize_block(const format::CacheHeader& h, const format::LayerKv& layer,
                     const std::vector<float>& x, format::QuantRows& q) {
   const uint32_t D = h.head_dim;
-  kernels::KvQuantLayout shape{format::dtype_bits(h.kv_dtype), D, h.kv_group_size, h.kv_rotated};
+  kernels::KvQuantLayout shape{format::dtype_bits(h.kv_dtype), D, h.kv_group_size, h.kv_rotated, h.kv_byte_params};
   const size_t dense = format::f16_row_count(h, layer.positions), rows = layer.positions.size() - dense;
   q.channel_scale.assign(size_t(h.n_kv_heads) * D, 1.0f);
   q.dense.clear();
   q.dense.reserve(dense * D);
-  q.params.assign(rows * shape.param_halves(), 0);
+  q.params.assign(rows * shape.param_words(), 0);
   q.codes.assign(rows * shape.code_bytes(), 0);
   std::vector<float> quant;  // one head's quantized rows, gathered
   size_t r = 0, at = 0;      // layer row; first quantized row of the head
@@ -36,7 +36,7 @@ void quantize_block(const format::CacheHeader& h, const format::LayerKv& layer,
         quant.insert(quant.end(), row, row + D);
     }
     kernels::KvQuantRowsOut out{shape, quant.size() / D, q.channel_scale.data() + size_t(hd) * D,
-                       q.params.data() + at * shape.param_halves(), q.codes.data() + at * shape.code_bytes()};
+                       q.params.data() + at * shape.param_words(), q.codes.data() + at * shape.code_bytes()};
     if (out.rows > 0) kernels::cpu::kv_quantize_rows(quant.data(), out);
     at += out.rows;
   }
@@ -44,13 +44,16 @@ void quantize_block(const format::CacheHeader& h, const format::LayerKv& layer,
 
 }  // namespace
 
-void set_kv_dtype(format::CacheContents& c, format::DType dtype, uint32_t group, bool f16_prefix, bool rotate) {
+void set_kv_dtype(format::CacheContents& c, const KvStorage& st) {
   format::CacheHeader& h = c.header;
+  const format::DType dtype = st.dtype;
+  const uint32_t group = st.group;
   if (!format::dtype_quantized(dtype)) {
     h.kv_dtype = dtype;
     h.kv_group_size = 0;
     h.kv_f16_below = 0;
     h.kv_rotated = false;
+    h.kv_byte_params = false;
     for (format::LayerKv& layer : c.layers) layer.qk = layer.qv = {};
     return;
   }
@@ -58,13 +61,16 @@ void set_kv_dtype(format::CacheContents& c, format::DType dtype, uint32_t group,
   if (g == 0 || h.head_dim % g != 0)
     throw Error(Errc::invalid_argument, "quantization group " + std::to_string(group) +
                                             " does not divide the head dimension " + std::to_string(h.head_dim));
-  const uint32_t below = f16_prefix ? static_cast<uint32_t>(h.prefix_length()) : 0;
-  const bool rotated = rotate && below > 0 && hadamard_size(h.head_dim);
-  const bool same = h.kv_dtype == dtype && h.kv_group_size == g && h.kv_f16_below == below && h.kv_rotated == rotated;
+  const uint32_t below = st.f16_prefix ? static_cast<uint32_t>(h.prefix_length()) : 0;
+  const bool rotated = st.rotate && below > 0 && hadamard_size(h.head_dim);
+  const bool bytes = rotated && st.byte_params;
+  const bool same = h.kv_dtype == dtype && h.kv_group_size == g && h.kv_f16_below == below &&
+                    h.kv_rotated == rotated && h.kv_byte_params == bytes;
   h.kv_dtype = dtype;
   h.kv_group_size = g;
   h.kv_f16_below = below;
   h.kv_rotated = rotated;
+  h.kv_byte_params = bytes;
   for (format::LayerKv& layer : c.layers) {
     if (same && !layer.qk.empty() && !layer.qv.empty()) continue;  // already stored this way
     quantize_block(h, layer, layer.k, layer.qk);

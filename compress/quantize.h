@@ -16,6 +16,15 @@ namespace kvzip::compress {
 // group of 32 lowers by only 11-13% at q4, at twice the parameter bytes.
 inline constexpr uint32_t kDefaultKvGroup = 0;  // 0 = D
 
+// How a cache's K/V rows are to be stored: the dtype and, for q8/q4, their layout.
+struct KvStorage {
+  format::DType dtype = format::DType::F32;
+  uint32_t group = kDefaultKvGroup;  // q8/q4: channels per group (0 = D)
+  bool f16_prefix = true;            // q8/q4: prefix rows as f16 (v1.2)
+  bool rotate = true;                // q8/q4 with f16 rows: Hadamard-rotated codes (v1.3)
+  bool byte_params = true;           // rotated q8/q4: byte group parameters (v1.4)
+};
+
 // Sets header.kv_dtype (and kv_group_size: `group`, 0 = D, must divide D). For q8/q4 the rows are
 // quantized, except, with f16_prefix (the default; a v1.2 file), the prefix rows (positions <
 // n_p: the attention sink and the template opener, never evicted), which are stored as f16:
@@ -28,8 +37,11 @@ inline constexpr uint32_t kDefaultKvGroup = 0;  // 0 = D
 // which spreads the keys' outlier channels over the row: measured on the Normans article
 // (BENCHMARKS.md, session 10) q4's first-token KL against f32 falls 2.8x at ratio 0.3. Otherwise, or with rotate
 // false, the rows are quantized as they are (the v1.2 / v1.1 layouts).
+// byte_params (the default; a v1.4 file): the rotated rows' group parameters are a byte scale
+// code and a byte zero point (common/kv_params.h) instead of two f16 words: 2 bytes less per row
+// and group, measured on the Normans article (BENCHMARKS.md, issue 12 session 12). Only with
+// rotation; unrotated rows keep f16 parameters.
 // Errc::invalid_argument for a group that does not divide D.
-void set_kv_dtype(format::CacheContents& contents, format::DType dtype, uint32_t group = kDefaultKvGroup,
-                  bool f16_prefix = true, bool rotate = true);
+void set_kv_dtype(format::CacheContents& contents, const KvStorage& storage);
 
 }  // namespace kvzip::compress

@@ -188,9 +188,7 @@ class DocumentRun {
     d.document = s_.prompt.document;
     d.suffix = s_.prompt.suffix;
     d.document_text = doc_.text;
-    d.kv_dtype = dtype;
-    d.kv_group = o_.kv_group;
-    d.kv_rotate = o_.kv_rotate;
+    d.kv = {dtype, o_.kv_group, true, o_.kv_rotate, o_.kv_byte_params};
     format::VectorSink sink;
     format::write_cache(compress::make_contents(model_, cache, {}, d), sink);
     acc.file_bytes += sink.bytes.size();

@@ -175,7 +175,8 @@ std::string describe_text(const CacheReader& r, const DescribeOptions& opt) {
   o << "rope         half-split, base " << shortest(h.rope_base) << ", scaling " << scaling_text(h.rope_scaling) << "\n";
   o << "kv dtype     " << dtype_name(h.kv_dtype);
   if (dtype_quantized(h.kv_dtype))
-    o << ", groups of " << h.kv_group_size << " channels (f16 scale + minimum each), per-head channel scales";
+    o << ", groups of " << h.kv_group_size << " channels ("
+      << (h.kv_byte_params ? "byte scale code + zero point" : "f16 scale + minimum") << " each), per-head channel scales";
   if (dtype_quantized(h.kv_dtype) && h.kv_f16_below > 0)
     o << "; rows at positions < " << h.kv_f16_below << " stored as f16";
   if (h.kv_rotated) o << "; codes of Hadamard-rotated rows";
@@ -234,6 +235,7 @@ std::string describe_json(const CacheReader& r, const DescribeOptions& opt) {
   if (dtype_quantized(h.kv_dtype)) o << "  \"kv_group_size\": " << h.kv_group_size << ",\n";
   if (dtype_quantized(h.kv_dtype) && h.kv_f16_below > 0) o << "  \"kv_f16_below\": " << h.kv_f16_below << ",\n";
   if (h.kv_rotated) o << "  \"kv_rotation\": \"hadamard\",\n";
+  if (dtype_quantized(h.kv_dtype)) o << "  \"kv_params\": \"" << (h.kv_byte_params ? "byte" : "f16") << "\",\n";
   o << "  \"tokens\": {\"logical\": " << h.logical_length() << ", \"prefix\": " << h.prefix_length()
     << ", \"document\": " << h.document_tokens.size() << ", \"suffix\": " << h.suffix_tokens.size() << "},\n";
   o << "  \"document\": {\"bytes\": " << h.document_text.size() << ", \"preview\": "

@@ -49,6 +49,7 @@ uint32_t dtype_bits(DType t) {
 
 uint16_t min_minor(const CacheHeader& h) {
   if (!dtype_quantized(h.kv_dtype)) return 0;
+  if (h.kv_byte_params) return 4;
   if (h.kv_rotated) return 3;
   return h.kv_f16_below > 0 ? 2 : 1;
 }

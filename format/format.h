@@ -23,10 +23,11 @@ namespace kvzip::format {
 inline constexpr uint16_t kVersionMajor = 1;  // this build reads every v1.x
 // The newest minor version this build writes: v1.1 added the quantized dtypes q8 and q4, v1.2
 // their f16 rows (the rows at positions below kv_f16_below stored exactly as f16), v1.3 the
-// Hadamard-rotated codes (kv_rotated). A file records
+// Hadamard-rotated codes (kv_rotated), v1.4 their byte group parameters (kv_byte_params). A file
+// records
 // the lowest minor version whose features it uses, so that older readers still read every file
 // they can.
-inline constexpr uint16_t kVersionMinor = 3;
+inline constexpr uint16_t kVersionMinor = 4;
 
 // Storage type of K/V rows. Registry ids are never renumbered or reused (spec "Dtype registry").
 // Q8 and Q4 (v1.1) are group-wise quantized (spec "Quantized K/V", kernels/kv_quant.h).
@@ -42,8 +43,8 @@ bool dtype_quantized(DType t);                       // q8, q4
 uint32_t dtype_bits(DType t);                        // bits per stored K/V value (codes for q8/q4)
 std::optional<DType> parse_dtype(std::string_view name);
 struct CacheHeader;
-// The minor version a file with this header records: 3 for rotated q8/q4, 2 for q8/q4 with f16
-// rows, 1 for other q8/q4, else 0.
+// The minor version a file with this header records: 4 for q8/q4 with byte group parameters, 3
+// for rotated q8/q4 (f16 parameters), 2 for q8/q4 with f16 rows, 1 for other q8/q4, else 0.
 uint16_t min_minor(const CacheHeader& h);
 const char* codec_name(Codec c);                     // "none", "zstd"
 
@@ -73,6 +74,9 @@ struct CacheHeader {
   // Walsh–Hadamard matrix of size head_dim (a power of two; common/hadamard.h); a reader applies H
   // after the v1.1 reconstruction. Else false.
   bool kv_rotated = false;
+  // rotated q8/q4 (v1.4): each group's scale and minimum stored as a byte scale code and a byte
+  // zero point (common/kv_params.h) instead of two f16 words. Else false.
+  bool kv_byte_params = false;
   std::vector<uint32_t> prefix_tokens;    // (n_p) system prompt + template opener + instruction
   std::vector<uint32_t> suffix_tokens;    // template tokens that follow the document at query time
   std::vector<uint32_t> document_tokens;  // (n_c)
@@ -92,13 +96,14 @@ void set_model(CacheHeader& header, const ModelConfig& config, const ModelFinger
 
 // The stored form of one layer's K (or V) rows under q8/q4 (spec "Quantized K/V"): per KV head a
 // channel scale vector; the f16 rows (positions < kv_f16_below) as f16 values; per other row D/Gs
-// groups of (f16 scale, f16 minimum) and the codes. Kept next to the f32 rows so that prune,
+// groups of parameters (f16 scale and f16 minimum, or with kv_byte_params one word: scale code |
+// zero point << 8) and the codes. Kept next to the f32 rows so that prune,
 // export and import move rows without re-quantizing them. Rows are in layer order (head-major)
 // within each array: the layer's f16 rows in `dense`, its quantized rows in params/codes.
 struct QuantRows {
   std::vector<float> channel_scale;  // (Hkv, D)
   std::vector<uint16_t> dense;       // (R_f16, D) f16 bits of the f16 rows (v1.2)
-  std::vector<uint16_t> params;      // (R - R_f16, D/Gs, 2) f16 bits: scale, minimum
+  std::vector<uint16_t> params;      // (R - R_f16, D/Gs, 2 or 1) common/kv_params.h
   std::vector<uint8_t> codes;        // (R - R_f16, D·bits/8); q4: channel 2i in the low nibble
   bool empty() const { return channel_scale.empty() && dense.empty() && params.empty() && codes.empty(); }
 };
@@ -118,7 +123,8 @@ struct LayerKv {
 
 // Dequantizes a layer's stored rows (heads as in head_rows, positions deciding which rows are
 // f16) into x (R, D): the reader's reconstruction, x = c[h][j] * fma(s, q, m) in binary32 for a
-// quantized row (then x <- H·x when header.kv_rotated), the f16 value widened for an f16 row.
+// quantized row (s, m decoded by common/kv_params.h; then x <- H·x when header.kv_rotated), the
+// f16 value widened for an f16 row.
 void dequantize_rows(const CacheHeader& header, std::span<const uint32_t> head_rows,
                      std::span<const uint32_t> positions, const QuantRows& q, std::span<float> x);
 // How many of a layer's rows are f16 rows (positions < header.kv_f16_below).

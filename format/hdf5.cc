@@ -127,13 +127,26 @@ void write_dataset(hid_t loc, const std::string& name, hid_t file_type, hid_t me
   if (n) check(H5Dwrite(d, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "writing dataset " + name);
 }
 
+// Byte group parameters (v1.4) as the bytes the .kvz section holds: scale code, zero point.
+std::vector<uint8_t> byte_params(const std::vector<uint16_t>& words) {
+  std::vector<uint8_t> b(2 * words.size());
+  for (size_t i = 0; i < words.size(); ++i) {
+    b[2 * i] = static_cast<uint8_t>(words[i] & 0xff);
+    b[2 * i + 1] = static_cast<uint8_t>(words[i] >> 8);
+  }
+  return b;
+}
+
 void write_quant(hid_t g, const char* prefix, const QuantRows& q, const CacheHeader& h, hsize_t rows, hsize_t f16) {
   const hsize_t D = h.head_dim, groups = D / h.kv_group_size, bytes = D * dtype_bits(h.kv_dtype) / 8;
   const std::string p(prefix);
   rows -= f16;  // the quantized rows
   write_dataset(g, p + "_channel_scale", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, q.channel_scale.data(), {h.n_kv_heads, D});
   if (h.kv_f16_below > 0) write_dataset(g, p + "_f16_rows", H5T_STD_U16LE, H5T_NATIVE_UINT16, q.dense.data(), {f16, D});
-  write_dataset(g, p + "_params", H5T_STD_U16LE, H5T_NATIVE_UINT16, q.params.data(), {rows, groups, 2});
+  if (h.kv_byte_params)  // v1.4: per group the scale code and the zero point, the file's bytes
+    write_dataset(g, p + "_params", H5T_STD_U8LE, H5T_NATIVE_UINT8, byte_params(q.params).data(), {rows, groups, 2});
+  else
+    write_dataset(g, p + "_params", H5T_STD_U16LE, H5T_NATIVE_UINT16, q.params.data(), {rows, groups, 2});
   write_dataset(g, p + "_codes", H5T_STD_U8LE, H5T_NATIVE_UINT8, q.codes.data(), {rows, bytes});
 }
 
@@ -367,7 +380,14 @@ CacheContents import_from(const std::string& file) {
         const std::string s(p);
         q->channel_scale = read_dataset<float>(g, s + "_channel_scale", H5T_NATIVE_FLOAT, {h.n_kv_heads, D}, im);
         if (h.kv_f16_below > 0) q->dense = read_dataset<uint16_t>(g, s + "_f16_rows", H5T_NATIVE_UINT16, {f16, D}, im);
-        q->params = read_dataset<uint16_t>(g, s + "_params", H5T_NATIVE_UINT16, {quant, groups, 2}, im);
+        if (h.kv_byte_params) {  // (quant, groups, 2) bytes: scale code, zero point
+          const auto b = read_dataset<uint8_t>(g, s + "_params", H5T_NATIVE_UINT8, {quant, groups, 2}, im);
+          q->params.resize(b.size() / 2);
+          for (size_t i = 0; i < q->params.size(); ++i)
+            q->params[i] = static_cast<uint16_t>(b[2 * i] | b[2 * i + 1] << 8);
+        } else {
+          q->params = read_dataset<uint16_t>(g, s + "_params", H5T_NATIVE_UINT16, {quant, groups, 2}, im);
+        }
         q->codes = read_dataset<uint8_t>(g, s + "_codes", H5T_NATIVE_UINT8, {quant, bytes}, im);
       }
       try {

@@ -63,7 +63,8 @@ CacheContents prune(const CacheContents& c, double ratio) {
   uint64_t kept_doc = 0;
   uint32_t D = h.head_dim;
   const bool quant = dtype_quantized(h.kv_dtype);
-  const size_t P = quant ? 2 * D / h.kv_group_size : 0, B = quant ? D * dtype_bits(h.kv_dtype) / 8 : 0;
+  const size_t P = quant ? (h.kv_byte_params ? 1 : 2) * D / h.kv_group_size : 0,  // parameter words per row
+               B = quant ? D * dtype_bits(h.kv_dtype) / 8 : 0;
   // Row `at` of the f16 rows (f16) or of the quantized rows, moved as stored.
   auto take_row = [&](const QuantRows& in, QuantRows& o, bool f16, size_t at) {
     if (f16) {

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "common/hadamard.h"
+#include "common/kv_params.h"
 #include "format/detail/dtype.h"
 #include "format/detail/layout.h"
 
@@ -19,18 +20,27 @@ using namespace detail;
 
 struct Shape {
   uint64_t D, Gs, groups, code_bytes;  // per row: D/Gs groups, D·bits/8 code bytes
+  uint64_t words;                      // per row: 16-bit parameter words (2 or 1 per group)
+  uint32_t bits;
+  bool byte_params;
+  KvGroupParams params(const uint16_t* row, uint64_t g) const {
+    return kv_group_params(row, static_cast<uint32_t>(g), byte_params, bits);
+  }
 };
 
 Shape shape_of(const CacheHeader& h) {
   const uint64_t D = h.head_dim, Gs = h.kv_group_size;
   KVZIP_ASSERT(dtype_quantized(h.kv_dtype) && Gs > 0 && D % Gs == 0);
-  return {D, Gs, D / Gs, D * dtype_bits(h.kv_dtype) / 8};
+  const uint32_t bits = dtype_bits(h.kv_dtype);
+  return {D, Gs, D / Gs, D * bits / 8, (h.kv_byte_params ? 1 : 2) * (D / Gs), bits, h.kv_byte_params};
 }
 
 bool half_finite(uint16_t b) { return (b & 0x7c00) != 0x7c00; }
 
-// First problem with a row's parameters, or empty.
-std::string check_params(const uint16_t* p, uint64_t groups) {
+// First problem with a row's parameters, or empty. Byte parameters (v1.4) have none: every byte
+// is a valid scale code and zero point.
+std::string check_params(const Shape& sh, const uint16_t* p, uint64_t groups) {
+  if (sh.byte_params) return {};
   for (uint64_t g = 0; g < groups; ++g) {
     const uint16_t s = p[2 * g], m = p[2 * g + 1];
     if (!half_finite(s)) return "group " + std::to_string(g) + " scale is " + (s & 0x3ff ? "NaN" : "infinite");
@@ -81,7 +91,7 @@ void check_values(const CacheHeader& h, const LayerKv& layer, Fail fail) {
     }
     for_rows(h, layer.head_rows, layer.positions, [&](uint32_t hd, uint32_t i, bool f16, uint64_t at) {
       std::string e = f16 ? check_dense(q.dense.data() + at * s.D, s.D)
-                          : check_params(q.params.data() + at * 2 * s.groups, s.groups);
+                          : check_params(s, q.params.data() + at * s.words, s.groups);
       if (!e.empty()) fail(std::string(name) + " head " + std::to_string(hd) + " row " + std::to_string(i) + ": " + e);
     });
   }
@@ -99,7 +109,7 @@ uint64_t f16_row_count(const CacheHeader& h, std::span<const uint32_t> positions
 void dequantize_rows(const CacheHeader& h, std::span<const uint32_t> head_rows, std::span<const uint32_t> positions,
                      const QuantRows& q, std::span<float> x) {
   const Shape s = shape_of(h);
-  const uint32_t bits = dtype_bits(h.kv_dtype);
+  const uint32_t bits = s.bits;
   uint64_t r = 0;
   for_rows(h, head_rows, positions, [&](uint32_t hd, uint32_t, bool f16, uint64_t at) {
     float* out = x.data() + r++ * s.D;
@@ -108,13 +118,13 @@ void dequantize_rows(const CacheHeader& h, std::span<const uint32_t> head_rows, 
       return;
     }
     const float* c = q.channel_scale.data() + uint64_t{hd} * s.D;
-    const uint16_t* p = q.params.data() + at * 2 * s.groups;
+    const uint16_t* p = q.params.data() + at * s.words;
     const uint8_t* codes = q.codes.data() + at * s.code_bytes;
     for (uint64_t g = 0; g < s.groups; ++g) {
-      const float scale = f16_to_f32(p[2 * g]), mn = f16_to_f32(p[2 * g + 1]);
+      const KvGroupParams gp = s.params(p, g);
       for (uint64_t j = g * s.Gs; j < (g + 1) * s.Gs; ++j) {
         const uint32_t code = bits == 8 ? codes[j] : (j & 1) ? codes[j >> 1] >> 4 : codes[j >> 1] & 0x0f;
-        out[j] = c[j] * std::fma(scale, static_cast<float>(code), mn);
+        out[j] = c[j] * std::fma(gp.s, static_cast<float>(code), gp.m);
       }
     }
     if (h.kv_rotated) hadamard_rotate(out, static_cast<uint32_t>(s.D));  // v1.3: x = H·(the above)
@@ -127,7 +137,7 @@ std::optional<uint64_t> quant_section_bytes(const CacheHeader& h, uint64_t rows,
   const Shape s = shape_of(h);
   KVZIP_ASSERT(f16_rows <= rows);
   const uint64_t channels = 4ull * h.n_kv_heads * s.D;  // one block's channel scales
-  auto per_row = checked_add(4 * s.groups, s.code_bytes);
+  auto per_row = checked_add(2 * s.words, s.code_bytes);
   if (!per_row) return std::nullopt;
   auto body = checked_mul(rows - f16_rows, *per_row);
   auto dense = checked_mul(f16_rows, 2 * s.D);  // D <= 4096: no overflow in 2 * D
@@ -172,8 +182,8 @@ void parse_quant_section(const CacheHeader& h, const uint8_t* raw, uint64_t size
   take(layer.qv.channel_scale, uint64_t{h.n_kv_heads} * s.D);
   take(layer.qk.dense, dense * s.D);
   take(layer.qv.dense, dense * s.D);
-  take(layer.qk.params, rows * 2 * s.groups);
-  take(layer.qv.params, rows * 2 * s.groups);
+  take(layer.qk.params, rows * s.words);
+  take(layer.qv.params, rows * s.words);
   take(layer.qk.codes, rows * s.code_bytes);
   take(layer.qv.codes, rows * s.code_bytes);
   check_values(h, layer, [&](const std::string& e) { throw Error(Errc::corrupt, where + ": " + e); });
@@ -194,10 +204,10 @@ bool quant_values_bounded(const CacheHeader& h, const LayerKv& layer) {
     bool ok = true;
     for_rows(h, layer.head_rows, layer.positions, [&](uint32_t hd, uint32_t, bool f16, uint64_t at) {
       if (f16 || !ok) return;
-      const uint16_t* p = q.params.data() + at * 2 * s.groups;
+      const uint16_t* p = q.params.data() + at * s.words;
       for (uint64_t g = 0; g < s.groups; ++g) {
-        const double x = cmax[hd * s.groups + g] *
-                         (std::fabs(double(f16_to_f32(p[2 * g]))) * levels + std::fabs(double(f16_to_f32(p[2 * g + 1]))));
+        const KvGroupParams gp = s.params(p, g);
+        const double x = cmax[hd * s.groups + g] * (std::fabs(double(gp.s)) * levels + std::fabs(double(gp.m)));
         if (!(x < limit)) ok = false;
       }
     });
@@ -220,7 +230,7 @@ void validate_quant(const CacheHeader& h, const LayerKv& layer, const std::strin
     if (q.empty() && rows + dense > 0)
       invalid(std::string(b ? "V" : "K") + " rows are not quantized; a " + dtype_name(h.kv_dtype) +
               " cache is written from quantized rows (compress::quantize_kv)");
-    if (q.channel_scale.size() != uint64_t{h.n_kv_heads} * s.D || q.params.size() != rows * 2 * s.groups ||
+    if (q.channel_scale.size() != uint64_t{h.n_kv_heads} * s.D || q.params.size() != rows * s.words ||
         q.codes.size() != rows * s.code_bytes || q.dense.size() != dense * s.D)
       invalid(std::string(b ? "V" : "K") + " quantized rows have the wrong shape (channel scales " +
               std::to_string(q.channel_scale.size()) + ", f16 values " + std::to_string(q.dense.size()) +

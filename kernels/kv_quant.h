@@ -1,8 +1,9 @@
 // Group-wise 8-bit and 4-bit K/V rows: the .kvz q8/q4 storage (spec/kvzip_format.md §12.1) and
 // attention computed directly over it. One KV head's rows share a per-channel scale vector c (D);
-// each row is cut into D/Gs groups of Gs consecutive channels, and a group stores an f16 scale s,
-// an f16 minimum m and one unsigned code q per channel (8 bits, or 4 bits packed two per byte,
-// channel 2i in the low nibble). The value is
+// each row is cut into D/Gs groups of Gs consecutive channels, and a group stores a scale s, a
+// minimum m (as two f16 words, or with KvQuantLayout::byte_params as a byte scale code and a byte
+// zero point: common/kv_params.h) and one unsigned code q per channel (8 bits, or 4 bits packed
+// two per byte, channel 2i in the low nibble). The value is
 //     x[j] = c[j] * fma(s, q[j], m)          (binary32; fma rounds once)
 // Everything that belongs to a row lives in that row (its params and codes), so dropping rows
 // (re-pruning) never touches the others; the channel scales stay valid for any subset of rows.
@@ -36,9 +37,12 @@ struct KvQuantLayout {
   uint32_t D = 0;
   uint32_t group = 0;  // Gs: channels per group
   bool rotated = false;  // codes of H·x (D a power of two); see the top of this file
-  uint32_t groups() const { return D / group; }                 // per row
-  size_t code_bytes() const { return size_t(D) * bits / 8; }    // per row
-  size_t param_halves() const { return 2 * size_t(groups()); }  // per row: (scale, min) per group
+  bool byte_params = false;  // a group's scale and minimum as two bytes (.kvz v1.4; common/kv_params.h)
+  uint32_t groups() const { return D / group; }               // per row
+  size_t code_bytes() const { return size_t(D) * bits / 8; }  // per row
+  // per row: 16-bit words of group parameters (f16: scale, min; byte: scale code | zero point << 8)
+  // (the .cu files include this header: C++17, so common/kv_params.h's decoding is not included)
+  size_t param_words() const { return size_t(byte_params ? 1 : 2) * groups(); }
 };
 
 // Read-only view of one KV head's quantized rows (the file's bytes can be used in place).
@@ -46,7 +50,7 @@ struct KvQuantRows {
   KvQuantLayout layout;
   size_t rows = 0;
   const float* channel_scale = nullptr;  // (D)
-  const uint16_t* params = nullptr;      // (rows, D/Gs, 2) f16 bits: scale, min
+  const uint16_t* params = nullptr;      // (rows, param_words) common/kv_params.h
   const uint8_t* codes = nullptr;        // (rows, D·bits/8)
 };
 
@@ -62,7 +66,7 @@ struct KvQuantRowsOut {
   KvQuantLayout layout;
   size_t rows = 0;
   float* channel_scale = nullptr;  // (D) written: per-channel max |x| over the rows (1 if 0)
-  uint16_t* params = nullptr;      // (rows, D/Gs, 2)
+  uint16_t* params = nullptr;      // (rows, param_words)
   uint8_t* codes = nullptr;        // (rows, D·bits/8)
 };
 
@@ -102,9 +106,10 @@ void kv_quant_scores(const float* q, uint32_t n_q, const KvQuantRows& k, float s
                      void* stream);
 }  // namespace cuda
 
-// The CUDA kernels have no rotation: refuse rather than return unrotated values.
+// The CUDA kernels have no rotation (and read f16 parameters, which unrotated rows always have):
+// refuse rather than return unrotated values.
 inline void require_unrotated(const KvQuantLayout& l, const char* what) {
-  if (l.rotated)
+  if (l.rotated || l.byte_params)
     throw Error(Errc::unsupported, std::string(what) + ": Hadamard-rotated rows are not implemented on CUDA");
 }
 

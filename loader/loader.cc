@@ -118,7 +118,8 @@ model::QuantBase quant_base_from_reader(const format::CacheReader& reader) {
   if (!format::dtype_quantized(h.kv_dtype))
     throw Error(Errc::invalid_argument, std::string("quant_base_from_reader: the cache stores ") +
                                             format::dtype_name(h.kv_dtype) + " rows, not q8/q4");
-  const kernels::KvQuantLayout layout{format::dtype_bits(h.kv_dtype), h.head_dim, h.kv_group_size, h.kv_rotated};
+  const kernels::KvQuantLayout layout{format::dtype_bits(h.kv_dtype), h.head_dim, h.kv_group_size, h.kv_rotated,
+                                      h.kv_byte_params};
   std::vector<model::QuantBaseLayer> layers(h.n_layers);
   for (uint32_t l = 0; l < h.n_layers; ++l) {
     format::LayerKv q = reader.read_quant_layer(l);

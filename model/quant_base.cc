@@ -45,7 +45,7 @@ QuantBase::QuantBase(CacheShape shape, uint32_t logical_length, kernels::KvQuant
     require(L.positions.size() == R, l, "positions");
     require(L.dense_k.size() == F * D && L.dense_v.size() == F * D, l, "f32 rows");
     require(L.scale_k.size() == size_t(H) * D && L.scale_v.size() == size_t(H) * D, l, "channel scales");
-    require(L.params_k.size() == Q * layout.param_halves() && L.params_v.size() == Q * layout.param_halves(),
+    require(L.params_k.size() == Q * layout.param_words() && L.params_v.size() == Q * layout.param_words(),
             l, "group parameters");
     require(L.codes_k.size() == Q * layout.code_bytes() && L.codes_v.size() == Q * layout.code_bytes(), l,
             "codes");
@@ -54,9 +54,9 @@ QuantBase::QuantBase(CacheShape shape, uint32_t logical_length, kernels::KvQuant
       const uint64_t q0 = hd.row0 - hd.dense0;  // quantized rows before this head's
       const size_t n = hd.kept - hd.dense;
       segs_[size_t(l) * H + h] = kernels::KvQuantSegment{
-          kernels::KvQuantRows{layout, n, L.scale_k.data() + size_t(h) * D, L.params_k.data() + q0 * layout.param_halves(),
+          kernels::KvQuantRows{layout, n, L.scale_k.data() + size_t(h) * D, L.params_k.data() + q0 * layout.param_words(),
                       L.codes_k.data() + q0 * layout.code_bytes()},
-          kernels::KvQuantRows{layout, n, L.scale_v.data() + size_t(h) * D, L.params_v.data() + q0 * layout.param_halves(),
+          kernels::KvQuantRows{layout, n, L.scale_v.data() + size_t(h) * D, L.params_v.data() + q0 * layout.param_words(),
                       L.codes_v.data() + q0 * layout.code_bytes()}};
     }
   }

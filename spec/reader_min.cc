@@ -1,5 +1,5 @@
 // reader_min: a second, minimal reader of .kvz v1.x (v1.1: the q8/q4 dtypes; v1.2: their f16 rows;
-// v1.3: their Hadamard-rotated codes)
+// v1.3: their Hadamard-rotated codes; v1.4: their byte group parameters)
 // written from spec/kvzip_format.md alone, laid out in the spec's order (Preamble, Section table, Meta, Index, Positions, Scores, KV). It shares
 // no code with format/; the tests compile it in (tests/format/reader_min_test.cc) and check that
 // both readers agree, and it refuses every damaged file the main reader refuses. It throws
@@ -172,13 +172,13 @@ static void read_meta(const std::vector<uint8_t>& m, File& f) {
   if (f.n_layers < 1 || f.n_layers > 1024 || f.n_kv_heads < 1 || f.n_kv_heads > 1024 || f.head_dim < 2 ||
       f.head_dim > 4096 || f.head_dim % 2)
     fail("model shape out of range");
-  if (f.dtype < 1 || f.dtype > 9) fail("unknown dtype " + std::to_string(f.dtype));
+  if (f.dtype < 1 || f.dtype > 11) fail("unknown dtype " + std::to_string(f.dtype));
   if (f.dtype >= 8 && (f.head_dim & (f.head_dim - 1))) fail("rotated codes need a power-of-two head_dim");
   if (f.dtype >= 4) {  // q8, q4 (v1.1); with f16 rows (6, 7; v1.2)
     f.group = f.u64("kv.quant.group_size");
     if (f.group < 1 || f.group > f.head_dim || f.head_dim % f.group) fail("bad kv.quant.group_size");
   }
-  if (f.dtype >= 6) {  // 8, 9 (v1.3): also with f16 rows
+  if (f.dtype >= 6) {  // 8, 9 (v1.3) and 10, 11 (v1.4): also with f16 rows
     f.f16_below = f.u64("kv.quant.f16_below");
     if (f.f16_below < 1 || f.f16_below > f.logical) fail("bad kv.quant.f16_below");
   }
@@ -254,6 +254,8 @@ static float decode(uint64_t dtype, const uint8_t* p) {
 // x = c[head][j] * fma(scale, code, minimum), or the f16 value of an f16 row (position < f16_below).
 // v1.3 (dtype 8, 9): a quantized row is then multiplied by the Walsh–Hadamard matrix, by the
 // butterflies of §12.1 and the factor 1/sqrt(D) rounded from binary64 to binary32.
+// v1.4 (dtype 10, 11): as 8, 9, but a group's parameters are 2 bytes, scale code e then zero point
+// z: scale = (16 + e % 16) * 2^(e / 16 - 22), minimum = -(scale * z * 2^(bits - 8)).
 static void walsh_hadamard(float* x, uint64_t n) {
   for (uint64_t h = 1; h < n; h *= 2)
     for (uint64_t i = 0; i < n; i += 2 * h)
@@ -271,7 +273,8 @@ static void read_quant(const std::vector<uint8_t>& b, const File& f, Layer& laye
   uint64_t rows = 0, f16 = 0;
   for (uint64_t r : layer.rows) rows += r;
   for (uint32_t p : layer.pos) f16 += p < f.f16_below;
-  const uint64_t scales = f.n_kv_heads * D * 4, dense = f16 * D * 2, params = (rows - f16) * groups * 4,
+  const uint64_t param_bytes = f.dtype >= 10 ? 2 : 4;  // per group
+  const uint64_t scales = f.n_kv_heads * D * 4, dense = f16 * D * 2, params = (rows - f16) * groups * param_bytes,
                  codes = (rows - f16) * D * bits / 8;
   if (b.size() != 2 * (scales + dense + params + codes)) fail("kv section size");
   for (int block = 0; block < 2; ++block) {
@@ -297,8 +300,15 @@ static void read_quant(const std::vector<uint8_t>& b, const File& f, Layer& laye
           continue;
         }
         for (uint64_t j = 0; j < D; ++j) {
-          const uint8_t* gp = p + (qi * groups + j / G) * 4;
-          float scale = decode(2, gp), minimum = decode(2, gp + 2);
+          const uint8_t* gp = p + (qi * groups + j / G) * param_bytes;
+          float scale, minimum;
+          if (f.dtype >= 10) {  // every byte is valid
+            scale = std::ldexp(static_cast<float>(16 + gp[0] % 16), gp[0] / 16 - 22);
+            minimum = -(scale * std::ldexp(static_cast<float>(gp[1]), static_cast<int>(bits) - 8));
+          } else {
+            scale = decode(2, gp);
+            minimum = decode(2, gp + 2);
+          }
           if (std::isnan(scale) || std::isinf(scale) || scale < 0 || std::isnan(minimum) || std::isinf(minimum))
             fail("bad group scale or minimum");
           const uint8_t byte = q[qi * D * bits / 8 + (bits == 8 ? j : j / 2)];

@@ -29,7 +29,7 @@ constexpr uint32_t kChunk = 256;  // quantized rows per task: enough tasks for d
 KvQuantRows slice(const KvQuantRows& rows, size_t r0, size_t n) {
   KvQuantRows s = rows;
   s.rows = n;
-  s.params = rows.params + r0 * rows.layout.param_halves();
+  s.params = rows.params + r0 * rows.layout.param_words();
   s.codes = rows.codes + r0 * rows.layout.code_bytes();
   return s;
 }

@@ -2,7 +2,8 @@
 // quantizer is the definition the .kvz q8/q4 writer uses: scalar, no fused expressions, so every
 // build writes the same bits. The attention paths never form a dequantized row: per group they
 // take a dot product of (channel-scaled) query values with the codes widened to floats (vector
-// loads, simd.h) and apply the group's scale and minimum once. Rotated rows (common/hadamard.h):
+// loads, simd.h) and apply the group's scale and minimum once (decoded once per row from either
+// stored form, common/kv_params.h). Rotated rows (common/hadamard.h):
 // the quantizer codes H·x; the scores rotate each query once and the weighted sums rotate each
 // output once, so the codes are used as stored.
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "common/error.h"
 #include "common/hadamard.h"
 #include "common/half.h"
+#include "common/kv_params.h"
 #include "kernels/kv_quant.h"
 #include "kernels/quant.h"
 #include "kernels/simd.h"
@@ -67,9 +69,10 @@ void kv_quantize_rows(const float* x, const KvQuantRowsOut& o) {
     o.channel_scale[j] = a > 0.0f ? a : 1.0f;
   }
   std::vector<float> y(Gs);
+  const size_t P = l.param_words();
   for (size_t r = 0; r < o.rows; ++r) {
     const float* xr = x + r * D;
-    uint16_t* pr = o.params + r * 2 * G;
+    uint16_t* pr = o.params + r * P;
     uint8_t* cr = o.codes + r * l.code_bytes();
     std::fill(cr, cr + l.code_bytes(), uint8_t{0});
     for (uint32_t g = 0; g < G; ++g) {
@@ -79,17 +82,18 @@ void kv_quantize_rows(const float* x, const KvQuantRowsOut& o) {
         lo = std::min(lo, y[i]);
         hi = std::max(hi, y[i]);
       }
-      // The parameters are rounded to f16 first and the codes computed against the rounded
-      // values, so the reconstruction uses exactly what was optimised for.
-      const uint16_t m16 = f32_to_f16(lo);
-      const float m = f16_to_f32(m16);
-      const float span = hi - m;
-      const uint16_t s16 = f32_to_f16(span / levels);
-      const float s = f16_to_f32(s16);
-      pr[2 * g] = s16;
-      pr[2 * g + 1] = m16;
+      // The parameters are rounded to their stored form first and the codes computed against the
+      // rounded values, so the reconstruction uses exactly what was optimised for.
+      if (l.byte_params) {
+        pr[g] = kv_byte_params_for(lo, hi, l.bits);
+      } else {
+        const uint16_t m16 = f32_to_f16(lo);
+        pr[2 * g] = f32_to_f16((hi - f16_to_f32(m16)) / levels);
+        pr[2 * g + 1] = m16;
+      }
+      const KvGroupParams p = kv_group_params(pr, g, l.byte_params, l.bits);
       for (uint32_t i = 0; i < Gs; ++i) {
-        float q = s > 0.0f ? std::nearbyint((y[i] - m) / s) : 0.0f;
+        float q = p.s > 0.0f ? std::nearbyint((y[i] - p.m) / p.s) : 0.0f;
         q = std::clamp(q, 0.0f, levels);
         const uint32_t j = g * Gs + i, code = static_cast<uint32_t>(q);
         if (l.bits == 8)
@@ -106,13 +110,13 @@ void kv_dequantize_rows(const KvQuantRows& in, float* x) {
   check_layout(l);
   const uint32_t D = l.D, Gs = l.group, G = l.groups();
   for (size_t r = 0; r < in.rows; ++r) {
-    const uint16_t* pr = in.params + r * 2 * G;
+    const uint16_t* pr = in.params + r * l.param_words();
     const uint8_t* cr = in.codes + r * l.code_bytes();
     for (uint32_t g = 0; g < G; ++g) {
-      const float s = f16_to_f32(pr[2 * g]), m = f16_to_f32(pr[2 * g + 1]);
+      const KvGroupParams p = kv_group_params(pr, g, l.byte_params, l.bits);
       for (uint32_t i = 0; i < Gs; ++i) {
         const uint32_t j = g * Gs + i;
-        x[r * D + j] = in.channel_scale[j] * std::fma(s, static_cast<float>(code_at(cr, l.bits, j)), m);
+        x[r * D + j] = in.channel_scale[j] * std::fma(p.s, static_cast<float>(code_at(cr, l.bits, j)), p.m);
       }
     }
     if (l.rotated) hadamard_rotate(x + r * D, D);
@@ -227,6 +231,15 @@ inline VecF dot_acc(VecF acc, const float* a, const float* b, uint32_t n, float*
   return acc;
 }
 
+// A row's group parameters decoded into sm (2·groups): s then m of each group.
+inline void row_params(const KvQuantLayout& l, const uint16_t* p, float* sm) {
+  for (uint32_t g = 0; g < l.groups(); ++g) {
+    const KvGroupParams gp = kv_group_params(p, g, l.byte_params, l.bits);
+    sm[2 * g] = gp.s;
+    sm[2 * g + 1] = gp.m;
+  }
+}
+
 // acc[i] += x·c[i] + y over [0, n).
 inline void axpb(float* acc, const float* c, float x, float y, uint32_t n) {
   const VecF xv = simd::splat(x), yv = simd::splat(y);
@@ -258,8 +271,7 @@ void kv_quant_scores(const float* q, uint32_t n_q, const KvQuantRows& k, float s
   std::vector<float> sm(2 * G);
   for (size_t r = 0; r < k.rows; ++r) {
     widen_codes(k.codes + r * l.code_bytes(), l, o, codes.data());
-    const uint16_t* pr = k.params + r * 2 * G;
-    for (uint32_t h = 0; h < 2 * G; ++h) sm[h] = f16_to_f32(pr[h]);  // once per row
+    row_params(l, k.params + r * l.param_words(), sm.data());  // once per row
     for (uint32_t t = 0; t < n_q; ++t) {
       const float* qt = qc.data() + size_t(t) * D;
       float acc = 0.0f;
@@ -285,8 +297,7 @@ void kv_quant_weighted_sum(const float* w, uint32_t n_q, const KvQuantRows& v, f
   std::vector<float> acc(size_t(n_q) * D, 0.0f), codes(D), sm(2 * G);
   for (size_t r = 0; r < v.rows; ++r) {
     widen_codes(v.codes + r * l.code_bytes(), l, o, codes.data());
-    const uint16_t* pr = v.params + r * 2 * G;
-    for (uint32_t h = 0; h < 2 * G; ++h) sm[h] = f16_to_f32(pr[h]);
+    row_params(l, v.params + r * l.param_words(), sm.data());
     for (uint32_t t = 0; t < n_q; ++t) {
       const float wr = w[size_t(t) * v.rows + r];
       if (wr == 0.0f) continue;

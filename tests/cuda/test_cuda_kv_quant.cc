@@ -22,7 +22,7 @@ TEST_CASE("CUDA kv_quant dequantize and scores match the CPU", "[cuda]") {
   std::vector<float> x = test::random_vector(R * D, test::seed(bits * 100 + group), -3.0f, 3.0f);
   for (size_t i = 0; i < x.size(); i += 7) x[i] *= 10.0f;  // outliers
   std::vector<float> c(D);
-  std::vector<uint16_t> p(R * l.param_halves());
+  std::vector<uint16_t> p(R * l.param_words());
   std::vector<uint8_t> codes(R * l.code_bytes());
   kernels::cpu::kv_quantize_rows(x.data(), {l, R, c.data(), p.data(), codes.data()});
   const kernels::KvQuantRows host{l, R, c.data(), p.data(), codes.data()};

@@ -140,8 +140,8 @@ std::vector<BadCase> bad_cases(const std::vector<uint8_t>& g) {
        meta_edit([](Image& im) { std::memcpy(&im.bytes[im.meta_key("model.name")], "model.arch", 10); })},
       {"missing_key.kvz", Errc::corrupt, "required meta key 'kv.dtype' is missing",
        meta_edit([](Image& im) { im.bytes[im.meta_key("kv.dtype") + 7] = 'X'; })},
-      {"unknown_dtype.kvz", Errc::unsupported, "meta key 'kv.dtype': id 10 is not in this reader's dtype registry",
-       meta_edit([](Image& im) { im.set_u64(im.meta_value("kv.dtype"), 10); })},
+      {"unknown_dtype.kvz", Errc::unsupported, "meta key 'kv.dtype': id 12 is not in this reader's dtype registry",
+       meta_edit([](Image& im) { im.set_u64(im.meta_value("kv.dtype"), 12); })},
       {"index_row_start.kvz", Errc::corrupt, "Row_Start 99, expected 5",
        resealed(1, [](Image& im) { im.set_u64(im.section_start(1) + 16 + 8, 99); })},
       {"position_order.kvz", Errc::corrupt, "does not increase",
@@ -207,6 +207,18 @@ std::vector<BadCase> bad_rotated_cases(const std::vector<uint8_t>& g) {
        meta_edit([](Image& im) { im.bytes[im.meta_key("kv.quant.f16_below") + 3] = 'X'; })},
       {"q4rot_inf_group_scale.kvz", Errc::corrupt, "K head 0 row 3: group 1 scale is infinite",
        kv0_edit([](Image& im, uint64_t kv) { im.set_u16(kv + 160 + 4, 0x7c00); })},
+  });
+}
+
+std::vector<BadCase> bad_byte_params_cases(const std::vector<uint8_t>& g) {
+  return open_cases(g, {
+      {"q4byte_head_dim_not_pow2.kvz", Errc::corrupt, "id 11 (rotated codes) needs a power-of-two head_dim, not 6",
+       meta_edit([](Image& im) { im.set_u64(im.meta_value("model.head_dim"), 6); })},
+      {"q4byte_missing_below.kvz", Errc::corrupt, "required meta key 'kv.quant.f16_below' is missing",
+       meta_edit([](Image& im) { im.bytes[im.meta_key("kv.quant.f16_below") + 3] = 'X'; })},
+      // The same bytes read as v1.3 (f16 parameters, 4 bytes a group): the section is too short.
+      {"q4byte_read_as_v1_3.kvz", Errc::corrupt, "the q8/q4 layout with f16 rows",
+       meta_edit([](Image& im) { im.set_u64(im.meta_value("kv.dtype"), 9); })},
   });
 }
 

@@ -41,6 +41,10 @@ std::vector<BadCase> bad_f16_rows_cases(const std::vector<uint8_t>& golden_v1_2_
 // an infinite group scale of a quantized row.
 std::vector<BadCase> bad_rotated_cases(const std::vector<uint8_t>& golden_v1_3_q4);
 
+// Damage specific to the byte group parameters of v1.4, derived from the golden tiny_v1_4_q4.kvz.
+// Every byte is a valid parameter, so what can be wrong is the layout around them.
+std::vector<BadCase> bad_byte_params_cases(const std::vector<uint8_t>& golden_v1_4_q4);
+
 // tiny_v1_1_unknown_optional.kvz: a v1.1 file whose scores section became an unknown optional
 // kind — a v1.0 reader must skip it and read the rest.
 std::vector<uint8_t> future_minor_file(const std::vector<uint8_t>& golden_f32);

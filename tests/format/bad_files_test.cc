@@ -26,6 +26,8 @@ std::vector<BadCase> cases() {
     all.push_back(std::move(c));
   for (BadCase& c : bad_rotated_cases(read_bytes(source_path("tests/golden/kvz/tiny_v1_3_q4.kvz"))))
     all.push_back(std::move(c));
+  for (BadCase& c : bad_byte_params_cases(read_bytes(source_path("tests/golden/kvz/tiny_v1_4_q4.kvz"))))
+    all.push_back(std::move(c));
   return all;
 }
 

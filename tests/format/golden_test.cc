@@ -30,11 +30,11 @@ std::string inspect_text(const std::string& name) {
 }
 
 // The golden contents stored as q8/q4 with groups of 2 channels (two groups per row of D = 4):
-// v1.1 (every row quantized), v1.2 (the prefix rows, positions 0 … 2, stored as f16) or v1.3
-// (v1.2 with Hadamard-rotated codes).
-CacheContents golden_quant(DType dtype, bool f16_prefix = false, bool rotate = false) {
+// v1.1 (every row quantized), v1.2 (the prefix rows, positions 0 … 2, stored as f16), v1.3
+// (v1.2 with Hadamard-rotated codes) or v1.4 (v1.3 with byte group parameters).
+CacheContents golden_quant(DType dtype, bool f16_prefix = false, bool rotate = false, bool byte_params = false) {
   CacheContents c = golden_contents(DType::F32);
-  compress::set_kv_dtype(c, dtype, 2, f16_prefix, rotate);
+  compress::set_kv_dtype(c, {dtype, 2, f16_prefix, rotate, byte_params});
   return c;
 }
 
@@ -59,6 +59,43 @@ TEST_CASE("generate the golden v1 files", "[.generate-golden]") {
   write_bytes(source_path(kDir + "tiny_v1_3_q8_zstd.kvz"), to_bytes(golden_quant(DType::Q8, true, true), zstd_all()));
   text = inspect_text("tiny_v1_3_q4.kvz");
   write_bytes(source_path(kDir + "tiny_v1_3_q4.inspect.txt"), std::vector<uint8_t>(text.begin(), text.end()));
+  write_bytes(source_path(kDir + "tiny_v1_4_q4.kvz"), to_bytes(golden_quant(DType::Q4, true, true, true)));
+  write_bytes(source_path(kDir + "tiny_v1_4_q8_zstd.kvz"), to_bytes(golden_quant(DType::Q8, true, true, true), zstd_all()));
+  text = inspect_text("tiny_v1_4_q4.kvz");
+  write_bytes(source_path(kDir + "tiny_v1_4_q4.inspect.txt"), std::vector<uint8_t>(text.begin(), text.end()));
+}
+
+TEST_CASE("the golden q4 and q8 v1.4 files read back their byte parameters and rotated codes", "[format]") {
+  for (auto [name, dtype] : {std::pair{"tiny_v1_4_q4.kvz", DType::Q4}, std::pair{"tiny_v1_4_q8_zstd.kvz", DType::Q8}}) {
+    INFO(name);
+    CacheReader r = CacheReader::open(source_path(kDir + name), {Verify::Full});
+    CHECK(r.version_minor() == 4);  // the lowest minor version that has byte parameters
+    CHECK(r.header().kv_dtype == dtype);
+    CHECK(r.header().kv_rotated);
+    CHECK(r.header().kv_byte_params);
+    CHECK(r.header().kv_f16_below == 3);
+    const CacheContents got = r.load();
+    std::string why;
+    CHECK(same_contents(got, golden_quant(dtype, true, true, true), &why));
+    INFO(why);
+    for (const LayerKv& l : got.layers)  // one 16-bit word a group: half of v1.3's parameters
+      CHECK(l.qk.params.size() == (l.positions.size() - f16_row_count(r.header(), l.positions)) * 2);
+    // As v1.3, with the scale rounded up to 5 significant bits (at most 1/16 more).
+    const CacheContents f32 = golden_contents(DType::F32);
+    const float tol = dtype == DType::Q4 ? 0.66f : 0.043f;
+    for (size_t l = 0; l < got.layers.size(); ++l)
+      for (size_t i = 0; i < got.layers[l].k.size(); ++i) {
+        const bool f16 = got.layers[l].positions[i / 4] < 3;
+        REQUIRE(std::fabs(got.layers[l].k[i] - f32.layers[l].k[i]) <= (f16 ? 0.0f : tol));
+        REQUIRE(std::fabs(got.layers[l].v[i] - f32.layers[l].v[i]) <= (f16 ? 0.0f : tol));
+      }
+  }
+}
+
+TEST_CASE("this writer reproduces the golden v1.4 q4 file and its inspect dump", "[format]") {
+  CHECK(to_bytes(golden_quant(DType::Q4, true, true, true)) == read_bytes(source_path(kDir + "tiny_v1_4_q4.kvz")));
+  auto want = read_bytes(source_path(kDir + "tiny_v1_4_q4.inspect.txt"));
+  CHECK(inspect_text("tiny_v1_4_q4.kvz") == std::string(want.begin(), want.end()));
 }
 
 TEST_CASE("the golden q4 and q8 v1.3 files read back their exact f16 rows and rotated codes", "[format]") {

@@ -34,7 +34,7 @@ CacheContents with_sink(uint64_t seed = 4) {
 
 CacheContents quantized(DType t, uint32_t group, uint64_t seed = 4) {
   CacheContents c = with_sink(seed);
-  compress::set_kv_dtype(c, t, group, true, false);
+  compress::set_kv_dtype(c, {t, group, true, false});
   return c;
 }
 
@@ -84,7 +84,7 @@ TEST_CASE("f16 rows hold the f16 values; the channel scales come from the other 
   // The sink no longer widens the document rows' steps in its channels (in the v1.1 layout the
   // channel scale of channels 0 and 1 is the sink's, 50x the document rows' range there).
   CacheContents old = with_sink();
-  compress::set_kv_dtype(old, DType::Q4, 0, false);
+  compress::set_kv_dtype(old, {DType::Q4, 0, false});
   double err_new = 0, err_old = 0;
   for (size_t l = 0; l < c.layers.size(); ++l)
     for (size_t r = 0; r < in.layers[l].positions.size(); ++r) {
@@ -117,7 +117,7 @@ TEST_CASE("a v1.2 section has the documented size and a dtype id v1.1 readers do
   Image im(bytes);
   CHECK(im.u64(im.meta_value("kv.dtype")) == (t == DType::Q8 ? 6u : 7u));
   // This reader treats an id beyond its registry the same way.
-  im.set_u64(im.meta_value("kv.dtype"), 10);
+  im.set_u64(im.meta_value("kv.dtype"), 12);
   im.reseal_section(0);
   im.reseal();
   try {
@@ -125,7 +125,7 @@ TEST_CASE("a v1.2 section has the documented size and a dtype id v1.1 readers do
     FAIL("an unknown dtype id was accepted");
   } catch (const Error& e) {
     CHECK(e.code() == Errc::unsupported);
-    CHECK_THAT(e.what(), Catch::Matchers::Contains("id 10 is not in this reader's dtype registry"));
+    CHECK_THAT(e.what(), Catch::Matchers::Contains("id 12 is not in this reader's dtype registry"));
   }
 }
 
@@ -150,15 +150,15 @@ TEST_CASE("prune keeps f16 rows and quantized rows as stored", "[format]") {
 TEST_CASE("set_kv_dtype switches between the v1.1 and v1.2 layouts", "[format]") {
   CacheContents c = quantized(DType::Q8, 4);
   const CacheContents before = c;
-  compress::set_kv_dtype(c, DType::Q8, 4, true, false);  // same layout: kept as stored
+  compress::set_kv_dtype(c, {DType::Q8, 4, true, false});  // same layout: kept as stored
   std::string why;
   CHECK(same_contents(c, before, &why));
-  compress::set_kv_dtype(c, DType::Q8, 4, false);  // v1.1: re-quantized, every row coded
+  compress::set_kv_dtype(c, {DType::Q8, 4, false});  // v1.1: re-quantized, every row coded
   CHECK(c.header.kv_f16_below == 0);
   CHECK(c.layers[0].qk.dense.empty());
   CHECK(CacheReader::open_memory(to_bytes(c)).version_minor() == 1);
   CacheContents f = c;
-  compress::set_kv_dtype(f, DType::F16);
+  compress::set_kv_dtype(f, {DType::F16});
   CHECK(f.header.kv_f16_below == 0);
   // f16 rows exist only with q8/q4.
   f.header.kv_f16_below = 2;

@@ -31,9 +31,10 @@ CacheContents with_outliers(uint32_t D = kD, uint64_t seed = 4) {
   return c;
 }
 
+// v1.3: f16 rows, rotated, f16 group parameters (the byte parameters of v1.4 have their own tests).
 CacheContents rotated(DType t, uint32_t group, uint64_t seed = 4) {
   CacheContents c = with_outliers(kD, seed);
-  compress::set_kv_dtype(c, t, group);  // the defaults: f16 rows, rotated
+  compress::set_kv_dtype(c, {t, group, true, true, false});
   return c;
 }
 
@@ -58,7 +59,7 @@ TEST_CASE("rotated q8/q4 round-trip exactly, raw and zstd, as v1.3 files with id
   }
   // The same rows unrotated (v1.2) take exactly as many bytes: only the meaning changed.
   CacheContents plain = with_outliers();
-  compress::set_kv_dtype(plain, t, group, true, false);
+  compress::set_kv_dtype(plain, {t, group, true, false});
   CHECK_FALSE(plain.header.kv_rotated);
   CHECK(to_bytes(plain).size() == to_bytes(c).size());
 }
@@ -87,27 +88,27 @@ TEST_CASE("rotated rows reconstruct as H times the unrotated formula", "[format]
 
 TEST_CASE("set_kv_dtype rotates only with f16 rows and a power-of-two head dimension", "[format]") {
   CacheContents c = with_outliers();
-  compress::set_kv_dtype(c, DType::Q4, 0, false);  // no f16 rows: v1.1
+  compress::set_kv_dtype(c, {DType::Q4, 0, false});  // no f16 rows: v1.1
   CHECK_FALSE(c.header.kv_rotated);
   CHECK(CacheReader::open_memory(to_bytes(c)).version_minor() == 1);
   CacheContents odd = synthetic(SyntheticSpec{.head_dim = 12});
-  compress::set_kv_dtype(odd, DType::Q8, 0);  // D = 12: v1.2
+  compress::set_kv_dtype(odd, {DType::Q8, 0});  // D = 12: v1.2
   CHECK_FALSE(odd.header.kv_rotated);
   CHECK(CacheReader::open_memory(to_bytes(odd)).version_minor() == 2);
   // Switching rotation re-quantizes; asking for what is stored keeps it.
   CacheContents r = rotated(DType::Q8, 4);
   const CacheContents before = r;
-  compress::set_kv_dtype(r, DType::Q8, 4);
+  compress::set_kv_dtype(r, {DType::Q8, 4, true, true, false});
   std::string why;
   CHECK(same_contents(r, before, &why));
-  compress::set_kv_dtype(r, DType::Q8, 4, true, false);
+  compress::set_kv_dtype(r, {DType::Q8, 4, true, false});
   CHECK_FALSE(r.header.kv_rotated);
   CHECK(CacheReader::open_memory(to_bytes(r)).version_minor() == 2);
-  compress::set_kv_dtype(r, DType::F16);
+  compress::set_kv_dtype(r, {DType::F16});
   CHECK_FALSE(r.header.kv_rotated);
   // The writer refuses a rotation the format cannot hold.
   CacheContents bad = with_outliers(12);
-  compress::set_kv_dtype(bad, DType::Q4, 0, true, false);
+  compress::set_kv_dtype(bad, {DType::Q4, 0, true, false});
   bad.header.kv_rotated = true;
   CHECK_THROWS_WITH(to_bytes(bad), Catch::Matchers::Contains("power-of-two head_dim"));
 }
@@ -116,7 +117,7 @@ TEST_CASE("rotation lowers the q4 error of rows with outlier channels", "[format
   const CacheContents in = with_outliers();
   const CacheContents rot = rotated(DType::Q4, 0);
   CacheContents plain = with_outliers();
-  compress::set_kv_dtype(plain, DType::Q4, 0, true, false);
+  compress::set_kv_dtype(plain, {DType::Q4, 0, true, false});
   double err_rot = 0, err_plain = 0;
   for (size_t l = 0; l < in.layers.size(); ++l)
     for (size_t i = 0; i < in.layers[l].k.size(); ++i) {

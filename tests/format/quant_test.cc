@@ -18,7 +18,7 @@ namespace {
 // f16_prefix false: the v1.1 layout (every row quantized), whose exact sizes some tests check.
 CacheContents quantized(DType t, uint32_t group, uint64_t seed = 3, bool f16_prefix = false) {
   CacheContents c = synthetic(SyntheticSpec{.head_dim = 16, .document = 60, .seed = seed});  // L 3, Hkv 2
-  compress::set_kv_dtype(c, t, group, f16_prefix);
+  compress::set_kv_dtype(c, {t, group, f16_prefix});
   return c;
 }
 
@@ -44,7 +44,7 @@ TEST_CASE("a q4 file is about a seventh of the f32 file's K/V bytes", "[format]"
   uint64_t rows = 0;
   for (const LayerKv& l : q4.layers) rows += l.positions.size();
   CacheContents f32 = q4;
-  compress::set_kv_dtype(f32, DType::F32);
+  compress::set_kv_dtype(f32, {DType::F32});
   // K/V payload only (sections are padded to 4 KiB, so compare section sizes, not files).
   auto kv_bytes = [](const std::vector<uint8_t>& file) {
     uint64_t n = 0;
@@ -70,7 +70,7 @@ TEST_CASE("the writer refuses a q8/q4 cache whose rows were never quantized", "[
   CacheContents bad = quantized(DType::Q8, 0);
   bad.layers[2].qv.params[6] = 0x7c00;  // an infinite group scale
   CHECK_THROWS_WITH(to_bytes(bad), Catch::Matchers::Contains("scale is infinite"));
-  CHECK_THROWS_AS(compress::set_kv_dtype(bad, DType::Q4, 3), Error);  // 3 does not divide 16
+  CHECK_THROWS_AS(compress::set_kv_dtype(bad, {DType::Q4, 3}), Error);  // 3 does not divide 16
 }
 
 TEST_CASE("prune re-prunes a q4 cache without re-quantizing the rows it keeps", "[format]") {
@@ -98,10 +98,10 @@ TEST_CASE("prune re-prunes a q4 cache without re-quantizing the rows it keeps", 
 TEST_CASE("set_kv_dtype: the same q8/q4 again keeps the stored rows; f16 drops them", "[format]") {
   CacheContents c = quantized(DType::Q8, 4);
   const CacheContents before = c;
-  compress::set_kv_dtype(c, DType::Q8, 4, false);
+  compress::set_kv_dtype(c, {DType::Q8, 4, false});
   std::string why;
   CHECK(same_contents(c, before, &why));
-  compress::set_kv_dtype(c, DType::F16);
+  compress::set_kv_dtype(c, {DType::F16});
   CHECK(c.layers[0].qk.empty());
   CHECK(c.header.kv_group_size == 0);
   CHECK(c.layers[0].k == before.layers[0].k);  // the dequantized values, now stored as f16

@@ -22,7 +22,7 @@ namespace {
 
 CacheContents quantized(DType t, uint32_t group, bool f16_prefix) {
   CacheContents c = synthetic(SyntheticSpec{.head_dim = 16, .document = 60, .seed = 8});
-  compress::set_kv_dtype(c, t, group, f16_prefix);
+  compress::set_kv_dtype(c, {t, group, f16_prefix});
   return c;
 }
 

@@ -22,7 +22,7 @@ void check_agree(const std::vector<uint8_t>& bytes) {
   CHECK(b.n_kv_heads == h.n_kv_heads);
   CHECK(b.head_dim == h.head_dim);
   // The registry id: q8/q4 with f16 rows (v1.2) are 6/7, rotated too (v1.3) 8/9.
-  CHECK(b.dtype == static_cast<uint64_t>(h.kv_dtype) + (h.kv_rotated ? 4 : h.kv_f16_below > 0 ? 2 : 0));
+  CHECK(b.dtype == static_cast<uint64_t>(h.kv_dtype) + (h.kv_byte_params ? 6 : h.kv_rotated ? 4 : h.kv_f16_below > 0 ? 2 : 0));
   CHECK(b.f16_below == h.kv_f16_below);
   CHECK(b.logical == h.logical_length());
   CHECK(b.prefix == h.prefix_length());
@@ -74,21 +74,23 @@ TEST_CASE("reader_min reconstructs q8/q4 rows to the main reader's exact values"
   spec.n_kv_heads = 3;
   spec.head_dim = 6;
   CacheContents c = synthetic(spec);
-  compress::set_kv_dtype(c, dtype, group, f16_prefix);
+  compress::set_kv_dtype(c, {dtype, group, f16_prefix});
   WriteOptions o;
   o.zstd_level = group == 2 ? 1 : 0;
   check_agree(to_bytes(c, o));
 }
 
-TEST_CASE("reader_min reconstructs rotated q8/q4 rows (v1.3) to the main reader's exact values", "[format]") {
+TEST_CASE("reader_min reconstructs rotated q8/q4 rows (v1.3, v1.4) to the main reader's exact values", "[format]") {
   auto dtype = GENERATE(DType::Q8, DType::Q4);
   uint32_t group = GENERATE(0u, 2u);
+  bool byte_params = GENERATE(false, true);  // v1.3, v1.4
   SyntheticSpec spec;
   spec.n_kv_heads = 3;
   spec.head_dim = 16;
   CacheContents c = synthetic(spec);
-  compress::set_kv_dtype(c, dtype, group, true, true);
+  compress::set_kv_dtype(c, {dtype, group, true, true, byte_params});
   REQUIRE(c.header.kv_rotated);
+  REQUIRE(c.header.kv_byte_params == byte_params);
   WriteOptions o;
   o.zstd_level = group == 2 ? 1 : 0;
   check_agree(to_bytes(c, o));
@@ -101,6 +103,8 @@ TEST_CASE("reader_min refuses every damaged file the main reader refuses", "[for
   for (BadCase& c : bad_f16_rows_cases(read_bytes(source_path("tests/golden/kvz/tiny_v1_2_q4.kvz"))))
     all.push_back(std::move(c));
   for (BadCase& c : bad_rotated_cases(read_bytes(source_path("tests/golden/kvz/tiny_v1_3_q4.kvz"))))
+    all.push_back(std::move(c));
+  for (BadCase& c : bad_byte_params_cases(read_bytes(source_path("tests/golden/kvz/tiny_v1_4_q4.kvz"))))
     all.push_back(std::move(c));
   for (const BadCase& c : all) {
     if (c.mode != BadMode::Open) continue;

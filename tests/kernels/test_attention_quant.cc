@@ -69,7 +69,7 @@ QData make(const QCase& c, uint64_t seed) {
     const std::vector<float> xk = with_outliers(test::random_vector(nq * D, s + 1, -1, 1), c.D);
     const std::vector<float> xv = test::random_vector(nq * D, s + 2, -1, 1);
     H.ck.resize(D), H.cv.resize(D);
-    H.pk.resize(nq * L.param_halves()), H.pv.resize(nq * L.param_halves());
+    H.pk.resize(nq * L.param_words()), H.pv.resize(nq * L.param_words());
     H.qk.resize(nq * L.code_bytes()), H.qv.resize(nq * L.code_bytes());
     kernels::cpu::kv_quantize_rows(xk.data(), {L, nq, H.ck.data(), H.pk.data(), H.qk.data()});
     kernels::cpu::kv_quantize_rows(xv.data(), {L, nq, H.cv.data(), H.pv.data(), H.qv.data()});

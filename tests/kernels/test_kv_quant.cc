@@ -4,7 +4,8 @@
 // whole attention over quantized rows equal dequantize-then-attend (double precision) within a
 // float-summation bound; the format's reconstruction gives the same bits as the kernel's; and a
 // tiny hand-built case pins the byte layout. Rotated rows (layout.rotated): the reference applies
-// an explicit Walsh–Hadamard matrix product to the formula's values.
+// an explicit Walsh–Hadamard matrix product to the formula's values. Byte parameters
+// (layout.byte_params): the reference decodes them from the spec's formula, written out here.
 #include <catch2/catch.hpp>
 
 #include <bit>
@@ -42,10 +43,20 @@ struct Quantized {
 
 Quantized quantize(const std::vector<float>& x, kernels::KvQuantLayout l) {
   Quantized q{l, x.size() / l.D, std::vector<float>(l.D), {}, {}};
-  q.p.resize(q.rows * l.param_halves());
+  q.p.resize(q.rows * l.param_words());
   q.codes.resize(q.rows * l.code_bytes());
   kernels::cpu::kv_quantize_rows(x.data(), {l, q.rows, q.c.data(), q.p.data(), q.codes.data()});
   return q;
+}
+
+// Group g's (s, m) of row r, from the spec's formulas (f16 words, or scale code and zero point).
+std::pair<float, float> reference_params(const Quantized& q, size_t r, uint32_t g) {
+  const kernels::KvQuantLayout& l = q.layout;
+  const uint16_t* p = q.p.data() + r * l.param_words();
+  if (!l.byte_params) return {f16_to_f32(p[2 * g]), f16_to_f32(p[2 * g + 1])};
+  const uint32_t e = p[g] & 0xff, z = p[g] >> 8;
+  const float s = std::ldexp(float(16 + e % 16), int(e / 16) - 22);
+  return {s, float(-(double(s) * z * std::ldexp(1.0, int(l.bits) - 8)))};
 }
 
 // The reference reconstruction, straight from the formula.
@@ -57,8 +68,7 @@ std::vector<double> reference_values(const Quantized& q) {
       const uint32_t g = j / l.group;
       const uint8_t* row = q.codes.data() + r * l.code_bytes();
       const uint32_t code = l.bits == 8 ? row[j] : (row[j / 2] >> (4 * (j % 2))) & 15;
-      const float s = f16_to_f32(q.p[r * l.param_halves() + 2 * g]);
-      const float m = f16_to_f32(q.p[r * l.param_halves() + 2 * g + 1]);
+      const auto [s, m] = reference_params(q, r, g);
       out[r * l.D + j] = double(q.c[j] * std::fma(s, float(code), m));  // binary32 product
     }
   if (l.rotated)  // x = H·y, H[i][j] = (-1)^popcount(i & j) / √D, as a matrix product
@@ -78,7 +88,8 @@ std::vector<double> reference_values(const Quantized& q) {
 TEST_CASE("kv_quant round trip: every value within its group's bound", "[kernels]") {
   const uint32_t bits = GENERATE(8u, 4u);
   const uint32_t group = GENERATE(64u, 32u, 16u, 2u);
-  const kernels::KvQuantLayout l{bits, 64, group};
+  const bool byte_params = GENERATE(false, true);
+  const kernels::KvQuantLayout l{bits, 64, group, false, byte_params};
   const std::vector<float> x = outlier_rows(37, 64, 11 + bits + group);
   const Quantized q = quantize(x, l);
   std::vector<float> back(x.size());
@@ -90,16 +101,19 @@ TEST_CASE("kv_quant round trip: every value within its group's bound", "[kernels
       const size_t i = r * 64 + j;
       REQUIRE(double(back[i]) == ref[i]);  // the kernel is the formula, bit for bit
       const uint32_t g = j / group;
-      // In the group's normalised units (x / c): half a step, plus the f16 rounding of the minimum
-      // and of the step (relative 2^-11 each, the step's error counted over all levels).
-      const double s = f16_to_f32(q.p[r * l.param_halves() + 2 * g]);
-      const double m = f16_to_f32(q.p[r * l.param_halves() + 2 * g + 1]);
-      const double bound = q.c[j] * (0.5 * s + std::ldexp(1.0, -11) * (std::fabs(m) + levels * s) + 1e-7);
-      INFO("bits " << bits << " group " << group << " row " << r << " channel " << j);
+      // In the group's normalised units (x / c): half a step, plus (f16) the rounding of the
+      // minimum and of the step (relative 2^-11 each, the step's error counted over all levels).
+      // Byte parameters are chosen after rounding: half a step is the whole bound.
+      const auto [s, m] = reference_params(q, r, g);
+      const double bound = q.c[j] * (0.5 * s + (byte_params ? 0.0 : std::ldexp(1.0, -11) * (std::fabs(m) + levels * s)) + 1e-7);
+      INFO("bits " << bits << " group " << group << " bytes " << byte_params << " row " << r << " channel " << j);
       REQUIRE(std::fabs(double(back[i]) - double(x[i])) <= bound);
     }
-  // The channel scales normalise every group into [-1, 1]: steps are at most 2 / levels.
-  for (size_t h = 0; h < q.p.size(); h += 2) REQUIRE(f16_to_f32(q.p[h]) <= 2.0 / levels * 1.001);
+  // The channel scales normalise every group into [-1, 1]: steps are at most 2 / levels (byte
+  // scales: rounded up to 5 significant bits, at most 1/16 more).
+  for (size_t r = 0; r < q.rows; ++r)
+    for (uint32_t g = 0; g < l.groups(); ++g)
+      REQUIRE(reference_params(q, r, g).first <= 2.0 / levels * (byte_params ? 1.0625 : 1.001));
 }
 
 TEST_CASE("kv_quant: q4 packs channel 2i in the low nibble, q8 one code per byte", "[kernels]") {
@@ -158,9 +172,10 @@ TEST_CASE("attention over quantized K/V equals dequantize-then-attend", "[kernel
   const uint32_t bits = GENERATE(8u, 4u);
   const uint32_t group = GENERATE(64u, 16u);
   const bool rotated = GENERATE(false, true);
+  const bool byte_params = GENERATE(false, true);
   const uint32_t D = 64, n_q = 3;
   const size_t R = 301;
-  const kernels::KvQuantLayout l{bits, D, group, rotated};
+  const kernels::KvQuantLayout l{bits, D, group, rotated, byte_params};
   const Quantized k = quantize(outlier_rows(R, D, 5 + bits), l);
   const Quantized v = quantize(test::random_vector(R * D, 9 + group, -2.0f, 2.0f), l);
   const std::vector<float> q = test::random_vector(n_q * D, 3, -1.0f, 1.0f);
@@ -216,7 +231,7 @@ TEST_CASE("attention over no quantized rows gives zeros and lse -inf", "[kernels
 }
 
 TEST_CASE("the .kvz reader's reconstruction is the kernel's, bit for bit", "[kernels][format]") {
-  for (bool rotated : {false, true})
+  for (auto [rotated, byte_params] : {std::pair{false, false}, std::pair{true, false}, std::pair{true, true}})
   for (format::DType t : {format::DType::Q8, format::DType::Q4}) {
     format::CacheHeader h;
     h.n_kv_heads = 2;
@@ -224,7 +239,8 @@ TEST_CASE("the .kvz reader's reconstruction is the kernel's, bit for bit", "[ker
     h.kv_dtype = t;
     h.kv_group_size = 8;
     h.kv_rotated = rotated;
-    const kernels::KvQuantLayout l{format::dtype_bits(t), 32, 8, rotated};
+    h.kv_byte_params = byte_params;
+    const kernels::KvQuantLayout l{format::dtype_bits(t), 32, 8, rotated, byte_params};
     const std::vector<uint32_t> head_rows = {5, 9};
     format::QuantRows qr;
     std::vector<float> kernel_values;

@@ -58,7 +58,7 @@ struct Fixture : test::TinyModelDir {
     o.compress.ratio = 0.5;
     o.compress.scorer = compress::make_scorer_options(model->chat(), 512, 0);
     o.system = "Be brief.";  // a short prefix: its rows are few, as in real documents
-    o.kv_dtype = dtype;
+    o.kv.dtype = dtype;
     o.threads = 2;
     const std::string p = path(name);
     compress::compress_to_file(*model, document(), o, p);

@@ -13,7 +13,7 @@ void compress_document(const model::Model& model, const std::string& document, c
   o.compress.method = "kvzip";
   o.compress.ratio = 0.5;
   o.compress.scorer = compress::make_scorer_options(model.chat(), 512, 0);
-  o.kv_dtype = kv_dtype;
+  o.kv.dtype = kv_dtype;
   o.threads = 2;
   compress::compress_to_file(model, document, o, path);
 }

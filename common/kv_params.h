@@ -1,0 +1,73 @@
+// A quantization group's parameters in .kvz q8/q4 rows (spec/kvzip_format.md §12.1): the scale s and
+// the minimum m of x = c·fma(s, q, m). The one definition of their two stored forms, which the
+// quantizer (kernels/kv_quant.h), the attention over codes and the format's reconstruction
+// (format::dequantize_rows) all decode through, so that every reader gets the same bits:
+//   f16  (v1.1 … v1.3): two binary16 words per group, s then m.
+//   byte (v1.4): one 16-bit word per group, little-endian: byte 0 the scale code e, byte 1 the
+//        zero point z. s = (16 + (e mod 16)) · 2^(⌊e/16⌋ − 22)  (2^-18 … 31·2^-7, 4 significant
+//        bits after the leading one: every step is 1/16 to 1/31 of s), m = −s · z · 2^(b − 8)
+//        (q4: the zero point in sixteenths of a step; q8: in whole steps).
+// Why bytes: half the parameter bytes (2 per group instead of 4), which is 0.25 bit per value at
+// a group of 64 channels, and every byte is a valid value (no NaN, no infinity, no negative
+// scale to check). s has 5 significant bits and z 8, so m, s·q and s·q + m are all exact in
+// binary32: only the multiply by the channel scale rounds. What it costs in error and answers is
+// measured in BENCHMARKS.md (issue 12, session 12).
+#pragma once
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+
+#include "common/half.h"
+
+namespace kvzip {
+
+struct KvGroupParams {
+  float s, m;
+};
+
+// Exponent bias of the byte scale code: the largest scale 31·2^-7 ≈ 0.24 covers a q4 group whose
+// values (divided by the channel scales) span [−1, 1] (needs 2/15 ≈ 0.13) with room to spare.
+inline constexpr int kKvScaleBias = 22;
+
+// s of scale code e, built from its bits: (16 + m)·2^(E − 22) = (1 + m/16)·2^(E − 18), a normal
+// binary32 with biased exponent E + 109 and mantissa m in its top 4 bits. Exact by construction.
+inline float kv_byte_scale(uint32_t e) {
+  const uint32_t bits = (((e >> 4) & 15u) + 127u - 18u) << 23 | (e & 15u) << 19;
+  return std::bit_cast<float>(bits);
+}
+
+// m of a group with scale s and zero point z (bits 8 or 4); exact (13 significant bits at most).
+inline float kv_byte_min(float s, uint32_t z, uint32_t bits) {
+  return -(s * (static_cast<float>(z & 255u) * (bits == 8 ? 1.0f : 0.0625f)));
+}
+
+// The parameters of group g of a row whose parameter words start at p.
+inline KvGroupParams kv_group_params(const uint16_t* p, uint32_t g, bool byte_params, uint32_t bits) {
+  if (!byte_params) return {f16_to_f32(p[2 * g]), f16_to_f32(p[2 * g + 1])};
+  const float s = kv_byte_scale(p[g] & 255u);
+  return {s, kv_byte_min(s, p[g] >> 8, bits)};
+}
+
+// The byte parameters of a group whose values lie in [lo, hi]: the smallest scale whose 2^b − 1
+// steps cover [min(lo, 0), max(hi, 0)], and the zero point nearest to the low end. A value of the
+// group is then at most s/2 from a code's value (the zero point moves the grid by at most
+// s·2^(b−8)/2 ≤ s/2, and the rounded-up scale leaves that much room at the top). Requires finite
+// lo ≤ hi; a range beyond the largest scale gets that scale (values then clip at the ends).
+inline uint16_t kv_byte_params_for(float lo, float hi, uint32_t bits) {
+  static const std::array<float, 256> scales = [] {
+    std::array<float, 256> t{};
+    for (uint32_t e = 0; e < 256; ++e) t[e] = kv_byte_scale(e);
+    return t;
+  }();
+  const float lo0 = std::min(lo, 0.0f), hi0 = std::max(hi, 0.0f);
+  const float need = (hi0 - lo0) / static_cast<float>((1u << bits) - 1);
+  const auto it = std::lower_bound(scales.begin(), scales.end(), need);  // increasing in e
+  const uint32_t e = it == scales.end() ? 255u : static_cast<uint32_t>(it - scales.begin());
+  const float s = scales[e];
+  const float z = std::clamp(std::nearbyint(-lo0 / s * (bits == 8 ? 1.0f : 16.0f)), 0.0f, 255.0f);
+  return static_cast<uint16_t>(e | static_cast<uint32_t>(z) << 8);
+}
+
+}  // namespace kvzip
