@@ -85,6 +85,10 @@ TEST_CASE("kv_byte_params_for covers the group's range within half a step", "[fo
       const float need = (std::max(hi, 0.0f) - std::min(lo, 0.0f)) / levels;
       CHECK(p.s >= need);
       if ((w & 255) > 0) CHECK(kv_byte_scale((w & 255) - 1) < need);
+      // the extreme of larger magnitude sits on the grid, to the zero point's resolution
+      const float big = std::fabs(hi) >= std::fabs(lo) ? std::max(hi, 0.0f) : std::min(lo, 0.0f);
+      const float qb = std::clamp(std::nearbyint((big - p.m) / p.s), 0.0f, levels);
+      CHECK(std::fabs(std::fma(p.s, qb, p.m) - big) <= 0.5f * p.s * (bits == 8 ? 1.0f : 1.0f / 16) * (1 + 1e-5f));
     }
 }
 
