@@ -12,8 +12,8 @@ namespace kvzip::compress {
 
 // Channels per quantization group when none is asked for: the whole head (D). Measured on the
 // Normans article (BENCHMARKS.md "Quantized K/V"): with per-head channel scales, a group of D
-// channels costs 4 bytes of parameters per row and block (f16 scale + minimum) for an error a
-// group of 32 lowers by only 11-13% at q4, at twice the parameter bytes.
+// channels costs 4 bytes of parameters per row and block (f16 scale + minimum; 2 as byte
+// parameters) for an error a group of 32 lowers by only 11-13% at q4, at twice the parameter bytes.
 inline constexpr uint32_t kDefaultKvGroup = 0;  // 0 = D
 
 // How a cache's K/V rows are to be stored: the dtype and, for q8/q4, their layout.

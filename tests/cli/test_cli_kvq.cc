@@ -1,9 +1,9 @@
 // The q8/q4 storage types through the real binary: `prune --kv-dtype` converts a cache and re-prunes
 // a quantized one without re-quantizing it, `inspect` names the layout, `export`/`import` keep the
 // stored rows (and import converts on request), a bad dtype is a usage error; q8/q4 are written
-// with Hadamard-rotated codes (v1.3) unless `--kv-rotate none` (v1.2); and ([realmodel])
-// `compress --ratio R --kv-dtype q4` in one step gives a v1.3 file (prefix rows f16, rotated
-// codes) that `query` answers from.
+// with Hadamard-rotated codes and byte group parameters (v1.4) unless `--kv-params f16` (v1.3) or
+// `--kv-rotate none` (v1.2); and ([realmodel]) `compress --ratio R --kv-dtype q4` in one step
+// gives a v1.4 file (prefix rows f16, rotated codes, byte parameters) that `query` answers from.
 #include <catch2/catch.hpp>
 
 #include "format/format.h"
@@ -33,8 +33,8 @@ TEST_CASE("prune/inspect/export/import handle q8 and q4 caches", "[cli]") {
   TempDir dir;
   ok({"prune", kGolden, "--ratio", "0.5", "--kv-dtype", "q4", "--kv-group", "2", "-o", dir.path("q4.kvz")});
   const CliResult shown = ok({"inspect", dir.path("q4.kvz"), "--verify"});
-  CHECK_THAT(shown.out, Contains("format       v1.3"));  // f16 prefix rows, rotated codes
-  CHECK_THAT(shown.out, Contains("kv dtype     q4, groups of 2 channels"));
+  CHECK_THAT(shown.out, Contains("format       v1.4"));  // f16 prefix rows, rotated codes, byte parameters
+  CHECK_THAT(shown.out, Contains("kv dtype     q4, groups of 2 channels (byte scale code + zero point each)"));
   CHECK_THAT(shown.out, Contains("rows at positions < 3 stored as f16"));
   CHECK_THAT(shown.out, Contains("codes of Hadamard-"));
   ok({"prune", kGolden, "--ratio", "0.5", "--kv-dtype", "q4", "--kv-group", "2", "--kv-rotate", "none", "-o",
@@ -51,6 +51,25 @@ TEST_CASE("prune/inspect/export/import handle q8 and q4 caches", "[cli]") {
   const CliResult rot = run_kvzip({"prune", kGolden, "--ratio", "0.5", "--kv-rotate", "none", "-o", dir.path("x.kvz")});
   CHECK(rot.exit_code == 2);
   CHECK_THAT(rot.err, Contains("--kv-rotate needs --kv-dtype q8 or q4"));
+  // --kv-params f16 writes v1.3 for older readers; re-pruning keeps it; asking for bytes converts.
+  ok({"prune", kGolden, "--ratio", "0.5", "--kv-dtype", "q4", "--kv-group", "2", "--kv-params", "f16", "-o",
+      dir.path("q4_v1_3.kvz")});
+  const format::CacheReader v13 = format::CacheReader::open(dir.path("q4_v1_3.kvz"));
+  CHECK(v13.version_minor() == 3);
+  CHECK(v13.header().kv_rotated);
+  CHECK_FALSE(v13.header().kv_byte_params);
+  ok({"prune", dir.path("q4_v1_3.kvz"), "--ratio", "0.25", "-o", dir.path("q4_v1_3_small.kvz")});
+  CHECK(format::CacheReader::open(dir.path("q4_v1_3_small.kvz")).version_minor() == 3);
+  ok({"prune", dir.path("q4_v1_3.kvz"), "--ratio", "0.25", "--kv-dtype", "q4", "--kv-params", "byte", "-o",
+      dir.path("q4_bytes_small.kvz")});
+  CHECK(format::CacheReader::open(dir.path("q4_bytes_small.kvz")).header().kv_byte_params);
+  const CliResult params = run_kvzip({"prune", kGolden, "--ratio", "0.5", "--kv-dtype", "q4", "--kv-params", "f8",
+                                      "-o", dir.path("x.kvz")});
+  CHECK(params.exit_code == 2);
+  CHECK_THAT(params.err, Contains("--kv-params f8 is not one of byte, f16"));
+  const CliResult params_alone = run_kvzip({"prune", kGolden, "--ratio", "0.5", "--kv-params", "f16", "-o", dir.path("x.kvz")});
+  CHECK(params_alone.exit_code == 2);
+  CHECK_THAT(params_alone.err, Contains("--kv-params needs --kv-dtype q8 or q4"));
 
   // Re-pruning keeps the q4 rows as stored: the same file as pruning in memory.
   ok({"prune", dir.path("q4.kvz"), "--ratio", "0.25", "-o", dir.path("q4_small.kvz")});
@@ -61,6 +80,7 @@ TEST_CASE("prune/inspect/export/import handle q8 and q4 caches", "[cli]") {
   INFO(why);
   CHECK(small.header.kv_dtype == format::DType::Q4);
   CHECK(small.header.kv_rotated);
+  CHECK(small.header.kv_byte_params);
 
   if (format::hdf5_available()) {
     ok({"export", dir.path("q4.kvz"), "--hdf5", dir.path("q4.h5")});
@@ -93,9 +113,10 @@ TEST_CASE("compress --ratio 0.5 --kv-dtype q4 in one step, then query answers fr
   ok({"compress", dir.path("doc.txt"), "-o", dir.path("doc.kvz"), "--ratio", "0.5", "--kv-dtype", "q4", "-q",
       "-t", "2"});
   const format::CacheReader r = format::CacheReader::open(dir.path("doc.kvz"), {format::Verify::Full});
-  CHECK(r.version_minor() == 3);
+  CHECK(r.version_minor() == 4);
   CHECK(r.header().kv_dtype == format::DType::Q4);
   CHECK(r.header().kv_rotated);  // D = 64
+  CHECK(r.header().kv_byte_params);
   CHECK(r.header().kv_group_size == r.header().head_dim);
   CHECK(r.header().achieved_ratio == Approx(0.5).margin(0.01));  // selection first, then quantization
   const CliResult q = ok({"query", dir.path("doc.kvz"), "Who led the Normans?", "-n", "4", "-t", "2"});

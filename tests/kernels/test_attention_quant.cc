@@ -33,6 +33,7 @@ struct QCase {
   std::vector<uint32_t> dense;  // f32 base rows per KV head
   std::vector<uint32_t> tail;   // tail rows per KV head, each >= T (the last T are the new tokens)
   bool rotated = false;         // Hadamard-rotated codes (D a power of two)
+  bool byte_params = false;     // byte group parameters (v1.4)
 };
 
 // One KV head: quantized rows (stored form), the f32 base rows and the tail, in separate buffers.
@@ -61,7 +62,7 @@ QData make(const QCase& c, uint64_t seed) {
   QData d;
   d.q = test::random_vector(size_t(c.T) * c.Hq * c.D, seed, -1.5f, 1.5f);
   d.heads.resize(c.Hkv);
-  const kernels::KvQuantLayout L{c.bits, c.D, c.group, c.rotated};
+  const kernels::KvQuantLayout L{c.bits, c.D, c.group, c.rotated, c.byte_params};
   for (uint32_t h = 0; h < c.Hkv; ++h) {
     Head& H = d.heads[h];
     const size_t D = c.D, nq = c.quant[h], nb = c.dense[h], nt = c.tail[h];
@@ -113,7 +114,7 @@ double check_case(const QCase& c, kernels::ThreadPool* pool, uint64_t seed) {
   attention(kernels::Exec{kernels::Device::Cpu, nullptr}, args_for(c, d, d.quant, alone.data()));
   const double err = test::rel_error(got, want);
   INFO("T " << c.T << " Hq " << c.Hq << " Hkv " << c.Hkv << " q" << c.bits << " group " << c.group << " rotated "
-            << c.rotated);
+            << c.rotated << " byte params " << c.byte_params);
   CHECK(err < 2e-6);
   CHECK(std::memcmp(got.data(), alone.data(), n * sizeof(float)) == 0);  // pool-independent
   return err;
@@ -123,16 +124,16 @@ double check_case(const QCase& c, kernels::ThreadPool* pool, uint64_t seed) {
 
 TEST_CASE("attention over a span of quantized base and f32 tail rows equals dequantize-then-attend", "[kernels][kvquant-attn]") {
   kernels::ThreadPool pool(2);
-  for (bool rot : {false, true})
+  for (auto [rot, bytes] : {std::pair{false, false}, std::pair{true, false}, std::pair{true, true}})
   for (uint32_t bits : {8u, 4u}) {
     for (uint32_t T : {1u, 3u, 17u}) {
       // GQA group 3: the first head spans two quantized chunks; the tail holds only the new rows
       // in one head (T covers all of it) and earlier rows too in the others.
-      check_case({T, 9, 3, 64, bits, 64, {300, 40, 257}, {4, 0, 24}, {T, T + 6, T + 30}, rot}, &pool, bits * 10 + T);
+      check_case({T, 9, 3, 64, bits, 64, {300, 40, 257}, {4, 0, 24}, {T, T + 6, T + 30}, rot, bytes}, &pool, bits * 10 + T);
       // Group 4, two parameter groups per row, D = 32.
-      check_case({T, 8, 2, 32, bits, 16, {130, 9}, {2, 5}, {T + 1, T}, rot}, &pool, bits * 20 + T);
+      check_case({T, 8, 2, 32, bits, 16, {130, 9}, {2, 5}, {T + 1, T}, rot, bytes}, &pool, bits * 20 + T);
       // Group 1 (MHA), one thread.
-      check_case({T, 2, 2, 16, bits, 16, {70, 513}, {0, 1}, {T, T + 2}, rot}, nullptr, bits * 30 + T);
+      check_case({T, 2, 2, 16, bits, 16, {70, 513}, {0, 1}, {T, T + 2}, rot, bytes}, nullptr, bits * 30 + T);
     }
   }
 }
