@@ -108,6 +108,14 @@ void base_header(CacheHeader& h) {
 
 }  // namespace
 
+CacheContents with_outliers(uint32_t D, uint64_t seed) {
+  CacheContents c = synthetic(SyntheticSpec{.head_dim = D, .document = 60, .seed = seed});
+  for (LayerKv& layer : c.layers)
+    for (size_t r = 0; r < layer.positions.size(); ++r)
+      for (uint32_t j : {3u, 10u}) layer.k[r * D + j] = 12.0f * layer.k[r * D + j] + 2.0f;
+  return c;
+}
+
 CacheContents synthetic(const SyntheticSpec& sp) {
   uint64_t s = sp.seed;
   CacheContents c;

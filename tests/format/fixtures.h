@@ -32,6 +32,10 @@ struct SyntheticSpec {
 
 CacheContents synthetic(const SyntheticSpec& spec);
 
+// A synthetic cache (L 3, Hkv 2, 60 document rows, head dimension D) whose keys have two outlier
+// channels, 3 and 10 (x -> 12x + 2: keys' typical shape), for the quantized-row tests.
+CacheContents with_outliers(uint32_t D, uint64_t seed = 4);
+
 // The contents of tests/golden/kvz/tiny_v1_f32.kvz and tiny_v1_bf16_zstd.kvz (dtype differs).
 CacheContents golden_contents(DType dtype);
 

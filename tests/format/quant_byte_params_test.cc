@@ -22,17 +22,8 @@ namespace {
 
 constexpr uint32_t kD = 16;
 
-// Rows with two outlier channels, as the rotated tests use.
-CacheContents with_outliers(uint64_t seed = 4) {
-  CacheContents c = synthetic(SyntheticSpec{.head_dim = kD, .document = 60, .seed = seed});  // L 3, Hkv 2
-  for (LayerKv& layer : c.layers)
-    for (size_t r = 0; r < layer.positions.size(); ++r)
-      for (uint32_t j : {3u, 10u}) layer.k[r * kD + j] = 12.0f * layer.k[r * kD + j] + 2.0f;
-  return c;
-}
-
 CacheContents stored(DType t, uint32_t group, bool byte_params, uint64_t seed = 4) {
-  CacheContents c = with_outliers(seed);
+  CacheContents c = with_outliers(kD, seed);
   compress::set_kv_dtype(c, {t, group, true, true, byte_params});
   return c;
 }
@@ -123,10 +114,10 @@ TEST_CASE("byte-parameter q8/q4 round-trip exactly, raw and zstd, as v1.4 files 
 
 TEST_CASE("byte parameters keep every quantized value within half a decoded step", "[format]") {
   const DType t = GENERATE(DType::Q8, DType::Q4);
-  const CacheContents in = with_outliers();
+  const CacheContents in = with_outliers(kD);
   const CacheContents c = stored(t, 4, true);
-  // Undo the rotation of the stored values is not needed: compare in the rotated, scaled domain
-  // through the stored codes, which is what the bound is about.
+  // The bound is about the rotated rows divided by the channel scales (what the codes encode):
+  // rotate the input here and compare with each code's value.
   const uint32_t bits = dtype_bits(t), groups = kD / 4;
   for (size_t l = 0; l < c.layers.size(); ++l) {
     const LayerKv& layer = c.layers[l];
@@ -153,7 +144,7 @@ TEST_CASE("byte parameters keep every quantized value within half a decoded step
 }
 
 TEST_CASE("set_kv_dtype writes byte parameters only for rotated rows, and keeps what is stored", "[format]") {
-  CacheContents plain = with_outliers();
+  CacheContents plain = with_outliers(kD);
   compress::set_kv_dtype(plain, {DType::Q4, 0, true, false, true});  // unrotated: f16 parameters (v1.2)
   CHECK_FALSE(plain.header.kv_byte_params);
   CHECK(CacheReader::open_memory(to_bytes(plain)).version_minor() == 2);
@@ -166,7 +157,7 @@ TEST_CASE("set_kv_dtype writes byte parameters only for rotated rows, and keeps 
   CHECK_FALSE(r.header.kv_byte_params);
   CHECK(CacheReader::open_memory(to_bytes(r)).version_minor() == 3);
   // The writer refuses byte parameters without rotation (no dtype id holds them).
-  CacheContents bad = with_outliers();
+  CacheContents bad = with_outliers(kD);
   compress::set_kv_dtype(bad, {DType::Q4, 0, true, false});
   bad.header.kv_byte_params = true;
   CHECK_THROWS_WITH(to_bytes(bad), Catch::Matchers::Contains("kv_byte_params is set without kv_rotated"));

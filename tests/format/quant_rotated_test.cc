@@ -22,15 +22,6 @@ namespace {
 
 constexpr uint32_t kD = 16;
 
-// Rows with two outlier channels (keys' typical shape), prefix rows as they come.
-CacheContents with_outliers(uint32_t D = kD, uint64_t seed = 4) {
-  CacheContents c = synthetic(SyntheticSpec{.head_dim = D, .document = 60, .seed = seed});  // L 3, Hkv 2
-  for (LayerKv& layer : c.layers)
-    for (size_t r = 0; r < layer.positions.size(); ++r)
-      for (uint32_t j : {3u, 10u}) layer.k[r * D + j] = 12.0f * layer.k[r * D + j] + 2.0f;
-  return c;
-}
-
 // v1.3: f16 rows, rotated, f16 group parameters (the byte parameters of v1.4 have their own tests).
 CacheContents rotated(DType t, uint32_t group, uint64_t seed = 4) {
   CacheContents c = with_outliers(kD, seed);
@@ -58,7 +49,7 @@ TEST_CASE("rotated q8/q4 round-trip exactly, raw and zstd, as v1.3 files with id
     CHECK(im.u64(im.meta_value("kv.dtype")) == (t == DType::Q8 ? 8u : 9u));
   }
   // The same rows unrotated (v1.2) take exactly as many bytes: only the meaning changed.
-  CacheContents plain = with_outliers();
+  CacheContents plain = with_outliers(kD);
   compress::set_kv_dtype(plain, {t, group, true, false});
   CHECK_FALSE(plain.header.kv_rotated);
   CHECK(to_bytes(plain).size() == to_bytes(c).size());
@@ -87,7 +78,7 @@ TEST_CASE("rotated rows reconstruct as H times the unrotated formula", "[format]
 }
 
 TEST_CASE("set_kv_dtype rotates only with f16 rows and a power-of-two head dimension", "[format]") {
-  CacheContents c = with_outliers();
+  CacheContents c = with_outliers(kD);
   compress::set_kv_dtype(c, {DType::Q4, 0, false});  // no f16 rows: v1.1
   CHECK_FALSE(c.header.kv_rotated);
   CHECK(CacheReader::open_memory(to_bytes(c)).version_minor() == 1);
@@ -114,9 +105,9 @@ TEST_CASE("set_kv_dtype rotates only with f16 rows and a power-of-two head dimen
 }
 
 TEST_CASE("rotation lowers the q4 error of rows with outlier channels", "[format]") {
-  const CacheContents in = with_outliers();
+  const CacheContents in = with_outliers(kD);
   const CacheContents rot = rotated(DType::Q4, 0);
-  CacheContents plain = with_outliers();
+  CacheContents plain = with_outliers(kD);
   compress::set_kv_dtype(plain, {DType::Q4, 0, true, false});
   double err_rot = 0, err_plain = 0;
   for (size_t l = 0; l < in.layers.size(); ++l)
