@@ -4,10 +4,10 @@
 // a leak is a finding. Each input is tried twice: as is, and with every checksum recomputed
 // (reseal), since random edits almost never keep xxh64 valid and would otherwise stop at the
 // first checksum. Built by fuzz/CMakeLists.txt (clang, -DKVZIP_FUZZ=ON); run by fuzz/run.sh.
-// The seeds include the v1.1, v1.2 (f16 rows) and v1.3 (Hadamard-rotated codes) q4/q8 goldens and
-// their bad files, so the quantized path (parameter and f16 value checks, dequantization and its
-// rotation, the raw rows of read_quant_layer, pruning stored rows, re-writing them) is fuzzed from
-// valid starting points.
+// The seeds include the v1.1, v1.2 (f16 rows), v1.3 (Hadamard-rotated codes) and v1.4 (byte group
+// parameters) q4/q8 goldens and their bad files, so the quantized path (parameter and f16 value
+// checks, dequantization and its rotation, the raw rows of read_quant_layer, pruning stored rows,
+// re-writing them) is fuzzed from valid starting points.
 #include <xxhash.h>
 
 #include <cstddef>
