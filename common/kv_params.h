@@ -50,18 +50,20 @@ inline KvGroupParams kv_group_params(const uint16_t* p, uint32_t g, bool byte_pa
   return {s, kv_byte_min(s, p[g] >> 8, bits)};
 }
 
-// The byte parameters of a group whose values lie in [lo, hi]: the smallest scale whose 2^b − 1
-// steps cover [min(lo, 0), max(hi, 0)], and the zero point that puts the grid's end on the
-// group's extreme of larger magnitude (within s/32 for q4, s/2 for q8). Why that end: a scale
-// of 5 significant bits cannot put both ends on the grid, and the two choices are far from equal.
-// Measured on the Normans article (BENCHMARKS.md, issue 12 session 12), q4 at ratio 0.3: grid
-// anchored at the minimum 0.0030 nats of first-token KL against f32, at the maximum 0.0018, at
-// the larger extreme 0.0017 (f16 parameters, where both ends are exact: 0.0014); a 3% larger f16
-// step with only the minimum exact gave 0.0039. The largest values of a row weigh most in q·k
-// and Σ p·v, so they are the ones to keep exact. Every value of the group is then at most s/2
-// from a code's value: the zero point moves the grid by at most s·2^(b−8)/2 ≤ s/2 and the scale
-// leaves at least that much room at the other end. Requires finite lo ≤ hi; a range beyond the
-// largest scale gets that scale (values then clip at the ends).
+// How many scale codes above the smallest covering one kv_byte_params_for tries (see there).
+inline constexpr uint32_t kKvScaleSearch = 3;
+
+// The byte parameters of a group whose values lie in [lo, hi]. A scale of 5 significant bits
+// cannot put both ends of the range on the grid, and which values land where matters for the
+// answers far more than the RMS error says (measured on the Normans article, q4, first-token KL
+// against f32: BENCHMARKS.md, issue 12 session 12). So: the zero point puts the grid's end on the
+// group's extreme of larger magnitude (within s/32 for q4, s/2 for q8: the largest values weigh
+// most in q·k and Σ p·v), and among the smallest scale whose 2^b − 1 steps cover [min(lo, 0),
+// max(hi, 0)] and the kKvScaleSearch next ones (each 3–6% larger), the one that puts the other
+// extreme nearest to a grid value is taken. Every value of the group is within s/2 of a code's
+// value whichever is taken (the zero point moves the grid by at most s·2^(b−8)/2 ≤ s/2, and a
+// covering scale leaves that much room at the other end). Requires finite lo ≤ hi; a range beyond
+// the largest scale gets that scale (values then clip at the ends).
 inline uint16_t kv_byte_params_for(float lo, float hi, uint32_t bits) {
   static const std::array<float, 256> scales = [] {
     std::array<float, 256> t{};
@@ -72,11 +74,24 @@ inline uint16_t kv_byte_params_for(float lo, float hi, uint32_t bits) {
   const float levels = static_cast<float>((1u << bits) - 1);
   const float need = (hi0 - lo0) / levels;
   const auto it = std::lower_bound(scales.begin(), scales.end(), need);  // increasing in e
-  const uint32_t e = it == scales.end() ? 255u : static_cast<uint32_t>(it - scales.begin());
-  const float s = scales[e];
-  const float m = std::fabs(hi0) >= std::fabs(lo0) ? hi0 - levels * s : lo0;  // the minimum wanted
-  const float z = std::clamp(std::nearbyint(-m / s * (bits == 8 ? 1.0f : 16.0f)), 0.0f, 255.0f);
-  return static_cast<uint16_t>(e | static_cast<uint32_t>(z) << 8);
+  const uint32_t e0 = it == scales.end() ? 255u : static_cast<uint32_t>(it - scales.begin());
+  const bool top = std::fabs(hi0) >= std::fabs(lo0);  // anchor the grid's top end, else its bottom
+  const float other = top ? lo0 : hi0, steps = bits == 8 ? 1.0f : 16.0f;  // zero point units a step
+  uint16_t best = 0;
+  float best_err = INFINITY;
+  for (uint32_t e = e0; e <= std::min(e0 + kKvScaleSearch, 255u); ++e) {
+    const float s = scales[e];
+    const float m = top ? hi0 - levels * s : lo0;  // the minimum wanted
+    const uint32_t z = static_cast<uint32_t>(std::clamp(std::nearbyint(-m / s * steps), 0.0f, 255.0f));
+    const float mq = kv_byte_min(s, z, bits);
+    const float q = std::clamp(std::nearbyint((other - mq) / s), 0.0f, levels);
+    const float err = std::fabs(std::fma(s, q, mq) - other);
+    if (err < best_err) {
+      best_err = err;
+      best = static_cast<uint16_t>(e | z << 8);
+    }
+  }
+  return best;
 }
 
 }  // namespace kvzip

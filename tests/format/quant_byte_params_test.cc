@@ -72,15 +72,40 @@ TEST_CASE("kv_byte_params_for covers the group's range within half a step", "[fo
         const float q = std::clamp(std::nearbyint((y - p.m) / p.s), 0.0f, levels);
         CHECK(std::fabs(std::fma(p.s, q, p.m) - y) <= 0.5f * p.s * (1 + 1e-5f));
       }
-      // the smallest scale that covers the range (0 included): one code less would not
+      // a scale that covers the range (0 included), at most kKvScaleSearch codes above the smallest
       const float need = (std::max(hi, 0.0f) - std::min(lo, 0.0f)) / levels;
       CHECK(p.s >= need);
-      if ((w & 255) > 0) CHECK(kv_byte_scale((w & 255) - 1) < need);
+      const uint32_t e = w & 255;
+      if (e > kKvScaleSearch) CHECK(kv_byte_scale(e - kKvScaleSearch - 1) < need);
       // the extreme of larger magnitude sits on the grid, to the zero point's resolution
       const float big = std::fabs(hi) >= std::fabs(lo) ? std::max(hi, 0.0f) : std::min(lo, 0.0f);
       const float qb = std::clamp(std::nearbyint((big - p.m) / p.s), 0.0f, levels);
       CHECK(std::fabs(std::fma(p.s, qb, p.m) - big) <= 0.5f * p.s * (bits == 8 ? 1.0f : 1.0f / 16) * (1 + 1e-5f));
     }
+}
+
+TEST_CASE("kv_byte_params_for takes, of the scales it tries, the one that puts the other extreme nearest the grid",
+          "[format]") {
+  // q4, the maximum anchored: [-0.37, 0.9] needs s >= 1.27/15; the smallest covering scale leaves
+  // the minimum off the grid, a slightly larger one puts it closer.
+  const float lo = -0.37f, hi = 0.9f;
+  const uint16_t w = kv_byte_params_for(lo, hi, 4);
+  const KvGroupParams p = kv_group_params(&w, 0, true, 4);
+  auto err_at = [](float s, float m, float y) {
+    return std::fabs(std::fma(s, std::clamp(std::nearbyint((y - m) / s), 0.0f, 15.0f), m) - y);
+  };
+  const float need = (hi - lo) / 15;
+  uint32_t e0 = 0;
+  while (kv_byte_scale(e0) < need) ++e0;
+  const uint32_t e = w & 255;
+  CHECK(e >= e0);
+  CHECK(e <= e0 + kKvScaleSearch);
+  for (uint32_t k = e0; k <= e0 + kKvScaleSearch; ++k) {  // no tried scale does better
+    const float s = kv_byte_scale(k);
+    const float z = std::clamp(std::nearbyint(-(hi - 15 * s) / s * 16), 0.0f, 255.0f);
+    CHECK(err_at(p.s, p.m, lo) <= err_at(s, kv_byte_min(s, uint32_t(z), 4), lo));
+  }
+  CHECK(err_at(p.s, p.m, hi) <= p.s / 32 * (1 + 1e-5f));  // the anchored end
 }
 
 TEST_CASE("byte-parameter q8/q4 round-trip exactly, raw and zstd, as v1.4 files with ids 10/11", "[format]") {
