@@ -16,11 +16,14 @@ def f1(a,b):
     p=c/len(a); r=c/len(b); return 2*p*r/(p+r)
 for path in sys.argv[1:]:
     rows=[json.loads(l) for l in (gzip.open(path, 'rt') if path.endswith('.gz') else open(path))]
-    f32={r['id']:r for r in rows if r['kv_dtype']=='f32' and r['method']!='full'}
-    for dt in sorted({r['kv_dtype'] for r in rows} - {'f32'}):
-        q=[r for r in rows if r['kv_dtype']==dt]
-        ex=sum(r['answer']==f32[r['id']]['answer'] for r in q)/len(q)
-        ff=sum(f1(r['answer'],f32[r['id']]['answer']) for r in q)/len(q)
-        first=sum(r['answer'].split('.')[0]==f32[r['id']]['answer'].split('.')[0] for r in q)/len(q)
-        w5=sum(norm(r['answer'])[:5]==norm(f32[r['id']]['answer'])[:5] for r in q)/len(q)
-        print(f"{path} {dt}: exact {100*ex:.1f}  first-sentence {100*first:.1f}  first5words {100*w5:.1f}  F1-vs-f32 {100*ff:.1f}")
+    f32={(r['id'], r['ratio']):r for r in rows if r['kv_dtype']=='f32' and r['method']!='full'}
+    for ratio in sorted({r['ratio'] for r in rows if r['method']!='full'}, reverse=True):
+        for dt in sorted({r['kv_dtype'] for r in rows} - {'f32'}):
+            q=[r for r in rows if r['kv_dtype']==dt and r['ratio']==ratio]
+            if not q: continue
+            ref=lambda r: f32[(r['id'], r['ratio'])]['answer']
+            ex=sum(r['answer']==ref(r) for r in q)/len(q)
+            ff=sum(f1(r['answer'],ref(r)) for r in q)/len(q)
+            first=sum(r['answer'].split('.')[0]==ref(r).split('.')[0] for r in q)/len(q)
+            w5=sum(norm(r['answer'])[:5]==norm(ref(r))[:5] for r in q)/len(q)
+            print(f"{path} ratio {ratio} {dt}: exact {100*ex:.1f}  first-sentence {100*first:.1f}  first5words {100*w5:.1f}  F1-vs-f32 {100*ff:.1f}")
