@@ -15,7 +15,7 @@ namespace kvzip::format::detail {
 namespace {
 
 // kv.dtype ids 6 and 7 (v1.2) are q8 (4) and q4 (5) with f16 rows; 8 and 9 (v1.3) the same with
-// Hadamard-rotated codes.
+// Hadamard-rotated codes; 10 and 11 (v1.4) those with byte group parameters.
 constexpr uint64_t kF16RowsIdShift = 2, kRotatedIdShift = 4, kByteParamsIdShift = 6;
 
 class MetaWriter {
