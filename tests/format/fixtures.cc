@@ -299,4 +299,21 @@ std::vector<std::string> TempDir::list_of(const std::string& dir) {
   return out;
 }
 
+void check_pruned_as_stored(const CacheContents& c, const CacheContents& p) {
+  const size_t D = c.header.head_dim;
+  REQUIRE(p.layers.size() == c.layers.size());
+  for (size_t l = 0; l < c.layers.size(); ++l) {
+    const LayerKv &in = c.layers[l], &out = p.layers[l];
+    CHECK(out.qk.channel_scale == in.qk.channel_scale);
+    CHECK(out.qv.channel_scale == in.qv.channel_scale);
+    CHECK(out.qk.dense == in.qk.dense);  // f16 rows: prefix rows, never evicted
+    CHECK(out.qv.dense == in.qv.dense);
+    for_each_kept_row(in, out, [&](size_t row, size_t j) {
+      CHECK(std::equal(out.k.begin() + row * D, out.k.begin() + (row + 1) * D, in.k.begin() + j * D));
+      CHECK(std::equal(out.v.begin() + row * D, out.v.begin() + (row + 1) * D, in.v.begin() + j * D));
+    });
+  }
+  check_writes_and_loads(p);
+}
+
 }  // namespace kvzip::format::testing

@@ -134,17 +134,7 @@ TEST_CASE("prune keeps f16 rows and quantized rows as stored", "[format]") {
   const CacheContents p = prune(c, c.header.achieved_ratio / 3);
   REQUIRE(p.header.kv_f16_below == c.header.kv_f16_below);
   CHECK(f16_rows(p) == f16_rows(c));  // prefix rows are never evicted
-  for (size_t l = 0; l < c.layers.size(); ++l) {
-    const LayerKv &in = c.layers[l], &out = p.layers[l];
-    CHECK(out.qk.channel_scale == in.qk.channel_scale);
-    CHECK(out.qk.dense == in.qk.dense);
-    CHECK(out.qv.dense == in.qv.dense);
-    for_each_kept_row(in, out, [&](size_t row, size_t j) {
-      CHECK(std::equal(out.k.begin() + row * kD, out.k.begin() + (row + 1) * kD, in.k.begin() + j * kD));
-      CHECK(std::equal(out.v.begin() + row * kD, out.v.begin() + (row + 1) * kD, in.v.begin() + j * kD));
-    });
-  }
-  check_writes_and_loads(p);
+  check_pruned_as_stored(c, p);
 }
 
 TEST_CASE("set_kv_dtype switches between the v1.1 and v1.2 layouts", "[format]") {
