@@ -301,8 +301,11 @@ void check_f16_row_sections(Ctx c) {
     if (!kv_bytes)  // cannot happen within the limits of §16; kept as a check, not an assumption
       throw Error(Errc::corrupt, r.name + ": count overflow: layer " + std::to_string(l) + " K/V bytes");
     expect_raw(c, r.kv[l], *kv_bytes,
-               "2 * (Hkv * D * 4 + f16_rows * D * 2 + other_rows * (4 * D / group + D * bits / 8)), "
-               "the q8/q4 layout with f16 rows");
+               h.kv_byte_params
+                   ? "2 * (Hkv * D * 4 + f16_rows * D * 2 + other_rows * (2 * D / group + D * bits / 8)), "
+                     "the q8/q4 layout with f16 rows and byte parameters"
+                   : "2 * (Hkv * D * 4 + f16_rows * D * 2 + other_rows * (4 * D / group + D * bits / 8)), "
+                     "the q8/q4 layout with f16 rows");
   }
 }
 

@@ -216,6 +216,11 @@ std::vector<BadCase> bad_byte_params_cases(const std::vector<uint8_t>& g) {
        meta_edit([](Image& im) { im.set_u64(im.meta_value("model.head_dim"), 6); })},
       {"q4byte_missing_below.kvz", Errc::corrupt, "required meta key 'kv.quant.f16_below' is missing",
        meta_edit([](Image& im) { im.bytes[im.meta_key("kv.quant.f16_below") + 3] = 'X'; })},
+      {"q4byte_truncated_kv.kvz", Errc::corrupt, "the q8/q4 layout with f16 rows and byte parameters",
+       resealed(4, [](Image& im) {  // the section lost its last 2 code bytes: sizes no longer fit the layout
+         im.set_u64(im.entry(4) + 24, im.stored(4) - 2);
+         im.set_u64(im.entry(4) + 32, im.stored(4));
+       })},
       // The same bytes read as v1.3 (f16 parameters, 4 bytes a group): the section is too short.
       {"q4byte_read_as_v1_3.kvz", Errc::corrupt, "the q8/q4 layout with f16 rows",
        meta_edit([](Image& im) { im.set_u64(im.meta_value("kv.dtype"), 9); })},
