@@ -29,12 +29,12 @@ struct KvGroupParams {
 
 // Exponent bias of the byte scale code: the largest scale 31·2^-7 ≈ 0.24 covers a q4 group whose
 // values (divided by the channel scales) span [−1, 1] (needs 2/15 ≈ 0.13) with room to spare.
-inline constexpr int kKvScaleBias = 22;
+inline constexpr uint32_t kKvScaleBias = 22;
 
-// s of scale code e, built from its bits: (16 + m)·2^(E − 22) = (1 + m/16)·2^(E − 18), a normal
-// binary32 with biased exponent E + 109 and mantissa m in its top 4 bits. Exact by construction.
+// s of scale code e, built from its bits: (16 + m)·2^(E − 22) = (1 + m/16)·2^(E + 4 − 22), a
+// normal binary32 with biased exponent E + 127 + 4 − 22 and mantissa m in its top 4 bits. Exact.
 inline float kv_byte_scale(uint32_t e) {
-  const uint32_t bits = (((e >> 4) & 15u) + 127u - 18u) << 23 | (e & 15u) << 19;
+  const uint32_t bits = (((e >> 4) & 15u) + 127u + 4u - kKvScaleBias) << 23 | (e & 15u) << 19;
   return std::bit_cast<float>(bits);
 }
 

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <functional>
 
+#include "format/detail/quant.h"
 #include "format/format.h"
 
 namespace kvzip::format {
@@ -63,7 +64,7 @@ CacheContents prune(const CacheContents& c, double ratio) {
   uint64_t kept_doc = 0;
   uint32_t D = h.head_dim;
   const bool quant = dtype_quantized(h.kv_dtype);
-  const size_t P = quant ? (h.kv_byte_params ? 1 : 2) * D / h.kv_group_size : 0,  // parameter words per row
+  const size_t P = quant ? detail::quant_param_words(h) : 0,  // parameter words per row
                B = quant ? D * dtype_bits(h.kv_dtype) / 8 : 0;
   // Row `at` of the f16 rows (f16) or of the quantized rows, moved as stored.
   auto take_row = [&](const QuantRows& in, QuantRows& o, bool f16, size_t at) {

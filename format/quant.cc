@@ -32,7 +32,7 @@ Shape shape_of(const CacheHeader& h) {
   const uint64_t D = h.head_dim, Gs = h.kv_group_size;
   KVZIP_ASSERT(dtype_quantized(h.kv_dtype) && Gs > 0 && D % Gs == 0);
   const uint32_t bits = dtype_bits(h.kv_dtype);
-  return {D, Gs, D / Gs, D * bits / 8, (h.kv_byte_params ? 1 : 2) * (D / Gs), bits, h.kv_byte_params};
+  return {D, Gs, D / Gs, D * bits / 8, quant_param_words(h), bits, h.kv_byte_params};
 }
 
 bool half_finite(uint16_t b) { return (b & 0x7c00) != 0x7c00; }

@@ -18,6 +18,12 @@
 
 namespace kvzip::format::detail {
 
+// 16-bit group-parameter words per quantized row of a q8/q4 header: 2 a group (f16 scale and
+// minimum), 1 with byte parameters (v1.4). The one count the section layout, parse and prune use.
+inline uint64_t quant_param_words(const CacheHeader& h) {
+  return (h.kv_byte_params ? 1u : 2u) * uint64_t{h.head_dim / h.kv_group_size};
+}
+
 // Raw_Size of a q8/q4 KV section of `rows` rows, `f16_rows` of them f16 rows; nullopt when it
 // overflows 64 bits.
 std::optional<uint64_t> quant_section_bytes(const CacheHeader& h, uint64_t rows, uint64_t f16_rows);
