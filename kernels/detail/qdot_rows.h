@@ -88,6 +88,18 @@ inline uint32_t rd32le(const uint8_t* p) {
   return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
 }
 
+// A Q4_K/Q5_K block's eight 6-bit scales (sc) and mins (mn), group g in byte g of each word:
+// quant::detail::scale_min_k4 on the 12 bytes at `p` for the eight groups at once, in 32-bit
+// integer operations (the AVX2 decode kernels transpose eight rows' words; tested against
+// scale_min_k4 on random bytes in tests/kernels/test_qdot.cc).
+inline void k4_scale_words(const uint8_t* p, uint64_t& sc, uint64_t& mn) {
+  const uint32_t u0 = rd32le(p), u1 = rd32le(p + 4), u2 = rd32le(p + 8);
+  const uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);
+  const uint32_t mn_hi = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
+  sc = uint64_t(u0 & 0x3f3f3f3fu) | uint64_t(sc_hi) << 32;
+  mn = uint64_t(u1 & 0x3f3f3f3fu) | uint64_t(mn_hi) << 32;
+}
+
 // Scale and min of the groups of one block: group g contributes
 // (fw[g]·d_x)·Σ_e sub(e)·w_int(e)·q_x(e) + mw[g]·s_x, where sub(e) is sub[g][e / 16] (1 except Q6_K).
 struct BlockScales {

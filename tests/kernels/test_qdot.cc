@@ -6,9 +6,11 @@
 // type, T from decode to past the 32-token block, with and without row map and bias.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <random>
 #include <vector>
 
 #include "common/error.h"
@@ -105,6 +107,34 @@ TEST_CASE("the GEMMs' activation pack: the layout of kernels/detail/qdot_rows.h,
     CHECK(std::memcmp(pv.d.data(), p.d.data(), p.d.size() * sizeof(float)) == 0);
     CHECK(std::memcmp(pv.s.data(), p.s.data(), p.s.size() * sizeof(float)) == 0);
   }
+}
+
+TEST_CASE("k4_scale_words unpacks the eight 6-bit scales and mins scale_min_k4 reads", "[kernels][qdot]") {
+  // Random 12-byte scale fields plus the corner bytes (all ones, all zeros, each top-two-bits pattern):
+  // every group's byte in both words must be the (scale, min) the scalar decoder gives.
+  std::mt19937 rng(77);
+  std::vector<std::array<uint8_t, 12>> fields(4000);
+  for (auto& f : fields)
+    for (auto& b : f) b = static_cast<uint8_t>(rng());
+  fields.push_back({});
+  fields.back().fill(0xff);
+  fields.push_back({});
+  for (uint8_t top : {0x40, 0x80, 0xc0}) {
+    fields.push_back({});
+    fields.back().fill(top);
+  }
+  size_t mismatches = 0;
+  for (const auto& f : fields) {
+    uint64_t sc = 0, mn = 0;
+    kernels::cpu::detail::k4_scale_words(f.data(), sc, mn);
+    for (int g = 0; g < 8; ++g) {
+      int s = 0, m = 0;
+      kernels::quant::detail::scale_min_k4(g, f.data(), s, m);
+      mismatches += int((sc >> (8 * g)) & 0xff) != s;
+      mismatches += int((mn >> (8 * g)) & 0xff) != m;
+    }
+  }
+  CHECK(mismatches == 0);
 }
 
 TEST_CASE("qdot kernels equal a float64 product of the dequantized weights and activations",
