@@ -12,14 +12,18 @@
 // scale to check). s has 5 significant bits and z 8, so m, s·q and s·q + m are all exact in
 // binary32: only the multiply by the channel scale rounds. What it costs in error and answers is
 // measured in BENCHMARKS.md (issue 12, session 12).
+// The decoding half (scale codes, minima, words per group) is C++17 and __host__ __device__, so
+// that the CUDA kernels (kernels/cuda/kv_quant.cu, C++17) decode with the same functions; the f16
+// form and the writer need C++20 (common/half.h) and are host-only.
 #pragma once
-#include <algorithm>
-#include <array>
-#include <bit>
-#include <cmath>
 #include <cstdint>
+#include <cstring>
 
-#include "common/half.h"
+#if defined(__CUDACC__)
+#define KVZIP_KV_HD __host__ __device__
+#else
+#define KVZIP_KV_HD
+#endif
 
 namespace kvzip {
 
@@ -27,27 +31,54 @@ struct KvGroupParams {
   float s, m;
 };
 
+// 16-bit parameter words per group: f16 scale and minimum (2), or one byte-parameter word (1).
+// The one statement of that rule (kernels::KvQuantLayout, format's section layout and prune).
+KVZIP_KV_HD constexpr uint32_t kv_param_words_per_group(bool byte_params) { return byte_params ? 1u : 2u; }
+
 // Exponent bias of the byte scale code: the largest scale 31·2^-7 ≈ 0.24 covers a q4 group whose
 // values (divided by the channel scales) span [−1, 1] (needs 2/15 ≈ 0.13) with room to spare.
 inline constexpr uint32_t kKvScaleBias = 22;
 
 // s of scale code e, built from its bits: (16 + m)·2^(E − 22) = (1 + m/16)·2^(E + 4 − 22), a
 // normal binary32 with biased exponent E + 127 + 4 − 22 and mantissa m in its top 4 bits. Exact.
-inline float kv_byte_scale(uint32_t e) {
+KVZIP_KV_HD inline float kv_byte_scale(uint32_t e) {
   const uint32_t bits = (((e >> 4) & 15u) + 127u + 4u - kKvScaleBias) << 23 | (e & 15u) << 19;
-  return std::bit_cast<float>(bits);
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+#endif
 }
 
-// m of a group with scale s and zero point z (bits 8 or 4); exact (13 significant bits at most).
-inline float kv_byte_min(float s, uint32_t z, uint32_t bits) {
+// m of a group with scale s and zero point z (bits 8 or 4); exact (13 significant bits at most),
+// so no compiler's contraction or rounding mode can change it.
+KVZIP_KV_HD inline float kv_byte_min(float s, uint32_t z, uint32_t bits) {
   return -(s * (static_cast<float>(z & 255u) * (bits == 8 ? 1.0f : 0.0625f)));
 }
+
+// The parameters a byte-parameter word holds (byte 0 the scale code, byte 1 the zero point).
+KVZIP_KV_HD inline KvGroupParams kv_byte_group_params(uint16_t word, uint32_t bits) {
+  const float s = kv_byte_scale(word & 255u);
+  return {s, kv_byte_min(s, static_cast<uint32_t>(word >> 8), bits)};
+}
+
+}  // namespace kvzip
+
+#if __cplusplus >= 202002L  // host C++20 only: the f16 form (common/half.h) and the writer
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "common/half.h"
+
+namespace kvzip {
 
 // The parameters of group g of a row whose parameter words start at p.
 inline KvGroupParams kv_group_params(const uint16_t* p, uint32_t g, bool byte_params, uint32_t bits) {
   if (!byte_params) return {f16_to_f32(p[2 * g]), f16_to_f32(p[2 * g + 1])};
-  const float s = kv_byte_scale(p[g] & 255u);
-  return {s, kv_byte_min(s, p[g] >> 8, bits)};
+  return kv_byte_group_params(p[g], bits);
 }
 
 // How many scale codes above the smallest covering one kv_byte_params_for tries (see there).
@@ -95,3 +126,4 @@ inline uint16_t kv_byte_params_for(float lo, float hi, uint32_t bits) {
 }
 
 }  // namespace kvzip
+#endif  // __cplusplus >= 202002L

@@ -19,7 +19,8 @@
 // question/answer tokens) by the usual softmax merge: that is how a quantized base segment is
 // attended to without expanding it. The CPU attention kernel does exactly that for a span whose
 // rows include a KvQuantSegment (kernels/attention.h: the q8/q4 base of a query session or a
-// served request, model/quant_base.h); the CUDA loader still dequantizes per layer into device
+// served request, model/quant_base.h). The CUDA twins (dequantization, logits over codes) read
+// every layout the CPU does; the CUDA loader still dequantizes per layer on the host into device
 // memory (loader/loader.h).
 #pragma once
 #include <cstddef>
@@ -27,6 +28,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/kv_params.h"
 #include "kernels/device.h"
 
 namespace kvzip::kernels {
@@ -41,8 +43,7 @@ struct KvQuantLayout {
   uint32_t groups() const { return D / group; }               // per row
   size_t code_bytes() const { return size_t(D) * bits / 8; }  // per row
   // per row: 16-bit words of group parameters (f16: scale, min; byte: scale code | zero point << 8)
-  // (the .cu files include this header: C++17, so common/kv_params.h's decoding is not included)
-  size_t param_words() const { return size_t(byte_params ? 1 : 2) * groups(); }
+  size_t param_words() const { return size_t{kv_param_words_per_group(byte_params)} * groups(); }
 };
 
 // Read-only view of one KV head's quantized rows (the file's bytes can be used in place).
@@ -99,26 +100,16 @@ void kv_quant_weighted_sum(const float* w, uint32_t n_q, const KvQuantRows& v, f
 void kv_quant_attend(const KvQuantAttendArgs& a);
 }  // namespace cpu
 
-namespace cuda {  // kernels/cuda/kv_quant.cu: device pointers, asynchronous on `stream`; unrotated
-                  // rows only (the CUDA loader reads rotated files through format's dequantization)
+namespace cuda {  // kernels/cuda/kv_quant.cu: device pointers, asynchronous on `stream`; every layout
+                  // the CPU reads (f16 or byte parameters, rotated or not), the same values
 void kv_dequantize_rows(const KvQuantRows& in, float* x, void* stream);
 void kv_quant_scores(const float* q, uint32_t n_q, const KvQuantRows& k, float scale, float* scores,
                      void* stream);
 }  // namespace cuda
 
-// The CUDA kernels have no rotation (and read f16 parameters, which unrotated rows always have):
-// refuse rather than return unrotated values.
-inline void require_unrotated(const KvQuantLayout& l, const char* what) {
-  if (l.rotated || l.byte_params)
-    throw Error(Errc::unsupported, std::string(what) + ": Hadamard-rotated rows are not implemented on CUDA");
-}
-
 inline void kv_dequantize_rows(const Exec& ex, const KvQuantRows& in, float* x) {
 #if KVZIP_HAVE_CUDA
-  if (ex.device == Device::Cuda) {
-    require_unrotated(in.layout, "kv_dequantize_rows");
-    return cuda::kv_dequantize_rows(in, x, ex.stream);
-  }
+  if (ex.device == Device::Cuda) return cuda::kv_dequantize_rows(in, x, ex.stream);
 #endif
   require_cpu(ex, "kv_dequantize_rows");
   cpu::kv_dequantize_rows(in, x);
@@ -127,10 +118,7 @@ inline void kv_dequantize_rows(const Exec& ex, const KvQuantRows& in, float* x) 
 inline void kv_quant_scores(const Exec& ex, const float* q, uint32_t n_q, const KvQuantRows& k,
                             float scale, float* scores) {
 #if KVZIP_HAVE_CUDA
-  if (ex.device == Device::Cuda) {
-    require_unrotated(k.layout, "kv_quant_scores");
-    return cuda::kv_quant_scores(q, n_q, k, scale, scores, ex.stream);
-  }
+  if (ex.device == Device::Cuda) return cuda::kv_quant_scores(q, n_q, k, scale, scores, ex.stream);
 #endif
   require_cpu(ex, "kv_quant_scores");
   cpu::kv_quant_scores(q, n_q, k, scale, scores);

@@ -14,14 +14,15 @@
 #include <string>
 #include <vector>
 
+#include "common/kv_params.h"
 #include "format/format.h"
 
 namespace kvzip::format::detail {
 
-// 16-bit group-parameter words per quantized row of a q8/q4 header: 2 a group (f16 scale and
-// minimum), 1 with byte parameters (v1.4). The one count the section layout, parse and prune use.
+// 16-bit group-parameter words per quantized row of a q8/q4 header (common/kv_params.h: 2 a group
+// for f16 scale and minimum, 1 with byte parameters). The count the section layout, parse and prune use.
 inline uint64_t quant_param_words(const CacheHeader& h) {
-  return (h.kv_byte_params ? 1u : 2u) * uint64_t{h.head_dim / h.kv_group_size};
+  return kv_param_words_per_group(h.kv_byte_params) * uint64_t{h.head_dim / h.kv_group_size};
 }
 
 // Raw_Size of a q8/q4 KV section of `rows` rows, `f16_rows` of them f16 rows; nullopt when it

@@ -1,15 +1,45 @@
-// CUDA twins of kernels/cpu/kv_quant.cc for the read side: dequantization of group-wise q8/q4 rows
-// (bit-identical to the CPU: the same c * fma(s, q, m) in binary32) and attention logits computed
-// straight from the codes (one warp per (query, row): lanes take channels, per-group sums of
-// c·q·code and c·q are reduced, then the group's scale and minimum applied). Parity with the CPU
+// CUDA twins of kernels/cpu/kv_quant.cc for the read side, for every layout the CPU reads (f16 or
+// byte group parameters, decoded by common/kv_params.h's __host__ __device__ functions; rotated
+// or not). Dequantization is bit-identical to the CPU: the same c * fma(s, q, m) in binary32 and,
+// for rotated rows, the butterflies of common/hadamard.h stage by stage (within a stage every
+// output is one addition of the previous stage's values, so the order the threads take does not
+// change a bit) and the same binary32 factor. Attention logits are computed straight from the
+// codes: one block per (query, chunk of rows) puts the query, rotated when the rows are and times
+// the channel scales, in shared memory once; a warp per row reduces per-group sums of that times
+// the codes and of that alone, then applies the group's scale and minimum. Parity with the CPU
 // kernels is tested in tests/cuda/test_cuda_kv_quant.cc.
 #include <cuda_fp16.h>
 
+#include "common/hadamard.h"
+#include "common/kv_params.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/kv_quant.h"
 
 namespace kvzip::kernels::cuda {
 namespace {
+
+// D and group size as the kernels read them (KvQuantLayout's helpers are host functions).
+struct DevLayout {
+  uint32_t bits, D, group, groups, words;  // words: parameter words per row
+  uint32_t code_bytes;                     // per row
+  bool byte_params, rotated;
+  float rot_scale;                         // hadamard_scale(D) when rotated
+};
+
+DevLayout dev_layout(const KvQuantLayout& l) {
+  KVZIP_ASSERT((l.bits == 8 || l.bits == 4) && l.group > 0 && l.D % l.group == 0 && l.D % 2 == 0);
+  KVZIP_ASSERT(!l.rotated || hadamard_size(l.D));
+  KVZIP_ASSERT(l.D <= 4096);  // the .kvz limit; a row of floats then fits the shared memory
+  return {l.bits,
+          l.D,
+          l.group,
+          l.groups(),
+          static_cast<uint32_t>(l.param_words()),
+          static_cast<uint32_t>(l.code_bytes()),
+          l.byte_params,
+          l.rotated,
+          l.rotated ? hadamard_scale(l.D) : 1.0f};
+}
 
 __device__ __forceinline__ uint32_t code_at(const uint8_t* row, uint32_t bits, uint32_t j) {
   if (bits == 8) return row[j];
@@ -19,69 +49,120 @@ __device__ __forceinline__ uint32_t code_at(const uint8_t* row, uint32_t bits, u
 
 __device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
-// KvQuantLayout's helpers are host functions; the same sums for device code.
-__device__ __forceinline__ uint32_t groups_of(const KvQuantLayout& l) { return l.D / l.group; }
-__device__ __forceinline__ size_t code_bytes_of(const KvQuantLayout& l) { return size_t(l.D) * l.bits / 8; }
-
-__global__ void dequant_kernel(KvQuantRows in, float* x) {
-  const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;  // over (rows, D)
-  const uint32_t D = in.layout.D;
-  if (idx >= in.rows * D) return;
-  const size_t r = idx / D;
-  const uint32_t j = static_cast<uint32_t>(idx % D), g = j / in.layout.group;
-  const uint16_t* p = in.params + r * 2 * groups_of(in.layout);
-  const float q = static_cast<float>(code_at(in.codes + r * code_bytes_of(in.layout), in.layout.bits, j));
-  x[idx] = __fmul_rn(in.channel_scale[j], __fmaf_rn(h2f(p[2 * g]), q, h2f(p[2 * g + 1])));
+// Group g's scale and minimum from a row's parameter words (kv_group_params' device twin: the
+// byte form through the shared decoder, the f16 form through the device's conversion).
+__device__ __forceinline__ KvGroupParams group_params(const uint16_t* p, uint32_t g, const DevLayout& l) {
+  if (l.byte_params) return kv_byte_group_params(p[g], l.bits);
+  return {h2f(p[2 * g]), h2f(p[2 * g + 1])};
 }
 
-// One warp per (query t, row r). D <= 4096 channels, groups of any size dividing D: lanes walk the
-// channels of one group at a time.
-__global__ void scores_kernel(const float* q, uint32_t n_q, KvQuantRows k, float scale, float* scores) {
-  const size_t warp = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const uint32_t lane = threadIdx.x % 32;
-  if (warp >= size_t(n_q) * k.rows) return;
-  const uint32_t t = static_cast<uint32_t>(warp / k.rows);
-  const size_t r = warp % k.rows;
-  const uint32_t Gs = k.layout.group, G = groups_of(k.layout);
-  const float* qt = q + size_t(t) * k.layout.D;
-  const uint8_t* cr = k.codes + r * code_bytes_of(k.layout);
-  const uint16_t* pr = k.params + r * 2 * G;
-  float acc = 0.0f;
-  for (uint32_t g = 0; g < G; ++g) {
-    float dot = 0.0f, qs = 0.0f;
-    for (uint32_t i = lane; i < Gs; i += 32) {
-      const uint32_t j = g * Gs + i;
-      const float qc = qt[j] * k.channel_scale[j];
-      dot += qc * static_cast<float>(code_at(cr, k.layout.bits, j));
-      qs += qc;
+// x (n, shared memory) <- H·x: common/hadamard.h's butterflies, one stage at a time across the
+// block, then the factor. The caller has written x and not yet synchronized.
+__device__ void block_hadamard(float* x, uint32_t n, float scale) {
+  for (uint32_t h = 1; h < n; h *= 2) {
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < n / 2; i += blockDim.x) {
+      const uint32_t j = (i / h) * 2 * h + i % h;
+      const float a = x[j], b = x[j + h];
+      x[j] = __fadd_rn(a, b);
+      x[j + h] = __fsub_rn(a, b);
     }
-    dot = warp_sum(dot);
-    qs = warp_sum(qs);
-    acc += h2f(pr[2 * g]) * dot + h2f(pr[2 * g + 1]) * qs;
   }
-  if (lane == 0) scores[size_t(t) * k.rows + r] = scale * acc;
+  __syncthreads();
+  for (uint32_t j = threadIdx.x; j < n; j += blockDim.x) x[j] = __fmul_rn(x[j], scale);
+  __syncthreads();
+}
+
+// Unrotated rows: one thread per value.
+__global__ void dequant_kernel(KvQuantRows in, DevLayout l, float* x) {
+  const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;  // over (rows, D)
+  if (idx >= in.rows * l.D) return;
+  const size_t r = idx / l.D;
+  const uint32_t j = static_cast<uint32_t>(idx % l.D);
+  const KvGroupParams p = group_params(in.params + r * l.words, j / l.group, l);
+  const float q = static_cast<float>(code_at(in.codes + r * l.code_bytes, l.bits, j));
+  x[idx] = __fmul_rn(in.channel_scale[j], __fmaf_rn(p.s, q, p.m));
+}
+
+// Rotated rows: one block per row, the row's values rotated in shared memory (D floats).
+__global__ void dequant_rotated_kernel(KvQuantRows in, DevLayout l, float* x) {
+  extern __shared__ float row[];
+  const size_t r = blockIdx.x;
+  const uint16_t* p = in.params + r * l.words;
+  const uint8_t* codes = in.codes + r * l.code_bytes;
+  for (uint32_t j = threadIdx.x; j < l.D; j += blockDim.x) {
+    const KvGroupParams gp = group_params(p, j / l.group, l);
+    const float q = static_cast<float>(code_at(codes, l.bits, j));
+    row[j] = __fmul_rn(in.channel_scale[j], __fmaf_rn(gp.s, q, gp.m));
+  }
+  block_hadamard(row, l.D, l.rot_scale);
+  for (uint32_t j = threadIdx.x; j < l.D; j += blockDim.x) x[r * l.D + j] = row[j];
+}
+
+constexpr unsigned kScoreThreads = 256;      // 8 warps a block
+constexpr uint32_t kScoreRowsPerBlock = 64;  // each warp takes every 8th row of the block's chunk
+
+// Block (chunk, t): query t's channel-scaled (and, for rotated rows, rotated) values in shared
+// memory (D floats), then one warp per row of rows [chunk·64, chunk·64 + 64).
+__global__ void scores_kernel(const float* q, KvQuantRows k, DevLayout l, float scale, float* scores) {
+  extern __shared__ float qc[];
+  const uint32_t t = blockIdx.y;
+  const float* qt = q + size_t(t) * l.D;
+  if (l.rotated) {
+    for (uint32_t j = threadIdx.x; j < l.D; j += blockDim.x) qc[j] = qt[j];
+    block_hadamard(qc, l.D, l.rot_scale);  // q·x = (H·q)·(H·x): the codes are those of H·x
+    for (uint32_t j = threadIdx.x; j < l.D; j += blockDim.x) qc[j] *= k.channel_scale[j];
+  } else {
+    for (uint32_t j = threadIdx.x; j < l.D; j += blockDim.x) qc[j] = qt[j] * k.channel_scale[j];
+  }
+  __syncthreads();
+  const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  const size_t chunk_end = size_t(blockIdx.x + 1) * kScoreRowsPerBlock;
+  const size_t r_end = chunk_end < k.rows ? chunk_end : k.rows;
+  for (size_t r = size_t(blockIdx.x) * kScoreRowsPerBlock + warp; r < r_end; r += warps) {
+    const uint8_t* cr = k.codes + r * l.code_bytes;
+    const uint16_t* pr = k.params + r * l.words;
+    float acc = 0.0f;
+    for (uint32_t g = 0; g < l.groups; ++g) {
+      float dot = 0.0f, qs = 0.0f;
+      for (uint32_t i = lane; i < l.group; i += 32) {
+        const uint32_t j = g * l.group + i;
+        dot += qc[j] * static_cast<float>(code_at(cr, l.bits, j));
+        qs += qc[j];
+      }
+      dot = warp_sum(dot);
+      qs = warp_sum(qs);
+      const KvGroupParams gp = group_params(pr, g, l);
+      acc += gp.s * dot + gp.m * qs;
+    }
+    if (lane == 0) scores[size_t(t) * k.rows + r] = scale * acc;
+  }
 }
 
 }  // namespace
 
 void kv_dequantize_rows(const KvQuantRows& in, float* x, void* stream) {
-  const size_t n = in.rows * in.layout.D;
-  if (n == 0) return;
-  KVZIP_ASSERT((in.layout.bits == 8 || in.layout.bits == 4) && in.layout.group > 0 &&
-               in.layout.D % in.layout.group == 0);
-  constexpr unsigned kThreads = 256;
-  dequant_kernel<<<ceil_div(n, kThreads), kThreads, 0, as_stream(stream)>>>(in, x);
+  const DevLayout l = dev_layout(in.layout);
+  if (in.rows == 0) return;
+  if (l.rotated) {
+    KVZIP_ASSERT(in.rows <= 0x7fffffffu);  // grid.x
+    const unsigned threads = l.D < 256 ? l.D : 256;
+    dequant_rotated_kernel<<<static_cast<unsigned>(in.rows), threads, l.D * sizeof(float), as_stream(stream)>>>(
+        in, l, x);
+  } else {
+    constexpr unsigned kThreads = 256;
+    dequant_kernel<<<ceil_div(in.rows * l.D, kThreads), kThreads, 0, as_stream(stream)>>>(in, l, x);
+  }
   KVZIP_CUDA_CHECK_LAUNCH();
 }
 
 void kv_quant_scores(const float* q, uint32_t n_q, const KvQuantRows& k, float scale, float* scores,
                      void* stream) {
-  const size_t warps = size_t(n_q) * k.rows;
-  if (warps == 0) return;
-  KVZIP_ASSERT((k.layout.bits == 8 || k.layout.bits == 4) && k.layout.group > 0 &&
-               k.layout.D % k.layout.group == 0);
-  constexpr unsigned kThreads = 256;
-  scores_kernel<<<ceil_div(warps * 32, kThreads), kThreads, 0, as_stream(stream)>>>(q, n_q, k, scale, scores);
+  const DevLayout l = dev_layout(k.layout);
+  if (n_q == 0 || k.rows == 0) return;
+  KVZIP_ASSERT(n_q <= 65535u);  // grid.y
+  const dim3 grid(ceil_div(k.rows, kScoreRowsPerBlock), n_q);
+  scores_kernel<<<grid, kScoreThreads, l.D * sizeof(float), as_stream(stream)>>>(q, k, l, scale, scores);
   KVZIP_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,6 +1,7 @@
-// CUDA q8/q4 K/V kernels (kernels/cuda/kv_quant.cu) against the CPU ones on random rows:
-// dequantization bit for bit (the same c * fma(s, q, m)), attention logits within a summation
-// bound. Skips without a CUDA build or device (tests/cuda/support.h).
+// CUDA q8/q4 K/V kernels (kernels/cuda/kv_quant.cu) against the CPU ones on random rows, for
+// every layout (f16 or byte parameters, rotated or not): dequantization bit for bit (the same
+// c * fma(s, q, m) and Hadamard butterflies), attention logits within a summation bound. Skips
+// without a CUDA build or device (tests/cuda/support.h).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -16,9 +17,12 @@ TEST_CASE("CUDA kv_quant dequantize and scores match the CPU", "[cuda]") {
   if (!test::gpu_ready()) return;
   const uint32_t bits = GENERATE(8u, 4u);
   const uint32_t group = GENERATE(64u, 32u, 4u);
-  const uint32_t D = 64, n_q = 3;
-  const size_t R = 257;
-  const kernels::KvQuantLayout l{bits, D, group};
+  const bool rotated = GENERATE(false, true);
+  const bool byte_params = GENERATE(false, true);
+  const uint32_t D = GENERATE(64u, 128u), n_q = 3;
+  const size_t R = 257;  // > 4 score blocks of 64 rows, the last one partial
+  const kernels::KvQuantLayout l{bits, D, group, rotated, byte_params};
+  INFO("q" << bits << " group " << group << " D " << D << (rotated ? " rotated" : "") << (byte_params ? " byte" : " f16"));
   std::vector<float> x = test::random_vector(R * D, test::seed(bits * 100 + group), -3.0f, 3.0f);
   for (size_t i = 0; i < x.size(); i += 7) x[i] *= 10.0f;  // outliers
   std::vector<float> c(D);
