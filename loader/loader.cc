@@ -6,10 +6,12 @@
 #include <chrono>
 #include <cstring>
 #include <optional>
+#include <type_traits>
 
 #include "common/error.h"
 #include "common/half.h"
 #include "kernels/gpu.h"
+#include "kernels/kv_quant.h"
 #include "kernels/matmul.h"
 
 namespace kvzip::loader {
@@ -50,12 +52,23 @@ model::CacheShape shape_of(const format::CacheHeader& h) {
   return model::CacheShape{h.n_layers, h.n_kv_heads, h.head_dim};
 }
 
+// (Hkv) f16 rows of each head of a q8/q4 layer: a head's f16 rows (positions < kv_f16_below) are
+// its first ones, since positions increase within a head; its quantized rows follow.
+std::vector<uint32_t> f16_rows_per_head(const format::CacheHeader& h, const format::LayerKv& q) {
+  std::vector<uint32_t> dense(q.head_rows.size(), 0);
+  size_t row = 0;
+  for (size_t hd = 0; hd < q.head_rows.size(); ++hd)
+    for (uint32_t i = 0; i < q.head_rows[hd]; ++i, ++row) dense[hd] += q.positions[row] < h.kv_f16_below;
+  return dense;
+}
+
 }  // namespace
 
 struct QuerySession::Loaded {
   format::CacheHeader header;
   model::KvBase base;
   double ms;
+  std::optional<format::CacheReader> reader;  // Device::Cuda: what to_device reads the rows from
 };
 
 QuerySession::Loaded QuerySession::open_file(const model::Model& model, const std::string& path, const SessionOptions& o) {
@@ -65,17 +78,88 @@ QuerySession::Loaded QuerySession::open_file(const model::Model& model, const st
   format::CacheReader reader = format::CacheReader::open(path, oo);
   reader.check_model(model.fingerprint(), o.force);
   format::check_shape(reader.header(), model.config());
-  // The GPU path uploads f32 rows (GpuCache::from_ragged): no quantized spans on the device.
-  const KvForm form = o.device == kernels::Device::Cuda ? KvForm::F32 : o.kv_form;
-  model::KvBase base = base_from_reader(reader, o.room, form, o.key_tiles && o.device != kernels::Device::Cuda);
-  return QuerySession::Loaded{reader.header(), std::move(base), ms_since(t0)};
+  // On the GPU the device gets the rows from the file (gpu_cache_from_reader, q8/q4 dequantized on
+  // the device) and the host base stays as the CPU would keep it: a q8/q4 file quantized, so no
+  // whole-cache f32 copy is made anywhere but in device memory.
+  const bool gpu = o.device == kernels::Device::Cuda;
+  model::KvBase base = base_from_reader(reader, o.room, o.kv_form, o.key_tiles && !gpu);
+  QuerySession::Loaded loaded{reader.header(), std::move(base), ms_since(t0), std::nullopt};
+  if (gpu) loaded.reader.emplace(std::move(reader));
+  return loaded;
 }
+
+namespace {
+
+// gpu_cache_from_reader for a q8/q4 file: per layer the stored rows (codes, group parameters,
+// channel scales) go to device scratch as they are and kernels::kv_dequantize_rows writes each
+// head's quantized rows into the cache on the device (the same bits as the host's
+// format::dequantize_rows); a head's f16 rows, its first ones, are widened on the host and copied
+// in front of them. A seventh (q4) to a quarter (q8) of the f32 bytes cross the bus, and the host
+// never holds a layer in f32.
+void fill_quantized(const format::CacheReader& reader, model::GpuCache& cache, void* stream) {
+  const format::CacheHeader& h = reader.header();
+  const size_t D = h.head_dim;
+  const kernels::KvQuantLayout layout{format::dtype_bits(h.kv_dtype), h.head_dim, h.kv_group_size, h.kv_rotated,
+                                      h.kv_byte_params};
+  const kernels::Exec gpu{kernels::Device::Cuda, nullptr, stream};
+  struct Side {  // one of K, V: device scratch for a layer's stored rows
+    kernels::gpu::GpuBuffer<float> scale;
+    kernels::gpu::GpuBuffer<uint16_t> params;
+    kernels::gpu::GpuBuffer<uint8_t> codes;
+    kernels::gpu::GpuBuffer<float> dense;
+    std::vector<float> dense_host;
+  } sk, sv;
+  auto put = [stream](auto& buf, const auto& x) {  // x to device scratch that grows as needed
+    using T = typename std::decay_t<decltype(x)>::value_type;
+    if (buf.size() < x.size()) buf = kernels::gpu::GpuBuffer<T>(x.size());
+    if (!x.empty()) kernels::gpu::copy_to_device(buf.data(), x.data(), x.size() * sizeof(T), stream);
+  };
+  auto load = [&](Side& side, const format::QuantRows& q) {
+    put(side.scale, q.channel_scale);
+    put(side.params, q.params);
+    put(side.codes, q.codes);
+    side.dense_host.resize(q.dense.size());
+    for (size_t i = 0; i < q.dense.size(); ++i) side.dense_host[i] = f16_to_f32(q.dense[i]);
+    put(side.dense, side.dense_host);
+  };
+  for (uint32_t l = 0; l < h.n_layers; ++l) {
+    const format::LayerKv q = reader.read_quant_layer(l);
+    load(sk, q.qk);
+    load(sv, q.qv);
+    const std::vector<uint32_t> head_dense = f16_rows_per_head(h, q);
+    size_t dense_row = 0, quant_row = 0;  // head hd's first f16 and first quantized row
+    cache.fill_layer(l, q.positions.data(), [&](uint32_t hd, float* k, float* v) {
+      const uint32_t n = q.head_rows[hd], nd = head_dense[hd];
+      if (nd > 0) {
+        kernels::gpu::copy_device(k, sk.dense.data() + dense_row * D, size_t(nd) * D * sizeof(float), stream);
+        kernels::gpu::copy_device(v, sv.dense.data() + dense_row * D, size_t(nd) * D * sizeof(float), stream);
+      }
+      auto rows = [&](Side& side) {
+        return kernels::KvQuantRows{layout, n - nd, side.scale.data() + size_t(hd) * D,
+                                    side.params.data() + quant_row * layout.param_words(),
+                                    side.codes.data() + quant_row * layout.code_bytes()};
+      };
+      kernels::kv_dequantize_rows(gpu, rows(sk), k + size_t(nd) * D);
+      kernels::kv_dequantize_rows(gpu, rows(sv), v + size_t(nd) * D);
+      dense_row += nd;
+      quant_row += n - nd;
+    });
+    // The scratch is reused by the next layer: its copies and kernels must have run.
+    kernels::gpu::synchronize(stream);
+  }
+}
+
+}  // namespace
 
 model::GpuCache gpu_cache_from_reader(const format::CacheReader& reader, uint32_t room, void* stream) {
   const format::CacheHeader& h = reader.header();
   const auto kept = kept_counts(h, [&](uint32_t l) { return reader.head_rows(l); });
   model::GpuCache cache = model::GpuCache::with_layout(shape_of(h), static_cast<uint32_t>(h.logical_length()),
                                          kept, room);
+  if (format::dtype_quantized(h.kv_dtype)) {
+    fill_quantized(reader, cache, stream);
+    return cache;
+  }
   const size_t D = h.head_dim;
   cache.upload_layers(
       [&](uint32_t l, float* k, float* v, uint32_t* positions) {
@@ -124,11 +208,7 @@ model::QuantBase quant_base_from_reader(const format::CacheReader& reader) {
   for (uint32_t l = 0; l < h.n_layers; ++l) {
     format::LayerKv q = reader.read_quant_layer(l);
     model::QuantBaseLayer& L = layers[l];
-    // A head's f16 rows are its first ones: positions increase within a head.
-    L.head_dense.assign(h.n_kv_heads, 0);
-    size_t row = 0;
-    for (uint32_t hd = 0; hd < h.n_kv_heads; ++hd)
-      for (uint32_t i = 0; i < q.head_rows[hd]; ++i, ++row) L.head_dense[hd] += q.positions[row] < h.kv_f16_below;
+    L.head_dense = f16_rows_per_head(h, q);
     auto widen = [](const std::vector<uint16_t>& x) {
       std::vector<float> y(x.size());
       for (size_t i = 0; i < x.size(); ++i) y[i] = f16_to_f32(x[i]);
@@ -230,8 +310,9 @@ QuerySession::QuerySession(const model::Model& model, Loaded loaded, const Sessi
       base_(std::move(loaded.base)),
       forward_(model.weights(), forward_options(o)),
       load_ms_(loaded.ms) {
-  if (base_.quantized()) branch_ = std::make_unique<model::BranchCache>(base_.quant(), o.room);
-  if (o.device == kernels::Device::Cuda) to_device(o);
+  if (o.device == kernels::Device::Cuda)
+    to_device(o, loaded.reader ? &*loaded.reader : nullptr);
+  else if (base_.quantized()) branch_ = std::make_unique<model::BranchCache>(base_.quant(), o.room);
 }
 
 QuerySession::QuerySession(const model::Model& model, model::RaggedKvCache cache, format::CacheHeader header,
@@ -241,14 +322,15 @@ QuerySession::QuerySession(const model::Model& model, model::RaggedKvCache cache
       base_(std::move(cache)),
       forward_(model.weights(), forward_options(o)) {
   format::check_shape(header_, model.config());
-  if (o.device == kernels::Device::Cuda) to_device(o);
+  if (o.device == kernels::Device::Cuda) to_device(o, nullptr);
 }
 
-void QuerySession::to_device(const SessionOptions& o) {
+void QuerySession::to_device(const SessionOptions& o, const format::CacheReader* reader) {
   const auto t0 = Clock::now();
   gpu_forward_ = std::make_unique<model::GpuForward>(model_.weights());
   gpu_cache_ = std::make_unique<model::GpuCache>(
-      model::GpuCache::from_ragged(base_.f32("--device cuda"), o.room, gpu_forward_->stream()));
+      reader ? gpu_cache_from_reader(*reader, o.room, gpu_forward_->stream())
+             : model::GpuCache::from_ragged(base_.f32("--device cuda"), o.room, gpu_forward_->stream()));
   load_ms_ += ms_since(t0);
 }
 
@@ -274,7 +356,13 @@ Answer QuerySession::ask(std::string_view question, const model::GenerateParams&
     return true;
   };
   model::GenerateResult r;
-  if (branch_) {  // the base is read-only; the question and answer rows go to the branch's tail
+  if (gpu_cache_) {  // the device holds the compressed state; back to it however ask() ends
+    struct Reset {
+      model::GpuCache& g;
+      ~Reset() { g.reset(); }
+    } reset{*gpu_cache_};
+    r = generate(*gpu_forward_, *gpu_cache_, prompt, gp, on_token);
+  } else if (branch_) {  // the base is read-only; the question and answer rows go to the branch's tail
     struct Rollback {
       model::BranchCache& b;
       ~Rollback() { b.rollback(b.base_length()); }
@@ -292,15 +380,12 @@ Answer QuerySession::ask(std::string_view question, const model::GenerateParams&
     struct Reset {  // back to the compressed state however ask() ends
       model::RaggedKvCache& c;
       std::optional<model::RaggedKvCache>& saved;
-      model::GpuCache* g;
       ~Reset() {
         if (saved) c = std::move(*saved);
         else c.reset();
-        if (g) g->reset();
       }
-    } reset{cache, snapshot, gpu_cache_.get()};
-    r = gpu_cache_ ? generate(*gpu_forward_, *gpu_cache_, prompt, gp, on_token)
-                   : generate(forward_, cache, prompt, gp, on_token);
+    } reset{cache, snapshot};
+    r = generate(forward_, cache, prompt, gp, on_token);
   }
   std::string tail = dec.finish();
   a.text += tail;

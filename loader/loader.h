@@ -30,7 +30,7 @@ namespace kvzip::loader {
 
 // The ragged cache a file describes in f32, with `room` rows of append room per head: f16/bf16
 // are widened and q8/q4 dequantized one layer at a time (format::CacheReader::read_kv; never the
-// whole file at once). For what needs f32 rows of a q8/q4 file (R-KV, the GPU upload, eval's
+// whole file at once). For what needs f32 rows of a q8/q4 file on the host (R-KV, eval's
 // reference); query sessions and the server keep q8/q4 quantized (base_from_reader).
 model::RaggedKvCache cache_from_reader(const format::CacheReader& reader, uint32_t room = 512);
 model::RaggedKvCache cache_from_contents(const format::CacheContents& contents, uint32_t room = 512);
@@ -52,10 +52,12 @@ model::KvBase base_from_reader(const format::CacheReader& reader, uint32_t room 
 // The cache a file describes, straight into device memory with `room` rows of append room per
 // head (no host cache is built): per layer the K/V are decoded (zstd, f16/bf16/q8/q4 -> f32) or
 // copied from the mapping into one of two pinned staging buffers while the previous layer's
-// asynchronous copies drain the other, so decoding overlaps the transfers. Errc::unsupported
-// without a CUDA build or device. q8/q4 stay on this per-layer dequantize-to-device path: the
-// CUDA attention has no quantized spans (check_cuda_attention refuses KvSpan::quant), so device
-// memory holds f32 rows; only the CPU attends to the stored rows in place.
+// asynchronous copies drain the other, so decoding overlaps the transfers. A q8/q4 file's stored
+// rows go to the device as they are, a layer at a time, and are dequantized there
+// (kernels::kv_dequantize_rows; the same bits as the host's reconstruction). Device memory then
+// holds f32 rows: the CUDA attention has no quantized spans (check_cuda_attention refuses
+// KvSpan::quant); only the CPU attends to the stored rows in place. Errc::unsupported without a
+// CUDA build or device.
 model::GpuCache gpu_cache_from_reader(const format::CacheReader& reader, uint32_t room = 512,
                                void* stream = nullptr);
 
@@ -82,10 +84,11 @@ struct SessionOptions {
   bool force = false;    // accept a cache written by another model (fingerprint mismatch)
   format::Verify verify = format::Verify::OnAccess;
   uint32_t room = 512;   // append rows per head reserved up front
-  // Device::Cuda: the cache is copied to device memory once (GpuCache::from_ragged) and answers
-  // are decoded by GpuForward (bf16 weights); Errc::unsupported without a CUDA build or device.
-  // The GPU path always loads f32 rows (q8/q4 dequantized per layer): the CUDA attention has no
-  // quantized spans.
+  // Device::Cuda: the file's rows go to device memory once (gpu_cache_from_reader: q8/q4
+  // dequantized on the device, layer by layer) and answers are decoded by GpuForward (bf16
+  // weights); Errc::unsupported without a CUDA build or device. The device holds f32 rows (the
+  // CUDA attention has no quantized spans); the host keeps the base as the CPU path would (a
+  // q8/q4 file quantized), so no whole-cache f32 copy is made on the host.
   kernels::Device device = kernels::Device::Cpu;
   // q8/q4 files on the CPU: attended in place by default; F32 dequantizes them at load (R-KV
   // needs that: it evicts rows of a RaggedKvCache).
@@ -138,7 +141,9 @@ class QuerySession {
   struct Loaded;
   static Loaded open_file(const model::Model& model, const std::string& path, const SessionOptions& o);
   QuerySession(const model::Model& model, Loaded loaded, const SessionOptions& options);
-  void to_device(const SessionOptions& options);  // builds gpu_forward_ and gpu_cache_
+  // Builds gpu_forward_ and gpu_cache_: from the file when `reader` is given (gpu_cache_from_reader),
+  // else from the f32 base.
+  void to_device(const SessionOptions& options, const format::CacheReader* reader);
 
   const model::Model& model_;
   format::CacheHeader header_;

@@ -175,6 +175,18 @@ void GpuCache::upload_layer(uint32_t layer, const float* k, const float* v,
   }
 }
 
+void GpuCache::fill_layer(uint32_t layer, const uint32_t* positions, const DeviceWriter& write) {
+  KVZIP_ASSERT(layer < shape().n_layers);
+  const size_t D = shape().head_dim;
+  size_t row = 0;
+  for (uint32_t h = 0; h < shape().n_kv_heads; ++h) {
+    const size_t off = layout_.offset(layer, h), n = layout_.kept(layer, h);
+    write(h, k_[layer].data() + off * D, v_[layer].data() + off * D);
+    std::copy_n(positions + row, n, layout_.positions(layer, h));
+    row += n;
+  }
+}
+
 GpuCache GpuCache::random(CacheShape shape, uint32_t logical_length,
                           const std::vector<uint32_t>& kept, uint32_t room, uint64_t seed) {
   GpuCache c;

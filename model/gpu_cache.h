@@ -45,6 +45,12 @@ class GpuCache {
   // stay untouched until the stream has passed this point; pinned memory makes the copy async).
   void upload_layer(uint32_t layer, const float* k, const float* v, const uint32_t* positions,
                     void* stream);
+  // Layer `layer`'s kept rows written on the device by the caller (a loader that decodes on the
+  // device: loader/loader.h, q8/q4 files): write(h, k, v) gets the device addresses of head h's
+  // first kept row (kept(layer, h) rows of D floats from each) and queues its work on the
+  // caller's stream; positions (R_l, head-major, as upload_layer's) are copied on the host.
+  using DeviceWriter = std::function<void(uint32_t kv_head, float* k, float* v)>;
+  void fill_layer(uint32_t layer, const uint32_t* positions, const DeviceWriter& write);
   // A compressed state with kept[l · Hkv + h] rows per head at logical length `logical_length`,
   // K/V uniform in [-1, 1) drawn on the device (benchmarks: speed does not depend on values).
   static GpuCache random(CacheShape shape, uint32_t logical_length,

@@ -1,7 +1,7 @@
 // [cuda] .kvz -> GPU memory: gpu_cache_from_reader (decode into pinned staging, async copies per
-// layer) puts exactly the rows of the host loader (cache_from_reader) into the device layout, for
-// raw f32 sections and for zstd-compressed bf16 ones; appending and rolling back then behave as on
-// the host.
+// layer; q8/q4 dequantized on the device) puts exactly the rows of the host loader
+// (cache_from_reader) into the device layout, for raw f32 sections, zstd-compressed bf16 ones and
+// every q8/q4 layout; appending and rolling back then behave as on the host.
 #include <catch2/catch.hpp>
 
 #include <cstdio>
@@ -11,6 +11,7 @@
 #include "tests/cuda/support.h"
 
 #if KVZIP_HAVE_CUDA
+#include "compress/quantize.h"
 #include "format/format.h"
 #include "loader/loader.h"
 #include "model/gpu_cache.h"
@@ -87,6 +88,40 @@ TEST_CASE("a .kvz goes to GPU memory with the host loader's rows, raw and compre
     dev.rollback(150);
     for (uint32_t l = 0; l < 3; ++l)
       for (uint32_t h = 0; h < 3; ++h) CHECK(dev.len(l, h) == h2.kept(l, h));
+  }
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("a q8/q4 .kvz is dequantized on the device to the host loader's rows, every layout", "[cuda]") {
+  if (!gpu_ready()) return;
+  const auto path = (std::filesystem::temp_directory_path() / "kvzip_cuda_loader_quant.kvz").string();
+  struct Case {
+    format::DType dtype;
+    bool rotate, byte_params;
+    int zstd;
+  };
+  // v1.2 (unrotated, f16 parameters), v1.3 (rotated, f16), v1.4 (rotated, byte), raw and zstd;
+  // every head's first rows (positions below the 2 prefix tokens) are f16 rows.
+  for (const Case c : {Case{format::DType::Q8, false, false, 0}, Case{format::DType::Q4, false, false, 3},
+                       Case{format::DType::Q4, true, false, 0}, Case{format::DType::Q4, true, true, 0},
+                       Case{format::DType::Q8, true, true, 3}}) {
+    format::CacheContents contents = ragged_contents(format::DType::F32);
+    compress::KvStorage storage;
+    storage.dtype = c.dtype;
+    storage.rotate = c.rotate;
+    storage.byte_params = c.byte_params;
+    compress::set_kv_dtype(contents, storage);
+    format::WriteOptions wo;
+    wo.zstd_level = c.zstd;
+    wo.force = true;
+    format::write_cache_file(contents, path, wo);
+    const format::CacheReader reader = format::CacheReader::open(path);
+    REQUIRE(reader.header().kv_rotated == c.rotate);
+    REQUIRE(reader.header().kv_byte_params == c.byte_params);
+    REQUIRE(reader.header().kv_f16_below == 2);
+    INFO(format::dtype_name(c.dtype) << (c.rotate ? " rotated" : "") << (c.byte_params ? " byte" : " f16")
+                                     << " zstd " << c.zstd);
+    check_same(loader::gpu_cache_from_reader(reader, 8), loader::cache_from_reader(reader, 8));
   }
   std::filesystem::remove(path);
 }
