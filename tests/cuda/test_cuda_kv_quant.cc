@@ -13,7 +13,7 @@
 
 using namespace kvzip;
 
-TEST_CASE("CUDA kv_quant dequantize and scores match the CPU", "[cuda]") {
+TEST_CASE("CUDA kv_quant dequantize and scores match the CPU", "[cuda][sanitize]") {
   if (!test::gpu_ready()) return;
   const uint32_t bits = GENERATE(8u, 4u);
   const uint32_t group = GENERATE(64u, 32u, 4u);
