@@ -81,46 +81,60 @@ inline KvGroupParams kv_group_params(const uint16_t* p, uint32_t g, bool byte_pa
   return kv_byte_group_params(p[g], bits);
 }
 
-// How many scale codes above the smallest covering one kv_byte_params_for tries (see there).
-inline constexpr uint32_t kKvScaleSearch = 3;
+// The code of value y (in the group's normalised units) under parameters p: the nearest grid
+// value, clamped to the 2^b levels (a zero step, possible only for f16 parameters, gives 0). The
+// one rounding rule of the quantizer (kernels/cpu/kv_quant.cc) and of the writer below.
+inline float kv_code(float y, KvGroupParams p, float levels) {
+  return p.s > 0.0f ? std::clamp(std::nearbyint((y - p.m) / p.s), 0.0f, levels) : 0.0f;
+}
 
-// The byte parameters of a group whose values lie in [lo, hi]. A scale of 5 significant bits
-// cannot put both ends of the range on the grid, and which values land where matters for the
-// answers far more than the RMS error says (measured on the Normans article, q4, first-token KL
-// against f32: BENCHMARKS.md, issue 12 session 12). So: the zero point puts the grid's end on the
-// group's extreme of larger magnitude (within s/32 for q4, s/2 for q8: the largest values weigh
-// most in q·k and Σ p·v), and among the smallest scale whose 2^b − 1 steps cover [min(lo, 0),
-// max(hi, 0)] and the kKvScaleSearch next ones (each 3–6% larger), the one that puts the other
-// extreme nearest to a grid value is taken. Every value of the group is within s/2 of a code's
-// value whichever is taken (the zero point moves the grid by at most s·2^(b−8)/2 ≤ s/2, and a
-// covering scale leaves that much room at the other end). Requires finite lo ≤ hi; a range beyond
-// the largest scale gets that scale (values then clip at the ends).
-inline uint16_t kv_byte_params_for(float lo, float hi, uint32_t bits) {
+// How many scale codes above the smallest one whose 2^b − 1 steps cover the group's range
+// kv_byte_params_for tries (each code 3–6% larger than the one before).
+inline constexpr uint32_t kKvScaleAbove = 3;
+
+// The byte parameters of a group of n values y (finite, normalised by the channel scales): of a
+// small set of candidates, the one whose codes reconstruct y with the least squared error (the
+// first in the order below on a tie). A scale of 5 significant bits cannot put both ends of a
+// range on the grid, and where the values land matters for the answers more than the RMS error
+// alone suggests (measured on the Normans article, q4 first-token KL against f32: BENCHMARKS.md,
+// issue 12 sessions 12 and 13): least squares over these candidates gave a lower KL at every
+// ratio than the rules that anchor one extreme (session 12's writer), and than also trying two
+// smaller scales that clip the extremes. Candidates: for each scale code e0 … e0 + kKvScaleAbove
+// (e0 the smallest covering [min(lo, 0), max(hi, 0)]; the grid always reaches 0, since z ≥ 0 puts
+// m ≤ 0), the zero points that put the grid's bottom on min(lo, 0), its top on max(hi, 0), and
+// its middle on the range's middle, each rounded and then ±1 (a ±1 can leave an extreme up to
+// 1.5 zero-point units past the grid's end, where it clips, when that lowers the total). The
+// anchored choices of session 12's writer are among them, so the error is never larger than
+// theirs. A range beyond the largest scale gets that scale.
+inline uint16_t kv_byte_params_for(const float* y, uint32_t n, uint32_t bits) {
   static const std::array<float, 256> scales = [] {
     std::array<float, 256> t{};
     for (uint32_t e = 0; e < 256; ++e) t[e] = kv_byte_scale(e);
     return t;
   }();
-  const float lo0 = std::min(lo, 0.0f), hi0 = std::max(hi, 0.0f);
+  float lo = 0.0f, hi = 0.0f;  // min(lo, 0), max(hi, 0)
+  for (uint32_t i = 0; i < n; ++i) lo = std::min(lo, y[i]), hi = std::max(hi, y[i]);
   const float levels = static_cast<float>((1u << bits) - 1);
-  const float need = (hi0 - lo0) / levels;
-  const auto it = std::lower_bound(scales.begin(), scales.end(), need);  // increasing in e
+  const float steps = bits == 8 ? 1.0f : 16.0f;  // zero-point units a step
+  const auto it = std::lower_bound(scales.begin(), scales.end(), (hi - lo) / levels);  // increasing in e
   const uint32_t e0 = it == scales.end() ? 255u : static_cast<uint32_t>(it - scales.begin());
-  const bool top = std::fabs(hi0) >= std::fabs(lo0);  // anchor the grid's top end, else its bottom
-  const float other = top ? lo0 : hi0, steps = bits == 8 ? 1.0f : 16.0f;  // zero point units a step
   uint16_t best = 0;
-  float best_err = INFINITY;
-  for (uint32_t e = e0; e <= std::min(e0 + kKvScaleSearch, 255u); ++e) {
+  double best_err = INFINITY;
+  for (uint32_t e = e0; e <= std::min(e0 + kKvScaleAbove, 255u); ++e) {
     const float s = scales[e];
-    const float m = top ? hi0 - levels * s : lo0;  // the minimum wanted
-    const uint32_t z = static_cast<uint32_t>(std::clamp(std::nearbyint(-m / s * steps), 0.0f, 255.0f));
-    const float mq = kv_byte_min(s, z, bits);
-    const float q = std::clamp(std::nearbyint((other - mq) / s), 0.0f, levels);
-    const float err = std::fabs(std::fma(s, q, mq) - other);
-    if (err < best_err) {
-      best_err = err;
-      best = static_cast<uint16_t>(e | z << 8);
-    }
+    const float z_bottom = -lo / s * steps, z_top = (levels * s - hi) / s * steps;
+    for (const float zc : {z_bottom, z_top, 0.5f * (z_bottom + z_top)})
+      for (const float dz : {0.0f, -1.0f, 1.0f}) {
+        const uint32_t z = static_cast<uint32_t>(std::clamp(std::nearbyint(zc) + dz, 0.0f, 255.0f));
+        const uint16_t w = static_cast<uint16_t>(e | z << 8);
+        const KvGroupParams p = kv_byte_group_params(w, bits);
+        double err = 0.0;
+        for (uint32_t i = 0; i < n; ++i) {
+          const double d = double(std::fma(p.s, kv_code(y[i], p, levels), p.m)) - double(y[i]);
+          err += d * d;
+        }
+        if (err < best_err) best_err = err, best = w;
+      }
   }
   return best;
 }

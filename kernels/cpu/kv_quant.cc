@@ -8,7 +8,6 @@
 // output once, so the codes are used as stored.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -51,41 +50,6 @@ inline void unpack_codes(const uint8_t* row, uint32_t bits, uint32_t D, float* o
   }
 }
 
-
-// EXPERIMENT: of scale codes e0-2 .. e0+3 and zero points near both anchors, the (e, z) with the
-// least squared error over the group's values (weighted by |y| when `weighted`).
-uint16_t experiment_mse_params(const float* y, uint32_t n, float lo, float hi, uint32_t bits, bool weighted) {
-  const float lo0 = std::min(lo, 0.0f), hi0 = std::max(hi, 0.0f);
-  const float levels = static_cast<float>((1u << bits) - 1), steps = bits == 8 ? 1.0f : 16.0f;
-  const float need = (hi0 - lo0) / levels;
-  uint32_t e0 = 255;
-  for (uint32_t e = 0; e < 256; ++e)
-    if (kv_byte_scale(e) >= need) { e0 = e; break; }
-  uint16_t best = kv_byte_params_for(lo, hi, bits);
-  auto cost = [&](uint16_t w) {
-    const KvGroupParams p = kv_byte_group_params(w, bits);
-    double c = 0;
-    for (uint32_t i = 0; i < n; ++i) {
-      const float q = std::clamp(std::nearbyint((y[i] - p.m) / p.s), 0.0f, levels);
-      const double d = double(std::fma(p.s, q, p.m)) - y[i];
-      c += d * d * (weighted ? std::fabs(y[i]) : 1.0);
-    }
-    return c;
-  };
-  double best_c = cost(best);
-  for (uint32_t e = e0 >= 2 ? e0 - 2 : 0; e <= std::min(e0 + 3, 255u); ++e) {
-    const float sc = kv_byte_scale(e);
-    const float za = -lo0 / sc * steps, zb = (levels * sc - hi0) / sc * steps;  // bottom / top anchors
-    for (float zc : {za, zb, 0.5f * (za + zb)})
-      for (int dz = -1; dz <= 1; ++dz) {
-        const float z = std::clamp(std::nearbyint(zc) + dz, 0.0f, 255.0f);
-        const uint16_t w = static_cast<uint16_t>(e | static_cast<uint32_t>(z) << 8);
-        const double c = cost(w);
-        if (c < best_c) best_c = c, best = w;
-      }
-  }
-  return best;
-}
 }  // namespace
 
 void kv_quantize_rows(const float* x, const KvQuantRowsOut& o) {
@@ -120,11 +84,8 @@ void kv_quantize_rows(const float* x, const KvQuantRowsOut& o) {
       }
       // The parameters are rounded to their stored form first and the codes computed against the
       // rounded values, so the reconstruction uses exactly what was optimised for.
-      static const char* mse_mode = std::getenv("KVQ_MSE");  // EXPERIMENT (session 13, not committed)
-      if (l.byte_params && mse_mode) {
-        pr[g] = experiment_mse_params(y.data(), Gs, lo, hi, l.bits, mse_mode[0] == 'w');
-      } else if (l.byte_params) {
-        pr[g] = kv_byte_params_for(lo, hi, l.bits);
+      if (l.byte_params) {
+        pr[g] = kv_byte_params_for(y.data(), Gs, l.bits);
       } else {
         const uint16_t m16 = f32_to_f16(lo);
         pr[2 * g] = f32_to_f16((hi - f16_to_f32(m16)) / levels);
@@ -132,9 +93,7 @@ void kv_quantize_rows(const float* x, const KvQuantRowsOut& o) {
       }
       const KvGroupParams p = kv_group_params(pr, g, l.byte_params, l.bits);
       for (uint32_t i = 0; i < Gs; ++i) {
-        float q = p.s > 0.0f ? std::nearbyint((y[i] - p.m) / p.s) : 0.0f;
-        q = std::clamp(q, 0.0f, levels);
-        const uint32_t j = g * Gs + i, code = static_cast<uint32_t>(q);
+        const uint32_t j = g * Gs + i, code = static_cast<uint32_t>(kv_code(y[i], p, levels));
         if (l.bits == 8)
           cr[j] = static_cast<uint8_t>(code);
         else

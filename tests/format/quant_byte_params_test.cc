@@ -3,10 +3,13 @@
 // set_kv_dtype writes them by default for rotated rows only, the file is v1.4 with dtype id 10/11
 // and a section 2 bytes a group smaller than v1.3's, every stored byte round-trips raw and with
 // zstd, prune copies the rows without re-quantizing them, HDF5 export/import gives the same bytes,
-// and the error stays within half a step of the decoded scale.
+// and the writer is least squares over the candidates common/kv_params.h names.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
+#include <vector>
 
 #include "common/hadamard.h"
 #include "common/kv_params.h"
@@ -59,53 +62,97 @@ TEST_CASE("byte scale codes decode to (16 + e mod 16) * 2^(e/16 - 22), increasin
   CHECK(p.m == -(kv_byte_scale(0x25) * 12.5f));
 }
 
-TEST_CASE("kv_byte_params_for covers the group's range within half a step", "[format]") {
-  for (uint32_t bits : {4u, 8u})
-    for (auto [lo, hi] : {std::pair{-1.0f, 1.0f}, std::pair{-0.3f, 0.9f}, std::pair{-0.8f, 0.01f},
-                          std::pair{0.2f, 0.7f}, std::pair{-0.6f, -0.1f}, std::pair{0.0f, 0.0f},
-                          std::pair{-1e-7f, 3e-7f}}) {
-      INFO(bits << " bits, [" << lo << ", " << hi << "]");
-      const uint16_t w = kv_byte_params_for(lo, hi, bits);
-      const KvGroupParams p = kv_group_params(&w, 0, true, bits);
-      const float levels = float((1u << bits) - 1);
-      for (float y : {lo, hi, 0.5f * (lo + hi), std::min(lo, 0.0f), std::max(hi, 0.0f)}) {
-        const float q = std::clamp(std::nearbyint((y - p.m) / p.s), 0.0f, levels);
-        CHECK(std::fabs(std::fma(p.s, q, p.m) - y) <= 0.5f * p.s * (1 + 1e-5f));
-      }
-      // a scale that covers the range (0 included), at most kKvScaleSearch codes above the smallest
-      const float need = (std::max(hi, 0.0f) - std::min(lo, 0.0f)) / levels;
-      CHECK(p.s >= need);
-      const uint32_t e = w & 255;
-      if (e > kKvScaleSearch) CHECK(kv_byte_scale(e - kKvScaleSearch - 1) < need);
-      // the extreme of larger magnitude sits on the grid, to the zero point's resolution
-      const float big = std::fabs(hi) >= std::fabs(lo) ? std::max(hi, 0.0f) : std::min(lo, 0.0f);
-      const float qb = std::clamp(std::nearbyint((big - p.m) / p.s), 0.0f, levels);
-      CHECK(std::fabs(std::fma(p.s, qb, p.m) - big) <= 0.5f * p.s * (bits == 8 ? 1.0f : 1.0f / 16) * (1 + 1e-5f));
-    }
+namespace {
+
+// Squared error of a group under byte-parameter word w, with the quantizer's rounding.
+double group_error(const std::vector<float>& y, uint16_t w, uint32_t bits) {
+  const KvGroupParams p = kv_group_params(&w, 0, true, bits);
+  const float levels = float((1u << bits) - 1);
+  double err = 0;
+  for (float v : y) {
+    const float q = std::clamp(std::nearbyint((v - p.m) / p.s), 0.0f, levels);
+    err += std::pow(double(std::fma(p.s, q, p.m)) - v, 2);
+  }
+  return err;
 }
 
-TEST_CASE("kv_byte_params_for takes, of the scales it tries, the one that puts the other extreme nearest the grid",
-          "[format]") {
-  // q4, the maximum anchored: [-0.37, 0.9] needs s >= 1.27/15; the smallest covering scale leaves
-  // the minimum off the grid, a slightly larger one puts it closer.
-  const float lo = -0.37f, hi = 0.9f;
-  const uint16_t w = kv_byte_params_for(lo, hi, 4);
-  const KvGroupParams p = kv_group_params(&w, 0, true, 4);
-  auto err_at = [](float s, float m, float y) {
-    return std::fabs(std::fma(s, std::clamp(std::nearbyint((y - m) / s), 0.0f, 15.0f), m) - y);
-  };
-  const float need = (hi - lo) / 15;
-  uint32_t e0 = 0;
-  while (kv_byte_scale(e0) < need) ++e0;
-  const uint32_t e = w & 255;
-  CHECK(e >= e0);
-  CHECK(e <= e0 + kKvScaleSearch);
-  for (uint32_t k = e0; k <= e0 + kKvScaleSearch; ++k) {  // no tried scale does better
-    const float s = kv_byte_scale(k);
-    const float z = std::clamp(std::nearbyint(-(hi - 15 * s) / s * 16), 0.0f, 255.0f);
-    CHECK(err_at(p.s, p.m, lo) <= err_at(s, kv_byte_min(s, uint32_t(z), 4), lo));
+// Groups of every shape the writer meets: spread, with an outlier, one-signed, constant, tiny.
+std::vector<std::vector<float>> writer_groups() {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> g(0.0f, 0.3f);
+  std::vector<std::vector<float>> out;
+  for (int k = 0; k < 300; ++k) {
+    std::vector<float> y(k % 3 == 0 ? 64 : k % 3 == 1 ? 32 : 4);
+    for (float& v : y) v = std::clamp(g(rng), -1.0f, 1.0f);
+    if (k % 5 == 1) y[k % y.size()] = (k % 2 ? 1.0f : -1.0f);  // an outlier at the channel scale
+    if (k % 7 == 2) for (float& v : y) v = std::fabs(v);        // all positive
+    if (k % 7 == 3) for (float& v : y) v = -std::fabs(v);       // all negative
+    if (k % 11 == 4) for (float& v : y) v *= 1e-6f;             // tiny
+    out.push_back(std::move(y));
   }
-  CHECK(err_at(p.s, p.m, hi) <= p.s / 32 * (1 + 1e-5f));  // the anchored end
+  out.push_back(std::vector<float>(8, 0.0f));
+  out.push_back(std::vector<float>(8, 0.25f));
+  out.push_back({-1.0f, 1.0f});
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("kv_byte_params_for: least squares over the scale codes and zero points the header names", "[format]") {
+  // An independent enumeration of the candidates common/kv_params.h describes: the smallest
+  // covering scale code and kKvScaleAbove more, and zero points that put the grid's bottom, top or
+  // middle on the range's, rounded, and ±1.
+  for (uint32_t bits : {4u, 8u}) {
+    const float levels = float((1u << bits) - 1), unit = bits == 8 ? 1.0f : 16.0f;
+    for (const std::vector<float>& y : writer_groups()) {
+      const float lo = std::min(0.0f, *std::min_element(y.begin(), y.end()));
+      const float hi = std::max(0.0f, *std::max_element(y.begin(), y.end()));
+      uint32_t e0 = 0;
+      while (e0 < 255 && kv_byte_scale(e0) < (hi - lo) / levels) ++e0;
+      double best = INFINITY, anchored = INFINITY;
+      for (uint32_t e = e0; e <= std::min(e0 + kKvScaleAbove, 255u); ++e) {
+        const float s = kv_byte_scale(e);
+        const float zb = -lo / s * unit, zt = (levels * s - hi) / s * unit;
+        for (float zc : {zb, zt, (zb + zt) / 2})
+          for (int dz = -1; dz <= 1; ++dz) {
+            const float z = std::clamp(std::nearbyint(zc) + float(dz), 0.0f, 255.0f);
+            const double err = group_error(y, uint16_t(e | uint32_t(z) << 8), bits);
+            best = std::min(best, err);
+            if (dz == 0 && zc != (zb + zt) / 2) anchored = std::min(anchored, err);
+          }
+      }
+      const uint16_t w = kv_byte_params_for(y.data(), uint32_t(y.size()), bits);
+      INFO(bits << " bits, " << y.size() << " values in [" << lo << ", " << hi << "], word " << w);
+      CHECK(group_error(y, w, bits) == best);
+      CHECK(group_error(y, w, bits) <= anchored);  // never worse than an end put on the grid
+      const uint32_t e = w & 255u;
+      CHECK(e >= e0);  // a covering scale
+      CHECK(e <= e0 + kKvScaleAbove);
+    }
+  }
+}
+
+TEST_CASE("kv_byte_params_for: a value inside the grid is within half a step, one outside clips to its end, close by",
+          "[format]") {
+  for (uint32_t bits : {4u, 8u}) {
+    const float levels = float((1u << bits) - 1);
+    for (const std::vector<float>& y : writer_groups()) {
+      const uint16_t w = kv_byte_params_for(y.data(), uint32_t(y.size()), bits);
+      const KvGroupParams p = kv_group_params(&w, 0, true, bits);
+      const float top = std::fma(p.s, levels, p.m);
+      for (float v : y) {
+        const float q = kv_code(v, p, levels), back = std::fma(p.s, q, p.m);
+        INFO(bits << " bits, value " << v << ", grid [" << p.m << ", " << top << "] step " << p.s);
+        if (v >= p.m && v <= top) {
+          CHECK(std::fabs(back - v) <= 0.5f * p.s * (1 + 1e-5f));
+        } else {  // clipped: to the grid's end, at most 1.5 zero-point units past it
+          CHECK(back == (v < p.m ? p.m : top));
+          CHECK(std::fabs(back - v) <= 1.5f * p.s * (bits == 8 ? 1.0f : 1.0f / 16) * (1 + 1e-5f));
+        }
+      }
+      CHECK(p.m <= 0.0f);  // z >= 0: the grid reaches 0 from below or at its bottom
+    }
+  }
 }
 
 TEST_CASE("byte-parameter q8/q4 round-trip exactly, raw and zstd, as v1.4 files with ids 10/11", "[format]") {

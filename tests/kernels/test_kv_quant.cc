@@ -103,14 +103,18 @@ TEST_CASE("kv_quant round trip: every value within its group's bound", "[kernels
       const uint32_t g = j / group;
       // In the group's normalised units (x / c): half a step, plus (f16) the rounding of the
       // minimum and of the step (relative 2^-11 each, the step's error counted over all levels).
-      // Byte parameters are chosen after rounding: half a step is the whole bound.
+      // Byte parameters are chosen after rounding: half a step, plus, for a value the writer
+      // let clip (a zero point ±1 that leaves an extreme past the grid's end, when that lowers
+      // the group's squared error), its distance beyond the grid's end.
       const auto [s, m] = reference_params(q, r, g);
-      const double bound = q.c[j] * (0.5 * s + (byte_params ? 0.0 : std::ldexp(1.0, -11) * (std::fabs(m) + levels * s)) + 1e-7);
+      const double y = double(x[i]) / q.c[j];
+      const double clip = byte_params ? std::max({0.0, double(m) - y, y - (double(m) + levels * s)}) : 0.0;
+      const double bound = q.c[j] * (0.5 * s + clip + (byte_params ? 0.0 : std::ldexp(1.0, -11) * (std::fabs(m) + levels * s)) + 1e-7);
       INFO("bits " << bits << " group " << group << " bytes " << byte_params << " row " << r << " channel " << j);
       REQUIRE(std::fabs(double(back[i]) - double(x[i])) <= bound);
     }
   // The channel scales normalise every group into [-1, 1]: steps are at most 2 / levels (byte
-  // scales: rounded up to 5 significant bits and up to kKvScaleSearch codes more, at most 1/4 more).
+  // scales: rounded up to 5 significant bits and up to kKvScaleAbove codes more, at most 1/4 more).
   for (size_t r = 0; r < q.rows; ++r)
     for (uint32_t g = 0; g < l.groups(); ++g)
       REQUIRE(reference_params(q, r, g).first <= 2.0 / levels * (byte_params ? 1.25 : 1.001));
