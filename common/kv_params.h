@@ -123,13 +123,19 @@ inline uint16_t kv_byte_params_for(const float* y, uint32_t n, uint32_t bits) {
   for (uint32_t e = e0; e <= std::min(e0 + kKvScaleAbove, 255u); ++e) {
     const float s = scales[e];
     const float z_bottom = -lo / s * steps, z_top = (levels * s - hi) / s * steps;
+    std::array<uint32_t, 9> tried{};  // a scale's zero points: the anchors' ±1 often coincide
+    size_t n_tried = 0;
     for (const float zc : {z_bottom, z_top, 0.5f * (z_bottom + z_top)})
       for (const float dz : {0.0f, -1.0f, 1.0f}) {
         const uint32_t z = static_cast<uint32_t>(std::clamp(std::nearbyint(zc) + dz, 0.0f, 255.0f));
+        // A repeated word has the error it had, and only a strictly smaller one replaces the best,
+        // as does stopping a sum once it reaches the best: neither changes which word wins.
+        if (std::find(tried.begin(), tried.begin() + n_tried, z) != tried.begin() + n_tried) continue;
+        tried[n_tried++] = z;
         const uint16_t w = static_cast<uint16_t>(e | z << 8);
         const KvGroupParams p = kv_byte_group_params(w, bits);
         double err = 0.0;
-        for (uint32_t i = 0; i < n; ++i) {
+        for (uint32_t i = 0; i < n && err < best_err; ++i) {
           const double d = double(std::fma(p.s, kv_code(y[i], p, levels), p.m)) - double(y[i]);
           err += d * d;
         }

@@ -3,6 +3,12 @@
 // the f32 rows, so what stays in memory equals what the file will give back.
 #include "compress/quantize.h"
 
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <thread>
+#include <vector>
+
 #include "common/hadamard.h"
 #include "common/half.h"
 #include "kernels/kv_quant.h"
@@ -71,13 +77,32 @@ void set_kv_dtype(format::CacheContents& c, const KvStorage& st) {
   h.kv_f16_below = below;
   h.kv_rotated = rotated;
   h.kv_byte_params = bytes;
-  for (format::LayerKv& layer : c.layers) {
-    if (same && !layer.qk.empty() && !layer.qv.empty()) continue;  // already stored this way
+  // Layers are independent (each writes only its own rows), so they are quantized on all cores;
+  // the bytes do not depend on how many (the writer is deterministic per group).
+  auto quantize_layer = [&](format::LayerKv& layer) {
+    if (same && !layer.qk.empty() && !layer.qv.empty()) return;  // already stored this way
     quantize_block(h, layer, layer.k, layer.qk);
     quantize_block(h, layer, layer.v, layer.qv);
     format::dequantize_rows(h, layer.head_rows, layer.positions, layer.qk, layer.k);
     format::dequantize_rows(h, layer.head_rows, layer.positions, layer.qv, layer.v);
-  }
+  };
+  const size_t workers = std::min<size_t>(c.layers.size(), std::max(1u, std::thread::hardware_concurrency()));
+  std::atomic<size_t> next{0};
+  std::vector<std::exception_ptr> failed(workers);
+  auto work = [&](size_t w) {
+    try {
+      for (size_t l; (l = next++) < c.layers.size();) quantize_layer(c.layers[l]);
+    } catch (...) {
+      failed[w] = std::current_exception();
+      next = c.layers.size();  // the others stop at their next layer
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t w = 1; w < workers; ++w) threads.emplace_back(work, w);
+  work(0);
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : failed)
+    if (e) std::rethrow_exception(e);
 }
 
 }  // namespace kvzip::compress
