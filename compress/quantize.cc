@@ -3,15 +3,12 @@
 // the f32 rows, so what stays in memory equals what the file will give back.
 #include "compress/quantize.h"
 
-#include <algorithm>
-#include <atomic>
-#include <exception>
-#include <thread>
 #include <vector>
 
 #include "common/hadamard.h"
 #include "common/half.h"
 #include "kernels/kv_quant.h"
+#include "kernels/thread_pool.h"
 
 namespace kvzip::compress {
 namespace {
@@ -86,23 +83,8 @@ void set_kv_dtype(format::CacheContents& c, const KvStorage& st) {
     format::dequantize_rows(h, layer.head_rows, layer.positions, layer.qk, layer.k);
     format::dequantize_rows(h, layer.head_rows, layer.positions, layer.qv, layer.v);
   };
-  const size_t workers = std::min<size_t>(c.layers.size(), std::max(1u, std::thread::hardware_concurrency()));
-  std::atomic<size_t> next{0};
-  std::vector<std::exception_ptr> failed(workers);
-  auto work = [&](size_t w) {
-    try {
-      for (size_t l; (l = next++) < c.layers.size();) quantize_layer(c.layers[l]);
-    } catch (...) {
-      failed[w] = std::current_exception();
-      next = c.layers.size();  // the others stop at their next layer
-    }
-  };
-  std::vector<std::thread> threads;
-  for (size_t w = 1; w < workers; ++w) threads.emplace_back(work, w);
-  work(0);
-  for (std::thread& t : threads) t.join();
-  for (const std::exception_ptr& e : failed)
-    if (e) std::rethrow_exception(e);
+  kernels::ThreadPool pool;  // one thread per core; a task's exception is rethrown by run()
+  pool.run(c.layers.size(), [&](size_t l) { quantize_layer(c.layers[l]); });
 }
 
 }  // namespace kvzip::compress
