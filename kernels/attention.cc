@@ -14,12 +14,6 @@ void check_cuda_attention(const AttentionArgs& a) {
                 "CUDA kernel; the GPU scorer uses attention_score_max (kernels/attention_score.h), "
                 "or run this op on the CPU device");
   for (uint32_t h = 0; a.kv && h < a.Hkv; ++h)
-    if (a.kv[h].quantized())
-      throw Error(Errc::unsupported,
-                  "attention on cuda: a KV span with quantized rows (KvSpan::quant, a q8/q4 base "
-                  "attended in place) has no CUDA kernel; the GPU loader dequantizes q8/q4 into "
-                  "device memory instead (loader::gpu_cache_from_reader), or run this op on the CPU");
-  for (uint32_t h = 0; a.kv && h < a.Hkv; ++h)
     if (a.kv[h].two_segments())
       throw Error(Errc::unsupported,
                   "attention on cuda: a KV span in two segments (KvSpan::k_tail, a shared base plus "

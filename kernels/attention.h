@@ -103,20 +103,27 @@ void transpose_key_tiles(const float* k, uint32_t n, uint32_t D, float* out);
 }
 
 // What the CUDA kernels do not implement, refused before any dispatch (so a CPU-only build refuses
-// the same way): spans with two segments (KvSpan::k_tail) or quantized rows (KvSpan::quant) throw
-// Errc::unsupported (the served engine's shared-base caches and q8/q4 bases are CPU only; the GPU
-// query path loads a q8/q4 file dequantized into device memory, loader/loader.h); `local` statistics (LocalMaxProb) throw Errc::unsupported, since the GPU KVzip
-// scorer forms its statistics with attention_score_max (kernels/attention_score.h) instead; and
-// with no statistics there is nothing to do without `out` (Errc::internal, as for any bad shape).
+// the same way): spans with two segments (KvSpan::k_tail) throw Errc::unsupported (the served
+// engine's shared-base caches are CPU only); `local` statistics (LocalMaxProb) throw
+// Errc::unsupported, since the GPU KVzip scorer forms its statistics with attention_score_max
+// (kernels/attention_score.h) instead; and with no statistics there is nothing to do without
+// `out` (Errc::internal, as for any bad shape). Quantized rows (KvSpan::quant) are accepted: the
+// CUDA split-K path attends to them (below).
 void check_cuda_attention(const AttentionArgs& a);
 
 // CUDA twins (kernels/cuda/attention.cu), fp32 in and out, fp32 accumulation, D in {64, 128}.
 // q, out and every span's k/v are device memory; `kv` itself is a HOST array of at most
 // kMaxKvHeads spans (passed to the kernel by value). Rows must start 16-byte aligned. `out` is
 // required and `local` refused (check_cuda_attention, which every entry below runs first).
+// Quantized rows: KvSpan::quant is a HOST pointer to a segment whose rows (channel scales,
+// parameters, codes) are device memory; all segments of a call share one layout with D = the
+// call's head dim. They are attended by the split-K path (attention_decode) only: attention()
+// cuts a longer block into blocks of whole tokens for it, attention_prefill refuses them
+// (Errc::unsupported). Relative to attention over the dequantized rows only fp32 rounding differs.
 inline constexpr uint32_t kMaxKvHeads = 32;
 namespace cuda {
-// Picks attention_decode when T·G <= kSplitMaxRows, else attention_prefill.
+// Picks attention_decode when T·G <= kSplitMaxRows, else attention_prefill; with quantized rows
+// in any span, attention_decode on blocks of at most kSplitMaxRows / G tokens.
 void attention(const AttentionArgs& a, void* stream);
 // Flash-style: a block per (32 query tokens, query head) walks 32-key tiles with an online
 // softmax; no T×len matrix is formed. Parallelism is ceil(T/32)·Hq blocks, each walking the

@@ -54,12 +54,22 @@ model::CacheShape shape_of(const format::CacheHeader& h) {
 
 // (Hkv) f16 rows of each head of a q8/q4 layer: a head's f16 rows (positions < kv_f16_below) are
 // its first ones, since positions increase within a head; its quantized rows follow.
-std::vector<uint32_t> f16_rows_per_head(const format::CacheHeader& h, const format::LayerKv& q) {
-  std::vector<uint32_t> dense(q.head_rows.size(), 0);
+std::vector<uint32_t> f16_rows_per_head(const format::CacheHeader& h, std::span<const uint32_t> head_rows,
+                                        std::span<const uint32_t> positions) {
+  std::vector<uint32_t> dense(head_rows.size(), 0);
   size_t row = 0;
-  for (size_t hd = 0; hd < q.head_rows.size(); ++hd)
-    for (uint32_t i = 0; i < q.head_rows[hd]; ++i, ++row) dense[hd] += q.positions[row] < h.kv_f16_below;
+  for (size_t hd = 0; hd < head_rows.size(); ++hd)
+    for (uint32_t i = 0; i < head_rows[hd]; ++i, ++row) dense[hd] += positions[row] < h.kv_f16_below;
   return dense;
+}
+
+std::vector<uint32_t> f16_rows_per_head(const format::CacheHeader& h, const format::LayerKv& q) {
+  return f16_rows_per_head(h, q.head_rows, q.positions);
+}
+
+kernels::KvQuantLayout quant_layout(const format::CacheHeader& h) {
+  return kernels::KvQuantLayout{format::dtype_bits(h.kv_dtype), h.head_dim, h.kv_group_size, h.kv_rotated,
+                                h.kv_byte_params};
 }
 
 }  // namespace
@@ -78,9 +88,9 @@ QuerySession::Loaded QuerySession::open_file(const model::Model& model, const st
   format::CacheReader reader = format::CacheReader::open(path, oo);
   reader.check_model(model.fingerprint(), o.force);
   format::check_shape(reader.header(), model.config());
-  // On the GPU the device gets the rows from the file (gpu_cache_from_reader, q8/q4 dequantized on
-  // the device) and the host base stays as the CPU would keep it: a q8/q4 file quantized, so no
-  // whole-cache f32 copy is made anywhere but in device memory.
+  // On the GPU the device gets the rows from the file (gpu_cache_from_reader: a q8/q4 file's rows
+  // kept as stored there too, unless kv_form is F32) and the host base stays as the CPU would
+  // keep it: a q8/q4 file quantized, so no whole-cache f32 copy is made on the host.
   const bool gpu = o.device == kernels::Device::Cuda;
   model::KvBase base = base_from_reader(reader, o.room, o.kv_form, o.key_tiles && !gpu);
   QuerySession::Loaded loaded{reader.header(), std::move(base), ms_since(t0), std::nullopt};
@@ -90,7 +100,7 @@ QuerySession::Loaded QuerySession::open_file(const model::Model& model, const st
 
 namespace {
 
-// gpu_cache_from_reader for a q8/q4 file: per layer the stored rows (codes, group parameters,
+// gpu_cache_from_reader for a q8/q4 file with KvForm::F32: per layer the stored rows (codes, group parameters,
 // channel scales) go to device scratch as they are and kernels::kv_dequantize_rows writes each
 // head's quantized rows into the cache on the device (the same bits as the host's
 // format::dequantize_rows); a head's f16 rows, its first ones, are widened on the host and copied
@@ -99,8 +109,7 @@ namespace {
 void fill_quantized(const format::CacheReader& reader, model::GpuCache& cache, void* stream) {
   const format::CacheHeader& h = reader.header();
   const size_t D = h.head_dim;
-  const kernels::KvQuantLayout layout{format::dtype_bits(h.kv_dtype), h.head_dim, h.kv_group_size, h.kv_rotated,
-                                      h.kv_byte_params};
+  const kernels::KvQuantLayout layout = quant_layout(h);
   const kernels::Exec gpu{kernels::Device::Cuda, nullptr, stream};
   struct Side {  // one of K, V: device scratch for a layer's stored rows
     kernels::gpu::GpuBuffer<float> scale;
@@ -149,10 +158,56 @@ void fill_quantized(const format::CacheReader& reader, model::GpuCache& cache, v
   }
 }
 
+// gpu_cache_from_reader for a q8/q4 file kept as stored (KvForm::Auto): the cache's f32 rows are
+// each head's f16 rows (its first ones), widened on the host; the quantized rows' channel scales,
+// parameters and codes go to a GpuQuantBase as the file stores them, and the cache attaches it.
+// The device never holds a quantized row in f32, and a seventh (q4) to a quarter (q8) of the f32
+// bytes cross the bus.
+model::GpuCache gpu_quantized_cache(const format::CacheReader& reader, uint32_t room, void* stream) {
+  const format::CacheHeader& h = reader.header();
+  const size_t D = h.head_dim;
+  std::vector<uint32_t> dense, quant;  // (L·Hkv) per head: f16 rows, quantized rows
+  for (uint32_t l = 0; l < h.n_layers; ++l) {
+    const auto rows = reader.head_rows(l);
+    const std::vector<uint32_t> d = f16_rows_per_head(h, rows, reader.positions(l));
+    for (size_t hd = 0; hd < rows.size(); ++hd) {
+      dense.push_back(d[hd]);
+      quant.push_back(rows[hd] - d[hd]);
+    }
+  }
+  model::GpuCache cache = model::GpuCache::with_layout(shape_of(h), static_cast<uint32_t>(h.logical_length()),
+                                                       dense, room);
+  model::GpuQuantBase base(shape_of(h), quant_layout(h), std::move(quant));
+  std::vector<float> dk, dv;
+  std::vector<uint32_t> dpos;  // (F) the f16 rows' positions, head-major
+  for (uint32_t l = 0; l < h.n_layers; ++l) {
+    const format::LayerKv q = reader.read_quant_layer(l);
+    base.upload_layer(l, {q.qk.channel_scale, q.qv.channel_scale, q.qk.params, q.qv.params, q.qk.codes, q.qv.codes},
+                      stream);
+    dk.resize(q.qk.dense.size());
+    dv.resize(q.qv.dense.size());
+    for (size_t i = 0; i < dk.size(); ++i) dk[i] = f16_to_f32(q.qk.dense[i]);
+    for (size_t i = 0; i < dv.size(); ++i) dv[i] = f16_to_f32(q.qv.dense[i]);
+    dpos.clear();
+    size_t row = 0;
+    for (size_t hd = 0; hd < q.head_rows.size(); ++hd) {
+      const uint32_t nd = dense[size_t(l) * h.n_kv_heads + hd];
+      dpos.insert(dpos.end(), q.positions.begin() + row, q.positions.begin() + row + nd);
+      row += q.head_rows[hd];
+    }
+    KVZIP_ASSERT(dk.size() == dpos.size() * D && dv.size() == dk.size());  // the reader splits by the same rule
+    cache.upload_layer(l, dk.data(), dv.data(), dpos.data(), stream);
+    kernels::gpu::synchronize(stream);  // the host arrays are reused by the next layer
+  }
+  cache.attach_quant(std::move(base));
+  return cache;
+}
+
 }  // namespace
 
-model::GpuCache gpu_cache_from_reader(const format::CacheReader& reader, uint32_t room, void* stream) {
+model::GpuCache gpu_cache_from_reader(const format::CacheReader& reader, uint32_t room, void* stream, KvForm form) {
   const format::CacheHeader& h = reader.header();
+  if (format::dtype_quantized(h.kv_dtype) && form == KvForm::Auto) return gpu_quantized_cache(reader, room, stream);
   const auto kept = kept_counts(h, [&](uint32_t l) { return reader.head_rows(l); });
   model::GpuCache cache = model::GpuCache::with_layout(shape_of(h), static_cast<uint32_t>(h.logical_length()),
                                          kept, room);
@@ -202,8 +257,7 @@ model::QuantBase quant_base_from_reader(const format::CacheReader& reader) {
   if (!format::dtype_quantized(h.kv_dtype))
     throw Error(Errc::invalid_argument, std::string("quant_base_from_reader: the cache stores ") +
                                             format::dtype_name(h.kv_dtype) + " rows, not q8/q4");
-  const kernels::KvQuantLayout layout{format::dtype_bits(h.kv_dtype), h.head_dim, h.kv_group_size, h.kv_rotated,
-                                      h.kv_byte_params};
+  const kernels::KvQuantLayout layout = quant_layout(h);
   std::vector<model::QuantBaseLayer> layers(h.n_layers);
   for (uint32_t l = 0; l < h.n_layers; ++l) {
     format::LayerKv q = reader.read_quant_layer(l);
@@ -329,7 +383,7 @@ void QuerySession::to_device(const SessionOptions& o, const format::CacheReader*
   const auto t0 = Clock::now();
   gpu_forward_ = std::make_unique<model::GpuForward>(model_.weights());
   gpu_cache_ = std::make_unique<model::GpuCache>(
-      reader ? gpu_cache_from_reader(*reader, o.room, gpu_forward_->stream())
+      reader ? gpu_cache_from_reader(*reader, o.room, gpu_forward_->stream(), o.kv_form)
              : model::GpuCache::from_ragged(base_.f32("--device cuda"), o.room, gpu_forward_->stream()));
   load_ms_ += ms_since(t0);
 }

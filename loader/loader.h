@@ -52,14 +52,15 @@ model::KvBase base_from_reader(const format::CacheReader& reader, uint32_t room 
 // The cache a file describes, straight into device memory with `room` rows of append room per
 // head (no host cache is built): per layer the K/V are decoded (zstd, f16/bf16/q8/q4 -> f32) or
 // copied from the mapping into one of two pinned staging buffers while the previous layer's
-// asynchronous copies drain the other, so decoding overlaps the transfers. A q8/q4 file's stored
-// rows go to the device as they are, a layer at a time, and are dequantized there
-// (kernels::kv_dequantize_rows; the same bits as the host's reconstruction). Device memory then
-// holds f32 rows: the CUDA attention has no quantized spans (check_cuda_attention refuses
-// KvSpan::quant); only the CPU attends to the stored rows in place. Errc::unsupported without a
-// CUDA build or device.
+// asynchronous copies drain the other, so decoding overlaps the transfers. A q8/q4 file's rows
+// stay as the file stores them (KvForm::Auto): the cache holds each head's f16 rows in f32 and a
+// GpuQuantBase (model/gpu_quant_base.h) the quantized rows' channel scales, parameters and codes,
+// which the CUDA attention reads in place (kernels/attention.h); no quantized row is widened to
+// f32 anywhere. KvForm::F32 dequantizes them on the device instead, a layer at a time
+// (kernels::kv_dequantize_rows; the same bits as the host's reconstruction). Errc::unsupported
+// without a CUDA build or device.
 model::GpuCache gpu_cache_from_reader(const format::CacheReader& reader, uint32_t room = 512,
-                               void* stream = nullptr);
+                               void* stream = nullptr, KvForm form = KvForm::Auto);
 
 // The query template stored in the header (parameter "query_template"), or the default.
 std::string query_template(const format::CacheHeader& header);
@@ -84,14 +85,13 @@ struct SessionOptions {
   bool force = false;    // accept a cache written by another model (fingerprint mismatch)
   format::Verify verify = format::Verify::OnAccess;
   uint32_t room = 512;   // append rows per head reserved up front
-  // Device::Cuda: the file's rows go to device memory once (gpu_cache_from_reader: q8/q4
-  // dequantized on the device, layer by layer) and answers are decoded by GpuForward (bf16
-  // weights); Errc::unsupported without a CUDA build or device. The device holds f32 rows (the
-  // CUDA attention has no quantized spans); the host keeps the base as the CPU path would (a
-  // q8/q4 file quantized), so no whole-cache f32 copy is made on the host.
+  // Device::Cuda: the file's rows go to device memory once (gpu_cache_from_reader: q8/q4 rows as
+  // stored, attended in place by the CUDA kernels) and answers are decoded by GpuForward (bf16
+  // weights); Errc::unsupported without a CUDA build or device. The host keeps the base as the
+  // CPU path would (a q8/q4 file quantized), so no whole-cache f32 copy is made anywhere.
   kernels::Device device = kernels::Device::Cpu;
-  // q8/q4 files on the CPU: attended in place by default; F32 dequantizes them at load (R-KV
-  // needs that: it evicts rows of a RaggedKvCache).
+  // q8/q4 files: attended in place by default, on the CPU and on the GPU; F32 dequantizes them
+  // at load (R-KV needs that on the CPU: it evicts rows of a RaggedKvCache).
   KvForm kv_form = KvForm::Auto;
   kernels::MatmulPath matmul = kernels::MatmulPath::Fast;  // ForwardOptions::matmul of the CPU forward pass
   // An f32 base on the CPU also keeps its keys transposed (RaggedKvCache::make_key_tiles): every

@@ -235,7 +235,19 @@ void GpuCache::commit_append(uint32_t T) { layout_.commit_append(T); }
 
 void GpuCache::rollback(uint32_t length) { layout_.rollback(length); }
 
+void GpuCache::attach_quant(GpuQuantBase base) {
+  const CacheShape s = shape(), b = base.shape();
+  if (quant_ || b.n_layers != s.n_layers || b.n_kv_heads != s.n_kv_heads || b.head_dim != s.head_dim)
+    throw Error(Errc::internal, quant_ ? "GpuCache::attach_quant: the cache already has a quantized base"
+                                       : "GpuCache::attach_quant: the base's shape differs from the cache's");
+  quant_ = std::make_unique<GpuQuantBase>(std::move(base));
+}
+
 KvCache GpuCache::to_host_dense(void* stream) const {
+  if (quant_)
+    throw Error(Errc::invalid_argument,
+                "GpuCache::to_host_dense: the cache holds quantized rows (a q8/q4 base); only a cache "
+                "grown from empty is dense");
   const CacheShape s = shape();
   const uint32_t L = s.n_layers, H = s.n_kv_heads, D = s.head_dim, T = logical_length();
   for (uint32_t l = 0; l < L; ++l)
@@ -265,7 +277,7 @@ KvCache GpuCache::to_host_dense(void* stream) const {
 }
 
 uint64_t GpuCache::bytes_used() const {
-  return 2 * layout_.used_total() * shape().head_dim * sizeof(float);
+  return 2 * layout_.used_total() * shape().head_dim * sizeof(float) + (quant_ ? quant_->bytes() : 0);
 }
 
 }  // namespace kvzip::model

@@ -7,12 +7,17 @@
 // device allocation leaves the cache as it was. Appending and rolling back follow the
 // AttentionCache protocol (model/kv_cache.h): reserve_append(T), append(layer, ...) per layer,
 // commit_append(T); rollback(n) moves lengths only. No CUDA header is included from here.
+// A q8/q4 file's cache may also hold a quantized base (attach_quant, model/gpu_quant_base.h):
+// then each head's rows here are only its f32 ones (the file's f16-stored rows and what is
+// appended), and its quantized rows, which precede them, are attended through quant(layer, h).
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "kernels/gpu.h"
+#include "model/gpu_quant_base.h"
 #include "model/kv_cache.h"
 #include "model/ragged_cache.h"
 #include "model/ragged_layout.h"
@@ -56,6 +61,15 @@ class GpuCache {
   static GpuCache random(CacheShape shape, uint32_t logical_length,
                          const std::vector<uint32_t>& kept, uint32_t room, uint64_t seed);
 
+  // Attaches the quantized rows that precede every head's rows here (same shape; its rows are
+  // base rows, never rolled back). Errc::internal on a shape mismatch or a second base.
+  void attach_quant(GpuQuantBase base);
+  bool quantized() const { return quant_ != nullptr; }
+  // Head (layer, kv_head)'s quantized rows for KvSpan::quant, or null (none, or no base).
+  const kernels::KvQuantSegment* quant(uint32_t layer, uint32_t kv_head) const {
+    return quant_ ? quant_->segment(layer, kv_head) : nullptr;
+  }
+
   CacheShape shape() const { return layout_.shape(); }
   uint32_t logical_length() const { return layout_.logical_length(); }
   uint32_t base_length() const { return layout_.base_length(); }
@@ -72,9 +86,9 @@ class GpuCache {
   void reset() { rollback(layout_.base_length()); }
 
   // A dense host copy: requires every head of every layer to hold all logical_length() rows
-  // (a cache grown from empty, e.g. after a GPU prefill). Synchronous.
+  // (a cache grown from empty, e.g. after a GPU prefill) and no quantized base. Synchronous.
   KvCache to_host_dense(void* stream = nullptr) const;
-  uint64_t bytes_used() const;  // 2 · Σ len · D · 4
+  uint64_t bytes_used() const;  // 2 · Σ len · D · 4, plus the quantized base's bytes
 
  private:
   GpuCache() = default;
@@ -83,6 +97,7 @@ class GpuCache {
 
   RaggedLayout layout_;
   std::vector<kernels::gpu::GpuBuffer<float>> k_, v_;  // L × (rows, D) device
+  std::unique_ptr<GpuQuantBase> quant_;                // or null
 };
 
 }  // namespace kvzip::model

@@ -174,8 +174,10 @@ void GpuForward::Impl::attention_block(GpuCache& cache, uint32_t layer, uint32_t
   kernels::rope(ex(), kernels::RopeArgs{k.data(), cos.data(), sin.data(), T, Hkv, D});
 
   cache.append(layer, k.data(), v.data(), T, stream);
-  for (uint32_t h = 0; h < Hkv; ++h)
+  for (uint32_t h = 0; h < Hkv; ++h) {
     spans[h] = kernels::KvSpan{cache.k(layer, h), cache.v(layer, h), cache.len(layer, h)};
+    spans[h].quant = cache.quant(layer, h);  // a q8/q4 base's rows, attended as stored
+  }
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   attention(ex(), kernels::AttentionArgs{q.data(), spans.data(), att.data(), T, Hq, Hkv, D, scale});
   if (obs)
@@ -293,6 +295,10 @@ GpuForward::~GpuForward() = default;
 std::vector<float> GpuForward::prefill(GpuCache& cache, std::span<const int32_t> tokens,
                                        LogitsMode mode, GpuAttentionObserver* observer) {
   Impl& m = *impl_;
+  if (observer && cache.quantized())  // an observer reads the cache's f32 rows only (cache.k/v)
+    throw Error(Errc::unsupported,
+                "GpuForward::prefill: an attention observer over a cache with a q8/q4 base would "
+                "miss its quantized rows; observe a cache with f32 rows only");
   return detail::forward_in_chunks(
       m.cfg, cache, tokens, mode, m.opt.chunk,
       [&](const int32_t* chunk, uint32_t T, uint32_t row0, uint32_t rows, float* out) {

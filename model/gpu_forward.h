@@ -21,6 +21,7 @@ namespace kvzip::model {
 
 // What a GPU observer sees for one layer of one chunk (cf. AttentionObservation): q and the
 // cache's rows are device memory; query token i attended to rows [0, len - T + i] of every head.
+// Not offered over a cache with a quantized base (GpuForward::prefill refuses: Errc::unsupported).
 struct GpuAttentionObservation {
   uint32_t layer = 0;
   const float* q = nullptr;  // (T, Hq, D) device, post-RoPE

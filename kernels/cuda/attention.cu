@@ -9,13 +9,26 @@
 //    length, or past what every row of their group may see, exit at once. A question of 10-40
 //    tokens over a long compressed cache takes this path, so the grid grows with the cache
 //    instead of being Hq blocks that each walk all of it.
+// Quantized rows (KvSpan::quant: a q8/q4 base kept as the file stores it) are attended by the
+// split-K path only: decode_quant_kernel gives their splits partials of the same form (every
+// query row sees every quantized row, so there is no mask but the end of the rows), stored after
+// the head's f32 splits, and decode_reduce combines both kinds. It dequantizes a 32-row tile of K
+// and of V at a time into shared memory (kv_quant.cuh: the CPU's c·fma(s, q, m)); for rotated
+// rows it works in the rotated basis, as the CPU does: the query is rotated once (q·x =
+// (H·q)·(H·x)) and the partial output once (Σ p·x = H·Σ p·(H·x)), never a stored row. A block
+// of more than kSplitMaxRows query rows over quantized spans is cut into blocks of whole tokens
+// that each take the split path (token i of block [t0, t1) sees what it sees in the whole call:
+// the span shortened by T − t1 rows).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
+#include "common/error.h"
 #include "kernels/attention.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/kv_quant.cuh"
 #include "kernels/cuda/tile.cuh"
 
 namespace kvzip::kernels::cuda {
@@ -25,6 +38,19 @@ struct SpanTable {
   const float* k[kMaxKvHeads];  // (len, D) per KV head
   const float* v[kMaxKvHeads];
   uint32_t len[kMaxKvHeads];
+  uint32_t qrows[kMaxKvHeads];  // quantized rows ahead of the f32 ones (KvSpan::quant), or 0
+};
+
+// The quantized rows of every KV head of one call (kernels/kv_quant.h): one layout (one file's),
+// per head its channel scales (D), parameter words (qrows, words) and codes (qrows, code_bytes).
+struct QuantTable {
+  quant::DevLayout layout;
+  const float* ck[kMaxKvHeads];
+  const float* cv[kMaxKvHeads];
+  const uint16_t* pk[kMaxKvHeads];
+  const uint16_t* pv[kMaxKvHeads];
+  const uint8_t* qk[kMaxKvHeads];
+  const uint8_t* qv[kMaxKvHeads];
 };
 
 struct AttnParams {
@@ -104,12 +130,19 @@ __global__ void __launch_bounds__(tile::kThreads) prefill_kernel(AttnParams p) {
 }
 
 // Geometry of one split-K call. Partials of split s of KV head h, query row r (r = i·G + g):
-// index (h · n_split + s) · r_pad + r, r_pad = 16 · row groups.
+// index (h · (n_split + n_quant) + s) · r_pad + r, r_pad = 16 · row groups; the f32 splits are
+// s < n_split, the quantized ones s = n_split + (split of the quantized rows).
 struct SplitGeom {
-  uint32_t n_split;    // splits of the longest head
+  uint32_t n_split;    // splits of the longest head's f32 rows
   uint32_t split_len;  // rows per split, a multiple of the tile
   uint32_t r_pad;      // query rows rounded up to whole row groups
+  uint32_t n_quant;    // splits of the longest head's quantized rows (0: none in the call)
+  uint32_t quant_len;  // quantized rows per split
 };
+
+__host__ __device__ inline size_t slot(const SplitGeom& sg, uint32_t h, uint32_t s) {
+  return (size_t(h) * (sg.n_split + sg.n_quant) + s) * sg.r_pad;
+}
 
 template <int D>
 __global__ void __launch_bounds__(tile::kThreads)
@@ -167,7 +200,91 @@ __global__ void __launch_bounds__(tile::kThreads)
     const float sum = warp_sum(l[k]);
     const uint32_t r = r0 + warp * kDecodeRpw + k;
     if (r < R) {
-      const size_t idx = (size_t(h) * sg.n_split + split) * sg.r_pad + r;
+      const size_t idx = slot(sg, h, split) + r;
+#pragma unroll
+      for (int j = 0; j < D / 32; ++j) part_o[idx * D + lane + 32 * j] = acc[k][j];
+      if (lane == 0) part_ml[idx] = make_float2(m[k], sum);
+    }
+  }
+}
+
+// dst (32 rows, stride) <- the stored values of quantized rows [row0, row0 + 32) (zeros past
+// `stop`): c·fma(s, q, m), for rotated rows still in the rotated basis.
+template <int D>
+__device__ __forceinline__ void load_quant_tile(float* dst, uint32_t row0, uint32_t stop, const float* c,
+                                                const uint16_t* params, const uint8_t* codes,
+                                                const quant::DevLayout& l) {
+  for (uint32_t idx = threadIdx.x; idx < uint32_t(tile::kRows) * D; idx += blockDim.x) {
+    const uint32_t r = idx / D, j = idx % D, row = row0 + r;
+    dst[r * tile::stride<D>() + j] =
+        row < stop ? quant::stored_value(c, params + size_t(row) * l.words, codes + size_t(row) * l.code_bytes, j, l)
+                   : 0.0f;
+  }
+}
+
+// decode_kernel's twin for the quantized rows: grid (quantized splits, Hkv, row groups); block
+// (s, h, z) attends query rows [16z, 16z + 16) of head h's group to quantized rows
+// [s·quant_len, (s + 1)·quant_len) and writes the partial at slot n_split + s.
+template <int D>
+__global__ void __launch_bounds__(tile::kThreads)
+    decode_quant_kernel(AttnParams p, QuantTable qt, float* part_o, float2* part_ml, SplitGeom sg) {
+  __shared__ float Qs[kDecodeRows * tile::stride<D>()];
+  __shared__ float Ks[tile::kRows * tile::stride<D>()];
+  __shared__ float Vs[tile::kRows * tile::stride<D>()];
+  const uint32_t h = blockIdx.y, split = blockIdx.x, r0 = blockIdx.z * kDecodeRows;
+  const uint32_t rows = p.kv.qrows[h];
+  const uint32_t G = p.Hq / p.Hkv, R = p.T * G;
+  const uint32_t k_begin = split * sg.quant_len;
+  if (k_begin >= rows) return;  // every query row sees every quantized row: no causal exit
+  const uint32_t k_stop = min(rows, k_begin + sg.quant_len);
+  const quant::DevLayout& l = qt.layout;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+
+  tile::load<D>(Qs, kDecodeRows, [&](int r) -> const float* {
+    const uint32_t rr = r0 + r;
+    return rr < R ? p.q + (size_t(rr / G) * p.Hq + h * G + rr % G) * D : nullptr;
+  }, p.scale);
+  if (l.rotated) quant::hadamard_rows(Qs, kDecodeRows, tile::stride<D>(), D, l.rot_scale);  // H·q
+  float m[kDecodeRpw], s_l[kDecodeRpw], acc[kDecodeRpw][D / 32];
+#pragma unroll
+  for (int k = 0; k < kDecodeRpw; ++k) {
+    m[k] = -INFINITY;
+    s_l[k] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < D / 32; ++j) acc[k][j] = 0.0f;
+  }
+  for (uint32_t kb = k_begin; kb < k_stop; kb += tile::kRows) {
+    __syncthreads();  // the previous tile (and, the first time, Qs's rotation) is done with
+    load_quant_tile<D>(Ks, kb, k_stop, qt.ck[h], qt.pk[h], qt.qk[h], l);
+    load_quant_tile<D>(Vs, kb, k_stop, qt.cv[h], qt.pv[h], qt.qv[h], l);
+    __syncthreads();
+    float s[kDecodeRpw];
+    tile::scores<D, kDecodeRpw>(Qs, Ks, warp * kDecodeRpw, s);
+    const uint32_t j = kb + lane;
+#pragma unroll
+    for (int k = 0; k < kDecodeRpw; ++k)
+      if (j >= k_stop) s[k] = -INFINITY;
+    tile::online_softmax<kDecodeRpw, D / 32>(s, m, s_l, acc);
+    tile::accumulate_pv<D, kDecodeRpw>(Vs, s, acc);
+  }
+  if (l.rotated) {  // acc holds Σ p·(H·v): the output is H times it, rotated through Qs
+    __syncthreads();  // every warp is done reading Qs
+#pragma unroll
+    for (int k = 0; k < kDecodeRpw; ++k)
+#pragma unroll
+      for (int j = 0; j < D / 32; ++j) Qs[(warp * kDecodeRpw + k) * tile::stride<D>() + lane + 32 * j] = acc[k][j];
+    quant::hadamard_rows(Qs, kDecodeRows, tile::stride<D>(), D, l.rot_scale);
+#pragma unroll
+    for (int k = 0; k < kDecodeRpw; ++k)
+#pragma unroll
+      for (int j = 0; j < D / 32; ++j) acc[k][j] = Qs[(warp * kDecodeRpw + k) * tile::stride<D>() + lane + 32 * j];
+  }
+#pragma unroll
+  for (int k = 0; k < kDecodeRpw; ++k) {
+    const float sum = warp_sum(s_l[k]);
+    const uint32_t r = r0 + warp * kDecodeRpw + k;
+    if (r < R) {
+      const size_t idx = slot(sg, h, sg.n_split + split) + r;
 #pragma unroll
       for (int j = 0; j < D / 32; ++j) part_o[idx * D + lane + 32 * j] = acc[k][j];
       if (lane == 0) part_ml[idx] = make_float2(m[k], sum);
@@ -176,8 +293,9 @@ __global__ void __launch_bounds__(tile::kThreads)
 }
 
 // grid (R, Hkv), D threads: out row r of head h = Σ_s e^(m_s - M) o_s / Σ_s e^(m_s - M) l_s over
-// the splits s that row r sees (those holding a key <= its causal limit n0 + i); each of them has
-// at least one visible key, so every m_s read is finite and L > 0.
+// the splits s that row r sees (those holding a key <= its causal limit n0 + i, and every split
+// of the head's quantized rows); each of them has at least one visible key, so every m_s read is
+// finite and L > 0.
 template <int D>
 __global__ void __launch_bounds__(D)
     decode_reduce(AttnParams p, const float* part_o, const float2* part_ml, SplitGeom sg) {
@@ -185,12 +303,15 @@ __global__ void __launch_bounds__(D)
   const uint32_t G = p.Hq / p.Hkv, i = r / G;
   const uint32_t limit = p.kv.len[h] - p.T + i;  // last key row r sees
   const uint32_t splits = limit / sg.split_len + 1;
-  const size_t base = size_t(h) * sg.n_split * sg.r_pad + r;
+  const uint32_t qsplits = sg.n_quant ? (p.kv.qrows[h] + sg.quant_len - 1) / sg.quant_len : 0;
+  const size_t base = slot(sg, h, 0) + r;
+  // Split s of the sequence [f32 splits seen; quantized splits] as a partial index.
+  auto at = [&](uint32_t s) { return base + size_t(s < splits ? s : sg.n_split + (s - splits)) * sg.r_pad; };
   float M = -INFINITY;
-  for (uint32_t s = 0; s < splits; ++s) M = fmaxf(M, part_ml[base + size_t(s) * sg.r_pad].x);
+  for (uint32_t s = 0; s < splits + qsplits; ++s) M = fmaxf(M, part_ml[at(s)].x);
   float L = 0.0f, o = 0.0f;
-  for (uint32_t s = 0; s < splits; ++s) {
-    const size_t idx = base + size_t(s) * sg.r_pad;
+  for (uint32_t s = 0; s < splits + qsplits; ++s) {
+    const size_t idx = at(s);
     const float2 ml = part_ml[idx];
     const float w = expf(ml.x - M);
     L += w * ml.y;
@@ -222,14 +343,55 @@ AttnParams make_params(const AttentionArgs& a) {
     p.kv.k[h] = a.kv[h].k;
     p.kv.v[h] = a.kv[h].v;
     p.kv.len[h] = a.kv[h].len;
+    p.kv.qrows[h] = a.kv[h].quant ? a.kv[h].quant->rows() : 0;
   }
   return p;
+}
+
+bool any_quantized(const AttentionArgs& a) {
+  for (uint32_t h = 0; h < a.Hkv; ++h)
+    if (a.kv[h].quant && a.kv[h].quant->rows() > 0) return true;
+  return false;
+}
+
+bool same_layout(const KvQuantLayout& x, const KvQuantLayout& y) {
+  return x.bits == y.bits && x.D == y.D && x.group == y.group && x.rotated == y.rotated &&
+         x.byte_params == y.byte_params;
+}
+
+// The quantized rows of a call with some (any_quantized): every segment in one layout of head
+// dim D, K and V the same rows, device pointers set.
+QuantTable make_quant_table(const AttentionArgs& a) {
+  QuantTable t{};
+  const KvQuantLayout* layout = nullptr;
+  for (uint32_t h = 0; h < a.Hkv; ++h) {
+    const KvQuantSegment* q = a.kv[h].quant;
+    if (!q || q->rows() == 0) continue;
+    KVZIP_ASSERT(q->k.rows == q->v.rows && q->k.rows <= 0xffffffffu);
+    KVZIP_ASSERT(same_layout(q->k.layout, q->v.layout) && q->k.layout.D == a.D);
+    KVZIP_ASSERT(!layout || same_layout(*layout, q->k.layout));  // one file's rows: one layout
+    KVZIP_ASSERT(q->k.channel_scale && q->k.params && q->k.codes && q->v.channel_scale && q->v.params && q->v.codes);
+    layout = &q->k.layout;
+    t.ck[h] = q->k.channel_scale;
+    t.cv[h] = q->v.channel_scale;
+    t.pk[h] = q->k.params;
+    t.pv[h] = q->v.params;
+    t.qk[h] = q->k.codes;
+    t.qv[h] = q->v.codes;
+  }
+  KVZIP_ASSERT(layout != nullptr);
+  t.layout = quant::dev_layout(*layout);
+  return t;
 }
 
 }  // namespace
 
 void attention_prefill(const AttentionArgs& a, void* stream) {
   const AttnParams p = make_params(a);
+  if (any_quantized(a))
+    throw Error(Errc::unsupported,
+                "attention_prefill on cuda: quantized rows (KvSpan::quant) are attended by the "
+                "split-K path only; call attention(), which cuts the block for it");
   dispatch_head_dim(a.D, "attention_prefill", [&](auto d) {
     constexpr int D = decltype(d)::value;
     constexpr size_t smem = prefill_smem<D>();
@@ -247,14 +409,19 @@ void attention_prefill(const AttentionArgs& a, void* stream) {
 
 // Rows per split: kDecodeSplit, widened (in whole multiples) so that no more than kMaxSplits
 // splits cover the longest head; keeps the partial buffers at O(Hkv · kMaxSplits · rows · D).
+// The same rule, separately, for the quantized rows.
 SplitGeom split_geometry(const AttentionArgs& a) {
-  uint32_t max_len = 0;
-  for (uint32_t h = 0; h < a.Hkv; ++h) max_len = std::max(max_len, a.kv[h].len);
-  const uint32_t tiles = ceil_div(max_len, kDecodeSplit);
-  const uint32_t split_len = kDecodeSplit * ceil_div(tiles, kMaxSplits);
+  uint32_t max_len = 0, max_quant = 0;
+  for (uint32_t h = 0; h < a.Hkv; ++h) {
+    max_len = std::max(max_len, a.kv[h].len);
+    if (a.kv[h].quant) max_quant = std::max(max_quant, a.kv[h].quant->rows());
+  }
+  auto split_rows = [](uint32_t n) { return kDecodeSplit * ceil_div(ceil_div(n, kDecodeSplit), kMaxSplits); };
+  const uint32_t split_len = split_rows(max_len);
+  const uint32_t quant_len = max_quant ? split_rows(max_quant) : kDecodeSplit;
   const uint32_t R = a.T * (a.Hq / a.Hkv);
-  return SplitGeom{ceil_div(max_len, split_len), split_len,
-                   ceil_div(R, kDecodeRows) * kDecodeRows};
+  return SplitGeom{ceil_div(max_len, split_len), split_len, ceil_div(R, kDecodeRows) * kDecodeRows,
+                   max_quant ? ceil_div(max_quant, quant_len) : 0u, quant_len};
 }
 
 void attention_decode(const AttentionArgs& a, void* stream) {
@@ -262,10 +429,12 @@ void attention_decode(const AttentionArgs& a, void* stream) {
   const uint32_t G = a.Hq / a.Hkv, R = a.T * G;
   KVZIP_ASSERT(R <= kSplitMaxRows);
   const SplitGeom sg = split_geometry(a);
+  const bool quantized = sg.n_quant > 0;
+  const QuantTable qt = quantized ? make_quant_table(a) : QuantTable{};
   dispatch_head_dim(a.D, "attention_decode", [&](auto d) {
     constexpr int D = decltype(d)::value;
     cudaStream_t s = as_stream(stream);
-    const size_t slots = size_t(a.Hkv) * sg.n_split * sg.r_pad;
+    const size_t slots = size_t(a.Hkv) * (sg.n_split + sg.n_quant) * sg.r_pad;
     float* part_o = nullptr;
     float2* part_ml = nullptr;
     // Stream-ordered allocations come from the device's pool: no device-wide sync per decode.
@@ -275,6 +444,11 @@ void attention_decode(const AttentionArgs& a, void* stream) {
       const dim3 grid(sg.n_split, a.Hkv, sg.r_pad / kDecodeRows);
       decode_kernel<D><<<grid, tile::kThreads, 0, s>>>(p, part_o, part_ml, sg);
       err = cudaGetLastError();
+      if (err == cudaSuccess && quantized) {
+        const dim3 qgrid(sg.n_quant, a.Hkv, sg.r_pad / kDecodeRows);
+        decode_quant_kernel<D><<<qgrid, tile::kThreads, 0, s>>>(p, qt, part_o, part_ml, sg);
+        err = cudaGetLastError();
+      }
       if (err == cudaSuccess) {
         decode_reduce<D><<<dim3(R, a.Hkv), D, 0, s>>>(p, part_o, part_ml, sg);
         err = cudaGetLastError();
@@ -287,13 +461,29 @@ void attention_decode(const AttentionArgs& a, void* stream) {
 }
 
 void attention(const AttentionArgs& a, void* stream) {
-  KVZIP_ASSERT(a.Hkv > 0 && a.Hq % a.Hkv == 0);
+  KVZIP_ASSERT(a.Hkv > 0 && a.Hq % a.Hkv == 0 && a.kv);
+  const uint32_t G = a.Hq / a.Hkv;
   // Up to kSplitMaxRows query rows per KV head the split-K path is never narrower than prefill's
   // ceil(T/32)·Hq blocks, and over a long cache it is far wider (a block per split).
-  if (uint64_t(a.T) * (a.Hq / a.Hkv) <= kSplitMaxRows) {
-    attention_decode(a, stream);
-  } else {
-    attention_prefill(a, stream);
+  if (uint64_t(a.T) * G <= kSplitMaxRows) return attention_decode(a, stream);
+  if (!any_quantized(a)) return attention_prefill(a, stream);
+  // Quantized rows have the split-K kernel only: blocks of whole tokens [t0, t1), each a call of
+  // its own over spans shortened by the T − t1 rows its tokens do not see yet.
+  KVZIP_ASSERT(G <= kSplitMaxRows && a.q && a.out);
+  const uint32_t step = kSplitMaxRows / G;
+  std::vector<KvSpan> spans(a.kv, a.kv + a.Hkv);
+  for (uint32_t t0 = 0; t0 < a.T; t0 += step) {
+    const uint32_t t1 = std::min(a.T, t0 + step);
+    for (uint32_t h = 0; h < a.Hkv; ++h) {
+      KVZIP_ASSERT(a.kv[h].len >= a.T);
+      spans[h].len = a.kv[h].len - (a.T - t1);
+    }
+    AttentionArgs b = a;
+    b.kv = spans.data();
+    b.q = a.q + size_t(t0) * a.Hq * a.D;
+    b.out = a.out + size_t(t0) * a.Hq * a.D;
+    b.T = t1 - t0;
+    attention_decode(b, stream);
   }
 }
 

@@ -8,70 +8,18 @@
 // the channel scales, in shared memory once; a warp per row reduces per-group sums of that times
 // the codes and of that alone, then applies the group's scale and minimum. Parity with the CPU
 // kernels is tested in tests/cuda/test_cuda_kv_quant.cc.
-#include <cuda_fp16.h>
-
-#include "common/hadamard.h"
-#include "common/kv_params.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/kv_quant.cuh"
 #include "kernels/kv_quant.h"
 
 namespace kvzip::kernels::cuda {
 namespace {
 
-// D and group size as the kernels read them (KvQuantLayout's helpers are host functions).
-struct DevLayout {
-  uint32_t bits, D, group, groups, words;  // words: parameter words per row
-  uint32_t code_bytes;                     // per row
-  bool byte_params, rotated;
-  float rot_scale;                         // hadamard_scale(D) when rotated
-};
-
-DevLayout dev_layout(const KvQuantLayout& l) {
-  KVZIP_ASSERT((l.bits == 8 || l.bits == 4) && l.group > 0 && l.D % l.group == 0 && l.D % 2 == 0);
-  KVZIP_ASSERT(!l.rotated || hadamard_size(l.D));
-  KVZIP_ASSERT(l.D <= 4096);  // the .kvz limit; a row of floats then fits the shared memory
-  return {l.bits,
-          l.D,
-          l.group,
-          l.groups(),
-          static_cast<uint32_t>(l.param_words()),
-          static_cast<uint32_t>(l.code_bytes()),
-          l.byte_params,
-          l.rotated,
-          l.rotated ? hadamard_scale(l.D) : 1.0f};
-}
-
-__device__ __forceinline__ uint32_t code_at(const uint8_t* row, uint32_t bits, uint32_t j) {
-  if (bits == 8) return row[j];
-  const uint8_t b = row[j >> 1];
-  return (j & 1) ? (b >> 4) : (b & 0x0f);
-}
-
-__device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
-
-// Group g's scale and minimum from a row's parameter words (kv_group_params' device twin: the
-// byte form through the shared decoder, the f16 form through the device's conversion).
-__device__ __forceinline__ KvGroupParams group_params(const uint16_t* p, uint32_t g, const DevLayout& l) {
-  if (l.byte_params) return kv_byte_group_params(p[g], l.bits);
-  return {h2f(p[2 * g]), h2f(p[2 * g + 1])};
-}
-
-// x (n, shared memory) <- H·x: common/hadamard.h's butterflies, one stage at a time across the
-// block, then the factor. The caller has written x and not yet synchronized.
-__device__ void block_hadamard(float* x, uint32_t n, float scale) {
-  for (uint32_t h = 1; h < n; h *= 2) {
-    __syncthreads();
-    for (uint32_t i = threadIdx.x; i < n / 2; i += blockDim.x) {
-      const uint32_t j = (i / h) * 2 * h + i % h;
-      const float a = x[j], b = x[j + h];
-      x[j] = __fadd_rn(a, b);
-      x[j + h] = __fsub_rn(a, b);
-    }
-  }
-  __syncthreads();
-  for (uint32_t j = threadIdx.x; j < n; j += blockDim.x) x[j] = __fmul_rn(x[j], scale);
-  __syncthreads();
-}
+using quant::DevLayout;
+using quant::code_at;
+using quant::dev_layout;
+using quant::group_params;
+using quant::stored_value;
 
 // Unrotated rows: one thread per value.
 __global__ void dequant_kernel(KvQuantRows in, DevLayout l, float* x) {
@@ -79,9 +27,7 @@ __global__ void dequant_kernel(KvQuantRows in, DevLayout l, float* x) {
   if (idx >= in.rows * l.D) return;
   const size_t r = idx / l.D;
   const uint32_t j = static_cast<uint32_t>(idx % l.D);
-  const KvGroupParams p = group_params(in.params + r * l.words, j / l.group, l);
-  const float q = static_cast<float>(code_at(in.codes + r * l.code_bytes, l.bits, j));
-  x[idx] = __fmul_rn(in.channel_scale[j], __fmaf_rn(p.s, q, p.m));
+  x[idx] = stored_value(in.channel_scale, in.params + r * l.words, in.codes + r * l.code_bytes, j, l);
 }
 
 // Rotated rows: one block per row, the row's values rotated in shared memory (D floats).
@@ -90,12 +36,8 @@ __global__ void dequant_rotated_kernel(KvQuantRows in, DevLayout l, float* x) {
   const size_t r = blockIdx.x;
   const uint16_t* p = in.params + r * l.words;
   const uint8_t* codes = in.codes + r * l.code_bytes;
-  for (uint32_t j = threadIdx.x; j < l.D; j += blockDim.x) {
-    const KvGroupParams gp = group_params(p, j / l.group, l);
-    const float q = static_cast<float>(code_at(codes, l.bits, j));
-    row[j] = __fmul_rn(in.channel_scale[j], __fmaf_rn(gp.s, q, gp.m));
-  }
-  block_hadamard(row, l.D, l.rot_scale);
+  for (uint32_t j = threadIdx.x; j < l.D; j += blockDim.x) row[j] = stored_value(in.channel_scale, p, codes, j, l);
+  quant::hadamard_rows(row, 1, l.D, l.D, l.rot_scale);
   for (uint32_t j = threadIdx.x; j < l.D; j += blockDim.x) x[r * l.D + j] = row[j];
 }
 
@@ -110,7 +52,7 @@ __global__ void scores_kernel(const float* q, KvQuantRows k, DevLayout l, float 
   const float* qt = q + size_t(t) * l.D;
   if (l.rotated) {
     for (uint32_t j = threadIdx.x; j < l.D; j += blockDim.x) qc[j] = qt[j];
-    block_hadamard(qc, l.D, l.rot_scale);  // q·x = (H·q)·(H·x): the codes are those of H·x
+    quant::hadamard_rows(qc, 1, l.D, l.D, l.rot_scale);  // q·x = (H·q)·(H·x): the codes are those of H·x
     for (uint32_t j = threadIdx.x; j < l.D; j += blockDim.x) qc[j] *= k.channel_scale[j];
   } else {
     for (uint32_t j = threadIdx.x; j < l.D; j += blockDim.x) qc[j] = qt[j] * k.channel_scale[j];

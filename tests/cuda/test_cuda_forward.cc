@@ -4,11 +4,14 @@
 // that of bf16 activations (2e-2 relative on logits and scores); the greedy token agrees up to
 // near-ties (within that tolerance of the best CPU logit). The device cache itself: a growth whose
 // allocation fails at a layer (injected through the shared RaggedLayout seam) keeps every row,
-// and from_ragged copies the base of a host cache, refusing one with appended rows.
+// and from_ragged copies the base of a host cache, refusing one with appended rows. A q8/q4 file
+// kept as stored on the device (a GpuQuantBase attended in place) answers like the CPU's
+// quantized base and like the same file dequantized into device memory.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "common/half.h"
 #include "tests/cuda/support.h"
@@ -16,6 +19,11 @@
 #if KVZIP_HAVE_CUDA
 #include "common/error.h"
 #include "compress/pipeline.h"
+#include "compress/quantize.h"
+#include "format/format.h"
+#include "loader/loader.h"
+#include "model/branch_cache.h"
+#include "model/quant_base.h"
 #include "model/forward.h"
 #include "model/gpu_cache.h"
 #include "model/gpu_forward.h"
@@ -232,6 +240,108 @@ TEST_CASE("gpu KVzip scores rank document rows like the CPU scorer", "[cuda]") {
     total += a.keep[i].size();
   }
   CHECK(double(same) / double(total) > 0.95);
+}
+
+namespace {
+
+// A .kvz of `dense`'s rows, head i of the flattened (layer, head) list keeping every (i + 1)-th
+// row, stored in `storage`'s dtype and layout (the first 2 positions are prefix rows: f16 rows
+// of a q8/q4 file). Returns its path.
+std::string write_ragged_file(const model::KvCache& dense, const ModelConfig& cfg, const compress::KvStorage& storage) {
+  format::CacheContents c;
+  format::CacheHeader& h = c.header;
+  h.tool_version = "kvzip test";
+  h.model.arch = "llama";
+  h.model.name = "test";
+  h.n_layers = cfg.n_layers;
+  h.n_kv_heads = cfg.n_kv_heads;
+  h.head_dim = cfg.head_dim;
+  h.kv_dtype = format::DType::F32;
+  h.prefix_tokens = {1, 2};
+  h.document_tokens.assign(dense.logical_length() - 2, 5);
+  h.method = "kvzip";
+  const size_t D = cfg.head_dim;
+  for (uint32_t l = 0; l < cfg.n_layers; ++l) {
+    format::LayerKv lk;
+    for (uint32_t hd = 0; hd < cfg.n_kv_heads; ++hd) {
+      const model::KvHeadView x = dense.view(l, hd);
+      const uint32_t step = 1 + l * cfg.n_kv_heads + hd;
+      uint32_t n = 0;
+      for (uint32_t r = 0; r < x.len; r += step, ++n) {
+        lk.positions.push_back(r);
+        lk.k.insert(lk.k.end(), x.k + r * D, x.k + (r + 1) * D);
+        lk.v.insert(lk.v.end(), x.v + r * D, x.v + (r + 1) * D);
+      }
+      lk.head_rows.push_back(n);
+    }
+    c.layers.push_back(std::move(lk));
+  }
+  compress::set_kv_dtype(c, storage);
+  const auto path = (std::filesystem::temp_directory_path() / "kvzip_cuda_forward_quant.kvz").string();
+  format::WriteOptions wo;
+  wo.force = true;
+  format::write_cache_file(c, path, wo);
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("gpu forward over a q8/q4 file kept as stored decodes like the CPU and like its dequantized rows",
+          "[cuda]") {
+  if (!gpu_ready()) return;
+  const model::Weights w = bf16_weights(test::random_weights(gpu_test_config(), test::seed(12)));
+  model::Forward cpu(w, model::ForwardOptions{});
+  model::GpuForward gpu(w);
+  model::KvCache dense(w.config, 300);
+  cpu.prefill(dense, tokens(300, 6), model::LogitsMode::None);
+  struct Form {
+    format::DType dtype;
+    bool rotate, byte_params;
+  };
+  for (const Form f : {Form{format::DType::Q4, true, true}, Form{format::DType::Q8, false, false},
+                       Form{format::DType::Q4, true, false}}) {
+    compress::KvStorage storage;
+    storage.dtype = f.dtype;
+    storage.rotate = f.rotate;
+    storage.byte_params = f.byte_params;
+    const std::string path = write_ragged_file(dense, w.config, storage);
+    const format::CacheReader reader = format::CacheReader::open(path);
+    INFO(format::dtype_name(f.dtype) << (f.rotate ? " rotated" : "") << (f.byte_params ? " byte" : " f16"));
+    model::GpuCache kept = loader::gpu_cache_from_reader(reader, 16);  // the rows as stored
+    model::GpuCache wide = loader::gpu_cache_from_reader(reader, 16, nullptr, loader::KvForm::F32);
+    REQUIRE(kept.quantized());
+    REQUIRE_FALSE(wide.quantized());
+    CHECK(kept.bytes_used() * 3 < wide.bytes_used());  // q8 about 1/4, q4 about 1/7 of f32 rows
+    const model::QuantBase qb = loader::quant_base_from_reader(reader);
+    model::BranchCache host(qb, 16);
+    // A 9-token question (27 query rows a KV head: split-K directly) and a 50-token one (150
+    // rows: two blocks), then decode steps; each from the compressed state.
+    for (size_t n : {size_t(9), size_t(50)}) {
+      const auto question = tokens(n, 7);
+      const auto a = cpu.prefill(host, question, model::LogitsMode::Last);
+      const auto b = gpu.prefill(kept, question, model::LogitsMode::Last);
+      const auto c = gpu.prefill(wide, question, model::LogitsMode::Last);
+      CHECK(test::rel_error(b, a) < 2e-2);
+      CHECK(same_pick(a, b));
+      CHECK(test::rel_error(b, c) < 2e-2);
+      for (int step = 0; step < 3; ++step) {
+        const auto la = cpu.decode(host, 3 + step), lb = gpu.decode(kept, 3 + step);
+        CHECK(test::rel_error(lb, la) < 2e-2);
+        CHECK(same_pick(la, lb));
+      }
+      host.rollback(300);
+      kept.reset();
+      wide.reset();
+      CHECK(kept.logical_length() == 300);
+    }
+    // An observer would see only the f32 rows of such a cache: refused.
+    struct Nothing final : model::GpuAttentionObserver {
+      void on_attention(const model::GpuAttentionObservation&) override {}
+    } nothing;
+    const auto q1 = tokens(1, 8);
+    CHECK_THROWS_AS(gpu.prefill(kept, q1, model::LogitsMode::Last, &nothing), Error);
+    std::filesystem::remove(path);
+  }
 }
 
 #else

@@ -1,7 +1,9 @@
 // [cuda] .kvz -> GPU memory: gpu_cache_from_reader (decode into pinned staging, async copies per
-// layer; q8/q4 dequantized on the device) puts exactly the rows of the host loader
-// (cache_from_reader) into the device layout, for raw f32 sections, zstd-compressed bf16 ones and
-// every q8/q4 layout; appending and rolling back then behave as on the host.
+// layer) puts exactly the rows of the host loader (cache_from_reader) into the device layout, for
+// raw f32 sections, zstd-compressed bf16 ones and, dequantized on the device (KvForm::F32), every
+// q8/q4 layout; appending and rolling back then behave as on the host. Kept as stored (the
+// default), a q8/q4 file's device cache holds exactly the host QuantBase's bytes: the f16 rows in
+// f32, the channel scales, parameters and codes of the quantized rows.
 #include <catch2/catch.hpp>
 
 #include <cstdio>
@@ -15,6 +17,7 @@
 #include "format/format.h"
 #include "loader/loader.h"
 #include "model/gpu_cache.h"
+#include "model/quant_base.h"
 
 using namespace kvzip;
 using test::gpu_ready;
@@ -67,6 +70,49 @@ void check_same(const model::GpuCache& g, const model::RaggedKvCache& host) {
     }
 }
 
+template <class T>
+std::vector<T> from_device(const T* p, size_t n) {
+  std::vector<T> h(n);
+  if (n) kernels::gpu::copy_to_host(h.data(), p, n * sizeof(T));
+  return h;
+}
+
+template <class T>
+bool same_bytes(const std::vector<T>& got, const T* want) {
+  return std::equal(got.begin(), got.end(), want);
+}
+
+// A device cache with a quantized base against the host QuantBase of the same file, per head:
+// the f32 rows are the f16 rows, the segment has the quantized rows' bytes.
+void check_same_quant(const model::GpuCache& g, const model::QuantBase& host) {
+  const model::CacheShape s = host.shape();
+  const kernels::KvQuantLayout L = host.layout();
+  const size_t D = s.head_dim;
+  REQUIRE(g.logical_length() == host.base_length());
+  for (uint32_t l = 0; l < s.n_layers; ++l)
+    for (uint32_t h = 0; h < s.n_kv_heads; ++h) {
+      INFO("layer " << l << " head " << h);
+      const uint32_t nd = host.dense(l, h), nq = host.kept(l, h) - nd;
+      REQUIRE(g.len(l, h) == nd);
+      CHECK(same_bytes(from_device(g.k(l, h), nd * D), host.dense_k(l, h)));
+      CHECK(same_bytes(from_device(g.v(l, h), nd * D), host.dense_v(l, h)));
+      const kernels::KvQuantSegment* dq = g.quant(l, h);
+      const kernels::KvQuantSegment* hq = host.quant(l, h);
+      REQUIRE((dq == nullptr) == (nq == 0));
+      REQUIRE((hq == nullptr) == (nq == 0));
+      if (!nq) continue;
+      REQUIRE(dq->rows() == nq);
+      for (auto [d, w] : {std::pair{&dq->k, &hq->k}, std::pair{&dq->v, &hq->v}}) {
+        CHECK(d->layout.bits == L.bits);
+        CHECK(d->layout.rotated == L.rotated);
+        CHECK(d->layout.byte_params == L.byte_params);
+        CHECK(same_bytes(from_device(d->channel_scale, D), w->channel_scale));
+        CHECK(same_bytes(from_device(d->params, nq * L.param_words()), w->params));
+        CHECK(same_bytes(from_device(d->codes, nq * L.code_bytes()), w->codes));
+      }
+    }
+}
+
 }  // namespace
 
 TEST_CASE("a .kvz goes to GPU memory with the host loader's rows, raw and compressed", "[cuda]") {
@@ -92,7 +138,8 @@ TEST_CASE("a .kvz goes to GPU memory with the host loader's rows, raw and compre
   std::filesystem::remove(path);
 }
 
-TEST_CASE("a q8/q4 .kvz is dequantized on the device to the host loader's rows, every layout", "[cuda]") {
+TEST_CASE("a q8/q4 .kvz goes to the device as stored, or dequantized to the host loader's rows, every layout",
+          "[cuda]") {
   if (!gpu_ready()) return;
   const auto path = (std::filesystem::temp_directory_path() / "kvzip_cuda_loader_quant.kvz").string();
   struct Case {
@@ -121,7 +168,13 @@ TEST_CASE("a q8/q4 .kvz is dequantized on the device to the host loader's rows, 
     REQUIRE(reader.header().kv_f16_below == 2);
     INFO(format::dtype_name(c.dtype) << (c.rotate ? " rotated" : "") << (c.byte_params ? " byte" : " f16")
                                      << " zstd " << c.zstd);
-    check_same(loader::gpu_cache_from_reader(reader, 8), loader::cache_from_reader(reader, 8));
+    check_same(loader::gpu_cache_from_reader(reader, 8, nullptr, loader::KvForm::F32),
+               loader::cache_from_reader(reader, 8));
+    // Kept as stored: the host QuantBase's bytes, on the device.
+    const model::GpuCache dev = loader::gpu_cache_from_reader(reader, 8);
+    const model::QuantBase host = loader::quant_base_from_reader(reader);
+    REQUIRE(dev.quantized());
+    check_same_quant(dev, host);
   }
   std::filesystem::remove(path);
 }

@@ -7,7 +7,8 @@
 // covered by T) and one with earlier rows. The only difference allowed is fp32 summation order
 // (the scores of quantized rows are formed per group as s·Σ(c·q)·code + m·Σ(c·q), softmax and
 // merge by log-sum-exp): relative error below 2e-6 over the whole output (measured: at most 6.6e-7). The result must not
-// depend on the thread pool, and the CUDA front and local statistics refuse quantized spans.
+// depend on the thread pool; local statistics refuse quantized spans, the CUDA front takes them in
+// one segment (the CUDA kernel's parity: tests/cuda/test_cuda_attention_quant.cc).
 // Hadamard-rotated bases (v1.3) too: there the quantized part rotates the queries and the output
 // instead of the rows, which adds the rotation's rounding to the summation order's.
 #include <catch2/catch.hpp>
@@ -159,15 +160,24 @@ TEST_CASE("quantized attention: heads without quantized rows keep the f32 result
   CHECK(check_case(c, &pool, 5) < 2e-6);
 }
 
-TEST_CASE("quantized spans are refused by the CUDA front and with local statistics",
+TEST_CASE("the CUDA front takes quantized spans in one segment; local statistics refuse them",
           "[kernels][kvquant-attn]") {
+  // One segment (no f32 base rows): what the GPU cache hands the CUDA split-K path.
   const QCase c{2, 2, 1, 16, 4, 16, {10}, {0}, {2}};
   const QData d = make(c, 9);
   std::vector<float> out(size_t(c.T) * c.Hq * c.D);
   kernels::AttentionArgs a = args_for(c, d, d.quant, out.data());
-  const Error e = test::error_from([&] { kernels::check_cuda_attention(a); }, "expected Errc::unsupported");
+  REQUIRE(d.quant[0].quantized());
+  CHECK_NOTHROW(kernels::check_cuda_attention(a));
+  // Quantized rows ahead of two f32 segments (a served request's base and tail): still refused,
+  // for the two segments.
+  const QCase c2{2, 2, 1, 16, 4, 16, {10}, {3}, {2}};
+  const QData d2 = make(c2, 9);
+  REQUIRE(d2.quant[0].two_segments());
+  const Error e = test::error_from([&] { kernels::check_cuda_attention(args_for(c2, d2, d2.quant, out.data())); },
+                                   "expected Errc::unsupported");
   CHECK(e.code() == Errc::unsupported);
-  CHECK(std::string(e.what()).find("quantized rows") != std::string::npos);
+  CHECK(std::string(e.what()).find("two segments") != std::string::npos);
   std::vector<float> stats(16, 0.0f);
   kernels::LocalMaxProb L{0, 0, 0, 0, stats.data(), 16};
   a.local = &L;
