@@ -1,12 +1,14 @@
-// [cuda_emu] the CUDA attention and kv_quant kernels (kernels/cuda/attention.cu, kv_quant.cu), run
+// [cuda_emu] the CUDA attention, KVzip score and kv_quant kernels (kernels/cuda/attention.cu,
+// attention_score.cu, kv_quant.cu), run
 // on the CPU emulator (tests/cuda_emu/emu.h: one OS thread per CUDA thread, real barriers and warp
 // shuffles), against the CPU kernels, on every machine: what the [cuda] tests check on a device,
 // at sizes an emulator runs in seconds. Attention (2e-5 relative, as on a device): the flash
 // prefill kernel (cached prefix, ragged heads, partial query tiles), split-K decode and question
 // blocks (several splits, row groups cut by the causal mask, splits widened past 128 · 256 rows),
 // and over quantized spans every layout, decode, blocks cut into split-K blocks, widened quantized
-// splits, heads without quantized rows. kv_quant: dequantization bit for bit, scores within
-// 1e-5. What this cannot show (speed, a device's memory and scheduling) stays with the [cuda] tests
+// splits, heads without quantized rows. The score kernel against the CPU scorer's local-softmax
+// max (attention_stats, Reduce::Max), into outputs that already hold values. kv_quant:
+// dequantization bit for bit, scores within 1e-5. What this cannot show (speed, a device's memory and scheduling) stays with the [cuda] tests
 // and compute-sanitizer on a GPU (scripts/gpu-check.sh).
 #include <catch2/catch.hpp>
 
@@ -16,6 +18,8 @@
 
 #include "common/error.h"
 #include "kernels/attention.h"
+#include "kernels/attention_score.h"
+#include "kernels/attention_stats.h"
 #include "kernels/kv_quant.h"
 #include "tests/support/random_weights.h"
 #include "tests/support/thrown.h"
@@ -26,6 +30,7 @@ void attention_prefill(const AttentionArgs& a, void* stream);
 void attention_decode(const AttentionArgs& a, void* stream);
 void kv_dequantize_rows(const KvQuantRows& in, float* x, void* stream);
 void kv_quant_scores(const float* q, uint32_t n_q, const KvQuantRows& k, float scale, float* scores, void* stream);
+void attention_score_max(const AttentionScoreArgs& a, void* stream);
 }  // namespace kvzip::kernels::cuda_emu
 
 using namespace kvzip;
@@ -168,4 +173,52 @@ TEST_CASE("emulated cuda kv_quant kernels: dequantization bit for bit, scores", 
           emu::kv_quant_scores(q.data(), 3, rows, 0.125f, s_got.data(), nullptr);
           CHECK(test::rel_error(s_got, s_want) < 1e-5);
         }
+}
+
+namespace {
+
+// The KVzip score kernel's key axes [prefix ; chunk ; causal R_t] over one per-head key array
+// (n_p + doc + causal_base + T rows, the chunk at row n_p + 20), against attention_stats; outputs
+// start from earlier maxima. Returns the relative error.
+double score_error(uint32_t T, uint32_t Hq, uint32_t Hkv, uint32_t D, uint32_t n_p, uint32_t m, uint32_t causal_base,
+                   uint64_t seed) {
+  const uint32_t doc = m + 40, rows = n_p + doc + causal_base + T, r0 = n_p + doc;
+  const auto q = test::random_vector(size_t(T) * Hq * D, seed, -2, 2);
+  std::vector<std::vector<float>> k(Hkv);
+  std::vector<kernels::ScoreKeyAxis> axes(Hkv);
+  for (uint32_t h = 0; h < Hkv; ++h) {
+    k[h] = test::random_vector(size_t(rows) * D, seed * 41 + h, -2, 2);
+    axes[h].ranges[0] = {k[h].data(), n_p};
+    axes[h].ranges[1] = {k[h].data() + size_t(n_p + 20) * D, m};
+    axes[h].ranges[2] = {k[h].data() + size_t(r0) * D, causal_base + T};
+    axes[h].n_ranges = 3;
+    axes[h].causal_base = causal_base;
+  }
+  const uint64_t stride = m + 3;
+  const auto start = test::random_vector(size_t(Hkv) * stride, seed + 7, 0.0f, 0.02f);
+  auto want = start, got = start;
+  const float scale = 1.0f / std::sqrt(float(D));
+  const kernels::AttentionStatsArgs a{.q = q.data(), .T = T, .Hq = Hq, .Hkv = Hkv, .D = D, .scale = scale, .t0 = 0,
+                                      .t1 = T, .axes = axes.data(), .col0 = n_p, .col1 = n_p + m,
+                                      .reduce = kernels::Reduce::Max, .out = want.data(), .out_stride = stride};
+  attention_stats(kernels::Exec{}, a);
+  kernels::AttentionScoreArgs g;
+  g.q = q.data();
+  g.T = T, g.Hq = Hq, g.Hkv = Hkv, g.D = D, g.scale = scale;
+  g.axes = axes.data();
+  g.col0 = n_p, g.col1 = n_p + m;
+  g.out = got.data();
+  g.out_stride = stride;
+  emu::attention_score_max(g, nullptr);
+  for (uint32_t h = 0; h < Hkv; ++h)  // the stride's tail was never part of the reduction
+    for (uint64_t j = m; j < stride; ++j) REQUIRE(got[h * stride + j] == start[h * stride + j]);
+  return test::rel_error(got, want);
+}
+
+}  // namespace
+
+TEST_CASE("emulated cuda KVzip score kernel matches the CPU scorer's local-softmax max", "[cuda_emu]") {
+  CHECK(score_error(40, 4, 2, 128, 30, 70, 0, 90) < 2e-5);  // the whole R_t in one call
+  CHECK(score_error(35, 6, 2, 64, 17, 61, 45, 91) < 2e-5);  // a later slice of R_t, G = 3
+  CHECK(score_error(1, 4, 1, 64, 5, 33, 100, 92) < 2e-5);   // one token, a long causal part
 }
