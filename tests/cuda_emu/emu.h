@@ -181,6 +181,8 @@ inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+// A device's rsqrtf is within 2 ulp of 1/sqrt; the emulator gives the correctly rounded quotient.
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 template <class T>
 T __ldg(const T* p) {
   return *p;

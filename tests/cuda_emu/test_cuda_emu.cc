@@ -1,5 +1,4 @@
-// [cuda_emu] the CUDA attention, KVzip score and kv_quant kernels (kernels/cuda/attention.cu,
-// attention_score.cu, kv_quant.cu), run
+// [cuda_emu] the CUDA kernels (kernels/cuda/*.cu; all but the cuBLAS GEMM), run
 // on the CPU emulator (tests/cuda_emu/emu.h: one OS thread per CUDA thread, real barriers and warp
 // shuffles), against the CPU kernels, on every machine: what the [cuda] tests check on a device,
 // at sizes an emulator runs in seconds. Attention (2e-5 relative, as on a device): the flash
@@ -8,7 +7,9 @@
 // and over quantized spans every layout, decode, blocks cut into split-K blocks, widened quantized
 // splits, heads without quantized rows. The score kernel against the CPU scorer's local-softmax
 // max (attention_stats, Reduce::Max), into outputs that already hold values. kv_quant:
-// dequantization bit for bit, scores within 1e-5. What this cannot show (speed, a device's memory and scheduling) stays with the [cuda] tests
+// dequantization bit for bit, scores within 1e-5. The forward's element-wise kernels (RMSNorm,
+// RoPE, SwiGLU, the ragged append, bf16 cast, residual add, embedding gather) with the
+// tolerances of the [cuda] tests (fp32 1e-5, bf16 one rounding; exact where the CPU is exact). What this cannot show (speed, a device's memory and scheduling) stays with the [cuda] tests
 // and compute-sanitizer on a GPU (scripts/gpu-check.sh).
 #include <catch2/catch.hpp>
 
@@ -20,7 +21,12 @@
 #include "kernels/attention.h"
 #include "kernels/attention_score.h"
 #include "kernels/attention_stats.h"
+#include "common/half.h"
+#include "kernels/kv_append.h"
 #include "kernels/kv_quant.h"
+#include "kernels/rms_norm.h"
+#include "kernels/rope.h"
+#include "kernels/swiglu.h"
 #include "tests/support/random_weights.h"
 #include "tests/support/thrown.h"
 
@@ -31,6 +37,15 @@ void attention_decode(const AttentionArgs& a, void* stream);
 void kv_dequantize_rows(const KvQuantRows& in, float* x, void* stream);
 void kv_quant_scores(const float* q, uint32_t n_q, const KvQuantRows& k, float scale, float* scores, void* stream);
 void attention_score_max(const AttentionScoreArgs& a, void* stream);
+void rope(const RopeArgs& a, void* stream);
+void rms_norm(const RmsNormArgs& a, void* stream);
+void rms_norm_bf16(const RmsNormArgs& a, uint16_t* y_bf16, void* stream);
+void swiglu(const SwigluArgs& a, void* stream);
+void swiglu_bf16(const SwigluArgs& a, uint16_t* y_bf16, void* stream);
+void kv_append(const KvAppendArgs& a, void* stream);
+void to_bf16(const float* x, uint16_t* y, size_t n, void* stream);
+void add_in_place(float* x, const float* y, size_t n, void* stream);
+void embed_bf16(const uint16_t* table, const int32_t* tokens, float* x, uint32_t T, uint32_t E, void* stream);
 }  // namespace kvzip::kernels::cuda_emu
 
 using namespace kvzip;
@@ -221,4 +236,88 @@ TEST_CASE("emulated cuda KVzip score kernel matches the CPU scorer's local-softm
   CHECK(score_error(40, 4, 2, 128, 30, 70, 0, 90) < 2e-5);  // the whole R_t in one call
   CHECK(score_error(35, 6, 2, 64, 17, 61, 45, 91) < 2e-5);  // a later slice of R_t, G = 3
   CHECK(score_error(1, 4, 1, 64, 5, 33, 100, 92) < 2e-5);   // one token, a long causal part
+}
+
+namespace {
+
+std::vector<float> widen(const std::vector<uint16_t>& b) {
+  std::vector<float> r(b.size());
+  for (size_t i = 0; i < b.size(); ++i) r[i] = bf16_to_f32(b[i]);
+  return r;
+}
+
+std::vector<uint16_t> to_bf16_host(const std::vector<float>& x) {
+  std::vector<uint16_t> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = f32_to_bf16(x[i]);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("emulated cuda element-wise kernels match the CPU ones", "[cuda_emu]") {
+  {  // RMSNorm, in place and into bf16; a width that is not a multiple of the block
+    const uint32_t T = 5, E = 576;
+    const auto x = test::random_vector(size_t(T) * E, 101, -3, 3);
+    const auto w = test::random_vector(E, 102, 0.5f, 1.5f);
+    std::vector<float> want(x.size());
+    kernels::cpu::rms_norm(nullptr, kernels::RmsNormArgs{x.data(), w.data(), want.data(), T, E, 1e-5f});
+    auto y = x;
+    emu::rms_norm(kernels::RmsNormArgs{y.data(), w.data(), y.data(), T, E, 1e-5f}, nullptr);
+    CHECK(test::rel_error(y, want) < 1e-5);
+    std::vector<uint16_t> y16(x.size(), 0xFFFF);
+    emu::rms_norm_bf16(kernels::RmsNormArgs{x.data(), w.data(), nullptr, T, E, 1e-5f}, y16.data(), nullptr);
+    CHECK(test::rel_error(widen(y16), want) < 1.0 / 256);
+  }
+  {  // RoPE at large angles
+    const uint32_t T = 7, H = 3, D = 64;
+    std::vector<uint32_t> pos(T);
+    for (uint32_t t = 0; t < T; ++t) pos[t] = 3000 + 7 * t;
+    kernels::RopeTable table;
+    build_rope_table(kernels::rope_inv_freq(D, 10000.0f, RopeScaling{}), pos.data(), T, &table);
+    const auto x = test::random_vector(size_t(T) * H * D, 103, -2, 2);
+    auto want = x, got = x;
+    kernels::cpu::rope(nullptr, kernels::RopeArgs{want.data(), table.cos.data(), table.sin.data(), T, H, D});
+    emu::rope(kernels::RopeArgs{got.data(), table.cos.data(), table.sin.data(), T, H, D}, nullptr);
+    CHECK(test::rel_error(got, want) < 1e-6);
+  }
+  {  // SwiGLU over a wide input range, fp32 and bf16
+    const size_t n = 3000 + 3;
+    const auto g = test::random_vector(n, 104, -30, 30);
+    const auto u = test::random_vector(n, 105, -2, 2);
+    std::vector<float> want(n), got(n, NAN);
+    kernels::cpu::swiglu(nullptr, kernels::SwigluArgs{g.data(), u.data(), want.data(), n});
+    emu::swiglu(kernels::SwigluArgs{g.data(), u.data(), got.data(), n}, nullptr);
+    CHECK(test::rel_error(got, want) < 1e-5);
+    std::vector<uint16_t> y16(n, 0xFFFF);
+    emu::swiglu_bf16(kernels::SwigluArgs{g.data(), u.data(), nullptr, n}, y16.data(), nullptr);
+    CHECK(test::rel_error(widen(y16), want) < 1.0 / 256);
+  }
+  {  // the ragged append: each head's rows where the CPU puts them
+    const uint32_t T = 5, Hkv = 3, D = 64, rows = 200;
+    const auto kn = test::random_vector(size_t(T) * Hkv * D, 106), vn = test::random_vector(size_t(T) * Hkv * D, 107);
+    const auto k0 = test::random_vector(size_t(rows) * D, 108), v0 = test::random_vector(size_t(rows) * D, 109);
+    const uint64_t dst[3] = {17, 90, 150};
+    auto k = k0, v = v0, ek = k0, ev = v0;
+    kernels::cpu::kv_append(kernels::KvAppendArgs{kn.data(), vn.data(), k.data(), v.data(), dst, T, Hkv, D});
+    emu::kv_append(kernels::KvAppendArgs{kn.data(), vn.data(), ek.data(), ev.data(), dst, T, Hkv, D}, nullptr);
+    CHECK(ek == k);
+    CHECK(ev == v);
+  }
+  {  // the forward's helpers: embedding gather, residual add, bf16 cast (exact)
+    const uint32_t V = 50, E = 96, T = 6;
+    auto table = test::random_vector(size_t(V) * E, 113);
+    const std::vector<uint16_t> table16 = to_bf16_host(table);
+    const std::vector<int32_t> tokens = {3, 49, 0, 3, 17, 25};
+    std::vector<float> x(size_t(T) * E, NAN);
+    emu::embed_bf16(table16.data(), tokens.data(), x.data(), T, E, nullptr);
+    for (uint32_t t = 0; t < T; ++t)
+      for (uint32_t e = 0; e < E; ++e) REQUIRE(x[size_t(t) * E + e] == bf16_to_f32(table16[size_t(tokens[t]) * E + e]));
+    const auto y = test::random_vector(x.size(), 114);
+    auto sum = x;
+    emu::add_in_place(sum.data(), y.data(), x.size(), nullptr);
+    for (size_t i = 0; i < x.size(); ++i) REQUIRE(sum[i] == x[i] + y[i]);
+    std::vector<uint16_t> b16(y.size(), 0xFFFF);
+    emu::to_bf16(y.data(), b16.data(), y.size(), nullptr);
+    CHECK(b16 == to_bf16_host(y));
+  }
 }
