@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "kernels/attention.h"
 #include "kernels/kv_quant.h"
+#include "tests/support/quant_rows.h"
 #include "tests/support/random_weights.h"
 #include "tests/support/thrown.h"
 
@@ -39,9 +40,8 @@ enum class Path { Auto, Decode, Prefill };
 
 // One KV head's rows on the host and on the device.
 struct Head {
-  std::vector<float> ck, cv, k, v;
-  std::vector<uint16_t> pk, pv;
-  std::vector<uint8_t> qk, qv;
+  test::QuantHead quant;
+  std::vector<float> k, v;
   kernels::KvQuantSegment host, dev;
   kernels::gpu::GpuBuffer<float> dck, dcv, dk, dv;
   kernels::gpu::GpuBuffer<uint16_t> dpk, dpv;
@@ -58,20 +58,13 @@ double quant_attention_error(const QCase& c, Path path, uint64_t salt) {
   for (uint32_t h = 0; h < c.Hkv; ++h) {
     Head& H = heads[h];
     const size_t D = c.D, nq = c.quant[h], nf = c.f32[h];
-    auto xk = test::random_vector(nq * D, seed * 41 + h, -1, 1);
-    for (size_t i = 0; i < xk.size(); ++i)
-      if (i % D % 11 == 3) xk[i] = 8.0f * xk[i] + 2.0f;  // keys' outlier channels
-    const auto xv = test::random_vector(nq * D, seed * 43 + h, -1, 1);
-    H.ck.resize(D), H.cv.resize(D);
-    H.pk.resize(nq * L.param_words()), H.pv.resize(nq * L.param_words());
-    H.qk.resize(nq * L.code_bytes()), H.qv.resize(nq * L.code_bytes());
-    kernels::cpu::kv_quantize_rows(xk.data(), {L, nq, H.ck.data(), H.pk.data(), H.qk.data()});
-    kernels::cpu::kv_quantize_rows(xv.data(), {L, nq, H.cv.data(), H.pv.data(), H.qv.data()});
+    H.quant = test::quantized_head(L, nq, seed * 7 + h);
+    const test::QuantHead& Q = H.quant;
     H.k = test::random_vector(nf * D, seed * 47 + h, -2, 2);
     H.v = test::random_vector(nf * D, seed * 53 + h, -2, 2);
-    H.host = {{L, nq, H.ck.data(), H.pk.data(), H.qk.data()}, {L, nq, H.cv.data(), H.pv.data(), H.qv.data()}};
-    H.dck = to_gpu(H.ck), H.dcv = to_gpu(H.cv), H.dpk = to_gpu(H.pk), H.dpv = to_gpu(H.pv);
-    H.dqk = to_gpu(H.qk), H.dqv = to_gpu(H.qv), H.dk = to_gpu(H.k), H.dv = to_gpu(H.v);
+    H.host = Q.segment();
+    H.dck = to_gpu(Q.ck), H.dcv = to_gpu(Q.cv), H.dpk = to_gpu(Q.pk), H.dpv = to_gpu(Q.pv);
+    H.dqk = to_gpu(Q.qk), H.dqv = to_gpu(Q.qv), H.dk = to_gpu(H.k), H.dv = to_gpu(H.v);
     H.dev = {{L, nq, H.dck.data(), H.dpk.data(), H.dqk.data()}, {L, nq, H.dcv.data(), H.dpv.data(), H.dqv.data()}};
     spans[h] = kernels::KvSpan{H.k.data(), H.v.data(), c.f32[h]};
     dspans[h] = kernels::KvSpan{H.dk.data(), H.dv.data(), c.f32[h]};

@@ -27,6 +27,7 @@
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
+#include "tests/support/quant_rows.h"
 #include "tests/support/random_weights.h"
 #include "tests/support/thrown.h"
 
@@ -65,9 +66,8 @@ struct Case {
 };
 
 struct Head {
-  std::vector<float> k, v, ck, cv;
-  std::vector<uint16_t> pk, pv;
-  std::vector<uint8_t> qk, qv;
+  std::vector<float> k, v;
+  test::QuantHead quant;
   kernels::KvQuantSegment seg;
 };
 
@@ -84,16 +84,8 @@ double attention_error(const Case& c, Path path, uint64_t seed) {
     H.v = test::random_vector(nf * D, seed * 37 + h);
     spans[h] = kernels::KvSpan{H.k.data(), H.v.data(), c.f32[h]};
     if (!nq) continue;
-    auto xk = test::random_vector(nq * D, seed * 41 + h, -1, 1);
-    for (size_t i = 0; i < xk.size(); ++i)
-      if (i % D % 11 == 3) xk[i] = 8.0f * xk[i] + 2.0f;  // keys' outlier channels
-    const auto xv = test::random_vector(nq * D, seed * 43 + h, -1, 1);
-    H.ck.resize(D), H.cv.resize(D);
-    H.pk.resize(nq * L.param_words()), H.pv.resize(nq * L.param_words());
-    H.qk.resize(nq * L.code_bytes()), H.qv.resize(nq * L.code_bytes());
-    kernels::cpu::kv_quantize_rows(xk.data(), {L, nq, H.ck.data(), H.pk.data(), H.qk.data()});
-    kernels::cpu::kv_quantize_rows(xv.data(), {L, nq, H.cv.data(), H.pv.data(), H.qv.data()});
-    H.seg = {{L, nq, H.ck.data(), H.pk.data(), H.qk.data()}, {L, nq, H.cv.data(), H.pv.data(), H.qv.data()}};
+    H.quant = test::quantized_head(L, nq, seed * 7 + h);
+    H.seg = H.quant.segment();
     spans[h].quant = &H.seg;
   }
   std::vector<float> want(q.size()), got(q.size(), NAN);
