@@ -233,7 +233,13 @@ void GpuCache::append(uint32_t layer, const float* k_new, const float* v_new, ui
 
 void GpuCache::commit_append(uint32_t T) { layout_.commit_append(T); }
 
-void GpuCache::rollback(uint32_t length) { layout_.rollback(length); }
+void GpuCache::rollback(uint32_t length) {
+  if (quant_ && length < layout_.base_length())  // the quantized rows cannot be dropped one by one
+    throw Error(Errc::invalid_argument, "GpuCache::rollback: length " + std::to_string(length) +
+                                            " is below the base length " + std::to_string(layout_.base_length()) +
+                                            " of a cache with a quantized base");
+  layout_.rollback(length);
+}
 
 void GpuCache::attach_quant(GpuQuantBase base) {
   const CacheShape s = shape(), b = base.shape();

@@ -82,7 +82,7 @@ class GpuCache {
   // k_new, v_new: device (T, Hkv, D) at positions logical_length() ...
   void append(uint32_t layer, const float* k_new, const float* v_new, uint32_t T, void* stream);
   void commit_append(uint32_t T);
-  void rollback(uint32_t length);
+  void rollback(uint32_t length);  // with a quantized base: Errc::invalid_argument below base_length()
   void reset() { rollback(layout_.base_length()); }
 
   // A dense host copy: requires every head of every layer to hold all logical_length() rows

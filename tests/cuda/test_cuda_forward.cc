@@ -334,6 +334,9 @@ TEST_CASE("gpu forward over a q8/q4 file kept as stored decodes like the CPU and
       wide.reset();
       CHECK(kept.logical_length() == 300);
     }
+    // Its quantized rows are base rows: rolling back below the base is refused.
+    CHECK_THROWS_AS(kept.rollback(299), Error);
+    CHECK(kept.logical_length() == 300);
     // An observer would see only the f32 rows of such a cache: refused.
     struct Nothing final : model::GpuAttentionObserver {
       void on_attention(const model::GpuAttentionObservation&) override {}
