@@ -1,21 +1,21 @@
-// A CPU emulator for the subset of CUDA that kvzip's attention and kv_quant kernels use, so that
-// their logic (indexing, masks, split bookkeeping, shared-memory tiles, warp shuffles, barriers)
-// runs and is tested on machines without a GPU (tests/cuda_emu/test_cuda_emu.cc). The kernel
-// sources are compiled unchanged except for the rewrites tests/cuda_emu/translate.pl makes (launch
-// syntax, dynamic shared memory, the namespace).
+// A CPU emulator for the subset of CUDA that kvzip's kernels (kernels/cuda/*.cu) use, so that their
+// logic (indexing, masks, split bookkeeping, shared-memory tiles, warp shuffles, barriers) runs and
+// is tested on machines without a GPU (tests/cuda_emu/test_cuda_emu.cc). The kernel sources are
+// compiled unchanged except for the rewrites tests/cuda_emu/translate.pl makes (launch syntax,
+// dynamic shared memory, the namespace).
 // Model: a launch runs its blocks one after another, each on one OS thread per CUDA thread (the
 // same threads for every block of the launch), so everything a block's threads do between
-// barriers really is concurrent. __syncthreads is a
-// std::barrier over the block, a warp shuffle a write to the warp's slots, a barrier over the
-// warp and a read; a thread that returns drops out of both barriers (as an
-// exited CUDA thread no longer counts at __syncthreads); the shuffles of a warp alternate between
-// two rows of slots, so one barrier each is enough. __shared__ arrays are function-local
-// statics (one per kernel instantiation, shared by the running block: blocks never overlap), and
-// dynamic shared memory is a fresh buffer per block filled with 0xFF bytes (NaN as floats), so a
-// read before any write shows up. Device memory is host memory; cudaMallocAsync is malloc with the
-// same NaN fill. A launch with more than 1024 threads a block, or a grid dimension out of range,
-// is refused through cudaGetLastError as on a device. Arithmetic intrinsics are the IEEE binary32
-// operations they name (the emulator's targets build with -ffp-contract=off).
+// barriers really is concurrent. __syncthreads is a std::barrier over the block, a warp shuffle a
+// write to the warp's slots, a barrier over the warp and a read (the shuffles of a warp alternate
+// between two rows of slots, so one barrier each is enough); a thread that returns drops out of
+// both barriers (as an exited CUDA thread no longer counts at __syncthreads). __shared__ arrays
+// are function-local statics (one per kernel instantiation, shared by the running block: blocks
+// never overlap), and dynamic shared memory is a fresh buffer per block filled with 0xFF bytes
+// (NaN as floats), so a read before any write shows up. Device memory is host memory;
+// cudaMallocAsync is malloc with the same NaN fill. A launch with more than 1024 threads a block,
+// or a grid dimension out of range, is refused through cudaGetLastError as on a device.
+// Arithmetic intrinsics are the IEEE binary32 operations they name (the emulator's targets build
+// with -ffp-contract=off; rsqrtf is the correctly rounded 1/sqrt, a device's is within 2 ulp).
 // What it cannot show: speed, memory limits beyond the launch checks, and races that need a
 // device's scheduling (compute-sanitizer on a GPU: scripts/gpu-check.sh).
 #pragma once
