@@ -67,6 +67,12 @@ std::vector<uint32_t> f16_rows_per_head(const format::CacheHeader& h, const form
   return f16_rows_per_head(h, q.head_rows, q.positions);
 }
 
+// y <- the f16 rows x widened to f32 (a q8/q4 file's f16-stored rows, exactly).
+void widen_f16(const std::vector<uint16_t>& x, std::vector<float>& y) {
+  y.resize(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = f16_to_f32(x[i]);
+}
+
 kernels::KvQuantLayout quant_layout(const format::CacheHeader& h) {
   return kernels::KvQuantLayout{format::dtype_bits(h.kv_dtype), h.head_dim, h.kv_group_size, h.kv_rotated,
                                 h.kv_byte_params};
@@ -127,8 +133,7 @@ void fill_quantized(const format::CacheReader& reader, model::GpuCache& cache, v
     put(side.scale, q.channel_scale);
     put(side.params, q.params);
     put(side.codes, q.codes);
-    side.dense_host.resize(q.dense.size());
-    for (size_t i = 0; i < q.dense.size(); ++i) side.dense_host[i] = f16_to_f32(q.dense[i]);
+    widen_f16(q.dense, side.dense_host);
     put(side.dense, side.dense_host);
   };
   for (uint32_t l = 0; l < h.n_layers; ++l) {
@@ -184,10 +189,8 @@ model::GpuCache gpu_quantized_cache(const format::CacheReader& reader, uint32_t 
     const format::LayerKv q = reader.read_quant_layer(l);
     base.upload_layer(l, {q.qk.channel_scale, q.qv.channel_scale, q.qk.params, q.qv.params, q.qk.codes, q.qv.codes},
                       stream);
-    dk.resize(q.qk.dense.size());
-    dv.resize(q.qv.dense.size());
-    for (size_t i = 0; i < dk.size(); ++i) dk[i] = f16_to_f32(q.qk.dense[i]);
-    for (size_t i = 0; i < dv.size(); ++i) dv[i] = f16_to_f32(q.qv.dense[i]);
+    widen_f16(q.qk.dense, dk);
+    widen_f16(q.qv.dense, dv);
     dpos.clear();
     size_t row = 0;
     for (size_t hd = 0; hd < q.head_rows.size(); ++hd) {
@@ -263,13 +266,8 @@ model::QuantBase quant_base_from_reader(const format::CacheReader& reader) {
     format::LayerKv q = reader.read_quant_layer(l);
     model::QuantBaseLayer& L = layers[l];
     L.head_dense = f16_rows_per_head(h, q);
-    auto widen = [](const std::vector<uint16_t>& x) {
-      std::vector<float> y(x.size());
-      for (size_t i = 0; i < x.size(); ++i) y[i] = f16_to_f32(x[i]);
-      return y;
-    };
-    L.dense_k = widen(q.qk.dense);
-    L.dense_v = widen(q.qv.dense);
+    widen_f16(q.qk.dense, L.dense_k);
+    widen_f16(q.qv.dense, L.dense_v);
     L.head_rows = std::move(q.head_rows);
     L.positions = std::move(q.positions);
     L.scale_k = std::move(q.qk.channel_scale);

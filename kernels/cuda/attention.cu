@@ -144,6 +144,49 @@ __host__ __device__ inline size_t slot(const SplitGeom& sg, uint32_t h, uint32_t
   return (size_t(h) * (sg.n_split + sg.n_quant) + s) * sg.r_pad;
 }
 
+// What the two split-K kernels (f32 rows, quantized rows) share: the block's 16 query rows of the
+// GQA group (row rr = i·G + g is token i, query head h·G + g; zeros past R = T·G) scaled into Qs,
+// the running softmax state of each warp's rows, and the partial (unnormalised output, max, sum)
+// of each row below R at base + row.
+template <int D>
+__device__ __forceinline__ void load_row_group(float* Qs, const AttnParams& p, uint32_t h, uint32_t r0) {
+  const uint32_t G = p.Hq / p.Hkv, R = p.T * G;
+  tile::load<D>(Qs, kDecodeRows, [&](int r) -> const float* {
+    const uint32_t rr = r0 + r;
+    return rr < R ? p.q + (size_t(rr / G) * p.Hq + h * G + rr % G) * D : nullptr;
+  }, p.scale);
+}
+
+template <int D>
+__device__ __forceinline__ void clear_rows(float (&m)[kDecodeRpw], float (&l)[kDecodeRpw],
+                                           float (&acc)[kDecodeRpw][D / 32]) {
+#pragma unroll
+  for (int k = 0; k < kDecodeRpw; ++k) {
+    m[k] = -INFINITY;
+    l[k] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < D / 32; ++j) acc[k][j] = 0.0f;
+  }
+}
+
+template <int D>
+__device__ __forceinline__ void store_partials(const float (&m)[kDecodeRpw], const float (&l)[kDecodeRpw],
+                                               const float (&acc)[kDecodeRpw][D / 32], uint32_t r0, uint32_t R,
+                                               size_t base, float* part_o, float2* part_ml) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int k = 0; k < kDecodeRpw; ++k) {
+    const float sum = warp_sum(l[k]);
+    const uint32_t r = r0 + warp * kDecodeRpw + k;
+    if (r < R) {
+      const size_t idx = base + r;
+#pragma unroll
+      for (int j = 0; j < D / 32; ++j) part_o[idx * D + lane + 32 * j] = acc[k][j];
+      if (lane == 0) part_ml[idx] = make_float2(m[k], sum);
+    }
+  }
+}
+
 template <int D>
 __global__ void __launch_bounds__(tile::kThreads)
     decode_kernel(AttnParams p, float* part_o, float2* part_ml, SplitGeom sg) {
@@ -162,18 +205,9 @@ __global__ void __launch_bounds__(tile::kThreads)
   const float* V = p.kv.v[h];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
-  tile::load<D>(Qs, kDecodeRows, [&](int r) -> const float* {
-    const uint32_t rr = r0 + r;
-    return rr < R ? p.q + (size_t(rr / G) * p.Hq + h * G + rr % G) * D : nullptr;
-  }, p.scale);
+  load_row_group<D>(Qs, p, h, r0);
   float m[kDecodeRpw], l[kDecodeRpw], acc[kDecodeRpw][D / 32];
-#pragma unroll
-  for (int k = 0; k < kDecodeRpw; ++k) {
-    m[k] = -INFINITY;
-    l[k] = 0.0f;
-#pragma unroll
-    for (int j = 0; j < D / 32; ++j) acc[k][j] = 0.0f;
-  }
+  clear_rows<D>(m, l, acc);
   for (uint32_t kb = k_begin; kb < k_stop; kb += tile::kRows) {
     __syncthreads();
     tile::load<D>(Ks, tile::kRows, [&](int r) -> const float* {
@@ -195,17 +229,7 @@ __global__ void __launch_bounds__(tile::kThreads)
     tile::online_softmax<kDecodeRpw, D / 32>(s, m, l, acc);
     tile::accumulate_pv<D, kDecodeRpw>(Vs, s, acc);
   }
-#pragma unroll
-  for (int k = 0; k < kDecodeRpw; ++k) {
-    const float sum = warp_sum(l[k]);
-    const uint32_t r = r0 + warp * kDecodeRpw + k;
-    if (r < R) {
-      const size_t idx = slot(sg, h, split) + r;
-#pragma unroll
-      for (int j = 0; j < D / 32; ++j) part_o[idx * D + lane + 32 * j] = acc[k][j];
-      if (lane == 0) part_ml[idx] = make_float2(m[k], sum);
-    }
-  }
+  store_partials<D>(m, l, acc, r0, R, slot(sg, h, split), part_o, part_ml);
 }
 
 // dst (32 rows, stride) <- the stored values of quantized rows [row0, row0 + 32) (zeros past
@@ -240,19 +264,10 @@ __global__ void __launch_bounds__(tile::kThreads)
   const quant::DevLayout& l = qt.layout;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
-  tile::load<D>(Qs, kDecodeRows, [&](int r) -> const float* {
-    const uint32_t rr = r0 + r;
-    return rr < R ? p.q + (size_t(rr / G) * p.Hq + h * G + rr % G) * D : nullptr;
-  }, p.scale);
+  load_row_group<D>(Qs, p, h, r0);
   if (l.rotated) quant::hadamard_rows(Qs, kDecodeRows, tile::stride<D>(), D, l.rot_scale);  // H·q
   float m[kDecodeRpw], s_l[kDecodeRpw], acc[kDecodeRpw][D / 32];
-#pragma unroll
-  for (int k = 0; k < kDecodeRpw; ++k) {
-    m[k] = -INFINITY;
-    s_l[k] = 0.0f;
-#pragma unroll
-    for (int j = 0; j < D / 32; ++j) acc[k][j] = 0.0f;
-  }
+  clear_rows<D>(m, s_l, acc);
   for (uint32_t kb = k_begin; kb < k_stop; kb += tile::kRows) {
     __syncthreads();  // the previous tile (and, the first time, Qs's rotation) is done with
     load_quant_tile<D>(Ks, kb, k_stop, qt.ck[h], qt.pk[h], qt.qk[h], l);
@@ -279,17 +294,7 @@ __global__ void __launch_bounds__(tile::kThreads)
 #pragma unroll
       for (int j = 0; j < D / 32; ++j) acc[k][j] = Qs[(warp * kDecodeRpw + k) * tile::stride<D>() + lane + 32 * j];
   }
-#pragma unroll
-  for (int k = 0; k < kDecodeRpw; ++k) {
-    const float sum = warp_sum(s_l[k]);
-    const uint32_t r = r0 + warp * kDecodeRpw + k;
-    if (r < R) {
-      const size_t idx = slot(sg, h, sg.n_split + split) + r;
-#pragma unroll
-      for (int j = 0; j < D / 32; ++j) part_o[idx * D + lane + 32 * j] = acc[k][j];
-      if (lane == 0) part_ml[idx] = make_float2(m[k], sum);
-    }
-  }
+  store_partials<D>(m, s_l, acc, r0, R, slot(sg, h, sg.n_split + split), part_o, part_ml);
 }
 
 // grid (R, Hkv), D threads: out row r of head h = Σ_s e^(m_s - M) o_s / Σ_s e^(m_s - M) l_s over
