@@ -12,6 +12,7 @@
 #include "cli/progress.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "eval/compose_eval.h"
 #include "eval/eval.h"
 #include "eval/plot.h"
 #include "format/head_scores.h"
@@ -29,6 +30,11 @@ struct EvalOpts {
   std::string matmul = "fast";
   std::string kv_rotate = "hadamard";
   std::string kv_params = "byte";
+  uint32_t compose = 0;             // > 0: the composition evaluation over this many documents
+  std::vector<double> blends = {0.0};
+  bool doc_prefix = false;
+  const CLI::Option* methods_opt = nullptr;
+  const CLI::Option* ratios_opt = nullptr;
 };
 
 // An output path must name a file in an existing, writable folder (checked before hours of
@@ -40,6 +46,39 @@ void check_output(const std::string& path, const char* option) {
   } catch (const Error& e) {
     throw Error(e.code(), std::string("eval: ") + option + ": " + e.what());
   }
+}
+
+// `eval --compose K` (eval/compose_eval.h): paragraphs as documents, K per question.
+void run_compose(const EvalOpts& o) {
+  eval::ComposeEvalOptions co;
+  co.k = o.compose;
+  if (o.methods_opt->count()) co.methods = o.eo.methods;
+  if (o.ratios_opt->count()) {
+    co.ratios.clear();
+    for (double r : o.eo.ratios)
+      if (r < 1.0) co.ratios.push_back(r);
+  }
+  co.blends = o.blends;
+  co.doc_prefix = o.doc_prefix;
+  co.max_answer_tokens = o.eo.max_answer_tokens;
+  co.system = o.eo.system;
+  co.query_template = o.eo.query_template;
+  co.kvzip_chunk = o.eo.kvzip_chunk;
+  co.matmul = o.matmul == "exact" ? kernels::MatmulPath::Exact : kernels::MatmulPath::Fast;
+  co.threads = o.eo.threads;
+  check_output(o.csv, "-o");
+  eval::SquadOptions so;
+  so.unit = eval::DocumentUnit::Paragraph;
+  so.all_questions = o.all_questions;
+  so.max_questions = o.max_questions;
+  const std::vector<eval::Document> docs = eval::read_squad(o.squad, so);
+  auto model = load_model(o.model, co.threads);
+  if (!o.quiet) co.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  const eval::ComposeEvalReport report = eval::run_compose_eval(*model, docs, co);
+  const std::string table = eval::format_compose_table(report);
+  std::fwrite(table.data(), 1, table.size(), stdout);
+  std::fflush(stdout);
+  if (!o.csv.empty()) write_file_atomically(o.csv, true, eval::format_compose_csv(report));
 }
 
 // Prefill progress: a fresh bar for each document long enough to take a while.
@@ -59,6 +98,7 @@ prefill::PrefillProgressFn progress_bars(bool quiet) {
 }
 
 void run(const EvalOpts& o) {
+  if (o.compose) return run_compose(o);
   if (kernels::parse_device(o.device.c_str()) == kernels::Device::Cuda)
     throw Error(Errc::unsupported,
                 "eval --device cuda: the evaluation's batched draft answering runs on the CPU in this "
@@ -127,10 +167,16 @@ void add_eval_commands(CLI::App& app) {
   c->add_option("--squad", o->squad, "SQuAD JSON file (v1.1 or v2.0)")->required();
   c->add_option("--doc", o->doc, "Document unit: article (paragraphs joined) | paragraph")
       ->capture_default_str();
-  add_list_option(c, "--methods", o->eo.methods,
+  c->add_option("--compose", o->compose,
+                "Composition evaluation: each paragraph a document compressed once, each question "
+                "asked over K documents composed (its own and K-1 others) against their joint prefill")
+      ->check(CLI::Range(2u, 64u));
+  add_list_option(c, "--blends", o->blends, "With --compose: recompute fractions to compare (comma-separated)");
+  c->add_flag("--doc-prefix", o->doc_prefix, "With --compose: keep each later document's own prefix rows");
+  o->methods_opt = add_list_option(c, "--methods", o->eo.methods,
                   "Comma-separated, any of: kvzip,snapkv,h2o,rest-kv,rkv,streaming,random,kvzip-head "
                   "(kvzip-head needs --head-scores; its ratios are fractions of heads kept whole)");
-  add_list_option(c, "--ratios", o->eo.ratios, "Comma-separated fractions of document KV pairs to keep");
+  o->ratios_opt = add_list_option(c, "--ratios", o->eo.ratios, "Comma-separated fractions of document KV pairs to keep");
   add_list_option(c, "--kv-dtypes", o->eo.kv_dtypes,
                   "Comma-separated storage types to compare, each against the f32 cache of the same "
                   "method and ratio: f32,f16,bf16,q8,q4 (each cache written and read back as a .kvz)");

@@ -5,6 +5,7 @@
 // dequantized at load.
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <string_view>
@@ -21,6 +22,8 @@ namespace {
 
 struct QueryOpts {
   std::string cache, model, questions_file, device = "cpu", matmul = "fast";
+  double blend = 0.0;
+  bool doc_prefix = false;
   std::vector<std::string> questions;
   uint32_t n = 128, threads = 0;
   float temp = 0.0f;
@@ -63,8 +66,37 @@ std::vector<std::string> read_questions(const std::string& path) {
   return out;
 }
 
+// The caches of the cache argument: "a.kvz+b.kvz+c.kvz" composes three, unless a file exists under
+// the whole name (a file name may contain '+').
+std::vector<std::string> cache_paths(const std::string& arg) {
+  std::error_code ec;
+  if (std::filesystem::exists(arg, ec) || arg.find('+') == std::string::npos) return {arg};
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    const size_t plus = arg.find('+', start);
+    out.push_back(arg.substr(start, plus == std::string::npos ? std::string::npos : plus - start));
+    if (out.back().empty())
+      throw Error(Errc::invalid_argument, "cache \"" + arg + "\": an empty name between '+' signs");
+    if (plus == std::string::npos) return out;
+    start = plus + 1;
+  }
+}
+
+// A composed session's summary on stderr: caches, rows, the time to compose.
+void note_composition(const loader::QuerySession& s, size_t n_paths) {
+  const loader::ComposeStats& c = s.compose_stats();
+  std::fprintf(stderr,
+               "composed %zu caches in %.1f ms (loading %.1f ms): %u positions, %llu rows attended per "
+               "token over all layers and heads, %llu tokens recomputed, %.2f MB of K/V in memory\n",
+               n_paths, c.ms, s.load_ms(), c.length, static_cast<unsigned long long>(c.rows),
+               static_cast<unsigned long long>(c.recomputed), double(s.bytes_in_memory()) / 1e6);
+}
+
 loader::SessionOptions session_options(const QueryOpts& o) {
   loader::SessionOptions so;
+  so.compose.blend = o.blend;
+  so.compose.doc_prefix = o.doc_prefix;
   so.threads = o.threads;
   so.device = kernels::parse_device(o.device.c_str());
   so.force = o.force;
@@ -112,8 +144,10 @@ void run_query(const QueryOpts& o) {
     throw Error(Errc::invalid_argument, "query: no questions; give QUESTION arguments or --questions FILE");
   for (const auto& q : questions) check_text(q, "a question");
   auto model = load_model(o.model, o.threads);
-  loader::QuerySession session(*model, o.cache, session_options(o));
-  if (!o.quiet && !o.json) {
+  const std::vector<std::string> paths = cache_paths(o.cache);
+  loader::QuerySession session(*model, paths, session_options(o));
+  if (session.composed() && !o.quiet) note_composition(session, paths.size());
+  if (!o.quiet && !o.json && !session.composed()) {
     const uint64_t tiles = session.base().bytes_in_memory() - session.base().bytes_kept();
     char extra[64] = "";
     if (tiles) std::snprintf(extra, sizeof extra, ", + %.2f MB of keys kept transposed", double(tiles) / 1e6);
@@ -136,7 +170,8 @@ void run_query(const QueryOpts& o) {
                          {"ms", std::round(a.ms * 10) / 10},
                          {"first_token_ms", std::round(a.first_token_ms * 10) / 10},
                          {"stopped", a.stopped},
-                         {"stop_reason", stop_reason(a, gp)}};
+                         {"stop_reason", stop_reason(a, gp)},
+                         {"caches", paths}};
       std::printf("%s\n", json_dump(line).c_str());
       std::fflush(stdout);
     } else {
@@ -156,7 +191,9 @@ void run_query(const QueryOpts& o) {
 void run_chat(const QueryOpts& o) {
   rkv_params(o.rkv);
   auto model = load_model(o.model, o.threads);
-  loader::QuerySession session(*model, o.cache, session_options(o));
+  const std::vector<std::string> paths = cache_paths(o.cache);
+  loader::QuerySession session(*model, paths, session_options(o));
+  if (session.composed()) note_composition(session, paths.size());
   const model::GenerateParams gp = generate_params(o, *model);
   std::fprintf(stderr, "kvzip chat: %s (%zu document tokens). One question per line; "
                "empty line or Ctrl-D to quit.\n", o.cache.c_str(),
@@ -183,7 +220,17 @@ void run_chat(const QueryOpts& o) {
 }
 
 void add_common(CLI::App* c, QueryOpts& o) {
-  c->add_option("cache", o.cache, "Compressed cache file (.kvz)")->required();
+  c->add_option("cache", o.cache,
+                "Compressed cache file (.kvz); several joined by '+' (a.kvz+b.kvz) are composed into "
+                "one context, in that order")
+      ->required();
+  c->add_option("--blend", o.blend,
+                "Composed caches: fraction of each later document's tokens recomputed with the "
+                "documents before it in view (0 = none)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  c->add_flag("--doc-prefix", o.doc_prefix,
+              "Composed caches: keep each later document's own prefix rows (template opener) too");
   add_model_option(c, o.model);
   c->add_option("-n,--max-tokens", o.n, "Answer tokens at most")->capture_default_str();
   c->add_option("--temp", o.temp, "Temperature; 0 = greedy")->capture_default_str();

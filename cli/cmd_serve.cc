@@ -21,7 +21,8 @@ namespace {
 struct ServeOpts {
   std::string caches, model, host = "127.0.0.1", api_key_file, device = "cpu";
   int port = 8080;
-  uint32_t parallel = 8, threads = 0, queue = 64, max_tokens = 4096, step_tokens = 0;
+  uint32_t parallel = 8, threads = 0, queue = 64, max_tokens = 4096, step_tokens = 0, max_compose = 16;
+  double blend = 0.0;
   uint64_t max_loaded_bytes = uint64_t(4) << 30;
   double grace = 10.0;
   bool quiet = false, no_key_tiles = false;
@@ -63,6 +64,8 @@ void run_serve(const ServeOpts& o) {
   so.engine.step_tokens = o.step_tokens ? o.step_tokens : std::max(kernels::kMatmulInt8MaxT, o.parallel + 16);
   so.max_loaded_bytes = o.max_loaded_bytes;
   so.key_tiles = !o.no_key_tiles;
+  so.max_compose = o.max_compose;
+  so.compose_blend = o.blend;
   so.chat.max_tokens_cap = o.max_tokens;
   so.chat.default_max_tokens = std::min<uint32_t>(256, o.max_tokens);
   so.http_threads = std::max<uint32_t>(64, 2 * (o.parallel + o.queue));
@@ -113,6 +116,15 @@ void add_serve_commands(CLI::App& app) {
                 "Rows per batched step (decode rows + question pieces); default max(48, parallel + 16), "
                 "which keeps every step on the 8-bit matmul path");
   c->add_option("--max-tokens", o->max_tokens, "Largest max_tokens a request may ask")->capture_default_str();
+  c->add_option("--max-compose", o->max_compose,
+                "Caches one request may compose (\"model\": \"a+b+c\"); more: 400")
+      ->check(CLI::Range(1u, 64u))
+      ->capture_default_str();
+  c->add_option("--blend", o->blend,
+                "Composed requests: fraction of each later document's tokens recomputed with the "
+                "documents before it in view")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   c->add_option("--max-loaded-bytes", o->max_loaded_bytes,
                 "Bytes of caches kept loaded (LRU): K/V, and an f32 cache's transposed keys")
       ->capture_default_str();

@@ -18,6 +18,13 @@ void check_cuda_attention(const AttentionArgs& a) {
       throw Error(Errc::unsupported,
                   "attention on cuda: a KV span in two segments (KvSpan::k_tail, a shared base plus "
                   "a private tail) has no CUDA kernel; run this op on the CPU device");
+  bool composed = a.n_parts > 0 || !a.causal;
+  for (uint32_t h = 0; a.kv && h < a.Hkv; ++h)
+    composed = composed || a.kv[h].limit || a.kv[h].skip || a.kv[h].quant_limit || a.kv[h].quant_skip;
+  if (composed)
+    throw Error(Errc::unsupported,
+                "attention on cuda: composed caches (blocks at shifted positions, row limits and "
+                "skips) have no CUDA kernel; answer over several caches on the CPU device");
   KVZIP_ASSERT(a.out != nullptr);  // without statistics, attention with no output does nothing
 }
 

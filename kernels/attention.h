@@ -40,6 +40,14 @@ struct KvSpan {
   // with a tail (only the read-only first segment can be kept so). Same results as without.
   const float* kt = nullptr;
   uint32_t kt_rows = 0;
+  // Visibility beyond the causal rule (composed caches, model/composed_cache.h). limit (T): token t
+  // sees the f32 rows [0, limit[t]) instead (len may then be below T); skip: a bitmap over the f32
+  // rows [0, len) whose set bits no token sees. quant_limit and quant_skip say the same of the
+  // quantized rows (every token sees all of them by default). Null: no such restriction.
+  const uint32_t* limit = nullptr;
+  const uint64_t* skip = nullptr;
+  const uint32_t* quant_limit = nullptr;
+  const uint64_t* quant_skip = nullptr;
 
   bool two_segments() const { return k_tail != nullptr; }
   bool quantized() const { return quant != nullptr; }
@@ -90,7 +98,23 @@ struct AttentionArgs {
   float scale = 0.0f;  // multiplies q·k before the softmax; normally 1/sqrt(D)
   const LocalMaxProb* local = nullptr;  // optional statistics (see LocalMaxProb); refused
                                         // (Errc::unsupported) with quantized spans
+  // false: every token sees every row of every span (subject to KvSpan::limit/skip), so a span may
+  // be shorter than T. The parts below are attended so.
+  bool causal = true;
+  // Composed caches (model/composed_cache.h): n_parts read-only blocks of rows per KV head besides
+  // the spans, placed at other positions than the ones their keys were rotated for. Part p is
+  // attended non-causally with the queries rotated by part_rot[p] (RoPE is a rotation: a query
+  // rotated back by a block's shift sees the block's keys at their new relative positions, so the
+  // stored rows, quantized or not, are read as they are), and every part's result is merged with
+  // the spans' by log-sum-exp. Local statistics are refused with parts.
+  const KvSpan* parts = nullptr;    // (n_parts, Hkv)
+  const float* part_rot = nullptr;  // (n_parts, 2, D/2): cos, then sin, of each part's query
+                                    // rotation (kernels/rope.h pairs); null: no rotation
+  uint32_t n_parts = 0;
 };
+
+// Bit j of a KvSpan::skip bitmap.
+inline bool skip_bit(const uint64_t* bits, uint64_t j) { return (bits[j >> 6] >> (j & 63)) & 1u; }
 
 namespace cpu {
 void attention(ThreadPool* pool, const AttentionArgs& a);
@@ -109,6 +133,8 @@ void transpose_key_tiles(const float* k, uint32_t n, uint32_t D, float* out);
 // (kernels/attention_score.h) instead; and with no statistics there is nothing to do without
 // `out` (Errc::internal, as for any bad shape). Quantized rows (KvSpan::quant) are accepted: the
 // CUDA split-K path attends to them (below).
+// Composed caches (AttentionArgs::parts, KvSpan::limit/skip, non-causal calls) are CPU only:
+// Errc::unsupported.
 void check_cuda_attention(const AttentionArgs& a);
 
 // CUDA twins (kernels/cuda/attention.cu), fp32 in and out, fp32 accumulation, D in {64, 128}.

@@ -80,6 +80,11 @@ struct KvQuantAttendArgs {
   float* scores = nullptr;   // (n_q, rows) workspace: the probabilities on return
   float* out = nullptr;      // (n_q, D) softmax-weighted sum of the value rows
   float* lse = nullptr;      // optional (n_q): log Σ exp(scale·q·k), for merging segments
+  // Optional visibility (composed caches, kernels/attention.h KvSpan::quant_limit/quant_skip):
+  // query i sees rows [0, limit[i]) only, and no query sees a row whose bit is set in skip. A query
+  // that sees no row gets out = 0 and lse = -inf.
+  const uint32_t* limit = nullptr;  // (n_q)
+  const uint64_t* skip = nullptr;   // bitmap over the rows
 };
 
 namespace cpu {
@@ -95,8 +100,8 @@ void kv_quant_scores(const float* q, uint32_t n_q, const KvQuantRows& k, float s
 // out (n_q, D) = w (n_q, rows) · dequant(v), accumulating s·w and m·w per group before the
 // channel scale is applied once per output (and H once per output row, when rotated).
 void kv_quant_weighted_sum(const float* w, uint32_t n_q, const KvQuantRows& v, float* out);
-// scores, a stable softmax per query row, weighted sum (and lse). rows == 0 gives out = 0 and
-// lse = -inf.
+// scores, a stable softmax per query row, weighted sum (and lse). rows == 0 (or no visible row)
+// gives out = 0 and lse = -inf.
 void kv_quant_attend(const KvQuantAttendArgs& a);
 }  // namespace cpu
 

@@ -356,6 +356,39 @@ static model::ForwardOptions forward_options(const SessionOptions& o) {
 QuerySession::QuerySession(const model::Model& model, const std::string& path, const SessionOptions& o)
     : QuerySession(model, open_file(model, path, o), o) {}
 
+QuerySession::QuerySession(const model::Model& model, const std::vector<std::string>& paths, const SessionOptions& o)
+    : QuerySession(model, open_file(model, paths.at(0), o), o) {
+  if (paths.size() == 1) return;
+  if (o.device == kernels::Device::Cuda)
+    throw Error(Errc::unsupported, "several caches are composed on the CPU only; answer them with --device cpu");
+  if (paths.size() > o.compose.max_docs)
+    throw Error(Errc::invalid_argument, std::to_string(paths.size()) + " caches given; a composition takes at most " +
+                                            std::to_string(o.compose.max_docs));
+  const auto t0 = Clock::now();
+  for (size_t i = 1; i < paths.size(); ++i) {
+    Loaded l = open_file(model, paths[i], o);
+    more_headers_.push_back(std::move(l.header));
+    more_bases_.push_back(std::make_unique<model::KvBase>(std::move(l.base)));
+  }
+  load_ms_ += ms_since(t0);
+  std::vector<const format::CacheHeader*> headers{&header_};
+  std::vector<const model::KvBase*> bases{&base_};
+  for (size_t i = 0; i < more_bases_.size(); ++i) {
+    headers.push_back(&more_headers_[i]);
+    bases.push_back(more_bases_[i].get());
+  }
+  check_composable(headers, paths, o.force);
+  branch_.reset();  // a composition reads the bases through its own view
+  composed_ = compose(forward_, model.tokenizer(), headers, bases, o.compose, &compose_stats_);
+}
+
+uint64_t QuerySession::bytes_in_memory() const {
+  uint64_t b = base_.bytes_in_memory();
+  for (const auto& m : more_bases_) b += m->bytes_in_memory();
+  if (composed_) b += composed_->bytes_owned();
+  return b;
+}
+
 QuerySession::QuerySession(const model::Model& model, Loaded loaded, const SessionOptions& o)
     : model_(model),
       header_(std::move(loaded.header)),
@@ -407,8 +440,16 @@ Answer QuerySession::ask(std::string_view question, const model::GenerateParams&
     if (on_text && !piece.empty()) on_text(piece);
     return true;
   };
+  if (gp.rkv && composed_)
+    throw Error(Errc::unsupported, "R-KV (--rkv-*) does not run over several composed caches");
   model::GenerateResult r;
-  if (gpu_cache_) {  // the device holds the compressed state; back to it however ask() ends
+  if (composed_) {  // the documents are read-only; the question and answer rows are the view's own
+    struct Rollback {
+      model::ComposedCache& c;
+      ~Rollback() { c.rollback(c.composed_length()); }
+    } rollback{*composed_};
+    r = generate(forward_, *composed_, prompt, gp, on_token);
+  } else if (gpu_cache_) {  // the device holds the compressed state; back to it however ask() ends
     struct Reset {
       model::GpuCache& g;
       ~Reset() { g.reset(); }

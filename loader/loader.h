@@ -19,6 +19,7 @@
 
 #include "format/format.h"
 #include "kernels/device.h"
+#include "loader/compose.h"
 #include "model/branch_cache.h"
 #include "model/gpu_forward.h"
 #include "model/kv_base.h"
@@ -97,6 +98,8 @@ struct SessionOptions {
   // An f32 base on the CPU also keeps its keys transposed (RaggedKvCache::make_key_tiles): every
   // decode step skips that copy, for about the K bytes again in memory. false: K once.
   bool key_tiles = true;
+  // Several caches (QuerySession over paths): how they are composed (loader/compose.h).
+  ComposeOptions compose;
 };
 
 struct Answer {
@@ -115,6 +118,11 @@ class QuerySession {
   // Opens and validates the file, checks the model (Errc::model_mismatch unless force) and shape,
   // and builds the cache (base_from_reader). load_ms() says how long that took.
   QuerySession(const model::Model& model, const std::string& path, const SessionOptions& options = {});
+  // Several files composed into one context in this order (loader/compose.h): every question sees
+  // all of the documents. One path is the constructor above. The files must come from one model
+  // (Errc::model_mismatch unless force) with one query template; CPU only (Errc::unsupported for
+  // Device::Cuda), no R-KV. compose_stats() says what the composition cost.
+  QuerySession(const model::Model& model, const std::vector<std::string>& paths, const SessionOptions& options = {});
   // From a cache already in memory (used by eval, which compresses without writing a file).
   QuerySession(const model::Model& model, model::RaggedKvCache cache, format::CacheHeader header,
                const SessionOptions& options = {});
@@ -135,6 +143,13 @@ class QuerySession {
   // The f32 cache; Errc::unsupported when the base is quantized.
   const model::RaggedKvCache& cache() const { return base_.f32("QuerySession::cache"); }
   double load_ms() const { return load_ms_; }
+  // Composed sessions: the caches after the first (their headers), and the composition's figures.
+  bool composed() const { return composed_ != nullptr; }
+  const std::vector<format::CacheHeader>& more_headers() const { return more_headers_; }
+  const ComposeStats& compose_stats() const { return compose_stats_; }
+  const model::ComposedCache* composed_cache() const { return composed_.get(); }
+  // Bytes of K/V held by every cache of the session (each once) plus a composition's own rows.
+  uint64_t bytes_in_memory() const;
   kernels::Device device() const { return gpu_cache_ ? kernels::Device::Cuda : kernels::Device::Cpu; }
 
  private:
@@ -152,6 +167,11 @@ class QuerySession {
   model::Forward forward_;
   std::unique_ptr<model::GpuForward> gpu_forward_;  // set for Device::Cuda
   std::unique_ptr<model::GpuCache> gpu_cache_;      // the compressed state in device memory
+  // A composition: the other caches (read-only, never copied) and the view over all of them.
+  std::vector<format::CacheHeader> more_headers_;
+  std::vector<std::unique_ptr<model::KvBase>> more_bases_;
+  std::unique_ptr<model::ComposedCache> composed_;
+  ComposeStats compose_stats_;
   double load_ms_ = 0.0;
 };
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <numeric>
 #include <string>
+#include <string_view>
 
 #include "common/error.h"
 #include "kernels/gemm.h"
@@ -77,7 +78,7 @@ void Forward::Impl::run_chunk(AttentionCache& cache, const int32_t* tokens, uint
                               uint32_t logits_row0, uint32_t logits_rows, float* logits,
                               AttentionObserver* observer) {
   cache.reserve_append(T);  // first: it rejects a length that would overflow the positions
-  std::iota(positions.begin(), positions.begin() + T, cache.logical_length());
+  cache.next_positions(T, positions.data());
   detail::ChunkContext c = context(T);
   c.trace = &opt.trace;
   c.cache = &cache;
@@ -99,6 +100,42 @@ std::vector<float> Forward::prefill(AttentionCache& cache, std::span<const int32
       [] {});
 }
 
+std::vector<float> Forward::layer_values(AttentionCache& cache, std::span<const int32_t> tokens, uint32_t layer) {
+  const ModelConfig& cfg = impl_->w.config;
+  if (layer >= cfg.n_layers)
+    throw Error(Errc::invalid_argument, "Forward::layer_values: layer " + std::to_string(layer) + " of a " +
+                                            std::to_string(cfg.n_layers) + "-layer model");
+  detail::check_cache_shape(cfg, cache.shape());
+  detail::check_tokens(cfg, tokens);
+  const uint32_t T = static_cast<uint32_t>(tokens.size());
+  const size_t kvd = size_t(cfg.n_kv_heads) * cfg.head_dim;
+  std::vector<float> values(T * kvd);
+  if (T == 0) return values;
+  if (T > impl_->positions.size()) {  // one chunk: the rows of later layers are never appended
+    impl_->scratch.resize(cfg, T);
+    impl_->positions.resize(T);
+  }
+  const uint32_t start = cache.logical_length();
+  try {
+    cache.reserve_append(T);
+    cache.next_positions(T, impl_->positions.data());
+    detail::ChunkContext c = impl_->context(T);
+    const TraceFn capture = [&](const TraceTensor& t) {
+      if (t.layer == static_cast<int>(layer) && std::string_view(t.name) == "v")
+        std::copy_n(t.data, values.size(), values.data());
+    };
+    c.trace = &capture;
+    c.cache = &cache;
+    detail::embed(c, tokens.data());
+    for (uint32_t l = 0; l <= layer; ++l) detail::run_layer(c, l);
+  } catch (...) {
+    cache.rollback(start);
+    throw;
+  }
+  cache.rollback(start);  // drops the uncommitted rows of layers [0, layer]
+  return values;
+}
+
 std::vector<float> Forward::decode(AttentionCache& cache, int32_t token, AttentionObserver* observer) {
   return prefill(cache, std::span<const int32_t>(&token, 1), LogitsMode::Last, observer);
 }
@@ -114,7 +151,7 @@ void Forward::Impl::run_step(std::span<const StepItem> items, uint32_t total) {
   for (const StepItem& it : items) {
     it.cache->reserve_append(static_cast<uint32_t>(it.tokens.size()));
     const uint32_t T = static_cast<uint32_t>(it.tokens.size());
-    std::iota(positions.begin() + row, positions.begin() + row + T, it.cache->logical_length());
+    it.cache->next_positions(T, positions.data() + row);
     step_items.push_back(detail::ChunkItem{it.cache, row, T});
     step_tokens.insert(step_tokens.end(), it.tokens.begin(), it.tokens.end());
     row += T;

@@ -107,6 +107,11 @@ class Forward {
   std::vector<float> prefill(AttentionCache& cache, std::span<const int32_t> tokens,
                              LogitsMode mode = LogitsMode::Last,
                              AttentionObserver* observer = nullptr);
+  // The values (T, Hkv, D) that layer `layer` computes for `tokens` appended to the cache in one
+  // chunk (whatever ForwardOptions::chunk; scratch grows to T), running only layers [0, layer].
+  // The cache is left as it was. For choosing which rows of a composed cache to recompute
+  // (loader/compose.h): a probe of the first layers costs (layer + 1) / L of a prefill.
+  std::vector<float> layer_values(AttentionCache& cache, std::span<const int32_t> tokens, uint32_t layer);
   // One token: prefill(cache, {token}, Last, observer). Returns (V) logits.
   std::vector<float> decode(AttentionCache& cache, int32_t token,
                             AttentionObserver* observer = nullptr);

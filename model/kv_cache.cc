@@ -12,6 +12,10 @@
 
 namespace kvzip::model {
 
+void AttentionCache::next_positions(uint32_t T, uint32_t* out) const {
+  for (uint32_t i = 0; i < T; ++i) out[i] = logical_length() + i;
+}
+
 CacheShape cache_shape(const ModelConfig& cfg) {
   return CacheShape{cfg.n_layers, cfg.n_kv_heads, cfg.head_dim};
 }

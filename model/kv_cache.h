@@ -14,6 +14,7 @@
 
 namespace kvzip::kernels {
 struct KvQuantSegment;  // kernels/kv_quant.h
+struct KvSpan;          // kernels/attention.h
 }  // namespace kvzip::kernels
 
 namespace kvzip::model {
@@ -48,6 +49,15 @@ struct KvHeadView {
   uint32_t kt_rows = 0;
 };
 
+// Blocks of read-only rows a composed cache (model/composed_cache.h) places at other positions
+// than their keys were rotated for: for one layer, n × Hkv spans (kernels::AttentionArgs::parts)
+// and each block's query rotation (n, 2, D/2). Valid until the cache changes.
+struct CacheParts {
+  const kernels::KvSpan* spans = nullptr;
+  const float* rot = nullptr;
+  uint32_t n = 0;
+};
+
 class AttentionCache {
  public:
   virtual ~AttentionCache() = default;
@@ -67,6 +77,11 @@ class AttentionCache {
   virtual KvHeadView view(uint32_t layer, uint32_t kv_head) const = 0;
   // Forgets every position >= length and any uncommitted append; length <= logical_length().
   virtual void rollback(uint32_t length) = 0;
+  // Positions of the next T appended tokens (after reserve_append(T)): logical_length() + i,
+  // except while a composed cache computes rows of its own inside the sequence.
+  virtual void next_positions(uint32_t T, uint32_t* out) const;
+  // The layer's blocks at shifted positions (composed caches); none by default.
+  virtual CacheParts parts(uint32_t layer) const { return {}; }
 };
 
 // Dense cache: every position is a row, so row index == position. Storage per layer is one K and

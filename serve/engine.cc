@@ -34,7 +34,7 @@ class Request {
   RequestCallbacks cb;
   std::atomic<bool> cancelled{false};
   // Engine thread only:
-  std::unique_ptr<model::BranchCache> cache;
+  std::unique_ptr<model::AttentionCache> cache;  // a BranchCache, or a ComposedCache
   std::optional<model::Sampler> sampler;
   size_t prefilled = 0;         // prompt tokens in the cache
   int32_t next = -1;            // the token to feed at the next step (after the prompt)
@@ -68,10 +68,22 @@ std::shared_ptr<Request> Engine::submit(RequestSpec spec, RequestCallbacks callb
   if (!spec.cache) throw Error(Errc::invalid_argument, "request: no cache");
   if (spec.prompt.empty()) throw Error(Errc::invalid_argument, "request: the question has no tokens");
   if (spec.max_tokens == 0) throw Error(Errc::invalid_argument, "request: max_tokens must be >= 1");
-  const uint64_t need = uint64_t(spec.cache->cache.base_length()) + spec.prompt.size() + 1;
+  uint64_t length = spec.cache->cache.base_length();
+  if (!spec.more.empty()) {
+    std::vector<const format::CacheHeader*> headers{&spec.cache->header};
+    std::vector<std::string> names{spec.cache->id};
+    for (const auto& m : spec.more) {
+      if (!m) throw Error(Errc::invalid_argument, "request: no cache");
+      headers.push_back(&m->header);
+      names.push_back(m->id);
+    }
+    loader::check_composable(headers, names, false);
+    length = loader::plan_composition(headers, model_.tokenizer(), spec.compose).length;
+  }
+  const uint64_t need = length + spec.prompt.size() + 1;
   if (cfg.max_context && need > cfg.max_context)
     throw Error(Errc::invalid_argument,
-                "the cache's " + std::to_string(spec.cache->cache.base_length()) +
+                "the cache's " + std::to_string(length) +
                     " positions, the question's " + std::to_string(spec.prompt.size()) +
                     " tokens and one answer token exceed the model's context of " +
                     std::to_string(cfg.max_context));
@@ -191,7 +203,14 @@ void Engine::step_once() {
       try {
         const uint32_t room = static_cast<uint32_t>(r->spec.prompt.size()) +
                               std::min<uint32_t>(r->spec.max_tokens, 128) + 1;
-        r->cache = std::make_unique<model::BranchCache>(r->spec.cache->cache, room);
+        if (r->spec.more.empty()) {
+          r->cache = std::make_unique<model::BranchCache>(r->spec.cache->cache, room);
+        } else {
+          std::vector<const format::CacheHeader*> headers{&r->spec.cache->header};
+          std::vector<const model::KvBase*> bases{&r->spec.cache->cache};
+          for (const auto& m : r->spec.more) headers.push_back(&m->header), bases.push_back(&m->cache);
+          r->cache = loader::compose(forward_, model_.tokenizer(), headers, bases, r->spec.compose);
+        }
         r->logits.resize(cfg.vocab_size);
       } catch (const Error& e) {
         finish(*r, Finish::Error, e.what());

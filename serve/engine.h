@@ -2,9 +2,10 @@
 // is one Forward::step: every active request whose question is in decodes one token, and the
 // rest of the step's row budget goes to question prefill pieces (oldest request first), so a
 // weight is read once per step for all of them and a long question never stalls the decoders.
-// A request answers from a loaded cache (serve/cache_store.h) through its own BranchCache: the
-// cache's rows are shared read-only, the request owns only its question and answer rows, which
-// go when it ends. One engine thread runs the steps; callbacks run on it and must be quick.
+// A request answers from a loaded cache (serve/cache_store.h) through its own BranchCache, or from
+// several composed ones through its own ComposedCache: the caches' rows are shared read-only, the
+// request owns only its question and answer rows (and a composition's separators), which go when
+// it ends. One engine thread runs the steps; callbacks run on it and must be quick.
 // Requests are admitted in arrival order up to `parallel` at once; the queue behind is bounded.
 #pragma once
 #include <atomic>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "kernels/matmul.h"
+#include "loader/compose.h"
 #include "model/model.h"
 #include "model/sampling.h"
 #include "serve/cache_store.h"
@@ -49,6 +51,11 @@ const char* finish_name(Finish f);
 
 struct RequestSpec {
   std::shared_ptr<const LoadedCache> cache;  // the compressed state answered from
+  // More caches composed after `cache` into one context (loader/compose.h): the request reads
+  // every one of them in place through its own view; composing runs on the engine thread when the
+  // request is admitted (separators, and recomputed rows with compose.blend > 0).
+  std::vector<std::shared_ptr<const LoadedCache>> more;
+  loader::ComposeOptions compose;
   std::vector<int32_t> prompt;               // question tokens (loader::question_tokens)
   model::SamplingParams sampling;
   uint32_t max_tokens = 128;

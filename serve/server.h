@@ -35,6 +35,8 @@ struct ServerOptions {
   size_t max_upload_bytes = size_t(1) << 30;    // PUT /v1/caches/{id} (held in memory to verify)
   uint32_t http_threads = 64;  // connections served at once (a streaming answer holds one)
   int listen_backlog = 1024;   // connections waiting to be accepted (the kernel caps it at somaxconn)
+  uint32_t max_compose = 16;   // caches one request may compose ("model": "a+b+c")
+  double compose_blend = 0.0;  // composed requests: loader::ComposeOptions::blend
   uint32_t max_jobs = 4;       // compress jobs queued or running
   uint32_t compress_threads = 0;
   bool access_log = true;

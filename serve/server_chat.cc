@@ -44,20 +44,38 @@ void Server::Impl::chat_completions(const httplib::Request& req, httplib::Respon
   ChatRequest cr = parse_chat_request(req.body, opt.chat);
   cr.cache = scope.pinned(cr.cache, "model");
   if (draining) throw ApiError(503, "server_error", "shutting_down", "the server is shutting down", {}, 5);
-  if (!CacheStore::valid_id(cr.cache))
-    throw ApiError(404, "not_found_error", "model_not_found",
-                   "no cache named \"" + cr.cache.substr(0, 64) + "\" (cache ids use A-Z a-z 0-9 . _ -)", "model");
-  std::shared_ptr<const LoadedCache> cache;
-  try {
-    cache = store.acquire(cr.cache);
-  } catch (const Error& e) {
-    if (e.code() == Errc::not_found)
-      throw ApiError(404, "not_found_error", "model_not_found",
-                     "no cache \"" + cr.cache + "\"; GET /v1/models lists them", "model");
-    throw;
+  // "a+b+c" composes the caches a, b and c (ids never contain '+'), in that order.
+  std::vector<std::string> ids;
+  for (size_t at = 0;;) {
+    const size_t plus = cr.cache.find('+', at);
+    ids.push_back(cr.cache.substr(at, plus == std::string::npos ? std::string::npos : plus - at));
+    if (plus == std::string::npos) break;
+    at = plus + 1;
   }
+  if (ids.size() > opt.max_compose)
+    throw ApiError(400, "invalid_request_error", "too_many_caches",
+                   std::to_string(ids.size()) + " caches composed; at most " + std::to_string(opt.max_compose) +
+                       " (--max-compose)", "model");
+  std::vector<std::shared_ptr<const LoadedCache>> caches;
+  for (const std::string& cid : ids) {
+    if (!CacheStore::valid_id(cid))
+      throw ApiError(404, "not_found_error", "model_not_found",
+                     "no cache named \"" + cid.substr(0, 64) + "\" (cache ids use A-Z a-z 0-9 . _ -, joined by + to compose)",
+                     "model");
+    try {
+      caches.push_back(store.acquire(cid));
+    } catch (const Error& e) {
+      if (e.code() == Errc::not_found)
+        throw ApiError(404, "not_found_error", "model_not_found",
+                       "no cache \"" + cid + "\"; GET /v1/models lists them", "model");
+      throw;
+    }
+  }
+  const std::shared_ptr<const LoadedCache> cache = caches[0];
   RequestSpec spec;
   spec.cache = cache;
+  spec.more.assign(caches.begin() + 1, caches.end());
+  spec.compose.blend = opt.compose_blend;
   spec.prompt = loader::conversation_tokens(model, cache->header, cr.history, cr.question);
   spec.max_tokens = cr.max_tokens;
   spec.stop_tokens = model.chat().stop_tokens();

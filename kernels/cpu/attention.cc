@@ -194,6 +194,10 @@ uint32_t softmax_row(float* srow, uint32_t valid, uint32_t ncols, RowState st, u
     return 0;
   }
   float mx = row_max(srow, valid);
+  if (mx == -INFINITY) {  // every visible row of the block skipped (KvSpan::skip)
+    std::fill(srow, srow + ncols, 0.0f);
+    return 0;
+  }
   float m_old = st.m[r];
   float m_new = std::max(m_old, mx);
   float alpha = std::exp(m_old - m_new);  // 0 when m_old is -inf
@@ -290,6 +294,12 @@ void key_block(const Plan& p, uint32_t h, Scratch& sc, RowState st, uint32_t Rp,
     transpose_tile(span, kb, nk, D, sc.kt.data());
   }
   scores(sc.q.data(), kt, kBk, sc.s.data(), Rp, ncols, D, Dp);
+  if (span.skip) {  // rows no token may see: their logits become -inf (a weight of ~1e-38 at most)
+    for (uint32_t j = 0; j < nk; ++j) {
+      if (!skip_bit(span.skip, kb + j)) continue;
+      for (uint32_t r = 0; r < Rp; ++r) sc.s[size_t(r) * kBk + j] = -INFINITY;
+    }
+  }
   if (p.local && kb >= p.local->target_begin && kb < p.local->target_end) {
     for (uint32_t r = 0; r < Rp; ++r)  // segments never straddle the target range
       std::memcpy(sc.tl.data() + size_t(r) * p.n_target + (kb - p.local->target_begin),
@@ -307,9 +317,17 @@ void key_block(const Plan& p, uint32_t h, Scratch& sc, RowState st, uint32_t Rp,
   }
 }
 
+// Rows of KV head h that token t sees: KvSpan::limit, else all of them (non-causal calls), else
+// the causal rule (every earlier row and its own).
+uint32_t visible_rows(const AttentionArgs& a, uint32_t h, uint32_t t) {
+  const KvSpan& s = a.kv[h];
+  if (s.limit) return std::min(s.limit[t], s.len);
+  return a.causal ? s.len - a.T + t + 1 : s.len;
+}
+
 // Gathers the scaled queries of tokens [i0, i1) of KV head h into sc.q (row = (token, g)) and
 // their visibility limits; returns the padded row count.
-uint32_t gather_queries(const Plan& p, uint32_t h, uint32_t i0, uint32_t i1, uint32_t n0, Scratch& sc) {
+uint32_t gather_queries(const Plan& p, uint32_t h, uint32_t i0, uint32_t i1, Scratch& sc) {
   const AttentionArgs& a = *p.a;
   const uint32_t G = p.G, D = a.D, Dp = p.Dp;
   const uint32_t R = (i1 - i0) * G, Rp = round_up(R, kQkRows);
@@ -321,7 +339,7 @@ uint32_t gather_queries(const Plan& p, uint32_t h, uint32_t i0, uint32_t i1, uin
       for (uint32_t d = 0; d < D; ++d) dst[d] = src[d] * a.scale;
     }
   }
-  for (uint32_t r = 0; r < Rp; ++r) sc.limit[r] = n0 + i0 + std::min(r, R - 1) / G + 1;
+  for (uint32_t r = 0; r < Rp; ++r) sc.limit[r] = visible_rows(a, h, i0 + std::min(r, R - 1) / G);
   return Rp;
 }
 
@@ -400,16 +418,16 @@ void run_local_task(const Plan& p, uint32_t h, Scratch& sc, RowState st, uint32_
 
 void run_task(const Plan& p, uint32_t h, uint32_t qb, uint32_t split, float* state_mem) {
   const AttentionArgs& a = *p.a;
-  const uint32_t n0 = a.kv[h].len - a.T;
   const uint32_t i0 = qb * p.Bq, i1 = std::min(a.T, i0 + p.Bq);
   Scratch& sc = tl_scratch;
   sc.fit(p);
-  const uint32_t Rp = gather_queries(p, h, i0, i1, n0, sc);
+  const uint32_t Rp = gather_queries(p, h, i0, i1, sc);
   RowState st = state_at(p, state_mem);
   std::fill(st.m, st.m + p.Rmax, -INFINITY);
   std::fill(st.l, st.l + p.Rmax, 0.0f);
   std::fill(st.acc, st.acc + size_t(p.Rmax) * p.Dp, 0.0f);
-  const uint32_t total = n0 + i1;  // keys the last token of the block sees
+  uint32_t total = 0;  // keys the block's rows see at most (the last token's, when causal)
+  for (uint32_t r = 0; r < Rp; ++r) total = std::max(total, sc.limit[r]);
   if (p.local) {
     run_local_task(p, h, sc, st, Rp, (i1 - i0) * p.G, total);
     finalize(p, h, i0, i1, st);
@@ -469,14 +487,16 @@ void check_args(const AttentionArgs& a) {
   KVZIP_ASSERT(a.q && a.kv && (a.out || a.local));
   KVZIP_ASSERT(a.Hkv > 0 && a.Hq % a.Hkv == 0 && a.D > 0);
   for (uint32_t h = 0; h < a.Hkv; ++h) {
-    KVZIP_ASSERT(a.kv[h].len >= a.T);
     const KvSpan& s = a.kv[h];
+    KVZIP_ASSERT(!a.causal || s.limit || s.len >= a.T);
     KVZIP_ASSERT(!s.quantized());  // attention_quantized hands only the f32 rows here
-    KVZIP_ASSERT((s.k && s.v) || (s.two_segments() && s.split == 0));
+    KVZIP_ASSERT((s.k && s.v) || (s.two_segments() && s.split == 0) || s.len == 0);
     KVZIP_ASSERT(!s.two_segments() || (s.v_tail && s.split <= s.len));
     KVZIP_ASSERT(s.kt_rows <= (s.two_segments() ? s.split : s.len) && (s.kt || s.kt_rows == 0));
   }
   if (const LocalMaxProb* L = a.local) {
+    KVZIP_ASSERT(a.causal && a.n_parts == 0);
+    for (uint32_t h = 0; h < a.Hkv; ++h) KVZIP_ASSERT(!a.kv[h].limit && !a.kv[h].skip);
     KVZIP_ASSERT(L->out && L->prefix_end <= L->target_begin && L->target_begin <= L->target_end &&
                  L->target_end <= L->own_begin);
     for (uint32_t h = 0; h < a.Hkv; ++h) KVZIP_ASSERT(L->own_begin <= a.kv[h].len - a.T);
@@ -517,9 +537,14 @@ void transpose_key_tiles(const float* k, uint32_t n, uint32_t D, float* out) {
 }
 
 void attention(ThreadPool* pool, const AttentionArgs& a) {
+  if (a.n_parts > 0) return detail::attention_parts(pool, a);
+  detail::attention_lse(pool, a, nullptr);
+}
+
+void detail::attention_lse(ThreadPool* pool, const AttentionArgs& a, float* lse) {
   for (uint32_t h = 0; a.kv && h < a.Hkv; ++h)
-    if (a.kv[h].quantized()) return detail::attention_quantized(pool, a);
-  detail::attention_f32(pool, a, nullptr);
+    if (a.kv[h].quantized()) return detail::attention_quantized(pool, a, lse);
+  detail::attention_f32(pool, a, lse);
 }
 
 namespace {
@@ -617,8 +642,8 @@ void attention_many(ThreadPool* pool, const AttentionArgs* calls, size_t n) {
     const AttentionArgs& a = calls[i];
     bool quantized = false;
     for (uint32_t h = 0; a.kv && h < a.Hkv; ++h) quantized = quantized || a.kv[h].quantized();
-    if (quantized) {  // its own three steps (attention_quant.cc)
-      detail::attention_quantized(pool, a);
+    if (quantized || a.n_parts > 0) {  // its own steps (attention_quant.cc, attention_parts.cc)
+      attention(pool, a);
       continue;
     }
     if (a.T == 0) continue;

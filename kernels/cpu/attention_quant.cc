@@ -40,6 +40,7 @@ void check_quant_args(const AttentionArgs& a) {
                 "attention: local statistics (AttentionArgs::local) over quantized rows "
                 "(KvSpan::quant) are not implemented; the scorers run on f32 caches");
   KVZIP_ASSERT(a.q && a.kv && a.out && a.Hkv > 0 && a.Hq % a.Hkv == 0 && a.D > 0);
+  KVZIP_ASSERT(kChunk % 64 == 0);  // a chunk's quant_skip words start at a word boundary
   for (uint32_t h = 0; h < a.Hkv; ++h) {
     const KvQuantSegment* q = a.kv[h].quant;
     if (!q) continue;
@@ -51,7 +52,7 @@ void check_quant_args(const AttentionArgs& a) {
 
 }  // namespace
 
-void attention_quantized(ThreadPool* pool, const AttentionArgs& a) {
+void attention_quantized(ThreadPool* pool, const AttentionArgs& a, float* lse) {
   if (a.T == 0) return;
   check_quant_args(a);
   const uint32_t G = a.Hq / a.Hkv, D = a.D, T = a.T, R = T * G;  // R: query rows per KV head
@@ -61,8 +62,9 @@ void attention_quantized(ThreadPool* pool, const AttentionArgs& a) {
   for (KvSpan& s : f32) s.quant = nullptr;
   AttentionArgs fa = a;
   fa.kv = f32.data();
-  std::vector<float> f_lse(size_t(T) * a.Hq);  // (T, Hq)
-  attention_f32(pool, fa, f_lse.data());
+  std::vector<float> own_lse(lse ? 0 : size_t(T) * a.Hq);
+  float* f_lse = lse ? lse : own_lse.data();  // (T, Hq); the merged values replace them below
+  attention_f32(pool, fa, f_lse);
 
   // 2. The quantized rows: tasks (KV head, chunk); part p of head h is chunk p - first[h].
   std::vector<uint32_t> first(a.Hkv + 1, 0);  // (Hkv + 1) prefix sums of the chunk counts
@@ -84,14 +86,22 @@ void attention_quantized(ThreadPool* pool, const AttentionArgs& a) {
     const KvQuantSegment& seg = *a.kv[h].quant;
     const size_t r0 = size_t(p - first[h]) * kChunk, n = std::min<size_t>(kChunk, seg.k.rows - r0);
     thread_local std::vector<float> scores;  // (R, n) workspace
+    thread_local std::vector<uint32_t> limit;  // (R) the chunk's rows each query row sees
     scores.resize(size_t(R) * n);
-    cpu::kv_quant_attend(KvQuantAttendArgs{qg.data() + size_t(h) * R * D, R, slice(seg.k, r0, n),
-                                           slice(seg.v, r0, n), a.scale, scores.data(),
-                                           p_out.data() + size_t(p) * R * D, p_lse.data() + size_t(p) * R});
+    KvQuantAttendArgs qa{qg.data() + size_t(h) * R * D, R, slice(seg.k, r0, n), slice(seg.v, r0, n), a.scale,
+                         scores.data(), p_out.data() + size_t(p) * R * D, p_lse.data() + size_t(p) * R};
+    if (const uint32_t* ql = a.kv[h].quant_limit) {
+      limit.resize(R);
+      for (uint32_t r = 0; r < R; ++r) limit[r] = ql[r / G] > r0 ? static_cast<uint32_t>(std::min<size_t>(ql[r / G] - r0, n)) : 0;
+      qa.limit = limit.data();
+    }
+    if (a.kv[h].quant_skip) qa.skip = a.kv[h].quant_skip + r0 / 64;  // kChunk is a multiple of 64
+    cpu::kv_quant_attend(qa);
   });
 
-  // 3. Merge per query row; the f32 part always has a finite log-sum-exp (a row sees itself).
-  // On the calling thread: a few multiply-adds per part and channel, less than a pool round trip.
+  // 3. Merge per query row (a part that saw no row has lse -inf and weight 0; a row that saw no
+  // row at all keeps out = 0, lse = -inf). On the calling thread: a few multiply-adds per part and
+  // channel, less than a pool round trip.
   std::vector<float> acc(D);
   for (uint32_t h = 0; h < a.Hkv; ++h) {
     if (first[h] == first[h + 1]) continue;
@@ -101,6 +111,7 @@ void attention_quantized(ThreadPool* pool, const AttentionArgs& a) {
       const float lf = f_lse[size_t(t) * a.Hq + hq];
       float M = lf;
       for (uint32_t p = first[h]; p < first[h + 1]; ++p) M = std::max(M, p_lse[size_t(p) * R + r]);
+      if (M == -INFINITY) continue;
       const float wf = std::exp(lf - M);
       float sum = wf;
       for (uint32_t d = 0; d < D; ++d) acc[d] = wf * out[d];
@@ -112,6 +123,7 @@ void attention_quantized(ThreadPool* pool, const AttentionArgs& a) {
       }
       const float inv = 1.0f / sum;
       for (uint32_t d = 0; d < D; ++d) out[d] = acc[d] * inv;
+      f_lse[size_t(t) * a.Hq + hq] = M + std::log(sum);
     }
   }
 }

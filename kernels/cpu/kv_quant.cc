@@ -326,7 +326,17 @@ void kv_quant_attend(const KvQuantAttendArgs& a) {
   kv_quant_scores(a.q, a.n_q, a.k, a.scale, a.scores);
   for (uint32_t t = 0; t < a.n_q; ++t) {  // the f32 kernel's softmax (simd exp, fp32 sums)
     float* s = a.scores + size_t(t) * R;
+    const size_t seen = a.limit ? std::min<size_t>(a.limit[t], R) : R;
+    std::fill(s + seen, s + R, -std::numeric_limits<float>::infinity());
+    if (a.skip)
+      for (size_t r = 0; r < seen; ++r)
+        if ((a.skip[r >> 6] >> (r & 63)) & 1u) s[r] = -std::numeric_limits<float>::infinity();
     const float mx = simd::row_max(s, static_cast<uint32_t>(R));
+    if (mx == -std::numeric_limits<float>::infinity()) {  // sees no row
+      std::fill(s, s + R, 0.0f);
+      if (a.lse) a.lse[t] = mx;
+      continue;
+    }
     const float sum = simd::exp_sum(s, static_cast<uint32_t>(R), mx);
     const float inv = 1.0f / sum;
     for (size_t r = 0; r < R; ++r) s[r] *= inv;

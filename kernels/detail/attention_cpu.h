@@ -10,7 +10,14 @@ namespace kvzip::kernels::cpu::detail {
 // (T, Hq) and a.out set, also writes each query row's log Σ exp(scale·q·k) over the rows it saw.
 void attention_f32(ThreadPool* pool, const AttentionArgs& a, float* lse);
 
-// cpu::attention when some span has quantized rows (kernels/attention.h; attention_quant.cc).
-void attention_quantized(ThreadPool* pool, const AttentionArgs& a);
+// cpu::attention when some span has quantized rows (kernels/attention.h; attention_quant.cc);
+// with lse set (T, Hq), also each query row's log-sum-exp over every row it saw.
+void attention_quantized(ThreadPool* pool, const AttentionArgs& a, float* lse = nullptr);
+
+// attention_f32 or attention_quantized, as the spans need (no parts).
+void attention_lse(ThreadPool* pool, const AttentionArgs& a, float* lse);
+
+// cpu::attention of a call with parts (AttentionArgs::parts; attention_parts.cc).
+void attention_parts(ThreadPool* pool, const AttentionArgs& a);
 
 }  // namespace kvzip::kernels::cpu::detail

@@ -96,6 +96,10 @@ void attention_block(const ChunkContext& c, uint32_t layer) {
     }
     kernels::AttentionArgs args{s.q.data() + it.row0 * qd, spans, s.att.data() + it.row0 * qd,
                        it.T, Hq, Hkv, D, scale};
+    const CacheParts parts = it.cache->parts(layer);  // a composed cache's documents
+    args.parts = parts.spans;
+    args.part_rot = parts.rot;
+    args.n_parts = parts.n;
     args.local = stats ? &local : nullptr;
     if (output_unused) args.out = nullptr;  // statistics only, or no attention at all
     if (args.out || args.local) calls.push_back(args);

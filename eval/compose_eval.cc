@@ -1,0 +1,225 @@
+// `kvzip eval --compose K` (see compose_eval.h).
+#include "eval/compose_eval.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include "common/error.h"
+#include "compress/pipeline.h"
+#include "eval/answer.h"
+#include "eval/metrics.h"
+#include "loader/compose.h"
+#include "loader/loader.h"
+#include "model/kv_base.h"
+
+namespace kvzip::eval {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+std::string answer_text(const model::Tokenizer& tok, const std::vector<int32_t>& ids) {
+  model::StreamDecoder dec(tok);
+  std::string text;
+  for (int32_t id : ids) text += dec.push(id);
+  return text + dec.finish();
+}
+
+struct Acc {
+  double f1 = 0, contains = 0, agree = 0, kl = 0, ttft = 0;
+  uint64_t n = 0;
+};
+
+// One compressed paragraph: its header (the tokens composition reads) and its cache.
+struct Compressed {
+  format::CacheHeader header;
+  std::unique_ptr<model::KvBase> base;
+};
+
+compress::CompressOptions compress_options(const model::Model& model, const ComposeEvalOptions& o,
+                                           const std::string& method, double ratio) {
+  compress::CompressOptions c;
+  c.method = method;
+  c.ratio = ratio;
+  c.scorer = compress::make_scorer_options(model.chat(), o.kvzip_chunk, 0);
+  c.room = 0;
+  return c;
+}
+
+}  // namespace
+
+ComposeEvalReport run_compose_eval(const model::Model& model, const std::vector<Document>& paras,
+                                   const ComposeEvalOptions& o) {
+  const auto t_start = Clock::now();
+  const uint32_t N = static_cast<uint32_t>(paras.size()), K = o.k;
+  if (K < 2 || K > N)
+    throw Error(Errc::invalid_argument, "eval --compose " + std::to_string(K) + ": needs 2 to " + std::to_string(N) +
+                                            " documents (the file's paragraphs with questions)");
+  const std::vector<std::string> known = compress::scorer_names();
+  for (const std::string& m : o.methods)
+    if (std::find(known.begin(), known.end(), m) == known.end())
+      throw Error(Errc::invalid_argument, "eval --compose: unknown method \"" + m + "\"");
+  for (double r : o.ratios)
+    if (!(r > 0.0 && r < 1.0)) throw Error(Errc::invalid_argument, "eval --compose: ratio " + std::to_string(r) + " outside (0, 1)");
+  for (double b : o.blends)
+    if (!(b >= 0.0 && b <= 1.0)) throw Error(Errc::invalid_argument, "eval --compose: blend " + std::to_string(b) + " outside [0, 1]");
+  auto log = [&](const std::string& s) {
+    if (o.log) o.log(s);
+  };
+  model::ForwardOptions fo;
+  fo.threads = o.threads;
+  fo.matmul = o.matmul;
+  model::Forward fw(model.weights(), fo);
+  const model::Tokenizer& tok = model.tokenizer();
+
+  // Every paragraph compressed once per (method, ratio), and whole ("full", 1).
+  std::vector<std::pair<std::string, double>> settings{{"full", 1.0}};
+  for (const std::string& m : o.methods)
+    for (double r : o.ratios) settings.emplace_back(m, r);
+  std::vector<compress::DocumentPrompt> prompts;
+  std::map<std::pair<std::string, double>, std::vector<Compressed>> caches;
+  for (uint32_t p = 0; p < N; ++p) {
+    prompts.push_back(compress::document_prompt(model.chat(), paras[p].text, o.system));
+    for (const auto& [m, r] : settings) {
+      compress::CompressResult res = compress::compress(fw, prompts[p].prefix, prompts[p].document,
+                                                        compress_options(model, o, m, r));
+      Compressed c;
+      c.header.prefix_tokens.assign(prompts[p].prefix.begin(), prompts[p].prefix.end());
+      c.header.document_tokens.assign(prompts[p].document.begin(), prompts[p].document.end());
+      c.header.suffix_tokens.assign(prompts[p].suffix.begin(), prompts[p].suffix.end());
+      c.base = std::make_unique<model::KvBase>(std::move(res.cache));
+      caches[{m, r}].push_back(std::move(c));
+    }
+    log("compressed paragraph " + std::to_string(p + 1) + " of " + std::to_string(N));
+  }
+
+  const std::vector<uint32_t> suffix(prompts[0].suffix.begin(), prompts[0].suffix.end());
+  const std::vector<int32_t> sep = tok.encode("\n\n", false);
+  AnswerParams ap;
+  ap.max_tokens = o.max_answer_tokens;
+  ap.stop_tokens = model.chat().stop_tokens();
+  // Rows in report order: joint; composed per setting and blend; joint-compressed per setting.
+  struct Key {
+    std::string setting, method;
+    double ratio, blend;
+  };
+  std::vector<Key> keys{{"joint", "full", 1.0, 0.0}};
+  for (const auto& [m, r] : settings)
+    for (double b : o.blends) keys.push_back({"composed", m, r, b});
+  if (o.joint_compressed)
+    for (const auto& [m, r] : settings)
+      if (r < 1.0) keys.push_back({"joint-compressed", m, r, 0.0});
+  std::vector<Acc> acc(keys.size());
+
+  uint64_t asked = 0, total = 0;
+  for (const Document& d : paras) total += d.questions.size();
+  for (uint32_t p = 0; p < N; ++p) {
+    for (size_t qi = 0; qi < paras[p].questions.size(); ++qi) {
+      const Question& q = paras[p].questions[qi];
+      // The K documents: p at position qi mod K, the others following p in the article.
+      const uint32_t at = static_cast<uint32_t>(qi % K);
+      std::vector<uint32_t> order(K);
+      for (uint32_t i = 0, next = 1; i < K; ++i) order[i] = i == at ? p : (p + next++) % N;
+      const std::vector<int32_t> prompt = loader::question_tokens(tok, o.query_template, suffix, q.text);
+      std::vector<int32_t> joint_doc;
+      for (uint32_t i = 0; i < K; ++i) {
+        if (i) joint_doc.insert(joint_doc.end(), sep.begin(), sep.end());
+        joint_doc.insert(joint_doc.end(), prompts[order[i]].document.begin(), prompts[order[i]].document.end());
+      }
+      GreedyAnswer ref;
+      auto score = [&](size_t row, model::AttentionCache& cache, double setup_ms) {
+        const auto t0 = Clock::now();
+        AnswerParams first = ap;
+        first.max_tokens = 1;
+        answer_greedy(fw, cache, prompt, first);
+        const double ttft = setup_ms + ms_since(t0);
+        GreedyAnswer a = answer_greedy(fw, cache, prompt, ap);
+        if (row == 0) ref = a;
+        const std::string text = answer_text(tok, a.tokens);
+        Acc& x = acc[row];
+        x.f1 += 100.0 * max_f1(text, q.answers);
+        x.contains += contains_any(text, q.answers) ? 100.0 : 0.0;
+        x.agree += a.tokens == ref.tokens ? 100.0 : 0.0;
+        x.kl += kl_divergence(ref.first_logits, a.first_logits);
+        x.ttft += ttft;
+        ++x.n;
+      };
+      {  // the reference: a joint prefill of the K documents
+        const auto t0 = Clock::now();
+        model::KvCache joint(model::cache_shape(model.config()));
+        std::vector<int32_t> seq = prompts[order[0]].prefix;
+        seq.insert(seq.end(), joint_doc.begin(), joint_doc.end());
+        fw.prefill(joint, seq, model::LogitsMode::None);
+        score(0, joint, ms_since(t0));
+      }
+      for (size_t row = 1; row < keys.size(); ++row) {
+        const Key& k = keys[row];
+        std::vector<Compressed>& cs = caches[{k.method, k.ratio}];
+        if (k.setting == "composed") {
+          std::vector<const format::CacheHeader*> headers;
+          std::vector<const model::KvBase*> bases;
+          for (uint32_t i : order) headers.push_back(&cs[i].header), bases.push_back(cs[i].base.get());
+          loader::ComposeOptions co;
+          co.blend = k.blend;
+          co.doc_prefix = o.doc_prefix;
+          const auto t0 = Clock::now();
+          std::unique_ptr<model::ComposedCache> c = loader::compose(fw, tok, headers, bases, co);
+          score(row, *c, ms_since(t0));
+        } else {  // the joint document compressed as one cache
+          compress::CompressResult res =
+              compress::compress(fw, prompts[order[0]].prefix, joint_doc, compress_options(model, o, k.method, k.ratio));
+          score(row, res.cache, 0.0);
+        }
+      }
+      ++asked;
+      if (asked % 4 == 0 || asked == total)
+        log("question " + std::to_string(asked) + " of " + std::to_string(total) + ", " +
+            std::to_string(int(ms_since(t_start) / 1000)) + " s");
+    }
+  }
+
+  ComposeEvalReport rep;
+  rep.k = K;
+  rep.documents = N;
+  rep.questions = asked;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const Acc& x = acc[i];
+    const double n = x.n ? double(x.n) : 1.0;
+    rep.rows.push_back(ComposeEvalRow{keys[i].setting, keys[i].method, keys[i].ratio, keys[i].blend, x.f1 / n,
+                                      x.contains / n, x.agree / n, x.kl / n, x.ttft / n, x.n});
+  }
+  rep.total_s = ms_since(t_start) / 1e3;
+  return rep;
+}
+
+std::string format_compose_table(const ComposeEvalReport& r) {
+  std::ostringstream out;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-17s %-9s %5s %5s %6s %8s %9s %8s %9s\n", "setting", "method", "ratio", "blend",
+                "F1", "contains", "agreement", "KL", "TTFT ms");
+  out << line;
+  for (const ComposeEvalRow& x : r.rows) {
+    std::snprintf(line, sizeof line, "%-17s %-9s %5.2f %5.2f %6.1f %8.1f %9.1f %8.4f %9.1f\n", x.setting.c_str(),
+                  x.method.c_str(), x.ratio, x.blend, x.f1, x.contains, x.agreement, x.kl, x.ttft_ms);
+    out << line;
+  }
+  std::snprintf(line, sizeof line, "%llu questions over K = %u of %u documents, %.1f s\n",
+                static_cast<unsigned long long>(r.questions), r.k, r.documents, r.total_s);
+  out << line;
+  return out.str();
+}
+
+std::string format_compose_csv(const ComposeEvalReport& r) {
+  std::ostringstream out;
+  out << "setting,method,ratio,blend,f1,contains,agreement,kl,ttft_ms,questions\n";
+  for (const ComposeEvalRow& x : r.rows)
+    out << x.setting << ',' << x.method << ',' << x.ratio << ',' << x.blend << ',' << x.f1 << ',' << x.contains << ','
+        << x.agreement << ',' << x.kl << ',' << x.ttft_ms << ',' << x.questions << '\n';
+  return out.str();
+}
+
+}  // namespace kvzip::eval

@@ -1,0 +1,164 @@
+// Composing compressed documents (see compose.h): checks, placement, separators, selective
+// recompute.
+#include "loader/compose.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <string>
+
+#include "common/error.h"
+#include "kernels/rope.h"
+#include "loader/loader.h"
+#include "model/kv_cache.h"
+
+namespace kvzip::loader {
+namespace {
+
+std::string hex(uint64_t v) {
+  char b[20];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+std::vector<int32_t> ids(std::span<const uint32_t> t) { return std::vector<int32_t>(t.begin(), t.end()); }
+
+// Layer-1 values of a document's tokens, alone (after its own prefix, as it was compressed) and in
+// the composition (after the documents before it): the squared change per token.
+std::vector<double> value_change(model::Forward& forward, model::ComposedCache& cache, uint32_t d,
+                                 const format::CacheHeader& h, uint32_t first, uint32_t layer) {
+  const std::vector<int32_t> doc = ids(h.document_tokens);
+  const uint32_t n = static_cast<uint32_t>(doc.size()), np = static_cast<uint32_t>(h.prefix_length());
+  std::vector<uint32_t> pos(n);
+  std::iota(pos.begin(), pos.end(), first);
+  cache.rows(d, -1, pos);
+  const std::vector<float> in_view = forward.layer_values(cache, doc, layer);
+  model::KvCache alone(cache.shape(), np + n);
+  std::vector<int32_t> seq = ids(h.prefix_tokens);
+  seq.insert(seq.end(), doc.begin(), doc.end());
+  const std::vector<float> own = forward.layer_values(alone, seq, layer);
+  const size_t kvd = size_t(cache.shape().n_kv_heads) * cache.shape().head_dim;
+  std::vector<double> change(n, 0.0);
+  for (uint32_t j = 0; j < n; ++j)
+    for (size_t i = 0; i < kvd; ++i) {
+      const double d = double(in_view[j * kvd + i]) - own[(np + j) * kvd + i];
+      change[j] += d * d;
+    }
+  return change;
+}
+
+}  // namespace
+
+void check_composable(const std::vector<const format::CacheHeader*>& headers, const std::vector<std::string>& names,
+                      bool force) {
+  KVZIP_ASSERT(!headers.empty() && names.size() == headers.size());
+  const format::CacheHeader& a = *headers[0];
+  for (size_t i = 1; i < headers.size(); ++i) {
+    const format::CacheHeader& b = *headers[i];
+    const std::string who = "cache " + std::to_string(i + 1) + " (" + names[i] + ")";
+    const std::string vs = " than cache 1 (" + names[0] + ")";
+    if (!force && !a.model.same_model(b.model))
+      throw Error(Errc::model_mismatch,
+                  who + " was written by another model" + vs + ": " + b.model.arch + " weights " +
+                      hex(b.model.weights_hash) + " tokenizer " + hex(b.model.tokenizer_hash) + " vs " + a.model.arch +
+                      " weights " + hex(a.model.weights_hash) + " tokenizer " + hex(a.model.tokenizer_hash) +
+                      "; only caches of one model compose");
+    if (a.n_layers != b.n_layers || a.n_kv_heads != b.n_kv_heads || a.head_dim != b.head_dim ||
+        a.rope_base != b.rope_base || a.rope_scaling.kind != b.rope_scaling.kind ||
+        a.rope_scaling.factor != b.rope_scaling.factor)
+      throw Error(Errc::model_mismatch, who + " has another cache shape or RoPE" + vs);
+    if (query_template(a) != query_template(b))
+      throw Error(Errc::invalid_argument, who + " has another query template" + vs + ": \"" + query_template(b) +
+                                              "\" vs \"" + query_template(a) + "\"");
+    if (a.suffix_tokens != b.suffix_tokens)
+      throw Error(Errc::invalid_argument, who + " has another suffix template (the tokens after the question)" + vs);
+  }
+}
+
+ComposePlan plan_composition(const std::vector<const format::CacheHeader*>& headers,
+                             const model::Tokenizer& tokenizer, const ComposeOptions& o) {
+  ComposePlan plan;
+  plan.separator = tokenizer.encode(o.separator, /*parse_special=*/false);
+  uint64_t end = headers[0]->logical_length();
+  plan.docs.push_back(model::ComposedDoc{nullptr, 0, 0});
+  for (size_t d = 1; d < headers.size(); ++d) {
+    const format::CacheHeader& h = *headers[d];
+    const uint64_t start = end + plan.separator.size();  // the document's first token
+    model::ComposedDoc doc;
+    doc.shift = static_cast<uint32_t>(start - h.prefix_length());
+    doc.skip_below = o.doc_prefix ? 0 : static_cast<uint32_t>(h.prefix_length());
+    plan.docs.push_back(doc);
+    end = start + h.document_tokens.size();
+    if (end > UINT32_MAX) throw Error(Errc::invalid_argument, "compose: the composed context exceeds 2^32 positions");
+  }
+  plan.length = static_cast<uint32_t>(end);
+  return plan;
+}
+
+std::unique_ptr<model::ComposedCache> compose(model::Forward& forward, const model::Tokenizer& tokenizer,
+                                              const std::vector<const format::CacheHeader*>& headers,
+                                              const std::vector<const model::KvBase*>& bases,
+                                              const ComposeOptions& o, ComposeStats* stats) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const size_t K = headers.size();
+  KVZIP_ASSERT(bases.size() == K);
+  if (K < 2 || K > o.max_docs)
+    throw Error(Errc::invalid_argument, "compose: " + std::to_string(K) + " caches; a composition takes 2 to " +
+                                            std::to_string(o.max_docs));
+  if (!(o.blend >= 0.0 && o.blend <= 1.0))
+    throw Error(Errc::invalid_argument, "compose: blend " + std::to_string(o.blend) + " is outside [0, 1]");
+  ComposePlan plan = plan_composition(headers, tokenizer, o);
+  const ModelConfig& cfg = forward.config();
+  if (plan.length >= cfg.max_context)
+    throw Error(Errc::invalid_argument, "compose: the " + std::to_string(K) + " documents fill " +
+                                            std::to_string(plan.length) + " positions, past the model's context of " +
+                                            std::to_string(cfg.max_context) + "; compose fewer or shorter documents");
+  for (size_t d = 0; d < K; ++d) plan.docs[d].base = bases[d];
+  const std::vector<float> inv_freq = kernels::rope_inv_freq(cfg.head_dim, cfg.rope_base, cfg.rope_scaling);
+  auto cache = std::make_unique<model::ComposedCache>(plan.docs, inv_freq, plan.length);
+  const uint32_t S = static_cast<uint32_t>(plan.separator.size());
+  uint64_t recomputed = 0;
+  uint32_t end = static_cast<uint32_t>(headers[0]->logical_length());
+  for (uint32_t d = 1; d < K; ++d) {
+    const format::CacheHeader& h = *headers[d];
+    std::vector<uint32_t> pos(S);
+    std::iota(pos.begin(), pos.end(), end);
+    cache->rows(d, -1, pos);  // the separator sees every document before it
+    forward.prefill(*cache, plan.separator, model::LogitsMode::None);
+    const uint32_t first = end + S, n = static_cast<uint32_t>(h.document_tokens.size());
+    const uint32_t pick = static_cast<uint32_t>(std::llround(o.blend * n));
+    if (pick > 0) {
+      const std::vector<double> change = value_change(forward, *cache, d, h, first, 1);
+      std::vector<uint32_t> order(n);
+      std::iota(order.begin(), order.end(), 0u);
+      std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return change[a] > change[b]; });
+      order.resize(pick);
+      std::sort(order.begin(), order.end());
+      std::vector<uint32_t> stored(pick), composed(pick);
+      std::vector<int32_t> tokens(pick);
+      for (uint32_t i = 0; i < pick; ++i) {
+        stored[i] = static_cast<uint32_t>(h.prefix_length()) + order[i];
+        composed[i] = first + order[i];
+        tokens[i] = static_cast<int32_t>(h.document_tokens[order[i]]);
+      }
+      cache->skip(d, stored);  // their stored rows give way to the recomputed ones
+      cache->rows(d, static_cast<int>(d), composed);
+      forward.prefill(*cache, tokens, model::LogitsMode::None);
+      recomputed += pick;
+    }
+    end = first + n;
+  }
+  cache->seal();
+  if (stats) {
+    stats->docs = static_cast<uint32_t>(K);
+    stats->rows = cache->rows_seen();
+    stats->separator_tokens = S;
+    stats->recomputed = recomputed;
+    stats->length = plan.length;
+    stats->ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+  return cache;
+}
+
+}  // namespace kvzip::loader

@@ -1,0 +1,69 @@
+// Composition of several compressed documents into one context (spec/kvzip_format.md "Composing
+// caches"): [first cache's prefix ; document 1's kept rows ; separator ; document 2's kept rows ;
+// ... ; question]. Every document keeps its stored rows (shared, read-only: model/composed_cache.h);
+// what is computed per composition is small: the separator rows (a blank line by default, each
+// seeing every document before it) and, with ComposeOptions::blend, a fraction of every later
+// document's tokens recomputed with the earlier documents in view, which restores some of the
+// attention across documents that separate compression could not see (CacheBlend, EuroSys '25,
+// does this for full caches). Rows to recompute are chosen by how much their values at layer 1
+// change when the earlier documents are in view: a probe of the first two layers over the
+// document's tokens with and without them.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "format/format.h"
+#include "model/composed_cache.h"
+#include "model/forward.h"
+#include "model/kv_base.h"
+#include "model/tokenizer.h"
+
+namespace kvzip::loader {
+
+struct ComposeOptions {
+  // Fraction of every later document's tokens recomputed with the documents before it in view
+  // (their rows in every layer and head replaced by, or added as, fresh rows). 0: none.
+  double blend = 0.0;
+  // Keep each later document's own prefix rows (template opener, system prompt) as extra attention
+  // sinks, at the document's shifted positions. false: only the first document's prefix is seen.
+  bool doc_prefix = false;
+  std::string separator = "\n\n";  // text between documents, computed at composition time
+  uint32_t max_docs = 16;          // more caches than this: Errc::invalid_argument
+};
+
+struct ComposeStats {
+  uint32_t docs = 0;
+  uint64_t rows = 0;              // rows attended per question token over all (l, h)
+  uint32_t separator_tokens = 0;  // per separator
+  uint64_t recomputed = 0;        // tokens recomputed over all documents
+  uint32_t length = 0;            // composed length: the first question token's position
+  double ms = 0.0;                // time to compose (separators, probes, recompute)
+};
+
+// Throws Errc::model_mismatch or Errc::invalid_argument naming the first cache (1-based) that
+// cannot follow the first one: another model fingerprint (unless force), cache shape or RoPE,
+// query template or suffix template. `names` label the caches in messages.
+void check_composable(const std::vector<const format::CacheHeader*>& headers, const std::vector<std::string>& names,
+                      bool force);
+
+// Where each document lands, and the composed length, without building anything.
+struct ComposePlan {
+  std::vector<model::ComposedDoc> docs;  // base pointers unset
+  std::vector<int32_t> separator;        // separator tokens
+  uint32_t length = 0;
+};
+ComposePlan plan_composition(const std::vector<const format::CacheHeader*>& headers,
+                             const model::Tokenizer& tokenizer, const ComposeOptions& options);
+
+// Builds the composed view over `bases` (one per header, shared, outliving the result) with the
+// CPU forward pass `forward` of their model. Errc::invalid_argument for fewer than 2 or more than
+// max_docs caches, a blend outside [0, 1], or a composed length that leaves no room in the model's
+// context (max_context) for a question.
+std::unique_ptr<model::ComposedCache> compose(model::Forward& forward, const model::Tokenizer& tokenizer,
+                                              const std::vector<const format::CacheHeader*>& headers,
+                                              const std::vector<const model::KvBase*>& bases,
+                                              const ComposeOptions& options, ComposeStats* stats = nullptr);
+
+}  // namespace kvzip::loader
