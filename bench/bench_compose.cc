@@ -102,7 +102,9 @@ int main(int argc, char** argv) {
     std::printf("\n|---|---|---|");
     for (size_t i = 0; i < blends.size(); ++i) std::printf("---|---|");
     std::printf("\n");
-    model::Forward fw(model.weights(), model::ForwardOptions{threads});
+    model::ForwardOptions fopt;
+    fopt.threads = threads;
+    model::Forward fw(model.weights(), fopt);
     for (double kd : ks) {
       const size_t K = size_t(kd);
       std::vector<std::string> use;
