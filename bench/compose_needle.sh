@@ -4,17 +4,19 @@
 # own (kvzip at RATIO, and full), then the needle's question asked over the K caches composed
 # (a+b+c+d) with each recompute fraction, and over one cache of the whole joined text (the joint
 # prefill). Prints one row per needle position: whether each answer contains the needle's word.
-# Usage: bench/compose_needle.sh [KVZIP] [K] [RATIO] [BLENDS]   (defaults: build/kvzip 4 0.3 "0 0.1 0.2 0.3 0.5")
+# Usage: bench/compose_needle.sh [KVZIP] [K] [RATIO] [BLENDS] [PARAS]
+#   (defaults: build/kvzip 4 0.3 "0 0.1 0.2 0.3 0.5" 16: the article's first 16 paragraphs, about
+#   2,600 tokens, so that the joint prefill itself finds the needle on the small default model)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-kvzip=${1:-build/kvzip}; K=${2:-4}; ratio=${3:-0.3}; blends=${4:-"0 0.1 0.2 0.3 0.5"}
+kvzip=${1:-build/kvzip}; K=${2:-4}; ratio=${3:-0.3}; blends=${4:-"0 0.1 0.2 0.3 0.5"}; paras=${5:-16}
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
-needle="The keeper of the archive at Rouen chose the word lanternfish as the secret password."
+needle="The keeper of the archive at Rouen chose the word sapphire as the secret password."
 question="What word did the keeper of the archive at Rouen choose as the secret password?"
-python3 - "$dir" "$K" "$needle" <<'PY'
+python3 - "$dir" "$K" "$needle" "$paras" <<'PY'
 import json, sys
-out, k, needle = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-paras = [p["context"] for p in json.load(open("examples/normans.json"))["data"][0]["paragraphs"]]
+out, k, needle, n = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+paras = [p["context"] for p in json.load(open("examples/normans.json"))["data"][0]["paragraphs"]][:n]
 total = sum(len(p) for p in paras); chunks, cur, size = [], [], 0
 for p in paras:
     cur.append(p); size += len(p)
@@ -32,7 +34,7 @@ printf "| needle in chunk | joint (full) |"; for b in $blends; do printf " compo
 for ((pos = 0; pos < K; ++pos)); do
   "$kvzip" compress "$dir/n${pos}_joint.txt" -o "$dir/j.kvz" --method full -f -q
   ans=$("$kvzip" query "$dir/j.kvz" "$question" -n 12 --json -q)
-  hit() { grep -qi lanternfish <<<"$1" && echo yes || echo no; }
+  hit() { grep -qi sapphire <<<"$1" && echo yes || echo no; }
   row="| $((pos + 1)) | $(hit "$ans") |"
   full=""; small=""
   for ((i = 0; i < K; ++i)); do

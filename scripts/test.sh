@@ -1,29 +1,49 @@
 #!/usr/bin/env bash
-# The test command (README): installs what the tests need (Debian packages, the default model),
-# builds, runs the whole suite with CTest, then runs the unit tests again in an ASan+UBSan build.
-# Tests tagged [realmodel] use the real model; they find it through $KVZIP_MODEL. Here the model
-# is fetched, so KVZIP_REQUIRE_MODEL=1 turns a [realmodel] skip (model missing) into a failure;
-# [cuda] tests without a GPU are reported by CTest as skipped (tests/support/skip.h). The Slurm
-# test brings up its own one-node cluster; KVZIP_REQUIRE_SLURM=1 makes its skip a failure. The
-# serve failover test runs its own nginx; KVZIP_REQUIRE_NGINX=1 makes its skip a failure.
+# The test command (README): installs what the tests need (Debian packages, the models), builds,
+# runs the whole suite with CTest, then runs the unit tests again in an ASan+UBSan build, fuzzes
+# the .kvz reader, and runs the Python package's tests. Each stage prints its time.
+# Tests tagged [realmodel] use the real models; they find them through $KVZIP_MODEL (and
+# $KVZIP_GEMMA_MODEL). Here the models are fetched, so KVZIP_REQUIRE_MODEL=1 turns a [realmodel]
+# skip (model missing) into a failure; [cuda] tests without a GPU are reported by CTest as skipped
+# (tests/support/skip.h). The Slurm test brings up its own one-node cluster; KVZIP_REQUIRE_SLURM=1
+# makes its skip a failure. The serve failover test runs its own nginx; KVZIP_REQUIRE_NGINX=1
+# makes its skip a failure.
+# Time: the test builds compile CUDA for one architecture (sm_90: compiling is what is checked
+# here; scripts/build.sh builds both for use), and the sanitizer build compiles the test
+# executable only (no benchmarks).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
+t_start=$(date +%s)
+t_stage=$t_start
+stage() {  # closes the previous stage with its time, opens the next
+  local now; now=$(date +%s)
+  [ -n "${stage_name:-}" ] && echo "-- ${stage_name}: $((now - t_stage)) s"
+  stage_name="$1"; t_stage=$now
+  [ -n "$1" ] && echo "== $1 =="
+  return 0
+}
+
+stage "install (Debian packages, models)"
 bash scripts/install-deps.sh --test
 KVZIP_MODEL=$(bash scripts/fetch-model.sh)
 export KVZIP_MODEL KVZIP_REQUIRE_MODEL=1 KVZIP_REQUIRE_SLURM=1 KVZIP_REQUIRE_NGINX=1
 
-echo "== build (Release) =="
-bash scripts/build.sh build
-echo "== tests (Release) =="
+stage "build (Release)"
+bash scripts/build.sh build -DCMAKE_CUDA_ARCHITECTURES=90
+stage "tests (Release)"
 ctest --test-dir build --output-on-failure -j"$jobs"
 
-echo "== build (ASan+UBSan, CPU only) =="
-bash scripts/build.sh build-asan -DKVZIP_SANITIZE=ON -DKVZIP_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
-echo "== unit tests (ASan+UBSan) =="
+stage "build (ASan+UBSan, CPU only)"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVZIP_SANITIZE=ON -DKVZIP_CUDA=OFF >/dev/null
+cmake --build build-asan --target kvzip_tests -j"$jobs"
+stage "unit tests (ASan+UBSan)"
 # A CPU-only build: the [cuda] tests would only skip (exit status 77), so they are left out.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
   ./build-asan/tests/kvzip_tests "~[realmodel]" "~[slow]" "~[cuda]"
 
-echo "== fuzz the .kvz reader for 60 s (libFuzzer, ASan+UBSan) =="
+stage "fuzz the .kvz reader for 60 s (libFuzzer, ASan+UBSan)"
 bash fuzz/run.sh 60
+
+stage ""
+echo "== all stages: $(( $(date +%s) - t_start )) s =="
