@@ -11,7 +11,7 @@
 // a group of 64 channels, and every byte is a valid value (no NaN, no infinity, no negative
 // scale to check). s has 5 significant bits and z 8, so m, s·q and s·q + m are all exact in
 // binary32: only the multiply by the channel scale rounds. What it costs in error and answers is
-// measured in BENCHMARKS.md (issue 12, sessions 12 and 13).
+// measured in BENCHMARKS.md ("Compression quality and storage types").
 // The decoding half (scale codes, minima, words per group) is C++17 and __host__ __device__, so
 // that the CUDA kernels (kernels/cuda/kv_quant.cu, C++17) decode with the same functions; the f16
 // form and the writer need C++20 (common/half.h) and are host-only.
@@ -96,15 +96,15 @@ inline constexpr uint32_t kKvScaleAbove = 3;
 // small set of candidates, the one whose codes reconstruct y with the least squared error (the
 // first in the order below on a tie). A scale of 5 significant bits cannot put both ends of a
 // range on the grid, and where the values land matters for the answers more than the RMS error
-// alone suggests (measured on the Normans article, q4 first-token KL against f32: BENCHMARKS.md,
-// issue 12 sessions 12 and 13): least squares over these candidates gave a lower KL at every
-// ratio than the rules that anchor one extreme (session 12's writer), and than also trying two
+// alone suggests (measured on the Normans article, q4 first-token KL against f32, commits f880a90
+// and 8548946, 2026-12-03): least squares over these candidates gave a lower KL at every
+// ratio than the rules that anchor one extreme (f880a90's writer), and than also trying two
 // smaller scales that clip the extremes. Candidates: for each scale code e0 … e0 + kKvScaleAbove
 // (e0 the smallest covering [min(lo, 0), max(hi, 0)]; the grid always reaches 0, since z ≥ 0 puts
 // m ≤ 0), the zero points that put the grid's bottom on min(lo, 0), its top on max(hi, 0), and
 // its middle on the range's middle, each rounded and then ±1 (a ±1 can leave an extreme up to
 // 1.5 zero-point units past the grid's end, where it clips, when that lowers the total). The
-// anchored choices of session 12's writer are among them, so the error is never larger than
+// anchored choices of f880a90's writer are among them, so the error is never larger than
 // theirs. A range beyond the largest scale gets that scale.
 inline uint16_t kv_byte_params_for(const float* y, uint32_t n, uint32_t bits) {
   static const std::array<float, 256> scales = [] {

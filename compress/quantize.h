@@ -35,11 +35,11 @@ struct KvStorage {
 // rotate (the default; a v1.3 file): with f16 rows and a power-of-two D, each quantized row is
 // rotated by the Walsh–Hadamard matrix before it is quantized (format::CacheHeader::kv_rotated),
 // which spreads the keys' outlier channels over the row: measured on the Normans article
-// (BENCHMARKS.md, session 10) q4's first-token KL against f32 falls 2.8x at ratio 0.3. Otherwise, or with rotate
+// (commit 229552b) q4's first-token KL against f32 falls 2.8x at ratio 0.3. Otherwise, or with rotate
 // false, the rows are quantized as they are (the v1.2 / v1.1 layouts).
 // byte_params (the default; a v1.4 file): the rotated rows' group parameters are a byte scale
 // code and a byte zero point (common/kv_params.h) instead of two f16 words: 2 bytes less per row
-// and group, measured on the Normans article (BENCHMARKS.md, issue 12 session 12). Only with
+// and group, measured on the Normans article (BENCHMARKS.md, "Compression quality and storage types"). Only with
 // rotation; unrotated rows keep f16 parameters.
 // Errc::invalid_argument for a group that does not divide D.
 void set_kv_dtype(format::CacheContents& contents, const KvStorage& storage);

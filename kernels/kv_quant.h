@@ -10,7 +10,7 @@
 // Rotated rows (KvQuantLayout::rotated, .kvz v1.3): the codes are those of H·x, H the orthonormal
 // Walsh–Hadamard matrix of size D (common/hadamard.h), and the row is H applied to the formula's
 // values. H spreads the outlier channels of a key over the whole row, so that the error no
-// longer sits in a few channels (q4's first-token KL 2.8x lower: BENCHMARKS.md, session 10). Attention never un-rotates a stored row: since H is
+// longer sits in a few channels (q4's first-token KL 2.8x lower, measured at commit 229552b). Attention never un-rotates a stored row: since H is
 // orthonormal and symmetric, q·x = (H·q)·(H·x) and Σ p·x = H·Σ p·(H·x), so the query is rotated
 // once and the weighted sum once.
 //
