@@ -11,7 +11,7 @@
 // a group of 64 channels, and every byte is a valid value (no NaN, no infinity, no negative
 // scale to check). s has 5 significant bits and z 8, so m, s·q and s·q + m are all exact in
 // binary32: only the multiply by the channel scale rounds. What it costs in error and answers is
-// measured in BENCHMARKS.md ("Compression quality and storage types").
+// measured in BENCHMARKS.md ("File sizes and storage types").
 // The decoding half (scale codes, minima, words per group) is C++17 and __host__ __device__, so
 // that the CUDA kernels (kernels/cuda/kv_quant.cu, C++17) decode with the same functions; the f16
 // form and the writer need C++20 (common/half.h) and are host-only.

@@ -47,7 +47,8 @@ struct EvalOptions {
   bool kv_byte_params = true;         // rotated q8/q4: byte group parameters (v1.4)
   // Matrix products of every forward pass. Fast (the default everywhere) rounds activations to
   // int8, which makes answers a step function of the cache: comparing storage types, Exact
-  // separates what the storage costs from those steps (BENCHMARKS.md "Quantized K/V").
+  // separates what the storage costs from those steps (BENCHMARKS.md at dfd379e,
+  // "Quantized K/V").
   kernels::MatmulPath matmul = kernels::MatmulPath::Fast;
   uint32_t threads = 0;               // 0 = all cores
   bool verify_drafts = true;          // false: decode every answer token one at a time (answer.h)
