@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "common/atomic_file.h"
+#include "common/hadamard.h"
 #include "common/error.h"
 #include "common/json.h"
 #include "compress/corpus.h"
@@ -141,6 +142,10 @@ void run_compress(const CompressOpts& o) {
   const format::HeadScores hs = head ? format::read_head_scores_file(o.head_scores) : format::HeadScores{};
 
   auto model = load_model(o.model, o.threads);
+  if (format::dtype_quantized(dtype) && !hadamard_size(model->config().head_dim))  // not after the prefill
+    throw Error(Errc::invalid_argument, "compress: --kv-dtype " + o.dtype + " needs a power-of-two head dimension " +
+                                            "(q8/q4 rows are stored Hadamard-rotated); this model's is " +
+                                            std::to_string(model->config().head_dim) + ": use f16 or bf16");
   if (head &&
       !format::check_head_scores_model(hs, model->config(), model->fingerprint(), o.force_model) &&
       !o.quiet)

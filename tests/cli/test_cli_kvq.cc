@@ -12,6 +12,7 @@
 #include "tests/format/fixtures.h"
 #include "tests/support/run_cli.h"
 #include "tests/support/skip.h"
+#include "tests/support/tiny_gguf.h"
 
 using namespace kvzip;
 using namespace kvzip::format::testing;
@@ -77,6 +78,25 @@ TEST_CASE("prune/inspect/export/import handle q8 and q4 caches", "[cli]") {
                                      "-o", dir.path("x.kvz")});
   CHECK(group.exit_code == 2);
   CHECK_THAT(group.err, Contains("does not divide"));
+}
+
+TEST_CASE("compress --kv-dtype q4 refuses a head dimension that is not a power of two, before the prefill",
+          "[cli]") {
+  TempDir dir;
+  test::TinyModelSpec spec;
+  spec.config = test::tiny_gguf_llama_config();
+  spec.config.head_dim = 12;  // 4 heads of 12 in a 64-wide model: the file says key_length 12
+  test::write_file(dir.path("d12.gguf"), test::make_tiny_model(spec).bytes);
+  const std::string text = "The Normans gave their name to Normandy.";
+  write_bytes(dir.path("doc.txt"), std::vector<uint8_t>(text.begin(), text.end()));
+  const CliResult r = run_kvzip({"compress", dir.path("doc.txt"), "-m", dir.path("d12.gguf"), "--kv-dtype", "q4",
+                                 "-o", dir.path("doc.kvz"), "-q"});
+  INFO(r.err);
+  CHECK(r.exit_code == 2);
+  // The command's own check, right after the model loads (set_kv_dtype would refuse it too, later).
+  CHECK_THAT(r.err, Contains("compress: --kv-dtype q4 needs a power-of-two head dimension") &&
+                        Contains("this model's is 12"));
+  CHECK_FALSE(std::filesystem::exists(dir.path("doc.kvz")));
 }
 
 TEST_CASE("compress --ratio 0.5 --kv-dtype q4 in one step, then query answers from it", "[cli][realmodel]") {
