@@ -12,7 +12,7 @@ if [[ "${1:-}" == "--out" ]]; then out="${2:?--out needs a directory}"; shift 2;
 threads="${1:-2}"
 mkdir -p "$out"
 python3 scripts/squad_doc.py examples/normans.json "$out/normans.txt" "$out/questions.txt" 8
-./build/kvzip compress "$out/normans.txt" -o "$out/full_f32.kvz" --ratio 1.0 -f -q -t "$threads"
+./build/kvzip compress "$out/normans.txt" -o "$out/full_f32.kvz" --ratio 1.0 --kv-dtype f32 -f -q -t "$threads"
 files=()
 for r in 1.0 0.5 0.3; do
   for t in f32 f16 q8 q4; do
