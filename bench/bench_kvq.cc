@@ -1,4 +1,4 @@
-// Storage types of a cache file side by side (issue 12): for each .kvz given, its size, the time to
+// Storage types of a cache file side by side: for each .kvz given, its size, the time to
 // open it and build the in-memory cache (QuerySession: checksums, then for q8/q4 the stored rows
 // as they are, QuantBase, or dequantized per layer into f32 rows with form "f32"), the K/V bytes
 // that cache holds, and decode tokens/s over N tokens from it, on the real model, best of R. A

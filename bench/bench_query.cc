@@ -1,4 +1,4 @@
-// Answering from a .kvz versus re-reading the document, on the real model (issue 4 benchmark).
+// Answering from a .kvz versus re-reading the document, on the real model.
 // Usage: bench_query FULL.kvz SMALL.kvz [--threads N] [--reps R] [--decode N]
 //   FULL.kvz  : the document compressed with --method full (ratio 1)
 //   SMALL.kvz : the same document compressed at a smaller ratio (e.g. kvzip 0.3)

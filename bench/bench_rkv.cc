@@ -1,4 +1,4 @@
-// Bounded caches during a long generation on the real model (issue 6): full cache vs R-KV vs
+// Bounded caches during a long generation on the real model: full cache vs R-KV vs
 // StreamingLLM (4 sink + recent) at the same budget, same schedule (model/rkv.h).
 // Usage: bench_rkv [--threads N] [--tokens N] [--budget B[,B2...]] [--buffer N] [--seed S]
 //                  [--temp T]

@@ -1,4 +1,4 @@
-// End-to-end CPU vs GPU agreement on the real model (issue 5 acceptance): the Normans article of
+// End-to-end CPU vs GPU agreement on the real model: the Normans article of
 // examples/normans.json is prefilled and KVzip-scored on both devices; the score rankings are
 // compared (Spearman over all L·Hkv·n_c scores, target >= 0.99, plus the overlap of the kept
 // sets at the ratio); then every answerable question is answered greedily from the SAME ratio-0.3

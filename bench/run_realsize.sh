@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_realsize.sh — issue 10's side-by-side: kvzip vs llama.cpp on the same GGUF files and threads,
+# run_realsize.sh — side by side: kvzip vs llama.cpp on the same GGUF files and threads,
 # in one run (prefill tokens/s of a P-token prompt, decode tokens/s after it), and kvzip's peak RSS
 # per command against the file size. Prints Markdown tables; raw logs go to $OUT_DIR.
 # Usage: bench/run_realsize.sh KVZIP_BIN LLAMA_BIN_DIR THREADS MODEL:P:N [MODEL:P:N ...]
@@ -11,7 +11,7 @@
 # env COMPRESS=1 adds, per model, `kvzip compress` (KVzip, ratio 0.3) of a document of P tokens and
 #   its "compress / prefill" time ratio for kvzip (and BEFORE).
 # env LLAMA_ARGS="..." adds arguments to every llama-bench run (e.g. "--repack 0": llama.cpp's
-#   repacked AMX path crashes with SIGSEGV on the AMX Xeon VMs here).
+#   repacked AMX path (llama.cpp 0c1e570) crashed with SIGSEGV on the Xeon (AMX) VMs measured).
 # env RSS_MODELS="A.gguf B.gguf" adds the peak-RSS table for those files (generate, compress,
 #   query on a 500-token document).
 set -euo pipefail

@@ -60,16 +60,18 @@ std::unique_ptr<model::Model> load_model(const std::string& cli_path, uint32_t t
   return m;
 }
 
-bool parse_kv_rotate(const std::string& name, const char* command) {
-  if (name == "hadamard") return true;
-  if (name == "none") return false;
-  throw Error(Errc::invalid_argument, std::string(command) + ": --kv-rotate " + name + " is not one of hadamard, none");
+void add_removed_kv_layout_options(CLI::App* app, RemovedKvLayoutOptions& o) {
+  app->add_option("--kv-rotate", o.rotate)->group("");  // "" hides an option from --help
+  app->add_option("--kv-params", o.params)->group("");
 }
 
-bool parse_kv_params(const std::string& name, const char* command) {
-  if (name == "byte") return true;
-  if (name == "f16") return false;
-  throw Error(Errc::invalid_argument, std::string(command) + ": --kv-params " + name + " is not one of byte, f16");
+void reject_removed_kv_layout_options(const RemovedKvLayoutOptions& o, const char* command) {
+  const char* name = !o.rotate.empty() ? "--kv-rotate" : !o.params.empty() ? "--kv-params" : nullptr;
+  if (!name) return;
+  throw Error(Errc::invalid_argument,
+              std::string(command) + ": " + name + " is no longer an option: the .kvz format stores q8/q4 in one "
+              "layout (Hadamard-rotated rows, byte group parameters, prefix rows as f16; "
+              "spec/kvzip_format.md \"Quantized K/V\"); drop " + name);
 }
 
 format::DType parse_kv_dtype(const std::string& name, const char* command) {

@@ -39,18 +39,22 @@ std::string default_output(const std::string& input, const char* extension, cons
 // and the choices for anything else.
 format::DType parse_kv_dtype(const std::string& name, const char* command);
 inline constexpr const char* kKvDtypeHelp =
-    "K/V storage in the file: f32 | f16 | bf16 | q8 | q4 (q8/q4: group-wise 8/4-bit with per-head "
-    "channel scales, prefix rows kept as f16; spec/kvzip_format.md \"Quantized K/V\")";
-// --kv-rotate hadamard | none: true for hadamard; Errc::invalid_argument naming `command` else.
-bool parse_kv_rotate(const std::string& name, const char* command);
-// --kv-params byte | f16: true for byte; Errc::invalid_argument naming `command` else.
-bool parse_kv_params(const std::string& name, const char* command);
-inline constexpr const char* kKvRotateHelp =
-    "q8/q4: hadamard (Walsh-Hadamard-rotated codes where the head dimension is a power of two; "
-    "a v1.4 file, v1.3 with --kv-params f16) | none (the rows as they are; a v1.2 file)";
-inline constexpr const char* kKvParamsHelp =
-    "rotated q8/q4: group parameters as byte (a scale code and a zero point, 2 bytes a group; a v1.4 "
-    "file) | f16 (scale and minimum as f16, 4 bytes a group; a v1.3 file for older readers)";
+    "K/V storage in the file: f32 | f16 | bf16 | q8 | q4 (q8/q4: group-wise 8/4-bit codes of "
+    "Hadamard-rotated rows with per-head channel scales, prefix rows kept as f16; "
+    "docs/quantized-kv.md)";
+// What `kvzip compress` stores K/V as when --kv-dtype is not given. f16 halves the file and the
+// load of f32, and on the exact path its answers were f32's, token for token (docs/quantized-kv.md).
+inline constexpr const char* kDefaultKvDtype = "f16";
+
+// --kv-rotate and --kv-params chose among q8/q4 layouts that the file format no longer has (it
+// stores one). They stay registered, hidden, so that a script still passing them gets an error
+// that says so instead of "unexpected argument".
+struct RemovedKvLayoutOptions {
+  std::string rotate, params;
+};
+void add_removed_kv_layout_options(CLI::App* app, RemovedKvLayoutOptions& o);
+// Errc::invalid_argument naming `command` and the option when either was given.
+void reject_removed_kv_layout_options(const RemovedKvLayoutOptions& o, const char* command);
 inline constexpr const char* kKvGroupHelp = "q8/q4: channels per quantization group (divides the head dimension; 0 = all of it)";
 
 // Resolves -m / $KVZIP_MODEL / the default path and loads the model.

@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "common/atomic_file.h"
+#include "common/hadamard.h"
 #include "common/error.h"
 #include "common/json.h"
 #include "compress/corpus.h"
@@ -24,8 +25,8 @@ namespace kvzip::cli {
 namespace {
 
 struct CompressOpts {
-  std::string doc, model, out, method = "kvzip", level = "global", system, dtype = "f32", kv_rotate = "hadamard",
-              kv_params = "byte";
+  std::string doc, model, out, method = "kvzip", level = "global", system, dtype = kDefaultKvDtype;
+  RemovedKvLayoutOptions removed;  // --kv-rotate, --kv-params: refused with a message
   std::string query_template = format::kDefaultQueryTemplate;
   std::string head_scores;  // --level head: the file of `kvzip calibrate`
   std::string device = "cpu";
@@ -111,6 +112,7 @@ void run_compress(const CompressOpts& o) {
   co.ratio = o.ratio;
   if (!head) co.level = compress::parse_selection_level(o.level);
   const format::DType dtype = parse_kv_dtype(o.dtype, "compress");
+  reject_removed_kv_layout_options(o.removed, "compress");
   if (o.zstd < 0 || o.zstd > 19)
     throw Error(Errc::invalid_argument, "compress: --zstd " + std::to_string(o.zstd) +
                                             " is outside 0 (off) .. 19");
@@ -140,6 +142,10 @@ void run_compress(const CompressOpts& o) {
   const format::HeadScores hs = head ? format::read_head_scores_file(o.head_scores) : format::HeadScores{};
 
   auto model = load_model(o.model, o.threads);
+  if (format::dtype_quantized(dtype) && !hadamard_size(model->config().head_dim))  // not after the prefill
+    throw Error(Errc::invalid_argument, "compress: --kv-dtype " + o.dtype + " needs a power-of-two head dimension " +
+                                            "(q8/q4 rows are stored Hadamard-rotated); this model's is " +
+                                            std::to_string(model->config().head_dim) + ": use f16 or bf16");
   if (head &&
       !format::check_head_scores_model(hs, model->config(), model->fingerprint(), o.force_model) &&
       !o.quiet)
@@ -155,7 +161,7 @@ void run_compress(const CompressOpts& o) {
   }
   fo.system = o.system;
   fo.query_template = o.query_template;
-  fo.kv = {dtype, o.kv_group, true, parse_kv_rotate(o.kv_rotate, "compress"), parse_kv_params(o.kv_params, "compress")};
+  fo.kv = {dtype, o.kv_group};
   fo.write.zstd_level = o.zstd;
   fo.write.force = o.force;
   fo.device = device;
@@ -229,8 +235,7 @@ void add_compress_commands(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--kv-dtype,--dtype", o->dtype, kKvDtypeHelp)->capture_default_str();
   c->add_option("--kv-group", o->kv_group, kKvGroupHelp)->capture_default_str();
-  c->add_option("--kv-rotate", o->kv_rotate, kKvRotateHelp)->capture_default_str();
-  c->add_option("--kv-params", o->kv_params, kKvParamsHelp)->capture_default_str();
+  add_removed_kv_layout_options(c, o->removed);
   c->add_option("--zstd", o->zstd, "zstd level per section, 0 = off")->capture_default_str();
   c->add_option("--seed", o->seed, "Seed of --method random");
   c->add_option("-O,--scorer-option", o->scorer_options,

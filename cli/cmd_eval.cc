@@ -28,8 +28,7 @@ struct EvalOpts {
   uint64_t max_questions = 0;
   bool all_questions = false, quiet = false, exact = false, force_model = false;
   std::string matmul = "fast";
-  std::string kv_rotate = "hadamard";
-  std::string kv_params = "byte";
+  RemovedKvLayoutOptions removed;  // --kv-rotate, --kv-params: refused with a message
   uint32_t compose = 0;             // > 0: the composition evaluation over this many documents
   std::vector<double> blends = {0.0};
   bool doc_prefix = false;
@@ -108,8 +107,7 @@ void run(const EvalOpts& o) {
   eo.level = compress::parse_selection_level(o.level);
   eo.verify_drafts = !o.exact;
   eo.matmul = o.matmul == "exact" ? kernels::MatmulPath::Exact : kernels::MatmulPath::Fast;
-  eo.kv_rotate = parse_kv_rotate(o.kv_rotate, "eval");
-  eo.kv_byte_params = parse_kv_params(o.kv_params, "eval");
+  reject_removed_kv_layout_options(o.removed, "eval");
   eo.keep_answers = !o.answers.empty();
   format::HeadScores hs;
   if (!o.head_scores.empty()) {
@@ -182,8 +180,7 @@ void add_eval_commands(CLI::App& app) {
                   "method and ratio: f32,f16,bf16,q8,q4 (each cache written and read back as a .kvz)");
   c->add_option("--kv-group", o->eo.kv_group, "q8/q4: channels per quantization group (0 = the head dimension)")
       ->capture_default_str();
-  c->add_option("--kv-rotate", o->kv_rotate, kKvRotateHelp)->capture_default_str();
-  c->add_option("--kv-params", o->kv_params, kKvParamsHelp)->capture_default_str();
+  add_removed_kv_layout_options(c, o->removed);
   c->add_option("--matmul", o->matmul, "fast | exact: matrix products with int8-rounded activations "
                                        "(the default) or in fp32 (comparing storage types)")
       ->capture_default_str()

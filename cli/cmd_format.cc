@@ -31,8 +31,7 @@ struct PruneArgs {
   std::string file, out;
   std::string kv_dtype;  // "": as the input (a q8/q4 input keeps its stored rows as they are)
   uint32_t kv_group = 0;
-  std::string kv_rotate;  // "": hadamard where the rows are quantized anew
-  std::string kv_params;  // "": byte where the rotated rows are quantized anew
+  RemovedKvLayoutOptions removed;  // --kv-rotate, --kv-params: refused with a message
   double ratio = 0;
   bool force = false;
   int zstd = -1;  // -1: compress like the input
@@ -47,39 +46,25 @@ struct ImportArgs {
   std::string file, out;
   std::string kv_dtype;  // "": as the HDF5 file says
   uint32_t kv_group = 0;
-  std::string kv_rotate;  // "": hadamard where the rows are quantized anew
-  std::string kv_params;  // "": byte where the rotated rows are quantized anew
+  RemovedKvLayoutOptions removed;  // --kv-rotate, --kv-params: refused with a message
   bool force = false;
   int zstd = 0;
 };
 
 // --kv-dtype of prune/import: nothing given keeps the cache's dtype (and a q8/q4 cache's stored
 // rows); a dtype converts (q8/q4: quantized from the f32 rows the file gives).
-// --kv-rotate and --kv-params apply to rows quantized anew; given with the stored dtype and group,
-// they re-quantize only when the stored layout differs from the asked one.
-struct KvDtypeArgs {
-  const std::string& dtype;
-  uint32_t group;
-  const std::string& rotate;
-  const std::string& params;
-};
-
-void apply_kv_dtype(fmt::CacheContents& c, const KvDtypeArgs& a, const char* command) {
-  if (a.dtype.empty()) {
-    if (a.group && a.group != c.header.kv_group_size)
+void apply_kv_dtype(fmt::CacheContents& c, const std::string& dtype, uint32_t group,
+                    const RemovedKvLayoutOptions& removed, const char* command) {
+  reject_removed_kv_layout_options(removed, command);
+  if (dtype.empty()) {
+    if (group && group != c.header.kv_group_size)
       throw Error(Errc::invalid_argument, std::string(command) + ": --kv-group needs --kv-dtype q8 or q4");
-    if (!a.rotate.empty()) throw Error(Errc::invalid_argument, std::string(command) + ": --kv-rotate needs --kv-dtype q8 or q4");
-    if (!a.params.empty()) throw Error(Errc::invalid_argument, std::string(command) + ": --kv-params needs --kv-dtype q8 or q4");
     return;
   }
-  const fmt::DType t = parse_kv_dtype(a.dtype, command);
-  const bool rot = a.rotate.empty() || parse_kv_rotate(a.rotate, command);
-  const bool bytes = a.params.empty() || parse_kv_params(a.params, command);
-  // The same q8/q4 and group as stored: the stored rows stay (v1.1 … v1.4 layout alike).
-  if (t == c.header.kv_dtype && fmt::dtype_quantized(t) && (!a.group || a.group == c.header.kv_group_size) &&
-      a.rotate.empty() && a.params.empty())
-    return;
-  compress::set_kv_dtype(c, {t, a.group ? a.group : (t == c.header.kv_dtype ? c.header.kv_group_size : 0), true, rot, bytes});
+  const fmt::DType t = parse_kv_dtype(dtype, command);
+  // The same q8/q4 and group as stored: the stored rows stay.
+  if (t == c.header.kv_dtype && fmt::dtype_quantized(t) && (!group || group == c.header.kv_group_size)) return;
+  compress::set_kv_dtype(c, {t, group ? group : (t == c.header.kv_dtype ? c.header.kv_group_size : 0)});
 }
 
 // The first bytes of a file (fewer when it is shorter), to tell a .kvh from a .kvz; errors are
@@ -126,10 +111,11 @@ fmt::WriteOptions like_input(const fmt::CacheReader& r, int zstd, bool force) {
 }
 
 void run_prune(const PruneArgs& a) {
+  reject_removed_kv_layout_options(a.removed, "prune");  // before any work
   check_writable(a.out, a.force);
   fmt::CacheReader r = fmt::CacheReader::open(a.file, {fmt::Verify::Full});
   fmt::CacheContents pruned = fmt::prune(r.load(), a.ratio);
-  apply_kv_dtype(pruned, {a.kv_dtype, a.kv_group, a.kv_rotate, a.kv_params}, "prune");
+  apply_kv_dtype(pruned, a.kv_dtype, a.kv_group, a.removed, "prune");
   fmt::write_cache_file(pruned, a.out, like_input(r, a.zstd, a.force));
   std::printf("%s: ratio %.4f -> %.4f, written to %s\n", a.file.c_str(), r.header().achieved_ratio,
               pruned.header.achieved_ratio, a.out.c_str());
@@ -143,9 +129,10 @@ void run_export(const ExportArgs& a) {
 }
 
 void run_import(const ImportArgs& a) {
+  reject_removed_kv_layout_options(a.removed, "import");  // before any work
   check_writable(a.out, a.force);
   fmt::CacheContents c = fmt::import_hdf5(a.file);
-  apply_kv_dtype(c, {a.kv_dtype, a.kv_group, a.kv_rotate, a.kv_params}, "import");
+  apply_kv_dtype(c, a.kv_dtype, a.kv_group, a.removed, "import");
   fmt::WriteOptions w;
   w.force = a.force;
   w.zstd_level = a.zstd;
@@ -175,8 +162,7 @@ void add_format_commands(CLI::App& app) {
   c->add_option("--kv-dtype,--dtype", prune->kv_dtype,
                 std::string(kKvDtypeHelp) + "; default: as the input (q8/q4 rows are not re-quantized)");
   c->add_option("--kv-group", prune->kv_group, kKvGroupHelp);
-  c->add_option("--kv-rotate", prune->kv_rotate, std::string(kKvRotateHelp) + "; default: hadamard");
-  c->add_option("--kv-params", prune->kv_params, std::string(kKvParamsHelp) + "; default: byte");
+  add_removed_kv_layout_options(c, prune->removed);
   c->callback([prune] { run_prune(*prune); });
 
   auto exp = std::make_shared<ExportArgs>();
@@ -194,8 +180,7 @@ void add_format_commands(CLI::App& app) {
   c->add_option("--zstd", imp->zstd, "zstd level 0 (off) .. 19");
   c->add_option("--kv-dtype,--dtype", imp->kv_dtype, std::string(kKvDtypeHelp) + "; default: as exported");
   c->add_option("--kv-group", imp->kv_group, kKvGroupHelp);
-  c->add_option("--kv-rotate", imp->kv_rotate, std::string(kKvRotateHelp) + "; default: hadamard");
-  c->add_option("--kv-params", imp->kv_params, std::string(kKvParamsHelp) + "; default: byte");
+  add_removed_kv_layout_options(c, imp->removed);
   c->callback([imp] { run_import(*imp); });
 }
 

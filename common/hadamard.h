@@ -1,10 +1,10 @@
-// The orthonormal Walsh–Hadamard rotation of K/V rows (spec/kvzip_format.md §12.1, v1.3): the
+// The orthonormal Walsh–Hadamard rotation of K/V rows (spec/kvzip_format.md §12.1): the
 // one definition that the quantizer (kernels/kv_quant.h), the attention over codes and the
 // format's reconstruction (format::dequantize_rows) all call, so that every reader gets the same
 // bits. H is the Sylvester matrix of size n (a power of two), H[i][j] = (-1)^popcount(i & j) / √n;
 // it is symmetric and its own inverse, so rotating twice gives the row back (up to rounding).
 // Rotating spreads an outlier channel over all channels, so that a per-row group's error no
-// longer sits in a few channels (BENCHMARKS.md, issue 12 session 10).
+// longer sits in a few channels (docs/quantized-kv.md has the measurement).
 #pragma once
 #include <cstdint>
 

@@ -1,17 +1,18 @@
 // A quantization group's parameters in .kvz q8/q4 rows (spec/kvzip_format.md §12.1): the scale s and
-// the minimum m of x = c·fma(s, q, m). The one definition of their two stored forms, which the
+// the minimum m of y = c·fma(s, q, m). The one definition of their stored form, which the
 // quantizer (kernels/kv_quant.h), the attention over codes and the format's reconstruction
 // (format::dequantize_rows) all decode through, so that every reader gets the same bits:
-//   f16  (v1.1 … v1.3): two binary16 words per group, s then m.
-//   byte (v1.4): one 16-bit word per group, little-endian: byte 0 the scale code e, byte 1 the
-//        zero point z. s = (16 + (e mod 16)) · 2^(⌊e/16⌋ − 22)  (2^-18 … 31·2^-7, 4 significant
-//        bits after the leading one: every step is 1/16 to 1/31 of s), m = −s · z · 2^(b − 8)
-//        (q4: the zero point in sixteenths of a step; q8: in whole steps).
-// Why bytes: half the parameter bytes (2 per group instead of 4), which is 0.25 bit per value at
-// a group of 64 channels, and every byte is a valid value (no NaN, no infinity, no negative
-// scale to check). s has 5 significant bits and z 8, so m, s·q and s·q + m are all exact in
-// binary32: only the multiply by the channel scale rounds. What it costs in error and answers is
-// measured in BENCHMARKS.md (issue 12, sessions 12 and 13).
+//   byte: one 16-bit word per group, little-endian: byte 0 the scale code e, byte 1 the zero
+//         point z. s = (16 + (e mod 16)) · 2^(⌊e/16⌋ − 22)  (2^-18 … 31·2^-7, 4 significant bits
+//         after the leading one: every step is 1/16 to 1/31 of s), m = −s · z · 2^(b − 8)
+//         (q4: the zero point in sixteenths of a step; q8: in whole steps).
+//   f16:  two binary16 words per group, s then m. The kernels still accept it
+//         (KvQuantLayout::byte_params false) to measure what the byte form costs; no file holds it.
+// Why bytes: half the parameter bytes of two f16 (2 per group instead of 4), which is 0.25 bit
+// per value at a group of 64 channels, and every byte is a valid value (no NaN, no infinity, no
+// negative scale to check). s has 5 significant bits and z 8, so m, s·q and s·q + m are all exact
+// in binary32: only the multiply by the channel scale rounds. What it costs in error and answers
+// is measured in docs/quantized-kv.md.
 // The decoding half (scale codes, minima, words per group) is C++17 and __host__ __device__, so
 // that the CUDA kernels (kernels/cuda/kv_quant.cu, C++17) decode with the same functions; the f16
 // form and the writer need C++20 (common/half.h) and are host-only.
@@ -96,16 +97,16 @@ inline constexpr uint32_t kKvScaleAbove = 3;
 // small set of candidates, the one whose codes reconstruct y with the least squared error (the
 // first in the order below on a tie). A scale of 5 significant bits cannot put both ends of a
 // range on the grid, and where the values land matters for the answers more than the RMS error
-// alone suggests (measured on the Normans article, q4 first-token KL against f32: BENCHMARKS.md,
-// issue 12 sessions 12 and 13): least squares over these candidates gave a lower KL at every
-// ratio than the rules that anchor one extreme (session 12's writer), and than also trying two
+// alone suggests (measured on the Normans article, q4 first-token KL against f32;
+// docs/quantized-kv.md): least squares over these candidates gave a lower KL at every ratio than
+// the rules that anchor one extreme of the range on the grid's end, and than also trying two
 // smaller scales that clip the extremes. Candidates: for each scale code e0 … e0 + kKvScaleAbove
 // (e0 the smallest covering [min(lo, 0), max(hi, 0)]; the grid always reaches 0, since z ≥ 0 puts
 // m ≤ 0), the zero points that put the grid's bottom on min(lo, 0), its top on max(hi, 0), and
 // its middle on the range's middle, each rounded and then ±1 (a ±1 can leave an extreme up to
 // 1.5 zero-point units past the grid's end, where it clips, when that lowers the total). The
-// anchored choices of session 12's writer are among them, so the error is never larger than
-// theirs. A range beyond the largest scale gets that scale.
+// anchored choices are among them, so the error is never larger than theirs. A range beyond the
+// largest scale gets that scale.
 inline uint16_t kv_byte_params_for(const float* y, uint32_t n, uint32_t bits) {
   static const std::array<float, 256> scales = [] {
     std::array<float, 256> t{};

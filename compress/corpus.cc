@@ -203,9 +203,8 @@ std::string corpus_key(const ModelFingerprint& model, std::string_view text,
                   "\nlevel " + selection_level_name(c.level) + "\nsystem " + o.system +
                   "\nquery_template " + o.query_template + "\nkv_dtype " +
                   format::dtype_name(o.kv.dtype) + "\n";
-  if (format::dtype_quantized(o.kv.dtype))  // the stored layout too: another one is another file
-    s += "kv_layout group " + std::to_string(o.kv.group) + " f16_prefix " + std::to_string(o.kv.f16_prefix) +
-         " rotate " + std::to_string(o.kv.rotate) + " byte_params " + std::to_string(o.kv.byte_params) + "\n";
+  if (format::dtype_quantized(o.kv.dtype))  // the group size too: another one is another file
+    s += "kv_layout group " + std::to_string(o.kv.group) + "\n";
   try {
     for (const auto& [k, v] : make_method_scorer(c)->params()) s += "param " + k + " " + v + "\n";
   } catch (const Error&) {

@@ -1,6 +1,6 @@
 // set_kv_dtype (compress/quantize.h): per layer and KV head, kernels/kv_quant.h quantizes the rows
-// into the layer's stored form (f16 rows aside); format::dequantize_rows (the reader's reconstruction) then gives
-// the f32 rows, so what stays in memory equals what the file will give back.
+// into the layer's stored form (f16 rows aside); format::dequantize_rows (the reader's
+// reconstruction) then gives the f32 rows, so what stays in memory equals what the file gives back.
 #include "compress/quantize.h"
 
 #include <vector>
@@ -13,6 +13,11 @@
 namespace kvzip::compress {
 namespace {
 
+// The kernels' view of the file's one q8/q4 layout (spec §12.1): rotated rows, byte parameters.
+kernels::KvQuantLayout kv_quant_layout(const format::CacheHeader& h) {
+  return {format::dtype_bits(h.kv_dtype), h.head_dim, h.kv_group_size, /*rotated=*/true, /*byte_params=*/true};
+}
+
 // One block (K or V) of a layer: the f16 rows (positions < kv_f16_below) rounded to f16, the
 // others quantized per KV head, the channel scales taken over those others only (the f16 rows are
 // the attention sink and template opener, whose large values would otherwise widen every other
@@ -20,7 +25,7 @@ namespace {
 void quantize_block(const format::CacheHeader& h, const format::LayerKv& layer,
                     const std::vector<float>& x, format::QuantRows& q) {
   const uint32_t D = h.head_dim;
-  kernels::KvQuantLayout shape{format::dtype_bits(h.kv_dtype), D, h.kv_group_size, h.kv_rotated, h.kv_byte_params};
+  const kernels::KvQuantLayout shape = kv_quant_layout(h);
   const size_t dense = format::f16_row_count(h, layer.positions), rows = layer.positions.size() - dense;
   q.channel_scale.assign(size_t(h.n_kv_heads) * D, 1.0f);
   q.dense.clear();
@@ -55,8 +60,6 @@ void set_kv_dtype(format::CacheContents& c, const KvStorage& st) {
     h.kv_dtype = dtype;
     h.kv_group_size = 0;
     h.kv_f16_below = 0;
-    h.kv_rotated = false;
-    h.kv_byte_params = false;
     for (format::LayerKv& layer : c.layers) layer.qk = layer.qv = {};
     return;
   }
@@ -64,16 +67,16 @@ void set_kv_dtype(format::CacheContents& c, const KvStorage& st) {
   if (g == 0 || h.head_dim % g != 0)
     throw Error(Errc::invalid_argument, "quantization group " + std::to_string(group) +
                                             " does not divide the head dimension " + std::to_string(h.head_dim));
-  const uint32_t below = st.f16_prefix ? static_cast<uint32_t>(h.prefix_length()) : 0;
-  const bool rotated = st.rotate && below > 0 && hadamard_size(h.head_dim);
-  const bool bytes = rotated && st.byte_params;
-  const bool same = h.kv_dtype == dtype && h.kv_group_size == g && h.kv_f16_below == below &&
-                    h.kv_rotated == rotated && h.kv_byte_params == bytes;
+  if (!hadamard_size(h.head_dim))
+    throw Error(Errc::invalid_argument, std::string(format::dtype_name(dtype)) +
+                                            " needs a power-of-two head dimension (its rows are stored "
+                                            "Hadamard-rotated); this model's is " +
+                                            std::to_string(h.head_dim) + ": store it as f16 or bf16");
+  const uint32_t below = static_cast<uint32_t>(h.prefix_length());
+  const bool same = h.kv_dtype == dtype && h.kv_group_size == g && h.kv_f16_below == below;
   h.kv_dtype = dtype;
   h.kv_group_size = g;
   h.kv_f16_below = below;
-  h.kv_rotated = rotated;
-  h.kv_byte_params = bytes;
   // Layers are independent (each writes only its own rows), so they are quantized on all cores;
   // the bytes do not depend on how many (the writer is deterministic per group).
   auto quantize_layer = [&](format::LayerKv& layer) {

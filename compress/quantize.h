@@ -11,37 +11,28 @@
 namespace kvzip::compress {
 
 // Channels per quantization group when none is asked for: the whole head (D). Measured on the
-// Normans article (BENCHMARKS.md "Quantized K/V"): with per-head channel scales, a group of D
-// channels costs 4 bytes of parameters per row and block (f16 scale + minimum; 2 as byte
-// parameters) for an error a group of 32 lowers by only 11-13% at q4, at twice the parameter bytes.
+// Normans article (docs/quantized-kv.md): with per-head channel scales, a group of D channels
+// costs 2 bytes of parameters per row and block, for an error that a group of 32 lowers by only
+// 11-13% at q4, at twice the parameter bytes.
 inline constexpr uint32_t kDefaultKvGroup = 0;  // 0 = D
 
-// How a cache's K/V rows are to be stored: the dtype and, for q8/q4, their layout.
+// How a cache's K/V rows are to be stored. The file format has one q8/q4 layout, so the group
+// size is the only choice beyond the dtype.
 struct KvStorage {
-  format::DType dtype = format::DType::F32;
+  format::DType dtype = format::DType::F32;  // exact; `kvzip compress` defaults to f16 (cli_util.h)
   uint32_t group = kDefaultKvGroup;  // q8/q4: channels per group (0 = D)
-  bool f16_prefix = true;            // q8/q4: prefix rows as f16 (v1.2)
-  bool rotate = true;                // q8/q4 with f16 rows: Hadamard-rotated codes (v1.3)
-  bool byte_params = true;           // rotated q8/q4: byte group parameters (v1.4)
 };
 
-// Sets header.kv_dtype (and kv_group_size: `group`, 0 = D, must divide D). For q8/q4 the rows are
-// quantized, except, with f16_prefix (the default; a v1.2 file), the prefix rows (positions <
-// n_p: the attention sink and the template opener, never evicted), which are stored as f16:
-// measured on the Normans article (BENCHMARKS.md "Quantized K/V"), these 24 of 5,656 rows per
-// head carry most of q4's effect on the answers. f16_prefix false writes the v1.1 layout. A cache
-// that is already q8/q4 with the same dtype, group and f16 rows is left as it is (its stored rows
-// are never quantized twice); another q8/q4 -> re-quantized from its f32 rows.
-// rotate (the default; a v1.3 file): with f16 rows and a power-of-two D, each quantized row is
-// rotated by the Walsh–Hadamard matrix before it is quantized (format::CacheHeader::kv_rotated),
-// which spreads the keys' outlier channels over the row: measured on the Normans article
-// (BENCHMARKS.md, session 10) q4's first-token KL against f32 falls 2.8x at ratio 0.3. Otherwise, or with rotate
-// false, the rows are quantized as they are (the v1.2 / v1.1 layouts).
-// byte_params (the default; a v1.4 file): the rotated rows' group parameters are a byte scale
-// code and a byte zero point (common/kv_params.h) instead of two f16 words: 2 bytes less per row
-// and group, measured on the Normans article (BENCHMARKS.md, issue 12 session 12). Only with
-// rotation; unrotated rows keep f16 parameters.
-// Errc::invalid_argument for a group that does not divide D.
+// Sets header.kv_dtype (and kv_group_size: `group`, 0 = D, must divide D). For q8/q4 the rows
+// take the one stored form of spec §12.1: the prefix rows (positions < n_p: the attention sink
+// and the template opener, never evicted, a few per head) are stored as f16, since they carry
+// most of q4's effect on the answers; every other row is rotated by the Walsh–Hadamard matrix
+// (common/hadamard.h), which spreads the keys' outlier channels over the row, and quantized with
+// byte group parameters (common/kv_params.h). docs/quantized-kv.md has the measurements behind
+// each choice. A cache that is already q8/q4 with the same dtype and group is left as it is (its
+// stored rows are never quantized twice); another q8/q4 -> re-quantized from its f32 rows.
+// Errc::invalid_argument for a group that does not divide D, or q8/q4 with a head dimension
+// that is not a power of two (the rotation needs one).
 void set_kv_dtype(format::CacheContents& contents, const KvStorage& storage);
 
 }  // namespace kvzip::compress

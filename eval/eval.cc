@@ -188,7 +188,7 @@ class DocumentRun {
     d.document = s_.prompt.document;
     d.suffix = s_.prompt.suffix;
     d.document_text = doc_.text;
-    d.kv = {dtype, o_.kv_group, true, o_.kv_rotate, o_.kv_byte_params};
+    d.kv = {dtype, o_.kv_group};
     format::VectorSink sink;
     format::write_cache(compress::make_contents(model_, cache, {}, d), sink);
     acc.file_bytes += sink.bytes.size();

@@ -43,11 +43,10 @@ struct EvalOptions {
   // dtype other than f32 report agreement and KL against the f32 cache of the same method and ratio.
   std::vector<std::string> kv_dtypes = {"f32"};
   uint32_t kv_group = 0;              // q8/q4 channels per group, 0 = D
-  bool kv_rotate = true;              // q8/q4: Hadamard-rotated codes where possible (v1.3)
-  bool kv_byte_params = true;         // rotated q8/q4: byte group parameters (v1.4)
   // Matrix products of every forward pass. Fast (the default everywhere) rounds activations to
   // int8, which makes answers a step function of the cache: comparing storage types, Exact
-  // separates what the storage costs from those steps (BENCHMARKS.md "Quantized K/V").
+  // separates what the storage costs from those steps (BENCHMARKS.md at dfd379e,
+  // "Quantized K/V").
   kernels::MatmulPath matmul = kernels::MatmulPath::Fast;
   uint32_t threads = 0;               // 0 = all cores
   bool verify_drafts = true;          // false: decode every answer token one at a time (answer.h)

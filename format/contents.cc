@@ -51,12 +51,9 @@ void validate_header(const CacheHeader& h) {
   if (h.kv_f16_below > 0 && !dtype_quantized(h.kv_dtype))
     invalid("kv_f16_below " + std::to_string(h.kv_f16_below) + " is set for " + dtype_name(h.kv_dtype) +
             " (f16 rows exist only with q8/q4)");
-  if (h.kv_rotated && !(dtype_quantized(h.kv_dtype) && h.kv_f16_below > 0 && hadamard_size(h.head_dim)))
-    invalid(std::string("kv_rotated is set for ") + dtype_name(h.kv_dtype) + " with kv_f16_below " +
-            std::to_string(h.kv_f16_below) + " and head_dim " + std::to_string(h.head_dim) +
-            " (rotated codes exist only with q8/q4 with f16 rows and a power-of-two head_dim)");
-  if (h.kv_byte_params && !h.kv_rotated)
-    invalid("kv_byte_params is set without kv_rotated (byte group parameters exist only with rotated q8/q4 codes)");
+  if (dtype_quantized(h.kv_dtype) && !hadamard_size(h.head_dim))
+    invalid(std::string(dtype_name(h.kv_dtype)) + " needs a power-of-two head_dim (its rows are stored "
+            "Hadamard-rotated), not " + std::to_string(h.head_dim));
   if (h.kv_f16_below > h.logical_length())
     invalid("kv_f16_below " + std::to_string(h.kv_f16_below) + " exceeds the logical length " +
             std::to_string(h.logical_length()));

@@ -174,12 +174,15 @@ std::string describe_text(const CacheReader& r, const DescribeOptions& opt) {
   o << "shape        layers " << h.n_layers << ", kv heads " << h.n_kv_heads << ", head dim " << h.head_dim << "\n";
   o << "rope         half-split, base " << shortest(h.rope_base) << ", scaling " << scaling_text(h.rope_scaling) << "\n";
   o << "kv dtype     " << dtype_name(h.kv_dtype);
-  if (dtype_quantized(h.kv_dtype))
-    o << ", groups of " << h.kv_group_size << " channels ("
-      << (h.kv_byte_params ? "byte scale code + zero point" : "f16 scale + minimum") << " each), per-head channel scales";
-  if (dtype_quantized(h.kv_dtype) && h.kv_f16_below > 0)
-    o << "; rows at positions < " << h.kv_f16_below << " stored as f16";
-  if (h.kv_rotated) o << "; codes of Hadamard-rotated rows";
+  if (dtype_quantized(h.kv_dtype)) {
+    o << ", groups of " << h.kv_group_size << " channels (byte scale code + zero point each), per-head "
+      << "channel scales; ";
+    if (h.kv_f16_below > 0)
+      o << "rows at positions < " << h.kv_f16_below << " stored as f16";
+    else
+      o << "no f16 rows";
+    o << "; codes of Hadamard-rotated rows";
+  }
   o << "\n";
   o << "tokens       logical " << h.logical_length() << " = prefix " << h.prefix_length() << " + document "
     << h.document_tokens.size() << "; suffix template " << h.suffix_tokens.size() << "\n";
@@ -233,9 +236,7 @@ std::string describe_json(const CacheReader& r, const DescribeOptions& opt) {
     << ", \"original_context\": " << rs.original_context << "}},\n";
   o << "  \"kv_dtype\": \"" << dtype_name(h.kv_dtype) << "\",\n";
   if (dtype_quantized(h.kv_dtype)) o << "  \"kv_group_size\": " << h.kv_group_size << ",\n";
-  if (dtype_quantized(h.kv_dtype) && h.kv_f16_below > 0) o << "  \"kv_f16_below\": " << h.kv_f16_below << ",\n";
-  if (h.kv_rotated) o << "  \"kv_rotation\": \"hadamard\",\n";
-  if (dtype_quantized(h.kv_dtype)) o << "  \"kv_params\": \"" << (h.kv_byte_params ? "byte" : "f16") << "\",\n";
+  if (dtype_quantized(h.kv_dtype)) o << "  \"kv_f16_below\": " << h.kv_f16_below << ",\n";
   o << "  \"tokens\": {\"logical\": " << h.logical_length() << ", \"prefix\": " << h.prefix_length()
     << ", \"document\": " << h.document_tokens.size() << ", \"suffix\": " << h.suffix_tokens.size() << "},\n";
   o << "  \"document\": {\"bytes\": " << h.document_text.size() << ", \"preview\": "

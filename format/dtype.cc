@@ -36,7 +36,7 @@ uint32_t dtype_size(DType t) {
                                       " has no per-element size (group-wise quantized)");
   }
   throw Error(Errc::unsupported, "dtype id " + std::to_string(static_cast<uint32_t>(t)) +
-                                     " is not in this build's registry (f32=1, f16=2, bf16=3, q8=4, q4=5)");
+                                     " is not in this build's registry (f32=1, f16=2, bf16=3, q8=10, q4=11)");
 }
 
 bool dtype_quantized(DType t) { return t == DType::Q8 || t == DType::Q4; }
@@ -45,13 +45,6 @@ uint32_t dtype_bits(DType t) {
   if (t == DType::Q8) return 8;
   if (t == DType::Q4) return 4;
   return 8 * dtype_size(t);
-}
-
-uint16_t min_minor(const CacheHeader& h) {
-  if (!dtype_quantized(h.kv_dtype)) return 0;
-  if (h.kv_byte_params) return 4;
-  if (h.kv_rotated) return 3;
-  return h.kv_f16_below > 0 ? 2 : 1;
 }
 
 std::optional<DType> parse_dtype(std::string_view name) {
@@ -73,7 +66,10 @@ const char* codec_name(Codec c) {
 
 namespace detail {
 
-bool dtype_known(uint32_t id) { return id >= 1 && id <= 5; }
+bool dtype_known(uint32_t id) {
+  return (id >= static_cast<uint32_t>(DType::F32) && id <= static_cast<uint32_t>(DType::BF16)) ||
+         id == static_cast<uint32_t>(DType::Q8) || id == static_cast<uint32_t>(DType::Q4);
+}
 
 namespace {
 

@@ -21,17 +21,15 @@
 namespace kvzip::format {
 
 inline constexpr uint16_t kVersionMajor = 1;  // this build reads every v1.x
-// The newest minor version this build writes: v1.1 added the quantized dtypes q8 and q4, v1.2
-// their f16 rows (the rows at positions below kv_f16_below stored exactly as f16), v1.3 the
-// Hadamard-rotated codes (kv_rotated), v1.4 their byte group parameters (kv_byte_params). A file
-// records
-// the lowest minor version whose features it uses, so that older readers still read every file
-// they can.
-inline constexpr uint16_t kVersionMinor = 4;
+// The minor version this build writes. Readers decide nothing on it (the registry ids do), so a
+// file of a later minor version that uses only known ids stays readable (spec "Compatibility").
+inline constexpr uint16_t kVersionMinor = 0;
 
-// Storage type of K/V rows. Registry ids are never renumbered or reused (spec "Dtype registry").
-// Q8 and Q4 (v1.1) are group-wise quantized (spec "Quantized K/V", kernels/kv_quant.h).
-enum class DType : uint32_t { F32 = 1, F16 = 2, BF16 = 3, Q8 = 4, Q4 = 5 };
+// Storage type of K/V rows; the value is the file's registry id (spec "Dtype registry"), never
+// renumbered or reused. Ids 4 … 9 are reserved and refused. Q8 and Q4 are group-wise quantized
+// in the one layout of spec §12.1 (f16 prefix rows, Hadamard-rotated rows, byte group parameters;
+// kernels/kv_quant.h).
+enum class DType : uint32_t { F32 = 1, F16 = 2, BF16 = 3, Q8 = 10, Q4 = 11 };
 // Per-section encoding. Registry ids are never renumbered or reused.
 enum class Codec : uint32_t { None = 0, Zstd = 1 };
 // Head-dim order of the stored keys. HalfSplit: RoPE rotates the pairs (i, i + D/2).
@@ -42,10 +40,6 @@ uint32_t dtype_size(DType t);                        // bytes per element; q8/q4
 bool dtype_quantized(DType t);                       // q8, q4
 uint32_t dtype_bits(DType t);                        // bits per stored K/V value (codes for q8/q4)
 std::optional<DType> parse_dtype(std::string_view name);
-struct CacheHeader;
-// The minor version a file with this header records: 4 for q8/q4 with byte group parameters, 3
-// for rotated q8/q4 (f16 parameters), 2 for q8/q4 with f16 rows, 1 for other q8/q4, else 0.
-uint16_t min_minor(const CacheHeader& h);
 const char* codec_name(Codec c);                     // "none", "zstd"
 
 // The method parameter "query_template" says how a question follows the document at query time
@@ -66,17 +60,10 @@ struct CacheHeader {
   RopeScaling rope_scaling;
   DType kv_dtype = DType::F32;  // how K/V rows are stored (LayerKv::k/v are f32 in memory)
   uint32_t kv_group_size = 0;   // q8/q4: channels per quantization group (divides D); else 0
-  // q8/q4 (v1.2): rows at positions < kv_f16_below are stored as f16 instead of being quantized
-  // (the attention sink and template opener: few rows, most of the quantization's effect on
-  // answers); 0 = none, the v1.1 layout. Else 0.
+  // q8/q4: rows at positions < kv_f16_below are stored as f16 instead of being quantized (kvzip
+  // writes the prefix length: the attention sink and template opener, few rows that carry most of
+  // the quantization's effect on answers; docs/quantized-kv.md); 0 = none. Else 0.
   uint32_t kv_f16_below = 0;
-  // q8/q4 with f16 rows (v1.3): the quantized rows store the codes of H·x, H the orthonormal
-  // Walsh–Hadamard matrix of size head_dim (a power of two; common/hadamard.h); a reader applies H
-  // after the v1.1 reconstruction. Else false.
-  bool kv_rotated = false;
-  // rotated q8/q4 (v1.4): each group's scale and minimum stored as a byte scale code and a byte
-  // zero point (common/kv_params.h) instead of two f16 words. Else false.
-  bool kv_byte_params = false;
   std::vector<uint32_t> prefix_tokens;    // (n_p) system prompt + template opener + instruction
   std::vector<uint32_t> suffix_tokens;    // template tokens that follow the document at query time
   std::vector<uint32_t> document_tokens;  // (n_c)
@@ -95,15 +82,15 @@ struct CacheHeader {
 void set_model(CacheHeader& header, const ModelConfig& config, const ModelFingerprint& fp);
 
 // The stored form of one layer's K (or V) rows under q8/q4 (spec "Quantized K/V"): per KV head a
-// channel scale vector; the f16 rows (positions < kv_f16_below) as f16 values; per other row D/Gs
-// groups of parameters (f16 scale and f16 minimum, or with kv_byte_params one word: scale code |
-// zero point << 8) and the codes. Kept next to the f32 rows so that prune,
-// export and import move rows without re-quantizing them. Rows are in layer order (head-major)
-// within each array: the layer's f16 rows in `dense`, its quantized rows in params/codes.
+// channel scale vector; the f16 rows (positions < kv_f16_below) as f16 values; per other row, the
+// codes of its Hadamard-rotated values and one parameter word per group (scale code | zero point
+// << 8; common/kv_params.h). Kept next to the f32 rows so that prune, export and import move rows
+// without re-quantizing them. Rows are in layer order (head-major) within each array: the layer's
+// f16 rows in `dense`, its quantized rows in params/codes.
 struct QuantRows {
   std::vector<float> channel_scale;  // (Hkv, D)
-  std::vector<uint16_t> dense;       // (R_f16, D) f16 bits of the f16 rows (v1.2)
-  std::vector<uint16_t> params;      // (R - R_f16, D/Gs, 2 or 1) common/kv_params.h
+  std::vector<uint16_t> dense;       // (R_f16, D) f16 bits of the f16 rows
+  std::vector<uint16_t> params;      // (R - R_f16, D/Gs) common/kv_params.h byte-parameter words
   std::vector<uint8_t> codes;        // (R - R_f16, D·bits/8); q4: channel 2i in the low nibble
   bool empty() const { return channel_scale.empty() && dense.empty() && params.empty() && codes.empty(); }
 };
@@ -122,9 +109,9 @@ struct LayerKv {
 };
 
 // Dequantizes a layer's stored rows (heads as in head_rows, positions deciding which rows are
-// f16) into x (R, D): the reader's reconstruction, x = c[h][j] * fma(s, q, m) in binary32 for a
-// quantized row (s, m decoded by common/kv_params.h; then x <- H·x when header.kv_rotated), the
-// f16 value widened for an f16 row.
+// f16) into x (R, D): the reader's reconstruction, y = c[h][j] * fma(s, q, m) in binary32 (s, m
+// decoded by common/kv_params.h) and x = H·y (common/hadamard.h) for a quantized row, the f16
+// value widened for an f16 row.
 void dequantize_rows(const CacheHeader& header, std::span<const uint32_t> head_rows,
                      std::span<const uint32_t> positions, const QuantRows& q, std::span<float> x);
 // How many of a layer's rows are f16 rows (positions < header.kv_f16_below).

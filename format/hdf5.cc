@@ -3,8 +3,8 @@
 // /layers/NNNN with head_rows, positions, k, v [, scores]. K/V are stored as f32, which holds
 // every f16/bf16 value exactly, so export then import reproduces the .kvz bit for bit. Import
 // rebuilds the Meta section and runs it through the same decoder as the .kvz reader. A q8/q4
-// cache also carries its stored form per layer (channel scales, v1.2 f16 rows and f16 group
-// parameters as u16 bits, codes); import takes the rows from those and recomputes k and v, so
+// cache also carries its stored form per layer (channel scales, f16 rows as u16 bits, byte group
+// parameters, codes); import takes the rows from those and recomputes k and v, so
 // nothing is re-quantized.
 // Export builds the file in memory (HDF5's core driver, no backing store) and hands the image to
 // the atomic writer, so HDF5 itself never writes to disk: a full disk is the writer's clean io
@@ -79,8 +79,8 @@ void check(herr_t rc, const std::string& what) {
 void quiet() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 
 Id vl_string_type() {
-  Id t(H5Tcopy(H5T_C_S1), H5Tclose, "string type");
-  check(H5Tset_size(t, H5T_VARIABLE), "string size");
+  // A variable-length string type (what copying HDF5's C string type and resizing it gives).
+  Id t(H5Tcreate(H5T_STRING, H5T_VARIABLE), H5Tclose, "string type");
   check(H5Tset_cset(t, H5T_CSET_UTF8), "string charset");
   return t;
 }
@@ -127,7 +127,7 @@ void write_dataset(hid_t loc, const std::string& name, hid_t file_type, hid_t me
   if (n) check(H5Dwrite(d, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "writing dataset " + name);
 }
 
-// Byte group parameters (v1.4) as the bytes the .kvz section holds: scale code, zero point.
+// Byte group parameters as the bytes the .kvz section holds: scale code, zero point.
 std::vector<uint8_t> byte_params(const std::vector<uint16_t>& words) {
   std::vector<uint8_t> b(2 * words.size());
   for (size_t i = 0; i < words.size(); ++i) {
@@ -142,11 +142,9 @@ void write_quant(hid_t g, const char* prefix, const QuantRows& q, const CacheHea
   const std::string p(prefix);
   rows -= f16;  // the quantized rows
   write_dataset(g, p + "_channel_scale", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, q.channel_scale.data(), {h.n_kv_heads, D});
-  if (h.kv_f16_below > 0) write_dataset(g, p + "_f16_rows", H5T_STD_U16LE, H5T_NATIVE_UINT16, q.dense.data(), {f16, D});
-  if (h.kv_byte_params)  // v1.4: per group the scale code and the zero point, the file's bytes
-    write_dataset(g, p + "_params", H5T_STD_U8LE, H5T_NATIVE_UINT8, byte_params(q.params).data(), {rows, groups, 2});
-  else
-    write_dataset(g, p + "_params", H5T_STD_U16LE, H5T_NATIVE_UINT16, q.params.data(), {rows, groups, 2});
+  write_dataset(g, p + "_f16_rows", H5T_STD_U16LE, H5T_NATIVE_UINT16, q.dense.data(), {f16, D});
+  // per group the scale code and the zero point, the file's bytes
+  write_dataset(g, p + "_params", H5T_STD_U8LE, H5T_NATIVE_UINT8, byte_params(q.params).data(), {rows, groups, 2});
   write_dataset(g, p + "_codes", H5T_STD_U8LE, H5T_NATIVE_UINT8, q.codes.data(), {rows, bytes});
 }
 
@@ -379,15 +377,12 @@ CacheContents import_from(const std::string& file) {
       for (auto [p, q] : {std::pair{"k", &layer.qk}, std::pair{"v", &layer.qv}}) {
         const std::string s(p);
         q->channel_scale = read_dataset<float>(g, s + "_channel_scale", H5T_NATIVE_FLOAT, {h.n_kv_heads, D}, im);
-        if (h.kv_f16_below > 0) q->dense = read_dataset<uint16_t>(g, s + "_f16_rows", H5T_NATIVE_UINT16, {f16, D}, im);
-        if (h.kv_byte_params) {  // (quant, groups, 2) bytes: scale code, zero point
-          const auto b = read_dataset<uint8_t>(g, s + "_params", H5T_NATIVE_UINT8, {quant, groups, 2}, im);
-          q->params.resize(b.size() / 2);
-          for (size_t i = 0; i < q->params.size(); ++i)
-            q->params[i] = static_cast<uint16_t>(b[2 * i] | b[2 * i + 1] << 8);
-        } else {
-          q->params = read_dataset<uint16_t>(g, s + "_params", H5T_NATIVE_UINT16, {quant, groups, 2}, im);
-        }
+        q->dense = read_dataset<uint16_t>(g, s + "_f16_rows", H5T_NATIVE_UINT16, {f16, D}, im);
+        // (quant, groups, 2) bytes: scale code, zero point
+        const auto b = read_dataset<uint8_t>(g, s + "_params", H5T_NATIVE_UINT8, {quant, groups, 2}, im);
+        q->params.resize(b.size() / 2);
+        for (size_t i = 0; i < q->params.size(); ++i)
+          q->params[i] = static_cast<uint16_t>(b[2 * i] | b[2 * i + 1] << 8);
         q->codes = read_dataset<uint8_t>(g, s + "_codes", H5T_NATIVE_UINT8, {quant, bytes}, im);
       }
       try {

@@ -14,9 +14,9 @@
 namespace kvzip::format::detail {
 namespace {
 
-// kv.dtype ids 6 and 7 (v1.2) are q8 (4) and q4 (5) with f16 rows; 8 and 9 (v1.3) the same with
-// Hadamard-rotated codes; 10 and 11 (v1.4) those with byte group parameters.
-constexpr uint64_t kF16RowsIdShift = 2, kRotatedIdShift = 4, kByteParamsIdShift = 6;
+// kv.dtype ids 4 … 9 are reserved: kvzip builds before format 1.0 wrote other quantized layouts
+// under them, and refusing them is what keeps such a file from being misread.
+constexpr uint64_t kReservedDtypeFirst = 4, kReservedDtypeLast = 9;
 
 class MetaWriter {
  public:
@@ -253,18 +253,11 @@ std::vector<uint8_t> encode_meta(const CacheHeader& h) {
   w.f64("model.rope_scaling.low_freq_factor", h.rope_scaling.low_freq_factor);
   w.f64("model.rope_scaling.high_freq_factor", h.rope_scaling.high_freq_factor);
   w.u64("model.rope_scaling.original_context", h.rope_scaling.original_context);
-  // v1.2: a q8/q4 file with f16 rows has its own registry id (6, 7), so that a v1.1 reader, which
-  // would skip the new key and misread the section, refuses it as unsupported instead.
-  // v1.3: rotated codes likewise (ids 8, 9): an older reader would reconstruct unrotated rows.
-  // v1.4: byte group parameters (ids 10, 11; always rotated, with f16 rows).
-  const bool f16_rows = dtype_quantized(h.kv_dtype) && h.kv_f16_below > 0;
-  const uint64_t shift = !f16_rows ? 0
-                         : h.kv_byte_params ? kByteParamsIdShift
-                         : h.kv_rotated     ? kRotatedIdShift
-                                            : kF16RowsIdShift;
-  w.u64("kv.dtype", static_cast<uint32_t>(h.kv_dtype) + shift);
-  if (dtype_quantized(h.kv_dtype)) w.u64("kv.quant.group_size", h.kv_group_size);  // v1.1
-  if (f16_rows) w.u64("kv.quant.f16_below", h.kv_f16_below);                       // v1.2
+  w.u64("kv.dtype", static_cast<uint32_t>(h.kv_dtype));
+  if (dtype_quantized(h.kv_dtype)) {
+    w.u64("kv.quant.group_size", h.kv_group_size);
+    w.u64("kv.quant.f16_below", h.kv_f16_below);
+  }
   w.u64("kv.logical_length", h.logical_length());
   w.u64("kv.prefix_length", h.prefix_length());
   w.u32s("text.prefix_tokens", h.prefix_tokens);
@@ -307,34 +300,29 @@ CacheHeader decode_meta(const uint8_t* data, uint64_t size, const std::string& w
   h.rope_scaling.high_freq_factor = m.f32("model.rope_scaling.high_freq_factor");
   h.rope_scaling.original_context =
       static_cast<uint32_t>(m.range("model.rope_scaling.original_context", 0, 0xFFFFFFFFull));
-  uint64_t dtype = m.u64("kv.dtype");
-  const bool byte_params = dtype == 10 || dtype == 11;  // v1.4: as 8, 9 with byte group parameters
-  const bool rotated = dtype == 8 || dtype == 9 || byte_params;  // v1.3: q8, q4 with f16 rows, rotated codes
-  const bool f16_rows = dtype == 6 || dtype == 7 || rotated;  // v1.2: q8, q4 with f16 rows
-  const uint64_t id = dtype;
-  if (f16_rows) dtype -= byte_params ? kByteParamsIdShift : rotated ? kRotatedIdShift : kF16RowsIdShift;
+  const uint64_t dtype = m.u64("kv.dtype");
+  if (dtype >= kReservedDtypeFirst && dtype <= kReservedDtypeLast)
+    m.fail("kv.dtype", "id " + std::to_string(dtype) +
+                           " is reserved (a quantized layout of kvzip builds before format 1.0, which this "
+                           "reader does not read); compress the document again",
+           Errc::unsupported);
   if (!dtype_known(dtype > 0xFFFFFFFFull ? 0 : static_cast<uint32_t>(dtype)))
     m.fail("kv.dtype", "id " + std::to_string(dtype) +
-                           " is not in this reader's dtype registry (1 f32, 2 f16, 3 bf16, 4 q8, 5 q4, "
-                           "6 q8 with f16 rows, 7 q4 with f16 rows, 8 and 9 the same with rotated codes, "
-                           "10 and 11 the same with byte group parameters); "
+                           " is not in this reader's dtype registry (1 f32, 2 f16, 3 bf16, 10 q8, 11 q4); "
                            "the file needs a newer kvzip",
            Errc::unsupported);
   h.kv_dtype = static_cast<DType>(dtype);
-  h.kv_rotated = rotated;
-  h.kv_byte_params = byte_params;
-  if (dtype_quantized(h.kv_dtype)) {  // v1.1: required with q8/q4, ignored otherwise
+  uint64_t logical = m.range("kv.logical_length", 0, kMaxLogicalLength);
+  if (dtype_quantized(h.kv_dtype)) {  // required with q8/q4, ignored otherwise
+    if (!hadamard_size(h.head_dim))
+      m.fail("model.head_dim", "value " + std::to_string(h.head_dim) + " is not a power of two, which " +
+                                   dtype_name(h.kv_dtype) + " (Hadamard-rotated rows) needs");
     h.kv_group_size = static_cast<uint32_t>(m.range("kv.quant.group_size", 1, h.head_dim));
     if (h.head_dim % h.kv_group_size != 0)
       m.fail("kv.quant.group_size", "value " + std::to_string(h.kv_group_size) + " does not divide head_dim " +
                                         std::to_string(h.head_dim));
+    h.kv_f16_below = static_cast<uint32_t>(m.range("kv.quant.f16_below", 0, logical));
   }
-  uint64_t logical = m.range("kv.logical_length", 0, kMaxLogicalLength);
-  if (rotated && !hadamard_size(h.head_dim))
-    m.fail("kv.dtype", "id " + std::to_string(id) + " (rotated codes) needs a power-of-two head_dim, not " +
-                           std::to_string(h.head_dim));
-  if (f16_rows)  // v1.2: required with ids 6 to 11, ignored otherwise
-    h.kv_f16_below = static_cast<uint32_t>(m.range("kv.quant.f16_below", 1, logical));
   uint64_t prefix = m.u64("kv.prefix_length");
   h.prefix_tokens = m.u32s("text.prefix_tokens");
   h.suffix_tokens = m.u32s("text.suffix_tokens");

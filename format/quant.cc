@@ -1,5 +1,5 @@
 // The q8/q4 KV section (format/detail/quant.h): size, serialisation, parse with value checks, and
-// the format's reconstruction of f32 rows (the f16 rows of v1.2 included). The quantizer itself is
+// the format's reconstruction of f32 rows (the f16 rows included). The quantizer itself is
 // kernels/kv_quant.h (format/ links only common/); compress::set_kv_dtype connects the two.
 #include "format/detail/quant.h"
 
@@ -20,35 +20,19 @@ using namespace detail;
 
 struct Shape {
   uint64_t D, Gs, groups, code_bytes;  // per row: D/Gs groups, D·bits/8 code bytes
-  uint64_t words;                      // per row: 16-bit parameter words (2 or 1 per group)
+  uint64_t words;                      // per row: 16-bit parameter words (one per group)
   uint32_t bits;
-  bool byte_params;
-  KvGroupParams params(const uint16_t* row, uint64_t g) const {
-    return kv_group_params(row, static_cast<uint32_t>(g), byte_params, bits);
-  }
+  KvGroupParams params(const uint16_t* row, uint64_t g) const { return kv_byte_group_params(row[g], bits); }
 };
 
 Shape shape_of(const CacheHeader& h) {
   const uint64_t D = h.head_dim, Gs = h.kv_group_size;
   KVZIP_ASSERT(dtype_quantized(h.kv_dtype) && Gs > 0 && D % Gs == 0);
   const uint32_t bits = dtype_bits(h.kv_dtype);
-  return {D, Gs, D / Gs, D * bits / 8, quant_param_words(h), bits, h.kv_byte_params};
+  return {D, Gs, D / Gs, D * bits / 8, quant_param_words(h), bits};
 }
 
 bool half_finite(uint16_t b) { return (b & 0x7c00) != 0x7c00; }
-
-// First problem with a row's parameters, or empty. Byte parameters (v1.4) have none: every byte
-// is a valid scale code and zero point.
-std::string check_params(const Shape& sh, const uint16_t* p, uint64_t groups) {
-  if (sh.byte_params) return {};
-  for (uint64_t g = 0; g < groups; ++g) {
-    const uint16_t s = p[2 * g], m = p[2 * g + 1];
-    if (!half_finite(s)) return "group " + std::to_string(g) + " scale is " + (s & 0x3ff ? "NaN" : "infinite");
-    if ((s & 0x8000) && (s & 0x7fff)) return "group " + std::to_string(g) + " scale is negative";
-    if (!half_finite(m)) return "group " + std::to_string(g) + " minimum is " + (m & 0x3ff ? "NaN" : "infinite");
-  }
-  return {};
-}
 
 std::string check_channel(float c) {
   if (std::isnan(c)) return "is NaN";
@@ -90,8 +74,8 @@ void check_values(const CacheHeader& h, const LayerKv& layer, Fail fail) {
              std::to_string(i % s.D) + " " + e);
     }
     for_rows(h, layer.head_rows, layer.positions, [&](uint32_t hd, uint32_t i, bool f16, uint64_t at) {
-      std::string e = f16 ? check_dense(q.dense.data() + at * s.D, s.D)
-                          : check_params(s, q.params.data() + at * s.words, s.groups);
+      if (!f16) return;  // every byte parameter and every code is valid
+      const std::string e = check_dense(q.dense.data() + at * s.D, s.D);
       if (!e.empty()) fail(std::string(name) + " head " + std::to_string(hd) + " row " + std::to_string(i) + ": " + e);
     });
   }
@@ -100,7 +84,7 @@ void check_values(const CacheHeader& h, const LayerKv& layer, Fail fail) {
 }  // namespace
 
 uint64_t f16_row_count(const CacheHeader& h, std::span<const uint32_t> positions) {
-  if (!dtype_quantized(h.kv_dtype) || h.kv_f16_below == 0) return 0;
+  if (!dtype_quantized(h.kv_dtype)) return 0;
   uint64_t n = 0;
   for (uint32_t p : positions) n += p < h.kv_f16_below;
   return n;
@@ -127,7 +111,7 @@ void dequantize_rows(const CacheHeader& h, std::span<const uint32_t> head_rows, 
         out[j] = c[j] * std::fma(gp.s, static_cast<float>(code), gp.m);
       }
     }
-    if (h.kv_rotated) hadamard_rotate(out, static_cast<uint32_t>(s.D));  // v1.3: x = H·(the above)
+    hadamard_rotate(out, static_cast<uint32_t>(s.D));  // x = H·y
   });
 }
 
@@ -193,7 +177,7 @@ bool quant_values_bounded(const CacheHeader& h, const LayerKv& layer) {
   const Shape s = shape_of(h);
   const double levels = double((1u << dtype_bits(h.kv_dtype)) - 1);
   // fma and product round; the rotation's butterflies add up to D values before the last scaling
-  const double limit = 0.999 * double(std::numeric_limits<float>::max()) / (h.kv_rotated ? double(s.D) : 1.0);
+  const double limit = 0.999 * double(std::numeric_limits<float>::max()) / double(s.D);
   for (int b = 0; b < 2; ++b) {
     const QuantRows& q = b ? layer.qv : layer.qk;
     std::vector<double> cmax(uint64_t{h.n_kv_heads} * s.groups, 0.0);  // (Hkv, groups) max c

@@ -250,15 +250,13 @@ void parse_index(Ctx c) {
       start += rows;
     }
     r.layer_start[l + 1] = r.layer_start[l] + start;  // <= 2^10 * 2^10 * 2^32: no overflow
-    // v1.2: the size of a section with f16 rows depends on the positions; checked after them.
-    if (h.kv_f16_below > 0) continue;
-    auto kv_bytes = quant ? quant_section_bytes(h, start, 0) : checked_mul(start, h.head_dim * 2 * esize);
+    // q8/q4: the size of a section depends on which rows are f16 rows; checked after the positions.
+    if (quant) continue;
+    auto kv_bytes = checked_mul(start, h.head_dim * 2 * esize);
     if (!kv_bytes)
       throw Error(Errc::corrupt, r.name + ": count overflow: layer " + std::to_string(l) + " rows " +
                                      std::to_string(start) + " * K/V row bytes does not fit 64 bits");
-    expect_raw(c, r.kv[l], *kv_bytes,
-               quant ? "2 * (Hkv * D * 4 + rows * (4 * D / group + D * bits / 8)), the q8/q4 layout"
-                     : "2 * rows * head_dim * dtype size");
+    expect_raw(c, r.kv[l], *kv_bytes, "2 * rows * head_dim * dtype size");
   }
   uint64_t total = r.layer_start[h.n_layers];
   expect_raw(c, r.positions_entry, total * 4, "4 bytes per kept row");
@@ -288,12 +286,12 @@ void parse_positions(Ctx c) {
     }
 }
 
-// v1.2 q8/q4 with f16 rows: each KV section's Raw_Size, now that the positions say which rows are
-// f16 rows (rows <= 2^42 and D <= 4096: the size cannot overflow 64 bits).
-void check_f16_row_sections(Ctx c) {
+// q8/q4: each KV section's Raw_Size, now that the positions say which rows are f16 rows
+// (rows <= 2^42 and D <= 4096: the size cannot overflow 64 bits).
+void check_quant_sections(Ctx c) {
   auto& r = c.r;
   const CacheHeader& h = r.header;
-  if (h.kv_f16_below == 0) return;
+  if (!dtype_quantized(h.kv_dtype)) return;
   for (uint32_t l = 0; l < h.n_layers; ++l) {
     const uint64_t first = r.layer_start[l], rows = r.layer_start[l + 1] - first;
     std::span<const uint32_t> pos(r.positions.data() + first, rows);
@@ -301,11 +299,8 @@ void check_f16_row_sections(Ctx c) {
     if (!kv_bytes)  // cannot happen within the limits of §16; kept as a check, not an assumption
       throw Error(Errc::corrupt, r.name + ": count overflow: layer " + std::to_string(l) + " K/V bytes");
     expect_raw(c, r.kv[l], *kv_bytes,
-               h.kv_byte_params
-                   ? "2 * (Hkv * D * 4 + f16_rows * D * 2 + other_rows * (2 * D / group + D * bits / 8)), "
-                     "the q8/q4 layout with f16 rows and byte parameters"
-                   : "2 * (Hkv * D * 4 + f16_rows * D * 2 + other_rows * (4 * D / group + D * bits / 8)), "
-                     "the q8/q4 layout with f16 rows");
+               "2 * (Hkv * D * 4 + f16_rows * D * 2 + other_rows * (2 * D / group + D * bits / 8)), "
+               "the q8/q4 layout");
   }
 }
 
@@ -345,7 +340,7 @@ void CacheReader::Impl::parse() {
   for (uint32_t l = 0; l < header.n_layers; ++l) finite[l] = 0;
   parse_index(c);
   parse_positions(c);
-  check_f16_row_sections(c);
+  check_quant_sections(c);
   parse_scores(c);
   if (options.verify == Verify::Full) verify_all();
 }

@@ -1,18 +1,22 @@
 // Group-wise 8-bit and 4-bit K/V rows: the .kvz q8/q4 storage (spec/kvzip_format.md §12.1) and
 // attention computed directly over it. One KV head's rows share a per-channel scale vector c (D);
 // each row is cut into D/Gs groups of Gs consecutive channels, and a group stores a scale s, a
-// minimum m (as two f16 words, or with KvQuantLayout::byte_params as a byte scale code and a byte
-// zero point: common/kv_params.h) and one unsigned code q per channel (8 bits, or 4 bits packed
+// minimum m (with KvQuantLayout::byte_params as a byte scale code and a byte zero point, else as two
+// f16 words: common/kv_params.h) and one unsigned code q per channel (8 bits, or 4 bits packed
 // two per byte, channel 2i in the low nibble). The value is
 //     x[j] = c[j] * fma(s, q[j], m)          (binary32; fma rounds once)
 // Everything that belongs to a row lives in that row (its params and codes), so dropping rows
 // (re-pruning) never touches the others; the channel scales stay valid for any subset of rows.
-// Rotated rows (KvQuantLayout::rotated, .kvz v1.3): the codes are those of H·x, H the orthonormal
+// Rotated rows (KvQuantLayout::rotated): the codes are those of H·x, H the orthonormal
 // Walsh–Hadamard matrix of size D (common/hadamard.h), and the row is H applied to the formula's
 // values. H spreads the outlier channels of a key over the whole row, so that the error no
-// longer sits in a few channels (q4's first-token KL 2.8x lower: BENCHMARKS.md, session 10). Attention never un-rotates a stored row: since H is
-// orthonormal and symmetric, q·x = (H·q)·(H·x) and Σ p·x = H·Σ p·(H·x), so the query is rotated
-// once and the weighted sum once.
+// longer sits in a few channels (q4's first-token KL 2.8x lower: docs/quantized-kv.md).
+// Attention never un-rotates a stored row: since H is orthonormal and symmetric,
+// q·x = (H·q)·(H·x) and Σ p·x = H·Σ p·(H·x), so the query is rotated once and the weighted sum
+// once.
+// A .kvz file holds one layout: rotated rows with byte parameters (spec §12.1). The kernels also
+// take unrotated rows and f16 parameters, which no file holds, so that tests and measurements can
+// compare the layouts.
 //
 // Attention over quantized rows (kv_quant_attend) returns, with the normalised output, each query's
 // log-sum-exp, so that a caller can merge it with attention over other rows (an f32 tail of
@@ -38,8 +42,8 @@ struct KvQuantLayout {
   uint32_t bits = 4;
   uint32_t D = 0;
   uint32_t group = 0;  // Gs: channels per group
-  bool rotated = false;  // codes of H·x (D a power of two); see the top of this file
-  bool byte_params = false;  // a group's scale and minimum as two bytes (.kvz v1.4; common/kv_params.h)
+  bool rotated = false;      // codes of H·x (D a power of two); see the top of this file
+  bool byte_params = false;  // a group's scale and minimum as two bytes (the .kvz form; common/kv_params.h)
   uint32_t groups() const { return D / group; }               // per row
   size_t code_bytes() const { return size_t(D) * bits / 8; }  // per row
   // per row: 16-bit words of group parameters (f16: scale, min; byte: scale code | zero point << 8)

@@ -50,17 +50,19 @@ bool qdot_supported(quant::GgmlType t);
 
 // From this many tokens qdot runs the GEMM where the ISA has one (below it the register tiles of a
 // few rows x tokens are as fast or faster). The choice is speed only: both compute the same chain.
-// Measured on Zen 4 (BENCHMARKS.md, "One chain per output").
+// Measured on Zen 4 (BENCHMARKS.md at dfd379e, "One chain per output").
 inline constexpr uint32_t kQdotGemmMinT = 8;
 // From this many tokens QIsa::Amx runs its tile GEMM (below, the VNNI kernels); Q6_K, whose
 // 16-element sub-blocks take two tile steps per group, from kQdotAmxMinTQ6K (measured 0.89-0.98x
-// the VNNI GEMM at 16-64 tokens, 1.09x at 512: BENCHMARKS.md, "AMX-INT8"). Speed only again.
+// the VNNI GEMM at 16-64 tokens, 1.09x at 512: BENCHMARKS.md at dfd379e, "AMX-INT8"). Speed
+// only again.
 inline constexpr uint32_t kQdotAmxMinT = 16;
 inline constexpr uint32_t kQdotAmxMinTQ6K = 256;
 // From this many tokens an AVX2 (or AVX-512 without VNNI) CPU runs its GEMM (kernels/cpu/qdot_x86.cc)
 // instead of the register tiles; Q8_0, whose signed weights cost the GEMM a sign, a widening and an
 // add per 4-element step (the nibble types: one add), from kQdotAvx2GemmMinTQ8_0 — measured below
-// the tiles up to 48 tokens, level with them beyond (BENCHMARKS.md, "An int8 GEMM for AVX2").
+// the tiles up to 48 tokens, level with them beyond (BENCHMARKS.md at dfd379e, "An int8 GEMM
+// for AVX2").
 // Speed only: the same chain.
 inline constexpr uint32_t kQdotAvx2GemmMinT = 16;
 inline constexpr uint32_t kQdotAvx2GemmMinTQ8_0 = 49;

@@ -73,9 +73,10 @@ void widen_f16(const std::vector<uint16_t>& x, std::vector<float>& y) {
   for (size_t i = 0; i < x.size(); ++i) y[i] = f16_to_f32(x[i]);
 }
 
+// The kernels' view of the file's one q8/q4 layout (spec §12.1): rotated rows, byte parameters.
 kernels::KvQuantLayout quant_layout(const format::CacheHeader& h) {
-  return kernels::KvQuantLayout{format::dtype_bits(h.kv_dtype), h.head_dim, h.kv_group_size, h.kv_rotated,
-                                h.kv_byte_params};
+  return kernels::KvQuantLayout{format::dtype_bits(h.kv_dtype), h.head_dim, h.kv_group_size, /*rotated=*/true,
+                                /*byte_params=*/true};
 }
 
 }  // namespace

@@ -1,58 +1,70 @@
 #!/usr/bin/env bash
-# Every GPU check for a machine with an NVIDIA GPU (issues 5 and 16), sized for ONE device call.
-# Usage: scripts/gpu-check.sh [--dry-run] [--only e2e] [OUT_DIR]   (OUT_DIR: $OUT, then out/gpu-check)
-#
-# TIME BUDGET: the whole script finishes within BUDGET = 480 s (a device call is cut at 600 s and
-# a session has ~15 min of device time in all). Each step runs under a ceiling; the ceilings below
-# add up to exactly 480 s with the reserve, and each step's timeout is also clamped to what is
-# left of the budget, so a slow step cannot push the total past it. The summary table is printed
-# by an EXIT trap: it appears even when a step times out or the call is cut (SIGTERM/SIGINT; a
-# SIGKILL cannot be trapped, which is why the budget stays well under the call's limit).
+# Every GPU check for a machine with an NVIDIA GPU, in one command: the [cuda] parity tests, the GPU
+# benchmarks, the CPU-vs-GPU end-to-end check on the default model, an independent PyTorch oracle
+# and compute-sanitizer, then one summary table. What each step checks and what to expect:
+# docs/gpu.md.
+# Usage: scripts/gpu-check.sh [--budget SECONDS] [--dry-run] [--only e2e] [OUT_DIR]
+#   OUT_DIR          logs and tables (default out/gpu-check)
+#   --budget S       finish within S seconds in all: each step gets a ceiling, its share of S
+#                    (setup 30, tests 90, bench 120, e2e 100, oracle 45, memcheck 40, racecheck 40,
+#                    reserve 15 parts of 480), clamped to what is left, so a slow step cannot push
+#                    the total past S. Without it nothing is timed out.
+#   --dry-run        print the plan (the table, with the ceilings when --budget is given); run nothing
+#   --only e2e       the end-to-end check alone (e.g. once the model has been copied over)
+# The summary table is printed by an EXIT trap: it appears even when a step times out or the
+# script is stopped (SIGTERM/SIGINT; a SIGKILL cannot be trapped, so a --budget below an outer
+# limit is the way to be sure of the table).
 #
 # Steps: [cuda] parity tests (fresh random inputs, KVZIP_REQUIRE_GPU=1 so a test that cannot see
 # the device fails instead of skipping); bench_gpu (synthetic Llama-3-8B shapes); gpu_e2e (CPU vs
 # GPU answers and KVzip rankings on the real model); the independent oracle (a tiny random Llama
 # from transformers, its logits in PyTorch against kvzip's CPU and CUDA paths:
 # scripts/golden/tiny_llama_oracle.py; skipped where torch is missing); compute-sanitizer
-# memcheck and racecheck on
-# the small kernel-level tests only ("[cuda][sanitize]": the forward tests and long decodes are
-# too slow under racecheck). A device compute-sanitizer refuses ("Device not supported", then
-# error 999) is reported SKIPPED, not FAIL: the kernels were not checked, and the row says so.
-# Without a GPU (nvidia-smi lists none), or with --dry-run, nothing runs: the table is printed with
-# every GPU row SKIPPED and its budget.
+# memcheck and racecheck on the small kernel-level tests only ("[cuda][sanitize]": the forward
+# tests and long decodes are too slow under racecheck). A device compute-sanitizer refuses
+# ("Device not supported", then error 999) is reported SKIPPED, not FAIL: the kernels were not
+# checked, and the row says so. Without a GPU (nvidia-smi lists none), or with --dry-run, nothing
+# runs: the table is printed with every GPU row SKIPPED.
 #
 # Binaries: .gpu/bundle.tar.xz from scripts/gpu-bundle.sh (unpacked to .gpu/bin, .gpu/lib) when
-# present, else a CUDA build here (build-gpu/; it eats most of the budget). Model for gpu_e2e:
-# $KVZIP_MODEL, else .gpu/model.part* joined and checked against .gpu/model.sha256, else
-# models/*.gguf; without a complete one that step is skipped, saying why. --only e2e runs gpu_e2e
-# alone (a second call that brings the model's other half) with a larger ceiling.
+# present, for a GPU machine without a compiler; else a CUDA build here (build-gpu/). Model for
+# gpu_e2e: $KVZIP_MODEL, else .gpu/model.gguf, else .gpu/model.part* joined and checked against
+# .gpu/model.sha256 (gpu-bundle.sh --split), else the default model's cache path
+# (scripts/fetch-model.sh), else models/*.gguf; without a complete one that step is skipped,
+# saying why.
 # Files in OUT_DIR (8): device.txt, tests_cuda.log, bench_gpu.log, bench_gpu.csv, gpu_e2e.log,
 # gpu_e2e_answers.txt, oracle.log, sanitizer.log (the oracle's models stay in /tmp).
 # Exit status: 0 when every step that ran passed (skips included), 1 when one failed, timed out or
-# was cut, 77 when there is no GPU (nothing ran).
+# was cut, 2 for a bad option, 77 when there is no GPU (nothing ran).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
-readonly BUDGET=480  # seconds, the whole script
-# Ceilings (s): setup + tests + bench + e2e + oracle + memcheck + racecheck + reserve = 480.
-readonly T_SETUP=30 T_TESTS=90 T_BENCH=120 T_E2E=100 T_ORACLE=45 T_MEMCHECK=40 T_RACECHECK=40
-readonly T_RESERVE=15
-readonly T_E2E_ONLY=300  # --only e2e: the model is already here, nothing else runs
-(( T_SETUP + T_TESTS + T_BENCH + T_E2E + T_ORACLE + T_MEMCHECK + T_RACECHECK + T_RESERVE <= BUDGET )) ||
-  { echo "gpu-check: step ceilings exceed the $BUDGET s budget" >&2; exit 2; }
-
-dry=0 only=""
+budget=0 dry=0 only=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
+    --budget) budget="${2:-}"; shift 2 ;;
     --dry-run) dry=1; shift ;;
     --only) only="${2:-}"; shift 2 ;;
+    -h|--help) sed -n '2,16p' "$0" | cut -c3-; exit 0 ;;
+    -*) echo "gpu-check: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) break ;;
   esac
 done
-out="${1:-${OUT:-out/gpu-check}}"
+[[ "$budget" =~ ^[0-9]+$ ]] || { echo "gpu-check: --budget takes whole seconds, got '$budget'" >&2; exit 2; }
+[[ -z "$only" || "$only" == "e2e" ]] || { echo "gpu-check: --only takes 'e2e', got '$only'" >&2; exit 2; }
+out="${1:-out/gpu-check}"
 mkdir -p "$out"
 t_start=$(date +%s)
 status=0
+
+# Step ceilings in seconds: each step's share of the budget (0 everywhere without one: no limit).
+declare -A weight=([binaries]=30 [tests]=90 [bench]=120 [e2e]=100 [oracle]=45 [memcheck]=40
+                   [racecheck]=40)
+readonly W_RESERVE=15 W_TOTAL=480
+declare -A ceiling=()
+for k in "${!weight[@]}"; do ceiling[$k]=$(( budget * weight[$k] / W_TOTAL )); done
+[[ "$only" == "e2e" ]] && ceiling[e2e]=$(( budget * (W_TOTAL - W_RESERVE) / W_TOTAL ))
+reserve=$(( budget * W_RESERVE / W_TOTAL ))
 
 # ---- the table: fixed rows, filled as steps finish, printed on exit whatever happens ----------
 keys=(device binaries tests bench e2e oracle memcheck racecheck)
@@ -61,9 +73,6 @@ declare -A label=(
   [tests]="[cuda] parity tests" [bench]="bench_gpu (Llama-3-8B shapes)"
   [e2e]="gpu_e2e (Normans, ratio 0.3)" [oracle]="oracle (tiny Llama vs torch)"
   [memcheck]="memcheck [cuda][sanitize]" [racecheck]="racecheck [cuda][sanitize]")
-declare -A ceiling=([binaries]=$T_SETUP [tests]=$T_TESTS [bench]=$T_BENCH [e2e]=$T_E2E
-                    [oracle]=$T_ORACLE [memcheck]=$T_MEMCHECK [racecheck]=$T_RACECHECK)
-[[ "$only" == "e2e" ]] && ceiling[e2e]=$T_E2E_ONLY
 declare -A res=()
 for k in "${keys[@]}"; do res[$k]="NOT RUN (the check ended before this step)"; done
 [[ "$only" == "e2e" ]] && for k in tests bench oracle memcheck racecheck; do res[$k]="not part of --only e2e"; done
@@ -77,15 +86,20 @@ print_table() {
   echo
   if [[ -f "$out/bench_gpu.log" ]]; then echo "== bench_gpu =="; sed -n '/^metric/,$p' "$out/bench_gpu.log"; fi
   if [[ -f "$out/gpu_e2e.log" ]]; then echo "== gpu_e2e =="; sed -n '/^metric/,$p' "$out/gpu_e2e.log"; fi
-  echo "== gpu-check: $(elapsed) s of the $BUDGET s budget, logs in $out =="
+  if (( budget > 0 )); then
+    echo "== gpu-check: $(elapsed) s of the $budget s budget, logs in $out =="
+  else
+    echo "== gpu-check: $(elapsed) s (no budget), logs in $out =="
+  fi
   for k in "${keys[@]}"; do
     local c=""
-    [[ -n "${ceiling[$k]:-}" ]] && c="<=${ceiling[$k]} s"
+    (( budget > 0 )) && [[ -n "${ceiling[$k]:-}" && "${res[$k]}" != "not part of"* ]] && c="<=${ceiling[$k]} s"
     printf '%-30s %-9s %s\n' "${label[$k]}" "$c" "${res[$k]}"
   done
-  echo "budget: setup $T_SETUP + tests $T_TESTS + bench $T_BENCH + e2e $T_E2E + oracle $T_ORACLE" \
-    "+ memcheck $T_MEMCHECK + racecheck $T_RACECHECK + reserve $T_RESERVE = $BUDGET s" \
-    "(each step also clamped to what is left)"
+  if (( budget > 0 )); then
+    echo "budget $budget s: each step its share (setup 30, tests 90, bench 120, e2e 100, oracle 45," \
+      "memcheck 40, racecheck 40, reserve 15 of 480), also clamped to what is left"
+  fi
   for n in "${notes[@]}"; do echo "  note: $n"; done
   echo "exit status $status"
 }
@@ -100,17 +114,19 @@ trap print_table EXIT
 trap on_signal TERM INT HUP
 
 # Seconds of the budget left for steps (the reserve is kept for the table).
-budget_left() { echo $(( t_start + BUDGET - T_RESERVE - $(date +%s) )); }
+budget_left() { echo $(( t_start + budget - reserve - $(date +%s) )); }
 
 # run_step KEY LOG CMD...: runs CMD in the background (so a signal reaches this script at once)
-# under the step's ceiling clamped to the budget left, appending to LOG; sets rc and step_s.
-# rc 98: less than 10 s of budget left, nothing run.
+# under the step's ceiling clamped to the budget left (no limit without --budget), appending to
+# LOG; sets rc and step_s. rc 98: less than 10 s of budget left, nothing run.
 run_step() {
   local key=$1 log=$2; shift 2
-  local left limit c=${ceiling[$key]}
-  left=$(budget_left)
-  if (( left < 10 )); then rc=98; step_s=0; return; fi
-  limit=$(( c < left ? c : left ))
+  local left limit=0 c=${ceiling[$key]}
+  if (( budget > 0 )); then
+    left=$(budget_left)
+    if (( left < 10 )); then rc=98; step_s=0; return; fi
+    limit=$(( c < left ? c : left ))
+  fi
   cur_key=$key
   local t0
   t0=$(date +%s)
@@ -168,15 +184,13 @@ if [[ -x .gpu/bin/kvzip_tests ]]; then
   rm -f "$out/ldd.tmp"
   res[binaries]="prebuilt (.gpu/bin from the bundle)${missing:+; MISSING libraries: $missing}"
   [[ -n "$missing" ]] && status=1
-elif [[ "$only" == "e2e" ]]; then
-  res[binaries]="FAILED: no .gpu/bin here (a fresh machine?): run the full check with the bundle first"
-  status=1
-  exit 1
 else
   bdir=build-gpu
+  targets="kvzip_tests bench_gpu gpu_e2e gpu_oracle"
+  [[ "$only" == "e2e" ]] && targets=gpu_e2e
   run_step binaries "$out/device.txt" bash -c "cmake -S . -B $bdir -DCMAKE_BUILD_TYPE=Release \
     -DKVZIP_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES='80;90' && cmake --build $bdir -j$(nproc) \
-    --target kvzip_tests bench_gpu gpu_e2e gpu_oracle"
+    --target $targets"
   if [[ $rc -ne 0 ]]; then verdict binaries "$out/device.txt"; exit 1; fi
   res[binaries]="built here in ${step_s} s (no bundle)"
   tests=$bdir/tests/kvzip_tests bench=$bdir/bench_gpu e2e=$bdir/gpu_e2e oracle_bin=$bdir/gpu_oracle
@@ -185,21 +199,24 @@ cur_key=""
 
 run_e2e() {
   local model="${KVZIP_MODEL:-}"
+  [[ -z "$model" && -f .gpu/model.gguf ]] && model=.gpu/model.gguf
   if [[ -z "$model" ]] && compgen -G ".gpu/model.part*" >/dev/null; then
     model=/tmp/kvzip-default-model.gguf
     cat .gpu/model.part* >"$model"
     if [[ -f .gpu/model.sha256 ]] && [[ "$(sha256sum "$model" | awk '{print $1}')" != "$(cat .gpu/model.sha256)" ]]; then
-      res[e2e]="SKIPPED: model pieces incomplete here ($(ls .gpu/model.part* | tr '\n' ' ')); bring the other one in a call while this machine is warm"
+      res[e2e]="SKIPPED: model pieces incomplete here ($(ls .gpu/model.part* | tr '\n' ' ')); copy the rest of .gpu/model.part* and run again with --only e2e"
       return
     fi
   fi
+  local cached="${XDG_CACHE_HOME:-$HOME/.cache}/kvzip/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+  [[ -z "$model" && -s "$cached" ]] && model=$cached
   if [[ -z "$model" ]] && compgen -G "models/*.gguf" >/dev/null; then model=$(ls models/*.gguf | head -1); fi
   if [[ -n "$model" && -f "$model" ]]; then
     : >"$out/gpu_e2e.log"
     run_step e2e "$out/gpu_e2e.log" "$e2e" "$model" --squad examples/normans.json --out "$out"
     verdict e2e "$out/gpu_e2e.log"
   else
-    res[e2e]="SKIPPED: no model (set KVZIP_MODEL or carry .gpu/model.part*)"
+    res[e2e]="SKIPPED: no model (set KVZIP_MODEL, run scripts/fetch-model.sh, or copy .gpu/model.gguf)"
   fi
 }
 

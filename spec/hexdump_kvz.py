@@ -70,7 +70,7 @@ def main(path, meta_hex_entries=3):
         elif kind == 2:
             out += dump_index(b, start, meta)
         elif kind in (3, 5):
-            if kind == 3:  # kept for the f16 rows of v1.2 (kv.dtype 6, 7)
+            if kind == 3:  # kept: the positions say which q8/q4 rows are f16 rows
                 meta["_positions"] = struct.unpack_from(f"<{stored // 4}I", b, start)
             out += dump_rows(b, start, meta, "I" if kind == 3 else "f")
         elif kind == 4 and layer == 0:
@@ -109,15 +109,13 @@ def dump_rows(b, start, meta, fmt):
 
 
 def dump_quant_kv(b, start, meta, layer):
-    """q8 (even ids 4 ... 10) / q4 (odd ids 5 ... 11), spec §12.1: channel scales, [f16 rows,] group
-    parameters, codes. Rows are numbered within the layer; the f16 rows (v1.2) have no parameters
-    and codes. Rotated codes (8 ... 11) are printed as stored (the values of H y); byte parameters
-    (10, 11) as the scale code and zero point with the s and m they decode to."""
+    """q8 (id 10) / q4 (id 11), spec §12.1: channel scales, f16 rows, group parameters, codes.
+    Rows are numbered within the layer; the f16 rows have no parameters and codes. Codes are
+    printed as stored (the rotated row y, before x = H y); group parameters as the scale code and
+    zero point with the s and m they decode to."""
     D, H, G = meta["model.head_dim"], meta["model.n_kv_heads"], meta["kv.quant.group_size"]
-    dtype = meta["kv.dtype"]
-    bits = 8 if dtype % 2 == 0 else 4
-    below = meta.get("kv.quant.f16_below", 0) if dtype >= 6 else 0
-    pbytes = 2 if dtype >= 10 else 4  # per group
+    bits = 8 if meta["kv.dtype"] == 10 else 4
+    below = meta["kv.quant.f16_below"]
     cells = [c for c in heads(meta) if c[0] == layer]
     first = sum(rows for l, _, rows in heads(meta) if l < layer)
     pos = meta["_positions"][first:first + sum(rows for _, _, rows in cells)]
@@ -136,19 +134,14 @@ def dump_quant_kv(b, start, meta, layer):
             at += 2 * D
     for part in ("K", "V"):
         for r in quant:
-            if pbytes == 2:
-                eb = b[at:at + 2 * (D // G)]
-                groups = []
-                for g in range(D // G):
-                    e, z = eb[2 * g], eb[2 * g + 1]
-                    sc = (16 + e % 16) * 2.0 ** (e // 16 - 22)
-                    groups.append(f"e {e} z {z} (s {sc:g} m {-sc * z * 2.0 ** (bits - 8):g})")
-                text = ", ".join(groups)
-            else:
-                vals = struct.unpack_from(f"<{2 * (D // G)}e", b, at)
-                text = ", ".join(f"s {vals[2 * g]:g} m {vals[2 * g + 1]:g}" for g in range(D // G))
-            out += dump(at, b[at:at + pbytes * (D // G)], f"{part} row {r} groups: {text}")
-            at += pbytes * (D // G)
+            eb = b[at:at + 2 * (D // G)]
+            groups = []
+            for g in range(D // G):
+                e, z = eb[2 * g], eb[2 * g + 1]
+                sc = (16 + e % 16) * 2.0 ** (e // 16 - 22)
+                groups.append(f"e {e} z {z} (s {sc:g} m {-sc * z * 2.0 ** (bits - 8):g})")
+            out += dump(at, eb, f"{part} row {r} groups: " + ", ".join(groups))
+            at += 2 * (D // G)
     n = D * bits // 8
     for part in ("K", "V"):
         for r in quant:
@@ -161,7 +154,7 @@ def dump_quant_kv(b, start, meta, layer):
 
 def dump_kv(b, start, meta, layer):
     D, dtype = meta["model.head_dim"], meta["kv.dtype"]
-    if 4 <= dtype <= 11:
+    if dtype in (10, 11):
         return dump_quant_kv(b, start, meta, layer)
     if dtype != 1:
         return [f"{start:08x}  (dtype {dtype}: not decoded here)"]

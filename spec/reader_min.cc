@@ -1,7 +1,6 @@
-// reader_min: a second, minimal reader of .kvz v1.x (v1.1: the q8/q4 dtypes; v1.2: their f16 rows;
-// v1.3: their Hadamard-rotated codes; v1.4: their byte group parameters)
-// written from spec/kvzip_format.md alone, laid out in the spec's order (Preamble, Section table, Meta, Index, Positions, Scores, KV). It shares
-// no code with format/; the tests compile it in (tests/format/reader_min_test.cc) and check that
+// reader_min: a second, minimal reader of .kvz v1.x (f32, f16, bf16 and the quantized q8/q4),
+// written from spec/kvzip_format.md alone and laid out in the spec's order (Preamble, Section
+// table, Meta, Index, Positions, Scores, KV). It shares no code with format/; the tests compile it in (tests/format/reader_min_test.cc) and check that
 // both readers agree, and it refuses every damaged file the main reader refuses. It throws
 // std::runtime_error with a short message on anything it does not accept; it is not tuned.
 // Standalone use:  c++ -std=c++20 -DKVZ_MIN_MAIN spec/reader_min.cc -lzstd -lxxhash -o kvz_min
@@ -50,8 +49,8 @@ struct File {
   std::vector<Section> sections;
   std::map<std::string, Value> meta;
   uint64_t n_layers = 0, n_kv_heads = 0, head_dim = 0, dtype = 0, logical = 0, prefix = 0;
-  uint64_t group = 0;       // v1.1 q8/q4: kv.quant.group_size
-  uint64_t f16_below = 0;   // v1.2 (dtype 6, 7): kv.quant.f16_below; rows at positions below are f16
+  uint64_t group = 0;       // q8/q4: kv.quant.group_size
+  uint64_t f16_below = 0;   // q8/q4: kv.quant.f16_below; rows at positions below are f16 rows
   bool has_scores = false;
   std::vector<Layer> layers;
 
@@ -172,15 +171,14 @@ static void read_meta(const std::vector<uint8_t>& m, File& f) {
   if (f.n_layers < 1 || f.n_layers > 1024 || f.n_kv_heads < 1 || f.n_kv_heads > 1024 || f.head_dim < 2 ||
       f.head_dim > 4096 || f.head_dim % 2)
     fail("model shape out of range");
-  if (f.dtype < 1 || f.dtype > 11) fail("unknown dtype " + std::to_string(f.dtype));
-  if (f.dtype >= 8 && (f.head_dim & (f.head_dim - 1))) fail("rotated codes need a power-of-two head_dim");
-  if (f.dtype >= 4) {  // q8, q4 (v1.1); with f16 rows (6, 7; v1.2)
+  if (f.dtype != 1 && f.dtype != 2 && f.dtype != 3 && f.dtype != 10 && f.dtype != 11)
+    fail("unknown or reserved dtype " + std::to_string(f.dtype));
+  if (f.dtype >= 10) {  // q8, q4
+    if (f.head_dim & (f.head_dim - 1)) fail("q8/q4 need a power-of-two head_dim");
     f.group = f.u64("kv.quant.group_size");
     if (f.group < 1 || f.group > f.head_dim || f.head_dim % f.group) fail("bad kv.quant.group_size");
-  }
-  if (f.dtype >= 6) {  // 8, 9 (v1.3) and 10, 11 (v1.4): also with f16 rows
     f.f16_below = f.u64("kv.quant.f16_below");
-    if (f.f16_below < 1 || f.f16_below > f.logical) fail("bad kv.quant.f16_below");
+    if (f.f16_below > f.logical) fail("bad kv.quant.f16_below");
   }
   if (f.u64("model.rope_layout") != 1) fail("unknown rope layout");
   if (f.prefix != f.u32s("text.prefix_tokens").size() || f.logical != f.prefix + f.u32s("text.document_tokens").size())
@@ -249,13 +247,13 @@ static float decode(uint64_t dtype, const uint8_t* p) {
   return sign * std::ldexp(static_cast<float>(m + 1024), e - 25);
 }
 
-// q8/q4 (§12.1): K scales, V scales (Hkv, D) f32 | v1.2: K f16 rows, V f16 rows (F, D) |
-// K params, V params (R - F, D/G, 2) f16 | K codes, V codes (R - F, D·bits/8);
-// x = c[head][j] * fma(scale, code, minimum), or the f16 value of an f16 row (position < f16_below).
-// v1.3 (dtype 8, 9): a quantized row is then multiplied by the Walsh–Hadamard matrix, by the
-// butterflies of §12.1 and the factor 1/sqrt(D) rounded from binary64 to binary32.
-// v1.4 (dtype 10, 11): as 8, 9, but a group's parameters are 2 bytes, scale code e then zero point
-// z: scale = (16 + e % 16) * 2^(e / 16 - 22), minimum = -(scale * z * 2^(bits - 8)).
+// q8/q4 (§12.1): K scales, V scales (Hkv, D) f32 | K f16 rows, V f16 rows (F, D) f16 |
+// K params, V params (R - F, D/G, 2) bytes | K codes, V codes (R - F, D·bits/8).
+// An f16 row (position < f16_below) is its f16 values. A quantized row is H·y, with
+// y[j] = c[head][j] * fma(scale, code, minimum), scale = (16 + e % 16) * 2^(e / 16 - 22) and
+// minimum = -(scale * z * 2^(bits - 8)) from the group's scale code e and zero point z, and H the
+// Walsh–Hadamard matrix applied by the butterflies of §12.1 and the factor 1/sqrt(D) rounded from
+// binary64 to binary32.
 static void walsh_hadamard(float* x, uint64_t n) {
   for (uint64_t h = 1; h < n; h *= 2)
     for (uint64_t i = 0; i < n; i += 2 * h)
@@ -269,12 +267,11 @@ static void walsh_hadamard(float* x, uint64_t n) {
 }
 
 static void read_quant(const std::vector<uint8_t>& b, const File& f, Layer& layer) {
-  const uint64_t D = f.head_dim, G = f.group, groups = D / G, bits = f.dtype % 2 == 0 ? 8 : 4;
+  const uint64_t D = f.head_dim, G = f.group, groups = D / G, bits = f.dtype == 10 ? 8 : 4;
   uint64_t rows = 0, f16 = 0;
   for (uint64_t r : layer.rows) rows += r;
   for (uint32_t p : layer.pos) f16 += p < f.f16_below;
-  const uint64_t param_bytes = f.dtype >= 10 ? 2 : 4;  // per group
-  const uint64_t scales = f.n_kv_heads * D * 4, dense = f16 * D * 2, params = (rows - f16) * groups * param_bytes,
+  const uint64_t scales = f.n_kv_heads * D * 4, dense = f16 * D * 2, params = (rows - f16) * groups * 2,
                  codes = (rows - f16) * D * bits / 8;
   if (b.size() != 2 * (scales + dense + params + codes)) fail("kv section size");
   for (int block = 0; block < 2; ++block) {
@@ -300,22 +297,14 @@ static void read_quant(const std::vector<uint8_t>& b, const File& f, Layer& laye
           continue;
         }
         for (uint64_t j = 0; j < D; ++j) {
-          const uint8_t* gp = p + (qi * groups + j / G) * param_bytes;
-          float scale, minimum;
-          if (f.dtype >= 10) {  // every byte is valid
-            scale = std::ldexp(static_cast<float>(16 + gp[0] % 16), gp[0] / 16 - 22);
-            minimum = -(scale * std::ldexp(static_cast<float>(gp[1]), static_cast<int>(bits) - 8));
-          } else {
-            scale = decode(2, gp);
-            minimum = decode(2, gp + 2);
-          }
-          if (std::isnan(scale) || std::isinf(scale) || scale < 0 || std::isnan(minimum) || std::isinf(minimum))
-            fail("bad group scale or minimum");
+          const uint8_t* gp = p + (qi * groups + j / G) * 2;  // every byte is valid
+          const float scale = std::ldexp(static_cast<float>(16 + gp[0] % 16), gp[0] / 16 - 22);
+          const float minimum = -(scale * std::ldexp(static_cast<float>(gp[1]), static_cast<int>(bits) - 8));
           const uint8_t byte = q[qi * D * bits / 8 + (bits == 8 ? j : j / 2)];
           const uint32_t code = bits == 8 ? byte : (j % 2 ? byte >> 4 : byte & 15);
           out.push_back(decode(1, c + 4 * (h * D + j)) * std::fma(scale, static_cast<float>(code), minimum));
         }
-        if (f.dtype >= 8) walsh_hadamard(out.data() + out.size() - D, D);
+        walsh_hadamard(out.data() + out.size() - D, D);
         ++qi;
       }
   }
@@ -355,7 +344,7 @@ inline File read(const uint8_t* p, uint64_t n) {
   for (const Section& s : f.sections) {
     if (s.kind != 4) continue;
     if (s.layer >= f.n_layers || seen[s.layer]++) fail("bad kv section layer");
-    if (f.dtype >= 4)
+    if (f.dtype >= 10)
       read_quant(payload(data, s), f, f.layers[s.layer]);
     else
       read_kv(payload(data, s), f.dtype, f.head_dim, f.layers[s.layer]);

@@ -1,13 +1,13 @@
 // The KV section of the quantized dtypes q8/q4 (spec "Quantized K/V"): its size, the bytes a
 // layer's QuantRows serialise to, the parse back (with the value checks a reader owes: finite,
-// positive channel scales; finite, non-negative group scales; finite minimums) and the one
-// format-side reconstruction x = c * fma(s, q, m). Layout of one layer's section, R = R_l rows of
-// which F are f16 rows (positions < kv_f16_below; v1.2, F = 0 in a v1.1 file) and Q = R - F:
+// positive channel scales; finite f16 values) and the one format-side reconstruction
+// x = H·(c * fma(s, q, m)). Layout of one layer's section, R = R_l rows of which F are f16 rows
+// (positions < kv_f16_below) and Q = R - F:
 //   K channel scales (Hkv, D) f32 | V channel scales (Hkv, D) f32 |
 //   K f16 rows (F, D) f16         | V f16 rows (F, D) f16         |
-//   K params (Q, D/Gs, 2) f16     | V params (Q, D/Gs, 2) f16     |
+//   K params (Q, D/Gs, 2) u8      | V params (Q, D/Gs, 2) u8      |
 //   K codes (Q, D·b/8) u8         | V codes (Q, D·b/8) u8
-// Every array starts 4-byte aligned within the section, so a mapped raw section is usable in place.
+// The f32 and f16 arrays start 4-byte aligned within the section, the rest 2-byte aligned.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -19,11 +19,9 @@
 
 namespace kvzip::format::detail {
 
-// 16-bit group-parameter words per quantized row of a q8/q4 header (common/kv_params.h: 2 a group
-// for f16 scale and minimum, 1 with byte parameters). The count the section layout, parse and prune use.
-inline uint64_t quant_param_words(const CacheHeader& h) {
-  return kv_param_words_per_group(h.kv_byte_params) * uint64_t{h.head_dim / h.kv_group_size};
-}
+// 16-bit group-parameter words per quantized row of a q8/q4 header (one a group: scale code |
+// zero point << 8, common/kv_params.h). The count the section layout, parse and prune use.
+inline uint64_t quant_param_words(const CacheHeader& h) { return uint64_t{h.head_dim / h.kv_group_size}; }
 
 // Raw_Size of a q8/q4 KV section of `rows` rows, `f16_rows` of them f16 rows; nullopt when it
 // overflows 64 bits.
@@ -33,7 +31,7 @@ std::optional<uint64_t> quant_section_bytes(const CacheHeader& h, uint64_t rows,
 void emit_quant_section(const CacheHeader& h, const LayerKv& layer, Sink& sink);
 
 // Parses a raw section into qk / qv of `layer` (head_rows and positions set) and checks every
-// parameter and f16 value; errors are Errc::corrupt naming `where`, the block (K or V), head and row.
+// channel scale and f16 value; errors are Errc::corrupt naming `where`, the block (K or V), head and row.
 void parse_quant_section(const CacheHeader& h, const uint8_t* raw, uint64_t size, LayerKv& layer,
                          const std::string& where);
 

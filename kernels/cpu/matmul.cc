@@ -28,14 +28,13 @@ namespace {
 using quant::GgmlType;
 
 // Fast path, block types with an 8-bit kernel: up to kQdotMaxT tokens (any T on a CPU with an int8
-// GEMM, qdot_has_gemm: every x86 CPU with AVX2) go through kernels/qdot.h
-// (activations quantized to int8, integer dot products; W read once per call). Otherwise, up to
-// kTileMaxT tokens every task dequantizes kGemvRows rows into a buffer that stays in L1/L2 and dots
-// them with every token, so W is read and decoded once per call; beyond that, slabs + sgemm
-// (decoding is then a small fraction of the GEMM's work).
-// On the AVX2 Zen 3 (BENCHMARKS.md, "An int8 GEMM for AVX2"), qdot's AVX2 GEMM runs 4096 x 4096
-// at T = 512 at 1.0-1.6x fp32 sgemm on fp32 weights (Q4_0 1.29x; 2 threads) and 1.53x the slabs
-// (Q4_0), which also decode the weights and stay below sgemm.
+// GEMM, qdot_has_gemm: every x86 CPU with AVX2) go through kernels/qdot.h (activations quantized to
+// int8, integer dot products; W read once per call). Otherwise, up to kTileMaxT tokens every task
+// dequantizes kGemvRows rows into a buffer that stays in L1/L2 and dots them with every token, so W
+// is read and decoded once per call; beyond that, slabs + sgemm (decoding is then a small fraction
+// of the GEMM's work). On the AVX2 Zen 3 (BENCHMARKS.md at dfd379e, "An int8 GEMM for AVX2"),
+// qdot's AVX2 GEMM runs 4096 x 4096 at T = 512 at 1.0-1.6x fp32 sgemm on fp32 weights (Q4_0 1.29x;
+// 2 threads) and 1.53x the slabs (Q4_0), which also decode the weights and stay below sgemm.
 constexpr uint32_t kQdotMaxT = kMatmulInt8MaxT;
 constexpr uint32_t kTileMaxT = 48;
 // Exact path, up to kGemvMaxT tokens of Q4_0/Q4_1/Q8_0: the register-decoding fp32 GEMV

@@ -23,11 +23,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference_forward as ref  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-SQUAD = "/work/shared/data/squad-v2-normans.json"
+SQUAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "normans.json")
 MAGIC = b"KVZLOGIT"
 VERSION = 1
 
-# Third-party id vectors (gguf-smollm2-bpe.md §2.4); the tokenizer must reproduce them exactly.
+# Third-party id vectors (published for SmolLM2's tokenizer, not made by kvzip); the tokenizer
+# must reproduce them exactly.
 KNOWN_IDS = {
     "Hello, we can use": [19556, 28, 392, 416, 722],
     "The capital of France is": ref.FRANCE_IDS,

@@ -19,7 +19,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_token
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_MODEL = os.environ.get(
     "KVZIP_MODEL", os.path.expanduser("~/.cache/kvzip/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
-SQUAD = "/work/shared/data/squad-v2-normans.json"
+SQUAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "normans.json")
 
 # The pre-tokenizer regexes as Hugging Face tokenizer.json files write them (Split, "Isolated").
 GPT2_RE = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"

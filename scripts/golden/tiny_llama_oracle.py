@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Independent GPU oracle (issue 16): a tiny random Llama made, saved and run by transformers.
+"""Independent GPU oracle: a tiny random Llama made, saved and run by transformers.
 
-On the device image (PyTorch + transformers, no internet) this builds a seeded random
+On a GPU machine with PyTorch and transformers (no network needed) this builds a seeded random
 LlamaForCausalLM (D = 64, GQA 4/2, untied head), saves it with save_pretrained and loads it back,
 writes the same weights as an F32 GGUF (the writer below: llama.cpp's Q/K row order, a byte-level
 vocab just rich enough for kvzip to load), runs bench/gpu_oracle (kvzip's CPU and CUDA paths:
@@ -13,7 +13,7 @@ everywhere); the CUDA path rounds weights and GEMM inputs to bf16, so 3e-2 and a
 on >= 95% of positions (near-ties may flip).
 
 Usage:
-  python3 scripts/golden/tiny_llama_oracle.py --oracle BIN --out DIR        (device: the check)
+  python3 scripts/golden/tiny_llama_oracle.py --oracle BIN --out DIR        (GPU machine: the check)
   python3 scripts/golden/tiny_llama_oracle.py --selftest-gguf FILE.gguf     (no torch needed: random
       weights from Python's own PRNG, to check on a CPU machine that kvzip loads what this writes)
 Exit status 0 when every comparison passed, 1 when one failed, 77 when torch/transformers are missing.
@@ -209,7 +209,7 @@ def oracle(binary: str, out: str) -> int:
         import torch
         from transformers import LlamaConfig, LlamaForCausalLM
     except ImportError as e:
-        print(f"SKIPPED: {e} (the device image has torch and transformers)")
+        print(f"SKIPPED: {e} (scripts/gpu-check.sh runs this where torch and transformers are installed)")
         return 77
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False

@@ -1,15 +1,18 @@
 // The q8/q4 storage types through the real binary: `prune --kv-dtype` converts a cache and re-prunes
 // a quantized one without re-quantizing it, `inspect` names the layout, `export`/`import` keep the
-// stored rows (and import converts on request), a bad dtype is a usage error; q8/q4 are written
-// with Hadamard-rotated codes and byte group parameters (v1.4) unless `--kv-params f16` (v1.3) or
-// `--kv-rotate none` (v1.2); and ([realmodel]) `compress --ratio R --kv-dtype q4` in one step
-// gives a v1.4 file (prefix rows f16, rotated codes, byte parameters) that `query` answers from.
+// stored rows (and import converts on request), a bad dtype is a usage error, and the removed
+// layout options (--kv-rotate, --kv-params) are refused with a message saying why; and
+// ([realmodel]) `compress --ratio R --kv-dtype q4` in one step gives a q4 file (prefix rows f16,
+// rotated codes, byte parameters) that `query` answers from, and `compress` stores f16 by default.
 #include <catch2/catch.hpp>
+
+#include <filesystem>
 
 #include "format/format.h"
 #include "tests/format/fixtures.h"
 #include "tests/support/run_cli.h"
 #include "tests/support/skip.h"
+#include "tests/support/tiny_gguf.h"
 
 using namespace kvzip;
 using namespace kvzip::format::testing;
@@ -33,43 +36,22 @@ TEST_CASE("prune/inspect/export/import handle q8 and q4 caches", "[cli]") {
   TempDir dir;
   ok({"prune", kGolden, "--ratio", "0.5", "--kv-dtype", "q4", "--kv-group", "2", "-o", dir.path("q4.kvz")});
   const CliResult shown = ok({"inspect", dir.path("q4.kvz"), "--verify"});
-  CHECK_THAT(shown.out, Contains("format       v1.4"));  // f16 prefix rows, rotated codes, byte parameters
+  CHECK_THAT(shown.out, Contains("format       v1.0"));
   CHECK_THAT(shown.out, Contains("kv dtype     q4, groups of 2 channels (byte scale code + zero point each)"));
   CHECK_THAT(shown.out, Contains("rows at positions < 3 stored as f16"));
   CHECK_THAT(shown.out, Contains("codes of Hadamard-"));
-  ok({"prune", kGolden, "--ratio", "0.5", "--kv-dtype", "q4", "--kv-group", "2", "--kv-rotate", "none", "-o",
-      dir.path("q4_v1_2.kvz")});
-  const format::CacheReader v12 = format::CacheReader::open(dir.path("q4_v1_2.kvz"));
-  CHECK(v12.version_minor() == 2);
-  CHECK_FALSE(v12.header().kv_rotated);
-  // Re-pruning a v1.2 file keeps it v1.2 (its rows as stored); asking for rotation converts it.
-  ok({"prune", dir.path("q4_v1_2.kvz"), "--ratio", "0.25", "-o", dir.path("q4_v1_2_small.kvz")});
-  CHECK(format::CacheReader::open(dir.path("q4_v1_2_small.kvz")).version_minor() == 2);
-  ok({"prune", dir.path("q4_v1_2.kvz"), "--ratio", "0.25", "--kv-dtype", "q4", "--kv-rotate", "hadamard", "-o",
-      dir.path("q4_rot_small.kvz")});
-  CHECK(format::CacheReader::open(dir.path("q4_rot_small.kvz")).header().kv_rotated);
-  const CliResult rot = run_kvzip({"prune", kGolden, "--ratio", "0.5", "--kv-rotate", "none", "-o", dir.path("x.kvz")});
-  CHECK(rot.exit_code == 2);
-  CHECK_THAT(rot.err, Contains("--kv-rotate needs --kv-dtype q8 or q4"));
-  // --kv-params f16 writes v1.3 for older readers; re-pruning keeps it; asking for bytes converts.
-  ok({"prune", kGolden, "--ratio", "0.5", "--kv-dtype", "q4", "--kv-group", "2", "--kv-params", "f16", "-o",
-      dir.path("q4_v1_3.kvz")});
-  const format::CacheReader v13 = format::CacheReader::open(dir.path("q4_v1_3.kvz"));
-  CHECK(v13.version_minor() == 3);
-  CHECK(v13.header().kv_rotated);
-  CHECK_FALSE(v13.header().kv_byte_params);
-  ok({"prune", dir.path("q4_v1_3.kvz"), "--ratio", "0.25", "-o", dir.path("q4_v1_3_small.kvz")});
-  CHECK(format::CacheReader::open(dir.path("q4_v1_3_small.kvz")).version_minor() == 3);
-  ok({"prune", dir.path("q4_v1_3.kvz"), "--ratio", "0.25", "--kv-dtype", "q4", "--kv-params", "byte", "-o",
-      dir.path("q4_bytes_small.kvz")});
-  CHECK(format::CacheReader::open(dir.path("q4_bytes_small.kvz")).header().kv_byte_params);
-  const CliResult params = run_kvzip({"prune", kGolden, "--ratio", "0.5", "--kv-dtype", "q4", "--kv-params", "f8",
-                                      "-o", dir.path("x.kvz")});
-  CHECK(params.exit_code == 2);
-  CHECK_THAT(params.err, Contains("--kv-params f8 is not one of byte, f16"));
-  const CliResult params_alone = run_kvzip({"prune", kGolden, "--ratio", "0.5", "--kv-params", "f16", "-o", dir.path("x.kvz")});
-  CHECK(params_alone.exit_code == 2);
-  CHECK_THAT(params_alone.err, Contains("--kv-params needs --kv-dtype q8 or q4"));
+  // The options that chose among older layouts are refused, before any work, saying why.
+  for (const std::string option : {"--kv-rotate", "--kv-params"})
+    for (const bool prune : {true, false}) {
+      std::vector<std::string> args = {prune ? "prune" : "import", kGolden, "--kv-dtype", "q4", option, "none",
+                                       "-o", dir.path("x.kvz")};
+      if (prune) args.insert(args.end(), {"--ratio", "0.5"});
+      const CliResult r = run_kvzip(args);
+      INFO(args[0] << " " << option);
+      CHECK(r.exit_code == 2);
+      CHECK_THAT(r.err, Contains(option + " is no longer an option: the .kvz format stores q8/q4 in one layout"));
+    }
+  CHECK_FALSE(std::filesystem::exists(dir.path("x.kvz")));
 
   // Re-pruning keeps the q4 rows as stored: the same file as pruning in memory.
   ok({"prune", dir.path("q4.kvz"), "--ratio", "0.25", "-o", dir.path("q4_small.kvz")});
@@ -79,8 +61,7 @@ TEST_CASE("prune/inspect/export/import handle q8 and q4 caches", "[cli]") {
   CHECK(same_contents(format::prune(q4, 0.25), small, &why));
   INFO(why);
   CHECK(small.header.kv_dtype == format::DType::Q4);
-  CHECK(small.header.kv_rotated);
-  CHECK(small.header.kv_byte_params);
+  CHECK(small.header.kv_f16_below == 3);
 
   if (format::hdf5_available()) {
     ok({"export", dir.path("q4.kvz"), "--hdf5", dir.path("q4.h5")});
@@ -99,6 +80,25 @@ TEST_CASE("prune/inspect/export/import handle q8 and q4 caches", "[cli]") {
   CHECK_THAT(group.err, Contains("does not divide"));
 }
 
+TEST_CASE("compress --kv-dtype q4 refuses a head dimension that is not a power of two, before the prefill",
+          "[cli]") {
+  TempDir dir;
+  test::TinyModelSpec spec;
+  spec.config = test::tiny_gguf_llama_config();
+  spec.config.head_dim = 12;  // 4 heads of 12 in a 64-wide model: the file says key_length 12
+  test::write_file(dir.path("d12.gguf"), test::make_tiny_model(spec).bytes);
+  const std::string text = "The Normans gave their name to Normandy.";
+  write_bytes(dir.path("doc.txt"), std::vector<uint8_t>(text.begin(), text.end()));
+  const CliResult r = run_kvzip({"compress", dir.path("doc.txt"), "-m", dir.path("d12.gguf"), "--kv-dtype", "q4",
+                                 "-o", dir.path("doc.kvz"), "-q"});
+  INFO(r.err);
+  CHECK(r.exit_code == 2);
+  // The command's own check, right after the model loads (set_kv_dtype would refuse it too, later).
+  CHECK_THAT(r.err, Contains("compress: --kv-dtype q4 needs a power-of-two head dimension") &&
+                        Contains("this model's is 12"));
+  CHECK_FALSE(std::filesystem::exists(dir.path("doc.kvz")));
+}
+
 TEST_CASE("compress --ratio 0.5 --kv-dtype q4 in one step, then query answers from it", "[cli][realmodel]") {
   if (real_model_or_empty().empty()) return test::skip_no_model();
   TempDir dir;
@@ -113,12 +113,18 @@ TEST_CASE("compress --ratio 0.5 --kv-dtype q4 in one step, then query answers fr
   ok({"compress", dir.path("doc.txt"), "-o", dir.path("doc.kvz"), "--ratio", "0.5", "--kv-dtype", "q4", "-q",
       "-t", "2"});
   const format::CacheReader r = format::CacheReader::open(dir.path("doc.kvz"), {format::Verify::Full});
-  CHECK(r.version_minor() == 4);
+  CHECK(r.version_minor() == 0);
   CHECK(r.header().kv_dtype == format::DType::Q4);
-  CHECK(r.header().kv_rotated);  // D = 64
-  CHECK(r.header().kv_byte_params);
+  CHECK(r.header().kv_f16_below == r.header().prefix_length());
   CHECK(r.header().kv_group_size == r.header().head_dim);
   CHECK(r.header().achieved_ratio == Approx(0.5).margin(0.01));  // selection first, then quantization
   const CliResult q = ok({"query", dir.path("doc.kvz"), "Who led the Normans?", "-n", "4", "-t", "2"});
   CHECK_FALSE(q.out.empty());
+  const CliResult removed = run_kvzip({"compress", dir.path("doc.txt"), "-o", dir.path("x.kvz"), "--kv-dtype",
+                                       "q4", "--kv-params", "f16", "-q"});
+  CHECK(removed.exit_code == 2);
+  CHECK_THAT(removed.err, Contains("--kv-params is no longer an option"));
+  // Without --kv-dtype the cache is stored as f16.
+  ok({"compress", dir.path("doc.txt"), "-o", dir.path("default.kvz"), "--ratio", "0.5", "-q", "-t", "2"});
+  CHECK(format::CacheReader::open(dir.path("default.kvz")).header().kv_dtype == format::DType::F16);
 }

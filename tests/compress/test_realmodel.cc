@@ -63,7 +63,7 @@ TEST_CASE("on SmolLM2 a ratio-1 KVzip cache answers like the uncompressed cache"
   CHECK(small.cache.kept_total() == uint64_t(30) * 3 * prefix.size() + uint64_t(std::llround(0.3 * N)));
 }
 
-// Issue 10's accuracy bar for the fast matmul path: at ratio 0.3 on the Normans article its kept
+// The accuracy bar for the fast matmul path: at ratio 0.3 on the Normans article its kept
 // (layer, head, position) set overlaps the exact path's with Jaccard >= 0.97, and its perplexity
 // over the article is within 1% of the exact path's — over 128-token pieces and token by token.
 TEST_CASE("on the Normans article the fast matmul path keeps the exact path's KVzip set",
@@ -109,10 +109,10 @@ TEST_CASE("on the Normans article the fast matmul path keeps the exact path's KV
   // article's first 512 tokens token by token as well, through the decode tiles. The bound is
   // wider than the chunked one because 512 tokens measure the int8 rounding's effect only to
   // about half a percent: an activation that moves by an fp32 rounding can flip an int8 code, so
-  // the fast path's per-token errors are a noise sample, not a fixed offset. Measured (session 6):
-  // +0.41% with the per-lane tile sums of sessions 3-5, +1.05% with qdot's one chain — while over
+  // the fast path's per-token errors are a noise sample, not a fixed offset. Measured (2026-12-02):
+  // +0.41% with the per-lane tile sums before 078d0fe, +1.05% with qdot's one chain — while over
   // the first 5,456 tokens in windows of 32 and 2,037 in windows of 4 the one chain scores 0.11%
-  // and 0.17% lower perplexity than the per-lane sums (BENCHMARKS.md, "One chain per output").
+  // and 0.17% lower perplexity than the per-lane sums (commit 08ba02e).
   auto decode_perplexity = [&](model::Forward& f) {
     const size_t n = std::min<size_t>(512, text.size());
     model::KvCache cache(c, uint32_t(n));

@@ -294,19 +294,12 @@ TEST_CASE("gpu forward over a q8/q4 file kept as stored decodes like the CPU and
   model::GpuForward gpu(w);
   model::KvCache dense(w.config, 300);
   cpu.prefill(dense, tokens(300, 6), model::LogitsMode::None);
-  struct Form {
-    format::DType dtype;
-    bool rotate, byte_params;
-  };
-  for (const Form f : {Form{format::DType::Q4, true, true}, Form{format::DType::Q8, false, false},
-                       Form{format::DType::Q4, true, false}}) {
+  for (const format::DType dtype : {format::DType::Q4, format::DType::Q8}) {
     compress::KvStorage storage;
-    storage.dtype = f.dtype;
-    storage.rotate = f.rotate;
-    storage.byte_params = f.byte_params;
+    storage.dtype = dtype;
     const std::string path = write_ragged_file(dense, w.config, storage);
     const format::CacheReader reader = format::CacheReader::open(path);
-    INFO(format::dtype_name(f.dtype) << (f.rotate ? " rotated" : "") << (f.byte_params ? " byte" : " f16"));
+    INFO(format::dtype_name(dtype));
     model::GpuCache kept = loader::gpu_cache_from_reader(reader, 16);  // the rows as stored
     model::GpuCache wide = loader::gpu_cache_from_reader(reader, 16, nullptr, loader::KvForm::F32);
     REQUIRE(kept.quantized());

@@ -138,36 +138,29 @@ TEST_CASE("a .kvz goes to GPU memory with the host loader's rows, raw and compre
   std::filesystem::remove(path);
 }
 
-TEST_CASE("a q8/q4 .kvz goes to the device as stored, or dequantized to the host loader's rows, every layout",
+TEST_CASE("a q8/q4 .kvz goes to the device as stored, or dequantized to the host loader's rows, raw and zstd",
           "[cuda]") {
   if (!gpu_ready()) return;
   const auto path = (std::filesystem::temp_directory_path() / "kvzip_cuda_loader_quant.kvz").string();
   struct Case {
     format::DType dtype;
-    bool rotate, byte_params;
     int zstd;
   };
-  // v1.2 (unrotated, f16 parameters), v1.3 (rotated, f16), v1.4 (rotated, byte), raw and zstd;
-  // every head's first rows (positions below the 2 prefix tokens) are f16 rows.
-  for (const Case c : {Case{format::DType::Q8, false, false, 0}, Case{format::DType::Q4, false, false, 3},
-                       Case{format::DType::Q4, true, false, 0}, Case{format::DType::Q4, true, true, 0},
-                       Case{format::DType::Q8, true, true, 3}}) {
+  // q8 and q4, raw and zstd; every head's first rows (positions below the 2 prefix tokens) are
+  // f16 rows.
+  for (const Case c : {Case{format::DType::Q8, 0}, Case{format::DType::Q4, 3}, Case{format::DType::Q4, 0},
+                       Case{format::DType::Q8, 3}}) {
     format::CacheContents contents = ragged_contents(format::DType::F32);
     compress::KvStorage storage;
     storage.dtype = c.dtype;
-    storage.rotate = c.rotate;
-    storage.byte_params = c.byte_params;
     compress::set_kv_dtype(contents, storage);
     format::WriteOptions wo;
     wo.zstd_level = c.zstd;
     wo.force = true;
     format::write_cache_file(contents, path, wo);
     const format::CacheReader reader = format::CacheReader::open(path);
-    REQUIRE(reader.header().kv_rotated == c.rotate);
-    REQUIRE(reader.header().kv_byte_params == c.byte_params);
     REQUIRE(reader.header().kv_f16_below == 2);
-    INFO(format::dtype_name(c.dtype) << (c.rotate ? " rotated" : "") << (c.byte_params ? " byte" : " f16")
-                                     << " zstd " << c.zstd);
+    INFO(format::dtype_name(c.dtype) << " zstd " << c.zstd);
     check_same(loader::gpu_cache_from_reader(reader, 8, nullptr, loader::KvForm::F32),
                loader::cache_from_reader(reader, 8));
     // Kept as stored: the host QuantBase's bytes, on the device.

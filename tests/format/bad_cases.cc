@@ -1,6 +1,6 @@
 // Byte edits that turn the golden file into one damaged file per failure class (bad_cases.h).
 // Each edit re-seals the checksums that guard the edited bytes unless the checksum itself is the
-// target, so every file fails at exactly the check its name says. Section indices of the golden:
+// target, so every file fails at exactly the check its name says. Section indices of the goldens:
 // 0 meta, 1 index, 2 positions, 3 scores, 4 kv layer 0, 5 kv layer 1.
 #include "tests/format/bad_cases.h"
 
@@ -8,6 +8,7 @@
 #include <functional>
 #include <tuple>
 
+#include "tests/format/fixtures.h"
 #include "tests/format/patch.h"
 
 namespace kvzip::format::testing {
@@ -156,75 +157,48 @@ std::vector<BadCase> bad_cases(const std::vector<uint8_t>& g) {
 }
 
 std::vector<BadCase> bad_quant_cases(const std::vector<uint8_t>& g) {
+  // Layer 0 of the q4 golden: 6 f16 rows (positions 0 … 2 of both heads) and 5 quantized rows;
+  // K channel scales at 0, V at 32, K f16 rows at 64, V at 112, K params at 160.
   return open_cases(g, {
       {"q4_nan_channel_scale.kvz", Errc::corrupt, "K channel scale of head 0 channel 1 is NaN",
        kv0_edit([](Image& im, uint64_t kv) { im.set_u32(kv + 4, 0x7fc00000u); })},
       {"q4_zero_channel_scale.kvz", Errc::corrupt, "V channel scale of head 1 channel 0 is 0",
        kv0_edit([](Image& im, uint64_t kv) { im.set_u32(kv + 32 + 16, 0); })},
-      {"q4_inf_group_scale.kvz", Errc::corrupt, "K head 0 row 0: group 1 scale is infinite",
-       kv0_edit([](Image& im, uint64_t kv) { im.set_u16(kv + 64 + 4, 0x7c00); })},
-      {"q4_nan_group_minimum.kvz", Errc::corrupt, "K head 1 row 1: group 0 minimum is NaN",
-       kv0_edit([](Image& im, uint64_t kv) { im.set_u16(kv + 64 + 6 * 8 + 2, 0x7e00); })},
-      {"q4_truncated_scales.kvz", Errc::corrupt, "the q8/q4 layout",
-       resealed(4, [](Image& im) {  // the section lost the last row of V codes: sizes no longer fit the layout
+      {"q4_nan_f16_value.kvz", Errc::corrupt, "K head 0 row 1: f16 value of channel 2 is NaN",
+       kv0_edit([](Image& im, uint64_t kv) { im.set_u16(kv + 64 + (1 * 4 + 2) * 2, 0x7e00); })},
+      {"q4_inf_f16_value.kvz", Errc::corrupt, "V head 1 row 0: f16 value of channel 0 is infinite",
+       kv0_edit([](Image& im, uint64_t kv) { im.set_u16(kv + 112 + 3 * 8, 0x7c00); })},
+      {"q4_kv_raw_size.kvz", Errc::corrupt, "the q8/q4 layout",
+       resealed(4, [](Image& im) {  // the section lost its last 2 code bytes: sizes no longer fit the layout
          im.set_u64(im.entry(4) + 24, im.stored(4) - 2);
          im.set_u64(im.entry(4) + 32, im.stored(4));
        })},
+      {"q4_truncated_kv.kvz", Errc::truncated, "truncated in section 4 (kv layer 0)", truncate_in(4)},
       {"q4_bad_group_size.kvz", Errc::corrupt, "kv.quant.group_size': value 3 does not divide head_dim 4",
        meta_edit([](Image& im) { im.set_u64(im.meta_value("kv.quant.group_size"), 3); })},
       {"q4_group_size_zero.kvz", Errc::corrupt, "kv.quant.group_size",
        meta_edit([](Image& im) { im.set_u64(im.meta_value("kv.quant.group_size"), 0); })},
       {"q4_missing_group_size.kvz", Errc::corrupt, "required meta key 'kv.quant.group_size' is missing",
        meta_edit([](Image& im) { im.bytes[im.meta_key("kv.quant.group_size") + 3] = 'X'; })},
-      {"q4_truncated_kv.kvz", Errc::truncated, "truncated in section 4 (kv layer 0)", truncate_in(4)},
-  });
-}
-
-std::vector<BadCase> bad_f16_rows_cases(const std::vector<uint8_t>& g) {
-  return open_cases(g, {
-      {"q4f16_nan_value.kvz", Errc::corrupt, "K head 0 row 1: f16 value of channel 2 is NaN",
-       kv0_edit([](Image& im, uint64_t kv) { im.set_u16(kv + 64 + (1 * 4 + 2) * 2, 0x7e00); })},
-      {"q4f16_inf_value.kvz", Errc::corrupt, "V head 1 row 0: f16 value of channel 0 is infinite",
-       kv0_edit([](Image& im, uint64_t kv) { im.set_u16(kv + 112 + 3 * 8, 0x7c00); })},
-      {"q4f16_inf_group_scale.kvz", Errc::corrupt, "K head 0 row 3: group 1 scale is infinite",
-       kv0_edit([](Image& im, uint64_t kv) { im.set_u16(kv + 160 + 4, 0x7c00); })},
-      {"q4f16_below_changed.kvz", Errc::corrupt, "the q8/q4 layout with f16 rows",
+      // Position 3 (head 0) becomes an f16 row: the section no longer has the size of that layout.
+      {"q4_f16_below_changed.kvz", Errc::corrupt, "the q8/q4 layout",
        meta_edit([](Image& im) { im.set_u64(im.meta_value("kv.quant.f16_below"), 4); })},
-      {"q4f16_below_zero.kvz", Errc::corrupt, "kv.quant.f16_below",
-       meta_edit([](Image& im) { im.set_u64(im.meta_value("kv.quant.f16_below"), 0); })},
-      {"q4f16_below_beyond.kvz", Errc::corrupt, "kv.quant.f16_below",
+      {"q4_f16_below_beyond.kvz", Errc::corrupt, "kv.quant.f16_below': value 9 outside [0, 8]",
        meta_edit([](Image& im) { im.set_u64(im.meta_value("kv.quant.f16_below"), 9); })},
-      {"q4f16_missing_below.kvz", Errc::corrupt, "required meta key 'kv.quant.f16_below' is missing",
+      {"q4_missing_f16_below.kvz", Errc::corrupt, "required meta key 'kv.quant.f16_below' is missing",
        meta_edit([](Image& im) { im.bytes[im.meta_key("kv.quant.f16_below") + 3] = 'X'; })},
-  });
-}
-
-std::vector<BadCase> bad_rotated_cases(const std::vector<uint8_t>& g) {
-  return open_cases(g, {
-      {"q4rot_head_dim_not_pow2.kvz", Errc::corrupt, "(rotated codes) needs a power-of-two head_dim, not 6",
+      {"q4_head_dim_not_pow2.kvz", Errc::corrupt, "model.head_dim': value 6 is not a power of two",
        meta_edit([](Image& im) { im.set_u64(im.meta_value("model.head_dim"), 6); })},
-      {"q4rot_missing_below.kvz", Errc::corrupt, "required meta key 'kv.quant.f16_below' is missing",
-       meta_edit([](Image& im) { im.bytes[im.meta_key("kv.quant.f16_below") + 3] = 'X'; })},
-      {"q4rot_inf_group_scale.kvz", Errc::corrupt, "K head 0 row 3: group 1 scale is infinite",
-       kv0_edit([](Image& im, uint64_t kv) { im.set_u16(kv + 160 + 4, 0x7c00); })},
-  });
-}
-
-std::vector<BadCase> bad_byte_params_cases(const std::vector<uint8_t>& g) {
-  return open_cases(g, {
-      {"q4byte_head_dim_not_pow2.kvz", Errc::corrupt, "id 11 (rotated codes) needs a power-of-two head_dim, not 6",
-       meta_edit([](Image& im) { im.set_u64(im.meta_value("model.head_dim"), 6); })},
-      {"q4byte_missing_below.kvz", Errc::corrupt, "required meta key 'kv.quant.f16_below' is missing",
-       meta_edit([](Image& im) { im.bytes[im.meta_key("kv.quant.f16_below") + 3] = 'X'; })},
-      {"q4byte_truncated_kv.kvz", Errc::corrupt, "the q8/q4 layout with f16 rows and byte parameters",
-       resealed(4, [](Image& im) {  // the section lost its last 2 code bytes: sizes no longer fit the layout
-         im.set_u64(im.entry(4) + 24, im.stored(4) - 2);
-         im.set_u64(im.entry(4) + 32, im.stored(4));
-       })},
-      // The same bytes read as v1.3 (f16 parameters, 4 bytes a group): the section is too short.
-      {"q4byte_read_as_v1_3.kvz", Errc::corrupt, "the q8/q4 layout with f16 rows",
+      {"q4_reserved_dtype.kvz", Errc::unsupported, "kv.dtype': id 9 is reserved",
        meta_edit([](Image& im) { im.set_u64(im.meta_value("kv.dtype"), 9); })},
   });
+}
+
+std::vector<BadCase> all_bad_cases() {
+  std::vector<BadCase> all = bad_cases(read_bytes(source_path("tests/golden/kvz/tiny_v1_f32.kvz")));
+  for (BadCase& c : bad_quant_cases(read_bytes(source_path("tests/golden/kvz/tiny_v1_q4.kvz"))))
+    all.push_back(std::move(c));
+  return all;
 }
 
 std::vector<uint8_t> future_minor_file(const std::vector<uint8_t>& g) {

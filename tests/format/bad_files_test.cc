@@ -1,7 +1,7 @@
 // Hostile input: every file in tests/golden/bad/ fails with its own error code and a message
 // naming what is wrong, the committed files still match their generator (bad_cases.cc), and
 // damage found lazily (a K/V checksum) surfaces on first access. `kvzip_tests "[.generate-bad]"`
-// rewrites the folder from the committed golden file.
+// rewrites the folder from the committed golden files.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -18,18 +18,7 @@ namespace {
 
 const std::string kBad = "tests/golden/bad/";
 
-std::vector<BadCase> cases() {
-  std::vector<BadCase> all = bad_cases(read_bytes(source_path("tests/golden/kvz/tiny_v1_f32.kvz")));
-  for (BadCase& c : bad_quant_cases(read_bytes(source_path("tests/golden/kvz/tiny_v1_1_q4.kvz"))))
-    all.push_back(std::move(c));
-  for (BadCase& c : bad_f16_rows_cases(read_bytes(source_path("tests/golden/kvz/tiny_v1_2_q4.kvz"))))
-    all.push_back(std::move(c));
-  for (BadCase& c : bad_rotated_cases(read_bytes(source_path("tests/golden/kvz/tiny_v1_3_q4.kvz"))))
-    all.push_back(std::move(c));
-  for (BadCase& c : bad_byte_params_cases(read_bytes(source_path("tests/golden/kvz/tiny_v1_4_q4.kvz"))))
-    all.push_back(std::move(c));
-  return all;
-}
+std::vector<BadCase> cases() { return all_bad_cases(); }
 
 void expect_failure(const BadCase& c, const std::function<void()>& f) {
   try {

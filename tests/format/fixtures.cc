@@ -221,7 +221,6 @@ bool same_contents(const CacheContents& a, const CacheContents& b, std::string* 
   if (x.kv_dtype != y.kv_dtype) return differ("kv_dtype");
   if (x.kv_group_size != y.kv_group_size) return differ("kv_group_size");
   if (x.kv_f16_below != y.kv_f16_below) return differ("kv_f16_below");
-  if (x.kv_rotated != y.kv_rotated) return differ("kv_rotated");
   if (x.prefix_tokens != y.prefix_tokens) return differ("prefix_tokens");
   if (x.suffix_tokens != y.suffix_tokens) return differ("suffix_tokens");
   if (x.document_tokens != y.document_tokens) return differ("document_tokens");

@@ -1,6 +1,7 @@
 // The committed v1 golden files in tests/golden/kvz/ — every later kvzip must keep reading them
-// with exactly these contents. `kvzip_tests "[.generate-golden]"` rewrites them (only ever needed
-// when a golden is added: existing goldens are frozen, never regenerated).
+// with exactly these contents: f32, bf16 with zstd, q4, q8 with zstd, and a file of a later minor
+// version with an unknown optional section. `kvzip_tests "[.generate-golden]"` rewrites them (only
+// ever needed when a golden is added: existing goldens are frozen, never regenerated).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -30,12 +31,15 @@ std::string inspect_text(const std::string& name) {
 }
 
 // The golden contents stored as q8/q4 with groups of 2 channels (two groups per row of D = 4):
-// v1.1 (every row quantized), v1.2 (the prefix rows, positions 0 … 2, stored as f16), v1.3
-// (v1.2 with Hadamard-rotated codes) or v1.4 (v1.3 with byte group parameters).
-CacheContents golden_quant(DType dtype, bool f16_prefix = false, bool rotate = false, bool byte_params = false) {
+// the prefix rows (positions 0 … 2) as f16, the others rotated and quantized.
+CacheContents golden_quant(DType dtype) {
   CacheContents c = golden_contents(DType::F32);
-  compress::set_kv_dtype(c, {dtype, 2, f16_prefix, rotate, byte_params});
+  compress::set_kv_dtype(c, {dtype, 2});
   return c;
+}
+
+void write_text(const std::string& name, const std::string& text) {
+  write_bytes(source_path(kDir + name), std::vector<uint8_t>(text.begin(), text.end()));
 }
 
 }  // namespace
@@ -44,43 +48,30 @@ TEST_CASE("generate the golden v1 files", "[.generate-golden]") {
   write_bytes(source_path(kDir + "tiny_v1_f32.kvz"), to_bytes(golden_contents(DType::F32)));
   write_bytes(source_path(kDir + "tiny_v1_bf16_zstd.kvz"), to_bytes(golden_contents(DType::BF16), zstd_all()));
   auto f32 = read_bytes(source_path(kDir + "tiny_v1_f32.kvz"));
-  write_bytes(source_path(kDir + "tiny_v1_1_unknown_optional.kvz"), future_minor_file(f32));
-  std::string text = inspect_text("tiny_v1_f32.kvz");
-  write_bytes(source_path(kDir + "tiny_v1_f32.inspect.txt"), std::vector<uint8_t>(text.begin(), text.end()));
-  write_bytes(source_path(kDir + "tiny_v1_1_q4.kvz"), to_bytes(golden_quant(DType::Q4)));
-  write_bytes(source_path(kDir + "tiny_v1_1_q8_zstd.kvz"), to_bytes(golden_quant(DType::Q8), zstd_all()));
-  text = inspect_text("tiny_v1_1_q4.kvz");
-  write_bytes(source_path(kDir + "tiny_v1_1_q4.inspect.txt"), std::vector<uint8_t>(text.begin(), text.end()));
-  write_bytes(source_path(kDir + "tiny_v1_2_q4.kvz"), to_bytes(golden_quant(DType::Q4, true)));
-  write_bytes(source_path(kDir + "tiny_v1_2_q8_zstd.kvz"), to_bytes(golden_quant(DType::Q8, true), zstd_all()));
-  text = inspect_text("tiny_v1_2_q4.kvz");
-  write_bytes(source_path(kDir + "tiny_v1_2_q4.inspect.txt"), std::vector<uint8_t>(text.begin(), text.end()));
-  write_bytes(source_path(kDir + "tiny_v1_3_q4.kvz"), to_bytes(golden_quant(DType::Q4, true, true)));
-  write_bytes(source_path(kDir + "tiny_v1_3_q8_zstd.kvz"), to_bytes(golden_quant(DType::Q8, true, true), zstd_all()));
-  text = inspect_text("tiny_v1_3_q4.kvz");
-  write_bytes(source_path(kDir + "tiny_v1_3_q4.inspect.txt"), std::vector<uint8_t>(text.begin(), text.end()));
-  write_bytes(source_path(kDir + "tiny_v1_4_q4.kvz"), to_bytes(golden_quant(DType::Q4, true, true, true)));
-  write_bytes(source_path(kDir + "tiny_v1_4_q8_zstd.kvz"), to_bytes(golden_quant(DType::Q8, true, true, true), zstd_all()));
-  text = inspect_text("tiny_v1_4_q4.kvz");
-  write_bytes(source_path(kDir + "tiny_v1_4_q4.inspect.txt"), std::vector<uint8_t>(text.begin(), text.end()));
+  write_bytes(source_path(kDir + "future_minor_unknown_optional.kvz"), future_minor_file(f32));
+  write_text("tiny_v1_f32.inspect.txt", inspect_text("tiny_v1_f32.kvz"));
+  write_bytes(source_path(kDir + "tiny_v1_q4.kvz"), to_bytes(golden_quant(DType::Q4)));
+  write_bytes(source_path(kDir + "tiny_v1_q8_zstd.kvz"), to_bytes(golden_quant(DType::Q8), zstd_all()));
+  write_text("tiny_v1_q4.inspect.txt", inspect_text("tiny_v1_q4.kvz"));
 }
 
-TEST_CASE("the golden q4 and q8 v1.4 files read back their byte parameters and rotated codes", "[format]") {
-  for (auto [name, dtype] : {std::pair{"tiny_v1_4_q4.kvz", DType::Q4}, std::pair{"tiny_v1_4_q8_zstd.kvz", DType::Q8}}) {
+TEST_CASE("the golden q4 and q8 files read back their stored rows and values", "[format]") {
+  for (auto [name, dtype] : {std::pair{"tiny_v1_q4.kvz", DType::Q4}, std::pair{"tiny_v1_q8_zstd.kvz", DType::Q8}}) {
     INFO(name);
     CacheReader r = CacheReader::open(source_path(kDir + name), {Verify::Full});
-    CHECK(r.version_minor() == 4);  // the lowest minor version that has byte parameters
+    CHECK(r.version_minor() == 0);
     CHECK(r.header().kv_dtype == dtype);
-    CHECK(r.header().kv_rotated);
-    CHECK(r.header().kv_byte_params);
+    CHECK(r.header().kv_group_size == 2);
     CHECK(r.header().kv_f16_below == 3);
     const CacheContents got = r.load();
     std::string why;
-    CHECK(same_contents(got, golden_quant(dtype, true, true, true), &why));
+    CHECK(same_contents(got, golden_quant(dtype), &why));  // stored bytes and reconstructed values
     INFO(why);
-    for (const LayerKv& l : got.layers)  // one 16-bit word a group: half of v1.3's parameters
+    for (const LayerKv& l : got.layers)  // one 16-bit word (two bytes) a group, two groups a row
       CHECK(l.qk.params.size() == (l.positions.size() - f16_row_count(r.header(), l.positions)) * 2);
-    // As v1.3, with the scale rounded up to 5 significant bits (at most 1/16 more).
+    // The prefix rows are the f32 golden's exactly (quarters: exact in f16); the others within a
+    // step of the rotated rows (H is orthonormal: a row's error keeps its length, spread over its
+    // channels; the channel maxima here are below 4.5, the byte scale at most 1/16 coarser).
     const CacheContents f32 = golden_contents(DType::F32);
     const float tol = dtype == DType::Q4 ? 0.66f : 0.043f;
     for (size_t l = 0; l < got.layers.size(); ++l)
@@ -92,105 +83,10 @@ TEST_CASE("the golden q4 and q8 v1.4 files read back their byte parameters and r
   }
 }
 
-TEST_CASE("this writer reproduces the golden v1.4 q4 file and its inspect dump", "[format]") {
-  CHECK(to_bytes(golden_quant(DType::Q4, true, true, true)) == read_bytes(source_path(kDir + "tiny_v1_4_q4.kvz")));
-  auto want = read_bytes(source_path(kDir + "tiny_v1_4_q4.inspect.txt"));
-  CHECK(inspect_text("tiny_v1_4_q4.kvz") == std::string(want.begin(), want.end()));
-}
-
-TEST_CASE("the golden q4 and q8 v1.3 files read back their exact f16 rows and rotated codes", "[format]") {
-  for (auto [name, dtype] : {std::pair{"tiny_v1_3_q4.kvz", DType::Q4}, std::pair{"tiny_v1_3_q8_zstd.kvz", DType::Q8}}) {
-    INFO(name);
-    CacheReader r = CacheReader::open(source_path(kDir + name), {Verify::Full});
-    CHECK(r.version_minor() == 3);  // the lowest minor version that has rotated codes
-    CHECK(r.header().kv_dtype == dtype);
-    CHECK(r.header().kv_rotated);
-    CHECK(r.header().kv_f16_below == 3);
-    const CacheContents got = r.load();
-    std::string why;
-    CHECK(same_contents(got, golden_quant(dtype, true, true), &why));
-    INFO(why);
-    // The prefix rows are exact; the rotated rows within the v1.2 tolerance (H is orthonormal:
-    // a row's error keeps its length, spread over its channels).
-    const CacheContents f32 = golden_contents(DType::F32);
-    const float tol = dtype == DType::Q4 ? 0.62f : 0.04f;
-    for (size_t l = 0; l < got.layers.size(); ++l)
-      for (size_t i = 0; i < got.layers[l].k.size(); ++i) {
-        const bool f16 = got.layers[l].positions[i / 4] < 3;
-        REQUIRE(std::fabs(got.layers[l].k[i] - f32.layers[l].k[i]) <= (f16 ? 0.0f : tol));
-        REQUIRE(std::fabs(got.layers[l].v[i] - f32.layers[l].v[i]) <= (f16 ? 0.0f : tol));
-      }
-  }
-}
-
-TEST_CASE("this writer reproduces the golden v1.3 q4 file and its inspect dump", "[format]") {
-  CHECK(to_bytes(golden_quant(DType::Q4, true, true)) == read_bytes(source_path(kDir + "tiny_v1_3_q4.kvz")));
-  auto want = read_bytes(source_path(kDir + "tiny_v1_3_q4.inspect.txt"));
-  CHECK(inspect_text("tiny_v1_3_q4.kvz") == std::string(want.begin(), want.end()));
-}
-
-TEST_CASE("the golden q4 and q8 v1.2 files read back their exact f16 and quantized rows", "[format]") {
-  for (auto [name, dtype] : {std::pair{"tiny_v1_2_q4.kvz", DType::Q4}, std::pair{"tiny_v1_2_q8_zstd.kvz", DType::Q8}}) {
-    INFO(name);
-    CacheReader r = CacheReader::open(source_path(kDir + name), {Verify::Full});
-    CHECK(r.version_minor() == 2);  // the lowest minor version that has f16 rows
-    CHECK(r.header().kv_dtype == dtype);
-    CHECK(r.header().kv_group_size == 2);
-    CHECK(r.header().kv_f16_below == 3);
-    const CacheContents got = r.load();
-    std::string why;
-    CHECK(same_contents(got, golden_quant(dtype, true), &why));
-    INFO(why);
-    // The prefix rows are the f32 golden's exactly (quarters: exact in f16); the others within
-    // a quantization step, as for v1.1.
-    const CacheContents f32 = golden_contents(DType::F32);
-    const float tol = dtype == DType::Q4 ? 0.31f : 0.02f;
-    for (size_t l = 0; l < got.layers.size(); ++l)
-      for (size_t i = 0; i < got.layers[l].k.size(); ++i) {
-        const bool f16 = got.layers[l].positions[i / 4] < 3;
-        REQUIRE(std::fabs(got.layers[l].k[i] - f32.layers[l].k[i]) <= (f16 ? 0.0f : tol));
-        REQUIRE(std::fabs(got.layers[l].v[i] - f32.layers[l].v[i]) <= (f16 ? 0.0f : tol));
-      }
-  }
-}
-
-TEST_CASE("this writer reproduces the golden v1.2 q4 file and its inspect dump", "[format]") {
-  CHECK(to_bytes(golden_quant(DType::Q4, true)) == read_bytes(source_path(kDir + "tiny_v1_2_q4.kvz")));
-  auto want = read_bytes(source_path(kDir + "tiny_v1_2_q4.inspect.txt"));
-  CHECK(inspect_text("tiny_v1_2_q4.kvz") == std::string(want.begin(), want.end()));
-}
-
-TEST_CASE("the golden q4 and q8 v1.1 files read back their exact stored rows and values", "[format]") {
-  for (auto [name, dtype] : {std::pair{"tiny_v1_1_q4.kvz", DType::Q4}, std::pair{"tiny_v1_1_q8_zstd.kvz", DType::Q8}}) {
-    INFO(name);
-    CacheReader r = CacheReader::open(source_path(kDir + name), {Verify::Full});
-    CHECK(r.version_major() == 1);
-    CHECK(r.version_minor() == 1);  // the lowest minor version that has q8/q4
-    CHECK(r.header().kv_dtype == dtype);
-    CHECK(r.header().kv_group_size == 2);
-    const CacheContents got = r.load();
-    std::string why;
-    CHECK(same_contents(got, golden_quant(dtype), &why));  // stored bytes and reconstructed values
-    INFO(why);
-    // The values are the f32 golden's within a quantization step: the channel maxima here are
-    // below 4.5, so q4 steps are at most 2 * 4.5 / 15 and q8 ones 2 * 4.5 / 255.
-    const CacheContents f32 = golden_contents(DType::F32);
-    const float tol = dtype == DType::Q4 ? 0.31f : 0.02f;
-    for (size_t l = 0; l < got.layers.size(); ++l)
-      for (size_t i = 0; i < got.layers[l].k.size(); ++i) {
-        REQUIRE(std::fabs(got.layers[l].k[i] - f32.layers[l].k[i]) <= tol);
-        REQUIRE(std::fabs(got.layers[l].v[i] - f32.layers[l].v[i]) <= tol);
-      }
-  }
-}
-
-TEST_CASE("this writer reproduces the golden q4 file byte for byte", "[format]") {
-  CHECK(to_bytes(golden_quant(DType::Q4)) == read_bytes(source_path(kDir + "tiny_v1_1_q4.kvz")));
-}
-
-TEST_CASE("inspect of the golden q4 file matches the committed dump", "[format]") {
-  auto want = read_bytes(source_path(kDir + "tiny_v1_1_q4.inspect.txt"));
-  CHECK(inspect_text("tiny_v1_1_q4.kvz") == std::string(want.begin(), want.end()));
+TEST_CASE("this writer reproduces the golden q4 file and its inspect dump", "[format]") {
+  CHECK(to_bytes(golden_quant(DType::Q4)) == read_bytes(source_path(kDir + "tiny_v1_q4.kvz")));
+  auto want = read_bytes(source_path(kDir + "tiny_v1_q4.inspect.txt"));
+  CHECK(inspect_text("tiny_v1_q4.kvz") == std::string(want.begin(), want.end()));
 }
 
 TEST_CASE("the golden f32 v1 file reads back its exact contents", "[format]") {
@@ -213,14 +109,14 @@ TEST_CASE("the golden bf16 zstd v1 file reads back its exact contents", "[format
   for (const SectionInfo& s : r.sections()) CHECK(s.codec == Codec::Zstd);
 }
 
-TEST_CASE("this v1.0 writer reproduces the golden f32 file byte for byte", "[format]") {
-  // Frozen while this build writes v1.0; a v1.1 writer may legitimately differ (then keep the
-  // reading tests above and drop this one in the same change).
+TEST_CASE("this writer reproduces the golden f32 file byte for byte", "[format]") {
+  // Frozen while this build writes v1.0; a writer of a later minor version may legitimately
+  // differ (then keep the reading tests above and drop this one in the same change).
   CHECK(to_bytes(golden_contents(DType::F32)) == read_bytes(source_path(kDir + "tiny_v1_f32.kvz")));
 }
 
-TEST_CASE("a v1.1 file with an unknown optional section is read with that section skipped", "[format]") {
-  CacheReader r = CacheReader::open(source_path(kDir + "tiny_v1_1_unknown_optional.kvz"), {Verify::Full});
+TEST_CASE("a later minor version's file with an unknown optional section is read with it skipped", "[format]") {
+  CacheReader r = CacheReader::open(source_path(kDir + "future_minor_unknown_optional.kvz"), {Verify::Full});
   CHECK(r.version_minor() == 1);
   CHECK_FALSE(r.has_scores());
   CHECK(r.sections()[3].name == "unknown");

@@ -1,9 +1,7 @@
-// Byte group parameters of rotated q8/q4 (v1.4, spec §12.1 "Byte parameters", common/kv_params.h):
-// the scale codes decode to the exact values the spec's formula gives, the minimum is exact,
-// set_kv_dtype writes them by default for rotated rows only, the file is v1.4 with dtype id 10/11
-// and a section 2 bytes a group smaller than v1.3's, every stored byte round-trips raw and with
-// zstd, prune copies the rows without re-quantizing them, HDF5 export/import gives the same bytes,
-// and the writer is least squares over the candidates common/kv_params.h names.
+// Byte group parameters of q8/q4 (spec §12.1 "Byte parameters", common/kv_params.h): the scale
+// codes decode to the exact values the spec's formula gives, the minimum is exact, the writer is
+// least squares over the candidates common/kv_params.h names, and every quantized value of a
+// stored cache is within half a decoded step of the rotated row it encodes.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -25,17 +23,10 @@ namespace {
 
 constexpr uint32_t kD = 16;
 
-CacheContents stored(DType t, uint32_t group, bool byte_params, uint64_t seed = 4) {
+CacheContents stored(DType t, uint32_t group, uint64_t seed = 4) {
   CacheContents c = with_outliers(kD, seed);
-  compress::set_kv_dtype(c, {t, group, true, true, byte_params});
+  compress::set_kv_dtype(c, {t, group});
   return c;
-}
-
-uint64_t kv_raw_bytes(const CacheReader& r) {
-  uint64_t n = 0;
-  for (const SectionInfo& s : r.sections())
-    if (s.name == "kv") n += s.raw_size;
-  return n;
 }
 
 }  // namespace
@@ -155,39 +146,10 @@ TEST_CASE("kv_byte_params_for: a value inside the grid is within half a step, on
   }
 }
 
-TEST_CASE("byte-parameter q8/q4 round-trip exactly, raw and zstd, as v1.4 files with ids 10/11", "[format]") {
-  const DType t = GENERATE(DType::Q8, DType::Q4);
-  const uint32_t group = GENERATE(0u, 4u);
-  const int zstd = GENERATE(0, 3);
-  INFO(dtype_name(t) << " group " << group << " zstd " << zstd);
-  const CacheContents c = stored(t, group, true);
-  REQUIRE(c.header.kv_rotated);
-  REQUIRE(c.header.kv_byte_params);
-  const std::vector<uint8_t> bytes = to_bytes_zstd(c, zstd);
-  CacheReader r = CacheReader::open_memory(bytes, {Verify::Full});
-  CHECK(r.version_minor() == 4);
-  CHECK(r.header().kv_byte_params);
-  check_loads(r, c);
-  check_read_kv(r, c, 2);
-  if (zstd == 0) {
-    Image im(bytes);
-    CHECK(im.u64(im.meta_value("kv.dtype")) == (t == DType::Q8 ? 10u : 11u));
-  }
-  // The same rows with f16 parameters (v1.3): 2 bytes more per quantized row, group and block.
-  const CacheContents f16 = stored(t, group, false);
-  const std::vector<uint8_t> b16 = to_bytes(f16);
-  CacheReader r16 = CacheReader::open_memory(b16);
-  CHECK(r16.version_minor() == 3);
-  uint64_t quantized = 0;
-  for (const LayerKv& l : c.layers) quantized += l.positions.size() - f16_row_count(c.header, l.positions);
-  const uint64_t groups = kD / (group ? group : kD);
-  CHECK(kv_raw_bytes(r16) - kv_raw_bytes(r) == 2 * 2 * groups * quantized);
-}
-
 TEST_CASE("byte parameters keep every quantized value within half a decoded step", "[format]") {
   const DType t = GENERATE(DType::Q8, DType::Q4);
   const CacheContents in = with_outliers(kD);
-  const CacheContents c = stored(t, 4, true);
+  const CacheContents c = stored(t, 4);
   // The bound is about the rotated rows divided by the channel scales (what the codes encode):
   // rotate the input here and compare with each code's value.
   const uint32_t bits = dtype_bits(t), groups = kD / 4;
@@ -213,36 +175,4 @@ TEST_CASE("byte parameters keep every quantized value within half a decoded step
       ++qi;
     }
   }
-}
-
-TEST_CASE("set_kv_dtype writes byte parameters only for rotated rows, and keeps what is stored", "[format]") {
-  CacheContents plain = with_outliers(kD);
-  compress::set_kv_dtype(plain, {DType::Q4, 0, true, false, true});  // unrotated: f16 parameters (v1.2)
-  CHECK_FALSE(plain.header.kv_byte_params);
-  CHECK(CacheReader::open_memory(to_bytes(plain)).version_minor() == 2);
-  CacheContents r = stored(DType::Q8, 4, true);
-  const CacheContents before = r;
-  compress::set_kv_dtype(r, {DType::Q8, 4});  // the defaults ask for what is stored
-  std::string why;
-  CHECK(same_contents(r, before, &why));
-  compress::set_kv_dtype(r, {DType::Q8, 4, true, true, false});  // f16 parameters: re-quantized, v1.3
-  CHECK_FALSE(r.header.kv_byte_params);
-  CHECK(CacheReader::open_memory(to_bytes(r)).version_minor() == 3);
-  // The writer refuses byte parameters without rotation (no dtype id holds them).
-  CacheContents bad = with_outliers(kD);
-  compress::set_kv_dtype(bad, {DType::Q4, 0, true, false});
-  bad.header.kv_byte_params = true;
-  CHECK_THROWS_WITH(to_bytes(bad), Catch::Matchers::Contains("kv_byte_params is set without kv_rotated"));
-}
-
-TEST_CASE("prune keeps byte-parameter rows as stored, without re-quantizing", "[format]") {
-  const CacheContents c = stored(DType::Q4, 8, true, 6);
-  const CacheContents p = prune(c, c.header.achieved_ratio / 3);
-  REQUIRE(p.header.kv_byte_params);
-  check_pruned_as_stored(c, p);
-}
-
-TEST_CASE("HDF5 export then import keeps byte-parameter rows", "[format]") {
-  check_hdf5_round_trip(stored(DType::Q8, 4, true, 9));
-  check_hdf5_round_trip(stored(DType::Q4, 0, true, 10));
 }

@@ -1,9 +1,9 @@
 // CacheReader::read_quant_layer: the stored q8/q4 rows of a layer as the file holds them (what a
 // quantized base is loaded from, loader::quant_base_from_reader). It returns exactly the stored
-// bytes (channel scales, f16 rows, parameters, codes; no f32 rows), raw and zstd, v1.1 and v1.2
-// layouts; it refuses other dtypes; and it owes the same value checks as read_kv: a row whose
-// values overflow to infinity is corrupt naming layer, head and row, while large but finite
-// values pass (the bound on c·(s·q + m) fails there, so the exact check decides).
+// bytes (channel scales, f16 rows, parameters, codes; no f32 rows), raw and zstd; it refuses other
+// dtypes; and it owes the same value checks as read_kv: a row whose values overflow to infinity
+// is corrupt naming layer, head and row, while large but finite values pass (the bound on
+// c·(s·q + m) fails there, so the exact check decides).
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -20,22 +20,28 @@ using namespace kvzip::format::testing;
 
 namespace {
 
-CacheContents quantized(DType t, uint32_t group, bool f16_prefix) {
-  CacheContents c = synthetic(SyntheticSpec{.head_dim = 16, .document = 60, .seed = 8});
-  compress::set_kv_dtype(c, {t, group, f16_prefix});
+CacheContents quantized(DType t, uint32_t group) {
+  CacheContents c = synthetic(SyntheticSpec{.head_dim = 16, .document = 60, .seed = 8});  // prefix 4
+  compress::set_kv_dtype(c, {t, group});
   return c;
 }
 
-// A q4 image (v1.1: every row quantized) whose K channel 0 of head 0 in layer 1 has scale `c`
-// and whose first quantized row (head 0, row 0) has group 0 minimum `m`.
-std::vector<uint8_t> patched(float c, uint16_t m) {
-  const CacheContents q = quantized(DType::Q4, 0, false);
+// A q4 image (one group a row) whose K channel 0 of head 0 in layer 1 has scale `c`; with `top`,
+// the first quantized row of layer 1 (head 0 row 4, after the 4 prefix rows) also gets the
+// largest scale code, zero point 0 and code 15 in channel 0: a value of c · 15 · 31·2^-7.
+std::vector<uint8_t> patched(float c, bool top) {
+  const CacheContents q = quantized(DType::Q4, 0);
   Image img(to_bytes(q));
   const size_t s = kv_section(q, 1);
   const uint64_t D = q.header.head_dim, H = q.header.n_kv_heads;
-  const uint64_t at = img.section_start(s);
-  std::memcpy(img.bytes.data() + at, &c, 4);                      // K channel scales (H, D) first
-  std::memcpy(img.bytes.data() + at + 8 * H * D + 2, &m, 2);      // after both scale blocks: K row 0 (s, m)
+  const uint64_t F = f16_row_count(q.header, q.layers[1].positions), Q = q.layers[1].positions.size() - F;
+  const uint64_t at = img.section_start(s), params = at + 8 * H * D + 4 * F * D, codes = params + 4 * Q;
+  std::memcpy(img.bytes.data() + at, &c, 4);  // K channel scales (H, D) first
+  if (top) {
+    img.bytes[params] = 255;      // scale code
+    img.bytes[params + 1] = 0;    // zero point
+    img.bytes[codes] |= 0x0f;     // channel 0 in the low nibble
+  }
   img.reseal_section(s);
   img.reseal();
   return img.bytes;
@@ -46,10 +52,9 @@ std::vector<uint8_t> patched(float c, uint16_t m) {
 TEST_CASE("read_quant_layer returns a layer's stored q8/q4 rows as written", "[format][kvquant-attn]") {
   const DType t = GENERATE(DType::Q8, DType::Q4);
   const uint32_t group = GENERATE(0u, 4u);
-  const bool f16_prefix = GENERATE(true, false);
   const int zstd = GENERATE(0, 3);
-  INFO(dtype_name(t) << " group " << group << " f16 rows " << f16_prefix << " zstd " << zstd);
-  const CacheContents c = quantized(t, group, f16_prefix);
+  INFO(dtype_name(t) << " group " << group << " zstd " << zstd);
+  const CacheContents c = quantized(t, group);
   const std::vector<uint8_t> bytes = to_bytes_zstd(c, zstd);
   const CacheReader r = CacheReader::open_memory(bytes);
   for (uint32_t l = 0; l < c.header.n_layers; ++l) {
@@ -67,7 +72,7 @@ TEST_CASE("read_quant_layer returns a layer's stored q8/q4 rows as written", "[f
       CHECK(x.params == y.params);
       CHECK(x.codes == y.codes);
     }
-    CHECK(got.qk.dense.empty() != f16_prefix);
+    CHECK_FALSE(got.qk.dense.empty());  // the prefix rows
   }
 }
 
@@ -80,21 +85,20 @@ TEST_CASE("read_quant_layer refuses other dtypes and checks values as read_kv do
   } catch (const Error& e) {
     CHECK(e.code() == Errc::invalid_argument);
   }
-  // c = 1e36 and m = 1000: row 0 channel 0 is 1e36 · (s·q + 1000) = infinity.
-  const std::vector<uint8_t> inf = patched(1e36f, f32_to_f16(1000.0f));
+  // c = 3e38 under the largest scale code: head 0 row 4 channel 0 is 3e38 · 15 · 0.242 = infinity.
+  const std::vector<uint8_t> inf = patched(3e38f, true);
   const CacheReader r = CacheReader::open_memory(inf);
   CHECK_NOTHROW(r.read_quant_layer(0));
-  expect_corrupt([&] { (void)r.read_quant_layer(1); }, "layer 1 head 0 row 0");
+  expect_corrupt([&] { (void)r.read_quant_layer(1); }, "layer 1 head 0 row 4");
   std::vector<float> k(r.layer_rows(1) * r.header().head_dim), v(k.size());
-  expect_corrupt([&] { r.read_kv(1, k, v); }, "layer 1 head 0 row 0");
+  expect_corrupt([&] { r.read_kv(1, k, v); }, "layer 1 head 0 row 4");
   CHECK_NOTHROW(CacheReader::open_memory(inf, {Verify::Metadata}).read_quant_layer(1));  // asked not to look
-  // c = 2e38 with the minimum as written: the bound c·(15·s + |m|) passes FLT_MAX, every value
-  // c · (s·q + m) with |s·q + m| <= 1 stays finite, so the exact check lets it through.
-  const CacheContents q = quantized(DType::Q4, 0, false);
-  uint16_t m0;
-  std::memcpy(&m0, &q.layers[1].qk.params[1], 2);
-  const std::vector<uint8_t> big = patched(2e38f, m0);
+  // c = 5e37 with the parameters as written: the bound c·(15·s + |m|) passes FLT_MAX / D, but
+  // every value c·(s·q + m) (|s·q + m| about 1 at most) and the rotation of the row stay
+  // finite, so the exact check lets it through.
+  const std::vector<uint8_t> big = patched(5e37f, false);
   const CacheReader rb = CacheReader::open_memory(big);
   const LayerKv got = rb.read_quant_layer(1);
-  CHECK(got.qk.channel_scale[0] == 2e38f);
+  CHECK(got.qk.channel_scale[0] == 5e37f);
+  CHECK_NOTHROW(rb.read_kv(1, k, v));
 }

@@ -235,16 +235,14 @@ TEST_CASE("attention over no quantized rows gives zeros and lse -inf", "[kernels
 }
 
 TEST_CASE("the .kvz reader's reconstruction is the kernel's, bit for bit", "[kernels][format]") {
-  for (auto [rotated, byte_params] : {std::pair{false, false}, std::pair{true, false}, std::pair{true, true}})
   for (format::DType t : {format::DType::Q8, format::DType::Q4}) {
     format::CacheHeader h;
     h.n_kv_heads = 2;
     h.head_dim = 32;
     h.kv_dtype = t;
     h.kv_group_size = 8;
-    h.kv_rotated = rotated;
-    h.kv_byte_params = byte_params;
-    const kernels::KvQuantLayout l{format::dtype_bits(t), 32, 8, rotated, byte_params};
+    // The file's one layout: rotated rows, byte group parameters.
+    const kernels::KvQuantLayout l{format::dtype_bits(t), 32, 8, /*rotated=*/true, /*byte_params=*/true};
     const std::vector<uint32_t> head_rows = {5, 9};
     format::QuantRows qr;
     std::vector<float> kernel_values;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Hostile-input sweep of the kvzip binary (issue 15): damaged, forged and odd inputs, signals
+"""Hostile-input sweep of the kvzip binary: damaged, forged and odd inputs, signals
 during writes, a full disk, concurrent writers and readers, valgrind. Every try runs one real
 `kvzip` process and is classified as a clean error (a documented exit status with the
 `kvzip: error [code]: ...` line), an unclear message (a documented status without that line,
@@ -600,7 +600,7 @@ def cat_valgrind(sw, deadline):
             ["prune", g, "--ratio", "0.1", "-o", os.path.join(d, "p.kvz")],
             ["export", g, "--hdf5", os.path.join(d, "e.h5")], ["compress", "/nonexistent.txt"]]
     for k, c in enumerate(cmds):
-        if k >= 2 and time.time() > deadline:  # start-up and one read always: issue 15 item 6
+        if k >= 2 and time.time() > deadline:  # start-up and one read are always checked
             break
         p = subprocess.run(["valgrind", "-q", "--error-exitcode=99"] + [sw.kvzip] + c, capture_output=True,
                            env=sw.env, timeout=300)
