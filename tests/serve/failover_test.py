@@ -69,7 +69,7 @@ try:
     replicas = {}  # "127.0.0.1:port" -> process
     for name in ("a", "b"):
         proc, port = start_server(KVZIP, caches, os.path.join(SCRATCH, f"replica-{name}.log"),
-                                  "--parallel", "8")
+                                  "--parallel", "8", "--max-client-connections", "0")
         procs.append(proc)
         replicas[f"127.0.0.1:{port}"] = proc
     prefix = os.path.join(SCRATCH, "nginx")
