@@ -216,8 +216,7 @@ uint64_t CacheStore::loaded_bytes() const {
 
 size_t CacheStore::loaded_count() const {
   std::lock_guard<std::mutex> lock(mu_);
-  retired_bytes_locked();
-  return entries_.size() + retired_.size();
+  return entries_.size();
 }
 
 }  // namespace kvzip::serve

@@ -90,6 +90,7 @@ class CacheStore {
   // What loaded caches hold in memory now: the LRU's entries and the copies forgotten (replaced,
   // removed, stale) while requests still use them, until their last request ends.
   uint64_t loaded_bytes() const;
+  // Entries of the LRU (copies forgotten but still in use are not among them).
   size_t loaded_count() const;
 
  private:

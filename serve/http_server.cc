@@ -379,7 +379,8 @@ struct HttpServer::Impl {
       else if (h.length && *h.length > cap)
         h.status = 413, h.code = "body_too_large",
         h.why = "the body is " + std::to_string(*h.length) + " bytes; " + path + " takes at most " + std::to_string(cap);
-      else if (lim.max_client_requests && busy_by_peer[c.peer] >= lim.max_client_requests)
+      else if (lim.max_client_requests && busy_by_peer.count(c.peer) &&
+               busy_by_peer.at(c.peer) >= lim.max_client_requests)
         h.status = 429, h.code = "too_many_connections",
         h.why = "this address already has " + std::to_string(lim.max_client_requests) + " requests in service";
       h.cap = cap;

@@ -7,9 +7,9 @@ parallel + queue streams; a second server on the same port. Standard library onl
 
 Usage: abuse_probe.py KVZIP CACHES_DIR CACHE_ID [--slow 300] [--upload-mib 1100] [--body-mib 300]
        [--parallel 4] [--queue 8] [--proxy HOST:PORT]
-Starts `kvzip serve` itself ($KVZIP_MODEL); with --proxy the requests go through that proxy
-(e.g. nginx from scripts/serve/nginx-replicas.conf pointed at the started server's port, which
-is printed first) instead of straight to the server.
+Starts `kvzip serve` itself ($KVZIP_MODEL) on --port (0: any free port); with --proxy the
+requests go through that proxy instead (e.g. nginx from scripts/serve/nginx-replicas.conf, started
+beforehand with the server's --port as its upstream).
 """
 import argparse
 import json
@@ -51,7 +51,6 @@ target = ("127.0.0.1", port)
 if args.proxy:
     h, p = args.proxy.split(":")
     target = (h, int(p))
-    input("start the proxy towards that port, then press Enter: ")
 
 results = {}
 
