@@ -3,9 +3,7 @@
 // (see http_server.h for what each part defends against).
 #include "serve/http_server.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -15,9 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -27,6 +23,7 @@
 #include <vector>
 
 #include "serve/detail/http_head.h"
+#include "serve/detail/http_io.h"
 
 namespace kvzip::serve {
 
@@ -34,201 +31,8 @@ using Clock = std::chrono::steady_clock;
 using detail::Head;
 
 namespace {
-
-// What a worker and the route handlers it runs know about the connection being served.
-struct ConnState {
-  int fd = -1;
-  Clock::time_point started;
-  std::string target;
-  bool probed = false;       // an interim 100 Continue was sent to tell half-close from gone
-  bool close = false;        // close after this answer
-  bool over_limit = false;   // the body passed the route's limit while read
-  int status = 0;            // of the answer, from the access logger
-};
+using namespace detail;
 thread_local ConnState* t_conn = nullptr;
-
-std::string peer_of(int fd, int* port) {
-  sockaddr_storage a{};
-  socklen_t len = sizeof a;
-  char ip[INET6_ADDRSTRLEN] = "";
-  *port = 0;
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    if (a.ss_family == AF_INET) {
-      auto* v4 = reinterpret_cast<sockaddr_in*>(&a);
-      ::inet_ntop(AF_INET, &v4->sin_addr, ip, sizeof ip);
-      *port = ntohs(v4->sin_port);
-    } else if (a.ss_family == AF_INET6) {
-      auto* v6 = reinterpret_cast<sockaddr_in6*>(&a);
-      ::inet_ntop(AF_INET6, &v6->sin6_addr, ip, sizeof ip);
-      *port = ntohs(v6->sin6_port);
-    }
-  }
-  return ip;
-}
-
-// A fixed set of threads running queued jobs in order.
-class Pool {
- public:
-  explicit Pool(uint32_t n) {
-    for (uint32_t i = 0; i < std::max<uint32_t>(1, n); ++i) threads_.emplace_back([this] { work(); });
-  }
-  ~Pool() { stop(); }
-  void post(std::function<void()> job) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      jobs_.push_back(std::move(job));
-    }
-    cv_.notify_one();
-  }
-  // Runs what is queued, then joins.
-  void stop() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_)
-      if (t.joinable()) t.join();
-  }
-
- private:
-  void work() {
-    while (true) {
-      std::function<void()> job;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
-        if (jobs_.empty()) return;
-        job = std::move(jobs_.front());
-        jobs_.pop_front();
-      }
-      job();
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;
-  bool stopping_ = false;
-  std::vector<std::thread> threads_;
-};
-
-// The library runs each accepted socket's process_and_close_socket on the queue's thread; ours
-// only hands the socket to the reader, so it runs on the accept thread itself.
-struct InlineQueue : httplib::TaskQueue {
-  void enqueue(std::function<void()> fn) override { fn(); }
-  void shutdown() override {}
-};
-
-// The stream a worker gives process_request: the head (and whatever followed it) from the
-// reader's buffer, then the socket, with poll() against one deadline for the whole body and a
-// byte limit on it, so neither a trickling nor an endless body holds a worker.
-class ConnStream : public httplib::Stream {
- public:
-  ConnStream(int fd, std::string buf, size_t head_len, const std::string& peer, int peer_port,
-             uint64_t body_cap, Clock::time_point body_deadline, std::chrono::milliseconds io_timeout,
-             const std::atomic<bool>& stopping, ConnState& state)
-      : fd_(fd), buf_(std::move(buf)), head_len_(head_len), peer_(peer), peer_port_(peer_port),
-        body_cap_(body_cap), deadline_(body_deadline), io_timeout_(io_timeout), stopping_(stopping),
-        state_(state) {}
-
-  bool is_readable() const override { return pos_ < buf_.size() || wait(POLLIN, 0); }
-  bool is_writable() const override { return wait(POLLOUT, static_cast<int>(io_timeout_.count())); }
-
-  ssize_t read(char* ptr, size_t size) override {
-    if (pos_ >= buf_.size()) {
-      if (consumed_ >= head_len_ && consumed_ - head_len_ >= body_cap_) {
-        state_.over_limit = true;  // the library asks for more than the route takes
-        return -1;
-      }
-      buf_.resize(16384);
-      pos_ = 0;
-      ssize_t n = -1;
-      while (true) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
-        if (left <= 0 || stopping_) break;
-        if (!wait(POLLIN, static_cast<int>(std::min<int64_t>(left, 200)))) continue;
-        n = ::recv(fd_, buf_.data(), buf_.size(), 0);
-        if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-        break;
-      }
-      buf_.resize(n > 0 ? static_cast<size_t>(n) : 0);
-      if (n <= 0) return -1;
-    }
-    size_t n = std::min(size, buf_.size() - pos_);
-    if (consumed_ + n > head_len_) {  // body bytes: never past the cap
-      const uint64_t body_before = consumed_ > head_len_ ? consumed_ - head_len_ : 0;
-      const uint64_t room = body_cap_ - std::min(body_cap_, body_before);
-      const uint64_t head_part = consumed_ < head_len_ ? head_len_ - consumed_ : 0;
-      if (n > head_part + room) n = static_cast<size_t>(head_part + room);
-      if (n == 0) {
-        state_.over_limit = true;
-        return -1;
-      }
-    }
-    std::memcpy(ptr, buf_.data() + pos_, n);
-    pos_ += n;
-    consumed_ += n;
-    return static_cast<ssize_t>(n);
-  }
-
-  ssize_t write(const char* ptr, size_t size) override {
-    size_t sent = 0;
-    while (sent < size) {
-      if (!wait(POLLOUT, static_cast<int>(io_timeout_.count()))) return sent ? ssize_t(sent) : -1;
-      const ssize_t n = ::send(fd_, ptr + sent, size - sent, MSG_NOSIGNAL);
-      if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-      if (n <= 0) return sent ? ssize_t(sent) : -1;
-      sent += static_cast<size_t>(n);
-    }
-    return static_cast<ssize_t>(sent);
-  }
-
-  void get_remote_ip_and_port(std::string& ip, int& port) const override {
-    ip = peer_;
-    port = peer_port_;
-  }
-  void get_local_ip_and_port(std::string& ip, int& port) const override {
-    sockaddr_storage a{};
-    socklen_t len = sizeof a;
-    char s[INET6_ADDRSTRLEN] = "";
-    port = 0;
-    if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-      if (a.ss_family == AF_INET) {
-        ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&a)->sin_addr, s, sizeof s);
-        port = ntohs(reinterpret_cast<sockaddr_in*>(&a)->sin_port);
-      } else if (a.ss_family == AF_INET6) {
-        ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&a)->sin6_addr, s, sizeof s);
-        port = ntohs(reinterpret_cast<sockaddr_in6*>(&a)->sin6_port);
-      }
-    }
-    ip = s;
-  }
-  // The library consults it only to refuse descriptors past select()'s FD_SETSIZE, which it
-  // would select() on; this stream waits with poll(), so a high descriptor is reported low.
-  socket_t socket() const override { return fd_ < FD_SETSIZE ? fd_ : 0; }
-
-  // Bytes read past this request (a pipelined next one); the body must have been read whole.
-  std::string leftover() const { return buf_.substr(std::min(pos_, buf_.size())); }
-  uint64_t body_read() const { return consumed_ > head_len_ ? consumed_ - head_len_ : 0; }
-
- private:
-  bool wait(short events, int ms) const {
-    pollfd p{fd_, events, 0};
-    return ::poll(&p, 1, ms) == 1 && (p.revents & (events | POLLHUP | POLLERR));
-  }
-  int fd_;
-  std::string buf_;
-  size_t pos_ = 0;
-  uint64_t head_len_, consumed_ = 0;
-  std::string peer_;
-  int peer_port_;
-  uint64_t body_cap_;
-  Clock::time_point deadline_;
-  std::chrono::milliseconds io_timeout_;
-  const std::atomic<bool>& stopping_;
-  ConnState& state_;
-};
-
 }  // namespace
 
 struct HttpServer::Impl {
