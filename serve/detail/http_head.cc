@@ -41,8 +41,10 @@ Head parse_head(std::string_view head) {
   if (h.target.size() > 2048) h.target.resize(2048);
   if (head.find('\0') != std::string_view::npos)
     return fail(h, 400, "invalid_request", "the request head contains a NUL byte");
-  if (sp1 == 0 || sp2 == std::string_view::npos || line.substr(sp2 + 1).rfind("HTTP/1.", 0) != 0)
+  if (sp1 == 0 || sp2 == std::string_view::npos || line.substr(sp2 + 1).rfind("HTTP/1.", 0) != 0) {
+    h.target = std::string(line.substr(0, 256));  // the access log shows what was sent
     return fail(h, 400, "invalid_request", "malformed request line");
+  }
   h.body_method = h.method == "POST" || h.method == "PUT" || h.method == "PATCH";
   std::string te;
   bool has_te = false;

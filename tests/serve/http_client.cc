@@ -140,7 +140,8 @@ uint64_t resident_bytes() {
   return 0;
 }
 
-ServedModel::ServedModel(const std::string& tag, serve::ServerOptions so) : TinyModelDir(tag, 21, 4096) {
+ServedModel::ServedModel(const std::string& tag, serve::ServerOptions so, bool access_log)
+    : TinyModelDir(tag, 21, 4096) {
   caches = path("caches");
   std::filesystem::create_directories(caches);
   compress_document(*model, "The lighthouse keeper counted ships every night. In winter the harbor froze.",
@@ -148,7 +149,7 @@ ServedModel::ServedModel(const std::string& tag, serve::ServerOptions so) : Tiny
   std::filesystem::copy_file(caches + "/doc.kvz", caches + "/doc2.kvz");
   so.caches_dir = caches;
   so.port = 0;
-  so.access_log = false;
+  so.access_log = access_log;
   so.engine.threads = 1;
   server = std::make_unique<serve::Server>(*model, so);
   port = server->bind();

@@ -39,7 +39,8 @@ struct ServedModel : TinyModelDir {
   std::unique_ptr<serve::Server> server;
   std::thread listener;
   int port = 0;
-  explicit ServedModel(const std::string& tag, serve::ServerOptions so = {});
+  // Without `access_log` the server's stderr log is off (quiet tests).
+  explicit ServedModel(const std::string& tag, serve::ServerOptions so = {}, bool access_log = false);
   ~ServedModel();
 };
 

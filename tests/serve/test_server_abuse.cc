@@ -4,9 +4,11 @@
 // server nor outlive one head deadline; a non-streaming answer whose client left stops decoding;
 // a burst of parallel + queue requests is admitted whole; replaced or deleted caches count until
 // their last request ends; a second server on a taken port fails; and the smaller cases (NUL in
-// the API key, a half-closed client, the pinned path without "model", an invalid id).
+// the API key, a half-closed client, the pinned path without "model", an invalid id, the access
+// log of a request the parser refused).
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -312,4 +314,36 @@ TEST_CASE("serve: key with a NUL, pinned path without model, invalid id", "[serv
   const std::string r = http(s.port, "PUT /v1/caches/x HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 10\r\n\r\n");
   CHECK(status_of(r) == 401);
   CHECK(r.find("100 Continue") == std::string::npos);
+}
+
+TEST_CASE("serve: the access log names unparsable requests and times them", "[serve][abuse]") {
+  // The log goes to stderr: this test sends it to a file for a moment.
+  const std::string log_path = (std::filesystem::temp_directory_path() / "kvzip_abuse_access.log").string();
+  std::fflush(stderr);
+  const int saved = ::dup(2);
+  const int fd = ::open(log_path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);
+  REQUIRE(fd >= 0);
+  ::dup2(fd, 2);
+  {
+    ServedModel s("serve_log", {}, /*access_log=*/true);
+    http(s.port, "garbage line\r\n\r\n");
+    http(s.port, "FETCH /v1/odd HTTP/1.1\r\n\r\n");  // a method the parser does not know
+    std::this_thread::sleep_for(milliseconds(200));
+  }
+  std::fflush(stderr);
+  ::dup2(saved, 2);
+  ::close(saved);
+  ::close(fd);
+  std::ifstream in(log_path);
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line[0] == '{') lines.push_back(nlohmann::json::parse(line));
+  std::filesystem::remove(log_path);
+  REQUIRE(lines.size() >= 2);
+  CHECK(lines[0]["path"] == "garbage line");
+  CHECK(lines[1]["path"] == "/v1/odd");
+  for (const auto& l : lines) {
+    CHECK(l["status"] == 400);
+    CHECK(l["ms"].get<double>() < 1000.0);
+  }
 }
