@@ -27,7 +27,7 @@ struct ServeOpts {
   uint32_t parallel = 8, threads = 0, queue = 64, max_tokens = 4096, step_tokens = 0;
   uint64_t max_loaded_bytes = uint64_t(4) << 30;
   uint64_t max_upload_bytes = uint64_t(1) << 30;
-  uint32_t max_client_connections = 64;
+  int64_t max_client_connections = -1;  // -1: half the HTTP worker threads
   double grace = 10.0, head_timeout = 10.0;
   bool quiet = false, no_key_tiles = false;
 };
@@ -85,8 +85,13 @@ void run_serve(const ServeOpts& o) {
   so.http_threads = std::max<uint32_t>(64, 2 * (o.parallel + o.queue));
   so.listen_backlog = static_cast<int>(std::max<uint32_t>(128, 2 * (o.parallel + o.queue)));
   so.max_upload_bytes = o.max_upload_bytes;
-  so.http.max_client_requests = o.max_client_connections;
-  so.http.max_pending_per_client = o.max_client_connections ? std::min<uint32_t>(32, o.max_client_connections) : 0;
+  if (o.max_client_connections < -1 || o.max_client_connections > 1000000)
+    throw Error(Errc::invalid_argument, "serve: --max-client-connections must be in [0, 1000000]");
+  // One address never takes more than half the workers by default, so others still get served.
+  const uint32_t per_client = o.max_client_connections < 0 ? so.http_threads / 2
+                                                            : static_cast<uint32_t>(o.max_client_connections);
+  so.http.max_client_requests = per_client;
+  so.http.max_pending_per_client = per_client ? std::min<uint32_t>(32, per_client) : 0;
   so.http.head_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.head_timeout * 1000));
   raise_open_files();
   so.compress_threads = o.threads;
@@ -145,10 +150,10 @@ void add_serve_commands(CLI::App& app) {
                 "Largest .kvz a PUT /v1/caches/{id} takes (streamed to a temporary file, then verified)")
       ->capture_default_str();
   c->add_option("--max-client-connections", o->max_client_connections,
-                "Requests one client address may have in service at once (then 429), and at most 32 of "
-                "its connections wait for their request head; 0: no limit (behind a proxy all clients "
-                "share its address: docs/serve-production.md)")
-      ->capture_default_str();
+                "Requests one client address may have in service at once (then 429; default: half the "
+                "HTTP worker threads, max(64, 2 x (parallel + queue))), and at most 32 of its connections "
+                "wait for their request head; 0: no limit (behind a proxy all clients share its address: "
+                "docs/serve-production.md)");
   c->add_option("--head-timeout", o->head_timeout,
                 "Seconds a connection gets to send a whole request head (then 408)")->capture_default_str();
   c->add_option("--api-key-file", o->api_key_file, "File holding the API key clients must send as a Bearer token");
