@@ -102,11 +102,11 @@ void Server::Impl::chat_completions(const httplib::Request& req, httplib::Respon
   const std::string model_name = cr.cache;
 
   if (!cr.stream) {
-    // The client is looked at every 50 ms (a few decode steps): one that left is not answered,
-    // its slot goes to the next request.
+    // The client is looked at every 20 ms (a decode step or two of a real model): one that left
+    // is not answered, its slot goes to the next request.
     std::unique_lock<std::mutex> lock(ch->mu);
     bool gone = false;
-    while (!ch->cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return ch->done; })) {
+    while (!ch->cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return ch->done; })) {
       if (gone) continue;
       lock.unlock();
       gone = HttpServer::client_gone();

@@ -210,8 +210,9 @@ TEST_CASE("serve: a non-streaming answer whose client left stops decoding", "[se
     std::this_thread::sleep_for(milliseconds(20));
   }
   CHECK(metric(m, "kvzip_active_requests") == 0);
-  // Decoding them all would take 3 rounds of 1274 steps; cancelled, they stop within a few.
-  CHECK(metric(m, "kvzip_engine_steps_total") < 1000);
+  // Decoding them all takes 3 rounds of 1274 steps (3822); cancelled, they stop within tens of
+  // milliseconds (a few hundred of this model's sub-millisecond steps, under load).
+  CHECK(metric(m, "kvzip_engine_steps_total") < 2000);
   const std::string r = http(s.port, request("POST", "/v1/chat/completions", chat_body("doc", 2)));
   CHECK(status_of(r) == 200);
 }
