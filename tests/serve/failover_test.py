@@ -54,6 +54,14 @@ procs = []
 def stop_all():
     for p in procs:
         if p.poll() is None:
+            # nginx's master stops its workers on SIGTERM; a SIGKILLed master would leave them.
+            if p.args[0] == nginx:
+                p.terminate()
+                try:
+                    p.wait(10)
+                    continue
+                except subprocess.TimeoutExpired:
+                    pass
             p.kill()
             p.wait()
 
