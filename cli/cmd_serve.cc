@@ -3,7 +3,10 @@
 // compress jobs stop at their next progress report. A job still running past the grace (scoring
 // or writing) is ended the way any kvzip command ends on SIGTERM: the default handler removes its
 // temporary file (common/atomic_file.h) and the process exits 143, so no partial file remains.
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -24,7 +27,9 @@ struct ServeOpts {
   uint32_t parallel = 8, threads = 0, queue = 64, max_tokens = 4096, step_tokens = 0, max_compose = 16;
   double blend = 0.0;
   uint64_t max_loaded_bytes = uint64_t(4) << 30;
-  double grace = 10.0;
+  uint64_t max_upload_bytes = uint64_t(1) << 30;
+  int64_t max_client_connections = -1;  // -1: half the HTTP worker threads
+  double grace = 10.0, head_timeout = 10.0;
   bool quiet = false, no_key_tiles = false;
 };
 
@@ -43,6 +48,16 @@ std::string read_api_key(const std::string& path) {
   return key;
 }
 
+// Each waiting connection is a descriptor; the soft limit (often 1024) is raised to the hard one
+// so that slow clients run into the server's own bounds (HttpLimits::max_pending) first.
+void raise_open_files() {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &r);
+  }
+}
+
 void run_serve(const ServeOpts& o) {
   if (kernels::parse_device(o.device.c_str()) != kernels::Device::Cpu)
     throw Error(Errc::unsupported,
@@ -51,6 +66,8 @@ void run_serve(const ServeOpts& o) {
   if (o.port < 0 || o.port > 65535)
     throw Error(Errc::invalid_argument, "serve: --port " + std::to_string(o.port) + " is outside 0..65535");
   if (o.max_tokens == 0) throw Error(Errc::invalid_argument, "serve: --max-tokens must be >= 1");
+  if (!(o.head_timeout > 0 && o.head_timeout <= 3600))
+    throw Error(Errc::invalid_argument, "serve: --head-timeout must be in (0, 3600] seconds");
   if (!(o.grace >= 0 && o.grace <= 3600))
     throw Error(Errc::invalid_argument, "serve: --grace must be in [0, 3600] seconds");
   serve::ServerOptions so;
@@ -70,6 +87,16 @@ void run_serve(const ServeOpts& o) {
   so.chat.default_max_tokens = std::min<uint32_t>(256, o.max_tokens);
   so.http_threads = std::max<uint32_t>(64, 2 * (o.parallel + o.queue));
   so.listen_backlog = static_cast<int>(std::max<uint32_t>(128, 2 * (o.parallel + o.queue)));
+  so.max_upload_bytes = o.max_upload_bytes;
+  if (o.max_client_connections < -1 || o.max_client_connections > 1000000)
+    throw Error(Errc::invalid_argument, "serve: --max-client-connections must be in [0, 1000000]");
+  // One address never takes more than half the workers by default, so others still get served.
+  const uint32_t per_client = o.max_client_connections < 0 ? so.http_threads / 2
+                                                            : static_cast<uint32_t>(o.max_client_connections);
+  so.http.max_client_requests = per_client;
+  so.http.max_pending_per_client = per_client ? std::min<uint32_t>(32, per_client) : 0;
+  so.http.head_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.head_timeout * 1000));
+  raise_open_files();
   so.compress_threads = o.threads;
   if (!o.api_key_file.empty()) so.api_key = read_api_key(o.api_key_file);
   auto model = load_model(o.model, o.threads);
@@ -131,6 +158,16 @@ void add_serve_commands(CLI::App& app) {
   c->add_flag("--no-key-tiles", o->no_key_tiles,
               "Keep an f32 cache's keys once in memory (by default they are also kept transposed, "
               "for faster decoding at about the K bytes again)");
+  c->add_option("--max-upload-bytes", o->max_upload_bytes,
+                "Largest .kvz a PUT /v1/caches/{id} takes (streamed to a temporary file, then verified)")
+      ->capture_default_str();
+  c->add_option("--max-client-connections", o->max_client_connections,
+                "Requests one client address may have in service at once (then 429; default: half the "
+                "HTTP worker threads, max(64, 2 x (parallel + queue))), and at most 32 of its connections "
+                "wait for their request head; 0: no limit (behind a proxy all clients share its address: "
+                "docs/serve-production.md)");
+  c->add_option("--head-timeout", o->head_timeout,
+                "Seconds a connection gets to send a whole request head (then 408)")->capture_default_str();
   c->add_option("--api-key-file", o->api_key_file, "File holding the API key clients must send as a Bearer token");
   c->add_option("--device", o->device, "cpu (cuda is not available for serve yet)")->capture_default_str();
   c->add_option("--grace", o->grace, "Seconds in-flight answers get to finish on SIGTERM")->capture_default_str();

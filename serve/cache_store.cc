@@ -92,7 +92,7 @@ std::shared_ptr<const LoadedCache> CacheStore::acquire(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   // Evict from the least recently used end; use_count() == 1 under mu_ means only the store holds
   // it, and nobody can take a new reference without mu_.
-  for (auto it = lru_.end(); bytes_ + fresh->bytes > max_bytes_ && it != lru_.begin();) {
+  for (auto it = lru_.end(); bytes_ + retired_bytes_locked() + fresh->bytes > max_bytes_ && it != lru_.begin();) {
     --it;
     auto e = entries_.find(*it);
     if (e->second.cache.use_count() == 1) {
@@ -100,10 +100,11 @@ std::shared_ptr<const LoadedCache> CacheStore::acquire(const std::string& id) {
       forget_locked(victim);
     }
   }
-  if (bytes_ + fresh->bytes > max_bytes_)
+  const uint64_t held = bytes_ + retired_bytes_locked();
+  if (held + fresh->bytes > max_bytes_)
     throw Error(Errc::out_of_memory,
                 "cache \"" + id + "\" needs " + std::to_string(fresh->bytes >> 20) + " MiB but " +
-                    std::to_string((max_bytes_ - std::min(max_bytes_, bytes_)) >> 20) +
+                    std::to_string((max_bytes_ - std::min(max_bytes_, held)) >> 20) +
                     " MiB of --max-loaded-bytes are free (the loaded caches in use cannot be "
                     "evicted); retry later or raise --max-loaded-bytes");
   lru_.push_front(id);
@@ -116,6 +117,7 @@ void CacheStore::forget_locked(const std::string& id) {
   auto it = entries_.find(id);
   if (it == entries_.end()) return;
   bytes_ -= it->second.cache->bytes;
+  if (it->second.cache.use_count() > 1) retired_.push_back(Retired{it->second.cache, it->second.cache->bytes});
   lru_.erase(it->second.lru);
   entries_.erase(it);
 }
@@ -168,6 +170,21 @@ void CacheStore::put(const std::string& id, std::span<const uint8_t> bytes, bool
   forget_locked(id);  // a replaced file is loaded afresh on next use
 }
 
+void CacheStore::put_file(const std::string& id, AtomicFile& file) {
+  path_of(id);
+  format::OpenOptions oo;
+  oo.verify = format::Verify::Full;
+  oo.max_section_bytes = max_bytes_;  // untrusted bytes: no section may expand past the budget
+  {
+    format::CacheReader reader = format::CacheReader::open(file.temp_path(), oo);
+    reader.check_model(model_.fingerprint(), /*force=*/false);
+    format::check_shape(reader.header(), model_.config());
+  }
+  file.commit();
+  std::lock_guard<std::mutex> lock(mu_);
+  forget_locked(id);  // a replaced file is loaded afresh on next use
+}
+
 void CacheStore::remove(const std::string& id) {
   const std::string path = path_of(id);
   std::error_code ec;
@@ -184,9 +201,17 @@ void CacheStore::invalidate(const std::string& id) {
   forget_locked(id);
 }
 
+uint64_t CacheStore::retired_bytes_locked() const {
+  retired_.erase(std::remove_if(retired_.begin(), retired_.end(), [](const Retired& r) { return r.cache.expired(); }),
+                 retired_.end());
+  uint64_t n = 0;
+  for (const Retired& r : retired_) n += r.bytes;
+  return n;
+}
+
 uint64_t CacheStore::loaded_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return bytes_;
+  return bytes_ + retired_bytes_locked();
 }
 
 size_t CacheStore::loaded_count() const {

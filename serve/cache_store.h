@@ -3,7 +3,8 @@
 // starting with '.'), so DIR/<id>.kvz can never leave DIR. A cache is loaded on first use into a
 // KvBase that every request on it shares read-only (model/branch_cache.h); requests hold a
 // shared_ptr, so an entry in use is never evicted (an entry is in use while anyone but the store
-// holds it), and a deleted or replaced file only leaves the LRU once its last request ends.
+// holds it), and a deleted or replaced file leaves the LRU at once but its copy is counted against
+// the budget until its last request ends (loaded_bytes() is what is held, never less).
 // Several servers may share one folder (replicas behind a proxy, docs/scale-out.md): the store
 // keeps no state another one cannot rebuild from the folder, and a loaded copy is used only while
 // the file is still the one it was loaded from (acquire() compares a FileStamp), so a cache
@@ -23,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/atomic_file.h"
 #include "format/format.h"
 #include "model/kv_base.h"
 #include "model/model.h"
@@ -77,12 +79,18 @@ class CacheStore {
   // shape) and then writes DIR/<id>.kvz atomically; replaces an existing file only with replace.
   // Errc::invalid_argument (exists), the reader's codes for a bad file, Errc::model_mismatch.
   void put(const std::string& id, std::span<const uint8_t> bytes, bool replace);
+  // The same for a file written to `file`'s temporary (an upload streamed to disk): verified
+  // there, then committed onto DIR/<id>.kvz.
+  void put_file(const std::string& id, AtomicFile& file);
   // Removes DIR/<id>.kvz and forgets the loaded copy (requests using it finish on their copy).
   void remove(const std::string& id);
   // Forgets the loaded copy of `id` (its file was replaced); the next acquire loads it afresh.
   void invalidate(const std::string& id);
 
+  // What loaded caches hold in memory now: the LRU's entries and the copies forgotten (replaced,
+  // removed, stale) while requests still use them, until their last request ends.
   uint64_t loaded_bytes() const;
+  // Entries of the LRU (copies forgotten but still in use are not among them).
   size_t loaded_count() const;
 
  private:
@@ -96,6 +104,8 @@ class CacheStore {
   std::shared_ptr<const LoadedCache> find_current_locked(const std::string& id,
                                                          const std::optional<FileStamp>& now);
   void forget_locked(const std::string& id);
+  // Bytes of forgotten copies still in use (drops the ones nobody holds any more). Holds mu_.
+  uint64_t retired_bytes_locked() const;
 
   const model::Model& model_;
   std::string dir_;
@@ -106,6 +116,12 @@ class CacheStore {
   std::map<std::string, Entry> entries_;
   std::list<std::string> lru_;
   uint64_t bytes_ = 0;
+  // Forgotten while in use: still memory until the last holder lets go, so still counted.
+  struct Retired {
+    std::weak_ptr<const LoadedCache> cache;
+    uint64_t bytes = 0;
+  };
+  mutable std::vector<Retired> retired_;
 };
 
 }  // namespace kvzip::serve

@@ -98,7 +98,9 @@ std::shared_ptr<Request> Engine::submit(RequestSpec spec, RequestCallbacks callb
   r->result.prompt_tokens = static_cast<uint32_t>(r->spec.prompt.size());
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_ || queue_.size() >= opt_.max_queue) return nullptr;
+    // Room is every slot plus the queue: a request admitted at the next step boundary only waits
+    // for it, so a burst of parallel + max_queue requests is taken whole.
+    if (stopping_ || queue_.size() + active_.size() >= size_t(opt_.parallel) + opt_.max_queue) return nullptr;
     queue_.push_back(r);
   }
   cv_.notify_one();

@@ -6,7 +6,8 @@
 // several composed ones through its own ComposedCache: the caches' rows are shared read-only, the
 // request owns only its question and answer rows (and a composition's separators), which go when
 // it ends. One engine thread runs the steps; callbacks run on it and must be quick.
-// Requests are admitted in arrival order up to `parallel` at once; the queue behind is bounded.
+// Requests are admitted in arrival order up to `parallel` at once; the queue behind is bounded
+// (a request is refused only when all parallel + max_queue places are taken).
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -91,6 +92,7 @@ class Engine {
   // Checks the request (Errc::invalid_argument: empty prompt, bad sampling parameters, question
   // and the cache past the model's context) and queues it. Returns null when the queue is full or
   // the engine is shutting down (the caller answers "retry later"); on_done is then never called.
+  // The queue counts only what waits for a busy slot: parallel + max_queue requests fit.
   std::shared_ptr<Request> submit(RequestSpec spec, RequestCallbacks callbacks);
   // Ends a request early (Finish::Cancelled) at the next step; harmless once it has ended.
   static void cancel(const std::shared_ptr<Request>& request);

@@ -82,7 +82,7 @@ json parse_object(const std::string& body) {
   return j;
 }
 
-ChatRequest parse_chat_request(const std::string& body, const ChatLimits& limits) {
+ChatRequest parse_chat_request(const std::string& body, const ChatLimits& limits, const std::string& pinned) {
   const json j = parse_object(body);
   ChatRequest r;
   auto has = [&](const char* k) { return j.contains(k) && !j[k].is_null(); };
@@ -91,6 +91,7 @@ ChatRequest parse_chat_request(const std::string& body, const ChatLimits& limits
       throw bad(k, std::string(k) + " must be a string, not " + type_name(j[k]));
   if (has("cache")) r.cache = j["cache"].get<std::string>();
   else if (has("model")) r.cache = j["model"].get<std::string>();
+  else if (!pinned.empty()) r.cache = pinned;
   else throw bad("model", "model is required: the id of a cache (GET /v1/models lists them)");
 
   if (!j.contains("messages") || !j["messages"].is_array() || j["messages"].empty())

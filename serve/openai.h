@@ -51,7 +51,9 @@ struct ChatRequest {
 
 // Parses a request body. Fields OpenAI defines that kvzip cannot honour (n > 1, penalties other
 // than 0, logprobs, tools) are refused rather than ignored; unknown fields are ignored.
-ChatRequest parse_chat_request(const std::string& body, const ChatLimits& limits);
+// `pinned`: the cache the path already names (/c/{cache}/...); then "model" may be left out.
+ChatRequest parse_chat_request(const std::string& body, const ChatLimits& limits,
+                               const std::string& pinned = {});
 
 // Parses a JSON object body (400 for anything else).
 nlohmann::json parse_object(const std::string& body);

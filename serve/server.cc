@@ -2,19 +2,19 @@
 // completions (server_chat.cc). See server.h.
 #include "serve/server.h"
 
-#include <sys/socket.h>
-#include <netinet/in.h>
-#include <unistd.h>
-
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <cstdio>
 #include <ctime>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <vector>
 
+#include "common/atomic_file.h"
 #include "common/error.h"
 #include "compress/scorer.h"
 #include "serve/detail/server_impl.h"
@@ -119,7 +119,6 @@ std::string route_of(const std::string& path) {
   return "other";
 }
 
-thread_local std::chrono::steady_clock::time_point t_request_start;
 std::mutex log_mu;
 
 }  // namespace
@@ -135,7 +134,14 @@ std::string Scope::pinned(const std::string& given, const char* param) const {
 
 Server::Impl::Impl(const model::Model& m, ServerOptions o)
     : model(m), opt(std::move(o)), store(m, opt.caches_dir, opt.max_loaded_bytes, opt.key_tiles),
-      engine(m, opt.engine), jobs(m, store, opt.max_jobs) {
+      engine(m, opt.engine), jobs(m, store, opt.max_jobs),
+      http([&] {
+        HttpLimits l = opt.http;
+        l.workers = opt.http_threads;
+        l.backlog = opt.listen_backlog;
+        return l;
+      }(),
+           [this](const std::string& method, const std::string& path) { return body_limit(method, path); }) {
   routes();
 }
 
@@ -163,32 +169,52 @@ void Server::Impl::on(Method method, const std::string& pattern, Route route) {
   }
 }
 
-void Server::Impl::routes() {
-  const uint32_t n_threads = opt.http_threads;
-  http.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
-  http.set_payload_max_length(opt.max_upload_bytes);
-  http.set_keep_alive_timeout(2);
-  http.set_read_timeout(30);
-  http.set_write_timeout(30);
+uint64_t Server::Impl::body_limit(const std::string& method, const std::string& path) const {
+  std::string p = path;
+  if (p.rfind("/c/", 0) == 0) {  // the pinned form: the limit of the route after the prefix
+    const size_t slash = p.find('/', 3);
+    p = slash == std::string::npos ? "" : p.substr(slash);
+  }
+  if (method == "PUT") return p.rfind("/v1/caches/", 0) == 0 ? opt.max_upload_bytes : 0;
+  if (method == "POST") return p == "/v1/caches" ? opt.max_document_bytes + 4096 : opt.max_json_bytes;
+  return 0;
+}
 
-  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    t_request_start = std::chrono::steady_clock::now();
-    if (opt.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-    const std::string auth = req.get_header_value("Authorization");
+void Server::Impl::routes() {
+  auto authorized = [this](const httplib::Request& req) {
+    if (opt.api_key.empty() || req.path == "/health") return true;
+    // The header as received, NUL bytes and all (get_header_value stops at the first NUL).
+    const auto it = req.headers.find("Authorization");
+    if (it == req.headers.end()) return false;
+    const std::string& auth = it->second;
     const std::string prefix = "Bearer ";
-    const bool ok = auth.size() > prefix.size() && auth.compare(0, prefix.size(), prefix) == 0 &&
-                    same_secret(auth.substr(prefix.size()), opt.api_key);
-    if (ok) return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, ApiError(401, "authentication_error", "invalid_api_key",
-                             "missing or wrong API key: send Authorization: Bearer <key>"));
+    return auth.size() > prefix.size() && auth.compare(0, prefix.size(), prefix) == 0 &&
+           same_secret(auth.substr(prefix.size()), opt.api_key);
+  };
+  const ApiError unauthorized(401, "authentication_error", "invalid_api_key",
+                              "missing or wrong API key: send Authorization: Bearer <key>");
+  http.set_pre_routing_handler([authorized, unauthorized](const httplib::Request& req, httplib::Response& res) {
+    if (authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, unauthorized);
     return httplib::Server::HandlerResponse::Handled;
   });
+  // `Expect: 100-continue` from a client without the key gets its 401 instead of the go-ahead.
+  http.set_expect_100_continue_handler([authorized, unauthorized](const httplib::Request& req, httplib::Response& res) {
+    if (authorized(req)) return 100;
+    send_error(res, unauthorized);
+    return 401;
+  });
   http.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    if (HttpServer::body_over_limit()) {  // the library read a chunked body up to the limit
+      res.status = 413;
+      res.body.clear();
+    }
     if (!res.body.empty()) return;
     const int s = res.status;
     const std::string what = s == 404 ? "no such route" : s == 413 ? "the body is too large"
                              : s == 405 ? "method not allowed" : "request failed";
-    send_error(res, ApiError(s, s >= 500 ? "server_error" : "invalid_request_error", "", what));
+    send_error(res, ApiError(s, s >= 500 ? "server_error" : "invalid_request_error",
+                             s == 413 ? "body_too_large" : "", what));
   });
   http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     try {
@@ -199,16 +225,25 @@ void Server::Impl::routes() {
       send_error(res, ApiError(500, "server_error", "internal", "internal error"));
     }
   });
-  http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    metrics.request(route_of(req.path), res.status);
+  auto log = [this](const std::string& remote, const std::string& method, const std::string& path, int status,
+                    double ms) {
+    metrics.request(route_of(path), status);
     if (!opt.access_log) return;
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                                t_request_start).count();
-    json line{{"ts", static_cast<int64_t>(std::time(nullptr))}, {"remote", req.remote_addr},
-              {"method", req.method}, {"path", req.path}, {"status", res.status},
+    json line{{"ts", static_cast<int64_t>(std::time(nullptr))}, {"remote", remote},
+              {"method", method}, {"path", path}, {"status", status},
               {"ms", std::round(ms * 10) / 10}};
     std::lock_guard<std::mutex> lock(log_mu);
     std::cerr << line.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+  };
+  http.set_access_logger([log](const httplib::Request& req, const httplib::Response& res) {
+    // A request the library could not parse has no path: the target as sent is logged instead.
+    const std::string path = req.path.empty() ? HttpServer::request_target().substr(0, 256) : req.path;
+    log(req.remote_addr, req.method, path, res.status,
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                  HttpServer::request_started()).count());
+  });
+  http.on_refusal([log](const Refusal& r) {
+    log(r.remote, r.method, r.target.substr(0, r.target.find('?')).substr(0, 256), r.status, r.ms);
   });
 
   auto json_body = [this](const httplib::Request& req, size_t cap) {
@@ -247,26 +282,16 @@ void Server::Impl::routes() {
        store.remove(id);
        send_json(res, 200, {{"id", id}, {"object", "cache"}, {"deleted", true}});
      });
-  on(Method::Put, R"(/v1/caches/([^/]+))",
-     [this](const httplib::Request& req, httplib::Response& res, const Scope& scope) {
-       const std::string id = scope.pinned(scope.args[0], "id");
-       store.path_of(id);  // the id check first
-       if (jobs.busy(id))
-         throw ApiError(409, "invalid_request_error", "conflict", "a compress job is writing cache " + id);
-       const bool replace = req.get_param_value("replace") == "true";
-       try {
-         store.put(id, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(req.body.data()),
-                                               req.body.size()), replace);
-       } catch (const Error& e) {
-         if (e.code() == Errc::invalid_argument && !replace)
-           throw ApiError(409, "invalid_request_error", "conflict",
-                          "cache " + id + " exists; PUT with ?replace=true to replace it");
-         if (e.code() == Errc::model_mismatch || e.code() == Errc::io) throw;
-         throw ApiError(400, "invalid_request_error", errc_name(e.code()),
-                        std::string("the uploaded .kvz is not valid: ") + e.what());
-       }
-       send_json(res, 201, cache_json(store.info(id)));
-     });
+  for (const bool prefixed : {false, true})
+    http.Put(prefixed ? kPinnedPrefix + R"(/v1/caches/([^/]+))" : std::string(R"(/v1/caches/([^/]+))"),
+             [this, prefixed](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+               guarded(res, [&] {
+                 Scope scope;
+                 if (prefixed) scope.cache = req.matches[1];
+                 scope.args.push_back(req.matches[prefixed ? 2 : 1]);
+                 put_cache(req, res, reader, scope);
+               });
+             });
   on(Method::Post, "/v1/caches",
      [this, json_body](const httplib::Request& req, httplib::Response& res, const Scope& scope) {
        if (draining) throw ApiError(503, "server_error", "shutting_down", "the server is shutting down", {}, 5);
@@ -349,36 +374,49 @@ void Server::Impl::routes() {
   });
 }
 
-namespace {
-
-// Debian's cpp-httplib is a compiled library whose listening socket has a backlog of 5
-// (CPPHTTPLIB_LISTEN_BACKLOG, fixed when the library was built). A burst of clients arriving
-// while the accept thread waits for a CPU then overflows the queue and some get a connection
-// reset (measured: 27 of 64 simultaneous requests under CPU load). listen() on a socket that
-// already listens only changes its backlog, so the socket is found (this process, listening,
-// bound to `port`) and given a queue as long as the requests the server takes (ServerOptions::listen_backlog).
-void widen_backlog(int port, int backlog) {
-  std::vector<int> fds;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
-    const std::string name = e.path().filename().string();
-    if (!name.empty() && name.find_first_not_of("0123456789") == std::string::npos) fds.push_back(std::stoi(name));
+// PUT /v1/caches/{id}: the body goes to a temporary file beside the target as it arrives (never
+// held in memory), is verified there in full, and only then renamed into place.
+void Server::Impl::put_cache(const httplib::Request& req, httplib::Response& res,
+                             const httplib::ContentReader& reader, const Scope& scope) {
+  const std::string id = scope.pinned(scope.args[0], "id");
+  const std::string path = store.path_of(id);  // the id check first
+  if (jobs.busy(id)) throw ApiError(409, "invalid_request_error", "conflict", "a compress job is writing cache " + id);
+  const bool replace = req.get_param_value("replace") == "true";
+  const ApiError exists(409, "invalid_request_error", "conflict",
+                        "cache " + id + " exists; PUT with ?replace=true to replace it");
+  std::optional<AtomicFile> file;
+  try {
+    file.emplace(path, replace);
+  } catch (const Error& e) {
+    if (e.code() == Errc::invalid_argument && !replace) throw exists;
+    throw;
   }
-  for (int fd : fds) {
-    int listening = 0;
-    socklen_t len = sizeof listening;
-    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
-    sockaddr_storage addr{};
-    socklen_t alen = sizeof addr;
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &alen) != 0) continue;
-    int p = -1;
-    if (addr.ss_family == AF_INET) p = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-    if (addr.ss_family == AF_INET6) p = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
-    if (p == port) ::listen(fd, backlog);
+  uint64_t got = 0;
+  bool over = false;
+  const bool whole = reader([&](const char* data, size_t n) {
+    got += n;
+    if (got > opt.max_upload_bytes) {
+      over = true;
+      return false;
+    }
+    file->write(data, n);
+    return true;
+  });
+  if (over || HttpServer::body_over_limit())
+    throw ApiError(413, "invalid_request_error", "body_too_large",
+                   "the upload is over " + std::to_string(opt.max_upload_bytes) + " bytes (--max-upload-bytes)");
+  if (!whole)
+    throw ApiError(400, "invalid_request_error", "incomplete_body", "the body ended early or arrived too slowly");
+  try {
+    store.put_file(id, *file);
+  } catch (const Error& e) {
+    if (e.code() == Errc::invalid_argument && !replace) throw exists;
+    if (e.code() == Errc::model_mismatch || e.code() == Errc::io) throw;
+    throw ApiError(400, "invalid_request_error", errc_name(e.code()),
+                   std::string("the uploaded .kvz is not valid: ") + e.what());
   }
+  send_json(res, 201, cache_json(store.info(id)));
 }
-
-}  // namespace
 
 Server::Server(const model::Model& model, ServerOptions options)
     : impl_(std::make_unique<Impl>(model, std::move(options))) {}
@@ -387,12 +425,14 @@ Server::~Server() { stop(std::chrono::milliseconds(0)); }
 
 int Server::bind() {
   Impl& s = *impl_;
-  const int port = s.opt.port == 0 ? s.http.bind_to_any_port(s.opt.host)
-                                   : (s.http.bind_to_port(s.opt.host, s.opt.port) ? s.opt.port : -1);
-  if (port <= 0)
-    throw Error(Errc::io, "cannot listen on " + s.opt.host + ":" + std::to_string(s.opt.port) +
-                              " (in use, or not an address of this machine)");
-  widen_backlog(port, s.opt.listen_backlog);
+  const int port = s.http.bind(s.opt.host, s.opt.port);
+  if (port <= 0) {
+    const int err = errno;
+    throw Error(Errc::io, "cannot listen on " + s.opt.host + ":" + std::to_string(s.opt.port) + ": " +
+                              (err == EADDRINUSE ? std::string("the port is in use (another server listens on it)")
+                               : err ? std::strerror(err) + std::string(" (not an address of this machine?)")
+                                     : std::string("not an address of this machine")));
+  }
   return port;
 }
 
@@ -404,6 +444,7 @@ bool Server::stop(std::chrono::milliseconds grace) {
   s.engine.shutdown(grace);
   const bool jobs_done = s.jobs.shutdown(grace);
   s.http.stop();
+  s.http.shutdown();
   return jobs_done;
 }
 

@@ -5,9 +5,10 @@
 //   and each /v1 route again as /c/{cache}/v1/..., which pins the cache (for a proxy's consistent
 //   hashing across replicas that share the caches folder: docs/scale-out.md)
 // Safety: binds 127.0.0.1 unless told otherwise; with an API key every route but /health needs
-// `Authorization: Bearer <key>` (compared in constant time); bodies, questions, max_tokens, the
-// request queue and the job queue are capped; cache ids are checked (serve/cache_store.h); every
-// bad request gets an OpenAI error object with a 4xx status. One JSON access-log line per request
+// `Authorization: Bearer <key>` (compared in constant time); connections, heads and bodies are
+// bounded as they are read (serve/http_server.h); questions, max_tokens, the request queue and
+// the job queue are capped; a non-streaming answer whose client left is cancelled; cache ids are
+// checked (serve/cache_store.h); every bad request gets an OpenAI error object with a 4xx status. One JSON access-log line per request
 // goes to stderr. stop() drains: new requests get 503, in-flight ones finish within the grace.
 #pragma once
 #include <chrono>
@@ -17,6 +18,7 @@
 
 #include "model/model.h"
 #include "serve/engine.h"
+#include "serve/http_server.h"
 #include "serve/openai.h"
 
 namespace kvzip::serve {
@@ -32,11 +34,14 @@ struct ServerOptions {
   ChatLimits chat;
   size_t max_json_bytes = size_t(1) << 20;      // chat and other JSON bodies
   size_t max_document_bytes = size_t(16) << 20; // POST /v1/caches text
-  size_t max_upload_bytes = size_t(1) << 30;    // PUT /v1/caches/{id} (held in memory to verify)
-  uint32_t http_threads = 64;  // connections served at once (a streaming answer holds one)
+  size_t max_upload_bytes = size_t(1) << 30;    // PUT /v1/caches/{id} (streamed to a temporary file)
+  uint32_t http_threads = 64;  // requests with a body served at once (a streaming answer holds one)
   int listen_backlog = 1024;   // connections waiting to be accepted (the kernel caps it at somaxconn)
   uint32_t max_compose = 16;   // caches one request may compose ("model": "a+b+c")
   double compose_blend = 0.0;  // composed requests: loader::ComposeOptions::blend
+  // Head deadline, waiting-connection and per-address bounds (serve/http_server.h); its workers
+  // and backlog come from http_threads and listen_backlog.
+  HttpLimits http;
   uint32_t max_jobs = 4;       // compress jobs queued or running
   uint32_t compress_threads = 0;
   bool access_log = true;

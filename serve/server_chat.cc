@@ -37,11 +37,11 @@ std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 
 void Server::Impl::chat_completions(const httplib::Request& req, httplib::Response& res,
                                     const Scope& scope) {
-  if (req.body.size() > opt.max_json_bytes)
+  if (req.body.size() > opt.max_json_bytes)  // HttpServer refuses it unread; kept for other callers
     throw ApiError(413, "invalid_request_error", "body_too_large",
                    "the body is " + std::to_string(req.body.size()) + " bytes; at most " +
                        std::to_string(opt.max_json_bytes));
-  ChatRequest cr = parse_chat_request(req.body, opt.chat);
+  ChatRequest cr = parse_chat_request(req.body, opt.chat, scope.cache.value_or(""));
   cr.cache = scope.pinned(cr.cache, "model");
   if (draining) throw ApiError(503, "server_error", "shutting_down", "the server is shutting down", {}, 5);
   // "a+b+c" composes the caches a, b and c (ids never contain '+'), in that order.
@@ -58,10 +58,11 @@ void Server::Impl::chat_completions(const httplib::Request& req, httplib::Respon
                        " (--max-compose)", "model");
   std::vector<std::shared_ptr<const LoadedCache>> caches;
   for (const std::string& cid : ids) {
+    // A malformed id is a bad value (400), as on /v1/caches/{id}; a well-formed unknown one is 404.
     if (!CacheStore::valid_id(cid))
-      throw ApiError(404, "not_found_error", "model_not_found",
-                     "no cache named \"" + cid.substr(0, 64) + "\" (cache ids use A-Z a-z 0-9 . _ -, joined by + to compose)",
-                     "model");
+      throw ApiError(400, "invalid_request_error", "invalid_value",
+                     "\"" + cid.substr(0, 64) + "\" is not a cache id (1-128 characters of A-Z a-z 0-9 . _ -, "
+                     "not starting with '.'; several joined by + compose)", "model");
     try {
       caches.push_back(store.acquire(cid));
     } catch (const Error& e) {
@@ -118,9 +119,20 @@ void Server::Impl::chat_completions(const httplib::Request& req, httplib::Respon
   const std::string model_name = cr.cache;
 
   if (!cr.stream) {
+    // The client is looked at every 20 ms (a decode step or two of a real model): one that left
+    // is not answered, its slot goes to the next request.
     std::unique_lock<std::mutex> lock(ch->mu);
-    ch->cv.wait(lock, [&] { return ch->done; });
+    bool gone = false;
+    while (!ch->cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return ch->done; })) {
+      if (gone) continue;
+      lock.unlock();
+      gone = HttpServer::client_gone();
+      if (gone) Engine::cancel(handle);
+      lock.lock();
+    }
     const RequestResult r = ch->result;
+    if (gone && r.finish == Finish::Cancelled)  // nobody to answer; logged as nginx does
+      throw ApiError(499, "invalid_request_error", "client_closed", "the client closed the connection");
     if (r.finish == Finish::Cancelled)
       throw ApiError(503, "server_error", "shutting_down", "the answer was cancelled (server shutting down)", {}, 5);
     if (r.finish == Finish::Error) throw ApiError(500, "server_error", "internal", r.error);

@@ -12,6 +12,7 @@
 
 #include "serve/cache_store.h"
 #include "serve/engine.h"
+#include "serve/http_server.h"
 #include "serve/jobs.h"
 #include "serve/metrics.h"
 #include "serve/server.h"
@@ -36,7 +37,7 @@ struct Server::Impl {
   Engine engine;
   JobRunner jobs;
   Metrics metrics;
-  httplib::Server http;
+  HttpServer http;
   std::atomic<bool> draining{false};
   std::atomic<uint64_t> next_completion{1};
 
@@ -46,6 +47,10 @@ struct Server::Impl {
   void routes();
   // Registers `route` for `pattern` (starting with /v1/) and for /c/{cache}`pattern`.
   void on(Method method, const std::string& pattern, Route route);
+  // The largest body `method` `path` takes (0: none): HttpServer refuses larger ones unread.
+  uint64_t body_limit(const std::string& method, const std::string& path) const;
+  void put_cache(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
+                 const Scope& scope);
   void chat_completions(const httplib::Request& req, httplib::Response& res, const Scope& scope);
 };
 

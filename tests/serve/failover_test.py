@@ -54,6 +54,14 @@ procs = []
 def stop_all():
     for p in procs:
         if p.poll() is None:
+            # nginx's master stops its workers on SIGTERM; a SIGKILLed master would leave them.
+            if p.args[0] == nginx:
+                p.terminate()
+                try:
+                    p.wait(10)
+                    continue
+                except subprocess.TimeoutExpired:
+                    pass
             p.kill()
             p.wait()
 
@@ -69,7 +77,7 @@ try:
     replicas = {}  # "127.0.0.1:port" -> process
     for name in ("a", "b"):
         proc, port = start_server(KVZIP, caches, os.path.join(SCRATCH, f"replica-{name}.log"),
-                                  "--parallel", "8")
+                                  "--parallel", "8", "--max-client-connections", "0")
         procs.append(proc)
         replicas[f"127.0.0.1:{port}"] = proc
     prefix = os.path.join(SCRATCH, "nginx")

@@ -125,7 +125,7 @@ cases = [
      '{"model": "doc0", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1e400}', {}, True, 400),
     ("max_tokens past the cap", "POST", "/v1/chat/completions", json.dumps({"model": "doc0", "messages": msg, "max_tokens": 10**12}), {}, True, 400),
     ("unknown cache", "POST", "/v1/chat/completions", json.dumps({"model": "nope", "messages": msg}), {}, True, 404),
-    ("cache id with a path", "POST", "/v1/chat/completions", json.dumps({"model": "../caches/doc0", "messages": msg}), {}, True, 404),
+    ("cache id with a path", "POST", "/v1/chat/completions", json.dumps({"model": "../caches/doc0", "messages": msg}), {}, True, 400),
     ("body over 1 MiB", "POST", "/v1/chat/completions",
      json.dumps({"model": "doc0", "messages": [{"role": "user", "content": "x" * (2 << 20)}]}), {}, True, 413),
     ("PUT of a truncated .kvz", "PUT", "/v1/caches/cut", open(os.path.join(caches, "doc0.kvz"), "rb").read()[:50000], {}, True, 400),
