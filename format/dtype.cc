@@ -48,6 +48,7 @@ uint32_t dtype_bits(DType t) {
 }
 
 uint16_t min_minor(const CacheHeader& h) {
+  if (!h.local_layers.empty()) return 5;
   if (!dtype_quantized(h.kv_dtype)) return 0;
   if (h.kv_byte_params) return 4;
   if (h.kv_rotated) return 3;

@@ -43,8 +43,9 @@ bool dtype_quantized(DType t);                       // q8, q4
 uint32_t dtype_bits(DType t);                        // bits per stored K/V value (codes for q8/q4)
 std::optional<DType> parse_dtype(std::string_view name);
 struct CacheHeader;
-// The minor version a file with this header records: 4 for q8/q4 with byte group parameters, 3
-// for rotated q8/q4 (f16 parameters), 2 for q8/q4 with f16 rows, 1 for other q8/q4, else 0.
+// The minor version a file with this header records: 5 with local (sliding-window) layers, else 4
+// for q8/q4 with byte group parameters, 3 for rotated q8/q4 (f16 parameters), 2 for q8/q4 with
+// f16 rows, 1 for other q8/q4, else 0.
 uint16_t min_minor(const CacheHeader& h);
 const char* codec_name(Codec c);                     // "none", "zstd"
 
@@ -64,6 +65,13 @@ struct CacheHeader {
   RopeLayout rope_layout = RopeLayout::HalfSplit;
   float rope_base = 10000.0f;   // theta
   RopeScaling rope_scaling;
+  // Hybrid attention (v1.5; Gemma 3): local_layers (L) marks the sliding-window layers, which see
+  // only their last `sliding_window` positions and rotate with rope_local_base (unscaled); their
+  // kept rows are the document's last window - 1 and the ratio counts the other layers' rows.
+  // Empty: every layer global (sliding_window and rope_local_base 0).
+  std::vector<uint8_t> local_layers;
+  uint32_t sliding_window = 0;
+  float rope_local_base = 0.0f;
   DType kv_dtype = DType::F32;  // how K/V rows are stored (LayerKv::k/v are f32 in memory)
   uint32_t kv_group_size = 0;   // q8/q4: channels per quantization group (divides D); else 0
   // q8/q4 (v1.2): rows at positions < kv_f16_below are stored as f16 instead of being quantized

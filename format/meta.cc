@@ -112,6 +112,7 @@ class MetaReader {
                     std::to_string(hi) + "]");
     return v;
   }
+  bool has(const char* key) const { return entries_.count(key) != 0; }
   double ratio(const char* key) {
     double d = f64(key);
     if (!(d >= 0.0 && d <= 1.0)) fail(key, "value " + std::to_string(d) + " outside [0, 1]");
@@ -253,6 +254,14 @@ std::vector<uint8_t> encode_meta(const CacheHeader& h) {
   w.f64("model.rope_scaling.low_freq_factor", h.rope_scaling.low_freq_factor);
   w.f64("model.rope_scaling.high_freq_factor", h.rope_scaling.high_freq_factor);
   w.u64("model.rope_scaling.original_context", h.rope_scaling.original_context);
+  if (!h.local_layers.empty()) {  // v1.5: hybrid attention (sliding-window layers)
+    std::vector<uint32_t> local;
+    for (uint32_t l = 0; l < h.local_layers.size(); ++l)
+      if (h.local_layers[l]) local.push_back(l);
+    w.u32s("model.local_layers", local);
+    w.u64("model.sliding_window", h.sliding_window);
+    w.f64("model.rope_local_base", h.rope_local_base);
+  }
   // v1.2: a q8/q4 file with f16 rows has its own registry id (6, 7), so that a v1.1 reader, which
   // would skip the new key and misread the section, refuses it as unsupported instead.
   // v1.3: rotated codes likewise (ids 8, 9): an older reader would reconstruct unrotated rows.
@@ -307,6 +316,17 @@ CacheHeader decode_meta(const uint8_t* data, uint64_t size, const std::string& w
   h.rope_scaling.high_freq_factor = m.f32("model.rope_scaling.high_freq_factor");
   h.rope_scaling.original_context =
       static_cast<uint32_t>(m.range("model.rope_scaling.original_context", 0, 0xFFFFFFFFull));
+  if (m.has("model.local_layers")) {  // v1.5: all three keys together
+    h.local_layers.assign(h.n_layers, 0);
+    for (uint32_t l : m.u32s("model.local_layers")) {
+      if (l >= h.n_layers || h.local_layers[l])
+        m.fail("model.local_layers", "layer " + std::to_string(l) + " is out of range or listed twice");
+      h.local_layers[l] = 1;
+    }
+    h.sliding_window = static_cast<uint32_t>(m.range("model.sliding_window", 1, 0xFFFFFFFFull));
+    h.rope_local_base = m.f32("model.rope_local_base");
+    if (!(h.rope_local_base > 0)) m.fail("model.rope_local_base", "must be > 0");
+  }
   uint64_t dtype = m.u64("kv.dtype");
   const bool byte_params = dtype == 10 || dtype == 11;  // v1.4: as 8, 9 with byte group parameters
   const bool rotated = dtype == 8 || dtype == 9 || byte_params;  // v1.3: q8, q4 with f16 rows, rotated codes
