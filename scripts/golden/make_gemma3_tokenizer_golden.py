@@ -4,7 +4,7 @@ tokenizer built from the Gemma 3 270M GGUF's vocabulary, on a set of texts. It i
 tests/model/test_gemma3_tokenizer.cc (kvzip's SentencePiece-style tokenizer on the real
 vocabulary, [realmodel]: the test reads the vocabulary from the GGUF; the model is not committed).
 
-Python: /work/.venv-hf-style environment with transformers, tokenizers, gguf and numpy.
+Python: transformers, tokenizers, gguf and numpy.
 Model: scripts/fetch-model.sh gemma3-270m (or --model PATH).
 
 The tokenizer is transformers' own GGUF conversion (integrations/gguf: BPE with byte fallback,

@@ -3,7 +3,7 @@
 their GGUF conversions and transformers' logits, the truth for tests/model/test_hf_golden.cc.
 Same layout, cases and logit-file format as scripts/golden/make_hf_fixtures.py, whose helpers this
 imports (byte-level BPE tokenizers trained with `tokenizers`, weights randomised, logits from
-transformers' eager forward in float64). Python: /work/.venv-hf-style torch + transformers 5.
+transformers' eager forward in float64). Python: torch, transformers 5, tokenizers, safetensors, gguf, numpy.
 
 Families:
   gemma3  Gemma3ForCausalLM, f32, 6 layers with transformers' default layer types for a sliding

@@ -163,8 +163,9 @@ TEST_CASE("an empty template without ChatML tokens is the plain document-questio
   CHECK(c.suffix("\n\nQuestion: q") == t.encode("\n\nQuestion: q\nAnswer:", false));
   const std::vector<std::pair<std::string, std::string>> turns = {{" Paris", "Why?"}};
   CHECK(c.render("S", "q", turns) == "<|begin_of_text|>S\n\nq\nAnswer: Paris\n\nWhy?\nAnswer:");
-  // Answers end at eos or at the end of their line.
-  CHECK(c.stop_tokens() == std::vector<int32_t>{0, t.encode("\n", false)[0], t.encode("\n\n", false)[0]});
+  // Answers end at eos or at the end of their line ("\n\n" has no token of its own here).
+  REQUIRE(t.encode("\n\n", false).size() == 2);
+  CHECK(c.stop_tokens() == std::vector<int32_t>{0, t.encode("\n", false)[0]});
 }
 
 TEST_CASE("Gemma renders start_of_turn user and model turns, the system text opening the user turn", "[model][chat]") {

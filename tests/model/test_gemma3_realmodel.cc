@@ -1,7 +1,9 @@
 // The real Gemma 3 270M (Q4_K_M GGUF; scripts/fetch-model.sh gemma3-270m or $KVZIP_GEMMA_MODEL):
 // the configuration read off the file (local layers 0-4, 6-10, 12-16; window 512; head dim 256),
-// a sensible greedy continuation, a plausible perplexity on the opening of the Normans article
-// (examples/normans.json), and KVzip on a document longer than the window finding a needle in it
+// the greedy continuation and the perplexity of the Normans article's opening (examples/normans.json)
+// that transformers gives for the same file (its GGUF loader dequantizes to fp32, eager attention:
+// " the capital of the country of France. It is the largest", perplexity 18.93 over 255 tokens
+// after BOS), and KVzip on a document longer than the window finding a needle in it
 // (that one is slow, tagged [.needle] and run on demand). Skipped when the model is absent.
 #include <catch2/catch.hpp>
 
@@ -60,9 +62,9 @@ TEST_CASE("Gemma 3 270M: configuration, greedy continuation and perplexity", "[r
   std::vector<int32_t> prompt{m->tokenizer().bos()};
   const std::vector<int32_t> text = m->tokenizer().encode("The capital of France is", false);
   prompt.insert(prompt.end(), text.begin(), text.end());
-  const std::string cont = greedy_text(*m, prompt, 6);
+  const std::string cont = greedy_text(*m, prompt, 8);
   INFO("continuation: " << cont);
-  CHECK(cont.find("Paris") != std::string::npos);
+  CHECK(cont == " the capital of the country of France.");
 
   // The article's opening, 255 tokens after BOS: English Wikipedia text the model predicts well.
   const std::vector<int32_t> doc = m->tokenizer().encode(normans_document(), false);
@@ -72,8 +74,8 @@ TEST_CASE("Gemma 3 270M: configuration, greedy continuation and perplexity", "[r
       model::perplexity(fwd, std::span<const int32_t>(doc.data(), 255), 256, m->tokenizer().bos());
   INFO("perplexity " << r.perplexity);
   CHECK(r.scored == 255);
-  CHECK(r.perplexity > 3.0);
-  CHECK(r.perplexity < 40.0);
+  CHECK(r.perplexity > 18.93 * 0.95);  // int8-rounded activations (the fast path) move it a little
+  CHECK(r.perplexity < 18.93 * 1.05);
 }
 
 TEST_CASE("Gemma 3 270M: KVzip keeps a needle from a document longer than the window", "[realmodel][gemma3][.needle]") {
