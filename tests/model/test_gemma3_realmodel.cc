@@ -3,8 +3,9 @@
 // the greedy continuation and the perplexity of the Normans article's opening (examples/normans.json)
 // that transformers gives for the same file (its GGUF loader dequantizes to fp32, eager attention:
 // " the capital of the country of France. It is the largest", perplexity 18.93 over 255 tokens
-// after BOS), and KVzip on a document longer than the window finding a needle in it
-// (that one is slow, tagged [.needle] and run on demand). Skipped when the model is absent.
+// after BOS), and KVzip at ratio 0.4 keeping a needle from a 648-token document (longer than the
+// window: only the three global layers can reach it). About 4 s each. Skipped when the model is
+// absent.
 #include <catch2/catch.hpp>
 
 #include <fstream>
@@ -78,7 +79,7 @@ TEST_CASE("Gemma 3 270M: configuration, greedy continuation and perplexity", "[r
   CHECK(r.perplexity < 18.93 * 1.05);
 }
 
-TEST_CASE("Gemma 3 270M: KVzip keeps a needle from a document longer than the window", "[realmodel][gemma3][.needle]") {
+TEST_CASE("Gemma 3 270M: KVzip keeps a needle from a document longer than the window", "[realmodel][gemma3]") {
   KVZIP_GEMMA_MODEL_PATH_OR_SKIP(path);
   const std::unique_ptr<model::Model> m = model::Model::load(path);
   std::string text = "The secret code of the vault is 4817.\n\n" + normans_document().substr(0, 3000);
