@@ -90,6 +90,11 @@ struct AttentionArgs {
   float scale = 0.0f;  // multiplies q·k before the softmax; normally 1/sqrt(D)
   const LocalMaxProb* local = nullptr;  // optional statistics (see LocalMaxProb); refused
                                         // (Errc::unsupported) with quantized spans
+  // Sliding window (a local layer of a hybrid model): > 0 limits query token i further to rows
+  // (len - T + i - window, len - T + i], its last `window` rows, itself included. Rows are the
+  // span's rows, so a cache whose local layers keep consecutive positions (model/kv_cache.h) gets
+  // the model's positional window. CPU, f32 spans, no `local` statistics (else Errc::unsupported).
+  uint32_t window = 0;
 };
 
 namespace cpu {
@@ -110,6 +115,9 @@ void transpose_key_tiles(const float* k, uint32_t n, uint32_t D, float* out);
 // `out` (Errc::internal, as for any bad shape). Quantized rows (KvSpan::quant) are accepted: the
 // CUDA split-K path attends to them (below).
 void check_cuda_attention(const AttentionArgs& a);
+// Refuses (Errc::unsupported) a windowed call the CPU kernel cannot run: quantized rows or
+// local statistics together with a window.
+void check_window(const AttentionArgs& a);
 
 // CUDA twins (kernels/cuda/attention.cu), fp32 in and out, fp32 accumulation, D in {64, 128}.
 // q, out and every span's k/v are device memory; `kv` itself is a HOST array of at most
