@@ -148,7 +148,8 @@ void run_perplexity(const PerplexityOpts& o) {
   fo.threads = o.threads;
   model::Forward fwd(model->weights(), fo);
   const auto t0 = std::chrono::steady_clock::now();
-  model::PerplexityResult r = model::perplexity(fwd, ids, o.ctx);
+  const int32_t bos = model->tokenizer().add_bos() ? model->tokenizer().bos() : -1;
+  model::PerplexityResult r = model::perplexity(fwd, ids, o.ctx, bos);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("perplexity %.4f (%llu tokens scored in %u windows of %u, mean NLL %.5f nats)\n",
               r.perplexity, static_cast<unsigned long long>(r.scored), r.windows, o.ctx,

@@ -8,6 +8,7 @@
 // Row-major everywhere: a shape (A, B) means B is contiguous. Keys are stored post-RoPE in the
 // canonical half-split (Hugging Face) head-dim order: RoPE rotates the pairs (i, i + D/2).
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -27,8 +28,11 @@ struct RopeScaling {
   std::vector<float> freq_factors;
 };
 
+// The FFN's gate activation: SwiGLU (silu, Llama family) or GeGLU (tanh-approximated GELU, Gemma).
+enum class FfnActivation : uint32_t { Silu = 0, GeluTanh = 1 };
+
 struct ModelConfig {
-  std::string arch;            // "llama", "qwen2", ...
+  std::string arch;            // "llama", "qwen2", "qwen3", "gemma3", ...
   uint32_t n_layers = 0;       // L
   uint32_t d_model = 0;        // E
   uint32_t n_heads = 0;        // Hq
@@ -42,8 +46,29 @@ struct ModelConfig {
   float rms_eps = 1e-5f;
   bool tied_embeddings = false;  // LM head reuses the token embedding
   bool qkv_bias = false;         // q/k/v projections have biases (qwen2)
+  // Gemma 3 / Qwen 3 (all defaults describe the Llama family):
+  bool qk_norm = false;          // RMSNorm over each head's q and k before RoPE (LayerWeights::q_norm)
+  bool post_norms = false;       // RMSNorm on the attention and FFN outputs before each residual add
+  FfnActivation ffn_act = FfnActivation::Silu;
+  float embed_scale = 1.0f;      // embeddings multiplied by this (Gemma: sqrt(E))
+  float query_scale = 0.0f;      // attention logit scale; 0: 1/sqrt(D) (Gemma: query_pre_attn_scalar^-1/2)
+  // Hybrid attention: local layers see only the last `sliding_window` positions (themselves
+  // included) and rotate with rope_local_base, unscaled. Empty `local_layers`: every layer global.
+  uint32_t sliding_window = 0;
+  std::vector<uint8_t> local_layers;  // (L) 1 = sliding-window layer
+  float rope_local_base = 10000.0f;
 
   uint32_t group() const { return n_kv_heads ? n_heads / n_kv_heads : 0; }  // G
+  bool is_local(uint32_t layer) const { return layer < local_layers.size() && local_layers[layer] != 0; }
+  bool hybrid() const {
+    for (uint8_t v : local_layers)
+      if (v) return true;
+    return false;
+  }
+  // query_scale, or 1/sqrt(head_dim) when it is 0.
+  float attention_scale() const {
+    return query_scale > 0.0f ? query_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+  }
 };
 
 // Identifies the model a cache came from. Two caches are interchangeable only if all fields match.

@@ -119,6 +119,9 @@ Selection select_heads(const DocumentScores& scores, double head_ratio, uint32_t
     sel.kept_doc += n_c - first;
   }
   sel.achieved_ratio = sel.total_doc ? double(sel.kept_doc) / double(sel.total_doc) : 1.0;
+  // Hybrid models: local layers keep their reachable window whichever heads are whole (their
+  // heads still count in the head budget: a head score file ranks every head).
+  keep_local_windows(scores, sel);
   return sel;
 }
 
@@ -131,8 +134,10 @@ class HeadLevelScorer final : public Scorer {
   MethodParams params() const override { return {{"level", "head"}}; }
   DocumentScores score(const ScoreInput& in) override {
     detail::check_score_input(in, kHeadLevelMethod);
-    return broadcast_head_scores(head_, in.cache->shape(), in.n_prefix,
-                                 static_cast<uint32_t>(in.document.size()));
+    DocumentScores s = broadcast_head_scores(head_, in.cache->shape(), in.n_prefix,
+                                             static_cast<uint32_t>(in.document.size()));
+    set_hybrid_layout(s, in.forward->config());
+    return s;
   }
 
  private:

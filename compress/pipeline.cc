@@ -4,6 +4,7 @@
 #include "compress/pipeline.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -158,15 +159,27 @@ format::CacheContents make_contents(const model::Model& model, const model::Ragg
   h.method = d.method;
   h.params = d.params;
   h.requested_ratio = d.requested_ratio;
-  uint64_t doc_rows = 0;
-  for (uint32_t l = 0; l < s.n_layers; ++l)
+  // Hybrid models: the ratio counts the global layers' document rows (compress/selection.h); the
+  // fraction over every layer is recorded beside it as the parameter "all_layers_ratio".
+  const ModelConfig& cfg = model.config();
+  uint64_t doc_rows = 0, all_rows = 0, global_layers = 0;
+  for (uint32_t l = 0; l < s.n_layers; ++l) {
+    global_layers += !cfg.is_local(l);
     for (uint32_t hh = 0; hh < s.n_kv_heads; ++hh) {
       const uint32_t* p = cache.positions(l, hh);
       const uint32_t n = cache.kept(l, hh);
-      doc_rows += static_cast<uint64_t>(p + n - std::lower_bound(p, p + n, uint32_t(n_p)));
+      const uint64_t rows = static_cast<uint64_t>(p + n - std::lower_bound(p, p + n, uint32_t(n_p)));
+      all_rows += rows;
+      if (!cfg.is_local(l)) doc_rows += rows;
     }
-  const uint64_t total = uint64_t(s.n_layers) * s.n_kv_heads * n_c;
+  }
+  const uint64_t total = global_layers * s.n_kv_heads * n_c, total_all = uint64_t(s.n_layers) * s.n_kv_heads * n_c;
   h.achieved_ratio = total ? double(doc_rows) / double(total) : 1.0;
+  if (cfg.hybrid()) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.6f", total_all ? double(all_rows) / double(total_all) : 1.0);
+    h.params.emplace_back("all_layers_ratio", buf);
+  }
   c.layers = layers_from_cache(cache, kept_scores);
   c.has_scores = !kept_scores.empty();
   set_kv_dtype(c, d.kv);  // the kept rows only: selection, then quantization

@@ -27,6 +27,12 @@ struct DocumentScores {
   uint32_t n_prefix = 0;      // n_p: rows before the document (not scored)
   uint32_t n_doc = 0;         // n_c
   std::vector<float> values;  // (L, Hkv, n_c); +inf marks rows a method always keeps
+  // Hybrid attention (Gemma 3): the model's sliding-window layers and window. Selection keeps a
+  // local layer's reachable rows (the document's last window - 1) whatever its scores, and the
+  // ratio counts the global layers' rows only (compress/selection.h). Empty: every layer global.
+  std::vector<uint8_t> local_layers;  // (L) or empty
+  uint32_t window = 0;
+  bool is_local(uint32_t layer) const { return layer < local_layers.size() && local_layers[layer]; }
 
   float at(uint32_t layer, uint32_t kv_head, uint32_t j) const {
     return values[(size_t(layer) * shape.n_kv_heads + kv_head) * n_doc + j];

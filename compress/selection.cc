@@ -68,6 +68,28 @@ void check_ratio(double ratio) {
                     "e.g. 0.3");
 }
 
+void set_hybrid_layout(DocumentScores& s, const ModelConfig& c) {
+  s.local_layers.clear();
+  s.window = 0;
+  if (!c.hybrid()) return;
+  s.local_layers = c.local_layers;
+  s.window = c.sliding_window;
+}
+
+void keep_local_windows(const DocumentScores& s, Selection& sel) {
+  const uint32_t L = s.shape.n_layers, H = s.shape.n_kv_heads, n_p = s.n_prefix, n_c = s.n_doc;
+  const uint32_t reach = s.window > 0 ? std::min(n_c, s.window - 1) : n_c;
+  for (uint32_t l = 0; l < L; ++l) {
+    if (!s.is_local(l)) continue;
+    for (uint32_t h = 0; h < H; ++h) {
+      std::vector<uint32_t>& rows = sel.keep[size_t(l) * H + h];
+      rows.clear();
+      for (uint32_t r = 0; r < n_p; ++r) rows.push_back(r);
+      for (uint32_t j = n_c - reach; j < n_c; ++j) rows.push_back(n_p + j);
+    }
+  }
+}
+
 Selection select_rows(const DocumentScores& scores, double ratio, SelectionLevel level) {
   check_ratio(ratio);
   const size_t L = scores.shape.n_layers, H = scores.shape.n_kv_heads, n_c = scores.n_doc;
@@ -81,23 +103,38 @@ Selection select_rows(const DocumentScores& scores, double ratio, SelectionLevel
 
   std::vector<uint8_t> mask(N);
   const float* s = scores.values.data();
+  const size_t slice = H * n_c;  // one layer's scores
+  std::vector<size_t> global_layers;
+  for (size_t l = 0; l < L; ++l)
+    if (!scores.is_local(uint32_t(l))) global_layers.push_back(l);
+  const size_t Ng = global_layers.size() * slice;
   switch (level) {
     case SelectionLevel::Global:
-      top_k(s, N, round_count(ratio * double(N)), mask.data());
+      if (Ng == N) {
+        top_k(s, N, round_count(ratio * double(N)), mask.data());
+      } else {  // hybrid: one threshold over the global layers' scores only
+        std::vector<float> g(Ng);
+        std::vector<uint8_t> gm(Ng);
+        for (size_t i = 0; i < global_layers.size(); ++i)
+          std::copy_n(s + global_layers[i] * slice, slice, g.begin() + i * slice);
+        top_k(g.data(), Ng, round_count(ratio * double(Ng)), gm.data());
+        for (size_t i = 0; i < global_layers.size(); ++i)
+          std::copy_n(gm.begin() + i * slice, slice, mask.begin() + global_layers[i] * slice);
+      }
       break;
     case SelectionLevel::PerLayer:
-      for (size_t l = 0; l < L; ++l)
-        top_k(s + l * H * n_c, H * n_c, round_count(ratio * double(H * n_c)),
-              mask.data() + l * H * n_c);
+      for (size_t l : global_layers)
+        top_k(s + l * slice, slice, round_count(ratio * double(slice)), mask.data() + l * slice);
       break;
     case SelectionLevel::PerHead:
-      for (size_t i = 0; i < L * H; ++i)
-        top_k(s + i * n_c, n_c, floor_count(ratio * double(n_c)), mask.data() + i * n_c);
+      for (size_t l : global_layers)
+        for (size_t h = 0; h < H; ++h)
+          top_k(s + (l * H + h) * n_c, n_c, floor_count(ratio * double(n_c)), mask.data() + (l * H + h) * n_c);
       break;
   }
 
   Selection sel;
-  sel.total_doc = N;
+  sel.total_doc = Ng;
   sel.keep.resize(L * H);
   const uint32_t n_p = scores.n_prefix;
   for (size_t i = 0; i < L * H; ++i) {
@@ -106,9 +143,10 @@ Selection select_rows(const DocumentScores& scores, double ratio, SelectionLevel
     for (uint32_t r = 0; r < n_p; ++r) rows.push_back(r);
     for (size_t j = 0; j < n_c; ++j)
       if (mask[i * n_c + j]) rows.push_back(n_p + static_cast<uint32_t>(j));
-    sel.kept_doc += rows.size() - n_p;
+    sel.kept_doc += rows.size() - n_p;  // local layers' masks are empty here
   }
-  sel.achieved_ratio = N ? double(sel.kept_doc) / double(N) : 1.0;
+  sel.achieved_ratio = Ng ? double(sel.kept_doc) / double(Ng) : 1.0;
+  keep_local_windows(scores, sel);
   return sel;
 }
 
@@ -128,8 +166,8 @@ EvictResult evict(const model::KvCache& dense, const DocumentScores& scores, con
   for (uint32_t l = 0; l < shape.n_layers; ++l)
     for (uint32_t h = 0; h < shape.n_kv_heads; ++h)
       for (uint32_t row : selection.keep[size_t(l) * shape.n_kv_heads + h])
-        r.kept_scores[l].push_back(row < n_p ? std::numeric_limits<float>::infinity()
-                                             : scores.at(l, h, row - n_p));
+        r.kept_scores[l].push_back(row < n_p || scores.is_local(l) ? std::numeric_limits<float>::infinity()
+                                                                   : scores.at(l, h, row - n_p));
   return r;
 }
 

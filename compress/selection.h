@@ -24,14 +24,28 @@ const char* selection_level_name(SelectionLevel level);
 // Throws Errc::invalid_argument unless 0 < ratio <= 1 (and finite).
 void check_ratio(double ratio);
 
+// Hybrid models (DocumentScores::local_layers): what the ratio counts. A local layer's query sees
+// only its last `window` positions, so of the document the rows any later query can reach are the
+// last window - 1 (the first query token is the window's last row); those are kept in every local
+// layer, with the prefix rows (as in every layer), and nothing else. --ratio and every level
+// (global, per-layer, per-head) apply to the global layers' document rows only: the budget is
+// round(r·L_g·Hkv·n_c) (per level as below), and kept_doc / total_doc / achieved_ratio count
+// global layers only. The fraction of all document rows kept is reported beside it (make_contents).
 struct Selection {
   // (L·Hkv) ascending dense row indices to keep per (layer, head): all prefix rows, then the kept
   // document rows.
   std::vector<std::vector<uint32_t>> keep;
-  uint64_t kept_doc = 0;     // document rows kept, over all (layer, head)
-  uint64_t total_doc = 0;    // L·Hkv·n_c
+  uint64_t kept_doc = 0;     // document rows kept, over all (layer, head); global layers on a hybrid model
+  uint64_t total_doc = 0;    // L·Hkv·n_c; L_g·Hkv·n_c on a hybrid model
   double achieved_ratio = 1.0;  // kept_doc / total_doc (1 for an empty document)
 };
+
+// Copies the model's hybrid layout (local layers, window) into scores; nothing for a model whose
+// layers are all global.
+void set_hybrid_layout(DocumentScores& scores, const ModelConfig& config);
+// Overrides every local layer's keep list with its reachable rows (prefix + the document's last
+// window - 1); a no-op without local layers. select_rows calls it; head-level selection too.
+void keep_local_windows(const DocumentScores& scores, Selection& selection);
 
 // Tie policy: the budget is always met exactly; among equal scores at the cut the row with the
 // lower flat index (layer, head, position) is kept. (The authors' code keeps only scores strictly

@@ -59,6 +59,12 @@ void validate_header(const CacheHeader& h) {
             std::to_string(h.logical_length()));
   check_range(static_cast<uint32_t>(h.rope_scaling.kind), 0, 2, "rope_scaling.kind");
   check_float(h.rope_base, "rope_base");
+  if (!h.local_layers.empty()) {
+    if (h.local_layers.size() != h.n_layers) invalid("local_layers must have one entry per layer");
+    if (h.sliding_window == 0) invalid("sliding_window must be > 0 with local layers");
+    check_float(h.rope_local_base, "rope_local_base");
+    if (!(h.rope_local_base > 0)) invalid("rope_local_base must be > 0 with local layers");
+  }
   if (!(h.rope_base > 0)) invalid("rope_base must be > 0");
   check_float(h.rope_scaling.factor, "rope_scaling.factor");
   check_float(h.rope_scaling.low_freq_factor, "rope_scaling.low_freq_factor");
@@ -161,6 +167,14 @@ void set_model(CacheHeader& h, const ModelConfig& config, const ModelFingerprint
   h.rope_layout = RopeLayout::HalfSplit;
   h.rope_base = config.rope_base;
   h.rope_scaling = config.rope_scaling;
+  h.local_layers.clear();
+  h.sliding_window = 0;
+  h.rope_local_base = 0.0f;
+  if (config.hybrid()) {
+    h.local_layers = config.local_layers;
+    h.sliding_window = config.sliding_window;
+    h.rope_local_base = config.rope_local_base;
+  }
 }
 
 void check_shape(const CacheHeader& h, const ModelConfig& c) {
@@ -180,6 +194,19 @@ void check_shape(const CacheHeader& h, const ModelConfig& c) {
       a.high_freq_factor != b.high_freq_factor || a.original_context != b.original_context)
     mismatch("rope_scaling", "kind " + std::to_string(static_cast<uint32_t>(a.kind)),
              "kind " + std::to_string(static_cast<uint32_t>(b.kind)) + " (or other scaling fields)");
+  auto locals = [](const std::vector<uint8_t>& v) {
+    std::string out;
+    for (size_t l = 0; l < v.size(); ++l)
+      if (v[l]) out += (out.empty() ? "" : ",") + std::to_string(l);
+    return out.empty() ? std::string("none") : out;
+  };
+  const std::vector<uint8_t> model_local = c.hybrid() ? c.local_layers : std::vector<uint8_t>{};
+  if (locals(h.local_layers) != locals(model_local))
+    mismatch("local (sliding-window) layers", locals(h.local_layers), locals(model_local));
+  if (!model_local.empty() && (h.sliding_window != c.sliding_window || h.rope_local_base != c.rope_local_base))
+    mismatch("sliding window", std::to_string(h.sliding_window) + " (local rope base " +
+                                   std::to_string(h.rope_local_base) + ")",
+             std::to_string(c.sliding_window) + " (local rope base " + std::to_string(c.rope_local_base) + ")");
 }
 
 }  // namespace kvzip::format

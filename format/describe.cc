@@ -173,6 +173,15 @@ std::string describe_text(const CacheReader& r, const DescribeOptions& opt) {
     << detail::hex64(h.model.weights_hash) << "\n";
   o << "shape        layers " << h.n_layers << ", kv heads " << h.n_kv_heads << ", head dim " << h.head_dim << "\n";
   o << "rope         half-split, base " << shortest(h.rope_base) << ", scaling " << scaling_text(h.rope_scaling) << "\n";
+  if (!h.local_layers.empty()) {
+    std::string list;
+    uint32_t n_local = 0;
+    for (size_t l = 0; l < h.local_layers.size(); ++l)
+      if (h.local_layers[l]) list += (n_local++ ? "," : "") + std::to_string(l);
+    o << "attention    hybrid: " << n_local << " sliding-window layers (" << list << "), window " << h.sliding_window
+      << ", rope base " << shortest(h.rope_local_base) << "; ratio counts the " << h.n_layers - n_local
+      << " global layers\n";
+  }
   o << "kv dtype     " << dtype_name(h.kv_dtype);
   if (dtype_quantized(h.kv_dtype)) {
     o << ", groups of " << h.kv_group_size << " channels (byte scale code + zero point each), per-head "
@@ -193,8 +202,14 @@ std::string describe_text(const CacheReader& r, const DescribeOptions& opt) {
     o << (i ? ", " : " (") << escape(h.params[i].first, false) << "=" << escape(h.params[i].second, false)
       << (i + 1 == h.params.size() ? ")" : "");
   o << "\n";
-  o << "ratio        requested " << fmt("%.4f", h.requested_ratio) << ", achieved " << fmt("%.4f", h.achieved_ratio)
-    << " (" << st.doc_kept << " of " << st.doc_total << " document rows kept)\n";
+  if (h.local_layers.empty()) {
+    o << "ratio        requested " << fmt("%.4f", h.requested_ratio) << ", achieved " << fmt("%.4f", h.achieved_ratio)
+      << " (" << st.doc_kept << " of " << st.doc_total << " document rows kept)\n";
+  } else {  // the ratio is over the global layers; every layer's rows beside it
+    o << "ratio        requested " << fmt("%.4f", h.requested_ratio) << ", achieved " << fmt("%.4f", h.achieved_ratio)
+      << " of the global layers' document rows; all layers " << st.doc_kept << " of " << st.doc_total << " ("
+      << fmt("%.4f", st.doc_total ? double(st.doc_kept) / double(st.doc_total) : 1.0) << ")\n";
+  }
   o << "rows         " << st.rows << " kept in all layers and heads (" << st.rows - st.doc_kept
     << " prefix, always kept)\n";
   o << "scores       " << (r.has_scores() ? "yes (prune without the model is possible)" : "no") << "\n";
@@ -247,6 +262,14 @@ std::string describe_json(const CacheReader& r, const DescribeOptions& opt) {
   o << "},\n";
   o << "  \"ratio\": {\"requested\": " << shortest(h.requested_ratio) << ", \"achieved\": "
     << shortest(h.achieved_ratio) << "},\n";
+  if (!h.local_layers.empty()) {
+    o << "  \"hybrid\": {\"local_layers\": [";
+    bool first = true;
+    for (size_t l = 0; l < h.local_layers.size(); ++l)
+      if (h.local_layers[l]) o << (first ? "" : ", ") << l, first = false;
+    o << "], \"sliding_window\": " << h.sliding_window << ", \"rope_local_base\": " << shortest(h.rope_local_base)
+      << ", \"ratio_counts\": \"global layers\"},\n";
+  }
   o << "  \"document_rows\": {\"kept\": " << st.doc_kept << ", \"total\": " << st.doc_total << "},\n";
   o << "  \"rows\": " << st.rows << ",\n  \"has_scores\": " << (r.has_scores() ? "true" : "false") << ",\n";
   o << "  \"checksums\": \"" << (all_checked(sections) ? "verified" : "metadata_only") << "\",\n";

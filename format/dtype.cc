@@ -47,6 +47,8 @@ uint32_t dtype_bits(DType t) {
   return 8 * dtype_size(t);
 }
 
+uint16_t min_minor(const CacheHeader& h) { return h.local_layers.empty() ? 0 : 1; }
+
 std::optional<DType> parse_dtype(std::string_view name) {
   if (name == "f32") return DType::F32;
   if (name == "f16") return DType::F16;

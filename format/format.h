@@ -21,9 +21,10 @@
 namespace kvzip::format {
 
 inline constexpr uint16_t kVersionMajor = 1;  // this build reads every v1.x
-// The minor version this build writes. Readers decide nothing on it (the registry ids do), so a
-// file of a later minor version that uses only known ids stays readable (spec "Compatibility").
-inline constexpr uint16_t kVersionMinor = 0;
+// The newest minor version this build writes (1: hybrid-attention models, min_minor). Readers
+// decide nothing on it (the registry ids do), so a file of a later minor version that uses only
+// known ids stays readable (spec "Compatibility").
+inline constexpr uint16_t kVersionMinor = 1;
 
 // Storage type of K/V rows; the value is the file's registry id (spec "Dtype registry"), never
 // renumbered or reused. Ids 4 … 9 are reserved and refused. Q8 and Q4 are group-wise quantized
@@ -40,6 +41,10 @@ uint32_t dtype_size(DType t);                        // bytes per element; q8/q4
 bool dtype_quantized(DType t);                       // q8, q4
 uint32_t dtype_bits(DType t);                        // bits per stored K/V value (codes for q8/q4)
 std::optional<DType> parse_dtype(std::string_view name);
+struct CacheHeader;
+// The minor version a file with this header records: 1 with local (sliding-window) layers (the
+// model.local_layers keys), else 0.
+uint16_t min_minor(const CacheHeader& h);
 const char* codec_name(Codec c);                     // "none", "zstd"
 
 // The method parameter "query_template" says how a question follows the document at query time
@@ -58,6 +63,13 @@ struct CacheHeader {
   RopeLayout rope_layout = RopeLayout::HalfSplit;
   float rope_base = 10000.0f;   // theta
   RopeScaling rope_scaling;
+  // Hybrid attention (v1.1; Gemma 3): local_layers (L) marks the sliding-window layers, which see
+  // only their last `sliding_window` positions and rotate with rope_local_base (unscaled); their
+  // kept rows are the document's last window - 1 and the ratio counts the other layers' rows.
+  // Empty: every layer global (sliding_window and rope_local_base 0).
+  std::vector<uint8_t> local_layers;
+  uint32_t sliding_window = 0;
+  float rope_local_base = 0.0f;
   DType kv_dtype = DType::F32;  // how K/V rows are stored (LayerKv::k/v are f32 in memory)
   uint32_t kv_group_size = 0;   // q8/q4: channels per quantization group (divides D); else 0
   // q8/q4: rows at positions < kv_f16_below are stored as f16 instead of being quantized (kvzip

@@ -112,6 +112,7 @@ class MetaReader {
                     std::to_string(hi) + "]");
     return v;
   }
+  bool has(const char* key) const { return entries_.count(key) != 0; }
   double ratio(const char* key) {
     double d = f64(key);
     if (!(d >= 0.0 && d <= 1.0)) fail(key, "value " + std::to_string(d) + " outside [0, 1]");
@@ -253,6 +254,14 @@ std::vector<uint8_t> encode_meta(const CacheHeader& h) {
   w.f64("model.rope_scaling.low_freq_factor", h.rope_scaling.low_freq_factor);
   w.f64("model.rope_scaling.high_freq_factor", h.rope_scaling.high_freq_factor);
   w.u64("model.rope_scaling.original_context", h.rope_scaling.original_context);
+  if (!h.local_layers.empty()) {  // v1.1: hybrid attention (sliding-window layers)
+    std::vector<uint32_t> local;
+    for (uint32_t l = 0; l < h.local_layers.size(); ++l)
+      if (h.local_layers[l]) local.push_back(l);
+    w.u32s("model.local_layers", local);
+    w.u64("model.sliding_window", h.sliding_window);
+    w.f64("model.rope_local_base", h.rope_local_base);
+  }
   w.u64("kv.dtype", static_cast<uint32_t>(h.kv_dtype));
   if (dtype_quantized(h.kv_dtype)) {
     w.u64("kv.quant.group_size", h.kv_group_size);
@@ -300,6 +309,17 @@ CacheHeader decode_meta(const uint8_t* data, uint64_t size, const std::string& w
   h.rope_scaling.high_freq_factor = m.f32("model.rope_scaling.high_freq_factor");
   h.rope_scaling.original_context =
       static_cast<uint32_t>(m.range("model.rope_scaling.original_context", 0, 0xFFFFFFFFull));
+  if (m.has("model.local_layers")) {  // v1.1: all three keys together
+    h.local_layers.assign(h.n_layers, 0);
+    for (uint32_t l : m.u32s("model.local_layers")) {
+      if (l >= h.n_layers || h.local_layers[l])
+        m.fail("model.local_layers", "layer " + std::to_string(l) + " is out of range or listed twice");
+      h.local_layers[l] = 1;
+    }
+    h.sliding_window = static_cast<uint32_t>(m.range("model.sliding_window", 1, 0xFFFFFFFFull));
+    h.rope_local_base = m.f32("model.rope_local_base");
+    if (!(h.rope_local_base > 0)) m.fail("model.rope_local_base", "must be > 0");
+  }
   const uint64_t dtype = m.u64("kv.dtype");
   if (dtype >= kReservedDtypeFirst && dtype <= kReservedDtypeLast)
     m.fail("kv.dtype", "id " + std::to_string(dtype) +

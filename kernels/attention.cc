@@ -8,6 +8,9 @@
 namespace kvzip::kernels {
 
 void check_cuda_attention(const AttentionArgs& a) {
+  if (a.window)
+    throw Error(Errc::unsupported, "attention on cuda: a sliding window (AttentionArgs::window) has no CUDA "
+                                   "kernel; run this model on the CPU device");
   if (a.local)
     throw Error(Errc::unsupported,
                 "attention on cuda: local statistics (AttentionArgs::local, LocalMaxProb) have no "
@@ -26,6 +29,16 @@ void check_cuda_attention(const AttentionArgs& a) {
                 "attention on cuda: composed caches (blocks at shifted positions, row limits and "
                 "skips) have no CUDA kernel; answer over several caches on the CPU device");
   KVZIP_ASSERT(a.out != nullptr);  // without statistics, attention with no output does nothing
+}
+
+void check_window(const AttentionArgs& a) {
+  if (!a.window) return;
+  if (a.local)
+    throw Error(Errc::unsupported, "attention: local statistics over a sliding-window layer are not supported");
+  for (uint32_t h = 0; a.kv && h < a.Hkv; ++h)
+    if (a.kv[h].quantized())
+      throw Error(Errc::unsupported, "attention: a sliding-window layer over quantized (q8/q4) rows is not "
+                                     "supported; keep that layer's rows in f32");
 }
 
 }  // namespace kvzip::kernels

@@ -111,6 +111,11 @@ struct AttentionArgs {
   const float* part_rot = nullptr;  // (n_parts, 2, D/2): cos, then sin, of each part's query
                                     // rotation (kernels/rope.h pairs); null: no rotation
   uint32_t n_parts = 0;
+  // Sliding window (a local layer of a hybrid model): > 0 limits query token i further to rows
+  // (len - T + i - window, len - T + i], its last `window` rows, itself included. Rows are the
+  // span's rows, so a cache whose local layers keep consecutive positions (model/kv_cache.h) gets
+  // the model's positional window. CPU, f32 spans, no `local` statistics (else Errc::unsupported).
+  uint32_t window = 0;
 };
 
 // Bit j of a KvSpan::skip bitmap.
@@ -136,6 +141,9 @@ void transpose_key_tiles(const float* k, uint32_t n, uint32_t D, float* out);
 // Composed caches (AttentionArgs::parts, KvSpan::limit/skip, non-causal calls) are CPU only:
 // Errc::unsupported.
 void check_cuda_attention(const AttentionArgs& a);
+// Refuses (Errc::unsupported) a windowed call the CPU kernel cannot run: quantized rows or
+// local statistics together with a window.
+void check_window(const AttentionArgs& a);
 
 // CUDA twins (kernels/cuda/attention.cu), fp32 in and out, fp32 accumulation, D in {64, 128}.
 // q, out and every span's k/v are device memory; `kv` itself is a HOST array of at most

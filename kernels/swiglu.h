@@ -1,4 +1,6 @@
 // SwiGLU front: y = silu(gate) * up elementwise, silu(g) = g / (1 + e^-g). y may equal gate.
+// With `gelu` set it is GeGLU instead (Gemma): y = gelu_tanh(gate) * up, gelu_tanh(g) =
+// g / (1 + e^(-2z)), z = sqrt(2/pi)·(g + 0.044715·g^3), which is 0.5·g·(1 + tanh z). CPU only.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -12,6 +14,7 @@ struct SwigluArgs {
   const float* up = nullptr;    // (n)
   float* y = nullptr;           // (n); may be gate or up
   size_t n = 0;
+  bool gelu = false;  // GeGLU (tanh-approximated GELU) instead of silu
 };
 
 namespace cpu {
@@ -25,9 +28,9 @@ void swiglu_bf16(const SwigluArgs& a, uint16_t* y_bf16, void* stream);
 
 inline void swiglu(const Exec& ex, const SwigluArgs& a) {
 #if KVZIP_HAVE_CUDA
-  if (ex.device == Device::Cuda) return cuda::swiglu(a, ex.stream);
+  if (ex.device == Device::Cuda && !a.gelu) return cuda::swiglu(a, ex.stream);
 #endif
-  require_cpu(ex, "swiglu");
+  require_cpu(ex, a.gelu ? "geglu" : "swiglu");
   cpu::swiglu(ex.pool, a);
 }
 

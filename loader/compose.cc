@@ -106,6 +106,10 @@ std::unique_ptr<model::ComposedCache> compose(model::Forward& forward, const mod
   if (K < 2 || K > o.max_docs)
     throw Error(Errc::invalid_argument, "compose: " + std::to_string(K) + " caches; a composition takes 2 to " +
                                             std::to_string(o.max_docs));
+  for (const format::CacheHeader* h : headers)
+    if (!h->local_layers.empty())
+      throw Error(Errc::unsupported, "compose: caches of a model with sliding-window layers (" + h->model.arch +
+                                         ") are not composed in this version; answer them one at a time");
   if (!(o.blend >= 0.0 && o.blend <= 1.0))
     throw Error(Errc::invalid_argument, "compose: blend " + std::to_string(o.blend) + " is outside [0, 1]");
   ComposePlan plan = plan_composition(headers, tokenizer, o);

@@ -282,7 +282,9 @@ model::QuantBase quant_base_from_reader(const format::CacheReader& reader) {
 }
 
 model::KvBase base_from_reader(const format::CacheReader& reader, uint32_t room, KvForm form, bool key_tiles) {
-  if (form == KvForm::Auto && format::dtype_quantized(reader.header().kv_dtype))
+  // A hybrid model's file loads dequantized: sliding-window attention has no kernel over
+  // quantized rows (kernels/attention.h AttentionArgs::window).
+  if (form == KvForm::Auto && format::dtype_quantized(reader.header().kv_dtype) && reader.header().local_layers.empty())
     return model::KvBase(quant_base_from_reader(reader));
   model::RaggedKvCache cache = cache_from_reader(reader, room);
   if (key_tiles) cache.make_key_tiles();

@@ -46,6 +46,7 @@ model::QuantBase quant_base_from_reader(const format::CacheReader& reader);
 // RaggedKvCache. Other dtypes are always f32. An f32 base also keeps its keys transposed for the
 // CPU attention (RaggedKvCache::make_key_tiles: every decode step over it then skips that copy)
 // unless key_tiles is false (a base only uploaded to the GPU).
+// A file with sliding-window layers (CacheHeader::local_layers) is always dequantized on the CPU.
 enum class KvForm { Auto, F32 };
 model::KvBase base_from_reader(const format::CacheReader& reader, uint32_t room = 512, KvForm form = KvForm::Auto,
                         bool key_tiles = true);

@@ -5,6 +5,10 @@
 //            <|start_header_id|>user<|end_header_id|>\n\n{user}<|eot_id|>
 //            <|start_header_id|>assistant<|end_header_id|>\n\n ; contents are trimmed (`| trim`);
 //            3.1+ templates always emit the system turn, opening with a knowledge/date header.
+//  Gemma   : <bos><start_of_turn>user\n[{sys}\n\n]{user}<end_of_turn>\n<start_of_turn>model\n ;
+//            contents trimmed; the system text opens the first user turn (Gemma has no system role).
+//  Plain   : <bos>[{sys}\n\n]{user}\nAnswer: ; later turns {answer}\n\n{user}\nAnswer: . Stops on
+//            eos and on the newline tokens, so a base model's answer ends with its line.
 //  Later turns (next_turn): {answer}<end of turn> then a user turn and the assistant opener as above.
 #include "model/chat_template.h"
 
@@ -21,6 +25,9 @@ constexpr std::string_view kHeaderStart = "<|start_header_id|>";
 constexpr std::string_view kHeaderEnd = "<|end_header_id|>";
 constexpr std::string_view kBeginOfText = "<|begin_of_text|>";
 constexpr std::string_view kEotId = "<|eot_id|>";
+constexpr std::string_view kStartOfTurn = "<start_of_turn>";
+constexpr std::string_view kEndOfTurn = "<end_of_turn>";
+constexpr std::string_view kPlainAnswer = "\nAnswer:";
 // Llama 3.1's template writes this header (with its fallback date) at the top of the system turn.
 constexpr std::string_view kKnowledgeMarker = "Cutting Knowledge Date:";
 constexpr std::string_view kLlama31Header = "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
@@ -86,8 +93,12 @@ ChatTemplate::ChatTemplate(const Tokenizer& tokenizer) : tok_(&tokenizer), forma
   } else if (t.find(kHeaderStart) != std::string::npos) {
     format_ = ChatFormat::Llama3;
     if (t.find(kKnowledgeMarker) != std::string::npos) system_header_ = kLlama31Header;
+  } else if (t.find(kStartOfTurn) != std::string::npos) {
+    format_ = ChatFormat::Gemma;
   } else if (t.empty() && tokenizer.token_id(kImStart) >= 0 && tokenizer.token_id(kImEnd) >= 0) {
     format_ = ChatFormat::ChatMl;  // no template: ChatML, the vocabulary has its tokens
+  } else if (t.empty()) {
+    format_ = ChatFormat::Plain;  // a base model: document, question, answer
   } else {
     std::string head = t.substr(0, 60);
     throw Error(Errc::unsupported,
@@ -114,6 +125,14 @@ int32_t ChatTemplate::require_token(std::string_view text) const {
 }
 
 void ChatTemplate::init_tokens() {
+  if (format_ == ChatFormat::Gemma || format_ == ChatFormat::Plain) {
+    trim_messages_ = format_ == ChatFormat::Gemma;
+    begin_ = tok_->add_bos() ? tok_->bos() : -1;
+    if (format_ == ChatFormat::Plain) return;
+    turn_open_ = require_token(kStartOfTurn);
+    turn_close_ = require_token(kEndOfTurn);
+    return;
+  }
   if (format_ == ChatFormat::ChatMl) {
     turn_open_ = require_token(kImStart);
     turn_close_ = require_token(kImEnd);
@@ -129,6 +148,17 @@ void ChatTemplate::init_tokens() {
 }
 
 void ChatTemplate::add_prefix(Pieces& p, std::string_view system) const {
+  if (format_ == ChatFormat::Gemma || format_ == ChatFormat::Plain) {
+    if (begin_ >= 0) p.push_back({begin_, ""});
+    if (format_ == ChatFormat::Gemma) {
+      p.push_back({turn_open_, ""});
+      p.push_back({-1, "user\n"});
+    }
+    std::string_view sys = system.empty() ? std::string_view(default_system_) : system;
+    if (trim_messages_) sys = trim(sys);
+    if (!sys.empty()) p.push_back({-1, std::string(sys) + "\n\n"});
+    return;
+  }
   if (format_ == ChatFormat::ChatMl) {
     std::string_view sys = system.empty() ? std::string_view(default_system_) : system;
     if (!sys.empty()) {
@@ -158,6 +188,17 @@ void ChatTemplate::add_prefix(Pieces& p, std::string_view system) const {
 
 void ChatTemplate::add_suffix(Pieces& p, std::string_view user_tail) const {
   p.push_back({-1, std::string(user_tail)});
+  if (format_ == ChatFormat::Plain) {
+    p.push_back({-1, std::string(kPlainAnswer)});
+    return;
+  }
+  if (format_ == ChatFormat::Gemma) {
+    p.push_back({turn_close_, ""});
+    p.push_back({-1, "\n"});
+    p.push_back({turn_open_, ""});
+    p.push_back({-1, "model\n"});
+    return;
+  }
   p.push_back({turn_close_, ""});
   if (format_ == ChatFormat::ChatMl) {
     p.push_back({-1, "\n"});
@@ -173,8 +214,17 @@ void ChatTemplate::add_suffix(Pieces& p, std::string_view user_tail) const {
 
 void ChatTemplate::add_next_turn(Pieces& p, std::string_view answer, std::string_view user) const {
   p.push_back({-1, std::string(trim_messages_ ? trim(answer) : answer)});
+  if (format_ == ChatFormat::Plain) {
+    p.push_back({-1, "\n\n"});
+    add_suffix(p, user);
+    return;
+  }
   p.push_back({turn_close_, ""});
-  if (format_ == ChatFormat::ChatMl) {
+  if (format_ == ChatFormat::Gemma) {
+    p.push_back({-1, "\n"});
+    p.push_back({turn_open_, ""});
+    p.push_back({-1, "user\n"});
+  } else if (format_ == ChatFormat::ChatMl) {
     p.push_back({-1, "\n"});
     p.push_back({turn_open_, ""});
     p.push_back({-1, "user\n"});
@@ -248,7 +298,11 @@ std::string ChatTemplate::render(std::string_view system, std::string_view user,
 }
 
 std::vector<int32_t> ChatTemplate::stop_tokens() const {
-  std::vector<int32_t> ids{turn_close_};
+  std::vector<int32_t> ids;
+  if (turn_close_ >= 0) ids.push_back(turn_close_);
+  if (format_ == ChatFormat::Plain)
+    for (std::string_view nl : {"\n", "\n\n"})
+      if (const std::vector<int32_t> one = tok_->encode(nl, false); one.size() == 1) ids.push_back(one[0]);
   if (tok_->eos() >= 0) ids.push_back(tok_->eos());
   if (tok_->eot() >= 0) ids.push_back(tok_->eot());
   std::sort(ids.begin(), ids.end());

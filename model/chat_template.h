@@ -1,5 +1,6 @@
-// Chat prompt construction as token ids for the two template families kvzip supports, chosen from
-// the model's Jinja template text: ChatML (SmolLM2, Qwen2) and Llama 3. Templates are not run as
+// Chat prompt construction as token ids for the template families kvzip supports, chosen from
+// the model's Jinja template text: ChatML (SmolLM2, Qwen2), Llama 3 and Gemma; a base model without
+// a template (and without ChatML tokens) gets a plain document-question-answer prompt. Templates are not run as
 // Jinja; each family is rendered by code that reproduces what its template produces for one system
 // message and one user turn. Control tokens come only from the template structure: user text,
 // system text and documents are encoded with parse_special = false, so a literal "<|im_end|>" in
@@ -20,14 +21,17 @@ namespace kvzip::model {
 enum class ChatFormat {
   ChatMl,  // <|im_start|>role\n...<|im_end|>\n
   Llama3,  // <|begin_of_text|><|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>
+  Gemma,   // <bos><start_of_turn>user\n...<end_of_turn>\n<start_of_turn>model\n
+  Plain,   // <bos>[system\n\n]document{user tail}\nAnswer: (base models, no chat template)
 };
 
 class ChatTemplate {
  public:
   // Chooses the family from tokenizer.chat_template(): containing "<|im_start|>" -> ChatML,
-  // "<|start_header_id|>" -> Llama 3. An empty template falls back to ChatML without a default
-  // system prompt when the vocabulary has <|im_start|> and <|im_end|>. Anything else throws
-  // Errc::unsupported; a family whose tokens are missing from the vocabulary throws Errc::corrupt.
+  // "<|start_header_id|>" -> Llama 3, "<start_of_turn>" -> Gemma. An empty template falls back to
+  // ChatML without a default system prompt when the vocabulary has <|im_start|> and <|im_end|>, else
+  // to Plain. Any other template throws Errc::unsupported; a family whose tokens are missing from
+  // the vocabulary throws Errc::corrupt.
   // The tokenizer must outlive the template.
   explicit ChatTemplate(const Tokenizer& tokenizer);
   // An explicit family and default system prompt (used when prefix/chat get an empty system; when

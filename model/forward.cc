@@ -22,8 +22,10 @@ struct Forward::Impl {
   ForwardOptions opt;
   kernels::ThreadPool pool;
   std::vector<float> inv_freq;  // (D/2)
+  std::vector<float> inv_freq_local;  // (D/2) local layers' (hybrid models), else empty
   detail::ForwardScratch scratch;
   kernels::RopeTable rope;
+  kernels::RopeTable rope_local;
   std::vector<uint32_t> positions;  // (chunk)
 
   Impl(const Weights& weights, ForwardOptions o) : w(weights), opt(std::move(o)), pool(opt.threads) {}
@@ -48,6 +50,7 @@ Forward::Forward(const Weights& weights, ForwardOptions options) {
   impl_ = std::make_unique<Impl>(weights, std::move(options));
   const ModelConfig& c = weights.config;
   impl_->inv_freq = kernels::rope_inv_freq(c.head_dim, c.rope_base, c.rope_scaling);
+  if (c.hybrid()) impl_->inv_freq_local = kernels::rope_inv_freq(c.head_dim, c.rope_local_base, RopeScaling{});
   impl_->scratch.resize(c, impl_->opt.chunk);
   impl_->positions.resize(impl_->opt.chunk);
   kernels::set_blas_threads(impl_->pool.size());
@@ -63,10 +66,12 @@ kernels::ThreadPool& Forward::pool() { return impl_->pool; }
 
 detail::ChunkContext Forward::Impl::context(uint32_t T) {
   build_rope_table(inv_freq, positions.data(), T, &rope);
+  if (!inv_freq_local.empty()) build_rope_table(inv_freq_local, positions.data(), T, &rope_local);
   detail::ChunkContext c;
   c.w = &w;
   c.ex = kernels::Exec{kernels::Device::Cpu, &pool};
   c.rope = &rope;
+  c.rope_local = inv_freq_local.empty() ? &rope : &rope_local;
   c.positions = positions.data();
   c.T = T;
   c.s = &scratch;

@@ -25,7 +25,8 @@ struct ArchInfo {
   const char* name;
   bool qk_permuted;  // llama.cpp's converter interleaved the Q/K rows (LlamaModel.permute)
 };
-constexpr ArchInfo kArchs[] = {{"llama", true}, {"mistral", true}, {"qwen2", false}};
+constexpr ArchInfo kArchs[] = {
+    {"llama", true}, {"mistral", true}, {"qwen2", false}, {"qwen3", false}, {"gemma3", false}};
 
 const ArchInfo* find_arch(const std::string& arch) {
   for (const ArchInfo& a : kArchs)
@@ -35,6 +36,24 @@ const ArchInfo* find_arch(const std::string& arch) {
 
 [[noreturn]] void fail(const gguf::File& f, Errc code, const std::string& what) {
   throw Error(code, "GGUF '" + f.source() + "': " + what);
+}
+
+// llama.cpp's Gemma 3 constants that the GGUF does not carry: five sliding-window layers, then
+// one global (layers 5, 11, 17, ... global), and the local layers' RoPE base.
+constexpr uint32_t kGemma3SwaPattern = 6;
+constexpr float kGemma3LocalRopeBase = 10000.0f;
+
+void gemma3_config(const gguf::File& f, const std::string& p, ModelConfig& c) {
+  c.qk_norm = true;
+  c.post_norms = true;
+  c.ffn_act = FfnActivation::GeluTanh;
+  c.embed_scale = std::sqrt(float(c.d_model));
+  c.sliding_window = f.get_u32(p + "attention.sliding_window");
+  c.rope_local_base = kGemma3LocalRopeBase;
+  c.local_layers.assign(c.n_layers, 1);
+  for (uint32_t l = 0; l < c.n_layers; ++l)
+    if ((l + 1) % kGemma3SwaPattern == 0) c.local_layers[l] = 0;
+  if (c.sliding_window == 0) fail(f, Errc::corrupt, "key '" + p + "attention.sliding_window' is 0");
 }
 
 // llama.cpp's converter writes a Llama 3.1-style scaling only as rope_freqs.weight, per-pair
@@ -125,7 +144,7 @@ ModelConfig config_from_gguf(const gguf::File& f) {
   c.arch = f.get_string("general.architecture");
   if (!find_arch(c.arch))
     fail(f, Errc::unsupported, "architecture '" + c.arch +
-                                   "' is not supported (supported: llama, mistral, qwen2)");
+                                   "' is not supported (supported: llama, mistral, qwen2, qwen3, gemma3)");
   const std::string p = c.arch + ".";
   c.n_layers = f.get_u32(p + "block_count");
   c.d_model = f.get_u32(p + "embedding_length");
@@ -155,6 +174,8 @@ ModelConfig config_from_gguf(const gguf::File& f) {
   read_rope_scaling(f, p, c);
   c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
   c.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+  c.qk_norm = c.arch == "qwen3";
+  if (c.arch == "gemma3") gemma3_config(f, p, c);
   check_config(f, c);
   return c;
 }
@@ -237,6 +258,14 @@ void load_layer(const gguf::File& f, const ModelConfig& c, uint32_t l, bool perm
     w.bv = load_vector(f, b + "attn_v.bias", kv_rows);               // (Hkv*D)
   }
   w.wo = load_matrix(f, b + "attn_output.weight", q_rows, E);        // (E, Hq*D)
+  if (c.qk_norm) {
+    w.q_norm = load_vector(f, b + "attn_q_norm.weight", D);         // (D)
+    w.k_norm = load_vector(f, b + "attn_k_norm.weight", D);         // (D)
+  }
+  if (c.post_norms) {  // llama.cpp's converter already folded Gemma's 1 + w into these
+    w.post_attn_norm = load_vector(f, b + "post_attention_norm.weight", E);
+    w.post_ffn_norm = load_vector(f, b + "post_ffw_norm.weight", E);
+  }
   w.ffn_norm = load_vector(f, b + "ffn_norm.weight", E);             // (E)
   w.w_gate = load_matrix(f, b + "ffn_gate.weight", E, F);            // (F, E)
   w.w_up = load_matrix(f, b + "ffn_up.weight", E, F);                // (F, E)
@@ -296,6 +325,12 @@ uint64_t tokenizer_hash(const gguf::File& f, XXH64_state_t* s) {
       hash_u64(s, types.size());
       XXH64_update(s, types.data(), types.size() * sizeof(int32_t));
     }
+  }
+  if (f.has("tokenizer.ggml.scores")) {  // SentencePiece-style: the scores set the merge order
+    hash_str(s, "tokenizer.ggml.scores");
+    const auto scores = f.get_f32_array("tokenizer.ggml.scores");
+    hash_u64(s, scores.size());
+    XXH64_update(s, scores.data(), scores.size() * sizeof(float));
   }
   return XXH64_digest(s);
 }

@@ -140,8 +140,41 @@ std::vector<float> load_vector(const Checkpoint& c, const std::string& name, uin
   return out;
 }
 
-void load_layer(const Checkpoint& c, const ModelConfig& cfg, uint32_t l, LayerWeights& w) {
-  const std::string p = "model.layers." + std::to_string(l) + ".";
+// Gemma stores RMSNorm weights as w and computes with 1 + w (GGUF files hold 1 + w already).
+std::vector<float> gemma_norm(std::vector<float> w) {
+  for (float& v : w) v += 1.0f;
+  return w;
+}
+
+// Where the language model's tensors live: "model." (…ForCausalLM), or inside a
+// Gemma3ForConditionalGeneration ("model.language_model." in transformers 5, "language_model.model."
+// before).
+std::string model_prefix(const Checkpoint& c) {
+  for (const char* p : {"model.", "model.language_model.", "language_model.model."})
+    if (c.tensors.count(std::string(p) + "embed_tokens.weight")) return p;
+  return "model.";
+}
+
+void load_layer(const Checkpoint& c, const ModelConfig& cfg, const std::string& prefix, uint32_t l, LayerWeights& w) {
+  const std::string p = prefix + "layers." + std::to_string(l) + ".";
+  if (cfg.arch == "gemma3") {  // Gemma's names for the four norms; every norm computes with 1 + w
+    const uint32_t E = cfg.d_model, F = cfg.d_ffn, D = cfg.head_dim;
+    const uint32_t Q = cfg.n_heads * D, KV = cfg.n_kv_heads * D;
+    w.attn_norm = gemma_norm(load_vector(c, p + "input_layernorm.weight", E, "attention norm"));
+    w.wq = load_matrix(c, p + "self_attn.q_proj.weight", Q, E, "query projection");
+    w.wk = load_matrix(c, p + "self_attn.k_proj.weight", KV, E, "key projection");
+    w.wv = load_matrix(c, p + "self_attn.v_proj.weight", KV, E, "value projection");
+    w.q_norm = gemma_norm(load_vector(c, p + "self_attn.q_norm.weight", D, "query norm"));
+    w.k_norm = gemma_norm(load_vector(c, p + "self_attn.k_norm.weight", D, "key norm"));
+    w.wo = load_matrix(c, p + "self_attn.o_proj.weight", E, Q, "attention output");
+    w.post_attn_norm = gemma_norm(load_vector(c, p + "post_attention_layernorm.weight", E, "post-attention norm"));
+    w.ffn_norm = gemma_norm(load_vector(c, p + "pre_feedforward_layernorm.weight", E, "FFN norm"));
+    w.post_ffn_norm = gemma_norm(load_vector(c, p + "post_feedforward_layernorm.weight", E, "post-FFN norm"));
+    w.w_gate = load_matrix(c, p + "mlp.gate_proj.weight", F, E, "FFN gate");
+    w.w_up = load_matrix(c, p + "mlp.up_proj.weight", F, E, "FFN up");
+    w.w_down = load_matrix(c, p + "mlp.down_proj.weight", E, F, "FFN down");
+    return;
+  }
   const uint32_t E = cfg.d_model, F = cfg.d_ffn, Q = cfg.n_heads * cfg.head_dim, KV = cfg.n_kv_heads * cfg.head_dim;
   w.attn_norm = load_vector(c, p + "input_layernorm.weight", E, "attention norm");
   w.wq = load_matrix(c, p + "self_attn.q_proj.weight", Q, E, "query projection");
@@ -151,6 +184,10 @@ void load_layer(const Checkpoint& c, const ModelConfig& cfg, uint32_t l, LayerWe
     w.bq = load_vector(c, p + "self_attn.q_proj.bias", Q, "query bias");
     w.bk = load_vector(c, p + "self_attn.k_proj.bias", KV, "key bias");
     w.bv = load_vector(c, p + "self_attn.v_proj.bias", KV, "value bias");
+  }
+  if (cfg.qk_norm) {  // Qwen 3
+    w.q_norm = load_vector(c, p + "self_attn.q_norm.weight", cfg.head_dim, "query norm");
+    w.k_norm = load_vector(c, p + "self_attn.k_norm.weight", cfg.head_dim, "key norm");
   }
   w.wo = load_matrix(c, p + "self_attn.o_proj.weight", E, Q, "attention output");
   w.ffn_norm = load_vector(c, p + "post_attention_layernorm.weight", E, "FFN norm");
@@ -250,13 +287,15 @@ HfModel load_hf_model(const std::string& dir) {
                                                  read_text(join(dir, "chat_template.jinja")), cfg.vocab_size);
 
   std::shared_ptr<Checkpoint> c = open_checkpoint(dir);
-  w.tok_embd = load_matrix(*c, "model.embed_tokens.weight", cfg.vocab_size, cfg.d_model, "token embedding");
-  w.output_norm = load_vector(*c, "model.norm.weight", cfg.d_model, "final norm");
+  const std::string prefix = model_prefix(*c);
+  w.tok_embd = load_matrix(*c, prefix + "embed_tokens.weight", cfg.vocab_size, cfg.d_model, "token embedding");
+  w.output_norm = load_vector(*c, prefix + "norm.weight", cfg.d_model, "final norm");
+  if (cfg.arch == "gemma3") w.output_norm = gemma_norm(std::move(w.output_norm));
   if (!cfg.tied_embeddings)
     w.output = load_matrix(*c, "lm_head.weight", cfg.vocab_size, cfg.d_model,
                            "LM head; config.json says tie_word_embeddings is false");
   w.layers.resize(cfg.n_layers);
-  for (uint32_t l = 0; l < cfg.n_layers; ++l) load_layer(*c, cfg, l, w.layers[l]);
+  for (uint32_t l = 0; l < cfg.n_layers; ++l) load_layer(*c, cfg, prefix, l, w.layers[l]);
   out.fingerprint = fingerprint(*c, cfg, out.tokenizer, config);
   w.storage = std::move(c);
   return out;

@@ -98,6 +98,9 @@ void setup_bound(Bounded& b, AttentionCache& cache, const GenerateParams& params
                  const ModelConfig& cfg, size_t prompt_len) {
   b.target = &cache;
   if (!params.rkv) return;
+  if (cfg.hybrid())  // evicting inside a sliding-window layer would break its row = position run
+    throw Error(Errc::unsupported, "generate: a bounded cache (R-KV, streaming) is not supported on a model "
+                                   "with sliding-window layers (" + cfg.arch + ")");
   b.ragged = dynamic_cast<RaggedKvCache*>(&cache);
   if (!b.ragged) {
     const auto* dense = dynamic_cast<const KvCache*>(&cache);
@@ -153,7 +156,7 @@ GenerateResult generate(Forward& forward, AttentionCache& cache, std::span<const
   return result;
 }
 
-PerplexityResult perplexity(Forward& forward, std::span<const int32_t> tokens, uint32_t context) {
+PerplexityResult perplexity(Forward& forward, std::span<const int32_t> tokens, uint32_t context, int32_t bos) {
   const ModelConfig& cfg = forward.config();
   if (context < 2) throw Error(Errc::invalid_argument, "perplexity: context must be >= 2 tokens");
   if (cfg.max_context && context > cfg.max_context)
@@ -167,10 +170,19 @@ PerplexityResult perplexity(Forward& forward, std::span<const int32_t> tokens, u
   PerplexityResult r;
   double nll = 0.0;
   KvCache cache(cfg, std::min<uint32_t>(context, static_cast<uint32_t>(tokens.size())));
-  for (size_t w0 = 0; w0 + 1 < tokens.size(); w0 += context) {
-    const size_t wn = std::min<size_t>(context, tokens.size() - w0);
+  const uint32_t text = bos >= 0 ? context - 1 : context;  // text tokens per window
+  auto score = [&](const float* row, int32_t target) {
+    const float mx = *std::max_element(row, row + V);
+    double sum = 0.0;
+    for (uint32_t v = 0; v < V; ++v) sum += std::exp(double(row[v]) - mx);
+    nll += (std::log(sum) + mx) - row[target];
+    ++r.scored;
+  };
+  for (size_t w0 = 0; w0 + 1 < tokens.size(); w0 += text) {
+    const size_t wn = std::min<size_t>(text, tokens.size() - w0);
     if (wn < 2) break;
     cache.rollback(0);
+    if (bos >= 0) score(forward.prefill(cache, std::span<const int32_t>(&bos, 1), LogitsMode::Last).data(), tokens[w0]);
     for (size_t p0 = 0; p0 < wn; p0 += kPiece) {
       const size_t pn = std::min<size_t>(kPiece, wn - p0);
       std::vector<float> logits =
@@ -178,13 +190,7 @@ PerplexityResult perplexity(Forward& forward, std::span<const int32_t> tokens, u
       for (size_t i = 0; i < pn; ++i) {
         const size_t t = p0 + i;  // position in the window; predicts token t+1
         if (t + 1 >= wn) break;
-        const float* row = logits.data() + i * V;
-        const float mx = *std::max_element(row, row + V);
-        double sum = 0.0;
-        for (uint32_t v = 0; v < V; ++v) sum += std::exp(double(row[v]) - mx);
-        const int32_t target = tokens[w0 + t + 1];
-        nll += (std::log(sum) + mx) - row[target];
-        ++r.scored;
+        score(logits.data() + i * V, tokens[w0 + t + 1]);
       }
     }
     ++r.windows;

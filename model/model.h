@@ -92,7 +92,10 @@ struct PerplexityResult {
 };
 
 // Perplexity of `tokens` over consecutive non-overlapping windows of `context` tokens: in each
-// window every token after the first is predicted from the earlier ones of the same window.
-PerplexityResult perplexity(Forward& forward, std::span<const int32_t> tokens, uint32_t context);
+// window every token after the first is predicted from the earlier ones of the same window. With
+// `bos` >= 0 every window starts with that token and holds context - 1 text tokens, all scored (a
+// model that adds BOS, as llama.cpp does per window; Gemma is far off without it).
+PerplexityResult perplexity(Forward& forward, std::span<const int32_t> tokens, uint32_t context,
+                            int32_t bos = -1);
 
 }  // namespace kvzip::model

@@ -1,8 +1,10 @@
 // Tokenizer: validation of TokenizerData, the encode pipeline (added-token split -> UTF-8 runs ->
-// pre-tokenizer -> BPE per word, with a per-call word cache) and decoding. Invalid UTF-8 bytes are
+// pre-tokenizer -> BPE per word, with a per-call word cache; or added-token split ->
+// SentencePiece-style BPE per fragment) and decoding. Invalid UTF-8 bytes are
 // each encoded alone as their byte token and never reach PCRE2.
 #include "model/tokenizer.h"
 
+#include <optional>
 #include <unordered_map>
 
 #include "common/error.h"
@@ -10,29 +12,30 @@
 #include "model/detail/bpe.h"
 #include "model/detail/bpe_specials.h"
 #include "model/detail/pretokenize.h"
+#include "model/detail/spm.h"
 #include "model/gguf.h"
 
 namespace kvzip::model {
 
 struct Tokenizer::Impl {
   TokenizerData data;
-  detail::BpeModel bpe;
-  detail::PreTokenizer pre;
+  std::optional<detail::BpeModel> bpe;    // gpt2
+  std::optional<detail::PreTokenizer> pre;
+  std::optional<detail::SpmModel> spm;    // llama
   detail::SpecialMatcher control_and_user;  // matched with parse_special
   detail::SpecialMatcher user_only;         // matched always
   std::vector<std::string> bytes;           // id -> decoded bytes
 
-  Impl(TokenizerData d, detail::BpeModel b, detail::PreTokenizer p)
-      : data(std::move(d)), bpe(std::move(b)), pre(std::move(p)) {}
+  explicit Impl(TokenizerData d) : data(std::move(d)) {}
 };
 
 namespace {
 
 void check_basics(const TokenizerData& d) {
-  if (d.model != "gpt2")
+  if (d.model != "gpt2" && d.model != "llama")
     throw Error(Errc::unsupported, "tokenizer.ggml.model = \"" + d.model +
                                        "\" is not supported; kvzip implements byte-level BPE (\"gpt2\") "
-                                       "only, so use a model with a GPT-2 style tokenizer");
+                                       "and SentencePiece-style BPE (\"llama\")");
   if (d.tokens.empty())
     throw Error(Errc::corrupt, "tokenizer.ggml.tokens is empty; the model file has no vocabulary");
   if (!d.token_types.empty() && d.token_types.size() != d.tokens.size())
@@ -114,7 +117,12 @@ TokenizerData tokenizer_data_from_gguf(const gguf::File& f) {
   d.pre = f.get_string_or("tokenizer.ggml.pre", "default");
   d.tokens = f.get_string_array("tokenizer.ggml.tokens");
   if (f.has("tokenizer.ggml.token_type")) d.token_types = f.get_i32_array("tokenizer.ggml.token_type");
-  d.merges = f.get_string_array("tokenizer.ggml.merges");
+  if (d.model != "llama" || f.has("tokenizer.ggml.merges"))
+    d.merges = f.get_string_array("tokenizer.ggml.merges");
+  if (d.model == "llama") {
+    d.scores = f.get_f32_array("tokenizer.ggml.scores");
+    d.add_space_prefix = f.get_bool_or("tokenizer.ggml.add_space_prefix", true);
+  }
   auto id = [&](const char* key) -> int32_t {
     if (!f.has(key)) return -1;
     int64_t v = f.get_i64(key);
@@ -130,7 +138,7 @@ TokenizerData tokenizer_data_from_gguf(const gguf::File& f) {
   d.unk = id("tokenizer.ggml.unknown_token_id");
   d.pad = id("tokenizer.ggml.padding_token_id");
   bool llama3 = d.pre == "llama-bpe" || d.pre == "llama3" || d.pre == "llama-v3";
-  d.add_bos = f.get_bool_or("tokenizer.ggml.add_bos_token", llama3);
+  d.add_bos = f.get_bool_or("tokenizer.ggml.add_bos_token", llama3 || d.model == "llama");
   d.chat_template = f.get_string_or("tokenizer.chat_template", "");
   return d;
 }
@@ -138,15 +146,22 @@ TokenizerData tokenizer_data_from_gguf(const gguf::File& f) {
 
 Tokenizer::Tokenizer(TokenizerData data) {
   check_basics(data);
-  detail::PreTokenizer pre(data.pre);  // throws unsupported for an unknown name
-  detail::BpeModel bpe(data.tokens, data.merges);
-  impl_ = std::make_unique<Impl>(std::move(data), std::move(bpe), std::move(pre));
+  impl_ = std::make_unique<Impl>(std::move(data));
   const TokenizerData& d = impl_->data;
+  const bool spm = d.model == "llama";
+  if (spm) {
+    impl_->spm.emplace(d.tokens, d.scores, d.unk);
+  } else {
+    impl_->pre.emplace(d.pre);  // throws unsupported for an unknown name
+    impl_->bpe.emplace(d.tokens, d.merges);
+  }
   impl_->bytes.reserve(d.tokens.size());
   for (size_t i = 0; i < d.tokens.size(); ++i) {
     TokenType ty = type_of(d, static_cast<int32_t>(i));
     bool added = ty == TokenType::Control || ty == TokenType::UserDefined;
-    impl_->bytes.push_back(added ? d.tokens[i] : detail::byte_level_decode(d.tokens[i]));
+    impl_->bytes.push_back(added ? d.tokens[i]
+                           : spm ? detail::spm_token_bytes(d.tokens[i], ty == TokenType::Byte)
+                                 : detail::byte_level_decode(d.tokens[i]));
     if (added) impl_->control_and_user.add(d.tokens[i], static_cast<int32_t>(i));
     if (ty == TokenType::UserDefined) impl_->user_only.add(d.tokens[i], static_cast<int32_t>(i));
   }
@@ -162,12 +177,18 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
   out.reserve(text.size() / 3 + 1);
   WordCache cache;
   std::vector<std::string_view> words;
-  const Encoders enc{impl_->pre, impl_->bpe};
+  const detail::SpmModel* spm = impl_->spm ? &*impl_->spm : nullptr;
   size_t pos = 0;
+  bool after_added = true;  // llama.cpp's space prefix: the first fragment and those after added tokens
   while (pos < text.size()) {
     detail::SpecialMatcher::Match hit = added.empty() ? detail::SpecialMatcher::Match{} : added.find(text, pos);
     size_t end = hit.len > 0 ? hit.pos : text.size();
-    encode_plain(enc, text.substr(pos, end - pos), cache, words, out);
+    if (spm) {
+      if (end > pos) spm->encode(text.substr(pos, end - pos), impl_->data.add_space_prefix && after_added, out);
+    } else {
+      encode_plain(Encoders{*impl_->pre, *impl_->bpe}, text.substr(pos, end - pos), cache, words, out);
+    }
+    after_added = hit.len > 0;
     if (hit.len == 0) break;
     out.push_back(hit.id);
     pos = hit.pos + hit.len;
@@ -193,7 +214,9 @@ const std::string& Tokenizer::token_text(int32_t id) const {
   return impl_->data.tokens[id];
 }
 
-int32_t Tokenizer::token_id(std::string_view text) const { return impl_->bpe.find(text); }
+int32_t Tokenizer::token_id(std::string_view text) const {
+  return impl_->spm ? impl_->spm->find(text) : impl_->bpe->find(text);
+}
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->data.tokens.size()); }
 
 TokenType Tokenizer::token_type(int32_t id) const {
@@ -213,6 +236,7 @@ int32_t Tokenizer::unk() const { return impl_->data.unk; }
 int32_t Tokenizer::pad() const { return impl_->data.pad; }
 bool Tokenizer::add_bos() const { return impl_->data.add_bos; }
 const std::string& Tokenizer::pre() const { return impl_->data.pre; }
+const std::string& Tokenizer::model() const { return impl_->data.model; }
 const std::string& Tokenizer::chat_template() const { return impl_->data.chat_template; }
 
 std::string StreamDecoder::push(int32_t id) {

@@ -1,6 +1,8 @@
-// Byte-level BPE tokenizer (GPT-2 family: SmolLM2, Llama 3, Qwen2), built from the vocabulary,
-// merges and special-token ids a model file carries, and giving the same ids as Hugging Face
-// `tokenizers` for valid UTF-8 text. Control tokens ("<|im_end|>") are recognised in text only when
+// Byte-level BPE tokenizer (GPT-2 family: SmolLM2, Llama 3, Qwen2) or SentencePiece-style BPE
+// (GGUF model "llama": Gemma 3, Llama 2, Mistral 7B v0.1; scores, byte fallback, "▁" spaces,
+// model/detail/spm.h), built from the vocabulary, merges or scores and special-token ids a model
+// file carries, and giving the same ids as Hugging Face `tokenizers` (byte-level) or llama.cpp
+// (SentencePiece-style) for valid UTF-8 text. Control tokens ("<|im_end|>") are recognised in text only when
 // asked (parse_special), so a document cannot inject chat structure. Invalid UTF-8 never fails:
 // each invalid byte is encoded as its own byte token (callers that want to refuse such text check
 // is_valid_utf8 first, as the CLI does for documents). A byte the vocabulary has no token for is
@@ -36,26 +38,29 @@ enum class TokenType : int32_t {
 struct TokenizerData {
   std::vector<std::string> tokens;    // id -> text, in the byte-level alphabet (added tokens verbatim)
   std::vector<int32_t> token_types;   // id -> TokenType value; empty means all normal
-  std::vector<std::string> merges;    // "left right", highest priority first
-  std::string model;                  // "gpt2" (byte-level BPE) is the only one supported
+  std::vector<std::string> merges;    // "left right", highest priority first (gpt2)
+  std::vector<float> scores;          // id -> merge score, higher first (llama)
+  std::string model;                  // "gpt2" (byte-level BPE) or "llama" (SentencePiece-style)
   std::string pre;                    // pre-tokenizer: "smollm", "gpt2", "llama-bpe", "qwen2"
   int32_t bos = -1, eos = -1, eot = -1, unk = -1, pad = -1;  // -1: absent
   bool add_bos = false;               // prepend bos to a raw (non-chat) prompt
+  bool add_space_prefix = true;       // llama: a space before the text and after added tokens
   std::string chat_template;          // Jinja source, may be empty
 };
 
-// Reads tokenizer.ggml.{model, pre, tokens, token_type, merges, bos/eos/eot/unknown/padding
-// _token_id, add_bos_token} and tokenizer.chat_template. model, tokens and merges are required
-// (Errc::corrupt when missing or mistyped); absent ids are -1; an absent pre is "default" (which the
-// Tokenizer then refuses); an absent add_bos_token is true only for the Llama 3 pre-tokenizer, as
-// in llama.cpp. The Tokenizer constructor does the remaining validation.
+// Reads tokenizer.ggml.{model, pre, tokens, token_type, merges, scores, bos/eos/eot/unknown/padding
+// _token_id, add_bos_token, add_space_prefix} and tokenizer.chat_template. model and tokens are
+// required, merges for gpt2 and scores for llama (Errc::corrupt when missing or mistyped); absent
+// ids are -1; an absent pre is "default" (which a gpt2 Tokenizer then refuses); an absent
+// add_bos_token is true for llama and the Llama 3 pre-tokenizer, as in llama.cpp. The Tokenizer constructor does the remaining validation.
 TokenizerData tokenizer_data_from_gguf(const gguf::File& file);
 
 class Tokenizer {
  public:
-  // Validates and indexes `data`: non-empty vocab, token_types sized like tokens, model "gpt2" and a
-  // known pre-tokenizer (else Errc::unsupported), well-formed merges whose parts and results are in
-  // the vocab, special ids in range (else Errc::corrupt).
+  // Validates and indexes `data`: non-empty vocab, token_types sized like tokens, model "gpt2" with
+  // a known pre-tokenizer or "llama" (else Errc::unsupported), well-formed merges whose parts and
+  // results are in the vocab (gpt2) or one score per token (llama), special ids in range (else
+  // Errc::corrupt).
   explicit Tokenizer(TokenizerData data);
   ~Tokenizer();
   Tokenizer(Tokenizer&&) noexcept;
@@ -84,6 +89,7 @@ class Tokenizer {
   int32_t pad() const;
   bool add_bos() const;
   const std::string& pre() const;
+  const std::string& model() const;  // "gpt2" or "llama"
   const std::string& chat_template() const;
 
  private:

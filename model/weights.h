@@ -58,6 +58,10 @@ struct LayerWeights {
   std::vector<float> bv;         // (Hkv*D) or empty
   Matrix wo;                     // (E, Hq*D)
   std::vector<float> ffn_norm;   // (E)
+  std::vector<float> q_norm;     // (D) or empty: config.qk_norm
+  std::vector<float> k_norm;     // (D) or empty
+  std::vector<float> post_attn_norm;  // (E) or empty: config.post_norms
+  std::vector<float> post_ffn_norm;   // (E) or empty
   Matrix w_gate;                 // (F, E)
   Matrix w_up;                   // (F, E)
   Matrix w_down;                 // (E, F)

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "compress/detail/scorers.h"
+#include "compress/selection.h"
 #include "kernels/attention_stats.h"
 #include "kernels/thread_pool.h"
 
@@ -82,6 +83,7 @@ DocumentScores make_scores(const ScoreInput& in, float fill) {
   s.n_prefix = in.n_prefix;
   s.n_doc = static_cast<uint32_t>(in.document.size());
   s.values.assign(size_t(s.shape.n_layers) * s.shape.n_kv_heads * s.n_doc, fill);
+  set_hybrid_layout(s, in.forward->config());
   return s;
 }
 

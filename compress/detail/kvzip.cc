@@ -22,6 +22,8 @@ namespace {
 class KvzipObserver final : public model::AttentionObserver {
  public:
   explicit KvzipObserver(DocumentScores& scores) : s_(scores) {}
+  // Sliding-window layers are not scored: their reconstruction queries cannot reach the chunk,
+  // and selection keeps their reachable rows whatever the scores (compress/selection.h).
 
   // Chunk [begin, end) of the document; R_t's first row is `r0` (= n_prefix + n_doc).
   void set_chunk(const model::KvCache* cache, uint32_t begin, uint32_t end, uint32_t r0) {
@@ -32,6 +34,7 @@ class KvzipObserver final : public model::AttentionObserver {
   }
 
   bool request_local_stats(uint32_t layer, uint32_t T, kernels::LocalMaxProb* r) override {
+    if (s_.is_local(layer)) return false;
     const uint32_t n_p = s_.n_prefix;
     // The T new rows are the views' last rows; R_t's earlier rows precede them.
     KVZIP_ASSERT(cache_->view(layer, 0).len - T >= r0_);

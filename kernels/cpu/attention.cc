@@ -91,6 +91,7 @@ struct Scratch {
   std::vector<float> v;    // (kBk, Dp) value block, zero padded (only when D % kLanes != 0)
   std::vector<float> s;    // (Rmax, kBk) scores, then probabilities
   std::vector<uint32_t> limit;  // (Rmax) rows each query row may see
+  std::vector<uint32_t> first;  // (Rmax) first row it may see (a sliding window; else 0)
   std::vector<float> tl;   // (Rmax, n_target) the rows' logits against the target keys
   std::vector<float> best; // (n_target) max over the task's rows of the local log-probability
   void fit(const Plan& p) {
@@ -100,6 +101,7 @@ struct Scratch {
     if (D != p.Dp || p.two_segments) v.resize(size_t(kBk) * p.Dp);
     s.resize(size_t(p.Rmax) * kBk);
     limit.resize(p.Rmax);
+    first.resize(p.Rmax);
     if (p.local) {
       tl.resize(size_t(p.Rmax) * p.n_target);
       best.resize(p.n_target);
@@ -311,7 +313,15 @@ void key_block(const Plan& p, uint32_t h, Scratch& sc, RowState st, uint32_t Rp,
     for (uint32_t i = r; i < r + kQkRows; ++i) {
       uint32_t lim = sc.limit[i];
       uint32_t valid = lim <= kb ? 0 : std::min(nk, lim - kb);
-      jmax = std::max(jmax, softmax_row(sc.s.data() + size_t(i) * kBk, valid, ncols, st, i, Dp));
+      const uint32_t lo = sc.first[i] <= kb ? 0 : std::min(valid, sc.first[i] - kb);
+      float* srow = sc.s.data() + size_t(i) * kBk;
+      if (lo > 0) {  // a window's start inside this block: the columns before it are not seen
+        softmax_row(srow + lo, valid - lo, ncols - lo, st, i, Dp);
+        std::fill(srow, srow + lo, 0.0f);
+        if (valid > lo) jmax = std::max(jmax, valid);
+        continue;
+      }
+      jmax = std::max(jmax, softmax_row(srow, valid, ncols, st, i, Dp));
     }
     if (jmax && need_pv) pv_rows(sc.s.data(), v, ldv, st.acc, r, jmax, Dp);
   }
@@ -339,7 +349,10 @@ uint32_t gather_queries(const Plan& p, uint32_t h, uint32_t i0, uint32_t i1, Scr
       for (uint32_t d = 0; d < D; ++d) dst[d] = src[d] * a.scale;
     }
   }
-  for (uint32_t r = 0; r < Rp; ++r) sc.limit[r] = visible_rows(a, h, i0 + std::min(r, R - 1) / G);
+  for (uint32_t r = 0; r < Rp; ++r) {
+    sc.limit[r] = visible_rows(a, h, i0 + std::min(r, R - 1) / G);
+    sc.first[r] = a.window && sc.limit[r] > a.window ? sc.limit[r] - a.window : 0;
+  }
   return Rp;
 }
 
@@ -433,8 +446,10 @@ void run_task(const Plan& p, uint32_t h, uint32_t qb, uint32_t split, float* sta
     finalize(p, h, i0, i1, st);
     return;
   }
-  const uint32_t chunk = round_up((total + p.n_split - 1) / p.n_split, kBk);
-  const uint32_t k_begin = std::min(total, split * chunk), k_end = std::min(total, k_begin + chunk);
+  // A sliding window: key blocks wholly before the first token's window are never visited.
+  const uint32_t lowest = a.window ? sc.first[0] / kBk * kBk : 0;  // the block's first token's window
+  const uint32_t chunk = round_up((total - lowest + p.n_split - 1) / p.n_split, kBk);
+  const uint32_t k_begin = std::min(total, lowest + split * chunk), k_end = std::min(total, k_begin + chunk);
   for (uint32_t kb = k_begin; kb < k_end; kb += kBk) key_block(p, h, sc, st, Rp, kb, std::min(kBk, k_end - kb));
   if (p.n_split == 1) finalize(p, h, i0, i1, st);
 }
@@ -494,6 +509,7 @@ void check_args(const AttentionArgs& a) {
     KVZIP_ASSERT(!s.two_segments() || (s.v_tail && s.split <= s.len));
     KVZIP_ASSERT(s.kt_rows <= (s.two_segments() ? s.split : s.len) && (s.kt || s.kt_rows == 0));
   }
+  KVZIP_ASSERT(!(a.window && a.local));  // check_window refuses it first
   if (const LocalMaxProb* L = a.local) {
     KVZIP_ASSERT(a.causal && a.n_parts == 0);
     for (uint32_t h = 0; h < a.Hkv; ++h) KVZIP_ASSERT(!a.kv[h].limit && !a.kv[h].skip);
@@ -537,6 +553,7 @@ void transpose_key_tiles(const float* k, uint32_t n, uint32_t D, float* out) {
 }
 
 void attention(ThreadPool* pool, const AttentionArgs& a) {
+  check_window(a);
   if (a.n_parts > 0) return detail::attention_parts(pool, a);
   detail::attention_lse(pool, a, nullptr);
 }
@@ -640,6 +657,7 @@ void attention_many(ThreadPool* pool, const AttentionArgs* calls, size_t n) {
   size_t n_bufs = 0;
   for (size_t i = 0; i < n; ++i) {
     const AttentionArgs& a = calls[i];
+    check_window(a);
     bool quantized = false;
     for (uint32_t h = 0; a.kv && h < a.Hkv; ++h) quantized = quantized || a.kv[h].quantized();
     if (quantized || a.n_parts > 0) {  // its own steps (attention_quant.cc, attention_parts.cc)

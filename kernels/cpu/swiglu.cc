@@ -1,4 +1,4 @@
-// CPU SwiGLU with the vector exp of kernels/simd.h; the scalar tail uses std::exp.
+// CPU SwiGLU and GeGLU with the vector exp of kernels/simd.h; the scalar tail uses std::exp.
 #include "kernels/swiglu.h"
 
 #include <cmath>
@@ -9,7 +9,27 @@
 namespace kvzip::kernels::cpu {
 namespace {
 
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2/pi)
+
+// gelu_tanh(g) * u as g · sigmoid(2z): one exp per element, like silu.
+void geglu_range(const SwigluArgs& a, size_t b, size_t e) {
+  using simd::kLanes;
+  using simd::VecF;
+  size_t i = b;
+  for (; i + kLanes <= e; i += kLanes) {
+    VecF g = simd::load(a.gate + i);
+    VecF u = simd::load(a.up + i);
+    VecF z2 = simd::splat(2.0f * kGeluC) * (g + simd::splat(0.044715f) * g * g * g);
+    simd::store(a.y + i, g / (simd::splat(1.0f) + simd::exp_vec(-z2)) * u);
+  }
+  for (; i < e; ++i) {
+    const float g = a.gate[i];
+    a.y[i] = 0.5f * g * (1.0f + std::tanh(kGeluC * (g + 0.044715f * g * g * g))) * a.up[i];
+  }
+}
+
 void swiglu_range(const SwigluArgs& a, size_t b, size_t e) {
+  if (a.gelu) return geglu_range(a, b, e);
   using simd::kLanes;
   using simd::VecF;
   size_t i = b;

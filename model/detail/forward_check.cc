@@ -58,6 +58,10 @@ void check_config(const ModelConfig& c) {
   if (c.n_heads % c.n_kv_heads != 0)
     bad("config.n_heads " + std::to_string(c.n_heads) + " is not a multiple of n_kv_heads " +
         std::to_string(c.n_kv_heads));
+  if (!c.local_layers.empty() && c.local_layers.size() != c.n_layers)
+    bad("config.local_layers has " + std::to_string(c.local_layers.size()) + " entries, expected " +
+        std::to_string(c.n_layers) + " (one per layer) or none");
+  if (c.hybrid() && c.sliding_window == 0) bad("config has local layers but sliding_window 0");
   if (c.head_dim % 2 != 0) bad("config.head_dim " + std::to_string(c.head_dim) + " is odd, RoPE needs it even");
   if (!(c.rms_eps > 0)) bad("config.rms_eps " + std::to_string(c.rms_eps) + " must be > 0");
 }
@@ -91,6 +95,10 @@ void validate_weights(const Weights& w) {
     expect_size(lw.bv, bias_kv, p + "bv");
     expect_matrix(lw.wo, E, qd, p + "wo");
     expect_size(lw.ffn_norm, E, p + "ffn_norm");
+    expect_size(lw.q_norm, c.qk_norm ? c.head_dim : 0, p + "q_norm");
+    expect_size(lw.k_norm, c.qk_norm ? c.head_dim : 0, p + "k_norm");
+    expect_size(lw.post_attn_norm, c.post_norms ? E : 0, p + "post_attn_norm");
+    expect_size(lw.post_ffn_norm, c.post_norms ? E : 0, p + "post_ffn_norm");
     expect_matrix(lw.w_gate, F, E, p + "w_gate");
     expect_matrix(lw.w_up, F, E, p + "w_up");
     expect_matrix(lw.w_down, E, F, p + "w_down");

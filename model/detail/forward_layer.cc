@@ -65,8 +65,14 @@ void attention_block(const ChunkContext& c, uint32_t layer) {
           {{lw.wq, or_null(lw.bq), s.q.data()},
            {lw.wk, or_null(lw.bk), s.k.data()},
            {lw.wv, or_null(lw.bv), s.v.data()}});
-  rope(c.ex, kernels::RopeArgs{s.q.data(), c.rope->cos.data(), c.rope->sin.data(), c.T, Hq, D});
-  rope(c.ex, kernels::RopeArgs{s.k.data(), c.rope->cos.data(), c.rope->sin.data(), c.T, Hkv, D});
+  if (cfg.qk_norm) {  // each head's q and k as a row of D (Gemma 3, Qwen 3)
+    rms_norm(c.ex, kernels::RmsNormArgs{s.q.data(), lw.q_norm.data(), s.q.data(), c.T * Hq, D, cfg.rms_eps});
+    rms_norm(c.ex, kernels::RmsNormArgs{s.k.data(), lw.k_norm.data(), s.k.data(), c.T * Hkv, D, cfg.rms_eps});
+  }
+  const bool local_layer = cfg.is_local(layer);
+  const kernels::RopeTable* rt = local_layer ? c.rope_local : c.rope;
+  rope(c.ex, kernels::RopeArgs{s.q.data(), rt->cos.data(), rt->sin.data(), c.T, Hq, D});
+  rope(c.ex, kernels::RopeArgs{s.k.data(), rt->cos.data(), rt->sin.data(), c.T, Hkv, D});
   trace(c, "q_rope", li, s.q.data(), c.T, Hq * D);
   trace(c, "k_rope", li, s.k.data(), c.T, Hkv * D);
   trace(c, "v", li, s.v.data(), c.T, Hkv * D);
@@ -78,7 +84,7 @@ void attention_block(const ChunkContext& c, uint32_t layer) {
   const size_t qd = size_t(Hq) * D, kvd = size_t(Hkv) * D;
   for (const ChunkItem& it : items)
     it.cache->append(layer, s.k.data() + it.row0 * kvd, s.v.data() + it.row0 * kvd, it.T);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const float scale = cfg.attention_scale();
   kernels::LocalMaxProb local;  // asked after the append: observers read the views with the new rows
   const bool stats = c.observer && c.observer->request_local_stats(layer, c.T, &local);
   const bool output_unused = c.last_output_unused && layer + 1 == cfg.n_layers;
@@ -101,6 +107,7 @@ void attention_block(const ChunkContext& c, uint32_t layer) {
     args.part_rot = parts.rot;
     args.n_parts = parts.n;
     args.local = stats ? &local : nullptr;
+    args.window = local_layer ? cfg.sliding_window : 0;
     if (output_unused) args.out = nullptr;  // statistics only, or no attention at all
     if (args.out || args.local) calls.push_back(args);
   }
@@ -117,6 +124,8 @@ void attention_block(const ChunkContext& c, uint32_t layer) {
   if (output_unused) return;
 
   project(c, s.att.data(), {{lw.wo, nullptr, s.proj.data()}});
+  if (cfg.post_norms)
+    rms_norm(c.ex, kernels::RmsNormArgs{s.proj.data(), lw.post_attn_norm.data(), s.proj.data(), c.T, E, cfg.rms_eps});
   trace(c, "attn_proj", li, s.proj.data(), c.T, E);
   add_in_place(c, s.x.data(), s.proj.data(), size_t(c.T) * E);
   trace(c, "ffn_inp", li, s.x.data(), c.T, E);
@@ -132,9 +141,12 @@ void ffn_block(const ChunkContext& c, uint32_t layer) {
   rms_norm(c.ex, kernels::RmsNormArgs{s.x.data(), lw.ffn_norm.data(), s.xn.data(), c.T, E, cfg.rms_eps});
   trace(c, "ffn_norm", li, s.xn.data(), c.T, E);
   project(c, s.xn.data(), {{lw.w_gate, nullptr, s.gate.data()}, {lw.w_up, nullptr, s.up.data()}});
-  swiglu(c.ex, kernels::SwigluArgs{s.gate.data(), s.up.data(), s.gate.data(), size_t(c.T) * F});
+  swiglu(c.ex, kernels::SwigluArgs{s.gate.data(), s.up.data(), s.gate.data(), size_t(c.T) * F,
+                                    cfg.ffn_act == FfnActivation::GeluTanh});
   trace(c, "ffn_act", li, s.gate.data(), c.T, F);
   project(c, s.gate.data(), {{lw.w_down, nullptr, s.proj.data()}});
+  if (cfg.post_norms)
+    rms_norm(c.ex, kernels::RmsNormArgs{s.proj.data(), lw.post_ffn_norm.data(), s.proj.data(), c.T, E, cfg.rms_eps});
   trace(c, "ffn_out", li, s.proj.data(), c.T, E);
   add_in_place(c, s.x.data(), s.proj.data(), size_t(c.T) * E);
   trace(c, "layer_out", li, s.x.data(), c.T, E);
@@ -162,6 +174,8 @@ void embed(const ChunkContext& c, const int32_t* tokens) {
   const kernels::MatrixView emb = c.w->tok_embd.view();
   for (uint32_t t = 0; t < c.T; ++t)
     kernels::dequantize_view_rows(nullptr, emb, uint32_t(tokens[t]), 1, c.s->x.data() + t * E);
+  if (const float k = c.w->config.embed_scale; k != 1.0f)  // Gemma: sqrt(E)
+    for (size_t i = 0; i < size_t(c.T) * E; ++i) c.s->x[i] *= k;
   trace(c, "embd", -1, c.s->x.data(), c.T, static_cast<uint32_t>(E));
 }
 

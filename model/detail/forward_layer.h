@@ -1,5 +1,6 @@
 // One chunk of the forward pass, step by step: embedding, the transformer layers (pre-norm
-// attention with RoPE and GQA, pre-norm SwiGLU FFN, residuals), the final norm and LM head.
+// attention with RoPE and GQA, pre-norm SwiGLU FFN, residuals; Gemma 3 / Qwen 3 add QK-norm,
+// post-norms, GeGLU and sliding-window local layers per ModelConfig), the final norm and LM head.
 // Internal to model/forward.cc; ChunkContext carries what every step reads.
 #pragma once
 #include <cstdint>
@@ -44,6 +45,7 @@ struct ChunkContext {
   std::span<const ChunkItem> items;       // several caches (Forward::step); empty: {cache, 0, T}
   AttentionObserver* observer = nullptr;  // one-cache chunks only
   const kernels::RopeTable* rope = nullptr;        // (T, D/2) for this chunk's positions
+  const kernels::RopeTable* rope_local = nullptr;  // the same for local (sliding-window) layers
   const uint32_t* positions = nullptr;    // (T)
   uint32_t T = 0;                         // rows in all
   ForwardScratch* s = nullptr;

@@ -24,6 +24,15 @@ JsonFile JsonFile::read(const std::string& path, std::string_view what) {
   return std::move(*f);
 }
 
+JsonFile JsonFile::nested(std::string_view key) const {
+  const nlohmann::json* m = member(key);
+  if (!m || !m->is_object()) fail(Errc::corrupt, "missing object '" + std::string(key) + "'");
+  JsonFile f;
+  f.path_ = path_ + ": " + std::string(key);
+  f.root_ = *m;
+  return f;
+}
+
 std::optional<JsonFile> JsonFile::read_optional(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return std::nullopt;

@@ -42,6 +42,9 @@ class JsonFile {
                     std::string_view name = {}) const;
   // The member itself, or nullptr when absent or null.
   const nlohmann::json* member(std::string_view key, const nlohmann::json* obj = nullptr) const;
+  // The object member `key` as a file of its own (Gemma3ForConditionalGeneration's text_config);
+  // messages name it as "<path>: <key>". Errc::corrupt when it is absent or not an object.
+  JsonFile nested(std::string_view key) const;
 
  private:
   std::string path_;

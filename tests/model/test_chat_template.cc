@@ -149,12 +149,51 @@ TEST_CASE("an empty template falls back to ChatML when the vocabulary has its to
   kvzip::model::ChatTemplate c(t);
   CHECK(c.format() == kvzip::model::ChatFormat::ChatMl);
   CHECK(c.render("", "q") == "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n");
-  CHECK(code_of(vocab("", false)) == kvzip::Errc::unsupported);
+}
+
+TEST_CASE("an empty template without ChatML tokens is the plain document-question-answer prompt", "[model][chat]") {
+  kvzip::model::TokenizerData d = vocab("", false);
+  d.bos = 1;  // <|begin_of_text|>
+  d.add_bos = true;
+  kvzip::model::Tokenizer t(d);
+  kvzip::model::ChatTemplate c(t);
+  CHECK(c.format() == kvzip::model::ChatFormat::Plain);
+  CHECK(c.render("", "Doc.\n\nQuestion: q") == "<|begin_of_text|>Doc.\n\nQuestion: q\nAnswer:");
+  CHECK(c.prefix("") == std::vector<int32_t>{1});
+  CHECK(c.suffix("\n\nQuestion: q") == t.encode("\n\nQuestion: q\nAnswer:", false));
+  const std::vector<std::pair<std::string, std::string>> turns = {{" Paris", "Why?"}};
+  CHECK(c.render("S", "q", turns) == "<|begin_of_text|>S\n\nq\nAnswer: Paris\n\nWhy?\nAnswer:");
+  // Answers end at eos or at the end of their line ("\n\n" has no token of its own here).
+  REQUIRE(t.encode("\n\n", false).size() == 2);
+  CHECK(c.stop_tokens() == std::vector<int32_t>{0, t.encode("\n", false)[0]});
+}
+
+TEST_CASE("Gemma renders start_of_turn user and model turns, the system text opening the user turn", "[model][chat]") {
+  kvzip::model::TokenizerData d = vocab("{{ bos_token }}{% for m in messages %}<start_of_turn>...", false);
+  d.tokens.insert(d.tokens.end(), {"<start_of_turn>", "<end_of_turn>"});
+  d.token_types.insert(d.token_types.end(), {3, 3});
+  d.bos = 1;
+  d.add_bos = true;
+  kvzip::model::Tokenizer t(d);
+  kvzip::model::ChatTemplate c(t);
+  CHECK(c.format() == kvzip::model::ChatFormat::Gemma);
+  CHECK(c.render(" Be brief. ", " q ") ==
+        "<|begin_of_text|><start_of_turn>user\nBe brief.\n\nq<end_of_turn>\n<start_of_turn>model\n");
+  const std::vector<std::pair<std::string, std::string>> turns = {{"a ", "b"}};
+  CHECK(c.render("", "q", turns) ==
+        "<|begin_of_text|><start_of_turn>user\nq<end_of_turn>\n<start_of_turn>model\na<end_of_turn>\n"
+        "<start_of_turn>user\nb<end_of_turn>\n<start_of_turn>model\n");
+  const int32_t eot = t.token_id("<end_of_turn>");
+  CHECK(c.stop_tokens() == std::vector<int32_t>{0, eot});
+  CHECK(c.chat("", "q") == concat(concat({1, t.token_id("<start_of_turn>")}, t.encode("user\nq", false)),
+                                  concat(concat({eot}, t.encode("\n", false)),
+                                         concat({t.token_id("<start_of_turn>")}, t.encode("model\n", false)))));
 }
 
 TEST_CASE("unknown templates and templates without their tokens are refused", "[model][chat]") {
   CHECK(code_of(vocab("{{ '[INST] ' + message['content'] + ' [/INST]' }}")) == kvzip::Errc::unsupported);
   CHECK(code_of(vocab(kSmolTemplate, false)) == kvzip::Errc::corrupt);
+  CHECK(code_of(vocab("<start_of_turn>", false)) == kvzip::Errc::corrupt);
 }
 
 TEST_CASE("Llama 3 renders header turns after begin_of_text and trims contents", "[model][chat]") {

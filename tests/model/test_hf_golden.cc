@@ -224,8 +224,40 @@ TEST_CASE("hf golden: Mistral folder (f16, head_dim 32, tied, sliding window) ma
   check_against_transformers(*p.gguf, "mistral", "gguf");
 }
 
+TEST_CASE("hf golden: Gemma 3 folder (sliding-window and global layers, QK-norm, GeGLU) matches transformers",
+          "[model][hf][gemma3]") {
+  Pair p("gemma3");
+  const ModelConfig& c = p.folder->config();
+  CHECK(c.arch == "gemma3");
+  CHECK(c.qk_norm);
+  CHECK(c.post_norms);
+  CHECK(c.ffn_act == FfnActivation::GeluTanh);
+  CHECK(c.tied_embeddings);
+  CHECK(c.sliding_window == 8);  // every case is longer, so the window cuts in
+  CHECK(c.local_layers == std::vector<uint8_t>{1, 1, 1, 1, 1, 0});
+  CHECK(c.rope_base == 1e6f);
+  CHECK(c.rope_local_base == 1e4f);
+  CHECK(c.max_context == 512);  // not capped: the local layers run their window
+  CHECK(p.folder->chat().format() == model::ChatFormat::Gemma);
+  test::check_same_config(c, p.gguf->config(), true);
+  check_against_transformers(*p.folder, "gemma3", "folder");
+  check_against_transformers(*p.gguf, "gemma3", "gguf");
+}
+
+TEST_CASE("hf golden: Qwen 3 folder (bf16, QK-norm, no biases) matches transformers", "[model][hf][qwen3]") {
+  Pair p("qwen3");
+  const ModelConfig& c = p.folder->config();
+  CHECK(c.arch == "qwen3");
+  CHECK(c.qk_norm);
+  CHECK_FALSE(c.qkv_bias);
+  CHECK_FALSE(c.hybrid());
+  test::check_same_config(c, p.gguf->config(), true);
+  check_against_transformers(*p.folder, "qwen3", "folder");
+  check_against_transformers(*p.gguf, "qwen3", "gguf");
+}
+
 TEST_CASE("hf golden: caches from a folder equal those from its GGUF conversion", "[model][hf]") {
-  for (const char* name : {"llama3", "qwen2", "mistral"}) {
+  for (const char* name : {"llama3", "qwen2", "mistral", "qwen3"}) {
     INFO(name);
     Pair p(name);
     // Same tokenizer data in both forms, different weight bytes (GGUF Q/K rows are interleaved).

@@ -253,10 +253,14 @@ TEST_CASE("unsupported tokenizer models and pre-tokenizers are refused by name",
   CHECK(e.code() == Errc::unsupported);
   CHECK(std::string(e.what()).find("\"falcon\"") != std::string::npos);
   d.pre = "gpt2";
-  d.model = "llama";
-  const kvzip::Error e2 = kvzip::test::error_from([&] { kvzip::model::Tokenizer t(d); }, "accepted a SentencePiece model");
+  d.model = "t5";
+  const kvzip::Error e2 = kvzip::test::error_from([&] { kvzip::model::Tokenizer t(d); }, "accepted a unigram model");
   CHECK(e2.code() == Errc::unsupported);
-  CHECK(std::string(e2.what()).find("\"llama\"") != std::string::npos);
+  CHECK(std::string(e2.what()).find("\"t5\"") != std::string::npos);
+  d.model = "llama";  // SentencePiece-style: needs one score per token
+  const kvzip::Error e3 = kvzip::test::error_from([&] { kvzip::model::Tokenizer t(d); }, "accepted no scores");
+  CHECK(e3.code() == Errc::corrupt);
+  CHECK(std::string(e3.what()).find("scores") != std::string::npos);
 }
 
 namespace {

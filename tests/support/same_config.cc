@@ -24,6 +24,14 @@ void check_same_config(const ModelConfig& a, const ModelConfig& b, bool same_con
   CHECK(a.rms_eps == b.rms_eps);
   CHECK(a.tied_embeddings == b.tied_embeddings);
   CHECK(a.qkv_bias == b.qkv_bias);
+  CHECK(a.qk_norm == b.qk_norm);
+  CHECK(a.post_norms == b.post_norms);
+  CHECK(a.ffn_act == b.ffn_act);
+  CHECK(a.embed_scale == b.embed_scale);
+  CHECK(a.attention_scale() == b.attention_scale());
+  CHECK(a.sliding_window == b.sliding_window);
+  CHECK(a.local_layers == b.local_layers);
+  if (a.hybrid()) CHECK(a.rope_local_base == b.rope_local_base);
 }
 
 }  // namespace kvzip::test

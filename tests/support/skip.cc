@@ -41,6 +41,23 @@ void skip_no_model() {
                    : "set KVZIP_MODEL to SmolLM2-135M-Instruct.Q4_1.gguf to run this test");
 }
 
+std::string gemma_model_path() {
+  std::error_code ec;
+  if (const char* env = std::getenv("KVZIP_GEMMA_MODEL"); env && *env)
+    return std::filesystem::is_regular_file(env, ec) ? std::string(env) : std::string();
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const std::string base = xdg && *xdg ? std::string(xdg) : home ? std::string(home) + "/.cache" : std::string();
+  if (base.empty()) return "";
+  const std::string path = base + "/kvzip/models/gemma-3-270m-q4_k_m.gguf";
+  return std::filesystem::is_regular_file(path, ec) ? path : std::string();
+}
+
+void skip_no_gemma() {
+  skip("KVZIP_REQUIRE_GEMMA", "no Gemma 3 270M GGUF: run scripts/fetch-model.sh gemma3-270m or set "
+                              "KVZIP_GEMMA_MODEL");
+}
+
 void skip_no_gpu(const std::string& why) { skip("KVZIP_REQUIRE_GPU", why); }
 
 const std::vector<std::string>& skipped() { return records(); }

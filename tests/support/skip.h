@@ -29,6 +29,16 @@ void skip_no_gpu(const std::string& why);
   const std::string var = ::kvzip::test::real_model_path(); \
   if (var.empty()) return ::kvzip::test::skip_no_model()
 
+// $KVZIP_GEMMA_MODEL, else the path scripts/fetch-model.sh gemma3-270m writes, when it names an
+// existing file; else "" (the caller then calls skip_no_gemma).
+std::string gemma_model_path();
+// The skip for a [realmodel] test case on Gemma 3 270M without its file (KVZIP_REQUIRE_GEMMA = 1
+// turns it into a failure, for a run that fetched the model).
+void skip_no_gemma();
+#define KVZIP_GEMMA_MODEL_PATH_OR_SKIP(var)                    \
+  const std::string var = ::kvzip::test::gemma_model_path(); \
+  if (var.empty()) return ::kvzip::test::skip_no_gemma()
+
 // Every skip of this run so far: "test case name: why".
 const std::vector<std::string>& skipped();
 

@@ -1,0 +1,168 @@
+// KVzip and the baselines on hybrid attention (Gemma 3: sliding-window and global layers,
+// compress/selection.h): a local layer keeps exactly its reachable rows (prefix + the document's
+// last window - 1) and scores nothing, the ratio and every level count the global layers only, and
+// a cache compressed at ratio 1 answers as the dense cache does (the rows dropped from the local
+// layers are ones no later query can see). Model: the tiny Gemma 3 fixture (tests/golden/hf/gemma3:
+// 6 layers, layers 0-4 local, window 8).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "compress/pipeline.h"
+#include "compress/selection.h"
+#include "model/forward.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+#include "tests/compress/support.h"
+#include "tests/support/hf_fixture.h"
+
+using namespace kvzip;
+
+namespace {
+
+compress::DocumentScores random_scores(uint32_t L, uint32_t H, uint32_t n_p, uint32_t n_c, uint64_t seed) {
+  compress::DocumentScores s;
+  s.shape = model::CacheShape{L, H, 4};
+  s.n_prefix = n_p;
+  s.n_doc = n_c;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  s.values.resize(size_t(L) * H * n_c);
+  for (float& v : s.values) v = u(rng);
+  return s;
+}
+
+std::vector<uint32_t> iota_rows(uint32_t a, uint32_t b) {
+  std::vector<uint32_t> r;
+  for (uint32_t i = a; i < b; ++i) r.push_back(i);
+  return r;
+}
+
+double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
+  REQUIRE(got.size() == ref.size());
+  double d = 0, m = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    d = std::max(d, std::abs(double(got[i]) - ref[i]));
+    m = std::max(m, std::abs(double(ref[i])));
+  }
+  return d / m;
+}
+
+}  // namespace
+
+TEST_CASE("hybrid selection keeps a local layer's reachable rows and budgets the global layers", "[compress][hybrid]") {
+  const uint32_t L = 3, H = 2, n_p = 2, n_c = 20, W = 5;
+  compress::DocumentScores s = random_scores(L, H, n_p, n_c, 7);
+  s.local_layers = {1, 0, 1};
+  s.window = W;
+  // Local layers: prefix + the last W - 1 document rows, whatever the level and ratio.
+  const std::vector<uint32_t> local = [&] {
+    std::vector<uint32_t> r = iota_rows(0, n_p);
+    for (uint32_t j = n_c - (W - 1); j < n_c; ++j) r.push_back(n_p + j);
+    return r;
+  }();
+  for (compress::SelectionLevel level :
+       {compress::SelectionLevel::Global, compress::SelectionLevel::PerLayer, compress::SelectionLevel::PerHead}) {
+    for (double ratio : {0.1, 0.5, 1.0}) {
+      INFO("level " << compress::selection_level_name(level) << " ratio " << ratio);
+      const compress::Selection sel = compress::select_rows(s, ratio, level);
+      for (uint32_t l : {0u, 2u})
+        for (uint32_t h = 0; h < H; ++h) CHECK(sel.keep[l * H + h] == local);
+      // The budget is over layer 1 only: H · n_c rows.
+      CHECK(sel.total_doc == uint64_t(H) * n_c);
+      uint64_t kept = 0;
+      for (uint32_t h = 0; h < H; ++h) kept += sel.keep[1 * H + h].size() - n_p;
+      CHECK(kept == sel.kept_doc);
+      const uint64_t want = level == compress::SelectionLevel::PerHead ? H * uint64_t(std::floor(ratio * n_c + 1e-9))
+                                                                       : uint64_t(std::llround(ratio * H * n_c));
+      CHECK(kept == want);
+      CHECK(sel.achieved_ratio == Approx(double(kept) / double(H * n_c)));
+    }
+  }
+  // A document shorter than the window: the local layers keep all of it.
+  compress::DocumentScores short_doc = random_scores(L, H, n_p, 3, 8);
+  short_doc.local_layers = s.local_layers;
+  short_doc.window = W;
+  CHECK(compress::select_rows(short_doc, 0.3, compress::SelectionLevel::Global).keep[0] == iota_rows(0, n_p + 3));
+}
+
+TEST_CASE("a Gemma 3 cache compressed at ratio 1 answers as the dense cache", "[compress][hybrid][gemma3]") {
+  const std::unique_ptr<model::Model> m = model::Model::load(test::hf_golden("gemma3"));
+  const ModelConfig& cfg = m->config();
+  REQUIRE(cfg.hybrid());
+  const uint32_t W = cfg.sliding_window;
+  const std::vector<int32_t> prefix = m->chat().prefix("");
+  const std::vector<int32_t> doc = test::random_tokens(6 * W + 3, cfg.vocab_size, 11);
+  const std::vector<int32_t> question = test::random_tokens(5, cfg.vocab_size, 12);
+  model::ForwardOptions fo;
+  fo.threads = 1;
+  fo.chunk = 7;  // prefill chunks straddle the window
+  model::Forward fwd(m->weights(), fo);
+
+  model::KvCache dense(cfg);
+  std::vector<int32_t> all = prefix;
+  all.insert(all.end(), doc.begin(), doc.end());
+  fwd.prefill(dense, all, model::LogitsMode::None);
+  const std::vector<float> want = fwd.prefill(dense, question, model::LogitsMode::All);
+
+  for (const char* method : {"full", "kvzip"}) {
+    INFO(method);
+    compress::CompressOptions co;
+    co.method = method;
+    co.ratio = 1.0;
+    co.prefill.answer_room = 16;
+    co.scorer = test::tiny_kvzip_options();
+    compress::CompressResult r = compress::compress(fwd, prefix, doc, co);
+    for (uint32_t l = 0; l < cfg.n_layers; ++l)
+      for (uint32_t h = 0; h < cfg.n_kv_heads; ++h)
+        CHECK(r.cache.kept(l, h) == prefix.size() + (cfg.is_local(l) ? W - 1 : doc.size()));
+    CHECK(r.achieved_ratio == 1.0);
+    const std::vector<float> got = fwd.prefill(r.cache, question, model::LogitsMode::All);
+    CHECK(rel_err(got, want) <= 1e-5);
+  }
+}
+
+TEST_CASE("every method and level compresses a Gemma 3 document, keeping the local windows", "[compress][hybrid][gemma3]") {
+  const std::unique_ptr<model::Model> m = model::Model::load(test::hf_golden("gemma3"));
+  const ModelConfig& cfg = m->config();
+  const uint32_t W = cfg.sliding_window;
+  const std::vector<int32_t> prefix = m->chat().prefix("");
+  const std::vector<int32_t> doc = test::random_tokens(5 * W, cfg.vocab_size, 21);
+  model::ForwardOptions fo;
+  fo.threads = 1;
+  model::Forward fwd(m->weights(), fo);
+  uint32_t n_global = 0;
+  for (uint32_t l = 0; l < cfg.n_layers; ++l) n_global += !cfg.is_local(l);
+  for (const std::string& method : compress::scorer_names()) {
+    for (compress::SelectionLevel level :
+         {compress::SelectionLevel::Global, compress::SelectionLevel::PerLayer, compress::SelectionLevel::PerHead}) {
+      INFO(method << " " << compress::selection_level_name(level));
+      compress::CompressOptions co;
+      co.method = method;
+      co.ratio = 0.25;
+      co.level = level;
+      co.prefill.answer_room = 16;
+      co.scorer = test::tiny_kvzip_options();
+      co.scorer.snapkv_window = co.scorer.h2o_recent = co.scorer.restkv_window = 4;
+      compress::CompressResult r = compress::compress(fwd, prefix, doc, co);
+      uint64_t global_doc = 0;
+      for (uint32_t l = 0; l < cfg.n_layers; ++l)
+        for (uint32_t h = 0; h < cfg.n_kv_heads; ++h) {
+          if (cfg.is_local(l)) {
+            CHECK(r.cache.kept(l, h) == prefix.size() + W - 1);
+            CHECK(r.cache.positions(l, h)[prefix.size()] == prefix.size() + doc.size() - (W - 1));
+          } else {
+            global_doc += r.cache.kept(l, h) - prefix.size();
+          }
+        }
+      const double want = method == "full" ? 1.0 : 0.25;
+      CHECK(double(global_doc) / double(uint64_t(n_global) * cfg.n_kv_heads * doc.size()) == Approx(want).margin(0.03));
+      // The compressed cache answers (local layers over their window, global over the kept rows).
+      const std::vector<float> logits = fwd.prefill(r.cache, std::vector<int32_t>{5, 6, 7}, model::LogitsMode::Last);
+      CHECK(std::all_of(logits.begin(), logits.end(), [](float x) { return std::isfinite(x); }));
+    }
+  }
+}
