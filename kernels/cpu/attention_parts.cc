@@ -64,6 +64,7 @@ void attention_parts(ThreadPool* pool, const AttentionArgs& a) {
     pa.kv = a.parts + size_t(p) * a.Hkv;
     pa.out = part_out.data();
     pa.causal = false;
+    pa.window = 0;  // a window is a rule on the spans' rows (hybrid models are not composed)
     if (a.part_rot) {
       const float* c = a.part_rot + size_t(p) * 2 * half;
       cos.resize(size_t(a.T) * half);
