@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Needle test for composed caches: the Normans article (examples/normans.json) cut into K chunks of
-# whole paragraphs, a needle sentence put into one chunk at a time; each chunk compressed on its
+# as many whole paragraphs each, a needle sentence put into one chunk at a time; each chunk compressed on its
 # own (kvzip at RATIO, and full), then the needle's question asked over the K caches composed
 # (a+b+c+d) with each recompute fraction, and over one cache of the whole joined text (the joint
 # prefill). Prints one row per needle position: whether each answer contains the needle's word.
@@ -17,11 +17,7 @@ python3 - "$dir" "$K" "$needle" "$paras" <<'PY'
 import json, sys
 out, k, needle, n = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 paras = [p["context"] for p in json.load(open("examples/normans.json"))["data"][0]["paragraphs"]][:n]
-total = sum(len(p) for p in paras); chunks, cur, size = [], [], 0
-for p in paras:
-    cur.append(p); size += len(p)
-    if size >= total / k and len(chunks) < k - 1: chunks.append(cur); cur, size = [], 0
-chunks.append(cur)
+chunks = [paras[i * len(paras) // k:(i + 1) * len(paras) // k] for i in range(k)]
 for pos in range(k):
     for i, c in enumerate(chunks):
         c2 = list(c)
