@@ -179,7 +179,7 @@ void write_cache(const CacheContents& contents, Sink& sink, const WriteOptions& 
   uint8_t pre[kPreambleSize] = {};
   std::memcpy(pre, kMagic, 8);
   store_u16(pre + kOffMajor, kVersionMajor);
-  store_u16(pre + kOffMinor, min_minor(c.header));
+  store_u16(pre + kOffMinor, min_minor(contents.header));
   store_u64(pre + kOffSectionCount, sections.size());
   store_u64(pre + kOffDataOffset, data_offset);
   store_u64(pre + kOffDataSize, data_size);
