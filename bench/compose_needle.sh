@@ -29,7 +29,7 @@ PY
 printf "| needle in chunk | joint (full) |"; for b in $blends; do printf " composed full, blend %s | composed %s, blend %s |" "$b" "$ratio" "$b"; done; echo
 for ((pos = 0; pos < K; ++pos)); do
   "$kvzip" compress "$dir/n${pos}_joint.txt" -o "$dir/j.kvz" --method full -f -q
-  ans=$("$kvzip" query "$dir/j.kvz" "$question" -n 12 --json -q)
+  ans=$("$kvzip" query "$dir/j.kvz" "$question" -n 24 --json -q)
   hit() { grep -qi sapphire <<<"$1" && echo yes || echo no; }
   row="| $((pos + 1)) | $(hit "$ans") |"
   full=""; small=""
@@ -39,8 +39,8 @@ for ((pos = 0; pos < K; ++pos)); do
     full+="${full:++}$dir/f$i.kvz"; small+="${small:++}$dir/s$i.kvz"
   done
   for b in $blends; do
-    a1=$("$kvzip" query "$full" "$question" -n 12 --json -q --blend "$b")
-    a2=$("$kvzip" query "$small" "$question" -n 12 --json -q --blend "$b")
+    a1=$("$kvzip" query "$full" "$question" -n 24 --json -q --blend "$b")
+    a2=$("$kvzip" query "$small" "$question" -n 24 --json -q --blend "$b")
     row+=" $(hit "$a1") | $(hit "$a2") |"
   done
   echo "$row"
