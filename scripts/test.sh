@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The test command (README): installs what the tests need (Debian packages, the models), builds,
 # runs the whole suite with CTest, then runs the unit tests again in an ASan+UBSan build, fuzzes
-# the .kvz reader, and runs the Python package's tests. Each stage prints its time.
+# the .kvz reader, and runs the Python package's tests (scripts/test-python.sh). Each stage prints
+# its time.
 # Tests tagged [realmodel] use the real models; they find them through $KVZIP_MODEL (and
-# $KVZIP_GEMMA_MODEL). Here the models are fetched, so KVZIP_REQUIRE_MODEL=1 turns a [realmodel]
-# skip (model missing) into a failure; [cuda] tests without a GPU are reported by CTest as skipped
+# $KVZIP_GEMMA_MODEL). Here the models are fetched, so KVZIP_REQUIRE_MODEL=1 (and
+# KVZIP_REQUIRE_GEMMA=1) turn a [realmodel] skip (model missing) into a failure; [cuda] tests without a GPU are reported by CTest as skipped
 # (tests/support/skip.h). The Slurm test brings up its own one-node cluster; KVZIP_REQUIRE_SLURM=1
 # makes its skip a failure. The serve failover test runs its own nginx; KVZIP_REQUIRE_NGINX=1
 # makes its skip a failure.
@@ -27,7 +28,9 @@ stage() {  # closes the previous stage with its time, opens the next
 stage "install (Debian packages, models)"
 bash scripts/install-deps.sh --test
 KVZIP_MODEL=$(bash scripts/fetch-model.sh)
-export KVZIP_MODEL KVZIP_REQUIRE_MODEL=1 KVZIP_REQUIRE_SLURM=1 KVZIP_REQUIRE_NGINX=1
+KVZIP_GEMMA_MODEL=$(bash scripts/fetch-model.sh gemma3-270m)
+export KVZIP_MODEL KVZIP_GEMMA_MODEL KVZIP_REQUIRE_MODEL=1 KVZIP_REQUIRE_GEMMA=1 KVZIP_REQUIRE_SLURM=1 \
+  KVZIP_REQUIRE_NGINX=1
 
 stage "build (Release)"
 bash scripts/build.sh build -DCMAKE_CUDA_ARCHITECTURES=90
@@ -44,6 +47,9 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
 
 stage "fuzz the .kvz reader for 60 s (libFuzzer, ASan+UBSan)"
 bash fuzz/run.sh 60
+
+stage "Python package (pip install ., pytest; torch and transformers in a cached venv)"
+bash scripts/test-python.sh
 
 stage ""
 echo "== all stages: $(( $(date +%s) - t_start )) s =="
