@@ -13,7 +13,7 @@ venv="${KVZIP_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/kvzip/venv}"
 py="${PYTHON:-python3}"
 
 base=(pip numpy pytest h5py "scikit-build-core>=0.10" "nanobind>=2.0" gguf tokenizers safetensors
-      "transformers>=4.56" filelock sympy networkx jinja2 fsspec typing-extensions setuptools)
+      "transformers>=4.56" accelerate psutil filelock sympy networkx jinja2 fsspec typing-extensions setuptools)
 torch=(torch nvidia-cufile==1.17.1.22.* nvidia-cusparselt-cu13==0.8.1 nvidia-nvshmem-cu13==3.7.2
        nvidia-nccl-cu13==2.30.7)
 stamp="$venv/.kvzip-packages"

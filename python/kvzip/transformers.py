@@ -8,13 +8,17 @@ transformers).
 Ragged heads: each KV head of a .kvz keeps its own number of rows. KvzipCache pads every head of a
 layer to the layer's longest head with rows whose keys are NaN, and load() switches the model to
 the attention function "kvzip" (registered through transformers' AttentionInterface), which masks
-rows with NaN keys per head and is otherwise scaled-dot-product attention. NaN rather than zeros
+rows with NaN keys per head and is otherwise transformers' eager attention. NaN rather than zeros
 because a padded row that reached another attention function would then poison the output
 instead of silently taking softmax weight. Positions continue from the original document: the
 cache reports its logical length (prefix + document tokens), so new tokens take positions T,
 T+1, ... as they did when the document was whole; get_mask_sizes shifts the key indices by the
-rows evicted so the causal mask stays right.
+rows evicted so the causal mask stays right. transformers builds one mask for all layers (sized
+for layer 0); the attention function aligns it on the right, where the appended rows are, since
+layers differ only in how many file rows they hold.
 """
+import inspect
+
 import numpy as np
 import torch
 from transformers import AttentionInterface
@@ -29,7 +33,7 @@ ATTENTION = "kvzip"
 
 
 def kvzip_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """Scaled-dot-product attention that skips key rows whose first channel is NaN (padding of
+    """Attention that skips key rows whose first channel is NaN (padding of
     a ragged KvzipCache layer), per KV head. query (B, Hq, q, D); key, value (B, Hkv, kv, D)."""
     b, hq, q, _ = query.shape
     hkv, kv = key.shape[1], key.shape[2]
@@ -48,13 +52,22 @@ def kvzip_attention(module, query, key, value, attention_mask, scaling=None, dro
         i = torch.arange(q, device=query.device)[:, None]
         j = torch.arange(kv, device=query.device)[None, :]
         keep = keep & (j <= kv - q + i)
-    elif attention_mask.dtype == torch.bool:
-        keep = keep & attention_mask[:, :, :, :kv]
     else:
-        keep = keep & (attention_mask[:, :, :, :kv] > torch.finfo(attention_mask.dtype).min / 2)
-    out = torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=keep, dropout_p=dropout if module.training else 0.0, scale=scaling)
-    return out.transpose(1, 2).contiguous(), None
+        m = attention_mask if attention_mask.dtype == torch.bool else (
+            attention_mask > torch.finfo(attention_mask.dtype).min / 2)
+        w = m.shape[-1]
+        if w > kv:  # a KvzipCache layer shorter than the one the mask was made for
+            m = m[..., w - kv:]
+        elif w < kv:  # longer: the extra keys on the left are file rows, visible to every query
+            m = torch.cat([m.new_ones((*m.shape[:-1], kv - w)), m], dim=-1)
+        keep = keep & m
+    # eager attention (as transformers' eager_attention_forward): on the CPU, torch's SDPA kernel
+    # costs far more than these two products for one decoded token
+    scores = torch.matmul(query, key.transpose(2, 3)) * (scaling if scaling is not None else query.shape[-1] ** -0.5)
+    scores = scores.masked_fill(~keep, float("-inf"))
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    probs = torch.nn.functional.dropout(probs, p=dropout, training=module.training)
+    return torch.matmul(probs, value).transpose(1, 2).contiguous(), None
 
 
 AttentionInterface.register(ATTENTION, kvzip_attention)
@@ -160,6 +173,11 @@ def load(cache, model, *, source=None, force=False, device=None, dtype=None):
     return KvzipCache(layers, positions, cache)
 
 
+def _cache_kwarg(model):
+    """generate's name for the cache: `cache` in newer transformers, `past_key_values` before."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 def question_ids(tokenizer, cache, question):
     """Token ids after the document for `question`: the query template's text, then the suffix."""
     tail = cache.query_template.replace("{question}", question)
@@ -176,6 +194,8 @@ def generate(model, tokenizer, cache, question, *, past_key_values=None, return_
     cache = _open(cache)
     past = past_key_values if past_key_values is not None else load(cache, model)
     past.rollback()
+    if model.config._attn_implementation != ATTENTION:
+        model.set_attn_implementation(ATTENTION)
     p = next(model.parameters())
     ids = [int(t) for t in cache.prefix_tokens] + [int(t) for t in cache.document_tokens]
     ids += question_ids(tokenizer, cache, question)
@@ -185,7 +205,8 @@ def generate(model, tokenizer, cache, question, *, past_key_values=None, return_
     if return_dict:
         kw.update(return_dict_in_generate=True, output_logits=True)
     try:
-        out = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), past_key_values=past, **kw)
+        kw[_cache_kwarg(model)] = past
+        out = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), **kw)
     finally:
         past.rollback()
     seq = out.sequences if return_dict else out
@@ -198,6 +219,14 @@ def generate(model, tokenizer, cache, question, *, past_key_values=None, return_
     if not return_dict:
         return text
     return {"text": text, "tokens": new, "first_logits": out.logits[0][0].float().cpu().numpy()}
+
+
+def _layer_part(x, l, n_layers):
+    """Layer l of per-layer values: x[l] of a list of L arrays or an (L, ...) 3-D array, else x."""
+    if isinstance(x, (list, tuple)) and len(x) == n_layers and np.ndim(np.asarray(x[0])) >= 1:
+        return np.asarray(x[l])
+    a = np.asarray(x)
+    return a[l] if a.ndim == 3 else a
 
 
 def save(path, model, past_key_values, positions, *, prefix_tokens, document_tokens, suffix_tokens=(),
@@ -229,14 +258,13 @@ def save(path, model, past_key_values, positions, *, prefix_tokens, document_tok
         v = v.detach().float().cpu().numpy()[0]
         if isinstance(past_key_values, KvzipCache):  # only the file's rows, not appended ones
             k, v = k[:, :past_key_values.layers[l].base_rows], v[:, :past_key_values.layers[l].base_rows]
-        p = np.asarray(positions[l] if np.ndim(positions) == 3 else positions)
-        p = np.broadcast_to(p, (H, k.shape[1]))
+        p = np.broadcast_to(_layer_part(positions, l, L), (H, k.shape[1]))
         keep = p >= 0
         keys.append([k[h][keep[h]] for h in range(H)])
         values.append([v[h][keep[h]] for h in range(H)])
         pos_out.append([p[h][keep[h]] for h in range(H)])
         if scores is not None:
-            s = np.broadcast_to(np.asarray(scores[l] if np.ndim(scores) == 3 else scores), (H, k.shape[1]))
+            s = np.broadcast_to(_layer_part(scores, l, L), (H, k.shape[1]))
             score_out.append([s[h][keep[h]] for h in range(H)])
     write(path, model=description, keys=keys, values=values, positions=pos_out, prefix_tokens=prefix_tokens,
           document_tokens=document_tokens, suffix_tokens=suffix_tokens, document_text=document_text,

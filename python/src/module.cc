@@ -274,11 +274,10 @@ nb::dict compress_text(const PyModel& pm, const std::string& text, const std::st
       fn(p.done, p.total);
     };
   }
-  compress::CompressResult r;
-  {
+  const compress::CompressResult r = [&] {
     nb::gil_scoped_release release;
-    r = compress::compress_to_file(m, text, fo, out);
-  }
+    return compress::compress_to_file(m, text, fo, out);
+  }();
   nb::dict d;
   d["prefill_s"] = r.prefill_s;
   d["scoring_s"] = r.scoring_s;
