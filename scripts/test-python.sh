@@ -30,11 +30,12 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
 fi
 
 echo "== pip install . ==" >&2
+cfg=()
 if command -v ccache >/dev/null; then
-  export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
+  cfg+=(-Ccmake.define.CMAKE_C_COMPILER_LAUNCHER=ccache -Ccmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps .
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps "${cfg[@]}" .
 
 KVZIP_MODEL="${KVZIP_MODEL:-$(bash scripts/fetch-model.sh)}"
 export KVZIP_MODEL
