@@ -5,7 +5,9 @@
 # checkout (`pip install .`, reusing build/python-* and ccache), the default model, then pytest on
 # tests/python. torch is installed as scripts/golden/README.md documents: the wheel without its
 # dependencies, the four small NVIDIA libraries its import needs and its pure-Python
-# dependencies (the default wheel would pull in GBs of CUDA libraries); it runs on the CPU.
+# dependencies (the default wheel would pull in GBs of CUDA libraries); accelerate (which
+# transformers needs to load a GGUF) goes without dependencies too, or it would pull torch in.
+# Everything runs on the CPU.
 # Extra arguments go to pytest. Ends with pytest's closing line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,8 +15,8 @@ venv="${KVZIP_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/kvzip/venv}"
 py="${PYTHON:-python3}"
 
 base=(pip numpy pytest h5py "scikit-build-core>=0.10" "nanobind>=2.0" gguf tokenizers safetensors
-      "transformers>=4.56" accelerate psutil filelock sympy networkx jinja2 fsspec typing-extensions setuptools)
-torch=(torch nvidia-cufile==1.17.1.22.* nvidia-cusparselt-cu13==0.8.1 nvidia-nvshmem-cu13==3.7.2
+      "transformers>=4.56" psutil pyyaml filelock sympy networkx jinja2 fsspec typing-extensions setuptools)
+torch=(torch accelerate nvidia-cufile==1.17.1.22.* nvidia-cusparselt-cu13==0.8.1 nvidia-nvshmem-cu13==3.7.2
        nvidia-nccl-cu13==2.30.7)
 stamp="$venv/.kvzip-packages"
 want="${base[*]} | ${torch[*]}"

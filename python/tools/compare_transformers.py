@@ -5,7 +5,7 @@ transformers from the GGUF, fp32, CPU), and prints the share of equal answers an
 first-token logit difference relative to the largest logit.
 
   python python/tools/compare_transformers.py [--squad examples/normans.json] [--ratio 0.3]
-      [--max-tokens 64] [--model M.gguf] [--limit N]
+      [--max-tokens 64] [--model M.gguf] [--limit N] [--threads 1]
 """
 import argparse
 import json
@@ -31,10 +31,12 @@ def main():
     ap.add_argument("--ratio", type=float, default=0.3)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--limit", type=int, default=0, help="first N questions only")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1: fastest on a busy machine)")
     ap.add_argument("--model", default=os.environ.get("KVZIP_MODEL",
                                                       str(pathlib.Path.home() / ".cache/kvzip/models/"
                                                           "SmolLM2-135M-Instruct.Q4_1.gguf")))
     a = ap.parse_args()
+    torch.set_num_threads(a.threads)
     d = json.load(open(a.squad))["data"][0]
     text = "\n\n".join(p["context"] for p in d["paragraphs"])
     qs = [q["question"] for p in d["paragraphs"] for q in p["qas"] if not q.get("is_impossible")]
