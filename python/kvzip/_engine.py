@@ -63,7 +63,7 @@ def compress(text_or_path, output=None, *, model=None, ratio=0.3, method="kvzip"
     if isinstance(text_or_path, os.PathLike) or (isinstance(text_or_path, str) and "\n" not in text_or_path
                                                  and len(text_or_path) < 4096 and os.path.isfile(text_or_path)):
         src = os.fspath(text_or_path)
-        with builtins_open(src, "rb") as f:
+        with open(src, "rb") as f:
             text = f.read().decode("utf-8")
         if output is None:
             output = os.path.splitext(src)[0] + ".kvz"
@@ -115,7 +115,3 @@ def query(cache, questions, *, model=None, max_tokens=128, temperature=0.0, seed
            for q in ([questions] if one else questions)]
     return out[0] if one else out
 
-
-import builtins as _builtins  # noqa: E402
-
-builtins_open = _builtins.open

@@ -144,7 +144,7 @@ def _open(cache):
 
 def load(cache, model, *, source=None, force=False, device=None, dtype=None):
     """A KvzipCache of the file (kvzip.Cache or path) for `model`; switches the model to the
-    "kvzip" attention function (plain SDPA for caches without padding rows). Rows are placed on
+    "kvzip" attention function (eager attention for caches without padding rows). Rows are placed on
     the model's device and dtype unless given."""
     cache = _open(cache)
     check_model(cache, model, source, force)
