@@ -61,8 +61,7 @@ def kvzip_attention(module, query, key, value, attention_mask, scaling=None, dro
         elif w < kv:  # longer: the extra keys on the left are file rows, visible to every query
             m = torch.cat([m.new_ones((*m.shape[:-1], kv - w)), m], dim=-1)
         keep = keep & m
-    # eager attention (as transformers' eager_attention_forward): on the CPU, torch's SDPA kernel
-    # costs far more than these two products for one decoded token
+    # eager attention, as transformers' eager_attention_forward computes it
     scores = torch.matmul(query, key.transpose(2, 3)) * (scaling if scaling is not None else query.shape[-1] ** -0.5)
     scores = scores.masked_fill(~keep, float("-inf"))
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
