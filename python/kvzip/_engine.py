@@ -1,0 +1,117 @@
+"""kvzip.compress and kvzip.query: the C++ engine (the CLI's compress and query) from Python.
+
+Both release the GIL while they work. Models are loaded once per path and kept (kvzip.Model).
+"""
+import os
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import _kvzip
+from ._cache import Cache, open as open_cache
+from .errors import InvalidArgumentError
+
+DEFAULT_QUERY_TEMPLATE = "\n\nQuestion: {question}"
+_models = {}
+_models_lock = threading.Lock()
+
+
+class Model:
+    """A model kvzip loads (GGUF file or Hugging Face folder). path None: $KVZIP_MODEL, else the
+    default model that scripts/fetch-model.sh downloads."""
+
+    def __init__(self, path=None):
+        self._m = _kvzip.Model.load(os.fspath(path) if path else "")
+
+    path = property(lambda self: self._m.path)
+
+    @property
+    def description(self):
+        """Fingerprint and shape as a .kvz header records them (the `model` argument of kvzip.write)."""
+        return self._m.description()
+
+    def encode(self, text):
+        return self._m.encode(text)
+
+    def decode(self, ids):
+        return self._m.decode(list(ids))
+
+
+def model(path=None):
+    """The Model at `path`, loaded once and then shared."""
+    if isinstance(path, Model):
+        return path
+    key = os.fspath(path) if path else ""
+    with _models_lock:
+        if key not in _models:
+            _models[key] = Model(path)
+        return _models[key]
+
+
+def model_description(path=None):
+    """A model's fingerprint and shape, for kvzip.write."""
+    return model(path).description
+
+
+def compress(text_or_path, output=None, *, model=None, ratio=0.3, method="kvzip", kv_dtype="f32",
+             level="global", kv_group=0, zstd=0, force=False, system="",
+             query_template=DEFAULT_QUERY_TEMPLATE, threads=0, progress=None):
+    """Compresses a document (its text, or the path of a UTF-8 file) into `output` (.kvz) and
+    returns the opened Cache. output defaults to the file's name with .kvz. progress(done, total)
+    is called with prefilled tokens as the document is read."""
+    if isinstance(text_or_path, os.PathLike) or (isinstance(text_or_path, str) and "\n" not in text_or_path
+                                                 and len(text_or_path) < 4096 and os.path.isfile(text_or_path)):
+        src = os.fspath(text_or_path)
+        with open(src, "rb") as f:
+            text = f.read().decode("utf-8")
+        if output is None:
+            output = os.path.splitext(src)[0] + ".kvz"
+    else:
+        text = text_or_path
+        if output is None:
+            raise InvalidArgumentError("compress: give output= (the .kvz path) when compressing text")
+    m = globals()["model"](model)
+    _kvzip.compress(m._m, text, os.fspath(output), ratio=ratio, method=method, level=level, kv_dtype=kv_dtype,
+                    kv_group=kv_group, zstd=zstd, force=force, system=system, query_template=query_template,
+                    threads=threads, progress=progress)
+    return open_cache(output)
+
+
+@dataclass
+class Answer:
+    question: str
+    text: str
+    tokens: list
+    stopped: bool  # ended on a stop token (not cut by max_tokens)
+    ms: float
+    first_token_ms: float
+    first_logits: np.ndarray = field(repr=False)  # (V) the distribution that chose the first token
+
+
+class Session:
+    """A loaded cache that answers questions; every question sees the compressed state."""
+
+    def __init__(self, cache, model=None, *, force=False, matmul="fast", threads=0, kv_f32=False):
+        path = cache.path if isinstance(cache, Cache) else os.fspath(cache)
+        self.model = globals()["model"](model)
+        self._s = _kvzip.Session.open(self.model._m, path, force=force, matmul=matmul, threads=threads,
+                                      kv_f32=kv_f32)
+
+    load_ms = property(lambda self: self._s.load_ms)
+
+    def ask(self, question, *, max_tokens=128, temperature=0.0, seed=0, on_text=None):
+        d = self._s.ask(question, max_tokens=max_tokens, temperature=temperature, seed=seed, on_text=on_text)
+        return Answer(**d)
+
+
+def query(cache, questions, *, model=None, max_tokens=128, temperature=0.0, seed=0, matmul="fast",
+          force=False, threads=0, on_text=None):
+    """Answers one question (str) or several (list) from a cache (Cache or path), as `kvzip query`.
+    matmul "exact" computes in fp32 (for comparing caches). on_text(piece) streams the text."""
+    s = Session(cache, model, force=force, matmul=matmul, threads=threads)
+    one = isinstance(questions, str)
+    out = [s.ask(q, max_tokens=max_tokens, temperature=temperature, seed=seed, on_text=on_text)
+           for q in ([questions] if one else questions)]
+    return out[0] if one else out
+
