@@ -41,9 +41,10 @@ stage "build (ASan+UBSan, CPU only)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVZIP_SANITIZE=ON -DKVZIP_CUDA=OFF >/dev/null
 cmake --build build-asan --target kvzip_tests -j"$jobs"
 stage "unit tests (ASan+UBSan)"
-# A CPU-only build: the [cuda] tests would only skip (exit status 77), so they are left out.
+# A CPU-only build: the [cuda] tests would only skip (exit status 77), so they are left out; so
+# are the [memory] tests, which measure the process's resident memory (run by CTest above).
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
-  ./build-asan/tests/kvzip_tests "~[realmodel]" "~[slow]" "~[cuda]"
+  ./build-asan/tests/kvzip_tests "~[realmodel]" "~[slow]" "~[cuda]" "~[memory]"
 
 stage "fuzz the .kvz reader for 60 s (libFuzzer, ASan+UBSan)"
 bash fuzz/run.sh 60
