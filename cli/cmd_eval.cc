@@ -30,7 +30,7 @@ struct EvalOpts {
   std::string matmul = "fast";
   RemovedKvLayoutOptions removed;  // --kv-rotate, --kv-params: refused with a message
   uint32_t compose = 0;             // > 0: the composition evaluation over this many documents
-  std::vector<double> blends = {0.0};
+  std::vector<double> blends = {0.0, 0.3};
   bool doc_prefix = false;
   const CLI::Option* methods_opt = nullptr;
   const CLI::Option* ratios_opt = nullptr;

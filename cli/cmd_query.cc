@@ -22,7 +22,7 @@ namespace {
 
 struct QueryOpts {
   std::string cache, model, questions_file, device = "cpu", matmul = "fast";
-  double blend = 0.0;
+  double blend = 0.3;  // loader::ComposeOptions's default
   bool doc_prefix = false;
   std::vector<std::string> questions;
   uint32_t n = 128, threads = 0;

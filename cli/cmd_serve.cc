@@ -25,7 +25,7 @@ struct ServeOpts {
   std::string caches, model, host = "127.0.0.1", api_key_file, device = "cpu";
   int port = 8080;
   uint32_t parallel = 8, threads = 0, queue = 64, max_tokens = 4096, step_tokens = 0, max_compose = 16;
-  double blend = 0.0;
+  double blend = 0.3;
   uint64_t max_loaded_bytes = uint64_t(4) << 30;
   uint64_t max_upload_bytes = uint64_t(1) << 30;
   int64_t max_client_connections = -1;  // -1: half the HTTP worker threads

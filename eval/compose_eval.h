@@ -29,7 +29,7 @@ struct ComposeEvalOptions {
   uint32_t k = 4;                              // documents per question
   std::vector<std::string> methods = {"kvzip"};
   std::vector<double> ratios = {0.5, 0.3};     // besides 1.0 (composed full caches)
-  std::vector<double> blends = {0.0};          // selective recompute fractions to compare
+  std::vector<double> blends = {0.0, 0.3};     // selective recompute fractions to compare
   bool doc_prefix = false;                     // loader::ComposeOptions::doc_prefix
   bool joint_compressed = true;                // the joint-compressed rows
   uint32_t max_answer_tokens = 24;

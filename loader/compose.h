@@ -24,8 +24,10 @@ namespace kvzip::loader {
 
 struct ComposeOptions {
   // Fraction of every later document's tokens recomputed with the documents before it in view
-  // (their rows in every layer and head replaced by, or added as, fresh rows). 0: none.
-  double blend = 0.0;
+  // (their rows in every layer and head replaced by, or added as, fresh rows). 0: none. The
+  // default is the smallest fraction with which ratio-0.3 compositions found every needle a joint
+  // prefill found on the default model (BENCHMARKS.md, "Composed caches").
+  double blend = 0.3;
   // Keep each later document's own prefix rows (template opener, system prompt) as extra attention
   // sinks, at the document's shifted positions. false: only the first document's prefix is seen.
   bool doc_prefix = false;

@@ -38,7 +38,7 @@ struct ServerOptions {
   uint32_t http_threads = 64;  // requests with a body served at once (a streaming answer holds one)
   int listen_backlog = 1024;   // connections waiting to be accepted (the kernel caps it at somaxconn)
   uint32_t max_compose = 16;   // caches one request may compose ("model": "a+b+c")
-  double compose_blend = 0.0;  // composed requests: loader::ComposeOptions::blend
+  double compose_blend = 0.3;  // composed requests: loader::ComposeOptions::blend
   // Head deadline, waiting-connection and per-address bounds (serve/http_server.h); its workers
   // and backlog come from http_threads and listen_backlog.
   HttpLimits http;

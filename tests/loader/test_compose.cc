@@ -257,7 +257,9 @@ TEST_CASE("compositions read the loaded caches in place, however many answer at 
   // requests would hold them at once): every block they attend to is the loaded cache's own memory.
   std::vector<std::unique_ptr<model::ComposedCache>> views;
   for (int i = 0; i < 8; ++i) {
-    views.push_back(loader::compose(fw, f.model->tokenizer(), hs, bases, loader::ComposeOptions{}));
+    loader::ComposeOptions none;
+    none.blend = 0.0;  // no recomputed rows: the view owns the separator and the question only
+    views.push_back(loader::compose(fw, f.model->tokenizer(), hs, bases, none));
     fw.prefill(*views.back(), prompt, model::LogitsMode::Last);
     const model::CacheShape s = views.back()->shape();
     for (uint32_t l = 0; l < s.n_layers; ++l) {
@@ -277,8 +279,9 @@ TEST_CASE("compositions read the loaded caches in place, however many answer at 
   const std::string b1 = f.compress(1, format::DType::F32, 1.0, "b1.kvz");
   format::CacheReader ra1 = format::CacheReader::open(a1), rb1 = format::CacheReader::open(b1);
   const model::KvBase ba1 = loader::base_from_reader(ra1), bb1 = loader::base_from_reader(rb1);
-  auto whole = loader::compose(fw, f.model->tokenizer(), {&ra1.header(), &rb1.header()}, {&ba1, &bb1},
-                               loader::ComposeOptions{});
+  loader::ComposeOptions none;
+  none.blend = 0.0;
+  auto whole = loader::compose(fw, f.model->tokenizer(), {&ra1.header(), &rb1.header()}, {&ba1, &bb1}, none);
   fw.prefill(*whole, prompt, model::LogitsMode::Last);
   INFO("a view owns " << views[0]->bytes_owned() << " bytes over ratio-0.5 caches, " << whole->bytes_owned()
                       << " over ratio-1.0 caches of " << ba1.bytes_kept() + bb1.bytes_kept() << " bytes");
