@@ -650,6 +650,21 @@ void detail::attention_f32(ThreadPool* pool, const AttentionArgs& a, float* lse)
   run_calls(pool, std::span<CallRun>(&r, 1));
 }
 
+void detail::attention_f32_many(ThreadPool* pool, const AttentionArgs* calls, float* const* lse, size_t n) {
+  thread_local std::vector<std::vector<float>> kt_bufs;  // one per call with shared key tiles
+  std::vector<CallRun> runs;
+  runs.reserve(n);
+  size_t n_bufs = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (calls[i].T == 0) continue;
+    if (kt_bufs.size() <= n_bufs) kt_bufs.resize(n_bufs + 1);
+    runs.emplace_back();
+    prepare(pool, calls[i], lse[i], kt_bufs[n_bufs], runs.back());
+    n_bufs += runs.back().p.kt.data != nullptr;
+  }
+  if (!runs.empty()) run_calls(pool, runs);
+}
+
 void attention_many(ThreadPool* pool, const AttentionArgs* calls, size_t n) {
   thread_local std::vector<std::vector<float>> kt_bufs;  // one per call with shared key tiles
   std::vector<CallRun> runs;

@@ -14,6 +14,10 @@ void attention_f32(ThreadPool* pool, const AttentionArgs& a, float* lse);
 // with lse set (T, Hq), also each query row's log-sum-exp over every row it saw.
 void attention_quantized(ThreadPool* pool, const AttentionArgs& a, float* lse = nullptr);
 
+// attention_f32 of calls[0, n) (no quantized rows, no parts) in one pass of the pool, each call
+// with the plan, and so the result, it gets alone; lse[i] as attention_f32's (null: not wanted).
+void attention_f32_many(ThreadPool* pool, const AttentionArgs* calls, float* const* lse, size_t n);
+
 // attention_f32 or attention_quantized, as the spans need (no parts).
 void attention_lse(ThreadPool* pool, const AttentionArgs& a, float* lse);
 
