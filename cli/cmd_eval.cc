@@ -68,8 +68,8 @@ void run_compose(const EvalOpts& o) {
   check_output(o.csv, "-o");
   eval::SquadOptions so;
   so.unit = eval::DocumentUnit::Paragraph;
-  so.all_questions = o.all_questions;
-  so.max_questions = o.max_questions;
+  so.all_questions = o.all_questions;  // every paragraph with a question is a document to compose
+  co.max_questions = o.max_questions;   // of which the first N questions are asked
   const std::vector<eval::Document> docs = eval::read_squad(o.squad, so);
   auto model = load_model(o.model, co.threads);
   if (!o.quiet) co.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };

@@ -117,8 +117,9 @@ ComposeEvalReport run_compose_eval(const model::Model& model, const std::vector<
 
   uint64_t asked = 0, total = 0;
   for (const Document& d : paras) total += d.questions.size();
-  for (uint32_t p = 0; p < N; ++p) {
-    for (size_t qi = 0; qi < paras[p].questions.size(); ++qi) {
+  if (o.max_questions) total = std::min(total, o.max_questions);
+  for (uint32_t p = 0; p < N && asked < total; ++p) {
+    for (size_t qi = 0; qi < paras[p].questions.size() && asked < total; ++qi) {
       const Question& q = paras[p].questions[qi];
       // The K documents: p at position qi mod K, the others following p in the article.
       const uint32_t at = static_cast<uint32_t>(qi % K);

@@ -27,6 +27,8 @@ namespace kvzip::eval {
 
 struct ComposeEvalOptions {
   uint32_t k = 4;                              // documents per question
+  uint64_t max_questions = 0;                  // > 0: ask only the first N questions (every
+                                               // paragraph is still a document to compose)
   std::vector<std::string> methods = {"kvzip"};
   std::vector<double> ratios = {0.5, 0.3};     // besides 1.0 (composed full caches)
   std::vector<double> blends = {0.0, 0.3};     // selective recompute fractions to compare
