@@ -54,12 +54,13 @@ def model_description(path=None):
     return model(path).description
 
 
-def compress(text_or_path, output=None, *, model=None, ratio=0.3, method="kvzip", kv_dtype="f32",
+def compress(text_or_path, output=None, *, model=None, ratio=0.3, method="kvzip", kv_dtype="f16",
              level="global", kv_group=0, zstd=0, force=False, system="",
              query_template=DEFAULT_QUERY_TEMPLATE, threads=0, progress=None):
     """Compresses a document (its text, or the path of a UTF-8 file) into `output` (.kvz) and
     returns the opened Cache. output defaults to the file's name with .kvz. progress(done, total)
-    is called with prefilled tokens as the document is read."""
+    is called with prefilled tokens as the document is read. kv_dtype defaults to f16, as
+    `kvzip compress` does."""
     if isinstance(text_or_path, os.PathLike) or (isinstance(text_or_path, str) and "\n" not in text_or_path
                                                  and len(text_or_path) < 4096 and os.path.isfile(text_or_path)):
         src = os.fspath(text_or_path)

@@ -90,8 +90,6 @@ nb::dict header_dict(const format::CacheHeader& h) {
   d["kv_dtype"] = std::string(format::dtype_name(h.kv_dtype));
   d["kv_group_size"] = h.kv_group_size;
   d["kv_f16_below"] = h.kv_f16_below;
-  d["kv_rotated"] = h.kv_rotated;
-  d["kv_byte_params"] = h.kv_byte_params;
   d["prefix_tokens"] = h.prefix_tokens;
   d["suffix_tokens"] = h.suffix_tokens;
   d["document_tokens"] = h.document_tokens;
