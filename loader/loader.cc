@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/half.h"
+#include "kernels/attention.h"
 #include "kernels/gpu.h"
 #include "kernels/kv_quant.h"
 #include "kernels/matmul.h"
@@ -289,6 +290,26 @@ model::KvBase base_from_reader(const format::CacheReader& reader, uint32_t room,
   model::RaggedKvCache cache = cache_from_reader(reader, room);
   if (key_tiles) cache.make_key_tiles();
   return model::KvBase(std::move(cache));
+}
+
+uint64_t base_bytes_bound(const format::CacheReader& reader, uint32_t room, KvForm form, bool key_tiles) {
+  const format::CacheHeader& h = reader.header();
+  const uint64_t D = h.head_dim;
+  const bool quantized = form == KvForm::Auto && format::dtype_quantized(h.kv_dtype) && h.local_layers.empty();
+  uint64_t n = 0;
+  for (uint32_t l = 0; l < h.n_layers; ++l)
+    for (const uint32_t kept : reader.head_rows(l)) {
+      if (quantized) {  // a head's f16 rows (at most kv_f16_below) widen to f32; the rest stay codes
+        const kernels::KvQuantLayout layout = quant_layout(h);
+        const uint64_t dense = std::min<uint64_t>(kept, h.kv_f16_below);
+        n += 2 * (dense * D * sizeof(float) + D * sizeof(float) +
+                  kept * (layout.code_bytes() + layout.param_words() * sizeof(uint16_t)));
+      } else {
+        n += 2 * (uint64_t{kept} + room) * D * sizeof(float);
+        if (key_tiles) n += kernels::key_tile_floats(kept, h.head_dim) * sizeof(float);
+      }
+    }
+  return n;
 }
 
 model::RaggedKvCache cache_from_contents(const format::CacheContents& c, uint32_t room) {

@@ -50,6 +50,12 @@ model::QuantBase quant_base_from_reader(const format::CacheReader& reader);
 enum class KvForm { Auto, F32 };
 model::KvBase base_from_reader(const format::CacheReader& reader, uint32_t room = 512, KvForm form = KvForm::Auto,
                         bool key_tiles = true);
+// An upper bound, from the header and row counts alone (no K/V read), on the bytes
+// base_from_reader with the same arguments will hold, room rows included: what a server reserves
+// against its memory budget before it loads, so that a load never takes it past the budget.
+// Never below the base's bytes_in_memory().
+uint64_t base_bytes_bound(const format::CacheReader& reader, uint32_t room = 512, KvForm form = KvForm::Auto,
+                          bool key_tiles = true);
 
 // The cache a file describes, straight into device memory with `room` rows of append room per
 // head (no host cache is built): per layer the K/V are decoded (zstd, f16/bf16/q8/q4 -> f32) or

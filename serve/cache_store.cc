@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
 #include "common/atomic_file.h"
@@ -34,6 +35,12 @@ std::optional<FileStamp> stamp_of(const std::string& path) {
                    static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
 }
 
+std::string mib(uint64_t bytes) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.2f MiB", double(bytes) / double(1 << 20));
+  return s;
+}
+
 }  // namespace
 
 bool CacheStore::valid_id(std::string_view id) { return compress::valid_cache_id(id); }
@@ -46,19 +53,30 @@ std::string CacheStore::path_of(std::string_view id) const {
   return dir_ + "/" + std::string(id) + ".kvz";
 }
 
-std::shared_ptr<const LoadedCache> CacheStore::load(const std::string& id) const {
-  const std::string path = path_of(id);
-  // Stamped before reading: a file replaced meanwhile only costs one more load later.
-  const std::optional<FileStamp> stamp = stamp_of(path);
-  if (!stamp) throw Error(Errc::not_found, "no cache \"" + id + "\" (" + path + ")");
+format::CacheReader CacheStore::open_checked(const std::string& path) const {
   format::CacheReader reader = format::CacheReader::open(path);
   reader.check_model(model_.fingerprint(), /*force=*/false);
   format::check_shape(reader.header(), model_.config());
-  auto out = std::make_shared<LoadedCache>(
-      LoadedCache{id, reader.header(), loader::base_from_reader(reader, /*room=*/1, loader::KvForm::Auto, key_tiles_), 0, *stamp});
-  out->header.document_text.clear();  // requests never read it; it may be large
-  out->bytes = out->cache.bytes_in_memory();
-  return out;
+  return reader;
+}
+
+void CacheStore::make_room_locked(const std::string& id, uint64_t need) {
+  // From the least recently used end; use_count() == 1 under mu_ means only the store holds it,
+  // and nobody can take a new reference without mu_.
+  for (auto it = lru_.end(); bytes_ + retired_bytes_locked() + reserved_ + need > max_bytes_ && it != lru_.begin();) {
+    --it;
+    auto e = entries_.find(*it);
+    if (e->second.cache.use_count() == 1) {
+      const std::string victim = *it++;
+      forget_locked(victim);
+    }
+  }
+  const uint64_t held = bytes_ + retired_bytes_locked() + reserved_;
+  if (held + need > max_bytes_)
+    throw Error(Errc::out_of_memory,
+                "cache \"" + id + "\" needs up to " + mib(need) + " but " +
+                    mib(max_bytes_ - std::min(max_bytes_, held)) + " of --max-loaded-bytes are free (the loaded caches in use cannot be "
+                    "evicted); retry later or raise --max-loaded-bytes");
 }
 
 std::shared_ptr<const LoadedCache> CacheStore::find_current_locked(const std::string& id,
@@ -88,25 +106,28 @@ std::shared_ptr<const LoadedCache> CacheStore::acquire(const std::string& id) {
     std::lock_guard<std::mutex> lock(mu_);  // another thread may have loaded it meanwhile
     if (auto hit = find_current_locked(id, now)) return hit;
   }
-  std::shared_ptr<const LoadedCache> fresh = load(id);
-  std::lock_guard<std::mutex> lock(mu_);
-  // Evict from the least recently used end; use_count() == 1 under mu_ means only the store holds
-  // it, and nobody can take a new reference without mu_.
-  for (auto it = lru_.end(); bytes_ + retired_bytes_locked() + fresh->bytes > max_bytes_ && it != lru_.begin();) {
-    --it;
-    auto e = entries_.find(*it);
-    if (e->second.cache.use_count() == 1) {
-      const std::string victim = *it++;
-      forget_locked(victim);
-    }
+  // Stamped before reading: a file replaced meanwhile only costs one more load later.
+  const std::optional<FileStamp> stamp = stamp_of(path);
+  if (!stamp) throw Error(Errc::not_found, "no cache \"" + id + "\" (" + path + ")");
+  format::CacheReader reader = open_checked(path);
+  const uint64_t need = loader::base_bytes_bound(reader, /*room=*/1, loader::KvForm::Auto, key_tiles_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    make_room_locked(id, need);
+    reserved_ = need;
   }
-  const uint64_t held = bytes_ + retired_bytes_locked();
-  if (held + fresh->bytes > max_bytes_)
-    throw Error(Errc::out_of_memory,
-                "cache \"" + id + "\" needs " + std::to_string(fresh->bytes >> 20) + " MiB but " +
-                    std::to_string((max_bytes_ - std::min(max_bytes_, held)) >> 20) +
-                    " MiB of --max-loaded-bytes are free (the loaded caches in use cannot be "
-                    "evicted); retry later or raise --max-loaded-bytes");
+  struct Unreserve {  // on every way out, the load's bytes stop being reserved
+    CacheStore& s;
+    ~Unreserve() {
+      std::lock_guard<std::mutex> lock(s.mu_);
+      s.reserved_ = 0;
+    }
+  } unreserve{*this};
+  auto fresh = std::make_shared<LoadedCache>(
+      LoadedCache{id, reader.header(), loader::base_from_reader(reader, /*room=*/1, loader::KvForm::Auto, key_tiles_), 0, *stamp});
+  fresh->header.document_text.clear();  // requests never read it; it may be large
+  fresh->bytes = fresh->cache.bytes_in_memory();
+  std::lock_guard<std::mutex> lock(mu_);
   lru_.push_front(id);
   entries_[id] = Entry{fresh, lru_.begin()};
   bytes_ += fresh->bytes;

@@ -98,7 +98,11 @@ class CacheStore {
     std::shared_ptr<const LoadedCache> cache;
     std::list<std::string>::iterator lru;  // position in lru_ (front: most recent)
   };
-  std::shared_ptr<const LoadedCache> load(const std::string& id) const;
+  // Opens and checks the file (model, shape) without reading its K/V rows.
+  format::CacheReader open_checked(const std::string& path) const;
+  // Evicts least recently used entries nobody holds until `need` more bytes fit the budget;
+  // Errc::out_of_memory when they cannot. Holds mu_.
+  void make_room_locked(const std::string& id, uint64_t need);
   // The entry for `id` if the file still has the stamp it was loaded with (`now`: its stamp
   // now); otherwise forgets the entry and returns null. Holds mu_.
   std::shared_ptr<const LoadedCache> find_current_locked(const std::string& id,
@@ -116,6 +120,9 @@ class CacheStore {
   std::map<std::string, Entry> entries_;
   std::list<std::string> lru_;
   uint64_t bytes_ = 0;
+  // The bound (loader::base_bytes_bound) of the load in progress: counted against the budget
+  // before the load allocates anything, so loads never take memory past it.
+  uint64_t reserved_ = 0;
   // Forgotten while in use: still memory until the last holder lets go, so still counted.
   struct Retired {
     std::weak_ptr<const LoadedCache> cache;

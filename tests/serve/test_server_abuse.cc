@@ -3,7 +3,8 @@
 // Expect: 100-continue, chunked; malformed framing a 400 at once); slow heads neither hold the
 // server nor outlive one head deadline; a non-streaming answer whose client left stops decoding;
 // a burst of parallel + queue requests is admitted whole; replaced or deleted caches count until
-// their last request ends; a second server on a taken port fails; and the smaller cases (NUL in
+// their last request ends, and a load that might pass the budget is refused before it reads; a
+// second server on a taken port fails; and the smaller cases (NUL in
 // the API key, a half-closed client, the pinned path without "model", an invalid id, the access
 // log of a request the parser refused).
 #include <catch2/catch.hpp>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "loader/loader.h"
 #include "serve/cache_store.h"
 #include "serve/engine.h"
 #include "tests/serve/http_client.h"
@@ -291,6 +293,31 @@ TEST_CASE("serve: a replaced or deleted cache counts until its last request ends
   CHECK(store.loaded_bytes() == one);  // the replaced copy, held by `b`
   b.reset();
   CHECK(store.loaded_bytes() == 0);
+}
+
+TEST_CASE("serve: a load that might pass --max-loaded-bytes is refused before it reads", "[serve][abuse]") {
+  TinyModelDir dir("serve_bound", 22, 1024);
+  const std::string caches = dir.path("caches");
+  std::filesystem::create_directories(caches);
+  const std::string doc = "Mira planted seven apple trees behind the school, and Tomas counted twelve ships.";
+  compress_document(*dir.model, doc, caches + "/f.kvz");
+  compress_document(*dir.model, doc, caches + "/q.kvz", format::DType::Q8);
+  for (const std::string id : {"f", "q"}) {
+    INFO(id);
+    const uint64_t bound = loader::base_bytes_bound(format::CacheReader::open(caches + "/" + id + ".kvz"), 1);
+    uint64_t one = 0;
+    {
+      serve::CacheStore probe(*dir.model, caches, uint64_t(1) << 30);
+      one = probe.acquire(id)->bytes;
+    }
+    CHECK(bound >= one);            // a bound, so the budget holds
+    CHECK(bound <= one + one / 4);  // and a tight one, so nothing that fits is refused
+    serve::CacheStore tight(*dir.model, caches, bound - 1);  // the cache itself would fit
+    CHECK_THROWS_WITH(tight.acquire(id), Catch::Contains("needs up to"));
+    CHECK(tight.loaded_bytes() == 0);
+    serve::CacheStore exact(*dir.model, caches, bound);
+    CHECK(exact.acquire(id)->bytes == one);
+  }
 }
 
 TEST_CASE("serve: a second server on a taken port fails to bind", "[serve][abuse]") {
