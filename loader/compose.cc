@@ -123,17 +123,26 @@ std::unique_ptr<model::ComposedCache> compose(model::Forward& forward, const mod
   auto cache = std::make_unique<model::ComposedCache>(plan.docs, inv_freq, plan.length);
   const uint32_t S = static_cast<uint32_t>(plan.separator.size());
   uint64_t recomputed = 0;
+  double sep_ms = 0, probe_ms = 0, recompute_ms = 0;
+  auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+  };
   uint32_t end = static_cast<uint32_t>(headers[0]->logical_length());
   for (uint32_t d = 1; d < K; ++d) {
     const format::CacheHeader& h = *headers[d];
     std::vector<uint32_t> pos(S);
     std::iota(pos.begin(), pos.end(), end);
+    auto t = std::chrono::steady_clock::now();
     cache->rows(d, -1, pos);  // the separator sees every document before it
     forward.prefill(*cache, plan.separator, model::LogitsMode::None);
+    sep_ms += since(t);
     const uint32_t first = end + S, n = static_cast<uint32_t>(h.document_tokens.size());
     const uint32_t pick = static_cast<uint32_t>(std::llround(o.blend * n));
     if (pick > 0) {
+      t = std::chrono::steady_clock::now();
       const std::vector<double> change = value_change(forward, *cache, d, h, first, 1);
+      probe_ms += since(t);
+      t = std::chrono::steady_clock::now();
       std::vector<uint32_t> order(n);
       std::iota(order.begin(), order.end(), 0u);
       std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return change[a] > change[b]; });
@@ -148,7 +157,8 @@ std::unique_ptr<model::ComposedCache> compose(model::Forward& forward, const mod
       }
       cache->skip(d, stored);  // their stored rows give way to the recomputed ones
       cache->rows(d, static_cast<int>(d), composed);
-      forward.prefill(*cache, tokens, model::LogitsMode::None);
+      forward.prefill(*cache, tokens, model::LogitsMode::None, nullptr, o.build_chunk);
+      recompute_ms += since(t);
       recomputed += pick;
     }
     end = first + n;
@@ -160,7 +170,10 @@ std::unique_ptr<model::ComposedCache> compose(model::Forward& forward, const mod
     stats->separator_tokens = S;
     stats->recomputed = recomputed;
     stats->length = plan.length;
-    stats->ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    stats->ms = since(t0);
+    stats->separator_ms = sep_ms;
+    stats->probe_ms = probe_ms;
+    stats->recompute_ms = recompute_ms;
   }
   return cache;
 }
