@@ -3,9 +3,11 @@
 // in the same run, best of R.
 // Usage: bench_compose TEXT [--tokens N] [--ks 2,4,8] [--ratio R] [--blends 0,0.2] [--threads T]
 //        [--reps R] [--dir D] [--build-chunk N] [--joint 0|1] [--key-tiles 0|1]
+//        [--reuse 0|1]
 //   TEXT: a text file cut into documents of about N tokens (default 1000) at paragraph breaks
 //   (blank lines), reused in turn when K needs more. Each is compressed once (kvzip at R, default
-//   0.3) into D (default a temporary folder). The model is $KVZIP_MODEL or the default cache path.
+//   0.3) into D (default a temporary folder; --reuse 1 keeps files already there). The model is
+//   $KVZIP_MODEL or the default cache path.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -65,7 +67,7 @@ int main(int argc, char** argv) {
   std::vector<double> ks = {2, 4, 8}, blends = {0.0, 0.2};
   double ratio = 0.3;
   uint32_t threads = 2, reps = 3, build_chunk = 0;
-  bool joint_on = true, key_tiles = true;
+  bool joint_on = true, key_tiles = true, reuse = false;
   std::string dir = (std::filesystem::temp_directory_path() / "kvzip_bench_compose").string();
   for (int i = 2; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--tokens")) tokens = std::atoi(argv[i + 1]);
@@ -77,6 +79,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--dir")) dir = argv[i + 1];
     if (!std::strcmp(argv[i], "--build-chunk")) build_chunk = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--key-tiles")) key_tiles = std::atoi(argv[i + 1]) != 0;
+    if (!std::strcmp(argv[i], "--reuse")) reuse = std::atoi(argv[i + 1]) != 0;
     if (!std::strcmp(argv[i], "--joint")) joint_on = std::atoi(argv[i + 1]) != 0;
   }
   try {
@@ -94,6 +97,7 @@ int main(int argc, char** argv) {
       o.threads = threads;
       o.write.force = true;
       paths.push_back(dir + "/doc" + std::to_string(i) + ".kvz");
+      if (reuse && std::filesystem::exists(paths.back())) continue;  // compressed by an earlier run
       const auto t0 = Clock::now();
       compress::compress_to_file(model, texts[i], o, paths.back());
       std::fprintf(stderr, "compressed document %zu (%zu tokens) in %.1f s\n", i,
