@@ -171,6 +171,10 @@ TEST_CASE("two composed ratio-1.0 caches equal the block-diagonal reference", "[
   }
   // The view reads the loaded caches in place: it owns the separator and question rows only.
   CHECK(s.composed_cache()->bytes_owned() < s.base().bytes_kept() / 4);
+  // And the caches need no append room (a single cache's session keeps the options' room).
+  CHECK(s.base().f32("test").layout().room() == 0);
+  loader::QuerySession single(*f.model, a, options());
+  CHECK(single.base().f32("test").layout().room() == options().room);
 }
 
 TEST_CASE("composed q8/q4 caches as stored equal them dequantized", "[loader][compose][kvquant-attn]") {
