@@ -46,9 +46,9 @@ struct ComposeStats {
   uint64_t recomputed = 0;        // tokens recomputed over all documents
   uint32_t length = 0;            // composed length: the first question token's position
   double ms = 0.0;                // time to compose (separators, probes, recompute)
-  double separator_ms = 0.0;      // of which the separators' rows
+  double separator_ms = 0.0;      // of which forward passes of separators only
   double probe_ms = 0.0;          // the probes that choose the tokens to recompute
-  double recompute_ms = 0.0;      // the recomputed tokens' forward pass
+  double recompute_ms = 0.0;      // the recompute passes (with the separator each one carries)
 };
 
 // Throws Errc::model_mismatch or Errc::invalid_argument naming the first cache (1-based) that
