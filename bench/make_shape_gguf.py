@@ -9,6 +9,8 @@ with "<pad_N>" tokens up to the shape's vocabulary size, so kvzip and llama.cpp 
 Runs with the pyenv `python3` and needs the PyPI packages `gguf` and `numpy`.
 
   python3 bench/make_shape_gguf.py --shape llama-8b --type Q4_0 -o /work/ext/llama8b-q4_0.gguf
+  python3 bench/make_shape_gguf.py --shape smollm2-135m --type Q4_1 --context 32768 -o smol-32k.gguf
+    (SmolLM2's shape with a longer context: time to first token over 16K-token compositions)
 """
 import argparse
 import os
@@ -20,6 +22,7 @@ from gguf import GGMLQuantizationType as Q
 
 SHAPES = {
     # L, E, Hq, Hkv, F, V, tied, rope base
+    "smollm2-135m": dict(L=30, E=576, Hq=9, Hkv=3, F=1536, V=49152, tied=True, base=100000.0),
     "llama-1b": dict(L=16, E=2048, Hq=32, Hkv=8, F=8192, V=128256, tied=True, base=500000.0),
     "llama-3b": dict(L=28, E=3072, Hq=24, Hkv=8, F=8192, V=128256, tied=True, base=500000.0),
     "llama-8b": dict(L=32, E=4096, Hq=32, Hkv=8, F=14336, V=128256, tied=False, base=500000.0),
@@ -72,6 +75,7 @@ def main():
     ap.add_argument("--tokenizer-from", default=os.environ.get(
         "KVZIP_MODEL", os.path.expanduser("~/.cache/kvzip/models/SmolLM2-135M-Instruct.Q4_1.gguf")))
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--context", type=int, default=8192, help="context length the file declares")
     ap.add_argument("-o", "--out", required=True)
     a = ap.parse_args()
     s = SHAPES[a.shape]
@@ -101,7 +105,7 @@ def main():
     w = gguf.GGUFWriter(a.out, "llama")
     w.add_name(f"random-{a.shape}-{a.type}")
     w.add_block_count(L)
-    w.add_context_length(8192)
+    w.add_context_length(a.context)
     w.add_embedding_length(E)
     w.add_feed_forward_length(F)
     w.add_head_count(Hq)

@@ -88,6 +88,7 @@ ComposePlan plan_composition(const std::vector<const format::CacheHeader*>& head
     model::ComposedDoc doc;
     doc.shift = static_cast<uint32_t>(start - h.prefix_length());
     doc.skip_below = o.doc_prefix ? 0 : static_cast<uint32_t>(h.prefix_length());
+    doc.first = static_cast<uint32_t>(start);
     plan.docs.push_back(doc);
     end = start + h.document_tokens.size();
     if (end > UINT32_MAX) throw Error(Errc::invalid_argument, "compose: the composed context exceeds 2^32 positions");
@@ -122,36 +123,65 @@ std::unique_ptr<model::ComposedCache> compose(model::Forward& forward, const mod
   const std::vector<float> inv_freq = kernels::rope_inv_freq(cfg.head_dim, cfg.rope_base, cfg.rope_scaling);
   auto cache = std::make_unique<model::ComposedCache>(plan.docs, inv_freq, plan.length);
   const uint32_t S = static_cast<uint32_t>(plan.separator.size());
-  uint64_t recomputed = 0;
-  uint32_t end = static_cast<uint32_t>(headers[0]->logical_length());
+  std::vector<uint32_t> first(K), pick(K, 0);  // each document's first composed position, tokens to recompute
+  first[0] = static_cast<uint32_t>(headers[0]->prefix_length());
   for (uint32_t d = 1; d < K; ++d) {
+    first[d] = plan.docs[d].first;
+    pick[d] = static_cast<uint32_t>(std::llround(o.blend * double(headers[d]->document_tokens.size())));
+  }
+  auto separator_at = [&](uint32_t d, std::vector<uint32_t>& pos, std::vector<int32_t>& tokens) {
+    for (uint32_t i = 0; i < S; ++i) pos.push_back(first[d] - S + i);  // the separator before document d
+    tokens.insert(tokens.end(), plan.separator.begin(), plan.separator.end());
+  };
+  uint64_t recomputed = 0;
+  double sep_ms = 0, probe_ms = 0, recompute_ms = 0;
+  auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+  };
+  // Every forward pass is a few passes of the thread pool per layer, whatever its length, so the
+  // steps are merged where the result is the same: with no recompute all separators are one pass
+  // (each sees the documents before it: rows() limits them by position); with it, the separator
+  // after a document rides in that document's recompute pass.
+  auto t = std::chrono::steady_clock::now();
+  std::vector<uint32_t> pos;
+  std::vector<int32_t> toks;
+  const bool any_pick = std::any_of(pick.begin(), pick.end(), [](uint32_t n) { return n > 0; });
+  for (uint32_t d = 1; d < K && (!any_pick || d == 1); ++d) separator_at(d, pos, toks);
+  if (S > 0) {
+    cache->rows(1, any_pick ? -1 : int(K - 1), pos);
+    forward.prefill(*cache, toks, model::LogitsMode::None, nullptr, o.build_chunk);
+  }
+  sep_ms += since(t);
+  for (uint32_t d = 1; d < K && any_pick; ++d) {
     const format::CacheHeader& h = *headers[d];
-    std::vector<uint32_t> pos(S);
-    std::iota(pos.begin(), pos.end(), end);
-    cache->rows(d, -1, pos);  // the separator sees every document before it
-    forward.prefill(*cache, plan.separator, model::LogitsMode::None);
-    const uint32_t first = end + S, n = static_cast<uint32_t>(h.document_tokens.size());
-    const uint32_t pick = static_cast<uint32_t>(std::llround(o.blend * n));
-    if (pick > 0) {
-      const std::vector<double> change = value_change(forward, *cache, d, h, first, 1);
+    pos.clear();
+    toks.clear();
+    if (pick[d] > 0) {
+      t = std::chrono::steady_clock::now();
+      const uint32_t n = static_cast<uint32_t>(h.document_tokens.size());
+      const std::vector<double> change = value_change(forward, *cache, d, h, first[d], 1);
+      probe_ms += since(t);
       std::vector<uint32_t> order(n);
       std::iota(order.begin(), order.end(), 0u);
       std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return change[a] > change[b]; });
-      order.resize(pick);
+      order.resize(pick[d]);
       std::sort(order.begin(), order.end());
-      std::vector<uint32_t> stored(pick), composed(pick);
-      std::vector<int32_t> tokens(pick);
-      for (uint32_t i = 0; i < pick; ++i) {
+      std::vector<uint32_t> stored(pick[d]);
+      for (uint32_t i = 0; i < pick[d]; ++i) {
         stored[i] = static_cast<uint32_t>(h.prefix_length()) + order[i];
-        composed[i] = first + order[i];
-        tokens[i] = static_cast<int32_t>(h.document_tokens[order[i]]);
+        pos.push_back(first[d] + order[i]);
+        toks.push_back(static_cast<int32_t>(h.document_tokens[order[i]]));
       }
       cache->skip(d, stored);  // their stored rows give way to the recomputed ones
-      cache->rows(d, static_cast<int>(d), composed);
-      forward.prefill(*cache, tokens, model::LogitsMode::None);
-      recomputed += pick;
+      recomputed += pick[d];
     }
-    end = first + n;
+    t = std::chrono::steady_clock::now();
+    const uint32_t recompute = static_cast<uint32_t>(toks.size());
+    if (d + 1 < K) separator_at(d + 1, pos, toks);  // after document d: sees all of it
+    if (toks.empty()) continue;
+    cache->rows(d, static_cast<int>(d), pos);
+    forward.prefill(*cache, toks, model::LogitsMode::None, nullptr, o.build_chunk);
+    (recompute ? recompute_ms : sep_ms) += since(t);
   }
   cache->seal();
   if (stats) {
@@ -160,7 +190,10 @@ std::unique_ptr<model::ComposedCache> compose(model::Forward& forward, const mod
     stats->separator_tokens = S;
     stats->recomputed = recomputed;
     stats->length = plan.length;
-    stats->ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    stats->ms = since(t0);
+    stats->separator_ms = sep_ms;
+    stats->probe_ms = probe_ms;
+    stats->recompute_ms = recompute_ms;
   }
   return cache;
 }

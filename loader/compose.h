@@ -33,6 +33,10 @@ struct ComposeOptions {
   bool doc_prefix = false;
   std::string separator = "\n\n";  // text between documents, computed at composition time
   uint32_t max_docs = 16;          // more caches than this: Errc::invalid_argument
+  // Tokens per forward chunk of the recompute (ForwardOptions::chunk is a question's: short
+  // chunks for one numeric path with the server's steps). The composition is the same for
+  // `kvzip query` and `kvzip serve`, which both compose with this.
+  uint32_t build_chunk = 512;
 };
 
 struct ComposeStats {
@@ -42,6 +46,9 @@ struct ComposeStats {
   uint64_t recomputed = 0;        // tokens recomputed over all documents
   uint32_t length = 0;            // composed length: the first question token's position
   double ms = 0.0;                // time to compose (separators, probes, recompute)
+  double separator_ms = 0.0;      // of which forward passes of separators only
+  double probe_ms = 0.0;          // the probes that choose the tokens to recompute
+  double recompute_ms = 0.0;      // the recompute passes (with the separator each one carries)
 };
 
 // Throws Errc::model_mismatch or Errc::invalid_argument naming the first cache (1-based) that

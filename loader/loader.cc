@@ -380,8 +380,17 @@ static model::ForwardOptions forward_options(const SessionOptions& o) {
 QuerySession::QuerySession(const model::Model& model, const std::string& path, const SessionOptions& o)
     : QuerySession(model, open_file(model, path, o), o) {}
 
+namespace {
+// A composition appends only to its own rows (model/composed_cache.h): its caches need no room.
+SessionOptions composing(const SessionOptions& o, size_t n_paths) {
+  SessionOptions c = o;
+  if (n_paths > 1) c.room = 0;
+  return c;
+}
+}  // namespace
+
 QuerySession::QuerySession(const model::Model& model, const std::vector<std::string>& paths, const SessionOptions& o)
-    : QuerySession(model, open_file(model, paths.at(0), o), o) {
+    : QuerySession(model, open_file(model, paths.at(0), composing(o, paths.size())), o) {
   if (paths.size() == 1) return;
   if (o.device == kernels::Device::Cuda)
     throw Error(Errc::unsupported, "several caches are composed on the CPU only; answer them with --device cpu");
@@ -390,7 +399,7 @@ QuerySession::QuerySession(const model::Model& model, const std::vector<std::str
                                             std::to_string(o.compose.max_docs));
   const auto t0 = Clock::now();
   for (size_t i = 1; i < paths.size(); ++i) {
-    Loaded l = open_file(model, paths[i], o);
+    Loaded l = open_file(model, paths[i], composing(o, paths.size()));
     more_headers_.push_back(std::move(l.header));
     more_bases_.push_back(std::make_unique<model::KvBase>(std::move(l.base)));
   }

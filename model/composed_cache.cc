@@ -85,7 +85,6 @@ ComposedCache::ComposedCache(std::vector<ComposedDoc> docs, const std::vector<fl
         for (uint32_t j = 0; j < dh.n_f32 + dh.n_quant && dh.positions[j] < docs_[d].skip_below; ++j)
           j < dh.n_f32 ? set_bit(m.f32, j) : set_bit(m.quant, j - dh.n_f32);
       }
-  limits_.resize(size_t(shape_.n_layers) * shape_.n_kv_heads);
   rows(0, -1, {});
 }
 
@@ -98,6 +97,8 @@ void ComposedCache::rows(uint32_t visible, int limited, std::vector<uint32_t> po
   limited_ = limited;
   staged_ = std::move(positions);
   cursor_ = 0;
+  const uint32_t n_limited = limited < 0 ? 0 : uint32_t(limited) + 1 - visible;
+  limits_.resize(size_t(n_limited) * shape_.n_layers * shape_.n_kv_heads);
   for (auto& lim : limits_) lim.assign(2 * staged_.size(), 0);
   refresh_parts();
 }
@@ -127,20 +128,20 @@ void ComposedCache::seal() {
   visible_ = n_docs();
   limited_ = -1;
   staged_.clear();
+  limits_.clear();
   refresh_parts();
 }
 
 void ComposedCache::refresh_parts() {
   const uint32_t L = shape_.n_layers, H = shape_.n_kv_heads;
-  n_parts_ = visible_ + (limited_ >= 0 ? 1 : 0);
+  n_parts_ = limited_ >= 0 ? uint32_t(limited_) + 1 : visible_;  // part p is document p
   spans_.assign(size_t(L) * n_parts_ * H, kernels::KvSpan{});
-  const size_t D = shape_.head_dim;  // the rotations: the limited document's part comes last
+  const size_t D = shape_.head_dim;
   part_rot_.resize(n_parts_ * D);
-  for (uint32_t p = 0; p < n_parts_; ++p)
-    std::copy_n(rot_.data() + (p < visible_ ? p : uint32_t(limited_)) * D, D, part_rot_.data() + p * D);
+  std::copy_n(rot_.data(), n_parts_ * D, part_rot_.data());
   for (uint32_t l = 0; l < L; ++l)
     for (uint32_t p = 0; p < n_parts_; ++p) {
-      const uint32_t d = p < visible_ ? p : uint32_t(limited_);
+      const uint32_t d = p;
       for (uint32_t h = 0; h < H; ++h) {
         const DocHead dh = doc_head(*docs_[d].base, l, h);
         const HeadMask& m = masks_[hidx(d, l, h)];
@@ -153,8 +154,8 @@ void ComposedCache::refresh_parts() {
         s.kt_rows = dh.kt_rows;
         s.skip = m.f32.data();
         s.quant_skip = s.quant ? m.quant.data() : nullptr;
-        if (p >= visible_) {  // the limited document: limits filled per append (reserve_append)
-          std::vector<uint32_t>& lim = limits_[size_t(l) * H + h];
+        if (p >= visible_) {  // a limited document: limits filled per append (reserve_append)
+          std::vector<uint32_t>& lim = limits_[(size_t(p - visible_) * L + l) * H + h];
           s.limit = lim.data();
           s.quant_limit = s.quant ? lim.data() + staged_.size() : nullptr;
         }
@@ -185,20 +186,28 @@ void ComposedCache::reserve_append(uint32_t T) {
   uint32_t* pos = own_pos_.data() + rows_;
   next_positions(T, pos);
   if (limited_ < 0) return;
-  // Each pending token sees the limited document's stored rows before its own position.
-  const ComposedDoc& doc = docs_[limited_];
-  const uint32_t H = shape_.n_kv_heads;
-  for (uint32_t l = 0; l < shape_.n_layers; ++l)
-    for (uint32_t h = 0; h < H; ++h) {
-      const DocHead dh = doc_head(*doc.base, l, h);
-      uint32_t* lim = limits_[size_t(l) * H + h].data();
-      for (uint32_t t = 0; t < T; ++t) {
-        const uint32_t stored = pos[t] - doc.shift;  // the token's position in the document's frame
-        lim[t] = uint32_t(std::lower_bound(dh.positions, dh.positions + dh.n_f32, stored) - dh.positions);
-        const uint32_t* q = dh.positions + dh.n_f32;
-        lim[staged_.size() + t] = uint32_t(std::lower_bound(q, q + dh.n_quant, stored) - q);
+  // Each pending token sees a limited document's stored rows before its own position, none
+  // before the document's first token. Limits index the call's tokens: cursor_ is where the
+  // staged positions of this append start.
+  const uint32_t L = shape_.n_layers, H = shape_.n_kv_heads;
+  for (uint32_t d = visible_; d <= uint32_t(limited_); ++d) {
+    const ComposedDoc& doc = docs_[d];
+    for (uint32_t l = 0; l < L; ++l)
+      for (uint32_t h = 0; h < H; ++h) {
+        const DocHead dh = doc_head(*doc.base, l, h);
+        uint32_t* lim = limits_[(size_t(d - visible_) * L + l) * H + h].data();
+        for (uint32_t t = 0; t < T; ++t) {
+          if (pos[t] < doc.first || pos[t] < doc.shift) {
+            lim[t] = lim[staged_.size() + t] = 0;
+            continue;
+          }
+          const uint32_t stored = pos[t] - doc.shift;  // the token's position in the document's frame
+          lim[t] = uint32_t(std::lower_bound(dh.positions, dh.positions + dh.n_f32, stored) - dh.positions);
+          const uint32_t* q = dh.positions + dh.n_f32;
+          lim[staged_.size() + t] = uint32_t(std::lower_bound(q, q + dh.n_quant, stored) - q);
+        }
       }
-    }
+  }
 }
 
 void ComposedCache::append(uint32_t layer, const float* k_new, const float* v_new, uint32_t T) {

@@ -8,8 +8,9 @@
 // then the question and answer. Stored rows can be left out per document by position (the
 // document's own prefix rows, rows replaced by recomputed ones) through skip bitmaps.
 // Building (loader/compose.h) runs the forward pass over staged views: rows(d, positions) makes the
-// next appended tokens sit at `positions` while only documents [0, d) are seen, and, with a
-// limited document, that document's stored rows before each token's position. seal() ends the
+// next appended tokens sit at `positions` while only documents [0, d) are seen, and, with limited
+// documents, each one's stored rows before each token's own position (so one forward pass can
+// hold tokens of several stages: every separator at once). seal() ends the
 // building; from then on appended tokens continue at the composed length and see every document.
 // Invariants: documents never overlap in composed positions except where a document keeps its own
 // prefix rows as sinks; rollback never reaches below the sealed length.
@@ -29,6 +30,8 @@ struct ComposedDoc {
   const KvBase* base = nullptr;  // shared, read-only; must outlive the ComposedCache
   uint32_t shift = 0;            // composed position = stored position + shift
   uint32_t skip_below = 0;       // stored rows at positions below this are left out (0: none)
+  uint32_t first = 0;            // composed position of its first document token: a token staged
+                                 // before it never sees the document (rows(); 0: no such rule)
 };
 
 class ComposedCache final : public AttentionCache {
@@ -50,8 +53,9 @@ class ComposedCache final : public AttentionCache {
 
   // ---- building (before seal) ----
   // The next appended tokens (any number of forward calls) sit at `positions` (increasing, each
-  // above every own row so far) and see documents [0, visible) whole, plus document `limited`
-  // (visible <= limited < n_docs, or -1 for none) up to their own positions, stored rows only.
+  // above every own row so far) and see documents [0, visible) whole, plus each document of
+  // [visible, limited] (limited < n_docs, or -1 for none) up to their own positions: its stored
+  // rows at composed positions below the token's, none for a token before ComposedDoc::first.
   void rows(uint32_t visible, int limited, std::vector<uint32_t> positions);
   // Leaves out document d's stored rows at these positions (sorted), in every layer and head.
   void skip(uint32_t d, std::span<const uint32_t> stored_positions);
@@ -91,11 +95,12 @@ class ComposedCache final : public AttentionCache {
   int limited_ = -1;
   std::vector<uint32_t> staged_;     // positions of the tokens still to come
   uint32_t cursor_ = 0;              // next staged position
-  // What parts() hands out: (L, n_parts, Hkv) spans; the limited document's limits per (l, h).
+  // What parts() hands out: (L, n_parts, Hkv) spans; each limited document's limits per (l, h).
   std::vector<kernels::KvSpan> spans_;
   std::vector<float> part_rot_;      // (n_parts, 2, D/2)
   uint32_t n_parts_ = 0;
-  std::vector<std::vector<uint32_t>> limits_;  // (L·Hkv) × (2, staged) f32 rows, then quantized
+  // (limited documents, L, Hkv) × (2, staged): f32 rows, then quantized rows each token sees
+  std::vector<std::vector<uint32_t>> limits_;
   uint32_t pending_ = 0;             // T of the append in progress
 };
 

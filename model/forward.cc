@@ -96,9 +96,13 @@ void Forward::Impl::run_chunk(AttentionCache& cache, const int32_t* tokens, uint
 }
 
 std::vector<float> Forward::prefill(AttentionCache& cache, std::span<const int32_t> tokens,
-                                    LogitsMode mode, AttentionObserver* observer) {
+                                    LogitsMode mode, AttentionObserver* observer, uint32_t chunk) {
+  if (chunk > impl_->positions.size()) {  // a longer chunk than the options': scratch grows to it
+    impl_->scratch.resize(impl_->w.config, chunk);
+    impl_->positions.resize(chunk);
+  }
   return detail::forward_in_chunks(
-      impl_->w.config, cache, tokens, mode, impl_->opt.chunk,
+      impl_->w.config, cache, tokens, mode, chunk ? chunk : impl_->opt.chunk,
       [&](const int32_t* chunk, uint32_t T, uint32_t row0, uint32_t rows, float* out) {
         impl_->run_chunk(cache, chunk, T, row0, rows, out, observer);
       },
@@ -125,19 +129,16 @@ std::vector<float> Forward::layer_values(AttentionCache& cache, std::span<const 
     cache.reserve_append(T);
     cache.next_positions(T, impl_->positions.data());
     detail::ChunkContext c = impl_->context(T);
-    const TraceFn capture = [&](const TraceTensor& t) {
-      if (t.layer == static_cast<int>(layer) && std::string_view(t.name) == "v")
-        std::copy_n(t.data, values.size(), values.data());
-    };
-    c.trace = &capture;
     c.cache = &cache;
     detail::embed(c, tokens.data());
-    for (uint32_t l = 0; l <= layer; ++l) detail::run_layer(c, l);
+    for (uint32_t l = 0; l < layer; ++l) detail::run_layer(c, l);
+    detail::layer_v(c, layer);  // the values need nothing of the layer but its norm and V
+    std::copy_n(impl_->scratch.v.data(), values.size(), values.data());
   } catch (...) {
     cache.rollback(start);
     throw;
   }
-  cache.rollback(start);  // drops the uncommitted rows of layers [0, layer]
+  cache.rollback(start);  // drops the uncommitted rows of layers [0, layer)
   return values;
 }
 

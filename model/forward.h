@@ -103,14 +103,17 @@ class Forward {
 
   // Appends `tokens` to the cache and returns logits per `mode` (empty for None or no tokens;
   // All is T·V floats, so callers with long inputs and big vocabularies should chunk). Throws
-  // Errc::invalid_argument for a token id outside [0, V) or a cache of another shape.
+  // Errc::invalid_argument for a token id outside [0, V) or a cache of another shape. `chunk`
+  // (tokens per forward chunk) overrides ForwardOptions::chunk for this call when not 0; scratch
+  // grows to it and stays so.
   std::vector<float> prefill(AttentionCache& cache, std::span<const int32_t> tokens,
                              LogitsMode mode = LogitsMode::Last,
-                             AttentionObserver* observer = nullptr);
+                             AttentionObserver* observer = nullptr, uint32_t chunk = 0);
   // The values (T, Hkv, D) that layer `layer` computes for `tokens` appended to the cache in one
-  // chunk (whatever ForwardOptions::chunk; scratch grows to T), running only layers [0, layer].
+  // chunk (whatever ForwardOptions::chunk; scratch grows to T), running layers [0, layer) and of
+  // layer `layer` only its norm and V projection.
   // The cache is left as it was. For choosing which rows of a composed cache to recompute
-  // (loader/compose.h): a probe of the first layers costs (layer + 1) / L of a prefill.
+  // (loader/compose.h): a probe of the first layers costs about (layer + 0.1) / L of a prefill.
   std::vector<float> layer_values(AttentionCache& cache, std::span<const int32_t> tokens, uint32_t layer);
   // One token: prefill(cache, {token}, Last, observer). Returns (V) logits.
   std::vector<float> decode(AttentionCache& cache, int32_t token,

@@ -179,6 +179,14 @@ void embed(const ChunkContext& c, const int32_t* tokens) {
   trace(c, "embd", -1, c.s->x.data(), c.T, static_cast<uint32_t>(E));
 }
 
+void layer_v(const ChunkContext& c, uint32_t layer) {
+  const ModelConfig& cfg = c.w->config;
+  const LayerWeights& lw = c.w->layers[layer];
+  ForwardScratch& s = *c.s;
+  rms_norm(c.ex, kernels::RmsNormArgs{s.x.data(), lw.attn_norm.data(), s.xn.data(), c.T, cfg.d_model, cfg.rms_eps});
+  project(c, s.xn.data(), {{lw.wv, or_null(lw.bv), s.v.data()}});
+}
+
 void run_layer(const ChunkContext& c, uint32_t layer) {
   attention_block(c, layer);
   if (c.last_output_unused && layer + 1 == c.w->config.n_layers) return;

@@ -57,6 +57,9 @@ struct ChunkContext {
 
 // x(T, E) = tok_embd rows of the tokens (ids already validated).
 void embed(const ChunkContext& c, const int32_t* tokens);
+// c.s->v (T, Hkv·D) = layer `layer`'s values of the residual stream c.s->x: its attention norm and
+// V projection only (values carry no RoPE); nothing is appended, x is left as it is.
+void layer_v(const ChunkContext& c, uint32_t layer);
 // Runs layer `layer` on c.s->x in place and appends the chunk's K/V to the cache.
 void run_layer(const ChunkContext& c, uint32_t layer);
 // logits(n, V) for rows [row0, row0 + n) of the residual stream (final norm + LM head).

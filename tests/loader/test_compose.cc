@@ -13,10 +13,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <string>
 
 #include "common/error.h"
 #include "compress/pipeline.h"
+#include "kernels/rope.h"
 #include "loader/loader.h"
 #include "model/kv_cache.h"
 #include "model/ragged_cache.h"
@@ -169,6 +171,10 @@ TEST_CASE("two composed ratio-1.0 caches equal the block-diagonal reference", "[
   }
   // The view reads the loaded caches in place: it owns the separator and question rows only.
   CHECK(s.composed_cache()->bytes_owned() < s.base().bytes_kept() / 4);
+  // And the caches need no append room (a single cache's session keeps the options' room).
+  CHECK(s.base().f32("test").layout().room() == 0);
+  loader::QuerySession single(*f.model, a, options());
+  CHECK(single.base().f32("test").layout().room() == options().room);
 }
 
 TEST_CASE("composed q8/q4 caches as stored equal them dequantized", "[loader][compose][kvquant-attn]") {
@@ -215,6 +221,65 @@ TEST_CASE("recomputing every later token equals a joint prefill", "[loader][comp
   // And recomputing nothing does not: the later documents never saw the earlier ones.
   loader::QuerySession none(*f.model, std::vector<std::string>{a, b, c}, options(0.0));
   CHECK(max_abs_diff(none.ask(kQuestion, greedy(1)).first_logits, want.first_logits) > 1e-3);
+}
+
+TEST_CASE("all separators in one pass equal one pass per separator", "[loader][compose]") {
+  Fixture f;
+  const std::vector<std::string> paths{f.compress(0, format::DType::F32, 0.6, "a.kvz"),
+                                       f.compress(1, format::DType::Q8, 0.6, "b.kvz"),
+                                       f.compress(2, format::DType::F32, 0.6, "c.kvz")};
+  std::vector<format::CacheReader> readers;
+  std::vector<model::KvBase> bases;
+  for (const std::string& p : paths) {
+    readers.push_back(format::CacheReader::open(p));
+    bases.push_back(loader::base_from_reader(readers.back()));
+  }
+  std::vector<const format::CacheHeader*> hs;
+  std::vector<const model::KvBase*> bs;
+  for (size_t i = 0; i < paths.size(); ++i) hs.push_back(&readers[i].header()), bs.push_back(&bases[i]);
+  model::Forward fw(f.model->weights(), model::ForwardOptions{2, 48, {}});
+  const std::vector<int32_t> prompt = loader::question_tokens(f.model->tokenizer(), *hs[0], kQuestion);
+  for (bool doc_prefix : {false, true}) {  // kept prefixes sit before each document: never seen early
+    INFO("doc_prefix " << doc_prefix);
+    loader::ComposeOptions o;
+    o.blend = 0.0;
+    o.doc_prefix = doc_prefix;
+    // The reference: each separator its own forward pass, seeing only the documents before it.
+    loader::ComposePlan plan = loader::plan_composition(hs, f.model->tokenizer(), o);
+    for (size_t d = 0; d < bs.size(); ++d) plan.docs[d].base = bs[d];
+    const ModelConfig& cfg = f.model->config();
+    model::ComposedCache ref(plan.docs, kernels::rope_inv_freq(cfg.head_dim, cfg.rope_base, cfg.rope_scaling),
+                             plan.length);
+    const uint32_t S = static_cast<uint32_t>(plan.separator.size());
+    REQUIRE(S > 0);
+    for (uint32_t d = 1; d < bs.size(); ++d) {
+      std::vector<uint32_t> pos(S);
+      std::iota(pos.begin(), pos.end(), plan.docs[d].first - S);
+      ref.rows(d, -1, pos);
+      fw.prefill(ref, plan.separator, model::LogitsMode::None);
+    }
+    ref.seal();
+    const std::vector<float> want = fw.prefill(ref, prompt, model::LogitsMode::Last);
+    loader::ComposeStats st;
+    auto got_cache = loader::compose(fw, f.model->tokenizer(), hs, bs, o, &st);
+    CHECK(got_cache->own_rows() == 2 * S);
+    const std::vector<float> got = fw.prefill(*got_cache, prompt, model::LogitsMode::Last);
+    CHECK(max_abs_diff(got, want) < 1e-4);
+    if (doc_prefix) continue;
+    // A separator that saw a later document would move the answer: seeing all of them does. (With
+    // the documents' own prefixes kept, this tiny model's separators attend to those identical
+    // sink rows only, so which documents they see changes nothing there.)
+    model::ComposedCache wrong(plan.docs, kernels::rope_inv_freq(cfg.head_dim, cfg.rope_base, cfg.rope_scaling),
+                               plan.length);
+    for (uint32_t d = 1; d < bs.size(); ++d) {
+      std::vector<uint32_t> pos(S);
+      std::iota(pos.begin(), pos.end(), plan.docs[d].first - S);
+      wrong.rows(uint32_t(bs.size()), -1, pos);
+      fw.prefill(wrong, plan.separator, model::LogitsMode::None);
+    }
+    wrong.seal();
+    CHECK(max_abs_diff(fw.prefill(wrong, prompt, model::LogitsMode::Last), want) > 1e-3);
+  }
 }
 
 TEST_CASE("compositions refuse another model, too many caches and a context overflow", "[loader][compose]") {

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <string>
 
 #include "common/error.h"
 #include "model/forward.h"
@@ -255,4 +256,51 @@ TEST_CASE("Forward rejects weights whose sizes disagree with the config and mism
   other.n_kv_heads = 1;
   model::KvCache wrong(other);
   CHECK_THROWS_AS(fwd.decode(wrong, 1), Error);
+}
+
+TEST_CASE("layer_values are the values a prefill computes at that layer, and leave the cache", "[model][forward]") {
+  auto name = GENERATE(std::string("llama"), std::string("qwen2"));
+  ModelConfig cfg = config_named(name);
+  model::Weights w = test::random_weights(cfg, 21);
+  const auto prefix = random_tokens(9, cfg.vocab_size, 22), tokens = random_tokens(13, cfg.vocab_size, 23);
+  const size_t kvd = size_t(cfg.n_kv_heads) * cfg.head_dim;
+  for (uint32_t layer : {0u, 1u}) {
+    INFO(name << " layer " << layer);
+    std::vector<float> traced;  // the "v" a full prefill of the tokens computes at `layer`
+    model::ForwardOptions to{1, 512, {}};
+    to.trace = [&](const model::TraceTensor& t) {
+      if (t.layer == int(layer) && std::string(t.name) == "v") traced.assign(t.data, t.data + size_t(t.rows) * t.cols);
+    };
+    model::Forward tracing(w, to);
+    model::KvCache a(cfg);
+    tracing.prefill(a, prefix, model::LogitsMode::None);
+    traced.clear();
+    tracing.prefill(a, tokens, model::LogitsMode::Last);
+    REQUIRE(traced.size() == tokens.size() * kvd);
+
+    model::Forward fwd(w, model::ForwardOptions{2, 4, {}});  // a chunk shorter than the tokens
+    model::KvCache b(cfg);
+    fwd.prefill(b, prefix, model::LogitsMode::None);
+    const std::vector<float> v = fwd.layer_values(b, tokens, layer);
+    CHECK(b.logical_length() == prefix.size());
+    CHECK(test::rel_error(v, traced) < 1e-5);
+    // The cache is as it was: a prefill after the probe gives the one-pass logits.
+    const auto after = fwd.prefill(b, tokens, model::LogitsMode::Last);
+    model::KvCache c(cfg);
+    fwd.prefill(c, prefix, model::LogitsMode::None);
+    CHECK(test::rel_error(after, fwd.prefill(c, tokens, model::LogitsMode::Last)) < 1e-6);
+  }
+}
+
+TEST_CASE("a prefill's own chunk length gives the logits of the options' chunk", "[model][forward]") {
+  ModelConfig cfg = test::tiny_llama_config();
+  model::Weights w = test::random_weights(cfg, 24);
+  const auto tokens = random_tokens(37, cfg.vocab_size, 25);
+  model::Forward fwd(w, model::ForwardOptions{2, 5, {}});
+  model::KvCache a(cfg), b(cfg);
+  const auto by5 = fwd.prefill(a, tokens, model::LogitsMode::All);
+  const auto by16 = fwd.prefill(b, tokens, model::LogitsMode::All, nullptr, 16);  // grows the scratch
+  CHECK(test::rel_error(by16, by5) < 1e-5);
+  model::KvCache c(cfg);  // and the options' chunk still works after the scratch grew
+  CHECK(test::rel_error(fwd.prefill(c, tokens, model::LogitsMode::All), by5) < 1e-6);
 }
