@@ -7,7 +7,10 @@
 // Kernels per type: "fast" (matmul's default path: what decode runs), "avx2" (qdot with the AVX2
 // tiles, for comparison on an AVX-512 CPU: the same bits) and "exact" (fp32 on the dequantized
 // weights). Rounds interleave the bandwidth and every kernel; the table gives each one's median
-// and best GB/s over the rounds and the median as a fraction of the median bandwidth.
+// and best GB/s over the rounds and the median as a fraction of the median bandwidth, by the
+// wall clock and by CPU time (bytes / (the process's CPU seconds / threads): on a machine shared
+// with other jobs the wall clock counts the time the threads were not running; CPU time counts
+// only theirs, spinning included).
 // --resident instead measures each kernel's compute ceiling: one thread, one 2048-column matrix
 // of about 1 MiB (it stays in L2), timed in the thread's CPU time (so other processes on a busy
 // machine do not count), as GB/s of weights: the rate a thread could stream at if memory kept up.
@@ -42,11 +45,13 @@ double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-double thread_cpu_now() {
+double cpu_now(clockid_t clock) {
   timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  clock_gettime(clock, &ts);
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
+double thread_cpu_now() { return cpu_now(CLOCK_THREAD_CPUTIME_ID); }
+double process_cpu_now() { return cpu_now(CLOCK_PROCESS_CPUTIME_ID); }
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -79,15 +84,23 @@ __attribute__((target("avx2"))) uint64_t sum_words(const uint8_t* p, size_t n) {
 
 // One read of the whole buffer by every pool thread: chunks of 4 MiB handed out dynamically,
 // as the kernels' row tasks are. Returns seconds.
-double read_pass(kernels::ThreadPool& pool, const uint8_t* buf, size_t bytes, uint64_t& sink) {
+// Wall and process CPU seconds of fn().
+struct Times {
+  double wall, cpu;
+};
+template <class Fn>
+Times timed(Fn&& fn) {
+  const double t0 = now(), c0 = process_cpu_now();
+  fn();
+  return {now() - t0, process_cpu_now() - c0};
+}
+
+void read_pass(kernels::ThreadPool& pool, const uint8_t* buf, size_t bytes, uint64_t& sink) {
   constexpr size_t kChunk = size_t(4) << 20;
   const size_t n = bytes / kChunk;
   std::vector<uint64_t> part(n);
-  const double t0 = now();
   pool.run(n, [&](size_t i) { part[i] = sum_words(buf + i * kChunk, kChunk); });
-  const double t = now() - t0;
   for (uint64_t v : part) sink += v;
-  return t;
 }
 
 struct Proj {
@@ -199,8 +212,9 @@ int main(int argc, char** argv) {
                   if (*c == '\n') *c = 0;
                 return b;
               }());
-  std::printf("| type | kernel | MB a token | median GB/s | best GB/s | median / read bandwidth |\n");
-  std::printf("|---|---|---|---|---|---|\n");
+  std::printf("| type | kernel | MB a token | median GB/s | best GB/s | median / read bandwidth |"
+              " CPU-time GB/s | CPU-time / read bandwidth |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
   for (const std::string& tn : split(types)) {
     const GgmlType t = type_by_name(tn);
     size_t layer_bytes = 0;
@@ -225,7 +239,7 @@ int main(int argc, char** argv) {
           for (int i = 0; i < reps; ++i) fn();
           if (r > 0) g.push_back(double(w.size()) * reps / (thread_cpu_now() - t0) * 1e-9);
         }
-        std::printf("| %s | %s (resident, 1 thread, CPU time) | %.2f | %.1f | %.1f | |\n", tn.c_str(), kn.c_str(),
+        std::printf("| %s | %s (resident, 1 thread, CPU time) | %.2f | %.1f | %.1f | | | |\n", tn.c_str(), kn.c_str(),
                     double(w.size()) * 1e-6, median(g), *std::max_element(g.begin(), g.end()));
       }
       continue;
@@ -245,25 +259,30 @@ int main(int argc, char** argv) {
       else if (kn == "avx2" && kernels::qdot_supported(t) && kernels::qisa_available(kernels::QIsa::Avx2))
         ks.push_back({kn, [&](std::span<const kernels::MatmulArgs> c) { kernels::cpu::qdot(&pool, c, kernels::QIsa::Avx2); }});
     }
-    std::vector<double> bw;
-    std::vector<std::vector<double>> gbs(ks.size());
+    std::vector<double> bw, bw_cpu;
+    std::vector<std::vector<double>> gbs(ks.size()), gbs_cpu(ks.size());
+    auto rate = [&](double bytes, Times t, std::vector<double>& wall, std::vector<double>& cpu) {
+      wall.push_back(bytes / t.wall * 1e-9);
+      cpu.push_back(bytes / (t.cpu / threads) * 1e-9);
+    };
     for (uint32_t r = 0; r < rounds + 1; ++r) {  // round 0 warms up
-      const double tb = read_pass(pool, buf, bw_bytes, sink);
-      if (r > 0) bw.push_back(double(bw_bytes) / tb * 1e-9);
+      const Times tb = timed([&] { read_pass(pool, buf, bw_bytes, sink); });
+      if (r > 0) rate(double(bw_bytes), tb, bw, bw_cpu);
       for (size_t k = 0; k < ks.size(); ++k) {
-        const double t0 = now();
-        for (const auto& call : set.calls) ks[k].run(call);
-        const double dt = now() - t0;
-        if (r > 0) gbs[k].push_back(double(set.bytes) / dt * 1e-9);
+        const Times tk = timed([&] {
+          for (const auto& call : set.calls) ks[k].run(call);
+        });
+        if (r > 0) rate(double(set.bytes), tk, gbs[k], gbs_cpu[k]);
       }
     }
-    const double bw_med = median(bw);
+    const double bw_med = median(bw), bw_cpu_med = median(bw_cpu);
     for (size_t k = 0; k < ks.size(); ++k)
-      std::printf("| %s | %s | %.0f (%u layers) | %.1f | %.1f | %.0f%% |\n", tn.c_str(), ks[k].name.c_str(),
-                  double(set.bytes) * 1e-6, layers, median(gbs[k]),
-                  *std::max_element(gbs[k].begin(), gbs[k].end()), 100.0 * median(gbs[k]) / bw_med);
-    std::printf("| %s | read bandwidth (%zu MiB, same rounds) | | %.1f | %.1f | 100%% |\n", tn.c_str(),
-                bw_bytes >> 20, bw_med, *std::max_element(bw.begin(), bw.end()));
+      std::printf("| %s | %s | %.0f (%u layers) | %.1f | %.1f | %.0f%% | %.1f | %.0f%% |\n", tn.c_str(),
+                  ks[k].name.c_str(), double(set.bytes) * 1e-6, layers, median(gbs[k]),
+                  *std::max_element(gbs[k].begin(), gbs[k].end()), 100.0 * median(gbs[k]) / bw_med,
+                  median(gbs_cpu[k]), 100.0 * median(gbs_cpu[k]) / bw_cpu_med);
+    std::printf("| %s | read bandwidth (%zu MiB, same rounds) | | %.1f | %.1f | 100%% | %.1f | 100%% |\n",
+                tn.c_str(), bw_bytes >> 20, bw_med, *std::max_element(bw.begin(), bw.end()), bw_cpu_med);
   }
   std::free(buf);
   return sink == 42 ? 1 : 0;  // keeps the reads
