@@ -1,5 +1,5 @@
 // AVX-512 VNNI decode (T = 1) kernels of the 8-bit-activation product (kernels/qdot.h) for Q4_0,
-// Q4_1 and Q4_K: sixteen rows a tile in 512-bit vectors, the chain of kernels/qdot.h in each of
+// Q4_1, Q4_K and Q6_K: sixteen rows a tile in 512-bit vectors, the chain of kernels/qdot.h in each of
 // the sixteen fp32 lanes, so the results are the scalar reference's bits (tests/kernels/test_qdot.cc
 // compares every ISA's, at every T, bit for bit). qdot_avx512.cc runs them for a task's whole
 // sixteen-row tiles and its eight-row kernels for the rest.
@@ -241,9 +241,69 @@ KVZIP_VNNI inline void decode16k(Rows rows, const Q8Act* x, uint32_t nblk, float
   _mm512_storeu_ps(y, acc);
 }
 
+// Byte J % 4 of each lane of v as a signed int8, as fp32 (Q6_K's sub-scales).
+template <int J>
+KVZIP_VNNI inline __m512 sbyte_ps(__m512i v) {
+  return _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(v, 24 - 8 * (J % 4)), 24));
+}
+
+// Q6_K: sixteen 16-element sub-blocks a super-block, each with its int8 scale; sub-block
+// j = 2g + h is bytes 16h..16h+15 of group g's ql and qh runs (QFmt<Q6_K>), so one lanes4 of each
+// is one sub-block of four rows. The weights are summed unsigned (q = w + 32 in 0..63, built by
+// one mask and one ternary-logic merge of the two high bits) and 32·Σx taken off in integers
+// (exact, as decode8q6): the chain sees the scalar kernel's integers.
+template <class Rows>
+KVZIP_VNNI inline void decode16q6(Rows rows, const Q8Act* x, uint32_t nblk, float* y) {
+  constexpr size_t kBytes = QFmt<GgmlType::Q6_K>::kBytes;
+  const __m512i low4 = _mm512_set1_epi8(15), bits45 = _mm512_set1_epi8(0x30);
+  __m512 acc = _mm512_setzero_ps();  // row k in lane k
+  for (uint32_t b = 0; b < nblk; ++b) {
+    rows.prefetch(b, kBytes);
+    // d is bytes 208-209: read as the high half of the dword at 206 (the block's last bytes).
+    const __m512 d = halves_ps<true>(fields16(rows, 206));
+    const __m512i sc[4] = {fields16(rows, 192), fields16(rows, 196), fields16(rows, 200), fields16(rows, 204)};
+    const Q8Act* xb = x + size_t(b) * 8;
+    auto group = [&](auto gc) KVZIP_VNNI {
+      constexpr int g = decltype(gc)::value, n = g / 4, k = g % 4;
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[g].q));
+      // Σ x over each 16-element half: byte sums of x + 128 (vpsadbw), less 16·128.
+      const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(q, _mm256_set1_epi8(char(0x80))), _mm256_setzero_si256());
+      alignas(32) int64_t s4[4];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(s4), sad);
+      const int32_t sx[2] = {int32_t(s4[0] + s4[1]) - 2048, int32_t(s4[2] + s4[3]) - 2048};
+      auto half = [&](auto hc) KVZIP_VNNI {
+        constexpr int h = decltype(hc)::value, j = 2 * g + h;
+        const __m512i xq = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb[g].q + 16 * h)));
+        __m512i s[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+          const __m512i lq = lanes4(rows, i, 64 * n + 32 * (k & 1) + 16 * h);
+          const __m512i hq = lanes4(rows, i, 128 + 32 * n + 16 * h);
+          const __m512i lo = _mm512_and_si512(k < 2 ? lq : _mm512_srli_epi16(lq, 4), low4);
+          // qh bits 2k, 2k+1 to bits 4, 5 (16-bit shifts: bits crossing a byte are masked off).
+          const __m512i hs = k == 0 ? _mm512_slli_epi16(hq, 4) : k == 1 ? _mm512_slli_epi16(hq, 2)
+                           : k == 2 ? hq : _mm512_srli_epi16(hq, 2);
+          const __m512i w = _mm512_ternarylogic_epi32(lo, hs, bits45, 0xF8);  // lo | (hs & 0x30)
+          s[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, xq);
+        }
+        const __m512i I = _mm512_sub_epi32(row_sums16(s), _mm512_set1_epi32(32 * sx[h]));
+        // QFmt<Q6_K>::scales: fw = d, sub = the sub-block's int8; the chain's ws = fw·float(sub).
+        const __m512 ws = _mm512_mul_ps(d, sbyte_ps<j>(sc[j / 4]));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(_mm512_set1_ps(xb[g].d), ws), acc);
+      };
+      half(std::integral_constant<int, 0>{});
+      half(std::integral_constant<int, 1>{});
+    };
+    each_group8(group, std::make_integer_sequence<int, 8>{});
+    rows.step(kBytes);
+  }
+  _mm512_storeu_ps(y, acc);
+}
+
 template <GgmlType Ty, class Rows>
 KVZIP_VNNI inline void tile16(const Rows& rows, const Q8Act* x, uint32_t nblk, float* y) {
   if constexpr (Ty == GgmlType::Q4_K) decode16k(rows, x, nblk, y);
+  else if constexpr (Ty == GgmlType::Q6_K) decode16q6(rows, x, nblk, y);
   else decode16<Ty>(rows, x, nblk, y);
 }
 
@@ -276,6 +336,7 @@ QDecodeFn qdot_decode16_vnni(GgmlType t) {
     case GgmlType::Q4_0: return decode_tiles16<GgmlType::Q4_0>;
     case GgmlType::Q4_1: return decode_tiles16<GgmlType::Q4_1>;
     case GgmlType::Q4_K: return decode_tiles16<GgmlType::Q4_K>;
+    case GgmlType::Q6_K: return decode_tiles16<GgmlType::Q6_K>;
     default: return nullptr;
   }
 }
