@@ -1,5 +1,5 @@
 // AVX-512 VNNI decode (T = 1) kernels of the 8-bit-activation product (kernels/qdot.h) for Q4_0,
-// Q4_1, Q4_K and Q6_K: sixteen rows a tile in 512-bit vectors, the chain of kernels/qdot.h in each of
+// Q4_1, Q4_K, Q5_K and Q6_K: sixteen rows a tile in 512-bit vectors, the chain of kernels/qdot.h in each of
 // the sixteen fp32 lanes, so the results are the scalar reference's bits (tests/kernels/test_qdot.cc
 // compares every ISA's, at every T, bit for bit). qdot_avx512.cc runs them for a task's whole
 // sixteen-row tiles and its eight-row kernels for the rest.
@@ -179,12 +179,25 @@ KVZIP_VNNI inline void each_group8(Fn&& fn, std::integer_sequence<int, G...>) {
   (fn(std::integral_constant<int, G>{}), ...);
 }
 
-// Q4_K: a super-block of 256 elements is eight groups; group pair (2j, 2j+1) shares 32 bytes of
-// nibbles at 16 + 32j (low nibbles group 2j, high group 2j+1), element e of either group in byte e.
-template <class Rows>
+// Q4_K / Q5_K: a super-block of 256 elements is eight groups; group pair (2j, 2j+1) shares 32 bytes
+// of nibbles at 16 + 32j (Q5_K: 48 + 32j; low nibbles group 2j, high group 2j+1), element e of
+// either group in byte e; Q5_K's fifth bit of element e of group g is bit g of qh byte e. The
+// scales, mins and d, dmin are laid out alike (QFmt).
+// Bit G of each byte of v moved to bit 4 (16-bit shifts: what crosses into a neighbouring byte
+// lands outside bit 4, which is all the caller keeps).
+template <int G>
+KVZIP_VNNI inline __m512i bit_to4(__m512i v) {
+  if constexpr (G < 4) return _mm512_slli_epi16(v, 4 - G);
+  else if constexpr (G == 4) return v;
+  else return _mm512_srli_epi16(v, G - 4);
+}
+
+template <GgmlType Ty, class Rows>
 KVZIP_VNNI inline void decode16k(Rows rows, const Q8Act* x, uint32_t nblk, float* y) {
-  constexpr size_t kBytes = QFmt<GgmlType::Q4_K>::kBytes;
-  const __m512i low4 = _mm512_set1_epi8(15);
+  constexpr bool kQ5 = Ty == GgmlType::Q5_K;
+  constexpr size_t kBytes = QFmt<Ty>::kBytes;
+  constexpr int kQsOff = kQ5 ? 48 : 16;  // Q5_K: 32 bytes of fifth bits (qh) at 16 first
+  const __m512i low4 = _mm512_set1_epi8(15), bit4 = _mm512_set1_epi8(16);
   const __m512i neg = _mm512_castps_si512(_mm512_set1_ps(-0.0f));
   __m512 acc = _mm512_setzero_ps();  // row k in lane k
   for (uint32_t b = 0; b < nblk; ++b) {
@@ -215,11 +228,20 @@ KVZIP_VNNI inline void decode16k(Rows rows, const Q8Act* x, uint32_t nblk, float
       __m512i sa[4], sb[4];
 #pragma GCC unroll 4
       for (int i = 0; i < 4; ++i) {
-        const __m512i r0 = lanes4(rows, i, 16 + 32 * j), r1 = lanes4(rows, i, 16 + 32 * j + 16);
-        sa[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(r0, low4), a_lo);
-        sa[i] = _mm512_dpbusd_epi32(sa[i], _mm512_and_si512(r1, low4), a_hi);
-        sb[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(_mm512_srli_epi16(r0, 4), low4), b_lo);
-        sb[i] = _mm512_dpbusd_epi32(sb[i], _mm512_and_si512(_mm512_srli_epi16(r1, 4), low4), b_hi);
+        const __m512i r0 = lanes4(rows, i, kQsOff + 32 * j), r1 = lanes4(rows, i, kQsOff + 32 * j + 16);
+        __m512i wa0 = _mm512_and_si512(r0, low4), wa1 = _mm512_and_si512(r1, low4);
+        __m512i wb0 = _mm512_and_si512(_mm512_srli_epi16(r0, 4), low4), wb1 = _mm512_and_si512(_mm512_srli_epi16(r1, 4), low4);
+        if constexpr (kQ5) {  // bit g of qh byte e is element e's fifth bit: to bit 4, merged (lo | (h & 16))
+          const __m512i h0 = lanes4(rows, i, 16), h1 = lanes4(rows, i, 32);
+          wa0 = _mm512_ternarylogic_epi32(wa0, bit_to4<2 * j>(h0), bit4, 0xF8);
+          wa1 = _mm512_ternarylogic_epi32(wa1, bit_to4<2 * j>(h1), bit4, 0xF8);
+          wb0 = _mm512_ternarylogic_epi32(wb0, bit_to4<2 * j + 1>(h0), bit4, 0xF8);
+          wb1 = _mm512_ternarylogic_epi32(wb1, bit_to4<2 * j + 1>(h1), bit4, 0xF8);
+        }
+        sa[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa0, a_lo);
+        sa[i] = _mm512_dpbusd_epi32(sa[i], wa1, a_hi);
+        sb[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wb0, b_lo);
+        sb[i] = _mm512_dpbusd_epi32(sb[i], wb1, b_hi);
       }
       const __m512i I[2] = {row_sums16(sa), row_sums16(sb)};
       auto step = [&](auto gc, const __m512i& Ig) KVZIP_VNNI {
@@ -302,7 +324,7 @@ KVZIP_VNNI inline void decode16q6(Rows rows, const Q8Act* x, uint32_t nblk, floa
 
 template <GgmlType Ty, class Rows>
 KVZIP_VNNI inline void tile16(const Rows& rows, const Q8Act* x, uint32_t nblk, float* y) {
-  if constexpr (Ty == GgmlType::Q4_K) decode16k(rows, x, nblk, y);
+  if constexpr (Ty == GgmlType::Q4_K || Ty == GgmlType::Q5_K) decode16k<Ty>(rows, x, nblk, y);
   else if constexpr (Ty == GgmlType::Q6_K) decode16q6(rows, x, nblk, y);
   else decode16<Ty>(rows, x, nblk, y);
 }
@@ -336,6 +358,7 @@ QDecodeFn qdot_decode16_vnni(GgmlType t) {
     case GgmlType::Q4_0: return decode_tiles16<GgmlType::Q4_0>;
     case GgmlType::Q4_1: return decode_tiles16<GgmlType::Q4_1>;
     case GgmlType::Q4_K: return decode_tiles16<GgmlType::Q4_K>;
+    case GgmlType::Q5_K: return decode_tiles16<GgmlType::Q5_K>;
     case GgmlType::Q6_K: return decode_tiles16<GgmlType::Q6_K>;
     default: return nullptr;
   }
