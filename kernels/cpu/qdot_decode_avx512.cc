@@ -1,7 +1,7 @@
 // AVX-512 VNNI decode (T = 1) kernels of the 8-bit-activation product (kernels/qdot.h) for Q4_0,
-// Q4_1, Q4_K, Q5_K and Q6_K: sixteen rows a tile in 512-bit vectors, the chain of kernels/qdot.h in each of
-// the sixteen fp32 lanes, so the results are the scalar reference's bits (tests/kernels/test_qdot.cc
-// compares every ISA's, at every T, bit for bit). qdot_avx512.cc runs them for a task's whole
+// Q4_1, Q4_K, Q5_K and Q6_K: sixteen rows a tile in 512-bit vectors, the chain of kernels/qdot.h
+// in each of the sixteen fp32 lanes, so the results are the scalar reference's bits
+// (tests/kernels/test_qdot.cc compares every ISA's, at every T, bit for bit). qdot_avx512.cc runs them for a task's whole
 // sixteen-row tiles and its eight-row kernels for the rest.
 //
 // Why this shape (measured on Zen 4, bench/bench_decode.cc --resident: one thread, weights in L2,
@@ -22,7 +22,6 @@
 // The fp32 steps per group are the 256-bit kernels' on sixteen lanes instead of eight.
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <utility>
 
 #include "kernels/detail/qdot_panel_x86.h"  // KVZIP_VNNI
@@ -55,7 +54,6 @@ struct Strided {
                              _mm512_set1_epi32(int(stride)));
   }
   const uint8_t* row0() const { return q[0]; }
-  const uint8_t* at(int k) const { return q[k % 4] + size_t(k / 4) * s4; }
   const uint8_t* lane(int i, int L) const { return L == 3 ? q[i] + s12 : q[i] + size_t(L) * s4; }
   void step(size_t bytes) {
     for (int i = 0; i < 4; ++i) q[i] += bytes;
@@ -76,7 +74,6 @@ struct Listed {
     off = _mm512_load_si512(o);
   }
   const uint8_t* row0() const { return p[0]; }
-  const uint8_t* at(int k) const { return p[k]; }
   const uint8_t* lane(int i, int L) const { return p[i + 4 * L]; }
   void step(size_t bytes) {
     for (int k = 0; k < kRows; ++k) p[k] += bytes;
