@@ -93,6 +93,18 @@ KVZIP_VNNI inline __m512i lanes4(const Rows& rows, int i, int off) {
   return _mm512_inserti32x4(v, ld(3), 3);
 }
 
+// The 32 bytes at `off` of rows i, i+4, i+8, i+12 as lanes4(off) and lanes4(off + 16): each row's
+// 32 bytes in one load, two rows to a vector, and one 128-bit shuffle per half (lanes4 twice
+// takes six inserts and eight loads).
+template <class Rows>
+KVZIP_VNNI inline void lanes4x2(const Rows& rows, int i, int off, __m512i& lo, __m512i& hi) {
+  auto ld = [&](int L) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows.lane(i, L) + off)); };
+  const __m512i ab = _mm512_inserti64x4(_mm512_castsi256_si512(ld(0)), ld(1), 1);  // a0 a1 b0 b1
+  const __m512i cd = _mm512_inserti64x4(_mm512_castsi256_si512(ld(2)), ld(3), 1);  // c0 c1 d0 d1
+  lo = _mm512_shuffle_i64x2(ab, cd, _MM_SHUFFLE(2, 0, 2, 0));  // a0 b0 c0 d0
+  hi = _mm512_shuffle_i64x2(ab, cd, _MM_SHUFFLE(3, 1, 3, 1));  // a1 b1 c1 d1
+}
+
 // The dword at byte `off` of each of the sixteen rows' current blocks (lane k: row k).
 template <class Rows>
 KVZIP_VNNI inline __m512i fields16(const Rows& rows, int off) {
@@ -225,11 +237,13 @@ KVZIP_VNNI inline void decode16k(Rows rows, const Q8Act* x, uint32_t nblk, float
       __m512i sa[4], sb[4];
 #pragma GCC unroll 4
       for (int i = 0; i < 4; ++i) {
-        const __m512i r0 = lanes4(rows, i, kQsOff + 32 * j), r1 = lanes4(rows, i, kQsOff + 32 * j + 16);
+        __m512i r0, r1;
+        lanes4x2(rows, i, kQsOff + 32 * j, r0, r1);
         __m512i wa0 = _mm512_and_si512(r0, low4), wa1 = _mm512_and_si512(r1, low4);
         __m512i wb0 = _mm512_and_si512(_mm512_srli_epi16(r0, 4), low4), wb1 = _mm512_and_si512(_mm512_srli_epi16(r1, 4), low4);
         if constexpr (kQ5) {  // bit g of qh byte e is element e's fifth bit: to bit 4, merged (lo | (h & 16))
-          const __m512i h0 = lanes4(rows, i, 16), h1 = lanes4(rows, i, 32);
+          __m512i h0, h1;
+          lanes4x2(rows, i, 16, h0, h1);
           wa0 = _mm512_ternarylogic_epi32(wa0, bit_to4<2 * j>(h0), bit4, 0xF8);
           wa1 = _mm512_ternarylogic_epi32(wa1, bit_to4<2 * j>(h1), bit4, 0xF8);
           wb0 = _mm512_ternarylogic_epi32(wb0, bit_to4<2 * j + 1>(h0), bit4, 0xF8);
@@ -268,7 +282,7 @@ KVZIP_VNNI inline __m512 sbyte_ps(__m512i v) {
 
 // Q6_K: sixteen 16-element sub-blocks a super-block, each with its int8 scale; sub-block
 // j = 2g + h is bytes 16h..16h+15 of group g's ql and qh runs (QFmt<Q6_K>), so one lanes4 of each
-// is one sub-block of four rows. The weights are summed unsigned (q = w + 32 in 0..63, built by
+// is one sub-block of four rows (both halves loaded at once by lanes4x2). The weights are summed unsigned (q = w + 32 in 0..63, built by
 // one mask and one ternary-logic merge of the two high bits) and 32·Σx taken off in integers
 // (exact, as decode8q6): the chain sees the scalar kernel's integers.
 template <class Rows>
@@ -290,14 +304,20 @@ KVZIP_VNNI inline void decode16q6(Rows rows, const Q8Act* x, uint32_t nblk, floa
       alignas(32) int64_t s4[4];
       _mm256_store_si256(reinterpret_cast<__m256i*>(s4), sad);
       const int32_t sx[2] = {int32_t(s4[0] + s4[1]) - 2048, int32_t(s4[2] + s4[3]) - 2048};
+      // Both halves' bytes of four rows per vector pair: ql[h][i], qh[h][i] as lanes4(.. + 16h).
+      __m512i ql[2][4], qh[2][4];
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        lanes4x2(rows, i, 64 * n + 32 * (k & 1), ql[0][i], ql[1][i]);
+        lanes4x2(rows, i, 128 + 32 * n, qh[0][i], qh[1][i]);
+      }
       auto half = [&](auto hc) KVZIP_VNNI {
         constexpr int h = decltype(hc)::value, j = 2 * g + h;
         const __m512i xq = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb[g].q + 16 * h)));
         __m512i s[4];
 #pragma GCC unroll 4
         for (int i = 0; i < 4; ++i) {
-          const __m512i lq = lanes4(rows, i, 64 * n + 32 * (k & 1) + 16 * h);
-          const __m512i hq = lanes4(rows, i, 128 + 32 * n + 16 * h);
+          const __m512i lq = ql[h][i], hq = qh[h][i];
           const __m512i lo = _mm512_and_si512(k < 2 ? lq : _mm512_srli_epi16(lq, 4), low4);
           // qh bits 2k, 2k+1 to bits 4, 5 (16-bit shifts: bits crossing a byte are masked off).
           const __m512i hs = k == 0 ? _mm512_slli_epi16(hq, 4) : k == 1 ? _mm512_slli_epi16(hq, 2)
