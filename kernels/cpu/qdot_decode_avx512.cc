@@ -86,7 +86,7 @@ struct Listed {
 // 16 bytes at `off` of rows i, i+4, i+8, i+12 as the four 128-bit lanes of one vector.
 template <class Rows>
 KVZIP_VNNI inline __m512i lanes4(const Rows& rows, int i, int off) {
-  auto ld = [&](int L) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows.lane(i, L) + off)); };
+  auto ld = [&](int L) KVZIP_VNNI { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows.lane(i, L) + off)); };
   __m512i v = _mm512_castsi128_si512(ld(0));
   v = _mm512_inserti32x4(v, ld(1), 1);
   v = _mm512_inserti32x4(v, ld(2), 2);
@@ -98,7 +98,7 @@ KVZIP_VNNI inline __m512i lanes4(const Rows& rows, int i, int off) {
 // takes six inserts and eight loads).
 template <class Rows>
 KVZIP_VNNI inline void lanes4x2(const Rows& rows, int i, int off, __m512i& lo, __m512i& hi) {
-  auto ld = [&](int L) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows.lane(i, L) + off)); };
+  auto ld = [&](int L) KVZIP_VNNI { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows.lane(i, L) + off)); };
   const __m512i ab = _mm512_inserti64x4(_mm512_castsi256_si512(ld(0)), ld(1), 1);  // a0 a1 b0 b1
   const __m512i cd = _mm512_inserti64x4(_mm512_castsi256_si512(ld(2)), ld(3), 1);  // c0 c1 d0 d1
   lo = _mm512_shuffle_i64x2(ab, cd, _MM_SHUFFLE(2, 0, 2, 0));  // a0 b0 c0 d0
