@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "common/half.h"
+#include "bench/random_weights.h"
 #include "kernels/detail/qdot_rows.h"
 #include "kernels/gemm.h"
 #include "kernels/matmul.h"
@@ -27,6 +27,7 @@
 
 using namespace kvzip;
 using kernels::quant::GgmlType;
+using bench::random_blocks;
 
 namespace {
 
@@ -42,43 +43,6 @@ double best_of(int n, const std::function<void()>& fn) {
     best = std::min(best, now() - t0);
   }
   return best;
-}
-
-void put_half(uint8_t* p, float v) {
-  const uint16_t h = f32_to_f16(v);
-  p[0] = uint8_t(h), p[1] = uint8_t(h >> 8);
-}
-
-// Random bytes with small, finite scales in every block's fp16 fields.
-std::vector<uint8_t> random_blocks(GgmlType t, uint32_t rows, uint32_t cols) {
-  std::vector<uint8_t> b(rows * kernels::quant::row_bytes(t, cols));
-  uint32_t s = 12345;
-  for (auto& x : b) x = uint8_t((s = s * 1664525u + 1013904223u) >> 24);
-  const auto& tr = kernels::quant::traits(t);
-  if (t == GgmlType::F32) {
-    for (size_t i = 0; i < b.size() / 4; ++i) {
-      const float v = float(int(b[4 * i]) - 128) / 4096.0f;
-      std::memcpy(&b[4 * i], &v, 4);
-    }
-  } else if (t == GgmlType::F16 || t == GgmlType::BF16) {
-    for (size_t i = 0; i < b.size() / 2; ++i) {
-      const float v = float(int(b[2 * i]) - 128) / 4096.0f;
-      const uint16_t h = t == GgmlType::F16 ? f32_to_f16(v) : f32_to_bf16(v);
-      b[2 * i] = uint8_t(h), b[2 * i + 1] = uint8_t(h >> 8);
-    }
-  } else {
-    for (size_t k = 0; k < b.size() / size_t(tr.block_bytes); ++k) {
-      uint8_t* blk = b.data() + k * size_t(tr.block_bytes);
-      if (t == GgmlType::Q6_K) {
-        put_half(blk + 208, 1e-3f);
-      } else {
-        put_half(blk, 1e-3f);
-        if (t == GgmlType::Q4_1 || t == GgmlType::Q5_1 || t == GgmlType::Q4_K || t == GgmlType::Q5_K)
-          put_half(blk + 2, 1e-3f);
-      }
-    }
-  }
-  return b;
 }
 
 GgmlType type_by_name(const std::string& name) {

@@ -29,7 +29,7 @@ struct CompressOpts {
   RemovedKvLayoutOptions removed;  // --kv-rotate, --kv-params: refused with a message
   std::string query_template = format::kDefaultQueryTemplate;
   std::string head_scores;  // --level head: the file of `kvzip calibrate`
-  std::string device = "cpu";
+  std::string device = "cpu", matmul = "fast";
   std::string manifest, out_dir, shard = "0/1", summary;  // corpus mode
   double ratio = 0.3;
   bool ratio_given = false;  // --level head defaults to 0.6 (methods §1 step 9)
@@ -104,6 +104,9 @@ void run_compress(const CompressOpts& o) {
       throw Error(Errc::invalid_argument,
                   "compress: --scorer-option does not apply to --level head (no scoring pass)");
   }
+  if (device == kernels::Device::Cuda && o.matmul == "exact")  // before the model loads
+    throw Error(Errc::unsupported, "compress: --matmul exact selects the CPU's fp32 products; "
+                                   "the CUDA path has its own (drop --device cuda or --matmul)");
   if (head && device == kernels::Device::Cuda)
     throw Error(Errc::unsupported, "compress: --level head runs on the CPU only (it has no scoring "
                                    "pass to speed up); drop --device cuda");
@@ -166,6 +169,7 @@ void run_compress(const CompressOpts& o) {
   fo.write.force = o.force;
   fo.device = device;
   fo.threads = o.threads;
+  fo.matmul = o.matmul == "exact" ? kernels::MatmulPath::Exact : kernels::MatmulPath::Fast;
   // On a GPU the prefill goes in calls of 2048 tokens, GpuForward's own chunk (the CPU's 512
   // would only shrink its GEMMs); the progress bar then moves every 2048 tokens.
   if (device == kernels::Device::Cuda) fo.compress.prefill.chunk = 2048;
@@ -243,6 +247,12 @@ void add_compress_commands(CLI::App& app) {
                 "snapkv-window, snapkv-kernel, h2o-recent, restkv-window, restkv-alpha, "
                 "restkv-kmin, rkv-window, rkv-lambda, rkv-threshold, rkv-kernel");
   add_threads_option(c, o->threads);
+  c->add_option("--matmul", o->matmul,
+                "fast | exact: matrix products of the prefill and the scoring with int8-rounded "
+                "activations where the CPU has the kernels (fast), or in fp32 (exact, to check "
+                "the kept set against a reference; recorded in the file)")
+      ->check(CLI::IsMember({"fast", "exact"}))
+      ->capture_default_str();
   c->add_option("--device", o->device, "cpu | cuda (cuda: prefill and kvzip scoring on the GPU)")
       ->capture_default_str();
   c->add_option("--manifest", o->manifest,

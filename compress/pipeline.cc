@@ -212,6 +212,9 @@ CompressResult compress_to_file(const model::Model& model, std::string_view text
   if (o.device == kernels::Device::Cuda && head_level_method(o.compress))
     throw Error(Errc::unsupported, "compress: --level head runs on the CPU only (it has no scoring "
                                    "pass to speed up); drop --device cuda");
+  if (o.device == kernels::Device::Cuda && o.matmul == kernels::MatmulPath::Exact)
+    throw Error(Errc::unsupported, "compress: --matmul exact selects the CPU's fp32 products; "
+                                   "the CUDA path has its own (drop --device cuda or --matmul)");
   (void)make_method_scorer(o.compress);  // a bad method or option fails before the prefill
   if (format::dtype_quantized(o.kv.dtype) && o.kv.group && model.config().head_dim % o.kv.group != 0)
     throw Error(Errc::invalid_argument, "compress: quantization group " + std::to_string(o.kv.group) +
@@ -225,6 +228,7 @@ CompressResult compress_to_file(const model::Model& model, std::string_view text
     }
     model::ForwardOptions fo;
     fo.threads = o.threads;
+    fo.matmul = o.matmul;
     model::Forward forward(model.weights(), fo);
     return compress(forward, prompt.prefix, prompt.document, o.compress);
   }();
@@ -236,6 +240,7 @@ CompressResult compress_to_file(const model::Model& model, std::string_view text
   d.method = r.method;
   d.params = r.params;
   d.params.emplace_back("query_template", o.query_template);
+  if (o.matmul == kernels::MatmulPath::Exact) d.params.emplace_back("matmul", "exact");
   d.params.insert(d.params.end(), o.extra_params.begin(), o.extra_params.end());
   d.requested_ratio = r.requested_ratio;
   d.kv = o.kv;

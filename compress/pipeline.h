@@ -17,6 +17,7 @@
 #include "compress/quantize.h"
 #include "compress/scorer.h"
 #include "compress/selection.h"
+#include "kernels/matmul.h"
 #include "format/format.h"
 #include "format/head_scores.h"
 #include "kernels/device.h"
@@ -140,6 +141,10 @@ struct CompressFileOptions {
   format::WriteOptions write;   // zstd level, force (replace an existing file)
   kernels::Device device = kernels::Device::Cpu;  // Cuda: compress_gpu (kvzip and full only)
   uint32_t threads = 0;         // CPU forward threads, 0 = all cores
+  // CPU matrix products of the prefill and the scoring: Fast (int8 activations where the CPU has
+  // the kernels) or Exact (fp32, for checking KVzip against a reference); Exact is recorded in
+  // the header as "matmul" = "exact". Device::Cuda takes Fast only (Errc::unsupported).
+  kernels::MatmulPath matmul = kernels::MatmulPath::Fast;
   MethodParams extra_params;    // recorded in the header after the method's (e.g. corpus_key)
 };
 

@@ -195,16 +195,19 @@ std::string matmul_kernels(MatmulPath p) {
     const std::string tiles = best == QIsa::Scalar ? "scalar" : vnni ? "avx512-vnni" : "avx2";
     std::string s = "fast: int8 activations x Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K blocks (";
     if (best == QIsa::Amx && cpu::detail::bf16_gemm_amx_available())
-      s += tiles + " tiles below T=" + std::to_string(kQdotGemmMinT) + ", avx512-vnni GEMM below T=" +
+      s += "avx512-vnni 16-row decode kernels at T=1, " + tiles + " tiles below T=" + std::to_string(kQdotGemmMinT) + ", avx512-vnni GEMM below T=" +
            std::to_string(kQdotAmxMinT) + " (Q6_K: up to T=" + std::to_string(kQdotMaxT) +
            "), amx-int8 tile GEMM up to T=" + std::to_string(kQdotMaxT) +
            ": the same bits at any T up to there); beyond, every block type as bf16 x bf16 (amx-bf16 tile GEMM)";
     else if (best == QIsa::Amx)
-      s += tiles + " tiles below T=" + std::to_string(kQdotGemmMinT) + ", avx512-vnni GEMM below T=" +
+      s += "avx512-vnni 16-row decode kernels at T=1, " + tiles + " tiles below T=" + std::to_string(kQdotGemmMinT) + ", avx512-vnni GEMM below T=" +
            std::to_string(kQdotAmxMinT) + " (Q6_K: T=" + std::to_string(kQdotAmxMinTQ6K) +
            "), amx-int8 tile GEMM from there: the same bits at any T)";
     else if (qdot_has_gemm(best))
-      s += std::string(vnni ? "" : "avx2 decode kernels at T=1, ") + tiles + " tiles below T=" +
+      s += std::string(vnni ? "avx512-vnni 16-row decode kernels at T=1 (Q4_0/Q4_1/Q4_K/Q5_K/Q6_K; "
+                              "the others 8-row), "
+                            : "avx2 decode kernels at T=1, ") +
+           tiles + " tiles below T=" +
            std::to_string(vnni ? kQdotGemmMinT : kQdotAvx2GemmMinT) +
            (vnni ? "" : " (Q8_0: T=" + std::to_string(kQdotAvx2GemmMinTQ8_0) + ")") + ", " + tiles +
            " GEMM from there: the same bits at any T)";

@@ -209,8 +209,24 @@ KVZIP_VNNI void quantize_acts_vnni(const float* x, size_t nblocks, Q8Act* out) {
   }
 }
 
+namespace {
+// Decode (T = 1) through the sixteen-row kernels where the type has one, the tiles' eight-row
+// kernels for the rows past the last whole tile and for every other T: the same bits.
+template <GgmlType Ty>
+KVZIP_VNNI void rows_vnni(const QDotRowsArgs& a) {
+  static const QDecodeFn decode16 = qdot_decode16_vnni(Ty);
+  if (a.T == 1 && decode16) {
+    QDotRowsArgs rest = a;
+    rest.r0 = decode16(a);
+    if (rest.r0 < rest.r1) vnni_tiles::rows_tiles<Ty>(rest);
+    return;
+  }
+  vnni_tiles::rows_tiles<Ty>(a);
+}
+}  // namespace
+
 QDotFn qdot_rows_vnni(GgmlType t) {
-  return pick_block_type<QDotFn>(t, [](auto T) -> QDotFn { return vnni_tiles::rows_tiles<decltype(T)::value>; });
+  return pick_block_type<QDotFn>(t, [](auto T) -> QDotFn { return rows_vnni<decltype(T)::value>; });
 }
 
 QGemmFn qdot_gemm_vnni(GgmlType t) {

@@ -3,10 +3,12 @@
 // stored rows (and import converts on request), a bad dtype is a usage error, and the removed
 // layout options (--kv-rotate, --kv-params) are refused with a message saying why; and
 // ([realmodel]) `compress --ratio R --kv-dtype q4` in one step gives a q4 file (prefix rows f16,
-// rotated codes, byte parameters) that `query` answers from, and `compress` stores f16 by default.
+// rotated codes, byte parameters) that `query` answers from, and `compress` stores f16 by default;
+// `compress --matmul exact` records the path and keeps about the fast path's rows.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <set>
 
 #include "format/format.h"
 #include "tests/format/fixtures.h"
@@ -127,4 +129,58 @@ TEST_CASE("compress --ratio 0.5 --kv-dtype q4 in one step, then query answers fr
   // Without --kv-dtype the cache is stored as f16.
   ok({"compress", dir.path("doc.txt"), "-o", dir.path("default.kvz"), "--ratio", "0.5", "-q", "-t", "2"});
   CHECK(format::CacheReader::open(dir.path("default.kvz")).header().kv_dtype == format::DType::F16);
+}
+
+// `compress --matmul exact` runs the prefill and KVzip's scoring in fp32 (as `query` and `eval`
+// can): the file records it, and its kept (layer, head, position) set is close to the fast
+// path's — the CLI's view of the Normans-article bar in tests/compress/test_realmodel.cc (0.97
+// there over ~5,600 tokens; a 60-token document moves more per changed row, so 0.8 here).
+TEST_CASE("compress --matmul exact keeps about the fast path's set and records the path", "[cli][realmodel]") {
+  if (real_model_or_empty().empty()) return test::skip_no_model();
+  TempDir dir;
+  const std::string t =
+      "The Normans were the people who in the 10th and 11th centuries gave their name to "
+      "Normandy, a region in France. They were descended from Norse raiders and pirates from "
+      "Denmark, Iceland and Norway who, under their leader Rollo, agreed to swear fealty to "
+      "King Charles III of West Francia.";
+  write_bytes(dir.path("doc.txt"), std::vector<uint8_t>(t.begin(), t.end()));
+  for (const std::string m : {"fast", "exact"})
+    ok({"compress", dir.path("doc.txt"), "-o", dir.path(m + ".kvz"), "--ratio", "0.3", "--matmul", m, "-q", "-t", "2"});
+  const format::CacheReader fast = format::CacheReader::open(dir.path("fast.kvz"));
+  const format::CacheReader exact = format::CacheReader::open(dir.path("exact.kvz"));
+  auto param = [](const format::CacheReader& r, const std::string& key) {
+    for (const auto& [k, v] : r.header().params)
+      if (k == key) return v;
+    return std::string();
+  };
+  CHECK(param(exact, "matmul") == "exact");
+  CHECK(param(fast, "matmul").empty());
+  uint64_t both = 0, either = 0;
+  const uint32_t P = uint32_t(fast.header().prefix_length());
+  for (uint32_t l = 0; l < fast.header().n_layers; ++l) {
+    const auto pa = fast.positions(l), pb = exact.positions(l);
+    const auto ha = fast.head_rows(l), hb = exact.head_rows(l);
+    size_t ia = 0, ib = 0;
+    for (size_t h = 0; h < ha.size(); ++h) {  // document rows only: the prefix is always kept
+      std::set<uint32_t> sa, sb;
+      for (uint32_t i = 0; i < ha[h]; ++i)
+        if (pa[ia + i] >= P) sa.insert(pa[ia + i]);
+      for (uint32_t i = 0; i < hb[h]; ++i)
+        if (pb[ib + i] >= P) sb.insert(pb[ib + i]);
+      ia += ha[h], ib += hb[h];
+      for (uint32_t p : sa) both += sb.count(p);
+      either += sa.size() + sb.size();
+    }
+  }
+  either -= both;
+  REQUIRE(either > 0);
+  const double jaccard = double(both) / double(either);
+  WARN("compress fast vs --matmul exact, kept document rows at ratio 0.3: Jaccard " << std::to_string(jaccard));
+  CHECK(jaccard >= 0.8);
+  // The GPU path has its own arithmetic: refused before any work.
+  const CliResult cuda = run_kvzip({"compress", dir.path("doc.txt"), "-o", dir.path("x.kvz"), "--matmul", "exact",
+                                    "--device", "cuda", "-q"});
+  CHECK(cuda.exit_code != 0);
+  CHECK_THAT(cuda.err, Contains("--device cuda"));  // --matmul exact's refusal, or a build without CUDA
+  CHECK_FALSE(std::filesystem::exists(dir.path("x.kvz")));
 }

@@ -1,0 +1,289 @@
+// bench_decode: decode's weight streaming against the machine's read bandwidth, measured in the
+// same run. The bandwidth is a plain streaming read (every pool thread sums 64-bit words of its
+// share of a buffer far larger than the caches, --bw-mb MiB); the decode is one token (T = 1)
+// through every projection of a model shape's layers (Llama-3.2-1B or Llama-3-8B: Q, K and V as
+// one call, O, gate and up as one call, down, as the model's forward issues them), weights of
+// random blocks, --mb MiB or more of them, so every pass streams them from DRAM.
+// Kernels per type: "fast" (matmul's default path: what decode runs), "avx2" (qdot with the AVX2
+// tiles, for comparison on an AVX-512 CPU: the same bits) and "exact" (fp32 on the dequantized
+// weights). Rounds interleave the bandwidth and every kernel; the table gives each one's median
+// and best GB/s over the rounds and the median as a fraction of the median bandwidth, by the
+// wall clock and by CPU time (bytes / (the process's CPU seconds / threads): on a machine shared
+// with other jobs the wall clock counts the time the threads were not running; CPU time counts
+// only theirs, spinning included).
+// --resident instead measures each kernel's compute ceiling: one thread, one 2048-column matrix
+// of about 1 MiB (it stays in L2), timed in the thread's CPU time (so other processes on a busy
+// machine do not count), as GB/s of weights: the rate a thread could stream at if memory kept up.
+// Usage: bench_decode [--threads N] [--shape 1b|8b] [--mb MiB] [--bw-mb MiB] [--rounds R]
+//                     [--types Q4_0,Q4_K,...] [--kernels fast,avx2,exact] [--resident 1]
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <span>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench/random_weights.h"
+#include "kernels/matmul.h"
+#include "kernels/qdot.h"
+#include "kernels/quant.h"
+#include "kernels/thread_pool.h"
+
+using namespace kvzip;
+using kernels::quant::GgmlType;
+
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double cpu_now(clockid_t clock) {
+  timespec ts;
+  clock_gettime(clock, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+double thread_cpu_now() { return cpu_now(CLOCK_THREAD_CPUTIME_ID); }
+double process_cpu_now() { return cpu_now(CLOCK_PROCESS_CPUTIME_ID); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+// Sum of the 64-bit words in [p, p + n) (n a multiple of 128 bytes): four independent AVX2
+// accumulators, so the loads, not the adds, set the pace.
+__attribute__((target("avx2"))) uint64_t sum_words(const uint8_t* p, size_t n) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i < n; i += 128) {
+    a0 = _mm256_add_epi64(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+    a1 = _mm256_add_epi64(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    a2 = _mm256_add_epi64(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    a3 = _mm256_add_epi64(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  alignas(32) uint64_t w[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(w),
+                     _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3)));
+  return w[0] + w[1] + w[2] + w[3];
+}
+
+// One read of the whole buffer by every pool thread: chunks of 4 MiB handed out dynamically,
+// as the kernels' row tasks are. Returns seconds.
+// Wall and process CPU seconds of fn().
+struct Times {
+  double wall, cpu;
+};
+template <class Fn>
+Times timed(Fn&& fn) {
+  const double t0 = now(), c0 = process_cpu_now();
+  fn();
+  return {now() - t0, process_cpu_now() - c0};
+}
+
+void read_pass(kernels::ThreadPool& pool, const uint8_t* buf, size_t bytes, uint64_t& sink) {
+  constexpr size_t kChunk = size_t(4) << 20;
+  const size_t n = bytes / kChunk;
+  std::vector<uint64_t> part(n);
+  pool.run(n, [&](size_t i) { part[i] = sum_words(buf + i * kChunk, kChunk); });
+  for (uint64_t v : part) sink += v;
+}
+
+struct Proj {
+  uint32_t out, in;
+  int call;  // projections with the same call index (within a layer) run as one matmul call
+};
+
+// One layer's projections and the layer count for `shape`.
+std::vector<Proj> layer_shape(const std::string& shape, uint32_t& layers) {
+  if (shape == "1b") {  // Llama-3.2-1B: E 2048, 32 x 64 query heads, 8 KV heads, FFN 8192
+    layers = 16;
+    return {{2048, 2048, 0}, {512, 2048, 0}, {512, 2048, 0}, {2048, 2048, 1},
+            {8192, 2048, 2}, {8192, 2048, 2}, {2048, 8192, 3}};
+  }
+  if (shape == "8b") {  // Llama-3-8B: E 4096, 32 x 128 query heads, 8 KV heads, FFN 14336
+    layers = 32;
+    return {{4096, 4096, 0}, {1024, 4096, 0}, {1024, 4096, 0}, {4096, 4096, 1},
+            {14336, 4096, 2}, {14336, 4096, 2}, {4096, 14336, 3}};
+  }
+  std::fprintf(stderr, "unknown --shape %s (1b or 8b)\n", shape.c_str());
+  std::exit(2);
+}
+
+GgmlType type_by_name(const std::string& name) {
+  for (uint32_t id = 0; id < 40; ++id)
+    if (const kernels::quant::TypeTraits* tr = kernels::quant::type_traits(id); tr && name == tr->name)
+      return GgmlType(id);
+  std::fprintf(stderr, "unknown type %s\n", name.c_str());
+  std::exit(2);
+}
+
+// Weights of `layers` layers of one type, and the calls one decode token makes over them.
+struct DecodeSet {
+  std::vector<std::vector<uint8_t>> blocks;      // one per projection
+  std::vector<std::vector<float>> x, y;          // one per projection
+  std::vector<std::vector<kernels::MatmulArgs>> calls;
+  size_t bytes = 0;
+};
+
+DecodeSet make_set(GgmlType t, const std::vector<Proj>& layer, uint32_t layers) {
+  DecodeSet s;
+  for (uint32_t l = 0; l < layers; ++l) {
+    for (size_t p = 0; p < layer.size(); ++p) {
+      const Proj& pr = layer[p];
+      s.blocks.push_back(bench::random_blocks(t, pr.out, pr.in, 12345 + uint32_t(s.blocks.size())));
+      s.bytes += s.blocks.back().size();
+    }
+  }
+  s.x.resize(s.blocks.size()), s.y.resize(s.blocks.size());
+  size_t k = 0;
+  for (uint32_t l = 0; l < layers; ++l) {
+    int call = -1;
+    for (size_t p = 0; p < layer.size(); ++p, ++k) {
+      const Proj& pr = layer[p];
+      // Projections of one call share their input (as Q, K and V do), so it is quantized once.
+      if (pr.call != call) {
+        s.x[k].resize(pr.in);
+        for (uint32_t i = 0; i < pr.in; ++i) s.x[k][i] = std::sin(0.01f * float(i + k));
+      }
+      s.y[k].resize(pr.out);
+      if (pr.call != call) s.calls.emplace_back(), call = pr.call;
+      const kernels::MatrixView v{t, s.blocks[k].data(), kernels::quant::row_bytes(t, pr.in), pr.out, pr.in, nullptr};
+      const float* x = s.x[k].empty() ? s.calls.back().back().x : s.x[k].data();
+      s.calls.back().push_back(kernels::MatmulArgs{x, v, nullptr, s.y[k].data(), 1});
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  uint32_t threads = 2, rounds = 7, resident = 0;
+  size_t mb = 600, bw_mb = 1024;
+  std::string shape = "1b", types = "Q4_0,Q4_K", kernel_names = "fast,avx2,exact";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--threads") threads = uint32_t(std::stoul(v));
+    else if (k == "--rounds") rounds = uint32_t(std::stoul(v));
+    else if (k == "--mb") mb = std::stoul(v);
+    else if (k == "--bw-mb") bw_mb = std::stoul(v);
+    else if (k == "--shape") shape = v;
+    else if (k == "--types") types = v;
+    else if (k == "--kernels") kernel_names = v;
+    else if (k == "--resident") resident = uint32_t(std::stoul(v));
+    else std::fprintf(stderr, "ignoring unknown option %s\n", k.c_str());
+  }
+  if (resident) threads = 1;
+  kernels::ThreadPool pool(threads);
+
+  if (resident) bw_mb = 4;
+  const size_t bw_bytes = (bw_mb << 20) / (size_t(4) << 20) * (size_t(4) << 20);
+  uint8_t* buf = static_cast<uint8_t*>(std::aligned_alloc(64, bw_bytes));
+  for (size_t i = 0; i < bw_bytes; ++i) buf[i] = uint8_t(i * 7);  // touch every page
+  uint64_t sink = 0;
+
+  uint32_t shape_layers = 0;
+  const std::vector<Proj> layer = layer_shape(shape, shape_layers);
+  std::printf("decode weight streaming vs read bandwidth: %u threads, %s-shaped layers, %u rounds; "
+              "fast = %s; load %s\n",
+              threads, shape.c_str(), rounds, kernels::matmul_kernels(kernels::MatmulPath::Fast).c_str(),
+              [] {
+                static char b[64] = "?";
+                if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+                  if (!std::fgets(b, sizeof b, f)) b[0] = 0;
+                  std::fclose(f);
+                }
+                for (char* c = b; *c; ++c)
+                  if (*c == '\n') *c = 0;
+                return b;
+              }());
+  std::printf("| type | kernel | MB a token | median GB/s | best GB/s | median / read bandwidth |"
+              " CPU-time GB/s | CPU-time / read bandwidth |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  for (const std::string& tn : split(types)) {
+    const GgmlType t = type_by_name(tn);
+    size_t layer_bytes = 0;
+    for (const Proj& p : layer) layer_bytes += size_t(p.out) * kernels::quant::row_bytes(t, p.in);
+    if (resident) {
+      const uint32_t in = 2048, rows = uint32_t(std::max<size_t>(8, (size_t(1) << 20) / kernels::quant::row_bytes(t, in) / 8 * 8));
+      const std::vector<uint8_t> w = bench::random_blocks(t, rows, in);
+      std::vector<float> x(in), y(rows);
+      for (uint32_t i = 0; i < in; ++i) x[i] = std::sin(0.01f * float(i));
+      const kernels::MatmulArgs a{x.data(), {t, w.data(), kernels::quant::row_bytes(t, in), rows, in, nullptr}, nullptr, y.data(), 1};
+      for (const std::string& kn : split(kernel_names)) {
+        std::function<void()> fn;
+        if (kn == "fast") fn = [&] { kernels::cpu::matmul(&pool, {&a, 1}, kernels::MatmulPath::Fast); };
+        else if (kn == "exact") fn = [&] { kernels::cpu::matmul(&pool, {&a, 1}, kernels::MatmulPath::Exact); };
+        else if (kn == "avx2" && kernels::qdot_supported(t) && kernels::qisa_available(kernels::QIsa::Avx2))
+          fn = [&] { kernels::cpu::qdot(&pool, {&a, 1}, kernels::QIsa::Avx2); };
+        else continue;
+        std::vector<double> g;
+        for (uint32_t r = 0; r < rounds + 1; ++r) {
+          const int reps = 50;
+          const double t0 = thread_cpu_now();
+          for (int i = 0; i < reps; ++i) fn();
+          if (r > 0) g.push_back(double(w.size()) * reps / (thread_cpu_now() - t0) * 1e-9);
+        }
+        std::printf("| %s | %s (resident, 1 thread, CPU time) | %.2f | %.1f | %.1f | | | |\n", tn.c_str(), kn.c_str(),
+                    double(w.size()) * 1e-6, median(g), *std::max_element(g.begin(), g.end()));
+      }
+      continue;
+    }
+    const uint32_t layers = uint32_t(std::min<size_t>(shape_layers, std::max<size_t>(1, ((mb << 20) + layer_bytes - 1) / layer_bytes)));
+    DecodeSet set = make_set(t, layer, layers);
+    struct Kernel {
+      std::string name;
+      std::function<void(std::span<const kernels::MatmulArgs>)> run;
+    };
+    std::vector<Kernel> ks;
+    for (const std::string& kn : split(kernel_names)) {
+      if (kn == "fast")
+        ks.push_back({kn, [&](std::span<const kernels::MatmulArgs> c) { kernels::cpu::matmul(&pool, c, kernels::MatmulPath::Fast); }});
+      else if (kn == "exact")
+        ks.push_back({kn, [&](std::span<const kernels::MatmulArgs> c) { kernels::cpu::matmul(&pool, c, kernels::MatmulPath::Exact); }});
+      else if (kn == "avx2" && kernels::qdot_supported(t) && kernels::qisa_available(kernels::QIsa::Avx2))
+        ks.push_back({kn, [&](std::span<const kernels::MatmulArgs> c) { kernels::cpu::qdot(&pool, c, kernels::QIsa::Avx2); }});
+    }
+    std::vector<double> bw, bw_cpu;
+    std::vector<std::vector<double>> gbs(ks.size()), gbs_cpu(ks.size());
+    auto rate = [&](double bytes, Times t, std::vector<double>& wall, std::vector<double>& cpu) {
+      wall.push_back(bytes / t.wall * 1e-9);
+      cpu.push_back(bytes / (t.cpu / threads) * 1e-9);
+    };
+    for (uint32_t r = 0; r < rounds + 1; ++r) {  // round 0 warms up
+      const Times tb = timed([&] { read_pass(pool, buf, bw_bytes, sink); });
+      if (r > 0) rate(double(bw_bytes), tb, bw, bw_cpu);
+      for (size_t k = 0; k < ks.size(); ++k) {
+        const Times tk = timed([&] {
+          for (const auto& call : set.calls) ks[k].run(call);
+        });
+        if (r > 0) rate(double(set.bytes), tk, gbs[k], gbs_cpu[k]);
+      }
+    }
+    const double bw_med = median(bw), bw_cpu_med = median(bw_cpu);
+    for (size_t k = 0; k < ks.size(); ++k)
+      std::printf("| %s | %s | %.0f (%u layers) | %.1f | %.1f | %.0f%% | %.1f | %.0f%% |\n", tn.c_str(),
+                  ks[k].name.c_str(), double(set.bytes) * 1e-6, layers, median(gbs[k]),
+                  *std::max_element(gbs[k].begin(), gbs[k].end()), 100.0 * median(gbs[k]) / bw_med,
+                  median(gbs_cpu[k]), 100.0 * median(gbs_cpu[k]) / bw_cpu_med);
+    std::printf("| %s | read bandwidth (%zu MiB, same rounds) | | %.1f | %.1f | 100%% | %.1f | 100%% |\n",
+                tn.c_str(), bw_bytes >> 20, bw_med, *std::max_element(bw.begin(), bw.end()), bw_cpu_med);
+  }
+  std::free(buf);
+  return sink == 42 ? 1 : 0;  // keeps the reads
+}

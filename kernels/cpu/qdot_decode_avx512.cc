@@ -1,0 +1,390 @@
+// AVX-512 VNNI decode (T = 1) kernels of the 8-bit-activation product (kernels/qdot.h) for Q4_0,
+// Q4_1, Q4_K, Q5_K and Q6_K: sixteen rows a tile in 512-bit vectors, the chain of kernels/qdot.h
+// in each of the sixteen fp32 lanes, so the results are the scalar reference's bits
+// (tests/kernels/test_qdot.cc compares every ISA's, at every T, bit for bit). qdot_avx512.cc runs them for a task's whole
+// sixteen-row tiles and its eight-row kernels for the rest.
+//
+// Why this shape (measured on Zen 4, bench/bench_decode.cc --resident: one thread, weights in L2,
+// CPU time): decode streams each weight byte once, so a kernel reaches the memory bandwidth only if
+// it computes well faster than a thread's share of it. The eight-row 256-bit kernels
+// (qdot_decode_avx2.inc) compute Q4_0 at ~18 GB/s a thread and Q4_K at ~16, about what one thread
+// of two streams from DRAM, so every stall is lost; these do the same integer work in half the
+// instructions:
+//  - four rows to a vector: a 128-bit lane per row (rows i, i+4, i+8, i+12 in vector i), so one
+//    and-mask and one shift-and-mask split 64 bytes of nibbles, and two vpdpbusd (nibbles
+//    unsigned, activations signed: no sign trick) take 128 products;
+//  - the exact int32 sum per row and group from the four vectors' 16 lanes in nine operations
+//    (two unpack-and-add levels), landing in row order;
+//  - sixteen rows' fp16 scales converted by one vcvtph2ps; Q4_K's fields (d, dmin, the 6-bit
+//    scales and mins) of sixteen rows by four gathers a super-block, a row a lane in row order,
+//    unpacked by a dozen lane-wise operations (the 256-bit kernel: scalar unpacking per row and
+//    byte transposes), then a shift and a mask a group: 23 against 20 GB/s.
+// The fp32 steps per group are the 256-bit kernels' on sixteen lanes instead of eight.
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include "kernels/detail/qdot_panel_x86.h"  // KVZIP_VNNI
+#include "kernels/detail/qdot_x86.h"
+
+namespace kvzip::kernels::cpu::detail {
+
+#if KVZIP_QDOT_X86
+
+namespace {
+
+using quant::GgmlType;
+
+constexpr int kRows = 16;
+// Bytes ahead of the current block that each row is prefetched into L1 (as the 256-bit kernels).
+constexpr size_t kAhead = 1024;
+
+// Evenly spaced rows (no row map): row i + 4L at q[i] + L·4·stride, as four pointers and two
+// strides (every load of lanes4 is then one addressing mode, no pointer arithmetic); the next
+// tile's rows follow as one run, prefetched into L2 a block step at a time. off: lane k holds
+// row k's offset from row 0, for the gathers of the blocks' scale fields.
+struct Strided {
+  const uint8_t* q[4];
+  size_t s4, s12;
+  const char* next;
+  __m512i off;
+  KVZIP_VNNI Strided(const uint8_t* p, size_t stride, const char* nx) : s4(4 * stride), s12(12 * stride), next(nx) {
+    for (int i = 0; i < 4; ++i) q[i] = p + size_t(i) * stride;
+    off = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                             _mm512_set1_epi32(int(stride)));
+  }
+  const uint8_t* row0() const { return q[0]; }
+  const uint8_t* lane(int i, int L) const { return L == 3 ? q[i] + s12 : q[i] + size_t(L) * s4; }
+  void step(size_t bytes) {
+    for (int i = 0; i < 4; ++i) q[i] += bytes;
+  }
+  void prefetch(uint32_t b, size_t bytes) const {
+    const char* pf = next + size_t(b) * kRows * bytes;
+    for (size_t l = 0; l < (kRows * bytes + 63) / 64; ++l) _mm_prefetch(pf + 64 * l, _MM_HINT_T1);
+  }
+};
+// Rows through a row map: sixteen pointers, each prefetched 1 KiB ahead; off as Strided's (the
+// rows of one matrix: offsets from row 0 fit in 32 bits).
+struct Listed {
+  const uint8_t* p[kRows];
+  __m512i off;
+  KVZIP_VNNI void set_offsets() {
+    alignas(64) int32_t o[kRows];
+    for (int k = 0; k < kRows; ++k) o[k] = int32_t(p[k] - p[0]);
+    off = _mm512_load_si512(o);
+  }
+  const uint8_t* row0() const { return p[0]; }
+  const uint8_t* lane(int i, int L) const { return p[i + 4 * L]; }
+  void step(size_t bytes) {
+    for (int k = 0; k < kRows; ++k) p[k] += bytes;
+  }
+  void prefetch(uint32_t, size_t) const {
+    for (int k = 0; k < kRows; ++k) _mm_prefetch(reinterpret_cast<const char*>(p[k]) + kAhead, _MM_HINT_T0);
+  }
+};
+
+// 16 bytes at `off` of rows i, i+4, i+8, i+12 as the four 128-bit lanes of one vector.
+template <class Rows>
+KVZIP_VNNI inline __m512i lanes4(const Rows& rows, int i, int off) {
+  auto ld = [&](int L) KVZIP_VNNI { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows.lane(i, L) + off)); };
+  __m512i v = _mm512_castsi128_si512(ld(0));
+  v = _mm512_inserti32x4(v, ld(1), 1);
+  v = _mm512_inserti32x4(v, ld(2), 2);
+  return _mm512_inserti32x4(v, ld(3), 3);
+}
+
+// The 32 bytes at `off` of rows i, i+4, i+8, i+12 as lanes4(off) and lanes4(off + 16): each row's
+// 32 bytes in one load, two rows to a vector, and one 128-bit shuffle per half (lanes4 twice
+// takes six inserts and eight loads).
+template <class Rows>
+KVZIP_VNNI inline void lanes4x2(const Rows& rows, int i, int off, __m512i& lo, __m512i& hi) {
+  auto ld = [&](int L) KVZIP_VNNI { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows.lane(i, L) + off)); };
+  const __m512i ab = _mm512_inserti64x4(_mm512_castsi256_si512(ld(0)), ld(1), 1);  // a0 a1 b0 b1
+  const __m512i cd = _mm512_inserti64x4(_mm512_castsi256_si512(ld(2)), ld(3), 1);  // c0 c1 d0 d1
+  lo = _mm512_shuffle_i64x2(ab, cd, _MM_SHUFFLE(2, 0, 2, 0));  // a0 b0 c0 d0
+  hi = _mm512_shuffle_i64x2(ab, cd, _MM_SHUFFLE(3, 1, 3, 1));  // a1 b1 c1 d1
+}
+
+// The dword at byte `off` of each of the sixteen rows' current blocks (lane k: row k).
+template <class Rows>
+KVZIP_VNNI inline __m512i fields16(const Rows& rows, int off) {
+  return _mm512_i32gather_epi32(rows.off, rows.row0() + off, 1);
+}
+
+// The fp16 fields at byte `off` of the sixteen rows' current blocks, as fp32 lanes 0..15, read
+// by the integer units (one gather a block costs more: measured 20 against 26 GB/s on Q4_0).
+template <class Rows>
+KVZIP_VNNI inline __m512 halves16(const Rows& rows, int off) {
+  uint64_t w[4] = {};
+  for (int L = 0; L < 4; ++L)
+    for (int i = 0; i < 4; ++i) w[L] |= uint64_t(load_u16(rows.lane(i, L) + off)) << (16 * i);
+  return _mm512_cvtph_ps(_mm256_setr_epi64x(int64_t(w[0]), int64_t(w[1]), int64_t(w[2]), int64_t(w[3])));
+}
+
+// The fp16 values in the low (kHigh: high) 16 bits of each lane, as fp32.
+template <bool kHigh = false>
+KVZIP_VNNI inline __m512 halves_ps(__m512i v) {
+  return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(kHigh ? _mm512_srli_epi32(v, 16) : v));
+}
+
+// Row sums from four vectors laid out as lanes4's (vector i, lane L: row i + 4L's four partial
+// sums): lane r of the result is row r's exact total. Integer adds: any order gives the same.
+KVZIP_VNNI inline __m512i row_sums16(const __m512i (&v)[4]) {
+  const __m512i a = _mm512_add_epi32(_mm512_unpacklo_epi32(v[0], v[1]), _mm512_unpackhi_epi32(v[0], v[1]));
+  const __m512i c = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2], v[3]), _mm512_unpackhi_epi32(v[2], v[3]));
+  // a, lane L: (row L's partials 0+2, row L+4's 0+2, row L's 1+3, row L+4's 1+3); c for rows +8, +12.
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(a, c), _mm512_unpackhi_epi64(a, c));
+}
+
+// Σ w·q of a 32-element group of sixteen rows whose 16 bytes of nibbles are at `off` (low
+// nibbles elements 0-15, high nibbles 16-31: Q4_0, Q4_1), q the activation's 32 int8.
+template <class Rows>
+KVZIP_VNNI inline __m512i nibble_sums(const Rows& rows, int off, const int8_t* q) {
+  const __m512i low4 = _mm512_set1_epi8(15);
+  const __m512i xlo = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+  const __m512i xhi = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16)));
+  __m512i s[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    const __m512i raw = lanes4(rows, i, off);
+    s[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(raw, low4), xlo);
+    s[i] = _mm512_dpbusd_epi32(s[i], _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4), xhi);
+  }
+  return row_sums16(s);
+}
+
+// Q4_0 / Q4_1: y[0..15] = the sixteen rows' dots with one token's blocks x.
+template <GgmlType Ty, class Rows>
+KVZIP_VNNI inline void decode16(Rows rows, const Q8Act* x, uint32_t nblk, float* y) {
+  static_assert(Ty == GgmlType::Q4_0 || Ty == GgmlType::Q4_1);
+  constexpr size_t kBytes = QFmt<Ty>::kBytes;
+  constexpr int kQsOff = Ty == GgmlType::Q4_1 ? 4 : 2;
+  __m512 acc = _mm512_setzero_ps();  // row k in lane k
+  for (uint32_t b = 0; b < nblk; ++b) {
+    rows.prefetch(b, kBytes);
+    const __m512i I = nibble_sums(rows, kQsOff, x[b].q);
+    const __m512 ws = halves16(rows, 0);
+    const __m512 dws = _mm512_mul_ps(_mm512_set1_ps(x[b].d), ws);
+    // QFmt::scales' min: −8·d (Q4_0) or the block's own (Q4_1); the chain's step as decode8's.
+    __m512 mw;
+    if constexpr (Ty == GgmlType::Q4_0) mw = _mm512_mul_ps(_mm512_set1_ps(-8.0f), ws);
+    else mw = halves16(rows, 2);
+    acc = _mm512_add_ps(acc, _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), dws, _mm512_mul_ps(_mm512_set1_ps(x[b].s), mw)));
+    rows.step(kBytes);
+  }
+  _mm512_storeu_ps(y, acc);
+}
+
+// Byte G % 4 of each lane of v, as fp32 (Q4_K's 6-bit scales and mins: see decode16k).
+template <int G>
+KVZIP_VNNI inline __m512 byte_ps(__m512i v) {
+  constexpr int kShift = 8 * (G % 4);
+  const __m512i s = kShift ? _mm512_srli_epi32(v, kShift) : v;
+  return _mm512_cvtepi32_ps(kShift == 24 ? s : _mm512_and_si512(s, _mm512_set1_epi32(0xff)));
+}
+
+template <class Fn, int... G>
+KVZIP_VNNI inline void each_group8(Fn&& fn, std::integer_sequence<int, G...>) {
+  (fn(std::integral_constant<int, G>{}), ...);
+}
+
+// Q4_K / Q5_K: a super-block of 256 elements is eight groups; group pair (2j, 2j+1) shares 32 bytes
+// of nibbles at 16 + 32j (Q5_K: 48 + 32j; low nibbles group 2j, high group 2j+1), element e of
+// either group in byte e; Q5_K's fifth bit of element e of group g is bit g of qh byte e. The
+// scales, mins and d, dmin are laid out alike (QFmt).
+// Bit G of each byte of v moved to bit 4 (16-bit shifts: what crosses into a neighbouring byte
+// lands outside bit 4, which is all the caller keeps).
+template <int G>
+KVZIP_VNNI inline __m512i bit_to4(__m512i v) {
+  if constexpr (G < 4) return _mm512_slli_epi16(v, 4 - G);
+  else if constexpr (G == 4) return v;
+  else return _mm512_srli_epi16(v, G - 4);
+}
+
+template <GgmlType Ty, class Rows>
+KVZIP_VNNI inline void decode16k(Rows rows, const Q8Act* x, uint32_t nblk, float* y) {
+  constexpr bool kQ5 = Ty == GgmlType::Q5_K;
+  constexpr size_t kBytes = QFmt<Ty>::kBytes;
+  constexpr int kQsOff = kQ5 ? 48 : 16;  // Q5_K: 32 bytes of fifth bits (qh) at 16 first
+  const __m512i low4 = _mm512_set1_epi8(15), bit4 = _mm512_set1_epi8(16);
+  const __m512i neg = _mm512_castps_si512(_mm512_set1_ps(-0.0f));
+  __m512 acc = _mm512_setzero_ps();  // row k in lane k
+  for (uint32_t b = 0; b < nblk; ++b) {
+    rows.prefetch(b, kBytes);
+    const __m512i dd = fields16(rows, 0);
+    const __m512 d = halves_ps(dd), dmin = halves_ps<true>(dd);
+    // The 12 bytes of 6-bit scales and mins, a row a lane, unpacked as k4_scale_words does:
+    // bytes 0-3 of sc_lo / sc_hi are groups 0-3 / 4-7's scales, mn_lo / mn_hi their mins.
+    const __m512i u0 = fields16(rows, 4), u1 = fields16(rows, 8), u2 = fields16(rows, 12);
+    const __m512i m6 = _mm512_set1_epi32(0x3f3f3f3f), m4 = _mm512_set1_epi32(0x0f0f0f0f),
+                  m2 = _mm512_set1_epi32(0x03030303);
+    const __m512i sc_lo = _mm512_and_si512(u0, m6), mn_lo = _mm512_and_si512(u1, m6);
+    const __m512i sc_hi = _mm512_or_si512(_mm512_and_si512(u2, m4),
+                                          _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), m2), 4));
+    const __m512i mn_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m4),
+                                          _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), m2), 4));
+    const Q8Act* xb = x + size_t(b) * 8;
+    auto pair = [&](auto jc) KVZIP_VNNI {
+      constexpr int j = decltype(jc)::value;
+      // Both groups' products from one pass over the 32 bytes: lanes4 at +0 holds elements
+      // 0-15 of each row, at +16 elements 16-31.
+      const int8_t* qa = xb[2 * j].q;
+      const int8_t* qb = xb[2 * j + 1].q;
+      const __m512i a_lo = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qa)));
+      const __m512i a_hi = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qa + 16)));
+      const __m512i b_lo = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qb)));
+      const __m512i b_hi = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qb + 16)));
+      __m512i sa[4], sb[4];
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        __m512i r0, r1;
+        lanes4x2(rows, i, kQsOff + 32 * j, r0, r1);
+        __m512i wa0 = _mm512_and_si512(r0, low4), wa1 = _mm512_and_si512(r1, low4);
+        __m512i wb0 = _mm512_and_si512(_mm512_srli_epi16(r0, 4), low4), wb1 = _mm512_and_si512(_mm512_srli_epi16(r1, 4), low4);
+        if constexpr (kQ5) {  // bit g of qh byte e is element e's fifth bit: to bit 4, merged (lo | (h & 16))
+          __m512i h0, h1;
+          lanes4x2(rows, i, 16, h0, h1);
+          wa0 = _mm512_ternarylogic_epi32(wa0, bit_to4<2 * j>(h0), bit4, 0xF8);
+          wa1 = _mm512_ternarylogic_epi32(wa1, bit_to4<2 * j>(h1), bit4, 0xF8);
+          wb0 = _mm512_ternarylogic_epi32(wb0, bit_to4<2 * j + 1>(h0), bit4, 0xF8);
+          wb1 = _mm512_ternarylogic_epi32(wb1, bit_to4<2 * j + 1>(h1), bit4, 0xF8);
+        }
+        sa[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa0, a_lo);
+        sa[i] = _mm512_dpbusd_epi32(sa[i], wa1, a_hi);
+        sb[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wb0, b_lo);
+        sb[i] = _mm512_dpbusd_epi32(sb[i], wb1, b_hi);
+      }
+      const __m512i I[2] = {row_sums16(sa), row_sums16(sb)};
+      auto step = [&](auto gc, const __m512i& Ig) KVZIP_VNNI {
+        constexpr int g = decltype(gc)::value;
+        // QFmt::scales: fw = d·sc, mw = −(dmin·mn), each one fp32 product (as decode8k).
+        const __m512 fw = _mm512_mul_ps(d, byte_ps<g>(g < 4 ? sc_lo : sc_hi));
+        const __m512 mw = _mm512_castsi512_ps(_mm512_xor_si512(  // the sign flip (F, not DQ)
+            _mm512_castps_si512(_mm512_mul_ps(dmin, byte_ps<g>(g < 4 ? mn_lo : mn_hi))), neg));
+        const __m512 dws = _mm512_mul_ps(_mm512_set1_ps(xb[g].d), fw);
+        const __m512 sxmw = _mm512_mul_ps(_mm512_set1_ps(xb[g].s), mw);
+        acc = _mm512_add_ps(acc, _mm512_fmadd_ps(_mm512_cvtepi32_ps(Ig), dws, sxmw));
+      };
+      step(std::integral_constant<int, 2 * j>{}, I[0]);
+      step(std::integral_constant<int, 2 * j + 1>{}, I[1]);
+    };
+    each_group8(pair, std::make_integer_sequence<int, 4>{});
+    rows.step(kBytes);
+  }
+  _mm512_storeu_ps(y, acc);
+}
+
+// Byte J % 4 of each lane of v as a signed int8, as fp32 (Q6_K's sub-scales).
+template <int J>
+KVZIP_VNNI inline __m512 sbyte_ps(__m512i v) {
+  return _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(v, 24 - 8 * (J % 4)), 24));
+}
+
+// Q6_K: sixteen 16-element sub-blocks a super-block, each with its int8 scale; sub-block
+// j = 2g + h is bytes 16h..16h+15 of group g's ql and qh runs (QFmt<Q6_K>), so one lanes4 of each
+// is one sub-block of four rows (both halves loaded at once by lanes4x2). The weights are summed unsigned (q = w + 32 in 0..63, built by
+// one mask and one ternary-logic merge of the two high bits) and 32·Σx taken off in integers
+// (exact, as decode8q6): the chain sees the scalar kernel's integers.
+template <class Rows>
+KVZIP_VNNI inline void decode16q6(Rows rows, const Q8Act* x, uint32_t nblk, float* y) {
+  constexpr size_t kBytes = QFmt<GgmlType::Q6_K>::kBytes;
+  const __m512i low4 = _mm512_set1_epi8(15), bits45 = _mm512_set1_epi8(0x30);
+  __m512 acc = _mm512_setzero_ps();  // row k in lane k
+  for (uint32_t b = 0; b < nblk; ++b) {
+    rows.prefetch(b, kBytes);
+    // d is bytes 208-209: read as the high half of the dword at 206 (the block's last bytes).
+    const __m512 d = halves_ps<true>(fields16(rows, 206));
+    const __m512i sc[4] = {fields16(rows, 192), fields16(rows, 196), fields16(rows, 200), fields16(rows, 204)};
+    const Q8Act* xb = x + size_t(b) * 8;
+    auto group = [&](auto gc) KVZIP_VNNI {
+      constexpr int g = decltype(gc)::value, n = g / 4, k = g % 4;
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[g].q));
+      // Σ x over each 16-element half: byte sums of x + 128 (vpsadbw), less 16·128.
+      const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(q, _mm256_set1_epi8(char(0x80))), _mm256_setzero_si256());
+      alignas(32) int64_t s4[4];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(s4), sad);
+      const int32_t sx[2] = {int32_t(s4[0] + s4[1]) - 2048, int32_t(s4[2] + s4[3]) - 2048};
+      // Both halves' bytes of four rows per vector pair: ql[h][i], qh[h][i] as lanes4(.. + 16h).
+      __m512i ql[2][4], qh[2][4];
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        lanes4x2(rows, i, 64 * n + 32 * (k & 1), ql[0][i], ql[1][i]);
+        lanes4x2(rows, i, 128 + 32 * n, qh[0][i], qh[1][i]);
+      }
+      auto half = [&](auto hc) KVZIP_VNNI {
+        constexpr int h = decltype(hc)::value, j = 2 * g + h;
+        const __m512i xq = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb[g].q + 16 * h)));
+        __m512i s[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+          const __m512i lq = ql[h][i], hq = qh[h][i];
+          const __m512i lo = _mm512_and_si512(k < 2 ? lq : _mm512_srli_epi16(lq, 4), low4);
+          // qh bits 2k, 2k+1 to bits 4, 5 (16-bit shifts: bits crossing a byte are masked off).
+          const __m512i hs = k == 0 ? _mm512_slli_epi16(hq, 4) : k == 1 ? _mm512_slli_epi16(hq, 2)
+                           : k == 2 ? hq : _mm512_srli_epi16(hq, 2);
+          const __m512i w = _mm512_ternarylogic_epi32(lo, hs, bits45, 0xF8);  // lo | (hs & 0x30)
+          s[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, xq);
+        }
+        const __m512i I = _mm512_sub_epi32(row_sums16(s), _mm512_set1_epi32(32 * sx[h]));
+        // QFmt<Q6_K>::scales: fw = d, sub = the sub-block's int8; the chain's ws = fw·float(sub).
+        const __m512 ws = _mm512_mul_ps(d, sbyte_ps<j>(sc[j / 4]));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(_mm512_set1_ps(xb[g].d), ws), acc);
+      };
+      half(std::integral_constant<int, 0>{});
+      half(std::integral_constant<int, 1>{});
+    };
+    each_group8(group, std::make_integer_sequence<int, 8>{});
+    rows.step(kBytes);
+  }
+  _mm512_storeu_ps(y, acc);
+}
+
+template <GgmlType Ty, class Rows>
+KVZIP_VNNI inline void tile16(const Rows& rows, const Q8Act* x, uint32_t nblk, float* y) {
+  if constexpr (Ty == GgmlType::Q4_K || Ty == GgmlType::Q5_K) decode16k<Ty>(rows, x, nblk, y);
+  else if constexpr (Ty == GgmlType::Q6_K) decode16q6(rows, x, nblk, y);
+  else decode16<Ty>(rows, x, nblk, y);
+}
+
+// Rows [a.r0, a.r0 + 16·n) of the one token, n whole tiles; returns the first row left.
+template <GgmlType Ty>
+KVZIP_VNNI uint32_t decode_tiles16(const QDotRowsArgs& a) {
+  const MatrixView& w = *a.w;
+  const uint32_t nblk = w.cols / (32 * QFmt<Ty>::kGroups);
+  uint32_t r = a.r0;
+  for (; r + kRows <= a.r1; r += kRows) {
+    if (!w.row_map) {
+      const uint8_t* p = w.data + size_t(r) * w.row_bytes;
+      // The next tile's run, or this one's again where no whole tile follows (never past the data).
+      const uint8_t* next = r + 2 * kRows <= w.rows ? p + kRows * w.row_bytes : p;
+      tile16<Ty>(Strided(p, w.row_bytes, reinterpret_cast<const char*>(next)), a.x, nblk, a.y + r);
+    } else {
+      Listed rows;
+      for (int k = 0; k < kRows; ++k) rows.p[k] = w.data + size_t(w.row_map[r + k]) * w.row_bytes;
+      rows.set_offsets();
+      tile16<Ty>(rows, a.x, nblk, a.y + r);
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+QDecodeFn qdot_decode16_vnni(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_0: return decode_tiles16<GgmlType::Q4_0>;
+    case GgmlType::Q4_1: return decode_tiles16<GgmlType::Q4_1>;
+    case GgmlType::Q4_K: return decode_tiles16<GgmlType::Q4_K>;
+    case GgmlType::Q5_K: return decode_tiles16<GgmlType::Q5_K>;
+    case GgmlType::Q6_K: return decode_tiles16<GgmlType::Q6_K>;
+    default: return nullptr;
+  }
+}
+
+#else  // no x86 variant in this build
+
+QDecodeFn qdot_decode16_vnni(quant::GgmlType) { return nullptr; }
+
+#endif
+
+}  // namespace kvzip::kernels::cpu::detail
