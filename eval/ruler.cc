@@ -285,7 +285,7 @@ std::string format_ruler_table(const RulerReport& r) {
     std::snprintf(b, sizeof b, "  %6.1f\n", n ? sum / n : 0.0);
     out += b;
   }
-  out += fmt("%.0f s in all; scores are RULER string-match recall (0-100) per task\n", r.total_s);
+  out += fmt("%.0f s in all", r.total_s) + "; scores are RULER string-match recall (0-100) per task\n";
   return out;
 }
 
