@@ -187,7 +187,8 @@ RulerReport run_ruler(const model::Model& model, const RulerOptions& o) {
         for (uint32_t i = 0; i < o.samples; ++i) {
           RulerSample s = make_ruler_sample(name, len, i, gen, count);
           Document d;
-          d.title = name + "/" + std::to_string(len) + "/" + std::to_string(i);
+          d.title = name + "/" + std::to_string(len) + "/" + std::to_string(i) +
+                    (setting == RulerSetting::QueryAware ? "/aware" : "");
           d.text = setting == RulerSetting::QueryAware ? s.document + s.question : s.document;
           Question q;
           q.id = d.title;

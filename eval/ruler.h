@@ -126,7 +126,8 @@ struct RulerRow {
 
 struct RulerReport {
   std::vector<RulerRow> rows;   // per setting, length, task: "full" then methods × ratios
-  std::vector<AnswerRecord> answers;  // every answer (document = "task/length/index")
+  std::vector<AnswerRecord> answers;  // every answer (document = "task/length/index", + "/aware"
+                                      // in the query-aware setting)
   std::string model_name;
   double total_s = 0.0;
 };
