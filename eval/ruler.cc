@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <tuple>
 #include <cstdio>
 #include <map>
+#include <tuple>
 
 #include "common/error.h"
 #include "common/json.h"
@@ -33,14 +33,19 @@ std::string fmt(const char* f, double a) {
 }  // namespace
 
 const std::vector<RulerTask>& ruler_tasks() {
-  static const std::vector<RulerTask> tasks = {
-      {"niah_single_1", 128, RulerMetric::All},   {"niah_single_2", 128, RulerMetric::All},
-      {"niah_single_3", 128, RulerMetric::All},   {"niah_multikey_1", 128, RulerMetric::All},
-      {"niah_multikey_2", 128, RulerMetric::All}, {"niah_multikey_3", 128, RulerMetric::All},
-      {"niah_multivalue", 128, RulerMetric::All}, {"niah_multiquery", 128, RulerMetric::All},
-      {"vt", 30, RulerMetric::All},               {"cwe", 120, RulerMetric::All},
-      {"fwe", 50, RulerMetric::All},              {"qa_1", 32, RulerMetric::Part},
-      {"qa_2", 32, RulerMetric::Part}};
+  static const std::vector<RulerTask> tasks = {{"niah_single_1", 128, RulerMetric::All},
+                                               {"niah_single_2", 128, RulerMetric::All},
+                                               {"niah_single_3", 128, RulerMetric::All},
+                                               {"niah_multikey_1", 128, RulerMetric::All},
+                                               {"niah_multikey_2", 128, RulerMetric::All},
+                                               {"niah_multikey_3", 128, RulerMetric::All},
+                                               {"niah_multivalue", 128, RulerMetric::All},
+                                               {"niah_multiquery", 128, RulerMetric::All},
+                                               {"vt", 30, RulerMetric::All},
+                                               {"cwe", 120, RulerMetric::All},
+                                               {"fwe", 50, RulerMetric::All},
+                                               {"qa_1", 32, RulerMetric::Part},
+                                               {"qa_2", 32, RulerMetric::Part}};
   return tasks;
 }
 
@@ -49,8 +54,8 @@ const RulerTask& ruler_task(std::string_view name) {
     if (t.name == name) return t;
   std::string known;
   for (const RulerTask& t : ruler_tasks()) known += (known.empty() ? "" : ", ") + t.name;
-  throw Error(Errc::invalid_argument, "ruler: unknown task '" + std::string(name) + "'; known: " + known +
-                                          " (or niah, synthetic, all)");
+  throw Error(Errc::invalid_argument, "ruler: unknown task '" + std::string(name) +
+                                          "'; known: " + known + " (or niah, synthetic, all)");
 }
 
 std::vector<std::string> parse_ruler_tasks(std::string_view list) {
@@ -74,14 +79,17 @@ std::vector<std::string> parse_ruler_tasks(std::string_view list) {
       on[&t - ruler_tasks().data()] = true;
     }
   }
-  if (!any) throw Error(Errc::invalid_argument, "ruler: no task given (e.g. --ruler niah_single_1,vt or all)");
+  if (!any)
+    throw Error(Errc::invalid_argument,
+                "ruler: no task given (e.g. --ruler niah_single_1,vt or all)");
   std::vector<std::string> out;
   for (size_t i = 0; i < on.size(); ++i)
     if (on[i]) out.push_back(ruler_tasks()[i].name);
   return out;
 }
 
-double ruler_score(const RulerTask& task, std::string_view prediction, const std::vector<std::string>& outputs) {
+double ruler_score(const RulerTask& task, std::string_view prediction,
+                   const std::vector<std::string>& outputs) {
   if (outputs.empty()) return 0.0;
   const std::string p = lower(prediction);
   size_t found = 0;
@@ -96,7 +104,8 @@ QaSource qa_source_from_squad(const std::vector<Document>& paragraphs) {
   std::map<std::string, std::vector<uint32_t>> article;  // title without " #k" -> paragraphs
   auto base_title = [](const std::string& t) { return t.substr(0, t.rfind(" #")); };
   for (const Document& d : paragraphs) {
-    if (index.emplace(d.text, uint32_t(src.paragraphs.size())).second) src.paragraphs.push_back(d.text);
+    if (index.emplace(d.text, uint32_t(src.paragraphs.size())).second)
+      src.paragraphs.push_back(d.text);
     auto& a = article[base_title(d.title)];
     const uint32_t id = index[d.text];
     if (std::find(a.begin(), a.end(), id) == a.end()) a.push_back(id);
@@ -118,11 +127,13 @@ QaSource read_hotpotqa(const std::string& path) {
   const std::string text = read_text(path, "HotpotQA file");
   const Json root = parse_json(text, path);
   auto fail = [&](const std::string& where, const std::string& what) {
-    throw Error(Errc::invalid_argument, path + ": " + where + ": " + what +
-                                            " (expected HotpotQA JSON: [{\"question\",\"answer\",\"context\":"
-                                            "[[title,[sentences]]]}])");
+    throw Error(Errc::invalid_argument,
+                path + ": " + where + ": " + what +
+                    " (expected HotpotQA JSON: [{\"question\",\"answer\",\"context\":"
+                    "[[title,[sentences]]]}])");
   };
-  if (!root.is_array()) fail("(root)", std::string("expected an array, found ") + json_type_name(root));
+  if (!root.is_array())
+    fail("(root)", std::string("expected an array, found ") + json_type_name(root));
   QaSource src;
   std::map<std::string, uint32_t> index;
   for (size_t i = 0; i < root.size(); ++i) {
@@ -131,12 +142,14 @@ QaSource read_hotpotqa(const std::string& path) {
     if (!e.is_object()) fail(p, "expected an object");
     for (const char* k : {"question", "answer"})
       if (!e.contains(k) || !e[k].is_string()) fail(p + "." + k, "missing or not a string");
-    if (!e.contains("context") || !e["context"].is_array()) fail(p + ".context", "missing or not an array");
+    if (!e.contains("context") || !e["context"].is_array())
+      fail(p + ".context", "missing or not an array");
     QaSource::Item it{e["question"].get<std::string>(), {e["answer"].get<std::string>()}, {}, {}};
     const Json& ctx = e["context"];
     for (size_t c = 0; c < ctx.size(); ++c) {
       const std::string cp = p + ".context[" + std::to_string(c) + "]";
-      if (!ctx[c].is_array() || ctx[c].size() != 2 || !ctx[c][0].is_string() || !ctx[c][1].is_array())
+      if (!ctx[c].is_array() || ctx[c].size() != 2 || !ctx[c][0].is_string() ||
+          !ctx[c][1].is_array())
         fail(cp, "expected [title, [sentences]]");
       std::string para = ctx[c][0].get<std::string>() + "\n";
       for (const Json& s : ctx[c][1]) {
@@ -174,7 +187,8 @@ RulerReport run_ruler(const model::Model& model, const RulerOptions& o) {
   const TokenCounter count = [&](std::string_view s) { return tok.encode(s, false).size(); };
   // Work per group is about proportional to its tokens: the estimate scales the time so far.
   double total_work = 0.0, done_work = 0.0;
-  for (uint32_t len : o.lengths) total_work += double(len) * o.samples * o.tasks.size() * o.settings.size();
+  for (uint32_t len : o.lengths)
+    total_work += double(len) * o.samples * o.tasks.size() * o.settings.size();
   size_t group = 0;
   const size_t groups = o.settings.size() * o.lengths.size() * o.tasks.size();
   for (RulerSetting setting : o.settings)
@@ -201,18 +215,22 @@ RulerReport run_ruler(const model::Model& model, const RulerOptions& o) {
         EvalOptions eo = o.eval;
         eo.query_template = "{question}";
         eo.keep_answers = true;
-        eo.max_answer_tokens = o.eval.max_answer_tokens ? std::min(o.eval.max_answer_tokens, task.tokens_to_generate)
-                                                       : task.tokens_to_generate;
-        log("[" + std::to_string(group) + "/" + std::to_string(groups) + "] " + ruler_setting_name(setting) + " " +
-            name + " at " + std::to_string(len) + " tokens: " + std::to_string(o.samples) + " samples");
+        eo.max_answer_tokens = o.eval.max_answer_tokens
+                                   ? std::min(o.eval.max_answer_tokens, task.tokens_to_generate)
+                                   : task.tokens_to_generate;
+        log("[" + std::to_string(group) + "/" + std::to_string(groups) + "] " +
+            ruler_setting_name(setting) + " " + name + " at " + std::to_string(len) +
+            " tokens: " + std::to_string(o.samples) + " samples");
         const EvalReport er = run_eval(model, docs, eo);
         for (const EvalRow& row : er.rows) {
           if (row.kv_dtype != "f32") continue;
-          RulerRow rr{ruler_setting_name(setting), name, row.method, len, row.ratio, row.achieved_ratio, 0.0, 0};
+          RulerRow rr{ruler_setting_name(setting), name, row.method, len, row.ratio,
+                      row.achieved_ratio,          0.0,  0};
           for (const AnswerRecord& a : er.answers)
             if (a.method == row.method && a.ratio == row.ratio && a.kv_dtype == "f32") {
-              const Document& d = *std::find_if(docs.begin(), docs.end(),
-                                                [&](const Document& x) { return x.title == a.document; });
+              const Document& d = *std::find_if(docs.begin(), docs.end(), [&](const Document& x) {
+                return x.title == a.document;
+              });
               rr.score += ruler_score(task, a.answer, d.questions[0].answers);
               ++rr.samples;
             }
@@ -244,7 +262,8 @@ std::string format_ruler_table(const RulerReport& r) {
     std::string method;
     double ratio;
     bool operator<(const Key& o) const {
-      return std::tie(setting, length, method, ratio) < std::tie(o.setting, o.length, o.method, o.ratio);
+      return std::tie(setting, length, method, ratio) <
+             std::tie(o.setting, o.length, o.method, o.ratio);
     }
   };
   std::vector<Key> order;
@@ -266,7 +285,8 @@ std::string format_ruler_table(const RulerReport& r) {
     double kept = 0, sum = 0;
     uint32_t n = 0;
     char b[128];
-    std::snprintf(b, sizeof b, "%-8s %6u  %-9s  %5.2f", k.setting.c_str(), k.length, k.method.c_str(), k.ratio);
+    std::snprintf(b, sizeof b, "%-8s %6u  %-9s  %5.2f", k.setting.c_str(), k.length,
+                  k.method.c_str(), k.ratio);
     out += b;
     std::string cols;
     for (const std::string& t : tasks) {
@@ -286,7 +306,8 @@ std::string format_ruler_table(const RulerReport& r) {
     std::snprintf(b, sizeof b, "  %6.1f\n", n ? sum / n : 0.0);
     out += b;
   }
-  out += fmt("%.0f s in all", r.total_s) + "; scores are RULER string-match recall (0-100) per task\n";
+  out +=
+      fmt("%.0f s in all", r.total_s) + "; scores are RULER string-match recall (0-100) per task\n";
   return out;
 }
 
@@ -294,8 +315,9 @@ std::string format_ruler_csv(const RulerReport& r) {
   std::string out = "setting,length,task,method,ratio,achieved_ratio,score,samples\n";
   char b[256];
   for (const RulerRow& row : r.rows) {
-    std::snprintf(b, sizeof b, "%s,%u,%s,%s,%.4f,%.4f,%.2f,%u\n", row.setting.c_str(), row.length, row.task.c_str(),
-                  row.method.c_str(), row.ratio, row.achieved_ratio, row.score, row.samples);
+    std::snprintf(b, sizeof b, "%s,%u,%s,%s,%.4f,%.4f,%.2f,%u\n", row.setting.c_str(), row.length,
+                  row.task.c_str(), row.method.c_str(), row.ratio, row.achieved_ratio, row.score,
+                  row.samples);
     out += b;
   }
   return out;
@@ -307,8 +329,8 @@ std::string format_kvpress_csv(const RulerReport& r) {
   for (const RulerRow& row : r.rows) {
     const bool full = row.method == "full";
     std::snprintf(b, sizeof b, "%s,%s,%.2f,%s,%.2f,%s,%u\n", r.model_name.c_str(),
-                  full ? "no_press" : row.method.c_str(), full ? 0.0 : 1.0 - row.ratio, row.task.c_str(), row.score,
-                  row.setting.c_str(), row.length);
+                  full ? "no_press" : row.method.c_str(), full ? 0.0 : 1.0 - row.ratio,
+                  row.task.c_str(), row.score, row.setting.c_str(), row.length);
     out += b;
   }
   return out;

@@ -31,8 +31,8 @@ namespace kvzip::eval {
 enum class RulerMetric : uint8_t { All, Part };
 
 struct RulerTask {
-  std::string name;            // niah_single_1 ... qa_2
-  uint32_t tokens_to_generate; // RULER's answer budget for the task
+  std::string name;             // niah_single_1 ... qa_2
+  uint32_t tokens_to_generate;  // RULER's answer budget for the task
   RulerMetric metric;
 };
 
@@ -51,11 +51,11 @@ using TokenCounter = std::function<size_t(std::string_view)>;
 
 struct RulerSample {
   std::string task;
-  uint32_t length = 0;       // the target sequence length (prompt + answer budget)
-  uint32_t index = 0;        // sample number within (task, length)
-  std::string document;      // instruction + context: what is compressed
-  std::string question;      // the rest of the template: what is asked after the context
-  std::string answer_prefix; // the template's answer prefix: the reply starts with it
+  uint32_t length = 0;               // the target sequence length (prompt + answer budget)
+  uint32_t index = 0;                // sample number within (task, length)
+  std::string document;              // instruction + context: what is compressed
+  std::string question;              // the rest of the template: what is asked after the context
+  std::string answer_prefix;         // the template's answer prefix: the reply starts with it
   std::vector<std::string> outputs;  // reference answers
 };
 
@@ -97,7 +97,8 @@ RulerSample make_ruler_sample(std::string_view task, uint32_t length, uint32_t i
                               const RulerGenOptions& options, const TokenCounter& count_tokens);
 
 // The sample's score in [0, 1] by the task's metric.
-double ruler_score(const RulerTask& task, std::string_view prediction, const std::vector<std::string>& outputs);
+double ruler_score(const RulerTask& task, std::string_view prediction,
+                   const std::vector<std::string>& outputs);
 
 // ---- The evaluation --------------------------------------------------------------------------
 
@@ -105,14 +106,14 @@ enum class RulerSetting : uint8_t { QueryAgnostic, QueryAware };
 const char* ruler_setting_name(RulerSetting s);  // "agnostic" | "aware"
 
 struct RulerOptions {
-  EvalOptions eval;             // methods, ratios, level, threads, ...; max_answer_tokens caps
-                                // each task's own budget; query_template and keep_answers are set
+  EvalOptions eval;  // methods, ratios, level, threads, ...; max_answer_tokens caps
+                     // each task's own budget; query_template and keep_answers are set
   std::vector<std::string> tasks = {"niah_single_1"};
   std::vector<uint32_t> lengths = {4096};
-  uint32_t samples = 1;         // per task and length
+  uint32_t samples = 1;  // per task and length
   std::vector<RulerSetting> settings = {RulerSetting::QueryAgnostic};
   RulerGenOptions gen;
-  std::string model_name;       // the kvpress CSV's model column
+  std::string model_name;                       // the kvpress CSV's model column
   std::function<void(const std::string&)> log;  // progress lines (with elapsed time and estimate)
 };
 
@@ -120,12 +121,12 @@ struct RulerRow {
   std::string setting, task, method;
   uint32_t length = 0;
   double ratio = 1.0, achieved_ratio = 1.0;
-  double score = 0.0;           // mean RULER score, 0..100
+  double score = 0.0;  // mean RULER score, 0..100
   uint32_t samples = 0;
 };
 
 struct RulerReport {
-  std::vector<RulerRow> rows;   // per setting, length, task: "full" then methods × ratios
+  std::vector<RulerRow> rows;         // per setting, length, task: "full" then methods × ratios
   std::vector<AnswerRecord> answers;  // every answer (document = "task/length/index", + "/aware"
                                       // in the query-aware setting)
   std::string model_name;

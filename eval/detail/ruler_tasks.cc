@@ -68,31 +68,35 @@ std::string join(const std::vector<std::string>& v, std::string_view sep) {
   return out;
 }
 
-constexpr const char* kNoise = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
+constexpr const char* kNoise =
+    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
 constexpr const char* kNeedle = "One of the special magic {v} for {key} is: {value}.";
 
 const std::vector<std::string>& adjectives() {
   static const std::vector<std::string> v = {
-      "able", "acid", "agile", "amber", "ancient", "angry", "bitter", "bold", "brave", "bright",
-      "broad", "calm", "cheap", "clever", "cold", "cozy", "crisp", "curly", "damp", "dark",
-      "deep", "dizzy", "eager", "early", "empty", "fancy", "fierce", "flat", "fresh", "gentle",
-      "giant", "glossy", "golden", "grumpy", "happy", "heavy", "hollow", "humble", "icy", "jolly",
-      "keen", "lazy", "lively", "loud", "lucky", "mellow", "misty", "modern", "narrow", "noisy",
-      "odd", "pale", "polite", "proud", "quick", "quiet", "rapid", "rare", "rough", "rusty",
-      "salty", "shiny", "silent", "sleepy", "smooth", "solid", "sour", "steep", "sticky", "sunny",
-      "tame", "tender", "tidy", "tiny", "vast", "warm", "wary", "wild", "windy", "young"};
+      "able",   "acid",   "agile",  "amber",  "ancient", "angry",  "bitter", "bold",   "brave",
+      "bright", "broad",  "calm",   "cheap",  "clever",  "cold",   "cozy",   "crisp",  "curly",
+      "damp",   "dark",   "deep",   "dizzy",  "eager",   "early",  "empty",  "fancy",  "fierce",
+      "flat",   "fresh",  "gentle", "giant",  "glossy",  "golden", "grumpy", "happy",  "heavy",
+      "hollow", "humble", "icy",    "jolly",  "keen",    "lazy",   "lively", "loud",   "lucky",
+      "mellow", "misty",  "modern", "narrow", "noisy",   "odd",    "pale",   "polite", "proud",
+      "quick",  "quiet",  "rapid",  "rare",   "rough",   "rusty",  "salty",  "shiny",  "silent",
+      "sleepy", "smooth", "solid",  "sour",   "steep",   "sticky", "sunny",  "tame",   "tender",
+      "tidy",   "tiny",   "vast",   "warm",   "wary",    "wild",   "windy",  "young"};
   return v;
 }
 const std::vector<std::string>& nouns() {
   static const std::vector<std::string> v = {
-      "anchor", "apple", "arch", "badge", "basket", "beacon", "bicycle", "blanket", "bridge", "brush",
-      "cabin", "camera", "candle", "canyon", "castle", "cellar", "chair", "cliff", "clock", "cloud",
-      "comet", "cottage", "crater", "desert", "dragon", "drum", "eagle", "engine", "falcon", "feather",
-      "fence", "forest", "fountain", "garden", "glacier", "harbor", "helmet", "island", "jacket", "kettle",
-      "ladder", "lantern", "lemon", "meadow", "mirror", "monkey", "mountain", "needle", "ocean", "orchard",
-      "otter", "palace", "parrot", "pebble", "pencil", "piano", "pillow", "planet", "pocket", "pond",
-      "rabbit", "river", "rocket", "saddle", "shovel", "signal", "spider", "statue", "swamp", "teapot",
-      "temple", "thunder", "tiger", "tower", "tunnel", "valley", "violin", "wagon", "whistle", "window"};
+      "anchor",   "apple",   "arch",    "badge",  "basket", "beacon",  "bicycle",  "blanket",
+      "bridge",   "brush",   "cabin",   "camera", "candle", "canyon",  "castle",   "cellar",
+      "chair",    "cliff",   "clock",   "cloud",  "comet",  "cottage", "crater",   "desert",
+      "dragon",   "drum",    "eagle",   "engine", "falcon", "feather", "fence",    "forest",
+      "fountain", "garden",  "glacier", "harbor", "helmet", "island",  "jacket",   "kettle",
+      "ladder",   "lantern", "lemon",   "meadow", "mirror", "monkey",  "mountain", "needle",
+      "ocean",    "orchard", "otter",   "palace", "parrot", "pebble",  "pencil",   "piano",
+      "pillow",   "planet",  "pocket",  "pond",   "rabbit", "river",   "rocket",   "saddle",
+      "shovel",   "signal",  "spider",  "statue", "swamp",  "teapot",  "temple",   "thunder",
+      "tiger",    "tower",   "tunnel",  "valley", "violin", "wagon",   "whistle",  "window"};
   return v;
 }
 
@@ -167,8 +171,8 @@ std::vector<uint32_t> depths() {
 
 // Essay text of `n` words (the haystack repeated as needed) with `inserts` placed between
 // sentences at distinct random depths, joined by spaces.
-std::string essay_with(const std::vector<std::string>& words, uint32_t n, const std::vector<std::string>& inserts,
-                       Rng& r) {
+std::string essay_with(const std::vector<std::string>& words, uint32_t n,
+                       const std::vector<std::string>& inserts, Rng& r) {
   std::vector<std::string> w;
   for (uint32_t i = 0; i < n; ++i) w.push_back(words[i % words.size()]);
   const std::vector<std::string> sents = sentences(join(w, " "));
@@ -181,7 +185,8 @@ std::string essay_with(const std::vector<std::string>& words, uint32_t n, const 
   pos.push_back(uint32_t(sents.size()));
   std::vector<std::string> parts;
   for (size_t i = 1; i < pos.size(); ++i) {
-    parts.push_back(join(std::vector<std::string>(sents.begin() + pos[i - 1], sents.begin() + pos[i]), " "));
+    parts.push_back(
+        join(std::vector<std::string>(sents.begin() + pos[i - 1], sents.begin() + pos[i]), " "));
     if (i - 1 < inserts.size()) parts.push_back(inserts[i - 1]);
   }
   return join(parts, " ");
@@ -194,7 +199,7 @@ struct Built {
 
 struct NiahConfig {
   const char* haystack;  // noise | essay | needle
-  const char* key, *value;
+  const char *key, *value;
   uint32_t k, v, q;
 };
 
@@ -218,7 +223,8 @@ std::string needle(std::string_view v, const std::string& key, const std::string
 }
 
 // RULER niah.py generate_input_output with `n` haystack units (words of the essay, else sentences).
-Built niah(std::string_view task, uint32_t n, uint64_t seed, const std::vector<std::string>& essay_words) {
+Built niah(std::string_view task, uint32_t n, uint64_t seed,
+           const std::vector<std::string>& essay_words) {
   NiahConfig c = niah_config(task);
   std::string haystack = c.haystack;
   if (haystack == "essay" && essay_words.empty()) haystack = "noise";
@@ -240,8 +246,9 @@ Built niah(std::string_view task, uint32_t n, uint64_t seed, const std::vector<s
   } else {
     std::vector<std::string> sents;
     for (uint32_t i = 0; i < n; ++i)
-      sents.push_back(haystack == "noise" ? std::string(kNoise)
-                                          : needle(c.value, random_value(r, c.key), random_value(r, c.value)));
+      sents.push_back(haystack == "noise"
+                          ? std::string(kNoise)
+                          : needle(c.value, random_value(r, c.key), random_value(r, c.value)));
     std::vector<uint32_t> at = r.sample(n, std::min<uint32_t>(n, uint32_t(needles.size())));
     std::sort(at.rbegin(), at.rend());
     for (size_t i = 0; i < at.size(); ++i) sents.insert(sents.begin() + at[i], needles[i]);
@@ -256,11 +263,14 @@ Built niah(std::string_view task, uint32_t n, uint64_t seed, const std::vector<s
   }
   std::string query = queries[0];
   if (queries.size() > 1) {
-    query = join(std::vector<std::string>(queries.begin(), queries.end() - 1), ", ") + ", and " + queries.back();
+    query = join(std::vector<std::string>(queries.begin(), queries.end() - 1), ", ") + ", and " +
+            queries.back();
   }
-  std::string head = "Some special magic {v} are hidden within the following text. Make sure to memorize it. "
-                     "I will quiz you about the {v} afterwards.\n";
-  std::string question = "\nWhat are all the special magic {v} for {query} mentioned in the provided text?";
+  std::string head =
+      "Some special magic {v} are hidden within the following text. Make sure to memorize it. "
+      "I will quiz you about the {v} afterwards.\n";
+  std::string question =
+      "\nWhat are all the special magic {v} for {query} mentioned in the provided text?";
   std::string prefix = " The special magic {v} for {query} mentioned in the provided text are";
   std::string v = c.value;
   if (c.q * c.v == 1) {  // RULER's singular wording
@@ -293,28 +303,37 @@ Built vt_instance(uint32_t n, Rng& r, uint32_t var_len) {
   }
   const std::string value = std::to_string(10000 + r.below(89999));
   std::vector<std::string> chain = {"VAR " + vars[0] + " = " + value};
-  for (size_t j = 0; j + 1 < vars.size(); ++j) chain.push_back("VAR " + vars[j + 1] + " = VAR " + vars[j] + " ");
+  for (size_t j = 0; j + 1 < vars.size(); ++j)
+    chain.push_back("VAR " + vars[j + 1] + " = VAR " + vars[j] + " ");
   std::vector<std::string> sents(n, kNoise);
   std::vector<uint32_t> at = r.sample(n, std::min<uint32_t>(n, uint32_t(chain.size())));
   std::sort(at.begin(), at.end());
-  for (size_t j = 0; j < chain.size(); ++j) sents.insert(sents.begin() + (j < at.size() ? at[j] + j : j), chain[j]);
+  for (size_t j = 0; j < chain.size(); ++j)
+    sents.insert(sents.begin() + (j < at.size() ? at[j] + j : j), chain[j]);
   std::string context = join(sents, "\n");
   replace_all(context, ". \n", ".\n");
   Built b;
-  b.document = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n" + context;
-  b.question = "\nQuestion: Find all variables that are assigned the value " + value + " in the text above.";
-  b.answer_prefix = " Answer: According to the chain(s) of variable assignment in the text above, 5 variables "
-                    "are assigned the value " + value + ", they are: ";
+  b.document =
+      "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n" +
+      context;
+  b.question =
+      "\nQuestion: Find all variables that are assigned the value " + value + " in the text above.";
+  b.answer_prefix =
+      " Answer: According to the chain(s) of variable assignment in the text above, 5 variables "
+      "are assigned the value " +
+      value + ", they are: ";
   b.outputs = vars;
   return b;
 }
 
 // RULER common_words_extraction.py get_example: the first `common` of `num_words` distinct words
 // repeated `cr` times, the others `ur` times, shuffled into a numbered list.
-std::pair<std::string, std::vector<std::string>> cwe_example(uint32_t num_words, uint32_t cr, uint32_t ur, Rng& r) {
+std::pair<std::string, std::vector<std::string>> cwe_example(uint32_t num_words, uint32_t cr,
+                                                             uint32_t ur, Rng& r) {
   const auto& vocab = cwe_vocabulary();
   std::vector<std::string> words;
-  for (uint32_t i : r.sample(uint32_t(vocab.size()), std::min<uint32_t>(num_words, uint32_t(vocab.size()))))
+  for (uint32_t i :
+       r.sample(uint32_t(vocab.size()), std::min<uint32_t>(num_words, uint32_t(vocab.size()))))
     words.push_back(vocab[i]);
   const size_t common = std::min<size_t>(10, words.size());
   std::vector<std::string> list;
@@ -322,21 +341,26 @@ std::pair<std::string, std::vector<std::string>> cwe_example(uint32_t num_words,
     for (uint32_t t = 0; t < (i < common ? cr : ur); ++t) list.push_back(words[i]);
   r.shuffle(list);
   std::string ctx;
-  for (size_t i = 0; i < list.size(); ++i) ctx += (i ? " " : "") + std::to_string(i + 1) + ". " + list[i];
+  for (size_t i = 0; i < list.size(); ++i)
+    ctx += (i ? " " : "") + std::to_string(i + 1) + ". " + list[i];
   return {ctx, std::vector<std::string>(words.begin(), words.begin() + common)};
 }
 
-constexpr const char* kCweHead = "Below is a numbered list of words. In these words, some appear more often than "
-                                 "others. Memorize the ones that appear most often.\n";
-constexpr const char* kCweQuestion = "\nQuestion: What are the 10 most common words in the above list?";
-constexpr const char* kCwePrefix = " Answer: The top 10 words that appear most often in the list are:";
+constexpr const char* kCweHead =
+    "Below is a numbered list of words. In these words, some appear more often than "
+    "others. Memorize the ones that appear most often.\n";
+constexpr const char* kCweQuestion =
+    "\nQuestion: What are the 10 most common words in the above list?";
+constexpr const char* kCwePrefix =
+    " Answer: The top 10 words that appear most often in the list are:";
 
 Built cwe(uint32_t n, uint64_t seed, uint32_t length) {
   Rng r(seed);
   const bool short_ctx = length < 4096;
   auto [ex_ctx, ex_ans] = short_ctx ? cwe_example(20, 3, 1, r) : cwe_example(40, 10, 3, r);
   std::string shot = std::string(kCweHead) + ex_ctx + kCweQuestion + kCwePrefix + " ";
-  for (size_t i = 0; i < ex_ans.size(); ++i) shot += (i ? " " : "") + std::to_string(i + 1) + ". " + ex_ans[i];
+  for (size_t i = 0; i < ex_ans.size(); ++i)
+    shot += (i ? " " : "") + std::to_string(i + 1) + ". " + ex_ans[i];
   auto [ctx, ans] = short_ctx ? cwe_example(n, 6, 1, r) : cwe_example(n, 30, 3, r);
   return {shot + "\n" + kCweHead + ctx, kCweQuestion, kCwePrefix, ans};
 }
@@ -362,12 +386,16 @@ Built fwe(uint32_t n, uint64_t seed, uint32_t vocab_size) {
     for (uint64_t t = 0; t < cnt; ++t) words.push_back(vocab[k]);
   }
   r.shuffle(words);
-  return {"Read the following coded text and track the frequency of each coded word. Find the three most "
-          "frequently appeared coded words. " + join(words, " "),
-          "\nQuestion: Do not provide any explanation. Please ignore the dots '....'. What are the three most "
-          "frequently appeared words in the above coded text?",
-          " Answer: According to the coded text above, the three most frequently appeared words are:",
-          {vocab[1], vocab[2], vocab[3]}};
+  return {
+      "Read the following coded text and track the frequency of each coded word. Find the three "
+      "most "
+      "frequently appeared coded words. " +
+          join(words, " "),
+      "\nQuestion: Do not provide any explanation. Please ignore the dots '....'. What are the "
+      "three most "
+      "frequently appeared words in the above coded text?",
+      " Answer: According to the coded text above, the three most frequently appeared words are:",
+      {vocab[1], vocab[2], vocab[3]}};
 }
 
 // RULER qa.py: the question's gold paragraphs, then its article's others, then random ones, up to
@@ -398,11 +426,13 @@ Built qa(const QaSource& src, uint32_t item, uint32_t n, uint64_t seed) {
   r.shuffle(docs);
   std::string ctx;
   for (size_t i = 0; i < docs.size(); ++i)
-    ctx += (i ? "\n\n" : "") + std::string("Document ") + std::to_string(i + 1) + ":\n" + src.paragraphs[docs[i]];
-  const std::string instr = "Answer the question based on the given documents. Only give me the answer and do "
-                            "not output any other words.";
-  return {instr + "\n\nThe following are given documents.\n\n" + ctx, "\n\n" + instr + "\n\nQuestion: " + it.question,
-          " Answer:", it.answers};
+    ctx += (i ? "\n\n" : "") + std::string("Document ") + std::to_string(i + 1) + ":\n" +
+           src.paragraphs[docs[i]];
+  const std::string instr =
+      "Answer the question based on the given documents. Only give me the answer and do "
+      "not output any other words.";
+  return {instr + "\n\nThe following are given documents.\n\n" + ctx,
+          "\n\n" + instr + "\n\nQuestion: " + it.question, " Answer:", it.answers};
 }
 
 }  // namespace
@@ -415,9 +445,11 @@ RulerSample make_ruler_sample(std::string_view task_name, uint32_t length, uint3
   const QaSource* qa_src = name == "qa_1" ? o.squad : name == "qa_2" ? o.hotpotqa : nullptr;
   if (name.rfind("qa_", 0) == 0 && (!qa_src || qa_src->items.empty() || qa_src->paragraphs.empty()))
     throw Error(Errc::invalid_argument, "ruler: task " + name + " needs its question file (" +
-                                            (name == "qa_1" ? "--squad FILE" : "--hotpotqa FILE") + ")");
+                                            (name == "qa_1" ? "--squad FILE" : "--hotpotqa FILE") +
+                                            ")");
   const std::vector<std::string> essay = split_words(o.haystack);
-  const int64_t budget = int64_t(length) - int64_t(task.tokens_to_generate) - int64_t(o.template_tokens);
+  const int64_t budget =
+      int64_t(length) - int64_t(task.tokens_to_generate) - int64_t(o.template_tokens);
   const uint32_t fwe_vocab = std::max<uint32_t>(16, (length - task.tokens_to_generate) / 50);
 
   // The variable-tracking example: the largest noise count whose prompt and answer fit 500 tokens.
@@ -457,29 +489,39 @@ RulerSample make_ruler_sample(std::string_view task_name, uint32_t length, uint3
     return int64_t(count(b.document) + 2 * count(b.question) + count(b.answer_prefix));
   };
   // Haystack units per step of the search's first probe, as RULER's `incremental`.
-  const bool niah_essay = name.rfind("niah", 0) == 0 && std::string(niah_config(name).haystack) == "essay" &&
-                          !essay.empty();
-  const uint32_t unit = niah_essay ? 500 : name == "cwe" || name == "fwe" ? 100 : name.rfind("qa_", 0) == 0 ? 10 : 25;
+  const bool niah_essay = name.rfind("niah", 0) == 0 &&
+                          std::string(niah_config(name).haystack) == "essay" && !essay.empty();
+  const uint32_t unit = niah_essay                       ? 500
+                        : name == "cwe" || name == "fwe" ? 100
+                        : name.rfind("qa_", 0) == 0      ? 10
+                                                         : 25;
   const Built probe = build(unit);
   const int64_t probe_tokens = tokens(probe);
   if (probe_tokens > budget) {  // fewer units until one fits, or the task cannot fit at all
     uint32_t n = unit;
     while (n > 1 && tokens(build(n)) > budget) n = std::max<uint32_t>(1, n / 2);
     if (tokens(build(n)) > budget)
-      throw Error(Errc::invalid_argument, "ruler: task " + name + " does not fit " + std::to_string(length) +
-                                              " tokens (its shortest prompt takes " +
-                                              std::to_string(tokens(build(n)) + task.tokens_to_generate +
-                                                             o.template_tokens) + ")");
+      throw Error(
+          Errc::invalid_argument,
+          "ruler: task " + name + " does not fit " + std::to_string(length) +
+              " tokens (its shortest prompt takes " +
+              std::to_string(tokens(build(n)) + task.tokens_to_generate + o.template_tokens) + ")");
   }
   const double per_unit = std::max(1e-3, double(probe_tokens) / unit);
-  uint32_t lo = 1, hi = std::max<uint32_t>(2 * unit, uint32_t(3.0 * double(budget) / per_unit)), best = 1;
+  uint32_t lo = 1, hi = std::max<uint32_t>(2 * unit, uint32_t(3.0 * double(budget) / per_unit)),
+           best = 1;
   while (lo <= hi) {
     const uint32_t mid = lo + (hi - lo) / 2;
     if (tokens(build(mid)) <= budget) best = mid, lo = mid + 1;
     else hi = mid - 1;
   }
   Built b = build(best);
-  return {name, length, index, std::move(b.document), std::move(b.question), std::move(b.answer_prefix),
+  return {name,
+          length,
+          index,
+          std::move(b.document),
+          std::move(b.question),
+          std::move(b.answer_prefix),
           std::move(b.outputs)};
 }
 

@@ -31,12 +31,12 @@ size_t words(std::string_view s) {
   return n;
 }
 
-RulerSample gen(const char* task, uint32_t length = 600, uint32_t index = 0, const RulerGenOptions& o = {}) {
+RulerSample gen(const char* task, uint32_t length = 600, uint32_t index = 0,
+                const RulerGenOptions& o = {}) {
   return make_ruler_sample(task, length, index, o, words);
 }
 
 }  // namespace
-
 
 namespace {
 
@@ -48,53 +48,85 @@ struct Golden {
   std::vector<std::string> outputs;
 };
 
-const char* kOne = "A special magic number is hidden within the following text. Make sure to memorize it. I will "
-                   "quiz you about the number afterwards.\n";
-const char* kOneUuid = "A special magic uuid is hidden within the following text. Make sure to memorize it. I will "
-                       "quiz you about the uuid afterwards.\n";
-const char* kMany = "Some special magic numbers are hidden within the following text. Make sure to memorize it. I "
-                    "will quiz you about the numbers afterwards.\n";
+const char* kOne =
+    "A special magic number is hidden within the following text. Make sure to memorize it. I will "
+    "quiz you about the number afterwards.\n";
+const char* kOneUuid =
+    "A special magic uuid is hidden within the following text. Make sure to memorize it. I will "
+    "quiz you about the uuid afterwards.\n";
+const char* kMany =
+    "Some special magic numbers are hidden within the following text. Make sure to memorize it. I "
+    "will quiz you about the numbers afterwards.\n";
 
 // Seed 42, sample 0, 1200 "tokens" (words), the built-in noise haystack.
 const std::vector<Golden>& goldens() {
   static const std::vector<Golden> g = {
-      {"niah_single_1", kOne, "\nWhat is the special magic number for fancy-forest mentioned in the provided text?",
-       " The special magic number for fancy-forest mentioned in the provided text is", {"9104045"}},
-      {"niah_single_2", kOne, "\nWhat is the special magic number for early-parrot mentioned in the provided text?",
-       " The special magic number for early-parrot mentioned in the provided text is", {"9098604"}},
-      {"niah_single_3", kOneUuid, "\nWhat is the special magic uuid for pale-eagle mentioned in the provided text?",
+      {"niah_single_1",
+       kOne,
+       "\nWhat is the special magic number for fancy-forest mentioned in the provided text?",
+       " The special magic number for fancy-forest mentioned in the provided text is",
+       {"9104045"}},
+      {"niah_single_2",
+       kOne,
+       "\nWhat is the special magic number for early-parrot mentioned in the provided text?",
+       " The special magic number for early-parrot mentioned in the provided text is",
+       {"9098604"}},
+      {"niah_single_3",
+       kOneUuid,
+       "\nWhat is the special magic uuid for pale-eagle mentioned in the provided text?",
        " The special magic uuid for pale-eagle mentioned in the provided text is",
        {"4f5ebdb4-8bb8-4d0f-9903-5872046ec914"}},
-      {"niah_multikey_1", kOne, "\nWhat is the special magic number for tame-clock mentioned in the provided text?",
-       " The special magic number for tame-clock mentioned in the provided text is", {"7582644"}},
-      {"niah_multikey_2", kOne, "\nWhat is the special magic number for rough-cloud mentioned in the provided text?",
-       " The special magic number for rough-cloud mentioned in the provided text is", {"1389071"}},
-      {"niah_multikey_3", kOneUuid,
-       "\nWhat is the special magic uuid for 1c4c33a9-4305-44c8-b193-5c24f4c7eb85 mentioned in the provided text?",
-       " The special magic uuid for 1c4c33a9-4305-44c8-b193-5c24f4c7eb85 mentioned in the provided text is",
+      {"niah_multikey_1",
+       kOne,
+       "\nWhat is the special magic number for tame-clock mentioned in the provided text?",
+       " The special magic number for tame-clock mentioned in the provided text is",
+       {"7582644"}},
+      {"niah_multikey_2",
+       kOne,
+       "\nWhat is the special magic number for rough-cloud mentioned in the provided text?",
+       " The special magic number for rough-cloud mentioned in the provided text is",
+       {"1389071"}},
+      {"niah_multikey_3",
+       kOneUuid,
+       "\nWhat is the special magic uuid for 1c4c33a9-4305-44c8-b193-5c24f4c7eb85 mentioned in the "
+       "provided text?",
+       " The special magic uuid for 1c4c33a9-4305-44c8-b193-5c24f4c7eb85 mentioned in the provided "
+       "text is",
        {"c6567fe6-bdf3-4786-b23d-62b1bf2864fd"}},
-      {"niah_multivalue", kMany, "\nWhat are all the special magic numbers for solid-mirror mentioned in the provided text?",
+      {"niah_multivalue",
+       kMany,
+       "\nWhat are all the special magic numbers for solid-mirror mentioned in the provided text?",
        " The special magic numbers for solid-mirror mentioned in the provided text are",
        {"4730408", "4604417", "6334880", "2736410"}},
-      {"niah_multiquery", kMany,
-       "\nWhat are all the special magic numbers for sour-mirror, humble-valley, fancy-valley, and flat-bicycle "
+      {"niah_multiquery",
+       kMany,
+       "\nWhat are all the special magic numbers for sour-mirror, humble-valley, fancy-valley, and "
+       "flat-bicycle "
        "mentioned in the provided text?",
-       " The special magic numbers for sour-mirror, humble-valley, fancy-valley, and flat-bicycle mentioned in the "
+       " The special magic numbers for sour-mirror, humble-valley, fancy-valley, and flat-bicycle "
+       "mentioned in the "
        "provided text are",
        {"7327448", "4564468", "9827513", "8798322"}},
-      {"vt", "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n",
+      {"vt",
+       "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n",
        "\nQuestion: Find all variables that are assigned the value 93785 in the text above.",
-       " Answer: According to the chain(s) of variable assignment in the text above, 5 variables are assigned the "
+       " Answer: According to the chain(s) of variable assignment in the text above, 5 variables "
+       "are assigned the "
        "value 93785, they are: ",
        {"QDJYG", "NMFEZ", "YVKEA", "FMGLX", "HVKKW"}},
-      {"cwe", "Below is a numbered list of words. In these words, some appear more often than others. Memorize "
-              "the ones that appear most often.\n",
+      {"cwe",
+       "Below is a numbered list of words. In these words, some appear more often than others. "
+       "Memorize "
+       "the ones that appear most often.\n",
        "\nQuestion: What are the 10 most common words in the above list?",
        " Answer: The top 10 words that appear most often in the list are:",
        {"tonil", "lilin", "gazel", "vader", "puvet", "zuson", "tafur", "vupol", "padur", "dibat"}},
-      {"fwe", "Read the following coded text and track the frequency of each coded word. Find the three most "
-              "frequently appeared coded words. ",
-       "\nQuestion: Do not provide any explanation. Please ignore the dots '....'. What are the three most "
+      {"fwe",
+       "Read the following coded text and track the frequency of each coded word. Find the three "
+       "most "
+       "frequently appeared coded words. ",
+       "\nQuestion: Do not provide any explanation. Please ignore the dots '....'. What are the "
+       "three most "
        "frequently appeared words in the above coded text?",
        " Answer: According to the coded text above, the three most frequently appeared words are:",
        {"jbqoqn", "nqfuia", "llpycu"}},
@@ -138,25 +170,31 @@ TEST_CASE("ruler: every synthetic task's sample is RULER's template on a fixed s
     CHECK(s.outputs == g.outputs);
     CHECK(s.document.rfind(g.head, 0) == 0);
     // Fits: the document, the question twice (both settings), the prefix and the answer budget.
-    const size_t used = words(s.document) + 2 * words(s.question) + words(s.answer_prefix) + task.tokens_to_generate;
+    const size_t used = words(s.document) + 2 * words(s.question) + words(s.answer_prefix) +
+                        task.tokens_to_generate;
     CHECK(used <= 1200);
     CHECK(used > 1000);  // and the haystack fills it
     const std::string name = g.task;
     if (name.rfind("niah", 0) == 0) {
       const std::vector<std::string> keys = asked_keys(s.question);
-      const std::string v = name == "niah_single_3" || name == "niah_multikey_3" ? "uuids" : "numbers";
+      const std::string v =
+          name == "niah_single_3" || name == "niah_multikey_3" ? "uuids" : "numbers";
       for (size_t i = 0; i < s.outputs.size(); ++i) {
         const std::string& key = keys[name == "niah_multiquery" ? i : 0];
-        CHECK(occurrences(s.document, "One of the special magic " + v + " for " + key + " is: " + s.outputs[i] +
-                                          ".") == 1);
+        CHECK(occurrences(s.document, "One of the special magic " + v + " for " + key +
+                                          " is: " + s.outputs[i] + ".") == 1);
       }
-      if (name == "niah_single_1") CHECK(occurrences(s.document, "The grass is green. The sky is blue.") > 10);
-      if (name == "niah_multikey_2") CHECK(occurrences(s.document, "One of the special magic numbers for ") > 50);
-      if (name == "niah_multikey_1") CHECK(occurrences(s.document, "One of the special magic numbers for ") == 4);
+      if (name == "niah_single_1")
+        CHECK(occurrences(s.document, "The grass is green. The sky is blue.") > 10);
+      if (name == "niah_multikey_2")
+        CHECK(occurrences(s.document, "One of the special magic numbers for ") > 50);
+      if (name == "niah_multikey_1")
+        CHECK(occurrences(s.document, "One of the special magic numbers for ") == 4);
     } else if (name == "vt") {
       CHECK(occurrences(s.document, "VAR " + s.outputs[0] + " = 93785\n") == 1);
       for (size_t i = 1; i < s.outputs.size(); ++i)
-        CHECK(occurrences(s.document, "VAR " + s.outputs[i] + " = VAR " + s.outputs[i - 1] + " \n") == 1);  // RULER keeps the space
+        CHECK(occurrences(s.document, "VAR " + s.outputs[i] + " = VAR " + s.outputs[i - 1] +
+                                          " \n") == 1);  // RULER keeps the space
       // The one-shot example comes first, answered.
       CHECK(s.document.find("Memorize and track") == 0);
       CHECK(occurrences(s.document, "Memorize and track the chain(s)") == 2);
@@ -165,7 +203,8 @@ TEST_CASE("ruler: every synthetic task's sample is RULER's template on a fixed s
       // Below 4096 tokens: the common words 6 times each in the list, the others once (after
       // the one-shot example).
       const std::string list = s.document.substr(s.document.rfind("Below is a numbered list"));
-      for (const std::string& w : s.outputs) CHECK(occurrences(list, ". " + w + " ") + occurrences(list, ". " + w + "\n") >= 5);
+      for (const std::string& w : s.outputs)
+        CHECK(occurrences(list, ". " + w + " ") + occurrences(list, ". " + w + "\n") >= 5);
       CHECK(occurrences(list, ". ") > 300);
     } else if (name == "fwe") {
       std::map<std::string, size_t> freq;
@@ -225,25 +264,30 @@ TEST_CASE("ruler: an essay haystack places needles between its sentences", "[eva
 
 TEST_CASE("ruler: QA samples hold the gold paragraph among distractors", "[eval]") {
   QaSource src;
-  for (int i = 0; i < 30; ++i) src.paragraphs.push_back("Paragraph " + std::to_string(i) + " talks about topic " +
-                                                        std::to_string(i) + " at some length here.");
+  for (int i = 0; i < 30; ++i)
+    src.paragraphs.push_back("Paragraph " + std::to_string(i) + " talks about topic " +
+                             std::to_string(i) + " at some length here.");
   src.paragraphs[17] = "Paris is the capital of France.";
   src.items.push_back({"What is the capital of France?", {"Paris"}, {17}, {3, 4}});
   RulerGenOptions o;
   o.squad = &src;
   const RulerSample s = gen("qa_1", 150, 0, o);
-  const std::string instr = "Answer the question based on the given documents. Only give me the answer and do not "
-                            "output any other words.";
-  CHECK(s.document.rfind(instr + "\n\nThe following are given documents.\n\nDocument 1:\n", 0) == 0);
+  const std::string instr =
+      "Answer the question based on the given documents. Only give me the answer and do not "
+      "output any other words.";
+  CHECK(s.document.rfind(instr + "\n\nThe following are given documents.\n\nDocument 1:\n", 0) ==
+        0);
   CHECK(s.question == "\n\n" + instr + "\n\nQuestion: What is the capital of France?");
   CHECK(s.answer_prefix == " Answer:");
   CHECK(s.outputs == std::vector<std::string>{"Paris"});
   CHECK(occurrences(s.document, "Paris is the capital of France.") == 1);
-  CHECK(occurrences(s.document, "Paragraph 3 talks") == 1);  // the article's other paragraphs come next
+  CHECK(occurrences(s.document, "Paragraph 3 talks") ==
+        1);  // the article's other paragraphs come next
   CHECK(occurrences(s.document, "Document ") >= 3);
   CHECK(words(s.document) + 2 * words(s.question) + words(s.answer_prefix) + 32 <= 150);
   CHECK_THROWS_WITH(gen("qa_2", 150, 0, o), Catch::Matchers::Contains("--hotpotqa"));
-  CHECK_THROWS_WITH(gen("niah_single_1", 100), Catch::Matchers::Contains("does not fit 100 tokens"));
+  CHECK_THROWS_WITH(gen("niah_single_1", 100),
+                    Catch::Matchers::Contains("does not fit 100 tokens"));
 }
 
 TEST_CASE("ruler: HotpotQA files are read as RULER reads them", "[eval]") {
@@ -276,8 +320,10 @@ TEST_CASE("ruler: the scorer gives 100 to the gold answers and 0 to empty ones",
     CHECK(ruler_score(t, "", g.outputs) == 0.0);
   }
   const RulerTask& all = ruler_task("niah_multivalue");
-  CHECK(ruler_score(all, "1234567 and 7654321", {"1234567", "7654321", "1111111", "2222222"}) == 0.5);
-  CHECK(ruler_score(ruler_task("vt"), "qdjyg NMFEZ", {"QDJYG", "NMFEZ"}) == 1.0);  // case-insensitive
+  CHECK(ruler_score(all, "1234567 and 7654321", {"1234567", "7654321", "1111111", "2222222"}) ==
+        0.5);
+  CHECK(ruler_score(ruler_task("vt"), "qdjyg NMFEZ", {"QDJYG", "NMFEZ"}) ==
+        1.0);  // case-insensitive
   const RulerTask& part = ruler_task("qa_1");
   CHECK(ruler_score(part, "It is Paris.", {"Paris", "the city of Paris"}) == 1.0);
   CHECK(ruler_score(part, "London", {"Paris", "the city of Paris"}) == 0.0);
@@ -288,8 +334,10 @@ TEST_CASE("ruler: task lists", "[eval]") {
   CHECK(parse_ruler_tasks("all").size() == 13);
   CHECK(parse_ruler_tasks("niah").size() == 8);
   CHECK(parse_ruler_tasks("synthetic").size() == 11);
-  CHECK(parse_ruler_tasks("vt,niah_single_1,vt") == std::vector<std::string>{"niah_single_1", "vt"});
-  CHECK_THROWS_WITH(parse_ruler_tasks("niah_single_9"), Catch::Matchers::Contains("unknown task 'niah_single_9'"));
+  CHECK(parse_ruler_tasks("vt,niah_single_1,vt") ==
+        std::vector<std::string>{"niah_single_1", "vt"});
+  CHECK_THROWS_WITH(parse_ruler_tasks("niah_single_9"),
+                    Catch::Matchers::Contains("unknown task 'niah_single_9'"));
   CHECK_THROWS_AS(parse_ruler_tasks(","), Error);
 }
 
@@ -307,6 +355,7 @@ TEST_CASE("ruler: the kvpress CSV lists compression as the fraction removed", "[
         "agnostic,4096,vt,full,1.0000,1.0000,100.00,2\n"
         "aware,4096,vt,kvzip,0.3000,0.3000,50.00,2\n");
   const std::string table = format_ruler_table(r);
-  CHECK_THAT(table, Catch::Matchers::Contains("aware      4096  kvzip       0.30  0.300            50.0    50.0"));
+  CHECK_THAT(table, Catch::Matchers::Contains(
+                        "aware      4096  kvzip       0.30  0.300            50.0    50.0"));
   CHECK_THAT(table, Catch::Matchers::EndsWith("string-match recall (0-100) per task\n"));
 }
