@@ -450,7 +450,11 @@ RulerSample make_ruler_sample(std::string_view task_name, uint32_t length, uint3
   const std::vector<std::string> essay = split_words(o.haystack);
   const int64_t budget =
       int64_t(length) - int64_t(task.tokens_to_generate) - int64_t(o.template_tokens);
-  const uint32_t fwe_vocab = std::max<uint32_t>(16, (length - task.tokens_to_generate) / 50);
+  if (budget <= 0)
+    throw Error(Errc::invalid_argument, "ruler: task " + name + " does not fit " + std::to_string(length) +
+                                            " tokens (its answer budget and the chat template take " +
+                                            std::to_string(task.tokens_to_generate + o.template_tokens) + ")");
+  const auto fwe_vocab = uint32_t(std::max<int64_t>(16, budget / 50));
 
   // The variable-tracking example: the largest noise count whose prompt and answer fit 500 tokens.
   Built shot;

@@ -288,6 +288,7 @@ TEST_CASE("ruler: QA samples hold the gold paragraph among distractors", "[eval]
   CHECK_THROWS_WITH(gen("qa_2", 150, 0, o), Catch::Matchers::Contains("--hotpotqa"));
   CHECK_THROWS_WITH(gen("niah_single_1", 100),
                     Catch::Matchers::Contains("does not fit 100 tokens"));
+  CHECK_THROWS_WITH(gen("fwe", 40), Catch::Matchers::Contains("does not fit 40 tokens"));
 }
 
 TEST_CASE("ruler: HotpotQA files are read as RULER reads them", "[eval]") {
