@@ -15,7 +15,9 @@
 #include "eval/compose_eval.h"
 #include "eval/eval.h"
 #include "eval/plot.h"
+#include "eval/ruler.h"
 #include "format/head_scores.h"
+#include "model/model_path.h"
 
 namespace kvzip::cli {
 namespace {
@@ -32,6 +34,13 @@ struct EvalOpts {
   uint32_t compose = 0;             // > 0: the composition evaluation over this many documents
   std::vector<double> blends = {0.0, 0.3};
   bool doc_prefix = false;
+  // --ruler: RULER's synthetic tasks (eval/ruler.h) instead of a SQuAD file's documents
+  std::string ruler, haystack, hotpotqa, kvpress_csv;
+  std::vector<uint32_t> lengths = {4096};
+  std::vector<std::string> settings = {"agnostic"};
+  uint32_t samples = 1;
+  uint64_t ruler_seed = 42;
+  const CLI::Option* tokens_opt = nullptr;
   const CLI::Option* methods_opt = nullptr;
   const CLI::Option* ratios_opt = nullptr;
 };
@@ -96,8 +105,83 @@ prefill::PrefillProgressFn progress_bars(bool quiet) {
   };
 }
 
+// `eval --ruler TASKS`: every task at every length, per setting, through the eval protocol.
+void run_ruler(const EvalOpts& o) {
+  eval::RulerOptions ro;
+  ro.tasks = eval::parse_ruler_tasks(o.ruler);
+  ro.lengths = o.lengths;
+  if (ro.lengths.empty()) throw Error(Errc::invalid_argument, "eval --ruler: --len needs at least one length");
+  if (o.samples == 0) throw Error(Errc::invalid_argument, "eval --ruler: --samples must be at least 1");
+  ro.samples = o.samples;
+  ro.settings.clear();
+  for (const std::string& s : o.settings) {
+    if (s != "agnostic" && s != "aware")
+      throw Error(Errc::invalid_argument, "eval --ruler: --setting " + s + " is not agnostic or aware");
+    const auto v = s == "aware" ? eval::RulerSetting::QueryAware : eval::RulerSetting::QueryAgnostic;
+    if (std::find(ro.settings.begin(), ro.settings.end(), v) == ro.settings.end()) ro.settings.push_back(v);
+  }
+  ro.eval = o.eo;
+  ro.eval.level = compress::parse_selection_level(o.level);
+  ro.eval.verify_drafts = !o.exact;
+  ro.eval.matmul = o.matmul == "exact" ? kernels::MatmulPath::Exact : kernels::MatmulPath::Fast;
+  ro.eval.max_answer_tokens = o.tokens_opt->count() ? o.eo.max_answer_tokens : 0;  // 0: each task's budget
+  {
+    eval::EvalOptions probe = ro.eval;
+    probe.max_answer_tokens = 1;
+    ro.eval = eval::checked(probe);
+    ro.eval.max_answer_tokens = o.tokens_opt->count() ? o.eo.max_answer_tokens : 0;
+  }
+  check_output(o.csv, "-o");
+  check_output(o.kvpress_csv, "--kvpress-csv");
+  check_output(o.answers, "--answers");
+  ro.gen.seed = o.ruler_seed;
+  if (!o.haystack.empty()) ro.gen.haystack = read_text(o.haystack, "haystack");
+  eval::QaSource squad, hotpot;
+  const bool wants_qa1 = std::find(ro.tasks.begin(), ro.tasks.end(), "qa_1") != ro.tasks.end();
+  const bool wants_qa2 = std::find(ro.tasks.begin(), ro.tasks.end(), "qa_2") != ro.tasks.end();
+  if (!o.squad.empty()) {
+    eval::SquadOptions so;
+    so.unit = eval::DocumentUnit::Paragraph;
+    squad = eval::qa_source_from_squad(eval::read_squad(o.squad, so));
+    ro.gen.squad = &squad;
+  } else if (wants_qa1) {
+    throw Error(Errc::invalid_argument, "eval --ruler: task qa_1 needs a SQuAD file (--squad FILE)");
+  }
+  if (!o.hotpotqa.empty()) {
+    hotpot = eval::read_hotpotqa(o.hotpotqa);
+    ro.gen.hotpotqa = &hotpot;
+  } else if (wants_qa2) {
+    throw Error(Errc::invalid_argument, "eval --ruler: task qa_2 needs a HotpotQA file (--hotpotqa FILE)");
+  }
+  auto model = load_model(o.model, ro.eval.threads);
+  for (uint32_t len : ro.lengths)
+    if (len > model->config().max_context)
+      throw Error(Errc::invalid_argument, "eval --ruler: --len " + std::to_string(len) + " is more than the model's " +
+                                              std::to_string(model->config().max_context) + "-token context");
+  ro.model_name = std::filesystem::path(model::resolve_model_path(o.model)).stem().string();
+  if (!o.quiet) {
+    ro.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+    ro.eval.log = ro.log;
+    ro.eval.prefill_progress = progress_bars(o.quiet);
+  }
+  const eval::RulerReport report = eval::run_ruler(*model, ro);
+  const std::string table = eval::format_ruler_table(report);
+  std::fwrite(table.data(), 1, table.size(), stdout);
+  std::fflush(stdout);
+  if (!o.csv.empty()) write_file_atomically(o.csv, true, eval::format_ruler_csv(report));
+  if (!o.kvpress_csv.empty()) write_file_atomically(o.kvpress_csv, true, eval::format_kvpress_csv(report));
+  if (!o.answers.empty()) {
+    eval::EvalReport er;
+    er.answers = report.answers;
+    eval::write_answers(o.answers, er);
+  }
+}
+
 void run(const EvalOpts& o) {
   if (o.compose) return run_compose(o);
+  if (!o.ruler.empty()) return run_ruler(o);
+  if (o.squad.empty())
+    throw Error(Errc::invalid_argument, "eval: give a SQuAD file (--squad FILE) or RULER tasks (--ruler TASKS)");
   if (kernels::parse_device(o.device.c_str()) == kernels::Device::Cuda)
     throw Error(Errc::unsupported,
                 "eval --device cuda: the evaluation's batched draft answering runs on the CPU in this "
@@ -162,7 +246,21 @@ void add_eval_commands(CLI::App& app) {
   auto* c = app.add_subcommand(
       "eval", "Multi-query evaluation on SQuAD: compress each document once per method and ratio, "
               "ask all its questions; F1, agreement with the full cache, first-token KL");
-  c->add_option("--squad", o->squad, "SQuAD JSON file (v1.1 or v2.0)")->required();
+  c->add_option("--squad", o->squad, "SQuAD JSON file (v1.1 or v2.0); with --ruler, the source of task qa_1");
+  c->add_option("--ruler", o->ruler,
+                "RULER tasks instead of SQuAD documents, comma-separated: niah_single_1..3, niah_multikey_1..3, "
+                "niah_multivalue, niah_multiquery, vt, cwe, fwe, qa_1, qa_2, or niah / synthetic / all");
+  add_list_option(c, "--len", o->lengths, "With --ruler: sequence lengths in tokens (comma-separated)");
+  c->add_option("--samples", o->samples, "With --ruler: samples per task and length")->capture_default_str();
+  add_list_option(c, "--setting", o->settings,
+                  "With --ruler: agnostic (compress the context alone) and/or aware (the question "
+                  "compressed with it), comma-separated");
+  c->add_option("--haystack", o->haystack,
+                "With --ruler: essay text for the NIAH essay haystacks (default: the built-in noise haystack)");
+  c->add_option("--hotpotqa", o->hotpotqa, "With --ruler: HotpotQA JSON, the source of task qa_2");
+  c->add_option("--ruler-seed", o->ruler_seed, "With --ruler: seed of the generated samples")->capture_default_str();
+  c->add_option("--kvpress-csv", o->kvpress_csv,
+                "With --ruler: write model,method,compression_ratio,task,score as the kvpress leaderboard lays it out");
   c->add_option("--doc", o->doc, "Document unit: article (paragraphs joined) | paragraph")
       ->capture_default_str();
   c->add_option("--compose", o->compose,
@@ -191,7 +289,9 @@ void add_eval_commands(CLI::App& app) {
                 "Write every answer as JSON lines (method, ratio, question, answer, agreement, F1, KL)");
   c->add_option("--max-questions", o->max_questions, "Only the first N questions of the file");
   c->add_flag("--all-questions", o->all_questions, "Also ask unanswerable (is_impossible) questions");
-  c->add_option("-n,--max-tokens", o->eo.max_answer_tokens, "Answer tokens at most")->capture_default_str();
+  o->tokens_opt = c->add_option("-n,--max-tokens", o->eo.max_answer_tokens,
+                                "Answer tokens at most (--ruler: caps each task's own budget)")
+                      ->capture_default_str();
   c->add_option("--level", o->level, "global | per-head | per-layer")->capture_default_str();
   add_model_option(c, o->model);
   c->add_option("--system", o->eo.system, "System prompt (default: the model template's)");

@@ -76,6 +76,10 @@ DocSetup setup_document(const model::Model& model, const Document& doc, const Ev
   size_t longest = 0;
   for (const Question& q : doc.questions) {
     s.prompts.push_back(loader::question_tokens(model.tokenizer(), o.query_template, suffix, q.text));
+    if (!q.answer_prefix.empty()) {  // the reply opens with it: the answer is what follows
+      const std::vector<int32_t> p = model.tokenizer().encode(q.answer_prefix, false);
+      s.prompts.back().insert(s.prompts.back().end(), p.begin(), p.end());
+    }
     longest = std::max(longest, s.prompts.back().size());
   }
   s.answer_room = static_cast<uint32_t>(longest) + o.max_answer_tokens;
