@@ -20,7 +20,7 @@ namespace {
 struct GenerateOpts {
   std::string model, prompt, file, system;
   uint32_t n = 128, threads = 0, top_k = 0;
-  std::string device = "cpu";
+  std::string device = "cpu", matmul = "fast";
   float temp = 0.0f, top_p = 1.0f;
   uint64_t seed = 0;
   bool chat = false, stats = false;
@@ -78,6 +78,7 @@ void run_generate(const GenerateOpts& o) {
     }
     model::ForwardOptions fo;
     fo.threads = o.threads;
+    fo.matmul = o.matmul == "exact" ? kernels::MatmulPath::Exact : kernels::MatmulPath::Fast;
     model::Forward fwd(model->weights(), fo);
     const model::CacheShape shape = model::cache_shape(model->config());
     std::unique_ptr<model::AttentionCache> cache;
@@ -184,6 +185,10 @@ void add_model_commands(CLI::App& app) {
   add_threads_option(gen, g->threads);
   gen->add_option("--device", g->device, "cpu | cuda")->capture_default_str();
   gen->add_flag("--stats", g->stats, "Print prefill and decode speed to stderr");
+  gen->add_option("--matmul", g->matmul,
+                  "fast | exact: int8-rounded activations where the CPU has the kernels, or fp32")
+      ->check(CLI::IsMember({"fast", "exact"}))
+      ->capture_default_str();
   add_rkv_options(gen, g->rkv);
   gen->callback([g] { run_generate(*g); });
 
