@@ -149,7 +149,7 @@ Tokenizer::Tokenizer(TokenizerData data) {
   impl_ = std::make_unique<Impl>(std::move(data));
   const TokenizerData& d = impl_->data;
   const bool spm = d.model == "llama";
-  if (spm && d.scores.empty() && !d.merges.empty()) {  // a tokenizer.json: ranked merges
+  if (spm && d.ranked_merges) {  // a tokenizer.json: ranked merges
     impl_->spm.emplace(d.tokens, d.merges, d.unk, d.split_words);
   } else if (spm) {
     impl_->spm.emplace(d.tokens, d.scores, d.unk);
@@ -188,7 +188,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
     if (spm) {
       const TokenizerData& d = impl_->data;
       const bool prefix = d.add_space_prefix && (d.space_prefix_first_only ? pos == 0 : after_added) &&
-                          !(d.prefix_unless_space && end > pos && text[pos] == ' ');
+                          !(d.prefix_unless_space && end > pos &&
+                            (text[pos] == ' ' || text.substr(pos, end - pos).starts_with("\xE2\x96\x81")));
       if (end > pos) spm->encode(text.substr(pos, end - pos), prefix, out);
     } else {
       encode_plain(Encoders{*impl_->pre, *impl_->bpe}, text.substr(pos, end - pos), cache, words, out);

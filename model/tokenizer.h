@@ -50,7 +50,8 @@ struct TokenizerData {
   // split = true).
   bool space_prefix_first_only = false;
   bool split_words = false;
-  bool prefix_unless_space = false;  // Metaspace: no prefix before a fragment that starts with a space
+  bool prefix_unless_space = false;  // Metaspace: no prefix before a fragment starting with " " or "▁"
+  bool ranked_merges = false;        // llama from a tokenizer.json: `merges` ranked, no scores
   std::string chat_template;          // Jinja source, may be empty
 };
 

@@ -113,6 +113,7 @@ void spm_layout(const JsonFile& f, const json& model, TokenizerData& d) {
   const json* pre = f.member("pre_tokenizer");
   d.model = "llama";
   d.pre = "default";
+  d.ranked_merges = true;
   d.add_space_prefix = false;
   if (norm) {
     std::vector<const json*> steps;
@@ -287,7 +288,7 @@ TokenizerData hf_tokenizer_from_json(const JsonFile& f, const JsonFile* tc, cons
   };
   for (uint32_t i = 0; i < vocab_size; ++i)
     if (!have[i]) d.tokens[i] = "[PAD" + std::to_string(i) + "]", d.token_types[i] = int32_t(TokenType::Unused);
-    else if (d.token_types[i] == 0)
+    else if (d.token_types[i] == 0 || (spm && d.token_types[i] == int32_t(TokenType::Normal) && byte_token(d.tokens[i])))
       d.token_types[i] = int32_t(spm && byte_token(d.tokens[i]) ? TokenType::Byte : TokenType::Normal);
 
   const json* merges = f.member("merges", model);
