@@ -221,3 +221,39 @@ TEST_CASE("a hybrid prefill trims local layers to their window and answers as th
   model::KvCache plain(model::cache_shape(cfg));  // no layer layout: nothing to trim by
   CHECK_THROWS_AS(plain.trim_local_layers(true, 0), Error);
 }
+
+TEST_CASE("pruning a Gemma 3 cache budgets the global layers and keeps the local windows", "[compress][hybrid][gemma3]") {
+  const std::unique_ptr<model::Model> m = model::Model::load(test::hf_golden("gemma3"));
+  const ModelConfig& cfg = m->config();
+  const uint32_t W = cfg.sliding_window;
+  const std::vector<int32_t> prefix = m->chat().prefix("");
+  const std::vector<int32_t> doc = test::random_tokens(6 * W, cfg.vocab_size, 41);
+  model::ForwardOptions fo;
+  fo.threads = 1;
+  model::Forward fwd(m->weights(), fo);
+  compress::CompressOptions co;
+  co.ratio = 1.0;
+  co.prefill.answer_room = 16;
+  co.scorer = test::tiny_kvzip_options();
+  compress::CompressResult r = compress::compress(fwd, prefix, doc, co);
+  compress::CacheDescription d;
+  d.prefix = prefix;
+  d.document = doc;
+  d.method = "kvzip";
+  const format::CacheContents full = compress::make_contents(*m, r.cache, r.kept_scores, d);
+  const format::CacheContents small = format::prune(full, 0.25);  // of the global layers' rows
+  uint64_t global_doc = 0, n_global = 0;
+  for (uint32_t l = 0; l < cfg.n_layers; ++l) {
+    const format::LayerKv& a = full.layers[l];
+    const format::LayerKv& b = small.layers[l];
+    if (cfg.is_local(l)) {
+      CHECK(b.positions == a.positions);  // the window stays whole
+    } else {
+      ++n_global;
+      for (uint32_t p : b.positions) global_doc += p >= prefix.size();
+    }
+  }
+  CHECK(double(global_doc) / double(n_global * cfg.n_kv_heads * doc.size()) == Approx(0.25).margin(0.01));
+  CHECK(small.header.achieved_ratio == Approx(0.25).margin(0.01));
+  CHECK_THROWS_AS(format::prune(small, 0.5), Error);  // pruning only removes rows
+}
