@@ -206,7 +206,8 @@ void add_model_commands(CLI::App& app) {
   pp->add_option("-f,--file", p->file, "UTF-8 text file ('-' = stdin)")->required();
   pp->add_option("-c,--ctx", p->ctx, "Window length in tokens")->capture_default_str();
   pp->add_flag("--second-half", p->second_half,
-               "Score only each window's second half, windows cut as llama.cpp's llama-perplexity cuts them");
+               "Score only each window's second half, windows cut as llama.cpp's llama-perplexity "
+               "cuts them");
   add_threads_option(pp, p->threads);
   pp->callback([p] { run_perplexity(*p); });
 }

@@ -46,7 +46,8 @@ CacheContents prune(const CacheContents& c, double ratio) {
   std::vector<float> doc_scores;  // every kept document row's score (global layers)
   for (size_t l = 0; l < c.layers.size(); ++l)
     for (size_t r = 0; r < c.layers[l].positions.size(); ++r)
-      if (!is_local(l) && c.layers[l].positions[r] >= n_p) doc_scores.push_back(c.layers[l].scores[r]);
+      if (!is_local(l) && c.layers[l].positions[r] >= n_p)
+        doc_scores.push_back(c.layers[l].scores[r]);
   uint64_t k = budget(ratio, total);
   if (k > doc_scores.size())
     throw Error(Errc::invalid_argument,
@@ -126,7 +127,8 @@ CacheContents prune(const CacheContents& c, double ratio) {
   for (auto& [key, value] : out.header.params)
     if (key == "all_layers_ratio") {
       char buf[32];
-      std::snprintf(buf, sizeof buf, "%.6f", total_all ? double(kept_all) / double(total_all) : 1.0);
+      std::snprintf(buf, sizeof buf, "%.6f",
+                    total_all ? double(kept_all) / double(total_all) : 1.0);
       value = buf;
     }
   return out;

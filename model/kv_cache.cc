@@ -47,7 +47,8 @@ KvCache::KvCache(const ModelConfig& cfg, uint32_t capacity) : KvCache(cache_shap
 
 void KvCache::trim_local_layers(bool on, uint32_t pinned) {
   if (on && window_ == 0)
-    throw Error(Errc::invalid_argument, "KvCache: trimming local layers needs a cache made from a hybrid model's config");
+    throw Error(Errc::invalid_argument,
+                "KvCache: trimming local layers needs a cache made from a hybrid model's config");
   trim_ = on;
   if (on) pinned_ = pinned;
 }
@@ -73,8 +74,10 @@ void KvCache::resize_layer(uint32_t l, uint32_t capacity) {
   }
   const uint32_t n = std::min(rows(l), capacity);
   for (size_t h = 0; h < H && n; ++h) {
-    std::memcpy(k_new.data() + h * capacity * D, k_[l].data() + h * cap_[l] * D, n * D * sizeof(float));
-    std::memcpy(v_new.data() + h * capacity * D, v_[l].data() + h * cap_[l] * D, n * D * sizeof(float));
+    std::memcpy(k_new.data() + h * capacity * D, k_[l].data() + h * cap_[l] * D,
+                n * D * sizeof(float));
+    std::memcpy(v_new.data() + h * capacity * D, v_[l].data() + h * cap_[l] * D,
+                n * D * sizeof(float));
   }
   k_[l].swap(k_new);
   v_[l].swap(v_new);
@@ -89,7 +92,8 @@ void KvCache::reserve(uint32_t capacity) {
   std::vector<std::vector<float>> k_new(shape_.n_layers), v_new(shape_.n_layers);
   try {
     for (uint32_t l = 0; l < shape_.n_layers; ++l) {
-      want[l] = trim_ && local_.size() && local_[l] ? std::max(cap_[l], trimmed_capacity(capacity)) : capacity;
+      want[l] = trim_ && local_.size() && local_[l] ? std::max(cap_[l], trimmed_capacity(capacity))
+                                                    : capacity;
       if (want[l] <= cap_[l]) continue;
       k_new[l].resize(H * want[l] * D);
       v_new[l].resize(H * want[l] * D);
@@ -118,9 +122,9 @@ void KvCache::reserve(uint32_t capacity) {
 }
 
 void KvCache::drop_old_rows(uint32_t l) {
-  const uint32_t first = pinned_ + dropped_[l];            // position of the first tail row
+  const uint32_t first = pinned_ + dropped_[l];  // position of the first tail row
   if (length_ < window_ || length_ - (window_ - 1) <= first) return;
-  const uint32_t keep_from = length_ - (window_ - 1);        // positions before it are never read again
+  const uint32_t keep_from = length_ - (window_ - 1);  // positions before it are never read again
   const uint32_t from_row = pinned_ + (keep_from - first), n = rows(l) - from_row;
   const size_t D = shape_.head_dim, H = shape_.n_kv_heads;
   for (size_t h = 0; h < H; ++h) {
@@ -151,7 +155,8 @@ void KvCache::reserve_append(uint32_t T) {
     if (uint64_t(rows(l)) + T <= cap_[l]) continue;
     if (trim_ && local_.size() && local_[l]) drop_old_rows(l);
     if (uint64_t(rows(l)) + T > cap_[l])
-      resize_layer(l, static_cast<uint32_t>(std::max<uint64_t>(uint64_t(rows(l)) + T, uint64_t(cap_[l]) * 3 / 2)));
+      resize_layer(l, static_cast<uint32_t>(
+                          std::max<uint64_t>(uint64_t(rows(l)) + T, uint64_t(cap_[l]) * 3 / 2)));
   }
 }
 
@@ -199,8 +204,8 @@ void KvCache::rollback(uint32_t length) {
     // The rows a token at `length` would read must still be there.
     if (uint64_t(length) < uint64_t(pinned_) + dropped_[l] + (window_ - 1))
       throw Error(Errc::invalid_argument,
-                  "KvCache: cannot roll back to length " + std::to_string(length) + ": local layer " +
-                      std::to_string(l) + " dropped the rows before position " +
+                  "KvCache: cannot roll back to length " + std::to_string(length) +
+                      ": local layer " + std::to_string(l) + " dropped the rows before position " +
                       std::to_string(pinned_ + dropped_[l]) + " while trimming to its window");
   }
   for (uint32_t l = 0; l < shape_.n_layers; ++l)

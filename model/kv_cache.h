@@ -124,19 +124,20 @@ class KvCache final : public AttentionCache {
   uint32_t rows(uint32_t layer) const { return layer_len_[layer] - dropped_[layer]; }
   uint32_t trimmed_capacity(uint32_t capacity) const;
   void resize_layer(uint32_t layer, uint32_t capacity);  // keeps the rows; may throw out_of_memory
-  void drop_old_rows(uint32_t layer);                     // a trimmed local layer: to pinned + window - 1
+  void drop_old_rows(uint32_t layer);  // a trimmed local layer: to pinned + window - 1
 
   CacheShape shape_;
   uint32_t capacity_ = 0;                // rows per head of the global (untrimmed) layers
   uint32_t length_ = 0;                  // committed tokens
   std::vector<uint32_t> layer_len_;      // (L) positions per head incl. uncommitted appends
   std::vector<uint32_t> cap_;            // (L) rows per head each layer's arrays hold
-  std::vector<uint32_t> dropped_;        // (L) positions a trimmed local layer dropped after pinned_
-  std::vector<std::vector<float>> k_;    // L × (Hkv, cap_[l], D)
-  std::vector<std::vector<float>> v_;    // L × (Hkv, cap_[l], D)
+  std::vector<uint32_t> dropped_;      // (L) positions a trimmed local layer dropped after pinned_
+  std::vector<std::vector<float>> k_;  // L × (Hkv, cap_[l], D)
+  std::vector<std::vector<float>> v_;  // L × (Hkv, cap_[l], D)
   std::vector<uint32_t> positions_;      // (capacity) 0, 1, 2, ...: a dense row is its position
-  std::vector<std::vector<uint32_t>> local_pos_;  // (L) a layer's row positions once it dropped rows
-  std::vector<uint8_t> local_;           // (L) 1 = sliding-window layer (from a ModelConfig)
+  std::vector<std::vector<uint32_t>>
+      local_pos_;               // (L) a layer's row positions once it dropped rows
+  std::vector<uint8_t> local_;  // (L) 1 = sliding-window layer (from a ModelConfig)
   uint32_t window_ = 0;
   bool trim_ = false;
   uint32_t pinned_ = 0;

@@ -196,13 +196,15 @@ void score_window(Forward& forward, KvCache& cache, std::span<const int32_t> win
 
 }  // namespace
 
-PerplexityResult perplexity(Forward& forward, std::span<const int32_t> tokens, uint32_t context, int32_t bos) {
+PerplexityResult perplexity(Forward& forward, std::span<const int32_t> tokens, uint32_t context,
+                            int32_t bos) {
   check_perplexity_context(forward.config(), context);
   if (tokens.size() < 2)
     throw Error(Errc::invalid_argument, "perplexity: the text has fewer than 2 tokens");
   PerplexityResult r;
   double nll = 0.0;
-  KvCache cache(forward.config(), std::min<uint32_t>(context, static_cast<uint32_t>(tokens.size()) + 1));
+  KvCache cache(forward.config(),
+                std::min<uint32_t>(context, static_cast<uint32_t>(tokens.size()) + 1));
   const uint32_t text = bos >= 0 ? context - 1 : context;  // text tokens per window
   std::vector<int32_t> window;
   for (size_t w0 = 0; w0 + 1 < tokens.size(); w0 += text) {
@@ -226,10 +228,10 @@ PerplexityResult perplexity_second_half(Forward& forward, std::span<const int32_
   if (bos >= 0) stream.push_back(bos);
   stream.insert(stream.end(), tokens.begin(), tokens.end());
   if (stream.size() < 2 * size_t(context))
-    throw Error(Errc::invalid_argument, "perplexity: the text has " + std::to_string(stream.size()) +
-                                            " tokens; scoring second halves of windows of " +
-                                            std::to_string(context) + " needs at least " +
-                                            std::to_string(2 * size_t(context)));
+    throw Error(Errc::invalid_argument,
+                "perplexity: the text has " + std::to_string(stream.size()) +
+                    " tokens; scoring second halves of windows of " + std::to_string(context) +
+                    " needs at least " + std::to_string(2 * size_t(context)));
   PerplexityResult r;
   double nll = 0.0;
   KvCache cache(forward.config(), context);

@@ -88,9 +88,10 @@ RaggedKvCache RaggedKvCache::from_dense(const KvCache& dense,
         if (row >= src.len || src.positions[row] != rows[j]) {
           const uint32_t* at = std::lower_bound(src.positions, src.positions + src.len, rows[j]);
           if (at == src.positions + src.len || *at != rows[j])
-            throw Error(Errc::invalid_argument, "RaggedKvCache::from_dense: layer " + std::to_string(l) +
-                                                    " no longer holds position " + std::to_string(rows[j]) +
-                                                    " (a local layer trimmed to its window)");
+            throw Error(Errc::invalid_argument,
+                        "RaggedKvCache::from_dense: layer " + std::to_string(l) +
+                            " no longer holds position " + std::to_string(rows[j]) +
+                            " (a local layer trimmed to its window)");
           row = static_cast<uint32_t>(at - src.positions);
         }
         std::memcpy(k + j * D, src.k + size_t(row) * D, D * 4);

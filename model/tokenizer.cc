@@ -187,9 +187,10 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
     size_t end = hit.len > 0 ? hit.pos : text.size();
     if (spm) {
       const TokenizerData& d = impl_->data;
-      const bool prefix = d.add_space_prefix && (d.space_prefix_first_only ? pos == 0 : after_added) &&
-                          !(d.prefix_unless_space && end > pos &&
-                            (text[pos] == ' ' || text.substr(pos, end - pos).starts_with("\xE2\x96\x81")));
+      const bool prefix =
+          d.add_space_prefix && (d.space_prefix_first_only ? pos == 0 : after_added) &&
+          !(d.prefix_unless_space && end > pos &&
+            (text[pos] == ' ' || text.substr(pos, end - pos).starts_with("\xE2\x96\x81")));
       if (end > pos) spm->encode(text.substr(pos, end - pos), prefix, out);
     } else {
       encode_plain(Encoders{*impl_->pre, *impl_->bpe}, text.substr(pos, end - pos), cache, words, out);

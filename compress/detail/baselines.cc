@@ -201,8 +201,7 @@ class ObservingScorer : public Scorer {
  public:
   model::AttentionObserver* prefill_observer(model::Forward& forward, uint32_t n_prefix,
                                       uint32_t n_doc) override {
-    obs_.reset(forward.config(), n_prefix, n_doc, first_query(n_prefix, n_doc),
-               &forward.pool());
+    obs_.reset(forward.config(), n_prefix, n_doc, first_query(n_prefix, n_doc), &forward.pool());
     return &obs_;
   }
 

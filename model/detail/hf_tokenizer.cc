@@ -92,7 +92,8 @@ std::string recognise_pre(const JsonFile& f, const json* pre) {
 
 bool is_replace_space(const json& n) {
   return type_of(n) == "Replace" && n.contains("pattern") && n["pattern"].is_object() &&
-         n["pattern"].value("String", std::string()) == " " && n.value("content", std::string()) == kMetaspace;
+         n["pattern"].value("String", std::string()) == " " &&
+         n.value("content", std::string()) == kMetaspace;
 }
 
 // SentencePiece-style BPE: byte_fallback, spaces replaced by "▁", in one of the forms converters write:
@@ -102,11 +103,13 @@ bool is_replace_space(const json& n) {
 // With the normalizer the whole fragment is one word (the Split never matches: no spaces remain).
 void spm_layout(const JsonFile& f, const json& model, TokenizerData& d) {
   const std::string unsupported =
-      "; kvzip reads a SentencePiece-style tokenizer.json whose normalizer replaces \" \" by \"\u2581\" "
+      "; kvzip reads a SentencePiece-style tokenizer.json whose normalizer replaces \" \" by "
+      "\"\u2581\" "
       "(optionally after Prepend(\"\u2581\")) or whose pre-tokenizer is Metaspace";
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (f.opt_string(key, &model, std::string("model.") + key).value_or("") != "")
-      f.fail(Errc::unsupported, std::string("model.") + key + " is set; SentencePiece-style BPE does not use it");
+      f.fail(Errc::unsupported,
+             std::string("model.") + key + " is set; SentencePiece-style BPE does not use it");
   if (f.opt_bool("ignore_merges", &model, "model.ignore_merges").value_or(false))
     f.fail(Errc::unsupported, "model.ignore_merges = true with byte_fallback is not supported");
   const json* norm = f.member("normalizer");
@@ -117,27 +120,32 @@ void spm_layout(const JsonFile& f, const json& model, TokenizerData& d) {
   d.add_space_prefix = false;
   if (norm) {
     std::vector<const json*> steps;
-    if (type_of(*norm) == "Sequence" && norm->contains("normalizers") && (*norm)["normalizers"].is_array())
+    if (type_of(*norm) == "Sequence" && norm->contains("normalizers") &&
+        (*norm)["normalizers"].is_array())
       for (const json& n : (*norm)["normalizers"]) steps.push_back(&n);
-    else
-      steps.push_back(norm);
+    else steps.push_back(norm);
     const bool prepend = steps.size() == 2 && type_of(*steps[0]) == "Prepend" &&
                          steps[0]->value("prepend", std::string()) == kMetaspace;
     if (!((steps.size() == 1 || prepend) && is_replace_space(*steps.back())))
-      f.fail(Errc::unsupported, "normalizer " + norm->dump().substr(0, 120) + " with byte_fallback BPE" + unsupported);
+      f.fail(Errc::unsupported,
+             "normalizer " + norm->dump().substr(0, 120) + " with byte_fallback BPE" + unsupported);
     d.add_space_prefix = prepend;  // a normalizer runs on every fragment between added tokens
     const bool split_noop = pre && type_of(*pre) == "Split" && (*pre).contains("pattern") &&
-                            (*pre)["pattern"].is_object() && (*pre)["pattern"].value("String", std::string()) == " ";
+                            (*pre)["pattern"].is_object() &&
+                            (*pre)["pattern"].value("String", std::string()) == " ";
     if (pre && !split_noop)
-      f.fail(Errc::unsupported, "pre_tokenizer " + describe(*pre) + " after a normalizer that replaces spaces" + unsupported);
+      f.fail(Errc::unsupported, "pre_tokenizer " + describe(*pre) +
+                                    " after a normalizer that replaces spaces" + unsupported);
   } else {
-    if (!pre || type_of(*pre) != "Metaspace" || pre->value("replacement", std::string()) != kMetaspace)
+    if (!pre || type_of(*pre) != "Metaspace" ||
+        pre->value("replacement", std::string()) != kMetaspace)
       f.fail(Errc::unsupported, "pre_tokenizer " + (pre ? describe(*pre) : std::string("null")) +
                                     " without a normalizer" + unsupported);
     std::string scheme = pre->value("prepend_scheme", std::string());
     if (scheme.empty()) scheme = pre->value("add_prefix_space", true) ? "always" : "never";
     if (scheme != "first" && scheme != "always" && scheme != "never")
-      f.fail(Errc::unsupported, "Metaspace prepend_scheme '" + scheme + "' (expected first, always or never)");
+      f.fail(Errc::unsupported,
+             "Metaspace prepend_scheme '" + scheme + "' (expected first, always or never)");
     d.add_space_prefix = scheme != "never";
     d.space_prefix_first_only = scheme == "first";
     d.prefix_unless_space = true;
@@ -153,8 +161,10 @@ void spm_layout(const JsonFile& f, const json& model, TokenizerData& d) {
       }
     }
     if (!ok)
-      f.fail(Errc::unsupported, "decoder '" + type_of(*dec) + "' is not supported with byte_fallback BPE; "
-                                "kvzip decodes \"\u2581\" as a space and <0xXX> tokens as bytes");
+      f.fail(Errc::unsupported,
+             "decoder '" + type_of(*dec) +
+                 "' is not supported with byte_fallback BPE; "
+                 "kvzip decodes \"\u2581\" as a space and <0xXX> tokens as bytes");
   }
 }
 
@@ -283,13 +293,15 @@ TokenizerData hf_tokenizer_from_json(const JsonFile& f, const JsonFile* tc, cons
     }
   }
   auto byte_token = [](const std::string& t) {
-    return t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' && std::isxdigit((unsigned char)t[3]) &&
-           std::isxdigit((unsigned char)t[4]);
+    return t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' &&
+           std::isxdigit((unsigned char)t[3]) && std::isxdigit((unsigned char)t[4]);
   };
   for (uint32_t i = 0; i < vocab_size; ++i)
     if (!have[i]) d.tokens[i] = "[PAD" + std::to_string(i) + "]", d.token_types[i] = int32_t(TokenType::Unused);
-    else if (d.token_types[i] == 0 || (spm && d.token_types[i] == int32_t(TokenType::Normal) && byte_token(d.tokens[i])))
-      d.token_types[i] = int32_t(spm && byte_token(d.tokens[i]) ? TokenType::Byte : TokenType::Normal);
+    else if (d.token_types[i] == 0 ||
+             (spm && d.token_types[i] == int32_t(TokenType::Normal) && byte_token(d.tokens[i])))
+      d.token_types[i] =
+          int32_t(spm && byte_token(d.tokens[i]) ? TokenType::Byte : TokenType::Normal);
 
   const json* merges = f.member("merges", model);
   if (!merges || !merges->is_array()) f.fail(Errc::corrupt, "missing list 'model.merges'");
@@ -302,8 +314,9 @@ TokenizerData hf_tokenizer_from_json(const JsonFile& f, const JsonFile* tc, cons
       const std::string l = m[0].get<std::string>(), r = m[1].get<std::string>();
       // kvzip merges are "left right"; a part holding a space could not be split back.
       if (l.find(' ') != std::string::npos || r.find(' ') != std::string::npos)
-        f.fail(Errc::unsupported, "merge " + std::to_string(i) + " " + m.dump() +
-                                      " has a space inside a part, which kvzip's \"left right\" merges cannot hold");
+        f.fail(Errc::unsupported,
+               "merge " + std::to_string(i) + " " + m.dump() +
+                   " has a space inside a part, which kvzip's \"left right\" merges cannot hold");
       d.merges.push_back(l + " " + r);
     } else {
       f.fail(Errc::corrupt, "model.merges[" + std::to_string(i) + "] is " + m.dump() +
@@ -332,7 +345,8 @@ TokenizerData hf_tokenizer_from_json(const JsonFile& f, const JsonFile* tc, cons
   if (auto pad = tc ? token_text(*tc, "pad_token") : std::nullopt) d.pad = id_of(*pad, *tc, "pad_token");
   if (auto unk = f.opt_string("unk_token", model, "model.unk_token")) {
     d.unk = id_of(*unk, f, "model.unk_token");
-    if (spm && d.token_types[size_t(d.unk)] == int32_t(TokenType::Normal)) d.token_types[size_t(d.unk)] = int32_t(TokenType::Unknown);
+    if (spm && d.token_types[size_t(d.unk)] == int32_t(TokenType::Normal))
+      d.token_types[size_t(d.unk)] = int32_t(TokenType::Unknown);
   }
   for (const char* eot : {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>"})
     if (auto a = added.find(eot); a != added.end() && d.token_types[a->second] == int32_t(TokenType::Control)) {

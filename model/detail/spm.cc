@@ -39,8 +39,8 @@ SpmModel::SpmModel(const std::vector<std::string>& tokens, const std::vector<flo
   init_bytes();
 }
 
-SpmModel::SpmModel(const std::vector<std::string>& tokens, const std::vector<std::string>& merges, int32_t unk,
-                   bool split_words)
+SpmModel::SpmModel(const std::vector<std::string>& tokens, const std::vector<std::string>& merges,
+                   int32_t unk, bool split_words)
     : unk_(unk), split_words_(split_words) {
   ranked_.emplace(tokens, merges);  // validates every merge against the vocabulary
   index_.reserve(tokens.size());

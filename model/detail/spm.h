@@ -26,8 +26,8 @@ class SpmModel {
   SpmModel(const std::vector<std::string>& tokens, const std::vector<float>& scores, int32_t unk);
   // Ranked merges ("left right", first = merged first). With split_words the escaped text is cut
   // before every "▁" and merges never cross a cut (Metaspace with split = true).
-  SpmModel(const std::vector<std::string>& tokens, const std::vector<std::string>& merges, int32_t unk,
-           bool split_words);
+  SpmModel(const std::vector<std::string>& tokens, const std::vector<std::string>& merges,
+           int32_t unk, bool split_words);
 
   // Appends the ids of `text` (raw bytes; invalid UTF-8 bytes are characters of their own and
   // fall back to byte tokens). With `space_prefix` a space is put in front first (Llama 2's

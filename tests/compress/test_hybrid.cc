@@ -11,13 +11,13 @@
 #include <random>
 #include <vector>
 
+#include "common/error.h"
 #include "compress/pipeline.h"
 #include "compress/selection.h"
-#include "common/error.h"
-#include "prefill/prefill.h"
 #include "model/forward.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "prefill/prefill.h"
 #include "tests/compress/support.h"
 #include "tests/support/hf_fixture.h"
 
@@ -169,7 +169,8 @@ TEST_CASE("every method and level compresses a Gemma 3 document, keeping the loc
   }
 }
 
-TEST_CASE("a hybrid prefill trims local layers to their window and answers as the full cache", "[compress][hybrid][gemma3]") {
+TEST_CASE("a hybrid prefill trims local layers to their window and answers as the full cache",
+          "[compress][hybrid][gemma3]") {
   const std::unique_ptr<model::Model> m = model::Model::load(test::hf_golden("gemma3"));
   const ModelConfig& cfg = m->config();
   const uint32_t W = cfg.sliding_window;
@@ -201,7 +202,8 @@ TEST_CASE("a hybrid prefill trims local layers to their window and answers as th
     CHECK(v.len <= n_p + 2 * W);
     CHECK(v.len >= n_p + W - 1);
     for (uint32_t r = 0; r < n_p; ++r) CHECK(v.positions[r] == r);  // the prefix stays
-    for (uint32_t r = n_p; r < v.len; ++r) CHECK(v.positions[r] == total - (v.len - r));  // then the last rows
+    for (uint32_t r = n_p; r < v.len; ++r)
+      CHECK(v.positions[r] == total - (v.len - r));  // then the last rows
     CHECK(pre.cache.layer_capacity(l) <= n_p + 2 * W);
   }
   CHECK(pre.cache.bytes_used() < dense.bytes_used() / 2);
@@ -222,7 +224,8 @@ TEST_CASE("a hybrid prefill trims local layers to their window and answers as th
   CHECK_THROWS_AS(plain.trim_local_layers(true, 0), Error);
 }
 
-TEST_CASE("pruning a Gemma 3 cache budgets the global layers and keeps the local windows", "[compress][hybrid][gemma3]") {
+TEST_CASE("pruning a Gemma 3 cache budgets the global layers and keeps the local windows",
+          "[compress][hybrid][gemma3]") {
   const std::unique_ptr<model::Model> m = model::Model::load(test::hf_golden("gemma3"));
   const ModelConfig& cfg = m->config();
   const uint32_t W = cfg.sliding_window;
@@ -253,7 +256,8 @@ TEST_CASE("pruning a Gemma 3 cache budgets the global layers and keeps the local
       for (uint32_t p : b.positions) global_doc += p >= prefix.size();
     }
   }
-  CHECK(double(global_doc) / double(n_global * cfg.n_kv_heads * doc.size()) == Approx(0.25).margin(0.01));
+  CHECK(double(global_doc) / double(n_global * cfg.n_kv_heads * doc.size()) ==
+        Approx(0.25).margin(0.01));
   CHECK(small.header.achieved_ratio == Approx(0.25).margin(0.01));
   CHECK_THROWS_AS(format::prune(small, 0.5), Error);  // pruning only removes rows
 }

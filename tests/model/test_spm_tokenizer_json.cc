@@ -36,14 +36,16 @@ json read_json(const std::string& path) {
 model::TokenizerData load(const json& tj, uint32_t vocab_size) {
   test::HfCopy dir("gemma3");
   const std::string text = tj.dump();
-  test::write_file_bytes(dir.path("tokenizer.json"), std::vector<uint8_t>(text.begin(), text.end()));
-  return model::detail::hf_tokenizer_from_json(model::detail::JsonFile::read(dir.path("tokenizer.json"), "test"),
-                                               nullptr, model::detail::JsonFile::read(dir.path("config.json"), "test"),
-                                               std::nullopt, vocab_size);
+  test::write_file_bytes(dir.path("tokenizer.json"),
+                         std::vector<uint8_t>(text.begin(), text.end()));
+  return model::detail::hf_tokenizer_from_json(
+      model::detail::JsonFile::read(dir.path("tokenizer.json"), "test"), nullptr,
+      model::detail::JsonFile::read(dir.path("config.json"), "test"), std::nullopt, vocab_size);
 }
 
 const json& golden() {
-  static const json g = read_json(std::string(KVZIP_SOURCE_DIR) + "/tests/golden/tokens_spm_json.json");
+  static const json g =
+      read_json(std::string(KVZIP_SOURCE_DIR) + "/tests/golden/tokens_spm_json.json");
   return g;
 }
 
@@ -56,14 +58,16 @@ json with_layout(const json& layout) {
 
 uint32_t vocab_size_of(const json& tj) {
   uint32_t n = 0;
-  for (const auto& [text, id] : tj["model"]["vocab"].items()) n = std::max(n, id.get<uint32_t>() + 1);
+  for (const auto& [text, id] : tj["model"]["vocab"].items())
+    n = std::max(n, id.get<uint32_t>() + 1);
   for (const json& a : tj["added_tokens"]) n = std::max(n, a["id"].get<uint32_t>() + 1);
   return n;
 }
 
 }  // namespace
 
-TEST_CASE("tokenizer.json SentencePiece-style BPE: ids equal Hugging Face tokenizers", "[model][hf][tokenizer][spm]") {
+TEST_CASE("tokenizer.json SentencePiece-style BPE: ids equal Hugging Face tokenizers",
+          "[model][hf][tokenizer][spm]") {
   for (const auto& [name, layout] : golden()["layouts"].items()) {
     const json tj = with_layout(layout);
     const model::TokenizerData d = load(tj, vocab_size_of(tj));
@@ -82,7 +86,8 @@ TEST_CASE("tokenizer.json SentencePiece-style BPE: ids equal Hugging Face tokeni
   }
 }
 
-TEST_CASE("tokenizer.json SentencePiece-style BPE: layouts differ, decoding restores the text", "[model][hf][tokenizer][spm]") {
+TEST_CASE("tokenizer.json SentencePiece-style BPE: layouts differ, decoding restores the text",
+          "[model][hf][tokenizer][spm]") {
   const json& layouts = golden()["layouts"];
   const json tj = with_layout(layouts["gemma"]);
   const model::Tokenizer gemma(load(tj, vocab_size_of(tj)));
@@ -92,7 +97,8 @@ TEST_CASE("tokenizer.json SentencePiece-style BPE: layouts differ, decoding rest
   // The Metaspace layout cuts words before every "▁", so its merges cannot join across spaces and
   // it puts a "▁" before the first word; the goldens show both.
   CHECK(gemma.encode(text, false) != meta.encode(text, false));
-  for (const std::string& s : {text, std::string("東京 Москва 🙂👍🏽 e\u0301 \u0001")})
+  for (const std::string& s :
+       {text, std::string("東京 Москва 🙂👍🏽 e\u0301 \u0001")})
     CHECK(gemma.decode(gemma.encode(s, false)) == s);  // byte fallback round-trips every character
   // Without its merges every character stays apart: the ranked merges are what the ids above test.
   json none = tj;
@@ -101,7 +107,8 @@ TEST_CASE("tokenizer.json SentencePiece-style BPE: layouts differ, decoding rest
   CHECK(bare.encode("Normans", false).size() == 7);
 }
 
-TEST_CASE("tokenizer.json SentencePiece-style BPE: unsupported layouts are refused", "[model][hf][tokenizer][spm]") {
+TEST_CASE("tokenizer.json SentencePiece-style BPE: unsupported layouts are refused",
+          "[model][hf][tokenizer][spm]") {
   const json base = golden()["tokenizer"];
   const uint32_t n = vocab_size_of(base);
   auto refused = [&](const std::function<void(json&)>& edit, const std::string& needle) {
@@ -116,29 +123,39 @@ TEST_CASE("tokenizer.json SentencePiece-style BPE: unsupported layouts are refus
     }
   };
   refused([](json& j) { j["normalizer"] = {{"type", "NFKC"}}; }, "normalizer");
-  refused([](json& j) {
-    j["normalizer"] = nullptr;
-    j["pre_tokenizer"] = {{"type", "Whitespace"}};
-  }, "Metaspace");
-  refused([](json& j) {
-    j["normalizer"] = nullptr;
-    j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "_"}, {"prepend_scheme", "first"}};
-  }, "Metaspace");
+  refused(
+      [](json& j) {
+        j["normalizer"] = nullptr;
+        j["pre_tokenizer"] = {{"type", "Whitespace"}};
+      },
+      "Metaspace");
+  refused(
+      [](json& j) {
+        j["normalizer"] = nullptr;
+        j["pre_tokenizer"] = {
+            {"type", "Metaspace"}, {"replacement", "_"}, {"prepend_scheme", "first"}};
+      },
+      "Metaspace");
   refused([](json& j) { j["pre_tokenizer"] = {{"type", "ByteLevel"}}; }, "pre_tokenizer");
   refused([](json& j) { j["decoder"] = {{"type", "ByteLevel"}}; }, "decoder");
-  refused([](json& j) { j["model"]["continuing_subword_prefix"] = "##"; }, "continuing_subword_prefix");
+  refused([](json& j) { j["model"]["continuing_subword_prefix"] = "##"; },
+          "continuing_subword_prefix");
 }
 
-TEST_CASE("Gemma 3 tokenizer.json (real vocabulary): ids equal the Gemma 3 goldens", "[realmodel][gemma3][tokenizer]") {
+TEST_CASE("Gemma 3 tokenizer.json (real vocabulary): ids equal the Gemma 3 goldens",
+          "[realmodel][gemma3][tokenizer]") {
   const char* env = std::getenv("KVZIP_GEMMA_TOKENIZER_JSON");
   const char* cache = std::getenv("XDG_CACHE_HOME");
   const char* home = std::getenv("HOME");
-  const std::string path = env && *env ? env
-                           : cache && *cache ? std::string(cache) + "/kvzip/models/gemma-3-270m-tokenizer.json"
-                                             : std::string(home ? home : "") + "/.cache/kvzip/models/gemma-3-270m-tokenizer.json";
+  const std::string path =
+      env && *env ? env
+      : cache && *cache
+          ? std::string(cache) + "/kvzip/models/gemma-3-270m-tokenizer.json"
+          : std::string(home ? home : "") + "/.cache/kvzip/models/gemma-3-270m-tokenizer.json";
   if (!std::filesystem::exists(path))
-    return test::skip("KVZIP_REQUIRE_GEMMA_TOKENIZER_JSON",
-                      "no " + path + " (python3 scripts/golden/make_gemma3_tokenizer_json.py writes it)");
+    return test::skip(
+        "KVZIP_REQUIRE_GEMMA_TOKENIZER_JSON",
+        "no " + path + " (python3 scripts/golden/make_gemma3_tokenizer_json.py writes it)");
   const json tj = read_json(path);
   const model::Tokenizer tok(load(tj, 262144));
   const json g = read_json(std::string(KVZIP_SOURCE_DIR) + "/tests/golden/tokens_gemma3.json");
