@@ -20,7 +20,7 @@ namespace {
 struct GenerateOpts {
   std::string model, prompt, file, system;
   uint32_t n = 128, threads = 0, top_k = 0;
-  std::string device = "cpu";
+  std::string device = "cpu", matmul = "fast";
   float temp = 0.0f, top_p = 1.0f;
   uint64_t seed = 0;
   bool chat = false, stats = false;
@@ -48,7 +48,14 @@ void run_generate(const GenerateOpts& o) {
   gp.rkv = rkv;
   gp.max_tokens = o.n;
   gp.sampling = model::SamplingParams{o.temp, o.top_k, o.top_p, o.seed};
-  gp.stop_tokens = model->chat().stop_tokens();
+  // A plain continuation runs to the end of text; the chat stop set of a base model also ends at a
+  // newline, which is for answers to questions, not for continuing a text.
+  if (o.chat) {
+    gp.stop_tokens = model->chat().stop_tokens();
+  } else {
+    for (int32_t id : {model->tokenizer().eos(), model->tokenizer().eot()})
+      if (id >= 0) gp.stop_tokens.push_back(id);
+  }
   model::StreamDecoder dec(model->tokenizer());
   if (!o.chat) std::fwrite(text.data(), 1, text.size(), stdout);
   std::fflush(stdout);
@@ -71,6 +78,7 @@ void run_generate(const GenerateOpts& o) {
     }
     model::ForwardOptions fo;
     fo.threads = o.threads;
+    fo.matmul = o.matmul == "exact" ? kernels::MatmulPath::Exact : kernels::MatmulPath::Fast;
     model::Forward fwd(model->weights(), fo);
     const model::CacheShape shape = model::cache_shape(model->config());
     std::unique_ptr<model::AttentionCache> cache;
@@ -138,6 +146,7 @@ void run_tokenize(const TokenizeOpts& o) {
 struct PerplexityOpts {
   std::string model, file;
   uint32_t ctx = 512, threads = 0;
+  bool second_half = false;
 };
 
 void run_perplexity(const PerplexityOpts& o) {
@@ -149,7 +158,8 @@ void run_perplexity(const PerplexityOpts& o) {
   model::Forward fwd(model->weights(), fo);
   const auto t0 = std::chrono::steady_clock::now();
   const int32_t bos = model->tokenizer().add_bos() ? model->tokenizer().bos() : -1;
-  model::PerplexityResult r = model::perplexity(fwd, ids, o.ctx, bos);
+  model::PerplexityResult r = o.second_half ? model::perplexity_second_half(fwd, ids, o.ctx, bos)
+                                            : model::perplexity(fwd, ids, o.ctx, bos);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("perplexity %.4f (%llu tokens scored in %u windows of %u, mean NLL %.5f nats)\n",
               r.perplexity, static_cast<unsigned long long>(r.scored), r.windows, o.ctx,
@@ -175,6 +185,10 @@ void add_model_commands(CLI::App& app) {
   add_threads_option(gen, g->threads);
   gen->add_option("--device", g->device, "cpu | cuda")->capture_default_str();
   gen->add_flag("--stats", g->stats, "Print prefill and decode speed to stderr");
+  gen->add_option("--matmul", g->matmul,
+                  "fast | exact: int8-rounded activations where the CPU has the kernels, or fp32")
+      ->check(CLI::IsMember({"fast", "exact"}))
+      ->capture_default_str();
   add_rkv_options(gen, g->rkv);
   gen->callback([g] { run_generate(*g); });
 
@@ -191,6 +205,9 @@ void add_model_commands(CLI::App& app) {
   pp->add_option("-m,--model", p->model, "GGUF model file");
   pp->add_option("-f,--file", p->file, "UTF-8 text file ('-' = stdin)")->required();
   pp->add_option("-c,--ctx", p->ctx, "Window length in tokens")->capture_default_str();
+  pp->add_flag("--second-half", p->second_half,
+               "Score only each window's second half, windows cut as llama.cpp's llama-perplexity "
+               "cuts them");
   add_threads_option(pp, p->threads);
   pp->callback([p] { run_perplexity(*p); });
 }

@@ -2,12 +2,14 @@
 // (spec/methods.md §1 step 7) applied to the rows still in the file — one threshold over every kept
 // document row of every layer and head. Same rule as compress::select_rows (Global): exactly
 // k = round(ratio · L·Hkv·n_c) rows stay; among scores equal to the cut, the rows earliest in file
-// order (layer, head, position) stay. Prefix rows are never evicted. A q8/q4 cache is pruned in its
+// order (layer, head, position) stay. Prefix rows are never evicted. On a hybrid model's cache the
+// ratio and the threshold cover the global layers; local layers keep their rows. A q8/q4 cache is pruned in its
 // stored form: each kept row takes its own group parameters and codes (or its f16 values), and the
 // per-head channel scales stay as they are (valid for any subset of rows), so nothing is quantized
 // again.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 
 #include "format/detail/quant.h"
@@ -34,12 +36,18 @@ CacheContents prune(const CacheContents& c, double ratio) {
   if (!(ratio > 0.0 && ratio <= 1.0))
     throw Error(Errc::invalid_argument, "ratio " + std::to_string(ratio) + " outside (0, 1]");
   uint64_t n_p = h.prefix_length();
-  uint64_t total = uint64_t{h.n_layers} * h.n_kv_heads * h.document_tokens.size();
+  // Hybrid attention: local layers keep their reachable window whatever the ratio, which counts
+  // the global layers' document rows only (as compress does).
+  auto is_local = [&](size_t l) { return l < h.local_layers.size() && h.local_layers[l] != 0; };
+  uint64_t global_layers = 0;
+  for (size_t l = 0; l < h.n_layers; ++l) global_layers += !is_local(l);
+  uint64_t total = global_layers * h.n_kv_heads * h.document_tokens.size();
 
-  std::vector<float> doc_scores;  // every kept document row's score
-  for (const LayerKv& layer : c.layers)
-    for (size_t r = 0; r < layer.positions.size(); ++r)
-      if (layer.positions[r] >= n_p) doc_scores.push_back(layer.scores[r]);
+  std::vector<float> doc_scores;  // every kept document row's score (global layers)
+  for (size_t l = 0; l < c.layers.size(); ++l)
+    for (size_t r = 0; r < c.layers[l].positions.size(); ++r)
+      if (!is_local(l) && c.layers[l].positions[r] >= n_p)
+        doc_scores.push_back(c.layers[l].scores[r]);
   uint64_t k = budget(ratio, total);
   if (k > doc_scores.size())
     throw Error(Errc::invalid_argument,
@@ -61,7 +69,7 @@ CacheContents prune(const CacheContents& c, double ratio) {
   CacheContents out;
   out.header = h;
   out.has_scores = true;
-  uint64_t kept_doc = 0;
+  uint64_t kept_doc = 0, kept_all = 0;  // document rows kept: global layers, all layers
   uint32_t D = h.head_dim;
   const bool quant = dtype_quantized(h.kv_dtype);
   const size_t P = quant ? detail::quant_param_words(h) : 0,  // parameter words per row
@@ -75,7 +83,9 @@ CacheContents prune(const CacheContents& c, double ratio) {
     o.params.insert(o.params.end(), in.params.begin() + at * P, in.params.begin() + (at + 1) * P);
     o.codes.insert(o.codes.end(), in.codes.begin() + at * B, in.codes.begin() + (at + 1) * B);
   };
-  for (const LayerKv& in : c.layers) {
+  for (size_t l = 0; l < c.layers.size(); ++l) {
+    const LayerKv& in = c.layers[l];
+    const bool local = is_local(l);
     LayerKv& layer = out.layers.emplace_back();
     if (quant) {
       layer.qk.channel_scale = in.qk.channel_scale;
@@ -88,7 +98,7 @@ CacheContents prune(const CacheContents& c, double ratio) {
         const bool f16 = in.positions[row] < h.kv_f16_below;
         const size_t at = f16 ? f16_at++ : quant_at++;
         const bool doc = in.positions[row] >= n_p;
-        if (doc && !keep_all) {
+        if (doc && !keep_all && !local) {
           const float s = in.scores[row];
           if (k == 0 || s < cut) continue;
           if (s == cut) {
@@ -96,7 +106,8 @@ CacheContents prune(const CacheContents& c, double ratio) {
             --at_cut;
           }
         }
-        kept_doc += doc;
+        kept_doc += doc && !local;
+        kept_all += doc;
         ++kept;
         layer.positions.push_back(in.positions[row]);
         layer.scores.push_back(in.scores[row]);
@@ -112,6 +123,14 @@ CacheContents prune(const CacheContents& c, double ratio) {
   }
   out.header.requested_ratio = ratio;
   out.header.achieved_ratio = total ? static_cast<double>(kept_doc) / static_cast<double>(total) : 1.0;
+  const uint64_t total_all = uint64_t{h.n_layers} * h.n_kv_heads * h.document_tokens.size();
+  for (auto& [key, value] : out.header.params)
+    if (key == "all_layers_ratio") {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.6f",
+                    total_all ? double(kept_all) / double(total_all) : 1.0);
+      value = buf;
+    }
   return out;
 }
 

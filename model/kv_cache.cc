@@ -1,5 +1,5 @@
 // Dense KvCache: (Hkv, capacity, D) per layer, growth by reallocation with per-head copies,
-// O(1) rollback by moving the length.
+// O(1) rollback by moving the length; trimmed local layers of hybrid models (kv_cache.h).
 #include "model/kv_cache.h"
 
 #include <algorithm>
@@ -21,7 +21,13 @@ CacheShape cache_shape(const ModelConfig& cfg) {
 }
 
 KvCache::KvCache(CacheShape shape, uint32_t capacity)
-    : shape_(shape), layer_len_(shape.n_layers, 0), k_(shape.n_layers), v_(shape.n_layers) {
+    : shape_(shape),
+      layer_len_(shape.n_layers, 0),
+      cap_(shape.n_layers, 0),
+      dropped_(shape.n_layers, 0),
+      k_(shape.n_layers),
+      v_(shape.n_layers),
+      local_pos_(shape.n_layers) {
   if (shape.n_layers == 0 || shape.n_kv_heads == 0 || shape.head_dim == 0)
     throw Error(Errc::invalid_argument,
                 "KvCache shape L=" + std::to_string(shape.n_layers) + " Hkv=" +
@@ -30,15 +36,67 @@ KvCache::KvCache(CacheShape shape, uint32_t capacity)
   reserve(capacity);
 }
 
+KvCache::KvCache(const ModelConfig& cfg, uint32_t capacity) : KvCache(cache_shape(cfg), 0) {
+  if (cfg.hybrid() && cfg.sliding_window > 0) {
+    local_ = cfg.local_layers;
+    local_.resize(shape_.n_layers, 0);
+    window_ = cfg.sliding_window;
+  }
+  reserve(capacity);
+}
+
+void KvCache::trim_local_layers(bool on, uint32_t pinned) {
+  if (on && window_ == 0)
+    throw Error(Errc::invalid_argument,
+                "KvCache: trimming local layers needs a cache made from a hybrid model's config");
+  trim_ = on;
+  if (on) pinned_ = pinned;
+}
+
+// A trimmed local layer holds its pinned rows, the window - 1 rows any next token reads and room
+// for a chunk of appends before the next drop.
+uint32_t KvCache::trimmed_capacity(uint32_t capacity) const {
+  return std::min<uint32_t>(capacity, pinned_ + 2 * window_);
+}
+
+void KvCache::resize_layer(uint32_t l, uint32_t capacity) {
+  const size_t D = shape_.head_dim, H = shape_.n_kv_heads;
+  std::vector<float> k_new, v_new;
+  try {
+    k_new.resize(H * capacity * D);
+    v_new.resize(H * capacity * D);
+    if (dropped_[l]) local_pos_[l].resize(capacity);
+  } catch (const std::bad_alloc&) {
+    throw Error(Errc::out_of_memory,
+                "KvCache: cannot grow to " + std::to_string(capacity) + " rows per head (" +
+                    std::to_string((2 * H * capacity * D * sizeof(float)) >> 20) +
+                    " MiB for one layer); use a shorter document or a machine with more memory");
+  }
+  const uint32_t n = std::min(rows(l), capacity);
+  for (size_t h = 0; h < H && n; ++h) {
+    std::memcpy(k_new.data() + h * capacity * D, k_[l].data() + h * cap_[l] * D,
+                n * D * sizeof(float));
+    std::memcpy(v_new.data() + h * capacity * D, v_[l].data() + h * cap_[l] * D,
+                n * D * sizeof(float));
+  }
+  k_[l].swap(k_new);
+  v_[l].swap(v_new);
+  cap_[l] = capacity;
+}
+
 void KvCache::reserve(uint32_t capacity) {
   if (capacity <= capacity_) return;
   const size_t D = shape_.head_dim, H = shape_.n_kv_heads;
-  // All new arrays are allocated before any is swapped in, so a failure leaves the cache intact.
+  // Every new array is allocated before any is swapped in, so a failure leaves the cache intact.
+  std::vector<uint32_t> want(shape_.n_layers);
   std::vector<std::vector<float>> k_new(shape_.n_layers), v_new(shape_.n_layers);
   try {
     for (uint32_t l = 0; l < shape_.n_layers; ++l) {
-      k_new[l].resize(H * capacity * D);
-      v_new[l].resize(H * capacity * D);
+      want[l] = trim_ && local_.size() && local_[l] ? std::max(cap_[l], trimmed_capacity(capacity))
+                                                    : capacity;
+      if (want[l] <= cap_[l]) continue;
+      k_new[l].resize(H * want[l] * D);
+      v_new[l].resize(H * want[l] * D);
     }
   } catch (const std::bad_alloc&) {
     throw Error(Errc::out_of_memory,
@@ -47,18 +105,39 @@ void KvCache::reserve(uint32_t capacity) {
                     " MiB); use a shorter document or a machine with more memory");
   }
   for (uint32_t l = 0; l < shape_.n_layers; ++l) {
-    if (layer_len_[l] == 0) continue;  // nothing to copy (and the old arrays may be empty)
-    for (size_t h = 0; h < H; ++h) {
-      const size_t rows = size_t(layer_len_[l]) * D * sizeof(float);
-      std::memcpy(k_new[l].data() + h * capacity * D, k_[l].data() + h * capacity_ * D, rows);
-      std::memcpy(v_new[l].data() + h * capacity * D, v_[l].data() + h * capacity_ * D, rows);
+    if (want[l] <= cap_[l]) continue;
+    for (size_t h = 0; h < H && rows(l); ++h) {
+      const size_t bytes = size_t(rows(l)) * D * sizeof(float);
+      std::memcpy(k_new[l].data() + h * want[l] * D, k_[l].data() + h * cap_[l] * D, bytes);
+      std::memcpy(v_new[l].data() + h * want[l] * D, v_[l].data() + h * cap_[l] * D, bytes);
     }
+    k_[l].swap(k_new[l]);
+    v_[l].swap(v_new[l]);
+    cap_[l] = want[l];
+    if (dropped_[l]) local_pos_[l].resize(want[l]);
   }
-  k_.swap(k_new);
-  v_.swap(v_new);
   positions_.resize(capacity);
   std::iota(positions_.begin(), positions_.end(), 0u);
   capacity_ = capacity;
+}
+
+void KvCache::drop_old_rows(uint32_t l) {
+  const uint32_t first = pinned_ + dropped_[l];  // position of the first tail row
+  if (length_ < window_ || length_ - (window_ - 1) <= first) return;
+  const uint32_t keep_from = length_ - (window_ - 1);  // positions before it are never read again
+  const uint32_t from_row = pinned_ + (keep_from - first), n = rows(l) - from_row;
+  const size_t D = shape_.head_dim, H = shape_.n_kv_heads;
+  for (size_t h = 0; h < H; ++h) {
+    float* k = k_[l].data() + h * cap_[l] * D;
+    float* v = v_[l].data() + h * cap_[l] * D;
+    std::memmove(k + size_t(pinned_) * D, k + size_t(from_row) * D, size_t(n) * D * sizeof(float));
+    std::memmove(v + size_t(pinned_) * D, v + size_t(from_row) * D, size_t(n) * D * sizeof(float));
+  }
+  dropped_[l] = keep_from - pinned_;
+  std::vector<uint32_t>& pos = local_pos_[l];
+  pos.resize(cap_[l]);
+  std::iota(pos.begin(), pos.begin() + pinned_, 0u);
+  std::iota(pos.begin() + pinned_, pos.begin() + pinned_ + n, keep_from);
 }
 
 void KvCache::reserve_append(uint32_t T) {
@@ -66,27 +145,39 @@ void KvCache::reserve_append(uint32_t T) {
   if (need > UINT32_MAX)
     throw Error(Errc::invalid_argument, "KvCache: appending " + std::to_string(T) + " tokens to " +
                                             std::to_string(length_) + " exceeds 2^32 positions");
-  if (need <= capacity_) return;
   for (uint32_t l = 0; l < shape_.n_layers; ++l) KVZIP_ASSERT(layer_len_[l] == length_);
-  uint64_t grown = std::max<uint64_t>({need, uint64_t(capacity_) * 3 / 2, 256});
-  reserve(static_cast<uint32_t>(std::min<uint64_t>(grown, UINT32_MAX)));
+  if (need > capacity_) {
+    uint64_t grown = std::max<uint64_t>({need, uint64_t(capacity_) * 3 / 2, 256});
+    reserve(static_cast<uint32_t>(std::min<uint64_t>(grown, UINT32_MAX)));
+  }
+  // Layers whose rows differ from positions (trimmed local layers) make room on their own.
+  for (uint32_t l = 0; l < shape_.n_layers; ++l) {
+    if (uint64_t(rows(l)) + T <= cap_[l]) continue;
+    if (trim_ && local_.size() && local_[l]) drop_old_rows(l);
+    if (uint64_t(rows(l)) + T > cap_[l])
+      resize_layer(l, static_cast<uint32_t>(
+                          std::max<uint64_t>(uint64_t(rows(l)) + T, uint64_t(cap_[l]) * 3 / 2)));
+  }
 }
 
 void KvCache::check_layer(uint32_t layer) const { KVZIP_ASSERT(layer < shape_.n_layers); }
 
 void KvCache::append(uint32_t layer, const float* k_new, const float* v_new, uint32_t T) {
   check_layer(layer);
-  KVZIP_ASSERT(layer_len_[layer] == length_ && uint64_t(length_) + T <= capacity_);
-  const size_t D = shape_.head_dim, H = shape_.n_kv_heads;
+  const uint32_t r0 = rows(layer);
+  KVZIP_ASSERT(layer_len_[layer] == length_ && uint64_t(r0) + T <= cap_[layer]);
+  const size_t D = shape_.head_dim, H = shape_.n_kv_heads, cap = cap_[layer];
   float* k = k_[layer].data();
   float* v = v_[layer].data();
   for (uint32_t t = 0; t < T; ++t) {
     for (size_t h = 0; h < H; ++h) {
-      size_t dst = (h * capacity_ + length_ + t) * D, src = (size_t(t) * H + h) * D;
+      size_t dst = (h * cap + r0 + t) * D, src = (size_t(t) * H + h) * D;
       std::memcpy(k + dst, k_new + src, D * sizeof(float));
       std::memcpy(v + dst, v_new + src, D * sizeof(float));
     }
   }
+  if (dropped_[layer])
+    for (uint32_t t = 0; t < T; ++t) local_pos_[layer][r0 + t] = length_ + t;
   layer_len_[layer] = length_ + T;
 }
 
@@ -98,9 +189,9 @@ void KvCache::commit_append(uint32_t T) {
 KvHeadView KvCache::view(uint32_t layer, uint32_t kv_head) const {
   check_layer(layer);
   KVZIP_ASSERT(kv_head < shape_.n_kv_heads);
-  const size_t off = size_t(kv_head) * capacity_ * shape_.head_dim;
-  return KvHeadView{k_[layer].data() + off, v_[layer].data() + off, positions_.data(),
-                    layer_len_[layer]};
+  const size_t off = size_t(kv_head) * cap_[layer] * shape_.head_dim;
+  const uint32_t* pos = dropped_[layer] ? local_pos_[layer].data() : positions_.data();
+  return KvHeadView{k_[layer].data() + off, v_[layer].data() + off, pos, rows(layer)};
 }
 
 void KvCache::rollback(uint32_t length) {
@@ -108,12 +199,25 @@ void KvCache::rollback(uint32_t length) {
     throw Error(Errc::invalid_argument, "KvCache: cannot roll back to length " +
                                             std::to_string(length) + ", the cache holds only " +
                                             std::to_string(length_) + " tokens");
+  for (uint32_t l = 0; l < shape_.n_layers; ++l) {
+    if (!dropped_[l] || length <= pinned_) continue;
+    // The rows a token at `length` would read must still be there.
+    if (uint64_t(length) < uint64_t(pinned_) + dropped_[l] + (window_ - 1))
+      throw Error(Errc::invalid_argument,
+                  "KvCache: cannot roll back to length " + std::to_string(length) +
+                      ": local layer " + std::to_string(l) + " dropped the rows before position " +
+                      std::to_string(pinned_ + dropped_[l]) + " while trimming to its window");
+  }
+  for (uint32_t l = 0; l < shape_.n_layers; ++l)
+    if (dropped_[l] && length <= pinned_) dropped_[l] = 0;
   length_ = length;
   std::fill(layer_len_.begin(), layer_len_.end(), length);
 }
 
 uint64_t KvCache::bytes_used() const {
-  return 2ull * shape_.n_layers * shape_.n_kv_heads * length_ * shape_.head_dim * sizeof(float);
+  uint64_t r = 0;
+  for (uint32_t l = 0; l < shape_.n_layers; ++l) r += rows(l);
+  return 2ull * r * shape_.n_kv_heads * shape_.head_dim * sizeof(float);
 }
 
 }  // namespace kvzip::model

@@ -85,12 +85,16 @@ class AttentionCache {
 };
 
 // Dense cache: every position is a row, so row index == position. Storage per layer is one K and
-// one V array of shape (Hkv, capacity, D); capacity grows geometrically on demand.
+// one V array of shape (Hkv, layer capacity, D); capacity grows geometrically on demand.
+// A hybrid model's local (sliding-window) layer only ever reads its last window - 1 rows before a
+// token. With trim_local_layers on, reserve_append drops a local layer's older rows (its first
+// `pinned` rows stay), so a long prefill holds window-sized local layers: their views then hold the
+// pinned rows and a tail of consecutive positions (KvHeadView::positions says which), and a
+// rollback that would need dropped rows is refused. Global layers are never trimmed.
 class KvCache final : public AttentionCache {
  public:
   explicit KvCache(CacheShape shape, uint32_t capacity = 0);
-  explicit KvCache(const ModelConfig& cfg, uint32_t capacity = 0)
-      : KvCache(cache_shape(cfg), capacity) {}
+  explicit KvCache(const ModelConfig& cfg, uint32_t capacity = 0);
 
   CacheShape shape() const override { return shape_; }
   uint32_t logical_length() const override { return length_; }
@@ -101,24 +105,42 @@ class KvCache final : public AttentionCache {
   void rollback(uint32_t length) override;
 
   uint32_t capacity() const { return capacity_; }
-  // Grows capacity to at least `capacity` rows per head (never shrinks).
+  // Grows capacity to at least `capacity` rows per head (never shrinks). While local layers are
+  // trimmed they get only what their window needs.
   void reserve(uint32_t capacity);
-  // Raw storage of one layer: (Hkv, capacity(), D); rows [0, logical_length()) of each head valid.
+  // Turns trimming of the local layers on (keeping their first `pinned` rows) or off. Needs a cache
+  // made from a hybrid ModelConfig (else Errc::invalid_argument). Off again, the local layers keep
+  // what they hold and grow by what is appended.
+  void trim_local_layers(bool on, uint32_t pinned = 0);
+  // Raw storage of one layer: (Hkv, layer_capacity(layer), D); rows [0, view().len) of each head valid.
   const float* keys(uint32_t layer) const { return k_[layer].data(); }
   const float* values(uint32_t layer) const { return v_[layer].data(); }
-  // Bytes of K and V held for the valid rows (2 · L · Hkv · length · D · 4).
+  uint32_t layer_capacity(uint32_t layer) const { return cap_[layer]; }
+  // Bytes of K and V held for the valid rows (2 · Σ rows · Hkv · D · 4).
   uint64_t bytes_used() const;
 
  private:
   void check_layer(uint32_t layer) const;
+  uint32_t rows(uint32_t layer) const { return layer_len_[layer] - dropped_[layer]; }
+  uint32_t trimmed_capacity(uint32_t capacity) const;
+  void resize_layer(uint32_t layer, uint32_t capacity);  // keeps the rows; may throw out_of_memory
+  void drop_old_rows(uint32_t layer);  // a trimmed local layer: to pinned + window - 1
 
   CacheShape shape_;
-  uint32_t capacity_ = 0;
+  uint32_t capacity_ = 0;                // rows per head of the global (untrimmed) layers
   uint32_t length_ = 0;                  // committed tokens
-  std::vector<uint32_t> layer_len_;      // (L) rows per head incl. uncommitted appends
-  std::vector<std::vector<float>> k_;    // L × (Hkv, capacity, D)
-  std::vector<std::vector<float>> v_;    // L × (Hkv, capacity, D)
+  std::vector<uint32_t> layer_len_;      // (L) positions per head incl. uncommitted appends
+  std::vector<uint32_t> cap_;            // (L) rows per head each layer's arrays hold
+  std::vector<uint32_t> dropped_;      // (L) positions a trimmed local layer dropped after pinned_
+  std::vector<std::vector<float>> k_;  // L × (Hkv, cap_[l], D)
+  std::vector<std::vector<float>> v_;  // L × (Hkv, cap_[l], D)
   std::vector<uint32_t> positions_;      // (capacity) 0, 1, 2, ...: a dense row is its position
+  std::vector<std::vector<uint32_t>>
+      local_pos_;               // (L) a layer's row positions once it dropped rows
+  std::vector<uint8_t> local_;  // (L) 1 = sliding-window layer (from a ModelConfig)
+  uint32_t window_ = 0;
+  bool trim_ = false;
+  uint32_t pinned_ = 0;
 };
 
 }  // namespace kvzip::model

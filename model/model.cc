@@ -156,44 +156,90 @@ GenerateResult generate(Forward& forward, AttentionCache& cache, std::span<const
   return result;
 }
 
-PerplexityResult perplexity(Forward& forward, std::span<const int32_t> tokens, uint32_t context, int32_t bos) {
-  const ModelConfig& cfg = forward.config();
+namespace {
+
+void check_perplexity_context(const ModelConfig& cfg, uint32_t context) {
   if (context < 2) throw Error(Errc::invalid_argument, "perplexity: context must be >= 2 tokens");
   if (cfg.max_context && context > cfg.max_context)
     throw Error(Errc::invalid_argument, "perplexity: context " + std::to_string(context) +
                                             " exceeds the model's context of " +
                                             std::to_string(cfg.max_context) + " tokens");
+}
+
+// Runs one window from an empty cache and adds -log p(window[t+1] | window[..t]) for every t in
+// [first, size - 2]. The window goes in pieces: a piece's (T, V) logits are all that is held.
+void score_window(Forward& forward, KvCache& cache, std::span<const int32_t> window, size_t first,
+                  double& nll, PerplexityResult& r) {
+  constexpr uint32_t kPiece = 128;
+  const uint32_t V = forward.config().vocab_size;
+  cache.rollback(0);
+  for (size_t p0 = 0; p0 < window.size(); p0 += kPiece) {
+    const size_t pn = std::min<size_t>(kPiece, window.size() - p0);
+    const bool any = p0 + pn > first && p0 + 1 < window.size();
+    const std::vector<float> logits =
+        forward.prefill(cache, window.subspan(p0, pn), any ? LogitsMode::All : LogitsMode::Last);
+    if (!any) continue;
+    for (size_t i = 0; i < pn; ++i) {
+      const size_t t = p0 + i;  // predicts window[t + 1]
+      if (t < first) continue;
+      if (t + 1 >= window.size()) break;
+      const float* row = logits.data() + i * V;
+      const float mx = *std::max_element(row, row + V);
+      double sum = 0.0;
+      for (uint32_t v = 0; v < V; ++v) sum += std::exp(double(row[v]) - mx);
+      nll += (std::log(sum) + mx) - row[window[t + 1]];
+      ++r.scored;
+    }
+  }
+  ++r.windows;
+}
+
+}  // namespace
+
+PerplexityResult perplexity(Forward& forward, std::span<const int32_t> tokens, uint32_t context,
+                            int32_t bos) {
+  check_perplexity_context(forward.config(), context);
   if (tokens.size() < 2)
     throw Error(Errc::invalid_argument, "perplexity: the text has fewer than 2 tokens");
-  const uint32_t V = cfg.vocab_size;
-  constexpr uint32_t kPiece = 128;  // tokens per forward call: bounds the (T, V) logits buffer
   PerplexityResult r;
   double nll = 0.0;
-  KvCache cache(cfg, std::min<uint32_t>(context, static_cast<uint32_t>(tokens.size())));
+  KvCache cache(forward.config(),
+                std::min<uint32_t>(context, static_cast<uint32_t>(tokens.size()) + 1));
   const uint32_t text = bos >= 0 ? context - 1 : context;  // text tokens per window
-  auto score = [&](const float* row, int32_t target) {
-    const float mx = *std::max_element(row, row + V);
-    double sum = 0.0;
-    for (uint32_t v = 0; v < V; ++v) sum += std::exp(double(row[v]) - mx);
-    nll += (std::log(sum) + mx) - row[target];
-    ++r.scored;
-  };
+  std::vector<int32_t> window;
   for (size_t w0 = 0; w0 + 1 < tokens.size(); w0 += text) {
     const size_t wn = std::min<size_t>(text, tokens.size() - w0);
     if (wn < 2) break;
-    cache.rollback(0);
-    if (bos >= 0) score(forward.prefill(cache, std::span<const int32_t>(&bos, 1), LogitsMode::Last).data(), tokens[w0]);
-    for (size_t p0 = 0; p0 < wn; p0 += kPiece) {
-      const size_t pn = std::min<size_t>(kPiece, wn - p0);
-      std::vector<float> logits =
-          forward.prefill(cache, tokens.subspan(w0 + p0, pn), LogitsMode::All);
-      for (size_t i = 0; i < pn; ++i) {
-        const size_t t = p0 + i;  // position in the window; predicts token t+1
-        if (t + 1 >= wn) break;
-        score(logits.data() + i * V, tokens[w0 + t + 1]);
-      }
-    }
-    ++r.windows;
+    window.clear();
+    if (bos >= 0) window.push_back(bos);
+    window.insert(window.end(), tokens.begin() + w0, tokens.begin() + w0 + wn);
+    score_window(forward, cache, window, 0, nll, r);
+  }
+  r.mean_nll = nll / double(r.scored);
+  r.perplexity = std::exp(r.mean_nll);
+  return r;
+}
+
+PerplexityResult perplexity_second_half(Forward& forward, std::span<const int32_t> tokens,
+                                        uint32_t context, int32_t bos) {
+  check_perplexity_context(forward.config(), context);
+  std::vector<int32_t> stream;
+  stream.reserve(tokens.size() + 1);
+  if (bos >= 0) stream.push_back(bos);
+  stream.insert(stream.end(), tokens.begin(), tokens.end());
+  if (stream.size() < 2 * size_t(context))
+    throw Error(Errc::invalid_argument,
+                "perplexity: the text has " + std::to_string(stream.size()) +
+                    " tokens; scoring second halves of windows of " + std::to_string(context) +
+                    " needs at least " + std::to_string(2 * size_t(context)));
+  PerplexityResult r;
+  double nll = 0.0;
+  KvCache cache(forward.config(), context);
+  std::vector<int32_t> window(context);
+  for (size_t start = 0; start + context <= stream.size(); start += context) {
+    std::copy(stream.begin() + start, stream.begin() + start + context, window.begin());
+    if (bos >= 0) window[0] = bos;
+    score_window(forward, cache, window, context / 2, nll, r);
   }
   r.mean_nll = nll / double(r.scored);
   r.perplexity = std::exp(r.mean_nll);

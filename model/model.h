@@ -98,4 +98,12 @@ struct PerplexityResult {
 PerplexityResult perplexity(Forward& forward, std::span<const int32_t> tokens, uint32_t context,
                             int32_t bos = -1);
 
+// Perplexity counted the way llama.cpp's `llama-perplexity` counts it, so the two figures compare:
+// the stream is `bos` (when >= 0) followed by `tokens`, cut into floor(stream / context) windows of
+// `context` tokens whose first token is replaced by `bos`; in each window only the predictions of
+// its second half are scored (positions context/2 .. context-1, each seeing at least context/2
+// tokens). Needs a stream of at least 2 * context tokens (Errc::invalid_argument otherwise).
+PerplexityResult perplexity_second_half(Forward& forward, std::span<const int32_t> tokens,
+                                        uint32_t context, int32_t bos = -1);
+
 }  // namespace kvzip::model

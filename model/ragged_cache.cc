@@ -83,9 +83,20 @@ RaggedKvCache RaggedKvCache::from_dense(const KvCache& dense,
       float* v = r.v_rows(l, h);
       uint32_t* p = r.positions(l, h);
       for (size_t j = 0; j < rows.size(); ++j) {
-        std::memcpy(k + j * D, src.k + size_t(rows[j]) * D, D * 4);
-        std::memcpy(v + j * D, src.v + size_t(rows[j]) * D, D * 4);
-        p[j] = src.positions[rows[j]];
+        // keep lists name positions; a trimmed local layer's rows are not its positions.
+        uint32_t row = rows[j];
+        if (row >= src.len || src.positions[row] != rows[j]) {
+          const uint32_t* at = std::lower_bound(src.positions, src.positions + src.len, rows[j]);
+          if (at == src.positions + src.len || *at != rows[j])
+            throw Error(Errc::invalid_argument,
+                        "RaggedKvCache::from_dense: layer " + std::to_string(l) +
+                            " no longer holds position " + std::to_string(rows[j]) +
+                            " (a local layer trimmed to its window)");
+          row = static_cast<uint32_t>(at - src.positions);
+        }
+        std::memcpy(k + j * D, src.k + size_t(row) * D, D * 4);
+        std::memcpy(v + j * D, src.v + size_t(row) * D, D * 4);
+        p[j] = rows[j];
       }
     }
   return r;

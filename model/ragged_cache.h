@@ -24,8 +24,10 @@ class RaggedKvCache final : public AttentionCache {
   RaggedKvCache(CacheShape shape, uint32_t logical_length, const std::vector<uint32_t>& kept,
                 uint32_t room = 256);
 
-  // Keeps, for each (l, h), the dense rows listed in keep[l * Hkv + h] (ascending row indices
-  // < dense.logical_length()). Throws Errc::invalid_argument for unsorted or out-of-range rows.
+  // Keeps, for each (l, h), the positions listed in keep[l * Hkv + h] (ascending, <
+  // dense.logical_length(); a row index of the dense cache, except in a trimmed local layer, whose
+  // view's positions locate them). Throws Errc::invalid_argument for unsorted or out-of-range
+  // positions, or one a trimmed layer no longer holds.
   static RaggedKvCache from_dense(const KvCache& dense,
                                   const std::vector<std::vector<uint32_t>>& keep,
                                   uint32_t room = 256);

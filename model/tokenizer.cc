@@ -149,7 +149,9 @@ Tokenizer::Tokenizer(TokenizerData data) {
   impl_ = std::make_unique<Impl>(std::move(data));
   const TokenizerData& d = impl_->data;
   const bool spm = d.model == "llama";
-  if (spm) {
+  if (spm && d.ranked_merges) {  // a tokenizer.json: ranked merges
+    impl_->spm.emplace(d.tokens, d.merges, d.unk, d.split_words);
+  } else if (spm) {
     impl_->spm.emplace(d.tokens, d.scores, d.unk);
   } else {
     impl_->pre.emplace(d.pre);  // throws unsupported for an unknown name
@@ -184,7 +186,12 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
     detail::SpecialMatcher::Match hit = added.empty() ? detail::SpecialMatcher::Match{} : added.find(text, pos);
     size_t end = hit.len > 0 ? hit.pos : text.size();
     if (spm) {
-      if (end > pos) spm->encode(text.substr(pos, end - pos), impl_->data.add_space_prefix && after_added, out);
+      const TokenizerData& d = impl_->data;
+      const bool prefix =
+          d.add_space_prefix && (d.space_prefix_first_only ? pos == 0 : after_added) &&
+          !(d.prefix_unless_space && end > pos &&
+            (text[pos] == ' ' || text.substr(pos, end - pos).starts_with("\xE2\x96\x81")));
+      if (end > pos) spm->encode(text.substr(pos, end - pos), prefix, out);
     } else {
       encode_plain(Encoders{*impl_->pre, *impl_->bpe}, text.substr(pos, end - pos), cache, words, out);
     }

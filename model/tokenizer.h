@@ -38,13 +38,22 @@ enum class TokenType : int32_t {
 struct TokenizerData {
   std::vector<std::string> tokens;    // id -> text, in the byte-level alphabet (added tokens verbatim)
   std::vector<int32_t> token_types;   // id -> TokenType value; empty means all normal
-  std::vector<std::string> merges;    // "left right", highest priority first (gpt2)
-  std::vector<float> scores;          // id -> merge score, higher first (llama)
+  std::vector<std::string>
+      merges;  // "left right", highest priority first (gpt2; llama from tokenizer.json)
+  std::vector<float> scores;          // id -> merge score, higher first (llama from GGUF)
   std::string model;                  // "gpt2" (byte-level BPE) or "llama" (SentencePiece-style)
   std::string pre;                    // pre-tokenizer: "smollm", "gpt2", "llama-bpe", "qwen2"
   int32_t bos = -1, eos = -1, eot = -1, unk = -1, pad = -1;  // -1: absent
   bool add_bos = false;               // prepend bos to a raw (non-chat) prompt
   bool add_space_prefix = true;       // llama: a space before the text and after added tokens
+  // llama from a tokenizer.json (ranked merges, no scores): the space prefix goes before the first
+  // fragment only (Metaspace prepend_scheme "first"), and words split before each "▁" (Metaspace
+  // split = true).
+  bool space_prefix_first_only = false;
+  bool split_words = false;
+  bool prefix_unless_space =
+      false;                   // Metaspace: no prefix before a fragment starting with " " or "▁"
+  bool ranked_merges = false;  // llama from a tokenizer.json: `merges` ranked, no scores
   std::string chat_template;          // Jinja source, may be empty
 };
 

@@ -71,12 +71,17 @@ PrefillResult prefill_document(model::Forward& forward, std::span<const int32_t>
   const uint32_t n_p = static_cast<uint32_t>(prefix.size());
   const uint32_t n_c = static_cast<uint32_t>(document.size());
   const uint64_t total = uint64_t(n_p) + n_c;
-  PrefillResult r{model::KvCache(cfg, static_cast<uint32_t>(std::min<uint64_t>(
-                                   total + options.answer_room, UINT32_MAX))),
-                  n_p, n_c, 0.0};
+  PrefillResult r{model::KvCache(cfg), n_p, n_c, 0.0};
+  // A hybrid model's local layers hold only their window (and the prefix) while the document goes
+  // in: on a long document they would otherwise be most of the cache.
+  const bool trim = cfg.hybrid() && cfg.sliding_window > 0;
+  if (trim) r.cache.trim_local_layers(true, n_p);
+  r.cache.reserve(
+      static_cast<uint32_t>(std::min<uint64_t>(total + options.answer_room, UINT32_MAX)));
   r.seconds = prefill_in_chunks(prefix, document, options, [&](std::span<const int32_t> chunk) {
     forward.prefill(r.cache, chunk, model::LogitsMode::None, options.observer);
   });
+  if (trim) r.cache.trim_local_layers(false);
   return r;
 }
 

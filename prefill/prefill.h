@@ -30,7 +30,9 @@ struct PrefillOptions {
 };
 
 struct PrefillResult {
-  model::KvCache cache;          // (L, Hkv, n_prefix + n_doc, D), rows == positions
+  // (L, Hkv, n_prefix + n_doc, D), rows == positions, except in a hybrid model's local layers:
+  // they hold the prefix and the document's last window - 1 rows (KvCache::trim_local_layers).
+  model::KvCache cache;
   uint32_t n_prefix = 0;  // rows [0, n_prefix) are the prefix
   uint32_t n_doc = 0;     // rows [n_prefix, n_prefix + n_doc) are the document
   double seconds = 0.0;   // wall time of the forward passes

@@ -142,9 +142,11 @@ class StreamingScorer final : public Scorer {
 // key over all rows they attend to (GQA group summed). Queries: positions >= first_query.
 class AccumulatingObserver final : public model::AttentionObserver {
  public:
-  void reset(model::CacheShape shape, uint32_t n_prefix, uint32_t n_doc, uint32_t first_query,
+  void reset(const ModelConfig& cfg, uint32_t n_prefix, uint32_t n_doc, uint32_t first_query,
              kernels::ThreadPool* pool) {
+    const model::CacheShape shape = model::cache_shape(cfg);
     shape_ = shape;
+    local_ = cfg.local_layers;
     first_query_ = first_query;
     pool_ = pool;
     watch_.arm(shape.n_layers, n_prefix, n_doc);
@@ -157,6 +159,9 @@ class AccumulatingObserver final : public model::AttentionObserver {
     watch_.advance(obs);
     const uint32_t t0 = first_query_ > p0 ? first_query_ - p0 : 0;
     if (t0 >= obs.T) return;
+    // Sliding-window layers are not scored (selection keeps their reachable rows), and a long
+    // prefill trims their rows to the window (model/kv_cache.h).
+    if (obs.layer < local_.size() && local_[obs.layer]) return;
     std::vector<kernels::ScoreKeyAxis> axes(obs.Hkv);
     for (uint32_t h = 0; h < obs.Hkv; ++h) {
       const model::KvHeadView v = obs.cache->view(obs.layer, h);
@@ -185,6 +190,7 @@ class AccumulatingObserver final : public model::AttentionObserver {
  private:
   model::CacheShape shape_;
   uint32_t first_query_ = 0;
+  std::vector<uint8_t> local_;  // (L) 1 = sliding-window layer
   kernels::ThreadPool* pool_ = nullptr;
   PrefillWatch watch_;
   std::vector<float> acc_;  // (L, Hkv, total)
@@ -195,8 +201,7 @@ class ObservingScorer : public Scorer {
  public:
   model::AttentionObserver* prefill_observer(model::Forward& forward, uint32_t n_prefix,
                                       uint32_t n_doc) override {
-    obs_.reset(model::cache_shape(forward.config()), n_prefix, n_doc, first_query(n_prefix, n_doc),
-               &forward.pool());
+    obs_.reset(forward.config(), n_prefix, n_doc, first_query(n_prefix, n_doc), &forward.pool());
     return &obs_;
   }
 

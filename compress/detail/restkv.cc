@@ -114,6 +114,7 @@ class RestKvScorer final : public WindowScorer {
     // model's weights are never expanded as a whole.
     std::vector<float> wo;  // (E, Hq·D)
     for (uint32_t l = 0; l < c.n_layers; ++l) {
+      if (c.is_local(l)) continue;  // not scored: selection keeps a local layer's reachable rows
       wo.resize(size_t(weights.layers[l].wo.rows) * weights.layers[l].wo.cols);
       dequantize_rows(weights.layers[l].wo, 0, weights.layers[l].wo.rows, wo.data());
       auto unit = [&](size_t u) {

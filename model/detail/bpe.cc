@@ -109,17 +109,24 @@ void BpeModel::encode_word(std::string_view word, bool ignore_merges, std::vecto
       return;
     }
   }
+  // Bytes without a token are left out before merging, so their neighbours can merge (as HF does).
+  std::vector<int32_t> ids;
+  ids.reserve(word.size());
+  for (char c : word) {
+    int32_t id = byte_ids_[static_cast<uint8_t>(c)];
+    if (id >= 0) ids.push_back(id);
+  }
+  merge(ids, out);
+}
+
+void BpeModel::merge(const std::vector<int32_t>& symbols, std::vector<int32_t>& out) const {
   struct Symbol {
     int32_t id;  // -1 once merged into its left neighbour
     int32_t prev, next;
   };
-  // Bytes without a token are left out before merging, so their neighbours can merge (as HF does).
   std::vector<Symbol> sym;
-  sym.reserve(word.size());
-  for (char c : word) {
-    int32_t id = byte_ids_[static_cast<uint8_t>(c)];
-    if (id >= 0) sym.push_back({id, static_cast<int32_t>(sym.size()) - 1, -1});
-  }
+  sym.reserve(symbols.size());
+  for (int32_t id : symbols) sym.push_back({id, static_cast<int32_t>(sym.size()) - 1, -1});
   const auto n = static_cast<int32_t>(sym.size());
   if (n == 0) return;
   for (int32_t i = 0; i + 1 < n; ++i) sym[i].next = i + 1;

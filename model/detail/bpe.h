@@ -41,6 +41,11 @@ class BpeModel {
   // Id of a token by its (byte-level) text, or -1.
   int32_t find(std::string_view text) const;
 
+  // Runs the merge loop over `symbols` (token ids, in order) and appends the result: the lowest
+  // ranked adjacent pair first, the leftmost among equals. The SentencePiece-style tokenizer.json
+  // (model/detail/spm.h) starts it from characters and byte-fallback tokens instead of bytes.
+  void merge(const std::vector<int32_t>& symbols, std::vector<int32_t>& out) const;
+
  private:
   struct Merge {
     int32_t rank;    // position in the merge list; lower merges first

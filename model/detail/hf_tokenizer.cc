@@ -1,11 +1,14 @@
-// tokenizer.json (Hugging Face `tokenizers`) -> TokenizerData. Only byte-level BPE is accepted,
-// and its pre-tokenizer must be one kvzip implements, recognised from its structure and regex:
+// tokenizer.json (Hugging Face `tokenizers`) -> TokenizerData. Byte-level BPE, whose pre-tokenizer
+// must be one kvzip implements, recognised from its structure and regex:
 //   ByteLevel(use_regex)                                   -> "gpt2"
 //   Sequence[Digits(individual), ByteLevel(use_regex)]     -> "smollm"
 //   Sequence[Split(Regex R, Isolated), ByteLevel(no regex)] -> R's name: "llama-bpe", "qwen2", "gpt2"
-// Token ids and types follow llama.cpp's converter, so the tokenizer hash of a folder equals that of
-// its GGUF conversion: vocab texts as stored (byte-level alphabet), added tokens verbatim (special
+// or SentencePiece-style BPE (byte_fallback, spaces as "▁": Gemma, Llama 2), in the three forms
+// converters write (spm_layout below); it keeps its ranked merges (model/detail/spm.h).
+// Token ids and types follow llama.cpp's converter, so the tokenizer hash of a byte-level folder
+// equals that of its GGUF conversion: vocab texts as stored (byte-level alphabet), added tokens verbatim (special
 // -> Control, others -> UserDefined), ids the model has but the tokenizer lacks -> "[PAD<id>]" Unused.
+#include <cctype>
 #include <map>
 #include <string>
 #include <vector>
@@ -27,6 +30,8 @@ constexpr KnownRegex kRegexes[] = {
     {"qwen2", R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
     {"gpt2", R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)"},
 };
+
+constexpr const char* kMetaspace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 
 std::string type_of(const json& j) {
   return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "?";
@@ -63,7 +68,7 @@ std::string recognise_pre(const JsonFile& f, const json* pre) {
     std::string hint;
     for (const json* s : steps)
       if (type_of(*s) == "Metaspace")
-        hint = "; this is a SentencePiece-style tokenizer (Llama 2, Mistral 7B), which kvzip does not implement";
+        hint = "; a Metaspace tokenizer is read only with BPE and model.byte_fallback = true";
     f.fail(Errc::unsupported, "pre_tokenizer " + describe(*pre) + unsupported + hint);
   };
   const json& last = *steps.back();
@@ -83,6 +88,84 @@ std::string recognise_pre(const JsonFile& f, const json* pre) {
   for (const KnownRegex& k : kRegexes)
     if (regex == k.regex) return k.pre;
   return fail();
+}
+
+bool is_replace_space(const json& n) {
+  return type_of(n) == "Replace" && n.contains("pattern") && n["pattern"].is_object() &&
+         n["pattern"].value("String", std::string()) == " " &&
+         n.value("content", std::string()) == kMetaspace;
+}
+
+// SentencePiece-style BPE: byte_fallback, spaces replaced by "▁", in one of the forms converters write:
+//   normalizer Replace(" " -> "▁"); pre_tokenizer null or Split(" ", MergedWithPrevious)   (Gemma)
+//   normalizer Sequence[Prepend("▁"), Replace(" " -> "▁")]; pre_tokenizer null            (Llama 2)
+//   normalizer null; pre_tokenizer Metaspace("▁", prepend_scheme, split)                   (newer)
+// With the normalizer the whole fragment is one word (the Split never matches: no spaces remain).
+void spm_layout(const JsonFile& f, const json& model, TokenizerData& d) {
+  const std::string unsupported =
+      "; kvzip reads a SentencePiece-style tokenizer.json whose normalizer replaces \" \" by "
+      "\"\u2581\" "
+      "(optionally after Prepend(\"\u2581\")) or whose pre-tokenizer is Metaspace";
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
+    if (f.opt_string(key, &model, std::string("model.") + key).value_or("") != "")
+      f.fail(Errc::unsupported,
+             std::string("model.") + key + " is set; SentencePiece-style BPE does not use it");
+  if (f.opt_bool("ignore_merges", &model, "model.ignore_merges").value_or(false))
+    f.fail(Errc::unsupported, "model.ignore_merges = true with byte_fallback is not supported");
+  const json* norm = f.member("normalizer");
+  const json* pre = f.member("pre_tokenizer");
+  d.model = "llama";
+  d.pre = "default";
+  d.ranked_merges = true;
+  d.add_space_prefix = false;
+  if (norm) {
+    std::vector<const json*> steps;
+    if (type_of(*norm) == "Sequence" && norm->contains("normalizers") &&
+        (*norm)["normalizers"].is_array())
+      for (const json& n : (*norm)["normalizers"]) steps.push_back(&n);
+    else steps.push_back(norm);
+    const bool prepend = steps.size() == 2 && type_of(*steps[0]) == "Prepend" &&
+                         steps[0]->value("prepend", std::string()) == kMetaspace;
+    if (!((steps.size() == 1 || prepend) && is_replace_space(*steps.back())))
+      f.fail(Errc::unsupported,
+             "normalizer " + norm->dump().substr(0, 120) + " with byte_fallback BPE" + unsupported);
+    d.add_space_prefix = prepend;  // a normalizer runs on every fragment between added tokens
+    const bool split_noop = pre && type_of(*pre) == "Split" && (*pre).contains("pattern") &&
+                            (*pre)["pattern"].is_object() &&
+                            (*pre)["pattern"].value("String", std::string()) == " ";
+    if (pre && !split_noop)
+      f.fail(Errc::unsupported, "pre_tokenizer " + describe(*pre) +
+                                    " after a normalizer that replaces spaces" + unsupported);
+  } else {
+    if (!pre || type_of(*pre) != "Metaspace" ||
+        pre->value("replacement", std::string()) != kMetaspace)
+      f.fail(Errc::unsupported, "pre_tokenizer " + (pre ? describe(*pre) : std::string("null")) +
+                                    " without a normalizer" + unsupported);
+    std::string scheme = pre->value("prepend_scheme", std::string());
+    if (scheme.empty()) scheme = pre->value("add_prefix_space", true) ? "always" : "never";
+    if (scheme != "first" && scheme != "always" && scheme != "never")
+      f.fail(Errc::unsupported,
+             "Metaspace prepend_scheme '" + scheme + "' (expected first, always or never)");
+    d.add_space_prefix = scheme != "never";
+    d.space_prefix_first_only = scheme == "first";
+    d.prefix_unless_space = true;
+    d.split_words = pre->value("split", true);
+  }
+  if (const json* dec = f.member("decoder")) {
+    bool ok = type_of(*dec) == "Metaspace";
+    if (type_of(*dec) == "Sequence" && dec->contains("decoders") && (*dec)["decoders"].is_array()) {
+      ok = true;
+      for (const json& x : (*dec)["decoders"]) {
+        const std::string t = type_of(x);
+        ok &= t == "Replace" || t == "ByteFallback" || t == "Fuse" || t == "Strip";
+      }
+    }
+    if (!ok)
+      f.fail(Errc::unsupported,
+             "decoder '" + type_of(*dec) +
+                 "' is not supported with byte_fallback BPE; "
+                 "kvzip decodes \"\u2581\" as a space and <0xXX> tokens as bytes");
+  }
 }
 
 void check_model_and_normalizer(const JsonFile& f, const json& model, const std::string& pre) {
@@ -167,9 +250,14 @@ TokenizerData hf_tokenizer_from_json(const JsonFile& f, const JsonFile* tc, cons
   const json* model = f.member("model");
   if (!model || !model->is_object()) f.fail(Errc::corrupt, "missing object 'model'");
   TokenizerData d;
-  d.model = "gpt2";
-  d.pre = recognise_pre(f, f.member("pre_tokenizer"));
-  check_model_and_normalizer(f, *model, d.pre);
+  const bool spm = model->value("byte_fallback", false) && type_of(*model) == "BPE";
+  if (spm) {
+    spm_layout(f, *model, d);
+  } else {
+    d.model = "gpt2";
+    d.pre = recognise_pre(f, f.member("pre_tokenizer"));
+    check_model_and_normalizer(f, *model, d.pre);
+  }
 
   d.tokens.assign(vocab_size, std::string());
   d.token_types.assign(vocab_size, 0);
@@ -204,9 +292,16 @@ TokenizerData hf_tokenizer_from_json(const JsonFile& f, const JsonFile* tc, cons
       added[content] = int32_t(t["id"].get<uint64_t>());
     }
   }
+  auto byte_token = [](const std::string& t) {
+    return t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' &&
+           std::isxdigit((unsigned char)t[3]) && std::isxdigit((unsigned char)t[4]);
+  };
   for (uint32_t i = 0; i < vocab_size; ++i)
     if (!have[i]) d.tokens[i] = "[PAD" + std::to_string(i) + "]", d.token_types[i] = int32_t(TokenType::Unused);
-    else if (d.token_types[i] == 0) d.token_types[i] = int32_t(TokenType::Normal);
+    else if (d.token_types[i] == 0 ||
+             (spm && d.token_types[i] == int32_t(TokenType::Normal) && byte_token(d.tokens[i])))
+      d.token_types[i] =
+          int32_t(spm && byte_token(d.tokens[i]) ? TokenType::Byte : TokenType::Normal);
 
   const json* merges = f.member("merges", model);
   if (!merges || !merges->is_array()) f.fail(Errc::corrupt, "missing list 'model.merges'");
@@ -219,8 +314,9 @@ TokenizerData hf_tokenizer_from_json(const JsonFile& f, const JsonFile* tc, cons
       const std::string l = m[0].get<std::string>(), r = m[1].get<std::string>();
       // kvzip merges are "left right"; a part holding a space could not be split back.
       if (l.find(' ') != std::string::npos || r.find(' ') != std::string::npos)
-        f.fail(Errc::unsupported, "merge " + std::to_string(i) + " " + m.dump() +
-                                      " has a space inside a part; not a byte-level vocabulary");
+        f.fail(Errc::unsupported,
+               "merge " + std::to_string(i) + " " + m.dump() +
+                   " has a space inside a part, which kvzip's \"left right\" merges cannot hold");
       d.merges.push_back(l + " " + r);
     } else {
       f.fail(Errc::corrupt, "model.merges[" + std::to_string(i) + "] is " + m.dump() +
@@ -247,7 +343,11 @@ TokenizerData hf_tokenizer_from_json(const JsonFile& f, const JsonFile* tc, cons
   std::optional<std::string> eos_text = tc ? token_text(*tc, "eos_token") : std::nullopt;
   d.eos = eos_text ? id_of(*eos_text, *tc, "eos_token") : from_config("eos_token_id");
   if (auto pad = tc ? token_text(*tc, "pad_token") : std::nullopt) d.pad = id_of(*pad, *tc, "pad_token");
-  if (auto unk = f.opt_string("unk_token", model, "model.unk_token")) d.unk = id_of(*unk, f, "model.unk_token");
+  if (auto unk = f.opt_string("unk_token", model, "model.unk_token")) {
+    d.unk = id_of(*unk, f, "model.unk_token");
+    if (spm && d.token_types[size_t(d.unk)] == int32_t(TokenType::Normal))
+      d.token_types[size_t(d.unk)] = int32_t(TokenType::Unknown);
+  }
   for (const char* eot : {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>"})
     if (auto a = added.find(eot); a != added.end() && d.token_types[a->second] == int32_t(TokenType::Control)) {
       d.eot = a->second;

@@ -36,6 +36,19 @@ SpmModel::SpmModel(const std::vector<std::string>& tokens, const std::vector<flo
                                    "; a SentencePiece vocabulary needs one score per token");
   index_.reserve(tokens.size());
   for (size_t i = 0; i < tokens.size(); ++i) index_[tokens[i]] = static_cast<int32_t>(i);  // later id wins
+  init_bytes();
+}
+
+SpmModel::SpmModel(const std::vector<std::string>& tokens, const std::vector<std::string>& merges,
+                   int32_t unk, bool split_words)
+    : unk_(unk), split_words_(split_words) {
+  ranked_.emplace(tokens, merges);  // validates every merge against the vocabulary
+  index_.reserve(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) index_[tokens[i]] = static_cast<int32_t>(i);
+  init_bytes();
+}
+
+void SpmModel::init_bytes() {
   byte_ids_.fill(-1);
   char buf[8];
   for (int b = 0; b < 256; ++b) {
@@ -58,6 +71,16 @@ void SpmModel::encode(std::string_view raw, bool space_prefix, std::vector<int32
     else text += ch;
   }
   if (text.empty()) return;
+  if (ranked_) {
+    if (!split_words_) return encode_ranked(text, out);
+    for (size_t b = 0; b < text.size();) {  // words start at every "▁" (MergedWithNext)
+      size_t e = text.find(kSpace, b + 1);
+      if (e == std::string::npos) e = text.size();
+      encode_ranked(std::string_view(text).substr(b, e - b), out);
+      b = e;
+    }
+    return;
+  }
   std::vector<Symbol> sym;
   sym.reserve(text.size());
   for (size_t i = 0; i < text.size();) {
@@ -103,6 +126,31 @@ void SpmModel::encode(std::string_view raw, bool space_prefix, std::vector<int32
       else if (unk_ >= 0) out.push_back(unk_);
     }
   }
+}
+
+// Hugging Face's BPE word: each character's token, or its bytes' tokens when it has none (all of
+// them, else one unk; consecutive unks fuse, as fuse_unk does), then the ranked merges.
+void SpmModel::encode_ranked(std::string_view text, std::vector<int32_t>& out) const {
+  std::vector<int32_t> ids;
+  ids.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    const Utf8Step st = utf8_step(text, i);
+    const size_t n = st.status == Utf8Status::ok ? st.len : 1u;
+    const std::string_view ch = text.substr(i, n);
+    i += n;
+    if (const int32_t id = find(ch); id >= 0) {
+      ids.push_back(id);
+      continue;
+    }
+    bool all = true;
+    for (unsigned char b : ch) all &= byte_ids_[b] >= 0;
+    if (all) {
+      for (unsigned char b : ch) ids.push_back(byte_ids_[b]);
+    } else if (unk_ >= 0 && (ids.empty() || ids.back() != unk_)) {
+      ids.push_back(unk_);
+    }
+  }
+  ranked_->merge(ids, out);
 }
 
 std::string spm_token_bytes(std::string_view text, bool is_byte_token) {

@@ -11,11 +11,13 @@
 #include <random>
 #include <vector>
 
+#include "common/error.h"
 #include "compress/pipeline.h"
 #include "compress/selection.h"
 #include "model/forward.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "prefill/prefill.h"
 #include "tests/compress/support.h"
 #include "tests/support/hf_fixture.h"
 
@@ -165,4 +167,97 @@ TEST_CASE("every method and level compresses a Gemma 3 document, keeping the loc
       CHECK(std::all_of(logits.begin(), logits.end(), [](float x) { return std::isfinite(x); }));
     }
   }
+}
+
+TEST_CASE("a hybrid prefill trims local layers to their window and answers as the full cache",
+          "[compress][hybrid][gemma3]") {
+  const std::unique_ptr<model::Model> m = model::Model::load(test::hf_golden("gemma3"));
+  const ModelConfig& cfg = m->config();
+  const uint32_t W = cfg.sliding_window;
+  const std::vector<int32_t> prefix = m->chat().prefix("");
+  const std::vector<int32_t> doc = test::random_tokens(20 * W + 5, cfg.vocab_size, 31);
+  const std::vector<int32_t> question = test::random_tokens(6, cfg.vocab_size, 32);
+  const uint32_t n_p = uint32_t(prefix.size()), total = n_p + uint32_t(doc.size());
+  model::ForwardOptions fo;
+  fo.threads = 1;
+  model::Forward fwd(m->weights(), fo);
+
+  model::KvCache dense(cfg);  // untrimmed: every layer holds every position
+  std::vector<int32_t> all = prefix;
+  all.insert(all.end(), doc.begin(), doc.end());
+  fwd.prefill(dense, all, model::LogitsMode::None);
+  const std::vector<float> want = fwd.prefill(dense, question, model::LogitsMode::All);
+
+  prefill::PrefillOptions po;
+  po.chunk = 5;  // many appends, each after a drop
+  po.answer_room = 16;
+  prefill::PrefillResult pre = prefill::prefill_document(fwd, prefix, doc, po);
+  for (uint32_t l = 0; l < cfg.n_layers; ++l) {
+    const model::KvHeadView v = pre.cache.view(l, 0);
+    INFO("layer " << l);
+    if (!cfg.is_local(l)) {
+      CHECK(v.len == total);
+      continue;
+    }
+    CHECK(v.len <= n_p + 2 * W);
+    CHECK(v.len >= n_p + W - 1);
+    for (uint32_t r = 0; r < n_p; ++r) CHECK(v.positions[r] == r);  // the prefix stays
+    for (uint32_t r = n_p; r < v.len; ++r)
+      CHECK(v.positions[r] == total - (v.len - r));  // then the last rows
+    CHECK(pre.cache.layer_capacity(l) <= n_p + 2 * W);
+  }
+  CHECK(pre.cache.bytes_used() < dense.bytes_used() / 2);
+  const std::vector<float> got = fwd.prefill(pre.cache, question, model::LogitsMode::All);
+  CHECK(rel_err(got, want) <= 1e-5);
+  pre.cache.rollback(total);  // the rows a token at `total` reads are all there
+  CHECK(rel_err(fwd.prefill(pre.cache, question, model::LogitsMode::All), want) <= 1e-5);
+  try {
+    pre.cache.rollback(n_p + W);  // its window was dropped
+    FAIL("rolled back past dropped rows");
+  } catch (const Error& e) {
+    CHECK(e.code() == Errc::invalid_argument);
+  }
+  pre.cache.rollback(0);  // back to empty is always possible
+  CHECK(pre.cache.view(0, 0).len == 0);
+
+  model::KvCache plain(model::cache_shape(cfg));  // no layer layout: nothing to trim by
+  CHECK_THROWS_AS(plain.trim_local_layers(true, 0), Error);
+}
+
+TEST_CASE("pruning a Gemma 3 cache budgets the global layers and keeps the local windows",
+          "[compress][hybrid][gemma3]") {
+  const std::unique_ptr<model::Model> m = model::Model::load(test::hf_golden("gemma3"));
+  const ModelConfig& cfg = m->config();
+  const uint32_t W = cfg.sliding_window;
+  const std::vector<int32_t> prefix = m->chat().prefix("");
+  const std::vector<int32_t> doc = test::random_tokens(6 * W, cfg.vocab_size, 41);
+  model::ForwardOptions fo;
+  fo.threads = 1;
+  model::Forward fwd(m->weights(), fo);
+  compress::CompressOptions co;
+  co.ratio = 1.0;
+  co.prefill.answer_room = 16;
+  co.scorer = test::tiny_kvzip_options();
+  compress::CompressResult r = compress::compress(fwd, prefix, doc, co);
+  compress::CacheDescription d;
+  d.prefix = prefix;
+  d.document = doc;
+  d.method = "kvzip";
+  const format::CacheContents full = compress::make_contents(*m, r.cache, r.kept_scores, d);
+  const format::CacheContents small = format::prune(full, 0.25);  // of the global layers' rows
+  uint64_t global_doc = 0, n_global = 0;
+  for (uint32_t l = 0; l < cfg.n_layers; ++l) {
+    const format::LayerKv& a = full.layers[l];
+    const format::LayerKv& b = small.layers[l];
+    if (cfg.is_local(l)) {
+      CHECK(b.positions == a.positions);  // the window stays whole
+    } else {
+      ++n_global;
+      for (uint32_t p : b.positions) global_doc += p >= prefix.size();
+    }
+  }
+  CHECK(double(global_doc) / double(n_global * cfg.n_kv_heads * doc.size()) ==
+        Approx(0.25).margin(0.01));
+  CHECK(small.header.achieved_ratio == Approx(0.25).margin(0.01));
+  CHECK_THROWS_AS(format::prune(small, 0.5), Error);  // pruning only removes rows
 }

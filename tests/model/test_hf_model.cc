@@ -182,9 +182,10 @@ TEST_CASE("hf folder: missing tensors, wrong shapes, dtypes and truncation are r
 
 TEST_CASE("hf folder: tokenizers kvzip does not implement are Errc::unsupported", "[model][hf]") {
   const std::vector<Edit> edits = {
-      {"SentencePiece BPE", [](json& j) { j["model"]["byte_fallback"] = true; }, {"byte_fallback", "SentencePiece"}},
+      {"byte_fallback with a byte-level layout", [](json& j) { j["model"]["byte_fallback"] = true; },
+       {"byte_fallback", "not supported"}},
       {"Metaspace", [](json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\xe2\x96\x81"}}; },
-       {"Metaspace", "SentencePiece"}},
+       {"Metaspace", "byte_fallback"}},
       {"unknown regex", [](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+|\\s+"; },
        {"pre_tokenizer", "Split"}},
       {"Unigram", [](json& j) { j["model"]["type"] = "Unigram"; }, {"Unigram"}},
