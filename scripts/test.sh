@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command (README): installs what the tests need (Debian packages, the models), builds,
 # runs the whole suite with CTest, then runs the unit tests again in an ASan+UBSan build, fuzzes
-# the .kvz reader, and runs the Python package's tests (scripts/test-python.sh). Each stage prints
-# its time.
+# the .kvz reader, runs the Python package's tests (scripts/test-python.sh), and reads the Gemma 3
+# tokenizer.json that transformers converts from the GGUF through the C++ loader. Each stage
+# prints its time.
 # Tests tagged [realmodel] use the real models; they find them through $KVZIP_MODEL (and
 # $KVZIP_GEMMA_MODEL). Here the models are fetched, so KVZIP_REQUIRE_MODEL=1 (and
 # KVZIP_REQUIRE_GEMMA=1) turn a [realmodel] skip (model missing) into a failure; [cuda] tests without a GPU are reported by CTest as skipped
@@ -51,6 +52,13 @@ bash fuzz/run.sh 60
 
 stage "Python package (pip install ., pytest; torch and transformers in a cached venv)"
 bash scripts/test-python.sh
+
+stage "Gemma 3 tokenizer.json (transformers' conversion of the GGUF) through the C++ loader"
+tokjson="${XDG_CACHE_HOME:-$HOME/.cache}/kvzip/models/gemma-3-270m-tokenizer.json"
+[ -f "$tokjson" ] || "${KVZIP_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/kvzip/venv}/bin/python" \
+  scripts/golden/make_gemma3_tokenizer_json.py --model "$KVZIP_GEMMA_MODEL" --out "$tokjson"
+KVZIP_GEMMA_TOKENIZER_JSON="$tokjson" KVZIP_REQUIRE_GEMMA_TOKENIZER_JSON=1 \
+  ./build/tests/kvzip_tests "[gemma_tokenizer_json]"
 
 stage ""
 echo "== all stages: $(( $(date +%s) - t_start )) s =="
