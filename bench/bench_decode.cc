@@ -37,6 +37,7 @@
 #include "kernels/thread_pool.h"
 
 using namespace kvzip;
+using bench::type_by_name;
 using kernels::quant::GgmlType;
 
 namespace {
@@ -121,14 +122,6 @@ std::vector<Proj> layer_shape(const std::string& shape, uint32_t& layers) {
             {14336, 4096, 2}, {14336, 4096, 2}, {4096, 14336, 3}};
   }
   std::fprintf(stderr, "unknown --shape %s (1b or 8b)\n", shape.c_str());
-  std::exit(2);
-}
-
-GgmlType type_by_name(const std::string& name) {
-  for (uint32_t id = 0; id < 40; ++id)
-    if (const kernels::quant::TypeTraits* tr = kernels::quant::type_traits(id); tr && name == tr->name)
-      return GgmlType(id);
-  std::fprintf(stderr, "unknown type %s\n", name.c_str());
   std::exit(2);
 }
 

@@ -28,6 +28,7 @@
 using namespace kvzip;
 using kernels::quant::GgmlType;
 using bench::random_blocks;
+using bench::type_by_name;
 
 namespace {
 
@@ -43,14 +44,6 @@ double best_of(int n, const std::function<void()>& fn) {
     best = std::min(best, now() - t0);
   }
   return best;
-}
-
-GgmlType type_by_name(const std::string& name) {
-  for (uint32_t id = 0; id < 40; ++id)
-    if (const kernels::quant::TypeTraits* tr = kernels::quant::type_traits(id); tr && name == tr->name)
-      return GgmlType(id);
-  std::fprintf(stderr, "unknown type %s\n", name.c_str());
-  std::exit(2);
 }
 
 int sweep_t(const kernels::Exec& ex, const std::string& name, uint32_t in, uint32_t out, uint32_t threads) {

@@ -3,13 +3,25 @@
 // infinite scales would make the float units take slow paths).
 #pragma once
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "common/half.h"
 #include "kernels/quant.h"
 
 namespace kvzip::bench {
+
+// The stored type named `name` ("q4_0", "q4_K", ...); exits with a message for an unknown name.
+inline kernels::quant::GgmlType type_by_name(const std::string& name) {
+  for (uint32_t id = 0; id < 40; ++id)
+    if (const kernels::quant::TypeTraits* tr = kernels::quant::type_traits(id); tr && name == tr->name)
+      return kernels::quant::GgmlType(id);
+  std::fprintf(stderr, "unknown type %s\n", name.c_str());
+  std::exit(2);
+}
 
 inline void put_half(uint8_t* p, float v) {
   const uint16_t h = f32_to_f16(v);
