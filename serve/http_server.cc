@@ -111,20 +111,23 @@ struct HttpServer::Impl {
     }
   }
 
+  // Takes a connection out of the waiting order and its address's count (mu held).
+  void unqueue_locked(const Conn& c) {
+    pending.erase(c.seq);
+    auto pb = pending_by_peer.find(c.peer);
+    if (pb != pending_by_peer.end()) {
+      pb->second.erase(c.seq);
+      if (pb->second.empty()) pending_by_peer.erase(pb);
+    }
+  }
+
   // Forgets a waiting connection (mu held); closes it after a best-effort answer.
   void drop_locked(int fd, int status) {
     auto it = conns.find(fd);
     if (it == conns.end()) return;
     Conn& c = *it->second;
     ::epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
-    if (!c.draining) {
-      pending.erase(c.seq);
-      auto pb = pending_by_peer.find(c.peer);
-      if (pb != pending_by_peer.end()) {
-        pb->second.erase(c.seq);
-        if (pb->second.empty()) pending_by_peer.erase(pb);
-      }
-    }
+    if (!c.draining) unqueue_locked(c);
     if (status == 408 && !c.draining && c.got_byte) {
       static const char k408[] = "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
       ::send(fd, k408, sizeof k408 - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -147,14 +150,7 @@ struct HttpServer::Impl {
   }
 
   void start_drain_locked(Conn& c) {
-    if (!c.draining) {
-      pending.erase(c.seq);
-      auto pb = pending_by_peer.find(c.peer);
-      if (pb != pending_by_peer.end()) {
-        pb->second.erase(c.seq);
-        if (pb->second.empty()) pending_by_peer.erase(pb);
-      }
-    }
+    if (!c.draining) unqueue_locked(c);
     c.draining = true;
     c.buf.clear();
     c.buf.shrink_to_fit();
