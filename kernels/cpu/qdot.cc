@@ -133,6 +133,22 @@ namespace {
 // enough that the task hand-out is noise.
 constexpr uint32_t kRowsPerTask = 32;
 
+// A job on the row kernels (decode: T < kQdotGemmMinT) is split into kDecodeTasksPerThread
+// contiguous runs a thread (whole sixteen-row tiles). Those kernels prefetch the next tile of
+// their run; with 32-row tasks handed out in turn the threads' runs interleave, each thread's
+// prefetches fetch the other's rows into the wrong L2 and every task starts cold: two threads on
+// Zen 4 streamed 19 GB/s that way, as one thread alone, against 30-40 with long runs
+// (bench/bench_decode.cc). Two runs a thread rather than one leave some balance to the dynamic
+// hand-out on a shared machine (the same speed measured).
+constexpr uint32_t kDecodeTasksPerThread = 2;
+
+uint32_t rows_per_task(uint32_t rows, uint32_t threads, bool gemm) {
+  if (gemm) return kRowsPerTask;
+  const uint32_t parts = threads * kDecodeTasksPerThread;
+  const uint32_t r = ((rows + parts - 1) / parts + 15) / 16 * 16;
+  return std::max(r, kRowsPerTask);
+}
+
 detail::QDotFn pick(QIsa isa, GgmlType t) {
   switch (isa) {
     case QIsa::Scalar: return detail::qdot_rows_scalar(t);
@@ -222,14 +238,17 @@ void qdot(ThreadPool* pool, std::span<const MatmulArgs> jobs, QIsa isa) {
     }
   }
   std::vector<size_t> first_task(jobs.size() + 1, 0);
-  for (size_t j = 0; j < jobs.size(); ++j)
-    first_task[j + 1] = first_task[j] + (jobs[j].w.rows + kRowsPerTask - 1) / kRowsPerTask;
+  std::vector<uint32_t> per_task(jobs.size());
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    per_task[j] = rows_per_task(jobs[j].w.rows, pool ? pool->size() : 1, gemm[j] != nullptr);
+    first_task[j + 1] = first_task[j] + (jobs[j].w.rows + per_task[j] - 1) / per_task[j];
+  }
   run_tasks(pool, first_task.back(), [&](size_t task) {
     size_t j = 0;
     while (task >= first_task[j + 1]) ++j;
     const MatmulArgs& a = jobs[j];
-    const uint32_t r0 = uint32_t(task - first_task[j]) * kRowsPerTask;
-    const uint32_t r1 = std::min(r0 + kRowsPerTask, a.w.rows);
+    const uint32_t r0 = uint32_t(task - first_task[j]) * per_task[j];
+    const uint32_t r1 = std::min(r0 + per_task[j], a.w.rows);
     const detail::QDotRowsArgs rows{&a.w, acts.data() + act_start[act_of[j]], a.T, a.y, r0, r1};
     if (gemm[j]) gemm[j](rows, packs[2 * act_of[j] + signed_x[j]]);
     else fns[j](rows);

@@ -355,8 +355,9 @@ KVZIP_VNNI uint32_t decode_tiles16(const QDotRowsArgs& a) {
   for (; r + kRows <= a.r1; r += kRows) {
     if (!w.row_map) {
       const uint8_t* p = w.data + size_t(r) * w.row_bytes;
-      // The next tile's run, or this one's again where no whole tile follows (never past the data).
-      const uint8_t* next = r + 2 * kRows <= w.rows ? p + kRows * w.row_bytes : p;
+      // The next tile's run, or this one's again where no whole tile of this task follows (the
+      // rows after the task are another thread's: fetching them here would be wasted traffic).
+      const uint8_t* next = r + 2 * kRows <= a.r1 ? p + kRows * w.row_bytes : p;
       tile16<Ty>(Strided(p, w.row_bytes, reinterpret_cast<const char*>(next)), a.x, nblk, a.y + r);
     } else {
       Listed rows;
