@@ -29,6 +29,20 @@ std::string default_output(const std::string& input, const char* extension, cons
   return p.string();
 }
 
+namespace {
+
+// KVZIP_WEIGHTS=auto|memory|map (docs/cli.md): where a GGUF's weights live (model::LoadOptions).
+model::LoadOptions::Weights weights_from_env() {
+  const char* v = std::getenv("KVZIP_WEIGHTS");
+  const std::string s = v ? v : "";
+  if (s.empty() || s == "auto") return model::LoadOptions::Weights::Auto;
+  if (s == "memory") return model::LoadOptions::Weights::Memory;
+  if (s == "map") return model::LoadOptions::Weights::Map;
+  throw Error(Errc::invalid_argument, "KVZIP_WEIGHTS='" + s + "': expected auto, memory or map");
+}
+
+}  // namespace
+
 std::unique_ptr<model::Model> load_model(const std::string& cli_path, uint32_t threads) {
   // resolve_model_path calls a directory "not found"; say what it is instead.
   const char* env = std::getenv("KVZIP_MODEL");
@@ -43,6 +57,7 @@ std::unique_ptr<model::Model> load_model(const std::string& cli_path, uint32_t t
                     ") or a Hugging Face checkpoint folder");
   model::LoadOptions o;
   o.threads = threads;
+  o.weights = weights_from_env();
   const std::string path = model::resolve_model_path(cli_path);
   // A model of a few GB takes seconds to read from disk once (to fingerprint it): say so on a
   // terminal. Small models and pipes get nothing.

@@ -102,6 +102,7 @@ void run_generate(const GenerateOpts& o) {
                  r.tokens.size() > 1 ? (r.tokens.size() - 1) / decode_s : 0.0);
     if (device != kernels::Device::Cuda)
       std::fprintf(stderr, "matmul %s\n", kernels::matmul_kernels(model::ForwardOptions{}.matmul).c_str());
+    std::fprintf(stderr, "weights %s\n", model->weights_in_memory() ? "read into memory" : "mapped from the file");
     if (gp.rkv)
       std::fprintf(stderr, "%s: %u compressions evicted %llu rows (budget %u per head)\n",
                    gp.rkv->streaming ? "streaming" : "R-KV", r.compressions,

@@ -95,8 +95,9 @@ File::File(std::string source, detail::FileImage&& image)
   parse_gguf(*impl_);
 }
 
-File File::open(const std::string& path) {
-  return File(path, detail::FileImage::map(path, "GGUF '" + path + "': "));
+File File::open(const std::string& path, bool in_memory) {
+  const std::string prefix = "GGUF '" + path + "': ";
+  return File(path, in_memory ? detail::FileImage::read(path, prefix) : detail::FileImage::map(path, prefix));
 }
 
 File File::from_bytes(std::vector<uint8_t> bytes, std::string source) {

@@ -47,8 +47,10 @@ struct TensorInfo {
 
 class File {
  public:
-  // mmaps path read-only. Errc::not_found / io when it cannot be opened or mapped.
-  static File open(const std::string& path);
+  // mmaps path read-only, or with in_memory reads it into private memory (detail/mapped_file.h:
+  // faster decode, no pages shared with other processes). Errc::not_found / io when it cannot be
+  // opened, mapped or read; out_of_memory when in_memory cannot get the memory.
+  static File open(const std::string& path, bool in_memory = false);
   // Parses an in-memory image; `source` names it in error messages.
   static File from_bytes(std::vector<uint8_t> bytes, std::string source = "<memory>");
 

@@ -49,6 +49,16 @@ uint64_t safetensors_bytes(const std::string& dir) {
   return n;
 }
 
+// LoadOptions::Weights for a GGUF file: Auto reads it into memory when it is at most half of what
+// is available (the rest stays for the cache, activations and other processes), else maps it.
+bool read_into_memory(const std::string& path, LoadOptions::Weights w) {
+  if (w != LoadOptions::Weights::Auto) return w == LoadOptions::Weights::Memory;
+  std::error_code ec;
+  const uint64_t bytes = std::filesystem::file_size(path, ec);
+  const std::optional<uint64_t> avail = detail::available_memory_bytes();
+  return !ec && avail && 2 * bytes <= *avail;
+}
+
 }  // namespace
 
 std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& options) {
@@ -61,8 +71,13 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
     m->tokenizer_ = std::make_unique<Tokenizer>(std::move(hf.tokenizer));
     m->fingerprint_ = std::move(hf.fingerprint);
   } else {
-    auto shared = std::make_shared<const gguf::File>(gguf::File::open(path));
-    if (options.check_memory) check_fits(path, shared->size());
+    // Checked before the file is read: a model read into memory that does not fit would not fail
+    // cleanly but take the machine's memory.
+    std::error_code ec;
+    const uint64_t bytes = std::filesystem::file_size(path, ec);
+    if (options.check_memory && !ec) check_fits(path, bytes);
+    m->weights_in_memory_ = read_into_memory(path, options.weights);
+    auto shared = std::make_shared<const gguf::File>(gguf::File::open(path, m->weights_in_memory_));
     m->weights_ = load_weights(shared);
     m->tokenizer_ = std::make_unique<Tokenizer>(tokenizer_data_from_gguf(*shared));
     m->fingerprint_ = fingerprint_from_gguf(*shared, options.progress);

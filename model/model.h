@@ -29,6 +29,12 @@ struct LoadOptions {
   // Refuse (Errc::out_of_memory) a model whose weights exceed the memory available, before
   // reading them. Headroom: what the model file needs besides its weights (KV cache, activations).
   bool check_memory = true;
+  // Where a GGUF's weights live: mapped from the file (its pages shared with other processes and
+  // reclaimable), read into private memory (2 MiB pages: ~10% faster decode on a 1B model), or
+  // Auto: in memory when the file is at most half the memory available, else mapped. A Hugging
+  // Face folder's shards are always mapped.
+  enum class Weights { Auto, Memory, Map };
+  Weights weights = Weights::Auto;
 };
 
 class Model {
@@ -38,6 +44,8 @@ class Model {
   static std::unique_ptr<Model> load(const std::string& path, const LoadOptions& options = {});
 
   const std::string& path() const { return path_; }
+  // The weights were read into private memory (LoadOptions::Weights), not mapped.
+  bool weights_in_memory() const { return weights_in_memory_; }
   const ModelConfig& config() const { return weights_.config; }
   const Weights& weights() const { return weights_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
@@ -47,6 +55,7 @@ class Model {
  private:
   Model() = default;
   std::string path_;
+  bool weights_in_memory_ = false;
   Weights weights_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ChatTemplate> chat_;

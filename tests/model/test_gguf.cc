@@ -204,6 +204,33 @@ TEST_CASE("File::open maps a file on disk and stays valid when moved", "[model][
   }
 }
 
+TEST_CASE("File::open read into memory holds the file's bytes, 2 MiB-aligned and read-only",
+          "[model][gguf]") {
+  const std::string path = "/tmp/kvzip_test_gguf_read_" + std::to_string(::getpid()) + ".gguf";
+  const std::vector<uint8_t> bytes = small_writer().build().bytes;
+  write_file(path, bytes);
+  model::gguf::File mapped = model::gguf::File::open(path);
+  model::gguf::File read = model::gguf::File::open(path, /*in_memory=*/true);
+  const model::gguf::TensorInfo& a = mapped.tensor("a.weight");
+  const model::gguf::TensorInfo& b = read.tensor("a.weight");
+  REQUIRE(a.nbytes == b.nbytes);
+  CHECK(std::memcmp(a.data, b.data, a.nbytes) == 0);
+  CHECK(a.data != b.data);  // a copy, not the mapping
+  // The image starts on a 2 MiB boundary (so the kernel can back it with huge pages): the first
+  // tensor's data sits at its file offset from there.
+  CHECK((reinterpret_cast<uintptr_t>(b.data) - b.offset - read.data_offset()) % (uintptr_t(2) << 20) == 0);
+  model::gguf::File moved = std::move(read);
+  CHECK(moved.tensor("a.weight").data == b.data);
+  CHECK(moved.get_string("general.name") == "small");
+  std::remove(path.c_str());
+  try {
+    model::gguf::File::open(path, true);
+    FAIL("read a deleted file");
+  } catch (const Error& e) {
+    CHECK(e.code() == Errc::not_found);
+  }
+}
+
 // ---- one corrupt file per failure class ----
 
 TEST_CASE("a file with a bad magic is rejected as bad_magic", "[model][gguf]") {
