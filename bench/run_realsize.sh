@@ -54,8 +54,9 @@ echo "$hdr"; echo "$sep"
 for spec in "$@"; do
   IFS=: read -r model P N <<<"$spec"
   name=$(basename "$model")
-  # A prompt of exactly P tokens for all: kvzip tokenizes the article and keeps P ids.
-  ids=$("$kz" tokenize -m "$model" "$(cat "$out/article.txt")" 2>/dev/null | tr -s ' \n' ' ' | sed 's/^ //' | cut -d' ' -f1-"$P")
+  # A prompt of exactly P tokens for all: kvzip tokenizes the article (twice over, for P beyond
+  # its ~5.6K tokens) and keeps P ids.
+  ids=$("$kz" tokenize -m "$model" "$(cat "$out/article.txt" "$out/article.txt")" 2>/dev/null | tr -s ' \n' ' ' | sed 's/^ //' | cut -d' ' -f1-"$P")
   "$kz" tokenize -m "$model" --decode "$ids" > "$out/prompt_$P.txt" 2>/dev/null
   kp=(); kd=(); bp=(); bd=(); lp=(); ld=(); kc=(); bc=()
   for r in $(seq "$repeat"); do
