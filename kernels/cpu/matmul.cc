@@ -17,6 +17,7 @@
 
 #include "common/error.h"
 #include "kernels/detail/bf16_gemm.h"
+#include "kernels/detail/half_rows.h"
 #include "kernels/qdot.h"
 #include "kernels/qgemv.h"
 #include "kernels/simd.h"
@@ -121,6 +122,25 @@ void tile_small_t(ThreadPool* pool, const MatmulArgs& a) {
   else for (size_t k = 0; k < n_tasks; ++k) task(k);
 }
 
+// F16/BF16/F32 jobs up to kTileMaxT tokens (kernels/detail/half_rows.h): the widest kernel this
+// CPU has, in long contiguous runs of rows, two a thread (as qdot's decode: each thread's rows
+// one stream).
+cpu::detail::HalfRowsFn half_rows_for(GgmlType t) {
+  if (auto f = cpu::detail::half_rows_avx512(t)) return f;
+  if (auto f = cpu::detail::half_rows_avx2(t)) return f;
+  return cpu::detail::half_rows_portable(t);
+}
+
+void half_rows(ThreadPool* pool, const MatmulArgs& a, cpu::detail::HalfRowsFn fn) {
+  const uint32_t threads = pool ? pool->size() : 1, parts = 2 * threads;
+  const uint32_t per = std::max(16u, ((a.w.rows + parts - 1) / parts + 3) / 4 * 4);
+  const size_t n_tasks = (a.w.rows + per - 1) / per;
+  run_tasks(pool, n_tasks, [&](size_t k) {
+    const uint32_t r0 = uint32_t(k) * per;
+    fn(a, r0, std::min(r0 + per, a.w.rows));
+  });
+}
+
 // The block-format jobs of one token as one qgemv batch (one pool run). Jobs with a row map write
 // their stored-order result to a side buffer first, then gather it into canonical order.
 void gemv_blocks(ThreadPool* pool, std::span<const MatmulArgs* const> jobs, uint32_t t) {
@@ -214,14 +234,15 @@ std::string matmul_kernels(MatmulPath p) {
     else
       s += tiles + " tiles up to T=" + std::to_string(kQdotMaxT) + ")";
     if (cpu::detail::bf16_gemm_available()) {
-      return s + "; F16/BF16 fp32 tiles up to T=" + std::to_string(kTileMaxT) +
+      return s + "; F16/BF16/F32 rows widened in registers up to T=" + std::to_string(kTileMaxT) +
              (cpu::detail::bf16_gemm_amx_available() ? ", amx-bf16 tile GEMM beyond (widths of 32k; else avx512-bf16)" : ", avx512-bf16 GEMM beyond") +
              "; F32 OpenBLAS sgemm beyond";
     }
-    return s + ", other types fp32 tiles" + tail;
+    return s + ", F16/BF16/F32 rows widened in registers, other types fp32 tiles" + tail;
   }
   return "exact: fp32 Q4_0/Q4_1/Q8_0 register-decoding GEMV (" + isa + ") up to T=" +
-         std::to_string(kGemvMaxT) + ", fp32 dequantized tiles up to T=" + std::to_string(kTileMaxT) + tail;
+         std::to_string(kGemvMaxT) + ", F16/BF16/F32 rows widened in registers and fp32 dequantized tiles up to T=" +
+         std::to_string(kTileMaxT) + tail;
 }
 
 namespace cpu {
@@ -248,8 +269,12 @@ void matmul(ThreadPool* pool, std::span<const MatmulArgs> jobs, MatmulPath path)
       f32.push_back(&a);
       continue;
     }
-    if (a.T <= kTileMaxT) tile_small_t(pool, a);
-    else slab_gemm(pool, a);
+    if (a.T <= kTileMaxT) {
+      if (auto fn = half_rows_for(a.w.type)) half_rows(pool, a, fn);
+      else tile_small_t(pool, a);
+    } else {
+      slab_gemm(pool, a);
+    }
     add_bias(a);
   }
   if (!q8.empty()) qdot(pool, q8, qisa_best());
