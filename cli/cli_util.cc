@@ -43,7 +43,7 @@ model::LoadOptions::Weights weights_from_env() {
 
 }  // namespace
 
-std::unique_ptr<model::Model> load_model(const std::string& cli_path, uint32_t threads) {
+std::unique_ptr<model::Model> load_model(const std::string& cli_path, uint32_t threads, bool long_running) {
   // resolve_model_path calls a directory "not found"; say what it is instead.
   const char* env = std::getenv("KVZIP_MODEL");
   const std::string named = !cli_path.empty() ? cli_path : env ? env : "";
@@ -58,6 +58,7 @@ std::unique_ptr<model::Model> load_model(const std::string& cli_path, uint32_t t
   model::LoadOptions o;
   o.threads = threads;
   o.weights = weights_from_env();
+  o.long_running = long_running;
   const std::string path = model::resolve_model_path(cli_path);
   // A model of a few GB takes seconds to read from disk once (to fingerprint it): say so on a
   // terminal. Small models and pipes get nothing.

@@ -57,7 +57,9 @@ void add_removed_kv_layout_options(CLI::App* app, RemovedKvLayoutOptions& o);
 void reject_removed_kv_layout_options(const RemovedKvLayoutOptions& o, const char* command);
 inline constexpr const char* kKvGroupHelp = "q8/q4: channels per quantization group (divides the head dimension; 0 = all of it)";
 
-// Resolves -m / $KVZIP_MODEL / the default path and loads the model.
-std::unique_ptr<model::Model> load_model(const std::string& cli_path, uint32_t threads);
+// Resolves -m / $KVZIP_MODEL / the default path and loads the model ($KVZIP_WEIGHTS: where its
+// weights live; long_running: a server, for which reading them into memory pays off at any size).
+std::unique_ptr<model::Model> load_model(const std::string& cli_path, uint32_t threads,
+                                         bool long_running = false);
 
 }  // namespace kvzip::cli

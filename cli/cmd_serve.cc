@@ -99,7 +99,7 @@ void run_serve(const ServeOpts& o) {
   raise_open_files();
   so.compress_threads = o.threads;
   if (!o.api_key_file.empty()) so.api_key = read_api_key(o.api_key_file);
-  auto model = load_model(o.model, o.threads);
+  auto model = load_model(o.model, o.threads, /*long_running=*/true);
   serve::Server server(*model, so);
   const int port = server.bind();
   // Our handlers replace the CLI's temp-file cleanup ones for the server's lifetime; they are

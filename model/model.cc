@@ -50,13 +50,15 @@ uint64_t safetensors_bytes(const std::string& dir) {
 }
 
 // LoadOptions::Weights for a GGUF file: Auto reads it into memory when it is at most half of what
-// is available (the rest stays for the cache, activations and other processes), else maps it.
-bool read_into_memory(const std::string& path, LoadOptions::Weights w) {
-  if (w != LoadOptions::Weights::Auto) return w == LoadOptions::Weights::Memory;
+// is available (the rest stays for the cache, activations and other processes) and its load time
+// pays off (a small file, or a server decoding for hours), else maps it.
+bool read_into_memory(const std::string& path, const LoadOptions& o) {
+  if (o.weights != LoadOptions::Weights::Auto) return o.weights == LoadOptions::Weights::Memory;
   std::error_code ec;
   const uint64_t bytes = std::filesystem::file_size(path, ec);
   const std::optional<uint64_t> avail = detail::available_memory_bytes();
-  return !ec && avail && 2 * bytes <= *avail;
+  constexpr uint64_t kSmall = uint64_t(1) << 30;
+  return !ec && avail && 2 * bytes <= *avail && (o.long_running || bytes <= kSmall);
 }
 
 }  // namespace
@@ -76,7 +78,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
     std::error_code ec;
     const uint64_t bytes = std::filesystem::file_size(path, ec);
     if (options.check_memory && !ec) check_fits(path, bytes);
-    m->weights_in_memory_ = read_into_memory(path, options.weights);
+    m->weights_in_memory_ = read_into_memory(path, options);
     auto shared = std::make_shared<const gguf::File>(gguf::File::open(path, m->weights_in_memory_));
     m->weights_ = load_weights(shared);
     m->tokenizer_ = std::make_unique<Tokenizer>(tokenizer_data_from_gguf(*shared));
