@@ -314,3 +314,19 @@ TEST_CASE("hf golden: a cache file from a folder is refused by its GGUF conversi
     CHECK(e.code() == Errc::model_mismatch);
   }
 }
+
+TEST_CASE("a GGUF's weights read into memory give the mapped file's logits bit for bit", "[model][hf]") {
+  model::LoadOptions mem, map;
+  mem.weights = model::LoadOptions::Weights::Memory;
+  map.weights = model::LoadOptions::Weights::Map;
+  const auto a = model::Model::load(test::hf_golden("llama3.gguf"), mem);
+  const auto b = model::Model::load(test::hf_golden("llama3.gguf"), map);
+  CHECK(a->weights_in_memory());
+  CHECK_FALSE(b->weights_in_memory());
+  CHECK(a->fingerprint().same_model(b->fingerprint()));
+  const std::vector<int32_t> ids = a->tokenizer().encode(kDoc, /*parse_special=*/false);
+  const std::vector<float> la = all_logits(*a, ids, kernels::MatmulPath::Fast);
+  const std::vector<float> lb = all_logits(*b, ids, kernels::MatmulPath::Fast);
+  REQUIRE(la.size() == lb.size());
+  CHECK(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)) == 0);
+}
