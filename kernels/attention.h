@@ -82,6 +82,8 @@ struct LocalMaxProb {
 // ceil(n / kKeyTileRows) tiles of (D, kKeyTileRows), zero past n, followed by the few floats of
 // padding the kernel may read past the last tile. key_tile_floats(n, D) is that buffer's size.
 inline constexpr uint32_t kKeyTileRows = 128;
+// Floats of padding after the last tile: the widest kernel's key columns per micro-tile.
+inline constexpr uint32_t kKeyTilePad = 32;
 size_t key_tile_floats(uint32_t n, uint32_t D);
 
 struct AttentionArgs {

@@ -6,9 +6,22 @@
 #include <cstdint>
 #include <cstring>
 
-namespace kvzip::kernels::simd {
+// Each vector width gets its own inline namespace, so a file compiled for a wider ISA than the
+// build's (kernels/cpu/attention_avx512.cc) has helpers of its own instead of two different bodies
+// under one name. Such a file defines KVZIP_SIMD_AVX512 before including this header under an
+// AVX-512 target pragma (GCC does not define __AVX512F__ for a pragma).
+#if defined(__AVX512F__) || defined(KVZIP_SIMD_AVX512)
+#define KVZIP_SIMD_ABI lanes16
+#elif defined(__AVX__)
+#define KVZIP_SIMD_ABI lanes8
+#else
+#define KVZIP_SIMD_ABI lanes4
+#endif
 
-#if defined(__AVX512F__)
+namespace kvzip::kernels::simd {
+inline namespace KVZIP_SIMD_ABI {
+
+#if defined(__AVX512F__) || defined(KVZIP_SIMD_AVX512)
 inline constexpr int kLanes = 16;
 #elif defined(__AVX__)
 inline constexpr int kLanes = 8;
@@ -117,4 +130,6 @@ inline void softmax(float* x, uint32_t n) {
   for (; i < n; ++i) x[i] *= inv;
 }
 
+}  // inline namespace KVZIP_SIMD_ABI
 }  // namespace kvzip::kernels::simd
+#undef KVZIP_SIMD_ABI

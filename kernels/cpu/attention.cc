@@ -19,6 +19,9 @@
 // (blocks, key splits) it gets alone, so each result is the one it gets alone.
 // Spans with quantized rows (KvSpan::quant) go to attention_quantized (attention_quant.cc), which
 // runs this kernel on their f32 rows with each query row's log-sum-exp as an extra output.
+// This file is compiled twice: for the build's vector width (namespace cpu::base) and, included by
+// attention_avx512.cc under an AVX-512 target, for 16 lanes (cpu::avx512); attention_isa.cc
+// dispatches by the CPU (kernels/detail/attention_isa.h).
 #include "kernels/attention.h"
 
 #include <algorithm>
@@ -34,10 +37,15 @@
 
 #include "common/error.h"
 #include "kernels/detail/attention_cpu.h"
+#include "kernels/detail/attention_isa.h"
 #include "kernels/simd.h"
 #include "kernels/thread_pool.h"
 
-namespace kvzip::kernels::cpu {
+#ifndef KVZIP_ATTENTION_ISA
+#define KVZIP_ATTENTION_ISA base
+#endif
+
+namespace kvzip::kernels::cpu::KVZIP_ATTENTION_ISA {
 namespace {
 
 using simd::kLanes;
@@ -550,18 +558,7 @@ void transpose_key_tiles(const float* k, uint32_t n, uint32_t D, float* out) {
   for (uint32_t b = 0; b < tiles; ++b)
     transpose_tile(span, b * kBk, std::min(kBk, n - b * kBk), D, out + size_t(b) * D * kBk);
   std::fill(out + size_t(tiles) * D * kBk, out + key_tile_floats(n, D), 0.0f);
-}
-
-void attention(ThreadPool* pool, const AttentionArgs& a) {
-  check_window(a);
-  if (a.n_parts > 0) return detail::attention_parts(pool, a);
-  detail::attention_lse(pool, a, nullptr);
-}
-
-void detail::attention_lse(ThreadPool* pool, const AttentionArgs& a, float* lse) {
-  for (uint32_t h = 0; a.kv && h < a.Hkv; ++h)
-    if (a.kv[h].quantized()) return detail::attention_quantized(pool, a, lse);
-  detail::attention_f32(pool, a, lse);
+  static_assert(kQkCols <= kKeyTilePad);
 }
 
 namespace {
@@ -642,7 +639,7 @@ void run_calls(ThreadPool* pool, std::span<CallRun> runs) {
 
 }  // namespace
 
-void detail::attention_f32(ThreadPool* pool, const AttentionArgs& a, float* lse) {
+void attention_f32(ThreadPool* pool, const AttentionArgs& a, float* lse) {
   if (a.T == 0) return;
   thread_local std::vector<float> kt_buf;  // reused across calls from the same thread
   CallRun r;
@@ -650,7 +647,7 @@ void detail::attention_f32(ThreadPool* pool, const AttentionArgs& a, float* lse)
   run_calls(pool, std::span<CallRun>(&r, 1));
 }
 
-void detail::attention_f32_many(ThreadPool* pool, const AttentionArgs* calls, float* const* lse, size_t n) {
+void attention_f32_many(ThreadPool* pool, const AttentionArgs* calls, float* const* lse, size_t n) {
   thread_local std::vector<std::vector<float>> kt_bufs;  // one per call with shared key tiles
   std::vector<CallRun> runs;
   runs.reserve(n);
@@ -676,7 +673,7 @@ void attention_many(ThreadPool* pool, const AttentionArgs* calls, size_t n) {
     bool quantized = false;
     for (uint32_t h = 0; a.kv && h < a.Hkv; ++h) quantized = quantized || a.kv[h].quantized();
     if (quantized || a.n_parts > 0) {  // its own steps (attention_quant.cc, attention_parts.cc)
-      attention(pool, a);
+      cpu::attention(pool, a);
       continue;
     }
     if (a.T == 0) continue;
@@ -688,11 +685,4 @@ void attention_many(ThreadPool* pool, const AttentionArgs* calls, size_t n) {
   if (!runs.empty()) run_calls(pool, runs);
 }
 
-}  // namespace kvzip::kernels::cpu
-
-namespace kvzip::kernels {
-// + kQkCols: a block starting inside the last tile's last row may be read that far past it.
-size_t key_tile_floats(uint32_t n, uint32_t D) {
-  return size_t((n + kKeyTileRows - 1) / kKeyTileRows) * D * kKeyTileRows + 2 * simd::kLanes;
-}
-}  // namespace kvzip::kernels
+}  // namespace kvzip::kernels::cpu::KVZIP_ATTENTION_ISA

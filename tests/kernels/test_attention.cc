@@ -5,6 +5,8 @@
 #include <cmath>
 
 #include "kernels/attention.h"
+#include "kernels/detail/attention_isa.h"
+#include "kernels/qgemv.h"
 #include "tests/support/reference.h"
 #include "kernels/thread_pool.h"
 #include "tests/support/random_weights.h"
@@ -101,4 +103,43 @@ TEST_CASE("the first new token attends only to itself when the cache was empty",
   kernels::KvSpan span{k.data(), v.data(), T};
   attention(kernels::Exec{}, kernels::AttentionArgs{q.data(), &span, out.data(), T, 1, 1, D, 0.5f});
   for (uint32_t d = 0; d < D; ++d) CHECK(out[d] == Approx(v[d]));
+}
+
+TEST_CASE("both vector widths of the attention kernel match the reference", "[kernels]") {
+  // The entry points run one of them (attention_isa.h); here each is called directly, so an AVX2
+  // machine and an AVX-512 one both check the kernel they do not pick.
+  const kernels::QIsa isa = kernels::qisa_best();
+  const bool has512 = KVZIP_ATTENTION_AVX512 && (isa == kernels::QIsa::Avx512 ||
+                                                 isa == kernels::QIsa::Avx512Vnni || isa == kernels::QIsa::Amx);
+  if (!has512) WARN("no AVX-512 on this CPU (or KVZIP_CPU_ISA below it): the 16-lane kernel is not run");
+  kernels::ThreadPool pool(2);
+  for (const Case& c : {Case{1, 9, 3, 64, {700, 700, 700}}, Case{37, 8, 2, 128, {300, 37}},
+                        Case{5, 4, 1, 20, {40}}}) {
+    auto q = test::random_vector(size_t(c.T) * c.Hq * c.D, 3, -2, 2);
+    std::vector<std::vector<float>> k(c.Hkv), v(c.Hkv);
+    std::vector<kernels::KvSpan> spans(c.Hkv);
+    for (uint32_t h = 0; h < c.Hkv; ++h) {
+      k[h] = test::random_vector(size_t(c.lens[h]) * c.D, 40 + h, -2, 2);
+      v[h] = test::random_vector(size_t(c.lens[h]) * c.D, 50 + h);
+      spans[h] = kernels::KvSpan{k[h].data(), v[h].data(), c.lens[h]};
+    }
+    kernels::AttentionArgs a;
+    a.q = q.data();
+    a.kv = spans.data();
+    a.T = c.T, a.Hq = c.Hq, a.Hkv = c.Hkv, a.D = c.D;
+    a.scale = 1.0f / std::sqrt(float(c.D));
+    std::vector<float> want(q.size()), base(q.size(), NAN), wide(q.size(), NAN);
+    a.out = want.data();
+    ref::attention(a);
+    a.out = base.data();
+    kernels::cpu::base::attention_f32(&pool, a, nullptr);
+    CHECK(test::rel_error(base, want) < 1e-5);
+#if KVZIP_ATTENTION_AVX512
+    if (has512) {
+      a.out = wide.data();
+      kernels::cpu::avx512::attention_f32(&pool, a, nullptr);
+      CHECK(test::rel_error(wide, want) < 1e-5);
+    }
+#endif
+  }
 }

@@ -1,0 +1,37 @@
+// Private to kernels/cpu/attention*.cc: the f32 attention kernel (attention.cc) built once per
+// vector width, and the choice between them. cpu::base is the build's own width (AVX2 in the
+// default x86-64-v3 build); cpu::avx512 the same source under an AVX-512 target
+// (attention_avx512.cc), where the compiler and CPU allow it. attention_isa.cc runs avx512 when
+// qisa_best() is an AVX-512 level (so KVZIP_CPU_ISA=avx2 also steps attention down): on Zen 4,
+// decode at 8K tokens 1.35x and prefill 1.1x the 8-lane kernel. The two differ in summation
+// order (lanes), so a process keeps one for its lifetime: its results are the same bits
+// whatever batch or call shape they are computed in, as before.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/attention.h"
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__clang__)
+#define KVZIP_ATTENTION_AVX512 1
+#else
+#define KVZIP_ATTENTION_AVX512 0
+#endif
+
+namespace kvzip::kernels::cpu {
+
+namespace base {
+void transpose_key_tiles(const float* k, uint32_t n, uint32_t D, float* out);
+void attention_f32(ThreadPool* pool, const AttentionArgs& a, float* lse);
+void attention_f32_many(ThreadPool* pool, const AttentionArgs* calls, float* const* lse, size_t n);
+void attention_many(ThreadPool* pool, const AttentionArgs* calls, size_t n);
+}  // namespace base
+
+namespace avx512 {
+void transpose_key_tiles(const float* k, uint32_t n, uint32_t D, float* out);
+void attention_f32(ThreadPool* pool, const AttentionArgs& a, float* lse);
+void attention_f32_many(ThreadPool* pool, const AttentionArgs* calls, float* const* lse, size_t n);
+void attention_many(ThreadPool* pool, const AttentionArgs* calls, size_t n);
+}  // namespace avx512
+
+}  // namespace kvzip::kernels::cpu
