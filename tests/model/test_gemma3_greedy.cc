@@ -4,7 +4,7 @@
 // Gemma3ForCausalLM in float32 on the GGUF's weights dequantized by the `gguf` package
 // (scripts/golden/make_gemma3_greedy_golden.py; float64 chooses the same tokens, and the closest
 // top-1/top-2 gap on these paths is 0.005 nats, far above fp32 noise of ~3e-5 in the logits).
-// Prompt ids are kvzip's own tokenizer's, checked against the golden's. About 3 s; skipped when the
+// Prompt ids are kvzip's own tokenizer's, checked against the golden's. About 6 s; skipped when the
 // model is absent.
 #include <catch2/catch.hpp>
 
