@@ -159,7 +159,9 @@ CalibrateResult calibrate_heads(model::Forward& forward, std::span<const int32_t
                 "(a few thousand tokens is typical)");
   std::unique_ptr<Scorer> kvzip = make_scorer("kvzip", scorer);
   prefill::check_fits_context(forward.config(), prefix.size(), document.size(), prefill.answer_room);
-  prefill::PrefillResult pre = prefill::prefill_document(forward, prefix, document, prefill);
+  prefill::PrefillOptions po = prefill;
+  po.scoring_room = std::max(po.scoring_room, kvzip->appended_rows(static_cast<uint32_t>(document.size())));
+  prefill::PrefillResult pre = prefill::prefill_document(forward, prefix, document, po);
   const auto t = Clock::now();
   const DocumentScores scores = kvzip->score(
       ScoreInput{&forward, &pre.cache, pre.n_prefix, document});

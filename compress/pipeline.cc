@@ -91,6 +91,7 @@ CompressResult compress(model::Forward& forward, std::span<const int32_t> prefix
   fan.add(options.prefill.observer);
   fan.add(scorer->prefill_observer(forward, n_p, n_c));
   po.observer = fan.empty() ? nullptr : &fan;
+  po.scoring_room = std::max(po.scoring_room, scorer->appended_rows(n_c));
   prefill::PrefillResult pre = prefill::prefill_document(forward, prefix, document, po);
 
   const auto t = Clock::now();

@@ -133,6 +133,9 @@ class Scorer {
   }
   // Scores the document rows. Throws Errc::invalid_argument when the input is inconsistent.
   virtual DocumentScores score(const ScoreInput& input) = 0;
+  // Rows score() appends to the cache at most (and rolls back) for a document of n_doc tokens:
+  // the prefill reserves them (prefill::PrefillOptions::scoring_room). Default: none.
+  virtual uint32_t appended_rows(uint32_t n_doc) const { return 0; }
 };
 
 // "kvzip", "full", "random", "streaming", "snapkv", "h2o", "rest-kv", "rkv". What each scores

@@ -113,6 +113,7 @@ class DocumentRun {
     }
     prefill::PrefillOptions po;
     po.answer_room = s_.answer_room;
+    for (auto& sc : scorers) po.scoring_room = std::max(po.scoring_room, sc->appended_rows(n_c));
     po.progress = o_.prefill_progress;
     po.observer = fan.empty() ? nullptr : &fan;
     prefill::PrefillResult pre = prefill::prefill_document(fwd_, s_.prompt.prefix, s_.prompt.document, po);

@@ -84,7 +84,9 @@ void KvCache::resize_layer(uint32_t l, uint32_t capacity) {
   cap_[l] = capacity;
 }
 
-void KvCache::reserve(uint32_t capacity) {
+void KvCache::reserve(uint32_t capacity) { grow(capacity, true); }
+
+void KvCache::grow(uint32_t capacity, bool size_dropped) {
   if (capacity <= capacity_) return;
   const size_t D = shape_.head_dim, H = shape_.n_kv_heads;
   // Every new array is allocated before any is swapped in, so a failure leaves the cache intact.
@@ -92,8 +94,13 @@ void KvCache::reserve(uint32_t capacity) {
   std::vector<std::vector<float>> k_new(shape_.n_layers), v_new(shape_.n_layers);
   try {
     for (uint32_t l = 0; l < shape_.n_layers; ++l) {
-      want[l] = trim_ && local_.size() && local_[l] ? std::max(cap_[l], trimmed_capacity(capacity))
-                                                    : capacity;
+      const bool local = local_.size() && local_[l];
+      if (local && trim_)
+        want[l] = std::max(cap_[l], trimmed_capacity(capacity));
+      else if (dropped_[l])  // its rows are positions past the dropped ones
+        want[l] = size_dropped ? std::max(cap_[l], capacity - dropped_[l]) : cap_[l];
+      else
+        want[l] = capacity;
       if (want[l] <= cap_[l]) continue;
       k_new[l].resize(H * want[l] * D);
       v_new[l].resize(H * want[l] * D);
@@ -148,9 +155,11 @@ void KvCache::reserve_append(uint32_t T) {
   for (uint32_t l = 0; l < shape_.n_layers; ++l) KVZIP_ASSERT(layer_len_[l] == length_);
   if (need > capacity_) {
     uint64_t grown = std::max<uint64_t>({need, uint64_t(capacity_) * 3 / 2, 256});
-    reserve(static_cast<uint32_t>(std::min<uint64_t>(grown, UINT32_MAX)));
+    grow(static_cast<uint32_t>(std::min<uint64_t>(grown, UINT32_MAX)), false);
   }
-  // Layers whose rows differ from positions (trimmed local layers) make room on their own.
+  // Layers whose rows differ from positions (trimmed local layers) make room on their own, by
+  // their own rows: sized from the global capacity, a local layer that dropped the rows of a long
+  // document would be as large as a global one again.
   for (uint32_t l = 0; l < shape_.n_layers; ++l) {
     if (uint64_t(rows(l)) + T <= cap_[l]) continue;
     if (trim_ && local_.size() && local_[l]) drop_old_rows(l);

@@ -105,8 +105,9 @@ class KvCache final : public AttentionCache {
   void rollback(uint32_t length) override;
 
   uint32_t capacity() const { return capacity_; }
-  // Grows capacity to at least `capacity` rows per head (never shrinks). While local layers are
-  // trimmed they get only what their window needs.
+  // Grows capacity to at least `capacity` positions per head (never shrinks). While local layers
+  // are trimmed they get only what their window needs; a local layer that dropped rows gets the
+  // rows `capacity` positions need past them.
   void reserve(uint32_t capacity);
   // Turns trimming of the local layers on (keeping their first `pinned` rows) or off. Needs a cache
   // made from a hybrid ModelConfig (else Errc::invalid_argument). Off again, the local layers keep
@@ -123,6 +124,9 @@ class KvCache final : public AttentionCache {
   void check_layer(uint32_t layer) const;
   uint32_t rows(uint32_t layer) const { return layer_len_[layer] - dropped_[layer]; }
   uint32_t trimmed_capacity(uint32_t capacity) const;
+  // reserve(capacity); with size_dropped false (an append's geometric growth) the layers that
+  // dropped rows are left to reserve_append, which grows them by their own rows.
+  void grow(uint32_t capacity, bool size_dropped);
   void resize_layer(uint32_t layer, uint32_t capacity);  // keeps the rows; may throw out_of_memory
   void drop_old_rows(uint32_t layer);  // a trimmed local layer: to pinned + window - 1
 

@@ -76,8 +76,8 @@ PrefillResult prefill_document(model::Forward& forward, std::span<const int32_t>
   // in: on a long document they would otherwise be most of the cache.
   const bool trim = cfg.hybrid() && cfg.sliding_window > 0;
   if (trim) r.cache.trim_local_layers(true, n_p);
-  r.cache.reserve(
-      static_cast<uint32_t>(std::min<uint64_t>(total + options.answer_room, UINT32_MAX)));
+  const uint64_t room = std::max(options.answer_room, options.scoring_room);
+  r.cache.reserve(static_cast<uint32_t>(std::min<uint64_t>(total + room, UINT32_MAX)));
   r.seconds = prefill_in_chunks(prefix, document, options, [&](std::span<const int32_t> chunk) {
     forward.prefill(r.cache, chunk, model::LogitsMode::None, options.observer);
   });

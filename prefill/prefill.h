@@ -25,6 +25,10 @@ using PrefillProgressFn = std::function<void(const PrefillProgress&)>;
 struct PrefillOptions {
   uint32_t chunk = 512;         // tokens per Forward::prefill call: the progress granularity (>= 1)
   uint32_t answer_room = 512;   // tokens a question and its answer need after the document
+  // Rows a scorer appends after the document and rolls back (KVzip's reconstruction passes,
+  // Scorer::appended_rows): reserved up front with answer_room (the larger of the two), so the
+  // cache does not grow, by a copy, while it is scored. Not part of the context check.
+  uint32_t scoring_room = 0;
   PrefillProgressFn progress;   // optional; called once before the first chunk and after each
   model::AttentionObserver* observer = nullptr;  // optional; sees every layer of every chunk
 };
@@ -52,7 +56,7 @@ double prefill_in_chunks(std::span<const int32_t> prefix, std::span<const int32_
                          const std::function<void(std::span<const int32_t>)>& step);
 
 // Checks the context (above), then prefills prefix followed by document into a new KvCache with
-// room for answer_room more rows. Throws what Forward::prefill throws (bad token ids) and
+// room for max(answer_room, scoring_room) more rows. Throws what Forward::prefill throws (bad token ids) and
 // Errc::invalid_argument for options.chunk == 0.
 PrefillResult prefill_document(model::Forward& forward, std::span<const int32_t> prefix,
                                std::span<const int32_t> document, const PrefillOptions& options = {});

@@ -12,6 +12,9 @@
 2. Perplexity of the article: `kvzip perplexity --second-half` and `llama-perplexity` on the same
    file and context (both add BOS, cut windows of the same tokens, score each window's second half).
 3. Greedy continuations of 32 tokens: `kvzip generate --temp 0` and `llama-simple` on three prompts.
+   They part at small margins (llama.cpp rounds activations to Q8 blocks on quantized weights);
+   scripts/golden/make_gemma3_greedy_golden.py checks both against an fp32 transformers reference,
+   which `--matmul exact` equals (docs/models.md).
 
 Standard library only. Prints one line per check and a summary; exits 1 when a check fails
 (perplexity: relative difference above --ppl-tol, default 0.5 %).

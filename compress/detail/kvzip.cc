@@ -65,6 +65,13 @@ class KvzipScorer final : public Scorer {
             {"reduce", "max over GQA group and reconstruction positions"}};
   }
 
+  // The longest R_t: its prompt, the hint, the end of the turn and a whole chunk.
+  uint32_t appended_rows(uint32_t n_doc) const override {
+    const uint32_t m = opt_.kvzip_chunk;
+    const size_t prompt = std::max(opt_.prompts.first.size(), opt_.prompts.next.size() + std::min(opt_.kvzip_hint, m));
+    return static_cast<uint32_t>(prompt + opt_.prompts.turn_end.size() + std::min(m, n_doc));
+  }
+
   DocumentScores score(const ScoreInput& in) override {
     check_score_input(in, "kvzip");
     DocumentScores s = make_scores(in, 0.0f);  // probabilities >= 0: 0 is the max's identity

@@ -224,6 +224,66 @@ TEST_CASE("a hybrid prefill trims local layers to their window and answers as th
   CHECK_THROWS_AS(plain.trim_local_layers(true, 0), Error);
 }
 
+TEST_CASE("after a trimmed prefill, KVzip scoring and long appends grow local layers by their own rows",
+          "[compress][hybrid][gemma3]") {
+  const std::unique_ptr<model::Model> m = model::Model::load(test::hf_golden("gemma3"));
+  const ModelConfig& cfg = m->config();
+  const uint32_t W = cfg.sliding_window;
+  const std::vector<int32_t> prefix = m->chat().prefix("");
+  const std::vector<int32_t> doc = test::random_tokens(30 * W, cfg.vocab_size, 51);
+  const std::vector<int32_t> question = test::random_tokens(6 * W, cfg.vocab_size, 52);  // > the room
+  const uint32_t n_p = uint32_t(prefix.size()), total = n_p + uint32_t(doc.size());
+  model::ForwardOptions fo;
+  fo.threads = 1;
+  model::Forward fwd(m->weights(), fo);
+  model::KvCache dense(cfg);
+  std::vector<int32_t> all = prefix;
+  all.insert(all.end(), doc.begin(), doc.end());
+  fwd.prefill(dense, all, model::LogitsMode::None);
+  const std::vector<float> want = fwd.prefill(dense, question, model::LogitsMode::All);
+
+  // The KVzip scorer's reconstruction passes fit in the room the prefill reserved for them: the
+  // cache is never regrown (by a copy) while it is scored.
+  const compress::ScorerOptions so = test::tiny_kvzip_options();
+  std::unique_ptr<compress::Scorer> kvzip = compress::make_scorer("kvzip", so);
+  prefill::PrefillOptions po;
+  po.chunk = 7;  // chunks shorter than the window: the local layers drop rows
+  po.answer_room = 4;
+  po.scoring_room = kvzip->appended_rows(uint32_t(doc.size()));
+  // the longer prompt ("next" and the hint), the turn's end, a chunk
+  CHECK(po.scoring_room == so.prompts.next.size() + so.kvzip_hint + so.prompts.turn_end.size() + so.kvzip_chunk);
+  prefill::PrefillResult pre = prefill::prefill_document(fwd, prefix, doc, po);
+  const uint32_t capacity = pre.cache.capacity();
+  CHECK(capacity == total + po.scoring_room);
+  kvzip->score(compress::ScoreInput{&fwd, &pre.cache, n_p, doc});
+  CHECK(pre.cache.capacity() == capacity);
+  CHECK(pre.cache.logical_length() == total);
+  std::vector<uint32_t> local_rows(cfg.n_layers);
+  for (uint32_t l = 0; l < cfg.n_layers; ++l) local_rows[l] = pre.cache.view(l, 0).len;
+
+  // A question longer than the reserved room makes the cache grow: the global layers to the new
+  // capacity, a local layer that dropped the document's older rows only by what is appended (it
+  // used to be sized like a global layer then, which on a 30K-token Gemma 3 document took 1.7 GB).
+  const std::vector<float> got = fwd.prefill(pre.cache, question, model::LogitsMode::All);
+  CHECK(rel_err(got, want) <= 1e-5);
+  CHECK(pre.cache.capacity() >= total + question.size());
+  for (uint32_t l = 0; l < cfg.n_layers; ++l) {
+    INFO("layer " << l);
+    if (cfg.is_local(l)) {
+      CHECK(local_rows[l] <= n_p + 2 * W);
+      CHECK(pre.cache.view(l, 0).len == local_rows[l] + question.size());
+      CHECK(pre.cache.layer_capacity(l) <= n_p + 2 * W + po.scoring_room + question.size());
+      CHECK(pre.cache.layer_capacity(l) < total / 2);
+    } else {
+      CHECK(pre.cache.layer_capacity(l) == pre.cache.capacity());
+    }
+  }
+  // reserve() still promises room for that many positions in every layer.
+  pre.cache.reserve(pre.cache.capacity() + 100);
+  for (uint32_t l = 0; l < cfg.n_layers; ++l)
+    if (cfg.is_local(l)) CHECK(pre.cache.layer_capacity(l) >= pre.cache.view(l, 0).len + 100);
+}
+
 TEST_CASE("pruning a Gemma 3 cache budgets the global layers and keeps the local windows",
           "[compress][hybrid][gemma3]") {
   const std::unique_ptr<model::Model> m = model::Model::load(test::hf_golden("gemma3"));
