@@ -121,6 +121,8 @@ void run_ruler(const EvalOpts& o) {
     if (std::find(ro.settings.begin(), ro.settings.end(), v) == ro.settings.end()) ro.settings.push_back(v);
   }
   ro.eval = o.eo;
+  // RULER tables: 10-75% kept, and the full cache as kept = 1.
+  if (!o.ratios_opt->count()) ro.eval.ratios = {0.1, 0.25, 0.5, 0.75};
   ro.eval.level = compress::parse_selection_level(o.level);
   ro.eval.verify_drafts = !o.exact;
   ro.eval.matmul = o.matmul == "exact" ? kernels::MatmulPath::Exact : kernels::MatmulPath::Fast;
