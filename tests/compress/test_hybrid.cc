@@ -2,8 +2,8 @@
 // compress/selection.h): a local layer keeps exactly its reachable rows (prefix + the document's
 // last window - 1) and scores nothing, the ratio and every level count the global layers only, and
 // a cache compressed at ratio 1 answers as the dense cache does (the rows dropped from the local
-// layers are ones no later query can see); query-aware kvzip raises global-layer scores only. Model: the tiny Gemma 3 fixture (tests/golden/hf/gemma3:
-// 6 layers, layers 0-4 local, window 8).
+// layers are ones no later query can see); query-aware kvzip raises global-layer scores only.
+// Model: the tiny Gemma 3 fixture (tests/golden/hf/gemma3: 6 layers, layers 0-4 local, window 8).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
