@@ -121,6 +121,8 @@ void run_ruler(const EvalOpts& o) {
     if (std::find(ro.settings.begin(), ro.settings.end(), v) == ro.settings.end()) ro.settings.push_back(v);
   }
   ro.eval = o.eo;
+  // RULER tables: 10-75% kept, and the full cache as kept = 1.
+  if (!o.ratios_opt->count()) ro.eval.ratios = {0.1, 0.25, 0.5, 0.75};
   ro.eval.level = compress::parse_selection_level(o.level);
   ro.eval.verify_drafts = !o.exact;
   ro.eval.matmul = o.matmul == "exact" ? kernels::MatmulPath::Exact : kernels::MatmulPath::Fast;
@@ -254,7 +256,7 @@ void add_eval_commands(CLI::App& app) {
   c->add_option("--samples", o->samples, "With --ruler: samples per task and length")->capture_default_str();
   add_list_option(c, "--setting", o->settings,
                   "With --ruler: agnostic (compress the context alone) and/or aware (the question "
-                  "compressed with it), comma-separated");
+                  "compressed with it; kvzip also scores with it), comma-separated");
   c->add_option("--haystack", o->haystack,
                 "With --ruler: essay text for the NIAH essay haystacks (default: the built-in noise haystack)");
   c->add_option("--hotpotqa", o->hotpotqa, "With --ruler: HotpotQA JSON, the source of task qa_2");
@@ -272,7 +274,9 @@ void add_eval_commands(CLI::App& app) {
   o->methods_opt = add_list_option(c, "--methods", o->eo.methods,
                   "Comma-separated, any of: kvzip,snapkv,h2o,rest-kv,rkv,streaming,random,kvzip-head "
                   "(kvzip-head needs --head-scores; its ratios are fractions of heads kept whole)");
-  o->ratios_opt = add_list_option(c, "--ratios", o->eo.ratios, "Comma-separated fractions of document KV pairs to keep");
+  o->ratios_opt = add_list_option(c, "--ratios", o->eo.ratios,
+                                  "Comma-separated fractions of document KV pairs to keep (--ruler: default "
+                                  "0.1,0.25,0.5,0.75; the full cache is kept = 1)");
   add_list_option(c, "--kv-dtypes", o->eo.kv_dtypes,
                   "Comma-separated storage types to compare, each against the f32 cache of the same "
                   "method and ratio: f32,f16,bf16,q8,q4 (each cache written and read back as a .kvz)");

@@ -73,6 +73,12 @@ struct ScorerOptions {
   ReconstructionPrompts prompts;   // required for kvzip (reconstruction_prompts(model.chat()))
   uint32_t kvzip_chunk = 2000;     // m: document tokens reconstructed per pass
   uint32_t kvzip_hint = 8;         // tokens of the previous chunk quoted in prompt_t, t > 1
+  // Query-aware KVzip (empty: query-agnostic, the method of spec/methods.md §1). Each entry is a
+  // question as it will be asked (its prompt tokens); after every chunk's R_t, each question runs
+  // through the model the same way, teacher-forced over the full cache, and its local statistics
+  // (prefix ⊕ chunk ⊕ its own keys) are max-combined into the chunk's scores: a row is kept when
+  // the reconstruction OR one of the known questions attends to it.
+  std::vector<std::vector<int32_t>> kvzip_queries;
   // random
   uint64_t seed = 0;
   // streaming
@@ -140,7 +146,8 @@ class Scorer {
 
 // "kvzip", "full", "random", "streaming", "snapkv", "h2o", "rest-kv", "rkv". What each scores
 // (higher = keep):
-//   kvzip      max over the GQA group and all R_t positions of the local softmax (methods §1)
+//   kvzip      max over the GQA group and all R_t positions of the local softmax (methods §1);
+//              with kvzip_queries, also over every question's positions (query-aware)
 //   full       1 everywhere (never evicts)
 //   random     uniform [0, 1) from mt19937_64(seed), in (layer, head, position) order
 //   streaming  +inf for the first `sink` document tokens, else the position (recency)

@@ -208,6 +208,7 @@ class DocumentRun {
   uint32_t n_prefix() const { return static_cast<uint32_t>(s_.prompt.prefix.size()); }
   uint32_t answer_room() const { return s_.answer_room; }
   const std::vector<int32_t>& document() const { return s_.prompt.document; }
+  const std::vector<std::vector<int32_t>>& prompts() const { return s_.prompts; }
 
  private:
   const model::Model& model_;
@@ -239,7 +240,8 @@ void eval_document(const model::Model& model, model::Forward& fwd, const Documen
   std::vector<compress::CompressOptions> methods(1 + o.methods.size());
   methods[0].method = "full";
   for (size_t m = 0; m < o.methods.size(); ++m) methods[1 + m].method = o.methods[m];
-  const compress::ScorerOptions so = compress::make_scorer_options(model.chat(), o.kvzip_chunk, o.seed, o.scorer_options);
+  compress::ScorerOptions so = compress::make_scorer_options(model.chat(), o.kvzip_chunk, o.seed, o.scorer_options);
+  if (o.query_aware) so.kvzip_queries = run.prompts();
   std::vector<std::unique_ptr<compress::Scorer>> scorers;
   for (compress::CompressOptions& co : methods) {
     co.level = o.level;

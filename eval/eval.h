@@ -34,6 +34,11 @@ struct EvalOptions {
   uint32_t kvzip_chunk = 2000;
   uint64_t seed = 0;                  // --method random
   std::vector<std::string> scorer_options;  // "KEY=VALUE" (set_scorer_option), after chunk/seed
+  // Query-aware KVzip: each document's questions (their prompt tokens, as they are asked) are
+  // known at compression, and method "kvzip" scores with them as well as with the reconstruction
+  // (ScorerOptions::kvzip_queries). The other methods are unchanged: put the question where their
+  // probe window is (at the document's end) to make them query-aware, as `eval --ruler` does.
+  bool query_aware = false;
   // Method "kvzip-head" (compress/head_level.h): the (L, Hkv) head scores of `kvzip calibrate`,
   // required when it is among the methods (checked() refuses it without them). Its ratios are
   // fractions of heads kept whole; the rows show the achieved document-row ratio as for the rest.

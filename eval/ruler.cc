@@ -213,6 +213,11 @@ RulerReport run_ruler(const model::Model& model, const RulerOptions& o) {
           docs.push_back(std::move(d));
         }
         EvalOptions eo = o.eval;
+        eo.query_aware = setting == RulerSetting::QueryAware;
+        // Kept = 1 is the full cache, answered once per sample whatever the methods: a method's
+        // ratio-1 row would only repeat it.
+        std::erase_if(eo.ratios, [](double r) { return r >= 1.0; });
+        if (eo.ratios.empty()) eo.methods.clear();
         eo.query_template = "{question}";
         eo.keep_answers = true;
         eo.max_answer_tokens = o.eval.max_answer_tokens

@@ -7,10 +7,15 @@
 // Every sample splits RULER's prompt at the end of the context: the document (instruction +
 // context) is what gets compressed, the question (the template's query part) is asked afterwards
 // through the query template "{question}", and the template's answer prefix opens the reply.
-// Query-agnostic: only the document is compressed. Query-aware (kvpress's "question known during
-// compression"): the question is appended to the compressed document, so the methods that score
-// from the document's last tokens (snapkv, h2o, rest-kv, rkv) see it in their probe window; it is
-// asked again after the compressed context.
+// Query-agnostic: only the document is compressed. Query-aware (the question known during
+// compression), each method in the query-aware form its authors or kvpress compare with: the
+// question is appended to the compressed document (kvpress's compress_questions), so the methods
+// that score from the document's last tokens (snapkv, h2o, rest-kv, rkv) see it in their probe
+// window, and kvzip also scores with the question as asked (EvalOptions::query_aware: the
+// question's attention over each chunk, max-combined with the reconstruction's); streaming and
+// random have no use for it. The question is asked again after the compressed context. The full
+// cache (kept = 1) is answered once per sample and is every method's ratio 1: ratios of 1 are
+// dropped from the methods' grid.
 #pragma once
 #include <cstdint>
 #include <functional>

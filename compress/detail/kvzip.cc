@@ -4,7 +4,8 @@
 // axis K̄ = prefix ⊕ chunk t ⊕ R_t's own keys (causal inside R_t), and keeps for each chunk key the
 // max over the GQA group's rows and all R_t positions (kernels/attention.h LocalMaxProb). R_t is
 // then rolled back. R_t may be longer than the forward's chunk: each forward chunk then sees R_t
-// rows from its first row up to each query.
+// rows from its first row up to each query. Query-aware (ScorerOptions::kvzip_queries): each known
+// question is run after R_t in the same way and max-combined into the chunk's scores.
 #include <algorithm>
 #include <string>
 
@@ -59,10 +60,14 @@ class KvzipScorer final : public Scorer {
   explicit KvzipScorer(const ScorerOptions& o) : opt_(o) {}
   std::string name() const override { return "kvzip"; }
   MethodParams params() const override {
-    return {{"chunk", std::to_string(opt_.kvzip_chunk)},
-            {"hint", std::to_string(opt_.kvzip_hint)},
-            {"normalization", "local"},
-            {"reduce", "max over GQA group and reconstruction positions"}};
+    MethodParams p{{"chunk", std::to_string(opt_.kvzip_chunk)},
+                   {"hint", std::to_string(opt_.kvzip_hint)},
+                   {"normalization", "local"},
+                   {"reduce", "max over GQA group and reconstruction positions"}};
+    if (!opt_.kvzip_queries.empty())
+      p.emplace_back("queries", std::to_string(opt_.kvzip_queries.size()) +
+                                    " known questions, max-combined with the reconstruction");
+    return p;
   }
 
   // The longest R_t: its prompt, the hint, the end of the turn and a whole chunk.
@@ -85,6 +90,10 @@ class KvzipScorer final : public Scorer {
       // The forward rolls the cache back itself when it throws.
       in.forward->prefill(*in.cache, r, model::LogitsMode::None, &obs);
       in.cache->rollback(full);
+      for (const std::vector<int32_t>& q : opt_.kvzip_queries) {  // same chunk, same observer
+        in.forward->prefill(*in.cache, q, model::LogitsMode::None, &obs);
+        in.cache->rollback(full);
+      }
     }
     return s;
   }
@@ -102,6 +111,8 @@ std::unique_ptr<Scorer> make_kvzip_scorer(const ScorerOptions& options) {
                 "kvzip needs its reconstruction prompts (ScorerOptions.prompts is empty); build "
                 "them with reconstruction_prompts(model.chat())");
   require_positive("kvzip chunk", options.kvzip_chunk, 2000);
+  for (const std::vector<int32_t>& q : options.kvzip_queries)
+    if (q.empty()) throw Error(Errc::invalid_argument, "kvzip: a query-aware question has no tokens");
   return std::make_unique<KvzipScorer>(options);
 }
 

@@ -2,8 +2,8 @@
 // compress/selection.h): a local layer keeps exactly its reachable rows (prefix + the document's
 // last window - 1) and scores nothing, the ratio and every level count the global layers only, and
 // a cache compressed at ratio 1 answers as the dense cache does (the rows dropped from the local
-// layers are ones no later query can see). Model: the tiny Gemma 3 fixture (tests/golden/hf/gemma3:
-// 6 layers, layers 0-4 local, window 8).
+// layers are ones no later query can see); query-aware kvzip raises global-layer scores only.
+// Model: the tiny Gemma 3 fixture (tests/golden/hf/gemma3: 6 layers, layers 0-4 local, window 8).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -320,4 +320,35 @@ TEST_CASE("pruning a Gemma 3 cache budgets the global layers and keeps the local
         Approx(0.25).margin(0.01));
   CHECK(small.header.achieved_ratio == Approx(0.25).margin(0.01));
   CHECK_THROWS_AS(format::prune(small, 0.5), Error);  // pruning only removes rows
+}
+
+TEST_CASE("query-aware kvzip on a Gemma 3 document raises global-layer scores only",
+          "[compress][hybrid][gemma3]") {
+  const std::unique_ptr<model::Model> m = model::Model::load(test::hf_golden("gemma3"));
+  const ModelConfig& cfg = m->config();
+  const std::vector<int32_t> prefix = m->chat().prefix("");
+  const std::vector<int32_t> doc = test::random_tokens(4 * cfg.sliding_window, cfg.vocab_size, 31);
+  model::ForwardOptions fo;
+  fo.threads = 1;
+  model::Forward fwd(m->weights(), fo);
+  prefill::PrefillOptions po;
+  po.answer_room = 16;
+  prefill::PrefillResult pre = prefill::prefill_document(fwd, prefix, doc, po);
+  compress::ScorerOptions so = test::tiny_kvzip_options();
+  const compress::DocumentScores a =
+      compress::make_scorer("kvzip", so)->score({&fwd, &pre.cache, uint32_t(prefix.size()), doc});
+  so.kvzip_queries = {test::random_tokens(6, cfg.vocab_size, 32)};
+  const compress::DocumentScores q =
+      compress::make_scorer("kvzip", so)->score({&fwd, &pre.cache, uint32_t(prefix.size()), doc});
+  CHECK(pre.cache.logical_length() == prefix.size() + doc.size());
+  REQUIRE(a.values.size() == q.values.size());
+  size_t raised = 0;
+  for (uint32_t l = 0; l < cfg.n_layers; ++l)
+    for (uint32_t h = 0; h < cfg.n_kv_heads; ++h)
+      for (uint32_t j = 0; j < doc.size(); ++j) {
+        CHECK(q.at(l, h, j) >= a.at(l, h, j));
+        if (cfg.is_local(l)) CHECK(q.at(l, h, j) == a.at(l, h, j));  // local layers are not scored
+        raised += q.at(l, h, j) > a.at(l, h, j) ? 1 : 0;
+      }
+  CHECK(raised > 0);
 }

@@ -1,6 +1,7 @@
 // KVzip scoring against a naive reference written plainly here (materialise the local logits over
 // prefix ⊕ chunk ⊕ R_t's own keys, softmax, max over the GQA group and all R_t positions), with
-// the document split into several chunks and R_t longer than the forward's chunk; and the
+// the document split into several chunks and R_t longer than the forward's chunk; query-aware
+// KVzip (known questions max-combined into the same statistics) against that reference; and the
 // reconstruction inputs built from a real chat template.
 #include <catch2/catch.hpp>
 
@@ -10,6 +11,7 @@
 
 #include "common/error.h"
 #include "compress/scorer.h"
+#include "compress/selection.h"
 #include "model/chat_template.h"
 #include "model/detail/bpe.h"
 #include "model/tokenizer.h"
@@ -186,4 +188,54 @@ TEST_CASE("kvzip refuses a scoring input that is not the prefilled document", "[
   std::vector<int32_t> shorter(s.doc.begin(), s.doc.begin() + 9);
   CHECK_THROWS_AS(scorer->score(compress::ScoreInput{&fwd, &pre.cache, 4, shorter}), Error);
   CHECK_THROWS_AS(scorer->score(compress::ScoreInput{nullptr, &pre.cache, 4, s.doc}), Error);
+}
+
+TEST_CASE("query-aware KVzip adds each question's local attention and changes what is kept",
+          "[compress]") {
+  Setup s = setup(test::tiny_llama_config(), 6, 40);
+  compress::ScorerOptions so;
+  so.prompts = synthetic_prompts();
+  so.kvzip_chunk = 16;  // chunks [0,16) [16,32) [32,40)
+  model::Forward fwd(s.w, model::ForwardOptions{1, 16, {}});
+  prefill::PrefillResult pre = prefill::prefill_document(fwd, s.prefix, s.doc);
+  model::KvCache before = pre.cache;
+  const compress::DocumentScores agnostic =
+      compress::make_scorer("kvzip", so)->score(compress::ScoreInput{&fwd, &pre.cache, 6, s.doc});
+
+  // Two questions (one longer than the forward chunk), made of tokens the document does not start with.
+  so.kvzip_queries = {test::random_tokens(5, s.cfg.vocab_size, 7), test::random_tokens(19, s.cfg.vocab_size, 8)};
+  auto aware_scorer = compress::make_scorer("kvzip", so);
+  const compress::DocumentScores aware =
+      aware_scorer->score(compress::ScoreInput{&fwd, &pre.cache, 6, s.doc});
+  CHECK(pre.cache.logical_length() == 46);  // every question pass is rolled back
+  bool recorded = false;
+  for (const auto& [k, v] : aware_scorer->params()) recorded = recorded || k == "queries";
+  CHECK(recorded);
+
+  // Reference: per chunk the reconstruction input, then every question, as local softmaxes over
+  // prefix ⊕ chunk ⊕ own keys, max-combined.
+  std::vector<double> want(aware.values.size(), 0.0);
+  for (uint32_t b = 0; b < 40; b += 16) {
+    const uint32_t e = std::min(40u, b + 16);
+    reference_chunk(s.w, before, 6, 40, compress::reconstruction_input(so.prompts, s.doc, b, e, 8), b, e, want);
+    for (const std::vector<int32_t>& q : so.kvzip_queries) reference_chunk(s.w, before, 6, 40, q, b, e, want);
+  }
+  double worst = 0;
+  size_t raised = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    worst = std::max(worst, std::abs(aware.values[i] - want[i]));
+    CHECK(aware.values[i] >= agnostic.values[i]);  // a max over more query rows
+    raised += aware.values[i] > agnostic.values[i] ? 1 : 0;
+  }
+  CHECK(worst < 2e-6);
+  CHECK(raised > 0);
+
+  // What is kept at 30% differs from the query-agnostic selection.
+  const compress::Selection a = compress::select_rows(agnostic, 0.3, compress::SelectionLevel::Global);
+  const compress::Selection q = compress::select_rows(aware, 0.3, compress::SelectionLevel::Global);
+  CHECK(a.kept_doc == q.kept_doc);
+  CHECK(a.keep != q.keep);
+
+  so.kvzip_queries = {{}};
+  CHECK_THROWS_AS(compress::make_scorer("kvzip", so), Error);
 }

@@ -12,6 +12,7 @@
 #include "eval/answer.h"
 #include "common/json.h"
 #include "eval/eval.h"
+#include "eval/ruler.h"
 #include "model/model.h"
 #include "tests/support/tiny_model_dir.h"
 
@@ -360,4 +361,58 @@ TEST_CASE("eval --kv-dtypes: every cache again as a .kvz image of each dtype, co
   CHECK_THAT(format_answers_jsonl(r), Contains("\"kv_dtype\":\"q4\""));
   o.kv_dtypes = {"q3"};
   CHECK_THROWS_WITH(checked(o), Contains("q3 is not one of"));
+}
+
+TEST_CASE("query-aware eval scores kvzip with the questions: other caches, same full cache", "[eval]") {
+  const model::Model& m = *tiny().model;
+  const std::vector<Document> docs = pets();
+  EvalOptions o;
+  o.methods = {"kvzip", "snapkv"};
+  o.ratios = {0.3};
+  o.max_answer_tokens = 4;
+  o.threads = 1;
+  o.keep_answers = true;
+  const EvalReport agnostic = run_eval(m, docs, o);
+  o.query_aware = true;
+  const EvalReport aware = run_eval(m, docs, o);
+  REQUIRE(agnostic.answers.size() == aware.answers.size());
+  size_t kvzip_changed = 0;
+  for (size_t i = 0; i < aware.answers.size(); ++i) {
+    const AnswerRecord &a = agnostic.answers[i], &q = aware.answers[i];
+    REQUIRE(a.method == q.method);
+    if (a.method == "kvzip") {
+      kvzip_changed += a.kl != q.kl || a.answer != q.answer ? 1 : 0;
+    } else {  // the full cache and snapkv do not read the questions
+      CHECK(a.answer == q.answer);
+      CHECK(a.kl == q.kl);
+    }
+  }
+  CHECK(kvzip_changed > 0);
+}
+
+TEST_CASE("ruler eval: one full cache per sample, methods without a ratio-1 row", "[eval]") {
+  const model::Model& m = *tiny().model;
+  RulerOptions ro;
+  ro.tasks = {"niah_single_1"};
+  ro.lengths = {900};
+  ro.settings = {RulerSetting::QueryAgnostic, RulerSetting::QueryAware};
+  ro.eval.methods = {"kvzip", "streaming"};
+  ro.eval.ratios = {0.5, 1.0};
+  ro.eval.max_answer_tokens = 3;
+  ro.eval.threads = 1;
+  ro.model_name = "tiny";
+  const RulerReport r = run_ruler(m, ro);
+  REQUIRE(r.rows.size() == 2 * 3);  // per setting: full, kvzip 0.5, streaming 0.5
+  for (size_t s = 0; s < 2; ++s) {
+    CHECK(r.rows[3 * s].method == "full");
+    CHECK(r.rows[3 * s].ratio == 1.0);
+    CHECK(r.rows[3 * s + 1].ratio == 0.5);
+    CHECK(r.rows[3 * s + 2].ratio == 0.5);
+  }
+  CHECK(r.rows[0].setting == "agnostic");
+  CHECK(r.rows[3].setting == "aware");
+  const std::string csv = format_kvpress_csv(r);
+  CHECK_THAT(csv, Contains("tiny,no_press,0.00,niah_single_1,"));
+  CHECK_THAT(csv, Contains("tiny,kvzip,0.50,niah_single_1,"));
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == 1 + 6);
 }

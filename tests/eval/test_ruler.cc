@@ -360,3 +360,23 @@ TEST_CASE("ruler: the kvpress CSV lists compression as the fraction removed", "[
                         "aware      4096  kvzip       0.30  0.300            50.0    50.0"));
   CHECK_THAT(table, Catch::Matchers::EndsWith("string-match recall (0-100) per task\n"));
 }
+
+TEST_CASE("ruler: the bundled HotpotQA-layout example gives qa_2 samples with both bridge paragraphs",
+          "[eval]") {
+  const QaSource src = read_hotpotqa(std::string(KVZIP_SOURCE_DIR) + "/examples/bridges.json");
+  REQUIRE(src.items.size() == 10);
+  CHECK(src.paragraphs.size() == 30);
+  for (const QaSource::Item& it : src.items) {
+    CHECK(it.gold.size() == 3);
+    REQUIRE(it.answers.size() == 1);
+    // The answer is written in the question's second (bridge) paragraph, not in the first.
+    CHECK(src.paragraphs[it.gold[1]].find(it.answers[0]) != std::string::npos);
+    CHECK(src.paragraphs[it.gold[0]].find(it.answers[0]) == std::string::npos);
+  }
+  RulerGenOptions o;
+  o.hotpotqa = &src;
+  const RulerSample s = gen("qa_2", 600, 4, o);
+  CHECK(s.question.find("Question: " + src.items[4].question) != std::string::npos);
+  CHECK(occurrences(s.document, src.paragraphs[src.items[4].gold[0]]) >= 1);
+  CHECK(occurrences(s.document, src.paragraphs[src.items[4].gold[1]]) >= 1);
+}
