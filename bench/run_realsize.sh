@@ -18,6 +18,7 @@ set -euo pipefail
 kz=${1:?kvzip binary}; llama=${2:?llama.cpp bin dir}; threads=${3:?threads}; shift 3
 before=${BEFORE:-}; repeat=${REPEAT:-1}
 out=${OUT_DIR:-$(mktemp -d)}
+mkdir -p "$out"
 here=$(cd "$(dirname "$0")/.." && pwd)
 doc=$out/doc.txt
 python3 "$here/scripts/squad_doc.py" "$here/examples/normans.json" "$out/article.txt" "$out/qs.txt" 2 >/dev/null
