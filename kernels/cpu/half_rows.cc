@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "common/half.h"
+#include "kernels/detail/qgemv_rows.h"  // cpu_has_avx2, cpu_has_avx512
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define KVZIP_HALF_X86 1
@@ -85,7 +86,7 @@ HalfRowsFn pick_type(GgmlType t, Pick pick) {
 #if KVZIP_HALF_X86
 
 #define KVZIP_HALF_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define KVZIP_HALF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define KVZIP_HALF_AVX512 __attribute__((target("avx512f,avx512bw,avx2,fma,f16c")))
 
 // The last, partial chunk of a row or of x as sixteen floats, zero past n.
 template <GgmlType Ty>
@@ -197,18 +198,6 @@ KVZIP_HALF_AVX512 void rows_avx512(const MatmulArgs& a, uint32_t r0, uint32_t r1
   for (; r < r1; ++r) group_avx512<Ty, 1>(a, r);
 }
 
-bool has_avx2() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                         __builtin_cpu_supports("f16c");
-  return ok;
-}
-
-bool has_avx512() {
-  static const bool ok = has_avx2() && __builtin_cpu_supports("avx512f") &&
-                         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  return ok;
-}
-
 #endif  // KVZIP_HALF_X86
 
 }  // namespace
@@ -219,7 +208,7 @@ HalfRowsFn half_rows_portable(GgmlType t) {
 
 HalfRowsFn half_rows_avx2(GgmlType t) {
 #if KVZIP_HALF_X86
-  if (has_avx2()) return pick_type(t, [](auto T) -> HalfRowsFn { return rows_avx2<decltype(T)::value>; });
+  if (cpu_has_avx2()) return pick_type(t, [](auto T) -> HalfRowsFn { return rows_avx2<decltype(T)::value>; });
 #endif
   (void)t;
   return nullptr;
@@ -227,7 +216,7 @@ HalfRowsFn half_rows_avx2(GgmlType t) {
 
 HalfRowsFn half_rows_avx512(GgmlType t) {
 #if KVZIP_HALF_X86
-  if (has_avx512()) return pick_type(t, [](auto T) -> HalfRowsFn { return rows_avx512<decltype(T)::value>; });
+  if (cpu_has_avx512()) return pick_type(t, [](auto T) -> HalfRowsFn { return rows_avx512<decltype(T)::value>; });
 #endif
   (void)t;
   return nullptr;
