@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "compress/detail/pipeline.h"
 #include "compress/quantize.h"
+#include "kernels/attention.h"
 
 namespace kvzip::compress {
 namespace {
@@ -242,6 +243,15 @@ CompressResult compress_to_file(const model::Model& model, std::string_view text
   d.params = r.params;
   d.params.emplace_back("query_template", o.query_template);
   if (o.matmul == kernels::MatmulPath::Exact) d.params.emplace_back("matmul", "exact");
+  // The rows carry the bf16 attention products' rounding (docs/cpu-kernels.md): say so.
+  if (o.matmul == kernels::MatmulPath::Fast && o.device == kernels::Device::Cpu && kernels::attention_bf16_available()) {
+    const bool kvzip = r.method == "kvzip" && o.compress.scorer.kvzip_bf16;
+    if (o.compress.prefill.attention_bf16 || kvzip)
+      d.params.emplace_back("attention", std::string("bf16 products in ") +
+                                             (o.compress.prefill.attention_bf16 ? "the document prefill" : "") +
+                                             (o.compress.prefill.attention_bf16 && kvzip ? " and " : "") +
+                                             (kvzip ? "the KVzip passes" : ""));
+  }
   d.params.insert(d.params.end(), o.extra_params.begin(), o.extra_params.end());
   d.requested_ratio = r.requested_ratio;
   d.kv = o.kv;

@@ -79,6 +79,10 @@ struct ScorerOptions {
   // (prefix ⊕ chunk ⊕ its own keys) are max-combined into the chunk's scores: a row is kept when
   // the reconstruction OR one of the known questions attends to it.
   std::vector<std::vector<int32_t>> kvzip_queries;
+  // The reconstruction (and question) passes' attention on bf16 operands (Forward::
+  // set_prompt_bf16; Fast path, AVX-512 BF16 CPUs): only their scores are kept, and the kept set
+  // stays the fp32 passes' (Jaccard against the exact path 0.976 either way on the article).
+  bool kvzip_bf16 = true;
   // random
   uint64_t seed = 0;
   // streaming

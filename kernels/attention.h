@@ -113,12 +113,23 @@ struct AttentionArgs {
   const float* part_rot = nullptr;  // (n_parts, 2, D/2): cos, then sin, of each part's query
                                     // rotation (kernels/rope.h pairs); null: no rotation
   uint32_t n_parts = 0;
+  // Products on bf16-rounded operands (CPU with AVX-512 BF16, f32 spans in one segment, calls
+  // whose keys several query blocks share, i.e. prefill-shaped; elsewhere ignored): q·k and p·v
+  // are summed in fp32 by vdpbf16ps from q, k, p and v rounded to nearest even, so each logit and
+  // each output element moves by at most about 2^-8 · Σ|a·b| of its own terms (kernels/cpu/
+  // attention.cc; measured in tests/kernels/test_attention_bf16.cc). The matmul Fast path asks for
+  // it; Exact never does.
+  bool bf16 = false;
   // Sliding window (a local layer of a hybrid model): > 0 limits query token i further to rows
   // (len - T + i - window, len - T + i], its last `window` rows, itself included. Rows are the
   // span's rows, so a cache whose local layers keep consecutive positions (model/kv_cache.h) gets
   // the model's positional window. CPU, f32 spans, no `local` statistics (else Errc::unsupported).
   uint32_t window = 0;
 };
+
+// Whether a CPU call asking for AttentionArgs::bf16 gets bf16 products in this process (AVX-512
+// BF16, the 16-lane kernel, KVZIP_ATTENTION_BF16 not 0).
+bool attention_bf16_available();
 
 // Bit j of a KvSpan::skip bitmap.
 inline bool skip_bit(const uint64_t* bits, uint64_t j) { return (bits[j >> 6] >> (j & 63)) & 1u; }

@@ -34,6 +34,7 @@ struct Forward::Impl {
   std::vector<detail::ChunkItem> step_items;
   std::vector<int32_t> step_tokens;
   std::vector<float> step_logits;
+  bool prompt_bf16 = false;  // set_prompt_bf16
 
   void run_chunk(AttentionCache& cache, const int32_t* tokens, uint32_t T, uint32_t logits_row0,
                  uint32_t logits_rows, float* logits, AttentionObserver* observer);
@@ -63,6 +64,11 @@ const Weights& Forward::weights() const { return impl_->w; }
 uint32_t Forward::threads() const { return impl_->pool.size(); }
 kernels::MatmulPath Forward::matmul_path() const { return impl_->opt.matmul; }
 kernels::ThreadPool& Forward::pool() { return impl_->pool; }
+void Forward::set_prompt_bf16(bool on) { impl_->prompt_bf16 = on; }
+bool Forward::prompt_bf16() const { return impl_->prompt_bf16; }
+
+PromptBf16Scope::PromptBf16Scope(Forward& f, bool on) : f_(f), was_(f.prompt_bf16()) { f.set_prompt_bf16(on); }
+PromptBf16Scope::~PromptBf16Scope() { f_.set_prompt_bf16(was_); }
 
 detail::ChunkContext Forward::Impl::context(uint32_t T) {
   build_rope_table(inv_freq, positions.data(), T, &rope);
@@ -76,6 +82,7 @@ detail::ChunkContext Forward::Impl::context(uint32_t T) {
   c.T = T;
   c.s = &scratch;
   c.path = opt.matmul;
+  c.attention_bf16 = prompt_bf16 && opt.matmul == kernels::MatmulPath::Fast;
   return c;
 }
 

@@ -46,6 +46,20 @@ struct TraceTensor {
 };
 using TraceFn = std::function<void(const TraceTensor&)>;
 
+class Forward;
+// Forward::set_prompt_bf16(on) for a scope, then back to what it was.
+class PromptBf16Scope {
+ public:
+  PromptBf16Scope(Forward& f, bool on);
+  ~PromptBf16Scope();
+  PromptBf16Scope(const PromptBf16Scope&) = delete;
+  PromptBf16Scope& operator=(const PromptBf16Scope&) = delete;
+
+ private:
+  Forward& f_;
+  bool was_;
+};
+
 struct ForwardOptions {
   uint32_t threads = 0;  // 0 = one per hardware thread; also sets OpenBLAS's thread count
   uint32_t chunk = 512;  // tokens per prefill chunk (bounds scratch memory), >= 1
@@ -133,6 +147,13 @@ class Forward {
   uint32_t threads() const;
   kernels::MatmulPath matmul_path() const;
   kernels::ThreadPool& pool();
+
+  // Attention on bf16 operands for multi-block prompts (kernels::AttentionArgs::bf16) on the Fast
+  // path: off by default, so questions and answers keep fp32 attention and the same bits in every
+  // batch and cache layout; a document's prefill and KVzip's passes turn it on for their
+  // duration (PromptBf16Scope), where the CPU has AVX-512 BF16.
+  void set_prompt_bf16(bool on);
+  bool prompt_bf16() const;
 
  private:
   struct Impl;

@@ -78,6 +78,7 @@ PrefillResult prefill_document(model::Forward& forward, std::span<const int32_t>
   if (trim) r.cache.trim_local_layers(true, n_p);
   const uint64_t room = std::max(options.answer_room, options.scoring_room);
   r.cache.reserve(static_cast<uint32_t>(std::min<uint64_t>(total + room, UINT32_MAX)));
+  const model::PromptBf16Scope bf16(forward, options.attention_bf16);
   r.seconds = prefill_in_chunks(prefix, document, options, [&](std::span<const int32_t> chunk) {
     forward.prefill(r.cache, chunk, model::LogitsMode::None, options.observer);
   });

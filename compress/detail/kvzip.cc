@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "compress/detail/scorers.h"
+#include "model/forward.h"
 
 namespace kvzip::compress {
 
@@ -82,6 +83,7 @@ class KvzipScorer final : public Scorer {
     DocumentScores s = make_scores(in, 0.0f);  // probabilities >= 0: 0 is the max's identity
     const uint32_t n_c = s.n_doc, full = in.n_prefix + n_c, m = opt_.kvzip_chunk;
     KvzipObserver obs(s);
+    const model::PromptBf16Scope bf16(*in.forward, opt_.kvzip_bf16);
     for (uint32_t begin = 0; begin < n_c; begin += m) {
       const uint32_t end = std::min(n_c, begin + m);
       const std::vector<int32_t> r =

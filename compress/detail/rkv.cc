@@ -3,7 +3,7 @@
 // enters I or R; the last α document tokens are the probe (their queries, recorded during the
 // prefill, give the importance) and score +inf. The score itself is model/rkv.h's rkv_scores, the
 // one R-KV implementation the decode-time policy uses too: redundancy over all candidates, the
-// probe window included.
+// probe window included. A hybrid model's local (sliding-window) layers are not scored.
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -47,6 +47,9 @@ class RkvScorer final : public WindowScorer {
     p.kernel = kernel_;
     auto unit = [&](size_t u) {
       const uint32_t l = static_cast<uint32_t>(u / Hkv), h = static_cast<uint32_t>(u % Hkv);
+      // Not scored: selection keeps a local layer's reachable rows, and after a trimmed prefill
+      // the layer holds only its window, not the n_c candidates read below.
+      if (c.is_local(l)) return;
       model::RkvHeadInput hi;
       hi.keys = in.cache->view(l, h).k + size_t(n_p) * D;  // (n_c, D) the candidates
       hi.N = n_c;

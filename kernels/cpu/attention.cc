@@ -19,6 +19,11 @@
 // (blocks, key splits) it gets alone, so each result is the one it gets alone.
 // Spans with quantized rows (KvSpan::quant) go to attention_quantized (attention_quant.cc), which
 // runs this kernel on their f32 rows with each query row's log-sum-exp as an extra output.
+// bf16 products (AttentionArgs::bf16, 16-lane build on a CPU with AVX-512 BF16): the shared key
+// tiles are also kept as bf16 pairs (two consecutive dimensions of a key per dword), V as pairs of
+// consecutive rows, and each task's queries and each block's probabilities are rounded the same
+// way, so S and P·V each take half the instructions (vdpbf16ps: 32 multiply-adds against an fp32
+// FMA's 16); the softmax stays fp32.
 // This file is compiled twice: for the build's vector width (namespace cpu::base) and, included by
 // attention_avx512.cc under an AVX-512 target, for 16 lanes (cpu::avx512); attention_isa.cc
 // dispatches by the CPU (kernels/detail/attention_isa.h).
@@ -38,6 +43,7 @@
 #include "common/error.h"
 #include "kernels/detail/attention_cpu.h"
 #include "kernels/detail/attention_isa.h"
+#include "kernels/detail/bf16_gemm.h"
 #include "kernels/simd.h"
 #include "kernels/thread_pool.h"
 
@@ -59,6 +65,13 @@ constexpr uint32_t kPvVecs = kLanes == 16 ? 4 : 2;  // D-vectors per P·V micro-
 
 uint32_t round_up(uint32_t x, uint32_t m) { return (x + m - 1) / m * m; }
 
+#if defined(KVZIP_SIMD_AVX512)
+#define KVZIP_ATTENTION_BF16 1
+#define KVZIP_BF16_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+#else
+#define KVZIP_ATTENTION_BF16 0
+#endif
+
 // K of every KV head transposed, shared read-only by all tasks of one call, stored as tiles of
 // kBk keys: tile b of head h is (D, kBk) and holds keys [b·kBk, (b+1)·kBk). One tile per block keeps
 // the rows the S micro-kernel walks close together (a (D, len) layout with a long power-of-two
@@ -67,6 +80,11 @@ uint32_t round_up(uint32_t x, uint32_t m) { return (x + m - 1) / m * m; }
 struct KeysT {
   const float* data = nullptr;  // (Hkv, n_tiles, D, kBk); columns at or beyond len_h are zero
   uint32_t n_tiles = 0;
+  // With bf16 products: K as (Hkv, n_tiles, D / 2, kBk) dwords, dword (p, c) = dims 2p, 2p + 1 of
+  // key c (low half first); V as (Hkv, n_tiles, kBk / 2, D) dwords, dword (p, d) = dim d of rows
+  // 2p, 2p + 1 of the tile. Rows at or beyond len_h are zero.
+  const uint32_t* k16 = nullptr;
+  const uint32_t* v16 = nullptr;
   const KvSpan* kv = nullptr;   // (Hkv) the call's spans
   static bool premade(const KvSpan& s, uint32_t b) { return (b + 1) * kBk <= s.kt_rows; }
   const float* tile(uint32_t h, uint32_t b, uint32_t D) const {
@@ -90,6 +108,7 @@ struct Plan {
   uint32_t n_target = 0;                // local->target_end - local->target_begin
   std::mutex* locks = nullptr;          // (Hkv) guard local->out's rows
   float* lse = nullptr;                 // (T, Hq) or null: log Σ exp(logits) of each query row
+  bool bf16 = false;                    // products on bf16 pairs (kt.k16, kt.v16)
 };
 
 // Per-thread scratch, grown once and reused.
@@ -102,6 +121,9 @@ struct Scratch {
   std::vector<uint32_t> first;  // (Rmax) first row it may see (a sliding window; else 0)
   std::vector<float> tl;   // (Rmax, n_target) the rows' logits against the target keys
   std::vector<float> best; // (n_target) max over the task's rows of the local log-probability
+  std::vector<uint32_t> q16;  // (Rmax, D / 2) the scaled queries as bf16 pairs (bf16 products)
+  std::vector<uint32_t> p16;  // (kQkRows, kBk / 2 + 1) a row step's probabilities as pairs
+  std::vector<float> prow;    // (kBk + 2) one probability row, shifted to the pairs' parity
   void fit(const Plan& p) {
     const uint32_t D = p.a->D;
     q.resize(size_t(p.Rmax) * p.Dp);
@@ -113,6 +135,11 @@ struct Scratch {
     if (p.local) {
       tl.resize(size_t(p.Rmax) * p.n_target);
       best.resize(p.n_target);
+    }
+    if (p.bf16) {
+      q16.resize(size_t(p.Rmax) * (D / 2));
+      p16.resize(size_t(kQkRows) * (kBk / 2 + 1));
+      prow.resize(kBk + 2);
     }
   }
 };
@@ -182,6 +209,107 @@ void pv_rows(const float* p, const float* v, size_t ldv, float* acc, uint32_t r,
   for (; dc < Dp; dc += kLanes) pv_tile<1>(p, v, ldv, acc, r, dc, jmax, Dp);
 }
 
+#if KVZIP_ATTENTION_BF16
+// bf16 operands are rounded to nearest even from fp32 (finite values: attention's are).
+inline uint32_t bf16_bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, sizeof b);
+  return (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
+}
+
+// Each lane of x rounded to bf16, in the lane's high half (low half zero).
+KVZIP_BF16_FN inline __m512i bf16_high(__m512 x) {
+  const __m512i b = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_add_epi32(_mm512_add_epi32(b, _mm512_set1_epi32(0x7fff)), lsb);
+  return _mm512_and_si512(r, _mm512_set1_epi32(int(0xffff0000u)));
+}
+
+// Lane i: bf16(a[i]) in the low half, bf16(b[i]) in the high half.
+KVZIP_BF16_FN inline __m512i bf16_pair(__m512 a, __m512 b) {
+  return _mm512_or_si512(_mm512_srli_epi32(bf16_high(a), 16), bf16_high(b));
+}
+
+// dst[k] = the pair (x[2k], x[2k + 1]) for k < n2.
+KVZIP_BF16_FN void pairs_of(const float* x, uint32_t n2, uint32_t* dst) {
+  uint32_t k = 0;
+  for (; k + 8 <= n2; k += 8) {
+    // 64-bit lane L holds bf16(x[2L]) << 16 and bf16(x[2L + 1]) << 48: the pair is the low dword
+    // shifted down by 16 or'ed with the high dword (the lane shifted down by 32).
+    const __m512i r = bf16_high(_mm512_loadu_ps(x + 2 * k));
+    const __m512i pr = _mm512_or_si512(_mm512_srli_epi32(r, 16), _mm512_srli_epi64(r, 32));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + k), _mm512_cvtepi64_epi32(pr));
+  }
+  for (; k < n2; ++k) dst[k] = bf16_bits(x[2 * k]) | (bf16_bits(x[2 * k + 1]) << 16);
+}
+
+// scores() on pairs: S(Rp, ncols) = Q16(Rp, D2) · K16(D2, ncols), K16's rows ldk dwords apart.
+KVZIP_BF16_FN void scores_bf16(const uint32_t* q16, const uint32_t* kt, size_t ldk, float* s, uint32_t Rp,
+                               uint32_t ncols, uint32_t D2) {
+  for (uint32_t r = 0; r < Rp; r += kQkRows) {
+    for (uint32_t c = 0; c < ncols; c += kQkCols) {
+      __m512 acc[kQkRows][2];
+      for (uint32_t i = 0; i < kQkRows; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+      for (uint32_t d = 0; d < D2; ++d) {
+        const __m512i k0 = _mm512_loadu_si512(kt + d * ldk + c);
+        const __m512i k1 = _mm512_loadu_si512(kt + d * ldk + c + 16);
+        for (uint32_t i = 0; i < kQkRows; ++i) {
+          const __m512i qv = _mm512_set1_epi32(int(q16[size_t(r + i) * D2 + d]));
+          acc[i][0] = _mm512_dpbf16_ps(acc[i][0], (__m512bh)qv, (__m512bh)k0);
+          acc[i][1] = _mm512_dpbf16_ps(acc[i][1], (__m512bh)qv, (__m512bh)k1);
+        }
+      }
+      for (uint32_t i = 0; i < kQkRows; ++i) {
+        _mm512_storeu_ps(s + size_t(r + i) * kBk + c, acc[i][0]);
+        _mm512_storeu_ps(s + size_t(r + i) * kBk + c + 16, acc[i][1]);
+      }
+    }
+  }
+}
+
+// acc(kQkRows rows from r, NV vectors from column dc) += P16(rows, np pairs) · V16(np pairs, cols);
+// P16's rows ldp dwords apart, V16's rows D dwords.
+template <uint32_t NV>
+KVZIP_BF16_FN void pv_tile_bf16(const uint32_t* p16, uint32_t ldp, const uint32_t* v16, float* acc,
+                                uint32_t r, uint32_t dc, uint32_t np, uint32_t D) {
+  __m512 a[kQkRows][NV];
+  for (uint32_t i = 0; i < kQkRows; ++i)
+    for (uint32_t n = 0; n < NV; ++n) a[i][n] = _mm512_loadu_ps(acc + size_t(r + i) * D + dc + n * 16);
+  for (uint32_t j = 0; j < np; ++j) {
+    __m512i vv[NV];
+    for (uint32_t n = 0; n < NV; ++n) vv[n] = _mm512_loadu_si512(v16 + size_t(j) * D + dc + n * 16);
+    for (uint32_t i = 0; i < kQkRows; ++i) {
+      const __m512i pv = _mm512_set1_epi32(int(p16[i * ldp + j]));
+      for (uint32_t n = 0; n < NV; ++n) a[i][n] = _mm512_dpbf16_ps(a[i][n], (__m512bh)pv, (__m512bh)vv[n]);
+    }
+  }
+  for (uint32_t i = 0; i < kQkRows; ++i)
+    for (uint32_t n = 0; n < NV; ++n) _mm512_storeu_ps(acc + size_t(r + i) * D + dc + n * 16, a[i][n]);
+}
+
+// The bf16 tiles of tile b of head h from its fp32 key tile t (D, kBk) and its V rows [j0, j0 + n).
+KVZIP_BF16_FN void make_bf16_tile(const KvSpan& span, const float* t, uint32_t j0, uint32_t n, uint32_t D,
+                                  uint32_t* k16, uint32_t* v16) {
+  for (uint32_t d = 0; d < D / 2; ++d)
+    for (uint32_t c = 0; c < kBk; c += 16)
+      _mm512_storeu_si512(k16 + size_t(d) * kBk + c,
+                          bf16_pair(_mm512_loadu_ps(t + size_t(2 * d) * kBk + c),
+                                    _mm512_loadu_ps(t + size_t(2 * d + 1) * kBk + c)));
+  for (uint32_t j = 0; j < kBk; j += 2) {
+    uint32_t* dst = v16 + size_t(j / 2) * D;
+    if (j >= n) {
+      std::fill(dst, dst + D, 0u);
+      continue;
+    }
+    const float* va = span.v_row(j0 + j, D);
+    const float* vb = j + 1 < n ? span.v_row(j0 + j + 1, D) : nullptr;
+    for (uint32_t d = 0; d < D; d += 16)
+      _mm512_storeu_si512(dst + d, bf16_pair(_mm512_loadu_ps(va + d),
+                                             vb ? _mm512_loadu_ps(vb + d) : _mm512_setzero_ps()));
+  }
+}
+#endif
+
 // Largest of x[0..n), n >= 1.
 float row_max(const float* x, uint32_t n) {
   uint32_t j = 0;
@@ -195,8 +323,27 @@ float row_max(const float* x, uint32_t n) {
   return mx;
 }
 
+#if KVZIP_ATTENTION_BF16
+// e^x for x <= 0 within ~3e-6 relative (2^f by its degree-5 Taylor polynomial on [-1/2, 1/2],
+// scaled by vscalefps, which also takes x = -inf and underflow to 0): half exp_vec's instructions,
+// for the bf16 path, whose probabilities are then rounded to 8 bits of mantissa anyway.
+inline VecF exp_fast(VecF x) {
+  const __m512 t = _mm512_mul_ps(_mm512_max_ps((__m512)x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(1.44269504088896341f));
+  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(t, n);
+  __m512 p = _mm512_set1_ps(1.3333558e-3f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504109e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022651e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return (VecF)_mm512_scalef_ps(p, n);
+}
+#endif
+
 // Turns row r of S into probabilities against the updated running max and folds it into the
-// state. valid = keys of this block the row may see. Returns valid.
+// state. valid = keys of this block the row may see. Returns valid. kFast: exp_fast (bf16 path).
+template <bool kFast = false>
 uint32_t softmax_row(float* srow, uint32_t valid, uint32_t ncols, RowState st, uint32_t r,
                      uint32_t Dp) {
   if (valid == 0) {
@@ -215,7 +362,12 @@ uint32_t softmax_row(float* srow, uint32_t valid, uint32_t ncols, RowState st, u
   VecF sum{};
   uint32_t full = valid / kLanes * kLanes;
   for (uint32_t j = 0; j < full; j += kLanes) {
-    VecF e = simd::exp_vec(simd::load(srow + j) - mv);
+    VecF e;
+#if KVZIP_ATTENTION_BF16
+    if constexpr (kFast) e = exp_fast(simd::load(srow + j) - mv);
+    else
+#endif
+      e = simd::exp_vec(simd::load(srow + j) - mv);
     simd::store(srow + j, e);
     sum += e;
   }
@@ -277,6 +429,28 @@ void transpose_tile(const KvSpan& kv, uint32_t j0, uint32_t n, uint32_t D, float
     for (uint32_t d = 0; d < D; ++d) std::fill(dst + size_t(d) * kBk + n, dst + size_t(d + 1) * kBk, 0.0f);
 }
 
+#if KVZIP_ATTENTION_BF16
+// P·V of rows [r, r + kQkRows) over key rows [kb, kb + jmax) on bf16 pairs. The tile's V pairs
+// start at even rows, so a block starting at an odd row takes the pair before it with that row's
+// probability 0.
+KVZIP_BF16_FN void pv_bf16(const Plan& p, uint32_t h, Scratch& sc, float* acc, uint32_t r, uint32_t kb,
+                           uint32_t jmax) {
+  const uint32_t D = p.a->D, off = kb % kBk, odd = off & 1u, np = (jmax + odd + 1) / 2, ldp = kBk / 2 + 1;
+  for (uint32_t i = 0; i < kQkRows; ++i) {
+    float* t = sc.prow.data();
+    t[0] = 0.0f;
+    std::memcpy(t + odd, sc.s.data() + size_t(r + i) * kBk, jmax * sizeof(float));
+    t[odd + jmax] = 0.0f;
+    pairs_of(t, np, sc.p16.data() + size_t(i) * ldp);
+  }
+  const uint32_t* v16 = p.kt.v16 + ((size_t(h) * p.kt.n_tiles + kb / kBk) * (kBk / 2) + (off - odd) / 2) * D;
+  uint32_t dc = 0;
+  for (; dc + kPvVecs * 16 <= D; dc += kPvVecs * 16)
+    pv_tile_bf16<kPvVecs>(sc.p16.data(), ldp, v16, acc, r, dc, np, D);
+  for (; dc < D; dc += 16) pv_tile_bf16<1>(sc.p16.data(), ldp, v16, acc, r, dc, np, D);
+}
+#endif
+
 // Folds key rows [kb, kb + nk) of KV head h into the state of rows [0, Rp). The rows lie in one
 // kBk tile (kb need not be a multiple of kBk); scores() may read up to kQkCols - 1 columns past
 // them (other keys or padding, finite), which the softmax masks.
@@ -294,16 +468,24 @@ void key_block(const Plan& p, uint32_t h, Scratch& sc, RowState st, uint32_t Rp,
     v = sc.v.data();
     ldv = Dp;
   }
-  // The keys transposed: the call's shared tiles, the span's own (made at load), or this block's.
-  const float* kt = sc.kt.data();
-  if (p.kt.data) {
-    kt = p.kt.tile(h, kb / kBk, D) + kb % kBk;
-  } else if (kb + nk <= span.kt_rows) {
-    kt = span.kt + size_t(kb / kBk) * D * kBk + kb % kBk;
-  } else {
-    transpose_tile(span, kb, nk, D, sc.kt.data());
+#if KVZIP_ATTENTION_BF16
+  if (p.bf16) {
+    scores_bf16(sc.q16.data(), p.kt.k16 + (size_t(h) * p.kt.n_tiles + kb / kBk) * (D / 2) * kBk + kb % kBk,
+                kBk, sc.s.data(), Rp, ncols, D / 2);
+  } else
+#endif
+  {
+    // The keys transposed: the call's shared tiles, the span's own (made at load), or this block's.
+    const float* kt = sc.kt.data();
+    if (p.kt.data) {
+      kt = p.kt.tile(h, kb / kBk, D) + kb % kBk;
+    } else if (kb + nk <= span.kt_rows) {
+      kt = span.kt + size_t(kb / kBk) * D * kBk + kb % kBk;
+    } else {
+      transpose_tile(span, kb, nk, D, sc.kt.data());
+    }
+    scores(sc.q.data(), kt, kBk, sc.s.data(), Rp, ncols, D, Dp);
   }
-  scores(sc.q.data(), kt, kBk, sc.s.data(), Rp, ncols, D, Dp);
   if (span.skip) {  // rows no token may see: their logits become -inf (a weight of ~1e-38 at most)
     for (uint32_t j = 0; j < nk; ++j) {
       if (!skip_bit(span.skip, kb + j)) continue;
@@ -324,14 +506,23 @@ void key_block(const Plan& p, uint32_t h, Scratch& sc, RowState st, uint32_t Rp,
       const uint32_t lo = sc.first[i] <= kb ? 0 : std::min(valid, sc.first[i] - kb);
       float* srow = sc.s.data() + size_t(i) * kBk;
       if (lo > 0) {  // a window's start inside this block: the columns before it are not seen
-        softmax_row(srow + lo, valid - lo, ncols - lo, st, i, Dp);
+        if (p.bf16) softmax_row<true>(srow + lo, valid - lo, ncols - lo, st, i, Dp);
+        else softmax_row(srow + lo, valid - lo, ncols - lo, st, i, Dp);
         std::fill(srow, srow + lo, 0.0f);
         if (valid > lo) jmax = std::max(jmax, valid);
         continue;
       }
-      jmax = std::max(jmax, softmax_row(srow, valid, ncols, st, i, Dp));
+      jmax = std::max(jmax, p.bf16 ? softmax_row<true>(srow, valid, ncols, st, i, Dp)
+                                   : softmax_row(srow, valid, ncols, st, i, Dp));
     }
-    if (jmax && need_pv) pv_rows(sc.s.data(), v, ldv, st.acc, r, jmax, Dp);
+    if (!jmax || !need_pv) continue;
+#if KVZIP_ATTENTION_BF16
+    if (p.bf16) {
+      pv_bf16(p, h, sc, st.acc, r, kb, jmax);
+      continue;
+    }
+#endif
+    pv_rows(sc.s.data(), v, ldv, st.acc, r, jmax, Dp);
   }
 }
 
@@ -443,6 +634,10 @@ void run_task(const Plan& p, uint32_t h, uint32_t qb, uint32_t split, float* sta
   Scratch& sc = tl_scratch;
   sc.fit(p);
   const uint32_t Rp = gather_queries(p, h, i0, i1, sc);
+#if KVZIP_ATTENTION_BF16
+  if (p.bf16)
+    for (uint32_t r = 0; r < Rp; ++r) pairs_of(sc.q.data() + size_t(r) * p.Dp, a.D / 2, sc.q16.data() + size_t(r) * (a.D / 2));
+#endif
   RowState st = state_at(p, state_mem);
   std::fill(st.m, st.m + p.Rmax, -INFINITY);
   std::fill(st.l, st.l + p.Rmax, 0.0f);
@@ -487,23 +682,53 @@ void merge_splits(const Plan& p, uint32_t h, uint32_t qb, float* states) {
   finalize(p, h, i0, i1, dst);
 }
 
+// A call's shared tiles, reused across calls from the same thread.
+struct TileBufs {
+  std::vector<float> kt;
+  std::vector<uint32_t> k16, v16;
+};
+
+// Whether a call gets bf16 products (AttentionArgs::bf16): this build and CPU have them, every row
+// vector is whole 16-lane vectors and the spans are one segment each. Such a call always makes
+// shared tiles (also for one query block), so a row's products do not depend on how the call's
+// query tokens are blocked or chunked.
+bool use_bf16(const Plan& p) {
+#if KVZIP_ATTENTION_BF16
+  static const bool cpu = bf16_attention_available();
+  return p.a->bf16 && cpu && p.a->D % 16 == 0 && !p.two_segments;
+#else
+  (void)p;
+  return false;
+#endif
+}
+
 // Fills the tiles of kt with every head's K transposed, zero beyond each head's length; one task
-// per tile.
-void transpose_keys(ThreadPool* pool, const AttentionArgs& a, std::vector<float>& buf, KeysT* kt) {
+// per tile. With bf16, also the pair tiles (KeysT::k16, v16) of every tile, in the same task.
+void transpose_keys(ThreadPool* pool, const AttentionArgs& a, TileBufs& buf, bool bf16, KeysT* kt) {
   uint32_t max_len = 0;
   for (uint32_t h = 0; h < a.Hkv; ++h) max_len = std::max(max_len, a.kv[h].len);
   kt->n_tiles = (max_len + kBk - 1) / kBk;
+  const size_t tiles = size_t(a.Hkv) * kt->n_tiles, tile = size_t(a.D) * kBk;
   // + kQkCols: a segment starting inside the last tile's last row may be read that far past it.
-  buf.resize(size_t(a.Hkv) * kt->n_tiles * a.D * kBk + kQkCols);
-  kt->data = buf.data();
+  buf.kt.resize(tiles * tile + kQkCols);
+  kt->data = buf.kt.data();
   kt->kv = a.kv;
-  run_tasks(pool, size_t(a.Hkv) * kt->n_tiles, [&](size_t t) {
+  if (bf16) {
+    buf.k16.resize(tiles * tile / 2 + kQkCols);
+    buf.v16.resize(tiles * tile / 2);
+    kt->k16 = buf.k16.data();
+    kt->v16 = buf.v16.data();
+  }
+  run_tasks(pool, tiles, [&](size_t t) {
     const uint32_t h = static_cast<uint32_t>(t / kt->n_tiles), b = static_cast<uint32_t>(t % kt->n_tiles);
-    if (KeysT::premade(a.kv[h], b)) return;
     const uint32_t j0 = b * kBk, len = a.kv[h].len;
     const uint32_t n = len > j0 ? std::min(kBk, len - j0) : 0;
-    transpose_tile(a.kv[h], j0, n, a.D, buf.data() + (size_t(h) * kt->n_tiles + b) * a.D * kBk);
+    if (!KeysT::premade(a.kv[h], b)) transpose_tile(a.kv[h], j0, n, a.D, buf.kt.data() + t * tile);
+#if KVZIP_ATTENTION_BF16
+    if (bf16) make_bf16_tile(a.kv[h], kt->tile(h, b, a.D), j0, n, a.D, buf.k16.data() + t * tile / 2, buf.v16.data() + t * tile / 2);
+#endif
   });
+  if (bf16) std::fill(buf.k16.end() - kQkCols, buf.k16.end(), 0u);
 }
 
 void check_args(const AttentionArgs& a) {
@@ -540,10 +765,13 @@ Plan make_plan(const AttentionArgs& a, uint32_t threads) {
   uint32_t max_len = 0;
   for (uint32_t h = 0; h < a.Hkv; ++h) max_len = std::max(max_len, a.kv[h].len);
   const uint32_t tasks = a.Hkv * p.n_qblocks, wanted = 4 * threads;
+  p.bf16 = use_bf16(p);
   if (a.local) {  // the statistics need each row's whole local softmax in one task
     p.local = a.local;
     p.n_target = a.local->target_end - a.local->target_begin;
-  } else if (threads > 1 && tasks < wanted) {
+  } else if (threads > 1 && tasks < wanted && !p.bf16) {
+    // (Not with bf16: a row's probabilities are rounded against its running max, so its products
+    // are the same bits only when every row walks all its keys in one order.)
     uint32_t by_keys = std::max(1u, max_len / (2 * kBk));  // keep chunks >= two key blocks
     p.n_split = std::min((wanted + tasks - 1) / tasks, by_keys);
   }
@@ -599,11 +827,11 @@ struct CallRun {
 };
 
 // Plans `a` (T > 0) into r; transposes the call's keys first when several query blocks share them.
-void prepare(ThreadPool* pool, const AttentionArgs& a, float* lse, std::vector<float>& kt_buf, CallRun& r) {
+void prepare(ThreadPool* pool, const AttentionArgs& a, float* lse, TileBufs& bufs, CallRun& r) {
   check_args(a);
   r.p = make_plan(a, pool ? pool->size() : 1);
   r.p.lse = lse;
-  if (r.p.n_qblocks > 1) transpose_keys(pool, a, kt_buf, &r.p.kt);
+  if (r.p.n_qblocks > 1 || r.p.bf16) transpose_keys(pool, a, bufs, r.p.bf16, &r.p.kt);
   r.locks = std::vector<std::mutex>(a.local ? a.Hkv : 0);
   r.p.locks = r.locks.data();
   r.per_state = state_floats(r.p);
@@ -641,14 +869,14 @@ void run_calls(ThreadPool* pool, std::span<CallRun> runs) {
 
 void attention_f32(ThreadPool* pool, const AttentionArgs& a, float* lse) {
   if (a.T == 0) return;
-  thread_local std::vector<float> kt_buf;  // reused across calls from the same thread
+  thread_local TileBufs kt_buf;  // reused across calls from the same thread
   CallRun r;
   prepare(pool, a, lse, kt_buf, r);
   run_calls(pool, std::span<CallRun>(&r, 1));
 }
 
 void attention_f32_many(ThreadPool* pool, const AttentionArgs* calls, float* const* lse, size_t n) {
-  thread_local std::vector<std::vector<float>> kt_bufs;  // one per call with shared key tiles
+  thread_local std::vector<TileBufs> kt_bufs;  // one per call with shared key tiles
   std::vector<CallRun> runs;
   runs.reserve(n);
   size_t n_bufs = 0;
@@ -663,7 +891,7 @@ void attention_f32_many(ThreadPool* pool, const AttentionArgs* calls, float* con
 }
 
 void attention_many(ThreadPool* pool, const AttentionArgs* calls, size_t n) {
-  thread_local std::vector<std::vector<float>> kt_bufs;  // one per call with shared key tiles
+  thread_local std::vector<TileBufs> kt_bufs;  // one per call with shared key tiles
   std::vector<CallRun> runs;
   runs.reserve(n);
   size_t n_bufs = 0;

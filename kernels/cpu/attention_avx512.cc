@@ -18,8 +18,10 @@
 #include "common/error.h"
 #include "kernels/attention.h"
 #include "kernels/detail/attention_cpu.h"
+#include "kernels/detail/bf16_gemm.h"
 #include "kernels/thread_pool.h"
 
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // see qgemv_x86.cc
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx2,fma,f16c")
 #define KVZIP_ATTENTION_ISA avx512

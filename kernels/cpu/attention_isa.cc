@@ -1,9 +1,12 @@
 // The CPU attention entry points (kernels/attention.h, kernels/detail/attention_cpu.h): each runs
 // the kernel of the widest vectors this CPU allows (kernels/detail/attention_isa.h), chosen once.
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "kernels/detail/attention_cpu.h"
 #include "kernels/detail/attention_isa.h"
+#include "kernels/detail/bf16_gemm.h"
 #include "kernels/qgemv.h"
 
 namespace kvzip::kernels {
@@ -11,6 +14,12 @@ namespace kvzip::kernels {
 size_t key_tile_floats(uint32_t n, uint32_t D) {
   return size_t((n + kKeyTileRows - 1) / kKeyTileRows) * D * kKeyTileRows + kKeyTilePad;
 }
+
+namespace cpu {
+bool bf16_attention_available();
+}
+
+bool attention_bf16_available() { return cpu::bf16_attention_available(); }
 
 namespace cpu {
 namespace {
@@ -28,6 +37,15 @@ bool wide() {
 }
 
 }  // namespace
+
+bool bf16_attention_available() {
+  static const bool ok = [] {
+    const char* env = std::getenv("KVZIP_ATTENTION_BF16");
+    if (env && std::string(env) == "0") return false;
+    return wide() && detail::bf16_gemm_available();
+  }();
+  return ok;
+}
 
 #if KVZIP_ATTENTION_AVX512
 #define KVZIP_ATTENTION_CALL(fn, ...) (wide() ? avx512::fn(__VA_ARGS__) : base::fn(__VA_ARGS__))

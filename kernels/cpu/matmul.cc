@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/detail/attention_isa.h"
 #include "kernels/detail/bf16_gemm.h"
 #include "kernels/detail/half_rows.h"
 #include "kernels/qdot.h"
@@ -233,6 +234,9 @@ std::string matmul_kernels(MatmulPath p) {
            " GEMM from there: the same bits at any T)";
     else
       s += tiles + " tiles up to T=" + std::to_string(kQdotMaxT) + ")";
+    // Attention is not a weight product, but the Fast path picks its products too.
+    s += cpu::bf16_attention_available() ? "; attention q·k and p·v on bf16 operands (avx512-bf16) for prompts, fp32 for decode"
+                                         : "; attention in fp32";
     if (cpu::detail::bf16_gemm_available()) {
       return s + "; F16/BF16/F32 rows widened in registers up to T=" + std::to_string(kTileMaxT) +
              (cpu::detail::bf16_gemm_amx_available() ? ", amx-bf16 tile GEMM beyond (widths of 32k; else avx512-bf16)" : ", avx512-bf16 GEMM beyond") +

@@ -20,6 +20,11 @@
 
 namespace kvzip::kernels::cpu {
 
+// Whether calls asking for bf16 products (AttentionArgs::bf16) get them: the 16-lane kernel runs,
+// the CPU has AVX-512 BF16, and KVZIP_ATTENTION_BF16 is not 0 (set it to 0 for fp32 products on
+// the Fast path too).
+bool bf16_attention_available();
+
 namespace base {
 void transpose_key_tiles(const float* k, uint32_t n, uint32_t D, float* out);
 void attention_f32(ThreadPool* pool, const AttentionArgs& a, float* lse);

@@ -108,6 +108,7 @@ void attention_block(const ChunkContext& c, uint32_t layer) {
     args.n_parts = parts.n;
     args.local = stats ? &local : nullptr;
     args.window = local_layer ? cfg.sliding_window : 0;
+    args.bf16 = c.attention_bf16;
     if (output_unused) args.out = nullptr;  // statistics only, or no attention at all
     if (args.out || args.local) calls.push_back(args);
   }

@@ -53,6 +53,7 @@ struct ChunkContext {
   // Nothing reads the last layer's output (no logits from this chunk, no trace): that layer stops
   // after its K/V append and whatever attention statistics an observer asked for.
   bool last_output_unused = false;
+  bool attention_bf16 = false;  // AttentionArgs::bf16 (Forward::set_prompt_bf16, Fast path only)
 };
 
 // x(T, E) = tok_embd rows of the tokens (ids already validated).

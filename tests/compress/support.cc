@@ -57,6 +57,7 @@ compress::ScorerOptions tiny_kvzip_options() {
   so.prompts.next = {6, 7, 8, 9};
   so.prompts.turn_end = {10, 11};
   so.kvzip_chunk = 16;
+  so.kvzip_bf16 = false;  // fp32 passes: the tests compare scores and caches with fp32 references
   return so;
 }
 

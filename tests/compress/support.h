@@ -47,7 +47,7 @@ struct TinyDoc {
 };
 
 // KVzip's options for token ids of the tiny models: short stand-in reconstruction prompts
-// ({3, 4, 5}, {6, 7, 8, 9}, turn end {10, 11}) and chunks of 16 tokens.
+// ({3, 4, 5}, {6, 7, 8, 9}, turn end {10, 11}), chunks of 16 tokens, fp32 attention.
 compress::ScorerOptions tiny_kvzip_options();
 
 // The message of a prefill refused for not fitting the context (Errc::invalid_argument): it

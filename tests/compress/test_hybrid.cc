@@ -116,6 +116,7 @@ TEST_CASE("a Gemma 3 cache compressed at ratio 1 answers as the dense cache", "[
     co.method = method;
     co.ratio = 1.0;
     co.prefill.answer_room = 16;
+    co.prefill.attention_bf16 = false;  // compared with the fp32 dense prefill
     co.scorer = test::tiny_kvzip_options();
     compress::CompressResult r = compress::compress(fwd, prefix, doc, co);
     for (uint32_t l = 0; l < cfg.n_layers; ++l)
@@ -191,6 +192,7 @@ TEST_CASE("a hybrid prefill trims local layers to their window and answers as th
   prefill::PrefillOptions po;
   po.chunk = 5;  // many appends, each after a drop
   po.answer_room = 16;
+  po.attention_bf16 = false;  // compared with the fp32 dense prefill
   prefill::PrefillResult pre = prefill::prefill_document(fwd, prefix, doc, po);
   for (uint32_t l = 0; l < cfg.n_layers; ++l) {
     const model::KvHeadView v = pre.cache.view(l, 0);
@@ -249,6 +251,7 @@ TEST_CASE("after a trimmed prefill, KVzip scoring and long appends grow local la
   prefill::PrefillOptions po;
   po.chunk = 7;  // chunks shorter than the window: the local layers drop rows
   po.answer_room = 4;
+  po.attention_bf16 = false;  // compared with the fp32 dense prefill
   po.scoring_room = kvzip->appended_rows(uint32_t(doc.size()));
   // the longer prompt ("next" and the hint), the turn's end, a chunk
   CHECK(po.scoring_room == so.prompts.next.size() + so.kvzip_hint + so.prompts.turn_end.size() + so.kvzip_chunk);
@@ -351,4 +354,41 @@ TEST_CASE("query-aware kvzip on a Gemma 3 document raises global-layer scores on
         raised += q.at(l, h, j) > a.at(l, h, j) ? 1 : 0;
       }
   CHECK(raised > 0);
+}
+
+TEST_CASE("the window scorers leave a Gemma 3 document's local layers unscored after a trimmed prefill",
+          "[compress][hybrid][gemma3]") {
+  // A trimmed local layer holds the prefix and its window, not the document's rows: a scorer that
+  // read n_doc candidates there would read past the layer (and crashed on 8K-token documents).
+  const std::unique_ptr<model::Model> m = model::Model::load(test::hf_golden("gemma3"));
+  const ModelConfig& cfg = m->config();
+  const std::vector<int32_t> prefix = m->chat().prefix("");
+  const std::vector<int32_t> doc = test::random_tokens(5 * cfg.sliding_window, cfg.vocab_size, 41);
+  model::ForwardOptions fo;
+  fo.threads = 1;
+  model::Forward fwd(m->weights(), fo);
+  for (const char* method : {"rkv", "rest-kv"}) {
+    INFO(method);
+    compress::ScorerOptions so = test::tiny_kvzip_options();
+    so.restkv_window = so.rkv_window = 4;
+    std::unique_ptr<compress::Scorer> scorer = compress::make_scorer(method, so);
+    prefill::PrefillOptions po;
+    po.answer_room = 16;
+    po.observer = scorer->prefill_observer(fwd, uint32_t(prefix.size()), uint32_t(doc.size()));
+    prefill::PrefillResult pre = prefill::prefill_document(fwd, prefix, doc, po);
+    const compress::DocumentScores s = scorer->score({&fwd, &pre.cache, uint32_t(prefix.size()), doc});
+    size_t local = 0, global_finite = 0;
+    for (uint32_t l = 0; l < cfg.n_layers; ++l)
+      for (uint32_t h = 0; h < cfg.n_kv_heads; ++h)
+        for (uint32_t j = 0; j < doc.size(); ++j) {
+          if (cfg.is_local(l)) {
+            CHECK(std::isinf(s.at(l, h, j)));  // left at "always keep": never computed
+            ++local;
+          } else {
+            global_finite += std::isfinite(s.at(l, h, j)) ? 1 : 0;
+          }
+        }
+    CHECK(local > 0);
+    CHECK(global_finite > 0);  // the global layers are scored
+  }
 }

@@ -97,8 +97,11 @@ TEST_CASE("KVzip scores equal the naive local-softmax reference over several chu
   so.prompts = synthetic_prompts();
   so.kvzip_chunk = 20;  // chunks [0,20) [20,40) [40,50)
   so.kvzip_hint = 8;
+  so.kvzip_bf16 = false;  // fp32 passes against the float64 reference
   model::Forward fwd(s.w, model::ForwardOptions{2, 16, {}});  // R_t (up to 34 tokens) spans 3 forward chunks
-  prefill::PrefillResult pre = prefill::prefill_document(fwd, s.prefix, s.doc);
+  prefill::PrefillOptions po;
+  po.attention_bf16 = false;
+  prefill::PrefillResult pre = prefill::prefill_document(fwd, s.prefix, s.doc, po);
   model::KvCache before = pre.cache;
 
   auto scorer = compress::make_scorer("kvzip", so);
@@ -196,8 +199,11 @@ TEST_CASE("query-aware KVzip adds each question's local attention and changes wh
   compress::ScorerOptions so;
   so.prompts = synthetic_prompts();
   so.kvzip_chunk = 16;  // chunks [0,16) [16,32) [32,40)
+  so.kvzip_bf16 = false;  // fp32 passes against the float64 reference
   model::Forward fwd(s.w, model::ForwardOptions{1, 16, {}});
-  prefill::PrefillResult pre = prefill::prefill_document(fwd, s.prefix, s.doc);
+  prefill::PrefillOptions po;
+  po.attention_bf16 = false;
+  prefill::PrefillResult pre = prefill::prefill_document(fwd, s.prefix, s.doc, po);
   model::KvCache before = pre.cache;
   const compress::DocumentScores agnostic =
       compress::make_scorer("kvzip", so)->score(compress::ScoreInput{&fwd, &pre.cache, 6, s.doc});

@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "kernels/attention.h"
+#include "tests/support/attention_data.h"
 #include "tests/support/reference.h"
 #include "kernels/thread_pool.h"
 #include "tests/support/random_weights.h"
@@ -24,23 +25,10 @@ struct LocalCase {
   uint32_t prefix_end, target_begin, target_end, own_begin;
 };
 
-struct Data {
-  std::vector<float> q;
-  std::vector<std::vector<float>> k, v;
-  std::vector<kernels::KvSpan> spans;
-};
+using Data = test::AttentionData;
 
 Data make_data(const LocalCase& c, uint64_t seed) {
-  Data d;
-  d.q = test::random_vector(size_t(c.T) * c.Hq * c.D, seed, -2, 2);
-  d.k.resize(c.Hkv);
-  d.v.resize(c.Hkv);
-  for (uint32_t h = 0; h < c.Hkv; ++h) {
-    d.k[h] = test::random_vector(size_t(c.len) * c.D, seed * 31 + h, -2, 2);
-    d.v[h] = test::random_vector(size_t(c.len) * c.D, seed * 37 + h);
-    d.spans.push_back(kernels::KvSpan{d.k[h].data(), d.v[h].data(), c.len});
-  }
-  return d;
+  return test::random_attention_data(c.T, c.Hq, c.Hkv, c.D, c.len, seed);
 }
 
 // want[h][j - target_begin], computed plainly.

@@ -59,6 +59,9 @@ struct Fixture : test::TinyModelDir {
     o.compress.method = ratio < 1.0 ? "kvzip" : "full";
     o.compress.ratio = ratio;
     o.compress.scorer = compress::make_scorer_options(model->chat(), 512, 0);
+    // fp32 attention throughout, so the composed caches compare with plain fp32 prefills.
+    o.compress.prefill.attention_bf16 = false;
+    o.compress.scorer.kvzip_bf16 = false;
     o.system = "Be brief.";
     o.kv.dtype = dtype;
     o.threads = 2;

@@ -25,6 +25,7 @@ TEST_CASE("prefill_document fills the cache like one forward over prefix and doc
   prefill::PrefillOptions po;
   po.chunk = 7;  // chunks straddle the prefix/document boundary
   po.answer_room = 10;
+  po.attention_bf16 = false;  // compared with a plain fp32 forward below
   po.progress = [&](const prefill::PrefillProgress& p) { seen.push_back(p); };
   prefill::PrefillResult r = prefill::prefill_document(fwd, prefix, doc, po);
   CHECK(r.n_prefix == 5);
