@@ -111,6 +111,20 @@ KVZIP_VNNI inline __m512i fields16(const Rows& rows, int off) {
   return _mm512_i32gather_epi32(rows.off, rows.row0() + off, 1);
 }
 
+// The four dwords at bytes off..off+15 of the sixteen rows' current blocks (lane k: row k): the
+// rows' 16 bytes by lanes4, then a 4x4 dword transpose in each 128-bit lane (lane L of lanes4 i
+// holds row i + 4L, so dword 4L + i of the result is row 4L + i). Four gathers cost more (Zen 4).
+template <class Rows>
+KVZIP_VNNI inline void header_fields16(const Rows& rows, int off, __m512i& f0, __m512i& f1, __m512i& f2, __m512i& f3) {
+  const __m512i h0 = lanes4(rows, 0, off), h1 = lanes4(rows, 1, off), h2 = lanes4(rows, 2, off), h3 = lanes4(rows, 3, off);
+  const __m512i t0 = _mm512_unpacklo_epi32(h0, h1), t1 = _mm512_unpackhi_epi32(h0, h1);
+  const __m512i t2 = _mm512_unpacklo_epi32(h2, h3), t3 = _mm512_unpackhi_epi32(h2, h3);
+  f0 = _mm512_unpacklo_epi64(t0, t2);
+  f1 = _mm512_unpackhi_epi64(t0, t2);
+  f2 = _mm512_unpacklo_epi64(t1, t3);
+  f3 = _mm512_unpackhi_epi64(t1, t3);
+}
+
 // The fp16 fields at byte `off` of the sixteen rows' current blocks, as fp32 lanes 0..15, read
 // by the integer units (one gather a block costs more: measured 20 against 26 GB/s on Q4_0).
 template <class Rows>
@@ -211,11 +225,11 @@ KVZIP_VNNI inline void decode16k(Rows rows, const Q8Act* x, uint32_t nblk, float
   __m512 acc = _mm512_setzero_ps();  // row k in lane k
   for (uint32_t b = 0; b < nblk; ++b) {
     rows.prefetch(b, kBytes);
-    const __m512i dd = fields16(rows, 0);
+    __m512i dd, u0, u1, u2;
+    header_fields16(rows, 0, dd, u0, u1, u2);
     const __m512 d = halves_ps(dd), dmin = halves_ps<true>(dd);
     // The 12 bytes of 6-bit scales and mins, a row a lane, unpacked as k4_scale_words does:
     // bytes 0-3 of sc_lo / sc_hi are groups 0-3 / 4-7's scales, mn_lo / mn_hi their mins.
-    const __m512i u0 = fields16(rows, 4), u1 = fields16(rows, 8), u2 = fields16(rows, 12);
     const __m512i m6 = _mm512_set1_epi32(0x3f3f3f3f), m4 = _mm512_set1_epi32(0x0f0f0f0f),
                   m2 = _mm512_set1_epi32(0x03030303);
     const __m512i sc_lo = _mm512_and_si512(u0, m6), mn_lo = _mm512_and_si512(u1, m6);
@@ -294,7 +308,8 @@ KVZIP_VNNI inline void decode16q6(Rows rows, const Q8Act* x, uint32_t nblk, floa
     rows.prefetch(b, kBytes);
     // d is bytes 208-209: read as the high half of the dword at 206 (the block's last bytes).
     const __m512 d = halves_ps<true>(fields16(rows, 206));
-    const __m512i sc[4] = {fields16(rows, 192), fields16(rows, 196), fields16(rows, 200), fields16(rows, 204)};
+    __m512i sc[4];
+    header_fields16(rows, 192, sc[0], sc[1], sc[2], sc[3]);
     const Q8Act* xb = x + size_t(b) * 8;
     auto group = [&](auto gc) KVZIP_VNNI {
       constexpr int g = decltype(gc)::value, n = g / 4, k = g % 4;
