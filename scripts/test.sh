@@ -43,9 +43,10 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVZIP_SANITIZE=ON -
 cmake --build build-asan --target kvzip_tests -j"$jobs"
 stage "unit tests (ASan+UBSan)"
 # A CPU-only build: the [cuda] tests would only skip (exit status 77), so they are left out; so
-# are the [memory] tests, which measure the process's resident memory (run by CTest above).
+# are the [memory] tests, which measure the process's resident memory (run by CTest above), and
+# the hidden ([.]) cases, run only by name (the golden generators rewrite committed files).
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
-  ./build-asan/tests/kvzip_tests "~[realmodel]" "~[slow]" "~[cuda]" "~[memory]"
+  ./build-asan/tests/kvzip_tests "~[realmodel]" "~[slow]" "~[cuda]" "~[memory]" "~[.]"
 
 stage "fuzz the .kvz reader for 60 s (libFuzzer, ASan+UBSan)"
 bash fuzz/run.sh 60
