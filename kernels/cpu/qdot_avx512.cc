@@ -88,9 +88,13 @@ KVZIP_VNNI void micro(const Panel& p, uint32_t in, const QActPack& x, uint32_t v
 #pragma GCC unroll 2
     for (int h = 0; h < kSubs; ++h) {
       const uint32_t j = g * kSubs + h, k4 = g * 8 + h * kSteps;
+      // Each sum starts at −corr: I = Σ − corr exactly (int32 never overflows here), one
+      // subtraction per row instead of one per (row, vector).
       __m512i is[R][C];
-      for (int r = 0; r < R; ++r)
-        for (int c = 0; c < C; ++c) is[r][c] = _mm512_setzero_si512();
+      for (int r = 0; r < R; ++r) {
+        const __m512i neg_corr = _mm512_set1_epi32(-cr[r][j]);
+        for (int c = 0; c < C; ++c) is[r][c] = neg_corr;
+      }
 #pragma GCC unroll 8
       for (int st = 0; st < kSteps; ++st) {
         __m512i a[C];
@@ -104,8 +108,7 @@ KVZIP_VNNI void micro(const Panel& p, uint32_t in, const QActPack& x, uint32_t v
       for (int c = 0; c < C; ++c) {
         const __m512 d = _mm512_loadu_ps(xd[c] + size_t(g) * 16);
         for (int r = 0; r < R; ++r) {
-          const __m512i exact = _mm512_sub_epi32(is[r][c], _mm512_set1_epi32(cr[r][j]));
-          const __m512 i = _mm512_cvtepi32_ps(exact), dw = _mm512_mul_ps(d, _mm512_set1_ps(sr[r][j]));
+          const __m512 i = _mm512_cvtepi32_ps(is[r][c]), dw = _mm512_mul_ps(d, _mm512_set1_ps(sr[r][j]));
           if constexpr (QFmt<Ty>::kMin) {  // acc += fma(I, d·ws, s·mw): the chain of kernels/qdot.h
             const __m512 sm = _mm512_mul_ps(_mm512_loadu_ps(xs[c] + size_t(g) * 16),
                                             _mm512_set1_ps(p.mw[size_t(i0 + r) * ng + g]));

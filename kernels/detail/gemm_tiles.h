@@ -46,16 +46,17 @@ void run_tiles(const TileSpan& s, std::vector<float>& buf, Micro&& micro) {
       for (uint32_t i0 = 0; i0 < s.rows; i0 += kMicroRows)
         micro(v0, C, i0, std::min(kMicroRows, s.rows - i0), k0, k1, buf.data() + (i0 / kMicroRows) * quad);
     }
-    for (uint32_t i0 = 0; i0 < s.rows; i0 += kMicroRows) {
-      const uint32_t R = std::min(kMicroRows, s.rows - i0);
-      const float* acc = buf.data() + (i0 / kMicroRows) * quad;
-      for (uint32_t r = 0; r < R; ++r)
-        for (uint32_t c = 0; c < C; ++c)
-          for (uint32_t l = 0; l < 16; ++l) {
-            const uint32_t t = (v0 + c) * 16 + l;
-            if (t < s.T) s.y[size_t(t) * s.ldy + s.row0 + i0 + r] = acc[(r * C + c) * 16 + l];
-          }
-    }
+    // A token at a time, the panel's rows as one contiguous run of y: each of its cache lines is
+    // written whole, once. (Rows outermost wrote 16 lines ldy floats apart per row, each line
+    // again for every row: y rarely fits in L2, and that loop took more time than the products.)
+    for (uint32_t c = 0; c < C; ++c)
+      for (uint32_t l = 0; l < 16; ++l) {
+        const uint32_t t = (v0 + c) * 16 + l;
+        if (t >= s.T) break;
+        float* yt = s.y + size_t(t) * s.ldy + s.row0;
+        for (uint32_t i = 0; i < s.rows; ++i)
+          yt[i] = buf[(i / kMicroRows) * quad + ((i % kMicroRows) * C + c) * 16 + l];
+      }
   }
 }
 
