@@ -49,13 +49,17 @@ void run_tiles(const TileSpan& s, std::vector<float>& buf, Micro&& micro) {
     // A token at a time, the panel's rows as one contiguous run of y: each of its cache lines is
     // written whole, once. (Rows outermost wrote 16 lines ldy floats apart per row, each line
     // again for every row: y rarely fits in L2, and that loop took more time than the products.)
+    const size_t rstep = size_t(C) * 16;  // one row to the next within a micro-kernel's block
     for (uint32_t c = 0; c < C; ++c)
       for (uint32_t l = 0; l < 16; ++l) {
         const uint32_t t = (v0 + c) * 16 + l;
         if (t >= s.T) break;
         float* yt = s.y + size_t(t) * s.ldy + s.row0;
-        for (uint32_t i = 0; i < s.rows; ++i)
-          yt[i] = buf[(i / kMicroRows) * quad + ((i % kMicroRows) * C + c) * 16 + l];
+        const float* b = buf.data() + c * 16 + l;
+        uint32_t i0 = 0;
+        for (; i0 + kMicroRows <= s.rows; i0 += kMicroRows, b += quad)
+          for (uint32_t r = 0; r < kMicroRows; ++r) yt[i0 + r] = b[r * rstep];
+        for (uint32_t r = 0; i0 + r < s.rows; ++r) yt[i0 + r] = b[r * rstep];
       }
   }
 }
