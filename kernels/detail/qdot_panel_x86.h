@@ -49,9 +49,13 @@ KVZIP_AVX2 inline void decode_panel(const MatrixView& w, uint32_t r0, uint32_t n
   for (uint32_t i = 0; i < n; ++i) {
     const uint32_t r = r0 + i;
     const uint8_t* row = w.data + size_t(w.row_map ? w.row_map[r] : r) * w.row_bytes;
+    // The next row, fetched while this one decodes: a row is a few cache lines, too short for
+    // the hardware prefetcher to get ahead of it.
+    const uint8_t* next = i + 1 < n ? w.data + size_t(w.row_map ? w.row_map[r + 1] : r + 1) * w.row_bytes : nullptr;
     int8_t* out = p.w.data() + size_t(i) * p.stride;
     for (uint32_t b = 0; b < nblk; ++b) {
       const uint8_t* blk = row + size_t(b) * F::kBytes;
+      if (next) _mm_prefetch(reinterpret_cast<const char*>(next + size_t(b) * F::kBytes), _MM_HINT_T0);
       F::scales(blk, half_f16c, s);
       for (int g = 0; g < F::kGroups; ++g) {
         const uint32_t gi = b * F::kGroups + g;
