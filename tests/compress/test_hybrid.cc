@@ -25,6 +25,21 @@ using namespace kvzip;
 
 namespace {
 
+model::ForwardOptions one_thread() {
+  model::ForwardOptions o;
+  o.threads = 1;
+  return o;
+}
+
+// The tiny Gemma 3 fixture with a one-thread Forward, for the cases that run it end to end.
+struct Gemma3 {
+  const std::unique_ptr<model::Model> m = model::Model::load(test::hf_golden("gemma3"));
+  const ModelConfig& cfg = m->config();
+  const uint32_t W = cfg.sliding_window;
+  const std::vector<int32_t> prefix = m->chat().prefix("");
+  model::Forward fwd{m->weights(), one_thread()};
+};
+
 compress::DocumentScores random_scores(uint32_t L, uint32_t H, uint32_t n_p, uint32_t n_c, uint64_t seed) {
   compress::DocumentScores s;
   s.shape = model::CacheShape{L, H, 4};
@@ -128,15 +143,8 @@ TEST_CASE("a Gemma 3 cache compressed at ratio 1 answers as the dense cache", "[
   }
 }
 
-TEST_CASE("every method and level compresses a Gemma 3 document, keeping the local windows", "[compress][hybrid][gemma3]") {
-  const std::unique_ptr<model::Model> m = model::Model::load(test::hf_golden("gemma3"));
-  const ModelConfig& cfg = m->config();
-  const uint32_t W = cfg.sliding_window;
-  const std::vector<int32_t> prefix = m->chat().prefix("");
+TEST_CASE_METHOD(Gemma3, "every method and level compresses a Gemma 3 document, keeping the local windows", "[compress][hybrid][gemma3]") {
   const std::vector<int32_t> doc = test::random_tokens(5 * W, cfg.vocab_size, 21);
-  model::ForwardOptions fo;
-  fo.threads = 1;
-  model::Forward fwd(m->weights(), fo);
   uint32_t n_global = 0;
   for (uint32_t l = 0; l < cfg.n_layers; ++l) n_global += !cfg.is_local(l);
   for (const std::string& method : compress::scorer_names()) {
@@ -170,18 +178,11 @@ TEST_CASE("every method and level compresses a Gemma 3 document, keeping the loc
   }
 }
 
-TEST_CASE("a hybrid prefill trims local layers to their window and answers as the full cache",
+TEST_CASE_METHOD(Gemma3, "a hybrid prefill trims local layers to their window and answers as the full cache",
           "[compress][hybrid][gemma3]") {
-  const std::unique_ptr<model::Model> m = model::Model::load(test::hf_golden("gemma3"));
-  const ModelConfig& cfg = m->config();
-  const uint32_t W = cfg.sliding_window;
-  const std::vector<int32_t> prefix = m->chat().prefix("");
   const std::vector<int32_t> doc = test::random_tokens(20 * W + 5, cfg.vocab_size, 31);
   const std::vector<int32_t> question = test::random_tokens(6, cfg.vocab_size, 32);
   const uint32_t n_p = uint32_t(prefix.size()), total = n_p + uint32_t(doc.size());
-  model::ForwardOptions fo;
-  fo.threads = 1;
-  model::Forward fwd(m->weights(), fo);
 
   model::KvCache dense(cfg);  // untrimmed: every layer holds every position
   std::vector<int32_t> all = prefix;
@@ -226,18 +227,11 @@ TEST_CASE("a hybrid prefill trims local layers to their window and answers as th
   CHECK_THROWS_AS(plain.trim_local_layers(true, 0), Error);
 }
 
-TEST_CASE("after a trimmed prefill, KVzip scoring and long appends grow local layers by their own rows",
+TEST_CASE_METHOD(Gemma3, "after a trimmed prefill, KVzip scoring and long appends grow local layers by their own rows",
           "[compress][hybrid][gemma3]") {
-  const std::unique_ptr<model::Model> m = model::Model::load(test::hf_golden("gemma3"));
-  const ModelConfig& cfg = m->config();
-  const uint32_t W = cfg.sliding_window;
-  const std::vector<int32_t> prefix = m->chat().prefix("");
   const std::vector<int32_t> doc = test::random_tokens(30 * W, cfg.vocab_size, 51);
   const std::vector<int32_t> question = test::random_tokens(6 * W, cfg.vocab_size, 52);  // > the room
   const uint32_t n_p = uint32_t(prefix.size()), total = n_p + uint32_t(doc.size());
-  model::ForwardOptions fo;
-  fo.threads = 1;
-  model::Forward fwd(m->weights(), fo);
   model::KvCache dense(cfg);
   std::vector<int32_t> all = prefix;
   all.insert(all.end(), doc.begin(), doc.end());
@@ -287,16 +281,9 @@ TEST_CASE("after a trimmed prefill, KVzip scoring and long appends grow local la
     if (cfg.is_local(l)) CHECK(pre.cache.layer_capacity(l) >= pre.cache.view(l, 0).len + 100);
 }
 
-TEST_CASE("pruning a Gemma 3 cache budgets the global layers and keeps the local windows",
+TEST_CASE_METHOD(Gemma3, "pruning a Gemma 3 cache budgets the global layers and keeps the local windows",
           "[compress][hybrid][gemma3]") {
-  const std::unique_ptr<model::Model> m = model::Model::load(test::hf_golden("gemma3"));
-  const ModelConfig& cfg = m->config();
-  const uint32_t W = cfg.sliding_window;
-  const std::vector<int32_t> prefix = m->chat().prefix("");
   const std::vector<int32_t> doc = test::random_tokens(6 * W, cfg.vocab_size, 41);
-  model::ForwardOptions fo;
-  fo.threads = 1;
-  model::Forward fwd(m->weights(), fo);
   compress::CompressOptions co;
   co.ratio = 1.0;
   co.prefill.answer_room = 16;
@@ -325,15 +312,9 @@ TEST_CASE("pruning a Gemma 3 cache budgets the global layers and keeps the local
   CHECK_THROWS_AS(format::prune(small, 0.5), Error);  // pruning only removes rows
 }
 
-TEST_CASE("query-aware kvzip on a Gemma 3 document raises global-layer scores only",
+TEST_CASE_METHOD(Gemma3, "query-aware kvzip on a Gemma 3 document raises global-layer scores only",
           "[compress][hybrid][gemma3]") {
-  const std::unique_ptr<model::Model> m = model::Model::load(test::hf_golden("gemma3"));
-  const ModelConfig& cfg = m->config();
-  const std::vector<int32_t> prefix = m->chat().prefix("");
   const std::vector<int32_t> doc = test::random_tokens(4 * cfg.sliding_window, cfg.vocab_size, 31);
-  model::ForwardOptions fo;
-  fo.threads = 1;
-  model::Forward fwd(m->weights(), fo);
   prefill::PrefillOptions po;
   po.answer_room = 16;
   prefill::PrefillResult pre = prefill::prefill_document(fwd, prefix, doc, po);
@@ -356,17 +337,11 @@ TEST_CASE("query-aware kvzip on a Gemma 3 document raises global-layer scores on
   CHECK(raised > 0);
 }
 
-TEST_CASE("the window scorers leave a Gemma 3 document's local layers unscored after a trimmed prefill",
+TEST_CASE_METHOD(Gemma3, "the window scorers leave a Gemma 3 document's local layers unscored after a trimmed prefill",
           "[compress][hybrid][gemma3]") {
   // A trimmed local layer holds the prefix and its window, not the document's rows: a scorer that
   // read n_doc candidates there would read past the layer (and crashed on 8K-token documents).
-  const std::unique_ptr<model::Model> m = model::Model::load(test::hf_golden("gemma3"));
-  const ModelConfig& cfg = m->config();
-  const std::vector<int32_t> prefix = m->chat().prefix("");
   const std::vector<int32_t> doc = test::random_tokens(5 * cfg.sliding_window, cfg.vocab_size, 41);
-  model::ForwardOptions fo;
-  fo.threads = 1;
-  model::Forward fwd(m->weights(), fo);
   for (const char* method : {"rkv", "rest-kv"}) {
     INFO(method);
     compress::ScorerOptions so = test::tiny_kvzip_options();
