@@ -121,6 +121,19 @@ try:
                 out.append((m.group(1), [a.strip() for a in m.group(2).split(",")], int(m.group(3))))
         return out
 
+    def settled_log_lines(at_least=0):
+        """log_lines() once nginx has written the lines of the requests already answered: nginx
+        logs a request after its response has gone out, so a line can trail the client's read."""
+        deadline = time.time() + 10
+        last = log_lines()
+        while time.time() < deadline:
+            time.sleep(0.3)
+            now = log_lines()
+            if len(now) == len(last) and len(now) >= at_least:
+                return now
+            last = now
+        return last
+
     models = sorted(m.id for m in client("doc0").models.list().data)
     check(models == ids, f"GET /c/doc0/v1/models through the proxy lists the caches: {models}")
 
@@ -130,7 +143,7 @@ try:
             text, n, _ = ask(client(cache), cache, q)
             check((text, n) == want[(cache, q)], f"through the proxy {cache} '{q}' == kvzip query")
     owner = {}
-    for cache, tried, status in log_lines():
+    for cache, tried, status in settled_log_lines(at_least=8):
         owner.setdefault(cache, set()).add(tried[-1])
     check(sorted(owner) == ids and all(len(v) == 1 for v in owner.values()),
           f"each cache's requests went to one replica: {owner}")
@@ -139,7 +152,7 @@ try:
     victim = max(counts, key=counts.get)
     survivor = next(a for a in replicas if a != victim)
     print(f"replica {victim} owns {counts[victim]} caches and will be killed; {survivor} survives")
-    n_before = len(log_lines())
+    n_before = len(settled_log_lines())
 
     # ---- 3b: a compress job through the proxy: its status is asked of the replica running it ----
     def call(method, path, body=None):
@@ -213,18 +226,18 @@ try:
     n_ok = sum(r[0] == "ok" for r in results)
     print(f"{n_ok}/32 completed, {exact} identical to kvzip query")
     check(exact >= n_ok - 3, f"completed greedy answers equal kvzip query's ({exact}/{n_ok}, at most 3 near-ties)")
-    during = log_lines()[n_before:]
+    during = settled_log_lines()[n_before:]
     retried = [t for _, t, s in during if len(t) > 1 and t[0] == victim and t[-1] == survivor and s == 200]
     print(f"the proxy retried {len(retried)} request(s) on the survivor")
     check(len(retried) >= 1, "requests in flight on the killed replica were retried on the survivor")
 
     # ---- 5: after the kill, the survivor answers every cache ---------------------------------
-    n_before = len(log_lines())
+    n_before = len(settled_log_lines())
     for cache in ids:
         q = questions[int(cache[-1])][2]
         text, n, _ = ask(client(cache), cache, q)
         check((text, n) == want[(cache, q)], f"after the kill {cache} '{q}' == kvzip query")
-    after = log_lines()[n_before:]
+    after = settled_log_lines(at_least=n_before + 4)[n_before:]
     check(len(after) == 4 and all(t[-1] == survivor and s == 200 for _, t, s in after),
           f"after the kill every request ends on the survivor: {after}")
 
