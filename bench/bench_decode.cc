@@ -14,8 +14,10 @@
 // --resident instead measures each kernel's compute ceiling: one thread, one 2048-column matrix
 // of about 1 MiB (it stays in L2), timed in the thread's CPU time (so other processes on a busy
 // machine do not count), as GB/s of weights: the rate a thread could stream at if memory kept up.
+// --tokens T makes each step T tokens at once (a serving batch: every weight byte still read once a
+// step, the products those of T tokens).
 // Usage: bench_decode [--threads N] [--shape 1b|8b] [--mb MiB] [--bw-mb MiB] [--rounds R]
-//                     [--types Q4_0,Q4_K,...] [--kernels fast,avx2,exact] [--resident 1]
+//                     [--types Q4_0,Q4_K,...] [--kernels fast,avx2,exact] [--resident 1] [--tokens T]
 #include <immintrin.h>
 
 #include <algorithm>
@@ -133,7 +135,7 @@ struct DecodeSet {
   size_t bytes = 0;
 };
 
-DecodeSet make_set(GgmlType t, const std::vector<Proj>& layer, uint32_t layers) {
+DecodeSet make_set(GgmlType t, const std::vector<Proj>& layer, uint32_t layers, uint32_t T) {
   DecodeSet s;
   for (uint32_t l = 0; l < layers; ++l) {
     for (size_t p = 0; p < layer.size(); ++p) {
@@ -150,14 +152,14 @@ DecodeSet make_set(GgmlType t, const std::vector<Proj>& layer, uint32_t layers) 
       const Proj& pr = layer[p];
       // Projections of one call share their input (as Q, K and V do), so it is quantized once.
       if (pr.call != call) {
-        s.x[k].resize(pr.in);
-        for (uint32_t i = 0; i < pr.in; ++i) s.x[k][i] = std::sin(0.01f * float(i + k));
+        s.x[k].resize(size_t(pr.in) * T);
+        for (size_t i = 0; i < s.x[k].size(); ++i) s.x[k][i] = std::sin(0.01f * float(i + k));
       }
-      s.y[k].resize(pr.out);
+      s.y[k].resize(size_t(pr.out) * T);
       if (pr.call != call) s.calls.emplace_back(), call = pr.call;
       const kernels::MatrixView v{t, s.blocks[k].data(), kernels::quant::row_bytes(t, pr.in), pr.out, pr.in, nullptr};
       const float* x = s.x[k].empty() ? s.calls.back().back().x : s.x[k].data();
-      s.calls.back().push_back(kernels::MatmulArgs{x, v, nullptr, s.y[k].data(), 1});
+      s.calls.back().push_back(kernels::MatmulArgs{x, v, nullptr, s.y[k].data(), T});
     }
   }
   return s;
@@ -166,7 +168,7 @@ DecodeSet make_set(GgmlType t, const std::vector<Proj>& layer, uint32_t layers) 
 }  // namespace
 
 int main(int argc, char** argv) {
-  uint32_t threads = 2, rounds = 7, resident = 0;
+  uint32_t threads = 2, rounds = 7, resident = 0, tokens = 1;
   size_t mb = 600, bw_mb = 1024;
   std::string shape = "1b", types = "Q4_0,Q4_K", kernel_names = "fast,avx2,exact";
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -179,6 +181,7 @@ int main(int argc, char** argv) {
     else if (k == "--types") types = v;
     else if (k == "--kernels") kernel_names = v;
     else if (k == "--resident") resident = uint32_t(std::stoul(v));
+    else if (k == "--tokens") tokens = std::max(1u, uint32_t(std::stoul(v)));
     else std::fprintf(stderr, "ignoring unknown option %s\n", k.c_str());
   }
   if (resident) threads = 1;
@@ -192,9 +195,9 @@ int main(int argc, char** argv) {
 
   uint32_t shape_layers = 0;
   const std::vector<Proj> layer = layer_shape(shape, shape_layers);
-  std::printf("decode weight streaming vs read bandwidth: %u threads, %s-shaped layers, %u rounds; "
-              "fast = %s; load %s\n",
-              threads, shape.c_str(), rounds, kernels::matmul_kernels(kernels::MatmulPath::Fast).c_str(),
+  std::printf("decode weight streaming vs read bandwidth: %u threads, %s-shaped layers, %u token(s) a "
+              "step, %u rounds; fast = %s; load %s\n",
+              threads, shape.c_str(), tokens, rounds, kernels::matmul_kernels(kernels::MatmulPath::Fast).c_str(),
               [] {
                 static char b[64] = "?";
                 if (FILE* f = std::fopen("/proc/loadavg", "r")) {
@@ -238,7 +241,7 @@ int main(int argc, char** argv) {
       continue;
     }
     const uint32_t layers = uint32_t(std::min<size_t>(shape_layers, std::max<size_t>(1, ((mb << 20) + layer_bytes - 1) / layer_bytes)));
-    DecodeSet set = make_set(t, layer, layers);
+    DecodeSet set = make_set(t, layer, layers, tokens);
     struct Kernel {
       std::string name;
       std::function<void(std::span<const kernels::MatmulArgs>)> run;

@@ -41,8 +41,10 @@ constexpr size_t kAhead = 1024;
 
 // Evenly spaced rows (no row map): row i + 4L at q[i] + L·4·stride, as four pointers and two
 // strides (every load of lanes4 is then one addressing mode, no pointer arithmetic); the next
-// tile's rows follow as one run, prefetched into L2 a block step at a time. off: lane k holds
-// row k's offset from row 0, for the gathers of the blocks' scale fields.
+// tile's rows follow as one run, prefetched into L1 a block step at a time (a sequential stream:
+// without it decode reached 30% of the read bandwidth on Zen 5, 1B-shaped Q4_0; into L2, 73%; into
+// L1, 81%, and Q6_K 52% -> 62%). off: lane k holds row k's offset from row 0, for the gathers of
+// the blocks' scale fields.
 struct Strided {
   const uint8_t* q[4];
   size_t s4, s12;
@@ -60,7 +62,7 @@ struct Strided {
   }
   void prefetch(uint32_t b, size_t bytes) const {
     const char* pf = next + size_t(b) * kRows * bytes;
-    for (size_t l = 0; l < (kRows * bytes + 63) / 64; ++l) _mm_prefetch(pf + 64 * l, _MM_HINT_T1);
+    for (size_t l = 0; l < (kRows * bytes + 63) / 64; ++l) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
   }
 };
 // Rows through a row map: sixteen pointers, each prefetched 1 KiB ahead; off as Strided's (the
