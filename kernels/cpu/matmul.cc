@@ -216,17 +216,17 @@ std::string matmul_kernels(MatmulPath p) {
     const std::string tiles = best == QIsa::Scalar ? "scalar" : vnni ? "avx512-vnni" : "avx2";
     std::string s = "fast: int8 activations x Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K blocks (";
     if (best == QIsa::Amx && cpu::detail::bf16_gemm_amx_available())
-      s += "avx512-vnni 16-row decode kernels at T=1, " + tiles + " tiles below T=" + std::to_string(kQdotGemmMinT) + ", avx512-vnni GEMM below T=" +
+      s += "avx512-vnni 16-row decode kernels below T=" + std::to_string(kQdotGemmMinT) + ", " + tiles + " tiles below T=" + std::to_string(kQdotGemmMinT) + ", avx512-vnni GEMM below T=" +
            std::to_string(kQdotAmxMinT) + " (Q6_K: up to T=" + std::to_string(kQdotMaxT) +
            "), amx-int8 tile GEMM up to T=" + std::to_string(kQdotMaxT) +
            ": the same bits at any T up to there); beyond, every block type as bf16 x bf16 (amx-bf16 tile GEMM)";
     else if (best == QIsa::Amx)
-      s += "avx512-vnni 16-row decode kernels at T=1, " + tiles + " tiles below T=" + std::to_string(kQdotGemmMinT) + ", avx512-vnni GEMM below T=" +
+      s += "avx512-vnni 16-row decode kernels below T=" + std::to_string(kQdotGemmMinT) + ", " + tiles + " tiles below T=" + std::to_string(kQdotGemmMinT) + ", avx512-vnni GEMM below T=" +
            std::to_string(kQdotAmxMinT) + " (Q6_K: T=" + std::to_string(kQdotAmxMinTQ6K) +
            "), amx-int8 tile GEMM from there: the same bits at any T)";
     else if (qdot_has_gemm(best))
-      s += std::string(vnni ? "avx512-vnni 16-row decode kernels at T=1 (Q4_0/Q4_1/Q4_K/Q5_K/Q6_K; "
-                              "the others 8-row), "
+      s += std::string(vnni ? "avx512-vnni 16-row decode kernels below T=" + std::to_string(kQdotGemmMinT) +
+                                  " (Q4_0/Q4_1/Q4_K/Q5_K/Q6_K; the others 8-row at T=1), "
                             : "avx2 decode kernels at T=1, ") +
            tiles + " tiles below T=" +
            std::to_string(vnni ? kQdotGemmMinT : kQdotAvx2GemmMinT) +

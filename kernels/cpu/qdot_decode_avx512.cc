@@ -1,8 +1,15 @@
-// AVX-512 VNNI decode (T = 1) kernels of the 8-bit-activation product (kernels/qdot.h) for Q4_0,
-// Q4_1, Q4_K, Q5_K and Q6_K: sixteen rows a tile in 512-bit vectors, the chain of kernels/qdot.h
-// in each of the sixteen fp32 lanes, so the results are the scalar reference's bits
-// (tests/kernels/test_qdot.cc compares every ISA's, at every T, bit for bit). qdot_avx512.cc runs them for a task's whole
-// sixteen-row tiles and its eight-row kernels for the rest.
+// AVX-512 VNNI decode kernels of the 8-bit-activation product (kernels/qdot.h) for Q4_0, Q4_1,
+// Q4_K, Q5_K and Q6_K: sixteen rows a tile in 512-bit vectors, one to seven tokens a pass (a decode
+// step of one answer or of a serving batch), the chain of kernels/qdot.h in each of the sixteen
+// fp32 lanes per token, so the results are the scalar reference's bits (tests/kernels/test_qdot.cc
+// compares every ISA's, at every T, bit for bit). qdot_avx512.cc runs them for a task's whole
+// sixteen-row tiles and the tiles' kernels for the rest.
+//
+// Several tokens: a block's weights are unpacked once into registers and multiplied by each
+// token's activations, so a step of T tokens still reads every weight byte once. The tiles'
+// kernels (eight rows, 256-bit) this replaces below T = 8 reached 56% / 37% / 20% of the read
+// bandwidth at T = 2 / 4 / 7 (Q4_0, 1B-shaped layers, two threads, Zen 5, bench_decode --tokens);
+// these 88% / 86% / 64%, and Q4_K at T = 7 from 12% to 33%.
 //
 // Why this shape (measured on Zen 4, bench/bench_decode.cc --resident: one thread, weights in L2,
 // CPU time): decode streams each weight byte once, so a kernel reaches the memory bandwidth only if
@@ -152,43 +159,48 @@ KVZIP_VNNI inline __m512i row_sums16(const __m512i (&v)[4]) {
   return _mm512_add_epi32(_mm512_unpacklo_epi64(a, c), _mm512_unpackhi_epi64(a, c));
 }
 
-// Σ w·q of a 32-element group of sixteen rows whose 16 bytes of nibbles are at `off` (low
-// nibbles elements 0-15, high nibbles 16-31: Q4_0, Q4_1), q the activation's 32 int8.
-template <class Rows>
-KVZIP_VNNI inline __m512i nibble_sums(const Rows& rows, int off, const int8_t* q) {
-  const __m512i low4 = _mm512_set1_epi8(15);
-  const __m512i xlo = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
-  const __m512i xhi = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16)));
-  __m512i s[4];
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    const __m512i raw = lanes4(rows, i, off);
-    s[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(raw, low4), xlo);
-    s[i] = _mm512_dpbusd_epi32(s[i], _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4), xhi);
-  }
-  return row_sums16(s);
-}
-
-// Q4_0 / Q4_1: y[0..15] = the sixteen rows' dots with one token's blocks x.
-template <GgmlType Ty, class Rows>
-KVZIP_VNNI inline void decode16(Rows rows, const Q8Act* x, uint32_t nblk, float* y) {
+// Q4_0 / Q4_1: y + c·ys, lanes 0..15 = the sixteen rows' dots with token c's blocks x + c·xs, for
+// C tokens (a serving batch's step) from one pass over the weights: each block's nibbles are split
+// once and multiplied by every token's activations; per token the one-token kernel's chain.
+template <GgmlType Ty, int C, class Rows>
+KVZIP_VNNI inline void decode16(Rows rows, const Q8Act* x, size_t xs, uint32_t nblk, float* y, size_t ys) {
   static_assert(Ty == GgmlType::Q4_0 || Ty == GgmlType::Q4_1);
   constexpr size_t kBytes = QFmt<Ty>::kBytes;
   constexpr int kQsOff = Ty == GgmlType::Q4_1 ? 4 : 2;
-  __m512 acc = _mm512_setzero_ps();  // row k in lane k
+  const __m512i low4 = _mm512_set1_epi8(15);
+  __m512 acc[C];  // token c: row k in lane k
+  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
   for (uint32_t b = 0; b < nblk; ++b) {
     rows.prefetch(b, kBytes);
-    const __m512i I = nibble_sums(rows, kQsOff, x[b].q);
+    // The group's nibbles of rows i, i+4, i+8, i+12: low (elements 0-15), high (16-31).
+    __m512i lo[4], hi[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      const __m512i raw = lanes4(rows, i, kQsOff);
+      lo[i] = _mm512_and_si512(raw, low4);
+      hi[i] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+    }
     const __m512 ws = halves16(rows, 0);
-    const __m512 dws = _mm512_mul_ps(_mm512_set1_ps(x[b].d), ws);
     // QFmt::scales' min: −8·d (Q4_0) or the block's own (Q4_1); the chain's step as decode8's.
     __m512 mw;
     if constexpr (Ty == GgmlType::Q4_0) mw = _mm512_mul_ps(_mm512_set1_ps(-8.0f), ws);
     else mw = halves16(rows, 2);
-    acc = _mm512_add_ps(acc, _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), dws, _mm512_mul_ps(_mm512_set1_ps(x[b].s), mw)));
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      const Q8Act& xa = x[size_t(c) * xs + b];
+      const __m512i xlo = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xa.q)));
+      const __m512i xhi = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xa.q + 16)));
+      __m512i sum[4];
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i)
+        sum[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[i], xlo), hi[i], xhi);
+      const __m512i I = row_sums16(sum);
+      const __m512 dws = _mm512_mul_ps(_mm512_set1_ps(xa.d), ws);
+      acc[c] = _mm512_add_ps(acc[c], _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), dws, _mm512_mul_ps(_mm512_set1_ps(xa.s), mw)));
+    }
     rows.step(kBytes);
   }
-  _mm512_storeu_ps(y, acc);
+  for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + size_t(c) * ys, acc[c]);
 }
 
 // Byte G % 4 of each lane of v, as fp32 (Q4_K's 6-bit scales and mins: see decode16k).
@@ -217,14 +229,15 @@ KVZIP_VNNI inline __m512i bit_to4(__m512i v) {
   else return _mm512_srli_epi16(v, G - 4);
 }
 
-template <GgmlType Ty, class Rows>
-KVZIP_VNNI inline void decode16k(Rows rows, const Q8Act* x, uint32_t nblk, float* y) {
+template <GgmlType Ty, int C, class Rows>
+KVZIP_VNNI inline void decode16k(Rows rows, const Q8Act* x, size_t xs, uint32_t nblk, float* y, size_t ys) {
   constexpr bool kQ5 = Ty == GgmlType::Q5_K;
   constexpr size_t kBytes = QFmt<Ty>::kBytes;
   constexpr int kQsOff = kQ5 ? 48 : 16;  // Q5_K: 32 bytes of fifth bits (qh) at 16 first
   const __m512i low4 = _mm512_set1_epi8(15), bit4 = _mm512_set1_epi8(16);
   const __m512i neg = _mm512_castps_si512(_mm512_set1_ps(-0.0f));
-  __m512 acc = _mm512_setzero_ps();  // row k in lane k
+  __m512 acc[C];  // token c: row k in lane k
+  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
   for (uint32_t b = 0; b < nblk; ++b) {
     rows.prefetch(b, kBytes);
     __m512i dd, u0, u1, u2;
@@ -239,55 +252,59 @@ KVZIP_VNNI inline void decode16k(Rows rows, const Q8Act* x, uint32_t nblk, float
                                           _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), m2), 4));
     const __m512i mn_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m4),
                                           _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), m2), 4));
-    const Q8Act* xb = x + size_t(b) * 8;
     auto pair = [&](auto jc) KVZIP_VNNI {
       constexpr int j = decltype(jc)::value;
-      // Both groups' products from one pass over the 32 bytes: lanes4 at +0 holds elements
-      // 0-15 of each row, at +16 elements 16-31.
-      const int8_t* qa = xb[2 * j].q;
-      const int8_t* qb = xb[2 * j + 1].q;
-      const __m512i a_lo = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qa)));
-      const __m512i a_hi = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qa + 16)));
-      const __m512i b_lo = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qb)));
-      const __m512i b_hi = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qb + 16)));
-      __m512i sa[4], sb[4];
+      // Both groups' weights from one pass over the 32 bytes: lanes4 at +0 holds elements 0-15
+      // of each row, at +16 elements 16-31; wa group 2j (low nibbles), wb group 2j+1.
+      __m512i wa[4][2], wb[4][2];
 #pragma GCC unroll 4
       for (int i = 0; i < 4; ++i) {
         __m512i r0, r1;
         lanes4x2(rows, i, kQsOff + 32 * j, r0, r1);
-        __m512i wa0 = _mm512_and_si512(r0, low4), wa1 = _mm512_and_si512(r1, low4);
-        __m512i wb0 = _mm512_and_si512(_mm512_srli_epi16(r0, 4), low4), wb1 = _mm512_and_si512(_mm512_srli_epi16(r1, 4), low4);
+        wa[i][0] = _mm512_and_si512(r0, low4), wa[i][1] = _mm512_and_si512(r1, low4);
+        wb[i][0] = _mm512_and_si512(_mm512_srli_epi16(r0, 4), low4), wb[i][1] = _mm512_and_si512(_mm512_srli_epi16(r1, 4), low4);
         if constexpr (kQ5) {  // bit g of qh byte e is element e's fifth bit: to bit 4, merged (lo | (h & 16))
           __m512i h0, h1;
           lanes4x2(rows, i, 16, h0, h1);
-          wa0 = _mm512_ternarylogic_epi32(wa0, bit_to4<2 * j>(h0), bit4, 0xF8);
-          wa1 = _mm512_ternarylogic_epi32(wa1, bit_to4<2 * j>(h1), bit4, 0xF8);
-          wb0 = _mm512_ternarylogic_epi32(wb0, bit_to4<2 * j + 1>(h0), bit4, 0xF8);
-          wb1 = _mm512_ternarylogic_epi32(wb1, bit_to4<2 * j + 1>(h1), bit4, 0xF8);
+          wa[i][0] = _mm512_ternarylogic_epi32(wa[i][0], bit_to4<2 * j>(h0), bit4, 0xF8);
+          wa[i][1] = _mm512_ternarylogic_epi32(wa[i][1], bit_to4<2 * j>(h1), bit4, 0xF8);
+          wb[i][0] = _mm512_ternarylogic_epi32(wb[i][0], bit_to4<2 * j + 1>(h0), bit4, 0xF8);
+          wb[i][1] = _mm512_ternarylogic_epi32(wb[i][1], bit_to4<2 * j + 1>(h1), bit4, 0xF8);
         }
-        sa[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa0, a_lo);
-        sa[i] = _mm512_dpbusd_epi32(sa[i], wa1, a_hi);
-        sb[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wb0, b_lo);
-        sb[i] = _mm512_dpbusd_epi32(sb[i], wb1, b_hi);
       }
-      const __m512i I[2] = {row_sums16(sa), row_sums16(sb)};
-      auto step = [&](auto gc, const __m512i& Ig) KVZIP_VNNI {
+      // QFmt::scales: fw = d·sc, mw = −(dmin·mn), each one fp32 product (as decode8k).
+      __m512 fw[2], mw[2];
+      auto scales = [&](auto gc) KVZIP_VNNI {
         constexpr int g = decltype(gc)::value;
-        // QFmt::scales: fw = d·sc, mw = −(dmin·mn), each one fp32 product (as decode8k).
-        const __m512 fw = _mm512_mul_ps(d, byte_ps<g>(g < 4 ? sc_lo : sc_hi));
-        const __m512 mw = _mm512_castsi512_ps(_mm512_xor_si512(  // the sign flip (F, not DQ)
+        fw[g & 1] = _mm512_mul_ps(d, byte_ps<g>(g < 4 ? sc_lo : sc_hi));
+        mw[g & 1] = _mm512_castsi512_ps(_mm512_xor_si512(  // the sign flip (F, not DQ)
             _mm512_castps_si512(_mm512_mul_ps(dmin, byte_ps<g>(g < 4 ? mn_lo : mn_hi))), neg));
-        const __m512 dws = _mm512_mul_ps(_mm512_set1_ps(xb[g].d), fw);
-        const __m512 sxmw = _mm512_mul_ps(_mm512_set1_ps(xb[g].s), mw);
-        acc = _mm512_add_ps(acc, _mm512_fmadd_ps(_mm512_cvtepi32_ps(Ig), dws, sxmw));
       };
-      step(std::integral_constant<int, 2 * j>{}, I[0]);
-      step(std::integral_constant<int, 2 * j + 1>{}, I[1]);
+      scales(std::integral_constant<int, 2 * j>{});
+      scales(std::integral_constant<int, 2 * j + 1>{});
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) {
+        const Q8Act* xb = x + size_t(c) * xs + size_t(b) * 8;
+        auto step = [&](int h, const __m512i (&w)[4][2]) KVZIP_VNNI {
+          const Q8Act& xa = xb[2 * j + h];
+          const __m512i q0 = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xa.q)));
+          const __m512i q1 = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xa.q + 16)));
+          __m512i sum[4];
+#pragma GCC unroll 4
+          for (int i = 0; i < 4; ++i)
+            sum[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w[i][0], q0), w[i][1], q1);
+          const __m512 dws = _mm512_mul_ps(_mm512_set1_ps(xa.d), fw[h]);
+          const __m512 sxmw = _mm512_mul_ps(_mm512_set1_ps(xa.s), mw[h]);
+          acc[c] = _mm512_add_ps(acc[c], _mm512_fmadd_ps(_mm512_cvtepi32_ps(row_sums16(sum)), dws, sxmw));
+        };
+        step(0, wa);
+        step(1, wb);
+      }
     };
     each_group8(pair, std::make_integer_sequence<int, 4>{});
     rows.step(kBytes);
   }
-  _mm512_storeu_ps(y, acc);
+  for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + size_t(c) * ys, acc[c]);
 }
 
 // Byte J % 4 of each lane of v as a signed int8, as fp32 (Q6_K's sub-scales).
@@ -301,73 +318,76 @@ KVZIP_VNNI inline __m512 sbyte_ps(__m512i v) {
 // is one sub-block of four rows (both halves loaded at once by lanes4x2). The weights are summed unsigned (q = w + 32 in 0..63, built by
 // one mask and one ternary-logic merge of the two high bits) and 32·Σx taken off in integers
 // (exact, as decode8q6): the chain sees the scalar kernel's integers.
-template <class Rows>
-KVZIP_VNNI inline void decode16q6(Rows rows, const Q8Act* x, uint32_t nblk, float* y) {
+template <int C, class Rows>
+KVZIP_VNNI inline void decode16q6(Rows rows, const Q8Act* x, size_t xs, uint32_t nblk, float* y, size_t ys) {
   constexpr size_t kBytes = QFmt<GgmlType::Q6_K>::kBytes;
   const __m512i low4 = _mm512_set1_epi8(15), bits45 = _mm512_set1_epi8(0x30);
-  __m512 acc = _mm512_setzero_ps();  // row k in lane k
+  __m512 acc[C];  // token c: row k in lane k
+  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
   for (uint32_t b = 0; b < nblk; ++b) {
     rows.prefetch(b, kBytes);
     // d is bytes 208-209: read as the high half of the dword at 206 (the block's last bytes).
     const __m512 d = halves_ps<true>(fields16(rows, 206));
     __m512i sc[4];
     header_fields16(rows, 192, sc[0], sc[1], sc[2], sc[3]);
-    const Q8Act* xb = x + size_t(b) * 8;
     auto group = [&](auto gc) KVZIP_VNNI {
       constexpr int g = decltype(gc)::value, n = g / 4, k = g % 4;
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[g].q));
-      // Σ x over each 16-element half: byte sums of x + 128 (vpsadbw), less 16·128.
-      const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(q, _mm256_set1_epi8(char(0x80))), _mm256_setzero_si256());
-      alignas(32) int64_t s4[4];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(s4), sad);
-      const int32_t sx[2] = {int32_t(s4[0] + s4[1]) - 2048, int32_t(s4[2] + s4[3]) - 2048};
-      // Both halves' bytes of four rows per vector pair: ql[h][i], qh[h][i] as lanes4(.. + 16h).
-      __m512i ql[2][4], qh[2][4];
+      // Both halves' weights of four rows per vector: w[h][i] from ql and qh as lanes4(.. + 16h).
+      __m512i w[2][4];
 #pragma GCC unroll 4
       for (int i = 0; i < 4; ++i) {
-        lanes4x2(rows, i, 64 * n + 32 * (k & 1), ql[0][i], ql[1][i]);
-        lanes4x2(rows, i, 128 + 32 * n, qh[0][i], qh[1][i]);
-      }
-      auto half = [&](auto hc) KVZIP_VNNI {
-        constexpr int h = decltype(hc)::value, j = 2 * g + h;
-        const __m512i xq = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb[g].q + 16 * h)));
-        __m512i s[4];
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; ++i) {
-          const __m512i lq = ql[h][i], hq = qh[h][i];
-          const __m512i lo = _mm512_and_si512(k < 2 ? lq : _mm512_srli_epi16(lq, 4), low4);
+        __m512i ql[2], qh[2];
+        lanes4x2(rows, i, 64 * n + 32 * (k & 1), ql[0], ql[1]);
+        lanes4x2(rows, i, 128 + 32 * n, qh[0], qh[1]);
+        for (int h = 0; h < 2; ++h) {
+          const __m512i lo = _mm512_and_si512(k < 2 ? ql[h] : _mm512_srli_epi16(ql[h], 4), low4);
           // qh bits 2k, 2k+1 to bits 4, 5 (16-bit shifts: bits crossing a byte are masked off).
-          const __m512i hs = k == 0 ? _mm512_slli_epi16(hq, 4) : k == 1 ? _mm512_slli_epi16(hq, 2)
-                           : k == 2 ? hq : _mm512_srli_epi16(hq, 2);
-          const __m512i w = _mm512_ternarylogic_epi32(lo, hs, bits45, 0xF8);  // lo | (hs & 0x30)
-          s[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, xq);
+          const __m512i hs = k == 0 ? _mm512_slli_epi16(qh[h], 4) : k == 1 ? _mm512_slli_epi16(qh[h], 2)
+                           : k == 2 ? qh[h] : _mm512_srli_epi16(qh[h], 2);
+          w[h][i] = _mm512_ternarylogic_epi32(lo, hs, bits45, 0xF8);  // lo | (hs & 0x30)
         }
-        const __m512i I = _mm512_sub_epi32(row_sums16(s), _mm512_set1_epi32(32 * sx[h]));
-        // QFmt<Q6_K>::scales: fw = d, sub = the sub-block's int8; the chain's ws = fw·float(sub).
-        const __m512 ws = _mm512_mul_ps(d, sbyte_ps<j>(sc[j / 4]));
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(_mm512_set1_ps(xb[g].d), ws), acc);
-      };
-      half(std::integral_constant<int, 0>{});
-      half(std::integral_constant<int, 1>{});
+      }
+      // QFmt<Q6_K>::scales: fw = d, sub = the sub-block's int8; the chain's ws = fw·float(sub).
+      const __m512 ws[2] = {_mm512_mul_ps(d, sbyte_ps<2 * g>(sc[(2 * g) / 4])),
+                            _mm512_mul_ps(d, sbyte_ps<2 * g + 1>(sc[(2 * g + 1) / 4]))};
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) {
+        const Q8Act& xa = x[size_t(c) * xs + size_t(b) * 8 + g];
+        // Σ x over each 16-element half: byte sums of x + 128 (vpsadbw), less 16·128.
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q));
+        const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(q, _mm256_set1_epi8(char(0x80))), _mm256_setzero_si256());
+        alignas(32) int64_t s4[4];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(s4), sad);
+        const int32_t sx[2] = {int32_t(s4[0] + s4[1]) - 2048, int32_t(s4[2] + s4[3]) - 2048};
+        for (int h = 0; h < 2; ++h) {
+          const __m512i xq = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xa.q + 16 * h)));
+          __m512i s[4];
+#pragma GCC unroll 4
+          for (int i = 0; i < 4; ++i) s[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[h][i], xq);
+          const __m512i I = _mm512_sub_epi32(row_sums16(s), _mm512_set1_epi32(32 * sx[h]));
+          acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(_mm512_set1_ps(xa.d), ws[h]), acc[c]);
+        }
+      }
     };
     each_group8(group, std::make_integer_sequence<int, 8>{});
     rows.step(kBytes);
   }
-  _mm512_storeu_ps(y, acc);
+  for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + size_t(c) * ys, acc[c]);
 }
 
-template <GgmlType Ty, class Rows>
-KVZIP_VNNI inline void tile16(const Rows& rows, const Q8Act* x, uint32_t nblk, float* y) {
-  if constexpr (Ty == GgmlType::Q4_K || Ty == GgmlType::Q5_K) decode16k<Ty>(rows, x, nblk, y);
-  else if constexpr (Ty == GgmlType::Q6_K) decode16q6(rows, x, nblk, y);
-  else decode16<Ty>(rows, x, nblk, y);
+template <GgmlType Ty, int C, class Rows>
+KVZIP_VNNI inline void tile16(const Rows& rows, const Q8Act* x, size_t xs, uint32_t nblk, float* y, size_t ys) {
+  if constexpr (Ty == GgmlType::Q4_K || Ty == GgmlType::Q5_K) decode16k<Ty, C>(rows, x, xs, nblk, y, ys);
+  else if constexpr (Ty == GgmlType::Q6_K) decode16q6<C>(rows, x, xs, nblk, y, ys);
+  else decode16<Ty, C>(rows, x, xs, nblk, y, ys);
 }
 
-// Rows [a.r0, a.r0 + 16·n) of the one token, n whole tiles; returns the first row left.
-template <GgmlType Ty>
-KVZIP_VNNI uint32_t decode_tiles16(const QDotRowsArgs& a) {
+// Rows [a.r0, a.r0 + 16·n) of the C = a.T tokens, n whole tiles; returns the first row left.
+template <GgmlType Ty, int C>
+KVZIP_VNNI uint32_t tiles16(const QDotRowsArgs& a) {
   const MatrixView& w = *a.w;
   const uint32_t nblk = w.cols / (32 * QFmt<Ty>::kGroups);
+  const size_t xs = w.cols / 32, ys = w.rows;  // a token's activation blocks, its outputs
   uint32_t r = a.r0;
   for (; r + kRows <= a.r1; r += kRows) {
     if (!w.row_map) {
@@ -375,15 +395,32 @@ KVZIP_VNNI uint32_t decode_tiles16(const QDotRowsArgs& a) {
       // The next tile's run, or this one's again where no whole tile of this task follows (the
       // rows after the task are another thread's: fetching them here would be wasted traffic).
       const uint8_t* next = r + 2 * kRows <= a.r1 ? p + kRows * w.row_bytes : p;
-      tile16<Ty>(Strided(p, w.row_bytes, reinterpret_cast<const char*>(next)), a.x, nblk, a.y + r);
+      tile16<Ty, C>(Strided(p, w.row_bytes, reinterpret_cast<const char*>(next)), a.x, xs, nblk, a.y + r, ys);
     } else {
       Listed rows;
       for (int k = 0; k < kRows; ++k) rows.p[k] = w.data + size_t(w.row_map[r + k]) * w.row_bytes;
       rows.set_offsets();
-      tile16<Ty>(rows, a.x, nblk, a.y + r);
+      tile16<Ty, C>(rows, a.x, xs, nblk, a.y + r, ys);
     }
   }
   return r;
+}
+
+// A decode step of 1 to kQdotGemmMinT − 1 tokens (one answer's, or a serving batch's); longer T
+// is the GEMM's, so none is done here.
+template <GgmlType Ty>
+KVZIP_VNNI uint32_t decode_tiles16(const QDotRowsArgs& a) {
+  static_assert(kQdotGemmMinT == 8);
+  switch (a.T) {
+    case 1: return tiles16<Ty, 1>(a);
+    case 2: return tiles16<Ty, 2>(a);
+    case 3: return tiles16<Ty, 3>(a);
+    case 4: return tiles16<Ty, 4>(a);
+    case 5: return tiles16<Ty, 5>(a);
+    case 6: return tiles16<Ty, 6>(a);
+    case 7: return tiles16<Ty, 7>(a);
+    default: return a.r0;
+  }
 }
 
 }  // namespace
