@@ -215,23 +215,23 @@ std::string matmul_kernels(MatmulPath p) {
     const bool vnni = best == QIsa::Avx512Vnni || best == QIsa::Amx;
     const std::string tiles = best == QIsa::Scalar ? "scalar" : vnni ? "avx512-vnni" : "avx2";
     std::string s = "fast: int8 activations x Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K blocks (";
+    const auto n = [](uint32_t v) { return std::to_string(v); };
+    // Which kernel takes a call of T tokens on a VNNI CPU (qdot.cc: qdot_gemm_for, qdot_amx_for).
+    const uint32_t d16_max = best == QIsa::Amx ? std::min(kQdotDecode16GemmMinT, kQdotAmxMinT) : kQdotDecode16GemmMinT;
+    const std::string d16 = "avx512-vnni 16-row decode kernels below T=" + n(d16_max) + " (Q6_K: T=" +
+                            n(kQdotDecode16GemmMinTQ6K) + "; Q5_0/Q5_1/Q8_0: avx512-vnni tiles below T=" +
+                            n(kQdotGemmMinT) + "), ";
     if (best == QIsa::Amx && cpu::detail::bf16_gemm_amx_available())
-      s += "avx512-vnni 16-row decode kernels below T=" + std::to_string(kQdotGemmMinT) + ", " + tiles + " tiles below T=" + std::to_string(kQdotGemmMinT) + ", avx512-vnni GEMM below T=" +
-           std::to_string(kQdotAmxMinT) + " (Q6_K: up to T=" + std::to_string(kQdotMaxT) +
-           "), amx-int8 tile GEMM up to T=" + std::to_string(kQdotMaxT) +
+      s += d16 + "avx512-vnni GEMM below T=" + n(kQdotAmxMinT) + " (Q6_K: up to T=" + n(kQdotMaxT) +
+           "), amx-int8 tile GEMM up to T=" + n(kQdotMaxT) +
            ": the same bits at any T up to there); beyond, every block type as bf16 x bf16 (amx-bf16 tile GEMM)";
     else if (best == QIsa::Amx)
-      s += "avx512-vnni 16-row decode kernels below T=" + std::to_string(kQdotGemmMinT) + ", " + tiles + " tiles below T=" + std::to_string(kQdotGemmMinT) + ", avx512-vnni GEMM below T=" +
-           std::to_string(kQdotAmxMinT) + " (Q6_K: T=" + std::to_string(kQdotAmxMinTQ6K) +
+      s += d16 + "avx512-vnni GEMM below T=" + n(kQdotAmxMinT) + " (Q6_K: T=" + n(kQdotAmxMinTQ6K) +
            "), amx-int8 tile GEMM from there: the same bits at any T)";
     else if (qdot_has_gemm(best))
-      s += std::string(vnni ? "avx512-vnni 16-row decode kernels below T=" + std::to_string(kQdotGemmMinT) +
-                                  " (Q4_0/Q4_1/Q4_K/Q5_K/Q6_K; the others 8-row at T=1), "
-                            : "avx2 decode kernels at T=1, ") +
-           tiles + " tiles below T=" +
-           std::to_string(vnni ? kQdotGemmMinT : kQdotAvx2GemmMinT) +
-           (vnni ? "" : " (Q8_0: T=" + std::to_string(kQdotAvx2GemmMinTQ8_0) + ")") + ", " + tiles +
-           " GEMM from there: the same bits at any T)";
+      s += (vnni ? d16 : "avx2 decode kernels at T=1, avx2 tiles below T=" + n(kQdotAvx2GemmMinT) + " (Q8_0: T=" +
+                             n(kQdotAvx2GemmMinTQ8_0) + "), ") +
+           tiles + " GEMM from there: the same bits at any T)";
     else
       s += tiles + " tiles up to T=" + std::to_string(kQdotMaxT) + ")";
     // Attention is not a weight product, but the Fast path picks its products too.

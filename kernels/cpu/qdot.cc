@@ -133,7 +133,7 @@ namespace {
 // enough that the task hand-out is noise.
 constexpr uint32_t kRowsPerTask = 32;
 
-// A job on the row kernels (decode: T < kQdotGemmMinT) is split into kDecodeTasksPerThread
+// A job on the row kernels (decode steps: T below the GEMM's) is split into kDecodeTasksPerThread
 // contiguous runs a thread (whole sixteen-row tiles). Those kernels prefetch the next tile of
 // their run; with 32-row tasks handed out in turn the threads' runs interleave, each thread's
 // prefetches fetch the other's rows into the wrong L2 and every task starts cold: two threads on
@@ -153,7 +153,7 @@ detail::QDotFn pick(QIsa isa, GgmlType t) {
   switch (isa) {
     case QIsa::Scalar: return detail::qdot_rows_scalar(t);
     // AVX-512 CPUs without VNNI run the AVX2 tiles; with VNNI the same tiles sum by vpdpbusd
-    // below kQdotGemmMinT tokens, and longer T goes to the GEMM (qdot_gemm_for).
+    // (and the sixteen-row decode kernels) below the GEMM's tokens (qdot_gemm_for).
     case QIsa::Avx2:
     case QIsa::Avx512: return detail::qdot_rows_avx2(t);
     case QIsa::Avx512Vnni:
@@ -170,7 +170,12 @@ detail::QGemmFn qdot_gemm_for(QIsa isa, GgmlType t, uint32_t T) {
       return T >= (t == GgmlType::Q8_0 ? kQdotAvx2GemmMinTQ8_0 : kQdotAvx2GemmMinT) ? detail::qdot_gemm_avx2(t)
                                                                                   : nullptr;
     case QIsa::Avx512Vnni:
-    case QIsa::Amx: return T >= kQdotGemmMinT ? detail::qdot_gemm_vnni(t) : nullptr;
+    case QIsa::Amx: {
+      const uint32_t from = !detail::qdot_decode16_vnni(t) ? kQdotGemmMinT
+                            : t == GgmlType::Q6_K          ? kQdotDecode16GemmMinTQ6K
+                                                           : kQdotDecode16GemmMinT;
+      return T >= from ? detail::qdot_gemm_vnni(t) : nullptr;
+    }
   }
   return nullptr;
 }

@@ -27,12 +27,17 @@
 //    unpacked by a dozen lane-wise operations (the 256-bit kernel: scalar unpacking per row and
 //    byte transposes), then a shift and a mask a group: 23 against 20 GB/s.
 // The fp32 steps per group are the 256-bit kernels' on sixteen lanes instead of eight.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
 
 #include "kernels/detail/qdot_panel_x86.h"  // KVZIP_VNNI
 #include "kernels/detail/qdot_x86.h"
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"  // the intrinsics' own undefined values
+#endif
 
 namespace kvzip::kernels::cpu::detail {
 
@@ -43,6 +48,8 @@ namespace {
 using quant::GgmlType;
 
 constexpr int kRows = 16;
+// Tokens a pass over a tile (a decode step's batch is done in passes of at most this many).
+constexpr uint32_t kMaxTokens = 8;
 // Bytes ahead of the current block that each row is prefetched into L1 (as the 256-bit kernels).
 constexpr size_t kAhead = 1024;
 
@@ -382,9 +389,27 @@ KVZIP_VNNI inline void tile16(const Rows& rows, const Q8Act* x, size_t xs, uint3
   else decode16<Ty, C>(rows, x, xs, nblk, y, ys);
 }
 
-// Rows [a.r0, a.r0 + 16·n) of the C = a.T tokens, n whole tiles; returns the first row left.
-template <GgmlType Ty, int C>
-KVZIP_VNNI uint32_t tiles16(const QDotRowsArgs& a) {
+// One tile's rows for C = 1..kMaxTokens tokens, C chosen at run time.
+template <GgmlType Ty, class Rows>
+KVZIP_VNNI inline void tile16_tokens(const Rows& rows, const Q8Act* x, size_t xs, uint32_t nblk, float* y,
+                                     size_t ys, uint32_t C) {
+  switch (C) {
+    case 1: return tile16<Ty, 1>(rows, x, xs, nblk, y, ys);
+    case 2: return tile16<Ty, 2>(rows, x, xs, nblk, y, ys);
+    case 3: return tile16<Ty, 3>(rows, x, xs, nblk, y, ys);
+    case 4: return tile16<Ty, 4>(rows, x, xs, nblk, y, ys);
+    case 5: return tile16<Ty, 5>(rows, x, xs, nblk, y, ys);
+    case 6: return tile16<Ty, 6>(rows, x, xs, nblk, y, ys);
+    case 7: return tile16<Ty, 7>(rows, x, xs, nblk, y, ys);
+    default: return tile16<Ty, kMaxTokens>(rows, x, xs, nblk, y, ys);
+  }
+}
+
+// Rows [a.r0, a.r0 + 16·n) of the a.T tokens, n whole tiles; returns the first row left. Tokens
+// go kMaxTokens a pass (what fits the registers beside a block's unpacked weights); a tile's
+// later passes read its rows from the cache the first one brought them into.
+template <GgmlType Ty>
+KVZIP_VNNI uint32_t decode_tiles16(const QDotRowsArgs& a) {
   const MatrixView& w = *a.w;
   const uint32_t nblk = w.cols / (32 * QFmt<Ty>::kGroups);
   const size_t xs = w.cols / 32, ys = w.rows;  // a token's activation blocks, its outputs
@@ -395,32 +420,18 @@ KVZIP_VNNI uint32_t tiles16(const QDotRowsArgs& a) {
       // The next tile's run, or this one's again where no whole tile of this task follows (the
       // rows after the task are another thread's: fetching them here would be wasted traffic).
       const uint8_t* next = r + 2 * kRows <= a.r1 ? p + kRows * w.row_bytes : p;
-      tile16<Ty, C>(Strided(p, w.row_bytes, reinterpret_cast<const char*>(next)), a.x, xs, nblk, a.y + r, ys);
+      for (uint32_t t = 0; t < a.T; t += kMaxTokens)
+        tile16_tokens<Ty>(Strided(p, w.row_bytes, reinterpret_cast<const char*>(t == 0 ? next : p)),
+                          a.x + t * xs, xs, nblk, a.y + t * ys + r, ys, std::min(a.T - t, kMaxTokens));
     } else {
       Listed rows;
       for (int k = 0; k < kRows; ++k) rows.p[k] = w.data + size_t(w.row_map[r + k]) * w.row_bytes;
       rows.set_offsets();
-      tile16<Ty, C>(rows, a.x, xs, nblk, a.y + r, ys);
+      for (uint32_t t = 0; t < a.T; t += kMaxTokens)
+        tile16_tokens<Ty>(rows, a.x + t * xs, xs, nblk, a.y + t * ys + r, ys, std::min(a.T - t, kMaxTokens));
     }
   }
   return r;
-}
-
-// A decode step of 1 to kQdotGemmMinT − 1 tokens (one answer's, or a serving batch's); longer T
-// is the GEMM's, so none is done here.
-template <GgmlType Ty>
-KVZIP_VNNI uint32_t decode_tiles16(const QDotRowsArgs& a) {
-  static_assert(kQdotGemmMinT == 8);
-  switch (a.T) {
-    case 1: return tiles16<Ty, 1>(a);
-    case 2: return tiles16<Ty, 2>(a);
-    case 3: return tiles16<Ty, 3>(a);
-    case 4: return tiles16<Ty, 4>(a);
-    case 5: return tiles16<Ty, 5>(a);
-    case 6: return tiles16<Ty, 6>(a);
-    case 7: return tiles16<Ty, 7>(a);
-    default: return a.r0;
-  }
 }
 
 }  // namespace
