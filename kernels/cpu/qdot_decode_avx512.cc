@@ -6,10 +6,11 @@
 // sixteen-row tiles and the tiles' kernels for the rest.
 //
 // Several tokens: a block's weights are unpacked once into registers and multiplied by each
-// token's activations, so a step of T tokens still reads every weight byte once. The tiles'
-// kernels (eight rows, 256-bit) this replaces below T = 8 reached 56% / 37% / 20% of the read
-// bandwidth at T = 2 / 4 / 7 (Q4_0, 1B-shaped layers, two threads, Zen 5, bench_decode --tokens);
-// these 88% / 86% / 64%, and Q4_K at T = 7 from 12% to 33%.
+// token's activations, so a step of T tokens still reads every weight byte once. The eight-row
+// tiles (T < 8) and the GEMM this replaces reached 51% / 35% / 16% of the read bandwidth at
+// T = 2 / 4 / 8 (Q4_0, 1B-shaped layers, two threads, Zen 5, bench_decode --tokens); these 81% /
+// 85% / 56%, and Q4_K 80% / 71% / 44% against 30% / 23% / 13%. Eight tokens a pass: their
+// accumulators and a block's unpacked weights fill the registers.
 //
 // Why this shape (measured on Zen 4, bench/bench_decode.cc --resident: one thread, weights in L2,
 // CPU time): decode streams each weight byte once, so a kernel reaches the memory bandwidth only if
