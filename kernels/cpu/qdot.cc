@@ -5,12 +5,16 @@
 #include "kernels/qdot.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/detail/decode_pick.h"
 #include "kernels/detail/qdot_rows.h"
 #include "kernels/detail/qgemv_rows.h"
 #include "kernels/thread_pool.h"
@@ -129,6 +133,36 @@ void quantize_acts_portable(const float* x, uint32_t T, uint32_t in, Q8Act* out)
 
 namespace {
 
+int decode_rows_from_env() {
+  const char* e = std::getenv("KVZIP_DECODE_ROWS");
+  const std::string v = e ? e : "";
+  if (v.empty() || v == "auto") return 0;
+  if (v == "16") return 16;
+  if (v == "8") return 8;
+  throw Error(Errc::invalid_argument, "KVZIP_DECODE_ROWS='" + v + "': expected auto, 16 or 8");
+}
+
+std::atomic<int>& decode_rows_setting() {
+  static std::atomic<int> rows{decode_rows_from_env()};
+  return rows;
+}
+
+}  // namespace
+
+namespace detail {
+
+void set_decode_rows(int rows) {
+  if (rows != 0 && rows != 8 && rows != 16)
+    throw Error(Errc::invalid_argument, "set_decode_rows: expected 0 (timed choice), 8 or 16");
+  decode_rows_setting() = rows;
+}
+
+int decode_rows() { return decode_rows_setting(); }
+
+}  // namespace detail
+
+namespace {
+
 // Rows per task: small enough that a 576-row projection still spreads over the threads, large
 // enough that the task hand-out is noise.
 constexpr uint32_t kRowsPerTask = 32;
@@ -242,12 +276,30 @@ void qdot(ThreadPool* pool, std::span<const MatmulArgs> jobs, QIsa isa) {
                         signed_x[j] ? detail::kSignedPack : detail::PackOpts{});
     }
   }
+  // One-token jobs of the types with sixteen-row decode kernels, on a VNNI CPU: those kernels or
+  // the eight-row ones, whichever streams faster here (kernels/detail/decode_pick.h).
+  thread_local detail::DecodePick decode_pick;
+  int kernel = -1;  // 0: sixteen rows, 1: eight rows, -1: no such job
+  uint64_t kind = 0;  // the call's bytes of weights
+  if (isa == QIsa::Avx512Vnni || isa == QIsa::Amx) {
+    for (const MatmulArgs& a : jobs) kind += uint64_t(a.w.rows) * a.w.row_bytes;
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      const MatmulArgs& a = jobs[j];
+      if (gemm[j] || a.T != 1 || !detail::qdot_decode16_vnni(a.w.type)) continue;
+      if (kernel < 0) {
+        const int rows = detail::decode_rows();
+        kernel = rows == 16 ? 0 : rows == 8 ? 1 : decode_pick.next(kind);
+      }
+      if (kernel == 1) fns[j] = detail::qdot_rows_vnni8(a.w.type);
+    }
+  }
   std::vector<size_t> first_task(jobs.size() + 1, 0);
   std::vector<uint32_t> per_task(jobs.size());
   for (size_t j = 0; j < jobs.size(); ++j) {
     per_task[j] = rows_per_task(jobs[j].w.rows, pool ? pool->size() : 1, gemm[j] != nullptr);
     first_task[j + 1] = first_task[j] + (jobs[j].w.rows + per_task[j] - 1) / per_task[j];
   }
+  const auto started = std::chrono::steady_clock::now();
   run_tasks(pool, first_task.back(), [&](size_t task) {
     size_t j = 0;
     while (task >= first_task[j + 1]) ++j;
@@ -261,6 +313,8 @@ void qdot(ThreadPool* pool, std::span<const MatmulArgs> jobs, QIsa isa) {
       for (uint32_t t = 0; t < a.T; ++t)
         for (uint32_t r = r0; r < r1; ++r) a.y[size_t(t) * a.w.rows + r] += a.bias[r];
   });
+  if (kernel >= 0 && detail::decode_rows() == 0)
+    decode_pick.record(kind, kernel, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
 }
 
 }  // namespace cpu

@@ -233,6 +233,10 @@ QDotFn qdot_rows_vnni(GgmlType t) {
   return pick_block_type<QDotFn>(t, [](auto T) -> QDotFn { return rows_vnni<decltype(T)::value>; });
 }
 
+QDotFn qdot_rows_vnni8(GgmlType t) {
+  return pick_block_type<QDotFn>(t, [](auto T) -> QDotFn { return vnni_tiles::rows_tiles<decltype(T)::value>; });
+}
+
 QGemmFn qdot_gemm_vnni(GgmlType t) {
   return pick_block_type<QGemmFn>(t, [](auto T) -> QGemmFn { return gemm_vnni<decltype(T)::value>; });
 }
@@ -241,6 +245,7 @@ QGemmFn qdot_gemm_vnni(GgmlType t) {
 
 bool cpu_has_avx512_vnni() { return false; }
 QDotFn qdot_rows_vnni(quant::GgmlType) { return nullptr; }
+QDotFn qdot_rows_vnni8(quant::GgmlType) { return nullptr; }
 void pack_acts_vnni(const Q8Act*, uint32_t, uint32_t, QActPack&, PackOpts) {
   throw Error(Errc::internal, "pack_acts_vnni: not built for this CPU");
 }

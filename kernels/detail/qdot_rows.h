@@ -25,6 +25,13 @@ using QDotFn = void (*)(const QDotRowsArgs& a);
 QDotFn qdot_rows_scalar(quant::GgmlType t);  // nullptr for a type qdot does not read
 QDotFn qdot_rows_avx2(quant::GgmlType t);    // nullptr also when the build has no AVX2 variant
 QDotFn qdot_rows_vnni(quant::GgmlType t);    // the same tiles with vpdpbusd: bit-identical results
+// qdot_rows_vnni without the sixteen-row decode kernels: at T = 1 the eight-row ones (the same
+// bits; kernels/detail/decode_pick.h says when each runs).
+QDotFn qdot_rows_vnni8(quant::GgmlType t);
+// Which decode kernels a one-token call on a VNNI CPU runs: 0 = timed choice (DecodePick), 16 or 8
+// rows = always those. Starts from $KVZIP_DECODE_ROWS (auto, 16 or 8; docs/cli.md).
+void set_decode_rows(int rows);
+int decode_rows();
 
 // Activations of T tokens for the GEMMs (AVX2: qdot_x86.cc, AVX-512 VNNI: qdot_avx512.cc, AMX:
 // qdot_amx.cc), in vectors of 16 tokens (lane l of vector v is token 16v + l; lanes past T are

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/detail/decode_pick.h"
 #include "kernels/detail/qdot_rows.h"
 #include "kernels/qdot.h"
 #include "kernels/quant.h"
@@ -205,12 +206,20 @@ TEST_CASE("qdot kernels equal a float64 product of the dequantized weights and a
     const kernels::MatmulArgs job{x.data(), view, bias.data(), y.data(), T};
     kernels::cpu::qdot(&pool, std::span<const kernels::MatmulArgs>(&job, 1), isa);
     CHECK(std::memcmp(y.data(), ref.data(), y.size() * sizeof(float)) == 0);
-    for (uint32_t t : {0u, T / 2, T - 1}) {
-      std::vector<float> y1(rows, NAN);
-      const kernels::MatmulArgs one{x.data() + size_t(t) * cols, view, bias.data(), y1.data(), 1};
-      kernels::cpu::qdot(&pool, std::span<const kernels::MatmulArgs>(&one, 1), isa);
-      CHECK(std::memcmp(y1.data(), y.data() + size_t(t) * rows, rows * sizeof(float)) == 0);
+    // A one-token call on a VNNI CPU runs the sixteen- or the eight-row decode kernels, whichever
+    // has been faster (kernels/detail/decode_pick.h): both, forced, and the timed choice.
+    const bool vnni = isa == kernels::QIsa::Avx512Vnni || isa == kernels::QIsa::Amx;
+    for (int decode_rows : vnni ? std::vector<int>{16, 8, 0} : std::vector<int>{0}) {
+      kernels::cpu::detail::set_decode_rows(decode_rows);
+      for (uint32_t t : {0u, T / 2, T - 1}) {
+        INFO("token " << t << ", decode rows " << decode_rows);
+        std::vector<float> y1(rows, NAN);
+        const kernels::MatmulArgs one{x.data() + size_t(t) * cols, view, bias.data(), y1.data(), 1};
+        kernels::cpu::qdot(&pool, std::span<const kernels::MatmulArgs>(&one, 1), isa);
+        CHECK(std::memcmp(y1.data(), y.data() + size_t(t) * rows, rows * sizeof(float)) == 0);
+      }
     }
+    kernels::cpu::detail::set_decode_rows(0);
     double worst = 0.0;
     for (size_t i = 0; i < y.size(); ++i) worst = std::max(worst, std::fabs(y[i] - want[i]) / mag[i]);
     CHECK(worst <= 1e-5);
@@ -244,6 +253,43 @@ TEST_CASE("qdot batches jobs of two types as it runs each alone, and refuses oth
   const Error e = test::error_from([&] { kernels::cpu::qdot(&pool, std::span<const kernels::MatmulArgs>(&bad, 1), kernels::QIsa::Scalar); }, "expected an error");
   CHECK(e.code() == Errc::unsupported);
   CHECK_THAT(e.what(), Catch::Contains("BF16"));
+}
+
+
+TEST_CASE("the decode kernel choice tries each kernel, keeps the faster and still samples the other",
+          "[kernels][qdot]") {
+  using kernels::cpu::detail::DecodePick;
+  DecodePick p;
+  const uint64_t qkv = 1000, down = 2000;  // two kinds of call, timed apart
+  CHECK(p.next(qkv) == 0);
+  p.record(qkv, 0, 2e-3);
+  CHECK(p.next(qkv) == 1);
+  p.record(qkv, 1, 1e-3);  // kernel 1 is the faster on this kind
+  CHECK(p.next(down) == 0);  // a new kind starts over
+  p.record(down, 0, 1e-3);
+  CHECK(p.next(down) == 1);
+  p.record(down, 1, 3e-3);  // and kernel 0 is the faster on that one
+  int other = 0, zero = 0;
+  for (uint32_t i = 0; i < 4 * DecodePick::kExplore; ++i) {
+    const int v = p.next(qkv);
+    other += v == 0;
+    p.record(qkv, v, v == 0 ? 2e-3 : 1e-3);
+    const int w = p.next(down);
+    zero += w == 0;
+    p.record(down, w, w == 0 ? 1e-3 : 3e-3);
+  }
+  CHECK(other == 4);  // one call in kExplore, per kind
+  CHECK(zero == 4 * DecodePick::kExplore - 4);
+  // The machine changes: kernel 1 now takes 4 ms on qkv. Its samples move its mean past kernel 0's.
+  int calls = 0;
+  while (p.next(qkv) == 1 && calls < 100) {
+    p.record(qkv, 1, 4e-3);
+    ++calls;
+  }
+  CHECK(calls < 8);
+  CHECK(p.mean(qkv, 1) > p.mean(qkv, 0));
+  CHECK(p.next(qkv) == 0);
+  CHECK(test::throws_code([] { kernels::cpu::detail::set_decode_rows(12); }, Errc::invalid_argument));
 }
 
 }  // namespace
