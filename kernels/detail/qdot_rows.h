@@ -29,7 +29,7 @@ QDotFn qdot_rows_vnni(quant::GgmlType t);    // the same tiles with vpdpbusd: bi
 // bits; kernels/detail/decode_pick.h says when each runs).
 QDotFn qdot_rows_vnni8(quant::GgmlType t);
 // Which decode kernels a one-token call on a VNNI CPU runs: 0 = timed choice (DecodePick), 16 or 8
-// rows = always those. Starts from $KVZIP_DECODE_ROWS (auto, 16 or 8; docs/cli.md).
+// rows = always those. Starts from $KVZIP_DECODE_ROWS (auto, 16 or 8; docs/cpu-kernels.md).
 void set_decode_rows(int rows);
 int decode_rows();
 
