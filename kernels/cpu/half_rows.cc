@@ -3,12 +3,13 @@
 // follow it bit for bit (tests/kernels/test_half_rows.cc). The x86 kernels are compiled with
 // function target attributes, as the quantized GEMV's are, so a build without -march has them.
 //
-// Shape: four rows at a time share each 16 elements of x; the weights are widened in registers
-// (vcvtph2ps for F16, a 16-bit shift for BF16: both exact) and never stored. Each thread takes long
-// runs of rows (matmul.cc). Decode streams every weight byte from DRAM once, and four row streams
-// alone kept it at 56% of the read bandwidth (F16, 1B-shaped layers, two threads, Zen 5,
-// bench/bench_decode.cc); while a group computes, the next group's rows are prefetched into L1 as
-// one sequential run at the group's pace (the rows of a matrix are contiguous): 83%.
+// Shape: a group of rows (four; two for a one-token call on AVX-512, see rows_avx512) shares each
+// 16 elements of x; the weights are widened in registers (vcvtph2ps for F16, a 16-bit shift for
+// BF16: both exact) and never stored. Each thread takes long runs of rows (matmul.cc). Decode
+// streams every weight byte from DRAM once, and four row streams alone kept it at 56% of the read
+// bandwidth (F16, 1B-shaped layers, two threads, Zen 5, bench/bench_decode.cc); while a group
+// computes, the next group's rows are prefetched into L1 as one sequential run at the group's pace
+// (the rows of a matrix are contiguous): 83%.
 #include "kernels/detail/half_rows.h"
 
 #include <cmath>
