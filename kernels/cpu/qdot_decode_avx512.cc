@@ -48,6 +48,9 @@ namespace {
 
 using quant::GgmlType;
 
+// For helpers GCC chose to outline (a call per block, its vectors passed through memory).
+#define KVZIP_VNNI_INLINE KVZIP_VNNI __attribute__((always_inline)) inline
+
 constexpr int kRows = 16;
 // Tokens a pass over a tile (a decode step's batch is done in passes of at most this many).
 constexpr uint32_t kMaxTokens = 8;
@@ -114,7 +117,7 @@ KVZIP_VNNI inline __m512i lanes4(const Rows& rows, int i, int off) {
 // 32 bytes in one load, two rows to a vector, and one 128-bit shuffle per half (lanes4 twice
 // takes six inserts and eight loads).
 template <class Rows>
-KVZIP_VNNI inline void lanes4x2(const Rows& rows, int i, int off, __m512i& lo, __m512i& hi) {
+KVZIP_VNNI_INLINE void lanes4x2(const Rows& rows, int i, int off, __m512i& lo, __m512i& hi) {
   auto ld = [&](int L) KVZIP_VNNI { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows.lane(i, L) + off)); };
   const __m512i ab = _mm512_inserti64x4(_mm512_castsi256_si512(ld(0)), ld(1), 1);  // a0 a1 b0 b1
   const __m512i cd = _mm512_inserti64x4(_mm512_castsi256_si512(ld(2)), ld(3), 1);  // c0 c1 d0 d1
@@ -145,7 +148,7 @@ KVZIP_VNNI inline void header_fields16(const Rows& rows, int off, __m512i& f0, _
 // The fp16 fields at byte `off` of the sixteen rows' current blocks, as fp32 lanes 0..15, read
 // by the integer units (one gather a block costs more: measured 20 against 26 GB/s on Q4_0).
 template <class Rows>
-KVZIP_VNNI inline __m512 halves16(const Rows& rows, int off) {
+KVZIP_VNNI_INLINE __m512 halves16(const Rows& rows, int off) {
   uint64_t w[4] = {};
   for (int L = 0; L < 4; ++L)
     for (int i = 0; i < 4; ++i) w[L] |= uint64_t(load_u16(rows.lane(i, L) + off)) << (16 * i);
@@ -154,7 +157,7 @@ KVZIP_VNNI inline __m512 halves16(const Rows& rows, int off) {
 
 // The fp16 values in the low (kHigh: high) 16 bits of each lane, as fp32.
 template <bool kHigh = false>
-KVZIP_VNNI inline __m512 halves_ps(__m512i v) {
+KVZIP_VNNI_INLINE __m512 halves_ps(__m512i v) {
   return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(kHigh ? _mm512_srli_epi32(v, 16) : v));
 }
 
@@ -180,19 +183,42 @@ KVZIP_VNNI inline void decode16(Rows rows, const Q8Act* x, size_t xs, uint32_t n
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
   for (uint32_t b = 0; b < nblk; ++b) {
     rows.prefetch(b, kBytes);
-    // The group's nibbles of rows i, i+4, i+8, i+12: low (elements 0-15), high (16-31).
+    // The group's nibbles of rows i, i+4, i+8, i+12: low (elements 0-15), high (16-31); ws the
+    // rows' d, mw QFmt::scales' min: −8·d (Q4_0) or the block's own m (Q4_1).
     __m512i lo[4], hi[4];
+    __m512 ws, mw;
+    if (Ty == GgmlType::Q4_1 && b + 1 < nblk) {
+      // Q4_1: the block's first 32 bytes of each row (past its end: the row's next block, so not
+      // for the last one), two rows to a vector; the nibbles are bytes 4.. of each 128-bit lane
+      // pair (one alignr), and d and m of sixteen rows come out of the four vectors by three
+      // unpacks, where reading them by 32 scalar loads cost the kernel a sixth of its speed (one
+      // thread, weights in L2, Zen 5: 47 -> 55 GB/s). Q4_0's single fp16 does not pay for the
+      // longer loads (54 -> 51), so it keeps the 16-byte ones.
+      __m512i head[4];
 #pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) {
-      const __m512i raw = lanes4(rows, i, kQsOff);
-      lo[i] = _mm512_and_si512(raw, low4);
-      hi[i] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+      for (int i = 0; i < 4; ++i) {
+        __m512i w1;
+        lanes4x2(rows, i, 0, head[i], w1);
+        const __m512i raw = _mm512_alignr_epi8(w1, head[i], kQsOff);
+        lo[i] = _mm512_and_si512(raw, low4);
+        hi[i] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+      }
+      // Lane L of head[i] starts with row i + 4L's header: dword 4L + i of f is row 4L + i's.
+      const __m512i f = _mm512_unpacklo_epi64(_mm512_unpacklo_epi32(head[0], head[1]),
+                                              _mm512_unpacklo_epi32(head[2], head[3]));
+      ws = halves_ps(f);
+      mw = halves_ps<true>(f);
+    } else {
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        const __m512i raw = lanes4(rows, i, kQsOff);
+        lo[i] = _mm512_and_si512(raw, low4);
+        hi[i] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+      }
+      ws = halves16(rows, 0);
+      if constexpr (Ty == GgmlType::Q4_0) mw = _mm512_mul_ps(_mm512_set1_ps(-8.0f), ws);
+      else mw = halves16(rows, 2);
     }
-    const __m512 ws = halves16(rows, 0);
-    // QFmt::scales' min: −8·d (Q4_0) or the block's own (Q4_1); the chain's step as decode8's.
-    __m512 mw;
-    if constexpr (Ty == GgmlType::Q4_0) mw = _mm512_mul_ps(_mm512_set1_ps(-8.0f), ws);
-    else mw = halves16(rows, 2);
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
       const Q8Act& xa = x[size_t(c) * xs + b];
