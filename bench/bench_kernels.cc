@@ -3,7 +3,7 @@
 // GEMM as the machine's practical peak), the decode GEMVs (fp32 and quantized, GB/s of weights
 // read), attention, prefill tokens/s of a --ctx document and decode tokens/s at that context with
 // the fp32 and the quantized GEMV (the model's matrices in Q4_1, its embedding in Q8_0, like the
-// SmolLM2 GGUF). Usage: bench_kernels [--threads N] [--ctx T] [--decode N].
+// SmolLM2 GGUF). Usage: bench_kernels [--threads N] [--ctx T] [--decode N] [--attention-only 1].
 // Each figure is the best of a few runs. Wall-clock rates are what a user sees; the "per cpu-s"
 // rates divide by the process CPU time instead, which stays meaningful on a machine shared with
 // other jobs (there wall time stretches, CPU time much less). No correctness checks here.
@@ -38,6 +38,7 @@ struct Args {
   uint32_t threads = 2;
   uint32_t ctx = 2048;
   uint32_t decode = 16;
+  uint32_t attention_only = 0;  // 1: only the attention rows (fp32 and, where the CPU has them, bf16)
 };
 
 Args parse(int argc, char** argv) {
@@ -48,6 +49,7 @@ Args parse(int argc, char** argv) {
     if (k == "--threads") a.threads = v;
     else if (k == "--ctx") a.ctx = v;
     else if (k == "--decode") a.decode = v;
+    else if (k == "--attention-only") a.attention_only = v;
     else std::fprintf(stderr, "ignoring unknown option %s\n", k.c_str());
   }
   return a;
@@ -221,7 +223,7 @@ void bench_fp32_gemv(kernels::ThreadPool& pool, const char* name, uint32_t in, u
               bytes * reps / t.cpu * 1e-9);
 }
 
-void bench_attention(kernels::ThreadPool& pool, uint32_t T, uint32_t len) {
+void bench_attention(kernels::ThreadPool& pool, uint32_t T, uint32_t len, bool bf16 = false) {
   const uint32_t Hq = 9, Hkv = 3, D = 64;
   auto q = fill(size_t(T) * Hq * D, 3, 1.0f), k = fill(size_t(Hkv) * len * D, 4, 1.0f),
        v = fill(size_t(Hkv) * len * D, 5, 1.0f);
@@ -230,14 +232,26 @@ void bench_attention(kernels::ThreadPool& pool, uint32_t T, uint32_t len) {
   for (uint32_t h = 0; h < Hkv; ++h)
     spans[h] = kernels::KvSpan{k.data() + size_t(h) * len * D, v.data() + size_t(h) * len * D, len};
   kernels::AttentionArgs a{q.data(), spans.data(), out.data(), T, Hq, Hkv, D, 0.125f};
+  a.bf16 = bf16;
   kernels::Exec ex{kernels::Device::Cpu, &pool};
   attention(ex, a);
   Timing t = best_of(3, [&] { attention(ex, a); });
   // Causal work: each of T queries sees (len - T + i + 1) keys; QK^T and PV are 2·D flops each.
   double pairs = double(T) * (len - T) + double(T) * (T + 1) / 2;
   double flops = 4.0 * D * Hq * pairs;
-  std::printf("  attention T=%-5u len=%-6u            %8.2f ms  %7.1f GFLOP/s  %7.1f per cpu-s\n",
-              T, len, t.wall * 1e3, flops / t.wall * 1e-9, flops / t.cpu * 1e-9);
+  std::printf("  attention T=%-5u len=%-6u %-4s       %8.2f ms  %7.1f GFLOP/s  %7.1f per cpu-s\n",
+              T, len, bf16 ? "bf16" : "fp32", t.wall * 1e3, flops / t.wall * 1e-9, flops / t.cpu * 1e-9);
+}
+
+void attention_rows(kernels::ThreadPool& pool, const Args& args) {
+  std::printf("\nAttention (Hq=9, Hkv=3, D=64)\n");
+  bench_attention(pool, 512, 512);
+  bench_attention(pool, 512, args.ctx);
+  bench_attention(pool, 1, args.ctx);
+  if (kernels::attention_bf16_available()) {  // the document prefill's and KVzip scoring's products
+    bench_attention(pool, 512, 512, true);
+    bench_attention(pool, 512, args.ctx, true);
+  }
 }
 
 }  // namespace
@@ -247,6 +261,10 @@ int main(int argc, char** argv) {
   kernels::ThreadPool pool(args.threads);
   kernels::set_blas_threads(args.threads);
   std::printf("bench_kernels: %u threads, SmolLM2-135M shapes, random fp32 weights\n\n", args.threads);
+  if (args.attention_only) {
+    attention_rows(pool, args);
+    return 0;
+  }
 
   std::printf("GEMM (Y = X W^T)\n");
   bench_gemm(pool, "square (peak ref)", 2048, 2048, 2048);
@@ -265,10 +283,7 @@ int main(int argc, char** argv) {
     bench_qgemv(pool, "lm head", kernels::QFormat::Q8_0, 576, 49152, isa);
   }
 
-  std::printf("\nAttention (Hq=9, Hkv=3, D=64)\n");
-  bench_attention(pool, 512, 512);
-  bench_attention(pool, 512, args.ctx);
-  bench_attention(pool, 1, args.ctx);
+  attention_rows(pool, args);
 
   ModelConfig cfg = bench::smollm2_135m_config();
   model::Weights w = random_model(cfg);

@@ -217,8 +217,10 @@ inline uint32_t bf16_bits(float f) {
   return (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
 }
 
+// The conversions below use AVX-512 F/BW only (the TU's target), so the fp32 softmax can call
+// them inline; only the products need the BF16 target.
 // Each lane of x rounded to bf16, in the lane's high half (low half zero).
-KVZIP_BF16_FN inline __m512i bf16_high(__m512 x) {
+inline __m512i bf16_high(__m512 x) {
   const __m512i b = _mm512_castps_si512(x);
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
   const __m512i r = _mm512_add_epi32(_mm512_add_epi32(b, _mm512_set1_epi32(0x7fff)), lsb);
@@ -226,45 +228,56 @@ KVZIP_BF16_FN inline __m512i bf16_high(__m512 x) {
 }
 
 // Lane i: bf16(a[i]) in the low half, bf16(b[i]) in the high half.
-KVZIP_BF16_FN inline __m512i bf16_pair(__m512 a, __m512 b) {
+inline __m512i bf16_pair(__m512 a, __m512 b) {
   return _mm512_or_si512(_mm512_srli_epi32(bf16_high(a), 16), bf16_high(b));
 }
 
+// The eight pairs (x[2k], x[2k + 1]) of sixteen floats.
+inline __m256i pairs8(__m512 x) {
+  // 64-bit lane L holds bf16(x[2L]) << 16 and bf16(x[2L + 1]) << 48: the pair is the low dword
+  // shifted down by 16 or'ed with the high dword (the lane shifted down by 32).
+  const __m512i r = bf16_high(x);
+  return _mm512_cvtepi64_epi32(_mm512_or_si512(_mm512_srli_epi32(r, 16), _mm512_srli_epi64(r, 32)));
+}
+
 // dst[k] = the pair (x[2k], x[2k + 1]) for k < n2.
-KVZIP_BF16_FN void pairs_of(const float* x, uint32_t n2, uint32_t* dst) {
+void pairs_of(const float* x, uint32_t n2, uint32_t* dst) {
   uint32_t k = 0;
-  for (; k + 8 <= n2; k += 8) {
-    // 64-bit lane L holds bf16(x[2L]) << 16 and bf16(x[2L + 1]) << 48: the pair is the low dword
-    // shifted down by 16 or'ed with the high dword (the lane shifted down by 32).
-    const __m512i r = bf16_high(_mm512_loadu_ps(x + 2 * k));
-    const __m512i pr = _mm512_or_si512(_mm512_srli_epi32(r, 16), _mm512_srli_epi64(r, 32));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + k), _mm512_cvtepi64_epi32(pr));
-  }
+  for (; k + 8 <= n2; k += 8) _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + k), pairs8(_mm512_loadu_ps(x + 2 * k)));
   for (; k < n2; ++k) dst[k] = bf16_bits(x[2 * k]) | (bf16_bits(x[2 * k + 1]) << 16);
 }
 
-// scores() on pairs: S(Rp, ncols) = Q16(Rp, D2) · K16(D2, ncols), K16's rows ldk dwords apart.
-KVZIP_BF16_FN void scores_bf16(const uint32_t* q16, const uint32_t* kt, size_t ldk, float* s, uint32_t Rp,
-                               uint32_t ncols, uint32_t D2) {
-  for (uint32_t r = 0; r < Rp; r += kQkRows) {
-    for (uint32_t c = 0; c < ncols; c += kQkCols) {
-      __m512 acc[kQkRows][2];
-      for (uint32_t i = 0; i < kQkRows; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-      for (uint32_t d = 0; d < D2; ++d) {
-        const __m512i k0 = _mm512_loadu_si512(kt + d * ldk + c);
-        const __m512i k1 = _mm512_loadu_si512(kt + d * ldk + c + 16);
-        for (uint32_t i = 0; i < kQkRows; ++i) {
-          const __m512i qv = _mm512_set1_epi32(int(q16[size_t(r + i) * D2 + d]));
-          acc[i][0] = _mm512_dpbf16_ps(acc[i][0], (__m512bh)qv, (__m512bh)k0);
-          acc[i][1] = _mm512_dpbf16_ps(acc[i][1], (__m512bh)qv, (__m512bh)k1);
-        }
-      }
-      for (uint32_t i = 0; i < kQkRows; ++i) {
-        _mm512_storeu_ps(s + size_t(r + i) * kBk + c, acc[i][0]);
-        _mm512_storeu_ps(s + size_t(r + i) * kBk + c + 16, acc[i][1]);
-      }
+// R rows from r of scores_bf16's S, one kQkCols-column micro-tile from c.
+template <uint32_t R>
+KVZIP_BF16_FN inline void scores_bf16_tile(const uint32_t* q16, const uint32_t* kt, size_t ldk, float* s,
+                                           uint32_t r, uint32_t c, uint32_t D2) {
+  __m512 acc[R][2];
+  for (uint32_t i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (uint32_t d = 0; d < D2; ++d) {
+    const __m512i k0 = _mm512_loadu_si512(kt + d * ldk + c);
+    const __m512i k1 = _mm512_loadu_si512(kt + d * ldk + c + 16);
+    for (uint32_t i = 0; i < R; ++i) {
+      const __m512i qv = _mm512_set1_epi32(int(q16[size_t(r + i) * D2 + d]));
+      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], (__m512bh)qv, (__m512bh)k0);
+      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], (__m512bh)qv, (__m512bh)k1);
     }
   }
+  for (uint32_t i = 0; i < R; ++i) {
+    _mm512_storeu_ps(s + size_t(r + i) * kBk + c, acc[i][0]);
+    _mm512_storeu_ps(s + size_t(r + i) * kBk + c + 16, acc[i][1]);
+  }
+}
+
+// scores() on pairs: S(Rp, ncols) = Q16(Rp, D2) · K16(D2, ncols), K16's rows ldk dwords apart.
+// Eight rows a micro-tile where they are there: sixteen accumulator chains, where four rows' eight
+// leave vdpbf16ps waiting on its own latency. Each element is one chain over d either way.
+KVZIP_BF16_FN void scores_bf16(const uint32_t* q16, const uint32_t* kt, size_t ldk, float* s, uint32_t Rp,
+                               uint32_t ncols, uint32_t D2) {
+  uint32_t r = 0;
+  for (; r + 2 * kQkRows <= Rp; r += 2 * kQkRows)
+    for (uint32_t c = 0; c < ncols; c += kQkCols) scores_bf16_tile<2 * kQkRows>(q16, kt, ldk, s, r, c, D2);
+  for (; r < Rp; r += kQkRows)
+    for (uint32_t c = 0; c < ncols; c += kQkCols) scores_bf16_tile<kQkRows>(q16, kt, ldk, s, r, c, D2);
 }
 
 // acc(kQkRows rows from r, NV vectors from column dc) += P16(rows, np pairs) · V16(np pairs, cols);
@@ -343,18 +356,21 @@ inline VecF exp_fast(VecF x) {
 
 // Turns row r of S into probabilities against the updated running max and folds it into the
 // state. valid = keys of this block the row may see. Returns valid. kFast: exp_fast (bf16 path).
+// pairs (bf16 path, 16-lane build): the probabilities go there as bf16 pairs, ncols / 2 of them
+// (zero past valid), instead of back into srow: P·V's operand without a second pass over the row.
 template <bool kFast = false>
 uint32_t softmax_row(float* srow, uint32_t valid, uint32_t ncols, RowState st, uint32_t r,
-                     uint32_t Dp) {
-  if (valid == 0) {
+                     uint32_t Dp, uint32_t* pairs = nullptr) {
+  const auto none = [&] {
     std::fill(srow, srow + ncols, 0.0f);
-    return 0;
-  }
+#if KVZIP_ATTENTION_BF16
+    if (pairs) std::fill(pairs, pairs + ncols / 2, 0u);
+#endif
+    return 0u;
+  };
+  if (valid == 0) return none();
   float mx = row_max(srow, valid);
-  if (mx == -INFINITY) {  // every visible row of the block skipped (KvSpan::skip)
-    std::fill(srow, srow + ncols, 0.0f);
-    return 0;
-  }
+  if (mx == -INFINITY) return none();  // every visible row of the block skipped (KvSpan::skip)
   float m_old = st.m[r];
   float m_new = std::max(m_old, mx);
   float alpha = std::exp(m_old - m_new);  // 0 when m_old is -inf
@@ -368,7 +384,11 @@ uint32_t softmax_row(float* srow, uint32_t valid, uint32_t ncols, RowState st, u
     else
 #endif
       e = simd::exp_vec(simd::load(srow + j) - mv);
-    simd::store(srow + j, e);
+#if KVZIP_ATTENTION_BF16
+    if (pairs) _mm256_storeu_si256(reinterpret_cast<__m256i*>(pairs + j / 2), pairs8((__m512)e));
+    else
+#endif
+      simd::store(srow + j, e);
     sum += e;
   }
   float total = simd::hsum(sum);
@@ -377,6 +397,9 @@ uint32_t softmax_row(float* srow, uint32_t valid, uint32_t ncols, RowState st, u
     total += srow[j];
   }
   std::fill(srow + valid, srow + ncols, 0.0f);
+#if KVZIP_ATTENTION_BF16
+  if (pairs) pairs_of(srow + full, (ncols - full) / 2, pairs + full / 2);  // full, ncols: even
+#endif
   st.m[r] = m_new;
   st.l[r] = st.l[r] * alpha + total;
   if (alpha != 1.0f) {
@@ -432,11 +455,11 @@ void transpose_tile(const KvSpan& kv, uint32_t j0, uint32_t n, uint32_t D, float
 #if KVZIP_ATTENTION_BF16
 // P·V of rows [r, r + kQkRows) over key rows [kb, kb + jmax) on bf16 pairs. The tile's V pairs
 // start at even rows, so a block starting at an odd row takes the pair before it with that row's
-// probability 0.
+// probability 0. paired: softmax_row wrote the rows' pairs into sc.p16 already (an even start).
 KVZIP_BF16_FN void pv_bf16(const Plan& p, uint32_t h, Scratch& sc, float* acc, uint32_t r, uint32_t kb,
-                           uint32_t jmax) {
+                           uint32_t jmax, bool paired) {
   const uint32_t D = p.a->D, off = kb % kBk, odd = off & 1u, np = (jmax + odd + 1) / 2, ldp = kBk / 2 + 1;
-  for (uint32_t i = 0; i < kQkRows; ++i) {
+  for (uint32_t i = 0; i < kQkRows && !paired; ++i) {
     float* t = sc.prow.data();
     t[0] = 0.0f;
     std::memcpy(t + odd, sc.s.data() + size_t(r + i) * kBk, jmax * sizeof(float));
@@ -499,6 +522,10 @@ void key_block(const Plan& p, uint32_t h, Scratch& sc, RowState st, uint32_t Rp,
   }
   const bool need_pv = p.a->out != nullptr;
   for (uint32_t r = 0; r < Rp; r += kQkRows) {
+    // bf16 products from an even key: the softmax writes P·V's pairs itself (no window start
+    // inside the block, where the row is shifted first).
+    bool paired = p.bf16 && need_pv && kb % 2 == 0;
+    for (uint32_t i = r; i < r + kQkRows && paired; ++i) paired = sc.first[i] <= kb;
     uint32_t jmax = 0;
     for (uint32_t i = r; i < r + kQkRows; ++i) {
       uint32_t lim = sc.limit[i];
@@ -512,13 +539,14 @@ void key_block(const Plan& p, uint32_t h, Scratch& sc, RowState st, uint32_t Rp,
         if (valid > lo) jmax = std::max(jmax, valid);
         continue;
       }
-      jmax = std::max(jmax, p.bf16 ? softmax_row<true>(srow, valid, ncols, st, i, Dp)
+      uint32_t* pairs = paired ? sc.p16.data() + size_t(i - r) * (kBk / 2 + 1) : nullptr;
+      jmax = std::max(jmax, p.bf16 ? softmax_row<true>(srow, valid, ncols, st, i, Dp, pairs)
                                    : softmax_row(srow, valid, ncols, st, i, Dp));
     }
     if (!jmax || !need_pv) continue;
 #if KVZIP_ATTENTION_BF16
     if (p.bf16) {
-      pv_bf16(p, h, sc, st.acc, r, kb, jmax);
+      pv_bf16(p, h, sc, st.acc, r, kb, jmax, paired);
       continue;
     }
 #endif
