@@ -373,7 +373,8 @@ uint32_t softmax_row(float* srow, uint32_t valid, uint32_t ncols, RowState st, u
   if (mx == -INFINITY) return none();  // every visible row of the block skipped (KvSpan::skip)
   float m_old = st.m[r];
   float m_new = std::max(m_old, mx);
-  float alpha = std::exp(m_old - m_new);  // 0 when m_old is -inf
+  // 0 when m_old is -inf; 1 (exp(0), no call) when the block leaves the max where it was.
+  float alpha = m_old == m_new ? 1.0f : std::exp(m_old - m_new);
   VecF mv = simd::splat(m_new);
   VecF sum{};
   uint32_t full = valid / kLanes * kLanes;
