@@ -217,10 +217,8 @@ inline uint32_t bf16_bits(float f) {
   return (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
 }
 
-// The conversions below use AVX-512 F/BW only (the TU's target), so the fp32 softmax can call
-// them inline; only the products need the BF16 target.
 // Each lane of x rounded to bf16, in the lane's high half (low half zero).
-inline __m512i bf16_high(__m512 x) {
+KVZIP_BF16_FN inline __m512i bf16_high(__m512 x) {
   const __m512i b = _mm512_castps_si512(x);
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
   const __m512i r = _mm512_add_epi32(_mm512_add_epi32(b, _mm512_set1_epi32(0x7fff)), lsb);
@@ -228,23 +226,37 @@ inline __m512i bf16_high(__m512 x) {
 }
 
 // Lane i: bf16(a[i]) in the low half, bf16(b[i]) in the high half.
-inline __m512i bf16_pair(__m512 a, __m512 b) {
+KVZIP_BF16_FN inline __m512i bf16_pair(__m512 a, __m512 b) {
   return _mm512_or_si512(_mm512_srli_epi32(bf16_high(a), 16), bf16_high(b));
 }
 
-// The eight pairs (x[2k], x[2k + 1]) of sixteen floats.
-inline __m256i pairs8(__m512 x) {
-  // 64-bit lane L holds bf16(x[2L]) << 16 and bf16(x[2L + 1]) << 48: the pair is the low dword
-  // shifted down by 16 or'ed with the high dword (the lane shifted down by 32).
-  const __m512i r = bf16_high(x);
-  return _mm512_cvtepi64_epi32(_mm512_or_si512(_mm512_srli_epi32(r, 16), _mm512_srli_epi64(r, 32)));
+// dst[k] = the pair (x[2k], x[2k + 1]) for k < n2.
+KVZIP_BF16_FN void pairs_of(const float* x, uint32_t n2, uint32_t* dst) {
+  uint32_t k = 0;
+  for (; k + 8 <= n2; k += 8) {
+    // 64-bit lane L holds bf16(x[2L]) << 16 and bf16(x[2L + 1]) << 48: the pair is the low dword
+    // shifted down by 16 or'ed with the high dword (the lane shifted down by 32).
+    const __m512i r = bf16_high(_mm512_loadu_ps(x + 2 * k));
+    const __m512i pr = _mm512_or_si512(_mm512_srli_epi32(r, 16), _mm512_srli_epi64(r, 32));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + k), _mm512_cvtepi64_epi32(pr));
+  }
+  for (; k < n2; ++k) dst[k] = bf16_bits(x[2 * k]) | (bf16_bits(x[2 * k + 1]) << 16);
 }
 
-// dst[k] = the pair (x[2k], x[2k + 1]) for k < n2.
-void pairs_of(const float* x, uint32_t n2, uint32_t* dst) {
+// pairs_of for probabilities, by vcvtne2ps2bf16 (one instruction per 32 values against pairs_of's
+// nine per 16): rounded to nearest even as bf16_bits, except that fp32 denormals become 0 — which
+// vdpbf16ps, their only reader, makes of bf16 denormals anyway, so the products are the same.
+KVZIP_BF16_FN void probability_pairs(const float* x, uint32_t n2, uint32_t* dst) {
   uint32_t k = 0;
-  for (; k + 8 <= n2; k += 8) _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + k), pairs8(_mm512_loadu_ps(x + 2 * k)));
-  for (; k < n2; ++k) dst[k] = bf16_bits(x[2 * k]) | (bf16_bits(x[2 * k + 1]) << 16);
+  for (; k + 16 <= n2; k += 16)
+    _mm512_storeu_si512(dst + k, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + 2 * k + 16), _mm512_loadu_ps(x + 2 * k)));
+  if (k < n2) {  // fewer than 16 pairs left: masked loads and store
+    const uint32_t n = 2 * (n2 - k);
+    const uint32_t lo = n >= 16 ? 16 : n, hi = n - lo;
+    const __m512 a = _mm512_maskz_loadu_ps(__mmask16((1u << lo) - 1), x + 2 * k);
+    const __m512 b = _mm512_maskz_loadu_ps(__mmask16((1u << hi) - 1), x + 2 * k + 16);
+    _mm512_mask_storeu_epi32(dst + k, __mmask16((1u << (n2 - k)) - 1), (__m512i)_mm512_cvtne2ps_pbh(b, a));
+  }
 }
 
 // R rows from r of scores_bf16's S, one kQkCols-column micro-tile from c.
@@ -356,21 +368,18 @@ inline VecF exp_fast(VecF x) {
 
 // Turns row r of S into probabilities against the updated running max and folds it into the
 // state. valid = keys of this block the row may see. Returns valid. kFast: exp_fast (bf16 path).
-// pairs (bf16 path, 16-lane build): the probabilities go there as bf16 pairs, ncols / 2 of them
-// (zero past valid), instead of back into srow: P·V's operand without a second pass over the row.
 template <bool kFast = false>
 uint32_t softmax_row(float* srow, uint32_t valid, uint32_t ncols, RowState st, uint32_t r,
-                     uint32_t Dp, uint32_t* pairs = nullptr) {
-  const auto none = [&] {
+                     uint32_t Dp) {
+  if (valid == 0) {
     std::fill(srow, srow + ncols, 0.0f);
-#if KVZIP_ATTENTION_BF16
-    if (pairs) std::fill(pairs, pairs + ncols / 2, 0u);
-#endif
-    return 0u;
-  };
-  if (valid == 0) return none();
+    return 0;
+  }
   float mx = row_max(srow, valid);
-  if (mx == -INFINITY) return none();  // every visible row of the block skipped (KvSpan::skip)
+  if (mx == -INFINITY) {  // every visible row of the block skipped (KvSpan::skip)
+    std::fill(srow, srow + ncols, 0.0f);
+    return 0;
+  }
   float m_old = st.m[r];
   float m_new = std::max(m_old, mx);
   // 0 when m_old is -inf; 1 (exp(0), no call) when the block leaves the max where it was.
@@ -385,11 +394,7 @@ uint32_t softmax_row(float* srow, uint32_t valid, uint32_t ncols, RowState st, u
     else
 #endif
       e = simd::exp_vec(simd::load(srow + j) - mv);
-#if KVZIP_ATTENTION_BF16
-    if (pairs) _mm256_storeu_si256(reinterpret_cast<__m256i*>(pairs + j / 2), pairs8((__m512)e));
-    else
-#endif
-      simd::store(srow + j, e);
+    simd::store(srow + j, e);
     sum += e;
   }
   float total = simd::hsum(sum);
@@ -398,9 +403,6 @@ uint32_t softmax_row(float* srow, uint32_t valid, uint32_t ncols, RowState st, u
     total += srow[j];
   }
   std::fill(srow + valid, srow + ncols, 0.0f);
-#if KVZIP_ATTENTION_BF16
-  if (pairs) pairs_of(srow + full, (ncols - full) / 2, pairs + full / 2);  // full, ncols: even
-#endif
   st.m[r] = m_new;
   st.l[r] = st.l[r] * alpha + total;
   if (alpha != 1.0f) {
@@ -456,16 +458,21 @@ void transpose_tile(const KvSpan& kv, uint32_t j0, uint32_t n, uint32_t D, float
 #if KVZIP_ATTENTION_BF16
 // P·V of rows [r, r + kQkRows) over key rows [kb, kb + jmax) on bf16 pairs. The tile's V pairs
 // start at even rows, so a block starting at an odd row takes the pair before it with that row's
-// probability 0. paired: softmax_row wrote the rows' pairs into sc.p16 already (an even start).
+// probability 0. The rows' pairs come straight from S (zero past each row's keys, up to ncols,
+// which bounds 2·np at an even start).
 KVZIP_BF16_FN void pv_bf16(const Plan& p, uint32_t h, Scratch& sc, float* acc, uint32_t r, uint32_t kb,
-                           uint32_t jmax, bool paired) {
+                           uint32_t jmax) {
   const uint32_t D = p.a->D, off = kb % kBk, odd = off & 1u, np = (jmax + odd + 1) / 2, ldp = kBk / 2 + 1;
-  for (uint32_t i = 0; i < kQkRows && !paired; ++i) {
-    float* t = sc.prow.data();
-    t[0] = 0.0f;
-    std::memcpy(t + odd, sc.s.data() + size_t(r + i) * kBk, jmax * sizeof(float));
-    t[odd + jmax] = 0.0f;
-    pairs_of(t, np, sc.p16.data() + size_t(i) * ldp);
+  for (uint32_t i = 0; i < kQkRows; ++i) {
+    const float* srow = sc.s.data() + size_t(r + i) * kBk;
+    if (odd) {
+      float* t = sc.prow.data();
+      t[0] = 0.0f;
+      std::memcpy(t + 1, srow, jmax * sizeof(float));
+      t[1 + jmax] = 0.0f;
+      srow = t;
+    }
+    probability_pairs(srow, np, sc.p16.data() + size_t(i) * ldp);
   }
   const uint32_t* v16 = p.kt.v16 + ((size_t(h) * p.kt.n_tiles + kb / kBk) * (kBk / 2) + (off - odd) / 2) * D;
   uint32_t dc = 0;
@@ -523,10 +530,6 @@ void key_block(const Plan& p, uint32_t h, Scratch& sc, RowState st, uint32_t Rp,
   }
   const bool need_pv = p.a->out != nullptr;
   for (uint32_t r = 0; r < Rp; r += kQkRows) {
-    // bf16 products from an even key: the softmax writes P·V's pairs itself (no window start
-    // inside the block, where the row is shifted first).
-    bool paired = p.bf16 && need_pv && kb % 2 == 0;
-    for (uint32_t i = r; i < r + kQkRows && paired; ++i) paired = sc.first[i] <= kb;
     uint32_t jmax = 0;
     for (uint32_t i = r; i < r + kQkRows; ++i) {
       uint32_t lim = sc.limit[i];
@@ -540,14 +543,13 @@ void key_block(const Plan& p, uint32_t h, Scratch& sc, RowState st, uint32_t Rp,
         if (valid > lo) jmax = std::max(jmax, valid);
         continue;
       }
-      uint32_t* pairs = paired ? sc.p16.data() + size_t(i - r) * (kBk / 2 + 1) : nullptr;
-      jmax = std::max(jmax, p.bf16 ? softmax_row<true>(srow, valid, ncols, st, i, Dp, pairs)
+      jmax = std::max(jmax, p.bf16 ? softmax_row<true>(srow, valid, ncols, st, i, Dp)
                                    : softmax_row(srow, valid, ncols, st, i, Dp));
     }
     if (!jmax || !need_pv) continue;
 #if KVZIP_ATTENTION_BF16
     if (p.bf16) {
-      pv_bf16(p, h, sc, st.acc, r, kb, jmax, paired);
+      pv_bf16(p, h, sc, st.acc, r, kb, jmax);
       continue;
     }
 #endif
