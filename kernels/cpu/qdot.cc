@@ -207,6 +207,7 @@ detail::QGemmFn qdot_gemm_for(QIsa isa, GgmlType t, uint32_t T) {
     case QIsa::Amx: {
       const uint32_t from = !detail::qdot_decode16_vnni(t) ? kQdotGemmMinT
                             : t == GgmlType::Q6_K          ? kQdotDecode16GemmMinTQ6K
+                            : t == GgmlType::Q8_0          ? kQdotDecode16GemmMinTQ8_0
                                                            : kQdotDecode16GemmMinT;
       return T >= from ? detail::qdot_gemm_vnni(t) : nullptr;
     }
