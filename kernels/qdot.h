@@ -52,12 +52,13 @@ bool qdot_supported(quant::GgmlType t);
 // few rows x tokens are as fast or faster). The choice is speed only: both compute the same chain.
 // Measured on Zen 4 (BENCHMARKS.md at dfd379e, "One chain per output").
 inline constexpr uint32_t kQdotGemmMinT = 8;
-// With AVX-512 VNNI the types that have sixteen-row decode kernels (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K)
+// With AVX-512 VNNI the types that have sixteen-row decode kernels (every type qdot reads)
 // run them instead, eight tokens a pass over each tile, up to these many tokens: a serving batch's
 // step then reads its weights once at about the decode speed, where the GEMM's 16-token vectors
 // sit mostly empty (Zen 5, two threads, 1B-shaped layers, bench_decode --tokens: Q4_0 at 8 / 16 /
 // 32 tokens 3.6x / 1.9x / 1.35x the GEMM, level at 48; Q6_K 2.5x / 1.4x at 8 / 16, 0.9x at 24;
-// Q8_0 2.6x / 1.4x / 1.2x at 8 / 16 / 24, 0.95x at 32). Speed only again: the same chain.
+// Q8_0 2.6x / 1.4x / 1.2x at 8 / 16 / 24, 0.95x at 32; Q5_0 3.5x / 1.9x / 1.2x at 8 / 16 / 32).
+// Speed only again: the same chain.
 inline constexpr uint32_t kQdotDecode16GemmMinT = 48;
 inline constexpr uint32_t kQdotDecode16GemmMinTQ6K = 24;
 inline constexpr uint32_t kQdotDecode16GemmMinTQ8_0 = 32;

@@ -220,9 +220,7 @@ std::string matmul_kernels(MatmulPath p) {
     const uint32_t d16_max = best == QIsa::Amx ? std::min(kQdotDecode16GemmMinT, kQdotAmxMinT) : kQdotDecode16GemmMinT;
     const std::string d16 = "avx512-vnni 16-row decode kernels below T=" + n(d16_max) + " (Q6_K: T=" +
                             n(kQdotDecode16GemmMinTQ6K) + ", Q8_0: T=" + n(kQdotDecode16GemmMinTQ8_0) +
-                            "; at T=1 they or the 8-row ones, whichever " +
-                            "is timed faster; Q5_0/Q5_1: avx512-vnni tiles below T=" +
-                            n(kQdotGemmMinT) + "), ";
+                            "; at T=1 they or the 8-row ones, whichever is timed faster), ";
     if (best == QIsa::Amx && cpu::detail::bf16_gemm_amx_available())
       s += d16 + "avx512-vnni GEMM below T=" + n(kQdotAmxMinT) + " (Q6_K: up to T=" + n(kQdotMaxT) +
            "), amx-int8 tile GEMM up to T=" + n(kQdotMaxT) +

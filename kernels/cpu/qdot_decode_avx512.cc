@@ -1,5 +1,5 @@
-// AVX-512 VNNI decode kernels of the 8-bit-activation product (kernels/qdot.h) for Q4_0, Q4_1,
-// Q8_0, Q4_K, Q5_K and Q6_K: sixteen rows a tile in 512-bit vectors, one to eight tokens a pass (a decode
+// AVX-512 VNNI decode kernels of the 8-bit-activation product (kernels/qdot.h) for every block
+// type it reads (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K): sixteen rows a tile in 512-bit vectors, one to eight tokens a pass (a decode
 // step of one answer or of a serving batch), the chain of kernels/qdot.h in each of the sixteen
 // fp32 lanes per token, so the results are the scalar reference's bits (tests/kernels/test_qdot.cc
 // compares every ISA's, at every T, bit for bit). qdot_avx512.cc runs them for a task's whole
@@ -170,14 +170,30 @@ KVZIP_VNNI inline __m512i row_sums16(const __m512i (&v)[4]) {
   return _mm512_add_epi32(_mm512_unpacklo_epi64(a, c), _mm512_unpackhi_epi64(a, c));
 }
 
-// Q4_0 / Q4_1: y + c·ys, lanes 0..15 = the sixteen rows' dots with token c's blocks x + c·xs, for
-// C tokens (a serving batch's step) from one pass over the weights: each block's nibbles are split
-// once and multiplied by every token's activations; per token the one-token kernel's chain.
+// Q5_0 / Q5_1: the fifth bit of element e is bit e of the block's 32-bit qh. Each row's qh comes in
+// as lanes4's dword 0 of its lane; one byte shuffle spreads byte e / 8 over byte e of the lane,
+// a test against bit e % 8 gives a mask, and a masked add puts the 16 in.
+constexpr int kQhOff(GgmlType t) { return t == GgmlType::Q5_0 ? 2 : 4; }
+template <int kHalf>  // 0: elements 0-15 (qh bits 0-15), 1: elements 16-31
+KVZIP_VNNI inline __m512i add_bit4(__m512i nib, __m512i qh) {
+  const __m512i spread = _mm512_set4_epi32(0x01010101 * (2 * kHalf + 1), 0x01010101 * (2 * kHalf + 1),
+                                           0x01010101 * (2 * kHalf), 0x01010101 * (2 * kHalf));
+  const __m512i bit = _mm512_set1_epi64(int64_t(0x8040201008040201ULL));
+  const __mmask64 set = _mm512_test_epi8_mask(_mm512_shuffle_epi8(qh, spread), bit);
+  return _mm512_mask_add_epi8(nib, set, nib, _mm512_set1_epi8(16));
+}
+
+// Q4_0 / Q4_1 / Q5_0 / Q5_1: y + c·ys, lanes 0..15 = the sixteen rows' dots with token c's blocks
+// x + c·xs, for C tokens (a serving batch's step) from one pass over the weights: each block's
+// weights are unpacked once and multiplied by every token's activations; per token the one-token
+// kernel's chain. The Q5 types' eight-row kernels computed at ~22 GB/s a thread (weights in L2,
+// Zen 5), these at about twice that.
 template <GgmlType Ty, int C, class Rows>
 KVZIP_VNNI inline void decode16(Rows rows, const Q8Act* x, size_t xs, uint32_t nblk, float* y, size_t ys) {
-  static_assert(Ty == GgmlType::Q4_0 || Ty == GgmlType::Q4_1);
+  constexpr bool kQ5 = Ty == GgmlType::Q5_0 || Ty == GgmlType::Q5_1;
+  static_assert(Ty == GgmlType::Q4_0 || Ty == GgmlType::Q4_1 || kQ5);
   constexpr size_t kBytes = QFmt<Ty>::kBytes;
-  constexpr int kQsOff = Ty == GgmlType::Q4_1 ? 4 : 2;
+  constexpr int kQsOff = Ty == GgmlType::Q4_0 ? 2 : Ty == GgmlType::Q4_1 ? 4 : Ty == GgmlType::Q5_0 ? 6 : 8;
   const __m512i low4 = _mm512_set1_epi8(15);
   __m512 acc[C];  // token c: row k in lane k
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
@@ -214,9 +230,16 @@ KVZIP_VNNI inline void decode16(Rows rows, const Q8Act* x, size_t xs, uint32_t n
         const __m512i raw = lanes4(rows, i, kQsOff);
         lo[i] = _mm512_and_si512(raw, low4);
         hi[i] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+        if constexpr (kQ5) {
+          const __m512i qh = lanes4(rows, i, kQhOff(Ty));
+          lo[i] = add_bit4<0>(lo[i], qh);
+          hi[i] = add_bit4<1>(hi[i], qh);
+        }
       }
       ws = halves16(rows, 0);
+      // QFmt::scales' min: −8·d (Q4_0), −16·d (Q5_0), or the block's own m (Q4_1, Q5_1).
       if constexpr (Ty == GgmlType::Q4_0) mw = _mm512_mul_ps(_mm512_set1_ps(-8.0f), ws);
+      else if constexpr (Ty == GgmlType::Q5_0) mw = _mm512_mul_ps(_mm512_set1_ps(-16.0f), ws);
       else mw = halves16(rows, 2);
     }
 #pragma GCC unroll 8
@@ -513,6 +536,8 @@ QDecodeFn qdot_decode16_vnni(GgmlType t) {
   switch (t) {
     case GgmlType::Q4_0: return decode_tiles16<GgmlType::Q4_0>;
     case GgmlType::Q4_1: return decode_tiles16<GgmlType::Q4_1>;
+    case GgmlType::Q5_0: return decode_tiles16<GgmlType::Q5_0>;
+    case GgmlType::Q5_1: return decode_tiles16<GgmlType::Q5_1>;
     case GgmlType::Q4_K: return decode_tiles16<GgmlType::Q4_K>;
     case GgmlType::Q5_K: return decode_tiles16<GgmlType::Q5_K>;
     case GgmlType::Q6_K: return decode_tiles16<GgmlType::Q6_K>;
