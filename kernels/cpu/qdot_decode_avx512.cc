@@ -1,7 +1,7 @@
 // AVX-512 VNNI decode kernels of the 8-bit-activation product (kernels/qdot.h) for every block
-// type it reads (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K): sixteen rows a tile in 512-bit vectors, one to eight tokens a pass (a decode
-// step of one answer or of a serving batch), the chain of kernels/qdot.h in each of the sixteen
-// fp32 lanes per token, so the results are the scalar reference's bits (tests/kernels/test_qdot.cc
+// type it reads (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K): sixteen rows a tile in 512-bit
+// vectors, one to eight tokens a pass (a decode step of one answer or of a serving batch), the
+// chain of kernels/qdot.h in each of the sixteen fp32 lanes per token, so the results are the scalar reference's bits (tests/kernels/test_qdot.cc
 // compares every ISA's, at every T, bit for bit). qdot_avx512.cc runs them for a task's whole
 // sixteen-row tiles and the tiles' kernels for the rest.
 //
@@ -199,8 +199,8 @@ KVZIP_VNNI inline void decode16(Rows rows, const Q8Act* x, size_t xs, uint32_t n
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
   for (uint32_t b = 0; b < nblk; ++b) {
     rows.prefetch(b, kBytes);
-    // The group's nibbles of rows i, i+4, i+8, i+12: low (elements 0-15), high (16-31); ws the
-    // rows' d, mw QFmt::scales' min: −8·d (Q4_0) or the block's own m (Q4_1).
+    // The group's weights of rows i, i+4, i+8, i+12: low (elements 0-15), high (16-31); ws the
+    // rows' d, mw QFmt::scales' min.
     __m512i lo[4], hi[4];
     __m512 ws, mw;
     if (Ty == GgmlType::Q4_1 && b + 1 < nblk) {
@@ -264,7 +264,7 @@ KVZIP_VNNI inline void decode16(Rows rows, const Q8Act* x, size_t xs, uint32_t n
 // the weights go in offset to unsigned (w xor 0x80 = w + 128) and 128·Σx comes off in integers
 // (Σx of each token's block by vpsadbw): the scalar kernel's exact Σ w·x, then its chain
 // (acc += I·(dx·dw)). The eight-row tiles this replaces for a serving batch's step streamed
-// 45 / 27 / 15 GB/s at T = 2 / 4 / 8 (1B-shaped layers, two threads, Zen 5).
+// 55 / 28 / 15 GB/s at T = 2 / 4 / 8 (1B-shaped layers, two threads, Zen 5).
 template <int C, class Rows>
 KVZIP_VNNI inline void decode16q8(Rows rows, const Q8Act* x, size_t xs, uint32_t nblk, float* y, size_t ys) {
   constexpr size_t kBytes = QFmt<GgmlType::Q8_0>::kBytes;
