@@ -1,9 +1,10 @@
 // AVX-512 VNNI decode kernels of the 8-bit-activation product (kernels/qdot.h) for every block
 // type it reads (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K): sixteen rows a tile in 512-bit
 // vectors, one to eight tokens a pass (a decode step of one answer or of a serving batch), the
-// chain of kernels/qdot.h in each of the sixteen fp32 lanes per token, so the results are the scalar reference's bits (tests/kernels/test_qdot.cc
-// compares every ISA's, at every T, bit for bit). qdot_avx512.cc runs them for a task's whole
-// sixteen-row tiles and the tiles' kernels for the rest.
+// chain of kernels/qdot.h in each of the sixteen fp32 lanes per token, so the results are the
+// scalar reference's bits (tests/kernels/test_qdot.cc compares every ISA's, at every T, bit for
+// bit). qdot_avx512.cc runs them for a task's whole sixteen-row tiles and the tiles' kernels for
+// the rest.
 //
 // Several tokens: a block's weights are unpacked once into registers and multiplied by each
 // token's activations, so a step of T tokens still reads every weight byte once. The eight-row
