@@ -171,6 +171,16 @@ KVZIP_VNNI inline __m512i row_sums16(const __m512i (&v)[4]) {
   return _mm512_add_epi32(_mm512_unpacklo_epi64(a, c), _mm512_unpackhi_epi64(a, c));
 }
 
+// Σ q over each 16-element half of an activation block q (its 32 int8, loaded): byte sums of
+// q + 128 (vpsadbw), less 16·128. Exact; the kernels that offset their weights take it off.
+KVZIP_VNNI inline void half_sums(__m256i q, int32_t (&sx)[2]) {
+  const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(q, _mm256_set1_epi8(char(0x80))), _mm256_setzero_si256());
+  alignas(32) int64_t s4[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(s4), sad);
+  sx[0] = int32_t(s4[0] + s4[1]) - 16 * 128;
+  sx[1] = int32_t(s4[2] + s4[3]) - 16 * 128;
+}
+
 // Q5_0 / Q5_1: the fifth bit of element e is bit e of the block's 32-bit qh. Each row's qh comes in
 // as lanes4's dword 0 of its lane; one byte shuffle spreads byte e / 8 over byte e of the lane,
 // a test against bit e % 8 gives a mask, and a masked add puts the 16 in.
@@ -288,10 +298,9 @@ KVZIP_VNNI inline void decode16q8(Rows rows, const Q8Act* x, size_t xs, uint32_t
     for (int c = 0; c < C; ++c) {
       const Q8Act& xa = x[size_t(c) * xs + b];
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q));
-      const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(q, _mm256_set1_epi8(char(0x80))), _mm256_setzero_si256());
-      alignas(32) int64_t s4[4];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(s4), sad);
-      const int32_t sx = int32_t(s4[0] + s4[1] + s4[2] + s4[3]) - 32 * 128;  // Σ q
+      int32_t h[2];
+      half_sums(q, h);
+      const int32_t sx = h[0] + h[1];  // Σ q
       const __m512i xlo = _mm512_broadcast_i32x4(_mm256_castsi256_si128(q));
       const __m512i xhi = _mm512_broadcast_i32x4(_mm256_extracti128_si256(q, 1));
       __m512i sum[4];
@@ -456,12 +465,8 @@ KVZIP_VNNI inline void decode16q6(Rows rows, const Q8Act* x, size_t xs, uint32_t
 #pragma GCC unroll 8
       for (int c = 0; c < C; ++c) {
         const Q8Act& xa = x[size_t(c) * xs + size_t(b) * 8 + g];
-        // Σ x over each 16-element half: byte sums of x + 128 (vpsadbw), less 16·128.
-        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q));
-        const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(q, _mm256_set1_epi8(char(0x80))), _mm256_setzero_si256());
-        alignas(32) int64_t s4[4];
-        _mm256_store_si256(reinterpret_cast<__m256i*>(s4), sad);
-        const int32_t sx[2] = {int32_t(s4[0] + s4[1]) - 2048, int32_t(s4[2] + s4[3]) - 2048};
+        int32_t sx[2];  // Σ x over each 16-element half
+        half_sums(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q)), sx);
         for (int h = 0; h < 2; ++h) {
           const __m512i xq = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xa.q + 16 * h)));
           __m512i s[4];
