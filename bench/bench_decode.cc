@@ -16,8 +16,11 @@
 // machine do not count), as GB/s of weights: the rate a thread could stream at if memory kept up.
 // --tokens T makes each step T tokens at once (a serving batch: every weight byte still read once a
 // step, the products those of T tokens).
+// --bandwidth-only 1 measures just the read bandwidth (one line: median and best GB/s over the
+// rounds), the probe bench/run_decode_rounds.sh takes around each decode it times.
 // Usage: bench_decode [--threads N] [--shape 1b|8b] [--mb MiB] [--bw-mb MiB] [--rounds R]
 //                     [--types Q4_0,Q4_K,...] [--kernels fast,avx2,exact] [--resident 1] [--tokens T]
+//                     [--bandwidth-only 1]
 #include <immintrin.h>
 
 #include <algorithm>
@@ -168,7 +171,7 @@ DecodeSet make_set(GgmlType t, const std::vector<Proj>& layer, uint32_t layers, 
 }  // namespace
 
 int main(int argc, char** argv) {
-  uint32_t threads = 2, rounds = 7, resident = 0, tokens = 1;
+  uint32_t threads = 2, rounds = 7, resident = 0, tokens = 1, bandwidth_only = 0;
   size_t mb = 600, bw_mb = 1024;
   std::string shape = "1b", types = "Q4_0,Q4_K", kernel_names = "fast,avx2,exact";
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -182,8 +185,10 @@ int main(int argc, char** argv) {
     else if (k == "--kernels") kernel_names = v;
     else if (k == "--resident") resident = uint32_t(std::stoul(v));
     else if (k == "--tokens") tokens = std::max(1u, uint32_t(std::stoul(v)));
+    else if (k == "--bandwidth-only") bandwidth_only = uint32_t(std::stoul(v));
     else std::fprintf(stderr, "ignoring unknown option %s\n", k.c_str());
   }
+  rounds = std::max(rounds, 1u);  // the medians need one
   if (resident) threads = 1;
   kernels::ThreadPool pool(threads);
 
@@ -192,6 +197,17 @@ int main(int argc, char** argv) {
   uint8_t* buf = static_cast<uint8_t*>(std::aligned_alloc(64, bw_bytes));
   for (size_t i = 0; i < bw_bytes; ++i) buf[i] = uint8_t(i * 7);  // touch every page
   uint64_t sink = 0;
+  if (bandwidth_only) {
+    std::vector<double> bw;
+    for (uint32_t r = 0; r < rounds + 1; ++r) {  // round 0 warms up
+      const Times tb = timed([&] { read_pass(pool, buf, bw_bytes, sink); });
+      if (r > 0) bw.push_back(double(bw_bytes) / tb.wall * 1e-9);
+    }
+    std::printf("read bandwidth: median %.1f GB/s, best %.1f GB/s (%zu MiB, %u threads, %u rounds)\n", median(bw),
+                *std::max_element(bw.begin(), bw.end()), bw_bytes >> 20, threads, rounds);
+    std::free(buf);
+    return sink == 42 ? 1 : 0;
+  }
 
   uint32_t shape_layers = 0;
   const std::vector<Proj> layer = layer_shape(shape, shape_layers);
