@@ -20,7 +20,7 @@ namespace {
 struct GenerateOpts {
   std::string model, prompt, file, system;
   uint32_t n = 128, threads = 0, top_k = 0;
-  std::string device = "cpu", matmul = "fast";
+  std::string device = "cpu", matmul = "fast", attention = "bf16";
   float temp = 0.0f, top_p = 1.0f;
   uint64_t seed = 0;
   bool chat = false, stats = false;
@@ -80,6 +80,9 @@ void run_generate(const GenerateOpts& o) {
     fo.threads = o.threads;
     fo.matmul = o.matmul == "exact" ? kernels::MatmulPath::Exact : kernels::MatmulPath::Fast;
     model::Forward fwd(model->weights(), fo);
+    // A long prompt is a document: bf16 products as compress's document prefill (Fast path, AVX-512
+    // BF16 CPUs; decode steps keep fp32, docs/cpu-kernels.md).
+    const model::PromptBf16Scope bf16(fwd, o.attention == "bf16");
     const model::CacheShape shape = model::cache_shape(model->config());
     std::unique_ptr<model::AttentionCache> cache;
     if (gp.rkv)  // empty ragged cache: the bound holds from the first token, no dense copy
@@ -189,6 +192,11 @@ void add_model_commands(CLI::App& app) {
   gen->add_option("--matmul", g->matmul,
                   "fast | exact: int8-rounded activations where the CPU has the kernels, or fp32")
       ->check(CLI::IsMember({"fast", "exact"}))
+      ->capture_default_str();
+  gen->add_option("--attention", g->attention,
+                  "bf16 | f32: the prompt's attention products on bf16 operands (with --matmul fast, where "
+                  "the CPU has AVX-512 BF16: as compress's document prefill) or fp32")
+      ->check(CLI::IsMember({"bf16", "f32"}))
       ->capture_default_str();
   add_rkv_options(gen, g->rkv);
   gen->callback([g] { run_generate(*g); });

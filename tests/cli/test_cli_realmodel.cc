@@ -123,3 +123,28 @@ TEST_CASE("KVZIP_CPU_ISA picks the kernels, every ISA gives the same tokens, and
   CHECK(bad.exit_code != 0);
   CHECK_THAT(bad.err, Catch::Matchers::Contains("kvzip: error [unsupported]: KVZIP_CPU_ISA=avx9000 is not an instruction set name"));
 }
+
+TEST_CASE("generate --attention: bf16 and fp32 prompt attention answer alike; a bad name is refused",
+          "[cli][realmodel]") {
+  const std::string path = real_model_or_empty();
+  if (path.empty()) KVZIP_FORMAT_SKIP("set KVZIP_MODEL to SmolLM2-135M-Instruct.Q4_1.gguf to run this test");
+  // ~700 tokens: several query blocks, so the prompt's attention takes bf16 products where the CPU
+  // has AVX-512 BF16 (on others both runs are fp32 and must match all the more).
+  std::string prompt;
+  for (int i = 0; i < 24; ++i)
+    prompt += "The Normans gave their name to Normandy, a region in France, in the 10th century. ";
+  prompt += "The Normans gave their name to";
+  auto run_with = [&](const std::string& attention) {
+    return run_kvzip({"generate", "-m", path, "-n", "4", "-t", "2", "--stats", "--attention", attention, "-p", prompt});
+  };
+  const CliResult f32 = run_with("f32"), bf16 = run_with("bf16");
+  INFO("f32 stderr: " << f32.err << "\nbf16 stderr: " << bf16.err);
+  REQUIRE(f32.exit_code == 0);
+  REQUIRE(bf16.exit_code == 0);
+  CHECK_THAT(bf16.err, Catch::Matchers::Contains("generated 4 tokens"));
+  CHECK(bf16.out == f32.out);  // greedy continuation of a repeated sentence: the same four tokens
+  CHECK(bf16.out.size() > prompt.size());
+  const CliResult bad = run_with("fp8");
+  CHECK(bad.exit_code != 0);
+  CHECK_THAT(bad.err, Catch::Matchers::Contains("--attention"));
+}
