@@ -4,7 +4,8 @@
 // through every projection of a model shape's layers (Llama-3.2-1B or Llama-3-8B: Q, K and V as
 // one call, O, gate and up as one call, down, as the model's forward issues them), weights of
 // random blocks, --mb MiB or more of them, so every pass streams them from DRAM.
-// Kernels per type: "fast" (matmul's default path: what decode runs), "avx2" (qdot with the AVX2
+// Kernels per type: "fast" (matmul's default path: what decode runs), "fast-mapped" (the same with
+// Q's and K's rows through the rotary interleave map kvzip reads a GGUF's Q and K by), "avx2" (qdot with the AVX2
 // tiles, for comparison on an AVX-512 CPU: the same bits) and "exact" (fp32 on the dequantized
 // weights). Rounds interleave the bandwidth and every kernel; the table gives each one's median
 // and best GB/s over the rounds and the median as a fraction of the median bandwidth, by the
@@ -167,10 +168,24 @@ struct DecodeSet {
   std::vector<const uint8_t*> blocks;            // one per projection
   std::vector<std::vector<float>> x, y;          // one per projection
   std::vector<std::vector<kernels::MatmulArgs>> calls;
+  // The same calls with Q's and K's rows through llama.cpp's rotary interleave map, as kvzip reads
+  // a GGUF's Q and K (model/gguf_weights.cc): the "fast-mapped" kernel.
+  std::vector<std::vector<kernels::MatmulArgs>> mapped_calls;
+  std::vector<std::vector<uint32_t>> maps;
   size_t bytes = 0;
 };
 
-DecodeSet make_set(GgmlType t, const std::vector<Proj>& layer, uint32_t layers, uint32_t T) {
+// Canonical row -> stored row of llama.cpp's per-head interleave (rows h·D + 2i + p hold the
+// canonical h·D + p·D/2 + i).
+std::vector<uint32_t> interleave_map(uint32_t rows, uint32_t head_dim) {
+  std::vector<uint32_t> map(rows);
+  for (uint32_t h = 0; h < rows / head_dim; ++h)
+    for (uint32_t i = 0; i < head_dim / 2; ++i)
+      for (uint32_t q = 0; q < 2; ++q) map[h * head_dim + q * head_dim / 2 + i] = h * head_dim + 2 * i + q;
+  return map;
+}
+
+DecodeSet make_set(GgmlType t, const std::vector<Proj>& layer, uint32_t layers, uint32_t T, uint32_t head_dim) {
   DecodeSet s;
   for (uint32_t l = 0; l < layers; ++l)
     for (const Proj& pr : layer) s.bytes += size_t(pr.out) * kernels::quant::row_bytes(t, pr.in);
@@ -203,6 +218,11 @@ DecodeSet make_set(GgmlType t, const std::vector<Proj>& layer, uint32_t layers, 
       s.calls.back().push_back(kernels::MatmulArgs{x, v, nullptr, s.y[k].data(), T});
     }
   }
+  // Q and K: the first two projections of a layer's first call.
+  s.maps = {interleave_map(layer[0].out, head_dim), interleave_map(layer[1].out, head_dim)};
+  s.mapped_calls = s.calls;
+  for (size_t c = 0; c < s.mapped_calls.size(); c += s.calls.size() / layers)
+    for (size_t p = 0; p < 2; ++p) s.mapped_calls[c][p].w.row_map = s.maps[p].data();
   return s;
 }
 
@@ -296,15 +316,18 @@ int main(int argc, char** argv) {
       continue;
     }
     const uint32_t layers = uint32_t(std::min<size_t>(shape_layers, std::max<size_t>(1, ((mb << 20) + layer_bytes - 1) / layer_bytes)));
-    DecodeSet set = make_set(t, layer, layers, tokens);
+    DecodeSet set = make_set(t, layer, layers, tokens, shape == "8b" ? 128 : 64);
     struct Kernel {
       std::string name;
       std::function<void(std::span<const kernels::MatmulArgs>)> run;
+      bool mapped = false;  // over set.mapped_calls
     };
     std::vector<Kernel> ks;
     for (const std::string& kn : split(kernel_names)) {
       if (kn == "fast")
         ks.push_back({kn, [&](std::span<const kernels::MatmulArgs> c) { kernels::cpu::matmul(&pool, c, kernels::MatmulPath::Fast); }});
+      else if (kn == "fast-mapped")
+        ks.push_back({kn, [&](std::span<const kernels::MatmulArgs> c) { kernels::cpu::matmul(&pool, c, kernels::MatmulPath::Fast); }, true});
       else if (kn == "exact")
         ks.push_back({kn, [&](std::span<const kernels::MatmulArgs> c) { kernels::cpu::matmul(&pool, c, kernels::MatmulPath::Exact); }});
       else if (kn == "avx2" && kernels::qdot_supported(t) && kernels::qisa_available(kernels::QIsa::Avx2))
@@ -321,7 +344,7 @@ int main(int argc, char** argv) {
       if (r > 0) rate(double(bw_bytes), tb, bw, bw_cpu);
       for (size_t k = 0; k < ks.size(); ++k) {
         const Times tk = timed([&] {
-          for (const auto& call : set.calls) ks[k].run(call);
+          for (const auto& call : ks[k].mapped ? set.mapped_calls : set.calls) ks[k].run(call);
         });
         if (r > 0) rate(double(set.bytes), tk, gbs[k], gbs_cpu[k]);
       }

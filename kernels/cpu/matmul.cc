@@ -19,6 +19,7 @@
 #include "kernels/detail/attention_isa.h"
 #include "kernels/detail/bf16_gemm.h"
 #include "kernels/detail/half_rows.h"
+#include "kernels/detail/stored_order.h"
 #include "kernels/qdot.h"
 #include "kernels/qgemv.h"
 #include "kernels/simd.h"
@@ -142,28 +143,22 @@ void half_rows(ThreadPool* pool, const MatmulArgs& a, cpu::detail::HalfRowsFn fn
   });
 }
 
-// The block-format jobs of one token as one qgemv batch (one pool run). Jobs with a row map write
-// their stored-order result to a side buffer first, then gather it into canonical order.
+// The block-format jobs of one token as one qgemv batch (one pool run); row-mapped jobs over
+// their stored rows (kernels/detail/stored_order.h).
 void gemv_blocks(ThreadPool* pool, std::span<const MatmulArgs* const> jobs, uint32_t t) {
   std::vector<QGemvArgs> q;
-  std::vector<std::vector<float>> side(jobs.size());
-  for (size_t j = 0; j < jobs.size(); ++j) {
-    const MatmulArgs& a = *jobs[j];
-    float* y = a.y + size_t(t) * a.w.rows;
-    if (a.w.row_map) {
-      side[j].resize(a.w.rows);
-      y = side[j].data();
-    }
-    q.push_back(QGemvArgs{*qgemv_format(a.w.type), a.w.data, a.x + size_t(t) * a.w.cols, nullptr,
-                          y, a.w.cols, a.w.rows});
+  cpu::detail::StoredOrder stored;
+  for (const MatmulArgs* job : jobs) {
+    MatmulArgs one = *job;  // token t alone
+    one.x += size_t(t) * one.w.cols;
+    one.y += size_t(t) * one.w.rows;
+    one.T = 1;
+    one.bias = nullptr;  // the caller adds it
+    const MatmulArgs a = stored.take(one);
+    q.push_back(QGemvArgs{*qgemv_format(a.w.type), a.w.data, a.x, nullptr, a.y, a.w.cols, a.w.rows});
   }
   cpu::qgemv(pool, q, qisa_best());
-  for (size_t j = 0; j < jobs.size(); ++j) {
-    if (side[j].empty()) continue;
-    const MatmulArgs& a = *jobs[j];
-    float* y = a.y + size_t(t) * a.w.rows;
-    for (uint32_t r = 0; r < a.w.rows; ++r) y[r] = side[j][a.w.row_map[r]];
-  }
+  stored.finish();
 }
 
 void slab_gemm(ThreadPool* pool, const MatmulArgs& a) {
@@ -274,8 +269,14 @@ void matmul(ThreadPool* pool, std::span<const MatmulArgs> jobs, MatmulPath path)
       continue;
     }
     if (a.T <= kTileMaxT) {
-      if (auto fn = half_rows_for(a.w.type)) half_rows(pool, a, fn);
-      else tile_small_t(pool, a);
+      if (auto fn = half_rows_for(a.w.type)) {
+        cpu::detail::StoredOrder stored;  // so the rows' next-group prefetches run (half_rows.cc)
+        half_rows(pool, stored.take(a), fn);
+        stored.finish();
+        if (stored.took(a)) continue;  // finish() added the bias
+      } else {
+        tile_small_t(pool, a);
+      }
     } else {
       slab_gemm(pool, a);
     }

@@ -17,6 +17,7 @@
 #include "kernels/detail/decode_pick.h"
 #include "kernels/detail/qdot_rows.h"
 #include "kernels/detail/qgemv_rows.h"
+#include "kernels/detail/stored_order.h"
 #include "kernels/thread_pool.h"
 
 namespace kvzip::kernels {
@@ -294,6 +295,12 @@ void qdot(ThreadPool* pool, std::span<const MatmulArgs> jobs, QIsa isa) {
       if (kernel == 1) fns[j] = detail::qdot_rows_vnni8(a.w.type);
     }
   }
+  // Row-mapped jobs on the row kernels run over the stored rows (kernels/detail/stored_order.h);
+  // the GEMMs read a map as they pack the rows.
+  detail::StoredOrder stored;
+  std::vector<MatmulArgs> run_jobs(jobs.begin(), jobs.end());
+  for (size_t j = 0; j < jobs.size(); ++j)
+    if (!gemm[j]) run_jobs[j] = stored.take(jobs[j]);
   std::vector<size_t> first_task(jobs.size() + 1, 0);
   std::vector<uint32_t> per_task(jobs.size());
   for (size_t j = 0; j < jobs.size(); ++j) {
@@ -304,7 +311,7 @@ void qdot(ThreadPool* pool, std::span<const MatmulArgs> jobs, QIsa isa) {
   run_tasks(pool, first_task.back(), [&](size_t task) {
     size_t j = 0;
     while (task >= first_task[j + 1]) ++j;
-    const MatmulArgs& a = jobs[j];
+    const MatmulArgs& a = run_jobs[j];
     const uint32_t r0 = uint32_t(task - first_task[j]) * per_task[j];
     const uint32_t r1 = std::min(r0 + per_task[j], a.w.rows);
     const detail::QDotRowsArgs rows{&a.w, acts.data() + act_start[act_of[j]], a.T, a.y, r0, r1};
@@ -316,6 +323,7 @@ void qdot(ThreadPool* pool, std::span<const MatmulArgs> jobs, QIsa isa) {
   });
   if (kernel >= 0 && detail::decode_rows() == 0)
     decode_pick.record(kind, kernel, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  stored.finish();
 }
 
 }  // namespace cpu

@@ -55,8 +55,6 @@ using quant::GgmlType;
 constexpr int kRows = 16;
 // Tokens a pass over a tile (a decode step's batch is done in passes of at most this many).
 constexpr uint32_t kMaxTokens = 8;
-// Bytes ahead of the current block that each row is prefetched into L1 (as the 256-bit kernels).
-constexpr size_t kAhead = 1024;
 
 // Evenly spaced rows (no row map): row i + 4L at q[i] + L·4·stride, as four pointers and two
 // strides (every load of lanes4 is then one addressing mode, no pointer arithmetic); the next
@@ -84,26 +82,6 @@ struct Strided {
     for (size_t l = 0; l < (kRows * bytes + 63) / 64; ++l) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
   }
 };
-// Rows through a row map: sixteen pointers, each prefetched 1 KiB ahead; off as Strided's (the
-// rows of one matrix: offsets from row 0 fit in 32 bits).
-struct Listed {
-  const uint8_t* p[kRows];
-  __m512i off;
-  KVZIP_VNNI void set_offsets() {
-    alignas(64) int32_t o[kRows];
-    for (int k = 0; k < kRows; ++k) o[k] = int32_t(p[k] - p[0]);
-    off = _mm512_load_si512(o);
-  }
-  const uint8_t* row0() const { return p[0]; }
-  const uint8_t* lane(int i, int L) const { return p[i + 4 * L]; }
-  void step(size_t bytes) {
-    for (int k = 0; k < kRows; ++k) p[k] += bytes;
-  }
-  void prefetch(uint32_t, size_t) const {
-    for (int k = 0; k < kRows; ++k) _mm_prefetch(reinterpret_cast<const char*>(p[k]) + kAhead, _MM_HINT_T0);
-  }
-};
-
 // 16 bytes at `off` of rows i, i+4, i+8, i+12 as the four 128-bit lanes of one vector.
 template <class Rows>
 KVZIP_VNNI inline __m512i lanes4(const Rows& rows, int i, int off) {
@@ -516,22 +494,17 @@ KVZIP_VNNI uint32_t decode_tiles16(const QDotRowsArgs& a) {
   const uint32_t nblk = w.cols / (32 * QFmt<Ty>::kGroups);
   const size_t xs = w.cols / 32, ys = w.rows;  // a token's activation blocks, its outputs
   uint32_t r = a.r0;
+  // qdot hands the row kernels no row map (kernels/detail/stored_order.h); a caller that does
+  // gets the tiles' kernels, which read one.
+  if (w.row_map) return r;
   for (; r + kRows <= a.r1; r += kRows) {
-    if (!w.row_map) {
-      const uint8_t* p = w.data + size_t(r) * w.row_bytes;
-      // The next tile's run, or this one's again where no whole tile of this task follows (the
-      // rows after the task are another thread's: fetching them here would be wasted traffic).
-      const uint8_t* next = r + 2 * kRows <= a.r1 ? p + kRows * w.row_bytes : p;
-      for (uint32_t t = 0; t < a.T; t += kMaxTokens)
-        tile16_tokens<Ty>(Strided(p, w.row_bytes, reinterpret_cast<const char*>(t == 0 ? next : p)),
-                          a.x + t * xs, xs, nblk, a.y + t * ys + r, ys, std::min(a.T - t, kMaxTokens));
-    } else {
-      Listed rows;
-      for (int k = 0; k < kRows; ++k) rows.p[k] = w.data + size_t(w.row_map[r + k]) * w.row_bytes;
-      rows.set_offsets();
-      for (uint32_t t = 0; t < a.T; t += kMaxTokens)
-        tile16_tokens<Ty>(rows, a.x + t * xs, xs, nblk, a.y + t * ys + r, ys, std::min(a.T - t, kMaxTokens));
-    }
+    const uint8_t* p = w.data + size_t(r) * w.row_bytes;
+    // The next tile's run, or this one's again where no whole tile of this task follows (the
+    // rows after the task are another thread's: fetching them here would be wasted traffic).
+    const uint8_t* next = r + 2 * kRows <= a.r1 ? p + kRows * w.row_bytes : p;
+    for (uint32_t t = 0; t < a.T; t += kMaxTokens)
+      tile16_tokens<Ty>(Strided(p, w.row_bytes, reinterpret_cast<const char*>(t == 0 ? next : p)),
+                        a.x + t * xs, xs, nblk, a.y + t * ys + r, ys, std::min(a.T - t, kMaxTokens));
   }
   return r;
 }
