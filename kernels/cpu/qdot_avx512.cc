@@ -214,14 +214,16 @@ KVZIP_VNNI void quantize_acts_vnni(const float* x, size_t nblocks, Q8Act* out) {
 
 namespace {
 // Decode steps (T below the GEMM's, qdot.cc: one answer's token or a serving batch's) through
-// the sixteen-row kernels where the type has one, the tiles' kernels for the rows past the last
-// whole tile and for every other type: the same bits.
+// the sixteen-row kernels where the type has one (one token of Q4_0: eight rows two blocks a
+// step), the tiles' kernels for the rows past the last whole tile and for every other type: the
+// same bits.
 template <GgmlType Ty>
 KVZIP_VNNI void rows_vnni(const QDotRowsArgs& a) {
   static const QDecodeFn decode16 = qdot_decode16_vnni(Ty);
+  static const QDecodeFn decode8x2 = qdot_decode8x2_vnni(Ty);
   if (decode16) {
     QDotRowsArgs rest = a;
-    rest.r0 = decode16(a);
+    rest.r0 = a.T == 1 && decode8x2 ? decode8x2(a) : decode16(a);
     if (rest.r0 < rest.r1) vnni_tiles::rows_tiles<Ty>(rest);
     return;
   }

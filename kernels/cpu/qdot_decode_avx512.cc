@@ -509,7 +509,95 @@ KVZIP_VNNI uint32_t decode_tiles16(const QDotRowsArgs& a) {
   return r;
 }
 
+// One token of Q4_0: eight rows, two blocks a step. Lane L of lanes4's vector i is row i + 4·(L & 1)
+// at block b + (L >> 1), so the sixteen-row kernel's loads, unpacking and sums serve eight rows'
+// two blocks, and the fp32 chain adds block b's terms, then b + 1's (the scalar reference's order:
+// the same bits). Why: a sixteen-row tile of wide rows is more than L1 holds beside the next
+// tile's prefetched run (an FFN-down tile of Q4_0 is 73 KB), and the sixteen-row kernel streamed
+// 8B-shaped layers at 74% of the read bandwidth in 80 GB/s minutes and 78% in 50 GB/s ones; the
+// 256-bit eight-row kernels keep the smaller tile but compute only 26-28 GB/s a thread. These
+// compute as the sixteen-row kernel (53 GB/s a thread, weights in L2) on the eight-row tile: 84%
+// and 91% (bench_decode --shape 8b, Zen 5; docs/cpu-kernels.md).
+struct Strided8x2 {
+  const uint8_t* q[4];
+  size_t s4, blk;
+  const char* next;
+  KVZIP_VNNI Strided8x2(const uint8_t* p, size_t stride, size_t block, const char* nx) : s4(4 * stride), blk(block), next(nx) {
+    for (int i = 0; i < 4; ++i) q[i] = p + size_t(i) * stride;
+  }
+  const uint8_t* lane(int i, int L) const { return q[i] + size_t(L & 1) * s4 + size_t(L >> 1) * blk; }
+  void step(size_t bytes) {
+    for (int i = 0; i < 4; ++i) q[i] += bytes;
+  }
+  void prefetch(uint32_t s, size_t bytes) const {  // bytes: a step's, two blocks
+    const char* pf = next + size_t(s) * 8 * bytes;
+    for (size_t l = 0; l < (8 * bytes + 63) / 64; ++l) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
+  }
+};
+
+// One step of decode8x2: blocks b and b + 1 (kOne: b alone, the lanes of b + 1 unused) into acc.
+template <bool kOne>
+KVZIP_VNNI_INLINE void q40_8x2_step(const Strided8x2& rows, const Q8Act& x0, const Q8Act& x1, __m256& acc) {
+  const __m512i low4 = _mm512_set1_epi8(15);
+  __m512i lo[4], hi[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    const __m512i raw = lanes4(rows, i, 2);
+    lo[i] = _mm512_and_si512(raw, low4);
+    hi[i] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+  }
+  const __m512 ws = halves16(rows, 0);
+  const __m512 mw = _mm512_mul_ps(_mm512_set1_ps(-8.0f), ws);
+  auto both = [](const int8_t* a, const int8_t* b) KVZIP_VNNI {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a)))),
+                              _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b))), 1);
+  };
+  const __m512i xlo = both(x0.q, x1.q), xhi = both(x0.q + 16, x1.q + 16);
+  __m512i sum[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i)
+    sum[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[i], xlo), hi[i], xhi);
+  const __m512i I = row_sums16(sum);
+  auto halves = [](float a, float b) KVZIP_VNNI {  // a in lanes 0-7, b in 8-15 (AVX-512 F only)
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(a)), _mm256_castps_pd(_mm256_set1_ps(b)), 1));
+  };
+  const __m512 xd = halves(x0.d, x1.d), xs = halves(x0.s, x1.s);
+  const __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(xd, ws), _mm512_mul_ps(xs, mw));
+  // The chain in block order: b's term, then b + 1's.
+  acc = _mm256_add_ps(acc, _mm512_castps512_ps256(t));
+  if constexpr (!kOne) acc = _mm256_add_ps(acc, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(t), 1)));
+}
+
+// Rows [a.r0, a.r0 + 8·n) of one token, n whole eight-row tiles; returns the first row left.
+KVZIP_VNNI uint32_t decode_tiles8x2_q40(const QDotRowsArgs& a) {
+  const MatrixView& w = *a.w;
+  constexpr size_t kBytes = QFmt<GgmlType::Q4_0>::kBytes;
+  const uint32_t nblk = w.cols / 32;
+  uint32_t r = a.r0;
+  if (w.row_map || a.T != 1) return r;
+  for (; r + 8 <= a.r1; r += 8) {
+    const uint8_t* p = w.data + size_t(r) * w.row_bytes;
+    const uint8_t* next = r + 16 <= a.r1 ? p + 8 * w.row_bytes : p;
+    Strided8x2 rows(p, w.row_bytes, kBytes, reinterpret_cast<const char*>(next));
+    __m256 acc = _mm256_setzero_ps();
+    uint32_t b = 0;
+    for (; b + 2 <= nblk; b += 2) {
+      rows.prefetch(b / 2, 2 * kBytes);
+      q40_8x2_step<false>(rows, a.x[b], a.x[b + 1], acc);
+      rows.step(2 * kBytes);
+    }
+    if (b < nblk) {  // an odd last block: its lanes for b + 1 read block b again
+      Strided8x2 last(rows.q[0], w.row_bytes, 0, rows.next);
+      q40_8x2_step<true>(last, a.x[b], a.x[b], acc);
+    }
+    _mm256_storeu_ps(a.y + r, acc);
+  }
+  return r;
+}
+
 }  // namespace
+
+QDecodeFn qdot_decode8x2_vnni(GgmlType t) { return t == GgmlType::Q4_0 ? decode_tiles8x2_q40 : nullptr; }
 
 QDecodeFn qdot_decode16_vnni(GgmlType t) {
   switch (t) {
@@ -528,6 +616,7 @@ QDecodeFn qdot_decode16_vnni(GgmlType t) {
 #else  // no x86 variant in this build
 
 QDecodeFn qdot_decode16_vnni(quant::GgmlType) { return nullptr; }
+QDecodeFn qdot_decode8x2_vnni(quant::GgmlType) { return nullptr; }
 
 #endif
 

@@ -256,6 +256,34 @@ TEST_CASE("qdot batches jobs of two types as it runs each alone, and refuses oth
 }
 
 
+TEST_CASE("one-token decode kernels: odd block counts and rows past the last whole tile keep the bits",
+          "[kernels][qdot]") {
+  // Q4_0's one-token kernel takes two blocks a step: 25 blocks leave one; 45 rows leave five past
+  // the eight-row tiles (and thirteen past sixteen-row ones). Every ISA and both decode kernels
+  // against the scalar reference, bit for bit.
+  const GgmlType type = GENERATE(GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0);
+  const uint32_t cols = GENERATE(800u, 64u, 32u), rows = 45;
+  const std::vector<uint8_t> w = test::random_matrix(type, rows, cols, 11);
+  const kernels::MatrixView view{type, w.data(), kernels::quant::row_bytes(type, cols), rows, cols, nullptr};
+  const std::vector<float> x = test::random_vector(cols, 12, -2.0f, 2.0f);
+  kernels::ThreadPool pool(2);
+  std::vector<float> ref(rows, NAN);
+  const kernels::MatmulArgs job_ref{x.data(), view, nullptr, ref.data(), 1};
+  kernels::cpu::qdot(&pool, std::span<const kernels::MatmulArgs>(&job_ref, 1), kernels::QIsa::Scalar);
+  for (kernels::QIsa isa : {kernels::QIsa::Avx2, kernels::QIsa::Avx512Vnni}) {
+    if (!kernels::qisa_available(isa)) continue;  // said by the test above
+    for (int decode_rows : {16, 8}) {
+      kernels::cpu::detail::set_decode_rows(decode_rows);
+      INFO(kernels::quant::type_name(type) << " cols " << cols << " " << kernels::qisa_name(isa) << " rows " << decode_rows);
+      std::vector<float> y(rows, NAN);
+      const kernels::MatmulArgs job{x.data(), view, nullptr, y.data(), 1};
+      kernels::cpu::qdot(&pool, std::span<const kernels::MatmulArgs>(&job, 1), isa);
+      CHECK(std::memcmp(y.data(), ref.data(), rows * sizeof(float)) == 0);
+    }
+  }
+  kernels::cpu::detail::set_decode_rows(0);
+}
+
 TEST_CASE("the decode kernel choice tries each kernel, keeps the faster and still samples the other",
           "[kernels][qdot]") {
   using kernels::cpu::detail::DecodePick;
