@@ -319,59 +319,86 @@ KVZIP_VNNI inline __m512i bit_to4(__m512i v) {
   else return _mm512_srli_epi16(v, G - 4);
 }
 
-template <GgmlType Ty, int C, class Rows>
-KVZIP_VNNI inline void decode16k(Rows rows, const Q8Act* x, size_t xs, uint32_t nblk, float* y, size_t ys) {
+// A super-block's header of the sixteen lanes' rows: d, dmin, and the 12 bytes of 6-bit scales and
+// mins unpacked as k4_scale_words does (bytes 0-3 of sc[0] / sc[1] are groups 0-3 / 4-7's scales,
+// of mn[0] / mn[1] their mins).
+struct KHeader {
+  __m512 d, dmin;
+  __m512i sc[2], mn[2];
+};
+template <class Rows>
+KVZIP_VNNI_INLINE KHeader k_header(const Rows& rows) {
+  __m512i dd, u0, u1, u2;
+  header_fields16(rows, 0, dd, u0, u1, u2);
+  const __m512i m6 = _mm512_set1_epi32(0x3f3f3f3f), m4 = _mm512_set1_epi32(0x0f0f0f0f),
+                m2 = _mm512_set1_epi32(0x03030303);
+  KHeader h;
+  h.d = halves_ps(dd), h.dmin = halves_ps<true>(dd);
+  h.sc[0] = _mm512_and_si512(u0, m6), h.mn[0] = _mm512_and_si512(u1, m6);
+  h.sc[1] = _mm512_or_si512(_mm512_and_si512(u2, m4), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), m2), 4));
+  h.mn[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m4),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), m2), 4));
+  return h;
+}
+
+// QFmt::scales of group G: fw = d·sc, mw = −(dmin·mn), each one fp32 product (as decode8k).
+template <int G>
+KVZIP_VNNI_INLINE void k_scales(const KHeader& h, __m512& fw, __m512& mw) {
+  const __m512i neg = _mm512_castps_si512(_mm512_set1_ps(-0.0f));
+  fw = _mm512_mul_ps(h.d, byte_ps<G>(h.sc[G / 4]));
+  mw = _mm512_castsi512_ps(_mm512_xor_si512(  // the sign flip (F, not DQ)
+      _mm512_castps_si512(_mm512_mul_ps(h.dmin, byte_ps<G>(h.mn[G / 4]))), neg));
+}
+
+// Groups 2J and 2J + 1's weights from one pass over their 32 bytes: lanes4 at +0 holds elements
+// 0-15 of each row, at +16 elements 16-31; wa group 2J (low nibbles), wb group 2J + 1.
+template <GgmlType Ty, int J, class Rows>
+KVZIP_VNNI_INLINE void k_pair_weights(const Rows& rows, __m512i (&wa)[4][2], __m512i (&wb)[4][2]) {
   constexpr bool kQ5 = Ty == GgmlType::Q5_K;
-  constexpr size_t kBytes = QFmt<Ty>::kBytes;
   constexpr int kQsOff = kQ5 ? 48 : 16;  // Q5_K: 32 bytes of fifth bits (qh) at 16 first
   const __m512i low4 = _mm512_set1_epi8(15), bit4 = _mm512_set1_epi8(16);
-  const __m512i neg = _mm512_castps_si512(_mm512_set1_ps(-0.0f));
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    __m512i r0, r1;
+    lanes4x2(rows, i, kQsOff + 32 * J, r0, r1);
+    wa[i][0] = _mm512_and_si512(r0, low4), wa[i][1] = _mm512_and_si512(r1, low4);
+    wb[i][0] = _mm512_and_si512(_mm512_srli_epi16(r0, 4), low4), wb[i][1] = _mm512_and_si512(_mm512_srli_epi16(r1, 4), low4);
+    if constexpr (kQ5) {  // bit g of qh byte e is element e's fifth bit: to bit 4, merged (lo | (h & 16))
+      __m512i h0, h1;
+      lanes4x2(rows, i, 16, h0, h1);
+      wa[i][0] = _mm512_ternarylogic_epi32(wa[i][0], bit_to4<2 * J>(h0), bit4, 0xF8);
+      wa[i][1] = _mm512_ternarylogic_epi32(wa[i][1], bit_to4<2 * J>(h1), bit4, 0xF8);
+      wb[i][0] = _mm512_ternarylogic_epi32(wb[i][0], bit_to4<2 * J + 1>(h0), bit4, 0xF8);
+      wb[i][1] = _mm512_ternarylogic_epi32(wb[i][1], bit_to4<2 * J + 1>(h1), bit4, 0xF8);
+    }
+  }
+}
+
+// Σ over a group of the sixteen lanes' weights w times activations q0 (elements 0-15 in every
+// 128-bit lane) and q1 (16-31): lane k the exact int32 sum of lanes4 row k.
+KVZIP_VNNI_INLINE __m512i group_sums16(const __m512i (&w)[4][2], __m512i q0, __m512i q1) {
+  __m512i sum[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i)
+    sum[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w[i][0], q0), w[i][1], q1);
+  return row_sums16(sum);
+}
+
+template <GgmlType Ty, int C, class Rows>
+KVZIP_VNNI inline void decode16k(Rows rows, const Q8Act* x, size_t xs, uint32_t nblk, float* y, size_t ys) {
+  constexpr size_t kBytes = QFmt<Ty>::kBytes;
   __m512 acc[C];  // token c: row k in lane k
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
   for (uint32_t b = 0; b < nblk; ++b) {
     rows.prefetch(b, kBytes);
-    __m512i dd, u0, u1, u2;
-    header_fields16(rows, 0, dd, u0, u1, u2);
-    const __m512 d = halves_ps(dd), dmin = halves_ps<true>(dd);
-    // The 12 bytes of 6-bit scales and mins, a row a lane, unpacked as k4_scale_words does:
-    // bytes 0-3 of sc_lo / sc_hi are groups 0-3 / 4-7's scales, mn_lo / mn_hi their mins.
-    const __m512i m6 = _mm512_set1_epi32(0x3f3f3f3f), m4 = _mm512_set1_epi32(0x0f0f0f0f),
-                  m2 = _mm512_set1_epi32(0x03030303);
-    const __m512i sc_lo = _mm512_and_si512(u0, m6), mn_lo = _mm512_and_si512(u1, m6);
-    const __m512i sc_hi = _mm512_or_si512(_mm512_and_si512(u2, m4),
-                                          _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), m2), 4));
-    const __m512i mn_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m4),
-                                          _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), m2), 4));
+    const KHeader hd = k_header(rows);
     auto pair = [&](auto jc) KVZIP_VNNI {
       constexpr int j = decltype(jc)::value;
-      // Both groups' weights from one pass over the 32 bytes: lanes4 at +0 holds elements 0-15
-      // of each row, at +16 elements 16-31; wa group 2j (low nibbles), wb group 2j+1.
       __m512i wa[4][2], wb[4][2];
-#pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) {
-        __m512i r0, r1;
-        lanes4x2(rows, i, kQsOff + 32 * j, r0, r1);
-        wa[i][0] = _mm512_and_si512(r0, low4), wa[i][1] = _mm512_and_si512(r1, low4);
-        wb[i][0] = _mm512_and_si512(_mm512_srli_epi16(r0, 4), low4), wb[i][1] = _mm512_and_si512(_mm512_srli_epi16(r1, 4), low4);
-        if constexpr (kQ5) {  // bit g of qh byte e is element e's fifth bit: to bit 4, merged (lo | (h & 16))
-          __m512i h0, h1;
-          lanes4x2(rows, i, 16, h0, h1);
-          wa[i][0] = _mm512_ternarylogic_epi32(wa[i][0], bit_to4<2 * j>(h0), bit4, 0xF8);
-          wa[i][1] = _mm512_ternarylogic_epi32(wa[i][1], bit_to4<2 * j>(h1), bit4, 0xF8);
-          wb[i][0] = _mm512_ternarylogic_epi32(wb[i][0], bit_to4<2 * j + 1>(h0), bit4, 0xF8);
-          wb[i][1] = _mm512_ternarylogic_epi32(wb[i][1], bit_to4<2 * j + 1>(h1), bit4, 0xF8);
-        }
-      }
-      // QFmt::scales: fw = d·sc, mw = −(dmin·mn), each one fp32 product (as decode8k).
+      k_pair_weights<Ty, j>(rows, wa, wb);
       __m512 fw[2], mw[2];
-      auto scales = [&](auto gc) KVZIP_VNNI {
-        constexpr int g = decltype(gc)::value;
-        fw[g & 1] = _mm512_mul_ps(d, byte_ps<g>(g < 4 ? sc_lo : sc_hi));
-        mw[g & 1] = _mm512_castsi512_ps(_mm512_xor_si512(  // the sign flip (F, not DQ)
-            _mm512_castps_si512(_mm512_mul_ps(dmin, byte_ps<g>(g < 4 ? mn_lo : mn_hi))), neg));
-      };
-      scales(std::integral_constant<int, 2 * j>{});
-      scales(std::integral_constant<int, 2 * j + 1>{});
+      k_scales<2 * j>(hd, fw[0], mw[0]);
+      k_scales<2 * j + 1>(hd, fw[1], mw[1]);
 #pragma GCC unroll 8
       for (int c = 0; c < C; ++c) {
         const Q8Act* xb = x + size_t(c) * xs + size_t(b) * 8;
@@ -379,13 +406,9 @@ KVZIP_VNNI inline void decode16k(Rows rows, const Q8Act* x, size_t xs, uint32_t 
           const Q8Act& xa = xb[2 * j + h];
           const __m512i q0 = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xa.q)));
           const __m512i q1 = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xa.q + 16)));
-          __m512i sum[4];
-#pragma GCC unroll 4
-          for (int i = 0; i < 4; ++i)
-            sum[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w[i][0], q0), w[i][1], q1);
           const __m512 dws = _mm512_mul_ps(_mm512_set1_ps(xa.d), fw[h]);
           const __m512 sxmw = _mm512_mul_ps(_mm512_set1_ps(xa.s), mw[h]);
-          acc[c] = _mm512_add_ps(acc[c], _mm512_fmadd_ps(_mm512_cvtepi32_ps(row_sums16(sum)), dws, sxmw));
+          acc[c] = _mm512_add_ps(acc[c], _mm512_fmadd_ps(_mm512_cvtepi32_ps(group_sums16(w, q0, q1)), dws, sxmw));
         };
         step(0, wa);
         step(1, wb);
