@@ -558,46 +558,84 @@ struct Strided8x2 {
   }
 };
 
-// One step of decode8x2: blocks b and b + 1 (kOne: b alone, the lanes of b + 1 unused) into acc.
+// Activation bytes a[0..16) in 128-bit lanes 0-1 and b[0..16) in lanes 2-3 (block b's, block
+// b + 1's), and a float a in fp32 lanes 0-7, b in 8-15 (AVX-512 F only).
+KVZIP_VNNI_INLINE __m512i x_pair(const int8_t* a, const int8_t* b) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a)))),
+                            _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b))), 1);
+}
+KVZIP_VNNI_INLINE __m512 f_pair(float a, float b) {
+  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(a)), _mm256_castps_pd(_mm256_set1_ps(b)), 1));
+}
+KVZIP_VNNI_INLINE __m256 high8(__m512 t) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(t), 1)); }
+
+// One step of the Q4_0 kernel: blocks b and b + 1 (kOne: b alone, the lanes of b + 1 unused) into
+// acc, block b's terms first.
 template <bool kOne>
-KVZIP_VNNI_INLINE void q40_8x2_step(const Strided8x2& rows, const Q8Act& x0, const Q8Act& x1, __m256& acc) {
+KVZIP_VNNI_INLINE void q40_8x2_step(const Strided8x2& rows, const Q8Act* x, __m256& acc) {
   const __m512i low4 = _mm512_set1_epi8(15);
-  __m512i lo[4], hi[4];
+  __m512i w[4][2];
 #pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) {
     const __m512i raw = lanes4(rows, i, 2);
-    lo[i] = _mm512_and_si512(raw, low4);
-    hi[i] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+    w[i][0] = _mm512_and_si512(raw, low4);
+    w[i][1] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
   }
   const __m512 ws = halves16(rows, 0);
   const __m512 mw = _mm512_mul_ps(_mm512_set1_ps(-8.0f), ws);
-  auto both = [](const int8_t* a, const int8_t* b) KVZIP_VNNI {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a)))),
-                              _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b))), 1);
-  };
-  const __m512i xlo = both(x0.q, x1.q), xhi = both(x0.q + 16, x1.q + 16);
-  __m512i sum[4];
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i)
-    sum[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[i], xlo), hi[i], xhi);
-  const __m512i I = row_sums16(sum);
-  auto halves = [](float a, float b) KVZIP_VNNI {  // a in lanes 0-7, b in 8-15 (AVX-512 F only)
-    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(a)), _mm256_castps_pd(_mm256_set1_ps(b)), 1));
-  };
-  const __m512 xd = halves(x0.d, x1.d), xs = halves(x0.s, x1.s);
-  const __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(xd, ws), _mm512_mul_ps(xs, mw));
-  // The chain in block order: b's term, then b + 1's.
+  const Q8Act& x0 = x[0];
+  const Q8Act& x1 = x[kOne ? 0 : 1];
+  const __m512i I = group_sums16(w, x_pair(x0.q, x1.q), x_pair(x0.q + 16, x1.q + 16));
+  const __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(f_pair(x0.d, x1.d), ws),
+                                   _mm512_mul_ps(f_pair(x0.s, x1.s), mw));
   acc = _mm256_add_ps(acc, _mm512_castps512_ps256(t));
-  if constexpr (!kOne) acc = _mm256_add_ps(acc, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(t), 1)));
+  if constexpr (!kOne) acc = _mm256_add_ps(acc, high8(t));
+}
+
+// One step of the Q4_K / Q5_K kernel: super-blocks b and b + 1 (kOne: b alone). Block b's eight
+// group terms go into acc as they come, block b + 1's are held and added after them: the
+// scalar reference's order.
+template <GgmlType Ty, bool kOne>
+KVZIP_VNNI_INLINE void k_8x2_step(const Strided8x2& rows, const Q8Act* x, __m256& acc) {
+  const KHeader hd = k_header(rows);
+  __m256 later[8];
+  auto pair = [&](auto jc) KVZIP_VNNI {
+    constexpr int j = decltype(jc)::value;
+    __m512i wa[4][2], wb[4][2];
+    k_pair_weights<Ty, j>(rows, wa, wb);
+    auto step = [&](auto gc, const __m512i (&w)[4][2]) KVZIP_VNNI {
+      constexpr int g = decltype(gc)::value;
+      __m512 fw, mw;
+      k_scales<g>(hd, fw, mw);
+      const Q8Act& x0 = x[g];
+      const Q8Act& x1 = x[kOne ? g : 8 + g];
+      const __m512i I = group_sums16(w, x_pair(x0.q, x1.q), x_pair(x0.q + 16, x1.q + 16));
+      const __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(f_pair(x0.d, x1.d), fw),
+                                       _mm512_mul_ps(f_pair(x0.s, x1.s), mw));
+      acc = _mm256_add_ps(acc, _mm512_castps512_ps256(t));
+      later[g] = high8(t);
+    };
+    step(std::integral_constant<int, 2 * j>{}, wa);
+    step(std::integral_constant<int, 2 * j + 1>{}, wb);
+  };
+  each_group8(pair, std::make_integer_sequence<int, 4>{});
+  if constexpr (!kOne)
+    for (int g = 0; g < 8; ++g) acc = _mm256_add_ps(acc, later[g]);
 }
 
 // Rows [a.r0, a.r0 + 8·n) of one token, n whole eight-row tiles; returns the first row left.
-KVZIP_VNNI uint32_t decode_tiles8x2_q40(const QDotRowsArgs& a) {
+template <GgmlType Ty>
+KVZIP_VNNI uint32_t decode_tiles8x2(const QDotRowsArgs& a) {
   const MatrixView& w = *a.w;
-  constexpr size_t kBytes = QFmt<GgmlType::Q4_0>::kBytes;
-  const uint32_t nblk = w.cols / 32;
+  constexpr size_t kBytes = QFmt<Ty>::kBytes;
+  constexpr uint32_t kGroups = QFmt<Ty>::kGroups;  // activation blocks a weight block
+  const uint32_t nblk = w.cols / (32 * kGroups);
   uint32_t r = a.r0;
   if (w.row_map || a.T != 1) return r;
+  auto step = [&](auto one, const Strided8x2& rows, const Q8Act* x, __m256& acc) KVZIP_VNNI {
+    if constexpr (Ty == GgmlType::Q4_0) q40_8x2_step<decltype(one)::value>(rows, x, acc);
+    else k_8x2_step<Ty, decltype(one)::value>(rows, x, acc);
+  };
   for (; r + 8 <= a.r1; r += 8) {
     const uint8_t* p = w.data + size_t(r) * w.row_bytes;
     const uint8_t* next = r + 16 <= a.r1 ? p + 8 * w.row_bytes : p;
@@ -606,13 +644,11 @@ KVZIP_VNNI uint32_t decode_tiles8x2_q40(const QDotRowsArgs& a) {
     uint32_t b = 0;
     for (; b + 2 <= nblk; b += 2) {
       rows.prefetch(b / 2, 2 * kBytes);
-      q40_8x2_step<false>(rows, a.x[b], a.x[b + 1], acc);
+      step(std::false_type{}, rows, a.x + size_t(b) * kGroups, acc);
       rows.step(2 * kBytes);
     }
-    if (b < nblk) {  // an odd last block: its lanes for b + 1 read block b again
-      Strided8x2 last(rows.q[0], w.row_bytes, 0, rows.next);
-      q40_8x2_step<true>(last, a.x[b], a.x[b], acc);
-    }
+    if (b < nblk)  // an odd last block: its lanes for b + 1 read block b again
+      step(std::true_type{}, Strided8x2(rows.q[0], w.row_bytes, 0, rows.next), a.x + size_t(b) * kGroups, acc);
     _mm256_storeu_ps(a.y + r, acc);
   }
   return r;
@@ -620,7 +656,14 @@ KVZIP_VNNI uint32_t decode_tiles8x2_q40(const QDotRowsArgs& a) {
 
 }  // namespace
 
-QDecodeFn qdot_decode8x2_vnni(GgmlType t) { return t == GgmlType::Q4_0 ? decode_tiles8x2_q40 : nullptr; }
+QDecodeFn qdot_decode8x2_vnni(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_0: return decode_tiles8x2<GgmlType::Q4_0>;
+    case GgmlType::Q4_K: return decode_tiles8x2<GgmlType::Q4_K>;
+    case GgmlType::Q5_K: return decode_tiles8x2<GgmlType::Q5_K>;
+    default: return nullptr;
+  }
+}
 
 QDecodeFn qdot_decode16_vnni(GgmlType t) {
   switch (t) {
