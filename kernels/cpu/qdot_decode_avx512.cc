@@ -431,10 +431,45 @@ KVZIP_VNNI inline __m512 sbyte_ps(__m512i v) {
 // is one sub-block of four rows (both halves loaded at once by lanes4x2). The weights are summed unsigned (q = w + 32 in 0..63, built by
 // one mask and one ternary-logic merge of the two high bits) and 32·Σx taken off in integers
 // (exact, as decode8q6): the chain sees the scalar kernel's integers.
+// Q6_K's sub-block scales of group G's two halves times d: the chain's ws = d·float(sub).
+template <int G>
+KVZIP_VNNI_INLINE void q6_scales(__m512 d, const __m512i (&sc)[4], __m512 (&ws)[2]) {
+  ws[0] = _mm512_mul_ps(d, sbyte_ps<2 * G>(sc[(2 * G) / 4]));
+  ws[1] = _mm512_mul_ps(d, sbyte_ps<2 * G + 1>(sc[(2 * G + 1) / 4]));
+}
+
+// Group G's weights, both halves of four rows per vector: w[h][i] from ql and qh as lanes4(.. + 16h).
+template <int G, class Rows>
+KVZIP_VNNI_INLINE void q6_group_weights(const Rows& rows, __m512i (&w)[2][4]) {
+  constexpr int n = G / 4, k = G % 4;
+  const __m512i low4 = _mm512_set1_epi8(15), bits45 = _mm512_set1_epi8(0x30);
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    __m512i ql[2], qh[2];
+    lanes4x2(rows, i, 64 * n + 32 * (k & 1), ql[0], ql[1]);
+    lanes4x2(rows, i, 128 + 32 * n, qh[0], qh[1]);
+    for (int h = 0; h < 2; ++h) {
+      const __m512i lo = _mm512_and_si512(k < 2 ? ql[h] : _mm512_srli_epi16(ql[h], 4), low4);
+      // qh bits 2k, 2k+1 to bits 4, 5 (16-bit shifts: bits crossing a byte are masked off).
+      const __m512i hs = k == 0 ? _mm512_slli_epi16(qh[h], 4) : k == 1 ? _mm512_slli_epi16(qh[h], 2)
+                       : k == 2 ? qh[h] : _mm512_srli_epi16(qh[h], 2);
+      w[h][i] = _mm512_ternarylogic_epi32(lo, hs, bits45, 0xF8);  // lo | (hs & 0x30)
+    }
+  }
+}
+
+// Half h of a Q6_K group: the exact Σ (w − 32)·x of the sixteen lanes' rows (w unsigned: 32·Σx
+// taken off in integers), for activations xq (16 bytes in every 128-bit lane) whose Σ is sx.
+KVZIP_VNNI_INLINE __m512i q6_half_sums(const __m512i (&w)[4], __m512i xq, __m512i sx) {
+  __m512i s[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) s[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[i], xq);
+  return _mm512_sub_epi32(row_sums16(s), _mm512_slli_epi32(sx, 5));
+}
+
 template <int C, class Rows>
 KVZIP_VNNI inline void decode16q6(Rows rows, const Q8Act* x, size_t xs, uint32_t nblk, float* y, size_t ys) {
   constexpr size_t kBytes = QFmt<GgmlType::Q6_K>::kBytes;
-  const __m512i low4 = _mm512_set1_epi8(15), bits45 = _mm512_set1_epi8(0x30);
   __m512 acc[C];  // token c: row k in lane k
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
   for (uint32_t b = 0; b < nblk; ++b) {
@@ -444,25 +479,11 @@ KVZIP_VNNI inline void decode16q6(Rows rows, const Q8Act* x, size_t xs, uint32_t
     __m512i sc[4];
     header_fields16(rows, 192, sc[0], sc[1], sc[2], sc[3]);
     auto group = [&](auto gc) KVZIP_VNNI {
-      constexpr int g = decltype(gc)::value, n = g / 4, k = g % 4;
-      // Both halves' weights of four rows per vector: w[h][i] from ql and qh as lanes4(.. + 16h).
+      constexpr int g = decltype(gc)::value;
       __m512i w[2][4];
-#pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) {
-        __m512i ql[2], qh[2];
-        lanes4x2(rows, i, 64 * n + 32 * (k & 1), ql[0], ql[1]);
-        lanes4x2(rows, i, 128 + 32 * n, qh[0], qh[1]);
-        for (int h = 0; h < 2; ++h) {
-          const __m512i lo = _mm512_and_si512(k < 2 ? ql[h] : _mm512_srli_epi16(ql[h], 4), low4);
-          // qh bits 2k, 2k+1 to bits 4, 5 (16-bit shifts: bits crossing a byte are masked off).
-          const __m512i hs = k == 0 ? _mm512_slli_epi16(qh[h], 4) : k == 1 ? _mm512_slli_epi16(qh[h], 2)
-                           : k == 2 ? qh[h] : _mm512_srli_epi16(qh[h], 2);
-          w[h][i] = _mm512_ternarylogic_epi32(lo, hs, bits45, 0xF8);  // lo | (hs & 0x30)
-        }
-      }
-      // QFmt<Q6_K>::scales: fw = d, sub = the sub-block's int8; the chain's ws = fw·float(sub).
-      const __m512 ws[2] = {_mm512_mul_ps(d, sbyte_ps<2 * g>(sc[(2 * g) / 4])),
-                            _mm512_mul_ps(d, sbyte_ps<2 * g + 1>(sc[(2 * g + 1) / 4]))};
+      q6_group_weights<g>(rows, w);
+      __m512 ws[2];
+      q6_scales<g>(d, sc, ws);
 #pragma GCC unroll 8
       for (int c = 0; c < C; ++c) {
         const Q8Act& xa = x[size_t(c) * xs + size_t(b) * 8 + g];
@@ -470,10 +491,7 @@ KVZIP_VNNI inline void decode16q6(Rows rows, const Q8Act* x, size_t xs, uint32_t
         half_sums(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q)), sx);
         for (int h = 0; h < 2; ++h) {
           const __m512i xq = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xa.q + 16 * h)));
-          __m512i s[4];
-#pragma GCC unroll 4
-          for (int i = 0; i < 4; ++i) s[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[h][i], xq);
-          const __m512i I = _mm512_sub_epi32(row_sums16(s), _mm512_set1_epi32(32 * sx[h]));
+          const __m512i I = q6_half_sums(w[h], xq, _mm512_set1_epi32(sx[h]));
           acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(_mm512_set1_ps(xa.d), ws[h]), acc[c]);
         }
       }
