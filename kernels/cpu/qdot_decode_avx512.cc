@@ -439,23 +439,29 @@ KVZIP_VNNI_INLINE void q6_scales(__m512 d, const __m512i (&sc)[4], __m512 (&ws)[
   ws[1] = _mm512_mul_ps(d, sbyte_ps<2 * G + 1>(sc[(2 * G + 1) / 4]));
 }
 
+// Q6_K weights of group G from a vector of ql bytes and one of qh bytes (same elements).
+template <int G>
+KVZIP_VNNI_INLINE __m512i q6_unpack(__m512i ql, __m512i qh) {
+  constexpr int k = G % 4;
+  const __m512i lo = _mm512_and_si512(k < 2 ? ql : _mm512_srli_epi16(ql, 4), _mm512_set1_epi8(15));
+  // qh bits 2k, 2k+1 to bits 4, 5 (16-bit shifts: bits crossing a byte are masked off).
+  const __m512i hs = k == 0 ? _mm512_slli_epi16(qh, 4) : k == 1 ? _mm512_slli_epi16(qh, 2) : k == 2 ? qh : _mm512_srli_epi16(qh, 2);
+  return _mm512_ternarylogic_epi32(lo, hs, _mm512_set1_epi8(0x30), 0xF8);  // lo | (hs & 0x30)
+}
+
+// Group G's ql and qh byte offsets in a Q6_K block.
+template <int G> constexpr int kQ6Ql = 64 * (G / 4) + 32 * (G % 4 & 1);
+template <int G> constexpr int kQ6Qh = 128 + 32 * (G / 4);
+
 // Group G's weights, both halves of four rows per vector: w[h][i] from ql and qh as lanes4(.. + 16h).
 template <int G, class Rows>
 KVZIP_VNNI_INLINE void q6_group_weights(const Rows& rows, __m512i (&w)[2][4]) {
-  constexpr int n = G / 4, k = G % 4;
-  const __m512i low4 = _mm512_set1_epi8(15), bits45 = _mm512_set1_epi8(0x30);
 #pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) {
     __m512i ql[2], qh[2];
-    lanes4x2(rows, i, 64 * n + 32 * (k & 1), ql[0], ql[1]);
-    lanes4x2(rows, i, 128 + 32 * n, qh[0], qh[1]);
-    for (int h = 0; h < 2; ++h) {
-      const __m512i lo = _mm512_and_si512(k < 2 ? ql[h] : _mm512_srli_epi16(ql[h], 4), low4);
-      // qh bits 2k, 2k+1 to bits 4, 5 (16-bit shifts: bits crossing a byte are masked off).
-      const __m512i hs = k == 0 ? _mm512_slli_epi16(qh[h], 4) : k == 1 ? _mm512_slli_epi16(qh[h], 2)
-                       : k == 2 ? qh[h] : _mm512_srli_epi16(qh[h], 2);
-      w[h][i] = _mm512_ternarylogic_epi32(lo, hs, bits45, 0xF8);  // lo | (hs & 0x30)
-    }
+    lanes4x2(rows, i, kQ6Ql<G>, ql[0], ql[1]);
+    lanes4x2(rows, i, kQ6Qh<G>, qh[0], qh[1]);
+    for (int h = 0; h < 2; ++h) w[h][i] = q6_unpack<G>(ql[h], qh[h]);
   }
 }
 
@@ -564,9 +570,15 @@ struct Strided8x2 {
   const uint8_t* q[4];
   size_t s4, blk;
   const char* next;
+  __m512i off;  // lane k = i + 4L: that row and block's offset from row 0's current block
   KVZIP_VNNI Strided8x2(const uint8_t* p, size_t stride, size_t block, const char* nx) : s4(4 * stride), blk(block), next(nx) {
     for (int i = 0; i < 4; ++i) q[i] = p + size_t(i) * stride;
+    const __m512i k = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i row = _mm512_and_si512(k, _mm512_set1_epi32(7));  // i + 4·(L & 1)
+    off = _mm512_add_epi32(_mm512_mullo_epi32(row, _mm512_set1_epi32(int32_t(stride))),
+                           _mm512_mullo_epi32(_mm512_srli_epi32(k, 3), _mm512_set1_epi32(int32_t(block))));
   }
+  const uint8_t* row0() const { return q[0]; }
   const uint8_t* lane(int i, int L) const { return q[i] + size_t(L & 1) * s4 + size_t(L >> 1) * blk; }
   void step(size_t bytes) {
     for (int i = 0; i < 4; ++i) q[i] += bytes;
@@ -642,6 +654,34 @@ KVZIP_VNNI_INLINE void k_8x2_step(const Strided8x2& rows, const Q8Act* x, __m256
     for (int g = 0; g < 8; ++g) acc = _mm256_add_ps(acc, later[g]);
 }
 
+// One Q6_K super-block of eight rows: a group's two 16-element halves side by side (rows: the
+// weight bytes through `w`, a Strided8x2 whose second lane pair sits 16 bytes on; the header
+// through `hd`, whose second pair repeats the first). The chain's two terms of a group, half 0
+// then half 1, are then lanes 0-7 then 8-15 of one vector: no term waits.
+KVZIP_VNNI_INLINE void q6_8x2_block(const Strided8x2& w, const Strided8x2& hd, const Q8Act* x, __m256& acc) {
+  const __m512 d = halves_ps<true>(fields16(hd, 206));
+  __m512i sc[4];
+  header_fields16(hd, 192, sc[0], sc[1], sc[2], sc[3]);
+  auto group = [&](auto gc) KVZIP_VNNI {
+    constexpr int g = decltype(gc)::value;
+    __m512i wv[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) wv[i] = q6_unpack<g>(lanes4(w, i, kQ6Ql<g>), lanes4(w, i, kQ6Qh<g>));
+    // Sub-scale 2g for half 0's lanes, 2g + 1 for half 1's, times d.
+    const __m512 sub = _mm512_mask_blend_ps(__mmask16(0xFF00), sbyte_ps<2 * g>(sc[(2 * g) / 4]), sbyte_ps<2 * g + 1>(sc[(2 * g + 1) / 4]));
+    const __m512 ws = _mm512_mul_ps(d, sub);
+    const Q8Act& xa = x[g];
+    int32_t sx[2];  // Σ x over each 16-element half
+    half_sums(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q)), sx);
+    const __m512i sxv = _mm512_inserti64x4(_mm512_set1_epi32(sx[0]), _mm256_set1_epi32(sx[1]), 1);
+    const __m512 I = _mm512_cvtepi32_ps(q6_half_sums(wv, x_pair(xa.q, xa.q + 16), sxv));
+    const __m512 sc2 = _mm512_mul_ps(_mm512_set1_ps(xa.d), ws);
+    acc = _mm256_fmadd_ps(_mm512_castps512_ps256(I), _mm512_castps512_ps256(sc2), acc);
+    acc = _mm256_fmadd_ps(high8(I), high8(sc2), acc);
+  };
+  each_group8(group, std::make_integer_sequence<int, 8>{});
+}
+
 // Rows [a.r0, a.r0 + 8·n) of one token, n whole eight-row tiles; returns the first row left.
 template <GgmlType Ty>
 KVZIP_VNNI uint32_t decode_tiles8x2(const QDotRowsArgs& a) {
@@ -658,6 +698,17 @@ KVZIP_VNNI uint32_t decode_tiles8x2(const QDotRowsArgs& a) {
   for (; r + 8 <= a.r1; r += 8) {
     const uint8_t* p = w.data + size_t(r) * w.row_bytes;
     const uint8_t* next = r + 16 <= a.r1 ? p + 8 * w.row_bytes : p;
+    if constexpr (Ty == GgmlType::Q6_K) {  // a block a step, its halves side by side
+      Strided8x2 wts(p, w.row_bytes, 16, reinterpret_cast<const char*>(next)), hdr(p, w.row_bytes, 0, nullptr);
+      __m256 acc = _mm256_setzero_ps();
+      for (uint32_t b = 0; b < nblk; ++b) {
+        wts.prefetch(b, kBytes);
+        q6_8x2_block(wts, hdr, a.x + size_t(b) * kGroups, acc);
+        wts.step(kBytes), hdr.step(kBytes);
+      }
+      _mm256_storeu_ps(a.y + r, acc);
+      continue;
+    }
     Strided8x2 rows(p, w.row_bytes, kBytes, reinterpret_cast<const char*>(next));
     __m256 acc = _mm256_setzero_ps();
     uint32_t b = 0;
@@ -680,6 +731,7 @@ QDecodeFn qdot_decode8x2_vnni(GgmlType t) {
     case GgmlType::Q4_0: return decode_tiles8x2<GgmlType::Q4_0>;
     case GgmlType::Q4_K: return decode_tiles8x2<GgmlType::Q4_K>;
     case GgmlType::Q5_K: return decode_tiles8x2<GgmlType::Q5_K>;
+    case GgmlType::Q6_K: return decode_tiles8x2<GgmlType::Q6_K>;
     default: return nullptr;
   }
 }
