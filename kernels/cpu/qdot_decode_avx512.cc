@@ -4,8 +4,8 @@
 // chain of kernels/qdot.h in each of the sixteen fp32 lanes per token, so the results are the
 // scalar reference's bits (tests/kernels/test_qdot.cc compares every ISA's, at every T, bit for
 // bit). qdot_avx512.cc runs them for a task's whole sixteen-row tiles and the tiles' kernels for
-// the rest. One token of Q4_0, Q4_K and Q5_K instead runs eight-row tiles two blocks a step (the
-// same vectors; decode_tiles8x2 below says why).
+// the rest. One token of Q4_0, Q4_K, Q5_K and Q6_K instead runs eight-row tiles two blocks (Q6_K:
+// two halves of a block) a step (the same vectors; decode_tiles8x2 below says why).
 //
 // Several tokens: a block's weights are unpacked once into registers and multiplied by each
 // token's activations, so a step of T tokens still reads every weight byte once. The eight-row

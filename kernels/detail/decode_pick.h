@@ -1,6 +1,6 @@
 // DecodePick: the choice, by measured time, between two decode kernels that give the same bits —
 // on AVX-512 VNNI CPUs the 512-bit ones (kernels/cpu/qdot_decode_avx512.cc: sixteen-row tiles, or
-// for one token of Q4_0/Q4_K/Q5_K eight rows two blocks a step) and the 256-bit eight-row ones
+// for one token of Q4_0/Q4_K/Q5_K/Q6_K eight-row tiles two blocks (or halves) a step) and the 256-bit eight-row ones
 // (kernels/detail/qdot_decode_avx2.inc). Which one streams the weights faster
 // depends on a thread's share of the memory bandwidth, not on the CPU model: on one Zen 5 guest
 // whose two threads read 50 or 80 GB/s from minute to minute, the eight-row kernels led by 10-20% at
