@@ -557,10 +557,10 @@ KVZIP_VNNI uint32_t decode_tiles16(const QDotRowsArgs& a) {
   return r;
 }
 
-// One token of Q4_0: eight rows, two blocks a step. Lane L of lanes4's vector i is row i + 4·(L & 1)
-// at block b + (L >> 1), so the sixteen-row kernel's loads, unpacking and sums serve eight rows'
-// two blocks, and the fp32 chain adds block b's terms, then b + 1's (the scalar reference's order:
-// the same bits). Why: a sixteen-row tile of wide rows is more than L1 holds beside the next
+// One token of Q4_0, Q4_K, Q5_K: eight rows, two blocks a step. Lane L of lanes4's vector i is row
+// i + 4·(L & 1) at block b + (L >> 1) (Q6_K: 16 bytes further, a block's second half), so the
+// sixteen-row kernels' loads, unpacking and sums serve eight rows' two blocks, and the fp32 chain
+// adds block b's terms, then b + 1's (the scalar reference's order: the same bits). Why: a sixteen-row tile of wide rows is more than L1 holds beside the next
 // tile's prefetched run (an FFN-down tile of Q4_0 is 73 KB), and the sixteen-row kernel streamed
 // 8B-shaped layers at 74% of the read bandwidth in 80 GB/s minutes and 78% in 50 GB/s ones; the
 // 256-bit eight-row kernels keep the smaller tile but compute only 26-28 GB/s a thread. These
