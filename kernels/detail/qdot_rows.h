@@ -28,8 +28,9 @@ QDotFn qdot_rows_vnni(quant::GgmlType t);    // the same tiles with vpdpbusd: bi
 // qdot_rows_vnni without the sixteen-row decode kernels: at T = 1 the eight-row ones (the same
 // bits; kernels/detail/decode_pick.h says when each runs).
 QDotFn qdot_rows_vnni8(quant::GgmlType t);
-// Which decode kernels a one-token call on a VNNI CPU runs: 0 = timed choice (DecodePick), 16 or 8
-// rows = always those. Starts from $KVZIP_DECODE_ROWS (auto, 16 or 8; docs/cpu-kernels.md).
+// Which decode kernels a one-token call on a VNNI CPU runs: 0 = timed choice (DecodePick), 16 =
+// always the 512-bit ones (qdot_rows_vnni: sixteen-row or eight-row two-block tiles), 8 = always
+// the 256-bit eight-row ones. Starts from $KVZIP_DECODE_ROWS (auto, 16 or 8; docs/cpu-kernels.md).
 void set_decode_rows(int rows);
 int decode_rows();
 
