@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
                      GgmlType::Q6_K}) {
     if (in % kernels::quant::traits(t).block_elems != 0) {  // e.g. SmolLM2's 576 and the K-quants
       std::printf("%-6s (a row of %u is not a whole number of %u-element blocks)\n", kernels::quant::type_name(t),
-                  in, kernels::quant::traits(t).block_elems);
+                  in, unsigned(kernels::quant::traits(t).block_elems));
       continue;
     }
     const std::vector<uint8_t> w = random_blocks(t, out, in);

@@ -214,8 +214,8 @@ KVZIP_VNNI void quantize_acts_vnni(const float* x, size_t nblocks, Q8Act* out) {
 
 namespace {
 // Decode steps (T below the GEMM's, qdot.cc: one answer's token or a serving batch's) through
-// the sixteen-row kernels where the type has one (one token of Q4_0: eight rows two blocks a
-// step), the tiles' kernels for the rows past the last whole tile and for every other type: the
+// the sixteen-row kernels where the type has one (one token: eight rows two blocks a step), the
+// tiles' kernels for the rows past the last whole tile and for every other type: the
 // same bits.
 template <GgmlType Ty>
 KVZIP_VNNI void rows_vnni(const QDotRowsArgs& a) {

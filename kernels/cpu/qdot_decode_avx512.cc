@@ -4,8 +4,8 @@
 // chain of kernels/qdot.h in each of the sixteen fp32 lanes per token, so the results are the
 // scalar reference's bits (tests/kernels/test_qdot.cc compares every ISA's, at every T, bit for
 // bit). qdot_avx512.cc runs them for a task's whole sixteen-row tiles and the tiles' kernels for
-// the rest. One token of Q4_0, Q4_K, Q5_K and Q6_K instead runs eight-row tiles two blocks (Q6_K:
-// two halves of a block) a step (the same vectors; decode_tiles8x2 below says why).
+// the rest. One token instead runs eight-row tiles two blocks (Q6_K: two halves of a block) a
+// step (the same vectors; decode_tiles8x2 below says why).
 //
 // Several tokens: a block's weights are unpacked once into registers and multiplied by each
 // token's activations, so a step of T tokens still reads every weight byte once. The eight-row
@@ -557,7 +557,7 @@ KVZIP_VNNI uint32_t decode_tiles16(const QDotRowsArgs& a) {
   return r;
 }
 
-// One token of Q4_0, Q4_K, Q5_K: eight rows, two blocks a step. Lane L of lanes4's vector i is row
+// One token: eight rows, two blocks a step. Lane L of lanes4's vector i is row
 // i + 4·(L & 1) at block b + (L >> 1) (Q6_K: 16 bytes further, a block's second half), so the
 // sixteen-row kernels' loads, unpacking and sums serve eight rows' two blocks, and the fp32 chain
 // adds block b's terms, then b + 1's (the scalar reference's order: the same bits). Why: a sixteen-row tile of wide rows is more than L1 holds beside the next
@@ -600,20 +600,50 @@ KVZIP_VNNI_INLINE __m512 f_pair(float a, float b) {
 }
 KVZIP_VNNI_INLINE __m256 high8(__m512 t) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(t), 1)); }
 
-// One step of the Q4_0 kernel: blocks b and b + 1 (kOne: b alone, the lanes of b + 1 unused) into
-// acc, block b's terms first.
-template <bool kOne>
-KVZIP_VNNI_INLINE void q40_8x2_step(const Strided8x2& rows, const Q8Act* x, __m256& acc) {
+// One step of the Q4_0 / Q4_1 / Q5_0 / Q5_1 kernel: blocks b and b + 1 (kOne: b alone, the
+// lanes of b + 1 unused) into acc, block b's terms first. kWide (Q4_1 and the Q5 types, a step
+// with a block after b + 1: the loads reach into it) reads each row's block by one 32-byte load,
+// header and all, as decode16's Q4_1 does, where the narrow path takes a scalar load per fp16
+// field and row.
+template <GgmlType Ty, bool kOne, bool kWide>
+KVZIP_VNNI_INLINE void legacy_8x2_step(const Strided8x2& rows, const Q8Act* x, __m256& acc) {
+  constexpr bool kQ5 = Ty == GgmlType::Q5_0 || Ty == GgmlType::Q5_1;
+  constexpr int kQsOff = Ty == GgmlType::Q4_0 ? 2 : Ty == GgmlType::Q4_1 ? 4 : Ty == GgmlType::Q5_0 ? 6 : 8;
+  static_assert(!kWide || Ty != GgmlType::Q4_0);
   const __m512i low4 = _mm512_set1_epi8(15);
   __m512i w[4][2];
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    const __m512i raw = lanes4(rows, i, 2);
+  __m512 ws, mw;
+  auto unpack = [&](int i, __m512i raw, __m512i qh) KVZIP_VNNI {
     w[i][0] = _mm512_and_si512(raw, low4);
     w[i][1] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+    if constexpr (kQ5) {
+      w[i][0] = add_bit4<0>(w[i][0], qh);
+      w[i][1] = add_bit4<1>(w[i][1], qh);
+    }
+  };
+  if constexpr (kWide) {
+    __m512i head[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      __m512i w1;
+      lanes4x2(rows, i, 0, head[i], w1);
+      unpack(i, _mm512_alignr_epi8(w1, head[i], kQsOff), kQ5 ? _mm512_bsrli_epi128(head[i], kQhOff(Ty)) : head[i]);
+    }
+    // Lane L of head[i] starts with lane i + 4L's header (d, then Q4_1 / Q5_1's m).
+    const __m512i f = _mm512_unpacklo_epi64(_mm512_unpacklo_epi32(head[0], head[1]),
+                                            _mm512_unpacklo_epi32(head[2], head[3]));
+    ws = halves_ps(f);
+    mw = Ty == GgmlType::Q5_0 ? _mm512_mul_ps(_mm512_set1_ps(-16.0f), ws) : halves_ps<true>(f);
+  } else {
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i)
+      unpack(i, lanes4(rows, i, kQsOff), kQ5 ? lanes4(rows, i, kQhOff(Ty)) : low4);
+    ws = halves16(rows, 0);
+    // QFmt::scales' min: −8·d (Q4_0), −16·d (Q5_0), or the block's own m (Q4_1, Q5_1).
+    if constexpr (Ty == GgmlType::Q4_0) mw = _mm512_mul_ps(_mm512_set1_ps(-8.0f), ws);
+    else if constexpr (Ty == GgmlType::Q5_0) mw = _mm512_mul_ps(_mm512_set1_ps(-16.0f), ws);
+    else mw = halves16(rows, 2);
   }
-  const __m512 ws = halves16(rows, 0);
-  const __m512 mw = _mm512_mul_ps(_mm512_set1_ps(-8.0f), ws);
   const Q8Act& x0 = x[0];
   const Q8Act& x1 = x[kOne ? 0 : 1];
   const __m512i I = group_sums16(w, x_pair(x0.q, x1.q), x_pair(x0.q + 16, x1.q + 16));
@@ -621,6 +651,33 @@ KVZIP_VNNI_INLINE void q40_8x2_step(const Strided8x2& rows, const Q8Act* x, __m2
                                    _mm512_mul_ps(f_pair(x0.s, x1.s), mw));
   acc = _mm256_add_ps(acc, _mm512_castps512_ps256(t));
   if constexpr (!kOne) acc = _mm256_add_ps(acc, high8(t));
+}
+
+// One step of the Q8_0 kernel: blocks b and b + 1 (kOne: b alone). The weights go in offset to
+// unsigned and 128·Σx comes off in integers, as in decode16q8; that kernel's chain
+// (acc += I·(dx·dw)), block b's term first.
+template <bool kOne>
+KVZIP_VNNI_INLINE void q80_8x2_step(const Strided8x2& rows, const Q8Act* x, __m256& acc) {
+  const __m512i bias = _mm512_set1_epi8(char(0x80));
+  __m512i w[4][2];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    __m512i lo, hi;
+    lanes4x2(rows, i, 2, lo, hi);
+    w[i][0] = _mm512_xor_si512(lo, bias);
+    w[i][1] = _mm512_xor_si512(hi, bias);
+  }
+  const __m512 ws = halves16(rows, 0);
+  const Q8Act& x0 = x[0];
+  const Q8Act& x1 = x[kOne ? 0 : 1];
+  int32_t h0[2], h1[2];  // Σ q of each block, by halves
+  half_sums(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x0.q)), h0);
+  half_sums(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x1.q)), h1);
+  const __m512i off = _mm512_inserti64x4(_mm512_set1_epi32(128 * (h0[0] + h0[1])), _mm256_set1_epi32(128 * (h1[0] + h1[1])), 1);
+  const __m512i I = _mm512_sub_epi32(group_sums16(w, x_pair(x0.q, x1.q), x_pair(x0.q + 16, x1.q + 16)), off);
+  const __m512 f = _mm512_cvtepi32_ps(I), s = _mm512_mul_ps(f_pair(x0.d, x1.d), ws);
+  acc = _mm256_fmadd_ps(_mm512_castps512_ps256(f), _mm512_castps512_ps256(s), acc);
+  if constexpr (!kOne) acc = _mm256_fmadd_ps(high8(f), high8(s), acc);
 }
 
 // One step of the Q4_K / Q5_K kernel: super-blocks b and b + 1 (kOne: b alone). Block b's eight
@@ -691,9 +748,12 @@ KVZIP_VNNI uint32_t decode_tiles8x2(const QDotRowsArgs& a) {
   const uint32_t nblk = w.cols / (32 * kGroups);
   uint32_t r = a.r0;
   if (w.row_map || a.T != 1) return r;
-  auto step = [&](auto one, const Strided8x2& rows, const Q8Act* x, __m256& acc) KVZIP_VNNI {
-    if constexpr (Ty == GgmlType::Q4_0) q40_8x2_step<decltype(one)::value>(rows, x, acc);
-    else k_8x2_step<Ty, decltype(one)::value>(rows, x, acc);
+  // kWide: the step may read into the block after its two (legacy_8x2_step).
+  auto step = [&](auto one, auto wide, const Strided8x2& rows, const Q8Act* x, __m256& acc) KVZIP_VNNI {
+    constexpr bool kOne = decltype(one)::value;
+    if constexpr (Ty == GgmlType::Q4_K || Ty == GgmlType::Q5_K) k_8x2_step<Ty, kOne>(rows, x, acc);
+    else if constexpr (Ty == GgmlType::Q8_0) q80_8x2_step<kOne>(rows, x, acc);
+    else legacy_8x2_step<Ty, kOne, decltype(wide)::value && Ty != GgmlType::Q4_0>(rows, x, acc);
   };
   for (; r + 8 <= a.r1; r += 8) {
     const uint8_t* p = w.data + size_t(r) * w.row_bytes;
@@ -714,11 +774,12 @@ KVZIP_VNNI uint32_t decode_tiles8x2(const QDotRowsArgs& a) {
     uint32_t b = 0;
     for (; b + 2 <= nblk; b += 2) {
       rows.prefetch(b / 2, 2 * kBytes);
-      step(std::false_type{}, rows, a.x + size_t(b) * kGroups, acc);
+      if (b + 2 < nblk) step(std::false_type{}, std::true_type{}, rows, a.x + size_t(b) * kGroups, acc);
+      else step(std::false_type{}, std::false_type{}, rows, a.x + size_t(b) * kGroups, acc);
       rows.step(2 * kBytes);
     }
     if (b < nblk)  // an odd last block: its lanes for b + 1 read block b again
-      step(std::true_type{}, Strided8x2(rows.q[0], w.row_bytes, 0, rows.next), a.x + size_t(b) * kGroups, acc);
+      step(std::true_type{}, std::false_type{}, Strided8x2(rows.q[0], w.row_bytes, 0, rows.next), a.x + size_t(b) * kGroups, acc);
     _mm256_storeu_ps(a.y + r, acc);
   }
   return r;
@@ -729,6 +790,10 @@ KVZIP_VNNI uint32_t decode_tiles8x2(const QDotRowsArgs& a) {
 QDecodeFn qdot_decode8x2_vnni(GgmlType t) {
   switch (t) {
     case GgmlType::Q4_0: return decode_tiles8x2<GgmlType::Q4_0>;
+    case GgmlType::Q4_1: return decode_tiles8x2<GgmlType::Q4_1>;
+    case GgmlType::Q5_0: return decode_tiles8x2<GgmlType::Q5_0>;
+    case GgmlType::Q5_1: return decode_tiles8x2<GgmlType::Q5_1>;
+    case GgmlType::Q8_0: return decode_tiles8x2<GgmlType::Q8_0>;
     case GgmlType::Q4_K: return decode_tiles8x2<GgmlType::Q4_K>;
     case GgmlType::Q5_K: return decode_tiles8x2<GgmlType::Q5_K>;
     case GgmlType::Q6_K: return decode_tiles8x2<GgmlType::Q6_K>;

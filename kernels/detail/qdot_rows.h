@@ -71,8 +71,8 @@ bool cpu_has_avx512_vnni();                 // AVX-512 F, BW, VL and VNNI, plus 
 // kernels. nullptr for types without one (or a build without the AVX-512 variant).
 using QDecodeFn = uint32_t (*)(const QDotRowsArgs& a);
 QDecodeFn qdot_decode16_vnni(quant::GgmlType t);
-// One token in eight-row tiles, two blocks (Q6_K: a block's two halves) a step (Q4_0, Q4_K, Q5_K,
-// Q6_K; nullptr for other types): rows
+// One token in eight-row tiles, two blocks (Q6_K: a block's two halves) a step (every type with
+// a sixteen-row kernel; nullptr for the others): rows
 // [a.r0, a.r0 + 8·n), the first row left returned; a.T != 1 or a row map: none done.
 QDecodeFn qdot_decode8x2_vnni(quant::GgmlType t);
 // The AMX-INT8 GEMM (qdot_amx.cc): a QGemmFn on a pack made with kAmxPack. nullptr when the

@@ -258,10 +258,11 @@ TEST_CASE("qdot batches jobs of two types as it runs each alone, and refuses oth
 
 TEST_CASE("one-token decode kernels: odd block counts and rows past the last whole tile keep the bits",
           "[kernels][qdot]") {
-  // The Q4_0, Q4_K and Q5_K one-token kernels take two blocks a step (Q6_K a block's two halves): 25 (5) blocks leave one; 45
+  // The one-token kernels take two blocks a step (Q6_K a block's two halves): 25 (5) blocks leave one; 45
   // rows leave five past the eight-row tiles (and thirteen past sixteen-row ones). Every ISA and
   // both decode kernels against the scalar reference, bit for bit.
-  const GgmlType type = GENERATE(GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K);
+  const GgmlType type = GENERATE(GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
+                                 GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K);
   const bool k = type == GgmlType::Q4_K || type == GgmlType::Q5_K || type == GgmlType::Q6_K;
   const uint32_t blocks = GENERATE(25u, 2u, 1u), rows = 45;
   const uint32_t cols = blocks * (k ? 256u : 32u) / (k && blocks == 25 ? 5 : 1);
