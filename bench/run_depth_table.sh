@@ -3,9 +3,11 @@
 # threads, prefill and decode at depth 0 and at document depths D, decode from the full cache and
 # from a KVzip-compressed one, each row beside the machine's read bandwidth in its own minute.
 #
-# Usage: bench/run_depth_table.sh BUILD_DIR LLAMA_BIN_DIR THREADS MODEL:N [MODEL:N ...]
+# Usage: bench/run_depth_table.sh BUILD_DIR LLAMA_BIN_DIR THREADS MODEL:N[:D,D...] [...]
 #   BUILD_DIR      a build with kvzip, bench_decode and bench_query (scripts/build.sh)
-#   MODEL:N        a GGUF and the tokens to decode (e.g. llama8b-q4_0.gguf:16)
+#   MODEL:N        a GGUF and the tokens to decode (e.g. llama8b-q4_0.gguf:16); a third field
+#                  gives that model its own depths (SmolLM2's 8,192-token context holds a
+#                  7,600-token document with the question's room, not an 8,000-token one)
 # env DEPTHS="2000 8000"  document lengths in tokens (the article, twice over, cut to D)
 # env RATIO=0.3           the compressed cache's ratio (KVzip)
 # env PROMPT=512          the prompt whose prefill the depth-0 row times
@@ -58,7 +60,8 @@ prompt_of() {  # model, tokens, file: the article twice over, cut to that many o
 echo "| model | depth | read GB/s | kvzip prefill tok/s | llama.cpp prefill tok/s | compress / prefill | kvzip decode, full cache | kvzip decode, ratio $ratio | llama.cpp decode tok/s |"
 echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|"
 for spec in "$@"; do
-  IFS=: read -r model N <<<"$spec"
+  IFS=: read -r model N own <<<"$spec"
+  model_depths=${own:+${own//,/ }}
   name=$(basename "$model" .gguf)
   # Depth 0.
   prompt_of "$model" "$P" "$out/prompt_$P.txt"
@@ -71,7 +74,7 @@ for spec in "$@"; do
   ld=$(llama_bench "$out/${name}_ltg.jsonl" -m "$model" -p 0 -n "$N")
   b2=$(probe)
   echo "| $name | 0 ($P-token prompt) | $(mean "$b1" "$b2") | ${kp:-n/a} ($(ratio_of "${kp:-n/a}" "$lp")) | $lp | – | ${kd:-n/a} ($(ratio_of "${kd:-n/a}" "$ld")) | – | $ld |"
-  for D in $depths; do
+  for D in ${model_depths:-$depths}; do
     doc=$out/doc_$D.txt; full=$out/${name}_$D.kvz; small=$out/${name}_${D}_$ratio.kvz
     prompt_of "$model" "$D" "$doc"
     "$kz" compress "$doc" -o "$full" -f -m "$model" -t "$threads" --ratio 1 > "$out/${name}_${D}_compress.log" 2>&1 || true
@@ -81,8 +84,10 @@ for spec in "$@"; do
     lp=$(llama_bench "$out/${name}_${D}_lpp.jsonl" -m "$model" -p "$D" -n 0)
     b1=$(probe)
     KVZIP_MODEL=$model "$bq" "$full" "$small" --threads "$threads" --reps 1 --decode "$N" --fresh 0 > "$out/${name}_${D}_query.log" 2>&1 || true
-    kf=$(grep -F "decode from $full " "$out/${name}_${D}_query.log" | sed -n 's/.*: *\([0-9.]*\) tok\/s.*/\1/p')
-    ks=$(grep -F "decode from $small " "$out/${name}_${D}_query.log" | sed -n 's/.*: *\([0-9.]*\) tok\/s.*/\1/p')
+    kf=$(grep -F "decode from $full " "$out/${name}_${D}_query.log" | sed -n 's/.*: *\([0-9.]*\) tok\/s.*/\1/p' || true)
+    ks=$(grep -F "decode from $small " "$out/${name}_${D}_query.log" | sed -n 's/.*: *\([0-9.]*\) tok\/s.*/\1/p' || true)
+    # A step that failed leaves its cell n/a; its log says why.
+    [ -n "$kp" ] || echo "compress failed: $(tail -1 "$out/${name}_${D}_compress.log")" >&2
     ld=$(llama_bench "$out/${name}_${D}_ltg.jsonl" -m "$model" -p 0 -n "$N" -d "$D")
     b2=$(probe)
     echo "| $name | $D | $(mean "$b1" "$b2") | ${kp:-n/a} ($(ratio_of "${kp:-n/a}" "$lp")) | $lp | ${cr:-n/a}x | ${kf:-n/a} ($(ratio_of "${kf:-n/a}" "$ld")) | ${ks:-n/a} ($(ratio_of "${ks:-n/a}" "$ld")) | $ld |"
