@@ -6,9 +6,10 @@
 # Usage: bench/run_depth_table.sh BUILD_DIR LLAMA_BIN_DIR THREADS MODEL:N[:D,D...] [...]
 #   BUILD_DIR      a build with kvzip, bench_decode and bench_query (scripts/build.sh)
 #   MODEL:N        a GGUF and the tokens to decode (e.g. llama8b-q4_0.gguf:16); a third field
-#                  gives that model its own depths (SmolLM2's 8,192-token context holds a
-#                  7,600-token document with the question's room, not an 8,000-token one)
-# env DEPTHS="2000 8000"  document lengths in tokens (the article, twice over, cut to D)
+#                  gives that model its own depths
+# env DEPTHS="2000 7600"  document lengths in tokens (the article, twice over, cut to D); a
+#                         compress needs D + 536 tokens (prefix, question room) within the
+#                         model's context: 7,600 fits the 8,192 of SmolLM2 and the shape GGUFs
 # env RATIO=0.3           the compressed cache's ratio (KVzip)
 # env PROMPT=512          the prompt whose prefill the depth-0 row times
 # env OUT_DIR=...         raw logs and caches (default: a temporary folder)
@@ -27,7 +28,7 @@ set -euo pipefail
 build=${1:?build dir}; llama=${2:?llama.cpp bin dir}; threads=${3:?threads}; shift 3
 kz=$build/kvzip; bd=$build/bench_decode; bq=$build/bench_query
 for b in "$kz" "$bd" "$bq" "$llama/llama-bench"; do [ -x "$b" ] || { echo "missing $b" >&2; exit 2; }; done
-depths=${DEPTHS:-2000 8000}; ratio=${RATIO:-0.3}; P=${PROMPT:-512}
+depths=${DEPTHS:-2000 7600}; ratio=${RATIO:-0.3}; P=${PROMPT:-512}
 out=${OUT_DIR:-$(mktemp -d)}
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")/.." && pwd)
