@@ -173,6 +173,21 @@ KVZIP_VNNI inline __m512i add_bit4(__m512i nib, __m512i qh) {
   return _mm512_mask_add_epi8(nib, set, nib, _mm512_set1_epi8(16));
 }
 
+// Dword 0 of each 128-bit lane of head[0..3] (lanes4's layout: lane L of vector i is lane
+// i + 4L's row) as lane i + 4L of one vector: the rows' block headers, read with their weights.
+KVZIP_VNNI_INLINE __m512i head_dwords(const __m512i (&head)[4]) {
+  return _mm512_unpacklo_epi64(_mm512_unpacklo_epi32(head[0], head[1]), _mm512_unpacklo_epi32(head[2], head[3]));
+}
+
+// QFmt::scales' min of Q4_0 / Q4_1 / Q5_0 / Q5_1 for lanes with scale ws: −8·d (Q4_0), −16·d
+// (Q5_0), or the block's own fp16 m at byte 2 (Q4_1, Q5_1).
+template <GgmlType Ty, class Rows>
+KVZIP_VNNI_INLINE __m512 legacy_min(const Rows& rows, __m512 ws) {
+  if constexpr (Ty == GgmlType::Q4_0) return _mm512_mul_ps(_mm512_set1_ps(-8.0f), ws);
+  else if constexpr (Ty == GgmlType::Q5_0) return _mm512_mul_ps(_mm512_set1_ps(-16.0f), ws);
+  else return halves16(rows, 2);
+}
+
 // Q4_0 / Q4_1 / Q5_0 / Q5_1: y + c·ys, lanes 0..15 = the sixteen rows' dots with token c's blocks
 // x + c·xs, for C tokens (a serving batch's step) from one pass over the weights: each block's
 // weights are unpacked once and multiplied by every token's activations; per token the one-token
@@ -209,9 +224,7 @@ KVZIP_VNNI inline void decode16(Rows rows, const Q8Act* x, size_t xs, uint32_t n
         lo[i] = _mm512_and_si512(raw, low4);
         hi[i] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
       }
-      // Lane L of head[i] starts with row i + 4L's header: dword 4L + i of f is row 4L + i's.
-      const __m512i f = _mm512_unpacklo_epi64(_mm512_unpacklo_epi32(head[0], head[1]),
-                                              _mm512_unpacklo_epi32(head[2], head[3]));
+      const __m512i f = head_dwords(head);
       ws = halves_ps(f);
       mw = halves_ps<true>(f);
     } else {
@@ -227,10 +240,7 @@ KVZIP_VNNI inline void decode16(Rows rows, const Q8Act* x, size_t xs, uint32_t n
         }
       }
       ws = halves16(rows, 0);
-      // QFmt::scales' min: −8·d (Q4_0), −16·d (Q5_0), or the block's own m (Q4_1, Q5_1).
-      if constexpr (Ty == GgmlType::Q4_0) mw = _mm512_mul_ps(_mm512_set1_ps(-8.0f), ws);
-      else if constexpr (Ty == GgmlType::Q5_0) mw = _mm512_mul_ps(_mm512_set1_ps(-16.0f), ws);
-      else mw = halves16(rows, 2);
+      mw = legacy_min<Ty>(rows, ws);
     }
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
@@ -629,9 +639,7 @@ KVZIP_VNNI_INLINE void legacy_8x2_step(const Strided8x2& rows, const Q8Act* x, _
       lanes4x2(rows, i, 0, head[i], w1);
       unpack(i, _mm512_alignr_epi8(w1, head[i], kQsOff), kQ5 ? _mm512_bsrli_epi128(head[i], kQhOff(Ty)) : head[i]);
     }
-    // Lane L of head[i] starts with lane i + 4L's header (d, then Q4_1 / Q5_1's m).
-    const __m512i f = _mm512_unpacklo_epi64(_mm512_unpacklo_epi32(head[0], head[1]),
-                                            _mm512_unpacklo_epi32(head[2], head[3]));
+    const __m512i f = head_dwords(head);  // d, then Q4_1 / Q5_1's m
     ws = halves_ps(f);
     mw = Ty == GgmlType::Q5_0 ? _mm512_mul_ps(_mm512_set1_ps(-16.0f), ws) : halves_ps<true>(f);
   } else {
@@ -639,10 +647,7 @@ KVZIP_VNNI_INLINE void legacy_8x2_step(const Strided8x2& rows, const Q8Act* x, _
     for (int i = 0; i < 4; ++i)
       unpack(i, lanes4(rows, i, kQsOff), kQ5 ? lanes4(rows, i, kQhOff(Ty)) : low4);
     ws = halves16(rows, 0);
-    // QFmt::scales' min: −8·d (Q4_0), −16·d (Q5_0), or the block's own m (Q4_1, Q5_1).
-    if constexpr (Ty == GgmlType::Q4_0) mw = _mm512_mul_ps(_mm512_set1_ps(-8.0f), ws);
-    else if constexpr (Ty == GgmlType::Q5_0) mw = _mm512_mul_ps(_mm512_set1_ps(-16.0f), ws);
-    else mw = halves16(rows, 2);
+    mw = legacy_min<Ty>(rows, ws);
   }
   const Q8Act& x0 = x[0];
   const Q8Act& x1 = x[kOne ? 0 : 1];
