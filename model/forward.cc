@@ -150,6 +150,10 @@ std::vector<float> Forward::layer_values(AttentionCache& cache, std::span<const 
 }
 
 std::vector<float> Forward::decode(AttentionCache& cache, int32_t token, AttentionObserver* observer) {
+  // A decode step is an answer's token, never a prompt's: fp32 attention, the same bits as query's
+  // and serve's steps, whatever scope the caller holds for its prompt. (bf16 products would also
+  // re-make the whole cache's bf16 key and value tiles at every step.)
+  const PromptBf16Scope fp32(*this, false);
   return prefill(cache, std::span<const int32_t>(&token, 1), LogitsMode::Last, observer);
 }
 

@@ -129,7 +129,8 @@ class Forward {
   // The cache is left as it was. For choosing which rows of a composed cache to recompute
   // (loader/compose.h): a probe of the first layers costs about (layer + 0.1) / L of a prefill.
   std::vector<float> layer_values(AttentionCache& cache, std::span<const int32_t> tokens, uint32_t layer);
-  // One token: prefill(cache, {token}, Last, observer). Returns (V) logits.
+  // One token: prefill(cache, {token}, Last, observer), always with fp32 attention (an answer's
+  // step, whatever set_prompt_bf16 says). Returns (V) logits.
   std::vector<float> decode(AttentionCache& cache, int32_t token,
                             AttentionObserver* observer = nullptr);
   // One forward chunk over several caches at once (continuous batching): the items' tokens are
@@ -151,7 +152,7 @@ class Forward {
   // Attention on bf16 operands for multi-block prompts (kernels::AttentionArgs::bf16) on the Fast
   // path: off by default, so questions and answers keep fp32 attention and the same bits in every
   // batch and cache layout; a document's prefill and KVzip's passes turn it on for their
-  // duration (PromptBf16Scope), where the CPU has AVX-512 BF16.
+  // duration (PromptBf16Scope), where the CPU has AVX-512 BF16. decode() ignores it.
   void set_prompt_bf16(bool on);
   bool prompt_bf16() const;
 

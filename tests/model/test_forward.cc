@@ -152,6 +152,32 @@ TEST_CASE("rollback then re-decode gives identical logits and positions continue
   CHECK_THROWS_AS(cache.rollback(16), Error);  // beyond the length
 }
 
+TEST_CASE("a prompt's bf16 scope leaves decode steps on fp32 attention", "[model][forward]") {
+  // generate() keeps the scope for its whole run: the prompt (a document) takes bf16 products,
+  // the answer's decode steps must still see the cache through fp32 ones, as query's do.
+  ModelConfig cfg = test::tiny_llama_config();  // head_dim 16: the bf16 path can take it
+  model::Weights w = test::random_weights(cfg, 21);
+  auto doc = random_tokens(150, cfg.vocab_size, 22);  // several 128-key blocks
+  auto answer = random_tokens(4, cfg.vocab_size, 23);
+  model::Forward fwd(w, model::ForwardOptions{2, 512, {}});
+  model::KvCache scoped(cfg), plain(cfg), fp32(cfg);
+  std::vector<std::vector<float>> in_scope, after_scope;
+  std::vector<float> doc_bf16;
+  {
+    const model::PromptBf16Scope bf16(fwd, true);
+    doc_bf16 = fwd.prefill(scoped, doc, model::LogitsMode::Last);
+    for (int32_t t : answer) in_scope.push_back(fwd.decode(scoped, t));
+    fwd.prefill(plain, doc, model::LogitsMode::None);
+  }
+  for (int32_t t : answer) after_scope.push_back(fwd.decode(plain, t));
+  CHECK(in_scope == after_scope);
+  const std::vector<float> doc_plain = fwd.prefill(fp32, doc, model::LogitsMode::Last);
+  if (kernels::attention_bf16_available())
+    CHECK(doc_bf16 != doc_plain);  // the scope did reach the prompt
+  else
+    WARN("no AVX-512 BF16 here: both prompts take fp32 products, only the decode bits are compared");
+}
+
 TEST_CASE("the observer sees post-RoPE queries, positions and the cache including new rows",
           "[model][forward]") {
   ModelConfig cfg = test::tiny_llama_config();
