@@ -89,8 +89,11 @@ void run_generate(const GenerateOpts& o) {
       cache = std::make_unique<model::RaggedKvCache>(
           shape, 0, std::vector<uint32_t>(size_t(shape.n_layers) * shape.n_kv_heads, 0),
           static_cast<uint32_t>(prompt.size()) + gp.rkv->budget + gp.rkv->buffer);
-    else
-      cache = std::make_unique<model::KvCache>(shape, rows);
+    else {  // every answer token attends to the whole prompt: keep its keys transposed once
+      auto dense = std::make_unique<model::KvCache>(shape, rows);
+      dense->keep_key_tiles(true);
+      cache = std::move(dense);
+    }
     return generate(fwd, *cache, prompt, gp, on_token);
   }();
   const std::string tail = dec.finish();

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "kernels/attention.h"
 
 namespace kvzip::model {
 
@@ -27,6 +28,7 @@ KvCache::KvCache(CacheShape shape, uint32_t capacity)
       dropped_(shape.n_layers, 0),
       k_(shape.n_layers),
       v_(shape.n_layers),
+      kt_(shape.n_layers),
       local_pos_(shape.n_layers) {
   if (shape.n_layers == 0 || shape.n_kv_heads == 0 || shape.head_dim == 0)
     throw Error(Errc::invalid_argument,
@@ -61,10 +63,11 @@ uint32_t KvCache::trimmed_capacity(uint32_t capacity) const {
 
 void KvCache::resize_layer(uint32_t l, uint32_t capacity) {
   const size_t D = shape_.head_dim, H = shape_.n_kv_heads;
-  std::vector<float> k_new, v_new;
+  std::vector<float> k_new, v_new, kt_new;
   try {
     k_new.resize(H * capacity * D);
     v_new.resize(H * capacity * D);
+    if (tiles_follow(l)) kt_new.resize(H * tile_stride(capacity));
     if (dropped_[l]) local_pos_[l].resize(capacity);
   } catch (const std::bad_alloc&) {
     throw Error(Errc::out_of_memory,
@@ -79,9 +82,78 @@ void KvCache::resize_layer(uint32_t l, uint32_t capacity) {
     std::memcpy(v_new.data() + h * capacity * D, v_[l].data() + h * cap_[l] * D,
                 n * D * sizeof(float));
   }
+  if (!kt_new.empty()) copy_tiles(kt_[l], cap_[l], kt_new, capacity, n);
   k_[l].swap(k_new);
   v_[l].swap(v_new);
+  kt_[l].swap(kt_new);
   cap_[l] = capacity;
+}
+
+// A layer's tiles are kept while they hold every row: from keep_key_tiles, or from empty; a
+// layer that dropped rows (and was rolled back to its pinned rows since) goes on without.
+bool KvCache::tiles_follow(uint32_t l) const {
+  return key_tiles_ && !dropped_[l] && (!kt_[l].empty() || rows(l) == 0);
+}
+
+size_t KvCache::tile_stride(uint32_t capacity) const {
+  return kernels::key_tile_floats(capacity, shape_.head_dim);
+}
+
+void KvCache::copy_tiles(const std::vector<float>& from, uint32_t c_from, std::vector<float>& to,
+                         uint32_t c_to, uint32_t n) const {
+  // A tile's layout does not depend on the capacity: the first ceil(n / rows) tiles move whole.
+  const size_t tiles = (size_t(n) + kernels::kKeyTileRows - 1) / kernels::kKeyTileRows;
+  const size_t floats = tiles * shape_.head_dim * kernels::kKeyTileRows;
+  if (floats == 0 || from.empty()) return;
+  for (size_t h = 0; h < shape_.n_kv_heads; ++h)
+    std::memcpy(to.data() + h * tile_stride(c_to), from.data() + h * tile_stride(c_from),
+                floats * sizeof(float));
+}
+
+void KvCache::write_tiles(uint32_t l, const float* k_new, uint32_t r0, uint32_t T) {
+  const size_t D = shape_.head_dim, H = shape_.n_kv_heads, B = kernels::kKeyTileRows;
+  const size_t stride = tile_stride(cap_[l]);
+  for (size_t h = 0; h < H; ++h) {
+    float* tiles = kt_[l].data() + h * stride;
+    for (uint32_t t = 0; t < T; ++t) {
+      const size_t r = size_t(r0) + t;
+      float* col = tiles + (r / B) * D * B + r % B;  // tile r / B, column r % B: (D, B) row-major
+      const float* src = k_new + (size_t(t) * H + h) * D;
+      for (size_t d = 0; d < D; ++d) col[d * B] = src[d];
+    }
+  }
+}
+
+void KvCache::keep_key_tiles(bool on) {
+  if (on == key_tiles_) return;
+  if (!on) {
+    key_tiles_ = false;
+    for (std::vector<float>& t : kt_) std::vector<float>().swap(t);
+    return;
+  }
+  const size_t D = shape_.head_dim, H = shape_.n_kv_heads;
+  std::vector<std::vector<float>> made(shape_.n_layers);
+  try {
+    for (uint32_t l = 0; l < shape_.n_layers; ++l)
+      if (!dropped_[l]) made[l].resize(H * tile_stride(cap_[l]));
+  } catch (const std::bad_alloc&) {
+    throw Error(Errc::out_of_memory, "KvCache: no memory for the key tiles (about the keys' " +
+                                         std::to_string(bytes_used() / 2 >> 20) + " MiB again)");
+  }
+  for (uint32_t l = 0; l < shape_.n_layers; ++l) {
+    if (dropped_[l]) continue;
+    for (size_t h = 0; h < H; ++h)
+      kernels::cpu::transpose_key_tiles(k_[l].data() + h * cap_[l] * D, rows(l), uint32_t(D),
+                                        made[l].data() + h * tile_stride(cap_[l]));
+    kt_[l].swap(made[l]);
+  }
+  key_tiles_ = true;
+}
+
+uint64_t KvCache::bytes_key_tiles() const {
+  uint64_t r = 0;
+  for (const std::vector<float>& t : kt_) r += t.size() * sizeof(float);
+  return r;
 }
 
 void KvCache::reserve(uint32_t capacity) { grow(capacity, true); }
@@ -91,7 +163,8 @@ void KvCache::grow(uint32_t capacity, bool size_dropped) {
   const size_t D = shape_.head_dim, H = shape_.n_kv_heads;
   // Every new array is allocated before any is swapped in, so a failure leaves the cache intact.
   std::vector<uint32_t> want(shape_.n_layers);
-  std::vector<std::vector<float>> k_new(shape_.n_layers), v_new(shape_.n_layers);
+  std::vector<std::vector<float>> k_new(shape_.n_layers), v_new(shape_.n_layers),
+      kt_new(shape_.n_layers);
   try {
     for (uint32_t l = 0; l < shape_.n_layers; ++l) {
       const bool local = local_.size() && local_[l];
@@ -104,6 +177,7 @@ void KvCache::grow(uint32_t capacity, bool size_dropped) {
       if (want[l] <= cap_[l]) continue;
       k_new[l].resize(H * want[l] * D);
       v_new[l].resize(H * want[l] * D);
+      if (tiles_follow(l)) kt_new[l].resize(H * tile_stride(want[l]));
     }
   } catch (const std::bad_alloc&) {
     throw Error(Errc::out_of_memory,
@@ -118,8 +192,10 @@ void KvCache::grow(uint32_t capacity, bool size_dropped) {
       std::memcpy(k_new[l].data() + h * want[l] * D, k_[l].data() + h * cap_[l] * D, bytes);
       std::memcpy(v_new[l].data() + h * want[l] * D, v_[l].data() + h * cap_[l] * D, bytes);
     }
+    if (!kt_new[l].empty()) copy_tiles(kt_[l], cap_[l], kt_new[l], want[l], rows(l));
     k_[l].swap(k_new[l]);
     v_[l].swap(v_new[l]);
+    kt_[l].swap(kt_new[l]);
     cap_[l] = want[l];
     if (dropped_[l]) local_pos_[l].resize(want[l]);
   }
@@ -141,6 +217,7 @@ void KvCache::drop_old_rows(uint32_t l) {
     std::memmove(v + size_t(pinned_) * D, v + size_t(from_row) * D, size_t(n) * D * sizeof(float));
   }
   dropped_[l] = keep_from - pinned_;
+  std::vector<float>().swap(kt_[l]);  // the rows moved: its tiles are not kept from here on
   std::vector<uint32_t>& pos = local_pos_[l];
   pos.resize(cap_[l]);
   std::iota(pos.begin(), pos.begin() + pinned_, 0u);
@@ -185,6 +262,7 @@ void KvCache::append(uint32_t layer, const float* k_new, const float* v_new, uin
       std::memcpy(v + dst, v_new + src, D * sizeof(float));
     }
   }
+  if (!kt_[layer].empty()) write_tiles(layer, k_new, r0, T);
   if (dropped_[layer])
     for (uint32_t t = 0; t < T; ++t) local_pos_[layer][r0 + t] = length_ + t;
   layer_len_[layer] = length_ + T;
@@ -200,7 +278,12 @@ KvHeadView KvCache::view(uint32_t layer, uint32_t kv_head) const {
   KVZIP_ASSERT(kv_head < shape_.n_kv_heads);
   const size_t off = size_t(kv_head) * cap_[layer] * shape_.head_dim;
   const uint32_t* pos = dropped_[layer] ? local_pos_[layer].data() : positions_.data();
-  return KvHeadView{k_[layer].data() + off, v_[layer].data() + off, pos, rows(layer)};
+  KvHeadView v{k_[layer].data() + off, v_[layer].data() + off, pos, rows(layer)};
+  if (!kt_[layer].empty()) {
+    v.kt = kt_[layer].data() + kv_head * tile_stride(cap_[layer]);
+    v.kt_rows = v.len;
+  }
+  return v;
 }
 
 void KvCache::rollback(uint32_t length) {

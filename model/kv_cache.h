@@ -119,6 +119,13 @@ class KvCache final : public AttentionCache {
   uint32_t layer_capacity(uint32_t layer) const { return cap_[layer]; }
   // Bytes of K and V held for the valid rows (2 · Σ rows · Hkv · D · 4).
   uint64_t bytes_used() const;
+  // Keeps (on) or frees (off) a transposed copy of every head's keys, in the tiles CPU attention
+  // reads (kernels::transpose_key_tiles, KvHeadView::kt), written as rows are appended. A step
+  // over a long cache then reads its keys from there instead of transposing all of them again:
+  // for `generate`, whose every answer token attends to the whole prompt. Costs about K's bytes
+  // again (bytes_key_tiles). Not kept for a trimmed local layer once it has dropped rows.
+  void keep_key_tiles(bool on);
+  uint64_t bytes_key_tiles() const;
 
  private:
   void check_layer(uint32_t layer) const;
@@ -129,6 +136,13 @@ class KvCache final : public AttentionCache {
   void grow(uint32_t capacity, bool size_dropped);
   void resize_layer(uint32_t layer, uint32_t capacity);  // keeps the rows; may throw out_of_memory
   void drop_old_rows(uint32_t layer);  // a trimmed local layer: to pinned + window - 1
+  bool tiles_follow(uint32_t layer) const;  // its arrays grow with key tiles
+  // Per head, the key tiles of layer_capacity(l) rows (kernels::key_tile_floats).
+  size_t tile_stride(uint32_t capacity) const;
+  // Copies rows [0, n) of every head's tiles from `from` (stride of capacity c_from) into `to`.
+  void copy_tiles(const std::vector<float>& from, uint32_t c_from, std::vector<float>& to,
+                  uint32_t c_to, uint32_t n) const;
+  void write_tiles(uint32_t layer, const float* k_new, uint32_t r0, uint32_t T);
 
   CacheShape shape_;
   uint32_t capacity_ = 0;                // rows per head of the global (untrimmed) layers
@@ -138,6 +152,8 @@ class KvCache final : public AttentionCache {
   std::vector<uint32_t> dropped_;      // (L) positions a trimmed local layer dropped after pinned_
   std::vector<std::vector<float>> k_;  // L × (Hkv, cap_[l], D)
   std::vector<std::vector<float>> v_;  // L × (Hkv, cap_[l], D)
+  bool key_tiles_ = false;
+  std::vector<std::vector<float>> kt_;  // L × (Hkv, tile_stride(cap_[l])) when key_tiles_
   std::vector<uint32_t> positions_;      // (capacity) 0, 1, 2, ...: a dense row is its position
   std::vector<std::vector<uint32_t>>
       local_pos_;               // (L) a layer's row positions once it dropped rows
