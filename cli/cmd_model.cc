@@ -23,7 +23,7 @@ struct GenerateOpts {
   std::string device = "cpu", matmul = "fast", attention = "bf16";
   float temp = 0.0f, top_p = 1.0f;
   uint64_t seed = 0;
-  bool chat = false, stats = false;
+  bool chat = false, stats = false, no_key_tiles = false;
   RkvOptions rkv;
 };
 
@@ -91,7 +91,7 @@ void run_generate(const GenerateOpts& o) {
           static_cast<uint32_t>(prompt.size()) + gp.rkv->budget + gp.rkv->buffer);
     else {  // every answer token attends to the whole prompt: keep its keys transposed once
       auto dense = std::make_unique<model::KvCache>(shape, rows);
-      dense->keep_key_tiles(true);
+      dense->keep_key_tiles(!o.no_key_tiles);
       cache = std::move(dense);
     }
     return generate(fwd, *cache, prompt, gp, on_token);
@@ -201,6 +201,9 @@ void add_model_commands(CLI::App& app) {
                   "the CPU has AVX-512 BF16: as compress's document prefill) or fp32")
       ->check(CLI::IsMember({"bf16", "f32"}))
       ->capture_default_str();
+  gen->add_flag("--no-key-tiles", g->no_key_tiles,
+                "Keep the cache's keys once in memory (by default they are also kept transposed, "
+                "for faster decoding after a long prompt at about the K bytes again)");
   add_rkv_options(gen, g->rkv);
   gen->callback([g] { run_generate(*g); });
 

@@ -148,3 +148,25 @@ TEST_CASE("generate --attention: bf16 and fp32 prompt attention answer alike; a 
   CHECK(bad.exit_code != 0);
   CHECK_THAT(bad.err, Catch::Matchers::Contains("--attention"));
 }
+
+TEST_CASE("generate --no-key-tiles answers token for token as with the cache's key tiles",
+          "[cli][realmodel]") {
+  const std::string path = real_model_or_empty();
+  if (path.empty()) KVZIP_FORMAT_SKIP("set KVZIP_MODEL to SmolLM2-135M-Instruct.Q4_1.gguf to run this test");
+  // ~700 tokens: five whole 128-key tiles that the answer's steps read from the cache's copy.
+  std::string prompt;
+  for (int i = 0; i < 24; ++i)
+    prompt += "The Normans gave their name to Normandy, a region in France, in the 10th century. ";
+  prompt += "In the 11th century the Normans";
+  auto run_with = [&](bool tiles) {
+    std::vector<std::string> a = {"generate", "-m", path, "-n", "12", "-t", "2", "-p", prompt};
+    if (!tiles) a.push_back("--no-key-tiles");
+    return run_kvzip(a);
+  };
+  const CliResult with = run_with(true), without = run_with(false);
+  INFO("stderr: " << with.err << without.err);
+  REQUIRE(with.exit_code == 0);
+  REQUIRE(without.exit_code == 0);
+  CHECK(with.out.size() > prompt.size());
+  CHECK(with.out == without.out);  // the same bits: the tiles hold the keys' own values
+}
