@@ -46,6 +46,14 @@ format::CacheContents long_document_cache(const model::Model& model, uint32_t n_
   return c;
 }
 
+// ~700 tokens of SmolLM2's: one sentence 24 times, then `tail` for the model to go on from.
+std::string repeated_prompt(const std::string& tail) {
+  std::string prompt;
+  for (int i = 0; i < 24; ++i)
+    prompt += "The Normans gave their name to Normandy, a region in France, in the 10th century. ";
+  return prompt + tail;
+}
+
 }  // namespace
 
 TEST_CASE("query reports stop_reason, and explains a stop at the context limit", "[cli][realmodel]") {
@@ -130,10 +138,7 @@ TEST_CASE("generate --attention: bf16 and fp32 prompt attention answer alike; a 
   if (path.empty()) KVZIP_FORMAT_SKIP("set KVZIP_MODEL to SmolLM2-135M-Instruct.Q4_1.gguf to run this test");
   // ~700 tokens: several query blocks, so the prompt's attention takes bf16 products where the CPU
   // has AVX-512 BF16 (on others both runs are fp32 and must match all the more).
-  std::string prompt;
-  for (int i = 0; i < 24; ++i)
-    prompt += "The Normans gave their name to Normandy, a region in France, in the 10th century. ";
-  prompt += "The Normans gave their name to";
+  const std::string prompt = repeated_prompt("The Normans gave their name to");
   auto run_with = [&](const std::string& attention) {
     return run_kvzip({"generate", "-m", path, "-n", "4", "-t", "2", "--stats", "--attention", attention, "-p", prompt});
   };
@@ -154,10 +159,7 @@ TEST_CASE("generate --no-key-tiles answers token for token as with the cache's k
   const std::string path = real_model_or_empty();
   if (path.empty()) KVZIP_FORMAT_SKIP("set KVZIP_MODEL to SmolLM2-135M-Instruct.Q4_1.gguf to run this test");
   // ~700 tokens: five whole 128-key tiles that the answer's steps read from the cache's copy.
-  std::string prompt;
-  for (int i = 0; i < 24; ++i)
-    prompt += "The Normans gave their name to Normandy, a region in France, in the 10th century. ";
-  prompt += "In the 11th century the Normans";
+  const std::string prompt = repeated_prompt("In the 11th century the Normans");
   auto run_with = [&](bool tiles) {
     std::vector<std::string> a = {"generate", "-m", path, "-n", "12", "-t", "2", "-p", prompt};
     if (!tiles) a.push_back("--no-key-tiles");
