@@ -152,46 +152,40 @@ struct RowState {
   float* acc;
 };
 
-// Rows [r, r + 2) of scores()' S over NV vectors of columns, walking Kt in memory order: each
-// of its rows (one key dimension, NV · kLanes keys) is read once as one contiguous run, where the
-// kQkRows micro-tile reads a kQkCols-wide strip of every row per pass — strided runs that a decode
-// step, which reads each tile once from memory, pays for: q·k took 1.4-1.7x P·V's time on as many
-// bytes at 5.6K tokens (perf, SmolLM2), 1.3x this way. Each S element is the same chain over d,
-// so the same bits.
+// One row of scores()' S over NV vectors of keys, walking Kt in memory order: each of Kt's rows
+// (one key dimension) is read as one run of NV vectors, where the kQkRows micro-tile reads a
+// kQkCols-wide strip of every row per pass — strided runs that a decode step, which reads each
+// tile once from memory, pays for (SmolLM2 after the 5.6K-token article: q·k took 1.4-1.7x P·V's
+// time on as many bytes, perf). NV accumulators are the chains; the query's later rows find the
+// tile in L1. Each S element is the same chain over d as the micro-tile's, so the same bits.
 template <uint32_t NV>
-void scores_walk(const float* q, const float* kt, size_t ldk, float* s, uint32_t r, uint32_t D,
-                 uint32_t Dp) {
-  VecF acc[2][NV] = {};
-  const float* q0 = q + size_t(r) * Dp;
-  const float* q1 = q0 + Dp;
+void scores_walk(const float* q, const float* kt, size_t ldk, float* s, uint32_t D) {
+  VecF acc[NV] = {};
   for (uint32_t d = 0; d < D; ++d) {
-    const VecF a = simd::splat(q0[d]), b = simd::splat(q1[d]);
-    for (uint32_t n = 0; n < NV; ++n) {
-      const VecF k = simd::load(kt + d * ldk + n * kLanes);
-      acc[0][n] += a * k;
-      acc[1][n] += b * k;
-    }
+    const VecF a = simd::splat(q[d]);
+    for (uint32_t n = 0; n < NV; ++n) acc[n] += a * simd::load(kt + d * ldk + n * kLanes);
   }
-  for (uint32_t n = 0; n < NV; ++n) {
-    simd::store(s + size_t(r) * kBk + n * kLanes, acc[0][n]);
-    simd::store(s + size_t(r + 1) * kBk + n * kLanes, acc[1][n]);
-  }
+  for (uint32_t n = 0; n < NV; ++n) simd::store(s + n * kLanes, acc[n]);
 }
 
 // S(Rp, ncols) = Q(Rp, D) · Kt(D, ncols) with Kt's rows ldk apart; Rp a multiple of kQkRows,
 // ncols of kQkCols. (An 8-row tile measured no faster.) One block of rows (a decode step's query
-// heads) on 16 lanes walks Kt in memory order (scores_walk: its 2 x 8 accumulators need the
-// 32 registers).
+// heads) is walked row by row in memory order (scores_walk; 1.14x `generate`'s decode after the
+// article on 8 and on 16 lanes; two rows a walk on 16 lanes measured the same).
 void scores(const float* q, const float* kt, size_t ldk, float* s, uint32_t Rp, uint32_t ncols,
             uint32_t D, uint32_t Dp) {
-  if (kLanes == 16 && Rp == kQkRows) {
-    static_assert(kBk == 8 * 16 || kLanes != 16, "scores_walk covers a tile in at most 8 vectors");
-    for (uint32_t r = 0; r < Rp; r += 2) {
-      switch (ncols / kLanes) {
-        case 2: scores_walk<2>(q, kt, ldk, s, r, D, Dp); break;
-        case 4: scores_walk<4>(q, kt, ldk, s, r, D, Dp); break;
-        case 6: scores_walk<6>(q, kt, ldk, s, r, D, Dp); break;
-        default: scores_walk<8>(q, kt, ldk, s, r, D, Dp); break;
+  if (Rp == kQkRows) {
+    constexpr uint32_t kWalk = 8;  // vectors a walk: 8 chains; 64 or 128 keys
+    for (uint32_t r = 0; r < Rp; ++r) {
+      for (uint32_t c = 0; c < ncols; c += kWalk * kLanes) {
+        const float* qr = q + size_t(r) * Dp;
+        float* sr = s + size_t(r) * kBk + c;
+        switch (std::min(kWalk, (ncols - c) / kLanes)) {  // ncols: a multiple of 2 vectors
+          case 2: scores_walk<2>(qr, kt + c, ldk, sr, D); break;
+          case 4: scores_walk<4>(qr, kt + c, ldk, sr, D); break;
+          case 6: scores_walk<6>(qr, kt + c, ldk, sr, D); break;
+          default: scores_walk<kWalk>(qr, kt + c, ldk, sr, D); break;
+        }
       }
     }
     return;

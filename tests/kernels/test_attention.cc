@@ -146,12 +146,12 @@ TEST_CASE("both vector widths of the attention kernel match the reference", "[ke
 }
 
 TEST_CASE("a decode step's rows get the bits they get inside a longer call", "[kernels]") {
-  // A one-token call (one block of query rows: the 16-lane kernel walks each key tile in memory
-  // order) and the last token of a two-token call (two blocks: the strip-wise micro-tile) see the
-  // same keys with the same query; each score is one chain over the head dim either way. Key
-  // counts leave last blocks of 32, 64, 96 and 128 columns. One thread, so no key splits.
+  // A one-token call (one block of query rows: each key tile walked in memory order) and the last
+  // token of a two-token call (two blocks: the strip-wise micro-tile) see the same keys with the
+  // same query; each score is one chain over the head dim either way. Key counts leave last
+  // blocks of every width a walk takes on 8 and 16 lanes. One thread, so no key splits.
   const uint32_t Hq = 9, Hkv = 3, D = 64;
-  for (uint32_t len : {1000u, 700u, 200u, 513u, 256u}) {
+  for (uint32_t len : {1000u, 700u, 200u, 513u, 256u, 150u}) {
     std::vector<std::vector<float>> k(Hkv), v(Hkv);
     std::vector<kernels::KvSpan> spans(Hkv);
     for (uint32_t h = 0; h < Hkv; ++h) {
