@@ -234,9 +234,44 @@ void pv_tile(const float* p, const float* v, size_t ldv, float* acc, uint32_t r,
     for (uint32_t n = 0; n < NV; ++n) simd::store(acc + size_t(r + i) * Dp + dc + n * kLanes, a[i][n]);
 }
 
-// V rows are ldv apart and hold Dp readable floats each.
+// acc(one row, NV vectors) += P(that row, 0..jmax) · V(0..jmax, NV vectors): each V row's run of
+// NV vectors read in memory order (pv_tile reads kPvVecs of them per pass over the block).
+template <uint32_t NV>
+void pv_walk(const float* p, const float* v, size_t ldv, float* acc, uint32_t jmax) {
+  VecF a[NV];
+  for (uint32_t n = 0; n < NV; ++n) a[n] = simd::load(acc + n * kLanes);
+  for (uint32_t j = 0; j < jmax; ++j) {
+    const VecF pv = simd::splat(p[j]);
+    for (uint32_t n = 0; n < NV; ++n) a[n] += pv * simd::load(v + j * ldv + n * kLanes);
+  }
+  for (uint32_t n = 0; n < NV; ++n) simd::store(acc + n * kLanes, a[n]);
+}
+
+// V rows are ldv apart and hold Dp readable floats each. walk: the call's only block of rows (a
+// decode step's heads), which reads the block's V once from memory: where a V row is more than
+// one pv_tile pass wide (8 lanes, or D = 128 and up on 16), each row of P walks V in memory order
+// (pv_walk) rather than in kPvVecs-wide strips. Each element is the same chain over j either way.
 void pv_rows(const float* p, const float* v, size_t ldv, float* acc, uint32_t r, uint32_t jmax,
-             uint32_t Dp) {
+             uint32_t Dp, bool walk) {
+  if (walk && Dp > kPvVecs * kLanes) {
+    for (uint32_t i = r; i < r + kQkRows; ++i) {
+      for (uint32_t dc = 0; dc < Dp; dc += 8 * kLanes) {
+        const float* pr = p + size_t(i) * kBk;
+        float* ar = acc + size_t(i) * Dp + dc;
+        switch (std::min(8u, (Dp - dc) / kLanes)) {
+          case 1: pv_walk<1>(pr, v + dc, ldv, ar, jmax); break;
+          case 2: pv_walk<2>(pr, v + dc, ldv, ar, jmax); break;
+          case 3: pv_walk<3>(pr, v + dc, ldv, ar, jmax); break;
+          case 4: pv_walk<4>(pr, v + dc, ldv, ar, jmax); break;
+          case 5: pv_walk<5>(pr, v + dc, ldv, ar, jmax); break;
+          case 6: pv_walk<6>(pr, v + dc, ldv, ar, jmax); break;
+          case 7: pv_walk<7>(pr, v + dc, ldv, ar, jmax); break;
+          default: pv_walk<8>(pr, v + dc, ldv, ar, jmax); break;
+        }
+      }
+    }
+    return;
+  }
   uint32_t dc = 0;
   for (; dc + kPvVecs * kLanes <= Dp; dc += kPvVecs * kLanes)
     pv_tile<kPvVecs>(p, v, ldv, acc, r, dc, jmax, Dp);
@@ -587,7 +622,7 @@ void key_block(const Plan& p, uint32_t h, Scratch& sc, RowState st, uint32_t Rp,
       continue;
     }
 #endif
-    pv_rows(sc.s.data(), v, ldv, st.acc, r, jmax, Dp);
+    pv_rows(sc.s.data(), v, ldv, st.acc, r, jmax, Dp, Rp == kQkRows);
   }
 }
 

@@ -149,8 +149,10 @@ TEST_CASE("a decode step's rows get the bits they get inside a longer call", "[k
   // A one-token call (one block of query rows: each key tile walked in memory order) and the last
   // token of a two-token call (two blocks: the strip-wise micro-tile) see the same keys with the
   // same query; each score is one chain over the head dim either way. Key counts leave last
-  // blocks of every width a walk takes on 8 and 16 lanes. One thread, so no key splits.
-  const uint32_t Hq = 9, Hkv = 3, D = 64;
+  // blocks of every width a walk takes on 8 and 16 lanes; head dims whose V rows take one walk,
+  // two, and a partial one (P·V). One thread, so no key splits.
+  const uint32_t Hq = 9, Hkv = 3;
+  for (uint32_t D : {64u, 128u, 80u})
   for (uint32_t len : {1000u, 700u, 200u, 513u, 256u, 150u}) {
     std::vector<std::vector<float>> k(Hkv), v(Hkv);
     std::vector<kernels::KvSpan> spans(Hkv);
@@ -172,7 +174,7 @@ TEST_CASE("a decode step's rows get the bits they get inside a longer call", "[k
       fn(nullptr, a, nullptr);
       for (size_t i = 0; i < one.size(); ++i) REQUIRE(one[i] == both[size_t(Hq) * D + i]);
     };
-    INFO("len " << len);
+    INFO("len " << len << ", D " << D);
     run(kernels::cpu::base::attention_f32);
 #if KVZIP_ATTENTION_AVX512
     const kernels::QIsa isa = kernels::qisa_best();
