@@ -117,7 +117,8 @@ struct Scratch {
   std::vector<float> kt;   // (D, kBk) this task's transposed key block (when tiles are not shared)
   std::vector<float> v;    // (kBk, Dp) value block, zero padded (only when D % kLanes != 0)
   std::vector<float> s;    // (Rmax, kBk) scores, then probabilities
-  std::vector<uint32_t> limit;  // (Rmax) rows each query row may see
+  std::vector<uint32_t> limit;  // (Rmax) rows each query row may see (0: a padding row)
+  uint32_t rows = 0;            // the task's query rows; the rest up to a multiple of kQkRows pad
   std::vector<uint32_t> first;  // (Rmax) first row it may see (a sliding window; else 0)
   std::vector<float> tl;   // (Rmax, n_target) the rows' logits against the target keys
   std::vector<float> best; // (n_target) max over the task's rows of the local log-probability
@@ -171,12 +172,13 @@ void scores_walk(const float* q, const float* kt, size_t ldk, float* s, uint32_t
 // S(Rp, ncols) = Q(Rp, D) · Kt(D, ncols) with Kt's rows ldk apart; Rp a multiple of kQkRows,
 // ncols of kQkCols. (An 8-row tile measured no faster.) One block of rows (a decode step's query
 // heads) is walked row by row in memory order (scores_walk; 1.14x `generate`'s decode after the
-// article on 8 and on 16 lanes; two rows a walk on 16 lanes measured the same).
-void scores(const float* q, const float* kt, size_t ldk, float* s, uint32_t Rp, uint32_t ncols,
-            uint32_t D, uint32_t Dp) {
+// article on 8 and on 16 lanes; two rows a walk on 16 lanes measured the same), its first R rows
+// only: the others pad the block (a group of 3 heads, or 2), and no one reads their scores.
+void scores(const float* q, const float* kt, size_t ldk, float* s, uint32_t Rp, uint32_t R,
+            uint32_t ncols, uint32_t D, uint32_t Dp) {
   if (Rp == kQkRows) {
     constexpr uint32_t kWalk = 8;  // vectors a walk: 8 chains; 64 or 128 keys
-    for (uint32_t r = 0; r < Rp; ++r) {
+    for (uint32_t r = 0; r < R; ++r) {
       for (uint32_t c = 0; c < ncols; c += kWalk * kLanes) {
         const float* qr = q + size_t(r) * Dp;
         float* sr = s + size_t(r) * kBk + c;
@@ -249,12 +251,13 @@ void pv_walk(const float* p, const float* v, size_t ldv, float* acc, uint32_t jm
 
 // V rows are ldv apart and hold Dp readable floats each. walk: the call's only block of rows (a
 // decode step's heads), which reads the block's V once from memory: where a V row is more than
-// one pv_tile pass wide (8 lanes, or D = 128 and up on 16), each row of P walks V in memory order
-// (pv_walk) rather than in kPvVecs-wide strips. Each element is the same chain over j either way.
+// one pv_tile pass wide (8 lanes, or D = 128 and up on 16), each of its first R rows of P walks V
+// in memory order (pv_walk) rather than in kPvVecs-wide strips (the rest pad the block). Each
+// element is the same chain over j either way.
 void pv_rows(const float* p, const float* v, size_t ldv, float* acc, uint32_t r, uint32_t jmax,
-             uint32_t Dp, bool walk) {
+             uint32_t Dp, bool walk, uint32_t R) {
   if (walk && Dp > kPvVecs * kLanes) {
-    for (uint32_t i = r; i < r + kQkRows; ++i) {
+    for (uint32_t i = r; i < std::min(r + kQkRows, R); ++i) {
       for (uint32_t dc = 0; dc < Dp; dc += 8 * kLanes) {
         const float* pr = p + size_t(i) * kBk;
         float* ar = acc + size_t(i) * Dp + dc;
@@ -584,7 +587,7 @@ void key_block(const Plan& p, uint32_t h, Scratch& sc, RowState st, uint32_t Rp,
     } else {
       transpose_tile(span, kb, nk, D, sc.kt.data());
     }
-    scores(sc.q.data(), kt, kBk, sc.s.data(), Rp, ncols, D, Dp);
+    scores(sc.q.data(), kt, kBk, sc.s.data(), Rp, sc.rows, ncols, D, Dp);
   }
   if (span.skip) {  // rows no token may see: their logits become -inf (a weight of ~1e-38 at most)
     for (uint32_t j = 0; j < nk; ++j) {
@@ -622,7 +625,7 @@ void key_block(const Plan& p, uint32_t h, Scratch& sc, RowState st, uint32_t Rp,
       continue;
     }
 #endif
-    pv_rows(sc.s.data(), v, ldv, st.acc, r, jmax, Dp, Rp == kQkRows);
+    pv_rows(sc.s.data(), v, ldv, st.acc, r, jmax, Dp, Rp == kQkRows, sc.rows);
   }
 }
 
@@ -648,8 +651,9 @@ uint32_t gather_queries(const Plan& p, uint32_t h, uint32_t i0, uint32_t i1, Scr
       for (uint32_t d = 0; d < D; ++d) dst[d] = src[d] * a.scale;
     }
   }
+  sc.rows = R;
   for (uint32_t r = 0; r < Rp; ++r) {
-    sc.limit[r] = visible_rows(a, h, i0 + std::min(r, R - 1) / G);
+    sc.limit[r] = r < R ? visible_rows(a, h, i0 + r / G) : 0;
     sc.first[r] = a.window && sc.limit[r] > a.window ? sc.limit[r] - a.window : 0;
   }
   return Rp;

@@ -112,6 +112,7 @@ TEST_CASE("bf16 attention products stay within their rounding bound of a float64
 
 TEST_CASE("bf16 products are the same bits however the queries are blocked; two segments keep fp32",
           "[kernels]") {
+  if (!bf16_runs()) WARN("no AVX-512 BF16 on this CPU: the bf16 path is not taken, the fp32 one is checked");
   kernels::ThreadPool pool(2);
   // One query block (a short question) and one token: the same bound, and the last tokens of a
   // long call get the same bits as a short call of just them (every row walks all its keys in one
@@ -134,7 +135,10 @@ TEST_CASE("bf16 products are the same bits however the queries are blocked; two 
     attention(kernels::Exec{kernels::Device::Cpu, &pool}, b);
     CHECK(worst_over_bound(c, tail, got) <= 1.0);
     const std::vector<float> want(all.end() - T * qd, all.end());
-    CHECK(got == want);
+    // The fp32 path (no AVX-512 BF16 here) splits a short call's keys across the threads and
+    // merges the parts, so there the rows agree to rounding, not bit for bit.
+    if (bf16_runs()) CHECK(got == want);
+    else CHECK(test::rel_error(got, want) < 1e-5);
   }
   // Two-segment spans (a served request's shared base and private tail).
   const Case c{200, 8, 2, 64, 500, 0};
