@@ -2,8 +2,8 @@
 // reference written here from the formula (x = c · fma(s, q, m); channel 2i in the low nibble):
 // the round-trip error of every value is within its group's bound; scores, weighted sums and the
 // whole attention over quantized rows equal dequantize-then-attend (double precision) within a
-// float-summation bound; the format's reconstruction gives the same bits as the kernel's; and a
-// tiny hand-built case pins the byte layout. Rotated rows (layout.rotated): the reference applies
+// float-summation bound; the format's reconstruction gives the same bits as the kernel's; a tiny
+// hand-built case pins the byte layout; each query row of a call gets the bits it gets alone. Rotated rows (layout.rotated): the reference applies
 // an explicit Walsh–Hadamard matrix product to the formula's values. Byte parameters
 // (layout.byte_params): the reference decodes them from the spec's formula, written out here.
 #include <catch2/catch.hpp>
@@ -262,4 +262,30 @@ TEST_CASE("the .kvz reader's reconstruction is the kernel's, bit for bit", "[ker
     format::dequantize_rows(h, head_rows, positions, qr, format_values);
     CHECK(format_values == kernel_values);
   }
+}
+
+TEST_CASE("attention over quantized K/V: each query row's result is the same bits alone", "[kernels]") {
+  // A served batch attends several answers' rows in one call; each row must get what it gets by
+  // itself. Layouts of one group a row (q8, and q4 in split code order: the unrolled scores) and
+  // of several (the general loop), 64 and 128 channels, more rows than one weighted-sum block.
+  for (uint32_t bits : {8u, 4u})
+    for (uint32_t group : {0u, 16u})
+      for (uint32_t D : {64u, 128u}) {
+        const kernels::KvQuantLayout l{bits, D, group ? group : D, true, true};
+        const size_t R = 301;
+        const uint32_t n_q = 3;
+        const Quantized k = quantize(outlier_rows(R, D, 7 + bits), l);
+        const Quantized v = quantize(test::random_vector(R * D, 11 + D, -2.0f, 2.0f), l);
+        const std::vector<float> q = test::random_vector(n_q * D, 13, -1.0f, 1.0f);
+        std::vector<float> out(n_q * D, NAN), lse(n_q, NAN), work(n_q * R);
+        kernels::cpu::kv_quant_attend({q.data(), n_q, k.view(), v.view(), 0.125f, work.data(), out.data(), lse.data()});
+        for (uint32_t t = 0; t < n_q; ++t) {
+          std::vector<float> one(D, NAN), w1(R);
+          float lse1 = NAN;
+          kernels::cpu::kv_quant_attend({q.data() + size_t(t) * D, 1, k.view(), v.view(), 0.125f, w1.data(), one.data(), &lse1});
+          INFO("bits " << bits << ", group " << l.group << ", D " << D << ", row " << t);
+          CHECK(std::equal(one.begin(), one.end(), out.begin() + size_t(t) * D));
+          CHECK(lse1 == lse[t]);
+        }
+      }
 }
