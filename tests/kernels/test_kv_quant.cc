@@ -3,8 +3,9 @@
 // the round-trip error of every value is within its group's bound; scores, weighted sums and the
 // whole attention over quantized rows equal dequantize-then-attend (double precision) within a
 // float-summation bound; the format's reconstruction gives the same bits as the kernel's; a tiny
-// hand-built case pins the byte layout; each query row of a call gets the bits it gets alone. Rotated rows (layout.rotated): the reference applies
-// an explicit Walsh–Hadamard matrix product to the formula's values. Byte parameters
+// hand-built case pins the byte layout; each query row of a call gets the bits it gets alone.
+// Rotated rows (layout.rotated): the reference applies an explicit Walsh–Hadamard matrix product
+// to the formula's values. Byte parameters
 // (layout.byte_params): the reference decodes them from the spec's formula, written out here.
 #include <catch2/catch.hpp>
 
