@@ -251,8 +251,8 @@ inline void axpb(float* acc, const float* c, float x, float y, uint32_t n) {
 // expression) with the loop bounds known, which the general loop spends more on than on its
 // products (perf, q8 files of SmolLM2's 64-channel heads).
 template <uint32_t NV>
-void scores_one_group(const float* qc, const float* qsum, uint32_t n_q, const KvQuantRows& k, float scale,
-                      const CodeOrder& o, float* codes, float* scores) {
+void scores_one_group(const float* qc, const float* qsum, uint32_t n_q, const KvQuantRows& k,
+                      float scale, const CodeOrder& o, float* codes, float* scores) {
   const KvQuantLayout& l = k.layout;
   constexpr uint32_t D = NV * kLanes;
   float sm[2];
@@ -262,7 +262,8 @@ void scores_one_group(const float* qc, const float* qsum, uint32_t n_q, const Kv
     for (uint32_t t = 0; t < n_q; ++t) {
       const float* qt = qc + size_t(t) * D;
       VecF dv{};
-      for (uint32_t n = 0; n < NV; ++n) dv += simd::load(qt + n * kLanes) * simd::load(codes + n * kLanes);
+      for (uint32_t n = 0; n < NV; ++n)
+        dv += simd::load(qt + n * kLanes) * simd::load(codes + n * kLanes);
       const float tail = 0.0f;
       float acc = 0.0f;
       acc += sm[0] * (lane_sum(dv) + tail) + sm[1] * qsum[t];
@@ -294,9 +295,12 @@ void kv_quant_scores(const float* q, uint32_t n_q, const KvQuantRows& k, float s
   std::vector<float> sm(2 * G);
   if (G == 1 && D % kLanes == 0) {  // one group a row (the files' default): its ranges are all of D
     switch (D / kLanes) {
-      case 4: return scores_one_group<4>(qc.data(), qsum.data(), n_q, k, scale, o, codes.data(), scores);
-      case 8: return scores_one_group<8>(qc.data(), qsum.data(), n_q, k, scale, o, codes.data(), scores);
-      case 16: return scores_one_group<16>(qc.data(), qsum.data(), n_q, k, scale, o, codes.data(), scores);
+      case 4:
+        return scores_one_group<4>(qc.data(), qsum.data(), n_q, k, scale, o, codes.data(), scores);
+      case 8:
+        return scores_one_group<8>(qc.data(), qsum.data(), n_q, k, scale, o, codes.data(), scores);
+      case 16:
+        return scores_one_group<16>(qc.data(), qsum.data(), n_q, k, scale, o, codes.data(), scores);
       default: break;
     }
   }
@@ -340,7 +344,8 @@ void sum_block(float* at, const float* wt, const float* codes, const float* sm, 
     const float* si = sm + size_t(i) * 2 * G;
     const float* ci = codes + size_t(i) * D;
     for (uint32_t n = 0; n < NV; ++n)
-      a[n] += simd::splat(wr * si[2 * gv[n]]) * simd::load(ci + n * kLanes) + simd::splat(wr * si[2 * gv[n] + 1]);
+      a[n] += simd::splat(wr * si[2 * gv[n]]) * simd::load(ci + n * kLanes) +
+              simd::splat(wr * si[2 * gv[n] + 1]);
   }
   for (uint32_t n = 0; n < NV; ++n) simd::store(at + n * kLanes, a[n]);
 }

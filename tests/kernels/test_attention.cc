@@ -153,35 +153,36 @@ TEST_CASE("a decode step's rows get the bits they get inside a longer call", "[k
   // two, and a partial one (P·V). One thread, so no key splits.
   const uint32_t Hq = 9, Hkv = 3;
   for (uint32_t D : {64u, 128u, 80u})
-  for (uint32_t len : {1000u, 700u, 200u, 513u, 256u, 150u}) {
-    std::vector<std::vector<float>> k(Hkv), v(Hkv);
-    std::vector<kernels::KvSpan> spans(Hkv);
-    for (uint32_t h = 0; h < Hkv; ++h) {
-      k[h] = test::random_vector(size_t(len) * D, 60 + h, -2, 2);
-      v[h] = test::random_vector(size_t(len) * D, 70 + h);
-      spans[h] = kernels::KvSpan{k[h].data(), v[h].data(), len};
-    }
-    auto two = test::random_vector(size_t(2) * Hq * D, 80 + len, -2, 2);
-    kernels::AttentionArgs a;
-    a.kv = spans.data();
-    a.Hq = Hq, a.Hkv = Hkv, a.D = D;
-    a.scale = 1.0f / std::sqrt(float(D));
-    auto run = [&](auto fn) {
-      std::vector<float> one(size_t(Hq) * D, NAN), both(two.size(), NAN);
-      a.T = 1, a.q = two.data() + size_t(Hq) * D, a.out = one.data();
-      fn(nullptr, a, nullptr);
-      a.T = 2, a.q = two.data(), a.out = both.data();
-      fn(nullptr, a, nullptr);
-      for (size_t i = 0; i < one.size(); ++i) REQUIRE(one[i] == both[size_t(Hq) * D + i]);
-    };
-    INFO("len " << len << ", D " << D);
-    run(kernels::cpu::base::attention_f32);
+    for (uint32_t len : {1000u, 700u, 200u, 513u, 256u, 150u}) {
+      std::vector<std::vector<float>> k(Hkv), v(Hkv);
+      std::vector<kernels::KvSpan> spans(Hkv);
+      for (uint32_t h = 0; h < Hkv; ++h) {
+        k[h] = test::random_vector(size_t(len) * D, 60 + h, -2, 2);
+        v[h] = test::random_vector(size_t(len) * D, 70 + h);
+        spans[h] = kernels::KvSpan{k[h].data(), v[h].data(), len};
+      }
+      auto two = test::random_vector(size_t(2) * Hq * D, 80 + len, -2, 2);
+      kernels::AttentionArgs a;
+      a.kv = spans.data();
+      a.Hq = Hq, a.Hkv = Hkv, a.D = D;
+      a.scale = 1.0f / std::sqrt(float(D));
+      auto run = [&](auto fn) {
+        std::vector<float> one(size_t(Hq) * D, NAN), both(two.size(), NAN);
+        a.T = 1, a.q = two.data() + size_t(Hq) * D, a.out = one.data();
+        fn(nullptr, a, nullptr);
+        a.T = 2, a.q = two.data(), a.out = both.data();
+        fn(nullptr, a, nullptr);
+        for (size_t i = 0; i < one.size(); ++i) REQUIRE(one[i] == both[size_t(Hq) * D + i]);
+      };
+      INFO("len " << len << ", D " << D);
+      run(kernels::cpu::base::attention_f32);
 #if KVZIP_ATTENTION_AVX512
-    const kernels::QIsa isa = kernels::qisa_best();
-    if (isa == kernels::QIsa::Avx512 || isa == kernels::QIsa::Avx512Vnni || isa == kernels::QIsa::Amx)
-      run(kernels::cpu::avx512::attention_f32);
-    else
-      WARN("no AVX-512 on this CPU (or KVZIP_CPU_ISA below it): the 16-lane kernel is not run");
+      const kernels::QIsa isa = kernels::qisa_best();
+      if (isa == kernels::QIsa::Avx512 || isa == kernels::QIsa::Avx512Vnni ||
+          isa == kernels::QIsa::Amx)
+        run(kernels::cpu::avx512::attention_f32);
+      else
+        WARN("no AVX-512 on this CPU (or KVZIP_CPU_ISA below it): the 16-lane kernel is not run");
 #endif
-  }
+    }
 }

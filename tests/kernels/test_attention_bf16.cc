@@ -112,7 +112,8 @@ TEST_CASE("bf16 attention products stay within their rounding bound of a float64
 
 TEST_CASE("bf16 products are the same bits however the queries are blocked; two segments keep fp32",
           "[kernels]") {
-  if (!bf16_runs()) WARN("no AVX-512 BF16 on this CPU: the bf16 path is not taken, the fp32 one is checked");
+  if (!bf16_runs())
+    WARN("no AVX-512 BF16 on this CPU: the bf16 path is not taken, the fp32 one is checked");
   kernels::ThreadPool pool(2);
   // One query block (a short question) and one token: the same bound, and the last tokens of a
   // long call get the same bits as a short call of just them (every row walks all its keys in one

@@ -265,7 +265,8 @@ TEST_CASE("the .kvz reader's reconstruction is the kernel's, bit for bit", "[ker
   }
 }
 
-TEST_CASE("attention over quantized K/V: each query row's result is the same bits alone", "[kernels]") {
+TEST_CASE("attention over quantized K/V: each query row's result is the same bits alone",
+          "[kernels]") {
   // A served batch attends several answers' rows in one call; each row must get what it gets by
   // itself. Layouts of one group a row (q8, and q4 in split code order: the unrolled scores) and
   // of several (the general loop), 64 and 128 channels, more rows than one weighted-sum block.
@@ -279,11 +280,13 @@ TEST_CASE("attention over quantized K/V: each query row's result is the same bit
         const Quantized v = quantize(test::random_vector(R * D, 11 + D, -2.0f, 2.0f), l);
         const std::vector<float> q = test::random_vector(n_q * D, 13, -1.0f, 1.0f);
         std::vector<float> out(n_q * D, NAN), lse(n_q, NAN), work(n_q * R);
-        kernels::cpu::kv_quant_attend({q.data(), n_q, k.view(), v.view(), 0.125f, work.data(), out.data(), lse.data()});
+        kernels::cpu::kv_quant_attend(
+            {q.data(), n_q, k.view(), v.view(), 0.125f, work.data(), out.data(), lse.data()});
         for (uint32_t t = 0; t < n_q; ++t) {
           std::vector<float> one(D, NAN), w1(R);
           float lse1 = NAN;
-          kernels::cpu::kv_quant_attend({q.data() + size_t(t) * D, 1, k.view(), v.view(), 0.125f, w1.data(), one.data(), &lse1});
+          kernels::cpu::kv_quant_attend({q.data() + size_t(t) * D, 1, k.view(), v.view(), 0.125f,
+                                         w1.data(), one.data(), &lse1});
           INFO("bits " << bits << ", group " << l.group << ", D " << D << ", row " << t);
           CHECK(std::equal(one.begin(), one.end(), out.begin() + size_t(t) * D));
           CHECK(lse1 == lse[t]);
