@@ -343,6 +343,11 @@ void sum_block(float* at, const float* wt, const float* codes, const float* sm, 
     if (wr == 0.0f) continue;
     const float* si = sm + size_t(i) * 2 * G;
     const float* ci = codes + size_t(i) * D;
+    if (G == 1) {  // one x and y for the row (the files' default), made once
+      const VecF x = simd::splat(wr * si[0]), y = simd::splat(wr * si[1]);
+      for (uint32_t n = 0; n < NV; ++n) a[n] += x * simd::load(ci + n * kLanes) + y;
+      continue;
+    }
     for (uint32_t n = 0; n < NV; ++n)
       a[n] += simd::splat(wr * si[2 * gv[n]]) * simd::load(ci + n * kLanes) +
               simd::splat(wr * si[2 * gv[n] + 1]);
