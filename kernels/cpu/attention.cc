@@ -153,43 +153,53 @@ struct RowState {
   float* acc;
 };
 
-// One row of scores()' S over NV vectors of keys, walking Kt in memory order: each of Kt's rows
-// (one key dimension) is read as one run of NV vectors, where the kQkRows micro-tile reads a
-// kQkCols-wide strip of every row per pass — strided runs that a decode step, which reads each
-// tile once from memory, pays for (SmolLM2 after the 5.6K-token article: q·k took 1.4-1.7x P·V's
-// time on as many bytes, perf). NV accumulators are the chains; the query's later rows find the
-// tile in L1. Each S element is the same chain over d as the micro-tile's, so the same bits.
-template <uint32_t NV>
-void scores_walk(const float* q, const float* kt, size_t ldk, float* s, uint32_t D) {
-  VecF acc[NV] = {};
-  for (uint32_t d = 0; d < D; ++d) {
-    const VecF a = simd::splat(q[d]);
-    for (uint32_t n = 0; n < NV; ++n) acc[n] += a * simd::load(kt + d * ldk + n * kLanes);
+// acc[0, NV vectors) += Σ_i x[i] · M[i·ld, +NV vectors) over i < n, in order: one row of X·M
+// walking M's rows in memory order, NV accumulator chains; with kZero the sum starts from 0, not
+// from acc. A decode step's q·k (x a query, M a key tile: each of its rows one key dimension) and
+// P·V (x probabilities, M V rows) use it where the prefill micro-tiles would read a strip of
+// every row per pass — strided runs over data a decode step reads once from memory (SmolLM2 after
+// the 5.6K-token article: q·k took 1.4-1.7x P·V's time on as many bytes, perf). Later query rows
+// find M in L1. Each element is the micro-tiles' chain (the same order over i), so the same bits.
+template <uint32_t NV, bool kZero>
+void row_times(const float* x, uint32_t n, const float* m, size_t ld, float* acc) {
+  VecF a[NV];
+  for (uint32_t v = 0; v < NV; ++v) a[v] = kZero ? VecF{} : simd::load(acc + v * kLanes);
+  for (uint32_t i = 0; i < n; ++i) {
+    const VecF xv = simd::splat(x[i]);
+    for (uint32_t v = 0; v < NV; ++v) a[v] += xv * simd::load(m + i * ld + v * kLanes);
   }
-  for (uint32_t n = 0; n < NV; ++n) simd::store(s + n * kLanes, acc[n]);
+  for (uint32_t v = 0; v < NV; ++v) simd::store(acc + v * kLanes, a[v]);
+}
+
+constexpr uint32_t kWalkVecs = 8;  // vectors a row_times walk: 8 chains; 64 or 128 floats
+
+// row_times over nv vectors (1 to kWalkVecs).
+template <bool kZero>
+void row_times_n(uint32_t nv, const float* x, uint32_t n, const float* m, size_t ld, float* acc) {
+  switch (nv) {
+    case 1: return row_times<1, kZero>(x, n, m, ld, acc);
+    case 2: return row_times<2, kZero>(x, n, m, ld, acc);
+    case 3: return row_times<3, kZero>(x, n, m, ld, acc);
+    case 4: return row_times<4, kZero>(x, n, m, ld, acc);
+    case 5: return row_times<5, kZero>(x, n, m, ld, acc);
+    case 6: return row_times<6, kZero>(x, n, m, ld, acc);
+    case 7: return row_times<7, kZero>(x, n, m, ld, acc);
+    default: return row_times<kWalkVecs, kZero>(x, n, m, ld, acc);
+  }
 }
 
 // S(Rp, ncols) = Q(Rp, D) · Kt(D, ncols) with Kt's rows ldk apart; Rp a multiple of kQkRows,
 // ncols of kQkCols. (An 8-row tile measured no faster.) One block of rows (a decode step's query
-// heads) is walked row by row in memory order (scores_walk; 1.14x `generate`'s decode after the
+// heads) is walked row by row in memory order (row_times; 1.14x `generate`'s decode after the
 // article on 8 and on 16 lanes; two rows a walk on 16 lanes measured the same), its first R rows
 // only: the others pad the block (a group of 3 heads, or 2), and no one reads their scores.
 void scores(const float* q, const float* kt, size_t ldk, float* s, uint32_t Rp, uint32_t R,
             uint32_t ncols, uint32_t D, uint32_t Dp) {
   if (Rp == kQkRows) {
-    constexpr uint32_t kWalk = 8;  // vectors a walk: 8 chains; 64 or 128 keys
-    for (uint32_t r = 0; r < R; ++r) {
-      for (uint32_t c = 0; c < ncols; c += kWalk * kLanes) {
-        const float* qr = q + size_t(r) * Dp;
-        float* sr = s + size_t(r) * kBk + c;
-        switch (std::min(kWalk, (ncols - c) / kLanes)) {  // ncols: a multiple of 2 vectors
-          case 2: scores_walk<2>(qr, kt + c, ldk, sr, D); break;
-          case 4: scores_walk<4>(qr, kt + c, ldk, sr, D); break;
-          case 6: scores_walk<6>(qr, kt + c, ldk, sr, D); break;
-          default: scores_walk<kWalk>(qr, kt + c, ldk, sr, D); break;
-        }
-      }
-    }
+    for (uint32_t r = 0; r < R; ++r)
+      for (uint32_t c = 0; c < ncols; c += kWalkVecs * kLanes)
+        row_times_n<true>(std::min(kWalkVecs, (ncols - c) / kLanes), q + size_t(r) * Dp, D, kt + c,
+                          ldk, s + size_t(r) * kBk + c);
     return;
   }
   for (uint32_t r = 0; r < Rp; r += kQkRows) {
@@ -236,43 +246,18 @@ void pv_tile(const float* p, const float* v, size_t ldv, float* acc, uint32_t r,
     for (uint32_t n = 0; n < NV; ++n) simd::store(acc + size_t(r + i) * Dp + dc + n * kLanes, a[i][n]);
 }
 
-// acc(one row, NV vectors) += P(that row, 0..jmax) · V(0..jmax, NV vectors): each V row's run of
-// NV vectors read in memory order (pv_tile reads kPvVecs of them per pass over the block).
-template <uint32_t NV>
-void pv_walk(const float* p, const float* v, size_t ldv, float* acc, uint32_t jmax) {
-  VecF a[NV];
-  for (uint32_t n = 0; n < NV; ++n) a[n] = simd::load(acc + n * kLanes);
-  for (uint32_t j = 0; j < jmax; ++j) {
-    const VecF pv = simd::splat(p[j]);
-    for (uint32_t n = 0; n < NV; ++n) a[n] += pv * simd::load(v + j * ldv + n * kLanes);
-  }
-  for (uint32_t n = 0; n < NV; ++n) simd::store(acc + n * kLanes, a[n]);
-}
-
 // V rows are ldv apart and hold Dp readable floats each. walk: the call's only block of rows (a
 // decode step's heads), which reads the block's V once from memory: where a V row is more than
 // one pv_tile pass wide (8 lanes, or D = 128 and up on 16), each of its first R rows of P walks V
-// in memory order (pv_walk) rather than in kPvVecs-wide strips (the rest pad the block). Each
+// in memory order (row_times) rather than in kPvVecs-wide strips (the rest pad the block). Each
 // element is the same chain over j either way.
 void pv_rows(const float* p, const float* v, size_t ldv, float* acc, uint32_t r, uint32_t jmax,
              uint32_t Dp, bool walk, uint32_t R) {
   if (walk && Dp > kPvVecs * kLanes) {
-    for (uint32_t i = r; i < std::min(r + kQkRows, R); ++i) {
-      for (uint32_t dc = 0; dc < Dp; dc += 8 * kLanes) {
-        const float* pr = p + size_t(i) * kBk;
-        float* ar = acc + size_t(i) * Dp + dc;
-        switch (std::min(8u, (Dp - dc) / kLanes)) {
-          case 1: pv_walk<1>(pr, v + dc, ldv, ar, jmax); break;
-          case 2: pv_walk<2>(pr, v + dc, ldv, ar, jmax); break;
-          case 3: pv_walk<3>(pr, v + dc, ldv, ar, jmax); break;
-          case 4: pv_walk<4>(pr, v + dc, ldv, ar, jmax); break;
-          case 5: pv_walk<5>(pr, v + dc, ldv, ar, jmax); break;
-          case 6: pv_walk<6>(pr, v + dc, ldv, ar, jmax); break;
-          case 7: pv_walk<7>(pr, v + dc, ldv, ar, jmax); break;
-          default: pv_walk<8>(pr, v + dc, ldv, ar, jmax); break;
-        }
-      }
-    }
+    for (uint32_t i = r; i < std::min(r + kQkRows, R); ++i)
+      for (uint32_t dc = 0; dc < Dp; dc += kWalkVecs * kLanes)
+        row_times_n<false>(std::min(kWalkVecs, (Dp - dc) / kLanes), p + size_t(i) * kBk, jmax,
+                           v + dc, ldv, acc + size_t(i) * Dp + dc);
     return;
   }
   uint32_t dc = 0;
