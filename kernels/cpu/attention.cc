@@ -8,6 +8,8 @@
 // (m, l, acc) of each query row is updated and acc += P·V vectorises over D. Keys are split into chunks only when there are too
 // few (head, query block) tasks to occupy the threads (decode, short appends over a long cache);
 // the chunks' partial states are then merged exactly (log-sum-exp).
+// A call with one block of query rows (a decode step's heads) walks K's tiles and V's rows in
+// memory order instead (row_times), over its real rows only: its data is read once from memory.
 // Local statistics (AttentionArgs::local): a task visits its keys as segments that never cross a
 // kBk tile, the local rows first (prefix, target, own); after them each row's (m, l) IS its local
 // softmax normaliser, and the target rows' logits, kept from their segments, give the max local
@@ -190,8 +192,8 @@ void row_times_n(uint32_t nv, const float* x, uint32_t n, const float* m, size_t
 
 // S(Rp, ncols) = Q(Rp, D) · Kt(D, ncols) with Kt's rows ldk apart; Rp a multiple of kQkRows,
 // ncols of kQkCols. (An 8-row tile measured no faster.) One block of rows (a decode step's query
-// heads) is walked row by row in memory order (row_times; 1.14x `generate`'s decode after the
-// article on 8 and on 16 lanes; two rows a walk on 16 lanes measured the same), its first R rows
+// heads) is walked row by row in memory order (row_times; `generate`'s decode after the article
+// 1.15x on 16 lanes, 1.18x on 8; two rows a walk on 16 lanes measured the same), its first R rows
 // only: the others pad the block (a group of 3 heads, or 2), and no one reads their scores.
 void scores(const float* q, const float* kt, size_t ldk, float* s, uint32_t Rp, uint32_t R,
             uint32_t ncols, uint32_t D, uint32_t Dp) {

@@ -264,7 +264,7 @@ void scores_one_group(const float* qc, const float* qsum, uint32_t n_q, const Kv
       VecF dv{};
       for (uint32_t n = 0; n < NV; ++n)
         dv += simd::load(qt + n * kLanes) * simd::load(codes + n * kLanes);
-      const float tail = 0.0f;
+      const float tail = 0.0f;  // the general loop's expression, term for term: the same bits
       float acc = 0.0f;
       acc += sm[0] * (lane_sum(dv) + tail) + sm[1] * qsum[t];
       scores[size_t(t) * k.rows + r] = scale * acc;
