@@ -72,10 +72,12 @@ KVZIP_AVX2 inline __m256i group_ints(const uint8_t* b, int g) {
     const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + (kQ5 ? 48 : 16) + 32 * (g / 2)));
     __m256i w = _mm256_and_si256((g & 1) ? _mm256_srli_epi16(raw, 4) : raw, low4);
     if constexpr (kQ5) {
+      // Bit g of each qh byte to bit 4 by one 16-bit shift (the bits it carries across a byte
+      // are masked off): two operations where a compare against the bit takes three.
       const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16));
-      const __m256i bit = _mm256_set1_epi8(char(1 << g));
-      w = _mm256_or_si256(w, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit),
-                                              _mm256_set1_epi8(16)));
+      const __m256i h = g < 4 ? _mm256_sll_epi16(qh, _mm_cvtsi32_si128(4 - g))
+                              : _mm256_srl_epi16(qh, _mm_cvtsi32_si128(g - 4));
+      w = _mm256_or_si256(w, _mm256_and_si256(h, _mm256_set1_epi8(16)));
     }
     return w;
   } else {  // Q6_K
