@@ -46,9 +46,11 @@ KVZIP_AVX2 inline __m256i q6k_ints_unsigned(const uint8_t* b, int g) {
   const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * n + 32 * (k & 1)));
   const __m256i lo = _mm256_and_si256(k < 2 ? raw : _mm256_srli_epi16(raw, 4), _mm256_set1_epi8(15));
   const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * n));
-  // Bits 2k, 2k+1 of each qh byte to bits 4, 5: shift the 16-bit lanes, then mask per byte.
-  const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k)), _mm256_set1_epi8(3));
-  return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+  // Bits 2k, 2k+1 of each qh byte to bits 4, 5 by one 16-bit shift, then a mask per byte (it
+  // drops what the shift carries across a byte).
+  const __m256i hs = k < 2 ? _mm256_sll_epi16(qh, _mm_cvtsi32_si128(4 - 2 * k))
+                           : _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k - 4));
+  return _mm256_or_si256(lo, _mm256_and_si256(hs, _mm256_set1_epi8(0x30)));
 }
 
 // The integer weights of group g of a block (what QFmt<Ty>::ints gives, as 32 int8).
