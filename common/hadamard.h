@@ -20,7 +20,11 @@ float hadamard_scale(uint32_t n);
 //   for h = 1, 2, 4, ..., n/2:  for i = 0, 2h, 4h, ... < n:  for j = i .. i+h-1:
 //       (x[j], x[j+h]) <- (x[j] + x[j+h], x[j] - x[j+h])
 //   then x[j] <- x[j] * hadamard_scale(n) for every j.
-// n must satisfy hadamard_size (asserted).
+// n must satisfy hadamard_size (asserted). On x86 CPUs with AVX2 and n >= 8, eight lanes at a time
+// (the first three steps inside each vector by lane swaps): every output is still the one addition,
+// subtraction or product above, so the bits are the plain loop's (tests/common/test_hadamard.cc).
 void hadamard_rotate(float* x, uint32_t n);
+// The plain loop above, whatever the CPU: the reference the vector path is tested against.
+void hadamard_rotate_reference(float* x, uint32_t n);
 
 }  // namespace kvzip

@@ -1,6 +1,7 @@
 // The Walsh–Hadamard rotation (common/hadamard.h) against an explicit matrix product with the
 // Sylvester matrix H[i][j] = (-1)^popcount(i & j) / √n on random input, its own inverse, the
-// binary32 factor, and one hand-computed case that pins the butterfly order.
+// binary32 factor, one hand-computed case that pins the butterfly order, and the vector path (on
+// CPUs that have it) bit for bit the plain loop's.
 #include <catch2/catch.hpp>
 
 #include <bit>
@@ -53,4 +54,18 @@ TEST_CASE("hadamard: the factor and the butterfly order, by hand", "[common][had
   std::vector<float> x = {1, 2, 3, 4};
   hadamard_rotate(x.data(), 4);
   CHECK(x == std::vector<float>{5, -1, -2, 0});
+}
+
+TEST_CASE("hadamard_rotate gives the plain loop's bits at every size", "[common][hadamard]") {
+  const uint32_t n = GENERATE(2u, 4u, 8u, 16u, 32u, 64u, 128u, 256u, 1024u, 4096u);
+  // Magnitudes over many binades, so that the additions round and a changed order would show.
+  std::vector<float> x = test::random_vector(n, 91 + n, -1.0f, 1.0f);
+  for (uint32_t i = 0; i < n; ++i) x[i] = std::ldexp(x[i], int(i * 7 % 23) - 11);
+  std::vector<float> got = x, want = x;
+  hadamard_rotate(got.data(), n);
+  hadamard_rotate_reference(want.data(), n);
+  for (uint32_t i = 0; i < n; ++i) {
+    INFO("n " << n << " output " << i);
+    REQUIRE(std::bit_cast<uint32_t>(got[i]) == std::bit_cast<uint32_t>(want[i]));
+  }
 }
