@@ -752,12 +752,14 @@ void run_task(const Plan& p, uint32_t h, uint32_t qb, uint32_t split, float* sta
 void merge_splits(const Plan& p, uint32_t h, uint32_t qb, float* states) {
   const size_t stride = state_floats(p);
   RowState dst = state_at(p, states);
+  thread_local std::vector<float> acc;  // one row's merged sums (a merge runs once a decode step and head)
+  acc.resize(p.Dp);
   for (uint32_t r = 0; r < p.Rmax; ++r) {
     float M = -INFINITY;
     for (uint32_t s = 0; s < p.n_split; ++s) M = std::max(M, state_at(p, states + s * stride).m[r]);
     if (M == -INFINITY) continue;
     float L = 0;
-    std::vector<float> acc(p.Dp, 0.0f);
+    std::fill(acc.begin(), acc.end(), 0.0f);
     for (uint32_t s = 0; s < p.n_split; ++s) {
       RowState src = state_at(p, states + s * stride);
       if (src.m[r] == -INFINITY) continue;
