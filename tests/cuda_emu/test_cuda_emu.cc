@@ -146,8 +146,7 @@ TEST_CASE("emulated cuda attention cuts long blocks over quantized spans; prefil
   CHECK(e.code() == Errc::unsupported);
 }
 
-// [slow]: about a minute on 2 cores (the ASan run leaves it out).
-TEST_CASE("emulated cuda attention widens the splits past 128 · 256 rows", "[cuda_emu][slow]") {
+TEST_CASE("emulated cuda attention widens the splits past 128 · 256 rows", "[cuda_emu]") {
   // 33,000 rows: splits of 512 rows, f32 and quantized (the f32 rows then only the new token).
   CHECK(attention_error({1, 2, 1, 64, {33000}}, Path::Decode, 8) < 2e-5);
   CHECK(attention_error({1, 2, 1, 64, {1}, {33000}}, Path::Auto, 60) < 2e-5);
