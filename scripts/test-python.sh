@@ -2,7 +2,8 @@
 # The Python package's test command: a cached virtual environment
 # (${XDG_CACHE_HOME:-~/.cache}/kvzip/venv; KVZIP_VENV overrides), the packages the tests need from
 # PyPI (installed once; a stamp file records the list), the package built and installed from this
-# checkout (`pip install .`, reusing build/python-* and ccache), the default model, then pytest on
+# checkout (`pip install .`, reusing build/python-* and ccache, or the CMake build folder
+# $KVZIP_PY_BUILD_DIR), the default model, then pytest on
 # tests/python. torch is installed as scripts/golden/README.md documents: the wheel without its
 # dependencies, the four small NVIDIA libraries its import needs and its pure-Python
 # dependencies (the default wheel would pull in GBs of CUDA libraries); accelerate (which
@@ -32,12 +33,24 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
 fi
 
 echo "== pip install . ==" >&2
-# The package's tests run on the CPU: its test build leaves the CUDA backend out (nvcc is most of
-# a fresh build's time; scripts/test.sh compiles the CUDA code in its own build). A plain
-# `pip install .` builds it whenever nvcc is found.
-cfg=(-Ccmake.define.KVZIP_CUDA=OFF)
-if command -v ccache >/dev/null; then
-  cfg+=(-Ccmake.define.CMAKE_C_COMPILER_LAUNCHER=ccache -Ccmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
+if [ -n "${KVZIP_PY_BUILD_DIR:-}" ]; then
+  # A configured CMake build folder to build in (scripts/test.sh passes its Release build): with
+  # its own settings kept, scikit-build-core compiles only the extension and nanobind in it
+  # instead of every library again.
+  cache="$KVZIP_PY_BUILD_DIR/CMakeCache.txt"
+  [ -f "$cache" ] || { echo "test-python.sh: $KVZIP_PY_BUILD_DIR has no CMakeCache.txt" >&2; exit 2; }
+  setting() { sed -n "s/^$1:[A-Z]*=//p" "$cache"; }
+  cfg=(-Cbuild-dir="$KVZIP_PY_BUILD_DIR" -Ccmake.define.KVZIP_CUDA="$(setting KVZIP_CUDA)"
+       -Ccmake.define.KVZIP_TESTS="$(setting KVZIP_TESTS)")
+  CMAKE_GENERATOR="$(setting CMAKE_GENERATOR)"
+  export CMAKE_GENERATOR
+else
+  # Its own build folder (pyproject.toml): the package's tests run on the CPU, so the CUDA
+  # backend is left out (nvcc is most of a fresh build's time).
+  cfg=(-Ccmake.define.KVZIP_CUDA=OFF)
+  if command -v ccache >/dev/null; then
+    cfg+=(-Ccmake.define.CMAKE_C_COMPILER_LAUNCHER=ccache -Ccmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  fi
 fi
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps "${cfg[@]}" .

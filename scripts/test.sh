@@ -54,8 +54,8 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
 stage "fuzz the .kvz reader for 60 s (libFuzzer, ASan+UBSan)"
 bash fuzz/run.sh 60
 
-stage "Python package (pip install ., pytest; torch and transformers in a cached venv)"
-bash scripts/test-python.sh
+stage "Python package (pip install . in build/, pytest; torch and transformers in a cached venv)"
+KVZIP_PY_BUILD_DIR=build bash scripts/test-python.sh
 
 stage "Gemma 3 tokenizer.json (transformers' conversion of the GGUF) through the C++ loader"
 tokjson="${XDG_CACHE_HOME:-$HOME/.cache}/kvzip/models/gemma-3-270m-tokenizer.json"
