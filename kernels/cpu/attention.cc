@@ -36,6 +36,7 @@
 #include <cstring>
 #include <mutex>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #if defined(__AVX2__)
@@ -122,6 +123,7 @@ struct Scratch {
   std::vector<uint32_t> limit;  // (Rmax) rows each query row may see (0: a padding row)
   uint32_t rows = 0;            // the task's query rows; the rest up to a multiple of kQkRows pad
   std::vector<uint32_t> first;  // (Rmax) first row it may see (a sliding window; else 0)
+  std::vector<uint32_t> jmax;   // (Rmax / kQkRows) keys each row step's P·V takes in a block
   std::vector<float> tl;   // (Rmax, n_target) the rows' logits against the target keys
   std::vector<float> best; // (n_target) max over the task's rows of the local log-probability
   std::vector<uint32_t> q16;  // (Rmax, D / 2) the scaled queries as bf16 pairs (bf16 products)
@@ -135,6 +137,7 @@ struct Scratch {
     s.resize(size_t(p.Rmax) * kBk);
     limit.resize(p.Rmax);
     first.resize(p.Rmax);
+    jmax.resize(p.Rmax / kQkRows);
     if (p.local) {
       tl.resize(size_t(p.Rmax) * p.n_target);
       best.resize(p.n_target);
@@ -191,7 +194,10 @@ void row_times_n(uint32_t nv, const float* x, uint32_t n, const float* m, size_t
 }
 
 // S(Rp, ncols) = Q(Rp, D) · Kt(D, ncols) with Kt's rows ldk apart; Rp a multiple of kQkRows,
-// ncols of kQkCols. (An 8-row tile measured no faster.) One block of rows (a decode step's query
+// ncols of kQkCols. (An 8-row tile measured no faster; on 8 lanes a 6-row one neither.) Column
+// strip outer, row steps inner: one strip of Kt (kQkCols keys of every dimension: 4 KiB at D = 64,
+// 8 KiB at D = 128 on 8 lanes) serves all the row steps from L1, where a row step at a time walked
+// the whole tile (32 / 64 KiB). One block of rows (a decode step's query
 // heads) is walked row by row in memory order (row_times; `generate`'s decode after the article
 // 1.15x on 16 lanes, 1.18x on 8; two rows a walk on 16 lanes measured the same), its first R rows
 // only: the others pad the block (a group of 3 heads, or 2), and no one reads their scores.
@@ -204,8 +210,8 @@ void scores(const float* q, const float* kt, size_t ldk, float* s, uint32_t Rp, 
                           ldk, s + size_t(r) * kBk + c);
     return;
   }
-  for (uint32_t r = 0; r < Rp; r += kQkRows) {
-    for (uint32_t c = 0; c < ncols; c += kQkCols) {
+  for (uint32_t c = 0; c < ncols; c += kQkCols) {
+    for (uint32_t r = 0; r < Rp; r += kQkRows) {
       VecF acc[kQkRows][2] = {};
       for (uint32_t d = 0; d < D; ++d) {
         VecF k0 = simd::load(kt + d * ldk + c);
@@ -248,24 +254,42 @@ void pv_tile(const float* p, const float* v, size_t ldv, float* acc, uint32_t r,
     for (uint32_t n = 0; n < NV; ++n) simd::store(acc + size_t(r + i) * Dp + dc + n * kLanes, a[i][n]);
 }
 
-// V rows are ldv apart and hold Dp readable floats each. walk: the call's only block of rows (a
-// decode step's heads), which reads the block's V once from memory: where a V row is more than
-// one pv_tile pass wide (8 lanes, or D = 128 and up on 16), each of its first R rows of P walks V
-// in memory order (row_times) rather than in kPvVecs-wide strips (the rest pad the block). Each
-// element is the same chain over j either way.
-void pv_rows(const float* p, const float* v, size_t ldv, float* acc, uint32_t r, uint32_t jmax,
-             uint32_t Dp, bool walk, uint32_t R) {
-  if (walk && Dp > kPvVecs * kLanes) {
-    for (uint32_t i = r; i < std::min(r + kQkRows, R); ++i)
+// acc += P·V for the row steps (kQkRows rows each) up to Rp whose jmax[step] is not 0
+// (the keys that step's rows see), V's rows ldv apart with Dp readable floats each. Strip by strip
+// of V's columns, every row step per strip: one strip of the block's V rows stays in L1 for all
+// the steps (the whole block is 32 KiB at D = 64, 64 KiB at D = 128; L1 is 32-48 KiB). On 8
+// lanes strips of three vectors first (twelve accumulators: with the three V vectors and the
+// broadcast all 16 registers, each V load feeding four FMAs against two vectors' 2.67), then two.
+// Each element is the same chain over j whatever the strips.
+void pv_steps(const float* p, const float* v, size_t ldv, float* acc, uint32_t Rp, const uint32_t* jmax,
+              uint32_t Dp) {
+  auto strip = [&](auto nv, uint32_t dc) {
+    for (uint32_t r = 0; r < Rp; r += kQkRows)
+      if (const uint32_t j = jmax[r / kQkRows]) pv_tile<decltype(nv)::value>(p, v, ldv, acc, r, dc, j, Dp);
+  };
+  uint32_t dc = 0;
+  if constexpr (kLanes == 8) {
+    for (; dc + 3 * kLanes <= Dp; dc += 3 * kLanes) strip(std::integral_constant<uint32_t, 3>{}, dc);
+    for (; dc + 2 * kLanes <= Dp; dc += 2 * kLanes) strip(std::integral_constant<uint32_t, 2>{}, dc);
+  }
+  for (; dc + kPvVecs * kLanes <= Dp; dc += kPvVecs * kLanes) strip(std::integral_constant<uint32_t, kPvVecs>{}, dc);
+  for (; dc < Dp; dc += kLanes) strip(std::integral_constant<uint32_t, 1>{}, dc);
+}
+
+// pv_steps for the call's only block of rows (a decode step's heads), which reads the block's V
+// once from memory: where a V row is more than one pv_tile pass wide (8 lanes, or D = 128 and up
+// on 16), each of its first R rows of P walks V in memory order (row_times) rather than in strips
+// (the rest pad the block). Each element is the same chain over j either way.
+void pv_walk(const float* p, const float* v, size_t ldv, float* acc, uint32_t jmax, uint32_t Dp,
+             uint32_t R) {
+  if (Dp > kPvVecs * kLanes) {
+    for (uint32_t i = 0; i < std::min(kQkRows, R); ++i)
       for (uint32_t dc = 0; dc < Dp; dc += kWalkVecs * kLanes)
         row_times_n<false>(std::min(kWalkVecs, (Dp - dc) / kLanes), p + size_t(i) * kBk, jmax,
                            v + dc, ldv, acc + size_t(i) * Dp + dc);
     return;
   }
-  uint32_t dc = 0;
-  for (; dc + kPvVecs * kLanes <= Dp; dc += kPvVecs * kLanes)
-    pv_tile<kPvVecs>(p, v, ldv, acc, r, dc, jmax, Dp);
-  for (; dc < Dp; dc += kLanes) pv_tile<1>(p, v, ldv, acc, r, dc, jmax, Dp);
+  pv_steps(p, v, ldv, acc, kQkRows, &jmax, Dp);
 }
 
 #if KVZIP_ATTENTION_BF16
@@ -605,14 +629,17 @@ void key_block(const Plan& p, uint32_t h, Scratch& sc, RowState st, uint32_t Rp,
       jmax = std::max(jmax, p.bf16 ? softmax_row<true>(srow, valid, ncols, st, i, Dp)
                                    : softmax_row(srow, valid, ncols, st, i, Dp));
     }
-    if (!jmax || !need_pv) continue;
+    sc.jmax[r / kQkRows] = need_pv ? jmax : 0;
 #if KVZIP_ATTENTION_BF16
-    if (p.bf16) {
-      pv_bf16(p, h, sc, st.acc, r, kb, jmax);
-      continue;
-    }
+    if (p.bf16 && jmax && need_pv) pv_bf16(p, h, sc, st.acc, r, kb, jmax);
 #endif
-    pv_rows(sc.s.data(), v, ldv, st.acc, r, jmax, Dp, Rp == kQkRows, sc.rows);
+  }
+  // Every row step's softmax (and so its rescale of acc) is done: P·V strip by strip.
+  if (!need_pv || p.bf16) return;
+  if (Rp == kQkRows) {
+    if (sc.jmax[0]) pv_walk(sc.s.data(), v, ldv, st.acc, sc.jmax[0], Dp, sc.rows);
+  } else {
+    pv_steps(sc.s.data(), v, ldv, st.acc, Rp, sc.jmax.data(), Dp);
   }
 }
 

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <mutex>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include <immintrin.h>
