@@ -96,7 +96,11 @@ int main(int argc, char** argv) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
   };
   // Round 0 warms both up and is not counted; the order alternates (the second call of a pair
-  // finds the caches as the first left them: 1-2% on a 0.5 ms call, measured A against A).
+  // finds the caches as the first left them: 1-2% on a 0.5 ms call, measured A against A). The
+  // ratio is the median over pairs of A's time over B's: a slow stretch of the machine slows both
+  // calls of a pair, where the two minimums can come from different stretches (A against A, the
+  // minimums' ratio strayed by up to 7% in 30 rounds on a noisy guest).
+  std::vector<double> ratios;
   for (uint32_t r = 0; r <= 2 * o.rounds; ++r) {
     double da, db;
     if (r % 2 == 0) {
@@ -109,13 +113,19 @@ int main(int argc, char** argv) {
     if (r == 0) continue;
     ta = std::min(ta, da);
     tb = std::min(tb, db);
+    ratios.push_back(da / db);
   }
+  std::sort(ratios.begin(), ratios.end());
+  const size_t n = ratios.size();
+  const double median = n % 2 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]);
   const double pairs = double(o.T) * (o.len - o.T) + double(o.T) * (o.T + 1) / 2;
   const double flops = 4.0 * o.D * o.Hq * pairs;  // q·k and p·v, 2·D each per (query head, key)
   const bool same = std::memcmp(out_a.data(), out_b.data(), out_a.size() * sizeof(float)) == 0;
-  std::printf("T=%u len=%u heads=%u/%u D=%u threads=%u %s, best of %u rounds: A %.3f ms (%.1f GFLOP/s)  "
-              "B %.3f ms (%.1f GFLOP/s)  B/A speed %.3fx  outputs %s\n",
-              o.T, o.len, o.Hq, o.Hkv, o.D, o.threads, o.bf16 ? "bf16" : "fp32", 2 * o.rounds, ta * 1e3,
-              flops / ta * 1e-9, tb * 1e3, flops / tb * 1e-9, ta / tb, same ? "the same bits" : "DIFFER");
+  std::printf("T=%u len=%u heads=%u/%u D=%u threads=%u %s, %u pairs: best A %.3f ms (%.1f GFLOP/s), "
+              "B %.3f ms (%.1f GFLOP/s); B/A speed %.3fx (median of pairs; [%.3f, %.3f] quartiles)  "
+              "outputs %s\n",
+              o.T, o.len, o.Hq, o.Hkv, o.D, o.threads, o.bf16 ? "bf16" : "fp32", unsigned(n), ta * 1e3,
+              flops / ta * 1e-9, tb * 1e3, flops / tb * 1e-9, median, ratios[n / 4], ratios[3 * n / 4],
+              same ? "the same bits" : "DIFFER");
   return 0;
 }
