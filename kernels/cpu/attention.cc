@@ -68,11 +68,11 @@ constexpr uint32_t kPvVecs = kLanes == 16 ? 4 : 2;  // D-vectors per P·V micro-
 
 uint32_t round_up(uint32_t x, uint32_t m) { return (x + m - 1) / m * m; }
 
-// Wide heads on 8 lanes (D >= 128: every Llama-, Mistral-, Qwen- and Gemma-shaped model from 1B
-// up but Llama 3.2 1B): twice kRowsTarget rows a task, so each key and value strip brought into
-// L1 serves twice the rows, and q·k in 6-row tiles (twelve accumulator chains). On Zen 3
-// (bench/ab/attention_ab.sh, median of the pairs): 512 queries over 2,048 keys 1.12-1.15x with
-// heads 32/8, 28/4 (D = 128) and 4/1 (D = 256), a 32-token question over 8,192 keys 1.28x; the
+// Wide heads on 8 lanes (D >= 128: Llama 3 8B, Mistral 7B, Qwen2.5 from 1.5B, Qwen 3, Gemma 3;
+// SmolLM2 and Llama 3.2 1B have D = 64): twice kRowsTarget rows a task, so each key and value strip
+// brought into L1 serves twice the rows, and q·k in 6-row tiles (twelve accumulator chains). On
+// Zen 3 (bench/ab/attention_ab.sh, median of the pairs): 512 queries over 2,048 keys 1.12-1.15x
+// with heads 32/8, 28/4 (D = 128) and 4/1 (D = 256), a 32-token question over 8,192 keys 1.28x; the
 // row count alone 1.04-1.07x, the tiles alone 0.96-0.98x; D = 64 keeps both (0.98x either way).
 // Neither changes an element's chain: the same bits.
 constexpr bool wide_heads(uint32_t D) { return kLanes == 8 && D >= 128; }
