@@ -1,13 +1,14 @@
 // In-process A/B of the CPU attention kernel: variant A (kernels/cpu/attention.cc at a git
 // revision) and variant B (the working tree's) are compiled into one program (bench/ab/variant.cc)
-// and called alternately on the same inputs, round after round; each reports its fastest round.
-// On a shared or virtual machine the speed moves by 10-30% from one second to the next, which
-// swamps a kernel change measured by two separate runs; alternating calls a few milliseconds
-// apart see the same machine, and the minimum drops the rounds a neighbour disturbed. It also
-// says whether the two outputs are the same bits (a change meant to keep every sum's order).
-// Built and run by attention_ab.sh.
+// and called alternately on the same inputs, pair after pair. On a shared or virtual machine the
+// speed moves by 10-30% from one second to the next, which swamps a kernel change measured by two
+// separate runs; the two calls of a pair, a few milliseconds apart, see the same machine, so the
+// median of the pairs' ratios is the comparison (each variant's fastest call is shown beside it).
+// It also says whether the two outputs are the same bits (a change meant to keep every sum's
+// order). Built and run by attention_ab.sh.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -84,7 +85,11 @@ int main(int argc, char** argv) {
   for (uint32_t h = 0; h < o.Hkv; ++h)
     spans[h] = KvSpan{k.data() + size_t(h) * o.len * o.D, v.data() + size_t(h) * o.len * o.D, o.len};
   AttentionArgs a{q.data(), spans.data(), out_a.data(), o.T, o.Hq, o.Hkv, o.D, 1.0f / std::sqrt(float(o.D))};
-  a.bf16 = o.bf16;
+  // bf16 products run only in the 16-lane variants (AB_WIDE) on a CPU with AVX-512 BF16.
+  const bool bf16 = o.bf16 && AB_WIDE && attention_bf16_available();
+  if (o.bf16 && !bf16)
+    std::fprintf(stderr, "attention_ab: bf16 products need WIDE=1 and a CPU with AVX-512 BF16; fp32\n");
+  a.bf16 = bf16;
   AttentionArgs b = a;
   b.out = out_b.data();
   ThreadPool pool(o.threads);
@@ -124,7 +129,7 @@ int main(int argc, char** argv) {
   std::printf("T=%u len=%u heads=%u/%u D=%u threads=%u %s, %u pairs: best A %.3f ms (%.1f GFLOP/s), "
               "B %.3f ms (%.1f GFLOP/s); B/A speed %.3fx (median of pairs; [%.3f, %.3f] quartiles)  "
               "outputs %s\n",
-              o.T, o.len, o.Hq, o.Hkv, o.D, o.threads, o.bf16 ? "bf16" : "fp32", unsigned(n), ta * 1e3,
+              o.T, o.len, o.Hq, o.Hkv, o.D, o.threads, bf16 ? "bf16" : "fp32", unsigned(n), ta * 1e3,
               flops / ta * 1e-9, tb * 1e3, flops / tb * 1e-9, median, ratios[n / 4], ratios[3 * n / 4],
               same ? "the same bits" : "DIFFER");
   return 0;

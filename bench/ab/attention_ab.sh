@@ -31,7 +31,7 @@ for v in a b; do
     -DAB_SRC="\"$work/attention_$v.cc\"" -c "$here/bench/ab/variant.cc" -o "$work/v$v.o" &
 done
 wait
-"$cxx" "${flags[@]}" -I"$here" "${includes[@]}" "$here/bench/ab/attention_ab.cc" "$work/va.o" "$work/vb.o" \
+"$cxx" "${flags[@]}" -I"$here" "${includes[@]}" -DAB_WIDE="$wide" "$here/bench/ab/attention_ab.cc" "$work/va.o" "$work/vb.o" \
   "$build/libkvzip_kernels.a" "$build/libkvzip_common.a" -lopenblas -lpthread -o "$work/attention_ab"
 echo "A = $rev ($(git -C "$here" rev-parse --short "$rev")), B = the working tree; $([ "$wide" = 1 ] && echo "16-lane" || echo "the build's") kernel"
 "$work/attention_ab" "$@"
