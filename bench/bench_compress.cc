@@ -28,7 +28,7 @@
 #include "common/error.h"
 #include "compress/selection.h"
 #include "model/model.h"
-#include "prefill/prefill.h"
+#include "model/prefill.h"
 
 using namespace kvzip;
 

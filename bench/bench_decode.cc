@@ -70,7 +70,7 @@ double median(std::vector<double> v) {
 }
 
 // Memory in 2 MiB pages where the kernel grants them (as kvzip holds a model's weights read into
-// memory, model/detail/mapped_file.cc), or in 4 KiB pages with --pages 4k. With 4 KiB pages every
+// memory, checkpoint/detail/mapped_file.cc), or in 4 KiB pages with --pages 4k. With 4 KiB pages every
 // page of a stream costs a TLB miss: the read-bandwidth probe then reads less than a decode in 2
 // MiB pages can (Zen 5: llama.cpp's decode measured at up to 105% of such a probe).
 bool g_huge_pages = true;
@@ -169,7 +169,7 @@ struct DecodeSet {
   std::vector<std::vector<float>> x, y;          // one per projection
   std::vector<std::vector<kernels::MatmulArgs>> calls;
   // The same calls with Q's and K's rows through llama.cpp's rotary interleave map, as kvzip reads
-  // a GGUF's Q and K (model/gguf_weights.cc): the "fast-mapped" kernel.
+  // a GGUF's Q and K (checkpoint/gguf_weights.cc): the "fast-mapped" kernel.
   std::vector<std::vector<kernels::MatmulArgs>> mapped_calls;
   std::vector<std::vector<uint32_t>> maps;
   size_t bytes = 0;

@@ -28,7 +28,7 @@
 #include "kernels/device.h"
 #include "kernels/gpu.h"
 #include "loader/loader.h"
-#include "model/gpu_cache.h"
+#include "cache/gpu_cache.h"
 #include "model/gpu_forward.h"
 
 using namespace kvzip;

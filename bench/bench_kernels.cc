@@ -28,7 +28,7 @@
 #include "kernels/quant.h"
 #include "kernels/thread_pool.h"
 #include "model/forward.h"
-#include "model/kv_cache.h"
+#include "cache/kv_cache.h"
 
 using namespace kvzip;
 

@@ -19,8 +19,8 @@
 #include <string>
 
 #include "model/model.h"
-#include "model/model_path.h"
-#include "model/ragged_cache.h"
+#include "checkpoint/model_path.h"
+#include "cache/ragged_cache.h"
 
 using namespace kvzip;
 using Clock = std::chrono::steady_clock;

@@ -14,7 +14,7 @@
 
 #include "format/format.h"
 #include "loader/loader.h"
-#include "model/branch_cache.h"
+#include "cache/branch_cache.h"
 #include "model/model.h"
 
 using namespace kvzip;

@@ -23,7 +23,7 @@
 #include "kernels/device.h"
 #include "model/gpu_forward.h"
 #include "model/model.h"
-#include "prefill/prefill.h"
+#include "model/prefill.h"
 
 using namespace kvzip;
 using Clock = std::chrono::steady_clock;

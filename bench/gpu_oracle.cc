@@ -15,7 +15,7 @@
 #include "common/error.h"
 #include "kernels/device.h"
 #include "model/forward.h"
-#include "model/gpu_cache.h"
+#include "cache/gpu_cache.h"
 #include "model/gpu_forward.h"
 #include "model/model.h"
 

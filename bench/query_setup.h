@@ -8,7 +8,7 @@
 
 #include "loader/loader.h"
 #include "model/model.h"
-#include "model/model_path.h"
+#include "checkpoint/model_path.h"
 
 namespace kvzip::bench {
 

@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "common/error.h"
-#include "model/model_path.h"
+#include "checkpoint/model_path.h"
 
 namespace kvzip::cli {
 

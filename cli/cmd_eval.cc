@@ -17,7 +17,7 @@
 #include "eval/plot.h"
 #include "eval/ruler.h"
 #include "format/head_scores.h"
-#include "model/model_path.h"
+#include "checkpoint/model_path.h"
 
 namespace kvzip::cli {
 namespace {

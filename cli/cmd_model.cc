@@ -10,7 +10,7 @@
 #include "cli/commands.h"
 #include "cli/rkv_options.h"
 #include "common/error.h"
-#include "model/ragged_cache.h"
+#include "cache/ragged_cache.h"
 #include "kernels/device.h"
 #include "model/gpu_forward.h"
 

@@ -1,4 +1,4 @@
-// The terminal progress display of the CLI commands: PrefillProgress (prefill/prefill.h) as
+// The terminal progress display of the CLI commands: PrefillProgress (model/prefill.h) as
 // "label [#####.....]  42%  2048/4873 tok  1234 tok/s" on stderr, redrawn in place with \r on a
 // terminal, a few plain lines otherwise, nothing when quiet. Presentation only: the library
 // reports progress through callbacks and never prints.
@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <string>
 
-#include "prefill/prefill.h"
+#include "model/prefill.h"
 
 namespace kvzip::cli {
 

@@ -13,7 +13,7 @@
 
 #include "compress/scorer.h"
 #include "compress/selection.h"
-#include "prefill/prefill.h"
+#include "model/prefill.h"
 
 namespace kvzip::compress {
 

@@ -23,8 +23,8 @@
 #include "kernels/device.h"
 #include "model/gpu_forward.h"
 #include "model/model.h"
-#include "model/ragged_cache.h"
-#include "prefill/prefill.h"
+#include "cache/ragged_cache.h"
+#include "model/prefill.h"
 
 namespace kvzip::compress {
 

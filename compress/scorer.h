@@ -13,9 +13,9 @@
 #include <utility>
 #include <vector>
 
-#include "model/chat_template.h"
+#include "tokenizer/chat_template.h"
 #include "model/forward.h"
-#include "model/kv_cache.h"
+#include "cache/kv_cache.h"
 
 namespace kvzip::compress {
 

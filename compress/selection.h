@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "compress/scorer.h"
-#include "model/kv_cache.h"
-#include "model/ragged_cache.h"
+#include "cache/kv_cache.h"
+#include "cache/ragged_cache.h"
 
 namespace kvzip::compress {
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "model/forward.h"
-#include "model/kv_cache.h"
+#include "cache/kv_cache.h"
 
 namespace kvzip::eval {
 

@@ -14,7 +14,7 @@
 #include "eval/metrics.h"
 #include "loader/compose.h"
 #include "loader/loader.h"
-#include "model/kv_base.h"
+#include "cache/kv_base.h"
 
 namespace kvzip::eval {
 namespace {

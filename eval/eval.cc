@@ -16,7 +16,7 @@
 #include "eval/answer.h"
 #include "eval/metrics.h"
 #include "loader/loader.h"
-#include "model/branch_cache.h"
+#include "cache/branch_cache.h"
 
 namespace kvzip::eval {
 namespace {

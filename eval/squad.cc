@@ -9,7 +9,7 @@
 
 #include "common/error.h"
 #include "common/json.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kvzip::eval {
 namespace {

@@ -6,11 +6,11 @@
 // Query head hq uses KV head hq / G, G = Hq / Hkv. Online softmax over key blocks: no T×len score
 // matrix is ever formed; work is split over (KV head, query block, key chunk) tasks.
 // A span's rows may lie in two segments (a shared read-only prefix and a private tail, as a
-// served request's cache has them, model/branch_cache.h): the rule above is on the rows of the
+// served request's cache has them, cache/branch_cache.h): the rule above is on the rows of the
 // concatenation, and the CPU kernel visits exactly the key blocks it would visit on one
 // contiguous copy of those rows, so its result is bit-identical to that copy's.
 // A span may also carry quantized rows (KvSpan::quant: a q8/q4 base kept as the file stores it,
-// model/quant_base.h). They come before every f32 row of the span and before the new tokens, so
+// cache/quant_base.h). They come before every f32 row of the span and before the new tokens, so
 // every query token sees all of them; the CPU kernel attends to them with the kv_quant kernels
 // (kernels/kv_quant.h, no dequantized copy), to the f32 rows as above, and merges the two by their
 // log-sum-exp. That equals attention over the dequantized rows up to fp32 summation order.
@@ -40,7 +40,7 @@ struct KvSpan {
   // with a tail (only the read-only first segment can be kept so). Same results as without.
   const float* kt = nullptr;
   uint32_t kt_rows = 0;
-  // Visibility beyond the causal rule (composed caches, model/composed_cache.h). limit (T): token t
+  // Visibility beyond the causal rule (composed caches, cache/composed_cache.h). limit (T): token t
   // sees the f32 rows [0, limit[t]) instead (len may then be below T); skip: a bitmap over the f32
   // rows [0, len) whose set bits no token sees. quant_limit and quant_skip say the same of the
   // quantized rows (every token sees all of them by default). Null: no such restriction.
@@ -103,7 +103,7 @@ struct AttentionArgs {
   // false: every token sees every row of every span (subject to KvSpan::limit/skip), so a span may
   // be shorter than T. The parts below are attended so.
   bool causal = true;
-  // Composed caches (model/composed_cache.h): n_parts read-only blocks of rows per KV head besides
+  // Composed caches (cache/composed_cache.h): n_parts read-only blocks of rows per KV head besides
   // the spans, placed at other positions than the ones their keys were rotated for. Part p is
   // attended non-causally with the queries rotated by part_rot[p] (RoPE is a rotation: a query
   // rotated back by a block's shift sees the block's keys at their new relative positions, so the
@@ -122,7 +122,7 @@ struct AttentionArgs {
   bool bf16 = false;
   // Sliding window (a local layer of a hybrid model): > 0 limits query token i further to rows
   // (len - T + i - window, len - T + i], its last `window` rows, itself included. Rows are the
-  // span's rows, so a cache whose local layers keep consecutive positions (model/kv_cache.h) gets
+  // span's rows, so a cache whose local layers keep consecutive positions (cache/kv_cache.h) gets
   // the model's positional window. CPU, f32 spans, no `local` statistics (else Errc::unsupported).
   uint32_t window = 0;
 };

@@ -1,7 +1,7 @@
 // Append front of the ragged (per-head variable length) cache: T new tokens' K and V, laid out
 // (T, Hkv, D) as the forward produces them, are copied to rows [dst_row[h], dst_row[h] + T) of
 // head h in one layer's head-major storage. The cache object owns where each head's append room
-// starts (model/ragged_cache.h on the CPU, model/gpu_cache.h on the device); rolling back only
+// starts (cache/ragged_cache.h on the CPU, cache/gpu_cache.h on the device); rolling back only
 // resets those per-head lengths and moves no data, so it needs no kernel.
 #pragma once
 #include <cstdint>

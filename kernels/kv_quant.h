@@ -23,9 +23,9 @@
 // question/answer tokens) by the usual softmax merge: that is how a quantized base segment is
 // attended to without expanding it. The CPU attention kernel does exactly that for a span whose
 // rows include a KvQuantSegment (kernels/attention.h: the q8/q4 base of a query session or a
-// served request, model/quant_base.h). The CUDA twins (dequantization, logits over codes) read
+// served request, cache/quant_base.h). The CUDA twins (dequantization, logits over codes) read
 // every layout the CPU does, and the CUDA attention attends to a q8/q4 base kept as stored in
-// device memory (kernels/cuda/attention.cu, model/gpu_quant_base.h).
+// device memory (kernels/cuda/attention.cu, cache/gpu_quant_base.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>

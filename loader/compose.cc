@@ -11,7 +11,7 @@
 #include "common/error.h"
 #include "kernels/rope.h"
 #include "loader/loader.h"
-#include "model/kv_cache.h"
+#include "cache/kv_cache.h"
 
 namespace kvzip::loader {
 namespace {

@@ -1,6 +1,6 @@
 // Composition of several compressed documents into one context (spec/kvzip_format.md "Composing
 // caches"): [first cache's prefix ; document 1's kept rows ; separator ; document 2's kept rows ;
-// ... ; question]. Every document keeps its stored rows (shared, read-only: model/composed_cache.h);
+// ... ; question]. Every document keeps its stored rows (shared, read-only: cache/composed_cache.h);
 // what is computed per composition is small: the separator rows (a blank line by default, each
 // seeing every document before it) and, with ComposeOptions::blend, a fraction of every later
 // document's tokens recomputed with the earlier documents in view, which restores some of the
@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "format/format.h"
-#include "model/composed_cache.h"
+#include "cache/composed_cache.h"
 #include "model/forward.h"
-#include "model/kv_base.h"
-#include "model/tokenizer.h"
+#include "cache/kv_base.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kvzip::loader {
 

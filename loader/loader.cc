@@ -381,7 +381,7 @@ QuerySession::QuerySession(const model::Model& model, const std::string& path, c
     : QuerySession(model, open_file(model, path, o), o) {}
 
 namespace {
-// A composition appends only to its own rows (model/composed_cache.h): its caches need no room.
+// A composition appends only to its own rows (cache/composed_cache.h): its caches need no room.
 SessionOptions composing(const SessionOptions& o, size_t n_paths) {
   SessionOptions c = o;
   if (n_paths > 1) c.room = 0;

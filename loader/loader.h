@@ -20,12 +20,12 @@
 #include "format/format.h"
 #include "kernels/device.h"
 #include "loader/compose.h"
-#include "model/branch_cache.h"
+#include "cache/branch_cache.h"
 #include "model/gpu_forward.h"
-#include "model/kv_base.h"
+#include "cache/kv_base.h"
 #include "model/model.h"
-#include "model/quant_base.h"
-#include "model/ragged_cache.h"
+#include "cache/quant_base.h"
+#include "cache/ragged_cache.h"
 
 namespace kvzip::loader {
 
@@ -62,7 +62,7 @@ uint64_t base_bytes_bound(const format::CacheReader& reader, uint32_t room = 512
 // copied from the mapping into one of two pinned staging buffers while the previous layer's
 // asynchronous copies drain the other, so decoding overlaps the transfers. A q8/q4 file's rows
 // stay as the file stores them (KvForm::Auto): the cache holds each head's f16 rows in f32 and a
-// GpuQuantBase (model/gpu_quant_base.h) the quantized rows' channel scales, parameters and codes,
+// GpuQuantBase (cache/gpu_quant_base.h) the quantized rows' channel scales, parameters and codes,
 // which the CUDA attention reads in place (kernels/attention.h); no quantized row is widened to
 // f32 anywhere. KvForm::F32 dequantizes them on the device instead, a layer at a time
 // (kernels::kv_dequantize_rows; the same bits as the host's reconstruction). Errc::unsupported

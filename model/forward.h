@@ -18,8 +18,8 @@
 
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
-#include "model/kv_cache.h"
-#include "model/weights.h"
+#include "cache/kv_cache.h"
+#include "checkpoint/weights.h"
 
 namespace kvzip::kernels {
 class ThreadPool;

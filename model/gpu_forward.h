@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "model/forward.h"
-#include "model/gpu_cache.h"
+#include "cache/gpu_cache.h"
 #include "model/model.h"
-#include "model/weights.h"
+#include "checkpoint/weights.h"
 
 namespace kvzip::model {
 

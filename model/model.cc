@@ -12,11 +12,12 @@
 #include <optional>
 
 #include "common/error.h"
-#include "model/gguf.h"
+#include "checkpoint/gguf.h"
 #include "model/detail/sysmem.h"
-#include "model/gguf_weights.h"
-#include "model/hf_model.h"
-#include "model/ragged_cache.h"
+#include "checkpoint/gguf_weights.h"
+#include "checkpoint/hf_model.h"
+#include "cache/ragged_cache.h"
+#include "checkpoint/gguf_tokenizer.h"
 
 namespace kvzip::model {
 namespace {

@@ -12,13 +12,13 @@
 #include <vector>
 
 #include "common/model_config.h"
-#include "model/chat_template.h"
+#include "tokenizer/chat_template.h"
 #include "model/forward.h"
-#include "model/kv_cache.h"
+#include "cache/kv_cache.h"
 #include "model/rkv.h"
 #include "model/sampling.h"
-#include "model/tokenizer.h"
-#include "model/weights.h"
+#include "tokenizer/tokenizer.h"
+#include "checkpoint/weights.h"
 
 namespace kvzip::model {
 
@@ -42,7 +42,7 @@ struct LoadOptions {
 
 class Model {
  public:
-  // Opens a GGUF model file or a Hugging Face checkpoint folder (model/hf_model.h) and validates it;
+  // Opens a GGUF model file or a Hugging Face checkpoint folder (checkpoint/hf_model.h) and validates it;
   // the weights stay in the mapped file(s).
   static std::unique_ptr<Model> load(const std::string& path, const LoadOptions& options = {});
 

@@ -13,7 +13,7 @@
 
 #include "common/model_config.h"
 #include "model/forward.h"
-#include "model/ragged_cache.h"
+#include "cache/ragged_cache.h"
 
 namespace kvzip::model {
 

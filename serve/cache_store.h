@@ -1,7 +1,7 @@
 // serve/ cache store: the .kvz files of one folder as named resources, and the loaded ones in an
 // LRU bounded by bytes. A cache id is a file name stem in [A-Za-z0-9._-] (1-128 characters, not
 // starting with '.'), so DIR/<id>.kvz can never leave DIR. A cache is loaded on first use into a
-// KvBase that every request on it shares read-only (model/branch_cache.h); requests hold a
+// KvBase that every request on it shares read-only (cache/branch_cache.h); requests hold a
 // shared_ptr, so an entry in use is never evicted (an entry is in use while anyone but the store
 // holds it), and a deleted or replaced file leaves the LRU at once but its copy is counted against
 // the budget until its last request ends (loaded_bytes() is what is held, never less).
@@ -26,7 +26,7 @@
 
 #include "common/atomic_file.h"
 #include "format/format.h"
-#include "model/kv_base.h"
+#include "cache/kv_base.h"
 #include "model/model.h"
 
 namespace kvzip::serve {

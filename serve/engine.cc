@@ -6,7 +6,7 @@
 #include <optional>
 
 #include "common/error.h"
-#include "model/branch_cache.h"
+#include "cache/branch_cache.h"
 
 namespace kvzip::serve {
 

@@ -160,7 +160,7 @@ class AccumulatingObserver final : public model::AttentionObserver {
     const uint32_t t0 = first_query_ > p0 ? first_query_ - p0 : 0;
     if (t0 >= obs.T) return;
     // Sliding-window layers are not scored (selection keeps their reachable rows), and a long
-    // prefill trims their rows to the window (model/kv_cache.h).
+    // prefill trims their rows to the window (cache/kv_cache.h).
     if (obs.layer < local_.size() && local_[obs.layer]) return;
     std::vector<kernels::ScoreKeyAxis> axes(obs.Hkv);
     for (uint32_t h = 0; h < obs.Hkv; ++h) {

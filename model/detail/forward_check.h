@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <span>
 
-#include "model/kv_cache.h"
-#include "model/weights.h"
+#include "cache/kv_cache.h"
+#include "checkpoint/weights.h"
 
 namespace kvzip::model::detail {
 

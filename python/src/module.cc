@@ -26,7 +26,7 @@
 #include "format/format.h"
 #include "loader/loader.h"
 #include "model/model.h"
-#include "model/model_path.h"
+#include "checkpoint/model_path.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes tests/golden/tokens_gemma3.json: the token ids Hugging Face `tokenizers` gives, for a
 tokenizer built from the Gemma 3 270M GGUF's vocabulary, on a set of texts. It is the truth for
-tests/model/test_gemma3_tokenizer.cc (kvzip's SentencePiece-style tokenizer on the real
+tests/tokenizer/test_gemma3_tokenizer.cc (kvzip's SentencePiece-style tokenizer on the real
 vocabulary, [realmodel]: the test reads the vocabulary from the GGUF; the model is not committed).
 
 Python: transformers, tokenizers, gguf and numpy.

@@ -2,7 +2,7 @@
 """Writes the Gemma 3 tokenizer.json that transformers converts from the Gemma 3 270M GGUF (BPE with
 byte_fallback, normalizer Replace(" " -> "▁"), 262,144 tokens, ~515K merges; about 33 MB, so it is
 not committed) and checks, before writing, that Hugging Face `tokenizers` gives the ids of
-tests/golden/tokens_gemma3.json with it. tests/model/test_spm_tokenizer_json.cc [realmodel] then
+tests/golden/tokens_gemma3.json with it. tests/tokenizer/test_spm_tokenizer_json.cc [realmodel] then
 reads it through kvzip's Hugging Face loader and compares kvzip's ids with the same goldens.
 
   python3 scripts/golden/make_gemma3_tokenizer_json.py [--model GGUF] [--out PATH]

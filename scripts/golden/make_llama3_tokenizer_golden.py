@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes tests/golden/llama3_vocab.bin.zst and tests/golden/tokens_llama3.json: the real 128K
 Llama 3 vocabulary and token ids Hugging Face `tokenizers` gives for it, the truth for
-tests/model/test_llama3_tokenizer.cc (kvzip's `llama-bpe` tokenizer on the real vocabulary).
+tests/tokenizer/test_llama3_tokenizer.cc (kvzip's `llama-bpe` tokenizer on the real vocabulary).
 
 Python: the pyenv `python3` (3.11) with tokenizers and tiktoken; the `zstd` command line tool.
 Source: Meta's tiktoken ranks file llama_models/llama3/tokenizer.model from the PyPI wheel

@@ -7,8 +7,8 @@ the ids `tokenizers` gives on a set of texts for each of the three layouts conve
   llama2    normalizer Sequence[Prepend("▁"), Replace(" " -> "▁")], no pre_tokenizer
   metaspace no normalizer, pre_tokenizer Metaspace("▁", prepend_scheme first, split true)
 
-It is the truth for tests/model/test_spm_tokenizer_json.cc (kvzip's tokenizer.json loader and its
-ranked-merge loop; model/detail/spm.h). The vocabulary is small (a few hundred merges) so the file
+It is the truth for tests/tokenizer/test_spm_tokenizer_json.cc (kvzip's tokenizer.json loader and its
+ranked-merge loop; tokenizer/detail/spm.h). The vocabulary is small (a few hundred merges) so the file
 stays small; the 256 <0xXX> byte tokens make every character encodable, and the texts hold
 characters the vocabulary lacks (byte fallback), runs of spaces, an added user-defined token
 ("\\n\\n") and a special one ("<start_of_turn>", parsed: Hugging Face always matches specials).

@@ -1,4 +1,4 @@
-// Test helpers for compress/ and prefill/ (see support.h): the query recorder, ScoredDocument and
+// Test helpers for compress/ and the prefill (see support.h): the query recorder, ScoredDocument and
 // the option-refusal check.
 #include "tests/compress/support.h"
 
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "prefill/prefill.h"
+#include "model/prefill.h"
 #include "tests/support/random_weights.h"
 
 namespace kvzip::test {

@@ -1,4 +1,4 @@
-// Helpers for the compress/ and prefill/ tests: a query recorder built on the forward's trace and
+// Helpers for the compress/ tests and the prefill tests (tests/model/test_prefill.cc): a query recorder built on the forward's trace and
 // a scored random document. The naive reference forward and random tokens are in
 // tests/support/naive_forward.h (shared with the model tests).
 #pragma once
@@ -11,7 +11,7 @@
 #include "common/error.h"
 #include "compress/scorer.h"
 #include "model/forward.h"
-#include "model/weights.h"
+#include "checkpoint/weights.h"
 #include "tests/support/naive_forward.h"
 #include "tests/support/random_weights.h"
 

@@ -9,7 +9,7 @@
 
 #include "common/error.h"
 #include "compress/selection.h"
-#include "prefill/prefill.h"
+#include "model/prefill.h"
 #include "tests/compress/support.h"
 #include "tests/support/random_weights.h"
 

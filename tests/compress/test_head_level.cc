@@ -13,7 +13,7 @@
 #include "common/error.h"
 #include "compress/head_level.h"
 #include "compress/pipeline.h"
-#include "prefill/prefill.h"
+#include "model/prefill.h"
 #include "tests/compress/support.h"
 #include "tests/support/random_weights.h"
 

@@ -15,9 +15,9 @@
 #include "compress/pipeline.h"
 #include "compress/selection.h"
 #include "model/forward.h"
-#include "model/kv_cache.h"
+#include "cache/kv_cache.h"
 #include "model/model.h"
-#include "prefill/prefill.h"
+#include "model/prefill.h"
 #include "tests/compress/support.h"
 #include "tests/support/hf_fixture.h"
 

@@ -7,8 +7,8 @@
 #include <random>
 
 #include "model/forward.h"
-#include "model/kv_cache.h"
-#include "model/ragged_cache.h"
+#include "cache/kv_cache.h"
+#include "cache/ragged_cache.h"
 #include "tests/compress/support.h"
 #include "tests/support/random_weights.h"
 

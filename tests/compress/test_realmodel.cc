@@ -11,9 +11,9 @@
 
 #include "compress/pipeline.h"
 #include "eval/squad.h"
-#include "model/kv_cache.h"
+#include "cache/kv_cache.h"
 #include "model/model.h"
-#include "prefill/prefill.h"
+#include "model/prefill.h"
 #include "tests/support/skip.h"
 
 using namespace kvzip;

@@ -13,7 +13,7 @@
 #include "common/error.h"
 #include "compress/scorer.h"
 #include "compress/detail/restkv.h"
-#include "prefill/prefill.h"
+#include "model/prefill.h"
 #include "tests/compress/support.h"
 #include "tests/support/random_weights.h"
 

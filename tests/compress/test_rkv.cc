@@ -11,7 +11,7 @@
 
 #include "common/error.h"
 #include "compress/scorer.h"
-#include "prefill/prefill.h"
+#include "model/prefill.h"
 #include "tests/compress/support.h"
 #include "tests/support/random_weights.h"
 #include "tests/support/rkv_reference.h"

@@ -16,8 +16,8 @@
 #include "compress/quantize.h"
 #include "format/format.h"
 #include "loader/loader.h"
-#include "model/gpu_cache.h"
-#include "model/quant_base.h"
+#include "cache/gpu_cache.h"
+#include "cache/quant_base.h"
 
 using namespace kvzip;
 using test::gpu_ready;

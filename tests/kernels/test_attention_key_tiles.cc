@@ -12,8 +12,8 @@
 
 #include "kernels/attention.h"
 #include "kernels/thread_pool.h"
-#include "model/branch_cache.h"
-#include "model/ragged_cache.h"
+#include "cache/branch_cache.h"
+#include "cache/ragged_cache.h"
 #include "tests/support/random_weights.h"
 
 using namespace kvzip;

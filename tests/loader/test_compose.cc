@@ -1,4 +1,4 @@
-// Composed sessions (loader/compose.h, model/composed_cache.h) on a tiny random-weight GGUF model:
+// Composed sessions (loader/compose.h, cache/composed_cache.h) on a tiny random-weight GGUF model:
 //  - two ratio-1.0 caches composed equal, to fp32 rounding, a reference built with the ordinary
 //    caches: the first document prefilled as usual with the separator after it, the second
 //    prefilled alone at its shifted positions (block-diagonal attention), their rows put together
@@ -20,8 +20,8 @@
 #include "compress/pipeline.h"
 #include "kernels/rope.h"
 #include "loader/loader.h"
-#include "model/kv_cache.h"
-#include "model/ragged_cache.h"
+#include "cache/kv_cache.h"
+#include "cache/ragged_cache.h"
 #include "tests/support/random_weights.h"
 #include "tests/support/thrown.h"
 #include "tests/support/tiny_gguf.h"

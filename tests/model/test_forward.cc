@@ -8,7 +8,7 @@
 
 #include "common/error.h"
 #include "model/forward.h"
-#include "model/kv_cache.h"
+#include "cache/kv_cache.h"
 #include "tests/support/naive_forward.h"
 #include "tests/support/random_weights.h"
 

@@ -11,9 +11,9 @@
 #include <cstring>
 
 #include "common/error.h"
-#include "model/branch_cache.h"
+#include "cache/branch_cache.h"
 #include "model/forward.h"
-#include "model/ragged_cache.h"
+#include "cache/ragged_cache.h"
 #include "model/sampling.h"
 #include "tests/support/random_weights.h"
 

@@ -22,7 +22,7 @@
 #include "format/format.h"
 #include "loader/loader.h"
 #include "model/forward.h"
-#include "model/kv_cache.h"
+#include "cache/kv_cache.h"
 #include "model/model.h"
 #include "tests/support/hf_fixture.h"
 #include "tests/support/same_config.h"

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "model/forward.h"
-#include "model/kv_cache.h"
+#include "cache/kv_cache.h"
 #include "model/model.h"
 #include "tests/support/real_model.h"
 

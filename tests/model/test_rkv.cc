@@ -11,7 +11,7 @@
 
 #include "common/error.h"
 #include "model/model.h"
-#include "model/ragged_cache.h"
+#include "cache/ragged_cache.h"
 #include "model/rkv.h"
 #include "tests/support/random_weights.h"
 #include "tests/support/rkv_reference.h"

@@ -9,7 +9,7 @@
 #include <iterator>
 
 #include "common/error.h"
-#include "model/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 namespace kvzip::test {
 namespace fs = std::filesystem;

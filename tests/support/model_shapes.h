@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "model/weights.h"
+#include "checkpoint/weights.h"
 
 namespace kvzip::test {
 

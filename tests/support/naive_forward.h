@@ -6,7 +6,7 @@
 #include <functional>
 #include <vector>
 
-#include "model/weights.h"
+#include "checkpoint/weights.h"
 
 namespace kvzip::test {
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/weights.h"
+#include "checkpoint/weights.h"
 
 namespace kvzip::test {
 

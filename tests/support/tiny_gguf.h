@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "common/model_config.h"
-#include "model/gguf.h"
+#include "checkpoint/gguf.h"
 #include "kernels/quant.h"
-#include "model/weights.h"
+#include "checkpoint/weights.h"
 
 namespace kvzip::test {
 
