@@ -25,7 +25,7 @@ struct RopeScaling {
   uint32_t original_context = 0;  // llama3: original_max_position_embeddings
   // (D/2) per-dimension divisors of the RoPE frequencies, or empty. llama.cpp's converter stores
   // Llama 3.1's scaling this way (tensor rope_freqs.weight, no scaling keys); applied after `kind`.
-  std::vector<float> freq_factors;
+  std::vector<float> freq_factors{};
 };
 
 // The FFN's gate activation: SwiGLU (silu, Llama family) or GeGLU (tanh-approximated GELU, Gemma).

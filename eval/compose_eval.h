@@ -40,7 +40,7 @@ struct ComposeEvalOptions {
   uint32_t kvzip_chunk = 2000;
   kernels::MatmulPath matmul = kernels::MatmulPath::Fast;
   uint32_t threads = 0;
-  std::function<void(const std::string&)> log;  // optional progress lines
+  std::function<void(const std::string&)> log{};  // optional progress lines
 };
 
 struct ComposeEvalRow {

@@ -58,7 +58,7 @@ struct EvalOptions {
   bool keep_answers = false;          // true: EvalReport::answers lists every answer
   bool reuse_identical = true;        // a selection that keeps every row IS the full cache: take
                                       // the reference answers instead of answering again
-  std::function<void(const std::string&)> log;  // optional: one progress line per event
+  std::function<void(const std::string&)> log{};  // optional: one progress line per event
   prefill::PrefillProgressFn prefill_progress;           // optional: progress of each document prefill
 };
 

@@ -119,7 +119,7 @@ struct RulerOptions {
   std::vector<RulerSetting> settings = {RulerSetting::QueryAgnostic};
   RulerGenOptions gen;
   std::string model_name;                       // the kvpress CSV's model column
-  std::function<void(const std::string&)> log;  // progress lines (with elapsed time and estimate)
+  std::function<void(const std::string&)> log{};  // progress lines (with elapsed time and estimate)
 };
 
 struct RulerRow {

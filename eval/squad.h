@@ -16,7 +16,7 @@ struct Question {
   std::string text;
   std::vector<std::string> answers;  // gold answer texts (empty for an unanswerable question)
   bool impossible = false;           // SQuAD v2 "is_impossible"
-  std::string answer_prefix;         // text the reply starts with, after the chat template's
+  std::string answer_prefix{};       // text the reply starts with, after the chat template's
                                      // assistant opener (RULER's answer prefix); "" for SQuAD
 };
 

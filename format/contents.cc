@@ -197,7 +197,10 @@ void check_shape(const CacheHeader& h, const ModelConfig& c) {
   auto locals = [](const std::vector<uint8_t>& v) {
     std::string out;
     for (size_t l = 0; l < v.size(); ++l)
-      if (v[l]) out += (out.empty() ? "" : ",") + std::to_string(l);
+      if (v[l]) {
+        if (!out.empty()) out += ',';
+        out += std::to_string(l);
+      }
     return out.empty() ? std::string("none") : out;
   };
   const std::vector<uint8_t> model_local = c.hybrid() ? c.local_layers : std::vector<uint8_t>{};

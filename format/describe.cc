@@ -177,7 +177,10 @@ std::string describe_text(const CacheReader& r, const DescribeOptions& opt) {
     std::string list;
     uint32_t n_local = 0;
     for (size_t l = 0; l < h.local_layers.size(); ++l)
-      if (h.local_layers[l]) list += (n_local++ ? "," : "") + std::to_string(l);
+      if (h.local_layers[l]) {
+        if (n_local++) list += ',';
+        list += std::to_string(l);
+      }
     o << "attention    hybrid: " << n_local << " sliding-window layers (" << list << "), window " << h.sliding_window
       << ", rope base " << shortest(h.rope_local_base) << "; ratio counts the " << h.n_layers - n_local
       << " global layers\n";

@@ -63,7 +63,7 @@ class PromptBf16Scope {
 struct ForwardOptions {
   uint32_t threads = 0;  // 0 = one per hardware thread; also sets OpenBLAS's thread count
   uint32_t chunk = 512;  // tokens per prefill chunk (bounds scratch memory), >= 1
-  TraceFn trace;         // optional; called with every named tensor when set
+  TraceFn trace{};       // optional; called with every named tensor when set
   // Fast: the fastest kernels this CPU has; Exact: fp32 arithmetic on dequantized rows (the
   // golden tests' path). See kernels/matmul.h for what differs.
   kernels::MatmulPath matmul = kernels::MatmulPath::Fast;

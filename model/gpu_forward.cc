@@ -31,12 +31,6 @@ using kernels::gpu::GpuBuffer;
 
 constexpr uint32_t kLogitRows = 16;  // LM-head rows per GEMM slice (bounds the logits scratch)
 
-GpuBuffer<uint16_t> upload_bf16(const std::vector<float>& w) {
-  GpuBuffer<uint16_t> b(w.size());
-  b.upload(kernels::gpu::to_bf16(w.data(), w.size()));
-  return b;
-}
-
 // A stored matrix, dequantized one slab of canonical rows at a time (the host never holds the
 // whole matrix in fp32), rounded to bf16 and copied into one device buffer.
 GpuBuffer<uint16_t> upload_bf16(const Matrix& m) {

@@ -25,7 +25,7 @@ namespace kvzip::model {
 struct LoadOptions {
   uint32_t threads = 0;  // unused since the weights are mapped, not decoded; kept for callers
   // Called while the weights are read once to fingerprint them (bytes done, bytes in all).
-  std::function<void(uint64_t done, uint64_t total)> progress;
+  std::function<void(uint64_t done, uint64_t total)> progress{};
   // Refuse (Errc::out_of_memory) a model whose weights exceed the memory available, before
   // reading them. Headroom: what the model file needs besides its weights (KV cache, activations).
   bool check_memory = true;

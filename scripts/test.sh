@@ -34,7 +34,7 @@ export KVZIP_MODEL KVZIP_GEMMA_MODEL KVZIP_REQUIRE_MODEL=1 KVZIP_REQUIRE_GEMMA=1
   KVZIP_REQUIRE_NGINX=1
 
 stage "build (Release)"
-bash scripts/build.sh build -DCMAKE_CUDA_ARCHITECTURES=90
+bash scripts/build.sh build -DCMAKE_CUDA_ARCHITECTURES=90 -DKVZIP_WERROR=ON
 stage "tests (Release)"
 ctest --test-dir build --output-on-failure -j"$jobs"
 
@@ -42,7 +42,7 @@ stage "build (ASan+UBSan, CPU only)"
 # -O1 with line tables only (-g1): half the compile time of RelWithDebInfo's -O2 -g, and the
 # reports still name file and line.
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
-  -DKVZIP_SANITIZE=ON -DKVZIP_CUDA=OFF >/dev/null
+  -DKVZIP_SANITIZE=ON -DKVZIP_CUDA=OFF -DKVZIP_WERROR=ON >/dev/null
 cmake --build build-asan --target kvzip_tests -j"$jobs"
 stage "unit tests (ASan+UBSan)"
 # A CPU-only build: the [cuda] tests would only skip (exit status 77), so they are left out; so

@@ -75,9 +75,9 @@ struct RequestResult {
 
 struct RequestCallbacks {
   // Each answer token as it is chosen; return false to end the answer here (Finish::Stop).
-  std::function<bool(int32_t token)> on_token;
+  std::function<bool(int32_t token)> on_token{};
   // Exactly once, when the request ends for any reason.
-  std::function<void(const RequestResult&)> on_done;
+  std::function<void(const RequestResult&)> on_done{};
 };
 
 class Request;  // engine-side state of one request

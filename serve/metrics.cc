@@ -14,8 +14,8 @@ std::string num(double v) {
 
 void line(std::string& out, const std::string& name, const std::string& labels, double v) {
   out += name;
-  if (!labels.empty()) out += "{" + labels + "}";
-  out += " " + num(v) + "\n";
+  if (!labels.empty()) out.append("{").append(labels).append("}");
+  out.append(" ").append(num(v)).append("\n");
 }
 
 void head(std::string& out, const char* name, const char* type, const char* help) {

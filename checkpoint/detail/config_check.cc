@@ -9,7 +9,10 @@ void check_config_shape(const ModelConfig& c, const ConfigNames& names,
   for (uint32_t d : dims)
     if (d == 0) {
       std::string list;
-      for (int i = 0; i < 7; ++i) list += (i ? " " : "") + std::string(names.dims[i]) + "=" + std::to_string(dims[i]);
+      for (int i = 0; i < 7; ++i) {
+        if (i) list += ' ';
+        list.append(names.dims[i]).append("=").append(std::to_string(dims[i]));
+      }
       bad("model dimensions must be non-zero (" + list + ")");
     }
   if (c.n_heads % c.n_kv_heads != 0)

@@ -287,7 +287,9 @@ TEST_CASE("eval options are checked before any model work", "[eval]") {
 
 TEST_CASE("a document longer than the model's context is refused with both numbers", "[eval]") {
   const model::Model& m = *tiny().model;
-  Document d{"long", std::string(3000, 'x') + " end", {{"q", "what?", {"x"}, false}}};
+  std::string text(3000, 'x');
+  text.append(" end");
+  Document d{"long", text, {{"q", "what?", {"x"}, false, ""}}};
   EvalOptions o;
   o.methods = {"streaming"};
   o.ratios = {0.5};

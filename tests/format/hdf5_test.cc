@@ -21,9 +21,10 @@ TEST_CASE("HDF5 export then import reproduces the cache exactly for every dtype"
   spec.scores = scores;
   CacheContents in = synthetic(spec);
   in.header.params = {{"zeta", "1"}, {"alpha", "two words"}, {"mid", ""}};  // order must survive
-  in.header.rope_scaling = {RopeScalingKind::Llama3, 8.0f, 1.0f, 4.0f, 8192};
+  in.header.rope_scaling = {RopeScalingKind::Llama3, 8.0f, 1.0f, 4.0f, 8192, {}};
   in.header.created_unix = -5;
-  in.header.document_text = std::string(300000, 'x') + " \xc3\xa9";  // beyond HDF5's 64 KiB compact limit
+  in.header.document_text.assign(300000, 'x');
+  in.header.document_text.append(" \xc3\xa9");  // beyond HDF5's 64 KiB compact limit
   export_hdf5(in, dir.path("c.h5"), false);
   CacheContents out = import_hdf5(dir.path("c.h5"));
   std::string why;

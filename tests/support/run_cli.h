@@ -27,7 +27,7 @@ struct CliOptions {
   // a full-disk stand-in that needs no mount. Negative: no limit.
   long long file_size_limit = -1;
   // Called with the child's pid right after it started, while it runs (e.g. to signal it).
-  std::function<void(pid_t)> while_running;
+  std::function<void(pid_t)> while_running{};
 };
 
 std::string kvzip_binary();

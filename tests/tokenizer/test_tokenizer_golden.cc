@@ -72,7 +72,9 @@ std::string json_string(const std::string& line, size_t& pos) {
 }
 
 Golden load_golden() {
-  std::ifstream in(std::string(KVZIP_SOURCE_DIR) + "/tests/golden/tokens_smollm2.txt");
+  std::string path = KVZIP_SOURCE_DIR;
+  path.append("/tests/golden/tokens_smollm2.txt");
+  std::ifstream in(path);
   REQUIRE(in.good());
   std::string line;
   std::getline(in, line);

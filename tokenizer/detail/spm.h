@@ -44,9 +44,9 @@ class SpmModel {
   TokenIndex index_;
   std::vector<float> scores_;
   std::optional<BpeModel> ranked_;  // tokenizer.json: merges by rank instead of scores
+  int32_t unk_ = -1;
   bool split_words_ = false;
   std::array<int32_t, 256> byte_ids_{};
-  int32_t unk_ = -1;
 };
 
 // Bytes a SentencePiece vocabulary token stands for: "▁" -> " ", "<0xXX>" of a byte token -> that
