@@ -2,7 +2,7 @@
 # Keeps BENCHMARKS.md a results page: fails (exit 1, a message per problem) when it has more than
 # 300 lines, when a table's header row has a "before" column (an A/B against an older build
 # belongs in git and docs/, not on the page), or when it names a `BEFORE=` build.
-# Usage: scripts/check-house.sh [path/to/BENCHMARKS.md]
+# Usage: scripts/check-house.sh [FILE]  (FILE relative to the repository root; default BENCHMARKS.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 file=${1:-BENCHMARKS.md}
