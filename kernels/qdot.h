@@ -55,8 +55,7 @@ inline constexpr uint32_t kQdotGemmMinT = 8;
 // run them instead, eight tokens a pass over each tile, up to these many tokens: a serving batch's
 // step then reads its weights once at about the decode speed, where the GEMM's 16-token vectors
 // sit mostly empty. Each limit is where the GEMM draws level (two threads, 1B-shaped layers,
-// bench_decode --tokens): Q6_K, whose unpacking costs most, and Q8_0 sooner. Speed only again:
-// the same chain.
+// bench_decode --tokens); Q6_K and Q8_0 reach it sooner. Speed only again: the same chain.
 inline constexpr uint32_t kQdotDecode16GemmMinT = 48;
 inline constexpr uint32_t kQdotDecode16GemmMinTQ6K = 24;
 inline constexpr uint32_t kQdotDecode16GemmMinTQ8_0 = 32;

@@ -223,8 +223,8 @@ KVZIP_HALF_AVX512 void rows_avx512(const MatmulArgs& a, uint32_t r0, uint32_t r1
   uint32_t r = r0;
   // Decode (one token) two rows at a time: two row streams and the next pair's run stream at 93-95%
   // of the read bandwidth where four rows' reach 74-77% (F16, 1B-shaped layers, two threads,
-  // bench_decode): fewer concurrent streams keep the memory system's queues sequential, and two FMA
-  // chains a thread still compute ~60 GB/s. More tokens share each weight load among four rows.
+  // bench_decode), and two FMA chains a thread still compute ~60 GB/s. More tokens share each
+  // weight load among four rows.
   if (a.T == 1)
     for (; r + 2 <= r1; r += 2) group_avx512<Ty, 2>(a, r, next_group<2>(a.w, r, r1));
   for (; r + 4 <= r1; r += 4) group_avx512<Ty, 4>(a, r, next_group<4>(a.w, r, r1));

@@ -36,7 +36,7 @@ using quant::GgmlType;
 // dequantizes kGemvRows rows into a buffer that stays in L1/L2 and dots them with every token, so W
 // is read and decoded once per call; beyond that, slabs + sgemm (decoding is then a small fraction
 // of the GEMM's work). On an AVX2-only CPU qdot's AVX2 GEMM multiplies the blocks in integers as
-// stored (vpmaddubsw + vpmaddwd, twice an fp32 FMA's products an instruction), so it keeps pace
+// stored (vpmaddubsw + vpmaddwd: 32 products in two instructions, four fp32 FMAs), so it keeps pace
 // with fp32 sgemm on already-fp32 weights and outruns the slabs, which also decode the weights.
 constexpr uint32_t kQdotMaxT = kMatmulInt8MaxT;
 constexpr uint32_t kTileMaxT = 48;

@@ -59,10 +59,10 @@ constexpr uint32_t kMaxTokens = 8;
 
 // Evenly spaced rows (no row map): row i + 4L at q[i] + L·4·stride, as four pointers and two
 // strides (every load of lanes4 is then one addressing mode, no pointer arithmetic); the next
-// tile's rows follow as one run, prefetched into L1 a block step at a time (a sequential stream,
-// which the hardware prefetchers do not start for sixteen short row streams: without it a
-// 1B-shaped Q4_0 decode reaches 30% of the read bandwidth; prefetched into L2, 73%; into L1, 81%).
-// off: lane k holds row k's offset from row 0, for the gathers of the blocks' scale fields.
+// tile's rows follow as one run, prefetched into L1 a block step at a time (a sequential stream:
+// the hardware prefetchers, seeing sixteen short row streams, keep few loads in flight, and alone
+// hold a 1B-shaped Q4_0 decode to 30% of the read bandwidth; prefetched into L2, 73%; into L1,
+// 81%). off: lane k holds row k's offset from row 0, for the gathers of the blocks' scale fields.
 struct Strided {
   const uint8_t* q[4];
   size_t s4, s12;
