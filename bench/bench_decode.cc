@@ -72,7 +72,7 @@ double median(std::vector<double> v) {
 // Memory in 2 MiB pages where the kernel grants them (as kvzip holds a model's weights read into
 // memory, checkpoint/detail/mapped_file.cc), or in 4 KiB pages with --pages 4k. With 4 KiB pages every
 // page of a stream costs a TLB miss: the read-bandwidth probe then reads less than a decode in 2
-// MiB pages can (Zen 5: llama.cpp's decode measured at up to 105% of such a probe).
+// MiB pages can (llama.cpp's decode has measured up to 105% of such a probe).
 bool g_huge_pages = true;
 struct Arena {
   void* raw = MAP_FAILED;

@@ -4,7 +4,7 @@
 // step and the aggregate tokens/s of both, so the gain of reading each weight once per step is
 // measured apart from HTTP and scheduling.
 //   bench_serve_step MODEL CACHE.kvz [threads] [steps] [tiles]
-// tiles = 0 leaves the base's keys untransposed (each call transposes them, as before
+// tiles = 0 leaves the base's keys untransposed (each call then transposes them, as without
 // RaggedKvCache::make_key_tiles), to measure what the tiles save.
 #include <chrono>
 #include <cstdio>

@@ -11,7 +11,7 @@
 # env COMPRESS=1 adds, per model, `kvzip compress` (KVzip, ratio 0.3) of a document of P tokens and
 #   its "compress / prefill" time ratio for kvzip (and BEFORE).
 # env LLAMA_ARGS="..." adds arguments to every llama-bench run (e.g. "--repack 0": llama.cpp's
-#   repacked AMX path (llama.cpp 0c1e570) crashed with SIGSEGV on the Xeon (AMX) VMs measured).
+#   repacked AMX path (llama.cpp 0c1e570) crashed with SIGSEGV on the AMX machines measured).
 # env RSS_MODELS="A.gguf B.gguf" adds the peak-RSS table for those files (generate, compress,
 #   query on a 500-token document).
 set -euo pipefail

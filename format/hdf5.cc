@@ -8,7 +8,7 @@
 // nothing is re-quantized.
 // Export builds the file in memory (HDF5's core driver, no backing store) and hands the image to
 // the atomic writer, so HDF5 itself never writes to disk: a full disk is the writer's clean io
-// error, no HDF5 handle can be left half-closed by a failed flush (which used to crash HDF5's
+// error, no HDF5 handle can be left half-closed by a failed flush (which can crash HDF5's
 // cleanup at exit), and no partial file remains. The cost is one in-memory copy of the export.
 #include "format/format.h"
 

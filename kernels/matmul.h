@@ -7,9 +7,10 @@
 //    tokens on others (the scalar build), and every token's result is the same
 //    bits whatever T and batch it is computed in (qdot's one chain per output) — except on a CPU
 //    with AMX-BF16 (kernels/qgemv.h, qisa_amx_bf16), where beyond 48 tokens every block type goes
-//    through bf16 products on AMX tiles instead (1.1-2.3x faster there; another rounding, so the
-//    same bits hold up to 48 tokens only, as on a CPU without the VNNI GEMM). F16/BF16 weights
-//    beyond 48 tokens on a CPU with AVX-512 BF16 go through bf16 products (matmul_bf16_products).
+//    through bf16 products on AMX tiles instead (faster there: no per-group fp32 step; another
+//    rounding, so the same bits hold up to 48 tokens only, as on a CPU without the VNNI GEMM).
+//    F16/BF16 weights beyond 48 tokens on a CPU with AVX-512 BF16 go through bf16 products
+//    (matmul_bf16_products).
 //    Everything else as Exact.
 //  - Exact: fp32 arithmetic on the weights' fp32 values: Q4_0/Q4_1/Q8_0 decode (T <= 2) decodes
 //    blocks in registers (kernels/qgemv.h); up to 48 tokens a few dequantized rows at a time are

@@ -50,29 +50,24 @@ bool qdot_supported(quant::GgmlType t);
 
 // From this many tokens qdot runs the GEMM where the ISA has one (below it the register tiles of a
 // few rows x tokens are as fast or faster). The choice is speed only: both compute the same chain.
-// Measured on Zen 4 (BENCHMARKS.md at dfd379e, "One chain per output").
 inline constexpr uint32_t kQdotGemmMinT = 8;
 // With AVX-512 VNNI the types that have sixteen-row decode kernels (every type qdot reads)
 // run them instead, eight tokens a pass over each tile, up to these many tokens: a serving batch's
 // step then reads its weights once at about the decode speed, where the GEMM's 16-token vectors
-// sit mostly empty (Zen 5, two threads, 1B-shaped layers, bench_decode --tokens: Q4_0 at 8 / 16 /
-// 32 tokens 3.6x / 1.9x / 1.35x the GEMM, level at 48; Q6_K 2.5x / 1.4x at 8 / 16, 0.9x at 24;
-// Q8_0 2.6x / 1.4x / 1.2x at 8 / 16 / 24, 0.95x at 32; Q5_0 3.5x / 1.9x / 1.2x at 8 / 16 / 32).
-// Speed only again: the same chain.
+// sit mostly empty. Each limit is where the GEMM draws level (two threads, 1B-shaped layers,
+// bench_decode --tokens); Q6_K and Q8_0 reach it sooner. Speed only again: the same chain.
 inline constexpr uint32_t kQdotDecode16GemmMinT = 48;
 inline constexpr uint32_t kQdotDecode16GemmMinTQ6K = 24;
 inline constexpr uint32_t kQdotDecode16GemmMinTQ8_0 = 32;
 // From this many tokens QIsa::Amx runs its tile GEMM (below, the VNNI kernels); Q6_K, whose
-// 16-element sub-blocks take two tile steps per group, from kQdotAmxMinTQ6K (measured 0.89-0.98x
-// the VNNI GEMM at 16-64 tokens, 1.09x at 512: BENCHMARKS.md at dfd379e, "AMX-INT8"). Speed
-// only again.
+// 16-element sub-blocks take two tile steps per group, from kQdotAmxMinTQ6K (below it the tiles
+// measure no faster than the VNNI GEMM). Speed only again.
 inline constexpr uint32_t kQdotAmxMinT = 16;
 inline constexpr uint32_t kQdotAmxMinTQ6K = 256;
 // From this many tokens an AVX2 (or AVX-512 without VNNI) CPU runs its GEMM (kernels/cpu/qdot_x86.cc)
 // instead of the register tiles; Q8_0, whose signed weights cost the GEMM a sign, a widening and an
 // add per 4-element step (the nibble types: one add), from kQdotAvx2GemmMinTQ8_0 — measured below
-// the tiles up to 48 tokens, level with them beyond (BENCHMARKS.md at dfd379e, "An int8 GEMM
-// for AVX2").
+// the tiles up to 48 tokens, level with them beyond.
 // Speed only: the same chain.
 inline constexpr uint32_t kQdotAvx2GemmMinT = 16;
 inline constexpr uint32_t kQdotAvx2GemmMinTQ8_0 = 49;

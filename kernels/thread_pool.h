@@ -6,10 +6,9 @@
 // across threads concurrently. Waiting: a decode step is a few hundred short runs back to back, so
 // workers between runs, and the caller for the workers' check-out, first spin for a bounded time
 // (kSpin) on an atomic, and only then sleep on a condition variable: waking a sleeping thread costs
-// tens of microseconds on a VM, per run (measured: BENCHMARKS.md at dfd379e, "Decode on AVX2"). The
-// spin is bounded, so an idle pool sleeps, and it only happens when the pool has no more threads
-// than the CPUs the process may use (oversubscribed, a spinning thread would hold a CPU the working
-// one needs).
+// tens of microseconds on a VM, per run. The spin is bounded, so an idle pool sleeps, and it only
+// happens when the pool has no more threads than the CPUs the process may use (oversubscribed, a
+// spinning thread would hold a CPU the working one needs).
 #pragma once
 #include <atomic>
 #include <condition_variable>

@@ -32,7 +32,8 @@ struct PrefillOptions {
   PrefillProgressFn progress;   // optional; called once before the first chunk and after each
   model::AttentionObserver* observer = nullptr;  // optional; sees every layer of every chunk
   // Attention on bf16 operands for the document's chunks (Forward::set_prompt_bf16; Fast path,
-  // AVX-512 BF16 CPUs): 1.2-1.3x faster prefill of long documents at the cost of the roundings
+  // AVX-512 BF16 CPUs): twice an fp32 FMA's multiply-adds an instruction, so long documents, where
+  // attention is a large part of the prefill, prefill faster, at the cost of the roundings
   // kernels/attention.h bounds.
   bool attention_bf16 = true;
 };

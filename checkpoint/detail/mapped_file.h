@@ -2,7 +2,7 @@
 // image once and hand out pointers into it): a read-only, private mapping of a whole regular
 // file; or the file read into anonymous memory the image owns, in 2 MiB pages where the kernel
 // grants them (read: decode streams every weight byte once a token, and with 4 KiB file pages
-// each page costs a TLB miss — measured ~10% of a 1B model's decode on Zen 4); or a buffer the
+// each page costs a TLB miss — measured ~10% of a 1B model's decode); or a buffer the
 // image owns (from_bytes, for tests). An empty file maps nothing.
 // Mapping failures throw kvzip::Error (not_found for a missing file, io otherwise) whose message
 // starts with the caller's prefix, e.g. "GGUF 'model.gguf': ". data() stays valid while the

@@ -70,11 +70,10 @@ uint32_t round_up(uint32_t x, uint32_t m) { return (x + m - 1) / m * m; }
 
 // Wide heads on 8 lanes (D >= 128: Llama 3 8B, Mistral 7B, Qwen2.5 from 1.5B, Qwen 3, Gemma 3;
 // SmolLM2 and Llama 3.2 1B have D = 64): twice kRowsTarget rows a task, so each key and value strip
-// brought into L1 serves twice the rows, and q·k in 6-row tiles (twelve accumulator chains). On
-// Zen 3 (bench/ab/attention_ab.sh, median of the pairs): 512 queries over 2,048 keys 1.12-1.15x
-// with heads 32/8, 28/4 (D = 128) and 4/1 (D = 256), a 32-token question over 8,192 keys 1.28x; the
-// row count alone 1.04-1.07x, the tiles alone 0.96-0.98x; D = 64 keeps both (0.98x either way).
-// Neither changes an element's chain: the same bits.
+// brought into L1 serves twice the rows, and q·k in 6-row tiles (twelve accumulator chains), which
+// pay only beside the doubled rows (bench/ab/attention_ab.sh). At D = 64 a block's keys already fit
+// L1 and neither pays, so those heads keep 64 rows and 4-row tiles. Neither changes an element's
+// chain: the same bits.
 constexpr bool wide_heads(uint32_t D) { return kLanes == 8 && D >= 128; }
 
 #if defined(KVZIP_SIMD_AVX512)
@@ -171,9 +170,9 @@ struct RowState {
 // walking M's rows in memory order, NV accumulator chains; with kZero the sum starts from 0, not
 // from acc. A decode step's q·k (x a query, M a key tile: each of its rows one key dimension) and
 // P·V (x probabilities, M V rows) use it where the prefill micro-tiles would read a strip of
-// every row per pass — strided runs over data a decode step reads once from memory (SmolLM2 after
-// the 5.6K-token article: q·k took 1.4-1.7x P·V's time on as many bytes, perf). Later query rows
-// find M in L1. Each element is the micro-tiles' chain (the same order over i), so the same bits.
+// every row per pass — strided runs over data a decode step reads once from memory, where one
+// sequential run keeps the hardware prefetchers ahead of the loads. Later query rows find M in L1.
+// Each element is the micro-tiles' chain (the same order over i), so the same bits.
 template <uint32_t NV, bool kZero>
 void row_times(const float* x, uint32_t n, const float* m, size_t ld, float* acc) {
   VecF a[NV];
@@ -227,11 +226,11 @@ inline void scores_tile(const float* q, const float* kt, size_t ldk, float* s, u
 // S(Rp, ncols) = Q(Rp, D) · Kt(D, ncols) with Kt's rows ldk apart; Rp a multiple of kQkRows,
 // ncols of kQkCols. (An 8-row tile measured no faster; 6-row ones: wide_heads.) Column
 // strip outer, row steps inner: one strip of Kt (kQkCols keys of every dimension: 4 KiB at D = 64,
-// 8 KiB at D = 128 on 8 lanes) serves all the row steps from L1, where a row step at a time walked
-// the whole tile (32 / 64 KiB). One block of rows (a decode step's query
-// heads) is walked row by row in memory order (row_times; `generate`'s decode after the article
-// 1.15x on 16 lanes, 1.18x on 8; two rows a walk on 16 lanes measured the same), its first R rows
-// only: the others pad the block (a group of 3 heads, or 2), and no one reads their scores.
+// 8 KiB at D = 128 on 8 lanes) serves all the row steps from L1, where a row step at a time would
+// walk the whole tile (32 / 64 KiB). One block of rows (a decode step's query heads) is walked row
+// by row in memory order (row_times: one sequential run a row; two rows a walk measured no
+// faster), its first R rows only: the others pad the block (a group of 3 heads, or 2), and no one
+// reads their scores.
 void scores(const float* q, const float* kt, size_t ldk, float* s, uint32_t Rp, uint32_t R,
             uint32_t ncols, uint32_t D, uint32_t Dp) {
   if (Rp == kQkRows) {

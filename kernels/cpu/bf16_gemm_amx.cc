@@ -6,7 +6,7 @@
 // instruction. With no per-group scale left in the panel a tile accumulates over the whole
 // reduction dimension in the tile unit and goes to memory once — which the int8 tiles of
 // kernels/cpu/qdot_amx.cc cannot do (each 32-element group has its own fp32 step), so for long T
-// this kernel runs 1.1-2.3x theirs (BENCHMARKS.md at dfd379e, "AMX-BF16 for every weight type").
+// this kernel outruns them: the fp32 steps, not the tile products, bound theirs.
 //
 // Layout: C[m][n] += Σ_k A[m][k]·B[k/2][2n + k%2]: A is 16 weight rows x 32 elements from the
 // panel (bf16 rows, stride in + 32 elements so a tile load does not fall in one L1 set), B is 16

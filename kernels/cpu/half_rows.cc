@@ -7,7 +7,7 @@
 // 16 elements of x; the weights are widened in registers (vcvtph2ps for F16, a 16-bit shift for
 // BF16: both exact) and never stored. Each thread takes long runs of rows (matmul.cc). Decode
 // streams every weight byte from DRAM once, and four row streams alone kept it at 56% of the read
-// bandwidth (F16, 1B-shaped layers, two threads, Zen 5, bench/bench_decode.cc); while a group
+// bandwidth (F16, 1B-shaped layers, two threads, bench/bench_decode.cc); while a group
 // computes, the next group's rows are prefetched into L1 as one sequential run at the group's pace
 // (the rows of a matrix are contiguous): 83%.
 #include "kernels/detail/half_rows.h"
@@ -222,8 +222,8 @@ template <GgmlType Ty>
 KVZIP_HALF_AVX512 void rows_avx512(const MatmulArgs& a, uint32_t r0, uint32_t r1) {
   uint32_t r = r0;
   // Decode (one token) two rows at a time: two row streams and the next pair's run stream at 93-95%
-  // of the read bandwidth where four rows' reached 74-77% (F16, Zen 5, 1B-shaped layers, two
-  // threads, bench_decode); two FMA chains a thread still compute ~60 GB/s. More tokens share each
+  // of the read bandwidth where four rows' reach 74-77% (F16, 1B-shaped layers, two threads,
+  // bench_decode), and two FMA chains a thread still compute ~60 GB/s. More tokens share each
   // weight load among four rows.
   if (a.T == 1)
     for (; r + 2 <= r1; r += 2) group_avx512<Ty, 2>(a, r, next_group<2>(a.w, r, r1));

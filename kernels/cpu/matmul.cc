@@ -35,13 +35,14 @@ using quant::GgmlType;
 // int8, integer dot products; W read once per call). Otherwise, up to kTileMaxT tokens every task
 // dequantizes kGemvRows rows into a buffer that stays in L1/L2 and dots them with every token, so W
 // is read and decoded once per call; beyond that, slabs + sgemm (decoding is then a small fraction
-// of the GEMM's work). On the AVX2 Zen 3 (BENCHMARKS.md at dfd379e, "An int8 GEMM for AVX2"),
-// qdot's AVX2 GEMM runs 4096 x 4096 at T = 512 at 1.0-1.6x fp32 sgemm on fp32 weights (Q4_0 1.29x;
-// 2 threads) and 1.53x the slabs (Q4_0), which also decode the weights and stay below sgemm.
+// of the GEMM's work). On an AVX2-only CPU qdot's AVX2 GEMM multiplies the blocks in integers as
+// stored (vpmaddubsw + vpmaddwd: 32 products in two instructions, four fp32 FMAs), so it keeps pace
+// with fp32 sgemm on already-fp32 weights and outruns the slabs, which also decode the weights.
 constexpr uint32_t kQdotMaxT = kMatmulInt8MaxT;
 constexpr uint32_t kTileMaxT = 48;
 // Exact path, up to kGemvMaxT tokens of Q4_0/Q4_1/Q8_0: the register-decoding fp32 GEMV
-// (kernels/qgemv.h), once per token — the same fp32 weight values, 1.6x the tiles' speed.
+// (kernels/qgemv.h), once per token — the same fp32 weight values, decoded in registers rather
+// than through the tiles' buffer.
 constexpr uint32_t kGemvMaxT = 2;
 constexpr uint32_t kGemvRows = 16;
 
@@ -254,7 +255,8 @@ void matmul(ThreadPool* pool, std::span<const MatmulArgs> jobs, MatmulPath path)
   for (const MatmulArgs& a : jobs) {
     if (a.T == 0 || a.w.rows == 0) continue;
     // Beyond kTileMaxT: F16/BF16 on AVX-512 BF16, and on an AMX-BF16 CPU the block types too (bf16
-    // tiles summing over the whole width: 1.1-2.3x the int8 tiles, kernels/cpu/bf16_gemm_amx.cc).
+    // tiles summing over the whole width, free of the int8 tiles' per-group fp32 steps,
+    // kernels/cpu/bf16_gemm_amx.cc).
     if (path == MatmulPath::Fast && matmul_bf16_products(a.w.type, a.T) && a.w.cols % 2 == 0) {
       detail::bf16_gemm(pool, a);
       add_bias(a);

@@ -171,8 +171,8 @@ constexpr uint32_t kRowsPerTask = 32;
 // A job on the row kernels (decode steps: T below the GEMM's) is split into kDecodeTasksPerThread
 // contiguous runs a thread (whole sixteen-row tiles). Those kernels prefetch the next tile of
 // their run; with 32-row tasks handed out in turn the threads' runs interleave, each thread's
-// prefetches fetch the other's rows into the wrong L2 and every task starts cold: two threads on
-// Zen 4 streamed 19 GB/s that way, as one thread alone, against 30-40 with long runs
+// prefetches fetch the other's rows into the wrong L2 and every task starts cold: two threads
+// stream 19 GB/s that way, as one thread alone, against 30-40 with long runs
 // (bench/bench_decode.cc). Two runs a thread rather than one leave some balance to the dynamic
 // hand-out on a shared machine (the same speed measured).
 constexpr uint32_t kDecodeTasksPerThread = 2;

@@ -16,7 +16,7 @@
 // Pipelining: the tile work of step j (tiles A0, B2, C4 for even steps; A1, B3, C6 for odd)
 // is issued before the fp32 step of j − 1, whose sums wait in the other of two 1 KB buffers. The
 // chain's fp32 step makes the kernel: measured, the tile work alone runs at about 1.4x the whole,
-// and the tile unit itself at ~18x (BENCHMARKS.md at dfd379e, "AMX-INT8 on the CPU").
+// and the tile unit itself at ~18x, so the fp32 steps set the pace and the tiles hide behind them.
 //
 // Blocking: a task (kernels::cpu::qdot: 32 rows) decodes its rows once, then for each 16-token
 // vector and each 16-row half runs every step with the 16 accumulators (one per row, lanes =

@@ -8,13 +8,13 @@
 // step (the same vectors; decode_tiles8x2 below says why).
 //
 // Several tokens: a block's weights are unpacked once into registers and multiplied by each
-// token's activations, so a step of T tokens still reads every weight byte once. The eight-row
-// tiles (T < 8) and the GEMM this replaces reached 51% / 35% / 16% of the read bandwidth at
-// T = 2 / 4 / 8 (Q4_0, 1B-shaped layers, two threads, Zen 5, bench_decode --tokens); these 81% /
-// 85% / 56%, and Q4_K 80% / 71% / 44% against 30% / 23% / 13%. Eight tokens a pass: their
-// accumulators and a block's unpacked weights fill the registers.
+// token's activations, so a step of T tokens still reads every weight byte once: 81% / 85% / 56%
+// of the read bandwidth at T = 2 / 4 / 8 (Q4_0, 1B-shaped layers, two threads, bench_decode
+// --tokens), Q4_K 80% / 71% / 44%, where the eight-row tiles (T < 8) and the GEMM reach 51% / 35% /
+// 16% and 30% / 23% / 13%. Eight tokens a pass: their accumulators and a block's unpacked weights
+// fill the registers.
 //
-// Why this shape (measured on Zen 4, bench/bench_decode.cc --resident: one thread, weights in L2,
+// Why this shape (measured with bench/bench_decode.cc --resident: one thread, weights in L2,
 // CPU time): decode streams each weight byte once, so a kernel reaches the memory bandwidth only if
 // it computes well faster than a thread's share of it. The eight-row 256-bit kernels
 // (qdot_decode_avx2.inc) compute Q4_0 at ~18 GB/s a thread and Q4_K at ~16, about what one thread
@@ -60,9 +60,9 @@ constexpr uint32_t kMaxTokens = 8;
 // Evenly spaced rows (no row map): row i + 4L at q[i] + L·4·stride, as four pointers and two
 // strides (every load of lanes4 is then one addressing mode, no pointer arithmetic); the next
 // tile's rows follow as one run, prefetched into L1 a block step at a time (a sequential stream:
-// without it decode reached 30% of the read bandwidth on Zen 5, 1B-shaped Q4_0; into L2, 73%; into
-// L1, 81%, and Q6_K 52% -> 62%). off: lane k holds row k's offset from row 0, for the gathers of
-// the blocks' scale fields.
+// the hardware prefetchers, seeing sixteen short row streams, keep few loads in flight, and alone
+// hold a 1B-shaped Q4_0 decode to 30% of the read bandwidth; prefetched into L2, 73%; into L1,
+// 81%). off: lane k holds row k's offset from row 0, for the gathers of the blocks' scale fields.
 struct Strided {
   const uint8_t* q[4];
   size_t s4, s12;
@@ -113,7 +113,7 @@ KVZIP_VNNI inline __m512i fields16(const Rows& rows, int off) {
 
 // The four dwords at bytes off..off+15 of the sixteen rows' current blocks (lane k: row k): the
 // rows' 16 bytes by lanes4, then a 4x4 dword transpose in each 128-bit lane (lane L of lanes4 i
-// holds row i + 4L, so dword 4L + i of the result is row 4L + i). Four gathers cost more (Zen 4).
+// holds row i + 4L, so dword 4L + i of the result is row 4L + i). Four gathers cost more.
 template <class Rows>
 KVZIP_VNNI inline void header_fields16(const Rows& rows, int off, __m512i& f0, __m512i& f1, __m512i& f2, __m512i& f3) {
   const __m512i h0 = lanes4(rows, 0, off), h1 = lanes4(rows, 1, off), h2 = lanes4(rows, 2, off), h3 = lanes4(rows, 3, off);
@@ -191,8 +191,8 @@ KVZIP_VNNI_INLINE __m512 legacy_min(const Rows& rows, __m512 ws) {
 // Q4_0 / Q4_1 / Q5_0 / Q5_1: y + c·ys, lanes 0..15 = the sixteen rows' dots with token c's blocks
 // x + c·xs, for C tokens (a serving batch's step) from one pass over the weights: each block's
 // weights are unpacked once and multiplied by every token's activations; per token the one-token
-// kernel's chain. The Q5 types' eight-row kernels computed at ~22 GB/s a thread (weights in L2,
-// Zen 5), these at about twice that.
+// kernel's chain. The Q5 types' eight-row kernels compute ~22 GB/s a thread (weights in L2),
+// these about twice that.
 template <GgmlType Ty, int C, class Rows>
 KVZIP_VNNI inline void decode16(Rows rows, const Q8Act* x, size_t xs, uint32_t nblk, float* y, size_t ys) {
   constexpr bool kQ5 = Ty == GgmlType::Q5_0 || Ty == GgmlType::Q5_1;
@@ -212,9 +212,9 @@ KVZIP_VNNI inline void decode16(Rows rows, const Q8Act* x, size_t xs, uint32_t n
       // Q4_1: the block's first 32 bytes of each row (past its end: the row's next block, so not
       // for the last one), two rows to a vector; the nibbles are bytes 4.. of each 128-bit lane
       // pair (one alignr), and d and m of sixteen rows come out of the four vectors by three
-      // unpacks, where reading them by 32 scalar loads cost the kernel a sixth of its speed (one
-      // thread, weights in L2, Zen 5: 47 -> 55 GB/s). Q4_0's single fp16 does not pay for the
-      // longer loads (54 -> 51), so it keeps the 16-byte ones.
+      // unpacks, where reading them by 32 scalar loads would cost the kernel a sixth of its speed
+      // (one thread, weights in L2). Q4_0's single fp16 does not pay for the longer loads (they
+      // measure slower there), so it keeps the 16-byte ones.
       __m512i head[4];
 #pragma GCC unroll 4
       for (int i = 0; i < 4; ++i) {
@@ -263,8 +263,8 @@ KVZIP_VNNI inline void decode16(Rows rows, const Q8Act* x, size_t xs, uint32_t n
 // Q8_0: an fp16 d and 32 int8 weights a block. vpdpbusd multiplies unsigned by signed bytes, so
 // the weights go in offset to unsigned (w xor 0x80 = w + 128) and 128·Σx comes off in integers
 // (Σx of each token's block by vpsadbw): the scalar kernel's exact Σ w·x, then its chain
-// (acc += I·(dx·dw)). The eight-row tiles this replaces for a serving batch's step streamed
-// 55 / 28 / 15 GB/s at T = 2 / 4 / 8 (1B-shaped layers, two threads, Zen 5).
+// (acc += I·(dx·dw)). As in decode16, one pass over the weights serves a serving batch's tokens,
+// so a step of T tokens reads each weight once.
 template <int C, class Rows>
 KVZIP_VNNI inline void decode16q8(Rows rows, const Q8Act* x, size_t xs, uint32_t nblk, float* y, size_t ys) {
   constexpr size_t kBytes = QFmt<GgmlType::Q8_0>::kBytes;
@@ -570,12 +570,13 @@ KVZIP_VNNI uint32_t decode_tiles16(const QDotRowsArgs& a) {
 // One token: eight rows, two blocks a step. Lane L of lanes4's vector i is row
 // i + 4·(L & 1) at block b + (L >> 1) (Q6_K: 16 bytes further, a block's second half), so the
 // sixteen-row kernels' loads, unpacking and sums serve eight rows' two blocks, and the fp32 chain
-// adds block b's terms, then b + 1's (the scalar reference's order: the same bits). Why: a sixteen-row tile of wide rows is more than L1 holds beside the next
-// tile's prefetched run (an FFN-down tile of Q4_0 is 73 KB), and the sixteen-row kernel streamed
-// 8B-shaped layers at 74% of the read bandwidth in 80 GB/s minutes and 78% in 50 GB/s ones; the
-// 256-bit eight-row kernels keep the smaller tile but compute only 26-28 GB/s a thread. These
-// compute as the sixteen-row kernel (53 GB/s a thread, weights in L2) on the eight-row tile: 84%
-// and 91% (bench_decode --shape 8b, Zen 5; docs/cpu-kernels.md).
+// adds block b's terms, then b + 1's (the scalar reference's order: the same bits). Why: a
+// sixteen-row tile of wide rows is more than L1 holds beside the next tile's prefetched run (an
+// FFN-down tile of Q4_0 is 73 KB), and the sixteen-row kernel streams 8B-shaped layers at 74% of
+// the read bandwidth in 80 GB/s minutes and 78% in 50 GB/s ones; the 256-bit eight-row kernels
+// keep the smaller tile but compute only 26-28 GB/s a thread. These compute as the sixteen-row
+// kernel (53 GB/s a thread, weights in L2) on the eight-row tile: 84% and 91% (bench_decode
+// --shape 8b; docs/cpu-kernels.md).
 struct Strided8x2 {
   const uint8_t* q[4];
   size_t s4, blk;

@@ -1,8 +1,8 @@
 // x86-64 row kernels of the quantized GEMV (see kernels/detail/qgemv_rows.h), AVX2 and AVX-512,
 // compiled with function target attributes so a build without -march (the sanitizer build) still
 // has them; qgemv.cc calls them only when the CPU reports the features. Two rows at a time: each
-// block of x is loaded once for both, and two independent FMA chains hide the FMA latency
-// (measured on Zen 4: 2.1-2.5 ns per Q4_1 block and thread, against 3.1 for one row at a time).
+// block of x is loaded once for both, and two independent FMA chains hide the FMA latency that
+// one row's single chain would wait on.
 // Nibbles are widened to int32 and converted to float: exact, since the weights are
 // d·q + m with q in [0, 15] (Q4) or [-128, 127] (Q8), the same values dequantization produces.
 #include "kernels/detail/qgemv_rows.h"
@@ -38,10 +38,10 @@ bool cpu_has_avx512() {
 
 namespace {
 
-// Software prefetch distance in bytes. The hardware prefetcher alone left one thread at ~6 GB/s
-// on a Q8_0 LM head (two interleaved row streams); 1 KiB ahead gave ~12 GB/s, the machine's
-// single-thread streaming rate (Zen 4; 512 B and 1.5-4 KiB were slower). Neutral for Q4_1,
-// which is compute-bound at ~2 ns per block.
+// Software prefetch distance in bytes. The hardware prefetcher alone leaves one thread at about
+// half its streaming rate on a Q8_0 LM head (two interleaved row streams); 1 KiB ahead reaches
+// that rate (512 B and 1.5-4 KiB measured slower). Neutral for Q4_1, which is compute-bound at
+// ~2 ns per block.
 constexpr size_t kPrefetchAhead = 1024;
 
 KVZIP_AVX2 inline float half_f16c(const uint8_t* p) { return _cvtsh_ss(load_u16(p)); }

@@ -2,10 +2,10 @@
 // vector width, and the choice between them. cpu::base is the build's own width (AVX2 in the
 // default x86-64-v3 build); cpu::avx512 the same source under an AVX-512 target
 // (attention_avx512.cc), where the compiler and CPU allow it. attention_isa.cc runs avx512 when
-// qisa_best() is an AVX-512 level (so KVZIP_CPU_ISA=avx2 also steps attention down): on Zen 4,
-// decode at 8K tokens 1.35x and prefill 1.1x the 8-lane kernel. The two differ in summation
-// order (lanes), so a process keeps one for its lifetime: its results are the same bits
-// whatever batch or call shape they are computed in, as before.
+// qisa_best() is an AVX-512 level (so KVZIP_CPU_ISA=avx2 also steps attention down): 16 lanes
+// take half the instructions for every q·k and P·V step, what decode at long context and prefill
+// are made of. The two differ in summation order (lanes), so a process keeps one for its
+// lifetime: its results are the same bits whatever batch or call shape they are computed in.
 #pragma once
 #include <cstddef>
 #include <cstdint>

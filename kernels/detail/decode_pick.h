@@ -1,10 +1,10 @@
 // DecodePick: the choice, by measured time, between two decode kernels that give the same bits —
 // on AVX-512 VNNI CPUs the 512-bit ones (kernels/cpu/qdot_decode_avx512.cc: sixteen-row tiles, or
-// for one token of Q4_0/Q4_K/Q5_K/Q6_K eight-row tiles two blocks (or halves) a step) and the 256-bit eight-row ones
-// (kernels/detail/qdot_decode_avx2.inc). Which one streams the weights faster
-// depends on a thread's share of the memory bandwidth, not on the CPU model: on one Zen 5 guest
-// whose two threads read 50 or 80 GB/s from minute to minute, the eight-row kernels led by 10-20% at
-// 50 and the sixteen-row ones by 10-30% at 80 (BENCHMARKS.md, "Decode on AVX-512"). So qdot times
+// for one token eight-row tiles two blocks (or halves) a step) and the 256-bit eight-row ones
+// (kernels/detail/qdot_decode_avx2.inc). Which one streams the weights faster depends on a
+// thread's share of the memory bandwidth, not on the CPU model: on a machine whose two threads
+// read 50 or 80 GB/s from minute to minute, the eight-row kernels lead at 50 (fewer concurrent
+// row streams, enough compute for a small share) and the 512-bit ones at 80. So qdot times
 // each decode call and keeps, per kind of call (its bytes of weights: a model's Q/K/V, O, gate/up,
 // down and output calls each have their own), a running mean per kernel; it runs the kernel with
 // the lower mean, and every kExplore-th call of a kind the other, to notice when the machine
