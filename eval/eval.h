@@ -50,8 +50,8 @@ struct EvalOptions {
   uint32_t kv_group = 0;              // q8/q4 channels per group, 0 = D
   // Matrix products of every forward pass. Fast (the default everywhere) rounds activations to
   // int8, which makes answers a step function of the cache: comparing storage types, Exact
-  // separates what the storage costs from those steps (BENCHMARKS.md at dfd379e,
-  // "Quantized K/V").
+  // separates what the storage costs from those steps (BENCHMARKS.md,
+  // "File sizes and storage types").
   kernels::MatmulPath matmul = kernels::MatmulPath::Fast;
   uint32_t threads = 0;               // 0 = all cores
   bool verify_drafts = true;          // false: decode every answer token one at a time (answer.h)

@@ -26,6 +26,9 @@ stage() {  # closes the previous stage with its time, opens the next
   return 0
 }
 
+stage "house rules (BENCHMARKS.md a results page)"
+bash scripts/check-house.sh
+
 stage "install (Debian packages, models)"
 bash scripts/install-deps.sh --test
 KVZIP_MODEL=$(bash scripts/fetch-model.sh)
