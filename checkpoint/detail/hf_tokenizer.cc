@@ -242,22 +242,10 @@ std::optional<std::string> template_from_config(const JsonFile& tc) {
   tc.fail(Errc::corrupt, "key 'chat_template' is neither a string nor a list of named templates");
 }
 
-}  // namespace
-
-TokenizerData hf_tokenizer_from_json(const JsonFile& f, const JsonFile* tc, const JsonFile& config,
-                                     const std::optional<std::string>& chat_template, uint32_t vocab_size) {
-  const json* model = f.member("model");
-  if (!model || !model->is_object()) f.fail(Errc::corrupt, "missing object 'model'");
-  TokenizerData d;
-  const bool spm = model->value("byte_fallback", false) && type_of(*model) == "BPE";
-  if (spm) {
-    spm_layout(f, *model, d);
-  } else {
-    d.model = "gpt2";
-    d.pre = recognise_pre(f, f.member("pre_tokenizer"));
-    check_model_and_normalizer(f, *model, d.pre);
-  }
-
+// model.vocab and added_tokens into d.tokens/d.token_types (vocab_size entries; ids no file names
+// become "[PADi]" of type Unused); returns added_tokens' content -> id.
+std::map<std::string, int32_t> read_vocab(const JsonFile& f, const json& model, bool spm,
+                                          uint32_t vocab_size, TokenizerData& d) {
   d.tokens.assign(vocab_size, std::string());
   d.token_types.assign(vocab_size, 0);
   std::vector<bool> have(vocab_size, false);
@@ -270,7 +258,7 @@ TokenizerData hf_tokenizer_from_json(const JsonFile& f, const JsonFile* tc, cons
                                 "' and '" + text + "'");
     d.tokens[id] = text, d.token_types[id] = type, have[id] = true;
   };
-  const json* vocab = f.member("vocab", model);
+  const json* vocab = f.member("vocab", &model);
   if (!vocab || !vocab->is_object()) f.fail(Errc::corrupt, "missing object 'model.vocab'");
   for (auto it = vocab->begin(); it != vocab->end(); ++it) {
     if (!it.value().is_number_unsigned())
@@ -301,8 +289,12 @@ TokenizerData hf_tokenizer_from_json(const JsonFile& f, const JsonFile* tc, cons
              (spm && d.token_types[i] == int32_t(TokenType::Normal) && byte_token(d.tokens[i])))
       d.token_types[i] =
           int32_t(spm && byte_token(d.tokens[i]) ? TokenType::Byte : TokenType::Normal);
+  return added;
+}
 
-  const json* merges = f.member("merges", model);
+// model.merges, as "left right" strings or [left, right] pairs, into d.merges.
+void read_merges(const JsonFile& f, const json& model, TokenizerData& d) {
+  const json* merges = f.member("merges", &model);
   if (!merges || !merges->is_array()) f.fail(Errc::corrupt, "missing list 'model.merges'");
   d.merges.reserve(merges->size());
   for (size_t i = 0; i < merges->size(); ++i) {
@@ -322,7 +314,14 @@ TokenizerData hf_tokenizer_from_json(const JsonFile& f, const JsonFile* tc, cons
                                 ", expected \"left right\" or [left, right]");
     }
   }
+}
 
+// The special ids (bos, eos, pad, unk, eot) and add_bos, from tokenizer_config.json's token texts
+// where it has them, else config.json's ids.
+void read_special_ids(const JsonFile& f, const json& model, const JsonFile* tc,
+                      const JsonFile& config, const std::map<std::string, int32_t>& added,
+                      bool spm, uint32_t vocab_size, TokenizerData& d) {
+  const json* vocab = f.member("vocab", &model);
   auto id_of = [&](const std::string& text, const JsonFile& src, const char* key) -> int32_t {
     if (auto a = added.find(text); a != added.end()) return a->second;
     if (auto v = vocab->find(text); v != vocab->end()) return int32_t(v->get<uint64_t>());
@@ -342,7 +341,7 @@ TokenizerData hf_tokenizer_from_json(const JsonFile& f, const JsonFile* tc, cons
   std::optional<std::string> eos_text = tc ? token_text(*tc, "eos_token") : std::nullopt;
   d.eos = eos_text ? id_of(*eos_text, *tc, "eos_token") : from_config("eos_token_id");
   if (auto pad = tc ? token_text(*tc, "pad_token") : std::nullopt) d.pad = id_of(*pad, *tc, "pad_token");
-  if (auto unk = f.opt_string("unk_token", model, "model.unk_token")) {
+  if (auto unk = f.opt_string("unk_token", &model, "model.unk_token")) {
     d.unk = id_of(*unk, f, "model.unk_token");
     if (spm && d.token_types[size_t(d.unk)] == int32_t(TokenType::Normal))
       d.token_types[size_t(d.unk)] = int32_t(TokenType::Unknown);
@@ -355,6 +354,26 @@ TokenizerData hf_tokenizer_from_json(const JsonFile& f, const JsonFile* tc, cons
   std::optional<bool> add_bos = tc ? tc->opt_bool("add_bos_token") : std::nullopt;
   d.add_bos = add_bos ? *add_bos
                       : d.bos >= 0 && template_adds(f.member("post_processor"), d.tokens[size_t(d.bos)]);
+}
+
+}  // namespace
+
+TokenizerData hf_tokenizer_from_json(const JsonFile& f, const JsonFile* tc, const JsonFile& config,
+                                     const std::optional<std::string>& chat_template, uint32_t vocab_size) {
+  const json* model = f.member("model");
+  if (!model || !model->is_object()) f.fail(Errc::corrupt, "missing object 'model'");
+  TokenizerData d;
+  const bool spm = model->value("byte_fallback", false) && type_of(*model) == "BPE";
+  if (spm) {
+    spm_layout(f, *model, d);
+  } else {
+    d.model = "gpt2";
+    d.pre = recognise_pre(f, f.member("pre_tokenizer"));
+    check_model_and_normalizer(f, *model, d.pre);
+  }
+  const std::map<std::string, int32_t> added = read_vocab(f, *model, spm, vocab_size, d);
+  read_merges(f, *model, d);
+  read_special_ids(f, *model, tc, config, added, spm, vocab_size, d);
   if (chat_template) d.chat_template = *chat_template;
   else if (tc) d.chat_template = template_from_config(*tc).value_or("");
   return d;

@@ -227,6 +227,9 @@ detail::QGemmFn qdot_amx_for(QIsa isa, GgmlType t, uint32_t T) {
 
 }  // namespace
 
+// One function over 80 lines on purpose: its planning steps (kernel per job, one activation
+// quantization per input, the GEMM packs, the decode row choice, the task split) fill per-job
+// vectors that the task loop then reads; split apart, each step would pass most of them along.
 void qdot(ThreadPool* pool, std::span<const MatmulArgs> jobs, QIsa isa) {
   if (!qisa_available(isa))
     throw Error(Errc::unsupported, std::string("qdot: instruction set ") + qisa_name(isa) +
