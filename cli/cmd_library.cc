@@ -2,6 +2,7 @@
 // (library/library.h). index builds or refreshes the folder's full-text index; search prints the
 // BM25 ranking of the caches for a question; ask retrieves the best caches that fit the model's
 // context, composes them (loader/compose.h) and answers, naming its sources.
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -43,10 +44,13 @@ std::unique_ptr<library::Index> open_index(const LibraryOpts& o, bool progress) 
   if (o.no_refresh) return index;
   ProgressBarOptions po;
   po.label = "index";
+  po.unit = "caches";
   po.quiet = o.quiet || !progress;
   ProgressBar bar(po);
+  const auto t0 = std::chrono::steady_clock::now();
   const library::RefreshStats st = index->refresh([&](uint32_t done, uint32_t total) {
-    bar.update(prefill::PrefillProgress{done, total, 0.0, 0.0});
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    bar.update(prefill::PrefillProgress{done, total, s, s > 0 ? done / s : 0.0});
   });
   bar.finish();
   if (!o.quiet && (progress || st.indexed || st.removed))
