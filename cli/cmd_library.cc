@@ -38,7 +38,9 @@ std::unique_ptr<library::Index> open_index(const LibraryOpts& o, bool progress) 
   io.read_only = std::filesystem::is_directory(o.dir) && !library::index_writable(o.dir);
   auto index = std::make_unique<library::Index>(o.dir, io);
   if (io.read_only) {
-    if (!o.quiet) std::fprintf(stderr, "kvzip: %s cannot be written; using its index as it is\n", o.dir.c_str());
+    if (!o.quiet)
+      std::fprintf(stderr, "kvzip: %s cannot be written; using its index as it is\n",
+                   o.dir.c_str());
     return index;
   }
   if (o.no_refresh) return index;
@@ -54,8 +56,9 @@ std::unique_ptr<library::Index> open_index(const LibraryOpts& o, bool progress) 
   });
   bar.finish();
   if (!o.quiet && (progress || st.indexed || st.removed))
-    std::fprintf(stderr, "indexed %s: %u caches, %u new or changed, %u unchanged, %u removed, %u skipped\n",
-                 o.dir.c_str(), st.files - st.skipped, st.indexed, st.unchanged, st.removed, st.skipped);
+    std::fprintf(
+        stderr, "indexed %s: %u caches, %u new or changed, %u unchanged, %u removed, %u skipped\n",
+        o.dir.c_str(), st.files - st.skipped, st.indexed, st.unchanged, st.removed, st.skipped);
   return index;
 }
 
@@ -79,7 +82,8 @@ void run_search(const LibraryOpts& o) {
   if (!o.model.empty()) model = load_model(o.model, o.threads);
   const auto hits = index->search(o.question, o.top_k, model ? &model->fingerprint() : nullptr);
   if (o.json) {
-    std::printf("%s\n", json_dump(Json{{"question", o.question}, {"sources", sources_json(hits)}}).c_str());
+    std::printf("%s\n",
+                json_dump(Json{{"question", o.question}, {"sources", sources_json(hits)}}).c_str());
     return;
   }
   if (hits.empty()) std::fprintf(stderr, "no cache matches a word of the question\n");
@@ -93,9 +97,13 @@ void run_ask(const LibraryOpts& o) {
   const library::Selection sel = library::retrieve(*index, *model, o.question, o.top_k, o.n);
   if (!o.quiet)
     for (size_t i = 0; i < sel.left_out.size(); ++i)
-      std::fprintf(stderr, "kvzip: left out \"%s\": %s\n", sel.left_out[i].id.c_str(), sel.why[i].c_str());
+      std::fprintf(stderr, "kvzip: left out \"%s\": %s\n", sel.left_out[i].id.c_str(),
+                   sel.why[i].c_str());
   if (o.search_only) {
-    if (o.json) std::printf("%s\n", json_dump(Json{{"question", o.question}, {"sources", sources_json(sel.sources)}}).c_str());
+    if (o.json)
+      std::printf("%s\n",
+                  json_dump(Json{{"question", o.question}, {"sources", sources_json(sel.sources)}})
+                      .c_str());
     else print_ranking(sel.sources);
     return;
   }
@@ -111,13 +119,17 @@ void run_ask(const LibraryOpts& o) {
   gp.stop_tokens = model->chat().stop_tokens();
   if (o.json) {
     const loader::Answer a = session.ask(o.question, gp);
-    std::printf("%s\n", json_dump(Json{{"question", o.question}, {"answer", a.text}, {"tokens", a.tokens.size()},
-                                       {"ms", std::round(a.ms * 10) / 10},
-                                       {"first_token_ms", std::round(a.first_token_ms * 10) / 10},
-                                       {"load_ms", std::round(session.load_ms() * 10) / 10},
-                                       {"compose_ms", std::round(session.compose_stats().ms * 10) / 10},
-                                       {"stopped", a.stopped}, {"sources", sources_json(sel.sources)}})
-                            .c_str());
+    std::printf("%s\n",
+                json_dump(Json{{"question", o.question},
+                               {"answer", a.text},
+                               {"tokens", a.tokens.size()},
+                               {"ms", std::round(a.ms * 10) / 10},
+                               {"first_token_ms", std::round(a.first_token_ms * 10) / 10},
+                               {"load_ms", std::round(session.load_ms() * 10) / 10},
+                               {"compose_ms", std::round(session.compose_stats().ms * 10) / 10},
+                               {"stopped", a.stopped},
+                               {"sources", sources_json(sel.sources)}})
+                    .c_str());
     return;
   }
   std::printf("Q: %s\nA: ", o.question.c_str());
@@ -133,10 +145,13 @@ void run_ask(const LibraryOpts& o) {
 void add_dir_question(CLI::App* c, LibraryOpts& o) {
   c->add_option("dir", o.dir, "Folder of .kvz caches")->required();
   c->add_option("question", o.question, "The question")->required();
-  c->add_option("-k,--top-k", o.top_k, "Caches retrieved at most")->check(CLI::Range(1, 16))->capture_default_str();
+  c->add_option("-k,--top-k", o.top_k, "Caches retrieved at most")
+      ->check(CLI::Range(1, 16))
+      ->capture_default_str();
   c->add_flag("--json", o.json, "One JSON object on stdout");
   c->add_flag("-q,--quiet", o.quiet, "No notes on stderr");
-  c->add_flag("--no-refresh", o.no_refresh, "Search the index as it stands, without reading new or changed caches");
+  c->add_flag("--no-refresh", o.no_refresh,
+              "Search the index as it stands, without reading new or changed caches");
   add_threads_option(c, o.threads);
 }
 
@@ -144,7 +159,8 @@ void add_dir_question(CLI::App* c, LibraryOpts& o) {
 
 void add_library_commands(CLI::App& app) {
   auto i = std::make_shared<LibraryOpts>();
-  auto* index = app.add_subcommand("index", "Build or refresh the full-text index of a folder of caches");
+  auto* index =
+      app.add_subcommand("index", "Build or refresh the full-text index of a folder of caches");
   index->add_option("dir", i->dir, "Folder of .kvz caches")->required();
   index->add_flag("-q,--quiet", i->quiet, "No progress or summary on stderr");
   index->callback([i] { open_index(*i, true); });
@@ -152,19 +168,23 @@ void add_library_commands(CLI::App& app) {
   auto s = std::make_shared<LibraryOpts>();
   auto* search = app.add_subcommand("search", "Rank the caches of a folder for a question (BM25)");
   add_dir_question(search, *s);
-  search->add_option("-m,--model", s->model, "Only caches of this GGUF model (default: every model)");
+  search->add_option("-m,--model", s->model,
+                     "Only caches of this GGUF model (default: every model)");
   search->callback([s] { run_search(*s); });
 
   auto a = std::make_shared<LibraryOpts>();
-  auto* ask = app.add_subcommand("ask", "Answer from the caches of a folder that a question needs, composed");
+  auto* ask = app.add_subcommand(
+      "ask", "Answer from the caches of a folder that a question needs, composed");
   add_dir_question(ask, *a);
   add_model_option(ask, a->model);
-  ask->add_option("--blend", a->blend,
-                  "Fraction of each later document's tokens recomputed with the documents before it in view")
+  ask->add_option(
+         "--blend", a->blend,
+         "Fraction of each later document's tokens recomputed with the documents before it in view")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   ask->add_option("-n,--max-tokens", a->n, "Answer tokens at most")->capture_default_str();
-  ask->add_flag("--search-only", a->search_only, "Print the caches that would be composed, and answer nothing");
+  ask->add_flag("--search-only", a->search_only,
+                "Print the caches that would be composed, and answer nothing");
   ask->callback([a] { run_ask(*a); });
 }
 

@@ -151,9 +151,10 @@ void add_serve_commands(CLI::App& app) {
                 "Caches one request may compose (\"model\": \"a+b+c\"); more: 400")
       ->check(CLI::Range(1u, 64u))
       ->capture_default_str();
-  c->add_option("--library-model", o->library_model,
-                "The \"model\" name that answers from the caches a question needs (retrieved from the "
-                "folder's index and composed); must not be a valid cache id")
+  c->add_option(
+       "--library-model", o->library_model,
+       "The \"model\" name that answers from the caches a question needs (retrieved from the "
+       "folder's index and composed); must not be a valid cache id")
       ->capture_default_str();
   c->add_option("--library-top-k", o->library_top_k, "Caches the library model composes at most")
       ->check(CLI::Range(1u, 16u))

@@ -30,7 +30,8 @@ constexpr const char* kSchema =
     " n INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, stamp TEXT NOT NULL, digest TEXT NOT NULL,"
     " arch TEXT NOT NULL, tokenizer_hash TEXT NOT NULL, weights_hash TEXT NOT NULL,"
     " tokens INTEGER NOT NULL);"
-    "CREATE VIRTUAL TABLE IF NOT EXISTS docs USING fts5(text, tokenize='unicode61 remove_diacritics 2');";
+    "CREATE VIRTUAL TABLE IF NOT EXISTS docs USING fts5(text, tokenize='unicode61 "
+    "remove_diacritics 2');";
 
 std::string hex64(uint64_t v) {
   char b[17];
@@ -44,8 +45,8 @@ std::optional<std::string> stamp_of(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
   const int64_t ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-  return std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) +
-         ":" + std::to_string(ns);
+  return std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" +
+         std::to_string(st.st_size) + ":" + std::to_string(ns);
 }
 
 // The content's identity without reading the K/V rows: every section's kind, layer, size and
@@ -76,7 +77,9 @@ std::string uri_of(const std::string& path, const char* query) {
   return out + "?" + query;
 }
 
-bool word_byte(unsigned char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+bool word_byte(unsigned char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
 
 }  // namespace
 
@@ -109,7 +112,10 @@ std::string fts_query(std::string_view q) {
   }
   flush();
   std::string out;
-  for (const std::string& w : words) out += (out.empty() ? "\"" : " OR \"") + w + "\"";
+  for (const std::string& w : words) {
+    if (!out.empty()) out.append(" OR ");
+    out.append(1, '"').append(w).append(1, '"');
+  }
   return out;
 }
 
@@ -133,10 +139,12 @@ std::unique_ptr<Db> open_db(const std::string& path, const IndexOptions& o) {
   std::unique_ptr<Db> db;
   if (o.read_only) {
     std::error_code ec;
-    if (!fs::exists(path, ec)) throw Error(Errc::not_found, "no index " + path + " (run `kvzip index` on the folder)");
+    if (!fs::exists(path, ec))
+      throw Error(Errc::not_found, "no index " + path + " (run `kvzip index` on the folder)");
     try {
       db = std::make_unique<Db>(uri_of(path, "mode=ro"), SQLITE_OPEN_READONLY);
-      db->exec("PRAGMA busy_timeout=" + std::to_string(o.busy_timeout_ms) + "; SELECT count(*) FROM sqlite_schema;");
+      db->exec("PRAGMA busy_timeout=" + std::to_string(o.busy_timeout_ms) +
+               "; SELECT count(*) FROM sqlite_schema;");
     } catch (const Error& e) {
       if (e.code() != Errc::io) throw;
       // A read-only folder where the WAL's shared-memory file cannot be made: nobody writes
@@ -144,7 +152,8 @@ std::unique_ptr<Db> open_db(const std::string& path, const IndexOptions& o) {
       db = std::make_unique<Db>(uri_of(path, "immutable=1"), SQLITE_OPEN_READONLY);
     }
   } else {
-    db = std::make_unique<Db>(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX);
+    db = std::make_unique<Db>(path,
+                              SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX);
     db->exec("PRAGMA busy_timeout=" + std::to_string(o.busy_timeout_ms));
   }
   int64_t version = 0;
@@ -154,8 +163,9 @@ std::unique_ptr<Db> open_db(const std::string& path, const IndexOptions& o) {
     version = v.int64(0);
   }  // finished: the journal mode cannot change while a statement reads
   if (version > kSchemaVersion)
-    throw Error(Errc::version_unsupported, "index " + path + " has schema version " + std::to_string(version) +
-                                                "; this build reads up to " + std::to_string(kSchemaVersion));
+    throw Error(Errc::version_unsupported,
+                "index " + path + " has schema version " + std::to_string(version) +
+                    "; this build reads up to " + std::to_string(kSchemaVersion));
   if (!o.read_only) {
     db->exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL");
     if (version < kSchemaVersion) {
@@ -172,7 +182,8 @@ std::unique_ptr<Db> open_db(const std::string& path, const IndexOptions& o) {
   }
   {
     Stmt check(*db, "PRAGMA quick_check");
-    if (!check.step() || check.text(0) != "ok") throw Error(Errc::corrupt, "index " + path + ": " + check.text(0));
+    if (!check.step() || check.text(0) != "ok")
+      throw Error(Errc::corrupt, "index " + path + ": " + check.text(0));
   }
   try {
     Stmt(*db, "SELECT count(*) FROM caches JOIN docs ON docs.rowid = caches.n").step();
@@ -267,8 +278,9 @@ Outcome sync_one(Db& db, const std::string& id, const std::string& path, const s
     return Outcome::Skipped;
   }
   if (old) drop(db, old->n);
-  Stmt ins(db, "INSERT INTO caches(id, stamp, digest, arch, tokenizer_hash, weights_hash, tokens) "
-               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+  Stmt ins(db,
+           "INSERT INTO caches(id, stamp, digest, arch, tokenizer_hash, weights_hash, tokens) "
+           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
   ins.bind(1, id).bind(2, stamp).bind(3, digest).bind(4, fp.arch).bind(5, hex64(fp.tokenizer_hash));
   ins.bind(6, hex64(fp.weights_hash)).bind(7, static_cast<int64_t>(tokens)).step();
   const int64_t n = sqlite3_last_insert_rowid(db.raw());
@@ -335,7 +347,8 @@ RefreshStats Index::refresh(const ProgressFn& progress) {
 
 bool Index::update(const std::string& id) {
   check_writable(opt_, path());
-  if (!compress::valid_cache_id(id)) throw Error(Errc::invalid_argument, "\"" + id + "\" is not a cache id");
+  if (!compress::valid_cache_id(id))
+    throw Error(Errc::invalid_argument, "\"" + id + "\" is not a cache id");
   const std::string p = dir_ + "/" + id + ".kvz";
   Db& db = *impl_->db;
   bool present = false;
@@ -369,14 +382,16 @@ void bind_model(Stmt& s, const ModelFingerprint* m) {
 
 }  // namespace
 
-std::vector<Hit> Index::search(std::string_view question, uint32_t k, const ModelFingerprint* model) const {
+std::vector<Hit> Index::search(std::string_view question, uint32_t k,
+                               const ModelFingerprint* model) const {
   std::vector<Hit> out;
   const std::string q = fts_query(question);
   if (q.empty() || k == 0) return out;
   // A few more than k, for the entries whose file changed or went since the last refresh.
-  Stmt s(*impl_->db, "SELECT c.id, -bm25(docs), c.tokens, c.stamp FROM docs JOIN caches c ON c.n = docs.rowid "
-                     "WHERE docs MATCH ?1" + model_filter(model) +
-                     " ORDER BY bm25(docs), c.id LIMIT ?5");
+  Stmt s(*impl_->db,
+         "SELECT c.id, -bm25(docs), c.tokens, c.stamp FROM docs JOIN caches c ON c.n = docs.rowid "
+         "WHERE docs MATCH ?1" +
+             model_filter(model) + " ORDER BY bm25(docs), c.id LIMIT ?5");
   s.bind(1, q);
   bind_model(s, model);
   s.bind(5, static_cast<int64_t>(k) + 32);

@@ -30,18 +30,18 @@ inline constexpr int kSchemaVersion = 1;
 
 // One cache a search found.
 struct Hit {
-  std::string id;     // file name stem: DIR/<id>.kvz
+  std::string id;  // file name stem: DIR/<id>.kvz
   std::string path;
-  double score = 0;   // BM25 (higher is better; SQLite's bm25() negated)
+  double score = 0;     // BM25 (higher is better; SQLite's bm25() negated)
   uint64_t tokens = 0;  // the document's tokens
 };
 
 struct RefreshStats {
-  uint32_t files = 0;      // .kvz files with a valid id in the folder
-  uint32_t indexed = 0;    // new or changed, (re)indexed now
+  uint32_t files = 0;    // .kvz files with a valid id in the folder
+  uint32_t indexed = 0;  // new or changed, (re)indexed now
   uint32_t unchanged = 0;
-  uint32_t removed = 0;    // in the index, no longer in the folder (or now corrupt)
-  uint32_t skipped = 0;    // unreadable or corrupt: not in the index
+  uint32_t removed = 0;  // in the index, no longer in the folder (or now corrupt)
+  uint32_t skipped = 0;  // unreadable or corrupt: not in the index
 };
 
 // Messages for the user (a corrupt cache skipped, an index rebuilt); nothing is printed here.
@@ -86,7 +86,8 @@ class Index {
 
   // The caches of `model` (all models when null) ranked by BM25 against `question`, best first,
   // at most k; a cache whose file is gone or changed since it was indexed is never returned.
-  std::vector<Hit> search(std::string_view question, uint32_t k, const ModelFingerprint* model = nullptr) const;
+  std::vector<Hit> search(std::string_view question, uint32_t k,
+                          const ModelFingerprint* model = nullptr) const;
   // Caches in the index (of `model`, or all).
   uint32_t count(const ModelFingerprint* model = nullptr) const;
 
@@ -107,16 +108,16 @@ struct Selection {
   std::vector<Hit> sources;
   std::vector<Hit> left_out;  // with the reason in `why`
   std::vector<std::string> why;
-  uint32_t length = 0;        // composed length (the first question token's position)
+  uint32_t length = 0;  // composed length (the first question token's position)
 };
-Selection select_sources(const model::Model& model, const std::vector<Hit>& hits, std::string_view question,
-                         uint32_t answer_tokens, uint32_t max_docs = 16);
+Selection select_sources(const model::Model& model, const std::vector<Hit>& hits,
+                         std::string_view question, uint32_t answer_tokens, uint32_t max_docs = 16);
 
 // search() for `model`'s caches, then select_sources(): what `kvzip ask`, the server's library
 // model and Python's kvzip.ask retrieve. Errc::not_found when the index holds no cache of the
 // model (the message counts the other models' caches) or none matches a word of the question;
 // Errc::invalid_argument when none of the hits fits the context (the first reason given).
-Selection retrieve(const Index& index, const model::Model& model, std::string_view question, uint32_t top_k,
-                   uint32_t answer_tokens);
+Selection retrieve(const Index& index, const model::Model& model, std::string_view question,
+                   uint32_t top_k, uint32_t answer_tokens);
 
 }  // namespace kvzip::library

@@ -35,6 +35,7 @@ def main():
     ap.add_argument("--ks", default="1,4,8")
     ap.add_argument("--ttft", type=int, default=5, help="questions timed (0: none)")
     ap.add_argument("--top-k", default="4", help="caches ask composes in the timing")
+    ap.add_argument("--blend", default="0.3", help="ask's --blend in the timing")
     o = ap.parse_args()
     ks = [int(k) for k in o.ks.split(",")]
     data = json.load(open(o.squad))
@@ -61,13 +62,13 @@ def main():
         print(f"recall@{k}: {hits[k] / len(qs):.3f} ({hits[k]}/{len(qs)})")
     for question, _ in qs[:o.ttft]:
         r = run([o.kvzip, "ask", o.folder, question, "-m", o.model, "-k", o.top_k, "-n", "1", "-t", o.threads,
-                 "--json", "-q", "--no-refresh"])
+                 "--blend", o.blend, "--json", "-q", "--no-refresh"])
         a = json.loads(r.stdout)
         ids = [s["id"] for s in a["sources"]]
         joint = "\n\n".join(paragraphs[int(i[1:])]["context"] for i in ids) + "\n\nQuestion: " + question
         with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
             f.write(joint)
-        g = run([o.kvzip, "generate", "-f", f.name, "-m", o.model, "-n", "1", "-t", o.threads])
+        g = run([o.kvzip, "generate", "-f", f.name, "-m", o.model, "-n", "1", "-t", o.threads, "--stats"])
         os.unlink(f.name)
         m = re.search(r"prompt (\d+) tokens in ([0-9.]+) s", g.stderr)
         ask_ms = a["load_ms"] + a["compose_ms"] + a["first_token_ms"]

@@ -143,8 +143,9 @@ Server::Impl::Impl(const model::Model& m, ServerOptions o)
       }(),
            [this](const std::string& method, const std::string& path) { return body_limit(method, path); }) {
   if (opt.library_model.empty() || CacheStore::valid_id(opt.library_model))
-    throw Error(Errc::invalid_argument, "the library model's name \"" + opt.library_model +
-                                            "\" could name a cache; use a name with a character outside A-Z a-z 0-9 . _ -");
+    throw Error(Errc::invalid_argument,
+                "the library model's name \"" + opt.library_model +
+                    "\" could name a cache; use a name with a character outside A-Z a-z 0-9 . _ -");
   routes();
 }
 

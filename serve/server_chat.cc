@@ -162,8 +162,13 @@ void Server::Impl::chat_completions(const httplib::Request& req, httplib::Respon
   res.set_header("X-Accel-Buffering", "no");
   // The library model's sources go in every chunk (a client may read any one of them).
   auto chunk = [id, created, model_name, sources](const json& delta, const json& finish) {
-    json c{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model_name},
-           {"choices", json::array({{{"index", 0}, {"delta", delta}, {"logprobs", nullptr},
+    json c{{"id", id},
+           {"object", "chat.completion.chunk"},
+           {"created", created},
+           {"model", model_name},
+           {"choices", json::array({{{"index", 0},
+                                     {"delta", delta},
+                                     {"logprobs", nullptr},
                                      {"finish_reason", finish}}})}};
     if (!sources.is_null()) c["sources"] = sources;
     return "data: " + dump(c) + "\n\n";

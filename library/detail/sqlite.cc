@@ -19,11 +19,13 @@ void fail(sqlite3* db, int rc, const std::string& what) {
 Db::Db(const std::string& path, int flags) {
   const int rc = sqlite3_open_v2(path.c_str(), &db_, flags | SQLITE_OPEN_URI, nullptr);
   if (rc != SQLITE_OK) {
-    const std::string msg = "index " + path + ": " + (db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc));
+    const std::string msg =
+        "index " + path + ": " + (db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc));
     sqlite3_close(db_);
     db_ = nullptr;
     const int primary = rc & 0xff;
-    throw Error(primary == SQLITE_CORRUPT || primary == SQLITE_NOTADB ? Errc::corrupt : Errc::io, msg);
+    throw Error(primary == SQLITE_CORRUPT || primary == SQLITE_NOTADB ? Errc::corrupt : Errc::io,
+                msg);
   }
   sqlite3_extended_result_codes(db_, 1);
 }

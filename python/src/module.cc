@@ -367,8 +367,10 @@ nb::list hits_list(const std::vector<library::Hit>& hits) {
   return out;
 }
 
-nb::list library_search(const std::string& dir, const std::string& question, uint32_t top_k, nb::object model_obj) {
-  const ModelFingerprint* fp = model_obj.is_none() ? nullptr : &nb::cast<const PyModel&>(model_obj).m->fingerprint();
+nb::list library_search(const std::string& dir, const std::string& question, uint32_t top_k,
+                        nb::object model_obj) {
+  const ModelFingerprint* fp =
+      model_obj.is_none() ? nullptr : &nb::cast<const PyModel&>(model_obj).m->fingerprint();
   std::vector<library::Hit> hits;
   {
     nb::gil_scoped_release release;
@@ -377,8 +379,8 @@ nb::list library_search(const std::string& dir, const std::string& question, uin
   return hits_list(hits);
 }
 
-nb::dict library_ask(nb::object model_obj, const std::string& dir, const std::string& question, uint32_t top_k,
-                     uint32_t max_tokens, double blend, uint32_t threads) {
+nb::dict library_ask(nb::object model_obj, const std::string& dir, const std::string& question,
+                     uint32_t top_k, uint32_t max_tokens, double blend, uint32_t threads) {
   const PyModel& pm = nb::cast<const PyModel&>(model_obj);
   library::Selection sel;
   loader::Answer a;

@@ -35,7 +35,8 @@ struct Fixture : test::TinyModelDir {
   explicit Fixture(uint64_t seed = 31) : TinyModelDir("library_ask", seed, 1024, 2) {
     caches = path("caches");
     std::filesystem::create_directories(caches);
-    for (int i = 0; i < 3; ++i) test::compress_document(*model, kDocs[i], caches + "/" + kIds[i] + ".kvz");
+    for (int i = 0; i < 3; ++i)
+      test::compress_document(*model, kDocs[i], caches + "/" + kIds[i] + ".kvz");
   }
 };
 
@@ -60,8 +61,8 @@ TEST_CASE("ask: the retrieved caches composed answer as kvzip ask and the server
   std::vector<std::string> paths;
   for (const auto& h : sel.sources) paths.push_back(h.path);
 
-  const testing::CliResult r = testing::run_kvzip({"ask", f.caches, kQuestion, "-m", f.path("m.gguf"), "--json",
-                                                   "-n", "8", "-t", "2", "-q"});
+  const testing::CliResult r = testing::run_kvzip(
+      {"ask", f.caches, kQuestion, "-m", f.path("m.gguf"), "--json", "-n", "8", "-t", "2", "-q"});
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   const Json cli = parse_json(r.out, "ask");
@@ -87,14 +88,17 @@ TEST_CASE("ask: the retrieved caches composed answer as kvzip ask and the server
   const int port = server.bind();
   std::thread t([&] { server.listen(); });
   httplib::Client http("127.0.0.1", port);
-  const Json body = {{"model", "@library"}, {"max_tokens", 8}, {"temperature", 0},
+  const Json body = {{"model", "@library"},
+                     {"max_tokens", 8},
+                     {"temperature", 0},
                      {"messages", Json::array({{{"role", "user"}, {"content", kQuestion}}})}};
   auto res = http.Post("/v1/chat/completions", body.dump(), "application/json");
   REQUIRE(res);
   INFO(res->body);
   REQUIRE(res->status == 200);
   const Json served = parse_json(res->body, "response");
-  CHECK(served["choices"][0]["message"]["content"].get<std::string>() == cli["answer"].get<std::string>());
+  CHECK(served["choices"][0]["message"]["content"].get<std::string>() ==
+        cli["answer"].get<std::string>());
   std::vector<std::string> served_ids;
   for (const auto& s : served["sources"]) served_ids.push_back(s["id"].get<std::string>());
   CHECK(served_ids == cli_ids);
@@ -131,7 +135,8 @@ TEST_CASE("ask: the retrieved caches composed answer as kvzip ask and the server
   t.join();
 }
 
-TEST_CASE("ask: what fits the context, another model's folder, an empty or missing folder", "[library][cli]") {
+TEST_CASE("ask: what fits the context, another model's folder, an empty or missing folder",
+          "[library][cli]") {
   Fixture f;
   library::Index index(f.caches);
   index.refresh();
@@ -139,10 +144,12 @@ TEST_CASE("ask: what fits the context, another model's folder, an empty or missi
   REQUIRE(hits.size() >= 2);
   // Room for the first cache alone: the others are left out, each with the reason.
   const library::Selection first = library::select_sources(*f.model, {hits[0]}, kQuestion, 0);
-  const uint32_t room = f.model->config().max_context - first.length -
-                        static_cast<uint32_t>(loader::question_tokens(f.model->tokenizer(),
-                                                                      format::CacheReader::open(hits[0].path).header(),
-                                                                      kQuestion).size());
+  const uint32_t room =
+      f.model->config().max_context - first.length -
+      static_cast<uint32_t>(
+          loader::question_tokens(f.model->tokenizer(),
+                                  format::CacheReader::open(hits[0].path).header(), kQuestion)
+              .size());
   const library::Selection tight = library::select_sources(*f.model, hits, kQuestion, room);
   CHECK(ids_of(tight.sources) == std::vector<std::string>{hits[0].id});
   REQUIRE(tight.left_out.size() == hits.size() - 1);
@@ -150,17 +157,20 @@ TEST_CASE("ask: what fits the context, another model's folder, an empty or missi
   const uint32_t all = f.model->config().max_context;  // no cache fits with this answer budget
   CHECK(test::error_from([&] { library::retrieve(index, *f.model, kQuestion, 4, all); }).code() ==
         Errc::invalid_argument);
-  CHECK(test::error_from([&] { library::retrieve(index, *f.model, "?!", 4, 8); }).code() == Errc::not_found);
+  CHECK(test::error_from([&] { library::retrieve(index, *f.model, "?!", 4, 8); }).code() ==
+        Errc::not_found);
 
   // Another model's caches only.
   test::TinyModelDir other("library_other", 77, 1024, 2);
-  const Error e = test::error_from([&] { library::retrieve(index, *other.model, kQuestion, 4, 8); });
+  const Error e =
+      test::error_from([&] { library::retrieve(index, *other.model, kQuestion, 4, 8); });
   CHECK(e.code() == Errc::not_found);
   CHECK(std::string(e.what()).find("other models") != std::string::npos);
 
   const std::string empty = f.path("empty");
   std::filesystem::create_directories(empty);
-  testing::CliResult r = testing::run_kvzip({"ask", empty, kQuestion, "-m", f.path("m.gguf"), "-q"});
+  testing::CliResult r =
+      testing::run_kvzip({"ask", empty, kQuestion, "-m", f.path("m.gguf"), "-q"});
   CHECK(r.exit_code == 3);
   CHECK(r.err.find("holds no cache") != std::string::npos);
   r = testing::run_kvzip({"search", f.path("nope"), kQuestion});

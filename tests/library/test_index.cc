@@ -55,9 +55,11 @@ std::vector<std::string> ids(const std::vector<library::Hit>& hits) {
   return out;
 }
 
-const char* kNormans = "The Normans were the people who in the 10th and 11th centuries gave their name to Normandy.";
+const char* kNormans =
+    "The Normans were the people who in the 10th and 11th centuries gave their name to Normandy.";
 const char* kRiver = "The river town kept its clocks an hour behind the capital, out of spite.";
-const char* kOrchard = "Nobody remembered who planted the orchard, but everybody knew the pears were sour.";
+const char* kOrchard =
+    "Nobody remembered who planted the orchard, but everybody knew the pears were sour.";
 
 void three_docs(const TempDir& d) {
   write_doc(d, "normans", kNormans);
@@ -68,7 +70,8 @@ void three_docs(const TempDir& d) {
 }  // namespace
 
 TEST_CASE("fts_query quotes every word and ORs them", "[library]") {
-  CHECK(library::fts_query("Who planted the orchard?") == "\"Who\" OR \"planted\" OR \"the\" OR \"orchard\"");
+  CHECK(library::fts_query("Who planted the orchard?") ==
+        "\"Who\" OR \"planted\" OR \"the\" OR \"orchard\"");
   CHECK(library::fts_query("\"*\" NEAR( ) AND (") == "\"NEAR\" OR \"AND\"");
   CHECK(library::fts_query("  ?! ").empty());
   CHECK(library::fts_query("caf\xc3\xa9 \xff\xfe x") == "\"caf\xc3\xa9\" OR \"x\"");
@@ -128,7 +131,8 @@ TEST_CASE("a corrupt cache is skipped with a warning", "[library]") {
   auto bytes = format::testing::read_bytes(d.path("orchard.kvz"));
   bytes.resize(bytes.size() / 2);
   format::testing::write_bytes(d.path("orchard.kvz"), bytes);
-  format::testing::write_bytes(d.path("junk.kvz"), {'n', 'o', 't', ' ', 'a', ' ', 'c', 'a', 'c', 'h', 'e'});
+  format::testing::write_bytes(d.path("junk.kvz"),
+                               {'n', 'o', 't', ' ', 'a', ' ', 'c', 'a', 'c', 'h', 'e'});
   format::testing::write_bytes(d.path("bad id!.kvz"), {'x'});  // not a cache id: not looked at
   std::vector<std::string> warnings;
   library::IndexOptions o;
@@ -150,11 +154,25 @@ TEST_CASE("hostile questions never make an index error", "[library]") {
   three_docs(d);
   library::Index index(d.dir());
   index.refresh();
-  const std::vector<std::string> hostile = {
-      "\"", "\"\"\"", "*", "orchard*", "NEAR(orchard pears, 2)", "orchard AND", "AND OR NOT",
-      "((orchard", "orchard)", "text:orchard", "^orchard", "{text}: orchard", "\xff\xfe\xfd orchard",
-      "caf\xc3\xa9 \xe2\x84\xa2 \xf0\x9f\x8d\x90 orchard", std::string("orch\0ard", 8), "-orchard +pears",
-      std::string(5000, 'a'), "", "   "};
+  const std::vector<std::string> hostile = {"\"",
+                                            "\"\"\"",
+                                            "*",
+                                            "orchard*",
+                                            "NEAR(orchard pears, 2)",
+                                            "orchard AND",
+                                            "AND OR NOT",
+                                            "((orchard",
+                                            "orchard)",
+                                            "text:orchard",
+                                            "^orchard",
+                                            "{text}: orchard",
+                                            "\xff\xfe\xfd orchard",
+                                            "caf\xc3\xa9 \xe2\x84\xa2 \xf0\x9f\x8d\x90 orchard",
+                                            std::string("orch\0ard", 8),
+                                            "-orchard +pears",
+                                            std::string(5000, 'a'),
+                                            "",
+                                            "   "};
   for (const std::string& q : hostile) {
     INFO(q);
     std::vector<library::Hit> hits;
@@ -238,7 +256,8 @@ TEST_CASE("readers search one index while a writer refreshes it", "[library]") {
     });
   library::Index w(d.dir());
   for (int i = 0; i < 20; ++i) {
-    write_doc(d, "extra" + std::to_string(i), "filler text number " + std::to_string(i), model_a(), 10 + i);
+    write_doc(d, "extra" + std::to_string(i), "filler text number " + std::to_string(i), model_a(),
+              10 + i);
     CHECK(w.refresh().indexed == 1);
   }
   while (searches < 20) std::this_thread::yield();
