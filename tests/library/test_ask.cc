@@ -102,6 +102,19 @@ TEST_CASE("ask: the retrieved caches composed answer as kvzip ask and the server
   std::vector<std::string> served_ids;
   for (const auto& s : served["sources"]) served_ids.push_back(s["id"].get<std::string>());
   CHECK(served_ids == cli_ids);
+  // Streamed: every chunk names the sources. Query syntax in the question is only words.
+  Json streamed = body;
+  streamed["stream"] = true;
+  streamed["messages"][0]["content"] = "ferryman\" AND (boat* NEAR(";
+  res = http.Post("/v1/chat/completions", streamed.dump(), "application/json");
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  CHECK(res->body.find("\"sources\":[{\"id\":\"ferry\"") != std::string::npos);
+  CHECK(res->body.find("data: [DONE]") != std::string::npos);
+  // Another name for the library model is refused when it could name a cache.
+  serve::ServerOptions clash = sopt;
+  clash.library_model = "library";
+  CHECK(test::error_from([&] { serve::Server(*f.model, clash); }).code() == Errc::invalid_argument);
 
   auto search = http.Get("/v1/search?q=ferryman%20boat&k=1");
   REQUIRE(search);
