@@ -20,7 +20,7 @@ namespace kvzip::cli {
 namespace {
 
 struct LibraryOpts {
-  std::string dir, question, model, device = "cpu";
+  std::string dir, question, model;
   uint32_t top_k = 4, n = 128, threads = 0;
   double blend = 0.3;  // loader::ComposeOptions's default
   bool json = false, quiet = false, search_only = false, no_refresh = false;
@@ -112,7 +112,6 @@ void run_ask(const LibraryOpts& o) {
   loader::SessionOptions so;
   so.threads = o.threads;
   so.compose.blend = o.blend;
-  so.device = kernels::parse_device(o.device.c_str());
   loader::QuerySession session(*model, paths, so);
   model::GenerateParams gp;
   gp.max_tokens = o.n;
