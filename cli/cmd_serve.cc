@@ -25,6 +25,8 @@ struct ServeOpts {
   std::string caches, model, host = "127.0.0.1", api_key_file, device = "cpu";
   int port = 8080;
   uint32_t parallel = 8, threads = 0, queue = 64, max_tokens = 4096, step_tokens = 0, max_compose = 16;
+  std::string library_model = "@library";  // serve::ServerOptions's
+  uint32_t library_top_k = 4;
   double blend = 0.3;
   uint64_t max_loaded_bytes = uint64_t(4) << 30;
   uint64_t max_upload_bytes = uint64_t(1) << 30;
@@ -83,6 +85,8 @@ void run_serve(const ServeOpts& o) {
   so.key_tiles = !o.no_key_tiles;
   so.max_compose = o.max_compose;
   so.compose_blend = o.blend;
+  so.library_model = o.library_model;
+  so.library_top_k = o.library_top_k;
   so.chat.max_tokens_cap = o.max_tokens;
   so.chat.default_max_tokens = std::min<uint32_t>(256, o.max_tokens);
   so.http_threads = std::max<uint32_t>(64, 2 * (o.parallel + o.queue));
@@ -146,6 +150,14 @@ void add_serve_commands(CLI::App& app) {
   c->add_option("--max-compose", o->max_compose,
                 "Caches one request may compose (\"model\": \"a+b+c\"); more: 400")
       ->check(CLI::Range(1u, 64u))
+      ->capture_default_str();
+  c->add_option(
+       "--library-model", o->library_model,
+       "The \"model\" name that answers from the caches a question needs (retrieved from the "
+       "folder's index and composed); must not be a valid cache id")
+      ->capture_default_str();
+  c->add_option("--library-top-k", o->library_top_k, "Caches the library model composes at most")
+      ->check(CLI::Range(1u, 16u))
       ->capture_default_str();
   c->add_option("--blend", o->blend,
                 "Composed requests: fraction of each later document's tokens recomputed with the "

@@ -12,5 +12,6 @@ void add_calibrate_commands(CLI::App& app);  // calibrate (cmd_calibrate.cc)
 void add_format_commands(CLI::App& app);  // inspect, prune, export, import (cmd_format.cc)
 void add_eval_commands(CLI::App& app);    // eval (cmd_eval.cc)
 void add_serve_commands(CLI::App& app);   // serve (cmd_serve.cc)
+void add_library_commands(CLI::App& app);  // index, search, ask (cmd_library.cc)
 
 }  // namespace kvzip::cli

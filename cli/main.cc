@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
   kvzip::cli::add_format_commands(app);
   kvzip::cli::add_eval_commands(app);
   kvzip::cli::add_serve_commands(app);
+  kvzip::cli::add_library_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

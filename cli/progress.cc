@@ -33,9 +33,9 @@ std::string ProgressBar::line(const prefill::PrefillProgress& p) const {
   std::string bar(filled, '#');
   bar.append(kWidth - filled, '.');
   char tail[160];
-  std::snprintf(tail, sizeof tail, "] %3d%%  %llu/%llu tok  %.0f tok/s", int(frac * 100.0),
+  std::snprintf(tail, sizeof tail, "] %3d%%  %llu/%llu %s  %.0f %s/s", int(frac * 100.0),
                 static_cast<unsigned long long>(p.done), static_cast<unsigned long long>(p.total),
-                p.tokens_per_s);
+                opt_.unit.c_str(), p.tokens_per_s, opt_.unit.c_str());
   return opt_.label + " [" + bar + tail;
 }
 

@@ -12,6 +12,7 @@ namespace kvzip::cli {
 
 struct ProgressBarOptions {
   std::string label = "prefill";
+  std::string unit = "tok";  // what done/total count ("tok/s" is then unit + "/s")
   bool quiet = false;        // true: print nothing
   FILE* out = stderr;        // must stay open while the bar is used
   int tty = -1;              // -1: ask isatty(out); 0: plain lines; 1: redraw with \r

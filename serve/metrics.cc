@@ -88,6 +88,10 @@ std::string Metrics::render(const Gauges& g) const {
   scalar("kvzip_loaded_caches", "gauge", "Compressed caches in memory.", double(g.loaded_caches));
   scalar("kvzip_loaded_cache_bytes", "gauge", "K/V bytes of the caches in memory.", double(g.loaded_bytes));
   scalar("kvzip_compress_jobs_running", "gauge", "Compress jobs queued or running.", double(g.jobs_running));
+  scalar("kvzip_library_caches", "gauge", "Caches in the library index.", double(g.library_caches));
+  scalar("kvzip_library_skipped_caches", "gauge",
+         "Cache files the last library index refresh skipped as unreadable or corrupt.",
+         double(g.library_skipped));
   return out;
 }
 

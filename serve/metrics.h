@@ -27,6 +27,9 @@ class Histogram {
 // Values read at render time (gauges owned by other parts of the server).
 struct Gauges {
   uint64_t queued = 0, active = 0, loaded_caches = 0, loaded_bytes = 0, steps = 0, jobs_running = 0;
+  // The library index (library/library.h): caches in it, and files its last refresh skipped as
+  // unreadable or corrupt.
+  uint64_t library_caches = 0, library_skipped = 0;
 };
 
 class Metrics {

@@ -142,6 +142,10 @@ Server::Impl::Impl(const model::Model& m, ServerOptions o)
         return l;
       }(),
            [this](const std::string& method, const std::string& path) { return body_limit(method, path); }) {
+  if (opt.library_model.empty() || CacheStore::valid_id(opt.library_model))
+    throw Error(Errc::invalid_argument,
+                "the library model's name \"" + opt.library_model +
+                    "\" could name a cache; use a name with a character outside A-Z a-z 0-9 . _ -");
   routes();
 }
 
@@ -260,6 +264,7 @@ void Server::Impl::routes() {
      });
   // Under /c/{cache}/ the lists still name every cache of the shared folder: the prefix only
   // routes, and an `openai` client whose base URL carries it lists models as usual.
+  library_routes();
   on(Method::Get, "/v1/models", [this](const httplib::Request&, httplib::Response& res, const Scope&) {
     json data = json::array();
     for (const CacheInfo& ci : store.list())
@@ -280,6 +285,7 @@ void Server::Impl::routes() {
      [this](const httplib::Request&, httplib::Response& res, const Scope& scope) {
        const std::string id = scope.pinned(scope.args[0], "id");
        store.remove(id);
+       library_update(id);
        send_json(res, 200, {{"id", id}, {"object", "cache"}, {"deleted", true}});
      });
   for (const bool prefixed : {false, true})
@@ -370,6 +376,8 @@ void Server::Impl::routes() {
     g.loaded_caches = store.loaded_count();
     g.loaded_bytes = store.loaded_bytes();
     g.jobs_running = jobs.pending();
+    g.library_caches = library_caches;
+    g.library_skipped = library_skipped;
     res.set_content(metrics.render(g), "text/plain; version=0.0.4");
   });
 }
@@ -409,6 +417,7 @@ void Server::Impl::put_cache(const httplib::Request& req, httplib::Response& res
     throw ApiError(400, "invalid_request_error", "incomplete_body", "the body ended early or arrived too slowly");
   try {
     store.put_file(id, *file);
+    library_update(id);
   } catch (const Error& e) {
     if (e.code() == Errc::invalid_argument && !replace) throw exists;
     if (e.code() == Errc::model_mismatch || e.code() == Errc::io) throw;

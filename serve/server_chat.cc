@@ -44,9 +44,19 @@ void Server::Impl::chat_completions(const httplib::Request& req, httplib::Respon
   ChatRequest cr = parse_chat_request(req.body, opt.chat, scope.cache.value_or(""));
   cr.cache = scope.pinned(cr.cache, "model");
   if (draining) throw ApiError(503, "server_error", "shutting_down", "the server is shutting down", {}, 5);
-  // "a+b+c" composes the caches a, b and c (ids never contain '+'), in that order.
+  // The library model composes the caches its retrieval picks; "a+b+c" composes the caches a, b
+  // and c (ids never contain '+'), in that order.
   std::vector<std::string> ids;
-  for (size_t at = 0;;) {
+  json sources = nullptr;
+  if (cr.cache == opt.library_model) {
+    const library::Selection sel = library_retrieve(cr.question, cr.max_tokens);
+    sources = json::array();
+    for (const auto& h : sel.sources) {
+      ids.push_back(h.id);
+      sources.push_back({{"id", h.id}, {"score", h.score}, {"tokens", h.tokens}});
+    }
+  }
+  for (size_t at = 0; sources.is_null();) {
     const size_t plus = cr.cache.find('+', at);
     ids.push_back(cr.cache.substr(at, plus == std::string::npos ? std::string::npos : plus - at));
     if (plus == std::string::npos) break;
@@ -143,19 +153,25 @@ void Server::Impl::chat_completions(const httplib::Request& req, httplib::Respon
                                         {"finish_reason", finish_reason(r.finish)}}})},
               {"usage", {{"prompt_tokens", r.prompt_tokens}, {"completion_tokens", r.completion_tokens},
                          {"total_tokens", r.prompt_tokens + r.completion_tokens}}}};
+    if (!sources.is_null()) body["sources"] = sources;
     send_json(res, 200, body);
     return;
   }
 
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
-  auto chunk = [id, created, model_name](const json& delta, const json& finish) {
-    return "data: " +
-           dump(json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created},
-                     {"model", model_name},
-                     {"choices", json::array({{{"index", 0}, {"delta", delta}, {"logprobs", nullptr},
-                                               {"finish_reason", finish}}})}}) +
-           "\n\n";
+  // The library model's sources go in every chunk (a client may read any one of them).
+  auto chunk = [id, created, model_name, sources](const json& delta, const json& finish) {
+    json c{{"id", id},
+           {"object", "chat.completion.chunk"},
+           {"created", created},
+           {"model", model_name},
+           {"choices", json::array({{{"index", 0},
+                                     {"delta", delta},
+                                     {"logprobs", nullptr},
+                                     {"finish_reason", finish}}})}};
+    if (!sources.is_null()) c["sources"] = sources;
+    return "data: " + dump(c) + "\n\n";
   };
   auto sent = std::make_shared<size_t>(0);
   auto started = std::make_shared<bool>(false);

@@ -4,17 +4,20 @@
   kvzip.write(path, ...)               write a .kvz from numpy arrays
   kvzip.compress(doc, out, ...)        compress a document with the C++ engine
   kvzip.query(cache, questions, ...)   answer questions from a cache with the C++ engine
+  kvzip.ask(folder, question, ...)     answer from the caches of a folder a question needs, composed
+  kvzip.search(folder, question, ...)  rank the caches of a folder for a question
   kvzip.transformers                   load a .kvz into a Hugging Face transformers model
 
 docs/python.md describes them.
 """
 from . import errors
 from ._cache import Cache, Layer, open
-from ._engine import Answer, Model, Session, compress, model, model_description, query
+from ._engine import Answer, LibraryAnswer, Model, Session, ask, compress, model, model_description, query, search
 from ._kvzip import __version__, export_hdf5, hdf5_available
 from ._write import DEFAULT_QUERY_TEMPLATE, write
 from .errors import *  # noqa: F401,F403
 
-__all__ = ["Cache", "Layer", "open", "write", "compress", "query", "Session", "Answer", "Model", "model",
+__all__ = ["Cache", "Layer", "open", "write", "compress", "query", "ask", "search", "Session", "Answer",
+           "LibraryAnswer", "Model", "model",
            "model_description", "export_hdf5", "hdf5_available", "errors", "DEFAULT_QUERY_TEMPLATE",
            "__version__"] + errors.__all__

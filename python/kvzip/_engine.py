@@ -116,3 +116,31 @@ def query(cache, questions, *, model=None, max_tokens=128, temperature=0.0, seed
            for q in ([questions] if one else questions)]
     return out[0] if one else out
 
+
+
+def search(folder, question, *, top_k=4, model=None):
+    """The caches of a folder ranked for a question (BM25 over their documents' text), best first:
+    dicts with id, path, score, tokens. The folder's index (.kvzip-index.sqlite) is refreshed
+    first. model (a Model or a GGUF path): only that model's caches; None: every model's."""
+    m = globals()["model"](model)._m if model is not None else None
+    return _kvzip.search(os.fspath(folder), question, top_k=top_k, model=m)
+
+
+@dataclass
+class LibraryAnswer:
+    question: str
+    text: str
+    tokens: list
+    stopped: bool
+    ms: float
+    first_token_ms: float
+    sources: list  # dicts with id, path, score, tokens: the caches composed, in order
+
+
+def ask(folder, question, *, top_k=4, model=None, max_tokens=128, blend=0.3, threads=0):
+    """Answers a question from the caches of a folder it needs, as `kvzip ask`: the top_k caches of
+    the model by BM25 that fit its context, composed in that order (blend as `kvzip query a+b`)."""
+    m = globals()["model"](model)
+    d = _kvzip.ask(m._m, os.fspath(folder), question, top_k=top_k, max_tokens=max_tokens, blend=blend,
+                   threads=threads)
+    return LibraryAnswer(**d)

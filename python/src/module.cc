@@ -14,8 +14,10 @@
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +26,7 @@
 #include "compress/pipeline.h"
 #include "compress/quantize.h"
 #include "format/format.h"
+#include "library/library.h"
 #include "loader/loader.h"
 #include "model/model.h"
 #include "checkpoint/model_path.h"
@@ -340,6 +343,73 @@ nb::dict ask(Session& s, const std::string& question, uint32_t max_tokens, float
   return d;
 }
 
+// The library of a folder (library/library.h): its index refreshed, unless the folder cannot be
+// written (then read as it stands).
+std::unique_ptr<library::Index> open_library(const std::string& dir) {
+  library::IndexOptions io;
+  io.warn = [](const std::string& w) { std::fprintf(stderr, "kvzip: warning: %s\n", w.c_str()); };
+  io.read_only = std::filesystem::is_directory(dir) && !library::index_writable(dir);
+  auto index = std::make_unique<library::Index>(dir, io);
+  if (!io.read_only) index->refresh();
+  return index;
+}
+
+nb::list hits_list(const std::vector<library::Hit>& hits) {
+  nb::list out;
+  for (const auto& h : hits) {
+    nb::dict d;
+    d["id"] = h.id;
+    d["path"] = h.path;
+    d["score"] = h.score;
+    d["tokens"] = h.tokens;
+    out.append(d);
+  }
+  return out;
+}
+
+nb::list library_search(const std::string& dir, const std::string& question, uint32_t top_k,
+                        nb::object model_obj) {
+  const ModelFingerprint* fp =
+      model_obj.is_none() ? nullptr : &nb::cast<const PyModel&>(model_obj).m->fingerprint();
+  std::vector<library::Hit> hits;
+  {
+    nb::gil_scoped_release release;
+    hits = open_library(dir)->search(question, top_k, fp);
+  }
+  return hits_list(hits);
+}
+
+nb::dict library_ask(nb::object model_obj, const std::string& dir, const std::string& question,
+                     uint32_t top_k, uint32_t max_tokens, double blend, uint32_t threads) {
+  const PyModel& pm = nb::cast<const PyModel&>(model_obj);
+  library::Selection sel;
+  loader::Answer a;
+  {
+    nb::gil_scoped_release release;
+    auto index = open_library(dir);
+    sel = library::retrieve(*index, *pm.m, question, top_k, max_tokens);
+    std::vector<std::string> paths;
+    for (const auto& h : sel.sources) paths.push_back(h.path);
+    loader::SessionOptions so;
+    so.threads = threads;
+    so.compose.blend = blend;
+    loader::QuerySession s(*pm.m, paths, so);
+    model::GenerateParams gp;
+    gp.max_tokens = max_tokens;
+    gp.stop_tokens = pm.m->chat().stop_tokens();
+    a = s.ask(question, gp);
+  }
+  nb::dict d;
+  d["question"] = a.question;
+  d["text"] = a.text;
+  d["tokens"] = a.tokens;
+  d["stopped"] = a.stopped;
+  d["ms"] = a.ms;
+  d["first_token_ms"] = a.first_token_ms;
+  d["sources"] = hits_list(sel.sources);
+  return d;
+}
+
 }  // namespace
 }  // namespace kvzip::python
 
@@ -449,6 +519,10 @@ NB_MODULE(_kvzip, m) {
         "level"_a = "global", "kv_dtype"_a = "f32", "kv_group"_a = 0, "zstd"_a = 0, "force"_a = false,
         "system"_a = "", "query_template"_a = format::kDefaultQueryTemplate, "threads"_a = 0,
         "chunk"_a = 2000, "progress"_a = nb::none());
+
+  m.def("search", &library_search, "dir"_a, "question"_a, "top_k"_a = 4, "model"_a = nb::none());
+  m.def("ask", &library_ask, "model"_a, "dir"_a, "question"_a, "top_k"_a = 4, "max_tokens"_a = 128,
+        "blend"_a = 0.3, "threads"_a = 0);
 
   nb::class_<Session>(m, "Session")
       .def_static("open", &open_session, "model"_a, "path"_a, "force"_a = false, "matmul"_a = "fast",

@@ -4,12 +4,16 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "library/library.h"
 #include "serve/cache_store.h"
 #include "serve/engine.h"
 #include "serve/http_server.h"
@@ -40,6 +44,12 @@ struct Server::Impl {
   HttpServer http;
   std::atomic<bool> draining{false};
   std::atomic<uint64_t> next_completion{1};
+  // The folder's library index (server_library.cc), opened on first use. One SQLite connection
+  // runs one transaction at a time: every use holds library_mu.
+  std::mutex library_mu;
+  std::unique_ptr<library::Index> library;
+  std::chrono::steady_clock::time_point library_refreshed{};
+  std::atomic<uint64_t> library_skipped{0}, library_caches{0};
 
   Impl(const model::Model& m, ServerOptions o);
   using Route = std::function<void(const httplib::Request&, httplib::Response&, const Scope&)>;
@@ -52,6 +62,15 @@ struct Server::Impl {
   void put_cache(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
                  const Scope& scope);
   void chat_completions(const httplib::Request& req, httplib::Response& res, const Scope& scope);
+  // GET /v1/search (server_library.cc).
+  void library_routes();
+  // The index, opened if need be and refreshed when the last refresh is over a second old (files
+  // another replica or a compress job wrote). Holds library_mu.
+  library::Index& library_locked();
+  // The caches to compose for a question of the library model (ApiError 404 when none fits).
+  library::Selection library_retrieve(const std::string& question, uint32_t answer_tokens);
+  // An upload, replacement or deletion of `id` reflected in the index at once (if it is open).
+  void library_update(const std::string& id);
 };
 
 namespace detail {
