@@ -61,8 +61,9 @@ void run_calibrate(const CalibrateOpts& o) {
   if (o.chunk == 0) throw Error(Errc::invalid_argument, "calibrate: --chunk must be at least 1 token");
   const std::string out = o.out.empty() ? default_output(o.doc, ".kvh", "calibrate") : o.out;
   if (o.target != "kvzip+" || o.window != 1000 || o.heldout_every != 10 || o.alpha != 1.0)
-    throw Error(Errc::invalid_argument,
-                "calibrate: --target, --window, --heldout-every and --alpha apply to --scorer only");
+    throw Error(
+        Errc::invalid_argument,
+        "calibrate: --target, --window, --heldout-every and --alpha apply to --scorer only");
   check_writable(out, o.force);  // not after the scoring pass
   const std::string text = read_text(o.doc, "calibration document");
 
@@ -105,7 +106,8 @@ std::vector<std::pair<std::string, std::string>> read_texts(const std::vector<st
       for (const fs::directory_entry& e : fs::directory_iterator(p))
         if (e.is_regular_file()) files.push_back(e.path().string());
       std::sort(files.begin(), files.end());
-      if (files.empty()) throw Error(Errc::invalid_argument, "calibrate: folder " + p + " holds no files");
+      if (files.empty())
+        throw Error(Errc::invalid_argument, "calibrate: folder " + p + " holds no files");
       for (const std::string& f : files) out.emplace_back(f, read_text(f, "calibration text"));
     } else {
       out.emplace_back(p, read_text(p, "calibration text"));
@@ -114,17 +116,20 @@ std::vector<std::pair<std::string, std::string>> read_texts(const std::vector<st
   return out;
 }
 
-void print_fits(const compress::TrainResult& r, const format::ScorerFile& f, const std::string& out) {
-  std::fprintf(stderr,
-               "%s: target log %s, %u windows of %u tokens fitted (%llu tokens), %u held out "
-               "(%llu tokens), %.1f s; checksum %s\nlayer  R2 kvzip  rho kvzip  R2 kvzip+  rho kvzip+\n",
-               out.c_str(), format::scorer_target_name(f.target), f.train_windows, f.window,
-               static_cast<unsigned long long>(f.train_tokens), f.heldout_windows,
-               static_cast<unsigned long long>(f.heldout_tokens), r.seconds,
-               format::scorer_checksum_text(f).c_str());
+void print_fits(const compress::TrainResult& r, const format::ScorerFile& f,
+                const std::string& out) {
+  std::fprintf(
+      stderr,
+      "%s: target log %s, %u windows of %u tokens fitted (%llu tokens), %u held out "
+      "(%llu tokens), %.1f s; checksum %s\nlayer  R2 kvzip  rho kvzip  R2 kvzip+  rho kvzip+\n",
+      out.c_str(), format::scorer_target_name(f.target), f.train_windows, f.window,
+      static_cast<unsigned long long>(f.train_tokens), f.heldout_windows,
+      static_cast<unsigned long long>(f.heldout_tokens), r.seconds,
+      format::scorer_checksum_text(f).c_str());
   double mean[4] = {0, 0, 0, 0};
   for (uint32_t l = 0; l < f.n_layers; ++l) {
-    const float v[4] = {r.fits[0].r2[l], r.fits[0].spearman[l], r.fits[1].r2[l], r.fits[1].spearman[l]};
+    const float v[4] = {r.fits[0].r2[l], r.fits[0].spearman[l], r.fits[1].r2[l],
+                        r.fits[1].spearman[l]};
     std::fprintf(stderr, "%5u  %8.4f  %9.4f  %9.4f  %10.4f\n", l, v[0], v[1], v[2], v[3]);
     for (int i = 0; i < 4; ++i) mean[i] += v[i] / f.n_layers;
   }
@@ -132,13 +137,17 @@ void print_fits(const compress::TrainResult& r, const format::ScorerFile& f, con
 }
 
 void run_train_scorer(const CalibrateOpts& o) {
-  if (o.docs.empty()) throw Error(Errc::invalid_argument, "calibrate --scorer: give at least one text");
+  if (o.docs.empty())
+    throw Error(Errc::invalid_argument, "calibrate --scorer: give at least one text");
   if (o.target != "kvzip" && o.target != "kvzip+")
-    throw Error(Errc::invalid_argument, "calibrate: --target is '" + o.target + "'; expected kvzip or kvzip+");
-  if (o.window < 16) throw Error(Errc::invalid_argument, "calibrate: --window must be at least 16 tokens");
+    throw Error(Errc::invalid_argument,
+                "calibrate: --target is '" + o.target + "'; expected kvzip or kvzip+");
+  if (o.window < 16)
+    throw Error(Errc::invalid_argument, "calibrate: --window must be at least 16 tokens");
   if (!(o.alpha >= 0) || !std::isfinite(o.alpha))
     throw Error(Errc::invalid_argument, "calibrate: --alpha must be a finite value >= 0");
-  const std::string out = o.out.empty() ? default_output(o.docs.front(), ".kvp", "calibrate") : o.out;
+  const std::string out =
+      o.out.empty() ? default_output(o.docs.front(), ".kvp", "calibrate") : o.out;
   check_writable(out, o.force);
   const auto texts = read_texts(o.docs);
 
@@ -155,8 +164,9 @@ void run_train_scorer(const CalibrateOpts& o) {
   for (const auto& [name, text] : texts) {
     tokens.push_back(model->chat().encode_document(text));
     total += tokens.back().size();
-    source += (source.empty() ? "" : ", ") +
-              (name == "-" ? std::string("(stdin)") : std::filesystem::path(name).filename().string());
+    source +=
+        (source.empty() ? "" : ", ") +
+        (name == "-" ? std::string("(stdin)") : std::filesystem::path(name).filename().string());
   }
   ProgressBarOptions pb;
   pb.quiet = o.quiet;
@@ -165,7 +175,8 @@ void run_train_scorer(const CalibrateOpts& o) {
   ProgressBar bar(pb);
   const auto start = std::chrono::steady_clock::now();
   to.progress = [&](uint32_t done, uint32_t n) {
-    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double t =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const uint64_t d = total * done / std::max<uint32_t>(n, 1);
     bar.update(prefill::PrefillProgress{d, total, t, t > 0 ? double(d) / t : 0.0});
   };
@@ -187,12 +198,14 @@ void add_calibrate_commands(CLI::App& app) {
   auto* c = app.add_subcommand(
       "calibrate", "KVzip-score a calibration document once and write per-head scores (.kvh) for "
                    "head-level compression (compress --level head)");
-  c->add_option("documents", o->docs, "UTF-8 text file ('-' = standard input); best not a document "
-                                      "you will compress. --scorer: one or more files or folders")
+  c->add_option("documents", o->docs,
+                "UTF-8 text file ('-' = standard input); best not a document "
+                "you will compress. --scorer: one or more files or folders")
       ->required();
   add_model_option(c, o->model);
-  c->add_option("-o,--output", o->out, "Output head-scores file (default: the document's name with "
-                                       ".kvh; --scorer: .kvp)");
+  c->add_option("-o,--output", o->out,
+                "Output head-scores file (default: the document's name with "
+                ".kvh; --scorer: .kvp)");
   c->add_option("--chunk", o->chunk, "KVzip reconstruction chunk in tokens")->capture_default_str();
   c->add_option("--system", o->system, "System prompt (default: the model template's)");
   add_threads_option(c, o->threads);
@@ -202,7 +215,8 @@ void add_calibrate_commands(CLI::App& app) {
               "Train the learned scorer (.kvp) for compress --scorer instead of head scores");
   c->add_option("--target", o->target, "--scorer: what to predict, kvzip or kvzip+")
       ->capture_default_str();
-  c->add_option("--window", o->window, "--scorer: tokens per calibration window")->capture_default_str();
+  c->add_option("--window", o->window, "--scorer: tokens per calibration window")
+      ->capture_default_str();
   c->add_option("--heldout-every", o->heldout_every,
                 "--scorer: hold every k-th window back for the fit quality (0: none)")
       ->capture_default_str();

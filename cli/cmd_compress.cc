@@ -12,8 +12,8 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "common/atomic_file.h"
-#include "common/hadamard.h"
 #include "common/error.h"
+#include "common/hadamard.h"
 #include "common/json.h"
 #include "compress/corpus.h"
 #include "compress/learned_scorer.h"
@@ -96,12 +96,15 @@ void run_compress(const CompressOpts& o_in) {
   CompressOpts o = o_in;
   if (!o.scorer_file.empty()) {
     if (o.method != "kvzip" && o.method != compress::kLearnedMethod)
-      throw Error(Errc::invalid_argument, "compress: --scorer FILE is the learned scorer (method "
-                                          "kvzap); --method " + o.method + " cannot use it");
+      throw Error(Errc::invalid_argument,
+                  "compress: --scorer FILE is the learned scorer (method "
+                  "kvzap); --method " +
+                      o.method + " cannot use it");
     o.method = compress::kLearnedMethod;
   } else if (o.method == compress::kLearnedMethod) {
-    throw Error(Errc::invalid_argument, "compress: method kvzap needs --scorer FILE.kvp (made by "
-                                        "`kvzip calibrate --scorer` on a text other than the documents)");
+    throw Error(Errc::invalid_argument,
+                "compress: method kvzap needs --scorer FILE.kvp (made by "
+                "`kvzip calibrate --scorer` on a text other than the documents)");
   }
   compress::check_ratio(o.ratio);
   compress::check_method_name(o.method);
@@ -244,7 +247,8 @@ void add_compress_commands(CLI::App& app) {
       ->capture_default_str()
       ->each([o](const std::string&) { o->ratio_given = true; });
   c->add_option("--method", o->method,
-                "kvzip | kvzip-head | kvzap (with --scorer) | snapkv | h2o | rest-kv | rkv | streaming | random | full")
+                "kvzip | kvzip-head | kvzap (with --scorer) | snapkv | h2o | rest-kv | rkv | "
+                "streaming | random | full")
       ->capture_default_str();
   c->add_option("--level", o->level, "global | per-head | per-layer | head")->capture_default_str();
   c->add_option("--scorer", o->scorer_file,

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "checkpoint/model_path.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
@@ -19,7 +20,6 @@
 #include "eval/ruler.h"
 #include "format/head_scores.h"
 #include "format/scorer_file.h"
-#include "checkpoint/model_path.h"
 
 namespace kvzip::cli {
 namespace {
@@ -204,7 +204,8 @@ void run(const EvalOpts& o) {
     eo.head_scores = hs.values;
   }
   if (!o.scorer_file.empty()) {
-    auto learned = std::make_shared<const format::ScorerFile>(format::read_scorer_file(o.scorer_file));
+    auto learned =
+        std::make_shared<const format::ScorerFile>(format::read_scorer_file(o.scorer_file));
     eo.learned_source = compress::learned_scorer_source(*learned, o.scorer_file);
     eo.learned = std::move(learned);
   }
@@ -280,10 +281,11 @@ void add_eval_commands(CLI::App& app) {
       ->check(CLI::Range(2u, 64u));
   add_list_option(c, "--blends", o->blends, "With --compose: recompute fractions to compare (comma-separated)");
   c->add_flag("--doc-prefix", o->doc_prefix, "With --compose: keep each later document's own prefix rows");
-  o->methods_opt = add_list_option(c, "--methods", o->eo.methods,
-                  "Comma-separated, any of: kvzip,snapkv,h2o,rest-kv,rkv,streaming,random,kvzip-head,"
-                  "kvzap (kvzip-head needs --head-scores, its ratios are fractions of heads kept "
-                  "whole; kvzap needs --scorer)");
+  o->methods_opt = add_list_option(
+      c, "--methods", o->eo.methods,
+      "Comma-separated, any of: kvzip,snapkv,h2o,rest-kv,rkv,streaming,random,kvzip-head,"
+      "kvzap (kvzip-head needs --head-scores, its ratios are fractions of heads kept "
+      "whole; kvzap needs --scorer)");
   o->ratios_opt = add_list_option(c, "--ratios", o->eo.ratios,
                                   "Comma-separated fractions of document KV pairs to keep (--ruler: default "
                                   "0.1,0.25,0.5,0.75; the full cache is kept = 1)");

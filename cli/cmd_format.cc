@@ -86,10 +86,10 @@ void run_inspect(const InspectArgs& a) {
     std::fwrite(text.data(), 1, text.size(), stdout);
     return;
   }
-  if (fmt::looks_like_scorer_file(first_bytes(a.file))) {  // a `kvzip calibrate --scorer` file
+  if (fmt::looks_like_scorer_file(first_bytes(a.file))) {     // a `kvzip calibrate --scorer` file
     const fmt::ScorerFile s = fmt::read_scorer_file(a.file);  // checksum always verified
-    const std::string text = fmt::describe_scorer_file(
-        s, std::filesystem::path(a.file).filename().string(), a.json);
+    const std::string text =
+        fmt::describe_scorer_file(s, std::filesystem::path(a.file).filename().string(), a.json);
     std::fwrite(text.data(), 1, text.size(), stdout);
     return;
   }

@@ -40,10 +40,8 @@ std::string ProgressBar::line(const prefill::PrefillProgress& p) const {
   if (opt_.eta && p.done < p.total && p.tokens_per_s > 0) {
     const long long s = std::llround(double(p.total - p.done) / p.tokens_per_s);
     char eta[48];
-    if (s >= 60)
-      std::snprintf(eta, sizeof eta, "  ETA %lldm%02llds", s / 60, s % 60);
-    else
-      std::snprintf(eta, sizeof eta, "  ETA %llds", s);
+    if (s >= 60) std::snprintf(eta, sizeof eta, "  ETA %lldm%02llds", s / 60, s % 60);
+    else std::snprintf(eta, sizeof eta, "  ETA %llds", s);
     out += eta;
   }
   return out;

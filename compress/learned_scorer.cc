@@ -22,8 +22,10 @@ namespace kvzip::compress {
 // ---- Ridge ---------------------------------------------------------------------------------------
 
 RidgeSystem::RidgeSystem(uint32_t dim, uint32_t outputs)
-    : dim_(dim), outputs_(outputs),
-      xtx_(size_t(dim + 1) * (dim + 1), 0.0), xty_(size_t(outputs) * (dim + 1), 0.0) {
+    : dim_(dim),
+      outputs_(outputs),
+      xtx_(size_t(dim + 1) * (dim + 1), 0.0),
+      xty_(size_t(outputs) * (dim + 1), 0.0) {
   if (dim == 0 || outputs == 0)
     throw Error(Errc::invalid_argument, "ridge: needs at least one feature and one output");
 }
@@ -38,7 +40,8 @@ void RidgeSystem::add(const float* x, size_t x_stride, const float* y, uint32_t 
     double* row = buf_.data() + i * d1;
     for (uint32_t e = 0; e < dim_; ++e) row[e] = xi[e];
     row[dim_] = 1.0;  // the intercept's feature
-    for (uint32_t o = 0; o < outputs_; ++o) yd[size_t(i) * outputs_ + o] = y[size_t(i) * outputs_ + o];
+    for (uint32_t o = 0; o < outputs_; ++o)
+      yd[size_t(i) * outputs_ + o] = y[size_t(i) * outputs_ + o];
   }
   // Column-major, buf_ is A = (d1, n), one column per row: XᵀX += A·Aᵀ, Xᵀy += A·Yᵀ.
   cblas_dsyrk(CblasColMajor, CblasUpper, CblasNoTrans, int(d1), int(n), 1.0, buf_.data(), int(d1),
@@ -173,11 +176,12 @@ class LearnedScorer final : public Scorer {
                                              uint32_t n_doc) override {
     const ModelConfig& c = forward.config();
     if (c.n_layers != s_->n_layers || c.n_kv_heads != s_->n_kv_heads || c.d_model != s_->d_model)
-      throw Error(Errc::model_mismatch,
-                  "kvzap: the scorer file is for L = " + std::to_string(s_->n_layers) + ", Hkv = " +
-                      std::to_string(s_->n_kv_heads) + ", E = " + std::to_string(s_->d_model) +
-                      ", the model has L = " + std::to_string(c.n_layers) + ", Hkv = " +
-                      std::to_string(c.n_kv_heads) + ", E = " + std::to_string(c.d_model));
+      throw Error(
+          Errc::model_mismatch,
+          "kvzap: the scorer file is for L = " + std::to_string(s_->n_layers) +
+              ", Hkv = " + std::to_string(s_->n_kv_heads) + ", E = " + std::to_string(s_->d_model) +
+              ", the model has L = " + std::to_string(c.n_layers) +
+              ", Hkv = " + std::to_string(c.n_kv_heads) + ", E = " + std::to_string(c.d_model));
     scores_ = DocumentScores{model::cache_shape(c), n_prefix, n_doc, {}, {}, 0};
     scores_.values.assign(size_t(c.n_layers) * c.n_kv_heads * n_doc, 0.0f);
     if (c.hybrid()) {
@@ -191,8 +195,9 @@ class LearnedScorer final : public Scorer {
   }
   DocumentScores score(const ScoreInput& in) override {
     if (!observer_)
-      throw Error(Errc::invalid_argument, "kvzap scores during the prefill: attach "
-                                          "prefill_observer() to the document's prefill first");
+      throw Error(Errc::invalid_argument,
+                  "kvzap scores during the prefill: attach "
+                  "prefill_observer() to the document's prefill first");
     observer_->watch().check(in, "kvzap", "the prefill's hidden states");
     return scores_;
   }

@@ -61,10 +61,10 @@ void predict_layer(const format::ScorerFile& scorer, uint32_t layer, const float
 
 struct TrainOptions {
   format::ScorerTarget target = format::ScorerTarget::KvzipPlus;  // what the file predicts
-  uint32_t window = 1000;        // tokens per calibration window (each its own document)
-  uint32_t heldout_every = 10;   // every k-th window is held back for the fit quality (0: none)
-  double alpha = 1.0;            // ridge penalty
-  ScorerOptions scorer;          // the reconstruction prompts (make_scorer_options)
+  uint32_t window = 1000;       // tokens per calibration window (each its own document)
+  uint32_t heldout_every = 10;  // every k-th window is held back for the fit quality (0: none)
+  double alpha = 1.0;           // ridge penalty
+  ScorerOptions scorer;         // the reconstruction prompts (make_scorer_options)
   // Called after every window with (windows done, windows in all).
   std::function<void(uint32_t, uint32_t)> progress;
 };
@@ -76,8 +76,8 @@ struct TargetFit {
 };
 
 struct TrainResult {
-  format::ScorerFile file;         // options.target's predictor; the caller sets model and source
-  std::vector<TargetFit> fits;     // kvzip, then kvzip+
+  format::ScorerFile file;      // options.target's predictor; the caller sets model and source
+  std::vector<TargetFit> fits;  // kvzip, then kvzip+
   double seconds = 0.0;
 };
 
@@ -101,7 +101,8 @@ WindowTargets window_targets(model::Forward& forward, std::span<const int32_t> p
 // windows last. Errc::invalid_argument with no tokens, a window of 0, or fewer training rows than
 // features + 1 in a layer.
 TrainResult train_scorer(model::Forward& forward, std::span<const int32_t> prefix,
-                         const std::vector<std::vector<int32_t>>& texts, const TrainOptions& options);
+                         const std::vector<std::vector<int32_t>>& texts,
+                         const TrainOptions& options);
 
 // ---- Scoring ------------------------------------------------------------------------------------
 

@@ -85,9 +85,11 @@ void validate(const ScorerFile& s) {
     bad("unknown target " + std::to_string(static_cast<uint32_t>(s.target)));
   const size_t n_w = size_t(s.n_layers) * s.n_kv_heads * (size_t(s.d_model) + 1);
   if (s.weights.size() != n_w)
-    bad(std::to_string(s.weights.size()) + " coefficients for L·Hkv·(E + 1) = " + std::to_string(n_w));
+    bad(std::to_string(s.weights.size()) +
+        " coefficients for L·Hkv·(E + 1) = " + std::to_string(n_w));
   if (s.r2.size() != s.n_layers || s.spearman.size() != s.n_layers)
-    bad("fit quality needs one R² and one Spearman value per layer (" + std::to_string(s.n_layers) + ")");
+    bad("fit quality needs one R² and one Spearman value per layer (" + std::to_string(s.n_layers) +
+        ")");
   for (size_t i = 0; i < n_w; ++i)
     if (!std::isfinite(s.weights[i])) bad("coefficient " + std::to_string(i) + " is not finite");
   for (uint32_t l = 0; l < s.n_layers; ++l)
@@ -140,11 +142,12 @@ ScorerFile decode_scorer_file(std::span<const uint8_t> b, const std::string& whe
   const uint64_t size = b.size();
   if (size == 0) fail(Errc::truncated, where, "file is empty");
   if (std::memcmp(b.data(), kScorerMagic, std::min<size_t>(size, 8)) != 0)
-    fail(Errc::bad_magic, where, "not a kvzip scorer file (magic bytes differ; expected "
-                                 "89 4B 56 50 0D 0A 1A 0A, as `kvzip calibrate --scorer` writes)");
+    fail(Errc::bad_magic, where,
+         "not a kvzip scorer file (magic bytes differ; expected "
+         "89 4B 56 50 0D 0A 1A 0A, as `kvzip calibrate --scorer` writes)");
   if (size < 16)
-    fail(Errc::truncated, where, "file is " + std::to_string(size) +
-                                     " bytes, shorter than the 16-byte preamble");
+    fail(Errc::truncated, where,
+         "file is " + std::to_string(size) + " bytes, shorter than the 16-byte preamble");
   const uint16_t major = load_u16(b.data() + 8), minor = load_u16(b.data() + 10);
   if (major != kScorerFileVersionMajor)
     fail(Errc::version_unsupported, where,
@@ -152,11 +155,13 @@ ScorerFile decode_scorer_file(std::span<const uint8_t> b, const std::string& whe
              "; this build reads version 1.x — use a newer kvzip or calibrate again");
   const uint32_t header = load_u32(b.data() + 12);
   if (header < kFixedHeader || header > kMaxHeader)
-    fail(Errc::corrupt, where, "Header_Size " + std::to_string(header) + " outside " +
-                                   std::to_string(kFixedHeader) + ".." + std::to_string(kMaxHeader));
+    fail(Errc::corrupt, where,
+         "Header_Size " + std::to_string(header) + " outside " + std::to_string(kFixedHeader) +
+             ".." + std::to_string(kMaxHeader));
   if (size < header)
-    fail(Errc::truncated, where, "file is " + std::to_string(size) + " bytes, shorter than its " +
-                                     std::to_string(header) + "-byte header");
+    fail(Errc::truncated, where,
+         "file is " + std::to_string(size) + " bytes, shorter than its " + std::to_string(header) +
+             "-byte header");
   ScorerFile s;
   const uint8_t* p = b.data();
   s.n_layers = load_u32(p + 16);
@@ -174,41 +179,41 @@ ScorerFile decode_scorer_file(std::span<const uint8_t> b, const std::string& whe
   std::memcpy(&s.alpha, p + 80, 8);
   const uint32_t name_len = load_u32(p + 88), source_len = load_u32(p + 92);
   if (!dims_ok(s.n_layers, s.n_kv_heads, s.d_model))
-    fail(Errc::corrupt, where, "L = " + std::to_string(s.n_layers) + ", Hkv = " +
-                                   std::to_string(s.n_kv_heads) + ", E = " +
-                                   std::to_string(s.d_model) + "; L and Hkv must be in 1.." +
-                                   std::to_string(kMaxDim) + ", E in 1.." +
-                                   std::to_string(kMaxFeatures));
+    fail(Errc::corrupt, where,
+         "L = " + std::to_string(s.n_layers) + ", Hkv = " + std::to_string(s.n_kv_heads) +
+             ", E = " + std::to_string(s.d_model) + "; L and Hkv must be in 1.." +
+             std::to_string(kMaxDim) + ", E in 1.." + std::to_string(kMaxFeatures));
   if (target > static_cast<uint32_t>(ScorerTarget::KvzipPlus))
     fail(Errc::corrupt, where, "unknown target " + std::to_string(target) + " (0 kvzip, 1 kvzip+)");
   s.target = static_cast<ScorerTarget>(target);
   if (!std::isfinite(s.alpha) || s.alpha < 0)
     fail(Errc::corrupt, where, "ridge alpha " + num("%g", s.alpha) + " is not a finite value >= 0");
   if (arch_len == 0 || arch_len > kMaxString || name_len > kMaxString || source_len > kMaxString)
-    fail(Errc::corrupt, where, "string lengths arch " + std::to_string(arch_len) + ", name " +
-                                   std::to_string(name_len) + ", source " +
-                                   std::to_string(source_len) + "; arch must be 1.." +
-                                   std::to_string(kMaxString) + " bytes, the others at most that");
+    fail(Errc::corrupt, where,
+         "string lengths arch " + std::to_string(arch_len) + ", name " + std::to_string(name_len) +
+             ", source " + std::to_string(source_len) + "; arch must be 1.." +
+             std::to_string(kMaxString) + " bytes, the others at most that");
   // Every term is bounded above, so the sums cannot overflow 64 bits.
   const uint64_t n_w = uint64_t(s.n_layers) * s.n_kv_heads * (uint64_t(s.d_model) + 1);
   const uint64_t fit_at = uint64_t(header) + arch_len + name_len + source_len;
   const uint64_t weights_at = fit_at + 8ull * s.n_layers, checksum_at = weights_at + 4 * n_w;
   const uint64_t total = checksum_at + 8;
   if (size < total)
-    fail(Errc::truncated, where, "file is " + std::to_string(size) + " bytes; its header (L = " +
-                                     std::to_string(s.n_layers) + ", Hkv = " +
-                                     std::to_string(s.n_kv_heads) + ", E = " +
-                                     std::to_string(s.d_model) + ") needs " + std::to_string(total));
+    fail(Errc::truncated, where,
+         "file is " + std::to_string(size) + " bytes; its header (L = " +
+             std::to_string(s.n_layers) + ", Hkv = " + std::to_string(s.n_kv_heads) +
+             ", E = " + std::to_string(s.d_model) + ") needs " + std::to_string(total));
   if (size > total)
-    fail(Errc::corrupt, where, std::to_string(size - total) + " bytes after the checksum (file is " +
-                                   std::to_string(size) + " bytes, expected " +
-                                   std::to_string(total) + ")");
+    fail(Errc::corrupt, where,
+         std::to_string(size - total) + " bytes after the checksum (file is " +
+             std::to_string(size) + " bytes, expected " + std::to_string(total) + ")");
   s.checksum = load_u64(p + checksum_at);
   const uint64_t actual = detail::xxh64(p, checksum_at);
   if (actual != s.checksum)
     fail(Errc::checksum_mismatch, where,
          "stored xxh64 " + detail::hex64(s.checksum) + " but the data hashes to " +
-             detail::hex64(actual) + "; the file is damaged — run `kvzip calibrate --scorer` again");
+             detail::hex64(actual) +
+             "; the file is damaged — run `kvzip calibrate --scorer` again");
   auto str = [&](uint64_t at, uint32_t len, const char* field) {
     std::string v(reinterpret_cast<const char*>(p + at), len);
     if (v.find('\0') != std::string::npos)
@@ -235,8 +240,8 @@ ScorerFile decode_scorer_file(std::span<const uint8_t> b, const std::string& whe
 
 void write_scorer_file(ScorerFile& scorer, const std::string& path, bool force) {
   const std::vector<uint8_t> bytes = encode_scorer_file(scorer);
-  kvzip::write_file_atomically(path, force,
-                        std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  kvzip::write_file_atomically(
+      path, force, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
 }
 
 ScorerFile read_scorer_file(const std::string& path) {
@@ -245,11 +250,13 @@ ScorerFile read_scorer_file(const std::string& path) {
     if (errno == ENOENT)
       throw Error(Errc::not_found, "scorer file " + path +
                                        " does not exist; make one with `kvzip calibrate --scorer "
-                                       "-o " + path + " TEXT...`");
+                                       "-o " +
+                                       path + " TEXT...`");
     throw Error(Errc::io, "cannot stat " + path + ": " + std::strerror(errno));
   }
   if (S_ISDIR(st.st_mode))
-    throw Error(Errc::invalid_argument, path + " is a directory, not a scorer file; give a .kvp file");
+    throw Error(Errc::invalid_argument,
+                path + " is a directory, not a scorer file; give a .kvp file");
   if (!S_ISREG(st.st_mode)) throw Error(Errc::io, path + " is not a regular file");
   if (uint64_t(st.st_size) > kMaxFileBytes)
     throw Error(Errc::corrupt, path + ": " + std::to_string(st.st_size) +
@@ -286,7 +293,9 @@ void check_scorer_model(const ScorerFile& s, const ModelConfig& config,
                   "model with `kvzip calibrate --scorer`");
 }
 
-std::string scorer_checksum_text(const ScorerFile& scorer) { return detail::hex64(scorer.checksum); }
+std::string scorer_checksum_text(const ScorerFile& scorer) {
+  return detail::hex64(scorer.checksum);
+}
 
 bool looks_like_scorer_file(std::span<const uint8_t> first_bytes) {
   return first_bytes.size() >= 8 && std::memcmp(first_bytes.data(), kScorerMagic, 8) == 0;
@@ -294,35 +303,40 @@ bool looks_like_scorer_file(std::span<const uint8_t> first_bytes) {
 
 std::string describe_scorer_file(const ScorerFile& s, const std::string& file_name, bool json) {
   using detail::escape;
-  auto f = [json](float v) { return std::isnan(v) ? std::string(json ? "null" : "-") : num("%.4f", v); };
+  auto f = [json](float v) {
+    return std::isnan(v) ? std::string(json ? "null" : "-") : num("%.4f", v);
+  };
   std::ostringstream o;
   if (json) {
     o << "{\"file\":\"" << escape(file_name, true) << "\",\"kind\":\"scorer\",\"version\":\""
       << kScorerFileVersionMajor << "." << kScorerFileVersionMinor << "\",\"model\":{\"arch\":\""
       << escape(s.model.arch, true) << "\",\"name\":\"" << escape(s.model.name, true)
       << "\",\"tokenizer_hash\":\"" << detail::hex64(s.model.tokenizer_hash)
-      << "\",\"weights_hash\":\"" << detail::hex64(s.model.weights_hash) << "\"},\"n_layers\":"
-      << s.n_layers << ",\"n_kv_heads\":" << s.n_kv_heads << ",\"d_model\":" << s.d_model
-      << ",\"target\":\"" << scorer_target_name(s.target) << "\",\"alpha\":" << num("%g", s.alpha)
-      << ",\"window\":" << s.window << ",\"train_windows\":" << s.train_windows
-      << ",\"heldout_windows\":" << s.heldout_windows << ",\"train_tokens\":" << s.train_tokens
-      << ",\"heldout_tokens\":" << s.heldout_tokens << ",\"source\":\"" << escape(s.source, true)
-      << "\",\"checksum\":\"" << detail::hex64(s.checksum) << "\",\"layers\":[";
+      << "\",\"weights_hash\":\"" << detail::hex64(s.model.weights_hash)
+      << "\"},\"n_layers\":" << s.n_layers << ",\"n_kv_heads\":" << s.n_kv_heads
+      << ",\"d_model\":" << s.d_model << ",\"target\":\"" << scorer_target_name(s.target)
+      << "\",\"alpha\":" << num("%g", s.alpha) << ",\"window\":" << s.window
+      << ",\"train_windows\":" << s.train_windows << ",\"heldout_windows\":" << s.heldout_windows
+      << ",\"train_tokens\":" << s.train_tokens << ",\"heldout_tokens\":" << s.heldout_tokens
+      << ",\"source\":\"" << escape(s.source, true) << "\",\"checksum\":\""
+      << detail::hex64(s.checksum) << "\",\"layers\":[";
     for (uint32_t l = 0; l < s.n_layers; ++l)
-      o << (l ? "," : "") << "{\"r2\":" << f(s.r2[l]) << ",\"spearman\":" << f(s.spearman[l]) << "}";
+      o << (l ? "," : "") << "{\"r2\":" << f(s.r2[l]) << ",\"spearman\":" << f(s.spearman[l])
+        << "}";
     o << "]}\n";
     return o.str();
   }
   o << "file: " << escape(file_name, false) << "\nkind: learned scorer (.kvp) v"
-    << kScorerFileVersionMajor << "." << kScorerFileVersionMinor << "\nmodel: "
-    << escape(s.model.arch, false) << " '" << escape(s.model.name, false) << "' tokenizer "
-    << detail::hex64(s.model.tokenizer_hash) << " weights " << detail::hex64(s.model.weights_hash)
-    << "\nshape: L = " << s.n_layers << ", Hkv = " << s.n_kv_heads << ", E = " << s.d_model
-    << "\ntarget: log " << scorer_target_name(s.target) << "; ridge alpha " << num("%g", s.alpha)
+    << kScorerFileVersionMajor << "." << kScorerFileVersionMinor
+    << "\nmodel: " << escape(s.model.arch, false) << " '" << escape(s.model.name, false)
+    << "' tokenizer " << detail::hex64(s.model.tokenizer_hash) << " weights "
+    << detail::hex64(s.model.weights_hash) << "\nshape: L = " << s.n_layers
+    << ", Hkv = " << s.n_kv_heads << ", E = " << s.d_model << "\ntarget: log "
+    << scorer_target_name(s.target) << "; ridge alpha " << num("%g", s.alpha)
     << " (intercept not penalised)\ncalibration: " << escape(s.source, false) << "; windows of "
     << s.window << " tokens, " << s.train_windows << " fitted (" << s.train_tokens << " tokens), "
-    << s.heldout_windows << " held out (" << s.heldout_tokens << " tokens)\nchecksum: "
-    << detail::hex64(s.checksum) << "\nlayer  held-out R2  Spearman\n";
+    << s.heldout_windows << " held out (" << s.heldout_tokens
+    << " tokens)\nchecksum: " << detail::hex64(s.checksum) << "\nlayer  held-out R2  Spearman\n";
   for (uint32_t l = 0; l < s.n_layers; ++l)
     o << num("%5.0f", l) << "  " << f(s.r2[l]) << "  " << f(s.spearman[l]) << "\n";
   return o.str();

@@ -25,22 +25,22 @@ enum class ScorerTarget : uint32_t { Kvzip = 0, KvzipPlus = 1 };
 const char* scorer_target_name(ScorerTarget t);  // "kvzip", "kvzip+"
 
 struct ScorerFile {
-  ModelFingerprint model;            // the model it was trained for (arch, name, hashes)
-  uint32_t n_layers = 0;             // L
-  uint32_t n_kv_heads = 0;           // Hkv
-  uint32_t d_model = 0;              // E: the features of each layer
+  ModelFingerprint model;   // the model it was trained for (arch, name, hashes)
+  uint32_t n_layers = 0;    // L
+  uint32_t n_kv_heads = 0;  // Hkv
+  uint32_t d_model = 0;     // E: the features of each layer
   ScorerTarget target = ScorerTarget::KvzipPlus;
-  uint32_t window = 0;               // calibration window in tokens
-  uint32_t train_windows = 0;        // windows the ridge fit saw
-  uint32_t heldout_windows = 0;      // windows held back for the fit quality below
+  uint32_t window = 0;           // calibration window in tokens
+  uint32_t train_windows = 0;    // windows the ridge fit saw
+  uint32_t heldout_windows = 0;  // windows held back for the fit quality below
   uint64_t train_tokens = 0;
   uint64_t heldout_tokens = 0;
-  double alpha = 1.0;                // ridge penalty (the intercept is not penalised)
-  std::string source;                // the calibration texts' names (informational)
-  std::vector<float> r2;             // (L) held-out R² per layer; NaN: not measured
-  std::vector<float> spearman;       // (L) held-out Spearman rank correlation; NaN: not measured
-  std::vector<float> weights;        // (L, Hkv, E + 1): E coefficients, then the intercept
-  uint64_t checksum = 0;             // the file's stored xxh64 (set by encode and decode)
+  double alpha = 1.0;           // ridge penalty (the intercept is not penalised)
+  std::string source;           // the calibration texts' names (informational)
+  std::vector<float> r2;        // (L) held-out R² per layer; NaN: not measured
+  std::vector<float> spearman;  // (L) held-out Spearman rank correlation; NaN: not measured
+  std::vector<float> weights;   // (L, Hkv, E + 1): E coefficients, then the intercept
+  uint64_t checksum = 0;        // the file's stored xxh64 (set by encode and decode)
 
   // Row of E + 1 floats of (layer, KV head).
   const float* coefficients(uint32_t layer, uint32_t kv_head) const {

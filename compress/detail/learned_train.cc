@@ -49,10 +49,18 @@ class FeatureObserver final : public model::AttentionObserver {
 class TargetObserver final : public model::AttentionObserver {
  public:
   TargetObserver(const ModelConfig& c, uint32_t n_p, uint32_t n, kernels::ThreadPool& pool)
-      : c_(c), n_p_(n_p), n_(n), pool_(pool),
-        raw_(size_t(c.n_layers) * c.n_heads * n, 0.0f), plus_(raw_.size(), 0.0f) {}
-  const float* raw(uint32_t l, uint32_t hq) const { return raw_.data() + (size_t(l) * c_.n_heads + hq) * n_; }
-  const float* plus(uint32_t l, uint32_t hq) const { return plus_.data() + (size_t(l) * c_.n_heads + hq) * n_; }
+      : c_(c),
+        n_p_(n_p),
+        n_(n),
+        pool_(pool),
+        raw_(size_t(c.n_layers) * c.n_heads * n, 0.0f),
+        plus_(raw_.size(), 0.0f) {}
+  const float* raw(uint32_t l, uint32_t hq) const {
+    return raw_.data() + (size_t(l) * c_.n_heads + hq) * n_;
+  }
+  const float* plus(uint32_t l, uint32_t hq) const {
+    return plus_.data() + (size_t(l) * c_.n_heads + hq) * n_;
+  }
 
   void on_attention(const model::AttentionObservation& obs) override {
     if (c_.is_local(obs.layer)) return;  // KVzip does not score sliding-window layers
@@ -136,7 +144,8 @@ float log_score(float s) { return std::log(std::max(s, kScoreFloor)); }
 
 std::vector<std::span<const int32_t>> calibration_windows(std::span<const int32_t> tokens,
                                                           uint32_t window) {
-  if (window == 0) throw Error(Errc::invalid_argument, "calibrate: the window must be at least 1 token");
+  if (window == 0)
+    throw Error(Errc::invalid_argument, "calibrate: the window must be at least 1 token");
   std::vector<std::span<const int32_t>> out;
   for (size_t b = 0; b < tokens.size(); b += window) {
     const size_t e = std::min(tokens.size(), b + window);
@@ -243,7 +252,8 @@ TrainResult train_scorer(model::Forward& forward, std::span<const int32_t> prefi
     const WindowTargets t = window_targets(forward, prefix, w, o.scorer);
     for (uint32_t l = 0; l < L; ++l)
       if (!c.is_local(l))
-        systems[l].add(t.x.data() + size_t(l) * t.n * E, E, t.y.data() + size_t(l) * t.n * 2 * Hkv, t.n);
+        systems[l].add(t.x.data() + size_t(l) * t.n * E, E, t.y.data() + size_t(l) * t.n * 2 * Hkv,
+                       t.n);
     r.file.train_tokens += w.size();
     if (o.progress) o.progress(++done, total);
   }

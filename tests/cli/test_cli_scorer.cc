@@ -46,9 +46,10 @@ TEST_CASE("kvzap needs a scorer file, and bad scorer files are refused before th
   expect(run_kvzip({"compress", doc, "--scorer", dir.path("none.kvp"), "-o", dir.path("a.kvz")},
                    kNoModel),
          3, "not_found", "calibrate --scorer");
-  expect(run_kvzip({"compress", doc, "--scorer", doc, "--method", "snapkv", "-o", dir.path("a.kvz")},
-                   kNoModel),
-         2, "invalid_argument", "cannot use it");
+  expect(
+      run_kvzip({"compress", doc, "--scorer", doc, "--method", "snapkv", "-o", dir.path("a.kvz")},
+                kNoModel),
+      2, "invalid_argument", "cannot use it");
   write_text(dir.path("bad.kvp"), "\x89KVP\r\n\x1a\n\x01");
   expect(run_kvzip({"compress", doc, "--scorer", dir.path("bad.kvp"), "-o", dir.path("a.kvz")},
                    kNoModel),
@@ -103,7 +104,8 @@ TEST_CASE("calibrate --scorer, then compress --scorer and query on the real mode
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Matchers::Contains("smol.kvp"));
   CHECK_THAT(r.out, Catch::Matchers::Contains(checksum));
-  r = run_kvzip({"query", kvz, "What is this text about?", "-n", "8", "-t", "2"}, CliOptions{{}, 300});
+  r = run_kvzip({"query", kvz, "What is this text about?", "-n", "8", "-t", "2"},
+                CliOptions{{}, 300});
   INFO("query stderr: " << r.err);
   CHECK(r.exit_code == 0);
   CHECK(!r.out.empty());

@@ -100,7 +100,8 @@ TEST_CASE("ridge solve equals a plain normal-equations reference", "[compress]")
   std::vector<float> y = test::random_vector(n * outputs, 12, -0.5f, 0.5f);  // noise
   for (size_t i = 0; i < n; ++i)
     for (size_t o = 0; o < outputs; ++o)
-      for (size_t e = 0; e < dim; ++e) y[i * outputs + o] += float((o + 1) * 0.3 * (e % 4)) * x[i * dim + e];
+      for (size_t e = 0; e < dim; ++e)
+        y[i * outputs + o] += float((o + 1) * 0.3 * (e % 4)) * x[i * dim + e];
   for (double alpha : {0.0, 1.0, 50.0}) {
     compress::RidgeSystem sys(dim, outputs);
     sys.add(x.data(), dim, y.data(), 100);  // in two batches
@@ -145,7 +146,8 @@ TEST_CASE("calibration windows: consecutive pieces, a short tail joins the last"
   CHECK(w[1].data() == tok.data() + 40);
 }
 
-TEST_CASE("the KVzip target of a window is the log of the kvzip scorer's own scores", "[compress]") {
+TEST_CASE("the KVzip target of a window is the log of the kvzip scorer's own scores",
+          "[compress]") {
   const Tiny t;
   model::Forward fwd(t.w, model::ForwardOptions{2, 16, {}});
   const std::vector<int32_t>& doc = t.texts[0];
@@ -176,7 +178,8 @@ TEST_CASE("a trained scorer is the reference ridge fit of its windows' features"
   const Tiny t;
   model::Forward fwd(t.w, model::ForwardOptions{2, 16, {}});
   compress::TrainOptions o = t.options();
-  for (format::ScorerTarget target : {format::ScorerTarget::Kvzip, format::ScorerTarget::KvzipPlus}) {
+  for (format::ScorerTarget target :
+       {format::ScorerTarget::Kvzip, format::ScorerTarget::KvzipPlus}) {
     o.target = target;
     const compress::TrainResult r = compress::train_scorer(fwd, t.prefix, t.texts, o);
     // Windows: text 0 gives 40, 40, 40, 30 (30 >= 40 / 4 stays alone), text 1 40, 40, 30; every
@@ -185,7 +188,8 @@ TEST_CASE("a trained scorer is the reference ridge fit of its windows' features"
     std::vector<std::span<const int32_t>> train, held;
     size_t k = 0;
     for (const auto& text : t.texts)
-      for (auto w : compress::calibration_windows(text, 40)) (++k % 3 == 0 ? held : train).push_back(w);
+      for (auto w : compress::calibration_windows(text, 40))
+        (++k % 3 == 0 ? held : train).push_back(w);
     CHECK(r.file.train_windows == train.size());
     CHECK(r.file.heldout_windows == held.size());
     REQUIRE(r.fits.size() == 2);
@@ -249,7 +253,8 @@ TEST_CASE("kvzap predicts from the prefill's input-normed hidden states, the sam
   std::unique_ptr<compress::Scorer> s = compress::make_method_scorer(co);
   co.prefill.observer = s->prefill_observer(fwd_traced, 5, 37);
   prefill::PrefillResult pre = prefill::prefill_document(fwd_traced, t.prefix, doc, co.prefill);
-  const compress::DocumentScores got = s->score(compress::ScoreInput{&fwd_traced, &pre.cache, 5, doc});
+  const compress::DocumentScores got =
+      s->score(compress::ScoreInput{&fwd_traced, &pre.cache, 5, doc});
   const uint32_t E = t.cfg.d_model;
   for (uint32_t l = 0; l < t.cfg.n_layers; ++l)
     for (uint32_t h = 0; h < t.cfg.n_kv_heads; ++h) {
@@ -271,7 +276,8 @@ TEST_CASE("kvzap predicts from the prefill's input-normed hidden states, the sam
   CHECK(a.kept_scores == b.kept_scores);
   CHECK(a.achieved_ratio == Approx(0.5).margin(0.02));
   bool named = false;
-  for (const auto& [k, v] : a.params) named |= k == "scorer_xxh64" && v == format::scorer_checksum_text(file);
+  for (const auto& [k, v] : a.params)
+    named |= k == "scorer_xxh64" && v == format::scorer_checksum_text(file);
   CHECK(named);
 }
 
@@ -307,7 +313,8 @@ TEST_CASE("a scorer file for another model is refused", "[compress]") {
   CHECK_THROWS_AS(compress::make_scorer("kvzap", compress::ScorerOptions{}), Error);
 }
 
-TEST_CASE("corrupted and truncated scorer files are refused with their codes", "[compress][format]") {
+TEST_CASE("corrupted and truncated scorer files are refused with their codes",
+          "[compress][format]") {
   format::ScorerFile f;
   f.model = ModelFingerprint{"llama", "tiny", 7, 8};
   f.n_layers = 2;
