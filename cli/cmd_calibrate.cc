@@ -2,8 +2,12 @@
 // maxima as a head-scores file (format/head_scores.h) for `kvzip compress --level head` and
 // `kvzip eval --methods kvzip-head`. Arguments are checked before the model loads; the file is
 // written atomically. Calibrate on a text other than the documents to compress: that is what
-// makes the head-level variant context-independent (spec/methods.md §1 step 9).
+// makes the head-level variant context-independent (spec/methods.md §1 step 9). With --scorer it
+// trains the learned scorer instead (compress/learned_scorer.h, methods §1 step 10) on one or more
+// texts (files, or folders of them) and writes a .kvp (format/scorer_file.h).
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <numeric>
@@ -14,15 +18,19 @@
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "compress/head_level.h"
+#include "compress/learned_scorer.h"
 #include "format/head_scores.h"
+#include "format/scorer_file.h"
 
 namespace kvzip::cli {
 namespace {
 
 struct CalibrateOpts {
-  std::string doc, model, out, system;
-  uint32_t chunk = 2000, threads = 0;
-  bool quiet = false, force = false;
+  std::vector<std::string> docs;
+  std::string doc, model, out, system, target = "kvzip+";
+  uint32_t chunk = 2000, threads = 0, window = 1000, heldout_every = 10;
+  double alpha = 1.0;
+  bool quiet = false, force = false, scorer = false;
 };
 
 // The heads sorted by score, best first, as "L12.h1 0.9731" lines (the first `n`).
@@ -46,8 +54,16 @@ void print_summary(const format::HeadScores& h, const compress::CalibrateResult&
 }
 
 void run_calibrate(const CalibrateOpts& o) {
+  if (o.docs.size() != 1)
+    throw Error(Errc::invalid_argument, "calibrate: head scores come from one calibration text (" +
+                                            std::to_string(o.docs.size()) +
+                                            " given); several texts train --scorer only");
   if (o.chunk == 0) throw Error(Errc::invalid_argument, "calibrate: --chunk must be at least 1 token");
   const std::string out = o.out.empty() ? default_output(o.doc, ".kvh", "calibrate") : o.out;
+  if (o.target != "kvzip+" || o.window != 1000 || o.heldout_every != 10 || o.alpha != 1.0)
+    throw Error(
+        Errc::invalid_argument,
+        "calibrate: --target, --window, --heldout-every and --alpha apply to --scorer only");
   check_writable(out, o.force);  // not after the scoring pass
   const std::string text = read_text(o.doc, "calibration document");
 
@@ -78,6 +94,103 @@ void run_calibrate(const CalibrateOpts& o) {
   if (!o.quiet) print_summary(h, r, out);
 }
 
+// The calibration texts: every file given, and the regular files of every folder given (sorted
+// by name, not recursive).
+std::vector<std::pair<std::string, std::string>> read_texts(const std::vector<std::string>& paths) {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const std::string& p : paths) {
+    std::error_code ec;
+    if (p != "-" && fs::is_directory(p, ec)) {
+      std::vector<std::string> files;
+      for (const fs::directory_entry& e : fs::directory_iterator(p))
+        if (e.is_regular_file()) files.push_back(e.path().string());
+      std::sort(files.begin(), files.end());
+      if (files.empty())
+        throw Error(Errc::invalid_argument, "calibrate: folder " + p + " holds no files");
+      for (const std::string& f : files) out.emplace_back(f, read_text(f, "calibration text"));
+    } else {
+      out.emplace_back(p, read_text(p, "calibration text"));
+    }
+  }
+  return out;
+}
+
+void print_fits(const compress::TrainResult& r, const format::ScorerFile& f,
+                const std::string& out) {
+  std::fprintf(
+      stderr,
+      "%s: target log %s, %u windows of %u tokens fitted (%llu tokens), %u held out "
+      "(%llu tokens), %.1f s; checksum %s\nlayer  R2 kvzip  rho kvzip  R2 kvzip+  rho kvzip+\n",
+      out.c_str(), format::scorer_target_name(f.target), f.train_windows, f.window,
+      static_cast<unsigned long long>(f.train_tokens), f.heldout_windows,
+      static_cast<unsigned long long>(f.heldout_tokens), r.seconds,
+      format::scorer_checksum_text(f).c_str());
+  double mean[4] = {0, 0, 0, 0};
+  for (uint32_t l = 0; l < f.n_layers; ++l) {
+    const float v[4] = {r.fits[0].r2[l], r.fits[0].spearman[l], r.fits[1].r2[l],
+                        r.fits[1].spearman[l]};
+    std::fprintf(stderr, "%5u  %8.4f  %9.4f  %9.4f  %10.4f\n", l, v[0], v[1], v[2], v[3]);
+    for (int i = 0; i < 4; ++i) mean[i] += v[i] / f.n_layers;
+  }
+  std::fprintf(stderr, " mean  %8.4f  %9.4f  %9.4f  %10.4f\n", mean[0], mean[1], mean[2], mean[3]);
+}
+
+void run_train_scorer(const CalibrateOpts& o) {
+  if (o.docs.empty())
+    throw Error(Errc::invalid_argument, "calibrate --scorer: give at least one text");
+  if (o.target != "kvzip" && o.target != "kvzip+")
+    throw Error(Errc::invalid_argument,
+                "calibrate: --target is '" + o.target + "'; expected kvzip or kvzip+");
+  if (o.window < 16)
+    throw Error(Errc::invalid_argument, "calibrate: --window must be at least 16 tokens");
+  if (!(o.alpha >= 0) || !std::isfinite(o.alpha))
+    throw Error(Errc::invalid_argument, "calibrate: --alpha must be a finite value >= 0");
+  const std::string out =
+      o.out.empty() ? default_output(o.docs.front(), ".kvp", "calibrate") : o.out;
+  check_writable(out, o.force);
+  const auto texts = read_texts(o.docs);
+
+  auto model = load_model(o.model, o.threads);
+  compress::TrainOptions to;
+  to.target = o.target == "kvzip" ? format::ScorerTarget::Kvzip : format::ScorerTarget::KvzipPlus;
+  to.window = o.window;
+  to.heldout_every = o.heldout_every;
+  to.alpha = o.alpha;
+  to.scorer = compress::make_scorer_options(model->chat(), o.window, /*seed=*/0);
+  std::vector<std::vector<int32_t>> tokens;
+  uint64_t total = 0;
+  std::string source;
+  for (const auto& [name, text] : texts) {
+    tokens.push_back(model->chat().encode_document(text));
+    total += tokens.back().size();
+    source +=
+        (source.empty() ? "" : ", ") +
+        (name == "-" ? std::string("(stdin)") : std::filesystem::path(name).filename().string());
+  }
+  ProgressBarOptions pb;
+  pb.quiet = o.quiet;
+  pb.label = "calibrate";
+  pb.eta = true;
+  ProgressBar bar(pb);
+  const auto start = std::chrono::steady_clock::now();
+  to.progress = [&](uint32_t done, uint32_t n) {
+    const double t =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const uint64_t d = total * done / std::max<uint32_t>(n, 1);
+    bar.update(prefill::PrefillProgress{d, total, t, t > 0 ? double(d) / t : 0.0});
+  };
+  model::ForwardOptions fo;
+  fo.threads = o.threads;
+  model::Forward fwd(model->weights(), fo);
+  compress::TrainResult r = compress::train_scorer(fwd, model->chat().prefix(o.system), tokens, to);
+  bar.finish();
+  r.file.model = model->fingerprint();
+  r.file.source = source.size() > 65536 ? source.substr(0, 65536) : source;
+  format::write_scorer_file(r.file, out, o.force);
+  if (!o.quiet) print_fits(r, r.file, out);
+}
+
 }  // namespace
 
 void add_calibrate_commands(CLI::App& app) {
@@ -85,17 +198,34 @@ void add_calibrate_commands(CLI::App& app) {
   auto* c = app.add_subcommand(
       "calibrate", "KVzip-score a calibration document once and write per-head scores (.kvh) for "
                    "head-level compression (compress --level head)");
-  c->add_option("document", o->doc, "UTF-8 text file ('-' = standard input); best not a document "
-                                    "you will compress")
+  c->add_option("documents", o->docs,
+                "UTF-8 text file ('-' = standard input); best not a document "
+                "you will compress. --scorer: one or more files or folders")
       ->required();
   add_model_option(c, o->model);
-  c->add_option("-o,--output", o->out, "Output head-scores file (default: the document's name with .kvh)");
+  c->add_option("-o,--output", o->out,
+                "Output head-scores file (default: the document's name with "
+                ".kvh; --scorer: .kvp)");
   c->add_option("--chunk", o->chunk, "KVzip reconstruction chunk in tokens")->capture_default_str();
   c->add_option("--system", o->system, "System prompt (default: the model template's)");
   add_threads_option(c, o->threads);
   c->add_flag("-q,--quiet", o->quiet, "No progress bar or summary");
   add_force_option(c, o->force);
-  c->callback([o] { run_calibrate(*o); });
+  c->add_flag("--scorer", o->scorer,
+              "Train the learned scorer (.kvp) for compress --scorer instead of head scores");
+  c->add_option("--target", o->target, "--scorer: what to predict, kvzip or kvzip+")
+      ->capture_default_str();
+  c->add_option("--window", o->window, "--scorer: tokens per calibration window")
+      ->capture_default_str();
+  c->add_option("--heldout-every", o->heldout_every,
+                "--scorer: hold every k-th window back for the fit quality (0: none)")
+      ->capture_default_str();
+  c->add_option("--alpha", o->alpha, "--scorer: ridge penalty")->capture_default_str();
+  c->callback([o] {
+    if (o->scorer) return run_train_scorer(*o);
+    o->doc = o->docs.empty() ? std::string() : o->docs.front();
+    run_calibrate(*o);
+  });
 }
 
 }  // namespace kvzip::cli

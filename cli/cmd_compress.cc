@@ -12,13 +12,15 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "common/atomic_file.h"
-#include "common/hadamard.h"
 #include "common/error.h"
+#include "common/hadamard.h"
 #include "common/json.h"
 #include "compress/corpus.h"
+#include "compress/learned_scorer.h"
 #include "compress/pipeline.h"
 #include "format/format.h"
 #include "format/head_scores.h"
+#include "format/scorer_file.h"
 #include "kernels/device.h"
 
 namespace kvzip::cli {
@@ -29,6 +31,7 @@ struct CompressOpts {
   RemovedKvLayoutOptions removed;  // --kv-rotate, --kv-params: refused with a message
   std::string query_template = format::kDefaultQueryTemplate;
   std::string head_scores;  // --level head: the file of `kvzip calibrate`
+  std::string scorer_file;  // --scorer: the learned scorer of `kvzip calibrate --scorer` (kvzap)
   std::string device = "cpu", matmul = "fast";
   std::string manifest, out_dir, shard = "0/1", summary;  // corpus mode
   double ratio = 0.3;
@@ -88,8 +91,21 @@ void run_corpus(const model::Model& model, const std::vector<compress::CorpusEnt
   }
 }
 
-void run_compress(const CompressOpts& o) {
+void run_compress(const CompressOpts& o_in) {
   // Everything that can be checked without the model comes first.
+  CompressOpts o = o_in;
+  if (!o.scorer_file.empty()) {
+    if (o.method != "kvzip" && o.method != compress::kLearnedMethod)
+      throw Error(Errc::invalid_argument,
+                  "compress: --scorer FILE is the learned scorer (method "
+                  "kvzap); --method " +
+                      o.method + " cannot use it");
+    o.method = compress::kLearnedMethod;
+  } else if (o.method == compress::kLearnedMethod) {
+    throw Error(Errc::invalid_argument,
+                "compress: method kvzap needs --scorer FILE.kvp (made by "
+                "`kvzip calibrate --scorer` on a text other than the documents)");
+  }
   compress::check_ratio(o.ratio);
   compress::check_method_name(o.method);
   if (o.level != "global" && o.level != "per-head" && o.level != "per-layer" && o.level != "head")
@@ -143,6 +159,9 @@ void run_compress(const CompressOpts& o) {
     text = read_text(o.doc, "document");
   }
   const format::HeadScores hs = head ? format::read_head_scores_file(o.head_scores) : format::HeadScores{};
+  std::shared_ptr<const format::ScorerFile> learned;
+  if (!o.scorer_file.empty())
+    learned = std::make_shared<const format::ScorerFile>(format::read_scorer_file(o.scorer_file));
 
   auto model = load_model(o.model, o.threads);
   if (format::dtype_quantized(dtype) && !hadamard_size(model->config().head_dim))  // not after the prefill
@@ -154,9 +173,14 @@ void run_compress(const CompressOpts& o) {
       !o.quiet)
     std::fprintf(stderr, "warning: %s was calibrated on another model (--force-model)\n",
                  o.head_scores.c_str());
+  if (learned) format::check_scorer_model(*learned, model->config(), model->fingerprint());
   compress::CompressFileOptions fo;
   fo.compress = co;
   fo.compress.scorer = compress::make_scorer_options(model->chat(), o.chunk, o.seed, o.scorer_options);
+  if (learned) {
+    fo.compress.scorer.learned_source = compress::learned_scorer_source(*learned, o.scorer_file);
+    fo.compress.scorer.learned = learned;
+  }
   if (head) {
     fo.compress.method = compress::kHeadLevelMethod;
     fo.compress.ratio = o.ratio_given ? o.ratio : 0.6;  // methods §1 step 9
@@ -223,9 +247,13 @@ void add_compress_commands(CLI::App& app) {
       ->capture_default_str()
       ->each([o](const std::string&) { o->ratio_given = true; });
   c->add_option("--method", o->method,
-                "kvzip | kvzip-head | snapkv | h2o | rest-kv | rkv | streaming | random | full")
+                "kvzip | kvzip-head | kvzap (with --scorer) | snapkv | h2o | rest-kv | rkv | "
+                "streaming | random | full")
       ->capture_default_str();
   c->add_option("--level", o->level, "global | per-head | per-layer | head")->capture_default_str();
+  c->add_option("--scorer", o->scorer_file,
+                "Learned scorer file (.kvp) of `kvzip calibrate --scorer`: method kvzap, scored "
+                "during the prefill (no reconstruction pass)");
   c->add_option("--head-scores", o->head_scores, "--level head: head-scores file of `kvzip calibrate`");
   c->add_option("--head-window", o->head_window,
                 "--level head: last document rows the other heads keep besides the prefix")

@@ -7,17 +7,19 @@
 #include <filesystem>
 #include <memory>
 
+#include "checkpoint/model_path.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "compress/learned_scorer.h"
 #include "eval/compose_eval.h"
 #include "eval/eval.h"
 #include "eval/plot.h"
 #include "eval/ruler.h"
 #include "format/head_scores.h"
-#include "checkpoint/model_path.h"
+#include "format/scorer_file.h"
 
 namespace kvzip::cli {
 namespace {
@@ -26,6 +28,7 @@ struct EvalOpts {
   eval::EvalOptions eo;  // its defaults are the command's; options bind to its fields directly
   std::string squad, doc = "article", model, csv, plot, answers, level = "global";
   std::string head_scores;  // kvzip-head: the file of `kvzip calibrate`
+  std::string scorer_file;  // kvzap: the file of `kvzip calibrate --scorer`
   std::string device = "cpu";
   uint64_t max_questions = 0;
   bool all_questions = false, quiet = false, exact = false, force_model = false;
@@ -200,6 +203,12 @@ void run(const EvalOpts& o) {
     hs = format::read_head_scores_file(o.head_scores);
     eo.head_scores = hs.values;
   }
+  if (!o.scorer_file.empty()) {
+    auto learned =
+        std::make_shared<const format::ScorerFile>(format::read_scorer_file(o.scorer_file));
+    eo.learned_source = compress::learned_scorer_source(*learned, o.scorer_file);
+    eo.learned = std::move(learned);
+  }
   eo = eval::checked(eo);
   check_output(o.csv, "-o");
   check_output(o.plot, "--plot");
@@ -220,6 +229,7 @@ void run(const EvalOpts& o) {
       !o.quiet)
     std::fprintf(stderr, "warning: %s was calibrated on another model (--force-model)\n",
                  o.head_scores.c_str());
+  if (eo.learned) format::check_scorer_model(*eo.learned, model->config(), model->fingerprint());
   if (!o.quiet) {
     eo.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
     uint64_t questions = 0;
@@ -271,9 +281,11 @@ void add_eval_commands(CLI::App& app) {
       ->check(CLI::Range(2u, 64u));
   add_list_option(c, "--blends", o->blends, "With --compose: recompute fractions to compare (comma-separated)");
   c->add_flag("--doc-prefix", o->doc_prefix, "With --compose: keep each later document's own prefix rows");
-  o->methods_opt = add_list_option(c, "--methods", o->eo.methods,
-                  "Comma-separated, any of: kvzip,snapkv,h2o,rest-kv,rkv,streaming,random,kvzip-head "
-                  "(kvzip-head needs --head-scores; its ratios are fractions of heads kept whole)");
+  o->methods_opt = add_list_option(
+      c, "--methods", o->eo.methods,
+      "Comma-separated, any of: kvzip,snapkv,h2o,rest-kv,rkv,streaming,random,kvzip-head,"
+      "kvzap (kvzip-head needs --head-scores, its ratios are fractions of heads kept "
+      "whole; kvzap needs --scorer)");
   o->ratios_opt = add_list_option(c, "--ratios", o->eo.ratios,
                                   "Comma-separated fractions of document KV pairs to keep (--ruler: default "
                                   "0.1,0.25,0.5,0.75; the full cache is kept = 1)");
@@ -304,6 +316,8 @@ void add_eval_commands(CLI::App& app) {
   c->add_option("-O,--scorer-option", o->eo.scorer_options,
                 "KEY=VALUE scorer parameter, repeatable (e.g. snapkv-window=64, restkv-alpha=0.5, "
                 "rkv-lambda=0.2; `kvzip compress --help` lists the keys)");
+  c->add_option("--scorer", o->scorer_file,
+                "kvzap: learned scorer file (.kvp) of `kvzip calibrate --scorer`");
   c->add_option("--head-scores", o->head_scores,
                 "kvzip-head: head-scores file of `kvzip calibrate` (calibrate on a text that is not "
                 "an evaluated document)");

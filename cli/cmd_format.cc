@@ -15,6 +15,7 @@
 #include "compress/quantize.h"
 #include "format/format.h"
 #include "format/head_scores.h"
+#include "format/scorer_file.h"
 
 namespace kvzip::cli {
 namespace {
@@ -82,6 +83,13 @@ void run_inspect(const InspectArgs& a) {
     const fmt::HeadScores h = fmt::read_head_scores_file(a.file);  // checksum always verified
     const std::string text = fmt::describe_head_scores(
         h, std::filesystem::path(a.file).filename().string(), a.json);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return;
+  }
+  if (fmt::looks_like_scorer_file(first_bytes(a.file))) {     // a `kvzip calibrate --scorer` file
+    const fmt::ScorerFile s = fmt::read_scorer_file(a.file);  // checksum always verified
+    const std::string text =
+        fmt::describe_scorer_file(s, std::filesystem::path(a.file).filename().string(), a.json);
     std::fwrite(text.data(), 1, text.size(), stdout);
     return;
   }

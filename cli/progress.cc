@@ -36,7 +36,15 @@ std::string ProgressBar::line(const prefill::PrefillProgress& p) const {
   std::snprintf(tail, sizeof tail, "] %3d%%  %llu/%llu %s  %.0f %s/s", int(frac * 100.0),
                 static_cast<unsigned long long>(p.done), static_cast<unsigned long long>(p.total),
                 opt_.unit.c_str(), p.tokens_per_s, opt_.unit.c_str());
-  return opt_.label + " [" + bar + tail;
+  std::string out = opt_.label + " [" + bar + tail;
+  if (opt_.eta && p.done < p.total && p.tokens_per_s > 0) {
+    const long long s = std::llround(double(p.total - p.done) / p.tokens_per_s);
+    char eta[48];
+    if (s >= 60) std::snprintf(eta, sizeof eta, "  ETA %lldm%02llds", s / 60, s % 60);
+    else std::snprintf(eta, sizeof eta, "  ETA %llds", s);
+    out += eta;
+  }
+  return out;
 }
 
 void ProgressBar::update(const prefill::PrefillProgress& p) {

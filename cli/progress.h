@@ -17,6 +17,7 @@ struct ProgressBarOptions {
   FILE* out = stderr;        // must stay open while the bar is used
   int tty = -1;              // -1: ask isatty(out); 0: plain lines; 1: redraw with \r
   double redraw_s = 0.1;     // a terminal bar is redrawn at most this often (and at 100%)
+  bool eta = false;          // append "ETA 1m05s" (remaining tokens at the rate so far) until done
 };
 
 // On a terminal it redraws one line; otherwise it writes a plain line at 25%, 50%, 75% and 100%

@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "compress/detail/scorers.h"
+#include "compress/learned_scorer.h"
 
 namespace kvzip::compress {
 namespace {
@@ -80,6 +81,7 @@ DocumentScores broadcast_head_scores(std::span<const float> head_scores, const m
 void check_method_name(std::string_view method) {
   std::vector<std::string> known = scorer_names();
   known.push_back(kHeadLevelMethod);
+  known.push_back(kLearnedMethod);
   if (std::find(known.begin(), known.end(), method) != known.end()) return;
   std::string list;
   for (const std::string& n : known) list += (list.empty() ? "" : ", ") + n;

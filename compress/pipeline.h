@@ -29,7 +29,7 @@
 namespace kvzip::compress {
 
 struct CompressOptions {
-  std::string method = "kvzip";            // one of scorer_names(), or kHeadLevelMethod
+  std::string method = "kvzip";            // one of scorer_names(), kHeadLevelMethod or kvzap
   double ratio = 0.3;                      // fraction of the L·Hkv·n_c document rows to keep;
                                            // kvzip-head: fraction of the L·Hkv heads kept whole
   SelectionLevel level = SelectionLevel::Global;  // row selection (not for kvzip-head)

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "compress/detail/scorers.h"
+#include "compress/learned_scorer.h"
 
 namespace kvzip::compress {
 
@@ -23,6 +24,7 @@ std::unique_ptr<Scorer> make_scorer(std::string_view method, const ScorerOptions
   if (method == "h2o") return detail::make_h2o_scorer(options);
   if (method == "rest-kv") return detail::make_restkv_scorer(options);
   if (method == "rkv") return detail::make_rkv_scorer(options);
+  if (method == kLearnedMethod) return make_learned_scorer(options.learned, options.learned_source);
   std::string known;
   for (const std::string& n : scorer_names()) known += (known.empty() ? "" : ", ") + n;
   throw Error(Errc::invalid_argument,

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "format/scorer_file.h"
 #include "tokenizer/chat_template.h"
 #include "model/forward.h"
 #include "cache/kv_cache.h"
@@ -101,6 +102,10 @@ struct ScorerOptions {
   float rkv_lambda = 0.1f;         // Z = λ·importance − (1−λ)·redundancy, λ in [0, 1]
   float rkv_threshold = 0.5f;      // cosine above which the most recent similar key is spared
   uint32_t rkv_kernel = 7;         // importance max-pool kernel (odd)
+  // kvzap (compress/learned_scorer.h): the scorer file's predictor and its recorded source
+  // (learned_scorer_source); the method is refused without one.
+  std::shared_ptr<const format::ScorerFile> learned;
+  MethodParams learned_source;
 };
 
 // Sets one ScorerOptions field by name, for `--scorer-option KEY=VALUE` on compress and eval.
@@ -148,7 +153,9 @@ class Scorer {
   virtual uint32_t appended_rows(uint32_t n_doc) const { return 0; }
 };
 
-// "kvzip", "full", "random", "streaming", "snapkv", "h2o", "rest-kv", "rkv". What each scores
+// "kvzip", "full", "random", "streaming", "snapkv", "h2o", "rest-kv", "rkv"; make_scorer also
+// takes "kvzap" (the learned scorer of ScorerOptions::learned, compress/learned_scorer.h), which
+// is not listed because it needs a file. What each scores
 // (higher = keep):
 //   kvzip      max over the GQA group and all R_t positions of the local softmax (methods §1);
 //              with kvzip_queries, also over every question's positions (query-aware)

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "compress/head_level.h"
+#include "compress/learned_scorer.h"
 #include "compress/quantize.h"
 #include "eval/answer.h"
 #include "eval/metrics.h"
@@ -242,6 +243,8 @@ void eval_document(const model::Model& model, model::Forward& fwd, const Documen
   for (size_t m = 0; m < o.methods.size(); ++m) methods[1 + m].method = o.methods[m];
   compress::ScorerOptions so = compress::make_scorer_options(model.chat(), o.kvzip_chunk, o.seed, o.scorer_options);
   if (o.query_aware) so.kvzip_queries = run.prompts();
+  so.learned = o.learned;
+  so.learned_source = o.learned_source;
   std::vector<std::unique_ptr<compress::Scorer>> scorers;
   for (compress::CompressOptions& co : methods) {
     co.level = o.level;
@@ -336,6 +339,10 @@ EvalOptions checked(EvalOptions o) {
       throw Error(Errc::invalid_argument,
                   "eval: method kvzip-head needs head scores (--head-scores FILE, made by "
                   "`kvzip calibrate` on a document other than the evaluated ones)");
+    if (m == compress::kLearnedMethod && !o.learned)
+      throw Error(Errc::invalid_argument,
+                  "eval: method kvzap needs a scorer file (--scorer FILE.kvp, made by `kvzip "
+                  "calibrate --scorer` on a text other than the evaluated documents)");
     compress::check_method_name(m);
     if (m != "full" && std::find(methods.begin(), methods.end(), m) == methods.end())
       methods.push_back(m);

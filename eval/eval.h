@@ -14,6 +14,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,10 @@ struct EvalOptions {
   // fractions of heads kept whole; the rows show the achieved document-row ratio as for the rest.
   std::vector<float> head_scores;
   uint32_t head_window = 0;           // document rows the other heads keep (the last ones)
+  // Method "kvzap" (compress/learned_scorer.h): the scorer file of `kvzip calibrate --scorer` and
+  // its recorded source, required when it is among the methods.
+  std::shared_ptr<const format::ScorerFile> learned;
+  compress::MethodParams learned_source;
   // Storage types to evaluate: "f32" (always, first) and any of f16, bf16, q8, q4. Rows of a
   // dtype other than f32 report agreement and KL against the f32 cache of the same method and ratio.
   std::vector<std::string> kv_dtypes = {"f32"};

@@ -7,7 +7,8 @@
 // The seeds include the v1.1, v1.2 (f16 rows), v1.3 (Hadamard-rotated codes) and v1.4 (byte group
 // parameters) q4/q8 goldens and their bad files, so the quantized path (parameter and f16 value
 // checks, dequantization and its rotation, the raw rows of read_quant_layer, pruning stored rows,
-// re-writing them) is fuzzed from valid starting points.
+// re-writing them) is fuzzed from valid starting points. Every input also goes through the
+// learned-scorer (.kvp) reader.
 #include <xxhash.h>
 
 #include <cstddef>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "format/format.h"
+#include "format/scorer_file.h"
 
 namespace {
 
@@ -82,6 +84,27 @@ void try_open(const uint8_t* data, size_t size) {
   }
 }
 
+// The learned-scorer reader (.kvp) on the same bytes, as they are and with the trailing xxh64
+// recomputed; a file it accepts is described and encoded again.
+void try_scorer(const uint8_t* data, size_t size) {
+  std::vector<uint8_t> b(data, data + size);
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1) {
+      if (b.size() < 8) return;
+      const uint64_t h = XXH64(b.data(), b.size() - 8, 0);
+      std::memcpy(b.data() + b.size() - 8, &h, 8);
+    }
+    try {
+      ScorerFile s = decode_scorer_file(b, "fuzz");
+      (void)describe_scorer_file(s, "fuzz", false);
+      (void)describe_scorer_file(s, "fuzz", true);
+      (void)encode_scorer_file(s);
+    } catch (const kvzip::Error&) {
+      // expected for damaged input
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -89,5 +112,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint8_t> copy(data, data + size);
   reseal(copy);
   try_open(copy.data(), copy.size());
+  try_scorer(data, size);
   return 0;
 }

@@ -82,6 +82,11 @@ struct AttentionObservation {
   uint32_t D = 0;
   float scale = 0.0f;                   // the logit scale attention used, 1/sqrt(D)
   const AttentionCache* cache = nullptr;  // cache->view(layer, h): the keys/values attended to
+  // The layer's input: the residual stream x (T, E) before the attention block, and the input
+  // RMSNorm's output (T, E) that the q/k/v projections read (learned scorers predict from it).
+  const float* x = nullptr;
+  const float* x_norm = nullptr;
+  uint32_t E = 0;
 };
 
 // Scorers implement this to compute their own attention statistics. The pointers are valid only

@@ -120,7 +120,8 @@ void attention_block(const ChunkContext& c, uint32_t layer) {
   if (!output_unused) trace(c, "attn", li, s.att.data(), c.T, Hq * D);
   if (c.observer) {
     c.observer->on_attention(
-        AttentionObservation{layer, s.q.data(), c.positions, c.T, Hq, Hkv, D, scale, c.cache});
+        AttentionObservation{layer, s.q.data(), c.positions, c.T, Hq, Hkv, D, scale, c.cache,
+                             s.x.data(), s.xn.data(), E});
   }
   if (output_unused) return;
 

@@ -69,3 +69,20 @@ TEST_CASE("the progress bar redraws one line on a terminal and is silent when qu
   quiet.quiet = true;
   CHECK(drawn(quiet, {{10, 10, 1.0, 10}}).empty());
 }
+
+TEST_CASE("the progress bar's ETA is the remaining tokens at the rate so far, gone when done",
+          "[cli]") {
+  ProgressBarOptions o;
+  o.tty = 0;
+  o.eta = true;
+  // 250 of 1000 tokens at 5 tok/s: 150 s left; 500 at 10 tok/s: 50 s.
+  std::string s =
+      drawn(o, {{250, 1000, 50.0, 5.0}, {500, 1000, 50.0, 10.0}, {1000, 1000, 60.0, 16.0}});
+  INFO(s);
+  CHECK(s.find(" 25%  250/1000 tok  5 tok/s  ETA 2m30s\n") != std::string::npos);
+  CHECK(s.find(" 50%  500/1000 tok  10 tok/s  ETA 50s\n") != std::string::npos);
+  CHECK(s.find("100%  1000/1000 tok  16 tok/s\n") != std::string::npos);
+  o.eta = false;
+  s = drawn(o, {{250, 1000, 50.0, 5.0}});
+  CHECK(s.find("ETA") == std::string::npos);
+}

@@ -1,0 +1,120 @@
+// compress/ learned scorer (KVzap-style; spec/methods.md §1 step 10): a per-layer ridge regression
+// from the layer's input-normed hidden state to the log of each KV head's KVzip (or KVzip+) score,
+// trained once per model on a calibration text (`kvzip calibrate --scorer`, stored as a .kvp,
+// format/scorer_file.h) and applied during the document's prefill (method "kvzap"): token i's
+// predicted score depends on its own hidden state only, so it is final as soon as the token is
+// prefilled, and compressing needs no reconstruction pass. The fit is closed-form: XᵀX and Xᵀy
+// are accumulated per layer in double precision (no features are stored) and solved by Cholesky.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "compress/scorer.h"
+#include "format/scorer_file.h"
+#include "model/forward.h"
+
+namespace kvzip::compress {
+
+inline constexpr const char* kLearnedMethod = "kvzap";
+
+// The normal equations of one ridge regression with an intercept: `dim` features, `outputs`
+// targets fitted together (they share XᵀX).
+class RidgeSystem {
+ public:
+  RidgeSystem(uint32_t dim, uint32_t outputs);
+  // Adds n rows: x (n, dim) with rows `x_stride` floats apart, y (n, outputs).
+  void add(const float* x, size_t x_stride, const float* y, uint32_t n);
+  uint64_t rows() const { return rows_; }
+  uint32_t dim() const { return dim_; }
+  uint32_t outputs() const { return outputs_; }
+  // Solves (XᵀX + alpha·I′)w = Xᵀy, I′ the identity without the intercept's entry (the intercept is
+  // not penalised, as centring the data would do), by Cholesky in double precision (LAPACK dposv).
+  // Returns (outputs, dim + 1): each output's coefficients, then its intercept. Errc::
+  // invalid_argument when there are no rows or the system is not positive definite.
+  std::vector<double> solve(double alpha) const;
+
+ private:
+  uint32_t dim_, outputs_;
+  std::vector<double> xtx_;  // (dim + 1)² column-major; the upper triangle is kept
+  std::vector<double> xty_;  // (outputs, dim + 1)
+  std::vector<double> buf_;  // (rows, dim + 1) staging of add()
+  uint64_t rows_ = 0;
+};
+
+// Coefficient of determination 1 − SS_res / SS_tot of `predicted` against `target` (NaN when
+// there are fewer than 2 values or the target is constant).
+double r_squared(std::span<const float> target, std::span<const float> predicted);
+// Spearman's rank correlation (average ranks for ties; NaN for fewer than 2 values or a constant).
+double spearman(std::span<const float> a, std::span<const float> b);
+
+// The predicted log score of every document row of one layer: x (n, E) the rows' input-normed
+// hidden states, out (Hkv, out_stride) receives row j of head h at out[h·out_stride + j]. Plain
+// fp32 dot products in a fixed order, so a scorer file's predictions repeat bit for bit.
+void predict_layer(const format::ScorerFile& scorer, uint32_t layer, const float* x, uint32_t n,
+                   float* out, size_t out_stride);
+
+// ---- Training ----------------------------------------------------------------------------------
+
+struct TrainOptions {
+  format::ScorerTarget target = format::ScorerTarget::KvzipPlus;  // what the file predicts
+  uint32_t window = 1000;       // tokens per calibration window (each its own document)
+  uint32_t heldout_every = 10;  // every k-th window is held back for the fit quality (0: none)
+  double alpha = 1.0;           // ridge penalty
+  ScorerOptions scorer;         // the reconstruction prompts (make_scorer_options)
+  // Called after every window with (windows done, windows in all).
+  std::function<void(uint32_t, uint32_t)> progress;
+};
+
+// Held-out quality of one target (both targets are always fitted, so that they can be compared).
+struct TargetFit {
+  format::ScorerTarget target = format::ScorerTarget::KvzipPlus;
+  std::vector<float> r2, spearman;  // (L); NaN for an unscored (sliding-window) layer or no split
+};
+
+struct TrainResult {
+  format::ScorerFile file;      // options.target's predictor; the caller sets model and source
+  std::vector<TargetFit> fits;  // kvzip, then kvzip+
+  double seconds = 0.0;
+};
+
+// The calibration windows of a token sequence: consecutive pieces of `window` tokens; a last
+// piece shorter than window / 4 joins the previous one.
+std::vector<std::span<const int32_t>> calibration_windows(std::span<const int32_t> tokens,
+                                                          uint32_t window);
+
+// The KVzip targets of one window (spec/methods.md §1 step 10): prefills [prefix ; window], runs
+// the reconstruction of the whole window as one chunk, and returns the layer features x (L, n, E)
+// and targets y (L, n, 2·Hkv): log KVzip for each KV head, then log KVzip+. Sliding-window layers
+// keep zeros.
+struct WindowTargets {
+  uint32_t n = 0;
+  std::vector<float> x, y;
+};
+WindowTargets window_targets(model::Forward& forward, std::span<const int32_t> prefix,
+                             std::span<const int32_t> window, const ScorerOptions& options);
+
+// Trains on every window of every text (windows of each text never straddle texts), the held-out
+// windows last. Errc::invalid_argument with no tokens, a window of 0, or fewer training rows than
+// features + 1 in a layer.
+TrainResult train_scorer(model::Forward& forward, std::span<const int32_t> prefix,
+                         const std::vector<std::vector<int32_t>>& texts,
+                         const TrainOptions& options);
+
+// ---- Scoring ------------------------------------------------------------------------------------
+
+// The method "kvzap": scores every document row during the prefill with `scorer`'s predictor
+// (prefill_observer is required). `source` is recorded with the method's parameters (the file's
+// name and checksum). Errc::model_mismatch at prefill_observer when the model's L, Hkv or E
+// differ from the file's.
+std::unique_ptr<Scorer> make_learned_scorer(std::shared_ptr<const format::ScorerFile> scorer,
+                                            MethodParams source);
+
+// The recorded source of a scorer file: "scorer" (its name without folders), "scorer_xxh64",
+// "scorer_target".
+MethodParams learned_scorer_source(const format::ScorerFile& scorer, const std::string& file_name);
+
+}  // namespace kvzip::compress
