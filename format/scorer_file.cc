@@ -38,8 +38,9 @@ using detail::load_u32;
 using detail::load_u64;
 
 void put(std::vector<uint8_t>& out, const void* p, size_t n) {
-  const auto* b = static_cast<const uint8_t*>(p);
-  out.insert(out.end(), b, b + n);
+  const size_t at = out.size();
+  out.resize(at + n);
+  if (n > 0) std::memcpy(out.data() + at, p, n);
 }
 template <class T>
 void put_le(std::vector<uint8_t>& out, T v) {

@@ -19,8 +19,9 @@ TEST_CASE("the Normans paragraphs as a library: the question's paragraph first, 
   KVZIP_REAL_MODEL_OR_SKIP(model);
   eval::SquadOptions so;
   so.unit = eval::DocumentUnit::Paragraph;
-  const std::vector<eval::Document> docs =
-      eval::read_squad(std::string(KVZIP_SOURCE_DIR) + "/examples/normans.json", so);
+  std::string path = KVZIP_SOURCE_DIR;
+  path.append("/examples/normans.json");
+  const std::vector<eval::Document> docs = eval::read_squad(path, so);
   REQUIRE(docs.size() >= 3);
   format::testing::TempDir d;
   for (int i = 0; i < 3; ++i)
