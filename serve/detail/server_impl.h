@@ -52,6 +52,9 @@ struct Server::Impl {
   void put_cache(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
                  const Scope& scope);
   void chat_completions(const httplib::Request& req, httplib::Response& res, const Scope& scope);
+  // The client's error for cache `id` that could not be acquired (unknown, damaged, another
+  // model's, larger than the budget); file problems are counted in /metrics.
+  ApiError cache_refusal(const std::string& id, const Error& e);
 };
 
 namespace detail {
