@@ -194,7 +194,7 @@ def main():
                             "-q", "-t", a.threads, "--ratio", a.ratio], check=True)
     try:
         proc = subprocess.Popen([a.kvzip, "serve", "--caches", caches, "-m", a.model, "--port", "0",
-                                 "-t", a.threads, "--parallel", str(max(counts)), "--queue", "256"],
+                                 "-t", a.threads, "--parallel", str(max(counts) + max(comps)), "--queue", "256"],
                                 stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
         port = wait_port(proc, r"listening on http://127\.0\.0\.1:(\d+)")
         url = f"http://127.0.0.1:{port}/v1/chat/completions"

@@ -54,15 +54,18 @@ compress::CompressOptions compress_options(const model::Model& model, const Comp
 
 void check_compose_documents(size_t paragraphs, uint32_t k, const std::string& source) {
   if (k > paragraphs)
-    throw Error(Errc::invalid_argument,
-                "eval --compose " + std::to_string(k) + ": " + (source.empty() ? "the file" : source) + " has " +
-                    std::to_string(paragraphs) + (paragraphs == 1 ? " paragraph" : " paragraphs") +
-                    " with questions; --compose " + std::to_string(k) + " needs at least " + std::to_string(k));
+    throw Error(Errc::invalid_argument, "eval --compose " + std::to_string(k) + ": " +
+                                            (source.empty() ? "the file" : source) + " has " +
+                                            std::to_string(paragraphs) +
+                                            (paragraphs == 1 ? " paragraph" : " paragraphs") +
+                                            " with questions; --compose " + std::to_string(k) +
+                                            " needs at least " + std::to_string(k));
 }
 
 void check_compose_options(const ComposeEvalOptions& o) {
   if (o.k < 2)
-    throw Error(Errc::invalid_argument, "eval --compose " + std::to_string(o.k) + ": compose at least 2 documents");
+    throw Error(Errc::invalid_argument,
+                "eval --compose " + std::to_string(o.k) + ": compose at least 2 documents");
   const std::vector<std::string> known = compress::scorer_names();
   for (const std::string& m : o.methods)
     if (std::find(known.begin(), known.end(), m) == known.end())

@@ -196,7 +196,8 @@ RulerReport run_ruler(const model::Model& model, const RulerOptions& o) {
     for (const std::string& name : o.tasks) {
       std::vector<RulerSample>& v = samples[{len, name}];
       if (!v.empty()) continue;
-      for (uint32_t i = 0; i < o.samples; ++i) v.push_back(make_ruler_sample(name, len, i, gen, count));
+      for (uint32_t i = 0; i < o.samples; ++i)
+        v.push_back(make_ruler_sample(name, len, i, gen, count));
     }
   size_t group = 0;
   const size_t groups = o.settings.size() * o.lengths.size() * o.tasks.size();

@@ -60,7 +60,8 @@ void check_model_composes(const ModelConfig& config) {
 }
 
 void check_model_composes(const format::CacheHeader& header) {
-  if (!header.local_layers.empty()) throw Error(Errc::unsupported, hybrid_refusal(header.model.arch));
+  if (!header.local_layers.empty())
+    throw Error(Errc::unsupported, hybrid_refusal(header.model.arch));
 }
 
 void check_composable(const std::vector<const format::CacheHeader*>& headers, const std::vector<std::string>& names,

@@ -3,7 +3,12 @@
 // which builds composed requests' caches beside it (see engine.h).
 #include "serve/engine.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <optional>
 #include <thread>
 
@@ -37,7 +42,7 @@ class Request {
   std::atomic<bool> cancelled{false};
   // Engine thread only:
   std::unique_ptr<model::AttentionCache> cache;  // a BranchCache, or a ComposedCache
-  bool composing = false;       // handed to the composing thread, its result not taken yet
+  bool composing = false;  // handed to the composing thread, its result not taken yet
   std::optional<model::Sampler> sampler;
   size_t prefilled = 0;         // prompt tokens in the cache
   int32_t next = -1;            // the token to feed at the next step (after the prompt)
@@ -76,6 +81,13 @@ Engine::Engine(const model::Model& model, const EngineOptions& options)
 Engine::~Engine() { shutdown(std::chrono::milliseconds(0)); }
 
 void Engine::compose_loop() {
+  // The steps come first: on cores the steps already fill, a composition takes the cycles they
+  // leave instead of preempting a step's threads (a step waits for its slowest thread). Linux
+  // nice values are per thread and the forward pass's pool threads, made below, inherit it.
+  const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
+  errno = 0;
+  const int nice_now = ::getpriority(PRIO_PROCESS, tid);
+  if (errno == 0) ::setpriority(PRIO_PROCESS, tid, std::min(19, nice_now + 10));  // best effort
   std::unique_ptr<model::Forward> forward;  // made on first use: a server may never compose
   while (true) {
     std::shared_ptr<Request> r;
@@ -93,7 +105,8 @@ void Engine::compose_loop() {
         if (opt_.before_compose) opt_.before_compose();
         if (!forward) {
           model::ForwardOptions fo;
-          const uint32_t all = opt_.threads ? opt_.threads : std::max(1u, std::thread::hardware_concurrency());
+          const uint32_t all =
+              opt_.threads ? opt_.threads : std::max(1u, std::thread::hardware_concurrency());
           fo.threads = opt_.compose_threads ? opt_.compose_threads : std::max(1u, all / 2);
           fo.chunk = opt_.step_tokens;
           fo.matmul = opt_.matmul;
@@ -101,7 +114,8 @@ void Engine::compose_loop() {
         }
         std::vector<const format::CacheHeader*> headers{&r->spec.cache->header};
         std::vector<const model::KvBase*> bases{&r->spec.cache->cache};
-        for (const auto& m : r->spec.more) headers.push_back(&m->header), bases.push_back(&m->cache);
+        for (const auto& m : r->spec.more)
+          headers.push_back(&m->header), bases.push_back(&m->cache);
         c.cache = loader::compose(*forward, model_.tokenizer(), headers, bases, r->spec.compose);
       } catch (const Error& e) {
         c.error = e.what();

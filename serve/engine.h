@@ -8,7 +8,8 @@
 // it ends. One engine thread runs the steps; callbacks run on it and must be quick. Compositions
 // (separators, the recompute probe, the recompute: forward passes over whole documents) are built
 // by a composing thread with its own forward pass, so the steps of the other requests never wait
-// for them; a composed request joins the steps when its composition is done.
+// for them (it runs at a lower scheduling priority); a composed request joins the steps when its
+// composition is done.
 // Requests are admitted in arrival order up to `parallel` at once; the queue behind is bounded
 // (a request is refused only when all parallel + max_queue places are taken).
 #pragma once

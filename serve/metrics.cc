@@ -76,8 +76,10 @@ std::string Metrics::render(const Gauges& g) const {
     line(out, "kvzip_http_requests_total",
          "route=\"" + k.first + "\",code=\"" + std::to_string(k.second) + "\"", double(n));
   head(out, "kvzip_cache_errors_total", "counter",
-       "Requests refused because of a cache file (damaged, another model's, larger than the budget).");
-  for (const auto& [code, n] : cache_errors_) line(out, "kvzip_cache_errors_total", "code=\"" + code + "\"", double(n));
+       "Requests refused because of a cache file (damaged, another model's, larger than the "
+       "budget).");
+  for (const auto& [code, n] : cache_errors_)
+    line(out, "kvzip_cache_errors_total", "code=\"" + code + "\"", double(n));
   // One unlabelled sample each: (name, type, help, value).
   auto scalar = [&out](const char* name, const char* type, const char* help, double v) {
     head(out, name, type, help);

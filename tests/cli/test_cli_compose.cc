@@ -55,33 +55,38 @@ TEST_CASE("query: --max-compose bounds a composition and is named when passed", 
   Caches c;
   std::string many = c.path("a.kvz");
   for (int i = 1; i < 18; ++i) many += "+" + c.path("a.kvz");  // 18 caches
-  const CliResult over = run_logged({"query", "-m", c.path("m.gguf"), many, "Who?", "-n", "2", "-t", "1"});
+  const CliResult over =
+      run_logged({"query", "-m", c.path("m.gguf"), many, "Who?", "-n", "2", "-t", "1"});
   CHECK(over.exit_code == 2);
   CHECK_THAT(over.err, Contains("at most 16") && Contains("--max-compose"));
-  const CliResult raised = run_logged({"query", "-m", c.path("m.gguf"), many, "Who?", "-n", "2", "-t", "1",
-                                       "--blend", "0", "--max-compose", "18", "--json"});
+  const CliResult raised = run_logged({"query", "-m", c.path("m.gguf"), many, "Who?", "-n", "2",
+                                       "-t", "1", "--blend", "0", "--max-compose", "18", "--json"});
   CHECK(raised.exit_code == 0);
   CHECK_THAT(raised.out, Contains("\"answer\""));
 }
 
-TEST_CASE("query: --cache names a file whose name holds '+', repeated to compose", "[cli][compose]") {
+TEST_CASE("query: --cache names a file whose name holds '+', repeated to compose",
+          "[cli][compose]") {
   Caches c;
-  const CliResult r = run_logged({"query", "-m", c.path("m.gguf"), "--cache", c.path("x+y.kvz"), "--cache",
-                                  c.path("a.kvz"), "Who counted ships?", "-n", "2", "-t", "1", "--json"});
+  const CliResult r =
+      run_logged({"query", "-m", c.path("m.gguf"), "--cache", c.path("x+y.kvz"), "--cache",
+                  c.path("a.kvz"), "Who counted ships?", "-n", "2", "-t", "1", "--json"});
   CHECK(r.exit_code == 0);
   CHECK_THAT(r.out, Contains("\"question\":\"Who counted ships?\"") && Contains("x+y.kvz\",\"") &&
                         Contains("a.kvz\"]"));
   // Joined by '+', the name is split at its own '+' and the first piece does not exist.
   const CliResult split =
-      run_logged({"query", "-m", c.path("m.gguf"), c.path("x+y.kvz") + "+" + c.path("a.kvz"), "Who?", "-n", "2"});
+      run_logged({"query", "-m", c.path("m.gguf"), c.path("x+y.kvz") + "+" + c.path("a.kvz"),
+                  "Who?", "-n", "2"});
   CHECK(split.exit_code == 3);
 }
 
 TEST_CASE("eval --compose refuses a sliding-window model as query does", "[cli][compose][eval]") {
   format::testing::TempDir dir;
   write(dir.path("two.json"), kTwoParagraphs);
-  const CliResult r = run_logged({"eval", "-m", test::hf_golden("gemma3"), "--squad", dir.path("two.json"),
-                                  "--compose", "2", "--blends", "0", "-q", "-t", "1"});
+  const CliResult r =
+      run_logged({"eval", "-m", test::hf_golden("gemma3"), "--squad", dir.path("two.json"),
+                  "--compose", "2", "--blends", "0", "-q", "-t", "1"});
   CHECK(r.exit_code == 11);
   CHECK_THAT(r.err, Contains("sliding-window"));
   CHECK(r.out.empty());  // no table
@@ -92,13 +97,15 @@ TEST_CASE("eval --compose and --ruler --len are checked before any work", "[cli]
   write(dir.path("one.json"), kOneParagraph);
   CliOptions o;
   o.env = {{"KVZIP_MODEL", "/nonexistent/kvzip-test-model.gguf"}};  // refused before it is loaded
-  const CliResult no_squad = run_logged({"eval", "--ruler", "niah_single_1", "--len", "300", "--compose", "2"}, o);
+  const CliResult no_squad =
+      run_logged({"eval", "--ruler", "niah_single_1", "--len", "300", "--compose", "2"}, o);
   CHECK(no_squad.exit_code == 2);
   CHECK_THAT(no_squad.err, Contains("--compose needs --squad"));
   const CliResult one = run_logged({"eval", "--squad", dir.path("one.json"), "--compose", "2"}, o);
   CHECK(one.exit_code == 2);
   CHECK_THAT(one.err, Contains("has 1 paragraph with questions; --compose 2 needs at least 2"));
-  const CliResult zero = run_logged({"eval", "--ruler", "niah_single_1", "--len", "300,0", "-o", dir.path("r.csv")}, o);
+  const CliResult zero = run_logged(
+      {"eval", "--ruler", "niah_single_1", "--len", "300,0", "-o", dir.path("r.csv")}, o);
   CHECK(zero.exit_code == 2);
   CHECK_THAT(zero.err, Contains("--len 0"));
   CHECK(!std::filesystem::exists(dir.path("r.csv")));

@@ -47,12 +47,13 @@ struct Served {
   Server server;
   int port;
   std::thread t;
-  Served(const model::Model& m, ServerOptions so) : server(m, [&] {
-    so.port = 0;
-    so.access_log = false;
-    if (so.engine.threads == 0) so.engine = test::engine_options(2, 4, 64);
-    return so;
-  }()) {
+  Served(const model::Model& m, ServerOptions so)
+      : server(m, [&] {
+          so.port = 0;
+          so.access_log = false;
+          if (so.engine.threads == 0) so.engine = test::engine_options(2, 4, 64);
+          return so;
+        }()) {
     port = server.bind();
     t = std::thread([this] { server.listen(); });
   }
@@ -63,7 +64,9 @@ struct Served {
   httplib::Result ask(const std::string& model) {
     httplib::Client cli("127.0.0.1", port);
     cli.set_read_timeout(60, 0);
-    const Json body = {{"model", model}, {"max_tokens", 3}, {"temperature", 0},
+    const Json body = {{"model", model},
+                       {"max_tokens", 3},
+                       {"temperature", 0},
                        {"messages", Json::array({{{"role", "user"}, {"content", kQuestion}}})}};
     return cli.Post("/v1/chat/completions", body.dump(), "application/json");
   }
@@ -85,7 +88,8 @@ struct LlamaCaches : test::TinyModelDir {
 
 }  // namespace
 
-TEST_CASE("serve: caches of a sliding-window model are refused as unsupported, not a 500", "[serve][compose]") {
+TEST_CASE("serve: caches of a sliding-window model are refused as unsupported, not a 500",
+          "[serve][compose]") {
   const auto m = model::Model::load(test::hf_golden("gemma3"));
   REQUIRE(m->config().hybrid());
   const std::filesystem::path dir =
@@ -120,7 +124,8 @@ TEST_CASE("serve: caches of a sliding-window model are refused as unsupported, n
   CHECK(one->status == 200);
 }
 
-TEST_CASE("serve: a damaged .kvz is a 422 naming the cache, counted in /metrics", "[serve][compose]") {
+TEST_CASE("serve: a damaged .kvz is a 422 naming the cache, counted in /metrics",
+          "[serve][compose]") {
   LlamaCaches f;
   const std::string good = f.caches + "/a.kvz";
   const auto size = std::filesystem::file_size(good);
@@ -157,7 +162,8 @@ TEST_CASE("serve: a damaged .kvz is a 422 naming the cache, counted in /metrics"
   CHECK(ok->status == 200);
 }
 
-TEST_CASE("serve: a cache larger than the whole budget is a 422 with no Retry-After", "[serve][compose]") {
+TEST_CASE("serve: a cache larger than the whole budget is a 422 with no Retry-After",
+          "[serve][compose]") {
   LlamaCaches f;
   ServerOptions so;
   so.caches_dir = f.caches;
@@ -204,7 +210,8 @@ TEST_CASE("serve: a body to a path no route has is a 404", "[serve]") {
   CHECK(post->status == 404);
 }
 
-TEST_CASE("engine: a single-cache request completes while a composition is still composing", "[serve][compose]") {
+TEST_CASE("engine: a single-cache request completes while a composition is still composing",
+          "[serve][compose]") {
   LlamaCaches f;
   CacheStore store(*f.model, f.caches, uint64_t(1) << 30);
   std::promise<void> release;
@@ -222,7 +229,8 @@ TEST_CASE("engine: a single-cache request completes while a composition is still
   REQUIRE(engine.submit(std::move(cs), composed.callbacks()));
   entered.get_future().wait();  // the composition has started
   REQUIRE(engine.submit(test::request_for(*f.model, store, "a", kQuestion, 4), single.callbacks()));
-  const bool single_done = single.result.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  const bool single_done =
+      single.result.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
   const bool composed_pending =
       composed.result.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
   release.set_value();
