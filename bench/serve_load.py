@@ -7,10 +7,16 @@ document as a full prompt (system message = the document, user message = the que
 prompt cache on (`cache_prompt`) and as many slots as clients. For each client count (default
 1, 4, 16, 32) every client takes questions from a shared list until all 96 are answered;
 greedy decoding, max_tokens N. Per run: aggregate answer tokens/s (all answer tokens / wall time),
-p50 and p95 time to first token (request sent -> first content chunk of the SSE stream).
+p50, p95 and p99 time to first token (request sent -> first content chunk of the SSE stream).
+
+--compositions N adds N clients that, for as long as each kvzip run lasts, keep sending requests
+composing --compose-k single-paragraph caches (`"model": "p0+p1+..."`, the file's first
+paragraphs, each compressed alone); the table still reports the single-cache requests only, so a run with and one
+without shows what compositions in flight cost them (`--compositions 0,4`).
 
   python3 bench/serve_load.py --kvzip build/kvzip --model $KVZIP_MODEL \
-      [--llama-server /work/ext/llama-build/bin/llama-server] [--clients 1,4,16,32] [--out F.json]
+      [--llama-server /work/ext/llama-build/bin/llama-server] [--clients 1,4,16,32] [--out F.json] \
+      [--compositions 0,4 --compose-k 16 --questions 24]
 """
 import argparse
 import json
@@ -96,6 +102,29 @@ def stream_request(url, body, headers):
     return (ttft if ttft is not None else total), tokens, total
 
 
+def composition_paragraphs(k):
+    squad = json.load(open(os.path.join(SRC, "examples", "normans.json")))
+    paras = squad["data"][0]["paragraphs"]
+    if len(paras) < k:
+        raise SystemExit(f"--compose-k {k}: examples/normans.json has {len(paras)} paragraphs")
+    return [p["context"] for p in paras[:k]]
+
+
+def keep_busy(make_request, stop):
+    """Sends requests one after another until `stop` is set; returns how many completed."""
+    done = [0]
+
+    def loop():
+        while not stop.is_set():
+            try:
+                make_request()
+                done[0] += 1
+            except Exception as e:  # keep loading; report the first failure
+                print("composition failed:", e, file=sys.stderr, flush=True)
+                time.sleep(0.5)
+    return loop, done
+
+
 def run_load(make_request, work, clients):
     q = queue.Queue()
     for w in work:
@@ -124,7 +153,8 @@ def run_load(make_request, work, clients):
     pct = lambda p: ttfts[min(len(ttfts) - 1, int(p * len(ttfts)))]
     return {"clients": clients, "requests": len(results), "wall_s": round(wall, 2),
             "answer_tokens": tokens, "tok_per_s": round(tokens / wall, 2),
-            "ttft_p50_s": round(pct(0.50), 3), "ttft_p95_s": round(pct(0.95), 3)}
+            "ttft_p50_s": round(pct(0.50), 3), "ttft_p95_s": round(pct(0.95), 3),
+            "ttft_p99_s": round(pct(0.99), 3)}
 
 
 def main():
@@ -137,10 +167,14 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--threads", default="2")
     ap.add_argument("--out")
+    ap.add_argument("--compositions", default="0", help="composing clients in flight, per run (comma-separated)")
+    ap.add_argument("--compose-k", type=int, default=16, help="caches per composition")
+    ap.add_argument("--questions", type=int, default=24, help="questions per document")
     a = ap.parse_args()
     counts = [int(c) for c in a.clients.split(",")]
+    comps = [int(c) for c in a.compositions.split(",")]
     docs = documents()
-    work = [(d, q) for d in range(4) for q in docs[d][1]]
+    work = [(d, q) for d in range(4) for q in docs[d][1][:a.questions]]
     tmp = tempfile.mkdtemp(prefix="kvzip-serve-bench-")
     caches = os.path.join(tmp, "caches")
     os.makedirs(caches)
@@ -152,9 +186,15 @@ def main():
         open(path, "w").write(text)
         subprocess.run([a.kvzip, "compress", path, "-m", a.model, "-o", os.path.join(caches, f"doc{i}.kvz"),
                         "-q", "-t", a.threads, "--ratio", a.ratio], check=True)
+    if max(comps) > 0:
+        for i, text in enumerate(composition_paragraphs(a.compose_k)):
+            path = os.path.join(tmp, f"p{i}.txt")
+            open(path, "w").write(text)
+            subprocess.run([a.kvzip, "compress", path, "-m", a.model, "-o", os.path.join(caches, f"p{i}.kvz"),
+                            "-q", "-t", a.threads, "--ratio", a.ratio], check=True)
     try:
         proc = subprocess.Popen([a.kvzip, "serve", "--caches", caches, "-m", a.model, "--port", "0",
-                                 "-t", a.threads, "--parallel", str(max(counts)), "--queue", "256"],
+                                 "-t", a.threads, "--parallel", str(max(counts) + max(comps)), "--queue", "256"],
                                 stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
         port = wait_port(proc, r"listening on http://127\.0\.0\.1:(\d+)")
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
@@ -164,10 +204,30 @@ def main():
             return stream_request(url, {"model": f"doc{d}", "messages": [{"role": "user", "content": q}],
                                         "max_tokens": a.max_tokens, "temperature": 0, "stream": True,
                                         "stream_options": {"include_usage": True}}, {})
-        for c in counts:
-            r = run_load(kvzip_req, work, c)
-            print("kvzip", json.dumps(r), flush=True)
-            report["kvzip"].append(r)
+
+        composed_id = "+".join(f"p{i}" for i in range(a.compose_k))
+
+        def composed_req():
+            return stream_request(url, {"model": composed_id, "messages": [{"role": "user",
+                                                                             "content": "Who ruled Normandy?"}],
+                                        "max_tokens": 4, "temperature": 0, "stream": True}, {})
+        for n in comps:
+            for c in counts:
+                stop = threading.Event()
+                loops = [keep_busy(composed_req, stop) for _ in range(n)]
+                busy = [threading.Thread(target=loop) for loop, _ in loops]
+                for t in busy:
+                    t.start()
+                if n:
+                    time.sleep(1.0)  # the compositions are composing before the first single request
+                r = run_load(kvzip_req, work, c)
+                stop.set()
+                for t in busy:
+                    t.join()
+                r["compositions_in_flight"] = n
+                r["compositions_done"] = sum(d[0] for _, d in loops)
+                print("kvzip", json.dumps(r), flush=True)
+                report["kvzip"].append(r)
         proc.terminate()
         proc.wait()
         if a.llama_server:

@@ -20,6 +20,8 @@
 #include "eval/ruler.h"
 #include "format/head_scores.h"
 #include "format/scorer_file.h"
+#include "loader/compose.h"
+#include "checkpoint/model_path.h"
 
 namespace kvzip::cli {
 namespace {
@@ -77,13 +79,16 @@ void run_compose(const EvalOpts& o) {
   co.kvzip_chunk = o.eo.kvzip_chunk;
   co.matmul = o.matmul == "exact" ? kernels::MatmulPath::Exact : kernels::MatmulPath::Fast;
   co.threads = o.eo.threads;
+  eval::check_compose_options(co);
   check_output(o.csv, "-o");
   eval::SquadOptions so;
   so.unit = eval::DocumentUnit::Paragraph;
   so.all_questions = o.all_questions;  // every paragraph with a question is a document to compose
   co.max_questions = o.max_questions;   // of which the first N questions are asked
   const std::vector<eval::Document> docs = eval::read_squad(o.squad, so);
+  eval::check_compose_documents(docs.size(), co.k, o.squad);
   auto model = load_model(o.model, co.threads);
+  loader::check_model_composes(model->config());  // as query, chat and serve refuse it
   if (!o.quiet) co.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   const eval::ComposeEvalReport report = eval::run_compose_eval(*model, docs, co);
   const std::string table = eval::format_compose_table(report);
@@ -114,6 +119,8 @@ void run_ruler(const EvalOpts& o) {
   ro.tasks = eval::parse_ruler_tasks(o.ruler);
   ro.lengths = o.lengths;
   if (ro.lengths.empty()) throw Error(Errc::invalid_argument, "eval --ruler: --len needs at least one length");
+  for (uint32_t len : ro.lengths)
+    if (len == 0) throw Error(Errc::invalid_argument, "eval --ruler: --len 0: a length is a number of tokens, at least 1");
   if (o.samples == 0) throw Error(Errc::invalid_argument, "eval --ruler: --samples must be at least 1");
   ro.samples = o.samples;
   ro.settings.clear();
@@ -183,7 +190,15 @@ void run_ruler(const EvalOpts& o) {
 }
 
 void run(const EvalOpts& o) {
-  if (o.compose) return run_compose(o);
+  if (o.compose) {
+    if (o.squad.empty())
+      throw Error(Errc::invalid_argument,
+                  "eval --compose needs --squad FILE: it composes the file's paragraphs as documents");
+    if (!o.ruler.empty())
+      throw Error(Errc::invalid_argument,
+                  "eval: --compose and --ruler are separate evaluations; give one of them");
+    return run_compose(o);
+  }
   if (!o.ruler.empty()) return run_ruler(o);
   if (o.squad.empty())
     throw Error(Errc::invalid_argument, "eval: give a SQuAD file (--squad FILE) or RULER tasks (--ruler TASKS)");

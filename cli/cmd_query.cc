@@ -22,7 +22,9 @@ namespace {
 
 struct QueryOpts {
   std::string cache, model, questions_file, device = "cpu", matmul = "fast";
+  std::vector<std::string> cache_files;  // --cache: one file each, '+' and all
   double blend = 0.3;  // loader::ComposeOptions's default
+  uint32_t max_compose = loader::ComposeOptions{}.max_docs;
   bool doc_prefix = false;
   std::vector<std::string> questions;
   uint32_t n = 128, threads = 0;
@@ -67,8 +69,8 @@ std::vector<std::string> read_questions(const std::string& path) {
 }
 
 // The caches of the cache argument: "a.kvz+b.kvz+c.kvz" composes three, unless a file exists under
-// the whole name (a file name may contain '+').
-std::vector<std::string> cache_paths(const std::string& arg) {
+// the whole name (a file name may contain '+'; --cache names one file as written).
+std::vector<std::string> split_cache_arg(const std::string& arg) {
   std::error_code ec;
   if (std::filesystem::exists(arg, ec) || arg.find('+') == std::string::npos) return {arg};
   std::vector<std::string> out;
@@ -81,6 +83,30 @@ std::vector<std::string> cache_paths(const std::string& arg) {
     if (plus == std::string::npos) return out;
     start = plus + 1;
   }
+}
+
+// The caches to answer from: the cache argument, or every --cache in order (then the first
+// positional argument, parsed as the cache, is the first question).
+std::vector<std::string> cache_paths(const QueryOpts& o, std::vector<std::string>* questions) {
+  if (o.cache_files.empty()) {
+    if (o.cache.empty())
+      throw Error(Errc::invalid_argument, "give a cache: a .kvz argument (a.kvz+b.kvz composes) or --cache FILE");
+    return split_cache_arg(o.cache);
+  }
+  if (!o.cache.empty()) {
+    if (!questions)
+      throw Error(Errc::invalid_argument, "chat: give the caches either as the argument or by --cache, not both");
+    questions->insert(questions->begin(), o.cache);
+  }
+  for (const std::string& f : o.cache_files)
+    if (f.empty()) throw Error(Errc::invalid_argument, "--cache: an empty file name");
+  return o.cache_files;
+}
+
+std::string caches_label(const std::vector<std::string>& paths) {
+  std::string s;
+  for (const std::string& p : paths) s += (s.empty() ? "" : " + ") + p;
+  return s;
 }
 
 // A composed session's summary on stderr: caches, rows, the time to compose.
@@ -97,6 +123,7 @@ loader::SessionOptions session_options(const QueryOpts& o) {
   loader::SessionOptions so;
   so.compose.blend = o.blend;
   so.compose.doc_prefix = o.doc_prefix;
+  so.compose.max_docs = o.max_compose;
   so.threads = o.threads;
   so.device = kernels::parse_device(o.device.c_str());
   so.force = o.force;
@@ -136,6 +163,7 @@ void note_context_full(const loader::Answer& a, const model::GenerateParams& gp,
 void run_query(const QueryOpts& o) {
   rkv_params(o.rkv);  // bad --rkv-* options fail before anything is loaded
   std::vector<std::string> questions = o.questions;
+  const std::vector<std::string> paths = cache_paths(o, &questions);
   if (!o.questions_file.empty()) {
     auto more = read_questions(o.questions_file);
     questions.insert(questions.end(), more.begin(), more.end());
@@ -143,8 +171,10 @@ void run_query(const QueryOpts& o) {
   if (questions.empty())
     throw Error(Errc::invalid_argument, "query: no questions; give QUESTION arguments or --questions FILE");
   for (const auto& q : questions) check_text(q, "a question");
+  if (paths.size() > o.max_compose)  // before the model is loaded
+    throw Error(Errc::invalid_argument, std::to_string(paths.size()) + " caches given; a composition takes at most " +
+                                            std::to_string(o.max_compose) + " (--max-compose raises it)");
   auto model = load_model(o.model, o.threads);
-  const std::vector<std::string> paths = cache_paths(o.cache);
   loader::QuerySession session(*model, paths, session_options(o));
   if (session.composed() && !o.quiet) note_composition(session, paths.size());
   if (!o.quiet && !o.json && !session.composed()) {
@@ -152,7 +182,7 @@ void run_query(const QueryOpts& o) {
     char extra[64] = "";
     if (tiles) std::snprintf(extra, sizeof extra, ", + %.2f MB of keys kept transposed", double(tiles) / 1e6);
     std::fprintf(stderr, "loaded %s in %.1f ms: %zu document tokens, %s at ratio %.3f, K/V %.2f MB in memory (%s%s)\n",
-                 o.cache.c_str(), session.load_ms(), session.header().document_tokens.size(),
+                 caches_label(paths).c_str(), session.load_ms(), session.header().document_tokens.size(),
                  session.header().method.c_str(), session.header().achieved_ratio,
                  double(session.base().bytes_kept()) / 1e6,
                  session.quantized() ? format::dtype_name(session.header().kv_dtype) : "f32", extra);
@@ -190,13 +220,16 @@ void run_query(const QueryOpts& o) {
 
 void run_chat(const QueryOpts& o) {
   rkv_params(o.rkv);
+  const std::vector<std::string> paths = cache_paths(o, nullptr);
+  if (paths.size() > o.max_compose)
+    throw Error(Errc::invalid_argument, std::to_string(paths.size()) + " caches given; a composition takes at most " +
+                                            std::to_string(o.max_compose) + " (--max-compose raises it)");
   auto model = load_model(o.model, o.threads);
-  const std::vector<std::string> paths = cache_paths(o.cache);
   loader::QuerySession session(*model, paths, session_options(o));
   if (session.composed()) note_composition(session, paths.size());
   const model::GenerateParams gp = generate_params(o, *model);
   std::fprintf(stderr, "kvzip chat: %s (%zu document tokens). One question per line; "
-               "empty line or Ctrl-D to quit.\n", o.cache.c_str(),
+               "empty line or Ctrl-D to quit.\n", caches_label(paths).c_str(),
                session.header().document_tokens.size());
   std::string line;
   while (true) {
@@ -222,8 +255,14 @@ void run_chat(const QueryOpts& o) {
 void add_common(CLI::App* c, QueryOpts& o) {
   c->add_option("cache", o.cache,
                 "Compressed cache file (.kvz); several joined by '+' (a.kvz+b.kvz) are composed into "
-                "one context, in that order")
-      ->required();
+                "one context, in that order");
+  c->add_option("--cache", o.cache_files,
+                "One cache file, its name taken as written ('+' included); repeat to compose several, "
+                "in that order (instead of the cache argument)")
+      ->allow_extra_args(false);  // one file per --cache: the arguments after it stay questions
+  c->add_option("--max-compose", o.max_compose, "Composed caches: at most this many in one composition")
+      ->check(CLI::Range(2u, 1024u))
+      ->capture_default_str();
   c->add_option("--blend", o.blend,
                 "Composed caches: fraction of each later document's tokens recomputed with the "
                 "documents before it in view (0 = none)")

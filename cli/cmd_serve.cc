@@ -24,7 +24,8 @@ namespace {
 struct ServeOpts {
   std::string caches, model, host = "127.0.0.1", api_key_file, device = "cpu";
   int port = 8080;
-  uint32_t parallel = 8, threads = 0, queue = 64, max_tokens = 4096, step_tokens = 0, max_compose = 16;
+  uint32_t parallel = 8, threads = 0, queue = 64, max_tokens = 4096, step_tokens = 0, max_compose = 16,
+           compose_threads = 0;
   std::string library_model = "@library";  // serve::ServerOptions's
   uint32_t library_top_k = 4;
   double blend = 0.3;
@@ -77,6 +78,7 @@ void run_serve(const ServeOpts& o) {
   so.host = o.host;
   so.port = o.port;
   so.engine.threads = o.threads;
+  so.engine.compose_threads = o.compose_threads;
   so.engine.parallel = o.parallel;
   so.engine.max_queue = o.queue;
   // Default: every step on the matmul's 8-bit path (serve/engine.h), with room past --parallel.
@@ -158,6 +160,9 @@ void add_serve_commands(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--library-top-k", o->library_top_k, "Caches the library model composes at most")
       ->check(CLI::Range(1u, 16u))
+      ->capture_default_str();
+  c->add_option("--compose-threads", o->compose_threads,
+                "Threads that build compositions beside the engine's steps (0: half of -t, at least 1)")
       ->capture_default_str();
   c->add_option("--blend", o->blend,
                 "Composed requests: fraction of each later document's tokens recomputed with the "

@@ -52,13 +52,20 @@ compress::CompressOptions compress_options(const model::Model& model, const Comp
 
 }  // namespace
 
-ComposeEvalReport run_compose_eval(const model::Model& model, const std::vector<Document>& paras,
-                                   const ComposeEvalOptions& o) {
-  const auto t_start = Clock::now();
-  const uint32_t N = static_cast<uint32_t>(paras.size()), K = o.k;
-  if (K < 2 || K > N)
-    throw Error(Errc::invalid_argument, "eval --compose " + std::to_string(K) + ": needs 2 to " + std::to_string(N) +
-                                            " documents (the file's paragraphs with questions)");
+void check_compose_documents(size_t paragraphs, uint32_t k, const std::string& source) {
+  if (k > paragraphs)
+    throw Error(Errc::invalid_argument, "eval --compose " + std::to_string(k) + ": " +
+                                            (source.empty() ? "the file" : source) + " has " +
+                                            std::to_string(paragraphs) +
+                                            (paragraphs == 1 ? " paragraph" : " paragraphs") +
+                                            " with questions; --compose " + std::to_string(k) +
+                                            " needs at least " + std::to_string(k));
+}
+
+void check_compose_options(const ComposeEvalOptions& o) {
+  if (o.k < 2)
+    throw Error(Errc::invalid_argument,
+                "eval --compose " + std::to_string(o.k) + ": compose at least 2 documents");
   const std::vector<std::string> known = compress::scorer_names();
   for (const std::string& m : o.methods)
     if (std::find(known.begin(), known.end(), m) == known.end())
@@ -67,6 +74,15 @@ ComposeEvalReport run_compose_eval(const model::Model& model, const std::vector<
     if (!(r > 0.0 && r < 1.0)) throw Error(Errc::invalid_argument, "eval --compose: ratio " + std::to_string(r) + " outside (0, 1)");
   for (double b : o.blends)
     if (!(b >= 0.0 && b <= 1.0)) throw Error(Errc::invalid_argument, "eval --compose: blend " + std::to_string(b) + " outside [0, 1]");
+}
+
+ComposeEvalReport run_compose_eval(const model::Model& model, const std::vector<Document>& paras,
+                                   const ComposeEvalOptions& o) {
+  const auto t_start = Clock::now();
+  const uint32_t N = static_cast<uint32_t>(paras.size()), K = o.k;
+  check_compose_options(o);
+  check_compose_documents(N, K, "");
+  loader::check_model_composes(model.config());
   auto log = [&](const std::string& s) {
     if (o.log) o.log(s);
   };

@@ -189,6 +189,16 @@ RulerReport run_ruler(const model::Model& model, const RulerOptions& o) {
   double total_work = 0.0, done_work = 0.0;
   for (uint32_t len : o.lengths)
     total_work += double(len) * o.samples * o.tasks.size() * o.settings.size();
+  // Every sample first (tokenizer work only): a task that cannot fit a length fails before any
+  // length is evaluated, and both settings use the same samples.
+  std::map<std::pair<uint32_t, std::string>, std::vector<RulerSample>> samples;
+  for (uint32_t len : o.lengths)
+    for (const std::string& name : o.tasks) {
+      std::vector<RulerSample>& v = samples[{len, name}];
+      if (!v.empty()) continue;
+      for (uint32_t i = 0; i < o.samples; ++i)
+        v.push_back(make_ruler_sample(name, len, i, gen, count));
+    }
   size_t group = 0;
   const size_t groups = o.settings.size() * o.lengths.size() * o.tasks.size();
   for (RulerSetting setting : o.settings)
@@ -197,9 +207,8 @@ RulerReport run_ruler(const model::Model& model, const RulerOptions& o) {
         ++group;
         const RulerTask& task = ruler_task(name);
         std::vector<Document> docs;
-        std::vector<std::vector<std::string>> outputs;
         for (uint32_t i = 0; i < o.samples; ++i) {
-          RulerSample s = make_ruler_sample(name, len, i, gen, count);
+          const RulerSample& s = samples.at({len, name})[i];
           Document d;
           d.title = name + "/" + std::to_string(len) + "/" + std::to_string(i) +
                     (setting == RulerSetting::QueryAware ? "/aware" : "");

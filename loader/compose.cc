@@ -48,11 +48,26 @@ std::vector<double> value_change(model::Forward& forward, model::ComposedCache& 
   return change;
 }
 
+std::string hybrid_refusal(const std::string& arch) {
+  return "caches of a model with sliding-window layers (" + arch +
+         ") are not composed in this version; answer them one at a time";
+}
+
 }  // namespace
+
+void check_model_composes(const ModelConfig& config) {
+  if (config.hybrid()) throw Error(Errc::unsupported, hybrid_refusal(config.arch));
+}
+
+void check_model_composes(const format::CacheHeader& header) {
+  if (!header.local_layers.empty())
+    throw Error(Errc::unsupported, hybrid_refusal(header.model.arch));
+}
 
 void check_composable(const std::vector<const format::CacheHeader*>& headers, const std::vector<std::string>& names,
                       bool force) {
   KVZIP_ASSERT(!headers.empty() && names.size() == headers.size());
+  for (const format::CacheHeader* h : headers) check_model_composes(*h);
   const format::CacheHeader& a = *headers[0];
   for (size_t i = 1; i < headers.size(); ++i) {
     const format::CacheHeader& b = *headers[i];
@@ -107,10 +122,8 @@ std::unique_ptr<model::ComposedCache> compose(model::Forward& forward, const mod
   if (K < 2 || K > o.max_docs)
     throw Error(Errc::invalid_argument, "compose: " + std::to_string(K) + " caches; a composition takes 2 to " +
                                             std::to_string(o.max_docs));
-  for (const format::CacheHeader* h : headers)
-    if (!h->local_layers.empty())
-      throw Error(Errc::unsupported, "compose: caches of a model with sliding-window layers (" + h->model.arch +
-                                         ") are not composed in this version; answer them one at a time");
+  check_model_composes(forward.config());
+  for (const format::CacheHeader* h : headers) check_model_composes(*h);
   if (!(o.blend >= 0.0 && o.blend <= 1.0))
     throw Error(Errc::invalid_argument, "compose: blend " + std::to_string(o.blend) + " is outside [0, 1]");
   ComposePlan plan = plan_composition(headers, tokenizer, o);

@@ -394,9 +394,10 @@ QuerySession::QuerySession(const model::Model& model, const std::vector<std::str
   if (paths.size() == 1) return;
   if (o.device == kernels::Device::Cuda)
     throw Error(Errc::unsupported, "several caches are composed on the CPU only; answer them with --device cpu");
+  check_model_composes(model.config());  // before the other files are read
   if (paths.size() > o.compose.max_docs)
     throw Error(Errc::invalid_argument, std::to_string(paths.size()) + " caches given; a composition takes at most " +
-                                            std::to_string(o.compose.max_docs));
+                                            std::to_string(o.compose.max_docs) + " (--max-compose raises it)");
   const auto t0 = Clock::now();
   for (size_t i = 1; i < paths.size(); ++i) {
     Loaded l = open_file(model, paths[i], composing(o, paths.size()));

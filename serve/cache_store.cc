@@ -111,6 +111,11 @@ std::shared_ptr<const LoadedCache> CacheStore::acquire(const std::string& id) {
   if (!stamp) throw Error(Errc::not_found, "no cache \"" + id + "\" (" + path + ")");
   format::CacheReader reader = open_checked(path);
   const uint64_t need = loader::base_bytes_bound(reader, /*room=*/1, loader::KvForm::Auto, key_tiles_);
+  if (need > max_bytes_)
+    throw Error(Errc::invalid_argument,
+                "cache \"" + id + "\" needs up to " + mib(need) + ", more than the whole --max-loaded-bytes budget of " +
+                    mib(max_bytes_) + ": this server can never load it (retrying does not help); raise "
+                    "--max-loaded-bytes or compress the document further");
   {
     std::lock_guard<std::mutex> lock(mu_);
     make_room_locked(id, need);

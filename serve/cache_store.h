@@ -67,8 +67,9 @@ class CacheStore {
   // The loaded cache `id`, loading it on first use (the file's checksums are checked as it is
   // read; Errc::model_mismatch with both fingerprints for another model's cache; Errc::not_found).
   // Evicts least recently used entries nobody holds to stay within max_loaded_bytes; when that is
-  // not enough, Errc::out_of_memory (a cache larger than the whole budget, or every loaded cache
-  // busy): the caller reports it as "retry later".
+  // not enough, Errc::out_of_memory (every loaded cache busy): the caller reports it as "retry
+  // later". A cache larger than the whole budget can never load: Errc::invalid_argument (the
+  // id was checked before, so that is the only invalid_argument acquire throws).
   std::shared_ptr<const LoadedCache> acquire(const std::string& id);
 
   // Every DIR/<valid id>.kvz whose header reads (others are skipped), sorted by id.

@@ -1,9 +1,16 @@
 // The engine thread: admit, build one step (decode rows first, then prefill pieces, oldest
-// first), run it, sample, hand tokens out, retire finished requests (see engine.h).
+// first), run it, sample, hand tokens out, retire finished requests; and the composing thread,
+// which builds composed requests' caches beside it (see engine.h).
 #include "serve/engine.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <optional>
+#include <thread>
 
 #include "common/error.h"
 #include "cache/branch_cache.h"
@@ -35,6 +42,7 @@ class Request {
   std::atomic<bool> cancelled{false};
   // Engine thread only:
   std::unique_ptr<model::AttentionCache> cache;  // a BranchCache, or a ComposedCache
+  bool composing = false;  // handed to the composing thread, its result not taken yet
   std::optional<model::Sampler> sampler;
   size_t prefilled = 0;         // prompt tokens in the cache
   int32_t next = -1;            // the token to feed at the next step (after the prompt)
@@ -43,6 +51,14 @@ class Request {
   RequestResult result;
   Clock::time_point submitted, admitted, first_token;
   bool got_first = false;
+};
+
+// A composition built by the composing thread, for the engine thread to take.
+struct Engine::Composed {
+  std::shared_ptr<Request> request;
+  std::unique_ptr<model::ComposedCache> cache;  // null: error (or the request was cancelled)
+  std::string error;
+  Errc code = Errc::internal;
 };
 
 Engine::Engine(const model::Model& model, const EngineOptions& options)
@@ -58,10 +74,63 @@ Engine::Engine(const model::Model& model, const EngineOptions& options)
         fo.matmul = options.matmul;
         return fo;
       }()) {
+  composer_ = std::thread([this] { compose_loop(); });
   thread_ = std::thread([this] { run(); });
 }
 
 Engine::~Engine() { shutdown(std::chrono::milliseconds(0)); }
+
+void Engine::compose_loop() {
+  // The steps come first: on cores the steps already fill, a composition takes the cycles they
+  // leave instead of preempting a step's threads (a step waits for its slowest thread). Linux
+  // nice values are per thread and the forward pass's pool threads, made below, inherit it.
+  const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
+  errno = 0;
+  const int nice_now = ::getpriority(PRIO_PROCESS, tid);
+  if (errno == 0) ::setpriority(PRIO_PROCESS, tid, std::min(19, nice_now + 10));  // best effort
+  std::unique_ptr<model::Forward> forward;  // made on first use: a server may never compose
+  while (true) {
+    std::shared_ptr<Request> r;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      compose_cv_.wait(lock, [&] { return compose_stop_ || !to_compose_.empty(); });
+      if (compose_stop_) return;  // the engine thread has ended every request
+      r = std::move(to_compose_.front());
+      to_compose_.pop_front();
+    }
+    Composed c;
+    c.request = r;
+    if (!r->cancelled) {
+      try {
+        if (opt_.before_compose) opt_.before_compose();
+        if (!forward) {
+          model::ForwardOptions fo;
+          const uint32_t all =
+              opt_.threads ? opt_.threads : std::max(1u, std::thread::hardware_concurrency());
+          fo.threads = opt_.compose_threads ? opt_.compose_threads : std::max(1u, all / 2);
+          fo.chunk = opt_.step_tokens;
+          fo.matmul = opt_.matmul;
+          forward = std::make_unique<model::Forward>(model_.weights(), fo);
+        }
+        std::vector<const format::CacheHeader*> headers{&r->spec.cache->header};
+        std::vector<const model::KvBase*> bases{&r->spec.cache->cache};
+        for (const auto& m : r->spec.more)
+          headers.push_back(&m->header), bases.push_back(&m->cache);
+        c.cache = loader::compose(*forward, model_.tokenizer(), headers, bases, r->spec.compose);
+      } catch (const Error& e) {
+        c.error = e.what();
+        c.code = e.code();
+      } catch (const std::exception& e) {
+        c.error = e.what();
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      composed_.push_back(std::move(c));
+    }
+    cv_.notify_one();
+  }
+}
 
 std::shared_ptr<Request> Engine::submit(RequestSpec spec, RequestCallbacks callbacks) {
   const ModelConfig& cfg = model_.config();
@@ -123,6 +192,12 @@ void Engine::shutdown(std::chrono::milliseconds grace) {
   }
   cv_.notify_one();
   if (thread_.joinable()) thread_.join();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    compose_stop_ = true;
+  }
+  compose_cv_.notify_one();
+  if (composer_.joinable()) composer_.join();
 }
 
 size_t Engine::queued() const {
@@ -135,12 +210,13 @@ size_t Engine::active() const {
   return active_.size();
 }
 
-void Engine::finish(Request& r, Finish f, std::string error) {
+void Engine::finish(Request& r, Finish f, std::string error, Errc code) {
   if (r.done) return;
   r.done = true;
   const auto now = Clock::now();
   r.result.finish = f;
   r.result.error = std::move(error);
+  r.result.code = code;
   r.result.total_ms = ms_between(r.submitted, now);
   r.result.ttft_ms = r.got_first ? ms_between(r.submitted, r.first_token) : r.result.total_ms;
   r.cache.reset();  // the request's rows go now, not when the last handle does
@@ -154,16 +230,53 @@ bool Engine::admit_locked() {
     queue_.pop_front();
     r->admitted = Clock::now();
     r->result.queue_ms = ms_between(r->submitted, r->admitted);
+    if (!r->spec.more.empty()) {  // composed beside the steps; joins them when done
+      r->composing = true;
+      ++composing_;
+      to_compose_.push_back(r);
+      compose_cv_.notify_one();
+    }
     active_.push_back(std::move(r));
   }
   return !active_.empty();
+}
+
+bool Engine::ready_locked() const {
+  return !composed_.empty() || active_.size() > composing_ ||
+         (!queue_.empty() && active_.size() < opt_.parallel);
+}
+
+// Installs the compositions the composing thread finished (or ends their requests).
+void Engine::take_compositions() {
+  std::vector<Composed> done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done.swap(composed_);
+    composing_ -= done.size();
+  }
+  for (Composed& c : done) {
+    Request& r = *c.request;
+    r.composing = false;
+    if (r.done) continue;
+    if (r.cancelled) {
+      finish(r, Finish::Cancelled);
+    } else if (!c.cache) {
+      finish(r, Finish::Error, c.error, c.code);
+    } else {
+      r.cache = std::move(c.cache);
+      r.logits.resize(model_.config().vocab_size);
+    }
+  }
 }
 
 void Engine::run() {
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || !active_.empty(); });
+      // Requests whose composition is being built have nothing to step: no spinning on them.
+      cv_.wait(lock, [&] { return stopping_ || ready_locked(); });
+      if (stopping_ && !ready_locked() && !active_.empty())  // only compositions in flight
+        cv_.wait_until(lock, deadline_, [&] { return ready_locked(); });
       if (stopping_ && Clock::now() >= deadline_) {  // grace is over: cancel everything left
         for (auto& r : queue_) active_.push_back(std::move(r));
         queue_.clear();
@@ -196,7 +309,9 @@ void Engine::step_once() {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& r : active_) work.push_back(r.get());
   }
+  take_compositions();
   for (Request* r : work) {  // cancellations and first-time setup
+    if (r->composing || r->done) continue;  // a composing request ends when its result comes
     if (r->cancelled) {
       finish(*r, Finish::Cancelled);
       continue;
@@ -205,29 +320,22 @@ void Engine::step_once() {
       try {
         const uint32_t room = static_cast<uint32_t>(r->spec.prompt.size()) +
                               std::min<uint32_t>(r->spec.max_tokens, 128) + 1;
-        if (r->spec.more.empty()) {
-          r->cache = std::make_unique<model::BranchCache>(r->spec.cache->cache, room);
-        } else {
-          std::vector<const format::CacheHeader*> headers{&r->spec.cache->header};
-          std::vector<const model::KvBase*> bases{&r->spec.cache->cache};
-          for (const auto& m : r->spec.more) headers.push_back(&m->header), bases.push_back(&m->cache);
-          r->cache = loader::compose(forward_, model_.tokenizer(), headers, bases, r->spec.compose);
-        }
+        r->cache = std::make_unique<model::BranchCache>(r->spec.cache->cache, room);
         r->logits.resize(cfg.vocab_size);
       } catch (const Error& e) {
-        finish(*r, Finish::Error, e.what());
+        finish(*r, Finish::Error, e.what(), e.code());
       }
     }
   }
   for (Request* r : work) {  // decode rows first: every answering request advances each step
-    if (r->done || r->prefilled < r->spec.prompt.size()) continue;
+    if (r->done || !r->cache || r->prefilled < r->spec.prompt.size()) continue;
     items.push_back(model::StepItem{r->cache.get(), std::span<const int32_t>(&r->next, 1), r->logits.data()});
     owners.push_back(r);
     pieces.push_back(0);
     --budget;
   }
   for (Request* r : work) {  // then question pieces, oldest first, as the budget allows
-    if (r->done || r->prefilled >= r->spec.prompt.size() || budget == 0) continue;
+    if (r->done || !r->cache || r->prefilled >= r->spec.prompt.size() || budget == 0) continue;
     const size_t left = r->spec.prompt.size() - r->prefilled;
     // A question that fits the smallest budget a step can leave (step_tokens - parallel) is read
     // in one piece, as `kvzip query` reads it, so its attention sums in the same order and greedy

@@ -5,7 +5,11 @@
 // A request answers from a loaded cache (serve/cache_store.h) through its own BranchCache, or from
 // several composed ones through its own ComposedCache: the caches' rows are shared read-only, the
 // request owns only its question and answer rows (and a composition's separators), which go when
-// it ends. One engine thread runs the steps; callbacks run on it and must be quick.
+// it ends. One engine thread runs the steps; callbacks run on it and must be quick. Compositions
+// (separators, the recompute probe, the recompute: forward passes over whole documents) are built
+// by a composing thread with its own forward pass, so the steps of the other requests never wait
+// for them (it runs at a lower scheduling priority); a composed request joins the steps when its
+// composition is done.
 // Requests are admitted in arrival order up to `parallel` at once; the queue behind is bounded
 // (a request is refused only when all parallel + max_queue places are taken).
 #pragma once
@@ -21,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/error.h"
 #include "kernels/matmul.h"
 #include "loader/compose.h"
 #include "model/model.h"
@@ -40,21 +45,26 @@ struct EngineOptions {
   // switch to fp32 slabs where the CPU has no VNNI GEMM, to AMX-BF16 tiles where it has them.
   uint32_t step_tokens = kernels::kMatmulInt8MaxT;
   kernels::MatmulPath matmul = kernels::MatmulPath::Fast;
+  // Threads of the composing thread's forward pass; 0: half of `threads` (of the cores when
+  // threads is 0), at least 1, so that the steps keep the other half while a composition builds.
+  uint32_t compose_threads = 0;
+  // Called on the composing thread before each composition (tests hold a composition here).
+  std::function<void()> before_compose;
 };
 
 enum class Finish : uint8_t {
   Stop = 0,       // a stop token, or on_token asked to stop (a stop string)
   Length = 1,     // max_tokens, or the model's context is full
   Cancelled = 2,  // cancel(), or the shutdown deadline passed
-  Error = 3,      // the forward pass failed (message in RequestResult::error)
+  Error = 3,      // the forward pass or the composition failed (RequestResult::error, ::code)
 };
 const char* finish_name(Finish f);
 
 struct RequestSpec {
   std::shared_ptr<const LoadedCache> cache;  // the compressed state answered from
   // More caches composed after `cache` into one context (loader/compose.h): the request reads
-  // every one of them in place through its own view; composing runs on the engine thread when the
-  // request is admitted (separators, and recomputed rows with compose.blend > 0).
+  // every one of them in place through its own view; composing runs on the composing thread once
+  // the request is admitted (separators, and recomputed rows with compose.blend > 0).
   std::vector<std::shared_ptr<const LoadedCache>> more;
   loader::ComposeOptions compose;
   std::vector<int32_t> prompt;               // question tokens (loader::question_tokens)
@@ -66,6 +76,7 @@ struct RequestSpec {
 struct RequestResult {
   Finish finish = Finish::Stop;
   std::string error;
+  Errc code = Errc::internal;  // Finish::Error: what failed (internal for the engine's own faults)
   uint32_t prompt_tokens = 0;
   uint32_t completion_tokens = 0;
   double queue_ms = 0.0;  // submit to admission
@@ -107,9 +118,14 @@ class Engine {
 
  private:
   void run();
+  void compose_loop();
   bool admit_locked();
+  // True when a step has something to do: a request ready to step, a finished composition, or a
+  // queued request and a free slot. Holds mu_.
+  bool ready_locked() const;
+  void take_compositions();
   void step_once();
-  void finish(Request& r, Finish f, std::string error = {});
+  void finish(Request& r, Finish f, std::string error = {}, Errc code = Errc::internal);
 
   const model::Model& model_;
   EngineOptions opt_;
@@ -121,6 +137,15 @@ class Engine {
   bool stopping_ = false;
   std::chrono::steady_clock::time_point deadline_;
   std::atomic<uint64_t> steps_{0};
+  // The composing thread: requests waiting for their composition, and finished ones (the
+  // composition or the error) for the engine thread to take. Under mu_.
+  struct Composed;
+  std::deque<std::shared_ptr<Request>> to_compose_;
+  std::vector<Composed> composed_;
+  size_t composing_ = 0;  // active requests whose composition the engine has not taken yet
+  bool compose_stop_ = false;
+  std::condition_variable compose_cv_;
+  std::thread composer_;
   std::thread thread_;
 };
 

@@ -176,6 +176,8 @@ struct HttpServer::Impl {
       const uint64_t cap = body_limit(h.method, path);
       if (!h.body_method && (h.chunked || h.length.value_or(0) > 0))
         h.status = 400, h.code = "unexpected_body", h.why = h.method + " takes no body";
+      else if (h.body_method && cap == HttpServer::kNoRoute)
+        h.status = 404, h.code = "", h.why = "no such route";
       else if (h.length && *h.length > cap)
         h.status = 413, h.code = "body_too_large",
         h.why = "the body is " + std::to_string(*h.length) + " bytes; " + path + " takes at most " + std::to_string(cap);

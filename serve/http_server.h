@@ -55,7 +55,9 @@ struct Refusal {
 
 class HttpServer : public httplib::Server {
  public:
-  // body_limit(method, path): the largest body the route takes (0: none).
+  // body_limit(method, path): the largest body the route takes (0: none; kNoRoute: no route of
+  // that method has the path, a 404 before any body byte is read).
+  static constexpr uint64_t kNoRoute = ~uint64_t(0);
   using BodyLimit = std::function<uint64_t(const std::string& method, const std::string& path)>;
   HttpServer(HttpLimits limits, BodyLimit body_limit);
   ~HttpServer() override;

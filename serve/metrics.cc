@@ -63,6 +63,11 @@ void Metrics::completion(uint32_t prompt_tokens, uint32_t completion_tokens, dou
   if (completion_tokens > 1) per_token_.observe(per_token_s);
 }
 
+void Metrics::cache_error(const std::string& code) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++cache_errors_[code];
+}
+
 std::string Metrics::render(const Gauges& g) const {
   std::string out;
   std::lock_guard<std::mutex> lock(mu_);
@@ -70,6 +75,11 @@ std::string Metrics::render(const Gauges& g) const {
   for (const auto& [k, n] : requests_)
     line(out, "kvzip_http_requests_total",
          "route=\"" + k.first + "\",code=\"" + std::to_string(k.second) + "\"", double(n));
+  head(out, "kvzip_cache_errors_total", "counter",
+       "Requests refused because of a cache file (damaged, another model's, larger than the "
+       "budget).");
+  for (const auto& [code, n] : cache_errors_)
+    line(out, "kvzip_cache_errors_total", "code=\"" + code + "\"", double(n));
   // One unlabelled sample each: (name, type, help, value).
   auto scalar = [&out](const char* name, const char* type, const char* help, double v) {
     head(out, name, type, help);

@@ -40,11 +40,15 @@ class Metrics {
   // One answered chat completion.
   void completion(uint32_t prompt_tokens, uint32_t completion_tokens, double ttft_s,
                   double per_token_s);
+  // One request refused because of a cache file (its error code: truncated, checksum_mismatch,
+  // cache_too_large, ...).
+  void cache_error(const std::string& code);
   std::string render(const Gauges& g) const;
 
  private:
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
+  std::map<std::string, uint64_t> cache_errors_;
   uint64_t prompt_tokens_ = 0, completion_tokens_ = 0;
   Histogram ttft_, per_token_;
 };

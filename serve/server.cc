@@ -50,8 +50,8 @@ ApiError api_error_of(const std::exception& ex) {
     case Errc::out_of_memory:
       return ApiError(503, "server_error", "overloaded", e->what(), {}, 2);
     case Errc::truncated: case Errc::bad_magic: case Errc::version_unsupported:
-    case Errc::corrupt: case Errc::checksum_mismatch:
-      return ApiError(500, "server_error", errc_name(e->code()), std::string("cache file: ") + e->what());
+    case Errc::corrupt: case Errc::checksum_mismatch:  // the file is bad, not the server
+      return ApiError(422, "invalid_request_error", errc_name(e->code()), std::string("cache file: ") + e->what());
     case Errc::unsupported:
       return ApiError(400, "invalid_request_error", "unsupported", e->what());
     default:
@@ -179,8 +179,14 @@ uint64_t Server::Impl::body_limit(const std::string& method, const std::string& 
     const size_t slash = p.find('/', 3);
     p = slash == std::string::npos ? "" : p.substr(slash);
   }
-  if (method == "PUT") return p.rfind("/v1/caches/", 0) == 0 ? opt.max_upload_bytes : 0;
-  if (method == "POST") return p == "/v1/caches" ? opt.max_document_bytes + 4096 : opt.max_json_bytes;
+  // A body sent to a path no route of its method has is a 404, as it would be without the body.
+  if (method == "PUT")
+    return p.rfind("/v1/caches/", 0) == 0 && p.size() > 11 && p.find('/', 11) == std::string::npos
+               ? opt.max_upload_bytes : HttpServer::kNoRoute;
+  if (method == "POST")
+    return p == "/v1/caches" ? opt.max_document_bytes + 4096
+           : p == "/v1/chat/completions" ? opt.max_json_bytes : HttpServer::kNoRoute;
+  if (method == "PATCH") return HttpServer::kNoRoute;
   return 0;
 }
 

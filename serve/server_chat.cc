@@ -35,6 +35,32 @@ std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 
 }  // namespace
 
+ApiError Server::Impl::cache_refusal(const std::string& id, const Error& e) {
+  const std::string name = "cache \"" + id + "\"";
+  switch (e.code()) {
+    case Errc::not_found:
+      return ApiError(404, "not_found_error", "model_not_found",
+                      "no cache \"" + id + "\"; GET /v1/models lists them", "model");
+    case Errc::out_of_memory:  // every loaded cache busy: retrying helps
+      return api_error_of(e);
+    case Errc::invalid_argument:  // larger than the whole budget (CacheStore::acquire)
+      metrics.cache_error("cache_too_large");
+      return ApiError(422, "invalid_request_error", "cache_too_large", e.what(), "model");
+    case Errc::model_mismatch:
+      metrics.cache_error("model_mismatch");
+      return ApiError(400, "invalid_request_error", "model_mismatch", name + ": " + e.what(), "model");
+    case Errc::truncated: case Errc::bad_magic: case Errc::version_unsupported:
+    case Errc::corrupt: case Errc::checksum_mismatch:
+      metrics.cache_error(errc_name(e.code()));
+      return ApiError(422, "invalid_request_error", errc_name(e.code()),
+                      name + " cannot be read (the file is damaged; replace it with PUT /v1/caches/" + id +
+                          "): " + e.what(),
+                      "model");
+    default:
+      return api_error_of(e);
+  }
+}
+
 void Server::Impl::chat_completions(const httplib::Request& req, httplib::Response& res,
                                     const Scope& scope) {
   if (req.body.size() > opt.max_json_bytes)  // HttpServer refuses it unread; kept for other callers
@@ -76,10 +102,7 @@ void Server::Impl::chat_completions(const httplib::Request& req, httplib::Respon
     try {
       caches.push_back(store.acquire(cid));
     } catch (const Error& e) {
-      if (e.code() == Errc::not_found)
-        throw ApiError(404, "not_found_error", "model_not_found",
-                       "no cache \"" + cid + "\"; GET /v1/models lists them", "model");
-      throw;
+      throw cache_refusal(cid, e);
     }
   }
   const std::shared_ptr<const LoadedCache> cache = caches[0];
@@ -87,6 +110,7 @@ void Server::Impl::chat_completions(const httplib::Request& req, httplib::Respon
   spec.cache = cache;
   spec.more.assign(caches.begin() + 1, caches.end());
   spec.compose.blend = opt.compose_blend;
+  spec.compose.max_docs = opt.max_compose;
   spec.prompt = loader::conversation_tokens(model, cache->header, cr.history, cr.question);
   spec.max_tokens = cr.max_tokens;
   spec.stop_tokens = model.chat().stop_tokens();
@@ -145,7 +169,10 @@ void Server::Impl::chat_completions(const httplib::Request& req, httplib::Respon
       throw ApiError(499, "invalid_request_error", "client_closed", "the client closed the connection");
     if (r.finish == Finish::Cancelled)
       throw ApiError(503, "server_error", "shutting_down", "the answer was cancelled (server shutting down)", {}, 5);
-    if (r.finish == Finish::Error) throw ApiError(500, "server_error", "internal", r.error);
+    if (r.finish == Finish::Error) {
+      if (r.code == Errc::internal) throw ApiError(500, "server_error", "internal", r.error);
+      throw api_error_of(Error(r.code, r.error));  // e.g. a composition past the model's context
+    }
     json body{{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", model_name},
               {"choices", json::array({{{"index", 0},
                                         {"message", {{"role", "assistant"}, {"content", ch->text.text()}}},

@@ -71,6 +71,9 @@ struct Server::Impl {
   library::Selection library_retrieve(const std::string& question, uint32_t answer_tokens);
   // An upload, replacement or deletion of `id` reflected in the index at once (if it is open).
   void library_update(const std::string& id);
+  // The client's error for cache `id` that could not be acquired (unknown, damaged, another
+  // model's, larger than the budget); file problems are counted in /metrics.
+  ApiError cache_refusal(const std::string& id, const Error& e);
 };
 
 namespace detail {

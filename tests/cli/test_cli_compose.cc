@@ -1,0 +1,112 @@
+// Composition from the command line, its options checked before any work:
+//  - `query` takes --max-compose (more caches than it: exit 2 naming the option; raised: answers)
+//    and --cache FILE, repeatable, which names one file as written ('+' included);
+//  - `eval --compose` refuses a sliding-window model (the tiny Gemma 3 fixture) with query's
+//    `unsupported` (exit 11), needs --squad, and says how many paragraphs the file has;
+//  - `eval --ruler --len` refuses a zero length before the model loads.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tests/format/fixtures.h"
+#include "tests/serve/support.h"
+#include "tests/support/hf_fixture.h"
+#include "tests/support/run_cli.h"
+#include "tests/support/tiny_model_dir.h"
+
+using namespace kvzip;
+using namespace kvzip::testing;
+using Catch::Matchers::Contains;
+
+namespace {
+
+const char* kOneParagraph = R"({"data": [{"title": "Pets", "paragraphs": [
+  {"context": "The cat sat on the mat.",
+   "qas": [{"question": "Where did the cat sit?", "id": "a", "answers": [{"text": "on the mat"}]}]}]}]})";
+
+const char* kTwoParagraphs = R"({"data": [{"title": "Pets", "paragraphs": [
+  {"context": "The cat sat on the mat.",
+   "qas": [{"question": "Where did the cat sit?", "id": "a", "answers": [{"text": "on the mat"}]}]},
+  {"context": "A dog ate a bone at noon.",
+   "qas": [{"question": "When?", "id": "b", "answers": [{"text": "noon"}]}]}]}]})";
+
+void write(const std::string& path, const char* text) {
+  std::ofstream f(path);
+  f << text;
+}
+
+CliResult run_logged(const std::vector<std::string>& args, const CliOptions& o = {}) {
+  const CliResult r = run_kvzip(args, o);
+  UNSCOPED_INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  return r;
+}
+
+struct Caches : test::TinyModelDir {
+  Caches() : TinyModelDir("cli_compose", 31, 4096) {
+    test::compress_document(*model, "The lighthouse keeper counted ships.", path("a.kvz"));
+    test::compress_document(*model, "Mira planted seven apple trees.", path("x+y.kvz"));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("query: --max-compose bounds a composition and is named when passed", "[cli][compose]") {
+  Caches c;
+  std::string many = c.path("a.kvz");
+  for (int i = 1; i < 18; ++i) many += "+" + c.path("a.kvz");  // 18 caches
+  const CliResult over =
+      run_logged({"query", "-m", c.path("m.gguf"), many, "Who?", "-n", "2", "-t", "1"});
+  CHECK(over.exit_code == 2);
+  CHECK_THAT(over.err, Contains("at most 16") && Contains("--max-compose"));
+  const CliResult raised = run_logged({"query", "-m", c.path("m.gguf"), many, "Who?", "-n", "2",
+                                       "-t", "1", "--blend", "0", "--max-compose", "18", "--json"});
+  CHECK(raised.exit_code == 0);
+  CHECK_THAT(raised.out, Contains("\"answer\""));
+}
+
+TEST_CASE("query: --cache names a file whose name holds '+', repeated to compose",
+          "[cli][compose]") {
+  Caches c;
+  const CliResult r =
+      run_logged({"query", "-m", c.path("m.gguf"), "--cache", c.path("x+y.kvz"), "--cache",
+                  c.path("a.kvz"), "Who counted ships?", "-n", "2", "-t", "1", "--json"});
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("\"question\":\"Who counted ships?\"") && Contains("x+y.kvz\",\"") &&
+                        Contains("a.kvz\"]"));
+  // Joined by '+', the name is split at its own '+' and the first piece does not exist.
+  const CliResult split =
+      run_logged({"query", "-m", c.path("m.gguf"), c.path("x+y.kvz") + "+" + c.path("a.kvz"),
+                  "Who?", "-n", "2"});
+  CHECK(split.exit_code == 3);
+}
+
+TEST_CASE("eval --compose refuses a sliding-window model as query does", "[cli][compose][eval]") {
+  format::testing::TempDir dir;
+  write(dir.path("two.json"), kTwoParagraphs);
+  const CliResult r =
+      run_logged({"eval", "-m", test::hf_golden("gemma3"), "--squad", dir.path("two.json"),
+                  "--compose", "2", "--blends", "0", "-q", "-t", "1"});
+  CHECK(r.exit_code == 11);
+  CHECK_THAT(r.err, Contains("sliding-window"));
+  CHECK(r.out.empty());  // no table
+}
+
+TEST_CASE("eval --compose and --ruler --len are checked before any work", "[cli][compose][eval]") {
+  format::testing::TempDir dir;
+  write(dir.path("one.json"), kOneParagraph);
+  CliOptions o;
+  o.env = {{"KVZIP_MODEL", "/nonexistent/kvzip-test-model.gguf"}};  // refused before it is loaded
+  const CliResult no_squad =
+      run_logged({"eval", "--ruler", "niah_single_1", "--len", "300", "--compose", "2"}, o);
+  CHECK(no_squad.exit_code == 2);
+  CHECK_THAT(no_squad.err, Contains("--compose needs --squad"));
+  const CliResult one = run_logged({"eval", "--squad", dir.path("one.json"), "--compose", "2"}, o);
+  CHECK(one.exit_code == 2);
+  CHECK_THAT(one.err, Contains("has 1 paragraph with questions; --compose 2 needs at least 2"));
+  const CliResult zero = run_logged(
+      {"eval", "--ruler", "niah_single_1", "--len", "300,0", "-o", dir.path("r.csv")}, o);
+  CHECK(zero.exit_code == 2);
+  CHECK_THAT(zero.err, Contains("--len 0"));
+  CHECK(!std::filesystem::exists(dir.path("r.csv")));
+}
