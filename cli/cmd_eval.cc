@@ -272,7 +272,7 @@ void add_eval_commands(CLI::App& app) {
   auto o = std::make_shared<EvalOpts>();
   auto* c = app.add_subcommand(
       "eval", "Multi-query evaluation on SQuAD: compress each document once per method and ratio, "
-              "ask all its questions; F1, agreement with the full cache, first-token KL");
+              "ask all its questions; contains-answer and F1, first-token KL, agreement with the full cache");
   c->add_option("--squad", o->squad, "SQuAD JSON file (v1.1 or v2.0); with --ruler, the source of task qa_1");
   c->add_option("--ruler", o->ruler,
                 "RULER tasks instead of SQuAD documents, comma-separated: niah_single_1..3, niah_multikey_1..3, "
@@ -315,9 +315,10 @@ void add_eval_commands(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"fast", "exact"}));
   c->add_option("-o,--output", o->csv, "Write the results as CSV");
-  c->add_option("--plot", o->plot, "Write an SVG plot (FILE.svg) of agreement and F1 against the ratio");
+  c->add_option("--plot", o->plot, "Write an SVG plot (FILE.svg) of contains-answer and F1 against the ratio");
   c->add_option("--answers", o->answers,
-                "Write every answer as JSON lines (method, ratio, question, answer, agreement, F1, KL)");
+                "Write every answer as JSON lines (method, ratio, question, answer, contains, F1, KL, "
+                "agreement, answer F1)");
   c->add_option("--max-questions", o->max_questions, "Only the first N questions of the file");
   c->add_flag("--all-questions", o->all_questions, "Also ask unanswerable (is_impossible) questions");
   o->tokens_opt = c->add_option("-n,--max-tokens", o->eo.max_answer_tokens,

@@ -54,10 +54,11 @@ class TimedObserver final : public model::AttentionObserver {
 
 // Sums over questions (and documents) of one report row.
 struct Accum {
-  double f1 = 0, contains = 0, kl = 0, compress_s = 0, answer_s = 0, load_ms = 0;
+  double f1 = 0, contains = 0, kl = 0, answer_f1 = 0, compress_s = 0, answer_s = 0, load_ms = 0;
   uint64_t agree = 0, n = 0, kept_doc = 0, total_doc = 0, file_bytes = 0;
   void add(const Accum& o) {
-    f1 += o.f1, contains += o.contains, kl += o.kl, compress_s += o.compress_s, answer_s += o.answer_s;
+    f1 += o.f1, contains += o.contains, kl += o.kl, answer_f1 += o.answer_f1;
+    compress_s += o.compress_s, answer_s += o.answer_s;
     load_ms += o.load_ms, agree += o.agree, n += o.n, kept_doc += o.kept_doc, total_doc += o.total_doc;
     file_bytes += o.file_bytes;
   }
@@ -160,14 +161,16 @@ class DocumentRun {
     const Question& question = doc_.questions[q];
     AnswerRecord rec{doc_.title, question.id, question.text, method, ratio,
                      answer_text(model_.tokenizer(), a.tokens), static_cast<uint32_t>(a.tokens.size()),
-                     a.stopped, a.tokens == ref.tokens, 0.0, false, 0.0, dtype_};
+                     a.stopped, a.tokens == ref.tokens, 0.0, false, 0.0, 0.0, dtype_};
     rec.f1 = max_f1(rec.answer, question.answers);
     rec.contains = contains_any(rec.answer, question.answers);
     rec.kl = kl_divergence(ref.first_logits, a.first_logits);
+    rec.answer_f1 = rec.agrees ? 1.0 : answer_f1(rec.answer, answer_text(model_.tokenizer(), ref.tokens));
     acc.f1 += rec.f1;
     acc.contains += rec.contains ? 1.0 : 0.0;
     acc.agree += rec.agrees ? 1 : 0;
     acc.kl += rec.kl;
+    acc.answer_f1 += rec.answer_f1;
     ++acc.n;
     if (o_.keep_answers) report_.answers.push_back(std::move(rec));
   }
@@ -228,9 +231,11 @@ void log(const EvalOptions& o, const std::string& line) {
 
 std::string row_summary(const std::string& method, double ratio, const Accum& a, double seconds) {
   const double n = a.n ? double(a.n) : 1.0;
-  return fmt("  %-9s ratio %.2f  kept %.3f  agree %5.1f%%  F1 %5.1f  KL %.4f  (%.1f s)", method.c_str(),
-             ratio, a.total_doc ? double(a.kept_doc) / double(a.total_doc) : 1.0,
-             100.0 * double(a.agree) / n, 100.0 * a.f1 / n, a.kl / n, seconds);
+  return fmt("  %-9s ratio %.2f  kept %.3f  contains %5.1f%%  F1 %5.1f  KL %.4f  agree %5.1f%%  "
+             "answer F1 %5.1f  (%.1f s)",
+             method.c_str(), ratio, a.total_doc ? double(a.kept_doc) / double(a.total_doc) : 1.0,
+             100.0 * a.contains / n, 100.0 * a.f1 / n, a.kl / n, 100.0 * double(a.agree) / n,
+             100.0 * a.answer_f1 / n, seconds);
 }
 
 // One document through the whole protocol; `accs` is (1 + methods × ratios), full first.
@@ -319,6 +324,7 @@ EvalRow make_row(const std::string& method, double ratio, const Accum& a, const 
   row.f1 = 100.0 * a.f1 / n;
   row.contains = 100.0 * a.contains / n;
   row.agreement = 100.0 * double(a.agree) / n;
+  row.answer_f1 = 100.0 * a.answer_f1 / n;
   row.kl = a.kl / n;
   row.questions = a.n;
   row.compress_s = a.compress_s;

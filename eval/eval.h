@@ -5,8 +5,10 @@
 // compress` + `kvzip query` build them (compress/pipeline.h document_prompt, then
 // loader::question_tokens: query template + suffix), and each stage is the compress pipeline's
 // own (make_method_scorer, select_for_method, evict), run once where the pipeline would repeat it.
-// Per method × ratio: SQuAD F1 and contains-answer, agreement with the full-cache answer tokens,
-// and KL(full || method) of the first answer token's distribution. With kv_dtypes beyond f32, each
+// Per method × ratio: contains-answer and SQuAD F1 against the gold answers (the headline: what a
+// user of the answers sees), KL(full || method) of the first answer token's distribution, and
+// agreement with the full cache's answer, exact (token-identical) and tolerant (answer-to-answer
+// token F1). With kv_dtypes beyond f32, each
 // method × ratio cache is also written as a .kvz image in memory in every other dtype (q8, q4,
 // f16, bf16; selection then quantization, as `kvzip compress --kv-dtype`), read back through the
 // reader and loader as `kvzip query` would, and asked every question: those rows compare with the
@@ -79,6 +81,7 @@ struct EvalRow {
   double f1 = 0.0;              // mean SQuAD F1, percent
   double contains = 0.0;        // questions whose answer contains a gold answer, percent
   double agreement = 0.0;       // answers token-identical to the full-cache answer, percent
+  double answer_f1 = 0.0;       // mean token F1 of the answer against the full-cache answer, percent
   double kl = 0.0;              // mean first-token KL(full || method), nats
   uint64_t questions = 0;
   double compress_s = 0.0;      // method work on top of the shared prefill: its prefill observer,
@@ -100,7 +103,8 @@ struct AnswerRecord {
   double f1 = 0.0;           // fraction
   bool contains = false;
   double kl = 0.0;           // first-token KL(full || this), nats
-  std::string kv_dtype = "f32";  // not f32: agrees and kl are against the f32 cache's answer
+  double answer_f1 = 0.0;    // token F1 against the full-cache answer, fraction
+  std::string kv_dtype = "f32";  // not f32: agrees, answer_f1 and kl are against the f32 cache's
 };
 
 struct EvalReport {
@@ -125,13 +129,13 @@ EvalReport run_eval(const model::Model& model, const std::vector<Document>& docu
 
 // Fixed-width table, one line per row, with a header and a summary line.
 std::string format_table(const EvalReport& report);
-// CSV with the header method,ratio,achieved_ratio,f1,contains,agreement,kl,questions,compress_s,answer_s
-// (+ kv_dtype,file_bytes,load_ms with with_kv_dtypes).
+// CSV with the header method,ratio,achieved_ratio,contains,f1,kl,agreement,answer_f1,questions,
+// compress_s,answer_s (+ kv_dtype,file_bytes,load_ms with with_kv_dtypes).
 std::string format_csv(const EvalReport& report);
 // Writes format_csv(report) to `path` atomically (common/atomic_file.h; Errc::io on failure).
 void write_csv(const std::string& path, const EvalReport& report);
 // One JSON object per line per kept answer: document, id, question, method, ratio, answer,
-// tokens, stopped, agrees, f1, contains, kl, kv_dtype.
+// tokens, stopped, contains, f1, kl, agrees, answer_f1, kv_dtype.
 std::string format_answers_jsonl(const EvalReport& report);
 void write_answers(const std::string& path, const EvalReport& report);
 

@@ -147,6 +147,9 @@ double f1_score(std::string_view prediction, std::string_view gold) {
   return 2.0 * precision * recall / (precision + recall);
 }
 
+// Precision and recall swap with the sides, and F1 is symmetric in them.
+double answer_f1(std::string_view a, std::string_view b) { return f1_score(a, b); }
+
 double max_f1(std::string_view prediction, const std::vector<std::string>& golds) {
   if (golds.empty()) return f1_score(prediction, "");
   double best = 0.0;

@@ -24,6 +24,11 @@ std::vector<std::string> answer_tokens(std::string_view text);
 // empty and 0 otherwise.
 double f1_score(std::string_view prediction, std::string_view gold);
 
+// Answer-to-answer agreement that tolerates wording: the token F1 of two answers to the same
+// question (normalised as above, symmetric), e.g. the compressed cache's answer against the full
+// cache's. "Paris." against "paris" is 1 where an exact-string comparison says they differ.
+double answer_f1(std::string_view a, std::string_view b);
+
 // The best F1 over the gold answers; an empty list means "no answer" (SQuAD v2 unanswerable
 // questions) and is scored against the single gold answer "".
 double max_f1(std::string_view prediction, const std::vector<std::string>& golds);

@@ -169,40 +169,52 @@ std::string render_svg(const std::vector<PlotPanel>& panels) {
   return out + "</svg>\n";
 }
 
-std::vector<PlotPanel> report_panels(const EvalReport& report) {
-  PlotPanel agree{"agreement with full cache (%)", "ratio kept", 0.0, 1.0, 0.1, 0.0, 100.0, 20.0, {}, {}, ""};
-  PlotPanel f1{"SQuAD F1 (%)", "ratio kept", 0.0, 1.0, 0.1, 0.0, 100.0, 20.0, {}, {}, "full"};
-  double top = 0.0;
-  for (const EvalRow& r : report.rows) {
-    if (r.kv_dtype != "f32") continue;  // those compare with f32, not with the full cache
-    top = std::max(top, r.f1);
-    if (r.method == "full") {
-      f1.reference = r.f1;
-      continue;
-    }
-    auto it = std::find_if(agree.series.begin(), agree.series.end(),
-                           [&](const PlotSeries& s) { return s.name == r.method; });
-    if (it == agree.series.end()) {
-      agree.series.push_back({r.method, {}, {}});
-      f1.series.push_back({r.method, {}, {}});
-      it = agree.series.end() - 1;
-    }
-    const size_t i = static_cast<size_t>(it - agree.series.begin());
-    agree.series[i].x.push_back(r.ratio);
-    agree.series[i].y.push_back(r.agreement);
-    f1.series[i].x.push_back(r.ratio);
-    f1.series[i].y.push_back(r.f1);
-  }
-  // F1 of small models is often far below 100: zoom to the data, at most 6 ticks of 1, 2, 5,
-  // 10 or 20 points.
+namespace {
+
+// Zooms a panel's y axis to data reaching `top` (scores of small models are often far below 100):
+// at most 6 ticks of 1, 2, 5, 10 or 20 points.
+void zoom_to(PlotPanel& p, double top) {
   const double want = std::max(top * 1.1, 1.0);
   for (double step : {1.0, 2.0, 5.0, 10.0, 20.0}) {
     if (want / step > 6.0 && step < 20.0) continue;
-    f1.y_tick = step;
-    f1.y_max = std::min(100.0, std::ceil(want / step) * step);
+    p.y_tick = step;
+    p.y_max = std::min(100.0, std::ceil(want / step) * step);
     break;
   }
-  return {agree, f1};
+}
+
+}  // namespace
+
+std::vector<PlotPanel> report_panels(const EvalReport& report) {
+  PlotPanel contains{"answers containing a reference (%)", "ratio kept", 0.0, 1.0, 0.1, 0.0, 100.0, 20.0,
+                     {}, {}, "full"};
+  PlotPanel f1{"SQuAD F1 (%)", "ratio kept", 0.0, 1.0, 0.1, 0.0, 100.0, 20.0, {}, {}, "full"};
+  double top_contains = 0.0, top_f1 = 0.0;
+  for (const EvalRow& r : report.rows) {
+    if (r.kv_dtype != "f32") continue;  // those compare with f32, not with the full cache
+    top_contains = std::max(top_contains, r.contains);
+    top_f1 = std::max(top_f1, r.f1);
+    if (r.method == "full") {
+      contains.reference = r.contains;
+      f1.reference = r.f1;
+      continue;
+    }
+    auto it = std::find_if(contains.series.begin(), contains.series.end(),
+                           [&](const PlotSeries& s) { return s.name == r.method; });
+    if (it == contains.series.end()) {
+      contains.series.push_back({r.method, {}, {}});
+      f1.series.push_back({r.method, {}, {}});
+      it = contains.series.end() - 1;
+    }
+    const size_t i = static_cast<size_t>(it - contains.series.begin());
+    contains.series[i].x.push_back(r.ratio);
+    contains.series[i].y.push_back(r.contains);
+    f1.series[i].x.push_back(r.ratio);
+    f1.series[i].y.push_back(r.f1);
+  }
+  zoom_to(contains, top_contains);
+  zoom_to(f1, top_f1);
+  return {contains, f1};
 }
 
 std::string plot_report(const EvalReport& report) { return render_svg(report_panels(report)); }

@@ -1,7 +1,7 @@
 // Line plots for `kvzip eval --plot`, written as SVG (plain text, no drawing library): panels side
 // by side, each with a title, gridded and labelled axes, one coloured line with markers per series,
-// an optional dashed reference level, and one shared legend below. plot_report draws agreement (%)
-// and F1 (%) against the ratio kept, one series per method. Any browser or image viewer shows the
+// an optional dashed reference level, and one shared legend below. plot_report draws contains-answer
+// (%) and F1 (%) against the ratio kept, one series per method. Any browser or image viewer shows the
 // file; `rsvg-convert -o out.png out.svg` (librsvg) turns it into a PNG.
 #pragma once
 #include <optional>
@@ -30,9 +30,9 @@ struct PlotPanel {
 // Errc::invalid_argument for no panels or an empty axis range or tick.
 std::string render_svg(const std::vector<PlotPanel>& panels);
 
-// The two panels of a report: agreement and F1 (%) against the ratio, one series per method in
-// row order, the full cache's F1 as the dashed reference; the F1 axis zooms to the data (at most 6
-// ticks of 1, 2, 5, 10 or 20 points).
+// The two panels of a report: contains-answer and F1 (%) against the ratio, one series per method
+// in row order, the full cache's score as each panel's dashed reference; each y axis zooms to the
+// data (at most 6 ticks of 1, 2, 5, 10 or 20 points).
 std::vector<PlotPanel> report_panels(const EvalReport& report);
 // render_svg(report_panels(report)).
 std::string plot_report(const EvalReport& report);

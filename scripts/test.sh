@@ -5,8 +5,8 @@
 # tokenizer.json that transformers converts from the GGUF through the C++ loader. Each stage
 # prints its time.
 # Tests tagged [realmodel] use the real models; they find them through $KVZIP_MODEL (and
-# $KVZIP_GEMMA_MODEL). Here the models are fetched, so KVZIP_REQUIRE_MODEL=1 (and
-# KVZIP_REQUIRE_GEMMA=1) turn a [realmodel] skip (model missing) into a failure; [cuda] tests without a GPU are reported by CTest as skipped
+# $KVZIP_GEMMA_MODEL, $KVZIP_QWEN_MODEL). Here the models are fetched, so KVZIP_REQUIRE_MODEL=1 (and
+# KVZIP_REQUIRE_GEMMA=1, KVZIP_REQUIRE_QWEN=1) turn a [realmodel] skip (model missing) into a failure; [cuda] tests without a GPU are reported by CTest as skipped
 # (tests/support/skip.h). The Slurm test brings up its own one-node cluster; KVZIP_REQUIRE_SLURM=1
 # makes its skip a failure. The serve failover test runs its own nginx; KVZIP_REQUIRE_NGINX=1
 # makes its skip a failure.
@@ -33,8 +33,9 @@ stage "install (Debian packages, models)"
 bash scripts/install-deps.sh --test
 KVZIP_MODEL=$(bash scripts/fetch-model.sh)
 KVZIP_GEMMA_MODEL=$(bash scripts/fetch-model.sh gemma3-270m)
-export KVZIP_MODEL KVZIP_GEMMA_MODEL KVZIP_REQUIRE_MODEL=1 KVZIP_REQUIRE_GEMMA=1 KVZIP_REQUIRE_SLURM=1 \
-  KVZIP_REQUIRE_NGINX=1
+KVZIP_QWEN_MODEL=$(bash scripts/fetch-model.sh qwen2.5-0.5b)
+export KVZIP_MODEL KVZIP_GEMMA_MODEL KVZIP_QWEN_MODEL KVZIP_REQUIRE_MODEL=1 KVZIP_REQUIRE_GEMMA=1 \
+  KVZIP_REQUIRE_QWEN=1 KVZIP_REQUIRE_SLURM=1 KVZIP_REQUIRE_NGINX=1
 
 stage "build (Release)"
 bash scripts/build.sh build -DCMAKE_CUDA_ARCHITECTURES=90 -DKVZIP_WERROR=ON

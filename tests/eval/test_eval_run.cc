@@ -6,12 +6,14 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <unistd.h>
 
 #include "common/error.h"
 #include "eval/answer.h"
 #include "common/json.h"
 #include "eval/eval.h"
+#include "eval/metrics.h"
 #include "eval/ruler.h"
 #include "model/model.h"
 #include "tests/support/tiny_model_dir.h"
@@ -205,25 +207,29 @@ TEST_CASE("eval on a tiny model: the full cache agrees with itself and ratio 1 e
   CHECK(full.method == "full");
   CHECK(full.questions == 4);
   CHECK(full.agreement == 100.0);
+  CHECK(full.answer_f1 == 100.0);
   CHECK(full.kl == 0.0);
   CHECK(full.achieved_ratio == 1.0);
   for (const std::string& method : o.methods) {
     INFO(method);
     const EvalRow& one = row(r, method, 1.0);
     CHECK(one.agreement == 100.0);
+    CHECK(one.answer_f1 == 100.0);
     CHECK(one.kl == 0.0);
     CHECK(one.f1 == full.f1);
     CHECK(one.contains == full.contains);
     const EvalRow& half = row(r, method, 0.5);
     CHECK(half.achieved_ratio == Approx(0.5).margin(0.01));
     CHECK(half.questions == 4);
+    CHECK(half.answer_f1 >= half.agreement);  // an identical answer has answer F1 1
   }
   CHECK(r.rows[1].method == "kvzip");
   CHECK(r.rows[1].ratio == 0.5);  // ratios sorted ascending
   CHECK_FALSE(log.empty());
   CHECK_THAT(format_table(r), Contains("full"));
   const std::string csv = format_csv(r);
-  CHECK(csv.rfind("method,ratio,achieved_ratio,f1,contains,agreement,kl,questions,compress_s,answer_s\n", 0) == 0);
+  CHECK(csv.rfind("method,ratio,achieved_ratio,contains,f1,kl,agreement,answer_f1,questions,compress_s,"
+                  "answer_s\n", 0) == 0);
   CHECK(std::count(csv.begin(), csv.end(), '\n') == 1 + 11);
 
   // Every answer is listed: 4 questions × 11 rows, one JSON object per line.
@@ -231,6 +237,19 @@ TEST_CASE("eval on a tiny model: the full cache agrees with itself and ratio 1 e
   CHECK(r.answers[0].method == "full");
   CHECK(r.answers[0].agrees);
   CHECK(r.answers[0].document == "Pets #1");
+  // Each answer's answer F1 is its token F1 against the full cache's answer to the same question,
+  // and a row's answer F1 is their mean.
+  std::map<std::string, std::string> reference;
+  for (const AnswerRecord& a : r.answers)
+    if (a.method == "full") reference[a.document + "/" + a.question_id] = a.answer;
+  REQUIRE(reference.size() == 4);
+  std::map<std::pair<std::string, double>, double> sums;
+  for (const AnswerRecord& a : r.answers) {
+    INFO(a.method << " " << a.ratio << " " << a.answer);
+    CHECK(a.answer_f1 == answer_f1(a.answer, reference.at(a.document + "/" + a.question_id)));
+    sums[{a.method, a.ratio}] += a.answer_f1;
+  }
+  for (const EvalRow& e : r.rows) CHECK(e.answer_f1 == Approx(100.0 * sums.at({e.method, e.ratio}) / 4));
   const std::string jsonl = format_answers_jsonl(r);
   size_t start = 0, lines = 0;
   for (size_t end; (end = jsonl.find('\n', start)) != std::string::npos; start = end + 1, ++lines) {
@@ -240,6 +259,8 @@ TEST_CASE("eval on a tiny model: the full cache agrees with itself and ratio 1 e
     CHECK(v["answer"] == a.answer);
     CHECK(v["method"] == a.method);
     CHECK(v["agrees"] == a.agrees);
+    CHECK(v["answer_f1"].get<double>() == a.answer_f1);
+    CHECK(v["contains"] == a.contains);
     CHECK(v["id"] == a.question_id);
     CHECK(v["ratio"].get<double>() == a.ratio);
   }
@@ -359,7 +380,8 @@ TEST_CASE("eval --kv-dtypes: every cache again as a .kvz image of each dtype, co
   }
   CHECK_THAT(format_table(r), Contains("file_bytes"));
   const std::string csv = format_csv(r);
-  CHECK(csv.rfind("method,ratio,achieved_ratio,f1,contains,agreement,kl,questions,compress_s,answer_s,kv_dtype,file_bytes,load_ms\n", 0) == 0);
+  CHECK(csv.rfind("method,ratio,achieved_ratio,contains,f1,kl,agreement,answer_f1,questions,compress_s,"
+                  "answer_s,kv_dtype,file_bytes,load_ms\n", 0) == 0);
   CHECK_THAT(format_answers_jsonl(r), Contains("\"kv_dtype\":\"q4\""));
   o.kv_dtypes = {"q3"};
   CHECK_THROWS_WITH(checked(o), Contains("q3 is not one of"));

@@ -44,6 +44,22 @@ TEST_CASE("F1 with an empty side is 1 only when both are empty, as in SQuAD v2",
   CHECK(f1_score("France", "") == 0.0);
 }
 
+TEST_CASE("answer-to-answer F1 forgives wording and is symmetric", "[eval]") {
+  // Exact-string agreement would call each of these pairs different.
+  CHECK(answer_f1("Normandy.", "normandy") == 1.0);
+  CHECK(answer_f1("The Normans", "Normans") == 1.0);
+  // "in 10th century" (3 tokens) vs "10th and 11th centuries" (4): overlap 1 ("10th"):
+  // p = 1/3, r = 1/4 -> 2 * (1/12) / (7/12) = 2/7, either way round.
+  CHECK(answer_f1("in the 10th century", "10th and 11th centuries") == Approx(2.0 / 7.0));
+  CHECK(answer_f1("10th and 11th centuries", "in the 10th century") == Approx(2.0 / 7.0));
+  // "Rollo" vs "Rollo, the Viking leader" ("rollo viking leader", 3 tokens): p = 1, r = 1/3 -> 0.5.
+  CHECK(answer_f1("Rollo", "Rollo, the Viking leader") == Approx(0.5));
+  CHECK(answer_f1("Rollo", "William") == 0.0);
+  // Two empty answers agree; an empty answer against a real one does not.
+  CHECK(answer_f1("", "") == 1.0);
+  CHECK(answer_f1("", "Rollo") == 0.0);
+}
+
 TEST_CASE("max F1 takes the best gold answer; no gold answers means the empty answer", "[eval]") {
   CHECK(max_f1("France", {"Paris", "france", "in France"}) == 1.0);
   CHECK(max_f1("in France", {"Paris", "France"}) == Approx(2.0 / 3.0));

@@ -23,10 +23,11 @@ namespace {
 
 EvalReport two_methods(const std::string& second = "h2o") {
   EvalReport r;
-  r.rows.push_back({"full", 1.0, 1.0, 40.0, 50.0, 100.0, 0.0, 4, 0.0, 1.0});
+  // method, ratio, kept, F1, contains, agreement, answer F1, KL, questions, times
+  r.rows.push_back({"full", 1.0, 1.0, 40.0, 100.0, 100.0, 100.0, 0.0, 4, 0.0, 1.0});
   for (double ratio : {0.2, 0.6, 1.0}) {
-    r.rows.push_back({"kvzip", ratio, ratio, 30.0, 40.0, 100.0 * ratio, 0.1, 4, 0.0, 1.0});
-    r.rows.push_back({second, ratio, ratio, 10.0, 20.0, 50.0 * ratio, 0.5, 4, 0.0, 1.0});
+    r.rows.push_back({"kvzip", ratio, ratio, 30.0, 100.0 * ratio, 20.0, 60.0, 0.1, 4, 0.0, 1.0});
+    r.rows.push_back({second, ratio, ratio, 10.0, 50.0 * ratio, 10.0, 30.0, 0.5, 4, 0.0, 1.0});
   }
   return r;
 }
@@ -94,12 +95,12 @@ TEST_CASE("the report plot is one SVG polyline per method and panel, on the data
   std::vector<Tag> lines;
   for (const Tag& t : tags)
     if (t.name == "polyline") lines.push_back(t);
-  // Panel order, then series order: agreement kvzip, agreement h2o, F1 kvzip, F1 h2o.
+  // Panel order, then series order: contains kvzip, contains h2o, F1 kvzip, F1 h2o.
   REQUIRE(lines.size() == 4);
   CHECK(attr(lines[0], "stroke") == "#1f77b4");
   CHECK(attr(lines[1], "stroke") == "#ff7f0e");
   CHECK(attr(lines[2], "stroke") == "#1f77b4");
-  // The agreement panel's frame: x from 80 to 616 for ratios 0 .. 1, y from 404 (0%) to 52 (100%).
+  // The contains panel's frame: x from 80 to 616 for ratios 0 .. 1, y from 404 (0%) to 52 (100%).
   const auto p = points(lines[0]);
   REQUIRE(p.size() == 3);
   CHECK(p[0].first == Approx(80 + 0.2 * 536).margin(0.06));
@@ -108,10 +109,10 @@ TEST_CASE("the report plot is one SVG polyline per method and panel, on the data
   CHECK(p[2].second == Approx(52).margin(0.06));
   // The second panel starts 640 units to the right.
   CHECK(points(lines[2])[0].first == Approx(640 + 80 + 0.2 * 536).margin(0.06));
-  CHECK(svg.find(">agreement with full cache (%)</text>") != std::string::npos);
+  CHECK(svg.find(">answers containing a reference (%)</text>") != std::string::npos);
   CHECK(svg.find(">SQuAD F1 (%)</text>") != std::string::npos);
   CHECK(svg.find(">kvzip</text>") != std::string::npos);  // legend
-  CHECK(svg.find("stroke-dasharray") != std::string::npos);  // the full cache's F1 level
+  CHECK(svg.find("stroke-dasharray") != std::string::npos);  // the full cache's levels
 }
 
 TEST_CASE("method names are escaped in the SVG", "[eval]") {
@@ -147,17 +148,20 @@ TEST_CASE("write_plot leaves exactly the SVG and no temporary file", "[eval]") {
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("the F1 panel zooms to small scores with readable ticks", "[eval]") {
+TEST_CASE("the contains and F1 panels zoom to small scores with readable ticks", "[eval]") {
   EvalReport r;
-  r.rows.push_back({"full", 1.0, 1.0, 7.6, 15.0, 100.0, 0.0, 96, 0.0, 1.0});
-  r.rows.push_back({"kvzip", 0.1, 0.1, 5.9, 11.0, 6.0, 0.1, 96, 0.0, 1.0});
-  r.rows.push_back({"kvzip", 0.5, 0.5, 7.3, 15.0, 81.0, 0.0, 96, 0.0, 1.0});
+  r.rows.push_back({"full", 1.0, 1.0, 7.6, 15.0, 100.0, 100.0, 0.0, 96, 0.0, 1.0});
+  r.rows.push_back({"kvzip", 0.1, 0.1, 5.9, 11.0, 6.0, 40.0, 0.1, 96, 0.0, 1.0});
+  r.rows.push_back({"kvzip", 0.5, 0.5, 7.3, 14.0, 81.0, 90.0, 0.0, 96, 0.0, 1.0});
   std::vector<PlotPanel> p = report_panels(r);
   REQUIRE(p.size() == 2);
-  CHECK(p[0].y_max == 100.0);
+  CHECK(p[0].y_max == 20.0);  // 15 * 1.1 = 16.5 -> ticks of 5 up to 20
+  CHECK(p[0].y_tick == 5.0);
+  REQUIRE(p[0].reference);
+  CHECK(*p[0].reference == 15.0);
   REQUIRE(p[0].series.size() == 1);
   CHECK(p[0].series[0].x == std::vector<double>{0.1, 0.5});
-  CHECK(p[0].series[0].y == std::vector<double>{6.0, 81.0});
+  CHECK(p[0].series[0].y == std::vector<double>{11.0, 14.0});
   CHECK(p[1].y_max == 10.0);  // 7.6 * 1.1 = 8.4 -> ticks of 2 up to 10
   CHECK(p[1].y_tick == 2.0);
   REQUIRE(p[1].reference);

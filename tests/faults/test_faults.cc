@@ -137,7 +137,7 @@ TEST_CASE("a full disk is a clean io error and leaves no file, for every writer"
   std::optional<FileSizeLimit> limit;
   const CacheContents c = synthetic({});
   eval::EvalReport report;
-  report.rows.resize(400, eval::EvalRow{"kvzip", 0.5, 0.5, 0.1, 0.2, 0.3, 0.4, 10, 1.0, 2.0});
+  report.rows.resize(400, eval::EvalRow{"kvzip", 0.5, 0.5, 0.1, 0.2, 0.3, 0.35, 0.4, 10, 1.0, 2.0});
   const std::vector<std::pair<std::string, std::function<void()>>> writers = {
       {".kvz", [&] { write_cache_file(c, target("c.kvz")); }},
       {".h5", [&] { export_hdf5(c, target("c.h5"), false); }},

@@ -41,16 +41,33 @@ void skip_no_model() {
                    : "set KVZIP_MODEL to SmolLM2-135M-Instruct.Q4_1.gguf to run this test");
 }
 
-std::string gemma_model_path() {
+namespace {
+
+// $`var` when set (the file it names, or "" when that is not a file), else `file` in the folder
+// scripts/fetch-model.sh writes to when it is there, else "".
+std::string named_or_fetched(const char* var, const char* file) {
   std::error_code ec;
-  if (const char* env = std::getenv("KVZIP_GEMMA_MODEL"); env && *env)
+  if (const char* env = std::getenv(var); env && *env)
     return std::filesystem::is_regular_file(env, ec) ? std::string(env) : std::string();
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   const char* home = std::getenv("HOME");
   const std::string base = xdg && *xdg ? std::string(xdg) : home ? std::string(home) + "/.cache" : std::string();
   if (base.empty()) return "";
-  const std::string path = base + "/kvzip/models/gemma-3-270m-q4_k_m.gguf";
+  const std::string path = base + "/kvzip/models/" + file;
   return std::filesystem::is_regular_file(path, ec) ? path : std::string();
+}
+
+}  // namespace
+
+std::string gemma_model_path() { return named_or_fetched("KVZIP_GEMMA_MODEL", "gemma-3-270m-q4_k_m.gguf"); }
+
+std::string qwen_model_path() {
+  return named_or_fetched("KVZIP_QWEN_MODEL", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
+}
+
+void skip_no_qwen() {
+  skip("KVZIP_REQUIRE_QWEN", "no Qwen2.5-Coder-0.5B-Instruct GGUF: run scripts/fetch-model.sh "
+                             "qwen2.5-0.5b or set KVZIP_QWEN_MODEL");
 }
 
 void skip_no_gemma() {

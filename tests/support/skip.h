@@ -39,6 +39,15 @@ void skip_no_gemma();
   const std::string var = ::kvzip::test::gemma_model_path(); \
   if (var.empty()) return ::kvzip::test::skip_no_gemma()
 
+// $KVZIP_QWEN_MODEL, else the path scripts/fetch-model.sh qwen2.5-0.5b writes, when it names an
+// existing file; else "" (the caller then calls skip_no_qwen, which KVZIP_REQUIRE_QWEN = 1 turns
+// into a failure).
+std::string qwen_model_path();
+void skip_no_qwen();
+#define KVZIP_QWEN_MODEL_PATH_OR_SKIP(var)                    \
+  const std::string var = ::kvzip::test::qwen_model_path(); \
+  if (var.empty()) return ::kvzip::test::skip_no_qwen()
+
 // Every skip of this run so far: "test case name: why".
 const std::vector<std::string>& skipped();
 
