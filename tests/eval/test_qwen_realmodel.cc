@@ -27,13 +27,15 @@ namespace {
 eval::Document normans_opening(size_t paragraphs, size_t stride) {
   eval::SquadOptions so;
   so.unit = eval::DocumentUnit::Paragraph;
-  const std::vector<eval::Document> all =
-      eval::read_squad(std::string(KVZIP_SOURCE_DIR) + "/examples/normans.json", so);
+  std::string path = KVZIP_SOURCE_DIR;
+  path.append("/examples/normans.json");
+  const std::vector<eval::Document> all = eval::read_squad(path, so);
   REQUIRE(all.size() >= paragraphs);
   eval::Document doc{"Normans 1-" + std::to_string(paragraphs), "", {}};
   size_t n = 0;
   for (size_t p = 0; p < paragraphs; ++p) {
-    doc.text += (p ? "\n\n" : "") + all[p].text;
+    if (p) doc.text.append("\n\n");
+    doc.text.append(all[p].text);
     for (const eval::Question& q : all[p].questions)
       if (n++ % stride == 0) doc.questions.push_back(q);
   }
