@@ -17,6 +17,7 @@
 
 #include "format/detail/codec.h"
 #include "format/detail/layout.h"
+#include "format/detail/small_file.h"
 #include "format/format.h"
 
 namespace kvzip::format {
@@ -206,29 +207,10 @@ void write_head_scores_file(HeadScores& scores, const std::string& path, bool fo
 }
 
 HeadScores read_head_scores_file(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT)
-      throw Error(Errc::not_found, "head-scores file " + path +
-                                       " does not exist; make one with `kvzip calibrate DOC -o " +
-                                       path + "`");
-    throw Error(Errc::io, "cannot stat " + path + ": " + std::strerror(errno));
-  }
-  if (S_ISDIR(st.st_mode))
-    throw Error(Errc::invalid_argument, path + " is a directory, not a head-scores file; give a .kvh file");
-  if (!S_ISREG(st.st_mode)) throw Error(Errc::io, path + " is not a regular file");
-  if (uint64_t(st.st_size) > kMaxFileBytes)
-    throw Error(Errc::corrupt, path + ": " + std::to_string(st.st_size) +
-                                   " bytes is too large for a head-scores file (at most " +
-                                   std::to_string(kMaxFileBytes) + ")");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(Errc::io, "cannot open " + path + ": " + std::strerror(errno));
-  std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
-  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  if (in.gcount() != static_cast<std::streamsize>(bytes.size()))
-    throw Error(Errc::io, "reading " + path + ": got " + std::to_string(in.gcount()) + " of " +
-                              std::to_string(bytes.size()) + " bytes");
-  return decode_head_scores(bytes, path);
+  return decode_head_scores(
+      detail::read_small_file(
+          path, {"head-scores file", ".kvh", "`kvzip calibrate DOC -o " + path + "`", kMaxFileBytes}),
+      path);
 }
 
 bool check_head_scores_model(const HeadScores& s, const ModelConfig& config,

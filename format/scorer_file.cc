@@ -21,6 +21,7 @@
 #include "format/detail/codec.h"
 #include "format/detail/escape.h"
 #include "format/detail/layout.h"
+#include "format/detail/small_file.h"
 
 namespace kvzip::format {
 namespace {
@@ -246,31 +247,11 @@ void write_scorer_file(ScorerFile& scorer, const std::string& path, bool force) 
 }
 
 ScorerFile read_scorer_file(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT)
-      throw Error(Errc::not_found, "scorer file " + path +
-                                       " does not exist; make one with `kvzip calibrate --scorer "
-                                       "-o " +
-                                       path + " TEXT...`");
-    throw Error(Errc::io, "cannot stat " + path + ": " + std::strerror(errno));
-  }
-  if (S_ISDIR(st.st_mode))
-    throw Error(Errc::invalid_argument,
-                path + " is a directory, not a scorer file; give a .kvp file");
-  if (!S_ISREG(st.st_mode)) throw Error(Errc::io, path + " is not a regular file");
-  if (uint64_t(st.st_size) > kMaxFileBytes)
-    throw Error(Errc::corrupt, path + ": " + std::to_string(st.st_size) +
-                                   " bytes is too large for a scorer file (at most " +
-                                   std::to_string(kMaxFileBytes) + ")");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(Errc::io, "cannot open " + path + ": " + std::strerror(errno));
-  std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
-  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  if (in.gcount() != static_cast<std::streamsize>(bytes.size()))
-    throw Error(Errc::io, "reading " + path + ": got " + std::to_string(in.gcount()) + " of " +
-                              std::to_string(bytes.size()) + " bytes");
-  return decode_scorer_file(bytes, path);
+  return decode_scorer_file(
+      detail::read_small_file(path, {"scorer file", ".kvp",
+                                     "`kvzip calibrate --scorer -o " + path + " TEXT...`",
+                                     kMaxFileBytes}),
+      path);
 }
 
 void check_scorer_model(const ScorerFile& s, const ModelConfig& config,
