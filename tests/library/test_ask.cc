@@ -132,7 +132,8 @@ TEST_CASE("ask: the retrieved caches composed answer as kvzip ask and the server
   CHECK(del->status == 200);
   search = http.Get("/v1/search?q=ferryman%20boat&k=4");
   REQUIRE(search);
-  for (const auto& h : parse_json(search->body, "search")["data"]) CHECK(h["id"] != "ferry");
+  const Json ranking = parse_json(search->body, "search");  // the loop reads into it: keep it alive
+  for (const auto& h : ranking["data"]) CHECK(h["id"] != "ferry");
   // A corrupt file is counted in /metrics once a refresh has seen it.
   {
     std::FILE* fp = std::fopen((f.caches + "/broken.kvz").c_str(), "wb");
