@@ -191,6 +191,22 @@ uint64_t Server::Impl::body_limit(const std::string& method, const std::string& 
 }
 
 void Server::Impl::routes() {
+  http_handlers();
+  on(Method::Post, "/v1/chat/completions",
+     [this](const httplib::Request& req, httplib::Response& res, const Scope& scope) {
+       chat_completions(req, res, scope);
+     });
+  library_routes();
+  cache_routes();
+  on(Method::Post, "/v1/caches",
+     [this](const httplib::Request& req, httplib::Response& res, const Scope& scope) {
+       post_cache(req, res, scope);
+     });
+  status_routes();
+}
+
+// Authentication, the error and exception handlers, and the access log, for every route.
+void Server::Impl::http_handlers() {
   auto authorized = [this](const httplib::Request& req) {
     if (opt.api_key.empty() || req.path == "/health") return true;
     // The header as received, NUL bytes and all (get_header_value stops at the first NUL).
@@ -255,22 +271,12 @@ void Server::Impl::routes() {
   http.on_refusal([log](const Refusal& r) {
     log(r.remote, r.method, r.target.substr(0, r.target.find('?')).substr(0, 256), r.status, r.ms);
   });
+}
 
-  auto json_body = [this](const httplib::Request& req, size_t cap) {
-    if (req.body.size() > cap)
-      throw ApiError(413, "invalid_request_error", "body_too_large",
-                     "the body is " + std::to_string(req.body.size()) + " bytes; at most " +
-                         std::to_string(cap));
-    return parse_object(req.body);
-  };
-
-  on(Method::Post, "/v1/chat/completions",
-     [this](const httplib::Request& req, httplib::Response& res, const Scope& scope) {
-       chat_completions(req, res, scope);
-     });
+// GET /v1/models, GET /v1/caches, GET/DELETE/PUT /v1/caches/{id}.
+void Server::Impl::cache_routes() {
   // Under /c/{cache}/ the lists still name every cache of the shared folder: the prefix only
   // routes, and an `openai` client whose base URL carries it lists models as usual.
-  library_routes();
   on(Method::Get, "/v1/models", [this](const httplib::Request&, httplib::Response& res, const Scope&) {
     json data = json::array();
     for (const CacheInfo& ci : store.list())
@@ -304,65 +310,80 @@ void Server::Impl::routes() {
                  put_cache(req, res, reader, scope);
                });
              });
-  on(Method::Post, "/v1/caches",
-     [this, json_body](const httplib::Request& req, httplib::Response& res, const Scope& scope) {
-       if (draining) throw ApiError(503, "server_error", "shutting_down", "the server is shutting down", {}, 5);
-       const json j = json_body(req, opt.max_document_bytes + 4096);
-       auto str = [&](const char* k, const std::string& def) {
-         if (!j.contains(k) || j[k].is_null()) return def;
-         if (!j[k].is_string()) throw ApiError(400, "invalid_request_error", "invalid_value",
-                                               std::string(k) + " must be a string", k);
-         return j[k].get<std::string>();
-       };
-       const std::string id = scope.pinned(str("id", ""), "id");
-       const std::string text = str("text", str("document", ""));
-       if (id.empty()) throw ApiError(400, "invalid_request_error", "invalid_value", "id is required", "id");
-       store.path_of(id);
-       if (text.find_first_not_of(" \t\r\n") == std::string::npos)
-         throw ApiError(400, "invalid_request_error", "invalid_value", "text (the document) is required", "text");
-       if (text.size() > opt.max_document_bytes)
-         throw ApiError(413, "invalid_request_error", "body_too_large", "the document is too large", "text");
-       bool replace = false;
-       if (j.contains("replace")) {
-         if (!j["replace"].is_boolean())
-           throw ApiError(400, "invalid_request_error", "invalid_value", "replace must be a boolean", "replace");
-         replace = j["replace"].get<bool>();
-       }
-       compress::CompressFileOptions fo;
-       fo.compress.method = str("method", "kvzip");
-       if (fo.compress.method == "kvzip-head")
-         throw ApiError(400, "invalid_request_error", "unsupported",
-                        "kvzip-head needs a head-scores file: compress with the CLI and PUT the .kvz", "method");
-       if (j.contains("ratio")) {
-         if (!j["ratio"].is_number())
-           throw ApiError(400, "invalid_request_error", "invalid_value", "ratio must be a number", "ratio");
-         fo.compress.ratio = j["ratio"].get<double>();
-       }
-       uint32_t chunk = 2048;
-       if (j.contains("chunk")) {
-         if (!j["chunk"].is_number_integer() || j["chunk"].get<int64_t>() < 1 || j["chunk"].get<int64_t>() > 65536)
-           throw ApiError(400, "invalid_request_error", "invalid_value", "chunk must be an integer in [1, 65536]", "chunk");
-         chunk = static_cast<uint32_t>(j["chunk"].get<int64_t>());
-       }
-       fo.compress.scorer = compress::make_scorer_options(model.chat(), chunk, 0);
-       fo.system = str("system", "");
-       fo.query_template = str("query_template", fo.query_template);
-       fo.write.force = replace;
-       fo.threads = opt.compress_threads;
-       compress::make_method_scorer(fo.compress);  // a bad method or ratio fails now, not in the job
-       if (fo.query_template.find("{question}") == std::string::npos)
-         throw ApiError(400, "invalid_request_error", "invalid_value", "query_template must contain {question}", "query_template");
-       if (!replace && std::filesystem::exists(store.path_of(id)))
-         throw ApiError(409, "invalid_request_error", "conflict", "cache " + id + " exists; send \"replace\": true", "id");
-       if (jobs.busy(id))
-         throw ApiError(409, "invalid_request_error", "conflict", "a compress job is already writing cache " + id, "id");
-       const auto job = jobs.submit(id, text, fo);
-       if (!job)
-         throw ApiError(429, "rate_limit_error", "too_many_jobs", "too many compress jobs; retry later", {}, 10);
-       // Under /c/{cache}/ the job's URL keeps the prefix, so the proxy asks the replica running it.
-       res.set_header("Location", (scope.cache ? "/c/" + *scope.cache : std::string()) + "/v1/jobs/" + *job);
-       send_json(res, 202, job_json(*jobs.get(*job)));
-     });
+}
+
+// A JSON object body of at most `cap` bytes (413 above it, 400 when it is not an object).
+json Server::Impl::json_body(const httplib::Request& req, size_t cap) {
+  if (req.body.size() > cap)
+    throw ApiError(413, "invalid_request_error", "body_too_large",
+                   "the body is " + std::to_string(req.body.size()) + " bytes; at most " +
+                       std::to_string(cap));
+  return parse_object(req.body);
+}
+
+// POST /v1/caches: a document to compress, as a job; 202 with the job's URL.
+void Server::Impl::post_cache(const httplib::Request& req, httplib::Response& res,
+                              const Scope& scope) {
+  if (draining) throw ApiError(503, "server_error", "shutting_down", "the server is shutting down", {}, 5);
+  const json j = json_body(req, opt.max_document_bytes + 4096);
+  auto str = [&](const char* k, const std::string& def) {
+    if (!j.contains(k) || j[k].is_null()) return def;
+    if (!j[k].is_string()) throw ApiError(400, "invalid_request_error", "invalid_value",
+                                          std::string(k) + " must be a string", k);
+    return j[k].get<std::string>();
+  };
+  const std::string id = scope.pinned(str("id", ""), "id");
+  const std::string text = str("text", str("document", ""));
+  if (id.empty()) throw ApiError(400, "invalid_request_error", "invalid_value", "id is required", "id");
+  store.path_of(id);
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos)
+    throw ApiError(400, "invalid_request_error", "invalid_value", "text (the document) is required", "text");
+  if (text.size() > opt.max_document_bytes)
+    throw ApiError(413, "invalid_request_error", "body_too_large", "the document is too large", "text");
+  bool replace = false;
+  if (j.contains("replace")) {
+    if (!j["replace"].is_boolean())
+      throw ApiError(400, "invalid_request_error", "invalid_value", "replace must be a boolean", "replace");
+    replace = j["replace"].get<bool>();
+  }
+  compress::CompressFileOptions fo;
+  fo.compress.method = str("method", "kvzip");
+  if (fo.compress.method == "kvzip-head")
+    throw ApiError(400, "invalid_request_error", "unsupported",
+                   "kvzip-head needs a head-scores file: compress with the CLI and PUT the .kvz", "method");
+  if (j.contains("ratio")) {
+    if (!j["ratio"].is_number())
+      throw ApiError(400, "invalid_request_error", "invalid_value", "ratio must be a number", "ratio");
+    fo.compress.ratio = j["ratio"].get<double>();
+  }
+  uint32_t chunk = 2048;
+  if (j.contains("chunk")) {
+    if (!j["chunk"].is_number_integer() || j["chunk"].get<int64_t>() < 1 || j["chunk"].get<int64_t>() > 65536)
+      throw ApiError(400, "invalid_request_error", "invalid_value", "chunk must be an integer in [1, 65536]", "chunk");
+    chunk = static_cast<uint32_t>(j["chunk"].get<int64_t>());
+  }
+  fo.compress.scorer = compress::make_scorer_options(model.chat(), chunk, 0);
+  fo.system = str("system", "");
+  fo.query_template = str("query_template", fo.query_template);
+  fo.write.force = replace;
+  fo.threads = opt.compress_threads;
+  compress::make_method_scorer(fo.compress);  // a bad method or ratio fails now, not in the job
+  if (fo.query_template.find("{question}") == std::string::npos)
+    throw ApiError(400, "invalid_request_error", "invalid_value", "query_template must contain {question}", "query_template");
+  if (!replace && std::filesystem::exists(store.path_of(id)))
+    throw ApiError(409, "invalid_request_error", "conflict", "cache " + id + " exists; send \"replace\": true", "id");
+  if (jobs.busy(id))
+    throw ApiError(409, "invalid_request_error", "conflict", "a compress job is already writing cache " + id, "id");
+  const auto job = jobs.submit(id, text, fo);
+  if (!job)
+    throw ApiError(429, "rate_limit_error", "too_many_jobs", "too many compress jobs; retry later", {}, 10);
+  // Under /c/{cache}/ the job's URL keeps the prefix, so the proxy asks the replica running it.
+  res.set_header("Location", (scope.cache ? "/c/" + *scope.cache : std::string()) + "/v1/jobs/" + *job);
+  send_json(res, 202, job_json(*jobs.get(*job)));
+}
+
+// GET /v1/jobs/{id}, GET /health, GET /metrics.
+void Server::Impl::status_routes() {
   // Jobs live in the memory of the replica that runs them (their output is an atomic file in
   // the shared folder, so a job lost with its replica is simply submitted again).
   on(Method::Get, R"(/v1/jobs/([^/]+))",

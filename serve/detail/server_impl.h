@@ -55,6 +55,11 @@ struct Server::Impl {
   using Route = std::function<void(const httplib::Request&, httplib::Response&, const Scope&)>;
   enum class Method { Get, Post, Put, Delete };
   void routes();
+  void http_handlers();  // authentication, error and exception handlers, access log
+  void cache_routes();   // /v1/models, /v1/caches and /v1/caches/{id}
+  void status_routes();  // /v1/jobs/{id}, /health, /metrics
+  void post_cache(const httplib::Request& req, httplib::Response& res, const Scope& scope);
+  static nlohmann::json json_body(const httplib::Request& req, size_t cap);
   // Registers `route` for `pattern` (starting with /v1/) and for /c/{cache}`pattern`.
   void on(Method method, const std::string& pattern, Route route);
   // The largest body `method` `path` takes (0: none): HttpServer refuses larger ones unread.
