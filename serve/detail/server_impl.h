@@ -67,6 +67,8 @@ struct Server::Impl {
   void put_cache(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
                  const Scope& scope);
   void chat_completions(const httplib::Request& req, httplib::Response& res, const Scope& scope);
+  std::vector<std::shared_ptr<const LoadedCache>> chat_caches(const ChatRequest& cr,
+                                                             nlohmann::json& sources);
   // GET /v1/search (server_library.cc).
   void library_routes();
   // The index, opened if need be and refreshed when the last refresh is over a second old (files
