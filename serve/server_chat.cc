@@ -46,12 +46,7 @@ struct Reply {
 
 // The whole answer as one chat.completion, once the engine is done.
 void send_whole(const Reply& reply, httplib::Response& res) {
-  const std::shared_ptr<Channel>& ch = reply.ch;
-  const std::shared_ptr<Request>& handle = reply.handle;
-  const std::string& id = reply.id;
-  const int64_t created = reply.created;
-  const std::string& model_name = reply.model_name;
-  const json& sources = reply.sources;
+  const auto& [ch, handle, id, created, model_name, sources] = reply;
   // The client is looked at every 20 ms (a decode step or two of a real model): one that left
   // is not answered, its slot goes to the next request.
   std::unique_lock<std::mutex> lock(ch->mu);
@@ -85,12 +80,7 @@ void send_whole(const Reply& reply, httplib::Response& res) {
 
 // The answer as server-sent events of chat.completion.chunk objects, ending in `data: [DONE]`.
 void send_stream(const Reply& reply, bool include_usage, httplib::Response& res) {
-  const std::shared_ptr<Channel>& ch = reply.ch;
-  const std::shared_ptr<Request>& handle = reply.handle;
-  const std::string& id = reply.id;
-  const int64_t created = reply.created;
-  const std::string& model_name = reply.model_name;
-  const json& sources = reply.sources;
+  const auto& [ch, handle, id, created, model_name, sources] = reply;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   // The library model's sources go in every chunk (a client may read any one of them).
