@@ -293,6 +293,18 @@ struct Session {
   nb::object model_ref;  // keeps the model alive as long as the session
 };
 
+// An answer's common fields as a dict (the callers add what is theirs).
+nb::dict answer_dict(const loader::Answer& a) {
+  nb::dict d;
+  d["question"] = a.question;
+  d["text"] = a.text;
+  d["tokens"] = a.tokens;
+  d["stopped"] = a.stopped;
+  d["ms"] = a.ms;
+  d["first_token_ms"] = a.first_token_ms;
+  return d;
+}
+
 std::unique_ptr<Session> open_session(nb::object model_obj, const std::string& path, bool force,
                                       const std::string& matmul, uint32_t threads, bool kv_f32) {
   const PyModel& pm = nb::cast<const PyModel&>(model_obj);
@@ -331,13 +343,7 @@ nb::dict ask(Session& s, const std::string& question, uint32_t max_tokens, float
     nb::gil_scoped_release release;
     a = s.s->ask(question, gp, cb);
   }
-  nb::dict d;
-  d["question"] = a.question;
-  d["text"] = a.text;
-  d["tokens"] = a.tokens;
-  d["stopped"] = a.stopped;
-  d["ms"] = a.ms;
-  d["first_token_ms"] = a.first_token_ms;
+  nb::dict d = answer_dict(a);
   const size_t v = a.first_logits.size();
   d["first_logits"] = owned(std::move(a.first_logits), {v});
   return d;
@@ -399,13 +405,7 @@ nb::dict library_ask(nb::object model_obj, const std::string& dir, const std::st
     gp.stop_tokens = pm.m->chat().stop_tokens();
     a = s.ask(question, gp);
   }
-  nb::dict d;
-  d["question"] = a.question;
-  d["text"] = a.text;
-  d["tokens"] = a.tokens;
-  d["stopped"] = a.stopped;
-  d["ms"] = a.ms;
-  d["first_token_ms"] = a.first_token_ms;
+  nb::dict d = answer_dict(a);
   d["sources"] = hits_list(sel.sources);
   return d;
 }

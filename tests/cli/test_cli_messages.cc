@@ -17,11 +17,7 @@ using namespace kvzip::testing;
 
 namespace {
 
-const CliOptions kNoModel = [] {
-  CliOptions o;
-  o.env = {{"KVZIP_MODEL", "/nonexistent/kvzip-test-model.gguf"}};
-  return o;
-}();
+const CliOptions kNoModel = no_model_options();
 
 // Runs kvzip; checks the exit status and that stderr is exactly one error line of `code` that
 // contains every fragment.

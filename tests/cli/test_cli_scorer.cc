@@ -17,11 +17,7 @@ using namespace kvzip::testing;
 
 namespace {
 
-const CliOptions kNoModel = [] {
-  CliOptions o;
-  o.env = {{"KVZIP_MODEL", "/nonexistent/kvzip-test-model.gguf"}};
-  return o;
-}();
+const CliOptions kNoModel = no_model_options();
 
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;

@@ -30,6 +30,14 @@ struct CliOptions {
   std::function<void(pid_t)> while_running{};
 };
 
+// Options whose KVZIP_MODEL names no file: a command that would load the default model fails
+// there, so a test can check that its arguments are refused before any model is needed.
+inline CliOptions no_model_options() {
+  CliOptions o;
+  o.env = {{"KVZIP_MODEL", "/nonexistent/kvzip-test-model.gguf"}};
+  return o;
+}
+
 std::string kvzip_binary();
 CliResult run_kvzip(const std::vector<std::string>& args, const CliOptions& options = {});
 
