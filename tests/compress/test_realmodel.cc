@@ -15,6 +15,7 @@
 #include "model/model.h"
 #include "model/prefill.h"
 #include "tests/support/skip.h"
+#include "support/source_path.h"
 
 using namespace kvzip;
 
@@ -72,7 +73,7 @@ TEST_CASE("on the Normans article the fast matmul path keeps the exact path's KV
   auto model = model::Model::load(env);
   const model::ChatTemplate& chat = model->chat();
   const std::vector<eval::Document> docs =
-      eval::read_squad(std::string(KVZIP_SOURCE_DIR) + "/examples/normans.json", eval::SquadOptions{});
+      eval::read_squad(kvzip::test::source_path("examples/normans.json"), eval::SquadOptions{});
   REQUIRE(!docs.empty());
   const std::vector<int32_t> prefix = chat.prefix("");
   const std::vector<int32_t> doc = chat.encode_document(docs[0].text);

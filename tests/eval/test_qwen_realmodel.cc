@@ -17,6 +17,7 @@
 #include "eval/squad.h"
 #include "model/model.h"
 #include "tests/support/skip.h"
+#include "support/source_path.h"
 
 using namespace kvzip;
 
@@ -27,8 +28,7 @@ namespace {
 eval::Document normans_opening(size_t paragraphs, size_t stride) {
   eval::SquadOptions so;
   so.unit = eval::DocumentUnit::Paragraph;
-  std::string path = KVZIP_SOURCE_DIR;
-  path.append("/examples/normans.json");
+  const std::string path = kvzip::test::source_path("examples/normans.json");
   const std::vector<eval::Document> all = eval::read_squad(path, so);
   REQUIRE(all.size() >= paragraphs);
   eval::Document doc{"Normans 1-" + std::to_string(paragraphs), "", {}};

@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "eval/ruler.h"
+#include "support/source_path.h"
 
 using namespace kvzip;
 using namespace kvzip::eval;
@@ -363,7 +364,7 @@ TEST_CASE("ruler: the kvpress CSV lists compression as the fraction removed", "[
 
 TEST_CASE("ruler: the bundled HotpotQA-layout example gives qa_2 samples with both bridge paragraphs",
           "[eval]") {
-  const QaSource src = read_hotpotqa(std::string(KVZIP_SOURCE_DIR) + "/examples/bridges.json");
+  const QaSource src = read_hotpotqa(kvzip::test::source_path("examples/bridges.json"));
   REQUIRE(src.items.size() == 10);
   CHECK(src.paragraphs.size() == 30);
   for (const QaSource::Item& it : src.items) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "format/format.h"
+#include "support/source_path.h"
 
 // Catch2 v2 has no SKIP(): report why and leave the test case.
 #define KVZIP_FORMAT_SKIP(why) \
@@ -71,7 +72,7 @@ size_t for_each_kept_row(const LayerKv& in, const LayerKv& out, const std::funct
 // were and every kept row's values bit for bit (nothing re-quantized); then p writes and loads.
 void check_pruned_as_stored(const CacheContents& c, const CacheContents& p);
 
-inline std::string source_path(const std::string& rel) { return std::string(KVZIP_SOURCE_DIR) + "/" + rel; }
+inline std::string source_path(const std::string& rel) { return kvzip::test::source_path(rel); }
 
 class TempDir {
  public:

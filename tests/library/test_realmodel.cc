@@ -11,6 +11,7 @@
 #include "tests/format/fixtures.h"
 #include "tests/serve/support.h"
 #include "tests/support/real_model.h"
+#include "support/source_path.h"
 
 using namespace kvzip;
 
@@ -19,8 +20,7 @@ TEST_CASE("the Normans paragraphs as a library: the question's paragraph first, 
   KVZIP_REAL_MODEL_OR_SKIP(model);
   eval::SquadOptions so;
   so.unit = eval::DocumentUnit::Paragraph;
-  std::string path = KVZIP_SOURCE_DIR;
-  path.append("/examples/normans.json");
+  const std::string path = kvzip::test::source_path("examples/normans.json");
   const std::vector<eval::Document> docs = eval::read_squad(path, so);
   REQUIRE(docs.size() >= 3);
   format::testing::TempDir d;

@@ -18,12 +18,13 @@
 #include "cache/kv_cache.h"
 #include "model/model.h"
 #include "tests/support/skip.h"
+#include "support/source_path.h"
 
 using namespace kvzip;
 
 TEST_CASE("Gemma 3 270M: fp32 greedy continuations equal transformers' for 32 tokens", "[realmodel][gemma3]") {
   KVZIP_GEMMA_MODEL_PATH_OR_SKIP(path);
-  std::ifstream in(std::string(KVZIP_SOURCE_DIR) + "/tests/golden/greedy_gemma3.json");
+  std::ifstream in(kvzip::test::source_path("tests/golden/greedy_gemma3.json"));
   REQUIRE(in);
   const nlohmann::json golden = nlohmann::json::parse(in);
   REQUIRE(golden["cases"].size() == 3);

@@ -19,13 +19,14 @@
 #include "cache/kv_cache.h"
 #include "model/model.h"
 #include "tests/support/skip.h"
+#include "support/source_path.h"
 
 using namespace kvzip;
 
 namespace {
 
 std::string normans_document() {
-  std::ifstream in(std::string(KVZIP_SOURCE_DIR) + "/examples/normans.json");
+  std::ifstream in(kvzip::test::source_path("examples/normans.json"));
   REQUIRE(in);
   const nlohmann::json j = nlohmann::json::parse(in);
   std::string doc;

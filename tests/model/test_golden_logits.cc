@@ -22,6 +22,7 @@
 #include "cache/kv_cache.h"
 #include "model/model.h"
 #include "tests/support/real_model.h"
+#include "support/source_path.h"
 
 using namespace kvzip;
 
@@ -117,7 +118,7 @@ std::vector<char> read_file(const std::string& path) {
 }
 
 std::vector<char> golden_bytes() {
-  return read_file(std::string(KVZIP_SOURCE_DIR) + "/tests/golden/logits_smollm2.bin");
+  return read_file(kvzip::test::source_path("tests/golden/logits_smollm2.bin"));
 }
 
 double max_abs(const float* a, size_t n) {

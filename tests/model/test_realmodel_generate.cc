@@ -19,6 +19,7 @@
 #include "cache/kv_cache.h"
 #include "model/model.h"
 #include "tests/support/real_model.h"
+#include "support/source_path.h"
 
 using namespace kvzip;
 
@@ -26,7 +27,7 @@ namespace {
 
 // The ids on the line starting with `key` in the golden companion file; fails if it is missing.
 std::vector<int32_t> golden_ids(const std::string& key) {
-  std::ifstream in(std::string(KVZIP_SOURCE_DIR) + "/tests/golden/logits_smollm2.txt");
+  std::ifstream in(kvzip::test::source_path("tests/golden/logits_smollm2.txt"));
   REQUIRE(in.good());
   std::string line;
   while (std::getline(in, line)) {

@@ -10,12 +10,13 @@
 
 #include "common/error.h"
 #include "checkpoint/safetensors.h"
+#include "support/source_path.h"
 
 namespace kvzip::test {
 namespace fs = std::filesystem;
 
 std::string hf_golden(const std::string& name) {
-  return std::string(KVZIP_SOURCE_DIR) + "/tests/golden/hf/" + name;
+  return kvzip::test::source_path("tests/golden/hf/" + name);
 }
 
 HfCopy::HfCopy(const std::string& name) {

@@ -15,6 +15,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tests/support/skip.h"
 #include "checkpoint/gguf_tokenizer.h"
+#include "support/source_path.h"
 
 using kvzip::model::Tokenizer;
 using kvzip::model::TokenizerData;
@@ -119,7 +120,7 @@ TEST_CASE("Gemma 3 tokenizer equals llama-tokenize and Hugging Face tokenizers",
   CHECK(t.token_text(106) == "<end_of_turn>");
   CHECK(t.encode("\n\n", false) == Ids{108});
 
-  std::ifstream in(std::string(KVZIP_SOURCE_DIR) + "/tests/golden/tokens_gemma3.json");
+  std::ifstream in(kvzip::test::source_path("tests/golden/tokens_gemma3.json"));
   REQUIRE(in);
   const nlohmann::json golden = nlohmann::json::parse(in);
   REQUIRE(golden["cases"].size() >= 10);

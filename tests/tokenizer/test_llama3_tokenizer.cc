@@ -19,6 +19,7 @@
 #include "checkpoint/detail/hf_json.h"
 #include "tokenizer/tokenizer.h"
 #include "tests/support/hf_fixture.h"
+#include "support/source_path.h"
 
 using namespace kvzip;
 
@@ -30,7 +31,7 @@ struct Vocab {
 };
 
 Vocab read_vocab() {
-  const std::vector<uint8_t> z = test::read_file_bytes(std::string(KVZIP_SOURCE_DIR) + "/tests/golden/llama3_vocab.bin.zst");
+  const std::vector<uint8_t> z = test::read_file_bytes(kvzip::test::source_path("tests/golden/llama3_vocab.bin.zst"));
   const unsigned long long n = ZSTD_getFrameContentSize(z.data(), z.size());
   REQUIRE(n != ZSTD_CONTENTSIZE_ERROR);
   REQUIRE(n != ZSTD_CONTENTSIZE_UNKNOWN);
@@ -96,7 +97,7 @@ TEST_CASE("Llama 3 (real 128K vocabulary): token ids match Hugging Face tokenize
   const Vocab v = read_vocab();
   REQUIRE(v.base.size() == 128000);
   REQUIRE(v.specials.size() == 256);
-  const std::vector<uint8_t> g = test::read_file_bytes(std::string(KVZIP_SOURCE_DIR) + "/tests/golden/tokens_llama3.json");
+  const std::vector<uint8_t> g = test::read_file_bytes(kvzip::test::source_path("tests/golden/tokens_llama3.json"));
   const nlohmann::json golden = nlohmann::json::parse(g.begin(), g.end());
   REQUIRE(golden["format"] == "kvzip-token-golden-json v1");
   model::TokenizerData data = llama3_data(v);

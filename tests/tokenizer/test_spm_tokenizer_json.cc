@@ -19,6 +19,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tests/support/hf_fixture.h"
 #include "tests/support/skip.h"
+#include "support/source_path.h"
 
 using namespace kvzip;
 using nlohmann::json;
@@ -45,7 +46,7 @@ model::TokenizerData load(const json& tj, uint32_t vocab_size) {
 
 const json& golden() {
   static const json g =
-      read_json(std::string(KVZIP_SOURCE_DIR) + "/tests/golden/tokens_spm_json.json");
+      read_json(kvzip::test::source_path("tests/golden/tokens_spm_json.json"));
   return g;
 }
 
@@ -161,7 +162,7 @@ TEST_CASE("Gemma 3 tokenizer.json (real vocabulary): ids equal the Gemma 3 golde
         "no " + path + " (python3 scripts/golden/make_gemma3_tokenizer_json.py writes it)");
   const json tj = read_json(path);
   const model::Tokenizer tok(load(tj, 262144));
-  const json g = read_json(std::string(KVZIP_SOURCE_DIR) + "/tests/golden/tokens_gemma3.json");
+  const json g = read_json(kvzip::test::source_path("tests/golden/tokens_gemma3.json"));
   size_t n = 0;
   for (const json& c : g["cases"]) {
     const std::string text = c["text"].get<std::string>();

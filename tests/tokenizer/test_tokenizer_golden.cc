@@ -17,6 +17,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tests/support/skip.h"
 #include "checkpoint/gguf_tokenizer.h"
+#include "support/source_path.h"
 
 namespace {
 
@@ -72,8 +73,7 @@ std::string json_string(const std::string& line, size_t& pos) {
 }
 
 Golden load_golden() {
-  std::string path = KVZIP_SOURCE_DIR;
-  path.append("/tests/golden/tokens_smollm2.txt");
+  const std::string path = kvzip::test::source_path("tests/golden/tokens_smollm2.txt");
   std::ifstream in(path);
   REQUIRE(in.good());
   std::string line;
