@@ -15,7 +15,7 @@
 #include "model/model.h"
 #include "model/prefill.h"
 #include "tests/support/skip.h"
-#include "support/source_path.h"
+#include "tests/support/source_path.h"
 
 using namespace kvzip;
 

@@ -17,7 +17,7 @@
 #include "eval/squad.h"
 #include "model/model.h"
 #include "tests/support/skip.h"
-#include "support/source_path.h"
+#include "tests/support/source_path.h"
 
 using namespace kvzip;
 

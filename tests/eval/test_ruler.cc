@@ -14,7 +14,7 @@
 
 #include "common/error.h"
 #include "eval/ruler.h"
-#include "support/source_path.h"
+#include "tests/support/source_path.h"
 
 using namespace kvzip;
 using namespace kvzip::eval;

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "format/format.h"
-#include "support/source_path.h"
+#include "tests/support/source_path.h"
 
 // Catch2 v2 has no SKIP(): report why and leave the test case.
 #define KVZIP_FORMAT_SKIP(why) \

@@ -11,7 +11,7 @@
 #include "tests/format/fixtures.h"
 #include "tests/serve/support.h"
 #include "tests/support/real_model.h"
-#include "support/source_path.h"
+#include "tests/support/source_path.h"
 
 using namespace kvzip;
 

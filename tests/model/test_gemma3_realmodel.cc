@@ -19,7 +19,7 @@
 #include "cache/kv_cache.h"
 #include "model/model.h"
 #include "tests/support/skip.h"
-#include "support/source_path.h"
+#include "tests/support/source_path.h"
 
 using namespace kvzip;
 

@@ -10,7 +10,7 @@
 
 #include "common/error.h"
 #include "checkpoint/safetensors.h"
-#include "support/source_path.h"
+#include "tests/support/source_path.h"
 
 namespace kvzip::test {
 namespace fs = std::filesystem;

@@ -1,5 +1,5 @@
 // Paths of files in the source tree for tests (source_path.h).
-#include "support/source_path.h"
+#include "tests/support/source_path.h"
 
 namespace kvzip::test {
 

@@ -15,7 +15,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tests/support/skip.h"
 #include "checkpoint/gguf_tokenizer.h"
-#include "support/source_path.h"
+#include "tests/support/source_path.h"
 
 using kvzip::model::Tokenizer;
 using kvzip::model::TokenizerData;

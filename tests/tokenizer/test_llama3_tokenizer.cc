@@ -19,7 +19,7 @@
 #include "checkpoint/detail/hf_json.h"
 #include "tokenizer/tokenizer.h"
 #include "tests/support/hf_fixture.h"
-#include "support/source_path.h"
+#include "tests/support/source_path.h"
 
 using namespace kvzip;
 

@@ -19,7 +19,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tests/support/hf_fixture.h"
 #include "tests/support/skip.h"
-#include "support/source_path.h"
+#include "tests/support/source_path.h"
 
 using namespace kvzip;
 using nlohmann::json;

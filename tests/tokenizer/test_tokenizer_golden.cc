@@ -17,7 +17,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tests/support/skip.h"
 #include "checkpoint/gguf_tokenizer.h"
-#include "support/source_path.h"
+#include "tests/support/source_path.h"
 
 namespace {
 
