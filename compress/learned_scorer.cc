@@ -164,12 +164,13 @@ class LearnedObserver final : public model::AttentionObserver {
 
 class LearnedScorer final : public Scorer {
  public:
-  LearnedScorer(std::shared_ptr<const format::ScorerFile> s, MethodParams source)
-      : s_(std::move(s)), source_(std::move(source)) {}
+  LearnedScorer(std::shared_ptr<const format::ScorerFile> s, MethodParams source, uint32_t window)
+      : s_(std::move(s)), source_(std::move(source)), window_(window) {}
   std::string name() const override { return kLearnedMethod; }
   MethodParams params() const override {
     MethodParams p = source_;
     p.emplace_back("predictor", "ridge per layer from the input-normed hidden state");
+    p.emplace_back("window", std::to_string(window_));
     return p;
   }
   model::AttentionObserver* prefill_observer(model::Forward& forward, uint32_t n_prefix,
@@ -199,12 +200,21 @@ class LearnedScorer final : public Scorer {
                   "kvzap scores during the prefill: attach "
                   "prefill_observer() to the document's prefill first");
     observer_->watch().check(in, "kvzap", "the prefill's hidden states");
-    return scores_;
+    DocumentScores out = scores_;
+    const uint32_t n = out.n_doc, w = std::min(window_, n);
+    for (uint32_t l = 0; l < out.shape.n_layers; ++l) {
+      if (out.is_local(l)) continue;
+      for (uint32_t h = 0; h < out.shape.n_kv_heads; ++h)
+        std::fill_n(out.values.data() + (size_t(l) * out.shape.n_kv_heads + h) * n + (n - w), w,
+                    std::numeric_limits<float>::infinity());
+    }
+    return out;
   }
 
  private:
   std::shared_ptr<const format::ScorerFile> s_;
   MethodParams source_;
+  uint32_t window_;
   DocumentScores scores_;
   std::unique_ptr<LearnedObserver> observer_;
 };
@@ -212,12 +222,12 @@ class LearnedScorer final : public Scorer {
 }  // namespace
 
 std::unique_ptr<Scorer> make_learned_scorer(std::shared_ptr<const format::ScorerFile> scorer,
-                                            MethodParams source) {
+                                            MethodParams source, uint32_t window) {
   if (!scorer)
     throw Error(Errc::invalid_argument,
                 "method kvzap needs a scorer file (--scorer FILE.kvp, made by `kvzip calibrate "
                 "--scorer` on a text other than the documents)");
-  return std::make_unique<LearnedScorer>(std::move(scorer), std::move(source));
+  return std::make_unique<LearnedScorer>(std::move(scorer), std::move(source), window);
 }
 
 MethodParams learned_scorer_source(const format::ScorerFile& s, const std::string& file_name) {

@@ -72,7 +72,9 @@ struct TrainOptions {
 // Held-out quality of one target (both targets are always fitted, so that they can be compared).
 struct TargetFit {
   format::ScorerTarget target = format::ScorerTarget::KvzipPlus;
-  std::vector<float> r2, spearman;  // (L); NaN for an unscored (sliding-window) layer or no split
+  // (L): within each KV head, averaged over the layer's heads; NaN for an unscored
+  // (sliding-window) layer or no split
+  std::vector<float> r2, spearman;
 };
 
 struct TrainResult {
@@ -110,8 +112,10 @@ TrainResult train_scorer(model::Forward& forward, std::span<const int32_t> prefi
 // (prefill_observer is required). `source` is recorded with the method's parameters (the file's
 // name and checksum). Errc::model_mismatch at prefill_observer when the model's L, Hkv or E
 // differ from the file's.
+// The document's last `window` rows of every scored layer are always kept (they count toward the
+// ratio, as every method's protected rows do).
 std::unique_ptr<Scorer> make_learned_scorer(std::shared_ptr<const format::ScorerFile> scorer,
-                                            MethodParams source);
+                                            MethodParams source, uint32_t window = 128);
 
 // The recorded source of a scorer file: "scorer" (its name without folders), "scorer_xxh64",
 // "scorer_target".

@@ -24,7 +24,7 @@ std::unique_ptr<Scorer> make_scorer(std::string_view method, const ScorerOptions
   if (method == "h2o") return detail::make_h2o_scorer(options);
   if (method == "rest-kv") return detail::make_restkv_scorer(options);
   if (method == "rkv") return detail::make_rkv_scorer(options);
-  if (method == kLearnedMethod) return make_learned_scorer(options.learned, options.learned_source);
+  if (method == kLearnedMethod) return make_learned_scorer(options.learned, options.learned_source, options.kvzap_window);
   std::string known;
   for (const std::string& n : scorer_names()) known += (known.empty() ? "" : ", ") + n;
   throw Error(Errc::invalid_argument,

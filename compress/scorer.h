@@ -106,11 +106,14 @@ struct ScorerOptions {
   // (learned_scorer_source); the method is refused without one.
   std::shared_ptr<const format::ScorerFile> learned;
   MethodParams learned_source;
+  // The document's last rows kvzap always keeps (KVzap's protected window: a prediction from one
+  // token's hidden state cannot see that the question will follow these rows).
+  uint32_t kvzap_window = 128;
 };
 
 // Sets one ScorerOptions field by name, for `--scorer-option KEY=VALUE` on compress and eval.
 // Keys: chunk, hint, seed, sink, snapkv-window, snapkv-kernel, h2o-recent, restkv-window,
-// restkv-alpha, restkv-kmin, rkv-window, rkv-lambda, rkv-threshold, rkv-kernel. Throws
+// restkv-alpha, restkv-kmin, rkv-window, rkv-lambda, rkv-threshold, rkv-kernel, kvzap-window. Throws
 // Errc::invalid_argument for an unknown key (listing the known ones) or a value that is not a
 // whole number / finite number as the field needs; ranges are checked by make_scorer.
 void set_scorer_option(ScorerOptions& options, std::string_view key, std::string_view value);

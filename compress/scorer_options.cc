@@ -13,7 +13,7 @@ namespace {
 
 constexpr const char* kKeys =
     "chunk, hint, seed, sink, snapkv-window, snapkv-kernel, h2o-recent, restkv-window, "
-    "restkv-alpha, restkv-kmin, rkv-window, rkv-lambda, rkv-threshold, rkv-kernel";
+    "restkv-alpha, restkv-kmin, rkv-window, rkv-lambda, rkv-threshold, rkv-kernel, kvzap-window";
 
 [[noreturn]] void bad_value(std::string_view key, std::string_view value, const char* want) {
   throw Error(Errc::invalid_argument, "scorer option " + std::string(key) + "=" +
@@ -55,6 +55,7 @@ void set_scorer_option(ScorerOptions& o, std::string_view key, std::string_view 
   else if (key == "rkv-lambda") o.rkv_lambda = real(key, value);
   else if (key == "rkv-threshold") o.rkv_threshold = real(key, value);
   else if (key == "rkv-kernel") o.rkv_kernel = whole<uint32_t>(key, value);
+  else if (key == "kvzap-window") o.kvzap_window = whole<uint32_t>(key, value);
   else
     throw Error(Errc::invalid_argument, "unknown scorer option '" + std::string(key) +
                                             "'; known: " + kKeys);

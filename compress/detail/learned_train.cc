@@ -201,7 +201,8 @@ WindowTargets window_targets(model::Forward& forward, std::span<const int32_t> p
 
 namespace {
 
-// Held-out predictions and targets of one layer and target, gathered over the held-out windows.
+// Held-out predictions and targets of one KV head of one layer and target, gathered over the
+// held-out windows.
 struct Heldout {
   std::vector<float> target, predicted;
 };
@@ -267,7 +268,7 @@ TrainResult train_scorer(model::Forward& forward, std::span<const int32_t> prefi
     coef[l] = systems[l].solve(o.alpha);
   }
   const format::ScorerFile both[2] = {as_file(c, coef, 0, o.alpha), as_file(c, coef, 1, o.alpha)};
-  std::vector<Heldout> held(size_t(2) * L);
+  std::vector<Heldout> held(size_t(2) * L * Hkv);
   std::vector<float> pred;
   uint64_t heldout_tokens = 0;
   for (std::span<const int32_t> w : heldout) {
@@ -277,12 +278,13 @@ TrainResult train_scorer(model::Forward& forward, std::span<const int32_t> prefi
       for (uint32_t l = 0; l < L; ++l) {
         if (c.is_local(l)) continue;
         predict_layer(both[which], l, t.x.data() + size_t(l) * t.n * E, t.n, pred.data(), t.n);
-        Heldout& h = held[size_t(which) * L + l];
-        for (uint32_t j = 0; j < t.n; ++j)
-          for (uint32_t k = 0; k < Hkv; ++k) {
+        for (uint32_t k = 0; k < Hkv; ++k) {
+          Heldout& h = held[(size_t(which) * L + l) * Hkv + k];
+          for (uint32_t j = 0; j < t.n; ++j) {
             h.target.push_back(t.y[(size_t(l) * t.n + j) * 2 * Hkv + which * Hkv + k]);
             h.predicted.push_back(pred[size_t(k) * t.n + j]);
           }
+        }
       }
     heldout_tokens += w.size();
     if (o.progress) o.progress(++done, total);
@@ -290,10 +292,18 @@ TrainResult train_scorer(model::Forward& forward, std::span<const int32_t> prefi
   for (uint32_t which = 0; which < 2; ++which) {
     TargetFit fit{both[which].target, both[which].r2, both[which].spearman};
     for (uint32_t l = 0; l < L; ++l) {
-      const Heldout& h = held[size_t(which) * L + l];
-      if (h.target.empty()) continue;
-      fit.r2[l] = float(r_squared(h.target, h.predicted));
-      fit.spearman[l] = float(spearman(h.target, h.predicted));
+      // Within each KV head (selection ranks a head's rows against each other), averaged over
+      // the heads: pooling the heads would credit the predictor for the heads' different means.
+      double r2 = 0, rho = 0;
+      for (uint32_t k = 0; k < Hkv; ++k) {
+        const Heldout& h = held[(size_t(which) * L + l) * Hkv + k];
+        r2 += r_squared(h.target, h.predicted) / Hkv;
+        rho += spearman(h.target, h.predicted) / Hkv;
+      }
+      if (!held[(size_t(which) * L + l) * Hkv].target.empty()) {
+        fit.r2[l] = float(r2);
+        fit.spearman[l] = float(rho);
+      }
     }
     r.fits.push_back(std::move(fit));
   }
