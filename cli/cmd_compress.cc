@@ -132,7 +132,8 @@ void check_flags(const CompressOpts& o, bool head) {
 
 // The library's options from the flags (all but the scorer options, which need the model's chat
 // template), checked by the library's own check_file_options; its errors gain the command's name.
-compress::CompressFileOptions file_options(const CompressOpts& o, bool head, const format::HeadScores& hs) {
+compress::CompressFileOptions file_options(const CompressOpts& o, bool head,
+                                           const format::HeadScores& hs) {
   compress::CompressFileOptions fo;
   fo.compress.method = head ? compress::kHeadLevelMethod : o.method;
   fo.compress.ratio = o.ratio_given ? o.ratio : compress::default_ratio(fo.compress.method);
@@ -159,18 +160,24 @@ compress::CompressFileOptions file_options(const CompressOpts& o, bool head, con
 
 // The model's share of the options: q8/q4 need a power-of-two head dimension, head scores and a
 // learned scorer must come from this model; the scorer options take its chat template.
-void fit_model(const model::Model& model, const CompressOpts& o, bool head, const format::HeadScores& hs,
-               const std::shared_ptr<const format::ScorerFile>& learned, compress::CompressFileOptions& fo) {
-  if (format::dtype_quantized(fo.kv.dtype) && !hadamard_size(model.config().head_dim))  // not after the prefill
-    throw Error(Errc::invalid_argument, "compress: --kv-dtype " + o.dtype + " needs a power-of-two head dimension " +
-                                            "(q8/q4 rows are stored Hadamard-rotated); this model's is " +
-                                            std::to_string(model.config().head_dim) + ": use f16 or bf16");
-  if (head && !format::check_head_scores_model(hs, model.config(), model.fingerprint(), o.force_model) &&
+void fit_model(const model::Model& model, const CompressOpts& o, bool head,
+               const format::HeadScores& hs,
+               const std::shared_ptr<const format::ScorerFile>& learned,
+               compress::CompressFileOptions& fo) {
+  if (format::dtype_quantized(fo.kv.dtype) &&
+      !hadamard_size(model.config().head_dim))  // not after the prefill
+    throw Error(Errc::invalid_argument,
+                "compress: --kv-dtype " + o.dtype + " needs a power-of-two head dimension " +
+                    "(q8/q4 rows are stored Hadamard-rotated); this model's is " +
+                    std::to_string(model.config().head_dim) + ": use f16 or bf16");
+  if (head &&
+      !format::check_head_scores_model(hs, model.config(), model.fingerprint(), o.force_model) &&
       !o.quiet)
     std::fprintf(stderr, "warning: %s was calibrated on another model (--force-model)\n",
                  o.head_scores.c_str());
   if (learned) format::check_scorer_model(*learned, model.config(), model.fingerprint());
-  fo.compress.scorer = compress::make_scorer_options(model.chat(), o.chunk, o.seed, o.scorer_options);
+  fo.compress.scorer =
+      compress::make_scorer_options(model.chat(), o.chunk, o.seed, o.scorer_options);
   if (learned) {
     fo.compress.scorer.learned_source = compress::learned_scorer_source(*learned, o.scorer_file);
     fo.compress.scorer.learned = learned;
@@ -178,13 +185,14 @@ void fit_model(const model::Model& model, const CompressOpts& o, bool head, cons
 }
 
 // The summary of one compressed document on stderr.
-void print_summary(const model::Model& model, const compress::CompressResult& r, const CompressOpts& o,
-                   bool head, const std::string& out, double total_s) {
+void print_summary(const model::Model& model, const compress::CompressResult& r,
+                   const CompressOpts& o, bool head, const std::string& out, double total_s) {
   const double full_mb = 2.0 * model.config().n_layers * model.config().n_kv_heads *
                          model.config().head_dim * 4.0 * (r.n_prefix + r.n_doc) / 1e6;
   if (head)
-    std::fprintf(stderr, "head level: %s of the heads keep the whole document, the others the "
-                         "prefix + %u recent rows\n",
+    std::fprintf(stderr,
+                 "head level: %s of the heads keep the whole document, the others the "
+                 "prefix + %u recent rows\n",
                  std::find_if(r.params.begin(), r.params.end(),
                               [](const auto& p) { return p.first == "heads_kept"; })
                      ->second.c_str(),
@@ -202,8 +210,9 @@ void print_summary(const model::Model& model, const compress::CompressResult& r,
 }
 
 // One document into its file, with a progress bar and the summary.
-void run_document(const model::Model& model, const std::string& text, compress::CompressFileOptions fo,
-                  const CompressOpts& o, bool head, const std::string& out) {
+void run_document(const model::Model& model, const std::string& text,
+                  compress::CompressFileOptions fo, const CompressOpts& o, bool head,
+                  const std::string& out) {
   ProgressBarOptions pb;
   pb.quiet = o.quiet;
   ProgressBar bar(pb);
@@ -227,13 +236,14 @@ void run_compress(const CompressOpts& o_in) {
   check_flags(o, head);
   const bool corpus = !o.manifest.empty();
   const compress::Shard shard = compress::parse_shard(o.shard);
-  const format::HeadScores hs = head ? format::read_head_scores_file(o.head_scores) : format::HeadScores{};
+  const format::HeadScores hs =
+      head ? format::read_head_scores_file(o.head_scores) : format::HeadScores{};
   compress::CompressFileOptions fo = file_options(o, head, hs);
   std::string out, text;
   std::vector<compress::CorpusEntry> entries;
   if (corpus) {
     entries = compress::parse_manifest(read_text(o.manifest, "manifest"), o.manifest,
-                             std::filesystem::path(o.manifest).parent_path().string());
+                                       std::filesystem::path(o.manifest).parent_path().string());
     if (!o.summary.empty()) check_writable(o.summary, true);
   } else {
     out = o.out.empty() ? default_output(o.doc, ".kvz", "compress") : o.out;
@@ -246,10 +256,8 @@ void run_compress(const CompressOpts& o_in) {
 
   auto model = load_model(o.model, o.threads);
   fit_model(*model, o, head, hs, learned, fo);
-  if (corpus)
-    run_corpus(*model, entries, fo, o, shard);
-  else
-    run_document(*model, text, fo, o, head, out);
+  if (corpus) run_corpus(*model, entries, fo, o, shard);
+  else run_document(*model, text, fo, o, head, out);
 }
 
 }  // namespace

@@ -30,10 +30,12 @@ struct GenerateOpts {
 
 // The prompt's tokens: the chat template's turn with --chat, else BOS (if the model adds one)
 // and the plain text.
-std::vector<int32_t> generate_prompt(const model::Model& model, const GenerateOpts& o, const std::string& text) {
+std::vector<int32_t> generate_prompt(const model::Model& model, const GenerateOpts& o,
+                                     const std::string& text) {
   if (o.chat) return model.chat().chat(o.system, text);
   std::vector<int32_t> prompt;
-  if (model.tokenizer().add_bos() && model.tokenizer().bos() >= 0) prompt.push_back(model.tokenizer().bos());
+  if (model.tokenizer().add_bos() && model.tokenizer().bos() >= 0)
+    prompt.push_back(model.tokenizer().bos());
   auto ids = model.tokenizer().encode(text, /*parse_special=*/false);
   prompt.insert(prompt.end(), ids.begin(), ids.end());
   return prompt;
@@ -57,7 +59,8 @@ model::GenerateParams generate_params(const model::Model& model, const GenerateO
 }
 
 model::GenerateResult generate_on_cpu(const model::Model& model, const GenerateOpts& o,
-                                      std::span<const int32_t> prompt, const model::GenerateParams& gp,
+                                      std::span<const int32_t> prompt,
+                                      const model::GenerateParams& gp,
                                       const model::TokenCallback& on_token) {
   model::ForwardOptions fo;
   fo.threads = o.threads;
@@ -73,21 +76,26 @@ model::GenerateResult generate_on_cpu(const model::Model& model, const GenerateO
         shape, 0, std::vector<uint32_t>(size_t(shape.n_layers) * shape.n_kv_heads, 0),
         static_cast<uint32_t>(prompt.size()) + gp.rkv->budget + gp.rkv->buffer);
   else {  // every answer token attends to the whole prompt: keep its keys transposed once
-    auto dense = std::make_unique<model::KvCache>(shape, static_cast<uint32_t>(prompt.size()) + o.n);
+    auto dense =
+        std::make_unique<model::KvCache>(shape, static_cast<uint32_t>(prompt.size()) + o.n);
     dense->keep_key_tiles(!o.no_key_tiles);
     cache = std::move(dense);
   }
   return generate(fwd, *cache, prompt, gp, on_token);
 }
 
-void print_generate_stats(const model::Model& model, const model::GenerateResult& r, const model::GenerateParams& gp,
-                          size_t n_prompt, double prefill_s, double decode_s, kernels::Device device) {
-  std::fprintf(stderr, "prompt %zu tokens in %.3f s (%.1f tok/s); generated %zu tokens, %.1f tok/s\n",
+void print_generate_stats(const model::Model& model, const model::GenerateResult& r,
+                          const model::GenerateParams& gp, size_t n_prompt, double prefill_s,
+                          double decode_s, kernels::Device device) {
+  std::fprintf(stderr,
+               "prompt %zu tokens in %.3f s (%.1f tok/s); generated %zu tokens, %.1f tok/s\n",
                n_prompt, prefill_s, n_prompt / prefill_s, r.tokens.size(),
                r.tokens.size() > 1 ? (r.tokens.size() - 1) / decode_s : 0.0);
   if (device != kernels::Device::Cuda)
-    std::fprintf(stderr, "matmul %s\n", kernels::matmul_kernels(model::ForwardOptions{}.matmul).c_str());
-  std::fprintf(stderr, "weights %s\n", model.weights_in_memory() ? "read into memory" : "mapped from the file");
+    std::fprintf(stderr, "matmul %s\n",
+                 kernels::matmul_kernels(model::ForwardOptions{}.matmul).c_str());
+  std::fprintf(stderr, "weights %s\n",
+               model.weights_in_memory() ? "read into memory" : "mapped from the file");
   if (gp.rkv)
     std::fprintf(stderr, "%s: %u compressions evicted %llu rows (budget %u per head)\n",
                  gp.rkv->streaming ? "streaming" : "R-KV", r.compressions,
@@ -120,7 +128,8 @@ void run_generate(const GenerateOpts& o) {
   const model::GenerateResult r = [&] {
     if (device != kernels::Device::Cuda) return generate_on_cpu(*model, o, prompt, gp, on_token);
     model::GpuForward gpu(model->weights());
-    model::GpuCache cache(model::cache_shape(model->config()), static_cast<uint32_t>(prompt.size()) + o.n);
+    model::GpuCache cache(model::cache_shape(model->config()),
+                          static_cast<uint32_t>(prompt.size()) + o.n);
     return generate(gpu, cache, prompt, gp, on_token);
   }();
   const std::string tail = dec.finish();
@@ -128,7 +137,8 @@ void run_generate(const GenerateOpts& o) {
   std::fputc('\n', stdout);
   if (o.stats) {
     const auto t1 = std::chrono::steady_clock::now();
-    print_generate_stats(*model, r, gp, prompt.size(), std::chrono::duration<double>(t_first - t0).count(),
+    print_generate_stats(*model, r, gp, prompt.size(),
+                         std::chrono::duration<double>(t_first - t0).count(),
                          std::chrono::duration<double>(t1 - t_first).count(), device);
   }
 }

@@ -109,8 +109,9 @@ CompressResult compress_gpu(model::GpuForward& forward, std::span<const int32_t>
   check_device(options, kernels::Device::Cuda);
   const bool full = options.method == "full";
   if (options.prefill.observer)
-    throw Error(Errc::unsupported, "compress_gpu: a prefill observer reads host memory; observe a "
-                                   "prefill on the CPU");
+    throw Error(Errc::unsupported,
+                "compress_gpu: a prefill observer reads host memory; observe a "
+                "prefill on the CPU");
   std::unique_ptr<Scorer> scorer =
       detail::checked_scorer(forward.config(), prefix.size(), document.size(), options);
   const uint32_t n_p = static_cast<uint32_t>(prefix.size());

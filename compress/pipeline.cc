@@ -49,8 +49,9 @@ void check_options(const CompressOptions& o) {
 void check_device(const CompressOptions& o, kernels::Device device) {
   if (device == kernels::Device::Cpu || o.method == "kvzip" || o.method == "full") return;
   if (head_level_method(o))
-    throw Error(Errc::unsupported, "method kvzip-head runs on the CPU only (it has no scoring "
-                                   "pass to speed up)");
+    throw Error(Errc::unsupported,
+                "method kvzip-head runs on the CPU only (it has no scoring "
+                "pass to speed up)");
   std::string m = "a CUDA device compresses with method kvzip or full; method '";
   m.append(o.method).append("' runs on the CPU");
   throw Error(Errc::unsupported, m);
@@ -72,7 +73,8 @@ namespace detail {
 std::unique_ptr<Scorer> checked_scorer(const ModelConfig& config, size_t n_prefix, size_t n_doc,
                                        const CompressOptions& o) {
   std::unique_ptr<Scorer> scorer = make_method_scorer(o);
-  if (head_level_method(o)) check_head_scores(o.head.head_scores, model::cache_shape(config), "kvzip-head");
+  if (head_level_method(o))
+    check_head_scores(o.head.head_scores, model::cache_shape(config), "kvzip-head");
   prefill::check_fits_context(config, n_prefix, n_doc, o.prefill.answer_room);
   return scorer;
 }
@@ -234,14 +236,16 @@ void check_file_options(const CompressFileOptions& o) {
   format::check_write_options(o.write);
   check_device(o.compress, o.device);
   if (o.device == kernels::Device::Cuda && o.matmul == kernels::MatmulPath::Exact)
-    throw Error(Errc::unsupported, "the exact matrix products (option matmul) are the CPU's fp32 "
-                                   "ones; a CUDA device has its own (compress on the CPU)");
+    throw Error(Errc::unsupported,
+                "the exact matrix products (option matmul) are the CPU's fp32 "
+                "ones; a CUDA device has its own (compress on the CPU)");
 }
 
 CompressResult compress_to_file(const model::Model& model, std::string_view text,
                                 const CompressFileOptions& o, const std::string& path) {
   check_file_options(o);  // a bad option fails before the prefill
-  if (format::dtype_quantized(o.kv.dtype) && o.kv.group && model.config().head_dim % o.kv.group != 0) {
+  if (format::dtype_quantized(o.kv.dtype) && o.kv.group &&
+      model.config().head_dim % o.kv.group != 0) {
     std::string m = "quantization group ";
     m.append(std::to_string(o.kv.group))
         .append(" does not divide the model's head dimension ")

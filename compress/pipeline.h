@@ -33,7 +33,7 @@ inline constexpr double kDefaultRatio = 0.3;
 
 struct CompressOptions {
   std::string method = "kvzip";            // one of scorer_names(), kHeadLevelMethod or kvzap
-  double ratio = kDefaultRatio;                      // fraction of the L·Hkv·n_c document rows to keep;
+  double ratio = kDefaultRatio;            // fraction of the L·Hkv·n_c document rows to keep;
                                            // kvzip-head: fraction of the L·Hkv heads kept whole
   SelectionLevel level = SelectionLevel::Global;  // row selection (not for kvzip-head)
   ScorerOptions scorer;

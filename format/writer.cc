@@ -154,8 +154,8 @@ void VectorSink::write(const void* data, size_t size) {
 
 void check_write_options(const WriteOptions& options) {
   if (options.zstd_level < 0 || options.zstd_level > 19)
-    throw Error(Errc::invalid_argument, "zstd level " + std::to_string(options.zstd_level) +
-                                            " is outside 0 (off) .. 19");
+    throw Error(Errc::invalid_argument,
+                "zstd level " + std::to_string(options.zstd_level) + " is outside 0 (off) .. 19");
 }
 
 void write_cache(const CacheContents& contents, Sink& sink, const WriteOptions& options) {

@@ -119,7 +119,8 @@ double ms_since(std::chrono::steady_clock::time_point t) {
 }
 
 // What compose takes: 2 to max_docs caches of a model that composes, a blend in [0, 1].
-void check_composition(const ModelConfig& config, const std::vector<const format::CacheHeader*>& headers,
+void check_composition(const ModelConfig& config,
+                       const std::vector<const format::CacheHeader*>& headers,
                        const ComposeOptions& o) {
   const size_t K = headers.size();
   if (K < 2 || K > o.max_docs)
@@ -143,7 +144,8 @@ void pick_recomputed(model::Forward& forward, model::ComposedCache& cache, uint3
   probe_ms += ms_since(t);
   std::vector<uint32_t> order(n);
   std::iota(order.begin(), order.end(), 0u);
-  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return change[a] > change[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint32_t a, uint32_t b) { return change[a] > change[b]; });
   order.resize(pick);
   std::sort(order.begin(), order.end());
   std::vector<uint32_t> stored(pick);
@@ -157,10 +159,10 @@ void pick_recomputed(model::Forward& forward, model::ComposedCache& cache, uint3
 
 }  // namespace
 
-std::unique_ptr<model::ComposedCache> compose(model::Forward& forward, const model::Tokenizer& tokenizer,
-                                              const std::vector<const format::CacheHeader*>& headers,
-                                              const std::vector<const model::KvBase*>& bases,
-                                              const ComposeOptions& o, ComposeStats* stats) {
+std::unique_ptr<model::ComposedCache> compose(
+    model::Forward& forward, const model::Tokenizer& tokenizer,
+    const std::vector<const format::CacheHeader*>& headers,
+    const std::vector<const model::KvBase*>& bases, const ComposeOptions& o, ComposeStats* stats) {
   const auto t0 = std::chrono::steady_clock::now();
   const size_t K = headers.size();
   KVZIP_ASSERT(bases.size() == K);

@@ -393,11 +393,13 @@ QuerySession::QuerySession(const model::Model& model, const std::vector<std::str
     : QuerySession(model, open_file(model, paths.at(0), composing(o, paths.size())), o) {
   if (paths.size() == 1) return;
   if (o.device == kernels::Device::Cuda)
-    throw Error(Errc::unsupported, "several caches are composed on the CPU only; answer them on the CPU");
+    throw Error(Errc::unsupported,
+                "several caches are composed on the CPU only; answer them on the CPU");
   check_model_composes(model.config());  // before the other files are read
   if (paths.size() > o.compose.max_docs)
-    throw Error(Errc::invalid_argument, std::to_string(paths.size()) + " caches given; a composition takes at most " +
-                                            std::to_string(o.compose.max_docs) + " (option compose.max_docs raises it)");
+    throw Error(Errc::invalid_argument,
+                std::to_string(paths.size()) + " caches given; a composition takes at most " +
+                    std::to_string(o.compose.max_docs) + " (option compose.max_docs raises it)");
   const auto t0 = Clock::now();
   for (size_t i = 1; i < paths.size(); ++i) {
     Loaded l = open_file(model, paths[i], composing(o, paths.size()));
@@ -449,7 +451,8 @@ void QuerySession::to_device(const SessionOptions& o, const format::CacheReader*
   gpu_forward_ = std::make_unique<model::GpuForward>(model_.weights());
   gpu_cache_ = std::make_unique<model::GpuCache>(
       reader ? gpu_cache_from_reader(*reader, o.room, gpu_forward_->stream(), o.kv_form)
-             : model::GpuCache::from_ragged(base_.f32("the CUDA upload"), o.room, gpu_forward_->stream()));
+             : model::GpuCache::from_ragged(base_.f32("the CUDA upload"), o.room,
+                                            gpu_forward_->stream()));
   load_ms_ += ms_since(t0);
 }
 

@@ -77,11 +77,14 @@ void check_config(const ModelConfig& c) {
   if (c.n_kv_heads > kernels::kMaxKvHeads)
     throw Error(Errc::unsupported, "GpuForward: " + std::to_string(c.n_kv_heads) +
                                        " KV heads; the CUDA kernels take at most " +
-                                       std::to_string(kernels::kMaxKvHeads) + " (run it on the CPU)");
+                                       std::to_string(kernels::kMaxKvHeads) +
+                                       " (run it on the CPU)");
   if (c.qk_norm || c.post_norms || c.hybrid() || c.ffn_act != FfnActivation::Silu || c.embed_scale != 1.0f ||
       c.query_scale != 0.0f)
-    throw Error(Errc::unsupported, "GpuForward: architecture '" + c.arch + "' (QK-norm, post-norms, GeGLU or "
-                                   "sliding-window layers) has no CUDA forward yet; run it on the CPU");
+    throw Error(Errc::unsupported,
+                "GpuForward: architecture '" + c.arch +
+                    "' (QK-norm, post-norms, GeGLU or "
+                    "sliding-window layers) has no CUDA forward yet; run it on the CPU");
   if (c.head_dim != 64 && c.head_dim != 128)
     throw Error(Errc::unsupported, "GpuForward: head_dim " + std::to_string(c.head_dim) +
                                        " has no CUDA attention kernel (64 and 128 are compiled); "

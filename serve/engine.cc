@@ -329,7 +329,8 @@ Engine::Step Engine::plan_step(const std::vector<Request*>& work) const {
   uint32_t budget = opt_.step_tokens;
   for (Request* r : work) {  // decode rows first: every answering request advances each step
     if (r->done || !r->cache || r->prefilled < r->spec.prompt.size()) continue;
-    s.items.push_back(model::StepItem{r->cache.get(), std::span<const int32_t>(&r->next, 1), r->logits.data()});
+    s.items.push_back(
+        model::StepItem{r->cache.get(), std::span<const int32_t>(&r->next, 1), r->logits.data()});
     s.owners.push_back(r);
     s.pieces.push_back(0);
     --budget;
@@ -344,9 +345,9 @@ Engine::Step Engine::plan_step(const std::vector<Request*>& work) const {
     if (left > budget && left <= whole) continue;
     const uint32_t n = static_cast<uint32_t>(std::min<size_t>(left, budget));
     const bool last = n == left;
-    s.items.push_back(model::StepItem{r->cache.get(),
-                                      std::span<const int32_t>(r->spec.prompt).subspan(r->prefilled, n),
-                                      last ? r->logits.data() : nullptr});
+    s.items.push_back(model::StepItem{
+        r->cache.get(), std::span<const int32_t>(r->spec.prompt).subspan(r->prefilled, n),
+        last ? r->logits.data() : nullptr});
     s.owners.push_back(r);
     s.pieces.push_back(n);
     budget -= n;

@@ -181,7 +181,8 @@ void parse_generation(const json& j, const ChatLimits& limits, ChatRequest& r) {
 
 }  // namespace
 
-ChatRequest parse_chat_request(const std::string& body, const ChatLimits& limits, const std::string& pinned) {
+ChatRequest parse_chat_request(const std::string& body, const ChatLimits& limits,
+                               const std::string& pinned) {
   const json j = parse_object(body);
   ChatRequest r;
   auto has = [&](const char* k) { return j.contains(k) && !j[k].is_null(); };

@@ -437,7 +437,8 @@ void Server::Impl::put_cache(const httplib::Request& req, httplib::Response& res
   });
   if (over || HttpServer::body_over_limit())
     throw ApiError(413, "invalid_request_error", "body_too_large",
-                   "the upload is over " + std::to_string(opt.max_upload_bytes) + " bytes (the server's upload limit)");
+                   "the upload is over " + std::to_string(opt.max_upload_bytes) +
+                       " bytes (the server's upload limit)");
   if (!whole)
     throw ApiError(400, "invalid_request_error", "incomplete_body", "the body ended early or arrived too slowly");
   try {

@@ -248,11 +248,11 @@ nb::dict fingerprint_dict(const ModelFingerprint& fp, const ModelConfig& c) {
 using Progress = std::function<void(uint64_t, uint64_t)>;
 
 // Compresses `text` into the file `out`; returns timings.
-nb::dict compress_text(const PyModel& pm, const std::string& text, const std::string& out, double ratio,
-                       const std::string& method, const std::string& level, const std::string& kv_dtype,
-                       uint32_t kv_group, int zstd, bool force, const std::string& system,
-                       const std::string& query_template, uint32_t threads, uint32_t chunk,
-                       const std::optional<Progress>& progress) {
+nb::dict compress_text(const PyModel& pm, const std::string& text, const std::string& out,
+                       double ratio, const std::string& method, const std::string& level,
+                       const std::string& kv_dtype, uint32_t kv_group, int zstd, bool force,
+                       const std::string& system, const std::string& query_template,
+                       uint32_t threads, uint32_t chunk, const std::optional<Progress>& progress) {
   const model::Model& m = *pm.m;
   compress::CompressFileOptions fo;
   fo.compress.method = method;
@@ -486,7 +486,6 @@ void bind_reader(nb::module_& m) {
         set_model(h, model);
         return r.r.check_model(h.model, force);
       }, "model"_a, "force"_a = false);
-
 }
 
 // The class Model and what takes one: compression, a library's search and answers.
@@ -499,10 +498,11 @@ void bind_model(nb::module_& m) {
       .def("decode", [](const PyModel& p, const std::vector<int32_t>& ids) { return p.m->tokenizer().decode(ids); })
       .def("stop_tokens", [](const PyModel& p) { return p.m->chat().stop_tokens(); });
 
-  m.def("compress", &compress_text, "model"_a, "text"_a, "out"_a, "ratio"_a = compress::kDefaultRatio, "method"_a = "kvzip",
-        "level"_a = "global", "kv_dtype"_a = "f32", "kv_group"_a = 0, "zstd"_a = 0, "force"_a = false,
-        "system"_a = "", "query_template"_a = format::kDefaultQueryTemplate, "threads"_a = 0,
-        "chunk"_a = 2000, "progress"_a = nb::none());
+  m.def("compress", &compress_text, "model"_a, "text"_a, "out"_a,
+        "ratio"_a = compress::kDefaultRatio, "method"_a = "kvzip", "level"_a = "global",
+        "kv_dtype"_a = "f32", "kv_group"_a = 0, "zstd"_a = 0, "force"_a = false, "system"_a = "",
+        "query_template"_a = format::kDefaultQueryTemplate, "threads"_a = 0, "chunk"_a = 2000,
+        "progress"_a = nb::none());
 
   m.def("search", &library_search, "dir"_a, "question"_a, "top_k"_a = 4, "model"_a = nb::none());
   m.def("ask", &library_ask, "model"_a, "dir"_a, "question"_a, "top_k"_a = 4, "max_tokens"_a = 128,
@@ -530,20 +530,24 @@ NB_MODULE(_kvzip, m) {
     try {
       std::rethrow_exception(p);
     } catch (const Error& e) {
-      nb::object cls = nb::module_::import_("kvzip.errors").attr("error_class")(static_cast<int>(e.code()));
+      nb::object cls =
+          nb::module_::import_("kvzip.errors").attr("error_class")(static_cast<int>(e.code()));
       PyErr_SetString(cls.ptr(), e.what());
     }
   });
 
   m.def("hdf5_available", &format::hdf5_available);
-  m.def("export_hdf5", [](const std::string& cache, const std::string& out, bool force) {
-    const auto r = format::CacheReader::open(cache);
-    format::export_hdf5(r.load(), out, force);
-  }, "cache"_a, "out"_a, "force"_a = false);
+  m.def(
+      "export_hdf5",
+      [](const std::string& cache, const std::string& out, bool force) {
+        const auto r = format::CacheReader::open(cache);
+        format::export_hdf5(r.load(), out, force);
+      },
+      "cache"_a, "out"_a, "force"_a = false);
 
   bind_reader(m);
-  m.def("write", &write_file, "path"_a, "header"_a, "layers"_a, "kv_dtype"_a = "f32", "kv_group"_a = 0,
-        "zstd"_a = 0, "force"_a = false);
+  m.def("write", &write_file, "path"_a, "header"_a, "layers"_a, "kv_dtype"_a = "f32",
+        "kv_group"_a = 0, "zstd"_a = 0, "force"_a = false);
 
   bind_model(m);
   bind_session(m);

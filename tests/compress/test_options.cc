@@ -61,12 +61,15 @@ TEST_CASE("check_options refuses a ratio outside (0, 1], an unknown method, bad 
   o.method = "kvzipp";
   CHECK(failure([&] { compress::check_options(o); }).first == Errc::invalid_argument);
 
-  CHECK(failure([&] { compress::check_options(head_level({0.1f, 0.2f})); }).first == Errc::internal);
+  CHECK(failure([&] {
+          compress::check_options(head_level({0.1f, 0.2f}));
+        }).first == Errc::internal);
   const auto [none, none_what] = failure([&] { compress::check_options(head_level({})); });
   CHECK(none == Errc::invalid_argument);
   CHECK_THAT(none_what, Catch::Contains("needs head scores"));
-  const auto [nan, nan_what] =
-      failure([&] { compress::check_options(head_level({0.1f, std::nanf("")})); });
+  const auto [nan, nan_what] = failure([&] {
+    compress::check_options(head_level({0.1f, std::nanf("")}));
+  });
   CHECK(nan == Errc::invalid_argument);
   CHECK_THAT(nan_what, Catch::Contains("head score 1 is NaN"));
 }
@@ -76,14 +79,17 @@ TEST_CASE("check_device: the CPU runs every method, a CUDA device kvzip and full
   compress::CompressOptions o;
   for (const char* m : {"kvzip", "full", "snapkv"}) {
     o.method = m;
-    CHECK(failure([&] { compress::check_device(o, kernels::Device::Cpu); }).first == Errc::internal);
+    CHECK(failure([&] { compress::check_device(o, kernels::Device::Cpu); }).first ==
+          Errc::internal);
   }
   for (const char* m : {"kvzip", "full"}) {
     o.method = m;
-    CHECK(failure([&] { compress::check_device(o, kernels::Device::Cuda); }).first == Errc::internal);
+    CHECK(failure([&] { compress::check_device(o, kernels::Device::Cuda); }).first ==
+          Errc::internal);
   }
   o.method = "snapkv";
-  CHECK(failure([&] { compress::check_device(o, kernels::Device::Cuda); }).first == Errc::unsupported);
+  CHECK(failure([&] { compress::check_device(o, kernels::Device::Cuda); }).first ==
+        Errc::unsupported);
   const auto [code, what] =
       failure([&] { compress::check_device(head_level({0.1f}), kernels::Device::Cuda); });
   CHECK(code == Errc::unsupported);
