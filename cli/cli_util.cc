@@ -136,7 +136,6 @@ std::string with_flag_names(std::string message) {
       {"option force_model", "--force-model"},
       {"option compose.max_docs", "--max-compose"},
       {"option matmul", "--matmul"},
-      {"option verify", "--verify"},
       {"option force", "--force"},
   };
   for (const auto& [field, flag] : kFlags)

@@ -219,7 +219,7 @@ std::string describe_text(const CacheReader& r, const DescribeOptions& opt) {
   o << "checksums    "
     << (all_checked(sections)
             ? "all " + std::to_string(sections.size()) + " sections verified"
-            : std::string("metadata verified; K/V data not checked yet (use option verify)"))
+            : std::string("metadata verified; K/V data not checked yet (checked by a full verify)"))
     << "\n";
   text_sections(o, sections);
   text_retention(o, h, st);

@@ -162,6 +162,5 @@ TEST_CASE("library messages show the command line's flag where they name an opti
         "load it anyway (--force); --force");
   CHECK(with_flag_names("at most 16 (option compose.max_docs raises it)") ==
         "at most 16 (--max-compose raises it)");
-  CHECK(with_flag_names("not checked yet (use option verify)") == "not checked yet (use --verify)");
   CHECK(with_flag_names("no option here") == "no option here");
 }
