@@ -65,8 +65,8 @@ double default_ratio(std::string_view method);
 
 // The one check of the options that needs no model, shared by every front end (command line,
 // server, Python): ratio in (0, 1], a known method, and for kvzip-head head scores that are
-// present and not NaN with the global level (it selects whole heads); head scores given to any
-// other method are refused too. Errc::invalid_argument naming the option field, never a flag.
+// present and none NaN (kvzip-head selects whole heads: `level` is not read). Errc::
+// invalid_argument naming the option or the concept, never a flag.
 void check_options(const CompressOptions& options);
 
 // Whether `device` runs options.method (Errc::unsupported unless so): the CPU runs every method;
@@ -101,7 +101,7 @@ DocumentScores kvzip_scores_gpu(model::GpuForward& forward, model::GpuCache& cac
                                 std::span<const int32_t> document, const ScorerOptions& options);
 
 // compress() with the prefill and the scoring on the device: methods "kvzip" and "full" (others
-// throw Errc::unsupported naming --device cpu). The prefill runs in calls of options.prefill.chunk
+// throw Errc::unsupported: check_device). The prefill runs in calls of options.prefill.chunk
 // tokens with the same progress reports as on the CPU; a prefill observer is a CPU object and is
 // refused (Errc::unsupported). Selection and eviction run on the host over the dense cache copied
 // back once; params gain "device" = "cuda". Errc::unsupported without a CUDA build or device.
