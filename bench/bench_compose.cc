@@ -57,6 +57,7 @@ std::vector<std::string> cut(const model::Tokenizer& tok, const std::string& tex
 
 }  // namespace
 
+// Over 80 lines on purpose: a benchmark's main is its measurement script, read top to bottom.
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr, "usage: bench_compose TEXT [--tokens N] [--ks 2,4,8] [--ratio R] [--blends 0,0.2] "

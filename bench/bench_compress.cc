@@ -143,6 +143,7 @@ void print_row(const char* name, const char* what, Span s, Span prefill) {
 
 }  // namespace
 
+// Over 80 lines on purpose: a benchmark's main is its measurement script, read top to bottom.
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   try {

@@ -130,4 +130,18 @@ void add_threads_option(CLI::App* app, uint32_t& threads) {
       ->type_name("N");
 }
 
+std::string with_flag_names(std::string message) {
+  // Longer fields first, so "option force" does not cut "option force_model" short.
+  static const std::pair<const char*, const char*> kFlags[] = {
+      {"option force_model", "--force-model"},
+      {"option compose.max_docs", "--max-compose"},
+      {"option matmul", "--matmul"},
+      {"option force", "--force"},
+  };
+  for (const auto& [field, flag] : kFlags)
+    for (size_t at = message.find(field); at != std::string::npos; at = message.find(field, at))
+      message.replace(at, std::strlen(field), flag);
+  return message;
+}
+
 }  // namespace kvzip::cli

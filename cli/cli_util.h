@@ -62,4 +62,8 @@ inline constexpr const char* kKvGroupHelp = "q8/q4: channels per quantization gr
 std::unique_ptr<model::Model> load_model(const std::string& cli_path, uint32_t threads,
                                          bool long_running = false);
 
+// Library messages name an option as "option FIELD" (e.g. "option force_model"); the command
+// line shows its flag there instead ("--force-model"). The one place flags enter library text.
+std::string with_flag_names(std::string message);
+
 }  // namespace kvzip::cli

@@ -34,8 +34,8 @@ struct CompressOpts {
   std::string scorer_file;  // --scorer: the learned scorer of `kvzip calibrate --scorer` (kvzap)
   std::string device = "cpu", matmul = "fast";
   std::string manifest, out_dir, shard = "0/1", summary;  // corpus mode
-  double ratio = 0.3;
-  bool ratio_given = false;  // --level head defaults to 0.6 (methods §1 step 9)
+  double ratio = compress::kDefaultRatio;
+  bool ratio_given = false;  // if not, the method's compress::default_ratio
   uint32_t chunk = 2000, threads = 0, seed = 0, head_window = 0, kv_group = 0;
   std::vector<std::string> scorer_options;  // KEY=VALUE (set_scorer_option)
   int zstd = 0;
@@ -91,28 +91,26 @@ void run_corpus(const model::Model& model, const std::vector<compress::CorpusEnt
   }
 }
 
-void run_compress(const CompressOpts& o_in) {
-  // Everything that can be checked without the model comes first.
-  CompressOpts o = o_in;
+// The method the flags ask for: --scorer FILE is the learned scorer (method kvzap), which needs it.
+std::string method_of(const CompressOpts& o) {
   if (!o.scorer_file.empty()) {
     if (o.method != "kvzip" && o.method != compress::kLearnedMethod)
       throw Error(Errc::invalid_argument,
                   "compress: --scorer FILE is the learned scorer (method "
                   "kvzap); --method " +
                       o.method + " cannot use it");
-    o.method = compress::kLearnedMethod;
-  } else if (o.method == compress::kLearnedMethod) {
+    return compress::kLearnedMethod;
+  }
+  if (o.method == compress::kLearnedMethod)
     throw Error(Errc::invalid_argument,
                 "compress: method kvzap needs --scorer FILE.kvp (made by "
                 "`kvzip calibrate --scorer` on a text other than the documents)");
-  }
-  compress::check_ratio(o.ratio);
-  compress::check_method_name(o.method);
-  if (o.level != "global" && o.level != "per-head" && o.level != "per-layer" && o.level != "head")
-    throw Error(Errc::invalid_argument, "compress: unknown --level '" + o.level +
-                                            "'; known levels: global, per-head, per-layer, head");
-  const bool head = head_level(o);
-  const kernels::Device device = kernels::parse_device(o.device.c_str());
+  return o.method;
+}
+
+// Flags that only the command line has: the level's extra value "head", scorer options (parsed
+// here, applied once the model gives its chat template), one document or a manifest.
+void check_flags(const CompressOpts& o, bool head) {
   {
     compress::ScorerOptions probe;  // unknown keys and unparsable values fail before the model loads
     for (const std::string& kv : o.scorer_options) compress::set_scorer_option(probe, kv);
@@ -120,23 +118,7 @@ void run_compress(const CompressOpts& o_in) {
       throw Error(Errc::invalid_argument,
                   "compress: --scorer-option does not apply to --level head (no scoring pass)");
   }
-  if (device == kernels::Device::Cuda && o.matmul == "exact")  // before the model loads
-    throw Error(Errc::unsupported, "compress: --matmul exact selects the CPU's fp32 products; "
-                                   "the CUDA path has its own (drop --device cuda or --matmul)");
-  if (head && device == kernels::Device::Cuda)
-    throw Error(Errc::unsupported, "compress: --level head runs on the CPU only (it has no scoring "
-                                   "pass to speed up); drop --device cuda");
-  compress::CompressOptions co;
-  co.method = o.method;
-  co.ratio = o.ratio;
-  if (!head) co.level = compress::parse_selection_level(o.level);
-  const format::DType dtype = parse_kv_dtype(o.dtype, "compress");
   reject_removed_kv_layout_options(o.removed, "compress");
-  if (o.zstd < 0 || o.zstd > 19)
-    throw Error(Errc::invalid_argument, "compress: --zstd " + std::to_string(o.zstd) +
-                                            " is outside 0 (off) .. 19");
-  if (o.query_template.find("{question}") == std::string::npos)
-    throw Error(Errc::invalid_argument, "compress: --query-template must contain {question}");
   const bool corpus = !o.manifest.empty();
   if (corpus == !o.doc.empty())
     throw Error(Errc::invalid_argument, "compress: give a DOCUMENT or --manifest FILE (one of them)");
@@ -146,91 +128,136 @@ void run_compress(const CompressOpts& o_in) {
     throw Error(Errc::invalid_argument, "compress: --out-dir, --shard and --summary belong to --manifest");
   if (corpus && o.out_dir.empty())
     throw Error(Errc::invalid_argument, "compress: --manifest needs --out-dir DIR");
+}
+
+// The library's options from the flags (all but the scorer options, which need the model's chat
+// template), checked by the library's own check_file_options; its errors gain the command's name.
+compress::CompressFileOptions file_options(const CompressOpts& o, bool head,
+                                           const format::HeadScores& hs) {
+  compress::CompressFileOptions fo;
+  fo.compress.method = head ? compress::kHeadLevelMethod : o.method;
+  fo.compress.ratio = o.ratio_given ? o.ratio : compress::default_ratio(fo.compress.method);
+  if (!head) fo.compress.level = compress::parse_selection_level(o.level);
+  if (head) fo.compress.head = compress::head_level_options(hs, o.head_scores, o.head_window);
+  fo.system = o.system;
+  fo.query_template = o.query_template;
+  fo.kv = {parse_kv_dtype(o.dtype, "compress"), o.kv_group};
+  fo.write.zstd_level = o.zstd;
+  fo.write.force = o.force;
+  fo.device = kernels::parse_device(o.device.c_str());
+  fo.threads = o.threads;
+  fo.matmul = o.matmul == "exact" ? kernels::MatmulPath::Exact : kernels::MatmulPath::Fast;
+  // On a GPU the prefill goes in calls of 2048 tokens, GpuForward's own chunk (the CPU's 512
+  // would only shrink its GEMMs); the progress bar then moves every 2048 tokens.
+  if (fo.device == kernels::Device::Cuda) fo.compress.prefill.chunk = 2048;
+  try {
+    compress::check_file_options(fo);
+  } catch (const Error& e) {
+    throw Error(e.code(), std::string("compress: ").append(e.what()));
+  }
+  return fo;
+}
+
+// The model's share of the options: q8/q4 need a power-of-two head dimension, head scores and a
+// learned scorer must come from this model; the scorer options take its chat template.
+void fit_model(const model::Model& model, const CompressOpts& o, bool head,
+               const format::HeadScores& hs,
+               const std::shared_ptr<const format::ScorerFile>& learned,
+               compress::CompressFileOptions& fo) {
+  if (format::dtype_quantized(fo.kv.dtype) &&
+      !hadamard_size(model.config().head_dim))  // not after the prefill
+    throw Error(Errc::invalid_argument,
+                "compress: --kv-dtype " + o.dtype + " needs a power-of-two head dimension " +
+                    "(q8/q4 rows are stored Hadamard-rotated); this model's is " +
+                    std::to_string(model.config().head_dim) + ": use f16 or bf16");
+  if (head &&
+      !format::check_head_scores_model(hs, model.config(), model.fingerprint(), o.force_model) &&
+      !o.quiet)
+    std::fprintf(stderr, "warning: %s was calibrated on another model (--force-model)\n",
+                 o.head_scores.c_str());
+  if (learned) format::check_scorer_model(*learned, model.config(), model.fingerprint());
+  fo.compress.scorer =
+      compress::make_scorer_options(model.chat(), o.chunk, o.seed, o.scorer_options);
+  if (learned) {
+    fo.compress.scorer.learned_source = compress::learned_scorer_source(*learned, o.scorer_file);
+    fo.compress.scorer.learned = learned;
+  }
+}
+
+// The summary of one compressed document on stderr.
+void print_summary(const model::Model& model, const compress::CompressResult& r,
+                   const CompressOpts& o, bool head, const std::string& out, double total_s) {
+  const double full_mb = 2.0 * model.config().n_layers * model.config().n_kv_heads *
+                         model.config().head_dim * 4.0 * (r.n_prefix + r.n_doc) / 1e6;
+  if (head)
+    std::fprintf(stderr,
+                 "head level: %s of the heads keep the whole document, the others the "
+                 "prefix + %u recent rows\n",
+                 std::find_if(r.params.begin(), r.params.end(),
+                              [](const auto& p) { return p.first == "heads_kept"; })
+                     ->second.c_str(),
+                 o.head_window);
+  std::fprintf(stderr,
+               "%s: %u document tokens (+%u prefix), method %s, ratio %.3f kept (asked %.3f)\n"
+               "prefill %.2f s (%.0f tok/s), scoring %.2f s (%.2fx prefill), select %.2f s; "
+               "compress %.2fx prefill; total %.2f s\n"
+               "file %.2f MB (full f32 cache %.2f MB)\n",
+               out.c_str(), r.n_doc, r.n_prefix, r.method.c_str(), r.achieved_ratio,
+               r.requested_ratio, r.prefill_s, (r.n_prefix + r.n_doc) / r.prefill_s, r.scoring_s,
+               r.scoring_s / r.prefill_s, r.select_s,
+               (r.prefill_s + r.scoring_s + r.select_s) / r.prefill_s, total_s,
+               std::filesystem::file_size(out) / 1e6, full_mb);
+}
+
+// One document into its file, with a progress bar and the summary.
+void run_document(const model::Model& model, const std::string& text,
+                  compress::CompressFileOptions fo, const CompressOpts& o, bool head,
+                  const std::string& out) {
+  ProgressBarOptions pb;
+  pb.quiet = o.quiet;
+  ProgressBar bar(pb);
+  fo.compress.prefill.progress = bar.callback();
+  const auto t0 = std::chrono::steady_clock::now();
+  const compress::CompressResult r = compress::compress_to_file(model, text, fo, out);
+  bar.finish();
+  const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!o.quiet) print_summary(model, r, o, head, out, total_s);
+}
+
+void run_compress(const CompressOpts& o_in) {
+  // Everything that can be checked without the model comes first.
+  CompressOpts o = o_in;
+  o.method = method_of(o);
+  compress::check_method_name(o.method);
+  if (o.level != "global" && o.level != "per-head" && o.level != "per-layer" && o.level != "head")
+    throw Error(Errc::invalid_argument, "compress: unknown --level '" + o.level +
+                                            "'; known levels: global, per-head, per-layer, head");
+  const bool head = head_level(o);
+  check_flags(o, head);
+  const bool corpus = !o.manifest.empty();
   const compress::Shard shard = compress::parse_shard(o.shard);
+  const format::HeadScores hs =
+      head ? format::read_head_scores_file(o.head_scores) : format::HeadScores{};
+  compress::CompressFileOptions fo = file_options(o, head, hs);
   std::string out, text;
   std::vector<compress::CorpusEntry> entries;
   if (corpus) {
     entries = compress::parse_manifest(read_text(o.manifest, "manifest"), o.manifest,
-                             std::filesystem::path(o.manifest).parent_path().string());
+                                       std::filesystem::path(o.manifest).parent_path().string());
     if (!o.summary.empty()) check_writable(o.summary, true);
   } else {
     out = o.out.empty() ? default_output(o.doc, ".kvz", "compress") : o.out;
     check_writable(out, o.force);  // not after minutes of prefill and scoring
     text = read_text(o.doc, "document");
   }
-  const format::HeadScores hs = head ? format::read_head_scores_file(o.head_scores) : format::HeadScores{};
   std::shared_ptr<const format::ScorerFile> learned;
   if (!o.scorer_file.empty())
     learned = std::make_shared<const format::ScorerFile>(format::read_scorer_file(o.scorer_file));
 
   auto model = load_model(o.model, o.threads);
-  if (format::dtype_quantized(dtype) && !hadamard_size(model->config().head_dim))  // not after the prefill
-    throw Error(Errc::invalid_argument, "compress: --kv-dtype " + o.dtype + " needs a power-of-two head dimension " +
-                                            "(q8/q4 rows are stored Hadamard-rotated); this model's is " +
-                                            std::to_string(model->config().head_dim) + ": use f16 or bf16");
-  if (head &&
-      !format::check_head_scores_model(hs, model->config(), model->fingerprint(), o.force_model) &&
-      !o.quiet)
-    std::fprintf(stderr, "warning: %s was calibrated on another model (--force-model)\n",
-                 o.head_scores.c_str());
-  if (learned) format::check_scorer_model(*learned, model->config(), model->fingerprint());
-  compress::CompressFileOptions fo;
-  fo.compress = co;
-  fo.compress.scorer = compress::make_scorer_options(model->chat(), o.chunk, o.seed, o.scorer_options);
-  if (learned) {
-    fo.compress.scorer.learned_source = compress::learned_scorer_source(*learned, o.scorer_file);
-    fo.compress.scorer.learned = learned;
-  }
-  if (head) {
-    fo.compress.method = compress::kHeadLevelMethod;
-    fo.compress.ratio = o.ratio_given ? o.ratio : 0.6;  // methods §1 step 9
-    fo.compress.head = compress::head_level_options(hs, o.head_scores, o.head_window);
-  }
-  fo.system = o.system;
-  fo.query_template = o.query_template;
-  fo.kv = {dtype, o.kv_group};
-  fo.write.zstd_level = o.zstd;
-  fo.write.force = o.force;
-  fo.device = device;
-  fo.threads = o.threads;
-  fo.matmul = o.matmul == "exact" ? kernels::MatmulPath::Exact : kernels::MatmulPath::Fast;
-  // On a GPU the prefill goes in calls of 2048 tokens, GpuForward's own chunk (the CPU's 512
-  // would only shrink its GEMMs); the progress bar then moves every 2048 tokens.
-  if (device == kernels::Device::Cuda) fo.compress.prefill.chunk = 2048;
-  if (corpus) {
-    run_corpus(*model, entries, fo, o, shard);
-    return;
-  }
-  ProgressBarOptions pb;
-  pb.quiet = o.quiet;
-  ProgressBar bar(pb);
-  fo.compress.prefill.progress = bar.callback();
-
-  const auto t0 = std::chrono::steady_clock::now();
-  const compress::CompressResult r = compress::compress_to_file(*model, text, fo, out);
-  bar.finish();
-  const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!o.quiet) {
-    const double full_mb = 2.0 * model->config().n_layers * model->config().n_kv_heads *
-                           model->config().head_dim * 4.0 * (r.n_prefix + r.n_doc) / 1e6;
-    if (head)
-      std::fprintf(stderr, "head level: %s of the heads keep the whole document, the others the "
-                           "prefix + %u recent rows\n",
-                   std::find_if(r.params.begin(), r.params.end(),
-                                [](const auto& p) { return p.first == "heads_kept"; })
-                       ->second.c_str(),
-                   o.head_window);
-    std::fprintf(stderr,
-                 "%s: %u document tokens (+%u prefix), method %s, ratio %.3f kept (asked %.3f)\n"
-                 "prefill %.2f s (%.0f tok/s), scoring %.2f s (%.2fx prefill), select %.2f s; "
-                 "compress %.2fx prefill; total %.2f s\n"
-                 "file %.2f MB (full f32 cache %.2f MB)\n",
-                 out.c_str(), r.n_doc, r.n_prefix, r.method.c_str(), r.achieved_ratio,
-                 r.requested_ratio, r.prefill_s, (r.n_prefix + r.n_doc) / r.prefill_s, r.scoring_s,
-                 r.scoring_s / r.prefill_s, r.select_s,
-                 (r.prefill_s + r.scoring_s + r.select_s) / r.prefill_s, total_s,
-                 std::filesystem::file_size(out) / 1e6, full_mb);
-  }
+  fit_model(*model, o, head, hs, learned, fo);
+  if (corpus) run_corpus(*model, entries, fo, o, shard);
+  else run_document(*model, text, fo, o, head, out);
 }
 
 }  // namespace

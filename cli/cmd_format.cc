@@ -96,7 +96,7 @@ void run_inspect(const InspectArgs& a) {
   fmt::OpenOptions o;
   o.verify = a.verify ? fmt::Verify::Full : fmt::Verify::OnAccess;
   fmt::CacheReader r = fmt::CacheReader::open(a.file, o);
-  std::string text = fmt::describe(r, {a.json, a.file});
+  const std::string text = fmt::describe(r, {a.json, a.file});
   std::fwrite(text.data(), 1, text.size(), stdout);
 }
 

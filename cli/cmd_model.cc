@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <span>
 #include <sstream>
 
 #include "cli/cli_util.h"
@@ -27,6 +28,80 @@ struct GenerateOpts {
   RkvOptions rkv;
 };
 
+// The prompt's tokens: the chat template's turn with --chat, else BOS (if the model adds one)
+// and the plain text.
+std::vector<int32_t> generate_prompt(const model::Model& model, const GenerateOpts& o,
+                                     const std::string& text) {
+  if (o.chat) return model.chat().chat(o.system, text);
+  std::vector<int32_t> prompt;
+  if (model.tokenizer().add_bos() && model.tokenizer().bos() >= 0)
+    prompt.push_back(model.tokenizer().bos());
+  auto ids = model.tokenizer().encode(text, /*parse_special=*/false);
+  prompt.insert(prompt.end(), ids.begin(), ids.end());
+  return prompt;
+}
+
+model::GenerateParams generate_params(const model::Model& model, const GenerateOpts& o,
+                                      const std::optional<model::RkvParams>& rkv) {
+  model::GenerateParams gp;
+  gp.rkv = rkv;
+  gp.max_tokens = o.n;
+  gp.sampling = model::SamplingParams{o.temp, o.top_k, o.top_p, o.seed};
+  // A plain continuation runs to the end of text; the chat stop set of a base model also ends at a
+  // newline, which is for answers to questions, not for continuing a text.
+  if (o.chat) {
+    gp.stop_tokens = model.chat().stop_tokens();
+  } else {
+    for (int32_t id : {model.tokenizer().eos(), model.tokenizer().eot()})
+      if (id >= 0) gp.stop_tokens.push_back(id);
+  }
+  return gp;
+}
+
+model::GenerateResult generate_on_cpu(const model::Model& model, const GenerateOpts& o,
+                                      std::span<const int32_t> prompt,
+                                      const model::GenerateParams& gp,
+                                      const model::TokenCallback& on_token) {
+  model::ForwardOptions fo;
+  fo.threads = o.threads;
+  fo.matmul = o.matmul == "exact" ? kernels::MatmulPath::Exact : kernels::MatmulPath::Fast;
+  model::Forward fwd(model.weights(), fo);
+  // A long prompt is a document: bf16 products as compress's document prefill (Fast path, AVX-512
+  // BF16 CPUs; decode steps keep fp32, docs/cpu-kernels.md).
+  const model::PromptBf16Scope bf16(fwd, o.attention == "bf16");
+  const model::CacheShape shape = model::cache_shape(model.config());
+  std::unique_ptr<model::AttentionCache> cache;
+  if (gp.rkv)  // empty ragged cache: the bound holds from the first token, no dense copy
+    cache = std::make_unique<model::RaggedKvCache>(
+        shape, 0, std::vector<uint32_t>(size_t(shape.n_layers) * shape.n_kv_heads, 0),
+        static_cast<uint32_t>(prompt.size()) + gp.rkv->budget + gp.rkv->buffer);
+  else {  // every answer token attends to the whole prompt: keep its keys transposed once
+    auto dense =
+        std::make_unique<model::KvCache>(shape, static_cast<uint32_t>(prompt.size()) + o.n);
+    dense->keep_key_tiles(!o.no_key_tiles);
+    cache = std::move(dense);
+  }
+  return generate(fwd, *cache, prompt, gp, on_token);
+}
+
+void print_generate_stats(const model::Model& model, const model::GenerateResult& r,
+                          const model::GenerateParams& gp, size_t n_prompt, double prefill_s,
+                          double decode_s, kernels::Device device) {
+  std::fprintf(stderr,
+               "prompt %zu tokens in %.3f s (%.1f tok/s); generated %zu tokens, %.1f tok/s\n",
+               n_prompt, prefill_s, n_prompt / prefill_s, r.tokens.size(),
+               r.tokens.size() > 1 ? (r.tokens.size() - 1) / decode_s : 0.0);
+  if (device != kernels::Device::Cuda)
+    std::fprintf(stderr, "matmul %s\n",
+                 kernels::matmul_kernels(model::ForwardOptions{}.matmul).c_str());
+  std::fprintf(stderr, "weights %s\n",
+               model.weights_in_memory() ? "read into memory" : "mapped from the file");
+  if (gp.rkv)
+    std::fprintf(stderr, "%s: %u compressions evicted %llu rows (budget %u per head)\n",
+                 gp.rkv->streaming ? "streaming" : "R-KV", r.compressions,
+                 static_cast<unsigned long long>(r.evicted), gp.rkv->budget);
+}
+
 void run_generate(const GenerateOpts& o) {
   if (o.prompt.empty() == o.file.empty())
     throw Error(Errc::invalid_argument, "generate: give exactly one of -p TEXT or -f FILE");
@@ -35,27 +110,8 @@ void run_generate(const GenerateOpts& o) {
   if (o.file.empty()) check_text(text, "the prompt");
   const kernels::Device device = kernels::parse_device(o.device.c_str());
   auto model = load_model(o.model, o.threads);
-  std::vector<int32_t> prompt;
-  if (o.chat) {
-    prompt = model->chat().chat(o.system, text);
-  } else {
-    if (model->tokenizer().add_bos() && model->tokenizer().bos() >= 0)
-      prompt.push_back(model->tokenizer().bos());
-    auto ids = model->tokenizer().encode(text, /*parse_special=*/false);
-    prompt.insert(prompt.end(), ids.begin(), ids.end());
-  }
-  model::GenerateParams gp;
-  gp.rkv = rkv;
-  gp.max_tokens = o.n;
-  gp.sampling = model::SamplingParams{o.temp, o.top_k, o.top_p, o.seed};
-  // A plain continuation runs to the end of text; the chat stop set of a base model also ends at a
-  // newline, which is for answers to questions, not for continuing a text.
-  if (o.chat) {
-    gp.stop_tokens = model->chat().stop_tokens();
-  } else {
-    for (int32_t id : {model->tokenizer().eos(), model->tokenizer().eot()})
-      if (id >= 0) gp.stop_tokens.push_back(id);
-  }
+  const std::vector<int32_t> prompt = generate_prompt(*model, o, text);
+  const model::GenerateParams gp = generate_params(*model, o, rkv);
   model::StreamDecoder dec(model->tokenizer());
   if (!o.chat) std::fwrite(text.data(), 1, text.size(), stdout);
   std::fflush(stdout);
@@ -69,50 +125,21 @@ void run_generate(const GenerateOpts& o) {
     std::fflush(stdout);
     return true;
   };
-  const uint32_t rows = static_cast<uint32_t>(prompt.size()) + o.n;
-  model::GenerateResult r = [&] {
-    if (device == kernels::Device::Cuda) {
-      model::GpuForward gpu(model->weights());
-      model::GpuCache cache(model::cache_shape(model->config()), rows);
-      return generate(gpu, cache, prompt, gp, on_token);
-    }
-    model::ForwardOptions fo;
-    fo.threads = o.threads;
-    fo.matmul = o.matmul == "exact" ? kernels::MatmulPath::Exact : kernels::MatmulPath::Fast;
-    model::Forward fwd(model->weights(), fo);
-    // A long prompt is a document: bf16 products as compress's document prefill (Fast path, AVX-512
-    // BF16 CPUs; decode steps keep fp32, docs/cpu-kernels.md).
-    const model::PromptBf16Scope bf16(fwd, o.attention == "bf16");
-    const model::CacheShape shape = model::cache_shape(model->config());
-    std::unique_ptr<model::AttentionCache> cache;
-    if (gp.rkv)  // empty ragged cache: the bound holds from the first token, no dense copy
-      cache = std::make_unique<model::RaggedKvCache>(
-          shape, 0, std::vector<uint32_t>(size_t(shape.n_layers) * shape.n_kv_heads, 0),
-          static_cast<uint32_t>(prompt.size()) + gp.rkv->budget + gp.rkv->buffer);
-    else {  // every answer token attends to the whole prompt: keep its keys transposed once
-      auto dense = std::make_unique<model::KvCache>(shape, rows);
-      dense->keep_key_tiles(!o.no_key_tiles);
-      cache = std::move(dense);
-    }
-    return generate(fwd, *cache, prompt, gp, on_token);
+  const model::GenerateResult r = [&] {
+    if (device != kernels::Device::Cuda) return generate_on_cpu(*model, o, prompt, gp, on_token);
+    model::GpuForward gpu(model->weights());
+    model::GpuCache cache(model::cache_shape(model->config()),
+                          static_cast<uint32_t>(prompt.size()) + o.n);
+    return generate(gpu, cache, prompt, gp, on_token);
   }();
   const std::string tail = dec.finish();
   std::fwrite(tail.data(), 1, tail.size(), stdout);
   std::fputc('\n', stdout);
   if (o.stats) {
     const auto t1 = std::chrono::steady_clock::now();
-    const double prefill_s = std::chrono::duration<double>(t_first - t0).count();
-    const double decode_s = std::chrono::duration<double>(t1 - t_first).count();
-    std::fprintf(stderr, "prompt %zu tokens in %.3f s (%.1f tok/s); generated %zu tokens, %.1f tok/s\n",
-                 prompt.size(), prefill_s, prompt.size() / prefill_s, r.tokens.size(),
-                 r.tokens.size() > 1 ? (r.tokens.size() - 1) / decode_s : 0.0);
-    if (device != kernels::Device::Cuda)
-      std::fprintf(stderr, "matmul %s\n", kernels::matmul_kernels(model::ForwardOptions{}.matmul).c_str());
-    std::fprintf(stderr, "weights %s\n", model->weights_in_memory() ? "read into memory" : "mapped from the file");
-    if (gp.rkv)
-      std::fprintf(stderr, "%s: %u compressions evicted %llu rows (budget %u per head)\n",
-                   gp.rkv->streaming ? "streaming" : "R-KV", r.compressions,
-                   static_cast<unsigned long long>(r.evicted), gp.rkv->budget);
+    print_generate_stats(*model, r, gp, prompt.size(),
+                         std::chrono::duration<double>(t_first - t0).count(),
+                         std::chrono::duration<double>(t1 - t_first).count(), device);
   }
 }
 

@@ -6,6 +6,7 @@
 #include <exception>
 #include <string>
 
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
@@ -67,7 +68,8 @@ int main(int argc, char** argv) {
     return kvzip::exit_status(kvzip::Errc::invalid_argument);
   } catch (const kvzip::Error& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "kvzip: error [%s]: %s\n", kvzip::errc_name(e.code()), e.what());
+    std::fprintf(stderr, "kvzip: error [%s]: %s\n", kvzip::errc_name(e.code()),
+                 kvzip::cli::with_flag_names(e.what()).c_str());
     return kvzip::exit_status(e.code());
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "kvzip: error [out_of_memory]: out of memory\n");

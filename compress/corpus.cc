@@ -180,7 +180,7 @@ Shard parse_shard(std::string_view text) {
   Shard s;
   if (slash == std::string_view::npos || !number(text.substr(0, slash), s.index) ||
       !number(text.substr(slash + 1), s.count) || s.count == 0 || s.index >= s.count)
-    throw Error(Errc::invalid_argument, "--shard " + std::string(text) +
+    throw Error(Errc::invalid_argument, "shard " + std::string(text) +
                                             ": expected I/N with 0 <= I < N (e.g. "
                                             "$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT)");
   return s;
@@ -255,9 +255,9 @@ CorpusSummary compress_corpus(const model::Model& model, const std::vector<Corpu
   std::error_code ec;
   if (!fs::is_directory(o.out_dir, ec))
     throw Error(fs::exists(o.out_dir, ec) ? Errc::invalid_argument : Errc::not_found,
-                "--out-dir " + o.out_dir + " is not an existing folder; create it first");
+                "output folder " + o.out_dir + " is not an existing folder; create it first");
   if (::access(o.out_dir.c_str(), W_OK | X_OK) != 0)
-    throw Error(Errc::io, "--out-dir " + o.out_dir + " is not writable");
+    throw Error(Errc::io, "output folder " + o.out_dir + " is not writable");
   const auto t0 = std::chrono::steady_clock::now();
   CorpusSummary s;
   s.shard = o.shard;

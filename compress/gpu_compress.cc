@@ -106,14 +106,12 @@ DocumentScores kvzip_scores_gpu(model::GpuForward& forward, model::GpuCache& cac
 
 CompressResult compress_gpu(model::GpuForward& forward, std::span<const int32_t> prefix,
                             std::span<const int32_t> document, const CompressOptions& options) {
-  check_ratio(options.ratio);
+  check_device(options, kernels::Device::Cuda);
   const bool full = options.method == "full";
-  if (!full && options.method != "kvzip")
-    throw Error(Errc::unsupported, "--device cuda compresses with --method kvzip or full; method '" +
-                                       options.method + "' runs with --device cpu");
   if (options.prefill.observer)
-    throw Error(Errc::unsupported, "compress_gpu: a prefill observer reads host memory; observe a "
-                                   "prefill on the CPU (compress with --device cpu)");
+    throw Error(Errc::unsupported,
+                "compress_gpu: a prefill observer reads host memory; observe a "
+                "prefill on the CPU");
   std::unique_ptr<Scorer> scorer =
       detail::checked_scorer(forward.config(), prefix.size(), document.size(), options);
   const uint32_t n_p = static_cast<uint32_t>(prefix.size());

@@ -95,7 +95,6 @@ uint32_t heads_kept(double head_ratio, uint32_t n_heads) {
 }
 
 Selection select_heads(const DocumentScores& scores, double head_ratio, uint32_t window) {
-  check_ratio(head_ratio);
   const std::vector<float> head = max_per_head(scores);
   check_head_scores(head, scores.shape, "select_heads");
   const uint32_t H = static_cast<uint32_t>(head.size()), n_c = scores.n_doc;

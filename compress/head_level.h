@@ -18,6 +18,9 @@
 namespace kvzip::compress {
 
 inline constexpr const char* kHeadLevelMethod = "kvzip-head";  // method name in caches and eval
+// CompressOptions::ratio of kvzip-head when none is asked: the fraction of heads kept whole
+// (spec/methods.md §1 step 9).
+inline constexpr double kHeadLevelDefaultRatio = 0.6;
 
 // Errc::invalid_argument listing every method a command accepts (scorer_names() and
 // kHeadLevelMethod, which is no scorer) unless `method` is one of them.

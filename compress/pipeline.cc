@@ -29,16 +29,37 @@ bool head_level_method(const CompressOptions& o) { return o.method == kHeadLevel
 
 }  // namespace
 
-std::unique_ptr<Scorer> make_method_scorer(const CompressOptions& o) {
+double default_ratio(std::string_view method) {
+  return method == kHeadLevelMethod ? kHeadLevelDefaultRatio : kDefaultRatio;
+}
+
+void check_options(const CompressOptions& o) {
   check_ratio(o.ratio);
-  if (!head_level_method(o)) return make_scorer(o.method, o.scorer);
+  check_method_name(o.method);
+  if (!head_level_method(o)) return;
   if (o.head.head_scores.empty())
     throw Error(Errc::invalid_argument,
-                "method kvzip-head needs head scores (make them with `kvzip calibrate TEXT -o "
-                "FILE.kvh` on a text other than the documents)");
+                "method kvzip-head needs head scores (calibrated once per model on a text other "
+                "than the documents)");
   for (size_t i = 0; i < o.head.head_scores.size(); ++i)
     if (std::isnan(o.head.head_scores[i]))
       throw Error(Errc::invalid_argument, "kvzip-head: head score " + std::to_string(i) + " is NaN");
+}
+
+void check_device(const CompressOptions& o, kernels::Device device) {
+  if (device == kernels::Device::Cpu || o.method == "kvzip" || o.method == "full") return;
+  if (head_level_method(o))
+    throw Error(Errc::unsupported,
+                "method kvzip-head runs on the CPU only (it has no scoring "
+                "pass to speed up)");
+  std::string m = "a CUDA device compresses with method kvzip or full; method '";
+  m.append(o.method).append("' runs on the CPU");
+  throw Error(Errc::unsupported, m);
+}
+
+std::unique_ptr<Scorer> make_method_scorer(const CompressOptions& o) {
+  check_options(o);
+  if (!head_level_method(o)) return make_scorer(o.method, o.scorer);
   return make_head_level_scorer(o.head.head_scores);
 }
 
@@ -52,7 +73,8 @@ namespace detail {
 std::unique_ptr<Scorer> checked_scorer(const ModelConfig& config, size_t n_prefix, size_t n_doc,
                                        const CompressOptions& o) {
   std::unique_ptr<Scorer> scorer = make_method_scorer(o);
-  if (head_level_method(o)) check_head_scores(o.head.head_scores, model::cache_shape(config), "compress --level head");
+  if (head_level_method(o))
+    check_head_scores(o.head.head_scores, model::cache_shape(config), "kvzip-head");
   prefill::check_fits_context(config, n_prefix, n_doc, o.prefill.answer_room);
   return scorer;
 }
@@ -207,21 +229,29 @@ HeadLevelOptions head_level_options(const format::HeadScores& scores, const std:
   return o;
 }
 
+void check_file_options(const CompressFileOptions& o) {
+  check_options(o.compress);
+  if (o.query_template.find("{question}") == std::string::npos)
+    throw Error(Errc::invalid_argument, "the query template must contain {question}");
+  format::check_write_options(o.write);
+  check_device(o.compress, o.device);
+  if (o.device == kernels::Device::Cuda && o.matmul == kernels::MatmulPath::Exact)
+    throw Error(Errc::unsupported,
+                "the exact matrix products (option matmul) are the CPU's fp32 "
+                "ones; a CUDA device has its own (compress on the CPU)");
+}
+
 CompressResult compress_to_file(const model::Model& model, std::string_view text,
                                 const CompressFileOptions& o, const std::string& path) {
-  if (o.query_template.find("{question}") == std::string::npos)
-    throw Error(Errc::invalid_argument, "compress: the query template must contain {question}");
-  if (o.device == kernels::Device::Cuda && head_level_method(o.compress))
-    throw Error(Errc::unsupported, "compress: --level head runs on the CPU only (it has no scoring "
-                                   "pass to speed up); drop --device cuda");
-  if (o.device == kernels::Device::Cuda && o.matmul == kernels::MatmulPath::Exact)
-    throw Error(Errc::unsupported, "compress: --matmul exact selects the CPU's fp32 products; "
-                                   "the CUDA path has its own (drop --device cuda or --matmul)");
-  (void)make_method_scorer(o.compress);  // a bad method or option fails before the prefill
-  if (format::dtype_quantized(o.kv.dtype) && o.kv.group && model.config().head_dim % o.kv.group != 0)
-    throw Error(Errc::invalid_argument, "compress: quantization group " + std::to_string(o.kv.group) +
-                                            " does not divide the model's head dimension " +
-                                            std::to_string(model.config().head_dim));
+  check_file_options(o);  // a bad option fails before the prefill
+  if (format::dtype_quantized(o.kv.dtype) && o.kv.group &&
+      model.config().head_dim % o.kv.group != 0) {
+    std::string m = "quantization group ";
+    m.append(std::to_string(o.kv.group))
+        .append(" does not divide the model's head dimension ")
+        .append(std::to_string(model.config().head_dim));
+    throw Error(Errc::invalid_argument, m);
+  }
   const DocumentPrompt prompt = document_prompt(model.chat(), text, o.system);
   CompressResult r = [&] {
     if (o.device == kernels::Device::Cuda) {

@@ -28,9 +28,12 @@
 
 namespace kvzip::compress {
 
+// CompressOptions::ratio of every row-level method when none is asked.
+inline constexpr double kDefaultRatio = 0.3;
+
 struct CompressOptions {
   std::string method = "kvzip";            // one of scorer_names(), kHeadLevelMethod or kvzap
-  double ratio = 0.3;                      // fraction of the L·Hkv·n_c document rows to keep;
+  double ratio = kDefaultRatio;            // fraction of the L·Hkv·n_c document rows to keep;
                                            // kvzip-head: fraction of the L·Hkv heads kept whole
   SelectionLevel level = SelectionLevel::Global;  // row selection (not for kvzip-head)
   ScorerOptions scorer;
@@ -56,9 +59,22 @@ struct CompressResult {
 
 // ---- The stages ---------------------------------------------------------------------------------
 
-// The scorer of options.method: make_scorer, or for kvzip-head the head-level scorer. Validates
-// the ratio, the method and its options (head scores: present and not NaN) before any model work;
-// throws Errc::invalid_argument naming what is wrong.
+// The ratio a front end asks for when the user gave none: kHeadLevelDefaultRatio for kvzip-head,
+// kDefaultRatio for every other method.
+double default_ratio(std::string_view method);
+
+// The one check of the options that needs no model, shared by every front end (command line,
+// server, Python): ratio in (0, 1], a known method, and for kvzip-head head scores that are
+// present and none NaN (kvzip-head selects whole heads: `level` is not read). Errc::
+// invalid_argument naming the option or the concept, never a flag.
+void check_options(const CompressOptions& options);
+
+// Whether `device` runs options.method (Errc::unsupported unless so): the CPU runs every method;
+// a CUDA device runs "kvzip" and "full" only (kvzip-head has no scoring pass to speed up).
+void check_device(const CompressOptions& options, kernels::Device device);
+
+// The scorer of options.method: make_scorer, or for kvzip-head the head-level scorer, after
+// check_options.
 std::unique_ptr<Scorer> make_method_scorer(const CompressOptions& options);
 // The rows to keep at `ratio`: select_heads(scores, ratio, head.window) for kvzip-head (whole
 // heads), select_rows(scores, ratio, level) for every other method.
@@ -85,7 +101,7 @@ DocumentScores kvzip_scores_gpu(model::GpuForward& forward, model::GpuCache& cac
                                 std::span<const int32_t> document, const ScorerOptions& options);
 
 // compress() with the prefill and the scoring on the device: methods "kvzip" and "full" (others
-// throw Errc::unsupported naming --device cpu). The prefill runs in calls of options.prefill.chunk
+// throw Errc::unsupported: check_device). The prefill runs in calls of options.prefill.chunk
 // tokens with the same progress reports as on the CPU; a prefill observer is a CPU object and is
 // refused (Errc::unsupported). Selection and eviction run on the host over the dense cache copied
 // back once; params gain "device" = "cuda". Errc::unsupported without a CUDA build or device.
@@ -148,10 +164,15 @@ struct CompressFileOptions {
   MethodParams extra_params;    // recorded in the header after the method's (e.g. corpus_key)
 };
 
+// check_options(options.compress) and what the file adds: a query template holding {question},
+// a zstd level in 0 (off) .. 19 (Errc::invalid_argument); check_device, and the exact matrix
+// products only on the CPU (Errc::unsupported). Needs no model: front ends call it before loading
+// one; compress_to_file calls it again first, so a caller that skips it loses nothing.
+void check_file_options(const CompressFileOptions& options);
+
 // Compresses UTF-8 `text` with `model` and writes the .kvz file to `path` atomically (temporary
-// file, fsync, rename: a failure leaves no file behind). Everything checkable without model work
-// is checked first (Errc::invalid_argument: the query template, the method and its options;
-// Errc::unsupported: kvzip-head or a non-KVzip method on a device). Returns the compression's
+// file, fsync, rename: a failure leaves no file behind). check_file_options first, then the
+// quantization group against the model's head dimension, all before any model work. Returns the compression's
 // result (the cache included) for reporting.
 CompressResult compress_to_file(const model::Model& model, std::string_view text,
                                 const CompressFileOptions& options, const std::string& path);

@@ -21,7 +21,9 @@ enum class SelectionLevel : uint8_t {
 SelectionLevel parse_selection_level(std::string_view name);
 const char* selection_level_name(SelectionLevel level);
 
-// Throws Errc::invalid_argument unless 0 < ratio <= 1 (and finite).
+// Throws Errc::invalid_argument unless 0 < ratio <= 1 (and finite): the one range check of a
+// ratio, made by check_options (compress/pipeline.h) before any work and by the stages a caller
+// may run alone (select_rows, heads_kept).
 void check_ratio(double ratio);
 
 // Hybrid models (DocumentScores::local_layers): what the ratio counts. A local layer's query sees

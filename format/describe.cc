@@ -217,8 +217,9 @@ std::string describe_text(const CacheReader& r, const DescribeOptions& opt) {
     << " prefix, always kept)\n";
   o << "scores       " << (r.has_scores() ? "yes (prune without the model is possible)" : "no") << "\n";
   o << "checksums    "
-    << (all_checked(sections) ? "all " + std::to_string(sections.size()) + " sections verified"
-                              : std::string("metadata verified; K/V data not checked yet (use --verify)"))
+    << (all_checked(sections)
+            ? "all " + std::to_string(sections.size()) + " sections verified"
+            : std::string("metadata verified; K/V data not checked yet (checked by a full verify)"))
     << "\n";
   text_sections(o, sections);
   text_retention(o, h, st);

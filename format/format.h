@@ -169,6 +169,10 @@ struct WriteOptions {
   bool force = false;      // write_cache_file: replace an existing file
 };
 
+// Errc::invalid_argument unless zstd_level is in 0 (off) .. 19; write_cache calls it, and writers
+// that do long work first call it before.
+void check_write_options(const WriteOptions& options);
+
 // The one serialisation path. Throws invalid_argument (validate) or whatever the sink throws.
 void write_cache(const CacheContents& contents, Sink& sink, const WriteOptions& options = {});
 

@@ -229,7 +229,7 @@ bool check_head_scores_model(const HeadScores& s, const ModelConfig& config,
                   " weights " + detail::hex64(s.model.weights_hash) + ", loaded " + model.arch +
                   " '" + model.name + "' tokenizer " + detail::hex64(model.tokenizer_hash) +
                   " weights " + detail::hex64(model.weights_hash) +
-                  "; calibrate this model, or pass --force-model to use them anyway");
+                  "; calibrate this model, or use them anyway (option force_model)");
 }
 
 std::string head_scores_checksum_text(const HeadScores& scores) {

@@ -85,7 +85,7 @@ std::string describe_head_scores(const HeadScores& h, const std::string& file_na
   o << "checksum     " << hex64(h.checksum) << " (xxh64, verified on read)\n";
   o << "scores       min " << num("%.4f", lo) << "  median " << num("%.4f", med) << "  max "
     << num("%.4f", hi) << "\n";
-  o << "layer  score (rank) per KV head; rank 1 is kept first by compress --level head\n";
+  o << "layer  score (rank) per KV head; rank 1 is kept first by head-level KVzip\n";
   for (uint32_t l = 0; l < h.n_layers; ++l) {
     o << num("%5.0f", l) << " ";
     for (uint32_t k = 0; k < h.n_kv_heads; ++k)

@@ -396,9 +396,10 @@ bool CacheReader::check_model(const ModelFingerprint& loaded, bool force) const 
   const ModelFingerprint& mine = impl_->header.model;
   if (mine.same_model(loaded)) return true;
   if (force) return false;
-  throw Error(Errc::model_mismatch, impl_->name + ": cache was written by model " + describe_fp(mine) +
-                                        " but the loaded model is " + describe_fp(loaded) +
-                                        "; use the same model, or pass --force to load it anyway");
+  throw Error(Errc::model_mismatch, impl_->name + ": cache was written by model " +
+                                        describe_fp(mine) + " but the loaded model is " +
+                                        describe_fp(loaded) +
+                                        "; use the same model, or load it anyway (option force)");
 }
 
 }  // namespace kvzip::format

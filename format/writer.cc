@@ -152,11 +152,15 @@ void VectorSink::write(const void* data, size_t size) {
   bytes.insert(bytes.end(), b, b + size);
 }
 
+void check_write_options(const WriteOptions& options) {
+  if (options.zstd_level < 0 || options.zstd_level > 19)
+    throw Error(Errc::invalid_argument,
+                "zstd level " + std::to_string(options.zstd_level) + " is outside 0 (off) .. 19");
+}
+
 void write_cache(const CacheContents& contents, Sink& sink, const WriteOptions& options) {
   validate(contents);
-  if (options.zstd_level < 0 || options.zstd_level > 19)
-    throw Error(Errc::invalid_argument, "zstd level " + std::to_string(options.zstd_level) +
-                                            " outside 0 (off) .. 19");
+  check_write_options(options);
   std::vector<Planned> sections = plan(contents, options);
 
   std::vector<uint8_t> table(sections.size() * kEntrySize, 0);

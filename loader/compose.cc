@@ -112,20 +112,61 @@ ComposePlan plan_composition(const std::vector<const format::CacheHeader*>& head
   return plan;
 }
 
-std::unique_ptr<model::ComposedCache> compose(model::Forward& forward, const model::Tokenizer& tokenizer,
-                                              const std::vector<const format::CacheHeader*>& headers,
-                                              const std::vector<const model::KvBase*>& bases,
-                                              const ComposeOptions& o, ComposeStats* stats) {
-  const auto t0 = std::chrono::steady_clock::now();
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+// What compose takes: 2 to max_docs caches of a model that composes, a blend in [0, 1].
+void check_composition(const ModelConfig& config,
+                       const std::vector<const format::CacheHeader*>& headers,
+                       const ComposeOptions& o) {
   const size_t K = headers.size();
-  KVZIP_ASSERT(bases.size() == K);
   if (K < 2 || K > o.max_docs)
     throw Error(Errc::invalid_argument, "compose: " + std::to_string(K) + " caches; a composition takes 2 to " +
                                             std::to_string(o.max_docs));
-  check_model_composes(forward.config());
+  check_model_composes(config);
   for (const format::CacheHeader* h : headers) check_model_composes(*h);
   if (!(o.blend >= 0.0 && o.blend <= 1.0))
     throw Error(Errc::invalid_argument, "compose: blend " + std::to_string(o.blend) + " is outside [0, 1]");
+}
+
+// Document d's `pick` tokens whose values change most when read after the documents before it
+// (value_change, timed into probe_ms): their positions and tokens go to pos and toks, their
+// stored rows give way.
+void pick_recomputed(model::Forward& forward, model::ComposedCache& cache, uint32_t d,
+                     const format::CacheHeader& h, uint32_t first, uint32_t pick,
+                     std::vector<uint32_t>& pos, std::vector<int32_t>& toks, double& probe_ms) {
+  const uint32_t n = static_cast<uint32_t>(h.document_tokens.size());
+  const auto t = std::chrono::steady_clock::now();
+  const std::vector<double> change = value_change(forward, cache, d, h, first, 1);
+  probe_ms += ms_since(t);
+  std::vector<uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0u);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint32_t a, uint32_t b) { return change[a] > change[b]; });
+  order.resize(pick);
+  std::sort(order.begin(), order.end());
+  std::vector<uint32_t> stored(pick);
+  for (uint32_t i = 0; i < pick; ++i) {
+    stored[i] = static_cast<uint32_t>(h.prefix_length()) + order[i];
+    pos.push_back(first + order[i]);
+    toks.push_back(static_cast<int32_t>(h.document_tokens[order[i]]));
+  }
+  cache.skip(d, stored);
+}
+
+}  // namespace
+
+std::unique_ptr<model::ComposedCache> compose(
+    model::Forward& forward, const model::Tokenizer& tokenizer,
+    const std::vector<const format::CacheHeader*>& headers,
+    const std::vector<const model::KvBase*>& bases, const ComposeOptions& o, ComposeStats* stats) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const size_t K = headers.size();
+  KVZIP_ASSERT(bases.size() == K);
+  check_composition(forward.config(), headers, o);
   ComposePlan plan = plan_composition(headers, tokenizer, o);
   const ModelConfig& cfg = forward.config();
   if (plan.length >= cfg.max_context)
@@ -148,9 +189,6 @@ std::unique_ptr<model::ComposedCache> compose(model::Forward& forward, const mod
   };
   uint64_t recomputed = 0;
   double sep_ms = 0, probe_ms = 0, recompute_ms = 0;
-  auto since = [](std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
-  };
   // Every forward pass is a few passes of the thread pool per layer, whatever its length, so the
   // steps are merged where the result is the same: with no recompute all separators are one pass
   // (each sees the documents before it: rows() limits them by position); with it, the separator
@@ -164,28 +202,12 @@ std::unique_ptr<model::ComposedCache> compose(model::Forward& forward, const mod
     cache->rows(1, any_pick ? -1 : int(K - 1), pos);
     forward.prefill(*cache, toks, model::LogitsMode::None, nullptr, o.build_chunk);
   }
-  sep_ms += since(t);
+  sep_ms += ms_since(t);
   for (uint32_t d = 1; d < K && any_pick; ++d) {
-    const format::CacheHeader& h = *headers[d];
     pos.clear();
     toks.clear();
     if (pick[d] > 0) {
-      t = std::chrono::steady_clock::now();
-      const uint32_t n = static_cast<uint32_t>(h.document_tokens.size());
-      const std::vector<double> change = value_change(forward, *cache, d, h, first[d], 1);
-      probe_ms += since(t);
-      std::vector<uint32_t> order(n);
-      std::iota(order.begin(), order.end(), 0u);
-      std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return change[a] > change[b]; });
-      order.resize(pick[d]);
-      std::sort(order.begin(), order.end());
-      std::vector<uint32_t> stored(pick[d]);
-      for (uint32_t i = 0; i < pick[d]; ++i) {
-        stored[i] = static_cast<uint32_t>(h.prefix_length()) + order[i];
-        pos.push_back(first[d] + order[i]);
-        toks.push_back(static_cast<int32_t>(h.document_tokens[order[i]]));
-      }
-      cache->skip(d, stored);  // their stored rows give way to the recomputed ones
+      pick_recomputed(forward, *cache, d, *headers[d], first[d], pick[d], pos, toks, probe_ms);
       recomputed += pick[d];
     }
     t = std::chrono::steady_clock::now();
@@ -194,20 +216,19 @@ std::unique_ptr<model::ComposedCache> compose(model::Forward& forward, const mod
     if (toks.empty()) continue;
     cache->rows(d, static_cast<int>(d), pos);
     forward.prefill(*cache, toks, model::LogitsMode::None, nullptr, o.build_chunk);
-    (recompute ? recompute_ms : sep_ms) += since(t);
+    (recompute ? recompute_ms : sep_ms) += ms_since(t);
   }
   cache->seal();
-  if (stats) {
-    stats->docs = static_cast<uint32_t>(K);
-    stats->rows = cache->rows_seen();
-    stats->separator_tokens = S;
-    stats->recomputed = recomputed;
-    stats->length = plan.length;
-    stats->ms = since(t0);
-    stats->separator_ms = sep_ms;
-    stats->probe_ms = probe_ms;
-    stats->recompute_ms = recompute_ms;
-  }
+  if (stats)
+    *stats = ComposeStats{.docs = static_cast<uint32_t>(K),
+                          .rows = cache->rows_seen(),
+                          .separator_tokens = S,
+                          .recomputed = recomputed,
+                          .length = plan.length,
+                          .ms = ms_since(t0),
+                          .separator_ms = sep_ms,
+                          .probe_ms = probe_ms,
+                          .recompute_ms = recompute_ms};
   return cache;
 }
 

@@ -393,11 +393,13 @@ QuerySession::QuerySession(const model::Model& model, const std::vector<std::str
     : QuerySession(model, open_file(model, paths.at(0), composing(o, paths.size())), o) {
   if (paths.size() == 1) return;
   if (o.device == kernels::Device::Cuda)
-    throw Error(Errc::unsupported, "several caches are composed on the CPU only; answer them with --device cpu");
+    throw Error(Errc::unsupported,
+                "several caches are composed on the CPU only; answer them on the CPU");
   check_model_composes(model.config());  // before the other files are read
   if (paths.size() > o.compose.max_docs)
-    throw Error(Errc::invalid_argument, std::to_string(paths.size()) + " caches given; a composition takes at most " +
-                                            std::to_string(o.compose.max_docs) + " (--max-compose raises it)");
+    throw Error(Errc::invalid_argument,
+                std::to_string(paths.size()) + " caches given; a composition takes at most " +
+                    std::to_string(o.compose.max_docs) + " (option compose.max_docs raises it)");
   const auto t0 = Clock::now();
   for (size_t i = 1; i < paths.size(); ++i) {
     Loaded l = open_file(model, paths[i], composing(o, paths.size()));
@@ -449,7 +451,8 @@ void QuerySession::to_device(const SessionOptions& o, const format::CacheReader*
   gpu_forward_ = std::make_unique<model::GpuForward>(model_.weights());
   gpu_cache_ = std::make_unique<model::GpuCache>(
       reader ? gpu_cache_from_reader(*reader, o.room, gpu_forward_->stream(), o.kv_form)
-             : model::GpuCache::from_ragged(base_.f32("--device cuda"), o.room, gpu_forward_->stream()));
+             : model::GpuCache::from_ragged(base_.f32("the CUDA upload"), o.room,
+                                            gpu_forward_->stream()));
   load_ms_ += ms_since(t0);
 }
 
@@ -464,7 +467,7 @@ Answer QuerySession::ask(std::string_view question, const model::GenerateParams&
   model::GenerateParams gp = params;
   if (gp.rkv && branch_)
     throw Error(Errc::unsupported,
-                "R-KV (--rkv-*) evicts rows of an f32 cache, but this session attends to the file's " +
+                "R-KV evicts rows of an f32 cache, but this session attends to the file's " +
                     std::string(format::dtype_name(header_.kv_dtype)) +
                     " rows in place; open it with SessionOptions::kv_form = KvForm::F32");
   auto on_token = [&](int32_t tok) {
@@ -475,7 +478,7 @@ Answer QuerySession::ask(std::string_view question, const model::GenerateParams&
     return true;
   };
   if (gp.rkv && composed_)
-    throw Error(Errc::unsupported, "R-KV (--rkv-*) does not run over several composed caches");
+    throw Error(Errc::unsupported, "R-KV does not run over several composed caches");
   model::GenerateResult r;
   if (composed_) {  // the documents are read-only; the question and answer rows are the view's own
     struct Rollback {

@@ -77,17 +77,20 @@ void check_config(const ModelConfig& c) {
   if (c.n_kv_heads > kernels::kMaxKvHeads)
     throw Error(Errc::unsupported, "GpuForward: " + std::to_string(c.n_kv_heads) +
                                        " KV heads; the CUDA kernels take at most " +
-                                       std::to_string(kernels::kMaxKvHeads) + " (use --device cpu)");
+                                       std::to_string(kernels::kMaxKvHeads) +
+                                       " (run it on the CPU)");
   if (c.qk_norm || c.post_norms || c.hybrid() || c.ffn_act != FfnActivation::Silu || c.embed_scale != 1.0f ||
       c.query_scale != 0.0f)
-    throw Error(Errc::unsupported, "GpuForward: architecture '" + c.arch + "' (QK-norm, post-norms, GeGLU or "
-                                   "sliding-window layers) has no CUDA forward yet; use --device cpu");
+    throw Error(Errc::unsupported,
+                "GpuForward: architecture '" + c.arch +
+                    "' (QK-norm, post-norms, GeGLU or "
+                    "sliding-window layers) has no CUDA forward yet; run it on the CPU");
   if (c.head_dim != 64 && c.head_dim != 128)
     throw Error(Errc::unsupported, "GpuForward: head_dim " + std::to_string(c.head_dim) +
                                        " has no CUDA attention kernel (64 and 128 are compiled); "
-                                       "use --device cpu");
+                                       "run it on the CPU");
   if (kernels::cuda_device_count() == 0)
-    throw Error(Errc::unsupported, "GpuForward: no CUDA device is visible; use --device cpu");
+    throw Error(Errc::unsupported, "GpuForward: no CUDA device is visible; run it on the CPU");
 }
 
 }  // namespace
@@ -324,8 +327,8 @@ struct GpuForward::Impl {
 namespace {
 [[noreturn]] void no_cuda() {
   throw Error(Errc::unsupported,
-              "GpuForward: this kvzip was built without CUDA; rebuild with -DKVZIP_CUDA=ON or use "
-              "--device cpu");
+              "GpuForward: this kvzip was built without CUDA; rebuild with -DKVZIP_CUDA=ON or run "
+              "it on the CPU");
 }
 }  // namespace
 
@@ -345,8 +348,7 @@ uint64_t GpuForward::weight_bytes() const { return 0; }
 GenerateResult generate(GpuForward& forward, GpuCache& cache, std::span<const int32_t> prompt,
                         const GenerateParams& params, const TokenCallback& on_token) {
   if (params.rkv)
-    throw Error(Errc::unsupported, "generate: R-KV bounded generation (--rkv-budget) runs on the "
-                                   "CPU only; drop --device cuda or the --rkv options");
+    throw Error(Errc::unsupported, "generate: R-KV bounded generation runs on the CPU only");
   return detail::generate_loop(forward, cache, prompt, params, on_token);
 }
 

@@ -75,8 +75,9 @@ void CacheStore::make_room_locked(const std::string& id, uint64_t need) {
   if (held + need > max_bytes_)
     throw Error(Errc::out_of_memory,
                 "cache \"" + id + "\" needs up to " + mib(need) + " but " +
-                    mib(max_bytes_ - std::min(max_bytes_, held)) + " of --max-loaded-bytes are free (the loaded caches in use cannot be "
-                    "evicted); retry later or raise --max-loaded-bytes");
+                    mib(max_bytes_ - std::min(max_bytes_, held)) +
+                    " of the server's loaded-cache budget are free (the loaded caches in use "
+                    "cannot be evicted); retry later or raise the budget");
 }
 
 std::shared_ptr<const LoadedCache> CacheStore::find_current_locked(const std::string& id,
@@ -113,9 +114,10 @@ std::shared_ptr<const LoadedCache> CacheStore::acquire(const std::string& id) {
   const uint64_t need = loader::base_bytes_bound(reader, /*room=*/1, loader::KvForm::Auto, key_tiles_);
   if (need > max_bytes_)
     throw Error(Errc::invalid_argument,
-                "cache \"" + id + "\" needs up to " + mib(need) + ", more than the whole --max-loaded-bytes budget of " +
-                    mib(max_bytes_) + ": this server can never load it (retrying does not help); raise "
-                    "--max-loaded-bytes or compress the document further");
+                "cache \"" + id + "\" needs up to " + mib(need) +
+                    ", more than the server's whole loaded-cache budget of " + mib(max_bytes_) +
+                    ": this server can never load it (retrying does not help); raise "
+                    "the budget or compress the document further");
   {
     std::lock_guard<std::mutex> lock(mu_);
     make_room_locked(id, need);

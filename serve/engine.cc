@@ -298,19 +298,14 @@ void Engine::run() {
   }
 }
 
-void Engine::step_once() {
-  const ModelConfig& cfg = model_.config();
+struct Engine::Step {
   std::vector<model::StepItem> items;
   std::vector<Request*> owners;
   std::vector<uint32_t> pieces;  // prompt tokens each item carries (0: a decode row)
-  uint32_t budget = opt_.step_tokens;
-  std::vector<Request*> work;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& r : active_) work.push_back(r.get());
-  }
-  take_compositions();
-  for (Request* r : work) {  // cancellations and first-time setup
+};
+
+void Engine::start_requests(const std::vector<Request*>& work) {
+  for (Request* r : work) {
     if (r->composing || r->done) continue;  // a composing request ends when its result comes
     if (r->cancelled) {
       finish(*r, Finish::Cancelled);
@@ -321,17 +316,23 @@ void Engine::step_once() {
         const uint32_t room = static_cast<uint32_t>(r->spec.prompt.size()) +
                               std::min<uint32_t>(r->spec.max_tokens, 128) + 1;
         r->cache = std::make_unique<model::BranchCache>(r->spec.cache->cache, room);
-        r->logits.resize(cfg.vocab_size);
+        r->logits.resize(model_.config().vocab_size);
       } catch (const Error& e) {
         finish(*r, Finish::Error, e.what(), e.code());
       }
     }
   }
+}
+
+Engine::Step Engine::plan_step(const std::vector<Request*>& work) const {
+  Step s;
+  uint32_t budget = opt_.step_tokens;
   for (Request* r : work) {  // decode rows first: every answering request advances each step
     if (r->done || !r->cache || r->prefilled < r->spec.prompt.size()) continue;
-    items.push_back(model::StepItem{r->cache.get(), std::span<const int32_t>(&r->next, 1), r->logits.data()});
-    owners.push_back(r);
-    pieces.push_back(0);
+    s.items.push_back(
+        model::StepItem{r->cache.get(), std::span<const int32_t>(&r->next, 1), r->logits.data()});
+    s.owners.push_back(r);
+    s.pieces.push_back(0);
     --budget;
   }
   for (Request* r : work) {  // then question pieces, oldest first, as the budget allows
@@ -344,25 +345,22 @@ void Engine::step_once() {
     if (left > budget && left <= whole) continue;
     const uint32_t n = static_cast<uint32_t>(std::min<size_t>(left, budget));
     const bool last = n == left;
-    items.push_back(model::StepItem{r->cache.get(),
-                             std::span<const int32_t>(r->spec.prompt).subspan(r->prefilled, n),
-                             last ? r->logits.data() : nullptr});
-    owners.push_back(r);
-    pieces.push_back(n);
+    s.items.push_back(model::StepItem{
+        r->cache.get(), std::span<const int32_t>(r->spec.prompt).subspan(r->prefilled, n),
+        last ? r->logits.data() : nullptr});
+    s.owners.push_back(r);
+    s.pieces.push_back(n);
     budget -= n;
   }
-  if (items.empty()) return;
-  try {
-    forward_.step(items);
-  } catch (const std::exception& e) {  // every cache was rolled back; these requests end
-    for (Request* r : owners) finish(*r, Finish::Error, e.what());
-    return;
-  }
-  ++steps_;
-  for (size_t i = 0; i < items.size(); ++i) {
-    Request& r = *owners[i];
-    r.prefilled += pieces[i];
-    if (!items[i].logits) continue;
+  return s;
+}
+
+void Engine::take_tokens(const Step& s) {
+  const ModelConfig& cfg = model_.config();
+  for (size_t i = 0; i < s.items.size(); ++i) {
+    Request& r = *s.owners[i];
+    r.prefilled += s.pieces[i];
+    if (!s.items[i].logits) continue;
     const int32_t tok = r.sampler->sample(r.logits);
     const auto& stops = r.spec.stop_tokens;
     if (std::find(stops.begin(), stops.end(), tok) != stops.end()) {
@@ -382,6 +380,26 @@ void Engine::step_once() {
     }
     r.next = tok;
   }
+}
+
+void Engine::step_once() {
+  std::vector<Request*> work;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& r : active_) work.push_back(r.get());
+  }
+  take_compositions();
+  start_requests(work);
+  Step s = plan_step(work);
+  if (s.items.empty()) return;
+  try {
+    forward_.step(s.items);
+  } catch (const std::exception& e) {  // every cache was rolled back; these requests end
+    for (Request* r : s.owners) finish(*r, Finish::Error, e.what());
+    return;
+  }
+  ++steps_;
+  take_tokens(s);
 }
 
 }  // namespace kvzip::serve

@@ -125,6 +125,12 @@ class Engine {
   bool ready_locked() const;
   void take_compositions();
   void step_once();
+  // step_once's parts: cancellations and each new request's branch; the rows of one batched
+  // step (decode rows, then question pieces as the token budget allows); the tokens it samples.
+  struct Step;
+  void start_requests(const std::vector<Request*>& work);
+  Step plan_step(const std::vector<Request*>& work) const;
+  void take_tokens(const Step& step);
   void finish(Request& r, Finish f, std::string error = {}, Errc code = Errc::internal);
 
   const model::Model& model_;

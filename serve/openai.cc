@@ -82,24 +82,16 @@ json parse_object(const std::string& body) {
   return j;
 }
 
-ChatRequest parse_chat_request(const std::string& body, const ChatLimits& limits, const std::string& pinned) {
-  const json j = parse_object(body);
-  ChatRequest r;
-  auto has = [&](const char* k) { return j.contains(k) && !j[k].is_null(); };
-  for (const char* k : {"model", "cache"})
-    if (has(k) && !j[k].is_string())
-      throw bad(k, std::string(k) + " must be a string, not " + type_name(j[k]));
-  if (has("cache")) r.cache = j["cache"].get<std::string>();
-  else if (has("model")) r.cache = j["model"].get<std::string>();
-  else if (!pinned.empty()) r.cache = pinned;
-  else throw bad("model", "model is required: the id of a cache (GET /v1/models lists them)");
+namespace {
 
+// The conversation of "messages": user and assistant messages alternate, from a user message to
+// the last one, the question. System messages are skipped (the cache was compressed with its
+// system prompt).
+void parse_messages(const json& j, const ChatLimits& limits, ChatRequest& r) {
   if (!j.contains("messages") || !j["messages"].is_array() || j["messages"].empty())
     throw bad("messages", "messages must be a non-empty array");
   const json& msgs = j["messages"];
   if (msgs.size() > 256) throw bad("messages", "at most 256 messages");
-  // The conversation: user and assistant messages alternate, from a user message to the last one,
-  // the question. System messages are skipped (the cache was compressed with its system prompt).
   std::vector<std::string> turns;
   size_t conversation_bytes = 0;
   for (size_t i = 0; i < msgs.size(); ++i) {
@@ -131,7 +123,29 @@ ChatRequest parse_chat_request(const std::string& body, const ChatLimits& limits
                    "the conversation's messages are " + std::to_string(conversation_bytes) +
                        " bytes; at most " + std::to_string(limits.max_question_bytes),
                    "messages");
+}
 
+// "stop": a string or an array of up to 4 strings, each of 1-256 bytes.
+std::vector<std::string> parse_stop(const json& s) {
+  std::vector<std::string> stop;
+  if (s.is_string()) {
+    stop.push_back(s.get<std::string>());
+  } else if (s.is_array() && s.size() <= 4) {
+    for (const json& x : s) {
+      if (!x.is_string()) throw bad("stop", "stop must be a string or an array of up to 4 strings");
+      stop.push_back(x.get<std::string>());
+    }
+  } else {
+    throw bad("stop", "stop must be a string or an array of up to 4 strings");
+  }
+  for (const auto& x : stop)
+    if (x.empty() || x.size() > 256) throw bad("stop", "each stop string must have 1-256 bytes");
+  return stop;
+}
+
+// Sampling, stop strings and streaming; the OpenAI fields kvzip does not support are refused.
+void parse_generation(const json& j, const ChatLimits& limits, ChatRequest& r) {
+  auto has = [&](const char* k) { return j.contains(k) && !j[k].is_null(); };
   r.max_tokens = limits.default_max_tokens;
   for (const char* k : {"max_tokens", "max_completion_tokens"})
     if (has(k)) r.max_tokens = static_cast<uint32_t>(integer(j[k], k, 1, limits.max_tokens_cap));
@@ -142,21 +156,7 @@ ChatRequest parse_chat_request(const std::string& body, const ChatLimits& limits
     r.seed = static_cast<uint64_t>(integer(j["seed"], "seed", INT64_MIN, INT64_MAX));
     r.seeded = true;
   }
-  if (has("stop")) {
-    const json& s = j["stop"];
-    if (s.is_string()) {
-      r.stop.push_back(s.get<std::string>());
-    } else if (s.is_array() && s.size() <= 4) {
-      for (const json& x : s) {
-        if (!x.is_string()) throw bad("stop", "stop must be a string or an array of up to 4 strings");
-        r.stop.push_back(x.get<std::string>());
-      }
-    } else {
-      throw bad("stop", "stop must be a string or an array of up to 4 strings");
-    }
-    for (const auto& x : r.stop)
-      if (x.empty() || x.size() > 256) throw bad("stop", "each stop string must have 1-256 bytes");
-  }
+  if (has("stop")) r.stop = parse_stop(j["stop"]);
   if (has("stream")) {
     if (!j["stream"].is_boolean()) throw bad("stream", "stream must be a boolean");
     r.stream = j["stream"].get<bool>();
@@ -177,6 +177,24 @@ ChatRequest parse_chat_request(const std::string& body, const ChatLimits& limits
   if (has("logprobs") && (!j["logprobs"].is_boolean() || j["logprobs"].get<bool>()))
     throw bad("logprobs", "logprobs are not supported");
   if (has("tools") || has("functions")) throw bad("tools", "tools and functions are not supported");
+}
+
+}  // namespace
+
+ChatRequest parse_chat_request(const std::string& body, const ChatLimits& limits,
+                               const std::string& pinned) {
+  const json j = parse_object(body);
+  ChatRequest r;
+  auto has = [&](const char* k) { return j.contains(k) && !j[k].is_null(); };
+  for (const char* k : {"model", "cache"})
+    if (has(k) && !j[k].is_string())
+      throw bad(k, std::string(k) + " must be a string, not " + type_name(j[k]));
+  if (has("cache")) r.cache = j["cache"].get<std::string>();
+  else if (has("model")) r.cache = j["model"].get<std::string>();
+  else if (!pinned.empty()) r.cache = pinned;
+  else throw bad("model", "model is required: the id of a cache (GET /v1/models lists them)");
+  parse_messages(j, limits, r);
+  parse_generation(j, limits, r);
   return r;
 }
 

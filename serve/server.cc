@@ -367,9 +367,7 @@ void Server::Impl::post_cache(const httplib::Request& req, httplib::Response& re
   fo.query_template = str("query_template", fo.query_template);
   fo.write.force = replace;
   fo.threads = opt.compress_threads;
-  compress::make_method_scorer(fo.compress);  // a bad method or ratio fails now, not in the job
-  if (fo.query_template.find("{question}") == std::string::npos)
-    throw ApiError(400, "invalid_request_error", "invalid_value", "query_template must contain {question}", "query_template");
+  compress::check_file_options(fo);  // a bad method, ratio or template fails now, not in the job
   if (!replace && std::filesystem::exists(store.path_of(id)))
     throw ApiError(409, "invalid_request_error", "conflict", "cache " + id + " exists; send \"replace\": true", "id");
   if (jobs.busy(id))
@@ -439,7 +437,8 @@ void Server::Impl::put_cache(const httplib::Request& req, httplib::Response& res
   });
   if (over || HttpServer::body_over_limit())
     throw ApiError(413, "invalid_request_error", "body_too_large",
-                   "the upload is over " + std::to_string(opt.max_upload_bytes) + " bytes (--max-upload-bytes)");
+                   "the upload is over " + std::to_string(opt.max_upload_bytes) +
+                       " bytes (the server's upload limit)");
   if (!whole)
     throw ApiError(400, "invalid_request_error", "incomplete_body", "the body ended early or arrived too slowly");
   try {

@@ -206,8 +206,9 @@ std::vector<std::shared_ptr<const LoadedCache>> Server::Impl::chat_caches(const 
   }
   if (ids.size() > opt.max_compose)
     throw ApiError(400, "invalid_request_error", "too_many_caches",
-                   std::to_string(ids.size()) + " caches composed; at most " + std::to_string(opt.max_compose) +
-                       " (--max-compose)", "model");
+                   std::to_string(ids.size()) + " caches composed; at most " +
+                       std::to_string(opt.max_compose) + " (the server's composition limit)",
+                   "model");
   std::vector<std::shared_ptr<const LoadedCache>> caches;
   for (const std::string& cid : ids) {
     // A malformed id is a bad value (400), as on /v1/caches/{id}; a well-formed unknown one is 404.

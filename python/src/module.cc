@@ -248,13 +248,11 @@ nb::dict fingerprint_dict(const ModelFingerprint& fp, const ModelConfig& c) {
 using Progress = std::function<void(uint64_t, uint64_t)>;
 
 // Compresses `text` into the file `out`; returns timings.
-nb::dict compress_text(const PyModel& pm, const std::string& text, const std::string& out, double ratio,
-                       const std::string& method, const std::string& level, const std::string& kv_dtype,
-                       uint32_t kv_group, int zstd, bool force, const std::string& system,
-                       const std::string& query_template, uint32_t threads, uint32_t chunk,
-                       const std::optional<Progress>& progress) {
-  if (zstd < 0 || zstd > 19)
-    throw Error(Errc::invalid_argument, "zstd level " + std::to_string(zstd) + " is outside 0 (off) .. 19");
+nb::dict compress_text(const PyModel& pm, const std::string& text, const std::string& out,
+                       double ratio, const std::string& method, const std::string& level,
+                       const std::string& kv_dtype, uint32_t kv_group, int zstd, bool force,
+                       const std::string& system, const std::string& query_template,
+                       uint32_t threads, uint32_t chunk, const std::optional<Progress>& progress) {
   const model::Model& m = *pm.m;
   compress::CompressFileOptions fo;
   fo.compress.method = method;
@@ -416,25 +414,10 @@ nb::dict library_ask(nb::object model_obj, const std::string& dir, const std::st
 using namespace kvzip;
 using namespace kvzip::python;
 
-NB_MODULE(_kvzip, m) {
-  m.doc() = "kvzip's C++ library: .kvz files, compression and answers";
-  m.attr("__version__") = KVZIP_VERSION;
+namespace {
 
-  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
-    try {
-      std::rethrow_exception(p);
-    } catch (const Error& e) {
-      nb::object cls = nb::module_::import_("kvzip.errors").attr("error_class")(static_cast<int>(e.code()));
-      PyErr_SetString(cls.ptr(), e.what());
-    }
-  });
-
-  m.def("hdf5_available", &format::hdf5_available);
-  m.def("export_hdf5", [](const std::string& cache, const std::string& out, bool force) {
-    const auto r = format::CacheReader::open(cache);
-    format::export_hdf5(r.load(), out, force);
-  }, "cache"_a, "out"_a, "force"_a = false);
-
+// The class Reader: one .kvz file, its header and each layer's arrays (zero-copy where raw).
+void bind_reader(nb::module_& m) {
   nb::class_<Reader>(m, "Reader")
       .def_static("open", &open_reader, "path"_a, "verify"_a = "on_access")
       .def_ro("path", &Reader::path)
@@ -503,10 +486,10 @@ NB_MODULE(_kvzip, m) {
         set_model(h, model);
         return r.r.check_model(h.model, force);
       }, "model"_a, "force"_a = false);
+}
 
-  m.def("write", &write_file, "path"_a, "header"_a, "layers"_a, "kv_dtype"_a = "f32", "kv_group"_a = 0,
-        "zstd"_a = 0, "force"_a = false);
-
+// The class Model and what takes one: compression, a library's search and answers.
+void bind_model(nb::module_& m) {
   nb::class_<PyModel>(m, "Model")
       .def_static("load", &load_model, "path"_a = "")
       .def_prop_ro("path", [](const PyModel& p) { return p.m->path(); })
@@ -515,15 +498,19 @@ NB_MODULE(_kvzip, m) {
       .def("decode", [](const PyModel& p, const std::vector<int32_t>& ids) { return p.m->tokenizer().decode(ids); })
       .def("stop_tokens", [](const PyModel& p) { return p.m->chat().stop_tokens(); });
 
-  m.def("compress", &compress_text, "model"_a, "text"_a, "out"_a, "ratio"_a = 0.3, "method"_a = "kvzip",
-        "level"_a = "global", "kv_dtype"_a = "f32", "kv_group"_a = 0, "zstd"_a = 0, "force"_a = false,
-        "system"_a = "", "query_template"_a = format::kDefaultQueryTemplate, "threads"_a = 0,
-        "chunk"_a = 2000, "progress"_a = nb::none());
+  m.def("compress", &compress_text, "model"_a, "text"_a, "out"_a,
+        "ratio"_a = compress::kDefaultRatio, "method"_a = "kvzip", "level"_a = "global",
+        "kv_dtype"_a = "f32", "kv_group"_a = 0, "zstd"_a = 0, "force"_a = false, "system"_a = "",
+        "query_template"_a = format::kDefaultQueryTemplate, "threads"_a = 0, "chunk"_a = 2000,
+        "progress"_a = nb::none());
 
   m.def("search", &library_search, "dir"_a, "question"_a, "top_k"_a = 4, "model"_a = nb::none());
   m.def("ask", &library_ask, "model"_a, "dir"_a, "question"_a, "top_k"_a = 4, "max_tokens"_a = 128,
         "blend"_a = 0.3, "threads"_a = 0);
+}
 
+// The class Session: the answers of one cache.
+void bind_session(nb::module_& m) {
   nb::class_<Session>(m, "Session")
       .def_static("open", &open_session, "model"_a, "path"_a, "force"_a = false, "matmul"_a = "fast",
                   "threads"_a = 0, "kv_f32"_a = false)
@@ -531,4 +518,37 @@ NB_MODULE(_kvzip, m) {
            "on_text"_a = nb::none())
       .def("header", [](const Session& s) { return header_dict(s.s->header()); })
       .def_prop_ro("load_ms", [](const Session& s) { return s.s->load_ms(); });
+}
+
+}  // namespace
+
+NB_MODULE(_kvzip, m) {
+  m.doc() = "kvzip's C++ library: .kvz files, compression and answers";
+  m.attr("__version__") = KVZIP_VERSION;
+
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const Error& e) {
+      nb::object cls =
+          nb::module_::import_("kvzip.errors").attr("error_class")(static_cast<int>(e.code()));
+      PyErr_SetString(cls.ptr(), e.what());
+    }
+  });
+
+  m.def("hdf5_available", &format::hdf5_available);
+  m.def(
+      "export_hdf5",
+      [](const std::string& cache, const std::string& out, bool force) {
+        const auto r = format::CacheReader::open(cache);
+        format::export_hdf5(r.load(), out, force);
+      },
+      "cache"_a, "out"_a, "force"_a = false);
+
+  bind_reader(m);
+  m.def("write", &write_file, "path"_a, "header"_a, "layers"_a, "kv_dtype"_a = "f32",
+        "kv_group"_a = 0, "zstd"_a = 0, "force"_a = false);
+
+  bind_model(m);
+  bind_session(m);
 }

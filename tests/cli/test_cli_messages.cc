@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "cli/cli_util.h"
 #include "tests/format/fixtures.h"
 #include "tests/support/run_cli.h"
 
@@ -136,4 +137,30 @@ TEST_CASE("output paths are checked before any input is read or any model loads"
   CHECK(read_bytes(dir.path("o.kvz")) == std::vector<uint8_t>{1, 2, 3});
   // With -f the same command gets past the output check, to the model.
   expect_error({"compress", doc, "-o", dir.path("o.kvz"), "-f"}, 3, "not_found", {"model file not found"});
+}
+
+TEST_CASE("compress options are checked by the library before the model, flags named once",
+          "[cli]") {
+  TempDir dir;
+  const std::string doc = doc_in(dir);
+  const std::string out = dir.path("o.kvz");
+  for (const char* bad : {"0", "1.5", "-0.2"})
+    expect_error({"compress", doc, "--ratio", bad, "-o", out}, 2, "invalid_argument",
+                 {"compress: ratio ", "is outside (0, 1]"});
+  expect_error({"compress", doc, "--zstd", "20", "-o", out}, 2, "invalid_argument",
+               {"compress: zstd level 20 is outside 0 (off) .. 19"});
+  expect_error({"compress", doc, "--query-template", "Q: ", "-o", out}, 2, "invalid_argument",
+               {"compress: the query template must contain {question}"});
+  CHECK_FALSE(std::filesystem::exists(out));
+}
+
+TEST_CASE("library messages show the command line's flag where they name an option", "[cli]") {
+  using kvzip::cli::with_flag_names;
+  CHECK(with_flag_names("calibrate it, or use them anyway (option force_model)") ==
+        "calibrate it, or use them anyway (--force-model)");
+  CHECK(with_flag_names("load it anyway (option force); option force") ==
+        "load it anyway (--force); --force");
+  CHECK(with_flag_names("at most 16 (option compose.max_docs raises it)") ==
+        "at most 16 (--max-compose raises it)");
+  CHECK(with_flag_names("no option here") == "no option here");
 }

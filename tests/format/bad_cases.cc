@@ -147,7 +147,7 @@ std::vector<BadCase> bad_cases(const std::vector<uint8_t>& g) {
        resealed(1, [](Image& im) { im.set_u64(im.section_start(1) + 16 + 8, 99); })},
       {"position_order.kvz", Errc::corrupt, "does not increase",
        resealed(2, [](Image& im) { im.set_u32(im.section_start(2) + 4, 0); })},
-      {"wrong_model.kvz", Errc::model_mismatch, "pass --force",
+      {"wrong_model.kvz", Errc::model_mismatch, "load it anyway (option force)",
        meta_edit([](Image& im) { im.set_u64(im.meta_value("model.weights_hash"), 0x0123456789abcdefull); }),
        BadMode::CheckModel},
   };

@@ -244,7 +244,7 @@ TEST_CASE("head scores are checked against the model: fingerprint with force, sh
     FAIL("no error");
   } catch (const Error& e) {
     CHECK(e.code() == Errc::model_mismatch);
-    CHECK_THAT(e.what(), Catch::Contains("--force-model"));
+    CHECK_THAT(e.what(), Catch::Contains("(option force_model)"));
   }
   CHECK_FALSE(check_head_scores_model(h, cfg, other, true));
   for (int which = 0; which < 2; ++which) {
