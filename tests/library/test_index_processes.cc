@@ -1,10 +1,14 @@
 // Two processes on one folder's index: the built `kvzip` binary, run as a child, refreshes the
 // index while this process searches it, and searches (refreshing too, or only reading) while this
 // process writes it. Every child succeeds, no "database is locked" (or any other SQLite error)
-// reaches the user, and every search ranks the same cache first.
+// reaches the user, and every search ranks the same cache first. A child that finds the index
+// locked by this process's write transaction waits for it (busy_timeout) and then succeeds.
 #include <catch2/catch.hpp>
 
+#include <sqlite3.h>
+
 #include <atomic>
+#include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
@@ -110,7 +114,7 @@ TEST_CASE("children search the index while this process writes it", "[library]")
   TempDir d;
   three_docs(d);
   { library::Index(d.dir()).refresh(); }
-  constexpr int kWrites = 12;
+  constexpr int kWrites = 6, kBatch = 25;
   std::atomic<bool> done{false};
   std::vector<std::string> problems;
   std::atomic<int> children{0};
@@ -129,19 +133,50 @@ TEST_CASE("children search the index while this process writes it", "[library]")
   int writes = 0;
   {
     library::Index w(d.dir());
-    // Writes go on until several children ran beside them.
-    for (; writes < kWrites || (children < 6 && writes < 400); ++writes) {
-      write_doc(d, "extra" + std::to_string(writes), extra_text(writes), 10 + writes);
+    // Rounds of kBatch new caches, each refresh one long write transaction that a refreshing
+    // child's waits for (or the other way round); rounds go on until several children ran.
+    for (; writes < kWrites || (children < 6 && writes < 100); ++writes) {
+      for (int j = 0; j < kBatch; ++j) {
+        const int n = writes * kBatch + j;
+        write_doc(d, "extra" + std::to_string(n), extra_text(n), 10 + n);
+      }
       const library::RefreshStats st = w.refresh();
-      // A refreshing child may have indexed the new cache first: then it is unchanged here.
+      // A refreshing child may have indexed new caches first: then they are unchanged here.
       CHECK(st.indexed + st.unchanged == st.files);
-      CHECK(st.files == 4u + writes);
+      CHECK(st.files == 3u + kBatch * (writes + 1u));
     }
     done = true;
     searcher.join();
-    CHECK(w.count() == 3u + writes);
+    CHECK(w.count() == 3u + kBatch * writes);
   }
   for (const std::string& p : problems) UNSCOPED_INFO(p);
   CHECK(problems.empty());
   CHECK(children >= 6);
+}
+
+TEST_CASE("a child waits for this process's write transaction instead of failing", "[library]") {
+  TempDir d;
+  three_docs(d);
+  { library::Index(d.dir()).refresh(); }
+  write_doc(d, "late", "A late cache about lighthouses.", 9);
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open((d.dir() + "/" + library::kIndexName).c_str(), &db) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) == SQLITE_OK);
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  CliResult writer, reader;
+  std::thread child([&] {
+    writer = run_kvzip({"index", d.dir(), "-q"});
+    reader = run_kvzip({"search", d.dir(), "lighthouses", "--json", "-q", "--no-refresh"});
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  REQUIRE(sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(db);
+  child.join();
+  const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  CHECK(child_problem(writer).empty());
+  CHECK(child_problem(reader).empty());
+  CHECK(first_source(reader) == "late");
+  CHECK(waited >= 0.4);
+  CHECK(library::Index(d.dir()).count() == 4);
 }
