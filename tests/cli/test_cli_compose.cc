@@ -3,7 +3,9 @@
 //    and --cache FILE, repeatable, which names one file as written ('+' included);
 //  - `eval --compose` refuses a sliding-window model (the tiny Gemma 3 fixture) with query's
 //    `unsupported` (exit 11), needs --squad, and says how many paragraphs the file has;
-//  - `eval --ruler --len` refuses a zero length before the model loads.
+//  - `eval --ruler --len` refuses a zero length before the model loads;
+//  - `eval --retrieve` refuses what it cannot run (with --compose, K out of range, no --squad,
+//    several ratios, a sliding-window model) writing nothing, and runs on a tiny model.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -140,6 +142,18 @@ TEST_CASE("eval --retrieve is checked before any work and writes nothing when re
     CHECK(r.out.empty());
     CHECK(!std::filesystem::exists(csv));
   }
+}
+
+TEST_CASE("eval --retrieve refuses a sliding-window model as ask does", "[cli][eval][library]") {
+  format::testing::TempDir dir;
+  write(dir.path("two.json"), kTwoParagraphs);
+  const CliResult r =
+      run_logged({"eval", "-m", test::hf_golden("gemma3"), "--squad", dir.path("two.json"),
+                  "--retrieve", "2", "-q", "-t", "1", "-o", dir.path("r.csv")});
+  CHECK(r.exit_code == 11);
+  CHECK_THAT(r.err, Contains("sliding-window"));
+  CHECK(r.out.empty());
+  CHECK(!std::filesystem::exists(dir.path("r.csv")));
 }
 
 TEST_CASE("eval --retrieve on a tiny model prints the table and writes the CSV", "[cli][eval][library]") {
