@@ -94,8 +94,12 @@ class RetrieveRun {
  public:
   RetrieveRun(const model::Model& model, const std::vector<Document>& paras,
               const RetrieveEvalOptions& o)
-      : model_(model), paras_(paras), o_(o), fw_(model.weights(), forward_options(o)),
-        tok_(model.tokenizer()), sep_(tok_.encode("\n\n", false)) {
+      : model_(model),
+        paras_(paras),
+        o_(o),
+        fw_(model.weights(), forward_options(o)),
+        tok_(model.tokenizer()),
+        sep_(tok_.encode("\n\n", false)) {
     blends_ = o.blends.empty() ? std::vector<double>{library_default_blend()} : o.blends;
     ap_.max_tokens = o.max_answer_tokens;
     ap_.stop_tokens = model.chat().stop_tokens();
@@ -199,7 +203,8 @@ std::unique_ptr<model::AttentionCache> RetrieveRun::build(const std::vector<uint
   }
   std::unique_ptr<model::AttentionCache> c;
   if (order.size() == 1) {
-    c = std::make_unique<model::RaggedKvCache>(loader::cache_from_contents(caches_[order[0]].contents));
+    c = std::make_unique<model::RaggedKvCache>(
+        loader::cache_from_contents(caches_[order[0]].contents));
   } else {
     auto kv = std::make_unique<model::KvCache>(model::cache_shape(model_.config()));
     if (!prefix_.empty()) fw_.prefill(*kv, prefix_, model::LogitsMode::None);
@@ -265,7 +270,8 @@ void RetrieveRun::ask(uint32_t own, const Question& q) {
   std::vector<uint32_t> oracle = retrieved;
   if (!hit) {
     oracle.assign(1, own);
-    for (size_t i = 0; oracle.size() < o_.k && i < retrieved.size(); ++i) oracle.push_back(retrieved[i]);
+    for (size_t i = 0; oracle.size() < o_.k && i < retrieved.size(); ++i)
+      oracle.push_back(retrieved[i]);
   }
   prompt_ = loader::question_tokens(tok_, o_.query_template, suffix_, q.text);
   {
@@ -340,7 +346,8 @@ void check_retrieve_options(const RetrieveEvalOptions& o) {
   if (o.k > loader::ComposeOptions{}.max_docs) {
     std::string m = "eval --retrieve ";
     m.append(std::to_string(o.k)).append(": a composition takes at most ");
-    throw Error(Errc::invalid_argument, m.append(std::to_string(loader::ComposeOptions{}.max_docs)));
+    throw Error(Errc::invalid_argument,
+                m.append(std::to_string(loader::ComposeOptions{}.max_docs)));
   }
   const std::vector<std::string> known = compress::scorer_names();
   if (std::find(known.begin(), known.end(), o.method) == known.end()) {
@@ -349,7 +356,8 @@ void check_retrieve_options(const RetrieveEvalOptions& o) {
   }
   if (!(o.ratio > 0.0 && o.ratio <= 1.0)) {
     std::string m = "eval --retrieve: ratio ";
-    throw Error(Errc::invalid_argument, m.append(std::to_string(o.ratio)).append(" outside (0, 1]"));
+    throw Error(Errc::invalid_argument,
+                m.append(std::to_string(o.ratio)).append(" outside (0, 1]"));
   }
   for (double b : o.blends)
     if (!(b >= 0.0 && b <= 1.0)) {
@@ -405,10 +413,10 @@ std::string format_retrieve_csv(const RetrieveEvalReport& r) {
          "recompute_ms,prefill_ms,answer_ms,ttft_ms,questions\n";
   for (const RetrieveEvalRow& x : r.rows)
     out << x.setting << ',' << (x.setting == "joint" ? "full" : r.method) << ','
-        << (x.setting == "joint" ? 1.0 : r.ratio) << ',' << r.k << ',' << x.blend << ','
-        << x.recall << ',' << x.f1 << ',' << x.contains << ',' << x.agreement << ',' << x.kl << ','
-        << x.search_ms << ',' << x.compose_ms << ',' << x.recompute_ms << ',' << x.prefill_ms
-        << ',' << x.answer_ms << ',' << x.ttft_ms << ',' << x.questions << '\n';
+        << (x.setting == "joint" ? 1.0 : r.ratio) << ',' << r.k << ',' << x.blend << ',' << x.recall
+        << ',' << x.f1 << ',' << x.contains << ',' << x.agreement << ',' << x.kl << ','
+        << x.search_ms << ',' << x.compose_ms << ',' << x.recompute_ms << ',' << x.prefill_ms << ','
+        << x.answer_ms << ',' << x.ttft_ms << ',' << x.questions << '\n';
   return out.str();
 }
 

@@ -27,11 +27,11 @@
 namespace kvzip::eval {
 
 struct RetrieveEvalOptions {
-  uint32_t k = 4;               // caches retrieved per question
-  uint64_t max_questions = 0;   // > 0: ask only the first N questions (every paragraph is indexed)
+  uint32_t k = 4;              // caches retrieved per question
+  uint64_t max_questions = 0;  // > 0: ask only the first N questions (every paragraph is indexed)
   std::string method = "kvzip";
-  double ratio = 0.5;           // fraction of document rows kept (1: full caches)
-  std::vector<double> blends;   // recompute fractions; empty: the library's default (`kvzip ask`)
+  double ratio = 0.5;          // fraction of document rows kept (1: full caches)
+  std::vector<double> blends;  // recompute fractions; empty: the library's default (`kvzip ask`)
   uint32_t max_answer_tokens = 24;
   std::string system;
   std::string query_template = format::kDefaultQueryTemplate;
@@ -67,7 +67,8 @@ double library_default_blend();
 // The options' own checks (k >= 1, a known method, ratio in (0, 1], blends in [0, 1]), made before
 // any work: Errc::invalid_argument naming the option.
 void check_retrieve_options(const RetrieveEvalOptions& options);
-// K retrieved documents need at least K paragraphs with questions in `source` (named in the message).
+// K retrieved documents need at least K paragraphs with questions in `source` (named in the
+// message).
 void check_retrieve_documents(size_t paragraphs, uint32_t k, const std::string& source);
 
 // `paragraphs`: SQuAD documents read with DocumentUnit::Paragraph. The caches are written into a
