@@ -17,6 +17,7 @@
 #include "eval/compose_eval.h"
 #include "eval/eval.h"
 #include "eval/plot.h"
+#include "eval/retrieve_eval.h"
 #include "eval/ruler.h"
 #include "format/head_scores.h"
 #include "format/scorer_file.h"
@@ -38,6 +39,7 @@ struct EvalOpts {
   RemovedKvLayoutOptions removed;  // --kv-rotate, --kv-params: refused with a message
   uint32_t compose = 0;             // > 0: the composition evaluation over this many documents
   std::vector<double> blends = {0.0, 0.3};
+  uint32_t retrieve = 0;  // with retrieve_opt given: the library evaluation, this many per question
   bool doc_prefix = false;
   // --ruler: RULER's synthetic tasks (eval/ruler.h) instead of a SQuAD file's documents
   std::string ruler, haystack, hotpotqa, kvpress_csv;
@@ -48,6 +50,8 @@ struct EvalOpts {
   const CLI::Option* tokens_opt = nullptr;
   const CLI::Option* methods_opt = nullptr;
   const CLI::Option* ratios_opt = nullptr;
+  const CLI::Option* blends_opt = nullptr;
+  const CLI::Option* retrieve_opt = nullptr;
 };
 
 // An output path must name a file in an existing, writable folder (checked before hours of
@@ -95,6 +99,46 @@ void run_compose(const EvalOpts& o) {
   std::fwrite(table.data(), 1, table.size(), stdout);
   std::fflush(stdout);
   if (!o.csv.empty()) write_file_atomically(o.csv, true, eval::format_compose_csv(report));
+}
+
+// `eval --retrieve K` (eval/retrieve_eval.h): paragraphs as a library, K retrieved per question.
+// One method and one ratio (default kvzip 0.5); the blends default to the library's own.
+void run_retrieve(const EvalOpts& o) {
+  eval::RetrieveEvalOptions ro;
+  ro.k = o.retrieve;
+  if (o.methods_opt->count()) {
+    if (o.eo.methods.size() != 1)
+      throw Error(Errc::invalid_argument, "eval --retrieve: give one method (--methods M)");
+    ro.method = o.eo.methods[0];
+  }
+  if (o.ratios_opt->count()) {
+    if (o.eo.ratios.size() != 1)
+      throw Error(Errc::invalid_argument, "eval --retrieve: give one ratio (--ratios R)");
+    ro.ratio = o.eo.ratios[0];
+  }
+  if (o.blends_opt->count()) ro.blends = o.blends;
+  ro.max_answer_tokens = o.eo.max_answer_tokens;
+  ro.system = o.eo.system;
+  ro.query_template = o.eo.query_template;
+  ro.kvzip_chunk = o.eo.kvzip_chunk;
+  ro.matmul = o.matmul == "exact" ? kernels::MatmulPath::Exact : kernels::MatmulPath::Fast;
+  ro.threads = o.eo.threads;
+  ro.max_questions = o.max_questions;
+  eval::check_retrieve_options(ro);
+  check_output(o.csv, "-o");
+  eval::SquadOptions so;
+  so.unit = eval::DocumentUnit::Paragraph;
+  so.all_questions = o.all_questions;
+  const std::vector<eval::Document> docs = eval::read_squad(o.squad, so);
+  eval::check_retrieve_documents(docs.size(), ro.k, o.squad);
+  auto model = load_model(o.model, ro.threads);
+  loader::check_model_composes(model->config());
+  if (!o.quiet) ro.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  const eval::RetrieveEvalReport report = eval::run_retrieve_eval(*model, docs, ro);
+  const std::string table = eval::format_retrieve_table(report);
+  std::fwrite(table.data(), 1, table.size(), stdout);
+  std::fflush(stdout);
+  if (!o.csv.empty()) write_file_atomically(o.csv, true, eval::format_retrieve_csv(report));
 }
 
 // Prefill progress: a fresh bar for each document long enough to take a while.
@@ -189,7 +233,22 @@ void run_ruler(const EvalOpts& o) {
   }
 }
 
-void run(const EvalOpts& o) {
+// --retrieve and --compose, each its own evaluation over the SQuAD file's paragraphs: true when
+// one of them ran.
+bool run_paragraph_evaluation(const EvalOpts& o) {
+  if (o.retrieve_opt->count()) {
+    if (o.compose)
+      throw Error(Errc::invalid_argument,
+                  "eval: --retrieve and --compose are separate evaluations; give one of them");
+    if (!o.ruler.empty())
+      throw Error(Errc::invalid_argument,
+                  "eval: --retrieve and --ruler are separate evaluations; give one of them");
+    if (o.squad.empty())
+      throw Error(Errc::invalid_argument,
+                  "eval --retrieve needs --squad FILE: it indexes the file's paragraphs as documents");
+    run_retrieve(o);
+    return true;
+  }
   if (o.compose) {
     if (o.squad.empty())
       throw Error(Errc::invalid_argument,
@@ -197,8 +256,14 @@ void run(const EvalOpts& o) {
     if (!o.ruler.empty())
       throw Error(Errc::invalid_argument,
                   "eval: --compose and --ruler are separate evaluations; give one of them");
-    return run_compose(o);
+    run_compose(o);
+    return true;
   }
+  return false;
+}
+
+void run(const EvalOpts& o) {
+  if (run_paragraph_evaluation(o)) return;
   if (!o.ruler.empty()) return run_ruler(o);
   if (o.squad.empty())
     throw Error(Errc::invalid_argument, "eval: give a SQuAD file (--squad FILE) or RULER tasks (--ruler TASKS)");
@@ -266,6 +331,40 @@ void run(const EvalOpts& o) {
       if (!path->empty()) std::fprintf(stderr, "wrote %s\n", path->c_str());
 }
 
+// --ruler and the options only it reads.
+void add_ruler_options(CLI::App* c, EvalOpts& o) {
+  c->add_option("--ruler", o.ruler,
+                "RULER tasks instead of SQuAD documents, comma-separated: niah_single_1..3, niah_multikey_1..3, "
+                "niah_multivalue, niah_multiquery, vt, cwe, fwe, qa_1, qa_2, or niah / synthetic / all");
+  add_list_option(c, "--len", o.lengths, "With --ruler: sequence lengths in tokens (comma-separated)");
+  c->add_option("--samples", o.samples, "With --ruler: samples per task and length")->capture_default_str();
+  add_list_option(c, "--setting", o.settings,
+                  "With --ruler: agnostic (compress the context alone) and/or aware (the question "
+                  "compressed with it; kvzip also scores with it), comma-separated");
+  c->add_option("--haystack", o.haystack,
+                "With --ruler: essay text for the NIAH essay haystacks (default: the built-in noise haystack)");
+  c->add_option("--hotpotqa", o.hotpotqa, "With --ruler: HotpotQA JSON, the source of task qa_2");
+  c->add_option("--ruler-seed", o.ruler_seed, "With --ruler: seed of the generated samples")->capture_default_str();
+  c->add_option("--kvpress-csv", o.kvpress_csv,
+                "With --ruler: write model,method,compression_ratio,task,score as the kvpress leaderboard lays it out");
+}
+
+// --compose, --retrieve and their options.
+void add_paragraph_evaluation_options(CLI::App* c, EvalOpts& o) {
+  c->add_option("--compose", o.compose,
+                "Composition evaluation: each paragraph a document compressed once, each question "
+                "asked over K documents composed (its own and K-1 others) against their joint prefill")
+      ->check(CLI::Range(2u, 64u));
+  o.retrieve_opt = c->add_option(
+      "--retrieve", o.retrieve,
+      "Library evaluation: each paragraph a cache in an indexed folder, each question answered "
+      "over the K caches a search finds (recall@K; against the oracle and a joint prefill)");
+  o.blends_opt = add_list_option(c, "--blends", o.blends,
+                                  "With --compose: recompute fractions to compare (comma-separated); "
+                                  "with --retrieve: default the library's own");
+  c->add_flag("--doc-prefix", o.doc_prefix, "With --compose: keep each later document's own prefix rows");
+}
+
 }  // namespace
 
 void add_eval_commands(CLI::App& app) {
@@ -274,28 +373,10 @@ void add_eval_commands(CLI::App& app) {
       "eval", "Multi-query evaluation on SQuAD: compress each document once per method and ratio, "
               "ask all its questions; contains-answer and F1, first-token KL, agreement with the full cache");
   c->add_option("--squad", o->squad, "SQuAD JSON file (v1.1 or v2.0); with --ruler, the source of task qa_1");
-  c->add_option("--ruler", o->ruler,
-                "RULER tasks instead of SQuAD documents, comma-separated: niah_single_1..3, niah_multikey_1..3, "
-                "niah_multivalue, niah_multiquery, vt, cwe, fwe, qa_1, qa_2, or niah / synthetic / all");
-  add_list_option(c, "--len", o->lengths, "With --ruler: sequence lengths in tokens (comma-separated)");
-  c->add_option("--samples", o->samples, "With --ruler: samples per task and length")->capture_default_str();
-  add_list_option(c, "--setting", o->settings,
-                  "With --ruler: agnostic (compress the context alone) and/or aware (the question "
-                  "compressed with it; kvzip also scores with it), comma-separated");
-  c->add_option("--haystack", o->haystack,
-                "With --ruler: essay text for the NIAH essay haystacks (default: the built-in noise haystack)");
-  c->add_option("--hotpotqa", o->hotpotqa, "With --ruler: HotpotQA JSON, the source of task qa_2");
-  c->add_option("--ruler-seed", o->ruler_seed, "With --ruler: seed of the generated samples")->capture_default_str();
-  c->add_option("--kvpress-csv", o->kvpress_csv,
-                "With --ruler: write model,method,compression_ratio,task,score as the kvpress leaderboard lays it out");
+  add_ruler_options(c, *o);
   c->add_option("--doc", o->doc, "Document unit: article (paragraphs joined) | paragraph")
       ->capture_default_str();
-  c->add_option("--compose", o->compose,
-                "Composition evaluation: each paragraph a document compressed once, each question "
-                "asked over K documents composed (its own and K-1 others) against their joint prefill")
-      ->check(CLI::Range(2u, 64u));
-  add_list_option(c, "--blends", o->blends, "With --compose: recompute fractions to compare (comma-separated)");
-  c->add_flag("--doc-prefix", o->doc_prefix, "With --compose: keep each later document's own prefix rows");
+  add_paragraph_evaluation_options(c, *o);
   o->methods_opt = add_list_option(
       c, "--methods", o->eo.methods,
       "Comma-separated, any of: kvzip,snapkv,h2o,rest-kv,rkv,streaming,random,kvzip-head,"

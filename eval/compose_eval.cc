@@ -76,141 +76,193 @@ void check_compose_options(const ComposeEvalOptions& o) {
     if (!(b >= 0.0 && b <= 1.0)) throw Error(Errc::invalid_argument, "eval --compose: blend " + std::to_string(b) + " outside [0, 1]");
 }
 
-ComposeEvalReport run_compose_eval(const model::Model& model, const std::vector<Document>& paras,
-                                   const ComposeEvalOptions& o) {
-  const auto t_start = Clock::now();
-  const uint32_t N = static_cast<uint32_t>(paras.size()), K = o.k;
-  check_compose_options(o);
-  check_compose_documents(N, K, "");
-  loader::check_model_composes(model.config());
-  auto log = [&](const std::string& s) {
-    if (o.log) o.log(s);
-  };
-  model::ForwardOptions fo;
-  fo.threads = o.threads;
-  fo.matmul = o.matmul;
-  model::Forward fw(model.weights(), fo);
-  const model::Tokenizer& tok = model.tokenizer();
+namespace {
 
-  // Every paragraph compressed once per (method, ratio), and whole ("full", 1).
-  std::vector<std::pair<std::string, double>> settings{{"full", 1.0}};
-  for (const std::string& m : o.methods)
-    for (double r : o.ratios) settings.emplace_back(m, r);
-  std::vector<compress::DocumentPrompt> prompts;
-  std::map<std::pair<std::string, double>, std::vector<Compressed>> caches;
+// A report row's identity: the setting, method, ratio and blend.
+struct Key {
+  std::string setting, method;
+  double ratio, blend;
+};
+
+// One evaluation: every paragraph compressed per (method, ratio), then each question scored.
+class ComposeRun {
+ public:
+  ComposeRun(const model::Model& model, const std::vector<Document>& paras,
+             const ComposeEvalOptions& o)
+      : model_(model), paras_(paras), o_(o), fw_(model.weights(), forward_options(o)),
+        tok_(model.tokenizer()) {}
+
+  ComposeEvalReport run();
+
+ private:
+  static model::ForwardOptions forward_options(const ComposeEvalOptions& o) {
+    model::ForwardOptions fo;
+    fo.threads = o.threads;
+    fo.matmul = o.matmul;
+    return fo;
+  }
+  void log(const std::string& s) const {
+    if (o_.log) o_.log(s);
+  }
+  void compress_all();
+  void make_keys();
+  void ask(uint32_t p, size_t qi);
+  void score(size_t row, model::AttentionCache& cache, const Question& q, double setup_ms);
+
+  const model::Model& model_;
+  const std::vector<Document>& paras_;
+  const ComposeEvalOptions& o_;
+  model::Forward fw_;
+  const model::Tokenizer& tok_;
+  std::vector<std::pair<std::string, double>> settings_;
+  std::vector<compress::DocumentPrompt> prompts_;
+  std::map<std::pair<std::string, double>, std::vector<Compressed>> caches_;
+  std::vector<uint32_t> suffix_;
+  std::vector<int32_t> sep_, prompt_;
+  AnswerParams ap_;
+  std::vector<Key> keys_;  // rows in report order
+  std::vector<Acc> acc_;
+  GreedyAnswer ref_;
+};
+
+// Every paragraph compressed once per (method, ratio), and whole ("full", 1).
+void ComposeRun::compress_all() {
+  const uint32_t N = static_cast<uint32_t>(paras_.size());
+  settings_ = {{"full", 1.0}};
+  for (const std::string& m : o_.methods)
+    for (double r : o_.ratios) settings_.emplace_back(m, r);
   for (uint32_t p = 0; p < N; ++p) {
-    prompts.push_back(compress::document_prompt(model.chat(), paras[p].text, o.system));
-    for (const auto& [m, r] : settings) {
-      compress::CompressResult res = compress::compress(fw, prompts[p].prefix, prompts[p].document,
-                                                        compress_options(model, o, m, r));
+    prompts_.push_back(compress::document_prompt(model_.chat(), paras_[p].text, o_.system));
+    for (const auto& [m, r] : settings_) {
+      compress::CompressResult res = compress::compress(fw_, prompts_[p].prefix, prompts_[p].document,
+                                                        compress_options(model_, o_, m, r));
       Compressed c;
-      c.header.prefix_tokens.assign(prompts[p].prefix.begin(), prompts[p].prefix.end());
-      c.header.document_tokens.assign(prompts[p].document.begin(), prompts[p].document.end());
-      c.header.suffix_tokens.assign(prompts[p].suffix.begin(), prompts[p].suffix.end());
+      c.header.prefix_tokens.assign(prompts_[p].prefix.begin(), prompts_[p].prefix.end());
+      c.header.document_tokens.assign(prompts_[p].document.begin(), prompts_[p].document.end());
+      c.header.suffix_tokens.assign(prompts_[p].suffix.begin(), prompts_[p].suffix.end());
       c.base = std::make_unique<model::KvBase>(std::move(res.cache));
-      caches[{m, r}].push_back(std::move(c));
+      caches_[{m, r}].push_back(std::move(c));
     }
     log("compressed paragraph " + std::to_string(p + 1) + " of " + std::to_string(N));
   }
+}
 
-  const std::vector<uint32_t> suffix(prompts[0].suffix.begin(), prompts[0].suffix.end());
-  const std::vector<int32_t> sep = tok.encode("\n\n", false);
-  AnswerParams ap;
-  ap.max_tokens = o.max_answer_tokens;
-  ap.stop_tokens = model.chat().stop_tokens();
-  // Rows in report order: joint; composed per setting and blend; joint-compressed per setting.
-  struct Key {
-    std::string setting, method;
-    double ratio, blend;
-  };
-  std::vector<Key> keys{{"joint", "full", 1.0, 0.0}};
-  for (const auto& [m, r] : settings)
-    for (double b : o.blends) keys.push_back({"composed", m, r, b});
-  if (o.joint_compressed)
-    for (const auto& [m, r] : settings)
-      if (r < 1.0) keys.push_back({"joint-compressed", m, r, 0.0});
-  std::vector<Acc> acc(keys.size());
+// Rows in report order: joint; composed per setting and blend; joint-compressed per setting.
+void ComposeRun::make_keys() {
+  keys_ = {{"joint", "full", 1.0, 0.0}};
+  for (const auto& [m, r] : settings_)
+    for (double b : o_.blends) keys_.push_back({"composed", m, r, b});
+  if (o_.joint_compressed)
+    for (const auto& [m, r] : settings_)
+      if (r < 1.0) keys_.push_back({"joint-compressed", m, r, 0.0});
+  acc_.assign(keys_.size(), Acc{});
+}
 
+// Answers the question over `cache` into row `row` (row 0, the joint prefill, first).
+void ComposeRun::score(size_t row, model::AttentionCache& cache, const Question& q, double setup_ms) {
+  const auto t0 = Clock::now();
+  AnswerParams first = ap_;
+  first.max_tokens = 1;
+  answer_greedy(fw_, cache, prompt_, first);
+  const double ttft = setup_ms + ms_since(t0);
+  GreedyAnswer a = answer_greedy(fw_, cache, prompt_, ap_);
+  if (row == 0) ref_ = a;
+  const std::string text = answer_text(tok_, a.tokens);
+  Acc& x = acc_[row];
+  x.f1 += 100.0 * max_f1(text, q.answers);
+  x.contains += contains_any(text, q.answers) ? 100.0 : 0.0;
+  x.agree += a.tokens == ref_.tokens ? 100.0 : 0.0;
+  x.kl += kl_divergence(ref_.first_logits, a.first_logits);
+  x.ttft += ttft;
+  ++x.n;
+}
+
+void ComposeRun::ask(uint32_t p, size_t qi) {
+  const uint32_t N = static_cast<uint32_t>(paras_.size()), K = o_.k;
+  const Question& q = paras_[p].questions[qi];
+  // The K documents: p at position qi mod K, the others following p in the article.
+  const uint32_t at = static_cast<uint32_t>(qi % K);
+  std::vector<uint32_t> order(K);
+  for (uint32_t i = 0, next = 1; i < K; ++i) order[i] = i == at ? p : (p + next++) % N;
+  prompt_ = loader::question_tokens(tok_, o_.query_template, suffix_, q.text);
+  std::vector<int32_t> joint_doc;
+  for (uint32_t i = 0; i < K; ++i) {
+    if (i) joint_doc.insert(joint_doc.end(), sep_.begin(), sep_.end());
+    joint_doc.insert(joint_doc.end(), prompts_[order[i]].document.begin(), prompts_[order[i]].document.end());
+  }
+  {  // the reference: a joint prefill of the K documents
+    const auto t0 = Clock::now();
+    model::KvCache joint(model::cache_shape(model_.config()));
+    std::vector<int32_t> seq = prompts_[order[0]].prefix;
+    seq.insert(seq.end(), joint_doc.begin(), joint_doc.end());
+    fw_.prefill(joint, seq, model::LogitsMode::None);
+    score(0, joint, q, ms_since(t0));
+  }
+  for (size_t row = 1; row < keys_.size(); ++row) {
+    const Key& k = keys_[row];
+    std::vector<Compressed>& cs = caches_[{k.method, k.ratio}];
+    if (k.setting == "composed") {
+      std::vector<const format::CacheHeader*> headers;
+      std::vector<const model::KvBase*> bases;
+      for (uint32_t i : order) headers.push_back(&cs[i].header), bases.push_back(cs[i].base.get());
+      loader::ComposeOptions co;
+      co.blend = k.blend;
+      co.doc_prefix = o_.doc_prefix;
+      const auto t0 = Clock::now();
+      std::unique_ptr<model::ComposedCache> c = loader::compose(fw_, tok_, headers, bases, co);
+      score(row, *c, q, ms_since(t0));
+    } else {  // the joint document compressed as one cache
+      compress::CompressResult res = compress::compress(fw_, prompts_[order[0]].prefix, joint_doc,
+                                                        compress_options(model_, o_, k.method, k.ratio));
+      score(row, res.cache, q, 0.0);
+    }
+  }
+}
+
+ComposeEvalReport ComposeRun::run() {
+  const auto t_start = Clock::now();
+  const uint32_t N = static_cast<uint32_t>(paras_.size());
+  compress_all();
+  suffix_.assign(prompts_[0].suffix.begin(), prompts_[0].suffix.end());
+  sep_ = tok_.encode("\n\n", false);
+  ap_.max_tokens = o_.max_answer_tokens;
+  ap_.stop_tokens = model_.chat().stop_tokens();
+  make_keys();
   uint64_t asked = 0, total = 0;
-  for (const Document& d : paras) total += d.questions.size();
-  if (o.max_questions) total = std::min(total, o.max_questions);
+  for (const Document& d : paras_) total += d.questions.size();
+  if (o_.max_questions) total = std::min(total, o_.max_questions);
   for (uint32_t p = 0; p < N && asked < total; ++p) {
-    for (size_t qi = 0; qi < paras[p].questions.size() && asked < total; ++qi) {
-      const Question& q = paras[p].questions[qi];
-      // The K documents: p at position qi mod K, the others following p in the article.
-      const uint32_t at = static_cast<uint32_t>(qi % K);
-      std::vector<uint32_t> order(K);
-      for (uint32_t i = 0, next = 1; i < K; ++i) order[i] = i == at ? p : (p + next++) % N;
-      const std::vector<int32_t> prompt = loader::question_tokens(tok, o.query_template, suffix, q.text);
-      std::vector<int32_t> joint_doc;
-      for (uint32_t i = 0; i < K; ++i) {
-        if (i) joint_doc.insert(joint_doc.end(), sep.begin(), sep.end());
-        joint_doc.insert(joint_doc.end(), prompts[order[i]].document.begin(), prompts[order[i]].document.end());
-      }
-      GreedyAnswer ref;
-      auto score = [&](size_t row, model::AttentionCache& cache, double setup_ms) {
-        const auto t0 = Clock::now();
-        AnswerParams first = ap;
-        first.max_tokens = 1;
-        answer_greedy(fw, cache, prompt, first);
-        const double ttft = setup_ms + ms_since(t0);
-        GreedyAnswer a = answer_greedy(fw, cache, prompt, ap);
-        if (row == 0) ref = a;
-        const std::string text = answer_text(tok, a.tokens);
-        Acc& x = acc[row];
-        x.f1 += 100.0 * max_f1(text, q.answers);
-        x.contains += contains_any(text, q.answers) ? 100.0 : 0.0;
-        x.agree += a.tokens == ref.tokens ? 100.0 : 0.0;
-        x.kl += kl_divergence(ref.first_logits, a.first_logits);
-        x.ttft += ttft;
-        ++x.n;
-      };
-      {  // the reference: a joint prefill of the K documents
-        const auto t0 = Clock::now();
-        model::KvCache joint(model::cache_shape(model.config()));
-        std::vector<int32_t> seq = prompts[order[0]].prefix;
-        seq.insert(seq.end(), joint_doc.begin(), joint_doc.end());
-        fw.prefill(joint, seq, model::LogitsMode::None);
-        score(0, joint, ms_since(t0));
-      }
-      for (size_t row = 1; row < keys.size(); ++row) {
-        const Key& k = keys[row];
-        std::vector<Compressed>& cs = caches[{k.method, k.ratio}];
-        if (k.setting == "composed") {
-          std::vector<const format::CacheHeader*> headers;
-          std::vector<const model::KvBase*> bases;
-          for (uint32_t i : order) headers.push_back(&cs[i].header), bases.push_back(cs[i].base.get());
-          loader::ComposeOptions co;
-          co.blend = k.blend;
-          co.doc_prefix = o.doc_prefix;
-          const auto t0 = Clock::now();
-          std::unique_ptr<model::ComposedCache> c = loader::compose(fw, tok, headers, bases, co);
-          score(row, *c, ms_since(t0));
-        } else {  // the joint document compressed as one cache
-          compress::CompressResult res =
-              compress::compress(fw, prompts[order[0]].prefix, joint_doc, compress_options(model, o, k.method, k.ratio));
-          score(row, res.cache, 0.0);
-        }
-      }
+    for (size_t qi = 0; qi < paras_[p].questions.size() && asked < total; ++qi) {
+      ask(p, qi);
       ++asked;
       if (asked % 4 == 0 || asked == total)
         log("question " + std::to_string(asked) + " of " + std::to_string(total) + ", " +
             std::to_string(int(ms_since(t_start) / 1000)) + " s");
     }
   }
-
   ComposeEvalReport rep;
-  rep.k = K;
+  rep.k = o_.k;
   rep.documents = N;
   rep.questions = asked;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const Acc& x = acc[i];
+  for (size_t i = 0; i < keys_.size(); ++i) {
+    const Acc& x = acc_[i];
     const double n = x.n ? double(x.n) : 1.0;
-    rep.rows.push_back(ComposeEvalRow{keys[i].setting, keys[i].method, keys[i].ratio, keys[i].blend, x.f1 / n,
-                                      x.contains / n, x.agree / n, x.kl / n, x.ttft / n, x.n});
+    rep.rows.push_back(ComposeEvalRow{keys_[i].setting, keys_[i].method, keys_[i].ratio, keys_[i].blend,
+                                      x.f1 / n, x.contains / n, x.agree / n, x.kl / n, x.ttft / n, x.n});
   }
   rep.total_s = ms_since(t_start) / 1e3;
   return rep;
+}
+
+}  // namespace
+
+ComposeEvalReport run_compose_eval(const model::Model& model, const std::vector<Document>& paras,
+                                   const ComposeEvalOptions& o) {
+  check_compose_options(o);
+  check_compose_documents(paras.size(), o.k, "");
+  loader::check_model_composes(model.config());
+  ComposeRun run(model, paras, o);
+  return run.run();
 }
 
 std::string format_compose_table(const ComposeEvalReport& r) {

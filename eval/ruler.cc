@@ -170,6 +170,51 @@ const char* ruler_setting_name(RulerSetting s) {
   return s == RulerSetting::QueryAware ? "aware" : "agnostic";
 }
 
+namespace {
+
+// One group's samples as evaluation documents (query-aware: the question follows the context).
+std::vector<Document> sample_documents(const std::vector<RulerSample>& samples, RulerSetting setting,
+                                       const std::string& name, uint32_t len) {
+  std::vector<Document> docs;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const RulerSample& s = samples[i];
+    Document d;
+    d.title = name + "/" + std::to_string(len) + "/" + std::to_string(i) +
+              (setting == RulerSetting::QueryAware ? "/aware" : "");
+    d.text = setting == RulerSetting::QueryAware ? s.document + s.question : s.document;
+    Question q;
+    q.id = d.title;
+    q.text = s.question;
+    q.answers = s.outputs;
+    q.answer_prefix = s.answer_prefix;
+    d.questions.push_back(std::move(q));
+    docs.push_back(std::move(d));
+  }
+  return docs;
+}
+
+// The task's score of every f32 row of one group's evaluation, as report rows.
+void add_scored_rows(const EvalReport& er, const std::vector<Document>& docs, const RulerTask& task,
+                     RulerSetting setting, uint32_t len, RulerReport& report) {
+  for (const EvalRow& row : er.rows) {
+    if (row.kv_dtype != "f32") continue;
+    RulerRow rr{ruler_setting_name(setting), task.name, row.method, len, row.ratio,
+                row.achieved_ratio,          0.0,       0};
+    for (const AnswerRecord& a : er.answers)
+      if (a.method == row.method && a.ratio == row.ratio && a.kv_dtype == "f32") {
+        const Document& d = *std::find_if(docs.begin(), docs.end(), [&](const Document& x) {
+          return x.title == a.document;
+        });
+        rr.score += ruler_score(task, a.answer, d.questions[0].answers);
+        ++rr.samples;
+      }
+    if (rr.samples) rr.score = 100.0 * rr.score / rr.samples;
+    report.rows.push_back(rr);
+  }
+}
+
+}  // namespace
+
 RulerReport run_ruler(const model::Model& model, const RulerOptions& o) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
@@ -206,21 +251,8 @@ RulerReport run_ruler(const model::Model& model, const RulerOptions& o) {
       for (const std::string& name : o.tasks) {
         ++group;
         const RulerTask& task = ruler_task(name);
-        std::vector<Document> docs;
-        for (uint32_t i = 0; i < o.samples; ++i) {
-          const RulerSample& s = samples.at({len, name})[i];
-          Document d;
-          d.title = name + "/" + std::to_string(len) + "/" + std::to_string(i) +
-                    (setting == RulerSetting::QueryAware ? "/aware" : "");
-          d.text = setting == RulerSetting::QueryAware ? s.document + s.question : s.document;
-          Question q;
-          q.id = d.title;
-          q.text = s.question;
-          q.answers = s.outputs;
-          q.answer_prefix = s.answer_prefix;
-          d.questions.push_back(std::move(q));
-          docs.push_back(std::move(d));
-        }
+        const std::vector<Document> docs =
+            sample_documents(samples.at({len, name}), setting, name, len);
         EvalOptions eo = o.eval;
         eo.query_aware = setting == RulerSetting::QueryAware;
         // Kept = 1 is the full cache, answered once per sample whatever the methods: a method's
@@ -236,21 +268,7 @@ RulerReport run_ruler(const model::Model& model, const RulerOptions& o) {
             ruler_setting_name(setting) + " " + name + " at " + std::to_string(len) +
             " tokens: " + std::to_string(o.samples) + " samples");
         const EvalReport er = run_eval(model, docs, eo);
-        for (const EvalRow& row : er.rows) {
-          if (row.kv_dtype != "f32") continue;
-          RulerRow rr{ruler_setting_name(setting), name, row.method, len, row.ratio,
-                      row.achieved_ratio,          0.0,  0};
-          for (const AnswerRecord& a : er.answers)
-            if (a.method == row.method && a.ratio == row.ratio && a.kv_dtype == "f32") {
-              const Document& d = *std::find_if(docs.begin(), docs.end(), [&](const Document& x) {
-                return x.title == a.document;
-              });
-              rr.score += ruler_score(task, a.answer, d.questions[0].answers);
-              ++rr.samples;
-            }
-          if (rr.samples) rr.score = 100.0 * rr.score / rr.samples;
-          report.rows.push_back(rr);
-        }
+        add_scored_rows(er, docs, task, setting, len, report);
         report.answers.insert(report.answers.end(), er.answers.begin(), er.answers.end());
         done_work += double(len) * o.samples;
         const double el = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -3,7 +3,9 @@
 //    and --cache FILE, repeatable, which names one file as written ('+' included);
 //  - `eval --compose` refuses a sliding-window model (the tiny Gemma 3 fixture) with query's
 //    `unsupported` (exit 11), needs --squad, and says how many paragraphs the file has;
-//  - `eval --ruler --len` refuses a zero length before the model loads.
+//  - `eval --ruler --len` refuses a zero length before the model loads;
+//  - `eval --retrieve` refuses what it cannot run (with --compose, K out of range, no --squad,
+//    several ratios, a sliding-window model) writing nothing, and runs on a tiny model.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -109,4 +111,62 @@ TEST_CASE("eval --compose and --ruler --len are checked before any work", "[cli]
   CHECK(zero.exit_code == 2);
   CHECK_THAT(zero.err, Contains("--len 0"));
   CHECK(!std::filesystem::exists(dir.path("r.csv")));
+}
+
+TEST_CASE("eval --retrieve is checked before any work and writes nothing when refused",
+          "[cli][eval][library]") {
+  format::testing::TempDir dir;
+  write(dir.path("two.json"), kTwoParagraphs);
+  const std::string two = dir.path("two.json"), csv = dir.path("r.csv");
+  CliOptions o;
+  o.env = {{"KVZIP_MODEL", "/nonexistent/kvzip-test-model.gguf"}};  // refused before it is loaded
+  struct Case {
+    std::vector<std::string> args;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {{"--squad", two, "--retrieve", "2", "--compose", "2"}, "--retrieve and --compose"},
+      {{"--squad", two, "--retrieve", "0"}, "retrieve at least 1"},
+      {{"--squad", two, "--retrieve", "3"},
+       "has 2 paragraphs with questions; --retrieve 3 needs at least 3"},
+      {{"--retrieve", "2"}, "--retrieve needs --squad"},
+      {{"--squad", two, "--retrieve", "2", "--ratios", "0.5,0.3"}, "give one ratio"},
+      {{"--squad", two, "--retrieve", "2", "--blends", "2"}, "outside [0, 1]"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"eval", "-o", csv};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const CliResult r = run_logged(args, o);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Contains(c.message));
+    CHECK(r.out.empty());
+    CHECK(!std::filesystem::exists(csv));
+  }
+}
+
+TEST_CASE("eval --retrieve refuses a sliding-window model as ask does", "[cli][eval][library]") {
+  format::testing::TempDir dir;
+  write(dir.path("two.json"), kTwoParagraphs);
+  const CliResult r =
+      run_logged({"eval", "-m", test::hf_golden("gemma3"), "--squad", dir.path("two.json"),
+                  "--retrieve", "2", "-q", "-t", "1", "-o", dir.path("r.csv")});
+  CHECK(r.exit_code == 11);
+  CHECK_THAT(r.err, Contains("sliding-window"));
+  CHECK(r.out.empty());
+  CHECK(!std::filesystem::exists(dir.path("r.csv")));
+}
+
+TEST_CASE("eval --retrieve on a tiny model prints the table and writes the CSV", "[cli][eval][library]") {
+  test::TinyModelDir m("cli_retrieve", 31, 4096);
+  write(m.path("two.json"), kTwoParagraphs);
+  const CliResult r =
+      run_logged({"eval", "-m", m.path("m.gguf"), "--squad", m.path("two.json"), "--retrieve", "2",
+                  "--blends", "0", "-n", "2", "-q", "-t", "1", "-o", m.path("r.csv")});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("recall@2 50.0%"));  // no paragraph holds a word of "When?"
+  CHECK_THAT(r.out, Contains("oracle"));
+  std::ifstream f(m.path("r.csv"));
+  std::string header;
+  std::getline(f, header);
+  CHECK_THAT(header, Contains("setting,method,ratio,k,blend,recall,"));
 }
