@@ -300,7 +300,7 @@ void add_compress_commands(CLI::App& app) {
   c->add_option("-O,--scorer-option", o->scorer_options,
                 "KEY=VALUE scorer parameter, repeatable; keys: chunk, hint, seed, sink, "
                 "snapkv-window, snapkv-kernel, h2o-recent, restkv-window, restkv-alpha, "
-                "restkv-kmin, rkv-window, rkv-lambda, rkv-threshold, rkv-kernel");
+                "restkv-kmin, rkv-window, rkv-lambda, rkv-threshold, rkv-kernel, kvzap-window");
   add_threads_option(c, o->threads);
   c->add_option("--matmul", o->matmul,
                 "fast | exact: matrix products of the prefill and the scoring with int8-rounded "
