@@ -115,7 +115,7 @@ TrainResult train_scorer(model::Forward& forward, std::span<const int32_t> prefi
 // The document's last `window` rows of every scored layer are always kept (they count toward the
 // ratio, as every method's protected rows do).
 std::unique_ptr<Scorer> make_learned_scorer(std::shared_ptr<const format::ScorerFile> scorer,
-                                            MethodParams source, uint32_t window = 128);
+                                            MethodParams source, uint32_t window = 256);
 
 // The recorded source of a scorer file: "scorer" (its name without folders), "scorer_xxh64",
 // "scorer_target".
