@@ -140,7 +140,10 @@ std::vector<uint8_t> encode_scorer_file(ScorerFile& s) {
   return out;
 }
 
-ScorerFile decode_scorer_file(std::span<const uint8_t> b, const std::string& where) {
+namespace {
+
+// The 16-byte preamble (magic, version, Header_Size) against the file's size; returns Header_Size.
+uint32_t read_preamble(std::span<const uint8_t> b, const std::string& where) {
   const uint64_t size = b.size();
   if (size == 0) fail(Errc::truncated, where, "file is empty");
   if (std::memcmp(b.data(), kScorerMagic, std::min<size_t>(size, 8)) != 0)
@@ -164,8 +167,15 @@ ScorerFile decode_scorer_file(std::span<const uint8_t> b, const std::string& whe
     fail(Errc::truncated, where,
          "file is " + std::to_string(size) + " bytes, shorter than its " + std::to_string(header) +
              "-byte header");
-  ScorerFile s;
-  const uint8_t* p = b.data();
+  return header;
+}
+
+struct StringLengths {
+  uint32_t arch, name, source;
+};
+
+// The fixed header's fields into s, each checked; returns the lengths of the strings after it.
+StringLengths read_fixed_header(const uint8_t* p, ScorerFile& s, const std::string& where) {
   s.n_layers = load_u32(p + 16);
   s.n_kv_heads = load_u32(p + 20);
   s.d_model = load_u32(p + 24);
@@ -195,27 +205,16 @@ ScorerFile decode_scorer_file(std::span<const uint8_t> b, const std::string& whe
          "string lengths arch " + std::to_string(arch_len) + ", name " + std::to_string(name_len) +
              ", source " + std::to_string(source_len) + "; arch must be 1.." +
              std::to_string(kMaxString) + " bytes, the others at most that");
-  // Every term is bounded above, so the sums cannot overflow 64 bits.
+  return {arch_len, name_len, source_len};
+}
+
+// The strings, fit quality and coefficients after the header (their extent already checked).
+void read_body(const uint8_t* p, uint64_t header, const StringLengths& n, ScorerFile& s,
+               const std::string& where) {
+  const uint32_t arch_len = n.arch, name_len = n.name, source_len = n.source;
   const uint64_t n_w = uint64_t(s.n_layers) * s.n_kv_heads * (uint64_t(s.d_model) + 1);
-  const uint64_t fit_at = uint64_t(header) + arch_len + name_len + source_len;
-  const uint64_t weights_at = fit_at + 8ull * s.n_layers, checksum_at = weights_at + 4 * n_w;
-  const uint64_t total = checksum_at + 8;
-  if (size < total)
-    fail(Errc::truncated, where,
-         "file is " + std::to_string(size) + " bytes; its header (L = " +
-             std::to_string(s.n_layers) + ", Hkv = " + std::to_string(s.n_kv_heads) +
-             ", E = " + std::to_string(s.d_model) + ") needs " + std::to_string(total));
-  if (size > total)
-    fail(Errc::corrupt, where,
-         std::to_string(size - total) + " bytes after the checksum (file is " +
-             std::to_string(size) + " bytes, expected " + std::to_string(total) + ")");
-  s.checksum = load_u64(p + checksum_at);
-  const uint64_t actual = detail::xxh64(p, checksum_at);
-  if (actual != s.checksum)
-    fail(Errc::checksum_mismatch, where,
-         "stored xxh64 " + detail::hex64(s.checksum) + " but the data hashes to " +
-             detail::hex64(actual) +
-             "; the file is damaged — run `kvzip calibrate --scorer` again");
+  const uint64_t fit_at = header + arch_len + name_len + source_len;
+  const uint64_t weights_at = fit_at + 8ull * s.n_layers;
   auto str = [&](uint64_t at, uint32_t len, const char* field) {
     std::string v(reinterpret_cast<const char*>(p + at), len);
     if (v.find('\0') != std::string::npos)
@@ -237,6 +236,39 @@ ScorerFile decode_scorer_file(std::span<const uint8_t> b, const std::string& whe
   for (uint64_t i = 0; i < n_w; ++i)
     if (!std::isfinite(s.weights[i]))
       fail(Errc::corrupt, where, "coefficient " + std::to_string(i) + " is not finite");
+}
+
+}  // namespace
+
+ScorerFile decode_scorer_file(std::span<const uint8_t> b, const std::string& where) {
+  const uint64_t size = b.size();
+  const uint32_t header = read_preamble(b, where);
+  ScorerFile s;
+  const uint8_t* p = b.data();
+  const StringLengths n = read_fixed_header(p, s, where);
+  const uint32_t arch_len = n.arch, name_len = n.name, source_len = n.source;
+  // Every term is bounded above, so the sums cannot overflow 64 bits.
+  const uint64_t n_w = uint64_t(s.n_layers) * s.n_kv_heads * (uint64_t(s.d_model) + 1);
+  const uint64_t fit_at = uint64_t(header) + arch_len + name_len + source_len;
+  const uint64_t weights_at = fit_at + 8ull * s.n_layers, checksum_at = weights_at + 4 * n_w;
+  const uint64_t total = checksum_at + 8;
+  if (size < total)
+    fail(Errc::truncated, where,
+         "file is " + std::to_string(size) + " bytes; its header (L = " +
+             std::to_string(s.n_layers) + ", Hkv = " + std::to_string(s.n_kv_heads) +
+             ", E = " + std::to_string(s.d_model) + ") needs " + std::to_string(total));
+  if (size > total)
+    fail(Errc::corrupt, where,
+         std::to_string(size - total) + " bytes after the checksum (file is " +
+             std::to_string(size) + " bytes, expected " + std::to_string(total) + ")");
+  s.checksum = load_u64(p + checksum_at);
+  const uint64_t actual = detail::xxh64(p, checksum_at);
+  if (actual != s.checksum)
+    fail(Errc::checksum_mismatch, where,
+         "stored xxh64 " + detail::hex64(s.checksum) + " but the data hashes to " +
+             detail::hex64(actual) +
+             "; the file is damaged — run `kvzip calibrate --scorer` again");
+  read_body(p, header, n, s, where);
   return s;
 }
 

@@ -230,6 +230,55 @@ format::ScorerFile as_file(const ModelConfig& c, const std::vector<std::vector<d
   return f;
 }
 
+// Both targets' fit quality on the held-out windows (TargetFit), counting their tokens.
+std::vector<TargetFit> heldout_fits(model::Forward& forward, std::span<const int32_t> prefix,
+                                    const std::vector<std::span<const int32_t>>& heldout,
+                                    const format::ScorerFile (&both)[2], const TrainOptions& o,
+                                    uint64_t& heldout_tokens, uint32_t& done, uint32_t total) {
+  const ModelConfig& c = forward.config();
+  const uint32_t L = c.n_layers, E = c.d_model, Hkv = c.n_kv_heads;
+  std::vector<TargetFit> fits;
+  std::vector<Heldout> held(size_t(2) * L * Hkv);
+  std::vector<float> pred;
+  for (std::span<const int32_t> w : heldout) {
+    const WindowTargets t = window_targets(forward, prefix, w, o.scorer);
+    pred.resize(size_t(Hkv) * t.n);
+    for (uint32_t which = 0; which < 2; ++which)
+      for (uint32_t l = 0; l < L; ++l) {
+        if (c.is_local(l)) continue;
+        predict_layer(both[which], l, t.x.data() + size_t(l) * t.n * E, t.n, pred.data(), t.n);
+        for (uint32_t k = 0; k < Hkv; ++k) {
+          Heldout& h = held[(size_t(which) * L + l) * Hkv + k];
+          for (uint32_t j = 0; j < t.n; ++j) {
+            h.target.push_back(t.y[(size_t(l) * t.n + j) * 2 * Hkv + which * Hkv + k]);
+            h.predicted.push_back(pred[size_t(k) * t.n + j]);
+          }
+        }
+      }
+    heldout_tokens += w.size();
+    if (o.progress) o.progress(++done, total);
+  }
+  for (uint32_t which = 0; which < 2; ++which) {
+    TargetFit fit{both[which].target, both[which].r2, both[which].spearman};
+    for (uint32_t l = 0; l < L; ++l) {
+      // Within each KV head (selection ranks a head's rows against each other), averaged over
+      // the heads: pooling the heads would credit the predictor for the heads' different means.
+      double r2 = 0, rho = 0;
+      for (uint32_t k = 0; k < Hkv; ++k) {
+        const Heldout& h = held[(size_t(which) * L + l) * Hkv + k];
+        r2 += r_squared(h.target, h.predicted) / Hkv;
+        rho += spearman(h.target, h.predicted) / Hkv;
+      }
+      if (!held[(size_t(which) * L + l) * Hkv].target.empty()) {
+        fit.r2[l] = float(r2);
+        fit.spearman[l] = float(rho);
+      }
+    }
+    fits.push_back(std::move(fit));
+  }
+  return fits;
+}
+
 }  // namespace
 
 TrainResult train_scorer(model::Forward& forward, std::span<const int32_t> prefix,
@@ -268,45 +317,8 @@ TrainResult train_scorer(model::Forward& forward, std::span<const int32_t> prefi
     coef[l] = systems[l].solve(o.alpha);
   }
   const format::ScorerFile both[2] = {as_file(c, coef, 0, o.alpha), as_file(c, coef, 1, o.alpha)};
-  std::vector<Heldout> held(size_t(2) * L * Hkv);
-  std::vector<float> pred;
   uint64_t heldout_tokens = 0;
-  for (std::span<const int32_t> w : heldout) {
-    const WindowTargets t = window_targets(forward, prefix, w, o.scorer);
-    pred.resize(size_t(Hkv) * t.n);
-    for (uint32_t which = 0; which < 2; ++which)
-      for (uint32_t l = 0; l < L; ++l) {
-        if (c.is_local(l)) continue;
-        predict_layer(both[which], l, t.x.data() + size_t(l) * t.n * E, t.n, pred.data(), t.n);
-        for (uint32_t k = 0; k < Hkv; ++k) {
-          Heldout& h = held[(size_t(which) * L + l) * Hkv + k];
-          for (uint32_t j = 0; j < t.n; ++j) {
-            h.target.push_back(t.y[(size_t(l) * t.n + j) * 2 * Hkv + which * Hkv + k]);
-            h.predicted.push_back(pred[size_t(k) * t.n + j]);
-          }
-        }
-      }
-    heldout_tokens += w.size();
-    if (o.progress) o.progress(++done, total);
-  }
-  for (uint32_t which = 0; which < 2; ++which) {
-    TargetFit fit{both[which].target, both[which].r2, both[which].spearman};
-    for (uint32_t l = 0; l < L; ++l) {
-      // Within each KV head (selection ranks a head's rows against each other), averaged over
-      // the heads: pooling the heads would credit the predictor for the heads' different means.
-      double r2 = 0, rho = 0;
-      for (uint32_t k = 0; k < Hkv; ++k) {
-        const Heldout& h = held[(size_t(which) * L + l) * Hkv + k];
-        r2 += r_squared(h.target, h.predicted) / Hkv;
-        rho += spearman(h.target, h.predicted) / Hkv;
-      }
-      if (!held[(size_t(which) * L + l) * Hkv].target.empty()) {
-        fit.r2[l] = float(r2);
-        fit.spearman[l] = float(rho);
-      }
-    }
-    r.fits.push_back(std::move(fit));
-  }
+  r.fits = heldout_fits(forward, prefix, heldout, both, o, heldout_tokens, done, total);
   const uint32_t chosen = o.target == format::ScorerTarget::Kvzip ? 0 : 1;
   const uint64_t train_tokens = r.file.train_tokens;
   r.file = both[chosen];

@@ -435,6 +435,24 @@ Built qa(const QaSource& src, uint32_t item, uint32_t n, uint64_t seed) {
           "\n\n" + instr + "\n\nQuestion: " + it.question, " Answer:", it.answers};
 }
 
+// The variable-tracking example: the largest noise count whose prompt and answer fit 500 tokens.
+Built vt_example(uint64_t seed, const TokenCounter& count) {
+  const Rng shot_rng(seed ^ 0x5EEDull);
+  auto vt_shot = [&](uint32_t n) {
+    Rng r = shot_rng;
+    Built b = vt_instance(n, r, 3);
+    b.document += b.question + b.answer_prefix + " " + join(b.outputs, " ") + "\n";
+    return b;
+  };
+  uint32_t lo = 1, hi = 64, best = 1;
+  while (lo <= hi) {
+    const uint32_t mid = (lo + hi) / 2;
+    if (count(vt_shot(mid).document) <= 500) best = mid, lo = mid + 1;
+    else hi = mid - 1;
+  }
+  return vt_shot(best);
+}
+
 }  // namespace
 
 RulerSample make_ruler_sample(std::string_view task_name, uint32_t length, uint32_t index,
@@ -456,24 +474,7 @@ RulerSample make_ruler_sample(std::string_view task_name, uint32_t length, uint3
                                             std::to_string(task.tokens_to_generate + o.template_tokens) + ")");
   const auto fwe_vocab = uint32_t(std::max<int64_t>(16, budget / 50));
 
-  // The variable-tracking example: the largest noise count whose prompt and answer fit 500 tokens.
-  Built shot;
-  Rng shot_rng(seed ^ 0x5EEDull);
-  auto vt_shot = [&](uint32_t n) {
-    Rng r = shot_rng;
-    Built b = vt_instance(n, r, 3);
-    b.document += b.question + b.answer_prefix + " " + join(b.outputs, " ") + "\n";
-    return b;
-  };
-  if (name == "vt") {
-    uint32_t lo = 1, hi = 64, best = 1;
-    while (lo <= hi) {
-      const uint32_t mid = (lo + hi) / 2;
-      if (count(vt_shot(mid).document) <= 500) best = mid, lo = mid + 1;
-      else hi = mid - 1;
-    }
-    shot = vt_shot(best);
-  }
+  const Built shot = name == "vt" ? vt_example(seed, count) : Built{};
 
   auto build = [&](uint32_t n) -> Built {
     if (name.rfind("niah", 0) == 0) return niah(name, n, seed, essay);
