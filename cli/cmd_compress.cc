@@ -32,6 +32,7 @@ struct CompressOpts {
   std::string query_template = format::kDefaultQueryTemplate;
   std::string head_scores;  // --level head: the file of `kvzip calibrate`
   std::string scorer_file;  // --scorer: the learned scorer of `kvzip calibrate --scorer` (kvzap)
+  bool stream = false;      // --stream: evict while the document is read (kvzap)
   std::string device = "cpu", matmul = "fast";
   std::string manifest, out_dir, shard = "0/1", summary;  // corpus mode
   double ratio = compress::kDefaultRatio;
@@ -138,6 +139,7 @@ compress::CompressFileOptions file_options(const CompressOpts& o, bool head,
   fo.compress.method = head ? compress::kHeadLevelMethod : o.method;
   fo.compress.ratio = o.ratio_given ? o.ratio : compress::default_ratio(fo.compress.method);
   if (!head) fo.compress.level = compress::parse_selection_level(o.level);
+  fo.compress.stream = o.stream;
   if (head) fo.compress.head = compress::head_level_options(hs, o.head_scores, o.head_window);
   fo.system = o.system;
   fo.query_template = o.query_template;
@@ -207,6 +209,11 @@ void print_summary(const model::Model& model, const compress::CompressResult& r,
                r.scoring_s / r.prefill_s, r.select_s,
                (r.prefill_s + r.scoring_s + r.select_s) / r.prefill_s, total_s,
                std::filesystem::file_size(out) / 1e6, full_mb);
+  if (r.peak_rows > 0)
+    std::fprintf(stderr, "streamed: at most %llu rows held (%.2f MB allocated), %.1f%% of the full "
+                 "cache's\n", static_cast<unsigned long long>(r.peak_rows), r.peak_bytes / 1e6,
+                 100.0 * r.peak_rows / (double(model.config().n_layers) * model.config().n_kv_heads *
+                                        (r.n_prefix + r.n_doc)));
 }
 
 // One document into its file, with a progress bar and the summary.
@@ -281,6 +288,9 @@ void add_compress_commands(CLI::App& app) {
   c->add_option("--scorer", o->scorer_file,
                 "Learned scorer file (.kvp) of `kvzip calibrate --scorer`: method kvzap, scored "
                 "during the prefill (no reconstruction pass)");
+  c->add_flag("--stream", o->stream,
+              "With --scorer: evict while the document is read, so memory follows the kept rows "
+              "instead of the document");
   c->add_option("--head-scores", o->head_scores, "--level head: head-scores file of `kvzip calibrate`");
   c->add_option("--head-window", o->head_window,
                 "--level head: last document rows the other heads keep besides the prefix")

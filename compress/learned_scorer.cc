@@ -133,6 +133,15 @@ void predict_layer(const format::ScorerFile& s, uint32_t layer, const float* x, 
   }
 }
 
+void check_scorer_shape(const format::ScorerFile& s, const ModelConfig& c) {
+  if (c.n_layers == s.n_layers && c.n_kv_heads == s.n_kv_heads && c.d_model == s.d_model) return;
+  throw Error(Errc::model_mismatch,
+              "kvzap: the scorer file is for L = " + std::to_string(s.n_layers) + ", Hkv = " +
+                  std::to_string(s.n_kv_heads) + ", E = " + std::to_string(s.d_model) +
+                  ", the model has L = " + std::to_string(c.n_layers) + ", Hkv = " +
+                  std::to_string(c.n_kv_heads) + ", E = " + std::to_string(c.d_model));
+}
+
 // ---- The "kvzap" scorer --------------------------------------------------------------------------
 
 namespace {
@@ -176,13 +185,7 @@ class LearnedScorer final : public Scorer {
   model::AttentionObserver* prefill_observer(model::Forward& forward, uint32_t n_prefix,
                                              uint32_t n_doc) override {
     const ModelConfig& c = forward.config();
-    if (c.n_layers != s_->n_layers || c.n_kv_heads != s_->n_kv_heads || c.d_model != s_->d_model)
-      throw Error(
-          Errc::model_mismatch,
-          "kvzap: the scorer file is for L = " + std::to_string(s_->n_layers) +
-              ", Hkv = " + std::to_string(s_->n_kv_heads) + ", E = " + std::to_string(s_->d_model) +
-              ", the model has L = " + std::to_string(c.n_layers) +
-              ", Hkv = " + std::to_string(c.n_kv_heads) + ", E = " + std::to_string(c.d_model));
+    check_scorer_shape(*s_, c);
     scores_ = DocumentScores{model::cache_shape(c), n_prefix, n_doc, {}, {}, 0};
     scores_.values.assign(size_t(c.n_layers) * c.n_kv_heads * n_doc, 0.0f);
     if (c.hybrid()) {

@@ -57,6 +57,9 @@ double spearman(std::span<const float> a, std::span<const float> b);
 void predict_layer(const format::ScorerFile& scorer, uint32_t layer, const float* x, uint32_t n,
                    float* out, size_t out_stride);
 
+// Errc::model_mismatch unless the model's L, Hkv and E are the scorer file's.
+void check_scorer_shape(const format::ScorerFile& scorer, const ModelConfig& config);
+
 // ---- Training ----------------------------------------------------------------------------------
 
 struct TrainOptions {

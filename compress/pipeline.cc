@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "compress/detail/pipeline.h"
+#include "compress/learned_scorer.h"
 #include "compress/quantize.h"
 #include "kernels/attention.h"
 
@@ -36,6 +37,11 @@ double default_ratio(std::string_view method) {
 void check_options(const CompressOptions& o) {
   check_ratio(o.ratio);
   check_method_name(o.method);
+  if (o.stream && o.method != kLearnedMethod)
+    throw Error(Errc::invalid_argument,
+                "streaming compression drops rows as the document is read, so it needs scores "
+                "that are final when a token is prefilled: method kvzap (a scorer file); method '" +
+                    o.method + "' scores after the whole document");
   if (!head_level_method(o)) return;
   if (o.head.head_scores.empty())
     throw Error(Errc::invalid_argument,
@@ -105,6 +111,7 @@ CompressResult finish(const CompressOptions& o, const Scorer& scorer, const mode
 
 CompressResult compress(model::Forward& forward, std::span<const int32_t> prefix,
                         std::span<const int32_t> document, const CompressOptions& options) {
+  if (options.stream) return compress_streaming(forward, prefix, document, options);
   std::unique_ptr<Scorer> scorer =
       detail::checked_scorer(forward.config(), prefix.size(), document.size(), options);
   const uint32_t n_p = static_cast<uint32_t>(prefix.size());

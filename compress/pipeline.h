@@ -40,6 +40,11 @@ struct CompressOptions {
   HeadLevelOptions head;                   // kvzip-head only: head scores, window, recorded source
   prefill::PrefillOptions prefill;                  // chunk, answer_room, progress, observer
   uint32_t room = 256;                     // append rows per head of the compressed cache
+  // Evict while the document is read (method kvzap only, compress/stream.cc): each chunk of
+  // options.prefill.chunk tokens is scored as it is prefilled and the rows that can no longer be
+  // among the kept ones are dropped at once (RunningSelection), so later tokens attend to the kept
+  // rows only and memory follows the kept rows, not the document.
+  bool stream = false;
 };
 
 struct CompressResult {
@@ -55,6 +60,10 @@ struct CompressResult {
   double scoring_s = 0.0;    // scoring pass after the prefill (kvzip: the reconstruction passes;
                              // 0 for kvzip-head, which has none)
   double select_s = 0.0;     // selection and eviction
+  // Streaming compression only (0 otherwise): the most rows the cache held at once, over all
+  // (layer, head), and the most bytes its row storage had allocated.
+  uint64_t peak_rows = 0;
+  uint64_t peak_bytes = 0;
 };
 
 // ---- The stages ---------------------------------------------------------------------------------
@@ -82,6 +91,13 @@ Selection select_for_method(const CompressOptions& options, const DocumentScores
                             double ratio);
 
 // ---- The whole pipeline -------------------------------------------------------------------------
+
+// compress() with options.stream: one pass over [prefix ; document] in chunks, each chunk's rows
+// scored by the kvzap predictor as they are prefilled, then the rows outside the running selection
+// dropped. The kept set is select_rows' over the predicted scores; those scores differ from a full
+// prefill's only because later tokens saw the kept rows only. params gain "stream" = "on".
+CompressResult compress_streaming(model::Forward& forward, std::span<const int32_t> prefix,
+                                  std::span<const int32_t> document, const CompressOptions& options);
 
 // Validates first (make_method_scorer, the context), then prefills [prefix ; document], scores,
 // selects and evicts. Method "full" ignores the ratio: it keeps every row and records requested =

@@ -150,6 +150,139 @@ Selection select_rows(const DocumentScores& scores, double ratio, SelectionLevel
   return sel;
 }
 
+RunningSelection::RunningSelection(model::CacheShape shape, uint32_t n_prefix, uint32_t n_doc,
+                                   double ratio, SelectionLevel level,
+                                   std::vector<uint8_t> local_layers, uint32_t window)
+    : shape_(shape), n_prefix_(n_prefix), n_doc_(n_doc), window_(window),
+      local_(std::move(local_layers)) {
+  check_ratio(ratio);
+  const uint32_t L = shape.n_layers, H = shape.n_kv_heads;
+  local_.resize(L);
+  group_of_.assign(size_t(L) * H, -1);
+  drops_.resize(size_t(L) * H);
+  uint64_t global_layers = 0;
+  for (uint32_t l = 0; l < L; ++l) global_layers += !local_[l];
+  total_doc_ = global_layers * H * n_doc;
+  // The budgets of select_rows, level by level.
+  auto add_group = [&](uint64_t budget) {
+    budget_.push_back(budget);
+    groups_.emplace_back();
+    return static_cast<int32_t>(groups_.size() - 1);
+  };
+  if (level == SelectionLevel::Global && global_layers > 0) add_group(round_count(ratio * double(total_doc_)));
+  for (uint32_t l = 0; l < L; ++l) {
+    if (local_[l]) continue;
+    if (level == SelectionLevel::PerLayer) add_group(round_count(ratio * double(size_t(H) * n_doc)));
+    for (uint32_t h = 0; h < H; ++h) {
+      if (level == SelectionLevel::PerHead) add_group(floor_count(ratio * double(n_doc)));
+      group_of_[size_t(l) * H + h] = static_cast<int32_t>(groups_.size() - 1);
+    }
+  }
+}
+
+const std::vector<std::vector<uint32_t>>& RunningSelection::add(uint32_t T, const float* scores,
+                                                                 size_t stride) {
+  if (uint64_t(done_) + T > n_doc_)
+    throw Error(Errc::invalid_argument, "RunningSelection: rows " + std::to_string(done_) + " + " +
+                                            std::to_string(T) + " past a document of " +
+                                            std::to_string(n_doc_));
+  const size_t heads = group_of_.size();
+  for (size_t i = 0; i < heads; ++i) {
+    if (group_of_[i] < 0) continue;
+    for (uint32_t t = 0; t < T; ++t)
+      if (std::isnan(scores[i * stride + t]))
+        throw Error(Errc::invalid_argument, "RunningSelection: the score of row " +
+                                                std::to_string(done_ + t) + " of head " +
+                                                std::to_string(i) + " is NaN");
+  }
+  for (std::vector<uint32_t>& d : drops_) d.clear();
+  for (size_t i = 0; i < heads; ++i) {
+    if (group_of_[i] < 0) continue;
+    std::vector<Row>& g = groups_[size_t(group_of_[i])];
+    for (uint32_t t = 0; t < T; ++t)
+      g.push_back(Row{scores[i * stride + t], static_cast<uint32_t>(i), done_ + t});
+  }
+  // Strict total order of select_rows: higher score first, then lower flat index.
+  auto better = [](const Row& a, const Row& b) {
+    return a.score > b.score || (a.score == b.score && (a.head < b.head || (a.head == b.head && a.j < b.j)));
+  };
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    std::vector<Row>& rows = groups_[g];
+    if (rows.size() <= budget_[g]) continue;
+    std::nth_element(rows.begin(), rows.begin() + budget_[g], rows.end(), better);
+    for (size_t x = budget_[g]; x < rows.size(); ++x) drops_[rows[x].head].push_back(rows[x].j);
+    rows.resize(budget_[g]);
+  }
+  // Local layers: the next query sees the last window - 1 rows before it.
+  const uint32_t end = done_ + T;
+  const uint32_t reach = window_ > 0 ? window_ - 1 : n_doc_;
+  const uint32_t from = done_ > reach ? done_ - reach : 0, to = end > reach ? end - reach : 0;
+  for (size_t i = 0; i < heads; ++i)
+    if (group_of_[i] < 0)
+      for (uint32_t j = from; j < to; ++j) drops_[i].push_back(j);
+  for (std::vector<uint32_t>& d : drops_) std::sort(d.begin(), d.end());
+  done_ = end;
+  return drops_;
+}
+
+uint64_t RunningSelection::held() const {
+  uint64_t n = 0;
+  for (const std::vector<Row>& g : groups_) n += g.size();
+  const uint32_t reach = window_ > 0 ? window_ - 1 : n_doc_;
+  for (int32_t g : group_of_)
+    if (g < 0) n += std::min(done_, reach);
+  return n;
+}
+
+std::vector<std::vector<std::pair<uint32_t, float>>> RunningSelection::by_head() const {
+  if (done_ != n_doc_)
+    throw Error(Errc::internal, "RunningSelection: " + std::to_string(done_) + " of " +
+                                    std::to_string(n_doc_) + " document rows added");
+  std::vector<std::vector<std::pair<uint32_t, float>>> out(group_of_.size());
+  for (const std::vector<Row>& g : groups_)
+    for (const Row& r : g) out[r.head].emplace_back(r.j, r.score);
+  for (auto& rows : out) std::sort(rows.begin(), rows.end());
+  return out;
+}
+
+Selection RunningSelection::selection() const {
+  const auto rows = by_head();
+  Selection sel;
+  sel.total_doc = total_doc_;
+  sel.keep.resize(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::vector<uint32_t>& keep = sel.keep[i];
+    keep.reserve(n_prefix_ + rows[i].size());
+    for (uint32_t r = 0; r < n_prefix_; ++r) keep.push_back(r);
+    for (const auto& [j, score] : rows[i]) keep.push_back(n_prefix_ + j);
+    sel.kept_doc += rows[i].size();
+  }
+  sel.achieved_ratio = total_doc_ ? double(sel.kept_doc) / double(total_doc_) : 1.0;
+  DocumentScores layout{shape_, n_prefix_, n_doc_, {}, {}, window_};
+  for (uint8_t local : local_)
+    if (local) layout.local_layers = local_;
+  keep_local_windows(layout, sel);
+  return sel;
+}
+
+std::vector<std::vector<float>> RunningSelection::kept_scores() const {
+  const auto rows = by_head();
+  const Selection sel = selection();
+  const uint32_t H = shape_.n_kv_heads;
+  constexpr float kAlways = std::numeric_limits<float>::infinity();
+  std::vector<std::vector<float>> out(shape_.n_layers);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::vector<float>& layer = out[i / H];
+    if (group_of_[i] < 0) {
+      layer.insert(layer.end(), sel.keep[i].size(), kAlways);
+      continue;
+    }
+    layer.insert(layer.end(), n_prefix_, kAlways);
+    for (const auto& [j, score] : rows[i]) layer.push_back(score);
+  }
+  return out;
+}
+
 EvictResult evict(const model::KvCache& dense, const DocumentScores& scores, const Selection& selection,
                   uint32_t room) {
   const model::CacheShape shape = dense.shape();

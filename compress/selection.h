@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "compress/scorer.h"
@@ -54,6 +55,54 @@ void keep_local_windows(const DocumentScores& scores, Selection& selection);
 // above the cut, which can keep fewer rows than asked.) ratio == 1 keeps every row. format::prune
 // applies the same rule (Global budget, ties by file order = flat index) to a stored cache.
 Selection select_rows(const DocumentScores& scores, double ratio, SelectionLevel level);
+
+// The selection of select_rows made while the document is still being read (compress --stream):
+// the scores arrive a chunk of document rows at a time, and after each chunk the rows that can no
+// longer be among the final kept ones are named, so they can be dropped at once. A level's budget
+// is fixed by the document's length alone, and the order (score descending, then flat index
+// (layer, head, position) ascending) is total, so the k-th best of the rows seen so far only rises:
+// a row outside the running top k is outside the final one. After the last chunk, selection()
+// equals select_rows(all the scores, ratio, level) exactly. Local (sliding-window) layers keep the
+// prefix and their last window - 1 document rows as the document goes, which ends at
+// keep_local_windows'. Holds at most budget + one chunk of rows per group, never the document.
+class RunningSelection {
+ public:
+  // Errc::invalid_argument for a ratio outside (0, 1] (check_ratio). local_layers (L) or empty.
+  RunningSelection(model::CacheShape shape, uint32_t n_prefix, uint32_t n_doc, double ratio,
+                   SelectionLevel level, std::vector<uint8_t> local_layers = {},
+                   uint32_t window = 0);
+  // The scores of document rows [done(), done() + T): scores[(l·Hkv + h)·stride + t] for row
+  // done() + t (local layers' values are not read; +inf always keeps). Returns, per (l·Hkv + h),
+  // the document rows (ascending j) to drop now; every row not named stays until a later add
+  // names it. Errc::invalid_argument for a NaN score or rows past the document.
+  const std::vector<std::vector<uint32_t>>& add(uint32_t T, const float* scores, size_t stride);
+  uint32_t done() const { return done_; }
+  // Document rows held (the running kept set), over all (layer, head).
+  uint64_t held() const;
+  // After the last chunk: the kept rows as select_rows returns them. Errc::internal before.
+  Selection selection() const;
+  // After the last chunk: (L) × the score of every kept row in a RaggedKvCache's row order
+  // (head-major, by position); prefix and local-layer rows +inf (EvictResult::kept_scores).
+  std::vector<std::vector<float>> kept_scores() const;
+
+ private:
+  struct Row {
+    float score;
+    uint32_t head;  // l·Hkv + h
+    uint32_t j;     // document row
+  };
+  std::vector<std::vector<std::pair<uint32_t, float>>> by_head() const;
+
+  model::CacheShape shape_;
+  uint32_t n_prefix_, n_doc_, window_;
+  std::vector<uint8_t> local_;
+  std::vector<int32_t> group_of_;        // (L·Hkv): the group of each head, -1 for a local layer
+  std::vector<std::vector<Row>> groups_;  // the running kept rows of each group
+  std::vector<uint64_t> budget_;          // rows each group keeps at the end
+  std::vector<std::vector<uint32_t>> drops_;
+  uint64_t total_doc_ = 0;
+  uint32_t done_ = 0;
+};
 
 struct EvictResult {
   model::RaggedKvCache cache;
