@@ -380,8 +380,8 @@ void add_eval_commands(CLI::App& app) {
   o->methods_opt = add_list_option(
       c, "--methods", o->eo.methods,
       "Comma-separated, any of: kvzip,snapkv,h2o,rest-kv,rkv,streaming,random,kvzip-head,"
-      "kvzap (kvzip-head needs --head-scores, its ratios are fractions of heads kept "
-      "whole; kvzap needs --scorer)");
+      "kvzap,kvzap-stream (kvzip-head needs --head-scores, its ratios are fractions of heads "
+      "kept whole; kvzap needs --scorer, kvzap-stream is kvzap evicting while it reads)");
   o->ratios_opt = add_list_option(c, "--ratios", o->eo.ratios,
                                   "Comma-separated fractions of document KV pairs to keep (--ruler: default "
                                   "0.1,0.25,0.5,0.75; the full cache is kept = 1)");

@@ -5,6 +5,7 @@
 #include "eval/eval.h"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
@@ -188,6 +189,25 @@ class DocumentRun {
     return std::move(ev.cache);
   }
 
+  // compress() with options.stream at `ratio`: the document prefilled again, rows dropped as it
+  // is read; the time counts as compression.
+  model::RaggedKvCache compress_streaming(compress::CompressOptions method, double ratio, Accum& acc) {
+    const auto t = Clock::now();
+    method.ratio = ratio;
+    method.room = s_.answer_room;
+    method.prefill.answer_room = s_.answer_room;
+    compress::CompressResult r =
+        compress::compress(fwd_, s_.prompt.prefix, s_.prompt.document, method);
+    const ModelConfig& cfg = model_.config();
+    uint64_t global_layers = 0;
+    for (uint32_t l = 0; l < cfg.n_layers; ++l) global_layers += !cfg.is_local(l);
+    const uint64_t total = global_layers * cfg.n_kv_heads * r.n_doc;
+    acc.kept_doc += static_cast<uint64_t>(std::llround(r.achieved_ratio * double(total)));
+    acc.total_doc += total;
+    acc.compress_s += seconds_since(t);
+    return std::move(r.cache);
+  }
+
   // `cache` stored as `dtype` the way `kvzip compress --kv-dtype` stores it (selection, then
   // quantization) into a .kvz image in memory, and read back as `kvzip query` reads it: q8/q4
   // rows stay quantized and are attended in place (loader::base_from_reader, KvForm::Auto).
@@ -245,7 +265,11 @@ void eval_document(const model::Model& model, model::Forward& fwd, const Documen
   // One CompressOptions per method (the reference "full" first): what compress() would be given.
   std::vector<compress::CompressOptions> methods(1 + o.methods.size());
   methods[0].method = "full";
-  for (size_t m = 0; m < o.methods.size(); ++m) methods[1 + m].method = o.methods[m];
+  for (size_t m = 0; m < o.methods.size(); ++m) {
+    const bool streamed = o.methods[m] == kStreamedMethod;
+    methods[1 + m].method = streamed ? compress::kLearnedMethod : o.methods[m];
+    methods[1 + m].stream = streamed;
+  }
   compress::ScorerOptions so = compress::make_scorer_options(model.chat(), o.kvzip_chunk, o.seed, o.scorer_options);
   if (o.query_aware) so.kvzip_queries = run.prompts();
   so.learned = o.learned;
@@ -267,9 +291,11 @@ void eval_document(const model::Model& model, model::Forward& fwd, const Documen
   for (size_t m = 0; m < scorers.size(); ++m) {
     const bool full = m == 0;
     auto t = Clock::now();
+    const bool streamed = methods[m].stream;  // its own prefill per ratio: no shared scores
     const compress::DocumentScores scores =
-        scorers[m]->score(compress::ScoreInput{&fwd, &pre.cache, run.n_prefix(), run.document()});
-    const double scoring_s = seconds_since(t) + (timers[m] ? timers[m]->seconds() : 0.0);
+        streamed ? compress::DocumentScores{}
+                 : scorers[m]->score(compress::ScoreInput{&fwd, &pre.cache, run.n_prefix(), run.document()});
+    const double scoring_s = streamed ? 0.0 : seconds_since(t) + (timers[m] ? timers[m]->seconds() : 0.0);
     if (!full) log(o, fmt("  %-9s scored in %.1f s", o.methods[m - 1].c_str(), scoring_s));
     const std::vector<double> ratios = full ? std::vector<double>{1.0} : o.ratios;
     // Highest ratio first: each cache's answers are the best drafts for the next, smaller one.
@@ -279,7 +305,8 @@ void eval_document(const model::Model& model, model::Forward& fwd, const Documen
       Accum one;  // this document only, for the progress line
       t = Clock::now();
       const std::string& name = full ? std::string("full") : o.methods[m - 1];
-      model::RaggedKvCache cache = run.compress(pre.cache, scores, methods[m], ratios[r], one);
+      model::RaggedKvCache cache = streamed ? run.compress_streaming(methods[m], ratios[r], one)
+                                            : run.compress(pre.cache, scores, methods[m], ratios[r], one);
       one.compress_s += scoring_s;
       const bool same = !full && o.reuse_identical && one.kept_doc == one.total_doc;
       std::vector<GreedyAnswer> answers;  // the f32 cache's: the reference of the other dtypes
@@ -345,11 +372,11 @@ EvalOptions checked(EvalOptions o) {
       throw Error(Errc::invalid_argument,
                   "eval: method kvzip-head needs head scores (--head-scores FILE, made by "
                   "`kvzip calibrate` on a document other than the evaluated ones)");
-    if (m == compress::kLearnedMethod && !o.learned)
+    if ((m == compress::kLearnedMethod || m == kStreamedMethod) && !o.learned)
       throw Error(Errc::invalid_argument,
                   "eval: method kvzap needs a scorer file (--scorer FILE.kvp, made by `kvzip "
                   "calibrate --scorer` on a text other than the evaluated documents)");
-    compress::check_method_name(m);
+    if (m != kStreamedMethod) compress::check_method_name(m);
     if (m != "full" && std::find(methods.begin(), methods.end(), m) == methods.end())
       methods.push_back(m);
   }

@@ -27,6 +27,9 @@
 
 namespace kvzip::eval {
 
+// The eval's name of kvzap compressing with CompressOptions::stream.
+inline constexpr const char* kStreamedMethod = "kvzap-stream";
+
 struct EvalOptions {
   std::vector<std::string> methods = {"kvzip", "snapkv", "h2o", "streaming", "random"};
   std::vector<double> ratios = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0};
@@ -48,7 +51,9 @@ struct EvalOptions {
   std::vector<float> head_scores;
   uint32_t head_window = 0;           // document rows the other heads keep (the last ones)
   // Method "kvzap" (compress/learned_scorer.h): the scorer file of `kvzip calibrate --scorer` and
-  // its recorded source, required when it is among the methods.
+  // its recorded source, required when it is among the methods. "kvzap-stream" is the same scorer
+  // with the rows dropped while the document is read (compress --stream): it prefills the document
+  // again for each ratio, since what the later tokens see depends on the ratio.
   std::shared_ptr<const format::ScorerFile> learned;
   compress::MethodParams learned_source;
   // Storage types to evaluate: "f32" (always, first) and any of f16, bf16, q8, q4. Rows of a

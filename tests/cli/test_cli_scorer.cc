@@ -52,6 +52,11 @@ TEST_CASE("kvzap needs a scorer file, and bad scorer files are refused before th
          5, "truncated", "bad.kvp");
   expect(run_kvzip({"eval", "--squad", doc, "--methods", "kvzap"}, kNoModel), 2, "invalid_argument",
          "needs a scorer file");
+  expect(run_kvzip({"eval", "--squad", doc, "--methods", "kvzap-stream"}, kNoModel), 2,
+         "invalid_argument", "needs a scorer file");
+  expect(run_kvzip({"compress", doc, "--stream", "-o", dir.path("a.kvz")}, kNoModel), 2,
+         "invalid_argument", "method kvzap");
+  CHECK_FALSE(std::filesystem::exists(dir.path("a.kvz")));
   std::filesystem::create_directory(dir.path("empty"));
   expect(run_kvzip({"calibrate", "--scorer", dir.path("empty"), "-o", dir.path("m.kvp")}, kNoModel),
          2, "invalid_argument", "holds no files");
@@ -103,6 +108,23 @@ TEST_CASE("calibrate --scorer, then compress --scorer and query on the real mode
   r = run_kvzip({"query", kvz, "What is this text about?", "-n", "8", "-t", "2"},
                 CliOptions{{}, 300});
   INFO("query stderr: " << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(!r.out.empty());
+
+  // Evicting while reading: the same ratio, a file that records it, a cache that answers.
+  const std::string streamed = dir.path("streamed.kvz");
+  r = run_kvzip({"compress", text_doc, "--scorer", kvp, "--ratio", "0.3", "--stream", "-o",
+                 streamed, "-t", "2"},
+                CliOptions{{}, 600});
+  INFO("compress --stream stderr: " << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.err, Catch::Matchers::Contains("ratio 0.300 kept"));
+  CHECK_THAT(r.err, Catch::Matchers::Contains("streamed: at most"));
+  r = run_kvzip({"inspect", streamed});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Matchers::Contains("stream=on"));
+  r = run_kvzip({"query", streamed, "What is this text about?", "-n", "8", "-t", "2"},
+                CliOptions{{}, 300});
   CHECK(r.exit_code == 0);
   CHECK(!r.out.empty());
 }
