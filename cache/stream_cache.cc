@@ -147,4 +147,9 @@ RaggedKvCache StreamKvCache::take(uint32_t room) {
   return out;
 }
 
+void StreamKvCache::release(uint32_t layer) {
+  KVZIP_ASSERT(layer < shape_.n_layers);
+  for (uint32_t h = 0; h < shape_.n_kv_heads; ++h) at(layer, h) = Head{};
+}
+
 }  // namespace kvzip::model

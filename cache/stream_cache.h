@@ -45,6 +45,8 @@ class StreamKvCache final : public AttentionCache {
   // freed as soon as they are copied, so the rows exist twice only while being copied; this cache
   // is left empty. Errc::invalid_argument with an uncommitted append.
   RaggedKvCache take(uint32_t room);
+  // Frees every head of `layer` (its rows are gone; for a caller that copied them elsewhere).
+  void release(uint32_t layer);
 
  private:
   struct Head {

@@ -171,16 +171,26 @@ std::vector<format::LayerKv> layers_from_cache(const model::RaggedKvCache& cache
 format::CacheContents make_contents(const model::Model& model, const model::RaggedKvCache& cache,
                                     const std::vector<std::vector<float>>& kept_scores,
                                     const CacheDescription& d) {
-  const model::CacheShape s = cache.shape();
   const uint64_t n_p = d.prefix.size(), n_c = d.document.size();
   if (cache.base_length() != n_p + n_c)
     throw Error(Errc::internal, "make_contents: cache holds " + std::to_string(cache.base_length()) +
                                     " positions, prompt has " + std::to_string(n_p + n_c));
+  return make_contents(model, layers_from_cache(cache, kept_scores), !kept_scores.empty(), d);
+}
+
+format::CacheContents make_contents(const model::Model& model, std::vector<format::LayerKv> layers,
+                                    bool has_scores, const CacheDescription& d) {
+  const ModelConfig& cfg = model.config();
+  const model::CacheShape s = model::cache_shape(cfg);
+  const uint64_t n_p = d.prefix.size(), n_c = d.document.size();
+  if (layers.size() != s.n_layers)
+    throw Error(Errc::internal, "make_contents: " + std::to_string(layers.size()) +
+                                    " layers for a model of " + std::to_string(s.n_layers));
   format::CacheContents c;
   format::CacheHeader& h = c.header;
   h.tool_version = std::string("kvzip ") + KVZIP_VERSION;
   h.created_unix = static_cast<int64_t>(std::time(nullptr));
-  format::set_model(h, model.config(), model.fingerprint());
+  format::set_model(h, cfg, model.fingerprint());
   h.kv_dtype = d.kv.dtype;
   auto to_u32 = [](const std::vector<int32_t>& v) { return std::vector<uint32_t>(v.begin(), v.end()); };
   h.prefix_tokens = to_u32(d.prefix);
@@ -192,17 +202,18 @@ format::CacheContents make_contents(const model::Model& model, const model::Ragg
   h.requested_ratio = d.requested_ratio;
   // Hybrid models: the ratio counts the global layers' document rows (compress/selection.h); the
   // fraction over every layer is recorded beside it as the parameter "all_layers_ratio".
-  const ModelConfig& cfg = model.config();
   uint64_t doc_rows = 0, all_rows = 0, global_layers = 0;
   for (uint32_t l = 0; l < s.n_layers; ++l) {
     global_layers += !cfg.is_local(l);
-    for (uint32_t hh = 0; hh < s.n_kv_heads; ++hh) {
-      const uint32_t* p = cache.positions(l, hh);
-      const uint32_t n = cache.kept(l, hh);
-      const uint64_t rows = static_cast<uint64_t>(p + n - std::lower_bound(p, p + n, uint32_t(n_p)));
-      all_rows += rows;
-      if (!cfg.is_local(l)) doc_rows += rows;
-    }
+    const std::vector<uint32_t>& pos = layers[l].positions;
+    if (!pos.empty() && std::max_element(pos.begin(), pos.end())[0] >= n_p + n_c)
+      throw Error(Errc::internal, "make_contents: layer " + std::to_string(l) +
+                                      " holds a position past the prompt's " +
+                                      std::to_string(n_p + n_c));
+    const uint64_t rows = static_cast<uint64_t>(
+        std::count_if(pos.begin(), pos.end(), [&](uint32_t p) { return p >= n_p; }));
+    all_rows += rows;
+    if (!cfg.is_local(l)) doc_rows += rows;
   }
   const uint64_t total = global_layers * s.n_kv_heads * n_c, total_all = uint64_t(s.n_layers) * s.n_kv_heads * n_c;
   h.achieved_ratio = total ? double(doc_rows) / double(total) : 1.0;
@@ -211,8 +222,8 @@ format::CacheContents make_contents(const model::Model& model, const model::Ragg
     std::snprintf(buf, sizeof buf, "%.6f", total_all ? double(all_rows) / double(total_all) : 1.0);
     h.params.emplace_back("all_layers_ratio", buf);
   }
-  c.layers = layers_from_cache(cache, kept_scores);
-  c.has_scores = !kept_scores.empty();
+  c.layers = std::move(layers);
+  c.has_scores = has_scores;
   set_kv_dtype(c, d.kv);  // the kept rows only: selection, then quantization
   return c;
 }
@@ -248,6 +259,40 @@ void check_file_options(const CompressFileOptions& o) {
                 "ones; a CUDA device has its own (compress on the CPU)");
 }
 
+namespace {
+
+// What the file records besides the rows.
+CacheDescription describe(const DocumentPrompt& prompt, std::string_view text,
+                          const CompressFileOptions& o, const std::string& method,
+                          const MethodParams& params, double requested_ratio) {
+  CacheDescription d;
+  d.prefix = prompt.prefix;
+  d.document = prompt.document;
+  d.suffix = prompt.suffix;
+  d.document_text = std::string(text);
+  d.method = method;
+  d.params = params;
+  d.params.emplace_back("query_template", o.query_template);
+  if (o.matmul == kernels::MatmulPath::Exact) d.params.emplace_back("matmul", "exact");
+  // The rows carry the bf16 attention products' rounding (docs/cpu-kernels.md): say so.
+  if (o.matmul == kernels::MatmulPath::Fast && o.device == kernels::Device::Cpu &&
+      kernels::attention_bf16_available()) {
+    const bool kvzip = method == "kvzip" && o.compress.scorer.kvzip_bf16;
+    const bool prefill = o.compress.prefill.attention_bf16;
+    if (prefill || kvzip)
+      d.params.emplace_back("attention", std::string("bf16 products in ") +
+                                             (prefill ? "the document prefill" : "") +
+                                             (prefill && kvzip ? " and " : "") +
+                                             (kvzip ? "the KVzip passes" : ""));
+  }
+  d.params.insert(d.params.end(), o.extra_params.begin(), o.extra_params.end());
+  d.requested_ratio = requested_ratio;
+  d.kv = o.kv;
+  return d;
+}
+
+}  // namespace
+
 CompressResult compress_to_file(const model::Model& model, std::string_view text,
                                 const CompressFileOptions& o, const std::string& path) {
   check_file_options(o);  // a bad option fails before the prefill
@@ -260,38 +305,40 @@ CompressResult compress_to_file(const model::Model& model, std::string_view text
     throw Error(Errc::invalid_argument, m);
   }
   const DocumentPrompt prompt = document_prompt(model.chat(), text, o.system);
+  auto forward_options = [&] {
+    model::ForwardOptions fo;
+    fo.threads = o.threads;
+    fo.matmul = o.matmul;
+    return fo;
+  };
+  if (o.compress.stream) {  // the rows go from the stream cache to the file, never held twice
+    detail::StreamRun run = [&] {
+      model::Forward forward(model.weights(), forward_options());
+      return detail::stream_document(forward, prompt.prefix, prompt.document, o.compress);
+    }();
+    const CacheDescription d = describe(prompt, text, o, run.method, run.params, o.compress.ratio);
+    format::write_cache_file(
+        make_contents(model, detail::layers_from_stream(run.cache, run.kept_scores), true, d),
+        path, o.write);
+    const auto n_p = static_cast<uint32_t>(prompt.prefix.size());
+    const auto n_c = static_cast<uint32_t>(prompt.document.size());
+    const model::CacheShape shape = model::cache_shape(model.config());
+    return CompressResult{
+        model::RaggedKvCache(shape, n_p + n_c,
+                             std::vector<uint32_t>(size_t(shape.n_layers) * shape.n_kv_heads), 0),
+        {},           o.compress.ratio, run.achieved_ratio, std::move(run.method),
+        std::move(run.params), n_p, n_c, run.prefill_s, run.scoring_s, run.select_s,
+        run.peak_rows, run.peak_bytes};
+  }
   CompressResult r = [&] {
     if (o.device == kernels::Device::Cuda) {
       model::GpuForward gpu(model.weights());
       return compress_gpu(gpu, prompt.prefix, prompt.document, o.compress);
     }
-    model::ForwardOptions fo;
-    fo.threads = o.threads;
-    fo.matmul = o.matmul;
-    model::Forward forward(model.weights(), fo);
+    model::Forward forward(model.weights(), forward_options());
     return compress(forward, prompt.prefix, prompt.document, o.compress);
   }();
-  CacheDescription d;
-  d.prefix = prompt.prefix;
-  d.document = prompt.document;
-  d.suffix = prompt.suffix;
-  d.document_text = std::string(text);
-  d.method = r.method;
-  d.params = r.params;
-  d.params.emplace_back("query_template", o.query_template);
-  if (o.matmul == kernels::MatmulPath::Exact) d.params.emplace_back("matmul", "exact");
-  // The rows carry the bf16 attention products' rounding (docs/cpu-kernels.md): say so.
-  if (o.matmul == kernels::MatmulPath::Fast && o.device == kernels::Device::Cpu && kernels::attention_bf16_available()) {
-    const bool kvzip = r.method == "kvzip" && o.compress.scorer.kvzip_bf16;
-    if (o.compress.prefill.attention_bf16 || kvzip)
-      d.params.emplace_back("attention", std::string("bf16 products in ") +
-                                             (o.compress.prefill.attention_bf16 ? "the document prefill" : "") +
-                                             (o.compress.prefill.attention_bf16 && kvzip ? " and " : "") +
-                                             (kvzip ? "the KVzip passes" : ""));
-  }
-  d.params.insert(d.params.end(), o.extra_params.begin(), o.extra_params.end());
-  d.requested_ratio = r.requested_ratio;
-  d.kv = o.kv;
+  const CacheDescription d = describe(prompt, text, o, r.method, r.params, r.requested_ratio);
   format::write_cache_file(make_contents(model, r.cache, r.kept_scores, d), path, o.write);
   return r;
 }

@@ -148,6 +148,10 @@ std::vector<format::LayerKv> layers_from_cache(const model::RaggedKvCache& cache
 format::CacheContents make_contents(const model::Model& model, const model::RaggedKvCache& cache,
                                     const std::vector<std::vector<float>>& kept_scores,
                                     const CacheDescription& description);
+// The same from the file's layers themselves (layers_from_cache's form, taken over, not copied):
+// a streamed compression writes its rows this way without ever holding them twice.
+format::CacheContents make_contents(const model::Model& model, std::vector<format::LayerKv> layers,
+                                    bool has_scores, const CacheDescription& description);
 
 // ---- A document into a file ----------------------------------------------------------------------
 
@@ -189,7 +193,8 @@ void check_file_options(const CompressFileOptions& options);
 // Compresses UTF-8 `text` with `model` and writes the .kvz file to `path` atomically (temporary
 // file, fsync, rename: a failure leaves no file behind). check_file_options first, then the
 // quantization group against the model's head dimension, all before any model work. Returns the compression's
-// result (the cache included) for reporting.
+// result (the cache included) for reporting; a streamed compression's rows go from its stream
+// cache to the file layer by layer, never held twice, so its result's cache keeps no rows.
 CompressResult compress_to_file(const model::Model& model, std::string_view text,
                                 const CompressFileOptions& options, const std::string& path);
 

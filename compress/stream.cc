@@ -90,12 +90,14 @@ void drop_rows(model::StreamKvCache& cache, uint32_t n_prefix,
 
 }  // namespace
 
-CompressResult compress_streaming(model::Forward& forward, std::span<const int32_t> prefix,
-                                  std::span<const int32_t> document, const CompressOptions& o) {
+namespace detail {
+
+StreamRun stream_document(model::Forward& forward, std::span<const int32_t> prefix,
+                          std::span<const int32_t> document, const CompressOptions& o) {
   const ModelConfig& cfg = forward.config();
-  std::unique_ptr<Scorer> scorer = detail::checked_scorer(cfg, prefix.size(), document.size(), o);
+  std::unique_ptr<Scorer> scorer = checked_scorer(cfg, prefix.size(), document.size(), o);
   if (!o.stream || o.method != kLearnedMethod)
-    throw Error(Errc::invalid_argument, "compress_streaming: needs options.stream and method kvzap");
+    throw Error(Errc::invalid_argument, "streaming compression: needs method kvzap");
   const format::ScorerFile& file = *o.scorer.learned;  // make_method_scorer refused a null one
   check_scorer_shape(file, cfg);
   const uint32_t n_p = static_cast<uint32_t>(prefix.size());
@@ -106,33 +108,31 @@ CompressResult compress_streaming(model::Forward& forward, std::span<const int32
 
   DocumentScores layout{model::cache_shape(cfg), n_p, n_c, {}, {}, 0};
   set_hybrid_layout(layout, cfg);
-  const double ratio = o.ratio;
-  RunningSelection running(layout.shape, n_p, n_c, ratio, o.level, layout.local_layers,
+  RunningSelection running(layout.shape, n_p, n_c, o.ratio, o.level, layout.local_layers,
                            layout.window);
   ChunkScorer chunk_scorer(file, cfg, n_p, n_c, chunk, o.scorer.kvzap_window);
   ObserverFanout fan;
   fan.add(o.prefill.observer);
   fan.add(&chunk_scorer);
 
-  model::StreamKvCache cache(layout.shape);
-  uint64_t peak_rows = 0, peak_bytes = 0;
-  double select_s = 0.0;
+  StreamRun run(layout.shape);
+  model::StreamKvCache& cache = run.cache;
   const model::PromptBf16Scope bf16(forward, o.prefill.attention_bf16);
   uint64_t fed = 0;  // tokens of [prefix ; document] prefilled
-  double prefill_s = prefill::prefill_in_chunks(prefix, document, o.prefill, [&](std::span<const int32_t> c) {
+  run.prefill_s = prefill::prefill_in_chunks(prefix, document, o.prefill, [&](std::span<const int32_t> c) {
     const uint32_t j0 = running.done();
     chunk_scorer.begin(j0);
     forward.prefill(cache, c, model::LogitsMode::None, &fan);
     fed += c.size();
-    peak_rows = std::max(peak_rows, cache.rows_total());
-    peak_bytes = std::max(peak_bytes, cache.bytes_allocated());
+    run.peak_rows = std::max(run.peak_rows, cache.rows_total());
+    run.peak_bytes = std::max(run.peak_bytes, cache.bytes_allocated());
     const auto t = Clock::now();
     const uint32_t doc_rows = static_cast<uint32_t>(fed > n_p ? fed - n_p : 0) - j0;
     if (doc_rows > 0) {
       drop_rows(cache, n_p, running.add(doc_rows, chunk_scorer.values(), chunk_scorer.stride()));
       cache.shrink(chunk);
     }
-    select_s += seconds_since(t);
+    run.select_s += seconds_since(t);
   });
   const auto t = Clock::now();
   const Selection sel = running.selection();
@@ -141,16 +141,60 @@ CompressResult compress_streaming(model::Forward& forward, std::span<const int32
                                          uint32_t(i % layout.shape.n_kv_heads)))
       throw Error(Errc::internal, "streaming compression: head " + std::to_string(i) +
                                       " holds other rows than its selection");
-  MethodParams params = scorer->params();
-  params.emplace_back("level", selection_level_name(o.level));
-  params.emplace_back("stream", "on");
-  const double scoring_s = chunk_scorer.seconds();
-  prefill_s -= scoring_s + select_s;
-  CompressResult r{cache.take(o.room), running.kept_scores(), ratio, sel.achieved_ratio,
-                   scorer->name(),     std::move(params),      n_p,   n_c,
-                   prefill_s,          scoring_s,              select_s + seconds_since(t),
-                   peak_rows,          peak_bytes};
-  return r;
+  run.kept_scores = running.kept_scores();
+  run.achieved_ratio = sel.achieved_ratio;
+  run.method = scorer->name();
+  run.params = scorer->params();
+  run.params.emplace_back("level", selection_level_name(o.level));
+  run.params.emplace_back("stream", "on");
+  run.scoring_s = chunk_scorer.seconds();
+  run.prefill_s -= run.scoring_s + run.select_s;
+  run.select_s += seconds_since(t);
+  return run;
+}
+
+std::vector<format::LayerKv> layers_from_stream(model::StreamKvCache& cache,
+                                                const std::vector<std::vector<float>>& kept_scores) {
+  const model::CacheShape s = cache.shape();
+  const size_t D = s.head_dim;
+  std::vector<format::LayerKv> layers(s.n_layers);
+  for (uint32_t l = 0; l < s.n_layers; ++l) {
+    format::LayerKv& out = layers[l];
+    size_t R = 0;
+    for (uint32_t h = 0; h < s.n_kv_heads; ++h) R += cache.rows(l, h);
+    if (kept_scores[l].size() != R)
+      throw Error(Errc::internal, "layers_from_stream: layer " + std::to_string(l) + " has " +
+                                      std::to_string(R) + " rows but " +
+                                      std::to_string(kept_scores[l].size()) + " scores");
+    out.head_rows.resize(s.n_kv_heads);
+    out.positions.resize(R);
+    out.k.resize(R * D);
+    out.v.resize(R * D);
+    size_t row = 0;
+    for (uint32_t h = 0; h < s.n_kv_heads; ++h) {
+      const model::KvHeadView v = cache.view(l, h);
+      out.head_rows[h] = v.len;
+      std::copy_n(v.k, size_t(v.len) * D, out.k.begin() + row * D);
+      std::copy_n(v.v, size_t(v.len) * D, out.v.begin() + row * D);
+      std::copy_n(v.positions, v.len, out.positions.begin() + row);
+      row += v.len;
+    }
+    out.scores = kept_scores[l];
+    cache.release(l);
+  }
+  return layers;
+}
+
+}  // namespace detail
+
+CompressResult compress_streaming(model::Forward& forward, std::span<const int32_t> prefix,
+                                  std::span<const int32_t> document, const CompressOptions& o) {
+  detail::StreamRun run = detail::stream_document(forward, prefix, document, o);
+  return CompressResult{run.cache.take(o.room), std::move(run.kept_scores), o.ratio,
+                        run.achieved_ratio,     std::move(run.method),      std::move(run.params),
+                        static_cast<uint32_t>(prefix.size()), static_cast<uint32_t>(document.size()),
+                        run.prefill_s,          run.scoring_s,              run.select_s,
+                        run.peak_rows,          run.peak_bytes};
 }
 
 }  // namespace kvzip::compress

@@ -20,7 +20,9 @@
 #include "compress/selection.h"
 #include "model/forward.h"
 #include "tests/compress/support.h"
+#include "format/format.h"
 #include "tests/support/random_weights.h"
+#include "tests/support/tiny_model_dir.h"
 #include "tests/support/naive_forward.h"
 
 using namespace kvzip;
@@ -300,4 +302,49 @@ TEST_CASE("streaming compression needs method kvzap", "[compress][stream]") {
   o.method = "snapkv";
   o.stream = true;
   CHECK_THROWS_WITH(compress::check_options(o), Catch::Contains("method kvzap"));
+}
+
+TEST_CASE("a streamed file holds the rows a streamed compression keeps", "[compress][stream]") {
+  test::TinyModelDir dir("stream_file", 29, 1024);
+  const ModelConfig& cfg = dir.model->config();
+  format::ScorerFile f;
+  f.model = dir.model->fingerprint();
+  f.n_layers = cfg.n_layers;
+  f.n_kv_heads = cfg.n_kv_heads;
+  f.d_model = cfg.d_model;
+  f.r2.assign(cfg.n_layers, 0.5f);
+  f.spearman.assign(cfg.n_layers, 0.5f);
+  f.weights = test::random_vector(size_t(cfg.n_layers) * cfg.n_kv_heads * (cfg.d_model + 1), 30);
+  compress::CompressFileOptions o;
+  o.compress.method = compress::kLearnedMethod;
+  o.compress.ratio = 0.25;
+  o.compress.stream = true;
+  o.compress.prefill.chunk = 16;
+  o.compress.scorer.learned = std::make_shared<const format::ScorerFile>(f);
+  o.compress.scorer.kvzap_window = 4;
+  o.threads = 2;
+  const std::string text =
+      "The lighthouse keeper counted ships every night. In winter the harbor froze and the keeper "
+      "read old letters from his sister, who lived in a city of bridges and bells.";
+  const compress::CompressResult written = compress::compress_to_file(*dir.model, text, o, dir.path("s.kvz"));
+  CHECK(written.cache.kept_total() == 0);  // the rows went to the file
+  CHECK(written.peak_rows > 0);
+
+  const compress::DocumentPrompt prompt = compress::document_prompt(dir.model->chat(), text, "");
+  model::Forward fwd(dir.model->weights(), model::ForwardOptions{2, 512, {}});
+  const compress::CompressResult direct =
+      compress::compress(fwd, prompt.prefix, prompt.document, o.compress);
+  CHECK(direct.achieved_ratio == written.achieved_ratio);
+  const std::vector<format::LayerKv> want = compress::layers_from_cache(direct.cache, direct.kept_scores);
+  const format::CacheReader reader = format::CacheReader::open(dir.path("s.kvz"));
+  CHECK(reader.header().method == "kvzap");
+  CHECK(reader.header().achieved_ratio == Approx(written.achieved_ratio));
+  for (uint32_t l = 0; l < cfg.n_layers; ++l) {
+    const format::LayerKv got = reader.load_layer(l);
+    CHECK(got.head_rows == want[l].head_rows);
+    CHECK(got.positions == want[l].positions);
+    CHECK(got.k == want[l].k);
+    CHECK(got.v == want[l].v);
+    CHECK(got.scores == want[l].scores);
+  }
 }
