@@ -98,7 +98,7 @@ void print_generate_stats(const model::Model& model, const model::GenerateResult
                model.weights_in_memory() ? "read into memory" : "mapped from the file");
   if (gp.rkv)
     std::fprintf(stderr, "%s: %u compressions evicted %llu rows (budget %u per head)\n",
-                 gp.rkv->streaming ? "streaming" : "R-KV", r.compressions,
+                 gp.rkv->streaming ? "streaming" : gp.rkv->learned ? "kvzap" : "R-KV", r.compressions,
                  static_cast<unsigned long long>(r.evicted), gp.rkv->budget);
 }
 
@@ -110,6 +110,7 @@ void run_generate(const GenerateOpts& o) {
   if (o.file.empty()) check_text(text, "the prompt");
   const kernels::Device device = kernels::parse_device(o.device.c_str());
   auto model = load_model(o.model, o.threads);
+  check_rkv_scorer(o.rkv, *model);
   const std::vector<int32_t> prompt = generate_prompt(*model, o, text);
   const model::GenerateParams gp = generate_params(*model, o, rkv);
   model::StreamDecoder dec(model->tokenizer());

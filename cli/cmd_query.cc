@@ -141,6 +141,7 @@ model::GenerateParams generate_params(const QueryOpts& o, const model::Model& mo
   gp.sampling.temperature = o.temp;
   gp.sampling.seed = o.seed;
   gp.stop_tokens = model.chat().stop_tokens();
+  check_rkv_scorer(o.rkv, model);
   gp.rkv = rkv_params(o.rkv);
   return gp;
 }

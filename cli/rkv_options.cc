@@ -23,6 +23,9 @@ void add_rkv_options(CLI::App* app, RkvOptions& o) {
                     "R-KV: document and prompt rows may be evicted too (prefix rows never)"),
       app->add_flag("--rkv-streaming", p.streaming,
                     "Bound the cache with StreamingLLM (4 sink + most recent) instead of R-KV"),
+      app->add_option("--rkv-scorer", o.scorer_file,
+                      "Rank generated rows by a learned scorer's (.kvp of `kvzip calibrate "
+                      "--scorer`) predicted KVzip score instead of R-KV's"),
   };
 }
 
@@ -36,8 +39,22 @@ std::optional<model::RkvParams> rkv_params(const RkvOptions& o) {
   }
   if (o.params.budget == 0)
     throw Error(Errc::invalid_argument, "--rkv-budget 0: give the number of rows per head to keep (e.g. 512)");
-  validate(o.params);
-  return o.params;
+  model::RkvParams p = o.params;
+  if (!o.scorer_file.empty()) {
+    if (!o.scorer) {
+      o.scorer = std::make_shared<const format::ScorerFile>(format::read_scorer_file(o.scorer_file));
+      o.learned = std::make_shared<const std::vector<float>>(o.scorer->weights);
+    }
+    p.learned = o.learned;
+    p.learned_dim = o.scorer->d_model;
+  }
+  validate(p);
+  return p;
+}
+
+void check_rkv_scorer(const RkvOptions& o, const model::Model& model) {
+  if (rkv_params(o) && o.scorer)
+    format::check_scorer_model(*o.scorer, model.config(), model.fingerprint());
 }
 
 }  // namespace kvzip::cli

@@ -60,6 +60,10 @@ std::vector<uint32_t> rkv_keep(std::span<const float> scores, uint32_t N, const 
 
 void validate(const RkvParams& p) {
   if (p.buffer == 0) bad("buffer is 0; give the number of generated tokens between compressions (e.g. 128)");
+  if (p.learned && p.streaming) bad("a learned score and the streaming policy exclude each other");
+  if (p.learned && p.doc_candidates)
+    bad("a learned score ranks generated rows only (the document's rows were chosen when the "
+        "cache was compressed)");
   if (p.streaming) {
     if (p.budget <= p.sink)
       bad("budget " + std::to_string(p.budget) + " must exceed the " + std::to_string(p.sink) +
@@ -86,6 +90,14 @@ RkvPolicy::RkvPolicy(const RkvParams& p, const ModelConfig& cfg)
   ring_.assign(size_t(L_) * a * Hq_ * D_, 0.0f);
   ring_next_.assign(L_, 0);
   ring_count_.assign(L_, 0);
+  if (p.learned && (p.learned_dim != cfg.d_model ||
+                    p.learned->size() != size_t(L_) * Hkv_ * (size_t(cfg.d_model) + 1)))
+    throw Error(Errc::model_mismatch,
+                "R-KV: the learned scorer has " + std::to_string(p.learned->size()) +
+                    " coefficients of E = " + std::to_string(p.learned_dim) + ", the model needs " +
+                    std::to_string(size_t(L_) * Hkv_ * (size_t(cfg.d_model) + 1)) + " of E = " +
+                    std::to_string(cfg.d_model));
+  learned_scores_.resize(L_);
 }
 
 void RkvPolicy::begin(uint32_t first_position) {
@@ -93,9 +105,29 @@ void RkvPolicy::begin(uint32_t first_position) {
   since_ = 0;
   std::fill(ring_next_.begin(), ring_next_.end(), 0u);
   std::fill(ring_count_.begin(), ring_count_.end(), 0u);
+  for (std::vector<float>& s : learned_scores_) s.clear();
+}
+
+void RkvPolicy::score_learned(const AttentionObservation& obs) {
+  const uint32_t E = p_.learned_dim, l = obs.layer;
+  KVZIP_ASSERT(obs.x_norm && obs.E == E);
+  std::vector<float>& out = learned_scores_[l];
+  for (uint32_t t = 0; t < obs.T; ++t) {
+    if (obs.positions[t] < first_position_) continue;
+    const size_t at = size_t(obs.positions[t] - first_position_) * Hkv_;
+    if (out.size() < at + Hkv_) out.resize(at + Hkv_);
+    const float* x = obs.x_norm + size_t(t) * E;
+    for (uint32_t h = 0; h < Hkv_; ++h) {  // the kvzap prediction, fp32 in a fixed order
+      const float* w = p_.learned->data() + (size_t(l) * Hkv_ + h) * (size_t(E) + 1);
+      float acc = 0.0f;
+      for (uint32_t e = 0; e < E; ++e) acc += w[e] * x[e];
+      out[at + h] = acc + w[E];
+    }
+  }
 }
 
 void RkvPolicy::on_attention(const AttentionObservation& obs) {
+  if (p_.learned) return score_learned(obs);
   if (p_.streaming) return;  // recency needs no queries
   KVZIP_ASSERT(obs.layer < L_ && obs.Hq == Hq_ && obs.D == D_);
   const uint32_t a = p_.window, row = Hq_ * D_;
@@ -116,6 +148,18 @@ std::vector<uint32_t> RkvPolicy::choose(const KvHeadView& v, uint32_t first, uin
     for (uint32_t j = 0; j < p_.sink; ++j) keep.push_back(j);
     for (uint32_t j = N - (p_.budget - p_.sink); j < N; ++j) keep.push_back(j);
     return keep;
+  }
+  if (p_.learned) {  // the scored rows' predictions, then rkv_keep's rule
+    const std::vector<float>& s = learned_scores_[layer];
+    std::vector<float> scores(N - p_.window);
+    for (uint32_t j = 0; j < N - p_.window; ++j) {
+      const size_t at = size_t(v.positions[first + j] - first_position_) * Hkv_ + kv_head;
+      if (at >= s.size())
+        throw Error(Errc::internal, "R-KV: a candidate row was never observed, so it has no "
+                                    "learned score");
+      scores[j] = s[at];
+    }
+    return rkv_keep(scores, N, p_);
   }
   const uint32_t a = p_.window, A = ring_count_[layer], G = Hq_ / Hkv_;
   KVZIP_ASSERT(A > 0);

@@ -8,6 +8,7 @@
 // many only in the decode step right before a compression; budget right after one).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -32,10 +33,17 @@ struct RkvParams {
   // StreamingLLM instead of R-KV: keep the first `sink` candidates plus the most recent ones.
   bool streaming = false;
   uint32_t sink = 4;
+  // A learned score instead of R-KV's (kvzap, compress/learned_scorer.h): each candidate row's
+  // predicted log KVzip score from its own input-normed hidden state, computed once when the row
+  // is made; a compression keeps the budget - window best plus the last `window`. (L, Hkv, E + 1)
+  // coefficients then intercept per (layer, KV head), E = learned_dim. Generated candidates only.
+  std::shared_ptr<const std::vector<float>> learned;
+  uint32_t learned_dim = 0;
 };
 
 // Throws Errc::invalid_argument naming the first bad field (budget < window + 1, buffer 0,
-// lambda outside [0, 1], even kernel, streaming with budget <= sink, ...).
+// lambda outside [0, 1], even kernel, streaming with budget <= sink, a learned score with
+// streaming or doc candidates, ...).
 void validate(const RkvParams& p);
 
 // One KV head's input to the R-KV score (both the decode-time policy below and the offline
@@ -85,6 +93,7 @@ class RkvPolicy final : public AttentionObserver {
 
  private:
   void compress(RaggedKvCache& cache);
+  void score_learned(const AttentionObservation& obs);
   // Candidate indices (relative to the first candidate row) that head (l, h) keeps.
   std::vector<uint32_t> choose(const KvHeadView& v, uint32_t first, uint32_t layer,
                                uint32_t kv_head) const;
@@ -97,6 +106,8 @@ class RkvPolicy final : public AttentionObserver {
   std::vector<float> ring_;             // (L, α, Hq, D) last queries per layer, circular
   std::vector<uint32_t> ring_next_;     // (L) slot the next query goes to
   std::vector<uint32_t> ring_count_;    // (L) queries held, <= α
+  // With a learned score: (L) × (candidate position - first position, Hkv) predicted scores.
+  std::vector<std::vector<float>> learned_scores_;
   uint64_t evicted_ = 0;
   uint32_t compressions_ = 0;
 };

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string_view>
 #include <utility>
 
 #include "common/error.h"
@@ -241,4 +242,81 @@ TEST_CASE("with document candidates R-KV bounds the prompt rows too but never th
   });
   CHECK(r.tokens.size() == 60);
   CHECK(r.evicted >= uint64_t(cfg.n_layers) * cfg.n_kv_heads * (145 - 32));
+}
+
+TEST_CASE("a learned score keeps, at every compression, the best predicted rows plus the window",
+          "[model][rkv]") {
+  const ModelConfig cfg = long_config();
+  const model::Weights w = test::random_weights(cfg, 23);
+  const uint32_t L = cfg.n_layers, H = cfg.n_kv_heads, E = cfg.d_model;
+  auto coef = std::make_shared<const std::vector<float>>(
+      test::random_vector(size_t(L) * H * (E + 1), 24));
+  // Every row's prediction, computed here from the hidden states the forward traces.
+  std::vector<std::vector<float>> predicted(size_t(L) * H);  // by position
+  model::ForwardOptions fo{.threads = 1};
+  fo.trace = [&](const model::TraceTensor& t) {
+    if (std::string_view(t.name) != "attn_norm") return;
+    for (uint32_t r = 0; r < t.rows; ++r)
+      for (uint32_t h = 0; h < H; ++h) {
+        const float* c = coef->data() + (size_t(t.layer) * H + h) * (E + 1);
+        float acc = 0.0f;
+        for (uint32_t e = 0; e < E; ++e) acc += c[e] * t.data[size_t(r) * E + e];
+        std::vector<float>& p = predicted[size_t(t.layer) * H + h];
+        if (p.size() <= t.first_position + r) p.resize(t.first_position + r + 1);
+        p[t.first_position + r] = acc + c[E];
+      }
+  };
+  model::Forward fwd(w, fo);
+  model::RaggedKvCache cache = empty_ragged(cfg);
+  model::GenerateParams gp;
+  gp.max_tokens = 400;
+  gp.sampling.temperature = 1.0f;
+  gp.sampling.seed = 9;
+  gp.rkv = model::RkvParams{};
+  gp.rkv->budget = 40;
+  gp.rkv->buffer = 16;
+  gp.rkv->window = 8;
+  gp.rkv->learned = coef;
+  gp.rkv->learned_dim = E;
+  const uint32_t first = static_cast<uint32_t>(kPrompt.size());
+  auto candidates = [&](uint32_t l, uint32_t h) {
+    const model::KvHeadView v = cache.view(l, h);
+    return std::vector<uint32_t>(std::lower_bound(v.positions, v.positions + v.len, first),
+                                 v.positions + v.len);
+  };
+  std::vector<std::vector<uint32_t>> prev(size_t(L) * H);
+  uint32_t checked = 0, not_recency = 0;
+  const model::GenerateResult r = generate(fwd, cache, kPrompt, gp, [&](int32_t) {
+    for (uint32_t l = 0; l < L; ++l)
+      for (uint32_t h = 0; h < H; ++h) {
+        std::vector<uint32_t> cur = candidates(l, h), pool = prev[size_t(l) * H + h];
+        for (uint32_t p = pool.empty() ? first : pool.back() + 1; !cur.empty() && p <= cur.back(); ++p)
+          pool.push_back(p);
+        if (cur.size() < pool.size()) {  // a compression: the rule, from the predictions
+          const std::vector<float>& s = predicted[size_t(l) * H + h];
+          const uint32_t N = static_cast<uint32_t>(pool.size());
+          std::vector<float> scores;
+          for (uint32_t j = 0; j + 8 < N; ++j) scores.push_back(s[pool[j]]);
+          std::vector<uint32_t> want;
+          for (uint32_t j : model::rkv_keep(scores, N, *gp.rkv)) want.push_back(pool[j]);
+          REQUIRE(cur == want);
+          ++checked;
+          // Not recency: a dropped row newer than the oldest kept one.
+          for (uint32_t q : pool)
+            if (!std::binary_search(cur.begin(), cur.end(), q) && q > cur.front()) {
+              ++not_recency;
+              break;
+            }
+        }
+        prev[size_t(l) * H + h] = cur;
+      }
+    return true;
+  });
+  CHECK(r.tokens.size() == 400);
+  CHECK(r.compressions > 10);
+  CHECK(checked == uint64_t(r.compressions) * L * H);
+  CHECK(not_recency > 0);
+  CHECK(max_candidates(cache, first) <= 40 + 16);
+  gp.rkv->doc_candidates = true;
+  CHECK_THROWS_AS(model::validate(*gp.rkv), Error);
 }
