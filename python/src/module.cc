@@ -22,14 +22,15 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/model_path.h"
 #include "common/error.h"
+#include "compress/learned_scorer.h"
 #include "compress/pipeline.h"
 #include "compress/quantize.h"
 #include "format/format.h"
 #include "library/library.h"
 #include "loader/loader.h"
 #include "model/model.h"
-#include "checkpoint/model_path.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -252,13 +253,16 @@ nb::dict compress_text(const PyModel& pm, const std::string& text, const std::st
                        double ratio, const std::string& method, const std::string& level,
                        const std::string& kv_dtype, uint32_t kv_group, int zstd, bool force,
                        const std::string& system, const std::string& query_template,
-                       uint32_t threads, uint32_t chunk, const std::optional<Progress>& progress) {
+                       uint32_t threads, uint32_t chunk, const std::string& scorer,
+                       const std::optional<Progress>& progress) {
   const model::Model& m = *pm.m;
   compress::CompressFileOptions fo;
-  fo.compress.method = method;
+  fo.compress.method = compress::method_with_scorer(method, !scorer.empty());
   fo.compress.ratio = ratio;
   fo.compress.level = compress::parse_selection_level(level);
   fo.compress.scorer = compress::make_scorer_options(m.chat(), chunk, 0, {});
+  if (!scorer.empty())
+    compress::use_learned_scorer(fo.compress.scorer, compress::load_learned_scorer(scorer), m);
   fo.system = system;
   fo.query_template = query_template;
   fo.kv.dtype = dtype_of(kv_dtype);
@@ -282,6 +286,58 @@ nb::dict compress_text(const PyModel& pm, const std::string& text, const std::st
   d["scoring_s"] = r.scoring_s;
   d["select_s"] = r.select_s;
   d["achieved_ratio"] = r.achieved_ratio;
+  return d;
+}
+
+// One target's held-out fit per layer: {"r2": [...], "spearman": [...]} (NaN where unscored).
+nb::dict fit_dict(const compress::TargetFit& f) {
+  nb::dict d;
+  d["r2"] = f.r2;
+  d["spearman"] = f.spearman;
+  return d;
+}
+
+// Trains the learned scorer on (name, text) pairs into the file `out`; returns its summary.
+nb::dict calibrate_scorer(const PyModel& pm,
+                          const std::vector<std::pair<std::string, std::string>>& texts,
+                          const std::string& out, const std::string& target, uint32_t window,
+                          uint32_t heldout_every, double alpha, bool force,
+                          const std::string& system, uint32_t threads,
+                          const std::optional<Progress>& progress) {
+  compress::CalibrateScorerOptions co;
+  co.train.target = compress::parse_scorer_target(target);
+  co.train.window = window;
+  co.train.heldout_every = heldout_every;
+  co.train.alpha = alpha;
+  co.system = system;
+  co.threads = threads;
+  co.force = force;
+  if (progress)
+    co.progress = [fn = *progress](uint64_t done, uint64_t total) {
+      nb::gil_scoped_acquire acquire;
+      fn(done, total);
+    };
+  std::vector<compress::CalibrationText> ts;
+  for (const auto& [name, text] : texts) ts.push_back({name, text});
+  const compress::TrainResult r = [&] {
+    nb::gil_scoped_release release;
+    return compress::calibrate_scorer_file(*pm.m, ts, out, co);
+  }();
+  const format::ScorerFile& f = r.file;
+  nb::dict d;
+  d["path"] = out;
+  d["target"] = std::string(format::scorer_target_name(f.target));
+  d["checksum"] = format::scorer_checksum_text(f);
+  d["window"] = f.window;
+  d["train_windows"] = f.train_windows;
+  d["heldout_windows"] = f.heldout_windows;
+  d["train_tokens"] = f.train_tokens;
+  d["heldout_tokens"] = f.heldout_tokens;
+  d["seconds"] = r.seconds;
+  nb::dict fits;
+  for (const compress::TargetFit& t : r.fits)
+    fits[format::scorer_target_name(t.target)] = fit_dict(t);
+  d["fits"] = fits;
   return d;
 }
 
@@ -499,10 +555,21 @@ void bind_model(nb::module_& m) {
       .def("stop_tokens", [](const PyModel& p) { return p.m->chat().stop_tokens(); });
 
   m.def("compress", &compress_text, "model"_a, "text"_a, "out"_a,
-        "ratio"_a = compress::kDefaultRatio, "method"_a = "kvzip", "level"_a = "global",
+        "ratio"_a = compress::kDefaultRatio, "method"_a = "", "level"_a = "global",
         "kv_dtype"_a = "f32", "kv_group"_a = 0, "zstd"_a = 0, "force"_a = false, "system"_a = "",
         "query_template"_a = format::kDefaultQueryTemplate, "threads"_a = 0, "chunk"_a = 2000,
-        "progress"_a = nb::none());
+        "scorer"_a = "", "progress"_a = nb::none());
+  m.def("calibrate", &calibrate_scorer, "model"_a, "texts"_a, "out"_a, "target"_a = "kvzip+",
+        "window"_a = 1000, "heldout_every"_a = 10, "alpha"_a = 1.0, "force"_a = false,
+        "system"_a = "", "threads"_a = 0, "progress"_a = nb::none());
+  m.def(
+      "calibration_texts",
+      [](const std::vector<std::string>& paths) {
+        std::vector<std::pair<std::string, std::string>> out;
+        for (auto& t : compress::read_calibration_texts(paths)) out.emplace_back(t.name, t.text);
+        return out;
+      },
+      "paths"_a);
 
   m.def("search", &library_search, "dir"_a, "question"_a, "top_k"_a = 4, "model"_a = nb::none());
   m.def("ask", &library_ask, "model"_a, "dir"_a, "question"_a, "top_k"_a = 4, "max_tokens"_a = 128,
