@@ -7,6 +7,7 @@
 // texts (files, or folders of them) and writes a .kvp (format/scorer_file.h).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <numeric>
@@ -103,14 +104,20 @@ void print_fits(const compress::TrainResult& r, const format::ScorerFile& f,
       static_cast<unsigned long long>(f.train_tokens), f.heldout_windows,
       static_cast<unsigned long long>(f.heldout_tokens), r.seconds,
       format::scorer_checksum_text(f).c_str());
+  // The mean is over the layers with a fit: a sliding-window layer (Gemma 3) has none.
   double mean[4] = {0, 0, 0, 0};
+  uint32_t fitted = 0;
   for (uint32_t l = 0; l < f.n_layers; ++l) {
     const float v[4] = {r.fits[0].r2[l], r.fits[0].spearman[l], r.fits[1].r2[l],
                         r.fits[1].spearman[l]};
     std::fprintf(stderr, "%5u  %8.4f  %9.4f  %9.4f  %10.4f\n", l, v[0], v[1], v[2], v[3]);
-    for (int i = 0; i < 4; ++i) mean[i] += v[i] / f.n_layers;
+    if (std::isnan(v[0])) continue;
+    ++fitted;
+    for (int i = 0; i < 4; ++i) mean[i] += v[i];
   }
-  std::fprintf(stderr, " mean  %8.4f  %9.4f  %9.4f  %10.4f\n", mean[0], mean[1], mean[2], mean[3]);
+  for (double& m : mean) m = fitted ? m / fitted : std::nan("");
+  std::fprintf(stderr, " mean  %8.4f  %9.4f  %9.4f  %10.4f  (%u layers with a fit)\n", mean[0],
+               mean[1], mean[2], mean[3], fitted);
 }
 
 void run_train_scorer(const CalibrateOpts& o) {
