@@ -52,6 +52,10 @@ TEST_CASE("kvzap needs a scorer file, and bad scorer files are refused before th
          5, "truncated", "bad.kvp");
   expect(run_kvzip({"eval", "--squad", doc, "--methods", "kvzap"}, kNoModel), 2, "invalid_argument",
          "needs a scorer file");
+  expect(run_kvzip({"serve", "--caches", dir.path(""), "--port", "0", "--scorer",
+                    dir.path("none.kvp")},
+                   kNoModel),
+         3, "not_found", "none.kvp");
   std::filesystem::create_directory(dir.path("empty"));
   expect(run_kvzip({"calibrate", "--scorer", dir.path("empty"), "-o", dir.path("m.kvp")}, kNoModel),
          2, "invalid_argument", "holds no files");
