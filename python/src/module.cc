@@ -1,9 +1,10 @@
 // The compiled half of the Python package (kvzip._kvzip, nanobind): the same libraries the CLI
 // drives — format/ to read and write .kvz files, loader/ and compress/ for answers and
-// compression. Arrays cross as numpy: reader rows are zero-copy views of the mapped file where
-// the file stores them raw (the view keeps the reader alive), everything else is a fresh array.
-// kvzip::Error becomes the Python exception class of its code (kvzip/errors.py). Long calls
-// (model load, compress, answers) release the GIL; progress callbacks take it back.
+// compression (the learned scorer's training is in scorer.cc). Arrays cross as numpy: reader rows
+// are zero-copy views of the mapped file where the file stores them raw (the view keeps the reader
+// alive), everything else is a fresh array. kvzip::Error becomes the Python exception class of its
+// code (kvzip/errors.py). Long calls (model load, compress, answers) release the GIL; progress
+// callbacks take it back.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/function.h>
@@ -31,6 +32,7 @@
 #include "library/library.h"
 #include "loader/loader.h"
 #include "model/model.h"
+#include "python/src/engine.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -231,10 +233,6 @@ void write_file(const std::string& path, const nb::dict& header, const nb::list&
 
 // ---- The engine ---------------------------------------------------------------------------
 
-struct PyModel {
-  std::unique_ptr<model::Model> m;
-};
-
 std::unique_ptr<PyModel> load_model(const std::string& path) {
   nb::gil_scoped_release release;
   return std::make_unique<PyModel>(PyModel{model::Model::load(model::resolve_model_path(path))});
@@ -245,8 +243,6 @@ nb::dict fingerprint_dict(const ModelFingerprint& fp, const ModelConfig& c) {
   format::set_model(h, c, fp);
   return model_dict(h);
 }
-
-using Progress = std::function<void(uint64_t, uint64_t)>;
 
 // Compresses `text` into the file `out`; returns timings.
 nb::dict compress_text(const PyModel& pm, const std::string& text, const std::string& out,
@@ -286,58 +282,6 @@ nb::dict compress_text(const PyModel& pm, const std::string& text, const std::st
   d["scoring_s"] = r.scoring_s;
   d["select_s"] = r.select_s;
   d["achieved_ratio"] = r.achieved_ratio;
-  return d;
-}
-
-// One target's held-out fit per layer: {"r2": [...], "spearman": [...]} (NaN where unscored).
-nb::dict fit_dict(const compress::TargetFit& f) {
-  nb::dict d;
-  d["r2"] = f.r2;
-  d["spearman"] = f.spearman;
-  return d;
-}
-
-// Trains the learned scorer on (name, text) pairs into the file `out`; returns its summary.
-nb::dict calibrate_scorer(const PyModel& pm,
-                          const std::vector<std::pair<std::string, std::string>>& texts,
-                          const std::string& out, const std::string& target, uint32_t window,
-                          uint32_t heldout_every, double alpha, bool force,
-                          const std::string& system, uint32_t threads,
-                          const std::optional<Progress>& progress) {
-  compress::CalibrateScorerOptions co;
-  co.train.target = compress::parse_scorer_target(target);
-  co.train.window = window;
-  co.train.heldout_every = heldout_every;
-  co.train.alpha = alpha;
-  co.system = system;
-  co.threads = threads;
-  co.force = force;
-  if (progress)
-    co.progress = [fn = *progress](uint64_t done, uint64_t total) {
-      nb::gil_scoped_acquire acquire;
-      fn(done, total);
-    };
-  std::vector<compress::CalibrationText> ts;
-  for (const auto& [name, text] : texts) ts.push_back({name, text});
-  const compress::TrainResult r = [&] {
-    nb::gil_scoped_release release;
-    return compress::calibrate_scorer_file(*pm.m, ts, out, co);
-  }();
-  const format::ScorerFile& f = r.file;
-  nb::dict d;
-  d["path"] = out;
-  d["target"] = std::string(format::scorer_target_name(f.target));
-  d["checksum"] = format::scorer_checksum_text(f);
-  d["window"] = f.window;
-  d["train_windows"] = f.train_windows;
-  d["heldout_windows"] = f.heldout_windows;
-  d["train_tokens"] = f.train_tokens;
-  d["heldout_tokens"] = f.heldout_tokens;
-  d["seconds"] = r.seconds;
-  nb::dict fits;
-  for (const compress::TargetFit& t : r.fits)
-    fits[format::scorer_target_name(t.target)] = fit_dict(t);
-  d["fits"] = fits;
   return d;
 }
 
@@ -559,18 +503,6 @@ void bind_model(nb::module_& m) {
         "kv_dtype"_a = "f32", "kv_group"_a = 0, "zstd"_a = 0, "force"_a = false, "system"_a = "",
         "query_template"_a = format::kDefaultQueryTemplate, "threads"_a = 0, "chunk"_a = 2000,
         "scorer"_a = "", "progress"_a = nb::none());
-  m.def("calibrate", &calibrate_scorer, "model"_a, "texts"_a, "out"_a, "target"_a = "kvzip+",
-        "window"_a = 1000, "heldout_every"_a = 10, "alpha"_a = 1.0, "force"_a = false,
-        "system"_a = "", "threads"_a = 0, "progress"_a = nb::none());
-  m.def(
-      "calibration_texts",
-      [](const std::vector<std::string>& paths) {
-        std::vector<std::pair<std::string, std::string>> out;
-        for (auto& t : compress::read_calibration_texts(paths)) out.emplace_back(t.name, t.text);
-        return out;
-      },
-      "paths"_a);
-
   m.def("search", &library_search, "dir"_a, "question"_a, "top_k"_a = 4, "model"_a = nb::none());
   m.def("ask", &library_ask, "model"_a, "dir"_a, "question"_a, "top_k"_a = 4, "max_tokens"_a = 128,
         "blend"_a = 0.3, "threads"_a = 0);
@@ -617,5 +549,6 @@ NB_MODULE(_kvzip, m) {
         "kv_group"_a = 0, "zstd"_a = 0, "force"_a = false);
 
   bind_model(m);
+  bind_scorer(m);
   bind_session(m);
 }
