@@ -136,6 +136,10 @@ std::string with_flag_names(std::string message) {
       {"option force_model", "--force-model"},
       {"option compose.max_docs", "--max-compose"},
       {"option matmul", "--matmul"},
+      {"option scorer", "--scorer"},
+      {"option target", "--target"},
+      {"option window", "--window"},
+      {"option alpha", "--alpha"},
       {"option force", "--force"},
   };
   for (const auto& [field, flag] : kFlags)

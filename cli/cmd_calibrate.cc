@@ -94,28 +94,6 @@ void run_calibrate(const CalibrateOpts& o) {
   if (!o.quiet) print_summary(h, r, out);
 }
 
-// The calibration texts: every file given, and the regular files of every folder given (sorted
-// by name, not recursive).
-std::vector<std::pair<std::string, std::string>> read_texts(const std::vector<std::string>& paths) {
-  namespace fs = std::filesystem;
-  std::vector<std::pair<std::string, std::string>> out;
-  for (const std::string& p : paths) {
-    std::error_code ec;
-    if (p != "-" && fs::is_directory(p, ec)) {
-      std::vector<std::string> files;
-      for (const fs::directory_entry& e : fs::directory_iterator(p))
-        if (e.is_regular_file()) files.push_back(e.path().string());
-      std::sort(files.begin(), files.end());
-      if (files.empty())
-        throw Error(Errc::invalid_argument, "calibrate: folder " + p + " holds no files");
-      for (const std::string& f : files) out.emplace_back(f, read_text(f, "calibration text"));
-    } else {
-      out.emplace_back(p, read_text(p, "calibration text"));
-    }
-  }
-  return out;
-}
-
 void print_fits(const compress::TrainResult& r, const format::ScorerFile& f,
                 const std::string& out) {
   std::fprintf(
@@ -126,68 +104,53 @@ void print_fits(const compress::TrainResult& r, const format::ScorerFile& f,
       static_cast<unsigned long long>(f.train_tokens), f.heldout_windows,
       static_cast<unsigned long long>(f.heldout_tokens), r.seconds,
       format::scorer_checksum_text(f).c_str());
+  // The mean is over the layers with a fit: a sliding-window layer (Gemma 3) has none.
   double mean[4] = {0, 0, 0, 0};
+  uint32_t fitted = 0;
   for (uint32_t l = 0; l < f.n_layers; ++l) {
     const float v[4] = {r.fits[0].r2[l], r.fits[0].spearman[l], r.fits[1].r2[l],
                         r.fits[1].spearman[l]};
     std::fprintf(stderr, "%5u  %8.4f  %9.4f  %9.4f  %10.4f\n", l, v[0], v[1], v[2], v[3]);
-    for (int i = 0; i < 4; ++i) mean[i] += v[i] / f.n_layers;
+    if (std::isnan(v[0])) continue;
+    ++fitted;
+    for (int i = 0; i < 4; ++i) mean[i] += v[i];
   }
-  std::fprintf(stderr, " mean  %8.4f  %9.4f  %9.4f  %10.4f\n", mean[0], mean[1], mean[2], mean[3]);
+  for (double& m : mean) m = fitted ? m / fitted : std::nan("");
+  std::fprintf(stderr, " mean  %8.4f  %9.4f  %9.4f  %10.4f  (%u layers with a fit)\n", mean[0],
+               mean[1], mean[2], mean[3], fitted);
 }
 
 void run_train_scorer(const CalibrateOpts& o) {
   if (o.docs.empty())
     throw Error(Errc::invalid_argument, "calibrate --scorer: give at least one text");
-  if (o.target != "kvzip" && o.target != "kvzip+")
-    throw Error(Errc::invalid_argument,
-                "calibrate: --target is '" + o.target + "'; expected kvzip or kvzip+");
-  if (o.window < 16)
-    throw Error(Errc::invalid_argument, "calibrate: --window must be at least 16 tokens");
-  if (!(o.alpha >= 0) || !std::isfinite(o.alpha))
-    throw Error(Errc::invalid_argument, "calibrate: --alpha must be a finite value >= 0");
+  compress::CalibrateScorerOptions co;
+  co.train.target = compress::parse_scorer_target(o.target);
+  co.train.window = o.window;
+  co.train.heldout_every = o.heldout_every;
+  co.train.alpha = o.alpha;
+  co.system = o.system;
+  co.threads = o.threads;
+  co.force = o.force;
+  compress::check_train_options(co.train);
   const std::string out =
       o.out.empty() ? default_output(o.docs.front(), ".kvp", "calibrate") : o.out;
   check_writable(out, o.force);
-  const auto texts = read_texts(o.docs);
+  const std::vector<compress::CalibrationText> texts = compress::read_calibration_texts(o.docs);
 
   auto model = load_model(o.model, o.threads);
-  compress::TrainOptions to;
-  to.target = o.target == "kvzip" ? format::ScorerTarget::Kvzip : format::ScorerTarget::KvzipPlus;
-  to.window = o.window;
-  to.heldout_every = o.heldout_every;
-  to.alpha = o.alpha;
-  to.scorer = compress::make_scorer_options(model->chat(), o.window, /*seed=*/0);
-  std::vector<std::vector<int32_t>> tokens;
-  uint64_t total = 0;
-  std::string source;
-  for (const auto& [name, text] : texts) {
-    tokens.push_back(model->chat().encode_document(text));
-    total += tokens.back().size();
-    source +=
-        (source.empty() ? "" : ", ") +
-        (name == "-" ? std::string("(stdin)") : std::filesystem::path(name).filename().string());
-  }
   ProgressBarOptions pb;
   pb.quiet = o.quiet;
   pb.label = "calibrate";
   pb.eta = true;
   ProgressBar bar(pb);
   const auto start = std::chrono::steady_clock::now();
-  to.progress = [&](uint32_t done, uint32_t n) {
+  co.progress = [&](uint64_t done, uint64_t total) {
     const double t =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const uint64_t d = total * done / std::max<uint32_t>(n, 1);
-    bar.update(prefill::PrefillProgress{d, total, t, t > 0 ? double(d) / t : 0.0});
+    bar.update(prefill::PrefillProgress{done, total, t, t > 0 ? double(done) / t : 0.0});
   };
-  model::ForwardOptions fo;
-  fo.threads = o.threads;
-  model::Forward fwd(model->weights(), fo);
-  compress::TrainResult r = compress::train_scorer(fwd, model->chat().prefix(o.system), tokens, to);
+  const compress::TrainResult r = compress::calibrate_scorer_file(*model, texts, out, co);
   bar.finish();
-  r.file.model = model->fingerprint();
-  r.file.source = source.size() > 65536 ? source.substr(0, 65536) : source;
-  format::write_scorer_file(r.file, out, o.force);
   if (!o.quiet) print_fits(r, r.file, out);
 }
 

@@ -92,21 +92,15 @@ void run_corpus(const model::Model& model, const std::vector<compress::CorpusEnt
   }
 }
 
-// The method the flags ask for: --scorer FILE is the learned scorer (method kvzap), which needs it.
+// The method the flags ask for: --scorer FILE is the learned scorer (method kvzap), which needs
+// it; --method's default, kvzip, counts as not given.
 std::string method_of(const CompressOpts& o) {
-  if (!o.scorer_file.empty()) {
-    if (o.method != "kvzip" && o.method != compress::kLearnedMethod)
-      throw Error(Errc::invalid_argument,
-                  "compress: --scorer FILE is the learned scorer (method "
-                  "kvzap); --method " +
-                      o.method + " cannot use it");
-    return compress::kLearnedMethod;
+  try {
+    return compress::method_with_scorer(o.method == "kvzip" ? std::string() : o.method,
+                                        !o.scorer_file.empty());
+  } catch (const Error& e) {
+    throw Error(e.code(), std::string("compress: ").append(e.what()));
   }
-  if (o.method == compress::kLearnedMethod)
-    throw Error(Errc::invalid_argument,
-                "compress: method kvzap needs --scorer FILE.kvp (made by "
-                "`kvzip calibrate --scorer` on a text other than the documents)");
-  return o.method;
 }
 
 // Flags that only the command line has: the level's extra value "head", scorer options (parsed
@@ -163,8 +157,7 @@ compress::CompressFileOptions file_options(const CompressOpts& o, bool head,
 // The model's share of the options: q8/q4 need a power-of-two head dimension, head scores and a
 // learned scorer must come from this model; the scorer options take its chat template.
 void fit_model(const model::Model& model, const CompressOpts& o, bool head,
-               const format::HeadScores& hs,
-               const std::shared_ptr<const format::ScorerFile>& learned,
+               const format::HeadScores& hs, const compress::LearnedScorerFile& learned,
                compress::CompressFileOptions& fo) {
   if (format::dtype_quantized(fo.kv.dtype) &&
       !hadamard_size(model.config().head_dim))  // not after the prefill
@@ -177,13 +170,9 @@ void fit_model(const model::Model& model, const CompressOpts& o, bool head,
       !o.quiet)
     std::fprintf(stderr, "warning: %s was calibrated on another model (--force-model)\n",
                  o.head_scores.c_str());
-  if (learned) format::check_scorer_model(*learned, model.config(), model.fingerprint());
   fo.compress.scorer =
       compress::make_scorer_options(model.chat(), o.chunk, o.seed, o.scorer_options);
-  if (learned) {
-    fo.compress.scorer.learned_source = compress::learned_scorer_source(*learned, o.scorer_file);
-    fo.compress.scorer.learned = learned;
-  }
+  if (learned) compress::use_learned_scorer(fo.compress.scorer, learned, model);
 }
 
 // The summary of one compressed document on stderr.
@@ -257,9 +246,8 @@ void run_compress(const CompressOpts& o_in) {
     check_writable(out, o.force);  // not after minutes of prefill and scoring
     text = read_text(o.doc, "document");
   }
-  std::shared_ptr<const format::ScorerFile> learned;
-  if (!o.scorer_file.empty())
-    learned = std::make_shared<const format::ScorerFile>(format::read_scorer_file(o.scorer_file));
+  compress::LearnedScorerFile learned;
+  if (!o.scorer_file.empty()) learned = compress::load_learned_scorer(o.scorer_file);
 
   auto model = load_model(o.model, o.threads);
   fit_model(*model, o, head, hs, learned, fo);

@@ -157,6 +157,14 @@ prefill::PrefillProgressFn progress_bars(bool quiet) {
   };
 }
 
+// --scorer FILE: method kvzap's scorer file, read before the model loads.
+void add_scorer(const EvalOpts& o, eval::EvalOptions& eo) {
+  if (o.scorer_file.empty()) return;
+  compress::LearnedScorerFile s = compress::load_learned_scorer(o.scorer_file);
+  eo.learned = std::move(s.file);
+  eo.learned_source = std::move(s.source);
+}
+
 // `eval --ruler TASKS`: every task at every length, per setting, through the eval protocol.
 void run_ruler(const EvalOpts& o) {
   eval::RulerOptions ro;
@@ -175,6 +183,7 @@ void run_ruler(const EvalOpts& o) {
     if (std::find(ro.settings.begin(), ro.settings.end(), v) == ro.settings.end()) ro.settings.push_back(v);
   }
   ro.eval = o.eo;
+  add_scorer(o, ro.eval);
   // RULER tables: 10-75% kept, and the full cache as kept = 1.
   if (!o.ratios_opt->count()) ro.eval.ratios = {0.1, 0.25, 0.5, 0.75};
   ro.eval.level = compress::parse_selection_level(o.level);
@@ -214,6 +223,8 @@ void run_ruler(const EvalOpts& o) {
     if (len > model->config().max_context)
       throw Error(Errc::invalid_argument, "eval --ruler: --len " + std::to_string(len) + " is more than the model's " +
                                               std::to_string(model->config().max_context) + "-token context");
+  if (ro.eval.learned)
+    format::check_scorer_model(*ro.eval.learned, model->config(), model->fingerprint());
   ro.model_name = std::filesystem::path(model::resolve_model_path(o.model)).stem().string();
   if (!o.quiet) {
     ro.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
@@ -283,12 +294,7 @@ void run(const EvalOpts& o) {
     hs = format::read_head_scores_file(o.head_scores);
     eo.head_scores = hs.values;
   }
-  if (!o.scorer_file.empty()) {
-    auto learned =
-        std::make_shared<const format::ScorerFile>(format::read_scorer_file(o.scorer_file));
-    eo.learned_source = compress::learned_scorer_source(*learned, o.scorer_file);
-    eo.learned = std::move(learned);
-  }
+  add_scorer(o, eo);
   eo = eval::checked(eo);
   check_output(o.csv, "-o");
   check_output(o.plot, "--plot");

@@ -14,8 +14,9 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
-#include "kernels/matmul.h"
 #include "common/error.h"
+#include "compress/learned_scorer.h"
+#include "kernels/matmul.h"
 #include "serve/server.h"
 
 namespace kvzip::cli {
@@ -23,6 +24,7 @@ namespace {
 
 struct ServeOpts {
   std::string caches, model, host = "127.0.0.1", api_key_file, device = "cpu";
+  std::string scorer;  // --scorer: the learned scorer of compress jobs' method kvzap
   int port = 8080;
   uint32_t parallel = 8, threads = 0, queue = 64, max_tokens = 4096, step_tokens = 0, max_compose = 16,
            compose_threads = 0;
@@ -105,6 +107,7 @@ void run_serve(const ServeOpts& o) {
   raise_open_files();
   so.compress_threads = o.threads;
   if (!o.api_key_file.empty()) so.api_key = read_api_key(o.api_key_file);
+  if (!o.scorer.empty()) so.scorer = compress::load_learned_scorer(o.scorer);
   auto model = load_model(o.model, o.threads, /*long_running=*/true);
   serve::Server server(*model, so);
   const int port = server.bind();
@@ -186,6 +189,9 @@ void add_serve_commands(CLI::App& app) {
   c->add_option("--head-timeout", o->head_timeout,
                 "Seconds a connection gets to send a whole request head (then 408)")->capture_default_str();
   c->add_option("--api-key-file", o->api_key_file, "File holding the API key clients must send as a Bearer token");
+  c->add_option("--scorer", o->scorer,
+                "Learned scorer file (.kvp) of `kvzip calibrate --scorer` for this model: compress "
+                "jobs (POST /v1/caches) may then ask \"method\": \"kvzap\"");
   c->add_option("--device", o->device, "cpu (cuda is not available for serve yet)")->capture_default_str();
   c->add_option("--grace", o->grace, "Seconds in-flight answers get to finish on SIGTERM")->capture_default_str();
   add_threads_option(c, o->threads);

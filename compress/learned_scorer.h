@@ -16,6 +16,7 @@
 #include "compress/scorer.h"
 #include "format/scorer_file.h"
 #include "model/forward.h"
+#include "model/model.h"
 
 namespace kvzip::compress {
 
@@ -123,5 +124,54 @@ std::unique_ptr<Scorer> make_learned_scorer(std::shared_ptr<const format::Scorer
 // The recorded source of a scorer file: "scorer" (its name without folders), "scorer_xxh64",
 // "scorer_target".
 MethodParams learned_scorer_source(const format::ScorerFile& scorer, const std::string& file_name);
+
+// ---- What the commands, the server and Python share ------------------------------------------
+
+// The method of a request that may carry a scorer file. `method` empty is the default: kvzap with
+// a scorer, else kvzip. Errc::invalid_argument for a scorer with another method, or kvzap without
+// one (the messages name option scorer).
+std::string method_with_scorer(const std::string& method, bool has_scorer);
+
+// A scorer file as compression uses it: the predictor and the source a cache records of it.
+struct LearnedScorerFile {
+  std::shared_ptr<const format::ScorerFile> file;
+  MethodParams source;  // learned_scorer_source
+  explicit operator bool() const { return file != nullptr; }
+};
+// Reads a .kvp (format::read_scorer_file's errors) and records its name and checksum.
+LearnedScorerFile load_learned_scorer(const std::string& path);
+// Puts `scorer` into `options` for compressing with `model`. Errc::model_mismatch when it was
+// trained on another model (format::check_scorer_model).
+void use_learned_scorer(ScorerOptions& options, const LearnedScorerFile& scorer,
+                        const model::Model& model);
+
+// One calibration text and the name its file records.
+struct CalibrationText {
+  std::string name, text;
+};
+// The texts of `paths`: each file, and the regular files of each folder (by name, not recursive);
+// "-" is standard input. read_text's errors (common/text_file.h); Errc::invalid_argument for a
+// folder without files.
+std::vector<CalibrationText> read_calibration_texts(const std::vector<std::string>& paths);
+// "kvzip" or "kvzip+"; Errc::invalid_argument (option target) for anything else.
+format::ScorerTarget parse_scorer_target(const std::string& name);
+// Errc::invalid_argument for a window under 16 tokens or a negative or non-finite alpha.
+void check_train_options(const TrainOptions& options);
+
+struct CalibrateScorerOptions {
+  TrainOptions train;  // train.scorer is set from the model's chat template; train.progress
+                       // from `progress`
+  // Called after every window with (tokens done, tokens in all), the windows' share of the texts.
+  std::function<void(uint64_t, uint64_t)> progress;
+  std::string system;  // the prompt's system message (empty: the template's)
+  uint32_t threads = 0;
+  bool force = false;  // replace an existing output
+};
+// Trains the learned scorer for `model` on `texts` and writes it to `out` (atomically; an existing
+// `out` is refused before any work unless force). The file records the model's fingerprint and the
+// texts' names. Throws what check_train_options and train_scorer throw.
+TrainResult calibrate_scorer_file(const model::Model& model,
+                                  const std::vector<CalibrationText>& texts, const std::string& out,
+                                  CalibrateScorerOptions options);
 
 }  // namespace kvzip::compress

@@ -16,7 +16,9 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "compress/learned_scorer.h"
 #include "compress/scorer.h"
+#include "format/scorer_file.h"
 #include "serve/detail/server_impl.h"
 
 namespace kvzip::serve {
@@ -130,6 +132,12 @@ std::string Scope::pinned(const std::string& given, const char* param) const {
                  "the path /c/" + cache->substr(0, 64) + "/ pins cache \"" + cache->substr(0, 64) +
                      "\" but the request names \"" + given.substr(0, 64) + "\"",
                  param);
+}
+
+// The options, refused before any thread starts when the scorer file is for another model.
+static ServerOptions checked(const model::Model& m, ServerOptions o) {
+  if (o.scorer) format::check_scorer_model(*o.scorer.file, m.config(), m.fingerprint());
+  return o;
 }
 
 Server::Impl::Impl(const model::Model& m, ServerOptions o)
@@ -348,6 +356,12 @@ void Server::Impl::post_cache(const httplib::Request& req, httplib::Response& re
   }
   compress::CompressFileOptions fo;
   fo.compress.method = str("method", "kvzip");
+  if (fo.compress.method == compress::kLearnedMethod && !opt.scorer)
+    throw ApiError(
+        400, "invalid_request_error", "no_scorer",
+        "this server has no scorer file for method kvzap: start it with --scorer FILE.kvp "
+        "(made by `kvzip calibrate --scorer`), or compress with the CLI and PUT the .kvz",
+        "method");
   if (fo.compress.method == "kvzip-head")
     throw ApiError(400, "invalid_request_error", "unsupported",
                    "kvzip-head needs a head-scores file: compress with the CLI and PUT the .kvz", "method");
@@ -363,6 +377,8 @@ void Server::Impl::post_cache(const httplib::Request& req, httplib::Response& re
     chunk = static_cast<uint32_t>(j["chunk"].get<int64_t>());
   }
   fo.compress.scorer = compress::make_scorer_options(model.chat(), chunk, 0);
+  if (fo.compress.method == compress::kLearnedMethod)
+    compress::use_learned_scorer(fo.compress.scorer, opt.scorer, model);
   fo.system = str("system", "");
   fo.query_template = str("query_template", fo.query_template);
   fo.write.force = replace;
@@ -454,7 +470,7 @@ void Server::Impl::put_cache(const httplib::Request& req, httplib::Response& res
 }
 
 Server::Server(const model::Model& model, ServerOptions options)
-    : impl_(std::make_unique<Impl>(model, std::move(options))) {}
+    : impl_(std::make_unique<Impl>(model, checked(model, std::move(options)))) {}
 
 Server::~Server() { stop(std::chrono::milliseconds(0)); }
 

@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 
+#include "compress/learned_scorer.h"
 #include "model/model.h"
 #include "serve/engine.h"
 #include "serve/http_server.h"
@@ -48,11 +49,15 @@ struct ServerOptions {
   HttpLimits http;
   uint32_t max_jobs = 4;       // compress jobs queued or running
   uint32_t compress_threads = 0;
+  // The learned scorer compress jobs use for "method": "kvzap" (compress/learned_scorer.h);
+  // without one such a job is refused. Checked against the model when the server is made.
+  compress::LearnedScorerFile scorer;
   bool access_log = true;
 };
 
 class Server {
  public:
+  // Errc::model_mismatch when options.scorer was trained on another model.
   Server(const model::Model& model, ServerOptions options);
   ~Server();
   Server(const Server&) = delete;

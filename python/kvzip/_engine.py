@@ -1,4 +1,5 @@
-"""kvzip.compress and kvzip.query: the C++ engine (the CLI's compress and query) from Python.
+"""kvzip.compress, kvzip.calibrate and kvzip.query: the C++ engine (the CLI's compress,
+calibrate --scorer and query) from Python.
 
 Both release the GIL while they work. Models are loaded once per path and kept (kvzip.Model).
 """
@@ -54,15 +55,23 @@ def model_description(path=None):
     return model(path).description
 
 
-def compress(text_or_path, output=None, *, model=None, ratio=0.3, method="kvzip", kv_dtype="f16",
+def _is_path(item, folders=False):
+    """True when `item` names a file (or, with folders, a folder) rather than holding text."""
+    if isinstance(item, os.PathLike):
+        return True
+    return (isinstance(item, str) and "\n" not in item and len(item) < 4096
+            and (os.path.isfile(item) or (folders and os.path.isdir(item))))
+
+
+def compress(text_or_path, output=None, *, model=None, ratio=0.3, method=None, scorer=None, kv_dtype="f16",
              level="global", kv_group=0, zstd=0, force=False, system="",
              query_template=DEFAULT_QUERY_TEMPLATE, threads=0, progress=None):
     """Compresses a document (its text, or the path of a UTF-8 file) into `output` (.kvz) and
-    returns the opened Cache. output defaults to the file's name with .kvz. progress(done, total)
-    is called with prefilled tokens as the document is read. kv_dtype defaults to f16, as
-    `kvzip compress` does."""
-    if isinstance(text_or_path, os.PathLike) or (isinstance(text_or_path, str) and "\n" not in text_or_path
-                                                 and len(text_or_path) < 4096 and os.path.isfile(text_or_path)):
+    returns the opened Cache. output defaults to the file's name with .kvz. method defaults to
+    "kvzip", or to "kvzap" when scorer (the path of a .kvp made by kvzip.calibrate or `kvzip
+    calibrate --scorer`) is given. progress(done, total) is called with prefilled tokens as the
+    document is read. kv_dtype defaults to f16, as `kvzip compress` does."""
+    if _is_path(text_or_path):
         src = os.fspath(text_or_path)
         with open(src, "rb") as f:
             text = f.read().decode("utf-8")
@@ -73,10 +82,54 @@ def compress(text_or_path, output=None, *, model=None, ratio=0.3, method="kvzip"
         if output is None:
             raise InvalidArgumentError("compress: give output= (the .kvz path) when compressing text")
     m = globals()["model"](model)
-    _kvzip.compress(m._m, text, os.fspath(output), ratio=ratio, method=method, level=level, kv_dtype=kv_dtype,
-                    kv_group=kv_group, zstd=zstd, force=force, system=system, query_template=query_template,
-                    threads=threads, progress=progress)
+    _kvzip.compress(m._m, text, os.fspath(output), ratio=ratio, method=method or "", level=level,
+                    kv_dtype=kv_dtype, kv_group=kv_group, zstd=zstd, force=force, system=system,
+                    query_template=query_template, threads=threads,
+                    scorer=os.fspath(scorer) if scorer is not None else "", progress=progress)
     return open_cache(output)
+
+
+@dataclass
+class Calibration:
+    """What kvzip.calibrate wrote: the .kvp and its held-out fit. r2 and spearman map each target
+    ("kvzip", "kvzip+") to an (L) array, within each KV head and averaged over the layer's heads
+    (NaN for a layer that is not scored, or with no windows held out)."""
+    path: str
+    target: str  # what the file predicts
+    checksum: str
+    window: int
+    train_windows: int
+    heldout_windows: int
+    train_tokens: int
+    heldout_tokens: int
+    seconds: float
+    r2: dict = field(repr=False)
+    spearman: dict = field(repr=False)
+
+
+def calibrate(texts_or_paths, output, *, model=None, target="kvzip+", window=1000, heldout_every=10,
+              force=False, progress=None, alpha=1.0, system="", threads=0):
+    """Trains the learned scorer (method kvzap) for a model, as `kvzip calibrate --scorer`: on
+    calibration texts (a text, a file or folder path, or a list of them; best not the documents you
+    will compress), in windows of `window` tokens, every heldout_every-th held out to measure the
+    fit. Writes `output` (.kvp) atomically and returns a Calibration. progress(done, total) is
+    called with calibration tokens after every window."""
+    items = [texts_or_paths] if isinstance(texts_or_paths, (str, os.PathLike)) else list(texts_or_paths)
+    texts = []
+    for i, item in enumerate(items):
+        if _is_path(item, folders=True):
+            texts += _kvzip.calibration_texts([os.fspath(item)])
+        elif isinstance(item, str):
+            texts.append((f"text-{i + 1}", item))
+        else:
+            raise InvalidArgumentError(f"calibrate: item {i} is a {type(item).__name__}, not a text or a path")
+    m = globals()["model"](model)
+    d = _kvzip.calibrate(m._m, texts, os.fspath(output), target=target, window=window,
+                         heldout_every=heldout_every, alpha=alpha, force=force, system=system,
+                         threads=threads, progress=progress)
+    fits = d.pop("fits")
+    return Calibration(**d, r2={t: np.asarray(f["r2"], dtype=np.float32) for t, f in fits.items()},
+                       spearman={t: np.asarray(f["spearman"], dtype=np.float32) for t, f in fits.items()})
 
 
 @dataclass

@@ -1,9 +1,10 @@
 // The compiled half of the Python package (kvzip._kvzip, nanobind): the same libraries the CLI
 // drives — format/ to read and write .kvz files, loader/ and compress/ for answers and
-// compression. Arrays cross as numpy: reader rows are zero-copy views of the mapped file where
-// the file stores them raw (the view keeps the reader alive), everything else is a fresh array.
-// kvzip::Error becomes the Python exception class of its code (kvzip/errors.py). Long calls
-// (model load, compress, answers) release the GIL; progress callbacks take it back.
+// compression (the learned scorer's training is in scorer.cc). Arrays cross as numpy: reader rows
+// are zero-copy views of the mapped file where the file stores them raw (the view keeps the reader
+// alive), everything else is a fresh array. kvzip::Error becomes the Python exception class of its
+// code (kvzip/errors.py). Long calls (model load, compress, answers) release the GIL; progress
+// callbacks take it back.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/function.h>
@@ -22,14 +23,16 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/model_path.h"
 #include "common/error.h"
+#include "compress/learned_scorer.h"
 #include "compress/pipeline.h"
 #include "compress/quantize.h"
 #include "format/format.h"
 #include "library/library.h"
 #include "loader/loader.h"
 #include "model/model.h"
-#include "checkpoint/model_path.h"
+#include "python/src/engine.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -230,10 +233,6 @@ void write_file(const std::string& path, const nb::dict& header, const nb::list&
 
 // ---- The engine ---------------------------------------------------------------------------
 
-struct PyModel {
-  std::unique_ptr<model::Model> m;
-};
-
 std::unique_ptr<PyModel> load_model(const std::string& path) {
   nb::gil_scoped_release release;
   return std::make_unique<PyModel>(PyModel{model::Model::load(model::resolve_model_path(path))});
@@ -245,20 +244,21 @@ nb::dict fingerprint_dict(const ModelFingerprint& fp, const ModelConfig& c) {
   return model_dict(h);
 }
 
-using Progress = std::function<void(uint64_t, uint64_t)>;
-
 // Compresses `text` into the file `out`; returns timings.
 nb::dict compress_text(const PyModel& pm, const std::string& text, const std::string& out,
                        double ratio, const std::string& method, const std::string& level,
                        const std::string& kv_dtype, uint32_t kv_group, int zstd, bool force,
                        const std::string& system, const std::string& query_template,
-                       uint32_t threads, uint32_t chunk, const std::optional<Progress>& progress) {
+                       uint32_t threads, uint32_t chunk, const std::string& scorer,
+                       const std::optional<Progress>& progress) {
   const model::Model& m = *pm.m;
   compress::CompressFileOptions fo;
-  fo.compress.method = method;
+  fo.compress.method = compress::method_with_scorer(method, !scorer.empty());
   fo.compress.ratio = ratio;
   fo.compress.level = compress::parse_selection_level(level);
   fo.compress.scorer = compress::make_scorer_options(m.chat(), chunk, 0, {});
+  if (!scorer.empty())
+    compress::use_learned_scorer(fo.compress.scorer, compress::load_learned_scorer(scorer), m);
   fo.system = system;
   fo.query_template = query_template;
   fo.kv.dtype = dtype_of(kv_dtype);
@@ -499,11 +499,10 @@ void bind_model(nb::module_& m) {
       .def("stop_tokens", [](const PyModel& p) { return p.m->chat().stop_tokens(); });
 
   m.def("compress", &compress_text, "model"_a, "text"_a, "out"_a,
-        "ratio"_a = compress::kDefaultRatio, "method"_a = "kvzip", "level"_a = "global",
+        "ratio"_a = compress::kDefaultRatio, "method"_a = "", "level"_a = "global",
         "kv_dtype"_a = "f32", "kv_group"_a = 0, "zstd"_a = 0, "force"_a = false, "system"_a = "",
         "query_template"_a = format::kDefaultQueryTemplate, "threads"_a = 0, "chunk"_a = 2000,
-        "progress"_a = nb::none());
-
+        "scorer"_a = "", "progress"_a = nb::none());
   m.def("search", &library_search, "dir"_a, "question"_a, "top_k"_a = 4, "model"_a = nb::none());
   m.def("ask", &library_ask, "model"_a, "dir"_a, "question"_a, "top_k"_a = 4, "max_tokens"_a = 128,
         "blend"_a = 0.3, "threads"_a = 0);
@@ -550,5 +549,6 @@ NB_MODULE(_kvzip, m) {
         "kv_group"_a = 0, "zstd"_a = 0, "force"_a = false);
 
   bind_model(m);
+  bind_scorer(m);
   bind_session(m);
 }

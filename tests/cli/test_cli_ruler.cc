@@ -1,14 +1,18 @@
 // `kvzip eval --ruler` end to end: bad task names, settings, missing QA sources and unwritable
 // outputs are refused before the model loads ([cli]); on the real model ([cli][realmodel], needs
 // $KVZIP_MODEL, ~10 s) one short NIAH sample runs through the protocol and every output lists it.
+// Method kvzap takes its scorer file (--scorer) in RULER as in SQuAD, shown on a tiny model file:
+// a scorer calibrated for it runs, one of another model is refused before any sample.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "tests/format/fixtures.h"
 #include "tests/support/run_cli.h"
+#include "tests/support/tiny_model_dir.h"
 
 using namespace kvzip::format::testing;
 using namespace kvzip::testing;
@@ -48,6 +52,44 @@ TEST_CASE("eval --ruler refuses bad tasks, settings and sources before loading t
           "--kvpress-csv: cannot write");
   refused({"eval", "--ruler", "vt", "--haystack", dir.path("absent.txt")}, 3, "absent.txt");
   refused({"eval"}, 2, "--squad FILE) or RULER tasks (--ruler TASKS)");
+  refused({"eval", "--ruler", "vt", "--methods", "kvzap"}, 2, "needs a scorer file");
+  refused({"eval", "--ruler", "vt", "--methods", "kvzap", "--scorer", dir.path("none.kvp")}, 3,
+          "none.kvp");
+}
+
+TEST_CASE("eval --ruler runs method kvzap with the model's scorer file", "[cli][eval]") {
+  kvzip::test::TinyModelDir m("cli_ruler_kvzap", 31, 4096);
+  kvzip::test::TinyModelDir other("cli_ruler_kvzap_other", 32, 4096);
+  {
+    std::ofstream text(m.path("calibration.txt"));
+    for (int i = 0; i < 60; ++i) text << "The keeper counted " << i << " ships in the harbor.\n";
+  }
+  const std::vector<std::string> calibrate = {
+      "calibrate", "--scorer", m.path("calibration.txt"), "--window", "64", "-q", "-t", "1", "-o"};
+  std::vector<std::string> args = calibrate;
+  args.insert(args.end(), {m.path("tiny.kvp"), "-m", m.path("m.gguf")});
+  CliResult r = run_kvzip(args);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  args = calibrate;
+  args.insert(args.end(), {m.path("other.kvp"), "-m", other.path("m.gguf")});
+  REQUIRE(run_kvzip(args).exit_code == 0);
+
+  auto eval = [&](const std::string& kvp) {
+    return run_kvzip({"eval", "--ruler", "niah_single_1", "--len", "1024", "--methods", "kvzap",
+                      "--ratios", "0.5", "-q", "-t", "1", "-m", m.path("m.gguf"), "-o",
+                      m.path("r.csv"), "--scorer", kvp});
+  };
+  r = eval(m.path("tiny.kvp"));
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(slurp(m.path("r.csv")),
+             Catch::Matchers::Contains("agnostic,1024,niah_single_1,kvzap,0.5000,"));
+  std::filesystem::remove(m.path("r.csv"));
+  r = eval(m.path("other.kvp"));
+  CHECK(r.exit_code == 10);
+  CHECK_THAT(r.err, Catch::Matchers::StartsWith("kvzip: error [model_mismatch]"));
+  CHECK_FALSE(std::filesystem::exists(m.path("r.csv")));
 }
 
 TEST_CASE("eval --ruler runs a NIAH sample and writes the table, CSV, kvpress CSV and answers",
