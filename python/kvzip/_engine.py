@@ -63,14 +63,16 @@ def _is_path(item, folders=False):
             and (os.path.isfile(item) or (folders and os.path.isdir(item))))
 
 
-def compress(text_or_path, output=None, *, model=None, ratio=0.3, method=None, scorer=None, kv_dtype="f16",
-             level="global", kv_group=0, zstd=0, force=False, system="",
+def compress(text_or_path, output=None, *, model=None, ratio=0.3, method=None, scorer=None, stream=False,
+             kv_dtype="f16", level="global", kv_group=0, zstd=0, force=False, system="",
              query_template=DEFAULT_QUERY_TEMPLATE, threads=0, progress=None):
     """Compresses a document (its text, or the path of a UTF-8 file) into `output` (.kvz) and
     returns the opened Cache. output defaults to the file's name with .kvz. method defaults to
     "kvzip", or to "kvzap" when scorer (the path of a .kvp made by kvzip.calibrate or `kvzip
-    calibrate --scorer`) is given. progress(done, total) is called with prefilled tokens as the
-    document is read. kv_dtype defaults to f16, as `kvzip compress` does."""
+    calibrate --scorer`) is given. stream=True (with a scorer) drops rows while the document is
+    read, as `kvzip compress --stream`: memory follows the kept rows, not the document.
+    progress(done, total) is called with prefilled tokens as the document is read. kv_dtype
+    defaults to f16, as `kvzip compress` does."""
     if _is_path(text_or_path):
         src = os.fspath(text_or_path)
         with open(src, "rb") as f:
@@ -85,7 +87,8 @@ def compress(text_or_path, output=None, *, model=None, ratio=0.3, method=None, s
     _kvzip.compress(m._m, text, os.fspath(output), ratio=ratio, method=method or "", level=level,
                     kv_dtype=kv_dtype, kv_group=kv_group, zstd=zstd, force=force, system=system,
                     query_template=query_template, threads=threads,
-                    scorer=os.fspath(scorer) if scorer is not None else "", progress=progress)
+                    scorer=os.fspath(scorer) if scorer is not None else "", stream=stream,
+                    progress=progress)
     return open_cache(output)
 
 

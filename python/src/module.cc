@@ -249,13 +249,14 @@ nb::dict compress_text(const PyModel& pm, const std::string& text, const std::st
                        double ratio, const std::string& method, const std::string& level,
                        const std::string& kv_dtype, uint32_t kv_group, int zstd, bool force,
                        const std::string& system, const std::string& query_template,
-                       uint32_t threads, uint32_t chunk, const std::string& scorer,
+                       uint32_t threads, uint32_t chunk, const std::string& scorer, bool stream,
                        const std::optional<Progress>& progress) {
   const model::Model& m = *pm.m;
   compress::CompressFileOptions fo;
   fo.compress.method = compress::method_with_scorer(method, !scorer.empty());
   fo.compress.ratio = ratio;
   fo.compress.level = compress::parse_selection_level(level);
+  fo.compress.stream = stream;
   fo.compress.scorer = compress::make_scorer_options(m.chat(), chunk, 0, {});
   if (!scorer.empty())
     compress::use_learned_scorer(fo.compress.scorer, compress::load_learned_scorer(scorer), m);
@@ -282,6 +283,7 @@ nb::dict compress_text(const PyModel& pm, const std::string& text, const std::st
   d["scoring_s"] = r.scoring_s;
   d["select_s"] = r.select_s;
   d["achieved_ratio"] = r.achieved_ratio;
+  d["peak_rows"] = r.peak_rows;
   return d;
 }
 
@@ -502,7 +504,7 @@ void bind_model(nb::module_& m) {
         "ratio"_a = compress::kDefaultRatio, "method"_a = "", "level"_a = "global",
         "kv_dtype"_a = "f32", "kv_group"_a = 0, "zstd"_a = 0, "force"_a = false, "system"_a = "",
         "query_template"_a = format::kDefaultQueryTemplate, "threads"_a = 0, "chunk"_a = 2000,
-        "scorer"_a = "", "progress"_a = nb::none());
+        "scorer"_a = "", "stream"_a = false, "progress"_a = nb::none());
   m.def("search", &library_search, "dir"_a, "question"_a, "top_k"_a = 4, "model"_a = nb::none());
   m.def("ask", &library_ask, "model"_a, "dir"_a, "question"_a, "top_k"_a = 4, "max_tokens"_a = 128,
         "blend"_a = 0.3, "threads"_a = 0);

@@ -68,6 +68,17 @@ def test_compress_with_the_scorer_names_it_and_matches_the_cli(calibrated, cli, 
     for layer in range(c.n_layers):  # the same scorer through the same library: the same rows
         np.testing.assert_array_equal(c.positions(layer), ref.positions(layer))
         np.testing.assert_array_equal(c.head_rows(layer), ref.head_rows(layer))
+    # Evicting while reading, as `kvzip compress --stream`: the same rows as the command's.
+    s = kvzip.compress(doc, tmp_path / "py-stream.kvz", model=model_path, scorer=cal.path, ratio=0.3,
+                       stream=True)
+    assert s.params["stream"] == "on"
+    cli("compress", doc, "-o", tmp_path / "cli-stream.kvz", "-m", model_path, "--scorer", cal.path,
+        "--ratio", "0.3", "--stream", "-q")
+    ref = kvzip.open(tmp_path / "cli-stream.kvz")
+    for layer in range(s.n_layers):
+        np.testing.assert_array_equal(s.positions(layer), ref.positions(layer))
+    with pytest.raises(kvzip.InvalidArgumentError, match="method kvzap"):
+        kvzip.compress(doc, tmp_path / "no.kvz", model=model_path, method="snapkv", stream=True)
 
 
 def test_scorer_refusals(calibrated, model_path, tmp_path):
