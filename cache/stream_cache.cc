@@ -41,7 +41,7 @@ void StreamKvCache::reserve_append(uint32_t T) {
     throw Error(Errc::invalid_argument, "StreamKvCache: more than 2^32 positions");
   for (Head& head : heads_)
     if (head.len + uint64_t(T) > head.capacity()) {
-      const uint64_t need = uint64_t(head.len) + T + head.len / 4;
+      const uint64_t need = uint64_t(head.len) + T + head.len / 8;
       resize_head(head, static_cast<uint32_t>(std::min<uint64_t>(need, UINT32_MAX)));
     }
 }
@@ -112,7 +112,7 @@ void StreamKvCache::shrink(uint32_t spare) {
   for (Head& head : heads_) {
     const uint64_t need = uint64_t(head.len) + spare;
     if (head.capacity() > 2 * need)
-      resize_head(head, static_cast<uint32_t>(std::min<uint64_t>(need + need / 4, UINT32_MAX)));
+      resize_head(head, static_cast<uint32_t>(std::min<uint64_t>(need + need / 8, UINT32_MAX)));
   }
 }
 

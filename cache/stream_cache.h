@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "cache/detail/page_allocator.h"
 #include "cache/kv_cache.h"
 #include "cache/ragged_cache.h"
 
@@ -20,7 +21,7 @@ class StreamKvCache final : public AttentionCache {
 
   CacheShape shape() const override { return shape_; }
   uint32_t logical_length() const override { return length_; }
-  // Grows every head whose arrays lack room for T more rows (to its rows + T + a quarter).
+  // Grows every head whose arrays lack room for T more rows (to its rows + T + an eighth).
   // Errc::out_of_memory with every row as it was.
   void reserve_append(uint32_t T) override;
   void append(uint32_t layer, const float* k_new, const float* v_new, uint32_t T) override;
@@ -49,9 +50,13 @@ class StreamKvCache final : public AttentionCache {
   void release(uint32_t layer);
 
  private:
+  // Heads' arrays are mappings of their own (detail::PageAllocator): a long document grows and
+  // shrinks them many times, and freed memory must leave the process, not stay in its heap.
+  template <class T>
+  using Array = std::vector<T, detail::PageAllocator<T>>;
   struct Head {
-    std::vector<float> k, v;    // (capacity, D)
-    std::vector<uint32_t> pos;  // (capacity)
+    Array<float> k, v;     // (capacity, D)
+    Array<uint32_t> pos;   // (capacity)
     uint32_t len = 0;           // rows in use, uncommitted appends included
     uint32_t capacity() const { return static_cast<uint32_t>(pos.size()); }
   };

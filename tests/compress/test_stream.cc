@@ -348,3 +348,18 @@ TEST_CASE("a streamed file holds the rows a streamed compression keeps", "[compr
     CHECK(got.scores == want[l].scores);
   }
 }
+
+TEST_CASE("page-allocated arrays hold, copy and free large and small blocks", "[compress][stream]") {
+  using Paged = std::vector<float, model::detail::PageAllocator<float>>;
+  for (size_t n : {size_t(10), size_t(1) << 20}) {  // under and over the mapping threshold
+    Paged a(n);
+    for (size_t i = 0; i < n; ++i) a[i] = float(i % 1000);
+    Paged b = a;
+    b.resize(n + 12345, 7.0f);
+    CHECK(std::equal(a.begin(), a.end(), b.begin()));
+    CHECK(b.back() == 7.0f);
+    b.shrink_to_fit();
+    b = Paged{};
+    CHECK(a[n - 1] == float((n - 1) % 1000));
+  }
+}
