@@ -12,11 +12,12 @@ A cell is found when the answer holds the password. Results go to WORK/results.j
 skips the cells already there) and a markdown table to stdout: per model, rule and fraction,
 "found / joint-found" counts per K, and how many of the joint's finds the composition kept.
 With --ttft BENCH_COMPOSE it also times the first token at K = 2, 4, 8, 16 (bench_compose, the
-default rule and fraction against the joint prefill) on the first model.
+default rule and fraction against the joint prefill) on the first model, documents of
+--ttft-tokens tokens cut from the essays.
 
 Usage: bench/compose_grid.py --model M.gguf [--model N.gguf] [--kvzip build/kvzip] [--ks 4,8]
          [--ratio 0.5] [--fractions 0,0.1,0.3,0.5] [--rules deviation,sink,sink-deviation]
-         [--threads 1] [--work DIR] [--ttft build/bench/bench_compose]
+         [--threads 1] [--work DIR] [--ttft build/bench_compose] [--ttft-tokens 400]
 """
 import argparse
 import json
@@ -158,7 +159,7 @@ def ttft(args):
     text = Path(args.work) / "essays.txt"
     text.write_text("\n\n".join(essays()))
     env = dict(os.environ, KVZIP_MODEL=args.model[0])
-    r = subprocess.run([args.ttft, str(text), "--tokens", "550", "--ks", "2,4,8,16", "--ratio",
+    r = subprocess.run([args.ttft, str(text), "--tokens", str(args.ttft_tokens), "--ks", "2,4,8,16", "--ratio",
                         str(args.ratio), "--blends", "0,0.3", "--threads", str(args.threads),
                         "--reps", "1"], capture_output=True, text=True, env=env)
     if r.returncode != 0:
@@ -177,6 +178,8 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--work", default="compose_grid_work")
     ap.add_argument("--ttft", default="")
+    ap.add_argument("--ttft-tokens", type=int, default=400,
+                    help="tokens per document of the timing (16 of 400 fit SmolLM2's 8,192)")
     args = ap.parse_args()
     args.ks = [int(x) for x in args.ks.split(",")]
     args.fractions = [float(x) for x in args.fractions.split(",")]
