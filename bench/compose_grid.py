@@ -96,16 +96,15 @@ def grid(args, model: str, done: dict, sink):
             if key not in done:
                 joint = r.compress(f"joint{k}_n{p}", SEPARATOR.join(texts), ["--method", "full"])
                 sink(key, *r.ask(joint, []))
+            todo = [(rule, f) for f in args.fractions for rule in (args.rules if f > 0 else ["-"])
+                    if cell("composed", rule, f) not in done]
+            if not todo:
+                continue
             caches = [r.compress(f"d{i}_n" if i == p else f"d{i}", t, ratio)
                       for i, t in enumerate(texts)]
-            joined = "+".join(caches)
-            for f in args.fractions:
-                for rule in (args.rules if f > 0 else ["-"]):
-                    key = cell("composed", rule, f)
-                    if key in done:
-                        continue
-                    extra = ["--blend", str(f)] + (["--blend-rule", rule] if f > 0 else [])
-                    sink(key, *r.ask(joined, extra))
+            for rule, f in todo:
+                extra = ["--blend", str(f)] + (["--blend-rule", rule] if f > 0 else [])
+                sink(cell("composed", rule, f), *r.ask("+".join(caches), extra))
 
 
 def table(args, rows):

@@ -49,7 +49,8 @@ struct ComposeOptions {
   // Fraction of every later document's tokens recomputed with the documents before it in view
   // (their rows in every layer and head replaced by, or added as, fresh rows). 0: none. The
   // default is the smallest fraction with which ratio-0.3 compositions found every needle a joint
-  // prefill found on the default model (BENCHMARKS.md, "Composed caches").
+  // prefill found on the default model (BENCHMARKS.md, "Composed caches"); what other text and
+  // models need is in docs/composing.md, "The needle grid on unseen text".
   double blend = 0.3;
   BlendRule rule = BlendRule::deviation;  // which tokens the blend recomputes
   // Keep each later document's own prefix rows (template opener, system prompt) as extra attention
