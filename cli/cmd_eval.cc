@@ -41,6 +41,7 @@ struct EvalOpts {
   std::vector<double> blends = {0.0, 0.3};
   uint32_t retrieve = 0;  // with retrieve_opt given: the library evaluation, this many per question
   bool doc_prefix = false;
+  std::string blend_rule = loader::blend_rule_name(loader::ComposeOptions{}.rule);
   // --ruler: RULER's synthetic tasks (eval/ruler.h) instead of a SQuAD file's documents
   std::string ruler, haystack, hotpotqa, kvpress_csv;
   std::vector<uint32_t> lengths = {4096};
@@ -76,6 +77,7 @@ void run_compose(const EvalOpts& o) {
       if (r < 1.0) co.ratios.push_back(r);
   }
   co.blends = o.blends;
+  co.rule = loader::parse_blend_rule(o.blend_rule);
   co.doc_prefix = o.doc_prefix;
   co.max_answer_tokens = o.eo.max_answer_tokens;
   co.system = o.eo.system;
@@ -117,6 +119,7 @@ void run_retrieve(const EvalOpts& o) {
     ro.ratio = o.eo.ratios[0];
   }
   if (o.blends_opt->count()) ro.blends = o.blends;
+  ro.rule = loader::parse_blend_rule(o.blend_rule);
   ro.max_answer_tokens = o.eo.max_answer_tokens;
   ro.system = o.eo.system;
   ro.query_template = o.eo.query_template;
@@ -368,6 +371,11 @@ void add_paragraph_evaluation_options(CLI::App* c, EvalOpts& o) {
   o.blends_opt = add_list_option(c, "--blends", o.blends,
                                   "With --compose: recompute fractions to compare (comma-separated); "
                                   "with --retrieve: default the library's own");
+  c->add_option("--blend-rule", o.blend_rule,
+                std::string("With --compose or --retrieve: which tokens the blends recompute (")
+                    .append(loader::kBlendRuleNames)
+                    .append(")"))
+      ->capture_default_str();
   c->add_flag("--doc-prefix", o.doc_prefix, "With --compose: keep each later document's own prefix rows");
 }
 

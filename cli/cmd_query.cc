@@ -24,6 +24,7 @@ struct QueryOpts {
   std::string cache, model, questions_file, device = "cpu", matmul = "fast";
   std::vector<std::string> cache_files;  // --cache: one file each, '+' and all
   double blend = 0.3;  // loader::ComposeOptions's default
+  std::string blend_rule = loader::blend_rule_name(loader::ComposeOptions{}.rule);
   uint32_t max_compose = loader::ComposeOptions{}.max_docs;
   bool doc_prefix = false;
   std::vector<std::string> questions;
@@ -122,6 +123,7 @@ void note_composition(const loader::QuerySession& s, size_t n_paths) {
 loader::SessionOptions session_options(const QueryOpts& o) {
   loader::SessionOptions so;
   so.compose.blend = o.blend;
+  so.compose.rule = loader::parse_blend_rule(o.blend_rule);
   so.compose.doc_prefix = o.doc_prefix;
   so.compose.max_docs = o.max_compose;
   so.threads = o.threads;
@@ -268,6 +270,10 @@ void add_common(CLI::App* c, QueryOpts& o) {
                 "Composed caches: fraction of each later document's tokens recomputed with the "
                 "documents before it in view (0 = none)")
       ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  c->add_option("--blend-rule", o.blend_rule,
+                 std::string("Composed caches: which tokens --blend recomputes (").append(
+                     loader::kBlendRuleNames).append("; docs/composing.md)"))
       ->capture_default_str();
   c->add_flag("--doc-prefix", o.doc_prefix,
               "Composed caches: keep each later document's own prefix rows (template opener) too");

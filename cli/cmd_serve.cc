@@ -31,6 +31,7 @@ struct ServeOpts {
   std::string library_model = "@library";  // serve::ServerOptions's
   uint32_t library_top_k = 4;
   double blend = 0.3;
+  std::string blend_rule = loader::blend_rule_name(loader::ComposeOptions{}.rule);
   uint64_t max_loaded_bytes = uint64_t(4) << 30;
   uint64_t max_upload_bytes = uint64_t(1) << 30;
   int64_t max_client_connections = -1;  // -1: half the HTTP worker threads
@@ -89,6 +90,7 @@ void run_serve(const ServeOpts& o) {
   so.key_tiles = !o.no_key_tiles;
   so.max_compose = o.max_compose;
   so.compose_blend = o.blend;
+  so.compose_rule = loader::parse_blend_rule(o.blend_rule);
   so.library_model = o.library_model;
   so.library_top_k = o.library_top_k;
   so.chat.max_tokens_cap = o.max_tokens;
@@ -171,6 +173,11 @@ void add_serve_commands(CLI::App& app) {
                 "Composed requests: fraction of each later document's tokens recomputed with the "
                 "documents before it in view")
       ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  c->add_option("--blend-rule", o->blend_rule,
+                std::string("Composed requests: which tokens --blend recomputes (")
+                    .append(loader::kBlendRuleNames)
+                    .append(")"))
       ->capture_default_str();
   c->add_option("--max-loaded-bytes", o->max_loaded_bytes,
                 "Bytes of caches kept loaded (LRU): K/V, and an f32 cache's transposed keys")

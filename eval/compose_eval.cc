@@ -207,6 +207,7 @@ void ComposeRun::ask(uint32_t p, size_t qi) {
       for (uint32_t i : order) headers.push_back(&cs[i].header), bases.push_back(cs[i].base.get());
       loader::ComposeOptions co;
       co.blend = k.blend;
+      co.rule = o_.rule;
       co.doc_prefix = o_.doc_prefix;
       const auto t0 = Clock::now();
       std::unique_ptr<model::ComposedCache> c = loader::compose(fw_, tok_, headers, bases, co);

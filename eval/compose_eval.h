@@ -21,6 +21,7 @@
 #include "eval/squad.h"
 #include "format/format.h"
 #include "kernels/matmul.h"
+#include "loader/compose.h"
 #include "model/model.h"
 
 namespace kvzip::eval {
@@ -33,6 +34,7 @@ struct ComposeEvalOptions {
   std::vector<double> ratios = {0.5, 0.3};     // besides 1.0 (composed full caches)
   std::vector<double> blends = {0.0, 0.3};     // selective recompute fractions to compare
   bool doc_prefix = false;                     // loader::ComposeOptions::doc_prefix
+  loader::BlendRule rule = loader::BlendRule::deviation;  // loader::ComposeOptions::rule
   bool joint_compressed = true;                // the joint-compressed rows
   uint32_t max_answer_tokens = 24;
   std::string system;

@@ -194,6 +194,7 @@ std::unique_ptr<model::AttentionCache> RetrieveRun::build(const std::vector<uint
     }
     loader::ComposeOptions co;
     co.blend = blend;
+    co.rule = o_.rule;
     loader::ComposeStats st;
     std::unique_ptr<model::AttentionCache> c = loader::compose(fw_, tok_, headers, bases, co, &st);
     const double total = ms_since(t0);

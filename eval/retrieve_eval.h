@@ -22,6 +22,7 @@
 #include "eval/squad.h"
 #include "format/format.h"
 #include "kernels/matmul.h"
+#include "loader/compose.h"
 #include "model/model.h"
 
 namespace kvzip::eval {
@@ -32,6 +33,7 @@ struct RetrieveEvalOptions {
   std::string method = "kvzip";
   double ratio = 0.5;          // fraction of document rows kept (1: full caches)
   std::vector<double> blends;  // recompute fractions; empty: the library's default (`kvzip ask`)
+  loader::BlendRule rule = loader::BlendRule::deviation;  // loader::ComposeOptions::rule
   uint32_t max_answer_tokens = 24;
   std::string system;
   std::string query_template = format::kDefaultQueryTemplate;

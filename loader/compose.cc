@@ -91,6 +91,23 @@ void check_composable(const std::vector<const format::CacheHeader*>& headers, co
   }
 }
 
+BlendRule parse_blend_rule(std::string_view name) {
+  for (BlendRule r : {BlendRule::deviation, BlendRule::sink, BlendRule::sink_deviation})
+    if (name == blend_rule_name(r)) return r;
+  std::string m = "unknown blend rule \"";
+  m.append(name).append("\"; the rules are ").append(kBlendRuleNames);
+  throw Error(Errc::invalid_argument, m);
+}
+
+const char* blend_rule_name(BlendRule rule) {
+  switch (rule) {
+    case BlendRule::deviation: return "deviation";
+    case BlendRule::sink: return "sink";
+    case BlendRule::sink_deviation: return "sink-deviation";
+  }
+  return "?";
+}
+
 ComposePlan plan_composition(const std::vector<const format::CacheHeader*>& headers,
                              const model::Tokenizer& tokenizer, const ComposeOptions& o) {
   ComposePlan plan;
@@ -132,22 +149,21 @@ void check_composition(const ModelConfig& config,
     throw Error(Errc::invalid_argument, "compose: blend " + std::to_string(o.blend) + " is outside [0, 1]");
 }
 
-// Document d's `pick` tokens whose values change most when read after the documents before it
-// (value_change, timed into probe_ms): their positions and tokens go to pos and toks, their
-// stored rows give way.
+// Document d's `pick` tokens chosen by o.rule (with the probe of value_change where the rule
+// reads it, timed into probe_ms): their positions and tokens go to pos and toks, their stored rows
+// give way.
 void pick_recomputed(model::Forward& forward, model::ComposedCache& cache, uint32_t d,
-                     const format::CacheHeader& h, uint32_t first, uint32_t pick,
+                     const format::CacheHeader& h, uint32_t first, uint32_t pick, BlendRule rule,
                      std::vector<uint32_t>& pos, std::vector<int32_t>& toks, double& probe_ms) {
   const uint32_t n = static_cast<uint32_t>(h.document_tokens.size());
-  const auto t = std::chrono::steady_clock::now();
-  const std::vector<double> change = value_change(forward, cache, d, h, first, 1);
-  probe_ms += ms_since(t);
-  std::vector<uint32_t> order(n);
-  std::iota(order.begin(), order.end(), 0u);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](uint32_t a, uint32_t b) { return change[a] > change[b]; });
-  order.resize(pick);
-  std::sort(order.begin(), order.end());
+  std::vector<double> change;
+  if (rule_probes(rule) && pick < n) {
+    const auto t = std::chrono::steady_clock::now();
+    change = value_change(forward, cache, d, h, first, 1);
+    probe_ms += ms_since(t);
+  }
+  const std::vector<uint32_t> order =
+      pick < n ? select_recomputed(rule, change, n, pick) : select_recomputed(BlendRule::sink, {}, n, n);
   std::vector<uint32_t> stored(pick);
   for (uint32_t i = 0; i < pick; ++i) {
     stored[i] = static_cast<uint32_t>(h.prefix_length()) + order[i];
@@ -157,7 +173,35 @@ void pick_recomputed(model::Forward& forward, model::ComposedCache& cache, uint3
   cache.skip(d, stored);
 }
 
+// The `pick` indices of [from, n) with the largest change, ties to the earlier one, appended to out.
+void top_by_change(std::span<const double> change, uint32_t from, uint32_t n, uint32_t pick,
+                   std::vector<uint32_t>& out) {
+  std::vector<uint32_t> order(n - from);
+  std::iota(order.begin(), order.end(), from);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint32_t a, uint32_t b) { return change[a] > change[b]; });
+  out.insert(out.end(), order.begin(), order.begin() + pick);
+}
+
 }  // namespace
+
+std::vector<uint32_t> select_recomputed(BlendRule rule, std::span<const double> change, uint32_t n,
+                                        uint32_t pick) {
+  if (pick > n)
+    throw Error(Errc::invalid_argument, "compose: " + std::to_string(pick) + " tokens to recompute of " +
+                                            std::to_string(n));
+  // Sink-style rules take the document's first tokens: where its standalone prefill put the
+  // attention mass that, composed, belongs to the earlier documents' sinks.
+  const uint32_t sinks = rule == BlendRule::sink ? pick : rule == BlendRule::sink_deviation ? (pick + 1) / 2 : 0;
+  std::vector<uint32_t> out(sinks);
+  std::iota(out.begin(), out.end(), 0u);
+  if (pick > sinks) {
+    KVZIP_ASSERT(change.size() == n);
+    top_by_change(change, sinks, n, pick - sinks, out);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 std::unique_ptr<model::ComposedCache> compose(
     model::Forward& forward, const model::Tokenizer& tokenizer,
@@ -207,7 +251,7 @@ std::unique_ptr<model::ComposedCache> compose(
     pos.clear();
     toks.clear();
     if (pick[d] > 0) {
-      pick_recomputed(forward, *cache, d, *headers[d], first[d], pick[d], pos, toks, probe_ms);
+      pick_recomputed(forward, *cache, d, *headers[d], first[d], pick[d], o.rule, pos, toks, probe_ms);
       recomputed += pick[d];
     }
     t = std::chrono::steady_clock::now();

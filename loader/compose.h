@@ -11,7 +11,9 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "format/format.h"
@@ -22,12 +24,35 @@
 
 namespace kvzip::loader {
 
+// Which of a later document's tokens the recompute (ComposeOptions::blend) takes.
+//  - deviation: those whose layer-1 values change most when the earlier documents are in view (a
+//    probe of the first two layers over the document, with and without them);
+//  - sink: the document's first tokens, which its standalone prefill made attention sinks (EPIC's
+//    LegoLink, 2024); no probe;
+//  - sink-deviation: the first half of the budget (rounded up) as sink, the rest by deviation among
+//    the tokens after those.
+enum class BlendRule : uint8_t { deviation, sink, sink_deviation };
+
+// "deviation", "sink", "sink-deviation"; another name: Errc::invalid_argument listing them.
+BlendRule parse_blend_rule(std::string_view name);
+const char* blend_rule_name(BlendRule rule);
+inline constexpr const char* kBlendRuleNames = "deviation, sink, sink-deviation";
+
+// The `pick` tokens of an n-token document that `rule` recomputes, as ascending indices; `change`
+// is each token's value change (BlendRule::deviation), read only by the rules that use it (sink
+// takes an empty span). Ties go to the earlier token. pick > n: Errc::invalid_argument.
+std::vector<uint32_t> select_recomputed(BlendRule rule, std::span<const double> change, uint32_t n,
+                                        uint32_t pick);
+inline bool rule_probes(BlendRule rule) { return rule != BlendRule::sink; }
+
 struct ComposeOptions {
   // Fraction of every later document's tokens recomputed with the documents before it in view
   // (their rows in every layer and head replaced by, or added as, fresh rows). 0: none. The
   // default is the smallest fraction with which ratio-0.3 compositions found every needle a joint
-  // prefill found on the default model (BENCHMARKS.md, "Composed caches").
+  // prefill found on the default model (BENCHMARKS.md, "Composed caches"); what other text and
+  // models need is in docs/composing.md, "The needle grid on unseen text".
   double blend = 0.3;
+  BlendRule rule = BlendRule::deviation;  // which tokens the blend recomputes
   // Keep each later document's own prefix rows (template opener, system prompt) as extra attention
   // sinks, at the document's shifted positions. false: only the first document's prefix is seen.
   bool doc_prefix = false;

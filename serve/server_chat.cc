@@ -241,6 +241,7 @@ void Server::Impl::chat_completions(const httplib::Request& req, httplib::Respon
   spec.cache = cache;
   spec.more.assign(caches.begin() + 1, caches.end());
   spec.compose.blend = opt.compose_blend;
+  spec.compose.rule = opt.compose_rule;
   spec.compose.max_docs = opt.max_compose;
   spec.prompt = loader::conversation_tokens(model, cache->header, cr.history, cr.question);
   spec.max_tokens = cr.max_tokens;

@@ -1,4 +1,5 @@
 // Composition from the command line, its options checked before any work:
+//  - `query` takes --blend-rule (an unknown rule: exit 2 naming the rules; each rule answers),
 //  - `query` takes --max-compose (more caches than it: exit 2 naming the option; raised: answers)
 //    and --cache FILE, repeatable, which names one file as written ('+' included);
 //  - `eval --compose` refuses a sliding-window model (the tiny Gemma 3 fixture) with query's
@@ -65,6 +66,21 @@ TEST_CASE("query: --max-compose bounds a composition and is named when passed", 
                                        "-t", "1", "--blend", "0", "--max-compose", "18", "--json"});
   CHECK(raised.exit_code == 0);
   CHECK_THAT(raised.out, Contains("\"answer\""));
+}
+
+TEST_CASE("query: --blend-rule picks a rule; an unknown one names the rules", "[cli][compose]") {
+  Caches c;
+  const std::string two = c.path("a.kvz") + "+" + c.path("a.kvz");
+  for (const char* rule : {"deviation", "sink", "sink-deviation"}) {
+    const CliResult r = run_logged({"query", "-m", c.path("m.gguf"), two, "Who?", "-n", "2", "-t",
+                                    "1", "--blend", "0.5", "--blend-rule", rule, "--json"});
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.out, Contains("\"answer\""));
+  }
+  const CliResult bad = run_logged({"query", "-m", c.path("m.gguf"), two, "Who?", "-n", "2", "-t",
+                                    "1", "--blend-rule", "first"});
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Contains("unknown blend rule \"first\"") && Contains("sink-deviation"));
 }
 
 TEST_CASE("query: --cache names a file whose name holds '+', repeated to compose",

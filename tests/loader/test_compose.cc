@@ -6,6 +6,8 @@
 //  - q8/q4 caches composed as stored equal the same caches composed after dequantization;
 //  - recomputing every token of the later document (blend 1) equals a joint prefill of the whole
 //    sequence: the recompute path sees exactly what a joint prefill sees;
+//  - blend rules: sink runs no probe, the three rules recompute the same number of tokens and
+//    answer differently at blend 0.5, and alike at blend 1 (every token);
 //  - each question leaves the composition as it was; the documents' rows are never copied (the
 //    view owns a few rows and bitmaps); errors: another model, too many caches, past the context.
 #include <catch2/catch.hpp>
@@ -355,4 +357,34 @@ TEST_CASE("compositions read the loaded caches in place, however many answer at 
                       << " over ratio-1.0 caches of " << ba1.bytes_kept() + bb1.bytes_kept() << " bytes");
   CHECK(std::abs(double(whole->bytes_owned()) - double(views[0]->bytes_owned())) < 1024);
   CHECK(ba1.bytes_kept() + bb1.bytes_kept() > ba.bytes_kept() + bb.bytes_kept() + 8192);
+}
+
+TEST_CASE("blend rules: sink probes nothing; the rules differ below 1 and agree at 1", "[loader][compose]") {
+  Fixture f;
+  const std::vector<std::string> caches = {f.compress(0, format::DType::F32, 1.0, "a.kvz"),
+                                           f.compress(1, format::DType::F32, 1.0, "b.kvz"),
+                                           f.compress(2, format::DType::F32, 1.0, "c.kvz")};
+  auto session = [&](loader::BlendRule rule, double blend) {
+    loader::SessionOptions o = options(blend);
+    o.compose.rule = rule;
+    return std::make_unique<loader::QuerySession>(*f.model, caches, o);
+  };
+  std::vector<std::vector<float>> half, all;
+  for (loader::BlendRule rule : {loader::BlendRule::deviation, loader::BlendRule::sink,
+                                 loader::BlendRule::sink_deviation}) {
+    INFO(loader::blend_rule_name(rule));
+    const auto s = session(rule, 0.5);
+    uint64_t want = 0;
+    for (const format::CacheHeader& h : s->more_headers())
+      want += static_cast<uint64_t>(std::llround(0.5 * double(h.document_tokens.size())));
+    CHECK(s->compose_stats().recomputed == want);
+    CHECK((s->compose_stats().probe_ms == 0.0) == (rule == loader::BlendRule::sink));
+    half.push_back(s->ask(kQuestion, greedy(1)).first_logits);
+    all.push_back(session(rule, 1.0)->ask(kQuestion, greedy(1)).first_logits);
+  }
+  CHECK(max_abs_diff(half[0], half[1]) > 1e-4);
+  CHECK(max_abs_diff(half[0], half[2]) > 1e-4);
+  CHECK(max_abs_diff(half[1], half[2]) > 1e-4);
+  CHECK(max_abs_diff(all[0], all[1]) < 1e-5);
+  CHECK(max_abs_diff(all[0], all[2]) < 1e-5);
 }
