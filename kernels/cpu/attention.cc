@@ -62,6 +62,7 @@ using simd::VecF;
 
 constexpr uint32_t kBk = kKeyTileRows;    // keys per block; a multiple of kQkCols
 constexpr uint32_t kRowsTarget = 64;      // query rows (tokens × group heads) per task
+constexpr float kNegligible = -80.0f;   // softmax_row: logits this far below the max weigh 0
 constexpr uint32_t kQkRows = 4;           // rows of one S micro-tile (also the P·V row step)
 constexpr uint32_t kQkCols = 2 * kLanes;  // columns of one S micro-tile
 constexpr uint32_t kPvVecs = kLanes == 16 ? 4 : 2;  // D-vectors per P·V micro-tile
@@ -487,19 +488,27 @@ uint32_t softmax_row(float* srow, uint32_t valid, uint32_t ncols, RowState st, u
   VecF mv = simd::splat(m_new);
   VecF sum{};
   uint32_t full = valid / kLanes * kLanes;
+  // Weights under e^kNegligible (a logit that far below the row's max, or a skipped row's -inf)
+  // are exactly 0: the row's max weight is 1, so they move no fp32 sum of it, while their
+  // products with V would be denormal, which x86 cores compute through microcode assists about
+  // a hundred times slower (a composed cache's skipped rows made its recompute 3.6x slower).
+  const VecF cut = simd::splat(kNegligible), zero{};
   for (uint32_t j = 0; j < full; j += kLanes) {
+    const VecF x = simd::load(srow + j) - mv;
     VecF e;
 #if KVZIP_ATTENTION_BF16
-    if constexpr (kFast) e = exp_fast(simd::load(srow + j) - mv);
+    if constexpr (kFast) e = exp_fast(x);
     else
 #endif
-      e = simd::exp_vec(simd::load(srow + j) - mv);
+      e = simd::exp_vec(x);
+    e = x < cut ? zero : e;
     simd::store(srow + j, e);
     sum += e;
   }
   float total = simd::hsum(sum);
   for (uint32_t j = full; j < valid; ++j) {
-    srow[j] = simd::exp_scalar(srow[j] - m_new);
+    const float x = srow[j] - m_new;
+    srow[j] = x < kNegligible ? 0.0f : simd::exp_scalar(x);
     total += srow[j];
   }
   std::fill(srow + valid, srow + ncols, 0.0f);
