@@ -21,6 +21,8 @@
 #include "model/forward.h"
 #include "tests/compress/support.h"
 #include "format/format.h"
+#include "model/model.h"
+#include "tests/support/hf_fixture.h"
 #include "tests/support/random_weights.h"
 #include "tests/support/tiny_model_dir.h"
 #include "tests/support/naive_forward.h"
@@ -362,4 +364,58 @@ TEST_CASE("page-allocated arrays hold, copy and free large and small blocks", "[
     b = Paged{};
     CHECK(a[n - 1] == float((n - 1) % 1000));
   }
+}
+
+TEST_CASE("streaming a hybrid model keeps offline kvzap's rows in one chunk and local windows in many",
+          "[compress][stream][hybrid]") {
+  const std::unique_ptr<model::Model> m = model::Model::load(test::hf_golden("gemma3"));
+  const ModelConfig& cfg = m->config();
+  REQUIRE(cfg.hybrid());
+  format::ScorerFile f;
+  f.model = m->fingerprint();
+  f.n_layers = cfg.n_layers;
+  f.n_kv_heads = cfg.n_kv_heads;
+  f.d_model = cfg.d_model;
+  f.r2.assign(cfg.n_layers, 0.5f);
+  f.spearman.assign(cfg.n_layers, 0.5f);
+  f.weights = test::random_vector(size_t(cfg.n_layers) * cfg.n_kv_heads * (cfg.d_model + 1), 31);
+  model::Forward fwd(m->weights(), model::ForwardOptions{1, 256, {}});
+  const std::vector<int32_t> prefix = m->chat().prefix("");
+  const std::vector<int32_t> doc = test::random_tokens(90, cfg.vocab_size, 32);
+  compress::CompressOptions o;
+  o.method = compress::kLearnedMethod;
+  o.ratio = 0.3;
+  o.prefill.chunk = 256;
+  o.prefill.answer_room = 16;
+  o.scorer.learned = std::make_shared<const format::ScorerFile>(f);
+  o.scorer.kvzap_window = 4;
+  const compress::CompressResult off = compress::compress(fwd, prefix, doc, o);
+  o.stream = true;
+  const compress::CompressResult on = compress::compress(fwd, prefix, doc, o);
+  CHECK(on.achieved_ratio == off.achieved_ratio);
+  CHECK(on.kept_scores == off.kept_scores);
+  const model::CacheShape s = off.cache.shape();
+  for (uint32_t l = 0; l < s.n_layers; ++l)
+    for (uint32_t h = 0; h < s.n_kv_heads; ++h) {
+      const uint32_t n = off.cache.kept(l, h);
+      REQUIRE(on.cache.kept(l, h) == n);
+      CHECK(std::equal(on.cache.positions(l, h), on.cache.positions(l, h) + n,
+                       off.cache.positions(l, h)));
+      CHECK(std::equal(on.cache.k_rows(l, h), on.cache.k_rows(l, h) + size_t(n) * s.head_dim,
+                       off.cache.k_rows(l, h)));
+    }
+  // Small chunks: a local layer never holds more than the prefix, its window and a chunk.
+  o.prefill.chunk = 8;
+  const compress::CompressResult small = compress::compress(fwd, prefix, doc, o);
+  uint64_t local = 0, global = 0;
+  for (uint32_t l = 0; l < cfg.n_layers; ++l) (cfg.is_local(l) ? local : global) += cfg.n_kv_heads;
+  const uint64_t budget = std::llround(0.3 * double(global * doc.size()));
+  CHECK(small.peak_rows <= (local + global) * prefix.size() + local * (cfg.sliding_window - 1) +
+                               budget + (local + global) * 8);
+  for (uint32_t l = 0; l < s.n_layers; ++l)
+    if (cfg.is_local(l))
+      CHECK(small.cache.kept(l, 0) == prefix.size() + std::min<size_t>(doc.size(), cfg.sliding_window - 1));
+  model::RaggedKvCache cache = small.cache;
+  const std::vector<float> logits = fwd.decode(cache, 3);
+  CHECK(std::all_of(logits.begin(), logits.end(), [](float x) { return std::isfinite(x); }));
 }
