@@ -29,9 +29,11 @@ void StreamKvCache::resize_head(Head& head, uint32_t capacity) {
     throw Error(Errc::out_of_memory,
                 "StreamKvCache: cannot allocate " + std::to_string(capacity) + " rows for a head");
   }
-  std::memcpy(grown.k.data(), head.k.data(), size_t(head.len) * D * 4);
-  std::memcpy(grown.v.data(), head.v.data(), size_t(head.len) * D * 4);
-  std::memcpy(grown.pos.data(), head.pos.data(), size_t(head.len) * 4);
+  if (head.len > 0) {  // an empty head's arrays may be null, which memcpy may not be given
+    std::memcpy(grown.k.data(), head.k.data(), size_t(head.len) * D * 4);
+    std::memcpy(grown.v.data(), head.v.data(), size_t(head.len) * D * 4);
+    std::memcpy(grown.pos.data(), head.pos.data(), size_t(head.len) * 4);
+  }
   grown.len = head.len;
   head = std::move(grown);
 }
@@ -138,9 +140,11 @@ RaggedKvCache StreamKvCache::take(uint32_t room) {
   for (uint32_t l = 0; l < shape_.n_layers; ++l)
     for (uint32_t h = 0; h < shape_.n_kv_heads; ++h) {
       Head& head = at(l, h);
-      std::memcpy(out.k_rows(l, h), head.k.data(), size_t(head.len) * D * 4);
-      std::memcpy(out.v_rows(l, h), head.v.data(), size_t(head.len) * D * 4);
-      std::memcpy(out.positions(l, h), head.pos.data(), size_t(head.len) * 4);
+      if (head.len > 0) {
+        std::memcpy(out.k_rows(l, h), head.k.data(), size_t(head.len) * D * 4);
+        std::memcpy(out.v_rows(l, h), head.v.data(), size_t(head.len) * D * 4);
+        std::memcpy(out.positions(l, h), head.pos.data(), size_t(head.len) * 4);
+      }
       head = Head{};
     }
   length_ = 0;
