@@ -66,6 +66,16 @@ void check_output(const std::string& path, const char* option) {
   }
 }
 
+// The options every paragraph evaluation (--compose, --retrieve) takes from the flags.
+void set_paragraph_options(const EvalOpts& o, eval::ParagraphEvalOptions& p) {
+  p.max_answer_tokens = o.eo.max_answer_tokens;
+  p.system = o.eo.system;
+  p.query_template = o.eo.query_template;
+  p.kvzip_chunk = o.eo.kvzip_chunk;
+  p.matmul = o.matmul == "exact" ? kernels::MatmulPath::Exact : kernels::MatmulPath::Fast;
+  p.threads = o.eo.threads;
+}
+
 // `eval --compose K` (eval/compose_eval.h): paragraphs as documents, K per question.
 void run_compose(const EvalOpts& o) {
   eval::ComposeEvalOptions co;
@@ -79,12 +89,7 @@ void run_compose(const EvalOpts& o) {
   co.blends = o.blends;
   co.rule = loader::parse_blend_rule(o.blend_rule);
   co.doc_prefix = o.doc_prefix;
-  co.max_answer_tokens = o.eo.max_answer_tokens;
-  co.system = o.eo.system;
-  co.query_template = o.eo.query_template;
-  co.kvzip_chunk = o.eo.kvzip_chunk;
-  co.matmul = o.matmul == "exact" ? kernels::MatmulPath::Exact : kernels::MatmulPath::Fast;
-  co.threads = o.eo.threads;
+  set_paragraph_options(o, co);
   eval::check_compose_options(co);
   check_output(o.csv, "-o");
   eval::SquadOptions so;
@@ -120,12 +125,7 @@ void run_retrieve(const EvalOpts& o) {
   }
   if (o.blends_opt->count()) ro.blends = o.blends;
   ro.rule = loader::parse_blend_rule(o.blend_rule);
-  ro.max_answer_tokens = o.eo.max_answer_tokens;
-  ro.system = o.eo.system;
-  ro.query_template = o.eo.query_template;
-  ro.kvzip_chunk = o.eo.kvzip_chunk;
-  ro.matmul = o.matmul == "exact" ? kernels::MatmulPath::Exact : kernels::MatmulPath::Fast;
-  ro.threads = o.eo.threads;
+  set_paragraph_options(o, ro);
   ro.max_questions = o.max_questions;
   eval::check_retrieve_options(ro);
   check_output(o.csv, "-o");

@@ -89,21 +89,13 @@ class ComposeRun {
  public:
   ComposeRun(const model::Model& model, const std::vector<Document>& paras,
              const ComposeEvalOptions& o)
-      : model_(model), paras_(paras), o_(o), fw_(model.weights(), forward_options(o)),
+      : model_(model), paras_(paras), o_(o), fw_(model.weights(), o.forward_options()),
         tok_(model.tokenizer()) {}
 
   ComposeEvalReport run();
 
  private:
-  static model::ForwardOptions forward_options(const ComposeEvalOptions& o) {
-    model::ForwardOptions fo;
-    fo.threads = o.threads;
-    fo.matmul = o.matmul;
-    return fo;
-  }
-  void log(const std::string& s) const {
-    if (o_.log) o_.log(s);
-  }
+  void log(const std::string& s) const { o_.note(s); }
   void compress_all();
   void make_keys();
   void ask(uint32_t p, size_t qi);

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "eval/paragraph_eval.h"
 #include "eval/squad.h"
 #include "format/format.h"
 #include "kernels/matmul.h"
@@ -26,7 +27,7 @@
 
 namespace kvzip::eval {
 
-struct ComposeEvalOptions {
+struct ComposeEvalOptions : ParagraphEvalOptions {
   uint32_t k = 4;                              // documents per question
   uint64_t max_questions = 0;                  // > 0: ask only the first N questions (every
                                                // paragraph is still a document to compose)
@@ -36,13 +37,6 @@ struct ComposeEvalOptions {
   bool doc_prefix = false;                     // loader::ComposeOptions::doc_prefix
   loader::BlendRule rule = loader::BlendRule::deviation;  // loader::ComposeOptions::rule
   bool joint_compressed = true;                // the joint-compressed rows
-  uint32_t max_answer_tokens = 24;
-  std::string system;
-  std::string query_template = format::kDefaultQueryTemplate;
-  uint32_t kvzip_chunk = 2000;
-  kernels::MatmulPath matmul = kernels::MatmulPath::Fast;
-  uint32_t threads = 0;
-  std::function<void(const std::string&)> log{};  // optional progress lines
 };
 
 struct ComposeEvalRow {

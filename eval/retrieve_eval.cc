@@ -97,7 +97,7 @@ class RetrieveRun {
       : model_(model),
         paras_(paras),
         o_(o),
-        fw_(model.weights(), forward_options(o)),
+        fw_(model.weights(), o.forward_options()),
         tok_(model.tokenizer()),
         sep_(tok_.encode("\n\n", false)) {
     blends_ = o.blends.empty() ? std::vector<double>{library_default_blend()} : o.blends;
@@ -109,15 +109,7 @@ class RetrieveRun {
   RetrieveEvalReport run();
 
  private:
-  static model::ForwardOptions forward_options(const RetrieveEvalOptions& o) {
-    model::ForwardOptions fo;
-    fo.threads = o.threads;
-    fo.matmul = o.matmul;
-    return fo;
-  }
-  void log(const std::string& s) const {
-    if (o_.log) o_.log(s);
-  }
+  void log(const std::string& s) const { o_.note(s); }
   void compress_all();
   void ask(uint32_t own, const Question& q);
   std::unique_ptr<model::AttentionCache> build(const std::vector<uint32_t>& order, double blend,

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "eval/paragraph_eval.h"
 #include "eval/squad.h"
 #include "format/format.h"
 #include "kernels/matmul.h"
@@ -27,20 +28,13 @@
 
 namespace kvzip::eval {
 
-struct RetrieveEvalOptions {
+struct RetrieveEvalOptions : ParagraphEvalOptions {
   uint32_t k = 4;              // caches retrieved per question
   uint64_t max_questions = 0;  // > 0: ask only the first N questions (every paragraph is indexed)
   std::string method = "kvzip";
   double ratio = 0.5;          // fraction of document rows kept (1: full caches)
   std::vector<double> blends;  // recompute fractions; empty: the library's default (`kvzip ask`)
   loader::BlendRule rule = loader::BlendRule::deviation;  // loader::ComposeOptions::rule
-  uint32_t max_answer_tokens = 24;
-  std::string system;
-  std::string query_template = format::kDefaultQueryTemplate;
-  uint32_t kvzip_chunk = 2000;
-  kernels::MatmulPath matmul = kernels::MatmulPath::Fast;
-  uint32_t threads = 0;
-  std::function<void(const std::string&)> log{};  // optional progress lines
 };
 
 struct RetrieveEvalRow {
