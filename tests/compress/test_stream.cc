@@ -31,6 +31,32 @@ using namespace kvzip;
 
 namespace {
 
+// A scorer file of random coefficients for `cfg` (the selection logic needs scores, not good ones).
+std::shared_ptr<const format::ScorerFile> random_scorer(const ModelConfig& cfg,
+                                                        const ModelFingerprint& model, uint64_t seed) {
+  format::ScorerFile f;
+  f.model = model;
+  f.n_layers = cfg.n_layers;
+  f.n_kv_heads = cfg.n_kv_heads;
+  f.d_model = cfg.d_model;
+  f.r2.assign(cfg.n_layers, 0.5f);
+  f.spearman.assign(cfg.n_layers, 0.5f);
+  f.weights = test::random_vector(size_t(cfg.n_layers) * cfg.n_kv_heads * (cfg.d_model + 1), seed);
+  return std::make_shared<const format::ScorerFile>(f);
+}
+
+// The same kept rows, positions and keys bit for bit, head by head.
+void check_same_rows(const model::RaggedKvCache& a, const model::RaggedKvCache& b) {
+  const model::CacheShape s = b.shape();
+  for (uint32_t l = 0; l < s.n_layers; ++l)
+    for (uint32_t h = 0; h < s.n_kv_heads; ++h) {
+      const uint32_t n = b.kept(l, h);
+      REQUIRE(a.kept(l, h) == n);
+      CHECK(std::equal(a.positions(l, h), a.positions(l, h) + n, b.positions(l, h)));
+      CHECK(std::equal(a.k_rows(l, h), a.k_rows(l, h) + size_t(n) * s.head_dim, b.k_rows(l, h)));
+    }
+}
+
 // Scores drawn from few values (many ties), with some rows always kept (+inf).
 compress::DocumentScores tied_scores(uint32_t L, uint32_t H, uint32_t n_p, uint32_t n_c,
                                      uint64_t seed) {
@@ -222,15 +248,7 @@ struct StreamTiny {
   std::vector<int32_t> doc = test::random_tokens(150, cfg.vocab_size, 413);
   std::shared_ptr<const format::ScorerFile> file;
   StreamTiny() {
-    format::ScorerFile f;
-    f.model = ModelFingerprint{"qwen2", "tiny", 1, 2};
-    f.n_layers = cfg.n_layers;
-    f.n_kv_heads = cfg.n_kv_heads;
-    f.d_model = cfg.d_model;
-    f.r2.assign(cfg.n_layers, 0.5f);
-    f.spearman.assign(cfg.n_layers, 0.5f);
-    f.weights = test::random_vector(size_t(cfg.n_layers) * cfg.n_kv_heads * (cfg.d_model + 1), 414);
-    file = std::make_shared<const format::ScorerFile>(f);
+    file = random_scorer(cfg, ModelFingerprint{"qwen2", "tiny", 1, 2}, 414);
   }
   compress::CompressOptions options(double ratio, uint32_t chunk, bool stream) const {
     compress::CompressOptions o;
@@ -259,16 +277,7 @@ TEST_CASE("streaming in one chunk keeps exactly what kvzap keeps offline", "[com
     const compress::CompressResult on = compress::compress(fwd, t.prefix, t.doc, o);
     CHECK(on.achieved_ratio == off.achieved_ratio);
     CHECK(on.kept_scores == off.kept_scores);
-    const model::CacheShape s = off.cache.shape();
-    for (uint32_t l = 0; l < s.n_layers; ++l)
-      for (uint32_t h = 0; h < s.n_kv_heads; ++h) {
-        const uint32_t n = off.cache.kept(l, h);
-        REQUIRE(on.cache.kept(l, h) == n);
-        CHECK(std::equal(on.cache.positions(l, h), on.cache.positions(l, h) + n,
-                         off.cache.positions(l, h)));
-        CHECK(std::equal(on.cache.k_rows(l, h), on.cache.k_rows(l, h) + size_t(n) * s.head_dim,
-                         off.cache.k_rows(l, h)));
-      }
+    check_same_rows(on.cache, off.cache);
     CHECK(on.params.back() == compress::MethodParams::value_type{"stream", "on"});
     CHECK(on.cache.base_length() == t.prefix.size() + t.doc.size());
   }
@@ -309,20 +318,13 @@ TEST_CASE("streaming compression needs method kvzap", "[compress][stream]") {
 TEST_CASE("a streamed file holds the rows a streamed compression keeps", "[compress][stream]") {
   test::TinyModelDir dir("stream_file", 29, 1024);
   const ModelConfig& cfg = dir.model->config();
-  format::ScorerFile f;
-  f.model = dir.model->fingerprint();
-  f.n_layers = cfg.n_layers;
-  f.n_kv_heads = cfg.n_kv_heads;
-  f.d_model = cfg.d_model;
-  f.r2.assign(cfg.n_layers, 0.5f);
-  f.spearman.assign(cfg.n_layers, 0.5f);
-  f.weights = test::random_vector(size_t(cfg.n_layers) * cfg.n_kv_heads * (cfg.d_model + 1), 30);
+  const auto scorer = random_scorer(cfg, dir.model->fingerprint(), 30);
   compress::CompressFileOptions o;
   o.compress.method = compress::kLearnedMethod;
   o.compress.ratio = 0.25;
   o.compress.stream = true;
   o.compress.prefill.chunk = 16;
-  o.compress.scorer.learned = std::make_shared<const format::ScorerFile>(f);
+  o.compress.scorer.learned = scorer;
   o.compress.scorer.kvzap_window = 4;
   o.threads = 2;
   const std::string text =
@@ -371,14 +373,7 @@ TEST_CASE("streaming a hybrid model keeps offline kvzap's rows in one chunk and 
   const std::unique_ptr<model::Model> m = model::Model::load(test::hf_golden("gemma3"));
   const ModelConfig& cfg = m->config();
   REQUIRE(cfg.hybrid());
-  format::ScorerFile f;
-  f.model = m->fingerprint();
-  f.n_layers = cfg.n_layers;
-  f.n_kv_heads = cfg.n_kv_heads;
-  f.d_model = cfg.d_model;
-  f.r2.assign(cfg.n_layers, 0.5f);
-  f.spearman.assign(cfg.n_layers, 0.5f);
-  f.weights = test::random_vector(size_t(cfg.n_layers) * cfg.n_kv_heads * (cfg.d_model + 1), 31);
+  const auto scorer = random_scorer(cfg, m->fingerprint(), 31);
   model::Forward fwd(m->weights(), model::ForwardOptions{1, 256, {}});
   const std::vector<int32_t> prefix = m->chat().prefix("");
   const std::vector<int32_t> doc = test::random_tokens(90, cfg.vocab_size, 32);
@@ -387,23 +382,14 @@ TEST_CASE("streaming a hybrid model keeps offline kvzap's rows in one chunk and 
   o.ratio = 0.3;
   o.prefill.chunk = 256;
   o.prefill.answer_room = 16;
-  o.scorer.learned = std::make_shared<const format::ScorerFile>(f);
+  o.scorer.learned = scorer;
   o.scorer.kvzap_window = 4;
   const compress::CompressResult off = compress::compress(fwd, prefix, doc, o);
   o.stream = true;
   const compress::CompressResult on = compress::compress(fwd, prefix, doc, o);
   CHECK(on.achieved_ratio == off.achieved_ratio);
   CHECK(on.kept_scores == off.kept_scores);
-  const model::CacheShape s = off.cache.shape();
-  for (uint32_t l = 0; l < s.n_layers; ++l)
-    for (uint32_t h = 0; h < s.n_kv_heads; ++h) {
-      const uint32_t n = off.cache.kept(l, h);
-      REQUIRE(on.cache.kept(l, h) == n);
-      CHECK(std::equal(on.cache.positions(l, h), on.cache.positions(l, h) + n,
-                       off.cache.positions(l, h)));
-      CHECK(std::equal(on.cache.k_rows(l, h), on.cache.k_rows(l, h) + size_t(n) * s.head_dim,
-                       off.cache.k_rows(l, h)));
-    }
+  check_same_rows(on.cache, off.cache);
   // Small chunks: a local layer never holds more than the prefix, its window and a chunk.
   o.prefill.chunk = 8;
   const compress::CompressResult small = compress::compress(fwd, prefix, doc, o);
@@ -412,7 +398,7 @@ TEST_CASE("streaming a hybrid model keeps offline kvzap's rows in one chunk and 
   const uint64_t budget = std::llround(0.3 * double(global * doc.size()));
   CHECK(small.peak_rows <= (local + global) * prefix.size() + local * (cfg.sliding_window - 1) +
                                budget + (local + global) * 8);
-  for (uint32_t l = 0; l < s.n_layers; ++l)
+  for (uint32_t l = 0; l < cfg.n_layers; ++l)
     if (cfg.is_local(l))
       CHECK(small.cache.kept(l, 0) == prefix.size() + std::min<size_t>(doc.size(), cfg.sliding_window - 1));
   model::RaggedKvCache cache = small.cache;
