@@ -27,7 +27,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
 
 std::vector<double> parse_list(const char* s) {
   std::vector<double> v;
@@ -51,7 +53,8 @@ std::vector<std::string> cut(const model::Tokenizer& tok, const std::string& tex
     cur += (cur.empty() ? "" : "\n\n") + para;
     if (tok.encode(cur, false).size() >= tokens) docs.push_back(std::move(cur)), cur.clear();
   }
-  if (!cur.empty() && (docs.empty() || tok.encode(cur, false).size() >= tokens / 2)) docs.push_back(cur);
+  if (!cur.empty() && (docs.empty() || tok.encode(cur, false).size() >= tokens / 2))
+    docs.push_back(cur);
   return docs;
 }
 
@@ -60,8 +63,9 @@ std::vector<std::string> cut(const model::Tokenizer& tok, const std::string& tex
 // Over 80 lines on purpose: a benchmark's main is its measurement script, read top to bottom.
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: bench_compose TEXT [--tokens N] [--ks 2,4,8] [--ratio R] [--blends 0,0.2] "
-                         "[--threads T] [--reps R] [--dir D]\n");
+    std::fprintf(stderr,
+                 "usage: bench_compose TEXT [--tokens N] [--ks 2,4,8] [--ratio R] [--blends 0,0.2] "
+                 "[--threads T] [--reps R] [--dir D]\n");
     return 2;
   }
   size_t tokens = 1000;
@@ -86,7 +90,8 @@ int main(int argc, char** argv) {
   try {
     bench::QuerySetup q = bench::query_setup(threads);
     const model::Model& model = *q.model;
-    const std::vector<std::string> texts = cut(model.tokenizer(), read_text(argv[1], "TEXT"), tokens);
+    const std::vector<std::string> texts =
+        cut(model.tokenizer(), read_text(argv[1], "TEXT"), tokens);
     const size_t kmax = size_t(*std::max_element(ks.begin(), ks.end()));
     std::filesystem::create_directories(dir);
     std::vector<std::string> paths;
@@ -131,8 +136,8 @@ int main(int argc, char** argv) {
       const std::vector<int32_t> qt = loader::question_tokens(model.tokenizer(), hs[0], q.question);
       seq.insert(seq.end(), qt.begin(), qt.end());
       if (seq.size() + 1 > model.config().max_context) {
-        std::fprintf(stderr, "K = %zu: %zu positions exceed the model's context of %u; skipped\n", K, seq.size(),
-                     model.config().max_context);
+        std::fprintf(stderr, "K = %zu: %zu positions exceed the model's context of %u; skipped\n",
+                     K, seq.size(), model.config().max_context);
         continue;
       }
       double joint = 1e30;
@@ -157,11 +162,13 @@ int main(int argc, char** argv) {
           if (ms < best) {  // where the best run's time went, phase by phase
             const loader::ComposeStats& c = s.compose_stats();
             std::fprintf(stderr,
-                         "K = %zu blend %.2f: %.0f ms = open %.0f + separators %.0f + probe %.0f + recompute %.0f "
+                         "K = %zu blend %.2f: %.0f ms = open %.0f + separators %.0f + probe %.0f + "
+                         "recompute %.0f "
                          "(%llu tokens) + other %.0f + question and first token %.0f\n",
                          K, b, ms, s.load_ms(), c.separator_ms, c.probe_ms, c.recompute_ms,
                          static_cast<unsigned long long>(c.recomputed),
-                         ms - s.load_ms() - c.ms - a.first_token_ms + (c.ms - c.separator_ms - c.probe_ms - c.recompute_ms),
+                         ms - s.load_ms() - c.ms - a.first_token_ms +
+                             (c.ms - c.separator_ms - c.probe_ms - c.recompute_ms),
                          a.first_token_ms);
           }
           best = std::min(best, ms);

@@ -57,8 +57,8 @@ std::vector<float> filled(size_t n, uint32_t seed, float a) {
 model::Weights smollm2_shaped_weights() {
   uint32_t seed = 1;
   auto mat = [&](size_t out, size_t in) {
-    return model::Matrix::from_f32(filled(out * in, ++seed, 1.0f / std::sqrt(float(in))), uint32_t(out),
-                            uint32_t(in));
+    return model::Matrix::from_f32(filled(out * in, ++seed, 1.0f / std::sqrt(float(in))),
+                                   uint32_t(out), uint32_t(in));
   };
   auto embedding = [&](size_t V, size_t E) {
     return model::Matrix::from_f32(filled(V * E, ++seed, 1.0f), uint32_t(V), uint32_t(E));
@@ -137,8 +137,8 @@ Span now() {
 }
 
 void print_row(const char* name, const char* what, Span s, Span prefill) {
-  std::printf("%-10s %-24s %8.2f s wall %8.2f s cpu   %5.2fx / %5.2fx prefill (wall / cpu)\n",
-              name, what, s.wall, s.cpu, s.wall / prefill.wall, s.cpu / prefill.cpu);
+  std::printf("%-10s %-24s %8.2f s wall %8.2f s cpu   %5.2fx / %5.2fx prefill (wall / cpu)\n", name,
+              what, s.wall, s.cpu, s.wall / prefill.wall, s.cpu / prefill.cpu);
 }
 
 }  // namespace
@@ -172,8 +172,8 @@ int main(int argc, char** argv) {
     const uint32_t n_p = uint32_t(prefix.size()), n_c = uint32_t(doc.size());
 
     std::printf("bench_compress: %s, %u threads, prefix %u + document %u tokens, ratio %.2f\n",
-                model ? o.model.c_str() : "SmolLM2-135M shapes, random weights", fwd.threads(),
-                n_p, n_c, o.ratio);
+                model ? o.model.c_str() : "SmolLM2-135M shapes, random weights", fwd.threads(), n_p,
+                n_c, o.ratio);
     Span t0 = now();
     prefill::PrefillResult base = prefill::prefill_document(fwd, prefix, doc);
     const Span prefill = now() - t0;
@@ -195,10 +195,12 @@ int main(int argc, char** argv) {
         print_row(m.c_str(), "prefill observer (extra)", extra, prefill);
       }
       t0 = now();
-      const compress::DocumentScores s = scorer->score(compress::ScoreInput{&fwd, &pre->cache, n_p, doc});
+      const compress::DocumentScores s =
+          scorer->score(compress::ScoreInput{&fwd, &pre->cache, n_p, doc});
       const Span scoring = now() - t0;
       t0 = now();
-      const compress::Selection sel = compress::select_rows(s, o.ratio, compress::SelectionLevel::Global);
+      const compress::Selection sel =
+          compress::select_rows(s, o.ratio, compress::SelectionLevel::Global);
       compress::EvictResult ev = compress::evict(pre->cache, s, sel);
       const Span select = now() - t0;
       if (scoring.wall > 0.01) print_row(m.c_str(), "scoring", scoring, prefill);
@@ -212,7 +214,8 @@ int main(int argc, char** argv) {
         t0 = now();
         for (uint32_t b = 0; b < n_c; b += so.kvzip_chunk) {
           const uint32_t e = std::min(n_c, b + so.kvzip_chunk);
-          fwd.prefill(base.cache, compress::reconstruction_input(so.prompts, doc, b, e, so.kvzip_hint),
+          fwd.prefill(base.cache,
+                      compress::reconstruction_input(so.prompts, doc, b, e, so.kvzip_hint),
                       model::LogitsMode::None);
           base.cache.rollback(full);
         }

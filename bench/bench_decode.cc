@@ -29,10 +29,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <functional>
 #include <memory>
 #include <span>
@@ -86,7 +86,8 @@ struct Arena {
       std::perror("mmap");
       std::exit(1);
     }
-    data = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + kHuge - 1) & ~uintptr_t(kHuge - 1));
+    data = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + kHuge - 1) &
+                                      ~uintptr_t(kHuge - 1));
     madvise(data, len - kHuge, g_huge_pages ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
   }
   Arena(const Arena&) = delete;
@@ -150,12 +151,12 @@ struct Proj {
 std::vector<Proj> layer_shape(const std::string& shape, uint32_t& layers) {
   if (shape == "1b") {  // Llama-3.2-1B: E 2048, 32 x 64 query heads, 8 KV heads, FFN 8192
     layers = 16;
-    return {{2048, 2048, 0}, {512, 2048, 0}, {512, 2048, 0}, {2048, 2048, 1},
+    return {{2048, 2048, 0}, {512, 2048, 0},  {512, 2048, 0}, {2048, 2048, 1},
             {8192, 2048, 2}, {8192, 2048, 2}, {2048, 8192, 3}};
   }
   if (shape == "8b") {  // Llama-3-8B: E 4096, 32 x 128 query heads, 8 KV heads, FFN 14336
     layers = 32;
-    return {{4096, 4096, 0}, {1024, 4096, 0}, {1024, 4096, 0}, {4096, 4096, 1},
+    return {{4096, 4096, 0},  {1024, 4096, 0},  {1024, 4096, 0}, {4096, 4096, 1},
             {14336, 4096, 2}, {14336, 4096, 2}, {4096, 14336, 3}};
   }
   std::fprintf(stderr, "unknown --shape %s (1b or 8b)\n", shape.c_str());
@@ -164,9 +165,9 @@ std::vector<Proj> layer_shape(const std::string& shape, uint32_t& layers) {
 
 // Weights of `layers` layers of one type, and the calls one decode token makes over them.
 struct DecodeSet {
-  std::unique_ptr<Arena> arena;                  // every projection's blocks, one after another
-  std::vector<const uint8_t*> blocks;            // one per projection
-  std::vector<std::vector<float>> x, y;          // one per projection
+  std::unique_ptr<Arena> arena;          // every projection's blocks, one after another
+  std::vector<const uint8_t*> blocks;    // one per projection
+  std::vector<std::vector<float>> x, y;  // one per projection
   std::vector<std::vector<kernels::MatmulArgs>> calls;
   // The same calls with Q's and K's rows through llama.cpp's rotary interleave map, as kvzip reads
   // a GGUF's Q and K (checkpoint/gguf_weights.cc): the "fast-mapped" kernel.
@@ -181,11 +182,13 @@ std::vector<uint32_t> interleave_map(uint32_t rows, uint32_t head_dim) {
   std::vector<uint32_t> map(rows);
   for (uint32_t h = 0; h < rows / head_dim; ++h)
     for (uint32_t i = 0; i < head_dim / 2; ++i)
-      for (uint32_t q = 0; q < 2; ++q) map[h * head_dim + q * head_dim / 2 + i] = h * head_dim + 2 * i + q;
+      for (uint32_t q = 0; q < 2; ++q)
+        map[h * head_dim + q * head_dim / 2 + i] = h * head_dim + 2 * i + q;
   return map;
 }
 
-DecodeSet make_set(GgmlType t, const std::vector<Proj>& layer, uint32_t layers, uint32_t T, uint32_t head_dim) {
+DecodeSet make_set(GgmlType t, const std::vector<Proj>& layer, uint32_t layers, uint32_t T,
+                   uint32_t head_dim) {
   DecodeSet s;
   for (uint32_t l = 0; l < layers; ++l)
     for (const Proj& pr : layer) s.bytes += size_t(pr.out) * kernels::quant::row_bytes(t, pr.in);
@@ -194,7 +197,8 @@ DecodeSet make_set(GgmlType t, const std::vector<Proj>& layer, uint32_t layers, 
   for (uint32_t l = 0; l < layers; ++l) {
     for (size_t p = 0; p < layer.size(); ++p) {
       const Proj& pr = layer[p];
-      const std::vector<uint8_t> b = bench::random_blocks(t, pr.out, pr.in, 12345 + uint32_t(s.blocks.size()));
+      const std::vector<uint8_t> b =
+          bench::random_blocks(t, pr.out, pr.in, 12345 + uint32_t(s.blocks.size()));
       std::copy(b.begin(), b.end(), s.arena->data + at);
       s.blocks.push_back(s.arena->data + at);
       at += b.size();
@@ -213,7 +217,8 @@ DecodeSet make_set(GgmlType t, const std::vector<Proj>& layer, uint32_t layers, 
       }
       s.y[k].resize(size_t(pr.out) * T);
       if (pr.call != call) s.calls.emplace_back(), call = pr.call;
-      const kernels::MatrixView v{t, s.blocks[k], kernels::quant::row_bytes(t, pr.in), pr.out, pr.in, nullptr};
+      const kernels::MatrixView v{t,      s.blocks[k], kernels::quant::row_bytes(t, pr.in),
+                                  pr.out, pr.in,       nullptr};
       const float* x = s.x[k].empty() ? s.calls.back().back().x : s.x[k].data();
       s.calls.back().push_back(kernels::MatmulArgs{x, v, nullptr, s.y[k].data(), T});
     }
@@ -264,44 +269,57 @@ int main(int argc, char** argv) {
       const Times tb = timed([&] { read_pass(pool, buf, bw_bytes, sink); });
       if (r > 0) bw.push_back(double(bw_bytes) / tb.wall * 1e-9);
     }
-    std::printf("read bandwidth: median %.1f GB/s, best %.1f GB/s (%zu MiB, %u threads, %u rounds)\n", median(bw),
-                *std::max_element(bw.begin(), bw.end()), bw_bytes >> 20, threads, rounds);
+    std::printf(
+        "read bandwidth: median %.1f GB/s, best %.1f GB/s (%zu MiB, %u threads, %u rounds)\n",
+        median(bw), *std::max_element(bw.begin(), bw.end()), bw_bytes >> 20, threads, rounds);
     return sink == 42 ? 1 : 0;
   }
 
   uint32_t shape_layers = 0;
   const std::vector<Proj> layer = layer_shape(shape, shape_layers);
-  std::printf("decode weight streaming vs read bandwidth: %u threads, %s-shaped layers, %u token(s) a "
-              "step, %u rounds; fast = %s; load %s\n",
-              threads, shape.c_str(), tokens, rounds, kernels::matmul_kernels(kernels::MatmulPath::Fast).c_str(),
-              [] {
-                static char b[64] = "?";
-                if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-                  if (!std::fgets(b, sizeof b, f)) b[0] = 0;
-                  std::fclose(f);
-                }
-                for (char* c = b; *c; ++c)
-                  if (*c == '\n') *c = 0;
-                return b;
-              }());
-  std::printf("| type | kernel | MB a token | median GB/s | best GB/s | median / read bandwidth |"
-              " CPU-time GB/s | CPU-time / read bandwidth |\n");
+  std::printf(
+      "decode weight streaming vs read bandwidth: %u threads, %s-shaped layers, %u token(s) a "
+      "step, %u rounds; fast = %s; load %s\n",
+      threads, shape.c_str(), tokens, rounds,
+      kernels::matmul_kernels(kernels::MatmulPath::Fast).c_str(), [] {
+        static char b[64] = "?";
+        if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+          if (!std::fgets(b, sizeof b, f)) b[0] = 0;
+          std::fclose(f);
+        }
+        for (char* c = b; *c; ++c)
+          if (*c == '\n') *c = 0;
+        return b;
+      }());
+  std::printf(
+      "| type | kernel | MB a token | median GB/s | best GB/s | median / read bandwidth |"
+      " CPU-time GB/s | CPU-time / read bandwidth |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
   for (const std::string& tn : split(types)) {
     const GgmlType t = type_by_name(tn);
     size_t layer_bytes = 0;
     for (const Proj& p : layer) layer_bytes += size_t(p.out) * kernels::quant::row_bytes(t, p.in);
     if (resident) {
-      const uint32_t in = 2048, rows = uint32_t(std::max<size_t>(8, (size_t(1) << 20) / kernels::quant::row_bytes(t, in) / 8 * 8));
+      const uint32_t in = 2048,
+                     rows = uint32_t(std::max<size_t>(
+                         8, (size_t(1) << 20) / kernels::quant::row_bytes(t, in) / 8 * 8));
       const std::vector<uint8_t> w = bench::random_blocks(t, rows, in);
       std::vector<float> x(in), y(rows);
       for (uint32_t i = 0; i < in; ++i) x[i] = std::sin(0.01f * float(i));
-      const kernels::MatmulArgs a{x.data(), {t, w.data(), kernels::quant::row_bytes(t, in), rows, in, nullptr}, nullptr, y.data(), 1};
+      const kernels::MatmulArgs a{
+          x.data(),
+          {t, w.data(), kernels::quant::row_bytes(t, in), rows, in, nullptr},
+          nullptr,
+          y.data(),
+          1};
       for (const std::string& kn : split(kernel_names)) {
         std::function<void()> fn;
-        if (kn == "fast") fn = [&] { kernels::cpu::matmul(&pool, {&a, 1}, kernels::MatmulPath::Fast); };
-        else if (kn == "exact") fn = [&] { kernels::cpu::matmul(&pool, {&a, 1}, kernels::MatmulPath::Exact); };
-        else if (kn == "avx2" && kernels::qdot_supported(t) && kernels::qisa_available(kernels::QIsa::Avx2))
+        if (kn == "fast")
+          fn = [&] { kernels::cpu::matmul(&pool, {&a, 1}, kernels::MatmulPath::Fast); };
+        else if (kn == "exact")
+          fn = [&] { kernels::cpu::matmul(&pool, {&a, 1}, kernels::MatmulPath::Exact); };
+        else if (kn == "avx2" && kernels::qdot_supported(t) &&
+                 kernels::qisa_available(kernels::QIsa::Avx2))
           fn = [&] { kernels::cpu::qdot(&pool, {&a, 1}, kernels::QIsa::Avx2); };
         else continue;
         std::vector<double> g;
@@ -311,12 +329,14 @@ int main(int argc, char** argv) {
           for (int i = 0; i < reps; ++i) fn();
           if (r > 0) g.push_back(double(w.size()) * reps / (thread_cpu_now() - t0) * 1e-9);
         }
-        std::printf("| %s | %s (resident, 1 thread, CPU time) | %.2f | %.1f | %.1f | | | |\n", tn.c_str(), kn.c_str(),
-                    double(w.size()) * 1e-6, median(g), *std::max_element(g.begin(), g.end()));
+        std::printf("| %s | %s (resident, 1 thread, CPU time) | %.2f | %.1f | %.1f | | | |\n",
+                    tn.c_str(), kn.c_str(), double(w.size()) * 1e-6, median(g),
+                    *std::max_element(g.begin(), g.end()));
       }
       continue;
     }
-    const uint32_t layers = uint32_t(std::min<size_t>(shape_layers, std::max<size_t>(1, ((mb << 20) + layer_bytes - 1) / layer_bytes)));
+    const uint32_t layers = uint32_t(std::min<size_t>(
+        shape_layers, std::max<size_t>(1, ((mb << 20) + layer_bytes - 1) / layer_bytes)));
     DecodeSet set = make_set(t, layer, layers, tokens, shape == "8b" ? 128 : 64);
     struct Kernel {
       std::string name;
@@ -326,13 +346,24 @@ int main(int argc, char** argv) {
     std::vector<Kernel> ks;
     for (const std::string& kn : split(kernel_names)) {
       if (kn == "fast")
-        ks.push_back({kn, [&](std::span<const kernels::MatmulArgs> c) { kernels::cpu::matmul(&pool, c, kernels::MatmulPath::Fast); }});
+        ks.push_back({kn, [&](std::span<const kernels::MatmulArgs> c) {
+                        kernels::cpu::matmul(&pool, c, kernels::MatmulPath::Fast);
+                      }});
       else if (kn == "fast-mapped")
-        ks.push_back({kn, [&](std::span<const kernels::MatmulArgs> c) { kernels::cpu::matmul(&pool, c, kernels::MatmulPath::Fast); }, true});
+        ks.push_back({kn,
+                      [&](std::span<const kernels::MatmulArgs> c) {
+                        kernels::cpu::matmul(&pool, c, kernels::MatmulPath::Fast);
+                      },
+                      true});
       else if (kn == "exact")
-        ks.push_back({kn, [&](std::span<const kernels::MatmulArgs> c) { kernels::cpu::matmul(&pool, c, kernels::MatmulPath::Exact); }});
-      else if (kn == "avx2" && kernels::qdot_supported(t) && kernels::qisa_available(kernels::QIsa::Avx2))
-        ks.push_back({kn, [&](std::span<const kernels::MatmulArgs> c) { kernels::cpu::qdot(&pool, c, kernels::QIsa::Avx2); }});
+        ks.push_back({kn, [&](std::span<const kernels::MatmulArgs> c) {
+                        kernels::cpu::matmul(&pool, c, kernels::MatmulPath::Exact);
+                      }});
+      else if (kn == "avx2" && kernels::qdot_supported(t) &&
+               kernels::qisa_available(kernels::QIsa::Avx2))
+        ks.push_back({kn, [&](std::span<const kernels::MatmulArgs> c) {
+                        kernels::cpu::qdot(&pool, c, kernels::QIsa::Avx2);
+                      }});
     }
     std::vector<double> bw, bw_cpu;
     std::vector<std::vector<double>> gbs(ks.size()), gbs_cpu(ks.size());
@@ -352,12 +383,13 @@ int main(int argc, char** argv) {
     }
     const double bw_med = median(bw), bw_cpu_med = median(bw_cpu);
     for (size_t k = 0; k < ks.size(); ++k)
-      std::printf("| %s | %s | %.0f (%u layers) | %.1f | %.1f | %.0f%% | %.1f | %.0f%% |\n", tn.c_str(),
-                  ks[k].name.c_str(), double(set.bytes) * 1e-6, layers, median(gbs[k]),
+      std::printf("| %s | %s | %.0f (%u layers) | %.1f | %.1f | %.0f%% | %.1f | %.0f%% |\n",
+                  tn.c_str(), ks[k].name.c_str(), double(set.bytes) * 1e-6, layers, median(gbs[k]),
                   *std::max_element(gbs[k].begin(), gbs[k].end()), 100.0 * median(gbs[k]) / bw_med,
                   median(gbs_cpu[k]), 100.0 * median(gbs_cpu[k]) / bw_cpu_med);
-    std::printf("| %s | read bandwidth (%zu MiB, same rounds) | | %.1f | %.1f | 100%% | %.1f | 100%% |\n",
-                tn.c_str(), bw_bytes >> 20, bw_med, *std::max_element(bw.begin(), bw.end()), bw_cpu_med);
+    std::printf(
+        "| %s | read bandwidth (%zu MiB, same rounds) | | %.1f | %.1f | 100%% | %.1f | 100%% |\n",
+        tn.c_str(), bw_bytes >> 20, bw_med, *std::max_element(bw.begin(), bw.end()), bw_cpu_med);
   }
   return sink == 42 ? 1 : 0;  // keeps the reads
 }

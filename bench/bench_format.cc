@@ -24,8 +24,8 @@ using namespace kvzip::format;
 using Clock = std::chrono::steady_clock;
 
 struct Args {
-  double mb = 100;       // size of the cache for write/read
-  double zstd_mb = 8;    // size of the cache for the zstd table
+  double mb = 100;     // size of the cache for write/read
+  double zstd_mb = 8;  // size of the cache for the zstd table
   std::string dir = std::filesystem::exists("/dev/shm") ? "/dev/shm" : "/tmp";
 };
 
@@ -57,7 +57,8 @@ CacheContents make_cache(double mb, DType dtype) {
   h.head_dim = D;
   h.kv_dtype = dtype;
   for (uint32_t i = 0; i < prefix; ++i) h.prefix_tokens.push_back(i);
-  for (uint64_t i = 0; i < doc; ++i) h.document_tokens.push_back(static_cast<uint32_t>(1000 + i % 30000));
+  for (uint64_t i = 0; i < doc; ++i)
+    h.document_tokens.push_back(static_cast<uint32_t>(1000 + i % 30000));
   h.document_text = std::string(doc * 5, 'x');
   h.method = "bench";
   h.requested_ratio = h.achieved_ratio = 0.5;
@@ -120,19 +121,27 @@ void row(const char* what, uint64_t bytes, double seconds, double memcpy) {
 void os_baselines(uint64_t bytes, const std::string& path, double mc) {
   std::vector<char> buf(bytes, 3);
   std::string raw = path + ".raw";
-  row("OS: write(2) to a new file + fsync", bytes, best_seconds(3, [&] {
-        ::unlink(raw.c_str());
-        int fd = ::open(raw.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
-        for (uint64_t at = 0; at < bytes;) at += static_cast<uint64_t>(::write(fd, buf.data() + at, bytes - at));
-        ::fsync(fd);
-        ::close(fd);
-      }), mc);
-  row("OS: pread(2) of that file (page cache)", bytes, best_seconds(3, [&] {
-        int fd = ::open(raw.c_str(), O_RDONLY);
-        for (uint64_t at = 0; at < bytes;)
-          at += static_cast<uint64_t>(::pread(fd, buf.data() + at, bytes - at, static_cast<off_t>(at)));
-        ::close(fd);
-      }), mc);
+  row("OS: write(2) to a new file + fsync", bytes,
+      best_seconds(3,
+                   [&] {
+                     ::unlink(raw.c_str());
+                     int fd = ::open(raw.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+                     for (uint64_t at = 0; at < bytes;)
+                       at += static_cast<uint64_t>(::write(fd, buf.data() + at, bytes - at));
+                     ::fsync(fd);
+                     ::close(fd);
+                   }),
+      mc);
+  row("OS: pread(2) of that file (page cache)", bytes,
+      best_seconds(3,
+                   [&] {
+                     int fd = ::open(raw.c_str(), O_RDONLY);
+                     for (uint64_t at = 0; at < bytes;)
+                       at += static_cast<uint64_t>(
+                           ::pread(fd, buf.data() + at, bytes - at, static_cast<off_t>(at)));
+                     ::close(fd);
+                   }),
+      mc);
   ::unlink(raw.c_str());
 }
 
@@ -143,16 +152,21 @@ void throughput(const Args& a) {
   std::string path = a.dir + "/kvzip-bench.kvz";
   WriteOptions force;
   force.force = true;
-  std::printf("cache: %u layers x %u KV heads x D %u, %.1f MB of K/V as f32, file in %s\n"
-              "(GB/s count the f32 bytes of the cache, also for f16 files)\n",
-              c.header.n_layers, c.header.n_kv_heads, c.header.head_dim, bytes / 1e6, a.dir.c_str());
+  std::printf(
+      "cache: %u layers x %u KV heads x D %u, %.1f MB of K/V as f32, file in %s\n"
+      "(GB/s count the f32 bytes of the cache, also for f16 files)\n",
+      c.header.n_layers, c.header.n_kv_heads, c.header.head_dim, bytes / 1e6, a.dir.c_str());
   std::printf("  %-52s %6.2f GB/s\n", "memcpy (same bytes, same run)", mc);
   os_baselines(bytes, path, mc);
-  row("write f32 (serialise, xxh64, fsync, rename)", bytes, best_seconds(3, [&] { write_cache_file(c, path, force); }), mc);
-  row("serialise f32 to a counting sink (xxh64)", bytes, best_seconds(3, [&] {
-        CountingSink s;
-        write_cache(c, s);
-      }), mc);
+  row("write f32 (serialise, xxh64, fsync, rename)", bytes,
+      best_seconds(3, [&] { write_cache_file(c, path, force); }), mc);
+  row("serialise f32 to a counting sink (xxh64)", bytes,
+      best_seconds(3,
+                   [&] {
+                     CountingSink s;
+                     write_cache(c, s);
+                   }),
+      mc);
   std::vector<std::vector<float>> k(c.header.n_layers), v(c.header.n_layers);
   for (uint32_t l = 0; l < c.header.n_layers; ++l) {
     k[l].resize(c.layers[l].k.size());
@@ -162,22 +176,31 @@ void throughput(const Args& a) {
     CacheReader r = CacheReader::open(path, {verify});
     for (uint32_t l = 0; l < r.header().n_layers; ++l) r.read_kv(l, k[l], v[l]);
   };
-  row("read f32: open + copy every layer (no K/V hash)", bytes, best_seconds(3, [&] { read_all(Verify::Metadata); }), mc);
-  row("read f32: open + hash + copy every layer", bytes, best_seconds(3, [&] { read_all(Verify::OnAccess); }), mc);
-  row("read f32: open + hash, zero-copy views", bytes, best_seconds(3, [&] {
-        CacheReader r = CacheReader::open(path, {Verify::OnAccess});
-        for (uint32_t l = 0; l < r.header().n_layers; ++l) (void)r.kv_view(l);
-      }), mc);
+  row("read f32: open + copy every layer (no K/V hash)", bytes,
+      best_seconds(3, [&] { read_all(Verify::Metadata); }), mc);
+  row("read f32: open + hash + copy every layer", bytes,
+      best_seconds(3, [&] { read_all(Verify::OnAccess); }), mc);
+  row("read f32: open + hash, zero-copy views", bytes,
+      best_seconds(3,
+                   [&] {
+                     CacheReader r = CacheReader::open(path, {Verify::OnAccess});
+                     for (uint32_t l = 0; l < r.header().n_layers; ++l) (void)r.kv_view(l);
+                   }),
+      mc);
   CacheContents h16 = make_cache(a.mb, DType::F16);
-  row("write f16 (convert, xxh64, fsync, rename)", bytes, best_seconds(3, [&] { write_cache_file(h16, path, force); }), mc);
-  row("read f16: open + hash + convert every layer", bytes, best_seconds(3, [&] { read_all(Verify::OnAccess); }), mc);
+  row("write f16 (convert, xxh64, fsync, rename)", bytes,
+      best_seconds(3, [&] { write_cache_file(h16, path, force); }), mc);
+  row("read f16: open + hash + convert every layer", bytes,
+      best_seconds(3, [&] { read_all(Verify::OnAccess); }), mc);
   std::filesystem::remove(path);
 }
 
 void zstd_table(const Args& a) {
-  std::printf("\nzstd on K/V sections: cache of %.0f MB as f32, stored as the dtype; ratio = raw / stored;\n"
-              "MB/s of raw (dtype) bytes; write = whole file to disk, read = open + decode every layer\n",
-              a.zstd_mb);
+  std::printf(
+      "\nzstd on K/V sections: cache of %.0f MB as f32, stored as the dtype; ratio = raw / "
+      "stored;\n"
+      "MB/s of raw (dtype) bytes; write = whole file to disk, read = open + decode every layer\n",
+      a.zstd_mb);
   std::printf("  %-5s %5s %8s %12s %12s\n", "dtype", "level", "ratio", "write MB/s", "read MB/s");
   std::string path = a.dir + "/kvzip-bench-zstd.kvz";
   for (DType t : {DType::F32, DType::F16, DType::BF16}) {
@@ -195,8 +218,8 @@ void zstd_table(const Args& a) {
         CacheReader rr = CacheReader::open(path);
         for (uint32_t l = 0; l < rr.header().n_layers; ++l) (void)rr.load_layer(l);
       });
-      std::printf("  %-5s %5d %8.3f %12.0f %12.0f\n", dtype_name(t), level, static_cast<double>(raw) / stored,
-                  raw / ws / 1e6, raw / rs / 1e6);
+      std::printf("  %-5s %5d %8.3f %12.0f %12.0f\n", dtype_name(t), level,
+                  static_cast<double>(raw) / stored, raw / ws / 1e6, raw / rs / 1e6);
     }
   }
   std::filesystem::remove(path);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "bench/bench_shapes.h"
+#include "cache/gpu_cache.h"
 #include "common/error.h"
 #include "compress/pipeline.h"
 #include "format/format.h"
@@ -28,7 +29,6 @@
 #include "kernels/device.h"
 #include "kernels/gpu.h"
 #include "loader/loader.h"
-#include "cache/gpu_cache.h"
 #include "model/gpu_forward.h"
 
 using namespace kvzip;
@@ -89,7 +89,8 @@ double decode_attention_bandwidth(const ModelConfig& c, uint32_t T, double copy_
   kernels::gpu::GpuBuffer<float> q(size_t(c.n_heads) * c.head_dim), out(q.size());
   std::vector<float> hq(q.size(), 0.01f);
   q.upload(hq);
-  std::vector<std::vector<kernels::KvSpan>> spans(c.n_layers, std::vector<kernels::KvSpan>(c.n_kv_heads));
+  std::vector<std::vector<kernels::KvSpan>> spans(c.n_layers,
+                                                  std::vector<kernels::KvSpan>(c.n_kv_heads));
   double bytes_per_pass = 0;
   for (uint32_t l = 0; l < c.n_layers; ++l)
     for (uint32_t h = 0; h < c.n_kv_heads; ++h) {
@@ -98,9 +99,10 @@ double decode_attention_bandwidth(const ModelConfig& c, uint32_t T, double copy_
     }
   auto pass = [&] {
     for (uint32_t l = 0; l < c.n_layers; ++l)
-      kernels::cuda::attention_decode(kernels::AttentionArgs{q.data(), spans[l].data(), out.data(), 1, c.n_heads,
-                                           c.n_kv_heads, c.head_dim, 0.088f},
-                             nullptr);
+      kernels::cuda::attention_decode(
+          kernels::AttentionArgs{q.data(), spans[l].data(), out.data(), 1, c.n_heads, c.n_kv_heads,
+                                 c.head_dim, 0.088f},
+          nullptr);
   };
   pass();
   kernels::gpu::synchronize();
@@ -110,7 +112,8 @@ double decode_attention_bandwidth(const ModelConfig& c, uint32_t T, double copy_
   kernels::gpu::synchronize();
   const double s = secs(t);
   const double bw = bytes_per_pass * reps / s;
-  report("ragged decode attention, ratio 0.3 of " + std::to_string(T) + " (GB/s)", bw / 1e9, "%.0f");
+  report("ragged decode attention, ratio 0.3 of " + std::to_string(T) + " (GB/s)", bw / 1e9,
+         "%.0f");
   report("  as a fraction of D2D copy bandwidth", bw / copy_bw, "%.2f", "(target >= 0.70)");
   report("  per layer (us)", s / reps / c.n_layers * 1e6, "%.1f");
   return bw;
@@ -129,7 +132,8 @@ double prefill_tps(model::GpuForward& f, uint32_t T, double* seconds) {
 void kvzip_vs_prefill(model::GpuForward& f, uint32_t T) {
   const ModelConfig& c = f.config();
   const uint32_t n_p = 32;
-  const auto prefix = random_tokens(n_p, c.vocab_size, 1), doc = random_tokens(T - n_p, c.vocab_size, 2);
+  const auto prefix = random_tokens(n_p, c.vocab_size, 1),
+             doc = random_tokens(T - n_p, c.vocab_size, 2);
   compress::CompressOptions co;
   co.method = "kvzip";
   co.ratio = 0.3;
@@ -152,7 +156,8 @@ void decode_ms(model::GpuForward& f, uint32_t T, int n) {
     const std::vector<uint32_t> kept =
         which == 0 ? std::vector<uint32_t>(size_t(c.n_layers) * c.n_kv_heads, T)
                    : ragged_kept(c, T, 0.3, 12);
-    model::GpuCache cache = model::GpuCache::random(model::cache_shape(c), T, kept, uint32_t(n) + 8, 6);
+    model::GpuCache cache =
+        model::GpuCache::random(model::cache_shape(c), T, kept, uint32_t(n) + 8, 6);
     f.decode(cache, 1);  // warm-up
     cache.reset();
     auto t = Clock::now();
@@ -236,7 +241,8 @@ int main(int argc, char** argv) {
     else if (a == "--quick") long_T = 8192, short_T = 2048, layers = 4;
   }
   if (!kernels::kBuiltWithCuda || kernels::cuda_device_count() == 0) {
-    std::printf("bench_gpu: skipped (%s)\n", kernels::kBuiltWithCuda ? "no CUDA device" : "built without CUDA");
+    std::printf("bench_gpu: skipped (%s)\n",
+                kernels::kBuiltWithCuda ? "no CUDA device" : "built without CUDA");
     return 0;
   }
   int status = 0;
@@ -276,13 +282,16 @@ int main(int argc, char** argv) {
     part("kvzip", [&] { kvzip_vs_prefill(f, short_T); });
     part("decode", [&] { decode_ms(f, long_T, 32); });
   });
-  part(".kvz load", [&] { load_to_gpu(cfg, short_T, std::filesystem::temp_directory_path().string()); });
+  part(".kvz load",
+       [&] { load_to_gpu(cfg, short_T, std::filesystem::temp_directory_path().string()); });
   std::printf("\n%-48s %-12s %s\n", "metric", "value", "target");
-  for (const Row& r : g_rows) std::printf("%-48s %-12s %s\n", r.metric.c_str(), r.value.c_str(), r.target.c_str());
+  for (const Row& r : g_rows)
+    std::printf("%-48s %-12s %s\n", r.metric.c_str(), r.value.c_str(), r.target.c_str());
   if (!out_dir.empty()) {
     std::ofstream csv(out_dir + "/bench_gpu.csv");
     csv << "metric,value,target\n";
-    for (const Row& r : g_rows) csv << '"' << r.metric << "\"," << r.value << ",\"" << r.target << "\"\n";
+    for (const Row& r : g_rows)
+      csv << '"' << r.metric << "\"," << r.value << ",\"" << r.target << "\"\n";
   }
   return status;
 }

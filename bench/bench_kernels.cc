@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "bench/bench_shapes.h"
+#include "cache/kv_cache.h"
 #include "common/half.h"
 #include "kernels/attention.h"
 #include "kernels/gemm.h"
@@ -28,7 +29,6 @@
 #include "kernels/quant.h"
 #include "kernels/thread_pool.h"
 #include "model/forward.h"
-#include "cache/kv_cache.h"
 
 using namespace kvzip;
 
@@ -38,7 +38,8 @@ struct Args {
   uint32_t threads = 2;
   uint32_t ctx = 2048;
   uint32_t decode = 16;
-  uint32_t attention_only = 0;  // 1: only the attention rows (fp32 and, where the CPU has them, bf16)
+  uint32_t attention_only =
+      0;  // 1: only the attention rows (fp32 and, where the CPU has them, bf16)
 };
 
 Args parse(int argc, char** argv) {
@@ -102,7 +103,8 @@ struct QuantMatrix {
   // The same blocks as a model Matrix (owned bytes).
   model::Matrix matrix() const {
     model::Matrix m;
-    m.type = format == kernels::QFormat::Q8_0 ? kernels::quant::GgmlType::Q8_0 : kernels::quant::GgmlType::Q4_1;
+    m.type = format == kernels::QFormat::Q8_0 ? kernels::quant::GgmlType::Q8_0
+                                              : kernels::quant::GgmlType::Q4_1;
     m.rows = rows;
     m.cols = cols;
     auto bytes = std::make_shared<std::vector<uint8_t>>(blocks);
@@ -127,7 +129,8 @@ QuantMatrix quantize(std::vector<float>& w, uint32_t rows, uint32_t cols, kernel
     float* x = w.data() + b * 32;
     uint8_t* blk = q.blocks.data() + b * bb;
     float lo = x[0], hi = x[0], amax = 0.0f;
-    for (int i = 0; i < 32; ++i) lo = std::min(lo, x[i]), hi = std::max(hi, x[i]), amax = std::max(amax, std::fabs(x[i]));
+    for (int i = 0; i < 32; ++i)
+      lo = std::min(lo, x[i]), hi = std::max(hi, x[i]), amax = std::max(amax, std::fabs(x[i]));
     if (f == kernels::QFormat::Q8_0) {
       const float d = f16_to_f32(f32_to_f16(amax / 127.0f));
       half(blk, d);
@@ -138,20 +141,23 @@ QuantMatrix quantize(std::vector<float>& w, uint32_t rows, uint32_t cols, kernel
       half(blk, d);
       half(blk + 2, m);
       for (int i = 0; i < 16; ++i) {
-        auto code = [&](float v) { return d > 0 ? std::clamp<long>(std::lround((v - m) / d), 0, 15) : 0; };
+        auto code = [&](float v) {
+          return d > 0 ? std::clamp<long>(std::lround((v - m) / d), 0, 15) : 0;
+        };
         blk[4 + i] = uint8_t(code(x[i]) | (code(x[i + 16]) << 4));
       }
     }
   }
-  kernels::quant::dequantize_rows(f == kernels::QFormat::Q8_0 ? kernels::quant::GgmlType::Q8_0 : kernels::quant::GgmlType::Q4_1,
-                         q.blocks.data(), w.data(), cols, rows, 1);
+  kernels::quant::dequantize_rows(
+      f == kernels::QFormat::Q8_0 ? kernels::quant::GgmlType::Q8_0 : kernels::quant::GgmlType::Q4_1,
+      q.blocks.data(), w.data(), cols, rows, 1);
   return q;
 }
 
-
 // The model's matrices in Q4_1 and its embedding in Q8_0, like the SmolLM2 GGUF.
 model::Weights random_model(const ModelConfig& c) {
-  const uint32_t E = c.d_model, F = c.d_ffn, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
+  const uint32_t E = c.d_model, F = c.d_ffn, qd = c.n_heads * c.head_dim,
+                 kvd = c.n_kv_heads * c.head_dim;
   uint64_t seed = 1;
   auto mat = [&](uint32_t out, uint32_t in, kernels::QFormat f = kernels::QFormat::Q4_1) {
     std::vector<float> w = fill(size_t(out) * in, ++seed, 1.0f / std::sqrt(float(in)));
@@ -177,7 +183,8 @@ model::Weights random_model(const ModelConfig& c) {
   return w;
 }
 
-void bench_gemm(kernels::ThreadPool& pool, const char* name, uint32_t T, uint32_t in, uint32_t out) {
+void bench_gemm(kernels::ThreadPool& pool, const char* name, uint32_t T, uint32_t in,
+                uint32_t out) {
   auto x = fill(size_t(T) * in, 1, 1.0f), w = fill(size_t(out) * in, 2, 0.05f);
   std::vector<float> y(size_t(T) * out);
   kernels::GemmArgs a{x.data(), w.data(), nullptr, y.data(), T, in, out};
@@ -189,7 +196,8 @@ void bench_gemm(kernels::ThreadPool& pool, const char* name, uint32_t T, uint32_
               out, t.wall * 1e3, flops / t.wall * 1e-9, flops / t.cpu * 1e-9);
 }
 
-void bench_qgemv(kernels::ThreadPool& pool, const char* name, kernels::QFormat f, uint32_t in, uint32_t out, kernels::QIsa isa) {
+void bench_qgemv(kernels::ThreadPool& pool, const char* name, kernels::QFormat f, uint32_t in,
+                 uint32_t out, kernels::QIsa isa) {
   auto w = fill(size_t(out) * in, 2, 0.05f);
   const QuantMatrix q = quantize(w, out, in, f);
   auto x = fill(in, 1, 1.0f);
@@ -240,7 +248,8 @@ void bench_attention(kernels::ThreadPool& pool, uint32_t T, uint32_t len, bool b
   double pairs = double(T) * (len - T) + double(T) * (T + 1) / 2;
   double flops = 4.0 * D * Hq * pairs;
   std::printf("  attention T=%-5u len=%-6u %-4s       %8.2f ms  %7.1f GFLOP/s  %7.1f per cpu-s\n",
-              T, len, bf16 ? "bf16" : "fp32", t.wall * 1e3, flops / t.wall * 1e-9, flops / t.cpu * 1e-9);
+              T, len, bf16 ? "bf16" : "fp32", t.wall * 1e3, flops / t.wall * 1e-9,
+              flops / t.cpu * 1e-9);
 }
 
 void attention_rows(kernels::ThreadPool& pool, const Args& args) {
@@ -260,7 +269,8 @@ int main(int argc, char** argv) {
   Args args = parse(argc, argv);
   kernels::ThreadPool pool(args.threads);
   kernels::set_blas_threads(args.threads);
-  std::printf("bench_kernels: %u threads, SmolLM2-135M shapes, random fp32 weights\n\n", args.threads);
+  std::printf("bench_kernels: %u threads, SmolLM2-135M shapes, random fp32 weights\n\n",
+              args.threads);
   if (args.attention_only) {
     attention_rows(pool, args);
     return 0;
@@ -291,7 +301,8 @@ int main(int argc, char** argv) {
   fp32_opt.matmul = kernels::MatmulPath::Exact;
   model::Forward fwd(w, fp32_opt), fwd_q(w, q_opt);
   std::vector<int32_t> doc(args.ctx);
-  for (uint32_t i = 0; i < args.ctx; ++i) doc[i] = static_cast<int32_t>((i * 7919u) % cfg.vocab_size);
+  for (uint32_t i = 0; i < args.ctx; ++i)
+    doc[i] = static_cast<int32_t>((i * 7919u) % cfg.vocab_size);
   model::KvCache cache(cfg, args.ctx + args.decode);
   Timing t_prefill = best_of(2, [&] {
     cache.rollback(0);
@@ -309,13 +320,16 @@ int main(int argc, char** argv) {
     for (const model::Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
       params += double(m->rows) * m->cols;
   double attn_pairs = double(args.ctx) * (args.ctx + 1) / 2;
-  double prefill_flops = 2.0 * params * args.ctx + 4.0 * 64 * 9 * 30 * attn_pairs +
-                         2.0 * cfg.vocab_size * cfg.d_model;
+  double prefill_flops =
+      2.0 * params * args.ctx + 4.0 * 64 * 9 * 30 * attn_pairs + 2.0 * cfg.vocab_size * cfg.d_model;
   std::printf("\nModel (L=30, E=576, Hq=9, Hkv=3, D=64, F=1536, V=49152)\n");
-  std::printf("  prefill %u tokens       %8.2f s      %7.1f tokens/s  %7.1f GFLOP/s  %7.1f GFLOP per cpu-s\n",
-              args.ctx, t_prefill.wall, args.ctx / t_prefill.wall, prefill_flops / t_prefill.wall * 1e-9,
-              prefill_flops / t_prefill.cpu * 1e-9);
-  for (const auto& [name, t] : {std::pair{"exact path", t_decode}, std::pair{"fast path ", t_decode_q}})
+  std::printf(
+      "  prefill %u tokens       %8.2f s      %7.1f tokens/s  %7.1f GFLOP/s  %7.1f GFLOP per "
+      "cpu-s\n",
+      args.ctx, t_prefill.wall, args.ctx / t_prefill.wall, prefill_flops / t_prefill.wall * 1e-9,
+      prefill_flops / t_prefill.cpu * 1e-9);
+  for (const auto& [name, t] :
+       {std::pair{"exact path", t_decode}, std::pair{"fast path ", t_decode_q}})
     std::printf("  decode at %u context, %s  %8.2f ms/tok %7.1f tokens/s  (%.1f ms cpu/token)\n",
                 args.ctx, name, t.wall / args.decode * 1e3, args.decode / t.wall,
                 t.cpu / args.decode * 1e3);

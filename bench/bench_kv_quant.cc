@@ -27,7 +27,9 @@ double best_us(uint32_t reps, const std::function<void()>& f) {
   for (uint32_t r = 0; r < reps; ++r) {
     const auto t = std::chrono::steady_clock::now();
     f();
-    best = std::min(best, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t).count());
+    best = std::min(
+        best,
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t).count());
   }
   return best;
 }
@@ -43,7 +45,8 @@ int main(int argc, char** argv) {
   const uint32_t D = 64, n_q = 3;
   std::mt19937 gen(1);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> k(size_t(R) * D), v(k.size()), q(n_q * D), out(n_q * D), scores(size_t(n_q) * R);
+  std::vector<float> k(size_t(R) * D), v(k.size()), q(n_q * D), out(n_q * D),
+      scores(size_t(n_q) * R);
   for (float& x : k) x = nd(gen);
   for (float& x : v) x = nd(gen);
   for (float& x : q) x = nd(gen);
@@ -57,27 +60,31 @@ int main(int argc, char** argv) {
   std::printf("%-34s %9.1f us  (1.00x)\n", "f32 attention (kernels/attention)", f32_us);
 
   for (bool rotated : {false, true})
-  for (uint32_t bits : {8u, 4u}) {
-    const kernels::KvQuantLayout l{bits, D, D, rotated};  // rotated: Hadamard codes (v1.3)
-    std::vector<float> kc(D), vc(D), deq_k(k.size()), deq_v(v.size());
-    std::vector<uint16_t> kp(size_t(R) * l.param_words()), vp(kp.size());
-    std::vector<uint8_t> kq(size_t(R) * l.code_bytes()), vq(kq.size());
-    kernels::cpu::kv_quantize_rows(k.data(), {l, R, kc.data(), kp.data(), kq.data()});
-    kernels::cpu::kv_quantize_rows(v.data(), {l, R, vc.data(), vp.data(), vq.data()});
-    const kernels::KvQuantRows kr{l, R, kc.data(), kp.data(), kq.data()}, vr{l, R, vc.data(), vp.data(), vq.data()};
-    const double direct = best_us(reps, [&] {
-      kernels::cpu::kv_quant_attend({q.data(), n_q, kr, vr, scale, scores.data(), out.data(), nullptr});
-    });
-    const double deq = best_us(reps, [&] {
-      kernels::cpu::kv_dequantize_rows(kr, deq_k.data());
-      kernels::cpu::kv_dequantize_rows(vr, deq_v.data());
-      kernels::KvSpan s{deq_k.data(), deq_v.data(), R};
-      kernels::AttentionArgs b{q.data(), &s, out.data(), 1, n_q, 1, D, scale, nullptr};
-      kernels::cpu::attention(nullptr, b);
-    });
-    const char* r = rotated ? "r" : " ";
-    std::printf("q%u%s attention over the codes         %9.1f us  (%.2fx)\n", bits, r, direct, direct / f32_us);
-    std::printf("q%u%s dequantize, then f32 attention   %9.1f us  (%.2fx)\n", bits, r, deq, deq / f32_us);
-  }
+    for (uint32_t bits : {8u, 4u}) {
+      const kernels::KvQuantLayout l{bits, D, D, rotated};  // rotated: Hadamard codes (v1.3)
+      std::vector<float> kc(D), vc(D), deq_k(k.size()), deq_v(v.size());
+      std::vector<uint16_t> kp(size_t(R) * l.param_words()), vp(kp.size());
+      std::vector<uint8_t> kq(size_t(R) * l.code_bytes()), vq(kq.size());
+      kernels::cpu::kv_quantize_rows(k.data(), {l, R, kc.data(), kp.data(), kq.data()});
+      kernels::cpu::kv_quantize_rows(v.data(), {l, R, vc.data(), vp.data(), vq.data()});
+      const kernels::KvQuantRows kr{l, R, kc.data(), kp.data(), kq.data()},
+          vr{l, R, vc.data(), vp.data(), vq.data()};
+      const double direct = best_us(reps, [&] {
+        kernels::cpu::kv_quant_attend(
+            {q.data(), n_q, kr, vr, scale, scores.data(), out.data(), nullptr});
+      });
+      const double deq = best_us(reps, [&] {
+        kernels::cpu::kv_dequantize_rows(kr, deq_k.data());
+        kernels::cpu::kv_dequantize_rows(vr, deq_v.data());
+        kernels::KvSpan s{deq_k.data(), deq_v.data(), R};
+        kernels::AttentionArgs b{q.data(), &s, out.data(), 1, n_q, 1, D, scale, nullptr};
+        kernels::cpu::attention(nullptr, b);
+      });
+      const char* r = rotated ? "r" : " ";
+      std::printf("q%u%s attention over the codes         %9.1f us  (%.2fx)\n", bits, r, direct,
+                  direct / f32_us);
+      std::printf("q%u%s dequantize, then f32 attention   %9.1f us  (%.2fx)\n", bits, r, deq,
+                  deq / f32_us);
+    }
   return 0;
 }

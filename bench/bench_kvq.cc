@@ -40,11 +40,13 @@ int main(int argc, char** argv) {
     model::GenerateParams gp;
     gp.max_tokens = n_decode;  // no stop tokens: always n_decode tokens
     std::printf("threads %u, best of %u, decode %u tokens\n", threads, reps, n_decode);
-    std::printf("%-40s %6s %6s %12s %6s %12s %9s %9s %5s\n", "file", "dtype", "ratio", "bytes", "form",
-                "mem_bytes", "load_ms", "tok/s", "same");
+    std::printf("%-40s %6s %6s %12s %6s %12s %9s %9s %5s\n", "file", "dtype", "ratio", "bytes",
+                "form", "mem_bytes", "load_ms", "tok/s", "same");
     for (const std::string& path : files) {
-      const uint64_t bytes = format::CacheReader::open(path, {format::Verify::Metadata}).file_size();
-      const format::DType stored = format::CacheReader::open(path, {format::Verify::Metadata}).header().kv_dtype;
+      const uint64_t bytes =
+          format::CacheReader::open(path, {format::Verify::Metadata}).file_size();
+      const format::DType stored =
+          format::CacheReader::open(path, {format::Verify::Metadata}).header().kv_dtype;
       std::vector<loader::KvForm> forms{loader::KvForm::Auto};
       if (format::dtype_quantized(stored)) forms.push_back(loader::KvForm::F32);
       std::vector<int32_t> first_tokens;
@@ -69,8 +71,9 @@ int main(int argc, char** argv) {
         if (first_tokens.empty()) first_tokens = tokens;
         std::printf("%-40s %6s %6.2f %12llu %6s %12llu %9.1f %9.1f %5s\n", path.c_str(),
                     format::dtype_name(stored), ratio, static_cast<unsigned long long>(bytes),
-                    quantized ? format::dtype_name(stored) : "f32", static_cast<unsigned long long>(mem),
-                    load * 1e3, 1.0 / step, tokens == first_tokens ? "yes" : "no");
+                    quantized ? format::dtype_name(stored) : "f32",
+                    static_cast<unsigned long long>(mem), load * 1e3, 1.0 / step,
+                    tokens == first_tokens ? "yes" : "no");
       }
     }
   } catch (const std::exception& e) {

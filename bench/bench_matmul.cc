@@ -26,9 +26,9 @@
 #include "kernels/thread_pool.h"
 
 using namespace kvzip;
-using kernels::quant::GgmlType;
 using bench::random_blocks;
 using bench::type_by_name;
+using kernels::quant::GgmlType;
 
 namespace {
 
@@ -46,9 +46,11 @@ double best_of(int n, const std::function<void()>& fn) {
   return best;
 }
 
-int sweep_t(const kernels::Exec& ex, const std::string& name, uint32_t in, uint32_t out, uint32_t threads) {
+int sweep_t(const kernels::Exec& ex, const std::string& name, uint32_t in, uint32_t out,
+            uint32_t threads) {
   const GgmlType t = type_by_name(name);
-  const std::vector<uint8_t> w = random_blocks(t, out, in), f32 = random_blocks(GgmlType::F32, out, in);
+  const std::vector<uint8_t> w = random_blocks(t, out, in),
+                             f32 = random_blocks(GgmlType::F32, out, in);
   const kernels::MatrixView v{t, w.data(), kernels::quant::row_bytes(t, in), out, in, nullptr};
   std::printf("%s %u x %u, %u threads, %s kernels; ms per call (GFLOP/s)\n", name.c_str(), out, in,
               threads, kernels::qisa_name(kernels::qisa_best()));
@@ -58,8 +60,9 @@ int sweep_t(const kernels::Exec& ex, const std::string& name, uint32_t in, uint3
   const kernels::QIsa isa = kernels::qisa_best();
   const kernels::cpu::detail::QDotFn tiles =
       isa == kernels::QIsa::Scalar ? nullptr
-      : isa == kernels::QIsa::Avx2 || isa == kernels::QIsa::Avx512 ? kernels::cpu::detail::qdot_rows_avx2(t)
-                                                                  : kernels::cpu::detail::qdot_rows_vnni(t);
+      : isa == kernels::QIsa::Avx2 || isa == kernels::QIsa::Avx512
+          ? kernels::cpu::detail::qdot_rows_avx2(t)
+          : kernels::cpu::detail::qdot_rows_vnni(t);
   std::printf("%5s | %18s | %18s | %18s | %18s | %s\n", "T", "qdot (int8)", "register tiles",
               "exact (deq+fp32)", "fp32 sgemm", "qdot vs exact");
   for (uint32_t T : {1u, 2u, 4u, 8u, 12u, 16u, 24u, 32u, 48u, 64u, 96u, 128u, 256u, 512u}) {
@@ -69,21 +72,31 @@ int sweep_t(const kernels::Exec& ex, const std::string& name, uint32_t in, uint3
     const int reps = T <= 8 ? 10 : 2;
     auto per_call = [&](const std::function<void()>& fn) {
       fn();
-      return best_of(3, [&] { for (int r = 0; r < reps; ++r) fn(); }) / reps;
+      return best_of(3,
+                     [&] {
+                       for (int r = 0; r < reps; ++r) fn();
+                     }) /
+             reps;
     };
-    const double q = per_call([&] { kernels::cpu::qdot(ex.pool, std::span<const kernels::MatmulArgs>(&a, 1), kernels::qisa_best()); });
+    const double q = per_call([&] {
+      kernels::cpu::qdot(ex.pool, std::span<const kernels::MatmulArgs>(&a, 1),
+                         kernels::qisa_best());
+    });
     // As qdot runs them: x quantized once, 32-row tasks over the pool.
     std::vector<kernels::Q8Act> acts(size_t(T) * in / 32);
     const double tl = tiles ? per_call([&] {
       kernels::cpu::quantize_acts(x.data(), T, in, acts.data());
       ex.pool->run((out + 31) / 32, [&](size_t k) {
         const uint32_t r0 = uint32_t(k) * 32;
-        tiles(kernels::cpu::detail::QDotRowsArgs{&v, acts.data(), T, y.data(), r0, std::min(r0 + 32, out)});
+        tiles(kernels::cpu::detail::QDotRowsArgs{&v, acts.data(), T, y.data(), r0,
+                                                 std::min(r0 + 32, out)});
       });
-    }) : NAN;
+    })
+                            : NAN;
     const double e = per_call([&] { matmul(ex, a, kernels::MatmulPath::Exact); });
     const double g = per_call([&] {
-      gemm(ex, kernels::GemmArgs{x.data(), reinterpret_cast<const float*>(f32.data()), nullptr, y.data(), T, in, out});
+      gemm(ex, kernels::GemmArgs{x.data(), reinterpret_cast<const float*>(f32.data()), nullptr,
+                                 y.data(), T, in, out});
     });
     const double fl = 2.0 * T * in * out * 1e-9;
     std::printf("%5u | %8.3f (%6.1f) | %8.3f (%6.1f) | %8.3f (%6.1f) | %8.3f (%6.1f) | %.2fx\n", T,
@@ -125,16 +138,17 @@ int main(int argc, char** argv) {
     gemm(ex, kernels::GemmArgs{x.data(), wf, nullptr, y.data(), T, in, out});
   });
   const double flops = 2.0 * T * in * out;
-  std::printf("matmul %u x %u, %u threads; prefill T=%u; fp32 sgemm baseline %.1f GFLOP/s\n", out, in,
-              threads, T, flops / sgemm_s * 1e-9);
+  std::printf("matmul %u x %u, %u threads; prefill T=%u; fp32 sgemm baseline %.1f GFLOP/s\n", out,
+              in, threads, T, flops / sgemm_s * 1e-9);
   std::printf("%-6s %9s | %12s %12s | %12s %12s %8s\n", "type", "MB", "decode fast", "decode exact",
               "prefill", "GFLOP/s", "vs sgemm");
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
                      GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K,
                      GgmlType::Q6_K}) {
     if (in % kernels::quant::traits(t).block_elems != 0) {  // e.g. SmolLM2's 576 and the K-quants
-      std::printf("%-6s (a row of %u is not a whole number of %u-element blocks)\n", kernels::quant::type_name(t),
-                  in, unsigned(kernels::quant::traits(t).block_elems));
+      std::printf("%-6s (a row of %u is not a whole number of %u-element blocks)\n",
+                  kernels::quant::type_name(t), in,
+                  unsigned(kernels::quant::traits(t).block_elems));
       continue;
     }
     const std::vector<uint8_t> w = random_blocks(t, out, in);
@@ -142,16 +156,22 @@ int main(int argc, char** argv) {
     auto decode = [&](kernels::MatmulPath p) {
       const int reps = 10;
       matmul(ex, kernels::MatmulArgs{x.data(), v, nullptr, y.data(), 1}, p);
-      return best_of(3, [&] {
-        for (int r = 0; r < reps; ++r) matmul(ex, kernels::MatmulArgs{x.data(), v, nullptr, y.data(), 1}, p);
-      }) / reps;
+      return best_of(3,
+                     [&] {
+                       for (int r = 0; r < reps; ++r)
+                         matmul(ex, kernels::MatmulArgs{x.data(), v, nullptr, y.data(), 1}, p);
+                     }) /
+             reps;
     };
-    const double d_fast = decode(kernels::MatmulPath::Fast), d_exact = decode(kernels::MatmulPath::Exact);
-    const double p_s = best_of(2, [&] { matmul(ex, kernels::MatmulArgs{x.data(), v, nullptr, y.data(), T}); });
+    const double d_fast = decode(kernels::MatmulPath::Fast),
+                 d_exact = decode(kernels::MatmulPath::Exact);
+    const double p_s = best_of(2, [&] {
+      matmul(ex, kernels::MatmulArgs{x.data(), v, nullptr, y.data(), T});
+    });
     const double gb = double(w.size()) / 1e9;
-    std::printf("%-6s %9.1f | %7.2f GB/s %7.2f GB/s | %9.1f ms %12.1f %7.2fx\n", kernels::quant::type_name(t),
-                double(w.size()) / 1e6, gb / d_fast, gb / d_exact, p_s * 1e3, flops / p_s * 1e-9,
-                sgemm_s / p_s);
+    std::printf("%-6s %9.1f | %7.2f GB/s %7.2f GB/s | %9.1f ms %12.1f %7.2fx\n",
+                kernels::quant::type_name(t), double(w.size()) / 1e6, gb / d_fast, gb / d_exact,
+                p_s * 1e3, flops / p_s * 1e-9, sgemm_s / p_s);
   }
   return 0;
 }

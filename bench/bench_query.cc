@@ -24,7 +24,9 @@ static double secs(Clock::time_point a) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: bench_query FULL.kvz SMALL.kvz [--threads N] [--reps R] [--decode N] [--fresh 0|1]\n");
+    std::fprintf(stderr,
+                 "usage: bench_query FULL.kvz SMALL.kvz [--threads N] [--reps R] [--decode N] "
+                 "[--fresh 0|1]\n");
     return 2;
   }
   const std::string full_path = argv[1], small_path = argv[2];
@@ -90,7 +92,8 @@ int main(int argc, char** argv) {
         best = std::min(best, bench::decode_step_s(a));
       }
       std::printf("decode from %-28s ratio %.2f: %7.1f tok/s (%zu kept rows)\n", path.c_str(),
-                  s.header().achieved_ratio, 1.0 / best, static_cast<size_t>(s.base().kept_total()));
+                  s.header().achieved_ratio, 1.0 / best,
+                  static_cast<size_t>(s.base().kept_total()));
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_query: %s\n", e.what());

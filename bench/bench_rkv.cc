@@ -18,9 +18,9 @@
 #include <sstream>
 #include <string>
 
-#include "model/model.h"
-#include "checkpoint/model_path.h"
 #include "cache/ragged_cache.h"
+#include "checkpoint/model_path.h"
+#include "model/model.h"
 
 using namespace kvzip;
 using Clock = std::chrono::steady_clock;
@@ -55,8 +55,9 @@ enum class Mode { Free, Forced, UntilDivergence };
 
 // One pass over up to o.tokens positions. Free: sample. Forced: feed `ref`. UntilDivergence:
 // sample and stop at the first token that differs from `ref`. rkv: the bounding policy.
-Pass run(model::Forward& fwd, const model::Model& m, const std::vector<int32_t>& prompt, const Options& o,
-         const std::optional<model::RkvParams>& rkv, Mode mode, const std::vector<int32_t>* ref) {
+Pass run(model::Forward& fwd, const model::Model& m, const std::vector<int32_t>& prompt,
+         const Options& o, const std::optional<model::RkvParams>& rkv, Mode mode,
+         const std::vector<int32_t>* ref) {
   const model::CacheShape s = model::cache_shape(m.config());
   std::unique_ptr<model::AttentionCache> cache;
   std::unique_ptr<model::RkvPolicy> policy;
@@ -149,18 +150,20 @@ int main(int argc, char** argv) {
     fo.threads = o.threads;
     model::Forward fwd(model->weights(), fo);
     const std::vector<int32_t> prompt = model->chat().chat(
-        "", "Write a very long adventure story about a lighthouse keeper who finds a map to a "
-            "hidden island. Describe every day of the journey in detail.");
-    std::printf("model %s, threads %u, prompt %zu tokens, %u generated tokens, temperature %.2f "
-                "seed %llu, buffer %u, window 8, lambda 0.1\n",
-                model->path().c_str(), o.threads, prompt.size(), o.tokens, o.temp,
-                static_cast<unsigned long long>(o.seed), o.buffer);
+        "",
+        "Write a very long adventure story about a lighthouse keeper who finds a map to a "
+        "hidden island. Describe every day of the journey in detail.");
+    std::printf(
+        "model %s, threads %u, prompt %zu tokens, %u generated tokens, temperature %.2f "
+        "seed %llu, buffer %u, window 8, lambda 0.1\n",
+        model->path().c_str(), o.threads, prompt.size(), o.tokens, o.temp,
+        static_cast<unsigned long long>(o.seed), o.buffer);
     const Pass full = run(fwd, *model, prompt, o, std::nullopt, Mode::Free, nullptr);
     const double full_tps = (o.tokens - 1) / full.decode_s;
-    std::printf("\n%-18s %7s %8s %9s %9s %8s %8s %7s %7s\n", "policy", "passes", "tok/s",
-                "vs full", "same-pfx", "ppl(X)", "ppl>B", "top1", "top1>B");
-    std::printf("%-18s %7s %8.1f %9.2f %9u %8.3f %8s %7.3f %7s\n", "full cache", "-", full_tps,
-                1.0, o.tokens, ppl(full.nll, 0), "below", 1.0, "-");
+    std::printf("\n%-18s %7s %8s %9s %9s %8s %8s %7s %7s\n", "policy", "passes", "tok/s", "vs full",
+                "same-pfx", "ppl(X)", "ppl>B", "top1", "top1>B");
+    std::printf("%-18s %7s %8.1f %9.2f %9u %8.3f %8s %7.3f %7s\n", "full cache", "-", full_tps, 1.0,
+                o.tokens, ppl(full.nll, 0), "below", 1.0, "-");
     for (uint32_t budget : o.budgets)
       for (bool streaming : {false, true}) {
         model::RkvParams p;
@@ -169,14 +172,14 @@ int main(int argc, char** argv) {
         p.streaming = streaming;
         const Pass forced = run(fwd, *model, prompt, o, p, Mode::Forced, &full.tokens);
         const Pass freerun = run(fwd, *model, prompt, o, p, Mode::UntilDivergence, &full.tokens);
-                const size_t from = first_eviction(budget, o);
+        const size_t from = first_eviction(budget, o);
         char name[64];
         std::snprintf(name, sizeof name, "%s B=%u", streaming ? "streaming" : "R-KV", budget);
         const double tps = (o.tokens - 1) / forced.decode_s;
         std::printf("%-18s %7u %8.1f %9.2f %9zu %8.3f %8.3f %7.3f %7.3f\n", name,
-                    forced.compressions, tps,
-                    tps / full_tps, common_prefix(freerun.tokens, full.tokens),
-                    ppl(forced.nll, 0), ppl(forced.nll, from), agree(forced.argmax, full.argmax, 0),
+                    forced.compressions, tps, tps / full_tps,
+                    common_prefix(freerun.tokens, full.tokens), ppl(forced.nll, 0),
+                    ppl(forced.nll, from), agree(forced.argmax, full.argmax, 0),
                     agree(forced.argmax, full.argmax, from));
         std::fflush(stdout);
       }
@@ -184,12 +187,14 @@ int main(int argc, char** argv) {
       std::printf("\nfull cache, B=%u: ppl(X) over positions >= %zu (ppl>B column) %.3f", budget,
                   first_eviction(budget, o), ppl(full.nll, first_eviction(budget, o)));
     std::printf("\n");
-    std::printf("columns: decode tokens/s (full: its sampling run; bounded: the teacher-forced "
-                "run, the same work per token); tokens equal to the full run before the first "
-                "divergence when sampling with the same seed; teacher-forced perplexity of the full run's text X "
-                "(all, and from the first eviction on); share "
-                "of positions whose argmax equals the full cache's (all, and from the first eviction "
-                "on); passes: compression passes that evicted\n");
+    std::printf(
+        "columns: decode tokens/s (full: its sampling run; bounded: the teacher-forced "
+        "run, the same work per token); tokens equal to the full run before the first "
+        "divergence when sampling with the same seed; teacher-forced perplexity of the full run's "
+        "text X "
+        "(all, and from the first eviction on); share "
+        "of positions whose argmax equals the full cache's (all, and from the first eviction "
+        "on); passes: compression passes that evicted\n");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_rkv: %s\n", e.what());
     return 1;

@@ -12,9 +12,9 @@
 #include <memory>
 #include <vector>
 
+#include "cache/branch_cache.h"
 #include "format/format.h"
 #include "loader/loader.h"
-#include "cache/branch_cache.h"
 #include "model/model.h"
 
 using namespace kvzip;
@@ -35,10 +35,11 @@ int main(int argc, char** argv) {
   model::ForwardOptions fo;
   fo.threads = threads;
   model::Forward fwd(model->weights(), fo);
-  const auto prompt = loader::question_tokens(model->tokenizer(), reader.header(), "Who ruled Normandy?");
+  const auto prompt =
+      loader::question_tokens(model->tokenizer(), reader.header(), "Who ruled Normandy?");
   const uint32_t V = model->config().vocab_size;
-  std::printf("%-4s %12s %12s %12s %12s %8s %14s\n", "N", "step_ms", "step_tok/s", "seq_ms", "seq_tok/s",
-              "gain", "1cache_T=N_ms");
+  std::printf("%-4s %12s %12s %12s %12s %8s %14s\n", "N", "step_ms", "step_tok/s", "seq_ms",
+              "seq_tok/s", "gain", "1cache_T=N_ms");
   for (uint32_t n : {1u, 4u, 16u, 32u}) {
     std::vector<std::unique_ptr<model::BranchCache>> caches;
     for (uint32_t i = 0; i < n; ++i) {
@@ -51,14 +52,17 @@ int main(int argc, char** argv) {
     for (int s = 0; s < steps; ++s) {
       std::vector<model::StepItem> items;
       for (uint32_t i = 0; i < n; ++i)
-        items.push_back(model::StepItem{caches[i].get(), std::span<const int32_t>(&tok[i], 1), logits[i].data()});
+        items.push_back(model::StepItem{caches[i].get(), std::span<const int32_t>(&tok[i], 1),
+                                        logits[i].data()});
       fwd.step(items);
     }
-    const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / steps;
+    const double step_ms =
+        std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / steps;
     t0 = Clock::now();
     for (int s = 0; s < steps; ++s)
       for (uint32_t i = 0; i < n; ++i) fwd.decode(*caches[i], tok[i]);
-    const double seq_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / steps;
+    const double seq_ms =
+        std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / steps;
     // The same matmul shapes (T = N) with a single attention call: N tokens into one branch.
     std::vector<int32_t> row(n, 42);
     t0 = Clock::now();
@@ -66,9 +70,10 @@ int main(int argc, char** argv) {
       model::BranchCache one(base, 512);
       fwd.prefill(one, row);
     }
-    const double one_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / steps;
-    std::printf("%-4u %12.1f %12.1f %12.1f %12.1f %7.2fx %14.1f\n", n, step_ms, n * 1000.0 / step_ms, seq_ms,
-                n * 1000.0 / seq_ms, seq_ms / step_ms, one_ms);
+    const double one_ms =
+        std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / steps;
+    std::printf("%-4u %12.1f %12.1f %12.1f %12.1f %7.2fx %14.1f\n", n, step_ms,
+                n * 1000.0 / step_ms, seq_ms, n * 1000.0 / seq_ms, seq_ms / step_ms, one_ms);
     std::fflush(stdout);
   }
   return 0;

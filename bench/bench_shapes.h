@@ -13,7 +13,8 @@ inline ModelConfig smollm2_135m_config() {
 
 // Llama-3-8B's shapes with `layers` layers (untied LM head).
 inline ModelConfig llama3_8b_config(uint32_t layers) {
-  return test::config_of({"llama", layers, 4096, 32, 8, 128, 14336, 128256, 131072, 500000.0f, 1e-5f,
+  return test::config_of({"llama", layers, 4096, 32, 8, 128, 14336, 128256, 131072, 500000.0f,
+                          1e-5f,
                           /*tied=*/false});
 }
 

@@ -82,7 +82,8 @@ std::vector<float> logits_at(Fwd& f, Cache& cache, std::vector<int32_t> prompt,
 // Over 80 lines on purpose: a benchmark's main is its measurement script, read top to bottom.
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: gpu_e2e MODEL.gguf [--squad FILE] [--ratio R] [-n N] [--out DIR]\n");
+    std::fprintf(stderr,
+                 "usage: gpu_e2e MODEL.gguf [--squad FILE] [--ratio R] [-n N] [--out DIR]\n");
     return 2;
   }
   std::string model_path = argv[1], squad = "examples/normans.json", out_dir;
@@ -96,7 +97,8 @@ int main(int argc, char** argv) {
     if (a == "--out") out_dir = argv[i + 1];
   }
   if (!kernels::kBuiltWithCuda || kernels::cuda_device_count() == 0) {
-    std::printf("gpu_e2e: skipped (%s)\n", kernels::kBuiltWithCuda ? "no CUDA device" : "built without CUDA");
+    std::printf("gpu_e2e: skipped (%s)\n",
+                kernels::kBuiltWithCuda ? "no CUDA device" : "built without CUDA");
     return 0;
   }
   try {
@@ -112,28 +114,34 @@ int main(int argc, char** argv) {
     model::Forward cpu(model->weights(), model::ForwardOptions{});
     auto t = Clock::now();
     prefill::PrefillResult pre = prefill::prefill_document(cpu, prefix, text);
-    const compress::DocumentScores cs = compress::make_scorer("kvzip", so)->score(compress::ScoreInput{&cpu, &pre.cache, n_p, text});
+    const compress::DocumentScores cs =
+        compress::make_scorer("kvzip", so)
+            ->score(compress::ScoreInput{&cpu, &pre.cache, n_p, text});
     const double cpu_s = secs(t);
     model::GpuForward gpu(model->weights());
     t = Clock::now();
-    model::GpuCache gcache(model::cache_shape(model->config()), n_p + uint32_t(text.size()) + so.kvzip_chunk + 256);
+    model::GpuCache gcache(model::cache_shape(model->config()),
+                           n_p + uint32_t(text.size()) + so.kvzip_chunk + 256);
     std::vector<int32_t> all = prefix;
     all.insert(all.end(), text.begin(), text.end());
     gpu.prefill(gcache, all, model::LogitsMode::None);
     const compress::DocumentScores gs = compress::kvzip_scores_gpu(gpu, gcache, n_p, text, so);
     const double gpu_s = secs(t);
     const double rho = spearman(cs.values, gs.values);
-    const compress::Selection sc = compress::select_rows(cs, ratio, compress::SelectionLevel::Global);
-    const compress::Selection sg = compress::select_rows(gs, ratio, compress::SelectionLevel::Global);
+    const compress::Selection sc =
+        compress::select_rows(cs, ratio, compress::SelectionLevel::Global);
+    const compress::Selection sg =
+        compress::select_rows(gs, ratio, compress::SelectionLevel::Global);
     uint64_t same = 0, kept = 0;
     for (size_t i = 0; i < sc.keep.size(); ++i) {
       std::vector<uint32_t> both;
-      std::set_intersection(sc.keep[i].begin(), sc.keep[i].end(), sg.keep[i].begin(), sg.keep[i].end(),
-                            std::back_inserter(both));
+      std::set_intersection(sc.keep[i].begin(), sc.keep[i].end(), sg.keep[i].begin(),
+                            sg.keep[i].end(), std::back_inserter(both));
       same += both.size() - n_p;
       kept += sc.keep[i].size() - n_p;
     }
-    std::printf("document: %zu tokens (+%u prefix), %zu questions\n", text.size(), n_p, doc.questions.size());
+    std::printf("document: %zu tokens (+%u prefix), %zu questions\n", text.size(), n_p,
+                doc.questions.size());
     std::printf("kvzip prefill+scoring: cpu %.2f s, gpu %.2f s\n", cpu_s, gpu_s);
 
     // Answers from the same ratio-r cache on both devices.
@@ -163,8 +171,9 @@ int main(int argc, char** argv) {
       const double mg = margin(logits_at(gpu, gsmall, prompt, b.tokens, k));
       if (mc > 1.0) ++hard;
       char buf[256];
-      std::snprintf(buf, sizeof buf, "  gpu: %s\n  differs at token %zu: margin cpu %.3f, gpu %.3f%s\n",
-                    model->tokenizer().decode(b.tokens).c_str(), k, mc, mg, mc > 1.0 ? "  <-- FAIL" : "");
+      std::snprintf(
+          buf, sizeof buf, "  gpu: %s\n  differs at token %zu: margin cpu %.3f, gpu %.3f%s\n",
+          model->tokenizer().decode(b.tokens).c_str(), k, mc, mg, mc > 1.0 ? "  <-- FAIL" : "");
       details += buf;
       std::printf("differs: %s\n%s", q.text.c_str(), buf);
     }
@@ -173,7 +182,8 @@ int main(int argc, char** argv) {
     std::printf("\n%-48s %s\n", "metric", "value");
     std::printf("%-48s %.4f (target >= 0.99)\n", "kvzip score Spearman cpu vs gpu", rho);
     std::printf("%-48s %.4f\n", "kept-set overlap at the ratio", kept ? double(same) / kept : 1.0);
-    std::printf("%-48s %u / %zu\n", "greedy answers identical (ratio cache)", identical, doc.questions.size());
+    std::printf("%-48s %u / %zu\n", "greedy answers identical (ratio cache)", identical,
+                doc.questions.size());
     std::printf("%-48s %u\n", "differences with cpu margin > 1 logit", hard);
     std::printf("%-48s %s\n", "e2e", ok ? "PASS" : "FAIL");
     return ok ? 0 : 1;

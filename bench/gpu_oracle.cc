@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "cache/gpu_cache.h"
 #include "common/error.h"
 #include "kernels/device.h"
 #include "model/forward.h"
-#include "cache/gpu_cache.h"
 #include "model/gpu_forward.h"
 #include "model/model.h"
 
@@ -36,7 +36,8 @@ template <class Fwd, class Cache>
 std::vector<float> run(Fwd& f, Cache& cache, std::span<const int32_t> ids) {
   const size_t first = ids.size() - kBlock - kDecodes;
   std::vector<float> all = f.prefill(cache, ids.subspan(0, first), model::LogitsMode::All);
-  const std::vector<float> block = f.prefill(cache, ids.subspan(first, kBlock), model::LogitsMode::All);
+  const std::vector<float> block =
+      f.prefill(cache, ids.subspan(first, kBlock), model::LogitsMode::All);
   all.insert(all.end(), block.begin(), block.end());
   for (size_t i = first + kBlock; i < ids.size(); ++i) {
     const std::vector<float> one = f.decode(cache, ids[i]);
@@ -61,13 +62,16 @@ int main(int argc, char** argv) {
     model::Forward cpu(model->weights(), model::ForwardOptions{});
     model::KvCache cc(model->config(), T);
     write_f32(out_dir + "/kvzip_cpu.f32", run(cpu, cc, ids));
-    std::printf("gpu_oracle: %u ids, vocab %u: cpu logits written\n", T, model->config().vocab_size);
+    std::printf("gpu_oracle: %u ids, vocab %u: cpu logits written\n", T,
+                model->config().vocab_size);
     if (!kernels::kBuiltWithCuda || kernels::cuda_device_count() == 0) {
-      std::printf("gpu_oracle: cuda skipped (%s)\n", kernels::kBuiltWithCuda ? "no device" : "CPU-only build");
+      std::printf("gpu_oracle: cuda skipped (%s)\n",
+                  kernels::kBuiltWithCuda ? "no device" : "CPU-only build");
       return 0;
     }
     model::GpuForward gpu(model->weights());
-    model::GpuCache gc(model::cache_shape(model->config()), 16);  // small room: the cache grows on the way
+    model::GpuCache gc(model::cache_shape(model->config()),
+                       16);  // small room: the cache grows on the way
     write_f32(out_dir + "/kvzip_cuda.f32", run(gpu, gc, ids));
     std::printf("gpu_oracle: cuda logits written\n");
     return 0;

@@ -6,9 +6,9 @@
 #include <memory>
 #include <string>
 
+#include "checkpoint/model_path.h"
 #include "loader/loader.h"
 #include "model/model.h"
-#include "checkpoint/model_path.h"
 
 namespace kvzip::bench {
 

@@ -17,7 +17,8 @@ namespace kvzip::bench {
 // The stored type named `name` ("q4_0", "q4_K", ...); exits with a message for an unknown name.
 inline kernels::quant::GgmlType type_by_name(const std::string& name) {
   for (uint32_t id = 0; id < 40; ++id)
-    if (const kernels::quant::TypeTraits* tr = kernels::quant::type_traits(id); tr && name == tr->name)
+    if (const kernels::quant::TypeTraits* tr = kernels::quant::type_traits(id);
+        tr && name == tr->name)
       return kernels::quant::GgmlType(id);
   std::fprintf(stderr, "unknown type %s\n", name.c_str());
   std::exit(2);
@@ -54,7 +55,8 @@ inline std::vector<uint8_t> random_blocks(kernels::quant::GgmlType t, uint32_t r
         put_half(blk + 208, 1e-3f);
       } else {
         put_half(blk, 1e-3f);
-        if (t == GgmlType::Q4_1 || t == GgmlType::Q5_1 || t == GgmlType::Q4_K || t == GgmlType::Q5_K)
+        if (t == GgmlType::Q4_1 || t == GgmlType::Q5_1 || t == GgmlType::Q4_K ||
+            t == GgmlType::Q5_K)
           put_half(blk + 2, 1e-3f);
       }
     }

@@ -90,7 +90,8 @@ std::optional<Options> parse(int argc, char** argv) {
     }
   }
   if (opt.reps < 1 || opt.max_threads < 1) {
-    std::fprintf(stderr, "--reps and --threads must be >= 1 (got %d, %d)\n", opt.reps, opt.max_threads);
+    std::fprintf(stderr, "--reps and --threads must be >= 1 (got %d, %d)\n", opt.reps,
+                 opt.max_threads);
     return std::nullopt;
   }
   return opt;

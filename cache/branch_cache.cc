@@ -31,10 +31,12 @@ BranchCache::BranchCache(const QuantBase& base, uint32_t capacity)
 }
 
 static BranchCache over(const KvBase& base, uint32_t capacity) {
-  return base.quantized() ? BranchCache(base.quant(), capacity) : BranchCache(base.f32("BranchCache"), capacity);
+  return base.quantized() ? BranchCache(base.quant(), capacity)
+                          : BranchCache(base.f32("BranchCache"), capacity);
 }
 
-BranchCache::BranchCache(const KvBase& base, uint32_t capacity) : BranchCache(over(base, capacity)) {}
+BranchCache::BranchCache(const KvBase& base, uint32_t capacity)
+    : BranchCache(over(base, capacity)) {}
 
 void BranchCache::sync_positions() {
   if (tail_pos_.size() == tail_.capacity()) return;

@@ -56,7 +56,8 @@ CacheShape first_shape(const std::vector<ComposedDoc>& docs) {
 
 }  // namespace
 
-ComposedCache::ComposedCache(std::vector<ComposedDoc> docs, const std::vector<float>& inv_freq, uint32_t length)
+ComposedCache::ComposedCache(std::vector<ComposedDoc> docs, const std::vector<float>& inv_freq,
+                             uint32_t length)
     : shape_(first_shape(docs)), docs_(std::move(docs)), length_(length), own_(shape_, 0) {
   for (size_t i = 1; i < docs_.size(); ++i)
     if (!(docs_[i].base->shape() == shape_))
@@ -82,13 +83,16 @@ ComposedCache::ComposedCache(std::vector<ComposedDoc> docs, const std::vector<fl
         HeadMask& m = masks_[hidx(d, l, h)];
         m.f32.assign((dh.n_f32 + 63) / 64 + 1, 0);
         m.quant.assign((dh.n_quant + 63) / 64 + 1, 0);
-        for (uint32_t j = 0; j < dh.n_f32 + dh.n_quant && dh.positions[j] < docs_[d].skip_below; ++j)
+        for (uint32_t j = 0; j < dh.n_f32 + dh.n_quant && dh.positions[j] < docs_[d].skip_below;
+             ++j)
           j < dh.n_f32 ? set_bit(m.f32, j) : set_bit(m.quant, j - dh.n_f32);
       }
   rows(0, -1, {});
 }
 
-uint32_t ComposedCache::logical_length() const { return sealed_ ? length_ + (rows_ - built_) : length_; }
+uint32_t ComposedCache::logical_length() const {
+  return sealed_ ? length_ + (rows_ - built_) : length_;
+}
 
 void ComposedCache::rows(uint32_t visible, int limited, std::vector<uint32_t> positions) {
   KVZIP_ASSERT(!sealed_ && visible <= n_docs());
@@ -165,7 +169,8 @@ void ComposedCache::refresh_parts() {
 
 CacheParts ComposedCache::parts(uint32_t layer) const {
   if (n_parts_ == 0) return {};
-  return CacheParts{spans_.data() + size_t(layer) * n_parts_ * shape_.n_kv_heads, part_rot_.data(), n_parts_};
+  return CacheParts{spans_.data() + size_t(layer) * n_parts_ * shape_.n_kv_heads, part_rot_.data(),
+                    n_parts_};
 }
 
 void ComposedCache::next_positions(uint32_t T, uint32_t* out) const {
@@ -176,10 +181,12 @@ void ComposedCache::next_positions(uint32_t T, uint32_t* out) const {
 
 void ComposedCache::reserve_append(uint32_t T) {
   if (!sealed_ && cursor_ + T > staged_.size())
-    throw Error(Errc::invalid_argument, "ComposedCache: " + std::to_string(T) +
-                                            " tokens appended while building, past the staged positions");
+    throw Error(Errc::invalid_argument,
+                "ComposedCache: " + std::to_string(T) +
+                    " tokens appended while building, past the staged positions");
   if (sealed_ && uint64_t(logical_length()) + T > UINT32_MAX)
-    throw Error(Errc::invalid_argument, "ComposedCache: appending " + std::to_string(T) + " tokens exceeds 2^32 positions");
+    throw Error(Errc::invalid_argument,
+                "ComposedCache: appending " + std::to_string(T) + " tokens exceeds 2^32 positions");
   own_.reserve_append(T);
   if (own_pos_.size() < own_.capacity()) own_pos_.resize(own_.capacity());
   pending_ = T;
@@ -201,8 +208,10 @@ void ComposedCache::reserve_append(uint32_t T) {
             lim[t] = lim[staged_.size() + t] = 0;
             continue;
           }
-          const uint32_t stored = pos[t] - doc.shift;  // the token's position in the document's frame
-          lim[t] = uint32_t(std::lower_bound(dh.positions, dh.positions + dh.n_f32, stored) - dh.positions);
+          const uint32_t stored =
+              pos[t] - doc.shift;  // the token's position in the document's frame
+          lim[t] = uint32_t(std::lower_bound(dh.positions, dh.positions + dh.n_f32, stored) -
+                            dh.positions);
           const uint32_t* q = dh.positions + dh.n_f32;
           lim[staged_.size() + t] = uint32_t(std::lower_bound(q, q + dh.n_quant, stored) - q);
         }
@@ -233,8 +242,9 @@ void ComposedCache::rollback(uint32_t length) {
     return;
   }
   if (length < length_)
-    throw Error(Errc::invalid_argument, "ComposedCache: cannot roll back to length " + std::to_string(length) +
-                                            ", below the composed documents' " + std::to_string(length_));
+    throw Error(Errc::invalid_argument,
+                "ComposedCache: cannot roll back to length " + std::to_string(length) +
+                    ", below the composed documents' " + std::to_string(length_));
   KVZIP_ASSERT(length <= logical_length());
   rows_ = built_ + (length - length_);
   own_.rollback(rows_);
@@ -257,7 +267,8 @@ uint64_t ComposedCache::rows_seen() const {
 }
 
 uint64_t ComposedCache::bytes_owned() const {
-  uint64_t b = own_.bytes_used() + own_pos_.size() * sizeof(uint32_t) + (rot_.size() + part_rot_.size()) * sizeof(float) +
+  uint64_t b = own_.bytes_used() + own_pos_.size() * sizeof(uint32_t) +
+               (rot_.size() + part_rot_.size()) * sizeof(float) +
                spans_.size() * sizeof(kernels::KvSpan);
   for (const HeadMask& m : masks_) b += (m.f32.size() + m.quant.size()) * sizeof(uint64_t);
   for (const auto& lim : limits_) b += lim.size() * sizeof(uint32_t);

@@ -19,9 +19,9 @@
 #include <span>
 #include <vector>
 
-#include "kernels/attention.h"
 #include "cache/kv_base.h"
 #include "cache/kv_cache.h"
+#include "kernels/attention.h"
 
 namespace kvzip::model {
 
@@ -65,8 +65,8 @@ class ComposedCache final : public AttentionCache {
 
   uint32_t n_docs() const { return static_cast<uint32_t>(docs_.size()); }
   uint32_t composed_length() const { return length_; }
-  uint32_t own_rows() const { return rows_; }        // rows of the private store (committed)
-  uint64_t rows_seen() const;                        // rows attended per (l, h) summed: documents + own
+  uint32_t own_rows() const { return rows_; }  // rows of the private store (committed)
+  uint64_t rows_seen() const;                  // rows attended per (l, h) summed: documents + own
   // Bytes this view owns: the private store, skip bitmaps, rotations and limits (none of the
   // documents' rows).
   uint64_t bytes_owned() const;
@@ -82,26 +82,26 @@ class ComposedCache final : public AttentionCache {
 
   CacheShape shape_;
   std::vector<ComposedDoc> docs_;
-  std::vector<float> rot_;           // (n_docs, 2, D/2) each document's query rotation by -shift
-  std::vector<HeadMask> masks_;      // (n_docs, L, Hkv)
-  uint32_t length_ = 0;              // composed length
-  KvCache own_;                      // private rows, dense
-  std::vector<uint32_t> own_pos_;    // (own_ capacity) composed position of each private row
-  uint32_t rows_ = 0;                // committed private rows
-  uint32_t built_ = 0;               // private rows committed before seal()
+  std::vector<float> rot_;         // (n_docs, 2, D/2) each document's query rotation by -shift
+  std::vector<HeadMask> masks_;    // (n_docs, L, Hkv)
+  uint32_t length_ = 0;            // composed length
+  KvCache own_;                    // private rows, dense
+  std::vector<uint32_t> own_pos_;  // (own_ capacity) composed position of each private row
+  uint32_t rows_ = 0;              // committed private rows
+  uint32_t built_ = 0;             // private rows committed before seal()
   bool sealed_ = false;
   // Stage of the building.
   uint32_t visible_ = 0;
   int limited_ = -1;
-  std::vector<uint32_t> staged_;     // positions of the tokens still to come
-  uint32_t cursor_ = 0;              // next staged position
+  std::vector<uint32_t> staged_;  // positions of the tokens still to come
+  uint32_t cursor_ = 0;           // next staged position
   // What parts() hands out: (L, n_parts, Hkv) spans; each limited document's limits per (l, h).
   std::vector<kernels::KvSpan> spans_;
-  std::vector<float> part_rot_;      // (n_parts, 2, D/2)
+  std::vector<float> part_rot_;  // (n_parts, 2, D/2)
   uint32_t n_parts_ = 0;
   // (limited documents, L, Hkv) × (2, staged): f32 rows, then quantized rows each token sees
   std::vector<std::vector<uint32_t>> limits_;
-  uint32_t pending_ = 0;             // T of the append in progress
+  uint32_t pending_ = 0;  // T of the append in progress
 };
 
 }  // namespace kvzip::model

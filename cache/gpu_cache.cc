@@ -27,18 +27,21 @@ void cuda_fill(float* p, size_t n, uint64_t seed) {
 // copies run on `stream`, and the old buffers are freed only after the stream has passed them.
 class DeviceStorage final : public RaggedStorage {
  public:
-  DeviceStorage(std::vector<kernels::gpu::GpuBuffer<float>>& k, std::vector<kernels::gpu::GpuBuffer<float>>& v,
-                size_t D, void* stream)
+  DeviceStorage(std::vector<kernels::gpu::GpuBuffer<float>>& k,
+                std::vector<kernels::gpu::GpuBuffer<float>>& v, size_t D, void* stream)
       : k_(k), v_(v), D_(D), stream_(stream), k_new_(k.size()), v_new_(v.size()) {}
   void stage_layer(uint32_t layer, uint64_t rows) override {
-    k_new_[layer] = kernels::gpu::GpuBuffer<float>(rows * D_);  // Errc::out_of_memory when the device is full
+    k_new_[layer] =
+        kernels::gpu::GpuBuffer<float>(rows * D_);  // Errc::out_of_memory when the device is full
     v_new_[layer] = kernels::gpu::GpuBuffer<float>(rows * D_);
   }
   void copy_rows(uint32_t layer, uint64_t from, uint64_t to, uint64_t n) override {
     copied_ = true;
     const size_t bytes = n * D_ * sizeof(float);
-    kernels::gpu::copy_device(k_new_[layer].data() + to * D_, k_[layer].data() + from * D_, bytes, stream_);
-    kernels::gpu::copy_device(v_new_[layer].data() + to * D_, v_[layer].data() + from * D_, bytes, stream_);
+    kernels::gpu::copy_device(k_new_[layer].data() + to * D_, k_[layer].data() + from * D_, bytes,
+                              stream_);
+    kernels::gpu::copy_device(v_new_[layer].data() + to * D_, v_[layer].data() + from * D_, bytes,
+                              stream_);
   }
   void finish_copies() override {
     if (copied_) kernels::gpu::synchronize(stream_);  // the old buffers are freed on commit
@@ -51,8 +54,7 @@ class DeviceStorage final : public RaggedStorage {
     if (!copied_) return;
     try {
       kernels::gpu::synchronize(stream_);  // no copy may still write the staged buffers freed below
-    } catch (...) {
-    }
+    } catch (...) {}
   }
 
  private:
@@ -121,7 +123,8 @@ void GpuCache::upload_layers(const LayerPacker& pack, void* stream) {
     most = std::max(most, rows);
   }
   const size_t half = 2 * most * D + most;  // floats per staging buffer: K, V, then positions
-  float* stage = static_cast<float*>(kernels::gpu::malloc_pinned(std::max<size_t>(1, 2 * half) * sizeof(float)));
+  float* stage = static_cast<float*>(
+      kernels::gpu::malloc_pinned(std::max<size_t>(1, 2 * half) * sizeof(float)));
   void* done[2] = {nullptr, nullptr};
   auto release = [&] {
     kernels::gpu::destroy_event(done[0]);
@@ -145,8 +148,7 @@ void GpuCache::upload_layers(const LayerPacker& pack, void* stream) {
   } catch (...) {
     try {
       kernels::gpu::synchronize(stream);  // no copy may still read the staging memory freed below
-    } catch (...) {
-    }
+    } catch (...) {}
     release();
     throw;
   }
@@ -168,8 +170,10 @@ void GpuCache::upload_layer(uint32_t layer, const float* k, const float* v,
   size_t row = 0;  // first row of head h in the head-major host arrays
   for (uint32_t h = 0; h < shape().n_kv_heads; ++h) {
     const size_t off = layout_.offset(layer, h), n = layout_.kept(layer, h);
-    kernels::gpu::copy_to_device(k_[layer].data() + off * D, k + row * D, n * D * sizeof(float), stream);
-    kernels::gpu::copy_to_device(v_[layer].data() + off * D, v + row * D, n * D * sizeof(float), stream);
+    kernels::gpu::copy_to_device(k_[layer].data() + off * D, k + row * D, n * D * sizeof(float),
+                                 stream);
+    kernels::gpu::copy_to_device(v_[layer].data() + off * D, v + row * D, n * D * sizeof(float),
+                                 stream);
     std::copy_n(positions + row, n, layout_.positions(layer, h));
     row += n;
   }
@@ -225,10 +229,10 @@ void GpuCache::append(uint32_t layer, const float* k_new, const float* v_new, ui
   KVZIP_ASSERT(layer < shape().n_layers);
   const uint32_t H = shape().n_kv_heads;
   uint64_t dst[kernels::kMaxKvHeads];  // H <= kMaxKvHeads (lay_out)
-  layout_.append(layer, T, dst);  // on a launch error the caller rolls back (cache/kv_cache.h)
+  layout_.append(layer, T, dst);       // on a launch error the caller rolls back (cache/kv_cache.h)
   kv_append(kernels::Exec{kernels::Device::Cuda, nullptr, stream},
             kernels::KvAppendArgs{k_new, v_new, k_[layer].data(), v_[layer].data(), dst, T, H,
-                         shape().head_dim});
+                                  shape().head_dim});
 }
 
 void GpuCache::commit_append(uint32_t T) { layout_.commit_append(T); }
@@ -236,33 +240,36 @@ void GpuCache::commit_append(uint32_t T) { layout_.commit_append(T); }
 void GpuCache::rollback(uint32_t length) {
   if (quant_ && length < layout_.base_length())  // the quantized rows cannot be dropped one by one
     throw Error(Errc::invalid_argument, "GpuCache::rollback: length " + std::to_string(length) +
-                                            " is below the base length " + std::to_string(layout_.base_length()) +
+                                            " is below the base length " +
+                                            std::to_string(layout_.base_length()) +
                                             " of a cache with a quantized base");
   layout_.rollback(length);
 }
 
 void GpuCache::attach_quant(GpuQuantBase base) {
   const CacheShape s = shape(), b = base.shape();
-  if (quant_ || b.n_layers != s.n_layers || b.n_kv_heads != s.n_kv_heads || b.head_dim != s.head_dim)
-    throw Error(Errc::internal, quant_ ? "GpuCache::attach_quant: the cache already has a quantized base"
-                                       : "GpuCache::attach_quant: the base's shape differs from the cache's");
+  if (quant_ || b.n_layers != s.n_layers || b.n_kv_heads != s.n_kv_heads ||
+      b.head_dim != s.head_dim)
+    throw Error(Errc::internal,
+                quant_ ? "GpuCache::attach_quant: the cache already has a quantized base"
+                       : "GpuCache::attach_quant: the base's shape differs from the cache's");
   quant_ = std::make_unique<GpuQuantBase>(std::move(base));
 }
 
 KvCache GpuCache::to_host_dense(void* stream) const {
   if (quant_)
-    throw Error(Errc::invalid_argument,
-                "GpuCache::to_host_dense: the cache holds quantized rows (a q8/q4 base); only a cache "
-                "grown from empty is dense");
+    throw Error(
+        Errc::invalid_argument,
+        "GpuCache::to_host_dense: the cache holds quantized rows (a q8/q4 base); only a cache "
+        "grown from empty is dense");
   const CacheShape s = shape();
   const uint32_t L = s.n_layers, H = s.n_kv_heads, D = s.head_dim, T = logical_length();
   for (uint32_t l = 0; l < L; ++l)
     for (uint32_t h = 0; h < H; ++h)
       if (len(l, h) != T)
-        throw Error(Errc::invalid_argument, "GpuCache::to_host_dense: a head holds " +
-                                                std::to_string(len(l, h)) + " of " +
-                                                std::to_string(T) +
-                                                " rows; only a cache grown from empty is dense");
+        throw Error(Errc::invalid_argument,
+                    "GpuCache::to_host_dense: a head holds " + std::to_string(len(l, h)) + " of " +
+                        std::to_string(T) + " rows; only a cache grown from empty is dense");
   KvCache host(s, T);
   host.reserve_append(T);
   std::vector<float> head(size_t(T) * D), k(size_t(T) * H * D), v(size_t(T) * H * D);
@@ -271,7 +278,7 @@ KvCache GpuCache::to_host_dense(void* stream) const {
       std::vector<float>& dst = kv == 0 ? k : v;
       for (uint32_t h = 0; h < H; ++h) {  // (T, D) per head -> (T, Hkv, D)
         kernels::gpu::copy_to_host(head.data(), kv == 0 ? this->k(l, h) : this->v(l, h),
-                          head.size() * sizeof(float), stream);
+                                   head.size() * sizeof(float), stream);
         for (uint32_t t = 0; t < T; ++t)
           std::copy_n(head.data() + size_t(t) * D, D, dst.data() + (size_t(t) * H + h) * D);
       }
@@ -283,7 +290,8 @@ KvCache GpuCache::to_host_dense(void* stream) const {
 }
 
 uint64_t GpuCache::bytes_used() const {
-  return 2 * layout_.used_total() * shape().head_dim * sizeof(float) + (quant_ ? quant_->bytes() : 0);
+  return 2 * layout_.used_total() * shape().head_dim * sizeof(float) +
+         (quant_ ? quant_->bytes() : 0);
 }
 
 }  // namespace kvzip::model

@@ -16,11 +16,11 @@
 #include <memory>
 #include <vector>
 
-#include "kernels/gpu.h"
 #include "cache/gpu_quant_base.h"
 #include "cache/kv_cache.h"
 #include "cache/ragged_cache.h"
 #include "cache/ragged_layout.h"
+#include "kernels/gpu.h"
 
 namespace kvzip::model {
 
@@ -82,7 +82,8 @@ class GpuCache {
   // k_new, v_new: device (T, Hkv, D) at positions logical_length() ...
   void append(uint32_t layer, const float* k_new, const float* v_new, uint32_t T, void* stream);
   void commit_append(uint32_t T);
-  void rollback(uint32_t length);  // with a quantized base: Errc::invalid_argument below base_length()
+  void rollback(
+      uint32_t length);  // with a quantized base: Errc::invalid_argument below base_length()
   void reset() { rollback(layout_.base_length()); }
 
   // A dense host copy: requires every head of every layer to hold all logical_length() rows

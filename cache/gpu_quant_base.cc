@@ -9,14 +9,15 @@
 
 namespace kvzip::model {
 
-GpuQuantBase::GpuQuantBase(CacheShape shape, kernels::KvQuantLayout layout, std::vector<uint32_t> rows)
+GpuQuantBase::GpuQuantBase(CacheShape shape, kernels::KvQuantLayout layout,
+                           std::vector<uint32_t> rows)
     : shape_(shape), layout_(layout), rows_(std::move(rows)) {
   const uint32_t L = shape.n_layers, H = shape.n_kv_heads;
   if (rows_.size() != size_t(L) * H || layout.D != shape.head_dim)
-    throw Error(Errc::internal, "GpuQuantBase: " + std::to_string(rows_.size()) + " row counts for " +
-                                    std::to_string(L) + " layers of " + std::to_string(H) +
-                                    " heads, layout D " + std::to_string(layout.D) + " for head_dim " +
-                                    std::to_string(shape.head_dim));
+    throw Error(Errc::internal,
+                "GpuQuantBase: " + std::to_string(rows_.size()) + " row counts for " +
+                    std::to_string(L) + " layers of " + std::to_string(H) + " heads, layout D " +
+                    std::to_string(layout.D) + " for head_dim " + std::to_string(shape.head_dim));
   const size_t D = shape.head_dim, words = layout.param_words(), code_bytes = layout.code_bytes();
   layers_.resize(L);
   segs_.resize(size_t(L) * H);
@@ -33,9 +34,11 @@ GpuQuantBase::GpuQuantBase(CacheShape shape, kernels::KvQuantLayout layout, std:
     uint64_t row = 0;  // the head's first row in the layer
     for (uint32_t h = 0; h < H; ++h) {
       const uint32_t n = rows_[at(l, h)];
-      auto side = [&](const kernels::gpu::GpuBuffer<float>& c, const kernels::gpu::GpuBuffer<uint16_t>& p,
+      auto side = [&](const kernels::gpu::GpuBuffer<float>& c,
+                      const kernels::gpu::GpuBuffer<uint16_t>& p,
                       const kernels::gpu::GpuBuffer<uint8_t>& q) {
-        return kernels::KvQuantRows{layout, n, c.data() + h * D, p.data() + row * words, q.data() + row * code_bytes};
+        return kernels::KvQuantRows{layout, n, c.data() + h * D, p.data() + row * words,
+                                    q.data() + row * code_bytes};
       };
       segs_[at(l, h)] = kernels::KvQuantSegment{side(y.scale_k, y.params_k, y.codes_k),
                                                 side(y.scale_v, y.params_v, y.codes_v)};
@@ -54,10 +57,11 @@ void GpuQuantBase::upload_layer(uint32_t layer, const HostLayer& src, void* stre
   Layer& y = layers_[layer];
   auto put = [&](auto& dst, auto from, const char* what) {
     if (from.size() != dst.size())
-      throw Error(Errc::internal, "GpuQuantBase::upload_layer: layer " + std::to_string(layer) + " " + what +
-                                      " holds " + std::to_string(from.size()) + " values, expected " +
-                                      std::to_string(dst.size()));
-    if (!from.empty()) kernels::gpu::copy_to_device(dst.data(), from.data(), from.size_bytes(), stream);
+      throw Error(Errc::internal, "GpuQuantBase::upload_layer: layer " + std::to_string(layer) +
+                                      " " + what + " holds " + std::to_string(from.size()) +
+                                      " values, expected " + std::to_string(dst.size()));
+    if (!from.empty())
+      kernels::gpu::copy_to_device(dst.data(), from.data(), from.size_bytes(), stream);
   };
   put(y.scale_k, src.scale_k, "K channel scales");
   put(y.scale_v, src.scale_v, "V channel scales");
@@ -67,7 +71,9 @@ void GpuQuantBase::upload_layer(uint32_t layer, const HostLayer& src, void* stre
   put(y.codes_v, src.codes_v, "V codes");
 }
 
-uint32_t GpuQuantBase::rows(uint32_t layer, uint32_t kv_head) const { return rows_[at(layer, kv_head)]; }
+uint32_t GpuQuantBase::rows(uint32_t layer, uint32_t kv_head) const {
+  return rows_[at(layer, kv_head)];
+}
 
 const kernels::KvQuantSegment* GpuQuantBase::segment(uint32_t layer, uint32_t kv_head) const {
   const size_t i = at(layer, kv_head);
@@ -77,8 +83,8 @@ const kernels::KvQuantSegment* GpuQuantBase::segment(uint32_t layer, uint32_t kv
 uint64_t GpuQuantBase::bytes() const {
   uint64_t b = 0;
   for (const Layer& y : layers_)
-    b += y.scale_k.bytes() + y.scale_v.bytes() + y.params_k.bytes() + y.params_v.bytes() + y.codes_k.bytes() +
-         y.codes_v.bytes();
+    b += y.scale_k.bytes() + y.scale_v.bytes() + y.params_k.bytes() + y.params_v.bytes() +
+         y.codes_k.bytes() + y.codes_v.bytes();
   return b;
 }
 

@@ -14,9 +14,9 @@
 #include <span>
 #include <vector>
 
+#include "cache/kv_cache.h"
 #include "kernels/gpu.h"
 #include "kernels/kv_quant.h"
-#include "cache/kv_cache.h"
 
 namespace kvzip::model {
 
@@ -31,9 +31,9 @@ class GpuQuantBase {
 
   // One layer's stored rows on the host, head-major (R = Σ rows of the layer's heads).
   struct HostLayer {
-    std::span<const float> scale_k, scale_v;      // (Hkv, D) channel scales
-    std::span<const uint16_t> params_k, params_v; // (R, layout.param_words())
-    std::span<const uint8_t> codes_k, codes_v;    // (R, layout.code_bytes())
+    std::span<const float> scale_k, scale_v;       // (Hkv, D) channel scales
+    std::span<const uint16_t> params_k, params_v;  // (R, layout.param_words())
+    std::span<const uint8_t> codes_k, codes_v;     // (R, layout.code_bytes())
   };
   // Copies layer `layer` to the device on `stream`, asynchronously: the host arrays must stay
   // untouched until the stream has passed this point. Errc::internal when a size does not match.
@@ -57,9 +57,9 @@ class GpuQuantBase {
 
   CacheShape shape_;
   kernels::KvQuantLayout layout_;
-  std::vector<uint32_t> rows_;                     // (L·Hkv)
-  std::vector<Layer> layers_;                      // (L)
-  std::vector<kernels::KvQuantSegment> segs_;      // (L·Hkv) views into layers_
+  std::vector<uint32_t> rows_;                 // (L·Hkv)
+  std::vector<Layer> layers_;                  // (L)
+  std::vector<kernels::KvQuantSegment> segs_;  // (L·Hkv) views into layers_
 };
 
 }  // namespace kvzip::model

@@ -9,9 +9,9 @@
 #include <utility>
 #include <variant>
 
-#include "common/error.h"
 #include "cache/quant_base.h"
 #include "cache/ragged_cache.h"
+#include "common/error.h"
 
 namespace kvzip::model {
 

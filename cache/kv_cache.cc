@@ -31,10 +31,10 @@ KvCache::KvCache(CacheShape shape, uint32_t capacity)
       kt_(shape.n_layers),
       local_pos_(shape.n_layers) {
   if (shape.n_layers == 0 || shape.n_kv_heads == 0 || shape.head_dim == 0)
-    throw Error(Errc::invalid_argument,
-                "KvCache shape L=" + std::to_string(shape.n_layers) + " Hkv=" +
-                    std::to_string(shape.n_kv_heads) + " D=" + std::to_string(shape.head_dim) +
-                    ": every dimension must be > 0");
+    throw Error(Errc::invalid_argument, "KvCache shape L=" + std::to_string(shape.n_layers) +
+                                            " Hkv=" + std::to_string(shape.n_kv_heads) +
+                                            " D=" + std::to_string(shape.head_dim) +
+                                            ": every dimension must be > 0");
   reserve(capacity);
 }
 
@@ -168,12 +168,10 @@ void KvCache::grow(uint32_t capacity, bool size_dropped) {
   try {
     for (uint32_t l = 0; l < shape_.n_layers; ++l) {
       const bool local = local_.size() && local_[l];
-      if (local && trim_)
-        want[l] = std::max(cap_[l], trimmed_capacity(capacity));
+      if (local && trim_) want[l] = std::max(cap_[l], trimmed_capacity(capacity));
       else if (dropped_[l])  // its rows are positions past the dropped ones
         want[l] = size_dropped ? std::max(cap_[l], capacity - dropped_[l]) : cap_[l];
-      else
-        want[l] = capacity;
+      else want[l] = capacity;
       if (want[l] <= cap_[l]) continue;
       k_new[l].resize(H * want[l] * D);
       v_new[l].resize(H * want[l] * D);

@@ -36,15 +36,15 @@ CacheShape cache_shape(const ModelConfig& cfg);
 // q8/q4 base (cache/quant_base.h) adds `quant`: that head's quantized rows, which come before all
 // the rows above and are not counted in len (only attention reads them, KvSpan::quant).
 struct KvHeadView {
-  const float* k = nullptr;              // (len, D) post-RoPE keys, or (split, D) with a tail
-  const float* v = nullptr;              // (len, D) values, or (split, D) with a tail
-  const uint32_t* positions = nullptr;   // (len) original position of each row, increasing
+  const float* k = nullptr;             // (len, D) post-RoPE keys, or (split, D) with a tail
+  const float* v = nullptr;             // (len, D) values, or (split, D) with a tail
+  const uint32_t* positions = nullptr;  // (len) original position of each row, increasing
   uint32_t len = 0;
-  const float* k_tail = nullptr;             // (len - split, D) or null: one segment
-  const float* v_tail = nullptr;             // (len - split, D)
-  const uint32_t* positions_tail = nullptr;  // (len - split)
-  uint32_t split = 0;                        // rows of the first segment when k_tail is set
-  const kernels::KvQuantSegment* quant = nullptr;     // quantized rows before all of these, or null
+  const float* k_tail = nullptr;                   // (len - split, D) or null: one segment
+  const float* v_tail = nullptr;                   // (len - split, D)
+  const uint32_t* positions_tail = nullptr;        // (len - split)
+  uint32_t split = 0;                              // rows of the first segment when k_tail is set
+  const kernels::KvQuantSegment* quant = nullptr;  // quantized rows before all of these, or null
   const float* kt = nullptr;  // rows [0, kt_rows)' keys transposed (KvSpan::kt), or null
   uint32_t kt_rows = 0;
 };
@@ -135,7 +135,7 @@ class KvCache final : public AttentionCache {
   // dropped rows are left to reserve_append, which grows them by their own rows.
   void grow(uint32_t capacity, bool size_dropped);
   void resize_layer(uint32_t layer, uint32_t capacity);  // keeps the rows; may throw out_of_memory
-  void drop_old_rows(uint32_t layer);  // a trimmed local layer: to pinned + window - 1
+  void drop_old_rows(uint32_t layer);       // a trimmed local layer: to pinned + window - 1
   bool tiles_follow(uint32_t layer) const;  // its arrays grow with key tiles
   // Per head, the key tiles of layer_capacity(l) rows (kernels::key_tile_floats).
   size_t tile_stride(uint32_t capacity) const;
@@ -145,16 +145,16 @@ class KvCache final : public AttentionCache {
   void write_tiles(uint32_t layer, const float* k_new, uint32_t r0, uint32_t T);
 
   CacheShape shape_;
-  uint32_t capacity_ = 0;                // rows per head of the global (untrimmed) layers
-  uint32_t length_ = 0;                  // committed tokens
-  std::vector<uint32_t> layer_len_;      // (L) positions per head incl. uncommitted appends
-  std::vector<uint32_t> cap_;            // (L) rows per head each layer's arrays hold
+  uint32_t capacity_ = 0;              // rows per head of the global (untrimmed) layers
+  uint32_t length_ = 0;                // committed tokens
+  std::vector<uint32_t> layer_len_;    // (L) positions per head incl. uncommitted appends
+  std::vector<uint32_t> cap_;          // (L) rows per head each layer's arrays hold
   std::vector<uint32_t> dropped_;      // (L) positions a trimmed local layer dropped after pinned_
   std::vector<std::vector<float>> k_;  // L × (Hkv, cap_[l], D)
   std::vector<std::vector<float>> v_;  // L × (Hkv, cap_[l], D)
   bool key_tiles_ = false;
   std::vector<std::vector<float>> kt_;  // L × (Hkv, tile_stride(cap_[l])) when key_tiles_
-  std::vector<uint32_t> positions_;      // (capacity) 0, 1, 2, ...: a dense row is its position
+  std::vector<uint32_t> positions_;     // (capacity) 0, 1, 2, ...: a dense row is its position
   std::vector<std::vector<uint32_t>>
       local_pos_;               // (L) a layer's row positions once it dropped rows
   std::vector<uint8_t> local_;  // (L) 1 = sliding-window layer (from a ModelConfig)

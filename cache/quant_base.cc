@@ -23,11 +23,12 @@ QuantBase::QuantBase(CacheShape shape, uint32_t logical_length, kernels::KvQuant
         D % layout.group == 0))
     throw Error(Errc::invalid_argument, "QuantBase: layout (bits " + std::to_string(layout.bits) +
                                             ", D " + std::to_string(layout.D) + ", group " +
-                                            std::to_string(layout.group) + ") does not fit head_dim " +
-                                            std::to_string(D));
+                                            std::to_string(layout.group) +
+                                            ") does not fit head_dim " + std::to_string(D));
   if (layers_.size() != shape.n_layers)
     throw Error(Errc::invalid_argument, "QuantBase: " + std::to_string(layers_.size()) +
-                                            " layers given for a shape of " + std::to_string(shape.n_layers));
+                                            " layers given for a shape of " +
+                                            std::to_string(shape.n_layers));
   heads_.resize(size_t(shape.n_layers) * H);
   segs_.resize(heads_.size());
   for (uint32_t l = 0; l < shape.n_layers; ++l) {
@@ -44,20 +45,25 @@ QuantBase::QuantBase(CacheShape shape, uint32_t logical_length, kernels::KvQuant
     const uint64_t Q = R - F;
     require(L.positions.size() == R, l, "positions");
     require(L.dense_k.size() == F * D && L.dense_v.size() == F * D, l, "f32 rows");
-    require(L.scale_k.size() == size_t(H) * D && L.scale_v.size() == size_t(H) * D, l, "channel scales");
-    require(L.params_k.size() == Q * layout.param_words() && L.params_v.size() == Q * layout.param_words(),
+    require(L.scale_k.size() == size_t(H) * D && L.scale_v.size() == size_t(H) * D, l,
+            "channel scales");
+    require(L.params_k.size() == Q * layout.param_words() &&
+                L.params_v.size() == Q * layout.param_words(),
             l, "group parameters");
-    require(L.codes_k.size() == Q * layout.code_bytes() && L.codes_v.size() == Q * layout.code_bytes(), l,
-            "codes");
+    require(
+        L.codes_k.size() == Q * layout.code_bytes() && L.codes_v.size() == Q * layout.code_bytes(),
+        l, "codes");
     for (uint32_t h = 0; h < H; ++h) {
       const Head& hd = heads_[size_t(l) * H + h];
       const uint64_t q0 = hd.row0 - hd.dense0;  // quantized rows before this head's
       const size_t n = hd.kept - hd.dense;
       segs_[size_t(l) * H + h] = kernels::KvQuantSegment{
-          kernels::KvQuantRows{layout, n, L.scale_k.data() + size_t(h) * D, L.params_k.data() + q0 * layout.param_words(),
-                      L.codes_k.data() + q0 * layout.code_bytes()},
-          kernels::KvQuantRows{layout, n, L.scale_v.data() + size_t(h) * D, L.params_v.data() + q0 * layout.param_words(),
-                      L.codes_v.data() + q0 * layout.code_bytes()}};
+          kernels::KvQuantRows{layout, n, L.scale_k.data() + size_t(h) * D,
+                               L.params_k.data() + q0 * layout.param_words(),
+                               L.codes_k.data() + q0 * layout.code_bytes()},
+          kernels::KvQuantRows{layout, n, L.scale_v.data() + size_t(h) * D,
+                               L.params_v.data() + q0 * layout.param_words(),
+                               L.codes_v.data() + q0 * layout.code_bytes()}};
     }
   }
 }
@@ -93,8 +99,10 @@ const kernels::KvQuantSegment* QuantBase::quant(uint32_t layer, uint32_t kv_head
 uint64_t QuantBase::bytes_kept() const {
   uint64_t n = 0;
   for (const QuantBaseLayer& L : layers_)
-    n += (L.dense_k.size() + L.dense_v.size() + L.scale_k.size() + L.scale_v.size()) * sizeof(float) +
-         (L.params_k.size() + L.params_v.size()) * sizeof(uint16_t) + L.codes_k.size() + L.codes_v.size();
+    n += (L.dense_k.size() + L.dense_v.size() + L.scale_k.size() + L.scale_v.size()) *
+             sizeof(float) +
+         (L.params_k.size() + L.params_v.size()) * sizeof(uint16_t) + L.codes_k.size() +
+         L.codes_v.size();
   return n;
 }
 

@@ -13,8 +13,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/kv_quant.h"
 #include "cache/kv_cache.h"
+#include "kernels/kv_quant.h"
 
 namespace kvzip::model {
 
@@ -46,7 +46,9 @@ class QuantBase {
   uint32_t base_length() const { return length_; }
 
   uint32_t kept(uint32_t layer, uint32_t kv_head) const { return heads_[at(layer, kv_head)].kept; }
-  uint32_t dense(uint32_t layer, uint32_t kv_head) const { return heads_[at(layer, kv_head)].dense; }
+  uint32_t dense(uint32_t layer, uint32_t kv_head) const {
+    return heads_[at(layer, kv_head)].dense;
+  }
   uint64_t kept_total() const;  // Σ kept rows over (l, h)
   // The head's f32 rows (dense, D) and the positions of all its rows (kept).
   const float* dense_k(uint32_t layer, uint32_t kv_head) const;
@@ -68,9 +70,9 @@ class QuantBase {
   CacheShape shape_;
   uint32_t length_ = 0;
   kernels::KvQuantLayout layout_;
-  std::vector<QuantBaseLayer> layers_;  // (L)
-  std::vector<Head> heads_;             // (L·Hkv)
-  std::vector<kernels::KvQuantSegment> segs_;    // (L·Hkv) views into layers_
+  std::vector<QuantBaseLayer> layers_;         // (L)
+  std::vector<Head> heads_;                    // (L·Hkv)
+  std::vector<kernels::KvQuantSegment> segs_;  // (L·Hkv) views into layers_
 };
 
 }  // namespace kvzip::model

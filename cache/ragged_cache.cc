@@ -163,7 +163,7 @@ void RaggedKvCache::make_key_tiles() {
   for (uint32_t l = 0; l < s.n_layers; ++l)
     for (uint32_t h = 0; h < s.n_kv_heads; ++h)
       kernels::cpu::transpose_key_tiles(self.k_rows(l, h), kept(l, h), s.head_dim,
-                               kt_.data() + kt_off_[size_t(l) * s.n_kv_heads + h]);
+                                        kt_.data() + kt_off_[size_t(l) * s.n_kv_heads + h]);
 }
 
 const float* RaggedKvCache::key_tiles(uint32_t l, uint32_t h) const {
@@ -172,7 +172,9 @@ const float* RaggedKvCache::key_tiles(uint32_t l, uint32_t h) const {
 
 void RaggedKvCache::rollback(uint32_t length) { layout_.rollback(length); }
 
-uint64_t RaggedKvCache::bytes_kept() const { return kept_total() * layout_.shape().head_dim * 2 * 4; }
+uint64_t RaggedKvCache::bytes_kept() const {
+  return kept_total() * layout_.shape().head_dim * 2 * 4;
+}
 
 float* RaggedKvCache::k_rows(uint32_t l, uint32_t h) {
   if (!kt_.empty()) kt_ = {}, kt_off_ = {};

@@ -35,7 +35,8 @@ RaggedLayout::RaggedLayout(const char* who, CacheShape shape, uint32_t logical_l
     throw Error(Errc::invalid_argument, std::string(who) + ": every dimension must be > 0");
   if (kept_.size() != size_t(shape.n_layers) * shape.n_kv_heads)
     throw Error(Errc::invalid_argument,
-                std::string(who) + ": " + std::to_string(kept_.size()) + " row counts for L·Hkv = " +
+                std::string(who) + ": " + std::to_string(kept_.size()) +
+                    " row counts for L·Hkv = " +
                     std::to_string(size_t(shape.n_layers) * shape.n_kv_heads) + " heads");
   for (uint32_t n : kept_)
     if (n > logical_length)
@@ -47,7 +48,9 @@ RaggedLayout::RaggedLayout(const char* who, CacheShape shape, uint32_t logical_l
   pos_.resize(shape.n_layers);
 }
 
-void RaggedLayout::lay_out(uint32_t room, RaggedStorage& storage) { relayout(room, storage, false); }
+void RaggedLayout::lay_out(uint32_t room, RaggedStorage& storage) {
+  relayout(room, storage, false);
+}
 
 void RaggedLayout::relayout(uint32_t room, RaggedStorage& storage, bool copy) {
   const uint32_t L = shape_.n_layers, H = shape_.n_kv_heads;

@@ -54,7 +54,9 @@ class RaggedLayout {
   uint64_t offset(uint32_t layer, uint32_t kv_head) const { return offset_[idx(layer, kv_head)]; }
   uint64_t layer_rows(uint32_t layer) const { return pos_[layer].size(); }
   // Original position of each row of head (l, h): (len) in use, (kept + room) writable.
-  uint32_t* positions(uint32_t layer, uint32_t kv_head) { return pos_[layer].data() + offset(layer, kv_head); }
+  uint32_t* positions(uint32_t layer, uint32_t kv_head) {
+    return pos_[layer].data() + offset(layer, kv_head);
+  }
   const uint32_t* positions(uint32_t layer, uint32_t kv_head) const {
     return pos_[layer].data() + offset(layer, kv_head);
   }
@@ -94,9 +96,9 @@ class RaggedLayout {
   void relayout(uint32_t room, RaggedStorage& storage, bool copy);
 
   CacheShape shape_;
-  uint32_t length_ = 0;       // logical length (committed)
-  uint32_t base_length_ = 0;  // logical length of the compressed state
-  uint32_t room_ = 0;         // append rows per head
+  uint32_t length_ = 0;                     // logical length (committed)
+  uint32_t base_length_ = 0;                // logical length of the compressed state
+  uint32_t room_ = 0;                       // append rows per head
   std::vector<uint32_t> kept_;              // (L, Hkv) rows of the compressed state
   std::vector<uint32_t> len_;               // (L, Hkv) rows in use incl. uncommitted appends
   std::vector<uint64_t> offset_;            // (L, Hkv) first row of each head in its layer

@@ -88,9 +88,8 @@ void StreamKvCache::rollback(uint32_t length) {
 
 void StreamKvCache::retain(uint32_t layer, uint32_t kv_head, std::span<const uint32_t> rows) {
   if (layer >= shape_.n_layers || kv_head >= shape_.n_kv_heads)
-    throw Error(Errc::invalid_argument, "StreamKvCache::retain: no head (" +
-                                            std::to_string(layer) + ", " +
-                                            std::to_string(kv_head) + ")");
+    throw Error(Errc::invalid_argument, "StreamKvCache::retain: no head (" + std::to_string(layer) +
+                                            ", " + std::to_string(kv_head) + ")");
   Head& head = at(layer, kv_head);
   for (size_t x = 0; x < rows.size(); ++x)
     if (rows[x] >= head.len || (x > 0 && rows[x] <= rows[x - 1]))

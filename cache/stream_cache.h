@@ -55,9 +55,9 @@ class StreamKvCache final : public AttentionCache {
   template <class T>
   using Array = std::vector<T, detail::PageAllocator<T>>;
   struct Head {
-    Array<float> k, v;     // (capacity, D)
-    Array<uint32_t> pos;   // (capacity)
-    uint32_t len = 0;           // rows in use, uncommitted appends included
+    Array<float> k, v;    // (capacity, D)
+    Array<uint32_t> pos;  // (capacity)
+    uint32_t len = 0;     // rows in use, uncommitted appends included
     uint32_t capacity() const { return static_cast<uint32_t>(pos.size()); }
   };
   Head& at(uint32_t l, uint32_t h) { return heads_[size_t(l) * shape_.n_kv_heads + h]; }

@@ -16,19 +16,19 @@ bool read_integer(const uint8_t* p, ValueType t, __int128& out) {
   switch (t) {
     case ValueType::U8: out = *p; return true;
     case ValueType::I8: out = int8_t(*p); return true;
-#define KVZIP_INT_CASE(VT, CT) \
-  case ValueType::VT: {        \
-    CT v;                      \
+#define KVZIP_INT_CASE(VT, CT)    \
+  case ValueType::VT: {           \
+    CT v;                         \
     std::memcpy(&v, p, sizeof v); \
-    out = v;                   \
-    return true;               \
+    out = v;                      \
+    return true;                  \
   }
-    KVZIP_INT_CASE(U16, uint16_t)
-    KVZIP_INT_CASE(I16, int16_t)
-    KVZIP_INT_CASE(U32, uint32_t)
-    KVZIP_INT_CASE(I32, int32_t)
-    KVZIP_INT_CASE(U64, uint64_t)
-    KVZIP_INT_CASE(I64, int64_t)
+      KVZIP_INT_CASE(U16, uint16_t)
+      KVZIP_INT_CASE(I16, int16_t)
+      KVZIP_INT_CASE(U32, uint32_t)
+      KVZIP_INT_CASE(I32, int32_t)
+      KVZIP_INT_CASE(U64, uint64_t)
+      KVZIP_INT_CASE(I64, int64_t)
 #undef KVZIP_INT_CASE
     default: return false;
   }
@@ -65,7 +65,7 @@ std::string_view string_at(const uint8_t* base, uint64_t& off) {
 }  // namespace
 
 const char* value_type_name(ValueType t) {
-  static constexpr const char* kNames[] = {"u8",  "i8",     "u16",   "i16", "u32", "i32", "f32",
+  static constexpr const char* kNames[] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
                                            "bool", "string", "array", "u64", "i64", "f64"};
   const auto i = uint32_t(t);
   return i < 13 ? kNames[i] : "unknown";
@@ -97,7 +97,8 @@ File::File(std::string source, detail::FileImage&& image)
 
 File File::open(const std::string& path, bool in_memory) {
   const std::string prefix = "GGUF '" + path + "': ";
-  return File(path, in_memory ? detail::FileImage::read(path, prefix) : detail::FileImage::map(path, prefix));
+  return File(path, in_memory ? detail::FileImage::read(path, prefix)
+                              : detail::FileImage::map(path, prefix));
 }
 
 File File::from_bytes(std::vector<uint8_t> bytes, std::string source) {
@@ -171,10 +172,11 @@ std::string File::get_string(std::string_view key) const {
 int64_t File::get_i64(std::string_view key) const {
   const KeyValue& kv = need(*impl_, key);
   __int128 v;
-  if (!read_integer(impl_->data + kv.value_offset, kv.type, v)) wrong_type(*impl_, kv, "an integer");
+  if (!read_integer(impl_->data + kv.value_offset, kv.type, v))
+    wrong_type(*impl_, kv, "an integer");
   if (v > std::numeric_limits<int64_t>::max())
-    impl_->fail(Errc::corrupt, "key '" + kv.key + "' = " + to_string_i128(v) +
-                                   " does not fit in int64");
+    impl_->fail(Errc::corrupt,
+                "key '" + kv.key + "' = " + to_string_i128(v) + " does not fit in int64");
   return int64_t(v);
 }
 

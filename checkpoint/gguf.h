@@ -23,8 +23,19 @@ namespace kvzip::model::gguf {
 
 // gguf_type: the metadata value types.
 enum class ValueType : uint32_t {
-  U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, Bool = 7, String = 8,
-  Array = 9, U64 = 10, I64 = 11, F64 = 12,
+  U8 = 0,
+  I8 = 1,
+  U16 = 2,
+  I16 = 3,
+  U32 = 4,
+  I32 = 5,
+  F32 = 6,
+  Bool = 7,
+  String = 8,
+  Array = 9,
+  U64 = 10,
+  I64 = 11,
+  F64 = 12,
 };
 // "u32", "string", ... ("type#N" for an unknown id).
 const char* value_type_name(ValueType t);
@@ -54,13 +65,12 @@ class File {
   // Parses an in-memory image; `source` names it in error messages.
   static File from_bytes(std::vector<uint8_t> bytes, std::string source = "<memory>");
 
-
   const std::string& source() const;  // path, or the from_bytes name
   uint32_t version() const;
-  uint32_t alignment() const;          // general.alignment or 32
-  uint64_t data_offset() const;        // absolute offset of the tensor data section
-  uint64_t size() const;               // file size in bytes
-  const uint8_t* bytes() const;        // the whole file image
+  uint32_t alignment() const;    // general.alignment or 32
+  uint64_t data_offset() const;  // absolute offset of the tensor data section
+  uint64_t size() const;         // file size in bytes
+  const uint8_t* bytes() const;  // the whole file image
 
   // ---- metadata ----
   bool has(std::string_view key) const;
@@ -81,8 +91,9 @@ class File {
   bool get_bool(std::string_view key) const;
   std::vector<std::string> get_string_array(std::string_view key) const;
   std::vector<std::string_view> get_string_array_views(std::string_view key) const;
-  std::vector<int32_t> get_i32_array(std::string_view key) const;  // any integer elem type that fits
-  std::vector<float> get_f32_array(std::string_view key) const;    // f32 or f64 elements
+  std::vector<int32_t> get_i32_array(
+      std::string_view key) const;                               // any integer elem type that fits
+  std::vector<float> get_f32_array(std::string_view key) const;  // f32 or f64 elements
 
   // Defaults when the key is absent (a present key of the wrong type still throws).
   std::string get_string_or(std::string_view key, std::string_view dflt) const;
@@ -91,7 +102,7 @@ class File {
   bool get_bool_or(std::string_view key, bool dflt) const;
 
   // ---- tensors ----
-  const std::vector<TensorInfo>& tensors() const;  // in file order
+  const std::vector<TensorInfo>& tensors() const;              // in file order
   const TensorInfo* find_tensor(std::string_view name) const;  // nullptr when absent
   const TensorInfo& tensor(std::string_view name) const;       // Errc::corrupt "missing tensor X"
 

@@ -12,7 +12,8 @@ TokenizerData tokenizer_data_from_gguf(const gguf::File& f) {
   d.model = f.get_string("tokenizer.ggml.model");
   d.pre = f.get_string_or("tokenizer.ggml.pre", "default");
   d.tokens = f.get_string_array("tokenizer.ggml.tokens");
-  if (f.has("tokenizer.ggml.token_type")) d.token_types = f.get_i32_array("tokenizer.ggml.token_type");
+  if (f.has("tokenizer.ggml.token_type"))
+    d.token_types = f.get_i32_array("tokenizer.ggml.token_type");
   if (d.model != "llama" || f.has("tokenizer.ggml.merges"))
     d.merges = f.get_string_array("tokenizer.ggml.merges");
   if (d.model == "llama") {
@@ -24,8 +25,8 @@ TokenizerData tokenizer_data_from_gguf(const gguf::File& f) {
     int64_t v = f.get_i64(key);
     if (v < 0 || v >= static_cast<int64_t>(d.tokens.size()))
       throw Error(Errc::corrupt, f.source() + ": " + key + " = " + std::to_string(v) +
-                                     " is outside the vocabulary of " + std::to_string(d.tokens.size()) +
-                                     " tokens");
+                                     " is outside the vocabulary of " +
+                                     std::to_string(d.tokens.size()) + " tokens");
     return static_cast<int32_t>(v);
   };
   d.bos = id("tokenizer.ggml.bos_token_id");

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
-#include "kernels/quant.h"
 #include "checkpoint/detail/config_check.h"
 #include "checkpoint/detail/rope_freqs.h"
+#include "common/error.h"
+#include "kernels/quant.h"
 
 namespace kvzip::model {
 namespace {
@@ -60,10 +60,12 @@ void gemma3_config(const gguf::File& f, const std::string& p, ModelConfig& c) {
 // frequency divisors; kvzip recovers the llama3 parameters they encode (detail/rope_freqs.h).
 RopeScaling rope_freqs_scaling(const gguf::File& f, const ModelConfig& c) {
   const gguf::TensorInfo& t = f.tensor("rope_freqs.weight");
-  if (t.type != kernels::quant::GgmlType::F32 || t.n_dims != 1 || t.ne[0] != int64_t(c.head_dim / 2))
-    fail(f, Errc::corrupt, "tensor 'rope_freqs.weight' is " + std::string(kernels::quant::type_name(t.type)) + " " +
-                               t.shape_string() + ", expected F32 [" + std::to_string(c.head_dim / 2) +
-                               "] (head_dim / 2)");
+  if (t.type != kernels::quant::GgmlType::F32 || t.n_dims != 1 ||
+      t.ne[0] != int64_t(c.head_dim / 2))
+    fail(f, Errc::corrupt,
+         "tensor 'rope_freqs.weight' is " + std::string(kernels::quant::type_name(t.type)) + " " +
+             t.shape_string() + ", expected F32 [" + std::to_string(c.head_dim / 2) +
+             "] (head_dim / 2)");
   std::vector<float> divisors(c.head_dim / 2);
   std::memcpy(divisors.data(), t.data, divisors.size() * sizeof(float));
   std::optional<RopeScaling> s = detail::scaling_from_rope_freqs(divisors, c.rope_base, c.head_dim);
@@ -72,8 +74,9 @@ RopeScaling rope_freqs_scaling(const gguf::File& f, const ModelConfig& c) {
   // they are. The fingerprint covers the tensor, so a cache still names its exact model.
   for (float v : divisors)
     if (!(v > 0.0f) || !std::isfinite(v))
-      fail(f, Errc::corrupt, "tensor 'rope_freqs.weight' holds " + std::to_string(v) +
-                                 ", expected positive divisors");
+      fail(
+          f, Errc::corrupt,
+          "tensor 'rope_freqs.weight' holds " + std::to_string(v) + ", expected positive divisors");
   RopeScaling r;
   r.freq_factors = std::move(divisors);
   return r;
@@ -101,17 +104,21 @@ void read_rope_scaling(const gguf::File& f, const std::string& p, ModelConfig& c
     rs.low_freq_factor = f.get_f32_or(p + "rope.scaling.low_freq_factor", 1.0f);
     rs.high_freq_factor = f.get_f32_or(p + "rope.scaling.high_freq_factor", 4.0f);
   } else {
-    fail(f, Errc::unsupported, "key '" + p + "rope.scaling.type' = '" + type +
-                                   "' is not supported (supported: none, linear, llama3)");
+    fail(f, Errc::unsupported,
+         "key '" + p + "rope.scaling.type' = '" + type +
+             "' is not supported (supported: none, linear, llama3)");
   }
   if (rs.kind != RopeScalingKind::None && !(rs.factor > 0.0f))
-    fail(f, Errc::corrupt, "key '" + p + "rope.scaling.factor' = " + std::to_string(rs.factor) +
-                               ", expected a positive factor");
+    fail(f, Errc::corrupt,
+         "key '" + p + "rope.scaling.factor' = " + std::to_string(rs.factor) +
+             ", expected a positive factor");
   if (!from_freqs && f.find_tensor("rope_freqs.weight")) {
     // A file with both would scale twice.
     if (rs.kind == RopeScalingKind::Llama3)
-      fail(f, Errc::corrupt, "both '" + p + "rope.scaling.type' = llama3 and tensor "
-                             "'rope_freqs.weight' are present; they describe the same scaling");
+      fail(f, Errc::corrupt,
+           "both '" + p +
+               "rope.scaling.type' = llama3 and tensor "
+               "'rope_freqs.weight' are present; they describe the same scaling");
     fail(f, Errc::unsupported,
          "tensor 'rope_freqs.weight' (per-dimension RoPE factors) is present together with '" + p +
              "rope.scaling.type' = " + type + "; such files are not supported");
@@ -120,8 +127,9 @@ void read_rope_scaling(const gguf::File& f, const std::string& p, ModelConfig& c
 
 void check_config(const gguf::File& f, const ModelConfig& c) {
   auto bad = [&](const std::string& what) { fail(f, Errc::corrupt, what); };
-  detail::check_config_shape(c, {{"L", "E", "Hq", "Hkv", "D", "F", "V"}, "head_count", "head_count_kv", "head dimension"},
-                     bad);
+  detail::check_config_shape(
+      c, {{"L", "E", "Hq", "Hkv", "D", "F", "V"}, "head_count", "head_count_kv", "head dimension"},
+      bad);
   if (!(c.rope_base > 0.0f)) bad("rope.freq_base must be positive");
   if (!c.rope_scaling.freq_factors.empty() && c.rope_scaling.freq_factors.size() * 2 != c.head_dim)
     bad("tensor 'rope_freqs.weight' has " + std::to_string(c.rope_scaling.freq_factors.size()) +
@@ -143,8 +151,9 @@ ModelConfig config_from_gguf(const gguf::File& f) {
   ModelConfig c;
   c.arch = f.get_string("general.architecture");
   if (!find_arch(c.arch))
-    fail(f, Errc::unsupported, "architecture '" + c.arch +
-                                   "' is not supported (supported: llama, mistral, qwen2, qwen3, gemma3)");
+    fail(f, Errc::unsupported,
+         "architecture '" + c.arch +
+             "' is not supported (supported: llama, mistral, qwen2, qwen3, gemma3)");
   const std::string p = c.arch + ".";
   c.n_layers = f.get_u32(p + "block_count");
   c.d_model = f.get_u32(p + "embedding_length");
@@ -153,18 +162,19 @@ ModelConfig config_from_gguf(const gguf::File& f) {
   c.d_ffn = f.get_u32(p + "feed_forward_length");
   c.max_context = f.get_u32(p + "context_length");
   if (!f.has(p + "attention.key_length") && c.n_heads && c.d_model % c.n_heads != 0)
-    fail(f, Errc::corrupt, "embedding_length " + std::to_string(c.d_model) +
-                               " is not a multiple of head_count " + std::to_string(c.n_heads) +
-                               " and '" + p + "attention.key_length' is absent");
+    fail(f, Errc::corrupt,
+         "embedding_length " + std::to_string(c.d_model) + " is not a multiple of head_count " +
+             std::to_string(c.n_heads) + " and '" + p + "attention.key_length' is absent");
   c.head_dim = f.get_u32_or(p + "attention.key_length", c.n_heads ? c.d_model / c.n_heads : 0);
   if (f.get_u32_or(p + "attention.value_length", c.head_dim) != c.head_dim)
-    fail(f, Errc::unsupported, "attention.value_length differs from key_length (" +
-                                   std::to_string(c.head_dim) + "); not supported");
+    fail(f, Errc::unsupported,
+         "attention.value_length differs from key_length (" + std::to_string(c.head_dim) +
+             "); not supported");
   if (f.get_u32_or(p + "rope.dimension_count", c.head_dim) != c.head_dim)
-    fail(f, Errc::unsupported, "rope.dimension_count " +
-                                   std::to_string(f.get_u32(p + "rope.dimension_count")) +
-                                   " differs from the head dimension " +
-                                   std::to_string(c.head_dim) + " (partial RoPE unsupported)");
+    fail(f, Errc::unsupported,
+         "rope.dimension_count " + std::to_string(f.get_u32(p + "rope.dimension_count")) +
+             " differs from the head dimension " + std::to_string(c.head_dim) +
+             " (partial RoPE unsupported)");
   if (f.has(p + "vocab_size")) c.vocab_size = f.get_u32(p + "vocab_size");
   else if (const gguf::TensorInfo* t = f.find_tensor("token_embd.weight"))
     c.vocab_size = uint32_t(t->ne[1]);
@@ -204,13 +214,15 @@ const gguf::TensorInfo& checked(const gguf::File& f, const std::string& name, in
     want.append(std::to_string(ne0));
     if (ne1 != 1) want.append(", ").append(std::to_string(ne1));
     want.append("]");
-    fail(f, Errc::corrupt, "tensor '" + name + "' has shape " + t.shape_string() + ", expected " +
-                               want + " (from the model metadata)");
+    fail(f, Errc::corrupt,
+         "tensor '" + name + "' has shape " + t.shape_string() + ", expected " + want +
+             " (from the model metadata)");
   }
   if (!kernels::quant::traits(t.type).dequantizable)
-    fail(f, Errc::unsupported, "tensor '" + name + "' has type " + kernels::quant::type_name(t.type) +
-                                   ", which kvzip cannot compute with (supported: " +
-                                   kSupportedTypes + "); re-quantize the model to one of these");
+    fail(f, Errc::unsupported,
+         "tensor '" + name + "' has type " + kernels::quant::type_name(t.type) +
+             ", which kvzip cannot compute with (supported: " + kSupportedTypes +
+             "); re-quantize the model to one of these");
   return t;
 }
 
@@ -246,30 +258,32 @@ void load_layer(const gguf::File& f, const ModelConfig& c, uint32_t l, bool perm
   const std::string b = "blk." + std::to_string(l) + ".";
   const int64_t E = c.d_model, F = c.d_ffn, D = c.head_dim;
   const int64_t q_rows = c.n_heads * D, kv_rows = c.n_kv_heads * D;
-  const std::vector<uint32_t> q_map = permute ? qk_row_map(c.n_heads, c.head_dim) : std::vector<uint32_t>{};
-  const std::vector<uint32_t> k_map = permute ? qk_row_map(c.n_kv_heads, c.head_dim) : std::vector<uint32_t>{};
-  w.attn_norm = load_vector(f, b + "attn_norm.weight", E);          // (E)
-  w.wq = load_matrix(f, b + "attn_q.weight", E, q_rows, q_map);      // (Hq*D, E)
-  w.wk = load_matrix(f, b + "attn_k.weight", E, kv_rows, k_map);     // (Hkv*D, E)
-  w.wv = load_matrix(f, b + "attn_v.weight", E, kv_rows);            // (Hkv*D, E)
+  const std::vector<uint32_t> q_map =
+      permute ? qk_row_map(c.n_heads, c.head_dim) : std::vector<uint32_t>{};
+  const std::vector<uint32_t> k_map =
+      permute ? qk_row_map(c.n_kv_heads, c.head_dim) : std::vector<uint32_t>{};
+  w.attn_norm = load_vector(f, b + "attn_norm.weight", E);        // (E)
+  w.wq = load_matrix(f, b + "attn_q.weight", E, q_rows, q_map);   // (Hq*D, E)
+  w.wk = load_matrix(f, b + "attn_k.weight", E, kv_rows, k_map);  // (Hkv*D, E)
+  w.wv = load_matrix(f, b + "attn_v.weight", E, kv_rows);         // (Hkv*D, E)
   if (c.qkv_bias) {
-    w.bq = load_vector(f, b + "attn_q.bias", q_rows, q_map);         // (Hq*D)
-    w.bk = load_vector(f, b + "attn_k.bias", kv_rows, k_map);        // (Hkv*D)
-    w.bv = load_vector(f, b + "attn_v.bias", kv_rows);               // (Hkv*D)
+    w.bq = load_vector(f, b + "attn_q.bias", q_rows, q_map);   // (Hq*D)
+    w.bk = load_vector(f, b + "attn_k.bias", kv_rows, k_map);  // (Hkv*D)
+    w.bv = load_vector(f, b + "attn_v.bias", kv_rows);         // (Hkv*D)
   }
-  w.wo = load_matrix(f, b + "attn_output.weight", q_rows, E);        // (E, Hq*D)
+  w.wo = load_matrix(f, b + "attn_output.weight", q_rows, E);  // (E, Hq*D)
   if (c.qk_norm) {
-    w.q_norm = load_vector(f, b + "attn_q_norm.weight", D);         // (D)
-    w.k_norm = load_vector(f, b + "attn_k_norm.weight", D);         // (D)
+    w.q_norm = load_vector(f, b + "attn_q_norm.weight", D);  // (D)
+    w.k_norm = load_vector(f, b + "attn_k_norm.weight", D);  // (D)
   }
   if (c.post_norms) {  // llama.cpp's converter already folded Gemma's 1 + w into these
     w.post_attn_norm = load_vector(f, b + "post_attention_norm.weight", E);
     w.post_ffn_norm = load_vector(f, b + "post_ffw_norm.weight", E);
   }
-  w.ffn_norm = load_vector(f, b + "ffn_norm.weight", E);             // (E)
-  w.w_gate = load_matrix(f, b + "ffn_gate.weight", E, F);            // (F, E)
-  w.w_up = load_matrix(f, b + "ffn_up.weight", E, F);                // (F, E)
-  w.w_down = load_matrix(f, b + "ffn_down.weight", F, E);            // (E, F)
+  w.ffn_norm = load_vector(f, b + "ffn_norm.weight", E);   // (E)
+  w.w_gate = load_matrix(f, b + "ffn_gate.weight", E, F);  // (F, E)
+  w.w_up = load_matrix(f, b + "ffn_up.weight", E, F);      // (F, E)
+  w.w_down = load_matrix(f, b + "ffn_down.weight", F, E);  // (E, F)
 }
 
 }  // namespace
@@ -279,9 +293,9 @@ Weights load_weights(const gguf::File& f) {
   w.config = config_from_gguf(f);
   const ModelConfig& c = w.config;
   w.tok_embd = load_matrix(f, "token_embd.weight", c.d_model, c.vocab_size);  // (V, E)
-  w.output_norm = load_vector(f, "output_norm.weight", c.d_model);             // (E)
+  w.output_norm = load_vector(f, "output_norm.weight", c.d_model);            // (E)
   if (!c.tied_embeddings)
-    w.output = load_matrix(f, "output.weight", c.d_model, c.vocab_size);       // (V, E)
+    w.output = load_matrix(f, "output.weight", c.d_model, c.vocab_size);  // (V, E)
   const bool permute = gguf_qk_permuted(c.arch);
   w.layers.resize(c.n_layers);
   for (uint32_t l = 0; l < c.n_layers; ++l) load_layer(f, c, l, permute, w.layers[l]);

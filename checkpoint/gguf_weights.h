@@ -8,9 +8,9 @@
 #include <functional>
 #include <memory>
 
-#include "common/model_config.h"
 #include "checkpoint/gguf.h"
 #include "checkpoint/weights.h"
+#include "common/model_config.h"
 
 namespace kvzip::model {
 

@@ -13,9 +13,9 @@
 #include <map>
 #include <memory>
 
-#include "common/error.h"
 #include "checkpoint/detail/hf_json.h"
 #include "checkpoint/safetensors.h"
+#include "common/error.h"
 
 namespace kvzip::model {
 namespace fs = std::filesystem;
@@ -30,16 +30,20 @@ struct Checkpoint {
   std::map<std::string, const safetensors::File*, std::less<>> file_of;
 };
 
-std::string join(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }
+std::string join(const std::string& dir, const std::string& name) {
+  return (fs::path(dir) / name).string();
+}
 
 void add_file(Checkpoint& c, const std::string& name) {
-  c.files.push_back(std::make_unique<safetensors::File>(safetensors::File::open(join(c.dir, name))));
+  c.files.push_back(
+      std::make_unique<safetensors::File>(safetensors::File::open(join(c.dir, name))));
   const safetensors::File& f = *c.files.back();
   for (const safetensors::TensorInfo& t : f.tensors()) {
     auto [it, fresh] = c.tensors.emplace(t.name, &t);
     if (!fresh)
-      throw Error(Errc::corrupt, "Hugging Face checkpoint '" + c.dir + "': tensor '" + t.name + "' is in both '" +
-                                     c.file_of[t.name]->source() + "' and '" + f.source() + "'");
+      throw Error(Errc::corrupt, "Hugging Face checkpoint '" + c.dir + "': tensor '" + t.name +
+                                     "' is in both '" + c.file_of[t.name]->source() + "' and '" +
+                                     f.source() + "'");
     c.file_of[t.name] = &f;
   }
 }
@@ -54,19 +58,22 @@ std::shared_ptr<Checkpoint> open_checkpoint(const std::string& dir) {
     if (!map || !map->is_object()) index->fail(Errc::corrupt, "missing object 'weight_map'");
     std::vector<std::string> names;
     for (auto it = map->begin(); it != map->end(); ++it) {
-      if (!it.value().is_string()) index->fail(Errc::corrupt, "weight_map['" + it.key() + "'] is not a file name");
+      if (!it.value().is_string())
+        index->fail(Errc::corrupt, "weight_map['" + it.key() + "'] is not a file name");
       const std::string file = it.value().get<std::string>();
       if (file.find('/') != std::string::npos || file == "..")
-        index->fail(Errc::corrupt, "weight_map['" + it.key() + "'] = '" + file + "' is not a file of the folder");
+        index->fail(Errc::corrupt,
+                    "weight_map['" + it.key() + "'] = '" + file + "' is not a file of the folder");
       if (std::find(names.begin(), names.end(), file) == names.end()) names.push_back(file);
     }
     std::sort(names.begin(), names.end());
     for (const std::string& n : names) add_file(*c, n);
     for (auto it = map->begin(); it != map->end(); ++it) {
       auto f = c->file_of.find(it.key());
-      if (f == c->file_of.end() || fs::path(f->second->source()).filename() != it.value().get<std::string>())
-        index->fail(Errc::corrupt, "weight_map puts tensor '" + it.key() + "' in '" + it.value().get<std::string>() +
-                                       "', which does not hold it");
+      if (f == c->file_of.end() ||
+          fs::path(f->second->source()).filename() != it.value().get<std::string>())
+        index->fail(Errc::corrupt, "weight_map puts tensor '" + it.key() + "' in '" +
+                                       it.value().get<std::string>() + "', which does not hold it");
     }
     return c;
   }
@@ -79,9 +86,10 @@ std::shared_ptr<Checkpoint> open_checkpoint(const std::string& dir) {
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec))
     if (e.path().extension() == ".safetensors") names.push_back(e.path().filename().string());
   if (names.empty())
-    throw Error(Errc::not_found, "Hugging Face checkpoint '" + dir +
-                                     "' has no model.safetensors, model.safetensors.index.json or other "
-                                     "*.safetensors file (kvzip reads safetensors weights only)");
+    throw Error(Errc::not_found,
+                "Hugging Face checkpoint '" + dir +
+                    "' has no model.safetensors, model.safetensors.index.json or other "
+                    "*.safetensors file (kvzip reads safetensors weights only)");
   std::sort(names.begin(), names.end());
   for (const std::string& n : names) add_file(*c, n);
   return c;
@@ -90,29 +98,32 @@ std::shared_ptr<Checkpoint> open_checkpoint(const std::string& dir) {
 const safetensors::TensorInfo& need(const Checkpoint& c, const std::string& name, const char* why) {
   auto it = c.tensors.find(name);
   if (it == c.tensors.end())
-    throw Error(Errc::corrupt, "Hugging Face checkpoint '" + c.dir + "': tensor '" + name + "' (" + why +
-                                   ") is missing from its safetensors files");
+    throw Error(Errc::corrupt, "Hugging Face checkpoint '" + c.dir + "': tensor '" + name + "' (" +
+                                   why + ") is missing from its safetensors files");
   return *it->second;
 }
 
 // Checks shape (HF order: rows first) and dtype, naming the tensor and its file.
-kernels::quant::GgmlType checked(const Checkpoint& c, const safetensors::TensorInfo& t, std::vector<uint64_t> want) {
+kernels::quant::GgmlType checked(const Checkpoint& c, const safetensors::TensorInfo& t,
+                                 std::vector<uint64_t> want) {
   const std::string where = "tensor '" + t.name + "' in '" + c.file_of.at(t.name)->source() + "'";
   if (t.shape != want) {
     safetensors::TensorInfo w;
     w.shape = want;
-    throw Error(Errc::corrupt, where + " has shape " + t.shape_string() + ", expected " + w.shape_string() +
-                                   " (from config.json)");
+    throw Error(Errc::corrupt, where + " has shape " + t.shape_string() + ", expected " +
+                                   w.shape_string() + " (from config.json)");
   }
   std::optional<kernels::quant::GgmlType> type = safetensors::ggml_type(t.dtype);
   if (!type)
-    throw Error(Errc::unsupported, where + " has dtype " + safetensors::dtype_name(t.dtype) +
-                                       ", which kvzip cannot compute with (supported: F32, F16, BF16); "
-                                       "convert the checkpoint to one of these or to a GGUF");
+    throw Error(Errc::unsupported,
+                where + " has dtype " + safetensors::dtype_name(t.dtype) +
+                    ", which kvzip cannot compute with (supported: F32, F16, BF16); "
+                    "convert the checkpoint to one of these or to a GGUF");
   return *type;
 }
 
-Matrix load_matrix(const Checkpoint& c, const std::string& name, uint32_t rows, uint32_t cols, const char* why) {
+Matrix load_matrix(const Checkpoint& c, const std::string& name, uint32_t rows, uint32_t cols,
+                   const char* why) {
   const safetensors::TensorInfo& t = need(c, name, why);
   Matrix m;
   m.type = checked(c, t, {rows, cols});
@@ -131,7 +142,8 @@ Matrix load_matrix(const Checkpoint& c, const std::string& name, uint32_t rows, 
   return m;
 }
 
-std::vector<float> load_vector(const Checkpoint& c, const std::string& name, uint32_t n, const char* why) {
+std::vector<float> load_vector(const Checkpoint& c, const std::string& name, uint32_t n,
+                               const char* why) {
   const safetensors::TensorInfo& t = need(c, name, why);
   const kernels::quant::GgmlType type = checked(c, t, {n});
   std::vector<uint8_t> bytes(t.data, t.data + t.nbytes);  // aligned copy
@@ -155,7 +167,8 @@ std::string model_prefix(const Checkpoint& c) {
   return "model.";
 }
 
-void load_layer(const Checkpoint& c, const ModelConfig& cfg, const std::string& prefix, uint32_t l, LayerWeights& w) {
+void load_layer(const Checkpoint& c, const ModelConfig& cfg, const std::string& prefix, uint32_t l,
+                LayerWeights& w) {
   const std::string p = prefix + "layers." + std::to_string(l) + ".";
   if (cfg.arch == "gemma3") {  // Gemma's names for the four norms; every norm computes with 1 + w
     const uint32_t E = cfg.d_model, F = cfg.d_ffn, D = cfg.head_dim;
@@ -167,15 +180,18 @@ void load_layer(const Checkpoint& c, const ModelConfig& cfg, const std::string& 
     w.q_norm = gemma_norm(load_vector(c, p + "self_attn.q_norm.weight", D, "query norm"));
     w.k_norm = gemma_norm(load_vector(c, p + "self_attn.k_norm.weight", D, "key norm"));
     w.wo = load_matrix(c, p + "self_attn.o_proj.weight", E, Q, "attention output");
-    w.post_attn_norm = gemma_norm(load_vector(c, p + "post_attention_layernorm.weight", E, "post-attention norm"));
+    w.post_attn_norm =
+        gemma_norm(load_vector(c, p + "post_attention_layernorm.weight", E, "post-attention norm"));
     w.ffn_norm = gemma_norm(load_vector(c, p + "pre_feedforward_layernorm.weight", E, "FFN norm"));
-    w.post_ffn_norm = gemma_norm(load_vector(c, p + "post_feedforward_layernorm.weight", E, "post-FFN norm"));
+    w.post_ffn_norm =
+        gemma_norm(load_vector(c, p + "post_feedforward_layernorm.weight", E, "post-FFN norm"));
     w.w_gate = load_matrix(c, p + "mlp.gate_proj.weight", F, E, "FFN gate");
     w.w_up = load_matrix(c, p + "mlp.up_proj.weight", F, E, "FFN up");
     w.w_down = load_matrix(c, p + "mlp.down_proj.weight", E, F, "FFN down");
     return;
   }
-  const uint32_t E = cfg.d_model, F = cfg.d_ffn, Q = cfg.n_heads * cfg.head_dim, KV = cfg.n_kv_heads * cfg.head_dim;
+  const uint32_t E = cfg.d_model, F = cfg.d_ffn, Q = cfg.n_heads * cfg.head_dim,
+                 KV = cfg.n_kv_heads * cfg.head_dim;
   w.attn_norm = load_vector(c, p + "input_layernorm.weight", E, "attention norm");
   w.wq = load_matrix(c, p + "self_attn.q_proj.weight", Q, E, "query projection");
   w.wk = load_matrix(c, p + "self_attn.k_proj.weight", KV, E, "key projection");
@@ -237,8 +253,10 @@ ModelFingerprint fingerprint(const Checkpoint& c, const ModelConfig& cfg, const 
   fp.arch = cfg.arch;
   fp.name = config.opt_string("_name_or_path").value_or("");
   if (fp.name.empty()) fp.name = fs::path(c.dir).lexically_normal().filename().string();
-  if (fp.name.empty()) fp.name = fs::path(c.dir).lexically_normal().parent_path().filename().string();
-  std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> s(XXH64_createState(), &XXH64_freeState);
+  if (fp.name.empty())
+    fp.name = fs::path(c.dir).lexically_normal().parent_path().filename().string();
+  std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> s(XXH64_createState(),
+                                                               &XXH64_freeState);
   if (!s) throw Error(Errc::out_of_memory, "XXH64_createState failed");
   fp.tokenizer_hash = tokenizer_hash(tok, s.get());
   fp.weights_hash = weights_hash(c, s.get());
@@ -269,26 +287,29 @@ bool is_hf_checkpoint_dir(const std::string& path) {
 
 ModelConfig hf_config(const std::string& dir) {
   require_dir(dir);
-  return detail::hf_config_from_json(
-      detail::JsonFile::read(join(dir, "config.json"), "the model's architecture (a Hugging Face checkpoint)"));
+  return detail::hf_config_from_json(detail::JsonFile::read(
+      join(dir, "config.json"), "the model's architecture (a Hugging Face checkpoint)"));
 }
 
 HfModel load_hf_model(const std::string& dir) {
   require_dir(dir);
-  const detail::JsonFile config =
-      detail::JsonFile::read(join(dir, "config.json"), "the model's architecture (a Hugging Face checkpoint)");
+  const detail::JsonFile config = detail::JsonFile::read(
+      join(dir, "config.json"), "the model's architecture (a Hugging Face checkpoint)");
   HfModel out;
   Weights& w = out.weights;
   w.config = detail::hf_config_from_json(config);
   const ModelConfig& cfg = w.config;
   const detail::JsonFile tok = detail::JsonFile::read(join(dir, "tokenizer.json"), "the tokenizer");
-  const std::optional<detail::JsonFile> tok_cfg = detail::JsonFile::read_optional(join(dir, "tokenizer_config.json"));
-  out.tokenizer = detail::hf_tokenizer_from_json(tok, tok_cfg ? &*tok_cfg : nullptr, config,
-                                                 read_text(join(dir, "chat_template.jinja")), cfg.vocab_size);
+  const std::optional<detail::JsonFile> tok_cfg =
+      detail::JsonFile::read_optional(join(dir, "tokenizer_config.json"));
+  out.tokenizer =
+      detail::hf_tokenizer_from_json(tok, tok_cfg ? &*tok_cfg : nullptr, config,
+                                     read_text(join(dir, "chat_template.jinja")), cfg.vocab_size);
 
   std::shared_ptr<Checkpoint> c = open_checkpoint(dir);
   const std::string prefix = model_prefix(*c);
-  w.tok_embd = load_matrix(*c, prefix + "embed_tokens.weight", cfg.vocab_size, cfg.d_model, "token embedding");
+  w.tok_embd = load_matrix(*c, prefix + "embed_tokens.weight", cfg.vocab_size, cfg.d_model,
+                           "token embedding");
   w.output_norm = load_vector(*c, prefix + "norm.weight", cfg.d_model, "final norm");
   if (cfg.arch == "gemma3") w.output_norm = gemma_norm(std::move(w.output_norm));
   if (!cfg.tied_embeddings)

@@ -8,9 +8,9 @@
 #pragma once
 #include <string>
 
+#include "checkpoint/weights.h"
 #include "common/model_config.h"
 #include "tokenizer/tokenizer.h"
-#include "checkpoint/weights.h"
 
 namespace kvzip::model {
 

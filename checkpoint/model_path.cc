@@ -31,7 +31,8 @@ std::string resolve_model_path(const std::string& cli_path) {
     path = default_model_path(), from = "the default cache path";
   }
   std::error_code ec;
-  if (fs::is_regular_file(path, ec) || fs::is_directory(path, ec)) return path;  // GGUF or HF folder
+  if (fs::is_regular_file(path, ec) || fs::is_directory(path, ec))
+    return path;  // GGUF or HF folder
   throw Error(Errc::not_found,
               "model file not found: " + path + " (from " + from +
                   "). Fetch the default model with `scripts/fetch-model.sh`, or pass -m PATH / set "

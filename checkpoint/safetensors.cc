@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "common/error.h"
 #include "checkpoint/detail/mapped_file.h"
+#include "common/error.h"
 
 namespace kvzip::model::safetensors {
 namespace {
@@ -20,11 +20,11 @@ struct DtypeInfo {
   uint32_t size;
 };
 constexpr DtypeInfo kDtypes[] = {
-    {Dtype::BOOL, "BOOL", 1},       {Dtype::U8, "U8", 1},         {Dtype::I8, "I8", 1},
+    {Dtype::BOOL, "BOOL", 1},       {Dtype::U8, "U8", 1},           {Dtype::I8, "I8", 1},
     {Dtype::F8_E5M2, "F8_E5M2", 1}, {Dtype::F8_E4M3, "F8_E4M3", 1}, {Dtype::F8_E8M0, "F8_E8M0", 1},
-    {Dtype::I16, "I16", 2},         {Dtype::U16, "U16", 2},       {Dtype::F16, "F16", 2},
-    {Dtype::BF16, "BF16", 2},       {Dtype::I32, "I32", 4},       {Dtype::U32, "U32", 4},
-    {Dtype::F32, "F32", 4},         {Dtype::C64, "C64", 8},       {Dtype::F64, "F64", 8},
+    {Dtype::I16, "I16", 2},         {Dtype::U16, "U16", 2},         {Dtype::F16, "F16", 2},
+    {Dtype::BF16, "BF16", 2},       {Dtype::I32, "I32", 4},         {Dtype::U32, "U32", 4},
+    {Dtype::F32, "F32", 4},         {Dtype::C64, "C64", 8},         {Dtype::F64, "F64", 8},
     {Dtype::I64, "I64", 8},         {Dtype::U64, "U64", 8},
 };
 
@@ -93,7 +93,8 @@ TensorInfo File::Impl::parse_entry(const std::string& name, const nlohmann::json
   TensorInfo t;
   t.name = name;
   const nlohmann::json& dt = e["dtype"];
-  if (!dt.is_string()) fail(Errc::corrupt, where + ": dtype is " + dump_short(dt) + ", expected a string");
+  if (!dt.is_string())
+    fail(Errc::corrupt, where + ": dtype is " + dump_short(dt) + ", expected a string");
   const std::string dts = dt.get<std::string>();
   const DtypeInfo* di = nullptr;
   for (const DtypeInfo& i : kDtypes)
@@ -104,11 +105,13 @@ TensorInfo File::Impl::parse_entry(const std::string& name, const nlohmann::json
                                 "F8_E8M0 I16 U16 F16 BF16 I32 U32 F32 C64 F64 I64 U64)");
   t.dtype = di->dtype;
   const nlohmann::json& sh = e["shape"];
-  if (!sh.is_array()) fail(Errc::corrupt, where + ": shape is " + dump_short(sh) + ", expected an array");
+  if (!sh.is_array())
+    fail(Errc::corrupt, where + ": shape is " + dump_short(sh) + ", expected an array");
   uint64_t elems = 1;
   for (const nlohmann::json& d : sh) {
     if (!d.is_number_unsigned())
-      fail(Errc::corrupt, where + ": shape " + dump_short(sh) + " has an entry that is not an unsigned integer");
+      fail(Errc::corrupt,
+           where + ": shape " + dump_short(sh) + " has an entry that is not an unsigned integer");
     const uint64_t v = d.get<uint64_t>();
     if (v != 0 && elems > (UINT64_MAX / di->size) / v)
       fail(Errc::corrupt, where + ": shape " + dump_short(sh) + " overflows 64 bits of bytes");
@@ -116,22 +119,25 @@ TensorInfo File::Impl::parse_entry(const std::string& name, const nlohmann::json
     t.shape.push_back(v);
   }
   const nlohmann::json& off = e["data_offsets"];
-  if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+  if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
+      !off[1].is_number_unsigned())
     fail(Errc::corrupt, where + ": data_offsets is " + dump_short(off) + ", expected [begin, end]");
   const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
   if (end < begin)
-    fail(Errc::corrupt, where + ": data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
-                            "] end before begin");
+    fail(Errc::corrupt, where + ": data_offsets [" + std::to_string(begin) + ", " +
+                            std::to_string(end) + "] end before begin");
   const uint64_t want = elems * di->size;
   if (end - begin != want)
-    fail(Errc::corrupt, where + " (" + dts + " " + t.shape_string() + ") needs " + std::to_string(want) +
-                            " bytes but data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
-                            "] span " + std::to_string(end - begin));
+    fail(Errc::corrupt, where + " (" + dts + " " + t.shape_string() + ") needs " +
+                            std::to_string(want) + " bytes but data_offsets [" +
+                            std::to_string(begin) + ", " + std::to_string(end) + "] span " +
+                            std::to_string(end - begin));
   const uint64_t data_bytes = size - data_offset;
   if (end > data_bytes)
-    fail(Errc::truncated, where + " needs bytes [" + std::to_string(begin) + ", " + std::to_string(end) +
-                              ") of the data section, which has only " + std::to_string(data_bytes) +
-                              " bytes (file size " + std::to_string(size) + "); the file is truncated");
+    fail(Errc::truncated, where + " needs bytes [" + std::to_string(begin) + ", " +
+                              std::to_string(end) + ") of the data section, which has only " +
+                              std::to_string(data_bytes) + " bytes (file size " +
+                              std::to_string(size) + "); the file is truncated");
   t.offset = data_offset + begin;
   t.nbytes = want;
   t.data = data + t.offset;
@@ -140,18 +146,21 @@ TensorInfo File::Impl::parse_entry(const std::string& name, const nlohmann::json
 
 void File::Impl::parse() {
   if (size < 8)
-    fail(Errc::truncated, "file has " + std::to_string(size) + " bytes, less than the 8-byte header length");
+    fail(Errc::truncated,
+         "file has " + std::to_string(size) + " bytes, less than the 8-byte header length");
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | data[i];  // little-endian
   if (n > kMaxHeader)
     fail(Errc::corrupt, "header length " + std::to_string(n) + " exceeds the format's limit of " +
                             std::to_string(kMaxHeader) + " bytes; not a safetensors file?");
   if (n > size - 8)
-    fail(Errc::truncated, "header length " + std::to_string(n) + " runs past the end of the file (" +
-                              std::to_string(size) + " bytes)");
+    fail(Errc::truncated, "header length " + std::to_string(n) +
+                              " runs past the end of the file (" + std::to_string(size) +
+                              " bytes)");
   data_offset = 8 + n;
   const char* h = reinterpret_cast<const char*>(data + 8);
-  if (n == 0 || h[0] != '{') fail(Errc::corrupt, "header does not start with '{'; not a safetensors file?");
+  if (n == 0 || h[0] != '{')
+    fail(Errc::corrupt, "header does not start with '{'; not a safetensors file?");
   // nlohmann keeps the last of duplicate keys; the format forbids them, so catch them here.
   std::set<std::string> seen;
   std::string dup;
@@ -211,7 +220,9 @@ const std::string& File::source() const { return impl_->source; }
 uint64_t File::size() const { return impl_->size; }
 uint64_t File::data_offset() const { return impl_->data_offset; }
 const std::vector<TensorInfo>& File::tensors() const { return impl_->tensors; }
-const std::vector<std::pair<std::string, std::string>>& File::metadata() const { return impl_->metadata; }
+const std::vector<std::pair<std::string, std::string>>& File::metadata() const {
+  return impl_->metadata;
+}
 
 const TensorInfo* File::find(std::string_view name) const {
   auto it = std::lower_bound(impl_->tensors.begin(), impl_->tensors.end(), name,

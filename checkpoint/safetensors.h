@@ -25,7 +25,23 @@ namespace kvzip::model::safetensors {
 
 // The dtypes of the format with a whole number of bytes per element.
 enum class Dtype : uint8_t {
-  BOOL, U8, I8, F8_E5M2, F8_E4M3, F8_E8M0, I16, U16, F16, BF16, I32, U32, F32, C64, F64, I64, U64,
+  BOOL,
+  U8,
+  I8,
+  F8_E5M2,
+  F8_E4M3,
+  F8_E8M0,
+  I16,
+  U16,
+  F16,
+  BF16,
+  I32,
+  U32,
+  F32,
+  C64,
+  F64,
+  I64,
+  U64,
 };
 const char* dtype_name(Dtype d);  // "BF16", as spelled in the header
 uint32_t dtype_size(Dtype d);     // bytes per element
@@ -35,8 +51,8 @@ std::optional<kernels::quant::GgmlType> ggml_type(Dtype d);
 struct TensorInfo {
   std::string name;
   Dtype dtype = Dtype::F32;
-  std::vector<uint64_t> shape;    // outermost first (row-major), as in the header
-  uint64_t offset = 0;            // absolute byte offset in the file
+  std::vector<uint64_t> shape;  // outermost first (row-major), as in the header
+  uint64_t offset = 0;          // absolute byte offset in the file
   uint64_t nbytes = 0;
   const uint8_t* data = nullptr;  // nbytes bytes inside the file
 
@@ -51,11 +67,10 @@ class File {
   // Parses an in-memory image (tests); `source` names it in messages.
   static File from_bytes(std::vector<uint8_t> bytes, std::string source = "<memory>");
 
-
   const std::string& source() const;
   uint64_t size() const;
-  uint64_t data_offset() const;  // 8 + N
-  const std::vector<TensorInfo>& tensors() const;  // sorted by name
+  uint64_t data_offset() const;                         // 8 + N
+  const std::vector<TensorInfo>& tensors() const;       // sorted by name
   const TensorInfo* find(std::string_view name) const;  // nullptr when absent
   // The "__metadata__" string map, in name order (empty when absent).
   const std::vector<std::pair<std::string, std::string>>& metadata() const;

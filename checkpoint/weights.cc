@@ -29,10 +29,9 @@ Matrix Matrix::from_f32(const std::vector<float>& values, uint32_t rows, uint32_
 
 void dequantize_rows(const Matrix& m, uint32_t row0, uint32_t n, float* out) {
   if (uint64_t(row0) + n > m.rows)
-    throw Error(Errc::invalid_argument, "dequantize_rows " + m.name + ": rows [" +
-                                            std::to_string(row0) + ", " +
-                                            std::to_string(uint64_t(row0) + n) + ") of " +
-                                            std::to_string(m.rows));
+    throw Error(Errc::invalid_argument,
+                "dequantize_rows " + m.name + ": rows [" + std::to_string(row0) + ", " +
+                    std::to_string(uint64_t(row0) + n) + ") of " + std::to_string(m.rows));
   kernels::dequantize_view_rows(nullptr, m.view(), row0, n, out);
 }
 

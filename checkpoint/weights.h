@@ -34,7 +34,8 @@ struct Matrix {
   size_t bytes() const { return row_bytes() * rows; }
   // The view kernels take (kernels/matmul.h).
   kernels::MatrixView view() const {
-    return kernels::MatrixView{type, data, row_bytes(), rows, cols, row_map.empty() ? nullptr : row_map.data()};
+    return kernels::MatrixView{type, data, row_bytes(),
+                               rows, cols, row_map.empty() ? nullptr : row_map.data()};
   }
 
   // An fp32 matrix that owns its values (tests, tools): values holds rows · cols floats.
@@ -49,30 +50,30 @@ void dequantize_rows(const Matrix& m, uint32_t row0, uint32_t n, float* out);
 std::vector<float> to_f32(const Matrix& m);
 
 struct LayerWeights {
-  std::vector<float> attn_norm;  // (E)
-  Matrix wq;                     // (Hq*D, E)
-  Matrix wk;                     // (Hkv*D, E)
-  Matrix wv;                     // (Hkv*D, E)
-  std::vector<float> bq;         // (Hq*D) or empty, canonical order
-  std::vector<float> bk;         // (Hkv*D) or empty, canonical order
-  std::vector<float> bv;         // (Hkv*D) or empty
-  Matrix wo;                     // (E, Hq*D)
-  std::vector<float> ffn_norm;   // (E)
-  std::vector<float> q_norm;     // (D) or empty: config.qk_norm
-  std::vector<float> k_norm;     // (D) or empty
+  std::vector<float> attn_norm;       // (E)
+  Matrix wq;                          // (Hq*D, E)
+  Matrix wk;                          // (Hkv*D, E)
+  Matrix wv;                          // (Hkv*D, E)
+  std::vector<float> bq;              // (Hq*D) or empty, canonical order
+  std::vector<float> bk;              // (Hkv*D) or empty, canonical order
+  std::vector<float> bv;              // (Hkv*D) or empty
+  Matrix wo;                          // (E, Hq*D)
+  std::vector<float> ffn_norm;        // (E)
+  std::vector<float> q_norm;          // (D) or empty: config.qk_norm
+  std::vector<float> k_norm;          // (D) or empty
   std::vector<float> post_attn_norm;  // (E) or empty: config.post_norms
   std::vector<float> post_ffn_norm;   // (E) or empty
-  Matrix w_gate;                 // (F, E)
-  Matrix w_up;                   // (F, E)
-  Matrix w_down;                 // (E, F)
+  Matrix w_gate;                      // (F, E)
+  Matrix w_up;                        // (F, E)
+  Matrix w_down;                      // (E, F)
 };
 
 struct Weights {
   ModelConfig config;
-  Matrix tok_embd;                   // (V, E)
-  std::vector<float> output_norm;    // (E)
-  Matrix output;                     // (V, E); empty when config.tied_embeddings (use tok_embd)
-  std::vector<LayerWeights> layers;  // L entries
+  Matrix tok_embd;                      // (V, E)
+  std::vector<float> output_norm;       // (E)
+  Matrix output;                        // (V, E); empty when config.tied_embeddings (use tok_embd)
+  std::vector<LayerWeights> layers;     // L entries
   std::shared_ptr<const void> storage;  // keeps the mapped file the matrices point into alive
 
   const Matrix& lm_head() const { return output.empty() ? tok_embd : output; }

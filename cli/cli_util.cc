@@ -3,8 +3,8 @@
 
 #include <unistd.h>
 
-#include <cstdio>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -14,16 +14,16 @@
 #include <sstream>
 #include <thread>
 
-#include "common/error.h"
 #include "checkpoint/model_path.h"
+#include "common/error.h"
 
 namespace kvzip::cli {
 
 std::string default_output(const std::string& input, const char* extension, const char* command) {
   if (input == "-")
-    throw Error(Errc::invalid_argument, std::string(command) +
-                                            ": reading the document from stdin needs -o OUT" +
-                                            extension);
+    throw Error(
+        Errc::invalid_argument,
+        std::string(command) + ": reading the document from stdin needs -o OUT" + extension);
   std::filesystem::path p(input);
   p.replace_extension(extension);
   return p.string();
@@ -43,7 +43,8 @@ model::LoadOptions::Weights weights_from_env() {
 
 }  // namespace
 
-std::unique_ptr<model::Model> load_model(const std::string& cli_path, uint32_t threads, bool long_running) {
+std::unique_ptr<model::Model> load_model(const std::string& cli_path, uint32_t threads,
+                                         bool long_running) {
   // resolve_model_path calls a directory "not found"; say what it is instead.
   const char* env = std::getenv("KVZIP_MODEL");
   const std::string named = !cli_path.empty() ? cli_path : env ? env : "";
@@ -82,12 +83,16 @@ void add_removed_kv_layout_options(CLI::App* app, RemovedKvLayoutOptions& o) {
 }
 
 void reject_removed_kv_layout_options(const RemovedKvLayoutOptions& o, const char* command) {
-  const char* name = !o.rotate.empty() ? "--kv-rotate" : !o.params.empty() ? "--kv-params" : nullptr;
+  const char* name = !o.rotate.empty()   ? "--kv-rotate"
+                     : !o.params.empty() ? "--kv-params"
+                                         : nullptr;
   if (!name) return;
   throw Error(Errc::invalid_argument,
-              std::string(command) + ": " + name + " is no longer an option: the .kvz format stores q8/q4 in one "
-              "layout (Hadamard-rotated rows, byte group parameters, prefix rows as f16; "
-              "spec/kvzip_format.md \"Quantized K/V\"); drop " + name);
+              std::string(command) + ": " + name +
+                  " is no longer an option: the .kvz format stores q8/q4 in one "
+                  "layout (Hadamard-rotated rows, byte group parameters, prefix rows as f16; "
+                  "spec/kvzip_format.md \"Quantized K/V\"); drop " +
+                  name);
 }
 
 format::DType parse_kv_dtype(const std::string& name, const char* command) {
@@ -104,12 +109,14 @@ uint32_t parse_threads(const std::string& text) {
   errno = 0;
   const long long v = std::strtoll(text.c_str(), &end, 10);
   if (text.empty() || *end != '\0' || errno == ERANGE || v < 0)
-    throw Error(Errc::invalid_argument, "--threads " + text +
-                                            ": give a whole number of threads, at least 0 (0 = all " +
-                                            std::to_string(hw) + " hardware threads)");
+    throw Error(Errc::invalid_argument,
+                "--threads " + text + ": give a whole number of threads, at least 0 (0 = all " +
+                    std::to_string(hw) + " hardware threads)");
   if (v > hw) {
-    std::fprintf(stderr, "kvzip: note: --threads %lld is more than the %u hardware threads of this "
-                         "machine; using %u\n", v, hw, hw);
+    std::fprintf(stderr,
+                 "kvzip: note: --threads %lld is more than the %u hardware threads of this "
+                 "machine; using %u\n",
+                 v, hw, hw);
     return hw;
   }
   return static_cast<uint32_t>(v);

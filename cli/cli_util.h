@@ -55,7 +55,8 @@ struct RemovedKvLayoutOptions {
 void add_removed_kv_layout_options(CLI::App* app, RemovedKvLayoutOptions& o);
 // Errc::invalid_argument naming `command` and the option when either was given.
 void reject_removed_kv_layout_options(const RemovedKvLayoutOptions& o, const char* command);
-inline constexpr const char* kKvGroupHelp = "q8/q4: channels per quantization group (divides the head dimension; 0 = all of it)";
+inline constexpr const char* kKvGroupHelp =
+    "q8/q4: channels per quantization group (divides the head dimension; 0 = all of it)";
 
 // Resolves -m / $KVZIP_MODEL / the default path and loads the model ($KVZIP_WEIGHTS: where its
 // weights live; long_running: a server, for which reading them into memory pays off at any size).

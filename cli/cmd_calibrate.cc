@@ -34,7 +34,8 @@ struct CalibrateOpts {
 };
 
 // The heads sorted by score, best first, as "L12.h1 0.9731" lines (the first `n`).
-void print_summary(const format::HeadScores& h, const compress::CalibrateResult& r, const std::string& out) {
+void print_summary(const format::HeadScores& h, const compress::CalibrateResult& r,
+                   const std::string& out) {
   const size_t H = h.values.size();
   std::vector<size_t> order(H);
   std::iota(order.begin(), order.end(), size_t{0});
@@ -44,9 +45,9 @@ void print_summary(const format::HeadScores& h, const compress::CalibrateResult&
                "%s: %u calibration tokens (+%u prefix), L = %u, Hkv = %u (%zu heads), chunk %u\n"
                "prefill %.2f s, scoring %.2f s; checksum %s\n"
                "head score: max %.4f, median %.4f, min %.4f; best heads:",
-               out.c_str(), r.n_doc, r.n_prefix, h.n_layers, h.n_kv_heads, H, h.chunk,
-               r.prefill_s, r.scoring_s, format::head_scores_checksum_text(h).c_str(),
-               h.values[order.front()], h.values[order[H / 2]], h.values[order.back()]);
+               out.c_str(), r.n_doc, r.n_prefix, h.n_layers, h.n_kv_heads, H, h.chunk, r.prefill_s,
+               r.scoring_s, format::head_scores_checksum_text(h).c_str(), h.values[order.front()],
+               h.values[order[H / 2]], h.values[order.back()]);
   for (size_t i = 0; i < std::min<size_t>(8, H); ++i)
     std::fprintf(stderr, " L%zu.h%zu %.4f", order[i] / h.n_kv_heads, order[i] % h.n_kv_heads,
                  h.values[order[i]]);
@@ -58,7 +59,8 @@ void run_calibrate(const CalibrateOpts& o) {
     throw Error(Errc::invalid_argument, "calibrate: head scores come from one calibration text (" +
                                             std::to_string(o.docs.size()) +
                                             " given); several texts train --scorer only");
-  if (o.chunk == 0) throw Error(Errc::invalid_argument, "calibrate: --chunk must be at least 1 token");
+  if (o.chunk == 0)
+    throw Error(Errc::invalid_argument, "calibrate: --chunk must be at least 1 token");
   const std::string out = o.out.empty() ? default_output(o.doc, ".kvh", "calibrate") : o.out;
   if (o.target != "kvzip+" || o.window != 1000 || o.heldout_every != 10 || o.alpha != 1.0)
     throw Error(
@@ -68,7 +70,8 @@ void run_calibrate(const CalibrateOpts& o) {
   const std::string text = read_text(o.doc, "calibration document");
 
   auto model = load_model(o.model, o.threads);
-  const compress::ScorerOptions so = compress::make_scorer_options(model->chat(), o.chunk, /*seed=*/0);
+  const compress::ScorerOptions so =
+      compress::make_scorer_options(model->chat(), o.chunk, /*seed=*/0);
   const std::vector<int32_t> prefix = model->chat().prefix(o.system);
   const std::vector<int32_t> document = model->chat().encode_document(text);
   ProgressBarOptions pb;
@@ -88,7 +91,8 @@ void run_calibrate(const CalibrateOpts& o) {
   h.n_kv_heads = r.shape.n_kv_heads;
   h.calibration_tokens = r.n_doc;
   h.chunk = o.chunk;
-  h.source = o.doc == "-" ? std::string("(stdin)") : std::filesystem::path(o.doc).filename().string();
+  h.source =
+      o.doc == "-" ? std::string("(stdin)") : std::filesystem::path(o.doc).filename().string();
   h.values = r.head_scores;
   format::write_head_scores_file(h, out, o.force);
   if (!o.quiet) print_summary(h, r, out);
@@ -159,8 +163,9 @@ void run_train_scorer(const CalibrateOpts& o) {
 void add_calibrate_commands(CLI::App& app) {
   auto o = std::make_shared<CalibrateOpts>();
   auto* c = app.add_subcommand(
-      "calibrate", "KVzip-score a calibration document once and write per-head scores (.kvh) for "
-                   "head-level compression (compress --level head)");
+      "calibrate",
+      "KVzip-score a calibration document once and write per-head scores (.kvh) for "
+      "head-level compression (compress --level head)");
   c->add_option("documents", o->docs,
                 "UTF-8 text file ('-' = standard input); best not a document "
                 "you will compress. --scorer: one or more files or folders")

@@ -47,14 +47,19 @@ struct CompressOpts {
 bool head_level(const CompressOpts& o) {
   const bool head = o.level == "head" || o.method == compress::kHeadLevelMethod;
   if (head && o.method != "kvzip" && o.method != compress::kHeadLevelMethod)
-    throw Error(Errc::invalid_argument, "compress: --level head is KVzip's head-level variant; "
-                                        "--method " + o.method + " cannot be combined with it");
+    throw Error(Errc::invalid_argument,
+                "compress: --level head is KVzip's head-level variant; "
+                "--method " +
+                    o.method + " cannot be combined with it");
   if (head && o.level != "head" && o.level != "global")
-    throw Error(Errc::invalid_argument, "compress: --method kvzip-head selects whole heads; "
-                                        "--level " + o.level + " does not apply");
+    throw Error(Errc::invalid_argument,
+                "compress: --method kvzip-head selects whole heads; "
+                "--level " +
+                    o.level + " does not apply");
   if (head && o.head_scores.empty())
-    throw Error(Errc::invalid_argument, "compress: --level head needs --head-scores FILE "
-                                        "(make it with `kvzip calibrate TEXT -o FILE`)");
+    throw Error(Errc::invalid_argument,
+                "compress: --level head needs --head-scores FILE "
+                "(make it with `kvzip calibrate TEXT -o FILE`)");
   if (!head && !o.head_scores.empty())
     throw Error(Errc::invalid_argument, "compress: --head-scores applies only to --level head");
   return head;
@@ -64,28 +69,30 @@ bool head_level(const CompressOpts& o) {
 // stdout (or --summary FILE, written atomically); any failed document makes the exit status that
 // of the first failure, after every other document was done.
 void run_corpus(const model::Model& model, const std::vector<compress::CorpusEntry>& entries,
-                const compress::CompressFileOptions& fo, const CompressOpts& o, compress::Shard shard) {
+                const compress::CompressFileOptions& fo, const CompressOpts& o,
+                compress::Shard shard) {
   compress::CorpusOptions co;
   co.file = fo;
   co.out_dir = o.out_dir;
   co.shard = shard;
-  const compress::CorpusSummary s = compress::compress_corpus(model, entries, co, [&](const compress::CorpusOutcome& r, size_t i, size_t n) {
-    if (o.quiet) return;
-    if (r.status == compress::CorpusStatus::Failed)
-      std::fprintf(stderr, "[%zu/%zu] %s: failed [%s]: %s\n", i + 1, n, r.id.c_str(),
-                   errc_name(r.code), r.error.c_str());
-    else
-      std::fprintf(stderr, "[%zu/%zu] %s: %s, ratio %.3f, %.1f s\n", i + 1, n, r.id.c_str(),
-                   compress::corpus_status_name(r.status), r.achieved_ratio, r.seconds);
-  });
+  const compress::CorpusSummary s = compress::compress_corpus(
+      model, entries, co, [&](const compress::CorpusOutcome& r, size_t i, size_t n) {
+        if (o.quiet) return;
+        if (r.status == compress::CorpusStatus::Failed)
+          std::fprintf(stderr, "[%zu/%zu] %s: failed [%s]: %s\n", i + 1, n, r.id.c_str(),
+                       errc_name(r.code), r.error.c_str());
+        else
+          std::fprintf(stderr, "[%zu/%zu] %s: %s, ratio %.3f, %.1f s\n", i + 1, n, r.id.c_str(),
+                       compress::corpus_status_name(r.status), r.achieved_ratio, r.seconds);
+      });
   const std::string json = json_dump(s.to_json()) + "\n";
-  if (o.summary.empty())
-    std::fwrite(json.data(), 1, json.size(), stdout);
-  else
-    write_file_atomically(o.summary, /*force=*/true, json);
+  if (o.summary.empty()) std::fwrite(json.data(), 1, json.size(), stdout);
+  else write_file_atomically(o.summary, /*force=*/true, json);
   if (s.failed) {
-    const auto first = std::find_if(s.outcomes.begin(), s.outcomes.end(),
-                                    [](const compress::CorpusOutcome& r) { return r.status == compress::CorpusStatus::Failed; });
+    const auto first =
+        std::find_if(s.outcomes.begin(), s.outcomes.end(), [](const compress::CorpusOutcome& r) {
+          return r.status == compress::CorpusStatus::Failed;
+        });
     throw Error(first->code, std::to_string(s.failed) + " of " + std::to_string(s.in_shard) +
                                  " documents failed (the summary lists each); first: " + first->id +
                                  ": " + first->error);
@@ -107,7 +114,8 @@ std::string method_of(const CompressOpts& o) {
 // here, applied once the model gives its chat template), one document or a manifest.
 void check_flags(const CompressOpts& o, bool head) {
   {
-    compress::ScorerOptions probe;  // unknown keys and unparsable values fail before the model loads
+    compress::ScorerOptions
+        probe;  // unknown keys and unparsable values fail before the model loads
     for (const std::string& kv : o.scorer_options) compress::set_scorer_option(probe, kv);
     if (head && !o.scorer_options.empty())
       throw Error(Errc::invalid_argument,
@@ -116,11 +124,14 @@ void check_flags(const CompressOpts& o, bool head) {
   reject_removed_kv_layout_options(o.removed, "compress");
   const bool corpus = !o.manifest.empty();
   if (corpus == !o.doc.empty())
-    throw Error(Errc::invalid_argument, "compress: give a DOCUMENT or --manifest FILE (one of them)");
+    throw Error(Errc::invalid_argument,
+                "compress: give a DOCUMENT or --manifest FILE (one of them)");
   if (corpus && !o.out.empty())
-    throw Error(Errc::invalid_argument, "compress: with --manifest the outputs are --out-dir DIR/<id>.kvz; drop -o");
+    throw Error(Errc::invalid_argument,
+                "compress: with --manifest the outputs are --out-dir DIR/<id>.kvz; drop -o");
   if (!corpus && (!o.out_dir.empty() || o.shard != "0/1" || !o.summary.empty()))
-    throw Error(Errc::invalid_argument, "compress: --out-dir, --shard and --summary belong to --manifest");
+    throw Error(Errc::invalid_argument,
+                "compress: --out-dir, --shard and --summary belong to --manifest");
   if (corpus && o.out_dir.empty())
     throw Error(Errc::invalid_argument, "compress: --manifest needs --out-dir DIR");
 }
@@ -199,10 +210,13 @@ void print_summary(const model::Model& model, const compress::CompressResult& r,
                (r.prefill_s + r.scoring_s + r.select_s) / r.prefill_s, total_s,
                std::filesystem::file_size(out) / 1e6, full_mb);
   if (r.peak_rows > 0)
-    std::fprintf(stderr, "streamed: at most %llu rows held (%.2f MB allocated), %.1f%% of the full "
-                 "cache's\n", static_cast<unsigned long long>(r.peak_rows), r.peak_bytes / 1e6,
-                 100.0 * r.peak_rows / (double(model.config().n_layers) * model.config().n_kv_heads *
-                                        (r.n_prefix + r.n_doc)));
+    std::fprintf(
+        stderr,
+        "streamed: at most %llu rows held (%.2f MB allocated), %.1f%% of the full "
+        "cache's\n",
+        static_cast<unsigned long long>(r.peak_rows), r.peak_bytes / 1e6,
+        100.0 * r.peak_rows /
+            (double(model.config().n_layers) * model.config().n_kv_heads * (r.n_prefix + r.n_doc)));
 }
 
 // One document into its file, with a progress bar and the summary.
@@ -216,7 +230,8 @@ void run_document(const model::Model& model, const std::string& text,
   const auto t0 = std::chrono::steady_clock::now();
   const compress::CompressResult r = compress::compress_to_file(model, text, fo, out);
   bar.finish();
-  const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double total_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!o.quiet) print_summary(model, r, o, head, out, total_s);
 }
 
@@ -259,7 +274,8 @@ void run_compress(const CompressOpts& o_in) {
 
 void add_compress_commands(CLI::App& app) {
   auto o = std::make_shared<CompressOpts>();
-  auto* c = app.add_subcommand("compress", "Prefill a document, evict KV pairs, write a .kvz cache");
+  auto* c =
+      app.add_subcommand("compress", "Prefill a document, evict KV pairs, write a .kvz cache");
   c->add_option("document", o->doc, "UTF-8 text file ('-' = standard input); or --manifest");
   add_model_option(c, o->model);
   c->add_option("-o,--output", o->out, "Output .kvz (default: the document's name with .kvz)");
@@ -279,7 +295,8 @@ void add_compress_commands(CLI::App& app) {
   c->add_flag("--stream", o->stream,
               "With --scorer: evict while the document is read, so memory follows the kept rows "
               "instead of the document");
-  c->add_option("--head-scores", o->head_scores, "--level head: head-scores file of `kvzip calibrate`");
+  c->add_option("--head-scores", o->head_scores,
+                "--level head: head-scores file of `kvzip calibrate`");
   c->add_option("--head-window", o->head_window,
                 "--level head: last document rows the other heads keep besides the prefix")
       ->capture_default_str();
@@ -315,7 +332,8 @@ void add_compress_commands(CLI::App& app) {
   c->add_option("--shard", o->shard,
                 "Corpus mode: I/N, this task's stable share of the manifest (by id hash)")
       ->capture_default_str();
-  c->add_option("--summary", o->summary, "Corpus mode: write the JSON summary here (default stdout)");
+  c->add_option("--summary", o->summary,
+                "Corpus mode: write the JSON summary here (default stdout)");
   c->add_flag("-q,--quiet", o->quiet, "No progress bar or summary");
   add_force_option(c, o->force);
   c->callback([o] { run_compress(*o); });

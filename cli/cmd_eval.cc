@@ -22,7 +22,6 @@
 #include "format/head_scores.h"
 #include "format/scorer_file.h"
 #include "loader/compose.h"
-#include "checkpoint/model_path.h"
 
 namespace kvzip::cli {
 namespace {
@@ -37,7 +36,7 @@ struct EvalOpts {
   bool all_questions = false, quiet = false, exact = false, force_model = false;
   std::string matmul = "fast";
   RemovedKvLayoutOptions removed;  // --kv-rotate, --kv-params: refused with a message
-  uint32_t compose = 0;             // > 0: the composition evaluation over this many documents
+  uint32_t compose = 0;            // > 0: the composition evaluation over this many documents
   std::vector<double> blends = {0.0, 0.3};
   uint32_t retrieve = 0;  // with retrieve_opt given: the library evaluation, this many per question
   bool doc_prefix = false;
@@ -95,12 +94,13 @@ void run_compose(const EvalOpts& o) {
   eval::SquadOptions so;
   so.unit = eval::DocumentUnit::Paragraph;
   so.all_questions = o.all_questions;  // every paragraph with a question is a document to compose
-  co.max_questions = o.max_questions;   // of which the first N questions are asked
+  co.max_questions = o.max_questions;  // of which the first N questions are asked
   const std::vector<eval::Document> docs = eval::read_squad(o.squad, so);
   eval::check_compose_documents(docs.size(), co.k, o.squad);
   auto model = load_model(o.model, co.threads);
   loader::check_model_composes(model->config());  // as query, chat and serve refuse it
-  if (!o.quiet) co.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  if (!o.quiet)
+    co.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   const eval::ComposeEvalReport report = eval::run_compose_eval(*model, docs, co);
   const std::string table = eval::format_compose_table(report);
   std::fwrite(table.data(), 1, table.size(), stdout);
@@ -136,7 +136,8 @@ void run_retrieve(const EvalOpts& o) {
   eval::check_retrieve_documents(docs.size(), ro.k, o.squad);
   auto model = load_model(o.model, ro.threads);
   loader::check_model_composes(model->config());
-  if (!o.quiet) ro.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  if (!o.quiet)
+    ro.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   const eval::RetrieveEvalReport report = eval::run_retrieve_eval(*model, docs, ro);
   const std::string table = eval::format_retrieve_table(report);
   std::fwrite(table.data(), 1, table.size(), stdout);
@@ -173,17 +174,24 @@ void run_ruler(const EvalOpts& o) {
   eval::RulerOptions ro;
   ro.tasks = eval::parse_ruler_tasks(o.ruler);
   ro.lengths = o.lengths;
-  if (ro.lengths.empty()) throw Error(Errc::invalid_argument, "eval --ruler: --len needs at least one length");
+  if (ro.lengths.empty())
+    throw Error(Errc::invalid_argument, "eval --ruler: --len needs at least one length");
   for (uint32_t len : ro.lengths)
-    if (len == 0) throw Error(Errc::invalid_argument, "eval --ruler: --len 0: a length is a number of tokens, at least 1");
-  if (o.samples == 0) throw Error(Errc::invalid_argument, "eval --ruler: --samples must be at least 1");
+    if (len == 0)
+      throw Error(Errc::invalid_argument,
+                  "eval --ruler: --len 0: a length is a number of tokens, at least 1");
+  if (o.samples == 0)
+    throw Error(Errc::invalid_argument, "eval --ruler: --samples must be at least 1");
   ro.samples = o.samples;
   ro.settings.clear();
   for (const std::string& s : o.settings) {
     if (s != "agnostic" && s != "aware")
-      throw Error(Errc::invalid_argument, "eval --ruler: --setting " + s + " is not agnostic or aware");
-    const auto v = s == "aware" ? eval::RulerSetting::QueryAware : eval::RulerSetting::QueryAgnostic;
-    if (std::find(ro.settings.begin(), ro.settings.end(), v) == ro.settings.end()) ro.settings.push_back(v);
+      throw Error(Errc::invalid_argument,
+                  "eval --ruler: --setting " + s + " is not agnostic or aware");
+    const auto v =
+        s == "aware" ? eval::RulerSetting::QueryAware : eval::RulerSetting::QueryAgnostic;
+    if (std::find(ro.settings.begin(), ro.settings.end(), v) == ro.settings.end())
+      ro.settings.push_back(v);
   }
   ro.eval = o.eo;
   add_scorer(o, ro.eval);
@@ -192,7 +200,8 @@ void run_ruler(const EvalOpts& o) {
   ro.eval.level = compress::parse_selection_level(o.level);
   ro.eval.verify_drafts = !o.exact;
   ro.eval.matmul = o.matmul == "exact" ? kernels::MatmulPath::Exact : kernels::MatmulPath::Fast;
-  ro.eval.max_answer_tokens = o.tokens_opt->count() ? o.eo.max_answer_tokens : 0;  // 0: each task's budget
+  ro.eval.max_answer_tokens =
+      o.tokens_opt->count() ? o.eo.max_answer_tokens : 0;  // 0: each task's budget
   {
     eval::EvalOptions probe = ro.eval;
     probe.max_answer_tokens = 1;
@@ -213,19 +222,22 @@ void run_ruler(const EvalOpts& o) {
     squad = eval::qa_source_from_squad(eval::read_squad(o.squad, so));
     ro.gen.squad = &squad;
   } else if (wants_qa1) {
-    throw Error(Errc::invalid_argument, "eval --ruler: task qa_1 needs a SQuAD file (--squad FILE)");
+    throw Error(Errc::invalid_argument,
+                "eval --ruler: task qa_1 needs a SQuAD file (--squad FILE)");
   }
   if (!o.hotpotqa.empty()) {
     hotpot = eval::read_hotpotqa(o.hotpotqa);
     ro.gen.hotpotqa = &hotpot;
   } else if (wants_qa2) {
-    throw Error(Errc::invalid_argument, "eval --ruler: task qa_2 needs a HotpotQA file (--hotpotqa FILE)");
+    throw Error(Errc::invalid_argument,
+                "eval --ruler: task qa_2 needs a HotpotQA file (--hotpotqa FILE)");
   }
   auto model = load_model(o.model, ro.eval.threads);
   for (uint32_t len : ro.lengths)
     if (len > model->config().max_context)
-      throw Error(Errc::invalid_argument, "eval --ruler: --len " + std::to_string(len) + " is more than the model's " +
-                                              std::to_string(model->config().max_context) + "-token context");
+      throw Error(Errc::invalid_argument,
+                  "eval --ruler: --len " + std::to_string(len) + " is more than the model's " +
+                      std::to_string(model->config().max_context) + "-token context");
   if (ro.eval.learned)
     format::check_scorer_model(*ro.eval.learned, model->config(), model->fingerprint());
   ro.model_name = std::filesystem::path(model::resolve_model_path(o.model)).stem().string();
@@ -239,7 +251,8 @@ void run_ruler(const EvalOpts& o) {
   std::fwrite(table.data(), 1, table.size(), stdout);
   std::fflush(stdout);
   if (!o.csv.empty()) write_file_atomically(o.csv, true, eval::format_ruler_csv(report));
-  if (!o.kvpress_csv.empty()) write_file_atomically(o.kvpress_csv, true, eval::format_kvpress_csv(report));
+  if (!o.kvpress_csv.empty())
+    write_file_atomically(o.kvpress_csv, true, eval::format_kvpress_csv(report));
   if (!o.answers.empty()) {
     eval::EvalReport er;
     er.answers = report.answers;
@@ -258,15 +271,17 @@ bool run_paragraph_evaluation(const EvalOpts& o) {
       throw Error(Errc::invalid_argument,
                   "eval: --retrieve and --ruler are separate evaluations; give one of them");
     if (o.squad.empty())
-      throw Error(Errc::invalid_argument,
-                  "eval --retrieve needs --squad FILE: it indexes the file's paragraphs as documents");
+      throw Error(
+          Errc::invalid_argument,
+          "eval --retrieve needs --squad FILE: it indexes the file's paragraphs as documents");
     run_retrieve(o);
     return true;
   }
   if (o.compose) {
     if (o.squad.empty())
-      throw Error(Errc::invalid_argument,
-                  "eval --compose needs --squad FILE: it composes the file's paragraphs as documents");
+      throw Error(
+          Errc::invalid_argument,
+          "eval --compose needs --squad FILE: it composes the file's paragraphs as documents");
     if (!o.ruler.empty())
       throw Error(Errc::invalid_argument,
                   "eval: --compose and --ruler are separate evaluations; give one of them");
@@ -280,12 +295,14 @@ void run(const EvalOpts& o) {
   if (run_paragraph_evaluation(o)) return;
   if (!o.ruler.empty()) return run_ruler(o);
   if (o.squad.empty())
-    throw Error(Errc::invalid_argument, "eval: give a SQuAD file (--squad FILE) or RULER tasks (--ruler TASKS)");
+    throw Error(Errc::invalid_argument,
+                "eval: give a SQuAD file (--squad FILE) or RULER tasks (--ruler TASKS)");
   if (kernels::parse_device(o.device.c_str()) == kernels::Device::Cuda)
-    throw Error(Errc::unsupported,
-                "eval --device cuda: the evaluation's batched draft answering runs on the CPU in this "
-                "version; compress on the GPU with `kvzip compress --device cuda` and answer with "
-                "`kvzip query --device cuda`, or run eval with --device cpu");
+    throw Error(
+        Errc::unsupported,
+        "eval --device cuda: the evaluation's batched draft answering runs on the CPU in this "
+        "version; compress on the GPU with `kvzip compress --device cuda` and answer with "
+        "`kvzip query --device cuda`, or run eval with --device cpu");
   eval::EvalOptions eo = o.eo;
   eo.level = compress::parse_selection_level(o.level);
   eo.verify_drafts = !o.exact;
@@ -303,8 +320,9 @@ void run(const EvalOpts& o) {
   check_output(o.plot, "--plot");
   if (!o.plot.empty() && std::filesystem::path(o.plot).extension() != ".svg")
     throw Error(Errc::invalid_argument,
-                "eval: --plot " + o.plot + ": the plot is written as SVG; name the file .svg "
-                "(rsvg-convert -o plot.png plot.svg makes a PNG of it)");
+                "eval: --plot " + o.plot +
+                    ": the plot is written as SVG; name the file .svg "
+                    "(rsvg-convert -o plot.png plot.svg makes a PNG of it)");
   check_output(o.answers, "--answers");
   eval::SquadOptions so;
   so.unit = eval::parse_document_unit(o.doc);
@@ -323,9 +341,11 @@ void run(const EvalOpts& o) {
     eo.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
     uint64_t questions = 0;
     for (const auto& d : docs) questions += d.questions.size();
-    std::fprintf(stderr, "eval: %zu documents, %llu questions, methods full + %zu, %zu ratios, "
-                 "answers up to %u tokens\n", docs.size(), static_cast<unsigned long long>(questions),
-                 eo.methods.size(), eo.ratios.size(), eo.max_answer_tokens);
+    std::fprintf(stderr,
+                 "eval: %zu documents, %llu questions, methods full + %zu, %zu ratios, "
+                 "answers up to %u tokens\n",
+                 docs.size(), static_cast<unsigned long long>(questions), eo.methods.size(),
+                 eo.ratios.size(), eo.max_answer_tokens);
   }
   eo.prefill_progress = progress_bars(o.quiet);
   const eval::EvalReport report = eval::run_eval(*model, docs, eo);
@@ -342,41 +362,51 @@ void run(const EvalOpts& o) {
 
 // --ruler and the options only it reads.
 void add_ruler_options(CLI::App* c, EvalOpts& o) {
-  c->add_option("--ruler", o.ruler,
-                "RULER tasks instead of SQuAD documents, comma-separated: niah_single_1..3, niah_multikey_1..3, "
-                "niah_multivalue, niah_multiquery, vt, cwe, fwe, qa_1, qa_2, or niah / synthetic / all");
-  add_list_option(c, "--len", o.lengths, "With --ruler: sequence lengths in tokens (comma-separated)");
-  c->add_option("--samples", o.samples, "With --ruler: samples per task and length")->capture_default_str();
+  c->add_option(
+      "--ruler", o.ruler,
+      "RULER tasks instead of SQuAD documents, comma-separated: niah_single_1..3, "
+      "niah_multikey_1..3, "
+      "niah_multivalue, niah_multiquery, vt, cwe, fwe, qa_1, qa_2, or niah / synthetic / all");
+  add_list_option(c, "--len", o.lengths,
+                  "With --ruler: sequence lengths in tokens (comma-separated)");
+  c->add_option("--samples", o.samples, "With --ruler: samples per task and length")
+      ->capture_default_str();
   add_list_option(c, "--setting", o.settings,
                   "With --ruler: agnostic (compress the context alone) and/or aware (the question "
                   "compressed with it; kvzip also scores with it), comma-separated");
   c->add_option("--haystack", o.haystack,
-                "With --ruler: essay text for the NIAH essay haystacks (default: the built-in noise haystack)");
+                "With --ruler: essay text for the NIAH essay haystacks (default: the built-in "
+                "noise haystack)");
   c->add_option("--hotpotqa", o.hotpotqa, "With --ruler: HotpotQA JSON, the source of task qa_2");
-  c->add_option("--ruler-seed", o.ruler_seed, "With --ruler: seed of the generated samples")->capture_default_str();
+  c->add_option("--ruler-seed", o.ruler_seed, "With --ruler: seed of the generated samples")
+      ->capture_default_str();
   c->add_option("--kvpress-csv", o.kvpress_csv,
-                "With --ruler: write model,method,compression_ratio,task,score as the kvpress leaderboard lays it out");
+                "With --ruler: write model,method,compression_ratio,task,score as the kvpress "
+                "leaderboard lays it out");
 }
 
 // --compose, --retrieve and their options.
 void add_paragraph_evaluation_options(CLI::App* c, EvalOpts& o) {
-  c->add_option("--compose", o.compose,
-                "Composition evaluation: each paragraph a document compressed once, each question "
-                "asked over K documents composed (its own and K-1 others) against their joint prefill")
+  c->add_option(
+       "--compose", o.compose,
+       "Composition evaluation: each paragraph a document compressed once, each question "
+       "asked over K documents composed (its own and K-1 others) against their joint prefill")
       ->check(CLI::Range(2u, 64u));
   o.retrieve_opt = c->add_option(
       "--retrieve", o.retrieve,
       "Library evaluation: each paragraph a cache in an indexed folder, each question answered "
       "over the K caches a search finds (recall@K; against the oracle and a joint prefill)");
-  o.blends_opt = add_list_option(c, "--blends", o.blends,
-                                  "With --compose: recompute fractions to compare (comma-separated); "
-                                  "with --retrieve: default the library's own");
+  o.blends_opt =
+      add_list_option(c, "--blends", o.blends,
+                      "With --compose: recompute fractions to compare (comma-separated); "
+                      "with --retrieve: default the library's own");
   c->add_option("--blend-rule", o.blend_rule,
                 std::string("With --compose or --retrieve: which tokens the blends recompute (")
                     .append(loader::kBlendRuleNames)
                     .append(")"))
       ->capture_default_str();
-  c->add_flag("--doc-prefix", o.doc_prefix, "With --compose: keep each later document's own prefix rows");
+  c->add_flag("--doc-prefix", o.doc_prefix,
+              "With --compose: keep each later document's own prefix rows");
 }
 
 }  // namespace
@@ -384,9 +414,12 @@ void add_paragraph_evaluation_options(CLI::App* c, EvalOpts& o) {
 void add_eval_commands(CLI::App& app) {
   auto o = std::make_shared<EvalOpts>();
   auto* c = app.add_subcommand(
-      "eval", "Multi-query evaluation on SQuAD: compress each document once per method and ratio, "
-              "ask all its questions; contains-answer and F1, first-token KL, agreement with the full cache");
-  c->add_option("--squad", o->squad, "SQuAD JSON file (v1.1 or v2.0); with --ruler, the source of task qa_1");
+      "eval",
+      "Multi-query evaluation on SQuAD: compress each document once per method and ratio, "
+      "ask all its questions; contains-answer and F1, first-token KL, agreement with the full "
+      "cache");
+  c->add_option("--squad", o->squad,
+                "SQuAD JSON file (v1.1 or v2.0); with --ruler, the source of task qa_1");
   add_ruler_options(c, *o);
   c->add_option("--doc", o->doc, "Document unit: article (paragraphs joined) | paragraph")
       ->capture_default_str();
@@ -396,42 +429,51 @@ void add_eval_commands(CLI::App& app) {
       "Comma-separated, any of: kvzip,snapkv,h2o,rest-kv,rkv,streaming,random,kvzip-head,"
       "kvzap,kvzap-stream (kvzip-head needs --head-scores, its ratios are fractions of heads "
       "kept whole; kvzap needs --scorer, kvzap-stream is kvzap evicting while it reads)");
-  o->ratios_opt = add_list_option(c, "--ratios", o->eo.ratios,
-                                  "Comma-separated fractions of document KV pairs to keep (--ruler: default "
-                                  "0.1,0.25,0.5,0.75; the full cache is kept = 1)");
-  add_list_option(c, "--kv-dtypes", o->eo.kv_dtypes,
-                  "Comma-separated storage types to compare, each against the f32 cache of the same "
-                  "method and ratio: f32,f16,bf16,q8,q4 (each cache written and read back as a .kvz)");
-  c->add_option("--kv-group", o->eo.kv_group, "q8/q4: channels per quantization group (0 = the head dimension)")
+  o->ratios_opt =
+      add_list_option(c, "--ratios", o->eo.ratios,
+                      "Comma-separated fractions of document KV pairs to keep (--ruler: default "
+                      "0.1,0.25,0.5,0.75; the full cache is kept = 1)");
+  add_list_option(
+      c, "--kv-dtypes", o->eo.kv_dtypes,
+      "Comma-separated storage types to compare, each against the f32 cache of the same "
+      "method and ratio: f32,f16,bf16,q8,q4 (each cache written and read back as a .kvz)");
+  c->add_option("--kv-group", o->eo.kv_group,
+                "q8/q4: channels per quantization group (0 = the head dimension)")
       ->capture_default_str();
   add_removed_kv_layout_options(c, o->removed);
-  c->add_option("--matmul", o->matmul, "fast | exact: matrix products with int8-rounded activations "
-                                       "(the default) or in fp32 (comparing storage types)")
+  c->add_option("--matmul", o->matmul,
+                "fast | exact: matrix products with int8-rounded activations "
+                "(the default) or in fp32 (comparing storage types)")
       ->capture_default_str()
       ->check(CLI::IsMember({"fast", "exact"}));
   c->add_option("-o,--output", o->csv, "Write the results as CSV");
-  c->add_option("--plot", o->plot, "Write an SVG plot (FILE.svg) of contains-answer and F1 against the ratio");
-  c->add_option("--answers", o->answers,
-                "Write every answer as JSON lines (method, ratio, question, answer, contains, F1, KL, "
-                "agreement, answer F1)");
+  c->add_option("--plot", o->plot,
+                "Write an SVG plot (FILE.svg) of contains-answer and F1 against the ratio");
+  c->add_option(
+      "--answers", o->answers,
+      "Write every answer as JSON lines (method, ratio, question, answer, contains, F1, KL, "
+      "agreement, answer F1)");
   c->add_option("--max-questions", o->max_questions, "Only the first N questions of the file");
-  c->add_flag("--all-questions", o->all_questions, "Also ask unanswerable (is_impossible) questions");
+  c->add_flag("--all-questions", o->all_questions,
+              "Also ask unanswerable (is_impossible) questions");
   o->tokens_opt = c->add_option("-n,--max-tokens", o->eo.max_answer_tokens,
                                 "Answer tokens at most (--ruler: caps each task's own budget)")
                       ->capture_default_str();
   c->add_option("--level", o->level, "global | per-head | per-layer")->capture_default_str();
   add_model_option(c, o->model);
   c->add_option("--system", o->eo.system, "System prompt (default: the model template's)");
-  c->add_option("--chunk", o->eo.kvzip_chunk, "KVzip reconstruction chunk in tokens")->capture_default_str();
+  c->add_option("--chunk", o->eo.kvzip_chunk, "KVzip reconstruction chunk in tokens")
+      ->capture_default_str();
   c->add_option("--seed", o->eo.seed, "Seed of the random method");
   c->add_option("-O,--scorer-option", o->eo.scorer_options,
                 "KEY=VALUE scorer parameter, repeatable (e.g. snapkv-window=64, restkv-alpha=0.5, "
                 "rkv-lambda=0.2; `kvzip compress --help` lists the keys)");
   c->add_option("--scorer", o->scorer_file,
                 "kvzap: learned scorer file (.kvp) of `kvzip calibrate --scorer`");
-  c->add_option("--head-scores", o->head_scores,
-                "kvzip-head: head-scores file of `kvzip calibrate` (calibrate on a text that is not "
-                "an evaluated document)");
+  c->add_option(
+      "--head-scores", o->head_scores,
+      "kvzip-head: head-scores file of `kvzip calibrate` (calibrate on a text that is not "
+      "an evaluated document)");
   c->add_option("--head-window", o->eo.head_window,
                 "kvzip-head: last document rows the other heads keep besides the prefix")
       ->capture_default_str();

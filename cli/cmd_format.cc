@@ -59,13 +59,17 @@ void apply_kv_dtype(fmt::CacheContents& c, const std::string& dtype, uint32_t gr
   reject_removed_kv_layout_options(removed, command);
   if (dtype.empty()) {
     if (group && group != c.header.kv_group_size)
-      throw Error(Errc::invalid_argument, std::string(command) + ": --kv-group needs --kv-dtype q8 or q4");
+      throw Error(Errc::invalid_argument,
+                  std::string(command) + ": --kv-group needs --kv-dtype q8 or q4");
     return;
   }
   const fmt::DType t = parse_kv_dtype(dtype, command);
   // The same q8/q4 and group as stored: the stored rows stay.
-  if (t == c.header.kv_dtype && fmt::dtype_quantized(t) && (!group || group == c.header.kv_group_size)) return;
-  compress::set_kv_dtype(c, {t, group ? group : (t == c.header.kv_dtype ? c.header.kv_group_size : 0)});
+  if (t == c.header.kv_dtype && fmt::dtype_quantized(t) &&
+      (!group || group == c.header.kv_group_size))
+    return;
+  compress::set_kv_dtype(
+      c, {t, group ? group : (t == c.header.kv_dtype ? c.header.kv_group_size : 0)});
 }
 
 // The first bytes of a file (fewer when it is shorter), to tell a .kvh from a .kvz; errors are
@@ -79,10 +83,10 @@ std::vector<uint8_t> first_bytes(const std::string& path) {
 }
 
 void run_inspect(const InspectArgs& a) {
-  if (fmt::looks_like_head_scores(first_bytes(a.file))) {  // a `kvzip calibrate` file
+  if (fmt::looks_like_head_scores(first_bytes(a.file))) {          // a `kvzip calibrate` file
     const fmt::HeadScores h = fmt::read_head_scores_file(a.file);  // checksum always verified
-    const std::string text = fmt::describe_head_scores(
-        h, std::filesystem::path(a.file).filename().string(), a.json);
+    const std::string text =
+        fmt::describe_head_scores(h, std::filesystem::path(a.file).filename().string(), a.json);
     std::fwrite(text.data(), 1, text.size(), stdout);
     return;
   }
@@ -152,7 +156,9 @@ void run_import(const ImportArgs& a) {
 
 void add_format_commands(CLI::App& app) {
   auto inspect = std::make_shared<InspectArgs>();
-  CLI::App* c = app.add_subcommand("inspect", "Show what a .kvz cache file (or a .kvh head-scores file of `kvzip calibrate`) holds and check it");
+  CLI::App* c = app.add_subcommand("inspect",
+                                   "Show what a .kvz cache file (or a .kvh head-scores file of "
+                                   "`kvzip calibrate`) holds and check it");
   c->add_option("FILE", inspect->file, "cache file (.kvz) or head-scores file (.kvh)")->required();
   c->add_flag("--json", inspect->json, "machine-readable JSON instead of text");
   c->add_flag("--verify", inspect->verify,
@@ -160,21 +166,25 @@ void add_format_commands(CLI::App& app) {
   c->callback([inspect] { run_inspect(*inspect); });
 
   auto prune = std::make_shared<PruneArgs>();
-  c = app.add_subcommand("prune", "Keep a smaller fraction of a cache using its stored scores (no model needed)");
+  c = app.add_subcommand(
+      "prune", "Keep a smaller fraction of a cache using its stored scores (no model needed)");
   c->add_option("FILE", prune->file, "cache file with scores")->required();
-  c->add_option("--ratio", prune->ratio, "fraction of the document's KV pairs to keep, in (0, achieved]")
+  c->add_option("--ratio", prune->ratio,
+                "fraction of the document's KV pairs to keep, in (0, achieved]")
       ->required();
   c->add_option("-o,--output", prune->out, "output .kvz file")->required();
   add_force_option(c, prune->force);
   c->add_option("--zstd", prune->zstd, "zstd level 0 (off) .. 19; default: as the input");
-  c->add_option("--kv-dtype,--dtype", prune->kv_dtype,
-                std::string(kKvDtypeHelp) + "; default: as the input (q8/q4 rows are not re-quantized)");
+  c->add_option(
+      "--kv-dtype,--dtype", prune->kv_dtype,
+      std::string(kKvDtypeHelp) + "; default: as the input (q8/q4 rows are not re-quantized)");
   c->add_option("--kv-group", prune->kv_group, kKvGroupHelp);
   add_removed_kv_layout_options(c, prune->removed);
   c->callback([prune] { run_prune(*prune); });
 
   auto exp = std::make_shared<ExportArgs>();
-  c = app.add_subcommand("export", "Write a cache's content as an HDF5 file (spec/kvzip_format.md)");
+  c = app.add_subcommand("export",
+                         "Write a cache's content as an HDF5 file (spec/kvzip_format.md)");
   c->add_option("FILE", exp->file, "cache file")->required();
   c->add_option("--hdf5", exp->out, "output .h5 file")->required();
   add_force_option(c, exp->force);
@@ -186,7 +196,8 @@ void add_format_commands(CLI::App& app) {
   c->add_option("-o,--output", imp->out, "output .kvz file")->required();
   add_force_option(c, imp->force);
   c->add_option("--zstd", imp->zstd, "zstd level 0 (off) .. 19");
-  c->add_option("--kv-dtype,--dtype", imp->kv_dtype, std::string(kKvDtypeHelp) + "; default: as exported");
+  c->add_option("--kv-dtype,--dtype", imp->kv_dtype,
+                std::string(kKvDtypeHelp) + "; default: as exported");
   c->add_option("--kv-group", imp->kv_group, kKvGroupHelp);
   add_removed_kv_layout_options(c, imp->removed);
   c->callback([imp] { run_import(*imp); });

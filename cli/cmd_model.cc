@@ -7,11 +7,11 @@
 #include <span>
 #include <sstream>
 
+#include "cache/ragged_cache.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/rkv_options.h"
 #include "common/error.h"
-#include "cache/ragged_cache.h"
 #include "kernels/device.h"
 #include "model/gpu_forward.h"
 
@@ -98,8 +98,10 @@ void print_generate_stats(const model::Model& model, const model::GenerateResult
                model.weights_in_memory() ? "read into memory" : "mapped from the file");
   if (gp.rkv)
     std::fprintf(stderr, "%s: %u compressions evicted %llu rows (budget %u per head)\n",
-                 gp.rkv->streaming ? "streaming" : gp.rkv->learned ? "kvzap" : "R-KV", r.compressions,
-                 static_cast<unsigned long long>(r.evicted), gp.rkv->budget);
+                 gp.rkv->streaming ? "streaming"
+                 : gp.rkv->learned ? "kvzap"
+                                   : "R-KV",
+                 r.compressions, static_cast<unsigned long long>(r.evicted), gp.rkv->budget);
 }
 
 void run_generate(const GenerateOpts& o) {
@@ -224,9 +226,10 @@ void add_model_commands(CLI::App& app) {
                   "fast | exact: int8-rounded activations where the CPU has the kernels, or fp32")
       ->check(CLI::IsMember({"fast", "exact"}))
       ->capture_default_str();
-  gen->add_option("--attention", g->attention,
-                  "bf16 | f32: the prompt's attention products on bf16 operands (with --matmul fast, where "
-                  "the CPU has AVX-512 BF16: as compress's document prefill) or fp32")
+  gen->add_option(
+         "--attention", g->attention,
+         "bf16 | f32: the prompt's attention products on bf16 operands (with --matmul fast, where "
+         "the CPU has AVX-512 BF16: as compress's document prefill) or fp32")
       ->check(CLI::IsMember({"bf16", "f32"}))
       ->capture_default_str();
   gen->add_flag("--no-key-tiles", g->no_key_tiles,
@@ -238,7 +241,8 @@ void add_model_commands(CLI::App& app) {
   auto t = std::make_shared<TokenizeOpts>();
   auto* tk = app.add_subcommand("tokenize", "Print the token ids of TEXT (or --decode ids)");
   tk->add_option("-m,--model", t->model, "GGUF model file");
-  tk->add_option("text", t->text, "Text to tokenize, or space-separated ids with --decode")->required();
+  tk->add_option("text", t->text, "Text to tokenize, or space-separated ids with --decode")
+      ->required();
   tk->add_flag("--decode", t->decode, "Decode token ids back to text");
   tk->add_flag("--special", t->special, "Parse special tokens such as <|im_start|> in TEXT");
   tk->callback([t] { run_tokenize(*t); });

@@ -23,7 +23,7 @@ namespace {
 struct QueryOpts {
   std::string cache, model, questions_file, device = "cpu", matmul = "fast";
   std::vector<std::string> cache_files;  // --cache: one file each, '+' and all
-  double blend = 0.3;  // loader::ComposeOptions's default
+  double blend = 0.3;                    // loader::ComposeOptions's default
   std::string blend_rule = loader::blend_rule_name(loader::ComposeOptions{}.rule);
   uint32_t max_compose = loader::ComposeOptions{}.max_docs;
   bool doc_prefix = false;
@@ -31,7 +31,8 @@ struct QueryOpts {
   uint32_t n = 128, threads = 0;
   float temp = 0.0f;
   uint64_t seed = 0;
-  bool json = false, force = false, verify = false, quiet = false, kv_f32 = false, no_key_tiles = false;
+  bool json = false, force = false, verify = false, quiet = false, kv_f32 = false,
+       no_key_tiles = false;
   RkvOptions rkv;
 };
 
@@ -91,12 +92,14 @@ std::vector<std::string> split_cache_arg(const std::string& arg) {
 std::vector<std::string> cache_paths(const QueryOpts& o, std::vector<std::string>* questions) {
   if (o.cache_files.empty()) {
     if (o.cache.empty())
-      throw Error(Errc::invalid_argument, "give a cache: a .kvz argument (a.kvz+b.kvz composes) or --cache FILE");
+      throw Error(Errc::invalid_argument,
+                  "give a cache: a .kvz argument (a.kvz+b.kvz composes) or --cache FILE");
     return split_cache_arg(o.cache);
   }
   if (!o.cache.empty()) {
     if (!questions)
-      throw Error(Errc::invalid_argument, "chat: give the caches either as the argument or by --cache, not both");
+      throw Error(Errc::invalid_argument,
+                  "chat: give the caches either as the argument or by --cache, not both");
     questions->insert(questions->begin(), o.cache);
   }
   for (const std::string& f : o.cache_files)
@@ -113,11 +116,12 @@ std::string caches_label(const std::vector<std::string>& paths) {
 // A composed session's summary on stderr: caches, rows, the time to compose.
 void note_composition(const loader::QuerySession& s, size_t n_paths) {
   const loader::ComposeStats& c = s.compose_stats();
-  std::fprintf(stderr,
-               "composed %zu caches in %.1f ms (loading %.1f ms): %u positions, %llu rows attended per "
-               "token over all layers and heads, %llu tokens recomputed, %.2f MB of K/V in memory\n",
-               n_paths, c.ms, s.load_ms(), c.length, static_cast<unsigned long long>(c.rows),
-               static_cast<unsigned long long>(c.recomputed), double(s.bytes_in_memory()) / 1e6);
+  std::fprintf(
+      stderr,
+      "composed %zu caches in %.1f ms (loading %.1f ms): %u positions, %llu rows attended per "
+      "token over all layers and heads, %llu tokens recomputed, %.2f MB of K/V in memory\n",
+      n_paths, c.ms, s.load_ms(), c.length, static_cast<unsigned long long>(c.rows),
+      static_cast<unsigned long long>(c.recomputed), double(s.bytes_in_memory()) / 1e6);
 }
 
 loader::SessionOptions session_options(const QueryOpts& o) {
@@ -155,7 +159,8 @@ const char* stop_reason(const loader::Answer& a, const model::GenerateParams& gp
   return a.tokens.size() >= gp.max_tokens ? "max_tokens" : "context_full";
 }
 
-void note_context_full(const loader::Answer& a, const model::GenerateParams& gp, const model::Model& model) {
+void note_context_full(const loader::Answer& a, const model::GenerateParams& gp,
+                       const model::Model& model) {
   std::fprintf(stderr,
                "kvzip: note: the answer stopped after %zu of the %u tokens -n allows: the model's "
                "context of %u tokens is full (the cache's document, the question and the answer "
@@ -172,23 +177,30 @@ void run_query(const QueryOpts& o) {
     questions.insert(questions.end(), more.begin(), more.end());
   }
   if (questions.empty())
-    throw Error(Errc::invalid_argument, "query: no questions; give QUESTION arguments or --questions FILE");
+    throw Error(Errc::invalid_argument,
+                "query: no questions; give QUESTION arguments or --questions FILE");
   for (const auto& q : questions) check_text(q, "a question");
   if (paths.size() > o.max_compose)  // before the model is loaded
-    throw Error(Errc::invalid_argument, std::to_string(paths.size()) + " caches given; a composition takes at most " +
-                                            std::to_string(o.max_compose) + " (--max-compose raises it)");
+    throw Error(Errc::invalid_argument,
+                std::to_string(paths.size()) + " caches given; a composition takes at most " +
+                    std::to_string(o.max_compose) + " (--max-compose raises it)");
   auto model = load_model(o.model, o.threads);
   loader::QuerySession session(*model, paths, session_options(o));
   if (session.composed() && !o.quiet) note_composition(session, paths.size());
   if (!o.quiet && !o.json && !session.composed()) {
     const uint64_t tiles = session.base().bytes_in_memory() - session.base().bytes_kept();
     char extra[64] = "";
-    if (tiles) std::snprintf(extra, sizeof extra, ", + %.2f MB of keys kept transposed", double(tiles) / 1e6);
-    std::fprintf(stderr, "loaded %s in %.1f ms: %zu document tokens, %s at ratio %.3f, K/V %.2f MB in memory (%s%s)\n",
-                 caches_label(paths).c_str(), session.load_ms(), session.header().document_tokens.size(),
-                 session.header().method.c_str(), session.header().achieved_ratio,
-                 double(session.base().bytes_kept()) / 1e6,
-                 session.quantized() ? format::dtype_name(session.header().kv_dtype) : "f32", extra);
+    if (tiles)
+      std::snprintf(extra, sizeof extra, ", + %.2f MB of keys kept transposed",
+                    double(tiles) / 1e6);
+    std::fprintf(stderr,
+                 "loaded %s in %.1f ms: %zu document tokens, %s at ratio %.3f, K/V %.2f MB in "
+                 "memory (%s%s)\n",
+                 caches_label(paths).c_str(), session.load_ms(),
+                 session.header().document_tokens.size(), session.header().method.c_str(),
+                 session.header().achieved_ratio, double(session.base().bytes_kept()) / 1e6,
+                 session.quantized() ? format::dtype_name(session.header().kv_dtype) : "f32",
+                 extra);
   }
   const model::GenerateParams gp = generate_params(o, *model);
   for (const auto& q : questions) {
@@ -217,7 +229,8 @@ void run_query(const QueryOpts& o) {
       std::printf("\n\n");
       std::fflush(stdout);
     }
-    if (!o.quiet && std::string_view(stop_reason(a, gp)) == "context_full") note_context_full(a, gp, *model);
+    if (!o.quiet && std::string_view(stop_reason(a, gp)) == "context_full")
+      note_context_full(a, gp, *model);
   }
 }
 
@@ -225,15 +238,17 @@ void run_chat(const QueryOpts& o) {
   rkv_params(o.rkv);
   const std::vector<std::string> paths = cache_paths(o, nullptr);
   if (paths.size() > o.max_compose)
-    throw Error(Errc::invalid_argument, std::to_string(paths.size()) + " caches given; a composition takes at most " +
-                                            std::to_string(o.max_compose) + " (--max-compose raises it)");
+    throw Error(Errc::invalid_argument,
+                std::to_string(paths.size()) + " caches given; a composition takes at most " +
+                    std::to_string(o.max_compose) + " (--max-compose raises it)");
   auto model = load_model(o.model, o.threads);
   loader::QuerySession session(*model, paths, session_options(o));
   if (session.composed()) note_composition(session, paths.size());
   const model::GenerateParams gp = generate_params(o, *model);
-  std::fprintf(stderr, "kvzip chat: %s (%zu document tokens). One question per line; "
-               "empty line or Ctrl-D to quit.\n", caches_label(paths).c_str(),
-               session.header().document_tokens.size());
+  std::fprintf(stderr,
+               "kvzip chat: %s (%zu document tokens). One question per line; "
+               "empty line or Ctrl-D to quit.\n",
+               caches_label(paths).c_str(), session.header().document_tokens.size());
   std::string line;
   while (true) {
     std::fprintf(stderr, "> ");
@@ -256,14 +271,17 @@ void run_chat(const QueryOpts& o) {
 }
 
 void add_common(CLI::App* c, QueryOpts& o) {
-  c->add_option("cache", o.cache,
-                "Compressed cache file (.kvz); several joined by '+' (a.kvz+b.kvz) are composed into "
-                "one context, in that order");
-  c->add_option("--cache", o.cache_files,
-                "One cache file, its name taken as written ('+' included); repeat to compose several, "
-                "in that order (instead of the cache argument)")
+  c->add_option(
+      "cache", o.cache,
+      "Compressed cache file (.kvz); several joined by '+' (a.kvz+b.kvz) are composed into "
+      "one context, in that order");
+  c->add_option(
+       "--cache", o.cache_files,
+       "One cache file, its name taken as written ('+' included); repeat to compose several, "
+       "in that order (instead of the cache argument)")
       ->allow_extra_args(false);  // one file per --cache: the arguments after it stay questions
-  c->add_option("--max-compose", o.max_compose, "Composed caches: at most this many in one composition")
+  c->add_option("--max-compose", o.max_compose,
+                "Composed caches: at most this many in one composition")
       ->check(CLI::Range(2u, 1024u))
       ->capture_default_str();
   c->add_option("--blend", o.blend,
@@ -272,8 +290,9 @@ void add_common(CLI::App* c, QueryOpts& o) {
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   c->add_option("--blend-rule", o.blend_rule,
-                 std::string("Composed caches: which tokens --blend recomputes (").append(
-                     loader::kBlendRuleNames).append("; docs/composing.md)"))
+                std::string("Composed caches: which tokens --blend recomputes (")
+                    .append(loader::kBlendRuleNames)
+                    .append("; docs/composing.md)"))
       ->capture_default_str();
   c->add_flag("--doc-prefix", o.doc_prefix,
               "Composed caches: keep each later document's own prefix rows (template opener) too");
@@ -288,12 +307,13 @@ void add_common(CLI::App* c, QueryOpts& o) {
   c->add_flag("--verify", o.verify,
               "Check the whole file before answering (every checksum, every K/V section decoded)");
   c->add_option("--matmul", o.matmul,
-                 "fast | exact: matrix products with int8-rounded activations where the CPU has "
-                 "the kernels (fast), or in fp32 (exact, for comparing caches)")
+                "fast | exact: matrix products with int8-rounded activations where the CPU has "
+                "the kernels (fast), or in fp32 (exact, for comparing caches)")
       ->check(CLI::IsMember({"fast", "exact"}))
       ->capture_default_str();
-  c->add_flag("--kv-f32", o.kv_f32,
-              "Dequantize a q8/q4 cache to f32 rows at load instead of attending to its stored rows");
+  c->add_flag(
+      "--kv-f32", o.kv_f32,
+      "Dequantize a q8/q4 cache to f32 rows at load instead of attending to its stored rows");
   c->add_flag("--no-key-tiles", o.no_key_tiles,
               "Keep an f32 cache's keys once in memory (by default they are also kept transposed, "
               "for faster decoding at about the K bytes again)");

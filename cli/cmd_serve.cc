@@ -6,8 +6,8 @@
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <chrono>
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <thread>
@@ -26,8 +26,8 @@ struct ServeOpts {
   std::string caches, model, host = "127.0.0.1", api_key_file, device = "cpu";
   std::string scorer;  // --scorer: the learned scorer of compress jobs' method kvzap
   int port = 8080;
-  uint32_t parallel = 8, threads = 0, queue = 64, max_tokens = 4096, step_tokens = 0, max_compose = 16,
-           compose_threads = 0;
+  uint32_t parallel = 8, threads = 0, queue = 64, max_tokens = 4096, step_tokens = 0,
+           max_compose = 16, compose_threads = 0;
   std::string library_model = "@library";  // serve::ServerOptions's
   uint32_t library_top_k = 4;
   double blend = 0.3;
@@ -46,11 +46,14 @@ extern "C" void on_stop_signal(int sig) { g_signal.store(sig); }
 
 std::string read_api_key(const std::string& path) {
   std::string key = read_text(path, "API key file");
-  while (!key.empty() && (key.back() == '\n' || key.back() == '\r' || key.back() == ' ')) key.pop_back();
+  while (!key.empty() && (key.back() == '\n' || key.back() == '\r' || key.back() == ' '))
+    key.pop_back();
   if (key.size() < 8)
-    throw Error(Errc::invalid_argument, "--api-key-file " + path + ": the key is shorter than 8 characters");
+    throw Error(Errc::invalid_argument,
+                "--api-key-file " + path + ": the key is shorter than 8 characters");
   if (key.find_first_of(" \t\r\n") != std::string::npos)
-    throw Error(Errc::invalid_argument, "--api-key-file " + path + ": the key must be one line without spaces");
+    throw Error(Errc::invalid_argument,
+                "--api-key-file " + path + ": the key must be one line without spaces");
   return key;
 }
 
@@ -67,10 +70,12 @@ void raise_open_files() {
 void run_serve(const ServeOpts& o) {
   if (kernels::parse_device(o.device.c_str()) != kernels::Device::Cpu)
     throw Error(Errc::unsupported,
-                "serve: --device " + o.device + " is not available yet: the batching engine's shared-base "
-                "attention (two KV segments) runs on the CPU only; use --device cpu");
+                "serve: --device " + o.device +
+                    " is not available yet: the batching engine's shared-base "
+                    "attention (two KV segments) runs on the CPU only; use --device cpu");
   if (o.port < 0 || o.port > 65535)
-    throw Error(Errc::invalid_argument, "serve: --port " + std::to_string(o.port) + " is outside 0..65535");
+    throw Error(Errc::invalid_argument,
+                "serve: --port " + std::to_string(o.port) + " is outside 0..65535");
   if (o.max_tokens == 0) throw Error(Errc::invalid_argument, "serve: --max-tokens must be >= 1");
   if (!(o.head_timeout > 0 && o.head_timeout <= 3600))
     throw Error(Errc::invalid_argument, "serve: --head-timeout must be in (0, 3600] seconds");
@@ -85,7 +90,8 @@ void run_serve(const ServeOpts& o) {
   so.engine.parallel = o.parallel;
   so.engine.max_queue = o.queue;
   // Default: every step on the matmul's 8-bit path (serve/engine.h), with room past --parallel.
-  so.engine.step_tokens = o.step_tokens ? o.step_tokens : std::max(kernels::kMatmulInt8MaxT, o.parallel + 16);
+  so.engine.step_tokens =
+      o.step_tokens ? o.step_tokens : std::max(kernels::kMatmulInt8MaxT, o.parallel + 16);
   so.max_loaded_bytes = o.max_loaded_bytes;
   so.key_tiles = !o.no_key_tiles;
   so.max_compose = o.max_compose;
@@ -101,8 +107,9 @@ void run_serve(const ServeOpts& o) {
   if (o.max_client_connections < -1 || o.max_client_connections > 1000000)
     throw Error(Errc::invalid_argument, "serve: --max-client-connections must be in [0, 1000000]");
   // One address never takes more than half the workers by default, so others still get served.
-  const uint32_t per_client = o.max_client_connections < 0 ? so.http_threads / 2
-                                                            : static_cast<uint32_t>(o.max_client_connections);
+  const uint32_t per_client = o.max_client_connections < 0
+                                  ? so.http_threads / 2
+                                  : static_cast<uint32_t>(o.max_client_connections);
   so.http.max_client_requests = per_client;
   so.http.max_pending_per_client = per_client ? std::min<uint32_t>(32, per_client) : 0;
   so.http.head_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.head_timeout * 1000));
@@ -128,7 +135,8 @@ void run_serve(const ServeOpts& o) {
   const int sig = g_signal.load();
   std::fprintf(stderr, "kvzip serve: %s received, draining (grace %.1f s)\n",
                sig == SIGTERM ? "SIGTERM" : "SIGINT", o.grace);
-  const bool jobs_done = server.stop(std::chrono::milliseconds(static_cast<int64_t>(o.grace * 1000)));
+  const bool jobs_done =
+      server.stop(std::chrono::milliseconds(static_cast<int64_t>(o.grace * 1000)));
   listener.join();
   if (!jobs_done) {
     std::fprintf(stderr, "kvzip serve: a compress job is still running; ending it\n");
@@ -143,17 +151,24 @@ void run_serve(const ServeOpts& o) {
 
 void add_serve_commands(CLI::App& app) {
   auto o = std::make_shared<ServeOpts>();
-  auto* c = app.add_subcommand("serve", "OpenAI-compatible server answering from compressed caches");
-  c->add_option("--caches", o->caches, "Folder of .kvz caches; a request's \"model\" names DIR/<id>.kvz")->required();
+  auto* c =
+      app.add_subcommand("serve", "OpenAI-compatible server answering from compressed caches");
+  c->add_option("--caches", o->caches,
+                "Folder of .kvz caches; a request's \"model\" names DIR/<id>.kvz")
+      ->required();
   c->add_option("-m,--model", o->model, "GGUF model file or HF folder (default: $KVZIP_MODEL)");
   c->add_option("--host", o->host, "Address to listen on")->capture_default_str();
   c->add_option("--port", o->port, "Port (0: any free port)")->capture_default_str();
-  c->add_option("--parallel", o->parallel, "Requests decoded together at most")->capture_default_str();
-  c->add_option("--queue", o->queue, "Requests waiting for a slot at most (then 429)")->capture_default_str();
-  c->add_option("--step-tokens", o->step_tokens,
-                "Rows per batched step (decode rows + question pieces); default max(48, parallel + 16), "
-                "which keeps every step on the 8-bit matmul path");
-  c->add_option("--max-tokens", o->max_tokens, "Largest max_tokens a request may ask")->capture_default_str();
+  c->add_option("--parallel", o->parallel, "Requests decoded together at most")
+      ->capture_default_str();
+  c->add_option("--queue", o->queue, "Requests waiting for a slot at most (then 429)")
+      ->capture_default_str();
+  c->add_option(
+      "--step-tokens", o->step_tokens,
+      "Rows per batched step (decode rows + question pieces); default max(48, parallel + 16), "
+      "which keeps every step on the 8-bit matmul path");
+  c->add_option("--max-tokens", o->max_tokens, "Largest max_tokens a request may ask")
+      ->capture_default_str();
   c->add_option("--max-compose", o->max_compose,
                 "Caches one request may compose (\"model\": \"a+b+c\"); more: 400")
       ->check(CLI::Range(1u, 64u))
@@ -166,8 +181,9 @@ void add_serve_commands(CLI::App& app) {
   c->add_option("--library-top-k", o->library_top_k, "Caches the library model composes at most")
       ->check(CLI::Range(1u, 16u))
       ->capture_default_str();
-  c->add_option("--compose-threads", o->compose_threads,
-                "Threads that build compositions beside the engine's steps (0: half of -t, at least 1)")
+  c->add_option(
+       "--compose-threads", o->compose_threads,
+       "Threads that build compositions beside the engine's steps (0: half of -t, at least 1)")
       ->capture_default_str();
   c->add_option("--blend", o->blend,
                 "Composed requests: fraction of each later document's tokens recomputed with the "
@@ -185,22 +201,28 @@ void add_serve_commands(CLI::App& app) {
   c->add_flag("--no-key-tiles", o->no_key_tiles,
               "Keep an f32 cache's keys once in memory (by default they are also kept transposed, "
               "for faster decoding at about the K bytes again)");
-  c->add_option("--max-upload-bytes", o->max_upload_bytes,
-                "Largest .kvz a PUT /v1/caches/{id} takes (streamed to a temporary file, then verified)")
+  c->add_option(
+       "--max-upload-bytes", o->max_upload_bytes,
+       "Largest .kvz a PUT /v1/caches/{id} takes (streamed to a temporary file, then verified)")
       ->capture_default_str();
-  c->add_option("--max-client-connections", o->max_client_connections,
-                "Requests one client address may have in service at once (then 429; default: half the "
-                "HTTP worker threads, max(64, 2 x (parallel + queue))), and at most 32 of its connections "
-                "wait for their request head; 0: no limit (behind a proxy all clients share its address: "
-                "docs/serve-production.md)");
+  c->add_option(
+      "--max-client-connections", o->max_client_connections,
+      "Requests one client address may have in service at once (then 429; default: half the "
+      "HTTP worker threads, max(64, 2 x (parallel + queue))), and at most 32 of its connections "
+      "wait for their request head; 0: no limit (behind a proxy all clients share its address: "
+      "docs/serve-production.md)");
   c->add_option("--head-timeout", o->head_timeout,
-                "Seconds a connection gets to send a whole request head (then 408)")->capture_default_str();
-  c->add_option("--api-key-file", o->api_key_file, "File holding the API key clients must send as a Bearer token");
+                "Seconds a connection gets to send a whole request head (then 408)")
+      ->capture_default_str();
+  c->add_option("--api-key-file", o->api_key_file,
+                "File holding the API key clients must send as a Bearer token");
   c->add_option("--scorer", o->scorer,
                 "Learned scorer file (.kvp) of `kvzip calibrate --scorer` for this model: compress "
                 "jobs (POST /v1/caches) may then ask \"method\": \"kvzap\"");
-  c->add_option("--device", o->device, "cpu (cuda is not available for serve yet)")->capture_default_str();
-  c->add_option("--grace", o->grace, "Seconds in-flight answers get to finish on SIGTERM")->capture_default_str();
+  c->add_option("--device", o->device, "cpu (cuda is not available for serve yet)")
+      ->capture_default_str();
+  c->add_option("--grace", o->grace, "Seconds in-flight answers get to finish on SIGTERM")
+      ->capture_default_str();
   add_threads_option(c, o->threads);
   c->callback([o] { run_serve(*o); });
 }

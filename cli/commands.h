@@ -5,13 +5,13 @@
 
 namespace kvzip::cli {
 
-void add_model_commands(CLI::App& app);   // generate, tokenize, perplexity (cmd_model.cc)
-void add_query_commands(CLI::App& app);   // query, chat (cmd_query.cc)
-void add_compress_commands(CLI::App& app);  // compress (cmd_compress.cc)
+void add_model_commands(CLI::App& app);      // generate, tokenize, perplexity (cmd_model.cc)
+void add_query_commands(CLI::App& app);      // query, chat (cmd_query.cc)
+void add_compress_commands(CLI::App& app);   // compress (cmd_compress.cc)
 void add_calibrate_commands(CLI::App& app);  // calibrate (cmd_calibrate.cc)
-void add_format_commands(CLI::App& app);  // inspect, prune, export, import (cmd_format.cc)
-void add_eval_commands(CLI::App& app);    // eval (cmd_eval.cc)
-void add_serve_commands(CLI::App& app);   // serve (cmd_serve.cc)
-void add_library_commands(CLI::App& app);  // index, search, ask (cmd_library.cc)
+void add_format_commands(CLI::App& app);     // inspect, prune, export, import (cmd_format.cc)
+void add_eval_commands(CLI::App& app);       // eval (cmd_eval.cc)
+void add_serve_commands(CLI::App& app);      // serve (cmd_serve.cc)
+void add_library_commands(CLI::App& app);    // index, search, ask (cmd_library.cc)
 
 }  // namespace kvzip::cli

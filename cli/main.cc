@@ -22,8 +22,10 @@ std::string parse_error_text(const CLI::App& app, const CLI::ParseError& e, int 
   std::string what = e.what();
   if (!sub && argc > 1 && argv[1][0] != '-') {  // CLI11 only says a subcommand is required
     std::string known;
-    for (const CLI::App* s : app.get_subcommands({})) known += (known.empty() ? "" : ", ") + s->get_name();
-    return std::string("unknown command '") + argv[1] + "'; commands: " + known + "; see `kvzip --help`";
+    for (const CLI::App* s : app.get_subcommands({}))
+      known += (known.empty() ? "" : ", ") + s->get_name();
+    return std::string("unknown command '") + argv[1] + "'; commands: " + known +
+           "; see `kvzip --help`";
   }
   const std::string conv = "Could not convert: ";
   if (what.rfind(conv, 0) == 0 && what.find(" = ") != std::string::npos) {
@@ -64,7 +66,8 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    std::fprintf(stderr, "kvzip: error [invalid_argument]: %s\n", parse_error_text(app, e, argc, argv).c_str());
+    std::fprintf(stderr, "kvzip: error [invalid_argument]: %s\n",
+                 parse_error_text(app, e, argc, argv).c_str());
     return kvzip::exit_status(kvzip::Errc::invalid_argument);
   } catch (const kvzip::Error& e) {
     std::fflush(stdout);

@@ -41,8 +41,8 @@ class ProgressBar {
 
   ProgressBarOptions opt_;
   bool tty_ = false;
-  bool drawn_ = false;        // a terminal line is open (needs a newline at finish)
-  int next_quarter_ = 1;      // plain mode: next quarter (1..4) to report
+  bool drawn_ = false;    // a terminal line is open (needs a newline at finish)
+  int next_quarter_ = 1;  // plain mode: next quarter (1..4) to report
   double last_draw_s_ = -1e9;
 };
 

@@ -38,11 +38,13 @@ std::optional<model::RkvParams> rkv_params(const RkvOptions& o) {
     return std::nullopt;
   }
   if (o.params.budget == 0)
-    throw Error(Errc::invalid_argument, "--rkv-budget 0: give the number of rows per head to keep (e.g. 512)");
+    throw Error(Errc::invalid_argument,
+                "--rkv-budget 0: give the number of rows per head to keep (e.g. 512)");
   model::RkvParams p = o.params;
   if (!o.scorer_file.empty()) {
     if (!o.scorer) {
-      o.scorer = std::make_shared<const format::ScorerFile>(format::read_scorer_file(o.scorer_file));
+      o.scorer =
+          std::make_shared<const format::ScorerFile>(format::read_scorer_file(o.scorer_file));
       o.learned = std::make_shared<const std::vector<float>>(o.scorer->weights);
     }
     p.learned = o.learned;

@@ -26,7 +26,7 @@ namespace {
 // ---- registry of live temporary files ----------------------------------------------------
 
 enum SlotState : int { kFree = 0, kFilling = 1, kLive = 2, kClaimed = 3 };
-constexpr int kSlots = 64;          // kvzip writes one file at a time; room for embedders' threads
+constexpr int kSlots = 64;           // kvzip writes one file at a time; room for embedders' threads
 constexpr size_t kPathBytes = 4096;  // PATH_MAX
 static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs lock-free atomics");
 
@@ -136,7 +136,8 @@ void remove_stale_temps(const std::string& path) {
 // RENAME_NOREPLACE, or link + unlink where the file system lacks it.
 void move_into_place(const std::string& tmp, const std::string& path, bool force) {
   if (force) {
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) io_error("renaming " + tmp + " to " + path, errno);
+    if (std::rename(tmp.c_str(), path.c_str()) != 0)
+      io_error("renaming " + tmp + " to " + path, errno);
     return;
   }
   if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) == 0) return;
@@ -160,13 +161,15 @@ void fsync_dir(const std::string& dir) {
 
 bool parse_temp_name(std::string_view name, std::string_view target_name, long* pid) {
   const std::string_view mid = ".tmp.";
-  if (name.size() <= target_name.size() + mid.size() || name.substr(0, target_name.size()) != target_name)
+  if (name.size() <= target_name.size() + mid.size() ||
+      name.substr(0, target_name.size()) != target_name)
     return false;
   name.remove_prefix(target_name.size());
   if (name.substr(0, mid.size()) != mid) return false;
   name.remove_prefix(mid.size());
   const auto dot = name.find('.');
-  if (dot == 0 || dot == std::string_view::npos || dot > 10 || name.size() - dot - 1 != 8) return false;
+  if (dot == 0 || dot == std::string_view::npos || dot > 10 || name.size() - dot - 1 != 8)
+    return false;
   long p = 0;
   for (char c : name.substr(0, dot)) {
     if (c < '0' || c > '9') return false;
@@ -182,9 +185,9 @@ void check_writable(const std::string& path, bool force) {
   if (path.empty()) throw Error(Errc::invalid_argument, "output path is empty; give a file name");
   struct stat st;
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-    throw Error(Errc::invalid_argument,
-                "output " + path + " is a directory; give a file name (inside it, e.g. " +
-                    (path.back() == '/' ? path : path + "/") + "out)");
+    throw Error(Errc::invalid_argument, "output " + path +
+                                            " is a directory; give a file name (inside it, e.g. " +
+                                            (path.back() == '/' ? path : path + "/") + "out)");
   const std::string dir = parent_dir(path);
   const int rc = ::stat(dir.c_str(), &st);
   if (rc != 0 && errno != ENOENT && errno != ENOTDIR)
@@ -208,7 +211,8 @@ AtomicFile::AtomicFile(const std::string& path, bool force) : path_(path), force
     const int err = errno;
     unregister_temp(slot_);
     slot_ = -1;
-    if (err != EEXIST || attempt == 8) io_error("creating a temporary file in " + parent_dir(path), err);
+    if (err != EEXIST || attempt == 8)
+      io_error("creating a temporary file in " + parent_dir(path), err);
   }
 }
 
@@ -224,7 +228,8 @@ void AtomicFile::abandon() noexcept {
 }
 
 void AtomicFile::write(const void* data, size_t size) {
-  if (fd_ < 0) throw Error(Errc::internal, "AtomicFile::write on " + path_ + " after commit or failure");
+  if (fd_ < 0)
+    throw Error(Errc::internal, "AtomicFile::write on " + path_ + " after commit or failure");
   auto* p = static_cast<const unsigned char*>(data);
   while (size > 0) {
     const ssize_t n = ::write(fd_, p, size);
@@ -240,7 +245,8 @@ void AtomicFile::write(const void* data, size_t size) {
 }
 
 void AtomicFile::commit() {
-  if (fd_ < 0) throw Error(Errc::internal, "AtomicFile::commit on " + path_ + " twice or after failure");
+  if (fd_ < 0)
+    throw Error(Errc::internal, "AtomicFile::commit on " + path_ + " twice or after failure");
   try {
     if (::fsync(fd_) != 0) io_error("flushing " + path_ + " to disk failed", errno);
     const int rc = ::close(fd_);

@@ -17,7 +17,8 @@ struct EnumName {
 
 // The name of v, or `unknown` when the table has no entry for it (a value cast from a number).
 template <class E, size_t N>
-constexpr const char* enum_name(const EnumName<E> (&table)[N], E v, const char* unknown = "unknown") {
+constexpr const char* enum_name(const EnumName<E> (&table)[N], E v,
+                                const char* unknown = "unknown") {
   for (const EnumName<E>& e : table)
     if (e.value == v) return e.name;
   return unknown;

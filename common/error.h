@@ -21,7 +21,7 @@ enum class Errc : int {
   unsupported = 22,          // dtype/arch/device this build cannot handle
   out_of_memory = 30,
   cuda = 31,
-  internal = 40,             // a bug in kvzip (programmer error)
+  internal = 40,  // a bug in kvzip (programmer error)
 };
 
 inline const char* errc_name(Errc c) {

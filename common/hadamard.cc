@@ -18,7 +18,9 @@ namespace kvzip {
 
 bool hadamard_size(uint64_t n) { return n >= 2 && n <= (uint64_t{1} << 31) && (n & (n - 1)) == 0; }
 
-float hadamard_scale(uint32_t n) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(n))); }
+float hadamard_scale(uint32_t n) {
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(n)));
+}
 
 void hadamard_rotate_reference(float* x, uint32_t n) {
   KVZIP_ASSERT(hadamard_size(n));

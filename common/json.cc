@@ -36,7 +36,8 @@ Json parse_json(std::string_view text, const std::string& source) {
     return Json::parse(text.begin(), text.end(), limit_depth, /*allow_exceptions=*/true,
                        /*ignore_comments=*/false);
   } catch (const Json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
-    throw Error(Errc::invalid_argument, source + ": invalid JSON (" + strip_exception_id(e.what()) + ")");
+    throw Error(Errc::invalid_argument,
+                source + ": invalid JSON (" + strip_exception_id(e.what()) + ")");
   }
 }
 

@@ -34,7 +34,9 @@ struct KvGroupParams {
 
 // 16-bit parameter words per group: f16 scale and minimum (2), or one byte-parameter word (1).
 // The one statement of that rule (kernels::KvQuantLayout, format's section layout and prune).
-KVZIP_KV_HD constexpr uint32_t kv_param_words_per_group(bool byte_params) { return byte_params ? 1u : 2u; }
+KVZIP_KV_HD constexpr uint32_t kv_param_words_per_group(bool byte_params) {
+  return byte_params ? 1u : 2u;
+}
 
 // Exponent bias of the byte scale code: the largest scale 31·2^-7 ≈ 0.24 covers a q4 group whose
 // values (divided by the channel scales) span [−1, 1] (needs 2/15 ≈ 0.13) with room to spare.
@@ -77,7 +79,8 @@ KVZIP_KV_HD inline KvGroupParams kv_byte_group_params(uint16_t word, uint32_t bi
 namespace kvzip {
 
 // The parameters of group g of a row whose parameter words start at p.
-inline KvGroupParams kv_group_params(const uint16_t* p, uint32_t g, bool byte_params, uint32_t bits) {
+inline KvGroupParams kv_group_params(const uint16_t* p, uint32_t g, bool byte_params,
+                                     uint32_t bits) {
   if (!byte_params) return {f16_to_f32(p[2 * g]), f16_to_f32(p[2 * g + 1])};
   return kv_byte_group_params(p[g], bits);
 }
@@ -117,7 +120,8 @@ inline uint16_t kv_byte_params_for(const float* y, uint32_t n, uint32_t bits) {
   for (uint32_t i = 0; i < n; ++i) lo = std::min(lo, y[i]), hi = std::max(hi, y[i]);
   const float levels = static_cast<float>((1u << bits) - 1);
   const float steps = bits == 8 ? 1.0f : 16.0f;  // zero-point units a step
-  const auto it = std::lower_bound(scales.begin(), scales.end(), (hi - lo) / levels);  // increasing in e
+  const auto it =
+      std::lower_bound(scales.begin(), scales.end(), (hi - lo) / levels);  // increasing in e
   const uint32_t e0 = it == scales.end() ? 255u : static_cast<uint32_t>(it - scales.begin());
   uint16_t best = 0;
   double best_err = INFINITY;
@@ -131,7 +135,8 @@ inline uint16_t kv_byte_params_for(const float* y, uint32_t n, uint32_t bits) {
         const uint32_t z = static_cast<uint32_t>(std::clamp(std::nearbyint(zc) + dz, 0.0f, 255.0f));
         // A repeated word has the error it had, and only a strictly smaller one replaces the best,
         // as does stopping a sum once it reaches the best: neither changes which word wins.
-        if (std::find(tried.begin(), tried.begin() + n_tried, z) != tried.begin() + n_tried) continue;
+        if (std::find(tried.begin(), tried.begin() + n_tried, z) != tried.begin() + n_tried)
+          continue;
         tried[n_tried++] = z;
         const uint16_t w = static_cast<uint16_t>(e | z << 8);
         const KvGroupParams p = kv_byte_group_params(w, bits);

@@ -47,11 +47,12 @@ struct ModelConfig {
   bool tied_embeddings = false;  // LM head reuses the token embedding
   bool qkv_bias = false;         // q/k/v projections have biases (qwen2)
   // Gemma 3 / Qwen 3 (all defaults describe the Llama family):
-  bool qk_norm = false;          // RMSNorm over each head's q and k before RoPE (LayerWeights::q_norm)
-  bool post_norms = false;       // RMSNorm on the attention and FFN outputs before each residual add
+  bool qk_norm = false;     // RMSNorm over each head's q and k before RoPE (LayerWeights::q_norm)
+  bool post_norms = false;  // RMSNorm on the attention and FFN outputs before each residual add
   FfnActivation ffn_act = FfnActivation::Silu;
-  float embed_scale = 1.0f;      // embeddings multiplied by this (Gemma: sqrt(E))
-  float query_scale = 0.0f;      // attention logit scale; 0: 1/sqrt(D) (Gemma: query_pre_attn_scalar^-1/2)
+  float embed_scale = 1.0f;  // embeddings multiplied by this (Gemma: sqrt(E))
+  float query_scale =
+      0.0f;  // attention logit scale; 0: 1/sqrt(D) (Gemma: query_pre_attn_scalar^-1/2)
   // Hybrid attention: local layers see only the last `sliding_window` positions (themselves
   // included) and rotate with rope_local_base, unscaled. Empty `local_layers`: every layer global.
   uint32_t sliding_window = 0;
@@ -59,7 +60,9 @@ struct ModelConfig {
   float rope_local_base = 10000.0f;
 
   uint32_t group() const { return n_kv_heads ? n_heads / n_kv_heads : 0; }  // G
-  bool is_local(uint32_t layer) const { return layer < local_layers.size() && local_layers[layer] != 0; }
+  bool is_local(uint32_t layer) const {
+    return layer < local_layers.size() && local_layers[layer] != 0;
+  }
   bool hybrid() const {
     for (uint8_t v : local_layers)
       if (v) return true;

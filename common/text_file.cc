@@ -31,9 +31,11 @@ void check_text(const std::string& text, const std::string& what) {
 std::string read_text(const std::string& path, const std::string& what) {
   std::string text;
   std::error_code ec;
-  if (path != "-" && std::filesystem::is_directory(path, ec))  // an ifstream opens it, reads nothing
-    throw Error(Errc::invalid_argument,
-                what + " " + path + " is a directory; give a UTF-8 text file ('-' reads standard input)");
+  if (path != "-" &&
+      std::filesystem::is_directory(path, ec))  // an ifstream opens it, reads nothing
+    throw Error(
+        Errc::invalid_argument,
+        what + " " + path + " is a directory; give a UTF-8 text file ('-' reads standard input)");
   if (path == "-") {
     text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   } else {

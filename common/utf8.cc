@@ -54,7 +54,10 @@ uint32_t utf8_decode(std::string_view s, size_t i, size_t* len) {
   }
   *len = st.len;
   const auto b0 = static_cast<uint8_t>(s[i]);
-  uint32_t cp = st.len == 1 ? b0 : st.len == 2 ? (b0 & 0x1Fu) : st.len == 3 ? (b0 & 0x0Fu) : (b0 & 0x07u);
+  uint32_t cp = st.len == 1   ? b0
+                : st.len == 2 ? (b0 & 0x1Fu)
+                : st.len == 3 ? (b0 & 0x0Fu)
+                              : (b0 & 0x07u);
   for (size_t k = 1; k < st.len; ++k) cp = (cp << 6) | (static_cast<uint8_t>(s[i + k]) & 0x3Fu);
   return cp;
 }

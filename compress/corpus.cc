@@ -4,12 +4,12 @@
 
 #include <xxhash.h>
 
+#include <unistd.h>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <set>
-#include <unistd.h>
 
 #include "common/enum_names.h"
 #include "common/text_file.h"
@@ -36,14 +36,14 @@ void parse_line(const std::string& line, const std::string& where, const std::st
   static const std::set<std::string> known = {"id", "path", "text", "method", "ratio"};
   for (const auto& [key, value] : v.items()) {
     if (!known.count(key))
-      throw Error(Errc::invalid_argument, where + ": unknown field \"" + key +
-                                              "\" (known: id, path, text, method, ratio)");
+      throw Error(Errc::invalid_argument,
+                  where + ": unknown field \"" + key + "\" (known: id, path, text, method, ratio)");
   }
   auto str = [&](const char* key) -> std::optional<std::string> {
     if (!v.contains(key) || v[key].is_null()) return std::nullopt;
     if (!v[key].is_string())
-      throw Error(Errc::invalid_argument, where + ": \"" + key + "\" is " + json_type_name(v[key]) +
-                                              ", not a string");
+      throw Error(Errc::invalid_argument,
+                  where + ": \"" + key + "\" is " + json_type_name(v[key]) + ", not a string");
     return v[key].get<std::string>();
   };
   const auto id = str("id");
@@ -51,7 +51,8 @@ void parse_line(const std::string& line, const std::string& where, const std::st
   e.id = *id;
   if (!valid_cache_id(e.id))
     throw Error(Errc::invalid_argument,
-                where + ": id \"" + e.id + "\" is not a cache id (1..128 bytes of [A-Za-z0-9._-], not starting with .)");
+                where + ": id \"" + e.id +
+                    "\" is not a cache id (1..128 bytes of [A-Za-z0-9._-], not starting with .)");
   const auto path = str("path");
   const auto text = str("text");
   if (path.has_value() == text.has_value())
@@ -66,8 +67,8 @@ void parse_line(const std::string& line, const std::string& where, const std::st
   e.method = str("method");
   if (v.contains("ratio") && !v["ratio"].is_null()) {
     if (!v["ratio"].is_number())
-      throw Error(Errc::invalid_argument, where + ": \"ratio\" is " + json_type_name(v["ratio"]) +
-                                              ", not a number");
+      throw Error(Errc::invalid_argument,
+                  where + ": \"ratio\" is " + json_type_name(v["ratio"]) + ", not a number");
     e.ratio = v["ratio"].get<double>();
   }
 }
@@ -83,8 +84,8 @@ CorpusOutcome run_entry(const model::Model& model, const CorpusEntry& e, const C
     CompressFileOptions fo = o.file;
     if (e.method) fo.compress.method = *e.method;
     if (e.ratio) fo.compress.ratio = *e.ratio;
-    const std::string text =
-        e.path.empty() ? (check_text(e.text, "document " + e.id), e.text) : read_text(e.path, "document");
+    const std::string text = e.path.empty() ? (check_text(e.text, "document " + e.id), e.text)
+                                            : read_text(e.path, "document");
     const std::string key = corpus_key(model.fingerprint(), text, fo);
     std::error_code ec;
     if (fs::exists(out.output, ec)) {
@@ -100,8 +101,7 @@ CorpusOutcome run_entry(const model::Model& model, const CorpusEntry& e, const C
             out.achieved_ratio = r.header().achieved_ratio;
           }
         }
-      } catch (const Error&) {
-      }
+      } catch (const Error&) {}
     }
     if (out.status != CorpusStatus::Skipped) {
       fo.extra_params.emplace_back(kCorpusKeyParam, key);
@@ -155,7 +155,8 @@ std::vector<CorpusEntry> parse_manifest(std::string_view text, const std::string
       check_text(line, where);
       parse_line(line, where, base_dir, e);
       if (!seen.insert(e.id).second)
-        throw Error(Errc::invalid_argument, where + ": id \"" + e.id + "\" appears on an earlier line");
+        throw Error(Errc::invalid_argument,
+                    where + ": id \"" + e.id + "\" appears on an earlier line");
     } catch (const Error& err) {
       e.error = err.what();
       if (!valid_cache_id(e.id)) e.id = "line " + std::to_string(line_no);
@@ -198,27 +199,27 @@ std::string corpus_key(const ModelFingerprint& model, std::string_view text,
   // One field a line; a field that cannot be named (a bad method) still gives a key: the
   // compression then fails with the method's own error.
   std::string s = "kvzip corpus key v1\nmodel " + model.arch + " " + hex64(model.tokenizer_hash) +
-                  " " + hex64(model.weights_hash) + "\ndocument " +
-                  hex64(xxh64(text)) + "\nmethod " + c.method + "\nratio " + ratio +
-                  "\nlevel " + selection_level_name(c.level) + "\nsystem " + o.system +
-                  "\nquery_template " + o.query_template + "\nkv_dtype " +
-                  format::dtype_name(o.kv.dtype) + "\n";
+                  " " + hex64(model.weights_hash) + "\ndocument " + hex64(xxh64(text)) +
+                  "\nmethod " + c.method + "\nratio " + ratio + "\nlevel " +
+                  selection_level_name(c.level) + "\nsystem " + o.system + "\nquery_template " +
+                  o.query_template + "\nkv_dtype " + format::dtype_name(o.kv.dtype) + "\n";
   if (format::dtype_quantized(o.kv.dtype))  // the group size too: another one is another file
     s += "kv_layout group " + std::to_string(o.kv.group) + "\n";
   try {
     for (const auto& [k, v] : make_method_scorer(c)->params()) s += "param " + k + " " + v + "\n";
-  } catch (const Error&) {
-  }
+  } catch (const Error&) {}
   if (!c.head.head_scores.empty()) {
     s += "head_window " + std::to_string(c.head.window) + "\nhead_scores " +
-         hex64(XXH64(c.head.head_scores.data(), c.head.head_scores.size() * sizeof(float), 0)) + "\n";
+         hex64(XXH64(c.head.head_scores.data(), c.head.head_scores.size() * sizeof(float), 0)) +
+         "\n";
   }
   return hex64(xxh64(s));
 }
 
 const char* corpus_status_name(CorpusStatus s) {
-  static constexpr EnumName<CorpusStatus> kNames[] = {
-      {CorpusStatus::Done, "done"}, {CorpusStatus::Skipped, "skipped"}, {CorpusStatus::Failed, "failed"}};
+  static constexpr EnumName<CorpusStatus> kNames[] = {{CorpusStatus::Done, "done"},
+                                                      {CorpusStatus::Skipped, "skipped"},
+                                                      {CorpusStatus::Failed, "failed"}};
   return enum_name(kNames, s);
 }
 
@@ -232,7 +233,9 @@ Json CorpusSummary::to_json() const {
             {"seconds", std::round(seconds * 1000) / 1000}};
   Json docs = Json::array();
   for (const CorpusOutcome& o : outcomes) {
-    Json d = {{"id", o.id}, {"line", o.line}, {"status", corpus_status_name(o.status)},
+    Json d = {{"id", o.id},
+              {"line", o.line},
+              {"status", corpus_status_name(o.status)},
               {"seconds", std::round(o.seconds * 1000) / 1000}};
     if (!o.output.empty()) d["output"] = o.output;
     if (o.status == CorpusStatus::Failed) {
@@ -251,7 +254,8 @@ CorpusSummary compress_corpus(const model::Model& model, const std::vector<Corpu
                               const CorpusOptions& o, const CorpusProgress& progress) {
   if (o.shard.count == 0 || o.shard.index >= o.shard.count)
     throw Error(Errc::invalid_argument, "corpus: shard " + std::to_string(o.shard.index) + "/" +
-                                            std::to_string(o.shard.count) + " is not I/N with I < N");
+                                            std::to_string(o.shard.count) +
+                                            " is not I/N with I < N");
   std::error_code ec;
   if (!fs::is_directory(o.out_dir, ec))
     throw Error(fs::exists(o.out_dir, ec) ? Errc::invalid_argument : Errc::not_found,
@@ -268,7 +272,9 @@ CorpusSummary compress_corpus(const model::Model& model, const std::vector<Corpu
   s.in_shard = mine.size();
   for (size_t i = 0; i < mine.size(); ++i) {
     CorpusOutcome r = run_entry(model, *mine[i], o);
-    (r.status == CorpusStatus::Done ? s.done : r.status == CorpusStatus::Skipped ? s.skipped : s.failed)++;
+    (r.status == CorpusStatus::Done      ? s.done
+     : r.status == CorpusStatus::Skipped ? s.skipped
+                                         : s.failed)++;
     if (progress) progress(r, i, mine.size());
     s.outcomes.push_back(std::move(r));
   }

@@ -75,9 +75,9 @@ struct CorpusOutcome {
   std::string id;
   uint64_t line = 0;
   CorpusStatus status = CorpusStatus::Failed;
-  std::string output;        // OUT_DIR/<id>.kvz (empty for a line without a usable id)
+  std::string output;          // OUT_DIR/<id>.kvz (empty for a line without a usable id)
   Errc code = Errc::internal;  // Failed: the error's code
-  std::string error;         // Failed: the message
+  std::string error;           // Failed: the message
   double seconds = 0.0;
   double achieved_ratio = 0.0;  // Done / Skipped
 };

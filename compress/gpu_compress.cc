@@ -73,22 +73,23 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 }  // namespace
 
-DocumentScores kvzip_scores_gpu(model::GpuForward& forward, model::GpuCache& cache, uint32_t n_prefix,
-                                std::span<const int32_t> document, const ScorerOptions& options) {
+DocumentScores kvzip_scores_gpu(model::GpuForward& forward, model::GpuCache& cache,
+                                uint32_t n_prefix, std::span<const int32_t> document,
+                                const ScorerOptions& options) {
   (void)detail::make_kvzip_scorer(options);  // the CPU scorer's checks of prompts and chunk
   const uint32_t n_c = static_cast<uint32_t>(document.size()), full = n_prefix + n_c;
   if (cache.logical_length() != full)
-    throw Error(Errc::invalid_argument, "kvzip_scores_gpu: the cache holds " +
-                                            std::to_string(cache.logical_length()) +
-                                            " tokens, expected prefix + document = " +
-                                            std::to_string(full));
+    throw Error(Errc::invalid_argument,
+                "kvzip_scores_gpu: the cache holds " + std::to_string(cache.logical_length()) +
+                    " tokens, expected prefix + document = " + std::to_string(full));
   DocumentScores s;
   s.shape = cache.shape();
   s.n_prefix = n_prefix;
   s.n_doc = n_c;
   const size_t n = size_t(s.shape.n_layers) * s.shape.n_kv_heads * n_c;
   kernels::gpu::GpuBuffer<float> scores(n);
-  kernels::gpu::fill_zero(scores.data(), scores.bytes(), forward.stream());  // 0: the max's identity
+  kernels::gpu::fill_zero(scores.data(), scores.bytes(),
+                          forward.stream());  // 0: the max's identity
   GpuKvzipObserver obs(scores.data(), n_prefix, n_c);
   const uint32_t m = options.kvzip_chunk;
   for (uint32_t begin = 0; begin < n_c; begin += m) {
@@ -118,10 +119,11 @@ CompressResult compress_gpu(model::GpuForward& forward, std::span<const int32_t>
   const uint32_t n_c = static_cast<uint32_t>(document.size());
 
   // Room for the answer and for the longest R_t (chunk + prompt + hint), so no pass regrows it.
-  const uint32_t room = std::max<uint32_t>(options.prefill.answer_room, options.scorer.kvzip_chunk + 256);
+  const uint32_t room =
+      std::max<uint32_t>(options.prefill.answer_room, options.scorer.kvzip_chunk + 256);
   model::GpuCache cache(model::cache_shape(forward.config()), n_p + n_c + room);
-  const double prefill_s =
-      prefill::prefill_in_chunks(prefix, document, options.prefill, [&](std::span<const int32_t> chunk) {
+  const double prefill_s = prefill::prefill_in_chunks(
+      prefix, document, options.prefill, [&](std::span<const int32_t> chunk) {
         forward.prefill(cache, chunk, model::LogitsMode::None);
       });
 

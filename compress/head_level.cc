@@ -42,8 +42,8 @@ void check_head_scores(std::span<const float> head_scores, const model::CacheSha
                     " KV heads; calibrate this model");
   for (size_t i = 0; i < n; ++i)
     if (std::isnan(head_scores[i]))
-      throw Error(Errc::invalid_argument, std::string(who) + ": head score " + std::to_string(i) +
-                                              " is NaN");
+      throw Error(Errc::invalid_argument,
+                  std::string(who) + ": head score " + std::to_string(i) + " is NaN");
 }
 
 std::vector<float> max_per_head(const DocumentScores& scores) {
@@ -56,17 +56,19 @@ std::vector<float> max_per_head(const DocumentScores& scores) {
     for (size_t j = 0; j < n_c; ++j) {
       const float v = scores.values[i * n_c + j];
       if (std::isnan(v))  // std::max would silently skip it
-        throw Error(Errc::invalid_argument, "max_per_head: score " + std::to_string(i * n_c + j) +
-                                                " (layer " + std::to_string(i / scores.shape.n_kv_heads) +
-                                                ", head " + std::to_string(i % scores.shape.n_kv_heads) +
-                                                ", row " + std::to_string(j) + ") is NaN");
+        throw Error(Errc::invalid_argument,
+                    "max_per_head: score " + std::to_string(i * n_c + j) + " (layer " +
+                        std::to_string(i / scores.shape.n_kv_heads) + ", head " +
+                        std::to_string(i % scores.shape.n_kv_heads) + ", row " + std::to_string(j) +
+                        ") is NaN");
       out[i] = std::max(out[i], v);
     }
   return out;
 }
 
-DocumentScores broadcast_head_scores(std::span<const float> head_scores, const model::CacheShape& shape,
-                                     uint32_t n_prefix, uint32_t n_doc) {
+DocumentScores broadcast_head_scores(std::span<const float> head_scores,
+                                     const model::CacheShape& shape, uint32_t n_prefix,
+                                     uint32_t n_doc) {
   check_head_scores(head_scores, shape, "head-level scores");
   DocumentScores s;
   s.shape = shape;
@@ -159,13 +161,15 @@ CalibrateResult calibrate_heads(model::Forward& forward, std::span<const int32_t
                 "calibrate: the calibration document has no tokens; give a text of some length "
                 "(a few thousand tokens is typical)");
   std::unique_ptr<Scorer> kvzip = make_scorer("kvzip", scorer);
-  prefill::check_fits_context(forward.config(), prefix.size(), document.size(), prefill.answer_room);
+  prefill::check_fits_context(forward.config(), prefix.size(), document.size(),
+                              prefill.answer_room);
   prefill::PrefillOptions po = prefill;
-  po.scoring_room = std::max(po.scoring_room, kvzip->appended_rows(static_cast<uint32_t>(document.size())));
+  po.scoring_room =
+      std::max(po.scoring_room, kvzip->appended_rows(static_cast<uint32_t>(document.size())));
   prefill::PrefillResult pre = prefill::prefill_document(forward, prefix, document, po);
   const auto t = Clock::now();
-  const DocumentScores scores = kvzip->score(
-      ScoreInput{&forward, &pre.cache, pre.n_prefix, document});
+  const DocumentScores scores =
+      kvzip->score(ScoreInput{&forward, &pre.cache, pre.n_prefix, document});
   CalibrateResult r;
   r.scoring_s = seconds_since(t);
   r.shape = scores.shape;
@@ -181,7 +185,8 @@ MethodParams head_level_params(double head_ratio, uint32_t n_heads, uint32_t win
   MethodParams params = {
       {"level", "head"},
       {"head_ratio", number(head_ratio)},
-      {"heads_kept", std::to_string(heads_kept(head_ratio, n_heads)) + "/" + std::to_string(n_heads)},
+      {"heads_kept",
+       std::to_string(heads_kept(head_ratio, n_heads)) + "/" + std::to_string(n_heads)},
       {"window", std::to_string(window)},
       {"doc_ratio", number(doc_ratio)},
   };

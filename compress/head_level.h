@@ -37,8 +37,9 @@ std::vector<float> max_per_head(const DocumentScores& scores);
 // DocumentScores in which every document row of head (l, h) scores head_scores[l, h], so that
 // max_per_head gives head_scores back and the rows kept in a cache carry their head's score.
 // Throws Errc::invalid_argument unless head_scores.size() == L·Hkv.
-DocumentScores broadcast_head_scores(std::span<const float> head_scores, const model::CacheShape& shape,
-                                     uint32_t n_prefix, uint32_t n_doc);
+DocumentScores broadcast_head_scores(std::span<const float> head_scores,
+                                     const model::CacheShape& shape, uint32_t n_prefix,
+                                     uint32_t n_doc);
 
 // Number of heads kept whole: round(head_ratio · L·Hkv) (as the global level rounds its budget).
 uint32_t heads_kept(double head_ratio, uint32_t n_heads);
@@ -64,7 +65,7 @@ struct CalibrateResult {
   uint32_t n_prefix = 0;
   uint32_t n_doc = 0;
   double prefill_s = 0.0;
-  double scoring_s = 0.0;          // the reconstruction passes
+  double scoring_s = 0.0;  // the reconstruction passes
 };
 
 // Prefills [prefix ; document], KVzip-scores it (scorer: prompts, kvzip_chunk, kvzip_hint) and
@@ -83,7 +84,7 @@ struct HeadLevelOptions {
   // same ratio axis as every other method; P already plays the sink tokens' part, and the
   // question and answer tokens appended later are every head's recent window at query time.
   uint32_t window = 0;
-  MethodParams source;             // appended to the recorded params (e.g. the file's checksum)
+  MethodParams source;  // appended to the recorded params (e.g. the file's checksum)
 };
 
 // What a head-level cache records: level "head", head_ratio, heads_kept "k/H" (H = n_heads),

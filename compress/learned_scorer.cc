@@ -136,10 +136,10 @@ void predict_layer(const format::ScorerFile& s, uint32_t layer, const float* x, 
 void check_scorer_shape(const format::ScorerFile& s, const ModelConfig& c) {
   if (c.n_layers == s.n_layers && c.n_kv_heads == s.n_kv_heads && c.d_model == s.d_model) return;
   throw Error(Errc::model_mismatch,
-              "kvzap: the scorer file is for L = " + std::to_string(s.n_layers) + ", Hkv = " +
-                  std::to_string(s.n_kv_heads) + ", E = " + std::to_string(s.d_model) +
-                  ", the model has L = " + std::to_string(c.n_layers) + ", Hkv = " +
-                  std::to_string(c.n_kv_heads) + ", E = " + std::to_string(c.d_model));
+              "kvzap: the scorer file is for L = " + std::to_string(s.n_layers) +
+                  ", Hkv = " + std::to_string(s.n_kv_heads) + ", E = " + std::to_string(s.d_model) +
+                  ", the model has L = " + std::to_string(c.n_layers) +
+                  ", Hkv = " + std::to_string(c.n_kv_heads) + ", E = " + std::to_string(c.d_model));
 }
 
 // ---- The "kvzap" scorer --------------------------------------------------------------------------

@@ -4,9 +4,9 @@
 #include "compress/pipeline.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -49,7 +49,8 @@ void check_options(const CompressOptions& o) {
                 "than the documents)");
   for (size_t i = 0; i < o.head.head_scores.size(); ++i)
     if (std::isnan(o.head.head_scores[i]))
-      throw Error(Errc::invalid_argument, "kvzip-head: head score " + std::to_string(i) + " is NaN");
+      throw Error(Errc::invalid_argument,
+                  "kvzip-head: head score " + std::to_string(i) + " is NaN");
 }
 
 void check_device(const CompressOptions& o, kernels::Device device) {
@@ -101,10 +102,10 @@ CompressResult finish(const CompressOptions& o, const Scorer& scorer, const mode
     params.emplace_back("level", selection_level_name(o.level));
   }
   const double select_s = seconds_since(t) + (head ? scoring_s : 0.0);
-  return CompressResult{std::move(ev.cache), std::move(ev.kept_scores), ratio, ev.achieved_ratio,
-                        scorer.name(),       std::move(params),       scores.n_prefix,
-                        scores.n_doc,        prefill_s,               head ? 0.0 : scoring_s,
-                        select_s};
+  return CompressResult{
+      std::move(ev.cache), std::move(ev.kept_scores), ratio,           ev.achieved_ratio,
+      scorer.name(),       std::move(params),         scores.n_prefix, scores.n_doc,
+      prefill_s,           head ? 0.0 : scoring_s,    select_s};
 }
 
 }  // namespace detail
@@ -173,7 +174,8 @@ format::CacheContents make_contents(const model::Model& model, const model::Ragg
                                     const CacheDescription& d) {
   const uint64_t n_p = d.prefix.size(), n_c = d.document.size();
   if (cache.base_length() != n_p + n_c)
-    throw Error(Errc::internal, "make_contents: cache holds " + std::to_string(cache.base_length()) +
+    throw Error(Errc::internal, "make_contents: cache holds " +
+                                    std::to_string(cache.base_length()) +
                                     " positions, prompt has " + std::to_string(n_p + n_c));
   return make_contents(model, layers_from_cache(cache, kept_scores), !kept_scores.empty(), d);
 }
@@ -192,7 +194,9 @@ format::CacheContents make_contents(const model::Model& model, std::vector<forma
   h.created_unix = static_cast<int64_t>(std::time(nullptr));
   format::set_model(h, cfg, model.fingerprint());
   h.kv_dtype = d.kv.dtype;
-  auto to_u32 = [](const std::vector<int32_t>& v) { return std::vector<uint32_t>(v.begin(), v.end()); };
+  auto to_u32 = [](const std::vector<int32_t>& v) {
+    return std::vector<uint32_t>(v.begin(), v.end());
+  };
   h.prefix_tokens = to_u32(d.prefix);
   h.document_tokens = to_u32(d.document);
   h.suffix_tokens = to_u32(d.suffix);
@@ -215,7 +219,8 @@ format::CacheContents make_contents(const model::Model& model, std::vector<forma
     all_rows += rows;
     if (!cfg.is_local(l)) doc_rows += rows;
   }
-  const uint64_t total = global_layers * s.n_kv_heads * n_c, total_all = uint64_t(s.n_layers) * s.n_kv_heads * n_c;
+  const uint64_t total = global_layers * s.n_kv_heads * n_c,
+                 total_all = uint64_t(s.n_layers) * s.n_kv_heads * n_c;
   h.achieved_ratio = total ? double(doc_rows) / double(total) : 1.0;
   if (cfg.hybrid()) {
     char buf[32];
@@ -280,10 +285,9 @@ CacheDescription describe(const DocumentPrompt& prompt, std::string_view text,
     const bool kvzip = method == "kvzip" && o.compress.scorer.kvzip_bf16;
     const bool prefill = o.compress.prefill.attention_bf16;
     if (prefill || kvzip)
-      d.params.emplace_back("attention", std::string("bf16 products in ") +
-                                             (prefill ? "the document prefill" : "") +
-                                             (prefill && kvzip ? " and " : "") +
-                                             (kvzip ? "the KVzip passes" : ""));
+      d.params.emplace_back(
+          "attention", std::string("bf16 products in ") + (prefill ? "the document prefill" : "") +
+                           (prefill && kvzip ? " and " : "") + (kvzip ? "the KVzip passes" : ""));
   }
   d.params.insert(d.params.end(), o.extra_params.begin(), o.extra_params.end());
   d.requested_ratio = requested_ratio;
@@ -318,17 +322,26 @@ CompressResult compress_to_file(const model::Model& model, std::string_view text
     }();
     const CacheDescription d = describe(prompt, text, o, run.method, run.params, o.compress.ratio);
     format::write_cache_file(
-        make_contents(model, detail::layers_from_stream(run.cache, run.kept_scores), true, d),
-        path, o.write);
+        make_contents(model, detail::layers_from_stream(run.cache, run.kept_scores), true, d), path,
+        o.write);
     const auto n_p = static_cast<uint32_t>(prompt.prefix.size());
     const auto n_c = static_cast<uint32_t>(prompt.document.size());
     const model::CacheShape shape = model::cache_shape(model.config());
     return CompressResult{
         model::RaggedKvCache(shape, n_p + n_c,
                              std::vector<uint32_t>(size_t(shape.n_layers) * shape.n_kv_heads), 0),
-        {},           o.compress.ratio, run.achieved_ratio, std::move(run.method),
-        std::move(run.params), n_p, n_c, run.prefill_s, run.scoring_s, run.select_s,
-        run.peak_rows, run.peak_bytes};
+        {},
+        o.compress.ratio,
+        run.achieved_ratio,
+        std::move(run.method),
+        std::move(run.params),
+        n_p,
+        n_c,
+        run.prefill_s,
+        run.scoring_s,
+        run.select_s,
+        run.peak_rows,
+        run.peak_bytes};
   }
   CompressResult r = [&] {
     if (o.device == kernels::Device::Cuda) {

@@ -13,17 +13,17 @@
 #include <string_view>
 #include <vector>
 
+#include "cache/ragged_cache.h"
 #include "compress/head_level.h"
 #include "compress/quantize.h"
 #include "compress/scorer.h"
 #include "compress/selection.h"
-#include "kernels/matmul.h"
 #include "format/format.h"
 #include "format/head_scores.h"
 #include "kernels/device.h"
+#include "kernels/matmul.h"
 #include "model/gpu_forward.h"
 #include "model/model.h"
-#include "cache/ragged_cache.h"
 #include "model/prefill.h"
 
 namespace kvzip::compress {
@@ -32,14 +32,14 @@ namespace kvzip::compress {
 inline constexpr double kDefaultRatio = 0.3;
 
 struct CompressOptions {
-  std::string method = "kvzip";            // one of scorer_names(), kHeadLevelMethod or kvzap
-  double ratio = kDefaultRatio;            // fraction of the L·Hkv·n_c document rows to keep;
-                                           // kvzip-head: fraction of the L·Hkv heads kept whole
+  std::string method = "kvzip";  // one of scorer_names(), kHeadLevelMethod or kvzap
+  double ratio = kDefaultRatio;  // fraction of the L·Hkv·n_c document rows to keep;
+                                 // kvzip-head: fraction of the L·Hkv heads kept whole
   SelectionLevel level = SelectionLevel::Global;  // row selection (not for kvzip-head)
   ScorerOptions scorer;
-  HeadLevelOptions head;                   // kvzip-head only: head scores, window, recorded source
-  prefill::PrefillOptions prefill;                  // chunk, answer_room, progress, observer
-  uint32_t room = 256;                     // append rows per head of the compressed cache
+  HeadLevelOptions head;            // kvzip-head only: head scores, window, recorded source
+  prefill::PrefillOptions prefill;  // chunk, answer_room, progress, observer
+  uint32_t room = 256;              // append rows per head of the compressed cache
   // Evict while the document is read (method kvzap only, compress/stream.cc): each chunk of
   // options.prefill.chunk tokens is scored as it is prefilled and the rows that can no longer be
   // among the kept ones are dropped at once (RunningSelection), so later tokens attend to the kept
@@ -53,13 +53,13 @@ struct CompressResult {
   double requested_ratio = 1.0;
   double achieved_ratio = 1.0;
   std::string method;
-  MethodParams params;       // the method's parameters as a cache file records them
+  MethodParams params;  // the method's parameters as a cache file records them
   uint32_t n_prefix = 0;
   uint32_t n_doc = 0;
-  double prefill_s = 0.0;    // document prefill (with any prefill observer)
-  double scoring_s = 0.0;    // scoring pass after the prefill (kvzip: the reconstruction passes;
-                             // 0 for kvzip-head, which has none)
-  double select_s = 0.0;     // selection and eviction
+  double prefill_s = 0.0;  // document prefill (with any prefill observer)
+  double scoring_s = 0.0;  // scoring pass after the prefill (kvzip: the reconstruction passes;
+                           // 0 for kvzip-head, which has none)
+  double select_s = 0.0;   // selection and eviction
   // Streaming compression only (0 otherwise): the most rows the cache held at once, over all
   // (layer, head), and the most bytes its row storage had allocated.
   uint64_t peak_rows = 0;
@@ -97,7 +97,8 @@ Selection select_for_method(const CompressOptions& options, const DocumentScores
 // dropped. The kept set is select_rows' over the predicted scores; those scores differ from a full
 // prefill's only because later tokens saw the kept rows only. params gain "stream" = "on".
 CompressResult compress_streaming(model::Forward& forward, std::span<const int32_t> prefix,
-                                  std::span<const int32_t> document, const CompressOptions& options);
+                                  std::span<const int32_t> document,
+                                  const CompressOptions& options);
 
 // Validates first (make_method_scorer, the context), then prefills [prefix ; document], scores,
 // selects and evicts. Method "full" ignores the ratio: it keeps every row and records requested =
@@ -113,8 +114,9 @@ CompressResult compress(model::Forward& forward, std::span<const int32_t> prefix
 // prefilling [prefix ; document] with `forward` (logical length n_prefix + document.size()); the
 // reconstruction passes run on the device and are rolled back. Same layout and meaning as the CPU
 // scorer's DocumentScores (kernels/attention_score.h computes the local-softmax max).
-DocumentScores kvzip_scores_gpu(model::GpuForward& forward, model::GpuCache& cache, uint32_t n_prefix,
-                                std::span<const int32_t> document, const ScorerOptions& options);
+DocumentScores kvzip_scores_gpu(model::GpuForward& forward, model::GpuCache& cache,
+                                uint32_t n_prefix, std::span<const int32_t> document,
+                                const ScorerOptions& options);
 
 // compress() with the prefill and the scoring on the device: methods "kvzip" and "full" (others
 // throw Errc::unsupported: check_device). The prefill runs in calls of options.prefill.chunk
@@ -133,9 +135,9 @@ struct CacheDescription {
   std::vector<int32_t> suffix;    // template tokens that close the user turn at query time
   std::string document_text;
   std::string method = "full";
-  MethodParams params;            // includes "query_template" if set
+  MethodParams params;  // includes "query_template" if set
   double requested_ratio = 1.0;
-  KvStorage kv;                   // q8/q4: make_contents quantizes (compress/quantize.h)
+  KvStorage kv;  // q8/q4: make_contents quantizes (compress/quantize.h)
 };
 
 // Rows of a ragged cache as a file's per-layer content. kept_scores, when not empty, holds per
@@ -170,18 +172,18 @@ HeadLevelOptions head_level_options(const format::HeadScores& scores, const std:
                                     uint32_t window);
 
 struct CompressFileOptions {
-  CompressOptions compress;     // what to keep; prefill.progress reports the document's prefill
-  std::string system;           // system prompt; "" = the chat template's default
+  CompressOptions compress;  // what to keep; prefill.progress reports the document's prefill
+  std::string system;        // system prompt; "" = the chat template's default
   std::string query_template = format::kDefaultQueryTemplate;  // recorded; must hold {question}
-  KvStorage kv;                 // q8/q4: selection first, then quantization
-  format::WriteOptions write;   // zstd level, force (replace an existing file)
+  KvStorage kv;                                   // q8/q4: selection first, then quantization
+  format::WriteOptions write;                     // zstd level, force (replace an existing file)
   kernels::Device device = kernels::Device::Cpu;  // Cuda: compress_gpu (kvzip and full only)
-  uint32_t threads = 0;         // CPU forward threads, 0 = all cores
+  uint32_t threads = 0;                           // CPU forward threads, 0 = all cores
   // CPU matrix products of the prefill and the scoring: Fast (int8 activations where the CPU has
   // the kernels) or Exact (fp32, for checking KVzip against a reference); Exact is recorded in
   // the header as "matmul" = "exact". Device::Cuda takes Fast only (Errc::unsupported).
   kernels::MatmulPath matmul = kernels::MatmulPath::Fast;
-  MethodParams extra_params;    // recorded in the header after the method's (e.g. corpus_key)
+  MethodParams extra_params;  // recorded in the header after the method's (e.g. corpus_key)
 };
 
 // check_options(options.compress) and what the file adds: a query template holding {question},

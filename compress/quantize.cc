@@ -15,7 +15,8 @@ namespace {
 
 // The kernels' view of the file's one q8/q4 layout (spec §12.1): rotated rows, byte parameters.
 kernels::KvQuantLayout kv_quant_layout(const format::CacheHeader& h) {
-  return {format::dtype_bits(h.kv_dtype), h.head_dim, h.kv_group_size, /*rotated=*/true, /*byte_params=*/true};
+  return {format::dtype_bits(h.kv_dtype), h.head_dim, h.kv_group_size, /*rotated=*/true,
+          /*byte_params=*/true};
 }
 
 // One block (K or V) of a layer: the f16 rows (positions < kv_f16_below) rounded to f16, the
@@ -26,7 +27,8 @@ void quantize_block(const format::CacheHeader& h, const format::LayerKv& layer,
                     const std::vector<float>& x, format::QuantRows& q) {
   const uint32_t D = h.head_dim;
   const kernels::KvQuantLayout shape = kv_quant_layout(h);
-  const size_t dense = format::f16_row_count(h, layer.positions), rows = layer.positions.size() - dense;
+  const size_t dense = format::f16_row_count(h, layer.positions),
+               rows = layer.positions.size() - dense;
   q.channel_scale.assign(size_t(h.n_kv_heads) * D, 1.0f);
   q.dense.clear();
   q.dense.reserve(dense * D);
@@ -40,11 +42,11 @@ void quantize_block(const format::CacheHeader& h, const format::LayerKv& layer,
       const float* row = x.data() + r * D;
       if (layer.positions[r] < h.kv_f16_below)
         for (uint32_t j = 0; j < D; ++j) q.dense.push_back(f32_to_f16(row[j]));
-      else
-        quant.insert(quant.end(), row, row + D);
+      else quant.insert(quant.end(), row, row + D);
     }
     kernels::KvQuantRowsOut out{shape, quant.size() / D, q.channel_scale.data() + size_t(hd) * D,
-                       q.params.data() + at * shape.param_words(), q.codes.data() + at * shape.code_bytes()};
+                                q.params.data() + at * shape.param_words(),
+                                q.codes.data() + at * shape.code_bytes()};
     if (out.rows > 0) kernels::cpu::kv_quantize_rows(quant.data(), out);
     at += out.rows;
   }
@@ -66,12 +68,14 @@ void set_kv_dtype(format::CacheContents& c, const KvStorage& st) {
   const uint32_t g = group ? group : h.head_dim;
   if (g == 0 || h.head_dim % g != 0)
     throw Error(Errc::invalid_argument, "quantization group " + std::to_string(group) +
-                                            " does not divide the head dimension " + std::to_string(h.head_dim));
+                                            " does not divide the head dimension " +
+                                            std::to_string(h.head_dim));
   if (!hadamard_size(h.head_dim))
-    throw Error(Errc::invalid_argument, std::string(format::dtype_name(dtype)) +
-                                            " needs a power-of-two head dimension (its rows are stored "
-                                            "Hadamard-rotated); this model's is " +
-                                            std::to_string(h.head_dim) + ": store it as f16 or bf16");
+    throw Error(Errc::invalid_argument,
+                std::string(format::dtype_name(dtype)) +
+                    " needs a power-of-two head dimension (its rows are stored "
+                    "Hadamard-rotated); this model's is " +
+                    std::to_string(h.head_dim) + ": store it as f16 or bf16");
   const uint32_t below = static_cast<uint32_t>(h.prefix_length());
   const bool same = h.kv_dtype == dtype && h.kv_group_size == g && h.kv_f16_below == below;
   h.kv_dtype = dtype;

@@ -20,7 +20,7 @@ inline constexpr uint32_t kDefaultKvGroup = 0;  // 0 = D
 // size is the only choice beyond the dtype.
 struct KvStorage {
   format::DType dtype = format::DType::F32;  // exact; `kvzip compress` defaults to f16 (cli_util.h)
-  uint32_t group = kDefaultKvGroup;  // q8/q4: channels per group (0 = D)
+  uint32_t group = kDefaultKvGroup;          // q8/q4: channels per group (0 = D)
 };
 
 // Sets header.kv_dtype (and kv_group_size: `group`, 0 = D, must divide D). For q8/q4 the rows

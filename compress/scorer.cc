@@ -24,7 +24,8 @@ std::unique_ptr<Scorer> make_scorer(std::string_view method, const ScorerOptions
   if (method == "h2o") return detail::make_h2o_scorer(options);
   if (method == "rest-kv") return detail::make_restkv_scorer(options);
   if (method == "rkv") return detail::make_rkv_scorer(options);
-  if (method == kLearnedMethod) return make_learned_scorer(options.learned, options.learned_source, options.kvzap_window);
+  if (method == kLearnedMethod)
+    return make_learned_scorer(options.learned, options.learned_source, options.kvzap_window);
   std::string known;
   for (const std::string& n : scorer_names()) known += (known.empty() ? "" : ", ") + n;
   throw Error(Errc::invalid_argument,
@@ -43,10 +44,10 @@ std::vector<int32_t> reconstruction_input(const ReconstructionPrompts& prompts,
                                           std::span<const int32_t> document, uint32_t begin,
                                           uint32_t end, uint32_t hint) {
   if (begin >= end || end > document.size())
-    throw Error(Errc::invalid_argument,
-                "reconstruction_input: chunk [" + std::to_string(begin) + ", " +
-                    std::to_string(end) + ") is empty or outside the document of " +
-                    std::to_string(document.size()) + " tokens");
+    throw Error(Errc::invalid_argument, "reconstruction_input: chunk [" + std::to_string(begin) +
+                                            ", " + std::to_string(end) +
+                                            ") is empty or outside the document of " +
+                                            std::to_string(document.size()) + " tokens");
   std::vector<int32_t> r;
   if (begin == 0) {
     r = prompts.first;

@@ -13,10 +13,10 @@
 #include <utility>
 #include <vector>
 
-#include "format/scorer_file.h"
-#include "tokenizer/chat_template.h"
-#include "model/forward.h"
 #include "cache/kv_cache.h"
+#include "format/scorer_file.h"
+#include "model/forward.h"
+#include "tokenizer/chat_template.h"
 
 namespace kvzip::compress {
 
@@ -48,9 +48,9 @@ inline constexpr const char* kRepeatNextPrompt =
 
 // Token pieces of the reconstruction inputs, tokenized once per model.
 struct ReconstructionPrompts {
-  std::vector<int32_t> first;      // tokens of kRepeatFirstPrompt
-  std::vector<int32_t> next;       // tokens of kRepeatNextPrompt
-  std::vector<int32_t> turn_end;   // end of the user turn + assistant opener S: chat.suffix("")
+  std::vector<int32_t> first;     // tokens of kRepeatFirstPrompt
+  std::vector<int32_t> next;      // tokens of kRepeatNextPrompt
+  std::vector<int32_t> turn_end;  // end of the user turn + assistant opener S: chat.suffix("")
 };
 
 // first = chat.encode_document(kRepeatFirstPrompt), next = chat.encode_document(kRepeatNextPrompt),
@@ -71,9 +71,9 @@ std::vector<int32_t> reconstruction_input(const ReconstructionPrompts& prompts,
 
 struct ScorerOptions {
   // kvzip
-  ReconstructionPrompts prompts;   // required for kvzip (reconstruction_prompts(model.chat()))
-  uint32_t kvzip_chunk = 2000;     // m: document tokens reconstructed per pass
-  uint32_t kvzip_hint = 8;         // tokens of the previous chunk quoted in prompt_t, t > 1
+  ReconstructionPrompts prompts;  // required for kvzip (reconstruction_prompts(model.chat()))
+  uint32_t kvzip_chunk = 2000;    // m: document tokens reconstructed per pass
+  uint32_t kvzip_hint = 8;        // tokens of the previous chunk quoted in prompt_t, t > 1
   // Query-aware KVzip (empty: query-agnostic, the method of spec/methods.md §1). Each entry is a
   // question as it will be asked (its prompt tokens); after every chunk's R_t, each question runs
   // through the model the same way, teacher-forced over the full cache, and its local statistics
@@ -87,21 +87,21 @@ struct ScorerOptions {
   // random
   uint64_t seed = 0;
   // streaming
-  uint32_t sink = 4;               // first document tokens always kept; the rest by recency
+  uint32_t sink = 4;  // first document tokens always kept; the rest by recency
   // snapkv
-  uint32_t snapkv_window = 32;     // W: the document's last W tokens are the observation queries
-  uint32_t snapkv_kernel = 7;      // 1-D max-pool kernel (odd)
+  uint32_t snapkv_window = 32;  // W: the document's last W tokens are the observation queries
+  uint32_t snapkv_kernel = 7;   // 1-D max-pool kernel (odd)
   // h2o
-  uint32_t h2o_recent = 32;        // the document's last tokens always kept (H2O's recent window)
+  uint32_t h2o_recent = 32;  // the document's last tokens always kept (H2O's recent window)
   // rest-kv
-  uint32_t restkv_window = 32;     // W: the document's last W tokens are the probe queries
-  float restkv_alpha = 0.3f;       // EMA weight of each later probe query, in (0, 1]
-  uint32_t restkv_kmin = 5;        // smallest spatial smoothing window (odd)
+  uint32_t restkv_window = 32;  // W: the document's last W tokens are the probe queries
+  float restkv_alpha = 0.3f;    // EMA weight of each later probe query, in (0, 1]
+  uint32_t restkv_kmin = 5;     // smallest spatial smoothing window (odd)
   // rkv (offline R-KV)
-  uint32_t rkv_window = 8;         // α: the document's last α tokens are the probe queries
-  float rkv_lambda = 0.1f;         // Z = λ·importance − (1−λ)·redundancy, λ in [0, 1]
-  float rkv_threshold = 0.5f;      // cosine above which the most recent similar key is spared
-  uint32_t rkv_kernel = 7;         // importance max-pool kernel (odd)
+  uint32_t rkv_window = 8;     // α: the document's last α tokens are the probe queries
+  float rkv_lambda = 0.1f;     // Z = λ·importance − (1−λ)·redundancy, λ in [0, 1]
+  float rkv_threshold = 0.5f;  // cosine above which the most recent similar key is spared
+  uint32_t rkv_kernel = 7;     // importance max-pool kernel (odd)
   // kvzap (compress/learned_scorer.h): the scorer file's predictor and its recorded source
   // (learned_scorer_source); the method is refused without one.
   std::shared_ptr<const format::ScorerFile> learned;
@@ -123,16 +123,16 @@ void set_scorer_option(ScorerOptions& options, std::string_view key_equals_value
 // The options `kvzip compress`, `kvzip eval` and `kvzip calibrate` build: the chat template's
 // reconstruction prompts, the KVzip chunk, the random seed, then every "KEY=VALUE" of `overrides`
 // in order (so -O chunk=... wins over the chunk argument).
-ScorerOptions make_scorer_options(const model::ChatTemplate& chat, uint32_t kvzip_chunk, uint64_t seed,
-                                  std::span<const std::string> overrides = {});
+ScorerOptions make_scorer_options(const model::ChatTemplate& chat, uint32_t kvzip_chunk,
+                                  uint64_t seed, std::span<const std::string> overrides = {});
 
 // Input of Scorer::score: the dense cache after prefilling [prefix ; document].
 struct ScoreInput {
-  model::Forward* forward = nullptr;           // the model (kvzip runs its reconstruction passes on it)
-  model::KvCache* cache = nullptr;             // logical_length() == n_prefix + document.size(); a scorer
-                                        // may append to it but leaves it as it found it
+  model::Forward* forward = nullptr;  // the model (kvzip runs its reconstruction passes on it)
+  model::KvCache* cache = nullptr;    // logical_length() == n_prefix + document.size(); a scorer
+                                      // may append to it but leaves it as it found it
   uint32_t n_prefix = 0;
-  std::span<const int32_t> document;    // (n_c) the document's tokens
+  std::span<const int32_t> document;  // (n_c) the document's tokens
 };
 
 class Scorer {
@@ -147,7 +147,7 @@ class Scorer {
   // The observer uses the forward's thread pool; it is valid until the next call or the scorer's
   // destruction.
   virtual model::AttentionObserver* prefill_observer(model::Forward& forward, uint32_t n_prefix,
-                                              uint32_t n_doc) {
+                                                     uint32_t n_doc) {
     return nullptr;
   }
   // Scores the document rows. Throws Errc::invalid_argument when the input is inconsistent.

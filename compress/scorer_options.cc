@@ -57,20 +57,20 @@ void set_scorer_option(ScorerOptions& o, std::string_view key, std::string_view 
   else if (key == "rkv-kernel") o.rkv_kernel = whole<uint32_t>(key, value);
   else if (key == "kvzap-window") o.kvzap_window = whole<uint32_t>(key, value);
   else
-    throw Error(Errc::invalid_argument, "unknown scorer option '" + std::string(key) +
-                                            "'; known: " + kKeys);
+    throw Error(Errc::invalid_argument,
+                "unknown scorer option '" + std::string(key) + "'; known: " + kKeys);
 }
 
 void set_scorer_option(ScorerOptions& o, std::string_view kv) {
   const size_t eq = kv.find('=');
   if (eq == std::string_view::npos)
-    throw Error(Errc::invalid_argument, "scorer option '" + std::string(kv) +
-                                            "' is not KEY=VALUE; known keys: " + kKeys);
+    throw Error(Errc::invalid_argument,
+                "scorer option '" + std::string(kv) + "' is not KEY=VALUE; known keys: " + kKeys);
   set_scorer_option(o, kv.substr(0, eq), kv.substr(eq + 1));
 }
 
-ScorerOptions make_scorer_options(const model::ChatTemplate& chat, uint32_t kvzip_chunk, uint64_t seed,
-                                  std::span<const std::string> overrides) {
+ScorerOptions make_scorer_options(const model::ChatTemplate& chat, uint32_t kvzip_chunk,
+                                  uint64_t seed, std::span<const std::string> overrides) {
   ScorerOptions o;
   o.prompts = reconstruction_prompts(chat);
   o.kvzip_chunk = kvzip_chunk;

@@ -10,8 +10,8 @@
 #include <limits>
 #include <string>
 
-#include "common/error.h"
 #include "common/enum_names.h"
+#include "common/error.h"
 
 namespace kvzip::compress {
 namespace {
@@ -129,7 +129,8 @@ Selection select_rows(const DocumentScores& scores, double ratio, SelectionLevel
     case SelectionLevel::PerHead:
       for (size_t l : global_layers)
         for (size_t h = 0; h < H; ++h)
-          top_k(s + (l * H + h) * n_c, n_c, floor_count(ratio * double(n_c)), mask.data() + (l * H + h) * n_c);
+          top_k(s + (l * H + h) * n_c, n_c, floor_count(ratio * double(n_c)),
+                mask.data() + (l * H + h) * n_c);
       break;
   }
 
@@ -153,7 +154,10 @@ Selection select_rows(const DocumentScores& scores, double ratio, SelectionLevel
 RunningSelection::RunningSelection(model::CacheShape shape, uint32_t n_prefix, uint32_t n_doc,
                                    double ratio, SelectionLevel level,
                                    std::vector<uint8_t> local_layers, uint32_t window)
-    : shape_(shape), n_prefix_(n_prefix), n_doc_(n_doc), window_(window),
+    : shape_(shape),
+      n_prefix_(n_prefix),
+      n_doc_(n_doc),
+      window_(window),
       local_(std::move(local_layers)) {
   check_ratio(ratio);
   const uint32_t L = shape.n_layers, H = shape.n_kv_heads;
@@ -169,10 +173,12 @@ RunningSelection::RunningSelection(model::CacheShape shape, uint32_t n_prefix, u
     groups_.emplace_back();
     return static_cast<int32_t>(groups_.size() - 1);
   };
-  if (level == SelectionLevel::Global && global_layers > 0) add_group(round_count(ratio * double(total_doc_)));
+  if (level == SelectionLevel::Global && global_layers > 0)
+    add_group(round_count(ratio * double(total_doc_)));
   for (uint32_t l = 0; l < L; ++l) {
     if (local_[l]) continue;
-    if (level == SelectionLevel::PerLayer) add_group(round_count(ratio * double(size_t(H) * n_doc)));
+    if (level == SelectionLevel::PerLayer)
+      add_group(round_count(ratio * double(size_t(H) * n_doc)));
     for (uint32_t h = 0; h < H; ++h) {
       if (level == SelectionLevel::PerHead) add_group(floor_count(ratio * double(n_doc)));
       group_of_[size_t(l) * H + h] = static_cast<int32_t>(groups_.size() - 1);
@@ -181,7 +187,7 @@ RunningSelection::RunningSelection(model::CacheShape shape, uint32_t n_prefix, u
 }
 
 const std::vector<std::vector<uint32_t>>& RunningSelection::add(uint32_t T, const float* scores,
-                                                                 size_t stride) {
+                                                                size_t stride) {
   if (uint64_t(done_) + T > n_doc_)
     throw Error(Errc::invalid_argument, "RunningSelection: rows " + std::to_string(done_) + " + " +
                                             std::to_string(T) + " past a document of " +
@@ -204,7 +210,8 @@ const std::vector<std::vector<uint32_t>>& RunningSelection::add(uint32_t T, cons
   }
   // Strict total order of select_rows: higher score first, then lower flat index.
   auto better = [](const Row& a, const Row& b) {
-    return a.score > b.score || (a.score == b.score && (a.head < b.head || (a.head == b.head && a.j < b.j)));
+    return a.score > b.score ||
+           (a.score == b.score && (a.head < b.head || (a.head == b.head && a.j < b.j)));
   };
   for (size_t g = 0; g < groups_.size(); ++g) {
     std::vector<Row>& rows = groups_[g];
@@ -283,8 +290,8 @@ std::vector<std::vector<float>> RunningSelection::kept_scores() const {
   return out;
 }
 
-EvictResult evict(const model::KvCache& dense, const DocumentScores& scores, const Selection& selection,
-                  uint32_t room) {
+EvictResult evict(const model::KvCache& dense, const DocumentScores& scores,
+                  const Selection& selection, uint32_t room) {
   const model::CacheShape shape = dense.shape();
   const uint32_t n_p = scores.n_prefix, n_c = scores.n_doc;
   if (!(shape == scores.shape) || dense.logical_length() != n_p + n_c ||
@@ -293,14 +300,15 @@ EvictResult evict(const model::KvCache& dense, const DocumentScores& scores, con
                 "evict: the cache (" + std::to_string(dense.logical_length()) +
                     " tokens), the scores (prefix " + std::to_string(n_p) + " + document " +
                     std::to_string(n_c) + ") and the selection do not describe the same document");
-  EvictResult r{model::RaggedKvCache::from_dense(dense, selection.keep, room), {},
-                selection.achieved_ratio};
+  EvictResult r{
+      model::RaggedKvCache::from_dense(dense, selection.keep, room), {}, selection.achieved_ratio};
   r.kept_scores.resize(shape.n_layers);
   for (uint32_t l = 0; l < shape.n_layers; ++l)
     for (uint32_t h = 0; h < shape.n_kv_heads; ++h)
       for (uint32_t row : selection.keep[size_t(l) * shape.n_kv_heads + h])
-        r.kept_scores[l].push_back(row < n_p || scores.is_local(l) ? std::numeric_limits<float>::infinity()
-                                                                   : scores.at(l, h, row - n_p));
+        r.kept_scores[l].push_back(row < n_p || scores.is_local(l)
+                                       ? std::numeric_limits<float>::infinity()
+                                       : scores.at(l, h, row - n_p));
   return r;
 }
 

@@ -7,15 +7,15 @@
 #include <utility>
 #include <vector>
 
-#include "compress/scorer.h"
 #include "cache/kv_cache.h"
 #include "cache/ragged_cache.h"
+#include "compress/scorer.h"
 
 namespace kvzip::compress {
 
 enum class SelectionLevel : uint8_t {
-  Global = 0,    // one threshold over all L·Hkv·n_c scores: keeps K = round(r·L·Hkv·n_c) rows
-  PerHead = 1,   // each (layer, head) keeps its top ⌊r·n_c⌋ rows (methods §1 step 7, as the authors)
+  Global = 0,  // one threshold over all L·Hkv·n_c scores: keeps K = round(r·L·Hkv·n_c) rows
+  PerHead = 1,  // each (layer, head) keeps its top ⌊r·n_c⌋ rows (methods §1 step 7, as the authors)
   PerLayer = 2,  // each layer keeps its top round(r·Hkv·n_c) rows, thresholded over its heads
 };
 // "global", "per-head", "per-layer"; anything else throws Errc::invalid_argument listing them.
@@ -38,8 +38,9 @@ struct Selection {
   // (L·Hkv) ascending dense row indices to keep per (layer, head): all prefix rows, then the kept
   // document rows.
   std::vector<std::vector<uint32_t>> keep;
-  uint64_t kept_doc = 0;     // document rows kept, over all (layer, head); global layers on a hybrid model
-  uint64_t total_doc = 0;    // L·Hkv·n_c; L_g·Hkv·n_c on a hybrid model
+  uint64_t kept_doc =
+      0;  // document rows kept, over all (layer, head); global layers on a hybrid model
+  uint64_t total_doc = 0;       // L·Hkv·n_c; L_g·Hkv·n_c on a hybrid model
   double achieved_ratio = 1.0;  // kept_doc / total_doc (1 for an empty document)
 };
 
@@ -96,7 +97,7 @@ class RunningSelection {
   model::CacheShape shape_;
   uint32_t n_prefix_, n_doc_, window_;
   std::vector<uint8_t> local_;
-  std::vector<int32_t> group_of_;        // (L·Hkv): the group of each head, -1 for a local layer
+  std::vector<int32_t> group_of_;         // (L·Hkv): the group of each head, -1 for a local layer
   std::vector<std::vector<Row>> groups_;  // the running kept rows of each group
   std::vector<uint64_t> budget_;          // rows each group keeps at the end
   std::vector<std::vector<uint32_t>> drops_;
@@ -113,7 +114,7 @@ struct EvictResult {
 };
 
 // Builds the compressed cache: RaggedKvCache::from_dense(dense, selection.keep, room).
-EvictResult evict(const model::KvCache& dense, const DocumentScores& scores, const Selection& selection,
-                  uint32_t room = 256);
+EvictResult evict(const model::KvCache& dense, const DocumentScores& scores,
+                  const Selection& selection, uint32_t room = 256);
 
 }  // namespace kvzip::compress

@@ -28,7 +28,11 @@ class ChunkScorer final : public model::AttentionObserver {
  public:
   ChunkScorer(const format::ScorerFile& s, const ModelConfig& c, uint32_t n_prefix, uint32_t n_doc,
               uint32_t chunk, uint32_t window)
-      : s_(s), c_(c), n_p_(n_prefix), n_c_(n_doc), chunk_(chunk),
+      : s_(s),
+        c_(c),
+        n_p_(n_prefix),
+        n_c_(n_doc),
+        chunk_(chunk),
         keep_from_(n_doc - std::min(window, n_doc)),
         values_(size_t(c.n_layers) * c.n_kv_heads * chunk) {}
   // The next chunk's document rows start at row j0.
@@ -119,26 +123,28 @@ StreamRun stream_document(model::Forward& forward, std::span<const int32_t> pref
   model::StreamKvCache& cache = run.cache;
   const model::PromptBf16Scope bf16(forward, o.prefill.attention_bf16);
   uint64_t fed = 0;  // tokens of [prefix ; document] prefilled
-  run.prefill_s = prefill::prefill_in_chunks(prefix, document, o.prefill, [&](std::span<const int32_t> c) {
-    const uint32_t j0 = running.done();
-    chunk_scorer.begin(j0);
-    forward.prefill(cache, c, model::LogitsMode::None, &fan);
-    fed += c.size();
-    run.peak_rows = std::max(run.peak_rows, cache.rows_total());
-    run.peak_bytes = std::max(run.peak_bytes, cache.bytes_allocated());
-    const auto t = Clock::now();
-    const uint32_t doc_rows = static_cast<uint32_t>(fed > n_p ? fed - n_p : 0) - j0;
-    if (doc_rows > 0) {
-      drop_rows(cache, n_p, running.add(doc_rows, chunk_scorer.values(), chunk_scorer.stride()));
-      cache.shrink(chunk);
-    }
-    run.select_s += seconds_since(t);
-  });
+  run.prefill_s =
+      prefill::prefill_in_chunks(prefix, document, o.prefill, [&](std::span<const int32_t> c) {
+        const uint32_t j0 = running.done();
+        chunk_scorer.begin(j0);
+        forward.prefill(cache, c, model::LogitsMode::None, &fan);
+        fed += c.size();
+        run.peak_rows = std::max(run.peak_rows, cache.rows_total());
+        run.peak_bytes = std::max(run.peak_bytes, cache.bytes_allocated());
+        const auto t = Clock::now();
+        const uint32_t doc_rows = static_cast<uint32_t>(fed > n_p ? fed - n_p : 0) - j0;
+        if (doc_rows > 0) {
+          drop_rows(cache, n_p,
+                    running.add(doc_rows, chunk_scorer.values(), chunk_scorer.stride()));
+          cache.shrink(chunk);
+        }
+        run.select_s += seconds_since(t);
+      });
   const auto t = Clock::now();
   const Selection sel = running.selection();
   for (size_t i = 0; i < sel.keep.size(); ++i)
-    if (sel.keep[i].size() != cache.rows(uint32_t(i / layout.shape.n_kv_heads),
-                                         uint32_t(i % layout.shape.n_kv_heads)))
+    if (sel.keep[i].size() !=
+        cache.rows(uint32_t(i / layout.shape.n_kv_heads), uint32_t(i % layout.shape.n_kv_heads)))
       throw Error(Errc::internal, "streaming compression: head " + std::to_string(i) +
                                       " holds other rows than its selection");
   run.kept_scores = running.kept_scores();
@@ -153,8 +159,8 @@ StreamRun stream_document(model::Forward& forward, std::span<const int32_t> pref
   return run;
 }
 
-std::vector<format::LayerKv> layers_from_stream(model::StreamKvCache& cache,
-                                                const std::vector<std::vector<float>>& kept_scores) {
+std::vector<format::LayerKv> layers_from_stream(
+    model::StreamKvCache& cache, const std::vector<std::vector<float>>& kept_scores) {
   const model::CacheShape s = cache.shape();
   const size_t D = s.head_dim;
   std::vector<format::LayerKv> layers(s.n_layers);
@@ -190,11 +196,19 @@ std::vector<format::LayerKv> layers_from_stream(model::StreamKvCache& cache,
 CompressResult compress_streaming(model::Forward& forward, std::span<const int32_t> prefix,
                                   std::span<const int32_t> document, const CompressOptions& o) {
   detail::StreamRun run = detail::stream_document(forward, prefix, document, o);
-  return CompressResult{run.cache.take(o.room), std::move(run.kept_scores), o.ratio,
-                        run.achieved_ratio,     std::move(run.method),      std::move(run.params),
-                        static_cast<uint32_t>(prefix.size()), static_cast<uint32_t>(document.size()),
-                        run.prefill_s,          run.scoring_s,              run.select_s,
-                        run.peak_rows,          run.peak_bytes};
+  return CompressResult{run.cache.take(o.room),
+                        std::move(run.kept_scores),
+                        o.ratio,
+                        run.achieved_ratio,
+                        std::move(run.method),
+                        std::move(run.params),
+                        static_cast<uint32_t>(prefix.size()),
+                        static_cast<uint32_t>(document.size()),
+                        run.prefill_s,
+                        run.scoring_s,
+                        run.select_s,
+                        run.peak_rows,
+                        run.peak_bytes};
 }
 
 }  // namespace kvzip::compress

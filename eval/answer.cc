@@ -28,8 +28,8 @@ bool is_stop(const AnswerParams& p, int32_t tok) {
   return std::find(p.stop_tokens.begin(), p.stop_tokens.end(), tok) != p.stop_tokens.end();
 }
 
-GreedyAnswer plain(model::Forward& forward, model::AttentionCache& cache, std::span<const int32_t> prompt,
-                   const AnswerParams& params) {
+GreedyAnswer plain(model::Forward& forward, model::AttentionCache& cache,
+                   std::span<const int32_t> prompt, const AnswerParams& params) {
   model::GenerateParams gp;
   gp.max_tokens = params.max_tokens;
   gp.stop_tokens = params.stop_tokens;
@@ -38,7 +38,8 @@ GreedyAnswer plain(model::Forward& forward, model::AttentionCache& cache, std::s
   a.tokens = std::move(r.tokens);
   a.stopped = r.stopped;
   a.first_logits = std::move(r.first_logits);
-  a.decode_steps = a.tokens.empty() ? 0 : static_cast<uint32_t>(a.tokens.size()) - (a.stopped ? 0 : 1);
+  a.decode_steps =
+      a.tokens.empty() ? 0 : static_cast<uint32_t>(a.tokens.size()) - (a.stopped ? 0 : 1);
   return a;
 }
 
@@ -50,13 +51,15 @@ void DraftPool::add(const std::vector<int32_t>& tokens) {
 
 const std::vector<int32_t>* DraftPool::find(std::span<const int32_t> prefix, size_t extra) const {
   for (auto it = drafts_.rbegin(); it != drafts_.rend(); ++it)
-    if (it->size() >= prefix.size() + extra && std::equal(prefix.begin(), prefix.end(), it->begin()))
+    if (it->size() >= prefix.size() + extra &&
+        std::equal(prefix.begin(), prefix.end(), it->begin()))
       return &*it;
   return nullptr;
 }
 
-GreedyAnswer answer_greedy(model::Forward& forward, model::AttentionCache& cache, std::span<const int32_t> prompt,
-                           const AnswerParams& params, const DraftPool* drafts) {
+GreedyAnswer answer_greedy(model::Forward& forward, model::AttentionCache& cache,
+                           std::span<const int32_t> prompt, const AnswerParams& params,
+                           const DraftPool* drafts) {
   RestoreCache restore{cache, cache.logical_length()};
   if (!drafts) return plain(forward, cache, prompt, params);
   const ModelConfig& cfg = forward.config();
@@ -64,8 +67,9 @@ GreedyAnswer answer_greedy(model::Forward& forward, model::AttentionCache& cache
   const uint64_t after_prompt = uint64_t(cache.logical_length()) + prompt.size();
   const size_t V = cfg.vocab_size;
   // The answer never needs the logits after its last allowed token, nor positions past the context.
-  const uint64_t feed_end = std::min<uint64_t>(params.max_tokens ? params.max_tokens - 1 : 0,
-                                               cfg.max_context ? cfg.max_context - after_prompt : UINT64_MAX);
+  const uint64_t feed_end =
+      std::min<uint64_t>(params.max_tokens ? params.max_tokens - 1 : 0,
+                         cfg.max_context ? cfg.max_context - after_prompt : UINT64_MAX);
   GreedyAnswer a;
   std::vector<float> logits = forward.prefill(cache, prompt, model::LogitsMode::Last);
   a.first_logits = logits;
@@ -73,7 +77,7 @@ GreedyAnswer answer_greedy(model::Forward& forward, model::AttentionCache& cache
   std::vector<float> rows;                      // (b1 - b0, V)
   const std::vector<int32_t>* batch = nullptr;  // the live draft
   size_t b0 = 0, b1 = 0;
-  size_t chunk = kFirstChunk;                   // draft tokens the next batch may feed
+  size_t chunk = kFirstChunk;  // draft tokens the next batch may feed
   while (a.tokens.size() < params.max_tokens) {
     const int32_t tok = model::argmax(std::span<const float>(cur, V));
     if (is_stop(params, tok)) {
@@ -94,9 +98,11 @@ GreedyAnswer answer_greedy(model::Forward& forward, model::AttentionCache& cache
       batch = nullptr;
     }
     const std::vector<int32_t>* d = drafts->find(a.tokens, 1);
-    const size_t k = d ? static_cast<size_t>(std::min<uint64_t>({d->size(), feed_end, i + chunk})) : 0;
+    const size_t k =
+        d ? static_cast<size_t>(std::min<uint64_t>({d->size(), feed_end, i + chunk})) : 0;
     if (d && k >= i + 2) {  // at least two tokens: cheaper than decoding them one by one
-      rows = forward.prefill(cache, std::span<const int32_t>(d->data() + i, k - i), model::LogitsMode::All);
+      rows = forward.prefill(cache, std::span<const int32_t>(d->data() + i, k - i),
+                             model::LogitsMode::All);
       batch = d;
       b0 = i;
       b1 = k;

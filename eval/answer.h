@@ -14,8 +14,8 @@
 #include <span>
 #include <vector>
 
-#include "model/forward.h"
 #include "cache/kv_cache.h"
+#include "model/forward.h"
 
 namespace kvzip::eval {
 
@@ -48,7 +48,8 @@ struct AnswerParams {
 // Answers `prompt` (question tokens, already templated) greedily from `cache`. `drafts` may be
 // null (plain greedy decoding, exactly generate()). Errors as generate() (empty prompt, context
 // exceeded).
-GreedyAnswer answer_greedy(model::Forward& forward, model::AttentionCache& cache, std::span<const int32_t> prompt,
-                           const AnswerParams& params, const DraftPool* drafts = nullptr);
+GreedyAnswer answer_greedy(model::Forward& forward, model::AttentionCache& cache,
+                           std::span<const int32_t> prompt, const AnswerParams& params,
+                           const DraftPool* drafts = nullptr);
 
 }  // namespace kvzip::eval

@@ -8,19 +8,21 @@
 #include <memory>
 #include <sstream>
 
+#include "cache/kv_base.h"
 #include "common/error.h"
 #include "compress/pipeline.h"
 #include "eval/answer.h"
 #include "eval/metrics.h"
 #include "loader/compose.h"
 #include "loader/loader.h"
-#include "cache/kv_base.h"
 
 namespace kvzip::eval {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
 
 std::string answer_text(const model::Tokenizer& tok, const std::vector<int32_t>& ids) {
   model::StreamDecoder dec(tok);
@@ -71,9 +73,13 @@ void check_compose_options(const ComposeEvalOptions& o) {
     if (std::find(known.begin(), known.end(), m) == known.end())
       throw Error(Errc::invalid_argument, "eval --compose: unknown method \"" + m + "\"");
   for (double r : o.ratios)
-    if (!(r > 0.0 && r < 1.0)) throw Error(Errc::invalid_argument, "eval --compose: ratio " + std::to_string(r) + " outside (0, 1)");
+    if (!(r > 0.0 && r < 1.0))
+      throw Error(Errc::invalid_argument,
+                  "eval --compose: ratio " + std::to_string(r) + " outside (0, 1)");
   for (double b : o.blends)
-    if (!(b >= 0.0 && b <= 1.0)) throw Error(Errc::invalid_argument, "eval --compose: blend " + std::to_string(b) + " outside [0, 1]");
+    if (!(b >= 0.0 && b <= 1.0))
+      throw Error(Errc::invalid_argument,
+                  "eval --compose: blend " + std::to_string(b) + " outside [0, 1]");
 }
 
 namespace {
@@ -89,7 +95,10 @@ class ComposeRun {
  public:
   ComposeRun(const model::Model& model, const std::vector<Document>& paras,
              const ComposeEvalOptions& o)
-      : model_(model), paras_(paras), o_(o), fw_(model.weights(), o.forward_options()),
+      : model_(model),
+        paras_(paras),
+        o_(o),
+        fw_(model.weights(), o.forward_options()),
         tok_(model.tokenizer()) {}
 
   ComposeEvalReport run();
@@ -126,8 +135,8 @@ void ComposeRun::compress_all() {
   for (uint32_t p = 0; p < N; ++p) {
     prompts_.push_back(compress::document_prompt(model_.chat(), paras_[p].text, o_.system));
     for (const auto& [m, r] : settings_) {
-      compress::CompressResult res = compress::compress(fw_, prompts_[p].prefix, prompts_[p].document,
-                                                        compress_options(model_, o_, m, r));
+      compress::CompressResult res = compress::compress(
+          fw_, prompts_[p].prefix, prompts_[p].document, compress_options(model_, o_, m, r));
       Compressed c;
       c.header.prefix_tokens.assign(prompts_[p].prefix.begin(), prompts_[p].prefix.end());
       c.header.document_tokens.assign(prompts_[p].document.begin(), prompts_[p].document.end());
@@ -151,7 +160,8 @@ void ComposeRun::make_keys() {
 }
 
 // Answers the question over `cache` into row `row` (row 0, the joint prefill, first).
-void ComposeRun::score(size_t row, model::AttentionCache& cache, const Question& q, double setup_ms) {
+void ComposeRun::score(size_t row, model::AttentionCache& cache, const Question& q,
+                       double setup_ms) {
   const auto t0 = Clock::now();
   AnswerParams first = ap_;
   first.max_tokens = 1;
@@ -180,7 +190,8 @@ void ComposeRun::ask(uint32_t p, size_t qi) {
   std::vector<int32_t> joint_doc;
   for (uint32_t i = 0; i < K; ++i) {
     if (i) joint_doc.insert(joint_doc.end(), sep_.begin(), sep_.end());
-    joint_doc.insert(joint_doc.end(), prompts_[order[i]].document.begin(), prompts_[order[i]].document.end());
+    joint_doc.insert(joint_doc.end(), prompts_[order[i]].document.begin(),
+                     prompts_[order[i]].document.end());
   }
   {  // the reference: a joint prefill of the K documents
     const auto t0 = Clock::now();
@@ -205,8 +216,9 @@ void ComposeRun::ask(uint32_t p, size_t qi) {
       std::unique_ptr<model::ComposedCache> c = loader::compose(fw_, tok_, headers, bases, co);
       score(row, *c, q, ms_since(t0));
     } else {  // the joint document compressed as one cache
-      compress::CompressResult res = compress::compress(fw_, prompts_[order[0]].prefix, joint_doc,
-                                                        compress_options(model_, o_, k.method, k.ratio));
+      compress::CompressResult res =
+          compress::compress(fw_, prompts_[order[0]].prefix, joint_doc,
+                             compress_options(model_, o_, k.method, k.ratio));
       score(row, res.cache, q, 0.0);
     }
   }
@@ -240,8 +252,9 @@ ComposeEvalReport ComposeRun::run() {
   for (size_t i = 0; i < keys_.size(); ++i) {
     const Acc& x = acc_[i];
     const double n = x.n ? double(x.n) : 1.0;
-    rep.rows.push_back(ComposeEvalRow{keys_[i].setting, keys_[i].method, keys_[i].ratio, keys_[i].blend,
-                                      x.f1 / n, x.contains / n, x.agree / n, x.kl / n, x.ttft / n, x.n});
+    rep.rows.push_back(ComposeEvalRow{keys_[i].setting, keys_[i].method, keys_[i].ratio,
+                                      keys_[i].blend, x.f1 / n, x.contains / n, x.agree / n,
+                                      x.kl / n, x.ttft / n, x.n});
   }
   rep.total_s = ms_since(t_start) / 1e3;
   return rep;
@@ -261,12 +274,13 @@ ComposeEvalReport run_compose_eval(const model::Model& model, const std::vector<
 std::string format_compose_table(const ComposeEvalReport& r) {
   std::ostringstream out;
   char line[256];
-  std::snprintf(line, sizeof line, "%-17s %-9s %5s %5s %6s %8s %9s %8s %9s\n", "setting", "method", "ratio", "blend",
-                "F1", "contains", "agreement", "KL", "TTFT ms");
+  std::snprintf(line, sizeof line, "%-17s %-9s %5s %5s %6s %8s %9s %8s %9s\n", "setting", "method",
+                "ratio", "blend", "F1", "contains", "agreement", "KL", "TTFT ms");
   out << line;
   for (const ComposeEvalRow& x : r.rows) {
-    std::snprintf(line, sizeof line, "%-17s %-9s %5.2f %5.2f %6.1f %8.1f %9.1f %8.4f %9.1f\n", x.setting.c_str(),
-                  x.method.c_str(), x.ratio, x.blend, x.f1, x.contains, x.agreement, x.kl, x.ttft_ms);
+    std::snprintf(line, sizeof line, "%-17s %-9s %5.2f %5.2f %6.1f %8.1f %9.1f %8.4f %9.1f\n",
+                  x.setting.c_str(), x.method.c_str(), x.ratio, x.blend, x.f1, x.contains,
+                  x.agreement, x.kl, x.ttft_ms);
     out << line;
   }
   std::snprintf(line, sizeof line, "%llu questions over K = %u of %u documents, %.1f s\n",
@@ -279,8 +293,9 @@ std::string format_compose_csv(const ComposeEvalReport& r) {
   std::ostringstream out;
   out << "setting,method,ratio,blend,f1,contains,agreement,kl,ttft_ms,questions\n";
   for (const ComposeEvalRow& x : r.rows)
-    out << x.setting << ',' << x.method << ',' << x.ratio << ',' << x.blend << ',' << x.f1 << ',' << x.contains << ','
-        << x.agreement << ',' << x.kl << ',' << x.ttft_ms << ',' << x.questions << '\n';
+    out << x.setting << ',' << x.method << ',' << x.ratio << ',' << x.blend << ',' << x.f1 << ','
+        << x.contains << ',' << x.agreement << ',' << x.kl << ',' << x.ttft_ms << ',' << x.questions
+        << '\n';
   return out.str();
 }
 

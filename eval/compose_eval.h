@@ -28,15 +28,15 @@
 namespace kvzip::eval {
 
 struct ComposeEvalOptions : ParagraphEvalOptions {
-  uint32_t k = 4;                              // documents per question
-  uint64_t max_questions = 0;                  // > 0: ask only the first N questions (every
-                                               // paragraph is still a document to compose)
+  uint32_t k = 4;              // documents per question
+  uint64_t max_questions = 0;  // > 0: ask only the first N questions (every
+                               // paragraph is still a document to compose)
   std::vector<std::string> methods = {"kvzip"};
-  std::vector<double> ratios = {0.5, 0.3};     // besides 1.0 (composed full caches)
-  std::vector<double> blends = {0.0, 0.3};     // selective recompute fractions to compare
-  bool doc_prefix = false;                     // loader::ComposeOptions::doc_prefix
+  std::vector<double> ratios = {0.5, 0.3};  // besides 1.0 (composed full caches)
+  std::vector<double> blends = {0.0, 0.3};  // selective recompute fractions to compare
+  bool doc_prefix = false;                  // loader::ComposeOptions::doc_prefix
   loader::BlendRule rule = loader::BlendRule::deviation;  // loader::ComposeOptions::rule
-  bool joint_compressed = true;                // the joint-compressed rows
+  bool joint_compressed = true;                           // the joint-compressed rows
 };
 
 struct ComposeEvalRow {
@@ -66,7 +66,8 @@ void check_compose_documents(size_t paragraphs, uint32_t k, const std::string& s
 // with sliding-window layers (loader::check_model_composes). Errc::invalid_argument for
 // k < 2 or k > the number of paragraphs, an unknown method, a ratio outside (0, 1) or a blend
 // outside [0, 1].
-ComposeEvalReport run_compose_eval(const model::Model& model, const std::vector<Document>& paragraphs,
+ComposeEvalReport run_compose_eval(const model::Model& model,
+                                   const std::vector<Document>& paragraphs,
                                    const ComposeEvalOptions& options);
 
 std::string format_compose_table(const ComposeEvalReport& report);

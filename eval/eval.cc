@@ -5,12 +5,13 @@
 #include "eval/eval.h"
 
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <limits>
 
+#include "cache/branch_cache.h"
 #include "common/error.h"
 #include "compress/head_level.h"
 #include "compress/learned_scorer.h"
@@ -18,7 +19,6 @@
 #include "eval/answer.h"
 #include "eval/metrics.h"
 #include "loader/loader.h"
-#include "cache/branch_cache.h"
 
 namespace kvzip::eval {
 namespace {
@@ -60,14 +60,15 @@ struct Accum {
   void add(const Accum& o) {
     f1 += o.f1, contains += o.contains, kl += o.kl, answer_f1 += o.answer_f1;
     compress_s += o.compress_s, answer_s += o.answer_s;
-    load_ms += o.load_ms, agree += o.agree, n += o.n, kept_doc += o.kept_doc, total_doc += o.total_doc;
+    load_ms += o.load_ms, agree += o.agree, n += o.n, kept_doc += o.kept_doc,
+        total_doc += o.total_doc;
     file_bytes += o.file_bytes;
   }
 };
 
 // What every answer of one document needs.
 struct DocSetup {
-  compress::DocumentPrompt prompt;                      // prefix, document, suffix as kvzip compress builds them
+  compress::DocumentPrompt prompt;  // prefix, document, suffix as kvzip compress builds them
   std::vector<std::vector<int32_t>> prompts;  // (questions) question tokens, as kvzip query
   uint32_t answer_room = 0;                   // longest prompt + max answer tokens
 };
@@ -78,7 +79,8 @@ DocSetup setup_document(const model::Model& model, const Document& doc, const Ev
   const std::vector<uint32_t> suffix(s.prompt.suffix.begin(), s.prompt.suffix.end());
   size_t longest = 0;
   for (const Question& q : doc.questions) {
-    s.prompts.push_back(loader::question_tokens(model.tokenizer(), o.query_template, suffix, q.text));
+    s.prompts.push_back(
+        loader::question_tokens(model.tokenizer(), o.query_template, suffix, q.text));
     if (!q.answer_prefix.empty()) {  // the reply opens with it: the answer is what follows
       const std::vector<int32_t> p = model.tokenizer().encode(q.answer_prefix, false);
       s.prompts.back().insert(s.prompts.back().end(), p.begin(), p.end());
@@ -98,14 +100,19 @@ std::string answer_text(const model::Tokenizer& tok, const std::vector<int32_t>&
 
 class DocumentRun {
  public:
-  DocumentRun(const model::Model& model, model::Forward& fwd, const Document& doc, const EvalOptions& o,
-              EvalReport& report)
-      : model_(model), fwd_(fwd), doc_(doc), o_(o), report_(report), s_(setup_document(model, doc, o)),
+  DocumentRun(const model::Model& model, model::Forward& fwd, const Document& doc,
+              const EvalOptions& o, EvalReport& report)
+      : model_(model),
+        fwd_(fwd),
+        doc_(doc),
+        o_(o),
+        report_(report),
+        s_(setup_document(model, doc, o)),
         pools_(doc.questions.size()) {}
 
   // Prefills the document with every scorer's observer; returns the dense cache.
   prefill::PrefillResult prefill(std::vector<std::unique_ptr<compress::Scorer>>& scorers,
-                        std::vector<std::unique_ptr<TimedObserver>>& timers) {
+                                 std::vector<std::unique_ptr<TimedObserver>>& timers) {
     compress::ObserverFanout fan;
     const auto n_p = static_cast<uint32_t>(s_.prompt.prefix.size());
     const auto n_c = static_cast<uint32_t>(s_.prompt.document.size());
@@ -119,7 +126,8 @@ class DocumentRun {
     for (auto& sc : scorers) po.scoring_room = std::max(po.scoring_room, sc->appended_rows(n_c));
     po.progress = o_.prefill_progress;
     po.observer = fan.empty() ? nullptr : &fan;
-    prefill::PrefillResult pre = prefill::prefill_document(fwd_, s_.prompt.prefix, s_.prompt.document, po);
+    prefill::PrefillResult pre =
+        prefill::prefill_document(fwd_, s_.prompt.prefix, s_.prompt.document, po);
     report_.prefill_s += pre.seconds;
     report_.document_tokens += n_c;
     return pre;
@@ -127,7 +135,8 @@ class DocumentRun {
 
   // Answers every question from `cache`; with `reference` null these answers are the reference.
   // Every answer joins its question's draft pool (when drafts are on) for the later caches.
-  std::vector<GreedyAnswer> answer_all(model::AttentionCache& cache, const std::vector<GreedyAnswer>* reference,
+  std::vector<GreedyAnswer> answer_all(model::AttentionCache& cache,
+                                       const std::vector<GreedyAnswer>* reference,
                                        const std::string& method, double ratio, Accum& acc) {
     AnswerParams ap;
     ap.max_tokens = o_.max_answer_tokens;
@@ -153,20 +162,33 @@ class DocumentRun {
   // The reference answers again, for a cache identical to the full one.
   void reuse(const std::vector<GreedyAnswer>& reference, const std::string& method, double ratio,
              Accum& acc) {
-    for (size_t q = 0; q < reference.size(); ++q) record(q, reference[q], reference[q], method, ratio, acc);
+    for (size_t q = 0; q < reference.size(); ++q)
+      record(q, reference[q], reference[q], method, ratio, acc);
   }
 
   // Scores answer `a` to question q against the gold answers and the reference `ref`.
   void record(size_t q, const GreedyAnswer& a, const GreedyAnswer& ref, const std::string& method,
               double ratio, Accum& acc) {
     const Question& question = doc_.questions[q];
-    AnswerRecord rec{doc_.title, question.id, question.text, method, ratio,
-                     answer_text(model_.tokenizer(), a.tokens), static_cast<uint32_t>(a.tokens.size()),
-                     a.stopped, a.tokens == ref.tokens, 0.0, false, 0.0, 0.0, dtype_};
+    AnswerRecord rec{doc_.title,
+                     question.id,
+                     question.text,
+                     method,
+                     ratio,
+                     answer_text(model_.tokenizer(), a.tokens),
+                     static_cast<uint32_t>(a.tokens.size()),
+                     a.stopped,
+                     a.tokens == ref.tokens,
+                     0.0,
+                     false,
+                     0.0,
+                     0.0,
+                     dtype_};
     rec.f1 = max_f1(rec.answer, question.answers);
     rec.contains = contains_any(rec.answer, question.answers);
     rec.kl = kl_divergence(ref.first_logits, a.first_logits);
-    rec.answer_f1 = rec.agrees ? 1.0 : answer_f1(rec.answer, answer_text(model_.tokenizer(), ref.tokens));
+    rec.answer_f1 =
+        rec.agrees ? 1.0 : answer_f1(rec.answer, answer_text(model_.tokenizer(), ref.tokens));
     acc.f1 += rec.f1;
     acc.contains += rec.contains ? 1.0 : 0.0;
     acc.agree += rec.agrees ? 1 : 0;
@@ -179,7 +201,7 @@ class DocumentRun {
   // Selects and evicts at `ratio` from the method's scores as compress() does; returns the
   // compressed cache.
   model::RaggedKvCache compress(const model::KvCache& dense, const compress::DocumentScores& scores,
-                         const compress::CompressOptions& method, double ratio, Accum& acc) {
+                                const compress::CompressOptions& method, double ratio, Accum& acc) {
     const auto t = Clock::now();
     const compress::Selection sel = compress::select_for_method(method, scores, ratio);
     compress::EvictResult ev = compress::evict(dense, scores, sel, s_.answer_room);
@@ -191,7 +213,8 @@ class DocumentRun {
 
   // compress() with options.stream at `ratio`: the document prefilled again, rows dropped as it
   // is read; the time counts as compression.
-  model::RaggedKvCache compress_streaming(compress::CompressOptions method, double ratio, Accum& acc) {
+  model::RaggedKvCache compress_streaming(compress::CompressOptions method, double ratio,
+                                          Accum& acc) {
     const auto t = Clock::now();
     method.ratio = ratio;
     method.room = s_.answer_room;
@@ -251,16 +274,17 @@ void log(const EvalOptions& o, const std::string& line) {
 
 std::string row_summary(const std::string& method, double ratio, const Accum& a, double seconds) {
   const double n = a.n ? double(a.n) : 1.0;
-  return fmt("  %-9s ratio %.2f  kept %.3f  contains %5.1f%%  F1 %5.1f  KL %.4f  agree %5.1f%%  "
-             "answer F1 %5.1f  (%.1f s)",
-             method.c_str(), ratio, a.total_doc ? double(a.kept_doc) / double(a.total_doc) : 1.0,
-             100.0 * a.contains / n, 100.0 * a.f1 / n, a.kl / n, 100.0 * double(a.agree) / n,
-             100.0 * a.answer_f1 / n, seconds);
+  return fmt(
+      "  %-9s ratio %.2f  kept %.3f  contains %5.1f%%  F1 %5.1f  KL %.4f  agree %5.1f%%  "
+      "answer F1 %5.1f  (%.1f s)",
+      method.c_str(), ratio, a.total_doc ? double(a.kept_doc) / double(a.total_doc) : 1.0,
+      100.0 * a.contains / n, 100.0 * a.f1 / n, a.kl / n, 100.0 * double(a.agree) / n,
+      100.0 * a.answer_f1 / n, seconds);
 }
 
 // One document through the whole protocol; `accs` is (1 + methods × ratios), full first.
-void eval_document(const model::Model& model, model::Forward& fwd, const Document& doc, const EvalOptions& o,
-                   EvalReport& report, std::vector<Accum>& accs) {
+void eval_document(const model::Model& model, model::Forward& fwd, const Document& doc,
+                   const EvalOptions& o, EvalReport& report, std::vector<Accum>& accs) {
   DocumentRun run(model, fwd, doc, o, report);
   // One CompressOptions per method (the reference "full" first): what compress() would be given.
   std::vector<compress::CompressOptions> methods(1 + o.methods.size());
@@ -270,7 +294,8 @@ void eval_document(const model::Model& model, model::Forward& fwd, const Documen
     methods[1 + m].method = streamed ? compress::kLearnedMethod : o.methods[m];
     methods[1 + m].stream = streamed;
   }
-  compress::ScorerOptions so = compress::make_scorer_options(model.chat(), o.kvzip_chunk, o.seed, o.scorer_options);
+  compress::ScorerOptions so =
+      compress::make_scorer_options(model.chat(), o.kvzip_chunk, o.seed, o.scorer_options);
   if (o.query_aware) so.kvzip_queries = run.prompts();
   so.learned = o.learned;
   so.learned_source = o.learned_source;
@@ -294,8 +319,10 @@ void eval_document(const model::Model& model, model::Forward& fwd, const Documen
     const bool streamed = methods[m].stream;  // its own prefill per ratio: no shared scores
     const compress::DocumentScores scores =
         streamed ? compress::DocumentScores{}
-                 : scorers[m]->score(compress::ScoreInput{&fwd, &pre.cache, run.n_prefix(), run.document()});
-    const double scoring_s = streamed ? 0.0 : seconds_since(t) + (timers[m] ? timers[m]->seconds() : 0.0);
+                 : scorers[m]->score(
+                       compress::ScoreInput{&fwd, &pre.cache, run.n_prefix(), run.document()});
+    const double scoring_s =
+        streamed ? 0.0 : seconds_since(t) + (timers[m] ? timers[m]->seconds() : 0.0);
     if (!full) log(o, fmt("  %-9s scored in %.1f s", o.methods[m - 1].c_str(), scoring_s));
     const std::vector<double> ratios = full ? std::vector<double>{1.0} : o.ratios;
     // Highest ratio first: each cache's answers are the best drafts for the next, smaller one.
@@ -305,8 +332,9 @@ void eval_document(const model::Model& model, model::Forward& fwd, const Documen
       Accum one;  // this document only, for the progress line
       t = Clock::now();
       const std::string& name = full ? std::string("full") : o.methods[m - 1];
-      model::RaggedKvCache cache = streamed ? run.compress_streaming(methods[m], ratios[r], one)
-                                            : run.compress(pre.cache, scores, methods[m], ratios[r], one);
+      model::RaggedKvCache cache =
+          streamed ? run.compress_streaming(methods[m], ratios[r], one)
+                   : run.compress(pre.cache, scores, methods[m], ratios[r], one);
       one.compress_s += scoring_s;
       const bool same = !full && o.reuse_identical && one.kept_doc == one.total_doc;
       std::vector<GreedyAnswer> answers;  // the f32 cache's: the reference of the other dtypes
@@ -325,7 +353,8 @@ void eval_document(const model::Model& model, model::Forward& fwd, const Documen
         Accum q;
         q.kept_doc = one.kept_doc, q.total_doc = one.total_doc;
         t = Clock::now();
-        const model::KvBase stored = run.through_file(cache, *format::parse_dtype(o.kv_dtypes[dt]), q);
+        const model::KvBase stored =
+            run.through_file(cache, *format::parse_dtype(o.kv_dtypes[dt]), q);
         // Read-only base plus the answers' rows, as a query session on the file answers.
         model::BranchCache branch(stored, run.answer_room());
         run.set_dtype(o.kv_dtypes[dt]);
@@ -339,7 +368,8 @@ void eval_document(const model::Model& model, model::Forward& fwd, const Documen
   }
 }
 
-EvalRow make_row(const std::string& method, double ratio, const Accum& a, const std::string& dtype = "f32") {
+EvalRow make_row(const std::string& method, double ratio, const Accum& a,
+                 const std::string& dtype = "f32") {
   EvalRow row;
   row.method = method;
   row.ratio = ratio;
@@ -381,13 +411,15 @@ EvalOptions checked(EvalOptions o) {
       methods.push_back(m);
   }
   o.methods = std::move(methods);
-  compress::ScorerOptions probe;  // unknown keys and unparsable values fail here, before any model work
+  compress::ScorerOptions
+      probe;  // unknown keys and unparsable values fail here, before any model work
   for (const std::string& kv : o.scorer_options) compress::set_scorer_option(probe, kv);
   for (double r : o.ratios) compress::check_ratio(r);
   std::vector<std::string> dtypes = {"f32"};
   for (const std::string& t : o.kv_dtypes) {
     if (!format::parse_dtype(t))
-      throw Error(Errc::invalid_argument, "eval: --kv-dtypes " + t + " is not one of f32, f16, bf16, q8, q4");
+      throw Error(Errc::invalid_argument,
+                  "eval: --kv-dtypes " + t + " is not one of f32, f16, bf16, q8, q4");
     if (std::find(dtypes.begin(), dtypes.end(), t) == dtypes.end()) dtypes.push_back(t);
   }
   o.kv_dtypes = std::move(dtypes);
@@ -421,7 +453,8 @@ EvalReport run_eval(const model::Model& model, const std::vector<Document>& docu
   for (size_t m = 0; m < o.methods.size(); ++m)
     for (size_t r = 0; r < o.ratios.size(); ++r)
       for (size_t dt = 0; dt < n_t; ++dt)
-        report.rows.push_back(make_row(o.methods[m], o.ratios[r], accs[1 + (m * o.ratios.size() + r) * n_t + dt],
+        report.rows.push_back(make_row(o.methods[m], o.ratios[r],
+                                       accs[1 + (m * o.ratios.size() + r) * n_t + dt],
                                        o.kv_dtypes[dt]));
   report.with_kv_dtypes = n_t > 1;
   report.total_s = seconds_since(t0);

@@ -43,8 +43,9 @@ bool is_space(uint32_t cp) {
 // A \w character for the article regex: ASCII letters, digits and '_', and non-ASCII code points
 // outside the Latin-1 symbol range, the general and CJK punctuation blocks, and whitespace.
 bool is_word(uint32_t cp) {
-  if (cp < 0x80) return (cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') ||
-                        (cp >= 'A' && cp <= 'Z') || cp == '_';
+  if (cp < 0x80)
+    return (cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') ||
+           cp == '_';
   if (cp <= 0xBF || cp == 0xD7 || cp == 0xF7) return false;
   if (cp >= 0x2000 && cp <= 0x206F) return false;
   if (cp >= 0x3000 && cp <= 0x303F) return false;

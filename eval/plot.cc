@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <string_view>
 
-#include "common/error.h"
 #include "common/atomic_file.h"
+#include "common/error.h"
 
 namespace kvzip::eval {
 namespace {
@@ -73,8 +73,9 @@ std::string marker_svg(double x, double y, Marker m, const char* c) {
   switch (m) {
     case Marker::Circle: return fmt("<circle cx=\"%.1f\" cy=\"%.1f\" r=\"%.1f\"", x, y, r) + fill;
     case Marker::Square:
-      return fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"", x - r, y - r,
-                 2 * r, 2 * r) + fill;
+      return fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"", x - r, y - r, 2 * r,
+                 2 * r) +
+             fill;
     case Marker::Triangle:
       return fmt("<polygon points=\"%.1f,%.1f ", x, y - r) +
              fmt("%.1f,%.1f %.1f,%.1f\"", x - r, y + r, x + r, y + r) + fill;
@@ -107,8 +108,8 @@ std::string axes(const Frame& f) {
     out += line(f.px(x), f.y0, f.px(x), f.y1, kGrid, 1);
     if (n % 2 == 0) out += text(f.px(x), f.y1 + 22, number(x, xdec), "middle", kAxis);
   }
-  out += fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"", f.x0, f.y0,
-             f.x1 - f.x0, f.y1 - f.y0) +
+  out += fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"", f.x0, f.y0, f.x1 - f.x0,
+             f.y1 - f.y0) +
          " fill=\"none\" stroke=\"" + kAxis + "\" stroke-width=\"1\"/>\n";
   out += text((f.x0 + f.x1) / 2, f.y1 + 52, p.x_label, "middle", kAxis);
   out += text((f.x0 + f.x1) / 2, f.y0 - 20, p.title, "middle", kAxis, 17);
@@ -158,11 +159,13 @@ std::string render_svg(const std::vector<PlotPanel>& panels) {
   if (panels.empty()) throw Error(Errc::invalid_argument, "plot: no panels to draw");
   for (const PlotPanel& p : panels)
     if (!(p.x_max > p.x_min) || !(p.y_max > p.y_min) || !(p.x_tick > 0) || !(p.y_tick > 0))
-      throw Error(Errc::invalid_argument, "plot: panel '" + p.title + "' has an empty axis range or tick");
+      throw Error(Errc::invalid_argument,
+                  "plot: panel '" + p.title + "' has an empty axis range or tick");
   const double W = double(kPanelW) * panels.size(), H = kPanelH + kLegendH;
-  std::string out = fmt("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-                        "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\">\n",
-                        W, H, W, H);
+  std::string out =
+      fmt("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+          "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\">\n",
+          W, H, W, H);
   out += fmt("<rect width=\"%.0f\" height=\"%.0f\" fill=\"#ffffff\"/>\n", W, H);
   for (size_t i = 0; i < panels.size(); ++i) out += panel(double(i) * kPanelW, panels[i]);
   out += legend(panels[0].series, W);
@@ -186,8 +189,17 @@ void zoom_to(PlotPanel& p, double top) {
 }  // namespace
 
 std::vector<PlotPanel> report_panels(const EvalReport& report) {
-  PlotPanel contains{"answers containing a reference (%)", "ratio kept", 0.0, 1.0, 0.1, 0.0, 100.0, 20.0,
-                     {}, {}, "full"};
+  PlotPanel contains{"answers containing a reference (%)",
+                     "ratio kept",
+                     0.0,
+                     1.0,
+                     0.1,
+                     0.0,
+                     100.0,
+                     20.0,
+                     {},
+                     {},
+                     "full"};
   PlotPanel f1{"SQuAD F1 (%)", "ratio kept", 0.0, 1.0, 0.1, 0.0, 100.0, 20.0, {}, {}, "full"};
   double top_contains = 0.0, top_f1 = 0.0;
   for (const EvalRow& r : report.rows) {

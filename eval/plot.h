@@ -21,7 +21,7 @@ struct PlotPanel {
   std::string title, x_label;
   double x_min = 0.0, x_max = 1.0, x_tick = 0.1;  // a grid line every tick, a label every 2
   double y_min = 0.0, y_max = 100.0, y_tick = 20.0;
-  std::vector<PlotSeries> series;  // series i of every panel shares colour and marker i
+  std::vector<PlotSeries> series;   // series i of every panel shares colour and marker i
   std::optional<double> reference;  // a dashed horizontal line, labelled reference_label
   std::string reference_label;
 };

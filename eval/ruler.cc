@@ -173,8 +173,9 @@ const char* ruler_setting_name(RulerSetting s) {
 namespace {
 
 // One group's samples as evaluation documents (query-aware: the question follows the context).
-std::vector<Document> sample_documents(const std::vector<RulerSample>& samples, RulerSetting setting,
-                                       const std::string& name, uint32_t len) {
+std::vector<Document> sample_documents(const std::vector<RulerSample>& samples,
+                                       RulerSetting setting, const std::string& name,
+                                       uint32_t len) {
   std::vector<Document> docs;
   for (size_t i = 0; i < samples.size(); ++i) {
     const RulerSample& s = samples[i];
@@ -202,9 +203,8 @@ void add_scored_rows(const EvalReport& er, const std::vector<Document>& docs, co
                 row.achieved_ratio,          0.0,       0};
     for (const AnswerRecord& a : er.answers)
       if (a.method == row.method && a.ratio == row.ratio && a.kv_dtype == "f32") {
-        const Document& d = *std::find_if(docs.begin(), docs.end(), [&](const Document& x) {
-          return x.title == a.document;
-        });
+        const Document& d = *std::find_if(docs.begin(), docs.end(),
+                                          [&](const Document& x) { return x.title == a.document; });
         rr.score += ruler_score(task, a.answer, d.questions[0].answers);
         ++rr.samples;
       }

@@ -118,7 +118,7 @@ struct RulerOptions {
   uint32_t samples = 1;  // per task and length
   std::vector<RulerSetting> settings = {RulerSetting::QueryAgnostic};
   RulerGenOptions gen;
-  std::string model_name;                       // the kvpress CSV's model column
+  std::string model_name;                         // the kvpress CSV's model column
   std::function<void(const std::string&)> log{};  // progress lines (with elapsed time and estimate)
 };
 

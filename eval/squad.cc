@@ -18,10 +18,11 @@ struct Walker {
   const std::string& source;
 
   [[noreturn]] void fail(const std::string& path, const std::string& what) const {
-    throw Error(Errc::invalid_argument, source + ": " + path + ": " + what +
-                                            " (expected SQuAD JSON: {\"data\":[{\"title\",\"paragraphs\":"
-                                            "[{\"context\",\"qas\":[{\"question\",\"id\",\"answers\":"
-                                            "[{\"text\"}]}]}]}]})");
+    throw Error(Errc::invalid_argument,
+                source + ": " + path + ": " + what +
+                    " (expected SQuAD JSON: {\"data\":[{\"title\",\"paragraphs\":"
+                    "[{\"context\",\"qas\":[{\"question\",\"id\",\"answers\":"
+                    "[{\"text\"}]}]}]}]})");
   }
 
   // The member `key` of object `obj`, of type `want`; absent or JSON null: nullptr when
@@ -55,8 +56,10 @@ struct Walker {
     require_object(qa, path);
     Question q;
     q.text = member(qa, path, "question", Json::value_t::string).get<std::string>();
-    if (q.text.find_first_not_of(" \t\r\n") == std::string::npos) fail(path + ".question", "empty question");
-    if (const Json* id = optional(qa, path, "id", Json::value_t::string)) q.id = id->get<std::string>();
+    if (q.text.find_first_not_of(" \t\r\n") == std::string::npos)
+      fail(path + ".question", "empty question");
+    if (const Json* id = optional(qa, path, "id", Json::value_t::string))
+      q.id = id->get<std::string>();
     if (const Json* imp = optional(qa, path, "is_impossible", Json::value_t::boolean))
       q.impossible = imp->get<bool>();
     const Json& answers = member(qa, path, "answers", Json::value_t::array);
@@ -66,7 +69,8 @@ struct Walker {
       q.answers.push_back(member(answers[i], ap, "text", Json::value_t::string).get<std::string>());
     }
     if (!q.impossible && q.answers.empty())
-      fail(path + ".answers", "an answerable question (is_impossible false or absent) has no answers");
+      fail(path + ".answers",
+           "an answerable question (is_impossible false or absent) has no answers");
     return q;
   }
 };
@@ -107,7 +111,8 @@ std::vector<Document> parse_squad(std::string_view json, const std::string& sour
     const Json& art = data[a];
     w.require_object(art, ap);
     std::string title;
-    if (const Json* t = w.optional(art, ap, "title", Json::value_t::string)) title = t->get<std::string>();
+    if (const Json* t = w.optional(art, ap, "title", Json::value_t::string))
+      title = t->get<std::string>();
     const Json& paras = w.member(art, ap, "paragraphs", Json::value_t::array);
     Document article{title, "", {}};
     for (size_t p = 0; p < paras.size(); ++p) {
@@ -115,7 +120,8 @@ std::vector<Document> parse_squad(std::string_view json, const std::string& sour
       w.require_object(paras[p], pp);
       const std::string& context =
           w.member(paras[p], pp, "context", Json::value_t::string).get_ref<const std::string&>();
-      if (context.find_first_not_of(" \t\r\n") == std::string::npos) w.fail(pp + ".context", "empty context");
+      if (context.find_first_not_of(" \t\r\n") == std::string::npos)
+        w.fail(pp + ".context", "empty context");
       const Json& qas = w.member(paras[p], pp, "qas", Json::value_t::array);
       std::vector<Question> qs;
       for (size_t q = 0; q < qas.size(); ++q)

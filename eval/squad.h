@@ -32,8 +32,8 @@ DocumentUnit parse_document_unit(std::string_view name);
 
 struct SquadOptions {
   DocumentUnit unit = DocumentUnit::Article;
-  bool all_questions = false;   // false: answerable questions only
-  uint64_t max_questions = 0;   // > 0: only the first N selected questions of the file, in order
+  bool all_questions = false;  // false: answerable questions only
+  uint64_t max_questions = 0;  // > 0: only the first N selected questions of the file, in order
 };
 
 // Parses a SQuAD JSON text. Throws Errc::invalid_argument naming the JSON path of the problem

@@ -1,8 +1,8 @@
 // xxh64 and zstd plumbing for sections (see detail/codec.h). zstd frames are checked against the
 // section table before decoding, so a forged Raw_Size cannot make the reader allocate memory that
 // the frame does not actually produce.
-#include <zstd.h>
 #include <xxhash.h>
+#include <zstd.h>
 
 #include <algorithm>
 
@@ -71,7 +71,8 @@ std::vector<uint8_t> ZstdSink::finish() {
 }
 
 // Frame checks shared by both decoders.
-static void check_frame(const uint8_t* src, uint64_t stored, uint64_t raw, const std::string& where) {
+static void check_frame(const uint8_t* src, uint64_t stored, uint64_t raw,
+                        const std::string& where) {
   unsigned long long content = ZSTD_getFrameContentSize(src, stored);
   if (content == ZSTD_CONTENTSIZE_ERROR)
     throw Error(Errc::corrupt, where + ": stored bytes are not a zstd frame (Codec 1 = zstd)");

@@ -44,16 +44,19 @@ void validate_header(const CacheHeader& h) {
   if (h.head_dim % 2) invalid("head_dim " + std::to_string(h.head_dim) + " is odd");
   if (h.rope_layout != RopeLayout::HalfSplit) invalid("rope_layout is not a registered id");
   if (!dtype_known(static_cast<uint32_t>(h.kv_dtype)))
-    invalid("kv_dtype id " + std::to_string(static_cast<uint32_t>(h.kv_dtype)) + " is not registered");
+    invalid("kv_dtype id " + std::to_string(static_cast<uint32_t>(h.kv_dtype)) +
+            " is not registered");
   if (dtype_quantized(h.kv_dtype) && !(h.kv_group_size > 0 && h.head_dim % h.kv_group_size == 0))
     invalid("kv_group_size " + std::to_string(h.kv_group_size) + " must divide head_dim " +
             std::to_string(h.head_dim) + " for " + dtype_name(h.kv_dtype));
   if (h.kv_f16_below > 0 && !dtype_quantized(h.kv_dtype))
-    invalid("kv_f16_below " + std::to_string(h.kv_f16_below) + " is set for " + dtype_name(h.kv_dtype) +
-            " (f16 rows exist only with q8/q4)");
+    invalid("kv_f16_below " + std::to_string(h.kv_f16_below) + " is set for " +
+            dtype_name(h.kv_dtype) + " (f16 rows exist only with q8/q4)");
   if (dtype_quantized(h.kv_dtype) && !hadamard_size(h.head_dim))
-    invalid(std::string(dtype_name(h.kv_dtype)) + " needs a power-of-two head_dim (its rows are stored "
-            "Hadamard-rotated), not " + std::to_string(h.head_dim));
+    invalid(std::string(dtype_name(h.kv_dtype)) +
+            " needs a power-of-two head_dim (its rows are stored "
+            "Hadamard-rotated), not " +
+            std::to_string(h.head_dim));
   if (h.kv_f16_below > h.logical_length())
     invalid("kv_f16_below " + std::to_string(h.kv_f16_below) + " exceeds the logical length " +
             std::to_string(h.logical_length()));
@@ -70,7 +73,8 @@ void validate_header(const CacheHeader& h) {
   check_float(h.rope_scaling.low_freq_factor, "rope_scaling.low_freq_factor");
   check_float(h.rope_scaling.high_freq_factor, "rope_scaling.high_freq_factor");
   check_range(h.logical_length(), 0, kMaxLogicalLength, "logical length");
-  if (!(h.requested_ratio >= 0 && h.requested_ratio <= 1)) invalid("requested_ratio outside [0, 1]");
+  if (!(h.requested_ratio >= 0 && h.requested_ratio <= 1))
+    invalid("requested_ratio outside [0, 1]");
   if (!(h.achieved_ratio >= 0 && h.achieved_ratio <= 1)) invalid("achieved_ratio outside [0, 1]");
   check_string(h.tool_version, "tool_version");
   check_string(h.model.arch, "model.arch");
@@ -101,14 +105,16 @@ void check_kv_values(const CacheHeader& h, const LayerKv& layer, const std::stri
     const uint64_t row = j / h.head_dim;
     uint32_t head = 0;
     uint64_t first = 0;
-    while (head + 1 < h.n_kv_heads && row >= first + layer.head_rows[head]) first += layer.head_rows[head++];
+    while (head + 1 < h.n_kv_heads && row >= first + layer.head_rows[head])
+      first += layer.head_rows[head++];
     const float f = (*x)[j];
     invalid(at + " head " + std::to_string(head) + " row " + std::to_string(row - first) + ": " +
             (x == &layer.k ? "key" : "value") + " " +
-            (std::isfinite(f) ? std::to_string(f) + " does not fit " + dtype_name(h.kv_dtype) +
-                                    " (it would become infinite); write with a wider dtype (bf16 or f32)"
-                              : std::string(std::isnan(f) ? "NaN" : "infinity") +
-                                    " is not a value a cache may hold; the model computed it"));
+            (std::isfinite(f)
+                 ? std::to_string(f) + " does not fit " + dtype_name(h.kv_dtype) +
+                       " (it would become infinite); write with a wider dtype (bf16 or f32)"
+                 : std::string(std::isnan(f) ? "NaN" : "infinity") +
+                       " is not a value a cache may hold; the model computed it"));
   }
 }
 
@@ -117,8 +123,8 @@ void validate_layer(const CacheContents& c, uint32_t l) {
   const LayerKv& layer = c.layers[l];
   std::string at = "layers[" + std::to_string(l) + "]";
   if (layer.head_rows.size() != h.n_kv_heads)
-    invalid(at + ".head_rows has " + std::to_string(layer.head_rows.size()) + " entries, n_kv_heads is " +
-            std::to_string(h.n_kv_heads));
+    invalid(at + ".head_rows has " + std::to_string(layer.head_rows.size()) +
+            " entries, n_kv_heads is " + std::to_string(h.n_kv_heads));
   uint64_t rows = 0;
   for (uint32_t n : layer.head_rows) rows += n;
   if (layer.positions.size() != rows)
@@ -126,7 +132,8 @@ void validate_layer(const CacheContents& c, uint32_t l) {
             " entries, head_rows sum to " + std::to_string(rows));
   if (layer.k.size() != rows * h.head_dim || layer.v.size() != rows * h.head_dim)
     invalid(at + ".k/.v must hold rows * head_dim = " + std::to_string(rows * h.head_dim) +
-            " floats, hold " + std::to_string(layer.k.size()) + " / " + std::to_string(layer.v.size()));
+            " floats, hold " + std::to_string(layer.k.size()) + " / " +
+            std::to_string(layer.v.size()));
   size_t want_scores = c.has_scores ? rows : 0;
   if (layer.scores.size() != want_scores)
     invalid(at + ".scores has " + std::to_string(layer.scores.size()) + " entries, expected " +
@@ -139,8 +146,8 @@ void validate_layer(const CacheContents& c, uint32_t l) {
         invalid(at + " head " + std::to_string(head) + ": position " + std::to_string(p) +
                 " >= logical length " + std::to_string(h.logical_length()));
       if (i > 0 && p <= layer.positions[row - 1])
-        invalid(at + " head " + std::to_string(head) + ": positions not strictly increasing at row " +
-                std::to_string(i));
+        invalid(at + " head " + std::to_string(head) +
+                ": positions not strictly increasing at row " + std::to_string(i));
       if (!layer.scores.empty() && std::isnan(layer.scores[row]))
         invalid(at + ".scores[" + std::to_string(row) + "] is NaN");
     }
@@ -183,17 +190,20 @@ void check_shape(const CacheHeader& h, const ModelConfig& c) {
                                           " but the model's is " + model +
                                           "; the cache was computed by a different model");
   };
-  if (h.n_layers != c.n_layers) mismatch("n_layers", std::to_string(h.n_layers), std::to_string(c.n_layers));
+  if (h.n_layers != c.n_layers)
+    mismatch("n_layers", std::to_string(h.n_layers), std::to_string(c.n_layers));
   if (h.n_kv_heads != c.n_kv_heads)
     mismatch("n_kv_heads", std::to_string(h.n_kv_heads), std::to_string(c.n_kv_heads));
-  if (h.head_dim != c.head_dim) mismatch("head_dim", std::to_string(h.head_dim), std::to_string(c.head_dim));
+  if (h.head_dim != c.head_dim)
+    mismatch("head_dim", std::to_string(h.head_dim), std::to_string(c.head_dim));
   if (h.rope_base != c.rope_base)
     mismatch("rope_base", std::to_string(h.rope_base), std::to_string(c.rope_base));
   const RopeScaling &a = h.rope_scaling, &b = c.rope_scaling;
   if (a.kind != b.kind || a.factor != b.factor || a.low_freq_factor != b.low_freq_factor ||
       a.high_freq_factor != b.high_freq_factor || a.original_context != b.original_context)
-    mismatch("rope_scaling", "kind " + std::to_string(static_cast<uint32_t>(a.kind)),
-             "kind " + std::to_string(static_cast<uint32_t>(b.kind)) + " (or other scaling fields)");
+    mismatch(
+        "rope_scaling", "kind " + std::to_string(static_cast<uint32_t>(a.kind)),
+        "kind " + std::to_string(static_cast<uint32_t>(b.kind)) + " (or other scaling fields)");
   auto locals = [](const std::vector<uint8_t>& v) {
     std::string out;
     for (size_t l = 0; l < v.size(); ++l)
@@ -206,10 +216,13 @@ void check_shape(const CacheHeader& h, const ModelConfig& c) {
   const std::vector<uint8_t> model_local = c.hybrid() ? c.local_layers : std::vector<uint8_t>{};
   if (locals(h.local_layers) != locals(model_local))
     mismatch("local (sliding-window) layers", locals(h.local_layers), locals(model_local));
-  if (!model_local.empty() && (h.sliding_window != c.sliding_window || h.rope_local_base != c.rope_local_base))
-    mismatch("sliding window", std::to_string(h.sliding_window) + " (local rope base " +
-                                   std::to_string(h.rope_local_base) + ")",
-             std::to_string(c.sliding_window) + " (local rope base " + std::to_string(c.rope_local_base) + ")");
+  if (!model_local.empty() &&
+      (h.sliding_window != c.sliding_window || h.rope_local_base != c.rope_local_base))
+    mismatch("sliding window",
+             std::to_string(h.sliding_window) + " (local rope base " +
+                 std::to_string(h.rope_local_base) + ")",
+             std::to_string(c.sliding_window) + " (local rope base " +
+                 std::to_string(c.rope_local_base) + ")");
 }
 
 }  // namespace kvzip::format

@@ -35,8 +35,9 @@ uint32_t dtype_size(DType t) {
       throw Error(Errc::internal, std::string("dtype ") + dtype_name(t) +
                                       " has no per-element size (group-wise quantized)");
   }
-  throw Error(Errc::unsupported, "dtype id " + std::to_string(static_cast<uint32_t>(t)) +
-                                     " is not in this build's registry (f32=1, f16=2, bf16=3, q8=10, q4=11)");
+  throw Error(Errc::unsupported,
+              "dtype id " + std::to_string(static_cast<uint32_t>(t)) +
+                  " is not in this build's registry (f32=1, f16=2, bf16=3, q8=10, q4=11)");
 }
 
 bool dtype_quantized(DType t) { return t == DType::Q8 || t == DType::Q4; }

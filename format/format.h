@@ -36,16 +36,16 @@ enum class Codec : uint32_t { None = 0, Zstd = 1 };
 // Head-dim order of the stored keys. HalfSplit: RoPE rotates the pairs (i, i + D/2).
 enum class RopeLayout : uint32_t { HalfSplit = 1 };
 
-const char* dtype_name(DType t);                     // "f32", "f16", "bf16", "q8", "q4"
-uint32_t dtype_size(DType t);                        // bytes per element; q8/q4 have none (internal)
-bool dtype_quantized(DType t);                       // q8, q4
-uint32_t dtype_bits(DType t);                        // bits per stored K/V value (codes for q8/q4)
+const char* dtype_name(DType t);  // "f32", "f16", "bf16", "q8", "q4"
+uint32_t dtype_size(DType t);     // bytes per element; q8/q4 have none (internal)
+bool dtype_quantized(DType t);    // q8, q4
+uint32_t dtype_bits(DType t);     // bits per stored K/V value (codes for q8/q4)
 std::optional<DType> parse_dtype(std::string_view name);
 struct CacheHeader;
 // The minor version a file with this header records: 1 with local (sliding-window) layers (the
 // model.local_layers keys), else 0.
 uint16_t min_minor(const CacheHeader& h);
-const char* codec_name(Codec c);                     // "none", "zstd"
+const char* codec_name(Codec c);  // "none", "zstd"
 
 // The method parameter "query_template" says how a question follows the document at query time
 // ("{question}" is replaced by its text); a file without it is read with this one.
@@ -54,14 +54,14 @@ inline constexpr const char* kDefaultQueryTemplate = "\n\nQuestion: {question}";
 // Everything in the file except the K/V rows. prefix_length() and logical_length() are derived
 // from the token lists so they can never disagree with them in memory.
 struct CacheHeader {
-  std::string tool_version;     // e.g. "kvzip 0.1.0"
-  int64_t created_unix = 0;     // seconds since 1970-01-01T00:00:00Z
-  ModelFingerprint model;       // arch, name, tokenizer hash, weights hash
-  uint32_t n_layers = 0;        // L
-  uint32_t n_kv_heads = 0;      // Hkv
-  uint32_t head_dim = 0;        // D (even)
+  std::string tool_version;  // e.g. "kvzip 0.1.0"
+  int64_t created_unix = 0;  // seconds since 1970-01-01T00:00:00Z
+  ModelFingerprint model;    // arch, name, tokenizer hash, weights hash
+  uint32_t n_layers = 0;     // L
+  uint32_t n_kv_heads = 0;   // Hkv
+  uint32_t head_dim = 0;     // D (even)
   RopeLayout rope_layout = RopeLayout::HalfSplit;
-  float rope_base = 10000.0f;   // theta
+  float rope_base = 10000.0f;  // theta
   RopeScaling rope_scaling;
   // Hybrid attention (v1.1; Gemma 3): local_layers (L) marks the sliding-window layers, which see
   // only their last `sliding_window` positions and rotate with rope_local_base (unscaled); their
@@ -104,7 +104,9 @@ struct QuantRows {
   std::vector<uint16_t> dense;       // (R_f16, D) f16 bits of the f16 rows
   std::vector<uint16_t> params;      // (R - R_f16, D/Gs) common/kv_params.h byte-parameter words
   std::vector<uint8_t> codes;        // (R - R_f16, D·bits/8); q4: channel 2i in the low nibble
-  bool empty() const { return channel_scale.empty() && dense.empty() && params.empty() && codes.empty(); }
+  bool empty() const {
+    return channel_scale.empty() && dense.empty() && params.empty() && codes.empty();
+  }
 };
 
 // One layer of a pruned cache. R = sum of head_rows.
@@ -164,9 +166,9 @@ class VectorSink final : public Sink {
 };
 
 struct WriteOptions {
-  int zstd_level = 0;      // 0: every section raw; 1..19: zstd at that level
-  bool compress_kv = true; // with zstd: K/V sections too (raw K/V allow zero-copy mmap reads)
-  bool force = false;      // write_cache_file: replace an existing file
+  int zstd_level = 0;       // 0: every section raw; 1..19: zstd at that level
+  bool compress_kv = true;  // with zstd: K/V sections too (raw K/V allow zero-copy mmap reads)
+  bool force = false;       // write_cache_file: replace an existing file
 };
 
 // Errc::invalid_argument unless zstd_level is in 0 (off) .. 19; write_cache calls it, and writers
@@ -247,9 +249,9 @@ class CacheReader {
   bool has_scores() const;
 
   std::span<const uint32_t> head_rows(uint32_t layer) const;  // (Hkv)
-  uint64_t layer_rows(uint32_t layer) const;                   // R_l
-  std::span<const uint32_t> positions(uint32_t layer) const;   // (R_l)
-  std::span<const float> scores(uint32_t layer) const;         // (R_l), empty without scores
+  uint64_t layer_rows(uint32_t layer) const;                  // R_l
+  std::span<const uint32_t> positions(uint32_t layer) const;  // (R_l)
+  std::span<const float> scores(uint32_t layer) const;        // (R_l), empty without scores
 
   // K/V stored raw as f32: views into the mapping (checksum checked per OpenOptions). Else empty.
   std::optional<KvView> kv_view(uint32_t layer) const;

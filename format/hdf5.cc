@@ -31,10 +31,12 @@ namespace kvzip::format {
 
 bool hdf5_available() { return false; }
 void export_hdf5(const CacheContents&, const std::string&, bool) {
-  throw Error(Errc::unsupported, "this kvzip was built without HDF5 (install libhdf5-dev and rebuild)");
+  throw Error(Errc::unsupported,
+              "this kvzip was built without HDF5 (install libhdf5-dev and rebuild)");
 }
 CacheContents import_hdf5(const std::string&) {
-  throw Error(Errc::unsupported, "this kvzip was built without HDF5 (install libhdf5-dev and rebuild)");
+  throw Error(Errc::unsupported,
+              "this kvzip was built without HDF5 (install libhdf5-dev and rebuild)");
 }
 
 #else
@@ -44,8 +46,8 @@ namespace {
 using detail::MetaEntry;
 using detail::MetaType;
 
-constexpr const char* kLayoutAttr = "hdf5.layout";        // u64, 1 for this layout
-constexpr const char* kScoresAttr = "hdf5.has_scores";    // u64, 0 or 1
+constexpr const char* kLayoutAttr = "hdf5.layout";      // u64, 1 for this layout
+constexpr const char* kScoresAttr = "hdf5.has_scores";  // u64, 0 or 1
 
 // Owns one HDF5 identifier; closes it with the matching H5*close.
 class Id {
@@ -98,15 +100,21 @@ void write_attribute(hid_t loc, const MetaEntry& e) {
   Id space = scalar_space();
   if (e.type == MetaType::Str) {
     Id t = vl_string_type();
-    Id a(H5Acreate2(loc, e.key.c_str(), t, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose, "attribute " + e.key);
+    Id a(H5Acreate2(loc, e.key.c_str(), t, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose,
+         "attribute " + e.key);
     std::string s(e.value.begin(), e.value.end());
     const char* p = s.c_str();
     check(H5Awrite(a, t, &p), "writing attribute " + e.key);
     return;
   }
-  hid_t file_type = e.type == MetaType::U64 ? H5T_STD_U64LE : e.type == MetaType::I64 ? H5T_STD_I64LE : H5T_IEEE_F64LE;
-  hid_t mem_type = e.type == MetaType::U64 ? H5T_NATIVE_UINT64 : e.type == MetaType::I64 ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE;
-  Id a(H5Acreate2(loc, e.key.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose, "attribute " + e.key);
+  hid_t file_type = e.type == MetaType::U64   ? H5T_STD_U64LE
+                    : e.type == MetaType::I64 ? H5T_STD_I64LE
+                                              : H5T_IEEE_F64LE;
+  hid_t mem_type = e.type == MetaType::U64   ? H5T_NATIVE_UINT64
+                   : e.type == MetaType::I64 ? H5T_NATIVE_INT64
+                                             : H5T_NATIVE_DOUBLE;
+  Id a(H5Acreate2(loc, e.key.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose,
+       "attribute " + e.key);
   check(H5Awrite(a, mem_type, e.value.data()), "writing attribute " + e.key);
 }
 
@@ -117,14 +125,15 @@ void write_u64_attr(hid_t loc, const char* name, uint64_t v) {
 }
 
 // 1-D or 2-D dataset; data may be null when a dimension is 0.
-void write_dataset(hid_t loc, const std::string& name, hid_t file_type, hid_t mem_type, const void* data,
-                   std::initializer_list<hsize_t> dims) {
+void write_dataset(hid_t loc, const std::string& name, hid_t file_type, hid_t mem_type,
+                   const void* data, std::initializer_list<hsize_t> dims) {
   Id space = simple_space(dims);
-  Id d(H5Dcreate2(loc, name.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose,
-       "dataset " + name);
+  Id d(H5Dcreate2(loc, name.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+       H5Dclose, "dataset " + name);
   hsize_t n = 1;
   for (hsize_t x : dims) n *= x;
-  if (n) check(H5Dwrite(d, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "writing dataset " + name);
+  if (n)
+    check(H5Dwrite(d, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "writing dataset " + name);
 }
 
 // Byte group parameters as the bytes the .kvz section holds: scale code, zero point.
@@ -137,28 +146,36 @@ std::vector<uint8_t> byte_params(const std::vector<uint16_t>& words) {
   return b;
 }
 
-void write_quant(hid_t g, const char* prefix, const QuantRows& q, const CacheHeader& h, hsize_t rows, hsize_t f16) {
-  const hsize_t D = h.head_dim, groups = D / h.kv_group_size, bytes = D * dtype_bits(h.kv_dtype) / 8;
+void write_quant(hid_t g, const char* prefix, const QuantRows& q, const CacheHeader& h,
+                 hsize_t rows, hsize_t f16) {
+  const hsize_t D = h.head_dim, groups = D / h.kv_group_size,
+                bytes = D * dtype_bits(h.kv_dtype) / 8;
   const std::string p(prefix);
   rows -= f16;  // the quantized rows
-  write_dataset(g, p + "_channel_scale", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, q.channel_scale.data(), {h.n_kv_heads, D});
+  write_dataset(g, p + "_channel_scale", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, q.channel_scale.data(),
+                {h.n_kv_heads, D});
   write_dataset(g, p + "_f16_rows", H5T_STD_U16LE, H5T_NATIVE_UINT16, q.dense.data(), {f16, D});
   // per group the scale code and the zero point, the file's bytes
-  write_dataset(g, p + "_params", H5T_STD_U8LE, H5T_NATIVE_UINT8, byte_params(q.params).data(), {rows, groups, 2});
+  write_dataset(g, p + "_params", H5T_STD_U8LE, H5T_NATIVE_UINT8, byte_params(q.params).data(),
+                {rows, groups, 2});
   write_dataset(g, p + "_codes", H5T_STD_U8LE, H5T_NATIVE_UINT8, q.codes.data(), {rows, bytes});
 }
 
-void write_layer(hid_t layers, uint32_t l, const LayerKv& layer, const CacheHeader& h, bool scores) {
+void write_layer(hid_t layers, uint32_t l, const LayerKv& layer, const CacheHeader& h,
+                 bool scores) {
   const uint32_t head_dim = h.head_dim;
   char name[16];
   std::snprintf(name, sizeof name, "%04u", l);
-  Id g(H5Gcreate2(layers, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose, "group layers/" + std::string(name));
+  Id g(H5Gcreate2(layers, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose,
+       "group layers/" + std::string(name));
   hsize_t rows = layer.positions.size();
-  write_dataset(g, "head_rows", H5T_STD_U32LE, H5T_NATIVE_UINT32, layer.head_rows.data(), {layer.head_rows.size()});
+  write_dataset(g, "head_rows", H5T_STD_U32LE, H5T_NATIVE_UINT32, layer.head_rows.data(),
+                {layer.head_rows.size()});
   write_dataset(g, "positions", H5T_STD_U32LE, H5T_NATIVE_UINT32, layer.positions.data(), {rows});
   write_dataset(g, "k", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, layer.k.data(), {rows, head_dim});
   write_dataset(g, "v", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, layer.v.data(), {rows, head_dim});
-  if (scores) write_dataset(g, "scores", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, layer.scores.data(), {rows});
+  if (scores)
+    write_dataset(g, "scores", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, layer.scores.data(), {rows});
   if (dtype_quantized(h.kv_dtype)) {
     const hsize_t f16 = f16_row_count(h, layer.positions);
     write_quant(g, "k", layer.qk, h, rows, f16);
@@ -169,26 +186,32 @@ void write_layer(hid_t layers, uint32_t l, const LayerKv& layer, const CacheHead
 // The whole HDF5 file as bytes. Every identifier is an Id, so each is closed on every path.
 std::vector<uint8_t> export_image(const CacheContents& c, const std::string& file) {
   uint64_t estimate = 1 << 20;  // grow the in-memory file in steps near its final size
-  for (const LayerKv& l : c.layers) estimate += 4 * (l.k.size() + l.v.size() + 2 * l.positions.size());
+  for (const LayerKv& l : c.layers)
+    estimate += 4 * (l.k.size() + l.v.size() + 2 * l.positions.size());
   Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "file access properties");
-  check(H5Pset_fapl_core(fapl, static_cast<size_t>(std::min<uint64_t>(estimate, 1ull << 30)), /*backing_store=*/0),
+  check(H5Pset_fapl_core(fapl, static_cast<size_t>(std::min<uint64_t>(estimate, 1ull << 30)),
+                         /*backing_store=*/0),
         "in-memory file driver");
   Id fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose, "file creation properties");
   // Attribute creation order keeps the parameters in their order across a round trip.
-  check(H5Pset_attr_creation_order(fcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED), "creation order");
-  Id f(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, fcpl, fapl), H5Fclose, "creating " + file + " in memory");
+  check(H5Pset_attr_creation_order(fcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED),
+        "creation order");
+  Id f(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, fcpl, fapl), H5Fclose,
+       "creating " + file + " in memory");
   Id root(H5Gopen2(f, "/", H5P_DEFAULT), H5Gclose, "root group");
   write_u64_attr(root, kLayoutAttr, 1);
   write_u64_attr(root, kScoresAttr, c.has_scores ? 1 : 0);
   std::vector<uint8_t> meta = detail::encode_meta(c.header);
   for (const MetaEntry& e : detail::meta_entries(meta.data(), meta.size(), file)) {
     if (e.type == MetaType::U32Array)
-      write_dataset(root, e.key, H5T_STD_U32LE, H5T_NATIVE_UINT32, e.value.data(), {e.value.size() / 4});
-    else
-      write_attribute(root, e);
+      write_dataset(root, e.key, H5T_STD_U32LE, H5T_NATIVE_UINT32, e.value.data(),
+                    {e.value.size() / 4});
+    else write_attribute(root, e);
   }
-  Id layers(H5Gcreate2(f, "layers", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose, "group layers");
-  for (uint32_t l = 0; l < c.header.n_layers; ++l) write_layer(layers, l, c.layers[l], c.header, c.has_scores);
+  Id layers(H5Gcreate2(f, "layers", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose,
+            "group layers");
+  for (uint32_t l = 0; l < c.header.n_layers; ++l)
+    write_layer(layers, l, c.layers[l], c.header, c.has_scores);
   check(H5Fflush(f, H5F_SCOPE_GLOBAL), "flushing " + file);
   const ssize_t size = H5Fget_file_image(f, nullptr, 0);
   if (size <= 0) throw Error(Errc::io, "HDF5: sizing the image of " + file + " failed");
@@ -219,7 +242,8 @@ MetaEntry read_attribute(hid_t root, const std::string& key, const Importer& im)
       bool is_signed = H5Tget_sign(t) == H5T_SGN_2;
       int64_t sv = 0;
       uint64_t uv = 0;
-      check(H5Aread(a, is_signed ? H5T_NATIVE_INT64 : H5T_NATIVE_UINT64, is_signed ? static_cast<void*>(&sv) : &uv),
+      check(H5Aread(a, is_signed ? H5T_NATIVE_INT64 : H5T_NATIVE_UINT64,
+                    is_signed ? static_cast<void*>(&sv) : &uv),
             "reading attribute " + key);
       if (key == "kvzip.created_unix") {
         e.type = MetaType::I64;
@@ -257,8 +281,7 @@ MetaEntry read_attribute(hid_t root, const std::string& key, const Importer& im)
       }
       return e;
     }
-    default:
-      im.fail("attribute " + key + " is neither an integer, a float nor a string");
+    default: im.fail("attribute " + key + " is neither an integer, a float nor a string");
   }
 }
 
@@ -274,8 +297,8 @@ herr_t collect_link(hid_t, const char* name, const H5L_info_t*, void* out) {
 
 // Reads a dataset that must have exactly the shape `dims`, converting to mem_type.
 template <class T>
-std::vector<T> read_dataset(hid_t loc, const std::string& name, hid_t mem_type, std::vector<hsize_t> dims,
-                            const Importer& im) {
+std::vector<T> read_dataset(hid_t loc, const std::string& name, hid_t mem_type,
+                            std::vector<hsize_t> dims, const Importer& im) {
   if (H5Lexists(loc, name.c_str(), H5P_DEFAULT) <= 0) im.fail("dataset " + name + " is missing");
   Id d(H5Dopen2(loc, name.c_str(), H5P_DEFAULT), H5Dclose, "opening dataset " + name);
   Id space(H5Dget_space(d), H5Sclose, "dataset space");
@@ -291,14 +314,17 @@ std::vector<T> read_dataset(hid_t loc, const std::string& name, hid_t mem_type, 
   uint64_t count = 1;
   for (hsize_t x : dims) count *= x;
   std::vector<T> out(count);
-  if (count) check(H5Dread(d, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()), "reading dataset " + name);
+  if (count)
+    check(H5Dread(d, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()),
+          "reading dataset " + name);
   return out;
 }
 
 uint64_t dataset_length(hid_t loc, const std::string& name, const Importer& im) {
   Id d(H5Dopen2(loc, name.c_str(), H5P_DEFAULT), H5Dclose, "opening dataset " + name);
   Id space(H5Dget_space(d), H5Sclose, "dataset space");
-  if (H5Sget_simple_extent_ndims(space) != 1) im.fail("dataset " + name + " is not one-dimensional");
+  if (H5Sget_simple_extent_ndims(space) != 1)
+    im.fail("dataset " + name + " is not one-dimensional");
   return static_cast<uint64_t>(H5Sget_simple_extent_npoints(space));
 }
 
@@ -308,17 +334,20 @@ std::vector<MetaEntry> import_meta(hid_t root, const Importer& im) {
   if (H5Aiterate2(root, H5_INDEX_CRT_ORDER, H5_ITER_INC, &idx, collect_name, &names) < 0) {
     names.clear();  // no creation order tracked (a file made elsewhere): name order
     idx = 0;
-    check(H5Aiterate2(root, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_name, &names), "listing attributes");
+    check(H5Aiterate2(root, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_name, &names),
+          "listing attributes");
   }
   std::vector<MetaEntry> entries;
   for (const std::string& key : names)
     if (key.rfind("hdf5.", 0) != 0) entries.push_back(read_attribute(root, key, im));
   std::vector<std::string> links;
   idx = 0;
-  check(H5Literate(root, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_link, &links), "listing datasets");
+  check(H5Literate(root, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_link, &links),
+        "listing datasets");
   for (const std::string& key : links) {
     if (key == "layers") continue;
-    auto v = read_dataset<uint32_t>(root, key, H5T_NATIVE_UINT32, {dataset_length(root, key, im)}, im);
+    auto v =
+        read_dataset<uint32_t>(root, key, H5T_NATIVE_UINT32, {dataset_length(root, key, im)}, im);
     MetaEntry e{key, MetaType::U32Array, std::vector<uint8_t>(v.size() * 4)};
     if (!v.empty()) std::memcpy(e.value.data(), v.data(), e.value.size());
     entries.push_back(std::move(e));
@@ -327,7 +356,8 @@ std::vector<MetaEntry> import_meta(hid_t root, const Importer& im) {
 }
 
 uint64_t root_u64(hid_t root, const char* name, const Importer& im) {
-  if (H5Aexists(root, name) <= 0) im.fail("root attribute " + std::string(name) + " is missing (not a kvzip export)");
+  if (H5Aexists(root, name) <= 0)
+    im.fail("root attribute " + std::string(name) + " is missing (not a kvzip export)");
   MetaEntry e = read_attribute(root, name, im);
   uint64_t v;
   std::memcpy(&v, e.value.data(), 8);
@@ -338,7 +368,8 @@ CacheContents import_from(const std::string& file) {
   Importer im{file};
   struct stat st;
   if (::stat(file.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-    throw Error(Errc::invalid_argument, file + " is a directory, not an HDF5 file; give a .h5 file");
+    throw Error(Errc::invalid_argument,
+                file + " is a directory, not an HDF5 file; give a .h5 file");
   htri_t is = H5Fis_hdf5(file.c_str());
   if (is < 0) throw Error(Errc::not_found, "cannot open " + file);
   if (is == 0) throw Error(Errc::bad_magic, file + " is not an HDF5 file");
@@ -346,25 +377,29 @@ CacheContents import_from(const std::string& file) {
   Id root(H5Gopen2(f, "/", H5P_DEFAULT), H5Gclose, "root group");
   uint64_t layout = root_u64(root, kLayoutAttr, im);
   if (layout != 1)
-    throw Error(Errc::version_unsupported, "HDF5 file " + file + ": hdf5.layout " + std::to_string(layout) +
+    throw Error(Errc::version_unsupported, "HDF5 file " + file + ": hdf5.layout " +
+                                               std::to_string(layout) +
                                                "; this build reads layout 1");
   CacheContents c;
   c.has_scores = root_u64(root, kScoresAttr, im) == 1;
   std::vector<uint8_t> meta = detail::encode_meta_entries(import_meta(root, im));
-  c.header = detail::decode_meta(meta.data(), meta.size(), "HDF5 file " + file + " (root attributes)");
+  c.header =
+      detail::decode_meta(meta.data(), meta.size(), "HDF5 file " + file + " (root attributes)");
   const CacheHeader& h = c.header;
   if (H5Lexists(root, "layers", H5P_DEFAULT) <= 0) im.fail("group /layers is missing");
   Id layers(H5Gopen2(root, "layers", H5P_DEFAULT), H5Gclose, "group layers");
   for (uint32_t l = 0; l < h.n_layers; ++l) {
     char name[16];
     std::snprintf(name, sizeof name, "%04u", l);
-    if (H5Lexists(layers, name, H5P_DEFAULT) <= 0) im.fail("group /layers/" + std::string(name) + " is missing");
+    if (H5Lexists(layers, name, H5P_DEFAULT) <= 0)
+      im.fail("group /layers/" + std::string(name) + " is missing");
     Id g(H5Gopen2(layers, name, H5P_DEFAULT), H5Gclose, "group layers/" + std::string(name));
     LayerKv& layer = c.layers.emplace_back();
     layer.head_rows = read_dataset<uint32_t>(g, "head_rows", H5T_NATIVE_UINT32, {h.n_kv_heads}, im);
     uint64_t rows = 0;
     for (uint32_t r : layer.head_rows) {
-      if (r > h.logical_length()) im.fail("layer " + std::to_string(l) + ": head_rows exceeds the logical length");
+      if (r > h.logical_length())
+        im.fail("layer " + std::to_string(l) + ": head_rows exceeds the logical length");
       rows += r;
     }
     layer.positions = read_dataset<uint32_t>(g, "positions", H5T_NATIVE_UINT32, {rows}, im);
@@ -372,14 +407,17 @@ CacheContents import_from(const std::string& file) {
     layer.v = read_dataset<float>(g, "v", H5T_NATIVE_FLOAT, {rows, h.head_dim}, im);
     if (c.has_scores) layer.scores = read_dataset<float>(g, "scores", H5T_NATIVE_FLOAT, {rows}, im);
     if (dtype_quantized(h.kv_dtype)) {  // the stored form is the truth; k and v follow from it
-      const hsize_t D = h.head_dim, groups = D / h.kv_group_size, bytes = D * dtype_bits(h.kv_dtype) / 8;
+      const hsize_t D = h.head_dim, groups = D / h.kv_group_size,
+                    bytes = D * dtype_bits(h.kv_dtype) / 8;
       const uint64_t f16 = f16_row_count(h, layer.positions), quant = rows - f16;
       for (auto [p, q] : {std::pair{"k", &layer.qk}, std::pair{"v", &layer.qv}}) {
         const std::string s(p);
-        q->channel_scale = read_dataset<float>(g, s + "_channel_scale", H5T_NATIVE_FLOAT, {h.n_kv_heads, D}, im);
+        q->channel_scale =
+            read_dataset<float>(g, s + "_channel_scale", H5T_NATIVE_FLOAT, {h.n_kv_heads, D}, im);
         q->dense = read_dataset<uint16_t>(g, s + "_f16_rows", H5T_NATIVE_UINT16, {f16, D}, im);
         // (quant, groups, 2) bytes: scale code, zero point
-        const auto b = read_dataset<uint8_t>(g, s + "_params", H5T_NATIVE_UINT8, {quant, groups, 2}, im);
+        const auto b =
+            read_dataset<uint8_t>(g, s + "_params", H5T_NATIVE_UINT8, {quant, groups, 2}, im);
         q->params.resize(b.size() / 2);
         for (size_t i = 0; i < q->params.size(); ++i)
           q->params[i] = static_cast<uint16_t>(b[2 * i] | b[2 * i + 1] << 8);
@@ -411,7 +449,8 @@ void export_hdf5(const CacheContents& contents, const std::string& path, bool fo
   kvzip::check_writable(path, force);  // before the image, which may be large, is built
   quiet();
   const std::vector<uint8_t> image = export_image(contents, path);
-  kvzip::write_file_atomically(path, force, std::string_view(reinterpret_cast<const char*>(image.data()), image.size()));
+  kvzip::write_file_atomically(
+      path, force, std::string_view(reinterpret_cast<const char*>(image.data()), image.size()));
 }
 
 CacheContents import_hdf5(const std::string& path) {

@@ -9,9 +9,9 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <algorithm>
 #include <cstring>
 #include <fstream>
 
@@ -25,9 +25,9 @@ namespace {
 
 inline constexpr uint8_t kHeadMagic[8] = {0x89, 'K', 'V', 'H', 0x0D, 0x0A, 0x1A, 0x0A};
 inline constexpr uint32_t kFixedHeader = 64;
-inline constexpr uint32_t kMaxHeader = 4096;          // room for later minor versions' fields
-inline constexpr uint32_t kMaxString = 65536;         // arch, name, source
-inline constexpr uint32_t kMaxDim = 1024;             // L and Hkv, as .kvz's reader limits
+inline constexpr uint32_t kMaxHeader = 4096;   // room for later minor versions' fields
+inline constexpr uint32_t kMaxString = 65536;  // arch, name, source
+inline constexpr uint32_t kMaxDim = 1024;      // L and Hkv, as .kvz's reader limits
 inline constexpr uint64_t kMaxFileBytes = 16ull << 20;
 
 using detail::load_u16;
@@ -74,13 +74,13 @@ void check_string(const std::string& s, const char* field) {
 
 void validate(const HeadScores& s) {
   if (s.n_layers == 0 || s.n_layers > kMaxDim || s.n_kv_heads == 0 || s.n_kv_heads > kMaxDim)
-    throw Error(Errc::invalid_argument,
-                "head scores: L = " + std::to_string(s.n_layers) + " and Hkv = " +
-                    std::to_string(s.n_kv_heads) + " must each be in 1.." + std::to_string(kMaxDim));
+    throw Error(Errc::invalid_argument, "head scores: L = " + std::to_string(s.n_layers) +
+                                            " and Hkv = " + std::to_string(s.n_kv_heads) +
+                                            " must each be in 1.." + std::to_string(kMaxDim));
   if (s.values.size() != size_t(s.n_layers) * s.n_kv_heads)
-    throw Error(Errc::invalid_argument, "head scores: " + std::to_string(s.values.size()) +
-                                            " values for L·Hkv = " +
-                                            std::to_string(size_t(s.n_layers) * s.n_kv_heads));
+    throw Error(Errc::invalid_argument,
+                "head scores: " + std::to_string(s.values.size()) +
+                    " values for L·Hkv = " + std::to_string(size_t(s.n_layers) * s.n_kv_heads));
   for (size_t i = 0; i < s.values.size(); ++i)
     if (!std::isfinite(s.values[i]))
       throw Error(Errc::invalid_argument, "head scores: value " + std::to_string(i) + " (layer " +
@@ -127,11 +127,12 @@ HeadScores decode_head_scores(std::span<const uint8_t> b, const std::string& whe
   if (size == 0) fail(Errc::truncated, where, "file is empty");
   const size_t magic_seen = std::min<size_t>(size, 8);
   if (std::memcmp(b.data(), kHeadMagic, magic_seen) != 0)
-    fail(Errc::bad_magic, where, "not a kvzip head-scores file (magic bytes differ; expected "
-                                 "89 4B 56 48 0D 0A 1A 0A, as `kvzip calibrate` writes)");
+    fail(Errc::bad_magic, where,
+         "not a kvzip head-scores file (magic bytes differ; expected "
+         "89 4B 56 48 0D 0A 1A 0A, as `kvzip calibrate` writes)");
   if (size < 16)
-    fail(Errc::truncated, where, "file is " + std::to_string(size) +
-                                     " bytes, shorter than the 16-byte preamble");
+    fail(Errc::truncated, where,
+         "file is " + std::to_string(size) + " bytes, shorter than the 16-byte preamble");
   const uint16_t major = load_u16(b.data() + 8), minor = load_u16(b.data() + 10);
   if (major != kHeadScoresVersionMajor)
     fail(Errc::version_unsupported, where,
@@ -139,11 +140,13 @@ HeadScores decode_head_scores(std::span<const uint8_t> b, const std::string& whe
              "; this build reads version 1.x — use a newer kvzip or calibrate again");
   const uint32_t header = load_u32(b.data() + 12);
   if (header < kFixedHeader || header > kMaxHeader)
-    fail(Errc::corrupt, where, "Header_Size " + std::to_string(header) + " outside " +
-                                   std::to_string(kFixedHeader) + ".." + std::to_string(kMaxHeader));
+    fail(Errc::corrupt, where,
+         "Header_Size " + std::to_string(header) + " outside " + std::to_string(kFixedHeader) +
+             ".." + std::to_string(kMaxHeader));
   if (size < header)
-    fail(Errc::truncated, where, "file is " + std::to_string(size) + " bytes, shorter than its " +
-                                     std::to_string(header) + "-byte header");
+    fail(Errc::truncated, where,
+         "file is " + std::to_string(size) + " bytes, shorter than its " + std::to_string(header) +
+             "-byte header");
   HeadScores s;
   s.n_layers = load_u32(b.data() + 16);
   s.n_kv_heads = load_u32(b.data() + 20);
@@ -154,28 +157,28 @@ HeadScores decode_head_scores(std::span<const uint8_t> b, const std::string& whe
   const uint32_t arch_len = load_u32(b.data() + 52), name_len = load_u32(b.data() + 56),
                  source_len = load_u32(b.data() + 60);
   if (s.n_layers == 0 || s.n_layers > kMaxDim || s.n_kv_heads == 0 || s.n_kv_heads > kMaxDim)
-    fail(Errc::corrupt, where, "L = " + std::to_string(s.n_layers) + ", Hkv = " +
-                                   std::to_string(s.n_kv_heads) + "; each must be in 1.." +
-                                   std::to_string(kMaxDim));
+    fail(Errc::corrupt, where,
+         "L = " + std::to_string(s.n_layers) + ", Hkv = " + std::to_string(s.n_kv_heads) +
+             "; each must be in 1.." + std::to_string(kMaxDim));
   if (arch_len == 0 || arch_len > kMaxString || name_len > kMaxString || source_len > kMaxString)
-    fail(Errc::corrupt, where, "string lengths arch " + std::to_string(arch_len) + ", name " +
-                                   std::to_string(name_len) + ", source " +
-                                   std::to_string(source_len) + "; arch must be 1.." +
-                                   std::to_string(kMaxString) + " bytes, the others at most that");
+    fail(Errc::corrupt, where,
+         "string lengths arch " + std::to_string(arch_len) + ", name " + std::to_string(name_len) +
+             ", source " + std::to_string(source_len) + "; arch must be 1.." +
+             std::to_string(kMaxString) + " bytes, the others at most that");
   // All terms are bounded above, so the sum cannot overflow.
   const uint64_t n_values = uint64_t(s.n_layers) * s.n_kv_heads;
   const uint64_t strings_at = header, values_at = strings_at + arch_len + name_len + source_len;
   const uint64_t checksum_at = values_at + 4 * n_values, total = checksum_at + 8;
   if (size < total)
-    fail(Errc::truncated, where, "file is " + std::to_string(size) + " bytes; its header (L = " +
-                                     std::to_string(s.n_layers) + ", Hkv = " +
-                                     std::to_string(s.n_kv_heads) + ") needs " +
-                                     std::to_string(total));
+    fail(Errc::truncated, where,
+         "file is " + std::to_string(size) +
+             " bytes; its header (L = " + std::to_string(s.n_layers) +
+             ", Hkv = " + std::to_string(s.n_kv_heads) + ") needs " + std::to_string(total));
   if (size > total)
-    fail(Errc::corrupt, where, std::to_string(size - total) + " bytes after the checksum at " +
-                                   std::to_string(checksum_at) + " (file is " +
-                                   std::to_string(size) + " bytes, expected " +
-                                   std::to_string(total) + ")");
+    fail(Errc::corrupt, where,
+         std::to_string(size - total) + " bytes after the checksum at " +
+             std::to_string(checksum_at) + " (file is " + std::to_string(size) +
+             " bytes, expected " + std::to_string(total) + ")");
   s.checksum = load_u64(b.data() + checksum_at);
   const uint64_t actual = detail::xxh64(b.data(), checksum_at);
   if (actual != s.checksum)
@@ -185,8 +188,8 @@ HeadScores decode_head_scores(std::span<const uint8_t> b, const std::string& whe
   auto str = [&](uint64_t at, uint32_t len, const char* field) {
     std::string v(reinterpret_cast<const char*>(b.data() + at), len);
     if (v.find('\0') != std::string::npos)
-      fail(Errc::corrupt, where, std::string(field) + " string contains a NUL byte at " +
-                                     std::to_string(v.find('\0')));
+      fail(Errc::corrupt, where,
+           std::string(field) + " string contains a NUL byte at " + std::to_string(v.find('\0')));
     return v;
   };
   s.model.arch = str(strings_at, arch_len, "arch");
@@ -196,8 +199,9 @@ HeadScores decode_head_scores(std::span<const uint8_t> b, const std::string& whe
   std::memcpy(s.values.data(), b.data() + values_at, 4 * n_values);
   for (size_t i = 0; i < s.values.size(); ++i)
     if (!std::isfinite(s.values[i]))
-      fail(Errc::corrupt, where, "score of layer " + std::to_string(i / s.n_kv_heads) + ", head " +
-                                     std::to_string(i % s.n_kv_heads) + " is not finite");
+      fail(Errc::corrupt, where,
+           "score of layer " + std::to_string(i / s.n_kv_heads) + ", head " +
+               std::to_string(i % s.n_kv_heads) + " is not finite");
   return s;
 }
 
@@ -208,8 +212,8 @@ void write_head_scores_file(HeadScores& scores, const std::string& path, bool fo
 
 HeadScores read_head_scores_file(const std::string& path) {
   return decode_head_scores(
-      detail::read_small_file(
-          path, {"head-scores file", ".kvh", "`kvzip calibrate DOC -o " + path + "`", kMaxFileBytes}),
+      detail::read_small_file(path, {"head-scores file", ".kvh",
+                                     "`kvzip calibrate DOC -o " + path + "`", kMaxFileBytes}),
       path);
 }
 
@@ -217,10 +221,10 @@ bool check_head_scores_model(const HeadScores& s, const ModelConfig& config,
                              const ModelFingerprint& model, bool force) {
   if (s.n_layers != config.n_layers || s.n_kv_heads != config.n_kv_heads)
     throw Error(Errc::model_mismatch,
-                "head scores are for L = " + std::to_string(s.n_layers) + ", Hkv = " +
-                    std::to_string(s.n_kv_heads) + " but the model has L = " +
-                    std::to_string(config.n_layers) + ", Hkv = " +
-                    std::to_string(config.n_kv_heads) + "; calibrate this model");
+                "head scores are for L = " + std::to_string(s.n_layers) +
+                    ", Hkv = " + std::to_string(s.n_kv_heads) +
+                    " but the model has L = " + std::to_string(config.n_layers) +
+                    ", Hkv = " + std::to_string(config.n_kv_heads) + "; calibrate this model");
   if (s.model.same_model(model)) return true;
   if (force) return false;
   throw Error(Errc::model_mismatch,

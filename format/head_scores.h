@@ -65,7 +65,6 @@ bool looks_like_head_scores(std::span<const uint8_t> first_bytes);
 // The `kvzip inspect` dump of a head-scores file (head_scores_describe.cc): text in a fixed field
 // order with every score as an L x Hkv table and each head's rank, or JSON with the same facts.
 // Strings from the file are escaped (they are not trusted to be UTF-8).
-std::string describe_head_scores(const HeadScores& scores, const std::string& file_name,
-                                 bool json);
+std::string describe_head_scores(const HeadScores& scores, const std::string& file_name, bool json);
 
 }  // namespace kvzip::format

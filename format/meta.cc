@@ -77,8 +77,7 @@ const char* type_name(MetaType t) {
 // Parsed entries plus typed getters whose errors name the key.
 class MetaReader {
  public:
-  MetaReader(const uint8_t* data, uint64_t size, const std::string& where)
-      : where_(where) {
+  MetaReader(const uint8_t* data, uint64_t size, const std::string& where) : where_(where) {
     parse(data, size);
   }
 
@@ -155,8 +154,8 @@ class MetaReader {
       throw Error(Errc::corrupt, where_ + ": required meta key '" + key +
                                      "' is missing (v1 has no defaults for it)");
     if (it->second.type != type)
-      fail(key, std::string("has type ") + type_name(it->second.type) + ", expected " +
-                    type_name(type));
+      fail(key,
+           std::string("has type ") + type_name(it->second.type) + ", expected " + type_name(type));
     return it->second;
   }
   void parse(const uint8_t* data, uint64_t size);
@@ -195,8 +194,8 @@ void MetaReader::parse(const uint8_t* data, uint64_t size) {
     uint32_t type = load_u32(data + at), flags = load_u32(data + at + 4);
     uint64_t vsize = load_u64(data + at + 8);
     if (flags != 0)
-      bad(at + 4, "Value_Flags of key '" + key + "' is " + std::to_string(flags) +
-                      "; reserved, MUST be 0");
+      bad(at + 4,
+          "Value_Flags of key '" + key + "' is " + std::to_string(flags) + "; reserved, MUST be 0");
     at += 16;
     need(vsize, "Value");
     bool scalar = type >= 1 && type <= 3;
@@ -292,17 +291,20 @@ CacheHeader decode_meta(const uint8_t* data, uint64_t size, const std::string& w
   h.n_layers = static_cast<uint32_t>(m.range("model.n_layers", 1, kMaxLayers));
   h.n_kv_heads = static_cast<uint32_t>(m.range("model.n_kv_heads", 1, kMaxKvHeads));
   h.head_dim = static_cast<uint32_t>(m.range("model.head_dim", 2, kMaxHeadDim));
-  if (h.head_dim % 2 != 0) m.fail("model.head_dim", "value " + std::to_string(h.head_dim) + " is odd");
+  if (h.head_dim % 2 != 0)
+    m.fail("model.head_dim", "value " + std::to_string(h.head_dim) + " is odd");
   uint64_t layout = m.u64("model.rope_layout");
   if (layout != static_cast<uint32_t>(RopeLayout::HalfSplit))
-    m.fail("model.rope_layout", "id " + std::to_string(layout) +
-                                    " unknown (registry: 1 = half-split)", Errc::unsupported);
+    m.fail("model.rope_layout",
+           "id " + std::to_string(layout) + " unknown (registry: 1 = half-split)",
+           Errc::unsupported);
   h.rope_base = m.f32("model.rope_base");
   if (!(h.rope_base > 0)) m.fail("model.rope_base", "must be > 0");
   uint64_t kind = m.u64("model.rope_scaling.kind");
   if (kind > 2)
-    m.fail("model.rope_scaling.kind", "id " + std::to_string(kind) +
-                                          " unknown (0 none, 1 linear, 2 llama3)", Errc::unsupported);
+    m.fail("model.rope_scaling.kind",
+           "id " + std::to_string(kind) + " unknown (0 none, 1 linear, 2 llama3)",
+           Errc::unsupported);
   h.rope_scaling.kind = static_cast<RopeScalingKind>(kind);
   h.rope_scaling.factor = m.f32("model.rope_scaling.factor");
   h.rope_scaling.low_freq_factor = m.f32("model.rope_scaling.low_freq_factor");
@@ -313,7 +315,8 @@ CacheHeader decode_meta(const uint8_t* data, uint64_t size, const std::string& w
     h.local_layers.assign(h.n_layers, 0);
     for (uint32_t l : m.u32s("model.local_layers")) {
       if (l >= h.n_layers || h.local_layers[l])
-        m.fail("model.local_layers", "layer " + std::to_string(l) + " is out of range or listed twice");
+        m.fail("model.local_layers",
+               "layer " + std::to_string(l) + " is out of range or listed twice");
       h.local_layers[l] = 1;
     }
     h.sliding_window = static_cast<uint32_t>(m.range("model.sliding_window", 1, 0xFFFFFFFFull));
@@ -322,25 +325,28 @@ CacheHeader decode_meta(const uint8_t* data, uint64_t size, const std::string& w
   }
   const uint64_t dtype = m.u64("kv.dtype");
   if (dtype >= kReservedDtypeFirst && dtype <= kReservedDtypeLast)
-    m.fail("kv.dtype", "id " + std::to_string(dtype) +
-                           " is reserved (a quantized layout of kvzip builds before format 1.0, which this "
-                           "reader does not read); compress the document again",
+    m.fail("kv.dtype",
+           "id " + std::to_string(dtype) +
+               " is reserved (a quantized layout of kvzip builds before format 1.0, which this "
+               "reader does not read); compress the document again",
            Errc::unsupported);
   if (!dtype_known(dtype > 0xFFFFFFFFull ? 0 : static_cast<uint32_t>(dtype)))
-    m.fail("kv.dtype", "id " + std::to_string(dtype) +
-                           " is not in this reader's dtype registry (1 f32, 2 f16, 3 bf16, 10 q8, 11 q4); "
-                           "the file needs a newer kvzip",
+    m.fail("kv.dtype",
+           "id " + std::to_string(dtype) +
+               " is not in this reader's dtype registry (1 f32, 2 f16, 3 bf16, 10 q8, 11 q4); "
+               "the file needs a newer kvzip",
            Errc::unsupported);
   h.kv_dtype = static_cast<DType>(dtype);
   uint64_t logical = m.range("kv.logical_length", 0, kMaxLogicalLength);
   if (dtype_quantized(h.kv_dtype)) {  // required with q8/q4, ignored otherwise
     if (!hadamard_size(h.head_dim))
-      m.fail("model.head_dim", "value " + std::to_string(h.head_dim) + " is not a power of two, which " +
-                                   dtype_name(h.kv_dtype) + " (Hadamard-rotated rows) needs");
+      m.fail("model.head_dim", "value " + std::to_string(h.head_dim) +
+                                   " is not a power of two, which " + dtype_name(h.kv_dtype) +
+                                   " (Hadamard-rotated rows) needs");
     h.kv_group_size = static_cast<uint32_t>(m.range("kv.quant.group_size", 1, h.head_dim));
     if (h.head_dim % h.kv_group_size != 0)
-      m.fail("kv.quant.group_size", "value " + std::to_string(h.kv_group_size) + " does not divide head_dim " +
-                                        std::to_string(h.head_dim));
+      m.fail("kv.quant.group_size", "value " + std::to_string(h.kv_group_size) +
+                                        " does not divide head_dim " + std::to_string(h.head_dim));
     h.kv_f16_below = static_cast<uint32_t>(m.range("kv.quant.f16_below", 0, logical));
   }
   uint64_t prefix = m.u64("kv.prefix_length");
@@ -351,8 +357,9 @@ CacheHeader decode_meta(const uint8_t* data, uint64_t size, const std::string& w
     m.fail("kv.prefix_length", "value " + std::to_string(prefix) + " differs from the " +
                                    std::to_string(h.prefix_tokens.size()) + " prefix tokens");
   if (logical != h.logical_length())
-    m.fail("kv.logical_length", "value " + std::to_string(logical) + " differs from prefix + document tokens = " +
-                                    std::to_string(h.logical_length()));
+    m.fail("kv.logical_length",
+           "value " + std::to_string(logical) +
+               " differs from prefix + document tokens = " + std::to_string(h.logical_length()));
   h.document_text = m.str("text.document");
   h.method = m.str("kvzip.compress.method");
   h.requested_ratio = m.ratio("kvzip.compress.requested_ratio");

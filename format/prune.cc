@@ -60,8 +60,8 @@ Cut find_cut(const CacheContents& c, double ratio, uint64_t total) {
     std::nth_element(doc_scores.begin(), doc_scores.begin() + static_cast<ptrdiff_t>(t.k - 1),
                      doc_scores.end(), std::greater<float>());
     t.cut = doc_scores[t.k - 1];
-    const uint64_t above = static_cast<uint64_t>(std::count_if(
-        doc_scores.begin(), doc_scores.end(), [&](float s) { return s > t.cut; }));
+    const uint64_t above = static_cast<uint64_t>(
+        std::count_if(doc_scores.begin(), doc_scores.end(), [&](float s) { return s > t.cut; }));
     t.at_cut = t.k - above;
   }
   return t;
@@ -170,10 +170,8 @@ CacheContents prune(const CacheContents& c, double ratio) {
           const float s = in.scores[row];
           keep = !(t.k == 0 || s < t.cut);
           if (keep && s == t.cut) {
-            if (t.at_cut == 0)
-              keep = false;
-            else
-              --t.at_cut;
+            if (t.at_cut == 0) keep = false;
+            else --t.at_cut;
           }
         }
         copy.visit(in, row, keep, layer);

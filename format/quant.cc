@@ -22,7 +22,9 @@ struct Shape {
   uint64_t D, Gs, groups, code_bytes;  // per row: D/Gs groups, D·bits/8 code bytes
   uint64_t words;                      // per row: 16-bit parameter words (one per group)
   uint32_t bits;
-  KvGroupParams params(const uint16_t* row, uint64_t g) const { return kv_byte_group_params(row[g], bits); }
+  KvGroupParams params(const uint16_t* row, uint64_t g) const {
+    return kv_byte_group_params(row[g], bits);
+  }
 };
 
 Shape shape_of(const CacheHeader& h) {
@@ -43,15 +45,17 @@ std::string check_channel(float c) {
 
 std::string check_dense(const uint16_t* x, uint64_t D) {
   for (uint64_t j = 0; j < D; ++j)
-    if (!half_finite(x[j])) return std::string("f16 value of channel ") + std::to_string(j) + " is " + (x[j] & 0x3ff ? "NaN" : "infinite");
+    if (!half_finite(x[j]))
+      return std::string("f16 value of channel ") + std::to_string(j) + " is " +
+             (x[j] & 0x3ff ? "NaN" : "infinite");
   return {};
 }
 
 // Calls row(head, row within the head, f16 row?, index in dense or in params/codes) for every row
 // of a layer, in layer order: the one walk that maps rows to the two arrays of §12.1.
 template <class Row>
-void for_rows(const CacheHeader& h, std::span<const uint32_t> head_rows, std::span<const uint32_t> positions,
-              Row row) {
+void for_rows(const CacheHeader& h, std::span<const uint32_t> head_rows,
+              std::span<const uint32_t> positions, Row row) {
   uint64_t r = 0, d = 0, q = 0;
   for (uint32_t hd = 0; hd < head_rows.size(); ++hd)
     for (uint32_t i = 0; i < head_rows[hd]; ++i, ++r) {
@@ -73,11 +77,14 @@ void check_values(const CacheHeader& h, const LayerKv& layer, Fail fail) {
         fail(std::string(name) + " channel scale of head " + std::to_string(i / s.D) + " channel " +
              std::to_string(i % s.D) + " " + e);
     }
-    for_rows(h, layer.head_rows, layer.positions, [&](uint32_t hd, uint32_t i, bool f16, uint64_t at) {
-      if (!f16) return;  // every byte parameter and every code is valid
-      const std::string e = check_dense(q.dense.data() + at * s.D, s.D);
-      if (!e.empty()) fail(std::string(name) + " head " + std::to_string(hd) + " row " + std::to_string(i) + ": " + e);
-    });
+    for_rows(h, layer.head_rows, layer.positions,
+             [&](uint32_t hd, uint32_t i, bool f16, uint64_t at) {
+               if (!f16) return;  // every byte parameter and every code is valid
+               const std::string e = check_dense(q.dense.data() + at * s.D, s.D);
+               if (!e.empty())
+                 fail(std::string(name) + " head " + std::to_string(hd) + " row " +
+                      std::to_string(i) + ": " + e);
+             });
   }
 }
 
@@ -90,8 +97,8 @@ uint64_t f16_row_count(const CacheHeader& h, std::span<const uint32_t> positions
   return n;
 }
 
-void dequantize_rows(const CacheHeader& h, std::span<const uint32_t> head_rows, std::span<const uint32_t> positions,
-                     const QuantRows& q, std::span<float> x) {
+void dequantize_rows(const CacheHeader& h, std::span<const uint32_t> head_rows,
+                     std::span<const uint32_t> positions, const QuantRows& q, std::span<float> x) {
   const Shape s = shape_of(h);
   const uint32_t bits = s.bits;
   uint64_t r = 0;
@@ -107,7 +114,9 @@ void dequantize_rows(const CacheHeader& h, std::span<const uint32_t> head_rows, 
     for (uint64_t g = 0; g < s.groups; ++g) {
       const KvGroupParams gp = s.params(p, g);
       for (uint64_t j = g * s.Gs; j < (g + 1) * s.Gs; ++j) {
-        const uint32_t code = bits == 8 ? codes[j] : (j & 1) ? codes[j >> 1] >> 4 : codes[j >> 1] & 0x0f;
+        const uint32_t code = bits == 8 ? codes[j]
+                              : (j & 1) ? codes[j >> 1] >> 4
+                                        : codes[j >> 1] & 0x0f;
         out[j] = c[j] * std::fma(gp.s, static_cast<float>(code), gp.m);
       }
     }
@@ -117,7 +126,8 @@ void dequantize_rows(const CacheHeader& h, std::span<const uint32_t> head_rows, 
 
 namespace detail {
 
-std::optional<uint64_t> quant_section_bytes(const CacheHeader& h, uint64_t rows, uint64_t f16_rows) {
+std::optional<uint64_t> quant_section_bytes(const CacheHeader& h, uint64_t rows,
+                                            uint64_t f16_rows) {
   const Shape s = shape_of(h);
   KVZIP_ASSERT(f16_rows <= rows);
   const uint64_t channels = 4ull * h.n_kv_heads * s.D;  // one block's channel scales
@@ -155,7 +165,7 @@ void parse_quant_section(const CacheHeader& h, const uint8_t* raw, uint64_t size
   KVZIP_ASSERT(layer.positions.size() == rows);
   const uint64_t dense = f16_row_count(h, layer.positions);
   KVZIP_ASSERT(quant_section_bytes(h, rows, dense) == size);  // Raw_Size was checked at open
-  rows -= dense;  // the quantized rows
+  rows -= dense;                                              // the quantized rows
   const uint8_t* p = raw;
   auto take = [&](auto& v, uint64_t n) {
     v.resize(n);
@@ -170,7 +180,8 @@ void parse_quant_section(const CacheHeader& h, const uint8_t* raw, uint64_t size
   take(layer.qv.params, rows * s.words);
   take(layer.qk.codes, rows * s.code_bytes);
   take(layer.qv.codes, rows * s.code_bytes);
-  check_values(h, layer, [&](const std::string& e) { throw Error(Errc::corrupt, where + ": " + e); });
+  check_values(h, layer,
+               [&](const std::string& e) { throw Error(Errc::corrupt, where + ": " + e); });
 }
 
 bool quant_values_bounded(const CacheHeader& h, const LayerKv& layer) {
@@ -186,15 +197,17 @@ bool quant_values_bounded(const CacheHeader& h, const LayerKv& layer) {
       m = std::max(m, double(q.channel_scale[i]));
     }
     bool ok = true;
-    for_rows(h, layer.head_rows, layer.positions, [&](uint32_t hd, uint32_t, bool f16, uint64_t at) {
-      if (f16 || !ok) return;
-      const uint16_t* p = q.params.data() + at * s.words;
-      for (uint64_t g = 0; g < s.groups; ++g) {
-        const KvGroupParams gp = s.params(p, g);
-        const double x = cmax[hd * s.groups + g] * (std::fabs(double(gp.s)) * levels + std::fabs(double(gp.m)));
-        if (!(x < limit)) ok = false;
-      }
-    });
+    for_rows(h, layer.head_rows, layer.positions,
+             [&](uint32_t hd, uint32_t, bool f16, uint64_t at) {
+               if (f16 || !ok) return;
+               const uint16_t* p = q.params.data() + at * s.words;
+               for (uint64_t g = 0; g < s.groups; ++g) {
+                 const KvGroupParams gp = s.params(p, g);
+                 const double x = cmax[hd * s.groups + g] *
+                                  (std::fabs(double(gp.s)) * levels + std::fabs(double(gp.m)));
+                 if (!(x < limit)) ok = false;
+               }
+             });
     if (!ok) return false;
   }
   return true;
@@ -214,12 +227,14 @@ void validate_quant(const CacheHeader& h, const LayerKv& layer, const std::strin
     if (q.empty() && rows + dense > 0)
       invalid(std::string(b ? "V" : "K") + " rows are not quantized; a " + dtype_name(h.kv_dtype) +
               " cache is written from quantized rows (compress::quantize_kv)");
-    if (q.channel_scale.size() != uint64_t{h.n_kv_heads} * s.D || q.params.size() != rows * s.words ||
-        q.codes.size() != rows * s.code_bytes || q.dense.size() != dense * s.D)
+    if (q.channel_scale.size() != uint64_t{h.n_kv_heads} * s.D ||
+        q.params.size() != rows * s.words || q.codes.size() != rows * s.code_bytes ||
+        q.dense.size() != dense * s.D)
       invalid(std::string(b ? "V" : "K") + " quantized rows have the wrong shape (channel scales " +
-              std::to_string(q.channel_scale.size()) + ", f16 values " + std::to_string(q.dense.size()) +
-              ", params " + std::to_string(q.params.size()) + ", code bytes " + std::to_string(q.codes.size()) +
-              " for " + std::to_string(dense) + " f16 and " + std::to_string(rows) + " quantized rows)");
+              std::to_string(q.channel_scale.size()) + ", f16 values " +
+              std::to_string(q.dense.size()) + ", params " + std::to_string(q.params.size()) +
+              ", code bytes " + std::to_string(q.codes.size()) + " for " + std::to_string(dense) +
+              " f16 and " + std::to_string(rows) + " quantized rows)");
   }
   check_values(h, layer, invalid);
 }

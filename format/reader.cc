@@ -49,8 +49,10 @@ void CacheReader::Impl::read_stored(size_t i, uint64_t at, uint64_t n, void* dst
     ssize_t got = ::pread(fd, out, n, static_cast<off_t>(pos));
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0)
-      throw Error(Errc::io, label(i) + ": reading " + std::to_string(n) + " bytes at " + std::to_string(pos) +
-                                " failed" + (got < 0 ? std::string(": ") + std::strerror(errno) : " (file shrank)"));
+      throw Error(Errc::io,
+                  label(i) + ": reading " + std::to_string(n) + " bytes at " + std::to_string(pos) +
+                      " failed" +
+                      (got < 0 ? std::string(": ") + std::strerror(errno) : " (file shrank)"));
     out += got;
     pos += static_cast<uint64_t>(got);
     n -= static_cast<uint64_t>(got);
@@ -60,9 +62,10 @@ void CacheReader::Impl::read_stored(size_t i, uint64_t at, uint64_t n, void* dst
 void CacheReader::Impl::confirm_checksum(size_t i, uint64_t got) const {
   const Entry& s = entries[i];
   if (got != s.checksum)
-    throw Error(Errc::checksum_mismatch, label(i) + ": checksum mismatch: stored xxh64 " + detail::hex64(s.checksum) +
-                                             ", data hashes to " + detail::hex64(got) +
-                                             "; the section is damaged (re-create or re-copy the file)");
+    throw Error(Errc::checksum_mismatch,
+                label(i) + ": checksum mismatch: stored xxh64 " + detail::hex64(s.checksum) +
+                    ", data hashes to " + detail::hex64(got) +
+                    "; the section is damaged (re-create or re-copy the file)");
   checked[i].store(1, std::memory_order_release);
 }
 
@@ -75,7 +78,8 @@ static bool all_zero(const uint8_t* p, uint64_t n) {
 void CacheReader::Impl::check_padding() const {
   uint64_t table_end = detail::kPreambleSize + entries.size() * detail::kEntrySize;
   if (!all_zero(base + table_end, data_offset - table_end))
-    throw Error(Errc::corrupt, name + ": non-zero padding between the section table and Data_Offset");
+    throw Error(Errc::corrupt,
+                name + ": non-zero padding between the section table and Data_Offset");
   for (size_t i = 0; i < entries.size(); ++i) {
     uint64_t pad = *detail::checked_align(entries[i].stored) - entries[i].stored;
     if (!all_zero(stored(i) + entries[i].stored, pad))
@@ -86,7 +90,8 @@ void CacheReader::Impl::check_padding() const {
 std::vector<uint8_t> CacheReader::Impl::decode_small(size_t i) const {
   check_checksum(i);
   const Entry& s = entries[i];
-  if (s.codec == static_cast<uint32_t>(Codec::Zstd)) return detail::zstd_decode(stored(i), s.stored, s.raw, label(i));
+  if (s.codec == static_cast<uint32_t>(Codec::Zstd))
+    return detail::zstd_decode(stored(i), s.stored, s.raw, label(i));
   return std::vector<uint8_t>(stored(i), stored(i) + s.stored);
 }
 
@@ -95,8 +100,10 @@ void CacheReader::Impl::read_quant(uint32_t layer, LayerKv& out) const {
   const Entry& s = entries[i];
   const uint32_t* rows = head_rows.data() + uint64_t{layer} * header.n_kv_heads;
   out.head_rows.assign(rows, rows + header.n_kv_heads);
-  out.positions.assign(positions.begin() + layer_start[layer], positions.begin() + layer_start[layer + 1]);
-  const bool hash = options.verify != Verify::Metadata && !checked[i].load(std::memory_order_acquire);
+  out.positions.assign(positions.begin() + layer_start[layer],
+                       positions.begin() + layer_start[layer + 1]);
+  const bool hash =
+      options.verify != Verify::Metadata && !checked[i].load(std::memory_order_acquire);
   std::vector<uint8_t> raw(s.raw);  // Raw_Size was proved at open to be the layout's size
   if (s.codec == static_cast<uint32_t>(Codec::Zstd)) {
     if (hash) check_checksum(i);
@@ -121,7 +128,8 @@ void CacheReader::Impl::decode_kv(uint32_t layer, float* k, float* v, size_t n) 
     return;
   }
   const size_t half = n * dtype_size(t);
-  const bool hash = options.verify != Verify::Metadata && !checked[i].load(std::memory_order_acquire);
+  const bool hash =
+      options.verify != Verify::Metadata && !checked[i].load(std::memory_order_acquire);
   detail::HashSink h;
   if (s.codec == static_cast<uint32_t>(Codec::Zstd)) {
     if (hash) check_checksum(i);
@@ -169,7 +177,8 @@ static size_t first_non_finite(const float* x, size_t n) {
   return n;
 }
 
-void CacheReader::Impl::check_finite(uint32_t layer, const float* k, const float* v, size_t n) const {
+void CacheReader::Impl::check_finite(uint32_t layer, const float* k, const float* v,
+                                     size_t n) const {
   if (finite[layer].load(std::memory_order_acquire)) return;
   for (int which = 0; which < 2; ++which) {
     const float* x = which == 0 ? k : v;
@@ -181,12 +190,12 @@ void CacheReader::Impl::check_finite(uint32_t layer, const float* k, const float
     const uint32_t* rows = head_rows.data() + uint64_t{layer} * header.n_kv_heads;
     while (head + 1 < header.n_kv_heads && row >= first + rows[head]) first += rows[head++];
     const uint32_t pos = positions[layer_start[layer] + row];
-    throw Error(Errc::corrupt, label(kv[layer]) + ": layer " + std::to_string(layer) + " head " +
-                                   std::to_string(head) + " row " + std::to_string(row - first) +
-                                   " (position " + std::to_string(pos) + ") holds a " +
-                                   (std::isnan(x[at]) ? "NaN" : "infinite") + " " +
-                                   (which == 0 ? "key" : "value") +
-                                   "; the cache is damaged or was written from a broken model (re-create it)");
+    throw Error(Errc::corrupt,
+                label(kv[layer]) + ": layer " + std::to_string(layer) + " head " +
+                    std::to_string(head) + " row " + std::to_string(row - first) + " (position " +
+                    std::to_string(pos) + ") holds a " + (std::isnan(x[at]) ? "NaN" : "infinite") +
+                    " " + (which == 0 ? "key" : "value") +
+                    "; the cache is damaged or was written from a broken model (re-create it)");
   }
   finite[layer].store(1, std::memory_order_release);
 }
@@ -223,14 +232,16 @@ CacheReader CacheReader::open(const std::string& path, const OpenOptions& option
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     if (S_ISDIR(st.st_mode))
-      throw Error(Errc::invalid_argument, path + " is a directory, not a cache file; give a .kvz file");
+      throw Error(Errc::invalid_argument,
+                  path + " is a directory, not a cache file; give a .kvz file");
     throw Error(Errc::io, "cache file " + path + " is not a regular file");
   }
   impl->fd = fd;  // closed by ~Impl from here on
   impl->size = static_cast<uint64_t>(st.st_size);
   if (impl->size > 0) {
     void* m = ::mmap(nullptr, impl->size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) throw Error(Errc::io, "cannot map cache file " + path + ": " + std::strerror(errno));
+    if (m == MAP_FAILED)
+      throw Error(Errc::io, "cannot map cache file " + path + ": " + std::strerror(errno));
     impl->map = m;
     impl->map_len = impl->size;
     impl->base = static_cast<const uint8_t*>(m);
@@ -257,13 +268,15 @@ bool CacheReader::has_scores() const { return impl_->scores_entry != Impl::kNone
 
 static void check_layer(const CacheReader::Impl& r, uint32_t layer) {
   if (layer >= r.header.n_layers)
-    throw Error(Errc::invalid_argument, "layer " + std::to_string(layer) + " out of range: the cache has " +
+    throw Error(Errc::invalid_argument, "layer " + std::to_string(layer) +
+                                            " out of range: the cache has " +
                                             std::to_string(r.header.n_layers) + " layers");
 }
 
 std::span<const uint32_t> CacheReader::head_rows(uint32_t layer) const {
   check_layer(*impl_, layer);
-  return {impl_->head_rows.data() + uint64_t{layer} * impl_->header.n_kv_heads, impl_->header.n_kv_heads};
+  return {impl_->head_rows.data() + uint64_t{layer} * impl_->header.n_kv_heads,
+          impl_->header.n_kv_heads};
 }
 
 uint64_t CacheReader::layer_rows(uint32_t layer) const {
@@ -307,8 +320,9 @@ void CacheReader::read_kv(uint32_t layer, std::span<float> k, std::span<float> v
   check_layer(*impl_, layer);
   size_t n = static_cast<size_t>(layer_rows(layer) * impl_->header.head_dim);
   if (k.size() != n || v.size() != n)
-    throw Error(Errc::invalid_argument, "read_kv layer " + std::to_string(layer) + ": buffers hold " +
-                                            std::to_string(k.size()) + " / " + std::to_string(v.size()) +
+    throw Error(Errc::invalid_argument, "read_kv layer " + std::to_string(layer) +
+                                            ": buffers hold " + std::to_string(k.size()) + " / " +
+                                            std::to_string(v.size()) +
                                             " floats, need rows * head_dim = " + std::to_string(n));
   impl_->decode_kv(layer, k.data(), v.data(), n);
 }
@@ -321,7 +335,8 @@ LayerKv CacheReader::read_quant_layer(uint32_t layer) const {
                                             dtype_name(h.kv_dtype) + " rows, not q8/q4");
   LayerKv out;
   impl_->read_quant(layer, out);
-  if (impl_->options.verify != Verify::Metadata && !impl_->finite[layer].load(std::memory_order_acquire)) {
+  if (impl_->options.verify != Verify::Metadata &&
+      !impl_->finite[layer].load(std::memory_order_acquire)) {
     if (detail::quant_values_bounded(h, out)) {
       impl_->finite[layer].store(1, std::memory_order_release);
     } else {  // rare: large scales; the exact check needs the values
@@ -350,7 +365,8 @@ LayerKv CacheReader::load_layer(uint32_t layer) const {
     impl_->read_quant(layer, out);
     dequantize_rows(impl_->header, out.head_rows, out.positions, out.qk, out.k);
     dequantize_rows(impl_->header, out.head_rows, out.positions, out.qv, out.v);
-    if (impl_->options.verify != Verify::Metadata) impl_->check_finite(layer, out.k.data(), out.v.data(), n);
+    if (impl_->options.verify != Verify::Metadata)
+      impl_->check_finite(layer, out.k.data(), out.v.data(), n);
     return out;
   }
   read_kv(layer, out.k, out.v);

@@ -280,9 +280,9 @@ void write_scorer_file(ScorerFile& scorer, const std::string& path, bool force) 
 
 ScorerFile read_scorer_file(const std::string& path) {
   return decode_scorer_file(
-      detail::read_small_file(path, {"scorer file", ".kvp",
-                                     "`kvzip calibrate --scorer -o " + path + " TEXT...`",
-                                     kMaxFileBytes}),
+      detail::read_small_file(
+          path, {"scorer file", ".kvp", "`kvzip calibrate --scorer -o " + path + " TEXT...`",
+                 kMaxFileBytes}),
       path);
 }
 

@@ -24,9 +24,9 @@ struct Planned {
   bool optional = false;
   Codec codec = Codec::None;
   uint64_t raw_size = 0, stored_size = 0, checksum = 0, offset = 0;
-  std::vector<uint8_t> raw;        // serialised small section (empty for K/V)
-  std::vector<uint8_t> stored;     // the zstd frame when codec is zstd
-  const LayerKv* kv = nullptr;     // K/V source for Kind::Kv
+  std::vector<uint8_t> raw;     // serialised small section (empty for K/V)
+  std::vector<uint8_t> stored;  // the zstd frame when codec is zstd
+  const LayerKv* kv = nullptr;  // K/V source for Kind::Kv
 };
 
 const uint8_t kZeros[kAlign] = {};
@@ -75,12 +75,9 @@ void emit_kv(const LayerKv& layer, DType dtype, Sink& sink) {
 }
 
 void emit_raw(const Planned& s, const CacheHeader& h, Sink& sink) {
-  if (s.kind == Kind::Kv && dtype_quantized(h.kv_dtype))
-    emit_quant_section(h, *s.kv, sink);
-  else if (s.kind == Kind::Kv)
-    emit_kv(*s.kv, h.kv_dtype, sink);
-  else if (!s.raw.empty())
-    sink.write(s.raw.data(), s.raw.size());
+  if (s.kind == Kind::Kv && dtype_quantized(h.kv_dtype)) emit_quant_section(h, *s.kv, sink);
+  else if (s.kind == Kind::Kv) emit_kv(*s.kv, h.kv_dtype, sink);
+  else if (!s.raw.empty()) sink.write(s.raw.data(), s.raw.size());
 }
 
 void encode_section(Planned& s, const CacheHeader& h, const WriteOptions& o) {
@@ -194,10 +191,8 @@ void write_cache(const CacheContents& contents, Sink& sink, const WriteOptions& 
   sink.write(table.data(), table.size());
   write_padding(sink, data_offset - kPreambleSize - table.size());
   for (const Planned& s : sections) {
-    if (s.codec == Codec::Zstd)
-      sink.write(s.stored.data(), s.stored.size());
-    else
-      emit_raw(s, contents.header, sink);
+    if (s.codec == Codec::Zstd) sink.write(s.stored.data(), s.stored.size());
+    else emit_raw(s, contents.header, sink);
     write_padding(sink, *checked_align(s.stored_size) - s.stored_size);
   }
 }

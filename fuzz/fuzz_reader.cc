@@ -61,7 +61,8 @@ void reseal(std::vector<uint8_t>& b) {
   for (uint64_t i = 0; i < count; ++i) {
     uint8_t* e = &b[64 + 64 * i];
     uint64_t off = get64(e + 16), stored = get64(e + 24);
-    if (data_offset <= b.size() && off <= b.size() - data_offset && stored <= b.size() - data_offset - off) {
+    if (data_offset <= b.size() && off <= b.size() - data_offset &&
+        stored <= b.size() - data_offset - off) {
       uint64_t h = XXH64(&b[data_offset + off], stored, 0);
       std::memcpy(e + 40, &h, 8);
     }

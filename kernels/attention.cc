@@ -9,8 +9,9 @@ namespace kvzip::kernels {
 
 void check_cuda_attention(const AttentionArgs& a) {
   if (a.window)
-    throw Error(Errc::unsupported, "attention on cuda: a sliding window (AttentionArgs::window) has no CUDA "
-                                   "kernel; run this model on the CPU device");
+    throw Error(Errc::unsupported,
+                "attention on cuda: a sliding window (AttentionArgs::window) has no CUDA "
+                "kernel; run this model on the CPU device");
   if (a.local)
     throw Error(Errc::unsupported,
                 "attention on cuda: local statistics (AttentionArgs::local, LocalMaxProb) have no "
@@ -18,12 +19,14 @@ void check_cuda_attention(const AttentionArgs& a) {
                 "or run this op on the CPU device");
   for (uint32_t h = 0; a.kv && h < a.Hkv; ++h)
     if (a.kv[h].two_segments())
-      throw Error(Errc::unsupported,
-                  "attention on cuda: a KV span in two segments (KvSpan::k_tail, a shared base plus "
-                  "a private tail) has no CUDA kernel; run this op on the CPU device");
+      throw Error(
+          Errc::unsupported,
+          "attention on cuda: a KV span in two segments (KvSpan::k_tail, a shared base plus "
+          "a private tail) has no CUDA kernel; run this op on the CPU device");
   bool composed = a.n_parts > 0 || !a.causal;
   for (uint32_t h = 0; a.kv && h < a.Hkv; ++h)
-    composed = composed || a.kv[h].limit || a.kv[h].skip || a.kv[h].quant_limit || a.kv[h].quant_skip;
+    composed =
+        composed || a.kv[h].limit || a.kv[h].skip || a.kv[h].quant_limit || a.kv[h].quant_skip;
   if (composed)
     throw Error(Errc::unsupported,
                 "attention on cuda: composed caches (blocks at shifted positions, row limits and "
@@ -34,11 +37,13 @@ void check_cuda_attention(const AttentionArgs& a) {
 void check_window(const AttentionArgs& a) {
   if (!a.window) return;
   if (a.local)
-    throw Error(Errc::unsupported, "attention: local statistics over a sliding-window layer are not supported");
+    throw Error(Errc::unsupported,
+                "attention: local statistics over a sliding-window layer are not supported");
   for (uint32_t h = 0; a.kv && h < a.Hkv; ++h)
     if (a.kv[h].quantized())
-      throw Error(Errc::unsupported, "attention: a sliding-window layer over quantized (q8/q4) rows is not "
-                                     "supported; keep that layer's rows in f32");
+      throw Error(Errc::unsupported,
+                  "attention: a sliding-window layer over quantized (q8/q4) rows is not "
+                  "supported; keep that layer's rows in f32");
 }
 
 }  // namespace kvzip::kernels

@@ -28,12 +28,12 @@ namespace kvzip::kernels {
 // With quant set, quant->rows() quantized rows precede all of these (len counts the f32 rows only
 // and still includes the T new ones); the rule on the f32 rows is unchanged.
 struct KvSpan {
-  const float* k = nullptr;  // (len, D) post-RoPE, or (split, D) with a tail
-  const float* v = nullptr;  // (len, D), or (split, D) with a tail
-  uint32_t len = 0;          // rows in all, >= T of the call
-  const float* k_tail = nullptr;  // (len - split, D) or null: one segment
-  const float* v_tail = nullptr;  // (len - split, D)
-  uint32_t split = 0;             // rows in the first segment when k_tail is set
+  const float* k = nullptr;               // (len, D) post-RoPE, or (split, D) with a tail
+  const float* v = nullptr;               // (len, D), or (split, D) with a tail
+  uint32_t len = 0;                       // rows in all, >= T of the call
+  const float* k_tail = nullptr;          // (len - split, D) or null: one segment
+  const float* v_tail = nullptr;          // (len - split, D)
+  uint32_t split = 0;                     // rows in the first segment when k_tail is set
   const KvQuantSegment* quant = nullptr;  // quantized rows before the f32 ones, or null
   // Optional (CPU): the keys of rows [0, kt_rows) already transposed, as transpose_key_tiles
   // writes them, so a call reads them instead of transposing those rows again. kt_rows <= split
@@ -72,7 +72,7 @@ struct LocalMaxProb {
   uint32_t target_begin = 0;
   uint32_t target_end = 0;
   uint32_t own_begin = 0;
-  float* out = nullptr;     // (Hkv, out_stride)
+  float* out = nullptr;  // (Hkv, out_stride)
   uint64_t out_stride = 0;
 };
 
@@ -97,7 +97,7 @@ struct AttentionArgs {
   uint32_t Hq = 0;
   uint32_t Hkv = 0;
   uint32_t D = 0;
-  float scale = 0.0f;  // multiplies q·k before the softmax; normally 1/sqrt(D)
+  float scale = 0.0f;                   // multiplies q·k before the softmax; normally 1/sqrt(D)
   const LocalMaxProb* local = nullptr;  // optional statistics (see LocalMaxProb); refused
                                         // (Errc::unsupported) with quantized spans
   // false: every token sees every row of every span (subject to KvSpan::limit/skip), so a span may
@@ -142,7 +142,7 @@ void attention(ThreadPool* pool, const AttentionArgs& a);
 void attention_many(ThreadPool* pool, const AttentionArgs* calls, size_t n);
 // out (key_tile_floats(n, D)) = the tiles of k (n, D) for KvSpan::kt.
 void transpose_key_tiles(const float* k, uint32_t n, uint32_t D, float* out);
-}
+}  // namespace cpu
 
 // What the CUDA kernels do not implement, refused before any dispatch (so a CPU-only build refuses
 // the same way): spans with two segments (KvSpan::k_tail) throw Errc::unsupported (the served

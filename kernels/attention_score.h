@@ -28,12 +28,12 @@ struct ScoreKeyAxis {
 };
 
 struct AttentionScoreArgs {
-  const float* q = nullptr;           // (T, Hq, D) post-RoPE queries
+  const float* q = nullptr;  // (T, Hq, D) post-RoPE queries
   uint32_t T = 0, Hq = 0, Hkv = 0, D = 0;
-  float scale = 0.0f;                 // logit scale, 1/sqrt(D)
+  float scale = 0.0f;                  // logit scale, 1/sqrt(D)
   const ScoreKeyAxis* axes = nullptr;  // (Hkv), host array
-  uint32_t col0 = 0, col1 = 0;        // columns reduced; col1 <= the fixed ranges' rows of every head
-  float* out = nullptr;               // (Hkv, out_stride), combined by max (probabilities >= 0)
+  uint32_t col0 = 0, col1 = 0;  // columns reduced; col1 <= the fixed ranges' rows of every head
+  float* out = nullptr;         // (Hkv, out_stride), combined by max (probabilities >= 0)
   uint64_t out_stride = 0;
 };
 

@@ -15,16 +15,16 @@ namespace kvzip::kernels {
 enum class Reduce : uint8_t { Max, Sum };
 
 struct AttentionStatsArgs {
-  const float* q = nullptr;             // (T, Hq, D) post-RoPE queries
+  const float* q = nullptr;  // (T, Hq, D) post-RoPE queries
   uint32_t T = 0, Hq = 0, Hkv = 0, D = 0;
-  float scale = 0.0f;                   // logit scale, 1/sqrt(D)
-  uint32_t t0 = 0, t1 = 0;              // query tokens [t0, t1) take part
-  const ScoreKeyAxis* axes = nullptr;   // (Hkv); query token i sees the fixed ranges and the
-                                        // first causal_base + i + 1 rows of the last range
-  uint32_t col0 = 0, col1 = 0;          // columns of the key axis to reduce
+  float scale = 0.0f;                  // logit scale, 1/sqrt(D)
+  uint32_t t0 = 0, t1 = 0;             // query tokens [t0, t1) take part
+  const ScoreKeyAxis* axes = nullptr;  // (Hkv); query token i sees the fixed ranges and the
+                                       // first causal_base + i + 1 rows of the last range
+  uint32_t col0 = 0, col1 = 0;         // columns of the key axis to reduce
   Reduce reduce = Reduce::Max;
-  float* out = nullptr;                 // (Hkv, out_stride): out[h·out_stride + c − col0] is
-  uint64_t out_stride = 0;              // combined (max or +=) with the reduction of column c
+  float* out = nullptr;     // (Hkv, out_stride): out[h·out_stride + c − col0] is
+  uint64_t out_stride = 0;  // combined (max or +=) with the reduction of column c
 };
 
 namespace cpu {

@@ -8,9 +8,10 @@
 
 namespace kvzip::kernels::cuda {
 
-void to_bf16(const float* x, uint16_t* y, size_t n, void* stream);             // y(n) = bf16(x)
-void add_in_place(float* x, const float* y, size_t n, void* stream);           // x(n) += y
-void add_bias(float* y, const float* bias, uint32_t T, uint32_t out, void* stream);  // y(T, out) += b
+void to_bf16(const float* x, uint16_t* y, size_t n, void* stream);    // y(n) = bf16(x)
+void add_in_place(float* x, const float* y, size_t n, void* stream);  // x(n) += y
+void add_bias(float* y, const float* bias, uint32_t T, uint32_t out,
+              void* stream);  // y(T, out) += b
 // x(T, E) = fp32(table[tokens[t]]) for a (V, E) bf16 table; tokens (T) in device memory.
 void embed_bf16(const uint16_t* table, const int32_t* tokens, float* x, uint32_t T, uint32_t E,
                 void* stream);

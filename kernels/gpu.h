@@ -13,9 +13,9 @@
 
 namespace kvzip::kernels::gpu {
 
-void* malloc_device(size_t bytes);          // never nullptr; 0 bytes allocates 1
-void free_device(void* p) noexcept;         // nullptr is fine
-void* malloc_pinned(size_t bytes);          // page-locked host memory (staging for async copies)
+void* malloc_device(size_t bytes);   // never nullptr; 0 bytes allocates 1
+void free_device(void* p) noexcept;  // nullptr is fine
+void* malloc_pinned(size_t bytes);   // page-locked host memory (staging for async copies)
 void free_pinned(void* p) noexcept;
 // Asynchronous on `stream` when the host side is pinned; synchronous otherwise.
 void copy_to_device(void* dst, const void* src, size_t bytes, void* stream = nullptr);
@@ -52,7 +52,8 @@ class GpuBuffer {
   GpuBuffer() = default;
   explicit GpuBuffer(size_t n) : p_(static_cast<T*>(malloc_device(n * sizeof(T)))), n_(n) {}
   ~GpuBuffer() { free_device(p_); }
-  GpuBuffer(GpuBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  GpuBuffer(GpuBuffer&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
   GpuBuffer& operator=(GpuBuffer&& o) noexcept {
     if (this != &o) {
       free_device(p_);

@@ -12,10 +12,10 @@
 namespace kvzip::kernels {
 
 struct KvAppendArgs {
-  const float* k_new = nullptr;     // (T, Hkv, D)
-  const float* v_new = nullptr;     // (T, Hkv, D)
-  float* k = nullptr;               // (rows, D) one layer's keys, head-major
-  float* v = nullptr;               // (rows, D)
+  const float* k_new = nullptr;       // (T, Hkv, D)
+  const float* v_new = nullptr;       // (T, Hkv, D)
+  float* k = nullptr;                 // (rows, D) one layer's keys, head-major
+  float* v = nullptr;                 // (rows, D)
   const uint64_t* dst_row = nullptr;  // (Hkv) HOST array: first row written for head h
   uint32_t T = 0, Hkv = 0, D = 0;
 };

@@ -41,9 +41,10 @@ namespace kvzip::kernels {
 struct KvQuantLayout {
   uint32_t bits = 4;
   uint32_t D = 0;
-  uint32_t group = 0;  // Gs: channels per group
-  bool rotated = false;      // codes of H·x (D a power of two); see the top of this file
-  bool byte_params = false;  // a group's scale and minimum as two bytes (the .kvz form; common/kv_params.h)
+  uint32_t group = 0;    // Gs: channels per group
+  bool rotated = false;  // codes of H·x (D a power of two); see the top of this file
+  bool byte_params =
+      false;  // a group's scale and minimum as two bytes (the .kvz form; common/kv_params.h)
   uint32_t groups() const { return D / group; }               // per row
   size_t code_bytes() const { return size_t(D) * bits / 8; }  // per row
   // per row: 16-bit words of group parameters (f16: scale, min; byte: scale code | zero point << 8)
@@ -79,11 +80,11 @@ struct KvQuantRowsOut {
 struct KvQuantAttendArgs {
   const float* q = nullptr;  // (n_q, D) post-RoPE queries
   uint32_t n_q = 0;
-  KvQuantRows k, v;          // same rows and layout
-  float scale = 0.0f;        // multiplies q·k, normally 1/sqrt(D)
-  float* scores = nullptr;   // (n_q, rows) workspace: the probabilities on return
-  float* out = nullptr;      // (n_q, D) softmax-weighted sum of the value rows
-  float* lse = nullptr;      // optional (n_q): log Σ exp(scale·q·k), for merging segments
+  KvQuantRows k, v;         // same rows and layout
+  float scale = 0.0f;       // multiplies q·k, normally 1/sqrt(D)
+  float* scores = nullptr;  // (n_q, rows) workspace: the probabilities on return
+  float* out = nullptr;     // (n_q, D) softmax-weighted sum of the value rows
+  float* lse = nullptr;     // optional (n_q): log Σ exp(scale·q·k), for merging segments
   // Optional visibility (composed caches, kernels/attention.h KvSpan::quant_limit/quant_skip):
   // query i sees rows [0, limit[i]) only, and no query sees a row whose bit is set in skip. A query
   // that sees no row gets out = 0 and lse = -inf.
@@ -100,7 +101,8 @@ void kv_quantize_rows(const float* x, const KvQuantRowsOut& out);
 void kv_dequantize_rows(const KvQuantRows& in, float* x);
 // scores (n_q, rows) = scale · q · dequant(k)ᵀ, without forming dequant(k): per group,
 // s·Σ (c·q)[j]·code[j] + m·Σ (c·q)[j] (q rotated first, when the rows are).
-void kv_quant_scores(const float* q, uint32_t n_q, const KvQuantRows& k, float scale, float* scores);
+void kv_quant_scores(const float* q, uint32_t n_q, const KvQuantRows& k, float scale,
+                     float* scores);
 // out (n_q, D) = w (n_q, rows) · dequant(v), accumulating s·w and m·w per group before the
 // channel scale is applied once per output (and H once per output row, when rotated).
 void kv_quant_weighted_sum(const float* w, uint32_t n_q, const KvQuantRows& v, float* out);

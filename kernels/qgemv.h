@@ -16,8 +16,10 @@
 namespace kvzip::kernels {
 
 enum class QFormat : uint8_t {
-  Q4_0 = 0,  // 18 bytes: fp16 d, 16 bytes qs; w[j] = d·((qs[j] & 15) − 8), w[j+16] = d·((qs[j] >> 4) − 8)
-  Q4_1 = 1,  // 20 bytes: fp16 d, fp16 m, 16 bytes qs; w[j] = d·(qs[j] & 15) + m, w[j+16] = d·(qs[j] >> 4) + m
+  Q4_0 =
+      0,  // 18 bytes: fp16 d, 16 bytes qs; w[j] = d·((qs[j] & 15) − 8), w[j+16] = d·((qs[j] >> 4) − 8)
+  Q4_1 =
+      1,  // 20 bytes: fp16 d, fp16 m, 16 bytes qs; w[j] = d·(qs[j] & 15) + m, w[j+16] = d·(qs[j] >> 4) + m
   Q8_0 = 2,  // 34 bytes: fp16 d, 32 int8 qs; w[j] = d·qs[j]
 };
 
@@ -30,8 +32,9 @@ inline size_t qrow_bytes(QFormat f, uint32_t in) { return qblock_bytes(f) * (in 
 
 struct QGemvArgs {
   QFormat format = QFormat::Q8_0;
-  const uint8_t* w = nullptr;   // (out, in / 32) blocks; row r starts at w + r·qrow_bytes(format, in)
-  const float* x = nullptr;     // (in)
+  const uint8_t* w =
+      nullptr;               // (out, in / 32) blocks; row r starts at w + r·qrow_bytes(format, in)
+  const float* x = nullptr;  // (in)
   const float* bias = nullptr;  // (out) or nullptr
   float* y = nullptr;           // (out); must not overlap x or w
   uint32_t in = 0;              // a multiple of 32
@@ -69,6 +72,8 @@ inline void qgemv(const Exec& ex, std::span<const QGemvArgs> jobs) {
   require_cpu(ex, "qgemv");
   cpu::qgemv(ex.pool, jobs, qisa_best());
 }
-inline void qgemv(const Exec& ex, const QGemvArgs& a) { qgemv(ex, std::span<const QGemvArgs>(&a, 1)); }
+inline void qgemv(const Exec& ex, const QGemvArgs& a) {
+  qgemv(ex, std::span<const QGemvArgs>(&a, 1));
+}
 
 }  // namespace kvzip::kernels

@@ -18,19 +18,19 @@ struct RestKvProbeArgs {
   uint32_t w = 0;            // probe rows: the LAST w of the N keys' positions
   const float* k = nullptr;  // (N, D)
   uint32_t N = 0, D = 0;
-  float scale = 0.0f;        // 1/sqrt(D)
-  float* probs = nullptr;    // (w, N): row t = softmax over keys [0, N − w + t], zeros after
+  float scale = 0.0f;      // 1/sqrt(D)
+  float* probs = nullptr;  // (w, N): row t = softmax over keys [0, N − w + t], zeros after
 };
 
 struct RestKvOutputChangeArgs {
   const float* abar = nullptr;  // (N) smoothed probabilities ā
   const float* v = nullptr;     // (N, D) values
   uint32_t N = 0, D = 0;
-  uint32_t n = 0;               // s is computed for keys j < n (n <= N)
-  const float* wo = nullptr;    // (E, D) the head's column block of W_o, rows wo_stride apart
+  uint32_t n = 0;             // s is computed for keys j < n (n <= N)
+  const float* wo = nullptr;  // (E, D) the head's column block of W_o, rows wo_stride apart
   uint64_t wo_stride = 0;
   uint32_t E = 0;
-  float* out = nullptr;         // (n) s_j
+  float* out = nullptr;  // (n) s_j
 };
 
 namespace cpu {

@@ -23,15 +23,15 @@ struct RkvImportanceArgs {
   float scale = 0.0f;        // 1/sqrt(D)
   const float* k = nullptr;  // (n, D) the scored keys
   uint32_t n = 0;
-  uint32_t kernel = 1;       // max-pool width, odd
-  float* out = nullptr;      // (n) I
+  uint32_t kernel = 1;   // max-pool width, odd
+  float* out = nullptr;  // (n) I
 };
 
 struct RkvRedundancyArgs {
   const float* k = nullptr;  // (n, D) every candidate key, in position order
   uint32_t n = 0, D = 0;
-  float threshold = 0.5f;    // cosine above which a row counts as a copy
-  float* out = nullptr;      // (n) R
+  float threshold = 0.5f;  // cosine above which a row counts as a copy
+  float* out = nullptr;    // (n) R
 };
 
 namespace cpu {

@@ -130,6 +130,6 @@ inline void softmax(float* x, uint32_t n) {
   for (; i < n; ++i) x[i] *= inv;
 }
 
-}  // inline namespace KVZIP_SIMD_ABI
+}  // namespace KVZIP_SIMD_ABI
 }  // namespace kvzip::kernels::simd
 #undef KVZIP_SIMD_ABI

@@ -37,8 +37,9 @@ class ThreadPool {
   template <class Fn>
   void run(size_t n_tasks, Fn&& fn) {
     using F = std::remove_reference_t<Fn>;
-    run_erased(n_tasks, [](void* ctx, size_t i) { (*static_cast<F*>(ctx))(i); },
-               const_cast<void*>(static_cast<const void*>(&fn)));
+    run_erased(
+        n_tasks, [](void* ctx, size_t i) { (*static_cast<F*>(ctx))(i); },
+        const_cast<void*>(static_cast<const void*>(&fn)));
   }
 
   // Splits [0, n) into at most size()*4 contiguous ranges of at least `grain` items and calls
@@ -67,12 +68,12 @@ class ThreadPool {
   bool spin_until(Pred pred) const;
 
   std::vector<std::thread> workers_;
-  bool spin_ = false;              // the pool fits the CPUs this process may run on
+  bool spin_ = false;  // the pool fits the CPUs this process may run on
   std::mutex mu_;
-  std::condition_variable wake_;   // workers wait here for a new generation
-  std::condition_variable done_;   // the caller waits here for every worker to check out
+  std::condition_variable wake_;  // workers wait here for a new generation
+  std::condition_variable done_;  // the caller waits here for every worker to check out
   // Written under mu_ (the condition variables' predicates), read without it by spinning threads.
-  std::atomic<uint64_t> generation_{0};  // bumped per run()
+  std::atomic<uint64_t> generation_{0};   // bumped per run()
   std::atomic<uint32_t> checked_out_{0};  // workers finished with the current generation
   std::atomic<bool> stop_{false};
   // The current job: read by workers only between wake and check-out.
@@ -80,7 +81,7 @@ class ThreadPool {
   void* ctx_ = nullptr;
   size_t n_tasks_ = 0;
   std::atomic<size_t> next_{0};
-  std::exception_ptr error_;       // first exception thrown by a task; guarded by mu_
+  std::exception_ptr error_;  // first exception thrown by a task; guarded by mu_
 };
 
 // Runs fn(i) for i in [0, n) on `pool`, or serially when pool is null.

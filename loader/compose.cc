@@ -8,10 +8,10 @@
 #include <numeric>
 #include <string>
 
+#include "cache/kv_cache.h"
 #include "common/error.h"
 #include "kernels/rope.h"
 #include "loader/loader.h"
-#include "cache/kv_cache.h"
 
 namespace kvzip::loader {
 namespace {
@@ -22,14 +22,17 @@ std::string hex(uint64_t v) {
   return b;
 }
 
-std::vector<int32_t> ids(std::span<const uint32_t> t) { return std::vector<int32_t>(t.begin(), t.end()); }
+std::vector<int32_t> ids(std::span<const uint32_t> t) {
+  return std::vector<int32_t>(t.begin(), t.end());
+}
 
 // Layer-1 values of a document's tokens, alone (after its own prefix, as it was compressed) and in
 // the composition (after the documents before it): the squared change per token.
 std::vector<double> value_change(model::Forward& forward, model::ComposedCache& cache, uint32_t d,
                                  const format::CacheHeader& h, uint32_t first, uint32_t layer) {
   const std::vector<int32_t> doc = ids(h.document_tokens);
-  const uint32_t n = static_cast<uint32_t>(doc.size()), np = static_cast<uint32_t>(h.prefix_length());
+  const uint32_t n = static_cast<uint32_t>(doc.size()),
+                 np = static_cast<uint32_t>(h.prefix_length());
   std::vector<uint32_t> pos(n);
   std::iota(pos.begin(), pos.end(), first);
   cache.rows(d, -1, pos);
@@ -64,8 +67,8 @@ void check_model_composes(const format::CacheHeader& header) {
     throw Error(Errc::unsupported, hybrid_refusal(header.model.arch));
 }
 
-void check_composable(const std::vector<const format::CacheHeader*>& headers, const std::vector<std::string>& names,
-                      bool force) {
+void check_composable(const std::vector<const format::CacheHeader*>& headers,
+                      const std::vector<std::string>& names, bool force) {
   KVZIP_ASSERT(!headers.empty() && names.size() == headers.size());
   for (const format::CacheHeader* h : headers) check_model_composes(*h);
   const format::CacheHeader& a = *headers[0];
@@ -74,20 +77,23 @@ void check_composable(const std::vector<const format::CacheHeader*>& headers, co
     const std::string who = "cache " + std::to_string(i + 1) + " (" + names[i] + ")";
     const std::string vs = " than cache 1 (" + names[0] + ")";
     if (!force && !a.model.same_model(b.model))
-      throw Error(Errc::model_mismatch,
-                  who + " was written by another model" + vs + ": " + b.model.arch + " weights " +
-                      hex(b.model.weights_hash) + " tokenizer " + hex(b.model.tokenizer_hash) + " vs " + a.model.arch +
-                      " weights " + hex(a.model.weights_hash) + " tokenizer " + hex(a.model.tokenizer_hash) +
-                      "; only caches of one model compose");
+      throw Error(Errc::model_mismatch, who + " was written by another model" + vs + ": " +
+                                            b.model.arch + " weights " + hex(b.model.weights_hash) +
+                                            " tokenizer " + hex(b.model.tokenizer_hash) + " vs " +
+                                            a.model.arch + " weights " + hex(a.model.weights_hash) +
+                                            " tokenizer " + hex(a.model.tokenizer_hash) +
+                                            "; only caches of one model compose");
     if (a.n_layers != b.n_layers || a.n_kv_heads != b.n_kv_heads || a.head_dim != b.head_dim ||
         a.rope_base != b.rope_base || a.rope_scaling.kind != b.rope_scaling.kind ||
         a.rope_scaling.factor != b.rope_scaling.factor)
       throw Error(Errc::model_mismatch, who + " has another cache shape or RoPE" + vs);
     if (query_template(a) != query_template(b))
-      throw Error(Errc::invalid_argument, who + " has another query template" + vs + ": \"" + query_template(b) +
-                                              "\" vs \"" + query_template(a) + "\"");
+      throw Error(Errc::invalid_argument, who + " has another query template" + vs + ": \"" +
+                                              query_template(b) + "\" vs \"" + query_template(a) +
+                                              "\"");
     if (a.suffix_tokens != b.suffix_tokens)
-      throw Error(Errc::invalid_argument, who + " has another suffix template (the tokens after the question)" + vs);
+      throw Error(Errc::invalid_argument,
+                  who + " has another suffix template (the tokens after the question)" + vs);
   }
 }
 
@@ -123,7 +129,8 @@ ComposePlan plan_composition(const std::vector<const format::CacheHeader*>& head
     doc.first = static_cast<uint32_t>(start);
     plan.docs.push_back(doc);
     end = start + h.document_tokens.size();
-    if (end > UINT32_MAX) throw Error(Errc::invalid_argument, "compose: the composed context exceeds 2^32 positions");
+    if (end > UINT32_MAX)
+      throw Error(Errc::invalid_argument, "compose: the composed context exceeds 2^32 positions");
   }
   plan.length = static_cast<uint32_t>(end);
   return plan;
@@ -141,12 +148,14 @@ void check_composition(const ModelConfig& config,
                        const ComposeOptions& o) {
   const size_t K = headers.size();
   if (K < 2 || K > o.max_docs)
-    throw Error(Errc::invalid_argument, "compose: " + std::to_string(K) + " caches; a composition takes 2 to " +
+    throw Error(Errc::invalid_argument, "compose: " + std::to_string(K) +
+                                            " caches; a composition takes 2 to " +
                                             std::to_string(o.max_docs));
   check_model_composes(config);
   for (const format::CacheHeader* h : headers) check_model_composes(*h);
   if (!(o.blend >= 0.0 && o.blend <= 1.0))
-    throw Error(Errc::invalid_argument, "compose: blend " + std::to_string(o.blend) + " is outside [0, 1]");
+    throw Error(Errc::invalid_argument,
+                "compose: blend " + std::to_string(o.blend) + " is outside [0, 1]");
 }
 
 // Document d's `pick` tokens chosen by o.rule (with the probe of value_change where the rule
@@ -162,8 +171,8 @@ void pick_recomputed(model::Forward& forward, model::ComposedCache& cache, uint3
     change = value_change(forward, cache, d, h, first, 1);
     probe_ms += ms_since(t);
   }
-  const std::vector<uint32_t> order =
-      pick < n ? select_recomputed(rule, change, n, pick) : select_recomputed(BlendRule::sink, {}, n, n);
+  const std::vector<uint32_t> order = pick < n ? select_recomputed(rule, change, n, pick)
+                                               : select_recomputed(BlendRule::sink, {}, n, n);
   std::vector<uint32_t> stored(pick);
   for (uint32_t i = 0; i < pick; ++i) {
     stored[i] = static_cast<uint32_t>(h.prefix_length()) + order[i];
@@ -188,11 +197,13 @@ void top_by_change(std::span<const double> change, uint32_t from, uint32_t n, ui
 std::vector<uint32_t> select_recomputed(BlendRule rule, std::span<const double> change, uint32_t n,
                                         uint32_t pick) {
   if (pick > n)
-    throw Error(Errc::invalid_argument, "compose: " + std::to_string(pick) + " tokens to recompute of " +
-                                            std::to_string(n));
+    throw Error(Errc::invalid_argument, "compose: " + std::to_string(pick) +
+                                            " tokens to recompute of " + std::to_string(n));
   // Sink-style rules take the document's first tokens: where its standalone prefill put the
   // attention mass that, composed, belongs to the earlier documents' sinks.
-  const uint32_t sinks = rule == BlendRule::sink ? pick : rule == BlendRule::sink_deviation ? (pick + 1) / 2 : 0;
+  const uint32_t sinks = rule == BlendRule::sink             ? pick
+                         : rule == BlendRule::sink_deviation ? (pick + 1) / 2
+                                                             : 0;
   std::vector<uint32_t> out(sinks);
   std::iota(out.begin(), out.end(), 0u);
   if (pick > sinks) {
@@ -214,21 +225,26 @@ std::unique_ptr<model::ComposedCache> compose(
   ComposePlan plan = plan_composition(headers, tokenizer, o);
   const ModelConfig& cfg = forward.config();
   if (plan.length >= cfg.max_context)
-    throw Error(Errc::invalid_argument, "compose: the " + std::to_string(K) + " documents fill " +
-                                            std::to_string(plan.length) + " positions, past the model's context of " +
-                                            std::to_string(cfg.max_context) + "; compose fewer or shorter documents");
+    throw Error(Errc::invalid_argument,
+                "compose: the " + std::to_string(K) + " documents fill " +
+                    std::to_string(plan.length) + " positions, past the model's context of " +
+                    std::to_string(cfg.max_context) + "; compose fewer or shorter documents");
   for (size_t d = 0; d < K; ++d) plan.docs[d].base = bases[d];
-  const std::vector<float> inv_freq = kernels::rope_inv_freq(cfg.head_dim, cfg.rope_base, cfg.rope_scaling);
+  const std::vector<float> inv_freq =
+      kernels::rope_inv_freq(cfg.head_dim, cfg.rope_base, cfg.rope_scaling);
   auto cache = std::make_unique<model::ComposedCache>(plan.docs, inv_freq, plan.length);
   const uint32_t S = static_cast<uint32_t>(plan.separator.size());
-  std::vector<uint32_t> first(K), pick(K, 0);  // each document's first composed position, tokens to recompute
+  std::vector<uint32_t> first(K),
+      pick(K, 0);  // each document's first composed position, tokens to recompute
   first[0] = static_cast<uint32_t>(headers[0]->prefix_length());
   for (uint32_t d = 1; d < K; ++d) {
     first[d] = plan.docs[d].first;
-    pick[d] = static_cast<uint32_t>(std::llround(o.blend * double(headers[d]->document_tokens.size())));
+    pick[d] =
+        static_cast<uint32_t>(std::llround(o.blend * double(headers[d]->document_tokens.size())));
   }
   auto separator_at = [&](uint32_t d, std::vector<uint32_t>& pos, std::vector<int32_t>& tokens) {
-    for (uint32_t i = 0; i < S; ++i) pos.push_back(first[d] - S + i);  // the separator before document d
+    for (uint32_t i = 0; i < S; ++i)
+      pos.push_back(first[d] - S + i);  // the separator before document d
     tokens.insert(tokens.end(), plan.separator.begin(), plan.separator.end());
   };
   uint64_t recomputed = 0;
@@ -251,7 +267,8 @@ std::unique_ptr<model::ComposedCache> compose(
     pos.clear();
     toks.clear();
     if (pick[d] > 0) {
-      pick_recomputed(forward, *cache, d, *headers[d], first[d], pick[d], o.rule, pos, toks, probe_ms);
+      pick_recomputed(forward, *cache, d, *headers[d], first[d], pick[d], o.rule, pos, toks,
+                      probe_ms);
       recomputed += pick[d];
     }
     t = std::chrono::steady_clock::now();

@@ -16,10 +16,10 @@
 #include <string_view>
 #include <vector>
 
-#include "format/format.h"
 #include "cache/composed_cache.h"
-#include "model/forward.h"
 #include "cache/kv_base.h"
+#include "format/format.h"
+#include "model/forward.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvzip::loader {
@@ -86,8 +86,8 @@ void check_model_composes(const format::CacheHeader& header);
 // Errc::model_mismatch or Errc::invalid_argument naming the first cache (1-based) that
 // cannot follow the first one: another model fingerprint (unless force), cache shape or RoPE,
 // query template or suffix template. `names` label the caches in messages.
-void check_composable(const std::vector<const format::CacheHeader*>& headers, const std::vector<std::string>& names,
-                      bool force);
+void check_composable(const std::vector<const format::CacheHeader*>& headers,
+                      const std::vector<std::string>& names, bool force);
 
 // Where each document lands, and the composed length, without building anything.
 struct ComposePlan {
@@ -102,9 +102,10 @@ ComposePlan plan_composition(const std::vector<const format::CacheHeader*>& head
 // CPU forward pass `forward` of their model. Errc::invalid_argument for fewer than 2 or more than
 // max_docs caches, a blend outside [0, 1], or a composed length that leaves no room in the model's
 // context (max_context) for a question.
-std::unique_ptr<model::ComposedCache> compose(model::Forward& forward, const model::Tokenizer& tokenizer,
-                                              const std::vector<const format::CacheHeader*>& headers,
-                                              const std::vector<const model::KvBase*>& bases,
-                                              const ComposeOptions& options, ComposeStats* stats = nullptr);
+std::unique_ptr<model::ComposedCache> compose(
+    model::Forward& forward, const model::Tokenizer& tokenizer,
+    const std::vector<const format::CacheHeader*>& headers,
+    const std::vector<const model::KvBase*>& bases, const ComposeOptions& options,
+    ComposeStats* stats = nullptr);
 
 }  // namespace kvzip::loader

@@ -55,12 +55,14 @@ model::CacheShape shape_of(const format::CacheHeader& h) {
 
 // (Hkv) f16 rows of each head of a q8/q4 layer: a head's f16 rows (positions < kv_f16_below) are
 // its first ones, since positions increase within a head; its quantized rows follow.
-std::vector<uint32_t> f16_rows_per_head(const format::CacheHeader& h, std::span<const uint32_t> head_rows,
+std::vector<uint32_t> f16_rows_per_head(const format::CacheHeader& h,
+                                        std::span<const uint32_t> head_rows,
                                         std::span<const uint32_t> positions) {
   std::vector<uint32_t> dense(head_rows.size(), 0);
   size_t row = 0;
   for (size_t hd = 0; hd < head_rows.size(); ++hd)
-    for (uint32_t i = 0; i < head_rows[hd]; ++i, ++row) dense[hd] += positions[row] < h.kv_f16_below;
+    for (uint32_t i = 0; i < head_rows[hd]; ++i, ++row)
+      dense[hd] += positions[row] < h.kv_f16_below;
   return dense;
 }
 
@@ -76,7 +78,8 @@ void widen_f16(const std::vector<uint16_t>& x, std::vector<float>& y) {
 
 // The kernels' view of the file's one q8/q4 layout (spec §12.1): rotated rows, byte parameters.
 kernels::KvQuantLayout quant_layout(const format::CacheHeader& h) {
-  return kernels::KvQuantLayout{format::dtype_bits(h.kv_dtype), h.head_dim, h.kv_group_size, /*rotated=*/true,
+  return kernels::KvQuantLayout{format::dtype_bits(h.kv_dtype), h.head_dim, h.kv_group_size,
+                                /*rotated=*/true,
                                 /*byte_params=*/true};
 }
 
@@ -89,7 +92,8 @@ struct QuerySession::Loaded {
   std::optional<format::CacheReader> reader;  // Device::Cuda: what to_device reads the rows from
 };
 
-QuerySession::Loaded QuerySession::open_file(const model::Model& model, const std::string& path, const SessionOptions& o) {
+QuerySession::Loaded QuerySession::open_file(const model::Model& model, const std::string& path,
+                                             const SessionOptions& o) {
   const auto t0 = Clock::now();
   format::OpenOptions oo;
   oo.verify = o.verify;
@@ -129,7 +133,8 @@ void fill_quantized(const format::CacheReader& reader, model::GpuCache& cache, v
   auto put = [stream](auto& buf, const auto& x) {  // x to device scratch that grows as needed
     using T = typename std::decay_t<decltype(x)>::value_type;
     if (buf.size() < x.size()) buf = kernels::gpu::GpuBuffer<T>(x.size());
-    if (!x.empty()) kernels::gpu::copy_to_device(buf.data(), x.data(), x.size() * sizeof(T), stream);
+    if (!x.empty())
+      kernels::gpu::copy_to_device(buf.data(), x.data(), x.size() * sizeof(T), stream);
   };
   auto load = [&](Side& side, const format::QuantRows& q) {
     put(side.scale, q.channel_scale);
@@ -147,8 +152,10 @@ void fill_quantized(const format::CacheReader& reader, model::GpuCache& cache, v
     cache.fill_layer(l, q.positions.data(), [&](uint32_t hd, float* k, float* v) {
       const uint32_t n = q.head_rows[hd], nd = head_dense[hd];
       if (nd > 0) {
-        kernels::gpu::copy_device(k, sk.dense.data() + dense_row * D, size_t(nd) * D * sizeof(float), stream);
-        kernels::gpu::copy_device(v, sv.dense.data() + dense_row * D, size_t(nd) * D * sizeof(float), stream);
+        kernels::gpu::copy_device(k, sk.dense.data() + dense_row * D,
+                                  size_t(nd) * D * sizeof(float), stream);
+        kernels::gpu::copy_device(v, sv.dense.data() + dense_row * D,
+                                  size_t(nd) * D * sizeof(float), stream);
       }
       auto rows = [&](Side& side) {
         return kernels::KvQuantRows{layout, n - nd, side.scale.data() + size_t(hd) * D,
@@ -170,7 +177,8 @@ void fill_quantized(const format::CacheReader& reader, model::GpuCache& cache, v
 // parameters and codes go to a GpuQuantBase as the file stores them, and the cache attaches it.
 // The device never holds a quantized row in f32, and a seventh (q4) to a quarter (q8) of the f32
 // bytes cross the bus.
-model::GpuCache gpu_quantized_cache(const format::CacheReader& reader, uint32_t room, void* stream) {
+model::GpuCache gpu_quantized_cache(const format::CacheReader& reader, uint32_t room,
+                                    void* stream) {
   const format::CacheHeader& h = reader.header();
   const size_t D = h.head_dim;
   std::vector<uint32_t> dense, quant;  // (L·Hkv) per head: f16 rows, quantized rows
@@ -182,15 +190,17 @@ model::GpuCache gpu_quantized_cache(const format::CacheReader& reader, uint32_t 
       quant.push_back(rows[hd] - d[hd]);
     }
   }
-  model::GpuCache cache = model::GpuCache::with_layout(shape_of(h), static_cast<uint32_t>(h.logical_length()),
-                                                       dense, room);
+  model::GpuCache cache = model::GpuCache::with_layout(
+      shape_of(h), static_cast<uint32_t>(h.logical_length()), dense, room);
   model::GpuQuantBase base(shape_of(h), quant_layout(h), std::move(quant));
   std::vector<float> dk, dv;
   std::vector<uint32_t> dpos;  // (F) the f16 rows' positions, head-major
   for (uint32_t l = 0; l < h.n_layers; ++l) {
     const format::LayerKv q = reader.read_quant_layer(l);
-    base.upload_layer(l, {q.qk.channel_scale, q.qv.channel_scale, q.qk.params, q.qv.params, q.qk.codes, q.qv.codes},
-                      stream);
+    base.upload_layer(
+        l,
+        {q.qk.channel_scale, q.qv.channel_scale, q.qk.params, q.qv.params, q.qk.codes, q.qv.codes},
+        stream);
     widen_f16(q.qk.dense, dk);
     widen_f16(q.qv.dense, dv);
     dpos.clear();
@@ -200,7 +210,8 @@ model::GpuCache gpu_quantized_cache(const format::CacheReader& reader, uint32_t 
       dpos.insert(dpos.end(), q.positions.begin() + row, q.positions.begin() + row + nd);
       row += q.head_rows[hd];
     }
-    KVZIP_ASSERT(dk.size() == dpos.size() * D && dv.size() == dk.size());  // the reader splits by the same rule
+    KVZIP_ASSERT(dk.size() == dpos.size() * D &&
+                 dv.size() == dk.size());  // the reader splits by the same rule
     cache.upload_layer(l, dk.data(), dv.data(), dpos.data(), stream);
     kernels::gpu::synchronize(stream);  // the host arrays are reused by the next layer
   }
@@ -210,12 +221,14 @@ model::GpuCache gpu_quantized_cache(const format::CacheReader& reader, uint32_t 
 
 }  // namespace
 
-model::GpuCache gpu_cache_from_reader(const format::CacheReader& reader, uint32_t room, void* stream, KvForm form) {
+model::GpuCache gpu_cache_from_reader(const format::CacheReader& reader, uint32_t room,
+                                      void* stream, KvForm form) {
   const format::CacheHeader& h = reader.header();
-  if (format::dtype_quantized(h.kv_dtype) && form == KvForm::Auto) return gpu_quantized_cache(reader, room, stream);
+  if (format::dtype_quantized(h.kv_dtype) && form == KvForm::Auto)
+    return gpu_quantized_cache(reader, room, stream);
   const auto kept = kept_counts(h, [&](uint32_t l) { return reader.head_rows(l); });
-  model::GpuCache cache = model::GpuCache::with_layout(shape_of(h), static_cast<uint32_t>(h.logical_length()),
-                                         kept, room);
+  model::GpuCache cache = model::GpuCache::with_layout(
+      shape_of(h), static_cast<uint32_t>(h.logical_length()), kept, room);
   if (format::dtype_quantized(h.kv_dtype)) {
     fill_quantized(reader, cache, stream);
     return cache;
@@ -279,23 +292,28 @@ model::QuantBase quant_base_from_reader(const format::CacheReader& reader) {
     L.codes_k = std::move(q.qk.codes);
     L.codes_v = std::move(q.qv.codes);
   }
-  return model::QuantBase(shape_of(h), static_cast<uint32_t>(h.logical_length()), layout, std::move(layers));
+  return model::QuantBase(shape_of(h), static_cast<uint32_t>(h.logical_length()), layout,
+                          std::move(layers));
 }
 
-model::KvBase base_from_reader(const format::CacheReader& reader, uint32_t room, KvForm form, bool key_tiles) {
+model::KvBase base_from_reader(const format::CacheReader& reader, uint32_t room, KvForm form,
+                               bool key_tiles) {
   // A hybrid model's file loads dequantized: sliding-window attention has no kernel over
   // quantized rows (kernels/attention.h AttentionArgs::window).
-  if (form == KvForm::Auto && format::dtype_quantized(reader.header().kv_dtype) && reader.header().local_layers.empty())
+  if (form == KvForm::Auto && format::dtype_quantized(reader.header().kv_dtype) &&
+      reader.header().local_layers.empty())
     return model::KvBase(quant_base_from_reader(reader));
   model::RaggedKvCache cache = cache_from_reader(reader, room);
   if (key_tiles) cache.make_key_tiles();
   return model::KvBase(std::move(cache));
 }
 
-uint64_t base_bytes_bound(const format::CacheReader& reader, uint32_t room, KvForm form, bool key_tiles) {
+uint64_t base_bytes_bound(const format::CacheReader& reader, uint32_t room, KvForm form,
+                          bool key_tiles) {
   const format::CacheHeader& h = reader.header();
   const uint64_t D = h.head_dim;
-  const bool quantized = form == KvForm::Auto && format::dtype_quantized(h.kv_dtype) && h.local_layers.empty();
+  const bool quantized =
+      form == KvForm::Auto && format::dtype_quantized(h.kv_dtype) && h.local_layers.empty();
   uint64_t n = 0;
   for (uint32_t l = 0; l < h.n_layers; ++l)
     for (const uint32_t kept : reader.head_rows(l)) {
@@ -315,7 +333,8 @@ uint64_t base_bytes_bound(const format::CacheReader& reader, uint32_t room, KvFo
 model::RaggedKvCache cache_from_contents(const format::CacheContents& c, uint32_t room) {
   format::validate(c);
   const format::CacheHeader& h = c.header;
-  auto kept = kept_counts(h, [&](uint32_t l) { return std::span<const uint32_t>(c.layers[l].head_rows); });
+  auto kept =
+      kept_counts(h, [&](uint32_t l) { return std::span<const uint32_t>(c.layers[l].head_rows); });
   model::RaggedKvCache cache(shape_of(h), static_cast<uint32_t>(h.logical_length()), kept, room);
   for (uint32_t l = 0; l < h.n_layers; ++l)
     fill_layer(cache, l, c.layers[l].k.data(), c.layers[l].v.data(), c.layers[l].positions);
@@ -328,32 +347,34 @@ std::string query_template(const format::CacheHeader& header) {
   return format::kDefaultQueryTemplate;
 }
 
-std::vector<int32_t> question_tokens(const model::Tokenizer& tokenizer, const format::CacheHeader& header,
-                                     std::string_view question) {
+std::vector<int32_t> question_tokens(const model::Tokenizer& tokenizer,
+                                     const format::CacheHeader& header, std::string_view question) {
   return question_tokens(tokenizer, query_template(header), header.suffix_tokens, question);
 }
 
-std::vector<int32_t> conversation_tokens(const model::Model& model, const format::CacheHeader& header,
-                                         std::span<const std::pair<std::string, std::string>> history,
-                                         std::string_view question) {
+std::vector<int32_t> conversation_tokens(
+    const model::Model& model, const format::CacheHeader& header,
+    std::span<const std::pair<std::string, std::string>> history, std::string_view question) {
   if (history.empty()) return question_tokens(model.tokenizer(), header, question);
   std::vector<int32_t> ids = question_tokens(model.tokenizer(), header, history[0].first);
   for (size_t i = 0; i < history.size(); ++i) {
-    const std::string_view next = i + 1 < history.size() ? std::string_view(history[i + 1].first) : question;
+    const std::string_view next =
+        i + 1 < history.size() ? std::string_view(history[i + 1].first) : question;
     const std::vector<int32_t> turn = model.chat().next_turn(history[i].second, next);
     ids.insert(ids.end(), turn.begin(), turn.end());
   }
   return ids;
 }
 
-std::vector<int32_t> question_tokens(const model::Tokenizer& tokenizer, std::string_view query_template,
+std::vector<int32_t> question_tokens(const model::Tokenizer& tokenizer,
+                                     std::string_view query_template,
                                      std::span<const uint32_t> suffix, std::string_view question) {
   std::string tail(query_template);
   const std::string key = "{question}";
   const size_t at = tail.find(key);
   if (at == std::string::npos)
-    throw Error(Errc::corrupt, "the cache's query_template has no {question} placeholder: \"" +
-                                   tail + "\"");
+    throw Error(Errc::corrupt,
+                "the cache's query_template has no {question} placeholder: \"" + tail + "\"");
   tail.replace(at, key.size(), question);
   std::vector<int32_t> ids = tokenizer.encode(tail, /*parse_special=*/false);
   for (uint32_t t : suffix) {
@@ -377,7 +398,8 @@ static model::ForwardOptions forward_options(const SessionOptions& o) {
   return fo;
 }
 
-QuerySession::QuerySession(const model::Model& model, const std::string& path, const SessionOptions& o)
+QuerySession::QuerySession(const model::Model& model, const std::string& path,
+                           const SessionOptions& o)
     : QuerySession(model, open_file(model, path, o), o) {}
 
 namespace {
@@ -389,7 +411,8 @@ SessionOptions composing(const SessionOptions& o, size_t n_paths) {
 }
 }  // namespace
 
-QuerySession::QuerySession(const model::Model& model, const std::vector<std::string>& paths, const SessionOptions& o)
+QuerySession::QuerySession(const model::Model& model, const std::vector<std::string>& paths,
+                           const SessionOptions& o)
     : QuerySession(model, open_file(model, paths.at(0), composing(o, paths.size())), o) {
   if (paths.size() == 1) return;
   if (o.device == kernels::Device::Cuda)
@@ -431,13 +454,12 @@ QuerySession::QuerySession(const model::Model& model, Loaded loaded, const Sessi
       base_(std::move(loaded.base)),
       forward_(model.weights(), forward_options(o)),
       load_ms_(loaded.ms) {
-  if (o.device == kernels::Device::Cuda)
-    to_device(o, loaded.reader ? &*loaded.reader : nullptr);
+  if (o.device == kernels::Device::Cuda) to_device(o, loaded.reader ? &*loaded.reader : nullptr);
   else if (base_.quantized()) branch_ = std::make_unique<model::BranchCache>(base_.quant(), o.room);
 }
 
-QuerySession::QuerySession(const model::Model& model, model::RaggedKvCache cache, format::CacheHeader header,
-                           const SessionOptions& o)
+QuerySession::QuerySession(const model::Model& model, model::RaggedKvCache cache,
+                           format::CacheHeader header, const SessionOptions& o)
     : model_(model),
       header_(std::move(header)),
       base_(std::move(cache)),
@@ -492,7 +514,8 @@ Answer QuerySession::ask(std::string_view question, const model::GenerateParams&
       ~Reset() { g.reset(); }
     } reset{*gpu_cache_};
     r = generate(*gpu_forward_, *gpu_cache_, prompt, gp, on_token);
-  } else if (branch_) {  // the base is read-only; the question and answer rows go to the branch's tail
+  } else if (
+      branch_) {  // the base is read-only; the question and answer rows go to the branch's tail
     struct Rollback {
       model::BranchCache& b;
       ~Rollback() { b.rollback(b.base_length()); }

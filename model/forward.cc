@@ -21,14 +21,15 @@ struct Forward::Impl {
   const Weights& w;
   ForwardOptions opt;
   kernels::ThreadPool pool;
-  std::vector<float> inv_freq;  // (D/2)
+  std::vector<float> inv_freq;        // (D/2)
   std::vector<float> inv_freq_local;  // (D/2) local layers' (hybrid models), else empty
   detail::ForwardScratch scratch;
   kernels::RopeTable rope;
   kernels::RopeTable rope_local;
   std::vector<uint32_t> positions;  // (chunk)
 
-  Impl(const Weights& weights, ForwardOptions o) : w(weights), opt(std::move(o)), pool(opt.threads) {}
+  Impl(const Weights& weights, ForwardOptions o)
+      : w(weights), opt(std::move(o)), pool(opt.threads) {}
 
   // step(): reused buffers (the items' rows, their tokens, the logits of the rows that want them).
   std::vector<detail::ChunkItem> step_items;
@@ -51,7 +52,8 @@ Forward::Forward(const Weights& weights, ForwardOptions options) {
   impl_ = std::make_unique<Impl>(weights, std::move(options));
   const ModelConfig& c = weights.config;
   impl_->inv_freq = kernels::rope_inv_freq(c.head_dim, c.rope_base, c.rope_scaling);
-  if (c.hybrid()) impl_->inv_freq_local = kernels::rope_inv_freq(c.head_dim, c.rope_local_base, RopeScaling{});
+  if (c.hybrid())
+    impl_->inv_freq_local = kernels::rope_inv_freq(c.head_dim, c.rope_local_base, RopeScaling{});
   impl_->scratch.resize(c, impl_->opt.chunk);
   impl_->positions.resize(impl_->opt.chunk);
   kernels::set_blas_threads(impl_->pool.size());
@@ -67,7 +69,9 @@ kernels::ThreadPool& Forward::pool() { return impl_->pool; }
 void Forward::set_prompt_bf16(bool on) { impl_->prompt_bf16 = on; }
 bool Forward::prompt_bf16() const { return impl_->prompt_bf16; }
 
-PromptBf16Scope::PromptBf16Scope(Forward& f, bool on) : f_(f), was_(f.prompt_bf16()) { f.set_prompt_bf16(on); }
+PromptBf16Scope::PromptBf16Scope(Forward& f, bool on) : f_(f), was_(f.prompt_bf16()) {
+  f.set_prompt_bf16(on);
+}
 PromptBf16Scope::~PromptBf16Scope() { f_.set_prompt_bf16(was_); }
 
 detail::ChunkContext Forward::Impl::context(uint32_t T) {
@@ -116,11 +120,13 @@ std::vector<float> Forward::prefill(AttentionCache& cache, std::span<const int32
       [] {});
 }
 
-std::vector<float> Forward::layer_values(AttentionCache& cache, std::span<const int32_t> tokens, uint32_t layer) {
+std::vector<float> Forward::layer_values(AttentionCache& cache, std::span<const int32_t> tokens,
+                                         uint32_t layer) {
   const ModelConfig& cfg = impl_->w.config;
   if (layer >= cfg.n_layers)
-    throw Error(Errc::invalid_argument, "Forward::layer_values: layer " + std::to_string(layer) + " of a " +
-                                            std::to_string(cfg.n_layers) + "-layer model");
+    throw Error(Errc::invalid_argument, "Forward::layer_values: layer " + std::to_string(layer) +
+                                            " of a " + std::to_string(cfg.n_layers) +
+                                            "-layer model");
   detail::check_cache_shape(cfg, cache.shape());
   detail::check_tokens(cfg, tokens);
   const uint32_t T = static_cast<uint32_t>(tokens.size());
@@ -149,7 +155,8 @@ std::vector<float> Forward::layer_values(AttentionCache& cache, std::span<const 
   return values;
 }
 
-std::vector<float> Forward::decode(AttentionCache& cache, int32_t token, AttentionObserver* observer) {
+std::vector<float> Forward::decode(AttentionCache& cache, int32_t token,
+                                   AttentionObserver* observer) {
   // A decode step is an answer's token, never a prompt's: fp32 attention, the same bits as query's
   // and serve's steps, whatever scope the caller holds for its prompt. (bf16 products would also
   // re-make the whole cache's bf16 key and value tiles at every step.)

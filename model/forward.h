@@ -16,10 +16,10 @@
 #include <span>
 #include <vector>
 
-#include "kernels/attention.h"
-#include "kernels/matmul.h"
 #include "cache/kv_cache.h"
 #include "checkpoint/weights.h"
+#include "kernels/attention.h"
+#include "kernels/matmul.h"
 
 namespace kvzip::kernels {
 class ThreadPool;
@@ -35,10 +35,10 @@ enum class LogitsMode : uint8_t {
 
 // A named intermediate tensor of the forward pass, for debug dumps (rows = the chunk's tokens).
 struct TraceTensor {
-  const char* name = nullptr;  // "embd", "attn_norm", "q_rope", "k_rope", "v", "attn",
-                               // "attn_proj", "ffn_inp", "ffn_norm", "ffn_act", "ffn_out",
-                               // "layer_out", "out_norm", "logits"
-  int layer = -1;              // -1 outside the layers
+  const char* name = nullptr;   // "embd", "attn_norm", "q_rope", "k_rope", "v", "attn",
+                                // "attn_proj", "ffn_inp", "ffn_norm", "ffn_act", "ffn_out",
+                                // "layer_out", "out_norm", "logits"
+  int layer = -1;               // -1 outside the layers
   const float* data = nullptr;  // (rows, cols)
   uint32_t rows = 0;
   uint32_t cols = 0;
@@ -78,9 +78,9 @@ struct AttentionObservation {
   const uint32_t* positions = nullptr;  // (T) their positions
   uint32_t T = 0;
   uint32_t Hq = 0;
-  uint32_t Hkv = 0;                     // query head hq reads KV head hq / (Hq / Hkv)
+  uint32_t Hkv = 0;  // query head hq reads KV head hq / (Hq / Hkv)
   uint32_t D = 0;
-  float scale = 0.0f;                   // the logit scale attention used, 1/sqrt(D)
+  float scale = 0.0f;                     // the logit scale attention used, 1/sqrt(D)
   const AttentionCache* cache = nullptr;  // cache->view(layer, h): the keys/values attended to
   // The layer's input: the residual stream x (T, E) before the attention block, and the input
   // RMSNorm's output (T, E) that the q/k/v projections read (learned scorers predict from it).
@@ -133,7 +133,8 @@ class Forward {
   // layer `layer` only its norm and V projection.
   // The cache is left as it was. For choosing which rows of a composed cache to recompute
   // (loader/compose.h): a probe of the first layers costs about (layer + 0.1) / L of a prefill.
-  std::vector<float> layer_values(AttentionCache& cache, std::span<const int32_t> tokens, uint32_t layer);
+  std::vector<float> layer_values(AttentionCache& cache, std::span<const int32_t> tokens,
+                                  uint32_t layer);
   // One token: prefill(cache, {token}, Last, observer), always with fp32 attention (an answer's
   // step, whatever set_prompt_bf16 says). Returns (V) logits.
   std::vector<float> decode(AttentionCache& cache, int32_t token,

@@ -36,13 +36,15 @@ constexpr uint32_t kLogitRows = 16;  // LM-head rows per GEMM slice (bounds the 
 GpuBuffer<uint16_t> upload_bf16(const Matrix& m) {
   GpuBuffer<uint16_t> b(size_t(m.rows) * m.cols);
   if (m.empty()) return b;
-  const uint32_t slab = uint32_t(std::max<size_t>(1, std::min<size_t>(m.rows, (size_t(1) << 22) / m.cols)));
+  const uint32_t slab =
+      uint32_t(std::max<size_t>(1, std::min<size_t>(m.rows, (size_t(1) << 22) / m.cols)));
   std::vector<float> rows(size_t(slab) * m.cols);
   for (uint32_t r0 = 0; r0 < m.rows; r0 += slab) {
     const uint32_t n = std::min(slab, m.rows - r0);
     dequantize_rows(m, r0, n, rows.data());
     const std::vector<uint16_t> h = kernels::gpu::to_bf16(rows.data(), size_t(n) * m.cols);
-    kernels::gpu::copy_to_device(b.data() + size_t(r0) * m.cols, h.data(), h.size() * sizeof(uint16_t));
+    kernels::gpu::copy_to_device(b.data() + size_t(r0) * m.cols, h.data(),
+                                 h.size() * sizeof(uint16_t));
   }
   return b;
 }
@@ -66,8 +68,8 @@ GpuBuffer<float> random_f32(size_t n, uint64_t seed, float lo, float hi, void* s
 }
 
 struct GpuLayer {
-  GpuBuffer<float> attn_norm, ffn_norm;  // (E)
-  GpuBuffer<float> bq, bk, bv;           // (Hq*D), (Hkv*D), (Hkv*D) or empty
+  GpuBuffer<float> attn_norm, ffn_norm;                      // (E)
+  GpuBuffer<float> bq, bk, bv;                               // (Hq*D), (Hkv*D), (Hkv*D) or empty
   GpuBuffer<uint16_t> wq, wk, wv, wo, w_gate, w_up, w_down;  // bf16, (out, in)
 };
 
@@ -79,8 +81,8 @@ void check_config(const ModelConfig& c) {
                                        " KV heads; the CUDA kernels take at most " +
                                        std::to_string(kernels::kMaxKvHeads) +
                                        " (run it on the CPU)");
-  if (c.qk_norm || c.post_norms || c.hybrid() || c.ffn_act != FfnActivation::Silu || c.embed_scale != 1.0f ||
-      c.query_scale != 0.0f)
+  if (c.qk_norm || c.post_norms || c.hybrid() || c.ffn_act != FfnActivation::Silu ||
+      c.embed_scale != 1.0f || c.query_scale != 0.0f)
     throw Error(Errc::unsupported,
                 "GpuForward: architecture '" + c.arch +
                     "' (QK-norm, post-norms, GeGLU or "
@@ -114,7 +116,8 @@ struct GpuForward::Impl {
 
   explicit Impl(const ModelConfig& c, GpuForwardOptions o) : cfg(c), opt(o) {
     check_config(c);
-    if (o.chunk == 0) throw Error(Errc::invalid_argument, "GpuForwardOptions.chunk is 0, expected >= 1");
+    if (o.chunk == 0)
+      throw Error(Errc::invalid_argument, "GpuForwardOptions.chunk is 0, expected >= 1");
     stream = kernels::gpu::create_stream();
     inv_freq = kernels::rope_inv_freq(c.head_dim, c.rope_base, c.rope_scaling);
   }
@@ -165,12 +168,19 @@ void GpuForward::Impl::attention_block(GpuCache& cache, uint32_t layer, uint32_t
                                        GpuAttentionObserver* obs) {
   const GpuLayer& lw = layers[layer];
   const uint32_t E = cfg.d_model, D = cfg.head_dim, Hq = cfg.n_heads, Hkv = cfg.n_kv_heads;
-  kernels::cuda::rms_norm_bf16(kernels::RmsNormArgs{x.data(), lw.attn_norm.data(), nullptr, T, E, cfg.rms_eps},
-                      xn16.data(), stream);
+  kernels::cuda::rms_norm_bf16(
+      kernels::RmsNormArgs{x.data(), lw.attn_norm.data(), nullptr, T, E, cfg.rms_eps}, xn16.data(),
+      stream);
   auto bias = [](const GpuBuffer<float>& b) { return b.size() ? b.data() : nullptr; };
-  kernels::cuda::gemm_bf16(kernels::GemmBf16Args{xn16.data(), lw.wq.data(), bias(lw.bq), q.data(), T, E, Hq * D}, stream);
-  kernels::cuda::gemm_bf16(kernels::GemmBf16Args{xn16.data(), lw.wk.data(), bias(lw.bk), k.data(), T, E, Hkv * D}, stream);
-  kernels::cuda::gemm_bf16(kernels::GemmBf16Args{xn16.data(), lw.wv.data(), bias(lw.bv), v.data(), T, E, Hkv * D}, stream);
+  kernels::cuda::gemm_bf16(
+      kernels::GemmBf16Args{xn16.data(), lw.wq.data(), bias(lw.bq), q.data(), T, E, Hq * D},
+      stream);
+  kernels::cuda::gemm_bf16(
+      kernels::GemmBf16Args{xn16.data(), lw.wk.data(), bias(lw.bk), k.data(), T, E, Hkv * D},
+      stream);
+  kernels::cuda::gemm_bf16(
+      kernels::GemmBf16Args{xn16.data(), lw.wv.data(), bias(lw.bv), v.data(), T, E, Hkv * D},
+      stream);
   kernels::rope(ex(), kernels::RopeArgs{q.data(), cos.data(), sin.data(), T, Hq, D});
   kernels::rope(ex(), kernels::RopeArgs{k.data(), cos.data(), sin.data(), T, Hkv, D});
 
@@ -185,19 +195,26 @@ void GpuForward::Impl::attention_block(GpuCache& cache, uint32_t layer, uint32_t
     obs->on_attention(GpuAttentionObservation{layer, q.data(), positions[0], T, Hq, Hkv, D, scale,
                                               &cache, stream});
   kernels::cuda::to_bf16(att.data(), att16.data(), size_t(T) * Hq * D, stream);
-  kernels::cuda::gemm_bf16(kernels::GemmBf16Args{att16.data(), lw.wo.data(), nullptr, proj.data(), T, Hq * D, E}, stream);
+  kernels::cuda::gemm_bf16(
+      kernels::GemmBf16Args{att16.data(), lw.wo.data(), nullptr, proj.data(), T, Hq * D, E},
+      stream);
   kernels::cuda::add_in_place(x.data(), proj.data(), size_t(T) * E, stream);
 }
 
 void GpuForward::Impl::ffn_block(uint32_t layer, uint32_t T) {
   const GpuLayer& lw = layers[layer];
   const uint32_t E = cfg.d_model, F = cfg.d_ffn;
-  kernels::cuda::rms_norm_bf16(kernels::RmsNormArgs{x.data(), lw.ffn_norm.data(), nullptr, T, E, cfg.rms_eps},
-                      xn16.data(), stream);
-  kernels::cuda::gemm_bf16(kernels::GemmBf16Args{xn16.data(), lw.w_gate.data(), nullptr, gate.data(), T, E, F}, stream);
-  kernels::cuda::gemm_bf16(kernels::GemmBf16Args{xn16.data(), lw.w_up.data(), nullptr, up.data(), T, E, F}, stream);
-  kernels::cuda::swiglu_bf16(kernels::SwigluArgs{gate.data(), up.data(), nullptr, size_t(T) * F}, act16.data(), stream);
-  kernels::cuda::gemm_bf16(kernels::GemmBf16Args{act16.data(), lw.w_down.data(), nullptr, proj.data(), T, F, E}, stream);
+  kernels::cuda::rms_norm_bf16(
+      kernels::RmsNormArgs{x.data(), lw.ffn_norm.data(), nullptr, T, E, cfg.rms_eps}, xn16.data(),
+      stream);
+  kernels::cuda::gemm_bf16(
+      kernels::GemmBf16Args{xn16.data(), lw.w_gate.data(), nullptr, gate.data(), T, E, F}, stream);
+  kernels::cuda::gemm_bf16(
+      kernels::GemmBf16Args{xn16.data(), lw.w_up.data(), nullptr, up.data(), T, E, F}, stream);
+  kernels::cuda::swiglu_bf16(kernels::SwigluArgs{gate.data(), up.data(), nullptr, size_t(T) * F},
+                             act16.data(), stream);
+  kernels::cuda::gemm_bf16(
+      kernels::GemmBf16Args{act16.data(), lw.w_down.data(), nullptr, proj.data(), T, F, E}, stream);
   kernels::cuda::add_in_place(x.data(), proj.data(), size_t(T) * E, stream);
 }
 
@@ -205,11 +222,14 @@ void GpuForward::Impl::lm_head_rows(uint32_t row0, uint32_t n, float* host_logit
   const uint32_t E = cfg.d_model, V = cfg.vocab_size;
   for (uint32_t r = 0; r < n; r += kLogitRows) {
     const uint32_t m = std::min(kLogitRows, n - r);
-    kernels::cuda::rms_norm_bf16(kernels::RmsNormArgs{x.data() + size_t(row0 + r) * E, output_norm.data(), nullptr,
-                                    m, E, cfg.rms_eps},
-                        xn16.data(), stream);
-    kernels::cuda::gemm_bf16(kernels::GemmBf16Args{xn16.data(), lm_head(), nullptr, logits.data(), m, E, V}, stream);
-    kernels::gpu::copy_to_host(host_logits + size_t(r) * V, logits.data(), size_t(m) * V * sizeof(float), stream);
+    kernels::cuda::rms_norm_bf16(
+        kernels::RmsNormArgs{x.data() + size_t(row0 + r) * E, output_norm.data(), nullptr, m, E,
+                             cfg.rms_eps},
+        xn16.data(), stream);
+    kernels::cuda::gemm_bf16(
+        kernels::GemmBf16Args{xn16.data(), lm_head(), nullptr, logits.data(), m, E, V}, stream);
+    kernels::gpu::copy_to_host(host_logits + size_t(r) * V, logits.data(),
+                               size_t(m) * V * sizeof(float), stream);
   }
 }
 
@@ -218,8 +238,10 @@ void GpuForward::Impl::run_chunk(GpuCache& cache, const int32_t* host_tokens, ui
   cache.reserve_append(T, stream);
   std::iota(positions.begin(), positions.begin() + T, cache.logical_length());
   build_rope_table(inv_freq, positions.data(), T, &rope);
-  kernels::gpu::copy_to_device(cos.data(), rope.cos.data(), rope.cos.size() * sizeof(float), stream);
-  kernels::gpu::copy_to_device(sin.data(), rope.sin.data(), rope.sin.size() * sizeof(float), stream);
+  kernels::gpu::copy_to_device(cos.data(), rope.cos.data(), rope.cos.size() * sizeof(float),
+                               stream);
+  kernels::gpu::copy_to_device(sin.data(), rope.sin.data(), rope.sin.size() * sizeof(float),
+                               stream);
   kernels::gpu::copy_to_device(tokens.data(), host_tokens, size_t(T) * sizeof(int32_t), stream);
   kernels::cuda::embed_bf16(tok_embd.data(), tokens.data(), x.data(), T, cfg.d_model, stream);
   for (uint32_t l = 0; l < cfg.n_layers; ++l) {
@@ -336,7 +358,9 @@ GpuForward::GpuForward(const Weights&, GpuForwardOptions) { no_cuda(); }
 GpuForward::GpuForward(const ModelConfig&, uint64_t, GpuForwardOptions) { no_cuda(); }
 GpuForward::~GpuForward() = default;
 std::vector<float> GpuForward::prefill(GpuCache&, std::span<const int32_t>, LogitsMode,
-                                       GpuAttentionObserver*) { no_cuda(); }
+                                       GpuAttentionObserver*) {
+  no_cuda();
+}
 std::vector<float> GpuForward::decode(GpuCache&, int32_t) { no_cuda(); }
 const ModelConfig& GpuForward::config() const { return impl_->cfg; }
 void* GpuForward::stream() { return nullptr; }

@@ -12,10 +12,10 @@
 #include <span>
 #include <vector>
 
-#include "model/forward.h"
 #include "cache/gpu_cache.h"
-#include "model/model.h"
 #include "checkpoint/weights.h"
+#include "model/forward.h"
+#include "model/model.h"
 
 namespace kvzip::model {
 
@@ -29,7 +29,7 @@ struct GpuAttentionObservation {
   uint32_t T = 0, Hq = 0, Hkv = 0, D = 0;
   float scale = 0.0f;
   const GpuCache* cache = nullptr;
-  void* stream = nullptr;    // the forward's stream: enqueue observer work here
+  void* stream = nullptr;  // the forward's stream: enqueue observer work here
 };
 
 class GpuAttentionObserver {

@@ -11,13 +11,13 @@
 #include <filesystem>
 #include <optional>
 
-#include "common/error.h"
+#include "cache/ragged_cache.h"
 #include "checkpoint/gguf.h"
-#include "model/detail/sysmem.h"
+#include "checkpoint/gguf_tokenizer.h"
 #include "checkpoint/gguf_weights.h"
 #include "checkpoint/hf_model.h"
-#include "cache/ragged_cache.h"
-#include "checkpoint/gguf_tokenizer.h"
+#include "common/error.h"
+#include "model/detail/sysmem.h"
 
 namespace kvzip::model {
 namespace {
@@ -67,7 +67,8 @@ bool read_into_memory(const std::string& path, const LoadOptions& o) {
 std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& options) {
   std::unique_ptr<Model> m(new Model());
   m->path_ = path;
-  if (is_hf_checkpoint_dir(path)) {  // a Hugging Face folder: config.json, tokenizer.json, safetensors
+  if (is_hf_checkpoint_dir(
+          path)) {  // a Hugging Face folder: config.json, tokenizer.json, safetensors
     if (options.check_memory) check_fits(path, safetensors_bytes(path));
     HfModel hf = load_hf_model(path);
     m->weights_ = std::move(hf.weights);
@@ -117,8 +118,10 @@ void setup_bound(Bounded& b, AttentionCache& cache, const GenerateParams& params
   b.target = &cache;
   if (!params.rkv) return;
   if (cfg.hybrid())  // evicting inside a sliding-window layer would break its row = position run
-    throw Error(Errc::unsupported, "generate: a bounded cache (R-KV, streaming) is not supported on a model "
-                                   "with sliding-window layers (" + cfg.arch + ")");
+    throw Error(Errc::unsupported,
+                "generate: a bounded cache (R-KV, streaming) is not supported on a model "
+                "with sliding-window layers (" +
+                    cfg.arch + ")");
   b.ragged = dynamic_cast<RaggedKvCache*>(&cache);
   if (!b.ragged) {
     const auto* dense = dynamic_cast<const KvCache*>(&cache);
@@ -150,13 +153,16 @@ struct RkvHooks {
   }
 };
 
-void check_prompt_fits(const ModelConfig& cfg, uint64_t cached, size_t prompt_tokens, const char* who) {
-  if (prompt_tokens == 0) throw Error(Errc::invalid_argument, std::string(who) + ": the prompt has no tokens");
+void check_prompt_fits(const ModelConfig& cfg, uint64_t cached, size_t prompt_tokens,
+                       const char* who) {
+  if (prompt_tokens == 0)
+    throw Error(Errc::invalid_argument, std::string(who) + ": the prompt has no tokens");
   const uint64_t need = cached + prompt_tokens;
   if (cfg.max_context && need > cfg.max_context)
-    throw Error(Errc::invalid_argument,
-                "the prompt needs " + std::to_string(need) + " positions but the model's context is " +
-                    std::to_string(cfg.max_context) + " tokens; shorten the input");
+    throw Error(Errc::invalid_argument, "the prompt needs " + std::to_string(need) +
+                                            " positions but the model's context is " +
+                                            std::to_string(cfg.max_context) +
+                                            " tokens; shorten the input");
 }
 
 GenerateResult generate(Forward& forward, AttentionCache& cache, std::span<const int32_t> prompt,

@@ -11,14 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "common/model_config.h"
-#include "tokenizer/chat_template.h"
-#include "model/forward.h"
 #include "cache/kv_cache.h"
+#include "checkpoint/weights.h"
+#include "common/model_config.h"
+#include "model/forward.h"
 #include "model/rkv.h"
 #include "model/sampling.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
-#include "checkpoint/weights.h"
 
 namespace kvzip::model {
 
@@ -76,11 +76,11 @@ struct GenerateParams {
 };
 
 struct GenerateResult {
-  std::vector<int32_t> tokens;  // generated ids, stop token excluded
-  bool stopped = false;         // ended on a stop token (false: max_tokens or context limit)
+  std::vector<int32_t> tokens;      // generated ids, stop token excluded
+  bool stopped = false;             // ended on a stop token (false: max_tokens or context limit)
   std::vector<float> first_logits;  // (V) logits that chose the first token
-  uint64_t evicted = 0;       // with rkv: rows evicted, summed over (layer, KV head)
-  uint32_t compressions = 0;  // with rkv: compression passes that evicted rows
+  uint64_t evicted = 0;             // with rkv: rows evicted, summed over (layer, KV head)
+  uint32_t compressions = 0;        // with rkv: compression passes that evicted rows
 };
 
 // Called with every generated token as it is chosen; return false to stop early.
@@ -89,7 +89,8 @@ using TokenCallback = std::function<bool(int32_t token)>;
 // The check every answer loop (generate, eval's greedy answers) runs before its prompt's prefill:
 // Errc::invalid_argument, starting with `who`, for an empty prompt, and one naming both numbers
 // when the cache's `cached` positions plus the prompt would run past cfg.max_context.
-void check_prompt_fits(const ModelConfig& cfg, uint64_t cached, size_t prompt_tokens, const char* who);
+void check_prompt_fits(const ModelConfig& cfg, uint64_t cached, size_t prompt_tokens,
+                       const char* who);
 
 // Appends `prompt` to the cache (prefill), then samples up to params.max_tokens tokens, feeding
 // each back. Stops at a stop token, at max_tokens, or when the cache reaches max_context.
@@ -98,8 +99,8 @@ GenerateResult generate(Forward& forward, AttentionCache& cache, std::span<const
 
 struct PerplexityResult {
   double perplexity = 0.0;
-  double mean_nll = 0.0;   // nats per scored token
-  uint64_t scored = 0;     // tokens scored
+  double mean_nll = 0.0;  // nats per scored token
+  uint64_t scored = 0;    // tokens scored
   uint32_t windows = 0;
 };
 

@@ -25,8 +25,8 @@ void check_fits_context(const ModelConfig& cfg, uint64_t n_prefix, uint64_t n_do
                     std::to_string(cfg.max_context) + " tokens; shorten the document by at least " +
                     std::to_string(need - cfg.max_context) + " tokens");
   if (need > UINT32_MAX)
-    throw Error(Errc::invalid_argument, "a sequence of " + std::to_string(need) +
-                                            " tokens exceeds 2^32 positions");
+    throw Error(Errc::invalid_argument,
+                "a sequence of " + std::to_string(need) + " tokens exceeds 2^32 positions");
 }
 
 double prefill_in_chunks(std::span<const int32_t> prefix, std::span<const int32_t> document,

@@ -8,9 +8,9 @@
 #include <functional>
 #include <span>
 
+#include "cache/kv_cache.h"
 #include "common/model_config.h"
 #include "model/forward.h"
-#include "cache/kv_cache.h"
 
 namespace kvzip::prefill {
 
@@ -23,13 +23,13 @@ struct PrefillProgress {
 using PrefillProgressFn = std::function<void(const PrefillProgress&)>;
 
 struct PrefillOptions {
-  uint32_t chunk = 512;         // tokens per Forward::prefill call: the progress granularity (>= 1)
-  uint32_t answer_room = 512;   // tokens a question and its answer need after the document
+  uint32_t chunk = 512;        // tokens per Forward::prefill call: the progress granularity (>= 1)
+  uint32_t answer_room = 512;  // tokens a question and its answer need after the document
   // Rows a scorer appends after the document and rolls back (KVzip's reconstruction passes,
   // Scorer::appended_rows): reserved up front with answer_room (the larger of the two), so the
   // cache does not grow, by a copy, while it is scored. Not part of the context check.
   uint32_t scoring_room = 0;
-  PrefillProgressFn progress;   // optional; called once before the first chunk and after each
+  PrefillProgressFn progress;  // optional; called once before the first chunk and after each
   model::AttentionObserver* observer = nullptr;  // optional; sees every layer of every chunk
   // Attention on bf16 operands for the document's chunks (Forward::set_prompt_bf16; Fast path,
   // AVX-512 BF16 CPUs): twice an fp32 FMA's multiply-adds an instruction, so long documents, where
@@ -64,6 +64,7 @@ double prefill_in_chunks(std::span<const int32_t> prefix, std::span<const int32_
 // room for max(answer_room, scoring_room) more rows. Throws what Forward::prefill throws (bad token ids) and
 // Errc::invalid_argument for options.chunk == 0.
 PrefillResult prefill_document(model::Forward& forward, std::span<const int32_t> prefix,
-                               std::span<const int32_t> document, const PrefillOptions& options = {});
+                               std::span<const int32_t> document,
+                               const PrefillOptions& options = {});
 
 }  // namespace kvzip::prefill

@@ -35,10 +35,18 @@ std::vector<float> rkv_scores(const RkvHeadInput& in, const RkvParams& p) {
   const uint32_t M = in.N - p.window;
   std::vector<float> z(M), red(in.N);
   const uint64_t stride = in.q_stride ? in.q_stride : uint64_t(in.G) * in.D;
-  rkv_importance(kernels::Exec{}, kernels::RkvImportanceArgs{.q = in.queries, .tokens = in.A, .q_stride = stride,
-                                           .G = in.G, .D = in.D, .scale = in.scale, .k = in.keys,
-                                           .n = M, .kernel = p.kernel, .out = z.data()});
-  rkv_redundancy(kernels::Exec{}, kernels::RkvRedundancyArgs{in.keys, in.N, in.D, p.threshold, red.data()});
+  rkv_importance(kernels::Exec{}, kernels::RkvImportanceArgs{.q = in.queries,
+                                                             .tokens = in.A,
+                                                             .q_stride = stride,
+                                                             .G = in.G,
+                                                             .D = in.D,
+                                                             .scale = in.scale,
+                                                             .k = in.keys,
+                                                             .n = M,
+                                                             .kernel = p.kernel,
+                                                             .out = z.data()});
+  rkv_redundancy(kernels::Exec{},
+                 kernels::RkvRedundancyArgs{in.keys, in.N, in.D, p.threshold, red.data()});
   for (uint32_t j = 0; j < M; ++j) z[j] = p.lambda * z[j] - (1.0f - p.lambda) * red[j];
   return z;
 }
@@ -59,7 +67,8 @@ std::vector<uint32_t> rkv_keep(std::span<const float> scores, uint32_t N, const 
 }
 
 void validate(const RkvParams& p) {
-  if (p.buffer == 0) bad("buffer is 0; give the number of generated tokens between compressions (e.g. 128)");
+  if (p.buffer == 0)
+    bad("buffer is 0; give the number of generated tokens between compressions (e.g. 128)");
   if (p.learned && p.streaming) bad("a learned score and the streaming policy exclude each other");
   if (p.learned && p.doc_candidates)
     bad("a learned score ranks generated rows only (the document's rows were chosen when the "
@@ -72,8 +81,8 @@ void validate(const RkvParams& p) {
   }
   if (p.window == 0) bad("window is 0; at least the newest token must stay (default 8)");
   if (p.budget < p.window + 1)
-    bad("budget " + std::to_string(p.budget) + " must be at least window + 1 = " +
-        std::to_string(p.window + 1) + " rows");
+    bad("budget " + std::to_string(p.budget) +
+        " must be at least window + 1 = " + std::to_string(p.window + 1) + " rows");
   if (!(p.lambda >= 0.0f && p.lambda <= 1.0f))
     bad("lambda " + std::to_string(p.lambda) + " is outside [0, 1]");
   if (!(p.threshold >= -1.0f && p.threshold <= 1.0f))
@@ -95,8 +104,8 @@ RkvPolicy::RkvPolicy(const RkvParams& p, const ModelConfig& cfg)
     throw Error(Errc::model_mismatch,
                 "R-KV: the learned scorer has " + std::to_string(p.learned->size()) +
                     " coefficients of E = " + std::to_string(p.learned_dim) + ", the model needs " +
-                    std::to_string(size_t(L_) * Hkv_ * (size_t(cfg.d_model) + 1)) + " of E = " +
-                    std::to_string(cfg.d_model));
+                    std::to_string(size_t(L_) * Hkv_ * (size_t(cfg.d_model) + 1)) +
+                    " of E = " + std::to_string(cfg.d_model));
   learned_scores_.resize(L_);
 }
 
@@ -155,8 +164,9 @@ std::vector<uint32_t> RkvPolicy::choose(const KvHeadView& v, uint32_t first, uin
     for (uint32_t j = 0; j < N - p_.window; ++j) {
       const size_t at = size_t(v.positions[first + j] - first_position_) * Hkv_ + kv_head;
       if (at >= s.size())
-        throw Error(Errc::internal, "R-KV: a candidate row was never observed, so it has no "
-                                    "learned score");
+        throw Error(Errc::internal,
+                    "R-KV: a candidate row was never observed, so it has no "
+                    "learned score");
       scores[j] = s[at];
     }
     return rkv_keep(scores, N, p_);

@@ -12,9 +12,9 @@
 #include <span>
 #include <vector>
 
+#include "cache/ragged_cache.h"
 #include "common/model_config.h"
 #include "model/forward.h"
-#include "cache/ragged_cache.h"
 
 namespace kvzip::model {
 
@@ -29,7 +29,7 @@ struct RkvParams {
   // document, the question, the answer); the compressed base is then changed by the first
   // compression, so its owner must keep a copy to restore (QuerySession::ask does).
   bool doc_candidates = false;
-  uint32_t pinned = 0;     // with doc_candidates: rows at positions < pinned (the prefix) stay
+  uint32_t pinned = 0;  // with doc_candidates: rows at positions < pinned (the prefix) stay
   // StreamingLLM instead of R-KV: keep the first `sink` candidates plus the most recent ones.
   bool streaming = false;
   uint32_t sink = 4;
@@ -49,8 +49,8 @@ void validate(const RkvParams& p);
 // One KV head's input to the R-KV score (both the decode-time policy below and the offline
 // scorer of compress/ call rkv_scores; the two terms are the kernels of kernels/rkv.h).
 struct RkvHeadInput {
-  const float* keys = nullptr;     // (N, D) post-RoPE keys of the candidates, oldest first; the
-                                   // last `window` of them are the protected window
+  const float* keys = nullptr;  // (N, D) post-RoPE keys of the candidates, oldest first; the
+                                // last `window` of them are the protected window
   uint32_t N = 0;
   const float* queries = nullptr;  // the last A post-RoPE queries of the G query heads that read
                                    // this KV head, oldest first: token t, head g at
@@ -58,8 +58,8 @@ struct RkvHeadInput {
   uint32_t A = 0;
   uint32_t G = 0;
   uint32_t D = 0;
-  float scale = 0.0f;              // attention logit scale, 1/sqrt(D)
-  uint64_t q_stride = 0;           // floats between query tokens; 0 = G·D (contiguous (A, G, D))
+  float scale = 0.0f;     // attention logit scale, 1/sqrt(D)
+  uint64_t q_stride = 0;  // floats between query tokens; 0 = G·D (contiguous (A, G, D))
 };
 
 // Z_j = λ·I_j − (1 − λ)·R_j over the scored rows [0, N − α) (spec/methods.md §4): importance from
@@ -87,7 +87,7 @@ class RkvPolicy final : public AttentionObserver {
   // budget candidates down to budget. Throws Errc::internal if the bound is ever exceeded.
   void after_decode(RaggedKvCache& cache);
 
-  uint64_t evicted() const { return evicted_; }        // rows removed, summed over (l, h)
+  uint64_t evicted() const { return evicted_; }            // rows removed, summed over (l, h)
   uint32_t compressions() const { return compressions_; }  // compress passes that evicted
   const RkvParams& params() const { return p_; }
 
@@ -102,10 +102,10 @@ class RkvPolicy final : public AttentionObserver {
   RkvParams p_;
   uint32_t L_, Hq_, Hkv_, D_;
   uint32_t first_position_ = 0;
-  uint32_t since_ = 0;                  // decoded tokens since the last scheduled check
-  std::vector<float> ring_;             // (L, α, Hq, D) last queries per layer, circular
-  std::vector<uint32_t> ring_next_;     // (L) slot the next query goes to
-  std::vector<uint32_t> ring_count_;    // (L) queries held, <= α
+  uint32_t since_ = 0;                // decoded tokens since the last scheduled check
+  std::vector<float> ring_;           // (L, α, Hq, D) last queries per layer, circular
+  std::vector<uint32_t> ring_next_;   // (L) slot the next query goes to
+  std::vector<uint32_t> ring_count_;  // (L) queries held, <= α
   // With a learned score: (L) × (candidate position - first position, Hkv) predicted scores.
   std::vector<std::vector<float>> learned_scores_;
   uint64_t evicted_ = 0;

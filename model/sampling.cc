@@ -15,7 +15,8 @@ namespace {
 bool greedy(const SamplingParams& p) { return p.temperature <= 0.0f || p.top_k == 1; }
 
 void check_logits(std::span<const float> logits) {
-  if (logits.empty()) throw Error(Errc::invalid_argument, "sampling: empty logits (vocabulary size 0)");
+  if (logits.empty())
+    throw Error(Errc::invalid_argument, "sampling: empty logits (vocabulary size 0)");
   for (size_t i = 0; i < logits.size(); ++i)
     if (std::isnan(logits[i]))
       throw Error(Errc::invalid_argument, "sampling: logit " + std::to_string(i) +
@@ -36,7 +37,9 @@ std::vector<Candidate> sampling_candidates(std::span<const float> logits, const 
   std::iota(order.begin(), order.end(), 0);
   size_t keep = logits.size();
   if (p.top_k > 0 && p.top_k < keep) keep = p.top_k;
-  auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  auto by_logit = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
   std::partial_sort(order.begin(), order.begin() + keep, order.end(), by_logit);
   order.resize(keep);
 

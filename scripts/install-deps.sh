@@ -6,7 +6,8 @@
 # on a loopback port; on a machine with systemd, Debian's package also starts the stock service).
 set -euo pipefail
 pkgs=(cmake g++ make pkg-config libopenblas-dev libzstd-dev libhdf5-dev hdf5-tools libcli11-dev
-      catch2 libpcre2-dev libxxhash-dev nlohmann-json3-dev libcpp-httplib-dev libsqlite3-dev python3 ca-certificates clang libclang-rt-14-dev)
+      catch2 libpcre2-dev libxxhash-dev nlohmann-json3-dev libcpp-httplib-dev libsqlite3-dev python3 ca-certificates clang libclang-rt-14-dev
+      clang-format-14)
 if [ "${1:-}" = --test ]; then pkgs+=(slurm-wlm munge nginx); fi
 missing=()
 for p in "${pkgs[@]}"; do

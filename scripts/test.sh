@@ -1,18 +1,17 @@
 #!/usr/bin/env bash
-# The test command (README): installs what the tests need (Debian packages, the models), builds,
-# runs the whole suite with CTest, then runs the unit tests again in an ASan+UBSan build, fuzzes
-# the .kvz reader, runs the Python package's tests (scripts/test-python.sh), and reads the Gemma 3
-# tokenizer.json that transformers converts from the GGUF through the C++ loader. Each stage
-# prints its time.
-# Tests tagged [realmodel] use the real models; they find them through $KVZIP_MODEL (and
-# $KVZIP_GEMMA_MODEL, $KVZIP_QWEN_MODEL). Here the models are fetched, so KVZIP_REQUIRE_MODEL=1 (and
-# KVZIP_REQUIRE_GEMMA=1, KVZIP_REQUIRE_QWEN=1) turn a [realmodel] skip (model missing) into a failure; [cuda] tests without a GPU are reported by CTest as skipped
-# (tests/support/skip.h). The Slurm test brings up its own one-node cluster; KVZIP_REQUIRE_SLURM=1
-# makes its skip a failure. The serve failover test runs its own nginx; KVZIP_REQUIRE_NGINX=1
-# makes its skip a failure.
-# Time: the test builds compile CUDA for one architecture (sm_90: compiling is what is checked
-# here; scripts/build.sh builds both for use), and the sanitizer build compiles the test
-# executable only (no benchmarks).
+# The test command (README): checks the house rules and the formatting, installs what the tests need
+# (Debian packages, the models), builds, runs the whole suite with CTest, then runs the unit tests
+# again in an ASan+UBSan build, fuzzes the .kvz reader, runs the Python package's tests
+# (scripts/test-python.sh), and reads the Gemma 3 tokenizer.json that transformers converts from the
+# GGUF through the C++ loader. Each stage prints its time. Tests tagged [realmodel] use the real
+# models; they find them through $KVZIP_MODEL (and $KVZIP_GEMMA_MODEL, $KVZIP_QWEN_MODEL). Here the
+# models are fetched, so KVZIP_REQUIRE_MODEL=1 (and KVZIP_REQUIRE_GEMMA=1, KVZIP_REQUIRE_QWEN=1)
+# turn a [realmodel] skip (model missing) into a failure; [cuda] tests without a GPU are reported by
+# CTest as skipped (tests/support/skip.h). The Slurm test brings up its own one-node cluster;
+# KVZIP_REQUIRE_SLURM=1 makes its skip a failure. The serve failover test runs its own nginx;
+# KVZIP_REQUIRE_NGINX=1 makes its skip a failure. Time: the test builds compile CUDA for one
+# architecture (sm_90: compiling is what is checked here; scripts/build.sh builds both for use), and
+# the sanitizer build compiles the test executable only (no benchmarks).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -36,6 +35,9 @@ KVZIP_GEMMA_MODEL=$(bash scripts/fetch-model.sh gemma3-270m)
 KVZIP_QWEN_MODEL=$(bash scripts/fetch-model.sh qwen2.5-0.5b)
 export KVZIP_MODEL KVZIP_GEMMA_MODEL KVZIP_QWEN_MODEL KVZIP_REQUIRE_MODEL=1 KVZIP_REQUIRE_GEMMA=1 \
   KVZIP_REQUIRE_QWEN=1 KVZIP_REQUIRE_SLURM=1 KVZIP_REQUIRE_NGINX=1
+
+stage "format (.clang-format over every C++ and CUDA file)"
+bash scripts/check-format.sh
 
 stage "build (Release)"
 bash scripts/build.sh build -DCMAKE_CUDA_ARCHITECTURES=90 -DKVZIP_WERROR=ON

@@ -16,7 +16,8 @@
 namespace kvzip::serve {
 namespace fs = std::filesystem;
 
-CacheStore::CacheStore(const model::Model& model, std::string dir, uint64_t max_loaded_bytes, bool key_tiles)
+CacheStore::CacheStore(const model::Model& model, std::string dir, uint64_t max_loaded_bytes,
+                       bool key_tiles)
     : model_(model), dir_(std::move(dir)), max_bytes_(max_loaded_bytes), key_tiles_(key_tiles) {
   std::error_code ec;
   if (!fs::is_directory(dir_, ec))
@@ -47,9 +48,10 @@ bool CacheStore::valid_id(std::string_view id) { return compress::valid_cache_id
 
 std::string CacheStore::path_of(std::string_view id) const {
   if (!valid_id(id))
-    throw Error(Errc::invalid_argument,
-                "cache id \"" + std::string(id.substr(0, 64)) +
-                    "\" is not valid: use 1-128 characters of A-Z a-z 0-9 . _ - , not starting with '.'");
+    throw Error(
+        Errc::invalid_argument,
+        "cache id \"" + std::string(id.substr(0, 64)) +
+            "\" is not valid: use 1-128 characters of A-Z a-z 0-9 . _ - , not starting with '.'");
   return dir_ + "/" + std::string(id) + ".kvz";
 }
 
@@ -63,7 +65,8 @@ format::CacheReader CacheStore::open_checked(const std::string& path) const {
 void CacheStore::make_room_locked(const std::string& id, uint64_t need) {
   // From the least recently used end; use_count() == 1 under mu_ means only the store holds it,
   // and nobody can take a new reference without mu_.
-  for (auto it = lru_.end(); bytes_ + retired_bytes_locked() + reserved_ + need > max_bytes_ && it != lru_.begin();) {
+  for (auto it = lru_.end();
+       bytes_ + retired_bytes_locked() + reserved_ + need > max_bytes_ && it != lru_.begin();) {
     --it;
     auto e = entries_.find(*it);
     if (e->second.cache.use_count() == 1) {
@@ -80,8 +83,8 @@ void CacheStore::make_room_locked(const std::string& id, uint64_t need) {
                     "cannot be evicted); retry later or raise the budget");
 }
 
-std::shared_ptr<const LoadedCache> CacheStore::find_current_locked(const std::string& id,
-                                                                  const std::optional<FileStamp>& now) {
+std::shared_ptr<const LoadedCache> CacheStore::find_current_locked(
+    const std::string& id, const std::optional<FileStamp>& now) {
   auto it = entries_.find(id);
   if (it == entries_.end()) return nullptr;
   if (!now || !(*now == it->second.cache->stamp)) {  // removed or replaced behind our back
@@ -111,7 +114,8 @@ std::shared_ptr<const LoadedCache> CacheStore::acquire(const std::string& id) {
   const std::optional<FileStamp> stamp = stamp_of(path);
   if (!stamp) throw Error(Errc::not_found, "no cache \"" + id + "\" (" + path + ")");
   format::CacheReader reader = open_checked(path);
-  const uint64_t need = loader::base_bytes_bound(reader, /*room=*/1, loader::KvForm::Auto, key_tiles_);
+  const uint64_t need =
+      loader::base_bytes_bound(reader, /*room=*/1, loader::KvForm::Auto, key_tiles_);
   if (need > max_bytes_)
     throw Error(Errc::invalid_argument,
                 "cache \"" + id + "\" needs up to " + mib(need) +
@@ -130,8 +134,9 @@ std::shared_ptr<const LoadedCache> CacheStore::acquire(const std::string& id) {
       s.reserved_ = 0;
     }
   } unreserve{*this};
-  auto fresh = std::make_shared<LoadedCache>(
-      LoadedCache{id, reader.header(), loader::base_from_reader(reader, /*room=*/1, loader::KvForm::Auto, key_tiles_), 0, *stamp});
+  auto fresh = std::make_shared<LoadedCache>(LoadedCache{
+      id, reader.header(),
+      loader::base_from_reader(reader, /*room=*/1, loader::KvForm::Auto, key_tiles_), 0, *stamp});
   fresh->header.document_text.clear();  // requests never read it; it may be large
   fresh->bytes = fresh->cache.bytes_in_memory();
   std::lock_guard<std::mutex> lock(mu_);
@@ -145,7 +150,8 @@ void CacheStore::forget_locked(const std::string& id) {
   auto it = entries_.find(id);
   if (it == entries_.end()) return;
   bytes_ -= it->second.cache->bytes;
-  if (it->second.cache.use_count() > 1) retired_.push_back(Retired{it->second.cache, it->second.cache->bytes});
+  if (it->second.cache.use_count() > 1)
+    retired_.push_back(Retired{it->second.cache, it->second.cache->bytes});
   lru_.erase(it->second.lru);
   entries_.erase(it);
 }
@@ -230,7 +236,8 @@ void CacheStore::invalidate(const std::string& id) {
 }
 
 uint64_t CacheStore::retired_bytes_locked() const {
-  retired_.erase(std::remove_if(retired_.begin(), retired_.end(), [](const Retired& r) { return r.cache.expired(); }),
+  retired_.erase(std::remove_if(retired_.begin(), retired_.end(),
+                                [](const Retired& r) { return r.cache.expired(); }),
                  retired_.end());
   uint64_t n = 0;
   for (const Retired& r : retired_) n += r.bytes;

@@ -24,9 +24,9 @@
 #include <string_view>
 #include <vector>
 
+#include "cache/kv_base.h"
 #include "common/atomic_file.h"
 #include "format/format.h"
-#include "cache/kv_base.h"
 #include "model/model.h"
 
 namespace kvzip::serve {
@@ -41,7 +41,7 @@ struct FileStamp {
 struct LoadedCache {
   std::string id;
   format::CacheHeader header;
-  model::KvBase cache;         // the compressed state (f32 or q8/q4 as stored), never appended to
+  model::KvBase cache;  // the compressed state (f32 or q8/q4 as stored), never appended to
   uint64_t bytes = 0;   // K/V bytes held (KvBase::bytes_kept)
   FileStamp stamp;      // the file as it was when loaded
 };
@@ -57,7 +57,8 @@ class CacheStore {
  public:
   // key_tiles: f32 caches also keep their keys transposed (loader::base_from_reader), counted in
   // their bytes.
-  CacheStore(const model::Model& model, std::string dir, uint64_t max_loaded_bytes, bool key_tiles = true);
+  CacheStore(const model::Model& model, std::string dir, uint64_t max_loaded_bytes,
+             bool key_tiles = true);
 
   // True for ids of the charset above; path_of() throws Errc::invalid_argument for any other.
   static bool valid_id(std::string_view id);

@@ -12,8 +12,8 @@
 #include <optional>
 #include <thread>
 
-#include "common/error.h"
 #include "cache/branch_cache.h"
+#include "common/error.h"
 
 namespace kvzip::serve {
 
@@ -44,9 +44,9 @@ class Request {
   std::unique_ptr<model::AttentionCache> cache;  // a BranchCache, or a ComposedCache
   bool composing = false;  // handed to the composing thread, its result not taken yet
   std::optional<model::Sampler> sampler;
-  size_t prefilled = 0;         // prompt tokens in the cache
-  int32_t next = -1;            // the token to feed at the next step (after the prompt)
-  std::vector<float> logits;    // (V)
+  size_t prefilled = 0;       // prompt tokens in the cache
+  int32_t next = -1;          // the token to feed at the next step (after the prompt)
+  std::vector<float> logits;  // (V)
   bool done = false;
   RequestResult result;
   Clock::time_point submitted, admitted, first_token;
@@ -135,7 +135,8 @@ void Engine::compose_loop() {
 std::shared_ptr<Request> Engine::submit(RequestSpec spec, RequestCallbacks callbacks) {
   const ModelConfig& cfg = model_.config();
   if (!spec.cache) throw Error(Errc::invalid_argument, "request: no cache");
-  if (spec.prompt.empty()) throw Error(Errc::invalid_argument, "request: the question has no tokens");
+  if (spec.prompt.empty())
+    throw Error(Errc::invalid_argument, "request: the question has no tokens");
   if (spec.max_tokens == 0) throw Error(Errc::invalid_argument, "request: max_tokens must be >= 1");
   uint64_t length = spec.cache->cache.base_length();
   if (!spec.more.empty()) {
@@ -152,13 +153,14 @@ std::shared_ptr<Request> Engine::submit(RequestSpec spec, RequestCallbacks callb
   const uint64_t need = length + spec.prompt.size() + 1;
   if (cfg.max_context && need > cfg.max_context)
     throw Error(Errc::invalid_argument,
-                "the cache's " + std::to_string(length) +
-                    " positions, the question's " + std::to_string(spec.prompt.size()) +
+                "the cache's " + std::to_string(length) + " positions, the question's " +
+                    std::to_string(spec.prompt.size()) +
                     " tokens and one answer token exceed the model's context of " +
                     std::to_string(cfg.max_context));
   for (int32_t t : spec.prompt)
     if (t < 0 || uint32_t(t) >= cfg.vocab_size)
-      throw Error(Errc::invalid_argument, "request: token id " + std::to_string(t) + " outside the vocabulary");
+      throw Error(Errc::invalid_argument,
+                  "request: token id " + std::to_string(t) + " outside the vocabulary");
   auto r = std::make_shared<Request>();
   r->sampler.emplace(spec.sampling);  // Errc::invalid_argument for bad top_p / temperature
   r->spec = std::move(spec);
@@ -169,7 +171,8 @@ std::shared_ptr<Request> Engine::submit(RequestSpec spec, RequestCallbacks callb
     std::lock_guard<std::mutex> lock(mu_);
     // Room is every slot plus the queue: a request admitted at the next step boundary only waits
     // for it, so a burst of parallel + max_queue requests is taken whole.
-    if (stopping_ || queue_.size() + active_.size() >= size_t(opt_.parallel) + opt_.max_queue) return nullptr;
+    if (stopping_ || queue_.size() + active_.size() >= size_t(opt_.parallel) + opt_.max_queue)
+      return nullptr;
     queue_.push_back(r);
   }
   cv_.notify_one();
@@ -293,8 +296,9 @@ void Engine::run() {
     }
     step_once();
     std::lock_guard<std::mutex> lock(mu_);
-    active_.erase(std::remove_if(active_.begin(), active_.end(), [](const auto& r) { return r->done; }),
-                  active_.end());
+    active_.erase(
+        std::remove_if(active_.begin(), active_.end(), [](const auto& r) { return r->done; }),
+        active_.end());
   }
 }
 

@@ -35,9 +35,9 @@
 namespace kvzip::serve {
 
 struct EngineOptions {
-  uint32_t threads = 0;       // forward threads, 0 = all cores
-  uint32_t parallel = 8;      // requests decoded together at most
-  uint32_t max_queue = 64;    // requests waiting for a slot at most
+  uint32_t threads = 0;     // forward threads, 0 = all cores
+  uint32_t parallel = 8;    // requests decoded together at most
+  uint32_t max_queue = 64;  // requests waiting for a slot at most
   // Rows of one step (decode rows + prefill pieces), > parallel. The default keeps every step on
   // the matmul's 8-bit path (kMatmulInt8MaxT), where a token's result is the same bits whatever
   // batch it is computed in (kernels/qdot.h: one chain per output, register tiles below 8 rows,
@@ -67,10 +67,10 @@ struct RequestSpec {
   // the request is admitted (separators, and recomputed rows with compose.blend > 0).
   std::vector<std::shared_ptr<const LoadedCache>> more;
   loader::ComposeOptions compose;
-  std::vector<int32_t> prompt;               // question tokens (loader::question_tokens)
+  std::vector<int32_t> prompt;  // question tokens (loader::question_tokens)
   model::SamplingParams sampling;
   uint32_t max_tokens = 128;
-  std::vector<int32_t> stop_tokens;          // end the answer; never emitted
+  std::vector<int32_t> stop_tokens;  // end the answer; never emitted
 };
 
 struct RequestResult {

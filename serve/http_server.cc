@@ -129,7 +129,8 @@ struct HttpServer::Impl {
     ::epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
     if (!c.draining) unqueue_locked(c);
     if (status == 408 && !c.draining && c.got_byte) {
-      static const char k408[] = "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+      static const char k408[] =
+          "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
       ::send(fd, k408, sizeof k408 - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
     }
     ::close(fd);
@@ -139,13 +140,15 @@ struct HttpServer::Impl {
   // Answers `status` and closes, discarding what the client still sends for a moment, so that
   // the answer is not lost to a reset (a close with unread input resets the connection).
   void refuse_locked(Conn& c, int status, const std::string& body, const Head& h) {
-    std::string msg = "HTTP/1.1 " + std::to_string(status) + " " + detail::reason(status) +
-                      "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " +
-                      std::to_string(body.size()) + "\r\n\r\n" + body;
+    std::string msg =
+        "HTTP/1.1 " + std::to_string(status) + " " + detail::reason(status) +
+        "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
     ::send(c.fd, msg.data(), msg.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     if (self.on_refusal_)
-      self.on_refusal_(Refusal{c.peer, h.method, h.target, status,
-                               std::chrono::duration<double, std::milli>(Clock::now() - c.first_byte).count()});
+      self.on_refusal_(
+          Refusal{c.peer, h.method, h.target, status,
+                  std::chrono::duration<double, std::milli>(Clock::now() - c.first_byte).count()});
     start_drain_locked(c);
   }
 
@@ -164,8 +167,11 @@ struct HttpServer::Impl {
     if (end == std::string::npos) {
       if (c.buf.size() > lim.max_head_bytes) {
         Head h;
-        refuse_locked(c, 431, detail::error_json(431, "head_too_large", "the request head is over " +
-                                                     std::to_string(lim.max_head_bytes) + " bytes"), h);
+        refuse_locked(c, 431,
+                      detail::error_json(431, "head_too_large",
+                                         "the request head is over " +
+                                             std::to_string(lim.max_head_bytes) + " bytes"),
+                      h);
       }
       return;
     }
@@ -180,11 +186,13 @@ struct HttpServer::Impl {
         h.status = 404, h.code = "", h.why = "no such route";
       else if (h.length && *h.length > cap)
         h.status = 413, h.code = "body_too_large",
-        h.why = "the body is " + std::to_string(*h.length) + " bytes; " + path + " takes at most " + std::to_string(cap);
+        h.why = "the body is " + std::to_string(*h.length) + " bytes; " + path + " takes at most " +
+                std::to_string(cap);
       else if (lim.max_client_requests && busy_by_peer.count(c.peer) &&
                busy_by_peer.at(c.peer) >= lim.max_client_requests)
         h.status = 429, h.code = "too_many_connections",
-        h.why = "this address already has " + std::to_string(lim.max_client_requests) + " requests in service";
+        h.why = "this address already has " + std::to_string(lim.max_client_requests) +
+                " requests in service";
       h.cap = cap;
     }
     if (h.status != 0) {
@@ -216,10 +224,11 @@ struct HttpServer::Impl {
     const uint64_t body = h.length ? *h.length : h.chunked ? h.cap : 0;
     // Chunked framing costs bytes too: room for ordinary chunk sizes, never an unbounded read.
     const uint64_t raw_cap = h.length ? *h.length : h.chunked ? h.cap + h.cap / 8 + 65536 : 0;
-    const auto body_deadline = Clock::now() + lim.body_timeout +
-                               std::chrono::milliseconds(body * 1000 / std::max<uint64_t>(1, lim.body_min_rate));
-    ConnStream strm(c.fd, std::move(c.buf), head_len, c.peer, c.port, raw_cap, body_deadline, lim.io_timeout,
-                    stopping, st);
+    const auto body_deadline =
+        Clock::now() + lim.body_timeout +
+        std::chrono::milliseconds(body * 1000 / std::max<uint64_t>(1, lim.body_min_rate));
+    ConnStream strm(c.fd, std::move(c.buf), head_len, c.peer, c.port, raw_cap, body_deadline,
+                    lim.io_timeout, stopping, st);
     ++c.served;
     const bool last = c.served >= lim.keep_alive_max || h.chunked || stopping;
     bool closed = false;

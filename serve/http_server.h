@@ -34,14 +34,14 @@ namespace kvzip::serve {
 struct HttpLimits {
   std::chrono::milliseconds head_timeout{10000};  // the whole head, from accept or the last answer
   std::chrono::milliseconds body_timeout{30000};  // the whole body, plus its bytes at body_min_rate
-  uint64_t body_min_rate = uint64_t(1) << 20;      // bytes per second a large upload must keep up
+  uint64_t body_min_rate = uint64_t(1) << 20;     // bytes per second a large upload must keep up
   std::chrono::milliseconds io_timeout{30000};    // one write (a client not reading its answer)
-  size_t max_head_bytes = 16384;  // request line and headers (then 431)
-  uint32_t max_pending = 1024;    // connections waiting for their head (then the oldest is closed)
+  size_t max_head_bytes = 16384;                  // request line and headers (then 431)
+  uint32_t max_pending = 1024;  // connections waiting for their head (then the oldest is closed)
   uint32_t max_pending_per_client = 32;  // the same from one address
   uint32_t max_client_requests = 64;     // requests of one address in service at once (0: no limit)
-  uint32_t workers = 64;        // threads serving requests with a body (and streamed answers)
-  uint32_t light_workers = 4;   // threads serving requests without a body
+  uint32_t workers = 64;          // threads serving requests with a body (and streamed answers)
+  uint32_t light_workers = 4;     // threads serving requests without a body
   uint32_t keep_alive_max = 100;  // requests on one connection
   int backlog = 1024;
 };

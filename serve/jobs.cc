@@ -56,7 +56,8 @@ size_t JobRunner::pending() const {
 bool JobRunner::busy(const std::string& cache) const {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [id, job] : jobs_)
-    if (job.status.cache == cache && (job.status.status == "queued" || job.status.status == "running"))
+    if (job.status.cache == cache &&
+        (job.status.status == "queued" || job.status.status == "running"))
       return true;
   return false;
 }
@@ -101,10 +102,13 @@ void JobRunner::run() {
         std::lock_guard<std::mutex> lock(mu_);
         if (stopping_) throw JobCancelled{};
       }
-      set([&](JobStatus& s) { s.progress = p.total ? 0.8 * double(p.done) / double(p.total) : 0.0; });
+      set([&](JobStatus& s) {
+        s.progress = p.total ? 0.8 * double(p.done) / double(p.total) : 0.0;
+      });
     };
     try {
-      const compress::CompressResult r = compress::compress_to_file(model_, text, options, store_.path_of(cache));
+      const compress::CompressResult r =
+          compress::compress_to_file(model_, text, options, store_.path_of(cache));
       store_.invalidate(cache);
       set([&](JobStatus& s) {
         s.status = "succeeded";

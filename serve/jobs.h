@@ -20,11 +20,11 @@
 namespace kvzip::serve {
 
 struct JobStatus {
-  std::string id;        // "job-<n>"
-  std::string cache;     // the cache id it writes
-  std::string status;    // queued, running, succeeded, failed, cancelled
-  double progress = 0.0; // 0..1 (the prefill is the first 80%)
-  std::string error;     // failed: why
+  std::string id;         // "job-<n>"
+  std::string cache;      // the cache id it writes
+  std::string status;     // queued, running, succeeded, failed, cancelled
+  double progress = 0.0;  // 0..1 (the prefill is the first 80%)
+  std::string error;      // failed: why
   int64_t created_unix = 0;
   double seconds = 0.0;  // running time so far / in all
   double achieved_ratio = 0.0;

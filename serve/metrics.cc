@@ -24,7 +24,8 @@ void head(std::string& out, const char* name, const char* type, const char* help
 
 }  // namespace
 
-Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+Histogram::Histogram(std::vector<double> bounds)
+    : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
 
 void Histogram::observe(double v) {
   size_t i = 0;
@@ -85,19 +86,25 @@ std::string Metrics::render(const Gauges& g) const {
     head(out, name, type, help);
     line(out, name, "", v);
   };
-  scalar("kvzip_prompt_tokens_total", "counter", "Question tokens prefilled.", double(prompt_tokens_));
-  scalar("kvzip_completion_tokens_total", "counter", "Answer tokens generated.", double(completion_tokens_));
-  head(out, "kvzip_time_to_first_token_seconds", "histogram", "Request arrival to first answer token.");
+  scalar("kvzip_prompt_tokens_total", "counter", "Question tokens prefilled.",
+         double(prompt_tokens_));
+  scalar("kvzip_completion_tokens_total", "counter", "Answer tokens generated.",
+         double(completion_tokens_));
+  head(out, "kvzip_time_to_first_token_seconds", "histogram",
+       "Request arrival to first answer token.");
   ttft_.render(out, "kvzip_time_to_first_token_seconds");
   head(out, "kvzip_time_per_output_token_seconds", "histogram",
        "Mean time between answer tokens of a request (requests with 2+ tokens).");
   per_token_.render(out, "kvzip_time_per_output_token_seconds");
   scalar("kvzip_queue_depth", "gauge", "Requests waiting for an engine slot.", double(g.queued));
-  scalar("kvzip_active_requests", "gauge", "Requests being prefilled or decoded.", double(g.active));
+  scalar("kvzip_active_requests", "gauge", "Requests being prefilled or decoded.",
+         double(g.active));
   scalar("kvzip_engine_steps_total", "counter", "Batched forward steps run.", double(g.steps));
   scalar("kvzip_loaded_caches", "gauge", "Compressed caches in memory.", double(g.loaded_caches));
-  scalar("kvzip_loaded_cache_bytes", "gauge", "K/V bytes of the caches in memory.", double(g.loaded_bytes));
-  scalar("kvzip_compress_jobs_running", "gauge", "Compress jobs queued or running.", double(g.jobs_running));
+  scalar("kvzip_loaded_cache_bytes", "gauge", "K/V bytes of the caches in memory.",
+         double(g.loaded_bytes));
+  scalar("kvzip_compress_jobs_running", "gauge", "Compress jobs queued or running.",
+         double(g.jobs_running));
   scalar("kvzip_library_caches", "gauge", "Caches in the library index.", double(g.library_caches));
   scalar("kvzip_library_skipped_caches", "gauge",
          "Cache files the last library index refresh skipped as unreadable or corrupt.",

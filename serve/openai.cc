@@ -13,8 +13,12 @@ using nlohmann::json;
 
 ApiError::ApiError(int s, std::string t, std::string c, const std::string& message, std::string p,
                    int retry)
-    : std::runtime_error(message), status(s), type(std::move(t)), code(std::move(c)),
-      param(std::move(p)), retry_after_s(retry) {}
+    : std::runtime_error(message),
+      status(s),
+      type(std::move(t)),
+      code(std::move(c)),
+      param(std::move(p)),
+      retry_after_s(retry) {}
 
 json error_body(const ApiError& e) {
   json err = {{"message", e.what()}, {"type", e.type}};
@@ -36,12 +40,14 @@ std::string content_text(const json& content, const std::string& where) {
   if (content.is_string()) return content.get<std::string>();
   if (content.is_null()) return {};
   if (!content.is_array())
-    throw bad(where, where + " must be a string or an array of text parts, not " + type_name(content));
+    throw bad(where,
+              where + " must be a string or an array of text parts, not " + type_name(content));
   std::string out;
   for (const json& part : content) {
     if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
         !part.contains("text") || !part["text"].is_string())
-      throw bad(where, where + ": only {\"type\": \"text\", \"text\": \"...\"} parts are supported");
+      throw bad(where,
+                where + ": only {\"type\": \"text\", \"text\": \"...\"} parts are supported");
     out += part["text"].get<std::string>();
   }
   return out;
@@ -51,8 +57,8 @@ double number(const json& v, const char* name, double lo, double hi, bool lo_ope
   if (!v.is_number()) throw bad(name, std::string(name) + " must be a number, not " + type_name(v));
   const double x = v.get<double>();
   if (!std::isfinite(x) || x > hi || (lo_open ? x <= lo : x < lo))
-    throw bad(name, std::string(name) + " must be in " + (lo_open ? "(" : "[") + std::to_string(lo) +
-                        ", " + std::to_string(hi) + "]");
+    throw bad(name, std::string(name) + " must be in " + (lo_open ? "(" : "[") +
+                        std::to_string(lo) + ", " + std::to_string(hi) + "]");
   return x;
 }
 
@@ -102,15 +108,17 @@ void parse_messages(const json& j, const ChatLimits& limits, ChatRequest& r) {
     const std::string role = m["role"].get<std::string>();
     if (role != "system" && role != "developer" && role != "user" && role != "assistant")
       throw bad(where + ".role", where + ".role \"" + role.substr(0, 32) + "\" is not supported");
-    const std::string text = content_text(m.contains("content") ? m["content"] : json(), where + ".content");
+    const std::string text =
+        content_text(m.contains("content") ? m["content"] : json(), where + ".content");
     if (i + 1 == msgs.size() && role != "user")
       throw bad(where, "the last message must be the user's question (role \"user\")");
     if (role == "system" || role == "developer") continue;
     if ((role == "user") != (turns.size() % 2 == 0))
-      throw bad(where + ".role", where + " is a " + role + " message where a" +
-                                     (role == "user" ? "n assistant" : " user") +
-                                     " message belongs: user and assistant messages must alternate, "
-                                     "starting with a user message");
+      throw bad(where + ".role",
+                where + " is a " + role + " message where a" +
+                    (role == "user" ? "n assistant" : " user") +
+                    " message belongs: user and assistant messages must alternate, "
+                    "starting with a user message");
     conversation_bytes += text.size();
     turns.push_back(text);
   }
@@ -149,8 +157,10 @@ void parse_generation(const json& j, const ChatLimits& limits, ChatRequest& r) {
   r.max_tokens = limits.default_max_tokens;
   for (const char* k : {"max_tokens", "max_completion_tokens"})
     if (has(k)) r.max_tokens = static_cast<uint32_t>(integer(j[k], k, 1, limits.max_tokens_cap));
-  if (has("temperature")) r.temperature = static_cast<float>(number(j["temperature"], "temperature", 0, 2));
-  if (has("top_p")) r.top_p = static_cast<float>(number(j["top_p"], "top_p", 0, 1, /*lo_open=*/true));
+  if (has("temperature"))
+    r.temperature = static_cast<float>(number(j["temperature"], "temperature", 0, 2));
+  if (has("top_p"))
+    r.top_p = static_cast<float>(number(j["top_p"], "top_p", 0, 1, /*lo_open=*/true));
   if (has("top_k")) r.top_k = static_cast<uint32_t>(integer(j["top_k"], "top_k", 0, 1 << 20));
   if (has("seed")) {
     r.seed = static_cast<uint64_t>(integer(j["seed"], "seed", INT64_MIN, INT64_MAX));

@@ -16,9 +16,9 @@ namespace kvzip::serve {
 // An error the client gets as {"error": {"message", "type", "param", "code"}} with `status`.
 struct ApiError : std::runtime_error {
   int status;
-  std::string type;   // "invalid_request_error", "authentication_error", "not_found_error", ...
-  std::string code;   // machine-readable, e.g. "model_not_found"; may be empty
-  std::string param;  // the offending field; may be empty
+  std::string type;       // "invalid_request_error", "authentication_error", "not_found_error", ...
+  std::string code;       // machine-readable, e.g. "model_not_found"; may be empty
+  std::string param;      // the offending field; may be empty
   int retry_after_s = 0;  // > 0: a Retry-After header (429, 503)
   ApiError(int status, std::string type, std::string code, const std::string& message,
            std::string param = {}, int retry_after_s = 0);
@@ -26,8 +26,8 @@ struct ApiError : std::runtime_error {
 nlohmann::json error_body(const ApiError& e);
 
 struct ChatLimits {
-  uint32_t max_tokens_cap = 4096;     // max_tokens above this: 400
-  uint32_t default_max_tokens = 256;  // when the request gives none
+  uint32_t max_tokens_cap = 4096;         // max_tokens above this: 400
+  uint32_t default_max_tokens = 256;      // when the request gives none
   size_t max_question_bytes = 64 * 1024;  // all user and assistant messages together
 };
 
@@ -41,7 +41,7 @@ struct ChatRequest {
   uint32_t max_tokens = 0;
   float temperature = 1.0f;  // OpenAI's default; 0 = greedy
   float top_p = 1.0f;
-  uint32_t top_k = 0;        // extension; 0 = off
+  uint32_t top_k = 0;  // extension; 0 = off
   uint64_t seed = 0;
   bool seeded = false;
   std::vector<std::string> stop;

@@ -4,11 +4,11 @@
 
 #include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <cmath>
-#include <filesystem>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <iostream>
 #include <mutex>
 #include <optional>
@@ -41,23 +41,24 @@ void send_error(httplib::Response& res, const ApiError& e) {
 
 ApiError api_error_of(const std::exception& ex) {
   const auto* e = dynamic_cast<const Error*>(&ex);
-  if (!e) return ApiError(500, "server_error", "internal", std::string("internal error: ") + ex.what());
+  if (!e)
+    return ApiError(500, "server_error", "internal", std::string("internal error: ") + ex.what());
   switch (e->code()) {
     case Errc::invalid_argument:
       return ApiError(400, "invalid_request_error", "invalid_value", e->what());
-    case Errc::not_found:
-      return ApiError(404, "not_found_error", "model_not_found", e->what());
+    case Errc::not_found: return ApiError(404, "not_found_error", "model_not_found", e->what());
     case Errc::model_mismatch:
       return ApiError(400, "invalid_request_error", "model_mismatch", e->what());
-    case Errc::out_of_memory:
-      return ApiError(503, "server_error", "overloaded", e->what(), {}, 2);
-    case Errc::truncated: case Errc::bad_magic: case Errc::version_unsupported:
-    case Errc::corrupt: case Errc::checksum_mismatch:  // the file is bad, not the server
-      return ApiError(422, "invalid_request_error", errc_name(e->code()), std::string("cache file: ") + e->what());
-    case Errc::unsupported:
-      return ApiError(400, "invalid_request_error", "unsupported", e->what());
-    default:
-      return ApiError(500, "server_error", errc_name(e->code()), e->what());
+    case Errc::out_of_memory: return ApiError(503, "server_error", "overloaded", e->what(), {}, 2);
+    case Errc::truncated:
+    case Errc::bad_magic:
+    case Errc::version_unsupported:
+    case Errc::corrupt:
+    case Errc::checksum_mismatch:  // the file is bad, not the server
+      return ApiError(422, "invalid_request_error", errc_name(e->code()),
+                      std::string("cache file: ") + e->what());
+    case Errc::unsupported: return ApiError(400, "invalid_request_error", "unsupported", e->what());
+    default: return ApiError(500, "server_error", errc_name(e->code()), e->what());
   }
 }
 
@@ -85,9 +86,11 @@ json cache_json(const CacheInfo& ci) {
   return json{{"id", ci.id},
               {"object", "cache"},
               {"created", h.created_unix},
-              {"model", {{"arch", h.model.arch}, {"name", h.model.name},
-                         {"tokenizer_hash", hex64(h.model.tokenizer_hash)},
-                         {"weights_hash", hex64(h.model.weights_hash)}}},
+              {"model",
+               {{"arch", h.model.arch},
+                {"name", h.model.name},
+                {"tokenizer_hash", hex64(h.model.tokenizer_hash)},
+                {"weights_hash", hex64(h.model.weights_hash)}}},
               {"method", h.method},
               {"requested_ratio", h.requested_ratio},
               {"achieved_ratio", h.achieved_ratio},
@@ -98,8 +101,9 @@ json cache_json(const CacheInfo& ci) {
 }
 
 json job_json(const JobStatus& s) {
-  json j{{"id", s.id}, {"object", "cache.job"}, {"cache", s.cache}, {"status", s.status},
-         {"progress", s.progress}, {"created", s.created_unix}, {"seconds", s.seconds}};
+  json j{{"id", s.id},          {"object", "cache.job"},  {"cache", s.cache},
+         {"status", s.status},  {"progress", s.progress}, {"created", s.created_unix},
+         {"seconds", s.seconds}};
   if (!s.error.empty()) j["error"] = s.error;
   if (s.status == "succeeded") j["achieved_ratio"] = s.achieved_ratio;
   return j;
@@ -141,15 +145,21 @@ static ServerOptions checked(const model::Model& m, ServerOptions o) {
 }
 
 Server::Impl::Impl(const model::Model& m, ServerOptions o)
-    : model(m), opt(std::move(o)), store(m, opt.caches_dir, opt.max_loaded_bytes, opt.key_tiles),
-      engine(m, opt.engine), jobs(m, store, opt.max_jobs),
-      http([&] {
-        HttpLimits l = opt.http;
-        l.workers = opt.http_threads;
-        l.backlog = opt.listen_backlog;
-        return l;
-      }(),
-           [this](const std::string& method, const std::string& path) { return body_limit(method, path); }) {
+    : model(m),
+      opt(std::move(o)),
+      store(m, opt.caches_dir, opt.max_loaded_bytes, opt.key_tiles),
+      engine(m, opt.engine),
+      jobs(m, store, opt.max_jobs),
+      http(
+          [&] {
+            HttpLimits l = opt.http;
+            l.workers = opt.http_threads;
+            l.backlog = opt.listen_backlog;
+            return l;
+          }(),
+          [this](const std::string& method, const std::string& path) {
+            return body_limit(method, path);
+          }) {
   if (opt.library_model.empty() || CacheStore::valid_id(opt.library_model))
     throw Error(Errc::invalid_argument,
                 "the library model's name \"" + opt.library_model +
@@ -190,10 +200,12 @@ uint64_t Server::Impl::body_limit(const std::string& method, const std::string& 
   // A body sent to a path no route of its method has is a 404, as it would be without the body.
   if (method == "PUT")
     return p.rfind("/v1/caches/", 0) == 0 && p.size() > 11 && p.find('/', 11) == std::string::npos
-               ? opt.max_upload_bytes : HttpServer::kNoRoute;
+               ? opt.max_upload_bytes
+               : HttpServer::kNoRoute;
   if (method == "POST")
-    return p == "/v1/caches" ? opt.max_document_bytes + 4096
-           : p == "/v1/chat/completions" ? opt.max_json_bytes : HttpServer::kNoRoute;
+    return p == "/v1/caches"             ? opt.max_document_bytes + 4096
+           : p == "/v1/chat/completions" ? opt.max_json_bytes
+                                         : HttpServer::kNoRoute;
   if (method == "PATCH") return HttpServer::kNoRoute;
   return 0;
 }
@@ -227,17 +239,19 @@ void Server::Impl::http_handlers() {
   };
   const ApiError unauthorized(401, "authentication_error", "invalid_api_key",
                               "missing or wrong API key: send Authorization: Bearer <key>");
-  http.set_pre_routing_handler([authorized, unauthorized](const httplib::Request& req, httplib::Response& res) {
-    if (authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, unauthorized);
-    return httplib::Server::HandlerResponse::Handled;
-  });
+  http.set_pre_routing_handler(
+      [authorized, unauthorized](const httplib::Request& req, httplib::Response& res) {
+        if (authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
+        send_error(res, unauthorized);
+        return httplib::Server::HandlerResponse::Handled;
+      });
   // `Expect: 100-continue` from a client without the key gets its 401 instead of the go-ahead.
-  http.set_expect_100_continue_handler([authorized, unauthorized](const httplib::Request& req, httplib::Response& res) {
-    if (authorized(req)) return 100;
-    send_error(res, unauthorized);
-    return 401;
-  });
+  http.set_expect_100_continue_handler(
+      [authorized, unauthorized](const httplib::Request& req, httplib::Response& res) {
+        if (authorized(req)) return 100;
+        send_error(res, unauthorized);
+        return 401;
+      });
   http.set_error_handler([](const httplib::Request&, httplib::Response& res) {
     if (HttpServer::body_over_limit()) {  // the library read a chunked body up to the limit
       res.status = 413;
@@ -245,36 +259,44 @@ void Server::Impl::http_handlers() {
     }
     if (!res.body.empty()) return;
     const int s = res.status;
-    const std::string what = s == 404 ? "no such route" : s == 413 ? "the body is too large"
-                             : s == 405 ? "method not allowed" : "request failed";
+    const std::string what = s == 404   ? "no such route"
+                             : s == 413 ? "the body is too large"
+                             : s == 405 ? "method not allowed"
+                                        : "request failed";
     send_error(res, ApiError(s, s >= 500 ? "server_error" : "invalid_request_error",
                              s == 413 ? "body_too_large" : "", what));
   });
-  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      send_error(res, api_error_of(e));
-    } catch (...) {
-      send_error(res, ApiError(500, "server_error", "internal", "internal error"));
-    }
-  });
-  auto log = [this](const std::string& remote, const std::string& method, const std::string& path, int status,
-                    double ms) {
+  http.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        try {
+          std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          send_error(res, api_error_of(e));
+        } catch (...) {
+          send_error(res, ApiError(500, "server_error", "internal", "internal error"));
+        }
+      });
+  auto log = [this](const std::string& remote, const std::string& method, const std::string& path,
+                    int status, double ms) {
     metrics.request(route_of(path), status);
     if (!opt.access_log) return;
-    json line{{"ts", static_cast<int64_t>(std::time(nullptr))}, {"remote", remote},
-              {"method", method}, {"path", path}, {"status", status},
+    json line{{"ts", static_cast<int64_t>(std::time(nullptr))},
+              {"remote", remote},
+              {"method", method},
+              {"path", path},
+              {"status", status},
               {"ms", std::round(ms * 10) / 10}};
     std::lock_guard<std::mutex> lock(log_mu);
     std::cerr << line.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
   };
   http.set_access_logger([log](const httplib::Request& req, const httplib::Response& res) {
     // A request the library could not parse has no path: the target as sent is logged instead.
-    const std::string path = req.path.empty() ? HttpServer::request_target().substr(0, 256) : req.path;
+    const std::string path =
+        req.path.empty() ? HttpServer::request_target().substr(0, 256) : req.path;
     log(req.remote_addr, req.method, path, res.status,
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                  HttpServer::request_started()).count());
+                                                  HttpServer::request_started())
+            .count());
   });
   http.on_refusal([log](const Refusal& r) {
     log(r.remote, r.method, r.target.substr(0, r.target.find('?')).substr(0, 256), r.status, r.ms);
@@ -285,18 +307,22 @@ void Server::Impl::http_handlers() {
 void Server::Impl::cache_routes() {
   // Under /c/{cache}/ the lists still name every cache of the shared folder: the prefix only
   // routes, and an `openai` client whose base URL carries it lists models as usual.
-  on(Method::Get, "/v1/models", [this](const httplib::Request&, httplib::Response& res, const Scope&) {
-    json data = json::array();
-    for (const CacheInfo& ci : store.list())
-      data.push_back({{"id", ci.id}, {"object", "model"}, {"created", ci.header.created_unix},
-                      {"owned_by", "kvzip"}});
-    send_json(res, 200, {{"object", "list"}, {"data", data}});
-  });
-  on(Method::Get, "/v1/caches", [this](const httplib::Request&, httplib::Response& res, const Scope&) {
-    json data = json::array();
-    for (const CacheInfo& ci : store.list()) data.push_back(cache_json(ci));
-    send_json(res, 200, {{"object", "list"}, {"data", data}});
-  });
+  on(Method::Get, "/v1/models",
+     [this](const httplib::Request&, httplib::Response& res, const Scope&) {
+       json data = json::array();
+       for (const CacheInfo& ci : store.list())
+         data.push_back({{"id", ci.id},
+                         {"object", "model"},
+                         {"created", ci.header.created_unix},
+                         {"owned_by", "kvzip"}});
+       send_json(res, 200, {{"object", "list"}, {"data", data}});
+     });
+  on(Method::Get, "/v1/caches",
+     [this](const httplib::Request&, httplib::Response& res, const Scope&) {
+       json data = json::array();
+       for (const CacheInfo& ci : store.list()) data.push_back(cache_json(ci));
+       send_json(res, 200, {{"object", "list"}, {"data", data}});
+     });
   on(Method::Get, R"(/v1/caches/([^/]+))",
      [this](const httplib::Request&, httplib::Response& res, const Scope& scope) {
        send_json(res, 200, cache_json(store.info(scope.pinned(scope.args[0], "id"))));
@@ -309,15 +335,17 @@ void Server::Impl::cache_routes() {
        send_json(res, 200, {{"id", id}, {"object", "cache"}, {"deleted", true}});
      });
   for (const bool prefixed : {false, true})
-    http.Put(prefixed ? kPinnedPrefix + R"(/v1/caches/([^/]+))" : std::string(R"(/v1/caches/([^/]+))"),
-             [this, prefixed](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
-               guarded(res, [&] {
-                 Scope scope;
-                 if (prefixed) scope.cache = req.matches[1];
-                 scope.args.push_back(req.matches[prefixed ? 2 : 1]);
-                 put_cache(req, res, reader, scope);
-               });
-             });
+    http.Put(
+        prefixed ? kPinnedPrefix + R"(/v1/caches/([^/]+))" : std::string(R"(/v1/caches/([^/]+))"),
+        [this, prefixed](const httplib::Request& req, httplib::Response& res,
+                         const httplib::ContentReader& reader) {
+          guarded(res, [&] {
+            Scope scope;
+            if (prefixed) scope.cache = req.matches[1];
+            scope.args.push_back(req.matches[prefixed ? 2 : 1]);
+            put_cache(req, res, reader, scope);
+          });
+        });
 }
 
 // A JSON object body of at most `cap` bytes (413 above it, 400 when it is not an object).
@@ -332,26 +360,32 @@ json Server::Impl::json_body(const httplib::Request& req, size_t cap) {
 // POST /v1/caches: a document to compress, as a job; 202 with the job's URL.
 void Server::Impl::post_cache(const httplib::Request& req, httplib::Response& res,
                               const Scope& scope) {
-  if (draining) throw ApiError(503, "server_error", "shutting_down", "the server is shutting down", {}, 5);
+  if (draining)
+    throw ApiError(503, "server_error", "shutting_down", "the server is shutting down", {}, 5);
   const json j = json_body(req, opt.max_document_bytes + 4096);
   auto str = [&](const char* k, const std::string& def) {
     if (!j.contains(k) || j[k].is_null()) return def;
-    if (!j[k].is_string()) throw ApiError(400, "invalid_request_error", "invalid_value",
-                                          std::string(k) + " must be a string", k);
+    if (!j[k].is_string())
+      throw ApiError(400, "invalid_request_error", "invalid_value",
+                     std::string(k) + " must be a string", k);
     return j[k].get<std::string>();
   };
   const std::string id = scope.pinned(str("id", ""), "id");
   const std::string text = str("text", str("document", ""));
-  if (id.empty()) throw ApiError(400, "invalid_request_error", "invalid_value", "id is required", "id");
+  if (id.empty())
+    throw ApiError(400, "invalid_request_error", "invalid_value", "id is required", "id");
   store.path_of(id);
   if (text.find_first_not_of(" \t\r\n") == std::string::npos)
-    throw ApiError(400, "invalid_request_error", "invalid_value", "text (the document) is required", "text");
+    throw ApiError(400, "invalid_request_error", "invalid_value", "text (the document) is required",
+                   "text");
   if (text.size() > opt.max_document_bytes)
-    throw ApiError(413, "invalid_request_error", "body_too_large", "the document is too large", "text");
+    throw ApiError(413, "invalid_request_error", "body_too_large", "the document is too large",
+                   "text");
   bool replace = false;
   if (j.contains("replace")) {
     if (!j["replace"].is_boolean())
-      throw ApiError(400, "invalid_request_error", "invalid_value", "replace must be a boolean", "replace");
+      throw ApiError(400, "invalid_request_error", "invalid_value", "replace must be a boolean",
+                     "replace");
     replace = j["replace"].get<bool>();
   }
   compress::CompressFileOptions fo;
@@ -364,16 +398,20 @@ void Server::Impl::post_cache(const httplib::Request& req, httplib::Response& re
         "method");
   if (fo.compress.method == "kvzip-head")
     throw ApiError(400, "invalid_request_error", "unsupported",
-                   "kvzip-head needs a head-scores file: compress with the CLI and PUT the .kvz", "method");
+                   "kvzip-head needs a head-scores file: compress with the CLI and PUT the .kvz",
+                   "method");
   if (j.contains("ratio")) {
     if (!j["ratio"].is_number())
-      throw ApiError(400, "invalid_request_error", "invalid_value", "ratio must be a number", "ratio");
+      throw ApiError(400, "invalid_request_error", "invalid_value", "ratio must be a number",
+                     "ratio");
     fo.compress.ratio = j["ratio"].get<double>();
   }
   uint32_t chunk = 2048;
   if (j.contains("chunk")) {
-    if (!j["chunk"].is_number_integer() || j["chunk"].get<int64_t>() < 1 || j["chunk"].get<int64_t>() > 65536)
-      throw ApiError(400, "invalid_request_error", "invalid_value", "chunk must be an integer in [1, 65536]", "chunk");
+    if (!j["chunk"].is_number_integer() || j["chunk"].get<int64_t>() < 1 ||
+        j["chunk"].get<int64_t>() > 65536)
+      throw ApiError(400, "invalid_request_error", "invalid_value",
+                     "chunk must be an integer in [1, 65536]", "chunk");
     chunk = static_cast<uint32_t>(j["chunk"].get<int64_t>());
   }
   fo.compress.scorer = compress::make_scorer_options(model.chat(), chunk, 0);
@@ -385,14 +423,18 @@ void Server::Impl::post_cache(const httplib::Request& req, httplib::Response& re
   fo.threads = opt.compress_threads;
   compress::check_file_options(fo);  // a bad method, ratio or template fails now, not in the job
   if (!replace && std::filesystem::exists(store.path_of(id)))
-    throw ApiError(409, "invalid_request_error", "conflict", "cache " + id + " exists; send \"replace\": true", "id");
+    throw ApiError(409, "invalid_request_error", "conflict",
+                   "cache " + id + " exists; send \"replace\": true", "id");
   if (jobs.busy(id))
-    throw ApiError(409, "invalid_request_error", "conflict", "a compress job is already writing cache " + id, "id");
+    throw ApiError(409, "invalid_request_error", "conflict",
+                   "a compress job is already writing cache " + id, "id");
   const auto job = jobs.submit(id, text, fo);
   if (!job)
-    throw ApiError(429, "rate_limit_error", "too_many_jobs", "too many compress jobs; retry later", {}, 10);
+    throw ApiError(429, "rate_limit_error", "too_many_jobs", "too many compress jobs; retry later",
+                   {}, 10);
   // Under /c/{cache}/ the job's URL keeps the prefix, so the proxy asks the replica running it.
-  res.set_header("Location", (scope.cache ? "/c/" + *scope.cache : std::string()) + "/v1/jobs/" + *job);
+  res.set_header("Location",
+                 (scope.cache ? "/c/" + *scope.cache : std::string()) + "/v1/jobs/" + *job);
   send_json(res, 202, job_json(*jobs.get(*job)));
 }
 
@@ -429,7 +471,9 @@ void Server::Impl::put_cache(const httplib::Request& req, httplib::Response& res
                              const httplib::ContentReader& reader, const Scope& scope) {
   const std::string id = scope.pinned(scope.args[0], "id");
   const std::string path = store.path_of(id);  // the id check first
-  if (jobs.busy(id)) throw ApiError(409, "invalid_request_error", "conflict", "a compress job is writing cache " + id);
+  if (jobs.busy(id))
+    throw ApiError(409, "invalid_request_error", "conflict",
+                   "a compress job is writing cache " + id);
   const bool replace = req.get_param_value("replace") == "true";
   const ApiError exists(409, "invalid_request_error", "conflict",
                         "cache " + id + " exists; PUT with ?replace=true to replace it");
@@ -456,7 +500,8 @@ void Server::Impl::put_cache(const httplib::Request& req, httplib::Response& res
                    "the upload is over " + std::to_string(opt.max_upload_bytes) +
                        " bytes (the server's upload limit)");
   if (!whole)
-    throw ApiError(400, "invalid_request_error", "incomplete_body", "the body ended early or arrived too slowly");
+    throw ApiError(400, "invalid_request_error", "incomplete_body",
+                   "the body ended early or arrived too slowly");
   try {
     store.put_file(id, *file);
     library_update(id);
@@ -479,10 +524,12 @@ int Server::bind() {
   const int port = s.http.bind(s.opt.host, s.opt.port);
   if (port <= 0) {
     const int err = errno;
-    throw Error(Errc::io, "cannot listen on " + s.opt.host + ":" + std::to_string(s.opt.port) + ": " +
-                              (err == EADDRINUSE ? std::string("the port is in use (another server listens on it)")
-                               : err ? std::strerror(err) + std::string(" (not an address of this machine?)")
-                                     : std::string("not an address of this machine")));
+    throw Error(
+        Errc::io,
+        "cannot listen on " + s.opt.host + ":" + std::to_string(s.opt.port) + ": " +
+            (err == EADDRINUSE ? std::string("the port is in use (another server listens on it)")
+             : err ? std::strerror(err) + std::string(" (not an address of this machine?)")
+                   : std::string("not an address of this machine")));
   }
   return port;
 }

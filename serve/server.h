@@ -27,17 +27,18 @@ namespace kvzip::serve {
 struct ServerOptions {
   std::string caches_dir;
   std::string host = "127.0.0.1";
-  int port = 8080;                          // 0: any free port (bind() says which)
+  int port = 8080;  // 0: any free port (bind() says which)
   EngineOptions engine;
   uint64_t max_loaded_bytes = uint64_t(4) << 30;
   bool key_tiles = true;  // f32 caches also keep their keys transposed (serve::CacheStore)
-  std::string api_key;                      // empty: no authentication
+  std::string api_key;    // empty: no authentication
   ChatLimits chat;
-  size_t max_json_bytes = size_t(1) << 20;      // chat and other JSON bodies
-  size_t max_document_bytes = size_t(16) << 20; // POST /v1/caches text
-  size_t max_upload_bytes = size_t(1) << 30;    // PUT /v1/caches/{id} (streamed to a temporary file)
+  size_t max_json_bytes = size_t(1) << 20;       // chat and other JSON bodies
+  size_t max_document_bytes = size_t(16) << 20;  // POST /v1/caches text
+  size_t max_upload_bytes = size_t(1) << 30;  // PUT /v1/caches/{id} (streamed to a temporary file)
   uint32_t http_threads = 64;  // requests with a body served at once (a streaming answer holds one)
-  int listen_backlog = 1024;   // connections waiting to be accepted (the kernel caps it at somaxconn)
+  int listen_backlog =
+      1024;  // connections waiting to be accepted (the kernel caps it at somaxconn)
   uint32_t max_compose = 16;   // caches one request may compose ("model": "a+b+c")
   double compose_blend = 0.3;  // composed requests: loader::ComposeOptions::blend
   loader::BlendRule compose_rule = loader::BlendRule::deviation;  // loader::ComposeOptions::rule
@@ -48,7 +49,7 @@ struct ServerOptions {
   // Head deadline, waiting-connection and per-address bounds (serve/http_server.h); its workers
   // and backlog come from http_threads and listen_backlog.
   HttpLimits http;
-  uint32_t max_jobs = 4;       // compress jobs queued or running
+  uint32_t max_jobs = 4;  // compress jobs queued or running
   uint32_t compress_threads = 0;
   // The learned scorer compress jobs use for "method": "kvzap" (compress/learned_scorer.h);
   // without one such a job is refused. Checked against the model when the server is made.

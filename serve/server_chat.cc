@@ -26,7 +26,8 @@ struct Channel {
   StopText text;
   bool done = false;
   RequestResult result;
-  Channel(const model::Tokenizer& t, std::vector<std::string> stops) : decoder(t), text(std::move(stops)) {}
+  Channel(const model::Tokenizer& t, std::vector<std::string> stops)
+      : decoder(t), text(std::move(stops)) {}
 };
 
 const char* finish_reason(Finish f) { return f == Finish::Length ? "length" : "stop"; }
@@ -60,20 +61,28 @@ void send_whole(const Reply& reply, httplib::Response& res) {
   }
   const RequestResult r = ch->result;
   if (gone && r.finish == Finish::Cancelled)  // nobody to answer; logged as nginx does
-    throw ApiError(499, "invalid_request_error", "client_closed", "the client closed the connection");
+    throw ApiError(499, "invalid_request_error", "client_closed",
+                   "the client closed the connection");
   if (r.finish == Finish::Cancelled)
-    throw ApiError(503, "server_error", "shutting_down", "the answer was cancelled (server shutting down)", {}, 5);
+    throw ApiError(503, "server_error", "shutting_down",
+                   "the answer was cancelled (server shutting down)", {}, 5);
   if (r.finish == Finish::Error) {
     if (r.code == Errc::internal) throw ApiError(500, "server_error", "internal", r.error);
     throw api_error_of(Error(r.code, r.error));  // e.g. a composition past the model's context
   }
-  json body{{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", model_name},
-            {"choices", json::array({{{"index", 0},
-                                      {"message", {{"role", "assistant"}, {"content", ch->text.text()}}},
-                                      {"logprobs", nullptr},
-                                      {"finish_reason", finish_reason(r.finish)}}})},
-            {"usage", {{"prompt_tokens", r.prompt_tokens}, {"completion_tokens", r.completion_tokens},
-                       {"total_tokens", r.prompt_tokens + r.completion_tokens}}}};
+  json body{
+      {"id", id},
+      {"object", "chat.completion"},
+      {"created", created},
+      {"model", model_name},
+      {"choices", json::array({{{"index", 0},
+                                {"message", {{"role", "assistant"}, {"content", ch->text.text()}}},
+                                {"logprobs", nullptr},
+                                {"finish_reason", finish_reason(r.finish)}}})},
+      {"usage",
+       {{"prompt_tokens", r.prompt_tokens},
+        {"completion_tokens", r.completion_tokens},
+        {"total_tokens", r.prompt_tokens + r.completion_tokens}}}};
   if (!sources.is_null()) body["sources"] = sources;
   send_json(res, 200, body);
 }
@@ -101,7 +110,8 @@ void send_stream(const Reply& reply, bool include_usage, httplib::Response& res)
   const bool usage = include_usage;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [ch, handle, chunk, sent, started, usage, id, created, model_name](size_t, httplib::DataSink& sink) {
+      [ch, handle, chunk, sent, started, usage, id, created, model_name](size_t,
+                                                                         httplib::DataSink& sink) {
         auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
         if (!*started) {
           *started = true;
@@ -115,9 +125,8 @@ void send_stream(const Reply& reply, bool include_usage, httplib::Response& res)
         RequestResult r;
         {
           std::unique_lock<std::mutex> lock(ch->mu);
-          ch->cv.wait_for(lock, std::chrono::seconds(5), [&] {
-            return ch->done || ch->text.safe_length(false) > *sent;
-          });
+          ch->cv.wait_for(lock, std::chrono::seconds(5),
+                          [&] { return ch->done || ch->text.safe_length(false) > *sent; });
           done = ch->done;
           const size_t n = ch->text.safe_length(done);
           piece = ch->text.text().substr(*sent, n - *sent);
@@ -131,19 +140,29 @@ void send_stream(const Reply& reply, bool include_usage, httplib::Response& res)
         if (!done) return true;  // called again for more
         std::string tail;
         if (r.finish == Finish::Cancelled || r.finish == Finish::Error) {
-          tail = "data: " + dump(json{{"error", {{"message", r.finish == Finish::Error ? r.error
-                                                        : "the answer was cancelled (server shutting down)"},
-                                                 {"type", "server_error"}, {"param", nullptr},
-                                                 {"code", finish_name(r.finish)}}}}) + "\n\n";
+          tail = "data: " +
+                 dump(json{{"error",
+                            {{"message", r.finish == Finish::Error
+                                             ? r.error
+                                             : "the answer was cancelled (server shutting down)"},
+                             {"type", "server_error"},
+                             {"param", nullptr},
+                             {"code", finish_name(r.finish)}}}}) +
+                 "\n\n";
         } else {
           tail = chunk(json::object(), finish_reason(r.finish));
         }
         if (usage)
-          tail += "data: " + dump(json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created},
-                                       {"model", model_name}, {"choices", json::array()},
-                                       {"usage", {{"prompt_tokens", r.prompt_tokens},
-                                                  {"completion_tokens", r.completion_tokens},
-                                                  {"total_tokens", r.prompt_tokens + r.completion_tokens}}}}) +
+          tail += "data: " +
+                  dump(json{{"id", id},
+                            {"object", "chat.completion.chunk"},
+                            {"created", created},
+                            {"model", model_name},
+                            {"choices", json::array()},
+                            {"usage",
+                             {{"prompt_tokens", r.prompt_tokens},
+                              {"completion_tokens", r.completion_tokens},
+                              {"total_tokens", r.prompt_tokens + r.completion_tokens}}}}) +
                   "\n\n";
         tail += "data: [DONE]\n\n";
         write(tail);
@@ -170,23 +189,27 @@ ApiError Server::Impl::cache_refusal(const std::string& id, const Error& e) {
       return ApiError(422, "invalid_request_error", "cache_too_large", e.what(), "model");
     case Errc::model_mismatch:
       metrics.cache_error("model_mismatch");
-      return ApiError(400, "invalid_request_error", "model_mismatch", name + ": " + e.what(), "model");
-    case Errc::truncated: case Errc::bad_magic: case Errc::version_unsupported:
-    case Errc::corrupt: case Errc::checksum_mismatch:
+      return ApiError(400, "invalid_request_error", "model_mismatch", name + ": " + e.what(),
+                      "model");
+    case Errc::truncated:
+    case Errc::bad_magic:
+    case Errc::version_unsupported:
+    case Errc::corrupt:
+    case Errc::checksum_mismatch:
       metrics.cache_error(errc_name(e.code()));
       return ApiError(422, "invalid_request_error", errc_name(e.code()),
-                      name + " cannot be read (the file is damaged; replace it with PUT /v1/caches/" + id +
-                          "): " + e.what(),
+                      name +
+                          " cannot be read (the file is damaged; replace it with PUT /v1/caches/" +
+                          id + "): " + e.what(),
                       "model");
-    default:
-      return api_error_of(e);
+    default: return api_error_of(e);
   }
 }
 
 // The caches a chat request names ("a+b+c" composes a, b and c in that order; ids never hold
 // '+'), or those the library model retrieves for its question (their ranking in `sources`).
 std::vector<std::shared_ptr<const LoadedCache>> Server::Impl::chat_caches(const ChatRequest& cr,
-                                                                         json& sources) {
+                                                                          json& sources) {
   // The library model composes the caches its retrieval picks; "a+b+c" composes the caches a, b
   // and c (ids never contain '+'), in that order.
   std::vector<std::string> ids;
@@ -214,8 +237,10 @@ std::vector<std::shared_ptr<const LoadedCache>> Server::Impl::chat_caches(const 
     // A malformed id is a bad value (400), as on /v1/caches/{id}; a well-formed unknown one is 404.
     if (!CacheStore::valid_id(cid))
       throw ApiError(400, "invalid_request_error", "invalid_value",
-                     "\"" + cid.substr(0, 64) + "\" is not a cache id (1-128 characters of A-Z a-z 0-9 . _ -, "
-                     "not starting with '.'; several joined by + compose)", "model");
+                     "\"" + cid.substr(0, 64) +
+                         "\" is not a cache id (1-128 characters of A-Z a-z 0-9 . _ -, "
+                         "not starting with '.'; several joined by + compose)",
+                     "model");
     try {
       caches.push_back(store.acquire(cid));
     } catch (const Error& e) {
@@ -233,7 +258,8 @@ void Server::Impl::chat_completions(const httplib::Request& req, httplib::Respon
                        std::to_string(opt.max_json_bytes));
   ChatRequest cr = parse_chat_request(req.body, opt.chat, scope.cache.value_or(""));
   cr.cache = scope.pinned(cr.cache, "model");
-  if (draining) throw ApiError(503, "server_error", "shutting_down", "the server is shutting down", {}, 5);
+  if (draining)
+    throw ApiError(503, "server_error", "shutting_down", "the server is shutting down", {}, 5);
   json sources = nullptr;  // the library model's sources
   const std::vector<std::shared_ptr<const LoadedCache>> caches = chat_caches(cr, sources);
   const std::shared_ptr<const LoadedCache> cache = caches[0];
@@ -276,16 +302,19 @@ void Server::Impl::chat_completions(const httplib::Request& req, httplib::Respon
   };
   std::shared_ptr<Request> handle = engine.submit(std::move(spec), std::move(cb));
   if (!handle) {
-    if (draining) throw ApiError(503, "server_error", "shutting_down", "the server is shutting down", {}, 5);
+    if (draining)
+      throw ApiError(503, "server_error", "shutting_down", "the server is shutting down", {}, 5);
     throw ApiError(429, "rate_limit_error", "queue_full",
                    "too many requests are waiting; retry shortly", {}, 1);
   }
-  const Reply reply{ch, handle, "chatcmpl-" + std::to_string(next_completion++),
-                    static_cast<int64_t>(std::time(nullptr)), cr.cache, sources};
-  if (cr.stream)
-    send_stream(reply, cr.include_usage, res);
-  else
-    send_whole(reply, res);
+  const Reply reply{ch,
+                    handle,
+                    "chatcmpl-" + std::to_string(next_completion++),
+                    static_cast<int64_t>(std::time(nullptr)),
+                    cr.cache,
+                    sources};
+  if (cr.stream) send_stream(reply, cr.include_usage, res);
+  else send_whole(reply, res);
 }
 
 }  // namespace kvzip::serve

@@ -49,14 +49,15 @@ struct File {
   std::vector<Section> sections;
   std::map<std::string, Value> meta;
   uint64_t n_layers = 0, n_kv_heads = 0, head_dim = 0, dtype = 0, logical = 0, prefix = 0;
-  uint64_t group = 0;       // q8/q4: kv.quant.group_size
-  uint64_t f16_below = 0;   // q8/q4: kv.quant.f16_below; rows at positions below are f16 rows
+  uint64_t group = 0;      // q8/q4: kv.quant.group_size
+  uint64_t f16_below = 0;  // q8/q4: kv.quant.f16_below; rows at positions below are f16 rows
   bool has_scores = false;
   std::vector<Layer> layers;
 
   uint64_t u64(const std::string& key) const {
     auto it = meta.find(key);
-    if (it == meta.end() || it->second.type != 1 || it->second.bytes.size() != 8) fail("missing u64 " + key);
+    if (it == meta.end() || it->second.type != 1 || it->second.bytes.size() != 8)
+      fail("missing u64 " + key);
     return le(it->second.bytes.data(), 8);
   }
   std::string str(const std::string& key) const {
@@ -66,9 +67,11 @@ struct File {
   }
   std::vector<uint32_t> u32s(const std::string& key) const {
     auto it = meta.find(key);
-    if (it == meta.end() || it->second.type != 5 || it->second.bytes.size() % 4) fail("missing array " + key);
+    if (it == meta.end() || it->second.type != 5 || it->second.bytes.size() % 4)
+      fail("missing array " + key);
     std::vector<uint32_t> out;
-    for (size_t i = 0; i < it->second.bytes.size(); i += 4) out.push_back(static_cast<uint32_t>(le(&it->second.bytes[i], 4)));
+    for (size_t i = 0; i < it->second.bytes.size(); i += 4)
+      out.push_back(static_cast<uint32_t>(le(&it->second.bytes[i], 4)));
     return out;
   }
 };
@@ -76,8 +79,8 @@ struct File {
 // ---- Preamble ----
 static const uint8_t kMagic[8] = {0x89, 'K', 'V', 'Z', 0x0D, 0x0A, 0x1A, 0x0A};
 
-static void read_preamble(const uint8_t* p, uint64_t n, File& f, uint64_t& count, uint64_t& data_offset,
-                          uint64_t& data_size) {
+static void read_preamble(const uint8_t* p, uint64_t n, File& f, uint64_t& count,
+                          uint64_t& data_offset, uint64_t& data_size) {
   if (n < 8 || std::memcmp(p, kMagic, 8) != 0) fail("bad magic or file shorter than 8 bytes");
   if (n < 64) fail("truncated preamble");
   f.major = static_cast<uint16_t>(le(p + 8, 2));
@@ -89,7 +92,8 @@ static void read_preamble(const uint8_t* p, uint64_t n, File& f, uint64_t& count
   data_offset = le(p + 24, 8);
   data_size = le(p + 32, 8);
   if (count == 0 || count > 65536) fail("Section_Count out of range");
-  if (data_offset != align4k(64 + 64 * count)) fail("Data_Offset is not the aligned end of the table");
+  if (data_offset != align4k(64 + 64 * count))
+    fail("Data_Offset is not the aligned end of the table");
   if (data_size % 4096 || data_offset > UINT64_MAX - data_size) fail("bad Data_Size");
   if (n < 64 + 64 * count) fail("truncated section table");
   if (XXH64(p + 64, 64 * count, 0) != le(p + 40, 8)) fail("Table_Checksum mismatch");
@@ -100,15 +104,24 @@ static void read_table(const uint8_t* p, uint64_t count, uint64_t data_size, Fil
   uint64_t expect = 0;
   for (uint64_t i = 0; i < count; ++i) {
     const uint8_t* e = p + 64 + 64 * i;
-    Section s{static_cast<uint32_t>(le(e, 4)), static_cast<uint32_t>(le(e + 4, 4)), static_cast<uint32_t>(le(e + 8, 4)),
-              static_cast<uint32_t>(le(e + 12, 4)), le(e + 16, 8), le(e + 24, 8), le(e + 32, 8), le(e + 40, 8)};
-    if (s.kind == 0 || (s.flags & ~1u) || le(e + 48, 8) || le(e + 56, 8)) fail("bad section entry " + std::to_string(i));
+    Section s{static_cast<uint32_t>(le(e, 4)),
+              static_cast<uint32_t>(le(e + 4, 4)),
+              static_cast<uint32_t>(le(e + 8, 4)),
+              static_cast<uint32_t>(le(e + 12, 4)),
+              le(e + 16, 8),
+              le(e + 24, 8),
+              le(e + 32, 8),
+              le(e + 40, 8)};
+    if (s.kind == 0 || (s.flags & ~1u) || le(e + 48, 8) || le(e + 56, 8))
+      fail("bad section entry " + std::to_string(i));
     uint64_t padded = align4k(s.stored);
-    if (s.offset != expect) fail("sections do not tile the data area at entry " + std::to_string(i));
+    if (s.offset != expect)
+      fail("sections do not tile the data area at entry " + std::to_string(i));
     if (padded > data_size - s.offset) fail("section out of range");
     expect = s.offset + padded;
     if (s.kind <= 5 && s.codec > 1) fail("unknown codec");
-    if (s.kind <= 5 && s.codec == 0 && s.raw != s.stored) fail("Raw_Size != Stored_Size with codec none");
+    if (s.kind <= 5 && s.codec == 0 && s.raw != s.stored)
+      fail("Raw_Size != Stored_Size with codec none");
     if (s.kind > 5 && !(s.flags & 1)) fail("unknown required section kind");
     f.sections.push_back(s);
   }
@@ -121,7 +134,8 @@ static std::vector<uint8_t> payload(const uint8_t* data, const Section& s) {
   if (XXH64(b, s.stored, 0) != s.checksum) fail("section checksum mismatch");
   if (s.codec == 0) return std::vector<uint8_t>(b, b + s.stored);
   if (s.raw > (1ull << 32)) fail("section larger than reader_min's 4 GiB limit");
-  if (ZSTD_getFrameContentSize(b, s.stored) != s.raw || ZSTD_findFrameCompressedSize(b, s.stored) != s.stored)
+  if (ZSTD_getFrameContentSize(b, s.stored) != s.raw ||
+      ZSTD_findFrameCompressedSize(b, s.stored) != s.stored)
     fail("zstd frame does not match the section sizes");
   std::vector<uint8_t> out(s.raw);
   size_t got = ZSTD_decompress(out.data(), out.size(), b, s.stored);
@@ -157,7 +171,11 @@ static void read_meta(const std::vector<uint8_t>& m, File& f) {
     if (le(&m[at + 4], 4) != 0) fail("Value_Flags not zero");
     at += 16;
     if (m.size() - at < vsize) fail("meta value truncated");
-    if (!f.meta.emplace(key, Value{type, {m.begin() + static_cast<long>(at), m.begin() + static_cast<long>(at + vsize)}}).second)
+    if (!f.meta
+             .emplace(key, Value{type,
+                                 {m.begin() + static_cast<long>(at),
+                                  m.begin() + static_cast<long>(at + vsize)}})
+             .second)
       fail("duplicate meta key " + key);
     at += vsize;
   }
@@ -168,20 +186,22 @@ static void read_meta(const std::vector<uint8_t>& m, File& f) {
   f.dtype = f.u64("kv.dtype");
   f.logical = f.u64("kv.logical_length");
   f.prefix = f.u64("kv.prefix_length");
-  if (f.n_layers < 1 || f.n_layers > 1024 || f.n_kv_heads < 1 || f.n_kv_heads > 1024 || f.head_dim < 2 ||
-      f.head_dim > 4096 || f.head_dim % 2)
+  if (f.n_layers < 1 || f.n_layers > 1024 || f.n_kv_heads < 1 || f.n_kv_heads > 1024 ||
+      f.head_dim < 2 || f.head_dim > 4096 || f.head_dim % 2)
     fail("model shape out of range");
   if (f.dtype != 1 && f.dtype != 2 && f.dtype != 3 && f.dtype != 10 && f.dtype != 11)
     fail("unknown or reserved dtype " + std::to_string(f.dtype));
   if (f.dtype >= 10) {  // q8, q4
     if (f.head_dim & (f.head_dim - 1)) fail("q8/q4 need a power-of-two head_dim");
     f.group = f.u64("kv.quant.group_size");
-    if (f.group < 1 || f.group > f.head_dim || f.head_dim % f.group) fail("bad kv.quant.group_size");
+    if (f.group < 1 || f.group > f.head_dim || f.head_dim % f.group)
+      fail("bad kv.quant.group_size");
     f.f16_below = f.u64("kv.quant.f16_below");
     if (f.f16_below > f.logical) fail("bad kv.quant.f16_below");
   }
   if (f.u64("model.rope_layout") != 1) fail("unknown rope layout");
-  if (f.prefix != f.u32s("text.prefix_tokens").size() || f.logical != f.prefix + f.u32s("text.document_tokens").size())
+  if (f.prefix != f.u32s("text.prefix_tokens").size() ||
+      f.logical != f.prefix + f.u32s("text.document_tokens").size())
     fail("token counts disagree with kv lengths");
 }
 
@@ -271,8 +291,8 @@ static void read_quant(const std::vector<uint8_t>& b, const File& f, Layer& laye
   uint64_t rows = 0, f16 = 0;
   for (uint64_t r : layer.rows) rows += r;
   for (uint32_t p : layer.pos) f16 += p < f.f16_below;
-  const uint64_t scales = f.n_kv_heads * D * 4, dense = f16 * D * 2, params = (rows - f16) * groups * 2,
-                 codes = (rows - f16) * D * bits / 8;
+  const uint64_t scales = f.n_kv_heads * D * 4, dense = f16 * D * 2,
+                 params = (rows - f16) * groups * 2, codes = (rows - f16) * D * bits / 8;
   if (b.size() != 2 * (scales + dense + params + codes)) fail("kv section size");
   for (int block = 0; block < 2; ++block) {
     const uint8_t* c = &b[block * scales];
@@ -299,10 +319,12 @@ static void read_quant(const std::vector<uint8_t>& b, const File& f, Layer& laye
         for (uint64_t j = 0; j < D; ++j) {
           const uint8_t* gp = p + (qi * groups + j / G) * 2;  // every byte is valid
           const float scale = std::ldexp(static_cast<float>(16 + gp[0] % 16), gp[0] / 16 - 22);
-          const float minimum = -(scale * std::ldexp(static_cast<float>(gp[1]), static_cast<int>(bits) - 8));
+          const float minimum =
+              -(scale * std::ldexp(static_cast<float>(gp[1]), static_cast<int>(bits) - 8));
           const uint8_t byte = q[qi * D * bits / 8 + (bits == 8 ? j : j / 2)];
           const uint32_t code = bits == 8 ? byte : (j % 2 ? byte >> 4 : byte & 15);
-          out.push_back(decode(1, c + 4 * (h * D + j)) * std::fma(scale, static_cast<float>(code), minimum));
+          out.push_back(decode(1, c + 4 * (h * D + j)) *
+                        std::fma(scale, static_cast<float>(code), minimum));
         }
         walsh_hadamard(out.data() + out.size() - D, D);
         ++qi;
@@ -310,7 +332,8 @@ static void read_quant(const std::vector<uint8_t>& b, const File& f, Layer& laye
   }
 }
 
-static void read_kv(const std::vector<uint8_t>& b, uint64_t dtype, uint64_t head_dim, Layer& layer) {
+static void read_kv(const std::vector<uint8_t>& b, uint64_t dtype, uint64_t head_dim,
+                    Layer& layer) {
   uint64_t rows = 0;
   for (uint64_t r : layer.rows) rows += r;
   uint64_t esize = dtype == 1 ? 4 : 2, n = rows * head_dim;
@@ -325,7 +348,8 @@ inline File read(const uint8_t* p, uint64_t n) {
   uint64_t count, data_offset, data_size;
   read_preamble(p, n, f, count, data_offset, data_size);
   read_table(p, count, data_size, f);
-  if (n != data_offset + data_size) fail("file size differs from Data_Offset + Data_Size (truncated or trailing bytes)");
+  if (n != data_offset + data_size)
+    fail("file size differs from Data_Offset + Data_Size (truncated or trailing bytes)");
   const uint8_t* data = p + data_offset;
   for (uint64_t i = 64 + 64 * count; i < data_offset; ++i)
     if (p[i]) fail("non-zero padding before the data area");
@@ -344,10 +368,8 @@ inline File read(const uint8_t* p, uint64_t n) {
   for (const Section& s : f.sections) {
     if (s.kind != 4) continue;
     if (s.layer >= f.n_layers || seen[s.layer]++) fail("bad kv section layer");
-    if (f.dtype >= 10)
-      read_quant(payload(data, s), f, f.layers[s.layer]);
-    else
-      read_kv(payload(data, s), f.dtype, f.head_dim, f.layers[s.layer]);
+    if (f.dtype >= 10) read_quant(payload(data, s), f, f.layers[s.layer]);
+    else read_kv(payload(data, s), f.dtype, f.head_dim, f.layers[s.layer]);
   }
   for (int s : seen)
     if (!s) fail("missing kv section");
@@ -366,9 +388,10 @@ int main(int argc, char** argv) {
   std::vector<uint8_t> bytes(std::istreambuf_iterator<char>(in), {});
   try {
     kvz_min::File f = kvz_min::read(bytes.data(), bytes.size());
-    std::printf("v%u.%u  L=%llu Hkv=%llu D=%llu dtype=%llu logical=%llu prefix=%llu scores=%d\n", f.major, f.minor,
-                (unsigned long long)f.n_layers, (unsigned long long)f.n_kv_heads, (unsigned long long)f.head_dim,
-                (unsigned long long)f.dtype, (unsigned long long)f.logical, (unsigned long long)f.prefix, f.has_scores);
+    std::printf("v%u.%u  L=%llu Hkv=%llu D=%llu dtype=%llu logical=%llu prefix=%llu scores=%d\n",
+                f.major, f.minor, (unsigned long long)f.n_layers, (unsigned long long)f.n_kv_heads,
+                (unsigned long long)f.head_dim, (unsigned long long)f.dtype,
+                (unsigned long long)f.logical, (unsigned long long)f.prefix, f.has_scores);
     for (size_t l = 0; l < f.layers.size(); ++l) {
       std::printf("layer %zu rows", l);
       for (uint64_t r : f.layers[l].rows) std::printf(" %llu", (unsigned long long)r);

@@ -30,7 +30,8 @@ constexpr std::string_view kEndOfTurn = "<end_of_turn>";
 constexpr std::string_view kPlainAnswer = "\nAnswer:";
 // Llama 3.1's template writes this header (with its fallback date) at the top of the system turn.
 constexpr std::string_view kKnowledgeMarker = "Cutting Knowledge Date:";
-constexpr std::string_view kLlama31Header = "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
+constexpr std::string_view kLlama31Header =
+    "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
 
 // Jinja's `trim` (Python str.strip) for the whitespace that occurs in practice.
 std::string_view trim(std::string_view s) {
@@ -66,17 +67,15 @@ bool unescape_literal(std::string_view body, char quote, std::string& out) {
 
 std::string chatml_default_system(std::string_view jinja) {
   const std::string opener = std::string(kImStart) + "system";
-  for (size_t at = jinja.find(opener); at != std::string_view::npos; at = jinja.find(opener, at + 1)) {
+  for (size_t at = jinja.find(opener); at != std::string_view::npos;
+       at = jinja.find(opener, at + 1)) {
     if (at == 0) continue;
     char quote = jinja[at - 1];
     if (quote != '\'' && quote != '"') continue;  // not the start of a string literal
     size_t body = at + opener.size();
-    if (jinja.substr(body, 1) == "\n")
-      body += 1;
-    else if (jinja.substr(body, 2) == "\\n")
-      body += 2;
-    else
-      continue;
+    if (jinja.substr(body, 1) == "\n") body += 1;
+    else if (jinja.substr(body, 2) == "\\n") body += 2;
+    else continue;
     size_t end = jinja.find(kImEnd, body);
     if (end == std::string_view::npos) break;
     std::string text;
@@ -85,7 +84,8 @@ std::string chatml_default_system(std::string_view jinja) {
   return {};
 }
 
-ChatTemplate::ChatTemplate(const Tokenizer& tokenizer) : tok_(&tokenizer), format_(ChatFormat::ChatMl) {
+ChatTemplate::ChatTemplate(const Tokenizer& tokenizer)
+    : tok_(&tokenizer), format_(ChatFormat::ChatMl) {
   const std::string& t = tokenizer.chat_template();
   if (t.find(kImStart) != std::string::npos) {
     format_ = ChatFormat::ChatMl;
@@ -101,16 +101,20 @@ ChatTemplate::ChatTemplate(const Tokenizer& tokenizer) : tok_(&tokenizer), forma
     format_ = ChatFormat::Plain;  // a base model: document, question, answer
   } else {
     std::string head = t.substr(0, 60);
-    throw Error(Errc::unsupported,
-                t.empty() ? std::string("the model has no tokenizer.chat_template and its vocabulary has no "
-                                        "ChatML tokens; kvzip cannot build chat prompts for it")
-                          : "tokenizer.chat_template is neither ChatML (<|im_start|>) nor Llama 3 "
-                            "(<|start_header_id|>); it begins \"" + head + "\". Use a ChatML or Llama 3 model");
+    throw Error(
+        Errc::unsupported,
+        t.empty()
+            ? std::string("the model has no tokenizer.chat_template and its vocabulary has no "
+                          "ChatML tokens; kvzip cannot build chat prompts for it")
+            : "tokenizer.chat_template is neither ChatML (<|im_start|>) nor Llama 3 "
+              "(<|start_header_id|>); it begins \"" +
+                  head + "\". Use a ChatML or Llama 3 model");
   }
   init_tokens();
 }
 
-ChatTemplate::ChatTemplate(const Tokenizer& tokenizer, ChatFormat format, std::string default_system)
+ChatTemplate::ChatTemplate(const Tokenizer& tokenizer, ChatFormat format,
+                           std::string default_system)
     : tok_(&tokenizer), format_(format), default_system_(std::move(default_system)) {
   init_tokens();
 }
@@ -118,9 +122,10 @@ ChatTemplate::ChatTemplate(const Tokenizer& tokenizer, ChatFormat format, std::s
 int32_t ChatTemplate::require_token(std::string_view text) const {
   int32_t id = tok_->token_id(text);
   if (id < 0)
-    throw Error(Errc::corrupt, "the chat template needs the token \"" + std::string(text) +
-                                  "\" but the vocabulary has no such token; the model file's tokenizer "
-                                  "does not match its template");
+    throw Error(Errc::corrupt,
+                "the chat template needs the token \"" + std::string(text) +
+                    "\" but the vocabulary has no such token; the model file's tokenizer "
+                    "does not match its template");
   return id;
 }
 
@@ -293,7 +298,8 @@ std::string ChatTemplate::render(std::string_view system, std::string_view user,
   add_suffix(p, trim_messages_ ? trim(user) : user);
   for (const auto& [answer, next] : turns) add_next_turn(p, answer, next);
   std::string out;
-  for (const Piece& piece : p) out += piece.control >= 0 ? tok_->token_text(piece.control) : piece.text;
+  for (const Piece& piece : p)
+    out += piece.control >= 0 ? tok_->token_text(piece.control) : piece.text;
   return out;
 }
 
@@ -302,7 +308,8 @@ std::vector<int32_t> ChatTemplate::stop_tokens() const {
   if (turn_close_ >= 0) ids.push_back(turn_close_);
   if (format_ == ChatFormat::Plain)
     for (std::string_view nl : {"\n", "\n\n"})
-      if (const std::vector<int32_t> one = tok_->encode(nl, false); one.size() == 1) ids.push_back(one[0]);
+      if (const std::vector<int32_t> one = tok_->encode(nl, false); one.size() == 1)
+        ids.push_back(one[0]);
   if (tok_->eos() >= 0) ids.push_back(tok_->eos());
   if (tok_->eot() >= 0) ids.push_back(tok_->eot());
   std::sort(ids.begin(), ids.end());

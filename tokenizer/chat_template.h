@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <span>
 #include <string>
-#include <utility>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tokenizer/tokenizer.h"
@@ -83,12 +83,12 @@ class ChatTemplate {
   const Tokenizer* tok_;
   ChatFormat format_;
   std::string default_system_;
-  std::string system_header_;    // Llama 3.1+: opens every system turn, which is then always emitted
-  bool trim_messages_ = false;   // Llama 3 templates apply `| trim` to message contents
-  int32_t begin_ = -1;           // Llama 3: <|begin_of_text|>
-  int32_t turn_open_ = -1;       // <|im_start|> / <|start_header_id|>
-  int32_t header_close_ = -1;    // Llama 3: <|end_header_id|>
-  int32_t turn_close_ = -1;      // <|im_end|> / <|eot_id|>
+  std::string system_header_;   // Llama 3.1+: opens every system turn, which is then always emitted
+  bool trim_messages_ = false;  // Llama 3 templates apply `| trim` to message contents
+  int32_t begin_ = -1;          // Llama 3: <|begin_of_text|>
+  int32_t turn_open_ = -1;      // <|im_start|> / <|start_header_id|>
+  int32_t header_close_ = -1;   // Llama 3: <|end_header_id|>
+  int32_t turn_close_ = -1;     // <|im_end|> / <|eot_id|>
 };
 
 // The ChatML default system prompt a Jinja template inserts: the text of a string literal that

@@ -18,9 +18,9 @@ namespace kvzip::model {
 
 struct Tokenizer::Impl {
   TokenizerData data;
-  std::optional<detail::BpeModel> bpe;    // gpt2
+  std::optional<detail::BpeModel> bpe;  // gpt2
   std::optional<detail::PreTokenizer> pre;
-  std::optional<detail::SpmModel> spm;    // llama
+  std::optional<detail::SpmModel> spm;      // llama
   detail::SpecialMatcher control_and_user;  // matched with parse_special
   detail::SpecialMatcher user_only;         // matched always
   std::vector<std::string> bytes;           // id -> decoded bytes
@@ -32,29 +32,34 @@ namespace {
 
 void check_basics(const TokenizerData& d) {
   if (d.model != "gpt2" && d.model != "llama")
-    throw Error(Errc::unsupported, "tokenizer.ggml.model = \"" + d.model +
-                                       "\" is not supported; kvzip implements byte-level BPE (\"gpt2\") "
-                                       "and SentencePiece-style BPE (\"llama\")");
+    throw Error(Errc::unsupported,
+                "tokenizer.ggml.model = \"" + d.model +
+                    "\" is not supported; kvzip implements byte-level BPE (\"gpt2\") "
+                    "and SentencePiece-style BPE (\"llama\")");
   if (d.tokens.empty())
     throw Error(Errc::corrupt, "tokenizer.ggml.tokens is empty; the model file has no vocabulary");
   if (!d.token_types.empty() && d.token_types.size() != d.tokens.size())
-    throw Error(Errc::corrupt, "tokenizer.ggml.token_type has " + std::to_string(d.token_types.size()) +
+    throw Error(Errc::corrupt, "tokenizer.ggml.token_type has " +
+                                   std::to_string(d.token_types.size()) +
                                    " entries but tokenizer.ggml.tokens has " +
                                    std::to_string(d.tokens.size()) + "; they must match");
   for (size_t i = 0; i < d.token_types.size(); ++i) {
     // 0 is llama.cpp's "undefined", treated as normal.
     if (d.token_types[i] < 0 || d.token_types[i] > 6)
-      throw Error(Errc::corrupt, "tokenizer.ggml.token_type[" + std::to_string(i) + "] = " +
-                                     std::to_string(d.token_types[i]) + ", expected 0..6");
+      throw Error(Errc::corrupt, "tokenizer.ggml.token_type[" + std::to_string(i) +
+                                     "] = " + std::to_string(d.token_types[i]) + ", expected 0..6");
   }
   const auto n = static_cast<int64_t>(d.tokens.size());
-  const std::pair<const char*, int32_t> ids[] = {
-      {"bos_token_id", d.bos}, {"eos_token_id", d.eos}, {"eot_token_id", d.eot},
-      {"unknown_token_id", d.unk}, {"padding_token_id", d.pad}};
+  const std::pair<const char*, int32_t> ids[] = {{"bos_token_id", d.bos},
+                                                 {"eos_token_id", d.eos},
+                                                 {"eot_token_id", d.eot},
+                                                 {"unknown_token_id", d.unk},
+                                                 {"padding_token_id", d.pad}};
   for (const auto& [name, id] : ids) {
     if (id < -1 || id >= n)
-      throw Error(Errc::corrupt, std::string("tokenizer.ggml.") + name + " = " + std::to_string(id) +
-                                     " is outside the vocabulary of " + std::to_string(n) + " tokens");
+      throw Error(Errc::corrupt, std::string("tokenizer.ggml.") + name + " = " +
+                                     std::to_string(id) + " is outside the vocabulary of " +
+                                     std::to_string(n) + " tokens");
   }
 }
 
@@ -83,7 +88,8 @@ void encode_words(const Encoders& t, std::string_view valid_text, WordCache& cac
     if (it == cache.ranges.end()) {
       auto begin = static_cast<uint32_t>(cache.ids.size());
       t.bpe.encode_word(w, t.pre.ignore_merges(), cache.ids);
-      it = cache.ranges.emplace(w, std::make_pair(begin, static_cast<uint32_t>(cache.ids.size()) - begin))
+      it = cache.ranges
+               .emplace(w, std::make_pair(begin, static_cast<uint32_t>(cache.ids.size()) - begin))
                .first;
     }
     const int32_t* first = cache.ids.data() + it->second.first;
@@ -113,7 +119,6 @@ void encode_plain(const Encoders& t, std::string_view text, WordCache& cache,
 bool pre_tokenizer_ignores_merges(std::string_view pre) {
   return detail::pre_tokenizer_spec(pre).ignore_merges;
 }
-
 
 Tokenizer::Tokenizer(TokenizerData data) {
   check_basics(data);
@@ -152,9 +157,11 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
   std::vector<std::string_view> words;
   const detail::SpmModel* spm = impl_->spm ? &*impl_->spm : nullptr;
   size_t pos = 0;
-  bool after_added = true;  // llama.cpp's space prefix: the first fragment and those after added tokens
+  bool after_added =
+      true;  // llama.cpp's space prefix: the first fragment and those after added tokens
   while (pos < text.size()) {
-    detail::SpecialMatcher::Match hit = added.empty() ? detail::SpecialMatcher::Match{} : added.find(text, pos);
+    detail::SpecialMatcher::Match hit =
+        added.empty() ? detail::SpecialMatcher::Match{} : added.find(text, pos);
     size_t end = hit.len > 0 ? hit.pos : text.size();
     if (spm) {
       const TokenizerData& d = impl_->data;
@@ -164,7 +171,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
             (text[pos] == ' ' || text.substr(pos, end - pos).starts_with("\xE2\x96\x81")));
       if (end > pos) spm->encode(text.substr(pos, end - pos), prefix, out);
     } else {
-      encode_plain(Encoders{*impl_->pre, *impl_->bpe}, text.substr(pos, end - pos), cache, words, out);
+      encode_plain(Encoders{*impl_->pre, *impl_->bpe}, text.substr(pos, end - pos), cache, words,
+                   out);
     }
     after_added = hit.len > 0;
     if (hit.len == 0) break;
@@ -176,7 +184,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
 
 const std::string& Tokenizer::token_bytes(int32_t id) const {
   if (id < 0 || id >= vocab_size())
-    throw Error(Errc::invalid_argument, "token id " + std::to_string(id) + " is outside the vocabulary of " +
+    throw Error(Errc::invalid_argument, "token id " + std::to_string(id) +
+                                            " is outside the vocabulary of " +
                                             std::to_string(vocab_size()) + " tokens");
   return impl_->bytes[id];
 }
@@ -224,10 +233,8 @@ std::string StreamDecoder::push(int32_t id) {
   while (i < pending_.size()) {
     Utf8Step st = utf8_step(pending_, i);
     if (st.status == Utf8Status::incomplete) break;  // wait for the next token
-    if (st.status == Utf8Status::ok)
-      out.append(pending_, i, st.len);
-    else
-      out += "\xEF\xBF\xBD";  // U+FFFD for each maximal ill-formed subpart
+    if (st.status == Utf8Status::ok) out.append(pending_, i, st.len);
+    else out += "\xEF\xBF\xBD";  // U+FFFD for each maximal ill-formed subpart
     i += st.len;
   }
   pending_.erase(0, i);

@@ -32,16 +32,17 @@ enum class TokenType : int32_t {
 
 // Everything a tokenizer is built from, as stored in a model file (tokenizer.ggml.* in GGUF).
 struct TokenizerData {
-  std::vector<std::string> tokens;    // id -> text, in the byte-level alphabet (added tokens verbatim)
-  std::vector<int32_t> token_types;   // id -> TokenType value; empty means all normal
+  std::vector<std::string>
+      tokens;  // id -> text, in the byte-level alphabet (added tokens verbatim)
+  std::vector<int32_t> token_types;  // id -> TokenType value; empty means all normal
   std::vector<std::string>
       merges;  // "left right", highest priority first (gpt2; llama from tokenizer.json)
-  std::vector<float> scores;          // id -> merge score, higher first (llama from GGUF)
-  std::string model;                  // "gpt2" (byte-level BPE) or "llama" (SentencePiece-style)
-  std::string pre;                    // pre-tokenizer: "smollm", "gpt2", "llama-bpe", "qwen2"
+  std::vector<float> scores;  // id -> merge score, higher first (llama from GGUF)
+  std::string model;          // "gpt2" (byte-level BPE) or "llama" (SentencePiece-style)
+  std::string pre;            // pre-tokenizer: "smollm", "gpt2", "llama-bpe", "qwen2"
   int32_t bos = -1, eos = -1, eot = -1, unk = -1, pad = -1;  // -1: absent
-  bool add_bos = false;               // prepend bos to a raw (non-chat) prompt
-  bool add_space_prefix = true;       // llama: a space before the text and after added tokens
+  bool add_bos = false;          // prepend bos to a raw (non-chat) prompt
+  bool add_space_prefix = true;  // llama: a space before the text and after added tokens
   // llama from a tokenizer.json (ranked merges, no scores): the space prefix goes before the first
   // fragment only (Metaspace prepend_scheme "first"), and words split before each "▁" (Metaspace
   // split = true).
@@ -50,7 +51,7 @@ struct TokenizerData {
   bool prefix_unless_space =
       false;                   // Metaspace: no prefix before a fragment starting with " " or "▁"
   bool ranked_merges = false;  // llama from a tokenizer.json: `merges` ranked, no scores
-  std::string chat_template;          // Jinja source, may be empty
+  std::string chat_template;   // Jinja source, may be empty
 };
 
 // Whether the byte-level pre-tokenizer `pre` (pre_tokenizer names as in TokenizerData::pre)
@@ -81,7 +82,7 @@ class Tokenizer {
   const std::string& token_bytes(int32_t id) const;
 
   const std::string& token_text(int32_t id) const;  // as stored (byte-level alphabet)
-  int32_t token_id(std::string_view text) const;     // id of a stored token text, or -1
+  int32_t token_id(std::string_view text) const;    // id of a stored token text, or -1
   int32_t vocab_size() const;
   TokenType token_type(int32_t id) const;
   bool is_special(int32_t id) const;  // control or user-defined

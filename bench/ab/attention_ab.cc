@@ -60,8 +60,8 @@ Args parse(int argc, char** argv) {
       if (std::sscanf(v, "%u,%u,%u", &a.Hq, &a.Hkv, &a.D) != 3) usage();
     } else usage();
   }
-  if (a.T == 0 || a.len < a.T || a.threads == 0 || a.rounds == 0 || a.Hkv == 0 || a.Hq % a.Hkv != 0 ||
-      a.D == 0)
+  if (a.T == 0 || a.len < a.T || a.threads == 0 || a.rounds == 0 || a.Hkv == 0 ||
+      a.Hq % a.Hkv != 0 || a.D == 0)
     usage();
   return a;
 }
@@ -78,17 +78,21 @@ int main(int argc, char** argv) {
     return v;
   };
   // Causal: the T queries are the span's last T rows (a prefill chunk at depth len - T).
-  const std::vector<float> q = fill(size_t(o.T) * o.Hq * o.D), k = fill(size_t(o.Hkv) * o.len * o.D),
+  const std::vector<float> q = fill(size_t(o.T) * o.Hq * o.D),
+                           k = fill(size_t(o.Hkv) * o.len * o.D),
                            v = fill(size_t(o.Hkv) * o.len * o.D);
   std::vector<float> out_a(q.size()), out_b(q.size());
   std::vector<KvSpan> spans(o.Hkv);
   for (uint32_t h = 0; h < o.Hkv; ++h)
-    spans[h] = KvSpan{k.data() + size_t(h) * o.len * o.D, v.data() + size_t(h) * o.len * o.D, o.len};
-  AttentionArgs a{q.data(), spans.data(), out_a.data(), o.T, o.Hq, o.Hkv, o.D, 1.0f / std::sqrt(float(o.D))};
+    spans[h] =
+        KvSpan{k.data() + size_t(h) * o.len * o.D, v.data() + size_t(h) * o.len * o.D, o.len};
+  AttentionArgs a{q.data(), spans.data(), out_a.data(), o.T,
+                  o.Hq,     o.Hkv,        o.D,          1.0f / std::sqrt(float(o.D))};
   // bf16 products run only in the 16-lane variants (AB_WIDE) on a CPU with AVX-512 BF16.
   const bool bf16 = o.bf16 && AB_WIDE && attention_bf16_available();
   if (o.bf16 && !bf16)
-    std::fprintf(stderr, "attention_ab: bf16 products need WIDE=1 and a CPU with AVX-512 BF16; fp32\n");
+    std::fprintf(stderr,
+                 "attention_ab: bf16 products need WIDE=1 and a CPU with AVX-512 BF16; fp32\n");
   a.bf16 = bf16;
   AttentionArgs b = a;
   b.out = out_b.data();
@@ -126,11 +130,12 @@ int main(int argc, char** argv) {
   const double pairs = double(o.T) * (o.len - o.T) + double(o.T) * (o.T + 1) / 2;
   const double flops = 4.0 * o.D * o.Hq * pairs;  // q·k and p·v, 2·D each per (query head, key)
   const bool same = std::memcmp(out_a.data(), out_b.data(), out_a.size() * sizeof(float)) == 0;
-  std::printf("T=%u len=%u heads=%u/%u D=%u threads=%u %s, %u pairs: best A %.3f ms (%.1f GFLOP/s), "
-              "B %.3f ms (%.1f GFLOP/s); B/A speed %.3fx (median of pairs; [%.3f, %.3f] quartiles)  "
-              "outputs %s\n",
-              o.T, o.len, o.Hq, o.Hkv, o.D, o.threads, bf16 ? "bf16" : "fp32", unsigned(n), ta * 1e3,
-              flops / ta * 1e-9, tb * 1e3, flops / tb * 1e-9, median, ratios[n / 4], ratios[3 * n / 4],
-              same ? "the same bits" : "DIFFER");
+  std::printf(
+      "T=%u len=%u heads=%u/%u D=%u threads=%u %s, %u pairs: best A %.3f ms (%.1f GFLOP/s), "
+      "B %.3f ms (%.1f GFLOP/s); B/A speed %.3fx (median of pairs; [%.3f, %.3f] quartiles)  "
+      "outputs %s\n",
+      o.T, o.len, o.Hq, o.Hkv, o.D, o.threads, bf16 ? "bf16" : "fp32", unsigned(n), ta * 1e3,
+      flops / ta * 1e-9, tb * 1e3, flops / tb * 1e-9, median, ratios[n / 4], ratios[3 * n / 4],
+      same ? "the same bits" : "DIFFER");
   return 0;
 }

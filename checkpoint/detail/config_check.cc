@@ -5,7 +5,8 @@ namespace kvzip::model::detail {
 
 void check_config_shape(const ModelConfig& c, const ConfigNames& names,
                         const std::function<void(const std::string&)>& bad) {
-  const uint32_t dims[7] = {c.n_layers, c.d_model, c.n_heads, c.n_kv_heads, c.head_dim, c.d_ffn, c.vocab_size};
+  const uint32_t dims[7] = {c.n_layers, c.d_model, c.n_heads,   c.n_kv_heads,
+                            c.head_dim, c.d_ffn,   c.vocab_size};
   for (uint32_t d : dims)
     if (d == 0) {
       std::string list;
@@ -18,7 +19,8 @@ void check_config_shape(const ModelConfig& c, const ConfigNames& names,
   if (c.n_heads % c.n_kv_heads != 0)
     bad(std::string(names.n_heads) + " " + std::to_string(c.n_heads) + " is not a multiple of " +
         names.n_kv_heads + " " + std::to_string(c.n_kv_heads));
-  if (c.head_dim % 2 != 0) bad(std::string(names.head_dim) + " " + std::to_string(c.head_dim) + " is odd");
+  if (c.head_dim % 2 != 0)
+    bad(std::string(names.head_dim) + " " + std::to_string(c.head_dim) + " is odd");
 }
 
 }  // namespace kvzip::model::detail

@@ -12,9 +12,9 @@ namespace kvzip::model::detail {
 struct ConfigNames {
   // In "model dimensions must be non-zero (L=.. E=.. ...)": L, E, Hq, Hkv, D, F, V.
   const char* dims[7];
-  const char* n_heads;     // "<n_heads> 12 is not a multiple of <n_kv_heads> 5"
+  const char* n_heads;  // "<n_heads> 12 is not a multiple of <n_kv_heads> 5"
   const char* n_kv_heads;
-  const char* head_dim;    // "<head_dim> 63 is odd"
+  const char* head_dim;  // "<head_dim> 63 is odd"
 };
 
 // Calls `bad` (which throws) with the first failed check's message.

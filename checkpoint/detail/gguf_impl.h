@@ -9,9 +9,9 @@
 #include <string_view>
 #include <vector>
 
-#include "common/error.h"
 #include "checkpoint/detail/mapped_file.h"
 #include "checkpoint/gguf.h"
+#include "common/error.h"
 
 namespace kvzip::model::gguf {
 

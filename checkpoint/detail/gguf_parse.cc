@@ -13,7 +13,7 @@ static_assert(std::endian::native == std::endian::little, "the GGUF reader assum
 
 namespace {
 
-constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian u32
+constexpr uint32_t kMagic = 0x46554747;                  // "GGUF" read as a little-endian u32
 constexpr uint64_t kMinKvBytes = 8 + 4 + 1;              // empty key, type, 1-byte value
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;  // empty name, n_dims=0, type, offset
 constexpr uint64_t kMaxTensorName = 63;                  // GGML_MAX_NAME - 1
@@ -70,11 +70,11 @@ void parse_kv(File::Impl& impl, Cursor& c, uint64_t index) {
     const uint64_t et_off = c.pos();
     const uint32_t et = c.read<uint32_t>(what + " array element type");
     if (et == uint32_t(ValueType::Array))
-      impl.fail(Errc::unsupported, what + " is a nested array" + at(et_off) +
-                                       "; nested arrays are not supported");
+      impl.fail(Errc::unsupported,
+                what + " is a nested array" + at(et_off) + "; nested arrays are not supported");
     if (!known_value_type(et))
-      impl.fail(Errc::corrupt, what + " has unknown array element type " + std::to_string(et) +
-                                   at(et_off));
+      impl.fail(Errc::corrupt,
+                what + " has unknown array element type " + std::to_string(et) + at(et_off));
     kv.elem_type = ValueType(et);
     kv.count = c.read<uint64_t>(what + " array count");
     const uint64_t min_elem = kv.elem_type == ValueType::String ? 8 : scalar_size(kv.elem_type);
@@ -101,8 +101,7 @@ void read_alignment(File::Impl& impl) {
   if (!kv) return;
   if (kv->type != ValueType::U32)
     impl.fail(Errc::corrupt, std::string("key 'general.alignment' has type ") +
-                                 value_type_name(kv->type) + at(kv->key_offset) +
-                                 ", expected u32");
+                                 value_type_name(kv->type) + at(kv->key_offset) + ", expected u32");
   uint32_t a;
   std::memcpy(&a, impl.data + kv->value_offset, 4);
   if (a == 0 || (a & (a - 1)) != 0)
@@ -128,8 +127,7 @@ void parse_tensor_info(File::Impl& impl, Cursor& c, uint64_t index) {
   if (t.name.size() > kMaxTensorName)
     impl.fail(Errc::corrupt, what + at(start) + ": name is " + std::to_string(t.name.size()) +
                                  " bytes, the limit is " + std::to_string(kMaxTensorName));
-  if (impl.tensor_index.count(t.name))
-    impl.fail(Errc::corrupt, "duplicate " + what + at(start));
+  if (impl.tensor_index.count(t.name)) impl.fail(Errc::corrupt, "duplicate " + what + at(start));
   const uint64_t nd_off = c.pos();
   t.n_dims = c.read<uint32_t>(what + " n_dims");
   if (t.n_dims > 4)
@@ -186,8 +184,8 @@ void place_tensors(File::Impl& impl, uint64_t table_end) {
   for (TensorInfo& t : impl.tensors) {
     const std::string what = "tensor '" + t.name + "'";
     if (t.offset % impl.alignment != 0)
-      impl.fail(Errc::corrupt, what + " data offset " + std::to_string(t.offset) +
-                                   " (file" + at(impl.data_offset + t.offset) + ")" +
+      impl.fail(Errc::corrupt, what + " data offset " + std::to_string(t.offset) + " (file" +
+                                   at(impl.data_offset + t.offset) + ")" +
                                    " is not a multiple of the alignment " +
                                    std::to_string(impl.alignment));
     if (t.offset > avail || t.nbytes > avail - t.offset) {
@@ -195,8 +193,8 @@ void place_tensors(File::Impl& impl, uint64_t table_end) {
                               ", +" + std::to_string(t.nbytes) + ") ends past the end of the " +
                               "file (" + std::to_string(impl.size) + " bytes)";
       if (t.offset == expected) impl.fail(Errc::truncated, msg + "; the file is truncated");
-      impl.fail(Errc::corrupt, msg + "; its offset " + std::to_string(t.offset) +
-                                   " is out of the file");
+      impl.fail(Errc::corrupt,
+                msg + "; its offset " + std::to_string(t.offset) + " is out of the file");
     }
     t.data = impl.data + impl.data_offset + t.offset;
     expected = align_up(t.offset + t.nbytes, impl.alignment);
@@ -207,10 +205,17 @@ void place_tensors(File::Impl& impl, uint64_t table_end) {
 
 uint64_t scalar_size(ValueType t) {
   switch (t) {
-    case ValueType::U8: case ValueType::I8: case ValueType::Bool: return 1;
-    case ValueType::U16: case ValueType::I16: return 2;
-    case ValueType::U32: case ValueType::I32: case ValueType::F32: return 4;
-    case ValueType::U64: case ValueType::I64: case ValueType::F64: return 8;
+    case ValueType::U8:
+    case ValueType::I8:
+    case ValueType::Bool: return 1;
+    case ValueType::U16:
+    case ValueType::I16: return 2;
+    case ValueType::U32:
+    case ValueType::I32:
+    case ValueType::F32: return 4;
+    case ValueType::U64:
+    case ValueType::I64:
+    case ValueType::F64: return 8;
     default: return 0;
   }
 }
@@ -252,8 +257,10 @@ void parse_gguf(File::Impl& impl) {
                                      "supported");
   if (version < 2 || version > 3)
     impl.fail(Errc::version_unsupported,
-              "GGUF version " + std::to_string(version) + " at byte 4; this build reads v2 and "
-              "v3" + (version < 2 ? " (re-convert the model with a current llama.cpp)" : ""));
+              "GGUF version " + std::to_string(version) +
+                  " at byte 4; this build reads v2 and "
+                  "v3" +
+                  (version < 2 ? " (re-convert the model with a current llama.cpp)" : ""));
   impl.version = version;
   const uint64_t n_tensors = c.read<uint64_t>("tensor_count");
   const uint64_t n_kv = c.read<uint64_t>("metadata_kv_count");

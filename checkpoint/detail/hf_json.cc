@@ -19,8 +19,8 @@ std::string shown(const nlohmann::json& v) {
 JsonFile JsonFile::read(const std::string& path, std::string_view what) {
   std::optional<JsonFile> f = read_optional(path);
   if (!f)
-    throw Error(Errc::not_found, "Hugging Face checkpoint: '" + path + "' does not exist; it is needed for " +
-                                     std::string(what));
+    throw Error(Errc::not_found, "Hugging Face checkpoint: '" + path +
+                                     "' does not exist; it is needed for " + std::string(what));
   return std::move(*f);
 }
 
@@ -47,7 +47,8 @@ std::optional<JsonFile> JsonFile::read_optional(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     f.fail(Errc::corrupt, std::string("malformed JSON: ") + e.what());
   }
-  if (!f.root_.is_object()) f.fail(Errc::corrupt, "top level is " + shown(f.root_) + ", expected an object");
+  if (!f.root_.is_object())
+    f.fail(Errc::corrupt, "top level is " + shown(f.root_) + ", expected an object");
   return f;
 }
 
@@ -82,8 +83,9 @@ namespace {
 // The typed read the optional getters share: nullopt when absent, the value when `is` accepts it,
 // else Errc::corrupt naming the key (or `name`), what it holds and what was expected.
 template <class T>
-std::optional<T> typed(const JsonFile& f, const nlohmann::json* v, std::string_view key, std::string_view name,
-                       bool (nlohmann::json::*is)() const noexcept, const char* expected) {
+std::optional<T> typed(const JsonFile& f, const nlohmann::json* v, std::string_view key,
+                       std::string_view name, bool (nlohmann::json::*is)() const noexcept,
+                       const char* expected) {
   if (!v) return std::nullopt;
   if (!(v->*is)())
     f.fail(Errc::corrupt, "key '" + std::string(name.empty() ? key : name) + "' is " + shown(*v) +
@@ -100,15 +102,18 @@ std::optional<double> JsonFile::opt_number(std::string_view key, const nlohmann:
 
 std::optional<std::string> JsonFile::opt_string(std::string_view key, const nlohmann::json* obj,
                                                 std::string_view name) const {
-  return typed<std::string>(*this, member(key, obj), key, name, &nlohmann::json::is_string, "a string");
+  return typed<std::string>(*this, member(key, obj), key, name, &nlohmann::json::is_string,
+                            "a string");
 }
 
 std::optional<bool> JsonFile::opt_bool(std::string_view key, const nlohmann::json* obj,
                                        std::string_view name) const {
-  return typed<bool>(*this, member(key, obj), key, name, &nlohmann::json::is_boolean, "true or false");
+  return typed<bool>(*this, member(key, obj), key, name, &nlohmann::json::is_boolean,
+                     "true or false");
 }
 
-uint64_t JsonFile::get_uint(std::string_view key, const nlohmann::json* obj, std::string_view name) const {
+uint64_t JsonFile::get_uint(std::string_view key, const nlohmann::json* obj,
+                            std::string_view name) const {
   std::optional<uint64_t> v = opt_uint(key, obj, name);
   if (!v) fail(Errc::corrupt, "missing key '" + std::string(name.empty() ? key : name) + "'");
   return *v;

@@ -62,7 +62,8 @@ ModelConfig hf_config_from_json(const JsonFile& config);
 // writes them. Errc::unsupported for tokenizers other than byte-level BPE with a known
 // pre-tokenizer, naming what was found.
 TokenizerData hf_tokenizer_from_json(const JsonFile& tokenizer, const JsonFile* tokenizer_config,
-                                     const JsonFile& config, const std::optional<std::string>& chat_template,
+                                     const JsonFile& config,
+                                     const std::optional<std::string>& chat_template,
                                      uint32_t vocab_size);
 
 }  // namespace kvzip::model::detail

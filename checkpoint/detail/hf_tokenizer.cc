@@ -25,15 +25,18 @@ struct KnownRegex {
   const char* regex;  // as tokenizer.json spells it, after JSON unescaping
 };
 constexpr KnownRegex kRegexes[] = {
-    {"llama-bpe", R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
-    {"qwen2", R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
+    {"llama-bpe",
+     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
+    {"qwen2",
+     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
     {"gpt2", R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)"},
 };
 
 constexpr const char* kMetaspace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 
 std::string type_of(const json& j) {
-  return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "?";
+  return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>()
+                                                                      : "?";
 }
 
 // A short human-readable form of a pre-tokenizer for messages.
@@ -41,7 +44,8 @@ std::string describe(const json& p) {
   const std::string t = type_of(p);
   if (t == "Sequence" && p.contains("pretokenizers") && p["pretokenizers"].is_array()) {
     std::string s = "Sequence[";
-    for (size_t i = 0; i < p["pretokenizers"].size(); ++i) s += (i ? ", " : "") + describe(p["pretokenizers"][i]);
+    for (size_t i = 0; i < p["pretokenizers"].size(); ++i)
+      s += (i ? ", " : "") + describe(p["pretokenizers"][i]);
     return s + "]";
   }
   if (t == "Split" && p.contains("pattern")) {
@@ -59,10 +63,10 @@ std::string recognise_pre(const JsonFile& f, const json* pre) {
       "Qwen2 split)";
   if (!pre) f.fail(Errc::unsupported, "pre_tokenizer is null" + unsupported);
   std::vector<const json*> steps;
-  if (type_of(*pre) == "Sequence" && pre->contains("pretokenizers") && (*pre)["pretokenizers"].is_array())
+  if (type_of(*pre) == "Sequence" && pre->contains("pretokenizers") &&
+      (*pre)["pretokenizers"].is_array())
     for (const json& s : (*pre)["pretokenizers"]) steps.push_back(&s);
-  else
-    steps.push_back(pre);
+  else steps.push_back(pre);
   auto fail = [&]() -> std::string {
     std::string hint;
     for (const json* s : steps)
@@ -77,11 +81,14 @@ std::string recognise_pre(const JsonFile& f, const json* pre) {
   if (steps.size() == 1) return byte_regex ? "gpt2" : fail();
   if (steps.size() != 2) return fail();
   const json& first = *steps.front();
-  if (type_of(first) == "Digits" && first.value("individual_digits", false) && byte_regex) return "smollm";
+  if (type_of(first) == "Digits" && first.value("individual_digits", false) && byte_regex)
+    return "smollm";
   if (type_of(first) != "Split" || byte_regex) return fail();
-  if (first.value("behavior", std::string()) != "Isolated" || first.value("invert", false)) return fail();
+  if (first.value("behavior", std::string()) != "Isolated" || first.value("invert", false))
+    return fail();
   const json* pattern = first.contains("pattern") ? &first["pattern"] : nullptr;
-  if (!pattern || !pattern->is_object() || !pattern->contains("Regex") || !(*pattern)["Regex"].is_string())
+  if (!pattern || !pattern->is_object() || !pattern->contains("Regex") ||
+      !(*pattern)["Regex"].is_string())
     return fail();
   const std::string regex = (*pattern)["Regex"].get<std::string>();
   for (const KnownRegex& k : kRegexes)
@@ -170,28 +177,34 @@ void spm_layout(const JsonFile& f, const json& model, TokenizerData& d) {
 void check_model_and_normalizer(const JsonFile& f, const json& model, const std::string& pre) {
   const std::string type = type_of(model);
   if (type != "BPE")
-    f.fail(Errc::unsupported, "model.type '" + type + "' is not supported; kvzip implements byte-level BPE only");
+    f.fail(Errc::unsupported,
+           "model.type '" + type + "' is not supported; kvzip implements byte-level BPE only");
   if (model.value("byte_fallback", false))
-    f.fail(Errc::unsupported, "model.byte_fallback = true: a SentencePiece-style BPE (Llama 2, Mistral 7B), "
-                              "which kvzip does not implement; it implements byte-level BPE");
+    f.fail(Errc::unsupported,
+           "model.byte_fallback = true: a SentencePiece-style BPE (Llama 2, Mistral 7B), "
+           "which kvzip does not implement; it implements byte-level BPE");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (f.opt_string(key, &model, std::string("model.") + key).value_or("") != "")
-      f.fail(Errc::unsupported, std::string("model.") + key + " is set; byte-level BPE does not use it");
+      f.fail(Errc::unsupported,
+             std::string("model.") + key + " is set; byte-level BPE does not use it");
   const bool ignore = f.opt_bool("ignore_merges", &model, "model.ignore_merges").value_or(false);
   if (ignore != pre_tokenizer_ignores_merges(pre))
     f.fail(Errc::unsupported, std::string("model.ignore_merges = ") + (ignore ? "true" : "false") +
-                                  " with the '" + pre + "' pre-tokenizer; kvzip's '" + pre + "' has it " +
-                                  (ignore ? "off" : "on"));
+                                  " with the '" + pre + "' pre-tokenizer; kvzip's '" + pre +
+                                  "' has it " + (ignore ? "off" : "on"));
   if (const json* norm = f.member("normalizer")) {
     // Qwen2's NFC is accepted but not applied: it changes only text that is not already in NFC
     // (composed), which is what nearly all text is; such text may tokenize differently.
     const std::string t = type_of(*norm);
-    const bool empty_seq = t == "Sequence" && norm->contains("normalizers") && (*norm)["normalizers"].empty();
+    const bool empty_seq =
+        t == "Sequence" && norm->contains("normalizers") && (*norm)["normalizers"].empty();
     if (t != "NFC" && !empty_seq)
-      f.fail(Errc::unsupported, "normalizer '" + t + "' is not supported (byte-level BPE takes text as is)");
+      f.fail(Errc::unsupported,
+             "normalizer '" + t + "' is not supported (byte-level BPE takes text as is)");
   }
   if (const json* dec = f.member("decoder"); dec && type_of(*dec) != "ByteLevel")
-    f.fail(Errc::unsupported, "decoder '" + type_of(*dec) + "' is not supported; byte-level BPE decodes with ByteLevel");
+    f.fail(Errc::unsupported, "decoder '" + type_of(*dec) +
+                                  "' is not supported; byte-level BPE decodes with ByteLevel");
 }
 
 // A special token named in tokenizer_config.json: a string or {"content": ...}.
@@ -199,8 +212,10 @@ std::optional<std::string> token_text(const JsonFile& f, const char* key) {
   const json* v = f.member(key);
   if (!v) return std::nullopt;
   if (v->is_string()) return v->get<std::string>();
-  if (v->is_object() && v->contains("content") && (*v)["content"].is_string()) return (*v)["content"].get<std::string>();
-  f.fail(Errc::corrupt, std::string("key '") + key + "' is neither a string nor {\"content\": ...}");
+  if (v->is_object() && v->contains("content") && (*v)["content"].is_string())
+    return (*v)["content"].get<std::string>();
+  f.fail(Errc::corrupt,
+         std::string("key '") + key + "' is neither a string nor {\"content\": ...}");
 }
 
 // config.json's bos/eos_token_id: an integer or a list (the first is the main one).
@@ -208,7 +223,8 @@ std::optional<uint64_t> config_id(const JsonFile& f, const char* key) {
   const json* v = f.member(key);
   if (v && v->is_array()) {
     if (v->empty()) return std::nullopt;
-    if (!(*v)[0].is_number_unsigned()) f.fail(Errc::corrupt, std::string("key '") + key + "' holds a non-integer");
+    if (!(*v)[0].is_number_unsigned())
+      f.fail(Errc::corrupt, std::string("key '") + key + "' holds a non-integer");
     return (*v)[0].get<uint64_t>();
   }
   return f.opt_uint(key);
@@ -221,11 +237,12 @@ bool template_adds(const json* post, const std::string& bos) {
   if (type_of(*post) == "Sequence" && post->contains("processors"))
     for (const json& p : (*post)["processors"])
       if (template_adds(&p, bos)) return true;
-  if (type_of(*post) != "TemplateProcessing" || !post->contains("single") || !(*post)["single"].is_array() ||
-      (*post)["single"].empty())
+  if (type_of(*post) != "TemplateProcessing" || !post->contains("single") ||
+      !(*post)["single"].is_array() || (*post)["single"].empty())
     return false;
   const json& first = (*post)["single"][0];
-  return first.is_object() && first.contains("SpecialToken") && first["SpecialToken"].value("id", "") == bos;
+  return first.is_object() && first.contains("SpecialToken") &&
+         first["SpecialToken"].value("id", "") == bos;
 }
 
 std::optional<std::string> template_from_config(const JsonFile& tc) {
@@ -234,9 +251,11 @@ std::optional<std::string> template_from_config(const JsonFile& tc) {
   if (t->is_string()) return t->get<std::string>();
   if (t->is_array()) {  // [{"name": "default", "template": ...}, ...]
     for (const json& e : *t)
-      if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
+      if (e.is_object() && e.value("name", "") == "default" && e.contains("template") &&
+          e["template"].is_string())
         return e["template"].get<std::string>();
-    if (!t->empty() && (*t)[0].is_object() && (*t)[0].contains("template") && (*t)[0]["template"].is_string())
+    if (!t->empty() && (*t)[0].is_object() && (*t)[0].contains("template") &&
+        (*t)[0]["template"].is_string())
       return (*t)[0]["template"].get<std::string>();
   }
   tc.fail(Errc::corrupt, "key 'chat_template' is neither a string nor a list of named templates");
@@ -251,11 +270,12 @@ std::map<std::string, int32_t> read_vocab(const JsonFile& f, const json& model, 
   std::vector<bool> have(vocab_size, false);
   auto place = [&](uint64_t id, const std::string& text, int32_t type, const char* where) {
     if (id >= vocab_size)
-      f.fail(Errc::corrupt, std::string(where) + " token '" + text + "' has id " + std::to_string(id) +
-                                " but the model's vocab_size (config.json) is " + std::to_string(vocab_size));
+      f.fail(Errc::corrupt,
+             std::string(where) + " token '" + text + "' has id " + std::to_string(id) +
+                 " but the model's vocab_size (config.json) is " + std::to_string(vocab_size));
     if (have[id] && type == int32_t(TokenType::Normal))
-      f.fail(Errc::corrupt, "model.vocab gives id " + std::to_string(id) + " to both '" + d.tokens[id] +
-                                "' and '" + text + "'");
+      f.fail(Errc::corrupt, "model.vocab gives id " + std::to_string(id) + " to both '" +
+                                d.tokens[id] + "' and '" + text + "'");
     d.tokens[id] = text, d.token_types[id] = type, have[id] = true;
   };
   const json* vocab = f.member("vocab", &model);
@@ -269,13 +289,14 @@ std::map<std::string, int32_t> read_vocab(const JsonFile& f, const json& model, 
   if (const json* at = f.member("added_tokens")) {
     if (!at->is_array()) f.fail(Errc::corrupt, "'added_tokens' is not a list");
     for (const json& t : *at) {
-      if (!t.is_object() || !t.contains("id") || !t["id"].is_number_unsigned() || !t.contains("content") ||
-          !t["content"].is_string())
-        f.fail(Errc::corrupt, "an added_tokens entry lacks an integer 'id' or a string 'content': " + t.dump());
+      if (!t.is_object() || !t.contains("id") || !t["id"].is_number_unsigned() ||
+          !t.contains("content") || !t["content"].is_string())
+        f.fail(Errc::corrupt,
+               "an added_tokens entry lacks an integer 'id' or a string 'content': " + t.dump());
       const bool special = t.value("special", false);
       const std::string content = t["content"].get<std::string>();
-      place(t["id"].get<uint64_t>(), content, int32_t(special ? TokenType::Control : TokenType::UserDefined),
-            "added_tokens");
+      place(t["id"].get<uint64_t>(), content,
+            int32_t(special ? TokenType::Control : TokenType::UserDefined), "added_tokens");
       added[content] = int32_t(t["id"].get<uint64_t>());
     }
   }
@@ -284,7 +305,8 @@ std::map<std::string, int32_t> read_vocab(const JsonFile& f, const json& model, 
            std::isxdigit((unsigned char)t[3]) && std::isxdigit((unsigned char)t[4]);
   };
   for (uint32_t i = 0; i < vocab_size; ++i)
-    if (!have[i]) d.tokens[i] = "[PAD" + std::to_string(i) + "]", d.token_types[i] = int32_t(TokenType::Unused);
+    if (!have[i])
+      d.tokens[i] = "[PAD" + std::to_string(i) + "]", d.token_types[i] = int32_t(TokenType::Unused);
     else if (d.token_types[i] == 0 ||
              (spm && d.token_types[i] == int32_t(TokenType::Normal) && byte_token(d.tokens[i])))
       d.token_types[i] =
@@ -319,8 +341,8 @@ void read_merges(const JsonFile& f, const json& model, TokenizerData& d) {
 // The special ids (bos, eos, pad, unk, eot) and add_bos, from tokenizer_config.json's token texts
 // where it has them, else config.json's ids.
 void read_special_ids(const JsonFile& f, const json& model, const JsonFile* tc,
-                      const JsonFile& config, const std::map<std::string, int32_t>& added,
-                      bool spm, uint32_t vocab_size, TokenizerData& d) {
+                      const JsonFile& config, const std::map<std::string, int32_t>& added, bool spm,
+                      uint32_t vocab_size, TokenizerData& d) {
   const json* vocab = f.member("vocab", &model);
   auto id_of = [&](const std::string& text, const JsonFile& src, const char* key) -> int32_t {
     if (auto a = added.find(text); a != added.end()) return a->second;
@@ -340,26 +362,30 @@ void read_special_ids(const JsonFile& f, const json& model, const JsonFile* tc,
   d.bos = bos_text ? id_of(*bos_text, *tc, "bos_token") : from_config("bos_token_id");
   std::optional<std::string> eos_text = tc ? token_text(*tc, "eos_token") : std::nullopt;
   d.eos = eos_text ? id_of(*eos_text, *tc, "eos_token") : from_config("eos_token_id");
-  if (auto pad = tc ? token_text(*tc, "pad_token") : std::nullopt) d.pad = id_of(*pad, *tc, "pad_token");
+  if (auto pad = tc ? token_text(*tc, "pad_token") : std::nullopt)
+    d.pad = id_of(*pad, *tc, "pad_token");
   if (auto unk = f.opt_string("unk_token", &model, "model.unk_token")) {
     d.unk = id_of(*unk, f, "model.unk_token");
     if (spm && d.token_types[size_t(d.unk)] == int32_t(TokenType::Normal))
       d.token_types[size_t(d.unk)] = int32_t(TokenType::Unknown);
   }
   for (const char* eot : {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>"})
-    if (auto a = added.find(eot); a != added.end() && d.token_types[a->second] == int32_t(TokenType::Control)) {
+    if (auto a = added.find(eot);
+        a != added.end() && d.token_types[a->second] == int32_t(TokenType::Control)) {
       d.eot = a->second;
       break;
     }
   std::optional<bool> add_bos = tc ? tc->opt_bool("add_bos_token") : std::nullopt;
-  d.add_bos = add_bos ? *add_bos
-                      : d.bos >= 0 && template_adds(f.member("post_processor"), d.tokens[size_t(d.bos)]);
+  d.add_bos =
+      add_bos ? *add_bos
+              : d.bos >= 0 && template_adds(f.member("post_processor"), d.tokens[size_t(d.bos)]);
 }
 
 }  // namespace
 
 TokenizerData hf_tokenizer_from_json(const JsonFile& f, const JsonFile* tc, const JsonFile& config,
-                                     const std::optional<std::string>& chat_template, uint32_t vocab_size) {
+                                     const std::optional<std::string>& chat_template,
+                                     uint32_t vocab_size) {
   const json* model = f.member("model");
   if (!model || !model->is_object()) f.fail(Errc::corrupt, "missing object 'model'");
   TokenizerData d;

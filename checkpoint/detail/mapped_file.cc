@@ -73,21 +73,24 @@ FileImage FileImage::read(const std::string& path, const std::string& error_pref
   // A 2 MiB-aligned run of whole 2 MiB pages inside a reservation one page larger.
   constexpr size_t kHuge = size_t(2) << 20;
   const size_t len = (size_t(m.size_) + kHuge - 1) / kHuge * kHuge;
-  void* raw = mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* raw =
+      mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED)
     throw Error(Errc::out_of_memory, error_prefix + "cannot allocate " + std::to_string(m.size_) +
                                          " bytes for the weights: " + std::strerror(errno));
   m.map_ = raw;
   m.map_size_ = len + kHuge;  // the destructor unmaps it all, on the throws below too
-  uint8_t* buf = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + kHuge - 1) & ~uintptr_t(kHuge - 1));
+  uint8_t* buf = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + kHuge - 1) &
+                                            ~uintptr_t(kHuge - 1));
   madvise(buf, len, MADV_HUGEPAGE);  // advice only: without it the bytes are the same
   for (uint64_t done = 0; done < m.size_;) {
     const size_t want = size_t(std::min<uint64_t>(m.size_ - done, uint64_t(1) << 30));
     const ssize_t got = ::pread(f.fd, buf + done, want, off_t(done));
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0)
-      throw Error(Errc::io, error_prefix + "read failed at byte " + std::to_string(done) + ": " +
-                                (got < 0 ? std::strerror(errno) : "the file shrank while it was read"));
+      throw Error(Errc::io,
+                  error_prefix + "read failed at byte " + std::to_string(done) + ": " +
+                      (got < 0 ? std::strerror(errno) : "the file shrank while it was read"));
     done += uint64_t(got);
   }
   mprotect(raw, m.map_size_, PROT_READ);  // as a mapping: nothing may write the weights

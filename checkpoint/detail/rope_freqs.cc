@@ -15,7 +15,8 @@ namespace kvzip::model::detail {
 namespace {
 
 bool reproduces(std::span<const float> divisors, float base, uint32_t D, const RopeScaling& s) {
-  std::vector<float> want = kernels::rope_inv_freq(D, base, RopeScaling{}), got = kernels::rope_inv_freq(D, base, s);
+  std::vector<float> want = kernels::rope_inv_freq(D, base, RopeScaling{}),
+                     got = kernels::rope_inv_freq(D, base, s);
   for (size_t i = 0; i < divisors.size(); ++i) {
     const double f = double(want[i]) / divisors[i];
     if (std::abs(got[i] - f) > 1e-5 * f) return false;
@@ -25,7 +26,8 @@ bool reproduces(std::span<const float> divisors, float base, uint32_t D, const R
 
 }  // namespace
 
-std::optional<RopeScaling> scaling_from_rope_freqs(std::span<const float> divisors, float base, uint32_t D) {
+std::optional<RopeScaling> scaling_from_rope_freqs(std::span<const float> divisors, float base,
+                                                   uint32_t D) {
   if (D == 0 || D % 2 != 0 || divisors.size() != D / 2 || !(base > 1.0f)) return std::nullopt;
   double factor = 0;
   for (float d : divisors) {

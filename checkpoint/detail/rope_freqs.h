@@ -17,6 +17,7 @@ namespace kvzip::model::detail {
 // kind None when every divisor is 1, Linear when all are one factor > 1, else Llama3. nullopt
 // when no such scaling exists, or when fewer than two pairs lie in the interpolated band, so that
 // the band edges are not pinned down.
-std::optional<RopeScaling> scaling_from_rope_freqs(std::span<const float> divisors, float base, uint32_t head_dim);
+std::optional<RopeScaling> scaling_from_rope_freqs(std::span<const float> divisors, float base,
+                                                   uint32_t head_dim);
 
 }  // namespace kvzip::model::detail

@@ -27,31 +27,33 @@ void PrefillWatch::advance(const model::AttentionObservation& obs) {
   KVZIP_ASSERT(obs.layer < seen_.size());
   if (p0 != seen_[obs.layer] || p0 + obs.T > total())
     throw Error(Errc::invalid_argument,
-                "scorer observer: expected tokens from position " + std::to_string(seen_[obs.layer]) +
-                    " of a " + std::to_string(total()) + "-token prefill, got " +
-                    std::to_string(obs.T) + " tokens at " + std::to_string(p0) +
-                    "; attach the observer to the document prefill only");
+                "scorer observer: expected tokens from position " +
+                    std::to_string(seen_[obs.layer]) + " of a " + std::to_string(total()) +
+                    "-token prefill, got " + std::to_string(obs.T) + " tokens at " +
+                    std::to_string(p0) + "; attach the observer to the document prefill only");
   seen_[obs.layer] = p0 + obs.T;
 }
 
 void PrefillWatch::check(const ScoreInput& in, const char* method, const char* needs) const {
   check_score_input(in, method);
   if (!armed_ || n_prefix_ != in.n_prefix || n_doc_ != in.document.size())
-    throw Error(Errc::invalid_argument,
-                std::string(method) + " " + needs + ": call prefill_observer(forward, n_prefix, "
-                "n_doc) and run the document prefill with it first");
+    throw Error(Errc::invalid_argument, std::string(method) + " " + needs +
+                                            ": call prefill_observer(forward, n_prefix, "
+                                            "n_doc) and run the document prefill with it first");
   for (uint32_t l = 0; l < seen_.size(); ++l)
     if (seen_[l] != total())
-      throw Error(Errc::invalid_argument,
-                  std::string(method) + " " + needs + ": run the document prefill with the "
-                  "scorer's prefill_observer() (layer " + std::to_string(l) + " observed " +
-                      std::to_string(seen_[l]) + " of " + std::to_string(total()) + " tokens)");
+      throw Error(Errc::invalid_argument, std::string(method) + " " + needs +
+                                              ": run the document prefill with the "
+                                              "scorer's prefill_observer() (layer " +
+                                              std::to_string(l) + " observed " +
+                                              std::to_string(seen_[l]) + " of " +
+                                              std::to_string(total()) + " tokens)");
 }
 
 void require_positive(const char* what, uint32_t v, uint32_t dflt) {
   if (v == 0)
-    throw Error(Errc::invalid_argument, std::string(what) + " is 0, expected >= 1 (default " +
-                                            std::to_string(dflt) + ")");
+    throw Error(Errc::invalid_argument,
+                std::string(what) + " is 0, expected >= 1 (default " + std::to_string(dflt) + ")");
 }
 
 void require_odd(const char* what, uint32_t v, uint32_t dflt) {
@@ -170,11 +172,20 @@ class AccumulatingObserver final : public model::AttentionObserver {
       axes[h].n_ranges = 1;
       axes[h].causal_base = v.len - obs.T;
     }
-    const kernels::AttentionStatsArgs a{.q = obs.q, .T = obs.T, .Hq = obs.Hq, .Hkv = obs.Hkv, .D = obs.D,
-                               .scale = obs.scale, .t0 = t0, .t1 = obs.T, .axes = axes.data(),
-                               .col0 = 0, .col1 = p0 + obs.T, .reduce = kernels::Reduce::Sum,
-                               .out = acc_.data() + size_t(obs.layer) * obs.Hkv * total,
-                               .out_stride = total};
+    const kernels::AttentionStatsArgs a{.q = obs.q,
+                                        .T = obs.T,
+                                        .Hq = obs.Hq,
+                                        .Hkv = obs.Hkv,
+                                        .D = obs.D,
+                                        .scale = obs.scale,
+                                        .t0 = t0,
+                                        .t1 = obs.T,
+                                        .axes = axes.data(),
+                                        .col0 = 0,
+                                        .col1 = p0 + obs.T,
+                                        .reduce = kernels::Reduce::Sum,
+                                        .out = acc_.data() + size_t(obs.layer) * obs.Hkv * total,
+                                        .out_stride = total};
     attention_stats(kernels::Exec{kernels::Device::Cpu, pool_}, a);
   }
 
@@ -200,7 +211,7 @@ class AccumulatingObserver final : public model::AttentionObserver {
 class ObservingScorer : public Scorer {
  public:
   model::AttentionObserver* prefill_observer(model::Forward& forward, uint32_t n_prefix,
-                                      uint32_t n_doc) override {
+                                             uint32_t n_doc) override {
     obs_.reset(forward.config(), n_prefix, n_doc, first_query(n_prefix, n_doc), &forward.pool());
     return &obs_;
   }

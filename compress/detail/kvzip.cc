@@ -74,7 +74,8 @@ class KvzipScorer final : public Scorer {
   // The longest R_t: its prompt, the hint, the end of the turn and a whole chunk.
   uint32_t appended_rows(uint32_t n_doc) const override {
     const uint32_t m = opt_.kvzip_chunk;
-    const size_t prompt = std::max(opt_.prompts.first.size(), opt_.prompts.next.size() + std::min(opt_.kvzip_hint, m));
+    const size_t prompt = std::max(opt_.prompts.first.size(),
+                                   opt_.prompts.next.size() + std::min(opt_.kvzip_hint, m));
     return static_cast<uint32_t>(prompt + opt_.prompts.turn_end.size() + std::min(m, n_doc));
   }
 
@@ -114,7 +115,8 @@ std::unique_ptr<Scorer> make_kvzip_scorer(const ScorerOptions& options) {
                 "them with reconstruction_prompts(model.chat())");
   require_positive("kvzip chunk", options.kvzip_chunk, 2000);
   for (const std::vector<int32_t>& q : options.kvzip_queries)
-    if (q.empty()) throw Error(Errc::invalid_argument, "kvzip: a query-aware question has no tokens");
+    if (q.empty())
+      throw Error(Errc::invalid_argument, "kvzip: a query-aware question has no tokens");
   return std::make_unique<KvzipScorer>(options);
 }
 

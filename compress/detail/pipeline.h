@@ -19,8 +19,9 @@ std::unique_ptr<Scorer> checked_scorer(const ModelConfig& config, size_t n_prefi
 // Selects (select_for_method at the method's ratio: 1 for "full"), evicts from `dense` and fills
 // the result; prefill_s and scoring_s are the caller's timings. For kvzip-head the scoring time
 // (broadcasting stored scores, no model work) is counted as selection and scoring_s is 0.
-CompressResult finish(const CompressOptions& options, const Scorer& scorer, const model::KvCache& dense,
-                      const DocumentScores& scores, double prefill_s, double scoring_s);
+CompressResult finish(const CompressOptions& options, const Scorer& scorer,
+                      const model::KvCache& dense, const DocumentScores& scores, double prefill_s,
+                      double scoring_s);
 
 // A streamed compression before its rows leave the stream cache: compress_streaming turns them
 // into the result's RaggedKvCache, compress_to_file straight into the file's layers.

@@ -121,8 +121,15 @@ class RestKvScorer final : public WindowScorer {
         thread_local Scratch sc;
         const uint32_t h = static_cast<uint32_t>(u);
         const model::KvHeadView view = in.cache->view(l, h);
-        const HeadInput hi{rec.layer_queries(l), view.k, view.v, wo.data(),
-                           N, w, c.n_heads, c.head_dim, c.d_model,
+        const HeadInput hi{rec.layer_queries(l),
+                           view.k,
+                           view.v,
+                           wo.data(),
+                           N,
+                           w,
+                           c.n_heads,
+                           c.head_dim,
+                           c.d_model,
                            1.0f / std::sqrt(static_cast<float>(c.head_dim))};
         float* out = s.values.data() + (size_t(l) * Hkv + h) * s.n_doc;
         std::fill(out, out + (before - n_p), -kAlwaysKeep);
@@ -139,16 +146,23 @@ class RestKvScorer final : public WindowScorer {
                         Scratch& sc, float* out) const {
     const uint32_t N = in.N, D = in.D;
     sc.probs.resize(size_t(in.w) * N);
-    restkv_probe(kernels::Exec{}, kernels::RestKvProbeArgs{in.q + size_t(hq) * D, uint64_t(in.Hq) * D, in.w, in.k,
-                                          N, D, in.scale, sc.probs.data()});
+    restkv_probe(kernels::Exec{},
+                 kernels::RestKvProbeArgs{in.q + size_t(hq) * D, uint64_t(in.Hq) * D, in.w, in.k, N,
+                                          D, in.scale, sc.probs.data()});
     sc.abar.resize(N);
     restkv_ema(sc.probs.data(), in.w, N, alpha_, sc.abar.data());
     const DriftWindow win = restkv_drift_window(drift(sc.probs, in.w, N, before), kmin_);
     sc.s.resize(before);
     // W_o's (E, D) column block of head hq: rows Hq·D apart.
-    const kernels::RestKvOutputChangeArgs oc{.abar = sc.abar.data(), .v = in.v, .N = N, .D = D, .n = before,
-                                    .wo = in.wo + size_t(hq) * D, .wo_stride = uint64_t(in.Hq) * D,
-                                    .E = in.E, .out = sc.s.data()};
+    const kernels::RestKvOutputChangeArgs oc{.abar = sc.abar.data(),
+                                             .v = in.v,
+                                             .N = N,
+                                             .D = D,
+                                             .n = before,
+                                             .wo = in.wo + size_t(hq) * D,
+                                             .wo_stride = uint64_t(in.Hq) * D,
+                                             .E = in.E,
+                                             .out = sc.s.data()};
     restkv_output_change(kernels::Exec{}, oc);
     sc.smooth.resize(before);
     restkv_smooth(sc.s, win, sc.smooth);

@@ -43,7 +43,7 @@ class PrefillWatch {
 };
 
 // Validation messages of make_*_scorer: Errc::invalid_argument "<what> is <v>, expected ...".
-void require_positive(const char* what, uint32_t v, uint32_t dflt);   // v >= 1
-void require_odd(const char* what, uint32_t v, uint32_t dflt);        // v odd (hence >= 1)
+void require_positive(const char* what, uint32_t v, uint32_t dflt);  // v >= 1
+void require_odd(const char* what, uint32_t v, uint32_t dflt);       // v odd (hence >= 1)
 
 }  // namespace kvzip::compress::detail

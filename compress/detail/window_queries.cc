@@ -40,7 +40,7 @@ const WindowQueries& WindowQueries::checked(const ScoreInput& in, const char* me
 }
 
 model::AttentionObserver* WindowScorer::prefill_observer(model::Forward& forward, uint32_t n_prefix,
-                                                  uint32_t n_doc) {
+                                                         uint32_t n_doc) {
   // The probe never reaches into the prefix: min(W, n_doc) document tokens.
   rec_.reset(forward.config(), n_prefix, n_doc, std::min(window_, n_doc));
   return &rec_;

@@ -38,7 +38,7 @@ class WindowQueries final : public model::AttentionObserver {
 class WindowScorer : public Scorer {
  public:
   model::AttentionObserver* prefill_observer(model::Forward& forward, uint32_t n_prefix,
-                                      uint32_t n_doc) override;
+                                             uint32_t n_doc) override;
 
  protected:
   explicit WindowScorer(uint32_t window) : window_(window) {}

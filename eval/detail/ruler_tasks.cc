@@ -469,9 +469,10 @@ RulerSample make_ruler_sample(std::string_view task_name, uint32_t length, uint3
   const int64_t budget =
       int64_t(length) - int64_t(task.tokens_to_generate) - int64_t(o.template_tokens);
   if (budget <= 0)
-    throw Error(Errc::invalid_argument, "ruler: task " + name + " does not fit " + std::to_string(length) +
-                                            " tokens (its answer budget and the chat template take " +
-                                            std::to_string(task.tokens_to_generate + o.template_tokens) + ")");
+    throw Error(Errc::invalid_argument,
+                "ruler: task " + name + " does not fit " + std::to_string(length) +
+                    " tokens (its answer budget and the chat template take " +
+                    std::to_string(task.tokens_to_generate + o.template_tokens) + ")");
   const auto fwe_vocab = uint32_t(std::max<int64_t>(16, budget / 50));
 
   const Built shot = name == "vt" ? vt_example(seed, count) : Built{};

@@ -12,12 +12,13 @@
 
 namespace kvzip::format::detail {
 
-static_assert(std::endian::native == std::endian::little, "kvzip's .kvz code needs a little-endian host");
+static_assert(std::endian::native == std::endian::little,
+              "kvzip's .kvz code needs a little-endian host");
 
 inline constexpr uint8_t kMagic[8] = {0x89, 'K', 'V', 'Z', 0x0D, 0x0A, 0x1A, 0x0A};
 inline constexpr uint64_t kPreambleSize = 64;
-inline constexpr uint64_t kEntrySize = 64;   // one section table entry
-inline constexpr uint64_t kAlign = 4096;     // data area and every section start
+inline constexpr uint64_t kEntrySize = 64;  // one section table entry
+inline constexpr uint64_t kAlign = 4096;    // data area and every section start
 
 // Preamble field offsets.
 inline constexpr size_t kOffMajor = 8, kOffMinor = 10, kOffHeaderFlags = 12, kOffSectionCount = 16,
@@ -42,9 +43,21 @@ inline constexpr uint64_t kMaxMetaEntries = 65536;
 inline constexpr uint64_t kMaxKeyLength = 255;
 inline constexpr uint64_t kMaxLogicalLength = 0xFFFFFFFFull;  // positions are u32
 
-inline uint16_t load_u16(const uint8_t* p) { uint16_t v; std::memcpy(&v, p, 2); return v; }
-inline uint32_t load_u32(const uint8_t* p) { uint32_t v; std::memcpy(&v, p, 4); return v; }
-inline uint64_t load_u64(const uint8_t* p) { uint64_t v; std::memcpy(&v, p, 8); return v; }
+inline uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+inline uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline uint64_t load_u64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
 inline void store_u16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
 inline void store_u32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
 inline void store_u64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }

@@ -21,7 +21,9 @@ namespace kvzip::format::detail {
 
 // 16-bit group-parameter words per quantized row of a q8/q4 header (one a group: scale code |
 // zero point << 8, common/kv_params.h). The count the section layout, parse and prune use.
-inline uint64_t quant_param_words(const CacheHeader& h) { return uint64_t{h.head_dim / h.kv_group_size}; }
+inline uint64_t quant_param_words(const CacheHeader& h) {
+  return uint64_t{h.head_dim / h.kv_group_size};
+}
 
 // Raw_Size of a q8/q4 KV section of `rows` rows, `f16_rows` of them f16 rows; nullopt when it
 // overflows 64 bits.

@@ -24,9 +24,9 @@ struct CacheReader::Impl {
   std::string name;               // file path or "<memory>", prefixes every message
   const uint8_t* base = nullptr;  // file image
   uint64_t size = 0;
-  void* map = nullptr;            // mmap of the file, when opened from a path
+  void* map = nullptr;  // mmap of the file, when opened from a path
   size_t map_len = 0;
-  int fd = -1;                    // the file, kept open so K/V copies can use pread
+  int fd = -1;  // the file, kept open so K/V copies can use pread
   OpenOptions options;
 
   uint16_t major = 0, minor = 0;
@@ -37,7 +37,7 @@ struct CacheReader::Impl {
 
   static constexpr size_t kNone = ~size_t{0};
   size_t meta = kNone, index = kNone, positions_entry = kNone, scores_entry = kNone;
-  std::vector<size_t> kv;          // (L) entry of each layer's K/V section
+  std::vector<size_t> kv;  // (L) entry of each layer's K/V section
 
   CacheHeader header;
   std::vector<uint32_t> head_rows;    // (L, Hkv)
@@ -51,12 +51,12 @@ struct CacheReader::Impl {
   std::string label(size_t i) const {
     return name + ": " + detail::section_label(i, entries[i].kind, entries[i].layer);
   }
-  void check_checksum(size_t i) const;              // throws checksum_mismatch
+  void check_checksum(size_t i) const;                     // throws checksum_mismatch
   void confirm_checksum(size_t i, uint64_t digest) const;  // digest computed by the caller
   // Copies n stored bytes of section i from byte `at` of the section: pread from the file when
   // there is one (no page faults on the mapping), else from memory.
   void read_stored(size_t i, uint64_t at, uint64_t n, void* dst) const;
-  void check_padding() const;                       // every padding byte is 0, else corrupt
+  void check_padding() const;  // every padding byte is 0, else corrupt
   // Decodes K and V of a layer (any dtype, codec) into n = R_l * D floats each; checksum and
   // value checks per options.verify (check_finite unless Verify::Metadata).
   void decode_kv(uint32_t layer, float* k, float* v, size_t n) const;

@@ -21,8 +21,8 @@ std::vector<uint8_t> read_small_file(const std::string& path, const SmallFileKin
     throw Error(Errc::io, "cannot stat " + path + ": " + std::strerror(errno));
   }
   if (S_ISDIR(st.st_mode))
-    throw Error(Errc::invalid_argument, path + " is a directory, not a " + name + "; give a " +
-                                            kind.extension + " file");
+    throw Error(Errc::invalid_argument,
+                path + " is a directory, not a " + name + "; give a " + kind.extension + " file");
   if (!S_ISREG(st.st_mode)) throw Error(Errc::io, path + " is not a regular file");
   if (uint64_t(st.st_size) > kind.max_bytes)
     throw Error(Errc::corrupt, path + ": " + std::to_string(st.st_size) +

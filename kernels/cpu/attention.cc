@@ -62,7 +62,7 @@ using simd::VecF;
 
 constexpr uint32_t kBk = kKeyTileRows;    // keys per block; a multiple of kQkCols
 constexpr uint32_t kRowsTarget = 64;      // query rows (tokens × group heads) per task
-constexpr float kNegligible = -80.0f;   // softmax_row: logits this far below the max weigh 0
+constexpr float kNegligible = -80.0f;     // softmax_row: logits this far below the max weigh 0
 constexpr uint32_t kQkRows = 4;           // rows of one S micro-tile (also the P·V row step)
 constexpr uint32_t kQkCols = 2 * kLanes;  // columns of one S micro-tile
 constexpr uint32_t kPvVecs = kLanes == 16 ? 4 : 2;  // D-vectors per P·V micro-tile
@@ -97,7 +97,7 @@ struct KeysT {
   // 2p, 2p + 1 of the tile. Rows at or beyond len_h are zero.
   const uint32_t* k16 = nullptr;
   const uint32_t* v16 = nullptr;
-  const KvSpan* kv = nullptr;   // (Hkv) the call's spans
+  const KvSpan* kv = nullptr;  // (Hkv) the call's spans
   static bool premade(const KvSpan& s, uint32_t b) { return (b + 1) * kBk <= s.kt_rows; }
   const float* tile(uint32_t h, uint32_t b, uint32_t D) const {
     if (premade(kv[h], b)) return kv[h].kt + size_t(b) * D * kBk;
@@ -108,12 +108,12 @@ struct KeysT {
 // Geometry shared by every task of one call.
 struct Plan {
   const AttentionArgs* a = nullptr;
-  uint32_t G = 0;          // query heads per KV head
-  uint32_t Dp = 0;         // D rounded up to whole vectors
-  uint32_t Bq = 0;         // query tokens per block
-  uint32_t Rmax = 0;       // round_up(Bq * G, kQkRows)
+  uint32_t G = 0;     // query heads per KV head
+  uint32_t Dp = 0;    // D rounded up to whole vectors
+  uint32_t Bq = 0;    // query tokens per block
+  uint32_t Rmax = 0;  // round_up(Bq * G, kQkRows)
   uint32_t n_qblocks = 0;
-  uint32_t n_split = 1;    // key chunks per (head, query block)
+  uint32_t n_split = 1;  // key chunks per (head, query block)
   KeysT kt;
   bool two_segments = false;            // some span has a tail (V blocks may need gathering)
   const LocalMaxProb* local = nullptr;  // AttentionArgs::local
@@ -125,19 +125,19 @@ struct Plan {
 
 // Per-thread scratch, grown once and reused.
 struct Scratch {
-  std::vector<float> q;    // (Rmax, Dp) scaled queries, zero padded
-  std::vector<float> kt;   // (D, kBk) this task's transposed key block (when tiles are not shared)
-  std::vector<float> v;    // (kBk, Dp) value block, zero padded (only when D % kLanes != 0)
-  std::vector<float> s;    // (Rmax, kBk) scores, then probabilities
+  std::vector<float> q;   // (Rmax, Dp) scaled queries, zero padded
+  std::vector<float> kt;  // (D, kBk) this task's transposed key block (when tiles are not shared)
+  std::vector<float> v;   // (kBk, Dp) value block, zero padded (only when D % kLanes != 0)
+  std::vector<float> s;   // (Rmax, kBk) scores, then probabilities
   std::vector<uint32_t> limit;  // (Rmax) rows each query row may see (0: a padding row)
   uint32_t rows = 0;            // the task's query rows; the rest up to a multiple of kQkRows pad
   std::vector<uint32_t> first;  // (Rmax) first row it may see (a sliding window; else 0)
   std::vector<uint32_t> jmax;   // (Rmax / kQkRows) keys each row step's P·V takes in a block
-  std::vector<float> tl;   // (Rmax, n_target) the rows' logits against the target keys
-  std::vector<float> best; // (n_target) max over the task's rows of the local log-probability
-  std::vector<uint32_t> q16;  // (Rmax, D / 2) the scaled queries as bf16 pairs (bf16 products)
-  std::vector<uint32_t> p16;  // (kQkRows, kBk / 2 + 1) a row step's probabilities as pairs
-  std::vector<float> prow;    // (kBk + 2) one probability row, shifted to the pairs' parity
+  std::vector<float> tl;        // (Rmax, n_target) the rows' logits against the target keys
+  std::vector<float> best;      // (n_target) max over the task's rows of the local log-probability
+  std::vector<uint32_t> q16;    // (Rmax, D / 2) the scaled queries as bf16 pairs (bf16 products)
+  std::vector<uint32_t> p16;    // (kQkRows, kBk / 2 + 1) a row step's probabilities as pairs
+  std::vector<float> prow;      // (kBk + 2) one probability row, shifted to the pairs' parity
   void fit(const Plan& p) {
     const uint32_t D = p.a->D;
     q.resize(size_t(p.Rmax) * p.Dp);
@@ -204,8 +204,8 @@ void row_times_n(uint32_t nv, const float* x, uint32_t n, const float* m, size_t
 
 // R rows from r of S, one kQkCols-column micro-tile from c: each element one chain over d.
 template <uint32_t R>
-inline void scores_tile(const float* q, const float* kt, size_t ldk, float* s, uint32_t r, uint32_t c,
-                        uint32_t D, uint32_t Dp) {
+inline void scores_tile(const float* q, const float* kt, size_t ldk, float* s, uint32_t r,
+                        uint32_t c, uint32_t D, uint32_t Dp) {
   VecF acc[R][2] = {};
   for (uint32_t d = 0; d < D; ++d) {
     VecF k0 = simd::load(kt + d * ldk + c);
@@ -256,7 +256,8 @@ void pv_tile(const float* p, const float* v, size_t ldv, float* acc, uint32_t r,
              uint32_t jmax, uint32_t Dp) {
   VecF a[kQkRows][NV];
   for (uint32_t i = 0; i < kQkRows; ++i)
-    for (uint32_t n = 0; n < NV; ++n) a[i][n] = simd::load(acc + size_t(r + i) * Dp + dc + n * kLanes);
+    for (uint32_t n = 0; n < NV; ++n)
+      a[i][n] = simd::load(acc + size_t(r + i) * Dp + dc + n * kLanes);
   for (uint32_t j = 0; j < jmax; ++j) {
     VecF vv[NV];
     for (uint32_t n = 0; n < NV; ++n) {
@@ -269,7 +270,8 @@ void pv_tile(const float* p, const float* v, size_t ldv, float* acc, uint32_t r,
     }
   }
   for (uint32_t i = 0; i < kQkRows; ++i)
-    for (uint32_t n = 0; n < NV; ++n) simd::store(acc + size_t(r + i) * Dp + dc + n * kLanes, a[i][n]);
+    for (uint32_t n = 0; n < NV; ++n)
+      simd::store(acc + size_t(r + i) * Dp + dc + n * kLanes, a[i][n]);
 }
 
 // acc += P·V for the row steps (kQkRows rows each) up to Rp whose jmax[step] is not 0
@@ -279,18 +281,22 @@ void pv_tile(const float* p, const float* v, size_t ldv, float* acc, uint32_t r,
 // lanes strips of three vectors first (twelve accumulators: with the three V vectors and the
 // broadcast all 16 registers, each V load feeding four FMAs against two vectors' 2.67), then two.
 // Each element is the same chain over j whatever the strips.
-void pv_steps(const float* p, const float* v, size_t ldv, float* acc, uint32_t Rp, const uint32_t* jmax,
-              uint32_t Dp) {
+void pv_steps(const float* p, const float* v, size_t ldv, float* acc, uint32_t Rp,
+              const uint32_t* jmax, uint32_t Dp) {
   auto strip = [&](auto nv, uint32_t dc) {
     for (uint32_t r = 0; r < Rp; r += kQkRows)
-      if (const uint32_t j = jmax[r / kQkRows]) pv_tile<decltype(nv)::value>(p, v, ldv, acc, r, dc, j, Dp);
+      if (const uint32_t j = jmax[r / kQkRows])
+        pv_tile<decltype(nv)::value>(p, v, ldv, acc, r, dc, j, Dp);
   };
   uint32_t dc = 0;
   if constexpr (kLanes == 8) {
-    for (; dc + 3 * kLanes <= Dp; dc += 3 * kLanes) strip(std::integral_constant<uint32_t, 3>{}, dc);
-    for (; dc + 2 * kLanes <= Dp; dc += 2 * kLanes) strip(std::integral_constant<uint32_t, 2>{}, dc);
+    for (; dc + 3 * kLanes <= Dp; dc += 3 * kLanes)
+      strip(std::integral_constant<uint32_t, 3>{}, dc);
+    for (; dc + 2 * kLanes <= Dp; dc += 2 * kLanes)
+      strip(std::integral_constant<uint32_t, 2>{}, dc);
   }
-  for (; dc + kPvVecs * kLanes <= Dp; dc += kPvVecs * kLanes) strip(std::integral_constant<uint32_t, kPvVecs>{}, dc);
+  for (; dc + kPvVecs * kLanes <= Dp; dc += kPvVecs * kLanes)
+    strip(std::integral_constant<uint32_t, kPvVecs>{}, dc);
   for (; dc < Dp; dc += kLanes) strip(std::integral_constant<uint32_t, 1>{}, dc);
 }
 
@@ -350,20 +356,22 @@ KVZIP_BF16_FN void pairs_of(const float* x, uint32_t n2, uint32_t* dst) {
 KVZIP_BF16_FN void probability_pairs(const float* x, uint32_t n2, uint32_t* dst) {
   uint32_t k = 0;
   for (; k + 16 <= n2; k += 16)
-    _mm512_storeu_si512(dst + k, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + 2 * k + 16), _mm512_loadu_ps(x + 2 * k)));
+    _mm512_storeu_si512(dst + k, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + 2 * k + 16),
+                                                              _mm512_loadu_ps(x + 2 * k)));
   if (k < n2) {  // fewer than 16 pairs left: masked loads and store
     const uint32_t n = 2 * (n2 - k);
     const uint32_t lo = n >= 16 ? 16 : n, hi = n - lo;
     const __m512 a = _mm512_maskz_loadu_ps(__mmask16((1u << lo) - 1), x + 2 * k);
     const __m512 b = _mm512_maskz_loadu_ps(__mmask16((1u << hi) - 1), x + 2 * k + 16);
-    _mm512_mask_storeu_epi32(dst + k, __mmask16((1u << (n2 - k)) - 1), (__m512i)_mm512_cvtne2ps_pbh(b, a));
+    _mm512_mask_storeu_epi32(dst + k, __mmask16((1u << (n2 - k)) - 1),
+                             (__m512i)_mm512_cvtne2ps_pbh(b, a));
   }
 }
 
 // R rows from r of scores_bf16's S, one kQkCols-column micro-tile from c.
 template <uint32_t R>
-KVZIP_BF16_FN inline void scores_bf16_tile(const uint32_t* q16, const uint32_t* kt, size_t ldk, float* s,
-                                           uint32_t r, uint32_t c, uint32_t D2) {
+KVZIP_BF16_FN inline void scores_bf16_tile(const uint32_t* q16, const uint32_t* kt, size_t ldk,
+                                           float* s, uint32_t r, uint32_t c, uint32_t D2) {
   __m512 acc[R][2];
   for (uint32_t i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   for (uint32_t d = 0; d < D2; ++d) {
@@ -384,13 +392,15 @@ KVZIP_BF16_FN inline void scores_bf16_tile(const uint32_t* q16, const uint32_t* 
 // scores() on pairs: S(Rp, ncols) = Q16(Rp, D2) · K16(D2, ncols), K16's rows ldk dwords apart.
 // Eight rows a micro-tile where they are there: sixteen accumulator chains, where four rows' eight
 // leave vdpbf16ps waiting on its own latency. Each element is one chain over d either way.
-KVZIP_BF16_FN void scores_bf16(const uint32_t* q16, const uint32_t* kt, size_t ldk, float* s, uint32_t Rp,
-                               uint32_t ncols, uint32_t D2) {
+KVZIP_BF16_FN void scores_bf16(const uint32_t* q16, const uint32_t* kt, size_t ldk, float* s,
+                               uint32_t Rp, uint32_t ncols, uint32_t D2) {
   uint32_t r = 0;
   for (; r + 2 * kQkRows <= Rp; r += 2 * kQkRows)
-    for (uint32_t c = 0; c < ncols; c += kQkCols) scores_bf16_tile<2 * kQkRows>(q16, kt, ldk, s, r, c, D2);
+    for (uint32_t c = 0; c < ncols; c += kQkCols)
+      scores_bf16_tile<2 * kQkRows>(q16, kt, ldk, s, r, c, D2);
   for (; r < Rp; r += kQkRows)
-    for (uint32_t c = 0; c < ncols; c += kQkCols) scores_bf16_tile<kQkRows>(q16, kt, ldk, s, r, c, D2);
+    for (uint32_t c = 0; c < ncols; c += kQkCols)
+      scores_bf16_tile<kQkRows>(q16, kt, ldk, s, r, c, D2);
 }
 
 // acc(kQkRows rows from r, NV vectors from column dc) += P16(rows, np pairs) · V16(np pairs, cols);
@@ -400,22 +410,25 @@ KVZIP_BF16_FN void pv_tile_bf16(const uint32_t* p16, uint32_t ldp, const uint32_
                                 uint32_t r, uint32_t dc, uint32_t np, uint32_t D) {
   __m512 a[kQkRows][NV];
   for (uint32_t i = 0; i < kQkRows; ++i)
-    for (uint32_t n = 0; n < NV; ++n) a[i][n] = _mm512_loadu_ps(acc + size_t(r + i) * D + dc + n * 16);
+    for (uint32_t n = 0; n < NV; ++n)
+      a[i][n] = _mm512_loadu_ps(acc + size_t(r + i) * D + dc + n * 16);
   for (uint32_t j = 0; j < np; ++j) {
     __m512i vv[NV];
     for (uint32_t n = 0; n < NV; ++n) vv[n] = _mm512_loadu_si512(v16 + size_t(j) * D + dc + n * 16);
     for (uint32_t i = 0; i < kQkRows; ++i) {
       const __m512i pv = _mm512_set1_epi32(int(p16[i * ldp + j]));
-      for (uint32_t n = 0; n < NV; ++n) a[i][n] = _mm512_dpbf16_ps(a[i][n], (__m512bh)pv, (__m512bh)vv[n]);
+      for (uint32_t n = 0; n < NV; ++n)
+        a[i][n] = _mm512_dpbf16_ps(a[i][n], (__m512bh)pv, (__m512bh)vv[n]);
     }
   }
   for (uint32_t i = 0; i < kQkRows; ++i)
-    for (uint32_t n = 0; n < NV; ++n) _mm512_storeu_ps(acc + size_t(r + i) * D + dc + n * 16, a[i][n]);
+    for (uint32_t n = 0; n < NV; ++n)
+      _mm512_storeu_ps(acc + size_t(r + i) * D + dc + n * 16, a[i][n]);
 }
 
 // The bf16 tiles of tile b of head h from its fp32 key tile t (D, kBk) and its V rows [j0, j0 + n).
-KVZIP_BF16_FN void make_bf16_tile(const KvSpan& span, const float* t, uint32_t j0, uint32_t n, uint32_t D,
-                                  uint32_t* k16, uint32_t* v16) {
+KVZIP_BF16_FN void make_bf16_tile(const KvSpan& span, const float* t, uint32_t j0, uint32_t n,
+                                  uint32_t D, uint32_t* k16, uint32_t* v16) {
   for (uint32_t d = 0; d < D / 2; ++d)
     for (uint32_t c = 0; c < kBk; c += 16)
       _mm512_storeu_si512(k16 + size_t(d) * kBk + c,
@@ -454,7 +467,8 @@ float row_max(const float* x, uint32_t n) {
 // scaled by vscalefps, which also takes x = -inf and underflow to 0): half exp_vec's instructions,
 // for the bf16 path, whose probabilities are then rounded to 8 bits of mantissa anyway.
 inline VecF exp_fast(VecF x) {
-  const __m512 t = _mm512_mul_ps(_mm512_max_ps((__m512)x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(1.44269504088896341f));
+  const __m512 t = _mm512_mul_ps(_mm512_max_ps((__m512)x, _mm512_set1_ps(-104.0f)),
+                                 _mm512_set1_ps(1.44269504088896341f));
   const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(t, n);
   __m512 p = _mm512_set1_ps(1.3333558e-3f);
@@ -526,13 +540,17 @@ uint32_t softmax_row(float* srow, uint32_t valid, uint32_t ncols, RowState st, u
 // floats, against 64 scalar stores to 64 rows of dst).
 inline void transpose8(__m256 (&r)[8]) {
   __m256 t[8], u[8];
-  for (int i = 0; i < 8; i += 2) t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  for (int i = 0; i < 8; i += 2)
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
   for (int i = 0; i < 8; i += 4) {
-    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44), u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44), u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44),
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44),
+          u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
   }
   for (int i = 0; i < 4; ++i)
-    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20), r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20),
+    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
 }
 #endif
 
@@ -561,7 +579,8 @@ void transpose_tile(const KvSpan& kv, uint32_t j0, uint32_t n, uint32_t D, float
     for (uint32_t d = 0; d < D; ++d) dst[size_t(d) * kBk + j] = src[d];
   }
   if (n < kBk)
-    for (uint32_t d = 0; d < D; ++d) std::fill(dst + size_t(d) * kBk + n, dst + size_t(d + 1) * kBk, 0.0f);
+    for (uint32_t d = 0; d < D; ++d)
+      std::fill(dst + size_t(d) * kBk + n, dst + size_t(d + 1) * kBk, 0.0f);
 }
 
 #if KVZIP_ATTENTION_BF16
@@ -569,9 +588,10 @@ void transpose_tile(const KvSpan& kv, uint32_t j0, uint32_t n, uint32_t D, float
 // start at even rows, so a block starting at an odd row takes the pair before it with that row's
 // probability 0. The rows' pairs come straight from S (zero past each row's keys, up to ncols,
 // which bounds 2·np at an even start).
-KVZIP_BF16_FN void pv_bf16(const Plan& p, uint32_t h, Scratch& sc, float* acc, uint32_t r, uint32_t kb,
-                           uint32_t jmax) {
-  const uint32_t D = p.a->D, off = kb % kBk, odd = off & 1u, np = (jmax + odd + 1) / 2, ldp = kBk / 2 + 1;
+KVZIP_BF16_FN void pv_bf16(const Plan& p, uint32_t h, Scratch& sc, float* acc, uint32_t r,
+                           uint32_t kb, uint32_t jmax) {
+  const uint32_t D = p.a->D, off = kb % kBk, odd = off & 1u, np = (jmax + odd + 1) / 2,
+                 ldp = kBk / 2 + 1;
   for (uint32_t i = 0; i < kQkRows; ++i) {
     const float* srow = sc.s.data() + size_t(r + i) * kBk;
     if (odd) {
@@ -583,7 +603,8 @@ KVZIP_BF16_FN void pv_bf16(const Plan& p, uint32_t h, Scratch& sc, float* acc, u
     }
     probability_pairs(srow, np, sc.p16.data() + size_t(i) * ldp);
   }
-  const uint32_t* v16 = p.kt.v16 + ((size_t(h) * p.kt.n_tiles + kb / kBk) * (kBk / 2) + (off - odd) / 2) * D;
+  const uint32_t* v16 =
+      p.kt.v16 + ((size_t(h) * p.kt.n_tiles + kb / kBk) * (kBk / 2) + (off - odd) / 2) * D;
   uint32_t dc = 0;
   for (; dc + kPvVecs * 16 <= D; dc += kPvVecs * 16)
     pv_tile_bf16<kPvVecs>(sc.p16.data(), ldp, v16, acc, r, dc, np, D);
@@ -610,8 +631,9 @@ void key_block(const Plan& p, uint32_t h, Scratch& sc, RowState st, uint32_t Rp,
   }
 #if KVZIP_ATTENTION_BF16
   if (p.bf16) {
-    scores_bf16(sc.q16.data(), p.kt.k16 + (size_t(h) * p.kt.n_tiles + kb / kBk) * (D / 2) * kBk + kb % kBk,
-                kBk, sc.s.data(), Rp, ncols, D / 2);
+    scores_bf16(sc.q16.data(),
+                p.kt.k16 + (size_t(h) * p.kt.n_tiles + kb / kBk) * (D / 2) * kBk + kb % kBk, kBk,
+                sc.s.data(), Rp, ncols, D / 2);
   } else
 #endif
   {
@@ -711,7 +733,8 @@ void finalize(const Plan& p, uint32_t h, uint32_t i0, uint32_t i1, RowState st) 
       float* dst = a.out + (size_t(t) * a.Hq + size_t(h) * p.G + g) * a.D;
       for (uint32_t d = 0; d < a.D; ++d) dst[d] = st.acc[size_t(r) * p.Dp + d] * inv;
       if (p.lse)
-        p.lse[size_t(t) * a.Hq + size_t(h) * p.G + g] = st.l[r] > 0 ? st.m[r] + std::log(st.l[r]) : -INFINITY;
+        p.lse[size_t(t) * a.Hq + size_t(h) * p.G + g] =
+            st.l[r] > 0 ? st.m[r] + std::log(st.l[r]) : -INFINITY;
     }
   }
 }
@@ -780,7 +803,8 @@ void run_task(const Plan& p, uint32_t h, uint32_t qb, uint32_t split, float* sta
   const uint32_t Rp = gather_queries(p, h, i0, i1, sc);
 #if KVZIP_ATTENTION_BF16
   if (p.bf16)
-    for (uint32_t r = 0; r < Rp; ++r) pairs_of(sc.q.data() + size_t(r) * p.Dp, a.D / 2, sc.q16.data() + size_t(r) * (a.D / 2));
+    for (uint32_t r = 0; r < Rp; ++r)
+      pairs_of(sc.q.data() + size_t(r) * p.Dp, a.D / 2, sc.q16.data() + size_t(r) * (a.D / 2));
 #endif
   RowState st = state_at(p, state_mem);
   std::fill(st.m, st.m + p.Rmax, -INFINITY);
@@ -794,10 +818,13 @@ void run_task(const Plan& p, uint32_t h, uint32_t qb, uint32_t split, float* sta
     return;
   }
   // A sliding window: key blocks wholly before the first token's window are never visited.
-  const uint32_t lowest = a.window ? sc.first[0] / kBk * kBk : 0;  // the block's first token's window
+  const uint32_t lowest =
+      a.window ? sc.first[0] / kBk * kBk : 0;  // the block's first token's window
   const uint32_t chunk = round_up((total - lowest + p.n_split - 1) / p.n_split, kBk);
-  const uint32_t k_begin = std::min(total, lowest + split * chunk), k_end = std::min(total, k_begin + chunk);
-  for (uint32_t kb = k_begin; kb < k_end; kb += kBk) key_block(p, h, sc, st, Rp, kb, std::min(kBk, k_end - kb));
+  const uint32_t k_begin = std::min(total, lowest + split * chunk),
+                 k_end = std::min(total, k_begin + chunk);
+  for (uint32_t kb = k_begin; kb < k_end; kb += kBk)
+    key_block(p, h, sc, st, Rp, kb, std::min(kBk, k_end - kb));
   if (p.n_split == 1) finalize(p, h, i0, i1, st);
 }
 
@@ -805,7 +832,8 @@ void run_task(const Plan& p, uint32_t h, uint32_t qb, uint32_t split, float* sta
 void merge_splits(const Plan& p, uint32_t h, uint32_t qb, float* states) {
   const size_t stride = state_floats(p);
   RowState dst = state_at(p, states);
-  thread_local std::vector<float> acc;  // one row's merged sums (a merge runs once a decode step and head)
+  thread_local std::vector<float>
+      acc;  // one row's merged sums (a merge runs once a decode step and head)
   acc.resize(p.Dp);
   for (uint32_t r = 0; r < p.Rmax; ++r) {
     float M = -INFINITY;
@@ -866,12 +894,15 @@ void transpose_keys(ThreadPool* pool, const AttentionArgs& a, TileBufs& buf, boo
     kt->v16 = buf.v16.data();
   }
   run_tasks(pool, tiles, [&](size_t t) {
-    const uint32_t h = static_cast<uint32_t>(t / kt->n_tiles), b = static_cast<uint32_t>(t % kt->n_tiles);
+    const uint32_t h = static_cast<uint32_t>(t / kt->n_tiles),
+                   b = static_cast<uint32_t>(t % kt->n_tiles);
     const uint32_t j0 = b * kBk, len = a.kv[h].len;
     const uint32_t n = len > j0 ? std::min(kBk, len - j0) : 0;
     if (!KeysT::premade(a.kv[h], b)) transpose_tile(a.kv[h], j0, n, a.D, buf.kt.data() + t * tile);
 #if KVZIP_ATTENTION_BF16
-    if (bf16) make_bf16_tile(a.kv[h], kt->tile(h, b, a.D), j0, n, a.D, buf.k16.data() + t * tile / 2, buf.v16.data() + t * tile / 2);
+    if (bf16)
+      make_bf16_tile(a.kv[h], kt->tile(h, b, a.D), j0, n, a.D, buf.k16.data() + t * tile / 2,
+                     buf.v16.data() + t * tile / 2);
 #endif
   });
   if (bf16) std::fill(buf.k16.end() - kQkCols, buf.k16.end(), 0u);
@@ -963,11 +994,11 @@ struct CallRun {
     }
     pair_of(i / p.n_split, &h, &qb);
     const size_t slot = (size_t(h) * p.n_qblocks + qb) * p.n_split + i % p.n_split;
-    run_task(p, h, qb, static_cast<uint32_t>(i % p.n_split),
-             states.data() + slot * per_state);
+    run_task(p, h, qb, static_cast<uint32_t>(i % p.n_split), states.data() + slot * per_state);
   }
   void merge(size_t i) {
-    const uint32_t h = static_cast<uint32_t>(i / p.n_qblocks), qb = static_cast<uint32_t>(i % p.n_qblocks);
+    const uint32_t h = static_cast<uint32_t>(i / p.n_qblocks),
+                   qb = static_cast<uint32_t>(i % p.n_qblocks);
     merge_splits(p, h, qb, states.data() + i * p.n_split * per_state);
   }
 };

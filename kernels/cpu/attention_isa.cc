@@ -73,7 +73,8 @@ void detail::attention_f32(ThreadPool* pool, const AttentionArgs& a, float* lse)
   KVZIP_ATTENTION_CALL(attention_f32, pool, a, lse);
 }
 
-void detail::attention_f32_many(ThreadPool* pool, const AttentionArgs* calls, float* const* lse, size_t n) {
+void detail::attention_f32_many(ThreadPool* pool, const AttentionArgs* calls, float* const* lse,
+                                size_t n) {
   KVZIP_ATTENTION_CALL(attention_f32_many, pool, calls, lse, n);
 }
 

@@ -24,7 +24,8 @@ namespace kvzip::kernels::cpu::detail {
 namespace {
 
 // (out, lse) += (part_out, part_lse) by the softmax merge, per query row of (T, Hq).
-void merge_into(float* out, float* lse, const float* part_out, const float* part_lse, size_t rows, uint32_t D) {
+void merge_into(float* out, float* lse, const float* part_out, const float* part_lse, size_t rows,
+                uint32_t D) {
   for (size_t r = 0; r < rows; ++r) {
     const float a = lse[r], b = part_lse[r];
     if (b == -INFINITY) continue;
@@ -35,7 +36,8 @@ void merge_into(float* out, float* lse, const float* part_out, const float* part
       lse[r] = b;
       continue;
     }
-    const float M = std::max(a, b), wa = std::exp(a - M), wb = std::exp(b - M), inv = 1.0f / (wa + wb);
+    const float M = std::max(a, b), wa = std::exp(a - M), wb = std::exp(b - M),
+                inv = 1.0f / (wa + wb);
     for (uint32_t d = 0; d < D; ++d) o[d] = (wa * o[d] + wb * p[d]) * inv;
     lse[r] = M + std::log(wa + wb);
   }
@@ -83,7 +85,7 @@ void attention_parts(ThreadPool* pool, const AttentionArgs& a) {
     pa.kv = a.parts + size_t(p) * a.Hkv;
     pa.out = outs.data() + p * n;
     pa.causal = false;
-    pa.window = 0;  // a window is a rule on the spans' rows (hybrid models are not composed)
+    pa.window = 0;     // a window is a rule on the spans' rows (hybrid models are not composed)
     if (a.part_rot) {  // the same rotation for every token; on this thread (a few flops per query)
       const float* c = a.part_rot + size_t(p) * 2 * half;
       for (uint32_t t = 0; t < a.T; ++t) {

@@ -80,19 +80,28 @@ void attention_quantized(ThreadPool* pool, const AttentionArgs& a, float* lse) {
     for (uint32_t t = 0; t < T; ++t)
       std::copy_n(a.q + (size_t(t) * a.Hq + size_t(h) * G) * D, size_t(G) * D,
                   qg.data() + (size_t(h) * R + size_t(t) * G) * D);
-  std::vector<float> p_out(size_t(n_parts) * R * D), p_lse(size_t(n_parts) * R);  // (parts, R, D), (parts, R)
+  std::vector<float> p_out(size_t(n_parts) * R * D),
+      p_lse(size_t(n_parts) * R);  // (parts, R, D), (parts, R)
   run_tasks(pool, n_parts, [&](size_t p) {
-    const uint32_t h = static_cast<uint32_t>(std::upper_bound(first.begin(), first.end(), p) - first.begin()) - 1;
+    const uint32_t h =
+        static_cast<uint32_t>(std::upper_bound(first.begin(), first.end(), p) - first.begin()) - 1;
     const KvQuantSegment& seg = *a.kv[h].quant;
     const size_t r0 = size_t(p - first[h]) * kChunk, n = std::min<size_t>(kChunk, seg.k.rows - r0);
-    thread_local std::vector<float> scores;  // (R, n) workspace
+    thread_local std::vector<float> scores;    // (R, n) workspace
     thread_local std::vector<uint32_t> limit;  // (R) the chunk's rows each query row sees
     scores.resize(size_t(R) * n);
-    KvQuantAttendArgs qa{qg.data() + size_t(h) * R * D, R, slice(seg.k, r0, n), slice(seg.v, r0, n), a.scale,
-                         scores.data(), p_out.data() + size_t(p) * R * D, p_lse.data() + size_t(p) * R};
+    KvQuantAttendArgs qa{qg.data() + size_t(h) * R * D,
+                         R,
+                         slice(seg.k, r0, n),
+                         slice(seg.v, r0, n),
+                         a.scale,
+                         scores.data(),
+                         p_out.data() + size_t(p) * R * D,
+                         p_lse.data() + size_t(p) * R};
     if (const uint32_t* ql = a.kv[h].quant_limit) {
       limit.resize(R);
-      for (uint32_t r = 0; r < R; ++r) limit[r] = ql[r / G] > r0 ? static_cast<uint32_t>(std::min<size_t>(ql[r / G] - r0, n)) : 0;
+      for (uint32_t r = 0; r < R; ++r)
+        limit[r] = ql[r / G] > r0 ? static_cast<uint32_t>(std::min<size_t>(ql[r / G] - r0, n)) : 0;
       qa.limit = limit.data();
     }
     if (a.kv[h].quant_skip) qa.skip = a.kv[h].quant_skip + r0 / 64;  // kChunk is a multiple of 64

@@ -93,8 +93,8 @@ void attention_stats(ThreadPool* pool, const AttentionStatsArgs& a) {
   for (uint32_t h = 0; h < a.Hkv; ++h)
     widest = std::max<size_t>(widest, fixed_cols(a.axes[h]) + a.axes[h].causal_base + a.t1);
   // Long key axes get fewer query rows per tile, so a tile's logits stay within kTileFloats.
-  const uint32_t tile_t = static_cast<uint32_t>(std::max<size_t>(
-      1, std::min<size_t>(kTileRows / G, kTileFloats / (size_t(G) * widest))));
+  const uint32_t tile_t = static_cast<uint32_t>(
+      std::max<size_t>(1, std::min<size_t>(kTileRows / G, kTileFloats / (size_t(G) * widest))));
   const uint32_t n_tiles = (a.t1 - a.t0 + tile_t - 1) / tile_t;
   // Enough units per head to keep every thread busy, few enough that partials stay small.
   const uint32_t threads = pool ? pool->size() : 1;
@@ -104,7 +104,8 @@ void attention_stats(ThreadPool* pool, const AttentionStatsArgs& a) {
   std::vector<float> partial(n_units * width, 0.0f);  // probabilities >= 0: 0 is neutral for both
 
   auto unit = [&](size_t u) {
-    const uint32_t h = static_cast<uint32_t>(u / per_head), part = static_cast<uint32_t>(u % per_head);
+    const uint32_t h = static_cast<uint32_t>(u / per_head),
+                   part = static_cast<uint32_t>(u % per_head);
     const uint32_t tile0 = n_tiles * part / per_head, tile1 = n_tiles * (part + 1) / per_head;
     for (uint32_t ti = tile0; ti < tile1; ++ti) {
       const uint32_t i_a = a.t0 + ti * tile_t, i_b = std::min(a.t1, i_a + tile_t);

@@ -15,8 +15,8 @@ std::vector<uint16_t> to_bf16(const float* x, size_t n) {
 }
 
 void throw_buffer_overflow(size_t n, size_t capacity) {
-  throw Error(Errc::internal, "GpuBuffer: " + std::to_string(n) + " elements copied into a buffer of " +
-                                  std::to_string(capacity));
+  throw Error(Errc::internal, "GpuBuffer: " + std::to_string(n) +
+                                  " elements copied into a buffer of " + std::to_string(capacity));
 }
 
 }  // namespace kvzip::kernels::gpu

@@ -26,7 +26,8 @@
 #include "kernels/quant.h"
 #include "kernels/thread_pool.h"
 
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && defined(__linux__)
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && \
+    defined(__linux__)
 #define KVZIP_BF16_AMX 1
 #include <immintrin.h>
 #if defined(__GNUC__) && !defined(__clang__)
@@ -67,28 +68,39 @@ KVZIP_AMXBF16 void q4_0_bf16(const uint8_t* b, uint16_t* dst, uint32_t nb) {
   const __m512i mask = _mm512_set1_epi32(15), eight = _mm512_set1_epi32(8);
   for (uint32_t i = 0; i < nb; ++i, b += 18, dst += 32) {
     const __m512 d = _mm512_set1_ps(f16_to_f32(uint16_t(b[0] | b[1] << 8)));
-    const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)));
-    const __m512 lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(q, mask), eight)), d);
-    const __m512 hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(q, 4), eight)), d);
+    const __m512i q =
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)));
+    const __m512 lo =
+        _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(q, mask), eight)), d);
+    const __m512 hi =
+        _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(q, 4), eight)), d);
     _mm512_storeu_si512(dst, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
   }
 }
 KVZIP_AMXBF16 void q4_1_bf16(const uint8_t* b, uint16_t* dst, uint32_t nb) {
   const __m512i mask = _mm512_set1_epi32(15);
-  for (uint32_t i = 0; i < nb; ++i, b += 20, dst += 32) {  // d·q + m: a product, then a sum, as dequantize_row
+  for (uint32_t i = 0; i < nb;
+       ++i, b += 20, dst += 32) {  // d·q + m: a product, then a sum, as dequantize_row
     const __m512 d = _mm512_set1_ps(f16_to_f32(uint16_t(b[0] | b[1] << 8)));
     const __m512 m = _mm512_set1_ps(f16_to_f32(uint16_t(b[2] | b[3] << 8)));
-    const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 4)));
-    const __m512 lo = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(q, mask)), d), m);
-    const __m512 hi = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(q, 4)), d), m);
+    const __m512i q =
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 4)));
+    const __m512 lo =
+        _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(q, mask)), d), m);
+    const __m512 hi =
+        _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(q, 4)), d), m);
     _mm512_storeu_si512(dst, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
   }
 }
 KVZIP_AMXBF16 void q8_0_bf16(const uint8_t* b, uint16_t* dst, uint32_t nb) {
   for (uint32_t i = 0; i < nb; ++i, b += 34, dst += 32) {
     const __m512 d = _mm512_set1_ps(f16_to_f32(uint16_t(b[0] | b[1] << 8)));
-    const __m512 lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)))), d);
-    const __m512 hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 18)))), d);
+    const __m512 lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)))),
+                                    d);
+    const __m512 hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 18)))),
+                                    d);
     _mm512_storeu_si512(dst, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
   }
 }
@@ -105,7 +117,8 @@ KVZIP_AMXBF16 void panel_bf16(const MatrixView& w, uint32_t p0, uint32_t n, uint
       std::memcpy(dst, src, size_t(w.cols) * 2);
     } else if (w.type == quant::GgmlType::F16) {
       for (uint32_t k = 0; k < w.cols; k += 16) {  // cols % 32 == 0
-        const __m512 f = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * k)));
+        const __m512 f =
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * k)));
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + k), (__m256i)_mm512_cvtneps_pbh(f));
       }
     } else if (w.type == quant::GgmlType::Q4_0) {
@@ -119,22 +132,25 @@ KVZIP_AMXBF16 void panel_bf16(const MatrixView& w, uint32_t p0, uint32_t n, uint
       row.resize(w.cols);
       quant::dequantize_row(w.type, src, row.data(), w.cols);
       for (uint32_t k = 0; k < w.cols; k += 32)
-        _mm512_storeu_si512(dst + k, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(row.data() + k + 16),
-                                                                  _mm512_loadu_ps(row.data() + k)));
+        _mm512_storeu_si512(dst + k,
+                            (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(row.data() + k + 16),
+                                                         _mm512_loadu_ps(row.data() + k)));
     }
   }
 }
 
 KVZIP_AMXBF16 void run_panel(const MatmulArgs& a, const std::vector<uint16_t>& xu, uint32_t nv,
-                             uint32_t p0, uint32_t np, const std::vector<uint16_t>& panel, uint32_t stride) {
+                             uint32_t p0, uint32_t np, const std::vector<uint16_t>& panel,
+                             uint32_t stride) {
   const uint32_t in = a.w.cols, in2 = in / 2, steps = in / 32;
   const size_t vstride = size_t(in2) * 32;  // uint16 per 16-token vector of the pack
   const uint16_t* w0 = panel.data();
   const uint16_t* w1 = panel.data() + size_t(kBlk) * stride;
-  const size_t lda = size_t(stride) * 2;    // bytes
-  alignas(64) float c[4][kBlk][kBlk];       // [2 · row half + vector][row][token]
-  const __m512i col = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                         _mm512_set1_epi32(kBlk));
+  const size_t lda = size_t(stride) * 2;  // bytes
+  alignas(64) float c[4][kBlk][kBlk];     // [2 · row half + vector][row][token]
+  const __m512i col =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(kBlk));
   for (uint32_t v = 0; v < nv; v += 2) {
     const bool two = v + 1 < nv;
     const uint16_t* b0 = xu.data() + size_t(v) * vstride;
@@ -174,7 +190,8 @@ KVZIP_AMXBF16 void run_panel(const MatmulArgs& a, const std::vector<uint16_t>& x
   }
 }
 
-KVZIP_AMXBF16 void run_task(const MatmulArgs& a, const std::vector<uint16_t>& xu, uint32_t nv, uint32_t p0) {
+KVZIP_AMXBF16 void run_task(const MatmulArgs& a, const std::vector<uint16_t>& xu, uint32_t nv,
+                            uint32_t p0) {
   TileConfig cfg;
   for (int t = 0; t < 8; ++t) cfg.colsb[t] = 64, cfg.rows[t] = kBlk;  // every tile 16 x 64 bytes
   _tile_loadconfig(&cfg);
@@ -189,7 +206,9 @@ KVZIP_AMXBF16 void run_task(const MatmulArgs& a, const std::vector<uint16_t>& xu
 
 void bf16_gemm_amx(ThreadPool* pool, const MatmulArgs& a) {
   if (!bf16_gemm_amx_usable(a.w))
-    throw Error(Errc::internal, "bf16_gemm_amx: F16, BF16 or block-type weights, a width that is a multiple of 32, an AMX-BF16 CPU");
+    throw Error(Errc::internal,
+                "bf16_gemm_amx: F16, BF16 or block-type weights, a width that is a multiple of 32, "
+                "an AMX-BF16 CPU");
   std::vector<uint16_t> xu;
   uint32_t nv = 0;
   pack_bf16_pairs(a.x, a.T, a.w.cols, xu, nv);

@@ -37,7 +37,8 @@ bool bf16_gemm_available() {
   return ok;
 }
 
-void pack_bf16_pairs(const float* x, uint32_t T, uint32_t in, std::vector<uint16_t>& u, uint32_t& nv) {
+void pack_bf16_pairs(const float* x, uint32_t T, uint32_t in, std::vector<uint16_t>& u,
+                     uint32_t& nv) {
   const uint32_t in2 = in / 2;
   nv = (T + 15) / 16;
   u.assign(size_t(nv) * in2 * 32, 0);
@@ -55,7 +56,7 @@ namespace {
 
 using quant::GgmlType;
 
-constexpr uint32_t kTileVecs = 4;    // 16-token vectors per tile: 16 fp32 accumulators
+constexpr uint32_t kTileVecs = 4;      // 16-token vectors per tile: 16 fp32 accumulators
 constexpr uint32_t kChunkPairs = 128;  // element pairs per chunk: 4 x 64 B x 128 = 32 KiB of X
 
 // The panel's rows as bf16: BF16 rows point into the weights; F16 rows are rounded into `own`.
@@ -72,7 +73,8 @@ KVZIP_BF16 void panel_rows(const MatrixView& w, uint32_t p0, uint32_t n, std::ve
     uint16_t* dst = own.data() + size_t(i) * w.cols;
     uint32_t k = 0;
     for (; k + 16 <= w.cols; k += 16) {
-      const __m512 f = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * k)));
+      const __m512 f =
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * k)));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + k), (__m256i)_mm512_cvtneps_pbh(f));
     }
     for (; k < w.cols; ++k) dst[k] = f32_to_bf16(f16_to_f32(load_u16(src + 2 * k)));
@@ -113,9 +115,11 @@ KVZIP_BF16 void micro(const uint16_t* const* rows, const uint16_t* xu, uint32_t 
 void bf16_gemm(ThreadPool* pool, const MatmulArgs& a) {
   const MatrixView& w = a.w;
   if (bf16_gemm_amx_usable(w)) return bf16_gemm_amx(pool, a);  // F16, BF16 and the block types
-  if ((w.type != GgmlType::F16 && w.type != GgmlType::BF16) || w.cols % 2 != 0 || !bf16_gemm_available())
-    throw Error(Errc::internal, "bf16_gemm: F16/BF16 weights with an even width on an AVX-512 BF16 CPU, "
-                                "or what the AMX-BF16 GEMM takes");
+  if ((w.type != GgmlType::F16 && w.type != GgmlType::BF16) || w.cols % 2 != 0 ||
+      !bf16_gemm_available())
+    throw Error(Errc::internal,
+                "bf16_gemm: F16/BF16 weights with an even width on an AVX-512 BF16 CPU, "
+                "or what the AMX-BF16 GEMM takes");
   std::vector<uint16_t> xu;
   uint32_t nv = 0;
   pack_bf16_pairs(a.x, a.T, w.cols, xu, nv);
@@ -127,10 +131,13 @@ void bf16_gemm(ThreadPool* pool, const MatmulArgs& a) {
     const uint16_t* rows[kPanelRows];
     panel_rows(w, p0, np, own, rows);
     const TileSpan span{np, nv, a.T, in2, kChunkPairs, kTileVecs, a.y, w.rows, p0};
-    run_tiles(span, buf, [&](uint32_t v0, uint32_t C, uint32_t i0, uint32_t R, uint32_t k0,
-                             uint32_t k1, float* acc) {
-      with_rc<kTileVecs>(R, C, [&]<int Rv, int Cv>() { micro<Rv, Cv>(rows, xu.data(), in2, v0, i0, k0, k1, acc); });
-    });
+    run_tiles(span, buf,
+              [&](uint32_t v0, uint32_t C, uint32_t i0, uint32_t R, uint32_t k0, uint32_t k1,
+                  float* acc) {
+                with_rc<kTileVecs>(R, C, [&]<int Rv, int Cv>() {
+                  micro<Rv, Cv>(rows, xu.data(), in2, v0, i0, k0, k1, acc);
+                });
+              });
   });
 }
 

@@ -50,7 +50,8 @@ KVZIP_AVX2 void q4q5_block(const uint8_t* qs, uint32_t qh, float dv, float mv, i
     __m256i lo = _mm256_and_si256(raw, mask), hi = _mm256_srli_epi32(raw, 4);
     if constexpr (kFifthBit) {
       const __m256i one = _mm256_set1_epi32(1);
-      const __m256i bl = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int(qh >> j0)), lane), one);
+      const __m256i bl =
+          _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int(qh >> j0)), lane), one);
       const __m256i bh =
           _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int(qh >> (j0 + 16))), lane), one);
       lo = _mm256_or_si256(lo, _mm256_slli_epi32(bl, 4));
@@ -67,7 +68,8 @@ KVZIP_AVX2 void q4q5_block(const uint8_t* qs, uint32_t qh, float dv, float mv, i
 }
 
 KVZIP_AVX2 void deq_q4_0(const uint8_t* b, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, b += 18, y += 32) q4q5_block<false, false>(b + 2, 0, half_at(b), 0, 8, y);
+  for (int64_t i = 0; i < nb; ++i, b += 18, y += 32)
+    q4q5_block<false, false>(b + 2, 0, half_at(b), 0, 8, y);
 }
 KVZIP_AVX2 void deq_q4_1(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += 20, y += 32)
@@ -91,7 +93,9 @@ KVZIP_AVX2 void deq_q8_0(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += 34, y += 32) {
     const __m256 d = _mm256_set1_ps(half_at(b));
     for (int j = 0; j < 32; j += 8)
-      store_scaled(y + j, _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + j))), d);
+      store_scaled(
+          y + j, _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + j))),
+          d);
   }
 }
 
@@ -116,8 +120,10 @@ KVZIP_AVX2 void deq_k45(const uint8_t* b, float* y, int64_t nb) {
         __m256i lo = _mm256_and_si256(raw, mask), hi = _mm256_srli_epi32(raw, 4);
         if constexpr (kQ5) {
           const __m256i h = u8x8(qh + l);
-          lo = _mm256_or_si256(lo, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 2 * c), one), 4));
-          hi = _mm256_or_si256(hi, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 2 * c + 1), one), 4));
+          lo = _mm256_or_si256(
+              lo, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 2 * c), one), 4));
+          hi = _mm256_or_si256(
+              hi, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 2 * c + 1), one), 4));
         }
         store_affine(y + 64 * c + l, lo, d1, mm1);
         store_affine(y + 64 * c + 32 + l, hi, d2, mm2);
@@ -157,7 +163,8 @@ KVZIP_AVX2 void deq_q6_k(const uint8_t* b, float* y, int64_t nb) {
 KVZIP_AVX2 void deq_bf16(const uint8_t* s, float* y, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 2 * i)));
+    const __m256i w =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 2 * i)));
     _mm256_storeu_ps(y + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
   }
   for (; i < n; ++i) {
@@ -169,7 +176,8 @@ KVZIP_AVX2 void deq_bf16(const uint8_t* s, float* y, int64_t n) {
 KVZIP_AVX2 void deq_f16(const uint8_t* s, float* y, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 2 * i))));
+    _mm256_storeu_ps(y + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 2 * i))));
   for (; i < n; ++i) y[i] = half_at(s + 2 * i);
 }
 

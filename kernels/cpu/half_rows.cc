@@ -115,7 +115,8 @@ inline void prefetch_next(const char* next, uint32_t c) {
 
 // The last, partial chunk of a row or of x as sixteen floats, zero past n.
 template <GgmlType Ty>
-inline void tail16(const uint8_t* row, const float* x, uint32_t c, uint32_t n, float* w16, float* x16) {
+inline void tail16(const uint8_t* row, const float* x, uint32_t c, uint32_t n, float* w16,
+                   float* x16) {
   for (uint32_t l = 0; l < kChunk; ++l) {
     w16[l] = c + l < n ? weight<Ty>(row, c + l) : 0.0f;
     x16[l] = c + l < n ? x[c + l] : 0.0f;
@@ -126,7 +127,8 @@ inline void tail16(const uint8_t* row, const float* x, uint32_t c, uint32_t n, f
 
 template <GgmlType Ty>
 KVZIP_HALF_AVX2 inline __m256 load8(const uint8_t* row, uint32_t i) {
-  if constexpr (Ty == GgmlType::F32) return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + i);
+  if constexpr (Ty == GgmlType::F32)
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + i);
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * size_t(i)));
   if constexpr (Ty == GgmlType::F16) return _mm256_cvtph_ps(h);
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
@@ -179,7 +181,8 @@ KVZIP_HALF_AVX2 void rows_avx2(const MatmulArgs& a, uint32_t r0, uint32_t r1) {
 
 template <GgmlType Ty>
 KVZIP_HALF_AVX512 inline __m512 load16(const uint8_t* row, uint32_t i) {
-  if constexpr (Ty == GgmlType::F32) return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + i);
+  if constexpr (Ty == GgmlType::F32)
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + i);
   const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * size_t(i)));
   if constexpr (Ty == GgmlType::F16) return _mm512_cvtph_ps(h);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
@@ -241,7 +244,8 @@ HalfRowsFn half_rows_portable(GgmlType t) {
 
 HalfRowsFn half_rows_avx2(GgmlType t) {
 #if KVZIP_HALF_X86
-  if (cpu_has_avx2()) return pick_type(t, [](auto T) -> HalfRowsFn { return rows_avx2<decltype(T)::value>; });
+  if (cpu_has_avx2())
+    return pick_type(t, [](auto T) -> HalfRowsFn { return rows_avx2<decltype(T)::value>; });
 #endif
   (void)t;
   return nullptr;
@@ -249,7 +253,8 @@ HalfRowsFn half_rows_avx2(GgmlType t) {
 
 HalfRowsFn half_rows_avx512(GgmlType t) {
 #if KVZIP_HALF_X86
-  if (cpu_has_avx512()) return pick_type(t, [](auto T) -> HalfRowsFn { return rows_avx512<decltype(T)::value>; });
+  if (cpu_has_avx512())
+    return pick_type(t, [](auto T) -> HalfRowsFn { return rows_avx512<decltype(T)::value>; });
 #endif
   (void)t;
   return nullptr;

@@ -94,10 +94,8 @@ void kv_quantize_rows(const float* x, const KvQuantRowsOut& o) {
       const KvGroupParams p = kv_group_params(pr, g, l.byte_params, l.bits);
       for (uint32_t i = 0; i < Gs; ++i) {
         const uint32_t j = g * Gs + i, code = static_cast<uint32_t>(kv_code(y[i], p, levels));
-        if (l.bits == 8)
-          cr[j] = static_cast<uint8_t>(code);
-        else
-          cr[j >> 1] |= static_cast<uint8_t>(code << ((j & 1) * 4));
+        if (l.bits == 8) cr[j] = static_cast<uint8_t>(code);
+        else cr[j >> 1] |= static_cast<uint8_t>(code << ((j & 1) * 4));
       }
     }
   }
@@ -114,7 +112,8 @@ void kv_dequantize_rows(const KvQuantRows& in, float* x) {
       const KvGroupParams p = kv_group_params(pr, g, l.byte_params, l.bits);
       for (uint32_t i = 0; i < Gs; ++i) {
         const uint32_t j = g * Gs + i;
-        x[r * D + j] = in.channel_scale[j] * std::fma(p.s, static_cast<float>(code_at(cr, l.bits, j)), p.m);
+        x[r * D + j] =
+            in.channel_scale[j] * std::fma(p.s, static_cast<float>(code_at(cr, l.bits, j)), p.m);
       }
     }
     if (l.rotated) hadamard_rotate(x + r * D, D);
@@ -140,11 +139,15 @@ struct CodeOrder {
   uint32_t place(uint32_t j) const { return split ? (j & 1) * (D / 2) + j / 2 : j; }
   // Ranges [begin, begin + len) of group g in code order: one, or one in each half.
   uint32_t ranges() const { return split ? 2 : 1; }
-  uint32_t begin(uint32_t g, uint32_t half) const { return split ? half * (D / 2) + g * (Gs / 2) : g * Gs; }
+  uint32_t begin(uint32_t g, uint32_t half) const {
+    return split ? half * (D / 2) + g * (Gs / 2) : g * Gs;
+  }
   uint32_t len() const { return split ? Gs / 2 : Gs; }
 };
 
-CodeOrder code_order(const KvQuantLayout& l) { return {l.bits == 4 && l.group % 2 == 0, l.D, l.group}; }
+CodeOrder code_order(const KvQuantLayout& l) {
+  return {l.bits == 4 && l.group % 2 == 0, l.D, l.group};
+}
 
 // kLanes bytes at p (their low nibbles, their high nibbles, or as they are) as floats. GCC turns
 // __builtin_convertvector from bytes into one insert per lane, so x86 uses the widening moves.
@@ -170,7 +173,9 @@ inline VecF bytes_to_floats(const uint8_t* p) {
 #else
   VecF v;
   for (int i = 0; i < kLanes; ++i)
-    v[i] = static_cast<float>(N == Nibble::Low ? p[i] & 0x0f : N == Nibble::High ? p[i] >> 4 : p[i]);
+    v[i] = static_cast<float>(N == Nibble::Low    ? p[i] & 0x0f
+                              : N == Nibble::High ? p[i] >> 4
+                                                  : p[i]);
   return v;
 #endif
 }
@@ -180,7 +185,8 @@ void widen_codes(const uint8_t* row, const KvQuantLayout& l, const CodeOrder& o,
   const uint32_t D = l.D;
   if (l.bits == 8) {
     uint32_t j = 0;
-    for (; j + kLanes <= D; j += kLanes) simd::store(out + j, bytes_to_floats<Nibble::None>(row + j));
+    for (; j + kLanes <= D; j += kLanes)
+      simd::store(out + j, bytes_to_floats<Nibble::None>(row + j));
     for (; j < D; ++j) out[j] = static_cast<float>(row[j]);
     return;
   }
@@ -242,7 +248,8 @@ inline void row_params(const KvQuantLayout& l, const uint16_t* p, float* sm) {
 inline void axpb(float* acc, const float* c, float x, float y, uint32_t n) {
   const VecF xv = simd::splat(x), yv = simd::splat(y);
   uint32_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) simd::store(acc + i, simd::load(acc + i) + (xv * simd::load(c + i) + yv));
+  for (; i + kLanes <= n; i += kLanes)
+    simd::store(acc + i, simd::load(acc + i) + (xv * simd::load(c + i) + yv));
   for (; i < n; ++i) acc[i] += x * c[i] + y;
 }
 
@@ -274,7 +281,8 @@ void scores_one_group(const float* qc, const float* qsum, uint32_t n_q, const Kv
 
 }  // namespace
 
-void kv_quant_scores(const float* q, uint32_t n_q, const KvQuantRows& k, float scale, float* scores) {
+void kv_quant_scores(const float* q, uint32_t n_q, const KvQuantRows& k, float scale,
+                     float* scores) {
   const KvQuantLayout& l = k.layout;
   check_layout(l);
   const uint32_t D = l.D, G = l.groups();

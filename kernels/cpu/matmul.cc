@@ -122,7 +122,8 @@ void tile_small_t(ThreadPool* pool, const MatmulArgs& a) {
     }
   };
   if (pool) pool->run(n_tasks, task);
-  else for (size_t k = 0; k < n_tasks; ++k) task(k);
+  else
+    for (size_t k = 0; k < n_tasks; ++k) task(k);
 }
 
 // F16/BF16/F32 jobs up to kTileMaxT tokens (kernels/detail/half_rows.h): the widest kernel this
@@ -156,7 +157,8 @@ void gemv_blocks(ThreadPool* pool, std::span<const MatmulArgs* const> jobs, uint
     one.T = 1;
     one.bias = nullptr;  // the caller adds it
     const MatmulArgs a = stored.take(one);
-    q.push_back(QGemvArgs{*qgemv_format(a.w.type), a.w.data, a.x, nullptr, a.y, a.w.cols, a.w.rows});
+    q.push_back(
+        QGemvArgs{*qgemv_format(a.w.type), a.w.data, a.x, nullptr, a.y, a.w.cols, a.w.rows});
   }
   cpu::qgemv(pool, q, qisa_best());
   stored.finish();
@@ -206,42 +208,50 @@ const char* matmul_path_name(MatmulPath p) { return p == MatmulPath::Exact ? "ex
 std::string matmul_kernels(MatmulPath p) {
   const QIsa best = qisa_best();
   const std::string isa = qisa_name(best);
-  const std::string tail = "; fp32 dequantized slabs + OpenBLAS sgemm beyond T=" + std::to_string(kTileMaxT);
+  const std::string tail =
+      "; fp32 dequantized slabs + OpenBLAS sgemm beyond T=" + std::to_string(kTileMaxT);
   if (p == MatmulPath::Fast) {
     const bool vnni = best == QIsa::Avx512Vnni || best == QIsa::Amx;
     const std::string tiles = best == QIsa::Scalar ? "scalar" : vnni ? "avx512-vnni" : "avx2";
     std::string s = "fast: int8 activations x Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K blocks (";
     const auto n = [](uint32_t v) { return std::to_string(v); };
     // Which kernel takes a call of T tokens on a VNNI CPU (qdot.cc: qdot_gemm_for, qdot_amx_for).
-    const uint32_t d16_max = best == QIsa::Amx ? std::min(kQdotDecode16GemmMinT, kQdotAmxMinT) : kQdotDecode16GemmMinT;
-    const std::string d16 = "avx512-vnni 16-row decode kernels below T=" + n(d16_max) + " (Q6_K: T=" +
-                            n(kQdotDecode16GemmMinTQ6K) + ", Q8_0: T=" + n(kQdotDecode16GemmMinTQ8_0) +
+    const uint32_t d16_max =
+        best == QIsa::Amx ? std::min(kQdotDecode16GemmMinT, kQdotAmxMinT) : kQdotDecode16GemmMinT;
+    const std::string d16 = "avx512-vnni 16-row decode kernels below T=" + n(d16_max) +
+                            " (Q6_K: T=" + n(kQdotDecode16GemmMinTQ6K) +
+                            ", Q8_0: T=" + n(kQdotDecode16GemmMinTQ8_0) +
                             "; at T=1 they or the 8-row ones, whichever is timed faster), ";
     if (best == QIsa::Amx && cpu::detail::bf16_gemm_amx_available())
       s += d16 + "avx512-vnni GEMM below T=" + n(kQdotAmxMinT) + " (Q6_K: up to T=" + n(kQdotMaxT) +
            "), amx-int8 tile GEMM up to T=" + n(kQdotMaxT) +
-           ": the same bits at any T up to there); beyond, every block type as bf16 x bf16 (amx-bf16 tile GEMM)";
+           ": the same bits at any T up to there); beyond, every block type as bf16 x bf16 "
+           "(amx-bf16 tile GEMM)";
     else if (best == QIsa::Amx)
       s += d16 + "avx512-vnni GEMM below T=" + n(kQdotAmxMinT) + " (Q6_K: T=" + n(kQdotAmxMinTQ6K) +
            "), amx-int8 tile GEMM from there: the same bits at any T)";
     else if (qdot_has_gemm(best))
-      s += (vnni ? d16 : "avx2 decode kernels at T=1, avx2 tiles below T=" + n(kQdotAvx2GemmMinT) + " (Q8_0: T=" +
-                             n(kQdotAvx2GemmMinTQ8_0) + "), ") +
+      s += (vnni ? d16
+                 : "avx2 decode kernels at T=1, avx2 tiles below T=" + n(kQdotAvx2GemmMinT) +
+                       " (Q8_0: T=" + n(kQdotAvx2GemmMinTQ8_0) + "), ") +
            tiles + " GEMM from there: the same bits at any T)";
-    else
-      s += tiles + " tiles up to T=" + std::to_string(kQdotMaxT) + ")";
+    else s += tiles + " tiles up to T=" + std::to_string(kQdotMaxT) + ")";
     // Attention is not a weight product, but the Fast path picks its products too.
-    s += cpu::bf16_attention_available() ? "; attention q·k and p·v on bf16 operands (avx512-bf16) for prompts, fp32 for decode"
-                                         : "; attention in fp32";
+    s += cpu::bf16_attention_available()
+             ? "; attention q·k and p·v on bf16 operands (avx512-bf16) for prompts, fp32 for decode"
+             : "; attention in fp32";
     if (cpu::detail::bf16_gemm_available()) {
       return s + "; F16/BF16/F32 rows widened in registers up to T=" + std::to_string(kTileMaxT) +
-             (cpu::detail::bf16_gemm_amx_available() ? ", amx-bf16 tile GEMM beyond (widths of 32k; else avx512-bf16)" : ", avx512-bf16 GEMM beyond") +
+             (cpu::detail::bf16_gemm_amx_available()
+                  ? ", amx-bf16 tile GEMM beyond (widths of 32k; else avx512-bf16)"
+                  : ", avx512-bf16 GEMM beyond") +
              "; F32 OpenBLAS sgemm beyond";
     }
     return s + ", F16/BF16/F32 rows widened in registers, other types fp32 tiles" + tail;
   }
-  return "exact: fp32 Q4_0/Q4_1/Q8_0 register-decoding GEMV (" + isa + ") up to T=" +
-         std::to_string(kGemvMaxT) + ", F16/BF16/F32 rows widened in registers and fp32 dequantized tiles up to T=" +
+  return "exact: fp32 Q4_0/Q4_1/Q8_0 register-decoding GEMV (" + isa +
+         ") up to T=" + std::to_string(kGemvMaxT) +
+         ", F16/BF16/F32 rows widened in registers and fp32 dequantized tiles up to T=" +
          std::to_string(kTileMaxT) + tail;
 }
 
@@ -250,8 +260,9 @@ namespace cpu {
 void matmul(ThreadPool* pool, std::span<const MatmulArgs> jobs, MatmulPath path) {
   for (size_t i = 0; i < jobs.size(); ++i) check_job(jobs[i], i);
   static const bool gemm8 = qdot_has_gemm(qisa_best());  // 8-bit prefill GEMM on this CPU
-  std::vector<MatmulArgs> q8;          // Fast-path jobs for the 8-bit kernels, one batch
-  std::vector<const MatmulArgs*> f32;  // Exact-path decode jobs for the fp32 qgemv, batched per token
+  std::vector<MatmulArgs> q8;  // Fast-path jobs for the 8-bit kernels, one batch
+  std::vector<const MatmulArgs*>
+      f32;  // Exact-path decode jobs for the fp32 qgemv, batched per token
   for (const MatmulArgs& a : jobs) {
     if (a.T == 0 || a.w.rows == 0) continue;
     // Beyond kTileMaxT: F16/BF16 on AVX-512 BF16, and on an AMX-BF16 CPU the block types too (bf16

@@ -70,7 +70,8 @@ void rows_scalar(const QDotRowsArgs& a) {
 }  // namespace
 
 QDotFn qdot_rows_scalar(GgmlType t) {
-  return pick_block_type<QDotFn>(t, [](auto T) -> QDotFn { return rows_scalar<decltype(T)::value>; });
+  return pick_block_type<QDotFn>(t,
+                                 [](auto T) -> QDotFn { return rows_scalar<decltype(T)::value>; });
 }
 
 void pack_acts_portable(const Q8Act* x, uint32_t T, uint32_t in, QActPack& out, PackOpts o) {
@@ -202,8 +203,9 @@ detail::QGemmFn qdot_gemm_for(QIsa isa, GgmlType t, uint32_t T) {
     case QIsa::Scalar: return nullptr;
     case QIsa::Avx2:
     case QIsa::Avx512:
-      return T >= (t == GgmlType::Q8_0 ? kQdotAvx2GemmMinTQ8_0 : kQdotAvx2GemmMinT) ? detail::qdot_gemm_avx2(t)
-                                                                                  : nullptr;
+      return T >= (t == GgmlType::Q8_0 ? kQdotAvx2GemmMinTQ8_0 : kQdotAvx2GemmMinT)
+                 ? detail::qdot_gemm_avx2(t)
+                 : nullptr;
     case QIsa::Avx512Vnni:
     case QIsa::Amx: {
       const uint32_t from = !detail::qdot_decode16_vnni(t) ? kQdotGemmMinT
@@ -262,7 +264,7 @@ void qdot(ThreadPool* pool, std::span<const MatmulArgs> jobs, QIsa isa) {
   // (the VNNI one's holds q + 128, the AVX2 and AMX ones' q; Q, K and V of one x can take both
   // the VNNI and the AMX GEMM, as Q6_K moves to AMX later than the other types).
   std::vector<detail::QGemmFn> gemm(jobs.size());
-  std::vector<bool> signed_x(jobs.size(), false);  // the job reads the signed pack
+  std::vector<bool> signed_x(jobs.size(), false);             // the job reads the signed pack
   std::vector<detail::QActPack> packs(2 * act_start.size());  // [2 · x + signed]
   std::vector<bool> done(act_start.size(), false), packed(2 * act_start.size(), false);
   for (size_t j = 0; j < jobs.size(); ++j) {
@@ -284,7 +286,7 @@ void qdot(ThreadPool* pool, std::span<const MatmulArgs> jobs, QIsa isa) {
   // One-token jobs of the types with sixteen-row decode kernels, on a VNNI CPU: those kernels or
   // the eight-row ones, whichever streams faster here (kernels/detail/decode_pick.h).
   thread_local detail::DecodePick decode_pick;
-  int kernel = -1;  // 0: sixteen rows, 1: eight rows, -1: no such job
+  int kernel = -1;    // 0: sixteen rows, 1: eight rows, -1: no such job
   uint64_t kind = 0;  // the call's bytes of weights
   if (isa == QIsa::Avx512Vnni || isa == QIsa::Amx) {
     for (const MatmulArgs& a : jobs) kind += uint64_t(a.w.rows) * a.w.row_bytes;
@@ -325,7 +327,9 @@ void qdot(ThreadPool* pool, std::span<const MatmulArgs> jobs, QIsa isa) {
         for (uint32_t r = r0; r < r1; ++r) a.y[size_t(t) * a.w.rows + r] += a.bias[r];
   });
   if (kernel >= 0 && detail::decode_rows() == 0)
-    decode_pick.record(kind, kernel, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    decode_pick.record(
+        kind, kernel,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   stored.finish();
 }
 

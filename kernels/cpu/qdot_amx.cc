@@ -106,7 +106,8 @@ struct Pass {
 // per (row, 16 tokens) the chain of kernels/qdot.h, as the VNNI GEMM forms it. acc stays in
 // registers for the whole pass (the caller's loop is one function once this is inlined).
 template <GgmlType Ty>
-KVZIP_AMX inline void fp32_step(const Pass& s, uint32_t j, const int32_t (*ib)[kBlk], __m512 (&acc)[kBlk]) {
+KVZIP_AMX inline void fp32_step(const Pass& s, uint32_t j, const int32_t (*ib)[kBlk],
+                                __m512 (&acc)[kBlk]) {
   constexpr int kSubs = 32 / kSubElems<Ty>;
   const uint32_t g = j / kSubs;
   const size_t at = (size_t(s.v0) * s.ng + g) * 16;
@@ -119,7 +120,8 @@ KVZIP_AMX inline void fp32_step(const Pass& s, uint32_t j, const int32_t (*ib)[k
     const __m512 i = _mm512_cvtepi32_ps(_mm512_load_si512(ib[m]));
     const __m512 dw = _mm512_mul_ps(d, _mm512_set1_ps(ws[m]));
     if constexpr (QFmt<Ty>::kMin) {  // acc += fma(I, d·ws, s·mw)
-      acc[m] = _mm512_add_ps(acc[m], _mm512_fmadd_ps(i, dw, _mm512_mul_ps(xs, _mm512_set1_ps(mw[m]))));
+      acc[m] =
+          _mm512_add_ps(acc[m], _mm512_fmadd_ps(i, dw, _mm512_mul_ps(xs, _mm512_set1_ps(mw[m]))));
     } else {
       acc[m] = _mm512_fmadd_ps(i, dw, acc[m]);
     }
@@ -129,15 +131,15 @@ KVZIP_AMX inline void fp32_step(const Pass& s, uint32_t j, const int32_t (*ib)[k
 // Step j's tile work into C tile C from A tile TA and B tile TB: 16 rows x 16 tokens. GCC's
 // tile intrinsics paste the tile number into the instruction text, so the numbers are literals
 // and the two tile sets are two functions.
-#define KVZIP_AMX_TILE_STEP(name, TA, TB, C)                                                   \
-  template <int kSub>                                                                          \
-  KVZIP_AMX inline void name(const Pass& s, uint32_t j, int32_t(*ib)[kBlk]) {                  \
+#define KVZIP_AMX_TILE_STEP(name, TA, TB, C)                                                      \
+  template <int kSub>                                                                             \
+  KVZIP_AMX inline void name(const Pass& s, uint32_t j, int32_t(*ib)[kBlk]) {                     \
     const uint8_t* b = s.x->u.data() + (size_t(s.v0) * (s.in / 4) + size_t(j) * (kSub / 4)) * 64; \
-    _tile_zero(C);                                                                             \
-    _tile_loadd(TA, s.p->w.data() + size_t(s.i0) * s.p->stride + size_t(j) * kSub, s.p->stride); \
-    _tile_loadd(TB, b, 64);                                                                    \
-    _tile_dpbssd(C, TA, TB);                                                                   \
-    _tile_stored(C, ib, 64);                                                                   \
+    _tile_zero(C);                                                                                \
+    _tile_loadd(TA, s.p->w.data() + size_t(s.i0) * s.p->stride + size_t(j) * kSub, s.p->stride);  \
+    _tile_loadd(TB, b, 64);                                                                       \
+    _tile_dpbssd(C, TA, TB);                                                                      \
+    _tile_stored(C, ib, 64);                                                                      \
   }
 KVZIP_AMX_TILE_STEP(tile_step_even, 0, 2, 4)
 KVZIP_AMX_TILE_STEP(tile_step_odd, 1, 3, 6)
@@ -152,8 +154,9 @@ KVZIP_AMX void gemm_amx(const QDotRowsArgs& a, const QActPack& x) {
   thread_local Panel panel;
   thread_local StepScales sc;
   alignas(64) int32_t ib[2][kBlk][kBlk];  // [step parity][row][token]
-  const __m512i col = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                         _mm512_set1_epi32(kBlk));
+  const __m512i col =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(kBlk));
   for (uint32_t p0 = a.r0; p0 < a.r1; p0 += 2 * kBlk) {
     const uint32_t np = std::min(2 * kBlk, a.r1 - p0);
     decode_panel<Ty>(w, p0, np, panel);
@@ -161,9 +164,11 @@ KVZIP_AMX void gemm_amx(const QDotRowsArgs& a, const QActPack& x) {
     sc.ws.assign(size_t(nsub) * 2 * kBlk, 0.0f);
     sc.mw.assign(QFmt<Ty>::kMin ? size_t(ng) * 2 * kBlk : 0, 0.0f);
     for (uint32_t r = 0; r < np; ++r) {
-      for (uint32_t j = 0; j < nsub; ++j) sc.ws[size_t(j) * 2 * kBlk + r] = panel.ws[size_t(r) * nsub + j];
+      for (uint32_t j = 0; j < nsub; ++j)
+        sc.ws[size_t(j) * 2 * kBlk + r] = panel.ws[size_t(r) * nsub + j];
       if constexpr (QFmt<Ty>::kMin)
-        for (uint32_t g = 0; g < ng; ++g) sc.mw[size_t(g) * 2 * kBlk + r] = panel.mw[size_t(r) * ng + g];
+        for (uint32_t g = 0; g < ng; ++g)
+          sc.mw[size_t(g) * 2 * kBlk + r] = panel.mw[size_t(r) * ng + g];
     }
     // Both halves of the panel take a vector's tokens in turn: its in bytes of pack are read
     // from memory once, then from L1/L2.
@@ -191,7 +196,8 @@ KVZIP_AMX void gemm_amx(const QDotRowsArgs& a, const QActPack& x) {
         for (uint32_t l = 0; l < kBlk; ++l) {
           const uint32_t t = v * kBlk + l;
           if (t >= a.T) break;
-          _mm512_mask_storeu_ps(a.y + size_t(t) * w.rows + p0 + i0, rows, _mm512_i32gather_ps(col, &out[0][l], 4));
+          _mm512_mask_storeu_ps(a.y + size_t(t) * w.rows + p0 + i0, rows,
+                                _mm512_i32gather_ps(col, &out[0][l], 4));
         }
       }
     }
@@ -202,7 +208,8 @@ KVZIP_AMX void gemm_amx(const QDotRowsArgs& a, const QActPack& x) {
 }  // namespace
 
 QGemmFn qdot_gemm_amx(GgmlType t) {
-  return pick_block_type<QGemmFn>(t, [](auto T) -> QGemmFn { return gemm_amx<decltype(T)::value>; });
+  return pick_block_type<QGemmFn>(t,
+                                  [](auto T) -> QGemmFn { return gemm_amx<decltype(T)::value>; });
 }
 
 #else  // no AMX variant in this build

@@ -43,9 +43,9 @@ bool cpu_has_avx512_vnni() {
 namespace {
 
 using quant::GgmlType;
+using x86::decode_panel;
 using x86::group_ints;
 using x86::half_f16c;
-using x86::decode_panel;
 using x86::kSubElems;
 using x86::Panel;
 
@@ -98,8 +98,7 @@ KVZIP_VNNI void micro(const Panel& p, uint32_t in, const QActPack& x, uint32_t v
 #pragma GCC unroll 8
       for (int st = 0; st < kSteps; ++st) {
         __m512i a[C];
-        for (int c = 0; c < C; ++c)
-          a[c] = _mm512_loadu_si512(xu[c] + size_t(k4 + st) * 64);
+        for (int c = 0; c < C; ++c) a[c] = _mm512_loadu_si512(xu[c] + size_t(k4 + st) * 64);
         for (int r = 0; r < R; ++r) {
           const __m512i wb = _mm512_set1_epi32(load_i32(wr[r] + size_t(k4 + st) * 4));
           for (int c = 0; c < C; ++c) is[r][c] = _mm512_dpbusd_epi32(is[r][c], a[c], wb);
@@ -108,7 +107,8 @@ KVZIP_VNNI void micro(const Panel& p, uint32_t in, const QActPack& x, uint32_t v
       for (int c = 0; c < C; ++c) {
         const __m512 d = _mm512_loadu_ps(xd[c] + size_t(g) * 16);
         for (int r = 0; r < R; ++r) {
-          const __m512 i = _mm512_cvtepi32_ps(is[r][c]), dw = _mm512_mul_ps(d, _mm512_set1_ps(sr[r][j]));
+          const __m512 i = _mm512_cvtepi32_ps(is[r][c]),
+                       dw = _mm512_mul_ps(d, _mm512_set1_ps(sr[r][j]));
           if constexpr (QFmt<Ty>::kMin) {  // acc += fma(I, d·ws, s·mw): the chain of kernels/qdot.h
             const __m512 sm = _mm512_mul_ps(_mm512_loadu_ps(xs[c] + size_t(g) * 16),
                                             _mm512_set1_ps(p.mw[size_t(i0 + r) * ng + g]));
@@ -132,14 +132,15 @@ KVZIP_VNNI void gemm_vnni(const QDotRowsArgs& a, const QActPack& x) {
   for (uint32_t p0 = a.r0; p0 < a.r1; p0 += kPanelRows) {
     const uint32_t np = std::min(kPanelRows, a.r1 - p0);
     decode_panel<Ty>(w, p0, np, panel);
-    const TileSpan span{np, x.nv, a.T, w.cols / 32, even_chunk(w.cols / 32, kChunkGroups), kTileVecs,
-                        a.y, w.rows, p0};
-    run_tiles(span, buf, [&](uint32_t v0, uint32_t C, uint32_t i0, uint32_t R, uint32_t g0,
-                             uint32_t g1, float* acc) {
-      with_rc<kTileVecs>(R, C, [&]<int Rv, int Cv>() {
-        micro<Ty, Rv, Cv>(panel, w.cols, x, v0, i0, g0, g1, acc);
-      });
-    });
+    const TileSpan span{np,        x.nv, a.T,    w.cols / 32, even_chunk(w.cols / 32, kChunkGroups),
+                        kTileVecs, a.y,  w.rows, p0};
+    run_tiles(span, buf,
+              [&](uint32_t v0, uint32_t C, uint32_t i0, uint32_t R, uint32_t g0, uint32_t g1,
+                  float* acc) {
+                with_rc<kTileVecs>(R, C, [&]<int Rv, int Cv>() {
+                  micro<Ty, Rv, Cv>(panel, w.cols, x, v0, i0, g0, g1, acc);
+                });
+              });
   }
 }
 
@@ -176,13 +177,14 @@ KVZIP_VNNI void pack_acts_vnni(const Q8Act* x, uint32_t T, uint32_t in, QActPack
     for (uint32_t g = 0; g < ng; ++g) {
       const __m512i blk = _mm512_add_epi32(tok, _mm512_set1_epi32(int(g * 10)));
       const __m512i d = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, blk, base, 4);
-      const __m512i sm = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live,
-                                                     _mm512_add_epi32(blk, _mm512_set1_epi32(1)), base, 4);
+      const __m512i sm = _mm512_mask_i32gather_epi32(
+          _mm512_setzero_si512(), live, _mm512_add_epi32(blk, _mm512_set1_epi32(1)), base, 4);
       _mm512_storeu_si512(out.d.data() + (size_t(v) * ng + g) * 16, d);
       _mm512_storeu_si512(out.s.data() + (size_t(v) * ng + g) * 16, sm);
       for (int st = 0; st < 8; ++st) {
-        const __m512i q = _mm512_mask_i32gather_epi32(
-            _mm512_setzero_si512(), live, _mm512_add_epi32(blk, _mm512_set1_epi32(2 + st)), base, 4);
+        const __m512i q =
+            _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live,
+                                        _mm512_add_epi32(blk, _mm512_set1_epi32(2 + st)), base, 4);
         _mm512_storeu_si512(u + (size_t(g) * 8 + st) * 64, _mm512_xor_si512(q, flip));  // q (+ 128)
       }
     }
@@ -191,8 +193,10 @@ KVZIP_VNNI void pack_acts_vnni(const Q8Act* x, uint32_t T, uint32_t in, QActPack
 
 // nearbyint(v·id) clamped to ±127 (lambdas do not inherit the target attribute, so a function).
 KVZIP_VNNI inline __m512i round_clamp_127(__m512 v, __m512 id) {
-  const __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(v, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  return _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f)));
+  const __m512 r =
+      _mm512_roundscale_ps(_mm512_mul_ps(v, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  return _mm512_cvtps_epi32(
+      _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f)));
 }
 
 KVZIP_VNNI void quantize_acts_vnni(const float* x, size_t nblocks, Q8Act* out) {
@@ -236,11 +240,13 @@ QDotFn qdot_rows_vnni(GgmlType t) {
 }
 
 QDotFn qdot_rows_vnni8(GgmlType t) {
-  return pick_block_type<QDotFn>(t, [](auto T) -> QDotFn { return vnni_tiles::rows_tiles<decltype(T)::value>; });
+  return pick_block_type<QDotFn>(
+      t, [](auto T) -> QDotFn { return vnni_tiles::rows_tiles<decltype(T)::value>; });
 }
 
 QGemmFn qdot_gemm_vnni(GgmlType t) {
-  return pick_block_type<QGemmFn>(t, [](auto T) -> QGemmFn { return gemm_vnni<decltype(T)::value>; });
+  return pick_block_type<QGemmFn>(t,
+                                  [](auto T) -> QGemmFn { return gemm_vnni<decltype(T)::value>; });
 }
 
 #else  // no x86 variant in this build

@@ -68,10 +68,12 @@ struct Strided {
   size_t s4, s12;
   const char* next;
   __m512i off;
-  KVZIP_VNNI Strided(const uint8_t* p, size_t stride, const char* nx) : s4(4 * stride), s12(12 * stride), next(nx) {
+  KVZIP_VNNI Strided(const uint8_t* p, size_t stride, const char* nx)
+      : s4(4 * stride), s12(12 * stride), next(nx) {
     for (int i = 0; i < 4; ++i) q[i] = p + size_t(i) * stride;
-    off = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                             _mm512_set1_epi32(int(stride)));
+    off =
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                           _mm512_set1_epi32(int(stride)));
   }
   const uint8_t* row0() const { return q[0]; }
   const uint8_t* lane(int i, int L) const { return L == 3 ? q[i] + s12 : q[i] + size_t(L) * s4; }
@@ -86,7 +88,9 @@ struct Strided {
 // 16 bytes at `off` of rows i, i+4, i+8, i+12 as the four 128-bit lanes of one vector.
 template <class Rows>
 KVZIP_VNNI inline __m512i lanes4(const Rows& rows, int i, int off) {
-  auto ld = [&](int L) KVZIP_VNNI { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows.lane(i, L) + off)); };
+  auto ld = [&](int L) KVZIP_VNNI {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows.lane(i, L) + off));
+  };
   __m512i v = _mm512_castsi128_si512(ld(0));
   v = _mm512_inserti32x4(v, ld(1), 1);
   v = _mm512_inserti32x4(v, ld(2), 2);
@@ -98,11 +102,13 @@ KVZIP_VNNI inline __m512i lanes4(const Rows& rows, int i, int off) {
 // takes six inserts and eight loads).
 template <class Rows>
 KVZIP_VNNI_INLINE void lanes4x2(const Rows& rows, int i, int off, __m512i& lo, __m512i& hi) {
-  auto ld = [&](int L) KVZIP_VNNI { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows.lane(i, L) + off)); };
+  auto ld = [&](int L) KVZIP_VNNI {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows.lane(i, L) + off));
+  };
   const __m512i ab = _mm512_inserti64x4(_mm512_castsi256_si512(ld(0)), ld(1), 1);  // a0 a1 b0 b1
   const __m512i cd = _mm512_inserti64x4(_mm512_castsi256_si512(ld(2)), ld(3), 1);  // c0 c1 d0 d1
-  lo = _mm512_shuffle_i64x2(ab, cd, _MM_SHUFFLE(2, 0, 2, 0));  // a0 b0 c0 d0
-  hi = _mm512_shuffle_i64x2(ab, cd, _MM_SHUFFLE(3, 1, 3, 1));  // a1 b1 c1 d1
+  lo = _mm512_shuffle_i64x2(ab, cd, _MM_SHUFFLE(2, 0, 2, 0));                      // a0 b0 c0 d0
+  hi = _mm512_shuffle_i64x2(ab, cd, _MM_SHUFFLE(3, 1, 3, 1));                      // a1 b1 c1 d1
 }
 
 // The dword at byte `off` of each of the sixteen rows' current blocks (lane k: row k).
@@ -115,8 +121,10 @@ KVZIP_VNNI inline __m512i fields16(const Rows& rows, int off) {
 // rows' 16 bytes by lanes4, then a 4x4 dword transpose in each 128-bit lane (lane L of lanes4 i
 // holds row i + 4L, so dword 4L + i of the result is row 4L + i). Four gathers cost more.
 template <class Rows>
-KVZIP_VNNI inline void header_fields16(const Rows& rows, int off, __m512i& f0, __m512i& f1, __m512i& f2, __m512i& f3) {
-  const __m512i h0 = lanes4(rows, 0, off), h1 = lanes4(rows, 1, off), h2 = lanes4(rows, 2, off), h3 = lanes4(rows, 3, off);
+KVZIP_VNNI inline void header_fields16(const Rows& rows, int off, __m512i& f0, __m512i& f1,
+                                       __m512i& f2, __m512i& f3) {
+  const __m512i h0 = lanes4(rows, 0, off), h1 = lanes4(rows, 1, off), h2 = lanes4(rows, 2, off),
+                h3 = lanes4(rows, 3, off);
   const __m512i t0 = _mm512_unpacklo_epi32(h0, h1), t1 = _mm512_unpackhi_epi32(h0, h1);
   const __m512i t2 = _mm512_unpacklo_epi32(h2, h3), t3 = _mm512_unpackhi_epi32(h2, h3);
   f0 = _mm512_unpacklo_epi64(t0, t2);
@@ -132,7 +140,8 @@ KVZIP_VNNI_INLINE __m512 halves16(const Rows& rows, int off) {
   uint64_t w[4] = {};
   for (int L = 0; L < 4; ++L)
     for (int i = 0; i < 4; ++i) w[L] |= uint64_t(load_u16(rows.lane(i, L) + off)) << (16 * i);
-  return _mm512_cvtph_ps(_mm256_setr_epi64x(int64_t(w[0]), int64_t(w[1]), int64_t(w[2]), int64_t(w[3])));
+  return _mm512_cvtph_ps(
+      _mm256_setr_epi64x(int64_t(w[0]), int64_t(w[1]), int64_t(w[2]), int64_t(w[3])));
 }
 
 // The fp16 values in the low (kHigh: high) 16 bits of each lane, as fp32.
@@ -144,8 +153,10 @@ KVZIP_VNNI_INLINE __m512 halves_ps(__m512i v) {
 // Row sums from four vectors laid out as lanes4's (vector i, lane L: row i + 4L's four partial
 // sums): lane r of the result is row r's exact total. Integer adds: any order gives the same.
 KVZIP_VNNI inline __m512i row_sums16(const __m512i (&v)[4]) {
-  const __m512i a = _mm512_add_epi32(_mm512_unpacklo_epi32(v[0], v[1]), _mm512_unpackhi_epi32(v[0], v[1]));
-  const __m512i c = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2], v[3]), _mm512_unpackhi_epi32(v[2], v[3]));
+  const __m512i a =
+      _mm512_add_epi32(_mm512_unpacklo_epi32(v[0], v[1]), _mm512_unpackhi_epi32(v[0], v[1]));
+  const __m512i c =
+      _mm512_add_epi32(_mm512_unpacklo_epi32(v[2], v[3]), _mm512_unpackhi_epi32(v[2], v[3]));
   // a, lane L: (row L's partials 0+2, row L+4's 0+2, row L's 1+3, row L+4's 1+3); c for rows +8, +12.
   return _mm512_add_epi32(_mm512_unpacklo_epi64(a, c), _mm512_unpackhi_epi64(a, c));
 }
@@ -153,7 +164,8 @@ KVZIP_VNNI inline __m512i row_sums16(const __m512i (&v)[4]) {
 // Σ q over each 16-element half of an activation block q (its 32 int8, loaded): byte sums of
 // q + 128 (vpsadbw), less 16·128. Exact; the kernels that offset their weights take it off.
 KVZIP_VNNI inline void half_sums(__m256i q, int32_t (&sx)[2]) {
-  const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(q, _mm256_set1_epi8(char(0x80))), _mm256_setzero_si256());
+  const __m256i sad =
+      _mm256_sad_epu8(_mm256_xor_si256(q, _mm256_set1_epi8(char(0x80))), _mm256_setzero_si256());
   alignas(32) int64_t s4[4];
   _mm256_store_si256(reinterpret_cast<__m256i*>(s4), sad);
   sx[0] = int32_t(s4[0] + s4[1]) - 16 * 128;
@@ -166,8 +178,9 @@ KVZIP_VNNI inline void half_sums(__m256i q, int32_t (&sx)[2]) {
 constexpr int kQhOff(GgmlType t) { return t == GgmlType::Q5_0 ? 2 : 4; }
 template <int kHalf>  // 0: elements 0-15 (qh bits 0-15), 1: elements 16-31
 KVZIP_VNNI inline __m512i add_bit4(__m512i nib, __m512i qh) {
-  const __m512i spread = _mm512_set4_epi32(0x01010101 * (2 * kHalf + 1), 0x01010101 * (2 * kHalf + 1),
-                                           0x01010101 * (2 * kHalf), 0x01010101 * (2 * kHalf));
+  const __m512i spread =
+      _mm512_set4_epi32(0x01010101 * (2 * kHalf + 1), 0x01010101 * (2 * kHalf + 1),
+                        0x01010101 * (2 * kHalf), 0x01010101 * (2 * kHalf));
   const __m512i bit = _mm512_set1_epi64(int64_t(0x8040201008040201ULL));
   const __mmask64 set = _mm512_test_epi8_mask(_mm512_shuffle_epi8(qh, spread), bit);
   return _mm512_mask_add_epi8(nib, set, nib, _mm512_set1_epi8(16));
@@ -176,7 +189,8 @@ KVZIP_VNNI inline __m512i add_bit4(__m512i nib, __m512i qh) {
 // Dword 0 of each 128-bit lane of head[0..3] (lanes4's layout: lane L of vector i is lane
 // i + 4L's row) as lane i + 4L of one vector: the rows' block headers, read with their weights.
 KVZIP_VNNI_INLINE __m512i head_dwords(const __m512i (&head)[4]) {
-  return _mm512_unpacklo_epi64(_mm512_unpacklo_epi32(head[0], head[1]), _mm512_unpacklo_epi32(head[2], head[3]));
+  return _mm512_unpacklo_epi64(_mm512_unpacklo_epi32(head[0], head[1]),
+                               _mm512_unpacklo_epi32(head[2], head[3]));
 }
 
 // QFmt::scales' min of Q4_0 / Q4_1 / Q5_0 / Q5_1 for lanes with scale ws: −8·d (Q4_0), −16·d
@@ -194,11 +208,15 @@ KVZIP_VNNI_INLINE __m512 legacy_min(const Rows& rows, __m512 ws) {
 // kernel's chain. The Q5 types' eight-row kernels compute ~22 GB/s a thread (weights in L2),
 // these about twice that.
 template <GgmlType Ty, int C, class Rows>
-KVZIP_VNNI inline void decode16(Rows rows, const Q8Act* x, size_t xs, uint32_t nblk, float* y, size_t ys) {
+KVZIP_VNNI inline void decode16(Rows rows, const Q8Act* x, size_t xs, uint32_t nblk, float* y,
+                                size_t ys) {
   constexpr bool kQ5 = Ty == GgmlType::Q5_0 || Ty == GgmlType::Q5_1;
   static_assert(Ty == GgmlType::Q4_0 || Ty == GgmlType::Q4_1 || kQ5);
   constexpr size_t kBytes = QFmt<Ty>::kBytes;
-  constexpr int kQsOff = Ty == GgmlType::Q4_0 ? 2 : Ty == GgmlType::Q4_1 ? 4 : Ty == GgmlType::Q5_0 ? 6 : 8;
+  constexpr int kQsOff = Ty == GgmlType::Q4_0   ? 2
+                         : Ty == GgmlType::Q4_1 ? 4
+                         : Ty == GgmlType::Q5_0 ? 6
+                                                : 8;
   const __m512i low4 = _mm512_set1_epi8(15);
   __m512 acc[C];  // token c: row k in lane k
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
@@ -245,15 +263,19 @@ KVZIP_VNNI inline void decode16(Rows rows, const Q8Act* x, size_t xs, uint32_t n
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
       const Q8Act& xa = x[size_t(c) * xs + b];
-      const __m512i xlo = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xa.q)));
-      const __m512i xhi = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xa.q + 16)));
+      const __m512i xlo =
+          _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xa.q)));
+      const __m512i xhi =
+          _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xa.q + 16)));
       __m512i sum[4];
 #pragma GCC unroll 4
       for (int i = 0; i < 4; ++i)
-        sum[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[i], xlo), hi[i], xhi);
+        sum[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[i], xlo), hi[i],
+                                     xhi);
       const __m512i I = row_sums16(sum);
       const __m512 dws = _mm512_mul_ps(_mm512_set1_ps(xa.d), ws);
-      acc[c] = _mm512_add_ps(acc[c], _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), dws, _mm512_mul_ps(_mm512_set1_ps(xa.s), mw)));
+      acc[c] = _mm512_add_ps(acc[c], _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), dws,
+                                                     _mm512_mul_ps(_mm512_set1_ps(xa.s), mw)));
     }
     rows.step(kBytes);
   }
@@ -266,7 +288,8 @@ KVZIP_VNNI inline void decode16(Rows rows, const Q8Act* x, size_t xs, uint32_t n
 // (acc += I·(dx·dw)). As in decode16, one pass over the weights serves a serving batch's tokens,
 // so a step of T tokens reads each weight once.
 template <int C, class Rows>
-KVZIP_VNNI inline void decode16q8(Rows rows, const Q8Act* x, size_t xs, uint32_t nblk, float* y, size_t ys) {
+KVZIP_VNNI inline void decode16q8(Rows rows, const Q8Act* x, size_t xs, uint32_t nblk, float* y,
+                                  size_t ys) {
   constexpr size_t kBytes = QFmt<GgmlType::Q8_0>::kBytes;
   const __m512i bias = _mm512_set1_epi8(char(0x80));
   __m512 acc[C];  // token c: row k in lane k
@@ -295,9 +318,11 @@ KVZIP_VNNI inline void decode16q8(Rows rows, const Q8Act* x, size_t xs, uint32_t
       __m512i sum[4];
 #pragma GCC unroll 4
       for (int i = 0; i < 4; ++i)
-        sum[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0][i], xlo), w[1][i], xhi);
+        sum[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0][i], xlo),
+                                     w[1][i], xhi);
       const __m512i I = _mm512_sub_epi32(row_sums16(sum), _mm512_set1_epi32(128 * sx));
-      acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(_mm512_set1_ps(xa.d), ws), acc[c]);
+      acc[c] =
+          _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(_mm512_set1_ps(xa.d), ws), acc[c]);
     }
     rows.step(kBytes);
   }
@@ -346,7 +371,8 @@ KVZIP_VNNI_INLINE KHeader k_header(const Rows& rows) {
   KHeader h;
   h.d = halves_ps(dd), h.dmin = halves_ps<true>(dd);
   h.sc[0] = _mm512_and_si512(u0, m6), h.mn[0] = _mm512_and_si512(u1, m6);
-  h.sc[1] = _mm512_or_si512(_mm512_and_si512(u2, m4), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), m2), 4));
+  h.sc[1] = _mm512_or_si512(_mm512_and_si512(u2, m4),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), m2), 4));
   h.mn[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m4),
                             _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), m2), 4));
   return h;
@@ -373,8 +399,10 @@ KVZIP_VNNI_INLINE void k_pair_weights(const Rows& rows, __m512i (&wa)[4][2], __m
     __m512i r0, r1;
     lanes4x2(rows, i, kQsOff + 32 * J, r0, r1);
     wa[i][0] = _mm512_and_si512(r0, low4), wa[i][1] = _mm512_and_si512(r1, low4);
-    wb[i][0] = _mm512_and_si512(_mm512_srli_epi16(r0, 4), low4), wb[i][1] = _mm512_and_si512(_mm512_srli_epi16(r1, 4), low4);
-    if constexpr (kQ5) {  // bit g of qh byte e is element e's fifth bit: to bit 4, merged (lo | (h & 16))
+    wb[i][0] = _mm512_and_si512(_mm512_srli_epi16(r0, 4), low4),
+    wb[i][1] = _mm512_and_si512(_mm512_srli_epi16(r1, 4), low4);
+    if constexpr (
+        kQ5) {  // bit g of qh byte e is element e's fifth bit: to bit 4, merged (lo | (h & 16))
       __m512i h0, h1;
       lanes4x2(rows, i, 16, h0, h1);
       wa[i][0] = _mm512_ternarylogic_epi32(wa[i][0], bit_to4<2 * J>(h0), bit4, 0xF8);
@@ -391,12 +419,14 @@ KVZIP_VNNI_INLINE __m512i group_sums16(const __m512i (&w)[4][2], __m512i q0, __m
   __m512i sum[4];
 #pragma GCC unroll 4
   for (int i = 0; i < 4; ++i)
-    sum[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w[i][0], q0), w[i][1], q1);
+    sum[i] =
+        _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w[i][0], q0), w[i][1], q1);
   return row_sums16(sum);
 }
 
 template <GgmlType Ty, int C, class Rows>
-KVZIP_VNNI inline void decode16k(Rows rows, const Q8Act* x, size_t xs, uint32_t nblk, float* y, size_t ys) {
+KVZIP_VNNI inline void decode16k(Rows rows, const Q8Act* x, size_t xs, uint32_t nblk, float* y,
+                                 size_t ys) {
   constexpr size_t kBytes = QFmt<Ty>::kBytes;
   __m512 acc[C];  // token c: row k in lane k
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
@@ -413,13 +443,16 @@ KVZIP_VNNI inline void decode16k(Rows rows, const Q8Act* x, size_t xs, uint32_t 
 #pragma GCC unroll 8
       for (int c = 0; c < C; ++c) {
         const Q8Act* xb = x + size_t(c) * xs + size_t(b) * 8;
-        auto step = [&](int h, const __m512i (&w)[4][2]) KVZIP_VNNI {
+        auto step = [&](int h, const __m512i(&w)[4][2]) KVZIP_VNNI {
           const Q8Act& xa = xb[2 * j + h];
-          const __m512i q0 = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xa.q)));
-          const __m512i q1 = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xa.q + 16)));
+          const __m512i q0 =
+              _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xa.q)));
+          const __m512i q1 =
+              _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xa.q + 16)));
           const __m512 dws = _mm512_mul_ps(_mm512_set1_ps(xa.d), fw[h]);
           const __m512 sxmw = _mm512_mul_ps(_mm512_set1_ps(xa.s), mw[h]);
-          acc[c] = _mm512_add_ps(acc[c], _mm512_fmadd_ps(_mm512_cvtepi32_ps(group_sums16(w, q0, q1)), dws, sxmw));
+          acc[c] = _mm512_add_ps(
+              acc[c], _mm512_fmadd_ps(_mm512_cvtepi32_ps(group_sums16(w, q0, q1)), dws, sxmw));
         };
         step(0, wa);
         step(1, wb);
@@ -455,13 +488,18 @@ KVZIP_VNNI_INLINE __m512i q6_unpack(__m512i ql, __m512i qh) {
   constexpr int k = G % 4;
   const __m512i lo = _mm512_and_si512(k < 2 ? ql : _mm512_srli_epi16(ql, 4), _mm512_set1_epi8(15));
   // qh bits 2k, 2k+1 to bits 4, 5 (16-bit shifts: bits crossing a byte are masked off).
-  const __m512i hs = k == 0 ? _mm512_slli_epi16(qh, 4) : k == 1 ? _mm512_slli_epi16(qh, 2) : k == 2 ? qh : _mm512_srli_epi16(qh, 2);
+  const __m512i hs = k == 0   ? _mm512_slli_epi16(qh, 4)
+                     : k == 1 ? _mm512_slli_epi16(qh, 2)
+                     : k == 2 ? qh
+                              : _mm512_srli_epi16(qh, 2);
   return _mm512_ternarylogic_epi32(lo, hs, _mm512_set1_epi8(0x30), 0xF8);  // lo | (hs & 0x30)
 }
 
 // Group G's ql and qh byte offsets in a Q6_K block.
-template <int G> constexpr int kQ6Ql = 64 * (G / 4) + 32 * (G % 4 & 1);
-template <int G> constexpr int kQ6Qh = 128 + 32 * (G / 4);
+template <int G>
+constexpr int kQ6Ql = 64 * (G / 4) + 32 * (G % 4 & 1);
+template <int G>
+constexpr int kQ6Qh = 128 + 32 * (G / 4);
 
 // Group G's weights, both halves of four rows per vector: w[h][i] from ql and qh as lanes4(.. + 16h).
 template <int G, class Rows>
@@ -485,7 +523,8 @@ KVZIP_VNNI_INLINE __m512i q6_half_sums(const __m512i (&w)[4], __m512i xq, __m512
 }
 
 template <int C, class Rows>
-KVZIP_VNNI inline void decode16q6(Rows rows, const Q8Act* x, size_t xs, uint32_t nblk, float* y, size_t ys) {
+KVZIP_VNNI inline void decode16q6(Rows rows, const Q8Act* x, size_t xs, uint32_t nblk, float* y,
+                                  size_t ys) {
   constexpr size_t kBytes = QFmt<GgmlType::Q6_K>::kBytes;
   __m512 acc[C];  // token c: row k in lane k
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
@@ -507,9 +546,11 @@ KVZIP_VNNI inline void decode16q6(Rows rows, const Q8Act* x, size_t xs, uint32_t
         int32_t sx[2];  // Σ x over each 16-element half
         half_sums(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q)), sx);
         for (int h = 0; h < 2; ++h) {
-          const __m512i xq = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xa.q + 16 * h)));
+          const __m512i xq = _mm512_broadcast_i32x4(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(xa.q + 16 * h)));
           const __m512i I = q6_half_sums(w[h], xq, _mm512_set1_epi32(sx[h]));
-          acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(_mm512_set1_ps(xa.d), ws[h]), acc[c]);
+          acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I),
+                                   _mm512_mul_ps(_mm512_set1_ps(xa.d), ws[h]), acc[c]);
         }
       }
     };
@@ -520,8 +561,10 @@ KVZIP_VNNI inline void decode16q6(Rows rows, const Q8Act* x, size_t xs, uint32_t
 }
 
 template <GgmlType Ty, int C, class Rows>
-KVZIP_VNNI inline void tile16(const Rows& rows, const Q8Act* x, size_t xs, uint32_t nblk, float* y, size_t ys) {
-  if constexpr (Ty == GgmlType::Q4_K || Ty == GgmlType::Q5_K) decode16k<Ty, C>(rows, x, xs, nblk, y, ys);
+KVZIP_VNNI inline void tile16(const Rows& rows, const Q8Act* x, size_t xs, uint32_t nblk, float* y,
+                              size_t ys) {
+  if constexpr (Ty == GgmlType::Q4_K || Ty == GgmlType::Q5_K)
+    decode16k<Ty, C>(rows, x, xs, nblk, y, ys);
   else if constexpr (Ty == GgmlType::Q6_K) decode16q6<C>(rows, x, xs, nblk, y, ys);
   else if constexpr (Ty == GgmlType::Q8_0) decode16q8<C>(rows, x, xs, nblk, y, ys);
   else decode16<Ty, C>(rows, x, xs, nblk, y, ys);
@@ -529,8 +572,8 @@ KVZIP_VNNI inline void tile16(const Rows& rows, const Q8Act* x, size_t xs, uint3
 
 // One tile's rows for C = 1..kMaxTokens tokens, C chosen at run time.
 template <GgmlType Ty, class Rows>
-KVZIP_VNNI inline void tile16_tokens(const Rows& rows, const Q8Act* x, size_t xs, uint32_t nblk, float* y,
-                                     size_t ys, uint32_t C) {
+KVZIP_VNNI inline void tile16_tokens(const Rows& rows, const Q8Act* x, size_t xs, uint32_t nblk,
+                                     float* y, size_t ys, uint32_t C) {
   switch (C) {
     case 1: return tile16<Ty, 1>(rows, x, xs, nblk, y, ys);
     case 2: return tile16<Ty, 2>(rows, x, xs, nblk, y, ys);
@@ -562,7 +605,8 @@ KVZIP_VNNI uint32_t decode_tiles16(const QDotRowsArgs& a) {
     const uint8_t* next = r + 2 * kRows <= a.r1 ? p + kRows * w.row_bytes : p;
     for (uint32_t t = 0; t < a.T; t += kMaxTokens)
       tile16_tokens<Ty>(Strided(p, w.row_bytes, reinterpret_cast<const char*>(t == 0 ? next : p)),
-                        a.x + t * xs, xs, nblk, a.y + t * ys + r, ys, std::min(a.T - t, kMaxTokens));
+                        a.x + t * xs, xs, nblk, a.y + t * ys + r, ys,
+                        std::min(a.T - t, kMaxTokens));
   }
   return r;
 }
@@ -582,15 +626,19 @@ struct Strided8x2 {
   size_t s4, blk;
   const char* next;
   __m512i off;  // lane k = i + 4L: that row and block's offset from row 0's current block
-  KVZIP_VNNI Strided8x2(const uint8_t* p, size_t stride, size_t block, const char* nx) : s4(4 * stride), blk(block), next(nx) {
+  KVZIP_VNNI Strided8x2(const uint8_t* p, size_t stride, size_t block, const char* nx)
+      : s4(4 * stride), blk(block), next(nx) {
     for (int i = 0; i < 4; ++i) q[i] = p + size_t(i) * stride;
     const __m512i k = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i row = _mm512_and_si512(k, _mm512_set1_epi32(7));  // i + 4·(L & 1)
-    off = _mm512_add_epi32(_mm512_mullo_epi32(row, _mm512_set1_epi32(int32_t(stride))),
-                           _mm512_mullo_epi32(_mm512_srli_epi32(k, 3), _mm512_set1_epi32(int32_t(block))));
+    off = _mm512_add_epi32(
+        _mm512_mullo_epi32(row, _mm512_set1_epi32(int32_t(stride))),
+        _mm512_mullo_epi32(_mm512_srli_epi32(k, 3), _mm512_set1_epi32(int32_t(block))));
   }
   const uint8_t* row0() const { return q[0]; }
-  const uint8_t* lane(int i, int L) const { return q[i] + size_t(L & 1) * s4 + size_t(L >> 1) * blk; }
+  const uint8_t* lane(int i, int L) const {
+    return q[i] + size_t(L & 1) * s4 + size_t(L >> 1) * blk;
+  }
   void step(size_t bytes) {
     for (int i = 0; i < 4; ++i) q[i] += bytes;
   }
@@ -603,13 +651,18 @@ struct Strided8x2 {
 // Activation bytes a[0..16) in 128-bit lanes 0-1 and b[0..16) in lanes 2-3 (block b's, block
 // b + 1's), and a float a in fp32 lanes 0-7, b in 8-15 (AVX-512 F only).
 KVZIP_VNNI_INLINE __m512i x_pair(const int8_t* a, const int8_t* b) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a)))),
-                            _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b))), 1);
+  return _mm512_inserti64x4(
+      _mm512_castsi256_si512(
+          _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a)))),
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b))), 1);
 }
 KVZIP_VNNI_INLINE __m512 f_pair(float a, float b) {
-  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(a)), _mm256_castps_pd(_mm256_set1_ps(b)), 1));
+  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(a)),
+                                             _mm256_castps_pd(_mm256_set1_ps(b)), 1));
 }
-KVZIP_VNNI_INLINE __m256 high8(__m512 t) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(t), 1)); }
+KVZIP_VNNI_INLINE __m256 high8(__m512 t) {
+  return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(t), 1));
+}
 
 // One step of the Q4_0 / Q4_1 / Q5_0 / Q5_1 kernel: blocks b and b + 1 (kOne: b alone, the
 // lanes of b + 1 unused) into acc, block b's terms first. kWide (Q4_1 and the Q5 types, a step
@@ -619,7 +672,10 @@ KVZIP_VNNI_INLINE __m256 high8(__m512 t) { return _mm256_castpd_ps(_mm512_extrac
 template <GgmlType Ty, bool kOne, bool kWide>
 KVZIP_VNNI_INLINE void legacy_8x2_step(const Strided8x2& rows, const Q8Act* x, __m256& acc) {
   constexpr bool kQ5 = Ty == GgmlType::Q5_0 || Ty == GgmlType::Q5_1;
-  constexpr int kQsOff = Ty == GgmlType::Q4_0 ? 2 : Ty == GgmlType::Q4_1 ? 4 : Ty == GgmlType::Q5_0 ? 6 : 8;
+  constexpr int kQsOff = Ty == GgmlType::Q4_0   ? 2
+                         : Ty == GgmlType::Q4_1 ? 4
+                         : Ty == GgmlType::Q5_0 ? 6
+                                                : 8;
   static_assert(!kWide || Ty != GgmlType::Q4_0);
   const __m512i low4 = _mm512_set1_epi8(15);
   __m512i w[4][2];
@@ -638,7 +694,8 @@ KVZIP_VNNI_INLINE void legacy_8x2_step(const Strided8x2& rows, const Q8Act* x, _
     for (int i = 0; i < 4; ++i) {
       __m512i w1;
       lanes4x2(rows, i, 0, head[i], w1);
-      unpack(i, _mm512_alignr_epi8(w1, head[i], kQsOff), kQ5 ? _mm512_bsrli_epi128(head[i], kQhOff(Ty)) : head[i]);
+      unpack(i, _mm512_alignr_epi8(w1, head[i], kQsOff),
+             kQ5 ? _mm512_bsrli_epi128(head[i], kQhOff(Ty)) : head[i]);
     }
     const __m512i f = head_dwords(head);  // d, then Q4_1 / Q5_1's m
     ws = halves_ps(f);
@@ -679,8 +736,10 @@ KVZIP_VNNI_INLINE void q80_8x2_step(const Strided8x2& rows, const Q8Act* x, __m2
   int32_t h0[2], h1[2];  // Σ q of each block, by halves
   half_sums(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x0.q)), h0);
   half_sums(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x1.q)), h1);
-  const __m512i off = _mm512_inserti64x4(_mm512_set1_epi32(128 * (h0[0] + h0[1])), _mm256_set1_epi32(128 * (h1[0] + h1[1])), 1);
-  const __m512i I = _mm512_sub_epi32(group_sums16(w, x_pair(x0.q, x1.q), x_pair(x0.q + 16, x1.q + 16)), off);
+  const __m512i off = _mm512_inserti64x4(_mm512_set1_epi32(128 * (h0[0] + h0[1])),
+                                         _mm256_set1_epi32(128 * (h1[0] + h1[1])), 1);
+  const __m512i I =
+      _mm512_sub_epi32(group_sums16(w, x_pair(x0.q, x1.q), x_pair(x0.q + 16, x1.q + 16)), off);
   const __m512 f = _mm512_cvtepi32_ps(I), s = _mm512_mul_ps(f_pair(x0.d, x1.d), ws);
   acc = _mm256_fmadd_ps(_mm512_castps512_ps256(f), _mm512_castps512_ps256(s), acc);
   if constexpr (!kOne) acc = _mm256_fmadd_ps(high8(f), high8(s), acc);
@@ -697,7 +756,7 @@ KVZIP_VNNI_INLINE void k_8x2_step(const Strided8x2& rows, const Q8Act* x, __m256
     constexpr int j = decltype(jc)::value;
     __m512i wa[4][2], wb[4][2];
     k_pair_weights<Ty, j>(rows, wa, wb);
-    auto step = [&](auto gc, const __m512i (&w)[4][2]) KVZIP_VNNI {
+    auto step = [&](auto gc, const __m512i(&w)[4][2]) KVZIP_VNNI {
       constexpr int g = decltype(gc)::value;
       __m512 fw, mw;
       k_scales<g>(hd, fw, mw);
@@ -721,7 +780,8 @@ KVZIP_VNNI_INLINE void k_8x2_step(const Strided8x2& rows, const Q8Act* x, __m256
 // weight bytes through `w`, a Strided8x2 whose second lane pair sits 16 bytes on; the header
 // through `hd`, whose second pair repeats the first). The chain's two terms of a group, half 0
 // then half 1, are then lanes 0-7 then 8-15 of one vector: no term waits.
-KVZIP_VNNI_INLINE void q6_8x2_block(const Strided8x2& w, const Strided8x2& hd, const Q8Act* x, __m256& acc) {
+KVZIP_VNNI_INLINE void q6_8x2_block(const Strided8x2& w, const Strided8x2& hd, const Q8Act* x,
+                                    __m256& acc) {
   const __m512 d = halves_ps<true>(fields16(hd, 206));
   __m512i sc[4];
   header_fields16(hd, 192, sc[0], sc[1], sc[2], sc[3]);
@@ -729,9 +789,11 @@ KVZIP_VNNI_INLINE void q6_8x2_block(const Strided8x2& w, const Strided8x2& hd, c
     constexpr int g = decltype(gc)::value;
     __m512i wv[4];
 #pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) wv[i] = q6_unpack<g>(lanes4(w, i, kQ6Ql<g>), lanes4(w, i, kQ6Qh<g>));
+    for (int i = 0; i < 4; ++i)
+      wv[i] = q6_unpack<g>(lanes4(w, i, kQ6Ql<g>), lanes4(w, i, kQ6Qh<g>));
     // Sub-scale 2g for half 0's lanes, 2g + 1 for half 1's, times d.
-    const __m512 sub = _mm512_mask_blend_ps(__mmask16(0xFF00), sbyte_ps<2 * g>(sc[(2 * g) / 4]), sbyte_ps<2 * g + 1>(sc[(2 * g + 1) / 4]));
+    const __m512 sub = _mm512_mask_blend_ps(__mmask16(0xFF00), sbyte_ps<2 * g>(sc[(2 * g) / 4]),
+                                            sbyte_ps<2 * g + 1>(sc[(2 * g + 1) / 4]));
     const __m512 ws = _mm512_mul_ps(d, sub);
     const Q8Act& xa = x[g];
     int32_t sx[2];  // Σ x over each 16-element half
@@ -755,7 +817,8 @@ KVZIP_VNNI uint32_t decode_tiles8x2(const QDotRowsArgs& a) {
   uint32_t r = a.r0;
   if (w.row_map || a.T != 1) return r;
   // kWide: the step may read into the block after its two (legacy_8x2_step).
-  auto step = [&](auto one, auto wide, const Strided8x2& rows, const Q8Act* x, __m256& acc) KVZIP_VNNI {
+  auto step = [&](auto one, auto wide, const Strided8x2& rows, const Q8Act* x,
+                  __m256& acc) KVZIP_VNNI {
     constexpr bool kOne = decltype(one)::value;
     if constexpr (Ty == GgmlType::Q4_K || Ty == GgmlType::Q5_K) k_8x2_step<Ty, kOne>(rows, x, acc);
     else if constexpr (Ty == GgmlType::Q8_0) q80_8x2_step<kOne>(rows, x, acc);
@@ -765,7 +828,8 @@ KVZIP_VNNI uint32_t decode_tiles8x2(const QDotRowsArgs& a) {
     const uint8_t* p = w.data + size_t(r) * w.row_bytes;
     const uint8_t* next = r + 16 <= a.r1 ? p + 8 * w.row_bytes : p;
     if constexpr (Ty == GgmlType::Q6_K) {  // a block a step, its halves side by side
-      Strided8x2 wts(p, w.row_bytes, 16, reinterpret_cast<const char*>(next)), hdr(p, w.row_bytes, 0, nullptr);
+      Strided8x2 wts(p, w.row_bytes, 16, reinterpret_cast<const char*>(next)),
+          hdr(p, w.row_bytes, 0, nullptr);
       __m256 acc = _mm256_setzero_ps();
       for (uint32_t b = 0; b < nblk; ++b) {
         wts.prefetch(b, kBytes);
@@ -780,12 +844,14 @@ KVZIP_VNNI uint32_t decode_tiles8x2(const QDotRowsArgs& a) {
     uint32_t b = 0;
     for (; b + 2 <= nblk; b += 2) {
       rows.prefetch(b / 2, 2 * kBytes);
-      if (b + 2 < nblk) step(std::false_type{}, std::true_type{}, rows, a.x + size_t(b) * kGroups, acc);
+      if (b + 2 < nblk)
+        step(std::false_type{}, std::true_type{}, rows, a.x + size_t(b) * kGroups, acc);
       else step(std::false_type{}, std::false_type{}, rows, a.x + size_t(b) * kGroups, acc);
       rows.step(2 * kBytes);
     }
     if (b < nblk)  // an odd last block: its lanes for b + 1 read block b again
-      step(std::true_type{}, std::false_type{}, Strided8x2(rows.q[0], w.row_bytes, 0, rows.next), a.x + size_t(b) * kGroups, acc);
+      step(std::true_type{}, std::false_type{}, Strided8x2(rows.q[0], w.row_bytes, 0, rows.next),
+           a.x + size_t(b) * kGroups, acc);
     _mm256_storeu_ps(a.y + r, acc);
   }
   return r;

@@ -54,10 +54,10 @@ constexpr uint32_t kChunkGroups = 16;  // 32-element groups per column chunk (51
 
 // Largest |w_int| of a type: the bound on vpmaddubsw's pair sums (2·|w|max·127 each).
 template <GgmlType Ty>
-constexpr int kWMax = Ty == GgmlType::Q8_0                                          ? 128
-                      : Ty == GgmlType::Q6_K                                        ? 32
+constexpr int kWMax = Ty == GgmlType::Q8_0                                                     ? 128
+                      : Ty == GgmlType::Q6_K                                                   ? 32
                       : (Ty == GgmlType::Q5_0 || Ty == GgmlType::Q5_1 || Ty == GgmlType::Q5_K) ? 31
-                                                                                    : 15;
+                                                                                               : 15;
 // Steps (4 elements each) whose int16 pair sums are added before widening: the most, dividing a
 // scale group's steps, that cannot leave int16 (Q4 types 8: 30,480; Q5 4: 31,496; Q6_K 4:
 // 32,512; Q8_0 1: 32,512).
@@ -108,13 +108,16 @@ KVZIP_AVX2 void micro(const Panel& p, uint32_t in, const QActPack& x, uint32_t v
 #pragma GCC unroll 2
         for (int st = st0; st < st0 + kRun; ++st) {
           const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + st * 64));
-          const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + st * 64 + 32));
+          const __m256i a1 =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + st * 64 + 32));
           for (int r = 0; r < R; ++r) {
             const __m256i wb = _mm256_set1_epi32(load_i32(wg[r] + st * 4));
             if constexpr (kSignedW) {
               const __m256i aw = _mm256_abs_epi8(wb);
-              s16[r][0] = _mm256_add_epi16(s16[r][0], _mm256_maddubs_epi16(aw, _mm256_sign_epi8(a0, wb)));
-              s16[r][1] = _mm256_add_epi16(s16[r][1], _mm256_maddubs_epi16(aw, _mm256_sign_epi8(a1, wb)));
+              s16[r][0] =
+                  _mm256_add_epi16(s16[r][0], _mm256_maddubs_epi16(aw, _mm256_sign_epi8(a0, wb)));
+              s16[r][1] =
+                  _mm256_add_epi16(s16[r][1], _mm256_maddubs_epi16(aw, _mm256_sign_epi8(a1, wb)));
             } else {
               s16[r][0] = _mm256_add_epi16(s16[r][0], _mm256_maddubs_epi16(wb, a0));
               s16[r][1] = _mm256_add_epi16(s16[r][1], _mm256_maddubs_epi16(wb, a1));
@@ -131,7 +134,8 @@ KVZIP_AVX2 void micro(const Panel& p, uint32_t in, const QActPack& x, uint32_t v
         const __m256 d = _mm256_loadu_ps(xd + size_t(g) * 16 + 8 * c);
         for (int r = 0; r < R; ++r) {
           float* out = acc_io + r * 16 + 8 * c;
-          const __m256 i = _mm256_cvtepi32_ps(is[r][c]), dw = _mm256_mul_ps(d, _mm256_set1_ps(sr[r][j]));
+          const __m256 i = _mm256_cvtepi32_ps(is[r][c]),
+                       dw = _mm256_mul_ps(d, _mm256_set1_ps(sr[r][j]));
           __m256 acc = _mm256_loadu_ps(out);
           if constexpr (QFmt<Ty>::kMin) {  // acc += fma(I, d·ws, s·mw): the chain of kernels/qdot.h
             const __m256 sm = _mm256_mul_ps(_mm256_loadu_ps(xs + size_t(g) * 16 + 8 * c),
@@ -155,24 +159,27 @@ KVZIP_AVX2 void gemm_avx2(const QDotRowsArgs& a, const QActPack& x) {
   for (uint32_t p0 = a.r0; p0 < a.r1; p0 += kPanelRows) {
     const uint32_t np = std::min(kPanelRows, a.r1 - p0);
     decode_panel<Ty, false>(w, p0, np, panel);
-    const TileSpan span{np, x.nv, a.T, w.cols / 32, even_chunk(w.cols / 32, kChunkGroups), kTileVecs,
-                        a.y, w.rows, p0};
-    run_tiles(span, buf, [&](uint32_t v0, uint32_t, uint32_t i0, uint32_t R, uint32_t g0, uint32_t g1,
-                             float* acc) {
-      // Two rows at a time: four rows' int16 sums, with their operands, do not fit the 16
-      // registers (measured: GCC spills them to the stack in every step).
-      for (uint32_t r = 0; r < R; r += 2) {
-        if (R - r >= 2) micro<Ty, 2>(panel, w.cols, x, v0, i0 + r, g0, g1, acc + r * 16);
-        else micro<Ty, 1>(panel, w.cols, x, v0, i0 + r, g0, g1, acc + r * 16);
-      }
-    });
+    const TileSpan span{np,        x.nv, a.T,    w.cols / 32, even_chunk(w.cols / 32, kChunkGroups),
+                        kTileVecs, a.y,  w.rows, p0};
+    run_tiles(
+        span, buf,
+        [&](uint32_t v0, uint32_t, uint32_t i0, uint32_t R, uint32_t g0, uint32_t g1, float* acc) {
+          // Two rows at a time: four rows' int16 sums, with their operands, do not fit the 16
+          // registers (measured: GCC spills them to the stack in every step).
+          for (uint32_t r = 0; r < R; r += 2) {
+            if (R - r >= 2) micro<Ty, 2>(panel, w.cols, x, v0, i0 + r, g0, g1, acc + r * 16);
+            else micro<Ty, 1>(panel, w.cols, x, v0, i0 + r, g0, g1, acc + r * 16);
+          }
+        });
   }
 }
 
 // nearbyint(v·id) clamped to ±127, as 8 int32 (lambdas do not inherit the target attribute).
 KVZIP_AVX2 inline __m256i round_clamp_127(__m256 v, __m256 id) {
-  const __m256 r = _mm256_round_ps(_mm256_mul_ps(v, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f)));
+  const __m256 r =
+      _mm256_round_ps(_mm256_mul_ps(v, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  return _mm256_cvtps_epi32(
+      _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f)));
 }
 
 }  // namespace
@@ -183,8 +190,9 @@ KVZIP_AVX2 void quantize_acts_avx2(const float* x, size_t nblocks, Q8Act* out) {
     const float* v = x + k * 32;
     __m256 a[4];
     for (int i = 0; i < 4; ++i) a[i] = _mm256_loadu_ps(v + 8 * i);
-    __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(a[0], abs_mask), _mm256_and_ps(a[1], abs_mask)),
-                             _mm256_max_ps(_mm256_and_ps(a[2], abs_mask), _mm256_and_ps(a[3], abs_mask)));
+    __m256 m =
+        _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(a[0], abs_mask), _mm256_and_ps(a[1], abs_mask)),
+                      _mm256_max_ps(_mm256_and_ps(a[2], abs_mask), _mm256_and_ps(a[3], abs_mask)));
     __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
     h = _mm_max_ps(h, _mm_movehl_ps(h, h));
     h = _mm_max_ss(h, _mm_movehdup_ps(h));
@@ -210,11 +218,13 @@ KVZIP_AVX2 void quantize_acts_avx2(const float* x, size_t nblocks, Q8Act* out) {
 }
 
 QDotFn qdot_rows_avx2(GgmlType t) {
-  return pick_block_type<QDotFn>(t, [](auto T) -> QDotFn { return avx2_tiles::rows_tiles<decltype(T)::value>; });
+  return pick_block_type<QDotFn>(
+      t, [](auto T) -> QDotFn { return avx2_tiles::rows_tiles<decltype(T)::value>; });
 }
 
 QGemmFn qdot_gemm_avx2(GgmlType t) {
-  return pick_block_type<QGemmFn>(t, [](auto T) -> QGemmFn { return gemm_avx2<decltype(T)::value>; });
+  return pick_block_type<QGemmFn>(t,
+                                  [](auto T) -> QGemmFn { return gemm_avx2<decltype(T)::value>; });
 }
 
 #else  // no x86 variant in this build

@@ -34,12 +34,10 @@ size_t qblock_bytes(QFormat f) {
 }
 
 namespace {
-constexpr EnumName<QIsa> kIsaNames[] = {{QIsa::Scalar, "scalar"},
-                                        {QIsa::Avx2, "avx2"},
-                                        {QIsa::Avx512, "avx512"},
-                                        {QIsa::Avx512Vnni, "avx512-vnni"},
-                                        {QIsa::Amx, "amx-int8"},
-                                        {QIsa::Amx, "amx"}};  // second: qisa_name gives the first
+constexpr EnumName<QIsa> kIsaNames[] = {
+    {QIsa::Scalar, "scalar"}, {QIsa::Avx2, "avx2"},
+    {QIsa::Avx512, "avx512"}, {QIsa::Avx512Vnni, "avx512-vnni"},
+    {QIsa::Amx, "amx-int8"},  {QIsa::Amx, "amx"}};  // second: qisa_name gives the first
 }  // namespace
 
 const char* qisa_name(QIsa isa) { return enum_name(kIsaNames, isa, "isa?"); }
@@ -68,9 +66,11 @@ QIsa qisa_best() {
     if (const char* env = std::getenv("KVZIP_CPU_ISA"); env && *env) {
       const std::optional<QIsa> want = enum_value(kIsaNames, env);
       if (!want || !qisa_available(*want))
-        throw Error(Errc::unsupported, std::string("KVZIP_CPU_ISA=") + env +
-                                           (want ? " is not available on this CPU/build" : " is not an instruction set name") +
-                                           "; available here: " + have + " (or unset it for the fastest)");
+        throw Error(
+            Errc::unsupported,
+            std::string("KVZIP_CPU_ISA=") + env +
+                (want ? " is not available on this CPU/build" : " is not an instruction set name") +
+                "; available here: " + have + " (or unset it for the fastest)");
       return *want;
     }
     for (QIsa isa : {QIsa::Amx, QIsa::Avx512Vnni, QIsa::Avx512, QIsa::Avx2})
@@ -145,8 +145,8 @@ void check_job(const QGemvArgs& a, size_t index) {
   const std::string where = "qgemv job " + std::to_string(index) + ": ";
   qblock_bytes(a.format);  // throws on an unknown format
   if (a.in % kQBlockElems != 0)
-    throw Error(Errc::invalid_argument, where + "in = " + std::to_string(a.in) +
-                                            " is not a multiple of the block size 32");
+    throw Error(Errc::invalid_argument,
+                where + "in = " + std::to_string(a.in) + " is not a multiple of the block size 32");
   if (a.out > 0 && (a.y == nullptr || (a.in > 0 && (a.w == nullptr || a.x == nullptr))))
     throw Error(Errc::invalid_argument, where + "null w, x or y pointer for a " +
                                             std::to_string(a.out) + "x" + std::to_string(a.in) +
@@ -195,7 +195,8 @@ void qgemv(ThreadPool* pool, std::span<const QGemvArgs> jobs, QIsa isa) {
   std::vector<float> sums;
   std::vector<size_t> sum_offset;
   block_sums(jobs, sums, sum_offset);
-  std::vector<size_t> first_task(jobs.size() + 1, 0);  // job j owns tasks [first_task[j], first_task[j+1])
+  std::vector<size_t> first_task(jobs.size() + 1,
+                                 0);  // job j owns tasks [first_task[j], first_task[j+1])
   for (size_t j = 0; j < jobs.size(); ++j)
     first_task[j + 1] = first_task[j] + (jobs[j].out + kRowsPerTask - 1) / kRowsPerTask;
   run_tasks(pool, first_task.back(), [&](size_t t) {

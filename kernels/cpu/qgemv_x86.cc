@@ -62,7 +62,8 @@ KVZIP_AVX2 inline __m256 block_avx2(const uint8_t* blk, const __m256 (&x)[4]) {
     q0 = widen8_avx2(blk + 2), q1 = widen8_avx2(blk + 10);
     q2 = widen8_avx2(blk + 18), q3 = widen8_avx2(blk + 26);
   } else {
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (F == QFormat::Q4_1 ? 4 : 2)));
+    const __m128i raw =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (F == QFormat::Q4_1 ? 4 : 2)));
     const __m128i mask = _mm_set1_epi8(15);
     const __m128i lo = _mm_and_si128(raw, mask);                     // elements 0..15
     const __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);  // elements 16..31
@@ -124,13 +125,15 @@ template <QFormat F>
 KVZIP_AVX512 inline __m512 block_avx512(const uint8_t* blk, __m512 x0, __m512 x1) {
   __m512 q0, q1;
   if constexpr (F == QFormat::Q8_0) {
-    q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2))));
-    q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18))));
+    q0 = _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2))));
+    q1 = _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18))));
   } else {
     const __m512i v = _mm512_cvtepu8_epi32(
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (F == QFormat::Q4_1 ? 4 : 2))));
     q0 = _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(15)));  // elements 0..15
-    q1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));                      // elements 16..31
+    q1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));                     // elements 16..31
   }
   return _mm512_fmadd_ps(q1, x1, _mm512_mul_ps(q0, x0));
 }

@@ -3,7 +3,6 @@
 // block byte-wise (little-endian), so no struct packing or alignment of src is assumed.
 #include "kernels/quant.h"
 
-
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -24,19 +23,19 @@ namespace {
 // Indexed by ggml id; entries with a null name are ids ggml never had or removed.
 constexpr int kTypeCount = 40;
 constexpr TypeTraits kTraits[kTypeCount] = {
-    {"F32", 1, 4, true},         {"F16", 1, 2, true},       {"Q4_0", 32, 18, true},
-    {"Q4_1", 32, 20, true},      {nullptr, 0, 0, false},    {nullptr, 0, 0, false},
-    {"Q5_0", 32, 22, true},      {"Q5_1", 32, 24, true},    {"Q8_0", 32, 34, true},
-    {"Q8_1", 32, 36, false},     {"Q2_K", 256, 84, false},  {"Q3_K", 256, 110, false},
-    {"Q4_K", 256, 144, true},    {"Q5_K", 256, 176, true}, {"Q6_K", 256, 210, true},
+    {"F32", 1, 4, true},         {"F16", 1, 2, true},         {"Q4_0", 32, 18, true},
+    {"Q4_1", 32, 20, true},      {nullptr, 0, 0, false},      {nullptr, 0, 0, false},
+    {"Q5_0", 32, 22, true},      {"Q5_1", 32, 24, true},      {"Q8_0", 32, 34, true},
+    {"Q8_1", 32, 36, false},     {"Q2_K", 256, 84, false},    {"Q3_K", 256, 110, false},
+    {"Q4_K", 256, 144, true},    {"Q5_K", 256, 176, true},    {"Q6_K", 256, 210, true},
     {"Q8_K", 256, 292, false},   {"IQ2_XXS", 256, 66, false}, {"IQ2_XS", 256, 74, false},
-    {"IQ3_XXS", 256, 98, false}, {"IQ1_S", 256, 50, false}, {"IQ4_NL", 32, 18, false},
-    {"IQ3_S", 256, 110, false},  {"IQ2_S", 256, 82, false}, {"IQ4_XS", 256, 136, false},
-    {"I8", 1, 1, false},         {"I16", 1, 2, false},      {"I32", 1, 4, false},
-    {"I64", 1, 8, false},        {"F64", 1, 8, false},      {"IQ1_M", 256, 56, false},
-    {"BF16", 1, 2, true},        {nullptr, 0, 0, false},    {nullptr, 0, 0, false},
-    {nullptr, 0, 0, false},      {"TQ1_0", 256, 54, false}, {"TQ2_0", 256, 66, false},
-    {nullptr, 0, 0, false},      {nullptr, 0, 0, false},    {nullptr, 0, 0, false},
+    {"IQ3_XXS", 256, 98, false}, {"IQ1_S", 256, 50, false},   {"IQ4_NL", 32, 18, false},
+    {"IQ3_S", 256, 110, false},  {"IQ2_S", 256, 82, false},   {"IQ4_XS", 256, 136, false},
+    {"I8", 1, 1, false},         {"I16", 1, 2, false},        {"I32", 1, 4, false},
+    {"I64", 1, 8, false},        {"F64", 1, 8, false},        {"IQ1_M", 256, 56, false},
+    {"BF16", 1, 2, true},        {nullptr, 0, 0, false},      {nullptr, 0, 0, false},
+    {nullptr, 0, 0, false},      {"TQ1_0", 256, 54, false},   {"TQ2_0", 256, 66, false},
+    {nullptr, 0, 0, false},      {nullptr, 0, 0, false},      {nullptr, 0, 0, false},
     {"MXFP4", 32, 17, false},
 };
 

@@ -86,8 +86,8 @@ void rkv_redundancy(const RkvRedundancyArgs& a) {
   }
   std::vector<float> rows_buf, sim;
   for (uint32_t i0 = 0; i0 < n; i0 += kScanRows)
-    subtract_latest_similar(kh, n, D, a.threshold, i0, std::min(n, i0 + kScanRows), rows_buf,
-                            sim, col);
+    subtract_latest_similar(kh, n, D, a.threshold, i0, std::min(n, i0 + kScanRows), rows_buf, sim,
+                            col);
   for (uint32_t j = 0; j < n; ++j) a.out[j] = static_cast<float>(col[j] / n);
   simd::softmax(a.out, n);
 }
@@ -123,8 +123,8 @@ void rkv_importance(const RkvImportanceArgs& a) {
   const uint32_t half = a.kernel / 2;
   for (uint32_t j = 0; j < n; ++j) {
     const uint32_t lo = j >= half ? j - half : 0, hi = std::min(n, j + half + 1);
-    a.out[j] = static_cast<float>(*std::max_element(mean.begin() + lo, mean.begin() + hi) /
-                                  a.tokens);
+    a.out[j] =
+        static_cast<float>(*std::max_element(mean.begin() + lo, mean.begin() + hi) / a.tokens);
   }
 }
 

@@ -27,8 +27,7 @@ void rms_norm_row(const float* x, const float* w, float* y, uint32_t E, float ep
 
 void rms_norm(ThreadPool* pool, const RmsNormArgs& a) {
   auto rows = [&](size_t b, size_t e) {
-    for (size_t t = b; t < e; ++t)
-      rms_norm_row(a.x + t * a.E, a.w, a.y + t * a.E, a.E, a.eps);
+    for (size_t t = b; t < e; ++t) rms_norm_row(a.x + t * a.E, a.w, a.y + t * a.E, a.E, a.eps);
   };
   if (pool && a.T > 16) {
     pool->parallel_for(a.T, 16, rows);

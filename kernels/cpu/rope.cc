@@ -26,19 +26,21 @@ double llama3_adjust(double f, const RopeScaling& s) {
   double wavelen = two_pi / f;
   if (wavelen < high_wavelen) return f;
   if (wavelen > low_wavelen) return f / s.factor;
-  double smooth = (old_ctx / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+  double smooth =
+      (old_ctx / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
   return (1.0 - smooth) * f / s.factor + smooth * f;
 }
 
 void check_scaling(const RopeScaling& s) {
   switch (s.kind) {
-    case RopeScalingKind::None:
-      return;
+    case RopeScalingKind::None: return;
     case RopeScalingKind::Linear:
-      if (!(s.factor > 0)) bad_rope("linear scaling factor is " + std::to_string(s.factor) + ", expected > 0");
+      if (!(s.factor > 0))
+        bad_rope("linear scaling factor is " + std::to_string(s.factor) + ", expected > 0");
       return;
     case RopeScalingKind::Llama3:
-      if (!(s.factor > 0)) bad_rope("llama3 scaling factor is " + std::to_string(s.factor) + ", expected > 0");
+      if (!(s.factor > 0))
+        bad_rope("llama3 scaling factor is " + std::to_string(s.factor) + ", expected > 0");
       if (!(s.low_freq_factor > 0) || !(s.high_freq_factor > s.low_freq_factor))
         bad_rope("llama3 low/high_freq_factor are " + std::to_string(s.low_freq_factor) + "/" +
                  std::to_string(s.high_freq_factor) + ", expected 0 < low < high");
@@ -51,7 +53,8 @@ void check_scaling(const RopeScaling& s) {
 }  // namespace
 
 std::vector<float> rope_inv_freq(uint32_t D, float base, const RopeScaling& scaling) {
-  if (D == 0 || D % 2 != 0) bad_rope("head_dim is " + std::to_string(D) + ", expected even and > 0");
+  if (D == 0 || D % 2 != 0)
+    bad_rope("head_dim is " + std::to_string(D) + ", expected even and > 0");
   if (!(base > 1.0f)) bad_rope("rope base is " + std::to_string(base) + ", expected > 1");
   check_scaling(scaling);
   if (!scaling.freq_factors.empty()) {

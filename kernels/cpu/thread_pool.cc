@@ -90,7 +90,8 @@ void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   for (;;) {
     const auto woken = [&] {
-      return stop_.load(std::memory_order_acquire) || generation_.load(std::memory_order_acquire) != seen;
+      return stop_.load(std::memory_order_acquire) ||
+             generation_.load(std::memory_order_acquire) != seen;
     };
     if (!spin_until(woken)) {
       std::unique_lock<std::mutex> lk(mu_);
@@ -124,7 +125,9 @@ void ThreadPool::run_erased(size_t n_tasks, Call call, void* ctx) {
   }
   wake_.notify_all();
   work_on_current_job();
-  const auto all_out = [&] { return checked_out_.load(std::memory_order_acquire) == workers_.size(); };
+  const auto all_out = [&] {
+    return checked_out_.load(std::memory_order_acquire) == workers_.size();
+  };
   if (!spin_until(all_out)) {
     std::unique_lock<std::mutex> lk(mu_);
     done_.wait(lk, all_out);

@@ -61,7 +61,7 @@ struct AttnParams {
   float scale;
 };
 
-constexpr int kPrefillRpw = tile::kRows / tile::kWarps;  // 8 query rows per warp
+constexpr int kPrefillRpw = tile::kRows / tile::kWarps;      // 8 query rows per warp
 constexpr int kDecodeRpw = int(kDecodeRows) / tile::kWarps;  // 4 query rows per warp
 
 template <int D>
@@ -82,10 +82,13 @@ __global__ void __launch_bounds__(tile::kThreads) prefill_kernel(AttnParams p) {
   const float* V = p.kv.v[h];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
-  tile::load<D>(Qs, tile::kRows, [&](int r) -> const float* {
-    const uint32_t i = i0 + r;
-    return i < p.T ? p.q + (size_t(i) * p.Hq + hq) * D : nullptr;
-  }, p.scale);
+  tile::load<D>(
+      Qs, tile::kRows,
+      [&](int r) -> const float* {
+        const uint32_t i = i0 + r;
+        return i < p.T ? p.q + (size_t(i) * p.Hq + hq) * D : nullptr;
+      },
+      p.scale);
   const uint32_t i_last = min(p.T, i0 + tile::kRows) - 1;
   const uint32_t kend = n0 + i_last + 1;  // keys the block's last row sees (<= len)
 
@@ -99,12 +102,14 @@ __global__ void __launch_bounds__(tile::kThreads) prefill_kernel(AttnParams p) {
   }
   for (uint32_t kb = 0; kb < kend; kb += tile::kRows) {
     __syncthreads();  // the previous tile's K/V are no longer read
-    tile::load<D>(Ks, tile::kRows, [&](int r) -> const float* {
-      return kb + r < kend ? K + size_t(kb + r) * D : nullptr;
-    }, 1.0f);
-    tile::load<D>(Vs, tile::kRows, [&](int r) -> const float* {
-      return kb + r < kend ? V + size_t(kb + r) * D : nullptr;
-    }, 1.0f);
+    tile::load<D>(
+        Ks, tile::kRows,
+        [&](int r) -> const float* { return kb + r < kend ? K + size_t(kb + r) * D : nullptr; },
+        1.0f);
+    tile::load<D>(
+        Vs, tile::kRows,
+        [&](int r) -> const float* { return kb + r < kend ? V + size_t(kb + r) * D : nullptr; },
+        1.0f);
     __syncthreads();  // Q (first pass), K and V visible to every warp
     float s[kPrefillRpw];
     tile::scores<D, kPrefillRpw>(Qs, Ks, warp * kPrefillRpw, s);
@@ -149,12 +154,16 @@ __host__ __device__ inline size_t slot(const SplitGeom& sg, uint32_t h, uint32_t
 // the running softmax state of each warp's rows, and the partial (unnormalised output, max, sum)
 // of each row below R at base + row.
 template <int D>
-__device__ __forceinline__ void load_row_group(float* Qs, const AttnParams& p, uint32_t h, uint32_t r0) {
+__device__ __forceinline__ void load_row_group(float* Qs, const AttnParams& p, uint32_t h,
+                                               uint32_t r0) {
   const uint32_t G = p.Hq / p.Hkv, R = p.T * G;
-  tile::load<D>(Qs, kDecodeRows, [&](int r) -> const float* {
-    const uint32_t rr = r0 + r;
-    return rr < R ? p.q + (size_t(rr / G) * p.Hq + h * G + rr % G) * D : nullptr;
-  }, p.scale);
+  tile::load<D>(
+      Qs, kDecodeRows,
+      [&](int r) -> const float* {
+        const uint32_t rr = r0 + r;
+        return rr < R ? p.q + (size_t(rr / G) * p.Hq + h * G + rr % G) * D : nullptr;
+      },
+      p.scale);
 }
 
 template <int D>
@@ -170,9 +179,11 @@ __device__ __forceinline__ void clear_rows(float (&m)[kDecodeRpw], float (&l)[kD
 }
 
 template <int D>
-__device__ __forceinline__ void store_partials(const float (&m)[kDecodeRpw], const float (&l)[kDecodeRpw],
-                                               const float (&acc)[kDecodeRpw][D / 32], uint32_t r0, uint32_t R,
-                                               size_t base, float* part_o, float2* part_ml) {
+__device__ __forceinline__ void store_partials(const float (&m)[kDecodeRpw],
+                                               const float (&l)[kDecodeRpw],
+                                               const float (&acc)[kDecodeRpw][D / 32], uint32_t r0,
+                                               uint32_t R, size_t base, float* part_o,
+                                               float2* part_ml) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #pragma unroll
   for (int k = 0; k < kDecodeRpw; ++k) {
@@ -210,12 +221,14 @@ __global__ void __launch_bounds__(tile::kThreads)
   clear_rows<D>(m, l, acc);
   for (uint32_t kb = k_begin; kb < k_stop; kb += tile::kRows) {
     __syncthreads();
-    tile::load<D>(Ks, tile::kRows, [&](int r) -> const float* {
-      return kb + r < k_stop ? K + size_t(kb + r) * D : nullptr;
-    }, 1.0f);
-    tile::load<D>(Vs, tile::kRows, [&](int r) -> const float* {
-      return kb + r < k_stop ? V + size_t(kb + r) * D : nullptr;
-    }, 1.0f);
+    tile::load<D>(
+        Ks, tile::kRows,
+        [&](int r) -> const float* { return kb + r < k_stop ? K + size_t(kb + r) * D : nullptr; },
+        1.0f);
+    tile::load<D>(
+        Vs, tile::kRows,
+        [&](int r) -> const float* { return kb + r < k_stop ? V + size_t(kb + r) * D : nullptr; },
+        1.0f);
     __syncthreads();
     float s[kDecodeRpw];
     tile::scores<D, kDecodeRpw>(Qs, Ks, warp * kDecodeRpw, s);
@@ -235,13 +248,14 @@ __global__ void __launch_bounds__(tile::kThreads)
 // dst (32 rows, stride) <- the stored values of quantized rows [row0, row0 + 32) (zeros past
 // `stop`): c·fma(s, q, m), for rotated rows still in the rotated basis.
 template <int D>
-__device__ __forceinline__ void load_quant_tile(float* dst, uint32_t row0, uint32_t stop, const float* c,
-                                                const uint16_t* params, const uint8_t* codes,
-                                                const quant::DevLayout& l) {
+__device__ __forceinline__ void load_quant_tile(float* dst, uint32_t row0, uint32_t stop,
+                                                const float* c, const uint16_t* params,
+                                                const uint8_t* codes, const quant::DevLayout& l) {
   for (uint32_t idx = threadIdx.x; idx < uint32_t(tile::kRows) * D; idx += blockDim.x) {
     const uint32_t r = idx / D, j = idx % D, row = row0 + r;
     dst[r * tile::stride<D>() + j] =
-        row < stop ? quant::stored_value(c, params + size_t(row) * l.words, codes + size_t(row) * l.code_bytes, j, l)
+        row < stop ? quant::stored_value(c, params + size_t(row) * l.words,
+                                         codes + size_t(row) * l.code_bytes, j, l)
                    : 0.0f;
   }
 }
@@ -282,17 +296,19 @@ __global__ void __launch_bounds__(tile::kThreads)
     tile::online_softmax<kDecodeRpw, D / 32>(s, m, s_l, acc);
     tile::accumulate_pv<D, kDecodeRpw>(Vs, s, acc);
   }
-  if (l.rotated) {  // acc holds Σ p·(H·v): the output is H times it, rotated through Qs
+  if (l.rotated) {    // acc holds Σ p·(H·v): the output is H times it, rotated through Qs
     __syncthreads();  // every warp is done reading Qs
 #pragma unroll
     for (int k = 0; k < kDecodeRpw; ++k)
 #pragma unroll
-      for (int j = 0; j < D / 32; ++j) Qs[(warp * kDecodeRpw + k) * tile::stride<D>() + lane + 32 * j] = acc[k][j];
+      for (int j = 0; j < D / 32; ++j)
+        Qs[(warp * kDecodeRpw + k) * tile::stride<D>() + lane + 32 * j] = acc[k][j];
     quant::hadamard_rows(Qs, kDecodeRows, tile::stride<D>(), D, l.rot_scale);
 #pragma unroll
     for (int k = 0; k < kDecodeRpw; ++k)
 #pragma unroll
-      for (int j = 0; j < D / 32; ++j) acc[k][j] = Qs[(warp * kDecodeRpw + k) * tile::stride<D>() + lane + 32 * j];
+      for (int j = 0; j < D / 32; ++j)
+        acc[k][j] = Qs[(warp * kDecodeRpw + k) * tile::stride<D>() + lane + 32 * j];
   }
   store_partials<D>(m, s_l, acc, r0, R, slot(sg, h, sg.n_split + split), part_o, part_ml);
 }
@@ -311,7 +327,9 @@ __global__ void __launch_bounds__(D)
   const uint32_t qsplits = sg.n_quant ? (p.kv.qrows[h] + sg.quant_len - 1) / sg.quant_len : 0;
   const size_t base = slot(sg, h, 0) + r;
   // Split s of the sequence [f32 splits seen; quantized splits] as a partial index.
-  auto at = [&](uint32_t s) { return base + size_t(s < splits ? s : sg.n_split + (s - splits)) * sg.r_pad; };
+  auto at = [&](uint32_t s) {
+    return base + size_t(s < splits ? s : sg.n_split + (s - splits)) * sg.r_pad;
+  };
   float M = -INFINITY;
   for (uint32_t s = 0; s < splits + qsplits; ++s) M = fmaxf(M, part_ml[at(s)].x);
   float L = 0.0f, o = 0.0f;
@@ -375,7 +393,8 @@ QuantTable make_quant_table(const AttentionArgs& a) {
     KVZIP_ASSERT(q->k.rows == q->v.rows && q->k.rows <= 0xffffffffu);
     KVZIP_ASSERT(same_layout(q->k.layout, q->v.layout) && q->k.layout.D == a.D);
     KVZIP_ASSERT(!layout || same_layout(*layout, q->k.layout));  // one file's rows: one layout
-    KVZIP_ASSERT(q->k.channel_scale && q->k.params && q->k.codes && q->v.channel_scale && q->v.params && q->v.codes);
+    KVZIP_ASSERT(q->k.channel_scale && q->k.params && q->k.codes && q->v.channel_scale &&
+                 q->v.params && q->v.codes);
     layout = &q->k.layout;
     t.ck[h] = q->k.channel_scale;
     t.cv[h] = q->v.channel_scale;
@@ -401,8 +420,8 @@ void attention_prefill(const AttentionArgs& a, void* stream) {
     constexpr int D = decltype(d)::value;
     constexpr size_t smem = prefill_smem<D>();
     static const bool configured = [] {  // > 48 KiB of dynamic shared memory needs an opt-in
-      KVZIP_CUDA_CHECK(cudaFuncSetAttribute(prefill_kernel<D>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      KVZIP_CUDA_CHECK(cudaFuncSetAttribute(
+          prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
       return true;
     }();
     (void)configured;
@@ -421,7 +440,9 @@ SplitGeom split_geometry(const AttentionArgs& a) {
     max_len = std::max(max_len, a.kv[h].len);
     if (a.kv[h].quant) max_quant = std::max(max_quant, a.kv[h].quant->rows());
   }
-  auto split_rows = [](uint32_t n) { return kDecodeSplit * ceil_div(ceil_div(n, kDecodeSplit), kMaxSplits); };
+  auto split_rows = [](uint32_t n) {
+    return kDecodeSplit * ceil_div(ceil_div(n, kDecodeSplit), kMaxSplits);
+  };
   const uint32_t split_len = split_rows(max_len);
   const uint32_t quant_len = max_quant ? split_rows(max_quant) : kDecodeSplit;
   const uint32_t R = a.T * (a.Hq / a.Hkv);
@@ -443,8 +464,10 @@ void attention_decode(const AttentionArgs& a, void* stream) {
     float* part_o = nullptr;
     float2* part_ml = nullptr;
     // Stream-ordered allocations come from the device's pool: no device-wide sync per decode.
-    KVZIP_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&part_o), slots * D * sizeof(float), s));
-    cudaError_t err = cudaMallocAsync(reinterpret_cast<void**>(&part_ml), slots * sizeof(float2), s);
+    KVZIP_CUDA_CHECK(
+        cudaMallocAsync(reinterpret_cast<void**>(&part_o), slots * D * sizeof(float), s));
+    cudaError_t err =
+        cudaMallocAsync(reinterpret_cast<void**>(&part_ml), slots * sizeof(float2), s);
     if (err == cudaSuccess) {
       const dim3 grid(sg.n_split, a.Hkv, sg.r_pad / kDecodeRows);
       decode_kernel<D><<<grid, tile::kThreads, 0, s>>>(p, part_o, part_ml, sg);

@@ -18,7 +18,7 @@ namespace {
 struct AxisTable {
   const float* k[kMaxKvHeads][3];
   uint32_t n[kMaxKvHeads][3];
-  uint32_t fixed[kMaxKvHeads];        // rows of the ranges before the causal one
+  uint32_t fixed[kMaxKvHeads];  // rows of the ranges before the causal one
   uint32_t causal_base[kMaxKvHeads];
   uint32_t n_ranges[kMaxKvHeads];
 };
@@ -54,10 +54,13 @@ __global__ void __launch_bounds__(tile::kThreads) lse_kernel(ScoreParams p, floa
   const uint32_t i0 = blockIdx.x * tile::kRows;
   const uint32_t base = p.ax.fixed[h] + p.ax.causal_base[h];  // token i sees base + i + 1 keys
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  tile::load<D>(Qs, tile::kRows, [&](int r) -> const float* {
-    const uint32_t i = i0 + r;
-    return i < p.T ? p.q + (size_t(i) * p.Hq + hq) * D : nullptr;
-  }, p.scale);
+  tile::load<D>(
+      Qs, tile::kRows,
+      [&](int r) -> const float* {
+        const uint32_t i = i0 + r;
+        return i < p.T ? p.q + (size_t(i) * p.Hq + hq) * D : nullptr;
+      },
+      p.scale);
   const uint32_t kend = base + min(p.T, i0 + tile::kRows);
   float m[kRpw], l[kRpw], none[kRpw][1];
 #pragma unroll
@@ -67,9 +70,12 @@ __global__ void __launch_bounds__(tile::kThreads) lse_kernel(ScoreParams p, floa
   }
   for (uint32_t kb = 0; kb < kend; kb += tile::kRows) {
     __syncthreads();
-    tile::load<D>(Ks, tile::kRows, [&](int r) -> const float* {
-      return kb + r < kend ? axis_row<D>(p.ax, h, kb + r) : nullptr;
-    }, 1.0f);
+    tile::load<D>(
+        Ks, tile::kRows,
+        [&](int r) -> const float* {
+          return kb + r < kend ? axis_row<D>(p.ax, h, kb + r) : nullptr;
+        },
+        1.0f);
     __syncthreads();
     float s[kRpw];
     tile::scores<D, kRpw>(Qs, Ks, warp * kRpw, s);
@@ -99,16 +105,22 @@ __global__ void __launch_bounds__(tile::kThreads) colmax_kernel(ScoreParams p, c
   const uint32_t h = blockIdx.y, G = p.Hq / p.Hkv, R = p.T * G;
   const uint32_t c0 = p.col0 + blockIdx.x * tile::kRows;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  tile::load<D>(Ks, tile::kRows, [&](int r) -> const float* {
-    return c0 + r < p.col1 ? axis_row<D>(p.ax, h, c0 + r) : nullptr;
-  }, 1.0f);
+  tile::load<D>(
+      Ks, tile::kRows,
+      [&](int r) -> const float* {
+        return c0 + r < p.col1 ? axis_row<D>(p.ax, h, c0 + r) : nullptr;
+      },
+      1.0f);
   float best = 0.0f;  // probabilities are >= 0
   for (uint32_t rb = 0; rb < R; rb += tile::kRows) {
     __syncthreads();  // K visible (first pass); previous Q/L tile no longer read
-    tile::load<D>(Qs, tile::kRows, [&](int r) -> const float* {
-      const uint32_t row = rb + r;
-      return row < R ? p.q + (size_t(row / G) * p.Hq + h * G + row % G) * D : nullptr;
-    }, p.scale);
+    tile::load<D>(
+        Qs, tile::kRows,
+        [&](int r) -> const float* {
+          const uint32_t row = rb + r;
+          return row < R ? p.q + (size_t(row / G) * p.Hq + h * G + row % G) * D : nullptr;
+        },
+        p.scale);
     if (threadIdx.x < tile::kRows) {
       const uint32_t row = rb + threadIdx.x;
       Ls[threadIdx.x] = row < R ? lse[size_t(row / G) * p.Hq + h * G + row % G] : INFINITY;
@@ -176,7 +188,8 @@ void attention_score_max(const AttentionScoreArgs& a, void* stream) {
     constexpr int D = decltype(d)::value;
     cudaStream_t s = as_stream(stream);
     float* lse = nullptr;
-    KVZIP_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&lse), size_t(a.T) * a.Hq * sizeof(float), s));
+    KVZIP_CUDA_CHECK(
+        cudaMallocAsync(reinterpret_cast<void**>(&lse), size_t(a.T) * a.Hq * sizeof(float), s));
     lse_kernel<D><<<dim3(ceil_div(a.T, tile::kRows), a.Hq), tile::kThreads, 0, s>>>(p, lse);
     cudaError_t launch = cudaGetLastError();
     if (launch == cudaSuccess) {

@@ -20,11 +20,11 @@ namespace kvzip::kernels::cuda {
                         std::to_string(line));
 }
 
-#define KVZIP_CUDA_CHECK(expr)                                                    \
-  do {                                                                            \
-    cudaError_t kvzip_err_ = (expr);                                              \
-    if (kvzip_err_ != cudaSuccess)                                                \
-      ::kvzip::kernels::cuda::throw_cuda(kvzip_err_, #expr, __FILE__, __LINE__);           \
+#define KVZIP_CUDA_CHECK(expr)                                                   \
+  do {                                                                           \
+    cudaError_t kvzip_err_ = (expr);                                             \
+    if (kvzip_err_ != cudaSuccess)                                               \
+      ::kvzip::kernels::cuda::throw_cuda(kvzip_err_, #expr, __FILE__, __LINE__); \
   } while (0)
 
 // After every launch: a bad configuration (too much shared memory, grid too large) shows here.

@@ -14,8 +14,9 @@ unsigned grid_for(size_t n) {
   return static_cast<unsigned>(blocks < 65536 ? blocks : 65536);
 }
 
-#define KVZIP_GRID_STRIDE(i, n) \
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += size_t(gridDim.x) * blockDim.x)
+#define KVZIP_GRID_STRIDE(i, n)                                           \
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += size_t(gridDim.x) * blockDim.x)
 
 __global__ void to_bf16_kernel(const float* x, __nv_bfloat16* y, size_t n) {
   KVZIP_GRID_STRIDE(i, n) y[i] = __float2bfloat16_rn(x[i]);

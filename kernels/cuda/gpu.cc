@@ -44,7 +44,8 @@ void free_pinned(void* p) noexcept {
 }
 
 void copy_to_device(void* dst, const void* src, size_t bytes, void* stream) {
-  if (bytes) KVZIP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, as_stream(stream)));
+  if (bytes)
+    KVZIP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, as_stream(stream)));
 }
 
 void copy_to_host(void* dst, const void* src, size_t bytes, void* stream) {
@@ -54,7 +55,8 @@ void copy_to_host(void* dst, const void* src, size_t bytes, void* stream) {
 }
 
 void copy_device(void* dst, const void* src, size_t bytes, void* stream) {
-  if (bytes) KVZIP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, as_stream(stream)));
+  if (bytes)
+    KVZIP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, as_stream(stream)));
 }
 
 void fill_zero(void* dst, size_t bytes, void* stream) {
@@ -87,7 +89,9 @@ void record_event(void* event, void* stream) {
   KVZIP_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), as_stream(stream)));
 }
 
-void wait_event(void* event) { KVZIP_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event))); }
+void wait_event(void* event) {
+  KVZIP_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+}
 
 DeviceInfo device_info() {
   DeviceInfo info;

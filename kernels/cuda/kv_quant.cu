@@ -15,9 +15,9 @@
 namespace kvzip::kernels::cuda {
 namespace {
 
-using quant::DevLayout;
 using quant::code_at;
 using quant::dev_layout;
+using quant::DevLayout;
 using quant::group_params;
 using quant::stored_value;
 
@@ -27,7 +27,8 @@ __global__ void dequant_kernel(KvQuantRows in, DevLayout l, float* x) {
   if (idx >= in.rows * l.D) return;
   const size_t r = idx / l.D;
   const uint32_t j = static_cast<uint32_t>(idx % l.D);
-  x[idx] = stored_value(in.channel_scale, in.params + r * l.words, in.codes + r * l.code_bytes, j, l);
+  x[idx] =
+      stored_value(in.channel_scale, in.params + r * l.words, in.codes + r * l.code_bytes, j, l);
 }
 
 // Rotated rows: one block per row, the row's values rotated in shared memory (D floats).
@@ -36,7 +37,8 @@ __global__ void dequant_rotated_kernel(KvQuantRows in, DevLayout l, float* x) {
   const size_t r = blockIdx.x;
   const uint16_t* p = in.params + r * l.words;
   const uint8_t* codes = in.codes + r * l.code_bytes;
-  for (uint32_t j = threadIdx.x; j < l.D; j += blockDim.x) row[j] = stored_value(in.channel_scale, p, codes, j, l);
+  for (uint32_t j = threadIdx.x; j < l.D; j += blockDim.x)
+    row[j] = stored_value(in.channel_scale, p, codes, j, l);
   quant::hadamard_rows(row, 1, l.D, l.D, l.rot_scale);
   for (uint32_t j = threadIdx.x; j < l.D; j += blockDim.x) x[r * l.D + j] = row[j];
 }
@@ -46,13 +48,15 @@ constexpr uint32_t kScoreRowsPerBlock = 64;  // each warp takes every 8th row of
 
 // Block (chunk, t): query t's channel-scaled (and, for rotated rows, rotated) values in shared
 // memory (D floats), then one warp per row of rows [chunk·64, chunk·64 + 64).
-__global__ void scores_kernel(const float* q, KvQuantRows k, DevLayout l, float scale, float* scores) {
+__global__ void scores_kernel(const float* q, KvQuantRows k, DevLayout l, float scale,
+                              float* scores) {
   extern __shared__ float qc[];
   const uint32_t t = blockIdx.y;
   const float* qt = q + size_t(t) * l.D;
   if (l.rotated) {
     for (uint32_t j = threadIdx.x; j < l.D; j += blockDim.x) qc[j] = qt[j];
-    quant::hadamard_rows(qc, 1, l.D, l.D, l.rot_scale);  // q·x = (H·q)·(H·x): the codes are those of H·x
+    quant::hadamard_rows(qc, 1, l.D, l.D,
+                         l.rot_scale);  // q·x = (H·q)·(H·x): the codes are those of H·x
     for (uint32_t j = threadIdx.x; j < l.D; j += blockDim.x) qc[j] *= k.channel_scale[j];
   } else {
     for (uint32_t j = threadIdx.x; j < l.D; j += blockDim.x) qc[j] = qt[j] * k.channel_scale[j];
@@ -89,8 +93,8 @@ void kv_dequantize_rows(const KvQuantRows& in, float* x, void* stream) {
   if (l.rotated) {
     KVZIP_ASSERT(in.rows <= 0x7fffffffu);  // grid.x
     const unsigned threads = l.D < 256 ? l.D : 256;
-    dequant_rotated_kernel<<<static_cast<unsigned>(in.rows), threads, l.D * sizeof(float), as_stream(stream)>>>(
-        in, l, x);
+    dequant_rotated_kernel<<<static_cast<unsigned>(in.rows), threads, l.D * sizeof(float),
+                             as_stream(stream)>>>(in, l, x);
   } else {
     constexpr unsigned kThreads = 256;
     dequant_kernel<<<ceil_div(in.rows * l.D, kThreads), kThreads, 0, as_stream(stream)>>>(in, l, x);
@@ -104,7 +108,8 @@ void kv_quant_scores(const float* q, uint32_t n_q, const KvQuantRows& k, float s
   if (n_q == 0 || k.rows == 0) return;
   KVZIP_ASSERT(n_q <= 65535u);  // grid.y
   const dim3 grid(ceil_div(k.rows, kScoreRowsPerBlock), n_q);
-  scores_kernel<<<grid, kScoreThreads, l.D * sizeof(float), as_stream(stream)>>>(q, k, l, scale, scores);
+  scores_kernel<<<grid, kScoreThreads, l.D * sizeof(float), as_stream(stream)>>>(q, k, l, scale,
+                                                                                 scores);
   KVZIP_CUDA_CHECK_LAUNCH();
 }
 

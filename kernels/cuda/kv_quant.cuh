@@ -24,7 +24,7 @@ struct DevLayout {
   uint32_t bits, D, group, groups, words;  // words: parameter words per row
   uint32_t code_bytes;                     // per row
   bool byte_params, rotated;
-  float rot_scale;                         // hadamard_scale(D) when rotated
+  float rot_scale;  // hadamard_scale(D) when rotated
 };
 
 inline DevLayout dev_layout(const KvQuantLayout& l) {
@@ -52,15 +52,17 @@ __device__ __forceinline__ uint32_t code_at(const uint8_t* row, uint32_t bits, u
 __device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
 // Group g's scale and minimum from a row's parameter words (kv_group_params' device twin).
-__device__ __forceinline__ KvGroupParams group_params(const uint16_t* p, uint32_t g, const DevLayout& l) {
+__device__ __forceinline__ KvGroupParams group_params(const uint16_t* p, uint32_t g,
+                                                      const DevLayout& l) {
   if (l.byte_params) return kv_byte_group_params(p[g], l.bits);
   return {h2f(p[2 * g]), h2f(p[2 * g + 1])};
 }
 
 // Channel j of a stored row: c[j] · fma(s, q, m) in binary32, as the CPU computes it (for rotated
 // rows this is channel j of H·x; the caller rotates or works in the rotated basis).
-__device__ __forceinline__ float stored_value(const float* channel_scale, const uint16_t* row_params,
-                                              const uint8_t* row_codes, uint32_t j, const DevLayout& l) {
+__device__ __forceinline__ float stored_value(const float* channel_scale,
+                                              const uint16_t* row_params, const uint8_t* row_codes,
+                                              uint32_t j, const DevLayout& l) {
   const KvGroupParams p = group_params(row_params, j / l.group, l);
   const float q = static_cast<float>(code_at(row_codes, l.bits, j));
   return __fmul_rn(channel_scale[j], __fmaf_rn(p.s, q, p.m));
@@ -69,7 +71,8 @@ __device__ __forceinline__ float stored_value(const float* channel_scale, const 
 // x: `rows` rows of n floats (n a power of two) at a stride of `stride` floats in shared memory
 // <- H·x row by row. Called by every thread of the block; the caller has written x and not yet
 // synchronized; returns synchronized.
-__device__ inline void hadamard_rows(float* x, uint32_t rows, uint32_t stride, uint32_t n, float scale) {
+__device__ inline void hadamard_rows(float* x, uint32_t rows, uint32_t stride, uint32_t n,
+                                     float scale) {
   const uint32_t half = n / 2;
   for (uint32_t h = 1; h < n; h *= 2) {
     __syncthreads();

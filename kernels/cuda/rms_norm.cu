@@ -24,9 +24,8 @@ struct Out16 {
 };
 
 template <class Out>
-__global__ void __launch_bounds__(kThreads) rms_norm_kernel(const float* x,
-                                                            const float* __restrict__ w, Out out,
-                                                            uint32_t E, float eps) {
+__global__ void __launch_bounds__(kThreads)
+    rms_norm_kernel(const float* x, const float* __restrict__ w, Out out, uint32_t E, float eps) {
   __shared__ float partial[kThreads / 32];
   const size_t row = blockIdx.x;
   const float* xr = x + row * E;

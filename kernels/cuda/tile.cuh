@@ -14,12 +14,14 @@
 
 namespace kvzip::kernels::cuda::tile {
 
-constexpr int kRows = 32;     // rows of a tile (query rows or keys)
+constexpr int kRows = 32;  // rows of a tile (query rows or keys)
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 
 template <int D>
-__host__ __device__ constexpr int stride() { return D + 1; }
+__host__ __device__ constexpr int stride() {
+  return D + 1;
+}
 
 // dst[r][0..D) = mul · src(r)[0..D) for r < rows, zeros where src(r) is nullptr. Every thread of
 // the block takes part; rows must be 16-byte aligned (float4 loads).
@@ -41,7 +43,8 @@ __device__ __forceinline__ void load(float* dst, int rows, RowPtr src, float mul
 
 // s[k] = Q[q_row0 + k] · K[lane] for k < RPW.
 template <int D, int RPW>
-__device__ __forceinline__ void scores(const float* Qs, const float* Ks, int q_row0, float (&s)[RPW]) {
+__device__ __forceinline__ void scores(const float* Qs, const float* Ks, int q_row0,
+                                       float (&s)[RPW]) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int k = 0; k < RPW; ++k) s[k] = 0.0f;
@@ -68,7 +71,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[RPW], float (&m)[RPW],
     const float m_new = fmaxf(m[k], warp_max(s[k]));
     const float m_use = m_new == -INFINITY ? 0.0f : m_new;
     const float alpha = expf(m[k] - m_use);  // 0 when m[k] == -inf
-    s[k] = expf(s[k] - m_use);                 // 0 for masked keys
+    s[k] = expf(s[k] - m_use);               // 0 for masked keys
     l[k] = l[k] * alpha + s[k];
     m[k] = m_new;
     if constexpr (DW > 0) {

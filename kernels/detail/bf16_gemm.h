@@ -22,7 +22,8 @@ void bf16_gemm(ThreadPool* pool, const MatmulArgs& a);
 
 // x (T, in) fp32 -> u (nv, in / 2, 16, 2) bf16, nv = ceil(T / 16): two consecutive elements of
 // 16 tokens per 64 bytes, lanes past T zero. Both GEMMs read this pack.
-void pack_bf16_pairs(const float* x, uint32_t T, uint32_t in, std::vector<uint16_t>& u, uint32_t& nv);
+void pack_bf16_pairs(const float* x, uint32_t T, uint32_t in, std::vector<uint16_t>& u,
+                     uint32_t& nv);
 // Whether the AMX-BF16 kernel runs here (AVX-512 BF16 for the pack, and qisa_amx_bf16()); it
 // takes F16, BF16 and block-type matrices (not F32) whose width is a multiple of its 32-element
 // step; bf16_gemm hands it every such matrix.

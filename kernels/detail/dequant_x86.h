@@ -11,7 +11,7 @@ namespace kvzip::kernels::quant::detail {
 // Decodes n blocks (n elements for F16 and BF16) from src into dst.
 using DequantFn = void (*)(const uint8_t* src, float* dst, int64_t n);
 
-bool dequant_avx2_usable();      // compiled in and supported by this CPU
+bool dequant_avx2_usable();          // compiled in and supported by this CPU
 DequantFn dequant_avx2(GgmlType t);  // nullptr for types without an AVX2 decoder
 
 // Q4_K / Q5_K: the 6-bit (scale, min) pair of sub-block j from a block's 12 packed scale bytes

@@ -22,7 +22,7 @@ struct TileSpan {
   uint32_t nk = 0;       // reduction steps (the micro-kernel's unit: groups, element pairs, ...)
   uint32_t k_chunk = 0;  // steps per chunk
   uint32_t tile_vecs = 0;
-  float* y = nullptr;    // (T, ldy); the panel's row i is column row0 + i
+  float* y = nullptr;  // (T, ldy); the panel's row i is column row0 + i
   uint32_t ldy = 0, row0 = 0;
 };
 
@@ -44,7 +44,8 @@ void run_tiles(const TileSpan& s, std::vector<float>& buf, Micro&& micro) {
     for (uint32_t k0 = 0; k0 < s.nk; k0 += s.k_chunk) {
       const uint32_t k1 = std::min(s.nk, k0 + s.k_chunk);
       for (uint32_t i0 = 0; i0 < s.rows; i0 += kMicroRows)
-        micro(v0, C, i0, std::min(kMicroRows, s.rows - i0), k0, k1, buf.data() + (i0 / kMicroRows) * quad);
+        micro(v0, C, i0, std::min(kMicroRows, s.rows - i0), k0, k1,
+              buf.data() + (i0 / kMicroRows) * quad);
     }
     // A token at a time, the panel's rows as one contiguous run of y: each of its cache lines is
     // written whole, once. (Rows outermost wrote 16 lines ldy floats apart per row, each line
@@ -70,9 +71,15 @@ void with_rc(uint32_t R, uint32_t C, F&& f) {
   auto by_c = [&]<int Rv>() {
     switch (std::min<uint32_t>(C, kMaxC)) {
       case 1: f.template operator()<Rv, 1>(); break;
-      case 2: if constexpr (kMaxC >= 2) f.template operator()<Rv, 2>(); break;
-      case 3: if constexpr (kMaxC >= 3) f.template operator()<Rv, 3>(); break;
-      default: if constexpr (kMaxC >= 4) f.template operator()<Rv, 4>(); break;
+      case 2:
+        if constexpr (kMaxC >= 2) f.template operator()<Rv, 2>();
+        break;
+      case 3:
+        if constexpr (kMaxC >= 3) f.template operator()<Rv, 3>();
+        break;
+      default:
+        if constexpr (kMaxC >= 4) f.template operator()<Rv, 4>();
+        break;
     }
   };
   switch (R) {

@@ -28,7 +28,7 @@ constexpr int kSubElems = Ty == GgmlType::Q6_K ? 16 : 32;
 // fp32 scale and 128·Σw; per 32-group the min (types with one). Rows are `stride` = in + 64
 // bytes apart: a power-of-two stride would put a 16-row tile load (AMX) in one L1 set.
 struct Panel {
-  std::vector<int8_t> w;      // (rows, stride)
+  std::vector<int8_t> w;  // (rows, stride)
   uint32_t stride = 0;
   std::vector<float> ws;      // (rows, in / sub)
   std::vector<int32_t> corr;  // (rows, in / sub)
@@ -43,7 +43,8 @@ KVZIP_AVX2 inline void decode_panel(const MatrixView& w, uint32_t r0, uint32_t n
   constexpr int kSub = kSubElems<Ty>;
   const uint32_t in = w.cols, ng = in / 32, nsub = in / kSub, nblk = ng / F::kGroups;
   p.stride = in + 64;
-  p.w.resize(size_t(n) * p.stride), p.ws.resize(size_t(n) * nsub), p.corr.resize(kCorr ? size_t(n) * nsub : 0);
+  p.w.resize(size_t(n) * p.stride), p.ws.resize(size_t(n) * nsub),
+      p.corr.resize(kCorr ? size_t(n) * nsub : 0);
   p.mw.resize(F::kMin ? size_t(n) * ng : 0);
   BlockScales s;
   for (uint32_t i = 0; i < n; ++i) {
@@ -51,11 +52,13 @@ KVZIP_AVX2 inline void decode_panel(const MatrixView& w, uint32_t r0, uint32_t n
     const uint8_t* row = w.data + size_t(w.row_map ? w.row_map[r] : r) * w.row_bytes;
     // The next row, fetched while this one decodes: a row is a few cache lines, too short for
     // the hardware prefetcher to get ahead of it.
-    const uint8_t* next = i + 1 < n ? w.data + size_t(w.row_map ? w.row_map[r + 1] : r + 1) * w.row_bytes : nullptr;
+    const uint8_t* next =
+        i + 1 < n ? w.data + size_t(w.row_map ? w.row_map[r + 1] : r + 1) * w.row_bytes : nullptr;
     int8_t* out = p.w.data() + size_t(i) * p.stride;
     for (uint32_t b = 0; b < nblk; ++b) {
       const uint8_t* blk = row + size_t(b) * F::kBytes;
-      if (next) _mm_prefetch(reinterpret_cast<const char*>(next + size_t(b) * F::kBytes), _MM_HINT_T0);
+      if (next)
+        _mm_prefetch(reinterpret_cast<const char*>(next + size_t(b) * F::kBytes), _MM_HINT_T0);
       F::scales(blk, half_f16c, s);
       for (int g = 0; g < F::kGroups; ++g) {
         const uint32_t gi = b * F::kGroups + g;
@@ -69,7 +72,8 @@ KVZIP_AVX2 inline void decode_panel(const MatrixView& w, uint32_t r0, uint32_t n
         }
         if constexpr (kCorr) {
           // Σ(w + 128) per 8 bytes (w ^ 0x80 is w + 128 read unsigned), then Σw = that − 128·count.
-          const __m256i s8 = _mm256_sad_epu8(_mm256_xor_si256(v, _mm256_set1_epi8(char(0x80))), _mm256_setzero_si256());
+          const __m256i s8 = _mm256_sad_epu8(_mm256_xor_si256(v, _mm256_set1_epi8(char(0x80))),
+                                             _mm256_setzero_si256());
           alignas(32) int64_t q[4];
           _mm256_store_si256(reinterpret_cast<__m256i*>(q), s8);
           if constexpr (kSub == 32) {

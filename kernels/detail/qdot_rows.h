@@ -17,8 +17,8 @@ struct QDotRowsArgs {
   const MatrixView* w = nullptr;  // (out, in)
   const Q8Act* x = nullptr;       // (T, in / 32)
   uint32_t T = 0;
-  float* y = nullptr;             // (T, out), canonical row order
-  uint32_t r0 = 0, r1 = 0;        // canonical rows to compute
+  float* y = nullptr;       // (T, out), canonical row order
+  uint32_t r0 = 0, r1 = 0;  // canonical rows to compute
 };
 
 using QDotFn = void (*)(const QDotRowsArgs& a);
@@ -56,7 +56,8 @@ void pack_acts_vnni(const Q8Act* x, uint32_t T, uint32_t in, QActPack& out, Pack
 // quantize_acts (kernels/qdot.h) over nblocks consecutive 32-element blocks in AVX-512: the same
 // bytes as the portable quantizer (tested), which it stands in for on VNNI CPUs.
 void quantize_acts_vnni(const float* x, size_t nblocks, Q8Act* out);
-void quantize_acts_avx2(const float* x, size_t nblocks, Q8Act* out);  // the same in AVX2 (qdot_x86.cc)
+void quantize_acts_avx2(const float* x, size_t nblocks,
+                        Q8Act* out);  // the same in AVX2 (qdot_x86.cc)
 // Rows [a.r0, a.r1) for every token of `x` (a.x is not read); the same integer sums as the
 // scalar kernel, fp32 accumulation per group in group order.
 using QGemmFn = void (*)(const QDotRowsArgs& a, const QActPack& x);
@@ -64,7 +65,7 @@ QGemmFn qdot_gemm_vnni(quant::GgmlType t);  // nullptr when the build has no AVX
 // The AVX2 GEMM (qdot_x86.cc, vpmaddubsw + vpmaddwd on a kSignedPack pack): nullptr when the build
 // has no AVX2 variant.
 QGemmFn qdot_gemm_avx2(quant::GgmlType t);
-bool cpu_has_avx512_vnni();                 // AVX-512 F, BW, VL and VNNI, plus the AVX2 set
+bool cpu_has_avx512_vnni();  // AVX-512 F, BW, VL and VNNI, plus the AVX2 set
 // The AVX-512 VNNI decode kernels in sixteen-row tiles (qdot_decode_avx512.cc), any T (qdot
 // uses them below kQdotDecode16GemmMinT, or Q6_K's and Q8_0's; eight tokens a pass over a tile): rows
 // [a.r0, a.r0 + 16·n) for the most whole tiles n; returns the first row left to the tiles'

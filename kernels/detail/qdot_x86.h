@@ -35,16 +35,20 @@ KVZIP_AVX2 inline __m256i bits_to_bytes(uint32_t x) {
 // The bytes are loaded into both halves (a broadcast load) and the halves picked by a blend: no
 // shuffle-port work, which the register tiles are short of.
 KVZIP_AVX2 inline __m256i nibbles32(const uint8_t* p) {
-  const __m256i raw = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_and_si256(_mm256_blend_epi32(raw, _mm256_srli_epi16(raw, 4), 0xF0), _mm256_set1_epi8(15));
+  const __m256i raw =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_and_si256(_mm256_blend_epi32(raw, _mm256_srli_epi16(raw, 4), 0xF0),
+                          _mm256_set1_epi8(15));
 }
 
 // Q6_K group g's 6-bit values q (0..63) before the −32 offset: the low 4 bits from ql, the top 2
 // from qh (QFmt<Q6_K>::ints).
 KVZIP_AVX2 inline __m256i q6k_ints_unsigned(const uint8_t* b, int g) {
   const int n = g / 4, k = g % 4;
-  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * n + 32 * (k & 1)));
-  const __m256i lo = _mm256_and_si256(k < 2 ? raw : _mm256_srli_epi16(raw, 4), _mm256_set1_epi8(15));
+  const __m256i raw =
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * n + 32 * (k & 1)));
+  const __m256i lo =
+      _mm256_and_si256(k < 2 ? raw : _mm256_srli_epi16(raw, 4), _mm256_set1_epi8(15));
   const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * n));
   // Bits 2k, 2k+1 of each qh byte to bits 4, 5 by one 16-bit shift, then a mask per byte (it
   // drops what the shift carries across a byte).
@@ -71,7 +75,8 @@ KVZIP_AVX2 inline __m256i group_ints(const uint8_t* b, int g) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
   } else if constexpr (Ty == GgmlType::Q4_K || Ty == GgmlType::Q5_K) {
     constexpr bool kQ5 = Ty == GgmlType::Q5_K;
-    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + (kQ5 ? 48 : 16) + 32 * (g / 2)));
+    const __m256i raw =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + (kQ5 ? 48 : 16) + 32 * (g / 2)));
     __m256i w = _mm256_and_si256((g & 1) ? _mm256_srli_epi16(raw, 4) : raw, low4);
     if constexpr (kQ5) {
       // Bit g of each qh byte to bit 4 by one 16-bit shift (the bits it carries across a byte

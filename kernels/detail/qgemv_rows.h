@@ -4,8 +4,8 @@
 // dot(d·q + m, x) = d·dot(q, x) + m·sum(x).
 #pragma once
 #include <cstdint>
-#include <type_traits>
 #include <cstring>
+#include <type_traits>
 
 #include "common/half.h"
 #include "kernels/qgemv.h"
@@ -35,6 +35,5 @@ bool cpu_has_avx512();  // AVX-512 F and BW, plus the AVX2 set
 
 // The block's little-endian fp16 field at p.
 inline uint16_t load_u16(const uint8_t* p) { return uint16_t(p[0] | (uint16_t(p[1]) << 8)); }
-
 
 }  // namespace kvzip::kernels::cpu::detail

@@ -16,8 +16,9 @@ namespace kvzip::model::detail {
 // [row0, row0 + rows) to out (rows == 0: none). finish() runs after the last chunk, still under
 // the rollback (the GPU waits for its stream there).
 template <class Cache, class Run, class Finish>
-std::vector<float> forward_in_chunks(const ModelConfig& cfg, Cache& cache, std::span<const int32_t> tokens,
-                                     LogitsMode mode, uint32_t chunk, Run run, Finish finish) {
+std::vector<float> forward_in_chunks(const ModelConfig& cfg, Cache& cache,
+                                     std::span<const int32_t> tokens, LogitsMode mode,
+                                     uint32_t chunk, Run run, Finish finish) {
   check_cache_shape(cfg, cache.shape());
   check_tokens(cfg, tokens);
   const size_t V = cfg.vocab_size, n = tokens.size();

@@ -10,8 +10,9 @@ namespace kvzip::model::detail {
 namespace {
 
 [[noreturn]] void bad(const std::string& what) {
-  throw Error(Errc::invalid_argument,
-              "model weights: " + what + "; the model file and its config disagree or the loader is wrong");
+  throw Error(
+      Errc::invalid_argument,
+      "model weights: " + what + "; the model file and its config disagree or the loader is wrong");
 }
 
 void expect_size(const std::vector<float>& t, size_t n, const std::string& name) {
@@ -29,7 +30,8 @@ void expect_matrix(const Matrix& m, size_t rows, size_t cols, const std::string&
   const kernels::quant::TypeTraits* tr = kernels::quant::type_traits(uint32_t(m.type));
   if (!tr || !tr->dequantizable)
     throw Error(Errc::unsupported, "model weights: " + name + " has type " +
-                                       kernels::quant::type_name(m.type) + ", which kvzip cannot compute with");
+                                       kernels::quant::type_name(m.type) +
+                                       ", which kvzip cannot compute with");
   if (cols % tr->block_elems != 0)
     bad(name + " has " + std::to_string(cols) + " columns, not a whole number of " + tr->name +
         " blocks");
@@ -62,7 +64,8 @@ void check_config(const ModelConfig& c) {
     bad("config.local_layers has " + std::to_string(c.local_layers.size()) + " entries, expected " +
         std::to_string(c.n_layers) + " (one per layer) or none");
   if (c.hybrid() && c.sliding_window == 0) bad("config has local layers but sliding_window 0");
-  if (c.head_dim % 2 != 0) bad("config.head_dim " + std::to_string(c.head_dim) + " is odd, RoPE needs it even");
+  if (c.head_dim % 2 != 0)
+    bad("config.head_dim " + std::to_string(c.head_dim) + " is odd, RoPE needs it even");
   if (!(c.rms_eps > 0)) bad("config.rms_eps " + std::to_string(c.rms_eps) + " must be > 0");
 }
 
@@ -81,7 +84,8 @@ void validate_weights(const Weights& w) {
     expect_matrix(w.output, V, E, "output");
   }
   if (w.layers.size() != c.n_layers)
-    bad("there are " + std::to_string(w.layers.size()) + " layers, expected " + std::to_string(c.n_layers));
+    bad("there are " + std::to_string(w.layers.size()) + " layers, expected " +
+        std::to_string(c.n_layers));
   const size_t bias_q = c.qkv_bias ? qd : 0, bias_kv = c.qkv_bias ? kvd : 0;
   for (size_t l = 0; l < w.layers.size(); ++l) {
     const LayerWeights& lw = w.layers[l];
@@ -108,18 +112,19 @@ void validate_weights(const Weights& w) {
 void check_cache_shape(const ModelConfig& cfg, CacheShape s) {
   if (!(s == cache_shape(cfg)))
     throw Error(Errc::invalid_argument,
-                "cache shape L=" + std::to_string(s.n_layers) + " Hkv=" + std::to_string(s.n_kv_heads) +
-                    " D=" + std::to_string(s.head_dim) + " does not match the model (L=" +
-                    std::to_string(cfg.n_layers) + " Hkv=" + std::to_string(cfg.n_kv_heads) +
-                    " D=" + std::to_string(cfg.head_dim) + "); create the cache from this model's config");
+                "cache shape L=" + std::to_string(s.n_layers) +
+                    " Hkv=" + std::to_string(s.n_kv_heads) + " D=" + std::to_string(s.head_dim) +
+                    " does not match the model (L=" + std::to_string(cfg.n_layers) + " Hkv=" +
+                    std::to_string(cfg.n_kv_heads) + " D=" + std::to_string(cfg.head_dim) +
+                    "); create the cache from this model's config");
 }
 
 void check_tokens(const ModelConfig& cfg, std::span<const int32_t> tokens) {
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || static_cast<uint32_t>(tokens[i]) >= cfg.vocab_size)
-      throw Error(Errc::invalid_argument, "token id " + std::to_string(tokens[i]) + " at index " +
-                                              std::to_string(i) + " is outside the vocabulary [0, " +
-                                              std::to_string(cfg.vocab_size) + ")");
+      throw Error(Errc::invalid_argument,
+                  "token id " + std::to_string(tokens[i]) + " at index " + std::to_string(i) +
+                      " is outside the vocabulary [0, " + std::to_string(cfg.vocab_size) + ")");
   }
 }
 

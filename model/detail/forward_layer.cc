@@ -26,9 +26,9 @@ const float* or_null(const std::vector<float>& b) { return b.empty() ? nullptr :
 
 // One projection of a shared input: y(T, out) = x(T, in) · W^T + b.
 struct Proj {
-  const Matrix& w;     // (out, in) as stored
-  const float* bias;   // (out) or nullptr
-  float* y;            // (T, out)
+  const Matrix& w;    // (out, in) as stored
+  const float* bias;  // (out) or nullptr
+  float* y;           // (T, out)
 };
 
 // Runs projections that read the same x(T, in) as one matmul batch (for one token: one pool run
@@ -59,15 +59,18 @@ void attention_block(const ChunkContext& c, uint32_t layer) {
   const uint32_t E = cfg.d_model, D = cfg.head_dim, Hq = cfg.n_heads, Hkv = cfg.n_kv_heads;
   const int li = static_cast<int>(layer);
 
-  rms_norm(c.ex, kernels::RmsNormArgs{s.x.data(), lw.attn_norm.data(), s.xn.data(), c.T, E, cfg.rms_eps});
+  rms_norm(c.ex,
+           kernels::RmsNormArgs{s.x.data(), lw.attn_norm.data(), s.xn.data(), c.T, E, cfg.rms_eps});
   trace(c, "attn_norm", li, s.xn.data(), c.T, E);
   project(c, s.xn.data(),
           {{lw.wq, or_null(lw.bq), s.q.data()},
            {lw.wk, or_null(lw.bk), s.k.data()},
            {lw.wv, or_null(lw.bv), s.v.data()}});
   if (cfg.qk_norm) {  // each head's q and k as a row of D (Gemma 3, Qwen 3)
-    rms_norm(c.ex, kernels::RmsNormArgs{s.q.data(), lw.q_norm.data(), s.q.data(), c.T * Hq, D, cfg.rms_eps});
-    rms_norm(c.ex, kernels::RmsNormArgs{s.k.data(), lw.k_norm.data(), s.k.data(), c.T * Hkv, D, cfg.rms_eps});
+    rms_norm(c.ex, kernels::RmsNormArgs{s.q.data(), lw.q_norm.data(), s.q.data(), c.T * Hq, D,
+                                        cfg.rms_eps});
+    rms_norm(c.ex, kernels::RmsNormArgs{s.k.data(), lw.k_norm.data(), s.k.data(), c.T * Hkv, D,
+                                        cfg.rms_eps});
   }
   const bool local_layer = cfg.is_local(layer);
   const kernels::RopeTable* rt = local_layer ? c.rope_local : c.rope;
@@ -80,12 +83,14 @@ void attention_block(const ChunkContext& c, uint32_t layer) {
   // Each cache appends its rows and attends over its own views; the rows of several caches
   // (Forward::step) share only the weight products around this.
   const ChunkItem one{c.cache, 0, c.T};
-  const std::span<const ChunkItem> items = c.items.empty() ? std::span<const ChunkItem>(&one, 1) : c.items;
+  const std::span<const ChunkItem> items =
+      c.items.empty() ? std::span<const ChunkItem>(&one, 1) : c.items;
   const size_t qd = size_t(Hq) * D, kvd = size_t(Hkv) * D;
   for (const ChunkItem& it : items)
     it.cache->append(layer, s.k.data() + it.row0 * kvd, s.v.data() + it.row0 * kvd, it.T);
   const float scale = cfg.attention_scale();
-  kernels::LocalMaxProb local;  // asked after the append: observers read the views with the new rows
+  kernels::LocalMaxProb
+      local;  // asked after the append: observers read the views with the new rows
   const bool stats = c.observer && c.observer->request_local_stats(layer, c.T, &local);
   const bool output_unused = c.last_output_unused && layer + 1 == cfg.n_layers;
   // Every item's call at once (attention_many: one pass of the pool for all of them).
@@ -98,10 +103,10 @@ void attention_block(const ChunkContext& c, uint32_t layer) {
     for (uint32_t h = 0; h < Hkv; ++h) {
       KvHeadView view = it.cache->view(layer, h);
       spans[h] = kernels::KvSpan{view.k,     view.v,     view.len, view.k_tail, view.v_tail,
-                        view.split, view.quant, view.kt,  view.kt_rows};
+                                 view.split, view.quant, view.kt,  view.kt_rows};
     }
-    kernels::AttentionArgs args{s.q.data() + it.row0 * qd, spans, s.att.data() + it.row0 * qd,
-                       it.T, Hq, Hkv, D, scale};
+    kernels::AttentionArgs args{
+        s.q.data() + it.row0 * qd, spans, s.att.data() + it.row0 * qd, it.T, Hq, Hkv, D, scale};
     const CacheParts parts = it.cache->parts(layer);  // a composed cache's documents
     args.parts = parts.spans;
     args.part_rot = parts.rot;
@@ -119,15 +124,15 @@ void attention_block(const ChunkContext& c, uint32_t layer) {
   }
   if (!output_unused) trace(c, "attn", li, s.att.data(), c.T, Hq * D);
   if (c.observer) {
-    c.observer->on_attention(
-        AttentionObservation{layer, s.q.data(), c.positions, c.T, Hq, Hkv, D, scale, c.cache,
-                             s.x.data(), s.xn.data(), E});
+    c.observer->on_attention(AttentionObservation{layer, s.q.data(), c.positions, c.T, Hq, Hkv, D,
+                                                  scale, c.cache, s.x.data(), s.xn.data(), E});
   }
   if (output_unused) return;
 
   project(c, s.att.data(), {{lw.wo, nullptr, s.proj.data()}});
   if (cfg.post_norms)
-    rms_norm(c.ex, kernels::RmsNormArgs{s.proj.data(), lw.post_attn_norm.data(), s.proj.data(), c.T, E, cfg.rms_eps});
+    rms_norm(c.ex, kernels::RmsNormArgs{s.proj.data(), lw.post_attn_norm.data(), s.proj.data(), c.T,
+                                        E, cfg.rms_eps});
   trace(c, "attn_proj", li, s.proj.data(), c.T, E);
   add_in_place(c, s.x.data(), s.proj.data(), size_t(c.T) * E);
   trace(c, "ffn_inp", li, s.x.data(), c.T, E);
@@ -140,15 +145,17 @@ void ffn_block(const ChunkContext& c, uint32_t layer) {
   const uint32_t E = cfg.d_model, F = cfg.d_ffn;
   const int li = static_cast<int>(layer);
 
-  rms_norm(c.ex, kernels::RmsNormArgs{s.x.data(), lw.ffn_norm.data(), s.xn.data(), c.T, E, cfg.rms_eps});
+  rms_norm(c.ex,
+           kernels::RmsNormArgs{s.x.data(), lw.ffn_norm.data(), s.xn.data(), c.T, E, cfg.rms_eps});
   trace(c, "ffn_norm", li, s.xn.data(), c.T, E);
   project(c, s.xn.data(), {{lw.w_gate, nullptr, s.gate.data()}, {lw.w_up, nullptr, s.up.data()}});
   swiglu(c.ex, kernels::SwigluArgs{s.gate.data(), s.up.data(), s.gate.data(), size_t(c.T) * F,
-                                    cfg.ffn_act == FfnActivation::GeluTanh});
+                                   cfg.ffn_act == FfnActivation::GeluTanh});
   trace(c, "ffn_act", li, s.gate.data(), c.T, F);
   project(c, s.gate.data(), {{lw.w_down, nullptr, s.proj.data()}});
   if (cfg.post_norms)
-    rms_norm(c.ex, kernels::RmsNormArgs{s.proj.data(), lw.post_ffn_norm.data(), s.proj.data(), c.T, E, cfg.rms_eps});
+    rms_norm(c.ex, kernels::RmsNormArgs{s.proj.data(), lw.post_ffn_norm.data(), s.proj.data(), c.T,
+                                        E, cfg.rms_eps});
   trace(c, "ffn_out", li, s.proj.data(), c.T, E);
   add_in_place(c, s.x.data(), s.proj.data(), size_t(c.T) * E);
   trace(c, "layer_out", li, s.x.data(), c.T, E);
@@ -185,7 +192,8 @@ void layer_v(const ChunkContext& c, uint32_t layer) {
   const ModelConfig& cfg = c.w->config;
   const LayerWeights& lw = c.w->layers[layer];
   ForwardScratch& s = *c.s;
-  rms_norm(c.ex, kernels::RmsNormArgs{s.x.data(), lw.attn_norm.data(), s.xn.data(), c.T, cfg.d_model, cfg.rms_eps});
+  rms_norm(c.ex, kernels::RmsNormArgs{s.x.data(), lw.attn_norm.data(), s.xn.data(), c.T,
+                                      cfg.d_model, cfg.rms_eps});
   project(c, s.xn.data(), {{lw.wv, or_null(lw.bv), s.v.data()}});
 }
 
@@ -199,8 +207,8 @@ void lm_head(const ChunkContext& c, uint32_t row0, uint32_t n, float* logits) {
   const ModelConfig& cfg = c.w->config;
   const uint32_t E = cfg.d_model;
   float* xn = c.s->xn.data();  // free after the last layer
-  rms_norm(c.ex, kernels::RmsNormArgs{c.s->x.data() + size_t(row0) * E, c.w->output_norm.data(), xn, n, E,
-                             cfg.rms_eps});
+  rms_norm(c.ex, kernels::RmsNormArgs{c.s->x.data() + size_t(row0) * E, c.w->output_norm.data(), xn,
+                                      n, E, cfg.rms_eps});
   trace(c, "out_norm", -1, xn, n, E, row0);
   matmul(c.ex, kernels::MatmulArgs{xn, c.w->lm_head().view(), nullptr, logits, n}, c.path);
   trace(c, "logits", -1, logits, n, cfg.vocab_size, row0);

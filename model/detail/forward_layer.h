@@ -17,15 +17,15 @@ namespace kvzip::model::detail {
 
 // Activations of one chunk of up to `chunk` tokens, allocated once per Forward.
 struct ForwardScratch {
-  std::vector<float> x;      // (T, E) residual stream
-  std::vector<float> xn;     // (T, E) normalised input of a block
-  std::vector<float> q;      // (T, Hq, D)
-  std::vector<float> k;      // (T, Hkv, D)
-  std::vector<float> v;      // (T, Hkv, D)
-  std::vector<float> att;    // (T, Hq, D) attention output
-  std::vector<float> proj;   // (T, E) output of wo or w_down
-  std::vector<float> gate;   // (T, F)
-  std::vector<float> up;     // (T, F)
+  std::vector<float> x;                // (T, E) residual stream
+  std::vector<float> xn;               // (T, E) normalised input of a block
+  std::vector<float> q;                // (T, Hq, D)
+  std::vector<float> k;                // (T, Hkv, D)
+  std::vector<float> v;                // (T, Hkv, D)
+  std::vector<float> att;              // (T, Hq, D) attention output
+  std::vector<float> proj;             // (T, E) output of wo or w_down
+  std::vector<float> gate;             // (T, F)
+  std::vector<float> up;               // (T, F)
   std::vector<kernels::KvSpan> spans;  // (items of a step, Hkv)
   void resize(const ModelConfig& c, uint32_t chunk);
 };
@@ -40,16 +40,17 @@ struct ChunkItem {
 struct ChunkContext {
   const Weights* w = nullptr;
   kernels::Exec ex;
-  const TraceFn* trace = nullptr;         // null or empty: no tracing
-  AttentionCache* cache = nullptr;        // the cache of a one-cache chunk (items empty)
-  std::span<const ChunkItem> items;       // several caches (Forward::step); empty: {cache, 0, T}
-  AttentionObserver* observer = nullptr;  // one-cache chunks only
-  const kernels::RopeTable* rope = nullptr;        // (T, D/2) for this chunk's positions
+  const TraceFn* trace = nullptr;            // null or empty: no tracing
+  AttentionCache* cache = nullptr;           // the cache of a one-cache chunk (items empty)
+  std::span<const ChunkItem> items;          // several caches (Forward::step); empty: {cache, 0, T}
+  AttentionObserver* observer = nullptr;     // one-cache chunks only
+  const kernels::RopeTable* rope = nullptr;  // (T, D/2) for this chunk's positions
   const kernels::RopeTable* rope_local = nullptr;  // the same for local (sliding-window) layers
-  const uint32_t* positions = nullptr;    // (T)
-  uint32_t T = 0;                         // rows in all
+  const uint32_t* positions = nullptr;             // (T)
+  uint32_t T = 0;                                  // rows in all
   ForwardScratch* s = nullptr;
-  kernels::MatmulPath path = kernels::MatmulPath::Fast;  // kernels for the weight products (kernels/matmul.h)
+  kernels::MatmulPath path =
+      kernels::MatmulPath::Fast;  // kernels for the weight products (kernels/matmul.h)
   // Nothing reads the last layer's output (no logits from this chunk, no trace): that layer stops
   // after its K/V append and whatever attention statistics an observer asked for.
   bool last_output_unused = false;

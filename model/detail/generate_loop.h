@@ -31,7 +31,8 @@ GenerateResult generate_loop(Fwd& forward, Cache& cache, std::span<const int32_t
   Sampler sampler(params.sampling);
   constexpr bool kHooked = !std::is_same_v<std::decay_t<Hooks>, NoHooks>;
   std::vector<float> logits;
-  if constexpr (kHooked) logits = forward.prefill(cache, prompt, LogitsMode::Last, hooks.observer());
+  if constexpr (kHooked)
+    logits = forward.prefill(cache, prompt, LogitsMode::Last, hooks.observer());
   else logits = forward.prefill(cache, prompt, LogitsMode::Last);
   hooks.after_prefill();
   result.first_logits = logits;

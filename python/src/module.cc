@@ -128,7 +128,9 @@ void set_model(format::CacheHeader& h, const nb::dict& m) {
     if (kind == "none") h.rope_scaling.kind = RopeScalingKind::None;
     else if (kind == "linear") h.rope_scaling.kind = RopeScalingKind::Linear;
     else if (kind == "llama3") h.rope_scaling.kind = RopeScalingKind::Llama3;
-    else throw Error(Errc::invalid_argument, "rope_scaling kind " + kind + " is not one of none, linear, llama3");
+    else
+      throw Error(Errc::invalid_argument,
+                  "rope_scaling kind " + kind + " is not one of none, linear, llama3");
     h.rope_scaling.factor = get<float>(rs, "factor", 1.0f);
     h.rope_scaling.low_freq_factor = get<float>(rs, "low_freq_factor", 1.0f);
     h.rope_scaling.high_freq_factor = get<float>(rs, "high_freq_factor", 4.0f);
@@ -139,7 +141,9 @@ void set_model(format::CacheHeader& h, const nb::dict& m) {
 
 format::DType dtype_of(const std::string& name) {
   const auto t = format::parse_dtype(name);
-  if (!t) throw Error(Errc::invalid_argument, "kv_dtype " + name + " is not one of f32, f16, bf16, q8, q4");
+  if (!t)
+    throw Error(Errc::invalid_argument,
+                "kv_dtype " + name + " is not one of f32, f16, bf16, q8, q4");
   return *t;
 }
 
@@ -155,7 +159,9 @@ std::unique_ptr<Reader> open_reader(const std::string& path, const std::string& 
   if (verify == "metadata") o.verify = format::Verify::Metadata;
   else if (verify == "on_access") o.verify = format::Verify::OnAccess;
   else if (verify == "full") o.verify = format::Verify::Full;
-  else throw Error(Errc::invalid_argument, "verify " + verify + " is not one of metadata, on_access, full");
+  else
+    throw Error(Errc::invalid_argument,
+                "verify " + verify + " is not one of metadata, on_access, full");
   return std::make_unique<Reader>(Reader{format::CacheReader::open(path, o), path});
 }
 
@@ -165,7 +171,8 @@ void check_layer(const Reader& r, uint32_t layer) {
                                             std::to_string(r.r.header().n_layers - 1));
 }
 
-nb::dict quant_dict(format::QuantRows&& q, uint32_t hkv, uint32_t d, uint64_t rows, uint64_t f16_rows) {
+nb::dict quant_dict(format::QuantRows&& q, uint32_t hkv, uint32_t d, uint64_t rows,
+                    uint64_t f16_rows) {
   nb::dict out;
   const uint64_t qrows = rows - f16_rows;
   out["channel_scale"] = owned(std::move(q.channel_scale), {hkv, d});
@@ -199,7 +206,8 @@ void write_file(const std::string& path, const nb::dict& header, const nb::list&
   h.requested_ratio = get<double>(header, "requested_ratio", 1.0);
   h.achieved_ratio = get<double>(header, "achieved_ratio", 1.0);
   if (zstd < 0 || zstd > 19)
-    throw Error(Errc::invalid_argument, "zstd level " + std::to_string(zstd) + " is outside 0 (off) .. 19");
+    throw Error(Errc::invalid_argument,
+                "zstd level " + std::to_string(zstd) + " is outside 0 (off) .. 19");
   bool all_scores = true, any_scores = false;
   for (nb::handle item : layers) {
     auto t = nb::cast<nb::tuple>(item);
@@ -323,8 +331,8 @@ std::unique_ptr<Session> open_session(nb::object model_obj, const std::string& p
   return out;
 }
 
-nb::dict ask(Session& s, const std::string& question, uint32_t max_tokens, float temperature, uint64_t seed,
-             const std::optional<std::function<void(const std::string&)>>& on_text) {
+nb::dict ask(Session& s, const std::string& question, uint32_t max_tokens, float temperature,
+             uint64_t seed, const std::optional<std::function<void(const std::string&)>>& on_text) {
   model::GenerateParams gp;
   gp.max_tokens = max_tokens;
   gp.sampling.temperature = temperature;
@@ -423,71 +431,88 @@ void bind_reader(nb::module_& m) {
   nb::class_<Reader>(m, "Reader")
       .def_static("open", &open_reader, "path"_a, "verify"_a = "on_access")
       .def_ro("path", &Reader::path)
-      .def_prop_ro("version", [](const Reader& r) { return std::make_pair(r.r.version_major(), r.r.version_minor()); })
+      .def_prop_ro(
+          "version",
+          [](const Reader& r) { return std::make_pair(r.r.version_major(), r.r.version_minor()); })
       .def_prop_ro("file_size", [](const Reader& r) { return r.r.file_size(); })
       .def_prop_ro("has_scores", [](const Reader& r) { return r.r.has_scores(); })
       .def("header", [](const Reader& r) { return header_dict(r.r.header()); })
-      .def("head_rows", [](nb::handle self, uint32_t l) {
-        const Reader& r = nb::cast<const Reader&>(self);
-        check_layer(r, l);
-        auto s = r.r.head_rows(l);
-        return view(s.data(), {s.size()}, self);
-      })
-      .def("positions", [](nb::handle self, uint32_t l) {
-        const Reader& r = nb::cast<const Reader&>(self);
-        check_layer(r, l);
-        auto s = r.r.positions(l);
-        return view(s.data(), {s.size()}, self);
-      })
-      .def("scores", [](nb::handle self, uint32_t l) -> nb::object {
-        const Reader& r = nb::cast<const Reader&>(self);
-        check_layer(r, l);
-        if (!r.r.has_scores()) return nb::none();
-        auto s = r.r.scores(l);
-        return nb::cast(view(s.data(), {s.size()}, self));
-      })
+      .def("head_rows",
+           [](nb::handle self, uint32_t l) {
+             const Reader& r = nb::cast<const Reader&>(self);
+             check_layer(r, l);
+             auto s = r.r.head_rows(l);
+             return view(s.data(), {s.size()}, self);
+           })
+      .def("positions",
+           [](nb::handle self, uint32_t l) {
+             const Reader& r = nb::cast<const Reader&>(self);
+             check_layer(r, l);
+             auto s = r.r.positions(l);
+             return view(s.data(), {s.size()}, self);
+           })
+      .def("scores",
+           [](nb::handle self, uint32_t l) -> nb::object {
+             const Reader& r = nb::cast<const Reader&>(self);
+             check_layer(r, l);
+             if (!r.r.has_scores()) return nb::none();
+             auto s = r.r.scores(l);
+             return nb::cast(view(s.data(), {s.size()}, self));
+           })
       // (k, v) as zero-copy (R, D) views of the mapping for a raw f32 layer, else None.
-      .def("kv_view", [](nb::handle self, uint32_t l) -> nb::object {
-        const Reader& r = nb::cast<const Reader&>(self);
-        check_layer(r, l);
-        const auto kv = r.r.kv_view(l);
-        if (!kv) return nb::none();
-        const size_t d = r.r.header().head_dim, rows = r.r.layer_rows(l);
-        return nb::make_tuple(view(kv->k.data(), {rows, d}, self), view(kv->v.data(), {rows, d}, self));
-      })
-      .def("read_kv", [](const Reader& r, uint32_t l) {
-        check_layer(r, l);
-        const size_t d = r.r.header().head_dim, rows = r.r.layer_rows(l);
-        std::vector<float> k(rows * d), v(rows * d);
-        {
-          nb::gil_scoped_release release;
-          r.r.read_kv(l, k, v);
-        }
-        return nb::make_tuple(owned(std::move(k), {rows, d}), owned(std::move(v), {rows, d}));
-      })
-      .def("read_quant", [](const Reader& r, uint32_t l) {
-        check_layer(r, l);
-        format::LayerKv kv = r.r.read_quant_layer(l);
-        const auto& h = r.r.header();
-        const uint64_t f16 = format::f16_row_count(h, kv.positions);
-        return nb::make_tuple(quant_dict(std::move(kv.qk), h.n_kv_heads, h.head_dim, kv.positions.size(), f16),
-                              quant_dict(std::move(kv.qv), h.n_kv_heads, h.head_dim, kv.positions.size(), f16));
-      })
-      .def("verify", [](const Reader& r) {
-        nb::gil_scoped_release release;
-        r.r.verify();
-      })
-      .def("describe", [](const Reader& r, bool json) {
-        format::DescribeOptions o;
-        o.json = json;
-        o.file_name = r.path;
-        return format::describe(r.r, o);
-      }, "json"_a = false)
-      .def("check_model", [](const Reader& r, const nb::dict& model, bool force) {
-        format::CacheHeader h;
-        set_model(h, model);
-        return r.r.check_model(h.model, force);
-      }, "model"_a, "force"_a = false);
+      .def("kv_view",
+           [](nb::handle self, uint32_t l) -> nb::object {
+             const Reader& r = nb::cast<const Reader&>(self);
+             check_layer(r, l);
+             const auto kv = r.r.kv_view(l);
+             if (!kv) return nb::none();
+             const size_t d = r.r.header().head_dim, rows = r.r.layer_rows(l);
+             return nb::make_tuple(view(kv->k.data(), {rows, d}, self),
+                                   view(kv->v.data(), {rows, d}, self));
+           })
+      .def("read_kv",
+           [](const Reader& r, uint32_t l) {
+             check_layer(r, l);
+             const size_t d = r.r.header().head_dim, rows = r.r.layer_rows(l);
+             std::vector<float> k(rows * d), v(rows * d);
+             {
+               nb::gil_scoped_release release;
+               r.r.read_kv(l, k, v);
+             }
+             return nb::make_tuple(owned(std::move(k), {rows, d}), owned(std::move(v), {rows, d}));
+           })
+      .def("read_quant",
+           [](const Reader& r, uint32_t l) {
+             check_layer(r, l);
+             format::LayerKv kv = r.r.read_quant_layer(l);
+             const auto& h = r.r.header();
+             const uint64_t f16 = format::f16_row_count(h, kv.positions);
+             return nb::make_tuple(
+                 quant_dict(std::move(kv.qk), h.n_kv_heads, h.head_dim, kv.positions.size(), f16),
+                 quant_dict(std::move(kv.qv), h.n_kv_heads, h.head_dim, kv.positions.size(), f16));
+           })
+      .def("verify",
+           [](const Reader& r) {
+             nb::gil_scoped_release release;
+             r.r.verify();
+           })
+      .def(
+          "describe",
+          [](const Reader& r, bool json) {
+            format::DescribeOptions o;
+            o.json = json;
+            o.file_name = r.path;
+            return format::describe(r.r, o);
+          },
+          "json"_a = false)
+      .def(
+          "check_model",
+          [](const Reader& r, const nb::dict& model, bool force) {
+            format::CacheHeader h;
+            set_model(h, model);
+            return r.r.check_model(h.model, force);
+          },
+          "model"_a, "force"_a = false);
 }
 
 // The class Model and what takes one: compression, a library's search and answers.
@@ -495,9 +520,12 @@ void bind_model(nb::module_& m) {
   nb::class_<PyModel>(m, "Model")
       .def_static("load", &load_model, "path"_a = "")
       .def_prop_ro("path", [](const PyModel& p) { return p.m->path(); })
-      .def("description", [](const PyModel& p) { return fingerprint_dict(p.m->fingerprint(), p.m->config()); })
-      .def("encode", [](const PyModel& p, const std::string& text) { return p.m->tokenizer().encode(text, false); })
-      .def("decode", [](const PyModel& p, const std::vector<int32_t>& ids) { return p.m->tokenizer().decode(ids); })
+      .def("description",
+           [](const PyModel& p) { return fingerprint_dict(p.m->fingerprint(), p.m->config()); })
+      .def("encode", [](const PyModel& p,
+                        const std::string& text) { return p.m->tokenizer().encode(text, false); })
+      .def("decode", [](const PyModel& p,
+                        const std::vector<int32_t>& ids) { return p.m->tokenizer().decode(ids); })
       .def("stop_tokens", [](const PyModel& p) { return p.m->chat().stop_tokens(); });
 
   m.def("compress", &compress_text, "model"_a, "text"_a, "out"_a,
@@ -513,8 +541,8 @@ void bind_model(nb::module_& m) {
 // The class Session: the answers of one cache.
 void bind_session(nb::module_& m) {
   nb::class_<Session>(m, "Session")
-      .def_static("open", &open_session, "model"_a, "path"_a, "force"_a = false, "matmul"_a = "fast",
-                  "threads"_a = 0, "kv_f32"_a = false)
+      .def_static("open", &open_session, "model"_a, "path"_a, "force"_a = false,
+                  "matmul"_a = "fast", "threads"_a = 0, "kv_f32"_a = false)
       .def("ask", &ask, "question"_a, "max_tokens"_a = 128, "temperature"_a = 0.0f, "seed"_a = 0,
            "on_text"_a = nb::none())
       .def("header", [](const Session& s) { return header_dict(s.s->header()); })

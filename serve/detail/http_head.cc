@@ -13,7 +13,8 @@ namespace {
 
 std::string lower_trim(std::string_view v) {
   while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-  while (!v.empty() && (v.back() == ' ' || v.back() == '\t' || v.back() == '\r')) v.remove_suffix(1);
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t' || v.back() == '\r'))
+    v.remove_suffix(1);
   std::string s(v);
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
   return s;
@@ -63,9 +64,11 @@ Head parse_head(std::string_view head) {
       const std::string v = lower_trim(raw);
       if (v.empty() || v.size() > 18 || v.find_first_not_of("0123456789") != std::string::npos)
         return fail(h, 400, "invalid_content_length",
-                    "Content-Length must be a decimal number of bytes below 10^18, not \"" + v.substr(0, 32) + "\"");
+                    "Content-Length must be a decimal number of bytes below 10^18, not \"" +
+                        v.substr(0, 32) + "\"");
       const uint64_t n = std::stoull(v);
-      if (h.length && *h.length != n) return fail(h, 400, "invalid_content_length", "two different Content-Length values");
+      if (h.length && *h.length != n)
+        return fail(h, 400, "invalid_content_length", "two different Content-Length values");
       h.length = n;
     } else if (name == "transfer-encoding") {
       te += (te.empty() ? "" : ",") + lower_trim(raw);
@@ -73,16 +76,20 @@ Head parse_head(std::string_view head) {
     } else if (name == "content-encoding") {
       const std::string v = lower_trim(raw);
       if (v != "identity")
-        return fail(h, 415, "unsupported_encoding", "Content-Encoding \"" + v.substr(0, 32) + "\" is not accepted: send the body uncompressed");
+        return fail(h, 415, "unsupported_encoding",
+                    "Content-Encoding \"" + v.substr(0, 32) +
+                        "\" is not accepted: send the body uncompressed");
     } else if (name == "expect") {
-      if (lower_trim(raw) != "100-continue") return fail(h, 417, "expectation_failed", "only Expect: 100-continue is understood");
+      if (lower_trim(raw) != "100-continue")
+        return fail(h, 417, "expectation_failed", "only Expect: 100-continue is understood");
     }
   }
   if (has_te) {
     if (te != "chunked")
       return fail(h, 400, "unsupported_transfer_encoding",
                   "Transfer-Encoding \"" + te.substr(0, 64) + "\" is not accepted: only chunked");
-    if (h.length) return fail(h, 400, "invalid_framing", "both Content-Length and Transfer-Encoding");
+    if (h.length)
+      return fail(h, 400, "invalid_framing", "both Content-Length and Transfer-Encoding");
     h.chunked = true;
   }
   if (h.body_method && !h.length && !h.chunked)
@@ -105,8 +112,11 @@ const char* reason(int status) {
 }
 
 std::string error_json(int status, const std::string& code, const std::string& message) {
-  const char* type = status == 429 ? "rate_limit_error" : status >= 500 ? "server_error" : "invalid_request_error";
-  return error_body(ApiError(status, type, code, message)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const char* type = status == 429   ? "rate_limit_error"
+                     : status >= 500 ? "server_error"
+                                     : "invalid_request_error";
+  return error_body(ApiError(status, type, code, message))
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace kvzip::serve::detail

@@ -35,7 +35,8 @@ std::string peer_of(int fd, int* port) {
   sockaddr_storage a{};
   socklen_t len = sizeof a;
   *port = 0;
-  return ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0 ? address_text(a, port) : std::string();
+  return ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0 ? address_text(a, port)
+                                                                       : std::string();
 }
 
 ssize_t ConnStream::read(char* ptr, size_t size) {
@@ -48,7 +49,8 @@ ssize_t ConnStream::read(char* ptr, size_t size) {
     pos_ = 0;
     ssize_t n = -1;
     while (true) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
       if (left <= 0 || stopping_) break;
       if (!wait(POLLIN, static_cast<int>(std::min<int64_t>(left, 200)))) continue;
       n = ::recv(fd_, buf_.data(), buf_.size(), 0);
@@ -91,7 +93,8 @@ void ConnStream::get_local_ip_and_port(std::string& ip, int& port) const {
   sockaddr_storage a{};
   socklen_t len = sizeof a;
   port = 0;
-  ip = ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0 ? address_text(a, &port) : std::string();
+  ip = ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0 ? address_text(a, &port)
+                                                                      : std::string();
 }
 
 bool ConnStream::wait(short events, int ms) const {

@@ -26,10 +26,10 @@ struct ConnState {
   int fd = -1;
   Clock::time_point started;
   std::string target;
-  bool probed = false;       // an interim 100 Continue was sent to tell half-close from gone
-  bool close = false;        // close after this answer
-  bool over_limit = false;   // the body passed the route's limit while read
-  int status = 0;            // of the answer, from the access logger
+  bool probed = false;      // an interim 100 Continue was sent to tell half-close from gone
+  bool close = false;       // close after this answer
+  bool over_limit = false;  // the body passed the route's limit while read
+  int status = 0;           // of the answer, from the access logger
 };
 
 // The client's address (and port) of a connected socket, as text.
@@ -39,7 +39,8 @@ std::string peer_of(int fd, int* port);
 class Pool {
  public:
   explicit Pool(uint32_t n) {
-    for (uint32_t i = 0; i < std::max<uint32_t>(1, n); ++i) threads_.emplace_back([this] { work(); });
+    for (uint32_t i = 0; i < std::max<uint32_t>(1, n); ++i)
+      threads_.emplace_back([this] { work(); });
   }
   ~Pool() { stop(); }
   void post(std::function<void()> job) {
@@ -94,10 +95,18 @@ struct InlineQueue : httplib::TaskQueue {
 class ConnStream : public httplib::Stream {
  public:
   ConnStream(int fd, std::string buf, size_t head_len, const std::string& peer, int peer_port,
-             uint64_t body_cap, Clock::time_point body_deadline, std::chrono::milliseconds io_timeout,
-             const std::atomic<bool>& stopping, ConnState& state)
-      : fd_(fd), buf_(std::move(buf)), head_len_(head_len), peer_(peer), peer_port_(peer_port),
-        body_cap_(body_cap), deadline_(body_deadline), io_timeout_(io_timeout), stopping_(stopping),
+             uint64_t body_cap, Clock::time_point body_deadline,
+             std::chrono::milliseconds io_timeout, const std::atomic<bool>& stopping,
+             ConnState& state)
+      : fd_(fd),
+        buf_(std::move(buf)),
+        head_len_(head_len),
+        peer_(peer),
+        peer_port_(peer_port),
+        body_cap_(body_cap),
+        deadline_(body_deadline),
+        io_timeout_(io_timeout),
+        stopping_(stopping),
         state_(state) {}
 
   bool is_readable() const override { return pos_ < buf_.size() || wait(POLLIN, 0); }

@@ -64,11 +64,11 @@ struct Server::Impl {
   void on(Method method, const std::string& pattern, Route route);
   // The largest body `method` `path` takes (0: none): HttpServer refuses larger ones unread.
   uint64_t body_limit(const std::string& method, const std::string& path) const;
-  void put_cache(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
-                 const Scope& scope);
+  void put_cache(const httplib::Request& req, httplib::Response& res,
+                 const httplib::ContentReader& reader, const Scope& scope);
   void chat_completions(const httplib::Request& req, httplib::Response& res, const Scope& scope);
   std::vector<std::shared_ptr<const LoadedCache>> chat_caches(const ChatRequest& cr,
-                                                             nlohmann::json& sources);
+                                                              nlohmann::json& sources);
   // GET /v1/search (server_library.cc).
   void library_routes();
   // The index, opened if need be and refreshed when the last refresh is over a second old (files

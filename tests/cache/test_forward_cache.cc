@@ -2,10 +2,10 @@
 // the transposed key tiles it can keep for CPU attention.
 #include <catch2/catch.hpp>
 
+#include "cache/kv_cache.h"
 #include "common/error.h"
 #include "kernels/attention.h"
 #include "model/forward.h"
-#include "cache/kv_cache.h"
 #include "tests/support/naive_forward.h"
 #include "tests/support/random_weights.h"
 
@@ -19,7 +19,8 @@ TEST_CASE("dense cache keeps appended rows across growth and rolls back by lengt
   for (int step = 0; step < 4; ++step) {  // 4 appends of 3 tokens: grows past capacity 2
     const uint32_t T = 3;
     cache.reserve_append(T);
-    auto k = test::random_vector(T * 3 * 4, 100 + step), v = test::random_vector(T * 3 * 4, 200 + step);
+    auto k = test::random_vector(T * 3 * 4, 100 + step),
+         v = test::random_vector(T * 3 * 4, 200 + step);
     for (uint32_t l = 0; l < 2; ++l) cache.append(l, k.data(), v.data(), T);
     cache.commit_append(T);
     ks.push_back(k);

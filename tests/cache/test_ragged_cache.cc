@@ -6,10 +6,10 @@
 // compressed state another device copies is the base, refused while appended rows exist.
 #include <catch2/catch.hpp>
 
-#include "common/error.h"
 #include "cache/kv_cache.h"
 #include "cache/ragged_cache.h"
 #include "cache/ragged_layout.h"
+#include "common/error.h"
 #include "tests/support/random_weights.h"
 
 using namespace kvzip;
@@ -37,7 +37,8 @@ void append_tagged(model::RaggedKvCache& c, uint32_t T, float tag) {
   c.commit_append(T);
 }
 
-const std::vector<std::vector<uint32_t>> kKeep = {{0, 1, 5}, {}, {2, 3, 4, 7, 9}, {9}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {3, 8}};
+const std::vector<std::vector<uint32_t>> kKeep = {
+    {0, 1, 5}, {}, {2, 3, 4, 7, 9}, {9}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {3, 8}};
 
 // Every kept row still equals its dense source.
 void check_kept(const model::RaggedKvCache& c, const model::KvCache& dense) {

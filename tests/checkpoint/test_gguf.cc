@@ -3,14 +3,14 @@
 // names the field. Files are built with tests/support/tiny_gguf.h.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
 #include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
-#include <unistd.h>
 
-#include "common/error.h"
 #include "checkpoint/gguf.h"
+#include "common/error.h"
 #include "tests/support/tiny_gguf.h"
 
 using namespace kvzip;
@@ -24,8 +24,8 @@ GgufTensor f32_tensor(const std::string& name, std::vector<uint64_t> ne) {
   for (uint64_t d : ne) n *= d;
   std::vector<float> v(n);
   for (uint64_t i = 0; i < n; ++i) v[i] = float(i) * 0.5f - 3.0f;
-  return {name, uint32_t(GgmlType::F32), std::move(ne), quantize_row(GgmlType::F32, v.data(), int64_t(n)),
-          std::nullopt};
+  return {name, uint32_t(GgmlType::F32), std::move(ne),
+          quantize_row(GgmlType::F32, v.data(), int64_t(n)), std::nullopt};
 }
 
 // A small valid file: a few KVs and three tensors.
@@ -39,8 +39,7 @@ GgufWriter small_writer() {
 }
 
 // Parses bytes expecting an Error with `code` whose message contains every needle.
-void expect_error(const std::vector<uint8_t>& bytes, Errc code,
-                  std::vector<std::string> needles) {
+void expect_error(const std::vector<uint8_t>& bytes, Errc code, std::vector<std::string> needles) {
   try {
     model::gguf::File::from_bytes(bytes, "bad.gguf");
     FAIL("the file was accepted");
@@ -67,13 +66,24 @@ uint64_t kv_value_at(const GgufImage& img, const GgufWriter& w, size_t i) {
 TEST_CASE("metadata of every value type reads back through the typed getters",
           "[checkpoint][gguf]") {
   GgufWriter w;
-  w.kvs = {kv_u8("t.u8", 200), kv_i8("t.i8", -5), kv_u16("t.u16", 60000),
-           kv_i16("t.i16", -300), kv_u32("t.u32", 4000000000u), kv_i32("t.i32", -7),
-           kv_u64("t.u64", 1ull << 40), kv_i64("t.i64", -(1ll << 40)), kv_f32("t.f32", 0.25f),
-           kv_f64("t.f64", 1e-5), kv_bool("t.bool", true), kv_string("t.str", "héllo"),
-           kv_string("t.empty", ""), kv_string_array("t.strs", {"a", "", "Ġt he"}),
-           kv_i32_array("t.i32s", {1, -2, 3}), kv_u32_array("t.u32s", {7, 8}),
-           kv_f32_array("t.f32s", {0.5f, -1.5f}), kv_string_array("t.none", {})};
+  w.kvs = {kv_u8("t.u8", 200),
+           kv_i8("t.i8", -5),
+           kv_u16("t.u16", 60000),
+           kv_i16("t.i16", -300),
+           kv_u32("t.u32", 4000000000u),
+           kv_i32("t.i32", -7),
+           kv_u64("t.u64", 1ull << 40),
+           kv_i64("t.i64", -(1ll << 40)),
+           kv_f32("t.f32", 0.25f),
+           kv_f64("t.f64", 1e-5),
+           kv_bool("t.bool", true),
+           kv_string("t.str", "héllo"),
+           kv_string("t.empty", ""),
+           kv_string_array("t.strs", {"a", "", "Ġt he"}),
+           kv_i32_array("t.i32s", {1, -2, 3}),
+           kv_u32_array("t.u32s", {7, 8}),
+           kv_f32_array("t.f32s", {0.5f, -1.5f}),
+           kv_string_array("t.none", {})};
   const model::gguf::File f = model::gguf::File::from_bytes(w.build().bytes);
   CHECK(f.version() == 3);
   CHECK(f.alignment() == 32);
@@ -110,8 +120,9 @@ TEST_CASE("metadata of every value type reads back through the typed getters",
 TEST_CASE("typed getters reject missing keys, wrong types and out-of-range values",
           "[checkpoint][gguf]") {
   GgufWriter w;
-  w.kvs = {kv_i32("neg", -1), kv_u64("big", 1ull << 33), kv_string("s", "x"),
-           kv_u32("n", 3), kv_i32_array("arr", {1}), kv_array_raw("wide", 10, 1, {0, 0, 0, 0, 1, 0, 0, 0})};
+  w.kvs = {kv_i32("neg", -1),        kv_u64("big", 1ull << 33),
+           kv_string("s", "x"),      kv_u32("n", 3),
+           kv_i32_array("arr", {1}), kv_array_raw("wide", 10, 1, {0, 0, 0, 0, 1, 0, 0, 0})};
   const model::gguf::File f = model::gguf::File::from_bytes(w.build().bytes);
   auto expect = [](auto fn, const std::string& needle) {
     try {
@@ -156,7 +167,7 @@ TEST_CASE("the tensor table gives shapes, sizes and data pointers in the file",
   const model::gguf::TensorInfo& c = *f.find_tensor("c.weight");
   CHECK(c.n_elements() == 16);
   CHECK(f.tensor("b.weight").offset == 96);  // a: 96 bytes, already aligned
-  CHECK(c.offset == 128);                       // b: 20 bytes at 96, padded to 128
+  CHECK(c.offset == 128);                    // b: 20 bytes at 96, padded to 128
   CHECK(uint64_t(c.data - f.bytes()) == img.tensor_data_offsets[2]);
   CHECK(f.find_tensor("zzz") == nullptr);
 }
@@ -218,7 +229,9 @@ TEST_CASE("File::open read into memory holds the file's bytes, 2 MiB-aligned and
   CHECK(a.data != b.data);  // a copy, not the mapping
   // The image starts on a 2 MiB boundary (so the kernel can back it with huge pages): the first
   // tensor's data sits at its file offset from there.
-  CHECK((reinterpret_cast<uintptr_t>(b.data) - b.offset - read.data_offset()) % (uintptr_t(2) << 20) == 0);
+  CHECK((reinterpret_cast<uintptr_t>(b.data) - b.offset - read.data_offset()) %
+            (uintptr_t(2) << 20) ==
+        0);
   model::gguf::File moved = std::move(read);
   CHECK(moved.tensor("a.weight").data == b.data);
   CHECK(moved.get_string("general.name") == "small");
@@ -357,7 +370,8 @@ TEST_CASE("a tensor of an unknown ggml type is corrupt", "[checkpoint][gguf]") {
 TEST_CASE("a quantized tensor with ne[0] not a multiple of the block is corrupt",
           "[checkpoint][gguf]") {
   GgufWriter w = small_writer();
-  w.tensors.push_back({"q.weight", uint32_t(GgmlType::Q4_0), {48, 2}, std::vector<uint8_t>(54), std::nullopt});
+  w.tensors.push_back(
+      {"q.weight", uint32_t(GgmlType::Q4_0), {48, 2}, std::vector<uint8_t>(54), std::nullopt});
   expect_error(w.build().bytes, Errc::corrupt, {"tensor 'q.weight'", "ne[0] = 48", "Q4_0", "32"});
 }
 
@@ -402,7 +416,8 @@ TEST_CASE("every truncation and random byte damage of a model gives kvzip::Error
     for (uint64_t d : {1, 9, 14}) cuts.push_back(at + d);
   for (uint64_t at : img.tensor_info_offsets)
     for (uint64_t d : {1, 9, 21}) cuts.push_back(at + d);
-  for (uint64_t cut = 0; cut < bytes.size(); cut += cut < header_end ? 37 : 2999) cuts.push_back(cut);
+  for (uint64_t cut = 0; cut < bytes.size(); cut += cut < header_end ? 37 : 2999)
+    cuts.push_back(cut);
   int errors = 0;
   for (uint64_t cut : cuts) {
     std::vector<uint8_t> b(bytes.begin(), bytes.begin() + int64_t(cut));
@@ -422,9 +437,7 @@ TEST_CASE("every truncation and random byte damage of a model gives kvzip::Error
     b[size_t((state >> 33) % header_end)] ^= uint8_t(1u << ((state >> 20) % 8));
     try {
       model::gguf::File f = model::gguf::File::from_bytes(std::move(b));
-      for (const auto& t : f.tensors())
-        CHECK(uint64_t(t.data - f.bytes()) + t.nbytes <= f.size());
-    } catch (const Error&) {
-    }
+      for (const auto& t : f.tensors()) CHECK(uint64_t(t.data - f.bytes()) + t.nbytes <= f.size());
+    } catch (const Error&) {}
   }
 }

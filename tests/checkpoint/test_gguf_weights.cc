@@ -10,13 +10,13 @@
 #include <cstring>
 #include <filesystem>
 
-#include "common/error.h"
 #include "checkpoint/gguf.h"
-#include "kernels/rope.h"
 #include "checkpoint/gguf_weights.h"
-#include "tests/support/tiny_gguf.h"
-#include "tests/support/skip.h"
+#include "common/error.h"
+#include "kernels/rope.h"
 #include "tests/support/same_config.h"
+#include "tests/support/skip.h"
+#include "tests/support/tiny_gguf.h"
 
 using namespace kvzip;
 using namespace kvzip::test;
@@ -24,7 +24,9 @@ using kernels::quant::GgmlType;
 
 namespace {
 
-model::gguf::File open_model(const TinyModel& m) { return model::gguf::File::from_bytes(m.bytes, "tiny.gguf"); }
+model::gguf::File open_model(const TinyModel& m) {
+  return model::gguf::File::from_bytes(m.bytes, "tiny.gguf");
+}
 
 TinyModel make(const ModelConfig& c, GgmlType dtype = GgmlType::F32, uint64_t seed = 1) {
   TinyModelSpec spec;
@@ -52,10 +54,14 @@ void check_same(const model::Matrix& got, const std::vector<float>& want, const 
 // Every tensor of a layer, by name.
 using LW = model::LayerWeights;
 const std::pair<model::Matrix LW::*, const char*> kLayerMatrices[] = {
-    {&LW::wq, "wq"}, {&LW::wk, "wk"}, {&LW::wv, "wv"}, {&LW::wo, "wo"},
+    {&LW::wq, "wq"},         {&LW::wk, "wk"},     {&LW::wv, "wv"},        {&LW::wo, "wo"},
     {&LW::w_gate, "w_gate"}, {&LW::w_up, "w_up"}, {&LW::w_down, "w_down"}};
 const std::pair<std::vector<float> LW::*, const char*> kLayerVectors[] = {
-    {&LW::attn_norm, "attn_norm"}, {&LW::bq, "bq"}, {&LW::bk, "bk"}, {&LW::bv, "bv"}, {&LW::ffn_norm, "ffn_norm"}};
+    {&LW::attn_norm, "attn_norm"},
+    {&LW::bq, "bq"},
+    {&LW::bk, "bk"},
+    {&LW::bv, "bv"},
+    {&LW::ffn_norm, "ffn_norm"}};
 
 void check_weights_equal(const model::Weights& a, const model::Weights& b) {
   check_same(a.tok_embd, b.tok_embd, "tok_embd");
@@ -191,26 +197,33 @@ TEST_CASE("rope_freqs.weight divisors that no llama3 rule reproduces are applied
   const uint32_t D = spec.config.head_dim;
   std::vector<float> divisors(D / 2);
   for (uint32_t i = 0; i < D / 2; ++i) divisors[i] = 1.0f + 0.37f * float((i * 5) % 7);  // no rule
-  m.writer.tensors.push_back({"rope_freqs.weight", uint32_t(GgmlType::F32), {uint64_t(D / 2)},
-                              quantize_row(GgmlType::F32, divisors.data(), D / 2), std::nullopt});
-  const ModelConfig c = model::config_from_gguf(model::gguf::File::from_bytes(m.writer.build().bytes));
+  m.writer.tensors.push_back({"rope_freqs.weight",
+                              uint32_t(GgmlType::F32),
+                              {uint64_t(D / 2)},
+                              quantize_row(GgmlType::F32, divisors.data(), D / 2),
+                              std::nullopt});
+  const ModelConfig c =
+      model::config_from_gguf(model::gguf::File::from_bytes(m.writer.build().bytes));
   CHECK(c.rope_scaling.kind == RopeScalingKind::None);
   CHECK(c.rope_scaling.freq_factors == divisors);
   const std::vector<float> plain = kernels::rope_inv_freq(D, c.rope_base, RopeScaling{});
   const std::vector<float> got = kernels::rope_inv_freq(D, c.rope_base, c.rope_scaling);
-  for (uint32_t i = 0; i < D / 2; ++i) CHECK(got[i] == Approx(plain[i] / divisors[i]).epsilon(1e-6));
+  for (uint32_t i = 0; i < D / 2; ++i)
+    CHECK(got[i] == Approx(plain[i] / divisors[i]).epsilon(1e-6));
 
   // Both descriptions at once, or a table of the wrong length, are refused.
   TinyModelSpec both = spec;
   both.config.rope_scaling = {RopeScalingKind::Llama3, 8.0f, 1.0f, 4.0f, 64};
   TinyModel m2 = make_tiny_model(both);
   m2.writer.tensors.push_back(m.writer.tensors.back());
-  expect_error([&] { model::config_from_gguf(model::gguf::File::from_bytes(m2.writer.build().bytes)); },
-               Errc::corrupt, {"rope_freqs.weight", "same scaling"});
+  expect_error(
+      [&] { model::config_from_gguf(model::gguf::File::from_bytes(m2.writer.build().bytes)); },
+      Errc::corrupt, {"rope_freqs.weight", "same scaling"});
   m.writer.tensors.back().ne = {uint64_t(D / 2 - 2)};
   m.writer.tensors.back().data.resize(size_t(D / 2 - 2) * 4);
-  expect_error([&] { model::config_from_gguf(model::gguf::File::from_bytes(m.writer.build().bytes)); },
-               Errc::corrupt, {"rope_freqs.weight", "head_dim / 2"});
+  expect_error(
+      [&] { model::config_from_gguf(model::gguf::File::from_bytes(m.writer.build().bytes)); },
+      Errc::corrupt, {"rope_freqs.weight", "head_dim / 2"});
 }
 
 TEST_CASE("linear rope scaling is read and unknown scaling types are unsupported",
@@ -224,16 +237,16 @@ TEST_CASE("linear rope scaling is read and unknown scaling types are unsupported
   CHECK(c.rope_scaling.factor == 4.0f);
 
   spec.extra_kvs = {kv_string("llama.rope.scaling.type", "yarn")};
-  expect_error([&] { model::config_from_gguf(open_model(make_tiny_model(spec))); }, Errc::unsupported,
-               {"rope.scaling.type", "yarn"});
+  expect_error([&] { model::config_from_gguf(open_model(make_tiny_model(spec))); },
+               Errc::unsupported, {"rope.scaling.type", "yarn"});
 }
 
 TEST_CASE("unknown architectures and missing required keys are refused", "[checkpoint][gguf]") {
   TinyModelSpec spec;
   spec.config = tiny_gguf_llama_config();
   spec.extra_kvs = {kv_string("general.architecture", "gpt2")};
-  expect_error([&] { model::config_from_gguf(open_model(make_tiny_model(spec))); }, Errc::unsupported,
-               {"architecture 'gpt2'"});
+  expect_error([&] { model::config_from_gguf(open_model(make_tiny_model(spec))); },
+               Errc::unsupported, {"architecture 'gpt2'"});
   spec.extra_kvs.clear();
   spec.drop_keys = {"llama.block_count"};
   expect_error([&] { model::config_from_gguf(open_model(make_tiny_model(spec))); }, Errc::corrupt,
@@ -243,8 +256,8 @@ TEST_CASE("unknown architectures and missing required keys are refused", "[check
   expect_error([&] { model::config_from_gguf(open_model(make_tiny_model(spec))); }, Errc::corrupt,
                {"head_count 4", "head_count_kv 3"});
   spec.extra_kvs = {kv_u32("llama.rope.dimension_count", 8)};
-  expect_error([&] { model::config_from_gguf(open_model(make_tiny_model(spec))); }, Errc::unsupported,
-               {"rope.dimension_count 8"});
+  expect_error([&] { model::config_from_gguf(open_model(make_tiny_model(spec))); },
+               Errc::unsupported, {"rope.dimension_count 8"});
 }
 
 TEST_CASE("load_weights round-trips every dtype the test writer produces", "[checkpoint][gguf]") {
@@ -319,7 +332,8 @@ TEST_CASE("half-split RoPE on loaded Q/K gives llama.cpp's interleaved-RoPE scor
   const model::Weights w = model::load_weights(f);
   const int64_t E = cfg.d_model, D = cfg.head_dim;
   std::vector<float> x(static_cast<size_t>(E)), y(static_cast<size_t>(E));
-  for (int64_t i = 0; i < E; ++i) x[size_t(i)] = std::sin(0.3f * i), y[size_t(i)] = std::cos(0.7f * i);
+  for (int64_t i = 0; i < E; ++i)
+    x[size_t(i)] = std::sin(0.3f * i), y[size_t(i)] = std::cos(0.7f * i);
   const auto raw_q = raw_f32(f, "blk.0.attn_q.weight"), raw_k = raw_f32(f, "blk.0.attn_k.weight");
   const auto qg = matvec(raw_q.data(), cfg.n_heads * D, E, x);
   const auto kg = matvec(raw_k.data(), cfg.n_kv_heads * D, E, y);

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
 #include "checkpoint/hf_model.h"
-#include "model/model.h"
 #include "checkpoint/model_path.h"
+#include "common/error.h"
+#include "model/model.h"
 #include "tests/support/hf_fixture.h"
 
 using namespace kvzip;
@@ -39,7 +39,8 @@ void expect_error(const HfCopy& c, Errc code, std::initializer_list<std::string>
 }
 
 // Rewrites one safetensors file of the copy after `edit` changes its tensor list.
-void edit_tensors(const HfCopy& c, const std::string& file, const std::function<void(std::vector<test::StTensor>&)>& edit) {
+void edit_tensors(const HfCopy& c, const std::string& file,
+                  const std::function<void(std::vector<test::StTensor>&)>& edit) {
   std::vector<test::StTensor> t = test::read_safetensors(c.path(file));
   edit(t);
   test::write_file_bytes(c.path(file), test::build_safetensors(t));
@@ -102,15 +103,28 @@ void check_unsupported_edits(const char* file, const std::vector<Edit>& edits) {
 
 }  // namespace
 
-TEST_CASE("hf folder: config.json that kvzip cannot run is Errc::unsupported naming the key", "[checkpoint][hf]") {
+TEST_CASE("hf folder: config.json that kvzip cannot run is Errc::unsupported naming the key",
+          "[checkpoint][hf]") {
   const std::vector<Edit> edits = {
-      {"unknown architecture", [](json& j) { j["model_type"] = "gemma2"; j["architectures"] = {"Gemma2ForCausalLM"}; },
+      {"unknown architecture",
+       [](json& j) {
+         j["model_type"] = "gemma2";
+         j["architectures"] = {"Gemma2ForCausalLM"};
+       },
        {"model_type 'gemma2'", "Gemma2ForCausalLM", "llama, mistral, qwen2"}},
-      {"no LM head", [](json& j) { j["architectures"] = {"LlamaForSequenceClassification"}; }, {"ForCausalLM"}},
+      {"no LM head",
+       [](json& j) { j["architectures"] = {"LlamaForSequenceClassification"}; },
+       {"ForCausalLM"}},
       {"activation", [](json& j) { j["hidden_act"] = "gelu"; }, {"hidden_act", "gelu"}},
-      {"rope type", [](json& j) { j["rope_scaling"]["rope_type"] = "yarn"; }, {"rope_scaling.rope_type", "yarn"}},
+      {"rope type",
+       [](json& j) { j["rope_scaling"]["rope_type"] = "yarn"; },
+       {"rope_scaling.rope_type", "yarn"}},
       {"attention bias", [](json& j) { j["attention_bias"] = true; }, {"attention_bias"}},
-      {"quantized", [](json& j) { j["quantization_config"] = {{"quant_method", "gptq"}}; }, {"gptq"}},
+      {"quantized",
+       [](json& j) {
+         j["quantization_config"] = {{"quant_method", "gptq"}};
+       },
+       {"gptq"}},
   };
   check_unsupported_edits("config.json", edits);
 }
@@ -127,11 +141,13 @@ TEST_CASE("hf folder: inconsistent config.json is Errc::corrupt", "[checkpoint][
   expect_error(e, Errc::corrupt, {"rope_scaling.low_freq_factor"});
 }
 
-TEST_CASE("hf folder: missing tensors, wrong shapes, dtypes and truncation are refused", "[checkpoint][hf]") {
+TEST_CASE("hf folder: missing tensors, wrong shapes, dtypes and truncation are refused",
+          "[checkpoint][hf]") {
   SECTION("missing tensor") {
     HfCopy c("llama3");
     edit_tensors(c, "model.safetensors", [](std::vector<test::StTensor>& t) {
-      t.erase(std::find_if(t.begin(), t.end(), [](auto& x) { return x.name == "model.layers.1.mlp.up_proj.weight"; }));
+      t.erase(std::find_if(t.begin(), t.end(),
+                           [](auto& x) { return x.name == "model.layers.1.mlp.up_proj.weight"; }));
     });
     expect_error(c, Errc::corrupt, {"model.layers.1.mlp.up_proj.weight", "missing"});
   }
@@ -147,7 +163,8 @@ TEST_CASE("hf folder: missing tensors, wrong shapes, dtypes and truncation are r
     edit_tensors(c, "model.safetensors", [](std::vector<test::StTensor>& t) {
       find(t, "model.layers.0.self_attn.q_proj.weight").shape = {32, 128};
     });
-    expect_error(c, Errc::corrupt, {"model.layers.0.self_attn.q_proj.weight", "[32, 128]", "expected [64, 64]"});
+    expect_error(c, Errc::corrupt,
+                 {"model.layers.0.self_attn.q_proj.weight", "[32, 128]", "expected [64, 64]"});
   }
   SECTION("F8 and I64 tensors name the tensor and the dtype") {
     for (const char* dtype : {"F8_E4M3", "I64"}) {
@@ -159,7 +176,8 @@ TEST_CASE("hf folder: missing tensors, wrong shapes, dtypes and truncation are r
         x.dtype = dtype;
         x.data.assign(n * (std::string(dtype) == "I64" ? 8 : 1), 0);
       });
-      expect_error(c, Errc::unsupported, {"model.layers.0.mlp.down_proj.weight", dtype, "F32, F16, BF16"});
+      expect_error(c, Errc::unsupported,
+                   {"model.layers.0.mlp.down_proj.weight", dtype, "F32, F16, BF16"});
     }
   }
   SECTION("truncated safetensors") {
@@ -172,25 +190,38 @@ TEST_CASE("hf folder: missing tensors, wrong shapes, dtypes and truncation are r
   SECTION("index that puts a tensor in the wrong shard") {
     HfCopy c("qwen2");
     c.edit_json("model.safetensors.index.json", [](json& j) {
-      j["weight_map"]["model.norm.weight"] = j["weight_map"]["model.norm.weight"] == "model-00001-of-00004.safetensors"
-                                                 ? "model-00002-of-00004.safetensors"
-                                                 : "model-00001-of-00004.safetensors";
+      j["weight_map"]["model.norm.weight"] =
+          j["weight_map"]["model.norm.weight"] == "model-00001-of-00004.safetensors"
+              ? "model-00002-of-00004.safetensors"
+              : "model-00001-of-00004.safetensors";
     });
     expect_error(c, Errc::corrupt, {"model.norm.weight", "weight_map"});
   }
 }
 
-TEST_CASE("hf folder: tokenizers kvzip does not implement are Errc::unsupported", "[checkpoint][hf]") {
+TEST_CASE("hf folder: tokenizers kvzip does not implement are Errc::unsupported",
+          "[checkpoint][hf]") {
   const std::vector<Edit> edits = {
-      {"byte_fallback with a byte-level layout", [](json& j) { j["model"]["byte_fallback"] = true; },
+      {"byte_fallback with a byte-level layout",
+       [](json& j) { j["model"]["byte_fallback"] = true; },
        {"byte_fallback", "not supported"}},
-      {"Metaspace", [](json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\xe2\x96\x81"}}; },
+      {"Metaspace",
+       [](json& j) {
+         j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\xe2\x96\x81"}};
+       },
        {"Metaspace", "byte_fallback"}},
-      {"unknown regex", [](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+|\\s+"; },
+      {"unknown regex",
+       [](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+|\\s+"; },
        {"pre_tokenizer", "Split"}},
       {"Unigram", [](json& j) { j["model"]["type"] = "Unigram"; }, {"Unigram"}},
-      {"ignore_merges off", [](json& j) { j["model"]["ignore_merges"] = false; }, {"ignore_merges", "llama-bpe"}},
-      {"normalizer", [](json& j) { j["normalizer"] = {{"type", "Lowercase"}}; }, {"Lowercase"}},
+      {"ignore_merges off",
+       [](json& j) { j["model"]["ignore_merges"] = false; },
+       {"ignore_merges", "llama-bpe"}},
+      {"normalizer",
+       [](json& j) {
+         j["normalizer"] = {{"type", "Lowercase"}};
+       },
+       {"Lowercase"}},
   };
   check_unsupported_edits("tokenizer.json", edits);
   HfCopy c("llama3");  // a token id the model cannot embed
@@ -218,7 +249,8 @@ TEST_CASE("hf folder: equivalent spellings load the same model", "[checkpoint][h
   SECTION("merges as \"a b\" strings instead of [a, b] lists") {
     HfCopy c("llama3");
     c.edit_json("tokenizer.json", [](json& j) {
-      for (json& m : j["model"]["merges"]) m = m[0].get<std::string>() + " " + m[1].get<std::string>();
+      for (json& m : j["model"]["merges"])
+        m = m[0].get<std::string>() + " " + m[1].get<std::string>();
     });
     CHECK(model::Model::load(c.dir())->fingerprint().same_model(base->fingerprint()));
   }
@@ -226,8 +258,10 @@ TEST_CASE("hf folder: equivalent spellings load the same model", "[checkpoint][h
     HfCopy c("llama3");
     const std::vector<uint8_t> t = test::read_file_bytes(c.path("chat_template.jinja"));
     c.remove("chat_template.jinja");
-    c.edit_json("tokenizer_config.json", [&](json& j) { j["chat_template"] = std::string(t.begin(), t.end()); });
-    CHECK(model::Model::load(c.dir())->tokenizer().chat_template() == base->tokenizer().chat_template());
+    c.edit_json("tokenizer_config.json",
+                [&](json& j) { j["chat_template"] = std::string(t.begin(), t.end()); });
+    CHECK(model::Model::load(c.dir())->tokenizer().chat_template() ==
+          base->tokenizer().chat_template());
   }
   SECTION("explicit add_bos_token = false wins over the post-processor") {
     HfCopy c("llama3");
@@ -238,15 +272,19 @@ TEST_CASE("hf folder: equivalent spellings load the same model", "[checkpoint][h
     HfCopy c("mistral");
     c.edit_json("tokenizer.json", [](json& j) {
       json bl = j["pre_tokenizer"];
-      j["pre_tokenizer"] = {{"type", "Sequence"},
-                            {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, bl}}};
+      j["pre_tokenizer"] = {
+          {"type", "Sequence"},
+          {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, bl}}};
     });
     CHECK(model::Model::load(c.dir())->tokenizer().pre() == "smollm");
     c.edit_json("tokenizer.json", [](json& j) {
       json bl = j["pre_tokenizer"]["pretokenizers"][1];
       bl["use_regex"] = false;
       json split = {{"type", "Split"},
-                    {"pattern", {{"Regex", "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"}}},
+                    {"pattern",
+                     {{"Regex",
+                       "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| "
+                       "?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"}}},
                     {"behavior", "Isolated"},
                     {"invert", false}};
       j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {split, bl}}};
@@ -267,7 +305,8 @@ TEST_CASE("hf folder: fingerprints follow the weight bytes and the tokenizer", "
   CHECK(fw.tokenizer_hash == base.tokenizer_hash);
   CHECK(fw.weights_hash != base.weights_hash);
   HfCopy t("llama3");
-  t.edit_json("tokenizer.json", [](json& j) { j["model"]["merges"].erase(j["model"]["merges"].size() - 1); });
+  t.edit_json("tokenizer.json",
+              [](json& j) { j["model"]["merges"].erase(j["model"]["merges"].size() - 1); });
   const ModelFingerprint ft = model::load_hf_model(t.dir()).fingerprint;
   CHECK(ft.tokenizer_hash != base.tokenizer_hash);
   CHECK(ft.weights_hash == base.weights_hash);

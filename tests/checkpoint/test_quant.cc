@@ -51,10 +51,9 @@ TEST_CASE("the type table has ggml's ids and block geometry", "[checkpoint][gguf
   CHECK(type_traits(31) == nullptr);  // removed Q4_0_4_4
   CHECK(type_traits(1000) == nullptr);
   CHECK(row_bytes(GgmlType::Q4_1, 576) == 18 * 20);
-  CHECK_THROWS_MATCHES(row_bytes(GgmlType::Q4_1, 33), Error,
-                       Catch::Predicate<Error>([](const Error& e) {
-                         return e.code() == Errc::invalid_argument;
-                       }));
+  CHECK_THROWS_MATCHES(
+      row_bytes(GgmlType::Q4_1, 33), Error,
+      Catch::Predicate<Error>([](const Error& e) { return e.code() == Errc::invalid_argument; }));
 }
 
 TEST_CASE("BF16 rows decode to the top halves of fp32", "[checkpoint][gguf][quant]") {
@@ -109,7 +108,8 @@ TEST_CASE("a hand-built Q5_0 block takes the 5th bit from qh", "[checkpoint][ggu
   CHECK(deq(GgmlType::Q5_0, b, 32) == want);
 }
 
-TEST_CASE("a hand-built Q5_1 block decodes to q * d + m with 5-bit q", "[checkpoint][gguf][quant]") {
+TEST_CASE("a hand-built Q5_1 block decodes to q * d + m with 5-bit q",
+          "[checkpoint][gguf][quant]") {
   // d = 0.5, m = 2.0 (0x4000); qh = 0x80000000 (bit 31 = element 31).
   // qs[0] = 0x00: y0 = y16 = 2. qs[15] = 0x1F: y15 = 15*.5+2 = 9.5, y31 = (1|16)*.5+2 = 10.5.
   // Other bytes 0x21: low 1 -> 2.5, high 2 -> 3.
@@ -139,20 +139,20 @@ TEST_CASE("a hand-built Q4_K block uses 6-bit scales and subtracts dmin * m",
   // d = 1.0, dmin = 0.5. Scale bytes give (sc, m) per sub-block:
   //   j0 (2,4) j1 (3,0) j2 (1,2) j3 (1,0) j4 (1,2) j5 (0,0) j6 (19,49) j7 (0,0)
   // where j6 takes its top 2 bits from q[2] >> 6 (sc: 3 | 1<<4) and q[6] >> 6 (m: 1 | 3<<4).
-  std::vector<uint8_t> b = {0x00, 0x3C, 0x00, 0x38,
-                            2, 3, 0x41, 1, 4, 0, 0xC2, 0, 0x21, 0x00, 0x13, 0x00};
+  std::vector<uint8_t> b = {0x00, 0x3C, 0x00, 0x38, 2,    3,    0x41, 1,
+                            4,    0,    0xC2, 0,    0x21, 0x00, 0x13, 0x00};
   // Chunk c covers qs[32c..32c+31]: low nibble -> sub-block 2c, high -> 2c+1.
   const uint8_t chunk_byte[4] = {0x5A, 0x0F, 0xF1, 0x07};
   for (int c = 0; c < 4; ++c) b.insert(b.end(), 32, chunk_byte[c]);
   REQUIRE(b.size() == 144);
   std::vector<float> want(256);
   for (int l = 0; l < 32; ++l) {
-    want[l] = 2 * 10 - 0.5f * 4;     // 18
-    want[32 + l] = 3 * 5 - 0;        // 15
-    want[64 + l] = 1 * 15 - 0.5f * 2;  // 14
-    want[96 + l] = 0;                // 1 * 0 - 0
-    want[128 + l] = 1 * 1 - 0.5f * 2;  // 0
-    want[160 + l] = 0;               // sc 0, m 0
+    want[l] = 2 * 10 - 0.5f * 4;         // 18
+    want[32 + l] = 3 * 5 - 0;            // 15
+    want[64 + l] = 1 * 15 - 0.5f * 2;    // 14
+    want[96 + l] = 0;                    // 1 * 0 - 0
+    want[128 + l] = 1 * 1 - 0.5f * 2;    // 0
+    want[160 + l] = 0;                   // sc 0, m 0
     want[192 + l] = 19 * 7 - 0.5f * 49;  // 108.5
     want[224 + l] = 0;
   }
@@ -163,39 +163,40 @@ TEST_CASE("a hand-built Q5_K block adds the fifth bit from qh per 64-group half"
           "[checkpoint][gguf][quant]") {
   // Same d, dmin and scales as the Q4_K case; qh bit 0 set for every l (group 0, low half: +16)
   // and bit 3 set for l < 8 (group 1, high half: +16).
-  std::vector<uint8_t> b = {0x00, 0x3C, 0x00, 0x38,
-                            2, 3, 0x41, 1, 4, 0, 0xC2, 0, 0x21, 0x00, 0x13, 0x00};
+  std::vector<uint8_t> b = {0x00, 0x3C, 0x00, 0x38, 2,    3,    0x41, 1,
+                            4,    0,    0xC2, 0,    0x21, 0x00, 0x13, 0x00};
   for (int l = 0; l < 32; ++l) b.push_back(uint8_t(0x01 | (l < 8 ? 0x08 : 0)));
   const uint8_t chunk_byte[4] = {0x5A, 0x0F, 0xF1, 0x07};
   for (int c = 0; c < 4; ++c) b.insert(b.end(), 32, chunk_byte[c]);
   REQUIRE(b.size() == 176);
   std::vector<float> want(256);
   for (int l = 0; l < 32; ++l) {
-    want[l] = 2 * (10 + 16) - 0.5f * 4;             // 50
-    want[32 + l] = 3 * 5 - 0;                        // 15
-    want[64 + l] = 1 * 15 - 0.5f * 2;                // 14
-    want[96 + l] = l < 8 ? 16.0f : 0.0f;             // sc 1, q 0 (+16 where bit 3), m 0
-    want[128 + l] = 1 * 1 - 0.5f * 2;                // 0
-    want[160 + l] = 0;                               // sc 0, m 0
-    want[192 + l] = 19 * 7 - 0.5f * 49;              // 108.5
+    want[l] = 2 * (10 + 16) - 0.5f * 4;   // 50
+    want[32 + l] = 3 * 5 - 0;             // 15
+    want[64 + l] = 1 * 15 - 0.5f * 2;     // 14
+    want[96 + l] = l < 8 ? 16.0f : 0.0f;  // sc 1, q 0 (+16 where bit 3), m 0
+    want[128 + l] = 1 * 1 - 0.5f * 2;     // 0
+    want[160 + l] = 0;                    // sc 0, m 0
+    want[192 + l] = 19 * 7 - 0.5f * 49;   // 108.5
     want[224 + l] = 0;
   }
   CHECK(deq(GgmlType::Q5_K, b, 256) == want);
 }
 
-TEST_CASE("a hand-built Q6_K block assembles 6-bit values with d last", "[checkpoint][gguf][quant]") {
+TEST_CASE("a hand-built Q6_K block assembles 6-bit values with d last",
+          "[checkpoint][gguf][quant]") {
   // ql all 0, qh all 0xAA (every 2-bit high field = 2 -> q = 32 - 32 = 0), scales 1, d = 0.5.
   std::vector<uint8_t> b(210, 0);
   for (int i = 128; i < 192; ++i) b[i] = 0xAA;
   for (int i = 192; i < 208; ++i) b[i] = 1;
   b[208] = 0x00, b[209] = 0x38;
-  b[192 + 0] = 2;                 // sc[0] = 2
+  b[192 + 0] = 2;                    // sc[0] = 2
   b[192 + 6] = uint8_t(int8_t(-3));  // sc[6] = -3
-  b[192 + 9] = 5;                 // sc[9] = 5
+  b[192 + 9] = 5;                    // sc[9] = 5
   std::vector<float> want(256, 0.0f);
   b[0] = 0x21;  // l=0: q1 = 1 -> y0 = .5*2*1 = 1; q3 = 2 -> y64 = .5*sc[4]*2 = 1
   want[0] = 1.0f, want[64] = 1.0f;
-  b[128 + 1] = 0x00;  // l=1 high bits 0: q1..q4 = -32
+  b[128 + 1] = 0x00;           // l=1 high bits 0: q1..q4 = -32
   want[1] = 0.5f * 2 * -32;    // sc[0]: -32
   want[33] = 0.5f * 1 * -32;   // sc[2]: -16
   want[65] = 0.5f * 1 * -32;   // sc[4]: -16
@@ -204,7 +205,7 @@ TEST_CASE("a hand-built Q6_K block assembles 6-bit values with d last", "[checkp
   want[116] = 7.5f;
   b[64 + 17] = 0x0F;  // second half, l=17 (is=1): q1 = 15 -> y145 = .5*sc[9]*15 = 37.5
   want[145] = 37.5f;
-  b[128 + 32 + 31] = 0xFF;  // second half, l=31: high fields 3 -> q = 48 - 32 = 16 (ql = 0)
+  b[128 + 32 + 31] = 0xFF;    // second half, l=31: high fields 3 -> q = 48 - 32 = 16 (ql = 0)
   want[159] = 0.5f * 5 * 16;  // sc[9] -> 40
   want[191] = 0.5f * 1 * 16;  // sc[11] -> 8
   want[223] = 0.5f * 1 * 16;  // sc[13]
@@ -225,7 +226,8 @@ TEST_CASE("dequantizing an unsupported type names it", "[checkpoint][gguf][quant
   CHECK_THROWS_AS(dequantize_row(GgmlType::Q4_0, b.data(), y.data(), 31), Error);
 }
 
-TEST_CASE("multi-threaded row dequantization matches single-threaded", "[checkpoint][gguf][quant]") {
+TEST_CASE("multi-threaded row dequantization matches single-threaded",
+          "[checkpoint][gguf][quant]") {
   const int64_t rows = 600, n = 576;
   std::vector<float> x(size_t(rows * n));
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(float(i) * 0.37f) * 3.0f;

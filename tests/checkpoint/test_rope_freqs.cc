@@ -9,10 +9,10 @@
 #include <numbers>
 #include <vector>
 
-#include "common/error.h"
-#include "kernels/rope.h"
 #include "checkpoint/detail/rope_freqs.h"
 #include "checkpoint/gguf_weights.h"
+#include "common/error.h"
+#include "kernels/rope.h"
 #include "tests/support/tiny_gguf.h"
 
 using namespace kvzip;
@@ -27,7 +27,8 @@ std::vector<float> divisors(const RopeScaling& s, float base, uint32_t D) {
     if (wavelen < old / s.high_freq_factor) out.push_back(1.0f);
     else if (wavelen > old / s.low_freq_factor) out.push_back(s.factor);
     else {
-      const double smooth = (old / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+      const double smooth =
+          (old / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
       out.push_back(float(1.0 / ((1 - smooth) / s.factor + smooth)));
     }
   }
@@ -35,7 +36,8 @@ std::vector<float> divisors(const RopeScaling& s, float base, uint32_t D) {
 }
 
 void check_same_freqs(const RopeScaling& a, const RopeScaling& b, float base, uint32_t D) {
-  const std::vector<float> x = kernels::rope_inv_freq(D, base, a), y = kernels::rope_inv_freq(D, base, b);
+  const std::vector<float> x = kernels::rope_inv_freq(D, base, a),
+                           y = kernels::rope_inv_freq(D, base, b);
   for (size_t i = 0; i < x.size(); ++i) CHECK(std::abs(x[i] - y[i]) <= 1e-6f * x[i]);
 }
 
@@ -48,14 +50,17 @@ TEST_CASE("rope_freqs: released Llama 3.x scalings are recovered exactly", "[che
     RopeScaling s;
   };
   const Case cases[] = {
-      {500000.0f, 128, {RopeScalingKind::Llama3, 8.0f, 1.0f, 4.0f, 8192}},   // Llama 3.1 8B / 70B / 3.3
+      {500000.0f,
+       128,
+       {RopeScalingKind::Llama3, 8.0f, 1.0f, 4.0f, 8192}},  // Llama 3.1 8B / 70B / 3.3
       {500000.0f, 64, {RopeScalingKind::Llama3, 32.0f, 1.0f, 4.0f, 8192}},   // Llama 3.2 1B
       {500000.0f, 128, {RopeScalingKind::Llama3, 32.0f, 1.0f, 4.0f, 8192}},  // Llama 3.2 3B
-      {10000.0f, 16, {RopeScalingKind::Llama3, 4.0f, 1.0f, 8.0f, 100}},      // tests/golden/hf/llama3
+      {10000.0f, 16, {RopeScalingKind::Llama3, 4.0f, 1.0f, 8.0f, 100}},  // tests/golden/hf/llama3
   };
   for (const Case& c : cases) {
     INFO("D " << c.D << " factor " << c.s.factor);
-    const auto got = model::detail::scaling_from_rope_freqs(divisors(c.s, c.base, c.D), c.base, c.D);
+    const auto got =
+        model::detail::scaling_from_rope_freqs(divisors(c.s, c.base, c.D), c.base, c.D);
     REQUIRE(got);
     CHECK(got->kind == RopeScalingKind::Llama3);
     CHECK(got->factor == c.s.factor);
@@ -66,9 +71,11 @@ TEST_CASE("rope_freqs: released Llama 3.x scalings are recovered exactly", "[che
   }
 }
 
-TEST_CASE("rope_freqs: other parameterisations come back as an equivalent scaling", "[checkpoint][gguf]") {
+TEST_CASE("rope_freqs: other parameterisations come back as an equivalent scaling",
+          "[checkpoint][gguf]") {
   const RopeScaling s{RopeScalingKind::Llama3, 8.0f, 2.0f, 8.0f, 8192};
-  const auto got = model::detail::scaling_from_rope_freqs(divisors(s, 500000.0f, 128), 500000.0f, 128);
+  const auto got =
+      model::detail::scaling_from_rope_freqs(divisors(s, 500000.0f, 128), 500000.0f, 128);
   REQUIRE(got);
   CHECK(got->original_context == 4096);  // 8192 / low_freq_factor, with low normalised to 1
   CHECK(got->high_freq_factor == 4.0f);
@@ -76,28 +83,35 @@ TEST_CASE("rope_freqs: other parameterisations come back as an equivalent scalin
 }
 
 TEST_CASE("rope_freqs: no scaling, linear scaling and impossible divisors", "[checkpoint][gguf]") {
-  const auto none = model::detail::scaling_from_rope_freqs(std::vector<float>(64, 1.0f), 500000.0f, 128);
+  const auto none =
+      model::detail::scaling_from_rope_freqs(std::vector<float>(64, 1.0f), 500000.0f, 128);
   REQUIRE(none);
   CHECK(none->kind == RopeScalingKind::None);
-  const auto linear = model::detail::scaling_from_rope_freqs(std::vector<float>(64, 2.5f), 500000.0f, 128);
+  const auto linear =
+      model::detail::scaling_from_rope_freqs(std::vector<float>(64, 2.5f), 500000.0f, 128);
   REQUIRE(linear);
   CHECK(linear->kind == RopeScalingKind::Linear);
   CHECK(linear->factor == 2.5f);
-  std::vector<float> d = divisors({RopeScalingKind::Llama3, 8.0f, 1.0f, 4.0f, 8192}, 500000.0f, 128);
+  std::vector<float> d =
+      divisors({RopeScalingKind::Llama3, 8.0f, 1.0f, 4.0f, 8192}, 500000.0f, 128);
   std::vector<float> bumped = d;
   bumped[31] *= 1.01f;  // a band pair off the line
   CHECK_FALSE(model::detail::scaling_from_rope_freqs(bumped, 500000.0f, 128));
   std::vector<float> rising(64);
   for (size_t i = 0; i < rising.size(); ++i) rising[i] = 1.0f + float(i % 3);  // not monotone
   CHECK_FALSE(model::detail::scaling_from_rope_freqs(rising, 500000.0f, 128));
-  CHECK_FALSE(model::detail::scaling_from_rope_freqs(std::vector<float>(63, 1.0f), 500000.0f, 128));  // wrong count
-  CHECK_FALSE(model::detail::scaling_from_rope_freqs(std::vector<float>(64, -1.0f), 500000.0f, 128));
+  CHECK_FALSE(model::detail::scaling_from_rope_freqs(std::vector<float>(63, 1.0f), 500000.0f,
+                                                     128));  // wrong count
+  CHECK_FALSE(
+      model::detail::scaling_from_rope_freqs(std::vector<float>(64, -1.0f), 500000.0f, 128));
 }
 
-TEST_CASE("rope_freqs: a GGUF with only rope_freqs.weight reads as llama3; other divisors apply as they are; bad tensors are refused",
-          "[checkpoint][gguf]") {
+TEST_CASE(
+    "rope_freqs: a GGUF with only rope_freqs.weight reads as llama3; other divisors apply as they "
+    "are; bad tensors are refused",
+    "[checkpoint][gguf]") {
   test::TinyModelSpec spec;
-  spec.config = test::tiny_gguf_llama_config();  // D 16, base 100000
+  spec.config = test::tiny_gguf_llama_config();                             // D 16, base 100000
   const RopeScaling want{RopeScalingKind::Llama3, 4.0f, 1.0f, 16.0f, 500};  // two pairs in the band
   auto with_freqs = [&](std::vector<float> d, uint32_t type = 0) {
     test::TinyModel m = test::make_tiny_model(spec);

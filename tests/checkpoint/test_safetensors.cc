@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
 #include "checkpoint/safetensors.h"
+#include "common/error.h"
 #include "tests/support/hf_fixture.h"
 
 using namespace kvzip;
@@ -45,10 +45,12 @@ std::pair<Errc, std::string> error_of(std::vector<uint8_t> bytes) {
 
 }  // namespace
 
-TEST_CASE("safetensors: a valid image reads back in name order with its bytes", "[checkpoint][hf]") {
+TEST_CASE("safetensors: a valid image reads back in name order with its bytes",
+          "[checkpoint][hf]") {
   std::vector<uint8_t> bf16 = {0x80, 0x3f, 0x00, 0x40};  // 1.0, 2.0
   auto f = model::safetensors::File::from_bytes(
-      build_safetensors({{"w", "F32", {2, 2}, floats({1, 2, 3, 4})}, {"b", "BF16", {2}, bf16},
+      build_safetensors({{"w", "F32", {2, 2}, floats({1, 2, 3, 4})},
+                         {"b", "BF16", {2}, bf16},
                          {"empty", "F16", {0, 3}, {}}}));
   REQUIRE(f.tensors().size() == 3);
   CHECK(f.tensors()[0].name == "b");  // sorted by name
@@ -83,9 +85,7 @@ TEST_CASE("safetensors: truncated files are Errc::truncated", "[checkpoint][hf]"
     CHECK(code == Errc::truncated);
     CHECK_THAT(msg, Catch::Contains("header length"));
   }
-  SECTION("less than the length field") {
-    CHECK(error_of({1, 2, 3}).first == Errc::truncated);
-  }
+  SECTION("less than the length field") { CHECK(error_of({1, 2, 3}).first == Errc::truncated); }
 }
 
 TEST_CASE("safetensors: corrupt headers are refused naming what is wrong", "[checkpoint][hf]") {
@@ -94,19 +94,26 @@ TEST_CASE("safetensors: corrupt headers are refused naming what is wrong", "[che
     CHECK(code == want);
     CHECK_THAT(msg, Catch::Contains(needle) && Catch::Contains("t.safetensors"));
   };
-  check(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]})", 8, Errc::corrupt, "malformed");
+  check(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]})", 8, Errc::corrupt,
+        "malformed");
   check(R"([1, 2])", 0, Errc::corrupt, "start with '{'");
-  check(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "w": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
-        8, Errc::corrupt, "names 'w' twice");
-  check(R"({"w": {"dtype": "F4", "shape": [2], "data_offsets": [0, 1]}})", 1, Errc::unsupported, "dtype 'F4'");
-  check(R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", 8, Errc::corrupt, "needs 12 bytes");
-  check(R"({"w": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}})", 8, Errc::corrupt, "unsigned");
-  check(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}})", 8, Errc::corrupt, "end before begin");
+  check(
+      R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "w": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
+      8, Errc::corrupt, "names 'w' twice");
+  check(R"({"w": {"dtype": "F4", "shape": [2], "data_offsets": [0, 1]}})", 1, Errc::unsupported,
+        "dtype 'F4'");
+  check(R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", 8, Errc::corrupt,
+        "needs 12 bytes");
+  check(R"({"w": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}})", 8, Errc::corrupt,
+        "unsigned");
+  check(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}})", 8, Errc::corrupt,
+        "end before begin");
   check(R"({"w": {"dtype": "F32", "shape": [2]}})", 8, Errc::corrupt, "data_offsets");
-  check(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",
-        12, Errc::corrupt, "overlap");
-  check(R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 8]}})", 8, Errc::corrupt,
-        "overflows");
+  check(
+      R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",
+      12, Errc::corrupt, "overlap");
+  check(R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 8]}})", 8,
+        Errc::corrupt, "overflows");
   check(R"({"__metadata__": {"k": 1}})", 0, Errc::corrupt, "__metadata__");
   // A header length beyond the format's 100 MB cap is not a safetensors file.
   std::vector<uint8_t> huge(16, 0);

@@ -172,7 +172,8 @@ TEST_CASE("eval --retrieve refuses a sliding-window model as ask does", "[cli][e
   CHECK(!std::filesystem::exists(dir.path("r.csv")));
 }
 
-TEST_CASE("eval --retrieve on a tiny model prints the table and writes the CSV", "[cli][eval][library]") {
+TEST_CASE("eval --retrieve on a tiny model prints the table and writes the CSV",
+          "[cli][eval][library]") {
   test::TinyModelDir m("cli_retrieve", 31, 4096);
   write(m.path("two.json"), kTwoParagraphs);
   const CliResult r =

@@ -36,22 +36,27 @@ CliResult ok(const std::vector<std::string>& args) {
 
 TEST_CASE("prune/inspect/export/import handle q8 and q4 caches", "[cli]") {
   TempDir dir;
-  ok({"prune", kGolden, "--ratio", "0.5", "--kv-dtype", "q4", "--kv-group", "2", "-o", dir.path("q4.kvz")});
+  ok({"prune", kGolden, "--ratio", "0.5", "--kv-dtype", "q4", "--kv-group", "2", "-o",
+      dir.path("q4.kvz")});
   const CliResult shown = ok({"inspect", dir.path("q4.kvz"), "--verify"});
   CHECK_THAT(shown.out, Contains("format       v1.0"));
-  CHECK_THAT(shown.out, Contains("kv dtype     q4, groups of 2 channels (byte scale code + zero point each)"));
+  CHECK_THAT(shown.out,
+             Contains("kv dtype     q4, groups of 2 channels (byte scale code + zero point each)"));
   CHECK_THAT(shown.out, Contains("rows at positions < 3 stored as f16"));
   CHECK_THAT(shown.out, Contains("codes of Hadamard-"));
   // The options that chose among older layouts are refused, before any work, saying why.
   for (const std::string option : {"--kv-rotate", "--kv-params"})
     for (const bool prune : {true, false}) {
-      std::vector<std::string> args = {prune ? "prune" : "import", kGolden, "--kv-dtype", "q4", option, "none",
-                                       "-o", dir.path("x.kvz")};
+      std::vector<std::string> args = {
+          prune ? "prune" : "import", kGolden, "--kv-dtype", "q4", option, "none", "-o",
+          dir.path("x.kvz")};
       if (prune) args.insert(args.end(), {"--ratio", "0.5"});
       const CliResult r = run_kvzip(args);
       INFO(args[0] << " " << option);
       CHECK(r.exit_code == 2);
-      CHECK_THAT(r.err, Contains(option + " is no longer an option: the .kvz format stores q8/q4 in one layout"));
+      CHECK_THAT(
+          r.err,
+          Contains(option + " is no longer an option: the .kvz format stores q8/q4 in one layout"));
     }
   CHECK_FALSE(std::filesystem::exists(dir.path("x.kvz")));
 
@@ -73,17 +78,20 @@ TEST_CASE("prune/inspect/export/import handle q8 and q4 caches", "[cli]") {
     CHECK(format::CacheReader::open(dir.path("q8.kvz")).header().kv_dtype == format::DType::Q8);
   }
 
-  const CliResult bad = run_kvzip({"prune", kGolden, "--ratio", "0.5", "--kv-dtype", "q3", "-o", dir.path("x.kvz")});
+  const CliResult bad =
+      run_kvzip({"prune", kGolden, "--ratio", "0.5", "--kv-dtype", "q3", "-o", dir.path("x.kvz")});
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.err, Contains("--kv-dtype q3 is not one of f32, f16, bf16, q8, q4"));
-  const CliResult group = run_kvzip({"prune", kGolden, "--ratio", "0.5", "--kv-dtype", "q4", "--kv-group", "3",
-                                     "-o", dir.path("x.kvz")});
+  const CliResult group = run_kvzip({"prune", kGolden, "--ratio", "0.5", "--kv-dtype", "q4",
+                                     "--kv-group", "3", "-o", dir.path("x.kvz")});
   CHECK(group.exit_code == 2);
   CHECK_THAT(group.err, Contains("does not divide"));
 }
 
-TEST_CASE("compress --kv-dtype q4 refuses a head dimension that is not a power of two, before the prefill",
-          "[cli]") {
+TEST_CASE(
+    "compress --kv-dtype q4 refuses a head dimension that is not a power of two, before the "
+    "prefill",
+    "[cli]") {
   TempDir dir;
   test::TinyModelSpec spec;
   spec.config = test::tiny_gguf_llama_config();
@@ -91,8 +99,8 @@ TEST_CASE("compress --kv-dtype q4 refuses a head dimension that is not a power o
   test::write_file(dir.path("d12.gguf"), test::make_tiny_model(spec).bytes);
   const std::string text = "The Normans gave their name to Normandy.";
   write_bytes(dir.path("doc.txt"), std::vector<uint8_t>(text.begin(), text.end()));
-  const CliResult r = run_kvzip({"compress", dir.path("doc.txt"), "-m", dir.path("d12.gguf"), "--kv-dtype", "q4",
-                                 "-o", dir.path("doc.kvz"), "-q"});
+  const CliResult r = run_kvzip({"compress", dir.path("doc.txt"), "-m", dir.path("d12.gguf"),
+                                 "--kv-dtype", "q4", "-o", dir.path("doc.kvz"), "-q"});
   INFO(r.err);
   CHECK(r.exit_code == 2);
   // The command's own check, right after the model loads (set_kv_dtype would refuse it too, later).
@@ -101,7 +109,8 @@ TEST_CASE("compress --kv-dtype q4 refuses a head dimension that is not a power o
   CHECK_FALSE(std::filesystem::exists(dir.path("doc.kvz")));
 }
 
-TEST_CASE("compress --ratio 0.5 --kv-dtype q4 in one step, then query answers from it", "[cli][realmodel]") {
+TEST_CASE("compress --ratio 0.5 --kv-dtype q4 in one step, then query answers from it",
+          "[cli][realmodel]") {
   if (real_model_or_empty().empty()) return test::skip_no_model();
   TempDir dir;
   write_bytes(dir.path("doc.txt"), [] {
@@ -112,22 +121,26 @@ TEST_CASE("compress --ratio 0.5 --kv-dtype q4 in one step, then query answers fr
         "King Charles III of West Francia.";
     return std::vector<uint8_t>(t.begin(), t.end());
   }());
-  ok({"compress", dir.path("doc.txt"), "-o", dir.path("doc.kvz"), "--ratio", "0.5", "--kv-dtype", "q4", "-q",
-      "-t", "2"});
-  const format::CacheReader r = format::CacheReader::open(dir.path("doc.kvz"), {format::Verify::Full});
+  ok({"compress", dir.path("doc.txt"), "-o", dir.path("doc.kvz"), "--ratio", "0.5", "--kv-dtype",
+      "q4", "-q", "-t", "2"});
+  const format::CacheReader r =
+      format::CacheReader::open(dir.path("doc.kvz"), {format::Verify::Full});
   CHECK(r.version_minor() == 0);
   CHECK(r.header().kv_dtype == format::DType::Q4);
   CHECK(r.header().kv_f16_below == r.header().prefix_length());
   CHECK(r.header().kv_group_size == r.header().head_dim);
-  CHECK(r.header().achieved_ratio == Approx(0.5).margin(0.01));  // selection first, then quantization
-  const CliResult q = ok({"query", dir.path("doc.kvz"), "Who led the Normans?", "-n", "4", "-t", "2"});
+  CHECK(r.header().achieved_ratio ==
+        Approx(0.5).margin(0.01));  // selection first, then quantization
+  const CliResult q =
+      ok({"query", dir.path("doc.kvz"), "Who led the Normans?", "-n", "4", "-t", "2"});
   CHECK_FALSE(q.out.empty());
-  const CliResult removed = run_kvzip({"compress", dir.path("doc.txt"), "-o", dir.path("x.kvz"), "--kv-dtype",
-                                       "q4", "--kv-params", "f16", "-q"});
+  const CliResult removed = run_kvzip({"compress", dir.path("doc.txt"), "-o", dir.path("x.kvz"),
+                                       "--kv-dtype", "q4", "--kv-params", "f16", "-q"});
   CHECK(removed.exit_code == 2);
   CHECK_THAT(removed.err, Contains("--kv-params is no longer an option"));
   // Without --kv-dtype the cache is stored as f16.
-  ok({"compress", dir.path("doc.txt"), "-o", dir.path("default.kvz"), "--ratio", "0.5", "-q", "-t", "2"});
+  ok({"compress", dir.path("doc.txt"), "-o", dir.path("default.kvz"), "--ratio", "0.5", "-q", "-t",
+      "2"});
   CHECK(format::CacheReader::open(dir.path("default.kvz")).header().kv_dtype == format::DType::F16);
 }
 
@@ -135,7 +148,8 @@ TEST_CASE("compress --ratio 0.5 --kv-dtype q4 in one step, then query answers fr
 // can): the file records it, and its kept (layer, head, position) set is close to the fast
 // path's — the CLI's view of the Normans-article bar in tests/compress/test_realmodel.cc (0.97
 // there over ~5,600 tokens; a 60-token document moves more per changed row, so 0.8 here).
-TEST_CASE("compress --matmul exact keeps about the fast path's set and records the path", "[cli][realmodel]") {
+TEST_CASE("compress --matmul exact keeps about the fast path's set and records the path",
+          "[cli][realmodel]") {
   if (real_model_or_empty().empty()) return test::skip_no_model();
   TempDir dir;
   const std::string t =
@@ -145,7 +159,8 @@ TEST_CASE("compress --matmul exact keeps about the fast path's set and records t
       "King Charles III of West Francia.";
   write_bytes(dir.path("doc.txt"), std::vector<uint8_t>(t.begin(), t.end()));
   for (const std::string m : {"fast", "exact"})
-    ok({"compress", dir.path("doc.txt"), "-o", dir.path(m + ".kvz"), "--ratio", "0.3", "--matmul", m, "-q", "-t", "2"});
+    ok({"compress", dir.path("doc.txt"), "-o", dir.path(m + ".kvz"), "--ratio", "0.3", "--matmul",
+        m, "-q", "-t", "2"});
   const format::CacheReader fast = format::CacheReader::open(dir.path("fast.kvz"));
   const format::CacheReader exact = format::CacheReader::open(dir.path("exact.kvz"));
   auto param = [](const format::CacheReader& r, const std::string& key) {
@@ -175,11 +190,12 @@ TEST_CASE("compress --matmul exact keeps about the fast path's set and records t
   either -= both;
   REQUIRE(either > 0);
   const double jaccard = double(both) / double(either);
-  WARN("compress fast vs --matmul exact, kept document rows at ratio 0.3: Jaccard " << std::to_string(jaccard));
+  WARN("compress fast vs --matmul exact, kept document rows at ratio 0.3: Jaccard "
+       << std::to_string(jaccard));
   CHECK(jaccard >= 0.8);
   // The GPU path has its own arithmetic: refused before any work.
-  const CliResult cuda = run_kvzip({"compress", dir.path("doc.txt"), "-o", dir.path("x.kvz"), "--matmul", "exact",
-                                    "--device", "cuda", "-q"});
+  const CliResult cuda = run_kvzip({"compress", dir.path("doc.txt"), "-o", dir.path("x.kvz"),
+                                    "--matmul", "exact", "--device", "cuda", "-q"});
   CHECK(cuda.exit_code != 0);
   // --matmul exact's refusal, or a build without CUDA
   CHECK_THAT(cuda.err, Contains("cuda", Catch::CaseSensitive::No));

@@ -52,10 +52,12 @@ TEST_CASE("option-parser errors take the kvzip error form and exit 2", "[cli]") 
                {"--ratio 1/3 is not a number", "`kvzip prune --help`"});
   expect_error({"query", "x.kvz", "-n", "many", "q"}, 2, "invalid_argument",
                {"--max-tokens many is not a whole number (0 or more)"});
-  expect_error({"compress", doc, "--nope"}, 2, "invalid_argument", {"--nope", "`kvzip compress --help`"});
+  expect_error({"compress", doc, "--nope"}, 2, "invalid_argument",
+               {"--nope", "`kvzip compress --help`"});
   expect_error({"compress"}, 2, "invalid_argument", {"give a DOCUMENT or --manifest FILE"});
   expect_error({}, 2, "invalid_argument", {"A subcommand is required", "`kvzip --help`"});
-  expect_error({"frobnicate"}, 2, "invalid_argument", {"unknown command 'frobnicate'; commands: ", "compress, "});
+  expect_error({"frobnicate"}, 2, "invalid_argument",
+               {"unknown command 'frobnicate'; commands: ", "compress, "});
   const CliResult help = run_kvzip({"compress", "--help"});
   CHECK(help.exit_code == 0);
   CHECK_THAT(help.out, Catch::Matchers::Contains("--threads"));
@@ -64,18 +66,21 @@ TEST_CASE("option-parser errors take the kvzip error form and exit 2", "[cli]") 
   CHECK_THAT(version.out, Catch::Matchers::StartsWith("kvzip "));
 }
 
-TEST_CASE("--threads takes a whole number >= 0; more than the machine has is capped with a note", "[cli]") {
+TEST_CASE("--threads takes a whole number >= 0; more than the machine has is capped with a note",
+          "[cli]") {
   TempDir dir;
   const std::string doc = doc_in(dir);
   for (const char* bad : {"-1", "abc", "1.5", "", "99999999999999999999"})
-    expect_error({"compress", doc, "--threads", bad}, 2, "invalid_argument",
-                 {std::string("--threads ") + bad + ": give a whole number of threads, at least 0"});
+    expect_error(
+        {"compress", doc, "--threads", bad}, 2, "invalid_argument",
+        {std::string("--threads ") + bad + ": give a whole number of threads, at least 0"});
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
   // The cap is noted, then the command goes on: here to the missing model.
-  const CliResult r = run_kvzip({"compress", doc, "-o", dir.path("o.kvz"), "--threads", "10000"}, kNoModel);
-  CHECK_THAT(r.err, Catch::Matchers::StartsWith("kvzip: note: --threads 10000 is more than the " +
-                                                std::to_string(hw) + " hardware threads of this machine; using " +
-                                                std::to_string(hw) + "\n"));
+  const CliResult r =
+      run_kvzip({"compress", doc, "-o", dir.path("o.kvz"), "--threads", "10000"}, kNoModel);
+  CHECK_THAT(r.err, Catch::Matchers::StartsWith(
+                        "kvzip: note: --threads 10000 is more than the " + std::to_string(hw) +
+                        " hardware threads of this machine; using " + std::to_string(hw) + "\n"));
   CHECK_THAT(r.err, Catch::Matchers::Contains("kvzip: error [not_found]: model file not found"));
   CHECK(r.exit_code == 3);
 }
@@ -87,20 +92,23 @@ TEST_CASE("a directory given as a file says it is a directory", "[cli]") {
   const std::string adir = dir.path("adir");
   expect_error({"compress", adir, "-o", dir.path("o.kvz")}, 2, "invalid_argument",
                {"document " + adir + " is a directory; give a UTF-8 text file"});
-  expect_error({"compress", doc, "-m", adir, "-o", dir.path("o.kvz")}, 2, "invalid_argument",
-               {"model " + adir + " (from -m) is a directory without config.json; give a GGUF file"});
+  expect_error(
+      {"compress", doc, "-m", adir, "-o", dir.path("o.kvz")}, 2, "invalid_argument",
+      {"model " + adir + " (from -m) is a directory without config.json; give a GGUF file"});
   CliOptions env_dir;
   env_dir.env = {{"KVZIP_MODEL", adir}};
   const CliResult r = run_kvzip({"compress", doc, "-o", dir.path("o.kvz")}, env_dir);
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Matchers::Contains("(from $KVZIP_MODEL) is a directory"));
-  expect_error({"inspect", adir}, 2, "invalid_argument", {adir + " is a directory, not a cache file"});
+  expect_error({"inspect", adir}, 2, "invalid_argument",
+               {adir + " is a directory, not a cache file"});
   if (hdf5_available())
     expect_error({"import", adir, "-o", dir.path("i.kvz")}, 2, "invalid_argument",
                  {adir + " is a directory, not an HDF5 file"});
-  expect_error({"compress", doc, "--level", "head", "--head-scores", adir, "-o", dir.path("o.kvz")}, 2,
-               "invalid_argument", {adir + " is a directory, not a head-scores file"});
-  expect_error({"compress", doc, "-o", adir}, 2, "invalid_argument", {"output " + adir + " is a directory"});
+  expect_error({"compress", doc, "--level", "head", "--head-scores", adir, "-o", dir.path("o.kvz")},
+               2, "invalid_argument", {adir + " is a directory, not a head-scores file"});
+  expect_error({"compress", doc, "-o", adir}, 2, "invalid_argument",
+               {"output " + adir + " is a directory"});
 }
 
 TEST_CASE("--level and --method errors list every choice, head-level ones included", "[cli]") {
@@ -110,8 +118,8 @@ TEST_CASE("--level and --method errors list every choice, head-level ones includ
                {"unknown --level 'layer'; known levels: global, per-head, per-layer, head"});
   expect_error({"compress", doc, "--method", "kvzipp"}, 2, "invalid_argument",
                {"unknown compression method 'kvzipp'", "snapkv", "kvzip-head"});
-  expect_error({"eval", "--squad", dir.path("s.json"), "--methods", "kvzip,nope"}, 2, "invalid_argument",
-               {"unknown compression method 'nope'", "kvzip-head"});
+  expect_error({"eval", "--squad", dir.path("s.json"), "--methods", "kvzip,nope"}, 2,
+               "invalid_argument", {"unknown compression method 'nope'", "kvzip-head"});
 }
 
 TEST_CASE("output paths are checked before any input is read or any model loads", "[cli]") {
@@ -123,20 +131,24 @@ TEST_CASE("output paths are checked before any input is read or any model loads"
   expect_error({"compress", doc, "-o", missing + "/o.kvz"}, 3, "not_found",
                {"cannot write " + missing + "/o.kvz: folder " + missing + " does not exist"});
   expect_error({"calibrate", doc, "-o", missing + "/o.kvh"}, 3, "not_found", {"folder " + missing});
-  expect_error({"prune", dir.path("absent.kvz"), "--ratio", "0.1", "-o", missing + "/p.kvz"}, 3, "not_found",
+  expect_error({"prune", dir.path("absent.kvz"), "--ratio", "0.1", "-o", missing + "/p.kvz"}, 3,
+               "not_found", {"folder " + missing});
+  expect_error({"export", dir.path("absent.kvz"), "--hdf5", missing + "/e.h5"}, 3, "not_found",
                {"folder " + missing});
-  expect_error({"export", dir.path("absent.kvz"), "--hdf5", missing + "/e.h5"}, 3, "not_found", {"folder " + missing});
-  expect_error({"import", dir.path("absent.h5"), "-o", missing + "/i.kvz"}, 3, "not_found", {"folder " + missing});
-  expect_error({"eval", "--squad", dir.path("absent.json"), "-o", missing + "/r.csv"}, 3, "not_found",
-               {"eval: -o: cannot write", "folder " + missing});
+  expect_error({"import", dir.path("absent.h5"), "-o", missing + "/i.kvz"}, 3, "not_found",
+               {"folder " + missing});
+  expect_error({"eval", "--squad", dir.path("absent.json"), "-o", missing + "/r.csv"}, 3,
+               "not_found", {"eval: -o: cannot write", "folder " + missing});
   write_bytes(dir.path("o.kvz"), {1, 2, 3});
-  expect_error({"compress", doc, "-o", dir.path("o.kvz")}, 2, "invalid_argument",
-               {"output file " + dir.path("o.kvz") + " already exists; pass -f (--force) to overwrite it"});
+  expect_error(
+      {"compress", doc, "-o", dir.path("o.kvz")}, 2, "invalid_argument",
+      {"output file " + dir.path("o.kvz") + " already exists; pass -f (--force) to overwrite it"});
   expect_error({"prune", dir.path("absent.kvz"), "--ratio", "0.1", "-o", dir.path("o.kvz")}, 2,
                "invalid_argument", {"already exists"});
   CHECK(read_bytes(dir.path("o.kvz")) == std::vector<uint8_t>{1, 2, 3});
   // With -f the same command gets past the output check, to the model.
-  expect_error({"compress", doc, "-o", dir.path("o.kvz"), "-f"}, 3, "not_found", {"model file not found"});
+  expect_error({"compress", doc, "-o", dir.path("o.kvz"), "-f"}, 3, "not_found",
+               {"model file not found"});
 }
 
 TEST_CASE("compress options are checked by the library before the model, flags named once",

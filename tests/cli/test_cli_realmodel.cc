@@ -56,9 +56,11 @@ std::string repeated_prompt(const std::string& tail) {
 
 }  // namespace
 
-TEST_CASE("query reports stop_reason, and explains a stop at the context limit", "[cli][realmodel]") {
+TEST_CASE("query reports stop_reason, and explains a stop at the context limit",
+          "[cli][realmodel]") {
   const std::string path = real_model_or_empty();
-  if (path.empty()) KVZIP_FORMAT_SKIP("set KVZIP_MODEL to SmolLM2-135M-Instruct.Q4_1.gguf to run this test");
+  if (path.empty())
+    KVZIP_FORMAT_SKIP("set KVZIP_MODEL to SmolLM2-135M-Instruct.Q4_1.gguf to run this test");
   const auto model = model::Model::load(path);
   const uint32_t ctx = model->config().max_context;
   REQUIRE(ctx > 0);
@@ -71,7 +73,8 @@ TEST_CASE("query reports stop_reason, and explains a stop at the context limit",
   format::write_cache_file(long_document_cache(*model, n_doc), dir.path("long.kvz"));
   CliOptions o;
   o.env = {{"KVZIP_MODEL", path}};
-  const CliResult full = run_kvzip({"query", dir.path("long.kvz"), "--json", "-n", "100", question}, o);
+  const CliResult full =
+      run_kvzip({"query", dir.path("long.kvz"), "--json", "-n", "100", question}, o);
   INFO(full.out << full.err);
   REQUIRE(full.exit_code == 0);
   if (full.out.find("\"stop_reason\":\"stop_token\"") != std::string::npos)
@@ -80,26 +83,39 @@ TEST_CASE("query reports stop_reason, and explains a stop at the context limit",
   CHECK(line["tokens"] == room + 1);
   CHECK(line["stopped"] == false);
   CHECK(line["stop_reason"] == "context_full");
-  CHECK_THAT(full.err, Catch::Matchers::Contains("kvzip: note: the answer stopped after " +
-                                                 std::to_string(room + 1) + " of the 100 tokens -n allows") &&
-                           Catch::Matchers::Contains("context of " + std::to_string(ctx) + " tokens is full"));
-  const CliResult one = run_kvzip({"query", dir.path("long.kvz"), "--json", "-n", "1", question}, o);
+  CHECK_THAT(
+      full.err,
+      Catch::Matchers::Contains("kvzip: note: the answer stopped after " +
+                                std::to_string(room + 1) + " of the 100 tokens -n allows") &&
+          Catch::Matchers::Contains("context of " + std::to_string(ctx) + " tokens is full"));
+  const CliResult one =
+      run_kvzip({"query", dir.path("long.kvz"), "--json", "-n", "1", question}, o);
   CHECK(one.exit_code == 0);
   CHECK_THAT(one.out, Catch::Matchers::Contains("\"stop_reason\":\"max_tokens\"") ||
                           Catch::Matchers::Contains("\"stop_reason\":\"stop_token\""));
   CHECK_THAT(one.err, !Catch::Matchers::Contains("note"));
 }
 
-TEST_CASE("KVZIP_CPU_ISA picks the kernels, every ISA gives the same tokens, and a bad name is an error",
-          "[cli][realmodel]") {
+TEST_CASE(
+    "KVZIP_CPU_ISA picks the kernels, every ISA gives the same tokens, and a bad name is an error",
+    "[cli][realmodel]") {
   const std::string path = real_model_or_empty();
-  if (path.empty()) KVZIP_FORMAT_SKIP("set KVZIP_MODEL to SmolLM2-135M-Instruct.Q4_1.gguf to run this test");
+  if (path.empty())
+    KVZIP_FORMAT_SKIP("set KVZIP_MODEL to SmolLM2-135M-Instruct.Q4_1.gguf to run this test");
   // A 40-token prompt: its prefill runs the GEMMs (AVX2 and AMX from 16 tokens, VNNI from 8) where
   // the CPU has them, the decode the register tiles; the scalar kernel is the reference they all equal.
   const std::vector<std::string> args = {
-      "generate", "-m", path, "-n", "8", "-t", "2", "--stats",
-      "-p", "The Normans were the people who in the 10th and 11th centuries gave their name to "
-            "Normandy, a region in France. They were descended from Norse raiders and pirates."};
+      "generate",
+      "-m",
+      path,
+      "-n",
+      "8",
+      "-t",
+      "2",
+      "--stats",
+      "-p",
+      "The Normans were the people who in the 10th and 11th centuries gave their name to "
+      "Normandy, a region in France. They were descended from Norse raiders and pirates."};
   auto run_with = [&](const std::string& isa) {
     CliOptions o;
     o.env = {{"KVZIP_CPU_ISA", isa}};
@@ -110,37 +126,47 @@ TEST_CASE("KVZIP_CPU_ISA picks the kernels, every ISA gives the same tokens, and
   REQUIRE(ref.exit_code == 0);
   CHECK_THAT(ref.err + ref.out, Catch::Matchers::Contains("(scalar tiles up to"));
   // Each choice's --stats line names its kernels (so the variable took effect).
-  const std::pair<std::string, std::string> isas[] = {{"", "fast: int8 activations x"},
-                                                      {"avx2", "avx2 GEMM from there"},
-                                                      {"avx512-vnni", "avx512-vnni GEMM from there"},
-                                                      {"amx-int8", "amx-int8 tile GEMM from there"},
-                                                      {"amx", "amx-int8 tile GEMM"}};
+  const std::pair<std::string, std::string> isas[] = {
+      {"", "fast: int8 activations x"},
+      {"avx2", "avx2 GEMM from there"},
+      {"avx512-vnni", "avx512-vnni GEMM from there"},
+      {"amx-int8", "amx-int8 tile GEMM from there"},
+      {"amx", "amx-int8 tile GEMM"}};
   for (const auto& [isa, kernels] : isas) {
     const CliResult r = run_with(isa);
     INFO("KVZIP_CPU_ISA=" << isa << "\nstderr: " << r.err);
     if (r.exit_code != 0) {  // an ISA this CPU lacks: refused with the list of those it has
-      CHECK_THAT(r.err, Catch::Matchers::Contains("is not available on this CPU/build; available here: scalar"));
+      CHECK_THAT(r.err, Catch::Matchers::Contains(
+                            "is not available on this CPU/build; available here: scalar"));
       continue;
     }
     CHECK_THAT(r.err, Catch::Matchers::Contains(kernels));
     // "amx-int8" keeps the int8 chain at every T: no bf16 tiles for the block types.
-    if (isa == "amx-int8") CHECK_THAT(r.err, !Catch::Matchers::Contains("every block type as bf16"));
-    CHECK(r.out == ref.out);  // the generated text, token for token (a prompt of <= 48 tokens: int8 only)
+    if (isa == "amx-int8")
+      CHECK_THAT(r.err, !Catch::Matchers::Contains("every block type as bf16"));
+    CHECK(r.out ==
+          ref.out);  // the generated text, token for token (a prompt of <= 48 tokens: int8 only)
   }
   const CliResult bad = run_with("avx9000");
   CHECK(bad.exit_code != 0);
-  CHECK_THAT(bad.err, Catch::Matchers::Contains("kvzip: error [unsupported]: KVZIP_CPU_ISA=avx9000 is not an instruction set name"));
+  CHECK_THAT(
+      bad.err,
+      Catch::Matchers::Contains(
+          "kvzip: error [unsupported]: KVZIP_CPU_ISA=avx9000 is not an instruction set name"));
 }
 
-TEST_CASE("generate --attention: bf16 and fp32 prompt attention answer alike; a bad name is refused",
-          "[cli][realmodel]") {
+TEST_CASE(
+    "generate --attention: bf16 and fp32 prompt attention answer alike; a bad name is refused",
+    "[cli][realmodel]") {
   const std::string path = real_model_or_empty();
-  if (path.empty()) KVZIP_FORMAT_SKIP("set KVZIP_MODEL to SmolLM2-135M-Instruct.Q4_1.gguf to run this test");
+  if (path.empty())
+    KVZIP_FORMAT_SKIP("set KVZIP_MODEL to SmolLM2-135M-Instruct.Q4_1.gguf to run this test");
   // ~700 tokens: several query blocks, so the prompt's attention takes bf16 products where the CPU
   // has AVX-512 BF16 (on others both runs are fp32 and must match all the more).
   const std::string prompt = repeated_prompt("The Normans gave their name to");
   auto run_with = [&](const std::string& attention) {
-    return run_kvzip({"generate", "-m", path, "-n", "4", "-t", "2", "--stats", "--attention", attention, "-p", prompt});
+    return run_kvzip({"generate", "-m", path, "-n", "4", "-t", "2", "--stats", "--attention",
+                      attention, "-p", prompt});
   };
   const CliResult f32 = run_with("f32"), bf16 = run_with("bf16");
   INFO("f32 stderr: " << f32.err << "\nbf16 stderr: " << bf16.err);
@@ -157,7 +183,8 @@ TEST_CASE("generate --attention: bf16 and fp32 prompt attention answer alike; a 
 TEST_CASE("generate --no-key-tiles answers token for token as with the cache's key tiles",
           "[cli][realmodel]") {
   const std::string path = real_model_or_empty();
-  if (path.empty()) KVZIP_FORMAT_SKIP("set KVZIP_MODEL to SmolLM2-135M-Instruct.Q4_1.gguf to run this test");
+  if (path.empty())
+    KVZIP_FORMAT_SKIP("set KVZIP_MODEL to SmolLM2-135M-Instruct.Q4_1.gguf to run this test");
   // ~700 tokens: five whole 128-key tiles that the answer's steps read from the cache's copy.
   const std::string prompt = repeated_prompt("In the 11th century the Normans");
   auto run_with = [&](bool tiles) {

@@ -57,9 +57,9 @@ TEST_CASE("kvzap needs a scorer file, and bad scorer files are refused before th
   expect(run_kvzip({"compress", doc, "--stream", "-o", dir.path("a.kvz")}, kNoModel), 2,
          "invalid_argument", "method kvzap");
   CHECK_FALSE(std::filesystem::exists(dir.path("a.kvz")));
-  expect(run_kvzip({"serve", "--caches", dir.path(""), "--port", "0", "--scorer",
-                    dir.path("none.kvp")},
-                   kNoModel),
+  expect(run_kvzip(
+             {"serve", "--caches", dir.path(""), "--port", "0", "--scorer", dir.path("none.kvp")},
+             kNoModel),
          3, "not_found", "none.kvp");
   std::filesystem::create_directory(dir.path("empty"));
   expect(run_kvzip({"calibrate", "--scorer", dir.path("empty"), "-o", dir.path("m.kvp")}, kNoModel),

@@ -39,12 +39,12 @@ size_t count(const std::string& s, char c) { return size_t(std::count(s.begin(),
 
 }  // namespace
 
-TEST_CASE("the progress bar writes at most four plain lines when not on a terminal",
-          "[cli]") {
+TEST_CASE("the progress bar writes at most four plain lines when not on a terminal", "[cli]") {
   ProgressBarOptions o;
   o.tty = 0;
   std::vector<prefill::PrefillProgress> updates;
-  for (uint64_t done = 0; done <= 1000; done += 10) updates.push_back({done, 1000, 1.0, 10.0 * done});
+  for (uint64_t done = 0; done <= 1000; done += 10)
+    updates.push_back({done, 1000, 1.0, 10.0 * done});
   const std::string s = drawn(o, updates);
   INFO(s);
   CHECK(count(s, '\n') == 4);
@@ -52,8 +52,7 @@ TEST_CASE("the progress bar writes at most four plain lines when not on a termin
   CHECK(s.find("100%  1000/1000 tok  10000 tok/s") != std::string::npos);
 }
 
-TEST_CASE("the progress bar redraws one line on a terminal and is silent when quiet",
-          "[cli]") {
+TEST_CASE("the progress bar redraws one line on a terminal and is silent when quiet", "[cli]") {
   ProgressBarOptions o;
   o.tty = 1;
   o.redraw_s = 0.0;

@@ -59,15 +59,16 @@ TEST_CASE("temporary names carry the writer's pid and are recognised", "[common]
   long pid = 0;
   CHECK(parse_temp_name("out.kvz.tmp.1234.0badc0de", "out.kvz", &pid));
   CHECK(pid == 1234);
-  CHECK_FALSE(parse_temp_name("out.kvz.tmp.1234.0badc0d", "out.kvz", &pid));    // 7 hex digits
-  CHECK_FALSE(parse_temp_name("out.kvz.tmp.12x4.0badc0de", "out.kvz", &pid));   // pid not a number
-  CHECK_FALSE(parse_temp_name("out.kvz.tmp.1234.0BADC0DE", "out.kvz", &pid));   // upper case
-  CHECK_FALSE(parse_temp_name("out.kvz.tmp.Xy12Ab", "out.kvz", &pid));          // the old mkstemp name
-  CHECK_FALSE(parse_temp_name("out.kvzz.tmp.1.0badc0de", "out.kvz", &pid));     // another target
+  CHECK_FALSE(parse_temp_name("out.kvz.tmp.1234.0badc0d", "out.kvz", &pid));   // 7 hex digits
+  CHECK_FALSE(parse_temp_name("out.kvz.tmp.12x4.0badc0de", "out.kvz", &pid));  // pid not a number
+  CHECK_FALSE(parse_temp_name("out.kvz.tmp.1234.0BADC0DE", "out.kvz", &pid));  // upper case
+  CHECK_FALSE(parse_temp_name("out.kvz.tmp.Xy12Ab", "out.kvz", &pid));       // the old mkstemp name
+  CHECK_FALSE(parse_temp_name("out.kvzz.tmp.1.0badc0de", "out.kvz", &pid));  // another target
   CHECK_FALSE(parse_temp_name("out.kvz", "out.kvz", &pid));
 }
 
-TEST_CASE("an AtomicFile shows only its temporary until commit, and nothing if abandoned", "[common]") {
+TEST_CASE("an AtomicFile shows only its temporary until commit, and nothing if abandoned",
+          "[common]") {
   TempDir dir;
   {
     AtomicFile f(dir.path("a.bin"), false);
@@ -95,7 +96,8 @@ TEST_CASE("check_writable refuses, with its own code, what a write would fail on
   CHECK_THAT(msg, Catch::Matchers::Contains("empty"));
   CHECK(code_of([&] { check_writable(dir.dir(), true); }, &msg) == Errc::invalid_argument);
   CHECK_THAT(msg, Catch::Matchers::Contains("is a directory"));
-  CHECK(code_of([&] { check_writable(dir.path("no/such/x.kvz"), false); }, &msg) == Errc::not_found);
+  CHECK(code_of([&] { check_writable(dir.path("no/such/x.kvz"), false); }, &msg) ==
+        Errc::not_found);
   CHECK_THAT(msg, Catch::Matchers::Contains("folder " + dir.path("no/such") + " does not exist"));
   write_bytes(dir.path("file"), {1});
   CHECK(code_of([&] { check_writable(dir.path("file/x.kvz"), false); }, &msg) == Errc::not_found);
@@ -105,7 +107,8 @@ TEST_CASE("check_writable refuses, with its own code, what a write would fail on
   check_writable(dir.path("new"), false);
   if (::geteuid() != 0) {  // root writes into a 0555 folder anyway
     std::filesystem::create_directory(dir.path("ro"));
-    std::filesystem::permissions(dir.path("ro"), std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+    std::filesystem::permissions(
+        dir.path("ro"), std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
     CHECK(code_of([&] { check_writable(dir.path("ro/x"), false); }, &msg) == Errc::io);
     CHECK_THAT(msg, Catch::Matchers::Contains("no permission"));
     std::filesystem::permissions(dir.path("ro"), std::filesystem::perms::owner_all);
@@ -117,14 +120,16 @@ TEST_CASE("a write removes stale temporaries of its target whose process is gone
   TempDir dir;
   const std::string dead = "t.kvz.tmp." + std::to_string(dead_pid()) + ".0badc0de";
   const std::string live = "t.kvz.tmp.1.0badc0de";  // pid 1 always runs: left alone
-  const std::string other = "u.kvz.tmp." + std::to_string(dead_pid()) + ".0badc0de";  // another target
+  const std::string other =
+      "u.kvz.tmp." + std::to_string(dead_pid()) + ".0badc0de";  // another target
   for (const std::string& n : {dead, live, other}) write_bytes(dir.path(n), {7});
   write_file_atomically(dir.path("t.kvz"), false, "new");
   CHECK(dir.list() == std::vector<std::string>{"t.kvz", live, other});
 }
 
-TEST_CASE("SIGINT, SIGTERM and SIGHUP mid-write remove the temporary and end the process with the signal",
-          "[common]") {
+TEST_CASE(
+    "SIGINT, SIGTERM and SIGHUP mid-write remove the temporary and end the process with the signal",
+    "[common]") {
   const int sig = GENERATE(SIGINT, SIGTERM, SIGHUP);
   TempDir dir;
   const pid_t pid = fork_child([&] {
@@ -163,7 +168,8 @@ TEST_CASE("a signal the caller ignores stays ignored after install_signal_cleanu
   CHECK(dir.list() == std::vector<std::string>{"out.bin"});
 }
 
-TEST_CASE("a SIGKILLed writer's temporary is recognisable and the next write removes it", "[common]") {
+TEST_CASE("a SIGKILLed writer's temporary is recognisable and the next write removes it",
+          "[common]") {
   TempDir dir;
   const pid_t pid = fork_child([&] {
     AtomicFile f(dir.path("out.bin"), false);

@@ -25,7 +25,8 @@ TEST_CASE("hadamard_rotate equals the explicit H matrix product", "[common][hada
     want /= std::sqrt(double(n));
     INFO("n " << n << " output " << i);
     // log2(n) rounded additions of values up to Σ|x|, then one rounded product.
-    REQUIRE(std::fabs(double(y[i]) - want) <= 1e-6 * (std::log2(double(n)) + 1) * 3.0 * std::sqrt(double(n)));
+    REQUIRE(std::fabs(double(y[i]) - want) <=
+            1e-6 * (std::log2(double(n)) + 1) * 3.0 * std::sqrt(double(n)));
     norm_x += double(x[i]) * x[i];
     norm_y += double(y[i]) * y[i];
   }

@@ -16,8 +16,22 @@ using Catch::Matchers::Contains;
 TEST_CASE("json_quote output parses back to the same string for random text", "[common]") {
   std::mt19937 rng(7);
   // ASCII incl. every control character, quotes and backslashes, plus multi-byte UTF-8 pieces.
-  const std::string pieces[] = {"\"", "\\", "\n", "\r", "\t", "\x01", "\x1f", "/", "a", " ",
-                                "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", "{", "}", "u"};
+  const std::string pieces[] = {"\"",
+                                "\\",
+                                "\n",
+                                "\r",
+                                "\t",
+                                "\x01",
+                                "\x1f",
+                                "/",
+                                "a",
+                                " ",
+                                "\xc3\xa9",
+                                "\xe2\x82\xac",
+                                "\xf0\x9f\x98\x80",
+                                "{",
+                                "}",
+                                "u"};
   for (int trial = 0; trial < 200; ++trial) {
     std::string s;
     const int n = static_cast<int>(rng() % 40);
@@ -41,11 +55,13 @@ TEST_CASE("json_quote escapes what JSON requires and replaces invalid UTF-8", "[
 }
 
 TEST_CASE("parse_json reads a questions-file object", "[common]") {
-  const Json v =
-      parse_json(R"( {"id": 3, "question": "Who \u00e9crit?", "tags": [true, null, -1.5e2]} )", "q");
+  const Json v = parse_json(
+      R"( {"id": 3, "question": "Who \u00e9crit?", "tags": [true, null, -1.5e2]} )", "q");
   REQUIRE(v.is_object());
   CHECK(v.size() == 3);
-  CHECK(v["question"] == "Who \xc3\xa9" "crit?");
+  CHECK(v["question"] ==
+        "Who \xc3\xa9"
+        "crit?");
   const Json& tags = v["tags"];
   REQUIRE(tags.size() == 3);
   CHECK(tags[0] == true);
@@ -58,13 +74,14 @@ TEST_CASE("parse_json reads a questions-file object", "[common]") {
 }
 
 TEST_CASE("parse_json refuses malformed input naming the source", "[common]") {
-  CHECK_THROWS_WITH(parse_json("{\"a\": 1,}", "f.json"), Contains("f.json") && Contains("invalid JSON"));
+  CHECK_THROWS_WITH(parse_json("{\"a\": 1,}", "f.json"),
+                    Contains("f.json") && Contains("invalid JSON"));
   CHECK_THROWS_AS(parse_json("{\"a\": 1} x", "f"), Error);
   CHECK_THROWS_AS(parse_json("[1, 2", "f"), Error);
   CHECK_THROWS_AS(parse_json("\"tab\there\"", "f"), Error);  // raw control character
   CHECK_THROWS_AS(parse_json("\"\\ud800\"", "f"), Error);    // lone surrogate
-  CHECK_THROWS_AS(parse_json("\"\xff\"", "f"), Error);        // invalid UTF-8 in a string
-  CHECK_THROWS_AS(parse_json("// c\n1", "f"), Error);         // no comments
+  CHECK_THROWS_AS(parse_json("\"\xff\"", "f"), Error);       // invalid UTF-8 in a string
+  CHECK_THROWS_AS(parse_json("// c\n1", "f"), Error);        // no comments
   CHECK_THROWS_AS(parse_json("", "f"), Error);
   CHECK_THROWS_AS(parse_json("{\"n\": 1e400}", "f"), Error);  // overflows a double
   try {
@@ -78,7 +95,8 @@ TEST_CASE("parse_json refuses malformed input naming the source", "[common]") {
 TEST_CASE("parse_json limits nesting depth", "[common]") {
   const std::string ok = std::string(kJsonMaxDepth, '[') + std::string(kJsonMaxDepth, ']');
   CHECK_NOTHROW(parse_json(ok, "f"));
-  const std::string deep = std::string(kJsonMaxDepth + 1, '[') + std::string(kJsonMaxDepth + 1, ']');
+  const std::string deep =
+      std::string(kJsonMaxDepth + 1, '[') + std::string(kJsonMaxDepth + 1, ']');
   CHECK_THROWS_WITH(parse_json(deep, "f"), Contains("nesting"));
   // A hostile megabyte of brackets fails fast at the limit, without recursion.
   CHECK_THROWS_WITH(parse_json(std::string(1 << 20, '['), "f"), Contains("nesting"));

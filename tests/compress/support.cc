@@ -68,7 +68,8 @@ void check_context_refusal(const Error& e, std::initializer_list<const char*> ne
   for (const char* n : needles) CHECK(m.find(n) != std::string::npos);
 }
 
-bool scorer_refuses(std::string_view method, const compress::ScorerOptions& options, const char* what) {
+bool scorer_refuses(std::string_view method, const compress::ScorerOptions& options,
+                    const char* what) {
   try {
     compress::make_scorer(method, options);
   } catch (const Error& e) {

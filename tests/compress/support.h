@@ -8,10 +8,10 @@
 #include <string_view>
 #include <vector>
 
+#include "checkpoint/weights.h"
 #include "common/error.h"
 #include "compress/scorer.h"
 #include "model/forward.h"
-#include "checkpoint/weights.h"
 #include "tests/support/naive_forward.h"
 #include "tests/support/random_weights.h"
 
@@ -27,7 +27,8 @@ struct QueryRecorder {
     first = first_position;
     for (auto& v : q) v.clear();
   }
-  model::TraceFn trace_fn();  // attach as ForwardOptions::trace; this recorder must outlive the Forward
+  model::TraceFn
+  trace_fn();  // attach as ForwardOptions::trace; this recorder must outlive the Forward
   const float* at(uint32_t layer, uint32_t position, uint32_t head) const {
     return q[layer].data() + (size_t(position - first) * Hq + head) * D;
   }
@@ -56,7 +57,8 @@ void check_context_refusal(const Error& e, std::initializer_list<const char*> ne
 
 // True when make_scorer(method, options) throws Errc::invalid_argument with `what` in its message
 // (CHECKed), false when it accepts the options.
-bool scorer_refuses(std::string_view method, const compress::ScorerOptions& options, const char* what);
+bool scorer_refuses(std::string_view method, const compress::ScorerOptions& options,
+                    const char* what);
 
 // A random document on the tiny qwen2 model (Hq = 6, Hkv = 2: G = 3) scored by one scorer, with
 // what naive references need afterwards: the dense cache and every position's post-RoPE queries.

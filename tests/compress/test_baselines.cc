@@ -81,8 +81,7 @@ void check_close(const compress::DocumentScores& got, const std::vector<double>&
 
 }  // namespace
 
-TEST_CASE("SnapKV sums the window's probabilities and max-pools them with kernel 7",
-          "[compress]") {
+TEST_CASE("SnapKV sums the window's probabilities and max-pools them with kernel 7", "[compress]") {
   Observed o;
   compress::ScorerOptions so;
   so.snapkv_window = 5;
@@ -104,7 +103,8 @@ TEST_CASE("SnapKV sums the window's probabilities and max-pools them with kernel
     }
   check_close(got, want);
   CHECK(scorer->name() == "snapkv");
-  CHECK(scorer->params() == compress::MethodParams{{"window", "5"}, {"kernel", "7"}, {"pooling", "max"}});
+  CHECK(scorer->params() ==
+        compress::MethodParams{{"window", "5"}, {"kernel", "7"}, {"pooling", "max"}});
 }
 
 TEST_CASE("H2O accumulates the attention every key receives during the prefill", "[compress]") {
@@ -119,7 +119,8 @@ TEST_CASE("H2O accumulates the attention every key receives during the prefill",
   std::vector<double> acc = o.accumulate(cache, 0);
   std::vector<double> want(size_t(o.cfg.n_layers) * Hkv * kNc, INFINITY);  // recent: kept
   for (uint32_t lh = 0; lh < o.cfg.n_layers * Hkv; ++lh)
-    for (uint32_t j = 0; j + 3 < kNc; ++j) want[size_t(lh) * kNc + j] = acc[size_t(lh) * total + kNp + j];
+    for (uint32_t j = 0; j + 3 < kNc; ++j)
+      want[size_t(lh) * kNc + j] = acc[size_t(lh) * total + kNp + j];
   check_close(got, want);
   // Every query's probabilities sum to one: the accumulated mass over all keys counts the queries.
   double mass = 0;
@@ -146,8 +147,10 @@ TEST_CASE("streaming keeps the sink tokens and the most recent rows", "[compress
   model::Forward fwd(o.w, model::ForwardOptions{1, 64, {}});
   prefill::PrefillResult pre = prefill::prefill_document(fwd, o.prefix, o.doc);
   compress::DocumentScores s = scorer->score(compress::ScoreInput{&fwd, &pre.cache, kNp, o.doc});
-  for (compress::SelectionLevel level : {compress::SelectionLevel::PerHead, compress::SelectionLevel::Global}) {
-    compress::Selection sel = compress::select_rows(s, 0.4, level);  // 12 of 30 per head (global: same everywhere)
+  for (compress::SelectionLevel level :
+       {compress::SelectionLevel::PerHead, compress::SelectionLevel::Global}) {
+    compress::Selection sel =
+        compress::select_rows(s, 0.4, level);  // 12 of 30 per head (global: same everywhere)
     std::vector<uint32_t> want = {0, 1, 2, 3, 4, 5, 6, 7};  // prefix + 4 sinks
     for (uint32_t j = kNc - 8; j < kNc; ++j) want.push_back(kNp + j);
     for (const auto& rows : sel.keep) CHECK(rows == want);
@@ -161,7 +164,9 @@ TEST_CASE("random scores are a pure function of the seed", "[compress]") {
   auto scores = [&](uint64_t seed) {
     compress::ScorerOptions so;
     so.seed = seed;
-    return compress::make_scorer("random", so)->score(compress::ScoreInput{&fwd, &pre.cache, kNp, o.doc}).values;
+    return compress::make_scorer("random", so)
+        ->score(compress::ScoreInput{&fwd, &pre.cache, kNp, o.doc})
+        .values;
   };
   const std::vector<float> a = scores(7), b = scores(7), c = scores(8);
   CHECK(a == b);

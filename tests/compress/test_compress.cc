@@ -34,8 +34,8 @@ struct Doc : test::TinyDoc {
 
 TEST_CASE("with ratio 1 every method's compressed cache gives the full cache's logits exactly",
           "[compress]") {
-  const std::string method = GENERATE("kvzip", "full", "random", "streaming", "snapkv", "h2o",
-                                        "rest-kv", "rkv");
+  const std::string method =
+      GENERATE("kvzip", "full", "random", "streaming", "snapkv", "h2o", "rest-kv", "rkv");
   INFO("method " << method);
   Doc d;
   model::Forward fwd(d.w, model::ForwardOptions{2, 8, {}});
@@ -72,14 +72,16 @@ TEST_CASE("compress keeps the requested share of document rows and records what 
   CHECK(r.method == "kvzip");
   CHECK(r.requested_ratio == 0.3);
   CHECK(r.achieved_ratio == Approx(double(std::llround(0.3 * N)) / N));
-  CHECK(r.cache.kept_total() == uint64_t(d.cfg.n_layers) * d.cfg.n_kv_heads * 6 + std::llround(0.3 * N));
+  CHECK(r.cache.kept_total() ==
+        uint64_t(d.cfg.n_layers) * d.cfg.n_kv_heads * 6 + std::llround(0.3 * N));
   CHECK(r.n_prefix == 6);
   CHECK(r.n_doc == 40);
-  CHECK(r.params == compress::MethodParams{{"chunk", "16"},
-                                 {"hint", "8"},
-                                 {"normalization", "local"},
-                                 {"reduce", "max over GQA group and reconstruction positions"},
-                                 {"level", "global"}});
+  CHECK(r.params ==
+        compress::MethodParams{{"chunk", "16"},
+                               {"hint", "8"},
+                               {"normalization", "local"},
+                               {"reduce", "max over GQA group and reconstruction positions"},
+                               {"level", "global"}});
   CHECK(r.prefill_s > 0);
   CHECK(r.scoring_s > 0);
   // kept_scores follow the rows: +inf on the prefix, probabilities on document rows.
@@ -89,10 +91,8 @@ TEST_CASE("compress keeps the requested share of document rows and records what 
       const uint32_t* pos = r.cache.positions(l, h);
       for (uint32_t x = 0; x < r.cache.kept(l, h); ++x, ++row) {
         const float s = r.kept_scores[l][row];
-        if (pos[x] < 6)
-          CHECK(std::isinf(s));
-        else
-          CHECK((s > 0 && s <= 1));
+        if (pos[x] < 6) CHECK(std::isinf(s));
+        else CHECK((s > 0 && s <= 1));
       }
     }
     CHECK(row == r.kept_scores[l].size());
@@ -161,6 +161,7 @@ TEST_CASE("a document too long for the context is refused with both numbers", "[
   compress::CompressOptions co;
   co.scorer = tiny_scorer_options();
   co.prefill.answer_room = 16;
-  const Error e = test::error_from([&] { compress::compress(fwd, d.prefix, d.doc, co); }, "no error");
+  const Error e =
+      test::error_from([&] { compress::compress(fwd, d.prefix, d.doc, co); }, "no error");
   test::check_context_refusal(e, {"40 document tokens", "62 tokens", "max context is 50"});
 }

@@ -57,19 +57,22 @@ std::string doc(int i) {
 
 std::string manifest_of(int n) {
   std::string m;
-  for (int i = 0; i < n; ++i) m += json_dump(Json{{"id", "doc-" + std::to_string(i)}, {"text", doc(i)}}) + "\n";
+  for (int i = 0; i < n; ++i)
+    m += json_dump(Json{{"id", "doc-" + std::to_string(i)}, {"text", doc(i)}}) + "\n";
   return m;
 }
 
 const compress::CorpusOutcome& outcome(const compress::CorpusSummary& s, const std::string& id) {
-  const auto it = std::find_if(s.outcomes.begin(), s.outcomes.end(), [&](const compress::CorpusOutcome& o) { return o.id == id; });
+  const auto it = std::find_if(s.outcomes.begin(), s.outcomes.end(),
+                               [&](const compress::CorpusOutcome& o) { return o.id == id; });
   REQUIRE(it != s.outcomes.end());
   return *it;
 }
 
 }  // namespace
 
-TEST_CASE("manifest lines are parsed, and each bad line fails alone with its reason", "[compress]") {
+TEST_CASE("manifest lines are parsed, and each bad line fails alone with its reason",
+          "[compress]") {
   const std::string m =
       "{\"id\": \"a\", \"text\": \"hello\"}\n"
       "\n"
@@ -141,13 +144,16 @@ TEST_CASE("shards partition the ids exactly and stably", "[compress]") {
   CHECK(compress::shard_of("d7", 16) == 10);
 }
 
-TEST_CASE("a corpus run compresses, skips finished outputs on a rerun, and redoes changed or damaged ones", "[compress]") {
+TEST_CASE(
+    "a corpus run compresses, skips finished outputs on a rerun, and redoes changed or damaged "
+    "ones",
+    "[compress]") {
   TempDir dir;
   const auto model = tiny_model(dir);
   std::filesystem::create_directory(dir.path("out"));
   std::string m = manifest_of(4);
-  m += "{\"id\": \"empty\", \"text\": \"   \"}\n";                    // fails: blank text
-  m += "{\"id\": \"missing\", \"path\": \"nowhere.txt\"}\n";          // fails: no such file
+  m += "{\"id\": \"empty\", \"text\": \"   \"}\n";                       // fails: blank text
+  m += "{\"id\": \"missing\", \"path\": \"nowhere.txt\"}\n";             // fails: no such file
   m += "{\"id\": \"badratio\", \"text\": \"x y z\", \"ratio\": 1.5}\n";  // fails: ratio
   const compress::CorpusOptions o = tiny_options(dir.path("out"));
   const auto entries = compress::parse_manifest(m, "m.jsonl", dir.dir());
@@ -179,14 +185,16 @@ TEST_CASE("a corpus run compresses, skips finished outputs on a rerun, and redoe
     f.seekp(-8, std::ios::end);
     f.write("garbage!", 8);
   }
-  const compress::CorpusSummary third = compress::compress_corpus(*model, compress::parse_manifest(m2, "m2.jsonl", dir.dir()), o);
+  const compress::CorpusSummary third =
+      compress::compress_corpus(*model, compress::parse_manifest(m2, "m2.jsonl", dir.dir()), o);
   CHECK(outcome(third, "doc-0").status == compress::CorpusStatus::Skipped);
   CHECK(outcome(third, "doc-1").status == compress::CorpusStatus::Done);
   CHECK(outcome(third, "doc-2").status == compress::CorpusStatus::Done);
   CHECK(outcome(third, "doc-3").status == compress::CorpusStatus::Skipped);
   compress::CorpusOptions other = o;
   other.file.compress.ratio = 0.25;
-  const compress::CorpusSummary fourth = compress::compress_corpus(*model, compress::parse_manifest(m2, "m2.jsonl", dir.dir()), other);
+  const compress::CorpusSummary fourth =
+      compress::compress_corpus(*model, compress::parse_manifest(m2, "m2.jsonl", dir.dir()), other);
   CHECK(fourth.done == 4);
   CHECK(format::CacheReader::open(dir.path("out/doc-0.kvz")).header().requested_ratio == 0.25);
 
@@ -215,12 +223,15 @@ TEST_CASE("shards of a corpus together compress every document once", "[compress
   }
   CHECK(total == 6);
   CHECK(TempDir::list_of(dir.path("out")).size() == 6);
-  CHECK_THROWS_AS(compress::compress_corpus(*model, entries, tiny_options(dir.path("no-such-dir"))), Error);
+  CHECK_THROWS_AS(compress::compress_corpus(*model, entries, tiny_options(dir.path("no-such-dir"))),
+                  Error);
 }
 
-TEST_CASE("kvzip compress --manifest resumes after kill -9 and leaves only whole files", "[compress][realmodel]") {
+TEST_CASE("kvzip compress --manifest resumes after kill -9 and leaves only whole files",
+          "[compress][realmodel]") {
   const std::string model = real_model_or_empty();
-  if (model.empty()) KVZIP_FORMAT_SKIP("set KVZIP_MODEL to SmolLM2-135M-Instruct.Q4_1.gguf to run this test");
+  if (model.empty())
+    KVZIP_FORMAT_SKIP("set KVZIP_MODEL to SmolLM2-135M-Instruct.Q4_1.gguf to run this test");
   TempDir dir;
   std::filesystem::create_directory(dir.path("out"));
   std::string m;
@@ -230,11 +241,15 @@ TEST_CASE("kvzip compress --manifest resumes after kill -9 and leaves only whole
       text += "In the year " + std::to_string(900 + 10 * i + s) + " the duke of region " +
               std::to_string(i) + " built castle number " + std::to_string(s) + " by the river. ";
     write_text(dir.path("d" + std::to_string(i) + ".txt"), text);
-    m += json_dump(Json{{"id", "d" + std::to_string(i)}, {"path", "d" + std::to_string(i) + ".txt"}}) + "\n";
+    m += json_dump(
+             Json{{"id", "d" + std::to_string(i)}, {"path", "d" + std::to_string(i) + ".txt"}}) +
+         "\n";
   }
   write_text(dir.path("m.jsonl"), m);
-  const std::vector<std::string> args = {"compress", "--manifest", dir.path("m.jsonl"), "--out-dir",
-                                         dir.path("out"), "-m", model, "--ratio", "0.3", "-t", "2", "-q"};
+  const std::vector<std::string> args = {
+      "compress", "--manifest", dir.path("m.jsonl"), "--out-dir", dir.path("out"),
+      "-m",       model,        "--ratio",           "0.3",       "-t",
+      "2",        "-q"};
   CliOptions kill_after_first;
   kill_after_first.timeout_s = 600;
   kill_after_first.while_running = [&](pid_t pid) {
@@ -256,9 +271,9 @@ TEST_CASE("kvzip compress --manifest resumes after kill -9 and leaves only whole
   INFO(killed.err);
   REQUIRE((killed.signal == SIGKILL || killed.exit_code == 0));  // a very fast run may finish first
   const auto after_kill = TempDir::list_of(dir.path("out"));
-  const size_t whole = std::count_if(after_kill.begin(), after_kill.end(), [](const std::string& n) {
-    return n.size() > 4 && n.substr(n.size() - 4) == ".kvz";
-  });
+  const size_t whole = std::count_if(
+      after_kill.begin(), after_kill.end(),
+      [](const std::string& n) { return n.size() > 4 && n.substr(n.size() - 4) == ".kvz"; });
   CHECK(whole >= 1);
   if (killed.signal == SIGKILL) CHECK(whole < 6);
 

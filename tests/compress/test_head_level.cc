@@ -23,7 +23,8 @@ namespace {
 
 // Scores (L=3, Hkv=2, n_c) with the given per-head maxima placed at varying positions and
 // smaller values elsewhere.
-compress::DocumentScores scores_with_maxima(const std::vector<float>& maxima, uint32_t n_p, uint32_t n_c) {
+compress::DocumentScores scores_with_maxima(const std::vector<float>& maxima, uint32_t n_p,
+                                            uint32_t n_c) {
   compress::DocumentScores s;
   s.shape = model::CacheShape{3, 2, 16};
   s.n_prefix = n_p;
@@ -32,7 +33,8 @@ compress::DocumentScores scores_with_maxima(const std::vector<float>& maxima, ui
   s.values.resize(6 * n_c);
   for (size_t i = 0; i < 6; ++i)
     for (size_t j = 0; j < n_c; ++j)
-      s.values[i * n_c + j] = j == (i * 3) % n_c ? maxima[i] : std::min(noise[i * n_c + j], maxima[i]);
+      s.values[i * n_c + j] =
+          j == (i * 3) % n_c ? maxima[i] : std::min(noise[i * n_c + j], maxima[i]);
   return s;
 }
 
@@ -58,7 +60,8 @@ struct Doc : test::TinyDoc {
 };
 
 // compress() options of method kvzip-head with room for a 16-token question.
-compress::CompressOptions head_level(std::vector<float> head_scores, double ratio, uint32_t window = 0) {
+compress::CompressOptions head_level(std::vector<float> head_scores, double ratio,
+                                     uint32_t window = 0) {
   compress::CompressOptions o;
   o.method = compress::kHeadLevelMethod;
   o.ratio = ratio;
@@ -97,7 +100,8 @@ TEST_CASE("head-level selection keeps whole the heads a hand ranking puts on top
 
 TEST_CASE("head-level selection refuses bad ratios and NaN scores", "[compress]") {
   compress::DocumentScores s = scores_with_maxima({1, 2, 3, 4, 5, 6}, 2, 4);
-  for (double r : {0.0, -0.5, 1.01, std::nan("")}) CHECK_THROWS_AS(compress::select_heads(s, r, 0), Error);
+  for (double r : {0.0, -0.5, 1.01, std::nan("")})
+    CHECK_THROWS_AS(compress::select_heads(s, r, 0), Error);
   s.values[5] = std::numeric_limits<float>::quiet_NaN();
   CHECK_THROWS_AS(compress::select_heads(s, 0.5, 0), Error);
   s.values.pop_back();
@@ -106,7 +110,8 @@ TEST_CASE("head-level selection refuses bad ratios and NaN scores", "[compress]"
 
 TEST_CASE("broadcast head scores give every row its head's score and reduce back", "[compress]") {
   const std::vector<float> h = {0.5f, 0.25f, 1.0f, 0.0f};
-  const compress::DocumentScores s = compress::broadcast_head_scores(h, model::CacheShape{2, 2, 8}, 3, 5);
+  const compress::DocumentScores s =
+      compress::broadcast_head_scores(h, model::CacheShape{2, 2, 8}, 3, 5);
   CHECK(s.n_prefix == 3);
   CHECK(s.n_doc == 5);
   REQUIRE(s.values.size() == 20);
@@ -150,7 +155,8 @@ TEST_CASE("head-level compression keeps the dense rows of the selected heads and
           "[compress]") {
   Doc d;
   model::Forward fwd(d.w, model::ForwardOptions{2, 8, {}});
-  compress::CompressOptions ho = head_level({0.1f, 0.7f, 0.3f, 0.9f}, 0.5, 4);  // heads 3 and 1 whole
+  compress::CompressOptions ho =
+      head_level({0.1f, 0.7f, 0.3f, 0.9f}, 0.5, 4);  // heads 3 and 1 whole
   ho.head.source = {{"head_scores", "x.kvh"}};
   const compress::CompressResult r = compress::compress(fwd, d.prefix, d.doc, ho);
   CHECK(r.method == "kvzip-head");
@@ -158,11 +164,11 @@ TEST_CASE("head-level compression keeps the dense rows of the selected heads and
   CHECK(r.achieved_ratio == Approx((2.0 * 36 + 2.0 * 4) / (4.0 * 36)));
   CHECK(r.scoring_s == 0.0);
   CHECK(r.params == compress::MethodParams{{"level", "head"},
-                                 {"head_ratio", "0.5"},
-                                 {"heads_kept", "2/4"},
-                                 {"window", "4"},
-                                 {"doc_ratio", "0.555556"},
-                                 {"head_scores", "x.kvh"}});
+                                           {"head_ratio", "0.5"},
+                                           {"heads_kept", "2/4"},
+                                           {"window", "4"},
+                                           {"doc_ratio", "0.555556"},
+                                           {"head_scores", "x.kvh"}});
 
   prefill::PrefillResult dense = prefill::prefill_document(fwd, d.prefix, d.doc, ho.prefill);
   const uint32_t D = d.cfg.head_dim;
@@ -178,10 +184,10 @@ TEST_CASE("head-level compression keeps the dense rows of the selected heads and
       for (uint32_t x = 0; x < r.cache.kept(l, h); ++x, ++row) {
         const uint32_t want = x < 5 ? x : (whole ? x : 41 - 4 + (x - 5));
         CHECK(pos[x] == want);
-        CHECK(std::equal(r.cache.k_rows(l, h) + size_t(x) * D, r.cache.k_rows(l, h) + size_t(x + 1) * D,
-                         dv.k + size_t(want) * D));
-        CHECK(r.kept_scores[l][row] == (want < 5 ? std::numeric_limits<float>::infinity()
-                                                 : ho.head.head_scores[i]));
+        CHECK(std::equal(r.cache.k_rows(l, h) + size_t(x) * D,
+                         r.cache.k_rows(l, h) + size_t(x + 1) * D, dv.k + size_t(want) * D));
+        CHECK(r.kept_scores[l][row] ==
+              (want < 5 ? std::numeric_limits<float>::infinity() : ho.head.head_scores[i]));
       }
     }
   }
@@ -211,7 +217,7 @@ TEST_CASE("head-level compression refuses bad head scores and ratios before any 
     }
     return Errc::internal;
   };
-  CHECK(code() == Errc::invalid_argument);  // no head scores at all
+  CHECK(code() == Errc::invalid_argument);   // no head scores at all
   ho.head.head_scores = {0.1f, 0.2f, 0.3f};  // the model has 4 heads
   CHECK(code() == Errc::invalid_argument);
   ho.head.head_scores = {0.1f, std::nanf(""), 0.3f, 0.4f};
@@ -228,7 +234,8 @@ TEST_CASE("the head-level scorer broadcasts its head scores over the prefilled d
   prefill::PrefillResult pre = prefill::prefill_document(fwd, d.prefix, d.doc);
   auto scorer = compress::make_head_level_scorer({0.4f, 0.3f, 0.2f, 0.1f});
   CHECK(scorer->name() == "kvzip-head");
-  const compress::DocumentScores s = scorer->score(compress::ScoreInput{&fwd, &pre.cache, 5, d.doc});
+  const compress::DocumentScores s =
+      scorer->score(compress::ScoreInput{&fwd, &pre.cache, 5, d.doc});
   CHECK(compress::max_per_head(s) == std::vector<float>{0.4f, 0.3f, 0.2f, 0.1f});
   CHECK(s.at(1, 0, 35) == 0.2f);
   auto wrong = compress::make_head_level_scorer({0.4f, 0.3f});

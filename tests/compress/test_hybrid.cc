@@ -11,11 +11,11 @@
 #include <random>
 #include <vector>
 
+#include "cache/kv_cache.h"
 #include "common/error.h"
 #include "compress/pipeline.h"
 #include "compress/selection.h"
 #include "model/forward.h"
-#include "cache/kv_cache.h"
 #include "model/model.h"
 #include "model/prefill.h"
 #include "tests/compress/support.h"
@@ -40,7 +40,8 @@ struct Gemma3 {
   model::Forward fwd{m->weights(), one_thread()};
 };
 
-compress::DocumentScores random_scores(uint32_t L, uint32_t H, uint32_t n_p, uint32_t n_c, uint64_t seed) {
+compress::DocumentScores random_scores(uint32_t L, uint32_t H, uint32_t n_p, uint32_t n_c,
+                                       uint64_t seed) {
   compress::DocumentScores s;
   s.shape = model::CacheShape{L, H, 4};
   s.n_prefix = n_p;
@@ -70,7 +71,8 @@ double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
 
 }  // namespace
 
-TEST_CASE("hybrid selection keeps a local layer's reachable rows and budgets the global layers", "[compress][hybrid]") {
+TEST_CASE("hybrid selection keeps a local layer's reachable rows and budgets the global layers",
+          "[compress][hybrid]") {
   const uint32_t L = 3, H = 2, n_p = 2, n_c = 20, W = 5;
   compress::DocumentScores s = random_scores(L, H, n_p, n_c, 7);
   s.local_layers = {1, 0, 1};
@@ -82,7 +84,8 @@ TEST_CASE("hybrid selection keeps a local layer's reachable rows and budgets the
     return r;
   }();
   for (compress::SelectionLevel level :
-       {compress::SelectionLevel::Global, compress::SelectionLevel::PerLayer, compress::SelectionLevel::PerHead}) {
+       {compress::SelectionLevel::Global, compress::SelectionLevel::PerLayer,
+        compress::SelectionLevel::PerHead}) {
     for (double ratio : {0.1, 0.5, 1.0}) {
       INFO("level " << compress::selection_level_name(level) << " ratio " << ratio);
       const compress::Selection sel = compress::select_rows(s, ratio, level);
@@ -93,8 +96,9 @@ TEST_CASE("hybrid selection keeps a local layer's reachable rows and budgets the
       uint64_t kept = 0;
       for (uint32_t h = 0; h < H; ++h) kept += sel.keep[1 * H + h].size() - n_p;
       CHECK(kept == sel.kept_doc);
-      const uint64_t want = level == compress::SelectionLevel::PerHead ? H * uint64_t(std::floor(ratio * n_c + 1e-9))
-                                                                       : uint64_t(std::llround(ratio * H * n_c));
+      const uint64_t want = level == compress::SelectionLevel::PerHead
+                                ? H * uint64_t(std::floor(ratio * n_c + 1e-9))
+                                : uint64_t(std::llround(ratio * H * n_c));
       CHECK(kept == want);
       CHECK(sel.achieved_ratio == Approx(double(kept) / double(H * n_c)));
     }
@@ -103,10 +107,12 @@ TEST_CASE("hybrid selection keeps a local layer's reachable rows and budgets the
   compress::DocumentScores short_doc = random_scores(L, H, n_p, 3, 8);
   short_doc.local_layers = s.local_layers;
   short_doc.window = W;
-  CHECK(compress::select_rows(short_doc, 0.3, compress::SelectionLevel::Global).keep[0] == iota_rows(0, n_p + 3));
+  CHECK(compress::select_rows(short_doc, 0.3, compress::SelectionLevel::Global).keep[0] ==
+        iota_rows(0, n_p + 3));
 }
 
-TEST_CASE("a Gemma 3 cache compressed at ratio 1 answers as the dense cache", "[compress][hybrid][gemma3]") {
+TEST_CASE("a Gemma 3 cache compressed at ratio 1 answers as the dense cache",
+          "[compress][hybrid][gemma3]") {
   const std::unique_ptr<model::Model> m = model::Model::load(test::hf_golden("gemma3"));
   const ModelConfig& cfg = m->config();
   REQUIRE(cfg.hybrid());
@@ -143,13 +149,16 @@ TEST_CASE("a Gemma 3 cache compressed at ratio 1 answers as the dense cache", "[
   }
 }
 
-TEST_CASE_METHOD(Gemma3, "every method and level compresses a Gemma 3 document, keeping the local windows", "[compress][hybrid][gemma3]") {
+TEST_CASE_METHOD(Gemma3,
+                 "every method and level compresses a Gemma 3 document, keeping the local windows",
+                 "[compress][hybrid][gemma3]") {
   const std::vector<int32_t> doc = test::random_tokens(5 * W, cfg.vocab_size, 21);
   uint32_t n_global = 0;
   for (uint32_t l = 0; l < cfg.n_layers; ++l) n_global += !cfg.is_local(l);
   for (const std::string& method : compress::scorer_names()) {
     for (compress::SelectionLevel level :
-         {compress::SelectionLevel::Global, compress::SelectionLevel::PerLayer, compress::SelectionLevel::PerHead}) {
+         {compress::SelectionLevel::Global, compress::SelectionLevel::PerLayer,
+          compress::SelectionLevel::PerHead}) {
       INFO(method << " " << compress::selection_level_name(level));
       compress::CompressOptions co;
       co.method = method;
@@ -170,16 +179,19 @@ TEST_CASE_METHOD(Gemma3, "every method and level compresses a Gemma 3 document, 
           }
         }
       const double want = method == "full" ? 1.0 : 0.25;
-      CHECK(double(global_doc) / double(uint64_t(n_global) * cfg.n_kv_heads * doc.size()) == Approx(want).margin(0.03));
+      CHECK(double(global_doc) / double(uint64_t(n_global) * cfg.n_kv_heads * doc.size()) ==
+            Approx(want).margin(0.03));
       // The compressed cache answers (local layers over their window, global over the kept rows).
-      const std::vector<float> logits = fwd.prefill(r.cache, std::vector<int32_t>{5, 6, 7}, model::LogitsMode::Last);
+      const std::vector<float> logits =
+          fwd.prefill(r.cache, std::vector<int32_t>{5, 6, 7}, model::LogitsMode::Last);
       CHECK(std::all_of(logits.begin(), logits.end(), [](float x) { return std::isfinite(x); }));
     }
   }
 }
 
-TEST_CASE_METHOD(Gemma3, "a hybrid prefill trims local layers to their window and answers as the full cache",
-          "[compress][hybrid][gemma3]") {
+TEST_CASE_METHOD(
+    Gemma3, "a hybrid prefill trims local layers to their window and answers as the full cache",
+    "[compress][hybrid][gemma3]") {
   const std::vector<int32_t> doc = test::random_tokens(20 * W + 5, cfg.vocab_size, 31);
   const std::vector<int32_t> question = test::random_tokens(6, cfg.vocab_size, 32);
   const uint32_t n_p = uint32_t(prefix.size()), total = n_p + uint32_t(doc.size());
@@ -227,10 +239,13 @@ TEST_CASE_METHOD(Gemma3, "a hybrid prefill trims local layers to their window an
   CHECK_THROWS_AS(plain.trim_local_layers(true, 0), Error);
 }
 
-TEST_CASE_METHOD(Gemma3, "after a trimmed prefill, KVzip scoring and long appends grow local layers by their own rows",
-          "[compress][hybrid][gemma3]") {
+TEST_CASE_METHOD(
+    Gemma3,
+    "after a trimmed prefill, KVzip scoring and long appends grow local layers by their own rows",
+    "[compress][hybrid][gemma3]") {
   const std::vector<int32_t> doc = test::random_tokens(30 * W, cfg.vocab_size, 51);
-  const std::vector<int32_t> question = test::random_tokens(6 * W, cfg.vocab_size, 52);  // > the room
+  const std::vector<int32_t> question =
+      test::random_tokens(6 * W, cfg.vocab_size, 52);  // > the room
   const uint32_t n_p = uint32_t(prefix.size()), total = n_p + uint32_t(doc.size());
   model::KvCache dense(cfg);
   std::vector<int32_t> all = prefix;
@@ -248,7 +263,8 @@ TEST_CASE_METHOD(Gemma3, "after a trimmed prefill, KVzip scoring and long append
   po.attention_bf16 = false;  // compared with the fp32 dense prefill
   po.scoring_room = kvzip->appended_rows(uint32_t(doc.size()));
   // the longer prompt ("next" and the hint), the turn's end, a chunk
-  CHECK(po.scoring_room == so.prompts.next.size() + so.kvzip_hint + so.prompts.turn_end.size() + so.kvzip_chunk);
+  CHECK(po.scoring_room ==
+        so.prompts.next.size() + so.kvzip_hint + so.prompts.turn_end.size() + so.kvzip_chunk);
   prefill::PrefillResult pre = prefill::prefill_document(fwd, prefix, doc, po);
   const uint32_t capacity = pre.cache.capacity();
   CHECK(capacity == total + po.scoring_room);
@@ -281,8 +297,9 @@ TEST_CASE_METHOD(Gemma3, "after a trimmed prefill, KVzip scoring and long append
     if (cfg.is_local(l)) CHECK(pre.cache.layer_capacity(l) >= pre.cache.view(l, 0).len + 100);
 }
 
-TEST_CASE_METHOD(Gemma3, "pruning a Gemma 3 cache budgets the global layers and keeps the local windows",
-          "[compress][hybrid][gemma3]") {
+TEST_CASE_METHOD(Gemma3,
+                 "pruning a Gemma 3 cache budgets the global layers and keeps the local windows",
+                 "[compress][hybrid][gemma3]") {
   const std::vector<int32_t> doc = test::random_tokens(6 * W, cfg.vocab_size, 41);
   compress::CompressOptions co;
   co.ratio = 1.0;
@@ -313,7 +330,7 @@ TEST_CASE_METHOD(Gemma3, "pruning a Gemma 3 cache budgets the global layers and 
 }
 
 TEST_CASE_METHOD(Gemma3, "query-aware kvzip on a Gemma 3 document raises global-layer scores only",
-          "[compress][hybrid][gemma3]") {
+                 "[compress][hybrid][gemma3]") {
   const std::vector<int32_t> doc = test::random_tokens(4 * cfg.sliding_window, cfg.vocab_size, 31);
   prefill::PrefillOptions po;
   po.answer_room = 16;
@@ -337,8 +354,10 @@ TEST_CASE_METHOD(Gemma3, "query-aware kvzip on a Gemma 3 document raises global-
   CHECK(raised > 0);
 }
 
-TEST_CASE_METHOD(Gemma3, "the window scorers leave a Gemma 3 document's local layers unscored after a trimmed prefill",
-          "[compress][hybrid][gemma3]") {
+TEST_CASE_METHOD(
+    Gemma3,
+    "the window scorers leave a Gemma 3 document's local layers unscored after a trimmed prefill",
+    "[compress][hybrid][gemma3]") {
   // A trimmed local layer holds the prefix and its window, not the document's rows: a scorer that
   // read n_doc candidates there would read past the layer (and crashed on 8K-token documents).
   const std::vector<int32_t> doc = test::random_tokens(5 * cfg.sliding_window, cfg.vocab_size, 41);
@@ -351,7 +370,8 @@ TEST_CASE_METHOD(Gemma3, "the window scorers leave a Gemma 3 document's local la
     po.answer_room = 16;
     po.observer = scorer->prefill_observer(fwd, uint32_t(prefix.size()), uint32_t(doc.size()));
     prefill::PrefillResult pre = prefill::prefill_document(fwd, prefix, doc, po);
-    const compress::DocumentScores s = scorer->score({&fwd, &pre.cache, uint32_t(prefix.size()), doc});
+    const compress::DocumentScores s =
+        scorer->score({&fwd, &pre.cache, uint32_t(prefix.size()), doc});
     size_t local = 0, global_finite = 0;
     for (uint32_t l = 0; l < cfg.n_layers; ++l)
       for (uint32_t h = 0; h < cfg.n_kv_heads; ++h)

@@ -12,12 +12,12 @@
 #include "common/error.h"
 #include "compress/scorer.h"
 #include "compress/selection.h"
-#include "tokenizer/chat_template.h"
-#include "tokenizer/detail/bpe.h"
-#include "tokenizer/tokenizer.h"
 #include "model/prefill.h"
 #include "tests/compress/support.h"
 #include "tests/support/random_weights.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/detail/bpe.h"
+#include "tokenizer/tokenizer.h"
 
 using namespace kvzip;
 
@@ -98,7 +98,8 @@ TEST_CASE("KVzip scores equal the naive local-softmax reference over several chu
   so.kvzip_chunk = 20;  // chunks [0,20) [20,40) [40,50)
   so.kvzip_hint = 8;
   so.kvzip_bf16 = false;  // fp32 passes against the float64 reference
-  model::Forward fwd(s.w, model::ForwardOptions{2, 16, {}});  // R_t (up to 34 tokens) spans 3 forward chunks
+  model::Forward fwd(
+      s.w, model::ForwardOptions{2, 16, {}});  // R_t (up to 34 tokens) spans 3 forward chunks
   prefill::PrefillOptions po;
   po.attention_bf16 = false;
   prefill::PrefillResult pre = prefill::prefill_document(fwd, s.prefix, s.doc, po);
@@ -119,7 +120,8 @@ TEST_CASE("KVzip scores equal the naive local-softmax reference over several chu
     reference_chunk(s.w, before, 7, 50, r, b, e, want);
   }
   double worst = 0;
-  for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(got.values[i] - want[i]));
+  for (size_t i = 0; i < want.size(); ++i)
+    worst = std::max(worst, std::abs(got.values[i] - want[i]));
   CHECK(worst < 2e-6);
   // Scores are probabilities and some row is attended strongly.
   CHECK(*std::min_element(got.values.begin(), got.values.end()) > 0.0f);
@@ -135,8 +137,10 @@ TEST_CASE("KVzip scores do not depend on the thread count or the forward chunk",
   model::Forward f2(s.w, model::ForwardOptions{2, 7, {}});
   prefill::PrefillResult p1 = prefill::prefill_document(f1, s.prefix, s.doc);
   prefill::PrefillResult p2 = prefill::prefill_document(f1, s.prefix, s.doc);
-  compress::DocumentScores a = compress::make_scorer("kvzip", so)->score(compress::ScoreInput{&f1, &p1.cache, 5, s.doc});
-  compress::DocumentScores b = compress::make_scorer("kvzip", so)->score(compress::ScoreInput{&f2, &p2.cache, 5, s.doc});
+  compress::DocumentScores a =
+      compress::make_scorer("kvzip", so)->score(compress::ScoreInput{&f1, &p1.cache, 5, s.doc});
+  compress::DocumentScores b =
+      compress::make_scorer("kvzip", so)->score(compress::ScoreInput{&f2, &p2.cache, 5, s.doc});
   CHECK(test::rel_error(a.values, b.values) < 1e-5);
 }
 
@@ -149,7 +153,8 @@ TEST_CASE("reconstruction inputs put the hint at the end of the user turn, befor
   CHECK(compress::reconstruction_input(p, doc, 5, 10, 3) ==
         std::vector<int32_t>{6, 7, 8, 9, 102, 103, 104, 10, 11, 105, 106, 107, 108, 109});
   // A hint longer than what precedes the chunk quotes what there is.
-  CHECK(compress::reconstruction_input(p, doc, 2, 3, 8) == std::vector<int32_t>{6, 7, 8, 9, 100, 101, 10, 11, 102});
+  CHECK(compress::reconstruction_input(p, doc, 2, 3, 8) ==
+        std::vector<int32_t>{6, 7, 8, 9, 100, 101, 10, 11, 102});
   CHECK_THROWS_AS(compress::reconstruction_input(p, doc, 10, 13, 3), Error);
   CHECK_THROWS_AS(compress::reconstruction_input(p, doc, 4, 4, 3), Error);
 }
@@ -168,7 +173,8 @@ TEST_CASE("reconstruction prompts from a ChatML template are the authors' token 
     d.token_types.push_back(1);
   }
   d.eos = 0;
-  d.chat_template = "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>'}}";
+  d.chat_template =
+      "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>'}}";
   model::Tokenizer tok(d);
   model::ChatTemplate chat(tok);
   compress::ReconstructionPrompts p = compress::reconstruction_prompts(chat);
@@ -198,7 +204,7 @@ TEST_CASE("query-aware KVzip adds each question's local attention and changes wh
   Setup s = setup(test::tiny_llama_config(), 6, 40);
   compress::ScorerOptions so;
   so.prompts = synthetic_prompts();
-  so.kvzip_chunk = 16;  // chunks [0,16) [16,32) [32,40)
+  so.kvzip_chunk = 16;    // chunks [0,16) [16,32) [32,40)
   so.kvzip_bf16 = false;  // fp32 passes against the float64 reference
   model::Forward fwd(s.w, model::ForwardOptions{1, 16, {}});
   prefill::PrefillOptions po;
@@ -209,7 +215,8 @@ TEST_CASE("query-aware KVzip adds each question's local attention and changes wh
       compress::make_scorer("kvzip", so)->score(compress::ScoreInput{&fwd, &pre.cache, 6, s.doc});
 
   // Two questions (one longer than the forward chunk), made of tokens the document does not start with.
-  so.kvzip_queries = {test::random_tokens(5, s.cfg.vocab_size, 7), test::random_tokens(19, s.cfg.vocab_size, 8)};
+  so.kvzip_queries = {test::random_tokens(5, s.cfg.vocab_size, 7),
+                      test::random_tokens(19, s.cfg.vocab_size, 8)};
   auto aware_scorer = compress::make_scorer("kvzip", so);
   const compress::DocumentScores aware =
       aware_scorer->score(compress::ScoreInput{&fwd, &pre.cache, 6, s.doc});
@@ -223,8 +230,10 @@ TEST_CASE("query-aware KVzip adds each question's local attention and changes wh
   std::vector<double> want(aware.values.size(), 0.0);
   for (uint32_t b = 0; b < 40; b += 16) {
     const uint32_t e = std::min(40u, b + 16);
-    reference_chunk(s.w, before, 6, 40, compress::reconstruction_input(so.prompts, s.doc, b, e, 8), b, e, want);
-    for (const std::vector<int32_t>& q : so.kvzip_queries) reference_chunk(s.w, before, 6, 40, q, b, e, want);
+    reference_chunk(s.w, before, 6, 40, compress::reconstruction_input(so.prompts, s.doc, b, e, 8),
+                    b, e, want);
+    for (const std::vector<int32_t>& q : so.kvzip_queries)
+      reference_chunk(s.w, before, 6, 40, q, b, e, want);
   }
   double worst = 0;
   size_t raised = 0;
@@ -237,7 +246,8 @@ TEST_CASE("query-aware KVzip adds each question's local attention and changes wh
   CHECK(raised > 0);
 
   // What is kept at 30% differs from the query-agnostic selection.
-  const compress::Selection a = compress::select_rows(agnostic, 0.3, compress::SelectionLevel::Global);
+  const compress::Selection a =
+      compress::select_rows(agnostic, 0.3, compress::SelectionLevel::Global);
   const compress::Selection q = compress::select_rows(aware, 0.3, compress::SelectionLevel::Global);
   CHECK(a.kept_doc == q.kept_doc);
   CHECK(a.keep != q.keep);

@@ -264,10 +264,8 @@ TEST_CASE("kvzap predicts from the prefill's input-normed hidden states, the sam
         const float* x = xn[l].data() + size_t(5 + j) * E;
         float acc = 0.0f;
         for (uint32_t e = 0; e < E; ++e) acc += w[e] * x[e];
-        if (j < 37 - 8)
-          CHECK(got.at(l, h, j) == acc + w[E]);
-        else
-          CHECK(got.at(l, h, j) == std::numeric_limits<float>::infinity());
+        if (j < 37 - 8) CHECK(got.at(l, h, j) == acc + w[E]);
+        else CHECK(got.at(l, h, j) == std::numeric_limits<float>::infinity());
       }
     }
 

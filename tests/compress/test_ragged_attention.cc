@@ -6,9 +6,9 @@
 
 #include <random>
 
-#include "model/forward.h"
 #include "cache/kv_cache.h"
 #include "cache/ragged_cache.h"
+#include "model/forward.h"
 #include "tests/compress/support.h"
 #include "tests/support/random_weights.h"
 
@@ -38,13 +38,14 @@ TEST_CASE("ragged attention over kept rows equals dense attention with evicted r
   model::Forward fwd(w, model::ForwardOptions{2, 4, {}});  // question spans two chunks
   model::KvCache dense(cfg);
   fwd.prefill(dense, doc, model::LogitsMode::None);
-  model::RaggedKvCache ragged = model::RaggedKvCache::from_dense(dense, keep, 2);  // room grows on the way
+  model::RaggedKvCache ragged =
+      model::RaggedKvCache::from_dense(dense, keep, 2);  // room grows on the way
   const std::vector<float> got = fwd.prefill(ragged, question, model::LogitsMode::All);
 
   std::vector<int32_t> all = doc;
   all.insert(all.end(), question.begin(), question.end());
-  const std::vector<float> ref = test::naive_forward(
-      w, all, [&](uint32_t l, uint32_t h, uint32_t q, uint32_t k) {
+  const std::vector<float> ref =
+      test::naive_forward(w, all, [&](uint32_t l, uint32_t h, uint32_t q, uint32_t k) {
         return q < n_doc || k >= n_doc || visible[l * H + h][k];
       }).logits;
   const std::vector<float> want(ref.begin() + size_t(n_doc) * cfg.vocab_size, ref.end());

@@ -9,9 +9,9 @@
 #include <filesystem>
 #include <set>
 
+#include "cache/kv_cache.h"
 #include "compress/pipeline.h"
 #include "eval/squad.h"
-#include "cache/kv_cache.h"
 #include "model/model.h"
 #include "model/prefill.h"
 #include "tests/support/skip.h"
@@ -61,7 +61,8 @@ TEST_CASE("on SmolLM2 a ratio-1 KVzip cache answers like the uncompressed cache"
   co.ratio = 0.3;
   compress::CompressResult small = compress::compress(fwd, prefix, doc, co);
   const uint64_t N = uint64_t(30) * 3 * doc.size();
-  CHECK(small.cache.kept_total() == uint64_t(30) * 3 * prefix.size() + uint64_t(std::llround(0.3 * N)));
+  CHECK(small.cache.kept_total() ==
+        uint64_t(30) * 3 * prefix.size() + uint64_t(std::llround(0.3 * N)));
 }
 
 // The accuracy bar for the fast matmul path: at ratio 0.3 on the Normans article its kept
@@ -84,7 +85,8 @@ TEST_CASE("on the Normans article the fast matmul path keeps the exact path's KV
   model::ForwardOptions fast, exact;
   exact.matmul = kernels::MatmulPath::Exact;
   model::Forward ff(model->weights(), fast), fe(model->weights(), exact);
-  const compress::CompressResult a = compress::compress(ff, prefix, doc, co), b = compress::compress(fe, prefix, doc, co);
+  const compress::CompressResult a = compress::compress(ff, prefix, doc, co),
+                                 b = compress::compress(fe, prefix, doc, co);
   const ModelConfig& c = model->config();
   uint64_t both = 0, either = 0;
   for (uint32_t l = 0; l < c.n_layers; ++l) {
@@ -102,7 +104,8 @@ TEST_CASE("on the Normans article the fast matmul path keeps the exact path's KV
   CHECK(jaccard >= 0.97);
 
   const std::vector<int32_t> text = model->tokenizer().encode(docs[0].text, false);
-  const model::PerplexityResult pf = model::perplexity(ff, text, 512), pe = model::perplexity(fe, text, 512);
+  const model::PerplexityResult pf = model::perplexity(ff, text, 512),
+                                pe = model::perplexity(fe, text, 512);
   WARN("perplexity on the article: fast " << pf.perplexity << ", exact " << pe.perplexity);
   CHECK(std::fabs(pf.perplexity - pe.perplexity) <= 0.01 * pe.perplexity);
 

@@ -11,8 +11,8 @@
 #include <string>
 
 #include "common/error.h"
-#include "compress/scorer.h"
 #include "compress/detail/restkv.h"
+#include "compress/scorer.h"
 #include "model/prefill.h"
 #include "tests/compress/support.h"
 #include "tests/support/random_weights.h"
@@ -70,8 +70,7 @@ std::vector<double> reference_head(const Run& r, uint32_t l, uint32_t hq, uint32
     for (uint32_t e = 0; e < E; ++e) {
       double y = 0;
       for (uint32_t d = 0; d < D; ++d)
-        y += double(wo[size_t(e) * Hq * D + size_t(hq) * D + d]) *
-             (o[d] / mass - obar[d]);
+        y += double(wo[size_t(e) * Hq * D + size_t(hq) * D + d]) * (o[d] / mass - obar[d]);
       n2 += y * y;
     }
     s[j] = std::sqrt(n2);
@@ -166,11 +165,11 @@ TEST_CASE("ReST-KV's smoothing window follows the attention drift as methods §3
     const compress::detail::DriftWindow w = restkv_drift_window(delta, kmin);
     return std::pair<uint32_t, int64_t>{w.k, w.shift};
   };
-  CHECK(kw(0.0, 5) == std::pair<uint32_t, int64_t>{5, 1});       // Δ <= 0: +1
+  CHECK(kw(0.0, 5) == std::pair<uint32_t, int64_t>{5, 1});  // Δ <= 0: +1
   CHECK(kw(1999.0, 5) == std::pair<uint32_t, int64_t>{5, 0});
-  CHECK(kw(-1999.0, 5) == std::pair<uint32_t, int64_t>{5, 0});    // ⌊−0.9995⌋ + 1
-  CHECK(kw(-2000.0, 5) == std::pair<uint32_t, int64_t>{5, 0});    // ⌊−1⌋ + 1
-  CHECK(kw(4500.0, 5) == std::pair<uint32_t, int64_t>{5, 2});     // 2·2 + 1 = 5 = k_min
+  CHECK(kw(-1999.0, 5) == std::pair<uint32_t, int64_t>{5, 0});  // ⌊−0.9995⌋ + 1
+  CHECK(kw(-2000.0, 5) == std::pair<uint32_t, int64_t>{5, 0});  // ⌊−1⌋ + 1
+  CHECK(kw(4500.0, 5) == std::pair<uint32_t, int64_t>{5, 2});   // 2·2 + 1 = 5 = k_min
   CHECK(kw(-4500.0, 5) == std::pair<uint32_t, int64_t>{5, -2});
   CHECK(kw(10000.0, 5) == std::pair<uint32_t, int64_t>{11, 5});
   CHECK(kw(-10000.0, 5) == std::pair<uint32_t, int64_t>{11, -4});
@@ -186,10 +185,10 @@ TEST_CASE("ReST-KV's smoothing averages a shifted window and repeats the edges",
   const float t = 10.0f / 3;
   CHECK(smooth({0, 0, 0, 10, 0, 0, 0}, 3, 0) == std::vector<float>{0, 0, t, t, t, 0, 0});
   CHECK(smooth({0, 0, 0, 10, 0, 0, 0}, 3, 1) == std::vector<float>{0, t, t, t, 0, 0, 0});
-  CHECK(smooth({3, 0, 0, 0}, 3, 0) == std::vector<float>{2, 1, 0, 0});   // s[-1] = s[0]
-  CHECK(smooth({0, 0, 0, 6}, 3, 1) == std::vector<float>{0, 2, 4, 6});   // s[4], s[5] = s[3]
+  CHECK(smooth({3, 0, 0, 0}, 3, 0) == std::vector<float>{2, 1, 0, 0});  // s[-1] = s[0]
+  CHECK(smooth({0, 0, 0, 6}, 3, 1) == std::vector<float>{0, 2, 4, 6});  // s[4], s[5] = s[3]
   CHECK(smooth({0, 0, 0, 6}, 3, -1) == std::vector<float>{0, 0, 0, 2});
-  CHECK(smooth({5, 1, 9}, 1, 0) == std::vector<float>{5, 1, 9});         // k = 1: the identity
+  CHECK(smooth({5, 1, 9}, 1, 0) == std::vector<float>{5, 1, 9});  // k = 1: the identity
 }
 
 TEST_CASE("ReST-KV refuses bad options and a prefill it did not observe", "[compress]") {

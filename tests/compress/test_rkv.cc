@@ -30,7 +30,7 @@ struct Run : test::ScoredDocument {
 TEST_CASE("R-KV scores equal λ·importance − (1−λ)·redundancy computed plainly", "[compress]") {
   Run r(70);
   compress::ScorerOptions so;  // α = 8, λ = 0.1, T = 0.5, kernel 7
-  so.rkv_threshold = 0.3f;  // the tiny model's keys: enough pairs above it to matter
+  so.rkv_threshold = 0.3f;     // the tiny model's keys: enough pairs above it to matter
   auto scorer = compress::make_scorer("rkv", so);
   const compress::DocumentScores got = r.score(*scorer);
   const uint32_t D = r.cfg.head_dim, G = r.cfg.group(), a = 8, n = 70 - a;
@@ -47,7 +47,8 @@ TEST_CASE("R-KV scores equal λ·importance − (1−λ)·redundancy computed pl
       for (uint32_t j = 0; j < 70; ++j) any_spared |= std::abs(R[j] - unzeroed[j]) > 1e-4 * R[j];
       for (uint32_t j = 0; j < n; ++j) {
         const double want = 0.1 * I[j] - 0.9 * R[j];
-        INFO("layer " << l << " head " << h << " row " << j << ": " << got.at(l, h, j) << " vs " << want);
+        INFO("layer " << l << " head " << h << " row " << j << ": " << got.at(l, h, j) << " vs "
+                      << want);
         CHECK(std::abs(got.at(l, h, j) - want) <= 1e-4 * std::abs(want) + 1e-7);
       }
       for (uint32_t j = n; j < 70; ++j) CHECK(std::isinf(got.at(l, h, j)));
@@ -55,10 +56,10 @@ TEST_CASE("R-KV scores equal λ·importance − (1−λ)·redundancy computed pl
   CHECK(any_spared);
   CHECK(scorer->name() == "rkv");
   CHECK(scorer->params() == compress::MethodParams{{"window", "8"},
-                                         {"lambda", "0.1"},
-                                         {"threshold", "0.3"},
-                                         {"kernel", "7"},
-                                         {"candidates", "document"}});
+                                                   {"lambda", "0.1"},
+                                                   {"threshold", "0.3"},
+                                                   {"kernel", "7"},
+                                                   {"candidates", "document"}});
 }
 
 TEST_CASE("R-KV keeps a document no longer than its probe whole", "[compress]") {

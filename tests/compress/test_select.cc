@@ -16,7 +16,8 @@ using namespace kvzip;
 
 namespace {
 
-compress::DocumentScores scores_of(uint32_t L, uint32_t H, uint32_t n_p, uint32_t n_c, std::vector<float> v) {
+compress::DocumentScores scores_of(uint32_t L, uint32_t H, uint32_t n_p, uint32_t n_c,
+                                   std::vector<float> v) {
   compress::DocumentScores s;
   s.shape = model::CacheShape{L, H, 4};
   s.n_prefix = n_p;
@@ -25,7 +26,9 @@ compress::DocumentScores scores_of(uint32_t L, uint32_t H, uint32_t n_p, uint32_
   return s;
 }
 
-size_t doc_rows(const compress::Selection& sel, size_t i, uint32_t n_p) { return sel.keep[i].size() - n_p; }
+size_t doc_rows(const compress::Selection& sel, size_t i, uint32_t n_p) {
+  return sel.keep[i].size() - n_p;
+}
 
 }  // namespace
 
@@ -52,10 +55,8 @@ TEST_CASE("global selection keeps exactly round(r·N) rows, the highest scores",
         kept[rows[x] - 3] = true;
       }
       for (uint32_t j = 0; j < 5; ++j) {
-        if (kept[j])
-          min_kept = std::min(min_kept, v[i * 5 + j]);
-        else
-          max_evicted = std::max(max_evicted, v[i * 5 + j]);
+        if (kept[j]) min_kept = std::min(min_kept, v[i * 5 + j]);
+        else max_evicted = std::max(max_evicted, v[i * 5 + j]);
       }
     }
     if (k > 0 && k < 20) CHECK(min_kept > max_evicted);
@@ -114,14 +115,16 @@ TEST_CASE("selection rejects bad ratios, NaN scores and unknown levels", "[compr
   compress::DocumentScores s = scores_of(1, 1, 0, 4, {0.1f, 0.2f, 0.3f, 0.4f});
   for (double r : {0.0, -0.1, 1.0000001, 2.0, std::nan("")}) {
     INFO("ratio " << r);
-    const Error e = test::error_from([&] { compress::select_rows(s, r, compress::SelectionLevel::Global); }, "no error");
+    const Error e = test::error_from(
+        [&] { compress::select_rows(s, r, compress::SelectionLevel::Global); }, "no error");
     CHECK(e.code() == Errc::invalid_argument);
     CHECK(std::string(e.what()).find("(0, 1]") != std::string::npos);
   }
   s.values[2] = std::nanf("");
   CHECK_THROWS_AS(compress::select_rows(s, 0.5, compress::SelectionLevel::Global), Error);
   CHECK(compress::parse_selection_level("per-head") == compress::SelectionLevel::PerHead);
-  CHECK(std::string(compress::selection_level_name(compress::SelectionLevel::PerLayer)) == "per-layer");
+  CHECK(std::string(compress::selection_level_name(compress::SelectionLevel::PerLayer)) ==
+        "per-layer");
   const Error e2 = test::error_from([&] { compress::parse_selection_level("layer"); }, "no error");
   CHECK(e2.code() == Errc::invalid_argument);
   CHECK(std::string(e2.what()).find("global, per-head, per-layer") != std::string::npos);
@@ -153,10 +156,8 @@ TEST_CASE("eviction copies the kept rows, their positions and their scores", "[c
         CHECK(view.positions[x] == rows[x]);
         for (uint32_t d = 0; d < 4; ++d)
           CHECK(view.k[x * 4 + d] == k[(size_t(rows[x]) * 2 + h) * 4 + d]);
-        if (rows[x] < 2)
-          CHECK(std::isinf(ev.kept_scores[l][r]));
-        else
-          CHECK(ev.kept_scores[l][r] == s.at(l, h, rows[x] - 2));
+        if (rows[x] < 2) CHECK(std::isinf(ev.kept_scores[l][r]));
+        else CHECK(ev.kept_scores[l][r] == s.at(l, h, rows[x] - 2));
       }
     }
   }
@@ -181,8 +182,8 @@ TEST_CASE("scorer options are set by name and bad names or values are refused", 
   CHECK(std::find(p.begin(), p.end(), std::pair<std::string, std::string>{"window", "64"}) !=
         p.end());
 
-  CHECK_THROWS_WITH(compress::set_scorer_option(o, "window=3"), Contains("unknown scorer option 'window'") &&
-                                                          Contains("snapkv-window"));
+  CHECK_THROWS_WITH(compress::set_scorer_option(o, "window=3"),
+                    Contains("unknown scorer option 'window'") && Contains("snapkv-window"));
   CHECK_THROWS_WITH(compress::set_scorer_option(o, "snapkv-window"), Contains("not KEY=VALUE"));
   CHECK_THROWS_WITH(compress::set_scorer_option(o, "snapkv-window=7x"), Contains("whole number"));
   CHECK_THROWS_WITH(compress::set_scorer_option(o, "snapkv-window=-1"), Contains("whole number"));

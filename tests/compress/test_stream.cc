@@ -8,9 +8,9 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <random>
-#include <cmath>
 #include <set>
 
 #include "cache/stream_cache.h"
@@ -18,14 +18,14 @@
 #include "compress/learned_scorer.h"
 #include "compress/pipeline.h"
 #include "compress/selection.h"
-#include "model/forward.h"
-#include "tests/compress/support.h"
 #include "format/format.h"
+#include "model/forward.h"
 #include "model/model.h"
+#include "tests/compress/support.h"
 #include "tests/support/hf_fixture.h"
+#include "tests/support/naive_forward.h"
 #include "tests/support/random_weights.h"
 #include "tests/support/tiny_model_dir.h"
-#include "tests/support/naive_forward.h"
 
 using namespace kvzip;
 
@@ -33,7 +33,8 @@ namespace {
 
 // A scorer file of random coefficients for `cfg` (the selection logic needs scores, not good ones).
 std::shared_ptr<const format::ScorerFile> random_scorer(const ModelConfig& cfg,
-                                                        const ModelFingerprint& model, uint64_t seed) {
+                                                        const ModelFingerprint& model,
+                                                        uint64_t seed) {
   format::ScorerFile f;
   f.model = model;
   f.n_layers = cfg.n_layers;
@@ -67,7 +68,8 @@ compress::DocumentScores tied_scores(uint32_t L, uint32_t H, uint32_t n_p, uint3
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int> u(0, 9);
   s.values.resize(size_t(L) * H * n_c);
-  for (float& v : s.values) v = u(rng) == 0 ? std::numeric_limits<float>::infinity() : float(u(rng)) / 4.0f;
+  for (float& v : s.values)
+    v = u(rng) == 0 ? std::numeric_limits<float>::infinity() : float(u(rng)) / 4.0f;
   return s;
 }
 
@@ -80,8 +82,10 @@ compress::RunningSelection run(const compress::DocumentScores& s, double ratio,
   const size_t heads = size_t(s.shape.n_layers) * s.shape.n_kv_heads;
   std::vector<std::set<uint32_t>> held(heads);
   uint64_t global_heads = 0;
-  for (uint32_t l = 0; l < s.shape.n_layers; ++l) global_heads += s.is_local(l) ? 0 : s.shape.n_kv_heads;
-  const uint64_t budget = std::llround(ratio * double(global_heads * s.n_doc)) + heads;  // rounding per group
+  for (uint32_t l = 0; l < s.shape.n_layers; ++l)
+    global_heads += s.is_local(l) ? 0 : s.shape.n_kv_heads;
+  const uint64_t budget =
+      std::llround(ratio * double(global_heads * s.n_doc)) + heads;  // rounding per group
   std::vector<float> buf(heads * chunk);
   while (rs.done() < s.n_doc) {
     const uint32_t j0 = rs.done(), T = std::min(chunk, s.n_doc - j0);
@@ -109,7 +113,7 @@ std::vector<std::vector<float>> evict_order_scores(const compress::DocumentScore
     for (uint32_t h = 0; h < s.shape.n_kv_heads; ++h)
       for (uint32_t row : sel.keep[size_t(l) * s.shape.n_kv_heads + h])
         out[l].push_back(row < s.n_prefix || s.is_local(l) ? std::numeric_limits<float>::infinity()
-                                                            : s.at(l, h, row - s.n_prefix));
+                                                           : s.at(l, h, row - s.n_prefix));
   return out;
 }
 
@@ -119,7 +123,8 @@ TEST_CASE("a running selection ends at select_rows' selection, holding the budge
           "[compress][stream]") {
   using compress::SelectionLevel;
   for (bool hybrid : {false, true})
-    for (SelectionLevel level : {SelectionLevel::Global, SelectionLevel::PerLayer, SelectionLevel::PerHead})
+    for (SelectionLevel level :
+         {SelectionLevel::Global, SelectionLevel::PerLayer, SelectionLevel::PerHead})
       for (double ratio : {0.05, 0.3, 0.71, 1.0})
         for (uint32_t chunk : {1u, 7u, 64u, 500u}) {
           CAPTURE(hybrid, compress::selection_level_name(level), ratio, chunk);
@@ -139,8 +144,10 @@ TEST_CASE("a running selection ends at select_rows' selection, holding the budge
         }
 }
 
-TEST_CASE("a running selection refuses NaN scores and rows past the document", "[compress][stream]") {
-  compress::RunningSelection rs(model::CacheShape{1, 1, 4}, 0, 3, 0.5, compress::SelectionLevel::Global);
+TEST_CASE("a running selection refuses NaN scores and rows past the document",
+          "[compress][stream]") {
+  compress::RunningSelection rs(model::CacheShape{1, 1, 4}, 0, 3, 0.5,
+                                compress::SelectionLevel::Global);
   const float nan[1] = {std::numeric_limits<float>::quiet_NaN()};
   CHECK_THROWS_AS(rs.add(1, nan, 1), Error);
   const float ok[4] = {1, 2, 3, 4};
@@ -247,9 +254,7 @@ struct StreamTiny {
   std::vector<int32_t> prefix = test::random_tokens(5, cfg.vocab_size, 412);
   std::vector<int32_t> doc = test::random_tokens(150, cfg.vocab_size, 413);
   std::shared_ptr<const format::ScorerFile> file;
-  StreamTiny() {
-    file = random_scorer(cfg, ModelFingerprint{"qwen2", "tiny", 1, 2}, 414);
-  }
+  StreamTiny() { file = random_scorer(cfg, ModelFingerprint{"qwen2", "tiny", 1, 2}, 414); }
   compress::CompressOptions options(double ratio, uint32_t chunk, bool stream) const {
     compress::CompressOptions o;
     o.method = compress::kLearnedMethod;
@@ -330,7 +335,8 @@ TEST_CASE("a streamed file holds the rows a streamed compression keeps", "[compr
   const std::string text =
       "The lighthouse keeper counted ships every night. In winter the harbor froze and the keeper "
       "read old letters from his sister, who lived in a city of bridges and bells.";
-  const compress::CompressResult written = compress::compress_to_file(*dir.model, text, o, dir.path("s.kvz"));
+  const compress::CompressResult written =
+      compress::compress_to_file(*dir.model, text, o, dir.path("s.kvz"));
   CHECK(written.cache.kept_total() == 0);  // the rows went to the file
   CHECK(written.peak_rows > 0);
 
@@ -339,7 +345,8 @@ TEST_CASE("a streamed file holds the rows a streamed compression keeps", "[compr
   const compress::CompressResult direct =
       compress::compress(fwd, prompt.prefix, prompt.document, o.compress);
   CHECK(direct.achieved_ratio == written.achieved_ratio);
-  const std::vector<format::LayerKv> want = compress::layers_from_cache(direct.cache, direct.kept_scores);
+  const std::vector<format::LayerKv> want =
+      compress::layers_from_cache(direct.cache, direct.kept_scores);
   const format::CacheReader reader = format::CacheReader::open(dir.path("s.kvz"));
   CHECK(reader.header().method == "kvzap");
   CHECK(reader.header().achieved_ratio == Approx(written.achieved_ratio));
@@ -353,7 +360,8 @@ TEST_CASE("a streamed file holds the rows a streamed compression keeps", "[compr
   }
 }
 
-TEST_CASE("page-allocated arrays hold, copy and free large and small blocks", "[compress][stream]") {
+TEST_CASE("page-allocated arrays hold, copy and free large and small blocks",
+          "[compress][stream]") {
   using Paged = std::vector<float, model::detail::PageAllocator<float>>;
   for (size_t n : {size_t(10), size_t(1) << 20}) {  // under and over the mapping threshold
     Paged a(n);
@@ -368,8 +376,9 @@ TEST_CASE("page-allocated arrays hold, copy and free large and small blocks", "[
   }
 }
 
-TEST_CASE("streaming a hybrid model keeps offline kvzap's rows in one chunk and local windows in many",
-          "[compress][stream][hybrid]") {
+TEST_CASE(
+    "streaming a hybrid model keeps offline kvzap's rows in one chunk and local windows in many",
+    "[compress][stream][hybrid]") {
   const std::unique_ptr<model::Model> m = model::Model::load(test::hf_golden("gemma3"));
   const ModelConfig& cfg = m->config();
   REQUIRE(cfg.hybrid());
@@ -400,7 +409,8 @@ TEST_CASE("streaming a hybrid model keeps offline kvzap's rows in one chunk and 
                                budget + (local + global) * 8);
   for (uint32_t l = 0; l < cfg.n_layers; ++l)
     if (cfg.is_local(l))
-      CHECK(small.cache.kept(l, 0) == prefix.size() + std::min<size_t>(doc.size(), cfg.sliding_window - 1));
+      CHECK(small.cache.kept(l, 0) ==
+            prefix.size() + std::min<size_t>(doc.size(), cfg.sliding_window - 1));
   model::RaggedKvCache cache = small.cache;
   const std::vector<float> logits = fwd.decode(cache, 3);
   CHECK(std::all_of(logits.begin(), logits.end(), [](float x) { return std::isfinite(x); }));

@@ -40,6 +40,8 @@ kernels::gpu::GpuBuffer<T> to_gpu(const std::vector<T>& h) {
 inline uint64_t seed(uint64_t salt) { return uint64_t(Catch::rngSeed()) * 1000003ull + salt; }
 
 // A device buffer of n floats filled with NaN, so an element a kernel forgets to write fails.
-inline kernels::gpu::GpuBuffer<float> poisoned(size_t n) { return to_gpu(std::vector<float>(n, NAN)); }
+inline kernels::gpu::GpuBuffer<float> poisoned(size_t n) {
+  return to_gpu(std::vector<float>(n, NAN));
+}
 
 }  // namespace kvzip::test

@@ -18,9 +18,9 @@
 
 #if KVZIP_HAVE_CUDA
 #include "common/error.h"
-#include "kernels/attention_stats.h"
 #include "kernels/attention.h"
 #include "kernels/attention_score.h"
+#include "kernels/attention_stats.h"
 #include "tests/support/random_weights.h"
 
 using namespace kvzip;
@@ -52,8 +52,8 @@ double gpu_attention_error(const Case& c, Path path, uint64_t salt) {
     dspans[h] = kernels::KvSpan{dk.back().data(), dv.back().data(), c.lens[h]};
   }
   std::vector<float> want(q.size());
-  kernels::AttentionArgs a{q.data(), spans.data(), want.data(), c.T, c.Hq, c.Hkv, c.D,
-                  1.0f / std::sqrt(float(c.D))};
+  kernels::AttentionArgs a{q.data(), spans.data(), want.data(), c.T,
+                           c.Hq,     c.Hkv,        c.D,         1.0f / std::sqrt(float(c.D))};
   attention(kernels::Exec{}, a);
   auto dq = to_gpu(q);
   auto dout = test::poisoned(q.size());
@@ -73,11 +73,13 @@ double gpu_attention_error(const Case& c, Path path, uint64_t salt) {
 
 TEST_CASE("cuda prefill attention matches the CPU kernel", "[cuda]") {
   if (!gpu_ready()) return;
-  CHECK(gpu_attention_error({70, 4, 2, 64, {70, 70}}, Path::Prefill, 1) < 2e-5);       // empty cache
+  CHECK(gpu_attention_error({70, 4, 2, 64, {70, 70}}, Path::Prefill, 1) < 2e-5);  // empty cache
   CHECK(gpu_attention_error({150, 9, 3, 64, {150, 150, 150}}, Path::Prefill, 2) < 2e-5);  // G = 3
-  CHECK(gpu_attention_error({33, 8, 2, 128, {300, 300}}, Path::Prefill, 3) < 2e-5);    // cached prefix
-  CHECK(gpu_attention_error({5, 2, 2, 128, {5, 5}}, Path::Prefill, 4) < 2e-5);         // G = 1, tiny
-  CHECK(gpu_attention_error({64, 32, 8, 128, {64, 64, 64, 64, 64, 64, 64, 64}}, Path::Auto, 5) < 2e-5);
+  CHECK(gpu_attention_error({33, 8, 2, 128, {300, 300}}, Path::Prefill, 3) <
+        2e-5);                                                                  // cached prefix
+  CHECK(gpu_attention_error({5, 2, 2, 128, {5, 5}}, Path::Prefill, 4) < 2e-5);  // G = 1, tiny
+  CHECK(gpu_attention_error({64, 32, 8, 128, {64, 64, 64, 64, 64, 64, 64, 64}}, Path::Auto, 5) <
+        2e-5);
 }
 
 TEST_CASE("cuda prefill attention handles ragged per-head lengths", "[cuda]") {
@@ -145,9 +147,9 @@ TEST_CASE("cuda attention refuses local statistics and a missing output", "[cuda
                        Catch::Matchers::Predicate<Error>(
                            [](const Error& e) { return e.code() == Errc::unsupported; }));
   a.local = nullptr;
-  CHECK_THROWS_MATCHES(kernels::cuda::attention(a, nullptr), Error,
-                       Catch::Matchers::Predicate<Error>(
-                           [](const Error& e) { return e.code() == Errc::internal; }));
+  CHECK_THROWS_MATCHES(
+      kernels::cuda::attention(a, nullptr), Error,
+      Catch::Matchers::Predicate<Error>([](const Error& e) { return e.code() == Errc::internal; }));
 }
 
 TEST_CASE("cuda attention refuses head dims it has no kernel for", "[cuda]") {
@@ -202,10 +204,20 @@ double gpu_score_error(const ScoreCase& c, uint64_t salt) {
   const uint64_t stride = c.m + 3;
   auto start = test::random_vector(size_t(c.Hkv) * stride, seed + 7, 0.0f, 0.02f);
   auto want = start;
-  const kernels::AttentionStatsArgs a{.q = q.data(), .T = c.T, .Hq = c.Hq, .Hkv = c.Hkv, .D = c.D,
-                             .scale = 1.0f / std::sqrt(float(c.D)), .t0 = 0, .t1 = c.T,
-                             .axes = axes.data(), .col0 = c.n_p, .col1 = c.n_p + c.m,
-                             .reduce = kernels::Reduce::Max, .out = want.data(), .out_stride = stride};
+  const kernels::AttentionStatsArgs a{.q = q.data(),
+                                      .T = c.T,
+                                      .Hq = c.Hq,
+                                      .Hkv = c.Hkv,
+                                      .D = c.D,
+                                      .scale = 1.0f / std::sqrt(float(c.D)),
+                                      .t0 = 0,
+                                      .t1 = c.T,
+                                      .axes = axes.data(),
+                                      .col0 = c.n_p,
+                                      .col1 = c.n_p + c.m,
+                                      .reduce = kernels::Reduce::Max,
+                                      .out = want.data(),
+                                      .out_stride = stride};
   attention_stats(kernels::Exec{}, a);
 
   auto dq = to_gpu(q);
@@ -234,9 +246,9 @@ double gpu_score_error(const ScoreCase& c, uint64_t salt) {
 
 TEST_CASE("cuda KVzip score kernel matches the CPU scorer's local-softmax max", "[cuda]") {
   if (!gpu_ready()) return;
-  CHECK(gpu_score_error({50, 8, 2, 128, 30, 100, 0}, 21) < 2e-5);   // whole R_t in one call
-  CHECK(gpu_score_error({70, 9, 3, 64, 17, 61, 45}, 22) < 2e-5);    // later slice of R_t, G = 3
-  CHECK(gpu_score_error({1, 4, 1, 64, 5, 33, 300}, 23) < 2e-5);     // one token, long causal part
+  CHECK(gpu_score_error({50, 8, 2, 128, 30, 100, 0}, 21) < 2e-5);     // whole R_t in one call
+  CHECK(gpu_score_error({70, 9, 3, 64, 17, 61, 45}, 22) < 2e-5);      // later slice of R_t, G = 3
+  CHECK(gpu_score_error({1, 4, 1, 64, 5, 33, 300}, 23) < 2e-5);       // one token, long causal part
   CHECK(gpu_score_error({200, 32, 8, 128, 40, 250, 10}, 24) < 2e-5);  // Llama-3 head layout
 }
 

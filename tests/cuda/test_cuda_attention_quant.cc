@@ -65,13 +65,15 @@ double quant_attention_error(const QCase& c, Path path, uint64_t salt) {
     H.host = Q.segment();
     H.dck = to_gpu(Q.ck), H.dcv = to_gpu(Q.cv), H.dpk = to_gpu(Q.pk), H.dpv = to_gpu(Q.pv);
     H.dqk = to_gpu(Q.qk), H.dqv = to_gpu(Q.qv), H.dk = to_gpu(H.k), H.dv = to_gpu(H.v);
-    H.dev = {{L, nq, H.dck.data(), H.dpk.data(), H.dqk.data()}, {L, nq, H.dcv.data(), H.dpv.data(), H.dqv.data()}};
+    H.dev = {{L, nq, H.dck.data(), H.dpk.data(), H.dqk.data()},
+             {L, nq, H.dcv.data(), H.dpv.data(), H.dqv.data()}};
     spans[h] = kernels::KvSpan{H.k.data(), H.v.data(), c.f32[h]};
     dspans[h] = kernels::KvSpan{H.dk.data(), H.dv.data(), c.f32[h]};
     if (nq) spans[h].quant = &H.host, dspans[h].quant = &H.dev;
   }
   std::vector<float> want(q.size());
-  kernels::AttentionArgs a{q.data(), spans.data(), want.data(), c.T, c.Hq, c.Hkv, c.D, 1.0f / std::sqrt(float(c.D))};
+  kernels::AttentionArgs a{q.data(), spans.data(), want.data(), c.T,
+                           c.Hq,     c.Hkv,        c.D,         1.0f / std::sqrt(float(c.D))};
   attention(kernels::Exec{}, a);
   auto dq = to_gpu(q);
   auto dout = test::poisoned(q.size());
@@ -84,15 +86,19 @@ double quant_attention_error(const QCase& c, Path path, uint64_t salt) {
     case Path::Decode: kernels::cuda::attention_decode(g, nullptr); break;
     case Path::Prefill: kernels::cuda::attention_prefill(g, nullptr); break;
   }
-  INFO("T " << c.T << " Hq " << c.Hq << " Hkv " << c.Hkv << " D " << c.D << " q" << c.bits << " group " << c.group
-            << " rotated " << c.rotated << " byte params " << c.byte_params);
+  INFO("T " << c.T << " Hq " << c.Hq << " Hkv " << c.Hkv << " D " << c.D << " q" << c.bits
+            << " group " << c.group << " rotated " << c.rotated << " byte params "
+            << c.byte_params);
   return test::rel_error(dout.download(), want);
 }
 
 struct Form {
   bool rotated, byte_params;
 };
-constexpr Form kForms[] = {{false, false}, {true, false}, {true, true}, {false, true}};  // v1.2, v1.3, v1.4, and byte unrotated
+constexpr Form kForms[] = {{false, false},
+                           {true, false},
+                           {true, true},
+                           {false, true}};  // v1.2, v1.3, v1.4, and byte unrotated
 
 }  // namespace
 
@@ -103,10 +109,19 @@ TEST_CASE("cuda attention over quantized spans matches the CPU kernel, every lay
       INFO("rotated " << f.rotated << " byte params " << f.byte_params << " q" << bits);
       // Decode, GQA 3: quantized rows in one split, in four, and none; f32 rows only the new token
       // in one head.
-      CHECK(quant_attention_error({1, 9, 3, 64, bits, 64, {300, 1000, 0}, {5, 1, 40}, f.rotated, f.byte_params},
-                                  Path::Auto, bits * 10 + f.rotated * 2 + f.byte_params) < 2e-5);
+      CHECK(quant_attention_error(
+                {1, 9, 3, 64, bits, 64, {300, 1000, 0}, {5, 1, 40}, f.rotated, f.byte_params},
+                Path::Auto, bits * 10 + f.rotated * 2 + f.byte_params) < 2e-5);
       // A 20-token question, D = 128, two groups per row, GQA 4 (80 rows, 5 row groups).
-      CHECK(quant_attention_error({20, 16, 4, 128, bits, 64, {2000, 33, 700, 0}, {20, 60, 300, 21}, f.rotated,
+      CHECK(quant_attention_error({20,
+                                   16,
+                                   4,
+                                   128,
+                                   bits,
+                                   64,
+                                   {2000, 33, 700, 0},
+                                   {20, 60, 300, 21},
+                                   f.rotated,
                                    f.byte_params},
                                   Path::Decode, bits * 20 + f.rotated * 2 + f.byte_params) < 2e-5);
     }
@@ -115,12 +130,16 @@ TEST_CASE("cuda attention over quantized spans matches the CPU kernel, every lay
 TEST_CASE("cuda attention cuts a long block over quantized spans into split-K blocks", "[cuda]") {
   if (!gpu_ready()) return;
   // 43 tokens · G 3 = 129 rows: one row past the split path, two blocks (42 + 1 tokens).
-  CHECK(quant_attention_error({43, 9, 3, 64, 4, 64, {900, 300, 5}, {43, 100, 500}, true, true}, Path::Auto, 61) < 2e-5);
+  CHECK(quant_attention_error({43, 9, 3, 64, 4, 64, {900, 300, 5}, {43, 100, 500}, true, true},
+                              Path::Auto, 61) < 2e-5);
   // 100 tokens · G 4: four blocks of 32, 32, 32 and 4 tokens; the causal limit moves with them.
-  CHECK(quant_attention_error({100, 8, 2, 128, 8, 128, {1500, 260}, {100, 400}, false, false}, Path::Auto, 62) < 2e-5);
+  CHECK(quant_attention_error({100, 8, 2, 128, 8, 128, {1500, 260}, {100, 400}, false, false},
+                              Path::Auto, 62) < 2e-5);
   // The prefill kernel itself refuses quantized rows.
   const Error e = test::error_from(
-      [&] { quant_attention_error({40, 4, 1, 64, 4, 64, {10}, {40}, true, true}, Path::Prefill, 63); },
+      [&] {
+        quant_attention_error({40, 4, 1, 64, 4, 64, {10}, {40}, true, true}, Path::Prefill, 63);
+      },
       "expected Errc::unsupported");
   CHECK(e.code() == Errc::unsupported);
 }
@@ -128,19 +147,32 @@ TEST_CASE("cuda attention cuts a long block over quantized spans into split-K bl
 TEST_CASE("cuda attention over long quantized bases widens the quantized splits", "[cuda]") {
   if (!gpu_ready()) return;
   // 40,000 quantized rows: 128 · 256 < 40,000, so splits of 512 rows; f32 rows short.
-  CHECK(quant_attention_error({1, 4, 1, 64, 4, 64, {40000}, {3}, true, true}, Path::Auto, 71) < 2e-5);
+  CHECK(quant_attention_error({1, 4, 1, 64, 4, 64, {40000}, {3}, true, true}, Path::Auto, 71) <
+        2e-5);
   // Llama-3's heads (32 / 8): ragged quantized rows from none to 36,000, f32 rows from T up.
-  CHECK(quant_attention_error({4, 32, 8, 128, 4, 128, {36000, 9000, 1, 0, 300, 300, 5, 20000},
-                               {4, 9, 10, 3000, 4, 4, 4, 20}, true, true},
+  CHECK(quant_attention_error({4,
+                               32,
+                               8,
+                               128,
+                               4,
+                               128,
+                               {36000, 9000, 1, 0, 300, 300, 5, 20000},
+                               {4, 9, 10, 3000, 4, 4, 4, 20},
+                               true,
+                               true},
                               Path::Decode, 72) < 2e-5);
 }
 
-TEST_CASE("cuda attention over quantized spans on small shapes (for the sanitizers)", "[cuda][sanitize]") {
+TEST_CASE("cuda attention over quantized spans on small shapes (for the sanitizers)",
+          "[cuda][sanitize]") {
   if (!gpu_ready()) return;
-  CHECK(quant_attention_error({3, 4, 2, 64, 4, 64, {600, 0}, {3, 30}, true, true}, Path::Auto, 81) < 2e-5);
-  CHECK(quant_attention_error({1, 4, 2, 128, 8, 64, {70, 300}, {2, 1}, false, false}, Path::Auto, 82) < 2e-5);
+  CHECK(quant_attention_error({3, 4, 2, 64, 4, 64, {600, 0}, {3, 30}, true, true}, Path::Auto, 81) <
+        2e-5);
+  CHECK(quant_attention_error({1, 4, 2, 128, 8, 64, {70, 300}, {2, 1}, false, false}, Path::Auto,
+                              82) < 2e-5);
   // 70 tokens · G 2 = 140 rows: two blocks (64 + 6 tokens), two groups per row.
-  CHECK(quant_attention_error({70, 4, 2, 64, 4, 32, {40, 20}, {70, 80}, true, false}, Path::Auto, 83) < 2e-5);
+  CHECK(quant_attention_error({70, 4, 2, 64, 4, 32, {40, 20}, {70, 80}, true, false}, Path::Auto,
+                              83) < 2e-5);
 }
 
 #else

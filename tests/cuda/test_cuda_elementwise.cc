@@ -14,11 +14,11 @@
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/kv_append.h"
-#include "tests/support/reference.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
 #include "tests/support/random_weights.h"
+#include "tests/support/reference.h"
 
 using namespace kvzip;
 using test::gpu_ready;
@@ -55,7 +55,8 @@ TEST_CASE("cuda rms_norm matches the CPU kernel, in place and into bf16", "[cuda
 
   dx.upload(x);
   kernels::gpu::GpuBuffer<uint16_t> y16(x.size());
-  kernels::cuda::rms_norm_bf16(kernels::RmsNormArgs{dx.data(), dw.data(), nullptr, T, E, 1e-5f}, y16.data(), nullptr);
+  kernels::cuda::rms_norm_bf16(kernels::RmsNormArgs{dx.data(), dw.data(), nullptr, T, E, 1e-5f},
+                               y16.data(), nullptr);
   CHECK(test::rel_error(widen(y16.download()), want) < 1.0 / 256);
 }
 
@@ -68,7 +69,8 @@ TEST_CASE("cuda rope matches the CPU kernel for queries and keys", "[cuda][sanit
   build_rope_table(kernels::rope_inv_freq(D, 10000.0f, RopeScaling{}), pos.data(), T, &table);
   auto x = test::random_vector(size_t(T) * H * D, test::seed(103), -2, 2);
   auto want = x;
-  rope(kernels::Exec{}, kernels::RopeArgs{want.data(), table.cos.data(), table.sin.data(), T, H, D});
+  rope(kernels::Exec{},
+       kernels::RopeArgs{want.data(), table.cos.data(), table.sin.data(), T, H, D});
   auto dx = to_gpu(x), dc = to_gpu(table.cos), ds = to_gpu(table.sin);
   rope(kGpu, kernels::RopeArgs{dx.data(), dc.data(), ds.data(), T, H, D});
   CHECK(test::rel_error(dx.download(), want) < 1e-6);
@@ -86,7 +88,8 @@ TEST_CASE("cuda swiglu matches the CPU kernel over a wide input range", "[cuda][
   swiglu(kGpu, kernels::SwigluArgs{dg.data(), du.data(), dy.data(), n});
   CHECK(test::rel_error(dy.download(), want) < 1e-5);
   kernels::gpu::GpuBuffer<uint16_t> y16(n);
-  kernels::cuda::swiglu_bf16(kernels::SwigluArgs{dg.data(), du.data(), nullptr, n}, y16.data(), nullptr);
+  kernels::cuda::swiglu_bf16(kernels::SwigluArgs{dg.data(), du.data(), nullptr, n}, y16.data(),
+                             nullptr);
   CHECK(test::rel_error(widen(y16.download()), want) < 1.0 / 256);
 }
 
@@ -99,9 +102,11 @@ TEST_CASE("cuda kv_append writes each head's rows where the CPU append does", "[
   auto v0 = test::random_vector(size_t(rows) * D, test::seed(109));
   const uint64_t dst[3] = {17, 90, 150};  // ragged: each head's append room starts elsewhere
   auto k = k0, v = v0;
-  kv_append(kernels::Exec{}, kernels::KvAppendArgs{kn.data(), vn.data(), k.data(), v.data(), dst, T, Hkv, D});
+  kv_append(kernels::Exec{},
+            kernels::KvAppendArgs{kn.data(), vn.data(), k.data(), v.data(), dst, T, Hkv, D});
   auto dkn = to_gpu(kn), dvn = to_gpu(vn), dk = to_gpu(k0), dv = to_gpu(v0);
-  kv_append(kGpu, kernels::KvAppendArgs{dkn.data(), dvn.data(), dk.data(), dv.data(), dst, T, Hkv, D});
+  kv_append(kGpu,
+            kernels::KvAppendArgs{dkn.data(), dvn.data(), dk.data(), dv.data(), dst, T, Hkv, D});
   CHECK(dk.download() == k);
   CHECK(dv.download() == v);
 }
@@ -115,10 +120,12 @@ TEST_CASE("cuda bf16 GEMM matches the fp32 reference on bf16-rounded inputs", "[
     auto b = test::random_vector(out, test::seed(112), -0.1f, 0.1f);
     std::vector<float> want(size_t(T) * out);
     ref::gemm(x.data(), w.data(), b.data(), want.data(), T, in, out);
-    auto dx = to_gpu(kernels::gpu::to_bf16(x.data(), x.size())), dw = to_gpu(kernels::gpu::to_bf16(w.data(), w.size()));
+    auto dx = to_gpu(kernels::gpu::to_bf16(x.data(), x.size())),
+         dw = to_gpu(kernels::gpu::to_bf16(w.data(), w.size()));
     auto db = to_gpu(b);
     auto dy = test::poisoned(want.size());
-    kernels::cuda::gemm_bf16(kernels::GemmBf16Args{dx.data(), dw.data(), db.data(), dy.data(), T, in, out}, nullptr);
+    kernels::cuda::gemm_bf16(
+        kernels::GemmBf16Args{dx.data(), dw.data(), db.data(), dy.data(), T, in, out}, nullptr);
     INFO("T = " << T);
     CHECK(test::rel_error(dy.download(), want) < 1e-4);
   }
@@ -135,7 +142,8 @@ TEST_CASE("cuda forward helpers: bf16 cast, residual add, embedding gather", "[c
   kernels::cuda::embed_bf16(dtable.data(), dtok.data(), dx.data(), T, E, nullptr);
   auto x = dx.download();
   for (uint32_t t = 0; t < T; ++t)
-    for (uint32_t e = 0; e < E; ++e) REQUIRE(x[size_t(t) * E + e] == table[size_t(tokens[t]) * E + e]);
+    for (uint32_t e = 0; e < E; ++e)
+      REQUIRE(x[size_t(t) * E + e] == table[size_t(tokens[t]) * E + e]);
 
   auto y = test::random_vector(x.size(), test::seed(114));
   auto dy = to_gpu(y);
@@ -145,7 +153,8 @@ TEST_CASE("cuda forward helpers: bf16 cast, residual add, embedding gather", "[c
 
   kernels::gpu::GpuBuffer<uint16_t> b16(x.size());
   kernels::cuda::to_bf16(dy.data(), b16.data(), y.size(), nullptr);
-  CHECK(b16.download() == kernels::gpu::to_bf16(y.data(), y.size()));  // device and host round alike
+  CHECK(b16.download() ==
+        kernels::gpu::to_bf16(y.data(), y.size()));  // device and host round alike
 }
 
 #else

@@ -17,19 +17,19 @@
 #include "tests/cuda/support.h"
 
 #if KVZIP_HAVE_CUDA
+#include "cache/branch_cache.h"
+#include "cache/gpu_cache.h"
+#include "cache/quant_base.h"
+#include "cache/ragged_layout.h"
 #include "common/error.h"
 #include "compress/pipeline.h"
 #include "compress/quantize.h"
 #include "format/format.h"
 #include "loader/loader.h"
-#include "cache/branch_cache.h"
-#include "cache/quant_base.h"
 #include "model/forward.h"
-#include "cache/gpu_cache.h"
 #include "model/gpu_forward.h"
-#include "cache/ragged_layout.h"
-#include "model/sampling.h"
 #include "model/prefill.h"
+#include "model/sampling.h"
 #include "tests/support/random_weights.h"
 
 using namespace kvzip;
@@ -137,7 +137,8 @@ TEST_CASE("gpu forward over a ragged cache from the host decodes like the CPU an
     dev.reset();
     CHECK(dev.logical_length() == 300);
     for (size_t i = 0; i < keep.size(); ++i)
-      CHECK(dev.len(uint32_t(i / w.config.n_kv_heads), uint32_t(i % w.config.n_kv_heads)) == keep[i].size());
+      CHECK(dev.len(uint32_t(i / w.config.n_kv_heads), uint32_t(i % w.config.n_kv_heads)) ==
+            keep[i].size());
   }
 }
 
@@ -152,7 +153,8 @@ std::vector<float> device_rows(const model::GpuCache& c, uint32_t l, uint32_t h)
 
 }  // namespace
 
-TEST_CASE("gpu cache: a failed growth keeps every row; from_ragged copies the base only", "[cuda]") {
+TEST_CASE("gpu cache: a failed growth keeps every row; from_ragged copies the base only",
+          "[cuda]") {
   if (!gpu_ready()) return;
   struct Disarm {
     ~Disarm() { model::testing::fail_layer_allocation(-1); }
@@ -222,7 +224,8 @@ TEST_CASE("gpu KVzip scores rank document rows like the CPU scorer", "[cuda]") {
   so.prompts.turn_end = tokens(3, 8);
   so.kvzip_chunk = 60;  // three reconstruction chunks, the last one short
   prefill::PrefillResult pre = prefill::prefill_document(cpu, prefix, doc);
-  const compress::DocumentScores cs = compress::make_scorer("kvzip", so)->score(compress::ScoreInput{&cpu, &pre.cache, 7, doc});
+  const compress::DocumentScores cs =
+      compress::make_scorer("kvzip", so)->score(compress::ScoreInput{&cpu, &pre.cache, 7, doc});
   model::GpuCache gc(model::cache_shape(w.config), 400);
   std::vector<int32_t> all = prefix;
   all.insert(all.end(), doc.begin(), doc.end());
@@ -247,7 +250,8 @@ namespace {
 // A .kvz of `dense`'s rows, head i of the flattened (layer, head) list keeping every (i + 1)-th
 // row, stored in `storage`'s dtype and layout (the first 2 positions are prefix rows: f16 rows
 // of a q8/q4 file). Returns its path.
-std::string write_ragged_file(const model::KvCache& dense, const ModelConfig& cfg, const compress::KvStorage& storage) {
+std::string write_ragged_file(const model::KvCache& dense, const ModelConfig& cfg,
+                              const compress::KvStorage& storage) {
   format::CacheContents c;
   format::CacheHeader& h = c.header;
   h.tool_version = "kvzip test";
@@ -277,7 +281,8 @@ std::string write_ragged_file(const model::KvCache& dense, const ModelConfig& cf
     c.layers.push_back(std::move(lk));
   }
   compress::set_kv_dtype(c, storage);
-  const auto path = (std::filesystem::temp_directory_path() / "kvzip_cuda_forward_quant.kvz").string();
+  const auto path =
+      (std::filesystem::temp_directory_path() / "kvzip_cuda_forward_quant.kvz").string();
   format::WriteOptions wo;
   wo.force = true;
   format::write_cache_file(c, path, wo);
@@ -286,8 +291,10 @@ std::string write_ragged_file(const model::KvCache& dense, const ModelConfig& cf
 
 }  // namespace
 
-TEST_CASE("gpu forward over a q8/q4 file kept as stored decodes like the CPU and like its dequantized rows",
-          "[cuda]") {
+TEST_CASE(
+    "gpu forward over a q8/q4 file kept as stored decodes like the CPU and like its dequantized "
+    "rows",
+    "[cuda]") {
   if (!gpu_ready()) return;
   const model::Weights w = bf16_weights(test::random_weights(gpu_test_config(), test::seed(12)));
   model::Forward cpu(w, model::ForwardOptions{});

@@ -22,7 +22,8 @@ TEST_CASE("CUDA kv_quant dequantize and scores match the CPU", "[cuda][sanitize]
   const uint32_t D = GENERATE(64u, 128u), n_q = 3;
   const size_t R = 257;  // > 4 score blocks of 64 rows, the last one partial
   const kernels::KvQuantLayout l{bits, D, group, rotated, byte_params};
-  INFO("q" << bits << " group " << group << " D " << D << (rotated ? " rotated" : "") << (byte_params ? " byte" : " f16"));
+  INFO("q" << bits << " group " << group << " D " << D << (rotated ? " rotated" : "")
+           << (byte_params ? " byte" : " f16"));
   std::vector<float> x = test::random_vector(R * D, test::seed(bits * 100 + group), -3.0f, 3.0f);
   for (size_t i = 0; i < x.size(); i += 7) x[i] *= 10.0f;  // outliers
   std::vector<float> c(D);

@@ -13,11 +13,11 @@
 #include "tests/cuda/support.h"
 
 #if KVZIP_HAVE_CUDA
+#include "cache/gpu_cache.h"
+#include "cache/quant_base.h"
 #include "compress/quantize.h"
 #include "format/format.h"
 #include "loader/loader.h"
-#include "cache/gpu_cache.h"
-#include "cache/quant_base.h"
 
 using namespace kvzip;
 using test::gpu_ready;
@@ -117,7 +117,8 @@ void check_same_quant(const model::GpuCache& g, const model::QuantBase& host) {
 
 TEST_CASE("a .kvz goes to GPU memory with the host loader's rows, raw and compressed", "[cuda]") {
   if (!gpu_ready()) return;
-  const auto path = (std::filesystem::temp_directory_path() / "kvzip_cuda_loader_test.kvz").string();
+  const auto path =
+      (std::filesystem::temp_directory_path() / "kvzip_cuda_loader_test.kvz").string();
   for (auto [dtype, zstd] : {std::pair{format::DType::F32, 0}, std::pair{format::DType::BF16, 3}}) {
     format::WriteOptions wo;
     wo.zstd_level = zstd;
@@ -138,18 +139,21 @@ TEST_CASE("a .kvz goes to GPU memory with the host loader's rows, raw and compre
   std::filesystem::remove(path);
 }
 
-TEST_CASE("a q8/q4 .kvz goes to the device as stored, or dequantized to the host loader's rows, raw and zstd",
-          "[cuda]") {
+TEST_CASE(
+    "a q8/q4 .kvz goes to the device as stored, or dequantized to the host loader's rows, raw and "
+    "zstd",
+    "[cuda]") {
   if (!gpu_ready()) return;
-  const auto path = (std::filesystem::temp_directory_path() / "kvzip_cuda_loader_quant.kvz").string();
+  const auto path =
+      (std::filesystem::temp_directory_path() / "kvzip_cuda_loader_quant.kvz").string();
   struct Case {
     format::DType dtype;
     int zstd;
   };
   // q8 and q4, raw and zstd; every head's first rows (positions below the 2 prefix tokens) are
   // f16 rows.
-  for (const Case c : {Case{format::DType::Q8, 0}, Case{format::DType::Q4, 3}, Case{format::DType::Q4, 0},
-                       Case{format::DType::Q8, 3}}) {
+  for (const Case c : {Case{format::DType::Q8, 0}, Case{format::DType::Q4, 3},
+                       Case{format::DType::Q4, 0}, Case{format::DType::Q8, 3}}) {
     format::CacheContents contents = ragged_contents(format::DType::F32);
     compress::KvStorage storage;
     storage.dtype = c.dtype;

@@ -112,7 +112,8 @@ void* fiber_stack(size_t i) {
     void* p = mmap(nullptr, kStackBytes + kGuardBytes, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) throw std::runtime_error("cuda emulator: cannot map a fiber stack");
-    if (mprotect(p, kGuardBytes, PROT_NONE) != 0) throw std::runtime_error("cuda emulator: cannot guard a fiber stack");
+    if (mprotect(p, kGuardBytes, PROT_NONE) != 0)
+      throw std::runtime_error("cuda emulator: cannot guard a fiber stack");
     pool.push_back(static_cast<char*>(p) + kGuardBytes);
   }
   return pool[i];
@@ -130,7 +131,8 @@ void switch_context(Context& from, Context& to) {
 void to_scheduler(bool exiting) {
   Fiber& f = *sched.running;
 #ifdef KVZIP_EMU_ASAN
-  __sanitizer_start_switch_fiber(exiting ? nullptr : &f.fake_stack, sched.stack_bottom, sched.stack_size);
+  __sanitizer_start_switch_fiber(exiting ? nullptr : &f.fake_stack, sched.stack_bottom,
+                                 sched.stack_size);
 #endif
   switch_context(f.cx, sched.cx);
 #ifdef KVZIP_EMU_ASAN
@@ -226,7 +228,9 @@ void run_block(std::vector<Fiber>& fs, Block& block, uint3 bid) {
       if (f.done) --live;
     }
     // On a device such a block hangs; here the launch fails (its suspended fibers are dropped).
-    if (!ran) throw std::runtime_error("cuda emulator: deadlock: threads wait at a barrier that others never reach");
+    if (!ran)
+      throw std::runtime_error(
+          "cuda emulator: deadlock: threads wait at a barrier that others never reach");
   }
 }
 
@@ -245,8 +249,8 @@ void arrive_and_wait(Barrier& b) {
 
 void run_launch(const LaunchConfig& c, const void* body, void (*call)(const void*)) {
   const uint64_t threads = uint64_t(c.block.x) * c.block.y * c.block.z;
-  if (threads == 0 || threads > 1024 || c.block.z > 64 || c.grid.x == 0 || c.grid.y == 0 || c.grid.z == 0 ||
-      c.grid.y > 65535 || c.grid.z > 65535 || c.smem > 227 * 1024) {
+  if (threads == 0 || threads > 1024 || c.block.z > 64 || c.grid.x == 0 || c.grid.y == 0 ||
+      c.grid.z == 0 || c.grid.y > 65535 || c.grid.z > 65535 || c.smem > 227 * 1024) {
     last_error = kErrorInvalidConfiguration;
     return;
   }

@@ -78,7 +78,8 @@ struct Block {
   Barrier bar;
   std::vector<Warp> warps;
   std::vector<unsigned char> smem;  // dynamic shared memory
-  Block(unsigned threads, size_t smem_bytes) : bar(threads), smem(smem_bytes ? smem_bytes : 1, 0xFF) {
+  Block(unsigned threads, size_t smem_bytes)
+      : bar(threads), smem(smem_bytes ? smem_bytes : 1, 0xFF) {
     warps.reserve((threads + 31) / 32);
     for (unsigned t = 0; t < threads; t += 32) warps.emplace_back(std::min(32u, threads - t));
   }
@@ -139,7 +140,9 @@ void launch(const LaunchConfig& c, const F& body) {
 #define gridDim (::emu::ctx().gdim)
 
 inline void __syncthreads() { ::emu::arrive_and_wait(::emu::ctx().block->bar); }
-inline float __shfl_sync(unsigned, float v, int src_lane) { return ::emu::shuffle(v, unsigned(src_lane)); }
+inline float __shfl_sync(unsigned, float v, int src_lane) {
+  return ::emu::shuffle(v, unsigned(src_lane));
+}
 inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
   return ::emu::shuffle(v, ::emu::ctx().lane ^ unsigned(lane_mask));
 }

@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/half.h"
 #include "kernels/attention.h"
 #include "kernels/attention_score.h"
 #include "kernels/attention_stats.h"
-#include "common/half.h"
 #include "kernels/kv_append.h"
 #include "kernels/kv_quant.h"
 #include "kernels/rms_norm.h"
@@ -36,7 +36,8 @@ void attention(const AttentionArgs& a, void* stream);
 void attention_prefill(const AttentionArgs& a, void* stream);
 void attention_decode(const AttentionArgs& a, void* stream);
 void kv_dequantize_rows(const KvQuantRows& in, float* x, void* stream);
-void kv_quant_scores(const float* q, uint32_t n_q, const KvQuantRows& k, float scale, float* scores, void* stream);
+void kv_quant_scores(const float* q, uint32_t n_q, const KvQuantRows& k, float scale, float* scores,
+                     void* stream);
 void attention_score_max(const AttentionScoreArgs& a, void* stream);
 void rope(const RopeArgs& a, void* stream);
 void rms_norm(const RmsNormArgs& a, void* stream);
@@ -46,7 +47,8 @@ void swiglu_bf16(const SwigluArgs& a, uint16_t* y_bf16, void* stream);
 void kv_append(const KvAppendArgs& a, void* stream);
 void to_bf16(const float* x, uint16_t* y, size_t n, void* stream);
 void add_in_place(float* x, const float* y, size_t n, void* stream);
-void embed_bf16(const uint16_t* table, const int32_t* tokens, float* x, uint32_t T, uint32_t E, void* stream);
+void embed_bf16(const uint16_t* table, const int32_t* tokens, float* x, uint32_t T, uint32_t E,
+                void* stream);
 }  // namespace kvzip::kernels::cuda_emu
 
 using namespace kvzip;
@@ -89,7 +91,8 @@ double attention_error(const Case& c, Path path, uint64_t seed) {
     spans[h].quant = &H.seg;
   }
   std::vector<float> want(q.size()), got(q.size(), NAN);
-  kernels::AttentionArgs a{q.data(), spans.data(), want.data(), c.T, c.Hq, c.Hkv, c.D, 1.0f / std::sqrt(float(c.D))};
+  kernels::AttentionArgs a{q.data(), spans.data(), want.data(), c.T,
+                           c.Hq,     c.Hkv,        c.D,         1.0f / std::sqrt(float(c.D))};
   kernels::cpu::attention(nullptr, a);
   a.out = got.data();
   switch (path) {
@@ -97,8 +100,9 @@ double attention_error(const Case& c, Path path, uint64_t seed) {
     case Path::Prefill: emu::attention_prefill(a, nullptr); break;
     case Path::Decode: emu::attention_decode(a, nullptr); break;
   }
-  INFO("T " << c.T << " Hq " << c.Hq << " Hkv " << c.Hkv << " D " << c.D << " quantized " << !c.quant.empty()
-            << " q" << c.bits << " rotated " << c.rotated << " byte params " << c.byte_params);
+  INFO("T " << c.T << " Hq " << c.Hq << " Hkv " << c.Hkv << " D " << c.D << " quantized "
+            << !c.quant.empty() << " q" << c.bits << " rotated " << c.rotated << " byte params "
+            << c.byte_params);
   return test::rel_error(got, want);
 }
 
@@ -121,7 +125,8 @@ TEST_CASE("emulated cuda split-K attention matches the CPU kernel", "[cuda_emu]"
   CHECK(attention_error({32, 8, 2, 64, {32, 300}}, Path::Auto, 7) < 2e-5);
 }
 
-TEST_CASE("emulated cuda attention over quantized spans matches the CPU kernel, every layout", "[cuda_emu]") {
+TEST_CASE("emulated cuda attention over quantized spans matches the CPU kernel, every layout",
+          "[cuda_emu]") {
   struct Form {
     bool rotated, byte_params;
   };
@@ -129,20 +134,27 @@ TEST_CASE("emulated cuda attention over quantized spans matches the CPU kernel, 
     for (uint32_t bits : {8u, 4u}) {
       INFO("rotated " << f.rotated << " byte params " << f.byte_params << " q" << bits);
       // Decode, GQA 3: quantized rows in one split, in two, and none.
-      CHECK(attention_error({1, 6, 3, 64, {5, 1, 40}, {40, 300, 0}, bits, 64, f.rotated, f.byte_params}, Path::Auto,
-                            10 + bits + f.rotated * 2 + f.byte_params) < 2e-5);
+      CHECK(attention_error(
+                {1, 6, 3, 64, {5, 1, 40}, {40, 300, 0}, bits, 64, f.rotated, f.byte_params},
+                Path::Auto, 10 + bits + f.rotated * 2 + f.byte_params) < 2e-5);
       // A 9-token question, D = 128, two groups per row (GQA 2: 18 rows, 2 row groups).
-      CHECK(attention_error({9, 4, 2, 128, {9, 70}, {100, 33}, bits, 64, f.rotated, f.byte_params}, Path::Decode,
-                            30 + bits + f.rotated * 2 + f.byte_params) < 2e-5);
+      CHECK(attention_error({9, 4, 2, 128, {9, 70}, {100, 33}, bits, 64, f.rotated, f.byte_params},
+                            Path::Decode, 30 + bits + f.rotated * 2 + f.byte_params) < 2e-5);
     }
 }
 
-TEST_CASE("emulated cuda attention cuts long blocks over quantized spans; prefill refuses them", "[cuda_emu]") {
+TEST_CASE("emulated cuda attention cuts long blocks over quantized spans; prefill refuses them",
+          "[cuda_emu]") {
   // 70 tokens · G 2 = 140 rows: blocks of 64 and 6 tokens; the causal limit moves with them.
-  CHECK(attention_error({70, 4, 2, 64, {70, 100}, {40, 300}, 4, 32, true, false}, Path::Auto, 50) < 2e-5);
-  CHECK(attention_error({130, 2, 2, 64, {130, 131}, {257, 1}, 8, 64, false, false}, Path::Auto, 51) < 2e-5);
+  CHECK(attention_error({70, 4, 2, 64, {70, 100}, {40, 300}, 4, 32, true, false}, Path::Auto, 50) <
+        2e-5);
+  CHECK(attention_error({130, 2, 2, 64, {130, 131}, {257, 1}, 8, 64, false, false}, Path::Auto,
+                        51) < 2e-5);
   const Error e = test::error_from(
-      [] { attention_error({40, 4, 1, 64, {40}, {10}}, Path::Prefill, 52); }, "expected Errc::unsupported");
+      [] {
+        attention_error({40, 4, 1, 64, {40}, {10}}, Path::Prefill, 52);
+      },
+      "expected Errc::unsupported");
   CHECK(e.code() == Errc::unsupported);
 }
 
@@ -157,7 +169,8 @@ TEST_CASE("emulated cuda kv_quant kernels: dequantization bit for bit, scores", 
     for (bool byte_params : {false, true})
       for (uint32_t bits : {8u, 4u})
         for (uint32_t D : {64u, 128u}) {
-          INFO("rotated " << rotated << " byte params " << byte_params << " q" << bits << " D " << D);
+          INFO("rotated " << rotated << " byte params " << byte_params << " q" << bits << " D "
+                          << D);
           const kernels::KvQuantLayout L{bits, D, 32, rotated, byte_params};
           const size_t n = 70;
           const uint64_t seed = bits * 100 + D + rotated * 7 + byte_params * 3;
@@ -186,8 +199,8 @@ namespace {
 // The KVzip score kernel's key axes [prefix ; chunk ; causal R_t] over one per-head key array
 // (n_p + doc + causal_base + T rows, the chunk at row n_p + 20), against attention_stats; outputs
 // start from earlier maxima. Returns the relative error.
-double score_error(uint32_t T, uint32_t Hq, uint32_t Hkv, uint32_t D, uint32_t n_p, uint32_t m, uint32_t causal_base,
-                   uint64_t seed) {
+double score_error(uint32_t T, uint32_t Hq, uint32_t Hkv, uint32_t D, uint32_t n_p, uint32_t m,
+                   uint32_t causal_base, uint64_t seed) {
   const uint32_t doc = m + 40, rows = n_p + doc + causal_base + T, r0 = n_p + doc;
   const auto q = test::random_vector(size_t(T) * Hq * D, seed, -2, 2);
   std::vector<std::vector<float>> k(Hkv);
@@ -204,9 +217,20 @@ double score_error(uint32_t T, uint32_t Hq, uint32_t Hkv, uint32_t D, uint32_t n
   const auto start = test::random_vector(size_t(Hkv) * stride, seed + 7, 0.0f, 0.02f);
   auto want = start, got = start;
   const float scale = 1.0f / std::sqrt(float(D));
-  const kernels::AttentionStatsArgs a{.q = q.data(), .T = T, .Hq = Hq, .Hkv = Hkv, .D = D, .scale = scale, .t0 = 0,
-                                      .t1 = T, .axes = axes.data(), .col0 = n_p, .col1 = n_p + m,
-                                      .reduce = kernels::Reduce::Max, .out = want.data(), .out_stride = stride};
+  const kernels::AttentionStatsArgs a{.q = q.data(),
+                                      .T = T,
+                                      .Hq = Hq,
+                                      .Hkv = Hkv,
+                                      .D = D,
+                                      .scale = scale,
+                                      .t0 = 0,
+                                      .t1 = T,
+                                      .axes = axes.data(),
+                                      .col0 = n_p,
+                                      .col1 = n_p + m,
+                                      .reduce = kernels::Reduce::Max,
+                                      .out = want.data(),
+                                      .out_stride = stride};
   attention_stats(kernels::Exec{}, a);
   kernels::AttentionScoreArgs g;
   g.q = q.data();
@@ -223,7 +247,8 @@ double score_error(uint32_t T, uint32_t Hq, uint32_t Hkv, uint32_t D, uint32_t n
 
 }  // namespace
 
-TEST_CASE("emulated cuda KVzip score kernel matches the CPU scorer's local-softmax max", "[cuda_emu]") {
+TEST_CASE("emulated cuda KVzip score kernel matches the CPU scorer's local-softmax max",
+          "[cuda_emu]") {
   CHECK(score_error(40, 4, 2, 128, 30, 70, 0, 90) < 2e-5);  // the whole R_t in one call
   CHECK(score_error(35, 6, 2, 64, 17, 61, 45, 91) < 2e-5);  // a later slice of R_t, G = 3
   CHECK(score_error(1, 4, 1, 64, 5, 33, 100, 92) < 2e-5);   // one token, a long causal part
@@ -251,12 +276,14 @@ TEST_CASE("emulated cuda element-wise kernels match the CPU ones", "[cuda_emu]")
     const auto x = test::random_vector(size_t(T) * E, 101, -3, 3);
     const auto w = test::random_vector(E, 102, 0.5f, 1.5f);
     std::vector<float> want(x.size());
-    kernels::cpu::rms_norm(nullptr, kernels::RmsNormArgs{x.data(), w.data(), want.data(), T, E, 1e-5f});
+    kernels::cpu::rms_norm(nullptr,
+                           kernels::RmsNormArgs{x.data(), w.data(), want.data(), T, E, 1e-5f});
     auto y = x;
     emu::rms_norm(kernels::RmsNormArgs{y.data(), w.data(), y.data(), T, E, 1e-5f}, nullptr);
     CHECK(test::rel_error(y, want) < 1e-5);
     std::vector<uint16_t> y16(x.size(), 0xFFFF);
-    emu::rms_norm_bf16(kernels::RmsNormArgs{x.data(), w.data(), nullptr, T, E, 1e-5f}, y16.data(), nullptr);
+    emu::rms_norm_bf16(kernels::RmsNormArgs{x.data(), w.data(), nullptr, T, E, 1e-5f}, y16.data(),
+                       nullptr);
     CHECK(test::rel_error(widen(y16), want) < 1.0 / 256);
   }
   {  // RoPE at large angles
@@ -267,7 +294,8 @@ TEST_CASE("emulated cuda element-wise kernels match the CPU ones", "[cuda_emu]")
     build_rope_table(kernels::rope_inv_freq(D, 10000.0f, RopeScaling{}), pos.data(), T, &table);
     const auto x = test::random_vector(size_t(T) * H * D, 103, -2, 2);
     auto want = x, got = x;
-    kernels::cpu::rope(nullptr, kernels::RopeArgs{want.data(), table.cos.data(), table.sin.data(), T, H, D});
+    kernels::cpu::rope(nullptr,
+                       kernels::RopeArgs{want.data(), table.cos.data(), table.sin.data(), T, H, D});
     emu::rope(kernels::RopeArgs{got.data(), table.cos.data(), table.sin.data(), T, H, D}, nullptr);
     CHECK(test::rel_error(got, want) < 1e-6);
   }
@@ -285,12 +313,16 @@ TEST_CASE("emulated cuda element-wise kernels match the CPU ones", "[cuda_emu]")
   }
   {  // the ragged append: each head's rows where the CPU puts them
     const uint32_t T = 5, Hkv = 3, D = 64, rows = 200;
-    const auto kn = test::random_vector(size_t(T) * Hkv * D, 106), vn = test::random_vector(size_t(T) * Hkv * D, 107);
-    const auto k0 = test::random_vector(size_t(rows) * D, 108), v0 = test::random_vector(size_t(rows) * D, 109);
+    const auto kn = test::random_vector(size_t(T) * Hkv * D, 106),
+               vn = test::random_vector(size_t(T) * Hkv * D, 107);
+    const auto k0 = test::random_vector(size_t(rows) * D, 108),
+               v0 = test::random_vector(size_t(rows) * D, 109);
     const uint64_t dst[3] = {17, 90, 150};
     auto k = k0, v = v0, ek = k0, ev = v0;
-    kernels::cpu::kv_append(kernels::KvAppendArgs{kn.data(), vn.data(), k.data(), v.data(), dst, T, Hkv, D});
-    emu::kv_append(kernels::KvAppendArgs{kn.data(), vn.data(), ek.data(), ev.data(), dst, T, Hkv, D}, nullptr);
+    kernels::cpu::kv_append(
+        kernels::KvAppendArgs{kn.data(), vn.data(), k.data(), v.data(), dst, T, Hkv, D});
+    emu::kv_append(
+        kernels::KvAppendArgs{kn.data(), vn.data(), ek.data(), ev.data(), dst, T, Hkv, D}, nullptr);
     CHECK(ek == k);
     CHECK(ev == v);
   }
@@ -302,7 +334,8 @@ TEST_CASE("emulated cuda element-wise kernels match the CPU ones", "[cuda_emu]")
     std::vector<float> x(size_t(T) * E, NAN);
     emu::embed_bf16(table16.data(), tokens.data(), x.data(), T, E, nullptr);
     for (uint32_t t = 0; t < T; ++t)
-      for (uint32_t e = 0; e < E; ++e) REQUIRE(x[size_t(t) * E + e] == bf16_to_f32(table16[size_t(tokens[t]) * E + e]));
+      for (uint32_t e = 0; e < E; ++e)
+        REQUIRE(x[size_t(t) * E + e] == bf16_to_f32(table16[size_t(tokens[t]) * E + e]));
     const auto y = test::random_vector(x.size(), 114);
     auto sum = x;
     emu::add_in_place(sum.data(), y.data(), x.size(), nullptr);

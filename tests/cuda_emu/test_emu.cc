@@ -40,7 +40,8 @@ Missed unsynchronized_reads() {
 
 }  // namespace
 
-TEST_CASE("emulated cuda threads run both ways between barriers, so a missing barrier shows", "[cuda_emu]") {
+TEST_CASE("emulated cuda threads run both ways between barriers, so a missing barrier shows",
+          "[cuda_emu]") {
   const Missed m = unsynchronized_reads();
   // Row 0 ascending: every thread but the last reads its upper neighbour before that one writes.
   CHECK(m.upper[0] == kThreads - 1);
@@ -50,7 +51,8 @@ TEST_CASE("emulated cuda threads run both ways between barriers, so a missing ba
   CHECK(m.upper[1] == 0);
 }
 
-TEST_CASE("emulated cuda warp shuffles exchange lanes; a barrier never reached fails the launch", "[cuda_emu]") {
+TEST_CASE("emulated cuda warp shuffles exchange lanes; a barrier never reached fails the launch",
+          "[cuda_emu]") {
   std::vector<float> got(kThreads, NAN);
   emu::launch(emu::LaunchConfig(dim3(1), dim3(kThreads)), [&] {
     const unsigned t = threadIdx.x;
@@ -61,10 +63,8 @@ TEST_CASE("emulated cuda warp shuffles exchange lanes; a barrier never reached f
   // Half a warp at __syncthreads, the other half at a shuffle: each waits for the other.
   auto deadlock = [] {
     emu::launch(emu::LaunchConfig(dim3(2), dim3(32)), [&] {
-      if (threadIdx.x < 16)
-        __syncthreads();
-      else
-        (void)__shfl_sync(0xffffffffu, 1.0f, 0);
+      if (threadIdx.x < 16) __syncthreads();
+      else (void)__shfl_sync(0xffffffffu, 1.0f, 0);
     });
   };
   CHECK_THROWS_WITH(deadlock(), Catch::Contains("deadlock"));
@@ -77,7 +77,8 @@ TEST_CASE("emulated cuda warp shuffles exchange lanes; a barrier never reached f
   CHECK(ran == 3 * kThreads);
 }
 
-TEST_CASE("emulated cuda launches: a thread's exception reaches the caller; bad shapes are refused", "[cuda_emu]") {
+TEST_CASE("emulated cuda launches: a thread's exception reaches the caller; bad shapes are refused",
+          "[cuda_emu]") {
   auto throwing = [] {
     emu::launch(emu::LaunchConfig(dim3(1), dim3(kThreads)), [&] {
       __syncthreads();

@@ -4,14 +4,14 @@
 // every method at ratio 1 as equal to it.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
 #include <algorithm>
 #include <filesystem>
 #include <map>
-#include <unistd.h>
 
 #include "common/error.h"
-#include "eval/answer.h"
 #include "common/json.h"
+#include "eval/answer.h"
 #include "eval/eval.h"
 #include "eval/metrics.h"
 #include "eval/ruler.h"
@@ -39,8 +39,8 @@ model::ForwardOptions one_thread() {
   return o;
 }
 
-GreedyAnswer plain(model::Forward& fwd, model::AttentionCache& cache, const std::vector<int32_t>& prompt,
-                   const AnswerParams& ap) {
+GreedyAnswer plain(model::Forward& fwd, model::AttentionCache& cache,
+                   const std::vector<int32_t>& prompt, const AnswerParams& ap) {
   model::GenerateParams gp;
   gp.max_tokens = ap.max_tokens;
   gp.stop_tokens = ap.stop_tokens;
@@ -61,7 +61,8 @@ struct Primed {
   GreedyAnswer base;
 
   Primed(const std::string& question, uint32_t max_tokens) {
-    fwd.prefill(cache, m.chat().encode_document("the cat sat on the mat; the dog ate."), model::LogitsMode::None);
+    fwd.prefill(cache, m.chat().encode_document("the cat sat on the mat; the dog ate."),
+                model::LogitsMode::None);
     prompt = m.chat().suffix("\n\nQuestion: " + question);
     ap.max_tokens = max_tokens;
     base = plain(fwd, cache, prompt, ap);
@@ -110,9 +111,8 @@ TEST_CASE("draft-verified answers equal plain greedy decoding whatever the draft
   // A stop set that ends the answer early (at the first token from the 4th on that did not occur
   // before), so the stopped paths are exercised.
   size_t cut = 3;
-  while (cut < base.tokens.size() &&
-         std::find(base.tokens.begin(), base.tokens.begin() + cut, base.tokens[cut]) !=
-             base.tokens.begin() + cut)
+  while (cut < base.tokens.size() && std::find(base.tokens.begin(), base.tokens.begin() + cut,
+                                               base.tokens[cut]) != base.tokens.begin() + cut)
     ++cut;
   REQUIRE(cut < base.tokens.size());
   AnswerParams stop_ap = ap;
@@ -124,12 +124,12 @@ TEST_CASE("draft-verified answers equal plain greedy decoding whatever the draft
     std::vector<int32_t> longer = base.tokens;
     longer.insert(longer.end(), {12, 13, 14});
     const std::vector<std::vector<int32_t>> drafts = {
-        w,                                   // the answer itself
-        {w.begin(), w.begin() + 3},          // a prefix
-        {},                                  // nothing
-        {w[0], w[1], 7, 8, 9, 10, 11},       // right start, then wrong
-        {5, 6, 7},                           // wrong from the first token
-        longer,                              // longer (than the stopped answer)
+        w,                              // the answer itself
+        {w.begin(), w.begin() + 3},     // a prefix
+        {},                             // nothing
+        {w[0], w[1], 7, 8, 9, 10, 11},  // right start, then wrong
+        {5, 6, 7},                      // wrong from the first token
+        longer,                         // longer (than the stopped answer)
     };
     for (size_t d = 0; d < drafts.size(); ++d) {
       INFO("draft " << d << ", stop set " << p.stop_tokens.size());
@@ -185,7 +185,8 @@ TEST_CASE("draft verification respects a one-token answer limit", "[eval]") {
   check_same(answer_greedy(t.fwd, t.cache, t.prompt, t.ap, &pool), t.base);
 }
 
-TEST_CASE("eval on a tiny model: the full cache agrees with itself and ratio 1 equals full", "[eval]") {
+TEST_CASE("eval on a tiny model: the full cache agrees with itself and ratio 1 equals full",
+          "[eval]") {
   const model::Model& m = *tiny().model;
   const std::vector<Document> docs = pets();
   REQUIRE(docs.size() == 2);
@@ -228,8 +229,10 @@ TEST_CASE("eval on a tiny model: the full cache agrees with itself and ratio 1 e
   CHECK_FALSE(log.empty());
   CHECK_THAT(format_table(r), Contains("full"));
   const std::string csv = format_csv(r);
-  CHECK(csv.rfind("method,ratio,achieved_ratio,contains,f1,kl,agreement,answer_f1,questions,compress_s,"
-                  "answer_s\n", 0) == 0);
+  CHECK(csv.rfind(
+            "method,ratio,achieved_ratio,contains,f1,kl,agreement,answer_f1,questions,compress_s,"
+            "answer_s\n",
+            0) == 0);
   CHECK(std::count(csv.begin(), csv.end(), '\n') == 1 + 11);
 
   // Every answer is listed: 4 questions × 11 rows, one JSON object per line.
@@ -249,7 +252,8 @@ TEST_CASE("eval on a tiny model: the full cache agrees with itself and ratio 1 e
     CHECK(a.answer_f1 == answer_f1(a.answer, reference.at(a.document + "/" + a.question_id)));
     sums[{a.method, a.ratio}] += a.answer_f1;
   }
-  for (const EvalRow& e : r.rows) CHECK(e.answer_f1 == Approx(100.0 * sums.at({e.method, e.ratio}) / 4));
+  for (const EvalRow& e : r.rows)
+    CHECK(e.answer_f1 == Approx(100.0 * sums.at({e.method, e.ratio}) / 4));
   const std::string jsonl = format_answers_jsonl(r);
   size_t start = 0, lines = 0;
   for (size_t end; (end = jsonl.find('\n', start)) != std::string::npos; start = end + 1, ++lines) {
@@ -346,7 +350,8 @@ TEST_CASE("eval runs head-level KVzip from given head scores and refuses it with
   CHECK_THROWS_AS(run_eval(m, docs, o), Error);
 }
 
-TEST_CASE("eval --kv-dtypes: every cache again as a .kvz image of each dtype, compared with f32", "[eval]") {
+TEST_CASE("eval --kv-dtypes: every cache again as a .kvz image of each dtype, compared with f32",
+          "[eval]") {
   const model::Model& m = *tiny().model;
   const std::vector<Document> docs = pets();
   EvalOptions o;
@@ -380,14 +385,17 @@ TEST_CASE("eval --kv-dtypes: every cache again as a .kvz image of each dtype, co
   }
   CHECK_THAT(format_table(r), Contains("file_bytes"));
   const std::string csv = format_csv(r);
-  CHECK(csv.rfind("method,ratio,achieved_ratio,contains,f1,kl,agreement,answer_f1,questions,compress_s,"
-                  "answer_s,kv_dtype,file_bytes,load_ms\n", 0) == 0);
+  CHECK(csv.rfind(
+            "method,ratio,achieved_ratio,contains,f1,kl,agreement,answer_f1,questions,compress_s,"
+            "answer_s,kv_dtype,file_bytes,load_ms\n",
+            0) == 0);
   CHECK_THAT(format_answers_jsonl(r), Contains("\"kv_dtype\":\"q4\""));
   o.kv_dtypes = {"q3"};
   CHECK_THROWS_WITH(checked(o), Contains("q3 is not one of"));
 }
 
-TEST_CASE("query-aware eval scores kvzip with the questions: other caches, same full cache", "[eval]") {
+TEST_CASE("query-aware eval scores kvzip with the questions: other caches, same full cache",
+          "[eval]") {
   const model::Model& m = *tiny().model;
   const std::vector<Document> docs = pets();
   EvalOptions o;

@@ -14,9 +14,10 @@ using namespace kvzip::eval;
 TEST_CASE("normalisation lowercases, strips punctuation, articles and extra whitespace", "[eval]") {
   CHECK(normalize_answer("The Normans!") == "normans");
   CHECK(normalize_answer("  A  cat, an  apple and THE dog. ") == "cat apple and dog");
-  CHECK(normalize_answer("the theatre") == "theatre");          // articles only as whole words
+  CHECK(normalize_answer("the theatre") == "theatre");  // articles only as whole words
   CHECK(normalize_answer("Rollo's 10th-century duchy") == "rollos 10thcentury duchy");
-  CHECK(normalize_answer("\xC3\x89mile \xC3\x97 2") == "\xC3\xA9mile \xC3\x97 2");  // É -> é, × kept
+  CHECK(normalize_answer("\xC3\x89mile \xC3\x97 2") ==
+        "\xC3\xA9mile \xC3\x97 2");  // É -> é, × kept
   CHECK(normalize_answer("the") == "");
   CHECK(normalize_answer("tab\tand\nnewline") == "tab and newline");
 }

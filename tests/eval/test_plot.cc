@@ -5,12 +5,12 @@
 // and write_plot leaves exactly the document and no temporary file.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "common/error.h"
@@ -111,7 +111,7 @@ TEST_CASE("the report plot is one SVG polyline per method and panel, on the data
   CHECK(points(lines[2])[0].first == Approx(640 + 80 + 0.2 * 536).margin(0.06));
   CHECK(svg.find(">answers containing a reference (%)</text>") != std::string::npos);
   CHECK(svg.find(">SQuAD F1 (%)</text>") != std::string::npos);
-  CHECK(svg.find(">kvzip</text>") != std::string::npos);  // legend
+  CHECK(svg.find(">kvzip</text>") != std::string::npos);     // legend
   CHECK(svg.find("stroke-dasharray") != std::string::npos);  // the full cache's levels
 }
 
@@ -135,8 +135,8 @@ TEST_CASE("a plot without panels or with an empty axis is refused", "[eval]") {
 }
 
 TEST_CASE("write_plot leaves exactly the SVG and no temporary file", "[eval]") {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    ("kvzip-plot-" + std::to_string(::getpid()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("kvzip-plot-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const EvalReport r = two_methods();
   const std::string path = (dir / "p.svg").string();
@@ -144,7 +144,8 @@ TEST_CASE("write_plot leaves exactly the SVG and no temporary file", "[eval]") {
   std::ifstream in(path, std::ios::binary);
   const std::string got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   CHECK(got == plot_report(r));
-  CHECK(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()) == 1);
+  CHECK(std::distance(std::filesystem::directory_iterator(dir),
+                      std::filesystem::directory_iterator()) == 1);
   std::filesystem::remove_all(dir);
 }
 

@@ -71,13 +71,15 @@ TEST_CASE("Qwen2.5 0.5B: KVzip at 0.3 keeps the answers the full cache gets righ
     REQUIRE(full.method == "full");
     REQUIRE(kvzip.method == "kvzip");
     REQUIRE(kvzip.question_id == full.question_id);
-    UNSCOPED_INFO(full.question << "\n  full:  " << full.answer << (full.contains ? "  [contains]" : "")
-                                << "\n  kvzip: " << kvzip.answer << (kvzip.contains ? "  [contains]" : ""));
+    UNSCOPED_INFO(full.question << "\n  full:  " << full.answer
+                                << (full.contains ? "  [contains]" : "") << "\n  kvzip: "
+                                << kvzip.answer << (kvzip.contains ? "  [contains]" : ""));
     full_right += full.contains;
     kvzip_right += kvzip.contains;
     lost += full.contains && !kvzip.contains;
   }
-  INFO("full right " << full_right << ", kvzip right " << kvzip_right << ", lost " << lost << " of " << n_q);
+  INFO("full right " << full_right << ", kvzip right " << kvzip_right << ", lost " << lost << " of "
+                     << n_q);
   CHECK(full_right * 2 >= n_q);
   CHECK(kvzip_right + 1 >= full_right);
 }

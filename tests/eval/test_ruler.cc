@@ -362,8 +362,9 @@ TEST_CASE("ruler: the kvpress CSV lists compression as the fraction removed", "[
   CHECK_THAT(table, Catch::Matchers::EndsWith("string-match recall (0-100) per task\n"));
 }
 
-TEST_CASE("ruler: the bundled HotpotQA-layout example gives qa_2 samples with both bridge paragraphs",
-          "[eval]") {
+TEST_CASE(
+    "ruler: the bundled HotpotQA-layout example gives qa_2 samples with both bridge paragraphs",
+    "[eval]") {
   const QaSource src = read_hotpotqa(kvzip::test::source_path("examples/bridges.json"));
   REQUIRE(src.items.size() == 10);
   CHECK(src.paragraphs.size() == 30);

@@ -54,7 +54,8 @@ TEST_CASE("SQuAD articles become one document with their answerable questions", 
   CHECK_FALSE(docs[0].questions[1].impossible);  // no is_impossible field: answerable (v1.1)
 }
 
-TEST_CASE("SQuAD paragraphs become documents of their own; all-questions adds unanswerable ones", "[eval]") {
+TEST_CASE("SQuAD paragraphs become documents of their own; all-questions adds unanswerable ones",
+          "[eval]") {
   SquadOptions o;
   o.unit = DocumentUnit::Paragraph;
   o.all_questions = true;
@@ -69,7 +70,8 @@ TEST_CASE("SQuAD paragraphs become documents of their own; all-questions adds un
   CHECK(docs[1].questions.size() == 1);
 }
 
-TEST_CASE("max-questions keeps the first questions of the file and drops emptied documents", "[eval]") {
+TEST_CASE("max-questions keeps the first questions of the file and drops emptied documents",
+          "[eval]") {
   SquadOptions o;
   o.unit = DocumentUnit::Paragraph;
   o.max_questions = 1;
@@ -86,10 +88,13 @@ TEST_CASE("document units parse from their names", "[eval]") {
 }
 
 TEST_CASE("malformed JSON is refused with the line and column", "[eval]") {
-  CHECK_THROWS_WITH(parse_squad("{\"data\": [", "t.json", {}), Contains("t.json: invalid JSON") && Contains("line 1, column 11"));
-  CHECK_THROWS_WITH(parse_squad("{\"data\": [],}", "t.json", {}), Contains("column 13") && Contains("object key"));
+  CHECK_THROWS_WITH(parse_squad("{\"data\": [", "t.json", {}),
+                    Contains("t.json: invalid JSON") && Contains("line 1, column 11"));
+  CHECK_THROWS_WITH(parse_squad("{\"data\": [],}", "t.json", {}),
+                    Contains("column 13") && Contains("object key"));
   CHECK_THROWS_WITH(parse_squad("{\"data\":\n [1 2]}", "t.json", {}), Contains("line 2, column 5"));
-  CHECK_THROWS_WITH(parse_squad("{\"data\": []} x", "t.json", {}), Contains("expected end of input"));
+  CHECK_THROWS_WITH(parse_squad("{\"data\": []} x", "t.json", {}),
+                    Contains("expected end of input"));
   CHECK_THROWS_WITH(parse_squad("{\"a\": \"x\ty\"}", "t.json", {}), Contains("control character"));
   CHECK_THROWS_WITH(parse_squad("{\"a\": \"\\ud800\"}", "t.json", {}), Contains("surrogate"));
   CHECK_THROWS_WITH(parse_squad("{\"a\": \"\\q\"}", "t.json", {}), Contains("after backslash"));
@@ -101,25 +106,28 @@ TEST_CASE("malformed JSON is refused with the line and column", "[eval]") {
 }
 
 TEST_CASE("mis-shaped SQuAD files are refused naming the JSON path", "[eval]") {
-  CHECK_THROWS_WITH(parse_squad("[]", "t.json", {}), Contains("expected an object, found an array"));
-  CHECK_THROWS_WITH(parse_squad("{\"version\": 1}", "t.json", {}), Contains("missing field \"data\""));
+  CHECK_THROWS_WITH(parse_squad("[]", "t.json", {}),
+                    Contains("expected an object, found an array"));
+  CHECK_THROWS_WITH(parse_squad("{\"version\": 1}", "t.json", {}),
+                    Contains("missing field \"data\""));
   CHECK_THROWS_WITH(
       parse_squad(R"({"data":[{"title":"T","paragraphs":[{"context":"c","qas":[
-                   {"question":"q?","answers":"Rollo"}]}]}]})", "t.json", {}),
+                   {"question":"q?","answers":"Rollo"}]}]}]})",
+                  "t.json", {}),
       Contains("data[0].paragraphs[0].qas[0].answers: expected an array, found a string"));
-  CHECK_THROWS_WITH(
-      parse_squad(R"({"data":[{"title":"T","paragraphs":[{"context":"c","qas":[
-                   {"question":"q?","answers":[]}]}]}]})", "t.json", {}),
-      Contains("has no answers"));
-  CHECK_THROWS_WITH(
-      parse_squad(R"({"data":[{"paragraphs":[{"qas":[]}]}]})", "t.json", {}),
-      Contains("data[0].paragraphs[0]: missing field \"context\""));
+  CHECK_THROWS_WITH(parse_squad(R"({"data":[{"title":"T","paragraphs":[{"context":"c","qas":[
+                   {"question":"q?","answers":[]}]}]}]})",
+                                "t.json", {}),
+                    Contains("has no answers"));
+  CHECK_THROWS_WITH(parse_squad(R"({"data":[{"paragraphs":[{"qas":[]}]}]})", "t.json", {}),
+                    Contains("data[0].paragraphs[0]: missing field \"context\""));
   CHECK_THROWS_WITH(
       parse_squad(R"({"data":[{"paragraphs":[{"context":" ","qas":[]}]}]})", "t.json", {}),
       Contains("empty context"));
   CHECK_THROWS_WITH(
-      parse_squad(R"({"data":[{"paragraphs":[{"context":"c","qas":[{"question":"q","answers":[{"text":1}]}]}]}]})",
-                  "t.json", {}),
+      parse_squad(
+          R"({"data":[{"paragraphs":[{"context":"c","qas":[{"question":"q","answers":[{"text":1}]}]}]}]})",
+          "t.json", {}),
       Contains("answers[0].text: expected a string, found a number"));
 }
 

@@ -40,16 +40,15 @@ class FullTmpfs {
  public:
   FullTmpfs() {
     if (::geteuid() != 0) return;
-    if (::mount("tmpfs", dir_.dir().c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "size=64k") != 0) return;
+    if (::mount("tmpfs", dir_.dir().c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "size=64k") != 0)
+      return;
     mounted_ = true;
     std::ofstream fill(dir_.path("filler"), std::ios::binary);
     const std::string block(4096, 'f');
-    while (fill.write(block.data(), block.size())) {
-    }
+    while (fill.write(block.data(), block.size())) {}
     fill.close();
     std::ofstream last(dir_.path("filler2"), std::ios::binary);  // the tail smaller than a block
-    while (last.put('f') && last.flush()) {
-    }
+    while (last.put('f') && last.flush()) {}
   }
   ~FullTmpfs() {
     if (mounted_) ::umount2(dir_.dir().c_str(), MNT_DETACH);
@@ -80,7 +79,9 @@ struct FullDisk {
     if (tmpfs) fs.emplace();
   }
   bool usable() const { return !tmpfs || fs->available(); }
-  std::string path(const std::string& name) const { return tmpfs ? fs->path(name) : plain.path(name); }
+  std::string path(const std::string& name) const {
+    return tmpfs ? fs->path(name) : plain.path(name);
+  }
   std::vector<std::string> left() const { return tmpfs ? fs->written() : plain.list(); }
   const char* how() const { return tmpfs ? " on a full tmpfs" : " past RLIMIT_FSIZE"; }
 };
@@ -154,7 +155,8 @@ TEST_CASE("a full disk is a clean io error and leaves no file, for every writer"
       return got;
     }();
     CHECK(e.code() == Errc::io);
-    CHECK_THAT(e.what(), Catch::Matchers::Contains(reason) && Catch::Matchers::Contains("free space there"));
+    CHECK_THAT(e.what(),
+               Catch::Matchers::Contains(reason) && Catch::Matchers::Contains("free space there"));
     CHECK(disk.left().empty());
   }
   // HDF5 is still usable afterwards (no half-closed file handle inside the library).
@@ -164,7 +166,8 @@ TEST_CASE("a full disk is a clean io error and leaves no file, for every writer"
   }
 }
 
-TEST_CASE("kvzip export and prune onto a full disk exit with [io], not a crash, and leave nothing", "[faults]") {
+TEST_CASE("kvzip export and prune onto a full disk exit with [io], not a crash, and leave nothing",
+          "[faults]") {
   const FullDisk disk(GENERATE(true, false));
   if (!disk.usable()) KVZIP_FORMAT_SKIP("cannot mount a tmpfs here (not root, or no permission)");
   TempDir in;
@@ -172,7 +175,8 @@ TEST_CASE("kvzip export and prune onto a full disk exit with [io], not a crash, 
   CliOptions o;
   if (!disk.tmpfs) o.file_size_limit = 4096;
   const std::string dir = disk.path("");
-  std::vector<std::vector<std::string>> commands = {{"prune", in.path("c.kvz"), "--ratio", "0.2", "-o", dir + "p.kvz"}};
+  std::vector<std::vector<std::string>> commands = {
+      {"prune", in.path("c.kvz"), "--ratio", "0.2", "-o", dir + "p.kvz"}};
   if (hdf5_available()) commands.push_back({"export", in.path("c.kvz"), "--hdf5", dir + "e.h5"});
   for (const auto& args : commands) {
     INFO(args[0] << disk.how());
@@ -196,7 +200,9 @@ TEST_CASE("SIGINT and SIGTERM during a real kvzip write remove its temporary fil
       seen = wait_for_file(dir.dir(), "out.kvz.tmp.", pid, 60);  // the write has begun
       ::kill(pid, sig);
     };
-    const CliResult r = run_kvzip({"prune", dir.path("big.kvz"), "--ratio", "0.5", "--zstd", "19", "-o", dir.path("out.kvz")}, o);
+    const CliResult r = run_kvzip(
+        {"prune", dir.path("big.kvz"), "--ratio", "0.5", "--zstd", "19", "-o", dir.path("out.kvz")},
+        o);
     INFO(r.err);
     REQUIRE(seen);
     CHECK(r.shell_status() == 128 + sig);  // 130, 143
@@ -205,7 +211,8 @@ TEST_CASE("SIGINT and SIGTERM during a real kvzip write remove its temporary fil
   }
 }
 
-TEST_CASE("a SIGKILLed kvzip leaves a temporary named after it, which the next write removes", "[faults]") {
+TEST_CASE("a SIGKILLed kvzip leaves a temporary named after it, which the next write removes",
+          "[faults]") {
   TempDir dir;
   write_cache_file(big_cache(), dir.path("big.kvz"));
   pid_t killed = 0;
@@ -214,21 +221,27 @@ TEST_CASE("a SIGKILLed kvzip leaves a temporary named after it, which the next w
     killed = pid;
     if (wait_for_file(dir.dir(), "out.kvz.tmp.", pid, 60)) ::kill(pid, SIGKILL);
   };
-  const CliResult r = run_kvzip({"prune", dir.path("big.kvz"), "--ratio", "0.5", "--zstd", "19", "-o", dir.path("out.kvz")}, o);
+  const CliResult r = run_kvzip(
+      {"prune", dir.path("big.kvz"), "--ratio", "0.5", "--zstd", "19", "-o", dir.path("out.kvz")},
+      o);
   REQUIRE(r.signal == SIGKILL);
   const std::string temp = "out.kvz.tmp." + std::to_string(killed) + ".";
   std::vector<std::string> names = dir.list();
   REQUIRE(names.size() == 2);
   CHECK(names[1].rfind(temp, 0) == 0);
-  const CliResult again = run_kvzip({"prune", dir.path("big.kvz"), "--ratio", "0.5", "-o", dir.path("out.kvz")});
+  const CliResult again =
+      run_kvzip({"prune", dir.path("big.kvz"), "--ratio", "0.5", "-o", dir.path("out.kvz")});
   CHECK(again.exit_code == 0);
   CHECK_THAT(again.err, Catch::Matchers::Contains("kvzip: note: removed " + dir.path(names[1])) &&
-                            Catch::Matchers::Contains("process " + std::to_string(killed) + ", which no longer runs"));
+                            Catch::Matchers::Contains("process " + std::to_string(killed) +
+                                                      ", which no longer runs"));
   CHECK(dir.list() == std::vector<std::string>{"big.kvz", "out.kvz"});
   CHECK_NOTHROW(CacheReader::open(dir.path("out.kvz"), {Verify::Full}));
 }
 
-TEST_CASE("checksums forged over an undecodable zstd section: --verify, prune and export all refuse it", "[faults]") {
+TEST_CASE(
+    "checksums forged over an undecodable zstd section: --verify, prune and export all refuse it",
+    "[faults]") {
   TempDir dir;
   const CacheContents c = synthetic({});
   WriteOptions w;
@@ -241,23 +254,27 @@ TEST_CASE("checksums forged over an undecodable zstd section: --verify, prune an
   write_bytes(dir.path("forged.kvz"), img.bytes);
   const CliResult plain = run_kvzip({"inspect", dir.path("forged.kvz")});
   CHECK(plain.exit_code == 0);  // metadata is intact; the text says K/V was not checked
-  CHECK_THAT(plain.out, Catch::Matchers::Contains("K/V data not checked yet (checked by a full verify)"));
+  CHECK_THAT(plain.out,
+             Catch::Matchers::Contains("K/V data not checked yet (checked by a full verify)"));
   std::vector<std::vector<std::string>> commands = {
       {"inspect", "--verify", dir.path("forged.kvz")},
       {"prune", dir.path("forged.kvz"), "--ratio", "0.2", "-o", dir.path("p.kvz")}};
-  if (hdf5_available()) commands.push_back({"export", dir.path("forged.kvz"), "--hdf5", dir.path("e.h5")});
+  if (hdf5_available())
+    commands.push_back({"export", dir.path("forged.kvz"), "--hdf5", dir.path("e.h5")});
   for (const auto& args : commands) {
     const CliResult r = run_kvzip(args);
     INFO(args[0] << ": " << r.err);
     CHECK(r.exit_code == 8);
-    CHECK_THAT(r.err, Catch::Matchers::StartsWith("kvzip: error [corrupt]: " + dir.path("forged.kvz") +
-                                                  ": section 5 (kv layer 1)") &&
-                          Catch::Matchers::Contains("not a zstd frame"));
+    CHECK_THAT(r.err,
+               Catch::Matchers::StartsWith("kvzip: error [corrupt]: " + dir.path("forged.kvz") +
+                                           ": section 5 (kv layer 1)") &&
+                   Catch::Matchers::Contains("not a zstd frame"));
   }
   CHECK(dir.list() == std::vector<std::string>{"forged.kvz"});
 }
 
-TEST_CASE("a NaN in a cache is reported as corrupt naming layer and head by every command", "[faults]") {
+TEST_CASE("a NaN in a cache is reported as corrupt naming layer and head by every command",
+          "[faults]") {
   TempDir dir;
   const CacheContents c = synthetic({});
   Image img(to_bytes(c));
@@ -275,16 +292,20 @@ TEST_CASE("a NaN in a cache is reported as corrupt naming layer and head by ever
     INFO(args[0] << ": " << r.err);
     CHECK(r.exit_code == 8);
     CHECK_THAT(r.err, Catch::Matchers::StartsWith("kvzip: error [corrupt]: ") &&
-                          Catch::Matchers::Contains("layer 2 head 0 row 0 (position 0) holds a NaN value"));
+                          Catch::Matchers::Contains(
+                              "layer 2 head 0 row 0 (position 0) holds a NaN value"));
   }
 }
 
-TEST_CASE("SIGINT during a real kvzip compress write removes its temporary file", "[faults][realmodel]") {
+TEST_CASE("SIGINT during a real kvzip compress write removes its temporary file",
+          "[faults][realmodel]") {
   const std::string model = real_model_or_empty();
-  if (model.empty()) KVZIP_FORMAT_SKIP("set KVZIP_MODEL to SmolLM2-135M-Instruct.Q4_1.gguf to run this test");
+  if (model.empty())
+    KVZIP_FORMAT_SKIP("set KVZIP_MODEL to SmolLM2-135M-Instruct.Q4_1.gguf to run this test");
   TempDir dir;
   std::string doc;
-  for (int i = 0; i < 60; ++i) doc += "The Normans gave their name to Normandy, a region in France. ";
+  for (int i = 0; i < 60; ++i)
+    doc += "The Normans gave their name to Normandy, a region in France. ";
   write_bytes(dir.path("doc.txt"), std::vector<uint8_t>(doc.begin(), doc.end()));
   bool seen = false;
   CliOptions o;
@@ -294,7 +315,9 @@ TEST_CASE("SIGINT during a real kvzip compress write removes its temporary file"
     seen = wait_for_file(dir.dir(), "doc.kvz.tmp.", pid, 500);
     ::kill(pid, SIGINT);
   };
-  const CliResult r = run_kvzip({"compress", dir.path("doc.txt"), "--method", "full", "--ratio", "1", "--zstd", "19", "-q"}, o);
+  const CliResult r = run_kvzip(
+      {"compress", dir.path("doc.txt"), "--method", "full", "--ratio", "1", "--zstd", "19", "-q"},
+      o);
   INFO(r.err);
   REQUIRE(seen);
   CHECK(r.shell_status() == 130);

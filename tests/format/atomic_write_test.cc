@@ -24,7 +24,8 @@ TEST_CASE("a sink that fails midway leaves no file behind", "[format]") {
                                               uint64_t& n;
                                               Failing(Sink& s, uint64_t& c) : inner(s), n(c) {}
                                               void write(const void* d, size_t k) override {
-                                                if (n + k > 5000) throw Error(Errc::io, "disk full (simulated)");
+                                                if (n + k > 5000)
+                                                  throw Error(Errc::io, "disk full (simulated)");
                                                 inner.write(d, k);
                                                 n += k;
                                               }
@@ -36,13 +37,16 @@ TEST_CASE("a sink that fails midway leaves no file behind", "[format]") {
   CHECK(dir.list().empty());
 }
 
-TEST_CASE("an existing file is not overwritten without force, and is replaced with force", "[format]") {
+TEST_CASE("an existing file is not overwritten without force, and is replaced with force",
+          "[format]") {
   TempDir dir;
   write_bytes(dir.path("out.kvz"), {1, 2, 3});
   CacheContents c = synthetic({});
-  const Error e = test::error_from([&] { write_cache_file(c, dir.path("out.kvz")); }, "overwrote without force");
+  const Error e = test::error_from([&] { write_cache_file(c, dir.path("out.kvz")); },
+                                   "overwrote without force");
   CHECK(e.code() == Errc::invalid_argument);
-  CHECK_THAT(e.what(), Catch::Matchers::Contains("already exists") && Catch::Matchers::Contains("-f"));
+  CHECK_THAT(e.what(),
+             Catch::Matchers::Contains("already exists") && Catch::Matchers::Contains("-f"));
   CHECK(read_bytes(dir.path("out.kvz")) == std::vector<uint8_t>{1, 2, 3});
   WriteOptions o;
   o.force = true;
@@ -53,9 +57,11 @@ TEST_CASE("an existing file is not overwritten without force, and is replaced wi
 
 TEST_CASE("writing into a missing directory is a not_found error naming it", "[format]") {
   TempDir dir;
-  const Error e = test::error_from([&] { write_cache_file(synthetic({}), dir.path("no/such/dir/out.kvz")); }, "no error");
+  const Error e = test::error_from(
+      [&] { write_cache_file(synthetic({}), dir.path("no/such/dir/out.kvz")); }, "no error");
   CHECK(e.code() == Errc::not_found);
-  CHECK_THAT(e.what(), Catch::Matchers::Contains("folder " + dir.path("no/such/dir") + " does not exist"));
+  CHECK_THAT(e.what(),
+             Catch::Matchers::Contains("folder " + dir.path("no/such/dir") + " does not exist"));
 }
 
 TEST_CASE("invalid contents fail before any file is created", "[format]") {

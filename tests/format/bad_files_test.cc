@@ -80,7 +80,8 @@ TEST_CASE("the model mismatch message shows both fingerprints", "[format]") {
     CHECK_THAT(e.what(), Catch::Matchers::Contains("weights=0x0123456789abcdef") &&
                              Catch::Matchers::Contains("weights=0x99aabbccddeeff00"));
   }
-  CHECK(CacheReader::open(source_path("tests/golden/kvz/tiny_v1_f32.kvz")).check_model(mine, false));
+  CHECK(
+      CacheReader::open(source_path("tests/golden/kvz/tiny_v1_f32.kvz")).check_model(mine, false));
 }
 
 TEST_CASE("a damaged K/V section is caught on first access, not at open, by default", "[format]") {

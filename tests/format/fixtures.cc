@@ -10,12 +10,12 @@
 
 #include <algorithm>
 #include <bit>
-#include <cstring>
-#include <tuple>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <tuple>
 
 #include "format/detail/dtype.h"
 
@@ -63,7 +63,8 @@ void check_hdf5_round_trip(const CacheContents& c) {
   CHECK(to_bytes(back) == to_bytes(c));
 }
 
-size_t for_each_kept_row(const LayerKv& in, const LayerKv& out, const std::function<void(size_t row, size_t j)>& f) {
+size_t for_each_kept_row(const LayerKv& in, const LayerKv& out,
+                         const std::function<void(size_t row, size_t j)>& f) {
   size_t row = 0, in_first = 0;
   for (size_t h = 0; h < in.head_rows.size(); ++h) {
     for (uint32_t i = 0; i < out.head_rows[h]; ++i, ++row) {
@@ -84,7 +85,9 @@ uint64_t splitmix(uint64_t& s) {
   return z ^ (z >> 31);
 }
 
-float uniform(uint64_t& s) { return static_cast<float>(splitmix(s) >> 40) / static_cast<float>(1 << 24); }
+float uniform(uint64_t& s) {
+  return static_cast<float>(splitmix(s) >> 40) / static_cast<float>(1 << 24);
+}
 
 float representable(float f, DType t) {
   switch (t) {
@@ -187,9 +190,11 @@ CacheContents golden_contents(DType dtype) {
       for (uint32_t p : pos) {
         layer.positions.push_back(p);
         // Scores: prefix rows 1, document rows distinct eighths so prune has no ties.
-        layer.scores.push_back(p < 3 ? 1.0f : static_cast<float>((p * 3 + l * 5 + hd) % 8) / 8.0f + 0.0625f * l);
+        layer.scores.push_back(
+            p < 3 ? 1.0f : static_cast<float>((p * 3 + l * 5 + hd) % 8) / 8.0f + 0.0625f * l);
         for (uint32_t d = 0; d < 4; ++d) {  // quarters below 32: exact in bf16 and f16
-          layer.k.push_back(static_cast<float>(l) + 0.5f * d + 0.25f * static_cast<float>(row % 7) - 0.75f);
+          layer.k.push_back(static_cast<float>(l) + 0.5f * d + 0.25f * static_cast<float>(row % 7) -
+                            0.75f);
           layer.v.push_back(-static_cast<float>(hd) - 0.25f * d + 0.5f * static_cast<float>(p));
         }
         ++row;
@@ -208,11 +213,13 @@ bool same_contents(const CacheContents& a, const CacheContents& b, std::string* 
   if (x.tool_version != y.tool_version) return differ("tool_version");
   if (x.created_unix != y.created_unix) return differ("created_unix");
   if (x.model.arch != y.model.arch || x.model.name != y.model.name ||
-      x.model.tokenizer_hash != y.model.tokenizer_hash || x.model.weights_hash != y.model.weights_hash)
+      x.model.tokenizer_hash != y.model.tokenizer_hash ||
+      x.model.weights_hash != y.model.weights_hash)
     return differ("model");
   if (x.n_layers != y.n_layers || x.n_kv_heads != y.n_kv_heads || x.head_dim != y.head_dim)
     return differ("shape");
-  if (x.rope_layout != y.rope_layout || std::bit_cast<uint32_t>(x.rope_base) != std::bit_cast<uint32_t>(y.rope_base))
+  if (x.rope_layout != y.rope_layout ||
+      std::bit_cast<uint32_t>(x.rope_base) != std::bit_cast<uint32_t>(y.rope_base))
     return differ("rope");
   const RopeScaling &rx = x.rope_scaling, &ry = y.rope_scaling;
   if (rx.kind != ry.kind || rx.factor != ry.factor || rx.low_freq_factor != ry.low_freq_factor ||
@@ -234,7 +241,8 @@ bool same_contents(const CacheContents& a, const CacheContents& b, std::string* 
   if (a.has_scores != b.has_scores) return differ("has_scores");
   if (a.layers.size() != b.layers.size()) return differ("layers");
   auto bits_equal = [](const std::vector<float>& u, const std::vector<float>& v) {
-    return u.size() == v.size() && (u.empty() || std::memcmp(u.data(), v.data(), u.size() * 4) == 0);
+    return u.size() == v.size() &&
+           (u.empty() || std::memcmp(u.data(), v.data(), u.size() * 4) == 0);
   };
   for (size_t l = 0; l < a.layers.size(); ++l) {
     const LayerKv &p = a.layers[l], &q = b.layers[l];
@@ -245,7 +253,8 @@ bool same_contents(const CacheContents& a, const CacheContents& b, std::string* 
     if (!bits_equal(p.v, q.v)) return differ(at + "v");
     if (!bits_equal(p.scores, q.scores)) return differ(at + "scores");
     for (auto [u, w, name] : {std::tuple{&p.qk, &q.qk, "qk"}, std::tuple{&p.qv, &q.qv, "qv"}}) {
-      if (!bits_equal(u->channel_scale, w->channel_scale)) return differ(at + name + ".channel_scale");
+      if (!bits_equal(u->channel_scale, w->channel_scale))
+        return differ(at + name + ".channel_scale");
       if (u->dense != w->dense) return differ(at + name + ".dense");
       if (u->params != w->params) return differ(at + name + ".params");
       if (u->codes != w->codes) return differ(at + name + ".codes");
@@ -293,7 +302,8 @@ std::vector<std::string> TempDir::list() const { return list_of(dir_); }
 
 std::vector<std::string> TempDir::list_of(const std::string& dir) {
   std::vector<std::string> out;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    out.push_back(e.path().filename().string());
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -308,8 +318,10 @@ void check_pruned_as_stored(const CacheContents& c, const CacheContents& p) {
     CHECK(out.qk.dense == in.qk.dense);  // f16 rows: prefix rows, never evicted
     CHECK(out.qv.dense == in.qv.dense);
     for_each_kept_row(in, out, [&](size_t row, size_t j) {
-      CHECK(std::equal(out.k.begin() + row * D, out.k.begin() + (row + 1) * D, in.k.begin() + j * D));
-      CHECK(std::equal(out.v.begin() + row * D, out.v.begin() + (row + 1) * D, in.v.begin() + j * D));
+      CHECK(
+          std::equal(out.k.begin() + row * D, out.k.begin() + (row + 1) * D, in.k.begin() + j * D));
+      CHECK(
+          std::equal(out.v.begin() + row * D, out.v.begin() + (row + 1) * D, in.v.begin() + j * D));
     });
   }
   check_writes_and_loads(p);

@@ -67,7 +67,8 @@ void check_writes_and_loads(const CacheContents& c);
 void check_hdf5_round_trip(const CacheContents& c);
 // Calls f(row, j) for each row of `out`, a prune of `in`, with j the row of `in` that holds the
 // same head's row at the same position. Returns the number of rows of `out`.
-size_t for_each_kept_row(const LayerKv& in, const LayerKv& out, const std::function<void(size_t row, size_t j)>& f);
+size_t for_each_kept_row(const LayerKv& in, const LayerKv& out,
+                         const std::function<void(size_t row, size_t j)>& f);
 // A pruned q8/q4 cache `p` of `c` kept the stored form: the channel scales and f16 rows as they
 // were and every kept row's values bit for bit (nothing re-quantized); then p writes and loads.
 void check_pruned_as_stored(const CacheContents& c, const CacheContents& p);
@@ -81,7 +82,7 @@ class TempDir {
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
   std::string path(const std::string& name) const { return dir_ + "/" + name; }
-  std::vector<std::string> list() const;  // file names inside, sorted
+  std::vector<std::string> list() const;                            // file names inside, sorted
   static std::vector<std::string> list_of(const std::string& dir);  // the same for any folder
   const std::string& dir() const { return dir_; }
 

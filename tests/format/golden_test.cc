@@ -46,17 +46,20 @@ void write_text(const std::string& name, const std::string& text) {
 
 TEST_CASE("generate the golden v1 files", "[.generate-golden]") {
   write_bytes(source_path(kDir + "tiny_v1_f32.kvz"), to_bytes(golden_contents(DType::F32)));
-  write_bytes(source_path(kDir + "tiny_v1_bf16_zstd.kvz"), to_bytes(golden_contents(DType::BF16), zstd_all()));
+  write_bytes(source_path(kDir + "tiny_v1_bf16_zstd.kvz"),
+              to_bytes(golden_contents(DType::BF16), zstd_all()));
   auto f32 = read_bytes(source_path(kDir + "tiny_v1_f32.kvz"));
   write_bytes(source_path(kDir + "future_minor_unknown_optional.kvz"), future_minor_file(f32));
   write_text("tiny_v1_f32.inspect.txt", inspect_text("tiny_v1_f32.kvz"));
   write_bytes(source_path(kDir + "tiny_v1_q4.kvz"), to_bytes(golden_quant(DType::Q4)));
-  write_bytes(source_path(kDir + "tiny_v1_q8_zstd.kvz"), to_bytes(golden_quant(DType::Q8), zstd_all()));
+  write_bytes(source_path(kDir + "tiny_v1_q8_zstd.kvz"),
+              to_bytes(golden_quant(DType::Q8), zstd_all()));
   write_text("tiny_v1_q4.inspect.txt", inspect_text("tiny_v1_q4.kvz"));
 }
 
 TEST_CASE("the golden q4 and q8 files read back their stored rows and values", "[format]") {
-  for (auto [name, dtype] : {std::pair{"tiny_v1_q4.kvz", DType::Q4}, std::pair{"tiny_v1_q8_zstd.kvz", DType::Q8}}) {
+  for (auto [name, dtype] :
+       {std::pair{"tiny_v1_q4.kvz", DType::Q4}, std::pair{"tiny_v1_q8_zstd.kvz", DType::Q8}}) {
     INFO(name);
     CacheReader r = CacheReader::open(source_path(kDir + name), {Verify::Full});
     CHECK(r.version_minor() == 0);
@@ -68,7 +71,8 @@ TEST_CASE("the golden q4 and q8 files read back their stored rows and values", "
     CHECK(same_contents(got, golden_quant(dtype), &why));  // stored bytes and reconstructed values
     INFO(why);
     for (const LayerKv& l : got.layers)  // one 16-bit word (two bytes) a group, two groups a row
-      CHECK(l.qk.params.size() == (l.positions.size() - f16_row_count(r.header(), l.positions)) * 2);
+      CHECK(l.qk.params.size() ==
+            (l.positions.size() - f16_row_count(r.header(), l.positions)) * 2);
     // The prefix rows are the f32 golden's exactly (quarters: exact in f16); the others within a
     // step of the rotated rows (H is orthonormal: a row's error keeps its length, spread over its
     // channels; the channel maxima here are below 4.5, the byte scale at most 1/16 coarser).
@@ -115,8 +119,10 @@ TEST_CASE("this writer reproduces the golden f32 file byte for byte", "[format]"
   CHECK(to_bytes(golden_contents(DType::F32)) == read_bytes(source_path(kDir + "tiny_v1_f32.kvz")));
 }
 
-TEST_CASE("a later minor version's file with an unknown optional section is read with it skipped", "[format]") {
-  CacheReader r = CacheReader::open(source_path(kDir + "future_minor_unknown_optional.kvz"), {Verify::Full});
+TEST_CASE("a later minor version's file with an unknown optional section is read with it skipped",
+          "[format]") {
+  CacheReader r =
+      CacheReader::open(source_path(kDir + "future_minor_unknown_optional.kvz"), {Verify::Full});
   CHECK(r.version_minor() == 1);
   CHECK_FALSE(r.has_scores());
   CHECK(r.sections()[3].name == "unknown");

@@ -41,12 +41,13 @@ TEST_CASE("HDF5 export refuses to overwrite without force and h5dump can read it
   CacheContents c = golden_contents(DType::F16);
   export_hdf5(c, dir.path("g.h5"), false);
   CHECK_THROWS_MATCHES(export_hdf5(c, dir.path("g.h5"), false), Error,
-                       Catch::Matchers::Predicate<Error>([](const Error& e) {
-                         return e.code() == Errc::invalid_argument;
-                       }));
+                       Catch::Matchers::Predicate<Error>(
+                           [](const Error& e) { return e.code() == Errc::invalid_argument; }));
   export_hdf5(c, dir.path("g.h5"), true);
-  if (std::system("command -v h5dump >/dev/null 2>&1") != 0) KVZIP_FORMAT_SKIP("h5dump not installed");
-  std::string cmd = "h5dump -d /layers/0001/positions " + dir.path("g.h5") + " > " + dir.path("dump.txt");
+  if (std::system("command -v h5dump >/dev/null 2>&1") != 0)
+    KVZIP_FORMAT_SKIP("h5dump not installed");
+  std::string cmd =
+      "h5dump -d /layers/0001/positions " + dir.path("g.h5") + " > " + dir.path("dump.txt");
   REQUIRE(std::system(cmd.c_str()) == 0);
   auto text = read_bytes(dir.path("dump.txt"));
   std::string s(text.begin(), text.end());

@@ -105,10 +105,9 @@ TEST_CASE("a head-scores file is written atomically and read back", "[format]") 
   // An existing file is kept unless force.
   HeadScores other = sample();
   other.values[0] = 0.875f;
-  CHECK_THROWS_MATCHES(write_head_scores_file(other, path, false), Error,
-                       Catch::Predicate<Error>([](const Error& e) {
-                         return e.code() == Errc::invalid_argument;
-                       }));
+  CHECK_THROWS_MATCHES(
+      write_head_scores_file(other, path, false), Error,
+      Catch::Predicate<Error>([](const Error& e) { return e.code() == Errc::invalid_argument; }));
   CHECK(read_head_scores_file(path).values[0] == 0.5f);
   write_head_scores_file(other, path, true);
   CHECK(read_head_scores_file(path).values[0] == 0.875f);
@@ -204,11 +203,11 @@ TEST_CASE("every kind of bad head-scores file is refused with its own code", "[f
       reseal(b);
       return b;
     };
-    CHECK(code_of(patched(12, 32)) == Errc::corrupt);      // Header_Size below 64
+    CHECK(code_of(patched(12, 32)) == Errc::corrupt);  // Header_Size below 64
     CHECK(code_of(patched(12, 1u << 20)) == Errc::corrupt);
-    CHECK(code_of(patched(16, 0)) == Errc::corrupt);       // L = 0
-    CHECK(code_of(patched(20, 5000)) == Errc::corrupt);    // Hkv too large
-    CHECK(code_of(patched(52, 0)) == Errc::corrupt);       // no arch
+    CHECK(code_of(patched(16, 0)) == Errc::corrupt);     // L = 0
+    CHECK(code_of(patched(20, 5000)) == Errc::corrupt);  // Hkv too large
+    CHECK(code_of(patched(52, 0)) == Errc::corrupt);     // no arch
     CHECK(code_of(patched(60, 1u << 30)) == Errc::corrupt);
     std::vector<uint8_t> b = good;
     b.push_back(0);
@@ -251,15 +250,13 @@ TEST_CASE("head scores are checked against the model: fingerprint with force, sh
     ModelConfig c = cfg;
     (which ? c.n_kv_heads : c.n_layers) += 1;
     INFO("which " << which);
-    CHECK_THROWS_MATCHES(check_head_scores_model(h, c, h.model, true), Error,
-                         Catch::Predicate<Error>([](const Error& e) {
-                           return e.code() == Errc::model_mismatch;
-                         }));
+    CHECK_THROWS_MATCHES(
+        check_head_scores_model(h, c, h.model, true), Error,
+        Catch::Predicate<Error>([](const Error& e) { return e.code() == Errc::model_mismatch; }));
   }
 }
 
-TEST_CASE("inspect recognises a head-scores file and shows every score with its rank",
-          "[format]") {
+TEST_CASE("inspect recognises a head-scores file and shows every score with its rank", "[format]") {
   HeadScores h = sample();
   h.source = "bad\x01name\xff.txt";  // untrusted bytes must come out escaped
   const std::vector<uint8_t> bytes = encode_head_scores(h);

@@ -55,7 +55,8 @@ TEST_CASE("prune keeps the highest-scoring document rows and every prefix row", 
   }
   CHECK(prefix_out == prefix_in);
   CHECK(kept_doc.size() == budget);  // synthetic scores have no ties
-  CHECK(*std::min_element(kept_doc.begin(), kept_doc.end()) > *std::max_element(dropped_doc.begin(), dropped_doc.end()));
+  CHECK(*std::min_element(kept_doc.begin(), kept_doc.end()) >
+        *std::max_element(dropped_doc.begin(), dropped_doc.end()));
   CHECK(out.header.requested_ratio == 0.25);
   CHECK(out.header.achieved_ratio == static_cast<double>(budget) / total);
   validate(out);  // still a writable cache
@@ -75,7 +76,8 @@ TEST_CASE("prune keeps exactly the budget, ties at the cut earliest in file orde
   CHECK(out.header.achieved_ratio == 0.3);
 }
 
-TEST_CASE("prune breaks a tie straddling the cut by file order and keeps higher scores", "[format]") {
+TEST_CASE("prune breaks a tie straddling the cut by file order and keeps higher scores",
+          "[format]") {
   CacheContents in = golden_contents(DType::F32);
   // Document rows in file order get 0.2, 0.5, 0.5, 0.9, 0.5, 0.1, ...: round(0.15 · 20) = 3 keeps
   // the 0.9 and the first two 0.5s.
@@ -110,10 +112,12 @@ TEST_CASE("prune rounds the budget to the nearest row, as select_rows does", "[f
 TEST_CASE("prune at the cache's own ratio keeps every row", "[format]") {
   CacheContents in = golden_contents(DType::F32);
   CacheContents out = prune(in, 0.5);
-  for (size_t l = 0; l < in.layers.size(); ++l) CHECK(out.layers[l].positions == in.layers[l].positions);
+  for (size_t l = 0; l < in.layers.size(); ++l)
+    CHECK(out.layers[l].positions == in.layers[l].positions);
 }
 
-TEST_CASE("prune refuses caches without scores, larger ratios and ratios outside (0, 1]", "[format]") {
+TEST_CASE("prune refuses caches without scores, larger ratios and ratios outside (0, 1]",
+          "[format]") {
   CacheContents in = golden_contents(DType::F32);
   CHECK(code_of([&] { prune(in, 0.6); }) == Errc::invalid_argument);
   CHECK(code_of([&] { prune(in, 0.0); }) == Errc::invalid_argument);

@@ -31,7 +31,9 @@ CacheContents stored(DType t, uint32_t group, uint64_t seed = 4) {
 
 }  // namespace
 
-TEST_CASE("byte scale codes decode to (16 + e mod 16) * 2^(e/16 - 22), increasing; minima are exact", "[format]") {
+TEST_CASE(
+    "byte scale codes decode to (16 + e mod 16) * 2^(e/16 - 22), increasing; minima are exact",
+    "[format]") {
   float prev = 0.0f;
   for (uint32_t e = 0; e < 256; ++e) {
     const float s = kv_byte_scale(e);
@@ -76,9 +78,12 @@ std::vector<std::vector<float>> writer_groups() {
     std::vector<float> y(k % 3 == 0 ? 64 : k % 3 == 1 ? 32 : 4);
     for (float& v : y) v = std::clamp(g(rng), -1.0f, 1.0f);
     if (k % 5 == 1) y[k % y.size()] = (k % 2 ? 1.0f : -1.0f);  // an outlier at the channel scale
-    if (k % 7 == 2) for (float& v : y) v = std::fabs(v);        // all positive
-    if (k % 7 == 3) for (float& v : y) v = -std::fabs(v);       // all negative
-    if (k % 11 == 4) for (float& v : y) v *= 1e-6f;             // tiny
+    if (k % 7 == 2)
+      for (float& v : y) v = std::fabs(v);  // all positive
+    if (k % 7 == 3)
+      for (float& v : y) v = -std::fabs(v);  // all negative
+    if (k % 11 == 4)
+      for (float& v : y) v *= 1e-6f;  // tiny
     out.push_back(std::move(y));
   }
   out.push_back(std::vector<float>(8, 0.0f));
@@ -89,7 +94,8 @@ std::vector<std::vector<float>> writer_groups() {
 
 }  // namespace
 
-TEST_CASE("kv_byte_params_for: least squares over the scale codes and zero points the header names", "[format]") {
+TEST_CASE("kv_byte_params_for: least squares over the scale codes and zero points the header names",
+          "[format]") {
   // An independent enumeration of the candidates common/kv_params.h describes: the smallest
   // covering scale code and kKvScaleAbove more, and zero points that put the grid's bottom, top or
   // middle on the range's, rounded, and ±1.
@@ -123,8 +129,10 @@ TEST_CASE("kv_byte_params_for: least squares over the scale codes and zero point
   }
 }
 
-TEST_CASE("kv_byte_params_for: a value inside the grid is within half a step, one outside clips to its end, close by",
-          "[format]") {
+TEST_CASE(
+    "kv_byte_params_for: a value inside the grid is within half a step, one outside clips to its "
+    "end, close by",
+    "[format]") {
   for (uint32_t bits : {4u, 8u}) {
     const float levels = float((1u << bits) - 1);
     for (const std::vector<float>& y : writer_groups()) {
@@ -164,12 +172,14 @@ TEST_CASE("byte parameters keep every quantized value within half a decoded step
       uint32_t head = 0;
       for (size_t acc = layer.head_rows[0]; r >= acc; acc += layer.head_rows[++head]) {}
       for (uint32_t g = 0; g < groups; ++g) {
-        const KvGroupParams p = kv_group_params(layer.qk.params.data() + qi * groups, g, true, bits);
+        const KvGroupParams p =
+            kv_group_params(layer.qk.params.data() + qi * groups, g, true, bits);
         for (uint32_t j = g * 4; j < g * 4 + 4; ++j) {
           const float cj = layer.qk.channel_scale[head * kD + j];
           const uint8_t b = layer.qk.codes[qi * kD * bits / 8 + (bits == 8 ? j : j / 2)];
           const uint32_t code = bits == 8 ? b : (j % 2 ? b >> 4 : b & 15);
-          REQUIRE(std::fabs(std::fma(p.s, float(code), p.m) - y[j] / cj) <= 0.5f * p.s * (1 + 1e-4f) + 1e-6f);
+          REQUIRE(std::fabs(std::fma(p.s, float(code), p.m) - y[j] / cj) <=
+                  0.5f * p.s * (1 + 1e-4f) + 1e-6f);
         }
       }
       ++qi;

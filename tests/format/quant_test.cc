@@ -39,7 +39,8 @@ uint64_t f16_rows(const CacheContents& c) {
 
 }  // namespace
 
-TEST_CASE("q8/q4 caches round-trip their stored rows exactly, raw and zstd, with ids 10/11", "[format]") {
+TEST_CASE("q8/q4 caches round-trip their stored rows exactly, raw and zstd, with ids 10/11",
+          "[format]") {
   const DType t = GENERATE(DType::Q8, DType::Q4);
   const uint32_t group = GENERATE(0u, 4u);
   const int zstd = GENERATE(0, 3);
@@ -55,7 +56,7 @@ TEST_CASE("q8/q4 caches round-trip their stored rows exactly, raw and zstd, with
   check_loads(r, c);
   check_read_kv(r, c, 1);     // read_kv (the loader's path) gives the same values as load()
   CHECK_FALSE(r.kv_view(0));  // no zero-copy f32 view of quantized rows
-  if (zstd == 0) {  // the Meta section is readable in place only when not compressed
+  if (zstd == 0) {            // the Meta section is readable in place only when not compressed
     Image im(bytes);
     CHECK(im.u64(im.meta_value("kv.dtype")) == (t == DType::Q8 ? 10u : 11u));
   }
@@ -92,13 +93,15 @@ TEST_CASE("f16 rows hold the f16 values; the channel scales come from the other 
       for (uint32_t i = 0; i < a.head_rows[hd]; ++i, ++r) {
         std::vector<float> y(a.k.begin() + r * kD, a.k.begin() + (r + 1) * kD);
         if (a.positions[r] < c.header.kv_f16_below) {
-          for (uint32_t j = 0; j < kD; ++j) REQUIRE(q.k[r * kD + j] == f16_to_f32(f32_to_f16(y[j])));
+          for (uint32_t j = 0; j < kD; ++j)
+            REQUIRE(q.k[r * kD + j] == f16_to_f32(f32_to_f16(y[j])));
           continue;
         }
         hadamard_rotate(y.data(), kD);  // the scales are those of the rotated rows
         for (uint32_t j = 0; j < kD; ++j) kmax[j] = std::max(kmax[j], std::fabs(y[j]));
       }
-      for (uint32_t j = 0; j < kD; ++j) CHECK(q.qk.channel_scale[hd * kD + j] == (kmax[j] > 0 ? kmax[j] : 1.0f));
+      for (uint32_t j = 0; j < kD; ++j)
+        CHECK(q.qk.channel_scale[hd * kD + j] == (kmax[j] > 0 ? kmax[j] : 1.0f));
     }
   }
 }
@@ -130,7 +133,8 @@ TEST_CASE("a quantized row reconstructs as H times c·fma(s, q, m)", "[format]")
   }
 }
 
-TEST_CASE("the writer refuses q8/q4 rows that were never quantized or hold bad f16 values", "[format]") {
+TEST_CASE("the writer refuses q8/q4 rows that were never quantized or hold bad f16 values",
+          "[format]") {
   CacheContents c = synthetic(SyntheticSpec{.head_dim = kD, .document = 60});
   c.header.kv_dtype = DType::Q4;
   c.header.kv_group_size = kD;
@@ -143,7 +147,8 @@ TEST_CASE("the writer refuses q8/q4 rows that were never quantized or hold bad f
   CHECK_THROWS_WITH(to_bytes(bad), Catch::Matchers::Contains("wrong shape"));
   bad = quantized(DType::Q4, 0);
   bad.layers[1].qk.dense[kD + 3] = 0x7e00;  // NaN in head 0, row 1, channel 3
-  CHECK_THROWS_WITH(to_bytes(bad), Catch::Matchers::Contains("K head 0 row 1: f16 value of channel 3 is NaN"));
+  CHECK_THROWS_WITH(to_bytes(bad),
+                    Catch::Matchers::Contains("K head 0 row 1: f16 value of channel 3 is NaN"));
   CHECK_THROWS_AS(compress::set_kv_dtype(bad, {DType::Q4, 3}), Error);  // 3 does not divide 16
   // f16 rows exist only with q8/q4.
   CacheContents f = quantized(DType::Q8, 0);
@@ -178,7 +183,8 @@ TEST_CASE("a cache without prefix rows stores every row quantized", "[format]") 
   check_writes_and_loads(c);
 }
 
-TEST_CASE("set_kv_dtype: the same q8/q4 again keeps the stored rows; another group or f16 does not", "[format]") {
+TEST_CASE("set_kv_dtype: the same q8/q4 again keeps the stored rows; another group or f16 does not",
+          "[format]") {
   CacheContents c = quantized(DType::Q8, 4);
   const CacheContents before = c;
   compress::set_kv_dtype(c, {DType::Q8, 4});

@@ -21,7 +21,8 @@ using namespace kvzip::format::testing;
 namespace {
 
 CacheContents quantized(DType t, uint32_t group) {
-  CacheContents c = synthetic(SyntheticSpec{.head_dim = 16, .document = 60, .seed = 8});  // prefix 4
+  CacheContents c =
+      synthetic(SyntheticSpec{.head_dim = 16, .document = 60, .seed = 8});  // prefix 4
   compress::set_kv_dtype(c, {t, group});
   return c;
 }
@@ -34,13 +35,15 @@ std::vector<uint8_t> patched(float c, bool top) {
   Image img(to_bytes(q));
   const size_t s = kv_section(q, 1);
   const uint64_t D = q.header.head_dim, H = q.header.n_kv_heads;
-  const uint64_t F = f16_row_count(q.header, q.layers[1].positions), Q = q.layers[1].positions.size() - F;
-  const uint64_t at = img.section_start(s), params = at + 8 * H * D + 4 * F * D, codes = params + 4 * Q;
+  const uint64_t F = f16_row_count(q.header, q.layers[1].positions),
+                 Q = q.layers[1].positions.size() - F;
+  const uint64_t at = img.section_start(s), params = at + 8 * H * D + 4 * F * D,
+                 codes = params + 4 * Q;
   std::memcpy(img.bytes.data() + at, &c, 4);  // K channel scales (H, D) first
   if (top) {
-    img.bytes[params] = 255;      // scale code
-    img.bytes[params + 1] = 0;    // zero point
-    img.bytes[codes] |= 0x0f;     // channel 0 in the low nibble
+    img.bytes[params] = 255;    // scale code
+    img.bytes[params + 1] = 0;  // zero point
+    img.bytes[codes] |= 0x0f;   // channel 0 in the low nibble
   }
   img.reseal_section(s);
   img.reseal();
@@ -49,7 +52,8 @@ std::vector<uint8_t> patched(float c, bool top) {
 
 }  // namespace
 
-TEST_CASE("read_quant_layer returns a layer's stored q8/q4 rows as written", "[format][kvquant-attn]") {
+TEST_CASE("read_quant_layer returns a layer's stored q8/q4 rows as written",
+          "[format][kvquant-attn]") {
   const DType t = GENERATE(DType::Q8, DType::Q4);
   const uint32_t group = GENERATE(0u, 4u);
   const int zstd = GENERATE(0, 3);
@@ -76,7 +80,8 @@ TEST_CASE("read_quant_layer returns a layer's stored q8/q4 rows as written", "[f
   }
 }
 
-TEST_CASE("read_quant_layer refuses other dtypes and checks values as read_kv does", "[format][kvquant-attn]") {
+TEST_CASE("read_quant_layer refuses other dtypes and checks values as read_kv does",
+          "[format][kvquant-attn]") {
   const CacheContents f = synthetic({});
   const std::vector<uint8_t> fb = to_bytes(f);
   try {
@@ -92,7 +97,8 @@ TEST_CASE("read_quant_layer refuses other dtypes and checks values as read_kv do
   expect_corrupt([&] { (void)r.read_quant_layer(1); }, "layer 1 head 0 row 4");
   std::vector<float> k(r.layer_rows(1) * r.header().head_dim), v(k.size());
   expect_corrupt([&] { r.read_kv(1, k, v); }, "layer 1 head 0 row 4");
-  CHECK_NOTHROW(CacheReader::open_memory(inf, {Verify::Metadata}).read_quant_layer(1));  // asked not to look
+  CHECK_NOTHROW(
+      CacheReader::open_memory(inf, {Verify::Metadata}).read_quant_layer(1));  // asked not to look
   // c = 5e37 with the parameters as written: the bound c·(15·s + |m|) passes FLT_MAX / D, but
   // every value c·(s·q + m) (|s·q + m| about 1 at most) and the rotation of the row stay
   // finite, so the exact check lets it through.

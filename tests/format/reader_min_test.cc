@@ -45,8 +45,9 @@ void check_agree(const std::vector<uint8_t>& bytes) {
 }  // namespace
 
 TEST_CASE("reader_min agrees with the main reader on the golden files", "[format]") {
-  for (const char* name : {"tiny_v1_f32.kvz", "tiny_v1_bf16_zstd.kvz", "future_minor_unknown_optional.kvz",
-                           "tiny_v1_q4.kvz", "tiny_v1_q8_zstd.kvz"}) {
+  for (const char* name :
+       {"tiny_v1_f32.kvz", "tiny_v1_bf16_zstd.kvz", "future_minor_unknown_optional.kvz",
+        "tiny_v1_q4.kvz", "tiny_v1_q8_zstd.kvz"}) {
     INFO(name);
     check_agree(read_bytes(source_path(std::string("tests/golden/kvz/") + name)));
   }

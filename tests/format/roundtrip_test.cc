@@ -40,7 +40,8 @@ TEST_CASE("every dtype round-trips exactly with and without zstd and scores", "[
   CHECK(to_bytes(out, o) == bytes);  // re-encoding what was read gives the same file
 }
 
-TEST_CASE("a file written to disk reads back the same and the counting sink predicts its size", "[format]") {
+TEST_CASE("a file written to disk reads back the same and the counting sink predicts its size",
+          "[format]") {
   TempDir dir;
   CacheContents in = synthetic({});
   WriteOptions o;
@@ -55,11 +56,13 @@ TEST_CASE("a file written to disk reads back the same and the counting sink pred
   std::string why;
   CHECK(same_contents(in, r.load(), &why));
   INFO(why);
-  for (const SectionInfo& s : r.sections()) CHECK(s.codec == (s.name == "kv" ? Codec::None : Codec::Zstd));
+  for (const SectionInfo& s : r.sections())
+    CHECK(s.codec == (s.name == "kv" ? Codec::None : Codec::Zstd));
   CHECK(dir.list() == std::vector<std::string>{"a.kvz"});
 }
 
-TEST_CASE("raw f32 layers are served zero-copy from the mapping and checked on first access", "[format]") {
+TEST_CASE("raw f32 layers are served zero-copy from the mapping and checked on first access",
+          "[format]") {
   TempDir dir;
   CacheContents in = synthetic({});
   write_cache_file(in, dir.path("z.kvz"));
@@ -109,9 +112,9 @@ TEST_CASE("read_kv refuses buffers of the wrong size and layers out of range", "
   auto bytes = to_bytes(synthetic({}));
   CacheReader r = CacheReader::open_memory(bytes);
   std::vector<float> k(3), v(3);
-  CHECK_THROWS_MATCHES(r.read_kv(0, k, v), Error, Catch::Matchers::Predicate<Error>([](const Error& e) {
-                         return e.code() == Errc::invalid_argument;
-                       }));
+  CHECK_THROWS_MATCHES(r.read_kv(0, k, v), Error,
+                       Catch::Matchers::Predicate<Error>(
+                           [](const Error& e) { return e.code() == Errc::invalid_argument; }));
   CHECK_THROWS_AS(r.positions(99), Error);
 }
 
@@ -158,7 +161,8 @@ TEST_CASE("bulk dtype conversion gives the same bits as the scalar definition", 
   for (int i = 0; i < 4096; ++i) {
     s = s * 6364136223846793005ull + 1442695040888963407ull;
     uint32_t bits = static_cast<uint32_t>(s >> 32);
-    values.push_back(i < 2048 ? std::bit_cast<float>(bits) : static_cast<float>(static_cast<int32_t>(bits)) * 1e-9f);
+    values.push_back(i < 2048 ? std::bit_cast<float>(bits)
+                              : static_cast<float>(static_cast<int32_t>(bits)) * 1e-9f);
   }
   for (DType t : {DType::F16, DType::BF16}) {
     std::vector<uint8_t> bulk(values.size() * 2);

@@ -64,23 +64,26 @@ TEST_CASE("whatever opens with Verify::Full loads, re-prunes and exports", "[for
   CHECK(refused > 0);
 }
 
-TEST_CASE("a NaN key is corrupt, naming layer, head, row and position, before anything uses it", "[format]") {
+TEST_CASE("a NaN key is corrupt, naming layer, head, row and position, before anything uses it",
+          "[format]") {
   CacheContents c = synthetic({});
   Image img(to_bytes(c));
   const uint32_t D = c.header.head_dim, h0 = c.layers[1].head_rows[0];
   const size_t s = kv_section(c, 1);
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  std::memcpy(img.bytes.data() + img.section_start(s) + uint64_t{h0} * D * 4, &nan, 4);  // head 1, row 0
+  std::memcpy(img.bytes.data() + img.section_start(s) + uint64_t{h0} * D * 4, &nan,
+              4);  // head 1, row 0
   img.reseal_section(s);
   img.reseal();
-  const std::string where = "layer 1 head 1 row 0 (position " + std::to_string(c.layers[1].positions[h0]) +
-                            ") holds a NaN key";
+  const std::string where = "layer 1 head 1 row 0 (position " +
+                            std::to_string(c.layers[1].positions[h0]) + ") holds a NaN key";
   CacheReader r = CacheReader::open_memory(img.bytes);  // small sections only: opens
   CHECK_NOTHROW(r.load_layer(0));
   expect_corrupt([&] { r.kv_view(1); }, where);
   expect_corrupt([&] { r.load_layer(1); }, where);
   expect_corrupt([&] { CacheReader::open_memory(img.bytes, {Verify::Full}); }, where);
-  CacheReader trusted = CacheReader::open_memory(img.bytes, {Verify::Metadata});  // asked not to look
+  CacheReader trusted =
+      CacheReader::open_memory(img.bytes, {Verify::Metadata});  // asked not to look
   CHECK(std::isnan(trusted.load_layer(1).k[uint64_t{h0} * D]));
 }
 
@@ -94,7 +97,8 @@ TEST_CASE("an infinite f16 value in a zstd section is corrupt once decoded", "[f
   const size_t s = kv_section(c, 0);
   const uint64_t rows = c.layers[0].positions.size();
   const uint16_t inf = 0x7c00;
-  std::memcpy(img.bytes.data() + img.section_start(s) + rows * c.header.head_dim * 2, &inf, 2);  // V row 0
+  std::memcpy(img.bytes.data() + img.section_start(s) + rows * c.header.head_dim * 2, &inf,
+              2);  // V row 0
   img.reseal_section(s);
   img.reseal();
   expect_corrupt([&] { CacheReader::open_memory(img.bytes).load(); }, "layer 0 head 0 row 0");
@@ -114,7 +118,8 @@ TEST_CASE("the writer refuses K/V values the reader would refuse", "[format]") {
   h.layers[0].k[0] = 70000.0f;  // finite in f32, infinity in f16
   const Error e2 = test::error_from([&] { write_cache_file(h, dir.path("y.kvz")); }, "no error");
   CHECK(e2.code() == Errc::invalid_argument);
-  CHECK_THAT(e2.what(), Catch::Matchers::Contains("does not fit f16") && Catch::Matchers::Contains("bf16 or f32"));
+  CHECK_THAT(e2.what(), Catch::Matchers::Contains("does not fit f16") &&
+                            Catch::Matchers::Contains("bf16 or f32"));
   h.header.kv_dtype = DType::BF16;  // the same value fits bf16
   CHECK_NOTHROW(write_cache_file(h, dir.path("z.kvz")));
   CHECK(dir.list() == std::vector<std::string>{"z.kvz"});

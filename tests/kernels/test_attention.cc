@@ -8,9 +8,9 @@
 #include "kernels/attention.h"
 #include "kernels/detail/attention_isa.h"
 #include "kernels/qgemv.h"
-#include "tests/support/reference.h"
 #include "kernels/thread_pool.h"
 #include "tests/support/random_weights.h"
+#include "tests/support/reference.h"
 
 using namespace kvzip;
 
@@ -110,9 +110,11 @@ TEST_CASE("both vector widths of the attention kernel match the reference", "[ke
   // The entry points run one of them (attention_isa.h); here each is called directly, so an AVX2
   // machine and an AVX-512 one both check the kernel they do not pick.
   const kernels::QIsa isa = kernels::qisa_best();
-  const bool has512 = KVZIP_ATTENTION_AVX512 && (isa == kernels::QIsa::Avx512 ||
-                                                 isa == kernels::QIsa::Avx512Vnni || isa == kernels::QIsa::Amx);
-  if (!has512) WARN("no AVX-512 on this CPU (or KVZIP_CPU_ISA below it): the 16-lane kernel is not run");
+  const bool has512 =
+      KVZIP_ATTENTION_AVX512 && (isa == kernels::QIsa::Avx512 || isa == kernels::QIsa::Avx512Vnni ||
+                                 isa == kernels::QIsa::Amx);
+  if (!has512)
+    WARN("no AVX-512 on this CPU (or KVZIP_CPU_ISA below it): the 16-lane kernel is not run");
   kernels::ThreadPool pool(2);
   for (const Case& c : {Case{1, 9, 3, 64, {700, 700, 700}}, Case{37, 8, 2, 128, {300, 37}},
                         Case{5, 4, 1, 20, {40}}}) {

@@ -25,7 +25,8 @@ namespace {
 bool bf16_runs() {
   const kernels::QIsa isa = kernels::qisa_best();
   return KVZIP_ATTENTION_AVX512 && kernels::cpu::detail::bf16_gemm_available() &&
-         (isa == kernels::QIsa::Avx512 || isa == kernels::QIsa::Avx512Vnni || isa == kernels::QIsa::Amx);
+         (isa == kernels::QIsa::Avx512 || isa == kernels::QIsa::Avx512Vnni ||
+          isa == kernels::QIsa::Amx);
 }
 
 struct Case {
@@ -34,11 +35,13 @@ struct Case {
 
 using Data = test::AttentionData;
 
-Data make(const Case& c, uint64_t seed) { return test::random_attention_data(c.T, c.Hq, c.Hkv, c.D, c.len, seed); }
+Data make(const Case& c, uint64_t seed) {
+  return test::random_attention_data(c.T, c.Hq, c.Hkv, c.D, c.len, seed);
+}
 
 kernels::AttentionArgs args(const Case& c, const Data& d, float* out) {
-  kernels::AttentionArgs a{d.q.data(), d.spans.data(), out, c.T, c.Hq, c.Hkv, c.D,
-                           1.0f / std::sqrt(float(c.D))};
+  kernels::AttentionArgs a{d.q.data(), d.spans.data(), out, c.T,
+                           c.Hq,       c.Hkv,          c.D, 1.0f / std::sqrt(float(c.D))};
   a.window = c.window;
   return a;
 }
@@ -50,7 +53,8 @@ double worst_over_bound(const Case& c, const Data& d, const std::vector<float>& 
   const double scale = 1.0 / std::sqrt(double(c.D)), u = std::ldexp(1.0, -8);
   double worst = 0;
   for (uint32_t t = 0; t < c.T; ++t) {
-    const uint32_t last = c.len - c.T + t, first = c.window && last + 1 > c.window ? last + 1 - c.window : 0;
+    const uint32_t last = c.len - c.T + t,
+                   first = c.window && last + 1 > c.window ? last + 1 - c.window : 0;
     for (uint32_t hq = 0; hq < c.Hq; ++hq) {
       const uint32_t h = hq / G;
       const float* q = d.q.data() + (size_t(t) * c.Hq + hq) * c.D;
@@ -88,7 +92,8 @@ double worst_over_bound(const Case& c, const Data& d, const std::vector<float>& 
 
 TEST_CASE("bf16 attention products stay within their rounding bound of a float64 reference",
           "[kernels]") {
-  if (!bf16_runs()) WARN("no AVX-512 BF16 on this CPU: the bf16 path is not taken, the fp32 one is checked");
+  if (!bf16_runs())
+    WARN("no AVX-512 BF16 on this CPU: the bf16 path is not taken, the fp32 one is checked");
   kernels::ThreadPool pool(2);
   for (const Case& c : {Case{300, 9, 3, 64, 700, 0}, Case{200, 8, 2, 128, 200, 0},
                         Case{150, 4, 1, 256, 450, 0}, Case{260, 4, 1, 64, 260, 100}}) {
@@ -129,7 +134,8 @@ TEST_CASE("bf16 products are the same bits however the queries are blocked; two 
     const Case c{T, 9, 3, 64, 700, 0};
     Data tail = make(c, 3);  // same keys and values (seeded per head), new queries...
     const size_t qd = size_t(c.Hq) * c.D;
-    std::copy(d.q.end() - T * qd, d.q.end(), tail.q.begin());  // ...replaced by the last T of `whole`
+    std::copy(d.q.end() - T * qd, d.q.end(),
+              tail.q.begin());  // ...replaced by the last T of `whole`
     std::vector<float> got(tail.q.size(), NAN);
     kernels::AttentionArgs b = args(c, tail, got.data());
     b.bf16 = true;
@@ -161,7 +167,8 @@ TEST_CASE("bf16 products are the same bits however the queries are blocked; two 
 
 TEST_CASE("bf16 attention with local statistics over odd segment starts stays within the bound",
           "[kernels]") {
-  if (!bf16_runs()) WARN("no AVX-512 BF16 on this CPU: the bf16 path is not taken, the fp32 one is checked");
+  if (!bf16_runs())
+    WARN("no AVX-512 BF16 on this CPU: the bf16 path is not taken, the fp32 one is checked");
   kernels::ThreadPool pool(2);
   // KVzip's layout: prefix, document, then the reconstruction input R_t as the T new rows; the
   // target chunk and R_t start at odd rows, so P·V pairs straddle the segments' first rows.

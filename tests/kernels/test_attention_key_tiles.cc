@@ -10,10 +10,10 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/attention.h"
-#include "kernels/thread_pool.h"
 #include "cache/branch_cache.h"
 #include "cache/ragged_cache.h"
+#include "kernels/attention.h"
+#include "kernels/thread_pool.h"
 #include "tests/support/random_weights.h"
 
 using namespace kvzip;
@@ -47,8 +47,10 @@ void check_case(const TileCase& c, ThreadPool* pool, uint64_t seed) {
   const size_t n = size_t(c.T) * c.Hq * c.D;
   std::vector<float> a(n, NAN), b(n, NAN);
   const float scale = 1.0f / std::sqrt(float(c.D));
-  attention(Exec{Device::Cpu, pool}, AttentionArgs{t.q.data(), t.plain.data(), a.data(), c.T, c.Hq, c.Hkv, c.D, scale});
-  attention(Exec{Device::Cpu, pool}, AttentionArgs{t.q.data(), t.tiled.data(), b.data(), c.T, c.Hq, c.Hkv, c.D, scale});
+  attention(Exec{Device::Cpu, pool},
+            AttentionArgs{t.q.data(), t.plain.data(), a.data(), c.T, c.Hq, c.Hkv, c.D, scale});
+  attention(Exec{Device::Cpu, pool},
+            AttentionArgs{t.q.data(), t.tiled.data(), b.data(), c.T, c.Hq, c.Hkv, c.D, scale});
   INFO("T " << c.T << " len " << c.len << " split " << c.split << " covered " << c.covered);
   CHECK(std::isfinite(a[0]));
   CHECK(std::memcmp(a.data(), b.data(), n * sizeof(float)) == 0);
@@ -87,7 +89,8 @@ void make_case(const TileCase& c, uint64_t seed, TileData& t) {
 
 }  // namespace
 
-TEST_CASE("attention with key tiles made ahead equals per-call transposes bit for bit", "[kernels]") {
+TEST_CASE("attention with key tiles made ahead equals per-call transposes bit for bit",
+          "[kernels]") {
   ThreadPool pool(2);
   ThreadPool* pools[] = {nullptr, &pool};
   for (ThreadPool* p : pools) {
@@ -119,7 +122,8 @@ TEST_CASE("RaggedKvCache key tiles: views carry them until the kept rows may cha
       const KvHeadView v = cache.view(l, h);
       REQUIRE(v.kt != nullptr);
       CHECK(v.kt_rows == cache.kept(l, h));
-      for (uint32_t j = 0; j < v.kt_rows; ++j) CHECK(v.kt[(size_t(j / 128) * 16 + 3) * 128 + j % 128] == v.k[j * 16 + 3]);
+      for (uint32_t j = 0; j < v.kt_rows; ++j)
+        CHECK(v.kt[(size_t(j / 128) * 16 + 3) * 128 + j % 128] == v.k[j * 16 + 3]);
     }
   {  // a branch over the base hands the base's tiles on for its first segment
     BranchCache branch(cache, 4);
@@ -138,8 +142,8 @@ TEST_CASE("attention_many: calls in one pass equal each call alone bit for bit",
   // A served step: decode rows over bases with tails, a question piece (several query blocks),
   // a one-segment call, an empty call, and spans with and without tiles.
   const std::vector<TileCase> cases = {
-      {1, 9, 3, 64, 305, 300, 300}, {1, 9, 3, 64, 1030, 1000, 1000}, {1, 9, 3, 64, 140, 129, 0},
-      {30, 9, 3, 64, 1030, 1000, 1000}, {1, 9, 3, 64, 520, 520, 512}, {0, 9, 3, 64, 10, 10, 0},
+      {1, 9, 3, 64, 305, 300, 300},     {1, 9, 3, 64, 1030, 1000, 1000}, {1, 9, 3, 64, 140, 129, 0},
+      {30, 9, 3, 64, 1030, 1000, 1000}, {1, 9, 3, 64, 520, 520, 512},    {0, 9, 3, 64, 10, 10, 0},
       {7, 9, 3, 64, 60, 20, 20}};
   ThreadPool pool(2);
   std::vector<TileData> data(cases.size());
@@ -153,8 +157,11 @@ TEST_CASE("attention_many: calls in one pass equal each call alone bit for bit",
     together[i].assign(n, NAN);
     const float scale = 1.0f / std::sqrt(float(c.D));
     const auto& spans = i % 2 ? data[i].plain : data[i].tiled;
-    attention(Exec{Device::Cpu, &pool}, AttentionArgs{data[i].q.data(), spans.data(), alone[i].data(), c.T, c.Hq, c.Hkv, c.D, scale});
-    calls.push_back(AttentionArgs{data[i].q.data(), spans.data(), together[i].data(), c.T, c.Hq, c.Hkv, c.D, scale});
+    attention(Exec{Device::Cpu, &pool},
+              AttentionArgs{data[i].q.data(), spans.data(), alone[i].data(), c.T, c.Hq, c.Hkv, c.D,
+                            scale});
+    calls.push_back(AttentionArgs{data[i].q.data(), spans.data(), together[i].data(), c.T, c.Hq,
+                                  c.Hkv, c.D, scale});
   }
   attention_many(Exec{Device::Cpu, &pool}, calls.data(), calls.size());
   for (size_t i = 0; i < cases.size(); ++i) {

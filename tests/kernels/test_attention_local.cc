@@ -11,17 +11,17 @@
 
 #include "common/error.h"
 #include "kernels/attention.h"
-#include "tests/support/attention_data.h"
-#include "tests/support/reference.h"
 #include "kernels/thread_pool.h"
+#include "tests/support/attention_data.h"
 #include "tests/support/random_weights.h"
+#include "tests/support/reference.h"
 
 using namespace kvzip;
 
 namespace {
 
 struct LocalCase {
-  uint32_t T, Hq, Hkv, D, len;                    // every head has len rows, the last T new
+  uint32_t T, Hq, Hkv, D, len;  // every head has len rows, the last T new
   uint32_t prefix_end, target_begin, target_end, own_begin;
 };
 
@@ -66,15 +66,23 @@ struct Result {
 };
 
 // One call with statistics (and output unless stats_only), one without, both on `pool`.
-Result run(const LocalCase& c, const Data& d, kernels::ThreadPool* pool, bool stats_only, float init = 0.0f) {
+Result run(const LocalCase& c, const Data& d, kernels::ThreadPool* pool, bool stats_only,
+           float init = 0.0f) {
   const uint32_t n = c.target_end - c.target_begin;
   Result r;
   r.stats.assign(size_t(c.Hkv) * (n + 3), init);  // rows n + 3 apart: out_stride != n
-  kernels::LocalMaxProb L{c.prefix_end, c.target_begin, c.target_end, c.own_begin, r.stats.data(), n + 3};
+  kernels::LocalMaxProb L{c.prefix_end, c.target_begin, c.target_end,
+                          c.own_begin,  r.stats.data(), n + 3};
   r.out.assign(d.q.size(), NAN);
   r.out_plain.assign(d.q.size(), NAN);
-  kernels::AttentionArgs a{d.q.data(), d.spans.data(), r.out_plain.data(), c.T, c.Hq, c.Hkv, c.D,
-                  1.0f / std::sqrt(float(c.D))};
+  kernels::AttentionArgs a{d.q.data(),
+                           d.spans.data(),
+                           r.out_plain.data(),
+                           c.T,
+                           c.Hq,
+                           c.Hkv,
+                           c.D,
+                           1.0f / std::sqrt(float(c.D))};
   attention(kernels::Exec{kernels::Device::Cpu, pool}, a);
   a.local = &L;
   a.out = stats_only ? nullptr : r.out.data();
@@ -106,15 +114,22 @@ TEST_CASE("local statistics equal the plain local softmax and leave the attentio
   };
   uint64_t seed = 40;
   for (const LocalCase& c : cases) {
-    INFO("T=" << c.T << " len=" << c.len << " target [" << c.target_begin << ", " << c.target_end << ")");
+    INFO("T=" << c.T << " len=" << c.len << " target [" << c.target_begin << ", " << c.target_end
+              << ")");
     const Data d = make_data(c, ++seed);
     const std::vector<double> want = reference_stats(c, d);
     const Result r = run(c, d, &pool, false);
     CHECK(stats_error(c, r, want) < 2e-6);
     CHECK(test::rel_error(r.out, r.out_plain) < 1e-5);  // same attention, other summation order
     std::vector<float> ref_out(d.q.size());
-    kernels::AttentionArgs a{d.q.data(), d.spans.data(), ref_out.data(), c.T, c.Hq, c.Hkv, c.D,
-                    1.0f / std::sqrt(float(c.D))};
+    kernels::AttentionArgs a{d.q.data(),
+                             d.spans.data(),
+                             ref_out.data(),
+                             c.T,
+                             c.Hq,
+                             c.Hkv,
+                             c.D,
+                             1.0f / std::sqrt(float(c.D))};
     ref::attention(a);
     CHECK(test::rel_error(r.out, ref_out) < 1e-5);
     // Statistics only, serially: the same statistics.

@@ -34,8 +34,8 @@ std::vector<float> random_rows(size_t rows, std::mt19937& rng) {
 
 // One part of one KV head: f32 rows, optionally quantized rows, visibility.
 struct PartHead {
-  std::vector<float> k, v;          // (n, D)
-  test::QuantHead quant;            // rows == 0: none
+  std::vector<float> k, v;  // (n, D)
+  test::QuantHead quant;    // rows == 0: none
   kernels::KvQuantSegment seg;
   std::vector<uint64_t> skip, quant_skip;
   std::vector<uint32_t> limit, quant_limit;  // (T) or empty
@@ -43,10 +43,10 @@ struct PartHead {
 
 struct Case {
   uint32_t T = 1;
-  uint32_t own = 4;                    // rows of the spans (the last T are the new tokens)
-  std::vector<uint32_t> shifts;        // per part
-  std::vector<uint32_t> f32_rows;      // per part
-  std::vector<uint32_t> quant_rows;    // per part (0: none)
+  uint32_t own = 4;                  // rows of the spans (the last T are the new tokens)
+  std::vector<uint32_t> shifts;      // per part
+  std::vector<uint32_t> f32_rows;    // per part
+  std::vector<uint32_t> quant_rows;  // per part (0: none)
   bool skips = false, limits = false;
 };
 
@@ -125,7 +125,8 @@ double run_case(const Case& c, uint64_t seed) {
     std::vector<Row> rows;
     for (uint32_t j = 0; j < c.own; ++j) {
       Row r{{own_k[h].begin() + j * kD, own_k[h].begin() + (j + 1) * kD},
-            {own_v[h].begin() + j * kD, own_v[h].begin() + (j + 1) * kD}, {}};
+            {own_v[h].begin() + j * kD, own_v[h].begin() + (j + 1) * kD},
+            {}};
       for (uint32_t t = 0; t < T; ++t) r.seen.push_back(j <= c.own - T + t);
       rows.push_back(std::move(r));
     }
@@ -137,7 +138,8 @@ double run_case(const Case& c, uint64_t seed) {
         kernels::cpu::kv_dequantize_rows(x.seg.k, dk.data());
         kernels::cpu::kv_dequantize_rows(x.seg.v, dv.data());
       }
-      auto add = [&](const float* k, const float* v, uint32_t j, bool skipped, const std::vector<uint32_t>& lim) {
+      auto add = [&](const float* k, const float* v, uint32_t j, bool skipped,
+                     const std::vector<uint32_t>& lim) {
         Row r{{k, k + kD}, {v, v + kD}, {}};
         std::vector<uint32_t> pos(1, c.shifts[p]);
         ref::rope(r.k.data(), 1, 1, kD, pos.data(), inv_freq);

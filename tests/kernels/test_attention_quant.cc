@@ -76,7 +76,7 @@ QData make(const QCase& c, uint64_t seed) {
     kernels::cpu::kv_quantize_rows(xk.data(), {L, nq, H.ck.data(), H.pk.data(), H.qk.data()});
     kernels::cpu::kv_quantize_rows(xv.data(), {L, nq, H.cv.data(), H.pv.data(), H.qv.data()});
     H.seg = kernels::KvQuantSegment{{L, nq, H.ck.data(), H.pk.data(), H.qk.data()},
-                           {L, nq, H.cv.data(), H.pv.data(), H.qv.data()}};
+                                    {L, nq, H.cv.data(), H.pv.data(), H.qv.data()}};
     H.kb = with_outliers(test::random_vector(nb * D, s + 3, -2, 2), c.D);
     H.vb = test::random_vector(nb * D, s + 4, -2, 2);
     H.kt = with_outliers(test::random_vector(nt * D, s + 5, -1, 1), c.D);
@@ -92,8 +92,9 @@ QData make(const QCase& c, uint64_t seed) {
   for (uint32_t h = 0; h < c.Hkv; ++h) {  // after the vectors are in place: spans point into them
     Head& H = d.heads[h];
     const uint32_t nb = c.dense[h], nt = c.tail[h];
-    kernels::KvSpan s = nb ? kernels::KvSpan{H.kb.data(), H.vb.data(), nb + nt, H.kt.data(), H.vt.data(), nb}
-                  : kernels::KvSpan{H.kt.data(), H.vt.data(), nt};
+    kernels::KvSpan s =
+        nb ? kernels::KvSpan{H.kb.data(), H.vb.data(), nb + nt, H.kt.data(), H.vt.data(), nb}
+           : kernels::KvSpan{H.kt.data(), H.vt.data(), nt};
     s.quant = c.quant[h] ? &H.seg : nullptr;
     d.quant.push_back(s);
     d.whole.push_back(kernels::KvSpan{H.k.data(), H.v.data(), c.quant[h] + nb + nt});
@@ -101,8 +102,10 @@ QData make(const QCase& c, uint64_t seed) {
   return d;
 }
 
-kernels::AttentionArgs args_for(const QCase& c, const QData& d, const std::vector<kernels::KvSpan>& spans, float* out) {
-  return kernels::AttentionArgs{d.q.data(), spans.data(), out, c.T, c.Hq, c.Hkv, c.D, 1.0f / std::sqrt(float(c.D))};
+kernels::AttentionArgs args_for(const QCase& c, const QData& d,
+                                const std::vector<kernels::KvSpan>& spans, float* out) {
+  return kernels::AttentionArgs{d.q.data(), spans.data(), out, c.T,
+                                c.Hq,       c.Hkv,        c.D, 1.0f / std::sqrt(float(c.D))};
 }
 
 // Quantized spans against dequantize-then-attend; returns the relative error.
@@ -114,8 +117,8 @@ double check_case(const QCase& c, kernels::ThreadPool* pool, uint64_t seed) {
   attention(kernels::Exec{kernels::Device::Cpu, pool}, args_for(c, d, d.quant, got.data()));
   attention(kernels::Exec{kernels::Device::Cpu, nullptr}, args_for(c, d, d.quant, alone.data()));
   const double err = test::rel_error(got, want);
-  INFO("T " << c.T << " Hq " << c.Hq << " Hkv " << c.Hkv << " q" << c.bits << " group " << c.group << " rotated "
-            << c.rotated << " byte params " << c.byte_params);
+  INFO("T " << c.T << " Hq " << c.Hq << " Hkv " << c.Hkv << " q" << c.bits << " group " << c.group
+            << " rotated " << c.rotated << " byte params " << c.byte_params);
   CHECK(err < 2e-6);
   CHECK(std::memcmp(got.data(), alone.data(), n * sizeof(float)) == 0);  // pool-independent
   return err;
@@ -123,20 +126,25 @@ double check_case(const QCase& c, kernels::ThreadPool* pool, uint64_t seed) {
 
 }  // namespace
 
-TEST_CASE("attention over a span of quantized base and f32 tail rows equals dequantize-then-attend", "[kernels][kvquant-attn]") {
+TEST_CASE("attention over a span of quantized base and f32 tail rows equals dequantize-then-attend",
+          "[kernels][kvquant-attn]") {
   kernels::ThreadPool pool(2);
   for (auto [rot, bytes] : {std::pair{false, false}, std::pair{true, false}, std::pair{true, true}})
-  for (uint32_t bits : {8u, 4u}) {
-    for (uint32_t T : {1u, 3u, 17u}) {
-      // GQA group 3: the first head spans two quantized chunks; the tail holds only the new rows
-      // in one head (T covers all of it) and earlier rows too in the others.
-      check_case({T, 9, 3, 64, bits, 64, {300, 40, 257}, {4, 0, 24}, {T, T + 6, T + 30}, rot, bytes}, &pool, bits * 10 + T);
-      // Group 4, two parameter groups per row, D = 32.
-      check_case({T, 8, 2, 32, bits, 16, {130, 9}, {2, 5}, {T + 1, T}, rot, bytes}, &pool, bits * 20 + T);
-      // Group 1 (MHA), one thread.
-      check_case({T, 2, 2, 16, bits, 16, {70, 513}, {0, 1}, {T, T + 2}, rot, bytes}, nullptr, bits * 30 + T);
+    for (uint32_t bits : {8u, 4u}) {
+      for (uint32_t T : {1u, 3u, 17u}) {
+        // GQA group 3: the first head spans two quantized chunks; the tail holds only the new rows
+        // in one head (T covers all of it) and earlier rows too in the others.
+        check_case(
+            {T, 9, 3, 64, bits, 64, {300, 40, 257}, {4, 0, 24}, {T, T + 6, T + 30}, rot, bytes},
+            &pool, bits * 10 + T);
+        // Group 4, two parameter groups per row, D = 32.
+        check_case({T, 8, 2, 32, bits, 16, {130, 9}, {2, 5}, {T + 1, T}, rot, bytes}, &pool,
+                   bits * 20 + T);
+        // Group 1 (MHA), one thread.
+        check_case({T, 2, 2, 16, bits, 16, {70, 513}, {0, 1}, {T, T + 2}, rot, bytes}, nullptr,
+                   bits * 30 + T);
+      }
     }
-  }
 }
 
 TEST_CASE("quantized attention: heads without quantized rows keep the f32 result bit for bit",
@@ -153,7 +161,8 @@ TEST_CASE("quantized attention: heads without quantized rows keep the f32 result
   f32[1].quant = nullptr;
   attention(kernels::Exec{kernels::Device::Cpu, &pool}, args_for(c, d, f32, plain.data()));
   for (uint32_t t = 0; t < c.T; ++t) {  // KV head 0 owns the first half of each token's heads
-    CHECK(std::memcmp(mixed.data() + t * per_token, plain.data() + t * per_token, half * sizeof(float)) == 0);
+    CHECK(std::memcmp(mixed.data() + t * per_token, plain.data() + t * per_token,
+                      half * sizeof(float)) == 0);
     CHECK(std::memcmp(mixed.data() + t * per_token + half, plain.data() + t * per_token + half,
                       half * sizeof(float)) != 0);  // head 1 did see its quantized rows
   }
@@ -174,13 +183,15 @@ TEST_CASE("the CUDA front takes quantized spans in one segment; local statistics
   const QCase c2{2, 2, 1, 16, 4, 16, {10}, {3}, {2}};
   const QData d2 = make(c2, 9);
   REQUIRE(d2.quant[0].two_segments());
-  const Error e = test::error_from([&] { kernels::check_cuda_attention(args_for(c2, d2, d2.quant, out.data())); },
-                                   "expected Errc::unsupported");
+  const Error e = test::error_from(
+      [&] { kernels::check_cuda_attention(args_for(c2, d2, d2.quant, out.data())); },
+      "expected Errc::unsupported");
   CHECK(e.code() == Errc::unsupported);
   CHECK(std::string(e.what()).find("two segments") != std::string::npos);
   std::vector<float> stats(16, 0.0f);
   kernels::LocalMaxProb L{0, 0, 0, 0, stats.data(), 16};
   a.local = &L;
-  CHECK(test::error_from([&] { kernels::attention(kernels::Exec{}, a); }, "expected Errc::unsupported").code() ==
-        Errc::unsupported);
+  CHECK(test::error_from([&] { kernels::attention(kernels::Exec{}, a); },
+                         "expected Errc::unsupported")
+            .code() == Errc::unsupported);
 }

@@ -48,15 +48,15 @@ SegData make(const SegCase& c, uint64_t seed) {
   for (uint32_t h = 0; h < c.Hkv; ++h) {
     d.whole.push_back(kernels::KvSpan{d.k[h].data(), d.v[h].data(), c.lens[h]});
     d.parts.push_back(kernels::KvSpan{d.kb[h].data(), d.vb[h].data(), c.lens[h], d.kt[h].data(),
-                             d.vt[h].data(), c.splits[h]});
+                                      d.vt[h].data(), c.splits[h]});
   }
   return d;
 }
 
-kernels::AttentionArgs args_for(const SegCase& c, const SegData& d, const std::vector<kernels::KvSpan>& spans,
-                       float* out) {
-  return kernels::AttentionArgs{d.q.data(), spans.data(), out, c.T, c.Hq, c.Hkv, c.D,
-                       1.0f / std::sqrt(float(c.D))};
+kernels::AttentionArgs args_for(const SegCase& c, const SegData& d,
+                                const std::vector<kernels::KvSpan>& spans, float* out) {
+  return kernels::AttentionArgs{d.q.data(), spans.data(), out, c.T,
+                                c.Hq,       c.Hkv,        c.D, 1.0f / std::sqrt(float(c.D))};
 }
 
 // Runs the case; checks parts == whole bit for bit and parts ≈ reference.
@@ -84,7 +84,7 @@ TEST_CASE("two-segment prefill attention equals one contiguous span bit for bit"
 TEST_CASE("two-segment decode attention equals one contiguous span bit for bit", "[kernels]") {
   kernels::ThreadPool pool(2);
   check_case({1, 9, 3, 64, {1000, 700, 301}, {999, 350, 129}}, &pool, 4);  // key splits
-  check_case({1, 4, 2, 16, {1, 40}, {0, 39}}, &pool, 5);  // a head whose base is empty
+  check_case({1, 4, 2, 16, {1, 40}, {0, 39}}, &pool, 5);      // a head whose base is empty
   check_case({5, 6, 2, 16, {77, 77}, {72, 70}}, nullptr, 6);  // short append, one thread
 }
 
@@ -92,7 +92,8 @@ TEST_CASE("local statistics over two segments equal those over one span", "[kern
   const SegCase c{20, 4, 2, 16, {300, 300}, {140, 200}};
   const SegData d = make(c, 7);
   kernels::ThreadPool pool(2);
-  auto run = [&](const std::vector<kernels::KvSpan>& spans, std::vector<float>& out, std::vector<float>& st) {
+  auto run = [&](const std::vector<kernels::KvSpan>& spans, std::vector<float>& out,
+                 std::vector<float>& st) {
     kernels::LocalMaxProb L{10, 100, 180, 250, st.data(), 80};
     kernels::AttentionArgs a = args_for(c, d, spans, out.data());
     a.local = &L;
@@ -112,7 +113,8 @@ TEST_CASE("the CUDA attention front refuses two-segment spans", "[kernels]") {
   kernels::KvSpan span{dummy, dummy, 2, dummy + 8, dummy + 8, 1};
   float out[8];
   kernels::AttentionArgs a{dummy, &span, out, 1, 1, 1, 8, 1.0f};
-  const Error e = test::error_from([&] { kernels::check_cuda_attention(a); }, "expected Errc::unsupported");
+  const Error e =
+      test::error_from([&] { kernels::check_cuda_attention(a); }, "expected Errc::unsupported");
   CHECK(e.code() == Errc::unsupported);
   CHECK(std::string(e.what()).find("two segments") != std::string::npos);
   span.k_tail = span.v_tail = nullptr;

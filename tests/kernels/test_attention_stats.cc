@@ -33,7 +33,8 @@ void run_case(const Case& c, kernels::Reduce op, kernels::ThreadPool* pool, uint
   for (uint32_t n : c.fixed) fixed += n;
   const uint32_t causal_rows = c.causal_base + c.T;
   for (uint32_t h = 0; h < c.Hkv; ++h)
-    keys.push_back(test::random_vector(size_t(fixed + causal_rows) * c.D, seed * 7 + h, -2.0f, 2.0f));
+    keys.push_back(
+        test::random_vector(size_t(fixed + causal_rows) * c.D, seed * 7 + h, -2.0f, 2.0f));
   for (uint32_t h = 0; h < c.Hkv; ++h) {
     uint32_t off = 0, r = 0;
     for (uint32_t n : c.fixed) {
@@ -69,10 +70,20 @@ void run_case(const Case& c, kernels::Reduce op, kernels::ThreadPool* pool, uint
         }
       }
   std::vector<float> got = init;
-  const kernels::AttentionStatsArgs a{.q = q.data(), .T = c.T, .Hq = c.Hq, .Hkv = c.Hkv, .D = c.D,
-                             .scale = float(scale), .t0 = c.t0, .t1 = c.t1, .axes = axes.data(),
-                             .col0 = c.col0, .col1 = c.col1, .reduce = op, .out = got.data(),
-                             .out_stride = stride};
+  const kernels::AttentionStatsArgs a{.q = q.data(),
+                                      .T = c.T,
+                                      .Hq = c.Hq,
+                                      .Hkv = c.Hkv,
+                                      .D = c.D,
+                                      .scale = float(scale),
+                                      .t0 = c.t0,
+                                      .t1 = c.t1,
+                                      .axes = axes.data(),
+                                      .col0 = c.col0,
+                                      .col1 = c.col1,
+                                      .reduce = op,
+                                      .out = got.data(),
+                                      .out_stride = stride};
   attention_stats(kernels::Exec{kernels::Device::Cpu, pool}, a);
   for (size_t x = 0; x < got.size(); ++x) {
     INFO("output " << x);
@@ -85,10 +96,10 @@ void run_case(const Case& c, kernels::Reduce op, kernels::ThreadPool* pool, uint
 TEST_CASE("attention statistics equal the plain reference", "[kernels]") {
   kernels::ThreadPool pool(2);
   const std::vector<Case> cases = {
-      {20, 4, 2, 16, {}, 5, 0, 20, 0, 25},            // one causal range, every column
-      {37, 6, 2, 16, {11, 30}, 4, 3, 37, 5, 70},      // three ranges, columns into the causal one
-      {9, 3, 3, 8, {200}, 0, 2, 9, 150, 205},         // G = 1, window straddling the ranges
-      {130, 4, 1, 32, {40}, 17, 100, 130, 0, 40},     // more query tiles than threads, Hkv = 1
+      {20, 4, 2, 16, {}, 5, 0, 20, 0, 25},         // one causal range, every column
+      {37, 6, 2, 16, {11, 30}, 4, 3, 37, 5, 70},   // three ranges, columns into the causal one
+      {9, 3, 3, 8, {200}, 0, 2, 9, 150, 205},      // G = 1, window straddling the ranges
+      {130, 4, 1, 32, {40}, 17, 100, 130, 0, 40},  // more query tiles than threads, Hkv = 1
   };
   uint64_t seed = 1;
   for (const Case& c : cases)

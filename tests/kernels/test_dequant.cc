@@ -29,9 +29,9 @@ TEST_CASE("AVX2 dequantization equals the scalar decoders on random blocks", "[k
     WARN("SKIPPED: this CPU has no AVX2/FMA/F16C; only the scalar decoders run here");
     return;
   }
-  const GgmlType t = GENERATE(GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,
-                              GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K,
-                              GgmlType::Q5_K, GgmlType::Q6_K);
+  const GgmlType t =
+      GENERATE(GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
+               GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K);
   INFO(kernels::quant::type_name(t));
   REQUIRE(kernels::quant::detail::dequant_avx2(t) != nullptr);
   const int64_t be = kernels::quant::block_elems(t);
@@ -49,7 +49,8 @@ TEST_CASE("AVX2 dequantization equals the scalar decoders on random blocks", "[k
         put_half(blk + 208, 0.25f + 0.01f * float(k));
       } else {
         put_half(blk, 0.5f + 0.01f * float(k));
-        if (t == GgmlType::Q4_1 || t == GgmlType::Q5_1 || t == GgmlType::Q4_K || t == GgmlType::Q5_K)
+        if (t == GgmlType::Q4_1 || t == GgmlType::Q5_1 || t == GgmlType::Q4_K ||
+            t == GgmlType::Q5_K)
           put_half(blk + 2, -0.3f);
       }
     }

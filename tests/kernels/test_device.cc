@@ -16,7 +16,8 @@ using namespace kvzip;
 
 TEST_CASE("--device accepts cpu and refuses unknown names", "[kernels]") {
   CHECK(kernels::parse_device("cpu") == kernels::Device::Cpu);
-  const Error e = test::error_from([&] { kernels::parse_device("gpu"); }, "expected Errc::invalid_argument");
+  const Error e =
+      test::error_from([&] { kernels::parse_device("gpu"); }, "expected Errc::invalid_argument");
   CHECK(e.code() == Errc::invalid_argument);
   CHECK(std::string(e.what()).find("'gpu'") != std::string::npos);
 }
@@ -26,8 +27,8 @@ TEST_CASE("--device cuda works only with a CUDA build and a visible device", "[k
     CHECK(kernels::parse_device("cuda") == kernels::Device::Cuda);
     return;
   }
-  const Error e = test::error_from([&] { kernels::parse_device("cuda"); }, "expected Errc::unsupported");
+  const Error e =
+      test::error_from([&] { kernels::parse_device("cuda"); }, "expected Errc::unsupported");
   CHECK(e.code() == Errc::unsupported);
   CHECK(std::string(e.what()).find("--device cpu") != std::string::npos);
 }
-

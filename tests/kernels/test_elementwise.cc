@@ -5,12 +5,12 @@
 #include <cmath>
 
 #include "common/error.h"
-#include "tests/support/reference.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
 #include "kernels/thread_pool.h"
 #include "tests/support/random_weights.h"
+#include "tests/support/reference.h"
 
 using namespace kvzip;
 
@@ -21,7 +21,8 @@ TEST_CASE("rms_norm matches the reference, in place and threaded", "[kernels]") 
   auto w = test::random_vector(E, 2, 0.5f, 1.5f);
   std::vector<float> want(T * E), got = x;
   ref::rms_norm(x.data(), w.data(), want.data(), T, E, 1e-5f);
-  rms_norm(kernels::Exec{kernels::Device::Cpu, &pool}, kernels::RmsNormArgs{got.data(), w.data(), got.data(), T, E, 1e-5f});
+  rms_norm(kernels::Exec{kernels::Device::Cpu, &pool},
+           kernels::RmsNormArgs{got.data(), w.data(), got.data(), T, E, 1e-5f});
   CHECK(test::rel_error(got, want) < 1e-6);
 }
 
@@ -32,7 +33,8 @@ TEST_CASE("swiglu matches the reference over a wide input range", "[kernels]") {
   auto u = test::random_vector(n, 4, -2, 2);
   std::vector<float> got(n), want(n);
   ref::swiglu(g.data(), u.data(), want.data(), n);
-  swiglu(kernels::Exec{kernels::Device::Cpu, &pool}, kernels::SwigluArgs{g.data(), u.data(), got.data(), n});
+  swiglu(kernels::Exec{kernels::Device::Cpu, &pool},
+         kernels::SwigluArgs{g.data(), u.data(), got.data(), n});
   for (size_t i = 0; i < n; ++i) REQUIRE(got[i] == Approx(want[i]).epsilon(2e-6).margin(1e-6));
 }
 
@@ -105,7 +107,8 @@ TEST_CASE("rope rotates half-split pairs like the reference at far positions", "
   ref::rope(want.data(), T, H, D, pos.data(), inv);
   kernels::RopeTable table;
   build_rope_table(inv, pos.data(), T, &table);
-  rope(kernels::Exec{kernels::Device::Cpu, &pool}, kernels::RopeArgs{got.data(), table.cos.data(), table.sin.data(), T, H, D});
+  rope(kernels::Exec{kernels::Device::Cpu, &pool},
+       kernels::RopeArgs{got.data(), table.cos.data(), table.sin.data(), T, H, D});
   CHECK(test::rel_error(got, want) < 1e-6);
 }
 

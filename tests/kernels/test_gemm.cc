@@ -3,15 +3,16 @@
 
 #include "common/error.h"
 #include "kernels/gemm.h"
-#include "tests/support/reference.h"
 #include "kernels/thread_pool.h"
 #include "tests/support/random_weights.h"
+#include "tests/support/reference.h"
 
 using namespace kvzip;
 
 namespace {
 
-double gemm_error(kernels::ThreadPool* pool, uint32_t T, uint32_t in, uint32_t out, bool with_bias) {
+double gemm_error(kernels::ThreadPool* pool, uint32_t T, uint32_t in, uint32_t out,
+                  bool with_bias) {
   auto x = test::random_vector(size_t(T) * in, 1);
   auto w = test::random_vector(size_t(out) * in, 2);
   auto b = test::random_vector(out, 3);

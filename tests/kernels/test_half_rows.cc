@@ -50,7 +50,8 @@ Case make_case(GgmlType t, uint32_t rows, uint32_t cols, uint32_t T, bool row_ma
     for (uint32_t r = 0; r < rows; ++r) c.map[r] = (r * 7 + 3) % rows;  // rows coprime with 7
   }
   c.a.x = c.x.data();
-  c.a.w = kernels::MatrixView{t, c.data.data(), cols * esz, rows, cols, row_map ? c.map.data() : nullptr};
+  c.a.w = kernels::MatrixView{t,    c.data.data(), cols * esz,
+                              rows, cols,          row_map ? c.map.data() : nullptr};
   c.a.T = T;
   return c;
 }
@@ -68,7 +69,8 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
-TEST_CASE("half rows: every ISA's kernel equals the portable reference bit for bit", "[kernels][half_rows]") {
+TEST_CASE("half rows: every ISA's kernel equals the portable reference bit for bit",
+          "[kernels][half_rows]") {
   int checked = 0;
   for (GgmlType t : {GgmlType::F16, GgmlType::BF16, GgmlType::F32}) {
     const kd::HalfRowsFn ref = kd::half_rows_portable(t);
@@ -79,7 +81,8 @@ TEST_CASE("half rows: every ISA's kernel equals the portable reference bit for b
         for (uint32_t T : {1u, 2u, 5u})
           for (bool map : {false, true}) {
             Case c = make_case(t, 11, cols, T, map, cols + T);
-            INFO("type " << kernels::quant::type_name(t) << " cols " << cols << " T " << T << " map " << map);
+            INFO("type " << kernels::quant::type_name(t) << " cols " << cols << " T " << T
+                         << " map " << map);
             CHECK(same_bits(run(fn, c), run(ref, c)));
             ++checked;
           }
@@ -117,7 +120,8 @@ TEST_CASE("half rows: the reference is the product within fp32 rounding", "[kern
     const std::vector<float> y = run(kd::half_rows_portable(t), c);
     std::vector<float> row(c.a.w.cols);
     for (uint32_t r = 0; r < c.a.w.rows; ++r) {
-      kernels::quant::dequantize_row(t, c.a.w.data + size_t(c.map[r]) * c.a.w.row_bytes, row.data(), c.a.w.cols);
+      kernels::quant::dequantize_row(t, c.a.w.data + size_t(c.map[r]) * c.a.w.row_bytes, row.data(),
+                                     c.a.w.cols);
       for (uint32_t tok = 0; tok < c.a.T; ++tok) {
         double want = 0, mag = 0;
         for (uint32_t i = 0; i < c.a.w.cols; ++i) {

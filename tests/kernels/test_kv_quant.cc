@@ -109,9 +109,14 @@ TEST_CASE("kv_quant round trip: every value within its group's bound", "[kernels
       // the group's squared error), its distance beyond the grid's end.
       const auto [s, m] = reference_params(q, r, g);
       const double y = double(x[i]) / q.c[j];
-      const double clip = byte_params ? std::max({0.0, double(m) - y, y - (double(m) + levels * s)}) : 0.0;
-      const double bound = q.c[j] * (0.5 * s + clip + (byte_params ? 0.0 : std::ldexp(1.0, -11) * (std::fabs(m) + levels * s)) + 1e-7);
-      INFO("bits " << bits << " group " << group << " bytes " << byte_params << " row " << r << " channel " << j);
+      const double clip =
+          byte_params ? std::max({0.0, double(m) - y, y - (double(m) + levels * s)}) : 0.0;
+      const double bound =
+          q.c[j] *
+          (0.5 * s + clip +
+           (byte_params ? 0.0 : std::ldexp(1.0, -11) * (std::fabs(m) + levels * s)) + 1e-7);
+      INFO("bits " << bits << " group " << group << " bytes " << byte_params << " row " << r
+                   << " channel " << j);
       REQUIRE(std::fabs(double(back[i]) - double(x[i])) <= bound);
     }
   // The channel scales normalise every group into [-1, 1]: steps are at most 2 / levels (byte
@@ -125,14 +130,15 @@ TEST_CASE("kv_quant: q4 packs channel 2i in the low nibble, q8 one code per byte
   // One row, D = 4, one group, channel scales 1: the codes are the extremes 0 and 2^b - 1.
   const std::vector<float> x = {-1.0f, 1.0f, -1.0f, 1.0f};  // channel scales 1, y = x
   Quantized q4 = quantize(x, {4, 4, 4});
-  CHECK(f16_to_f32(q4.p[1]) == -1.0f);                 // minimum
+  CHECK(f16_to_f32(q4.p[1]) == -1.0f);  // minimum
   CHECK(f16_to_f32(q4.p[0]) == f16_to_f32(f32_to_f16(2.0f / 15)));
-  CHECK(q4.codes == std::vector<uint8_t>{0xF0, 0xF0});           // codes 0, 15, 0, 15
+  CHECK(q4.codes == std::vector<uint8_t>{0xF0, 0xF0});  // codes 0, 15, 0, 15
   Quantized q8 = quantize(x, {8, 4, 2});
   CHECK(q8.codes == std::vector<uint8_t>{0, 255, 0, 255});
   std::vector<float> back(4);
   kernels::cpu::kv_dequantize_rows(q8.view(), back.data());
-  for (size_t j = 0; j < 4; ++j) CHECK(std::fabs(back[j] - x[j]) <= 255 * std::ldexp(2.0f / 255, -11));  // f16(s) error x 255
+  for (size_t j = 0; j < 4; ++j)
+    CHECK(std::fabs(back[j] - x[j]) <= 255 * std::ldexp(2.0f / 255, -11));  // f16(s) error x 255
 }
 
 TEST_CASE("kv_quant: a constant group and an all-zero channel reconstruct exactly", "[kernels]") {
@@ -145,8 +151,9 @@ TEST_CASE("kv_quant: a constant group and an all-zero channel reconstruct exactl
   CHECK(q.c[7] == 1.0f);  // a channel that is zero everywhere gets scale 1, never 0
 }
 
-TEST_CASE("kv_quant rotated rows: the reconstruction is H times the formula, and q4 fits spikes better",
-          "[kernels]") {
+TEST_CASE(
+    "kv_quant rotated rows: the reconstruction is H times the formula, and q4 fits spikes better",
+    "[kernels]") {
   const uint32_t bits = GENERATE(8u, 4u);
   const uint32_t group = GENERATE(64u, 16u);
   const uint32_t D = 64;
@@ -168,7 +175,8 @@ TEST_CASE("kv_quant rotated rows: the reconstruction is H times the formula, and
     err_plain += (double(back_plain[i]) - x[i]) * (double(back_plain[i]) - x[i]);
     norm += double(x[i]) * x[i];
   }
-  INFO("relative error rotated " << std::sqrt(err / norm) << ", plain " << std::sqrt(err_plain / norm));
+  INFO("relative error rotated " << std::sqrt(err / norm) << ", plain "
+                                 << std::sqrt(err_plain / norm));
   CHECK(std::sqrt(err / norm) < (bits == 8 ? 0.01 : 0.1));
   if (bits == 4 && group == D) CHECK(err < err_plain);  // the reason for the rotation
 }
@@ -214,12 +222,14 @@ TEST_CASE("attention over quantized K/V equals dequantize-then-attend", "[kernel
   }
 
   std::vector<float> out(n_q * D, NAN), lse(n_q, NAN), work(n_q * R);
-  kernels::cpu::kv_quant_attend({q.data(), n_q, k.view(), v.view(), scale, work.data(), out.data(), lse.data()});
+  kernels::cpu::kv_quant_attend(
+      {q.data(), n_q, k.view(), v.view(), scale, work.data(), out.data(), lse.data()});
   for (size_t i = 0; i < out.size(); ++i) {
     INFO("output " << i << ": " << out[i] << " vs " << want[i]);
     REQUIRE(std::fabs(out[i] - want[i]) <= 1e-5 * (1.0 + std::fabs(want[i])));
   }
-  for (uint32_t t = 0; t < n_q; ++t) REQUIRE(std::fabs(lse[t] - want_lse[t]) <= 1e-5 * (1.0 + std::fabs(want_lse[t])));
+  for (uint32_t t = 0; t < n_q; ++t)
+    REQUIRE(std::fabs(lse[t] - want_lse[t]) <= 1e-5 * (1.0 + std::fabs(want_lse[t])));
   double psum = 0;
   for (size_t r = 0; r < R; ++r) psum += work[r];
   CHECK(std::fabs(psum - 1.0) < 1e-5);  // the workspace holds the probabilities
@@ -243,7 +253,8 @@ TEST_CASE("the .kvz reader's reconstruction is the kernel's, bit for bit", "[ker
     h.kv_dtype = t;
     h.kv_group_size = 8;
     // The file's one layout: rotated rows, byte group parameters.
-    const kernels::KvQuantLayout l{format::dtype_bits(t), 32, 8, /*rotated=*/true, /*byte_params=*/true};
+    const kernels::KvQuantLayout l{format::dtype_bits(t), 32, 8, /*rotated=*/true,
+                                   /*byte_params=*/true};
     const std::vector<uint32_t> head_rows = {5, 9};
     format::QuantRows qr;
     std::vector<float> kernel_values;

@@ -17,8 +17,8 @@
 #include "kernels/quant.h"
 #include "kernels/thread_pool.h"
 #include "tests/support/random_weights.h"
-#include "tests/support/tiny_gguf.h"
 #include "tests/support/thrown.h"
+#include "tests/support/tiny_gguf.h"
 
 namespace kvzip {
 namespace {
@@ -43,7 +43,8 @@ Reference reference(const kernels::MatrixView& w, const std::vector<float>& x, u
     for (uint32_t t = 0; t < T; ++t) {
       const float* xt = x.data() + size_t(t) * w.cols;
       double acc = bias.empty() ? 0.0 : bias[r], bound = 0.0, abs = 0.0;
-      for (uint32_t i = 0; i < w.cols; ++i) acc += double(row[i]) * xt[i], abs += std::fabs(double(row[i]) * xt[i]);
+      for (uint32_t i = 0; i < w.cols; ++i)
+        acc += double(row[i]) * xt[i], abs += std::fabs(double(row[i]) * xt[i]);
       for (uint32_t b = 0; b + 32 <= w.cols; b += 32) {
         double amax = 0.0, wsum = 0.0;
         for (uint32_t i = b; i < b + 32; ++i)
@@ -69,19 +70,22 @@ TEST_CASE("matmul equals a float64 product over the dequantized rows for every t
   const bool mapped = GENERATE(false, true);
   const kernels::MatmulPath path = GENERATE(kernels::MatmulPath::Fast, kernels::MatmulPath::Exact);
   const uint32_t rows = 72, cols = 512;  // 72: not a multiple of the 16-row tasks
-  INFO(kernels::quant::type_name(type) << " T=" << T << (mapped ? " row map" : "") << " "
-                              << kernels::matmul_path_name(path));
+  INFO(kernels::quant::type_name(type)
+       << " T=" << T << (mapped ? " row map" : "") << " " << kernels::matmul_path_name(path));
   const std::vector<uint8_t> w = test::random_matrix(type, rows, cols, 11);
   std::vector<uint32_t> map(rows);
   std::iota(map.begin(), map.end(), 0u);
   for (uint32_t r = 0; r + 1 < rows; r += 2) std::swap(map[r], map[r + 1]);  // a head-like swap
-  const kernels::MatrixView view{type, w.data(), kernels::quant::row_bytes(type, cols), rows, cols,
-                        mapped ? map.data() : nullptr};
+  const kernels::MatrixView view{type, w.data(), kernels::quant::row_bytes(type, cols),
+                                 rows, cols,     mapped ? map.data() : nullptr};
   const std::vector<float> x = test::random_vector(size_t(T) * cols, 3);
   const std::vector<float> bias = test::random_vector(rows, 4);
   std::vector<float> y(size_t(T) * rows, NAN);
   kernels::ThreadPool pool(2);
-  kernels::cpu::matmul(&pool, std::span<const kernels::MatmulArgs>(std::vector<kernels::MatmulArgs>{{x.data(), view, bias.data(), y.data(), T}}), path);
+  kernels::cpu::matmul(&pool,
+                       std::span<const kernels::MatmulArgs>(std::vector<kernels::MatmulArgs>{
+                           {x.data(), view, bias.data(), y.data(), T}}),
+                       path);
   const Reference want = reference(view, x, T, bias);
   // The Fast path of the 8-bit types may move each output by its activation-rounding bound (plus
   // fp32 slack); every other combination is fp32 arithmetic on the dequantized rows.
@@ -95,7 +99,9 @@ TEST_CASE("matmul equals a float64 product over the dequantized rows for every t
   for (size_t i = 0; i < y.size(); ++i) {
     const double err = std::fabs(y[i] - want.y[i]);
     if (int8) worst_int8 = std::max(worst_int8, err / (want.int8_bound[i] + 2e-5 * scale));
-    else if (bf16) worst_bf16 = std::max(worst_bf16, err / ((1.0 / 256 + 1.0 / 65536) * want.abs[i] + 2e-5 * scale));
+    else if (bf16)
+      worst_bf16 =
+          std::max(worst_bf16, err / ((1.0 / 256 + 1.0 / 65536) * want.abs[i] + 2e-5 * scale));
     else worst = std::max(worst, err);
   }
   CHECK(worst <= 2e-5 * scale);
@@ -110,9 +116,9 @@ TEST_CASE("matmul equals a float64 product over the dequantized rows for every t
 }
 
 TEST_CASE("the AMX-BF16 GEMM takes the bf16 products within their bound", "[kernels][matmul]") {
-  const GgmlType type = GENERATE(GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
-                                 GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K,
-                                 GgmlType::Q5_K, GgmlType::Q6_K);
+  const GgmlType type =
+      GENERATE(GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1,
+               GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K);
   // 16: one vector; 33: a pass of two and a pass of one (three vectors); 130: several passes.
   const uint32_t T = GENERATE(16u, 33u, 130u);
   const bool mapped = GENERATE(false, true);
@@ -123,17 +129,20 @@ TEST_CASE("the AMX-BF16 GEMM takes the bf16 products within their bound", "[kern
   std::vector<uint32_t> map(rows);
   std::iota(map.begin(), map.end(), 0u);
   for (uint32_t r = 0; r + 1 < rows; r += 2) std::swap(map[r], map[r + 1]);
-  const kernels::MatrixView view{type, w.data(), kernels::quant::row_bytes(type, cols), rows, cols,
-                                 mapped ? map.data() : nullptr};
+  const kernels::MatrixView view{type, w.data(), kernels::quant::row_bytes(type, cols),
+                                 rows, cols,     mapped ? map.data() : nullptr};
   if (!kernels::cpu::detail::bf16_gemm_amx_usable(view)) {
-    WARN("AMX-BF16 is not available on this CPU/build (or KVZIP_CPU_ISA picks another ISA): not tested here");
+    WARN(
+        "AMX-BF16 is not available on this CPU/build (or KVZIP_CPU_ISA picks another ISA): not "
+        "tested here");
     return;
   }
   INFO(kernels::quant::type_name(type) << " T=" << T << (mapped ? " row map" : ""));
   const std::vector<float> x = test::random_vector(size_t(T) * cols, 22);
   std::vector<float> y(size_t(T) * rows, NAN);
   kernels::ThreadPool pool(2);
-  kernels::cpu::detail::bf16_gemm_amx(&pool, kernels::MatmulArgs{x.data(), view, nullptr, y.data(), T});
+  kernels::cpu::detail::bf16_gemm_amx(&pool,
+                                      kernels::MatmulArgs{x.data(), view, nullptr, y.data(), T});
   const Reference want = reference(view, x, T, {});
   double scale = 0, worst = 0, moved = 0;
   for (double v : want.y) scale = std::max(scale, std::fabs(v));
@@ -146,16 +155,20 @@ TEST_CASE("the AMX-BF16 GEMM takes the bf16 products within their bound", "[kern
   CHECK(moved > 2e-5 * scale);  // bf16 operands, not fp32 ones
 }
 
-TEST_CASE("the AMX-BF16 GEMM of a block type is the GEMM of its values rounded to bf16", "[kernels][matmul]") {
+TEST_CASE("the AMX-BF16 GEMM of a block type is the GEMM of its values rounded to bf16",
+          "[kernels][matmul]") {
   // The panel decoders (Q4_0/Q4_1/Q8_0 straight to bf16, the others through dequantize_row) must give
   // exactly the bf16 rounding of each weight's fp32 value: the same products, the same bits.
   const GgmlType type = GENERATE(GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
                                  GgmlType::Q4_K, GgmlType::Q6_K);
   const uint32_t rows = 40, cols = 512, T = 70;
   const std::vector<uint8_t> w = test::random_matrix(type, rows, cols, 31);
-  const kernels::MatrixView view{type, w.data(), kernels::quant::row_bytes(type, cols), rows, cols, nullptr};
+  const kernels::MatrixView view{type, w.data(), kernels::quant::row_bytes(type, cols),
+                                 rows, cols,     nullptr};
   if (!kernels::cpu::detail::bf16_gemm_amx_usable(view)) {
-    WARN("AMX-BF16 is not available on this CPU/build (or KVZIP_CPU_ISA picks another ISA): not tested here");
+    WARN(
+        "AMX-BF16 is not available on this CPU/build (or KVZIP_CPU_ISA picks another ISA): not "
+        "tested here");
     return;
   }
   INFO(kernels::quant::type_name(type));
@@ -165,13 +178,19 @@ TEST_CASE("the AMX-BF16 GEMM of a block type is the GEMM of its values rounded t
     kernels::quant::dequantize_row(type, w.data() + size_t(r) * view.row_bytes, row.data(), cols);
     for (uint32_t i = 0; i < cols; ++i) rounded[size_t(r) * cols + i] = f32_to_bf16(row[i]);
   }
-  const kernels::MatrixView bview{GgmlType::BF16, reinterpret_cast<const uint8_t*>(rounded.data()),
-                                  size_t(cols) * 2, rows, cols, nullptr};
+  const kernels::MatrixView bview{GgmlType::BF16,
+                                  reinterpret_cast<const uint8_t*>(rounded.data()),
+                                  size_t(cols) * 2,
+                                  rows,
+                                  cols,
+                                  nullptr};
   const std::vector<float> x = test::random_vector(size_t(T) * cols, 32);
   std::vector<float> y(size_t(T) * rows, NAN), yb(size_t(T) * rows, NAN);
   kernels::ThreadPool pool(2);
-  kernels::cpu::detail::bf16_gemm_amx(&pool, kernels::MatmulArgs{x.data(), view, nullptr, y.data(), T});
-  kernels::cpu::detail::bf16_gemm_amx(&pool, kernels::MatmulArgs{x.data(), bview, nullptr, yb.data(), T});
+  kernels::cpu::detail::bf16_gemm_amx(&pool,
+                                      kernels::MatmulArgs{x.data(), view, nullptr, y.data(), T});
+  kernels::cpu::detail::bf16_gemm_amx(&pool,
+                                      kernels::MatmulArgs{x.data(), bview, nullptr, yb.data(), T});
   CHECK(std::memcmp(y.data(), yb.data(), y.size() * sizeof(float)) == 0);
 }
 
@@ -179,24 +198,35 @@ TEST_CASE("matmul batches jobs of different types and checks each job", "[kernel
   const uint32_t cols = 256, T = 1;
   const std::vector<uint8_t> a = test::random_matrix(GgmlType::Q4_0, 40, cols, 1);
   const std::vector<uint8_t> b = test::random_matrix(GgmlType::Q6_K, 24, cols, 2);
-  const kernels::MatrixView va{GgmlType::Q4_0, a.data(), kernels::quant::row_bytes(GgmlType::Q4_0, cols), 40, cols, nullptr};
-  const kernels::MatrixView vb{GgmlType::Q6_K, b.data(), kernels::quant::row_bytes(GgmlType::Q6_K, cols), 24, cols, nullptr};
+  const kernels::MatrixView va{
+      GgmlType::Q4_0, a.data(), kernels::quant::row_bytes(GgmlType::Q4_0, cols), 40, cols, nullptr};
+  const kernels::MatrixView vb{
+      GgmlType::Q6_K, b.data(), kernels::quant::row_bytes(GgmlType::Q6_K, cols), 24, cols, nullptr};
   const std::vector<float> x = test::random_vector(cols, 9);
   std::vector<float> ya(40), yb(24);
-  const kernels::MatmulArgs jobs[] = {{x.data(), va, nullptr, ya.data(), T}, {x.data(), vb, nullptr, yb.data(), T}};
+  const kernels::MatmulArgs jobs[] = {{x.data(), va, nullptr, ya.data(), T},
+                                      {x.data(), vb, nullptr, yb.data(), T}};
   kernels::ThreadPool pool(2);
   kernels::cpu::matmul(&pool, jobs, kernels::MatmulPath::Fast);
   const Reference wa = reference(va, x, T, {}), wb = reference(vb, x, T, {});
-  for (size_t i = 0; i < ya.size(); ++i) CHECK(std::fabs(ya[i] - wa.y[i]) <= wa.int8_bound[i] + 1e-5);
-  for (size_t i = 0; i < yb.size(); ++i) CHECK(std::fabs(yb[i] - wb.y[i]) <= wb.int8_bound[i] + 1e-5);
+  for (size_t i = 0; i < ya.size(); ++i)
+    CHECK(std::fabs(ya[i] - wa.y[i]) <= wa.int8_bound[i] + 1e-5);
+  for (size_t i = 0; i < yb.size(); ++i)
+    CHECK(std::fabs(yb[i] - wb.y[i]) <= wb.int8_bound[i] + 1e-5);
 
   kernels::MatmulArgs bad = jobs[1];
   bad.w.cols = 100;  // not a whole number of 256-element blocks
-  CHECK_THROWS_WITH(kernels::cpu::matmul(&pool, std::span<const kernels::MatmulArgs>(&bad, 1), kernels::MatmulPath::Fast),
+  CHECK_THROWS_WITH(kernels::cpu::matmul(&pool, std::span<const kernels::MatmulArgs>(&bad, 1),
+                                         kernels::MatmulPath::Fast),
                     Catch::Contains("Q6_K") && Catch::Contains("100"));
   bad = jobs[0];
   bad.w.type = GgmlType::IQ2_XXS;
-  const Error e = test::error_from([&] { kernels::cpu::matmul(&pool, std::span<const kernels::MatmulArgs>(&bad, 1), kernels::MatmulPath::Fast); }, "expected an error");
+  const Error e = test::error_from(
+      [&] {
+        kernels::cpu::matmul(&pool, std::span<const kernels::MatmulArgs>(&bad, 1),
+                             kernels::MatmulPath::Fast);
+      },
+      "expected an error");
   CHECK(e.code() == Errc::unsupported);
   CHECK_THAT(e.what(), Catch::Contains("IQ2_XXS"));
 }

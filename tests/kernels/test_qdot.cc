@@ -20,19 +20,20 @@
 #include "kernels/quant.h"
 #include "kernels/thread_pool.h"
 #include "tests/support/random_weights.h"
-#include "tests/support/tiny_gguf.h"
 #include "tests/support/thrown.h"
+#include "tests/support/tiny_gguf.h"
 
 namespace kvzip {
 namespace {
 
 using kernels::quant::GgmlType;
 
-TEST_CASE("activations quantize to int8 within half a step of the block's scale", "[kernels][qdot]") {
+TEST_CASE("activations quantize to int8 within half a step of the block's scale",
+          "[kernels][qdot]") {
   const uint32_t in = 96, T = 3;
   std::vector<float> x = test::random_vector(size_t(T) * in, 21, -3.0f, 3.0f);
   for (uint32_t e = 32; e < 64; ++e) x[e] = 0.0f;  // an all-zero block
-  x[100] = 1e-30f;                                // a tiny value in a normal block
+  x[100] = 1e-30f;                                 // a tiny value in a normal block
   std::vector<kernels::Q8Act> q(size_t(T) * in / 32);
   kernels::cpu::quantize_acts(x.data(), T, in, q.data());
   for (size_t k = 0; k < q.size(); ++k) {
@@ -54,11 +55,11 @@ TEST_CASE("activations quantize to int8 within half a step of the block's scale"
 TEST_CASE("the vector activation quantizer gives the portable one's bytes", "[kernels][qdot]") {
   const uint32_t in = 128, T = 9;
   std::vector<float> x = test::random_vector(size_t(T) * in, 22, -4.0f, 4.0f);
-  for (uint32_t e = 0; e < 32; ++e) x[e] = 0.0f;                  // all-zero block
+  for (uint32_t e = 0; e < 32; ++e) x[e] = 0.0f;  // all-zero block
   // Ties: amax 127 makes d = 1, so x = k + 0.5 must round to even, as nearbyint does.
   x[32] = 127.0f;
   for (uint32_t e = 33; e < 64; ++e) x[e] = float(int(e) - 48) + 0.5f;
-  x[200] = -1e-30f, x[300] = 3e38f, x[301] = -3e38f;              // tiny and huge values
+  x[200] = -1e-30f, x[300] = 3e38f, x[301] = -3e38f;  // tiny and huge values
   std::vector<kernels::Q8Act> a(size_t(T) * in / 32), b(a.size());
   kernels::cpu::quantize_acts(x.data(), T, in, a.data());
   kernels::cpu::quantize_acts_portable(x.data(), T, in, b.data());
@@ -68,13 +69,16 @@ TEST_CASE("the vector activation quantizer gives the portable one's bytes", "[ke
   }
 }
 
-TEST_CASE("the GEMMs' activation pack: the layout of kernels/detail/qdot_rows.h, the same bytes from every packer",
-          "[kernels][qdot]") {
+TEST_CASE(
+    "the GEMMs' activation pack: the layout of kernels/detail/qdot_rows.h, the same bytes from "
+    "every packer",
+    "[kernels][qdot]") {
   const uint32_t in = 96, T = 21;  // two 16-token vectors, the second with 11 padding lanes
   const std::vector<float> x = test::random_vector(size_t(T) * in, 31, -3.0f, 3.0f);
   std::vector<kernels::Q8Act> q(size_t(T) * in / 32);
   kernels::cpu::quantize_acts(x.data(), T, in, q.data());
-  for (const kernels::cpu::detail::PackOpts o : {kernels::cpu::detail::PackOpts{}, kernels::cpu::detail::kSignedPack}) {
+  for (const kernels::cpu::detail::PackOpts o :
+       {kernels::cpu::detail::PackOpts{}, kernels::cpu::detail::kSignedPack}) {
     INFO("offset128 " << o.offset128);
     const uint8_t flip = o.offset128 ? 0x80 : 0;
     kernels::cpu::detail::QActPack p;
@@ -87,15 +91,18 @@ TEST_CASE("the GEMMs' activation pack: the layout of kernels/detail/qdot_rows.h,
         for (uint32_t l = 0; l < 16; ++l)
           for (uint32_t e = 0; e < 4; ++e) {
             const uint32_t t = 16 * v + l, el = 4 * k + e;
-            const uint8_t want = t < T ? uint8_t(q[size_t(t) * (in / 32) + el / 32].q[el % 32]) ^ flip : flip;
+            const uint8_t want =
+                t < T ? uint8_t(q[size_t(t) * (in / 32) + el / 32].q[el % 32]) ^ flip : flip;
             CHECK(p.u[((size_t(v) * (in / 4) + k) * 16 + l) * 4 + e] == want);
           }
     for (uint32_t v = 0; v < 2; ++v)
       for (uint32_t g = 0; g < in / 32; ++g)
         for (uint32_t l = 0; l < 16; ++l) {
           const uint32_t t = 16 * v + l;
-          CHECK(p.d[(size_t(v) * (in / 32) + g) * 16 + l] == (t < T ? q[size_t(t) * (in / 32) + g].d : 0.0f));
-          CHECK(p.s[(size_t(v) * (in / 32) + g) * 16 + l] == (t < T ? q[size_t(t) * (in / 32) + g].s : 0.0f));
+          CHECK(p.d[(size_t(v) * (in / 32) + g) * 16 + l] ==
+                (t < T ? q[size_t(t) * (in / 32) + g].d : 0.0f));
+          CHECK(p.s[(size_t(v) * (in / 32) + g) * 16 + l] ==
+                (t < T ? q[size_t(t) * (in / 32) + g].s : 0.0f));
         }
     if (!kernels::cpu::detail::cpu_has_avx512_vnni()) {
       WARN("AVX-512 VNNI is not available on this CPU/build: its pack is not compared here");
@@ -110,7 +117,8 @@ TEST_CASE("the GEMMs' activation pack: the layout of kernels/detail/qdot_rows.h,
   }
 }
 
-TEST_CASE("k4_scale_words unpacks the eight 6-bit scales and mins scale_min_k4 reads", "[kernels][qdot]") {
+TEST_CASE("k4_scale_words unpacks the eight 6-bit scales and mins scale_min_k4 reads",
+          "[kernels][qdot]") {
   // Random 12-byte scale fields plus the corner bytes (all ones, all zeros, each top-two-bits pattern):
   // every group's byte in both words must be the (scale, min) the scalar decoder gives.
   std::mt19937 rng(77);
@@ -160,8 +168,8 @@ TEST_CASE("qdot kernels equal a float64 product of the dequantized weights and a
   std::vector<uint32_t> map(rows);
   std::iota(map.begin(), map.end(), 0u);
   for (uint32_t r = 0; r + 2 < rows; r += 3) std::swap(map[r], map[r + 2]);
-  const kernels::MatrixView view{type, w.data(), kernels::quant::row_bytes(type, cols), rows, cols,
-                        mapped ? map.data() : nullptr};
+  const kernels::MatrixView view{type, w.data(), kernels::quant::row_bytes(type, cols),
+                                 rows, cols,     mapped ? map.data() : nullptr};
   const std::vector<float> x = test::random_vector(size_t(T) * cols, 8, -2.0f, 2.0f);
   const std::vector<float> bias = test::random_vector(rows, 9);
 
@@ -171,8 +179,8 @@ TEST_CASE("qdot kernels equal a float64 product of the dequantized weights and a
   std::vector<double> want(size_t(T) * rows), mag(size_t(T) * rows);
   std::vector<float> row(cols);
   for (uint32_t r = 0; r < rows; ++r) {
-    kernels::quant::dequantize_row(type, w.data() + size_t(view.row_map ? map[r] : r) * view.row_bytes,
-                          row.data(), cols);
+    kernels::quant::dequantize_row(
+        type, w.data() + size_t(view.row_map ? map[r] : r) * view.row_bytes, row.data(), cols);
     for (uint32_t t = 0; t < T; ++t) {
       double acc = bias[r], m = std::fabs(bias[r]);
       for (uint32_t e = 0; e < cols; ++e) {
@@ -194,14 +202,18 @@ TEST_CASE("qdot kernels equal a float64 product of the dequantized weights and a
     const kernels::MatmulArgs job{x.data(), view, bias.data(), ref.data(), T};
     kernels::cpu::qdot(&pool, std::span<const kernels::MatmulArgs>(&job, 1), kernels::QIsa::Scalar);
   }
-  for (kernels::QIsa isa : {kernels::QIsa::Scalar, kernels::QIsa::Avx2, kernels::QIsa::Avx512Vnni, kernels::QIsa::Amx}) {
+  for (kernels::QIsa isa : {kernels::QIsa::Scalar, kernels::QIsa::Avx2, kernels::QIsa::Avx512Vnni,
+                            kernels::QIsa::Amx}) {
     if (!kernels::qisa_available(isa)) {
       static bool said[8] = {};
-      if (!said[int(isa)]) WARN(kernels::qisa_name(isa) << " is not available on this CPU/build: its kernels are not tested here");
+      if (!said[int(isa)])
+        WARN(kernels::qisa_name(isa)
+             << " is not available on this CPU/build: its kernels are not tested here");
       said[int(isa)] = true;
       continue;
     }
-    INFO(kernels::quant::type_name(type) << " T=" << T << (mapped ? " row map" : "") << " " << kernels::qisa_name(isa));
+    INFO(kernels::quant::type_name(type)
+         << " T=" << T << (mapped ? " row map" : "") << " " << kernels::qisa_name(isa));
     std::vector<float> y(size_t(T) * rows, NAN);
     const kernels::MatmulArgs job{x.data(), view, bias.data(), y.data(), T};
     kernels::cpu::qdot(&pool, std::span<const kernels::MatmulArgs>(&job, 1), isa);
@@ -221,7 +233,8 @@ TEST_CASE("qdot kernels equal a float64 product of the dequantized weights and a
     }
     kernels::cpu::detail::set_decode_rows(0);
     double worst = 0.0;
-    for (size_t i = 0; i < y.size(); ++i) worst = std::max(worst, std::fabs(y[i] - want[i]) / mag[i]);
+    for (size_t i = 0; i < y.size(); ++i)
+      worst = std::max(worst, std::fabs(y[i] - want[i]) / mag[i]);
     CHECK(worst <= 1e-5);
   }
 }
@@ -233,16 +246,21 @@ TEST_CASE("qdot batches jobs of two types as it runs each alone, and refuses oth
   const uint32_t cols = 256, T = GENERATE(2u, 40u);
   const std::vector<uint8_t> a = test::random_matrix(GgmlType::Q4_0, 40, cols, 1);
   const std::vector<uint8_t> b = test::random_matrix(GgmlType::Q6_K, 24, cols, 2);
-  const kernels::MatrixView va{GgmlType::Q4_0, a.data(), kernels::quant::row_bytes(GgmlType::Q4_0, cols), 40, cols, nullptr};
-  const kernels::MatrixView vb{GgmlType::Q6_K, b.data(), kernels::quant::row_bytes(GgmlType::Q6_K, cols), 24, cols, nullptr};
+  const kernels::MatrixView va{
+      GgmlType::Q4_0, a.data(), kernels::quant::row_bytes(GgmlType::Q4_0, cols), 40, cols, nullptr};
+  const kernels::MatrixView vb{
+      GgmlType::Q6_K, b.data(), kernels::quant::row_bytes(GgmlType::Q6_K, cols), 24, cols, nullptr};
   const std::vector<float> x = test::random_vector(size_t(T) * cols, 9);
   std::vector<float> ya(T * 40), yb(T * 24);
   kernels::ThreadPool pool(2);
-  const kernels::MatmulArgs jobs[] = {{x.data(), va, nullptr, ya.data(), T}, {x.data(), vb, nullptr, yb.data(), T}};
+  const kernels::MatmulArgs jobs[] = {{x.data(), va, nullptr, ya.data(), T},
+                                      {x.data(), vb, nullptr, yb.data(), T}};
   kernels::cpu::qdot(&pool, jobs, kernels::qisa_best());  // one batch, one shared quantization of x
   const std::vector<float> ya_batch = ya, yb_batch = yb;
-  kernels::cpu::qdot(&pool, std::span<const kernels::MatmulArgs>(&jobs[0], 1), kernels::qisa_best());
-  kernels::cpu::qdot(&pool, std::span<const kernels::MatmulArgs>(&jobs[1], 1), kernels::qisa_best());
+  kernels::cpu::qdot(&pool, std::span<const kernels::MatmulArgs>(&jobs[0], 1),
+                     kernels::qisa_best());
+  kernels::cpu::qdot(&pool, std::span<const kernels::MatmulArgs>(&jobs[1], 1),
+                     kernels::qisa_best());
   CHECK(ya == ya_batch);
   CHECK(yb == yb_batch);
 
@@ -250,34 +268,42 @@ TEST_CASE("qdot batches jobs of two types as it runs each alone, and refuses oth
   CHECK_FALSE(kernels::qdot_supported(GgmlType::F32));
   kernels::MatmulArgs bad = jobs[0];
   bad.w.type = GgmlType::BF16;
-  const Error e = test::error_from([&] { kernels::cpu::qdot(&pool, std::span<const kernels::MatmulArgs>(&bad, 1), kernels::QIsa::Scalar); }, "expected an error");
+  const Error e = test::error_from(
+      [&] {
+        kernels::cpu::qdot(&pool, std::span<const kernels::MatmulArgs>(&bad, 1),
+                           kernels::QIsa::Scalar);
+      },
+      "expected an error");
   CHECK(e.code() == Errc::unsupported);
   CHECK_THAT(e.what(), Catch::Contains("BF16"));
 }
 
-
-TEST_CASE("one-token decode kernels: odd block counts and rows past the last whole tile keep the bits",
-          "[kernels][qdot]") {
+TEST_CASE(
+    "one-token decode kernels: odd block counts and rows past the last whole tile keep the bits",
+    "[kernels][qdot]") {
   // The one-token kernels take two blocks a step (Q6_K a block's two halves): 25 (5) blocks leave one; 45
   // rows leave five past the eight-row tiles (and thirteen past sixteen-row ones). Every ISA and
   // both decode kernels against the scalar reference, bit for bit.
-  const GgmlType type = GENERATE(GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
-                                 GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K);
+  const GgmlType type = GENERATE(GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                                 GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K);
   const bool k = type == GgmlType::Q4_K || type == GgmlType::Q5_K || type == GgmlType::Q6_K;
   const uint32_t blocks = GENERATE(25u, 2u, 1u), rows = 45;
   const uint32_t cols = blocks * (k ? 256u : 32u) / (k && blocks == 25 ? 5 : 1);
   const std::vector<uint8_t> w = test::random_matrix(type, rows, cols, 11);
-  const kernels::MatrixView view{type, w.data(), kernels::quant::row_bytes(type, cols), rows, cols, nullptr};
+  const kernels::MatrixView view{type, w.data(), kernels::quant::row_bytes(type, cols),
+                                 rows, cols,     nullptr};
   const std::vector<float> x = test::random_vector(cols, 12, -2.0f, 2.0f);
   kernels::ThreadPool pool(2);
   std::vector<float> ref(rows, NAN);
   const kernels::MatmulArgs job_ref{x.data(), view, nullptr, ref.data(), 1};
-  kernels::cpu::qdot(&pool, std::span<const kernels::MatmulArgs>(&job_ref, 1), kernels::QIsa::Scalar);
+  kernels::cpu::qdot(&pool, std::span<const kernels::MatmulArgs>(&job_ref, 1),
+                     kernels::QIsa::Scalar);
   for (kernels::QIsa isa : {kernels::QIsa::Avx2, kernels::QIsa::Avx512Vnni}) {
     if (!kernels::qisa_available(isa)) continue;  // said by the test above
     for (int decode_rows : {16, 8}) {
       kernels::cpu::detail::set_decode_rows(decode_rows);
-      INFO(kernels::quant::type_name(type) << " cols " << cols << " " << kernels::qisa_name(isa) << " rows " << decode_rows);
+      INFO(kernels::quant::type_name(type)
+           << " cols " << cols << " " << kernels::qisa_name(isa) << " rows " << decode_rows);
       std::vector<float> y(rows, NAN);
       const kernels::MatmulArgs job{x.data(), view, nullptr, y.data(), 1};
       kernels::cpu::qdot(&pool, std::span<const kernels::MatmulArgs>(&job, 1), isa);
@@ -287,15 +313,16 @@ TEST_CASE("one-token decode kernels: odd block counts and rows past the last who
   kernels::cpu::detail::set_decode_rows(0);
 }
 
-TEST_CASE("the decode kernel choice tries each kernel, keeps the faster and still samples the other",
-          "[kernels][qdot]") {
+TEST_CASE(
+    "the decode kernel choice tries each kernel, keeps the faster and still samples the other",
+    "[kernels][qdot]") {
   using kernels::cpu::detail::DecodePick;
   DecodePick p;
   const uint64_t qkv = 1000, down = 2000;  // two kinds of call, timed apart
   CHECK(p.next(qkv) == 0);
   p.record(qkv, 0, 2e-3);
   CHECK(p.next(qkv) == 1);
-  p.record(qkv, 1, 1e-3);  // kernel 1 is the faster on this kind
+  p.record(qkv, 1, 1e-3);    // kernel 1 is the faster on this kind
   CHECK(p.next(down) == 0);  // a new kind starts over
   p.record(down, 0, 1e-3);
   CHECK(p.next(down) == 1);
@@ -320,7 +347,8 @@ TEST_CASE("the decode kernel choice tries each kernel, keeps the faster and stil
   CHECK(calls < 8);
   CHECK(p.mean(qkv, 1) > p.mean(qkv, 0));
   CHECK(p.next(qkv) == 0);
-  CHECK(test::throws_code([] { kernels::cpu::detail::set_decode_rows(12); }, Errc::invalid_argument));
+  CHECK(
+      test::throws_code([] { kernels::cpu::detail::set_decode_rows(12); }, Errc::invalid_argument));
 }
 
 }  // namespace

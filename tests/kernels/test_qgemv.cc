@@ -10,14 +10,14 @@
 #include <random>
 #include <vector>
 
+#include "cache/kv_cache.h"
+#include "checkpoint/gguf_weights.h"
 #include "common/error.h"
 #include "common/half.h"
 #include "kernels/qgemv.h"
 #include "kernels/quant.h"
 #include "kernels/thread_pool.h"
 #include "model/forward.h"
-#include "checkpoint/gguf_weights.h"
-#include "cache/kv_cache.h"
 #include "tests/support/random_weights.h"
 #include "tests/support/reference.h"
 #include "tests/support/tiny_gguf.h"
@@ -47,7 +47,9 @@ std::vector<uint8_t> random_blocks(kernels::QFormat f, uint32_t out, uint32_t in
   std::mt19937_64 rng(seed);
   const size_t bb = kernels::qblock_bytes(f), nb = size_t(out) * (in / kernels::kQBlockElems);
   std::vector<uint8_t> w(nb * bb);
-  auto uniform = [&](float lo, float hi) { return lo + (hi - lo) * float(rng() >> 40) / 16777216.0f; };
+  auto uniform = [&](float lo, float hi) {
+    return lo + (hi - lo) * float(rng() >> 40) / 16777216.0f;
+  };
   for (size_t b = 0; b < nb; ++b) {
     uint8_t* blk = w.data() + b * bb;
     for (size_t i = 0; i < bb; ++i) blk[i] = uint8_t(rng());
@@ -58,7 +60,8 @@ std::vector<uint8_t> random_blocks(kernels::QFormat f, uint32_t out, uint32_t in
   return w;
 }
 
-std::vector<float> dequantize(kernels::QFormat f, const std::vector<uint8_t>& w, uint32_t out, uint32_t in) {
+std::vector<float> dequantize(kernels::QFormat f, const std::vector<uint8_t>& w, uint32_t out,
+                              uint32_t in) {
   std::vector<float> d(size_t(out) * in);
   kernels::quant::dequantize_rows(ggml_type(f), w.data(), d.data(), in, out, 1);
   return d;
@@ -72,7 +75,8 @@ std::vector<kernels::QIsa> available_isas() {
 }
 
 // qgemv with `isa` vs ref::gemm on the dequantized matrix; returns the relative error.
-double qgemv_error(kernels::QIsa isa, kernels::QFormat f, uint32_t out, uint32_t in, bool bias, kernels::ThreadPool* pool) {
+double qgemv_error(kernels::QIsa isa, kernels::QFormat f, uint32_t out, uint32_t in, bool bias,
+                   kernels::ThreadPool* pool) {
   const auto w = random_blocks(f, out, in, 11 + in + out);
   const auto x = test::random_vector(in, 12, -2.0f, 2.0f);
   const auto b = test::random_vector(out, 13);
@@ -91,13 +95,14 @@ TEST_CASE("the quantized GEMV equals the fp32 product of the dequantized blocks 
   REQUIRE(kernels::qisa_available(kernels::QIsa::Scalar));
   REQUIRE(kernels::qisa_available(kernels::qisa_best()));
   for (kernels::QIsa isa : available_isas()) {
-    for (kernels::QFormat f : {kernels::QFormat::Q4_0, kernels::QFormat::Q4_1, kernels::QFormat::Q8_0}) {
+    for (kernels::QFormat f :
+         {kernels::QFormat::Q4_0, kernels::QFormat::Q4_1, kernels::QFormat::Q8_0}) {
       INFO(kernels::qisa_name(isa) << " " << kernels::qformat_name(f));
-      CHECK(qgemv_error(isa, f, 1, 32, false, nullptr) < 1e-5);   // one block
-      CHECK(qgemv_error(isa, f, 7, 64, true, nullptr) < 1e-5);    // even block count, bias
-      CHECK(qgemv_error(isa, f, 301, 576, true, &pool) < 1e-5);   // SmolLM2 width, row tail
-      CHECK(qgemv_error(isa, f, 130, 1536, false, &pool) < 1e-5); // F-wide rows, 3 tasks
-      CHECK(qgemv_error(isa, f, 5, 96, false, &pool) < 1e-5);     // odd block count
+      CHECK(qgemv_error(isa, f, 1, 32, false, nullptr) < 1e-5);    // one block
+      CHECK(qgemv_error(isa, f, 7, 64, true, nullptr) < 1e-5);     // even block count, bias
+      CHECK(qgemv_error(isa, f, 301, 576, true, &pool) < 1e-5);    // SmolLM2 width, row tail
+      CHECK(qgemv_error(isa, f, 130, 1536, false, &pool) < 1e-5);  // F-wide rows, 3 tasks
+      CHECK(qgemv_error(isa, f, 5, 96, false, &pool) < 1e-5);      // odd block count
     }
   }
 }
@@ -105,7 +110,8 @@ TEST_CASE("the quantized GEMV equals the fp32 product of the dequantized blocks 
 TEST_CASE("every ISA gives the scalar result up to summation order", "[kernels]") {
   const uint32_t out = 67, in = 576;
   const auto x = test::random_vector(in, 21, -3.0f, 3.0f);
-  for (kernels::QFormat f : {kernels::QFormat::Q4_0, kernels::QFormat::Q4_1, kernels::QFormat::Q8_0}) {
+  for (kernels::QFormat f :
+       {kernels::QFormat::Q4_0, kernels::QFormat::Q4_1, kernels::QFormat::Q8_0}) {
     const auto w = random_blocks(f, out, in, 22);
     std::vector<float> scalar(out), other(out);
     kernels::QGemvArgs a{f, w.data(), x.data(), nullptr, scalar.data(), in, out};
@@ -124,7 +130,8 @@ TEST_CASE("a batch of GEMVs gives each job's single-call result", "[kernels]") {
   const uint32_t in = 128;
   const auto x = test::random_vector(in, 31);
   const auto bias = test::random_vector(200, 32);
-  const kernels::QFormat formats[3] = {kernels::QFormat::Q4_1, kernels::QFormat::Q8_0, kernels::QFormat::Q4_0};
+  const kernels::QFormat formats[3] = {kernels::QFormat::Q4_1, kernels::QFormat::Q8_0,
+                                       kernels::QFormat::Q4_0};
   const uint32_t outs[3] = {200, 65, 3};
   std::vector<std::vector<uint8_t>> w;
   std::vector<std::vector<float>> batch(3), single(3);
@@ -160,8 +167,9 @@ TEST_CASE("the quantized GEMV refuses bad shapes, null pointers and absent ISAs"
   CHECK_THROWS_AS(qgemv(kernels::Exec{kernels::Device::Cuda, nullptr}, a), Error);
   for (kernels::QIsa isa : {kernels::QIsa::Avx2, kernels::QIsa::Avx512})
     if (!kernels::qisa_available(isa))
-      CHECK_THROWS_WITH(kernels::cpu::qgemv(nullptr, std::span<const kernels::QGemvArgs>(&a, 1), isa),
-                        Catch::Contains("not available"));
+      CHECK_THROWS_WITH(
+          kernels::cpu::qgemv(nullptr, std::span<const kernels::QGemvArgs>(&a, 1), isa),
+          Catch::Contains("not available"));
 }
 
 namespace {
@@ -183,7 +191,8 @@ TinyQuantized tiny_quantized_weights() {
 }
 
 // The matrix is still in the file's type and reads back as the canonical fp32 values.
-void check_blocks(const model::Matrix& q, const model::Matrix& fp32, kernels::quant::GgmlType t, const char* name) {
+void check_blocks(const model::Matrix& q, const model::Matrix& fp32, kernels::quant::GgmlType t,
+                  const char* name) {
   INFO(name);
   CHECK(q.type == t);
   CHECK(q.owned == nullptr);  // points into the file, no copy
@@ -198,7 +207,8 @@ TEST_CASE("the GGUF loader keeps the file's Q4_1/Q8_0 blocks and reads them in c
   for (size_t l = 0; l < t.w.layers.size(); ++l) {
     const model::LayerWeights& lw = t.w.layers[l];
     const model::LayerWeights& want = t.want.layers[l];
-    check_blocks(lw.wq, want.wq, kernels::quant::GgmlType::Q4_1, "wq");  // Q/K rows through the row map
+    check_blocks(lw.wq, want.wq, kernels::quant::GgmlType::Q4_1,
+                 "wq");  // Q/K rows through the row map
     CHECK(lw.wq.row_map.size() == lw.wq.rows);
     check_blocks(lw.wk, want.wk, kernels::quant::GgmlType::Q4_1, "wk");
     check_blocks(lw.wv, want.wv, kernels::quant::GgmlType::Q4_1, "wv");
@@ -214,7 +224,8 @@ TEST_CASE("the GGUF loader keeps the file's Q4_1/Q8_0 blocks and reads them in c
 // The fast path quantizes every matmul input to int8 per 32-element block (kernels/qdot.h): on this
 // tiny random model its logits stay within 10% of the largest exact logit (measured 0.015-0.042;
 // random weights leave near-ties, so the argmax is not compared).
-TEST_CASE("the fast path's logits stay within the 8-bit bound of the exact path's", "[model][kernels]") {
+TEST_CASE("the fast path's logits stay within the 8-bit bound of the exact path's",
+          "[model][kernels]") {
   const model::Weights w = tiny_quantized_weights().w;
   model::ForwardOptions fast, exact;
   fast.threads = exact.threads = 2;
@@ -227,16 +238,19 @@ TEST_CASE("the fast path's logits stay within the 8-bit bound of the exact path'
   const std::vector<float> pq = fq.prefill(cq, prompt), pf = ff.prefill(cf, prompt);
   CHECK(test::rel_error(pq, pf) < 0.1);
   CHECK(test::rel_error(pq, pf) > 0.0);  // the fast path really ran the 8-bit kernels
-  for (int32_t tok : {42, 7, 281, 0, 99}) CHECK(test::rel_error(fq.decode(cq, tok), ff.decode(cf, tok)) < 0.1);
+  for (int32_t tok : {42, 7, 281, 0, 99})
+    CHECK(test::rel_error(fq.decode(cq, tok), ff.decode(cf, tok)) < 0.1);
 }
 
-TEST_CASE("a matrix of the wrong shape or a broken row map is refused by Forward", "[model][kernels]") {
+TEST_CASE("a matrix of the wrong shape or a broken row map is refused by Forward",
+          "[model][kernels]") {
   model::Weights w = tiny_quantized_weights().w;
   w.layers[1].w_up.rows -= 1;
   CHECK_THROWS_WITH(model::Forward(w), Catch::Contains("layers[1].w_up is"));
   w = tiny_quantized_weights().w;
   w.layers[0].wk.row_map[0] = w.layers[0].wk.row_map[1];
-  CHECK_THROWS_WITH(model::Forward(w), Catch::Contains("layers[0].wk has a row map that is not a permutation"));
+  CHECK_THROWS_WITH(model::Forward(w),
+                    Catch::Contains("layers[0].wk has a row map that is not a permutation"));
   w = tiny_quantized_weights().w;
   w.layers[0].wv.type = kernels::quant::GgmlType::Q2_K;
   CHECK_THROWS_WITH(model::Forward(w), Catch::Contains("Q2_K"));

@@ -19,20 +19,23 @@ TEST_CASE("the ReST-KV probe rows are causal softmaxes over the keys", "[kernels
   const std::vector<float> k = test::random_vector(size_t(N) * D, 2, -2.0f, 2.0f);
   const float* q1 = q.data() + D;  // query head 1 of (w, Hq, D)
   std::vector<float> got(size_t(w) * N, NAN);
-  restkv_probe(kernels::Exec{}, kernels::RestKvProbeArgs{q1, uint64_t(Hq) * D, w, k.data(), N, D, 0.25f, got.data()});
+  restkv_probe(kernels::Exec{}, kernels::RestKvProbeArgs{q1, uint64_t(Hq) * D, w, k.data(), N, D,
+                                                         0.25f, got.data()});
   for (uint32_t t = 0; t < w; ++t) {
     const uint32_t valid = N - w + t + 1;
     std::vector<double> p(valid);
     double mx = -INFINITY, sum = 0;
     for (uint32_t j = 0; j < valid; ++j) {
       double dot = 0;
-      for (uint32_t d = 0; d < D; ++d) dot += double(q1[size_t(t) * Hq * D + d]) * k[size_t(j) * D + d];
+      for (uint32_t d = 0; d < D; ++d)
+        dot += double(q1[size_t(t) * Hq * D + d]) * k[size_t(j) * D + d];
       mx = std::max(mx, p[j] = 0.25 * dot);
     }
     for (double& x : p) sum += (x = std::exp(x - mx));
     for (uint32_t j = 0; j < N; ++j) {
       INFO("row " << t << " key " << j);
-      REQUIRE(got[size_t(t) * N + j] == Approx(j < valid ? p[j] / sum : 0.0).epsilon(1e-5).margin(1e-8));
+      REQUIRE(got[size_t(t) * N + j] ==
+              Approx(j < valid ? p[j] / sum : 0.0).epsilon(1e-5).margin(1e-8));
     }
   }
 }
@@ -45,9 +48,15 @@ TEST_CASE("the ReST-KV output change equals the norm of the projected output dif
   const std::vector<float> v = test::random_vector(size_t(N) * D, 4);
   const std::vector<float> wo = test::random_vector(size_t(E) * Hq * D, 5);  // (E, Hq·D)
   std::vector<float> got(n, NAN);
-  const kernels::RestKvOutputChangeArgs a{.abar = abar.data(), .v = v.data(), .N = N, .D = D, .n = n,
-                                 .wo = wo.data() + size_t(h) * D, .wo_stride = uint64_t(Hq) * D,
-                                 .E = E, .out = got.data()};
+  const kernels::RestKvOutputChangeArgs a{.abar = abar.data(),
+                                          .v = v.data(),
+                                          .N = N,
+                                          .D = D,
+                                          .n = n,
+                                          .wo = wo.data() + size_t(h) * D,
+                                          .wo_stride = uint64_t(Hq) * D,
+                                          .E = E,
+                                          .out = got.data()};
   restkv_output_change(kernels::Exec{}, a);
   std::vector<double> obar(D, 0.0);
   for (uint32_t j = 0; j < N; ++j)

@@ -31,9 +31,16 @@ std::vector<float> importance(const std::vector<float>& q, uint32_t tokens, uint
                               uint32_t G, uint32_t D, const std::vector<float>& k, uint32_t n,
                               uint32_t kernel) {
   std::vector<float> out(n, NAN);
-  const kernels::RkvImportanceArgs a{.q = q.data(), .tokens = tokens, .q_stride = stride, .G = G, .D = D,
-                            .scale = 1.0f / std::sqrt(float(D)), .k = k.data(), .n = n,
-                            .kernel = kernel, .out = out.data()};
+  const kernels::RkvImportanceArgs a{.q = q.data(),
+                                     .tokens = tokens,
+                                     .q_stride = stride,
+                                     .G = G,
+                                     .D = D,
+                                     .scale = 1.0f / std::sqrt(float(D)),
+                                     .k = k.data(),
+                                     .n = n,
+                                     .kernel = kernel,
+                                     .out = out.data()};
   rkv_importance(kernels::Exec{}, a);
   return out;
 }
@@ -51,7 +58,8 @@ TEST_CASE("R-KV importance equals the plain reference, strided queries, several 
   struct Case {
     uint32_t tokens, G, D, n, kernel, heads;  // queries (tokens, heads·G, D): read one group
   };
-  for (const Case c : {Case{8, 3, 16, 70, 7, 2}, Case{3, 2, 8, 2500, 5, 3}, Case{1, 1, 4, 1, 7, 1}}) {
+  for (const Case c :
+       {Case{8, 3, 16, 70, 7, 2}, Case{3, 2, 8, 2500, 5, 3}, Case{1, 1, 4, 1, 7, 1}}) {
     INFO("n " << c.n << " G " << c.G);
     const uint64_t stride = uint64_t(c.heads) * c.G * c.D;
     const std::vector<float> q = test::random_vector(c.tokens * stride, c.n + 1, -2.0f, 2.0f);
@@ -77,8 +85,8 @@ TEST_CASE("R-KV redundancy's tiled scan equals the materialised matrix", "[kerne
   std::vector<float> k(n * D);
   for (uint32_t i = 0; i < n; ++i)
     for (uint32_t d = 0; d < D; ++d)
-      k[i * D + d] = i % 15 == 0 ? lone[(i / 15) * D + d]
-                                 : base[uint32_t(pick[i]) * D + d] + noise[i * D + d];
+      k[i * D + d] =
+          i % 15 == 0 ? lone[(i / 15) * D + d] : base[uint32_t(pick[i]) * D + d] + noise[i * D + d];
   for (uint32_t d = 0; d < D; ++d) k[400 * D + d] = 0.0f;
   for (float T : {0.5f, 0.9f, -1.0f}) {
     INFO("threshold " << T);
@@ -86,8 +94,9 @@ TEST_CASE("R-KV redundancy's tiled scan equals the materialised matrix", "[kerne
   }
 }
 
-TEST_CASE("R-KV redundancy zeroes each row's most recent similar key: the latest copy scores lowest",
-          "[kernels]") {
+TEST_CASE(
+    "R-KV redundancy zeroes each row's most recent similar key: the latest copy scores lowest",
+    "[kernels]") {
   // Keys e1, e2, 2·e1, e3, 0.5·e1 (D = 4): rows 0, 2, 4 are copies. Rows 0 and 2 lose their entry
   // for row 4 (the most recent copy), row 4 loses its entry for row 2: column sums 2, 0, 1, 0, 0.
   const std::vector<float> k = {1, 0, 0, 0, 0, 1, 0, 0, 2, 0, 0, 0, 0, 0, 1, 0, 0.5f, 0, 0, 0};
@@ -107,7 +116,8 @@ TEST_CASE("the R-KV fronts run on the CPU only", "[kernels]") {
   const std::vector<float> k = {1, 0};
   float out = 0;
   try {
-    rkv_redundancy(kernels::Exec{kernels::Device::Cuda}, kernels::RkvRedundancyArgs{k.data(), 1, 2, 0.5f, &out});
+    rkv_redundancy(kernels::Exec{kernels::Device::Cuda},
+                   kernels::RkvRedundancyArgs{k.data(), 1, 2, 0.5f, &out});
     FAIL("a CUDA exec was accepted");
   } catch (const Error& e) {
     CHECK(e.code() == Errc::unsupported);

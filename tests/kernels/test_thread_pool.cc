@@ -41,16 +41,19 @@ TEST_CASE("a run issued from inside a task runs serially and completes", "[kerne
 TEST_CASE("an exception thrown by a task reaches the caller and the pool stays usable",
           "[kernels]") {
   kernels::ThreadPool pool(2);
-  CHECK_THROWS_AS(pool.run(10, [](size_t i) {
-    if (i == 3) throw std::runtime_error("task 3 failed");
-  }), std::runtime_error);
+  CHECK_THROWS_AS(pool.run(10,
+                           [](size_t i) {
+                             if (i == 3) throw std::runtime_error("task 3 failed");
+                           }),
+                  std::runtime_error);
   std::atomic<int> n{0};
   pool.run(8, [&](size_t) { n++; });
   CHECK(n.load() == 8);
 }
 
-TEST_CASE("runs back to back, after the workers fell asleep, and oversubscribed see every task's writes",
-          "[kernels]") {
+TEST_CASE(
+    "runs back to back, after the workers fell asleep, and oversubscribed see every task's writes",
+    "[kernels]") {
   // Plain (non-atomic) writes by whichever thread ran the task must be visible to the caller when
   // run() returns: spinning workers hand their results over through the check-out counter,
   // sleeping ones through the mutex. 2 threads spin on a 2-CPU machine; 64 never spin.
@@ -60,8 +63,7 @@ TEST_CASE("runs back to back, after the workers fell asleep, and oversubscribed 
   const std::thread::id caller = std::this_thread::get_id();
   auto busy = [](std::chrono::microseconds us) {
     const auto until = std::chrono::steady_clock::now() + us;
-    while (std::chrono::steady_clock::now() < until) {
-    }
+    while (std::chrono::steady_clock::now() < until) {}
   };
   auto one_run = [&](int rep) {
     pool.run(out.size(), [&](size_t i) {
@@ -86,13 +88,15 @@ TEST_CASE("runs back to back, after the workers fell asleep, and oversubscribed 
   pool.run(2, [&](size_t) {
     started++;
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (started.load() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    while (started.load() < 2 && std::chrono::steady_clock::now() < until)
+      std::this_thread::yield();
     if (started.load() == 2) met++;
   });
   CHECK(met.load() == 2);
 }
 
-TEST_CASE("a pool destroyed right after a run, its workers still spinning, joins them", "[kernels]") {
+TEST_CASE("a pool destroyed right after a run, its workers still spinning, joins them",
+          "[kernels]") {
   for (int rep = 0; rep < 20; ++rep) {
     kernels::ThreadPool pool(2);
     std::atomic<int> n{0};

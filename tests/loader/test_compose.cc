@@ -18,12 +18,12 @@
 #include <numeric>
 #include <string>
 
+#include "cache/kv_cache.h"
+#include "cache/ragged_cache.h"
 #include "common/error.h"
 #include "compress/pipeline.h"
 #include "kernels/rope.h"
 #include "loader/loader.h"
-#include "cache/kv_cache.h"
-#include "cache/ragged_cache.h"
 #include "tests/support/random_weights.h"
 #include "tests/support/thrown.h"
 #include "tests/support/tiny_gguf.h"
@@ -47,14 +47,16 @@ test::TinyModelSpec spec(uint64_t seed) {
 }
 
 const char* kDocs[] = {
-    "The river town kept its clocks an hour behind the capital, out of spite. The ferryman painted a "
+    "The river town kept its clocks an hour behind the capital, out of spite. The ferryman painted "
+    "a "
     "new number on his boat every spring.",
     "Nobody remembered who planted the orchard, but everybody knew the pears were sour. A teacher "
     "stayed for nine winters.",
     "The lighthouse keeper counted ships in a green notebook and sent the pages to his sister."};
 
 struct Fixture : test::TinyModelDir {
-  explicit Fixture(uint64_t seed = 23, const char* tag = "compose") : TinyModelDir(tag, spec(seed), 2) {}
+  explicit Fixture(uint64_t seed = 23, const char* tag = "compose")
+      : TinyModelDir(tag, spec(seed), 2) {}
 
   std::string compress(int doc, format::DType dtype, double ratio, const std::string& name) const {
     compress::CompressFileOptions o;
@@ -100,7 +102,8 @@ struct HeadRows {
   }
 };
 
-model::RaggedKvCache assemble(const std::vector<HeadRows>& heads, model::CacheShape shape, uint32_t length) {
+model::RaggedKvCache assemble(const std::vector<HeadRows>& heads, model::CacheShape shape,
+                              uint32_t length) {
   std::vector<uint32_t> kept;
   for (const HeadRows& h : heads) kept.push_back(static_cast<uint32_t>(h.pos.size()));
   model::RaggedKvCache c(shape, length, kept, 64);
@@ -114,7 +117,9 @@ model::RaggedKvCache assemble(const std::vector<HeadRows>& heads, model::CacheSh
   return c;
 }
 
-std::vector<int32_t> ids(const std::vector<uint32_t>& t) { return std::vector<int32_t>(t.begin(), t.end()); }
+std::vector<int32_t> ids(const std::vector<uint32_t>& t) {
+  return std::vector<int32_t>(t.begin(), t.end());
+}
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   REQUIRE(a.size() == b.size());
@@ -150,7 +155,8 @@ TEST_CASE("two composed ratio-1.0 caches equal the block-diagonal reference", "[
   fw.prefill(first, seq, model::LogitsMode::None);
   const uint32_t start2 = first.logical_length();  // doc 2's first document token
   const uint32_t shift = start2 - static_cast<uint32_t>(h2.prefix_length());
-  model::RaggedKvCache second(shape, shift, std::vector<uint32_t>(shape.n_layers * shape.n_kv_heads, 0), 64);
+  model::RaggedKvCache second(shape, shift,
+                              std::vector<uint32_t>(shape.n_layers * shape.n_kv_heads, 0), 64);
   std::vector<int32_t> seq2 = ids(h2.prefix_tokens);
   for (uint32_t t : h2.document_tokens) seq2.push_back(static_cast<int32_t>(t));
   fw.prefill(second, seq2, model::LogitsMode::None);
@@ -160,8 +166,8 @@ TEST_CASE("two composed ratio-1.0 caches equal the block-diagonal reference", "[
   for (uint32_t l = 0; l < shape.n_layers; ++l)
     for (uint32_t h = 0; h < shape.n_kv_heads; ++h) {
       heads[size_t(l) * shape.n_kv_heads + h].add(first.view(l, h), 0, shape.head_dim);
-      heads[size_t(l) * shape.n_kv_heads + h].add(second.view(l, h), static_cast<uint32_t>(h2.prefix_length()),
-                                                   shape.head_dim);
+      heads[size_t(l) * shape.n_kv_heads + h].add(
+          second.view(l, h), static_cast<uint32_t>(h2.prefix_length()), shape.head_dim);
     }
   model::RaggedKvCache joined = assemble(heads, shape, length);
   const std::vector<int32_t> prompt = loader::question_tokens(f.model->tokenizer(), h1, kQuestion);
@@ -171,7 +177,8 @@ TEST_CASE("two composed ratio-1.0 caches equal the block-diagonal reference", "[
     const loader::Answer got = s.ask(kQuestion, greedy(8));
     const double scale = *std::max_element(want.first_logits.begin(), want.first_logits.end());
     INFO("max |Δ logit| " << max_abs_diff(got.first_logits, want.first_logits) << " of " << scale);
-    CHECK(max_abs_diff(got.first_logits, want.first_logits) < 1e-4 * std::max(1.0, std::fabs(scale)));
+    CHECK(max_abs_diff(got.first_logits, want.first_logits) <
+          1e-4 * std::max(1.0, std::fabs(scale)));
     CHECK(got.tokens == want.tokens);
   }
   // The view reads the loaded caches in place: it owns the separator and question rows only.
@@ -182,12 +189,15 @@ TEST_CASE("two composed ratio-1.0 caches equal the block-diagonal reference", "[
   CHECK(single.base().f32("test").layout().room() == options().room);
 }
 
-TEST_CASE("composed q8/q4 caches as stored equal them dequantized", "[loader][compose][kvquant-attn]") {
+TEST_CASE("composed q8/q4 caches as stored equal them dequantized",
+          "[loader][compose][kvquant-attn]") {
   Fixture f;
   for (format::DType dt : {format::DType::Q8, format::DType::Q4}) {
     const std::string tag = format::dtype_name(dt);
-    const std::string a = f.compress(0, dt, 0.6, tag + "a.kvz"), b = f.compress(1, dt, 0.6, tag + "b.kvz"),
-                      c = f.compress(2, format::DType::F32, 0.6, tag + "c.kvz");  // mixed types compose
+    const std::string a = f.compress(0, dt, 0.6, tag + "a.kvz"),
+                      b = f.compress(1, dt, 0.6, tag + "b.kvz"),
+                      c = f.compress(2, format::DType::F32, 0.6,
+                                     tag + "c.kvz");  // mixed types compose
     const std::vector<std::string> paths{a, b, c};
     loader::QuerySession quant(*f.model, paths, options());
     loader::QuerySession plain(*f.model, paths, options(0.0, loader::KvForm::F32));
@@ -205,8 +215,8 @@ TEST_CASE("recomputing every later token equals a joint prefill", "[loader][comp
   const std::string b = f.compress(1, format::DType::F32, 1.0, "b.kvz");
   const std::string c = f.compress(2, format::DType::F32, 1.0, "c.kvz");
   loader::QuerySession s(*f.model, std::vector<std::string>{a, b, c}, options(1.0));
-  CHECK(s.compose_stats().recomputed == s.more_headers()[0].document_tokens.size() +
-                                             s.more_headers()[1].document_tokens.size());
+  CHECK(s.compose_stats().recomputed ==
+        s.more_headers()[0].document_tokens.size() + s.more_headers()[1].document_tokens.size());
   // The joint prefill of the same token sequence.
   model::Forward fw(f.model->weights(), model::ForwardOptions{2});
   model::KvCache joint(model::cache_shape(f.model->config()));
@@ -218,7 +228,8 @@ TEST_CASE("recomputing every later token equals a joint prefill", "[loader][comp
   }
   fw.prefill(joint, seq, model::LogitsMode::None);
   CHECK(joint.logical_length() == s.compose_stats().length);
-  const std::vector<int32_t> prompt = loader::question_tokens(f.model->tokenizer(), s.header(), kQuestion);
+  const std::vector<int32_t> prompt =
+      loader::question_tokens(f.model->tokenizer(), s.header(), kQuestion);
   const model::GenerateResult want = model::generate(fw, joint, prompt, greedy(8));
   const loader::Answer got = s.ask(kQuestion, greedy(8));
   CHECK(max_abs_diff(got.first_logits, want.first_logits) < 1e-3);
@@ -241,10 +252,13 @@ TEST_CASE("all separators in one pass equal one pass per separator", "[loader][c
   }
   std::vector<const format::CacheHeader*> hs;
   std::vector<const model::KvBase*> bs;
-  for (size_t i = 0; i < paths.size(); ++i) hs.push_back(&readers[i].header()), bs.push_back(&bases[i]);
+  for (size_t i = 0; i < paths.size(); ++i)
+    hs.push_back(&readers[i].header()), bs.push_back(&bases[i]);
   model::Forward fw(f.model->weights(), model::ForwardOptions{2, 48, {}});
-  const std::vector<int32_t> prompt = loader::question_tokens(f.model->tokenizer(), *hs[0], kQuestion);
-  for (bool doc_prefix : {false, true}) {  // kept prefixes sit before each document: never seen early
+  const std::vector<int32_t> prompt =
+      loader::question_tokens(f.model->tokenizer(), *hs[0], kQuestion);
+  for (bool doc_prefix :
+       {false, true}) {  // kept prefixes sit before each document: never seen early
     INFO("doc_prefix " << doc_prefix);
     loader::ComposeOptions o;
     o.blend = 0.0;
@@ -253,7 +267,8 @@ TEST_CASE("all separators in one pass equal one pass per separator", "[loader][c
     loader::ComposePlan plan = loader::plan_composition(hs, f.model->tokenizer(), o);
     for (size_t d = 0; d < bs.size(); ++d) plan.docs[d].base = bs[d];
     const ModelConfig& cfg = f.model->config();
-    model::ComposedCache ref(plan.docs, kernels::rope_inv_freq(cfg.head_dim, cfg.rope_base, cfg.rope_scaling),
+    model::ComposedCache ref(plan.docs,
+                             kernels::rope_inv_freq(cfg.head_dim, cfg.rope_base, cfg.rope_scaling),
                              plan.length);
     const uint32_t S = static_cast<uint32_t>(plan.separator.size());
     REQUIRE(S > 0);
@@ -274,8 +289,9 @@ TEST_CASE("all separators in one pass equal one pass per separator", "[loader][c
     // A separator that saw a later document would move the answer: seeing all of them does. (With
     // the documents' own prefixes kept, this tiny model's separators attend to those identical
     // sink rows only, so which documents they see changes nothing there.)
-    model::ComposedCache wrong(plan.docs, kernels::rope_inv_freq(cfg.head_dim, cfg.rope_base, cfg.rope_scaling),
-                               plan.length);
+    model::ComposedCache wrong(
+        plan.docs, kernels::rope_inv_freq(cfg.head_dim, cfg.rope_base, cfg.rope_scaling),
+        plan.length);
     for (uint32_t d = 1; d < bs.size(); ++d) {
       std::vector<uint32_t> pos(S);
       std::iota(pos.begin(), pos.end(), plan.docs[d].first - S);
@@ -287,22 +303,30 @@ TEST_CASE("all separators in one pass equal one pass per separator", "[loader][c
   }
 }
 
-TEST_CASE("compositions refuse another model, too many caches and a context overflow", "[loader][compose]") {
+TEST_CASE("compositions refuse another model, too many caches and a context overflow",
+          "[loader][compose]") {
   Fixture f;
   Fixture other(99, "compose_other");
   const std::string a = f.compress(0, format::DType::F32, 0.5, "a.kvz");
   const std::string b = f.compress(1, format::DType::F32, 0.5, "b.kvz");
   const std::string x = other.compress(1, format::DType::F32, 0.5, "x.kvz");
   // The other model's cache is refused by the session's model check before any composing.
-  CHECK(test::throws_code([&] { loader::QuerySession(*f.model, std::vector<std::string>{a, x}, options()); },
-                          Errc::model_mismatch));
+  CHECK(test::throws_code(
+      [&] {
+        loader::QuerySession(*f.model, std::vector<std::string>{a, x}, options());
+      },
+      Errc::model_mismatch));
   loader::SessionOptions few = options();
   few.compose.max_docs = 2;
-  CHECK(test::throws_code([&] { loader::QuerySession(*f.model, std::vector<std::string>{a, b, a}, few); },
-                          Errc::invalid_argument));
+  CHECK(test::throws_code(
+      [&] {
+        loader::QuerySession(*f.model, std::vector<std::string>{a, b, a}, few);
+      },
+      Errc::invalid_argument));
   // The same document many times over fills the 1,024-position context.
   std::vector<std::string> many(16, a);
-  CHECK(test::throws_code([&] { loader::QuerySession(*f.model, many, options()); }, Errc::invalid_argument));
+  CHECK(test::throws_code([&] { loader::QuerySession(*f.model, many, options()); },
+                          Errc::invalid_argument));
   // A composition checks fingerprints itself too (headers from two models).
   std::vector<const format::CacheHeader*> hs;
   format::CacheReader ra = format::CacheReader::open(a), rx = format::CacheReader::open(x);
@@ -313,7 +337,8 @@ TEST_CASE("compositions refuse another model, too many caches and a context over
   CHECK_NOTHROW(loader::check_composable(hs, {"a", "x"}, true));
 }
 
-TEST_CASE("compositions read the loaded caches in place, however many answer at once", "[loader][compose]") {
+TEST_CASE("compositions read the loaded caches in place, however many answer at once",
+          "[loader][compose]") {
   Fixture f;
   const std::string a = f.compress(0, format::DType::F32, 0.5, "a.kvz");
   const std::string b = f.compress(1, format::DType::Q4, 0.5, "b.kvz");
@@ -322,7 +347,8 @@ TEST_CASE("compositions read the loaded caches in place, however many answer at 
   const std::vector<const format::CacheHeader*> hs{&ra.header(), &rb.header()};
   const std::vector<const model::KvBase*> bases{&ba, &bb};
   model::Forward fw(f.model->weights(), model::ForwardOptions{2});
-  const std::vector<int32_t> prompt = loader::question_tokens(f.model->tokenizer(), ra.header(), kQuestion);
+  const std::vector<int32_t> prompt =
+      loader::question_tokens(f.model->tokenizer(), ra.header(), kQuestion);
   // Eight compositions over the same two caches, each with a question in it (as eight served
   // requests would hold them at once): every block they attend to is the loaded cache's own memory.
   std::vector<std::unique_ptr<model::ComposedCache>> views;
@@ -351,15 +377,18 @@ TEST_CASE("compositions read the loaded caches in place, however many answer at 
   const model::KvBase ba1 = loader::base_from_reader(ra1), bb1 = loader::base_from_reader(rb1);
   loader::ComposeOptions none;
   none.blend = 0.0;
-  auto whole = loader::compose(fw, f.model->tokenizer(), {&ra1.header(), &rb1.header()}, {&ba1, &bb1}, none);
+  auto whole =
+      loader::compose(fw, f.model->tokenizer(), {&ra1.header(), &rb1.header()}, {&ba1, &bb1}, none);
   fw.prefill(*whole, prompt, model::LogitsMode::Last);
-  INFO("a view owns " << views[0]->bytes_owned() << " bytes over ratio-0.5 caches, " << whole->bytes_owned()
-                      << " over ratio-1.0 caches of " << ba1.bytes_kept() + bb1.bytes_kept() << " bytes");
+  INFO("a view owns " << views[0]->bytes_owned() << " bytes over ratio-0.5 caches, "
+                      << whole->bytes_owned() << " over ratio-1.0 caches of "
+                      << ba1.bytes_kept() + bb1.bytes_kept() << " bytes");
   CHECK(std::abs(double(whole->bytes_owned()) - double(views[0]->bytes_owned())) < 1024);
   CHECK(ba1.bytes_kept() + bb1.bytes_kept() > ba.bytes_kept() + bb.bytes_kept() + 8192);
 }
 
-TEST_CASE("blend rules: sink probes nothing; the rules differ below 1 and agree at 1", "[loader][compose]") {
+TEST_CASE("blend rules: sink probes nothing; the rules differ below 1 and agree at 1",
+          "[loader][compose]") {
   Fixture f;
   const std::vector<std::string> caches = {f.compress(0, format::DType::F32, 1.0, "a.kvz"),
                                            f.compress(1, format::DType::F32, 1.0, "b.kvz"),
@@ -370,8 +399,8 @@ TEST_CASE("blend rules: sink probes nothing; the rules differ below 1 and agree 
     return std::make_unique<loader::QuerySession>(*f.model, caches, o);
   };
   std::vector<std::vector<float>> half, all;
-  for (loader::BlendRule rule : {loader::BlendRule::deviation, loader::BlendRule::sink,
-                                 loader::BlendRule::sink_deviation}) {
+  for (loader::BlendRule rule :
+       {loader::BlendRule::deviation, loader::BlendRule::sink, loader::BlendRule::sink_deviation}) {
     INFO(loader::blend_rule_name(rule));
     const auto s = session(rule, 0.5);
     uint64_t want = 0;

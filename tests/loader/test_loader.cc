@@ -3,9 +3,9 @@
 // is evicted; answers do not depend on earlier questions (rollback); foreign caches are refused.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
 #include <cstdio>
 #include <filesystem>
-#include <unistd.h>
 
 #include "common/error.h"
 #include "compress/pipeline.h"
@@ -64,11 +64,13 @@ const char* kDoc = "the cat sat on the mat. the dog ate the bone; then the cat l
 
 }  // namespace
 
-TEST_CASE("answers from an uncompressed .kvz equal a plain prefill of the same prompt", "[loader]") {
+TEST_CASE("answers from an uncompressed .kvz equal a plain prefill of the same prompt",
+          "[loader]") {
   Fixture f;
   const auto d = f.describe(kDoc);
   model::KvCache dense = f.prefill(d);
-  const std::string path = f.write(d, model::RaggedKvCache::from_dense(dense, keep_all(dense)), "full.kvz");
+  const std::string path =
+      f.write(d, model::RaggedKvCache::from_dense(dense, keep_all(dense)), "full.kvz");
 
   loader::QuerySession session(*f.model, path);
   CHECK(session.header().achieved_ratio == Approx(1.0));
@@ -108,7 +110,8 @@ TEST_CASE("an answer does not depend on the questions asked before it", "[loader
   CHECK(s.header().achieved_ratio == Approx(0.5).margin(0.05));
   const uint64_t kept = s.cache().kept_total();
   const auto a1 = s.ask("who sat?", greedy(8));
-  const auto b = s.ask("a much longer question about the dog and the bone and the mat?", greedy(20));
+  const auto b =
+      s.ask("a much longer question about the dog and the bone and the mat?", greedy(20));
   const auto a2 = s.ask("who sat?", greedy(8));
   CHECK(a1.tokens == a2.tokens);
   CHECK(a1.text == a2.text);
@@ -120,7 +123,8 @@ TEST_CASE("a cache made by another model is refused unless forced", "[loader]") 
   Fixture f;
   const auto d = f.describe(kDoc);
   model::KvCache dense = f.prefill(d);
-  auto contents = compress::make_contents(*f.model, model::RaggedKvCache::from_dense(dense, keep_all(dense)), {}, d);
+  auto contents = compress::make_contents(
+      *f.model, model::RaggedKvCache::from_dense(dense, keep_all(dense)), {}, d);
   contents.header.model.weights_hash ^= 1;
   const std::string path = (f.dir / "other.kvz").string();
   format::write_cache_file(contents, path);

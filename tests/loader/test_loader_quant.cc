@@ -79,8 +79,9 @@ loader::SessionOptions options(loader::KvForm form) {
   return o;
 }
 
-const char* kQuestions[] = {"Who painted the boat?", "What did the teacher teach?",
-                            "Which fruit was sour, and who planted the orchard near the river town?"};
+const char* kQuestions[] = {
+    "Who painted the boat?", "What did the teacher teach?",
+    "Which fruit was sour, and who planted the orchard near the river town?"};
 
 }  // namespace
 
@@ -98,7 +99,8 @@ TEST_CASE("a q4 file answered through the quantized base gives the dequantized p
     CHECK(quant.base().base_length() == plain.base().base_length());
     // Memory: the stored rows against the f32 rows of the same cache.
     const double share = double(quant.base().bytes_kept()) / double(plain.base().bytes_kept());
-    INFO("quantized base " << quant.base().bytes_kept() << " bytes, f32 " << plain.base().bytes_kept());
+    INFO("quantized base " << quant.base().bytes_kept() << " bytes, f32 "
+                           << plain.base().bytes_kept());
     CHECK(share < (dtype == format::DType::Q4 ? 0.2 : 0.32));
     for (int round = 0; round < 2; ++round) {  // twice: the compressed state survives each answer
       for (const char* q : kQuestions) {

@@ -3,9 +3,9 @@
 // positions, values), for generated-only and for document candidates.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
 #include <cstdlib>
 #include <filesystem>
-#include <unistd.h>
 
 #include "compress/pipeline.h"
 #include "loader/loader.h"
@@ -22,8 +22,9 @@ struct RkvFixture : test::TinyModelDir {
 
   RkvFixture() : TinyModelDir("rkv", 12) {
     compress::CacheDescription d;
-    const std::string doc = "the cat sat on the mat. the dog ate the bone; then the cat left the "
-                            "house and walked to the river where the ducks swam.";
+    const std::string doc =
+        "the cat sat on the mat. the dog ate the bone; then the cat left the "
+        "house and walked to the river where the ducks swam.";
     d.prefix = model->chat().prefix("");
     d.document = model->chat().encode_document(doc);
     d.suffix = model->chat().suffix("");
@@ -68,7 +69,8 @@ void require_same_cache(const model::RaggedKvCache& a, const model::RaggedKvCach
 
 }  // namespace
 
-TEST_CASE("after an R-KV answer the session's cache is the compressed state again", "[loader][rkv]") {
+TEST_CASE("after an R-KV answer the session's cache is the compressed state again",
+          "[loader][rkv]") {
   RkvFixture f;
   loader::QuerySession s(*f.model, f.kvz);
   const model::RaggedKvCache before = s.cache();

@@ -19,10 +19,11 @@ TEST_CASE("query sessions answer the same with and without key tiles", "[loader]
   o.compress.scorer = compress::make_scorer_options(dir.model->chat(), 512, 0);
   o.threads = 2;
   const std::string path = dir.path("doc.kvz");
-  compress::compress_to_file(*dir.model,
-                   "The lighthouse keeper counted ships every night. In winter the harbor froze and "
-                   "the keeper read old letters from his sister, who lived in a city of bridges.",
-                   o, path);
+  compress::compress_to_file(
+      *dir.model,
+      "The lighthouse keeper counted ships every night. In winter the harbor froze and "
+      "the keeper read old letters from his sister, who lived in a city of bridges.",
+      o, path);
   GenerateParams gp;
   gp.max_tokens = 12;
   loader::SessionOptions with, without;

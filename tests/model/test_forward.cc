@@ -6,9 +6,9 @@
 #include <cmath>
 #include <string>
 
+#include "cache/kv_cache.h"
 #include "common/error.h"
 #include "model/forward.h"
-#include "cache/kv_cache.h"
 #include "tests/support/naive_forward.h"
 #include "tests/support/random_weights.h"
 
@@ -25,8 +25,8 @@ std::vector<float> row(const std::vector<float>& m, size_t r, size_t cols) {
 // Records the post-RoPE queries and the cache contents the observer is shown.
 struct Recorder : model::AttentionObserver {
   std::vector<model::AttentionObservation> seen;
-  std::vector<std::vector<float>> q;        // copy of obs.q per call
-  std::vector<std::vector<float>> k_last;   // per call: the last T rows of every head, (T, Hkv, D)
+  std::vector<std::vector<float>> q;       // copy of obs.q per call
+  std::vector<std::vector<float>> k_last;  // per call: the last T rows of every head, (T, Hkv, D)
   std::vector<std::vector<uint32_t>> pos;
   void on_attention(const model::AttentionObservation& o) override {
     seen.push_back(o);
@@ -84,7 +84,8 @@ TEST_CASE("forward logits equal the naive reference forward", "[model][forward]"
     }
 }
 
-TEST_CASE("chunked prefill, one-chunk prefill and token-by-token decode agree", "[model][forward]") {
+TEST_CASE("chunked prefill, one-chunk prefill and token-by-token decode agree",
+          "[model][forward]") {
   auto name = GENERATE(std::string("llama"), std::string("qwen2"));
   ModelConfig cfg = config_named(name);
   model::Weights w = test::random_weights(cfg, 3);
@@ -175,7 +176,8 @@ TEST_CASE("a prompt's bf16 scope leaves decode steps on fp32 attention", "[model
   if (kernels::attention_bf16_available())
     CHECK(doc_bf16 != doc_plain);  // the scope did reach the prompt
   else
-    WARN("no AVX-512 BF16 here: both prompts take fp32 products, only the decode bits are compared");
+    WARN(
+        "no AVX-512 BF16 here: both prompts take fp32 products, only the decode bits are compared");
 }
 
 TEST_CASE("the observer sees post-RoPE queries, positions and the cache including new rows",
@@ -220,9 +222,9 @@ TEST_CASE("query head h attends through KV head h / G", "[model][forward]") {
   w.layers[0].wv = model::Matrix::from_f32(wv, w.layers[0].wv.rows, E);
   std::vector<float> attn;
   model::ForwardOptions opt{1, 512, [&](const model::TraceTensor& t) {
-                       if (std::string(t.name) == "attn" && t.layer == 0)
-                         attn.assign(t.data, t.data + size_t(t.rows) * t.cols);
-                     }};
+                              if (std::string(t.name) == "attn" && t.layer == 0)
+                                attn.assign(t.data, t.data + size_t(t.rows) * t.cols);
+                            }};
   model::Forward fwd(w, opt);
   model::KvCache cache(cfg);
   auto tokens = random_tokens(9, cfg.vocab_size, 13);
@@ -265,7 +267,9 @@ TEST_CASE("an observer that throws leaves the cache at its length before the cal
   model::Forward fwd(w, model::ForwardOptions{1, 4, {}});
   model::KvCache cache(cfg);
   fwd.prefill(cache, random_tokens(3, cfg.vocab_size, 17), model::LogitsMode::None);
-  CHECK_THROWS_AS(fwd.prefill(cache, random_tokens(9, cfg.vocab_size, 18), model::LogitsMode::Last, &thrower), Error);
+  CHECK_THROWS_AS(
+      fwd.prefill(cache, random_tokens(9, cfg.vocab_size, 18), model::LogitsMode::Last, &thrower),
+      Error);
   CHECK(cache.logical_length() == 3);
   for (uint32_t l = 0; l < cfg.n_layers; ++l) CHECK(cache.view(l, 0).len == 3);
 }
@@ -284,18 +288,21 @@ TEST_CASE("Forward rejects weights whose sizes disagree with the config and mism
   CHECK_THROWS_AS(fwd.decode(wrong, 1), Error);
 }
 
-TEST_CASE("layer_values are the values a prefill computes at that layer, and leave the cache", "[model][forward]") {
+TEST_CASE("layer_values are the values a prefill computes at that layer, and leave the cache",
+          "[model][forward]") {
   auto name = GENERATE(std::string("llama"), std::string("qwen2"));
   ModelConfig cfg = config_named(name);
   model::Weights w = test::random_weights(cfg, 21);
-  const auto prefix = random_tokens(9, cfg.vocab_size, 22), tokens = random_tokens(13, cfg.vocab_size, 23);
+  const auto prefix = random_tokens(9, cfg.vocab_size, 22),
+             tokens = random_tokens(13, cfg.vocab_size, 23);
   const size_t kvd = size_t(cfg.n_kv_heads) * cfg.head_dim;
   for (uint32_t layer : {0u, 1u}) {
     INFO(name << " layer " << layer);
     std::vector<float> traced;  // the "v" a full prefill of the tokens computes at `layer`
     model::ForwardOptions to{1, 512, {}};
     to.trace = [&](const model::TraceTensor& t) {
-      if (t.layer == int(layer) && std::string(t.name) == "v") traced.assign(t.data, t.data + size_t(t.rows) * t.cols);
+      if (t.layer == int(layer) && std::string(t.name) == "v")
+        traced.assign(t.data, t.data + size_t(t.rows) * t.cols);
     };
     model::Forward tracing(w, to);
     model::KvCache a(cfg);
@@ -318,14 +325,16 @@ TEST_CASE("layer_values are the values a prefill computes at that layer, and lea
   }
 }
 
-TEST_CASE("a prefill's own chunk length gives the logits of the options' chunk", "[model][forward]") {
+TEST_CASE("a prefill's own chunk length gives the logits of the options' chunk",
+          "[model][forward]") {
   ModelConfig cfg = test::tiny_llama_config();
   model::Weights w = test::random_weights(cfg, 24);
   const auto tokens = random_tokens(37, cfg.vocab_size, 25);
   model::Forward fwd(w, model::ForwardOptions{2, 5, {}});
   model::KvCache a(cfg), b(cfg);
   const auto by5 = fwd.prefill(a, tokens, model::LogitsMode::All);
-  const auto by16 = fwd.prefill(b, tokens, model::LogitsMode::All, nullptr, 16);  // grows the scratch
+  const auto by16 =
+      fwd.prefill(b, tokens, model::LogitsMode::All, nullptr, 16);  // grows the scratch
   CHECK(test::rel_error(by16, by5) < 1e-5);
   model::KvCache c(cfg);  // and the options' chunk still works after the scratch grew
   CHECK(test::rel_error(fwd.prefill(c, tokens, model::LogitsMode::All), by5) < 1e-6);

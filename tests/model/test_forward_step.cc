@@ -10,10 +10,10 @@
 #include <algorithm>
 #include <cstring>
 
-#include "common/error.h"
 #include "cache/branch_cache.h"
-#include "model/forward.h"
 #include "cache/ragged_cache.h"
+#include "common/error.h"
+#include "model/forward.h"
 #include "model/sampling.h"
 #include "tests/support/random_weights.h"
 
@@ -71,13 +71,14 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 TEST_CASE("a branch over a shared base answers bit for bit as the ragged cache does", "[model]") {
   Fixture f;
   const auto question = Fixture::tokens(23, 2);
-  model::RaggedKvCache own = f.base;  // a private copy, as `kvzip query` has it
+  model::RaggedKvCache own = f.base;     // a private copy, as `kvzip query` has it
   model::BranchCache branch(f.base, 4);  // small capacity: the tail grows during the test
   const auto want = f.fwd.prefill(own, question);
   const auto got = f.fwd.prefill(branch, question);
   CHECK(same_bits(got, want));
   CHECK(branch.logical_length() == own.logical_length());
-  for (int32_t tok : {3, 50, 96, 7}) CHECK(same_bits(f.fwd.decode(branch, tok), f.fwd.decode(own, tok)));
+  for (int32_t tok : {3, 50, 96, 7})
+    CHECK(same_bits(f.fwd.decode(branch, tok), f.fwd.decode(own, tok)));
   const model::KvHeadView v = branch.view(1, 1);
   CHECK(v.split == f.base.kept(1, 1));
   CHECK(v.len == f.base.kept(1, 1) + 27);
@@ -118,14 +119,15 @@ TEST_CASE("a batched step equals each cache run on its own", "[model]") {
   for (int step = 0; step < 6; ++step) {
     std::vector<float> l0(V), l1(V), l2(V), l3(V);
     std::vector<model::StepItem> items{{&r0, std::span<const int32_t>(&t0, 1), l0.data()},
-                                {&r1, std::span<const int32_t>(&t1, 1), l1.data()},
-                                {&r3, std::span<const int32_t>(&t3, 1), l3.data()}};
+                                       {&r1, std::span<const int32_t>(&t1, 1), l1.data()},
+                                       {&r3, std::span<const int32_t>(&t3, 1), l3.data()}};
     std::span<const int32_t> piece;
     if (step < 2) {  // r2's question in two pieces, the second wanting logits
       piece = std::span<const int32_t>(q2).subspan(step * 10, 10);
       items.insert(items.begin() + 1, model::StepItem{&r2, piece, step == 1 ? l2.data() : nullptr});
     } else {
-      items.insert(items.begin() + 1, model::StepItem{&r2, std::span<const int32_t>(&t0, 1), l2.data()});
+      items.insert(items.begin() + 1,
+                   model::StepItem{&r2, std::span<const int32_t>(&t0, 1), l2.data()});
     }
     f.fwd.step(items);
     const auto w0 = f.fwd.decode(s0, t0), w1 = f.fwd.decode(s1, t1), w3 = f.fwd.decode(s3, t3);
@@ -180,9 +182,8 @@ TEST_CASE("branch and step refuse what they cannot do", "[model]") {
   model::BranchCache a(f.base);
   f.fwd.prefill(a, Fixture::tokens(3, 1));
   CHECK_THROWS_MATCHES(a.rollback(f.base.base_length() - 1), Error,
-                       Catch::Matchers::Predicate<Error>([](const Error& e) {
-                         return e.code() == Errc::invalid_argument;
-                       }));
+                       Catch::Matchers::Predicate<Error>(
+                           [](const Error& e) { return e.code() == Errc::invalid_argument; }));
   model::RaggedKvCache grown = f.base;
   f.fwd.decode(grown, 1);
   CHECK_THROWS_AS(model::BranchCache(grown), Error);
@@ -192,12 +193,12 @@ TEST_CASE("branch and step refuse what they cannot do", "[model]") {
   CHECK_THROWS_AS(f.fwd.step(std::span<const model::StepItem>(&too_big, 1)), Error);
   const int32_t t = 1;
   std::vector<model::StepItem> twice{{&b, std::span<const int32_t>(&t, 1), nullptr},
-                              {&b, std::span<const int32_t>(&t, 1), nullptr}};
+                                     {&b, std::span<const int32_t>(&t, 1), nullptr}};
   CHECK_THROWS_AS(f.fwd.step(twice), Error);
   const int32_t bad = 97;  // V = 97
   const uint32_t len = a.logical_length();
   std::vector<model::StepItem> one_bad{{&a, std::span<const int32_t>(&t, 1), nullptr},
-                                {&b, std::span<const int32_t>(&bad, 1), nullptr}};
+                                       {&b, std::span<const int32_t>(&bad, 1), nullptr}};
   CHECK_THROWS_AS(f.fwd.step(one_bad), Error);
   CHECK(a.logical_length() == len);  // nothing appended anywhere
   CHECK(b.logical_length() == f.base.base_length());

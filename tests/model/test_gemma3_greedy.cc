@@ -14,15 +14,16 @@
 #include <string>
 #include <vector>
 
-#include "model/forward.h"
 #include "cache/kv_cache.h"
+#include "model/forward.h"
 #include "model/model.h"
 #include "tests/support/skip.h"
 #include "tests/support/source_path.h"
 
 using namespace kvzip;
 
-TEST_CASE("Gemma 3 270M: fp32 greedy continuations equal transformers' for 32 tokens", "[realmodel][gemma3]") {
+TEST_CASE("Gemma 3 270M: fp32 greedy continuations equal transformers' for 32 tokens",
+          "[realmodel][gemma3]") {
   KVZIP_GEMMA_MODEL_PATH_OR_SKIP(path);
   std::ifstream in(kvzip::test::source_path("tests/golden/greedy_gemma3.json"));
   REQUIRE(in);
@@ -46,7 +47,8 @@ TEST_CASE("Gemma 3 270M: fp32 greedy continuations equal transformers' for 32 to
 
     model::KvCache cache(m->config(), static_cast<uint32_t>(prompt.size() + want.size()));
     model::GenerateParams gp;
-    gp.max_tokens = static_cast<uint32_t>(want.size());  // no stop tokens: the reference ran 32 steps
+    gp.max_tokens =
+        static_cast<uint32_t>(want.size());  // no stop tokens: the reference ran 32 steps
     const std::vector<int32_t> got = generate(fwd, cache, prompt, gp).tokens;
     INFO("kvzip: " << m->tokenizer().decode(got));
     INFO("reference: " << c["text"].get<std::string>());

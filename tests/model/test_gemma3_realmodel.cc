@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "cache/kv_cache.h"
 #include "compress/pipeline.h"
 #include "model/forward.h"
-#include "cache/kv_cache.h"
 #include "model/model.h"
 #include "tests/support/skip.h"
 #include "tests/support/source_path.h"
@@ -30,7 +30,8 @@ std::string normans_document() {
   REQUIRE(in);
   const nlohmann::json j = nlohmann::json::parse(in);
   std::string doc;
-  for (const auto& p : j["data"][0]["paragraphs"]) doc += (doc.empty() ? "" : "\n\n") + p["context"].get<std::string>();
+  for (const auto& p : j["data"][0]["paragraphs"])
+    doc += (doc.empty() ? "" : "\n\n") + p["context"].get<std::string>();
   return doc + "\n";
 }
 
@@ -45,7 +46,8 @@ std::string greedy_text(const model::Model& m, const std::vector<int32_t>& promp
 
 }  // namespace
 
-TEST_CASE("Gemma 3 270M: configuration, greedy continuation and perplexity", "[realmodel][gemma3]") {
+TEST_CASE("Gemma 3 270M: configuration, greedy continuation and perplexity",
+          "[realmodel][gemma3]") {
   KVZIP_GEMMA_MODEL_PATH_OR_SKIP(path);
   const std::unique_ptr<model::Model> m = model::Model::load(path);
   const ModelConfig& c = m->config();
@@ -80,15 +82,18 @@ TEST_CASE("Gemma 3 270M: configuration, greedy continuation and perplexity", "[r
   CHECK(r.perplexity < 18.93 * 1.05);
 }
 
-TEST_CASE("Gemma 3 270M: KVzip keeps a needle from a document longer than the window", "[realmodel][gemma3]") {
+TEST_CASE("Gemma 3 270M: KVzip keeps a needle from a document longer than the window",
+          "[realmodel][gemma3]") {
   KVZIP_GEMMA_MODEL_PATH_OR_SKIP(path);
   const std::unique_ptr<model::Model> m = model::Model::load(path);
-  std::string text = "The secret code of the vault is 4817.\n\n" + normans_document().substr(0, 3000);
+  std::string text =
+      "The secret code of the vault is 4817.\n\n" + normans_document().substr(0, 3000);
   const compress::DocumentPrompt p = compress::document_prompt(m->chat(), text, "");
   REQUIRE(p.document.size() > m->config().sliding_window);
   model::Forward fwd(m->weights());
   compress::CompressOptions co;
-  co.ratio = 0.4;  // measured: KVzip answers 4817 at 0.4 and 0.5; SnapKV and StreamingLLM not at 0.5
+  co.ratio =
+      0.4;  // measured: KVzip answers 4817 at 0.4 and 0.5; SnapKV and StreamingLLM not at 0.5
   co.scorer = compress::make_scorer_options(m->chat(), 2048, 0);
   compress::CompressResult r = compress::compress(fwd, p.prefix, p.document, co);
   std::vector<int32_t> q = m->chat().suffix("\n\nQuestion: What is the secret code of the vault?");

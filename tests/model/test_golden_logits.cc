@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "model/forward.h"
 #include "cache/kv_cache.h"
+#include "model/forward.h"
 #include "model/model.h"
 #include "tests/support/real_model.h"
 #include "tests/support/source_path.h"
@@ -107,7 +107,8 @@ std::vector<GoldenCase> parse_golden(const std::vector<char>& bytes, uint32_t vo
   if (c.o != bytes.size())
     throw std::runtime_error("golden logits file is " + std::to_string(bytes.size()) +
                              " bytes, but its contents with a vocabulary of " +
-                             std::to_string(vocab) + " end at " + std::to_string(c.o) + kRegenerate);
+                             std::to_string(vocab) + " end at " + std::to_string(c.o) +
+                             kRegenerate);
   return cases;
 }
 
@@ -206,8 +207,9 @@ TEST_CASE("prefill logits match the float64 reference (1e-3 exact, kFastBound fa
       std::vector<float> logits = fwd.prefill(cache, gc.ids, model::LogitsMode::All);
       REQUIRE(logits.size() == gc.ids.size() * cfg.vocab_size);
       const double worst = check_case(gc, logits, cfg.vocab_size, i);
-      WARN("golden logits, prefill (" << kernels::matmul_path_name(path) << " path): case " << i << " ("
-                                      << gc.ids.size() << " tokens) worst relative error " << worst);
+      WARN("golden logits, prefill (" << kernels::matmul_path_name(path) << " path): case " << i
+                                      << " (" << gc.ids.size() << " tokens) worst relative error "
+                                      << worst);
       REQUIRE(worst <= (path == kernels::MatmulPath::Exact ? 1e-3 : kFastBound));
     }
   }

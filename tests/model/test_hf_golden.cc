@@ -17,12 +17,12 @@
 #include <string>
 #include <vector>
 
+#include "cache/kv_cache.h"
 #include "common/error.h"
 #include "compress/pipeline.h"
 #include "format/format.h"
 #include "loader/loader.h"
 #include "model/forward.h"
-#include "cache/kv_cache.h"
 #include "model/model.h"
 #include "tests/support/hf_fixture.h"
 #include "tests/support/same_config.h"
@@ -104,7 +104,8 @@ model::ForwardOptions one_thread(kernels::MatmulPath path = kernels::MatmulPath:
   return o;
 }
 
-std::vector<float> all_logits(const model::Model& m, const std::vector<int32_t>& ids, kernels::MatmulPath path) {
+std::vector<float> all_logits(const model::Model& m, const std::vector<int32_t>& ids,
+                              kernels::MatmulPath path) {
   model::Forward fwd(m.weights(), one_thread(path));
   model::KvCache cache(m.config());
   return fwd.prefill(cache, ids, model::LogitsMode::All);
@@ -117,8 +118,10 @@ void check_against_transformers(const model::Model& m, const std::string& name, 
   for (const LogitCase& c : cases) {
     INFO(name << " (" << form << ") text: " << c.text);
     CHECK(kvzip_ids(m, c) == c.ids);
-    worst_exact = std::max(worst_exact, rel_err(all_logits(m, c.ids, kernels::MatmulPath::Exact), c.logits));
-    worst_fast = std::max(worst_fast, rel_err(all_logits(m, c.ids, kernels::MatmulPath::Fast), c.logits));
+    worst_exact =
+        std::max(worst_exact, rel_err(all_logits(m, c.ids, kernels::MatmulPath::Exact), c.logits));
+    worst_fast =
+        std::max(worst_fast, rel_err(all_logits(m, c.ids, kernels::MatmulPath::Fast), c.logits));
   }
   // Decode (one token at a time, the GEMV path) on the first case.
   {
@@ -132,7 +135,8 @@ void check_against_transformers(const model::Model& m, const std::string& name, 
     }
     CHECK(rel_err(got, c.logits) <= 2e-2);
   }
-  INFO(name << " (" << form << "): max|Δlogit|/max|ref| exact " << worst_exact << ", fast " << worst_fast);
+  INFO(name << " (" << form << "): max|Δlogit|/max|ref| exact " << worst_exact << ", fast "
+            << worst_fast);
   CHECK(worst_exact <= 1e-4);
   CHECK(worst_fast <= 2e-2);
 }
@@ -140,7 +144,8 @@ void check_against_transformers(const model::Model& m, const std::string& name, 
 struct Pair {
   std::unique_ptr<model::Model> folder, gguf;
   explicit Pair(const std::string& name)
-      : folder(model::Model::load(test::hf_golden(name))), gguf(model::Model::load(test::hf_golden(name + ".gguf"))) {}
+      : folder(model::Model::load(test::hf_golden(name))),
+        gguf(model::Model::load(test::hf_golden(name + ".gguf"))) {}
 };
 
 void check_same_rows(const model::AttentionCache& a, const model::AttentionCache& b) {
@@ -166,7 +171,8 @@ const char* kDoc =
 
 }  // namespace
 
-TEST_CASE("hf golden: Llama 3 folder (bf16, llama3 rope scaling, untied) matches transformers", "[model][hf]") {
+TEST_CASE("hf golden: Llama 3 folder (bf16, llama3 rope scaling, untied) matches transformers",
+          "[model][hf]") {
   Pair p("llama3");
   const ModelConfig& c = p.folder->config();
   CHECK(c.arch == "llama");
@@ -179,8 +185,10 @@ TEST_CASE("hf golden: Llama 3 folder (bf16, llama3 rope scaling, untied) matches
   CHECK_FALSE(c.tied_embeddings);
   CHECK(p.folder->weights().output.type == kernels::quant::GgmlType::BF16);
   CHECK(p.folder->weights().layers[0].wq.row_map.empty());  // HF rows are canonical
-  for (const model::LayerWeights& l : p.folder->weights().layers)  // used in place in the mapped files
-    for (const model::Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) CHECK(m->owned == nullptr);
+  for (const model::LayerWeights& l :
+       p.folder->weights().layers)  // used in place in the mapped files
+    for (const model::Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+      CHECK(m->owned == nullptr);
   CHECK_FALSE(p.gguf->weights().layers[0].wq.row_map.empty());
   CHECK(p.folder->tokenizer().pre() == "llama-bpe");
   CHECK(p.folder->tokenizer().add_bos());  // from the post-processor template
@@ -190,7 +198,8 @@ TEST_CASE("hf golden: Llama 3 folder (bf16, llama3 rope scaling, untied) matches
   check_against_transformers(*p.gguf, "llama3", "gguf");
 }
 
-TEST_CASE("hf golden: Qwen2 folder (f32, q/k/v bias, sharded) matches transformers", "[model][hf]") {
+TEST_CASE("hf golden: Qwen2 folder (f32, q/k/v bias, sharded) matches transformers",
+          "[model][hf]") {
   Pair p("qwen2");
   const ModelConfig& c = p.folder->config();
   CHECK(c.arch == "qwen2");
@@ -199,7 +208,8 @@ TEST_CASE("hf golden: Qwen2 folder (f32, q/k/v bias, sharded) matches transforme
   CHECK(p.folder->weights().layers[1].bk.size() == c.n_kv_heads * c.head_dim);
   CHECK(p.folder->tokenizer().pre() == "qwen2");
   CHECK_FALSE(p.folder->tokenizer().add_bos());
-  CHECK(p.folder->tokenizer().token_type(int32_t(c.vocab_size) - 1) == model::TokenType::Unused);  // padding
+  CHECK(p.folder->tokenizer().token_type(int32_t(c.vocab_size) - 1) ==
+        model::TokenType::Unused);  // padding
   CHECK(p.folder->chat().format() == model::ChatFormat::ChatMl);
   test::check_same_config(c, p.gguf->config(), true);
   check_against_transformers(*p.folder, "qwen2", "folder");
@@ -224,8 +234,10 @@ TEST_CASE("hf golden: Mistral folder (f16, head_dim 32, tied, sliding window) ma
   check_against_transformers(*p.gguf, "mistral", "gguf");
 }
 
-TEST_CASE("hf golden: Gemma 3 folder (sliding-window and global layers, QK-norm, GeGLU) matches transformers",
-          "[model][hf][gemma3]") {
+TEST_CASE(
+    "hf golden: Gemma 3 folder (sliding-window and global layers, QK-norm, GeGLU) matches "
+    "transformers",
+    "[model][hf][gemma3]") {
   Pair p("gemma3");
   const ModelConfig& c = p.folder->config();
   CHECK(c.arch == "gemma3");
@@ -244,7 +256,8 @@ TEST_CASE("hf golden: Gemma 3 folder (sliding-window and global layers, QK-norm,
   check_against_transformers(*p.gguf, "gemma3", "gguf");
 }
 
-TEST_CASE("hf golden: Qwen 3 folder (bf16, QK-norm, no biases) matches transformers", "[model][hf][qwen3]") {
+TEST_CASE("hf golden: Qwen 3 folder (bf16, QK-norm, no biases) matches transformers",
+          "[model][hf][qwen3]") {
   Pair p("qwen3");
   const ModelConfig& c = p.folder->config();
   CHECK(c.arch == "qwen3");
@@ -272,7 +285,8 @@ TEST_CASE("hf golden: caches from a folder equal those from its GGUF conversion"
     std::vector<int32_t> all = prefix;
     all.insert(all.end(), doc.begin(), doc.end());
     for (kernels::MatmulPath path : {kernels::MatmulPath::Exact, kernels::MatmulPath::Fast}) {
-      model::Forward ff(p.folder->weights(), one_thread(path)), fg(p.gguf->weights(), one_thread(path));
+      model::Forward ff(p.folder->weights(), one_thread(path)),
+          fg(p.gguf->weights(), one_thread(path));
       model::KvCache cf(p.folder->config()), cg(p.gguf->config());
       ff.prefill(cf, all, model::LogitsMode::None);
       fg.prefill(cg, all, model::LogitsMode::None);
@@ -283,14 +297,16 @@ TEST_CASE("hf golden: caches from a folder equal those from its GGUF conversion"
       co.prefill.answer_room = 16;  // keeps the test short; the fixtures allow 1024+ tokens
       co.scorer.prompts = compress::reconstruction_prompts(p.folder->chat());
       REQUIRE(co.scorer.prompts.first == compress::reconstruction_prompts(p.gguf->chat()).first);
-      compress::CompressResult rf = compress::compress(ff, prefix, doc, co), rg = compress::compress(fg, prefix, doc, co);
+      compress::CompressResult rf = compress::compress(ff, prefix, doc, co),
+                               rg = compress::compress(fg, prefix, doc, co);
       check_same_rows(rf.cache, rg.cache);
       CHECK(rf.kept_scores == rg.kept_scores);
     }
   }
 }
 
-TEST_CASE("hf golden: a cache file from a folder is refused by its GGUF conversion", "[model][hf]") {
+TEST_CASE("hf golden: a cache file from a folder is refused by its GGUF conversion",
+          "[model][hf]") {
   Pair p("llama3");
   compress::CacheDescription d;
   d.prefix = p.folder->chat().prefix("");
@@ -315,7 +331,8 @@ TEST_CASE("hf golden: a cache file from a folder is refused by its GGUF conversi
   }
 }
 
-TEST_CASE("a GGUF's weights read into memory give the mapped file's logits bit for bit", "[model][hf]") {
+TEST_CASE("a GGUF's weights read into memory give the mapped file's logits bit for bit",
+          "[model][hf]") {
   model::LoadOptions mem, map;
   mem.weights = model::LoadOptions::Weights::Memory;
   map.weights = model::LoadOptions::Weights::Map;

@@ -13,8 +13,7 @@
 
 using namespace kvzip;
 
-TEST_CASE("prefill_document fills the cache like one forward over prefix and document",
-          "[model]") {
+TEST_CASE("prefill_document fills the cache like one forward over prefix and document", "[model]") {
   const ModelConfig cfg = test::tiny_llama_config();
   const model::Weights w = test::random_weights(cfg, 80);
   auto prefix = test::random_tokens(5, cfg.vocab_size, 81);
@@ -54,15 +53,15 @@ TEST_CASE("prefill_document fills the cache like one forward over prefix and doc
     }
 }
 
-TEST_CASE("a sequence longer than the model's context is refused with both numbers",
-          "[model]") {
+TEST_CASE("a sequence longer than the model's context is refused with both numbers", "[model]") {
   ModelConfig cfg = test::tiny_llama_config();
   cfg.max_context = 100;
-  const Error e = test::error_from([&] { prefill::check_fits_context(cfg, 10, 80, 20); }, "no error");
-  test::check_context_refusal(e, {"80 document tokens + 10 prefix tokens + 20 tokens", "110 tokens",
-                                  "max context is 100"});
-  CHECK_NOTHROW(prefill::check_fits_context(cfg, 10, 70, 20));  // exactly full
+  const Error e =
+      test::error_from([&] { prefill::check_fits_context(cfg, 10, 80, 20); }, "no error");
+  test::check_context_refusal(
+      e, {"80 document tokens + 10 prefix tokens + 20 tokens", "110 tokens", "max context is 100"});
+  CHECK_NOTHROW(prefill::check_fits_context(cfg, 10, 70, 20));          // exactly full
   CHECK_THROWS_AS(prefill::check_fits_context(cfg, 10, 0, 20), Error);  // empty document
-  cfg.max_context = 0;                                          // unknown: no limit
+  cfg.max_context = 0;                                                  // unknown: no limit
   CHECK_NOTHROW(prefill::check_fits_context(cfg, 10, 100000, 20));
 }

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "model/forward.h"
 #include "cache/kv_cache.h"
+#include "model/forward.h"
 #include "model/model.h"
 #include "tests/support/real_model.h"
 #include "tests/support/source_path.h"
@@ -85,15 +85,17 @@ TEST_CASE("the fast and the exact decode paths agree within the 8-bit activation
   KVZIP_REAL_MODEL_OR_SKIP(model);
   model::ForwardOptions q_opt, f_opt;
   f_opt.matmul = kernels::MatmulPath::Exact;
-  const char* prompts[] = {"The capital of France is", "def fibonacci(n):",
-                           "Once upon a time, in a small village,"};
+  const char* prompts[] = {"The capital of France is",
+                           "def fibonacci(n):", "Once upon a time, in a small village,"};
   for (const char* text : prompts) {
     const std::vector<int32_t> prompt = model->tokenizer().encode(text, false);
     INFO("prompt \"" << text << "\"");
-    const std::vector<int32_t> a = greedy(*model, q_opt, prompt, 10), b = greedy(*model, f_opt, prompt, 10);
+    const std::vector<int32_t> a = greedy(*model, q_opt, prompt, 10),
+                               b = greedy(*model, f_opt, prompt, 10);
     size_t same = 0;
     while (same < a.size() && same < b.size() && a[same] == b[same]) ++same;
-    WARN("prompt \"" << text << "\": fast and exact greedy texts agree on " << same << " of 10 tokens");
+    WARN("prompt \"" << text << "\": fast and exact greedy texts agree on " << same
+                     << " of 10 tokens");
     CHECK(same >= 3);
   }
 

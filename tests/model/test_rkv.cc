@@ -10,9 +10,9 @@
 #include <string_view>
 #include <utility>
 
+#include "cache/ragged_cache.h"
 #include "common/error.h"
 #include "model/model.h"
-#include "cache/ragged_cache.h"
 #include "model/rkv.h"
 #include "tests/support/random_weights.h"
 #include "tests/support/rkv_reference.h"
@@ -39,7 +39,8 @@ ModelConfig long_config() {
 
 model::RaggedKvCache empty_ragged(const ModelConfig& cfg) {
   const model::CacheShape s = model::cache_shape(cfg);
-  return model::RaggedKvCache(s, 0, std::vector<uint32_t>(size_t(s.n_layers) * s.n_kv_heads, 0), 16);
+  return model::RaggedKvCache(s, 0, std::vector<uint32_t>(size_t(s.n_layers) * s.n_kv_heads, 0),
+                              16);
 }
 
 // Candidate rows (positions >= first) of every head.
@@ -59,8 +60,7 @@ const std::vector<int32_t> kPrompt = {1, 5, 9, 33, 2, 71, 40, 12, 8, 60, 3};
 
 }  // namespace
 
-TEST_CASE("R-KV scores equal λ·importance − (1−λ)·redundancy over all candidates",
-          "[model][rkv]") {
+TEST_CASE("R-KV scores equal λ·importance − (1−λ)·redundancy over all candidates", "[model][rkv]") {
   const uint32_t N = 70, D = 16, A = 8, G = 3;
   for (uint64_t seed : {1u, 2u, 3u}) {
     const std::vector<float> keys = keys_with_repeats(N, D, seed);
@@ -69,7 +69,8 @@ TEST_CASE("R-KV scores equal λ·importance − (1−λ)·redundancy over all ca
     p.budget = 40;
     const model::RkvHeadInput in{keys.data(), N, q.data(), A, G, D, 1.0f / 4.0f};
     const uint32_t M = N - p.window;
-    const std::vector<double> I = test::rkv_importance(q.data(), A, G * D, G, D, 0.25, keys.data(), M, 7);
+    const std::vector<double> I =
+        test::rkv_importance(q.data(), A, G * D, G, D, 0.25, keys.data(), M, 7);
     const std::vector<double> R = test::rkv_redundancy(keys.data(), N, D, p.threshold);
     const std::vector<float> z = model::rkv_scores(in, p);
     REQUIRE(z.size() == M);
@@ -128,7 +129,8 @@ TEST_CASE("retain compacts one head in place and reset still restores the base",
   c.retain(0, 0, keep);
   model::KvHeadView v = c.view(0, 0);
   REQUIRE(v.len == 5);
-  CHECK(std::vector<uint32_t>(v.positions, v.positions + 5) == std::vector<uint32_t>{0, 1, 2, 4, 6});
+  CHECK(std::vector<uint32_t>(v.positions, v.positions + 5) ==
+        std::vector<uint32_t>{0, 1, 2, 4, 6});
   CHECK(v.k[3 * 2] == 104.0f);
   CHECK(v.v[4 * 2 + 1] == 106.0f);
   CHECK(c.kept(0, 0) == 3);
@@ -202,7 +204,8 @@ TEST_CASE("with a budget above the generated length R-KV output equals plain gen
   gp.rkv = model::RkvParams{};
   gp.rkv->budget = 200;
   gp.rkv->buffer = 8;
-  model::KvCache dense(cfg);  // dense: generation runs on a ragged copy, the dense cache stays empty
+  model::KvCache dense(
+      cfg);  // dense: generation runs on a ragged copy, the dense cache stays empty
   const model::GenerateResult a = generate(fwd, dense, kPrompt, gp);
   CHECK(a.tokens == plain.tokens);
   CHECK(a.evicted == 0);
@@ -249,8 +252,8 @@ TEST_CASE("a learned score keeps, at every compression, the best predicted rows 
   const ModelConfig cfg = long_config();
   const model::Weights w = test::random_weights(cfg, 23);
   const uint32_t L = cfg.n_layers, H = cfg.n_kv_heads, E = cfg.d_model;
-  auto coef = std::make_shared<const std::vector<float>>(
-      test::random_vector(size_t(L) * H * (E + 1), 24));
+  auto coef =
+      std::make_shared<const std::vector<float>>(test::random_vector(size_t(L) * H * (E + 1), 24));
   // Every row's prediction, computed here from the hidden states the forward traces.
   std::vector<std::vector<float>> predicted(size_t(L) * H);  // by position
   model::ForwardOptions fo{.threads = 1};
@@ -290,7 +293,8 @@ TEST_CASE("a learned score keeps, at every compression, the best predicted rows 
     for (uint32_t l = 0; l < L; ++l)
       for (uint32_t h = 0; h < H; ++h) {
         std::vector<uint32_t> cur = candidates(l, h), pool = prev[size_t(l) * H + h];
-        for (uint32_t p = pool.empty() ? first : pool.back() + 1; !cur.empty() && p <= cur.back(); ++p)
+        for (uint32_t p = pool.empty() ? first : pool.back() + 1; !cur.empty() && p <= cur.back();
+             ++p)
           pool.push_back(p);
         if (cur.size() < pool.size()) {  // a compression: the rule, from the predictions
           const std::vector<float>& s = predicted[size_t(l) * H + h];

@@ -44,7 +44,8 @@ TEST_CASE("top-p keeps the smallest prefix whose mass reaches p", "[model][sampl
   CHECK(c[0].token == 1);
   CHECK(c[1].token == 3);
   CHECK(c[0].prob + c[1].prob == Approx(1.0));
-  auto c2 = model::sampling_candidates(kLogits, model::SamplingParams{1.0f, 0, 0.86f, 0});  // 0.853 < 0.86 <= 0.937
+  auto c2 = model::sampling_candidates(
+      kLogits, model::SamplingParams{1.0f, 0, 0.86f, 0});  // 0.853 < 0.86 <= 0.937
   CHECK(c2.size() == 3);
   auto c3 = model::sampling_candidates(kLogits, model::SamplingParams{1.0f, 0, 0.5f, 0});
   CHECK(c3.size() == 1);

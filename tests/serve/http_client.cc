@@ -45,12 +45,14 @@ bool send_all(int fd, const std::string& bytes, std::chrono::milliseconds wait) 
   const auto end = Clock::now() + wait;
   size_t sent = 0;
   while (sent < bytes.size()) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count();
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count();
     if (left <= 0) return false;
     pollfd p{fd, POLLOUT, 0};
     if (::poll(&p, 1, static_cast<int>(left)) != 1) return false;
     if (p.revents & (POLLERR | POLLHUP)) return false;
-    const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t n =
+        ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
     if (n <= 0) return false;
     sent += static_cast<size_t>(n);
@@ -74,8 +76,10 @@ bool complete(const std::string& text) {
     std::string lower = head;
     for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     const size_t cl = lower.find("content-length:");
-    if (cl != std::string::npos) return text.size() >= end + 4 + std::strtoull(lower.c_str() + cl + 15, nullptr, 10);
-    if (lower.find("chunked") != std::string::npos) return text.find("\r\n0\r\n\r\n", end) != std::string::npos;
+    if (cl != std::string::npos)
+      return text.size() >= end + 4 + std::strtoull(lower.c_str() + cl + 15, nullptr, 10);
+    if (lower.find("chunked") != std::string::npos)
+      return text.find("\r\n0\r\n\r\n", end) != std::string::npos;
     return false;
   }
 }
@@ -87,7 +91,8 @@ std::string read_response(int fd, std::chrono::milliseconds wait) {
   std::string out;
   char buf[65536];
   while (!complete(out)) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count();
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count();
     if (left <= 0) break;
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(left)) != 1) break;
@@ -123,7 +128,8 @@ std::string request(const std::string& method, const std::string& path, const st
                     const std::string& extra_headers) {
   std::string r = method + " " + path + " HTTP/1.1\r\nHost: x\r\n" + extra_headers;
   if (!body.empty() || method == "POST" || method == "PUT")
-    r += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+    r +=
+        "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
   return r + "\r\n" + body;
 }
 
@@ -144,7 +150,8 @@ ServedModel::ServedModel(const std::string& tag, serve::ServerOptions so, bool a
     : TinyModelDir(tag, 21, 4096) {
   caches = path("caches");
   std::filesystem::create_directories(caches);
-  compress_document(*model, "The lighthouse keeper counted ships every night. In winter the harbor froze.",
+  compress_document(*model,
+                    "The lighthouse keeper counted ships every night. In winter the harbor froze.",
                     caches + "/doc.kvz");
   std::filesystem::copy_file(caches + "/doc.kvz", caches + "/doc2.kvz");
   so.caches_dir = caches;

@@ -7,8 +7,8 @@
 
 namespace kvzip::test {
 
-void compress_document(const model::Model& model, const std::string& document, const std::string& path,
-                       format::DType kv_dtype) {
+void compress_document(const model::Model& model, const std::string& document,
+                       const std::string& path, format::DType kv_dtype) {
   compress::CompressFileOptions o;
   o.compress.method = "kvzip";
   o.compress.ratio = 0.5;
@@ -30,8 +30,8 @@ std::vector<int32_t> query_answer(const model::Model& model, const std::string& 
   return s.ask(question, gp).tokens;
 }
 
-serve::RequestSpec request_for(const model::Model& model, serve::CacheStore& store, const std::string& id,
-                               const std::string& question, uint32_t n) {
+serve::RequestSpec request_for(const model::Model& model, serve::CacheStore& store,
+                               const std::string& id, const std::string& question, uint32_t n) {
   serve::RequestSpec r;
   r.cache = store.acquire(id);
   r.prompt = loader::question_tokens(model.tokenizer(), r.cache->header, question);

@@ -15,8 +15,8 @@
 namespace kvzip::test {
 
 // Compresses `document` with kvzip at ratio 0.5 (2 threads) into `path`, stored as `kv_dtype`.
-void compress_document(const model::Model& model, const std::string& document, const std::string& path,
-                       format::DType kv_dtype = format::DType::F32);
+void compress_document(const model::Model& model, const std::string& document,
+                       const std::string& path, format::DType kv_dtype = format::DType::F32);
 
 // The greedy answer (n tokens at most, the chat's stop tokens) that a QuerySession on `file`
 // gives to `question`: what `kvzip query` answers. `quantized`: REQUIREs a quantized session.
@@ -24,8 +24,8 @@ std::vector<int32_t> query_answer(const model::Model& model, const std::string& 
                                   const std::string& question, uint32_t n, bool quantized = false);
 
 // A request for `question` over the cache `id` of `store`, n tokens at most, the chat's stop tokens.
-serve::RequestSpec request_for(const model::Model& model, serve::CacheStore& store, const std::string& id,
-                               const std::string& question, uint32_t n);
+serve::RequestSpec request_for(const model::Model& model, serve::CacheStore& store,
+                               const std::string& id, const std::string& question, uint32_t n);
 
 serve::EngineOptions engine_options(uint32_t threads, uint32_t parallel, uint32_t step_tokens);
 
@@ -35,7 +35,10 @@ struct Sink {
   std::promise<serve::RequestResult> done;
   std::future<serve::RequestResult> result = done.get_future();
   serve::RequestCallbacks callbacks() {
-    return serve::RequestCallbacks{[this](int32_t t) { tokens.push_back(t); return true; },
+    return serve::RequestCallbacks{[this](int32_t t) {
+                                     tokens.push_back(t);
+                                     return true;
+                                   },
                                    [this](const serve::RequestResult& r) { done.set_value(r); }};
   }
 };

@@ -45,11 +45,13 @@ const char* kQuestion = "Who counted ships, and how many apple trees were plante
 
 }  // namespace
 
-TEST_CASE("composed requests answer as a composed query session, alone and eight at once", "[serve][compose]") {
+TEST_CASE("composed requests answer as a composed query session, alone and eight at once",
+          "[serve][compose]") {
   Fixture f;
   loader::SessionOptions so;
   so.threads = 2;
-  loader::QuerySession session(*f.model, std::vector<std::string>{f.caches + "/doc0.kvz", f.caches + "/doc1.kvz"}, so);
+  loader::QuerySession session(
+      *f.model, std::vector<std::string>{f.caches + "/doc0.kvz", f.caches + "/doc1.kvz"}, so);
   model::GenerateParams gp;
   gp.max_tokens = 10;
   gp.stop_tokens = f.model->chat().stop_tokens();
@@ -84,7 +86,8 @@ TEST_CASE("composed requests answer as a composed query session, alone and eight
   }
 }
 
-TEST_CASE("composed requests over HTTP: 200, unknown id 404, too many caches 400", "[serve][compose]") {
+TEST_CASE("composed requests over HTTP: 200, unknown id 404, too many caches 400",
+          "[serve][compose]") {
   Fixture f;
   ServerOptions so;
   so.caches_dir = f.caches;
@@ -97,7 +100,9 @@ TEST_CASE("composed requests over HTTP: 200, unknown id 404, too many caches 400
   std::thread t([&] { server.listen(); });
   httplib::Client cli("127.0.0.1", port);
   auto ask = [&](const std::string& model) {
-    const Json body = {{"model", model}, {"max_tokens", 4}, {"temperature", 0},
+    const Json body = {{"model", model},
+                       {"max_tokens", 4},
+                       {"temperature", 0},
                        {"messages", Json::array({{{"role", "user"}, {"content", kQuestion}}})}};
     return cli.Post("/v1/chat/completions", body.dump(), "application/json");
   };

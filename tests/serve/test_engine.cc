@@ -47,23 +47,29 @@ struct Fixture : test::TinyModelDir {
     return test::query_answer(*model, caches + "/" + id + ".kvz", q, n);
   }
 
-  RequestSpec spec(CacheStore& store, const std::string& id, const std::string& q, uint32_t n) const {
+  RequestSpec spec(CacheStore& store, const std::string& id, const std::string& q,
+                   uint32_t n) const {
     return test::request_for(*model, store, id, q, n);
   }
 };
 
 using test::Sink;
 
-const char* kQuestions[] = {"Who counted ships?", "How many apple trees were planted?",
+const char* kQuestions[] = {"Who counted ships?",
+                            "How many apple trees were planted?",
                             "What color were the branches painted every spring by the children?",
-                            "Where did the sister live?", "What do bees do?", "Which tree bloomed?"};
+                            "Where did the sister live?",
+                            "What do bees do?",
+                            "Which tree bloomed?"};
 
 }  // namespace
 
 TEST_CASE("engine answers equal kvzip query's, alone and batched", "[serve]") {
   Fixture f;
   CacheStore store(*f.model, f.caches, uint64_t(1) << 30);
-  Engine engine(*f.model, test::engine_options(2, 4, 48));  // step 48: long questions go in pieces while others decode
+  Engine engine(
+      *f.model,
+      test::engine_options(2, 4, 48));  // step 48: long questions go in pieces while others decode
   {
     Sink one;
     REQUIRE(engine.submit(f.spec(store, "doc0", kQuestions[0], 12), one.callbacks()));
@@ -74,9 +80,10 @@ TEST_CASE("engine answers equal kvzip query's, alone and batched", "[serve]") {
   }
   {  // a question longer than a step: the engine reads it in pieces, QuerySession in 48-token
      // chunks, both on the matmul's 8-bit path, so the answers are the same tokens
-    const std::string q = "Tell me, in the words the story uses and without adding anything of your own, "
-                          "what the keeper did every night, what happened to the harbor in winter, and "
-                          "whose old letters he read while he waited for the ships to come back?";
+    const std::string q =
+        "Tell me, in the words the story uses and without adding anything of your own, "
+        "what the keeper did every night, what happened to the harbor in winter, and "
+        "whose old letters he read while he waited for the ships to come back?";
     const RequestSpec s = f.spec(store, "doc0", q, 12);
     REQUIRE(s.prompt.size() > 48);
     Sink one;
@@ -187,7 +194,8 @@ TEST_CASE("the cache LRU stays within its bytes and never evicts a cache in use"
   // Loads reserve their bound (loader::base_bytes_bound) before they read: room for two bounds.
   uint64_t bound[3];
   for (int i = 0; i < 3; ++i) {
-    bound[i] = loader::base_bytes_bound(format::CacheReader::open(f.caches + "/doc" + std::to_string(i) + ".kvz"), 1);
+    bound[i] = loader::base_bytes_bound(
+        format::CacheReader::open(f.caches + "/doc" + std::to_string(i) + ".kvz"), 1);
     CHECK(bound[i] >= bytes[i]);
   }
   const uint64_t budget = std::max({bound[0] + bound[1], bound[1] + bound[2], bound[0] + bound[2]});
@@ -203,9 +211,9 @@ TEST_CASE("the cache LRU stays within its bytes and never evicts a cache in use"
   for (const CacheInfo& ci : store.list()) CHECK(ci.loaded == (ci.id != "doc1"));
   auto a = store.acquire("doc0");
   // Both loaded caches are held: loading doc1 cannot evict either.
-  CHECK_THROWS_MATCHES(store.acquire("doc1"), Error, Catch::Matchers::Predicate<Error>([](const Error& e) {
-                         return e.code() == Errc::out_of_memory;
-                       }));
+  CHECK_THROWS_MATCHES(store.acquire("doc1"), Error,
+                       Catch::Matchers::Predicate<Error>(
+                           [](const Error& e) { return e.code() == Errc::out_of_memory; }));
   a.reset();
   CHECK(store.acquire("doc1")->id == "doc1");  // doc0 was free again
   CHECK(store.loaded_bytes() <= budget);
@@ -220,9 +228,9 @@ TEST_CASE("cache ids cannot leave the folder; uploads are verified before they l
     CHECK_THROWS_AS(store.acquire(bad), Error);
   }
   CHECK(CacheStore::valid_id("A-z_0.9"));
-  CHECK_THROWS_MATCHES(store.acquire("nope"), Error, Catch::Matchers::Predicate<Error>([](const Error& e) {
-                         return e.code() == Errc::not_found;
-                       }));
+  CHECK_THROWS_MATCHES(store.acquire("nope"), Error,
+                       Catch::Matchers::Predicate<Error>(
+                           [](const Error& e) { return e.code() == Errc::not_found; }));
   std::ifstream in(f.caches + "/doc2.kvz", std::ios::binary);
   std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), {});
   // A flipped byte deep in the K/V sections: the full verification catches it, nothing lands.
@@ -269,21 +277,24 @@ TEST_CASE("servers sharing one folder see each other's replacements and removals
   CHECK(new0->header.document_tokens != old0->header.document_tokens);
   CHECK(old0->cache.bytes_kept() > 0);  // a request still holding the old copy keeps it intact
   b.remove("doc1");
-  CHECK_THROWS_MATCHES(a.acquire("doc1"), Error, Catch::Matchers::Predicate<Error>([](const Error& e) {
-                         return e.code() == Errc::not_found;
-                       }));
+  CHECK_THROWS_MATCHES(a.acquire("doc1"), Error,
+                       Catch::Matchers::Predicate<Error>(
+                           [](const Error& e) { return e.code() == Errc::not_found; }));
   CHECK(a.loaded_count() == 1);  // doc1's stale copy is gone from a's LRU too
   CHECK(doc1->id == "doc1");
 }
 
-TEST_CASE("a conversation's later turns follow its first question through the chat template", "[serve]") {
+TEST_CASE("a conversation's later turns follow its first question through the chat template",
+          "[serve]") {
   Fixture f;
   CacheStore store(*f.model, f.caches, uint64_t(1) << 30);
   const auto c = store.acquire("doc0");
-  const std::vector<std::pair<std::string, std::string>> history{{"Who counted ships?", "The keeper."},
-                                                                 {"When?", "Every night."}};
-  const std::vector<int32_t> ids = loader::conversation_tokens(*f.model, c->header, history, "Why?");
-  std::vector<int32_t> want = loader::question_tokens(f.model->tokenizer(), c->header, "Who counted ships?");
+  const std::vector<std::pair<std::string, std::string>> history{
+      {"Who counted ships?", "The keeper."}, {"When?", "Every night."}};
+  const std::vector<int32_t> ids =
+      loader::conversation_tokens(*f.model, c->header, history, "Why?");
+  std::vector<int32_t> want =
+      loader::question_tokens(f.model->tokenizer(), c->header, "Who counted ships?");
   for (const auto& t : {f.model->chat().next_turn("The keeper.", "When?"),
                         f.model->chat().next_turn("Every night.", "Why?")})
     want.insert(want.end(), t.begin(), t.end());

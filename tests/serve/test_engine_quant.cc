@@ -54,10 +54,12 @@ TEST_CASE("served requests share one quantized base and answer as kvzip query do
   REQUIRE(held->cache.quantized());
   CHECK(held->bytes == held->cache.quant().bytes_kept());
   CHECK(store.loaded_bytes() == held->bytes);
-  const model::RaggedKvCache f32 = loader::cache_from_reader(format::CacheReader::open(f.caches + "/q4.kvz"), 1);
+  const model::RaggedKvCache f32 =
+      loader::cache_from_reader(format::CacheReader::open(f.caches + "/q4.kvz"), 1);
   CHECK(held->bytes < f32.bytes_kept() / 2);  // D = 16: parameters weigh more than at D = 64
 
-  Engine engine(*f.model, test::engine_options(2, 8, 24));  // step 24: questions go in pieces while others decode
+  Engine engine(*f.model, test::engine_options(
+                              2, 8, 24));  // step 24: questions go in pieces while others decode
   std::vector<std::unique_ptr<Sink>> sinks;
   for (int i = 0; i < 8; ++i) {
     RequestSpec r = test::request_for(*f.model, store, "q4", kQuestions[i % 4], 10);

@@ -41,7 +41,8 @@ TEST_CASE("a chat request is parsed with OpenAI's defaults and fields", "[serve]
   CHECK(r.stop == std::vector<std::string>{"\n", "END"});
   CHECK(r.stream);
   CHECK(r.include_usage);
-  ChatRequest d = parse_chat_request("{\"model\": \"m\", \"cache\": \"c\", " + kMsg + "}", ChatLimits{});
+  ChatRequest d =
+      parse_chat_request("{\"model\": \"m\", \"cache\": \"c\", " + kMsg + "}", ChatLimits{});
   CHECK(d.cache == "c");  // the extra field names the cache
   CHECK(d.max_tokens == ChatLimits{}.default_max_tokens);
   CHECK(d.temperature == 1.0f);
@@ -63,13 +64,25 @@ TEST_CASE("a conversation is parsed into earlier turns and the question", "[serv
   CHECK(parse_chat_request("{\"model\": \"d\", " + kMsg + "}", ChatLimits{}).history.empty());
   // Turns out of order, and a conversation over the byte cap.
   const std::string m = "\"model\": \"doc\", ";
-  CHECK(status_of("{" + m + R"("messages": [{"role": "assistant", "content": "x"}, {"role": "user", "content": "y"}]})") == 400);
-  CHECK(status_of("{" + m + R"("messages": [{"role": "user", "content": "x"}, {"role": "user", "content": "y"}]})") == 400);
-  CHECK(status_of("{" + m + R"("messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "a"},
-                                            {"role": "assistant", "content": "b"}, {"role": "user", "content": "y"}]})") == 400);
+  CHECK(
+      status_of(
+          "{" + m +
+          R"("messages": [{"role": "assistant", "content": "x"}, {"role": "user", "content": "y"}]})") ==
+      400);
+  CHECK(
+      status_of(
+          "{" + m +
+          R"("messages": [{"role": "user", "content": "x"}, {"role": "user", "content": "y"}]})") ==
+      400);
+  CHECK(status_of(
+            "{" + m +
+            R"("messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "a"},
+                                            {"role": "assistant", "content": "b"}, {"role": "user", "content": "y"}]})") ==
+        400);
   const std::string half(40 * 1024, 'x');
   CHECK(status_of("{" + m + "\"messages\": [{\"role\": \"user\", \"content\": \"" + half +
-                  "\"}, {\"role\": \"assistant\", \"content\": \"a\"}, {\"role\": \"user\", \"content\": \"" +
+                  "\"}, {\"role\": \"assistant\", \"content\": \"a\"}, {\"role\": \"user\", "
+                  "\"content\": \"" +
                   half + "\"}]}") == 413);
 }
 
@@ -79,27 +92,47 @@ TEST_CASE("hostile chat requests get 4xx statuses", "[serve]") {
   CHECK(status_of("{") == 400);
   CHECK(status_of("[]") == 400);
   CHECK(status_of("\"x\"") == 400);
-  CHECK(status_of("{\"messages\": []}") == 400);                       // no model
-  CHECK(status_of("{\"model\": 3, " + kMsg + "}") == 400);             // model of the wrong type
+  CHECK(status_of("{\"messages\": []}") == 400);            // no model
+  CHECK(status_of("{\"model\": 3, " + kMsg + "}") == 400);  // model of the wrong type
   CHECK(status_of("{" + m + "\"messages\": \"hi\"}") == 400);
   CHECK(status_of("{" + m + "\"messages\": [1]}") == 400);
-  CHECK(status_of("{" + m + "\"messages\": [{\"role\": \"assistant\", \"content\": \"x\"}]}") == 400);
+  CHECK(status_of("{" + m + "\"messages\": [{\"role\": \"assistant\", \"content\": \"x\"}]}") ==
+        400);
   CHECK(status_of("{" + m + "\"messages\": [{\"role\": \"user\", \"content\": \"  \"}]}") == 400);
-  CHECK(status_of("{" + m + "\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}") == 400);
-  for (const char* bad : {"\"max_tokens\": -1", "\"max_tokens\": 0", "\"max_tokens\": 1.5",
-                          "\"max_tokens\": \"9\"", "\"max_tokens\": 99999999999999999999",
-                          "\"max_tokens\": 1e400", "\"max_tokens\": 4097", "\"temperature\": -0.1",
-                          "\"temperature\": 2.5", "\"temperature\": \"hot\"", "\"top_p\": 0",
-                          "\"top_p\": 1.1", "\"seed\": 1.5", "\"stop\": 3", "\"stop\": [\"a\", 1]",
-                          "\"stop\": [\"a\",\"b\",\"c\",\"d\",\"e\"]", "\"stop\": \"\"",
-                          "\"stream\": \"yes\"", "\"n\": 2", "\"presence_penalty\": 1",
-                          "\"logprobs\": true", "\"tools\": []", "\"stream_options\": 1"}) {
+  CHECK(status_of(
+            "{" + m +
+            "\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}") ==
+        400);
+  for (const char* bad : {"\"max_tokens\": -1",
+                          "\"max_tokens\": 0",
+                          "\"max_tokens\": 1.5",
+                          "\"max_tokens\": \"9\"",
+                          "\"max_tokens\": 99999999999999999999",
+                          "\"max_tokens\": 1e400",
+                          "\"max_tokens\": 4097",
+                          "\"temperature\": -0.1",
+                          "\"temperature\": 2.5",
+                          "\"temperature\": \"hot\"",
+                          "\"top_p\": 0",
+                          "\"top_p\": 1.1",
+                          "\"seed\": 1.5",
+                          "\"stop\": 3",
+                          "\"stop\": [\"a\", 1]",
+                          "\"stop\": [\"a\",\"b\",\"c\",\"d\",\"e\"]",
+                          "\"stop\": \"\"",
+                          "\"stream\": \"yes\"",
+                          "\"n\": 2",
+                          "\"presence_penalty\": 1",
+                          "\"logprobs\": true",
+                          "\"tools\": []",
+                          "\"stream_options\": 1"}) {
     INFO(bad);
     CHECK(status_of("{" + m + kMsg + ", " + bad + "}") == 400);
   }
   CHECK(status_of("{" + m + kMsg + ", \"unknown_field\": {\"deep\": [1, 2]}}") == 200);
   const std::string big(70 * 1024, 'x');
-  CHECK(status_of("{" + m + "\"messages\": [{\"role\": \"user\", \"content\": \"" + big + "\"}]}") == 413);
+  CHECK(status_of("{" + m + "\"messages\": [{\"role\": \"user\", \"content\": \"" + big +
+                  "\"}]}") == 413);
   std::string deep = "{" + m + kMsg + ", \"x\": ";
   for (int i = 0; i < 100000; ++i) deep += "[";
   CHECK(status_of(deep) == 400);  // nesting that never closes: a parse error, no crash
@@ -115,7 +148,7 @@ TEST_CASE("stop strings are cut across token boundaries and held back while stre
   CHECK(t.safe_length(false) == t.text().size());  // "ENx" is not a stop string
   CHECK_FALSE(t.add(" and\n"));
   CHECK(t.safe_length(false) == t.text().size() - 1);  // the "\n" may start "\n\n"
-  CHECK(t.add("\nmore"));  // "\n\n" straddles the two pieces
+  CHECK(t.add("\nmore"));                              // "\n\n" straddles the two pieces
   CHECK(t.text() == "Hello ENx and");
   CHECK(t.safe_length(false) == t.text().size());
   StopText none({});

@@ -38,12 +38,16 @@ namespace {
 
 std::string chat_body(const std::string& model, uint32_t max_tokens, bool stream = false) {
   nlohmann::json j{{"messages", {{{"role", "user"}, {"content", "Who counted ships?"}}}},
-                   {"max_tokens", max_tokens}, {"temperature", 0}, {"stream", stream}};
+                   {"max_tokens", max_tokens},
+                   {"temperature", 0},
+                   {"stream", stream}};
   if (!model.empty()) j["model"] = model;
   return j.dump();
 }
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 // Sends a chunked body of `total` bytes in 64 KiB chunks until done, refused, or answered; the
 // bytes sent before an answer arrived (all of them when none came while sending).
@@ -72,20 +76,26 @@ TEST_CASE("serve: bodies are refused or cut at the route's limit while read", "[
 
   SECTION("a Content-Length past the limit is a 413 before any body byte") {
     const auto t = Clock::now();
-    const std::string r = http(s.port, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 314572800\r\n\r\n");
+    const std::string r =
+        http(s.port,
+             "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 314572800\r\n\r\n");
     CHECK(status_of(r) == 413);
     CHECK(seconds_since(t) < 2.0);
-    CHECK(status_of(http(s.port, "PUT /c/doc/v1/caches/big HTTP/1.1\r\nContent-Length: 2000000\r\n\r\n")) == 413);
+    CHECK(status_of(http(s.port,
+                         "PUT /c/doc/v1/caches/big HTTP/1.1\r\nContent-Length: 2000000\r\n\r\n")) ==
+          413);
   }
   SECTION("Expect: 100-continue with a 2 GiB length gets its 413, not 100 Continue") {
-    const std::string r = http(s.port, "PUT /v1/caches/x HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
-                                       "Content-Length: 2147483648\r\n\r\n");
+    const std::string r = http(s.port,
+                               "PUT /v1/caches/x HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                               "Content-Length: 2147483648\r\n\r\n");
     CHECK(r.find("100 Continue") == std::string::npos);
     CHECK(status_of(r) == 413);
   }
   SECTION("a chunked body is cut at the limit, on a JSON route and on an upload") {
-    for (const char* head : {"POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
-                             "PUT /v1/caches/big HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"}) {
+    for (const char* head :
+         {"POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+          "PUT /v1/caches/big HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"}) {
       const int fd = connect_to(s.port);
       REQUIRE(fd >= 0);
       REQUIRE(send_all(fd, head));
@@ -99,13 +109,18 @@ TEST_CASE("serve: bodies are refused or cut at the route's limit while read", "[
   }
   SECTION("malformed framing is a 400 at once") {
     const auto t = Clock::now();
-    for (const char* framing : {"Content-Length: -1\r\n", "Content-Length: 18446744073709551617\r\n",
-                                "Transfer-Encoding: gzip, chunked\r\n", "Content-Length: 5\r\nContent-Length: 6\r\n",
-                                "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n", ""}) {
-      const std::string r = http(s.port, std::string("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n") + framing + "\r\n");
+    for (const char* framing :
+         {"Content-Length: -1\r\n", "Content-Length: 18446744073709551617\r\n",
+          "Transfer-Encoding: gzip, chunked\r\n", "Content-Length: 5\r\nContent-Length: 6\r\n",
+          "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n", ""}) {
+      const std::string r =
+          http(s.port,
+               std::string("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n") + framing + "\r\n");
       CHECK(status_of(r) == 400);
     }
-    CHECK(status_of(http(s.port, "POST /v1/chat/completions HTTP/1.1\r\nContent-Encoding: gzip\r\nContent-Length: 3\r\n\r\nabc")) == 415);
+    CHECK(status_of(http(s.port,
+                         "POST /v1/chat/completions HTTP/1.1\r\nContent-Encoding: "
+                         "gzip\r\nContent-Length: 3\r\n\r\nabc")) == 415);
     CHECK(status_of(http(s.port, "GET /health HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc")) == 400);
     CHECK(status_of(http(s.port, "garbage\r\n\r\n")) == 400);
     CHECK(seconds_since(t) < 3.0);  // none waited for a read timeout
@@ -117,14 +132,16 @@ TEST_CASE("serve: bodies are refused or cut at the route's limit while read", "[
 // Resident memory is a process-wide figure: this case runs in a process of its own (the serve
 // CTest entry); the sanitizer run, which runs every unit test in one process, leaves it out
 // ([memory]), as earlier tests' threads and ASan's quarantine keep their own memory resident.
-TEST_CASE("serve: big bodies to every route leave resident memory where it was", "[serve][abuse][memory]") {
+TEST_CASE("serve: big bodies to every route leave resident memory where it was",
+          "[serve][abuse][memory]") {
   serve::ServerOptions so;
   so.max_json_bytes = 64 << 10;
   so.max_upload_bytes = 1 << 20;
   ServedModel s("serve_bodies_rss", so);
   ::malloc_trim(0);  // freed memory of earlier tests in this process goes back first
   const uint64_t before = resident_bytes();
-  for (const char* path : {"/v1/chat/completions", "/v1/caches", "/v1/caches/doc3", "/c/doc/v1/chat/completions"}) {
+  for (const char* path :
+       {"/v1/chat/completions", "/v1/caches", "/v1/caches/doc3", "/c/doc/v1/chat/completions"}) {
     const int fd = connect_to(s.port);
     REQUIRE(fd >= 0);
     const std::string method = std::string(path) == "/v1/caches/doc3" ? "PUT" : "POST";
@@ -137,7 +154,8 @@ TEST_CASE("serve: big bodies to every route leave resident memory where it was",
   CHECK(resident_bytes() < before + (uint64_t(24) << 20));
 }
 
-TEST_CASE("serve: slow heads neither hold the server nor outlive the head deadline", "[serve][abuse]") {
+TEST_CASE("serve: slow heads neither hold the server nor outlive the head deadline",
+          "[serve][abuse]") {
   serve::ServerOptions so;
   so.http.head_timeout = milliseconds(1500);
   so.http.max_pending = 512;
@@ -157,7 +175,8 @@ TEST_CASE("serve: slow heads neither hold the server nor outlive the head deadli
   CHECK(status_of(http(s.port, request("GET", "/health"), milliseconds(3000))) == 200);
   CHECK(seconds_since(t) < 1.0);
   t = Clock::now();
-  const std::string chat = http(s.port, request("POST", "/v1/chat/completions", chat_body("doc", 2)), milliseconds(5000));
+  const std::string chat = http(
+      s.port, request("POST", "/v1/chat/completions", chat_body("doc", 2)), milliseconds(5000));
   CHECK(status_of(chat) == 200);
   CHECK(seconds_since(t) < 3.0);
   // A client adding a byte every 200 ms is cut at the head deadline, not kept by each byte.
@@ -177,7 +196,8 @@ TEST_CASE("serve: slow heads neither hold the server nor outlive the head deadli
   for (int fd : slow) ::close(fd);
 }
 
-TEST_CASE("serve: one address's waiting connections are bounded, the newest gets in", "[serve][abuse]") {
+TEST_CASE("serve: one address's waiting connections are bounded, the newest gets in",
+          "[serve][abuse]") {
   serve::ServerOptions so;
   so.http.max_pending_per_client = 8;
   ServedModel s("serve_per_client", so);
@@ -208,8 +228,11 @@ TEST_CASE("serve: a non-streaming answer whose client left stops decoding", "[se
   so.engine.max_queue = 8;
   ServedModel s("serve_abandoned", so);
   // On this model and seed the answer runs 1274 tokens before a stop token.
-  nlohmann::json long_answer{{"model", "doc"}, {"messages", {{{"role", "user"}, {"content", "Tell me everything."}}}},
-                             {"max_tokens", 3900}, {"temperature", 1}, {"seed", 1}};
+  nlohmann::json long_answer{{"model", "doc"},
+                             {"messages", {{{"role", "user"}, {"content", "Tell me everything."}}}},
+                             {"max_tokens", 3900},
+                             {"temperature", 1},
+                             {"seed", 1}};
   for (int i = 0; i < 6; ++i) {
     const int fd = connect_to(s.port);
     REQUIRE(fd >= 0);
@@ -247,7 +270,8 @@ TEST_CASE("serve: the engine takes a burst of parallel + queue requests whole", 
   TinyModelDir dir("serve_burst", 21, 1024);
   const std::string caches = dir.path("caches");
   std::filesystem::create_directories(caches);
-  compress_document(*dir.model, "Mira planted seven apple trees behind the school.", caches + "/doc.kvz");
+  compress_document(*dir.model, "Mira planted seven apple trees behind the school.",
+                    caches + "/doc.kvz");
   serve::CacheStore store(*dir.model, caches, uint64_t(1) << 30);
   serve::EngineOptions eo = engine_options(1, 4, 64);
   eo.max_queue = 2;
@@ -268,11 +292,13 @@ TEST_CASE("serve: the engine takes a burst of parallel + queue requests whole", 
   }
 }
 
-TEST_CASE("serve: a replaced or deleted cache counts until its last request ends", "[serve][abuse]") {
+TEST_CASE("serve: a replaced or deleted cache counts until its last request ends",
+          "[serve][abuse]") {
   TinyModelDir dir("serve_held", 21, 1024);
   const std::string caches = dir.path("caches");
   std::filesystem::create_directories(caches);
-  compress_document(*dir.model, "Mira planted seven apple trees behind the school.", caches + "/a.kvz");
+  compress_document(*dir.model, "Mira planted seven apple trees behind the school.",
+                    caches + "/a.kvz");
   std::filesystem::copy_file(caches + "/a.kvz", caches + "/b.kvz");
   uint64_t one = 0;
   {
@@ -282,29 +308,34 @@ TEST_CASE("serve: a replaced or deleted cache counts until its last request ends
   serve::CacheStore store(*dir.model, caches, one + one / 2);  // room for one cache
   auto held = store.acquire("a");
   store.remove("a");
-  CHECK(store.loaded_bytes() == one);  // still in memory: still counted
+  CHECK(store.loaded_bytes() == one);          // still in memory: still counted
   CHECK_THROWS_AS(store.acquire("b"), Error);  // would pass the budget
   held.reset();
   CHECK(store.loaded_bytes() == 0);
   auto b = store.acquire("b");
   std::ifstream in(caches + "/b.kvz", std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  store.put("b", std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), true);
+  store.put("b",
+            std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+            true);
   CHECK(store.loaded_bytes() == one);  // the replaced copy, held by `b`
   b.reset();
   CHECK(store.loaded_bytes() == 0);
 }
 
-TEST_CASE("serve: a load that might pass --max-loaded-bytes is refused before it reads", "[serve][abuse]") {
+TEST_CASE("serve: a load that might pass --max-loaded-bytes is refused before it reads",
+          "[serve][abuse]") {
   TinyModelDir dir("serve_bound", 22, 1024);
   const std::string caches = dir.path("caches");
   std::filesystem::create_directories(caches);
-  const std::string doc = "Mira planted seven apple trees behind the school, and Tomas counted twelve ships.";
+  const std::string doc =
+      "Mira planted seven apple trees behind the school, and Tomas counted twelve ships.";
   compress_document(*dir.model, doc, caches + "/f.kvz");
   compress_document(*dir.model, doc, caches + "/q.kvz", format::DType::Q8);
   for (const std::string id : {"f", "q"}) {
     INFO(id);
-    const uint64_t bound = loader::base_bytes_bound(format::CacheReader::open(caches + "/" + id + ".kvz"), 1);
+    const uint64_t bound =
+        loader::base_bytes_bound(format::CacheReader::open(caches + "/" + id + ".kvz"), 1);
     uint64_t one = 0;
     {
       serve::CacheStore probe(*dir.model, caches, uint64_t(1) << 30);
@@ -344,21 +375,27 @@ TEST_CASE("serve: key with a NUL, pinned path without model, invalid id", "[serv
   ServedModel s("serve_small", so);
   const std::string auth = "Authorization: Bearer secret-key-1\r\n";
   const char nul_key[] = "Authorization: Bearer secret-key-1\0zz\r\n";  // the key, a NUL, more
-  const int nul = status_of(http(s.port, request("GET", "/v1/models", {}, std::string(nul_key, sizeof nul_key - 1))));
+  const int nul = status_of(
+      http(s.port, request("GET", "/v1/models", {}, std::string(nul_key, sizeof nul_key - 1))));
   CHECK((nul == 400 || nul == 401));
   CHECK(status_of(http(s.port, request("GET", "/v1/models", {}, auth))) == 200);
-  CHECK(status_of(http(s.port, request("POST", "/c/doc/v1/chat/completions", chat_body("", 2), auth))) == 200);
-  CHECK(status_of(http(s.port, request("POST", "/v1/chat/completions", chat_body("../doc", 2), auth))) == 400);
-  CHECK(status_of(http(s.port, request("POST", "/v1/chat/completions", chat_body("nope", 2), auth))) == 404);
+  CHECK(status_of(http(
+            s.port, request("POST", "/c/doc/v1/chat/completions", chat_body("", 2), auth))) == 200);
+  CHECK(status_of(http(
+            s.port, request("POST", "/v1/chat/completions", chat_body("../doc", 2), auth))) == 400);
+  CHECK(status_of(http(
+            s.port, request("POST", "/v1/chat/completions", chat_body("nope", 2), auth))) == 404);
   // Expect: 100-continue without the key: 401 before the body.
-  const std::string r = http(s.port, "PUT /v1/caches/x HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 10\r\n\r\n");
+  const std::string r = http(
+      s.port, "PUT /v1/caches/x HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 10\r\n\r\n");
   CHECK(status_of(r) == 401);
   CHECK(r.find("100 Continue") == std::string::npos);
 }
 
 TEST_CASE("serve: the access log names unparsable requests and times them", "[serve][abuse]") {
   // The log goes to stderr: this test sends it to a file for a moment.
-  const std::string log_path = (std::filesystem::temp_directory_path() / "kvzip_abuse_access.log").string();
+  const std::string log_path =
+      (std::filesystem::temp_directory_path() / "kvzip_abuse_access.log").string();
   std::fflush(stderr);
   const int saved = ::dup(2);
   const int fd = ::open(log_path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);

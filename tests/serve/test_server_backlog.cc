@@ -39,7 +39,8 @@ int count_connected(const std::vector<int>& fds, std::chrono::milliseconds wait)
   const auto deadline = std::chrono::steady_clock::now() + wait;
   int n = 0;
   for (int fd : fds) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     pollfd p{fd, POLLOUT, 0};
     if (::poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left.count()))) != 1) continue;
     int err = -1;

@@ -5,7 +5,8 @@
 
 namespace kvzip::test {
 
-AttentionData random_attention_data(uint32_t T, uint32_t Hq, uint32_t Hkv, uint32_t D, uint32_t len, uint64_t seed) {
+AttentionData random_attention_data(uint32_t T, uint32_t Hq, uint32_t Hkv, uint32_t D, uint32_t len,
+                                    uint64_t seed) {
   AttentionData d;
   d.q = random_vector(size_t(T) * Hq * D, seed, -2, 2);
   d.k.resize(Hkv);

@@ -22,6 +22,7 @@ struct AttentionData {
   AttentionData& operator=(const AttentionData&) = delete;
 };
 
-AttentionData random_attention_data(uint32_t T, uint32_t Hq, uint32_t Hkv, uint32_t D, uint32_t len, uint64_t seed);
+AttentionData random_attention_data(uint32_t T, uint32_t Hq, uint32_t Hkv, uint32_t D, uint32_t len,
+                                    uint64_t seed);
 
 }  // namespace kvzip::test

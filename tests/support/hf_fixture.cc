@@ -8,8 +8,8 @@
 #include <fstream>
 #include <iterator>
 
-#include "common/error.h"
 #include "checkpoint/safetensors.h"
+#include "common/error.h"
 #include "tests/support/source_path.h"
 
 namespace kvzip::test {
@@ -28,7 +28,8 @@ HfCopy::HfCopy(const std::string& name) {
   fs::create_directories(dir_);
   fs::copy(hf_golden(name), dir_, fs::copy_options::recursive);
   for (const fs::directory_entry& e : fs::directory_iterator(dir_))  // fixtures may be read-only
-    fs::permissions(e.path(), fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::add);
+    fs::permissions(e.path(), fs::perms::owner_read | fs::perms::owner_write,
+                    fs::perm_options::add);
 }
 
 HfCopy::~HfCopy() {
@@ -36,7 +37,8 @@ HfCopy::~HfCopy() {
   fs::remove_all(dir_, ec);
 }
 
-void HfCopy::edit_json(const std::string& file, const std::function<void(nlohmann::json&)>& edit) const {
+void HfCopy::edit_json(const std::string& file,
+                       const std::function<void(nlohmann::json&)>& edit) const {
   const std::vector<uint8_t> bytes = read_file_bytes(path(file));
   nlohmann::json j = nlohmann::json::parse(bytes.begin(), bytes.end());
   edit(j);
@@ -51,7 +53,8 @@ std::vector<uint8_t> build_safetensors(const std::vector<StTensor>& tensors) {
   header["__metadata__"] = {{"format", "pt"}};
   uint64_t offset = 0;
   for (const StTensor& t : tensors) {
-    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.data.size()}}};
+    header[t.name] = {
+        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.data.size()}}};
     offset += t.data.size();
   }
   std::string h = header.dump();
@@ -75,7 +78,8 @@ std::vector<StTensor> read_safetensors(const std::string& path) {
 std::vector<uint8_t> read_file_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(Errc::io, "cannot read test file " + path);
-  return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)),
+                              std::istreambuf_iterator<char>());
 }
 
 void write_file_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {

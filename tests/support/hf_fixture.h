@@ -33,9 +33,9 @@ class HfCopy {
 
 struct StTensor {
   std::string name;
-  std::string dtype;             // "F32", "BF16", "I64", ... (written verbatim)
+  std::string dtype;  // "F32", "BF16", "I64", ... (written verbatim)
   std::vector<uint64_t> shape;
-  std::vector<uint8_t> data;     // written as is; data_offsets span exactly these bytes
+  std::vector<uint8_t> data;  // written as is; data_offsets span exactly these bytes
 };
 
 // A .safetensors image: header JSON (tensors in the given order, data back to back), padded with

@@ -34,7 +34,8 @@ inline ModelConfig config_of(const ModelShape& s) {
 // mat(out, in) -> Matrix for the projections and the untied LM head; embedding(V, E) -> Matrix;
 // norm(n) and bias(n) -> std::vector<float> (bias only when cfg.qkv_bias).
 template <class Mat, class Embedding, class Norm, class Bias>
-model::Weights shaped_weights(const ModelConfig& cfg, Mat mat, Embedding embedding, Norm norm, Bias bias) {
+model::Weights shaped_weights(const ModelConfig& cfg, Mat mat, Embedding embedding, Norm norm,
+                              Bias bias) {
   const size_t E = cfg.d_model, F = cfg.d_ffn, V = cfg.vocab_size;
   const size_t qd = size_t(cfg.n_heads) * cfg.head_dim, kvd = size_t(cfg.n_kv_heads) * cfg.head_dim;
   model::Weights w;

@@ -17,8 +17,9 @@ std::vector<int32_t> random_tokens(size_t n, uint32_t V, uint64_t seed);
 using Visibility = std::function<bool(uint32_t, uint32_t, uint32_t, uint32_t)>;
 
 struct NaiveForward {
-  std::vector<float> logits;                // (T, V)
-  std::vector<std::vector<float>> q, k, v;  // per layer: post-RoPE (T, Hq, D), (T, Hkv, D); (T, Hkv, D)
+  std::vector<float> logits;  // (T, V)
+  std::vector<std::vector<float>> q, k,
+      v;  // per layer: post-RoPE (T, Hq, D), (T, Hkv, D); (T, Hkv, D)
 };
 
 // `tokens` at positions 0..T-1; each attention row restricted by `visible` (empty: plain causal).

@@ -6,7 +6,8 @@
 namespace kvzip::test {
 
 kernels::KvQuantSegment QuantHead::segment() const {
-  return {{layout, rows, ck.data(), pk.data(), qk.data()}, {layout, rows, cv.data(), pv.data(), qv.data()}};
+  return {{layout, rows, ck.data(), pk.data(), qk.data()},
+          {layout, rows, cv.data(), pv.data(), qv.data()}};
 }
 
 QuantHead quantized_head(const kernels::KvQuantLayout& layout, size_t rows, uint64_t seed) {

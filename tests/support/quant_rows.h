@@ -10,9 +10,9 @@
 namespace kvzip::test {
 
 struct QuantHead {
-  std::vector<float> ck, cv;      // (D) channel scales of K and V
-  std::vector<uint16_t> pk, pv;   // (rows, param_words)
-  std::vector<uint8_t> qk, qv;    // (rows, code_bytes)
+  std::vector<float> ck, cv;     // (D) channel scales of K and V
+  std::vector<uint16_t> pk, pv;  // (rows, param_words)
+  std::vector<uint8_t> qk, qv;   // (rows, code_bytes)
   size_t rows = 0;
   kernels::KvQuantLayout layout;
   // Views into the vectors above (valid while this object is alive and unmoved).

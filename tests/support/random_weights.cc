@@ -20,18 +20,21 @@ std::vector<float> random_vector(size_t n, uint64_t seed, float lo, float hi) {
 }
 
 ModelConfig tiny_llama_config() {
-  return config_of({"llama", 2, 64, 4, 2, 16, 96, 97, 2048, 10000.0f, 1e-5f, /*tied=*/true, /*bias=*/false});
+  return config_of(
+      {"llama", 2, 64, 4, 2, 16, 96, 97, 2048, 10000.0f, 1e-5f, /*tied=*/true, /*bias=*/false});
 }
 
 ModelConfig tiny_qwen2_config() {
-  return config_of({"qwen2", 2, 96, 6, 2, 16, 96, 97, 2048, 1000000.0f, 1e-6f, /*tied=*/false, /*bias=*/true});
+  return config_of(
+      {"qwen2", 2, 96, 6, 2, 16, 96, 97, 2048, 1000000.0f, 1e-6f, /*tied=*/false, /*bias=*/true});
 }
 
 model::Weights random_weights(const ModelConfig& cfg, uint64_t seed) {
   uint64_t s = seed * 1000;
   auto mat = [&](size_t out, size_t in) {
     float a = 1.0f / std::sqrt(static_cast<float>(in));
-    return model::Matrix::from_f32(random_vector(out * in, ++s, -a, a), uint32_t(out), uint32_t(in));
+    return model::Matrix::from_f32(random_vector(out * in, ++s, -a, a), uint32_t(out),
+                                   uint32_t(in));
   };
   auto embedding = [&](size_t V, size_t E) {
     return model::Matrix::from_f32(random_vector(V * E, ++s), uint32_t(V), uint32_t(E));

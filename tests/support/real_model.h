@@ -12,6 +12,6 @@ const model::Model* shared_real_model();
 }  // namespace kvzip::test
 
 // Binds `var` to the shared model, or skips the running test case and returns from it.
-#define KVZIP_REAL_MODEL_OR_SKIP(var)                             \
+#define KVZIP_REAL_MODEL_OR_SKIP(var)                                    \
   const ::kvzip::model::Model* var = ::kvzip::test::shared_real_model(); \
   if (!var) return ::kvzip::test::skip_no_model()

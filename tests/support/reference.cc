@@ -23,7 +23,8 @@ void rms_norm(const float* x, const float* w, float* y, uint32_t T, uint32_t E, 
     double ss = 0;
     for (uint32_t e = 0; e < E; ++e) ss += double(x[size_t(t) * E + e]) * x[size_t(t) * E + e];
     double inv = 1.0 / std::sqrt(ss / E + eps);
-    for (uint32_t e = 0; e < E; ++e) y[size_t(t) * E + e] = static_cast<float>(x[size_t(t) * E + e] * inv * w[e]);
+    for (uint32_t e = 0; e < E; ++e)
+      y[size_t(t) * E + e] = static_cast<float>(x[size_t(t) * E + e] * inv * w[e]);
   }
 }
 

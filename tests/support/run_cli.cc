@@ -72,7 +72,8 @@ CliResult run_kvzip(const std::vector<std::string>& args, const CliOptions& o) {
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     if (o.file_size_limit >= 0) {
       ::signal(SIGXFSZ, SIG_IGN);  // an ignored signal stays ignored across exec
-      const rlimit lim{static_cast<rlim_t>(o.file_size_limit), static_cast<rlim_t>(o.file_size_limit)};
+      const rlimit lim{static_cast<rlim_t>(o.file_size_limit),
+                       static_cast<rlim_t>(o.file_size_limit)};
       ::setrlimit(RLIMIT_FSIZE, &lim);
     }
     ::execve(argv[0], argv.data(), envp.data());
@@ -80,7 +81,8 @@ CliResult run_kvzip(const std::vector<std::string>& args, const CliOptions& o) {
   }
   if (o.while_running) o.while_running(pid);
   CliResult r;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.timeout_s);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(o.timeout_s);
   int status = 0;
   for (;;) {
     const pid_t got = ::waitpid(pid, &status, WNOHANG);
@@ -102,14 +104,16 @@ CliResult run_kvzip(const std::vector<std::string>& args, const CliOptions& o) {
   return r;
 }
 
-bool wait_for_file(const std::string& dir, const std::string& fragment, pid_t pid, double timeout_s) {
+bool wait_for_file(const std::string& dir, const std::string& fragment, pid_t pid,
+                   double timeout_s) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   while (std::chrono::steady_clock::now() < deadline) {
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(dir, ec))
       if (e.path().filename().string().find(fragment) != std::string::npos) return true;
     siginfo_t info{};
-    if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == pid)
+    if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0 ||
+        info.si_pid == pid)
       return false;  // it ended (left unreaped for run_kvzip)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }

@@ -46,6 +46,7 @@ std::string real_model_or_empty();
 
 // Polls `dir` every millisecond until a file whose name contains `fragment` appears (true) or
 // `timeout_s` passes or process `pid` has ended (false).
-bool wait_for_file(const std::string& dir, const std::string& fragment, pid_t pid, double timeout_s);
+bool wait_for_file(const std::string& dir, const std::string& fragment, pid_t pid,
+                   double timeout_s);
 
 }  // namespace kvzip::testing

@@ -51,7 +51,9 @@ std::string named_or_fetched(const char* var, const char* file) {
     return std::filesystem::is_regular_file(env, ec) ? std::string(env) : std::string();
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   const char* home = std::getenv("HOME");
-  const std::string base = xdg && *xdg ? std::string(xdg) : home ? std::string(home) + "/.cache" : std::string();
+  const std::string base = xdg && *xdg ? std::string(xdg)
+                           : home      ? std::string(home) + "/.cache"
+                                       : std::string();
   if (base.empty()) return "";
   const std::string path = base + "/kvzip/models/" + file;
   return std::filesystem::is_regular_file(path, ec) ? path : std::string();
@@ -59,20 +61,24 @@ std::string named_or_fetched(const char* var, const char* file) {
 
 }  // namespace
 
-std::string gemma_model_path() { return named_or_fetched("KVZIP_GEMMA_MODEL", "gemma-3-270m-q4_k_m.gguf"); }
+std::string gemma_model_path() {
+  return named_or_fetched("KVZIP_GEMMA_MODEL", "gemma-3-270m-q4_k_m.gguf");
+}
 
 std::string qwen_model_path() {
   return named_or_fetched("KVZIP_QWEN_MODEL", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
 }
 
 void skip_no_qwen() {
-  skip("KVZIP_REQUIRE_QWEN", "no Qwen2.5-Coder-0.5B-Instruct GGUF: run scripts/fetch-model.sh "
-                             "qwen2.5-0.5b or set KVZIP_QWEN_MODEL");
+  skip("KVZIP_REQUIRE_QWEN",
+       "no Qwen2.5-Coder-0.5B-Instruct GGUF: run scripts/fetch-model.sh "
+       "qwen2.5-0.5b or set KVZIP_QWEN_MODEL");
 }
 
 void skip_no_gemma() {
-  skip("KVZIP_REQUIRE_GEMMA", "no Gemma 3 270M GGUF: run scripts/fetch-model.sh gemma3-270m or set "
-                              "KVZIP_GEMMA_MODEL");
+  skip("KVZIP_REQUIRE_GEMMA",
+       "no Gemma 3 270M GGUF: run scripts/fetch-model.sh gemma3-270m or set "
+       "KVZIP_GEMMA_MODEL");
 }
 
 void skip_no_gpu(const std::string& why) { skip("KVZIP_REQUIRE_GPU", why); }

@@ -25,7 +25,7 @@ void skip_no_gpu(const std::string& why);
 
 // The [realmodel] preamble: binds `var` to $KVZIP_MODEL's file, or skips the running test case
 // and returns from it when there is none.
-#define KVZIP_REAL_MODEL_PATH_OR_SKIP(var)                    \
+#define KVZIP_REAL_MODEL_PATH_OR_SKIP(var)                  \
   const std::string var = ::kvzip::test::real_model_path(); \
   if (var.empty()) return ::kvzip::test::skip_no_model()
 
@@ -35,7 +35,7 @@ std::string gemma_model_path();
 // The skip for a [realmodel] test case on Gemma 3 270M without its file (KVZIP_REQUIRE_GEMMA = 1
 // turns it into a failure, for a run that fetched the model).
 void skip_no_gemma();
-#define KVZIP_GEMMA_MODEL_PATH_OR_SKIP(var)                    \
+#define KVZIP_GEMMA_MODEL_PATH_OR_SKIP(var)                  \
   const std::string var = ::kvzip::test::gemma_model_path(); \
   if (var.empty()) return ::kvzip::test::skip_no_gemma()
 
@@ -44,7 +44,7 @@ void skip_no_gemma();
 // into a failure).
 std::string qwen_model_path();
 void skip_no_qwen();
-#define KVZIP_QWEN_MODEL_PATH_OR_SKIP(var)                    \
+#define KVZIP_QWEN_MODEL_PATH_OR_SKIP(var)                  \
   const std::string var = ::kvzip::test::qwen_model_path(); \
   if (var.empty()) return ::kvzip::test::skip_no_qwen()
 

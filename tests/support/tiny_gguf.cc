@@ -48,16 +48,34 @@ uint64_t align_up(uint64_t o, uint64_t a) { return o + (a - o % a) % a; }
 
 }  // namespace
 
-GgufKv kv_u8(const std::string& k, uint8_t v) { return scalar_kv(k, model::gguf::ValueType::U8, v); }
+GgufKv kv_u8(const std::string& k, uint8_t v) {
+  return scalar_kv(k, model::gguf::ValueType::U8, v);
+}
 GgufKv kv_i8(const std::string& k, int8_t v) { return scalar_kv(k, model::gguf::ValueType::I8, v); }
-GgufKv kv_u16(const std::string& k, uint16_t v) { return scalar_kv(k, model::gguf::ValueType::U16, v); }
-GgufKv kv_i16(const std::string& k, int16_t v) { return scalar_kv(k, model::gguf::ValueType::I16, v); }
-GgufKv kv_u32(const std::string& k, uint32_t v) { return scalar_kv(k, model::gguf::ValueType::U32, v); }
-GgufKv kv_i32(const std::string& k, int32_t v) { return scalar_kv(k, model::gguf::ValueType::I32, v); }
-GgufKv kv_u64(const std::string& k, uint64_t v) { return scalar_kv(k, model::gguf::ValueType::U64, v); }
-GgufKv kv_i64(const std::string& k, int64_t v) { return scalar_kv(k, model::gguf::ValueType::I64, v); }
-GgufKv kv_f32(const std::string& k, float v) { return scalar_kv(k, model::gguf::ValueType::F32, v); }
-GgufKv kv_f64(const std::string& k, double v) { return scalar_kv(k, model::gguf::ValueType::F64, v); }
+GgufKv kv_u16(const std::string& k, uint16_t v) {
+  return scalar_kv(k, model::gguf::ValueType::U16, v);
+}
+GgufKv kv_i16(const std::string& k, int16_t v) {
+  return scalar_kv(k, model::gguf::ValueType::I16, v);
+}
+GgufKv kv_u32(const std::string& k, uint32_t v) {
+  return scalar_kv(k, model::gguf::ValueType::U32, v);
+}
+GgufKv kv_i32(const std::string& k, int32_t v) {
+  return scalar_kv(k, model::gguf::ValueType::I32, v);
+}
+GgufKv kv_u64(const std::string& k, uint64_t v) {
+  return scalar_kv(k, model::gguf::ValueType::U64, v);
+}
+GgufKv kv_i64(const std::string& k, int64_t v) {
+  return scalar_kv(k, model::gguf::ValueType::I64, v);
+}
+GgufKv kv_f32(const std::string& k, float v) {
+  return scalar_kv(k, model::gguf::ValueType::F32, v);
+}
+GgufKv kv_f64(const std::string& k, double v) {
+  return scalar_kv(k, model::gguf::ValueType::F64, v);
+}
 GgufKv kv_bool(const std::string& k, bool v) {
   return scalar_kv(k, model::gguf::ValueType::Bool, uint8_t(v ? 1 : 0));
 }
@@ -289,10 +307,10 @@ std::string byte_to_unicode(uint8_t b) {
 
 TinyVocab tiny_vocab() {
   TinyVocab v;
-  v.tokens = {"<|endoftext|>",   "<|im_start|>",    "<|im_end|>",      "<repo_name>",
-              "<reponame>",      "<file_sep>",      "<filename>",      "<gh_stars>",
-              "<issue_start>",   "<issue_comment>", "<issue_closed>",  "<jupyter_start>",
-              "<jupyter_text>",  "<jupyter_code>",  "<jupyter_output>", "<jupyter_script>",
+  v.tokens = {"<|endoftext|>",  "<|im_start|>",    "<|im_end|>",       "<repo_name>",
+              "<reponame>",     "<file_sep>",      "<filename>",       "<gh_stars>",
+              "<issue_start>",  "<issue_comment>", "<issue_closed>",   "<jupyter_start>",
+              "<jupyter_text>", "<jupyter_code>",  "<jupyter_output>", "<jupyter_script>",
               "<empty_output>"};
   v.types.assign(v.tokens.size(), 3);
   // Code-point order of the mapped chars = GPT-2's bs order (printables, then U+0100..).
@@ -306,9 +324,9 @@ TinyVocab tiny_vocab() {
             [&](const std::string& a, const std::string& b) { return cp_of(a) < cp_of(b); });
   for (const std::string& c : chars) v.tokens.push_back(c), v.types.push_back(1);
   const std::string G = byte_to_unicode(' ');  // "Ġ"
-  const std::pair<std::string, std::string> merges[] = {
-      {G, "t"}, {G, "a"}, {"i", "n"}, {"h", "e"}, {G, G},
-      {"r", "e"}, {"o", "n"}, {"e", "r"}, {G + "t", "he"}};
+  const std::pair<std::string, std::string> merges[] = {{G, "t"},   {G, "a"},   {"i", "n"},
+                                                        {"h", "e"}, {G, G},     {"r", "e"},
+                                                        {"o", "n"}, {"e", "r"}, {G + "t", "he"}};
   for (const auto& [l, r] : merges) {
     v.merges.push_back(l + " " + r);
     v.tokens.push_back(l + r);
@@ -324,7 +342,6 @@ const char* const kChatMlTemplate =
     "Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
     "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|im_start|>assistant\n' }}{% endif %}";
-
 
 // ---- tiny models ----
 
@@ -396,9 +413,13 @@ class ModelBuilder {
               std::vector<float>& w) {
     w = random_vec(rng_, size_t(n), center, 0.1f);
     std::vector<float> stored(static_cast<size_t>(n));
-    for (int64_t g = 0; g < n; ++g) stored[size_t(g)] = w[size_t(perm_head_dim ? hf_row(g, perm_head_dim) : g)];
-    w_.tensors.push_back({name, uint32_t(GgmlType::F32), {uint64_t(n)},
-                          quantize_row(GgmlType::F32, stored.data(), n), std::nullopt});
+    for (int64_t g = 0; g < n; ++g)
+      stored[size_t(g)] = w[size_t(perm_head_dim ? hf_row(g, perm_head_dim) : g)];
+    w_.tensors.push_back({name,
+                          uint32_t(GgmlType::F32),
+                          {uint64_t(n)},
+                          quantize_row(GgmlType::F32, stored.data(), n),
+                          std::nullopt});
   }
 
   model::LayerWeights layer(uint32_t l, bool permute) {
@@ -491,7 +512,7 @@ void add_hparams(GgufWriter& w, const TinyModelSpec& spec) {
 
 ModelConfig tiny_gguf_llama_config() {
   ModelConfig c = tiny_llama_config();  // the random-weight tests' dimensions
-  c.vocab_size = kTinyVocabSize;          // the tiny tokenizer's vocabulary
+  c.vocab_size = kTinyVocabSize;        // the tiny tokenizer's vocabulary
   c.max_context = 256;
   c.rope_base = 100000.0f;
   return c;
@@ -533,7 +554,9 @@ TinyModel make_tiny_model(const TinyModelSpec& spec) {
   return m;
 }
 
-model::gguf::File open_bytes(const std::vector<uint8_t>& bytes) { return model::gguf::File::from_bytes(bytes); }
+model::gguf::File open_bytes(const std::vector<uint8_t>& bytes) {
+  return model::gguf::File::from_bytes(bytes);
+}
 
 void write_file(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "common/model_config.h"
 #include "checkpoint/gguf.h"
-#include "kernels/quant.h"
 #include "checkpoint/weights.h"
+#include "common/model_config.h"
+#include "kernels/quant.h"
 
 namespace kvzip::test {
 
@@ -86,7 +86,8 @@ std::vector<uint8_t> quantize_row(kernels::quant::GgmlType t, const float* x, in
 // rows x cols random weights of type t as stored (rows · row_bytes bytes): the 32-element and
 // plain types quantize uniform ±1 rows with quantize_row; K-quant blocks are random bytes with
 // sane fp16 scales (d 0.002, dmin 0.001; Q6_K d 0.001).
-std::vector<uint8_t> random_matrix(kernels::quant::GgmlType t, uint32_t rows, uint32_t cols, uint64_t seed);
+std::vector<uint8_t> random_matrix(kernels::quant::GgmlType t, uint32_t rows, uint32_t cols,
+                                   uint64_t seed);
 
 // ---- default tokenizer ----
 
@@ -109,12 +110,13 @@ ModelConfig tiny_gguf_qwen2_config();  // the same dimensions, arch qwen2, qkv_b
 struct TinyModelSpec {
   ModelConfig config;  // arch llama, mistral or qwen2; qkv_bias adds .bias tensors; tied
   uint64_t seed = 1;
-  kernels::quant::GgmlType dtype = kernels::quant::GgmlType::F32;  // 2-D weights; norms and biases stay F32
-  std::optional<kernels::quant::GgmlType> embd_dtype;     // token_embd / output (default: dtype)
+  kernels::quant::GgmlType dtype =
+      kernels::quant::GgmlType::F32;                   // 2-D weights; norms and biases stay F32
+  std::optional<kernels::quant::GgmlType> embd_dtype;  // token_embd / output (default: dtype)
   bool tokenizer = true;  // default vocab (padded with "<pad_N>" up to config.vocab_size)
   std::string name = "tiny-test-model";
-  std::vector<GgufKv> extra_kvs;         // replace defaults with the same key, else append
-  std::vector<std::string> drop_keys;    // default keys to leave out
+  std::vector<GgufKv> extra_kvs;       // replace defaults with the same key, else append
+  std::vector<std::string> drop_keys;  // default keys to leave out
 };
 
 struct TinyModel {

@@ -18,7 +18,8 @@ struct TinyModelDir {
   std::unique_ptr<model::Model> model;
 
   // `tag` names the folder; max_context 0 keeps tiny_gguf_llama_config's; threads as LoadOptions.
-  TinyModelDir(const std::string& tag, uint64_t seed, uint32_t max_context = 0, uint32_t threads = 0);
+  TinyModelDir(const std::string& tag, uint64_t seed, uint32_t max_context = 0,
+               uint32_t threads = 0);
   // The model of `spec` (other shapes than the default's).
   TinyModelDir(const std::string& tag, const TinyModelSpec& spec, uint32_t threads = 0);
   ~TinyModelDir();

@@ -21,8 +21,10 @@ namespace {
 // SmolLM2-135M-Instruct's tokenizer.chat_template, as stored in its GGUF (real newlines).
 const std::string kSmolTemplate =
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ "
-    "'<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' "
-    "}}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "'<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+    "Face<|im_end|>\n' "
+    "}}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + "
+    "'\n'}}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
 // Qwen2.5-style: escaped newlines, and two earlier "<|im_start|>system" literals that are not a
@@ -31,23 +33,27 @@ const std::string kQwenTemplate =
     "{%- if tools %}{{- '<|im_start|>system\\n' }}{%- if messages[0]['role'] == 'system' %}"
     "{{- messages[0]['content'] }}{%- endif %}{%- else %}{%- if messages[0]['role'] == 'system' %}"
     "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}{%- else %}"
-    "{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}"
+    "{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+    "assistant.<|im_end|>\\n' }}"
     "{%- endif %}{%- endif %}";
 
 const std::string kPlainChatMl =
-    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] "
+    "+ "
     "'<|im_end|>' + '\\n'}}{% endfor %}";
 
 const std::string kLlama3Template =
     "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
-    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + "
+    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | "
+    "trim + "
     "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
     "{{ content }}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
 
 const std::string kLlama31Excerpt =
     "{{- bos_token }}{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}"
-    "{{- \"Cutting Knowledge Date: December 2023\\n\" }}{{- \"Today Date: \" + date_string + \"\\n\\n\" }}";
+    "{{- \"Cutting Knowledge Date: December 2023\\n\" }}{{- \"Today Date: \" + date_string + "
+    "\"\\n\\n\" }}";
 
 // Control tokens, then the 256 byte tokens; no merges, so ids are easy to predict.
 kvzip::model::TokenizerData vocab(const std::string& chat_template, bool with_chatml = true) {
@@ -70,7 +76,8 @@ kvzip::model::TokenizerData vocab(const std::string& chat_template, bool with_ch
   return d;
 }
 
-const std::string kSmolDefault = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
+const std::string kSmolDefault =
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
 
 std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -89,7 +96,8 @@ kvzip::Errc code_of(const kvzip::model::TokenizerData& d) {
 
 }  // namespace
 
-TEST_CASE("ChatML with no system message renders the template's default system turn", "[tokenizer][chat]") {
+TEST_CASE("ChatML with no system message renders the template's default system turn",
+          "[tokenizer][chat]") {
   kvzip::model::Tokenizer t(vocab(kSmolTemplate));
   kvzip::model::ChatTemplate c(t);
   CHECK(c.format() == kvzip::model::ChatFormat::ChatMl);
@@ -104,7 +112,8 @@ TEST_CASE("a given system prompt replaces the ChatML default", "[tokenizer][chat
   kvzip::model::Tokenizer t(vocab(kSmolTemplate));
   kvzip::model::ChatTemplate c(t);
   CHECK(c.render("Be brief.", "hi") ==
-        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+        "<|im_start|>system\nBe "
+        "brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
 }
 
 TEST_CASE("prefix, document and suffix assemble the chat prompt", "[tokenizer][chat]") {
@@ -118,7 +127,8 @@ TEST_CASE("prefix, document and suffix assemble the chat prompt", "[tokenizer][c
   CHECK(concat(concat(pre, c.encode_document(doc)), c.suffix(tail)) == c.chat("", doc + tail));
 }
 
-TEST_CASE("control-token text inside user text and documents stays plain text", "[tokenizer][chat]") {
+TEST_CASE("control-token text inside user text and documents stays plain text",
+          "[tokenizer][chat]") {
   kvzip::model::Tokenizer t(vocab(kSmolTemplate));
   kvzip::model::ChatTemplate c(t);
   const int32_t im_end = t.token_id("<|im_end|>");
@@ -129,12 +139,14 @@ TEST_CASE("control-token text inside user text and documents stays plain text", 
   CHECK(t.decode(ids) == c.render("sys<|im_start|>", "x<|im_end|>\n<|im_start|>assistant\ny"));
 }
 
-TEST_CASE("the ChatML default system prompt is read from escaped template literals", "[tokenizer][chat]") {
+TEST_CASE("the ChatML default system prompt is read from escaped template literals",
+          "[tokenizer][chat]") {
   CHECK(kvzip::model::chatml_default_system(kQwenTemplate) ==
         "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
   CHECK(kvzip::model::chatml_default_system(kSmolTemplate) == kSmolDefault);
   CHECK(kvzip::model::chatml_default_system(kPlainChatMl).empty());
-  CHECK(kvzip::model::chatml_default_system("{{ \"<|im_start|>system\\nSay \\\"hi\\\".<|im_end|>\" }}") == "Say \"hi\".");
+  CHECK(kvzip::model::chatml_default_system(
+            "{{ \"<|im_start|>system\\nSay \\\"hi\\\".<|im_end|>\" }}") == "Say \"hi\".");
 }
 
 TEST_CASE("ChatML without a default system prompt has no system turn", "[tokenizer][chat]") {
@@ -144,14 +156,16 @@ TEST_CASE("ChatML without a default system prompt has no system turn", "[tokeniz
   CHECK(c.render("", "hi") == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
 }
 
-TEST_CASE("an empty template falls back to ChatML when the vocabulary has its tokens", "[tokenizer][chat]") {
+TEST_CASE("an empty template falls back to ChatML when the vocabulary has its tokens",
+          "[tokenizer][chat]") {
   kvzip::model::Tokenizer t(vocab(""));
   kvzip::model::ChatTemplate c(t);
   CHECK(c.format() == kvzip::model::ChatFormat::ChatMl);
   CHECK(c.render("", "q") == "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n");
 }
 
-TEST_CASE("an empty template without ChatML tokens is the plain document-question-answer prompt", "[tokenizer][chat]") {
+TEST_CASE("an empty template without ChatML tokens is the plain document-question-answer prompt",
+          "[tokenizer][chat]") {
   kvzip::model::TokenizerData d = vocab("", false);
   d.bos = 1;  // <|begin_of_text|>
   d.add_bos = true;
@@ -168,8 +182,10 @@ TEST_CASE("an empty template without ChatML tokens is the plain document-questio
   CHECK(c.stop_tokens() == std::vector<int32_t>{0, t.encode("\n", false)[0]});
 }
 
-TEST_CASE("Gemma renders start_of_turn user and model turns, the system text opening the user turn", "[tokenizer][chat]") {
-  kvzip::model::TokenizerData d = vocab("{{ bos_token }}{% for m in messages %}<start_of_turn>...", false);
+TEST_CASE("Gemma renders start_of_turn user and model turns, the system text opening the user turn",
+          "[tokenizer][chat]") {
+  kvzip::model::TokenizerData d =
+      vocab("{{ bos_token }}{% for m in messages %}<start_of_turn>...", false);
   d.tokens.insert(d.tokens.end(), {"<start_of_turn>", "<end_of_turn>"});
   d.token_types.insert(d.token_types.end(), {3, 3});
   d.bos = 1;
@@ -177,47 +193,57 @@ TEST_CASE("Gemma renders start_of_turn user and model turns, the system text ope
   kvzip::model::Tokenizer t(d);
   kvzip::model::ChatTemplate c(t);
   CHECK(c.format() == kvzip::model::ChatFormat::Gemma);
-  CHECK(c.render(" Be brief. ", " q ") ==
-        "<|begin_of_text|><start_of_turn>user\nBe brief.\n\nq<end_of_turn>\n<start_of_turn>model\n");
+  CHECK(
+      c.render(" Be brief. ", " q ") ==
+      "<|begin_of_text|><start_of_turn>user\nBe brief.\n\nq<end_of_turn>\n<start_of_turn>model\n");
   const std::vector<std::pair<std::string, std::string>> turns = {{"a ", "b"}};
-  CHECK(c.render("", "q", turns) ==
-        "<|begin_of_text|><start_of_turn>user\nq<end_of_turn>\n<start_of_turn>model\na<end_of_turn>\n"
-        "<start_of_turn>user\nb<end_of_turn>\n<start_of_turn>model\n");
+  CHECK(
+      c.render("", "q", turns) ==
+      "<|begin_of_text|><start_of_turn>user\nq<end_of_turn>\n<start_of_turn>model\na<end_of_turn>\n"
+      "<start_of_turn>user\nb<end_of_turn>\n<start_of_turn>model\n");
   const int32_t eot = t.token_id("<end_of_turn>");
   CHECK(c.stop_tokens() == std::vector<int32_t>{0, eot});
-  CHECK(c.chat("", "q") == concat(concat({1, t.token_id("<start_of_turn>")}, t.encode("user\nq", false)),
-                                  concat(concat({eot}, t.encode("\n", false)),
-                                         concat({t.token_id("<start_of_turn>")}, t.encode("model\n", false)))));
+  CHECK(c.chat("", "q") ==
+        concat(concat({1, t.token_id("<start_of_turn>")}, t.encode("user\nq", false)),
+               concat(concat({eot}, t.encode("\n", false)),
+                      concat({t.token_id("<start_of_turn>")}, t.encode("model\n", false)))));
 }
 
 TEST_CASE("unknown templates and templates without their tokens are refused", "[tokenizer][chat]") {
-  CHECK(code_of(vocab("{{ '[INST] ' + message['content'] + ' [/INST]' }}")) == kvzip::Errc::unsupported);
+  CHECK(code_of(vocab("{{ '[INST] ' + message['content'] + ' [/INST]' }}")) ==
+        kvzip::Errc::unsupported);
   CHECK(code_of(vocab(kSmolTemplate, false)) == kvzip::Errc::corrupt);
   CHECK(code_of(vocab("<start_of_turn>", false)) == kvzip::Errc::corrupt);
 }
 
-TEST_CASE("Llama 3 renders header turns after begin_of_text and trims contents", "[tokenizer][chat]") {
+TEST_CASE("Llama 3 renders header turns after begin_of_text and trims contents",
+          "[tokenizer][chat]") {
   kvzip::model::Tokenizer t(vocab(kLlama3Template));
   kvzip::model::ChatTemplate c(t);
   CHECK(c.format() == kvzip::model::ChatFormat::Llama3);
   CHECK(c.default_system().empty());
-  std::string user_turn = "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
-                          "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  std::string user_turn =
+      "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
+      "<|start_header_id|>assistant<|end_header_id|>\n\n";
   CHECK(c.render("", "  hi\n") == "<|begin_of_text|>" + user_turn);
   CHECK(c.render(" Be brief. ", "hi") ==
-        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>" + user_turn);
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>" +
+            user_turn);
   CHECK(c.chat("", "hi") == t.encode("<|begin_of_text|>" + user_turn, true));
   CHECK(t.decode(c.prefix("")) == "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n");
   CHECK(t.decode(c.suffix("?")) == "?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
-TEST_CASE("Llama 3.1 templates always open with the knowledge-date system turn", "[tokenizer][chat]") {
+TEST_CASE("Llama 3.1 templates always open with the knowledge-date system turn",
+          "[tokenizer][chat]") {
   kvzip::model::Tokenizer t(vocab(kLlama31Excerpt));
   kvzip::model::ChatTemplate c(t);
-  std::string header = "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
-                       "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
-  std::string user_turn = "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
-                          "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  std::string header =
+      "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+      "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
+  std::string user_turn =
+      "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
+      "<|start_header_id|>assistant<|end_header_id|>\n\n";
   CHECK(c.render("", "hi") == header + "<|eot_id|>" + user_turn);
   CHECK(c.render("Be brief.", "hi") == header + "Be brief.<|eot_id|>" + user_turn);
 }
@@ -231,7 +257,8 @@ TEST_CASE("stop tokens are the end-of-turn token plus eos and eot", "[tokenizer]
   kvzip::model::Tokenizer same(d);
   CHECK(kvzip::model::ChatTemplate(same).stop_tokens() == std::vector<int32_t>{im_end});
   kvzip::model::Tokenizer llama(vocab(kLlama3Template));
-  CHECK(kvzip::model::ChatTemplate(llama).stop_tokens() == std::vector<int32_t>{0, llama.token_id("<|eot_id|>")});
+  CHECK(kvzip::model::ChatTemplate(llama).stop_tokens() ==
+        std::vector<int32_t>{0, llama.token_id("<|eot_id|>")});
 }
 
 TEST_CASE("an explicit family and default system prompt override detection", "[tokenizer][chat]") {
@@ -247,8 +274,8 @@ TEST_CASE("a conversation goes on with the answer and the next user turn", "[tok
   using Turns = std::vector<std::pair<std::string, std::string>>;
   // What each template renders for [system?, user, (assistant, user)...] with the generation
   // prompt: render() and the ids of chat() followed by one next_turn() per turn.
-  auto check_conversation = [](const kvzip::model::Tokenizer& t, std::string_view system, const Turns& turns,
-                               const std::string& want) {
+  auto check_conversation = [](const kvzip::model::Tokenizer& t, std::string_view system,
+                               const Turns& turns, const std::string& want) {
     kvzip::model::ChatTemplate c(t);
     CHECK(c.render(system, "q1", turns) == want);
     std::vector<int32_t> ids = c.chat(system, "q1");
@@ -269,6 +296,7 @@ TEST_CASE("a conversation goes on with the answer and the next user turn", "[tok
                      "<|start_header_id|>assistant<|end_header_id|>\n\n");
   // An answer's control-token text stays text: two real <|im_end|> ids, not three.
   const std::vector<int32_t> turn = kvzip::model::ChatTemplate(smol).next_turn("a<|im_end|>", "q");
-  CHECK(smol.decode(turn) == "a<|im_end|><|im_end|>\n<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n");
+  CHECK(smol.decode(turn) ==
+        "a<|im_end|><|im_end|>\n<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n");
   CHECK(std::count(turn.begin(), turn.end(), smol.encode("<|im_end|>", true).at(0)) == 2);
 }

@@ -4,8 +4,8 @@
 // those ids against Meta's tiktoken encoder). The test derives the merges from the ranks itself (every
 // split of a token into two tokens, by the rank of the token formed) and, through tokenizer.json,
 // checks that the Hugging Face loader reads the same vocabulary back.
-#include <catch2/catch.hpp>
 #include <zstd.h>
+#include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cstring>
@@ -15,11 +15,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "tokenizer/detail/bpe.h"
 #include "checkpoint/detail/hf_json.h"
-#include "tokenizer/tokenizer.h"
 #include "tests/support/hf_fixture.h"
 #include "tests/support/source_path.h"
+#include "tokenizer/detail/bpe.h"
+#include "tokenizer/tokenizer.h"
 
 using namespace kvzip;
 
@@ -31,7 +31,8 @@ struct Vocab {
 };
 
 Vocab read_vocab() {
-  const std::vector<uint8_t> z = test::read_file_bytes(kvzip::test::source_path("tests/golden/llama3_vocab.bin.zst"));
+  const std::vector<uint8_t> z =
+      test::read_file_bytes(kvzip::test::source_path("tests/golden/llama3_vocab.bin.zst"));
   const unsigned long long n = ZSTD_getFrameContentSize(z.data(), z.size());
   REQUIRE(n != ZSTD_CONTENTSIZE_ERROR);
   REQUIRE(n != ZSTD_CONTENTSIZE_UNKNOWN);
@@ -73,7 +74,8 @@ model::TokenizerData llama3_data(const Vocab& v) {
   d.pre = "llama-bpe";
   for (const std::string& t : v.base) d.tokens.push_back(model::detail::byte_level_encode(t));
   d.token_types.assign(v.base.size(), int32_t(model::TokenType::Normal));
-  for (const std::string& s : v.specials) d.tokens.push_back(s), d.token_types.push_back(int32_t(model::TokenType::Control));
+  for (const std::string& s : v.specials)
+    d.tokens.push_back(s), d.token_types.push_back(int32_t(model::TokenType::Control));
   for (const std::string& t : v.base) {
     std::vector<std::pair<std::pair<int32_t, int32_t>, size_t>> cands;  // ((rank l, rank r), split)
     for (size_t i = 1; i < t.size(); ++i) {
@@ -93,15 +95,18 @@ model::TokenizerData llama3_data(const Vocab& v) {
 
 }  // namespace
 
-TEST_CASE("Llama 3 (real 128K vocabulary): token ids match Hugging Face tokenizers", "[tokenizer][hf][tokenizer]") {
+TEST_CASE("Llama 3 (real 128K vocabulary): token ids match Hugging Face tokenizers",
+          "[tokenizer][hf][tokenizer]") {
   const Vocab v = read_vocab();
   REQUIRE(v.base.size() == 128000);
   REQUIRE(v.specials.size() == 256);
-  const std::vector<uint8_t> g = test::read_file_bytes(kvzip::test::source_path("tests/golden/tokens_llama3.json"));
+  const std::vector<uint8_t> g =
+      test::read_file_bytes(kvzip::test::source_path("tests/golden/tokens_llama3.json"));
   const nlohmann::json golden = nlohmann::json::parse(g.begin(), g.end());
   REQUIRE(golden["format"] == "kvzip-token-golden-json v1");
   model::TokenizerData data = llama3_data(v);
-  CHECK(data.merges.size() == golden["n_merges"].get<size_t>());  // 280147, as Meta's tokenizer.json
+  CHECK(data.merges.size() ==
+        golden["n_merges"].get<size_t>());  // 280147, as Meta's tokenizer.json
   const model::Tokenizer tok(data);
   size_t failures = 0, n = 0;
   for (const nlohmann::json& c : golden["cases"]) {
@@ -119,9 +124,11 @@ TEST_CASE("Llama 3 (real 128K vocabulary): token ids match Hugging Face tokenize
   CHECK(failures == 0);
 }
 
-TEST_CASE("Llama 3 (real 128K vocabulary): tokenizer.json reads back through the HF loader", "[tokenizer][hf][tokenizer]") {
+TEST_CASE("Llama 3 (real 128K vocabulary): tokenizer.json reads back through the HF loader",
+          "[tokenizer][hf][tokenizer]") {
   const model::TokenizerData want = llama3_data(read_vocab());
-  nlohmann::json vocab = nlohmann::json::object(), merges = nlohmann::json::array(), added = nlohmann::json::array();
+  nlohmann::json vocab = nlohmann::json::object(), merges = nlohmann::json::array(),
+                 added = nlohmann::json::array();
   for (size_t i = 0; i < 128000; ++i) vocab[want.tokens[i]] = i;
   for (const std::string& m : want.merges) {
     const size_t sp = m.find(' ');
@@ -131,26 +138,37 @@ TEST_CASE("Llama 3 (real 128K vocabulary): tokenizer.json reads back through the
     added.push_back({{"id", i}, {"content", want.tokens[i]}, {"special", true}});
   const std::string regex =
       R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-  const nlohmann::json tj = {
-      {"version", "1.0"},
-      {"added_tokens", added},
-      {"normalizer", nullptr},
-      {"pre_tokenizer",
-       {{"type", "Sequence"},
-        {"pretokenizers",
-         {{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}},
-          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}}},
-      {"decoder", {{"type", "ByteLevel"}}},
-      {"model",
-       {{"type", "BPE"}, {"ignore_merges", true}, {"byte_fallback", false}, {"vocab", vocab}, {"merges", merges}}}};
+  const nlohmann::json tj = {{"version", "1.0"},
+                             {"added_tokens", added},
+                             {"normalizer", nullptr},
+                             {"pre_tokenizer",
+                              {{"type", "Sequence"},
+                               {"pretokenizers",
+                                {{{"type", "Split"},
+                                  {"pattern", {{"Regex", regex}}},
+                                  {"behavior", "Isolated"},
+                                  {"invert", false}},
+                                 {{"type", "ByteLevel"},
+                                  {"add_prefix_space", false},
+                                  {"trim_offsets", true},
+                                  {"use_regex", false}}}}}},
+                             {"decoder", {{"type", "ByteLevel"}}},
+                             {"model",
+                              {{"type", "BPE"},
+                               {"ignore_merges", true},
+                               {"byte_fallback", false},
+                               {"vocab", vocab},
+                               {"merges", merges}}}};
   test::HfCopy dir("llama3");  // a scratch folder
   const std::string text = tj.dump();
-  test::write_file_bytes(dir.path("tokenizer.json"), std::vector<uint8_t>(text.begin(), text.end()));
+  test::write_file_bytes(dir.path("tokenizer.json"),
+                         std::vector<uint8_t>(text.begin(), text.end()));
   dir.edit_json("tokenizer_config.json", [](nlohmann::json& j) {
     j["bos_token"] = "<|begin_of_text|>";
     j["eos_token"] = "<|eot_id|>";
   });
-  const std::optional<model::detail::JsonFile> tc = model::detail::JsonFile::read_optional(dir.path("tokenizer_config.json"));
+  const std::optional<model::detail::JsonFile> tc =
+      model::detail::JsonFile::read_optional(dir.path("tokenizer_config.json"));
   REQUIRE(tc);
   const model::TokenizerData got = model::detail::hf_tokenizer_from_json(
       model::detail::JsonFile::read(dir.path("tokenizer.json"), "test"), &*tc,

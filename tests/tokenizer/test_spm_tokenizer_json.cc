@@ -14,12 +14,12 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
 #include "checkpoint/detail/hf_json.h"
-#include "tokenizer/tokenizer.h"
+#include "common/error.h"
 #include "tests/support/hf_fixture.h"
 #include "tests/support/skip.h"
 #include "tests/support/source_path.h"
+#include "tokenizer/tokenizer.h"
 
 using namespace kvzip;
 using nlohmann::json;
@@ -45,8 +45,7 @@ model::TokenizerData load(const json& tj, uint32_t vocab_size) {
 }
 
 const json& golden() {
-  static const json g =
-      read_json(kvzip::test::source_path("tests/golden/tokens_spm_json.json"));
+  static const json g = read_json(kvzip::test::source_path("tests/golden/tokens_spm_json.json"));
   return g;
 }
 

@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "common/error.h"
+#include "tests/support/thrown.h"
 #include "tokenizer/detail/bpe.h"
 #include "tokenizer/detail/pretokenize.h"
 #include "tokenizer/tokenizer.h"
-#include "tests/support/thrown.h"
 
 using kvzip::Errc;
 using kvzip::model::Tokenizer;
@@ -22,7 +22,8 @@ namespace {
 
 // Vocabulary: 3 control tokens, the 256 byte tokens, then every merge result; `merges` are written
 // in raw text with one space between the parts ("h e"), and converted to the byte-level alphabet.
-kvzip::model::TokenizerData tiny(const std::vector<std::string>& raw_merges, const std::string& pre = "gpt2") {
+kvzip::model::TokenizerData tiny(const std::vector<std::string>& raw_merges,
+                                 const std::string& pre = "gpt2") {
   kvzip::model::TokenizerData d;
   d.model = "gpt2";
   d.pre = pre;
@@ -43,9 +44,12 @@ kvzip::model::TokenizerData tiny(const std::vector<std::string>& raw_merges, con
   return d;
 }
 
-int32_t id_of(const kvzip::model::Tokenizer& t, const std::string& raw) { return t.token_id(byte_level_encode(raw)); }
+int32_t id_of(const kvzip::model::Tokenizer& t, const std::string& raw) {
+  return t.token_id(byte_level_encode(raw));
+}
 
-std::vector<int32_t> ids_of(const kvzip::model::Tokenizer& t, const std::vector<std::string>& raws) {
+std::vector<int32_t> ids_of(const kvzip::model::Tokenizer& t,
+                            const std::vector<std::string>& raws) {
   std::vector<int32_t> out;
   for (const std::string& r : raws) out.push_back(id_of(t, r));
   return out;
@@ -75,7 +79,8 @@ TEST_CASE("BPE breaks rank ties by taking the leftmost pair", "[tokenizer][token
   CHECK(t.encode("aaaaa", false) == ids_of(t, {"aa", "aa", "a"}));
 }
 
-TEST_CASE("BPE chains merges and re-examines neighbours after each merge", "[tokenizer][tokenizer]") {
+TEST_CASE("BPE chains merges and re-examines neighbours after each merge",
+          "[tokenizer][tokenizer]") {
   kvzip::model::Tokenizer t(tiny({"l o", "lo w", "e r", "low er", "b c", "a b", "c d"}));
   CHECK(t.encode("lower", false) == ids_of(t, {"lower"}));
   // b+c merges first, after which neither a+bc nor bc+d is a merge.
@@ -92,7 +97,8 @@ TEST_CASE("bytes without merges encode as byte tokens and decode back", "[tokeni
   CHECK(t.decode(ids) == text);
 }
 
-TEST_CASE("a byte without a token is dropped before merging, as Hugging Face does", "[tokenizer][tokenizer]") {
+TEST_CASE("a byte without a token is dropped before merging, as Hugging Face does",
+          "[tokenizer][tokenizer]") {
   kvzip::model::TokenizerData d = tiny({"! !"});
   d.tokens[3 + 0x04] = "unused-slot";  // the vocabulary has no token for byte 0x04
   kvzip::model::Tokenizer t(std::move(d));
@@ -119,11 +125,13 @@ TEST_CASE("added tokens match leftmost first, then longest", "[tokenizer][tokeni
   auto n = static_cast<int32_t>(d.tokens.size());
   kvzip::model::Tokenizer t(std::move(d));
   CHECK(t.encode("<a><b>", true) == std::vector<int32_t>{n - 3});
-  CHECK(t.encode("<a><c>", true) == std::vector<int32_t>{n - 4, id_of(t, "<"), id_of(t, "c"), id_of(t, ">")});
+  CHECK(t.encode("<a><c>", true) ==
+        std::vector<int32_t>{n - 4, id_of(t, "<"), id_of(t, "c"), id_of(t, ">")});
   CHECK(t.encode("xyz", true) == std::vector<int32_t>{n - 2, id_of(t, "z")});
 }
 
-TEST_CASE("user-defined tokens are split out even without parse_special", "[tokenizer][tokenizer]") {
+TEST_CASE("user-defined tokens are split out even without parse_special",
+          "[tokenizer][tokenizer]") {
   kvzip::model::TokenizerData d = tiny({});
   d.tokens.push_back("<tool>");
   d.token_types.push_back(4);
@@ -142,10 +150,12 @@ TEST_CASE("smollm isolates every digit before the GPT-2 split", "[tokenizer][tok
   CHECK(smollm.encode("123", false) == ids_of(smollm, {"1", "2", "3"}));
   CHECK(pieces("smollm", "a 123") == Strings{"a", " ", "1", "2", "3"});
   CHECK(pieces("gpt2", "a 123") == Strings{"a", " 123"});
-  CHECK(pieces("smollm", "x\xD9\xA1\xD9\xA2") == Strings{"x", "\xD9\xA1", "\xD9\xA2"});  // Arabic-Indic
+  CHECK(pieces("smollm", "x\xD9\xA1\xD9\xA2") ==
+        Strings{"x", "\xD9\xA1", "\xD9\xA2"});  // Arabic-Indic
 }
 
-TEST_CASE("the GPT-2 split leaves the last space of a run to the next word", "[tokenizer][tokenizer]") {
+TEST_CASE("the GPT-2 split leaves the last space of a run to the next word",
+          "[tokenizer][tokenizer]") {
   CHECK(pieces("gpt2", "a   b") == Strings{"a", "  ", " b"});
   CHECK(pieces("gpt2", "trailing  ") == Strings{"trailing", "  "});
   CHECK(pieces("gpt2", "x\n\n\ny") == Strings{"x", "\n\n", "\n", "y"});
@@ -153,39 +163,49 @@ TEST_CASE("the GPT-2 split leaves the last space of a run to the next word", "[t
   CHECK(pieces("gpt2", "f(x)=1;") == Strings{"f", "(", "x", ")=", "1", ";"});
 }
 
-TEST_CASE("pre-tokenizers use the Unicode White_Space set, not PCRE2's \\s", "[tokenizer][tokenizer]") {
+TEST_CASE("pre-tokenizers use the Unicode White_Space set, not PCRE2's \\s",
+          "[tokenizer][tokenizer]") {
   // U+180E was whitespace in old Unicode and still is for PCRE2's \s; Hugging Face treats it as a symbol.
-  CHECK(pieces("gpt2", "a\xE1\xA0\x8E" "b") == Strings{"a", "\xE1\xA0\x8E", "b"});
+  CHECK(pieces("gpt2",
+               "a\xE1\xA0\x8E"
+               "b") == Strings{"a", "\xE1\xA0\x8E", "b"});
   // U+00A0 and U+3000 are whitespace for both; only ASCII ' ' joins the word after it.
-  CHECK(pieces("gpt2", "a\xC2\xA0\xC2\xA0" "b") == Strings{"a", "\xC2\xA0", "\xC2\xA0", "b"});
+  CHECK(pieces("gpt2",
+               "a\xC2\xA0\xC2\xA0"
+               "b") == Strings{"a", "\xC2\xA0", "\xC2\xA0", "b"});
   CHECK(pieces("gpt2", "\xE3\x80\x80x") == Strings{"\xE3\x80\x80", "x"});
 }
 
-TEST_CASE("llama-bpe groups digits by three and keeps newlines with punctuation", "[tokenizer][tokenizer]") {
+TEST_CASE("llama-bpe groups digits by three and keeps newlines with punctuation",
+          "[tokenizer][tokenizer]") {
   CHECK(pieces("llama-bpe", "1234567") == Strings{"123", "456", "7"});
   CHECK(pieces("qwen2", "1234") == Strings{"1", "2", "3", "4"});
   CHECK(pieces("llama-bpe", "I'LL go.\n\nok") == Strings{"I", "'LL", " go", ".\n\n", "ok"});
   CHECK(pieces("llama-bpe", "a\r\n  b") == Strings{"a", "\r\n", " ", " b"});
 }
 
-TEST_CASE("llama-bpe takes a word that is in the vocabulary whole (ignore_merges)", "[tokenizer][tokenizer]") {
+TEST_CASE("llama-bpe takes a word that is in the vocabulary whole (ignore_merges)",
+          "[tokenizer][tokenizer]") {
   kvzip::model::TokenizerData d = tiny({"h e"}, "llama-bpe");
   d.tokens.push_back("hello");
   d.token_types.push_back(1);
   auto hello = static_cast<int32_t>(d.tokens.size() - 1);
   kvzip::model::TokenizerData g = d;
   g.pre = "gpt2";
-  CHECK(kvzip::model::Tokenizer(std::move(d)).encode("hello", false) == std::vector<int32_t>{hello});
+  CHECK(kvzip::model::Tokenizer(std::move(d)).encode("hello", false) ==
+        std::vector<int32_t>{hello});
   kvzip::model::Tokenizer gpt2(std::move(g));
   CHECK(gpt2.encode("hello", false) == ids_of(gpt2, {"he", "l", "l", "o"}));
 }
 
 TEST_CASE("invalid UTF-8 is encoded byte by byte without failing", "[tokenizer][tokenizer]") {
   kvzip::model::Tokenizer t(tiny({"a b"}));
-  std::string text = "ab\xFF" "ab\xE2\x82";  // a stray byte, then a truncated 3-byte sequence
+  std::string text =
+      "ab\xFF"
+      "ab\xE2\x82";  // a stray byte, then a truncated 3-byte sequence
   std::vector<int32_t> ids = t.encode(text, true);
-  CHECK(ids == std::vector<int32_t>{id_of(t, "ab"), id_of(t, "\xFF"), id_of(t, "ab"), id_of(t, "\xE2"),
-                                    id_of(t, "\x82")});
+  CHECK(ids == std::vector<int32_t>{id_of(t, "ab"), id_of(t, "\xFF"), id_of(t, "ab"),
+                                    id_of(t, "\xE2"), id_of(t, "\x82")});
   CHECK(t.decode(ids) == text);
 }
 
@@ -203,7 +223,8 @@ TEST_CASE("is_valid_utf8 follows the Unicode definition", "[tokenizer][tokenizer
   CHECK_FALSE(is_valid_utf8("ok\xFF"));
 }
 
-TEST_CASE("the stream decoder holds a character split across tokens until it completes", "[tokenizer][tokenizer]") {
+TEST_CASE("the stream decoder holds a character split across tokens until it completes",
+          "[tokenizer][tokenizer]") {
   kvzip::model::Tokenizer t(tiny({}));
   kvzip::model::StreamDecoder s(t);
   CHECK(s.push(id_of(t, "a")) == "a");
@@ -246,19 +267,23 @@ TEST_CASE("accessors report the special ids and token texts", "[tokenizer][token
   CHECK_THROWS_AS(t.decode({-1}), kvzip::Error);
 }
 
-TEST_CASE("unsupported tokenizer models and pre-tokenizers are refused by name", "[tokenizer][tokenizer]") {
+TEST_CASE("unsupported tokenizer models and pre-tokenizers are refused by name",
+          "[tokenizer][tokenizer]") {
   kvzip::model::TokenizerData d = tiny({});
   d.pre = "falcon";
-  const kvzip::Error e = kvzip::test::error_from([&] { kvzip::model::Tokenizer t(d); }, "accepted an unknown pre-tokenizer");
+  const kvzip::Error e = kvzip::test::error_from([&] { kvzip::model::Tokenizer t(d); },
+                                                 "accepted an unknown pre-tokenizer");
   CHECK(e.code() == Errc::unsupported);
   CHECK(std::string(e.what()).find("\"falcon\"") != std::string::npos);
   d.pre = "gpt2";
   d.model = "t5";
-  const kvzip::Error e2 = kvzip::test::error_from([&] { kvzip::model::Tokenizer t(d); }, "accepted a unigram model");
+  const kvzip::Error e2 =
+      kvzip::test::error_from([&] { kvzip::model::Tokenizer t(d); }, "accepted a unigram model");
   CHECK(e2.code() == Errc::unsupported);
   CHECK(std::string(e2.what()).find("\"t5\"") != std::string::npos);
   d.model = "llama";  // SentencePiece-style: needs one score per token
-  const kvzip::Error e3 = kvzip::test::error_from([&] { kvzip::model::Tokenizer t(d); }, "accepted no scores");
+  const kvzip::Error e3 =
+      kvzip::test::error_from([&] { kvzip::model::Tokenizer t(d); }, "accepted no scores");
   CHECK(e3.code() == Errc::corrupt);
   CHECK(std::string(e3.what()).find("scores") != std::string::npos);
 }

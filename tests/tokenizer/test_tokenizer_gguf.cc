@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/gguf.h"
+#include "checkpoint/gguf_tokenizer.h"
 #include "common/error.h"
 #include "tokenizer/detail/bpe.h"
-#include "checkpoint/gguf.h"
 #include "tokenizer/tokenizer.h"
-#include "checkpoint/gguf_tokenizer.h"
 
 namespace {
 
@@ -108,12 +108,14 @@ kvzip::Errc code_of(const GgufImage& g) {
 
 }  // namespace
 
-TEST_CASE("tokenizer data is read from the tokenizer.ggml keys of a GGUF file", "[tokenizer][tokenizer]") {
+TEST_CASE("tokenizer data is read from the tokenizer.ggml keys of a GGUF file",
+          "[tokenizer][tokenizer]") {
   GgufImage g = tiny_image("smollm");
   g.u32("tokenizer.ggml.bos_token_id", 0).u32("tokenizer.ggml.eos_token_id", 1);
   g.u32("tokenizer.ggml.eot_token_id", 1).u32("tokenizer.ggml.unknown_token_id", 2);
   g.u32("tokenizer.ggml.padding_token_id", 3).u32("tokenizer.ggml.seperator_token_id", 4);
-  g.boolean("tokenizer.ggml.add_bos_token", true).str("tokenizer.chat_template", "{{ '<|im_start|>' }}");
+  g.boolean("tokenizer.ggml.add_bos_token", true)
+      .str("tokenizer.chat_template", "{{ '<|im_start|>' }}");
   kvzip::model::TokenizerData d = kvzip::model::tokenizer_data_from_gguf(g.file());
   CHECK(d.model == "gpt2");
   CHECK(d.pre == "smollm");
@@ -132,7 +134,8 @@ TEST_CASE("tokenizer data is read from the tokenizer.ggml keys of a GGUF file", 
 }
 
 TEST_CASE("absent optional tokenizer keys take llama.cpp's defaults", "[tokenizer][tokenizer]") {
-  kvzip::model::TokenizerData d = kvzip::model::tokenizer_data_from_gguf(tiny_image("smollm").file());
+  kvzip::model::TokenizerData d =
+      kvzip::model::tokenizer_data_from_gguf(tiny_image("smollm").file());
   CHECK(d.bos == -1);
   CHECK(d.eos == -1);
   CHECK(d.eot == -1);
@@ -141,12 +144,14 @@ TEST_CASE("absent optional tokenizer keys take llama.cpp's defaults", "[tokenize
   CHECK_FALSE(d.add_bos);
   CHECK(d.chat_template.empty());
   CHECK(kvzip::model::tokenizer_data_from_gguf(tiny_image("llama-bpe").file()).add_bos);
-  kvzip::model::TokenizerData no_pre = kvzip::model::tokenizer_data_from_gguf(tiny_image("").file());
+  kvzip::model::TokenizerData no_pre =
+      kvzip::model::tokenizer_data_from_gguf(tiny_image("").file());
   CHECK(no_pre.pre == "default");
   CHECK_THROWS_AS(kvzip::model::Tokenizer(std::move(no_pre)), kvzip::Error);
 }
 
-TEST_CASE("missing or out-of-range tokenizer keys are reported as corrupt", "[tokenizer][tokenizer]") {
+TEST_CASE("missing or out-of-range tokenizer keys are reported as corrupt",
+          "[tokenizer][tokenizer]") {
   GgufImage no_tokens;
   no_tokens.str("tokenizer.ggml.model", "gpt2").strings("tokenizer.ggml.merges", {});
   CHECK(code_of(no_tokens) == kvzip::Errc::corrupt);

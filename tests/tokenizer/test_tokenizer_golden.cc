@@ -9,15 +9,15 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/gguf.h"
+#include "checkpoint/gguf_tokenizer.h"
 #include "common/utf8.h"
+#include "tests/support/skip.h"
+#include "tests/support/source_path.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/detail/bpe.h"
 #include "tokenizer/detail/pretokenize.h"
-#include "checkpoint/gguf.h"
 #include "tokenizer/tokenizer.h"
-#include "tests/support/skip.h"
-#include "checkpoint/gguf_tokenizer.h"
-#include "tests/support/source_path.h"
 
 namespace {
 
@@ -118,17 +118,20 @@ std::string first_difference(const std::vector<T>& want, const std::vector<T>& g
   while (i < want.size() && i < got.size() && want[i] == got[i]) ++i;
   if (i == want.size() && i == got.size()) return "";
   std::ostringstream os;
-  os << "first difference at position " << i << " of " << want.size() << " expected / " << got.size()
-     << " got: expected ";
-  if (i < want.size()) os << "[" << want[i] << "]"; else os << "(end)";
+  os << "first difference at position " << i << " of " << want.size() << " expected / "
+     << got.size() << " got: expected ";
+  if (i < want.size()) os << "[" << want[i] << "]";
+  else os << "(end)";
   os << ", got ";
-  if (i < got.size()) os << "[" << got[i] << "]"; else os << "(end)";
+  if (i < got.size()) os << "[" << got[i] << "]";
+  else os << "(end)";
   return os.str();
 }
 
 }  // namespace
 
-TEST_CASE("pre-tokenizers split text exactly as Hugging Face tokenizers does", "[tokenizer][tokenizer]") {
+TEST_CASE("pre-tokenizers split text exactly as Hugging Face tokenizers does",
+          "[tokenizer][tokenizer]") {
   Golden g = load_golden();
   REQUIRE(g.pretoks.size() > 100);
   for (const Golden::Pretok& p : g.pretoks) {
@@ -141,9 +144,11 @@ TEST_CASE("pre-tokenizers split text exactly as Hugging Face tokenizers does", "
   }
 }
 
-TEST_CASE("SmolLM2 token ids match Hugging Face tokenizers on every golden case", "[tokenizer][tokenizer][realmodel]") {
+TEST_CASE("SmolLM2 token ids match Hugging Face tokenizers on every golden case",
+          "[tokenizer][tokenizer][realmodel]") {
   KVZIP_REAL_MODEL_PATH_OR_SKIP(path);
-  kvzip::model::Tokenizer tok(kvzip::model::tokenizer_data_from_gguf(kvzip::model::gguf::File::open(path)));
+  kvzip::model::Tokenizer tok(
+      kvzip::model::tokenizer_data_from_gguf(kvzip::model::gguf::File::open(path)));
   CHECK(tok.vocab_size() == 49152);
   CHECK(tok.pre() == "smollm");
   Golden g = load_golden();
@@ -157,28 +162,35 @@ TEST_CASE("SmolLM2 token ids match Hugging Face tokenizers on every golden case"
     failures += !diff.empty();
     bool all_bytes_known = true;  // bytes without a token are dropped, so only these round-trip
     for (char c : e.text)
-      all_bytes_known &= tok.token_id(kvzip::model::detail::byte_to_unicode(static_cast<uint8_t>(c))) >= 0;
+      all_bytes_known &=
+          tok.token_id(kvzip::model::detail::byte_to_unicode(static_cast<uint8_t>(c))) >= 0;
     if (all_bytes_known) CHECK(tok.decode(got) == e.text);
   }
   CHECK(failures == 0);
 }
 
-TEST_CASE("SmolLM2's chat template renders as its Jinja source does", "[tokenizer][tokenizer][realmodel]") {
+TEST_CASE("SmolLM2's chat template renders as its Jinja source does",
+          "[tokenizer][tokenizer][realmodel]") {
   KVZIP_REAL_MODEL_PATH_OR_SKIP(path);
-  kvzip::model::Tokenizer tok(kvzip::model::tokenizer_data_from_gguf(kvzip::model::gguf::File::open(path)));
+  kvzip::model::Tokenizer tok(
+      kvzip::model::tokenizer_data_from_gguf(kvzip::model::gguf::File::open(path)));
   kvzip::model::ChatTemplate chat(tok);
   CHECK(chat.format() == kvzip::model::ChatFormat::ChatMl);
-  CHECK(chat.default_system() == "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+  CHECK(chat.default_system() ==
+        "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
   std::string want =
-      "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+      "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+      "Face<|im_end|>\n"
       "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n";
   CHECK(chat.render("", "hi") == want);
   CHECK(chat.chat("", "hi") == tok.encode(want, true));
   CHECK(chat.stop_tokens() == std::vector<int32_t>{2});
   // A document without leading/trailing whitespace tokenizes the same alone as inside the prompt.
-  std::string doc = "The Normans gave their name to Normandy.", tail = "\n\nQuestion: What did they name?";
+  std::string doc = "The Normans gave their name to Normandy.",
+              tail = "\n\nQuestion: What did they name?";
   std::vector<int32_t> parts = chat.prefix("");
-  for (const auto& p : {chat.encode_document(doc), chat.suffix(tail)}) parts.insert(parts.end(), p.begin(), p.end());
+  for (const auto& p : {chat.encode_document(doc), chat.suffix(tail)})
+    parts.insert(parts.end(), p.begin(), p.end());
   CHECK(parts == chat.chat("", doc + tail));
   CHECK_FALSE(tok.add_bos());
 }

@@ -79,8 +79,10 @@ BpeModel::BpeModel(const std::vector<std::string>& tokens, const std::vector<std
       throw Error(Errc::corrupt, "tokenizer merge " + std::to_string(r) + " \"" + m + "\" " + why +
                                      "; the model file's tokenizer.ggml.merges is damaged");
     };
-    if (cut == std::string::npos || cut + 1 >= m.size()) fail("is not two parts separated by a space");
-    std::string_view left = std::string_view(m).substr(0, cut), right = std::string_view(m).substr(cut + 1);
+    if (cut == std::string::npos || cut + 1 >= m.size())
+      fail("is not two parts separated by a space");
+    std::string_view left = std::string_view(m).substr(0, cut),
+                     right = std::string_view(m).substr(cut + 1);
     int32_t l = find(left), rt = find(right), res = find(std::string(left) + std::string(right));
     if (l < 0) fail("names a left part not in the vocabulary");
     if (rt < 0) fail("names a right part not in the vocabulary");
@@ -100,7 +102,8 @@ const BpeModel::Merge* BpeModel::find_merge(int32_t left, int32_t right) const {
   return it == merges_.end() ? nullptr : &it->second;
 }
 
-void BpeModel::encode_word(std::string_view word, bool ignore_merges, std::vector<int32_t>& out) const {
+void BpeModel::encode_word(std::string_view word, bool ignore_merges,
+                           std::vector<int32_t>& out) const {
   if (word.empty()) return;
   if (ignore_merges) {
     int32_t whole = find(byte_level_encode(word));

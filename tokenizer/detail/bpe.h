@@ -52,7 +52,8 @@ class BpeModel {
     int32_t result;  // id of left+right
   };
   static uint64_t pair_key(int32_t left, int32_t right) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
+           static_cast<uint32_t>(right);
   }
   const Merge* find_merge(int32_t left, int32_t right) const;
 

@@ -12,8 +12,8 @@ namespace kvzip::model::detail {
 class SpecialMatcher {
  public:
   struct Match {
-    size_t pos = 0;   // byte offset in the text
-    size_t len = 0;   // 0 when there is no match
+    size_t pos = 0;  // byte offset in the text
+    size_t len = 0;  // 0 when there is no match
     int32_t id = -1;
   };
 

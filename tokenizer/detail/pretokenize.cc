@@ -40,8 +40,8 @@ std::string not_cls(const std::string& inner) { return "[^" + inner + "]"; }
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 std::string gpt2_pattern() {
   return "'s|'t|'re|'ve|'m|'ll|'d| ?" + cls(kLetter) + "+| ?" + cls(kNumber) + "+| ?" +
-         not_cls(kSpace + kLetter + kNumber) + "+|" + cls(kSpace) + "+(?!" + not_cls(kSpace) + ")|" +
-         cls(kSpace) + "+";
+         not_cls(kSpace + kLetter + kNumber) + "+|" + cls(kSpace) + "+(?!" + not_cls(kSpace) +
+         ")|" + cls(kSpace) + "+";
 }
 
 // Llama 3 / Qwen2 (tokenizer.json Split), differing only in the digit group:
@@ -50,8 +50,9 @@ std::string gpt2_pattern() {
 // (?i) uses Unicode case folding in both engines, so 'ſ matches like 's.
 std::string llama3_like_pattern(const std::string& digits) {
   return "(?i:'s|'t|'re|'ve|'m|'ll|'d)|" + not_cls(R"(\r\n)" + kLetter + kNumber) + "?" +
-         cls(kLetter) + "+|" + digits + "| ?" + not_cls(kSpace + kLetter + kNumber) + R"(+[\r\n]*|)" +
-         cls(kSpace) + R"(*[\r\n]+|)" + cls(kSpace) + "+(?!" + not_cls(kSpace) + ")|" + cls(kSpace) + "+";
+         cls(kLetter) + "+|" + digits + "| ?" + not_cls(kSpace + kLetter + kNumber) +
+         R"(+[\r\n]*|)" + cls(kSpace) + R"(*[\r\n]+|)" + cls(kSpace) + "+(?!" + not_cls(kSpace) +
+         ")|" + cls(kSpace) + "+";
 }
 
 std::string pcre2_message(int code) {
@@ -83,7 +84,8 @@ Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
 MatchData::MatchData() {
   // One ovector pair suffices: the patterns have no capturing groups.
   md_ = pcre2_match_data_create(1, nullptr);
-  if (md_ == nullptr) throw Error(Errc::out_of_memory, "pre-tokenizer: cannot allocate PCRE2 match data");
+  if (md_ == nullptr)
+    throw Error(Errc::out_of_memory, "pre-tokenizer: cannot allocate PCRE2 match data");
 }
 
 MatchData::~MatchData() { pcre2_match_data_free(static_cast<pcre2_match_data*>(md_)); }

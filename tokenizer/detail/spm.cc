@@ -23,19 +23,24 @@ struct Pair {
   float score;
   int32_t left;
   uint32_t len;  // bytes of left+right when queued: a changed symbol makes the entry stale
-  bool operator<(const Pair& o) const { return score < o.score || (score == o.score && left > o.left); }
+  bool operator<(const Pair& o) const {
+    return score < o.score || (score == o.score && left > o.left);
+  }
 };
 
 }  // namespace
 
-SpmModel::SpmModel(const std::vector<std::string>& tokens, const std::vector<float>& scores, int32_t unk)
+SpmModel::SpmModel(const std::vector<std::string>& tokens, const std::vector<float>& scores,
+                   int32_t unk)
     : scores_(scores), unk_(unk) {
   if (scores.size() != tokens.size())
     throw Error(Errc::corrupt, "tokenizer.ggml.scores has " + std::to_string(scores.size()) +
-                                   " entries but tokenizer.ggml.tokens has " + std::to_string(tokens.size()) +
+                                   " entries but tokenizer.ggml.tokens has " +
+                                   std::to_string(tokens.size()) +
                                    "; a SentencePiece vocabulary needs one score per token");
   index_.reserve(tokens.size());
-  for (size_t i = 0; i < tokens.size(); ++i) index_[tokens[i]] = static_cast<int32_t>(i);  // later id wins
+  for (size_t i = 0; i < tokens.size(); ++i)
+    index_[tokens[i]] = static_cast<int32_t>(i);  // later id wins
   init_bytes();
 }
 
@@ -156,7 +161,8 @@ void SpmModel::encode_ranked(std::string_view text, std::vector<int32_t>& out) c
 std::string spm_token_bytes(std::string_view text, bool is_byte_token) {
   if (is_byte_token && text.size() == 6 && text.substr(0, 3) == "<0x" && text[5] == '>') {
     unsigned v = 0;
-    if (std::sscanf(std::string(text.substr(3, 2)).c_str(), "%2x", &v) == 1) return std::string(1, char(v));
+    if (std::sscanf(std::string(text.substr(3, 2)).c_str(), "%2x", &v) == 1)
+      return std::string(1, char(v));
   }
   std::string out;
   out.reserve(text.size());

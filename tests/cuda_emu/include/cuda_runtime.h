@@ -7,14 +7,18 @@
 
 #include "tests/cuda_emu/emu.h"
 
-enum cudaError { cudaSuccess = 0, cudaErrorMemoryAllocation = 2, cudaErrorInvalidConfiguration = 9 };
+enum cudaError {
+  cudaSuccess = 0,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidConfiguration = 9
+};
 using cudaError_t = cudaError;
 struct CUstream_st;
 using cudaStream_t = CUstream_st*;
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 
 inline const char* cudaGetErrorName(cudaError_t e) {
-  return e == cudaSuccess ? "cudaSuccess"
+  return e == cudaSuccess                 ? "cudaSuccess"
          : e == cudaErrorMemoryAllocation ? "cudaErrorMemoryAllocation"
                                           : "cudaErrorInvalidConfiguration";
 }
