@@ -142,12 +142,24 @@ std::string with_flag_names(std::string message) {
   static const std::pair<const char*, const char*> kFlags[] = {
       {"option force_model", "--force-model"},
       {"option compose.max_docs", "--max-compose"},
+      {"option all_questions", "--all-questions"},
+      {"option head_scores", "--head-scores"},
+      {"option kv_dtypes", "--kv-dtypes"},
+      {"option hotpotqa", "--hotpotqa"},
+      {"option retrieve", "--retrieve"},
+      {"option compose", "--compose"},
       {"option matmul", "--matmul"},
       {"option scorer", "--scorer"},
       {"option target", "--target"},
       {"option window", "--window"},
+      {"option device", "--device"},
+      {"option ratios", "--ratios"},
       {"option alpha", "--alpha"},
       {"option force", "--force"},
+      {"option squad", "--squad"},
+      {"option ruler", "--ruler"},
+      {"the scorer calibration", "`kvzip calibrate --scorer`"},
+      {"the head calibration", "`kvzip calibrate`"},
   };
   for (const auto& [field, flag] : kFlags)
     for (size_t at = message.find(field); at != std::string::npos; at = message.find(field, at))

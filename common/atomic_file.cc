@@ -89,7 +89,7 @@ std::string base_name(const std::string& path) {
 
 [[noreturn]] void exists_error(const std::string& path) {
   throw Error(Errc::invalid_argument,
-              "output file " + path + " already exists; pass -f (--force) to overwrite it");
+              "output file " + path + " already exists; option force overwrites it");
 }
 
 uint32_t random_u32() {

@@ -24,8 +24,8 @@ std::string method_with_scorer(const std::string& method, bool has_scorer) {
   }
   if (method == kLearnedMethod)
     throw Error(Errc::invalid_argument,
-                "method kvzap needs option scorer, a .kvp file made by `kvzip calibrate --scorer` "
-                "on a text other than the documents");
+                "method kvzap needs option scorer, a .kvp file made by the scorer calibration on a "
+                "text other than the documents");
   return method.empty() ? std::string("kvzip") : method;
 }
 

@@ -228,8 +228,8 @@ std::unique_ptr<Scorer> make_learned_scorer(std::shared_ptr<const format::Scorer
                                             MethodParams source, uint32_t window) {
   if (!scorer)
     throw Error(Errc::invalid_argument,
-                "method kvzap needs a scorer file (--scorer FILE.kvp, made by `kvzip calibrate "
-                "--scorer` on a text other than the documents)");
+                "method kvzap needs option scorer, a .kvp file made by the scorer calibration on a "
+                "text other than the documents");
   return std::make_unique<LearnedScorer>(std::move(scorer), std::move(source), window);
 }
 

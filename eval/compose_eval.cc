@@ -56,30 +56,30 @@ compress::CompressOptions compress_options(const model::Model& model, const Comp
 
 void check_compose_documents(size_t paragraphs, uint32_t k, const std::string& source) {
   if (k > paragraphs)
-    throw Error(Errc::invalid_argument, "eval --compose " + std::to_string(k) + ": " +
+    throw Error(Errc::invalid_argument, "eval option compose " + std::to_string(k) + ": " +
                                             (source.empty() ? "the file" : source) + " has " +
                                             std::to_string(paragraphs) +
                                             (paragraphs == 1 ? " paragraph" : " paragraphs") +
-                                            " with questions; --compose " + std::to_string(k) +
+                                            " with questions; option compose " + std::to_string(k) +
                                             " needs at least " + std::to_string(k));
 }
 
 void check_compose_options(const ComposeEvalOptions& o) {
   if (o.k < 2)
     throw Error(Errc::invalid_argument,
-                "eval --compose " + std::to_string(o.k) + ": compose at least 2 documents");
+                "eval option compose " + std::to_string(o.k) + ": compose at least 2 documents");
   const std::vector<std::string> known = compress::scorer_names();
   for (const std::string& m : o.methods)
     if (std::find(known.begin(), known.end(), m) == known.end())
-      throw Error(Errc::invalid_argument, "eval --compose: unknown method \"" + m + "\"");
+      throw Error(Errc::invalid_argument, "eval option compose: unknown method \"" + m + "\"");
   for (double r : o.ratios)
     if (!(r > 0.0 && r < 1.0))
       throw Error(Errc::invalid_argument,
-                  "eval --compose: ratio " + std::to_string(r) + " outside (0, 1)");
+                  "eval option compose: ratio " + std::to_string(r) + " outside (0, 1)");
   for (double b : o.blends)
     if (!(b >= 0.0 && b <= 1.0))
       throw Error(Errc::invalid_argument,
-                  "eval --compose: blend " + std::to_string(b) + " outside [0, 1]");
+                  "eval option compose: blend " + std::to_string(b) + " outside [0, 1]");
 }
 
 namespace {

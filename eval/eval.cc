@@ -400,12 +400,12 @@ EvalOptions checked(EvalOptions o) {
   for (const std::string& m : o.methods) {
     if (m == compress::kHeadLevelMethod && o.head_scores.empty())
       throw Error(Errc::invalid_argument,
-                  "eval: method kvzip-head needs head scores (--head-scores FILE, made by "
-                  "`kvzip calibrate` on a document other than the evaluated ones)");
+                  "eval: method kvzip-head needs option head_scores, a file made by the head "
+                  "calibration on a document other than the evaluated ones");
     if ((m == compress::kLearnedMethod || m == kStreamedMethod) && !o.learned)
       throw Error(Errc::invalid_argument,
-                  "eval: method kvzap needs a scorer file (--scorer FILE.kvp, made by `kvzip "
-                  "calibrate --scorer` on a text other than the evaluated documents)");
+                  "eval: method kvzap needs option scorer, a .kvp file made by the scorer "
+                  "calibration on a text other than the evaluated documents");
     if (m != kStreamedMethod) compress::check_method_name(m);
     if (m != "full" && std::find(methods.begin(), methods.end(), m) == methods.end())
       methods.push_back(m);
@@ -419,14 +419,14 @@ EvalOptions checked(EvalOptions o) {
   for (const std::string& t : o.kv_dtypes) {
     if (!format::parse_dtype(t))
       throw Error(Errc::invalid_argument,
-                  "eval: --kv-dtypes " + t + " is not one of f32, f16, bf16, q8, q4");
+                  "eval: option kv_dtypes: " + t + " is not one of f32, f16, bf16, q8, q4");
     if (std::find(dtypes.begin(), dtypes.end(), t) == dtypes.end()) dtypes.push_back(t);
   }
   o.kv_dtypes = std::move(dtypes);
   std::sort(o.ratios.begin(), o.ratios.end());
   o.ratios.erase(std::unique(o.ratios.begin(), o.ratios.end()), o.ratios.end());
   if (!o.methods.empty() && o.ratios.empty())
-    throw Error(Errc::invalid_argument, "eval: no ratios given; pass --ratios, e.g. 0.1,0.3,1.0");
+    throw Error(Errc::invalid_argument, "eval: no ratios given (option ratios, e.g. 0.1,0.3,1.0)");
   return o;
 }
 

@@ -49,7 +49,8 @@ struct TempFolder {
       name.append(std::to_string(::getpid())).append("-").append(std::to_string(rd()));
       if (fs::create_directory(base / name)) path = base / name;
     }
-    if (path.empty()) throw Error(Errc::io, "eval --retrieve: cannot create a temporary folder");
+    if (path.empty())
+      throw Error(Errc::io, "eval option retrieve: cannot create a temporary folder");
   }
   ~TempFolder() {
     std::error_code ec;
@@ -335,36 +336,37 @@ double library_default_blend() { return loader::ComposeOptions{}.blend; }
 
 void check_retrieve_options(const RetrieveEvalOptions& o) {
   if (o.k < 1)
-    throw Error(Errc::invalid_argument, "eval --retrieve 0: retrieve at least 1 document");
+    throw Error(Errc::invalid_argument, "eval option retrieve 0: retrieve at least 1 document");
   if (o.k > loader::ComposeOptions{}.max_docs) {
-    std::string m = "eval --retrieve ";
+    std::string m = "eval option retrieve ";
     m.append(std::to_string(o.k)).append(": a composition takes at most ");
     throw Error(Errc::invalid_argument,
                 m.append(std::to_string(loader::ComposeOptions{}.max_docs)));
   }
   const std::vector<std::string> known = compress::scorer_names();
   if (std::find(known.begin(), known.end(), o.method) == known.end()) {
-    std::string m = "eval --retrieve: unknown method \"";
+    std::string m = "eval option retrieve: unknown method \"";
     throw Error(Errc::invalid_argument, m.append(o.method).append("\""));
   }
   if (!(o.ratio > 0.0 && o.ratio <= 1.0)) {
-    std::string m = "eval --retrieve: ratio ";
+    std::string m = "eval option retrieve: ratio ";
     throw Error(Errc::invalid_argument,
                 m.append(std::to_string(o.ratio)).append(" outside (0, 1]"));
   }
   for (double b : o.blends)
     if (!(b >= 0.0 && b <= 1.0)) {
-      std::string m = "eval --retrieve: blend ";
+      std::string m = "eval option retrieve: blend ";
       throw Error(Errc::invalid_argument, m.append(std::to_string(b)).append(" outside [0, 1]"));
     }
 }
 
 void check_retrieve_documents(size_t paragraphs, uint32_t k, const std::string& source) {
   if (k <= paragraphs) return;
-  std::string m = "eval --retrieve ";
+  std::string m = "eval option retrieve ";
   m.append(std::to_string(k)).append(": ").append(source.empty() ? "the file" : source);
   m.append(" has ").append(std::to_string(paragraphs));
-  m.append(paragraphs == 1 ? " paragraph" : " paragraphs").append(" with questions; --retrieve ");
+  m.append(paragraphs == 1 ? " paragraph" : " paragraphs")
+      .append(" with questions; option retrieve ");
   m.append(std::to_string(k)).append(" needs at least ").append(std::to_string(k));
   throw Error(Errc::invalid_argument, m);
 }

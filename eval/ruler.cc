@@ -81,7 +81,7 @@ std::vector<std::string> parse_ruler_tasks(std::string_view list) {
   }
   if (!any)
     throw Error(Errc::invalid_argument,
-                "ruler: no task given (e.g. --ruler niah_single_1,vt or all)");
+                "ruler: no task given (option ruler, e.g. niah_single_1,vt or all)");
   std::vector<std::string> out;
   for (size_t i = 0; i < on.size(); ++i)
     if (on[i]) out.push_back(ruler_tasks()[i].name);

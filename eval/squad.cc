@@ -143,7 +143,7 @@ std::vector<Document> parse_squad(std::string_view json, const std::string& sour
                 source + ": no document has a question to evaluate" +
                     (options.all_questions ? std::string()
                                            : " (only answerable questions are used; "
-                                             "--all-questions adds the unanswerable ones)"));
+                                             "option all_questions adds the unanswerable ones)"));
   return docs;
 }
 

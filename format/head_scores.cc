@@ -129,7 +129,7 @@ HeadScores decode_head_scores(std::span<const uint8_t> b, const std::string& whe
   if (std::memcmp(b.data(), kHeadMagic, magic_seen) != 0)
     fail(Errc::bad_magic, where,
          "not a kvzip head-scores file (magic bytes differ; expected "
-         "89 4B 56 48 0D 0A 1A 0A, as `kvzip calibrate` writes)");
+         "89 4B 56 48 0D 0A 1A 0A, as the head calibration writes)");
   if (size < 16)
     fail(Errc::truncated, where,
          "file is " + std::to_string(size) + " bytes, shorter than the 16-byte preamble");
@@ -184,7 +184,7 @@ HeadScores decode_head_scores(std::span<const uint8_t> b, const std::string& whe
   if (actual != s.checksum)
     fail(Errc::checksum_mismatch, where,
          "stored xxh64 " + detail::hex64(s.checksum) + " but the data hashes to " +
-             detail::hex64(actual) + "; the file is damaged — run `kvzip calibrate` again");
+             detail::hex64(actual) + "; the file is damaged — run the head calibration again");
   auto str = [&](uint64_t at, uint32_t len, const char* field) {
     std::string v(reinterpret_cast<const char*>(b.data() + at), len);
     if (v.find('\0') != std::string::npos)
@@ -211,10 +211,9 @@ void write_head_scores_file(HeadScores& scores, const std::string& path, bool fo
 }
 
 HeadScores read_head_scores_file(const std::string& path) {
-  return decode_head_scores(
-      detail::read_small_file(path, {"head-scores file", ".kvh",
-                                     "`kvzip calibrate DOC -o " + path + "`", kMaxFileBytes}),
-      path);
+  return decode_head_scores(detail::read_small_file(path, {"head-scores file", ".kvh",
+                                                           "the head calibration", kMaxFileBytes}),
+                            path);
 }
 
 bool check_head_scores_model(const HeadScores& s, const ModelConfig& config,

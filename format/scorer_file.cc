@@ -149,7 +149,7 @@ uint32_t read_preamble(std::span<const uint8_t> b, const std::string& where) {
   if (std::memcmp(b.data(), kScorerMagic, std::min<size_t>(size, 8)) != 0)
     fail(Errc::bad_magic, where,
          "not a kvzip scorer file (magic bytes differ; expected "
-         "89 4B 56 50 0D 0A 1A 0A, as `kvzip calibrate --scorer` writes)");
+         "89 4B 56 50 0D 0A 1A 0A, as the scorer calibration writes)");
   if (size < 16)
     fail(Errc::truncated, where,
          "file is " + std::to_string(size) + " bytes, shorter than the 16-byte preamble");
@@ -266,8 +266,7 @@ ScorerFile decode_scorer_file(std::span<const uint8_t> b, const std::string& whe
   if (actual != s.checksum)
     fail(Errc::checksum_mismatch, where,
          "stored xxh64 " + detail::hex64(s.checksum) + " but the data hashes to " +
-             detail::hex64(actual) +
-             "; the file is damaged — run `kvzip calibrate --scorer` again");
+             detail::hex64(actual) + "; the file is damaged — run the scorer calibration again");
   read_body(p, header, n, s, where);
   return s;
 }
@@ -280,9 +279,8 @@ void write_scorer_file(ScorerFile& scorer, const std::string& path, bool force) 
 
 ScorerFile read_scorer_file(const std::string& path) {
   return decode_scorer_file(
-      detail::read_small_file(
-          path, {"scorer file", ".kvp", "`kvzip calibrate --scorer -o " + path + " TEXT...`",
-                 kMaxFileBytes}),
+      detail::read_small_file(path,
+                              {"scorer file", ".kvp", "the scorer calibration", kMaxFileBytes}),
       path);
 }
 
@@ -295,7 +293,7 @@ void check_scorer_model(const ScorerFile& s, const ModelConfig& config,
                     std::to_string(s.n_kv_heads) + ", E = " + std::to_string(s.d_model) +
                     " but the model has L = " + std::to_string(config.n_layers) + ", Hkv = " +
                     std::to_string(config.n_kv_heads) + ", E = " + std::to_string(config.d_model) +
-                    "; train one for this model with `kvzip calibrate --scorer`");
+                    "; train one for this model with the scorer calibration");
   if (s.model.same_model(model)) return;
   throw Error(Errc::model_mismatch,
               "the scorer was trained on another model: file " + s.model.arch + " '" +
@@ -304,7 +302,7 @@ void check_scorer_model(const ScorerFile& s, const ModelConfig& config,
                   " '" + model.name + "' tokenizer " + detail::hex64(model.tokenizer_hash) +
                   " weights " + detail::hex64(model.weights_hash) +
                   "; its predictions read this model's hidden states only — train one for this "
-                  "model with `kvzip calibrate --scorer`");
+                  "model with the scorer calibration");
 }
 
 std::string scorer_checksum_text(const ScorerFile& scorer) {

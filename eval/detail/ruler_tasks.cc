@@ -463,7 +463,7 @@ RulerSample make_ruler_sample(std::string_view task_name, uint32_t length, uint3
   const QaSource* qa_src = name == "qa_1" ? o.squad : name == "qa_2" ? o.hotpotqa : nullptr;
   if (name.rfind("qa_", 0) == 0 && (!qa_src || qa_src->items.empty() || qa_src->paragraphs.empty()))
     throw Error(Errc::invalid_argument, "ruler: task " + name + " needs its question file (" +
-                                            (name == "qa_1" ? "--squad FILE" : "--hotpotqa FILE") +
+                                            (name == "qa_1" ? "option squad" : "option hotpotqa") +
                                             ")");
   const std::vector<std::string> essay = split_words(o.haystack);
   const int64_t budget =

@@ -31,15 +31,15 @@ Device parse_device(const char* name) {
   if (std::strcmp(name, "cpu") == 0) return Device::Cpu;
   if (std::strcmp(name, "cuda") != 0)
     throw Error(Errc::invalid_argument,
-                std::string("--device is '") + name + "', expected 'cpu' or 'cuda'");
+                std::string("option device is '") + name + "', expected 'cpu' or 'cuda'");
   if (!kBuiltWithCuda)
     throw Error(Errc::unsupported,
-                "--device cuda: this kvzip was built without CUDA; rebuild with -DKVZIP_CUDA=ON "
-                "(needs nvcc) or use --device cpu");
+                "option device cuda: this kvzip was built without CUDA; rebuild with "
+                "-DKVZIP_CUDA=ON (needs nvcc) or use option device cpu");
   if (cuda_device_count() == 0)
     throw Error(Errc::unsupported,
-                "--device cuda: no CUDA device is visible (no GPU, no driver, or "
-                "CUDA_VISIBLE_DEVICES hides it); use --device cpu");
+                "option device cuda: no CUDA device is visible (no GPU, no driver, or "
+                "CUDA_VISIBLE_DEVICES hides it); use option device cpu");
   return Device::Cuda;
 }
 

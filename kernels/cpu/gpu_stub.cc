@@ -10,7 +10,7 @@ namespace {
 [[noreturn]] void no_cuda(const char* what) {
   throw Error(Errc::unsupported, std::string(what) +
                                      ": this kvzip was built without CUDA; rebuild with "
-                                     "-DKVZIP_CUDA=ON or use --device cpu");
+                                     "-DKVZIP_CUDA=ON or use option device cpu");
 }
 }  // namespace
 

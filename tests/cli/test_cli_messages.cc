@@ -140,9 +140,8 @@ TEST_CASE("output paths are checked before any input is read or any model loads"
   expect_error({"eval", "--squad", dir.path("absent.json"), "-o", missing + "/r.csv"}, 3,
                "not_found", {"eval: -o: cannot write", "folder " + missing});
   write_bytes(dir.path("o.kvz"), {1, 2, 3});
-  expect_error(
-      {"compress", doc, "-o", dir.path("o.kvz")}, 2, "invalid_argument",
-      {"output file " + dir.path("o.kvz") + " already exists; pass -f (--force) to overwrite it"});
+  expect_error({"compress", doc, "-o", dir.path("o.kvz")}, 2, "invalid_argument",
+               {"output file " + dir.path("o.kvz") + " already exists; --force overwrites it"});
   expect_error({"prune", dir.path("absent.kvz"), "--ratio", "0.1", "-o", dir.path("o.kvz")}, 2,
                "invalid_argument", {"already exists"});
   CHECK(read_bytes(dir.path("o.kvz")) == std::vector<uint8_t>{1, 2, 3});
@@ -174,5 +173,11 @@ TEST_CASE("library messages show the command line's flag where they name an opti
         "load it anyway (--force); --force");
   CHECK(with_flag_names("at most 16 (option compose.max_docs raises it)") ==
         "at most 16 (--max-compose raises it)");
+  CHECK(with_flag_names("eval option compose 3: 2 paragraphs; option compose 3 needs 3") ==
+        "eval --compose 3: 2 paragraphs; --compose 3 needs 3");
+  CHECK(with_flag_names("needs option scorer, a .kvp file made by the scorer calibration") ==
+        "needs --scorer, a .kvp file made by `kvzip calibrate --scorer`");
+  CHECK(with_flag_names("option device cuda: use option device cpu") ==
+        "--device cuda: use --device cpu");
   CHECK(with_flag_names("no option here") == "no option here");
 }

@@ -52,7 +52,7 @@ TEST_CASE("eval --ruler refuses bad tasks, settings and sources before loading t
           "--kvpress-csv: cannot write");
   refused({"eval", "--ruler", "vt", "--haystack", dir.path("absent.txt")}, 3, "absent.txt");
   refused({"eval"}, 2, "--squad FILE) or RULER tasks (--ruler TASKS)");
-  refused({"eval", "--ruler", "vt", "--methods", "kvzap"}, 2, "needs a scorer file");
+  refused({"eval", "--ruler", "vt", "--methods", "kvzap"}, 2, "needs --scorer, a .kvp file");
   refused({"eval", "--ruler", "vt", "--methods", "kvzap", "--scorer", dir.path("none.kvp")}, 3,
           "none.kvp");
 }

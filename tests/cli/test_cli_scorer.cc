@@ -51,9 +51,9 @@ TEST_CASE("kvzap needs a scorer file, and bad scorer files are refused before th
                    kNoModel),
          5, "truncated", "bad.kvp");
   expect(run_kvzip({"eval", "--squad", doc, "--methods", "kvzap"}, kNoModel), 2, "invalid_argument",
-         "needs a scorer file");
+         "needs --scorer, a .kvp file");
   expect(run_kvzip({"eval", "--squad", doc, "--methods", "kvzap-stream"}, kNoModel), 2,
-         "invalid_argument", "needs a scorer file");
+         "invalid_argument", "needs --scorer, a .kvp file");
   expect(run_kvzip({"compress", doc, "--stream", "-o", dir.path("a.kvz")}, kNoModel), 2,
          "invalid_argument", "method kvzap");
   CHECK_FALSE(std::filesystem::exists(dir.path("a.kvz")));

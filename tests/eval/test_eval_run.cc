@@ -328,7 +328,8 @@ TEST_CASE("eval runs head-level KVzip from given head scores and refuses it with
   bad.methods = {"kvzip-head"};
   CHECK_THROWS_MATCHES(checked(bad), Error, Catch::Predicate<Error>([](const Error& e) {
                          return e.code() == Errc::invalid_argument &&
-                                std::string(e.what()).find("--head-scores") != std::string::npos;
+                                std::string(e.what()).find("option head_scores") !=
+                                    std::string::npos;
                        }));
   const model::Model& m = *tiny().model;
   const std::vector<Document> docs = pets();

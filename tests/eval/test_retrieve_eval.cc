@@ -137,7 +137,8 @@ TEST_CASE("retrieve eval options are refused before any work", "[eval]") {
   CHECK_THAT(e.what(), Catch::Matchers::Contains("at least 1"));
   o.k = 4;
   e = test::error_from([&] { run_retrieve_eval(tiny(), docs, o); });
-  CHECK_THAT(e.what(), Catch::Matchers::Contains("has 3 paragraphs with questions; --retrieve 4"));
+  CHECK_THAT(e.what(),
+             Catch::Matchers::Contains("has 3 paragraphs with questions; option retrieve 4"));
   o.k = 2;
   o.ratio = 0.0;
   CHECK_THROWS_AS(check_retrieve_options(o), Error);

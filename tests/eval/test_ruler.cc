@@ -286,7 +286,7 @@ TEST_CASE("ruler: QA samples hold the gold paragraph among distractors", "[eval]
         1);  // the article's other paragraphs come next
   CHECK(occurrences(s.document, "Document ") >= 3);
   CHECK(words(s.document) + 2 * words(s.question) + words(s.answer_prefix) + 32 <= 150);
-  CHECK_THROWS_WITH(gen("qa_2", 150, 0, o), Catch::Matchers::Contains("--hotpotqa"));
+  CHECK_THROWS_WITH(gen("qa_2", 150, 0, o), Catch::Matchers::Contains("option hotpotqa"));
   CHECK_THROWS_WITH(gen("niah_single_1", 100),
                     Catch::Matchers::Contains("does not fit 100 tokens"));
   CHECK_THROWS_WITH(gen("fwe", 40), Catch::Matchers::Contains("does not fit 40 tokens"));

@@ -134,7 +134,7 @@ TEST_CASE("mis-shaped SQuAD files are refused naming the JSON path", "[eval]") {
 TEST_CASE("a SQuAD file without any question to ask is refused", "[eval]") {
   const char* only_impossible = R"({"data":[{"title":"T","paragraphs":[{"context":"c","qas":[
       {"question":"q?","answers":[],"is_impossible":true}]}]}]})";
-  CHECK_THROWS_WITH(parse_squad(only_impossible, "t.json", {}), Contains("--all-questions"));
+  CHECK_THROWS_WITH(parse_squad(only_impossible, "t.json", {}), Contains("option all_questions"));
   SquadOptions all;
   all.all_questions = true;
   CHECK(parse_squad(only_impossible, "t.json", all).size() == 1);

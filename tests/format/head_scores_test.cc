@@ -117,7 +117,7 @@ TEST_CASE("a head-scores file is written atomically and read back", "[format]") 
     FAIL("no error");
   } catch (const Error& e) {
     CHECK(e.code() == Errc::not_found);
-    CHECK_THAT(e.what(), Catch::Contains("kvzip calibrate"));
+    CHECK_THAT(e.what(), Catch::Contains("the head calibration"));
   }
 }
 

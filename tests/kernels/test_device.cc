@@ -30,5 +30,5 @@ TEST_CASE("--device cuda works only with a CUDA build and a visible device", "[k
   const Error e =
       test::error_from([&] { kernels::parse_device("cuda"); }, "expected Errc::unsupported");
   CHECK(e.code() == Errc::unsupported);
-  CHECK(std::string(e.what()).find("--device cpu") != std::string::npos);
+  CHECK(std::string(e.what()).find("option device cpu") != std::string::npos);
 }
