@@ -122,7 +122,10 @@ std::vector<uint8_t> encode_head_scores(HeadScores& s) {
   return std::move(w.out());
 }
 
-HeadScores decode_head_scores(std::span<const uint8_t> b, const std::string& where) {
+namespace {
+
+// The 16-byte preamble (magic, version, Header_Size) against the file's size; returns Header_Size.
+uint32_t read_head_preamble(std::span<const uint8_t> b, const std::string& where) {
   const uint64_t size = b.size();
   if (size == 0) fail(Errc::truncated, where, "file is empty");
   const size_t magic_seen = std::min<size_t>(size, 8);
@@ -147,6 +150,14 @@ HeadScores decode_head_scores(std::span<const uint8_t> b, const std::string& whe
     fail(Errc::truncated, where,
          "file is " + std::to_string(size) + " bytes, shorter than its " + std::to_string(header) +
              "-byte header");
+  return header;
+}
+
+}  // namespace
+
+HeadScores decode_head_scores(std::span<const uint8_t> b, const std::string& where) {
+  const uint64_t size = b.size();
+  const uint32_t header = read_head_preamble(b, where);
   HeadScores s;
   s.n_layers = load_u32(b.data() + 16);
   s.n_kv_heads = load_u32(b.data() + 20);

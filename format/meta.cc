@@ -279,11 +279,10 @@ std::vector<uint8_t> encode_meta(const CacheHeader& h) {
   return w.finish();
 }
 
-CacheHeader decode_meta(const uint8_t* data, uint64_t size, const std::string& where) {
-  MetaReader m(data, size, where);
-  CacheHeader h;
-  h.tool_version = m.str("kvzip.tool_version");
-  h.created_unix = m.i64("kvzip.created_unix");
+namespace {
+
+// The model.* keys: fingerprint, shape, RoPE and (v1.1) the local layers.
+void decode_model_meta(MetaReader& m, CacheHeader& h) {
   h.model.arch = m.str("model.arch");
   h.model.name = m.str("model.name");
   h.model.tokenizer_hash = m.u64("model.tokenizer_hash");
@@ -323,6 +322,11 @@ CacheHeader decode_meta(const uint8_t* data, uint64_t size, const std::string& w
     h.rope_local_base = m.f32("model.rope_local_base");
     if (!(h.rope_local_base > 0)) m.fail("model.rope_local_base", "must be > 0");
   }
+}
+
+// The kv.* keys but the prefix length: the dtype and, for q8/q4, its layout. Returns
+// kv.logical_length, checked against the text keys once they are read.
+uint64_t decode_kv_meta(MetaReader& m, CacheHeader& h) {
   const uint64_t dtype = m.u64("kv.dtype");
   if (dtype >= kReservedDtypeFirst && dtype <= kReservedDtypeLast)
     m.fail("kv.dtype",
@@ -349,6 +353,18 @@ CacheHeader decode_meta(const uint8_t* data, uint64_t size, const std::string& w
                                         " does not divide head_dim " + std::to_string(h.head_dim));
     h.kv_f16_below = static_cast<uint32_t>(m.range("kv.quant.f16_below", 0, logical));
   }
+  return logical;
+}
+
+}  // namespace
+
+CacheHeader decode_meta(const uint8_t* data, uint64_t size, const std::string& where) {
+  MetaReader m(data, size, where);
+  CacheHeader h;
+  h.tool_version = m.str("kvzip.tool_version");
+  h.created_unix = m.i64("kvzip.created_unix");
+  decode_model_meta(m, h);
+  const uint64_t logical = decode_kv_meta(m, h);
   uint64_t prefix = m.u64("kv.prefix_length");
   h.prefix_tokens = m.u32s("text.prefix_tokens");
   h.suffix_tokens = m.u32s("text.suffix_tokens");

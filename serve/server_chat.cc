@@ -87,6 +87,35 @@ void send_whole(const Reply& reply, httplib::Response& res) {
   send_json(res, 200, body);
 }
 
+// The event that ends a stream whose answer failed or was cancelled.
+std::string error_event(const RequestResult& r) {
+  const std::string message =
+      r.finish == Finish::Error ? r.error : "the answer was cancelled (server shutting down)";
+  return "data: " +
+         dump(json{{"error",
+                    {{"message", message},
+                     {"type", "server_error"},
+                     {"param", nullptr},
+                     {"code", finish_name(r.finish)}}}}) +
+         "\n\n";
+}
+
+// The usage chunk (stream_options.include_usage): no choices, the token counts.
+std::string usage_event(const RequestResult& r, const std::string& id, int64_t created,
+                        const std::string& model_name) {
+  return "data: " +
+         dump(json{{"id", id},
+                   {"object", "chat.completion.chunk"},
+                   {"created", created},
+                   {"model", model_name},
+                   {"choices", json::array()},
+                   {"usage",
+                    {{"prompt_tokens", r.prompt_tokens},
+                     {"completion_tokens", r.completion_tokens},
+                     {"total_tokens", r.prompt_tokens + r.completion_tokens}}}}) +
+         "\n\n";
+}
+
 // The answer as server-sent events of chat.completion.chunk objects, ending in `data: [DONE]`.
 void send_stream(const Reply& reply, bool include_usage, httplib::Response& res) {
   const auto& [ch, handle, id, created, model_name, sources] = reply;
@@ -138,32 +167,10 @@ void send_stream(const Reply& reply, bool include_usage, httplib::Response& res)
           return false;
         }
         if (!done) return true;  // called again for more
-        std::string tail;
-        if (r.finish == Finish::Cancelled || r.finish == Finish::Error) {
-          tail = "data: " +
-                 dump(json{{"error",
-                            {{"message", r.finish == Finish::Error
-                                             ? r.error
-                                             : "the answer was cancelled (server shutting down)"},
-                             {"type", "server_error"},
-                             {"param", nullptr},
-                             {"code", finish_name(r.finish)}}}}) +
-                 "\n\n";
-        } else {
-          tail = chunk(json::object(), finish_reason(r.finish));
-        }
-        if (usage)
-          tail += "data: " +
-                  dump(json{{"id", id},
-                            {"object", "chat.completion.chunk"},
-                            {"created", created},
-                            {"model", model_name},
-                            {"choices", json::array()},
-                            {"usage",
-                             {{"prompt_tokens", r.prompt_tokens},
-                              {"completion_tokens", r.completion_tokens},
-                              {"total_tokens", r.prompt_tokens + r.completion_tokens}}}}) +
-                  "\n\n";
+        std::string tail = r.finish == Finish::Cancelled || r.finish == Finish::Error
+                               ? error_event(r)
+                               : chunk(json::object(), finish_reason(r.finish));
+        if (usage) tail += usage_event(r, id, created, model_name);
         tail += "data: [DONE]\n\n";
         write(tail);
         sink.done();

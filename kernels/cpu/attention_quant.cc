@@ -50,6 +50,39 @@ void check_quant_args(const AttentionArgs& a) {
   }
 }
 
+// Step 3: per query row, the softmax merge of the f32 result (in a.out, lse in f_lse) with each
+// quantized part of its KV head (a part that saw no row has lse -inf and weight 0; a row that saw
+// no row at all keeps out = 0, lse = -inf). On the calling thread: a few multiply-adds per part and
+// channel, less than a pool round trip.
+void merge_parts(const AttentionArgs& a, const std::vector<uint32_t>& first,
+                 const std::vector<float>& p_out, const std::vector<float>& p_lse, float* f_lse) {
+  const uint32_t G = a.Hq / a.Hkv, D = a.D, R = a.T * G;
+  std::vector<float> acc(D);
+  for (uint32_t h = 0; h < a.Hkv; ++h) {
+    if (first[h] == first[h + 1]) continue;
+    for (uint32_t r = 0; r < R; ++r) {
+      const uint32_t t = r / G, hq = h * G + r % G;
+      float* out = a.out + (size_t(t) * a.Hq + hq) * D;
+      const float lf = f_lse[size_t(t) * a.Hq + hq];
+      float M = lf;
+      for (uint32_t p = first[h]; p < first[h + 1]; ++p) M = std::max(M, p_lse[size_t(p) * R + r]);
+      if (M == -INFINITY) continue;
+      const float wf = std::exp(lf - M);
+      float sum = wf;
+      for (uint32_t d = 0; d < D; ++d) acc[d] = wf * out[d];
+      for (uint32_t p = first[h]; p < first[h + 1]; ++p) {
+        const float w = std::exp(p_lse[size_t(p) * R + r] - M);
+        const float* po = p_out.data() + (size_t(p) * R + r) * D;
+        sum += w;
+        for (uint32_t d = 0; d < D; ++d) acc[d] += w * po[d];
+      }
+      const float inv = 1.0f / sum;
+      for (uint32_t d = 0; d < D; ++d) out[d] = acc[d] * inv;
+      f_lse[size_t(t) * a.Hq + hq] = M + std::log(sum);
+    }
+  }
+}
+
 }  // namespace
 
 void attention_quantized(ThreadPool* pool, const AttentionArgs& a, float* lse) {
@@ -108,33 +141,7 @@ void attention_quantized(ThreadPool* pool, const AttentionArgs& a, float* lse) {
     cpu::kv_quant_attend(qa);
   });
 
-  // 3. Merge per query row (a part that saw no row has lse -inf and weight 0; a row that saw no
-  // row at all keeps out = 0, lse = -inf). On the calling thread: a few multiply-adds per part and
-  // channel, less than a pool round trip.
-  std::vector<float> acc(D);
-  for (uint32_t h = 0; h < a.Hkv; ++h) {
-    if (first[h] == first[h + 1]) continue;
-    for (uint32_t r = 0; r < R; ++r) {
-      const uint32_t t = r / G, hq = h * G + r % G;
-      float* out = a.out + (size_t(t) * a.Hq + hq) * D;
-      const float lf = f_lse[size_t(t) * a.Hq + hq];
-      float M = lf;
-      for (uint32_t p = first[h]; p < first[h + 1]; ++p) M = std::max(M, p_lse[size_t(p) * R + r]);
-      if (M == -INFINITY) continue;
-      const float wf = std::exp(lf - M);
-      float sum = wf;
-      for (uint32_t d = 0; d < D; ++d) acc[d] = wf * out[d];
-      for (uint32_t p = first[h]; p < first[h + 1]; ++p) {
-        const float w = std::exp(p_lse[size_t(p) * R + r] - M);
-        const float* po = p_out.data() + (size_t(p) * R + r) * D;
-        sum += w;
-        for (uint32_t d = 0; d < D; ++d) acc[d] += w * po[d];
-      }
-      const float inv = 1.0f / sum;
-      for (uint32_t d = 0; d < D; ++d) out[d] = acc[d] * inv;
-      f_lse[size_t(t) * a.Hq + hq] = M + std::log(sum);
-    }
-  }
+  merge_parts(a, first, p_out, p_lse, f_lse);
 }
 
 }  // namespace kvzip::kernels::cpu::detail

@@ -426,24 +426,15 @@ using namespace kvzip::python;
 
 namespace {
 
-// The class Reader: one .kvz file, its header and each layer's arrays (zero-copy where raw).
-void bind_reader(nb::module_& m) {
-  nb::class_<Reader>(m, "Reader")
-      .def_static("open", &open_reader, "path"_a, "verify"_a = "on_access")
-      .def_ro("path", &Reader::path)
-      .def_prop_ro(
-          "version",
-          [](const Reader& r) { return std::make_pair(r.r.version_major(), r.r.version_minor()); })
-      .def_prop_ro("file_size", [](const Reader& r) { return r.r.file_size(); })
-      .def_prop_ro("has_scores", [](const Reader& r) { return r.r.has_scores(); })
-      .def("header", [](const Reader& r) { return header_dict(r.r.header()); })
-      .def("head_rows",
-           [](nb::handle self, uint32_t l) {
-             const Reader& r = nb::cast<const Reader&>(self);
-             check_layer(r, l);
-             auto s = r.r.head_rows(l);
-             return view(s.data(), {s.size()}, self);
-           })
+// Reader's per-layer arrays: views of the mapping where raw, owned arrays where decoded.
+void bind_reader_arrays(nb::class_<Reader>& c) {
+  c.def("head_rows",
+        [](nb::handle self, uint32_t l) {
+          const Reader& r = nb::cast<const Reader&>(self);
+          check_layer(r, l);
+          auto s = r.r.head_rows(l);
+          return view(s.data(), {s.size()}, self);
+        })
       .def("positions",
            [](nb::handle self, uint32_t l) {
              const Reader& r = nb::cast<const Reader&>(self);
@@ -481,21 +472,34 @@ void bind_reader(nb::module_& m) {
              }
              return nb::make_tuple(owned(std::move(k), {rows, d}), owned(std::move(v), {rows, d}));
            })
-      .def("read_quant",
-           [](const Reader& r, uint32_t l) {
-             check_layer(r, l);
-             format::LayerKv kv = r.r.read_quant_layer(l);
-             const auto& h = r.r.header();
-             const uint64_t f16 = format::f16_row_count(h, kv.positions);
-             return nb::make_tuple(
-                 quant_dict(std::move(kv.qk), h.n_kv_heads, h.head_dim, kv.positions.size(), f16),
-                 quant_dict(std::move(kv.qv), h.n_kv_heads, h.head_dim, kv.positions.size(), f16));
-           })
-      .def("verify",
-           [](const Reader& r) {
-             nb::gil_scoped_release release;
-             r.r.verify();
-           })
+      .def("read_quant", [](const Reader& r, uint32_t l) {
+        check_layer(r, l);
+        format::LayerKv kv = r.r.read_quant_layer(l);
+        const auto& h = r.r.header();
+        const uint64_t f16 = format::f16_row_count(h, kv.positions);
+        return nb::make_tuple(
+            quant_dict(std::move(kv.qk), h.n_kv_heads, h.head_dim, kv.positions.size(), f16),
+            quant_dict(std::move(kv.qv), h.n_kv_heads, h.head_dim, kv.positions.size(), f16));
+      });
+}
+
+// The class Reader: one .kvz file, its header and each layer's arrays (zero-copy where raw).
+void bind_reader(nb::module_& m) {
+  nb::class_<Reader> c(m, "Reader");
+  c.def_static("open", &open_reader, "path"_a, "verify"_a = "on_access")
+      .def_ro("path", &Reader::path)
+      .def_prop_ro(
+          "version",
+          [](const Reader& r) { return std::make_pair(r.r.version_major(), r.r.version_minor()); })
+      .def_prop_ro("file_size", [](const Reader& r) { return r.r.file_size(); })
+      .def_prop_ro("has_scores", [](const Reader& r) { return r.r.has_scores(); })
+      .def("header", [](const Reader& r) { return header_dict(r.r.header()); });
+  bind_reader_arrays(c);
+  c.def("verify",
+        [](const Reader& r) {
+          nb::gil_scoped_release release;
+          r.r.verify();
+        })
       .def(
           "describe",
           [](const Reader& r, bool json) {
