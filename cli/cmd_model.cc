@@ -181,7 +181,7 @@ void run_tokenize(const TokenizeOpts& o) {
 }
 
 struct PerplexityOpts {
-  std::string model, file;
+  std::string model, file, matmul = "fast";
   uint32_t ctx = 512, threads = 0;
   bool second_half = false;
 };
@@ -192,6 +192,7 @@ void run_perplexity(const PerplexityOpts& o) {
   const auto ids = model->tokenizer().encode(text, false);
   model::ForwardOptions fo;
   fo.threads = o.threads;
+  fo.matmul = o.matmul == "exact" ? kernels::MatmulPath::Exact : kernels::MatmulPath::Fast;
   model::Forward fwd(model->weights(), fo);
   const auto t0 = std::chrono::steady_clock::now();
   const int32_t bos = model->tokenizer().add_bos() ? model->tokenizer().bos() : -1;
@@ -255,6 +256,10 @@ void add_model_commands(CLI::App& app) {
   pp->add_flag("--second-half", p->second_half,
                "Score only each window's second half, windows cut as llama.cpp's llama-perplexity "
                "cuts them");
+  pp->add_option("--matmul", p->matmul,
+                 "fast | exact: int8-rounded activations where the CPU has the kernels, or fp32")
+      ->check(CLI::IsMember({"fast", "exact"}))
+      ->capture_default_str();
   add_threads_option(pp, p->threads);
   pp->callback([p] { run_perplexity(*p); });
 }

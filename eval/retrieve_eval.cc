@@ -348,11 +348,7 @@ void check_retrieve_options(const RetrieveEvalOptions& o) {
     std::string m = "eval option retrieve: unknown method \"";
     throw Error(Errc::invalid_argument, m.append(o.method).append("\""));
   }
-  if (!(o.ratio > 0.0 && o.ratio <= 1.0)) {
-    std::string m = "eval option retrieve: ratio ";
-    throw Error(Errc::invalid_argument,
-                m.append(std::to_string(o.ratio)).append(" outside (0, 1]"));
-  }
+  compress::check_ratio(o.ratio);
   for (double b : o.blends)
     if (!(b >= 0.0 && b <= 1.0)) {
       std::string m = "eval option retrieve: blend ";

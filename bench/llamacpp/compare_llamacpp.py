@@ -2,7 +2,8 @@
 """kvzip against llama.cpp on one GGUF: token ids, perplexity and greedy continuations.
 
   python3 bench/llamacpp/compare_llamacpp.py [--kvzip build/kvzip] [--llama-bin DIR] [--model GGUF]
-                                             [--ctx 512,2048] [--threads 2] [--tokens-only | --greedy-only]
+                                             [--ctx 512,2048] [--threads 2]
+                                             [--tokens-only | --greedy-only | --ppl-only]
                                              [--matmul fast|exact]
 
 1. Token ids: `kvzip tokenize` and `llama-tokenize --ids --no-bos --no-parse-special` over the
@@ -10,7 +11,9 @@
    of tests/golden/tokens_gemma3.json (mixed scripts, digits, whitespace runs, emoji, rare bytes); the
    golden file's ids are checked against llama-tokenize too, since the tests compare kvzip with it.
 2. Perplexity of the article: `kvzip perplexity --second-half` and `llama-perplexity` on the same
-   file and context (both add BOS, cut windows of the same tokens, score each window's second half).
+   file and context (both add BOS, cut windows of the same tokens, score each window's second half),
+   llama.cpp like for like (f32 cache, no flash attention: `-fa off -ctk f32 -ctv f32`) and as
+   shipped (printed only).
 3. Greedy continuations of 32 tokens: `kvzip generate --temp 0` and `llama-simple` on three prompts.
    They part at small margins (llama.cpp rounds activations to Q8 blocks on quantized weights);
    scripts/golden/make_gemma3_greedy_golden.py checks both against an fp32 transformers reference,
@@ -104,22 +107,31 @@ def check_perplexity(args, tmp: str) -> bool:
     ok = True
     for ctx in args.ctx:
         k = run([args.kvzip, "perplexity", "-m", args.model, "-f", path, "-c", str(ctx), "--second-half",
-                 "-t", str(args.threads)])
+                 "-t", str(args.threads), "--matmul", args.matmul])
         kp = float(re.search(r"perplexity ([\d.]+)", k).group(1))
         kn = int(re.search(r"\((\d+) tokens scored", k).group(1))
-        r = subprocess.run([os.path.join(args.llama_bin, "llama-perplexity"), "-m", args.model, "-f", path,
-                            "-c", str(ctx), "-b", str(ctx), "-t", str(args.threads)], capture_output=True)
-        log = r.stdout.decode(errors="replace") + r.stderr.decode(errors="replace")
-        m = re.search(r"Final estimate: PPL = ([\d.]+)", log)
-        if r.returncode != 0 or not m:
-            sys.exit(f"llama-perplexity failed (rc {r.returncode}):\n{log[-2000:]}")
-        lp = float(m.group(1))
+        # Like for like (checked): kvzip's perplexity keeps an f32 cache and an fp32 softmax, so
+        # llama.cpp runs without flash attention (whose CPU path rounds queries and the value sums to
+        # f16) on an f32 cache. As shipped (flash attention auto, f16 cache): printed only.
+        lp = llama_perplexity(args, path, ctx, ["-fa", "off", "-ctk", "f32", "-ctv", "f32"])
+        shipped = llama_perplexity(args, path, ctx, [])
         rel = abs(kp - lp) / lp
         good = rel <= args.ppl_tol
         ok &= good
-        print(f"perplexity ctx {ctx}: kvzip {kp:.4f} ({kn} tokens scored), llama-perplexity {lp:.4f}, "
+        print(f"perplexity ctx {ctx}: kvzip {kp:.4f} ({kn} tokens scored, --matmul {args.matmul}), "
+              f"llama-perplexity {lp:.4f} (f32 cache, no flash attention; as shipped {shipped:.4f}), "
               f"difference {100 * rel:.3f} % ({'ok' if good else 'above'} {100 * args.ppl_tol:.2f} %)", flush=True)
     return ok
+
+
+def llama_perplexity(args, path: str, ctx: int, extra: list[str]) -> float:
+    r = subprocess.run([os.path.join(args.llama_bin, "llama-perplexity"), "-m", args.model, "-f", path,
+                        "-c", str(ctx), "-b", str(ctx), "-t", str(args.threads)] + extra, capture_output=True)
+    log = r.stdout.decode(errors="replace") + r.stderr.decode(errors="replace")
+    m = re.search(r"Final estimate: PPL = ([\d.]+)", log)
+    if r.returncode != 0 or not m:
+        sys.exit(f"llama-perplexity failed (rc {r.returncode}):\n{log[-2000:]}")
+    return float(m.group(1))
 
 
 def check_greedy(args) -> bool:
@@ -153,15 +165,16 @@ def main() -> None:
     ap.add_argument("--ppl-tol", type=float, default=0.005)
     ap.add_argument("--tokens-only", action="store_true")
     ap.add_argument("--greedy-only", action="store_true")
+    ap.add_argument("--ppl-only", action="store_true")
     ap.add_argument("--matmul", default="fast", choices=["fast", "exact"], help="kvzip generate's products")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         ok = True
-        if not args.greedy_only:
+        if not args.greedy_only and not args.ppl_only:
             ok &= check_tokens(args, tmp)
         if not args.tokens_only and not args.greedy_only:
             ok &= check_perplexity(args, tmp)
-        if not args.tokens_only:
+        if not args.tokens_only and not args.ppl_only:
             ok &= check_greedy(args)
     print("all equal" if ok else "MISMATCH")
     sys.exit(0 if ok else 1)
