@@ -22,7 +22,7 @@ namespace {
 struct LibraryOpts {
   std::string dir, question, model;
   uint32_t top_k = 4, n = 128, threads = 0;
-  double blend = 0.3;  // loader::ComposeOptions's default
+  std::optional<double> blend;  // unset: loader::default_blend of the model
   bool json = false, quiet = false, search_only = false, no_refresh = false;
 };
 
@@ -178,9 +178,9 @@ void add_library_commands(CLI::App& app) {
   add_model_option(ask, a->model);
   ask->add_option(
          "--blend", a->blend,
-         "Fraction of each later document's tokens recomputed with the documents before it in view")
-      ->check(CLI::Range(0.0, 1.0))
-      ->capture_default_str();
+         "Fraction of each later document's tokens recomputed with the documents before it in view "
+         "(default: the model's, docs/composing.md)")
+      ->check(CLI::Range(0.0, 1.0));
   ask->add_option("-n,--max-tokens", a->n, "Answer tokens at most")->capture_default_str();
   ask->add_flag("--search-only", a->search_only,
                 "Print the caches that would be composed, and answer nothing");

@@ -23,7 +23,7 @@ namespace {
 struct QueryOpts {
   std::string cache, model, questions_file, device = "cpu", matmul = "fast";
   std::vector<std::string> cache_files;  // --cache: one file each, '+' and all
-  double blend = 0.3;                    // loader::ComposeOptions's default
+  std::optional<double> blend;           // unset: loader::default_blend of the model
   std::string blend_rule = loader::blend_rule_name(loader::ComposeOptions{}.rule);
   uint32_t max_compose = loader::ComposeOptions{}.max_docs;
   bool doc_prefix = false;
@@ -286,9 +286,8 @@ void add_common(CLI::App* c, QueryOpts& o) {
       ->capture_default_str();
   c->add_option("--blend", o.blend,
                 "Composed caches: fraction of each later document's tokens recomputed with the "
-                "documents before it in view (0 = none)")
-      ->check(CLI::Range(0.0, 1.0))
-      ->capture_default_str();
+                "documents before it in view (0 = none; default: the model's, docs/composing.md)")
+      ->check(CLI::Range(0.0, 1.0));
   c->add_option("--blend-rule", o.blend_rule,
                 std::string("Composed caches: which tokens --blend recomputes (")
                     .append(loader::kBlendRuleNames)

@@ -30,7 +30,7 @@ struct ServeOpts {
            max_compose = 16, compose_threads = 0;
   std::string library_model = "@library";  // serve::ServerOptions's
   uint32_t library_top_k = 4;
-  double blend = 0.3;
+  std::optional<double> blend;  // unset: loader::default_blend of the model
   std::string blend_rule = loader::blend_rule_name(loader::ComposeOptions{}.rule);
   uint64_t max_loaded_bytes = uint64_t(4) << 30;
   uint64_t max_upload_bytes = uint64_t(1) << 30;
@@ -187,9 +187,8 @@ void add_serve_commands(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--blend", o->blend,
                 "Composed requests: fraction of each later document's tokens recomputed with the "
-                "documents before it in view")
-      ->check(CLI::Range(0.0, 1.0))
-      ->capture_default_str();
+                "documents before it in view (default: the model's, docs/composing.md)")
+      ->check(CLI::Range(0.0, 1.0));
   c->add_option("--blend-rule", o->blend_rule,
                 std::string("Composed requests: which tokens --blend recomputes (")
                     .append(loader::kBlendRuleNames)

@@ -101,7 +101,7 @@ class RetrieveRun {
         fw_(model.weights(), o.forward_options()),
         tok_(model.tokenizer()),
         sep_(tok_.encode("\n\n", false)) {
-    blends_ = o.blends.empty() ? std::vector<double>{library_default_blend()} : o.blends;
+    blends_ = o.blends.empty() ? std::vector<double>{library_default_blend(model)} : o.blends;
     ap_.max_tokens = o.max_answer_tokens;
     ap_.stop_tokens = model.chat().stop_tokens();
     acc_.resize(1 + 2 * blends_.size());
@@ -332,7 +332,9 @@ RetrieveEvalReport RetrieveRun::run() {
 
 }  // namespace
 
-double library_default_blend() { return loader::ComposeOptions{}.blend; }
+double library_default_blend(const model::Model& model) {
+  return loader::default_blend(model.config().arch);
+}
 
 void check_retrieve_options(const RetrieveEvalOptions& o) {
   if (o.k < 1)

@@ -57,8 +57,9 @@ struct RetrieveEvalReport {
   double total_s = 0.0;
 };
 
-// The library's default recompute fraction (loader::ComposeOptions, `kvzip ask --blend`).
-double library_default_blend();
+// The library's default recompute fraction for the model (loader::default_blend, as `kvzip ask`
+// without --blend).
+double library_default_blend(const model::Model& model);
 
 // The options' own checks (k >= 1, a known method, ratio in (0, 1], blends in [0, 1]), made before
 // any work: Errc::invalid_argument naming the option.

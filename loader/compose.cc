@@ -97,6 +97,12 @@ void check_composable(const std::vector<const format::CacheHeader*>& headers,
   }
 }
 
+double default_blend(std::string_view arch) {
+  if (arch == "qwen2") return 0.0;
+  if (arch == "llama") return 0.5;
+  return 0.3;
+}
+
 BlendRule parse_blend_rule(std::string_view name) {
   for (BlendRule r : {BlendRule::deviation, BlendRule::sink, BlendRule::sink_deviation})
     if (name == blend_rule_name(r)) return r;
@@ -153,9 +159,9 @@ void check_composition(const ModelConfig& config,
                                             std::to_string(o.max_docs));
   check_model_composes(config);
   for (const format::CacheHeader* h : headers) check_model_composes(*h);
-  if (!(o.blend >= 0.0 && o.blend <= 1.0))
+  if (o.blend && !(*o.blend >= 0.0 && *o.blend <= 1.0))
     throw Error(Errc::invalid_argument,
-                "compose: blend " + std::to_string(o.blend) + " is outside [0, 1]");
+                "compose: blend " + std::to_string(*o.blend) + " is outside [0, 1]");
 }
 
 // Document d's `pick` tokens chosen by o.rule (with the probe of value_change where the rule
@@ -237,10 +243,11 @@ std::unique_ptr<model::ComposedCache> compose(
   std::vector<uint32_t> first(K),
       pick(K, 0);  // each document's first composed position, tokens to recompute
   first[0] = static_cast<uint32_t>(headers[0]->prefix_length());
+  const double blend = o.blend.value_or(default_blend(cfg.arch));
   for (uint32_t d = 1; d < K; ++d) {
     first[d] = plan.docs[d].first;
     pick[d] =
-        static_cast<uint32_t>(std::llround(o.blend * double(headers[d]->document_tokens.size())));
+        static_cast<uint32_t>(std::llround(blend * double(headers[d]->document_tokens.size())));
   }
   auto separator_at = [&](uint32_t d, std::vector<uint32_t>& pos, std::vector<int32_t>& tokens) {
     for (uint32_t i = 0; i < S; ++i)

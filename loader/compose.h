@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -45,13 +46,17 @@ std::vector<uint32_t> select_recomputed(BlendRule rule, std::span<const double> 
                                         uint32_t pick);
 inline bool rule_probes(BlendRule rule) { return rule != BlendRule::sink; }
 
+// The fraction a model's compositions recompute when none is asked for: the smallest with which
+// compositions found the needles a joint prefill found on the needle grid (docs/composing.md, "The
+// needle grid on unseen text"), by architecture: qwen2 0 (every needle without recompute, on
+// Qwen2.5 0.5B and 1.5B), llama 0.5 (SmolLM2: 7 of 8; none smaller found more), any other 0.3.
+double default_blend(std::string_view arch);
+
 struct ComposeOptions {
   // Fraction of every later document's tokens recomputed with the documents before it in view
-  // (their rows in every layer and head replaced by, or added as, fresh rows). 0: none. The
-  // default is the smallest fraction with which ratio-0.3 compositions found every needle a joint
-  // prefill found on the default model (BENCHMARKS.md, "Composed caches"); what other text and
-  // models need is in docs/composing.md, "The needle grid on unseen text".
-  double blend = 0.3;
+  // (their rows in every layer and head replaced by, or added as, fresh rows). 0: none. Unset:
+  // default_blend of the model's architecture.
+  std::optional<double> blend;
   BlendRule rule = BlendRule::deviation;  // which tokens the blend recomputes
   // Keep each later document's own prefix rows (template opener, system prompt) as extra attention
   // sinks, at the document's shifted positions. false: only the first document's prefix is seen.

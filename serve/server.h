@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "compress/learned_scorer.h"
@@ -39,8 +40,8 @@ struct ServerOptions {
   uint32_t http_threads = 64;  // requests with a body served at once (a streaming answer holds one)
   int listen_backlog =
       1024;  // connections waiting to be accepted (the kernel caps it at somaxconn)
-  uint32_t max_compose = 16;   // caches one request may compose ("model": "a+b+c")
-  double compose_blend = 0.3;  // composed requests: loader::ComposeOptions::blend
+  uint32_t max_compose = 16;            // caches one request may compose ("model": "a+b+c")
+  std::optional<double> compose_blend;  // composed requests: loader::ComposeOptions::blend
   loader::BlendRule compose_rule = loader::BlendRule::deviation;  // loader::ComposeOptions::rule
   // The "model" that answers from the caches a question needs (library/library.h): never a
   // valid cache id, so it cannot name a cache. library_top_k: caches retrieved at most.

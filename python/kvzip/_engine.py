@@ -193,9 +193,9 @@ class LibraryAnswer:
     sources: list  # dicts with id, path, score, tokens: the caches composed, in order
 
 
-def ask(folder, question, *, top_k=4, model=None, max_tokens=128, blend=0.3, threads=0):
+def ask(folder, question, *, top_k=4, model=None, max_tokens=128, blend=None, threads=0):
     """Answers a question from the caches of a folder it needs, as `kvzip ask`: the top_k caches of
-    the model by BM25 that fit its context, composed in that order (blend as `kvzip query a+b`)."""
+    the model by BM25 that fit its context, composed in that order (blend as `kvzip query a+b`; None: the model's default)."""
     m = globals()["model"](model)
     d = _kvzip.ask(m._m, os.fspath(folder), question, top_k=top_k, max_tokens=max_tokens, blend=blend,
                    threads=threads)

@@ -394,7 +394,8 @@ nb::list library_search(const std::string& dir, const std::string& question, uin
 }
 
 nb::dict library_ask(nb::object model_obj, const std::string& dir, const std::string& question,
-                     uint32_t top_k, uint32_t max_tokens, double blend, uint32_t threads) {
+                     uint32_t top_k, uint32_t max_tokens, std::optional<double> blend,
+                     uint32_t threads) {
   const PyModel& pm = nb::cast<const PyModel&>(model_obj);
   library::Selection sel;
   loader::Answer a;
@@ -539,7 +540,7 @@ void bind_model(nb::module_& m) {
         "scorer"_a = "", "stream"_a = false, "progress"_a = nb::none());
   m.def("search", &library_search, "dir"_a, "question"_a, "top_k"_a = 4, "model"_a = nb::none());
   m.def("ask", &library_ask, "model"_a, "dir"_a, "question"_a, "top_k"_a = 4, "max_tokens"_a = 128,
-        "blend"_a = 0.3, "threads"_a = 0);
+        "blend"_a = nb::none(), "threads"_a = 0);
 }
 
 // The class Session: the answers of one cache.

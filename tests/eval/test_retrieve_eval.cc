@@ -169,12 +169,12 @@ TEST_CASE("retrieve eval on the Normans paragraphs: most questions find their pa
   REQUIRE(r.rows.size() == 3);
   INFO(format_retrieve_table(r));
   const RetrieveEvalRow& joint = row(r, "joint", 0.0);
-  const RetrieveEvalRow& found = row(r, "retrieved", library_default_blend());
+  const RetrieveEvalRow& found = row(r, "retrieved", library_default_blend(*model));
   CHECK(found.recall > 60.0);  // BM25 finds two of the three questions' paragraphs among 4
   CHECK(joint.agreement == 100.0);
   CHECK(joint.f1 > 0.0);
   CHECK(found.recompute_ms > 0.0);
   CHECK(found.kl > 0.0);
   CHECK(found.kl < 2.0);
-  CHECK(row(r, "oracle", library_default_blend()).recall == 100.0);
+  CHECK(row(r, "oracle", library_default_blend(*model)).recall == 100.0);
 }

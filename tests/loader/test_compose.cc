@@ -417,3 +417,21 @@ TEST_CASE("blend rules: sink probes nothing; the rules differ below 1 and agree 
   CHECK(max_abs_diff(all[0], all[1]) < 1e-5);
   CHECK(max_abs_diff(all[0], all[2]) < 1e-5);
 }
+
+TEST_CASE("an unset blend is the model's default, by architecture", "[loader][compose]") {
+  CHECK(loader::default_blend("qwen2") == 0.0);
+  CHECK(loader::default_blend("llama") == 0.5);
+  CHECK(loader::default_blend("gemma3") == 0.3);
+  CHECK(loader::default_blend("mistral") == 0.3);
+  Fixture f;
+  const std::vector<std::string> caches = {f.compress(0, format::DType::F32, 1.0, "a.kvz"),
+                                           f.compress(1, format::DType::F32, 1.0, "b.kvz")};
+  loader::SessionOptions o = options();
+  o.compose.blend.reset();
+  loader::QuerySession s(*f.model, caches, o);
+  const double blend = loader::default_blend(f.model->config().arch);
+  const uint64_t want = static_cast<uint64_t>(
+      std::llround(blend * double(s.more_headers()[0].document_tokens.size())));
+  CHECK(want > 0);
+  CHECK(s.compose_stats().recomputed == want);
+}
