@@ -27,6 +27,7 @@
 #include "cache/composed_cache.h"
 #include "cache/kv_cache.h"
 #include "cache/ragged_cache.h"
+#include "common/error.h"
 #include "compress/pipeline.h"
 #include "kernels/rope.h"
 #include "loader/loader.h"
@@ -35,6 +36,7 @@
 #include "tests/support/hf_fixture.h"
 #include "tests/support/skip.h"
 #include "tests/support/source_path.h"
+#include "tests/support/thrown.h"
 
 using namespace kvzip;
 
@@ -401,4 +403,26 @@ TEST_CASE("Gemma 3 270M: a composition recomputed whole equals the joint prefill
   CHECK(recomputed < 1e-3);
   CHECK(stale > 0.1);
   CHECK(got.tokens == want.tokens);
+}
+
+TEST_CASE("caches with other sliding-window layers do not compose", "[loader][compose][hybrid]") {
+  Gemma g;
+  const std::string a = g.compress(0, 0.5, "a.kvz");
+  format::CacheReader r = format::CacheReader::open(a);
+  const format::CacheHeader& h = r.header();
+  CHECK_NOTHROW(loader::check_composable({&h, &h}, {"a", "a"}, false));
+  for (int field = 0; field < 3; ++field) {
+    format::CacheHeader other = h;
+    if (field == 0) other.sliding_window *= 2;
+    if (field == 1) other.rope_local_base *= 10;
+    if (field == 2) other.local_layers.back() = !other.local_layers.back();
+    INFO("field " << field);
+    // Even past the fingerprint check (force): the windows would not line up.
+    const Error e = test::error_from([&] {
+      loader::check_composable({&h, &other}, {"a", "b"}, true);
+    });
+    CHECK(e.code() == Errc::model_mismatch);
+    CHECK(std::string(e.what()).find("cache 2 (b) has other sliding-window layers") !=
+          std::string::npos);
+  }
 }
