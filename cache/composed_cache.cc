@@ -54,25 +54,61 @@ CacheShape first_shape(const std::vector<ComposedDoc>& docs) {
   return docs[0].base->shape();
 }
 
+// (n_docs, 2, D/2): each document's query rotation by -shift, cos(Δθ) then -sin(Δθ).
+std::vector<float> shift_rotations(const std::vector<ComposedDoc>& docs,
+                                   const std::vector<float>& inv_freq) {
+  const size_t half = inv_freq.size();
+  std::vector<float> rot(docs.size() * 2 * half);
+  for (size_t d = 0; d < docs.size(); ++d) {
+    kernels::RopeTable tab;
+    kernels::build_rope_table(inv_freq, &docs[d].shift, 1, &tab);
+    for (size_t i = 0; i < half; ++i) {
+      rot[d * 2 * half + i] = tab.cos[i];
+      rot[d * 2 * half + half + i] = -tab.sin[i];
+    }
+  }
+  return rot;
+}
+
+// Index of the first of `n` increasing positions at or above `lo`.
+uint32_t first_at(const uint32_t* positions, uint32_t n, uint32_t lo) {
+  return uint32_t(std::lower_bound(positions, positions + n, lo) - positions);
+}
+
 }  // namespace
 
+ComposedWindow composed_window(const ModelConfig& config) {
+  ComposedWindow w;
+  if (!config.hybrid()) return w;
+  w.local_layers = config.local_layers;
+  w.window = config.sliding_window;
+  w.inv_freq = kernels::rope_inv_freq(config.head_dim, config.rope_local_base, RopeScaling{});
+  return w;
+}
+
 ComposedCache::ComposedCache(std::vector<ComposedDoc> docs, const std::vector<float>& inv_freq,
-                             uint32_t length)
-    : shape_(first_shape(docs)), docs_(std::move(docs)), length_(length), own_(shape_, 0) {
+                             uint32_t length, ComposedWindow local)
+    : shape_(first_shape(docs)),
+      docs_(std::move(docs)),
+      local_(std::move(local)),
+      length_(length),
+      own_(shape_, 0) {
   for (size_t i = 1; i < docs_.size(); ++i)
     if (!(docs_[i].base->shape() == shape_))
       throw Error(Errc::invalid_argument, "ComposedCache: document " + std::to_string(i + 1) +
                                               " has another cache shape than the first");
   const uint32_t half = shape_.head_dim / 2;
   KVZIP_ASSERT(inv_freq.size() == half);
-  rot_.resize(docs_.size() * 2 * half);
-  for (size_t d = 0; d < docs_.size(); ++d) {  // rotation by -shift: cos(Δθ), -sin(Δθ)
-    kernels::RopeTable tab;
-    kernels::build_rope_table(inv_freq, &docs_[d].shift, 1, &tab);
-    for (uint32_t i = 0; i < half; ++i) {
-      rot_[d * 2 * half + i] = tab.cos[i];
-      rot_[d * 2 * half + half + i] = -tab.sin[i];
-    }
+  rot_ = shift_rotations(docs_, inv_freq);
+  if (hybrid()) {
+    KVZIP_ASSERT(local_.local_layers.size() == shape_.n_layers && local_.window > 0 &&
+                 local_.inv_freq.size() == half);
+    for (size_t i = 0; i < docs_.size(); ++i)
+      if (docs_[i].base->quantized())
+        throw Error(Errc::unsupported,
+                    "ComposedCache: document " + std::to_string(i + 1) +
+                        " holds q8/q4 rows; a model with sliding-window layers composes f32 rows");
+    rot_local_ = shift_rotations(docs_, local_.inv_freq);
   }
   // Skip bitmaps: each document's rows below skip_below (its own prefix, when left out).
   masks_.resize(docs_.size() * shape_.n_layers * shape_.n_kv_heads);
@@ -141,8 +177,9 @@ void ComposedCache::refresh_parts() {
   n_parts_ = limited_ >= 0 ? uint32_t(limited_) + 1 : visible_;  // part p is document p
   spans_.assign(size_t(L) * n_parts_ * H, kernels::KvSpan{});
   const size_t D = shape_.head_dim;
-  part_rot_.resize(n_parts_ * D);
-  std::copy_n(rot_.data(), n_parts_ * D, part_rot_.data());
+  part_rot_.assign(rot_.begin(), rot_.begin() + n_parts_ * D);
+  if (hybrid()) part_rot_local_.assign(rot_local_.begin(), rot_local_.begin() + n_parts_ * D);
+  part_from_.assign(hybrid() ? size_t(n_parts_) * L * H : 0, {});
   for (uint32_t l = 0; l < L; ++l)
     for (uint32_t p = 0; p < n_parts_; ++p) {
       const uint32_t d = p;
@@ -169,8 +206,8 @@ void ComposedCache::refresh_parts() {
 
 CacheParts ComposedCache::parts(uint32_t layer) const {
   if (n_parts_ == 0) return {};
-  return CacheParts{spans_.data() + size_t(layer) * n_parts_ * shape_.n_kv_heads, part_rot_.data(),
-                    n_parts_};
+  const float* rot = local_.is_local(layer) ? part_rot_local_.data() : part_rot_.data();
+  return CacheParts{spans_.data() + size_t(layer) * n_parts_ * shape_.n_kv_heads, rot, n_parts_};
 }
 
 void ComposedCache::next_positions(uint32_t T, uint32_t* out) const {
@@ -192,6 +229,7 @@ void ComposedCache::reserve_append(uint32_t T) {
   pending_ = T;
   uint32_t* pos = own_pos_.data() + rows_;
   next_positions(T, pos);
+  if (hybrid()) window_rows(pos, T);
   if (limited_ < 0) return;
   // Each pending token sees a limited document's stored rows before its own position, none
   // before the document's first token. Limits index the call's tokens: cursor_ is where the
@@ -219,6 +257,34 @@ void ComposedCache::reserve_append(uint32_t T) {
   }
 }
 
+void ComposedCache::window_rows(const uint32_t* pos, uint32_t T) {
+  const uint32_t L = shape_.n_layers, H = shape_.n_kv_heads, W = local_.window;
+  // Token t sees positions (pos[t] - W, pos[t]]: of its own store's rows (the committed ones and
+  // the pending tokens before it, all in increasing position) the first at pos[t] - W + 1 or above.
+  own_from_.resize(T);
+  for (uint32_t t = 0; t < T; ++t) {
+    const uint32_t lo = pos[t] + 1 > W ? pos[t] + 1 - W : 0;
+    own_from_[t] = first_at(own_pos_.data(), rows_ + t, lo);
+  }
+  for (uint32_t p = 0; p < n_parts_; ++p) {
+    const uint32_t shift = docs_[p].shift;
+    for (uint32_t l = 0; l < L; ++l) {
+      if (!local_.is_local(l)) continue;
+      for (uint32_t h = 0; h < H; ++h) {
+        const DocHead dh = doc_head(*docs_[p].base, l, h);
+        std::vector<uint32_t>& from = part_from_[(size_t(p) * L + l) * H + h];
+        from.resize(T);
+        for (uint32_t t = 0; t < T; ++t) {  // stored position >= pos[t] - W + 1 - shift
+          const uint64_t lo =
+              uint64_t(pos[t]) + 1 > uint64_t(W) + shift ? uint64_t(pos[t]) + 1 - W - shift : 0;
+          from[t] = first_at(dh.positions, dh.n_f32, uint32_t(lo));
+        }
+        spans_[(size_t(l) * n_parts_ + p) * H + h].from = from.data();
+      }
+    }
+  }
+}
+
 void ComposedCache::append(uint32_t layer, const float* k_new, const float* v_new, uint32_t T) {
   own_.append(layer, k_new, v_new, T);
 }
@@ -232,7 +298,9 @@ void ComposedCache::commit_append(uint32_t T) {
 
 KvHeadView ComposedCache::view(uint32_t layer, uint32_t kv_head) const {
   const KvHeadView o = own_.view(layer, kv_head);
-  return KvHeadView{o.k, o.v, own_pos_.data(), o.len};
+  KvHeadView v{o.k, o.v, own_pos_.data(), o.len};
+  if (local_.is_local(layer)) v.from = own_from_.data();
+  return v;
 }
 
 void ComposedCache::rollback(uint32_t length) {
@@ -252,16 +320,25 @@ void ComposedCache::rollback(uint32_t length) {
 }
 
 uint64_t ComposedCache::rows_seen() const {
-  uint64_t n = uint64_t(rows_) * shape_.n_layers * shape_.n_kv_heads;
-  for (uint32_t d = 0; d < n_docs(); ++d) {
-    uint64_t kept = docs_[d].base->kept_total(), skipped = 0;
-    for (uint32_t l = 0; l < shape_.n_layers; ++l)
-      for (uint32_t h = 0; h < shape_.n_kv_heads; ++h) {
+  const uint32_t L = shape_.n_layers, H = shape_.n_kv_heads;
+  // In a local layer the next token sees only the positions (next - W, next).
+  const uint32_t next = logical_length();
+  const uint32_t lo = hybrid() && next + 1 > local_.window ? next + 1 - local_.window : 0;
+  uint64_t n = 0;
+  for (uint32_t l = 0; l < L; ++l) {
+    const bool windowed = local_.is_local(l);
+    for (uint32_t h = 0; h < H; ++h) {
+      n += windowed ? rows_ - first_at(own_pos_.data(), rows_, lo) : rows_;
+      for (uint32_t d = 0; d < n_docs(); ++d) {
+        const DocHead dh = doc_head(*docs_[d].base, l, h);
         const HeadMask& m = masks_[hidx(d, l, h)];
-        for (uint64_t w : m.f32) skipped += __builtin_popcountll(w);
-        for (uint64_t w : m.quant) skipped += __builtin_popcountll(w);
+        for (uint32_t j = 0; j < dh.n_f32 + dh.n_quant; ++j) {
+          const bool skipped = j < dh.n_f32 ? kernels::skip_bit(m.f32.data(), j)
+                                            : kernels::skip_bit(m.quant.data(), j - dh.n_f32);
+          n += !skipped && (!windowed || uint64_t(dh.positions[j]) + docs_[d].shift >= lo);
+        }
       }
-    n += kept - skipped;
+    }
   }
   return n;
 }
@@ -272,6 +349,8 @@ uint64_t ComposedCache::bytes_owned() const {
                spans_.size() * sizeof(kernels::KvSpan);
   for (const HeadMask& m : masks_) b += (m.f32.size() + m.quant.size()) * sizeof(uint64_t);
   for (const auto& lim : limits_) b += lim.size() * sizeof(uint32_t);
+  for (const auto& from : part_from_) b += from.size() * sizeof(uint32_t);
+  b += (own_from_.size() + rot_local_.size() + part_rot_local_.size()) * sizeof(float);
   return b;
 }
 

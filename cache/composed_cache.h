@@ -12,6 +12,12 @@
 // documents, each one's stored rows before each token's own position (so one forward pass can
 // hold tokens of several stages: every separator at once). seal() ends the
 // building; from then on appended tokens continue at the composed length and see every document.
+// Hybrid models (Gemma 3, ComposedWindow): in a sliding-window layer a token at composed position
+// p sees only the rows at positions (p - window, p], of the documents and of its own store alike,
+// and the documents' keys there were rotated with the local RoPE base, so their queries are
+// rotated back with it. The documents' rows skip positions (evicted rows, the other documents'),
+// so the window is a first visible row per token and block (kernels::KvSpan::from), found by
+// position for each append, never a count of rows.
 // Invariants: documents never overlap in composed positions except where a document keeps its own
 // prefix rows as sinks; rollback never reaches below the sealed length.
 #pragma once
@@ -34,12 +40,24 @@ struct ComposedDoc {
                                  // before it never sees the document (rows(); 0: no such rule)
 };
 
+// The sliding-window layers of a hybrid model (ModelConfig::local_layers), or none (empty).
+struct ComposedWindow {
+  std::vector<uint8_t> local_layers;  // (L) 1 = a sliding-window layer; empty: every layer global
+  uint32_t window = 0;                // ModelConfig::sliding_window
+  std::vector<float> inv_freq;        // (D/2) the local layers' RoPE frequencies (local base)
+  bool is_local(uint32_t layer) const { return layer < local_layers.size() && local_layers[layer]; }
+};
+ComposedWindow composed_window(const ModelConfig& config);  // none for a model without local layers
+
 class ComposedCache final : public AttentionCache {
  public:
   // `docs` of one shape; `inv_freq` (D/2) the model's RoPE frequencies (kernels::rope_inv_freq);
-  // `length` the composed length (the first question token's position). Errc::invalid_argument
-  // for no documents or documents of another shape.
-  ComposedCache(std::vector<ComposedDoc> docs, const std::vector<float>& inv_freq, uint32_t length);
+  // `length` the composed length (the first question token's position); `local` the model's
+  // sliding-window layers. Errc::invalid_argument for no documents or documents of another shape;
+  // Errc::unsupported for q8/q4 rows with sliding-window layers (the loader dequantizes the files
+  // of such models).
+  ComposedCache(std::vector<ComposedDoc> docs, const std::vector<float>& inv_freq, uint32_t length,
+                ComposedWindow local = {});
 
   CacheShape shape() const override { return shape_; }
   uint32_t logical_length() const override;
@@ -76,13 +94,18 @@ class ComposedCache final : public AttentionCache {
     std::vector<uint64_t> f32, quant;
   };
   void refresh_parts();  // spans_ and part_rot_ for the current stage
+  // own_from_ and part_from_ for the pending tokens at `pos` (T), pointed at by spans_.
+  void window_rows(const uint32_t* pos, uint32_t T);
+  bool hybrid() const { return !local_.local_layers.empty(); }
   size_t hidx(uint32_t d, uint32_t l, uint32_t h) const {
     return (size_t(d) * shape_.n_layers + l) * shape_.n_kv_heads + h;
   }
 
   CacheShape shape_;
   std::vector<ComposedDoc> docs_;
+  ComposedWindow local_;
   std::vector<float> rot_;         // (n_docs, 2, D/2) each document's query rotation by -shift
+  std::vector<float> rot_local_;   // the same with the local layers' frequencies (hybrid)
   std::vector<HeadMask> masks_;    // (n_docs, L, Hkv)
   uint32_t length_ = 0;            // composed length
   KvCache own_;                    // private rows, dense
@@ -97,7 +120,13 @@ class ComposedCache final : public AttentionCache {
   uint32_t cursor_ = 0;           // next staged position
   // What parts() hands out: (L, n_parts, Hkv) spans; each limited document's limits per (l, h).
   std::vector<kernels::KvSpan> spans_;
-  std::vector<float> part_rot_;  // (n_parts, 2, D/2)
+  std::vector<float> part_rot_;        // (n_parts, 2, D/2)
+  std::vector<float> part_rot_local_;  // (n_parts, 2, D/2) for the local layers (hybrid)
+  // Hybrid: the first row each pending token sees, of the own store (one array for every local
+  // layer and head: they hold the same positions) and of each part per (part, L, Hkv) (global
+  // layers' entries stay empty).
+  std::vector<uint32_t> own_from_;
+  std::vector<std::vector<uint32_t>> part_from_;
   uint32_t n_parts_ = 0;
   // (limited documents, L, Hkv) × (2, staged): f32 rows, then quantized rows each token sees
   std::vector<std::vector<uint32_t>> limits_;

@@ -47,6 +47,10 @@ struct KvHeadView {
   const kernels::KvQuantSegment* quant = nullptr;  // quantized rows before all of these, or null
   const float* kt = nullptr;  // rows [0, kt_rows)' keys transposed (KvSpan::kt), or null
   uint32_t kt_rows = 0;
+  // (T of the append in progress) or null: the first row each new token sees (KvSpan::from). A
+  // view that sets it carries a local layer's window by position itself, so the forward pass
+  // gives its attention no window by rows (a composed cache, whose rows skip positions).
+  const uint32_t* from = nullptr;
 };
 
 // Blocks of read-only rows a composed cache (cache/composed_cache.h) places at other positions

@@ -98,7 +98,6 @@ void run_compose(const EvalOpts& o) {
   const std::vector<eval::Document> docs = eval::read_squad(o.squad, so);
   eval::check_compose_documents(docs.size(), co.k, o.squad);
   auto model = load_model(o.model, co.threads);
-  loader::check_model_composes(model->config());  // as query, chat and serve refuse it
   if (!o.quiet)
     co.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   const eval::ComposeEvalReport report = eval::run_compose_eval(*model, docs, co);
@@ -135,7 +134,6 @@ void run_retrieve(const EvalOpts& o) {
   const std::vector<eval::Document> docs = eval::read_squad(o.squad, so);
   eval::check_retrieve_documents(docs.size(), ro.k, o.squad);
   auto model = load_model(o.model, ro.threads);
-  loader::check_model_composes(model->config());
   if (!o.quiet)
     ro.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   const eval::RetrieveEvalReport report = eval::run_retrieve_eval(*model, docs, ro);

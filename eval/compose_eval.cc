@@ -266,7 +266,6 @@ ComposeEvalReport run_compose_eval(const model::Model& model, const std::vector<
                                    const ComposeEvalOptions& o) {
   check_compose_options(o);
   check_compose_documents(paras.size(), o.k, "");
-  loader::check_model_composes(model.config());
   ComposeRun run(model, paras, o);
   return run.run();
 }

@@ -62,8 +62,7 @@ void check_compose_options(const ComposeEvalOptions& options);
 // k documents per question need k paragraphs with questions in `source` (named in the message).
 void check_compose_documents(size_t paragraphs, uint32_t k, const std::string& source);
 
-// `paragraphs`: SQuAD documents read with DocumentUnit::Paragraph. Errc::unsupported for a model
-// with sliding-window layers (loader::check_model_composes). Errc::invalid_argument for
+// `paragraphs`: SQuAD documents read with DocumentUnit::Paragraph. Errc::invalid_argument for
 // k < 2 or k > the number of paragraphs, an unknown method, a ratio outside (0, 1) or a blend
 // outside [0, 1].
 ComposeEvalReport run_compose_eval(const model::Model& model,

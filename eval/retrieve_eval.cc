@@ -373,7 +373,6 @@ RetrieveEvalReport run_retrieve_eval(const model::Model& model, const std::vecto
                                      const RetrieveEvalOptions& o) {
   check_retrieve_options(o);
   check_retrieve_documents(paras.size(), o.k, "");
-  loader::check_model_composes(model.config());
   RetrieveRun run(model, paras, o);
   return run.run();
 }

@@ -69,8 +69,7 @@ void check_retrieve_options(const RetrieveEvalOptions& options);
 void check_retrieve_documents(size_t paragraphs, uint32_t k, const std::string& source);
 
 // `paragraphs`: SQuAD documents read with DocumentUnit::Paragraph. The caches are written into a
-// fresh temporary folder, removed afterwards. Errc::unsupported for a model with sliding-window
-// layers (loader::check_model_composes); the checks above as Errc::invalid_argument.
+// fresh temporary folder, removed afterwards. The checks above as Errc::invalid_argument.
 RetrieveEvalReport run_retrieve_eval(const model::Model& model,
                                      const std::vector<Document>& paragraphs,
                                      const RetrieveEvalOptions& options);

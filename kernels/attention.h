@@ -48,6 +48,10 @@ struct KvSpan {
   const uint64_t* skip = nullptr;
   const uint32_t* quant_limit = nullptr;
   const uint64_t* quant_skip = nullptr;
+  // from (T): token t sees no f32 row below from[t], on top of the rules above: a sliding window
+  // by position over rows that are not consecutive positions (a composed cache's local layers).
+  // f32 rows only: a span with quantized rows and `from` is refused (check_window).
+  const uint32_t* from = nullptr;
 
   bool two_segments() const { return k_tail != nullptr; }
   bool quantized() const { return quant != nullptr; }
@@ -155,7 +159,8 @@ void transpose_key_tiles(const float* k, uint32_t n, uint32_t D, float* out);
 // Errc::unsupported.
 void check_cuda_attention(const AttentionArgs& a);
 // Refuses (Errc::unsupported) a windowed call the CPU kernel cannot run: quantized rows or
-// local statistics together with a window.
+// local statistics together with a window (AttentionArgs::window or KvSpan::from, in the spans
+// or the parts).
 void check_window(const AttentionArgs& a);
 
 // CUDA twins (kernels/cuda/attention.cu), fp32 in and out, fp32 accumulation, D in {64, 128}.

@@ -51,26 +51,11 @@ std::vector<double> value_change(model::Forward& forward, model::ComposedCache& 
   return change;
 }
 
-std::string hybrid_refusal(const std::string& arch) {
-  return "caches of a model with sliding-window layers (" + arch +
-         ") are not composed in this version; answer them one at a time";
-}
-
 }  // namespace
-
-void check_model_composes(const ModelConfig& config) {
-  if (config.hybrid()) throw Error(Errc::unsupported, hybrid_refusal(config.arch));
-}
-
-void check_model_composes(const format::CacheHeader& header) {
-  if (!header.local_layers.empty())
-    throw Error(Errc::unsupported, hybrid_refusal(header.model.arch));
-}
 
 void check_composable(const std::vector<const format::CacheHeader*>& headers,
                       const std::vector<std::string>& names, bool force) {
   KVZIP_ASSERT(!headers.empty() && names.size() == headers.size());
-  for (const format::CacheHeader* h : headers) check_model_composes(*h);
   const format::CacheHeader& a = *headers[0];
   for (size_t i = 1; i < headers.size(); ++i) {
     const format::CacheHeader& b = *headers[i];
@@ -87,6 +72,9 @@ void check_composable(const std::vector<const format::CacheHeader*>& headers,
         a.rope_base != b.rope_base || a.rope_scaling.kind != b.rope_scaling.kind ||
         a.rope_scaling.factor != b.rope_scaling.factor)
       throw Error(Errc::model_mismatch, who + " has another cache shape or RoPE" + vs);
+    if (a.local_layers != b.local_layers || a.sliding_window != b.sliding_window ||
+        a.rope_local_base != b.rope_local_base)
+      throw Error(Errc::model_mismatch, who + " has other sliding-window layers" + vs);
     if (query_template(a) != query_template(b))
       throw Error(Errc::invalid_argument, who + " has another query template" + vs + ": \"" +
                                               query_template(b) + "\" vs \"" + query_template(a) +
@@ -148,17 +136,14 @@ double ms_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
 
-// What compose takes: 2 to max_docs caches of a model that composes, a blend in [0, 1].
-void check_composition(const ModelConfig& config,
-                       const std::vector<const format::CacheHeader*>& headers,
+// What compose takes: 2 to max_docs caches, a blend in [0, 1].
+void check_composition(const std::vector<const format::CacheHeader*>& headers,
                        const ComposeOptions& o) {
   const size_t K = headers.size();
   if (K < 2 || K > o.max_docs)
     throw Error(Errc::invalid_argument, "compose: " + std::to_string(K) +
                                             " caches; a composition takes 2 to " +
                                             std::to_string(o.max_docs));
-  check_model_composes(config);
-  for (const format::CacheHeader* h : headers) check_model_composes(*h);
   if (o.blend && !(*o.blend >= 0.0 && *o.blend <= 1.0))
     throw Error(Errc::invalid_argument,
                 "compose: blend " + std::to_string(*o.blend) + " is outside [0, 1]");
@@ -227,7 +212,7 @@ std::unique_ptr<model::ComposedCache> compose(
   const auto t0 = std::chrono::steady_clock::now();
   const size_t K = headers.size();
   KVZIP_ASSERT(bases.size() == K);
-  check_composition(forward.config(), headers, o);
+  check_composition(headers, o);
   ComposePlan plan = plan_composition(headers, tokenizer, o);
   const ModelConfig& cfg = forward.config();
   if (plan.length >= cfg.max_context)
@@ -238,7 +223,8 @@ std::unique_ptr<model::ComposedCache> compose(
   for (size_t d = 0; d < K; ++d) plan.docs[d].base = bases[d];
   const std::vector<float> inv_freq =
       kernels::rope_inv_freq(cfg.head_dim, cfg.rope_base, cfg.rope_scaling);
-  auto cache = std::make_unique<model::ComposedCache>(plan.docs, inv_freq, plan.length);
+  auto cache = std::make_unique<model::ComposedCache>(plan.docs, inv_freq, plan.length,
+                                                      model::composed_window(cfg));
   const uint32_t S = static_cast<uint32_t>(plan.separator.size());
   std::vector<uint32_t> first(K),
       pick(K, 0);  // each document's first composed position, tokens to recompute

@@ -7,7 +7,8 @@
 // attention across documents that separate compression could not see (CacheBlend, EuroSys '25,
 // does this for full caches). Rows to recompute are chosen by how much their values at layer 1
 // change when the earlier documents are in view: a probe of the first two layers over the
-// document's tokens with and without them.
+// document's tokens with and without them. Models with sliding-window layers (Gemma 3) compose
+// too: their local layers see by composed position (cache/composed_cache.h, ComposedWindow).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -81,16 +82,9 @@ struct ComposeStats {
   double recompute_ms = 0.0;      // the recompute passes (with the separator each one carries)
 };
 
-// Models with sliding-window layers (Gemma 3) are not composed in this version: a later
-// document's local layers would need the window of rows before it, which its cache never held.
-// Errc::unsupported, with the one message every command gives (query, chat, serve, eval).
-void check_model_composes(const ModelConfig& config);
-void check_model_composes(const format::CacheHeader& header);
-
-// Throws Errc::unsupported for caches of a model with sliding-window layers (above), then
-// Errc::model_mismatch or Errc::invalid_argument naming the first cache (1-based) that
-// cannot follow the first one: another model fingerprint (unless force), cache shape or RoPE,
-// query template or suffix template. `names` label the caches in messages.
+// Throws Errc::model_mismatch or Errc::invalid_argument naming the first cache (1-based) that
+// cannot follow the first one: another model fingerprint (unless force), cache shape, RoPE or
+// sliding-window layers, query template or suffix template. `names` label the caches in messages.
 void check_composable(const std::vector<const format::CacheHeader*>& headers,
                       const std::vector<std::string>& names, bool force);
 

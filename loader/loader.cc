@@ -418,7 +418,6 @@ QuerySession::QuerySession(const model::Model& model, const std::vector<std::str
   if (o.device == kernels::Device::Cuda)
     throw Error(Errc::unsupported,
                 "several caches are composed on the CPU only; answer them on the CPU");
-  check_model_composes(model.config());  // before the other files are read
   if (paths.size() > o.compose.max_docs)
     throw Error(Errc::invalid_argument,
                 std::to_string(paths.size()) + " caches given; a composition takes at most " +

@@ -717,6 +717,7 @@ uint32_t gather_queries(const Plan& p, uint32_t h, uint32_t i0, uint32_t i1, Scr
   for (uint32_t r = 0; r < Rp; ++r) {
     sc.limit[r] = r < R ? visible_rows(a, h, i0 + r / G) : 0;
     sc.first[r] = a.window && sc.limit[r] > a.window ? sc.limit[r] - a.window : 0;
+    if (r < R && a.kv[h].from) sc.first[r] = std::max(sc.first[r], a.kv[h].from[i0 + r / G]);
   }
   return Rp;
 }
@@ -817,9 +818,14 @@ void run_task(const Plan& p, uint32_t h, uint32_t qb, uint32_t split, float* sta
     finalize(p, h, i0, i1, st);
     return;
   }
-  // A sliding window: key blocks wholly before the first token's window are never visited.
-  const uint32_t lowest =
-      a.window ? sc.first[0] / kBk * kBk : 0;  // the block's first token's window
+  // A sliding window: key blocks wholly before every row's window are never visited (with
+  // KvSpan::from a later token's window may start lower than the first's).
+  uint32_t lowest = 0;
+  if (a.window || a.kv[h].from) {
+    lowest = sc.first[0];
+    for (uint32_t r = 1; r < sc.rows; ++r) lowest = std::min(lowest, sc.first[r]);
+    lowest = std::min(lowest, total) / kBk * kBk;
+  }
   const uint32_t chunk = round_up((total - lowest + p.n_split - 1) / p.n_split, kBk);
   const uint32_t k_begin = std::min(total, lowest + split * chunk),
                  k_end = std::min(total, k_begin + chunk);

@@ -85,7 +85,7 @@ void attention_parts(ThreadPool* pool, const AttentionArgs& a) {
     pa.kv = a.parts + size_t(p) * a.Hkv;
     pa.out = outs.data() + p * n;
     pa.causal = false;
-    pa.window = 0;     // a window is a rule on the spans' rows (hybrid models are not composed)
+    pa.window = 0;     // a window by rows means nothing in a part: its spans carry KvSpan::from
     if (a.part_rot) {  // the same rotation for every token; on this thread (a few flops per query)
       const float* c = a.part_rot + size_t(p) * 2 * half;
       for (uint32_t t = 0; t < a.T; ++t) {

@@ -100,10 +100,13 @@ void attention_block(const ChunkContext& c, uint32_t layer) {
   for (size_t i = 0; i < items.size(); ++i) {
     const ChunkItem& it = items[i];
     kernels::KvSpan* spans = s.spans.data() + i * Hkv;
+    bool own_window = false;  // the cache windows this layer by position (KvHeadView::from)
     for (uint32_t h = 0; h < Hkv; ++h) {
       KvHeadView view = it.cache->view(layer, h);
       spans[h] = kernels::KvSpan{view.k,     view.v,     view.len, view.k_tail, view.v_tail,
                                  view.split, view.quant, view.kt,  view.kt_rows};
+      spans[h].from = view.from;
+      own_window = own_window || view.from;
     }
     kernels::AttentionArgs args{
         s.q.data() + it.row0 * qd, spans, s.att.data() + it.row0 * qd, it.T, Hq, Hkv, D, scale};
@@ -112,7 +115,7 @@ void attention_block(const ChunkContext& c, uint32_t layer) {
     args.part_rot = parts.rot;
     args.n_parts = parts.n;
     args.local = stats ? &local : nullptr;
-    args.window = local_layer ? cfg.sliding_window : 0;
+    args.window = local_layer && !own_window ? cfg.sliding_window : 0;
     args.bf16 = c.attention_bf16;
     if (output_unused) args.out = nullptr;  // statistics only, or no attention at all
     if (args.out || args.local) calls.push_back(args);

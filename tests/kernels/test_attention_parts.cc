@@ -3,7 +3,9 @@
 // shift (RoPE by +Δ), all rows in one list with their visibility (the causal rule for the spans, the
 // per-token limits and skip bitmaps for the parts), one softmax per query row in double. Parts of
 // f32 rows, of q8/q4 rows (dequantized for the reference) and of both; limits that hide rows from
-// early tokens; skips; a part that a token cannot see at all. Only fp32 rounding may differ.
+// early tokens; skips; a part that a token cannot see at all; first visible rows per token
+// (KvSpan::from: a composed cache's windows by position) on the spans and the f32 parts, in no
+// particular order across tokens. Only fp32 rounding may differ.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -39,6 +41,7 @@ struct PartHead {
   kernels::KvQuantSegment seg;
   std::vector<uint64_t> skip, quant_skip;
   std::vector<uint32_t> limit, quant_limit;  // (T) or empty
+  std::vector<uint32_t> from;                // (T) or empty
 };
 
 struct Case {
@@ -48,6 +51,7 @@ struct Case {
   std::vector<uint32_t> f32_rows;    // per part
   std::vector<uint32_t> quant_rows;  // per part (0: none)
   bool skips = false, limits = false;
+  bool froms = false;  // KvSpan::from on the spans and on the parts without quantized rows
 };
 
 // Runs kernel and reference; returns max |kernel - ref| / max |ref|.
@@ -57,10 +61,14 @@ double run_case(const Case& c, uint64_t seed) {
   const std::vector<float> q = random_rows(size_t(T) * kHq, rng);
   std::vector<std::vector<float>> own_k(kHkv), own_v(kHkv);
   std::vector<kernels::KvSpan> spans(kHkv);
+  // Each token's first own row: somewhere at or below itself, jumping around across tokens.
+  std::vector<uint32_t> own_from(T);
+  for (uint32_t t = 0; t < T; ++t) own_from[t] = (c.own - T + t) * ((t * 7) % 5) / 5;
   for (uint32_t h = 0; h < kHkv; ++h) {
     own_k[h] = random_rows(c.own, rng);
     own_v[h] = random_rows(c.own, rng);
     spans[h] = kernels::KvSpan{own_k[h].data(), own_v[h].data(), c.own};
+    if (c.froms) spans[h].from = own_from.data();
   }
   std::vector<PartHead> ph(size_t(n_parts) * kHkv);
   std::vector<kernels::KvSpan> parts(ph.size());
@@ -93,6 +101,10 @@ double run_case(const Case& c, uint64_t seed) {
         }
         s.limit = x.limit.data();
         s.quant_limit = nq ? x.quant_limit.data() : nullptr;
+      }
+      if (c.froms && nq == 0) {  // every third token sees none of the part
+        for (uint32_t t = 0; t < T; ++t) x.from.push_back(t % 3 == 2 ? n : n * t / (2 * T));
+        s.from = x.from.data();
       }
     }
   }
@@ -127,7 +139,8 @@ double run_case(const Case& c, uint64_t seed) {
       Row r{{own_k[h].begin() + j * kD, own_k[h].begin() + (j + 1) * kD},
             {own_v[h].begin() + j * kD, own_v[h].begin() + (j + 1) * kD},
             {}};
-      for (uint32_t t = 0; t < T; ++t) r.seen.push_back(j <= c.own - T + t);
+      for (uint32_t t = 0; t < T; ++t)
+        r.seen.push_back(j <= c.own - T + t && (!c.froms || j >= own_from[t]));
       rows.push_back(std::move(r));
     }
     for (uint32_t p = 0; p < n_parts; ++p) {
@@ -139,19 +152,21 @@ double run_case(const Case& c, uint64_t seed) {
         kernels::cpu::kv_dequantize_rows(x.seg.v, dv.data());
       }
       auto add = [&](const float* k, const float* v, uint32_t j, bool skipped,
-                     const std::vector<uint32_t>& lim) {
+                     const std::vector<uint32_t>& lim, const std::vector<uint32_t>& from) {
         Row r{{k, k + kD}, {v, v + kD}, {}};
         std::vector<uint32_t> pos(1, c.shifts[p]);
         ref::rope(r.k.data(), 1, 1, kD, pos.data(), inv_freq);
-        for (uint32_t t = 0; t < T; ++t) r.seen.push_back(!skipped && (lim.empty() || j < lim[t]));
+        for (uint32_t t = 0; t < T; ++t)
+          r.seen.push_back(!skipped && (lim.empty() || j < lim[t]) &&
+                           (from.empty() || j >= from[t]));
         rows.push_back(std::move(r));
       };
       for (uint32_t j = 0; j < n; ++j)
         add(x.k.data() + size_t(j) * kD, x.v.data() + size_t(j) * kD, j,
-            c.skips && kernels::skip_bit(x.skip.data(), j), x.limit);
+            c.skips && kernels::skip_bit(x.skip.data(), j), x.limit, x.from);
       for (uint32_t j = 0; j < nq; ++j)
         add(dk.data() + size_t(j) * kD, dv.data() + size_t(j) * kD, j,
-            c.skips && kernels::skip_bit(x.quant_skip.data(), j), x.quant_limit);
+            c.skips && kernels::skip_bit(x.quant_skip.data(), j), x.quant_limit, {});
     }
     for (uint32_t t = 0; t < T; ++t) {
       for (uint32_t g = 0; g < kG; ++g) {
@@ -174,6 +189,7 @@ double run_case(const Case& c, uint64_t seed) {
           sum += w;
           for (uint32_t d = 0; d < kD; ++d) o[d] += w * rows[j].v[d];
         }
+        REQUIRE(sum > 0);  // every token sees at least itself
         const float* got = out.data() + (size_t(t) * kHq + hq) * kD;
         for (uint32_t d = 0; d < kD; ++d) {
           const double want = o[d] / sum;
@@ -201,6 +217,12 @@ TEST_CASE("attention over parts at shifted positions matches re-rotated keys", "
   SECTION("skips and per-token limits") {
     CHECK(run_case({6, 12, {17, 600}, {150, 9}, {0, 270}, true, true}, 4) < 2e-5);
   }
+  SECTION("first visible rows per token on the spans alone (no parts)") {
+    CHECK(run_case({40, 700, {}, {}, {}, false, false, true}, 5) < 2e-5);
+  }
+  SECTION("first visible rows per token with limits, skips and quantized parts") {
+    CHECK(run_case({12, 300, {40, 900, 77}, {400, 0, 30}, {0, 70, 0}, true, true, true}, 6) < 2e-5);
+  }
 }
 
 TEST_CASE("attention parts are CPU only, and a wrong rotation is visible", "[kernels]") {
@@ -209,6 +231,19 @@ TEST_CASE("attention parts are CPU only, and a wrong rotation is visible", "[ker
   a.n_parts = 1;
   a.parts = &span;
   CHECK(test::throws_code([&] { kernels::check_cuda_attention(a); }, Errc::unsupported));
+  // First visible rows (KvSpan::from) are CPU only too, and refused over quantized rows.
+  const uint32_t from = 0;
+  kernels::KvSpan windowed{nullptr, nullptr, 0};
+  windowed.from = &from;
+  kernels::AttentionArgs w{nullptr, &windowed, nullptr, 1, 1, 1, kD, 1.0f};
+  CHECK(test::throws_code([&] { kernels::check_cuda_attention(w); }, Errc::unsupported));
+  const kernels::KvQuantSegment seg{};
+  windowed.quant = &seg;
+  CHECK(test::throws_code([&] { kernels::check_window(w); }, Errc::unsupported));
+  w.kv = &span;
+  w.parts = &windowed;
+  w.n_parts = 1;
+  CHECK(test::throws_code([&] { kernels::check_window(w); }, Errc::unsupported));
   // The reference must tell the kernel's shift apart from another one: a case where the parts sit
   // at shift 0 in the kernel but the reference rotates by 1000 has to fail the bound.
   std::mt19937 rng(5);
