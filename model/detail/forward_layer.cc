@@ -52,6 +52,36 @@ void add_in_place(const ChunkContext& c, float* x, const float* y, size_t n) {
   }
 }
 
+// One item's attention call at `layer`: its cache's views as spans (written to `spans`, Hkv of
+// them), its documents' parts where the cache is composed, and the layer's window.
+static kernels::AttentionArgs item_attention(const ChunkContext& c, const ChunkItem& it,
+                                             uint32_t layer, kernels::KvSpan* spans,
+                                             kernels::LocalMaxProb* local) {
+  const ModelConfig& cfg = c.w->config;
+  ForwardScratch& s = *c.s;
+  const uint32_t D = cfg.head_dim, Hq = cfg.n_heads, Hkv = cfg.n_kv_heads;
+  const size_t qd = size_t(Hq) * D;
+  bool own_window = false;  // the cache windows this layer by position (KvHeadView::from)
+  for (uint32_t h = 0; h < Hkv; ++h) {
+    KvHeadView view = it.cache->view(layer, h);
+    spans[h] = kernels::KvSpan{view.k,     view.v,     view.len, view.k_tail, view.v_tail,
+                               view.split, view.quant, view.kt,  view.kt_rows};
+    spans[h].from = view.from;
+    own_window = own_window || view.from;
+  }
+  kernels::AttentionArgs args{
+      s.q.data() + it.row0 * qd, spans, s.att.data() + it.row0 * qd, it.T, Hq, Hkv, D,
+      cfg.attention_scale()};
+  const CacheParts parts = it.cache->parts(layer);  // a composed cache's documents
+  args.parts = parts.spans;
+  args.part_rot = parts.rot;
+  args.n_parts = parts.n;
+  args.local = local;
+  args.window = cfg.is_local(layer) && !own_window ? cfg.sliding_window : 0;
+  args.bf16 = c.attention_bf16;
+  return args;
+}
+
 void attention_block(const ChunkContext& c, uint32_t layer) {
   const ModelConfig& cfg = c.w->config;
   const LayerWeights& lw = c.w->layers[layer];
@@ -85,7 +115,7 @@ void attention_block(const ChunkContext& c, uint32_t layer) {
   const ChunkItem one{c.cache, 0, c.T};
   const std::span<const ChunkItem> items =
       c.items.empty() ? std::span<const ChunkItem>(&one, 1) : c.items;
-  const size_t qd = size_t(Hq) * D, kvd = size_t(Hkv) * D;
+  const size_t kvd = size_t(Hkv) * D;
   for (const ChunkItem& it : items)
     it.cache->append(layer, s.k.data() + it.row0 * kvd, s.v.data() + it.row0 * kvd, it.T);
   const float scale = cfg.attention_scale();
@@ -98,25 +128,8 @@ void attention_block(const ChunkContext& c, uint32_t layer) {
   std::vector<kernels::AttentionArgs> calls;
   calls.reserve(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
-    const ChunkItem& it = items[i];
-    kernels::KvSpan* spans = s.spans.data() + i * Hkv;
-    bool own_window = false;  // the cache windows this layer by position (KvHeadView::from)
-    for (uint32_t h = 0; h < Hkv; ++h) {
-      KvHeadView view = it.cache->view(layer, h);
-      spans[h] = kernels::KvSpan{view.k,     view.v,     view.len, view.k_tail, view.v_tail,
-                                 view.split, view.quant, view.kt,  view.kt_rows};
-      spans[h].from = view.from;
-      own_window = own_window || view.from;
-    }
-    kernels::AttentionArgs args{
-        s.q.data() + it.row0 * qd, spans, s.att.data() + it.row0 * qd, it.T, Hq, Hkv, D, scale};
-    const CacheParts parts = it.cache->parts(layer);  // a composed cache's documents
-    args.parts = parts.spans;
-    args.part_rot = parts.rot;
-    args.n_parts = parts.n;
-    args.local = stats ? &local : nullptr;
-    args.window = local_layer && !own_window ? cfg.sliding_window : 0;
-    args.bf16 = c.attention_bf16;
+    kernels::AttentionArgs args =
+        item_attention(c, items[i], layer, s.spans.data() + i * Hkv, stats ? &local : nullptr);
     if (output_unused) args.out = nullptr;  // statistics only, or no attention at all
     if (args.out || args.local) calls.push_back(args);
   }
