@@ -29,6 +29,7 @@ namespace {
 struct EvalOpts {
   eval::EvalOptions eo;  // its defaults are the command's; options bind to its fields directly
   std::string squad, doc = "article", model, csv, plot, answers, level = "global";
+  std::string plot_csv;     // --plot-csv: draw --plot from this CSV instead of evaluating
   std::string head_scores;  // kvzip-head: the file of `kvzip calibrate`
   std::string scorer_file;  // kvzap: the file of `kvzip calibrate --scorer`
   std::string device = "cpu";
@@ -289,7 +290,28 @@ bool run_paragraph_evaluation(const EvalOpts& o) {
   return false;
 }
 
+void check_plot_output(const std::string& plot) {
+  check_output(plot, "--plot");
+  if (!plot.empty() && std::filesystem::path(plot).extension() != ".svg")
+    throw Error(Errc::invalid_argument,
+                "eval: --plot " + plot +
+                    ": the plot is written as SVG; name the file .svg "
+                    "(rsvg-convert -o plot.png plot.svg makes a PNG of it)");
+}
+
+// --plot-csv: the plot of rows evaluated before (one run's -o, or several runs' rows merged into
+// one file), no model.
+void plot_from_csv(const EvalOpts& o) {
+  if (o.plot.empty())
+    throw Error(Errc::invalid_argument, "eval --plot-csv: name the SVG to write with --plot FILE");
+  check_plot_output(o.plot);
+  const eval::EvalReport report = eval::parse_csv(read_text(o.plot_csv, "eval CSV"));
+  eval::write_plot(o.plot, report);
+  if (!o.quiet) std::fprintf(stderr, "wrote %s\n", o.plot.c_str());
+}
+
 void run(const EvalOpts& o) {
+  if (!o.plot_csv.empty()) return plot_from_csv(o);
   if (run_paragraph_evaluation(o)) return;
   if (!o.ruler.empty()) return run_ruler(o);
   if (o.squad.empty())
@@ -315,12 +337,7 @@ void run(const EvalOpts& o) {
   add_scorer(o, eo);
   eo = eval::checked(eo);
   check_output(o.csv, "-o");
-  check_output(o.plot, "--plot");
-  if (!o.plot.empty() && std::filesystem::path(o.plot).extension() != ".svg")
-    throw Error(Errc::invalid_argument,
-                "eval: --plot " + o.plot +
-                    ": the plot is written as SVG; name the file .svg "
-                    "(rsvg-convert -o plot.png plot.svg makes a PNG of it)");
+  check_plot_output(o.plot);
   check_output(o.answers, "--answers");
   eval::SquadOptions so;
   so.unit = eval::parse_document_unit(o.doc);
@@ -447,6 +464,9 @@ void add_eval_commands(CLI::App& app) {
   c->add_option("-o,--output", o->csv, "Write the results as CSV");
   c->add_option("--plot", o->plot,
                 "Write an SVG plot (FILE.svg) of contains-answer and F1 against the ratio");
+  c->add_option("--plot-csv", o->plot_csv,
+                "Only draw --plot from a CSV of this command (-o; several runs' rows may be merged "
+                "into one file), without a model");
   c->add_option(
       "--answers", o->answers,
       "Write every answer as JSON lines (method, ratio, question, answer, contains, F1, KL, "

@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "compress/pipeline.h"
@@ -139,6 +140,16 @@ std::string format_table(const EvalReport& report);
 std::string format_csv(const EvalReport& report);
 // Writes format_csv(report) to `path` atomically (common/atomic_file.h; Errc::io on failure).
 void write_csv(const std::string& path, const EvalReport& report);
+// The rows of a CSV that format_csv wrote (either header), in file order, so that the rows of
+// separate runs, merged into one file, can be drawn again (`eval --plot-csv`); the report's other
+// fields stay empty. Errc::invalid_argument naming the line for another header, a line with the
+// wrong number of fields or a number that does not parse.
+EvalReport parse_csv(std::string_view text);
+// The rows of a CSV that format_csv wrote (either header), in file order, so that the rows of
+// separate runs, merged into one file, can be drawn again (`eval --plot-csv`); the report's other
+// fields stay empty. Errc::invalid_argument naming the line for another header, a line with the
+// wrong number of fields or a number that does not parse.
+EvalReport parse_csv(std::string_view text);
 // One JSON object per line per kept answer: document, id, question, method, ratio, answer,
 // tokens, stopped, contains, f1, kl, agrees, answer_f1, kv_dtype.
 std::string format_answers_jsonl(const EvalReport& report);

@@ -1,10 +1,13 @@
-// Text forms of an EvalReport: the fixed-width table printed by `kvzip eval`, the CSV file and the
-// JSON-lines answer dump.
+// Text forms of an EvalReport: the fixed-width table printed by `kvzip eval`, the CSV file (and
+// its rows read back) and the JSON-lines answer dump.
 // Percentages are printed with one decimal, KL with four (nats), times in seconds.
+#include <charconv>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "common/atomic_file.h"
+#include "common/error.h"
 #include "common/json.h"
 #include "eval/eval.h"
 
@@ -84,6 +87,89 @@ std::string format_csv(const EvalReport& report) {
 
 void write_csv(const std::string& path, const EvalReport& report) {
   write_file_atomically(path, /*force=*/true, format_csv(report));
+}
+
+namespace {
+
+constexpr std::string_view kCsvHeader =
+    "method,ratio,achieved_ratio,contains,f1,kl,agreement,answer_f1,questions,compress_s,answer_s";
+
+std::vector<std::string_view> split_fields(std::string_view line) {
+  std::vector<std::string_view> out;
+  for (size_t start = 0;;) {
+    const size_t comma = line.find(',', start);
+    out.push_back(line.substr(start, comma == std::string_view::npos ? comma : comma - start));
+    if (comma == std::string_view::npos) return out;
+    start = comma + 1;
+  }
+}
+
+template <typename T>
+T csv_number(std::string_view field, size_t line_no) {
+  T v{};
+  const auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), v);
+  if (field.empty() || ec != std::errc() || end != field.data() + field.size())
+    throw Error(Errc::invalid_argument, std::string("eval CSV line ")
+                                            .append(std::to_string(line_no))
+                                            .append(": '")
+                                            .append(field)
+                                            .append("' is not a number"));
+  return v;
+}
+
+EvalRow csv_row(const std::vector<std::string_view>& f, bool dtypes, size_t line_no) {
+  EvalRow r;
+  r.method = std::string(f[0]);
+  r.ratio = csv_number<double>(f[1], line_no);
+  r.achieved_ratio = csv_number<double>(f[2], line_no);
+  r.contains = csv_number<double>(f[3], line_no);
+  r.f1 = csv_number<double>(f[4], line_no);
+  r.kl = csv_number<double>(f[5], line_no);
+  r.agreement = csv_number<double>(f[6], line_no);
+  r.answer_f1 = csv_number<double>(f[7], line_no);
+  r.questions = csv_number<uint64_t>(f[8], line_no);
+  r.compress_s = csv_number<double>(f[9], line_no);
+  r.answer_s = csv_number<double>(f[10], line_no);
+  if (dtypes) {
+    r.kv_dtype = std::string(f[11]);
+    r.file_bytes = csv_number<uint64_t>(f[12], line_no);
+    r.load_ms = csv_number<double>(f[13], line_no);
+  }
+  return r;
+}
+
+}  // namespace
+
+EvalReport parse_csv(std::string_view text) {
+  EvalReport report;
+  size_t line_no = 0, fields = 0;
+  while (!text.empty()) {
+    const size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (++line_no == 1) {
+      report.with_kv_dtypes =
+          line == std::string(kCsvHeader).append(",kv_dtype,file_bytes,load_ms");
+      if (line != kCsvHeader && !report.with_kv_dtypes)
+        throw Error(Errc::invalid_argument,
+                    std::string("eval CSV line 1: expected the header ").append(kCsvHeader));
+      fields = report.with_kv_dtypes ? 14 : 11;
+      continue;
+    }
+    if (line.empty()) continue;
+    const std::vector<std::string_view> f = split_fields(line);
+    if (f.size() != fields)
+      throw Error(Errc::invalid_argument, std::string("eval CSV line ")
+                                              .append(std::to_string(line_no))
+                                              .append(": ")
+                                              .append(std::to_string(f.size()))
+                                              .append(" fields, the header has ")
+                                              .append(std::to_string(fields)));
+    report.rows.push_back(csv_row(f, report.with_kv_dtypes, line_no));
+  }
+  if (line_no == 0) throw Error(Errc::invalid_argument, "eval CSV: empty");
+  return report;
 }
 
 std::string format_answers_jsonl(const EvalReport& report) {

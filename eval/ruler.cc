@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <tuple>
@@ -194,26 +195,39 @@ std::vector<Document> sample_documents(const std::vector<RulerSample>& samples,
   return docs;
 }
 
-// The task's score of every f32 row of one group's evaluation, as report rows.
+// The task's score of every f32 row of one group's evaluation, as report rows: the mean over the
+// samples and its standard error.
 void add_scored_rows(const EvalReport& er, const std::vector<Document>& docs, const RulerTask& task,
                      RulerSetting setting, uint32_t len, RulerReport& report) {
   for (const EvalRow& row : er.rows) {
     if (row.kv_dtype != "f32") continue;
-    RulerRow rr{ruler_setting_name(setting), task.name, row.method, len, row.ratio,
-                row.achieved_ratio,          0.0,       0};
+    std::vector<double> scores;
     for (const AnswerRecord& a : er.answers)
       if (a.method == row.method && a.ratio == row.ratio && a.kv_dtype == "f32") {
         const Document& d = *std::find_if(docs.begin(), docs.end(),
                                           [&](const Document& x) { return x.title == a.document; });
-        rr.score += ruler_score(task, a.answer, d.questions[0].answers);
-        ++rr.samples;
+        scores.push_back(100.0 * ruler_score(task, a.answer, d.questions[0].answers));
       }
-    if (rr.samples) rr.score = 100.0 * rr.score / rr.samples;
-    report.rows.push_back(rr);
+    const MeanError m = mean_standard_error(scores);
+    report.rows.push_back({ruler_setting_name(setting), task.name, row.method, len, row.ratio,
+                           row.achieved_ratio, m.mean, uint32_t(scores.size()), m.se});
   }
 }
 
 }  // namespace
+
+MeanError mean_standard_error(std::span<const double> scores) {
+  MeanError m;
+  if (scores.empty()) return m;
+  const double n = double(scores.size());
+  for (double x : scores) m.mean += x;
+  m.mean /= n;
+  if (scores.size() < 2) return m;
+  double ss = 0.0;
+  for (double x : scores) ss += (x - m.mean) * (x - m.mean);
+  m.se = std::sqrt(ss / (n - 1.0) / n);
+  return m;
+}
 
 RulerReport run_ruler(const model::Model& model, const RulerOptions& o) {
   using Clock = std::chrono::steady_clock;
@@ -344,25 +358,27 @@ std::string format_ruler_table(const RulerReport& r) {
 }
 
 std::string format_ruler_csv(const RulerReport& r) {
-  std::string out = "setting,length,task,method,ratio,achieved_ratio,score,samples\n";
+  std::string out = "setting,length,task,method,ratio,achieved_ratio,score,samples,score_se\n";
   char b[256];
   for (const RulerRow& row : r.rows) {
-    std::snprintf(b, sizeof b, "%s,%u,%s,%s,%.4f,%.4f,%.2f,%u\n", row.setting.c_str(), row.length,
-                  row.task.c_str(), row.method.c_str(), row.ratio, row.achieved_ratio, row.score,
-                  row.samples);
+    std::snprintf(b, sizeof b, "%s,%u,%s,%s,%.4f,%.4f,%.2f,%u,%.2f\n", row.setting.c_str(),
+                  row.length, row.task.c_str(), row.method.c_str(), row.ratio, row.achieved_ratio,
+                  row.score, row.samples, row.score_se);
     out += b;
   }
   return out;
 }
 
 std::string format_kvpress_csv(const RulerReport& r) {
-  std::string out = "model,method,compression_ratio,task,score,setting,context_length\n";
+  std::string out =
+      "model,method,compression_ratio,task,score,setting,context_length,score_se,samples\n";
   char b[512];
   for (const RulerRow& row : r.rows) {
     const bool full = row.method == "full";
-    std::snprintf(b, sizeof b, "%s,%s,%.2f,%s,%.2f,%s,%u\n", r.model_name.c_str(),
+    std::snprintf(b, sizeof b, "%s,%s,%.3f,%s,%.2f,%s,%u,%.2f,%u\n", r.model_name.c_str(),
                   full ? "no_press" : row.method.c_str(), full ? 0.0 : 1.0 - row.ratio,
-                  row.task.c_str(), row.score, row.setting.c_str(), row.length);
+                  row.task.c_str(), row.score, row.setting.c_str(), row.length, row.score_se,
+                  row.samples);
     out += b;
   }
   return out;

@@ -19,6 +19,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -105,6 +106,14 @@ RulerSample make_ruler_sample(std::string_view task, uint32_t length, uint32_t i
 double ruler_score(const RulerTask& task, std::string_view prediction,
                    const std::vector<std::string>& outputs);
 
+// The mean of per-sample scores and its standard error: the sample standard deviation (divisor
+// n - 1) over sqrt(n), so that a cell's mean reads as mean ± se. The error is 0 for fewer than two
+// samples (no spread to estimate); both are 0 for none.
+struct MeanError {
+  double mean = 0.0, se = 0.0;
+};
+MeanError mean_standard_error(std::span<const double> scores);
+
 // ---- The evaluation --------------------------------------------------------------------------
 
 enum class RulerSetting : uint8_t { QueryAgnostic, QueryAware };
@@ -128,6 +137,7 @@ struct RulerRow {
   double ratio = 1.0, achieved_ratio = 1.0;
   double score = 0.0;  // mean RULER score, 0..100
   uint32_t samples = 0;
+  double score_se = 0.0;  // the standard error of `score` over the samples (0 for one sample)
 };
 
 struct RulerReport {
@@ -144,10 +154,11 @@ RulerReport run_ruler(const model::Model& model, const RulerOptions& options);
 
 // Table: one line per (setting, length, method, ratio) with a column per task and their mean.
 std::string format_ruler_table(const RulerReport& report);
-// setting,length,task,method,ratio,achieved_ratio,score,samples
+// setting,length,task,method,ratio,achieved_ratio,score,samples,score_se
 std::string format_ruler_csv(const RulerReport& report);
 // The kvpress leaderboard's layout: model,method,compression_ratio,task,score (+ setting and
-// context length), compression_ratio = 1 - kept ratio; the full cache is method no_press at 0.
+// context length, then score_se and samples), compression_ratio = 1 - kept ratio; the full cache is
+// method no_press at 0.
 std::string format_kvpress_csv(const RulerReport& report);
 
 }  // namespace kvzip::eval

@@ -3,9 +3,13 @@
 // input is read or any model loads — each with the `kvzip: error [code]: ...` form, its exit
 // status and wording that says what to do. No model is needed: where a command would go on to
 // load one, $KVZIP_MODEL names a missing file, so reaching the model would change the error.
+// `eval --plot-csv` draws a plot from a CSV with no model at all.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "cli/cli_util.h"
@@ -180,4 +184,39 @@ TEST_CASE("library messages show the command line's flag where they name an opti
   CHECK(with_flag_names("option device cuda: use option device cpu") ==
         "--device cuda: use --device cpu");
   CHECK(with_flag_names("no option here") == "no option here");
+}
+
+TEST_CASE("eval --plot-csv draws the plot of a CSV without a model; bad input writes nothing",
+          "[cli]") {
+  TempDir dir;
+  const std::string header =
+      "method,ratio,achieved_ratio,contains,f1,kl,agreement,answer_f1,questions,compress_s,"
+      "answer_s\n";
+  const std::string csv = dir.path("r.csv");
+  {
+    std::ofstream f(csv);
+    f << header << "full,1.0000,1.000000,41.6667,16.5599,0,100.0000,100.0000,96,0.8734,833.7573\n"
+      << "kvzip,0.1000,0.100001,7.2917,3.8970,0.457892,1.0417,51.6141,96,380.6736,177.1009\n"
+      << "kvzip,0.5000,0.500000,37.5000,14.5121,0.0159297,61.4583,87.3686,96,380.9497,217.8677\n";
+  }
+  const CliResult ok =
+      run_kvzip({"eval", "--plot-csv", csv, "--plot", dir.path("p.svg")}, kNoModel);
+  INFO("stderr: " << ok.err);
+  REQUIRE(ok.exit_code == 0);
+  std::ifstream in(dir.path("p.svg"));
+  const std::string svg((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK_THAT(svg, Catch::Matchers::StartsWith("<svg") && Catch::Matchers::Contains(">kvzip<"));
+  CHECK(std::count(svg.begin(), svg.end(), '\n') > 10);
+  expect_error({"eval", "--plot-csv", csv}, 2, "invalid_argument", {"--plot FILE"});
+  expect_error({"eval", "--plot-csv", csv, "--plot", dir.path("p.png")}, 2, "invalid_argument",
+               {"name the file .svg"});
+  expect_error({"eval", "--plot-csv", dir.path("absent.csv"), "--plot", dir.path("q.svg")}, 3,
+               "not_found", {"absent.csv"});
+  {
+    std::ofstream f(dir.path("bad.csv"));
+    f << header << "kvzip,0.5,half,1,1,0,1,1,4,0,0\n";
+  }
+  expect_error({"eval", "--plot-csv", dir.path("bad.csv"), "--plot", dir.path("q.svg")}, 2,
+               "invalid_argument", {"line 2: 'half' is not a number"});
+  CHECK_FALSE(std::filesystem::exists(dir.path("q.svg")));
 }

@@ -111,14 +111,15 @@ TEST_CASE("eval --ruler runs a NIAH sample and writes the table, CSV, kvpress CS
              Catch::Matchers::Contains("niah_single_1") && Catch::Matchers::Contains("streaming"));
   const std::string csv = slurp(dir.path("r.csv"));
   CHECK_THAT(csv, Catch::Matchers::StartsWith(
-                      "setting,length,task,method,ratio,achieved_ratio,score,samples\n"
+                      "setting,length,task,method,ratio,achieved_ratio,score,samples,score_se\n"
                       "agnostic,768,niah_single_1,full,1.0000,1.0000,"));
   CHECK_THAT(csv, Catch::Matchers::Contains("agnostic,768,niah_single_1,streaming,0.5000,"));
   const std::string kv = slurp(dir.path("k.csv"));
   CHECK_THAT(kv, Catch::Matchers::StartsWith(
-                     "model,method,compression_ratio,task,score,setting,context_length\n"
-                     "SmolLM2-135M-Instruct.Q4_1,no_press,0.00,niah_single_1,"));
-  CHECK_THAT(kv, Catch::Matchers::Contains(",streaming,0.50,niah_single_1,"));
+                     "model,method,compression_ratio,task,score,setting,context_length,score_se,"
+                     "samples\n"
+                     "SmolLM2-135M-Instruct.Q4_1,no_press,0.000,niah_single_1,"));
+  CHECK_THAT(kv, Catch::Matchers::Contains(",streaming,0.500,niah_single_1,"));
   const std::string answers = slurp(dir.path("a.jsonl"));
   CHECK(std::count(answers.begin(), answers.end(), '\n') ==
         2);  // the full cache and streaming at 0.5

@@ -445,7 +445,7 @@ TEST_CASE("ruler eval: one full cache per sample, methods without a ratio-1 row"
   CHECK(r.rows[0].setting == "agnostic");
   CHECK(r.rows[3].setting == "aware");
   const std::string csv = format_kvpress_csv(r);
-  CHECK_THAT(csv, Contains("tiny,no_press,0.00,niah_single_1,"));
-  CHECK_THAT(csv, Contains("tiny,kvzip,0.50,niah_single_1,"));
+  CHECK_THAT(csv, Contains("tiny,no_press,0.000,niah_single_1,"));
+  CHECK_THAT(csv, Contains("tiny,kvzip,0.500,niah_single_1,"));
   CHECK(std::count(csv.begin(), csv.end(), '\n') == 1 + 6);
 }

@@ -2,7 +2,8 @@
 // the data), and the SVG checked by a small reader written here: every element closes in order,
 // each series is one polyline whose points are the data mapped onto its panel's frame, titles and
 // legend names are present and XML-escaped, the reference level is dashed, bad panels are refused,
-// and write_plot leaves exactly the document and no temporary file.
+// and write_plot leaves exactly the document and no temporary file; a CSV's rows read back
+// (parse_csv, behind `eval --plot-csv`) draw the same plot, and a foreign CSV is refused.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -171,4 +172,68 @@ TEST_CASE("the contains and F1 panels zoom to small scores with readable ticks",
   p = report_panels(r);
   CHECK(p[1].y_max == 80.0);  // 68.2 -> ticks of 20
   CHECK(p[1].y_tick == 20.0);
+}
+
+TEST_CASE("a CSV's rows read back draw the plot of the report that wrote it", "[eval]") {
+  const EvalReport r = two_methods();
+  const EvalReport back = parse_csv(format_csv(r));
+  REQUIRE(back.rows.size() == r.rows.size());
+  CHECK_FALSE(back.with_kv_dtypes);
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    INFO("row " << i);
+    CHECK(back.rows[i].method == r.rows[i].method);
+    CHECK(back.rows[i].ratio == Approx(r.rows[i].ratio));
+    CHECK(back.rows[i].achieved_ratio == Approx(r.rows[i].achieved_ratio));
+    CHECK(back.rows[i].contains == Approx(r.rows[i].contains));
+    CHECK(back.rows[i].f1 == Approx(r.rows[i].f1));
+    CHECK(back.rows[i].kl == Approx(r.rows[i].kl));
+    CHECK(back.rows[i].agreement == Approx(r.rows[i].agreement));
+    CHECK(back.rows[i].answer_f1 == Approx(r.rows[i].answer_f1));
+    CHECK(back.rows[i].questions == r.rows[i].questions);
+    CHECK(back.rows[i].answer_s == Approx(r.rows[i].answer_s));
+  }
+  CHECK(plot_report(back) == plot_report(r));
+  // Two runs' rows merged into one file (one header) draw every row; CRLF line ends are read too.
+  const std::string csv = format_csv(r);
+  const std::string body = csv.substr(csv.find('\n') + 1);
+  std::string crlf;
+  for (char c : body) crlf += c == '\n' ? std::string("\r\n") : std::string(1, c);
+  CHECK(parse_csv(csv + crlf + "\n").rows.size() == 2 * r.rows.size());
+}
+
+TEST_CASE("a CSV with storage-type columns reads them back", "[eval]") {
+  EvalReport r = two_methods();
+  r.with_kv_dtypes = true;
+  r.rows[1].kv_dtype = "q8";
+  r.rows[1].file_bytes = 12345;
+  r.rows[1].load_ms = 2.5;
+  const EvalReport back = parse_csv(format_csv(r));
+  CHECK(back.with_kv_dtypes);
+  REQUIRE(back.rows.size() == r.rows.size());
+  CHECK(back.rows[1].kv_dtype == "q8");
+  CHECK(back.rows[1].file_bytes == 12345);
+  CHECK(back.rows[1].load_ms == Approx(2.5));
+  CHECK(back.rows[0].kv_dtype == "f32");
+}
+
+TEST_CASE("a CSV that is not eval's is refused with its line", "[eval]") {
+  const std::string header =
+      "method,ratio,achieved_ratio,contains,f1,kl,agreement,answer_f1,questions,compress_s,"
+      "answer_s\n";
+  const auto refused = [](const std::string& text, const std::string& what) {
+    try {
+      parse_csv(text);
+      FAIL("accepted: " << text);
+    } catch (const Error& e) {
+      CHECK(e.code() == Errc::invalid_argument);
+      CHECK_THAT(e.what(), Catch::Matchers::Contains(what));
+    }
+  };
+  refused("", "empty");
+  refused("setting,length,task,method,ratio\n", "line 1: expected the header");
+  refused(header + "kvzip,0.5,0.5,10,10,0.1,50,60,4,1.0\n", "line 2: 10 fields, the header has 11");
+  refused(header + "full,1,1,40,100,0,100,100,4,0,1\nkvzip,0.5,half,10,10,0.1,50,60,4,1,1\n",
+          "line 3: 'half' is not a number");
+  refused(header + "kvzip,0.5,0.5,10,10,0.1,50,60,-4,1,1\n", "'-4' is not a number");
+  refused(header + "kvzip,0.5,,10,10,0.1,50,60,4,1,1\n", "'' is not a number");
 }

@@ -5,6 +5,7 @@
 // scorer: RULER's string_match_all / string_match_part (100 for the gold answers, 0 for empty).
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -347,19 +348,42 @@ TEST_CASE("ruler: the kvpress CSV lists compression as the fraction removed", "[
   RulerReport r;
   r.model_name = "m";
   r.rows.push_back({"agnostic", "vt", "full", 4096, 1.0, 1.0, 100.0, 2});
-  r.rows.push_back({"aware", "vt", "kvzip", 4096, 0.3, 0.3, 50.0, 2});
+  r.rows.push_back({"aware", "vt", "kvzip", 4096, 0.3, 0.3, 50.0, 2, 35.36});
+  r.rows.push_back({"agnostic", "vt", "snapkv", 4096, 0.125, 0.125, 20.0, 5, 8.94});
   CHECK(format_kvpress_csv(r) ==
-        "model,method,compression_ratio,task,score,setting,context_length\n"
-        "m,no_press,0.00,vt,100.00,agnostic,4096\n"
-        "m,kvzip,0.70,vt,50.00,aware,4096\n");
+        "model,method,compression_ratio,task,score,setting,context_length,score_se,samples\n"
+        "m,no_press,0.000,vt,100.00,agnostic,4096,0.00,2\n"
+        "m,kvzip,0.700,vt,50.00,aware,4096,35.36,2\n"
+        "m,snapkv,0.875,vt,20.00,agnostic,4096,8.94,5\n");
   CHECK(format_ruler_csv(r) ==
-        "setting,length,task,method,ratio,achieved_ratio,score,samples\n"
-        "agnostic,4096,vt,full,1.0000,1.0000,100.00,2\n"
-        "aware,4096,vt,kvzip,0.3000,0.3000,50.00,2\n");
+        "setting,length,task,method,ratio,achieved_ratio,score,samples,score_se\n"
+        "agnostic,4096,vt,full,1.0000,1.0000,100.00,2,0.00\n"
+        "aware,4096,vt,kvzip,0.3000,0.3000,50.00,2,35.36\n"
+        "agnostic,4096,vt,snapkv,0.1250,0.1250,20.00,5,8.94\n");
   const std::string table = format_ruler_table(r);
   CHECK_THAT(table, Catch::Matchers::Contains(
                         "aware      4096  kvzip       0.30  0.300            50.0    50.0"));
   CHECK_THAT(table, Catch::Matchers::EndsWith("string-match recall (0-100) per task\n"));
+}
+
+TEST_CASE("ruler: a cell's mean and its standard error over the samples", "[eval]") {
+  const auto near = [](double v) { return Catch::Detail::Approx(v); };
+  // Recall per sample, 0-100: two of five samples right.
+  const std::vector<double> two_of_five = {100, 0, 100, 0, 0};
+  const MeanError m = mean_standard_error(two_of_five);
+  CHECK(m.mean == near(40.0));
+  // Sample variance (n - 1): (2 * 60^2 + 3 * 40^2) / 4 = 3000; se = sqrt(3000 / 5) = 24.49.
+  CHECK(m.se == near(std::sqrt(600.0)));
+  const std::vector<double> same = {50, 50, 50};
+  CHECK(mean_standard_error(same).mean == near(50.0));
+  CHECK(mean_standard_error(same).se == 0.0);
+  const std::vector<double> pair = {0, 100};
+  CHECK(mean_standard_error(pair).se == near(50.0));  // sd 70.71 over sqrt(2)
+  const std::vector<double> one = {75};
+  CHECK(mean_standard_error(one).mean == near(75.0));
+  CHECK(mean_standard_error(one).se == 0.0);
+  CHECK(mean_standard_error({}).mean == 0.0);
+  CHECK(mean_standard_error({}).se == 0.0);
 }
 
 TEST_CASE(
