@@ -168,8 +168,9 @@ void add_scorer(const EvalOpts& o, eval::EvalOptions& eo) {
   eo.learned_source = std::move(s.source);
 }
 
-// `eval --ruler TASKS`: every task at every length, per setting, through the eval protocol.
-void run_ruler(const EvalOpts& o) {
+// `eval --ruler`'s options from the flags, each checked before any work (the QA sources and the
+// lengths against the model come after).
+eval::RulerOptions ruler_options(const EvalOpts& o) {
   eval::RulerOptions ro;
   ro.tasks = eval::parse_ruler_tasks(o.ruler);
   ro.lengths = o.lengths;
@@ -212,6 +213,26 @@ void run_ruler(const EvalOpts& o) {
   check_output(o.answers, "--answers");
   ro.gen.seed = o.ruler_seed;
   if (!o.haystack.empty()) ro.gen.haystack = read_text(o.haystack, "haystack");
+  return ro;
+}
+
+void write_ruler_outputs(const EvalOpts& o, const eval::RulerReport& report) {
+  const std::string table = eval::format_ruler_table(report);
+  std::fwrite(table.data(), 1, table.size(), stdout);
+  std::fflush(stdout);
+  if (!o.csv.empty()) write_file_atomically(o.csv, true, eval::format_ruler_csv(report));
+  if (!o.kvpress_csv.empty())
+    write_file_atomically(o.kvpress_csv, true, eval::format_kvpress_csv(report));
+  if (!o.answers.empty()) {
+    eval::EvalReport er;
+    er.answers = report.answers;
+    eval::write_answers(o.answers, er);
+  }
+}
+
+// `eval --ruler TASKS`: every task at every length, per setting, through the eval protocol.
+void run_ruler(const EvalOpts& o) {
+  eval::RulerOptions ro = ruler_options(o);
   eval::QaSource squad, hotpot;
   const bool wants_qa1 = std::find(ro.tasks.begin(), ro.tasks.end(), "qa_1") != ro.tasks.end();
   const bool wants_qa2 = std::find(ro.tasks.begin(), ro.tasks.end(), "qa_2") != ro.tasks.end();
@@ -245,18 +266,7 @@ void run_ruler(const EvalOpts& o) {
     ro.eval.log = ro.log;
     ro.eval.prefill_progress = progress_bars(o.quiet);
   }
-  const eval::RulerReport report = eval::run_ruler(*model, ro);
-  const std::string table = eval::format_ruler_table(report);
-  std::fwrite(table.data(), 1, table.size(), stdout);
-  std::fflush(stdout);
-  if (!o.csv.empty()) write_file_atomically(o.csv, true, eval::format_ruler_csv(report));
-  if (!o.kvpress_csv.empty())
-    write_file_atomically(o.kvpress_csv, true, eval::format_kvpress_csv(report));
-  if (!o.answers.empty()) {
-    eval::EvalReport er;
-    er.answers = report.answers;
-    eval::write_answers(o.answers, er);
-  }
+  write_ruler_outputs(o, eval::run_ruler(*model, ro));
 }
 
 // --retrieve and --compose, each its own evaluation over the SQuAD file's paragraphs: true when

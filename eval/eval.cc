@@ -282,11 +282,15 @@ std::string row_summary(const std::string& method, double ratio, const Accum& a,
       100.0 * a.answer_f1 / n, seconds);
 }
 
-// One document through the whole protocol; `accs` is (1 + methods × ratios), full first.
-void eval_document(const model::Model& model, model::Forward& fwd, const Document& doc,
-                   const EvalOptions& o, EvalReport& report, std::vector<Accum>& accs) {
-  DocumentRun run(model, fwd, doc, o, report);
-  // One CompressOptions per method (the reference "full" first): what compress() would be given.
+// The methods of one document (the reference "full" first), each as the CompressOptions that
+// compress() would be given, with its scorer.
+struct MethodSet {
+  std::vector<compress::CompressOptions> methods;
+  std::vector<std::unique_ptr<compress::Scorer>> scorers;
+};
+
+MethodSet make_methods(const model::Model& model, const EvalOptions& o,
+                       const std::vector<std::vector<int32_t>>& queries) {
   std::vector<compress::CompressOptions> methods(1 + o.methods.size());
   methods[0].method = "full";
   for (size_t m = 0; m < o.methods.size(); ++m) {
@@ -296,7 +300,7 @@ void eval_document(const model::Model& model, model::Forward& fwd, const Documen
   }
   compress::ScorerOptions so =
       compress::make_scorer_options(model.chat(), o.kvzip_chunk, o.seed, o.scorer_options);
-  if (o.query_aware) so.kvzip_queries = run.prompts();
+  if (o.query_aware) so.kvzip_queries = queries;
   so.learned = o.learned;
   so.learned_source = o.learned_source;
   std::vector<std::unique_ptr<compress::Scorer>> scorers;
@@ -308,6 +312,15 @@ void eval_document(const model::Model& model, model::Forward& fwd, const Documen
     co.ratio = 1.0;  // the ratios come per selection below
     scorers.push_back(compress::make_method_scorer(co));
   }
+  return {std::move(methods), std::move(scorers)};
+}
+
+// One document through the whole protocol; `accs` is (1 + methods × ratios), full first.
+void eval_document(const model::Model& model, model::Forward& fwd, const Document& doc,
+                   const EvalOptions& o, EvalReport& report, std::vector<Accum>& accs) {
+  DocumentRun run(model, fwd, doc, o, report);
+  auto [methods, scorers] =
+      make_methods(model, o, o.query_aware ? run.prompts() : std::vector<std::vector<int32_t>>{});
   std::vector<std::unique_ptr<TimedObserver>> timers;
   prefill::PrefillResult pre = run.prefill(scorers, timers);
   log(o, fmt("  prefill %u tokens in %.1f s", pre.n_prefix + pre.n_doc, pre.seconds));
