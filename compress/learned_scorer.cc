@@ -19,7 +19,7 @@ extern "C" void dposv_(const char* uplo, const int* n, const int* nrhs, double* 
 
 namespace kvzip::compress {
 
-// ---- Ridge ---------------------------------------------------------------------------------------
+// ---- Ridge --------------------------------------------------------------------------------------
 
 RidgeSystem::RidgeSystem(uint32_t dim, uint32_t outputs)
     : dim_(dim),
@@ -66,7 +66,7 @@ std::vector<double> RidgeSystem::solve(double alpha) const {
   return b;
 }
 
-// ---- Fit quality ---------------------------------------------------------------------------------
+// ---- Fit quality --------------------------------------------------------------------------------
 
 double r_squared(std::span<const float> t, std::span<const float> p) {
   KVZIP_ASSERT(t.size() == p.size());
@@ -117,7 +117,7 @@ double spearman(std::span<const float> a, std::span<const float> b) {
   return saa > 0 && sbb > 0 ? sab / std::sqrt(saa * sbb) : nan;
 }
 
-// ---- Prediction ----------------------------------------------------------------------------------
+// ---- Prediction ---------------------------------------------------------------------------------
 
 void predict_layer(const format::ScorerFile& s, uint32_t layer, const float* x, uint32_t n,
                    float* out, size_t out_stride) {
@@ -142,7 +142,7 @@ void check_scorer_shape(const format::ScorerFile& s, const ModelConfig& c) {
                   ", Hkv = " + std::to_string(c.n_kv_heads) + ", E = " + std::to_string(c.d_model));
 }
 
-// ---- The "kvzap" scorer --------------------------------------------------------------------------
+// ---- The "kvzap" scorer -------------------------------------------------------------------------
 
 namespace {
 

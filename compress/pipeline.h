@@ -126,7 +126,7 @@ DocumentScores kvzip_scores_gpu(model::GpuForward& forward, model::GpuCache& cac
 CompressResult compress_gpu(model::GpuForward& forward, std::span<const int32_t> prefix,
                             std::span<const int32_t> document, const CompressOptions& options);
 
-// ---- The cache file ------------------------------------------------------------------------------
+// ---- The cache file -----------------------------------------------------------------------------
 
 // What a cache file records besides the rows: the prompt pieces and how the cache was made.
 struct CacheDescription {
@@ -155,7 +155,7 @@ format::CacheContents make_contents(const model::Model& model, const model::Ragg
 format::CacheContents make_contents(const model::Model& model, std::vector<format::LayerKv> layers,
                                     bool has_scores, const CacheDescription& description);
 
-// ---- A document into a file ----------------------------------------------------------------------
+// ---- A document into a file ---------------------------------------------------------------------
 
 // The prompt pieces of a document as `kvzip compress` and `kvzip eval` build them: prefix =
 // chat.prefix(system) ("" = the template's default system prompt), document =
