@@ -85,11 +85,7 @@ void check_composable(const std::vector<const format::CacheHeader*>& headers,
   }
 }
 
-double default_blend(std::string_view arch) {
-  if (arch == "qwen2") return 0.0;
-  if (arch == "llama") return 0.5;
-  return 0.3;
-}
+double default_blend(std::string_view arch) { return arch == "llama" ? 0.5 : 0.3; }
 
 BlendRule parse_blend_rule(std::string_view name) {
   for (BlendRule r : {BlendRule::deviation, BlendRule::sink, BlendRule::sink_deviation})

@@ -419,7 +419,7 @@ TEST_CASE("blend rules: sink probes nothing; the rules differ below 1 and agree 
 }
 
 TEST_CASE("an unset blend is the model's default, by architecture", "[loader][compose]") {
-  CHECK(loader::default_blend("qwen2") == 0.0);
+  CHECK(loader::default_blend("qwen2") == 0.3);
   CHECK(loader::default_blend("llama") == 0.5);
   CHECK(loader::default_blend("gemma3") == 0.3);
   CHECK(loader::default_blend("mistral") == 0.3);
