@@ -112,9 +112,9 @@ QuerySession::Loaded QuerySession::open_file(const model::Model& model, const st
 
 namespace {
 
-// gpu_cache_from_reader for a q8/q4 file with KvForm::F32: per layer the stored rows (codes, group parameters,
-// channel scales) go to device scratch as they are and kernels::kv_dequantize_rows writes each
-// head's quantized rows into the cache on the device (the same bits as the host's
+// gpu_cache_from_reader for a q8/q4 file with KvForm::F32: per layer the stored rows (codes, group
+// parameters, channel scales) go to device scratch as they are and kernels::kv_dequantize_rows
+// writes each head's quantized rows into the cache on the device (the same bits as the host's
 // format::dequantize_rows); a head's f16 rows, its first ones, are widened on the host and copied
 // in front of them. A seventh (q4) to a quarter (q8) of the f32 bytes cross the bus, and the host
 // never holds a layer in f32.
