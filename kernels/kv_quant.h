@@ -111,8 +111,9 @@ void kv_quant_weighted_sum(const float* w, uint32_t n_q, const KvQuantRows& v, f
 void kv_quant_attend(const KvQuantAttendArgs& a);
 }  // namespace cpu
 
-namespace cuda {  // kernels/cuda/kv_quant.cu: device pointers, asynchronous on `stream`; every layout
-                  // the CPU reads (f16 or byte parameters, rotated or not), the same values
+namespace cuda {  // kernels/cuda/kv_quant.cu: device pointers, asynchronous on `stream`; every
+                  // layout the CPU reads (f16 or byte parameters, rotated or not), the same
+                  // values
 void kv_dequantize_rows(const KvQuantRows& in, float* x, void* stream);
 void kv_quant_scores(const float* q, uint32_t n_q, const KvQuantRows& k, float scale, float* scores,
                      void* stream);

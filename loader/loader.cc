@@ -317,7 +317,8 @@ uint64_t base_bytes_bound(const format::CacheReader& reader, uint32_t room, KvFo
   uint64_t n = 0;
   for (uint32_t l = 0; l < h.n_layers; ++l)
     for (const uint32_t kept : reader.head_rows(l)) {
-      if (quantized) {  // a head's f16 rows (at most kv_f16_below) widen to f32; the rest stay codes
+      if (quantized) {  // a head's f16 rows (at most kv_f16_below) widen to f32; the rest stay
+                        // codes
         const kernels::KvQuantLayout layout = quant_layout(h);
         const uint64_t dense = std::min<uint64_t>(kept, h.kv_f16_below);
         n += 2 * (dense * D * sizeof(float) + D * sizeof(float) +
