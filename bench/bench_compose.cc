@@ -123,7 +123,8 @@ int main(int argc, char** argv) {
       const size_t K = size_t(kd);
       std::vector<std::string> use;
       for (size_t i = 0; i < K; ++i) use.push_back(paths[i % paths.size()]);
-      // The joint sequence: the first cache's prefix, the documents with blank lines between, the question.
+      // The joint sequence: the first cache's prefix, the documents with blank lines between, the
+      // question.
       std::vector<format::CacheHeader> hs;
       for (const std::string& p : use) hs.push_back(format::CacheReader::open(p).header());
       std::vector<int32_t> seq(hs[0].prefix_tokens.begin(), hs[0].prefix_tokens.end());

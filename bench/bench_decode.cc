@@ -5,13 +5,13 @@
 // one call, O, gate and up as one call, down, as the model's forward issues them), weights of
 // random blocks, --mb MiB or more of them, so every pass streams them from DRAM.
 // Kernels per type: "fast" (matmul's default path: what decode runs), "fast-mapped" (the same with
-// Q's and K's rows through the rotary interleave map kvzip reads a GGUF's Q and K by), "avx2" (qdot with the AVX2
-// tiles, for comparison on an AVX-512 CPU: the same bits) and "exact" (fp32 on the dequantized
-// weights). Rounds interleave the bandwidth and every kernel; the table gives each one's median
-// and best GB/s over the rounds and the median as a fraction of the median bandwidth, by the
-// wall clock and by CPU time (bytes / (the process's CPU seconds / threads): on a machine shared
-// with other jobs the wall clock counts the time the threads were not running; CPU time counts
-// only theirs, spinning included).
+// Q's and K's rows through the rotary interleave map kvzip reads a GGUF's Q and K by), "avx2" (qdot
+// with the AVX2 tiles, for comparison on an AVX-512 CPU: the same bits) and "exact" (fp32 on the
+// dequantized weights). Rounds interleave the bandwidth and every kernel; the table gives each
+// one's median and best GB/s over the rounds and the median as a fraction of the median bandwidth,
+// by the wall clock and by CPU time (bytes / (the process's CPU seconds / threads): on a machine
+// shared with other jobs the wall clock counts the time the threads were not running; CPU time
+// counts only theirs, spinning included).
 // --resident instead measures each kernel's compute ceiling: one thread, one 2048-column matrix
 // of about 1 MiB (it stays in L2), timed in the thread's CPU time (so other processes on a busy
 // machine do not count), as GB/s of weights: the rate a thread could stream at if memory kept up.
@@ -20,8 +20,8 @@
 // --bandwidth-only 1 measures just the read bandwidth (one line: median and best GB/s over the
 // rounds), the probe bench/run_decode_rounds.sh takes around each decode it times.
 // Usage: bench_decode [--threads N] [--shape 1b|8b] [--mb MiB] [--bw-mb MiB] [--rounds R]
-//                     [--types Q4_0,Q4_K,...] [--kernels fast,avx2,exact] [--resident 1] [--tokens T]
-//                     [--bandwidth-only 1] [--pages 2m|4k]
+//                     [--types Q4_0,Q4_K,...] [--kernels fast,avx2,exact] [--resident 1]
+//                     [--tokens T] [--bandwidth-only 1] [--pages 2m|4k]
 // The weights and the probe's buffer sit in 2 MiB pages (as kvzip holds a model read into memory)
 // unless --pages 4k.
 #include <immintrin.h>
@@ -70,9 +70,9 @@ double median(std::vector<double> v) {
 }
 
 // Memory in 2 MiB pages where the kernel grants them (as kvzip holds a model's weights read into
-// memory, checkpoint/detail/mapped_file.cc), or in 4 KiB pages with --pages 4k. With 4 KiB pages every
-// page of a stream costs a TLB miss: the read-bandwidth probe then reads less than a decode in 2
-// MiB pages can (llama.cpp's decode has measured up to 105% of such a probe).
+// memory, checkpoint/detail/mapped_file.cc), or in 4 KiB pages with --pages 4k. With 4 KiB pages
+// every page of a stream costs a TLB miss: the read-bandwidth probe then reads less than a decode
+// in 2 MiB pages can (llama.cpp's decode has measured up to 105% of such a probe).
 bool g_huge_pages = true;
 struct Arena {
   void* raw = MAP_FAILED;

@@ -4,8 +4,9 @@
 // bytes streamed per second on both paths; prefill (T = --tokens) reports GFLOP/s and the ratio to
 // fp32 sgemm on already-fp32 weights. Block contents are random (speed does not depend on them).
 // --sweep TYPE instead times, for T = 1..512, the 8-bit-activation kernels (kernels/qdot.h, called
-// directly, and the ISA's register tiles alone) against the Exact path (dequantized tiles or slabs + sgemm) and fp32 sgemm on fp32
-// weights: where qdot stops paying is where matmul's Fast path hands over to the slabs.
+// directly, and the ISA's register tiles alone) against the Exact path (dequantized tiles or
+// slabs + sgemm) and fp32 sgemm on fp32 weights: where qdot stops paying is where matmul's Fast
+// path hands over to the slabs.
 // Usage: bench_matmul [--threads N] [--in N] [--out N] [--tokens T] [--sweep Q4_0|Q4_1|...]
 #include <chrono>
 #include <cmath>

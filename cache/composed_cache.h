@@ -1,6 +1,6 @@
 // ComposedCache: one answer's view of several compressed documents placed one after another
-// (spec/kvzip_format.md "Composing caches"). Each document's loaded cache (a KvBase, f32 or q8/q4 as
-// stored) is shared read-only and never copied: the view hands attention every document as a
+// (spec/kvzip_format.md "Composing caches"). Each document's loaded cache (a KvBase, f32 or q8/q4
+// as stored) is shared read-only and never copied: the view hands attention every document as a
 // block of rows at a shift Δ (its rows' composed position = stored position + Δ), attended with
 // the queries rotated back by Δ (kernels/attention.h, AttentionArgs::parts). The cache owns only
 // its own rows, in one private dense store in increasing position: the separators computed

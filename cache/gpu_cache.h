@@ -30,8 +30,9 @@ class GpuCache {
   GpuCache(CacheShape shape, uint32_t room);
   // The compressed state of `host` (kept rows, positions, base length) in device memory, with
   // `room` rows of append room per head, through upload_layers (packing layer l + 1 on the host
-  // overlaps the asynchronous copies of layer l, on `stream`); returns once every copy has finished. Throws Errc::invalid_argument when a head
-  // of `host` holds appended rows (they would be lost: reset() it first).
+  // overlaps the asynchronous copies of layer l, on `stream`); returns once every copy has
+  // finished. Throws Errc::invalid_argument when a head of `host` holds appended rows (they would
+  // be lost: reset() it first).
   static GpuCache from_ragged(const RaggedKvCache& host, uint32_t room, void* stream = nullptr);
   // The device layout of a compressed state (kept[l · Hkv + h] rows per head at logical length
   // `logical_length`, `room` rows of append room) with nothing copied yet: fill every layer with

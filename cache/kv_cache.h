@@ -117,7 +117,8 @@ class KvCache final : public AttentionCache {
   // made from a hybrid ModelConfig (else Errc::invalid_argument). Off again, the local layers keep
   // what they hold and grow by what is appended.
   void trim_local_layers(bool on, uint32_t pinned = 0);
-  // Raw storage of one layer: (Hkv, layer_capacity(layer), D); rows [0, view().len) of each head valid.
+  // Raw storage of one layer: (Hkv, layer_capacity(layer), D); rows [0, view().len) of each head
+  // valid.
   const float* keys(uint32_t layer) const { return k_[layer].data(); }
   const float* values(uint32_t layer) const { return v_[layer].data(); }
   uint32_t layer_capacity(uint32_t layer) const { return cap_[layer]; }

@@ -5,7 +5,8 @@
 // V array, head-major. logical_length() continues from the uncompressed sequence length, never
 // from the kept count. The compressed state (base) is restored by reset() in O(L·Hkv) with no
 // data copied. retain() compacts one head in place (bounded generation, model/rkv.h): rows stay in
-// increasing position, so rollback/reset keep working; dropping base rows shrinks the base for good.
+// increasing position, so rollback/reset keep working; dropping base rows shrinks the base for
+// good.
 #pragma once
 #include <cstdint>
 #include <span>

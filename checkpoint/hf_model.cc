@@ -1,7 +1,8 @@
-// Hugging Face checkpoint folder -> Weights (views into the mapped safetensors files), TokenizerData
-// and ModelFingerprint. Tensor names are transformers' (model.layers.N.self_attn.q_proj.weight ...);
-// tensors kvzip does not use are ignored but still hashed. Hashes are xxh64 with the same tagged,
-// length-prefixed layout as the GGUF fingerprint (gguf_weights.cc), over the tensors in name order.
+// Hugging Face checkpoint folder -> Weights (views into the mapped safetensors files),
+// TokenizerData and ModelFingerprint. Tensor names are transformers'
+// (model.layers.N.self_attn.q_proj.weight ...); tensors kvzip does not use are ignored but still
+// hashed. Hashes are xxh64 with the same tagged, length-prefixed layout as the GGUF fingerprint
+// (gguf_weights.cc), over the tensors in name order.
 #include "checkpoint/hf_model.h"
 
 #include <xxhash.h>
@@ -159,8 +160,8 @@ std::vector<float> gemma_norm(std::vector<float> w) {
 }
 
 // Where the language model's tensors live: "model." (…ForCausalLM), or inside a
-// Gemma3ForConditionalGeneration ("model.language_model." in transformers 5, "language_model.model."
-// before).
+// Gemma3ForConditionalGeneration ("model.language_model." in transformers 5,
+// "language_model.model." before).
 std::string model_prefix(const Checkpoint& c) {
   for (const char* p : {"model.", "model.language_model.", "language_model.model."})
     if (c.tensors.count(std::string(p) + "embed_tokens.weight")) return p;

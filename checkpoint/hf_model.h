@@ -14,7 +14,8 @@
 
 namespace kvzip::model {
 
-// True when `path` is a directory (loaders treat it as a checkpoint folder, and report what it lacks).
+// True when `path` is a directory (loaders treat it as a checkpoint folder, and report what it
+// lacks).
 bool is_hf_checkpoint_dir(const std::string& path);
 
 // config.json of `dir` -> ModelConfig (Errc::not_found without it; unsupported / corrupt as

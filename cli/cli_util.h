@@ -43,7 +43,8 @@ inline constexpr const char* kKvDtypeHelp =
     "Hadamard-rotated rows with per-head channel scales, prefix rows kept as f16; "
     "docs/quantized-kv.md)";
 // What `kvzip compress` stores K/V as when --kv-dtype is not given. f16 halves the file and the
-// load of f32, and on the exact path its answers were f32's, token for token (docs/quantized-kv.md).
+// load of f32, and on the exact path its answers were f32's, token for token
+// (docs/quantized-kv.md).
 inline constexpr const char* kDefaultKvDtype = "f16";
 
 // --kv-rotate and --kv-params chose among q8/q4 layouts that the file format no longer has (it

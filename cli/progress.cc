@@ -1,5 +1,5 @@
-// ProgressBar (see cli/progress.h). A terminal gets one line redrawn in place (rate-limited); a pipe or
-// file gets at most four plain lines, so logs stay short.
+// ProgressBar (see cli/progress.h). A terminal gets one line redrawn in place (rate-limited); a
+// pipe or file gets at most four plain lines, so logs stay short.
 #include <unistd.h>
 
 #include <algorithm>

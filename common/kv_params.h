@@ -1,5 +1,5 @@
-// A quantization group's parameters in .kvz q8/q4 rows (spec/kvzip_format.md §12.1): the scale s and
-// the minimum m of y = c·fma(s, q, m). The one definition of their stored form, which the
+// A quantization group's parameters in .kvz q8/q4 rows (spec/kvzip_format.md §12.1): the scale s
+// and the minimum m of y = c·fma(s, q, m). The one definition of their stored form, which the
 // quantizer (kernels/kv_quant.h), the attention over codes and the format's reconstruction
 // (format::dequantize_rows) all decode through, so that every reader gets the same bits:
 //   byte: one 16-bit word per group, little-endian: byte 0 the scale code e, byte 1 the zero

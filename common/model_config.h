@@ -1,7 +1,7 @@
-// ModelConfig (the shape and numerics of a Llama-family model) and ModelFingerprint (what identifies
-// the exact model that produced a cache): plain data, shared by model/, format/, kernels/ and the
-// rest. This is also kvzip's one dimension glossary; every tensor carries a shape comment in these
-// letters:
+// ModelConfig (the shape and numerics of a Llama-family model) and ModelFingerprint (what
+// identifies the exact model that produced a cache): plain data, shared by model/, format/,
+// kernels/ and the rest. This is also kvzip's one dimension glossary; every tensor carries a shape
+// comment in these letters:
 //   L  layers            Hq  query heads      Hkv  key/value heads    G  Hq / Hkv (the GQA group)
 //   D  head dimension    E   model width      F    FFN width          V  vocabulary size
 //   T  tokens (sequence positions)

@@ -2,8 +2,9 @@
 // any batch scheduler can split and rerun (docs/scale-out.md).
 //  - The manifest is JSON lines: {"id": "...", "path": "..." | "text": "...", "method"?, "ratio"?}.
 //    A relative path is relative to the manifest's folder. A bad line fails alone.
-//  - Document `id` is written to OUT_DIR/<id>.kvz (so `kvzip serve --caches OUT_DIR` names the cache
-//    by it); ids are cache ids: 1..128 bytes of [A-Za-z0-9._-], not starting with '.', unique.
+//  - Document `id` is written to OUT_DIR/<id>.kvz (so `kvzip serve --caches OUT_DIR` names the
+//    cache by it); ids are cache ids: 1..128 bytes of [A-Za-z0-9._-], not starting with '.',
+//    unique.
 //  - Each output records a key (model fingerprint, document hash, method, ratio and every option
 //    that changes the file) in its header; an existing output with the same key is skipped, so a
 //    rerun after a crash, a kill -9 or a preemption resumes where it stopped. Outputs are written

@@ -194,9 +194,10 @@ void check_file_options(const CompressFileOptions& options);
 
 // Compresses UTF-8 `text` with `model` and writes the .kvz file to `path` atomically (temporary
 // file, fsync, rename: a failure leaves no file behind). check_file_options first, then the
-// quantization group against the model's head dimension, all before any model work. Returns the compression's
-// result (the cache included) for reporting; a streamed compression's rows go from its stream
-// cache to the file layer by layer, never held twice, so its result's cache keeps no rows.
+// quantization group against the model's head dimension, all before any model work. Returns the
+// compression's result (the cache included) for reporting; a streamed compression's rows go from
+// its stream cache to the file layer by layer, never held twice, so its result's cache keeps no
+// rows.
 CompressResult compress_to_file(const model::Model& model, std::string_view text,
                                 const CompressFileOptions& options, const std::string& path);
 

@@ -114,9 +114,9 @@ struct ScorerOptions {
 
 // Sets one ScorerOptions field by name, for `--scorer-option KEY=VALUE` on compress and eval.
 // Keys: chunk, hint, seed, sink, snapkv-window, snapkv-kernel, h2o-recent, restkv-window,
-// restkv-alpha, restkv-kmin, rkv-window, rkv-lambda, rkv-threshold, rkv-kernel, kvzap-window. Throws
-// Errc::invalid_argument for an unknown key (listing the known ones) or a value that is not a
-// whole number / finite number as the field needs; ranges are checked by make_scorer.
+// restkv-alpha, restkv-kmin, rkv-window, rkv-lambda, rkv-threshold, rkv-kernel, kvzap-window.
+// Throws Errc::invalid_argument for an unknown key (listing the known ones) or a value that is not
+// a whole number / finite number as the field needs; ranges are checked by make_scorer.
 void set_scorer_option(ScorerOptions& options, std::string_view key, std::string_view value);
 // "KEY=VALUE" form of the above; throws Errc::invalid_argument when there is no '='.
 void set_scorer_option(ScorerOptions& options, std::string_view key_equals_value);

@@ -1,6 +1,6 @@
-// set_scorer_option and make_scorer_options (scorer.h): ScorerOptions fields by name, so the CLI can expose every
-// scorer's parameters without one flag per field. Values must parse completely (no "7x", no
-// trailing spaces); the scorers' own range checks (make_scorer) then apply unchanged.
+// set_scorer_option and make_scorer_options (scorer.h): ScorerOptions fields by name, so the CLI
+// can expose every scorer's parameters without one flag per field. Values must parse completely (no
+// "7x", no trailing spaces); the scorers' own range checks (make_scorer) then apply unchanged.
 #include <charconv>
 #include <cmath>
 #include <string>

@@ -1,7 +1,8 @@
-// Selection and eviction (selection.h): each level reduces to "keep exactly k of these n scores" over a
-// contiguous slice of the (L, Hkv, n_c) score array: global = the whole array, per-layer = one
-// layer's (Hkv, n_c), per-head = one (n_c) row. The cut value comes from nth_element on a copy;
-// rows strictly above it are kept, then rows equal to it in index order until k are kept.
+// Selection and eviction (selection.h): each level reduces to "keep exactly k of these n scores"
+// over a contiguous slice of the (L, Hkv, n_c) score array: global = the whole array,
+// per-layer = one layer's (Hkv, n_c), per-head = one (n_c) row. The cut value comes from
+// nth_element on a copy; rows strictly above it are kept, then rows equal to it in index order
+// until k are kept.
 #include "compress/selection.h"
 
 #include <algorithm>

@@ -58,7 +58,8 @@ struct EvalOptions {
   std::shared_ptr<const format::ScorerFile> learned;
   compress::MethodParams learned_source;
   // Storage types to evaluate: "f32" (always, first) and any of f16, bf16, q8, q4. Rows of a
-  // dtype other than f32 report agreement and KL against the f32 cache of the same method and ratio.
+  // dtype other than f32 report agreement and KL against the f32 cache of the same method and
+  // ratio.
   std::vector<std::string> kv_dtypes = {"f32"};
   uint32_t kv_group = 0;  // q8/q4 channels per group, 0 = D
   // Matrix products of every forward pass. Fast (the default everywhere) rounds activations to
@@ -76,8 +77,9 @@ struct EvalOptions {
 };
 
 // Throws Errc::invalid_argument for an unknown method, a ratio outside (0, 1], a template
-// without {question}, max_answer_tokens == 0, or "kvzip-head" without head scores. Sorts and de-duplicates methods (keeping their
-// order) and ratios (ascending); "full" among the methods is dropped (it is always the reference).
+// without {question}, max_answer_tokens == 0, or "kvzip-head" without head scores. Sorts and
+// de-duplicates methods (keeping their order) and ratios (ascending); "full" among the methods is
+// dropped (it is always the reference).
 EvalOptions checked(EvalOptions options);
 
 struct EvalRow {

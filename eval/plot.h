@@ -1,8 +1,8 @@
 // Line plots for `kvzip eval --plot`, written as SVG (plain text, no drawing library): panels side
 // by side, each with a title, gridded and labelled axes, one coloured line with markers per series,
-// an optional dashed reference level, and one shared legend below. plot_report draws contains-answer
-// (%) and F1 (%) against the ratio kept, one series per method. Any browser or image viewer shows the
-// file; `rsvg-convert -o out.png out.svg` (librsvg) turns it into a PNG.
+// an optional dashed reference level, and one shared legend below. plot_report draws
+// contains-answer (%) and F1 (%) against the ratio kept, one series per method. Any browser or
+// image viewer shows the file; `rsvg-convert -o out.png out.svg` (librsvg) turns it into a PNG.
 #pragma once
 #include <optional>
 #include <string>

@@ -91,7 +91,8 @@ struct RulerGenOptions {
   const QaSource* squad = nullptr;     // qa_1 (required for it)
   const QaSource* hotpotqa = nullptr;  // qa_2 (required for it)
   // Tokens of the prompt outside the sample's text (the chat template around document and
-  // question): the sample's text, its answer prefix, this and the task's answer budget fit `length`.
+  // question): the sample's text, its answer prefix, this and the task's answer budget fit
+  // `length`.
   uint32_t template_tokens = 0;
 };
 

@@ -1,6 +1,7 @@
 // `kvzip inspect` for head-scores (.kvh) files: the header facts, score statistics and the full
 // (L, Hkv) table with each head's rank (rank 1 = kept first by `compress --level head`, ties to
-// the lower (layer, head) index as compress/head_level.h selects). Text and JSON carry the same facts.
+// the lower (layer, head) index as compress/head_level.h selects). Text and JSON carry the same
+// facts.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>

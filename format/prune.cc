@@ -3,10 +3,10 @@
 // document row of every layer and head. Same rule as compress::select_rows (Global): exactly
 // k = round(ratio · L·Hkv·n_c) rows stay; among scores equal to the cut, the rows earliest in file
 // order (layer, head, position) stay. Prefix rows are never evicted. On a hybrid model's cache the
-// ratio and the threshold cover the global layers; local layers keep their rows. A q8/q4 cache is pruned in its
-// stored form: each kept row takes its own group parameters and codes (or its f16 values), and the
-// per-head channel scales stay as they are (valid for any subset of rows), so nothing is quantized
-// again.
+// ratio and the threshold cover the global layers; local layers keep their rows. A q8/q4 cache is
+// pruned in its stored form: each kept row takes its own group parameters and codes (or its f16
+// values), and the per-head channel scales stay as they are (valid for any subset of rows), so
+// nothing is quantized again.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>

@@ -64,13 +64,14 @@ struct KvSpan {
 };
 
 // Optional statistics attention computes from the logits it forms anyway (the KVzip score,
-// spec/methods.md §1 step 5): for every query row (token i, query head of KV head h), the softmax over a
-// LOCAL subset of h's rows — [0, prefix_end) ⊕ [target_begin, target_end) ⊕ [own_begin, the row's
-// own causal limit] — and, for each target row j, the max of that probability over the group's
-// heads and all T tokens, max-combined into out[h·out_stride + j − target_begin] (so out must
-// start at 0 or at earlier probabilities). Requires prefix_end <= target_begin <= target_end <=
-// own_begin <= len − T in every head. The attention output itself is the same (keys are visited
-// local rows first, so it differs from a call without stats only by summation order).
+// spec/methods.md §1 step 5): for every query row (token i, query head of KV head h), the softmax
+// over a LOCAL subset of h's rows — [0, prefix_end) ⊕ [target_begin, target_end) ⊕
+// [own_begin, the row's own causal limit] — and, for each target row j, the max of that probability
+// over the group's heads and all T tokens, max-combined into out[h·out_stride + j − target_begin]
+// (so out must start at 0 or at earlier probabilities). Requires
+// prefix_end <= target_begin <= target_end <= own_begin <= len − T in every head. The attention
+// output itself is the same (keys are visited local rows first, so it differs from a call without
+// stats only by summation order).
 struct LocalMaxProb {
   uint32_t prefix_end = 0;
   uint32_t target_begin = 0;

@@ -1,6 +1,7 @@
 // GEMM front: Y(T, out) = X(T, in) · W(out, in)^T (+ bias), fp32, row-major. W is stored the way
-// every weight in checkpoint/weights.h is: one row per output feature. For T == 1 (decode) a threaded
-// GEMV on Exec::pool streams W once; for T > 1 OpenBLAS sgemm runs with set_blas_threads() threads.
+// every weight in checkpoint/weights.h is: one row per output feature. For T == 1 (decode) a
+// threaded GEMV on Exec::pool streams W once; for T > 1 OpenBLAS sgemm runs with set_blas_threads()
+// threads.
 #pragma once
 #include <cstdint>
 

@@ -1,8 +1,8 @@
 // Group-wise 8-bit and 4-bit K/V rows: the .kvz q8/q4 storage (spec/kvzip_format.md §12.1) and
 // attention computed directly over it. One KV head's rows share a per-channel scale vector c (D);
 // each row is cut into D/Gs groups of Gs consecutive channels, and a group stores a scale s, a
-// minimum m (with KvQuantLayout::byte_params as a byte scale code and a byte zero point, else as two
-// f16 words: common/kv_params.h) and one unsigned code q per channel (8 bits, or 4 bits packed
+// minimum m (with KvQuantLayout::byte_params as a byte scale code and a byte zero point, else as
+// two f16 words: common/kv_params.h) and one unsigned code q per channel (8 bits, or 4 bits packed
 // two per byte, channel 2i in the low nibble). The value is
 //     x[j] = c[j] * fma(s, q[j], m)          (binary32; fma rounds once)
 // Everything that belongs to a row lives in that row (its params and codes), so dropping rows
@@ -111,8 +111,9 @@ void kv_quant_weighted_sum(const float* w, uint32_t n_q, const KvQuantRows& v, f
 void kv_quant_attend(const KvQuantAttendArgs& a);
 }  // namespace cpu
 
-namespace cuda {  // kernels/cuda/kv_quant.cu: device pointers, asynchronous on `stream`; every layout
-                  // the CPU reads (f16 or byte parameters, rotated or not), the same values
+namespace cuda {  // kernels/cuda/kv_quant.cu: device pointers, asynchronous on `stream`; every
+                  // layout the CPU reads (f16 or byte parameters, rotated or not), the same
+                  // values
 void kv_dequantize_rows(const KvQuantRows& in, float* x, void* stream);
 void kv_quant_scores(const float* q, uint32_t n_q, const KvQuantRows& k, float scale, float* scores,
                      void* stream);

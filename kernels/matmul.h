@@ -59,15 +59,15 @@ const char* matmul_path_name(MatmulPath p);
 // blocks (avx2) up to T=48; fp32 dequantized slabs + OpenBLAS sgemm beyond".
 std::string matmul_kernels(MatmulPath p);
 
-// Whether the Fast path takes T tokens of type t through bf16 products on this CPU (T > 48; F16/BF16
-// weights with AVX-512 BF16, or any block type with AMX-BF16): each product w·x then moves by at
-// most (2^-8 + 2^-16)·|w·x| (w: the weight's fp32 value, rounded to bf16 like x).
+// Whether the Fast path takes T tokens of type t through bf16 products on this CPU (T > 48;
+// F16/BF16 weights with AVX-512 BF16, or any block type with AMX-BF16): each product w·x then moves
+// by at most (2^-8 + 2^-16)·|w·x| (w: the weight's fp32 value, rounded to bf16 like x).
 bool matmul_bf16_products(quant::GgmlType t, uint32_t T);
 
 // Most tokens (rows of X) the Fast path computes with 8-bit activations (kernels/qdot.h) on every
 // CPU; more go through dequantized slabs and sgemm where the CPU has no int8 GEMM (no AVX2), or
-// through the AMX-BF16 GEMM where it has AMX-BF16, which round differently. Callers that want one numeric path for every call (the server's
-// batched steps) stay at or below it.
+// through the AMX-BF16 GEMM where it has AMX-BF16, which round differently. Callers that want one
+// numeric path for every call (the server's batched steps) stay at or below it.
 inline constexpr uint32_t kMatmulInt8MaxT = 48;
 
 // Largest dequantized slab the long-T path holds per call (floats; 16 MiB).

@@ -16,16 +16,17 @@
 // nibbles otherwise, with Q4_0/Q5_0's offset −8·d / −16·d as their min), ws the group's fp32
 // scale (Q6_K: fw · float(sub_j), one product), mw_g its min, d_x the activation block's scale and
 // s_x = d_x · Σ q_x. The integer sums are exact, and every kernel (scalar, AVX2 tiles, VNNI tiles,
-// AVX2, VNNI and AMX GEMMs) runs exactly this chain, so a token's result is bit-identical whatever T, the batch
-// it shares a call with, and the CPU's instruction set; only the activation rounding (relative
-// error <= 1/254 of the block's largest |x| per element) and the fp32 chain differ from the fp32
-// product on the dequantized weights.
+// AVX2, VNNI and AMX GEMMs) runs exactly this chain, so a token's result is bit-identical whatever
+// T, the batch it shares a call with, and the CPU's instruction set; only the activation rounding
+// (relative error <= 1/254 of the block's largest |x| per element) and the fp32 chain differ from
+// the fp32 product on the dequantized weights.
 // W's bytes are read once per call for all T tokens (tiles of a few rows x a few tokens in
 // registers), so batching B decode tokens into one call costs little more than one.
 // The ISA (scalar reference, AVX2, AVX-512 VNNI, AMX-INT8) is picked at run time (QIsa,
 // kernels/qgemv.h); each x86 ISA has register tiles for short T and a GEMM from a few tokens on
-// (AVX2 from kQdotAvx2GemmMinT, VNNI from kQdotGemmMinT or kQdotDecode16GemmMinT); AMX runs the VNNI kernels below
-// kQdotAmxMinT tokens and its tile GEMM from there (kernels/cpu/qdot_amx.cc), the same chain again.
+// (AVX2 from kQdotAvx2GemmMinT, VNNI from kQdotGemmMinT or kQdotDecode16GemmMinT); AMX runs the
+// VNNI kernels below kQdotAmxMinT tokens and its tile GEMM from there (kernels/cpu/qdot_amx.cc),
+// the same chain again.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -64,21 +65,22 @@ inline constexpr uint32_t kQdotDecode16GemmMinTQ8_0 = 32;
 // measure no faster than the VNNI GEMM). Speed only again.
 inline constexpr uint32_t kQdotAmxMinT = 16;
 inline constexpr uint32_t kQdotAmxMinTQ6K = 256;
-// From this many tokens an AVX2 (or AVX-512 without VNNI) CPU runs its GEMM (kernels/cpu/qdot_x86.cc)
-// instead of the register tiles; Q8_0, whose signed weights cost the GEMM a sign, a widening and an
-// add per 4-element step (the nibble types: one add), from kQdotAvx2GemmMinTQ8_0 — measured below
-// the tiles up to 48 tokens, level with them beyond.
+// From this many tokens an AVX2 (or AVX-512 without VNNI) CPU runs its GEMM
+// (kernels/cpu/qdot_x86.cc) instead of the register tiles; Q8_0, whose signed weights cost the GEMM
+// a sign, a widening and an add per 4-element step (the nibble types: one add), from
+// kQdotAvx2GemmMinTQ8_0 — measured below the tiles up to 48 tokens, level with them beyond.
 // Speed only: the same chain.
 inline constexpr uint32_t kQdotAvx2GemmMinT = 16;
 inline constexpr uint32_t kQdotAvx2GemmMinTQ8_0 = 49;
 // Whether `isa` has a GEMM (AVX2, AVX-512 VNNI or AMX: tokens in 16-token vectors, the same chain).
-// Without it (the scalar build), matmul's Fast path hands T > kMatmulInt8MaxT to fp32 slabs + sgemm.
+// Without it (the scalar build), matmul's Fast path hands T > kMatmulInt8MaxT to
+// fp32 slabs + sgemm.
 bool qdot_has_gemm(QIsa isa);
 
 namespace cpu {
 // x (T, in) -> out (T, in / 32) blocks; in must be a multiple of 32. Deterministic: every ISA's
-// kernel reads the same blocks; an AVX2 or AVX-512 CPU computes them in vectors, bit for bit what the
-// portable loop (quantize_acts_portable, the reference) gives.
+// kernel reads the same blocks; an AVX2 or AVX-512 CPU computes them in vectors, bit for bit what
+// the portable loop (quantize_acts_portable, the reference) gives.
 void quantize_acts(const float* x, uint32_t T, uint32_t in, Q8Act* out);
 void quantize_acts_portable(const float* x, uint32_t T, uint32_t in, Q8Act* out);
 

@@ -16,10 +16,10 @@
 namespace kvzip::kernels {
 
 enum class QFormat : uint8_t {
-  Q4_0 =
-      0,  // 18 bytes: fp16 d, 16 bytes qs; w[j] = d·((qs[j] & 15) − 8), w[j+16] = d·((qs[j] >> 4) − 8)
-  Q4_1 =
-      1,  // 20 bytes: fp16 d, fp16 m, 16 bytes qs; w[j] = d·(qs[j] & 15) + m, w[j+16] = d·(qs[j] >> 4) + m
+  Q4_0 = 0,  // 18 bytes: fp16 d, 16 bytes qs; w[j] = d·((qs[j] & 15) − 8),
+             // w[j+16] = d·((qs[j] >> 4) − 8)
+  Q4_1 = 1,  // 20 bytes: fp16 d, fp16 m, 16 bytes qs; w[j] = d·(qs[j] & 15) + m,
+             // w[j+16] = d·(qs[j] >> 4) + m
   Q8_0 = 2,  // 34 bytes: fp16 d, 32 int8 qs; w[j] = d·qs[j]
 };
 

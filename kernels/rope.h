@@ -1,9 +1,9 @@
-// RoPE front, canonical half-split order (common/model_config.h): for each head vector x (D) and pair
-// i < D/2, (x[i], x[i+D/2]) is rotated by the angle pos·inv_freq[i]. inv_freq[i] = base^(-2i/D),
-// adjusted by the model's RopeScaling (linear: divided by factor; llama3: the piecewise
-// wavelength rule of Llama 3.1). Angles are formed in fp32 as pos·inv_freq (as Hugging Face does),
-// their cos/sin computed in double and rounded; tables are built once per chunk of positions and
-// shared by all layers and heads.
+// RoPE front, canonical half-split order (common/model_config.h): for each head vector x (D) and
+// pair i < D/2, (x[i], x[i+D/2]) is rotated by the angle pos·inv_freq[i].
+// inv_freq[i] = base^(-2i/D), adjusted by the model's RopeScaling (linear: divided by factor;
+// llama3: the piecewise wavelength rule of Llama 3.1). Angles are formed in fp32 as pos·inv_freq
+// (as Hugging Face does), their cos/sin computed in double and rounded; tables are built once per
+// chunk of positions and shared by all layers and heads.
 #pragma once
 #include <cstdint>
 #include <vector>

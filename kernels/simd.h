@@ -1,7 +1,8 @@
 // CPU-internal vector helpers for kernels/cpu/*.cc (not part of any op's API). Written with GCC/
 // Clang vector extensions so one source compiles to AVX-512, AVX2, SSE or NEON: VecF holds kLanes
-// floats (16 with AVX-512, 8 with AVX/AVX2, else 4: SSE, NEON). Loads/stores are unaligned. exp_vec is a Cephes-style
-// polynomial exp with ~2 ulp error over [-87, 88]; inputs above 88 give e^88; inputs below -87.3 give ~1e-38, not 0.
+// floats (16 with AVX-512, 8 with AVX/AVX2, else 4: SSE, NEON). Loads/stores are unaligned. exp_vec
+// is a Cephes-style polynomial exp with ~2 ulp error over [-87, 88]; inputs above 88 give e^88;
+// inputs below -87.3 give ~1e-38, not 0.
 #pragma once
 #include <cstdint>
 #include <cstring>

@@ -169,7 +169,8 @@ void pick_recomputed(model::Forward& forward, model::ComposedCache& cache, uint3
   cache.skip(d, stored);
 }
 
-// The `pick` indices of [from, n) with the largest change, ties to the earlier one, appended to out.
+// The `pick` indices of [from, n) with the largest change, ties to the earlier one, appended to
+// out.
 void top_by_change(std::span<const double> change, uint32_t from, uint32_t n, uint32_t pick,
                    std::vector<uint32_t>& out) {
   std::vector<uint32_t> order(n - from);

@@ -1,14 +1,15 @@
 // Composition of several compressed documents into one context (spec/kvzip_format.md "Composing
 // caches"): [first cache's prefix ; document 1's kept rows ; separator ; document 2's kept rows ;
-// ... ; question]. Every document keeps its stored rows (shared, read-only: cache/composed_cache.h);
-// what is computed per composition is small: the separator rows (a blank line by default, each
-// seeing every document before it) and, with ComposeOptions::blend, a fraction of every later
-// document's tokens recomputed with the earlier documents in view, which restores some of the
-// attention across documents that separate compression could not see (CacheBlend, EuroSys '25,
-// does this for full caches). Rows to recompute are chosen by how much their values at layer 1
-// change when the earlier documents are in view: a probe of the first two layers over the
-// document's tokens with and without them. Models with sliding-window layers (Gemma 3) compose
-// too: their local layers see by composed position (cache/composed_cache.h, ComposedWindow).
+// ... ; question]. Every document keeps its stored rows (shared, read-only:
+// cache/composed_cache.h); what is computed per composition is small: the separator rows (a blank
+// line by default, each seeing every document before it) and, with ComposeOptions::blend, a
+// fraction of every later document's tokens recomputed with the earlier documents in view, which
+// restores some of the attention across documents that separate compression could not see
+// (CacheBlend, EuroSys '25, does this for full caches). Rows to recompute are chosen by how much
+// their values at layer 1 change when the earlier documents are in view: a probe of the first two
+// layers over the document's tokens with and without them. Models with sliding-window layers
+// (Gemma 3) compose too: their local layers see by composed position (cache/composed_cache.h,
+// ComposedWindow).
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -112,9 +112,9 @@ QuerySession::Loaded QuerySession::open_file(const model::Model& model, const st
 
 namespace {
 
-// gpu_cache_from_reader for a q8/q4 file with KvForm::F32: per layer the stored rows (codes, group parameters,
-// channel scales) go to device scratch as they are and kernels::kv_dequantize_rows writes each
-// head's quantized rows into the cache on the device (the same bits as the host's
+// gpu_cache_from_reader for a q8/q4 file with KvForm::F32: per layer the stored rows (codes, group
+// parameters, channel scales) go to device scratch as they are and kernels::kv_dequantize_rows
+// writes each head's quantized rows into the cache on the device (the same bits as the host's
 // format::dequantize_rows); a head's f16 rows, its first ones, are widened on the host and copied
 // in front of them. A seventh (q4) to a quarter (q8) of the f32 bytes cross the bus, and the host
 // never holds a layer in f32.
@@ -317,7 +317,8 @@ uint64_t base_bytes_bound(const format::CacheReader& reader, uint32_t room, KvFo
   uint64_t n = 0;
   for (uint32_t l = 0; l < h.n_layers; ++l)
     for (const uint32_t kept : reader.head_rows(l)) {
-      if (quantized) {  // a head's f16 rows (at most kv_f16_below) widen to f32; the rest stay codes
+      if (quantized) {  // a head's f16 rows (at most kv_f16_below) widen to f32; the rest stay
+                        // codes
         const kernels::KvQuantLayout layout = quant_layout(h);
         const uint64_t dense = std::min<uint64_t>(kept, h.kv_f16_below);
         n += 2 * (dense * D * sizeof(float) + D * sizeof(float) +

@@ -171,8 +171,8 @@ class QuerySession {
   static Loaded open_file(const model::Model& model, const std::string& path,
                           const SessionOptions& o);
   QuerySession(const model::Model& model, Loaded loaded, const SessionOptions& options);
-  // Builds gpu_forward_ and gpu_cache_: from the file when `reader` is given (gpu_cache_from_reader),
-  // else from the f32 base.
+  // Builds gpu_forward_ and gpu_cache_: from the file when `reader` is given
+  // (gpu_cache_from_reader), else from the f32 base.
   void to_device(const SessionOptions& options, const format::CacheReader* reader);
 
   const model::Model& model_;

@@ -6,9 +6,10 @@
 // matrices as the model file stores them (kernels/matmul.h, ForwardOptions::matmul). A failed call
 // leaves the cache as it was before the call. A chunk whose logits nobody reads (and with no trace)
 // stops its last layer after the K/V append and the attention statistics an observer asked for:
-// that layer's output would feed only the LM head. A Forward owns a thread pool and scratch buffers:
-// one call at a time per Forward object; it keeps a reference to the Weights, which must outlive it.
-// step() is the batched entry of a server: several caches advance together in one chunk.
+// that layer's output would feed only the LM head. A Forward owns a thread pool and scratch
+// buffers: one call at a time per Forward object; it keeps a reference to the Weights, which must
+// outlive it. step() is the batched entry of a server: several caches advance together in one
+// chunk.
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -1,6 +1,6 @@
-// Model loading (a GGUF file or a Hugging Face folder -> weights mapped from the file(s) + tokenizer
-// + chat template), the generation loop and perplexity. The mapping lives as long as the Model (its
-// matrices point into it).
+// Model loading (a GGUF file or a Hugging Face folder -> weights mapped from the file(s) +
+// tokenizer + chat template), the generation loop and perplexity. The mapping lives as long as the
+// Model (its matrices point into it).
 #include "model/model.h"
 
 #include "model/detail/generate_loop.h"

@@ -42,8 +42,8 @@ struct LoadOptions {
 
 class Model {
  public:
-  // Opens a GGUF model file or a Hugging Face checkpoint folder (checkpoint/hf_model.h) and validates it;
-  // the weights stay in the mapped file(s).
+  // Opens a GGUF model file or a Hugging Face checkpoint folder (checkpoint/hf_model.h) and
+  // validates it; the weights stay in the mapped file(s).
   static std::unique_ptr<Model> load(const std::string& path, const LoadOptions& options = {});
 
   const std::string& path() const { return path_; }

@@ -1,5 +1,6 @@
-// prefill_document, its chunk loop and the context check (see prefill.h). The cache is created with room for the
-// whole sequence plus the answer room, so it never re-grows (and copies) while the document is read.
+// prefill_document, its chunk loop and the context check (see prefill.h). The cache is created with
+// room for the whole sequence plus the answer room, so it never re-grows (and copies) while the
+// document is read.
 #include "model/prefill.h"
 
 #include <algorithm>

@@ -1,5 +1,5 @@
-// The prefill: reads [prefix ; document] into a full dense KvCache in chunks, reporting progress, and
-// checks first that the sequence plus the room a question and its answer need fits the model's
+// The prefill: reads [prefix ; document] into a full dense KvCache in chunks, reporting progress,
+// and checks first that the sequence plus the room a question and its answer need fits the model's
 // context. An optional AttentionObserver sees every layer of every chunk (the H2O and SnapKV
 // scorers observe the prefill this way). The chunk loop itself (prefill_in_chunks) serves any
 // forward pass, the GPU one included. A terminal display of the progress is cli/progress.h.
@@ -61,8 +61,8 @@ double prefill_in_chunks(std::span<const int32_t> prefix, std::span<const int32_
                          const std::function<void(std::span<const int32_t>)>& step);
 
 // Checks the context (above), then prefills prefix followed by document into a new KvCache with
-// room for max(answer_room, scoring_room) more rows. Throws what Forward::prefill throws (bad token ids) and
-// Errc::invalid_argument for options.chunk == 0.
+// room for max(answer_room, scoring_room) more rows. Throws what Forward::prefill throws (bad token
+// ids) and Errc::invalid_argument for options.chunk == 0.
 PrefillResult prefill_document(model::Forward& forward, std::span<const int32_t> prefix,
                                std::span<const int32_t> document,
                                const PrefillOptions& options = {});

@@ -1,5 +1,5 @@
-// Bounded caches during generation: R-KV (spec/methods.md §4; Cai et al., "R-KV: Redundancy-aware KV
-// cache compression for reasoning models", 2025: Z = λ·I − (1 − λ)·R) and, on the same schedule,
+// Bounded caches during generation: R-KV (spec/methods.md §4; Cai et al., "R-KV: Redundancy-aware
+// KV cache compression for reasoning models", 2025: Z = λ·I − (1 − λ)·R) and, on the same schedule,
 // the StreamingLLM baseline (sink + most recent). A policy works on a RaggedKvCache per (layer,
 // KV head). Candidate rows are a suffix of every head: rows at positions >= first_position; the
 // rows before them (prompt, document and question by default, only the prefix with doc candidates)

@@ -324,7 +324,8 @@ struct HttpServer::Impl {
 HttpServer::HttpServer(HttpLimits limits, BodyLimit body_limit) {
   new_task_queue = [] { return new InlineQueue; };
   // SO_REUSEADDR: a restart may bind while old connections linger in TIME_WAIT. Not SO_REUSEPORT
-  // (the library's default): with it a second server binds the same port and takes half the traffic.
+  // (the library's default): with it a second server binds the same port and takes half the
+  // traffic.
   set_socket_options([](socket_t sock) {
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);

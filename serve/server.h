@@ -8,8 +8,9 @@
 // `Authorization: Bearer <key>` (compared in constant time); connections, heads and bodies are
 // bounded as they are read (serve/http_server.h); questions, max_tokens, the request queue and
 // the job queue are capped; a non-streaming answer whose client left is cancelled; cache ids are
-// checked (serve/cache_store.h); every bad request gets an OpenAI error object with a 4xx status. One JSON access-log line per request
-// goes to stderr. stop() drains: new requests get 503, in-flight ones finish within the grace.
+// checked (serve/cache_store.h); every bad request gets an OpenAI error object with a 4xx status.
+// One JSON access-log line per request goes to stderr. stop() drains: new requests get 503,
+// in-flight ones finish within the grace.
 #pragma once
 #include <chrono>
 #include <cstdint>

@@ -6,10 +6,12 @@
 //            <|start_header_id|>assistant<|end_header_id|>\n\n ; contents are trimmed (`| trim`);
 //            3.1+ templates always emit the system turn, opening with a knowledge/date header.
 //  Gemma   : <bos><start_of_turn>user\n[{sys}\n\n]{user}<end_of_turn>\n<start_of_turn>model\n ;
-//            contents trimmed; the system text opens the first user turn (Gemma has no system role).
+//            contents trimmed; the system text opens the first user turn (Gemma has no system
+//            role).
 //  Plain   : <bos>[{sys}\n\n]{user}\nAnswer: ; later turns {answer}\n\n{user}\nAnswer: . Stops on
 //            eos and on the newline tokens, so a base model's answer ends with its line.
-//  Later turns (next_turn): {answer}<end of turn> then a user turn and the assistant opener as above.
+//  Later turns (next_turn): {answer}<end of turn> then a user turn and the assistant opener as
+//  above.
 #include "tokenizer/chat_template.h"
 
 #include <algorithm>

@@ -1,11 +1,11 @@
 // Chat prompt construction as token ids for the template families kvzip supports, chosen from
 // the model's Jinja template text: ChatML (SmolLM2, Qwen2), Llama 3 and Gemma; a base model without
-// a template (and without ChatML tokens) gets a plain document-question-answer prompt. Templates are not run as
-// Jinja; each family is rendered by code that reproduces what its template produces for one system
-// message and one user turn. Control tokens come only from the template structure: user text,
-// system text and documents are encoded with parse_special = false, so a literal "<|im_end|>" in
-// them stays plain text. Between two control tokens, template text and user text are encoded as one
-// string, so chat() gives exactly the ids of tokenizing the rendered prompt.
+// a template (and without ChatML tokens) gets a plain document-question-answer prompt. Templates
+// are not run as Jinja; each family is rendered by code that reproduces what its template produces
+// for one system message and one user turn. Control tokens come only from the template structure:
+// user text, system text and documents are encoded with parse_special = false, so a literal
+// "<|im_end|>" in them stays plain text. Between two control tokens, template text and user text
+// are encoded as one string, so chat() gives exactly the ids of tokenizing the rendered prompt.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -29,9 +29,9 @@ class ChatTemplate {
  public:
   // Chooses the family from tokenizer.chat_template(): containing "<|im_start|>" -> ChatML,
   // "<|start_header_id|>" -> Llama 3, "<start_of_turn>" -> Gemma. An empty template falls back to
-  // ChatML without a default system prompt when the vocabulary has <|im_start|> and <|im_end|>, else
-  // to Plain. Any other template throws Errc::unsupported; a family whose tokens are missing from
-  // the vocabulary throws Errc::corrupt.
+  // ChatML without a default system prompt when the vocabulary has <|im_start|> and <|im_end|>,
+  // else to Plain. Any other template throws Errc::unsupported; a family whose tokens are missing
+  // from the vocabulary throws Errc::corrupt.
   // The tokenizer must outlive the template.
   explicit ChatTemplate(const Tokenizer& tokenizer);
   // An explicit family and default system prompt (used when prefix/chat get an empty system; when
@@ -62,7 +62,8 @@ class ChatTemplate {
   // (answer, user message pairs) the conversation goes on as next_turn() extends it.
   std::string render(std::string_view system, std::string_view user,
                      std::span<const std::pair<std::string, std::string>> turns = {}) const;
-  // Ids that end an answer: the family's end-of-turn token plus the tokenizer's eos and eot, sorted.
+  // Ids that end an answer: the family's end-of-turn token plus the tokenizer's eos and eot,
+  // sorted.
   std::vector<int32_t> stop_tokens() const;
 
  private:

@@ -1,13 +1,14 @@
 // Byte-level BPE tokenizer (GPT-2 family: SmolLM2, Llama 3, Qwen2) or SentencePiece-style BPE
 // (GGUF model "llama": Gemma 3, Llama 2, Mistral 7B v0.1; scores, byte fallback, "▁" spaces,
-// tokenizer/detail/spm.h), built from the vocabulary, merges or scores and special-token ids a model
-// file carries, and giving the same ids as Hugging Face `tokenizers` (byte-level) or llama.cpp
-// (SentencePiece-style) for valid UTF-8 text. Control tokens ("<|im_end|>") are recognised in text only when
-// asked (parse_special), so a document cannot inject chat structure. Invalid UTF-8 never fails:
-// each invalid byte is encoded as its own byte token (callers that want to refuse such text check
-// is_valid_utf8 first, as the CLI does for documents). A byte the vocabulary has no token for is
-// dropped, as Hugging Face does (SmolLM2 lacks 0x04 0x06 0x13 0x14 0x16 0x1D 0xC0 0xC1 0xF1 0xF2
-// 0xF5-0xFF), so decode(encode(s)) == s only when every byte of s has a token.
+// tokenizer/detail/spm.h), built from the vocabulary, merges or scores and special-token ids a
+// model file carries, and giving the same ids as Hugging Face `tokenizers` (byte-level) or
+// llama.cpp (SentencePiece-style) for valid UTF-8 text. Control tokens ("<|im_end|>") are
+// recognised in text only when asked (parse_special), so a document cannot inject chat structure.
+// Invalid UTF-8 never fails: each invalid byte is encoded as its own byte token (callers that want
+// to refuse such text check is_valid_utf8 first, as the CLI does for documents). A byte the
+// vocabulary has no token for is dropped, as Hugging Face does (SmolLM2 lacks 0x04 0x06 0x13 0x14
+// 0x16 0x1D 0xC0 0xC1 0xF1 0xF2 0xF5-0xFF), so decode(encode(s)) == s only when every byte of s has
+// a token.
 // A Tokenizer is immutable and thread-safe.
 #pragma once
 #include <cstdint>

@@ -1,7 +1,7 @@
-// Shared pieces of the Hugging Face checkpoint loader (checkpoint/hf_model.h): a JSON file of the folder
-// with typed getters whose errors name the file and the key, and the two halves that turn JSON
-// into kvzip structures (config.json -> ModelConfig, tokenizer.json -> TokenizerData). JSON null
-// counts as absent everywhere, as transformers writes null for unset options.
+// Shared pieces of the Hugging Face checkpoint loader (checkpoint/hf_model.h): a JSON file of the
+// folder with typed getters whose errors name the file and the key, and the two halves that turn
+// JSON into kvzip structures (config.json -> ModelConfig, tokenizer.json -> TokenizerData). JSON
+// null counts as absent everywhere, as transformers writes null for unset options.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>

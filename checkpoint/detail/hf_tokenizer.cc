@@ -2,12 +2,14 @@
 // must be one kvzip implements, recognised from its structure and regex:
 //   ByteLevel(use_regex)                                   -> "gpt2"
 //   Sequence[Digits(individual), ByteLevel(use_regex)]     -> "smollm"
-//   Sequence[Split(Regex R, Isolated), ByteLevel(no regex)] -> R's name: "llama-bpe", "qwen2", "gpt2"
+//   Sequence[Split(Regex R, Isolated), ByteLevel(no regex)] -> R's name: "llama-bpe", "qwen2",
+//                                                                        "gpt2"
 // or SentencePiece-style BPE (byte_fallback, spaces as "▁": Gemma, Llama 2), in the three forms
 // converters write (spm_layout below); it keeps its ranked merges (tokenizer/detail/spm.h).
 // Token ids and types follow llama.cpp's converter, so the tokenizer hash of a byte-level folder
-// equals that of its GGUF conversion: vocab texts as stored (byte-level alphabet), added tokens verbatim (special
-// -> Control, others -> UserDefined), ids the model has but the tokenizer lacks -> "[PAD<id>]" Unused.
+// equals that of its GGUF conversion: vocab texts as stored (byte-level alphabet), added tokens
+// verbatim (special -> Control, others -> UserDefined), ids the model has but the tokenizer lacks
+// -> "[PAD<id>]" Unused.
 #include <cctype>
 #include <map>
 #include <string>
@@ -102,7 +104,8 @@ bool is_replace_space(const json& n) {
          n.value("content", std::string()) == kMetaspace;
 }
 
-// SentencePiece-style BPE: byte_fallback, spaces replaced by "▁", in one of the forms converters write:
+// SentencePiece-style BPE: byte_fallback, spaces replaced by "▁", in one of the forms converters
+// write:
 //   normalizer Replace(" " -> "▁"); pre_tokenizer null or Split(" ", MergedWithPrevious)   (Gemma)
 //   normalizer Sequence[Prepend("▁"), Replace(" " -> "▁")]; pre_tokenizer null            (Llama 2)
 //   normalizer null; pre_tokenizer Metaspace("▁", prepend_scheme, split)                   (newer)

@@ -1,6 +1,6 @@
-// The baseline scorers of spec/methods.md §2: full (no eviction), random (seeded), streaming (sinks + most
-// recent), SnapKV (the document's last W queries, summed probabilities, 1-D max-pool) and H2O
-// (attention accumulated over the whole prefill + a recent window). SnapKV and H2O observe the
+// The baseline scorers of spec/methods.md §2: full (no eviction), random (seeded), streaming (sinks
+// + most recent), SnapKV (the document's last W queries, summed probabilities, 1-D max-pool) and
+// H2O (attention accumulated over the whole prefill + a recent window). SnapKV and H2O observe the
 // document's prefill through prefill_observer(); rows a method always keeps score +inf.
 #include <algorithm>
 #include <limits>

@@ -1,11 +1,12 @@
-// The KVzip scorer (spec/methods.md §1 steps 2-6): for each document chunk c_t of m tokens, the input
-// R_t = [prompt_t ; S ; c_t] runs through the model with the full cache present; at every layer
-// the attention kernel computes, per KV head, the softmax of each R_t query row over the LOCAL key
-// axis K̄ = prefix ⊕ chunk t ⊕ R_t's own keys (causal inside R_t), and keeps for each chunk key the
-// max over the GQA group's rows and all R_t positions (kernels/attention.h LocalMaxProb). R_t is
-// then rolled back. R_t may be longer than the forward's chunk: each forward chunk then sees R_t
-// rows from its first row up to each query. Query-aware (ScorerOptions::kvzip_queries): each known
-// question is run after R_t in the same way and max-combined into the chunk's scores.
+// The KVzip scorer (spec/methods.md §1 steps 2-6): for each document chunk c_t of m tokens, the
+// input R_t = [prompt_t ; S ; c_t] runs through the model with the full cache present; at every
+// layer the attention kernel computes, per KV head, the softmax of each R_t query row over the
+// LOCAL key axis K̄ = prefix ⊕ chunk t ⊕ R_t's own keys (causal inside R_t), and keeps for each
+// chunk key the max over the GQA group's rows and all R_t positions (kernels/attention.h
+// LocalMaxProb). R_t is then rolled back. R_t may be longer than the forward's chunk: each forward
+// chunk then sees R_t rows from its first row up to each query. Query-aware
+// (ScorerOptions::kvzip_queries): each known question is run after R_t in the same way and
+// max-combined into the chunk's scores.
 #include <algorithm>
 #include <string>
 

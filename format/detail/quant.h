@@ -33,7 +33,8 @@ std::optional<uint64_t> quant_section_bytes(const CacheHeader& h, uint64_t rows,
 void emit_quant_section(const CacheHeader& h, const LayerKv& layer, Sink& sink);
 
 // Parses a raw section into qk / qv of `layer` (head_rows and positions set) and checks every
-// channel scale and f16 value; errors are Errc::corrupt naming `where`, the block (K or V), head and row.
+// channel scale and f16 value; errors are Errc::corrupt naming `where`, the block (K or V), head
+// and row.
 void parse_quant_section(const CacheHeader& h, const uint8_t* raw, uint64_t size, LayerKv& layer,
                          const std::string& where);
 

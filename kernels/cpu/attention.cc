@@ -5,9 +5,9 @@
 // key block (decode, short appends: every key is read once, so a separate pass would only add
 // memory traffic), unless the span holds them transposed already (KvSpan::kt: a loaded base's keys,
 // made once by transpose_key_tiles). Per key block of kBk rows the online-softmax state
-// (m, l, acc) of each query row is updated and acc += P·V vectorises over D. Keys are split into chunks only when there are too
-// few (head, query block) tasks to occupy the threads (decode, short appends over a long cache);
-// the chunks' partial states are then merged exactly (log-sum-exp).
+// (m, l, acc) of each query row is updated and acc += P·V vectorises over D. Keys are split into
+// chunks only when there are too few (head, query block) tasks to occupy the threads (decode, short
+// appends over a long cache); the chunks' partial states are then merged exactly (log-sum-exp).
 // A call with one block of query rows (a decode step's heads) walks K's tiles and V's rows in
 // memory order instead (row_times), over its real rows only: its data is read once from memory.
 // Local statistics (AttentionArgs::local): a task visits its keys as segments that never cross a
@@ -85,9 +85,9 @@ constexpr bool wide_heads(uint32_t D) { return kLanes == 8 && D >= 128; }
 #endif
 
 // K of every KV head transposed, shared read-only by all tasks of one call, stored as tiles of
-// kBk keys: tile b of head h is (D, kBk) and holds keys [b·kBk, (b+1)·kBk). One tile per block keeps
-// the rows the S micro-kernel walks close together (a (D, len) layout with a long power-of-two
-// stride thrashes the L1 sets).
+// kBk keys: tile b of head h is (D, kBk) and holds keys [b·kBk, (b+1)·kBk). One tile per block
+// keeps the rows the S micro-kernel walks close together (a (D, len) layout with a long
+// power-of-two stride thrashes the L1 sets).
 // A tile the span already holds (KvSpan::kt, the same values) is read from there instead.
 struct KeysT {
   const float* data = nullptr;  // (Hkv, n_tiles, D, kBk); columns at or beyond len_h are zero

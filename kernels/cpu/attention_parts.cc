@@ -2,9 +2,10 @@
 // composed cache that sit at other positions than the ones their keys were rotated for.
 //  1. the spans (the composition's own rows: separators, recomputed rows, the question and answer,
 //     with the causal rule) through attention_lse, which also gives each query row's log-sum-exp;
-//  2. per part, the queries rotated by the part's rotation (RoPE: q·R(p_k − p_q + Δ)·k needs only the
-//     query turned back by the block's shift Δ, so the stored keys are read as they are, quantized
-//     ones included), attended non-causally to the part's rows, again with the log-sum-exp;
+//  2. per part, the queries rotated by the part's rotation (RoPE: q·R(p_k − p_q + Δ)·k needs only
+//     the query turned back by the block's shift Δ, so the stored keys are read as they are,
+//     quantized ones included), attended non-causally to the part's rows, again with the
+//     log-sum-exp;
 // The calls of f32 rows (the spans' and the parts') run in one pass of the pool; parts with q8/q4
 // rows run their own steps (attention_quant.cc).
 //  3. per query row the softmax merge of the results, one part at a time:

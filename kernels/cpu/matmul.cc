@@ -1,11 +1,12 @@
 // CPU matmul over stored weight types (see kernels/matmul.h). Regimes by path, type and T: on the
 // Fast path the block types qdot reads go through the 8-bit-activation integer kernels up to
 // kQdotMaxT tokens (and beyond where the CPU has an int8 GEMM — AVX2, AVX-512 VNNI or AMX —
-// unless it has AMX-BF16: then every block type beyond kQdotMaxT goes through the bf16 tile GEMM); on the Exact path Q4_0/Q4_1/Q8_0 decode runs the fp32 register-decoding qgemv;
-// otherwise up to kTileMaxT tokens, tasks of kGemvRows dequantized rows (a few
-// KiB, in L1/L2) are dotted with every token; longer T, slabs of dequantized rows are multiplied by
-// OpenBLAS sgemm (threads as set_blas_threads), so the fp32 GEMM runs at its usual speed and one
-// slab of fp32 weights exists at a time.
+// unless it has AMX-BF16: then every block type beyond kQdotMaxT goes through the bf16 tile GEMM);
+// on the Exact path Q4_0/Q4_1/Q8_0 decode runs the fp32 register-decoding qgemv; otherwise up to
+// kTileMaxT tokens, tasks of kGemvRows dequantized rows (a few KiB, in L1/L2) are dotted with every
+// token; longer T, slabs of dequantized rows are multiplied by OpenBLAS sgemm (threads as
+// set_blas_threads), so the fp32 GEMM runs at its usual speed and one slab of fp32 weights exists
+// at a time.
 #include "kernels/matmul.h"
 
 #include <cblas.h>

@@ -2,8 +2,9 @@
 // kernels/detail/qdot_tiles_x86.inc with vpdpbusd (T < kQdotGemmMinT), and, below, the GEMM from
 // kQdotGemmMinT tokens: the same exact integer sums per 32-element group as the scalar kernel,
 // with 64 multiply-adds per vpdpbusd instead of AVX2's maddubs + madd pair per 32, and the same
-// fp32 chain, so both (and the AVX2 tiles) give every token the same bits. Compiled with function target attributes;
-// called only when the CPU reports AVX-512 F, BW, VL and VNNI (cpu_has_avx512_vnni).
+// fp32 chain, so both (and the AVX2 tiles) give every token the same bits. Compiled with function
+// target attributes; called only when the CPU reports AVX-512 F, BW, VL and VNNI
+// (cpu_has_avx512_vnni).
 //
 // Layout (why it is shaped so): vpdpbusd multiplies unsigned bytes by signed bytes and sums each
 // lane's four products into an int32. Lanes are 16 tokens: the activations are packed once per
@@ -155,7 +156,8 @@ namespace vnni_tiles {
 }  // namespace vnni_tiles
 
 // Lane l of each output vector gathers token 16v + l's field: the Q8Act array is (T, in / 32)
-// blocks of 40 bytes (d, s, q[32]), so a field of group g of token t is at byte 40·(t·ng + g) + off.
+// blocks of 40 bytes (d, s, q[32]), so a field of group g of token t is at byte
+// 40·(t·ng + g) + off.
 KVZIP_VNNI void pack_acts_vnni(const Q8Act* x, uint32_t T, uint32_t in, QActPack& out, PackOpts o) {
   static_assert(sizeof(Q8Act) == 40 && offsetof(Q8Act, d) == 0 && offsetof(Q8Act, s) == 4 &&
                 offsetof(Q8Act, q) == 8);

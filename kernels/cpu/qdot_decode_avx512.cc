@@ -157,7 +157,8 @@ KVZIP_VNNI inline __m512i row_sums16(const __m512i (&v)[4]) {
       _mm512_add_epi32(_mm512_unpacklo_epi32(v[0], v[1]), _mm512_unpackhi_epi32(v[0], v[1]));
   const __m512i c =
       _mm512_add_epi32(_mm512_unpacklo_epi32(v[2], v[3]), _mm512_unpackhi_epi32(v[2], v[3]));
-  // a, lane L: (row L's partials 0+2, row L+4's 0+2, row L's 1+3, row L+4's 1+3); c for rows +8, +12.
+  // a, lane L: (row L's partials 0+2, row L+4's 0+2, row L's 1+3, row L+4's 1+3); c for rows
+  // +8, +12.
   return _mm512_add_epi32(_mm512_unpacklo_epi64(a, c), _mm512_unpackhi_epi64(a, c));
 }
 
@@ -472,9 +473,10 @@ KVZIP_VNNI inline __m512 sbyte_ps(__m512i v) {
 
 // Q6_K: sixteen 16-element sub-blocks a super-block, each with its int8 scale; sub-block
 // j = 2g + h is bytes 16h..16h+15 of group g's ql and qh runs (QFmt<Q6_K>), so one lanes4 of each
-// is one sub-block of four rows (both halves loaded at once by lanes4x2). The weights are summed unsigned (q = w + 32 in 0..63, built by
-// one mask and one ternary-logic merge of the two high bits) and 32·Σx taken off in integers
-// (exact, as decode8q6): the chain sees the scalar kernel's integers.
+// is one sub-block of four rows (both halves loaded at once by lanes4x2). The weights are summed
+// unsigned (q = w + 32 in 0..63, built by one mask and one ternary-logic merge of the two high
+// bits) and 32·Σx taken off in integers (exact, as decode8q6): the chain sees the scalar kernel's
+// integers.
 // Q6_K's sub-block scales of group G's two halves times d: the chain's ws = d·float(sub).
 template <int G>
 KVZIP_VNNI_INLINE void q6_scales(__m512 d, const __m512i (&sc)[4], __m512 (&ws)[2]) {
@@ -501,7 +503,8 @@ constexpr int kQ6Ql = 64 * (G / 4) + 32 * (G % 4 & 1);
 template <int G>
 constexpr int kQ6Qh = 128 + 32 * (G / 4);
 
-// Group G's weights, both halves of four rows per vector: w[h][i] from ql and qh as lanes4(.. + 16h).
+// Group G's weights, both halves of four rows per vector: w[h][i] from ql and qh as
+// lanes4(.. + 16h).
 template <int G, class Rows>
 KVZIP_VNNI_INLINE void q6_group_weights(const Rows& rows, __m512i (&w)[2][4]) {
 #pragma GCC unroll 4

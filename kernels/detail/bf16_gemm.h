@@ -5,7 +5,8 @@
 // On a CPU with AMX-BF16 (and qisa_amx_bf16(), kernels/qgemv.h) the same products are taken by
 // tdpbf16ps tiles (kernels/cpu/bf16_gemm_amx.cc): the same bf16 operands, fp32 sums in another
 // order, so within the same bound; there the block types (Q4_0 ... Q6_K) go through it too, each
-// weight's fp32 value (quant::dequantize_row) rounded to bf16, so again within (2^-8 + 2^-16)·|w·x|.
+// weight's fp32 value (quant::dequantize_row) rounded to bf16, so again within
+// (2^-8 + 2^-16)·|w·x|.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -6,8 +6,9 @@
 // One summation order, on every ISA and for any number of tokens, so serving's batched steps
 // equal single answers bit for bit: for row r and token t, sixteen partial sums s[0..15], where
 // s[l] = fma(w[16c + l], x[16c + l], s[l]) over the row's 16-element chunks c in order (a last,
-// partial chunk reads zeros for the missing elements), then folded s[l] += s[l + 8], s[l] += s[l + 4],
-// s[l] += s[l + 2], s[0] + s[1]. The AVX-512 kernel keeps s in one vector, the AVX2 kernel in two.
+// partial chunk reads zeros for the missing elements), then folded s[l] += s[l + 8],
+// s[l] += s[l + 4], s[l] += s[l + 2], s[0] + s[1]. The AVX-512 kernel keeps s in one vector, the
+// AVX2 kernel in two.
 #pragma once
 #include <cstdint>
 

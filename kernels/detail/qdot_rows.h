@@ -67,8 +67,8 @@ QGemmFn qdot_gemm_vnni(quant::GgmlType t);  // nullptr when the build has no AVX
 QGemmFn qdot_gemm_avx2(quant::GgmlType t);
 bool cpu_has_avx512_vnni();  // AVX-512 F, BW, VL and VNNI, plus the AVX2 set
 // The AVX-512 VNNI decode kernels in sixteen-row tiles (qdot_decode_avx512.cc), any T (qdot
-// uses them below kQdotDecode16GemmMinT, or Q6_K's and Q8_0's; eight tokens a pass over a tile): rows
-// [a.r0, a.r0 + 16·n) for the most whole tiles n; returns the first row left to the tiles'
+// uses them below kQdotDecode16GemmMinT, or Q6_K's and Q8_0's; eight tokens a pass over a tile):
+// rows [a.r0, a.r0 + 16·n) for the most whole tiles n; returns the first row left to the tiles'
 // kernels. nullptr for types without one (or a build without the AVX-512 variant).
 using QDecodeFn = uint32_t (*)(const QDotRowsArgs& a);
 QDecodeFn qdot_decode16_vnni(quant::GgmlType t);
@@ -120,7 +120,8 @@ inline void k4_scale_words(const uint8_t* p, uint64_t& sc, uint64_t& mn) {
 }
 
 // Scale and min of the groups of one block: group g contributes
-// (fw[g]·d_x)·Σ_e sub(e)·w_int(e)·q_x(e) + mw[g]·s_x, where sub(e) is sub[g][e / 16] (1 except Q6_K).
+// (fw[g]·d_x)·Σ_e sub(e)·w_int(e)·q_x(e) + mw[g]·s_x, where sub(e) is sub[g][e / 16] (1 except
+// Q6_K).
 struct BlockScales {
   float fw[8];
   float mw[8];

@@ -15,7 +15,8 @@ namespace kvzip::kernels::cpu::detail {
 using QRowsFn = void (*)(const QGemvArgs& a, const float* xsum, uint32_t r0, uint32_t r1);
 
 QRowsFn qrows_scalar(QFormat f);
-// nullptr when this build has no such variant (not x86-64, or a compiler without target attributes).
+// nullptr when this build has no such variant (not x86-64, or a compiler without target
+// attributes).
 QRowsFn qrows_avx2(QFormat f);
 QRowsFn qrows_avx512(QFormat f);
 // The formats listed once for every ISA's table: pick(std::integral_constant<QFormat, F>)

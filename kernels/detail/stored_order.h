@@ -1,9 +1,10 @@
 // StoredOrder: row-mapped weight products computed over the stored rows, then put in canonical
 // order. A GGUF's Q and K rows are stored in llama.cpp's rotary interleave and read through
-// MatrixView::row_map (checkpoint/gguf_weights.cc); a row kernel following the map reads rows scattered
-// two apart, with no sequential run for its prefetches, 2-8% slower over a whole decode token than
-// the same kernel over the stored rows (bench/bench_decode.cc --kernels fast,fast-mapped). Every
-// output row is one chain whatever rows share its tile, so the order changes no bits.
+// MatrixView::row_map (checkpoint/gguf_weights.cc); a row kernel following the map reads rows
+// scattered two apart, with no sequential run for its prefetches, 2-8% slower over a whole decode
+// token than the same kernel over the stored rows (bench/bench_decode.cc --kernels
+// fast,fast-mapped). Every output row is one chain whatever rows share its tile, so the order
+// changes no bits.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -11,7 +11,8 @@
 
 namespace kvzip::model::detail {
 
-// Throws Errc::invalid_argument naming the first bad field or tensor, its size and the expected one.
+// Throws Errc::invalid_argument naming the first bad field or tensor, its size and the expected
+// one.
 void validate_weights(const Weights& w);
 
 // A forward call's inputs (CPU and GPU, single and batched calls). Errc::invalid_argument:

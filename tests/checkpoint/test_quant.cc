@@ -1,6 +1,7 @@
 // Dequantization of every supported ggml type from hand-written blocks (bytes spelled out, the
 // expected values worked out by hand in the comments), F16/BF16 rows decoded like the scalar
-// conversion, and the // test-support reference quantizers' error bounds (the conversions themselves: tests/common/test_half.cc).
+// conversion, and the // test-support reference quantizers' error bounds (the conversions
+// themselves: tests/common/test_half.cc).
 #include <catch2/catch.hpp>
 
 #include <cmath>

@@ -1,7 +1,8 @@
-// Recovery of RoPE scaling from llama.cpp's rope_freqs.weight divisors (checkpoint/detail/rope_freqs.h):
-// the released Llama 3.1 / 3.2 settings come back exactly, other low_freq_factor values come back
-// as an equivalent set that gives the same frequencies, and divisors no scaling explains are refused.
-// The divisors are computed here from the Llama 3.1 rule as llama.cpp's converter applies it.
+// Recovery of RoPE scaling from llama.cpp's rope_freqs.weight divisors
+// (checkpoint/detail/rope_freqs.h): the released Llama 3.1 / 3.2 settings come back exactly, other
+// low_freq_factor values come back as an equivalent set that gives the same frequencies, and
+// divisors no scaling explains are refused. The divisors are computed here from the Llama 3.1 rule
+// as llama.cpp's converter applies it.
 #include <catch2/catch.hpp>
 
 #include <cmath>

@@ -1,7 +1,7 @@
-// The safetensors reader (checkpoint/safetensors.h) on hand-built images: a valid file reads back with
-// the right dtype, shape and bytes, and every kind of damage is refused with its own Errc and a
-// message naming the tensor: truncated data or header, malformed or duplicate JSON, unknown dtype,
-// a byte count that disagrees with the shape, overlapping tensors, negative dims.
+// The safetensors reader (checkpoint/safetensors.h) on hand-built images: a valid file reads back
+// with the right dtype, shape and bytes, and every kind of damage is refused with its own Errc and
+// a message naming the tensor: truncated data or header, malformed or duplicate JSON, unknown
+// dtype, a byte count that disagrees with the shape, overlapping tensors, negative dims.
 #include <catch2/catch.hpp>
 
 #include <cstring>

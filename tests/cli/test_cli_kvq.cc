@@ -1,7 +1,7 @@
-// The q8/q4 storage types through the real binary: `prune --kv-dtype` converts a cache and re-prunes
-// a quantized one without re-quantizing it, `inspect` names the layout, `export`/`import` keep the
-// stored rows (and import converts on request), a bad dtype is a usage error, and the removed
-// layout options (--kv-rotate, --kv-params) are refused with a message saying why; and
+// The q8/q4 storage types through the real binary: `prune --kv-dtype` converts a cache and
+// re-prunes a quantized one without re-quantizing it, `inspect` names the layout, `export`/`import`
+// keep the stored rows (and import converts on request), a bad dtype is a usage error, and the
+// removed layout options (--kv-rotate, --kv-params) are refused with a message saying why; and
 // ([realmodel]) `compress --ratio R --kv-dtype q4` in one step gives a q4 file (prefix rows f16,
 // rotated codes, byte parameters) that `query` answers from, and `compress` stores f16 by default;
 // `compress --matmul exact` records the path and keeps about the fast path's rows.

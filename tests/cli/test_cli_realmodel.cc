@@ -103,7 +103,8 @@ TEST_CASE(
   if (path.empty())
     KVZIP_FORMAT_SKIP("set KVZIP_MODEL to SmolLM2-135M-Instruct.Q4_1.gguf to run this test");
   // A 40-token prompt: its prefill runs the GEMMs (AVX2 and AMX from 16 tokens, VNNI from 8) where
-  // the CPU has them, the decode the register tiles; the scalar kernel is the reference they all equal.
+  // the CPU has them, the decode the register tiles; the scalar kernel is the reference they all
+  // equal.
   const std::vector<std::string> args = {
       "generate",
       "-m",

@@ -1,5 +1,5 @@
-// Test helpers for compress/ and the prefill (see support.h): the query recorder, ScoredDocument and
-// the option-refusal check.
+// Test helpers for compress/ and the prefill (see support.h): the query recorder, ScoredDocument
+// and the option-refusal check.
 #include "tests/compress/support.h"
 
 #include <catch2/catch.hpp>

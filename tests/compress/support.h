@@ -1,6 +1,6 @@
-// Helpers for the compress/ tests and the prefill tests (tests/model/test_prefill.cc): a query recorder built on the forward's trace and
-// a scored random document. The naive reference forward and random tokens are in
-// tests/support/naive_forward.h (shared with the model tests).
+// Helpers for the compress/ tests and the prefill tests (tests/model/test_prefill.cc): a query
+// recorder built on the forward's trace and a scored random document. The naive reference forward
+// and random tokens are in tests/support/naive_forward.h (shared with the model tests).
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -214,7 +214,8 @@ TEST_CASE("query-aware KVzip adds each question's local attention and changes wh
   const compress::DocumentScores agnostic =
       compress::make_scorer("kvzip", so)->score(compress::ScoreInput{&fwd, &pre.cache, 6, s.doc});
 
-  // Two questions (one longer than the forward chunk), made of tokens the document does not start with.
+  // Two questions (one longer than the forward chunk), made of tokens the document does not start
+  // with.
   so.kvzip_queries = {test::random_tokens(5, s.cfg.vocab_size, 7),
                       test::random_tokens(19, s.cfg.vocab_size, 8)};
   auto aware_scorer = compress::make_scorer("kvzip", so);

@@ -1,8 +1,8 @@
-// ReST-KV (spec/methods.md §3) against a plain reference on a tiny random model: every probe probability
-// materialised, the EMA, the drift window and smoothing written out, and each key's score taken
-// as the norm of the E-sized projected change W_o(o' − ō) with o' recomputed by removing the key
-// and renormalising (the independent check of the Gram-matrix shortcut). Hand-computed cases pin
-// the EMA, the drift rule and the smoothing; bad options are refused.
+// ReST-KV (spec/methods.md §3) against a plain reference on a tiny random model: every probe
+// probability materialised, the EMA, the drift window and smoothing written out, and each key's
+// score taken as the norm of the E-sized projected change W_o(o' − ō) with o' recomputed by
+// removing the key and renormalising (the independent check of the Gram-matrix shortcut).
+// Hand-computed cases pin the EMA, the drift rule and the smoothing; bad options are refused.
 #include <catch2/catch.hpp>
 
 #include <algorithm>

@@ -9,8 +9,9 @@
 // max (attention_stats, Reduce::Max), into outputs that already hold values. kv_quant:
 // dequantization bit for bit, scores within 1e-5. The forward's element-wise kernels (RMSNorm,
 // RoPE, SwiGLU, the ragged append, bf16 cast, residual add, embedding gather) with the
-// tolerances of the [cuda] tests (fp32 1e-5, bf16 one rounding; exact where the CPU is exact). What this cannot show (speed, a device's memory and scheduling) stays with the [cuda] tests
-// and compute-sanitizer on a GPU (scripts/gpu-check.sh).
+// tolerances of the [cuda] tests (fp32 1e-5, bf16 one rounding; exact where the CPU is exact). What
+// this cannot show (speed, a device's memory and scheduling) stays with the [cuda] tests and
+// compute-sanitizer on a GPU (scripts/gpu-check.sh).
 #include <catch2/catch.hpp>
 
 #include <cmath>

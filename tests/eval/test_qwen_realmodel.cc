@@ -1,6 +1,6 @@
 // The real Qwen2.5-Coder-0.5B-Instruct (Q4_K_M GGUF; scripts/fetch-model.sh qwen2.5-0.5b or
-// $KVZIP_QWEN_MODEL), an instruction-tuned model whose full-cache answers are right half the time: the
-// opening paragraphs of the Normans article (examples/normans.json, about 1,000 tokens) are
+// $KVZIP_QWEN_MODEL), an instruction-tuned model whose full-cache answers are right half the time:
+// the opening paragraphs of the Normans article (examples/normans.json, about 1,000 tokens) are
 // compressed by KVzip to 0.3 of their KV rows and their 14 answerable questions asked, as `kvzip
 // eval` asks them. The compressed cache's answers must contain a reference answer as often as the
 // full cache's, less at most one; the full cache must get at least half right (else the comparison

@@ -256,7 +256,8 @@ TEST_CASE("ruler: an essay haystack places needles between its sentences", "[eva
     const size_t at = s.document.find(" for solid-mirror is: " + v + ".");
     REQUIRE(at != std::string::npos);
     const size_t start = s.document.rfind("One of", at);
-    // After a sentence end (or the instruction's newline), followed by the next sentence or the end.
+    // After a sentence end (or the instruction's newline), followed by the next sentence or the
+    // end.
     const char before = s.document[start - 2];
     CHECK((before == '.' || before == '!' || before == '?' || s.document[start - 1] == '\n'));
   }

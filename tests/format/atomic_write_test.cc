@@ -18,7 +18,8 @@ TEST_CASE("a sink that fails midway leaves no file behind", "[format]") {
   uint64_t written = 0;
   CHECK_THROWS_WITH(write_file_atomically(dir.path("out.kvz"), false,
                                           [&](Sink& sink) {
-                                            // Forward to the real file sink, then fail after 5000 bytes.
+                                            // Forward to the real file sink, then fail after 5000
+                                            // bytes.
                                             struct Failing final : Sink {
                                               Sink& inner;
                                               uint64_t& n;

@@ -204,7 +204,8 @@ std::vector<BadCase> bad_quant_cases(const std::vector<uint8_t>& g) {
           {"q4_missing_group_size.kvz", Errc::corrupt,
            "required meta key 'kv.quant.group_size' is missing",
            meta_edit([](Image& im) { im.bytes[im.meta_key("kv.quant.group_size") + 3] = 'X'; })},
-          // Position 3 (head 0) becomes an f16 row: the section no longer has the size of that layout.
+          // Position 3 (head 0) becomes an f16 row: the section no longer has the size of that
+          // layout.
           {"q4_f16_below_changed.kvz", Errc::corrupt, "the q8/q4 layout",
            meta_edit([](Image& im) { im.set_u64(im.meta_value("kv.quant.f16_below"), 4); })},
           {"q4_f16_below_beyond.kvz", Errc::corrupt, "kv.quant.f16_below': value 9 outside [0, 8]",

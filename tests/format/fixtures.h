@@ -48,7 +48,8 @@ void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes);
 std::vector<uint8_t> to_bytes(const CacheContents& c, const WriteOptions& o = {});
 std::vector<uint8_t> to_bytes_zstd(const CacheContents& c, int zstd_level);  // 0: raw
 
-// Section index of layer l's K/V in files written from `c` (meta, index, positions[, scores], kv...).
+// Section index of layer l's K/V in files written from `c` (meta, index, positions[, scores],
+// kv...).
 inline size_t kv_section(const CacheContents& c, uint32_t l) { return (c.has_scores ? 4 : 3) + l; }
 
 // Checks (Catch2) that f throws an Error with code Errc::corrupt whose message contains

@@ -93,7 +93,8 @@ TEST_CASE("prune breaks a tie straddling the cut by file order and keeps higher 
     for (size_t i = 0; i < layer.scores.size(); ++i)
       if (layer.positions[i] >= 3) kept.push_back(layer.scores[i]);
   CHECK(kept == std::vector<float>{0.5f, 0.5f, 0.9f});
-  // File order of the document rows: L0H0 {3, 5}, L0H1 {4, 6, 7}: 5 and 4 are the 0.5s kept, 6 the 0.9.
+  // File order of the document rows: L0H0 {3, 5}, L0H1 {4, 6, 7}: 5 and 4 are the 0.5s kept,
+  // 6 the 0.9.
   CHECK(out.layers[0].positions == std::vector<uint32_t>{0, 1, 2, 5, 0, 1, 2, 4, 6});
   CHECK(out.header.achieved_ratio == 0.15);
 }

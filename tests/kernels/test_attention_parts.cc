@@ -1,9 +1,9 @@
 // Attention with parts (AttentionArgs::parts: the blocks of a composed cache at shifted positions)
 // against a plain reference that does what the kernel avoids: every part's keys re-rotated by its
-// shift (RoPE by +Δ), all rows in one list with their visibility (the causal rule for the spans, the
-// per-token limits and skip bitmaps for the parts), one softmax per query row in double. Parts of
-// f32 rows, of q8/q4 rows (dequantized for the reference) and of both; limits that hide rows from
-// early tokens; skips; a part that a token cannot see at all; first visible rows per token
+// shift (RoPE by +Δ), all rows in one list with their visibility (the causal rule for the spans,
+// the per-token limits and skip bitmaps for the parts), one softmax per query row in double. Parts
+// of f32 rows, of q8/q4 rows (dequantized for the reference) and of both; limits that hide rows
+// from early tokens; skips; a part that a token cannot see at all; first visible rows per token
 // (KvSpan::from: a composed cache's windows by position) on the spans and the f32 parts, in no
 // particular order across tokens. Only fp32 rounding may differ.
 #include <catch2/catch.hpp>

@@ -6,11 +6,12 @@
 // without quantized rows or without f32 base rows, a tail that is only the T new rows (all of it
 // covered by T) and one with earlier rows. The only difference allowed is fp32 summation order
 // (the scores of quantized rows are formed per group as s·Σ(c·q)·code + m·Σ(c·q), softmax and
-// merge by log-sum-exp): relative error below 2e-6 over the whole output (measured: at most 6.6e-7). The result must not
-// depend on the thread pool; local statistics refuse quantized spans, the CUDA front takes them in
-// one segment (the CUDA kernel's parity: tests/cuda/test_cuda_attention_quant.cc).
-// Hadamard-rotated bases (v1.3) too: there the quantized part rotates the queries and the output
-// instead of the rows, which adds the rotation's rounding to the summation order's.
+// merge by log-sum-exp): relative error below 2e-6 over the whole output (measured: at most
+// 6.6e-7). The result must not depend on the thread pool; local statistics refuse quantized spans,
+// the CUDA front takes them in one segment (the CUDA kernel's parity:
+// tests/cuda/test_cuda_attention_quant.cc). Hadamard-rotated bases (v1.3) too: there the quantized
+// part rotates the queries and the output instead of the rows, which adds the rotation's rounding
+// to the summation order's.
 #include <catch2/catch.hpp>
 
 #include <cmath>

@@ -157,8 +157,8 @@ TEST_CASE("the AMX-BF16 GEMM takes the bf16 products within their bound", "[kern
 
 TEST_CASE("the AMX-BF16 GEMM of a block type is the GEMM of its values rounded to bf16",
           "[kernels][matmul]") {
-  // The panel decoders (Q4_0/Q4_1/Q8_0 straight to bf16, the others through dequantize_row) must give
-  // exactly the bf16 rounding of each weight's fp32 value: the same products, the same bits.
+  // The panel decoders (Q4_0/Q4_1/Q8_0 straight to bf16, the others through dequantize_row) must
+  // give exactly the bf16 rounding of each weight's fp32 value: the same products, the same bits.
   const GgmlType type = GENERATE(GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
                                  GgmlType::Q4_K, GgmlType::Q6_K);
   const uint32_t rows = 40, cols = 512, T = 70;

@@ -119,8 +119,8 @@ TEST_CASE(
 
 TEST_CASE("k4_scale_words unpacks the eight 6-bit scales and mins scale_min_k4 reads",
           "[kernels][qdot]") {
-  // Random 12-byte scale fields plus the corner bytes (all ones, all zeros, each top-two-bits pattern):
-  // every group's byte in both words must be the (scale, min) the scalar decoder gives.
+  // Random 12-byte scale fields plus the corner bytes (all ones, all zeros, each top-two-bits
+  // pattern): every group's byte in both words must be the (scale, min) the scalar decoder gives.
   std::mt19937 rng(77);
   std::vector<std::array<uint8_t, 12>> fields(4000);
   for (auto& f : fields)
@@ -154,10 +154,11 @@ TEST_CASE("qdot kernels equal a float64 product of the dequantized weights and a
   // 77 and 130 end their 32-token blocks on each remainder shape. T >= kQdotGemmMinT runs the
   // AVX-512 VNNI GEMM where the CPU has it, T >= kQdotAvx2GemmMinT = 16 the AVX2 GEMM under
   // QIsa::Avx2: 37, 49 and 77 are not whole 16-token vectors (the AVX2 GEMM's second 8-token
-  // half is partly or wholly padding) or 3-vector tiles, 130 spans several tiles. Under QIsa::Amx, 12 still runs the VNNI GEMM and
-  // from kQdotAmxMinT = 16 the tile GEMM: 16 is one whole 16-token pass, 37-261 end in a
-  // partial one, and 70 rows end in a 6-row panel (one live row tile of two); Q6_K takes
-  // the tile GEMM from kQdotAmxMinTQ6K = 256 tokens, which 261 passes (not a whole vector).
+  // half is partly or wholly padding) or 3-vector tiles, 130 spans several tiles. Under QIsa::Amx,
+  // 12 still runs the VNNI GEMM and from kQdotAmxMinT = 16 the tile GEMM: 16 is one whole 16-token
+  // pass, 37-261 end in a partial one, and 70 rows end in a 6-row panel (one live row tile of two);
+  // Q6_K takes the tile GEMM from kQdotAmxMinTQ6K = 256 tokens, which 261 passes (not a whole
+  // vector).
   const uint32_t T = GENERATE(1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u, 12u, 16u, 37u, 49u, 77u, 130u, 261u);
   const bool mapped = GENERATE(false, true);
   // 70: not a multiple of the 4-row and 32-row tiles; 768 columns: one 512-column chunk of the
@@ -194,9 +195,9 @@ TEST_CASE("qdot kernels equal a float64 product of the dequantized weights and a
   }
   kernels::ThreadPool pool(2);
   // Every kernel runs the one chain of kernels/qdot.h: the scalar reference's bits on every ISA
-  // (tiles below the GEMMs' thresholds, the AVX2, VNNI and AMX GEMMs from them), and each token's row of a T-token call is
-  // the bits of that token alone (T = 1, the decode tiles) — what lets the server batch any
-  // number of requests and still answer exactly as `kvzip query` does.
+  // (tiles below the GEMMs' thresholds, the AVX2, VNNI and AMX GEMMs from them), and each token's
+  // row of a T-token call is the bits of that token alone (T = 1, the decode tiles) — what lets the
+  // server batch any number of requests and still answer exactly as `kvzip query` does.
   std::vector<float> ref(size_t(T) * rows, NAN);
   {
     const kernels::MatmulArgs job{x.data(), view, bias.data(), ref.data(), T};
@@ -281,9 +282,9 @@ TEST_CASE("qdot batches jobs of two types as it runs each alone, and refuses oth
 TEST_CASE(
     "one-token decode kernels: odd block counts and rows past the last whole tile keep the bits",
     "[kernels][qdot]") {
-  // The one-token kernels take two blocks a step (Q6_K a block's two halves): 25 (5) blocks leave one; 45
-  // rows leave five past the eight-row tiles (and thirteen past sixteen-row ones). Every ISA and
-  // both decode kernels against the scalar reference, bit for bit.
+  // The one-token kernels take two blocks a step (Q6_K a block's two halves): 25 (5) blocks leave
+  // one; 45 rows leave five past the eight-row tiles (and thirteen past sixteen-row ones). Every
+  // ISA and both decode kernels against the scalar reference, bit for bit.
   const GgmlType type = GENERATE(GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
                                  GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K);
   const bool k = type == GgmlType::Q4_K || type == GgmlType::Q5_K || type == GgmlType::Q6_K;

@@ -128,7 +128,8 @@ model::RaggedKvCache assemble(const std::vector<HeadRows>& heads, model::CacheSh
   return c;
 }
 
-// Appends T pending tokens' rows (zeros) to every layer, as the forward pass would before attending.
+// Appends T pending tokens' rows (zeros) to every layer, as the forward pass would before
+// attending.
 void append_pending(model::ComposedCache& c, uint32_t T) {
   c.reserve_append(T);
   const model::CacheShape s = c.shape();

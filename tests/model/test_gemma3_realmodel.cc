@@ -1,11 +1,11 @@
 // The real Gemma 3 270M (Q4_K_M GGUF; scripts/fetch-model.sh gemma3-270m or $KVZIP_GEMMA_MODEL):
 // the configuration read off the file (local layers 0-4, 6-10, 12-16; window 512; head dim 256),
-// the greedy continuation and the perplexity of the Normans article's opening (examples/normans.json)
-// that transformers gives for the same file (its GGUF loader dequantizes to fp32, eager attention:
-// " the capital of the country of France. It is the largest", perplexity 18.93 over 255 tokens
-// after BOS), and KVzip at ratio 0.4 keeping a needle from a 648-token document (longer than the
-// window: only the three global layers can reach it). About 4 s each. Skipped when the model is
-// absent.
+// the greedy continuation and the perplexity of the Normans article's opening
+// (examples/normans.json) that transformers gives for the same file (its GGUF loader dequantizes to
+// fp32, eager attention: " the capital of the country of France. It is the largest", perplexity
+// 18.93 over 255 tokens after BOS), and KVzip at ratio 0.4 keeping a needle from a 648-token
+// document (longer than the window: only the three global layers can reach it). About 4 s each.
+// Skipped when the model is absent.
 #include <catch2/catch.hpp>
 
 #include <fstream>

@@ -1,14 +1,14 @@
-// Hugging Face checkpoints against transformers (tests/golden/hf, scripts/golden/make_hf_fixtures.py):
-// tiny random LlamaForCausalLM (bf16, llama3 rope scaling, untied, llama-bpe tokenizer; its GGUF
-// has the scaling only as llama.cpp's rope_freqs.weight),
+// Hugging Face checkpoints against transformers (tests/golden/hf,
+// scripts/golden/make_hf_fixtures.py): tiny random LlamaForCausalLM (bf16, llama3 rope scaling,
+// untied, llama-bpe tokenizer; its GGUF has the scaling only as llama.cpp's rope_freqs.weight),
 // Qwen2ForCausalLM (f32, q/k/v biases, sharded, qwen2 tokenizer) and MistralForCausalLM (f16,
-// head_dim != hidden/heads, tied, sliding window) folders and their GGUF conversions (written by the `gguf`
-// package with llama.cpp's Q/K interleave). For each: kvzip's token ids equal transformers', its
-// logits match transformers' float64 logits at every position, from the folder and from the GGUF
-// (exact path: max|Δ|/max|ref| <= 1e-4, measured 1.26e-6 to 1.40e-6; fast path and token-by-token
-// decode <= 2e-2, room for reduced-precision kernels, measured the same as exact today), and the
-// KV cache and the compressed cache computed from the folder equal those from the GGUF bit for bit,
-// while the fingerprints keep a cache of one from loading with the other.
+// head_dim != hidden/heads, tied, sliding window) folders and their GGUF conversions (written by
+// the `gguf` package with llama.cpp's Q/K interleave). For each: kvzip's token ids equal
+// transformers', its logits match transformers' float64 logits at every position, from the folder
+// and from the GGUF (exact path: max|Δ|/max|ref| <= 1e-4, measured 1.26e-6 to 1.40e-6; fast path
+// and token-by-token decode <= 2e-2, room for reduced-precision kernels, measured the same as exact
+// today), and the KV cache and the compressed cache computed from the folder equal those from the
+// GGUF bit for bit, while the fingerprints keep a cache of one from loading with the other.
 #include <catch2/catch.hpp>
 
 #include <algorithm>

@@ -79,7 +79,8 @@ TEST_CASE("greedy 'The capital of France is' continues with Paris, as the refere
 // The fast path rounds each matmul input to int8 per 32-element block (kernels/qdot.h), so its
 // logits move by a few percent of their largest magnitude (measured 0.056 here; bound 0.1) and a
 // greedy continuation may take another word where two are nearly tied — but not at once: the
-// first 3 tokens of each prompt's greedy text agree with the exact path's (measured: 5, 10, 10 of 10).
+// first 3 tokens of each prompt's greedy text agree with the exact path's (measured: 5, 10, 10 of
+// 10).
 TEST_CASE("the fast and the exact decode paths agree within the 8-bit activation bound",
           "[model][realmodel]") {
   KVZIP_REAL_MODEL_OR_SKIP(model);

@@ -23,7 +23,8 @@ void compress_document(const model::Model& model, const std::string& document,
 std::vector<int32_t> query_answer(const model::Model& model, const std::string& file,
                                   const std::string& question, uint32_t n, bool quantized = false);
 
-// A request for `question` over the cache `id` of `store`, n tokens at most, the chat's stop tokens.
+// A request for `question` over the cache `id` of `store`, n tokens at most, the chat's stop
+// tokens.
 serve::RequestSpec request_for(const model::Model& model, serve::CacheStore& store,
                                const std::string& id, const std::string& question, uint32_t n);
 

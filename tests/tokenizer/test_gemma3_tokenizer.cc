@@ -1,8 +1,8 @@
-// kvzip's SentencePiece-style tokenizer (GGUF tokenizer.ggml.model = "llama", tokenizer/detail/spm.h):
-// a tiny hand-made vocabulary (merge order by score, ties, byte fallback, space prefix, decoding),
-// and the real Gemma 3 270M vocabulary [realmodel] against llama.cpp's llama-tokenize on one
-// sentence and Hugging Face `tokenizers` on the Normans article and mixed texts
-// (tests/golden/tokens_gemma3.json, scripts/golden/make_gemma3_tokenizer_golden.py).
+// kvzip's SentencePiece-style tokenizer (GGUF tokenizer.ggml.model = "llama",
+// tokenizer/detail/spm.h): a tiny hand-made vocabulary (merge order by score, ties, byte fallback,
+// space prefix, decoding), and the real Gemma 3 270M vocabulary [realmodel] against llama.cpp's
+// llama-tokenize on one sentence and Hugging Face `tokenizers` on the Normans article and mixed
+// texts (tests/golden/tokens_gemma3.json, scripts/golden/make_gemma3_tokenizer_golden.py).
 #include <catch2/catch.hpp>
 
 #include <fstream>

@@ -1,9 +1,10 @@
-// kvzip's `llama-bpe` tokenizer on the real 128K Llama 3 vocabulary (tests/golden/llama3_vocab.bin.zst,
-// Meta's tiktoken ranks from the llama-models wheel) against Hugging Face `tokenizers`
-// (tests/golden/tokens_llama3.json; scripts/golden/make_llama3_tokenizer_golden.py, which also checks
-// those ids against Meta's tiktoken encoder). The test derives the merges from the ranks itself (every
-// split of a token into two tokens, by the rank of the token formed) and, through tokenizer.json,
-// checks that the Hugging Face loader reads the same vocabulary back.
+// kvzip's `llama-bpe` tokenizer on the real 128K Llama 3 vocabulary
+// (tests/golden/llama3_vocab.bin.zst, Meta's tiktoken ranks from the llama-models wheel) against
+// Hugging Face `tokenizers` (tests/golden/tokens_llama3.json;
+// scripts/golden/make_llama3_tokenizer_golden.py, which also checks those ids against Meta's
+// tiktoken encoder). The test derives the merges from the ranks itself (every split of a token into
+// two tokens, by the rank of the token formed) and, through tokenizer.json, checks that the Hugging
+// Face loader reads the same vocabulary back.
 #include <zstd.h>
 #include <catch2/catch.hpp>
 

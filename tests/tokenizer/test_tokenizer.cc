@@ -165,7 +165,8 @@ TEST_CASE("the GPT-2 split leaves the last space of a run to the next word",
 
 TEST_CASE("pre-tokenizers use the Unicode White_Space set, not PCRE2's \\s",
           "[tokenizer][tokenizer]") {
-  // U+180E was whitespace in old Unicode and still is for PCRE2's \s; Hugging Face treats it as a symbol.
+  // U+180E was whitespace in old Unicode and still is for PCRE2's \s; Hugging Face treats it as a
+  // symbol.
   CHECK(pieces("gpt2",
                "a\xE1\xA0\x8E"
                "b") == Strings{"a", "\xE1\xA0\x8E", "b"});

@@ -1,6 +1,7 @@
 // Byte-level BPE: alphabet tables, vocabulary/merge validation, and the merge loop (lowest rank
-// first, leftmost on ties; a min-heap over candidate pairs with lazy deletion, O(n log n) per word).
-// Matches Hugging Face's BPE model without an unk token: a byte missing from the vocabulary vanishes.
+// first, leftmost on ties; a min-heap over candidate pairs with lazy deletion, O(n log n) per
+// word). Matches Hugging Face's BPE model without an unk token: a byte missing from the vocabulary
+// vanishes.
 #include "tokenizer/detail/bpe.h"
 
 #include <queue>

@@ -31,7 +31,8 @@ using TokenIndex = std::unordered_map<std::string, int32_t, StringHash, std::equ
 
 class BpeModel {
  public:
-  // Throws Errc::corrupt when a merge is malformed or names a token missing from `tokens`. When a text occurs twice in `tokens`, the later id wins (as in llama.cpp).
+  // Throws Errc::corrupt when a merge is malformed or names a token missing from `tokens`. When a
+  // text occurs twice in `tokens`, the later id wins (as in llama.cpp).
   BpeModel(const std::vector<std::string>& tokens, const std::vector<std::string>& merges);
 
   // Appends the ids of one word (raw bytes). With `ignore_merges`, a word whose byte-level spelling

@@ -1,7 +1,8 @@
-// Pre-tokenizer patterns and the PCRE2 wrapper that runs them. The patterns are the ones Hugging Face
-// tokenizer.json files use, with the Unicode classes spelled out so that PCRE2 agrees with
+// Pre-tokenizer patterns and the PCRE2 wrapper that runs them. The patterns are the ones Hugging
+// Face tokenizer.json files use, with the Unicode classes spelled out so that PCRE2 agrees with
 // `tokenizers` (Oniguruma regexes, Rust char::is_numeric for Digits) code point for code point:
-//  * \s is written as the Unicode White_Space list: PCRE2's \s also matches U+180E, Oniguruma's not;
+//  * \s is written as the Unicode White_Space list: PCRE2's \s also matches U+180E, Oniguruma's
+//    not;
 //  * \p{L} / \p{N} get the code points added in Unicode 15-16 (PCRE2 10.42 ships Unicode 14), and
 //    the Digits class also the ones Rust's char::is_numeric adds from Unicode 17. The ranges were
 //    measured code point by code point against tokenizers 0.23.3; a newer PCRE2 that already has

@@ -33,7 +33,8 @@ class Regex {
   Regex(const Regex&) = delete;
   Regex& operator=(const Regex&) = delete;
 
-  // Appends to `out` the pieces of `text` (valid UTF-8): every match and every non-empty gap, in order.
+  // Appends to `out` the pieces of `text` (valid UTF-8): every match and every non-empty gap, in
+  // order.
   void split(std::string_view text, MatchData& match, std::vector<std::string_view>& out) const;
 
  private:

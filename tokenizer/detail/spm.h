@@ -3,11 +3,11 @@
 // adjacent pair whose concatenation is the best-scored vocabulary token is merged first (the
 // leftmost among equal scores) until no pair forms a token; a character left without a token of
 // its own becomes its bytes' <0xXX> tokens (byte fallback), or unk when the vocabulary lacks them.
-// Added tokens are split off before this (tokenizer/tokenizer.cc), so a fragment here is plain text.
-// The same vocabulary in a Hugging Face tokenizer.json (BPE with byte_fallback, spaces replaced by
-// "▁") carries ranked merges instead of scores: built from merges, the model runs Hugging Face's
-// loop instead, the lowest-ranked listed pair first, from characters (a character without a token
-// becomes its bytes' <0xXX> tokens before merging, or unk).
+// Added tokens are split off before this (tokenizer/tokenizer.cc), so a fragment here is plain
+// text. The same vocabulary in a Hugging Face tokenizer.json (BPE with byte_fallback, spaces
+// replaced by "▁") carries ranked merges instead of scores: built from merges, the model runs
+// Hugging Face's loop instead, the lowest-ranked listed pair first, from characters (a character
+// without a token becomes its bytes' <0xXX> tokens before merging, or unk).
 #pragma once
 #include <array>
 #include <cstdint>
